@@ -1,0 +1,74 @@
+// Railway Infrastructure as Code for pidevops (https://docs.railway.com/infrastructure-as-code).
+//
+//   railway config plan     preview what would change in the linked environment
+//   railway config apply    apply it (asks first; deletions need --confirm-destructive)
+//
+// Needs Railway CLI 5.42.1 or newer, Node.js 22.6 or newer (the CLI runs this file with
+// --experimental-strip-types), and the `railway` npm package where Node can resolve
+// `railway/iac` from this file: npm install --prefix .railway railway@3.11.0
+//
+// Written against the `railway` package 3.11.0 (the `railway/iac` types and helpers) and
+// the Railway CLI's IaC compiler. Never planned or applied against a real project, so
+// what is below is the API as published, not a tested deployment. Assumptions:
+//   - No `source` on the pidevops service: it is deployed from this directory with
+//     `railway up`. To deploy from GitHub instead, add `source: github("<owner>/<repo>")`.
+//   - NATS_URL is a literal holding Railway's reference template; Railway resolves
+//     `${{nats.RAILWAY_PRIVATE_DOMAIN}}` when it deploys, as it does for its own
+//     Postgres variables.
+//   - Railway's start command replaces the image ENTRYPOINT, so the NATS command names
+//     the binary (/nats-server in the official image). `-a ::` makes it listen on IPv6
+//     as well, which environments created before 2025-10-16 need for private networking.
+//   - The CLI calls the default export with an empty context, so this file does not use
+//     ctx (ctx.environment, ctx.shared).
+//
+// A service managed here must not also be managed by railway.toml: `railway config plan`
+// refuses such a service until it is migrated (`railway config migrate`). railway.toml in
+// the repository root carries the same build and deploy settings; keep both in step or
+// delete the one you do not use. See docs/deploy.md.
+
+import { defineRailway, image, postgres, preserve, project, service, volume } from "railway/iac";
+
+export default defineRailway(() => {
+  const db = postgres("postgres");
+
+  const nats = service("nats", {
+    source: image("nats:2.10"),
+    start: "/nats-server -js -sd /data -a ::",
+    volumeMounts: { "/data": volume("nats-data") },
+  });
+
+  const pidevops = service("pidevops", {
+    build: { builder: "DOCKERFILE", dockerfilePath: "deploy/Dockerfile" },
+    start: "pidevops serve",
+    preDeploy: "pidevops migrate",
+    healthcheck: "/health",
+    healthcheckTimeout: 60,
+    deploy: {
+      restartPolicyType: "ON_FAILURE",
+      restartPolicyMaxRetries: 10,
+      // Railway's default is 0 s between SIGTERM and SIGKILL; pidevops needs up to 10 s.
+      drainingSeconds: 15,
+    },
+    env: {
+      DATABASE_URL: db.env.DATABASE_URL,
+      NATS_URL: "nats://${{nats.RAILWAY_PRIVATE_DOMAIN}}:4222",
+
+      // Set by the operator in the Railway dashboard (Variables tab) or with
+      // `railway variables --set`. preserve() keeps whatever value Railway holds and
+      // stops `railway config apply` from deleting it; nothing here sets a value.
+      GITHUB_WEBHOOK_SECRET: preserve(),
+      LINEAR_WEBHOOK_SECRET: preserve(),
+      TELEGRAM_WEBHOOK_SECRET: preserve(),
+      PIDEVOPS_ADMIN_TOKEN: preserve(),
+      GITHUB_TOKEN: preserve(),
+      LINEAR_API_KEY: preserve(),
+      TELEGRAM_BOT_TOKEN: preserve(),
+      TELEGRAM_ALLOWED_CHATS: preserve(),
+      RUST_LOG: preserve(),
+    },
+  });
+
+  return project("pidevops", {
+    resources: [db, nats, pidevops],
+  });
+});

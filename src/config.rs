@@ -1,0 +1,399 @@
+//! Typed settings. The environment comes first (Railway injects `PORT` and `DATABASE_URL`), then an optional
+//! `pidevops.toml` for structured settings. Secrets are wrapped so they never reach a log line or a `Debug` print.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv6Addr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+
+/// Where the event log lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DatabaseUrl {
+    Postgres(String),
+    Sqlite(String),
+}
+
+impl DatabaseUrl {
+    /// The embedded default when `DATABASE_URL` is unset: a file next to the working directory.
+    pub const EMBEDDED_DEFAULT: &'static str = "sqlite://./data/pidevops.db";
+
+    pub fn parse(url: &str) -> Result<Self, ConfigError> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Self::Postgres(url.to_owned()))
+        } else if url.starts_with("sqlite:") {
+            Ok(Self::Sqlite(url.to_owned()))
+        } else {
+            Err(ConfigError::Invalid {
+                field: "DATABASE_URL",
+                reason: "must start with postgres://, postgresql:// or sqlite:".into(),
+            })
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Postgres(_) => "postgres",
+            Self::Sqlite(_) => "sqlite",
+        }
+    }
+
+    /// The URL with any password replaced, safe to print.
+    pub fn redacted(&self) -> String {
+        let url = match self {
+            Self::Postgres(u) | Self::Sqlite(u) => u,
+        };
+        redact_password(url)
+    }
+}
+
+fn redact_password(url: &str) -> String {
+    // scheme://user:password@host → scheme://user:***@host
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    let Some(at) = rest.find('@') else {
+        return url.to_owned();
+    };
+    let userinfo = &rest[..at];
+    match userinfo.find(':') {
+        Some(colon) => format!(
+            "{}://{}:***{}",
+            &url[..scheme_end],
+            &userinfo[..colon],
+            &rest[at..]
+        ),
+        None => url.to_owned(),
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Json,
+    Pretty,
+}
+
+/// A webhook source's secret, or the name of the variable that would hold it (so a refusal can name it).
+#[derive(Clone, Debug)]
+pub struct SourceSecret {
+    pub variable: &'static str,
+    pub value: Option<SecretString>,
+}
+
+impl SourceSecret {
+    fn from_env(env: &Env, variable: &'static str) -> Self {
+        Self {
+            variable,
+            value: env.secret(variable),
+        }
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.value.is_some()
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Address to listen on. Default `[::]` (dual-stack: IPv4 and IPv6), tests use `127.0.0.1`.
+    pub bind: IpAddr,
+    /// `PORT`; 0 lets the OS pick (tests).
+    pub port: u16,
+    pub database: DatabaseUrl,
+    pub nats_url: Option<String>,
+    pub github_webhook_secret: SourceSecret,
+    pub linear_webhook_secret: SourceSecret,
+    pub telegram_webhook_secret: SourceSecret,
+    pub admin_token: Option<SecretString>,
+    /// The numeric bot id from `TELEGRAM_BOT_TOKEN` (the part before `:`), used to scope `update_id` dedup.
+    pub telegram_bot_id: Option<String>,
+    pub log_format: LogFormat,
+    pub heartbeat_interval: Duration,
+    /// Delay before a loop's first tick; short so a fresh start reports quickly.
+    pub loop_startup_delay: Duration,
+    /// How long a webhook waits for its event to commit before answering 503.
+    pub append_timeout: Duration,
+    pub max_db_connections: u32,
+    pub config_file: Option<PathBuf>,
+    /// The parsed `pidevops.toml`, kept for the structured settings later modules read.
+    pub file: toml::Table,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{field} is invalid: {reason}")]
+    Invalid { field: &'static str, reason: String },
+    #[error("cannot read config file {path}: {source}")]
+    ReadFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path} is not valid TOML: {source}")]
+    ParseFile {
+        path: PathBuf,
+        source: Box<toml::de::Error>,
+    },
+}
+
+/// The environment as a map, so settings can be built from the process or from a test's own variables.
+#[derive(Clone, Debug, Default)]
+pub struct Env(HashMap<String, String>);
+
+impl Env {
+    pub fn from_process() -> Self {
+        Self(std::env::vars().collect())
+    }
+
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        Self(
+            pairs
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+        )
+    }
+
+    /// A value, with empty strings treated as unset (Railway and `.env` files often leave blanks).
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(|v| v.trim()).filter(|v| !v.is_empty())
+    }
+
+    fn secret(&self, key: &str) -> Option<SecretString> {
+        self.get(key).map(|v| SecretString::from(v.to_owned()))
+    }
+
+    fn parse<T: std::str::FromStr>(&self, key: &'static str) -> Result<Option<T>, ConfigError>
+    where
+        T::Err: std::fmt::Display,
+    {
+        self.get(key)
+            .map(|v| {
+                v.parse::<T>().map_err(|e| ConfigError::Invalid {
+                    field: key,
+                    reason: format!("{v:?}: {e}"),
+                })
+            })
+            .transpose()
+    }
+
+    fn seconds(&self, key: &'static str, default: f64) -> Result<Duration, ConfigError> {
+        let secs = self.parse::<f64>(key)?.unwrap_or(default);
+        if !(secs.is_finite() && secs > 0.0) {
+            return Err(ConfigError::Invalid {
+                field: key,
+                reason: format!("{secs} is not a positive number of seconds"),
+            });
+        }
+        Ok(Duration::from_secs_f64(secs))
+    }
+}
+
+impl Settings {
+    pub fn from_process_env() -> Result<Self, ConfigError> {
+        Self::from_env(&Env::from_process())
+    }
+
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let port = env.parse::<u16>("PORT")?.unwrap_or(8080);
+        let bind = env
+            .parse::<IpAddr>("PIDEVOPS_BIND")?
+            .unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
+        let database = DatabaseUrl::parse(
+            env.get("DATABASE_URL")
+                .unwrap_or(DatabaseUrl::EMBEDDED_DEFAULT),
+        )?;
+        let log_format = match env.get("LOG_FORMAT") {
+            None | Some("pretty") => LogFormat::Pretty,
+            Some("json") => LogFormat::Json,
+            Some(other) => {
+                return Err(ConfigError::Invalid {
+                    field: "LOG_FORMAT",
+                    reason: format!("{other:?}: expected json or pretty"),
+                })
+            }
+        };
+        let telegram_bot_id = match env.get("TELEGRAM_BOT_TOKEN") {
+            None => None,
+            Some(token) => {
+                let id = token.split(':').next().unwrap_or_default();
+                if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) {
+                    // Never echo the token itself.
+                    return Err(ConfigError::Invalid {
+                        field: "TELEGRAM_BOT_TOKEN",
+                        reason: "expected <bot id>:<secret> as issued by @BotFather".into(),
+                    });
+                }
+                Some(id.to_owned())
+            }
+        };
+        let max_db_connections = env
+            .parse::<u32>("PIDEVOPS_DB_MAX_CONNECTIONS")?
+            .unwrap_or(10);
+        if max_db_connections < 2 {
+            return Err(ConfigError::Invalid {
+                field: "PIDEVOPS_DB_MAX_CONNECTIONS",
+                reason: "needs at least 2 (one appender, one reader)".into(),
+            });
+        }
+        let config_file = match env.get("PIDEVOPS_CONFIG") {
+            Some(path) => Some(PathBuf::from(path)),
+            None => Some(PathBuf::from("pidevops.toml")).filter(|p| p.exists()),
+        };
+        let file = match &config_file {
+            Some(path) => read_config_file(path)?,
+            None => toml::Table::new(),
+        };
+
+        Ok(Self {
+            bind,
+            port,
+            database,
+            nats_url: env.get("NATS_URL").map(str::to_owned),
+            github_webhook_secret: SourceSecret::from_env(env, "GITHUB_WEBHOOK_SECRET"),
+            linear_webhook_secret: SourceSecret::from_env(env, "LINEAR_WEBHOOK_SECRET"),
+            telegram_webhook_secret: SourceSecret::from_env(env, "TELEGRAM_WEBHOOK_SECRET"),
+            admin_token: env.secret("PIDEVOPS_ADMIN_TOKEN"),
+            telegram_bot_id,
+            log_format,
+            heartbeat_interval: env.seconds("PIDEVOPS_HEARTBEAT_INTERVAL_S", 15.0)?,
+            loop_startup_delay: env.seconds("PIDEVOPS_LOOP_STARTUP_DELAY_S", 1.0)?,
+            append_timeout: env.seconds("PIDEVOPS_APPEND_TIMEOUT_S", 10.0)?,
+            max_db_connections,
+            config_file,
+            file,
+        })
+    }
+
+    /// Settings for tests: loopback, port 0, the given database, short intervals.
+    pub fn for_tests(database: DatabaseUrl) -> Self {
+        let mut settings =
+            Self::from_env(&Env::default()).expect("defaults are valid by construction");
+        settings.bind = IpAddr::from([127, 0, 0, 1]);
+        settings.port = 0;
+        settings.database = database;
+        settings.config_file = None;
+        settings.file = toml::Table::new();
+        settings.loop_startup_delay = Duration::from_millis(10);
+        settings.heartbeat_interval = Duration::from_millis(500);
+        settings.append_timeout = Duration::from_secs(5);
+        settings
+    }
+
+    pub fn admin_token_matches(&self, presented: &str) -> bool {
+        match &self.admin_token {
+            Some(token) => {
+                crate::ingress::verify::constant_time_eq(token.expose_secret(), presented)
+            }
+            None => false,
+        }
+    }
+}
+
+fn read_config_file(path: &Path) -> Result<toml::Table, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadFile {
+        path: path.to_owned(),
+        source,
+    })?;
+    text.parse::<toml::Table>()
+        .map_err(|source| ConfigError::ParseFile {
+            path: path.to_owned(),
+            source: Box::new(source),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_embedded_database_and_port_8080() {
+        let s = Settings::from_env(&Env::default()).unwrap();
+        assert_eq!(s.port, 8080);
+        assert_eq!(
+            s.database,
+            DatabaseUrl::Sqlite(DatabaseUrl::EMBEDDED_DEFAULT.into())
+        );
+        assert!(!s.github_webhook_secret.is_set());
+        assert!(s.admin_token.is_none());
+    }
+
+    #[test]
+    fn a_bad_value_names_its_variable() {
+        let err = Settings::from_env(&Env::from_pairs([("PORT", "eighty")])).unwrap_err();
+        assert!(err.to_string().starts_with("PORT is invalid"), "{err}");
+        let err =
+            Settings::from_env(&Env::from_pairs([("DATABASE_URL", "mysql://x")])).unwrap_err();
+        assert!(
+            err.to_string().starts_with("DATABASE_URL is invalid"),
+            "{err}"
+        );
+        let err = Settings::from_env(&Env::from_pairs([("LOG_FORMAT", "xml")])).unwrap_err();
+        assert!(
+            err.to_string().starts_with("LOG_FORMAT is invalid"),
+            "{err}"
+        );
+        let err = Settings::from_env(&Env::from_pairs([("PIDEVOPS_HEARTBEAT_INTERVAL_S", "-1")]))
+            .unwrap_err();
+        assert!(
+            err.to_string().starts_with("PIDEVOPS_HEARTBEAT_INTERVAL_S"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_bad_bot_token_is_refused_without_echoing_it() {
+        let err = Settings::from_env(&Env::from_pairs([("TELEGRAM_BOT_TOKEN", "sekrit-value")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("TELEGRAM_BOT_TOKEN is invalid"), "{err}");
+        assert!(!err.contains("sekrit"), "{err}");
+        let ok =
+            Settings::from_env(&Env::from_pairs([("TELEGRAM_BOT_TOKEN", "12345:abc")])).unwrap();
+        assert_eq!(ok.telegram_bot_id.as_deref(), Some("12345"));
+    }
+
+    #[test]
+    fn blank_values_count_as_unset() {
+        let s = Settings::from_env(&Env::from_pairs([
+            ("GITHUB_WEBHOOK_SECRET", "  "),
+            ("DATABASE_URL", ""),
+        ]))
+        .unwrap();
+        assert!(!s.github_webhook_secret.is_set());
+        assert_eq!(s.database.kind(), "sqlite");
+    }
+
+    #[test]
+    fn secrets_do_not_appear_in_debug_output() {
+        let s = Settings::from_env(&Env::from_pairs([
+            ("GITHUB_WEBHOOK_SECRET", "gh-very-secret"),
+            ("PIDEVOPS_ADMIN_TOKEN", "admin-very-secret"),
+        ]))
+        .unwrap();
+        let printed = format!("{s:?}");
+        assert!(!printed.contains("very-secret"), "{printed}");
+    }
+
+    #[test]
+    fn passwords_are_redacted_from_database_urls() {
+        let url = DatabaseUrl::parse("postgres://app:hunter2@db:5432/x").unwrap();
+        assert_eq!(url.redacted(), "postgres://app:***@db:5432/x");
+        let url = DatabaseUrl::parse("postgres://app@db/x").unwrap();
+        assert_eq!(url.redacted(), "postgres://app@db/x");
+    }
+
+    #[test]
+    fn a_missing_config_file_named_explicitly_is_an_error() {
+        let err = Settings::from_env(&Env::from_pairs([(
+            "PIDEVOPS_CONFIG",
+            "/nonexistent/pidevops.toml",
+        )]))
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("/nonexistent/pidevops.toml"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,153 @@
+//! The loop plan: which background loops this configuration runs, and why the others do not. `serve` starts
+//! exactly this plan, `/health` reports it, and `pidevops doctor` prints it without serving.
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use crate::config::Settings;
+use crate::eventlog::EventStore;
+use crate::loops::LoopState;
+
+pub const HEARTBEAT_LOOP: &str = "database_heartbeat";
+pub const METRICS_UPKEEP_LOOP: &str = "metrics_upkeep";
+pub const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannedLoop {
+    pub name: &'static str,
+    pub state: LoopState,
+    pub reason: Option<String>,
+    pub interval: Duration,
+    pub what: &'static str,
+}
+
+/// Which loops run under these settings. Pure.
+pub fn plan(settings: &Settings) -> Vec<PlannedLoop> {
+    vec![
+        PlannedLoop {
+            name: HEARTBEAT_LOOP,
+            state: LoopState::Armed,
+            reason: None,
+            interval: settings.heartbeat_interval,
+            what: "a database round trip, so an outage shows in /health and /metrics even with no traffic",
+        },
+        PlannedLoop {
+            name: METRICS_UPKEEP_LOOP,
+            state: LoopState::Armed,
+            reason: None,
+            interval: METRICS_UPKEEP_INTERVAL,
+            what: "drains histogram buffers so /metrics stays cheap to render",
+        },
+    ]
+}
+
+/// Prints the truth about this configuration; returns the report and whether everything enabled can run.
+pub async fn diagnose(settings: &Settings) -> (String, bool) {
+    let mut out = String::new();
+    let mut ok = true;
+    let _ = writeln!(out, "pidevops {} doctor", env!("CARGO_PKG_VERSION"));
+    if let Some(path) = &settings.config_file {
+        let _ = writeln!(out, "config file      {}", path.display());
+    }
+
+    let started = Instant::now();
+    let database = async {
+        let store = EventStore::connect(&settings.database, 2).await?;
+        store.ping().await?;
+        let head = store.head().await.ok();
+        Ok::<_, crate::eventlog::StoreError>(head)
+    };
+    match tokio::time::timeout(Duration::from_secs(10), database).await {
+        Ok(Ok(head)) => {
+            let head = head.map_or_else(
+                || "not migrated yet".to_owned(),
+                |h| format!("head position {h}"),
+            );
+            let _ = writeln!(
+                out,
+                "database         pass      {} ({:.1} ms, {head})",
+                settings.database.redacted(),
+                started.elapsed().as_secs_f64() * 1000.0
+            );
+        }
+        Ok(Err(e)) => {
+            ok = false;
+            let _ = writeln!(
+                out,
+                "database         FAIL      {}: {e}",
+                settings.database.redacted()
+            );
+        }
+        Err(_) => {
+            ok = false;
+            let _ = writeln!(
+                out,
+                "database         FAIL      {}: no answer within 10 s",
+                settings.database.redacted()
+            );
+        }
+    }
+
+    for planned in plan(settings) {
+        let detail = match &planned.reason {
+            Some(reason) => reason.clone(),
+            None => format!("every {:?}: {}", planned.interval, planned.what),
+        };
+        if planned.state == LoopState::Unarmed {
+            ok = false;
+        }
+        let _ = writeln!(
+            out,
+            "loop {:<22} {:<9} {detail}",
+            planned.name,
+            planned.state.as_str()
+        );
+    }
+
+    for (name, secret) in [
+        ("github", &settings.github_webhook_secret),
+        ("linear", &settings.linear_webhook_secret),
+        ("telegram", &settings.telegram_webhook_secret),
+    ] {
+        let (state, detail) = if secret.is_set() {
+            (
+                "armed",
+                format!("POST /webhooks/{name} verifies with {}", secret.variable),
+            )
+        } else {
+            (
+                "disabled",
+                format!("{} is not set; deliveries get 503", secret.variable),
+            )
+        };
+        let _ = writeln!(out, "webhook {name:<19} {state:<9} {detail}");
+    }
+    let (state, detail) = match settings.admin_token {
+        Some(_) => (
+            "armed",
+            "/api/* requires Authorization: Bearer <PIDEVOPS_ADMIN_TOKEN>",
+        ),
+        None => (
+            "disabled",
+            "PIDEVOPS_ADMIN_TOKEN is not set; /api/* refuses every request",
+        ),
+    };
+    let _ = writeln!(out, "api                        {state:<9} {detail}");
+    if settings.nats_url.is_some() {
+        let _ = writeln!(
+            out,
+            "bus                        unused    NATS_URL is set, but this version does not publish to NATS yet; \
+             events are in the log and nothing is lost"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{}",
+        if ok {
+            "ok"
+        } else {
+            "NOT OK: something enabled cannot run"
+        }
+    );
+    (out, ok)
+}

@@ -1,0 +1,522 @@
+//! The event log: the only writer of the `events` table, and the source of truth everything else derives from.
+//!
+//! Appends go through one appender task per process. It drains whatever requests are waiting into one transaction
+//! (group commit: one fsync for many events, so throughput rises with concurrency) and answers each caller only
+//! after that transaction committed. Inside the transaction a global lock serialises writers, so positions become
+//! visible in commit order and a reader polling `position > last` never skips an event that commits late.
+
+mod envelope;
+mod postgres;
+mod sqlite;
+
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+pub use envelope::Envelope;
+pub use postgres::PostgresStore;
+pub use sqlite::SqliteStore;
+
+use crate::config::DatabaseUrl;
+use crate::domain::{NewEvent, Source};
+
+/// Most events one transaction takes; bounds a batch's latency and memory (GitHub bodies reach 25 MiB).
+const MAX_BATCH_EVENTS: usize = 256;
+const MAX_BATCH_BYTES: usize = 32 * 1024 * 1024;
+
+/// What an append returns: the event's place in the log, or the place of the event it duplicates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Appended {
+    pub event_id: Uuid,
+    pub position: i64,
+    pub duplicate: bool,
+}
+
+/// An event as stored.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredEvent {
+    pub position: i64,
+    pub id: Uuid,
+    pub source: String,
+    pub event_type: String,
+    pub dedup_key: String,
+    pub stream: Option<String>,
+    pub stream_version: Option<i64>,
+    pub occurred_at: DateTime<Utc>,
+    pub recorded_at: DateTime<Utc>,
+    pub action: Option<String>,
+    pub repository: Option<String>,
+    pub number: Option<i64>,
+    pub reference: Option<String>,
+    pub content_type: String,
+    /// The exact bytes received (for webhooks, the raw request body).
+    pub body: Vec<u8>,
+    pub meta: serde_json::Map<String, serde_json::Value>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AppendError {
+    /// The stream moved on since the caller read it; reread and decide again.
+    #[error(
+        "stream {stream} is at version {actual}, the event expected to write version {expected}"
+    )]
+    Conflict {
+        stream: String,
+        expected: i64,
+        actual: i64,
+    },
+    #[error("the event log is unavailable: {0}")]
+    Unavailable(String),
+    #[error("the event log did not commit within {0:?}")]
+    TimedOut(Duration),
+    #[error("the event log is shutting down")]
+    Closed,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("cannot prepare the embedded database directory {path}: {source}")]
+    Directory {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("stored event {position} is corrupt: {reason}")]
+    Corrupt { position: i64, reason: String },
+}
+
+/// The outcome of one event within a batch, decided under the lock.
+#[derive(Debug)]
+pub(crate) enum BatchOutcome {
+    Appended(Appended),
+    Conflict {
+        stream: String,
+        expected: i64,
+        actual: i64,
+    },
+}
+
+/// A storage backend. A closed set: Postgres in production, SQLite as the embedded default; one conformance suite.
+#[derive(Clone, Debug)]
+pub enum EventStore {
+    Postgres(PostgresStore),
+    Sqlite(SqliteStore),
+}
+
+impl EventStore {
+    /// Connects (creating the embedded database file if needed). Does not migrate.
+    pub async fn connect(url: &DatabaseUrl, max_connections: u32) -> Result<Self, StoreError> {
+        Ok(match url {
+            DatabaseUrl::Postgres(url) => {
+                Self::Postgres(PostgresStore::connect(url, max_connections).await?)
+            }
+            DatabaseUrl::Sqlite(url) => {
+                Self::Sqlite(SqliteStore::connect(url, max_connections).await?)
+            }
+        })
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Postgres(_) => "postgres",
+            Self::Sqlite(_) => "sqlite",
+        }
+    }
+
+    /// Applies pending migrations. Safe when several replicas start at once: Postgres takes an advisory lock,
+    /// SQLite a file lock.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        match self {
+            Self::Postgres(s) => s.migrate().await,
+            Self::Sqlite(s) => s.migrate().await,
+        }
+    }
+
+    /// A real round trip to the database.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        match self {
+            Self::Postgres(s) => s.ping().await,
+            Self::Sqlite(s) => s.ping().await,
+        }
+    }
+
+    pub(crate) async fn append_batch(
+        &self,
+        events: &[NewEvent],
+    ) -> Result<Vec<BatchOutcome>, StoreError> {
+        match self {
+            Self::Postgres(s) => s.append_batch(events).await,
+            Self::Sqlite(s) => s.append_batch(events).await,
+        }
+    }
+
+    /// Events with `position > after`, in position order, at most `limit`.
+    pub async fn read_after(&self, after: i64, limit: i64) -> Result<Vec<StoredEvent>, StoreError> {
+        match self {
+            Self::Postgres(s) => s.read_after(after, limit).await,
+            Self::Sqlite(s) => s.read_after(after, limit).await,
+        }
+    }
+
+    pub async fn get(&self, id: Uuid) -> Result<Option<StoredEvent>, StoreError> {
+        match self {
+            Self::Postgres(s) => s.get(id).await,
+            Self::Sqlite(s) => s.get(id).await,
+        }
+    }
+
+    /// The highest committed position, 0 for an empty log.
+    pub async fn head(&self) -> Result<i64, StoreError> {
+        match self {
+            Self::Postgres(s) => s.head().await,
+            Self::Sqlite(s) => s.head().await,
+        }
+    }
+
+    /// How many events carry this `(source, dedup_key)`; the unique index makes it 0 or 1.
+    pub async fn count_by_key(&self, source: Source, dedup_key: &str) -> Result<i64, StoreError> {
+        match self {
+            Self::Postgres(s) => s.count_by_key(source, dedup_key).await,
+            Self::Sqlite(s) => s.count_by_key(source, dedup_key).await,
+        }
+    }
+}
+
+struct AppendRequest {
+    event: NewEvent,
+    reply: oneshot::Sender<Result<Appended, AppendError>>,
+}
+
+/// The handle every writer uses. Cheap to clone; all clones feed one appender task.
+#[derive(Clone, Debug)]
+pub struct EventLog {
+    store: EventStore,
+    requests: mpsc::Sender<AppendRequest>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for AppendRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppendRequest")
+            .field("source", &self.event.source)
+            .field("dedup_key", &self.event.dedup_key)
+            .finish()
+    }
+}
+
+impl EventLog {
+    /// Starts the appender task. It stops when `shutdown` is cancelled, after answering every request already
+    /// queued, so a graceful shutdown loses nothing that a caller is waiting on.
+    pub fn start(
+        store: EventStore,
+        timeout: Duration,
+        shutdown: CancellationToken,
+    ) -> (Self, tokio::task::JoinHandle<()>) {
+        let (requests, receiver) = mpsc::channel(4096);
+        let task = tokio::spawn(run_appender(store.clone(), receiver, shutdown, timeout));
+        (
+            Self {
+                store,
+                requests,
+                timeout,
+            },
+            task,
+        )
+    }
+
+    pub fn store(&self) -> &EventStore {
+        &self.store
+    }
+
+    /// Appends one event and returns only once it is durably committed (or known to be a duplicate).
+    pub async fn append(&self, event: NewEvent) -> Result<Appended, AppendError> {
+        let (reply, answer) = oneshot::channel();
+        let request = AppendRequest { event, reply };
+        let deadline = Instant::now() + self.timeout;
+        tokio::time::timeout_at(deadline.into(), self.requests.send(request))
+            .await
+            .map_err(|_| AppendError::TimedOut(self.timeout))?
+            .map_err(|_| AppendError::Closed)?;
+        match tokio::time::timeout_at(deadline.into(), answer).await {
+            Err(_) => Err(AppendError::TimedOut(self.timeout)),
+            Ok(Err(_)) => Err(AppendError::Closed),
+            Ok(Ok(result)) => result,
+        }
+    }
+}
+
+async fn run_appender(
+    store: EventStore,
+    mut receiver: mpsc::Receiver<AppendRequest>,
+    shutdown: CancellationToken,
+    timeout: Duration,
+) {
+    loop {
+        let first = tokio::select! {
+            biased;
+            request = receiver.recv() => match request {
+                Some(request) => request,
+                None => return,
+            },
+            _ = shutdown.cancelled() => {
+                // Stop taking new requests, but answer every one already queued.
+                receiver.close();
+                match receiver.recv().await {
+                    Some(request) => request,
+                    None => return,
+                }
+            }
+        };
+        let mut batch = vec![first];
+        let mut bytes = batch[0].event.body.len();
+        while batch.len() < MAX_BATCH_EVENTS && bytes < MAX_BATCH_BYTES {
+            match receiver.try_recv() {
+                Ok(request) => {
+                    bytes += request.event.body.len();
+                    batch.push(request);
+                }
+                Err(_) => break,
+            }
+        }
+        commit_batch(&store, batch, timeout).await;
+    }
+}
+
+async fn commit_batch(store: &EventStore, batch: Vec<AppendRequest>, timeout: Duration) {
+    let (events, replies): (Vec<NewEvent>, Vec<_>) =
+        batch.into_iter().map(|r| (r.event, r.reply)).unzip();
+    let started = Instant::now();
+    let result = tokio::time::timeout(timeout, store.append_batch(&events)).await;
+    let elapsed = started.elapsed();
+    metrics::histogram!("pidevops_append_duration_seconds").record(elapsed.as_secs_f64());
+    metrics::histogram!("pidevops_append_batch_size").record(events.len() as f64);
+    match result {
+        Ok(Ok(outcomes)) => {
+            for ((event, reply), outcome) in events.iter().zip(replies).zip(outcomes) {
+                let answer = match outcome {
+                    BatchOutcome::Appended(appended) => {
+                        if !appended.duplicate {
+                            metrics::counter!("pidevops_events_appended_total", "source" => event.source.as_str())
+                                .increment(1);
+                        }
+                        Ok(appended)
+                    }
+                    BatchOutcome::Conflict {
+                        stream,
+                        expected,
+                        actual,
+                    } => Err(AppendError::Conflict {
+                        stream,
+                        expected,
+                        actual,
+                    }),
+                };
+                let _ = reply.send(answer);
+            }
+        }
+        Ok(Err(error)) => {
+            tracing::warn!(error = %error, events = events.len(), "append batch failed; nothing was committed");
+            metrics::counter!("pidevops_append_failures_total").increment(1);
+            for reply in replies {
+                let _ = reply.send(Err(AppendError::Unavailable(error.to_string())));
+            }
+        }
+        Err(_) => {
+            // The commit may still land; callers get 503 and their retry is answered as a duplicate.
+            tracing::warn!(events = events.len(), ?timeout, "append batch timed out");
+            metrics::counter!("pidevops_append_failures_total").increment(1);
+            for reply in replies {
+                let _ = reply.send(Err(AppendError::TimedOut(timeout)));
+            }
+        }
+    }
+}
+
+/// Within one batch, later events with a key already seen point at the first one; the backend decides only the
+/// first of each key. Returns, for each event, the index of the event whose outcome it shares.
+pub(crate) fn first_of_each_key(events: &[NewEvent]) -> Vec<usize> {
+    let mut seen: std::collections::HashMap<(Source, &str), usize> =
+        std::collections::HashMap::with_capacity(events.len());
+    events
+        .iter()
+        .enumerate()
+        .map(|(i, e)| *seen.entry((e.source, e.dedup_key.as_str())).or_insert(i))
+        .collect()
+}
+
+/// Decides, under the writer lock, the outcome of each event given what the log already holds.
+///
+/// `existing(i)` is the stored `(id, position)` for event i's key, `stream_head(name)` the stream's version.
+/// Returns the outcomes and the events to insert with their positions, in order.
+pub(crate) fn plan_batch(
+    events: &[NewEvent],
+    mut existing: impl FnMut(usize) -> Option<(Uuid, i64)>,
+    mut stream_head: impl FnMut(&str) -> i64,
+    head: i64,
+) -> (Vec<BatchOutcome>, Vec<(usize, i64)>) {
+    let firsts = first_of_each_key(events);
+    let mut outcomes: Vec<Option<BatchOutcome>> = Vec::with_capacity(events.len());
+    let mut inserts = Vec::new();
+    let mut next = head;
+    let mut heads: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
+    for (i, event) in events.iter().enumerate() {
+        let first = firsts[i];
+        if first != i {
+            let shared = match &outcomes[first] {
+                Some(BatchOutcome::Appended(a)) => BatchOutcome::Appended(Appended {
+                    duplicate: true,
+                    ..*a
+                }),
+                Some(BatchOutcome::Conflict {
+                    stream,
+                    expected,
+                    actual,
+                }) => BatchOutcome::Conflict {
+                    stream: stream.clone(),
+                    expected: *expected,
+                    actual: *actual,
+                },
+                None => unreachable!("an earlier index is always decided"),
+            };
+            outcomes.push(Some(shared));
+            continue;
+        }
+        if let Some((event_id, position)) = existing(i) {
+            outcomes.push(Some(BatchOutcome::Appended(Appended {
+                event_id,
+                position,
+                duplicate: true,
+            })));
+            continue;
+        }
+        if let Some((stream, version)) = &event.stream {
+            let current = *heads
+                .entry(stream.clone())
+                .or_insert_with(|| stream_head(stream));
+            if *version != current + 1 {
+                outcomes.push(Some(BatchOutcome::Conflict {
+                    stream: stream.clone(),
+                    expected: *version,
+                    actual: current,
+                }));
+                continue;
+            }
+            heads.insert(stream.clone(), *version);
+        }
+        next += 1;
+        inserts.push((i, next));
+        outcomes.push(Some(BatchOutcome::Appended(Appended {
+            event_id: event.id,
+            position: next,
+            duplicate: false,
+        })));
+    }
+    (outcomes.into_iter().flatten().collect(), inserts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::EventType;
+    use bytes::Bytes;
+
+    fn event(key: &str) -> NewEvent {
+        NewEvent::new(
+            Source::Github,
+            EventType::new(Source::Github, &["push"]),
+            key,
+            "application/json",
+            Bytes::from_static(b"{}"),
+        )
+    }
+
+    fn streamed(key: &str, stream: &str, version: i64) -> NewEvent {
+        let mut e = event(key);
+        e.source = Source::Pidevops;
+        e.stream = Some((stream.into(), version));
+        e
+    }
+
+    fn positions(outcomes: &[BatchOutcome]) -> Vec<(i64, bool)> {
+        outcomes
+            .iter()
+            .map(|o| match o {
+                BatchOutcome::Appended(a) => (a.position, a.duplicate),
+                BatchOutcome::Conflict { .. } => (-1, false),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn new_events_take_consecutive_positions_after_the_head() {
+        let events = vec![event("a"), event("b"), event("c")];
+        let (outcomes, inserts) = plan_batch(&events, |_| None, |_| 0, 41);
+        assert_eq!(
+            positions(&outcomes),
+            vec![(42, false), (43, false), (44, false)]
+        );
+        assert_eq!(inserts, vec![(0, 42), (1, 43), (2, 44)]);
+    }
+
+    #[test]
+    fn a_key_repeated_within_a_batch_is_stored_once() {
+        let events = vec![event("a"), event("a"), event("b")];
+        let (outcomes, inserts) = plan_batch(&events, |_| None, |_| 0, 0);
+        assert_eq!(
+            positions(&outcomes),
+            vec![(1, false), (1, true), (2, false)]
+        );
+        assert_eq!(inserts.len(), 2);
+        let (BatchOutcome::Appended(a), BatchOutcome::Appended(b)) = (&outcomes[0], &outcomes[1])
+        else {
+            panic!("both appended");
+        };
+        assert_eq!(
+            a.event_id, b.event_id,
+            "the duplicate reports the original id"
+        );
+    }
+
+    #[test]
+    fn a_key_already_stored_returns_the_original() {
+        let original = Uuid::now_v7();
+        let events = vec![event("old"), event("new")];
+        let (outcomes, inserts) =
+            plan_batch(&events, |i| (i == 0).then_some((original, 7)), |_| 0, 10);
+        assert_eq!(positions(&outcomes), vec![(7, true), (11, false)]);
+        assert_eq!(inserts, vec![(1, 11)]);
+    }
+
+    #[test]
+    fn stream_versions_must_follow_the_head() {
+        let events = vec![
+            streamed("k1", "task:T-1", 3),
+            streamed("k2", "task:T-1", 4),
+            streamed("k3", "task:T-1", 4),
+            streamed("k4", "task:T-2", 2),
+        ];
+        let (outcomes, inserts) = plan_batch(
+            &events,
+            |_| None,
+            |s| if s == "task:T-1" { 2 } else { 0 },
+            0,
+        );
+        assert_eq!(
+            positions(&outcomes),
+            vec![(1, false), (2, false), (-1, false), (-1, false)]
+        );
+        assert_eq!(inserts, vec![(0, 1), (1, 2)]);
+        match &outcomes[2] {
+            BatchOutcome::Conflict {
+                expected, actual, ..
+            } => assert_eq!((*expected, *actual), (4, 4)),
+            other => panic!("{other:?}"),
+        }
+    }
+}

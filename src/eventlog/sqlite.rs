@@ -1,0 +1,216 @@
+//! SQLite backend: the embedded default, so a fresh machine runs with no setup.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
+use sqlx::Row;
+use uuid::Uuid;
+
+use super::{plan_batch, BatchOutcome, StoreError, StoredEvent};
+use crate::domain::{NewEvent, Source};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+
+const COLUMNS: &str =
+    "position, id, source, event_type, dedup_key, stream, stream_version, occurred_at, \
+     recorded_at, action, repository, number, reference, content_type, body, meta";
+
+#[derive(Clone, Debug)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+impl SqliteStore {
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // FULL: a commit is on disk before the webhook hears 2xx, power loss included.
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(Duration::from_secs(5))
+            .foreign_keys(true);
+        let file = options.get_filename();
+        if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::Directory {
+                path: dir.display().to_string(),
+                source,
+            })?;
+        }
+        let pool = SqlitePoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(Duration::from_secs(3))
+            .connect_with(options)
+            .await?;
+        Ok(Self { pool })
+    }
+
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        MIGRATOR.run(&self.pool).await?;
+        Ok(())
+    }
+
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    pub(crate) async fn append_batch(
+        &self,
+        events: &[NewEvent],
+    ) -> Result<Vec<BatchOutcome>, StoreError> {
+        // IMMEDIATE takes the write lock up front, so the reads below see the state this transaction commits on.
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+
+        let mut existing: HashMap<usize, (Uuid, i64)> = HashMap::new();
+        for (i, event) in events.iter().enumerate() {
+            let row =
+                sqlx::query("SELECT id, position FROM events WHERE source = ?1 AND dedup_key = ?2")
+                    .bind(event.source.as_str())
+                    .bind(&event.dedup_key)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if let Some(row) = row {
+                let position: i64 = row.try_get("position")?;
+                existing.insert(i, (parse_uuid(position, row.try_get("id")?)?, position));
+            }
+        }
+        let mut heads: HashMap<String, i64> = HashMap::new();
+        for (stream, _) in events.iter().filter_map(|e| e.stream.as_ref()) {
+            if !heads.contains_key(stream) {
+                let version: Option<i64> =
+                    sqlx::query_scalar("SELECT max(stream_version) FROM events WHERE stream = ?1")
+                        .bind(stream)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                heads.insert(stream.clone(), version.unwrap_or(0));
+            }
+        }
+        let head: i64 = sqlx::query_scalar("SELECT coalesce(max(position), 0) FROM events")
+            .fetch_one(&mut *tx)
+            .await?;
+
+        let (outcomes, inserts) = plan_batch(
+            events,
+            |i| existing.get(&i).copied(),
+            |stream| heads.get(stream).copied().unwrap_or(0),
+            head,
+        );
+
+        let recorded_at = Utc::now();
+        for (index, position) in inserts {
+            let e = &events[index];
+            sqlx::query(
+                "INSERT INTO events (position, id, source, event_type, dedup_key, stream, stream_version,
+                                     occurred_at, recorded_at, action, repository, number, reference,
+                                     content_type, body, meta)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+            )
+            .bind(position)
+            .bind(e.id.to_string())
+            .bind(e.source.as_str())
+            .bind(e.event_type.as_str())
+            .bind(&e.dedup_key)
+            .bind(e.stream.as_ref().map(|(s, _)| s.as_str()))
+            .bind(e.stream.as_ref().map(|(_, v)| *v))
+            .bind(e.occurred_at)
+            .bind(recorded_at)
+            .bind(e.subject.action.as_deref())
+            .bind(e.subject.repository.as_deref())
+            .bind(e.subject.number)
+            .bind(e.subject.reference.as_deref())
+            .bind(&e.content_type)
+            .bind(e.body.as_ref())
+            .bind(serde_json::to_string(&e.meta).unwrap_or_else(|_| "{}".to_owned()))
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(outcomes)
+    }
+
+    pub async fn read_after(&self, after: i64, limit: i64) -> Result<Vec<StoredEvent>, StoreError> {
+        sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM events WHERE position > ?1 ORDER BY position LIMIT ?2"
+        ))
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(decode)
+        .collect()
+    }
+
+    pub async fn get(&self, id: Uuid) -> Result<Option<StoredEvent>, StoreError> {
+        sqlx::query(&format!("SELECT {COLUMNS} FROM events WHERE id = ?1"))
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(decode)
+            .transpose()
+    }
+
+    pub async fn head(&self) -> Result<i64, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT coalesce(max(position), 0) FROM events")
+                .fetch_one(&self.pool)
+                .await?,
+        )
+    }
+
+    pub async fn count_by_key(&self, source: Source, dedup_key: &str) -> Result<i64, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT count(*) FROM events WHERE source = ?1 AND dedup_key = ?2")
+                .bind(source.as_str())
+                .bind(dedup_key)
+                .fetch_one(&self.pool)
+                .await?,
+        )
+    }
+}
+
+fn parse_uuid(position: i64, text: String) -> Result<Uuid, StoreError> {
+    Uuid::parse_str(&text).map_err(|e| StoreError::Corrupt {
+        position,
+        reason: format!("id {text:?} is not a UUID: {e}"),
+    })
+}
+
+fn decode(row: &SqliteRow) -> Result<StoredEvent, StoreError> {
+    let position: i64 = row.try_get("position")?;
+    let meta: String = row.try_get("meta")?;
+    let meta = serde_json::from_str(&meta).map_err(|e| StoreError::Corrupt {
+        position,
+        reason: format!("meta is not a JSON object: {e}"),
+    })?;
+    let occurred_at: DateTime<Utc> = row.try_get("occurred_at")?;
+    Ok(StoredEvent {
+        position,
+        id: parse_uuid(position, row.try_get("id")?)?,
+        source: row.try_get("source")?,
+        event_type: row.try_get("event_type")?,
+        dedup_key: row.try_get("dedup_key")?,
+        stream: row.try_get("stream")?,
+        stream_version: row.try_get("stream_version")?,
+        occurred_at,
+        recorded_at: row.try_get("recorded_at")?,
+        action: row.try_get("action")?,
+        repository: row.try_get("repository")?,
+        number: row.try_get("number")?,
+        reference: row.try_get("reference")?,
+        content_type: row.try_get("content_type")?,
+        body: row.try_get("body")?,
+        meta,
+    })
+}

@@ -1,0 +1,153 @@
+//! The admin API behind `PIDEVOPS_ADMIN_TOKEN`. With no token configured every request is refused (fail closed).
+
+use axum::body::Body;
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+use uuid::Uuid;
+
+use super::{error, AppState};
+
+pub const MAX_PAGE: i64 = 1000;
+const DEFAULT_PAGE: i64 = 100;
+
+pub fn router(state: AppState) -> Router<AppState> {
+    Router::new()
+        .route("/api/events", get(list_events))
+        .route("/api/events/{id}", get(show_event))
+        .route("/api/events/{id}/body", get(event_body))
+        .route_layer(middleware::from_fn_with_state(state, require_admin))
+}
+
+async fn require_admin(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if state.settings.admin_token.is_none() {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not_configured",
+            "PIDEVOPS_ADMIN_TOKEN is not set, so the admin API refuses every request",
+        );
+    }
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match presented {
+        Some(token) if state.settings.admin_token_matches(token.trim()) => next.run(request).await,
+        _ => {
+            let mut response = error(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "send Authorization: Bearer <PIDEVOPS_ADMIN_TOKEN>",
+            );
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+            response
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventsQuery {
+    #[serde(default)]
+    after: i64,
+    limit: Option<i64>,
+}
+
+async fn list_events(
+    State(state): State<AppState>,
+    query: Result<Query<EventsQuery>, QueryRejection>,
+) -> Response {
+    let Query(query) = match query {
+        Ok(q) => q,
+        Err(rejection) => {
+            return error(StatusCode::BAD_REQUEST, "bad_query", rejection.body_text())
+        }
+    };
+    if query.after < 0 {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            "after must be 0 or more",
+        );
+    }
+    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            format!("limit must be between 1 and {MAX_PAGE}"),
+        );
+    }
+    match state.log.store().read_after(query.after, limit).await {
+        Ok(events) => {
+            let next_after = events.last().map_or(query.after, |e| e.position);
+            let envelopes: Vec<_> = events.iter().map(|e| e.to_envelope()).collect();
+            Json(json!({ "events": envelopes, "next_after": next_after })).into_response()
+        }
+        Err(e) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            e.to_string(),
+        ),
+    }
+}
+
+async fn show_event(
+    State(state): State<AppState>,
+    id: Result<Path<Uuid>, PathRejection>,
+) -> Response {
+    let Ok(Path(id)) = id else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "bad_id",
+            "the event id must be a UUID",
+        );
+    };
+    match state.log.store().get(id).await {
+        Ok(Some(event)) => Json(event.to_envelope()).into_response(),
+        Ok(None) => error(StatusCode::NOT_FOUND, "not_found", format!("no event {id}")),
+        Err(e) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            e.to_string(),
+        ),
+    }
+}
+
+/// The exact bytes received, with the content type they arrived with.
+async fn event_body(
+    State(state): State<AppState>,
+    id: Result<Path<Uuid>, PathRejection>,
+) -> Response {
+    let Ok(Path(id)) = id else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "bad_id",
+            "the event id must be a UUID",
+        );
+    };
+    match state.log.store().get(id).await {
+        Ok(Some(event)) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, event.content_type.clone())],
+            Body::from(event.body),
+        )
+            .into_response(),
+        Ok(None) => error(StatusCode::NOT_FOUND, "not_found", format!("no event {id}")),
+        Err(e) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            e.to_string(),
+        ),
+    }
+}

@@ -1,0 +1,177 @@
+//! `/health` tells the truth: a real database round trip, and every loop's state. `/metrics` renders from memory.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Serialize;
+use serde_json::json;
+
+use super::AppState;
+use crate::loops::{LoopReport, LoopState};
+
+const DATABASE_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Pass,
+    Warn,
+    Fail,
+}
+
+#[derive(Serialize)]
+struct HealthBody {
+    status: Status,
+    version: &'static str,
+    uptime_s: u64,
+    checks: BTreeMap<&'static str, serde_json::Value>,
+    loops: BTreeMap<String, LoopReport>,
+}
+
+/// The overall status from the parts: any failing part fails the whole.
+pub fn overall(database_ok: bool, loops: &BTreeMap<String, LoopReport>) -> Status {
+    let mut status = if database_ok {
+        Status::Pass
+    } else {
+        Status::Fail
+    };
+    for report in loops.values() {
+        let loop_status = match report.state {
+            LoopState::Unarmed => Status::Fail,
+            LoopState::Armed if report.stale => Status::Fail,
+            LoopState::Armed if report.failing => Status::Warn,
+            LoopState::Armed | LoopState::Disabled => Status::Pass,
+        };
+        status = status.max(loop_status);
+    }
+    status
+}
+
+pub async fn health(State(state): State<AppState>) -> Response {
+    let started = Instant::now();
+    let ping = tokio::time::timeout(DATABASE_CHECK_TIMEOUT, state.log.store().ping()).await;
+    let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let database = match ping {
+        Ok(Ok(())) => {
+            json!({ "status": Status::Pass, "kind": state.log.store().kind(), "latency_ms": round(latency_ms) })
+        }
+        Ok(Err(ref error)) => {
+            json!({ "status": Status::Fail, "kind": state.log.store().kind(), "error": error.to_string() })
+        }
+        Err(_) => json!({ "status": Status::Fail, "kind": state.log.store().kind(),
+                          "error": format!("no answer within {} ms", DATABASE_CHECK_TIMEOUT.as_millis()) }),
+    };
+    let database_ok = matches!(ping, Ok(Ok(())));
+
+    let settings = &state.settings;
+    let webhooks: serde_json::Map<String, serde_json::Value> = [
+        ("github", &settings.github_webhook_secret),
+        ("linear", &settings.linear_webhook_secret),
+        ("telegram", &settings.telegram_webhook_secret),
+    ]
+    .into_iter()
+    .map(|(name, secret)| {
+        let value = if secret.is_set() {
+            json!({ "configured": true })
+        } else {
+            json!({ "configured": false, "reason": format!("{} is not set; deliveries get 503", secret.variable) })
+        };
+        (name.to_owned(), value)
+    })
+    .collect();
+
+    let loops = state.loops.report();
+    let status = overall(database_ok, &loops);
+    metrics::gauge!("pidevops_health_status").set(match status {
+        Status::Pass => 1.0,
+        Status::Warn => 0.5,
+        Status::Fail => 0.0,
+    });
+
+    let mut checks = BTreeMap::new();
+    checks.insert("database", database);
+    checks.insert(
+        "webhooks",
+        json!({ "status": Status::Pass, "sources": webhooks }),
+    );
+    let body = HealthBody {
+        status,
+        version: env!("CARGO_PKG_VERSION"),
+        uptime_s: state.started.elapsed().as_secs(),
+        checks,
+        loops,
+    };
+    let code = if status == Status::Fail {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    };
+    (code, [(header::CACHE_CONTROL, "no-store")], Json(body)).into_response()
+}
+
+fn round(ms: f64) -> f64 {
+    (ms * 100.0).round() / 100.0
+}
+
+pub async fn live() -> Response {
+    (StatusCode::OK, Json(json!({ "status": "pass" }))).into_response()
+}
+
+/// Prometheus text, rendered from memory: scraping never touches the database.
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    state.loops.publish_gauges();
+    metrics::gauge!("pidevops_uptime_seconds").set(state.started.elapsed().as_secs_f64());
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(state: LoopState, stale: bool, failing: bool) -> LoopReport {
+        LoopReport {
+            state,
+            reason: None,
+            interval_s: Some(1.0),
+            last_tick_at: None,
+            last_ok_at: None,
+            last_error: None,
+            ticks: 0,
+            errors: 0,
+            stale,
+            failing,
+        }
+    }
+
+    #[test]
+    fn status_is_the_worst_of_its_parts() {
+        let mut loops = BTreeMap::new();
+        assert_eq!(overall(true, &loops), Status::Pass);
+        assert_eq!(overall(false, &loops), Status::Fail);
+        loops.insert("a".into(), report(LoopState::Disabled, false, false));
+        assert_eq!(
+            overall(true, &loops),
+            Status::Pass,
+            "disabled loops do not fail health"
+        );
+        loops.insert("b".into(), report(LoopState::Armed, false, true));
+        assert_eq!(overall(true, &loops), Status::Warn);
+        loops.insert("c".into(), report(LoopState::Armed, true, false));
+        assert_eq!(overall(true, &loops), Status::Fail);
+        loops.clear();
+        loops.insert("d".into(), report(LoopState::Unarmed, false, false));
+        assert_eq!(overall(true, &loops), Status::Fail);
+    }
+}

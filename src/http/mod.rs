@@ -1,0 +1,82 @@
+//! The HTTP surface: health, metrics, webhooks and the admin API. `router(state)` is all of it, so tests can
+//! drive it with `oneshot` or through a real socket.
+
+mod api;
+mod health;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde_json::json;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::timeout::RequestBodyTimeoutLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::config::Settings;
+use crate::eventlog::EventLog;
+use crate::ingress;
+use crate::loops::LoopRegistry;
+
+/// Everything a request handler may touch.
+#[derive(Clone)]
+pub struct AppState {
+    pub settings: Arc<Settings>,
+    pub log: EventLog,
+    pub loops: LoopRegistry,
+    pub metrics: PrometheusHandle,
+    pub started: Instant,
+}
+
+pub fn router(state: AppState) -> Router {
+    let webhooks = Router::new()
+        .route(
+            "/webhooks/github",
+            post(ingress::github).layer(DefaultBodyLimit::max(ingress::GITHUB_BODY_LIMIT)),
+        )
+        .route(
+            "/webhooks/linear",
+            post(ingress::linear).layer(DefaultBodyLimit::max(ingress::DEFAULT_BODY_LIMIT)),
+        )
+        .route(
+            "/webhooks/telegram",
+            post(ingress::telegram).layer(DefaultBodyLimit::max(ingress::DEFAULT_BODY_LIMIT)),
+        )
+        // A client that trickles its body must not hold a connection (and a batch slot) forever.
+        .layer(RequestBodyTimeoutLayer::new(Duration::from_secs(30)));
+
+    Router::new()
+        .route("/health", get(health::health))
+        .route("/health/live", get(health::live))
+        .route("/metrics", get(health::metrics))
+        .merge(webhooks)
+        .merge(api::router(state.clone()))
+        .fallback(not_found)
+        .layer(TraceLayer::new_for_http())
+        .layer(CatchPanicLayer::custom(|_| {
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "the request handler panicked",
+            )
+        }))
+        .with_state(state)
+}
+
+/// The one error shape every route uses.
+pub fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
+    (
+        status,
+        Json(json!({ "error": code, "message": message.into() })),
+    )
+        .into_response()
+}
+
+async fn not_found() -> Response {
+    error(StatusCode::NOT_FOUND, "not_found", "no such route")
+}

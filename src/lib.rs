@@ -1,0 +1,36 @@
+//! # pidevops
+//!
+//! An always-on service that lets AI coding agents work a team's tickets. Everything that happens is an event in
+//! an append-only log; everything else is derived from it. See `AGENTS.md` for the rules and `README.md` for use.
+//!
+//! # Layout — the map of this tree
+//!
+//! Data flows one way: ingress → event log → (projectors, relay, policies) → effects. A module is a room with one
+//! job; the arrows below are the only doors.
+//!
+//! ```text
+//! main.rs          thin clap front: serve | migrate | doctor | events
+//! startup.rs       build(Settings) -> App: the one constructor for main and for tests (port 0 in tests)
+//! config.rs        typed settings: environment first, then optional pidevops.toml; secrets wrapped
+//! telemetry.rs     tracing (json | pretty) and the Prometheus recorder
+//! doctor.rs        the loop plan (armed / disabled / unarmed and why), shared by `serve`, `doctor` and /health
+//! domain/          pure values: Source, event type names, the event envelope
+//! eventlog/        the only writer of the events table: the appender (group commit) over two backends
+//!   postgres.rs    production backend; advisory lock in a BEFORE INSERT statement trigger = gap-free order
+//!   sqlite.rs      embedded default (`./data/pidevops.db`); one writer by construction
+//! ingress/         webhooks: raw bytes in, verified and parsed NewEvent out, appended, then 2xx
+//!   verify.rs      HMAC and token checks, constant time
+//!   github.rs linear.rs telegram.rs   one parser per provider (pure)
+//! loops/           the do-while runner and the health registry every background activity reports to
+//! http/            router: /health, /metrics, /webhooks/*, /api/* (bearer token), JSON errors
+//! ```
+
+pub mod config;
+pub mod doctor;
+pub mod domain;
+pub mod eventlog;
+pub mod http;
+pub mod ingress;
+pub mod loops;
+pub mod startup;
+pub mod telemetry;

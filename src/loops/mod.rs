@@ -1,0 +1,442 @@
+//! Loops: every background activity runs here and reports here, so `/health` can tell the truth about it.
+//!
+//! The runner is do-while: a short startup delay, a tick at once, then one every interval (with jitter so replicas
+//! do not tick in lockstep). A tick's error or panic is caught, counted and reported, and the loop goes on. A loop
+//! that stops finishing ticks (hung, or its task gone) turns `stale` after 3 × its interval, and `/health` fails.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use rand::Rng;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// A loop is stale when it has not finished a tick for this many intervals.
+pub const STALE_AFTER_INTERVALS: u32 = 3;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoopState {
+    /// Configured and running.
+    Armed,
+    /// Nothing is configured for it; not a failure.
+    Disabled,
+    /// It should run but cannot (a missing credential, say); `/health` fails.
+    Unarmed,
+}
+
+impl LoopState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Armed => "armed",
+            Self::Disabled => "disabled",
+            Self::Unarmed => "unarmed",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct LoopRecord {
+    state: LoopState,
+    reason: Option<String>,
+    interval: Option<Duration>,
+    /// No tick is expected before this instant (startup delay plus grace).
+    due_from: Instant,
+    last_tick_at: Option<DateTime<Utc>>,
+    last_tick_instant: Option<Instant>,
+    last_ok_at: Option<DateTime<Utc>>,
+    last_error: Option<String>,
+    last_tick_failed: bool,
+    ticks: u64,
+    errors: u64,
+}
+
+/// What `/health` shows for one loop.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LoopReport {
+    pub state: LoopState,
+    pub reason: Option<String>,
+    pub interval_s: Option<f64>,
+    pub last_tick_at: Option<DateTime<Utc>>,
+    pub last_ok_at: Option<DateTime<Utc>>,
+    pub last_error: Option<String>,
+    pub ticks: u64,
+    pub errors: u64,
+    pub stale: bool,
+    /// The most recent tick failed (the loop still runs; health warns).
+    #[serde(skip)]
+    pub failing: bool,
+}
+
+/// The shared record of every loop. Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct LoopRegistry {
+    inner: Arc<Mutex<BTreeMap<String, LoopRecord>>>,
+}
+
+impl LoopRegistry {
+    fn with<R>(&self, f: impl FnOnce(&mut BTreeMap<String, LoopRecord>) -> R) -> R {
+        // A panic while holding this lock cannot leave a record half-written (each update is a plain field
+        // assignment), so a poisoned lock is safe to keep using.
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut guard)
+    }
+
+    fn set(
+        &self,
+        name: &str,
+        state: LoopState,
+        reason: Option<String>,
+        interval: Option<Duration>,
+        due_from: Instant,
+    ) {
+        self.with(|loops| {
+            loops.insert(
+                name.to_owned(),
+                LoopRecord {
+                    state,
+                    reason,
+                    interval,
+                    due_from,
+                    last_tick_at: None,
+                    last_tick_instant: None,
+                    last_ok_at: None,
+                    last_error: None,
+                    last_tick_failed: false,
+                    ticks: 0,
+                    errors: 0,
+                },
+            );
+        });
+    }
+
+    /// Records a loop that will run; it is expected to finish its first tick within `grace` plus 3 intervals.
+    pub fn arm(&self, name: &str, interval: Duration, grace: Duration) {
+        self.set(
+            name,
+            LoopState::Armed,
+            None,
+            Some(interval),
+            Instant::now() + grace,
+        );
+    }
+
+    /// Records a loop that is off because nothing is configured for it.
+    pub fn disable(&self, name: &str, reason: impl Into<String>) {
+        self.set(
+            name,
+            LoopState::Disabled,
+            Some(reason.into()),
+            None,
+            Instant::now(),
+        );
+    }
+
+    /// Records a loop that should run but cannot.
+    pub fn unarm(&self, name: &str, reason: impl Into<String>) {
+        self.set(
+            name,
+            LoopState::Unarmed,
+            Some(reason.into()),
+            None,
+            Instant::now(),
+        );
+    }
+
+    fn tick_finished(&self, name: &str, result: Result<(), String>) {
+        let now = Utc::now();
+        metrics::counter!("pidevops_loop_ticks_total", "loop" => name.to_owned()).increment(1);
+        metrics::gauge!("pidevops_loop_last_tick_timestamp_seconds", "loop" => name.to_owned())
+            .set(now.timestamp_millis() as f64 / 1000.0);
+        if result.is_err() {
+            metrics::counter!("pidevops_loop_errors_total", "loop" => name.to_owned()).increment(1);
+        }
+        self.with(|loops| {
+            if let Some(record) = loops.get_mut(name) {
+                record.ticks += 1;
+                record.last_tick_at = Some(now);
+                record.last_tick_instant = Some(Instant::now());
+                match result {
+                    Ok(()) => {
+                        record.last_ok_at = Some(now);
+                        record.last_tick_failed = false;
+                    }
+                    Err(error) => {
+                        record.errors += 1;
+                        record.last_error = Some(error);
+                        record.last_tick_failed = true;
+                    }
+                }
+            }
+        });
+    }
+
+    /// Every loop's state as of now. Pure memory: no I/O, so `/metrics` can call it at scrape time.
+    pub fn report(&self) -> BTreeMap<String, LoopReport> {
+        let now = Instant::now();
+        self.with(|loops| {
+            loops
+                .iter()
+                .map(|(name, r)| {
+                    let stale = match (r.state, r.interval) {
+                        (LoopState::Armed, Some(interval)) => {
+                            let since = r.last_tick_instant.unwrap_or(r.due_from);
+                            now > since && now - since > interval * STALE_AFTER_INTERVALS
+                        }
+                        _ => false,
+                    };
+                    (
+                        name.clone(),
+                        LoopReport {
+                            state: r.state,
+                            reason: r.reason.clone(),
+                            interval_s: r.interval.map(|i| i.as_secs_f64()),
+                            last_tick_at: r.last_tick_at,
+                            last_ok_at: r.last_ok_at,
+                            last_error: r.last_error.clone(),
+                            ticks: r.ticks,
+                            errors: r.errors,
+                            stale,
+                            failing: r.last_tick_failed,
+                        },
+                    )
+                })
+                .collect()
+        })
+    }
+
+    /// Sets the gauges that describe loop state; called at scrape time from memory.
+    pub fn publish_gauges(&self) {
+        for (name, report) in self.report() {
+            metrics::gauge!("pidevops_loop_stale", "loop" => name.clone())
+                .set(f64::from(u8::from(report.stale)));
+            for state in [LoopState::Armed, LoopState::Disabled, LoopState::Unarmed] {
+                metrics::gauge!("pidevops_loop_state", "loop" => name.clone(), "state" => state.as_str())
+                    .set(f64::from(u8::from(report.state == state)));
+            }
+        }
+    }
+}
+
+/// How one loop runs.
+#[derive(Clone, Debug)]
+pub struct LoopSpec {
+    pub name: String,
+    pub interval: Duration,
+    pub startup_delay: Duration,
+    /// Up to this fraction of the interval is added at random to each wait.
+    pub jitter: f64,
+}
+
+impl LoopSpec {
+    pub fn new(name: impl Into<String>, interval: Duration, startup_delay: Duration) -> Self {
+        Self {
+            name: name.into(),
+            interval,
+            startup_delay,
+            jitter: 0.1,
+        }
+    }
+}
+
+/// Runs `tick` as a do-while loop until `cancel` fires, reporting every tick to `registry`.
+pub fn spawn<F, Fut>(
+    registry: &LoopRegistry,
+    tracker: &TaskTracker,
+    cancel: CancellationToken,
+    spec: LoopSpec,
+    tick: F,
+) where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
+{
+    registry.arm(&spec.name, spec.interval, spec.startup_delay);
+    let registry = registry.clone();
+    tracker.spawn(async move {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(spec.startup_delay) => {}
+        }
+        loop {
+            // The tick runs in its own task so a panic is caught here and the loop goes on.
+            let handle = tokio::spawn(tick());
+            let abort = handle.abort_handle();
+            let outcome = tokio::select! {
+                joined = handle => joined,
+                _ = cancel.cancelled() => {
+                    abort.abort();
+                    return;
+                }
+            };
+            let result = match outcome {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(error)) => Err(format!("{error:#}")),
+                Err(join_error) => Err(panic_message(join_error)),
+            };
+            if let Err(error) = &result {
+                tracing::warn!(r#loop = %spec.name, %error, "loop tick failed");
+            }
+            registry.tick_finished(&spec.name, result);
+
+            let jitter = if spec.jitter > 0.0 {
+                spec.interval
+                    .mul_f64(rand::rng().random_range(0.0..spec.jitter))
+            } else {
+                Duration::ZERO
+            };
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(spec.interval + jitter) => {}
+            }
+        }
+    });
+}
+
+fn panic_message(error: tokio::task::JoinError) -> String {
+    if error.is_cancelled() {
+        return "tick was cancelled".to_owned();
+    }
+    let payload = error.into_panic();
+    let text = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-text panic payload".to_owned());
+    format!("tick panicked: {text}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    async fn wait_for(
+        registry: &LoopRegistry,
+        name: &str,
+        pred: impl Fn(&LoopReport) -> bool,
+    ) -> LoopReport {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(report) = registry.report().get(name) {
+                if pred(report) {
+                    return report.clone();
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting on loop {name}: {:?}",
+                registry.report()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panicking_tick_is_counted_and_the_loop_goes_on() {
+        let registry = LoopRegistry::default();
+        let tracker = TaskTracker::new();
+        let cancel = CancellationToken::new();
+        let calls = Arc::new(AtomicU32::new(0));
+        let counter = calls.clone();
+        spawn(
+            &registry,
+            &tracker,
+            cancel.clone(),
+            LoopSpec::new("flaky", Duration::from_millis(20), Duration::ZERO),
+            move || {
+                let n = counter.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    match n % 3 {
+                        0 => panic!("boom {n}"),
+                        1 => anyhow::bail!("plain error {n}"),
+                        _ => Ok(()),
+                    }
+                }
+            },
+        );
+        let report = wait_for(&registry, "flaky", |r| r.ticks >= 6).await;
+        assert!(report.errors >= 4, "{report:?}");
+        assert!(report.last_ok_at.is_some());
+        assert!(!report.stale);
+        cancel.cancel();
+        tracker.close();
+        tracker.wait().await;
+        // The panic text itself is what an operator sees.
+        let registry2 = LoopRegistry::default();
+        let tracker2 = TaskTracker::new();
+        let cancel2 = CancellationToken::new();
+        spawn(
+            &registry2,
+            &tracker2,
+            cancel2.clone(),
+            LoopSpec::new("p", Duration::from_secs(60), Duration::ZERO),
+            || async { panic!("the disk is on fire") },
+        );
+        let report = wait_for(&registry2, "p", |r| r.errors == 1).await;
+        assert_eq!(
+            report.last_error.as_deref(),
+            Some("tick panicked: the disk is on fire")
+        );
+        assert!(report.failing);
+        cancel2.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_loop_that_stops_finishing_ticks_turns_stale() {
+        let registry = LoopRegistry::default();
+        let tracker = TaskTracker::new();
+        let cancel = CancellationToken::new();
+        let calls = Arc::new(AtomicU32::new(0));
+        let counter = calls.clone();
+        spawn(
+            &registry,
+            &tracker,
+            cancel.clone(),
+            LoopSpec::new("hangs", Duration::from_millis(30), Duration::ZERO),
+            move || {
+                let n = counter.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    if n >= 2 {
+                        std::future::pending::<()>().await;
+                    }
+                    Ok(())
+                }
+            },
+        );
+        let report = wait_for(&registry, "hangs", |r| r.stale).await;
+        assert_eq!(report.ticks, 2);
+        cancel.cancel();
+    }
+
+    #[test]
+    fn disabled_and_unarmed_loops_are_never_stale_and_keep_their_reason() {
+        let registry = LoopRegistry::default();
+        registry.disable("linear_poller", "LINEAR_API_KEY is not set");
+        registry.unarm(
+            "github_poller",
+            "GITHUB_TOKEN is not set but repos are configured",
+        );
+        let report = registry.report();
+        assert_eq!(report["linear_poller"].state, LoopState::Disabled);
+        assert_eq!(
+            report["linear_poller"].reason.as_deref(),
+            Some("LINEAR_API_KEY is not set")
+        );
+        assert_eq!(report["github_poller"].state, LoopState::Unarmed);
+        assert!(!report["github_poller"].stale);
+    }
+
+    #[test]
+    fn an_armed_loop_that_never_ticked_is_stale_after_its_grace() {
+        let registry = LoopRegistry::default();
+        registry.arm("never", Duration::from_millis(1), Duration::ZERO);
+        std::thread::sleep(Duration::from_millis(10));
+        assert!(registry.report()["never"].stale);
+        registry.arm("patient", Duration::from_millis(1), Duration::from_secs(60));
+        assert!(!registry.report()["patient"].stale);
+    }
+}

@@ -1,0 +1,174 @@
+//! The `pidevops` command: a thin front over the library. Each subcommand builds what it needs from `Settings`.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+use pidevops::config::Settings;
+use pidevops::eventlog::EventStore;
+use pidevops::{doctor, startup, telemetry};
+
+#[derive(Parser)]
+#[command(
+    name = "pidevops",
+    version,
+    about = "Lets AI coding agents work your tickets, and tells the truth about it"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Apply migrations, then serve HTTP and run every loop.
+    Serve,
+    /// Apply migrations and exit.
+    Migrate,
+    /// Print each loop and source: armed, disabled or unarmed, and why. Exits non-zero if something enabled cannot run.
+    Doctor,
+    /// Print events as JSON lines, in position order.
+    Events {
+        /// Only events with a position greater than this.
+        #[arg(long, default_value_t = 0)]
+        after: i64,
+        /// Stop after this many events (without --follow: default 100).
+        #[arg(long)]
+        limit: Option<u64>,
+        /// Keep printing new events as they are committed.
+        #[arg(long)]
+        follow: bool,
+    },
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let settings = match Settings::from_process_env() {
+        Ok(settings) => settings,
+        Err(e) => {
+            eprintln!("pidevops: configuration error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    telemetry::init_tracing(settings.log_format);
+    let result = match cli.command {
+        Command::Serve => serve(settings).await,
+        Command::Migrate => migrate(settings).await,
+        Command::Doctor => {
+            let (report, ok) = doctor::diagnose(&settings).await;
+            print!("{report}");
+            return if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            };
+        }
+        Command::Events {
+            after,
+            limit,
+            follow,
+        } => events(settings, after, limit, follow).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "pidevops failed");
+            eprintln!("pidevops: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(settings: Settings) -> anyhow::Result<()> {
+    let app = startup::build(settings).await?;
+    let shutdown = app.shutdown_token();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutdown requested; draining in-flight requests");
+        shutdown.cancel();
+    });
+    app.run().await
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the server");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+async fn migrate(settings: Settings) -> anyhow::Result<()> {
+    let store = EventStore::connect(&settings.database, 2)
+        .await
+        .with_context(|| format!("connecting to {}", settings.database.redacted()))?;
+    store.migrate().await.context("applying migrations")?;
+    eprintln!("migrations applied to {}", settings.database.redacted());
+    Ok(())
+}
+
+async fn events(
+    settings: Settings,
+    mut after: i64,
+    limit: Option<u64>,
+    follow: bool,
+) -> anyhow::Result<()> {
+    let store = EventStore::connect(&settings.database, 2)
+        .await
+        .with_context(|| format!("connecting to {}", settings.database.redacted()))?;
+    let mut remaining = limit.or(if follow { None } else { Some(100) });
+    let stdout = std::io::stdout();
+    loop {
+        let page = remaining.map_or(500, |r| r.min(500)) as i64;
+        if page == 0 {
+            return Ok(());
+        }
+        let events = store
+            .read_after(after, page)
+            .await
+            .context("reading events")?;
+        {
+            let mut out = stdout.lock();
+            for event in &events {
+                let line =
+                    serde_json::to_string(&event.to_envelope()).context("encoding an event")?;
+                if writeln!(out, "{line}").is_err() {
+                    // The reader went away (`| head`); that is a normal end.
+                    return Ok(());
+                }
+            }
+            let _ = out.flush();
+        }
+        if let Some(last) = events.last() {
+            after = last.position;
+        }
+        if let Some(r) = remaining.as_mut() {
+            *r -= events.len() as u64;
+        }
+        if events.len() < page as usize {
+            if !follow {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! `build(Settings) -> App`: the one constructor for `main` and for tests. It connects, migrates, starts the
+//! appender and every loop in the plan, and binds the listener (port 0 in tests) before anything is served.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::Settings;
+use crate::doctor::{self, HEARTBEAT_LOOP, METRICS_UPKEEP_LOOP};
+use crate::eventlog::{EventLog, EventStore};
+use crate::http::{router, AppState};
+use crate::loops::{self, LoopSpec, LoopState};
+use crate::telemetry;
+
+/// How long a graceful shutdown may take before the process gives up waiting.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(9);
+
+pub struct App {
+    listener: TcpListener,
+    state: AppState,
+    shutdown: CancellationToken,
+    appender_shutdown: CancellationToken,
+    appender: tokio::task::JoinHandle<()>,
+    tracker: TaskTracker,
+}
+
+pub async fn build(settings: Settings) -> anyhow::Result<App> {
+    let metrics = telemetry::metrics_handle();
+    let store = EventStore::connect(&settings.database, settings.max_db_connections)
+        .await
+        .with_context(|| format!("connecting to {}", settings.database.redacted()))?;
+    store.migrate().await.context("applying migrations")?;
+
+    let shutdown = CancellationToken::new();
+    let appender_shutdown = CancellationToken::new();
+    let (log, appender) = EventLog::start(
+        store.clone(),
+        settings.append_timeout,
+        appender_shutdown.clone(),
+    );
+
+    let registry = loops::LoopRegistry::default();
+    let tracker = TaskTracker::new();
+    for planned in doctor::plan(&settings) {
+        match planned.state {
+            LoopState::Disabled => {
+                registry.disable(planned.name, planned.reason.unwrap_or_default())
+            }
+            LoopState::Unarmed => registry.unarm(planned.name, planned.reason.unwrap_or_default()),
+            LoopState::Armed => {
+                let spec =
+                    LoopSpec::new(planned.name, planned.interval, settings.loop_startup_delay);
+                match planned.name {
+                    HEARTBEAT_LOOP => {
+                        let store = store.clone();
+                        loops::spawn(&registry, &tracker, shutdown.clone(), spec, move || {
+                            let store = store.clone();
+                            async move { heartbeat(&store).await }
+                        });
+                    }
+                    METRICS_UPKEEP_LOOP => {
+                        let handle = metrics.clone();
+                        loops::spawn(&registry, &tracker, shutdown.clone(), spec, move || {
+                            let handle = handle.clone();
+                            async move {
+                                handle.run_upkeep();
+                                Ok(())
+                            }
+                        });
+                    }
+                    other => {
+                        anyhow::bail!("the loop plan names {other}, which startup does not know")
+                    }
+                }
+            }
+        }
+    }
+
+    let listener = bind(settings.bind, settings.port)
+        .with_context(|| format!("binding port {} on {}", settings.port, settings.bind))?;
+    let state = AppState {
+        settings: Arc::new(settings),
+        log,
+        loops: registry,
+        metrics,
+        started: Instant::now(),
+    };
+    Ok(App {
+        listener,
+        state,
+        shutdown,
+        appender_shutdown,
+        appender,
+        tracker,
+    })
+}
+
+async fn heartbeat(store: &EventStore) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let result = tokio::time::timeout(Duration::from_secs(5), store.ping()).await;
+    let up = matches!(result, Ok(Ok(())));
+    metrics::gauge!("pidevops_database_up").set(if up { 1.0 } else { 0.0 });
+    match result {
+        Ok(Ok(())) => {
+            metrics::histogram!("pidevops_database_ping_seconds")
+                .record(started.elapsed().as_secs_f64());
+            Ok(())
+        }
+        Ok(Err(e)) => Err(e).context("database round trip failed"),
+        Err(_) => anyhow::bail!("database round trip took longer than 5 s"),
+    }
+}
+
+/// Listens on IPv4 and IPv6 when given the unspecified IPv6 address (Railway's private network is IPv6), and
+/// falls back to IPv4 where the host has no IPv6.
+fn bind(ip: IpAddr, port: u16) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let open = |addr: SocketAddr| -> std::io::Result<std::net::TcpListener> {
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+        if addr.is_ipv6() && ip.is_unspecified() {
+            socket.set_only_v6(false)?;
+        }
+        socket.set_reuse_address(true)?;
+        socket.set_nodelay(true)?;
+        socket.bind(&addr.into())?;
+        socket.listen(1024)?;
+        socket.set_nonblocking(true)?;
+        Ok(socket.into())
+    };
+    let std_listener = match open(SocketAddr::new(ip, port)) {
+        Ok(l) => l,
+        Err(e) if ip.is_ipv6() && ip.is_unspecified() => {
+            tracing::warn!(error = %e, "IPv6 is unavailable; listening on IPv4 only");
+            open(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port))?
+        }
+        Err(e) => return Err(e),
+    };
+    TcpListener::from_std(std_listener)
+}
+
+impl App {
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Cancelling this token starts a graceful shutdown.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// For tests and later modules: where extra loops are tracked, so shutdown waits for them.
+    pub fn tracker(&self) -> TaskTracker {
+        self.tracker.clone()
+    }
+
+    /// Serves until the shutdown token fires, then stops accepting, lets in-flight requests (and the appends they
+    /// wait on) finish, stops the loops and the appender. Errors if a critical task died on its own.
+    pub async fn run(self) -> anyhow::Result<()> {
+        let App {
+            listener,
+            state,
+            shutdown,
+            appender_shutdown,
+            mut appender,
+            tracker,
+        } = self;
+        let addr = listener.local_addr().ok();
+        tracing::info!(?addr, database = state.log.store().kind(), "serving");
+        let server = axum::serve(listener, router(state.clone()))
+            .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+
+        let mut appender_died = false;
+        let served = tokio::select! {
+            served = server => served.context("the HTTP server failed"),
+            _ = &mut appender => {
+                // The appender only ends on its own if it panicked: without it nothing can be acknowledged.
+                appender_died = true;
+                Err(anyhow::anyhow!("the event log appender stopped unexpectedly"))
+            }
+        };
+        shutdown.cancel();
+        appender_shutdown.cancel();
+        tracker.close();
+        if tokio::time::timeout(SHUTDOWN_GRACE, tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("loops did not stop within the shutdown grace");
+        }
+        if !appender_died
+            && tokio::time::timeout(SHUTDOWN_GRACE, appender)
+                .await
+                .is_err()
+        {
+            tracing::warn!("the appender did not drain within the shutdown grace");
+        }
+        tracing::info!("stopped");
+        served
+    }
+}
