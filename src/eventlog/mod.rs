@@ -9,6 +9,8 @@ mod envelope;
 mod postgres;
 mod sqlite;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -193,12 +195,32 @@ struct AppendRequest {
     reply: oneshot::Sender<Result<Appended, AppendError>>,
 }
 
+/// Counters of the appender's work, for tests and diagnostics (metrics carry the same in histograms).
+#[derive(Debug, Default)]
+pub struct AppenderStats {
+    transactions: AtomicU64,
+    events: AtomicU64,
+}
+
+impl AppenderStats {
+    /// Batches that committed.
+    pub fn transactions(&self) -> u64 {
+        self.transactions.load(Ordering::Relaxed)
+    }
+
+    /// Append requests answered from committed batches (new events and duplicates).
+    pub fn events(&self) -> u64 {
+        self.events.load(Ordering::Relaxed)
+    }
+}
+
 /// The handle every writer uses. Cheap to clone; all clones feed one appender task.
 #[derive(Clone, Debug)]
 pub struct EventLog {
     store: EventStore,
     requests: mpsc::Sender<AppendRequest>,
     timeout: Duration,
+    stats: Arc<AppenderStats>,
 }
 
 impl std::fmt::Debug for AppendRequest {
@@ -219,12 +241,20 @@ impl EventLog {
         shutdown: CancellationToken,
     ) -> (Self, tokio::task::JoinHandle<()>) {
         let (requests, receiver) = mpsc::channel(4096);
-        let task = tokio::spawn(run_appender(store.clone(), receiver, shutdown, timeout));
+        let stats = Arc::new(AppenderStats::default());
+        let task = tokio::spawn(run_appender(
+            store.clone(),
+            receiver,
+            shutdown,
+            timeout,
+            stats.clone(),
+        ));
         (
             Self {
                 store,
                 requests,
                 timeout,
+                stats,
             },
             task,
         )
@@ -232,6 +262,10 @@ impl EventLog {
 
     pub fn store(&self) -> &EventStore {
         &self.store
+    }
+
+    pub fn stats(&self) -> &AppenderStats {
+        &self.stats
     }
 
     /// Appends one event and returns only once it is durably committed (or known to be a duplicate).
@@ -256,6 +290,7 @@ async fn run_appender(
     mut receiver: mpsc::Receiver<AppendRequest>,
     shutdown: CancellationToken,
     timeout: Duration,
+    stats: Arc<AppenderStats>,
 ) {
     loop {
         let first = tokio::select! {
@@ -284,11 +319,16 @@ async fn run_appender(
                 Err(_) => break,
             }
         }
-        commit_batch(&store, batch, timeout).await;
+        commit_batch(&store, batch, timeout, &stats).await;
     }
 }
 
-async fn commit_batch(store: &EventStore, batch: Vec<AppendRequest>, timeout: Duration) {
+async fn commit_batch(
+    store: &EventStore,
+    batch: Vec<AppendRequest>,
+    timeout: Duration,
+    stats: &AppenderStats,
+) {
     let (events, replies): (Vec<NewEvent>, Vec<_>) =
         batch.into_iter().map(|r| (r.event, r.reply)).unzip();
     let started = Instant::now();
@@ -298,6 +338,10 @@ async fn commit_batch(store: &EventStore, batch: Vec<AppendRequest>, timeout: Du
     metrics::histogram!("pidevops_append_batch_size").record(events.len() as f64);
     match result {
         Ok(Ok(outcomes)) => {
+            stats.transactions.fetch_add(1, Ordering::Relaxed);
+            stats
+                .events
+                .fetch_add(events.len() as u64, Ordering::Relaxed);
             for ((event, reply), outcome) in events.iter().zip(replies).zip(outcomes) {
                 let answer = match outcome {
                     BatchOutcome::Appended(appended) => {

@@ -24,6 +24,8 @@ const COLUMNS: &str =
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
     pool: SqlitePool,
+    /// The database file; migrations lock `<file>.migrate.lock` next to it.
+    file: std::path::PathBuf,
 }
 
 impl SqliteStore {
@@ -35,7 +37,7 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(5))
             .foreign_keys(true);
-        let file = options.get_filename();
+        let file = options.get_filename().to_path_buf();
         if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|source| StoreError::Directory {
                 path: dir.display().to_string(),
@@ -47,15 +49,38 @@ impl SqliteStore {
             .acquire_timeout(Duration::from_secs(3))
             .connect_with(options)
             .await?;
-        Ok(Self { pool })
+        Ok(Self { pool, file })
     }
 
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
     }
 
+    /// sqlx takes no lock for SQLite migrations, so two processes starting at once could both try to apply the
+    /// same one. An exclusive file lock next to the database serialises them; the second finds nothing to do.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        MIGRATOR.run(&self.pool).await?;
+        let lock_path = {
+            let mut name = self.file.clone().into_os_string();
+            name.push(".migrate.lock");
+            std::path::PathBuf::from(name)
+        };
+        let directory_error = |source| StoreError::Directory {
+            path: lock_path.display().to_string(),
+            source,
+        };
+        let lock_file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(directory_error)?;
+        let lock_file = tokio::task::spawn_blocking(move || lock_file.lock().map(|()| lock_file))
+            .await
+            .map_err(|e| directory_error(std::io::Error::other(e)))?
+            .map_err(directory_error)?;
+        let result = MIGRATOR.run(&self.pool).await;
+        drop(lock_file);
+        result?;
         Ok(())
     }
 

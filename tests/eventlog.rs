@@ -1,0 +1,309 @@
+//! The event log conformance suite: the same test bodies run against Postgres and SQLite.
+
+mod common;
+
+use std::collections::{BTreeSet, HashSet};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::TestDb;
+use pidevops::domain::{EventType, NewEvent, Source, Subject};
+use pidevops::eventlog::{AppendError, EventLog, EventStore};
+use tokio_util::sync::CancellationToken;
+
+per_backend!(
+    appends_get_consecutive_positions_and_keep_exact_bytes,
+    a_duplicate_key_returns_the_original_event,
+    racing_duplicates_store_exactly_one_event,
+    readers_never_skip_an_event_under_concurrent_writers,
+    concurrent_appends_are_group_committed,
+    stream_versions_are_compare_and_set,
+    migrations_are_idempotent_and_safe_to_race,
+    the_log_is_append_only,
+    reads_page_in_position_order,
+);
+
+async fn open(db: &TestDb) -> (EventStore, EventLog, CancellationToken) {
+    let store = EventStore::connect(&db.url, 8).await.expect("connect");
+    store.migrate().await.expect("migrate");
+    let stop = CancellationToken::new();
+    let (log, _task) = EventLog::start(store.clone(), Duration::from_secs(20), stop.clone());
+    (store, log, stop)
+}
+
+fn event(source: Source, key: &str, body: &[u8]) -> NewEvent {
+    let mut e = NewEvent::new(
+        source,
+        EventType::new(source, &["test", "appended"]),
+        key,
+        "application/json",
+        Bytes::copy_from_slice(body),
+    );
+    e.subject = Subject {
+        action: Some("appended".into()),
+        repository: Some("acme/billing".into()),
+        number: Some(12),
+        reference: Some("ENG-1".into()),
+    };
+    e.meta.insert("x-github-delivery".into(), serde_json::json!(key));
+    e
+}
+
+fn streamed(stream: &str, version: i64) -> NewEvent {
+    let mut e = event(Source::Pidevops, &format!("{stream}@{version}"), b"{}");
+    e.stream = Some((stream.to_owned(), version));
+    e
+}
+
+async fn appends_get_consecutive_positions_and_keep_exact_bytes(db: TestDb) {
+    let (store, log, _stop) = open(&db).await;
+    // Whitespace, key order and number formatting are part of the record.
+    let body = br#"{ "b": 1.50,  "a" : [ ], "unicode": "\u00e9 \ud83d\ude80" }"#;
+    let first = log.append(event(Source::Github, "d-1", body)).await.unwrap();
+    let second = log.append(event(Source::Linear, "d-1", b"{}")).await.unwrap();
+    assert_eq!((first.position, first.duplicate), (1, false));
+    assert_eq!((second.position, second.duplicate), (2, false), "keys are per source");
+    assert_eq!(store.head().await.unwrap(), 2);
+
+    let stored = store.get(first.event_id).await.unwrap().expect("stored");
+    assert_eq!(stored.body, body.to_vec());
+    assert_eq!(stored.data_json().get().as_bytes(), body);
+    assert_eq!(stored.source, "github");
+    assert_eq!(stored.event_type, "github.test.appended");
+    assert_eq!(stored.repository.as_deref(), Some("acme/billing"));
+    assert_eq!(stored.number, Some(12));
+    assert_eq!(stored.reference.as_deref(), Some("ENG-1"));
+    assert_eq!(stored.meta["x-github-delivery"], "d-1");
+    assert_eq!(stored.id.get_version_num(), 7, "ids are UUIDv7");
+    assert!(stored.recorded_at >= stored.occurred_at - chrono::Duration::seconds(1));
+    assert!(store.get(uuid::Uuid::now_v7()).await.unwrap().is_none());
+}
+
+async fn a_duplicate_key_returns_the_original_event(db: TestDb) {
+    let (store, log, _stop) = open(&db).await;
+    let original = log.append(event(Source::Github, "same", b"{\"n\":1}")).await.unwrap();
+    log.append(event(Source::Github, "other", b"{}")).await.unwrap();
+    let again = log.append(event(Source::Github, "same", b"{\"n\":2}")).await.unwrap();
+    assert!(again.duplicate);
+    assert_eq!(again.event_id, original.event_id);
+    assert_eq!(again.position, original.position);
+    assert_eq!(store.count_by_key(Source::Github, "same").await.unwrap(), 1);
+    let stored = store.get(original.event_id).await.unwrap().unwrap();
+    assert_eq!(stored.body, b"{\"n\":1}".to_vec(), "the first body is the record");
+    assert_eq!(store.head().await.unwrap(), 2, "a duplicate takes no position");
+}
+
+async fn racing_duplicates_store_exactly_one_event(db: TestDb) {
+    let (store, log, _stop) = open(&db).await;
+    // A second appender (another replica) races the first on the same keys.
+    let (_store2, log2, _stop2) = open(&db).await;
+    for round in 0..5 {
+        let key = format!("race-{round}");
+        let mut tasks = Vec::new();
+        for i in 0..24 {
+            let log = if i % 2 == 0 { log.clone() } else { log2.clone() };
+            let key = key.clone();
+            tasks.push(tokio::spawn(async move { log.append(event(Source::Github, &key, b"{}")).await }));
+        }
+        let mut results = Vec::new();
+        for t in tasks {
+            results.push(t.await.unwrap().expect("every racer gets an answer"));
+        }
+        let ids: HashSet<_> = results.iter().map(|r| (r.event_id, r.position)).collect();
+        assert_eq!(ids.len(), 1, "every racer sees the same event: {results:?}");
+        assert_eq!(results.iter().filter(|r| !r.duplicate).count(), 1, "exactly one racer wrote it");
+        assert_eq!(store.count_by_key(Source::Github, &key).await.unwrap(), 1);
+    }
+}
+
+async fn readers_never_skip_an_event_under_concurrent_writers(db: TestDb) {
+    const WRITERS: usize = 4;
+    const TASKS_PER_WRITER: usize = 8;
+    const EVENTS_PER_TASK: usize = 40;
+    const TOTAL: usize = WRITERS * TASKS_PER_WRITER * EVENTS_PER_TASK;
+
+    // Several appenders with their own pools stand in for several replicas writing at once.
+    let mut logs = Vec::new();
+    for _ in 0..WRITERS {
+        logs.push(open(&db).await);
+    }
+    let reader_store = logs[0].0.clone();
+    let done = CancellationToken::new();
+    let reader_done = done.clone();
+    let reader = tokio::spawn(async move {
+        let mut seen: Vec<(i64, uuid::Uuid)> = Vec::new();
+        let mut last = 0;
+        loop {
+            let finished = reader_done.is_cancelled();
+            let page = reader_store.read_after(last, 37).await.expect("read");
+            for e in &page {
+                assert!(e.position > last, "positions only go up");
+                seen.push((e.position, e.id));
+                last = e.position;
+            }
+            if page.is_empty() {
+                if finished {
+                    return seen;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+    });
+
+    let mut writers = Vec::new();
+    for (w, (_, log, _)) in logs.iter().enumerate() {
+        for t in 0..TASKS_PER_WRITER {
+            let log = log.clone();
+            writers.push(tokio::spawn(async move {
+                let mut appended = Vec::new();
+                for n in 0..EVENTS_PER_TASK {
+                    let key = format!("w{w}-t{t}-n{n}");
+                    let a = log.append(event(Source::Github, &key, b"{}")).await.expect("append");
+                    assert!(!a.duplicate);
+                    appended.push((a.position, a.event_id));
+                }
+                appended
+            }));
+        }
+    }
+    let mut appended = BTreeSet::new();
+    for w in writers {
+        appended.extend(w.await.unwrap());
+    }
+    done.cancel();
+    let seen = reader.await.unwrap();
+    assert_eq!(appended.len(), TOTAL);
+    assert_eq!(seen.len(), TOTAL, "the reader saw every event exactly once");
+    let seen_set: BTreeSet<_> = seen.iter().copied().collect();
+    assert_eq!(seen_set, appended, "the reader saw exactly the acknowledged events");
+    let positions: Vec<i64> = seen.iter().map(|(p, _)| *p).collect();
+    assert_eq!(positions, (1..=TOTAL as i64).collect::<Vec<_>>(), "gap-free and in order");
+}
+
+async fn concurrent_appends_are_group_committed(db: TestDb) {
+    let (store, log, _stop) = open(&db).await;
+    const N: usize = 400;
+    let mut tasks = Vec::new();
+    for i in 0..N {
+        let log = log.clone();
+        tasks.push(tokio::spawn(async move {
+            log.append(event(Source::Github, &format!("g-{i}"), &[b'{', b'}'])).await
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap().expect("append");
+    }
+    assert_eq!(log.stats().events(), N as u64);
+    let transactions = log.stats().transactions();
+    assert!(
+        transactions <= (N / 4) as u64,
+        "{N} concurrent appends took {transactions} transactions; expected batching"
+    );
+    assert_eq!(store.head().await.unwrap(), N as i64);
+}
+
+async fn stream_versions_are_compare_and_set(db: TestDb) {
+    let (store, log, _stop) = open(&db).await;
+    log.append(streamed("task:T-1", 1)).await.unwrap();
+    log.append(streamed("task:T-1", 2)).await.unwrap();
+    match log.append(streamed("task:T-1", 2)).await {
+        Err(AppendError::Conflict { stream, expected, actual }) => {
+            assert_eq!((stream.as_str(), expected, actual), ("task:T-1", 2, 2));
+        }
+        // Same dedup key as the stored version 2, so it may also be answered as that duplicate.
+        Ok(a) => assert!(a.duplicate),
+        Err(e) => panic!("{e}"),
+    }
+    let mut gap = streamed("task:T-1", 9);
+    gap.dedup_key = "gap".into();
+    assert!(matches!(log.append(gap).await, Err(AppendError::Conflict { actual: 2, .. })));
+
+    // Racing writers for the next version: exactly one wins.
+    let (_s2, log2, _stop2) = open(&db).await;
+    let mut tasks = Vec::new();
+    for i in 0..10 {
+        let log = if i % 2 == 0 { log.clone() } else { log2.clone() };
+        tasks.push(tokio::spawn(async move {
+            let mut e = streamed("task:T-1", 3);
+            e.dedup_key = format!("writer-{i}");
+            log.append(e).await
+        }));
+    }
+    let mut wins = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(a) => {
+                assert!(!a.duplicate);
+                wins += 1;
+            }
+            Err(AppendError::Conflict { actual: 3, .. }) => {}
+            Err(e) => panic!("unexpected {e}"),
+        }
+    }
+    assert_eq!(wins, 1);
+    assert_eq!(store.head().await.unwrap(), 3);
+}
+
+async fn migrations_are_idempotent_and_safe_to_race(db: TestDb) {
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let url = db.url.clone();
+        tasks.push(tokio::spawn(async move {
+            let store = EventStore::connect(&url, 2).await.expect("connect");
+            store.migrate().await
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap().expect("every racing replica migrates cleanly");
+    }
+    let store = EventStore::connect(&db.url, 2).await.unwrap();
+    store.migrate().await.expect("a second run is a no-op");
+    assert_eq!(store.head().await.unwrap(), 0);
+}
+
+async fn the_log_is_append_only(db: TestDb) {
+    let (store, log, _stop) = open(&db).await;
+    log.append(event(Source::Github, "k", b"{}")).await.unwrap();
+    let update = "UPDATE events SET body = x'00'";
+    let delete = "DELETE FROM events";
+    match &store {
+        EventStore::Postgres(pg) => {
+            let update = update.replace("x'00'", "'\\x00'::bytea");
+            assert!(sqlx::query(&update).execute(pg.pool()).await.is_err());
+            assert!(sqlx::query(delete).execute(pg.pool()).await.is_err());
+        }
+        EventStore::Sqlite(lite) => {
+            assert!(sqlx::query(update).execute(lite.pool()).await.is_err());
+            assert!(sqlx::query(delete).execute(lite.pool()).await.is_err());
+        }
+    }
+    assert_eq!(store.read_after(0, 10).await.unwrap()[0].body, b"{}".to_vec());
+}
+
+async fn reads_page_in_position_order(db: TestDb) {
+    let (store, log, _stop) = open(&db).await;
+    for i in 0..25 {
+        log.append(event(Source::Telegram, &format!("bot:{i}"), b"{}")).await.unwrap();
+    }
+    let page = store.read_after(0, 10).await.unwrap();
+    assert_eq!(page.iter().map(|e| e.position).collect::<Vec<_>>(), (1..=10).collect::<Vec<_>>());
+    let page = store.read_after(20, 10).await.unwrap();
+    assert_eq!(page.iter().map(|e| e.position).collect::<Vec<_>>(), (21..=25).collect::<Vec<_>>());
+    assert!(store.read_after(25, 10).await.unwrap().is_empty());
+    assert_eq!(page[0].dedup_key, "bot:20");
+}
+
+#[tokio::test]
+async fn a_shut_down_appender_answers_closed_not_lost() {
+    let db = TestDb::sqlite();
+    let store = EventStore::connect(&db.url, 4).await.unwrap();
+    store.migrate().await.unwrap();
+    let stop = CancellationToken::new();
+    let (log, task) = EventLog::start(store.clone(), Duration::from_secs(5), stop.clone());
+    let appended = log.append(event(Source::Github, "before", b"{}")).await.unwrap();
+    stop.cancel();
+    task.await.unwrap();
+    let after = log.append(event(Source::Github, "after", b"{}")).await;
+    assert!(matches!(after, Err(AppendError::Closed)), "{after:?}");
+    assert_eq!(store.head().await.unwrap(), appended.position);
+}
