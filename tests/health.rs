@@ -16,11 +16,19 @@ per_backend!(health_reports_the_database_and_every_loop);
 
 async fn health_reports_the_database_and_every_loop(db: TestDb) {
     let app = TestApp::spawn(common::settings(&db)).await;
-    let live = app.client.get(app.url("/health/live")).send().await.unwrap();
+    let live = app
+        .client
+        .get(app.url("/health/live"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(live.status().as_u16(), 200);
 
     eventually("the heartbeat ticked", || async {
-        app.health().await.1["loops"]["database_heartbeat"]["ticks"].as_u64().unwrap_or(0) >= 1
+        app.health().await.1["loops"]["database_heartbeat"]["ticks"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 1
     })
     .await;
     let (status, health) = app.health().await;
@@ -30,7 +38,14 @@ async fn health_reports_the_database_and_every_loop(db: TestDb) {
     assert!(health["uptime_s"].is_u64());
     let database = &health["checks"]["database"];
     assert_eq!(database["status"], "pass");
-    assert_eq!(database["kind"], if db.is_postgres() { "postgres" } else { "sqlite" });
+    assert_eq!(
+        database["kind"],
+        if db.is_postgres() {
+            "postgres"
+        } else {
+            "sqlite"
+        }
+    );
     assert!(database["latency_ms"].as_f64().unwrap() >= 0.0);
     let heartbeat = &health["loops"]["database_heartbeat"];
     assert_eq!(heartbeat["state"], "armed");
@@ -39,7 +54,9 @@ async fn health_reports_the_database_and_every_loop(db: TestDb) {
     assert_eq!(heartbeat["reason"], Value::Null);
     assert!(heartbeat["interval_s"].as_f64().unwrap() > 0.0);
     for key in ["last_tick_at", "last_ok_at"] {
-        let at = heartbeat[key].as_str().unwrap_or_else(|| panic!("{key} is set: {heartbeat}"));
+        let at = heartbeat[key]
+            .as_str()
+            .unwrap_or_else(|| panic!("{key} is set: {heartbeat}"));
         chrono::DateTime::parse_from_rfc3339(at).expect("RFC 3339");
     }
     assert_eq!(health["loops"]["metrics_upkeep"]["state"], "armed");
@@ -63,21 +80,44 @@ async fn a_panicking_loop_keeps_ticking_and_reports_the_error() {
         },
     );
     eventually("three panicking ticks", || async {
-        app.health().await.1["loops"]["flaky"]["errors"].as_u64().unwrap_or(0) >= 3
+        app.health().await.1["loops"]["flaky"]["errors"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 3
     })
     .await;
     let (status, health) = app.health().await;
     let flaky = &health["loops"]["flaky"];
-    assert_eq!(status, 200, "a loop whose ticks fail but keep coming warns: {health}");
+    assert_eq!(
+        status, 200,
+        "a loop whose ticks fail but keep coming warns: {health}"
+    );
     assert_eq!(health["status"], "warn");
     assert_eq!(flaky["state"], "armed");
     assert_eq!(flaky["stale"], false);
-    assert!(flaky["last_error"].as_str().unwrap().contains("the flux capacitor is empty"), "{flaky}");
+    assert!(
+        flaky["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("the flux capacitor is empty"),
+        "{flaky}"
+    );
     assert_eq!(flaky["last_ok_at"], Value::Null);
     assert_eq!(flaky["ticks"], flaky["errors"]);
 
-    let metrics = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
-    assert!(metrics.contains(r#"pidevops_loop_errors_total{loop="flaky"}"#), "{metrics}");
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"pidevops_loop_errors_total{loop="flaky"}"#),
+        "{metrics}"
+    );
     app.stop().await;
     assert!(ticks.load(Ordering::SeqCst) >= 3);
 }
@@ -109,9 +149,23 @@ async fn a_loop_that_stops_ticking_fails_health() {
     assert_eq!(health["status"], "fail");
     assert_eq!(health["loops"]["wedged"]["stale"], true, "{health}");
     assert_eq!(health["loops"]["wedged"]["ticks"], 2);
-    assert_eq!(health["loops"]["database_heartbeat"]["stale"], false, "only the wedged loop is blamed");
-    let metrics = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
-    assert!(metrics.contains(r#"pidevops_loop_stale{loop="wedged"} 1"#), "{metrics}");
+    assert_eq!(
+        health["loops"]["database_heartbeat"]["stale"], false,
+        "only the wedged loop is blamed"
+    );
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"pidevops_loop_stale{loop="wedged"} 1"#),
+        "{metrics}"
+    );
     app.stop().await;
 }
 
@@ -119,18 +173,29 @@ async fn a_loop_that_stops_ticking_fails_health() {
 async fn an_unarmed_loop_fails_health_and_a_disabled_one_does_not() {
     let db = TestDb::sqlite();
     let app = TestApp::spawn(common::settings(&db)).await;
-    app.state.loops.disable("telegram_updates", "TELEGRAM_BOT_TOKEN is not set");
+    app.state
+        .loops
+        .disable("telegram_updates", "TELEGRAM_BOT_TOKEN is not set");
     let (status, health) = app.health().await;
     assert_eq!(status, 200, "{health}");
     assert_eq!(health["loops"]["telegram_updates"]["state"], "disabled");
-    assert_eq!(health["loops"]["telegram_updates"]["reason"], "TELEGRAM_BOT_TOKEN is not set");
+    assert_eq!(
+        health["loops"]["telegram_updates"]["reason"],
+        "TELEGRAM_BOT_TOKEN is not set"
+    );
 
-    app.state.loops.unarm("github_poller", "repos are configured but GITHUB_TOKEN is not set");
+    app.state.loops.unarm(
+        "github_poller",
+        "repos are configured but GITHUB_TOKEN is not set",
+    );
     let (status, health) = app.health().await;
     assert_eq!(status, 503, "{health}");
     assert_eq!(health["status"], "fail");
     assert_eq!(health["loops"]["github_poller"]["state"], "unarmed");
-    assert_eq!(health["loops"]["github_poller"]["reason"], "repos are configured but GITHUB_TOKEN is not set");
+    assert_eq!(
+        health["loops"]["github_poller"]["reason"],
+        "repos are configured but GITHUB_TOKEN is not set"
+    );
     app.stop().await;
 }
 
@@ -150,7 +215,9 @@ impl Proxy {
         let (flag, conns) = (up.clone(), connections.clone());
         tokio::spawn(async move {
             loop {
-                let Ok((mut client, _)) = listener.accept().await else { return };
+                let Ok((mut client, _)) = listener.accept().await else {
+                    return;
+                };
                 if !flag.load(Ordering::SeqCst) {
                     drop(client);
                     continue;
@@ -164,7 +231,11 @@ impl Proxy {
                 conns.lock().unwrap().push(task.abort_handle());
             }
         });
-        Self { addr, up, connections }
+        Self {
+            addr,
+            up,
+            connections,
+        }
     }
 
     fn cut(&self) {
@@ -181,7 +252,9 @@ impl Proxy {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_database_outage_fails_health_and_webhooks_then_recovers() {
-    let Some(db) = TestDb::postgres().await else { return };
+    let Some(db) = TestDb::postgres().await else {
+        return;
+    };
     let url = db.url_string();
     // postgres://user@host:port/db → route host:port through the proxy.
     let at = url.find('@').expect("user@ in the test URL") + 1;
@@ -189,10 +262,17 @@ async fn a_database_outage_fails_health_and_webhooks_then_recovers() {
     let upstream = url[at..slash].to_owned();
     let proxy = Proxy::start(upstream).await;
     let mut settings = common::settings(&db);
-    settings.database = DatabaseUrl::Postgres(format!("{}{}{}", &url[..at], proxy.addr, &url[slash..]));
+    settings.database =
+        DatabaseUrl::Postgres(format!("{}{}{}", &url[..at], proxy.addr, &url[slash..]));
     let app = TestApp::spawn(settings).await;
     let body = br#"{"action":"opened","number":1}"#;
-    assert_eq!(app.post_github("issues", "before-outage", body).await.status().as_u16(), 200);
+    assert_eq!(
+        app.post_github("issues", "before-outage", body)
+            .await
+            .status()
+            .as_u16(),
+        200
+    );
 
     proxy.cut();
     let (status, health) = app.health().await;
@@ -208,7 +288,10 @@ async fn a_database_outage_fails_health_and_webhooks_then_recovers() {
     assert_eq!(refused["error"], "unavailable");
 
     eventually("the heartbeat loop reports the outage", || async {
-        app.health().await.1["loops"]["database_heartbeat"]["errors"].as_u64().unwrap_or(0) >= 1
+        app.health().await.1["loops"]["database_heartbeat"]["errors"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 1
     })
     .await;
 
@@ -219,8 +302,16 @@ async fn a_database_outage_fails_health_and_webhooks_then_recovers() {
         (r.status().as_u16(), r.json::<Value>().await.unwrap())
     };
     assert_eq!(status, 200, "{again}");
-    assert_eq!(again["duplicate"], false, "the refused delivery was never stored, so its retry is new");
-    let keys: Vec<String> = app.all_events().await.into_iter().map(|e| e.dedup_key).collect();
+    assert_eq!(
+        again["duplicate"], false,
+        "the refused delivery was never stored, so its retry is new"
+    );
+    let keys: Vec<String> = app
+        .all_events()
+        .await
+        .into_iter()
+        .map(|e| e.dedup_key)
+        .collect();
     assert_eq!(keys, vec!["before-outage", "during-outage"]);
     app.stop().await;
 }
@@ -230,18 +321,36 @@ async fn metrics_are_prometheus_text_rendered_from_memory() {
     let db = TestDb::sqlite();
     let app = TestApp::spawn(common::settings(&db)).await;
     let body = br#"{"zen":"Design for failure."}"#;
-    assert_eq!(app.post_github("ping", "m-1", body).await.status().as_u16(), 200);
-    assert_eq!(app.post_github("ping", "m-1", body).await.status().as_u16(), 200);
-    let unsigned = app.client.post(app.url("/webhooks/github")).body("{}").send().await.unwrap();
+    assert_eq!(
+        app.post_github("ping", "m-1", body).await.status().as_u16(),
+        200
+    );
+    assert_eq!(
+        app.post_github("ping", "m-1", body).await.status().as_u16(),
+        200
+    );
+    let unsigned = app
+        .client
+        .post(app.url("/webhooks/github"))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(unsigned.status().as_u16(), 401);
     eventually("the heartbeat ticked", || async {
-        app.health().await.1["loops"]["database_heartbeat"]["ticks"].as_u64().unwrap_or(0) >= 1
+        app.health().await.1["loops"]["database_heartbeat"]["ticks"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 1
     })
     .await;
 
     let response = app.client.get(app.url("/metrics")).send().await.unwrap();
     assert_eq!(response.status().as_u16(), 200);
-    assert!(response.headers()["content-type"].to_str().unwrap().starts_with("text/plain"));
+    assert!(response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain"));
     let text = response.text().await.unwrap();
     for needle in [
         r#"pidevops_webhook_requests_total{source="github",outcome="accepted"}"#,
@@ -258,10 +367,19 @@ async fn metrics_are_prometheus_text_rendered_from_memory() {
     ] {
         assert!(text.contains(needle), "missing {needle} in:\n{text}");
     }
-    for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
         let value = line.rsplit(' ').next().unwrap();
-        assert!(value.parse::<f64>().is_ok(), "not a Prometheus sample line: {line}");
+        assert!(
+            value.parse::<f64>().is_ok(),
+            "not a Prometheus sample line: {line}"
+        );
     }
-    assert!(!text.contains(common::GITHUB_SECRET), "no secret in metrics");
+    assert!(
+        !text.contains(common::GITHUB_SECRET),
+        "no secret in metrics"
+    );
     app.stop().await;
 }

@@ -51,13 +51,25 @@ async fn every_github_fixture_is_stored_once_and_tampering_is_refused(db: TestDb
             .post_github_signed(event, &format!("tampered-{i}"), &tampered, &signature)
             .await;
         assert_eq!(response.status().as_u16(), 401, "{}", path.display());
-        expected.push((event.clone(), delivery, body, first["position"].as_i64().unwrap()));
+        expected.push((
+            event.clone(),
+            delivery,
+            body,
+            first["position"].as_i64().unwrap(),
+        ));
     }
 
     let stored = app.all_events().await;
-    assert_eq!(stored.len(), fixtures.len(), "each fixture once, nothing tampered");
+    assert_eq!(
+        stored.len(),
+        fixtures.len(),
+        "each fixture once, nothing tampered"
+    );
     for (event, delivery, body, position) in expected {
-        let e = stored.iter().find(|e| e.dedup_key == delivery).expect("stored");
+        let e = stored
+            .iter()
+            .find(|e| e.dedup_key == delivery)
+            .expect("stored");
         assert_eq!(e.position, position);
         assert!(e.body == body, "the exact bytes are the record: {delivery}");
         assert_eq!(e.source, "github");
@@ -67,7 +79,10 @@ async fn every_github_fixture_is_stored_once_and_tampering_is_refused(db: TestDb
             None => format!("github.{event}"),
         };
         assert_eq!(e.event_type, expected_type);
-        assert_eq!(e.repository.as_deref(), parsed["repository"]["full_name"].as_str());
+        assert_eq!(
+            e.repository.as_deref(),
+            parsed["repository"]["full_name"].as_str()
+        );
         assert_eq!(e.meta["x-github-delivery"], delivery.as_str());
     }
     app.stop().await;
@@ -75,7 +90,8 @@ async fn every_github_fixture_is_stored_once_and_tampering_is_refused(db: TestDb
 
 async fn form_encoded_github_deliveries_are_verified_on_the_raw_body(db: TestDb) {
     let app = TestApp::spawn(common::settings(&db)).await;
-    let json_body = std::fs::read(common::fixtures_dir().join("github/issues/opened.payload.json")).unwrap();
+    let json_body =
+        std::fs::read(common::fixtures_dir().join("github/issues/opened.payload.json")).unwrap();
     let form: String = form_urlencoded::Serializer::new(String::new())
         .append_pair("payload", std::str::from_utf8(&json_body).unwrap())
         .finish();
@@ -100,15 +116,22 @@ async fn form_encoded_github_deliveries_are_verified_on_the_raw_body(db: TestDb)
     let (status, body) = json(response).await;
     assert_eq!(status, 200, "{body}");
     // Signed over the JSON inside instead of the raw body: refused.
-    let response = send(form.clone().into_bytes(), sign_github(GITHUB_SECRET.as_bytes(), &json_body), "form-2")
-        .await
-        .unwrap();
+    let response = send(
+        form.clone().into_bytes(),
+        sign_github(GITHUB_SECRET.as_bytes(), &json_body),
+        "form-2",
+    )
+    .await
+    .unwrap();
     assert_eq!(response.status().as_u16(), 401);
 
     let stored = app.all_events().await;
     assert_eq!(stored.len(), 1);
     assert_eq!(stored[0].event_type, "github.issues.opened");
-    assert!(stored[0].body == form.as_bytes(), "the raw form body is kept");
+    assert!(
+        stored[0].body == form.as_bytes(),
+        "the raw form body is kept"
+    );
     // `data` is the JSON value (without the file's trailing newline); the raw bytes are the record.
     assert!(
         stored[0].data_json().get().as_bytes() == json_body.trim_ascii_end(),
@@ -120,15 +143,42 @@ async fn form_encoded_github_deliveries_are_verified_on_the_raw_body(db: TestDb)
 async fn unknown_github_events_and_ping_are_stored(db: TestDb) {
     let app = TestApp::spawn(common::settings(&db)).await;
     let ping = std::fs::read(common::fixtures_dir().join("github/ping/payload.json")).unwrap();
-    assert_eq!(app.post_github("ping", "p-1", &ping).await.status().as_u16(), 200);
+    assert_eq!(
+        app.post_github("ping", "p-1", &ping)
+            .await
+            .status()
+            .as_u16(),
+        200
+    );
     let novel = br#"{"action":"teleported","widget":{"id":1}}"#;
-    assert_eq!(app.post_github("widget_teleport", "n-1", novel).await.status().as_u16(), 200);
+    assert_eq!(
+        app.post_github("widget_teleport", "n-1", novel)
+            .await
+            .status()
+            .as_u16(),
+        200
+    );
     let hostile = br#"{"action":"x.y > *"}"#;
-    assert_eq!(app.post_github("a.b", "n-2", hostile).await.status().as_u16(), 200);
-    let types: Vec<String> = app.all_events().await.into_iter().map(|e| e.event_type).collect();
+    assert_eq!(
+        app.post_github("a.b", "n-2", hostile)
+            .await
+            .status()
+            .as_u16(),
+        200
+    );
+    let types: Vec<String> = app
+        .all_events()
+        .await
+        .into_iter()
+        .map(|e| e.event_type)
+        .collect();
     assert_eq!(
         types,
-        vec!["github.ping", "github.widget_teleport.teleported", "github.a_b.x_y____"],
+        vec![
+            "github.ping",
+            "github.widget_teleport.teleported",
+            "github.a_b.x_y____"
+        ],
         "names stay safe as NATS subject tokens"
     );
     app.stop().await;
@@ -154,7 +204,10 @@ async fn every_linear_fixture_is_stored_once_and_stale_ones_are_refused(db: Test
         let response = app
             .client
             .post(app.url("/webhooks/linear"))
-            .header("linear-signature", pidevops::ingress::verify::sign_linear(common::LINEAR_SECRET.as_bytes(), &body))
+            .header(
+                "linear-signature",
+                pidevops::ingress::verify::sign_linear(common::LINEAR_SECRET.as_bytes(), &body),
+            )
             .body(tampered)
             .send()
             .await
@@ -166,14 +219,23 @@ async fn every_linear_fixture_is_stored_once_and_stale_ones_are_refused(db: Test
             let stale = common::linear_body_at(path, offset);
             let (status, refused) = json(app.post_linear(&stale).await).await;
             assert_eq!(status, 401, "{}: {refused}", path.display());
-            assert!(refused["message"].as_str().unwrap().contains("webhookTimestamp"), "{refused}");
+            assert!(
+                refused["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("webhookTimestamp"),
+                "{refused}"
+            );
         }
     }
     let stored = app.all_events().await;
     assert_eq!(stored.len(), files.len());
     let types: Vec<&str> = stored.iter().map(|e| e.event_type.as_str()).collect();
     assert!(types.contains(&"linear.Issue.create"), "{types:?}");
-    assert!(types.contains(&"linear.AgentSessionEvent.prompted"), "{types:?}");
+    assert!(
+        types.contains(&"linear.AgentSessionEvent.prompted"),
+        "{types:?}"
+    );
     app.stop().await;
 }
 
@@ -188,21 +250,48 @@ async fn every_telegram_fixture_is_stored_once_and_wrong_tokens_are_refused(db: 
         assert_eq!(first["duplicate"], false);
         let (status, again) = json(app.post_telegram(&body, TELEGRAM_SECRET).await).await;
         assert_eq!(status, 200);
-        assert_eq!((again["duplicate"].clone(), again["position"].clone()), (Value::Bool(true), first["position"].clone()));
-        for wrong in ["", "tg-test-secreT", "tg-test-secret-", "tg-test-secre", "x"] {
-            assert_eq!(app.post_telegram(&body, wrong).await.status().as_u16(), 401, "token {wrong:?}");
+        assert_eq!(
+            (again["duplicate"].clone(), again["position"].clone()),
+            (Value::Bool(true), first["position"].clone())
+        );
+        for wrong in [
+            "",
+            "tg-test-secreT",
+            "tg-test-secret-",
+            "tg-test-secre",
+            "x",
+        ] {
+            assert_eq!(
+                app.post_telegram(&body, wrong).await.status().as_u16(),
+                401,
+                "token {wrong:?}"
+            );
         }
-        let missing = app.client.post(app.url("/webhooks/telegram")).body(body.clone()).send().await.unwrap();
+        let missing = app
+            .client
+            .post(app.url("/webhooks/telegram"))
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
         assert_eq!(missing.status().as_u16(), 401);
     }
     let stored = app.all_events().await;
     assert_eq!(stored.len(), files.len());
     let stranger = stored
         .iter()
-        .find(|e| e.body == std::fs::read(common::fixtures_dir().join("telegram/message.from_stranger.json")).unwrap())
+        .find(|e| {
+            e.body
+                == std::fs::read(common::fixtures_dir().join("telegram/message.from_stranger.json"))
+                    .unwrap()
+        })
         .expect("a stranger's message is recorded; refusing it is policy, not ingress");
     assert_eq!(stranger.event_type, "telegram.message");
-    assert!(stranger.dedup_key.starts_with("4242:"), "update ids are scoped by bot: {}", stranger.dedup_key);
+    assert!(
+        stranger.dedup_key.starts_with("4242:"),
+        "update ids are scoped by bot: {}",
+        stranger.dedup_key
+    );
     app.stop().await;
 }
 
@@ -215,16 +304,37 @@ async fn a_source_without_its_secret_refuses_every_delivery(db: TestDb) {
     let body = br#"{"zen":"z"}"#;
     let (status, refused) = json(app.post_github("ping", "x", body).await).await;
     assert_eq!(status, 503);
-    assert!(refused["message"].as_str().unwrap().contains("GITHUB_WEBHOOK_SECRET"), "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("GITHUB_WEBHOOK_SECRET"),
+        "{refused}"
+    );
     let (status, refused) = json(app.post_linear(body).await).await;
     assert_eq!(status, 503);
-    assert!(refused["message"].as_str().unwrap().contains("LINEAR_WEBHOOK_SECRET"), "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("LINEAR_WEBHOOK_SECRET"),
+        "{refused}"
+    );
     let (status, refused) = json(app.post_telegram(br#"{"update_id":1}"#, "").await).await;
     assert_eq!(status, 503);
-    assert!(refused["message"].as_str().unwrap().contains("TELEGRAM_WEBHOOK_SECRET"), "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("TELEGRAM_WEBHOOK_SECRET"),
+        "{refused}"
+    );
     assert!(app.all_events().await.is_empty());
     let (_, health) = app.health().await;
-    assert_eq!(health["checks"]["webhooks"]["sources"]["github"]["configured"], false);
+    assert_eq!(
+        health["checks"]["webhooks"]["sources"]["github"]["configured"],
+        false
+    );
     app.stop().await;
 }
 
@@ -241,13 +351,31 @@ async fn oversized_bodies_are_refused_with_413(db: TestDb) {
     let (status, refused) = json(app.post_github("push", "big", &big).await).await;
     assert_eq!(status, 413, "{refused}");
     let just_fits = padded(pidevops::ingress::GITHUB_BODY_LIMIT - 1);
-    assert_eq!(app.post_github("push", "fits", &just_fits).await.status().as_u16(), 200);
+    assert_eq!(
+        app.post_github("push", "fits", &just_fits)
+            .await
+            .status()
+            .as_u16(),
+        200
+    );
 
     let big = padded(pidevops::ingress::DEFAULT_BODY_LIMIT);
     assert_eq!(app.post_linear(&big).await.status().as_u16(), 413);
-    assert_eq!(app.post_telegram(&big, TELEGRAM_SECRET).await.status().as_u16(), 413);
+    assert_eq!(
+        app.post_telegram(&big, TELEGRAM_SECRET)
+            .await
+            .status()
+            .as_u16(),
+        413
+    );
     let stored = app.all_events().await;
-    assert_eq!(stored.iter().map(|e| e.dedup_key.as_str()).collect::<Vec<_>>(), vec!["fits"]);
+    assert_eq!(
+        stored
+            .iter()
+            .map(|e| e.dedup_key.as_str())
+            .collect::<Vec<_>>(),
+        vec!["fits"]
+    );
     app.stop().await;
 }
 
@@ -263,21 +391,40 @@ async fn malformed_deliveries_get_400_and_change_nothing(db: TestDb) {
         .client
         .post(app.url("/webhooks/github"))
         .header("x-github-event", "push")
-        .header("x-hub-signature-256", sign_github(GITHUB_SECRET.as_bytes(), body))
+        .header(
+            "x-hub-signature-256",
+            sign_github(GITHUB_SECRET.as_bytes(), body),
+        )
         .body(body.to_vec())
         .send()
         .await
         .unwrap();
     let (status, refused) = json(no_delivery).await;
     assert_eq!(status, 400);
-    assert!(refused["message"].as_str().unwrap().contains("X-GitHub-Delivery"), "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("X-GitHub-Delivery"),
+        "{refused}"
+    );
 
     let (status, _) = json(app.post_linear(b"[1,2,3]").await).await;
     assert_eq!(status, 400);
-    let (status, _) = json(app.post_telegram(br#"{"message":{}}"#, TELEGRAM_SECRET).await).await;
+    let (status, _) = json(
+        app.post_telegram(br#"{"message":{}}"#, TELEGRAM_SECRET)
+            .await,
+    )
+    .await;
     assert_eq!(status, 400);
     // Unsigned junk is 401 before it is ever parsed.
-    let unsigned = app.client.post(app.url("/webhooks/github")).body("junk").send().await.unwrap();
+    let unsigned = app
+        .client
+        .post(app.url("/webhooks/github"))
+        .body("junk")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(unsigned.status().as_u16(), 401);
     assert!(app.all_events().await.is_empty());
     app.stop().await;
@@ -285,9 +432,17 @@ async fn malformed_deliveries_get_400_and_change_nothing(db: TestDb) {
 
 async fn the_admin_api_serves_events_behind_the_token(db: TestDb) {
     let app = TestApp::spawn(common::settings(&db)).await;
-    let body = std::fs::read(common::fixtures_dir().join("github/pull_request/opened.payload.json")).unwrap();
+    let body =
+        std::fs::read(common::fixtures_dir().join("github/pull_request/opened.payload.json"))
+            .unwrap();
     for i in 0..3 {
-        assert_eq!(app.post_github("pull_request", &format!("api-{i}"), &body).await.status().as_u16(), 200);
+        assert_eq!(
+            app.post_github("pull_request", &format!("api-{i}"), &body)
+                .await
+                .status()
+                .as_u16(),
+            200
+        );
     }
     let get = |path: &str, token: Option<&str>| {
         let mut request = app.client.get(app.url(path));
@@ -296,9 +451,24 @@ async fn the_admin_api_serves_events_behind_the_token(db: TestDb) {
         }
         request.send()
     };
-    assert_eq!(get("/api/events", None).await.unwrap().status().as_u16(), 401);
-    assert_eq!(get("/api/events", Some("wrong")).await.unwrap().status().as_u16(), 401);
-    let (status, page) = json(get("/api/events?after=1&limit=1", Some(ADMIN_TOKEN)).await.unwrap()).await;
+    assert_eq!(
+        get("/api/events", None).await.unwrap().status().as_u16(),
+        401
+    );
+    assert_eq!(
+        get("/api/events", Some("wrong"))
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        401
+    );
+    let (status, page) = json(
+        get("/api/events?after=1&limit=1", Some(ADMIN_TOKEN))
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(status, 200, "{page}");
     let events = page["events"].as_array().unwrap();
     assert_eq!(events.len(), 1);
@@ -309,22 +479,54 @@ async fn the_admin_api_serves_events_behind_the_token(db: TestDb) {
     assert_eq!(e["dedup_key"], "api-1");
     assert_eq!(e["data"]["number"], 2);
     assert_eq!(page["next_after"], 2);
-    for key in ["id", "stream", "stream_version", "occurred_at", "recorded_at", "meta"] {
+    for key in [
+        "id",
+        "stream",
+        "stream_version",
+        "occurred_at",
+        "recorded_at",
+        "meta",
+    ] {
         assert!(e.get(key).is_some(), "envelope has {key}: {e}");
     }
 
     let id = e["id"].as_str().unwrap();
-    let raw = get(&format!("/api/events/{id}/body"), Some(ADMIN_TOKEN)).await.unwrap();
+    let raw = get(&format!("/api/events/{id}/body"), Some(ADMIN_TOKEN))
+        .await
+        .unwrap();
     assert_eq!(raw.status().as_u16(), 200);
-    assert!(raw.bytes().await.unwrap() == body, "the exact bytes stay retrievable");
+    assert!(
+        raw.bytes().await.unwrap() == body,
+        "the exact bytes stay retrievable"
+    );
 
-    for bad in ["/api/events?limit=0", "/api/events?limit=5000", "/api/events?after=-1", "/api/events?after=x", "/api/events?colour=red"] {
+    for bad in [
+        "/api/events?limit=0",
+        "/api/events?limit=5000",
+        "/api/events?after=-1",
+        "/api/events?after=x",
+        "/api/events?colour=red",
+    ] {
         let (status, refused) = json(get(bad, Some(ADMIN_TOKEN)).await.unwrap()).await;
         assert_eq!(status, 400, "{bad}: {refused}");
     }
-    assert_eq!(get("/api/events/not-a-uuid", Some(ADMIN_TOKEN)).await.unwrap().status().as_u16(), 400);
+    assert_eq!(
+        get("/api/events/not-a-uuid", Some(ADMIN_TOKEN))
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        400
+    );
     let missing = format!("/api/events/{}", uuid::Uuid::now_v7());
-    assert_eq!(get(&missing, Some(ADMIN_TOKEN)).await.unwrap().status().as_u16(), 404);
+    assert_eq!(
+        get(&missing, Some(ADMIN_TOKEN))
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        404
+    );
     app.stop().await;
 
     // No token configured: the API refuses everyone.
@@ -333,8 +535,19 @@ async fn the_admin_api_serves_events_behind_the_token(db: TestDb) {
     let app = TestApp::spawn(settings).await;
     let (status, refused) = json(get_plain(&app, "/api/events", Some(ADMIN_TOKEN)).await).await;
     assert_eq!(status, 503);
-    assert!(refused["message"].as_str().unwrap().contains("PIDEVOPS_ADMIN_TOKEN"));
-    assert_eq!(app.state.log.store().count_by_key(Source::Github, "api-0").await.unwrap(), 1);
+    assert!(refused["message"]
+        .as_str()
+        .unwrap()
+        .contains("PIDEVOPS_ADMIN_TOKEN"));
+    assert_eq!(
+        app.state
+            .log
+            .store()
+            .count_by_key(Source::Github, "api-0")
+            .await
+            .unwrap(),
+        1
+    );
     app.stop().await;
 }
 

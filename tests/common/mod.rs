@@ -27,7 +27,9 @@ pub fn postgres_admin_url() -> String {
 }
 
 fn in_ci() -> bool {
-    std::env::var("CI").map(|v| !v.is_empty() && v != "false").unwrap_or(false)
+    std::env::var("CI")
+        .map(|v| !v.is_empty() && v != "false")
+        .unwrap_or(false)
 }
 
 /// Whether Postgres answers; checked once per test binary.
@@ -119,14 +121,19 @@ impl Drop for TestDb {
             let admin = postgres_admin_url();
             // Drop runs inside a runtime; do the async cleanup on a thread of its own.
             let _ = std::thread::spawn(move || {
-                let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+                let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                else {
                     return;
                 };
                 rt.block_on(async {
                     use sqlx::{Connection, Executor};
                     if let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await {
                         let _ = conn
-                            .execute(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str())
+                            .execute(
+                                format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str(),
+                            )
                             .await;
                     }
                 });
@@ -176,7 +183,9 @@ pub struct TestApp {
 
 impl TestApp {
     pub async fn spawn(settings: Settings) -> Self {
-        let app = pidevops::startup::build(settings).await.expect("the app builds");
+        let app = pidevops::startup::build(settings)
+            .await
+            .expect("the app builds");
         let base = format!("http://{}", app.local_addr());
         let state = app.state().clone();
         let shutdown = app.shutdown_token();
@@ -202,13 +211,21 @@ impl TestApp {
     pub async fn stop(mut self) {
         self.shutdown.cancel();
         if let Some(server) = self.server.take() {
-            server.await.expect("the server task").expect("the server stops cleanly");
+            server
+                .await
+                .expect("the server task")
+                .expect("the server stops cleanly");
         }
     }
 
     pub async fn post_github(&self, event: &str, delivery: &str, body: &[u8]) -> reqwest::Response {
-        self.post_github_signed(event, delivery, body, &sign_github(GITHUB_SECRET.as_bytes(), body))
-            .await
+        self.post_github_signed(
+            event,
+            delivery,
+            body,
+            &sign_github(GITHUB_SECRET.as_bytes(), body),
+        )
+        .await
     }
 
     pub async fn post_github_signed(
@@ -234,7 +251,10 @@ impl TestApp {
         self.client
             .post(self.url("/webhooks/linear"))
             .header("content-type", "application/json")
-            .header("linear-signature", sign_linear(LINEAR_SECRET.as_bytes(), body))
+            .header(
+                "linear-signature",
+                sign_linear(LINEAR_SECRET.as_bytes(), body),
+            )
             .body(body.to_vec())
             .send()
             .await
@@ -253,7 +273,12 @@ impl TestApp {
     }
 
     pub async fn health(&self) -> (u16, serde_json::Value) {
-        let response = self.client.get(self.url("/health")).send().await.expect("health answers");
+        let response = self
+            .client
+            .get(self.url("/health"))
+            .send()
+            .await
+            .expect("health answers");
         let status = response.status().as_u16();
         (status, response.json().await.expect("health is JSON"))
     }
@@ -263,7 +288,13 @@ impl TestApp {
         let mut out = Vec::new();
         let mut after = 0;
         loop {
-            let page = self.state.log.store().read_after(after, 500).await.expect("read events");
+            let page = self
+                .state
+                .log
+                .store()
+                .read_after(after, 500)
+                .await
+                .expect("read events");
             let Some(last) = page.last() else { return out };
             after = last.position;
             out.extend(page);
@@ -284,7 +315,11 @@ pub fn github_fixtures() -> Vec<(String, PathBuf)> {
         if !dir.is_dir() {
             continue;
         }
-        let event = dir.file_name().and_then(|n| n.to_str()).expect("name").to_owned();
+        let event = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .expect("name")
+            .to_owned();
         for file in std::fs::read_dir(&dir).expect("event dir") {
             let file = file.expect("entry").path();
             if file.extension().and_then(|e| e.to_str()) == Some("json") {
@@ -293,7 +328,11 @@ pub fn github_fixtures() -> Vec<(String, PathBuf)> {
         }
     }
     out.sort();
-    assert!(out.len() > 100, "expected the full octokit fixture set, found {}", out.len());
+    assert!(
+        out.len() > 100,
+        "expected the full octokit fixture set, found {}",
+        out.len()
+    );
     out
 }
 
@@ -311,9 +350,15 @@ pub fn fixture_files(provider: &str) -> Vec<PathBuf> {
 pub fn linear_body_at(path: &Path, offset_ms: i64) -> Vec<u8> {
     let text = std::fs::read_to_string(path).expect("fixture");
     let now = chrono::Utc::now().timestamp_millis() + offset_ms;
-    let start = text.find("\"webhookTimestamp\"").expect("fixture has webhookTimestamp");
+    let start = text
+        .find("\"webhookTimestamp\"")
+        .expect("fixture has webhookTimestamp");
     let colon = start + text[start..].find(':').expect("colon");
-    let digits_start = colon + 1 + text[colon + 1..].find(|c: char| c.is_ascii_digit()).expect("digits");
+    let digits_start = colon
+        + 1
+        + text[colon + 1..]
+            .find(|c: char| c.is_ascii_digit())
+            .expect("digits");
     let digits_end = digits_start
         + text[digits_start..]
             .find(|c: char| !c.is_ascii_digit())
@@ -329,7 +374,10 @@ where
 {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }

@@ -1,0 +1,442 @@
+//! The real binary as an operator runs it: SIGKILL mid-traffic, SIGTERM drain, doctor, migrate, events.
+
+mod common;
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{TestDb, GITHUB_SECRET};
+use pidevops::domain::{EventType, NewEvent, Source};
+use pidevops::eventlog::{EventLog, EventStore};
+use pidevops::ingress::verify::sign_github;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+const BIN: &str = env!("CARGO_BIN_EXE_pidevops");
+
+per_backend!(
+    acknowledged_deliveries_survive_sigkill_exactly_once,
+    sigterm_drains_in_flight_deliveries_and_exits_zero,
+    the_events_command_prints_json_lines_and_follows,
+);
+
+fn command(db_url: &str, workdir: &Path) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("DATABASE_URL", db_url)
+        .env("RUST_LOG", "warn")
+        .env("LOG_FORMAT", "json")
+        .current_dir(workdir);
+    cmd
+}
+
+struct Server {
+    child: Child,
+    base: String,
+    _workdir: tempfile::TempDir,
+}
+
+impl Server {
+    async fn start(db_url: &str) -> Self {
+        let workdir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let log = std::fs::File::create(workdir.path().join("server.log")).unwrap();
+        let child = command(db_url, workdir.path())
+            .arg("serve")
+            .env("PORT", port.to_string())
+            .env("PIDEVOPS_BIND", "127.0.0.1")
+            .env("GITHUB_WEBHOOK_SECRET", GITHUB_SECRET)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("the binary starts");
+        let base = format!("http://127.0.0.1:{port}");
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(r) = client.get(format!("{base}/health/live")).send().await {
+                if r.status().is_success() {
+                    break;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server did not come up: {}",
+                read_log(workdir.path())
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Self {
+            child,
+            base,
+            _workdir: workdir,
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn read_log(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("server.log")).unwrap_or_default()
+}
+
+/// Acknowledged deliveries: delivery id → position.
+type Acked = Arc<Mutex<BTreeMap<String, i64>>>;
+/// Every delivery id a sender tried.
+type Attempted = Arc<Mutex<HashSet<String>>>;
+
+/// Senders that post signed deliveries until they are told to stop or the server stops answering.
+fn start_senders(
+    base: &str,
+    senders: usize,
+    stop: Arc<AtomicBool>,
+) -> (Acked, Attempted, Vec<tokio::task::JoinHandle<()>>) {
+    let body = Arc::new(
+        std::fs::read(common::fixtures_dir().join("github/pull_request/opened.payload.json"))
+            .unwrap(),
+    );
+    let signature = sign_github(GITHUB_SECRET.as_bytes(), &body);
+    let acked: Acked = Arc::default();
+    let attempted: Attempted = Arc::default();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(15))
+        .build()
+        .unwrap();
+    let tasks = (0..senders)
+        .map(|s| {
+            let (body, signature, acked, attempted, client, stop) = (
+                body.clone(),
+                signature.clone(),
+                acked.clone(),
+                attempted.clone(),
+                client.clone(),
+                stop.clone(),
+            );
+            let url = format!("{base}/webhooks/github");
+            tokio::spawn(async move {
+                let mut failures = 0;
+                for n in 0.. {
+                    if stop.load(Ordering::SeqCst) || failures >= 3 {
+                        return;
+                    }
+                    let delivery = format!("s{s}-{n}");
+                    attempted.lock().unwrap().insert(delivery.clone());
+                    let sent = client
+                        .post(&url)
+                        .header("content-type", "application/json")
+                        .header("x-github-event", "pull_request")
+                        .header("x-github-delivery", &delivery)
+                        .header("x-hub-signature-256", &signature)
+                        .body(body.as_ref().clone())
+                        .send()
+                        .await;
+                    match sent {
+                        Ok(r) if r.status().is_success() => {
+                            let v: Value = r.json().await.expect("a 2xx carries JSON");
+                            acked
+                                .lock()
+                                .unwrap()
+                                .insert(delivery, v["position"].as_i64().unwrap());
+                        }
+                        _ => failures += 1,
+                    }
+                }
+            })
+        })
+        .collect();
+    (acked, attempted, tasks)
+}
+
+async fn acknowledged_deliveries_survive_sigkill_exactly_once(db: TestDb) {
+    let url = db.url_string();
+    let mut server = Server::start(&url).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (acked, attempted, senders) = start_senders(&server.base, 8, stop.clone());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while acked.lock().unwrap().len() < 150 {
+        assert!(
+            Instant::now() < deadline,
+            "too few deliveries were acknowledged"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // SIGKILL: no drain, no flush, no goodbye.
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    for s in senders {
+        s.await.unwrap();
+    }
+    let acked = acked.lock().unwrap().clone();
+    let attempted = attempted.lock().unwrap().clone();
+    assert!(
+        attempted.len() > acked.len(),
+        "some deliveries were in flight at the kill"
+    );
+
+    let restarted = Server::start(&url).await;
+    let store = EventStore::connect(&db.url, 2).await.unwrap();
+    for delivery in acked.keys() {
+        assert_eq!(
+            store.count_by_key(Source::Github, delivery).await.unwrap(),
+            1,
+            "{delivery} is stored once"
+        );
+    }
+    let stored: Vec<_> = store.read_after(0, 100_000).await.unwrap();
+    let positions: Vec<i64> = stored.iter().map(|e| e.position).collect();
+    assert_eq!(
+        positions,
+        (1..=stored.len() as i64).collect::<Vec<_>>(),
+        "no holes after a crash"
+    );
+    for e in &stored {
+        assert!(
+            attempted.contains(&e.dedup_key),
+            "nothing stored that was not sent: {}",
+            e.dedup_key
+        );
+        if let Some(p) = acked.get(&e.dedup_key) {
+            assert_eq!(*p, e.position, "an acknowledged position never changes");
+        }
+    }
+
+    // GitHub redelivers what it did not see acknowledged; everything ends up stored exactly once.
+    let body =
+        std::fs::read(common::fixtures_dir().join("github/pull_request/opened.payload.json"))
+            .unwrap();
+    let signature = sign_github(GITHUB_SECRET.as_bytes(), &body);
+    let client = reqwest::Client::new();
+    for delivery in &attempted {
+        let r = client
+            .post(format!("{}/webhooks/github", restarted.base))
+            .header("x-github-event", "pull_request")
+            .header("x-github-delivery", delivery)
+            .header("x-hub-signature-256", &signature)
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        let v: Value = r.json().await.unwrap();
+        if let Some(p) = acked.get(delivery) {
+            assert_eq!(
+                v["duplicate"], true,
+                "{delivery} was acknowledged before the kill"
+            );
+            assert_eq!(v["position"].as_i64().unwrap(), *p);
+        }
+    }
+    for delivery in &attempted {
+        assert_eq!(
+            store.count_by_key(Source::Github, delivery).await.unwrap(),
+            1
+        );
+    }
+    assert_eq!(store.head().await.unwrap(), attempted.len() as i64);
+}
+
+async fn sigterm_drains_in_flight_deliveries_and_exits_zero(db: TestDb) {
+    let url = db.url_string();
+    let mut server = Server::start(&url).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (acked, _attempted, senders) = start_senders(&server.base, 8, stop.clone());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while acked.lock().unwrap().len() < 50 {
+        assert!(
+            Instant::now() < deadline,
+            "too few deliveries were acknowledged"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let pid = nix::unistd::Pid::from_raw(server.child.id() as i32);
+    let signalled = Instant::now();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            signalled.elapsed() < Duration::from_secs(10),
+            "still running 10 s after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(status.success(), "exit status {status:?}");
+    stop.store(true, Ordering::SeqCst);
+    for s in senders {
+        s.await.unwrap();
+    }
+    let store = EventStore::connect(&db.url, 2).await.unwrap();
+    let acked = acked.lock().unwrap().clone();
+    for (delivery, position) in &acked {
+        assert_eq!(
+            store.count_by_key(Source::Github, delivery).await.unwrap(),
+            1
+        );
+        let stored = store.read_after(position - 1, 1).await.unwrap();
+        assert_eq!(&stored[0].dedup_key, delivery);
+    }
+}
+
+async fn the_events_command_prints_json_lines_and_follows(db: TestDb) {
+    let workdir = tempfile::tempdir().unwrap();
+    let url = db.url_string();
+    let migrate = command(&url, workdir.path())
+        .arg("migrate")
+        .output()
+        .unwrap();
+    assert!(
+        migrate.status.success(),
+        "{}",
+        String::from_utf8_lossy(&migrate.stderr)
+    );
+
+    let store = EventStore::connect(&db.url, 4).await.unwrap();
+    let stop = CancellationToken::new();
+    let (log, _task) = EventLog::start(store.clone(), Duration::from_secs(10), stop.clone());
+    let append = |key: &str| {
+        let log = log.clone();
+        let key = key.to_owned();
+        async move {
+            log.append(NewEvent::new(
+                Source::Telegram,
+                EventType::new(Source::Telegram, &["message"]),
+                key,
+                "application/json",
+                bytes::Bytes::from_static(br#"{"update_id":1,"message":{"text":"hi"}}"#),
+            ))
+            .await
+            .unwrap()
+        }
+    };
+    for i in 0..4 {
+        append(&format!("bot:{i}")).await;
+    }
+
+    let out = command(&url, workdir.path())
+        .args(["events", "--after", "1", "--limit", "2"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is JSON"))
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["position"], 2);
+    assert_eq!(lines[1]["position"], 3);
+    assert_eq!(lines[0]["type"], "telegram.message");
+    assert_eq!(lines[0]["data"]["message"]["text"], "hi");
+
+    let mut follow = command(&url, workdir.path())
+        .args(["events", "--after", "4", "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = follow.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    append("bot:late").await;
+    let line = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("--follow prints the new event")
+        .unwrap();
+    let event: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(event["position"], 5);
+    assert_eq!(event["dedup_key"], "bot:late");
+    follow.kill().unwrap();
+    follow.wait().unwrap();
+    stop.cancel();
+}
+
+#[test]
+fn doctor_tells_the_truth_and_fails_when_the_database_is_unreachable() {
+    let workdir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/doctor.db", workdir.path().display());
+    let out = command(&db, workdir.path())
+        .arg("doctor")
+        .env("LINEAR_WEBHOOK_SECRET", "set")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("database_heartbeat"), "{text}");
+    assert!(text.contains("armed"), "{text}");
+    assert!(text.contains("GITHUB_WEBHOOK_SECRET is not set"), "{text}");
+    assert!(text.contains("PIDEVOPS_ADMIN_TOKEN is not set"), "{text}");
+    assert!(!text.contains("LINEAR_WEBHOOK_SECRET is not set"), "{text}");
+
+    let out = command(
+        "postgres://nobody:hunter2@127.0.0.1:1/nothing",
+        workdir.path(),
+    )
+    .arg("doctor")
+    .output()
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("FAIL"), "{text}");
+    assert!(
+        !text.contains("hunter2"),
+        "passwords are never printed: {text}"
+    );
+
+    let out = command(&db, workdir.path())
+        .arg("doctor")
+        .env("PORT", "eighty")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("PORT is invalid"));
+}
+
+#[test]
+fn serve_on_the_embedded_default_creates_its_database() {
+    let workdir = tempfile::tempdir().unwrap();
+    // No DATABASE_URL at all: ./data/pidevops.db appears.
+    let out = Command::new(BIN)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .current_dir(workdir.path())
+        .arg("migrate")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(workdir.path().join("data/pidevops.db").exists());
+}
