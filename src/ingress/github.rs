@@ -40,7 +40,8 @@ struct Numbered {
 /// Turns a verified delivery into an event. Pure: no I/O.
 pub fn parse(headers: &HeaderMap, body: Bytes) -> Result<NewEvent, Malformed> {
     let event_name = header_str(headers, "x-github-event")?
-        .ok_or_else(|| Malformed::new("the X-GitHub-Event header is missing"))?;
+        .filter(|name| !name.is_empty())
+        .ok_or_else(|| Malformed::new("the X-GitHub-Event header is missing or empty"))?;
     let delivery = header_str(headers, "x-github-delivery")?
         .ok_or_else(|| Malformed::new("the X-GitHub-Delivery header is missing"))?;
     super::check_key("X-GitHub-Delivery", delivery)?;
