@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The test command (README): runs every suite. Postgres-backed tests need a reachable Postgres; without one they
+# are skipped locally (loudly, below and in their own output) and FAIL when CI is set.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pg_url="${PIDEVOPS_TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
+hostport="${pg_url#*@}"
+hostport="${hostport%%/*}"
+pg_host="${hostport%%:*}"
+pg_port="${hostport##*:}"
+[ "$pg_port" = "$hostport" ] && pg_port=5432
+
+if (exec 3<>"/dev/tcp/${pg_host}/${pg_port}") 2>/dev/null; then
+    echo "test: Postgres reachable at ${pg_host}:${pg_port}; running every suite against Postgres and SQLite."
+else
+    cat >&2 <<MSG
+
+************************************************************************************************
+*  Postgres is NOT reachable at ${pg_host}:${pg_port}.
+*  The Postgres halves of the eventlog, ingress, health and process suites will be SKIPPED
+*  (they fail instead when CI is set). The SQLite and in-process suites still run.
+*  To run everything:
+*      docker compose -f deploy/docker-compose.yml up -d postgres nats
+*      export PIDEVOPS_TEST_DATABASE_URL=postgres://postgres:postgres@127.0.0.1:5432/postgres
+************************************************************************************************
+
+MSG
+fi
+
+exec cargo test --locked --all-targets "$@"
