@@ -383,3 +383,23 @@ async fn metrics_are_prometheus_text_rendered_from_memory() {
     );
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_listener_answers_on_ipv4_and_ipv6() {
+    let db = TestDb::sqlite();
+    let mut settings = common::settings(&db);
+    settings.bind = std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED);
+    let app = TestApp::spawn(settings).await;
+    let port = app.base.rsplit(':').next().unwrap().to_owned();
+    for host in ["127.0.0.1", "[::1]"] {
+        let url = format!("http://{host}:{port}/health/live");
+        let response = app
+            .client
+            .get(&url)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{url}: {e}"));
+        assert_eq!(response.status().as_u16(), 200, "{url}");
+    }
+    app.stop().await;
+}

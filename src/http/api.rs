@@ -37,7 +37,10 @@ async fn require_admin(State(state): State<AppState>, request: Request, next: Ne
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        // The scheme is case-insensitive (RFC 9110); the token is not.
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token);
     match presented {
         Some(token) if state.settings.admin_token_matches(token.trim()) => next.run(request).await,
         _ => {
