@@ -382,86 +382,59 @@ async fn commit_batch(
     }
 }
 
-/// Within one batch, later events with a key already seen point at the first one; the backend decides only the
-/// first of each key. Returns, for each event, the index of the event whose outcome it shares.
-pub(crate) fn first_of_each_key(events: &[NewEvent]) -> Vec<usize> {
-    let mut seen: std::collections::HashMap<(Source, &str), usize> =
-        std::collections::HashMap::with_capacity(events.len());
-    events
-        .iter()
-        .enumerate()
-        .map(|(i, e)| *seen.entry((e.source, e.dedup_key.as_str())).or_insert(i))
-        .collect()
-}
-
-/// Decides, under the writer lock, the outcome of each event given what the log already holds.
+/// Decides, under the writer lock, the outcome of each event exactly as if the events were appended one at a time,
+/// in order: a key already stored (in the log or earlier in this batch) is a duplicate of that event; an event on
+/// a stream must carry the stream's version + 1; anything else takes the next position.
 ///
-/// `existing(i)` is the stored `(id, position)` for event i's key, `stream_head(name)` the stream's version.
-/// Returns the outcomes and the events to insert with their positions, in order.
+/// `existing(i)` is the stored `(id, position)` for event i's key, `stream_head(name)` the stream's version in the
+/// log. Returns the outcomes and the events to insert with their positions, in order. The Postgres backend does
+/// the same in `pidevops_append`; the conformance suite holds both to it.
 pub(crate) fn plan_batch(
     events: &[NewEvent],
     mut existing: impl FnMut(usize) -> Option<(Uuid, i64)>,
     mut stream_head: impl FnMut(&str) -> i64,
     head: i64,
 ) -> (Vec<BatchOutcome>, Vec<(usize, i64)>) {
-    let firsts = first_of_each_key(events);
-    let mut outcomes: Vec<Option<BatchOutcome>> = Vec::with_capacity(events.len());
+    use std::collections::HashMap;
+    let mut outcomes = Vec::with_capacity(events.len());
     let mut inserts = Vec::new();
     let mut next = head;
-    let mut heads: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
+    let mut inserted: HashMap<(Source, &str), (Uuid, i64)> = HashMap::new();
+    let mut heads: HashMap<&str, i64> = HashMap::new();
     for (i, event) in events.iter().enumerate() {
-        let first = firsts[i];
-        if first != i {
-            let shared = match &outcomes[first] {
-                Some(BatchOutcome::Appended(a)) => BatchOutcome::Appended(Appended {
-                    duplicate: true,
-                    ..*a
-                }),
-                Some(BatchOutcome::Conflict {
-                    stream,
-                    expected,
-                    actual,
-                }) => BatchOutcome::Conflict {
-                    stream: stream.clone(),
-                    expected: *expected,
-                    actual: *actual,
-                },
-                None => unreachable!("an earlier index is always decided"),
-            };
-            outcomes.push(Some(shared));
-            continue;
-        }
-        if let Some((event_id, position)) = existing(i) {
-            outcomes.push(Some(BatchOutcome::Appended(Appended {
+        let key = (event.source, event.dedup_key.as_str());
+        if let Some((event_id, position)) = inserted.get(&key).copied().or_else(|| existing(i)) {
+            outcomes.push(BatchOutcome::Appended(Appended {
                 event_id,
                 position,
                 duplicate: true,
-            })));
+            }));
             continue;
         }
         if let Some((stream, version)) = &event.stream {
             let current = *heads
-                .entry(stream.clone())
+                .entry(stream.as_str())
                 .or_insert_with(|| stream_head(stream));
             if *version != current + 1 {
-                outcomes.push(Some(BatchOutcome::Conflict {
+                outcomes.push(BatchOutcome::Conflict {
                     stream: stream.clone(),
                     expected: *version,
                     actual: current,
-                }));
+                });
                 continue;
             }
-            heads.insert(stream.clone(), *version);
+            heads.insert(stream.as_str(), *version);
         }
         next += 1;
         inserts.push((i, next));
-        outcomes.push(Some(BatchOutcome::Appended(Appended {
+        inserted.insert(key, (event.id, next));
+        outcomes.push(BatchOutcome::Appended(Appended {
             event_id: event.id,
             position: next,
             duplicate: false,
-        })));
+        }));
     }
-    (outcomes.into_iter().flatten().collect(), inserts)
+    (outcomes, inserts)
 }
 
 #[cfg(test)]

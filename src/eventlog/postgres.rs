@@ -1,18 +1,16 @@
 //! Postgres backend: production. One batch = one transaction = one fsync.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
+use std::str::FromStr;
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::{plan_batch, BatchOutcome, StoreError, StoredEvent};
+use super::{Appended, BatchOutcome, StoreError, StoredEvent};
 use crate::domain::{NewEvent, Source};
-
-/// The writer lock; the same key as in the `pidevops_events_serialize` trigger.
-const WRITER_LOCK: i64 = 7_420_113_000_001;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
@@ -27,11 +25,15 @@ pub struct PostgresStore {
 
 impl PostgresStore {
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
+        // Custom plans for this service's own queries: a generic plan cached while the log was small (or never
+        // analysed) could keep scanning the whole table as it grows. Planning these few queries is cheap.
+        let options =
+            PgConnectOptions::from_str(url)?.options([("plan_cache_mode", "force_custom_plan")]);
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
             // Short, so a database outage turns into a prompt 503 rather than a hung webhook.
             .acquire_timeout(Duration::from_secs(3))
-            .connect(url)
+            .connect_with(options)
             .await?;
         Ok(Self { pool })
     }
@@ -50,114 +52,76 @@ impl PostgresStore {
         Ok(())
     }
 
+    /// One statement: `pidevops_append` takes the writer lock, decides each event exactly as `plan_batch` does,
+    /// inserts and returns the outcomes; run outside an explicit transaction it commits as it returns.
     pub(crate) async fn append_batch(
         &self,
         events: &[NewEvent],
     ) -> Result<Vec<BatchOutcome>, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(WRITER_LOCK)
-            .execute(&mut *tx)
-            .await?;
-
-        let sources: Vec<&str> = events.iter().map(|e| e.source.as_str()).collect();
-        let keys: Vec<&str> = events.iter().map(|e| e.dedup_key.as_str()).collect();
-        let existing: HashMap<(String, String), (Uuid, i64)> = sqlx::query(
-            "SELECT e.source, e.dedup_key, e.id, e.position
-               FROM events e
-               JOIN UNNEST($1::text[], $2::text[]) AS k(source, dedup_key) USING (source, dedup_key)",
-        )
-        .bind(&sources)
-        .bind(&keys)
-        .fetch_all(&mut *tx)
-        .await?
-        .into_iter()
-        .map(|row| {
-            Ok::<_, sqlx::Error>((
-                (row.try_get("source")?, row.try_get("dedup_key")?),
-                (row.try_get("id")?, row.try_get("position")?),
-            ))
-        })
-        .collect::<Result<_, _>>()?;
-
-        let streams: Vec<&str> = events
-            .iter()
-            .filter_map(|e| e.stream.as_ref().map(|(s, _)| s.as_str()))
-            .collect();
-        let heads: HashMap<String, i64> = if streams.is_empty() {
-            HashMap::new()
-        } else {
-            sqlx::query(
-                "SELECT stream, max(stream_version) AS version FROM events WHERE stream = ANY($1) GROUP BY stream",
-            )
-            .bind(&streams)
-            .fetch_all(&mut *tx)
-            .await?
-            .into_iter()
-            .map(|row| Ok::<_, sqlx::Error>((row.try_get("stream")?, row.try_get("version")?)))
-            .collect::<Result<_, _>>()?
-        };
-
-        let head: i64 = sqlx::query_scalar("SELECT coalesce(max(position), 0) FROM events")
-            .fetch_one(&mut *tx)
-            .await?;
-
-        let (outcomes, inserts) = plan_batch(
-            events,
-            |i| {
-                existing
-                    .get(&(
-                        events[i].source.as_str().to_owned(),
-                        events[i].dedup_key.clone(),
-                    ))
-                    .copied()
-            },
-            |stream| heads.get(stream).copied().unwrap_or(0),
-            head,
-        );
-
-        if !inserts.is_empty() {
-            let recorded_at = Utc::now();
-            let mut c = InsertColumns::with_capacity(inserts.len());
-            for &(index, position) in &inserts {
-                c.push(&events[index], position, recorded_at);
-            }
-            sqlx::query(
-                "INSERT INTO events (position, id, source, event_type, dedup_key, stream, stream_version,
-                                     occurred_at, recorded_at, action, repository, number, reference,
-                                     content_type, body, meta)
-                 SELECT position, id, source, event_type, dedup_key, stream, stream_version,
-                        occurred_at, recorded_at, action, repository, number, reference,
-                        content_type, body, meta::jsonb
-                   FROM UNNEST($1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[],
-                               $7::bigint[], $8::timestamptz[], $9::timestamptz[], $10::text[], $11::text[],
-                               $12::bigint[], $13::text[], $14::text[], $15::bytea[], $16::text[])
-                        AS t(position, id, source, event_type, dedup_key, stream, stream_version,
-                             occurred_at, recorded_at, action, repository, number, reference,
-                             content_type, body, meta)
-                  ORDER BY position",
-            )
-            .bind(c.position)
-            .bind(c.id)
-            .bind(c.source)
-            .bind(c.event_type)
-            .bind(c.dedup_key)
-            .bind(c.stream)
-            .bind(c.stream_version)
-            .bind(c.occurred_at)
-            .bind(c.recorded_at)
-            .bind(c.action)
-            .bind(c.repository)
-            .bind(c.number)
-            .bind(c.reference)
-            .bind(c.content_type)
-            .bind(c.body)
-            .bind(c.meta)
-            .execute(&mut *tx)
-            .await?;
+        let mut c = AppendColumns::with_capacity(events.len());
+        for event in events {
+            c.push(event);
         }
-        tx.commit().await?;
-        Ok(outcomes)
+        let rows = sqlx::query(
+            "SELECT idx, event_id, event_position, duplicate, stream_actual
+               FROM pidevops_append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+        )
+        .bind(c.id)
+        .bind(c.source)
+        .bind(c.event_type)
+        .bind(c.dedup_key)
+        .bind(c.stream)
+        .bind(c.stream_version)
+        .bind(c.occurred_at)
+        .bind(Utc::now())
+        .bind(c.action)
+        .bind(c.repository)
+        .bind(c.number)
+        .bind(c.reference)
+        .bind(c.content_type)
+        .bind(c.body)
+        .bind(c.meta)
+        .fetch_all(&self.pool)
+        .await?;
+
+        let mut outcomes: Vec<Option<BatchOutcome>> = (0..events.len()).map(|_| None).collect();
+        for row in rows {
+            let idx: i32 = row.try_get("idx")?;
+            let slot = usize::try_from(idx - 1)
+                .ok()
+                .and_then(|i| outcomes.get_mut(i))
+                .ok_or_else(|| corrupt_batch(format!("pidevops_append returned index {idx}")))?;
+            let event_id: Option<Uuid> = row.try_get("event_id")?;
+            let position: Option<i64> = row.try_get("event_position")?;
+            let actual: Option<i64> = row.try_get("stream_actual")?;
+            *slot = Some(match (event_id, position, actual) {
+                (Some(event_id), Some(position), None) => BatchOutcome::Appended(Appended {
+                    event_id,
+                    position,
+                    duplicate: row.try_get("duplicate")?,
+                }),
+                (None, None, Some(actual)) => {
+                    let (stream, expected) =
+                        events[idx as usize - 1].stream.clone().ok_or_else(|| {
+                            corrupt_batch("a conflict on an event without a stream".into())
+                        })?;
+                    BatchOutcome::Conflict {
+                        stream,
+                        expected,
+                        actual,
+                    }
+                }
+                _ => {
+                    return Err(corrupt_batch(format!(
+                        "pidevops_append returned an inconsistent row for {idx}"
+                    )))
+                }
+            });
+        }
+        outcomes
+            .into_iter()
+            .map(|o| o.ok_or_else(|| corrupt_batch("pidevops_append skipped an event".into())))
+            .collect()
     }
 
     pub async fn read_after(&self, after: i64, limit: i64) -> Result<Vec<StoredEvent>, StoreError> {
@@ -202,9 +166,8 @@ impl PostgresStore {
     }
 }
 
-/// Column-wise arrays for one `INSERT … SELECT FROM UNNEST(…)`: one statement for the whole batch.
-struct InsertColumns<'a> {
-    position: Vec<i64>,
+/// Column-wise arrays: the whole batch travels as one set of array parameters.
+struct AppendColumns<'a> {
     id: Vec<Uuid>,
     source: Vec<&'a str>,
     event_type: Vec<&'a str>,
@@ -212,7 +175,6 @@ struct InsertColumns<'a> {
     stream: Vec<Option<&'a str>>,
     stream_version: Vec<Option<i64>>,
     occurred_at: Vec<DateTime<Utc>>,
-    recorded_at: Vec<DateTime<Utc>>,
     action: Vec<Option<&'a str>>,
     repository: Vec<Option<&'a str>>,
     number: Vec<Option<i64>>,
@@ -222,10 +184,9 @@ struct InsertColumns<'a> {
     meta: Vec<String>,
 }
 
-impl<'a> InsertColumns<'a> {
+impl<'a> AppendColumns<'a> {
     fn with_capacity(n: usize) -> Self {
         Self {
-            position: Vec::with_capacity(n),
             id: Vec::with_capacity(n),
             source: Vec::with_capacity(n),
             event_type: Vec::with_capacity(n),
@@ -233,7 +194,6 @@ impl<'a> InsertColumns<'a> {
             stream: Vec::with_capacity(n),
             stream_version: Vec::with_capacity(n),
             occurred_at: Vec::with_capacity(n),
-            recorded_at: Vec::with_capacity(n),
             action: Vec::with_capacity(n),
             repository: Vec::with_capacity(n),
             number: Vec::with_capacity(n),
@@ -244,8 +204,7 @@ impl<'a> InsertColumns<'a> {
         }
     }
 
-    fn push(&mut self, e: &'a NewEvent, position: i64, recorded_at: DateTime<Utc>) {
-        self.position.push(position);
+    fn push(&mut self, e: &'a NewEvent) {
         self.id.push(e.id);
         self.source.push(e.source.as_str());
         self.event_type.push(e.event_type.as_str());
@@ -253,7 +212,6 @@ impl<'a> InsertColumns<'a> {
         self.stream.push(e.stream.as_ref().map(|(s, _)| s.as_str()));
         self.stream_version.push(e.stream.as_ref().map(|(_, v)| *v));
         self.occurred_at.push(e.occurred_at);
-        self.recorded_at.push(recorded_at);
         self.action.push(e.subject.action.as_deref());
         self.repository.push(e.subject.repository.as_deref());
         self.number.push(e.subject.number);
@@ -262,6 +220,13 @@ impl<'a> InsertColumns<'a> {
         self.body.push(&e.body);
         self.meta
             .push(serde_json::to_string(&e.meta).unwrap_or_else(|_| "{}".to_owned()));
+    }
+}
+
+fn corrupt_batch(reason: String) -> StoreError {
+    StoreError::Corrupt {
+        position: 0,
+        reason,
     }
 }
 
