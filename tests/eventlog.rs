@@ -424,7 +424,7 @@ async fn postgres_appends_and_reads_never_scan_the_whole_log() {
         let EventStore::Postgres(pg) = &migrator else {
             unreachable!()
         };
-        pg.pool().close().await;
+        pg.close().await;
     }
     let mut baseline = stats(url.clone()).await;
     for _ in 0..50 {
@@ -459,7 +459,7 @@ async fn postgres_appends_and_reads_never_scan_the_whole_log() {
         unreachable!()
     };
     // Backends flush their statistics when they exit.
-    pg.pool().close().await;
+    pg.close().await;
 
     let mut last = baseline;
     for _ in 0..100 {

@@ -23,12 +23,13 @@ CREATE TABLE events (
     meta           jsonb       NOT NULL DEFAULT '{}'::jsonb,
     CONSTRAINT events_position_positive CHECK (position > 0),
     CONSTRAINT events_dedup UNIQUE (source, dedup_key),
-    CONSTRAINT events_stream_version UNIQUE (stream, stream_version),
     CONSTRAINT events_stream_pair CHECK ((stream IS NULL) = (stream_version IS NULL))
 );
 
-CREATE INDEX events_type_position ON events (event_type, position);
-CREATE INDEX events_subject ON events (repository, number) WHERE repository IS NOT NULL;
+-- Every index is paid for on every append, under the writer lock: only the ones a query or a rule needs. Provider
+-- events have no stream, so the stream index leaves them out. Indexes for the extracted columns (event_type,
+-- repository, number) come with the first query that reads them.
+CREATE UNIQUE INDEX events_stream_version ON events (stream, stream_version) WHERE stream IS NOT NULL;
 
 -- Cheap compression for bodies where the server supports it (the official images and Debian's do).
 DO $$

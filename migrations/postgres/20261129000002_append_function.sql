@@ -39,38 +39,82 @@ SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_head     bigint;
-    v_found_id uuid;
-    v_found_at bigint;
-    v_current  bigint;
+    n           integer := coalesce(array_length(p_id, 1), 0);
+    v_head      bigint;
+    v_found_id  uuid;
+    v_found_at  bigint;
+    v_current   bigint;
+    v_key       text;
+    v_j         integer;
+    -- Events inserted by this batch so far: their keys, batch indexes and positions.
+    v_keys      text[] := '{}';
+    v_idx       integer[] := '{}';
+    v_pos       bigint[] := '{}';
+    -- Streams written by this batch so far, and the version each is at now.
+    v_streams   text[] := '{}';
+    v_versions  bigint[] := '{}';
+    -- The outcome of each event.
+    v_out_id    uuid[] := array_fill(NULL::uuid, ARRAY[n]);
+    v_out_pos   bigint[] := array_fill(NULL::bigint, ARRAY[n]);
+    v_out_dup   boolean[] := array_fill(false, ARRAY[n]);
+    v_out_act   bigint[] := array_fill(NULL::bigint, ARRAY[n]);
 BEGIN
     PERFORM pg_advisory_xact_lock(7420113000001);
     SELECT coalesce(max(e.position), 0) INTO v_head FROM events e;
-    FOR i IN 1 .. coalesce(array_length(p_id, 1), 0) LOOP
+
+    -- Decide every event first (lookups only), then insert the new ones with one statement.
+    FOR i IN 1 .. n LOOP
+        v_key := p_source[i] || chr(1) || p_dedup_key[i];
+        v_j := array_position(v_keys, v_key);
+        IF v_j IS NOT NULL THEN
+            v_out_id[i] := p_id[v_idx[v_j]]; v_out_pos[i] := v_pos[v_j]; v_out_dup[i] := true;
+            CONTINUE;
+        END IF;
         SELECT e.id, e.position INTO v_found_id, v_found_at
           FROM events e
          WHERE e.source = p_source[i] AND e.dedup_key = p_dedup_key[i];
         IF FOUND THEN
-            idx := i; event_id := v_found_id; event_position := v_found_at; duplicate := true; stream_actual := NULL;
-            RETURN NEXT;
+            v_out_id[i] := v_found_id; v_out_pos[i] := v_found_at; v_out_dup[i] := true;
             CONTINUE;
         END IF;
         IF p_stream[i] IS NOT NULL THEN
-            SELECT coalesce(max(e.stream_version), 0) INTO v_current FROM events e WHERE e.stream = p_stream[i];
+            v_j := array_position(v_streams, p_stream[i]);
+            IF v_j IS NOT NULL THEN
+                v_current := v_versions[v_j];
+            ELSE
+                SELECT coalesce(max(e.stream_version), 0) INTO v_current
+                  FROM events e
+                 WHERE e.stream = p_stream[i];
+            END IF;
             IF p_stream_version[i] IS DISTINCT FROM v_current + 1 THEN
-                idx := i; event_id := NULL; event_position := NULL; duplicate := false; stream_actual := v_current;
-                RETURN NEXT;
+                v_out_act[i] := v_current;
                 CONTINUE;
+            END IF;
+            IF v_j IS NOT NULL THEN
+                v_versions[v_j] := p_stream_version[i];
+            ELSE
+                v_streams := v_streams || p_stream[i];
+                v_versions := v_versions || p_stream_version[i];
             END IF;
         END IF;
         v_head := v_head + 1;
+        v_keys := v_keys || v_key;
+        v_idx := v_idx || i;
+        v_pos := v_pos || v_head;
+        v_out_id[i] := p_id[i]; v_out_pos[i] := v_head;
+    END LOOP;
+
+    IF array_length(v_idx, 1) > 0 THEN
         INSERT INTO events (position, id, source, event_type, dedup_key, stream, stream_version, occurred_at,
                             recorded_at, action, repository, number, reference, content_type, body, meta)
-        VALUES (v_head, p_id[i], p_source[i], p_event_type[i], p_dedup_key[i], p_stream[i], p_stream_version[i],
-                p_occurred_at[i], p_recorded_at, p_action[i], p_repository[i], p_number[i], p_reference[i],
-                p_content_type[i], p_body[i], p_meta[i]::jsonb);
-        idx := i; event_id := p_id[i]; event_position := v_head; duplicate := false; stream_actual := NULL;
-        RETURN NEXT;
-    END LOOP;
+        SELECT w.pos, p_id[w.i], p_source[w.i], p_event_type[w.i], p_dedup_key[w.i], p_stream[w.i],
+               p_stream_version[w.i], p_occurred_at[w.i], p_recorded_at, p_action[w.i], p_repository[w.i],
+               p_number[w.i], p_reference[w.i], p_content_type[w.i], p_body[w.i], p_meta[w.i]::jsonb
+          FROM unnest(v_idx, v_pos) AS w(i, pos);
+    END IF;
+
+    RETURN QUERY
+        SELECT o.i, v_out_id[o.i], v_out_pos[o.i], v_out_dup[o.i], v_out_act[o.i]
+          FROM generate_series(1, n) AS o(i);
 END
 $$;

@@ -18,12 +18,11 @@ CREATE TABLE events (
     body           BLOB    NOT NULL,
     meta           TEXT    NOT NULL DEFAULT '{}',
     CONSTRAINT events_dedup UNIQUE (source, dedup_key),
-    CONSTRAINT events_stream_version UNIQUE (stream, stream_version),
     CHECK ((stream IS NULL) = (stream_version IS NULL))
 );
 
-CREATE INDEX events_type_position ON events (event_type, position);
-CREATE INDEX events_subject ON events (repository, number) WHERE repository IS NOT NULL;
+-- The same indexes as the Postgres backend: only what a query or a rule needs.
+CREATE UNIQUE INDEX events_stream_version ON events (stream, stream_version) WHERE stream IS NOT NULL;
 
 CREATE TRIGGER events_no_update BEFORE UPDATE ON events
 BEGIN

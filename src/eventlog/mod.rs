@@ -131,6 +131,15 @@ impl EventStore {
         }
     }
 
+    /// How many appender tasks feed this backend. Postgres: several, so batches' transfers overlap the locked
+    /// work. SQLite: one, since it has a single writer anyway.
+    fn appenders(&self) -> usize {
+        match self {
+            Self::Postgres(_) => postgres::APPENDERS,
+            Self::Sqlite(_) => 1,
+        }
+    }
+
     /// Applies pending migrations. Safe when several replicas start at once: Postgres takes an advisory lock,
     /// SQLite a file lock.
     pub async fn migrate(&self) -> Result<(), StoreError> {
@@ -241,14 +250,27 @@ impl EventLog {
         shutdown: CancellationToken,
     ) -> (Self, tokio::task::JoinHandle<()>) {
         let (requests, receiver) = mpsc::channel(4096);
+        let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
         let stats = Arc::new(AppenderStats::default());
-        let task = tokio::spawn(run_appender(
-            store.clone(),
-            receiver,
-            shutdown,
-            timeout,
-            stats.clone(),
-        ));
+        let mut appenders = tokio::task::JoinSet::new();
+        for _ in 0..store.appenders() {
+            appenders.spawn(run_appender(
+                store.clone(),
+                receiver.clone(),
+                shutdown.clone(),
+                timeout,
+                stats.clone(),
+            ));
+        }
+        // Ends when every appender has stopped, or as soon as one panics: the caller treats an early end as fatal.
+        let task = tokio::spawn(async move {
+            while let Some(joined) = appenders.join_next().await {
+                if let Err(error) = joined {
+                    tracing::error!(%error, "an appender died");
+                    return;
+                }
+            }
+        });
         (
             Self {
                 store,
@@ -285,40 +307,48 @@ impl EventLog {
     }
 }
 
+/// One appender: takes whatever is queued (up to a batch) and commits it, until shutdown.
+///
+/// Several appenders may share the queue. Only one at a time holds the database's writer lock, but while it
+/// does, another can gather, encode and ship its batch, so the serial part is just the locked work.
 async fn run_appender(
     store: EventStore,
-    mut receiver: mpsc::Receiver<AppendRequest>,
+    receiver: Arc<tokio::sync::Mutex<mpsc::Receiver<AppendRequest>>>,
     shutdown: CancellationToken,
     timeout: Duration,
     stats: Arc<AppenderStats>,
 ) {
     loop {
-        let first = tokio::select! {
-            biased;
-            request = receiver.recv() => match request {
-                Some(request) => request,
-                None => return,
-            },
-            _ = shutdown.cancelled() => {
-                // Stop taking new requests, but answer every one already queued.
-                receiver.close();
-                match receiver.recv().await {
+        let batch = {
+            let mut receiver = receiver.lock().await;
+            let first = tokio::select! {
+                biased;
+                request = receiver.recv() => match request {
                     Some(request) => request,
                     None => return,
+                },
+                _ = shutdown.cancelled() => {
+                    // Stop taking new requests, but answer every one already queued.
+                    receiver.close();
+                    match receiver.recv().await {
+                        Some(request) => request,
+                        None => return,
+                    }
+                }
+            };
+            let mut batch = vec![first];
+            let mut bytes = batch[0].event.body.len();
+            while batch.len() < MAX_BATCH_EVENTS && bytes < MAX_BATCH_BYTES {
+                match receiver.try_recv() {
+                    Ok(request) => {
+                        bytes += request.event.body.len();
+                        batch.push(request);
+                    }
+                    Err(_) => break,
                 }
             }
+            batch
         };
-        let mut batch = vec![first];
-        let mut bytes = batch[0].event.body.len();
-        while batch.len() < MAX_BATCH_EVENTS && bytes < MAX_BATCH_BYTES {
-            match receiver.try_recv() {
-                Ok(request) => {
-                    bytes += request.event.body.len();
-                    batch.push(request);
-                }
-                Err(_) => break,
-            }
-        }
         commit_batch(&store, batch, timeout, &stats).await;
     }
 }

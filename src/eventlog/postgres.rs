@@ -5,12 +5,16 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use std::str::FromStr;
 
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow, PgSslMode};
 use sqlx::Row;
 use uuid::Uuid;
 
 use super::{Appended, BatchOutcome, StoreError, StoredEvent};
 use crate::domain::{NewEvent, Source};
+
+/// Appender tasks for this backend: while one holds the writer lock, the others encode and ship their batches.
+/// Three measured best on two cores (docs/benchmarks.md).
+pub(crate) const APPENDERS: usize = 3;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
@@ -20,26 +24,47 @@ const COLUMNS: &str =
 
 #[derive(Clone, Debug)]
 pub struct PostgresStore {
+    /// Reads and everything else: custom plans (see `connect`).
     pool: PgPool,
+    /// The appenders' own connections. Default plan caching: a custom plan for `pidevops_append` would copy the
+    /// batch's megabyte of array parameters into the plan on every call.
+    append_pool: PgPool,
 }
 
 impl PostgresStore {
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
+        let mut append_options = PgConnectOptions::from_str(url)?;
+        if !url.contains("sslmode") && is_loopback(append_options.get_host()) {
+            // libpq's default (`prefer`) would encrypt every batch on a connection that never leaves the machine.
+            // An explicit sslmode in the URL is always respected.
+            append_options = append_options.ssl_mode(PgSslMode::Disable);
+        }
         // Custom plans for this service's own queries: a generic plan cached while the log was small (or never
         // analysed) could keep scanning the whole table as it grows. Planning these few queries is cheap.
-        let options =
-            PgConnectOptions::from_str(url)?.options([("plan_cache_mode", "force_custom_plan")]);
+        let options = append_options
+            .clone()
+            .options([("plan_cache_mode", "force_custom_plan")]);
+        // Short acquire timeouts, so a database outage turns into a prompt 503 rather than a hung webhook.
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
-            // Short, so a database outage turns into a prompt 503 rather than a hung webhook.
             .acquire_timeout(Duration::from_secs(3))
             .connect_with(options)
             .await?;
-        Ok(Self { pool })
+        let append_pool = PgPoolOptions::new()
+            .max_connections(APPENDERS as u32)
+            .acquire_timeout(Duration::from_secs(3))
+            .connect_lazy_with(append_options);
+        Ok(Self { pool, append_pool })
     }
 
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// Closes both pools; their server processes exit (and flush their statistics).
+    pub async fn close(&self) {
+        self.append_pool.close().await;
+        self.pool.close().await;
     }
 
     pub async fn migrate(&self) -> Result<(), StoreError> {
@@ -81,7 +106,7 @@ impl PostgresStore {
         .bind(c.content_type)
         .bind(c.body)
         .bind(c.meta)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.append_pool)
         .await?;
 
         let mut outcomes: Vec<Option<BatchOutcome>> = (0..events.len()).map(|_| None).collect();
@@ -223,6 +248,16 @@ impl<'a> AppendColumns<'a> {
     }
 }
 
+/// A host whose traffic never leaves this machine: loopback addresses, `localhost`, or a Unix socket directory.
+fn is_loopback(host: &str) -> bool {
+    host == "localhost"
+        || host.starts_with('/')
+        || host
+            .trim_matches(|c| c == '[' || c == ']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 fn corrupt_batch(reason: String) -> StoreError {
     StoreError::Corrupt {
         position: 0,
@@ -255,4 +290,32 @@ fn decode(row: &PgRow) -> Result<StoredEvent, StoreError> {
         body: row.try_get("body")?,
         meta,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_loopback;
+
+    #[test]
+    fn loopback_hosts_are_recognised() {
+        for host in [
+            "localhost",
+            "127.0.0.1",
+            "127.8.9.10",
+            "::1",
+            "[::1]",
+            "/var/run/postgresql",
+        ] {
+            assert!(is_loopback(host), "{host}");
+        }
+        for host in [
+            "db",
+            "postgres.railway.internal",
+            "10.0.0.1",
+            "2001:db8::1",
+            "localhost.example.com",
+        ] {
+            assert!(!is_loopback(host), "{host}");
+        }
+    }
 }
