@@ -440,3 +440,96 @@ fn serve_on_the_embedded_default_creates_its_database() {
     );
     assert!(workdir.path().join("data/pidevops.db").exists());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_never_reach_the_logs_even_at_debug() {
+    let workdir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/logs.db", workdir.path().display());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let log_path = workdir.path().join("server.log");
+    let mut child = command(&db, workdir.path())
+        .arg("serve")
+        .env("RUST_LOG", "debug")
+        .env("PORT", port.to_string())
+        .env("PIDEVOPS_BIND", "127.0.0.1")
+        .env("GITHUB_WEBHOOK_SECRET", GITHUB_SECRET)
+        .env("TELEGRAM_WEBHOOK_SECRET", common::TELEGRAM_SECRET)
+        .env("PIDEVOPS_ADMIN_TOKEN", common::ADMIN_TOKEN)
+        .env("TELEGRAM_BOT_TOKEN", "4242:bot-token-secret-part")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while client
+        .get(format!("{base}/health/live"))
+        .send()
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "the server did not come up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let body = br#"{"zen":"z"}"#;
+    for signature in [
+        sign_github(GITHUB_SECRET.as_bytes(), body),
+        "sha256=00".to_owned(),
+    ] {
+        client
+            .post(format!("{base}/webhooks/github"))
+            .header("x-github-event", "ping")
+            .header("x-github-delivery", "log-test")
+            .header("x-hub-signature-256", signature)
+            .body(body.to_vec())
+            .send()
+            .await
+            .unwrap();
+    }
+    for token in [common::TELEGRAM_SECRET, "wrong"] {
+        client
+            .post(format!("{base}/webhooks/telegram"))
+            .header("x-telegram-bot-api-secret-token", token)
+            .body(r#"{"update_id":1,"message":{"text":"hi"}}"#)
+            .send()
+            .await
+            .unwrap();
+    }
+    for token in [common::ADMIN_TOKEN, "wrong-token"] {
+        client
+            .get(format!("{base}/api/events"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(child.wait().unwrap().success());
+
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(log.lines().count() > 5, "debug logging was on: {log}");
+    for secret in [
+        GITHUB_SECRET,
+        common::TELEGRAM_SECRET,
+        common::ADMIN_TOKEN,
+        "bot-token-secret-part",
+    ] {
+        assert!(
+            !log.contains(secret),
+            "{secret:?} appears in the log:\n{log}"
+        );
+    }
+    for line in log.lines() {
+        serde_json::from_str::<Value>(line)
+            .unwrap_or_else(|e| panic!("LOG_FORMAT=json gives JSON lines ({e}): {line}"));
+    }
+}
