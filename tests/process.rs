@@ -44,6 +44,11 @@ struct Server {
 
 impl Server {
     async fn start(db_url: &str) -> Self {
+        Self::start_with(db_url, &[]).await
+    }
+
+    /// `serve` on a free loopback port with the GitHub secret set, plus `env`; returns once it answers.
+    async fn start_with(db_url: &str, env: &[(&str, &str)]) -> Self {
         let workdir = tempfile::tempdir().unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -56,6 +61,7 @@ impl Server {
             .env("PORT", port.to_string())
             .env("PIDEVOPS_BIND", "127.0.0.1")
             .env("GITHUB_WEBHOOK_SECRET", GITHUB_SECRET)
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -445,37 +451,18 @@ fn serve_on_the_embedded_default_creates_its_database() {
 async fn secrets_never_reach_the_logs_even_at_debug() {
     let workdir = tempfile::tempdir().unwrap();
     let db = format!("sqlite://{}/logs.db", workdir.path().display());
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let log_path = workdir.path().join("server.log");
-    let mut child = command(&db, workdir.path())
-        .arg("serve")
-        .env("RUST_LOG", "debug")
-        .env("PORT", port.to_string())
-        .env("PIDEVOPS_BIND", "127.0.0.1")
-        .env("GITHUB_WEBHOOK_SECRET", GITHUB_SECRET)
-        .env("TELEGRAM_WEBHOOK_SECRET", common::TELEGRAM_SECRET)
-        .env("PIDEVOPS_ADMIN_TOKEN", common::ADMIN_TOKEN)
-        .env("TELEGRAM_BOT_TOKEN", "4242:bot-token-secret-part")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log_path).unwrap())
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
+    let mut server = Server::start_with(
+        &db,
+        &[
+            ("RUST_LOG", "debug"),
+            ("TELEGRAM_WEBHOOK_SECRET", common::TELEGRAM_SECRET),
+            ("PIDEVOPS_ADMIN_TOKEN", common::ADMIN_TOKEN),
+            ("TELEGRAM_BOT_TOKEN", "4242:bot-token-secret-part"),
+        ],
+    )
+    .await;
+    let base = server.base.clone();
     let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while client
-        .get(format!("{base}/health/live"))
-        .send()
-        .await
-        .is_err()
-    {
-        assert!(Instant::now() < deadline, "the server did not come up");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
     let body = br#"{"zen":"z"}"#;
     for signature in [
         sign_github(GITHUB_SECRET.as_bytes(), body),
@@ -509,13 +496,13 @@ async fn secrets_never_reach_the_logs_even_at_debug() {
             .unwrap();
     }
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::unistd::Pid::from_raw(server.child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    assert!(child.wait().unwrap().success());
+    assert!(server.child.wait().unwrap().success());
 
-    let log = std::fs::read_to_string(&log_path).unwrap();
+    let log = read_log(server._workdir.path());
     assert!(log.lines().count() > 5, "debug logging was on: {log}");
     for secret in [
         GITHUB_SECRET,

@@ -105,25 +105,40 @@ async fn list_events(
     }
 }
 
+/// The event named in the path, or the response that says why there is none.
+async fn find_event(
+    state: &AppState,
+    id: Result<Path<Uuid>, PathRejection>,
+) -> Result<crate::eventlog::StoredEvent, Response> {
+    let Ok(Path(id)) = id else {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            "bad_id",
+            "the event id must be a UUID",
+        ));
+    };
+    match state.log.store().get(id).await {
+        Ok(Some(event)) => Ok(event),
+        Ok(None) => Err(error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no event {id}"),
+        )),
+        Err(e) => Err(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            e.to_string(),
+        )),
+    }
+}
+
 async fn show_event(
     State(state): State<AppState>,
     id: Result<Path<Uuid>, PathRejection>,
 ) -> Response {
-    let Ok(Path(id)) = id else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "bad_id",
-            "the event id must be a UUID",
-        );
-    };
-    match state.log.store().get(id).await {
-        Ok(Some(event)) => Json(event.to_envelope()).into_response(),
-        Ok(None) => error(StatusCode::NOT_FOUND, "not_found", format!("no event {id}")),
-        Err(e) => error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            e.to_string(),
-        ),
+    match find_event(&state, id).await {
+        Ok(event) => Json(event.to_envelope()).into_response(),
+        Err(response) => response,
     }
 }
 
@@ -132,25 +147,13 @@ async fn event_body(
     State(state): State<AppState>,
     id: Result<Path<Uuid>, PathRejection>,
 ) -> Response {
-    let Ok(Path(id)) = id else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "bad_id",
-            "the event id must be a UUID",
-        );
-    };
-    match state.log.store().get(id).await {
-        Ok(Some(event)) => (
+    match find_event(&state, id).await {
+        Ok(event) => (
             StatusCode::OK,
             [(header::CONTENT_TYPE, event.content_type.clone())],
             Body::from(event.body),
         )
             .into_response(),
-        Ok(None) => error(StatusCode::NOT_FOUND, "not_found", format!("no event {id}")),
-        Err(e) => error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            e.to_string(),
-        ),
+        Err(response) => response,
     }
 }
