@@ -15,9 +15,9 @@
 //! telemetry.rs     tracing (json | pretty) and the Prometheus recorder
 //! doctor.rs        the loop plan (armed / disabled / unarmed and why), shared by `serve`, `doctor` and /health
 //! domain/          pure values: Source, event type names, the event envelope
-//! eventlog/        the only writer of the events table: the appender (group commit) over two backends
-//!   postgres.rs    production backend; advisory lock in a BEFORE INSERT statement trigger = gap-free order
-//!   sqlite.rs      embedded default (`./data/pidevops.db`); one writer by construction
+//! eventlog/        the only writer of the events table: appender tasks (group commit) over two backends
+//!   postgres.rs    production: a batch is one call of `pidevops_append`, under an advisory lock = gap-free order
+//!   sqlite.rs      embedded default (`./data/pidevops.db`): `plan_batch` under BEGIN IMMEDIATE
 //! ingress/         webhooks: raw bytes in, verified and parsed NewEvent out, appended, then 2xx
 //!   verify.rs      HMAC and token checks, constant time
 //!   github.rs linear.rs telegram.rs   one parser per provider (pure)

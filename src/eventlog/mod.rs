@@ -1,9 +1,10 @@
 //! The event log: the only writer of the `events` table, and the source of truth everything else derives from.
 //!
-//! Appends go through one appender task per process. It drains whatever requests are waiting into one transaction
-//! (group commit: one fsync for many events, so throughput rises with concurrency) and answers each caller only
-//! after that transaction committed. Inside the transaction a global lock serialises writers, so positions become
-//! visible in commit order and a reader polling `position > last` never skips an event that commits late.
+//! Appends go through the appender tasks of this process (three on Postgres, one on SQLite). Each drains whatever
+//! requests are waiting into one transaction (group commit: one commit for many events, so throughput rises with
+//! concurrency) and answers each caller only after that transaction committed. Inside the transaction a global lock
+//! serialises writers, so positions become visible in commit order and a reader polling `position > last` never
+//! skips an event that commits late.
 
 mod envelope;
 mod postgres;
@@ -223,7 +224,7 @@ impl AppenderStats {
     }
 }
 
-/// The handle every writer uses. Cheap to clone; all clones feed one appender task.
+/// The handle every writer uses. Cheap to clone; all clones feed the same appender tasks.
 #[derive(Clone, Debug)]
 pub struct EventLog {
     store: EventStore,
@@ -242,8 +243,9 @@ impl std::fmt::Debug for AppendRequest {
 }
 
 impl EventLog {
-    /// Starts the appender task. It stops when `shutdown` is cancelled, after answering every request already
-    /// queued, so a graceful shutdown loses nothing that a caller is waiting on.
+    /// Starts the appender tasks. They stop when `shutdown` is cancelled, after answering every request already
+    /// queued, so a graceful shutdown loses nothing that a caller is waiting on. The returned task ends when they
+    /// all have stopped, or as soon as one panics.
     pub fn start(
         store: EventStore,
         timeout: Duration,
