@@ -276,7 +276,8 @@ impl Settings {
         settings.config_file = None;
         settings.file = toml::Table::new();
         settings.loop_startup_delay = Duration::from_millis(10);
-        settings.heartbeat_interval = Duration::from_millis(500);
+        // Short enough for tests to see ticks, long enough that a loaded machine never makes it look stale.
+        settings.heartbeat_interval = Duration::from_secs(1);
         settings.append_timeout = Duration::from_secs(5);
         settings
     }

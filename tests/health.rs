@@ -73,7 +73,8 @@ async fn a_panicking_loop_keeps_ticking_and_reports_the_error() {
         &app.state.loops,
         &app.tracker,
         app.shutdown.clone(),
-        LoopSpec::new("flaky", Duration::from_millis(50), Duration::ZERO),
+        // Long enough that a loaded CI machine never makes it look stale (3 intervals without a tick).
+        LoopSpec::new("flaky", Duration::from_millis(200), Duration::ZERO),
         move || {
             counter.fetch_add(1, Ordering::SeqCst);
             async { panic!("the flux capacitor is empty") }

@@ -346,7 +346,8 @@ mod tests {
             &registry,
             &tracker,
             cancel.clone(),
-            LoopSpec::new("flaky", Duration::from_millis(20), Duration::ZERO),
+            // Long enough that a loaded CI machine never makes it look stale (3 intervals without a tick).
+            LoopSpec::new("flaky", Duration::from_millis(100), Duration::ZERO),
             move || {
                 let n = counter.fetch_add(1, Ordering::SeqCst);
                 async move {
