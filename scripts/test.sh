@@ -28,4 +28,22 @@ else
 MSG
 fi
 
+nats_url="${PIDEVOPS_TEST_NATS_URL:-nats://127.0.0.1:4222}"
+nats_hostport="${nats_url#*://}"
+nats_hostport="${nats_hostport%%/*}"
+if (exec 3<>"/dev/tcp/${nats_hostport%%:*}/${nats_hostport##*:}") 2>/dev/null; then
+    echo "test: NATS reachable at ${nats_hostport}; running the bus suite against JetStream and the in-process bus."
+else
+    cat >&2 <<MSG
+
+************************************************************************************************
+*  NATS is NOT reachable at ${nats_hostport}.
+*  The JetStream half of the bus suite will be SKIPPED (it fails instead when CI is set).
+*  To run it:  docker compose -f deploy/docker-compose.yml up -d nats
+*              (or nats-server -js) and PIDEVOPS_TEST_NATS_URL=nats://127.0.0.1:4222
+************************************************************************************************
+
+MSG
+fi
+
 exec cargo test --locked --all-targets "$@"

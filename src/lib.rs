@@ -25,6 +25,7 @@
 //! http/            router: /health, /metrics, /webhooks/*, /api/* (bearer token), JSON errors
 //! ```
 
+pub mod bus;
 pub mod config;
 pub mod doctor;
 pub mod domain;

@@ -26,7 +26,7 @@ pub fn postgres_admin_url() -> String {
         .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
 }
 
-fn in_ci() -> bool {
+pub fn in_ci() -> bool {
     std::env::var("CI")
         .map(|v| !v.is_empty() && v != "false")
         .unwrap_or(false)

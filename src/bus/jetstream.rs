@@ -1,0 +1,173 @@
+//! NATS JetStream: the stream `PIDEVOPS_EVENTS` on subjects `pidevops.events.>`, each message carrying
+//! `Nats-Msg-Id` = event id (so JetStream drops a re-publish inside its duplicate window) and `Pidevops-Position`
+//! (so a relay can resume from the last message the stream actually holds, whatever the window).
+//!
+//! The settings below are the ones both Debian's nats-server 2.9 and the official 2.10+ images accept.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, stream};
+
+use super::{parse_identity, BusConfig, BusError, BusMessage, Published, POSITION_HEADER};
+
+/// How long the stream keeps events. Postgres keeps them forever; the stream is fan-out and can be re-fed.
+pub const MAX_AGE: Duration = Duration::from_secs(30 * 24 * 60 * 60);
+/// JetStream drops a message whose `Nats-Msg-Id` it saw within this window.
+pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(2 * 60);
+
+#[derive(Clone)]
+pub struct JetstreamBus {
+    config: BusConfig,
+    context: jetstream::Context,
+}
+
+impl std::fmt::Debug for JetstreamBus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JetstreamBus")
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+/// A header's first value by name, compared as text: headers parsed from a stored message do not always match
+/// the client's standard-header constants by key.
+fn header<'a>(headers: &'a async_nats::HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(key, _)| AsRef::<str>::as_ref(*key).eq_ignore_ascii_case(name))
+        .and_then(|(_, values)| values.first())
+        .map(|v| v.as_str())
+}
+
+/// The stream's explicit configuration; applied at start-up (created, or updated to match).
+pub fn stream_config(config: &BusConfig) -> stream::Config {
+    stream::Config {
+        name: config.stream.clone(),
+        subjects: vec![format!("{}.>", config.subject_prefix)],
+        retention: stream::RetentionPolicy::Limits,
+        storage: stream::StorageType::File,
+        discard: stream::DiscardPolicy::Old,
+        max_age: MAX_AGE,
+        max_bytes: -1,
+        max_messages: -1,
+        duplicate_window: DUPLICATE_WINDOW,
+        num_replicas: 1,
+        allow_direct: true,
+        ..Default::default()
+    }
+}
+
+impl JetstreamBus {
+    pub async fn connect(url: &str, config: BusConfig) -> Result<Self, BusError> {
+        let client = async_nats::ConnectOptions::new()
+            .name("pidevops")
+            .connection_timeout(Duration::from_secs(3))
+            .connect(url)
+            .await
+            .map_err(|e| BusError::Connect(e.to_string()))?;
+        let context = jetstream::new(client);
+        let wanted = stream_config(&config);
+        match context.get_stream(&config.stream).await {
+            Ok(_) => {
+                context
+                    .update_stream(wanted)
+                    .await
+                    .map_err(|e| BusError::Stream(format!("updating {}: {e}", config.stream)))?;
+            }
+            Err(_) => {
+                context
+                    .create_stream(wanted)
+                    .await
+                    .map_err(|e| BusError::Stream(format!("creating {}: {e}", config.stream)))?;
+            }
+        }
+        Ok(Self { config, context })
+    }
+
+    pub fn config(&self) -> &BusConfig {
+        &self.config
+    }
+
+    /// Removes the stream; for tests that make their own.
+    pub async fn delete_stream(&self) -> Result<(), BusError> {
+        self.context
+            .delete_stream(&self.config.stream)
+            .await
+            .map(|_| ())
+            .map_err(|e| BusError::Stream(e.to_string()))
+    }
+
+    pub async fn publish(&self, message: &BusMessage) -> Result<Published, BusError> {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Nats-Msg-Id", message.event_id.to_string().as_str());
+        headers.insert(POSITION_HEADER, message.position.to_string().as_str());
+        let ack = self
+            .context
+            .publish_with_headers(message.subject.clone(), headers, message.payload.clone())
+            .await
+            .map_err(|e| BusError::Publish(e.to_string()))?
+            .await
+            .map_err(|e| BusError::Publish(e.to_string()))?;
+        Ok(Published {
+            sequence: ack.sequence,
+            duplicate: ack.duplicate,
+        })
+    }
+
+    async fn stream(&self) -> Result<stream::Stream, BusError> {
+        self.context
+            .get_stream(&self.config.stream)
+            .await
+            .map_err(|e| BusError::Read(e.to_string()))
+    }
+
+    pub async fn last_position(&self) -> Result<Option<i64>, BusError> {
+        let mut stream = self.stream().await?;
+        let state = stream
+            .info()
+            .await
+            .map_err(|e| BusError::Read(e.to_string()))?
+            .state
+            .clone();
+        if state.messages == 0 {
+            return Ok(None);
+        }
+        let message = self.get(&stream, state.last_sequence).await?;
+        Ok(Some(message.position))
+    }
+
+    pub async fn read(&self, from: u64, limit: usize) -> Result<Vec<BusMessage>, BusError> {
+        let mut stream = self.stream().await?;
+        let state = stream
+            .info()
+            .await
+            .map_err(|e| BusError::Read(e.to_string()))?
+            .state
+            .clone();
+        let mut out = Vec::new();
+        let mut sequence = from.max(state.first_sequence).max(1);
+        while out.len() < limit && state.messages > 0 && sequence <= state.last_sequence {
+            out.push(self.get(&stream, sequence).await?);
+            sequence += 1;
+        }
+        Ok(out)
+    }
+
+    async fn get(&self, stream: &stream::Stream, sequence: u64) -> Result<BusMessage, BusError> {
+        let raw = stream
+            .get_raw_message(sequence)
+            .await
+            .map_err(|e| BusError::Read(format!("message {sequence}: {e}")))?;
+        let (event_id, position) = parse_identity(
+            sequence,
+            header(&raw.headers, "Nats-Msg-Id"),
+            header(&raw.headers, POSITION_HEADER),
+        )?;
+        Ok(BusMessage {
+            subject: raw.subject.to_string(),
+            event_id,
+            position,
+            payload: raw.payload,
+        })
+    }
+}

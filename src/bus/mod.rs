@@ -1,0 +1,218 @@
+//! The bus: replayable fan-out of the event log. Postgres stays the system of record; the bus only ever carries
+//! what the log already committed, so it can always be re-fed from the log.
+//!
+//! Two backends, one conformance suite (`tests/bus.rs`): NATS JetStream when `NATS_URL` is set, and an in-process
+//! twin with the same semantics (publish is idempotent by event id, messages keep publish order, the last
+//! message's position is readable) for the embedded default and for tests.
+
+mod jetstream;
+mod memory;
+
+use bytes::Bytes;
+use uuid::Uuid;
+
+pub use jetstream::JetstreamBus;
+
+/// The JetStream stream settings, for operators and tests.
+pub mod jetstream_settings {
+    pub use super::jetstream::{stream_config, DUPLICATE_WINDOW, MAX_AGE};
+}
+pub use memory::MemoryBus;
+
+use crate::eventlog::StoredEvent;
+
+/// Header carrying the event's position in the log.
+pub const POSITION_HEADER: &str = "Pidevops-Position";
+
+/// Where messages go: the stream and its subject prefix. Tests use their own so they never share state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BusConfig {
+    pub stream: String,
+    /// Subjects are `<prefix>.<source>.<type without the source>`.
+    pub subject_prefix: String,
+}
+
+impl Default for BusConfig {
+    fn default() -> Self {
+        Self {
+            stream: "PIDEVOPS_EVENTS".to_owned(),
+            subject_prefix: "pidevops.events".to_owned(),
+        }
+    }
+}
+
+impl BusConfig {
+    /// `pidevops.events.github.pull_request.opened` for the event type `github.pull_request.opened` from GitHub:
+    /// the type already starts with its source, which is not repeated.
+    pub fn subject(&self, source: &str, event_type: &str) -> String {
+        let rest = match event_type.strip_prefix(source) {
+            Some("") => "",
+            Some(r) if r.starts_with('.') => &r[1..],
+            _ => event_type,
+        };
+        if rest.is_empty() {
+            format!("{}.{source}", self.subject_prefix)
+        } else {
+            format!("{}.{source}.{rest}", self.subject_prefix)
+        }
+    }
+}
+
+/// One event as published: its subject, identity, position and the envelope JSON.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BusMessage {
+    pub subject: String,
+    pub event_id: Uuid,
+    pub position: i64,
+    pub payload: Bytes,
+}
+
+impl BusMessage {
+    pub fn from_event(config: &BusConfig, event: &StoredEvent) -> Result<Self, BusError> {
+        let payload = serde_json::to_vec(&event.to_envelope())
+            .map_err(|e| BusError::Encode(e.to_string()))?;
+        Ok(Self {
+            subject: config.subject(&event.source, &event.event_type),
+            event_id: event.id,
+            position: event.position,
+            payload: Bytes::from(payload),
+        })
+    }
+}
+
+/// What the bus answered for one publish.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Published {
+    /// The bus's own sequence number for the message.
+    pub sequence: u64,
+    /// The bus already held a message with this event id (within its dedup window) and stored nothing new.
+    pub duplicate: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    #[error("cannot reach NATS: {0}")]
+    Connect(String),
+    #[error("the JetStream stream could not be set up: {0}")]
+    Stream(String),
+    #[error("publish was not acknowledged: {0}")]
+    Publish(String),
+    #[error("cannot read the stream: {0}")]
+    Read(String),
+    #[error("the event could not be encoded: {0}")]
+    Encode(String),
+    #[error("message {sequence} in the stream is not a pidevops event: {reason}")]
+    Foreign { sequence: u64, reason: String },
+}
+
+/// A bus backend. A closed set, like the event store.
+#[derive(Clone, Debug)]
+pub enum Bus {
+    Jetstream(JetstreamBus),
+    Memory(MemoryBus),
+}
+
+impl Bus {
+    /// JetStream at `nats_url` (creating or updating the stream), or the in-process bus when there is none.
+    pub async fn connect(nats_url: Option<&str>, config: BusConfig) -> Result<Self, BusError> {
+        Ok(match nats_url {
+            Some(url) => Self::Jetstream(JetstreamBus::connect(url, config).await?),
+            None => Self::Memory(MemoryBus::new(config)),
+        })
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Jetstream(_) => "nats",
+            Self::Memory(_) => "memory",
+        }
+    }
+
+    pub fn config(&self) -> &BusConfig {
+        match self {
+            Self::Jetstream(b) => b.config(),
+            Self::Memory(b) => b.config(),
+        }
+    }
+
+    /// Publishes and waits for the bus to acknowledge it durably. Idempotent by event id.
+    pub async fn publish(&self, message: &BusMessage) -> Result<Published, BusError> {
+        match self {
+            Self::Jetstream(b) => b.publish(message).await,
+            Self::Memory(b) => Ok(b.publish(message)),
+        }
+    }
+
+    /// The position of the last message the bus holds, if any: where a relay resumes after a crash between
+    /// publishing and saving its checkpoint, or after the bus lost its tail.
+    pub async fn last_position(&self) -> Result<Option<i64>, BusError> {
+        match self {
+            Self::Jetstream(b) => b.last_position().await,
+            Self::Memory(b) => Ok(b.last_position()),
+        }
+    }
+
+    /// Up to `limit` messages from bus sequence `from` (1-based), in order.
+    pub async fn read(&self, from: u64, limit: usize) -> Result<Vec<BusMessage>, BusError> {
+        match self {
+            Self::Jetstream(b) => b.read(from, limit).await,
+            Self::Memory(b) => Ok(b.read(from, limit)),
+        }
+    }
+}
+
+/// Reads the event id and position a pidevops message carries in its headers.
+pub(crate) fn parse_identity(
+    sequence: u64,
+    msg_id: Option<&str>,
+    position: Option<&str>,
+) -> Result<(Uuid, i64), BusError> {
+    let foreign = |reason: &str| BusError::Foreign {
+        sequence,
+        reason: reason.to_owned(),
+    };
+    let id = msg_id
+        .ok_or_else(|| foreign("no Nats-Msg-Id header"))?
+        .parse::<Uuid>()
+        .map_err(|_| foreign("Nats-Msg-Id is not a UUID"))?;
+    let position = position
+        .ok_or_else(|| foreign("no Pidevops-Position header"))?
+        .parse::<i64>()
+        .map_err(|_| foreign("Pidevops-Position is not an integer"))?;
+    Ok((id, position))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subjects_do_not_repeat_the_source() {
+        let c = BusConfig::default();
+        assert_eq!(
+            c.subject("github", "github.pull_request.opened"),
+            "pidevops.events.github.pull_request.opened"
+        );
+        assert_eq!(
+            c.subject("github", "github.ping"),
+            "pidevops.events.github.ping"
+        );
+        assert_eq!(
+            c.subject("pidevops", "task.created"),
+            "pidevops.events.pidevops.task.created"
+        );
+        assert_eq!(
+            c.subject("telegram", "telegram"),
+            "pidevops.events.telegram"
+        );
+    }
+
+    #[test]
+    fn identities_must_be_complete() {
+        let id = Uuid::now_v7().to_string();
+        assert_eq!(parse_identity(1, Some(&id), Some("7")).unwrap().1, 7);
+        assert!(parse_identity(1, None, Some("7")).is_err());
+        assert!(parse_identity(1, Some("x"), Some("7")).is_err());
+        assert!(parse_identity(1, Some(&id), Some("seven")).is_err());
+    }
+}
