@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, stream};
 
-use super::{parse_identity, BusConfig, BusError, BusMessage, Published, POSITION_HEADER};
+use super::{parse_identity, BusConfig, BusError, BusMessage, Published, Tail, POSITION_HEADER};
 
 /// How long the stream keeps events. Postgres keeps them forever; the stream is fan-out and can be re-fed.
 pub const MAX_AGE: Duration = Duration::from_secs(30 * 24 * 60 * 60);
@@ -121,7 +121,7 @@ impl JetstreamBus {
             .map_err(|e| BusError::Read(e.to_string()))
     }
 
-    pub async fn last_position(&self) -> Result<Option<i64>, BusError> {
+    pub async fn tail(&self) -> Result<Tail, BusError> {
         let mut stream = self.stream().await?;
         let state = stream
             .info()
@@ -129,11 +129,14 @@ impl JetstreamBus {
             .map_err(|e| BusError::Read(e.to_string()))?
             .state
             .clone();
-        if state.messages == 0 {
-            return Ok(None);
+        if state.messages > 0 {
+            let message = self.get(&stream, state.last_sequence).await?;
+            Ok(Tail::Last(message.position))
+        } else if state.last_sequence > 0 {
+            Ok(Tail::Expired)
+        } else {
+            Ok(Tail::Fresh)
         }
-        let message = self.get(&stream, state.last_sequence).await?;
-        Ok(Some(message.position))
     }
 
     pub async fn read(&self, from: u64, limit: usize) -> Result<Vec<BusMessage>, BusError> {

@@ -7,6 +7,7 @@
 
 mod jetstream;
 mod memory;
+pub mod relay;
 
 use bytes::Bytes;
 use uuid::Uuid;
@@ -80,6 +81,17 @@ impl BusMessage {
     }
 }
 
+/// The end of the bus.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tail {
+    /// The last message held carries this position.
+    Last(i64),
+    /// Messages were published but none is held any more (they aged out).
+    Expired,
+    /// Nothing was ever published (a new or re-created stream).
+    Fresh,
+}
+
 /// What the bus answered for one publish.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Published {
@@ -146,9 +158,20 @@ impl Bus {
     /// The position of the last message the bus holds, if any: where a relay resumes after a crash between
     /// publishing and saving its checkpoint, or after the bus lost its tail.
     pub async fn last_position(&self) -> Result<Option<i64>, BusError> {
+        Ok(match self.tail().await? {
+            Tail::Last(position) => Some(position),
+            Tail::Expired | Tail::Fresh => None,
+        })
+    }
+
+    /// What the end of the bus looks like, for a relay deciding where to resume.
+    pub async fn tail(&self) -> Result<Tail, BusError> {
         match self {
-            Self::Jetstream(b) => b.last_position().await,
-            Self::Memory(b) => Ok(b.last_position()),
+            Self::Jetstream(b) => b.tail().await,
+            Self::Memory(b) => Ok(match b.last_position() {
+                Some(position) => Tail::Last(position),
+                None => Tail::Fresh,
+            }),
         }
     }
 

@@ -191,6 +191,22 @@ impl EventStore {
         }
     }
 
+    /// A consumer's checkpoint: the last position it has fully handled, 0 if it never ran.
+    pub async fn checkpoint(&self, name: &str) -> Result<i64, StoreError> {
+        match self {
+            Self::Postgres(s) => s.checkpoint(name).await,
+            Self::Sqlite(s) => s.checkpoint(name).await,
+        }
+    }
+
+    /// Moves a checkpoint forward to `position`; never back. Returns the checkpoint as stored afterwards.
+    pub async fn advance_checkpoint(&self, name: &str, position: i64) -> Result<i64, StoreError> {
+        match self {
+            Self::Postgres(s) => s.advance_checkpoint(name, position).await,
+            Self::Sqlite(s) => s.advance_checkpoint(name, position).await,
+        }
+    }
+
     /// How many events carry this `(source, dedup_key)`; the unique index makes it 0 or 1.
     pub async fn count_by_key(&self, source: Source, dedup_key: &str) -> Result<i64, StoreError> {
         match self {

@@ -194,6 +194,29 @@ impl SqliteStore {
         )
     }
 
+    pub async fn checkpoint(&self, name: &str) -> Result<i64, StoreError> {
+        let position: Option<i64> =
+            sqlx::query_scalar("SELECT position FROM checkpoints WHERE name = ?1")
+                .bind(name)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(position.unwrap_or(0))
+    }
+
+    pub async fn advance_checkpoint(&self, name: &str, position: i64) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(
+            "INSERT INTO checkpoints (name, position, updated_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT (name) DO UPDATE
+                SET position = max(checkpoints.position, excluded.position), updated_at = excluded.updated_at
+             RETURNING position",
+        )
+        .bind(name)
+        .bind(position)
+        .bind(chrono::Utc::now())
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
     pub async fn count_by_key(&self, source: Source, dedup_key: &str) -> Result<i64, StoreError> {
         Ok(
             sqlx::query_scalar("SELECT count(*) FROM events WHERE source = ?1 AND dedup_key = ?2")

@@ -1,0 +1,214 @@
+//! The relay: the event log is the outbox. It reads committed events in position order, publishes each and waits
+//! for its acknowledgement, then moves its checkpoint forward. Ingest never waits on it: with the bus down,
+//! webhooks are still committed and acknowledged, and the relay catches up when the bus returns.
+//!
+//! Where it resumes (at start, and after any publish error, whose outcome is unknown):
+//! - the bus holds messages: after the last one's position. A crash between publishing and saving the
+//!   checkpoint therefore republishes nothing, and a bus that lost its tail gets it again;
+//! - the bus's messages all aged out: after the checkpoint;
+//! - the bus is new (or was re-created empty): from the start of the log, which re-feeds it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use tokio::sync::Mutex;
+
+use super::{Bus, BusConfig, BusMessage, MemoryBus, Tail};
+use crate::eventlog::EventStore;
+
+/// The relay's checkpoint name and loop name.
+pub const RELAY: &str = "relay";
+const PAGE: i64 = 500;
+/// A tick hands the loop back after this long, so `/health` sees progress during a long catch-up.
+const TICK_BUDGET: Duration = Duration::from_secs(5);
+
+/// Where the relay publishes: an in-process bus, or JetStream, connected lazily so that a NATS that is down at
+/// start-up never delays serving (or ingesting).
+#[derive(Debug)]
+pub enum BusTarget {
+    Memory(MemoryBus),
+    Nats { url: String, config: BusConfig },
+}
+
+/// What one tick did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RelayProgress {
+    pub published: u64,
+    /// Publishes the bus answered as already held (expected 0; more means the resume point was behind).
+    pub duplicates: u64,
+    /// The last position published and acknowledged.
+    pub position: i64,
+    /// The log's head when the tick ended.
+    pub head: i64,
+}
+
+#[derive(Debug)]
+pub struct Relay {
+    store: EventStore,
+    target: BusTarget,
+    state: Mutex<State>,
+    /// Test hook: stop after publishing a page, before saving the checkpoint, as a crash there would.
+    crash_before_checkpoint: AtomicBool,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    bus: Option<Bus>,
+    /// The last position known published; `None` = find out from the bus and the checkpoint.
+    after: Option<i64>,
+}
+
+impl Relay {
+    pub fn new(store: EventStore, target: BusTarget) -> Self {
+        Self {
+            store,
+            target,
+            state: Mutex::new(State::default()),
+            crash_before_checkpoint: AtomicBool::new(false),
+        }
+    }
+
+    pub fn bus_kind(&self) -> &'static str {
+        match self.target {
+            BusTarget::Memory(_) => "memory",
+            BusTarget::Nats { .. } => "nats",
+        }
+    }
+
+    /// Makes the next page end as a crash between publishing and checkpointing would (for fault tests).
+    pub fn inject_crash_before_checkpoint(&self) {
+        self.crash_before_checkpoint.store(true, Ordering::SeqCst);
+    }
+
+    /// Publishes everything committed since the last tick, in order. Errors leave the relay to resynchronise on
+    /// the next tick.
+    pub async fn tick(&self) -> anyhow::Result<RelayProgress> {
+        let mut state = self.state.lock().await;
+        let result = self.run(&mut state).await;
+        if result.is_err() {
+            // After a failed publish nobody knows whether the bus stored it: ask the bus next time.
+            state.after = None;
+        }
+        self.report_lag(state.after).await;
+        result
+    }
+
+    async fn run(&self, state: &mut State) -> anyhow::Result<RelayProgress> {
+        if state.bus.is_none() {
+            state.bus = Some(match &self.target {
+                BusTarget::Memory(bus) => Bus::Memory(bus.clone()),
+                BusTarget::Nats { url, config } => Bus::Jetstream(
+                    super::JetstreamBus::connect(url, config.clone())
+                        .await
+                        .context("connecting the relay to NATS")?,
+                ),
+            });
+        }
+        let bus = state.bus.clone().context("the bus is connected above")?;
+        let mut after = match state.after {
+            Some(after) => after,
+            None => self.resume_point(&bus).await?,
+        };
+        state.after = Some(after);
+
+        let mut progress = RelayProgress {
+            position: after,
+            ..RelayProgress::default()
+        };
+        let started = Instant::now();
+        loop {
+            let events = self
+                .store
+                .read_after(after, PAGE)
+                .await
+                .context("reading the log")?;
+            if events.is_empty() {
+                break;
+            }
+            for event in &events {
+                let message = BusMessage::from_event(bus.config(), event)?;
+                let published = bus
+                    .publish(&message)
+                    .await
+                    .with_context(|| format!("publishing event at position {}", event.position))?;
+                progress.published += 1;
+                if published.duplicate {
+                    progress.duplicates += 1;
+                    metrics::counter!("pidevops_relay_duplicates_total").increment(1);
+                }
+                metrics::counter!("pidevops_relay_published_total").increment(1);
+                after = event.position;
+                state.after = Some(after);
+            }
+            if self.crash_before_checkpoint.swap(false, Ordering::SeqCst) {
+                anyhow::bail!(
+                    "injected crash after publishing up to {after}, before the checkpoint"
+                );
+            }
+            self.store
+                .advance_checkpoint(RELAY, after)
+                .await
+                .context("saving the relay checkpoint")?;
+            progress.position = after;
+            if started.elapsed() > TICK_BUDGET {
+                break;
+            }
+        }
+        progress.head = self.store.head().await.context("reading the log head")?;
+        Ok(progress)
+    }
+
+    async fn resume_point(&self, bus: &Bus) -> anyhow::Result<i64> {
+        let checkpoint = self
+            .store
+            .checkpoint(RELAY)
+            .await
+            .context("reading the relay checkpoint")?;
+        let tail = bus.tail().await.context("reading the end of the bus")?;
+        let resume = match tail {
+            Tail::Last(position) => position,
+            Tail::Expired => checkpoint,
+            Tail::Fresh => 0,
+        };
+        if resume != checkpoint {
+            tracing::info!(
+                checkpoint,
+                ?tail,
+                resume,
+                "relay resumes from the bus, not its checkpoint"
+            );
+        }
+        Ok(resume)
+    }
+
+    /// Lag gauges: how many committed events are not on the bus yet, and how old the oldest of them is.
+    async fn report_lag(&self, after: Option<i64>) {
+        let after = match after {
+            Some(after) => after,
+            None => match self.store.checkpoint(RELAY).await {
+                Ok(checkpoint) => checkpoint,
+                Err(_) => return,
+            },
+        };
+        let Ok(head) = self.store.head().await else {
+            return;
+        };
+        let behind = (head - after).max(0);
+        let seconds = if behind == 0 {
+            0.0
+        } else {
+            match self.store.read_after(after, 1).await {
+                Ok(oldest) => oldest.first().map_or(0.0, |e| {
+                    (chrono::Utc::now() - e.recorded_at)
+                        .num_milliseconds()
+                        .max(0) as f64
+                        / 1000.0
+                }),
+                Err(_) => return,
+            }
+        };
+        metrics::gauge!("pidevops_relay_lag_events").set(behind as f64);
+        metrics::gauge!("pidevops_relay_lag_seconds").set(seconds);
+    }
+}
