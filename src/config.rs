@@ -119,6 +119,10 @@ pub struct Settings {
     pub config_file: Option<PathBuf>,
     /// The parsed `pidevops.toml`, kept for the structured settings later modules read.
     pub file: toml::Table,
+    /// The JetStream stream and subject prefix (tests use their own).
+    pub bus: crate::bus::BusConfig,
+    /// How often the relay looks for newly committed events.
+    pub relay_interval: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -263,6 +267,8 @@ impl Settings {
             max_db_connections,
             config_file,
             file,
+            bus: crate::bus::BusConfig::default(),
+            relay_interval: env.seconds("PIDEVOPS_RELAY_INTERVAL_S", 1.0)?,
         })
     }
 
@@ -279,6 +285,7 @@ impl Settings {
         // Short enough for tests to see ticks, long enough that a loaded machine never makes it look stale.
         settings.heartbeat_interval = Duration::from_secs(1);
         settings.append_timeout = Duration::from_secs(5);
+        settings.relay_interval = Duration::from_millis(200);
         settings
     }
 

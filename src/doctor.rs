@@ -32,6 +32,17 @@ pub fn plan(settings: &Settings) -> Vec<PlannedLoop> {
             what: "a database round trip, so an outage shows in /health and /metrics even with no traffic",
         },
         PlannedLoop {
+            name: crate::bus::relay::RELAY,
+            state: LoopState::Armed,
+            reason: None,
+            interval: settings.relay_interval,
+            what: if settings.nats_url.is_some() {
+                "publishes committed events to NATS JetStream (NATS_URL), in order, each once"
+            } else {
+                "publishes committed events to the in-process bus (NATS_URL is not set)"
+            },
+        },
+        PlannedLoop {
             name: METRICS_UPKEEP_LOOP,
             state: LoopState::Armed,
             reason: None,
@@ -133,12 +144,28 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
         ),
     };
     let _ = writeln!(out, "api                        {state:<9} {detail}");
-    if settings.nats_url.is_some() {
-        let _ = writeln!(
-            out,
-            "bus                        unused    NATS_URL is set, but this version does not publish to NATS yet; \
-             events are in the log and nothing is lost"
-        );
+    match &settings.nats_url {
+        Some(url) => {
+            let reachable = tokio::time::timeout(
+                Duration::from_secs(5),
+                crate::bus::JetstreamBus::connect(url, settings.bus.clone()),
+            )
+            .await;
+            let detail = match reachable {
+                Ok(Ok(_)) => format!("JetStream stream {} is ready", settings.bus.stream),
+                Ok(Err(e)) => {
+                    format!("{e} (ingest goes on; the relay catches up when NATS answers)")
+                }
+                Err(_) => {
+                    "no answer within 5 s (ingest goes on; the relay catches up when NATS answers)"
+                        .into()
+                }
+            };
+            let _ = writeln!(out, "bus                        nats      {detail}");
+        }
+        None => {
+            let _ = writeln!(out, "bus                        memory    NATS_URL is not set; events fan out in-process");
+        }
     }
     let _ = writeln!(
         out,

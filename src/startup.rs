@@ -10,6 +10,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::bus::relay::{BusTarget, Relay};
+use crate::bus::MemoryBus;
 use crate::config::Settings;
 use crate::doctor::{self, HEARTBEAT_LOOP, METRICS_UPKEEP_LOOP};
 use crate::eventlog::{EventLog, EventStore};
@@ -44,6 +46,17 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         appender_shutdown.clone(),
     );
 
+    let relay = Arc::new(Relay::new(
+        store.clone(),
+        match &settings.nats_url {
+            Some(url) => BusTarget::Nats {
+                url: url.clone(),
+                config: settings.bus.clone(),
+            },
+            None => BusTarget::Memory(MemoryBus::new(settings.bus.clone())),
+        },
+    ));
+    let bus_kind = relay.bus_kind();
     let registry = loops::LoopRegistry::default();
     let tracker = TaskTracker::new();
     for planned in doctor::plan(&settings) {
@@ -61,6 +74,26 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
                         loops::spawn(&registry, &tracker, shutdown.clone(), spec, move || {
                             let store = store.clone();
                             async move { heartbeat(&store).await }
+                        });
+                    }
+                    crate::bus::relay::RELAY => {
+                        let relay = relay.clone();
+                        let registry_for_tick = registry.clone();
+                        loops::spawn(&registry, &tracker, shutdown.clone(), spec, move || {
+                            let relay = relay.clone();
+                            let registry = registry_for_tick.clone();
+                            async move {
+                                let progress = relay.tick().await?;
+                                registry.set_detail(
+                                    crate::bus::relay::RELAY,
+                                    serde_json::json!({
+                                        "position": progress.position,
+                                        "head": progress.head,
+                                        "behind": progress.head - progress.position,
+                                    }),
+                                );
+                                Ok(())
+                            }
                         });
                     }
                     METRICS_UPKEEP_LOOP => {
@@ -89,6 +122,7 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         loops: registry,
         metrics,
         started: Instant::now(),
+        bus_kind,
     };
     Ok(App {
         listener,

@@ -232,3 +232,101 @@ async fn ingest_goes_on_while_nats_is_down_and_the_relay_catches_up() {
     assert_bus_matches_log(&target.reader, &store, 40).await;
     target.cleanup().await;
 }
+
+/// The running service: a webhook's event reaches JetStream through the relay loop, and /health says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_reaches_jetstream_through_the_running_service() {
+    let Some(target) = Target::nats().await else {
+        return;
+    };
+    let db = TestDb::sqlite();
+    let mut settings = common::settings(&db);
+    settings.nats_url = Some(nats_url());
+    settings.bus = target.reader.config().clone();
+    let app = common::TestApp::spawn(settings).await;
+    let body =
+        std::fs::read(common::fixtures_dir().join("github/issues/opened.payload.json")).unwrap();
+    assert_eq!(
+        app.post_github("issues", "e2e-1", &body)
+            .await
+            .status()
+            .as_u16(),
+        200
+    );
+    common::eventually("the event is on the stream", || async {
+        target
+            .reader
+            .read(1, 10)
+            .await
+            .map(|m| m.len() == 1)
+            .unwrap_or(false)
+    })
+    .await;
+    let message = target.reader.read(1, 10).await.unwrap().remove(0);
+    assert_eq!(
+        message.subject,
+        format!(
+            "{}.github.issues.opened",
+            target.reader.config().subject_prefix
+        )
+    );
+    common::eventually("health reports the relay caught up", || async {
+        app.health().await.1["checks"]["bus"]["relay"]["behind"] == 0
+    })
+    .await;
+    let (status, health) = app.health().await;
+    assert_eq!(status, 200, "{health}");
+    assert_eq!(health["checks"]["bus"]["kind"], "nats");
+    assert_eq!(health["loops"]["relay"]["state"], "armed");
+    app.stop().await;
+    target.cleanup().await;
+}
+
+/// NATS configured but down: webhooks still 200, /health warns (not fails) and names the relay's error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_nats_down_webhooks_succeed_and_health_warns() {
+    let db = TestDb::sqlite();
+    let mut settings = common::settings(&db);
+    settings.nats_url = Some("nats://127.0.0.1:1".into());
+    settings.bus = config();
+    let app = common::TestApp::spawn(settings).await;
+    for i in 0..5 {
+        let r = app
+            .post_github("ping", &format!("down-{i}"), br#"{"zen":"z"}"#)
+            .await;
+        assert_eq!(r.status().as_u16(), 200);
+    }
+    common::eventually("the relay reports its error", || async {
+        app.health().await.1["loops"]["relay"]["errors"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 1
+    })
+    .await;
+    let (status, health) = app.health().await;
+    assert_eq!(
+        status, 200,
+        "the bus is fan-out; its outage warns: {health}"
+    );
+    assert_eq!(health["status"], "warn");
+    assert_eq!(health["checks"]["bus"]["status"], "warn");
+    assert!(
+        health["loops"]["relay"]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("NATS"),
+        "{health}"
+    );
+    assert_eq!(app.all_events().await.len(), 5);
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("pidevops_relay_lag_events"), "{metrics}");
+    app.stop().await;
+}

@@ -1,30 +1,47 @@
-//! The in-process bus: the embedded default and JetStream's twin in tests. Same semantics: idempotent by event id,
-//! publish order kept, last position readable. It lives as long as the process, like the fan-out it stands in for.
+//! The in-process bus: the embedded default and JetStream's twin in tests. Same semantics: idempotent by event id
+//! (for the messages it still holds), publish order kept, the last position readable. Bounded like a JetStream
+//! stream with a message limit and `discard: old`, so a long-running process does not keep every body in memory.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use uuid::Uuid;
 
-use super::{BusConfig, BusMessage, Published};
+use super::{BusConfig, BusMessage, Published, Tail};
+
+/// How many messages the in-process bus keeps before dropping the oldest.
+pub const DEFAULT_MAX_MESSAGES: usize = 10_000;
 
 #[derive(Clone, Debug)]
 pub struct MemoryBus {
     config: BusConfig,
+    max_messages: usize,
     inner: Arc<Mutex<Inner>>,
 }
 
 #[derive(Debug, Default)]
 struct Inner {
-    messages: Vec<BusMessage>,
+    messages: VecDeque<BusMessage>,
+    /// The sequence of `messages[0]` (sequences start at 1).
+    first_sequence: u64,
+    /// The last sequence ever assigned; 0 = nothing was ever published.
+    last_sequence: u64,
     sequence_by_id: HashMap<Uuid, u64>,
 }
 
 impl MemoryBus {
     pub fn new(config: BusConfig) -> Self {
+        Self::with_limit(config, DEFAULT_MAX_MESSAGES)
+    }
+
+    pub fn with_limit(config: BusConfig, max_messages: usize) -> Self {
         Self {
             config,
-            inner: Arc::default(),
+            max_messages: max_messages.max(1),
+            inner: Arc::new(Mutex::new(Inner {
+                first_sequence: 1,
+                ..Inner::default()
+            })),
         }
     }
 
@@ -39,6 +56,7 @@ impl MemoryBus {
     }
 
     pub fn publish(&self, message: &BusMessage) -> Published {
+        let max = self.max_messages;
         self.with(|inner| {
             if let Some(&sequence) = inner.sequence_by_id.get(&message.event_id) {
                 return Published {
@@ -46,9 +64,16 @@ impl MemoryBus {
                     duplicate: true,
                 };
             }
-            inner.messages.push(message.clone());
-            let sequence = inner.messages.len() as u64;
+            inner.last_sequence += 1;
+            let sequence = inner.last_sequence;
+            inner.messages.push_back(message.clone());
             inner.sequence_by_id.insert(message.event_id, sequence);
+            while inner.messages.len() > max {
+                if let Some(old) = inner.messages.pop_front() {
+                    inner.sequence_by_id.remove(&old.event_id);
+                    inner.first_sequence += 1;
+                }
+            }
             Published {
                 sequence,
                 duplicate: false,
@@ -56,20 +81,63 @@ impl MemoryBus {
         })
     }
 
+    pub fn tail(&self) -> Tail {
+        self.with(|inner| match inner.messages.back() {
+            Some(last) => Tail::Last(last.position),
+            None if inner.last_sequence > 0 => Tail::Expired,
+            None => Tail::Fresh,
+        })
+    }
+
     pub fn last_position(&self) -> Option<i64> {
-        self.with(|inner| inner.messages.last().map(|m| m.position))
+        self.with(|inner| inner.messages.back().map(|m| m.position))
     }
 
     pub fn read(&self, from: u64, limit: usize) -> Vec<BusMessage> {
         self.with(|inner| {
-            let start = usize::try_from(from.max(1) - 1).unwrap_or(usize::MAX);
+            let skip = from.max(inner.first_sequence) - inner.first_sequence;
+            let skip = usize::try_from(skip).unwrap_or(usize::MAX);
             inner
                 .messages
                 .iter()
-                .skip(start)
+                .skip(skip)
                 .take(limit)
                 .cloned()
                 .collect()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn message(position: i64) -> BusMessage {
+        BusMessage {
+            subject: "s".into(),
+            event_id: Uuid::now_v7(),
+            position,
+            payload: Bytes::new(),
+        }
+    }
+
+    #[test]
+    fn the_oldest_messages_go_first_and_sequences_keep_counting() {
+        let bus = MemoryBus::with_limit(BusConfig::default(), 3);
+        assert_eq!(bus.tail(), Tail::Fresh);
+        let sent: Vec<_> = (1..=5).map(message).collect();
+        for m in &sent {
+            bus.publish(m);
+        }
+        assert_eq!(
+            bus.read(1, 10),
+            sent[2..].to_vec(),
+            "only the last three are held"
+        );
+        assert_eq!(bus.read(5, 10), sent[4..].to_vec());
+        assert_eq!(bus.tail(), Tail::Last(5));
+        assert!(bus.publish(&sent[4]).duplicate);
+        assert_eq!(bus.publish(&message(6)).sequence, 6);
     }
 }

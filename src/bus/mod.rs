@@ -168,10 +168,7 @@ impl Bus {
     pub async fn tail(&self) -> Result<Tail, BusError> {
         match self {
             Self::Jetstream(b) => b.tail().await,
-            Self::Memory(b) => Ok(match b.last_position() {
-                Some(position) => Tail::Last(position),
-                None => Tail::Fresh,
-            }),
+            Self::Memory(b) => Ok(b.tail()),
         }
     }
 

@@ -98,6 +98,18 @@ pub async fn health(State(state): State<AppState>) -> Response {
         "webhooks",
         json!({ "status": Status::Pass, "sources": webhooks }),
     );
+    // The bus is fan-out: when it is down ingest goes on, so its trouble warns rather than fails.
+    let relay = loops.get(crate::bus::relay::RELAY);
+    let bus_status = if relay.is_some_and(|r| r.failing) {
+        Status::Warn
+    } else {
+        Status::Pass
+    };
+    let mut bus = json!({ "status": bus_status, "kind": state.bus_kind });
+    if let Some(detail) = relay.and_then(|r| r.detail.clone()) {
+        bus["relay"] = detail;
+    }
+    checks.insert("bus", bus);
     let body = HealthBody {
         status,
         version: env!("CARGO_PKG_VERSION"),
@@ -151,6 +163,7 @@ mod tests {
             ticks: 0,
             errors: 0,
             stale,
+            detail: None,
             failing,
         }
     }

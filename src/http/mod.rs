@@ -31,6 +31,8 @@ pub struct AppState {
     pub loops: LoopRegistry,
     pub metrics: PrometheusHandle,
     pub started: Instant,
+    /// `nats` or `memory`: where the relay publishes.
+    pub bus_kind: &'static str,
 }
 
 pub fn router(state: AppState) -> Router {

@@ -53,6 +53,7 @@ struct LoopRecord {
     last_tick_failed: bool,
     ticks: u64,
     errors: u64,
+    detail: Option<serde_json::Value>,
 }
 
 /// What `/health` shows for one loop.
@@ -67,6 +68,9 @@ pub struct LoopReport {
     pub ticks: u64,
     pub errors: u64,
     pub stale: bool,
+    /// Loop-specific facts (the relay's lag, say).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<serde_json::Value>,
     /// The most recent tick failed (the loop still runs; health warns).
     #[serde(skip)]
     pub failing: bool,
@@ -109,6 +113,7 @@ impl LoopRegistry {
                     last_tick_failed: false,
                     ticks: 0,
                     errors: 0,
+                    detail: None,
                 },
             );
         });
@@ -175,6 +180,15 @@ impl LoopRegistry {
         });
     }
 
+    /// Attaches loop-specific facts to a loop's report.
+    pub fn set_detail(&self, name: &str, detail: serde_json::Value) {
+        self.with(|loops| {
+            if let Some(record) = loops.get_mut(name) {
+                record.detail = Some(detail);
+            }
+        });
+    }
+
     /// Every loop's state as of now. Pure memory: no I/O, so `/metrics` can call it at scrape time.
     pub fn report(&self) -> BTreeMap<String, LoopReport> {
         let now = Instant::now();
@@ -201,6 +215,7 @@ impl LoopRegistry {
                             ticks: r.ticks,
                             errors: r.errors,
                             stale,
+                            detail: r.detail.clone(),
                             failing: r.last_tick_failed,
                         },
                     )
