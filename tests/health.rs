@@ -60,7 +60,14 @@ async fn health_reports_the_database_and_every_loop(db: TestDb) {
         chrono::DateTime::parse_from_rfc3339(at).expect("RFC 3339");
     }
     assert_eq!(health["loops"]["metrics_upkeep"]["state"], "armed");
-    assert_eq!(health["loops"]["relay"]["state"], "armed");
+    assert_eq!(
+        health["loops"]["relay"]["state"], "disabled",
+        "no NATS_URL, no consumer: nothing to fan out"
+    );
+    assert!(health["loops"]["relay"]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("NATS_URL"));
     assert_eq!(health["checks"]["bus"]["kind"], "memory");
     assert_eq!(health["checks"]["bus"]["status"], "pass");
     app.stop().await;
