@@ -6,18 +6,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::TestDb;
-use pidevops::bus::{Bus, BusConfig, BusMessage, JetstreamBus};
+use pidevops::bus::{Bus, BusMessage, JetstreamBus};
 use pidevops::domain::{EventType, NewEvent, Source};
 use pidevops::eventlog::{EventLog, EventStore};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
-
-fn nats_url() -> String {
-    std::env::var("PIDEVOPS_TEST_NATS_URL")
-        .ok()
-        .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| "nats://127.0.0.1:4222".to_owned())
-}
 
 /// A bus with a stream of its own; the JetStream one is deleted afterwards.
 struct TestBus {
@@ -25,23 +18,15 @@ struct TestBus {
 }
 
 impl TestBus {
-    fn config() -> BusConfig {
-        let tag = Uuid::new_v4().simple().to_string();
-        BusConfig {
-            stream: format!("PIDEVOPS_TEST_{tag}"),
-            subject_prefix: format!("pidevops_test_{tag}.events"),
-        }
-    }
-
     fn memory() -> Self {
         Self {
-            bus: Bus::Memory(pidevops::bus::MemoryBus::new(Self::config())),
+            bus: Bus::Memory(pidevops::bus::MemoryBus::new(common::bus_config())),
         }
     }
 
     async fn nats() -> Option<Self> {
-        let url = nats_url();
-        match JetstreamBus::connect(&url, Self::config()).await {
+        let url = common::nats_url();
+        match JetstreamBus::connect(&url, common::bus_config()).await {
             Ok(bus) => Some(Self {
                 bus: Bus::Jetstream(bus),
             }),
@@ -190,10 +175,10 @@ async fn the_stream_is_created_with_its_explicit_settings_and_updates_idempotent
     };
     let config = test.bus.config().clone();
     // A second start-up against the same stream updates it to the same settings.
-    let again = JetstreamBus::connect(&nats_url(), config.clone())
+    let again = JetstreamBus::connect(&common::nats_url(), config.clone())
         .await
         .expect("idempotent set-up");
-    let client = async_nats::connect(nats_url()).await.unwrap();
+    let client = async_nats::connect(common::nats_url()).await.unwrap();
     let js = async_nats::jetstream::new(client);
     let mut stream = js.get_stream(&config.stream).await.unwrap();
     let info = stream.info().await.unwrap().config.clone();
@@ -218,7 +203,7 @@ async fn the_stream_is_created_with_its_explicit_settings_and_updates_idempotent
 #[tokio::test]
 async fn an_unreachable_nats_is_a_prompt_connect_error() {
     let started = std::time::Instant::now();
-    let err = JetstreamBus::connect("nats://127.0.0.1:1", TestBus::config())
+    let err = JetstreamBus::connect("nats://127.0.0.1:1", common::bus_config())
         .await
         .unwrap_err();
     assert!(err.to_string().starts_with("cannot reach NATS"), "{err}");

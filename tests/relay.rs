@@ -7,26 +7,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::TestDb;
 use pidevops::bus::relay::{BusTarget, Relay, RELAY};
-use pidevops::bus::{Bus, BusConfig, JetstreamBus, MemoryBus};
+use pidevops::bus::{Bus, JetstreamBus, MemoryBus};
 use pidevops::domain::{EventType, NewEvent, Source};
 use pidevops::eventlog::{EventLog, EventStore};
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
-
-fn nats_url() -> String {
-    std::env::var("PIDEVOPS_TEST_NATS_URL")
-        .ok()
-        .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| "nats://127.0.0.1:4222".to_owned())
-}
-
-fn config() -> BusConfig {
-    let tag = Uuid::new_v4().simple().to_string();
-    BusConfig {
-        stream: format!("PIDEVOPS_TEST_{tag}"),
-        subject_prefix: format!("pidevops_test_{tag}.events"),
-    }
-}
 
 /// A bus to read back from, and how to make relays that publish to it.
 struct Target {
@@ -37,16 +21,16 @@ struct Target {
 impl Target {
     fn memory() -> Self {
         Self {
-            reader: Bus::Memory(MemoryBus::new(config())),
+            reader: Bus::Memory(MemoryBus::new(common::bus_config())),
             url: None,
         }
     }
 
     async fn nats() -> Option<Self> {
-        match JetstreamBus::connect(&nats_url(), config()).await {
+        match JetstreamBus::connect(&common::nats_url(), common::bus_config()).await {
             Ok(bus) => Some(Self {
                 reader: Bus::Jetstream(bus),
-                url: Some(nats_url()),
+                url: Some(common::nats_url()),
             }),
             Err(e) if common::in_ci() => panic!("CI is set and NATS is unreachable: {e}"),
             Err(e) => {
@@ -241,7 +225,7 @@ async fn a_webhook_reaches_jetstream_through_the_running_service() {
     };
     let db = TestDb::sqlite();
     let mut settings = common::settings(&db);
-    settings.nats_url = Some(nats_url());
+    settings.nats_url = Some(common::nats_url());
     settings.bus = target.reader.config().clone();
     let app = common::TestApp::spawn(settings).await;
     let body =
@@ -288,7 +272,7 @@ async fn with_nats_down_webhooks_succeed_and_health_warns() {
     let db = TestDb::sqlite();
     let mut settings = common::settings(&db);
     settings.nats_url = Some("nats://127.0.0.1:1".into());
-    settings.bus = config();
+    settings.bus = common::bus_config();
     let app = common::TestApp::spawn(settings).await;
     for i in 0..5 {
         let r = app

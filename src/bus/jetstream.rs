@@ -121,7 +121,8 @@ impl JetstreamBus {
             .map_err(|e| BusError::Read(e.to_string()))
     }
 
-    pub async fn tail(&self) -> Result<Tail, BusError> {
+    /// The stream handle and its current state (message count, first and last sequence).
+    async fn state(&self) -> Result<(stream::Stream, stream::State), BusError> {
         let mut stream = self.stream().await?;
         let state = stream
             .info()
@@ -129,6 +130,11 @@ impl JetstreamBus {
             .map_err(|e| BusError::Read(e.to_string()))?
             .state
             .clone();
+        Ok((stream, state))
+    }
+
+    pub async fn tail(&self) -> Result<Tail, BusError> {
+        let (stream, state) = self.state().await?;
         if state.messages > 0 {
             let message = self.get(&stream, state.last_sequence).await?;
             Ok(Tail::Last(message.position))
@@ -140,13 +146,7 @@ impl JetstreamBus {
     }
 
     pub async fn read(&self, from: u64, limit: usize) -> Result<Vec<BusMessage>, BusError> {
-        let mut stream = self.stream().await?;
-        let state = stream
-            .info()
-            .await
-            .map_err(|e| BusError::Read(e.to_string()))?
-            .state
-            .clone();
+        let (stream, state) = self.state().await?;
         let mut out = Vec::new();
         let mut sequence = from.max(state.first_sequence).max(1);
         while out.len() < limit && state.messages > 0 && sequence <= state.last_sequence {

@@ -26,6 +26,22 @@ pub fn postgres_admin_url() -> String {
         .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
 }
 
+pub fn nats_url() -> String {
+    std::env::var("PIDEVOPS_TEST_NATS_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| "nats://127.0.0.1:4222".to_owned())
+}
+
+/// A stream and subject prefix of a test's own, so tests sharing one NATS never see each other's messages.
+pub fn bus_config() -> pidevops::bus::BusConfig {
+    let tag = uuid::Uuid::new_v4().simple().to_string();
+    pidevops::bus::BusConfig {
+        stream: format!("PIDEVOPS_TEST_{tag}"),
+        subject_prefix: format!("pidevops_test_{tag}.events"),
+    }
+}
+
 pub fn in_ci() -> bool {
     std::env::var("CI")
         .map(|v| !v.is_empty() && v != "false")
