@@ -116,15 +116,7 @@ async fn a_panicking_loop_keeps_ticking_and_reports_the_error() {
     assert_eq!(flaky["last_ok_at"], Value::Null);
     assert_eq!(flaky["ticks"], flaky["errors"]);
 
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics().await;
     assert!(
         metrics.contains(r#"pidevops_loop_errors_total{loop="flaky"}"#),
         "{metrics}"
@@ -164,15 +156,7 @@ async fn a_loop_that_stops_ticking_fails_health() {
         health["loops"]["database_heartbeat"]["stale"], false,
         "only the wedged loop is blamed"
     );
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics().await;
     assert!(
         metrics.contains(r#"pidevops_loop_stale{loop="wedged"} 1"#),
         "{metrics}"

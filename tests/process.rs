@@ -168,19 +168,24 @@ fn start_senders(
     (acked, attempted, tasks)
 }
 
+/// Waits until at least `n` deliveries were acknowledged (at most 20 s).
+async fn wait_for_acks(acked: &Acked, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while acked.lock().unwrap().len() < n {
+        assert!(
+            Instant::now() < deadline,
+            "too few deliveries were acknowledged"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 async fn acknowledged_deliveries_survive_sigkill_exactly_once(db: TestDb) {
     let url = db.url_string();
     let mut server = Server::start(&url).await;
     let stop = Arc::new(AtomicBool::new(false));
     let (acked, attempted, senders) = start_senders(&server.base, 8, stop.clone());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while acked.lock().unwrap().len() < 150 {
-        assert!(
-            Instant::now() < deadline,
-            "too few deliveries were acknowledged"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_acks(&acked, 150).await;
     // SIGKILL: no drain, no flush, no goodbye.
     server.child.kill().unwrap();
     server.child.wait().unwrap();
@@ -261,14 +266,7 @@ async fn sigterm_drains_in_flight_deliveries_and_exits_zero(db: TestDb) {
     let mut server = Server::start(&url).await;
     let stop = Arc::new(AtomicBool::new(false));
     let (acked, _attempted, senders) = start_senders(&server.base, 8, stop.clone());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while acked.lock().unwrap().len() < 50 {
-        assert!(
-            Instant::now() < deadline,
-            "too few deliveries were acknowledged"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for_acks(&acked, 50).await;
     let pid = nix::unistd::Pid::from_raw(server.child.id() as i32);
     let signalled = Instant::now();
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();

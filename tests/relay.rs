@@ -302,15 +302,7 @@ async fn with_nats_down_webhooks_succeed_and_health_warns() {
         "{health}"
     );
     assert_eq!(app.all_events().await.len(), 5);
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics().await;
     assert!(metrics.contains("pidevops_relay_lag_events"), "{metrics}");
     app.stop().await;
 }

@@ -89,10 +89,6 @@ impl MemoryBus {
         })
     }
 
-    pub fn last_position(&self) -> Option<i64> {
-        self.with(|inner| inner.messages.back().map(|m| m.position))
-    }
-
     pub fn read(&self, from: u64, limit: usize) -> Vec<BusMessage> {
         self.with(|inner| {
             let skip = from.max(inner.first_sequence) - inner.first_sequence;

@@ -299,6 +299,17 @@ impl TestApp {
         (status, response.json().await.expect("health is JSON"))
     }
 
+    /// The `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        let response = self
+            .client
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .expect("metrics answers");
+        response.text().await.expect("metrics is text")
+    }
+
     /// Every stored event, in position order.
     pub async fn all_events(&self) -> Vec<pidevops::eventlog::StoredEvent> {
         let mut out = Vec::new();
