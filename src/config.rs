@@ -123,6 +123,12 @@ pub struct Settings {
     pub bus: crate::bus::BusConfig,
     /// How often the relay looks for newly committed events.
     pub relay_interval: Duration,
+    /// How often projectors look for newly committed events.
+    pub projector_interval: Duration,
+    /// The failover bound for singleton loops: a dead holder's loops resume on another replica within this.
+    pub lease_ttl: Duration,
+    /// This process's name in leases and `/health` (`PIDEVOPS_INSTANCE_ID`, else host, pid and a random tag).
+    pub instance_id: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -269,6 +275,9 @@ impl Settings {
             file,
             bus: crate::bus::BusConfig::default(),
             relay_interval: env.seconds("PIDEVOPS_RELAY_INTERVAL_S", 1.0)?,
+            projector_interval: env.seconds("PIDEVOPS_PROJECTOR_INTERVAL_S", 1.0)?,
+            lease_ttl: lease_ttl(env)?,
+            instance_id: instance_id(env),
         })
     }
 
@@ -286,6 +295,7 @@ impl Settings {
         settings.heartbeat_interval = Duration::from_secs(1);
         settings.append_timeout = Duration::from_secs(5);
         settings.relay_interval = Duration::from_millis(200);
+        settings.projector_interval = Duration::from_millis(200);
         settings
     }
 
@@ -309,6 +319,43 @@ fn read_config_file(path: &Path) -> Result<toml::Table, ConfigError> {
             path: path.to_owned(),
             source: Box::new(source),
         })
+}
+
+/// At least 3 s: renewals run every sixth of it, and a shorter lease would churn under an ordinary GC pause.
+fn lease_ttl(env: &Env) -> Result<Duration, ConfigError> {
+    let ttl = env.seconds("PIDEVOPS_LEASE_TTL_S", 15.0)?;
+    if ttl < Duration::from_secs(3) {
+        return Err(ConfigError::Invalid {
+            field: "PIDEVOPS_LEASE_TTL_S",
+            reason: format!("{} s is shorter than the 3 s minimum", ttl.as_secs_f64()),
+        });
+    }
+    Ok(ttl)
+}
+
+/// Unique per process, readable by a person: `PIDEVOPS_INSTANCE_ID`, else Railway's replica id or the host
+/// name, then the pid and a random tag (a restarted process is a new holder).
+fn instance_id(env: &Env) -> String {
+    if let Some(id) = env.get("PIDEVOPS_INSTANCE_ID").filter(|s| !s.is_empty()) {
+        return id.to_owned();
+    }
+    let host = env
+        .get("RAILWAY_REPLICA_ID")
+        .or_else(|| env.get("HOSTNAME"))
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|s| s.trim().to_owned())
+        })
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "host".to_owned());
+    format!(
+        "{host}-{}-{:04x}",
+        std::process::id(),
+        rand::random::<u16>()
+    )
 }
 
 #[cfg(test)]

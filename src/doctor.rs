@@ -14,7 +14,9 @@ pub const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlannedLoop {
-    pub name: &'static str,
+    pub name: String,
+    /// Singleton loops run on the one replica holding their lease.
+    pub singleton: bool,
     pub state: LoopState,
     pub reason: Option<String>,
     pub interval: Duration,
@@ -23,9 +25,10 @@ pub struct PlannedLoop {
 
 /// Which loops run under these settings. Pure.
 pub fn plan(settings: &Settings) -> Vec<PlannedLoop> {
-    vec![
+    let mut loops = vec![
         PlannedLoop {
-            name: HEARTBEAT_LOOP,
+            name: HEARTBEAT_LOOP.to_owned(),
+            singleton: false,
             state: LoopState::Armed,
             reason: None,
             interval: settings.heartbeat_interval,
@@ -33,7 +36,8 @@ pub fn plan(settings: &Settings) -> Vec<PlannedLoop> {
         },
         match settings.nats_url {
             Some(_) => PlannedLoop {
-                name: crate::bus::relay::RELAY,
+                name: crate::bus::relay::RELAY.to_owned(),
+                singleton: true,
                 state: LoopState::Armed,
                 reason: None,
                 interval: settings.relay_interval,
@@ -42,7 +46,8 @@ pub fn plan(settings: &Settings) -> Vec<PlannedLoop> {
             // Publishing every body to an in-process bus nobody reads would cost ingest a fifth of its throughput
             // (measured); it is armed when something consumes it.
             None => PlannedLoop {
-                name: crate::bus::relay::RELAY,
+                name: crate::bus::relay::RELAY.to_owned(),
+                singleton: true,
                 state: LoopState::Disabled,
                 reason: Some(
                     "NATS_URL is not set, and nothing in this process consumes the in-process bus yet".to_owned(),
@@ -52,13 +57,33 @@ pub fn plan(settings: &Settings) -> Vec<PlannedLoop> {
             },
         },
         PlannedLoop {
-            name: METRICS_UPKEEP_LOOP,
+            name: METRICS_UPKEEP_LOOP.to_owned(),
+            singleton: false,
             state: LoopState::Armed,
             reason: None,
             interval: METRICS_UPKEEP_INTERVAL,
             what: "drains histogram buffers so /metrics stays cheap to render",
         },
-    ]
+        PlannedLoop {
+            name: crate::loops::lease::LEASES_LOOP.to_owned(),
+            singleton: false,
+            state: LoopState::Armed,
+            reason: None,
+            interval: settings.lease_ttl / 6,
+            what: "renews this replica's leases and takes over singleton loops whose holder went silent",
+        },
+    ];
+    for projector in crate::projectors::all() {
+        loops.push(PlannedLoop {
+            name: crate::projectors::loop_name(projector.name()),
+            singleton: true,
+            state: LoopState::Armed,
+            reason: None,
+            interval: settings.projector_interval,
+            what: "applies newly committed events to a read model, checkpointed in the same transaction",
+        });
+    }
+    loops
 }
 
 /// Prints the truth about this configuration; returns the report and whether everything enabled can run.

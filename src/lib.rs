@@ -33,5 +33,6 @@ pub mod eventlog;
 pub mod http;
 pub mod ingress;
 pub mod loops;
+pub mod projectors;
 pub mod startup;
 pub mod telemetry;

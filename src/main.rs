@@ -42,6 +42,15 @@ enum Command {
         #[arg(long)]
         follow: bool,
     },
+    /// Rebuild read models from position 0, with progress; safe while `serve` runs.
+    Replay {
+        /// The projector to rebuild (see `--all`).
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        projector: Option<String>,
+        /// Rebuild every projector.
+        #[arg(long)]
+        all: bool,
+    },
 }
 
 #[tokio::main]
@@ -72,6 +81,7 @@ async fn main() -> ExitCode {
             limit,
             follow,
         } => events(settings, after, limit, follow).await,
+        Command::Replay { projector, all } => replay(settings, projector, all).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -171,4 +181,60 @@ async fn events(
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
+}
+
+async fn replay(settings: Settings, name: Option<String>, all: bool) -> anyhow::Result<()> {
+    use indicatif::{ProgressBar, ProgressStyle};
+    use pidevops::projectors::{self, Projection, REPLAY_BATCH};
+
+    let known = projectors::all();
+    let chosen: Vec<_> = match (&name, all) {
+        (_, true) => known,
+        (Some(name), false) => {
+            let names: Vec<_> = known.iter().map(|p| p.name()).collect();
+            let found: Vec<_> = known.into_iter().filter(|p| p.name() == name).collect();
+            if found.is_empty() {
+                anyhow::bail!(
+                    "there is no projector named {name:?}; known: {}",
+                    names.join(", ")
+                );
+            }
+            found
+        }
+        (None, false) => anyhow::bail!("name a projector, or pass --all"),
+    };
+    let store = EventStore::connect(&settings.database, 2)
+        .await
+        .with_context(|| format!("connecting to {}", settings.database.redacted()))?;
+    store.migrate().await.context("applying migrations")?;
+    for projector in chosen {
+        let name = projector.name();
+        let projection = Projection::with_batch(store.clone(), projector, REPLAY_BATCH);
+        let bar = ProgressBar::new(0);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{prefix:>10} [{bar:40}] {pos}/{len} events  {per_sec}  eta {eta}",
+            )
+            .context("the progress template")?
+            .progress_chars("=> "),
+        );
+        bar.set_prefix(name);
+        let started = std::time::Instant::now();
+        let done = projection
+            .rebuild(|p| {
+                bar.set_length(p.head.max(0) as u64);
+                bar.set_position(p.position.max(0) as u64);
+            })
+            .await
+            .with_context(|| format!("replaying {name}"))?;
+        bar.finish_and_clear();
+        let seconds = started.elapsed().as_secs_f64();
+        eprintln!(
+            "replayed {name}: {} events in {seconds:.2} s ({:.0} events/s), now at position {}",
+            done.events,
+            done.events as f64 / seconds.max(1e-9),
+            done.position
+        );
+    }
+    Ok(())
 }

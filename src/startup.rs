@@ -10,13 +10,18 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::bus::relay::{BusTarget, Relay};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::bus::relay::{BusTarget, Relay, RELAY};
 use crate::bus::MemoryBus;
 use crate::config::Settings;
 use crate::doctor::{self, HEARTBEAT_LOOP, METRICS_UPKEEP_LOOP};
 use crate::eventlog::{EventLog, EventStore};
 use crate::http::{router, AppState};
+use crate::loops::lease::{while_held, LeaseHandle, Leases, LEASES_LOOP};
 use crate::loops::{self, LoopSpec, LoopState};
+use crate::projectors::{self, Projection};
 use crate::telemetry;
 
 /// How long a graceful shutdown may take before the process gives up waiting.
@@ -29,6 +34,7 @@ pub struct App {
     appender_shutdown: CancellationToken,
     appender: tokio::task::JoinHandle<()>,
     tracker: TaskTracker,
+    leases: Leases,
 }
 
 pub async fn build(settings: Settings) -> anyhow::Result<App> {
@@ -58,58 +64,42 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
     ));
     let bus_kind = relay.bus_kind();
     let registry = loops::LoopRegistry::default();
+    let leases = Leases::new(
+        store.clone(),
+        settings.instance_id.clone(),
+        settings.lease_ttl,
+    );
+    let projections: BTreeMap<String, Arc<Projection>> = projectors::all()
+        .into_iter()
+        .map(|p| {
+            (
+                projectors::loop_name(p.name()),
+                Arc::new(Projection::new(store.clone(), p)),
+            )
+        })
+        .collect();
     let tracker = TaskTracker::new();
     for planned in doctor::plan(&settings) {
+        let name = planned.name.clone();
         match planned.state {
-            LoopState::Disabled => {
-                registry.disable(planned.name, planned.reason.unwrap_or_default())
-            }
-            LoopState::Unarmed => registry.unarm(planned.name, planned.reason.unwrap_or_default()),
+            LoopState::Disabled => registry.disable(&name, planned.reason.unwrap_or_default()),
+            LoopState::Unarmed => registry.unarm(&name, planned.reason.unwrap_or_default()),
             LoopState::Armed => {
-                let spec =
-                    LoopSpec::new(planned.name, planned.interval, settings.loop_startup_delay);
-                match planned.name {
-                    HEARTBEAT_LOOP => {
-                        let store = store.clone();
-                        loops::spawn(&registry, &tracker, shutdown.clone(), spec, move || {
-                            let store = store.clone();
-                            async move { heartbeat(&store).await }
-                        });
-                    }
-                    crate::bus::relay::RELAY => {
-                        let relay = relay.clone();
-                        let registry_for_tick = registry.clone();
-                        loops::spawn(&registry, &tracker, shutdown.clone(), spec, move || {
-                            let relay = relay.clone();
-                            let registry = registry_for_tick.clone();
-                            async move {
-                                let progress = relay.tick().await?;
-                                registry.set_detail(
-                                    crate::bus::relay::RELAY,
-                                    serde_json::json!({
-                                        "position": progress.position,
-                                        "head": progress.head,
-                                        "behind": progress.head - progress.position,
-                                    }),
-                                );
-                                Ok(())
-                            }
-                        });
-                    }
-                    METRICS_UPKEEP_LOOP => {
-                        let handle = metrics.clone();
-                        loops::spawn(&registry, &tracker, shutdown.clone(), spec, move || {
-                            let handle = handle.clone();
-                            async move {
-                                handle.run_upkeep();
-                                Ok(())
-                            }
-                        });
-                    }
-                    other => {
-                        anyhow::bail!("the loop plan names {other}, which startup does not know")
-                    }
-                }
+                let spec = LoopSpec::new(&name, planned.interval, settings.loop_startup_delay);
+                let job = match name.as_str() {
+                    HEARTBEAT_LOOP => Job::Heartbeat(store.clone()),
+                    RELAY => Job::Relay(relay.clone()),
+                    METRICS_UPKEEP_LOOP => Job::MetricsUpkeep(metrics.clone()),
+                    LEASES_LOOP => Job::Leases(leases.clone()),
+                    other => match projections.get(other) {
+                        Some(projection) => Job::Projector(projection.clone()),
+                        None => anyhow::bail!(
+                            "the loop plan names {other}, which startup does not know"
+                        ),
+                    },
+                };
+                let lease = planned.singleton.then(|| leases.register(&name));
+                spawn_job(&registry, &tracker, &shutdown, spec, job, lease);
             }
         }
     }
@@ -123,6 +113,7 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         metrics,
         started: Instant::now(),
         bus_kind,
+        leases: leases.clone(),
     };
     Ok(App {
         listener,
@@ -131,7 +122,93 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         appender_shutdown,
         appender,
         tracker,
+        leases,
     })
+}
+
+/// What a loop does on each tick.
+enum Job {
+    Heartbeat(EventStore),
+    Relay(Arc<Relay>),
+    MetricsUpkeep(metrics_exporter_prometheus::PrometheusHandle),
+    Leases(Leases),
+    Projector(Arc<Projection>),
+}
+
+impl Job {
+    /// One tick's work; its detail for `/health`, if any.
+    async fn run(&self) -> anyhow::Result<Option<serde_json::Value>> {
+        match self {
+            Self::Heartbeat(store) => heartbeat(store).await.map(|()| None),
+            Self::Relay(relay) => {
+                let progress = relay.tick().await?;
+                Ok(Some(serde_json::json!({
+                    "position": progress.position,
+                    "head": progress.head,
+                    "behind": progress.head - progress.position,
+                })))
+            }
+            Self::MetricsUpkeep(handle) => {
+                handle.run_upkeep();
+                Ok(None)
+            }
+            Self::Leases(leases) => leases.tick().await.map(|()| None),
+            Self::Projector(projection) => {
+                let status = projection.tick().await?;
+                Ok(Some(serde_json::to_value(status)?))
+            }
+        }
+    }
+
+    /// Called when this replica becomes the holder of the job's lease: state cached while another replica held
+    /// it is stale now.
+    async fn on_acquired(&self) {
+        if let Self::Relay(relay) = self {
+            relay.resync().await;
+        }
+    }
+}
+
+/// Spawns a loop for `job`. A singleton job runs only while this replica holds its lease; the others tick as
+/// standbys (so `/health` still sees them alive) and report who the holder is.
+fn spawn_job(
+    registry: &loops::LoopRegistry,
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+    spec: LoopSpec,
+    job: Job,
+    lease: Option<LeaseHandle>,
+) {
+    let job = Arc::new(job);
+    let registry_for_tick = registry.clone();
+    let name = spec.name.clone();
+    let was_holder = Arc::new(AtomicBool::new(false));
+    loops::spawn(registry, tracker, shutdown.clone(), spec, move || {
+        let (job, registry, name) = (job.clone(), registry_for_tick.clone(), name.clone());
+        let (lease, was_holder) = (lease.clone(), was_holder.clone());
+        async move {
+            let detail = match &lease {
+                None => job.run().await?,
+                Some(lease) => {
+                    let holder = lease.is_held();
+                    if holder && !was_holder.swap(true, Ordering::SeqCst) {
+                        job.on_acquired().await;
+                    }
+                    if !holder {
+                        was_holder.store(false, Ordering::SeqCst);
+                    }
+                    match while_held(lease, job.run()).await? {
+                        Some(detail) => detail,
+                        None => Some(serde_json::json!({ "role": "standby" })),
+                    }
+                }
+            };
+            if let Some(detail) = detail {
+                registry.set_detail(&name, detail);
+            }
+            Ok(())
+        }
+    });
 }
 
 async fn heartbeat(store: &EventStore) -> anyhow::Result<()> {
@@ -208,6 +285,7 @@ impl App {
             appender_shutdown,
             mut appender,
             tracker,
+            leases,
         } = self;
         let addr = listener.local_addr().ok();
         tracing::info!(?addr, database = state.log.store().kind(), "serving");
@@ -232,6 +310,8 @@ impl App {
         {
             tracing::warn!("loops did not stop within the shutdown grace");
         }
+        // The loops have stopped: hand their leases over now rather than at expiry.
+        leases.release_all().await;
         if !appender_died
             && tokio::time::timeout(SHUTDOWN_GRACE, appender)
                 .await

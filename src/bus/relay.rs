@@ -81,6 +81,12 @@ impl Relay {
         self.crash_before_checkpoint.store(true, Ordering::SeqCst);
     }
 
+    /// Forgets where the relay was; the next tick asks the bus. For a replica that (re)gains the relay's lease:
+    /// another replica may have published since.
+    pub async fn resync(&self) {
+        self.state.lock().await.after = None;
+    }
+
     /// Publishes everything committed since the last tick, in order. Errors leave the relay to resynchronise on
     /// the next tick.
     pub async fn tick(&self) -> anyhow::Result<RelayProgress> {

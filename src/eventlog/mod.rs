@@ -7,8 +7,8 @@
 //! skips an event that commits late.
 
 mod envelope;
-mod postgres;
-mod sqlite;
+pub(crate) mod postgres;
+pub(crate) mod sqlite;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

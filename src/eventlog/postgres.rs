@@ -22,6 +22,31 @@ const COLUMNS: &str =
     "position, id, source, event_type, dedup_key, stream, stream_version, occurred_at, \
      recorded_at, action, repository, number, reference, content_type, body, meta::text AS meta";
 
+/// The same columns without the body, for readers that do not need it (most projectors): no detoasting.
+const HEADER_COLUMNS: &str =
+    "position, id, source, event_type, dedup_key, stream, stream_version, occurred_at, \
+     recorded_at, action, repository, number, reference, content_type, '\\x'::bytea AS body, meta::text AS meta";
+
+/// Events after `after` on a caller's connection (a projector's transaction), with or without their bodies.
+pub(crate) async fn read_after_on(
+    conn: &mut sqlx::PgConnection,
+    after: i64,
+    limit: i64,
+    with_body: bool,
+) -> Result<Vec<StoredEvent>, StoreError> {
+    let columns = if with_body { COLUMNS } else { HEADER_COLUMNS };
+    sqlx::query(&format!(
+        "SELECT {columns} FROM events WHERE position > $1 ORDER BY position LIMIT $2"
+    ))
+    .bind(after)
+    .bind(limit)
+    .fetch_all(conn)
+    .await?
+    .iter()
+    .map(decode)
+    .collect()
+}
+
 #[derive(Clone, Debug)]
 pub struct PostgresStore {
     /// Reads and everything else: custom plans (see `connect`).

@@ -22,6 +22,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/api/events", get(list_events))
         .route("/api/events/{id}", get(show_event))
         .route("/api/events/{id}/body", get(event_body))
+        .route("/api/sources", get(list_sources))
         .route_layer(middleware::from_fn_with_state(state, require_admin))
 }
 
@@ -155,5 +156,57 @@ async fn event_body(
         )
             .into_response(),
         Err(response) => response,
+    }
+}
+
+/// The `sources` read model: per source its totals and last delivery, and per event type the same, plus how far
+/// the projector has got (so a reader knows how current it is).
+async fn list_sources(State(state): State<AppState>) -> Response {
+    use crate::projectors::{read_row, sources};
+    let store = state.log.store();
+    let read = async {
+        let rows = sources::activity(store).await?;
+        let projected = read_row(store, sources::NAME).await?;
+        let head = store.head().await?;
+        Ok::<_, crate::eventlog::StoreError>((rows, projected, head))
+    };
+    match read.await {
+        Ok((rows, projected, head)) => {
+            let now = chrono::Utc::now();
+            let summaries = sources::summarize(&rows);
+            let body: Vec<_> = summaries
+                .iter()
+                .map(|summary| {
+                    let types: Vec<_> = rows
+                        .iter()
+                        .filter(|r| r.source == summary.source)
+                        .map(|r| {
+                            json!({ "type": r.event_type, "events": r.events, "first_at": r.first_at,
+                                    "last_at": r.last_at, "last_position": r.last_position })
+                        })
+                        .collect();
+                    json!({
+                        "source": summary.source,
+                        "events": summary.events,
+                        "last_delivery_at": summary.last_at,
+                        "last_delivery_ago_s": (now - summary.last_at).num_seconds().max(0),
+                        "last_type": summary.last_type,
+                        "types": types,
+                    })
+                })
+                .collect();
+            let (version, position) = projected.unwrap_or((0, 0));
+            Json(json!({
+                "sources": body,
+                "projector": { "name": sources::NAME, "version": version, "position": position,
+                               "head": head, "behind": (head - position).max(0) },
+            }))
+            .into_response()
+        }
+        Err(e) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            e.to_string(),
+        ),
     }
 }

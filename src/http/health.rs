@@ -27,6 +27,8 @@ pub enum Status {
 struct HealthBody {
     status: Status,
     version: &'static str,
+    /// This replica, as named in lease holders.
+    instance: String,
     uptime_s: u64,
     checks: BTreeMap<&'static str, serde_json::Value>,
     loops: BTreeMap<String, LoopReport>,
@@ -84,7 +86,12 @@ pub async fn health(State(state): State<AppState>) -> Response {
     })
     .collect();
 
-    let loops = state.loops.report();
+    let mut loops = state.loops.report();
+    for (name, view) in state.leases.views() {
+        if let Some(report) = loops.get_mut(&name) {
+            report.lease = Some(view);
+        }
+    }
     let status = overall(database_ok, &loops);
     metrics::gauge!("pidevops_health_status").set(match status {
         Status::Pass => 1.0,
@@ -110,9 +117,13 @@ pub async fn health(State(state): State<AppState>) -> Response {
         bus["relay"] = detail;
     }
     checks.insert("bus", bus);
+    if database_ok {
+        checks.insert("sources", sources_check(&state).await);
+    }
     let body = HealthBody {
         status,
         version: env!("CARGO_PKG_VERSION"),
+        instance: state.leases.holder().to_owned(),
         uptime_s: state.started.elapsed().as_secs(),
         checks,
         loops,
@@ -123,6 +134,42 @@ pub async fn health(State(state): State<AppState>) -> Response {
         StatusCode::OK
     };
     (code, [(header::CACHE_CONTROL, "no-store")], Json(body)).into_response()
+}
+
+/// When each source last delivered, from the `sources` read model: informational (a quiet source is not a fault
+/// pidevops can judge), so it always passes, and says how current the read model is.
+async fn sources_check(state: &AppState) -> serde_json::Value {
+    let store = state.log.store();
+    let read = async {
+        let rows = crate::projectors::sources::activity(store).await?;
+        let head = store.head().await?;
+        let projected = crate::projectors::read_row(store, crate::projectors::sources::NAME)
+            .await?
+            .map_or(0, |(_, position)| position);
+        Ok::<_, crate::eventlog::StoreError>((rows, head, projected))
+    };
+    match tokio::time::timeout(DATABASE_CHECK_TIMEOUT, read).await {
+        Ok(Ok((rows, head, projected))) => {
+            let now = chrono::Utc::now();
+            let sources: serde_json::Map<String, serde_json::Value> =
+                crate::projectors::sources::summarize(&rows)
+                    .into_iter()
+                    .map(|s| {
+                        let ago = (now - s.last_at).num_seconds().max(0);
+                        (
+                            s.source.clone(),
+                            json!({ "events": s.events, "last_delivery_at": s.last_at,
+                                    "last_delivery_ago_s": ago, "last_type": s.last_type }),
+                        )
+                    })
+                    .collect();
+            json!({ "status": Status::Pass, "sources": sources, "as_of_position": projected, "head": head })
+        }
+        Ok(Err(error)) => json!({ "status": Status::Pass, "error": error.to_string() }),
+        Err(_) => {
+            json!({ "status": Status::Pass, "error": "the sources read model did not answer in time" })
+        }
+    }
 }
 
 fn round(ms: f64) -> f64 {
@@ -164,6 +211,7 @@ mod tests {
             errors: 0,
             stale,
             detail: None,
+            lease: None,
             failing,
         }
     }

@@ -33,6 +33,8 @@ pub struct AppState {
     pub started: Instant,
     /// `nats` or `memory`: where the relay publishes.
     pub bus_kind: &'static str,
+    /// This replica's leases (holder and expiry of each singleton loop).
+    pub leases: crate::loops::lease::Leases,
 }
 
 pub fn router(state: AppState) -> Router {

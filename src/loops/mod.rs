@@ -4,6 +4,8 @@
 //! do not tick in lockstep). A tick's error or panic is caught, counted and reported, and the loop goes on. A loop
 //! that stops finishing ticks (hung, or its task gone) turns `stale` after 3 × its interval, and `/health` fails.
 
+pub mod lease;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -71,6 +73,9 @@ pub struct LoopReport {
     /// Loop-specific facts (the relay's lag, say).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<serde_json::Value>,
+    /// For a singleton loop: who holds its lease, and until when.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease: Option<lease::LeaseView>,
     /// The most recent tick failed (the loop still runs; health warns).
     #[serde(skip)]
     pub failing: bool,
@@ -216,6 +221,7 @@ impl LoopRegistry {
                             errors: r.errors,
                             stale,
                             detail: r.detail.clone(),
+                            lease: None,
                             failing: r.last_tick_failed,
                         },
                     )

@@ -1,0 +1,628 @@
+//! Projectors: read models derived from the log, each rebuildable from position 0.
+//!
+//! A projector has a name and a version. The runtime reads committed events from the log (never from the bus,
+//! which is only fan-out), hands a batch to the projector inside a database transaction, and moves the
+//! projector's row in `projections` in that same transaction under a compare-and-set on `(version, position)`.
+//! So a batch is applied exactly once or not at all, whatever crashes, and a second instance (another replica,
+//! or `pidevops replay` while serving) can never move a read model backwards or apply a batch twice.
+//!
+//! A projector that fails on an event stops at that event: the runtime narrows the failing batch down to the
+//! one event, applies everything before it, reports the event in `/health` (`projector:<name>`) and retries it
+//! with backoff. It never skips. A version bump (a changed read model) rebuilds from position 0.
+
+pub mod sources;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use futures::future::BoxFuture;
+use serde::Serialize;
+use sqlx::{Postgres, Sqlite, Transaction};
+use tokio::sync::Mutex;
+
+use crate::eventlog::{EventStore, StoreError, StoredEvent};
+
+/// Events per transaction while serving: small enough that a batch commits quickly next to live appends.
+pub const SERVE_BATCH: i64 = 1000;
+/// Events per transaction in `pidevops replay`: bigger batches, fewer commits.
+pub const REPLAY_BATCH: i64 = 10_000;
+/// A tick hands control back after this long, so `/health` sees progress during a long catch-up.
+const TICK_BUDGET: Duration = Duration::from_secs(5);
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// The loop name of a projector: `projector:<name>`.
+pub fn loop_name(projector: &str) -> String {
+    format!("projector:{projector}")
+}
+
+/// Every projector this build knows, for `serve` and `replay --all`.
+pub fn all() -> Vec<Arc<dyn Projector>> {
+    vec![Arc::new(sources::SourcesProjector)]
+}
+
+/// The transaction a projector writes in: one per backend.
+pub enum ProjectorTx {
+    Postgres(Transaction<'static, Postgres>),
+    Sqlite(Transaction<'static, Sqlite>),
+}
+
+/// A read model. `apply` and `reset` write only through the transaction they are given, and never call out.
+pub trait Projector: Send + Sync + 'static {
+    fn name(&self) -> &'static str;
+    /// Bump when the read model's shape or meaning changes: the runtime rebuilds it from position 0.
+    fn version(&self) -> i64;
+    /// Whether `apply` reads event bodies; without them the log is read without detoasting a byte of them.
+    fn needs_body(&self) -> bool {
+        false
+    }
+    /// Empties the read model (before a rebuild).
+    fn reset<'a>(&'a self, tx: &'a mut ProjectorTx) -> BoxFuture<'a, anyhow::Result<()>>;
+    /// Applies events, in position order. An error rolls the whole batch back.
+    fn apply<'a>(
+        &'a self,
+        tx: &'a mut ProjectorTx,
+        events: &'a [StoredEvent],
+    ) -> BoxFuture<'a, anyhow::Result<()>>;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProjectionError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// The projector failed on a batch; `first..=last` are the positions it held.
+    #[error("projector {name} failed on events {first}..={last}: {error:#}")]
+    Failed {
+        name: &'static str,
+        first: i64,
+        last: i64,
+        error: anyhow::Error,
+    },
+    #[error(
+        "the read model of {name} was built by version {stored}, newer than this build's {ours}; \
+         this replica leaves it alone until it is upgraded"
+    )]
+    NewerVersion {
+        name: &'static str,
+        stored: i64,
+        ours: i64,
+    },
+    #[error("another instance moved {name} from position {expected}; this batch was rolled back")]
+    Conflict { name: &'static str, expected: i64 },
+    #[error("projector {name} could not reset its read model: {error:#}")]
+    Reset {
+        name: &'static str,
+        error: anyhow::Error,
+    },
+    #[error("injected failure after applying events {first}..={last}, before commit")]
+    Injected { first: i64, last: i64 },
+}
+
+/// What one transaction did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Events `from + 1 ..= to` applied and committed.
+    Applied { from: i64, to: i64, events: usize },
+    /// Nothing after `position` yet.
+    CaughtUp { position: i64 },
+}
+
+/// Where a projector is stuck: the event it fails on, and when it tries again.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Stuck {
+    pub position: i64,
+    pub error: String,
+    pub failures: u32,
+    pub retry_at: DateTime<Utc>,
+}
+
+/// A projector's state for `/health` and the replay CLI.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ProjectionStatus {
+    pub version: i64,
+    pub position: i64,
+    pub head: i64,
+    pub behind: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stuck: Option<Stuck>,
+}
+
+#[derive(Debug, Default)]
+struct RunState {
+    stuck: Option<(Stuck, Instant)>,
+    /// After a batch failed: go one event at a time up to this position, to find the exact failing event.
+    narrow_until: Option<i64>,
+}
+
+/// The runtime for one projector over one store.
+pub struct Projection {
+    store: EventStore,
+    projector: Arc<dyn Projector>,
+    batch: i64,
+    state: Mutex<RunState>,
+    inject_failure: AtomicBool,
+}
+
+impl std::fmt::Debug for Projection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Projection")
+            .field("name", &self.projector.name())
+            .field("version", &self.projector.version())
+            .finish()
+    }
+}
+
+/// Progress of a rebuild, for the replay CLI.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RebuildProgress {
+    pub position: i64,
+    pub head: i64,
+    pub events: u64,
+}
+
+impl Projection {
+    pub fn new(store: EventStore, projector: Arc<dyn Projector>) -> Self {
+        Self::with_batch(store, projector, SERVE_BATCH)
+    }
+
+    pub fn with_batch(store: EventStore, projector: Arc<dyn Projector>, batch: i64) -> Self {
+        Self {
+            store,
+            projector,
+            batch: batch.max(1),
+            state: Mutex::new(RunState::default()),
+            inject_failure: AtomicBool::new(false),
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.projector.name()
+    }
+
+    /// Test hook: the next batch is applied, then the transaction is abandoned before commit, as a crash
+    /// mid-batch would leave it.
+    pub fn inject_failure_before_commit(&self) {
+        self.inject_failure.store(true, Ordering::SeqCst);
+    }
+
+    /// One transaction: up to `limit` events applied and the checkpoint moved, or nothing at all.
+    pub async fn step(&self, limit: i64) -> Result<Step, ProjectionError> {
+        let name = self.projector.name();
+        let ours = self.projector.version();
+        let mut tx = self.begin().await?;
+        let (version, position) = lock_or_create_row(&mut tx, name, ours).await?;
+        if version == ours && position == 0 {
+            // At position 0 the read model must be empty; it may not be after a dropped row or a half-finished
+            // manual cleanup. Cheap when it already is.
+            self.reset_in(&mut tx).await?;
+        }
+        if version > ours {
+            return Err(ProjectionError::NewerVersion {
+                name,
+                stored: version,
+                ours,
+            });
+        }
+        let position = if version < ours {
+            tracing::info!(
+                projector = name,
+                from = version,
+                to = ours,
+                "projector version changed; rebuilding from position 0"
+            );
+            self.reset_in(&mut tx).await?;
+            move_row(&mut tx, name, ours, 0).await?;
+            0
+        } else {
+            position
+        };
+
+        let events = match &mut tx {
+            ProjectorTx::Postgres(tx) => {
+                crate::eventlog::postgres::read_after_on(
+                    tx,
+                    position,
+                    limit,
+                    self.projector.needs_body(),
+                )
+                .await?
+            }
+            ProjectorTx::Sqlite(tx) => {
+                crate::eventlog::sqlite::read_after_on(
+                    tx,
+                    position,
+                    limit,
+                    self.projector.needs_body(),
+                )
+                .await?
+            }
+        };
+        let (Some(first), Some(last)) = (events.first(), events.last()) else {
+            commit(tx).await?;
+            return Ok(Step::CaughtUp { position });
+        };
+        let (first, last) = (first.position, last.position);
+        if let Err(error) = self.projector.apply(&mut tx, &events).await {
+            return Err(ProjectionError::Failed {
+                name,
+                first,
+                last,
+                error,
+            });
+        }
+        if !compare_and_set(&mut tx, name, ours, position, last).await? {
+            return Err(ProjectionError::Conflict {
+                name,
+                expected: position,
+            });
+        }
+        if self.inject_failure.swap(false, Ordering::SeqCst) {
+            // Dropping the transaction rolls it back: the writes above and the checkpoint vanish together.
+            drop(tx);
+            return Err(ProjectionError::Injected { first, last });
+        }
+        commit(tx).await?;
+        metrics::counter!("pidevops_projector_events_total", "projector" => name)
+            .increment(events.len() as u64);
+        Ok(Step::Applied {
+            from: position,
+            to: last,
+            events: events.len(),
+        })
+    }
+
+    /// The loop body: catch up (within a time budget), narrowing a failing batch to its event and backing off
+    /// on a stuck one. Errors when stuck, so the loop reports the event in `/health`.
+    pub async fn tick(&self) -> anyhow::Result<ProjectionStatus> {
+        let name = self.projector.name();
+        let mut state = self.state.lock().await;
+        if let Some((stuck, retry_at)) = &state.stuck {
+            if Instant::now() < *retry_at {
+                anyhow::bail!(
+                    "stuck at position {} ({}), retry {} at {}",
+                    stuck.position,
+                    stuck.error,
+                    stuck.failures + 1,
+                    stuck.retry_at.to_rfc3339()
+                );
+            }
+        }
+        let started = Instant::now();
+        loop {
+            let limit = if state.stuck.is_some() || state.narrow_until.is_some() {
+                1
+            } else {
+                self.batch
+            };
+            match self.step(limit).await {
+                Ok(Step::CaughtUp { .. }) => break,
+                Ok(Step::Applied { to, .. }) => {
+                    if state.stuck.take().is_some() {
+                        tracing::info!(projector = name, position = to, "projector unstuck");
+                    }
+                    if state.narrow_until.is_some_and(|until| to >= until) {
+                        state.narrow_until = None;
+                    }
+                }
+                Err(ProjectionError::Failed { first, last, .. }) if limit > 1 => {
+                    // Apply what precedes the bad event, one at a time, and find it.
+                    tracing::warn!(
+                        projector = name,
+                        first,
+                        last,
+                        "a batch failed; narrowing it to the failing event"
+                    );
+                    state.narrow_until = Some(last);
+                }
+                Err(ProjectionError::Failed {
+                    first: position,
+                    error,
+                    ..
+                }) => {
+                    let failures = state.stuck.as_ref().map_or(0, |(s, _)| s.failures) + 1;
+                    let backoff = backoff(failures);
+                    let stuck = Stuck {
+                        position,
+                        error: format!("{error:#}"),
+                        failures,
+                        retry_at: Utc::now()
+                            + chrono::Duration::from_std(backoff).unwrap_or_default(),
+                    };
+                    metrics::gauge!("pidevops_projector_stuck_position", "projector" => name)
+                        .set(position as f64);
+                    let message = format!(
+                        "stuck at position {position}: {} (attempt {failures}; next in {:?})",
+                        stuck.error, backoff
+                    );
+                    state.stuck = Some((stuck, Instant::now() + backoff));
+                    anyhow::bail!(message);
+                }
+                Err(other) => return Err(other).context(format!("projector {name}")),
+            }
+            if started.elapsed() > TICK_BUDGET {
+                break;
+            }
+        }
+        metrics::gauge!("pidevops_projector_stuck_position", "projector" => name).set(0.0);
+        let stuck = state.stuck.as_ref().map(|(s, _)| s.clone());
+        drop(state);
+        let status = self.read_status(stuck).await?;
+        metrics::gauge!("pidevops_projector_position", "projector" => name)
+            .set(status.position as f64);
+        metrics::gauge!("pidevops_projector_lag_events", "projector" => name)
+            .set(status.behind as f64);
+        Ok(status)
+    }
+
+    /// Where this projector stands, from the database.
+    pub async fn status(&self) -> anyhow::Result<ProjectionStatus> {
+        let stuck = self
+            .state
+            .lock()
+            .await
+            .stuck
+            .as_ref()
+            .map(|(s, _)| s.clone());
+        self.read_status(stuck).await
+    }
+
+    async fn read_status(&self, stuck: Option<Stuck>) -> anyhow::Result<ProjectionStatus> {
+        let (version, position) = read_row(&self.store, self.projector.name())
+            .await?
+            .unwrap_or((self.projector.version(), 0));
+        let head = self.store.head().await?;
+        Ok(ProjectionStatus {
+            version,
+            position,
+            head,
+            behind: (head - position).max(0),
+            stuck,
+        })
+    }
+
+    /// Empties the read model and moves its checkpoint to 0, in one transaction.
+    pub async fn reset(&self) -> Result<(), ProjectionError> {
+        let name = self.projector.name();
+        let mut tx = self.begin().await?;
+        lock_or_create_row(&mut tx, name, self.projector.version()).await?;
+        self.reset_in(&mut tx).await?;
+        move_row(&mut tx, name, self.projector.version(), 0).await?;
+        commit(tx).await?;
+        Ok(())
+    }
+
+    /// Rebuilds from position 0 up to the head as it is when the rebuild reaches it. `progress` is called after
+    /// every committed batch. A failing event stops the rebuild with its error: replay never skips.
+    pub async fn rebuild(
+        &self,
+        mut progress: impl FnMut(RebuildProgress),
+    ) -> Result<RebuildProgress, ProjectionError> {
+        self.reset().await?;
+        let mut head = self.store.head().await?;
+        let mut done = RebuildProgress {
+            position: 0,
+            head,
+            events: 0,
+        };
+        progress(done);
+        loop {
+            match self.step(self.batch).await? {
+                Step::Applied { to, events, .. } => {
+                    done.position = to;
+                    done.events += events as u64;
+                    if to > head {
+                        head = to;
+                    }
+                    done.head = head;
+                    progress(done);
+                }
+                Step::CaughtUp { position } => {
+                    done.position = position;
+                    done.head = done.head.max(position);
+                    progress(done);
+                    return Ok(done);
+                }
+            }
+        }
+    }
+
+    async fn begin(&self) -> Result<ProjectorTx, ProjectionError> {
+        Ok(match &self.store {
+            EventStore::Postgres(s) => ProjectorTx::Postgres(s.pool().begin().await?),
+            // IMMEDIATE: take the write lock up front, so two writers queue rather than fail on upgrade.
+            EventStore::Sqlite(s) => {
+                ProjectorTx::Sqlite(s.pool().begin_with("BEGIN IMMEDIATE").await?)
+            }
+        })
+    }
+
+    async fn reset_in(&self, tx: &mut ProjectorTx) -> Result<(), ProjectionError> {
+        let name = self.projector.name();
+        self.projector
+            .reset(tx)
+            .await
+            .map_err(|error| ProjectionError::Reset { name, error })
+    }
+}
+
+fn backoff(failures: u32) -> Duration {
+    FIRST_BACKOFF
+        .saturating_mul(1u32 << failures.saturating_sub(1).min(16))
+        .min(MAX_BACKOFF)
+}
+
+async fn commit(tx: ProjectorTx) -> Result<(), sqlx::Error> {
+    match tx {
+        ProjectorTx::Postgres(tx) => tx.commit().await,
+        ProjectorTx::Sqlite(tx) => tx.commit().await,
+    }
+}
+
+/// The projector's `(version, position)`, locked until the transaction ends (SQLite: the whole database is,
+/// since BEGIN IMMEDIATE).
+async fn lock_row(tx: &mut ProjectorTx, name: &str) -> Result<Option<(i64, i64)>, sqlx::Error> {
+    match tx {
+        ProjectorTx::Postgres(tx) => {
+            sqlx::query_as("SELECT version, position FROM projections WHERE name = $1 FOR UPDATE")
+                .bind(name)
+                .fetch_optional(&mut **tx)
+                .await
+        }
+        ProjectorTx::Sqlite(tx) => {
+            sqlx::query_as("SELECT version, position FROM projections WHERE name = ?1")
+                .bind(name)
+                .fetch_optional(&mut **tx)
+                .await
+        }
+    }
+}
+
+/// A projector's stored `(version, position)`, if it ever ran.
+pub async fn read_row(store: &EventStore, name: &str) -> Result<Option<(i64, i64)>, sqlx::Error> {
+    match store {
+        EventStore::Postgres(s) => {
+            sqlx::query_as("SELECT version, position FROM projections WHERE name = $1")
+                .bind(name)
+                .fetch_optional(s.pool())
+                .await
+        }
+        EventStore::Sqlite(s) => {
+            sqlx::query_as("SELECT version, position FROM projections WHERE name = ?1")
+                .bind(name)
+                .fetch_optional(s.pool())
+                .await
+        }
+    }
+}
+
+/// The projector's row, locked; created at `(version, 0)` if missing (a concurrent instance may create it
+/// first, and then this one reads and locks theirs).
+async fn lock_or_create_row(
+    tx: &mut ProjectorTx,
+    name: &str,
+    version: i64,
+) -> Result<(i64, i64), sqlx::Error> {
+    if let Some(row) = lock_row(tx, name).await? {
+        return Ok(row);
+    }
+    insert_row(tx, name, version).await?;
+    lock_row(tx, name).await?.ok_or(sqlx::Error::RowNotFound)
+}
+
+async fn insert_row(tx: &mut ProjectorTx, name: &str, version: i64) -> Result<(), sqlx::Error> {
+    match tx {
+        ProjectorTx::Postgres(tx) => {
+            sqlx::query(
+                "INSERT INTO projections (name, version, position, updated_at) VALUES ($1, $2, 0, $3)
+                 ON CONFLICT (name) DO NOTHING",
+            )
+            .bind(name)
+            .bind(version)
+            .bind(Utc::now())
+            .execute(&mut **tx)
+            .await?;
+        }
+        ProjectorTx::Sqlite(tx) => {
+            sqlx::query(
+                "INSERT INTO projections (name, version, position, updated_at) VALUES (?1, ?2, 0, ?3)
+                 ON CONFLICT (name) DO NOTHING",
+            )
+            .bind(name)
+            .bind(version)
+            .bind(Utc::now())
+            .execute(&mut **tx)
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Sets the row unconditionally (a reset: the caller holds the row's lock).
+async fn move_row(
+    tx: &mut ProjectorTx,
+    name: &str,
+    version: i64,
+    position: i64,
+) -> Result<(), sqlx::Error> {
+    match tx {
+        ProjectorTx::Postgres(tx) => {
+            sqlx::query(
+                "UPDATE projections SET version = $2, position = $3, updated_at = $4 WHERE name = $1",
+            )
+            .bind(name)
+            .bind(version)
+            .bind(position)
+            .bind(Utc::now())
+            .execute(&mut **tx)
+            .await?;
+        }
+        ProjectorTx::Sqlite(tx) => {
+            sqlx::query(
+                "UPDATE projections SET version = ?2, position = ?3, updated_at = ?4 WHERE name = ?1",
+            )
+            .bind(name)
+            .bind(version)
+            .bind(position)
+            .bind(Utc::now())
+            .execute(&mut **tx)
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Moves the checkpoint from `expected` to `to` only if nobody else moved it (or changed the version) since.
+async fn compare_and_set(
+    tx: &mut ProjectorTx,
+    name: &str,
+    version: i64,
+    expected: i64,
+    to: i64,
+) -> Result<bool, sqlx::Error> {
+    let result = match tx {
+        ProjectorTx::Postgres(tx) => sqlx::query(
+            "UPDATE projections SET position = $4, updated_at = $5
+                 WHERE name = $1 AND version = $2 AND position = $3",
+        )
+        .bind(name)
+        .bind(version)
+        .bind(expected)
+        .bind(to)
+        .bind(Utc::now())
+        .execute(&mut **tx)
+        .await?
+        .rows_affected(),
+        ProjectorTx::Sqlite(tx) => sqlx::query(
+            "UPDATE projections SET position = ?4, updated_at = ?5
+                 WHERE name = ?1 AND version = ?2 AND position = ?3",
+        )
+        .bind(name)
+        .bind(version)
+        .bind(expected)
+        .bind(to)
+        .bind(Utc::now())
+        .execute(&mut **tx)
+        .await?
+        .rows_affected(),
+    };
+    Ok(result == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_is_capped() {
+        assert_eq!(backoff(1), Duration::from_secs(1));
+        assert_eq!(backoff(2), Duration::from_secs(2));
+        assert_eq!(backoff(5), Duration::from_secs(16));
+        assert_eq!(backoff(20), MAX_BACKOFF);
+        assert_eq!(backoff(u32::MAX), MAX_BACKOFF);
+    }
+}
