@@ -1,0 +1,463 @@
+//! The projector runtime against real databases: incremental = rebuild = the log, whatever crashes, fails or
+//! runs twice; and the `sources` read model as served by the real app.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{TestApp, TestDb, ADMIN_TOKEN};
+use pidevops::domain::{EventType, NewEvent, Source};
+use pidevops::eventlog::{EventLog, EventStore};
+use pidevops::projectors::sources::{self, SourceActivity, SourcesProjector};
+use pidevops::projectors::{Projection, ProjectionError, Step};
+use tokio_util::sync::CancellationToken;
+
+per_backend!(
+    incremental_processing_equals_a_rebuild_and_the_log,
+    a_crash_mid_batch_applies_nothing_and_loses_nothing,
+    two_instances_never_apply_a_batch_twice,
+    a_version_bump_rebuilds_from_zero_and_a_newer_version_is_left_alone,
+    a_failing_event_stops_the_projector_there_shows_in_health_and_is_retried,
+    a_killed_replay_leaves_a_consistent_checkpoint_to_resume_from,
+);
+
+const TYPES: [(Source, &str); 6] = [
+    (Source::Github, "push"),
+    (Source::Github, "pull_request"),
+    (Source::Github, "issues"),
+    (Source::Linear, "Issue"),
+    (Source::Telegram, "message"),
+    (Source::Pidevops, "task"),
+];
+
+async fn open(db: &TestDb) -> (EventStore, EventLog, CancellationToken) {
+    let store = EventStore::connect(&db.url, 8).await.unwrap();
+    store.migrate().await.unwrap();
+    let stop = CancellationToken::new();
+    let (log, _task) = EventLog::start(store.clone(), Duration::from_secs(30), stop.clone());
+    (store, log, stop)
+}
+
+/// Appends `n` small events of mixed sources and types, `tag` keeping their keys unique.
+async fn append(log: &EventLog, tag: &str, n: usize) {
+    let mut pending = futures::stream::FuturesUnordered::new();
+    for i in 0..n {
+        let (source, kind) = TYPES[(i * 7 + i / 3) % TYPES.len()];
+        let event = NewEvent::new(
+            source,
+            EventType::new(source, &[kind]),
+            format!("{tag}-{i}"),
+            "application/json",
+            Bytes::from(format!("{{\"i\":{i}}}")),
+        );
+        let log = log.clone();
+        pending.push(async move { log.append(event).await });
+        if pending.len() >= 256 {
+            use futures::StreamExt;
+            pending.next().await.unwrap().unwrap();
+        }
+    }
+    use futures::StreamExt;
+    while let Some(result) = pending.next().await {
+        result.unwrap();
+    }
+}
+
+/// What the read model must hold, computed by SQL straight from the log: the oracle.
+async fn expected(store: &EventStore) -> Vec<SourceActivity> {
+    const SQL: &str = "SELECT g.source, g.event_type, g.events, f.recorded_at AS first_at,
+                              g.first_position, l.recorded_at AS last_at, g.last_position
+                       FROM (SELECT source, event_type, count(*) AS events, min(position) AS first_position,
+                                    max(position) AS last_position
+                             FROM events GROUP BY source, event_type) g
+                       JOIN events f ON f.position = g.first_position
+                       JOIN events l ON l.position = g.last_position
+                       ORDER BY g.source, g.event_type";
+    match store {
+        EventStore::Postgres(s) => sqlx::query_as(SQL).fetch_all(s.pool()).await.unwrap(),
+        EventStore::Sqlite(s) => sqlx::query_as(SQL).fetch_all(s.pool()).await.unwrap(),
+    }
+}
+
+async fn checkpoint(store: &EventStore) -> (i64, i64) {
+    pidevops::projectors::read_row(store, sources::NAME)
+        .await
+        .unwrap()
+        .expect("the projector has a row")
+}
+
+async fn run_to_head(projection: &Projection) {
+    let mut steps = 0;
+    while !matches!(
+        projection.step(10_000).await.unwrap(),
+        Step::CaughtUp { .. }
+    ) {
+        steps += 1;
+        assert!(steps < 10_000, "never caught up");
+    }
+}
+
+async fn execute(store: &EventStore, sql: &str) {
+    match store {
+        EventStore::Postgres(s) => {
+            sqlx::raw_sql(sql).execute(s.pool()).await.unwrap();
+        }
+        EventStore::Sqlite(s) => {
+            sqlx::raw_sql(sql).execute(s.pool()).await.unwrap();
+        }
+    }
+}
+
+async fn incremental_processing_equals_a_rebuild_and_the_log(db: TestDb) {
+    let (store, log, stop) = open(&db).await;
+    let projection = Projection::with_batch(store.clone(), Arc::new(SourcesProjector), 37);
+    append(&log, "a", 700).await;
+    // Small batches, interleaved with more appends: the incremental path.
+    for round in 0..5 {
+        projection.tick().await.unwrap();
+        append(&log, &format!("b{round}"), 113).await;
+    }
+    projection.tick().await.unwrap();
+    let incremental = sources::activity(&store).await.unwrap();
+    let oracle = expected(&store).await;
+    assert_eq!(incremental.len(), TYPES.len());
+    assert_eq!(incremental, oracle, "incremental != the log");
+    assert_eq!(checkpoint(&store).await, (1, store.head().await.unwrap()));
+
+    let rebuilt = Projection::with_batch(store.clone(), Arc::new(SourcesProjector), 10_000);
+    let mut calls = 0;
+    let done = rebuilt.rebuild(|_| calls += 1).await.unwrap();
+    assert_eq!(done.events, 700 + 5 * 113);
+    assert!(calls >= 2, "progress is reported");
+    assert_eq!(
+        sources::activity(&store).await.unwrap(),
+        incremental,
+        "rebuild from zero != incremental"
+    );
+    stop.cancel();
+}
+
+async fn a_crash_mid_batch_applies_nothing_and_loses_nothing(db: TestDb) {
+    let (store, log, stop) = open(&db).await;
+    append(&log, "a", 400).await;
+    let projection = Projection::with_batch(store.clone(), Arc::new(SourcesProjector), 50);
+    assert_eq!(
+        projection.step(50).await.unwrap(),
+        Step::Applied {
+            from: 0,
+            to: 50,
+            events: 50
+        }
+    );
+    let before = sources::activity(&store).await.unwrap();
+
+    projection.inject_failure_before_commit();
+    match projection.step(50).await {
+        Err(ProjectionError::Injected { first, last }) => assert_eq!((first, last), (51, 100)),
+        other => panic!("expected the injected failure, got {other:?}"),
+    }
+    assert_eq!(
+        sources::activity(&store).await.unwrap(),
+        before,
+        "a batch that did not commit left writes behind"
+    );
+    assert_eq!(
+        checkpoint(&store).await,
+        (1, 50),
+        "the checkpoint moved without its writes"
+    );
+
+    // The next tick redoes the batch: nothing lost, nothing twice.
+    append(&log, "b", 100).await;
+    projection.tick().await.unwrap();
+    assert_eq!(
+        sources::activity(&store).await.unwrap(),
+        expected(&store).await
+    );
+    let total: i64 = sources::activity(&store)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.events)
+        .sum();
+    assert_eq!(total, 500);
+    stop.cancel();
+}
+
+async fn two_instances_never_apply_a_batch_twice(db: TestDb) {
+    let (store, log, stop) = open(&db).await;
+    append(&log, "seed", 300).await;
+    let a = Arc::new(Projection::with_batch(
+        store.clone(),
+        Arc::new(SourcesProjector),
+        23,
+    ));
+    let b = Arc::new(Projection::with_batch(
+        store.clone(),
+        Arc::new(SourcesProjector),
+        41,
+    ));
+    let writer = {
+        let log = log.clone();
+        tokio::spawn(async move {
+            for round in 0..6 {
+                append(&log, &format!("w{round}"), 50).await;
+            }
+        })
+    };
+    let racer = |p: Arc<Projection>| {
+        tokio::spawn(async move {
+            for _ in 0..40 {
+                // A conflict is the other instance winning; the next step rereads.
+                match p.step(30).await {
+                    Ok(_) | Err(ProjectionError::Conflict { .. }) => {}
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        })
+    };
+    let (ra, rb) = (racer(a.clone()), racer(b.clone()));
+    writer.await.unwrap();
+    ra.await.unwrap();
+    rb.await.unwrap();
+    run_to_head(&a).await;
+    assert_eq!(
+        sources::activity(&store).await.unwrap(),
+        expected(&store).await
+    );
+    let total: i64 = sources::activity(&store)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.events)
+        .sum();
+    assert_eq!(total, 600, "every event counted exactly once");
+    stop.cancel();
+}
+
+async fn a_version_bump_rebuilds_from_zero_and_a_newer_version_is_left_alone(db: TestDb) {
+    let (store, log, stop) = open(&db).await;
+    append(&log, "a", 120).await;
+    let projection = Projection::new(store.clone(), Arc::new(SourcesProjector));
+    run_to_head(&projection).await;
+
+    // As if the stored read model had been built by version 0 of the code, and held rows it no longer would.
+    execute(
+        &store,
+        "UPDATE projections SET version = 0 WHERE name = 'sources';
+         UPDATE source_activity SET events = events + 1000;",
+    )
+    .await;
+    run_to_head(&projection).await;
+    assert_eq!(checkpoint(&store).await, (1, 120));
+    assert_eq!(
+        sources::activity(&store).await.unwrap(),
+        expected(&store).await
+    );
+
+    // A newer build owns it (a rolling deploy): this one must not touch it.
+    execute(
+        &store,
+        "UPDATE projections SET version = 99 WHERE name = 'sources'",
+    )
+    .await;
+    append(&log, "b", 5).await;
+    match projection.step(100).await {
+        Err(ProjectionError::NewerVersion { stored, ours, .. }) => {
+            assert_eq!((stored, ours), (99, 1))
+        }
+        other => panic!("expected NewerVersion, got {other:?}"),
+    }
+    assert_eq!(checkpoint(&store).await, (99, 120));
+    stop.cancel();
+}
+
+/// A real failure inside the real app: a trigger refuses one event type. The projector applies everything
+/// before the bad event, stops there, says so in /health, retries with backoff, and goes on once it can.
+async fn a_failing_event_stops_the_projector_there_shows_in_health_and_is_retried(db: TestDb) {
+    let app = TestApp::spawn(common::settings(&db)).await;
+    let store = app.state.log.store().clone();
+    let poison = if db.is_postgres() {
+        "CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN RAISE EXCEPTION 'poisoned event type %', NEW.event_type; END $$;
+         CREATE TRIGGER poison BEFORE INSERT OR UPDATE ON source_activity
+         FOR EACH ROW WHEN (NEW.event_type = 'github.issues.opened') EXECUTE FUNCTION poison();"
+    } else {
+        "CREATE TRIGGER poison BEFORE INSERT ON source_activity WHEN NEW.event_type = 'github.issues.opened'
+         BEGIN SELECT RAISE(ABORT, 'poisoned event type'); END;
+         CREATE TRIGGER poison_update BEFORE UPDATE ON source_activity WHEN NEW.event_type = 'github.issues.opened'
+         BEGIN SELECT RAISE(ABORT, 'poisoned event type'); END;"
+    };
+    execute(&store, poison).await;
+
+    let ping = br#"{"zen":"ok","hook_id":1}"#;
+    for i in 0..20 {
+        assert_eq!(
+            app.post_github("ping", &format!("p{i}"), ping)
+                .await
+                .status(),
+            200
+        );
+    }
+    assert_eq!(
+        app.post_github("issues", "bad", br#"{"action":"opened"}"#)
+            .await
+            .status(),
+        200
+    );
+    for i in 20..30 {
+        assert_eq!(
+            app.post_github("ping", &format!("p{i}"), ping)
+                .await
+                .status(),
+            200
+        );
+    }
+
+    let report = Arc::new(std::sync::Mutex::new(serde_json::Value::Null));
+    common::eventually("the projector reports the event it is stuck on", || {
+        let (app, report) = (&app, report.clone());
+        async move {
+            let (_, health) = app.health().await;
+            let this = health["loops"]["projector:sources"].clone();
+            let stuck = this["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("stuck at position 21"));
+            *report.lock().unwrap() = this;
+            stuck
+        }
+    })
+    .await;
+    let report = report.lock().unwrap().clone();
+    let (code, health) = app.health().await;
+    assert_eq!(
+        code, 200,
+        "a stuck projector warns, it does not take the replica out"
+    );
+    assert_eq!(health["status"], "warn", "{health}");
+    assert!(
+        report["last_error"].as_str().unwrap().contains("poisoned"),
+        "the cause is shown: {report}"
+    );
+    // Everything before the bad event is applied, nothing after it.
+    assert_eq!(checkpoint(&store).await, (1, 20));
+    let rows = sources::activity(&store).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0].event_type.as_str(), rows[0].events),
+        ("github.ping", 20)
+    );
+
+    execute(
+        &store,
+        if db.is_postgres() {
+            "DROP TRIGGER poison ON source_activity"
+        } else {
+            "DROP TRIGGER poison; DROP TRIGGER poison_update;"
+        },
+    )
+    .await;
+    common::eventually("the projector gets past the event once it can", || {
+        let store = store.clone();
+        async move { checkpoint(&store).await.1 == 31 }
+    })
+    .await;
+    assert_eq!(
+        sources::activity(&store).await.unwrap(),
+        expected(&store).await
+    );
+
+    let listed: serde_json::Value = app
+        .client
+        .get(app.url("/api/sources"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["sources"][0]["source"], "github");
+    assert_eq!(listed["sources"][0]["events"], 31);
+    assert_eq!(listed["sources"][0]["last_type"], "github.ping");
+    assert_eq!(listed["projector"]["behind"], 0);
+    let (_, health) = app.health().await;
+    assert_eq!(
+        health["checks"]["sources"]["sources"]["github"]["events"],
+        31
+    );
+    assert!(health["checks"]["sources"]["sources"]["github"]["last_delivery_ago_s"].is_i64());
+    app.stop().await;
+}
+
+/// `pidevops replay` SIGKILLed mid-rebuild: what it committed is consistent (read model = its checkpoint), and
+/// both a new replay and the incremental path finish at the log's exact read model.
+async fn a_killed_replay_leaves_a_consistent_checkpoint_to_resume_from(db: TestDb) {
+    let (store, log, stop) = open(&db).await;
+    append(&log, "a", 60_000).await;
+    let head = store.head().await.unwrap();
+    let workdir = tempfile::tempdir().unwrap();
+    let replay = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_pidevops"))
+            .args(["replay", "sources"])
+            .env_clear()
+            .env("DATABASE_URL", db.url_string())
+            .env("RUST_LOG", "warn")
+            .current_dir(workdir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut child = replay();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let killed_at = loop {
+        if let Ok(Some((_, position))) = pidevops::projectors::read_row(&store, sources::NAME).await
+        {
+            if position > 0 {
+                child.kill().unwrap();
+                child.wait().unwrap();
+                break position;
+            }
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "replay finished before it could be killed"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "replay made no progress"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert!(
+        killed_at < head,
+        "killed mid-replay ({killed_at} of {head})"
+    );
+    // Consistent at the kill: the read model holds exactly the events up to the checkpoint.
+    let (_, position) = checkpoint(&store).await;
+    let counted: i64 = sources::activity(&store)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.events)
+        .sum();
+    assert_eq!(
+        counted, position,
+        "read model and checkpoint disagree after a crash"
+    );
+
+    // The incremental path resumes from that checkpoint...
+    let projection = Projection::new(store.clone(), Arc::new(SourcesProjector));
+    run_to_head(&projection).await;
+    let oracle = expected(&store).await;
+    assert_eq!(sources::activity(&store).await.unwrap(), oracle);
+    // ...and a full replay gives the same.
+    let status = replay().wait().unwrap();
+    assert!(status.success());
+    assert_eq!(sources::activity(&store).await.unwrap(), oracle);
+    assert_eq!(checkpoint(&store).await, (1, head));
+    stop.cancel();
+}
