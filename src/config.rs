@@ -273,7 +273,7 @@ impl Settings {
             max_db_connections,
             config_file,
             file,
-            bus: crate::bus::BusConfig::default(),
+            bus: bus_config(env)?,
             relay_interval: env.seconds("PIDEVOPS_RELAY_INTERVAL_S", 1.0)?,
             projector_interval: env.seconds("PIDEVOPS_PROJECTOR_INTERVAL_S", 1.0)?,
             lease_ttl: lease_ttl(env)?,
@@ -319,6 +319,46 @@ fn read_config_file(path: &Path) -> Result<toml::Table, ConfigError> {
             path: path.to_owned(),
             source: Box::new(source),
         })
+}
+
+/// The JetStream stream and subject prefix: defaults per the contract; overridable so that several
+/// deployments (staging and production, say) can share one NATS.
+fn bus_config(env: &Env) -> Result<crate::bus::BusConfig, ConfigError> {
+    let mut config = crate::bus::BusConfig::default();
+    if let Some(stream) = env.get("PIDEVOPS_NATS_STREAM").filter(|s| !s.is_empty()) {
+        // JetStream stream names may not contain whitespace, '.', '*', '>' or path separators.
+        if !stream
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err(ConfigError::Invalid {
+                field: "PIDEVOPS_NATS_STREAM",
+                reason: format!("{stream:?} may only hold letters, digits, '_' and '-'"),
+            });
+        }
+        config.stream = stream.to_owned();
+    }
+    if let Some(prefix) = env
+        .get("PIDEVOPS_NATS_SUBJECT_PREFIX")
+        .filter(|s| !s.is_empty())
+    {
+        let valid = prefix.split('.').all(|token| {
+            !token.is_empty()
+                && token
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        });
+        if !valid {
+            return Err(ConfigError::Invalid {
+                field: "PIDEVOPS_NATS_SUBJECT_PREFIX",
+                reason: format!(
+                    "{prefix:?} must be dot-separated tokens of letters, digits, '_' and '-'"
+                ),
+            });
+        }
+        config.subject_prefix = prefix.to_owned();
+    }
+    Ok(config)
 }
 
 /// At least 3 s: renewals run every sixth of it, and a shorter lease would churn under an ordinary GC pause.
@@ -450,5 +490,35 @@ mod tests {
             err.to_string().contains("/nonexistent/pidevops.toml"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn bus_names_leases_and_instance_ids_are_validated() {
+        let s = Settings::from_env(&Env::from_pairs([
+            ("PIDEVOPS_NATS_STREAM", "STAGING_EVENTS"),
+            ("PIDEVOPS_NATS_SUBJECT_PREFIX", "staging.events"),
+            ("PIDEVOPS_INSTANCE_ID", "web-1"),
+        ]))
+        .unwrap();
+        assert_eq!(s.bus.stream, "STAGING_EVENTS");
+        assert_eq!(s.bus.subject_prefix, "staging.events");
+        assert_eq!(s.instance_id, "web-1");
+        assert_eq!(s.lease_ttl, Duration::from_secs(15));
+        for (key, value) in [
+            ("PIDEVOPS_NATS_STREAM", "has.dots"),
+            ("PIDEVOPS_NATS_STREAM", "wild*"),
+            ("PIDEVOPS_NATS_SUBJECT_PREFIX", "a..b"),
+            ("PIDEVOPS_NATS_SUBJECT_PREFIX", "a.>"),
+            ("PIDEVOPS_LEASE_TTL_S", "1"),
+        ] {
+            let err = Settings::from_env(&Env::from_pairs([(key, value)])).unwrap_err();
+            assert!(err.to_string().contains(key), "{key}={value}: {err}");
+        }
+        let a = Settings::from_env(&Env::from_pairs([])).unwrap();
+        let b = Settings::from_env(&Env::from_pairs([])).unwrap();
+        assert!(a.instance_id.contains(&std::process::id().to_string()));
+        // Random tags differ almost always; a collision of 16 bits twice in a row would be astonishing.
+        let c = Settings::from_env(&Env::from_pairs([])).unwrap();
+        assert!(a.instance_id != b.instance_id || b.instance_id != c.instance_id);
     }
 }

@@ -4,12 +4,12 @@ mod common;
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::server::{command, read_log, Server, BIN};
 use common::{TestDb, GITHUB_SECRET};
 use pidevops::domain::{EventType, NewEvent, Source};
 use pidevops::eventlog::{EventLog, EventStore};
@@ -17,89 +17,11 @@ use pidevops::ingress::verify::sign_github;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-const BIN: &str = env!("CARGO_BIN_EXE_pidevops");
-
 per_backend!(
     acknowledged_deliveries_survive_sigkill_exactly_once,
     sigterm_drains_in_flight_deliveries_and_exits_zero,
     the_events_command_prints_json_lines_and_follows,
 );
-
-fn command(db_url: &str, workdir: &Path) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("DATABASE_URL", db_url)
-        .env("RUST_LOG", "warn")
-        .env("LOG_FORMAT", "json")
-        .current_dir(workdir);
-    cmd
-}
-
-struct Server {
-    child: Child,
-    base: String,
-    _workdir: tempfile::TempDir,
-}
-
-impl Server {
-    async fn start(db_url: &str) -> Self {
-        Self::start_with(db_url, &[]).await
-    }
-
-    /// `serve` on a free loopback port with the GitHub secret set, plus `env`; returns once it answers.
-    async fn start_with(db_url: &str, env: &[(&str, &str)]) -> Self {
-        let workdir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let log = std::fs::File::create(workdir.path().join("server.log")).unwrap();
-        let child = command(db_url, workdir.path())
-            .arg("serve")
-            .env("PORT", port.to_string())
-            .env("PIDEVOPS_BIND", "127.0.0.1")
-            .env("GITHUB_WEBHOOK_SECRET", GITHUB_SECRET)
-            .envs(env.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("the binary starts");
-        let base = format!("http://127.0.0.1:{port}");
-        let client = reqwest::Client::new();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(r) = client.get(format!("{base}/health/live")).send().await {
-                if r.status().is_success() {
-                    break;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the server did not come up: {}",
-                read_log(workdir.path())
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        Self {
-            child,
-            base,
-            _workdir: workdir,
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn read_log(dir: &Path) -> String {
-    std::fs::read_to_string(dir.join("server.log")).unwrap_or_default()
-}
 
 /// Acknowledged deliveries: delivery id → position.
 type Acked = Arc<Mutex<BTreeMap<String, i64>>>;
@@ -500,7 +422,7 @@ async fn secrets_never_reach_the_logs_even_at_debug() {
     .unwrap();
     assert!(server.child.wait().unwrap().success());
 
-    let log = read_log(server._workdir.path());
+    let log = read_log(server.workdir.path());
     assert!(log.lines().count() > 5, "debug logging was on: {log}");
     for secret in [
         GITHUB_SECRET,
