@@ -65,9 +65,13 @@ impl Env {
             let url = common::nats_url();
             if let Err(e) = async_nats::connect(&url).await {
                 if common::in_ci() {
-                    panic!("CI is set and NATS is unreachable at {url}: {e}. Start it (see .ci/run).");
+                    panic!(
+                        "CI is set and NATS is unreachable at {url}: {e}. Start it (see .ci/run)."
+                    );
                 }
-                eprintln!("\n*** SKIPPED a NATS-backed test: {e} at {url}. Set PIDEVOPS_TEST_NATS_URL.\n");
+                eprintln!(
+                    "\n*** SKIPPED a NATS-backed test: {e} at {url}. Set PIDEVOPS_TEST_NATS_URL.\n"
+                );
                 return None;
             }
             Some(url)
@@ -213,6 +217,8 @@ async fn an_acked_message_is_delivered_once(env: &Env) {
     assert_eq!((d.attempt(), d.key(), d.kind()), (1, "job-1", "run"));
     assert_eq!(d.sequence(), published.sequence);
     d.ack().await.unwrap();
+    // ack() returns once the server applied it: the message is gone at once.
+    assert_eq!(q.held().await.unwrap(), 0);
     // Well past ack_wait: an acked message never comes back.
     assert!(pull_one(&q, ACK_WAIT * 2).await.is_none());
     assert!(env.dead_letters().await.is_empty());
@@ -231,7 +237,12 @@ async fn a_duplicate_key_is_delivered_once(env: &Env) {
     assert_eq!(d.payload(), &job(1), "the first publish wins");
     d.ack().await.unwrap();
     // Still a duplicate after the first was done: the key is remembered for the duplicate window.
-    assert!(q.publish("run", "same-key", &job(3)).await.unwrap().duplicate);
+    assert!(
+        q.publish("run", "same-key", &job(3))
+            .await
+            .unwrap()
+            .duplicate
+    );
     assert!(q
         .pull::<Job>(10, Duration::from_millis(500))
         .await
@@ -324,7 +335,9 @@ async fn work_is_split_between_consumers_not_copied(env: &Env) {
     held.ack().await.unwrap();
 
     for n in 1..=20 {
-        a.publish("run", &format!("job-{n}"), &job(n)).await.unwrap();
+        a.publish("run", &format!("job-{n}"), &job(n))
+            .await
+            .unwrap();
     }
     let worker = |q: WorkQueue| {
         tokio::spawn(async move {
@@ -372,33 +385,43 @@ async fn kinds_and_keys_are_validated(env: &Env) {
     let q = env.open(&config()).await;
     for kind in ["", "a.b", "*", ">"] {
         let err = q.publish(kind, "k", &job(1)).await.unwrap_err();
-        assert!(matches!(err, WorkError::InvalidKind(_)), "{kind:?}: {err:?}");
+        assert!(
+            matches!(err, WorkError::InvalidKind(_)),
+            "{kind:?}: {err:?}"
+        );
     }
     for key in ["", "line\nbreak", &"k".repeat(257)] {
         let err = q.publish("run", key, &job(1)).await.unwrap_err();
         assert!(matches!(err, WorkError::InvalidKey(_)), "{key:?}: {err:?}");
     }
-    assert!(pull_one(&q, Duration::from_millis(200)).await.is_none(), "nothing was stored");
+    assert!(
+        pull_one(&q, Duration::from_millis(200)).await.is_none(),
+        "nothing was stored"
+    );
 }
 
 async fn dead_lettered_after_max_deliveries_exactly_once(env: &Env) {
     let config = config(); // max_deliver 3
     let q = env.open(&config).await;
     let published = q.publish("run", "doomed", &job(9)).await.unwrap();
-    // Attempt 1 fails fast, attempt 2's worker dies (ack_wait runs out), attempt 3 fails fast.
+    // Attempt 1 fails fast, attempt 2's worker dies (ack_wait runs out), attempt 3's worker stalls past ack_wait.
     let d = must_pull(&q).await;
     assert_eq!(d.attempt(), 1);
     d.nak(Some(Duration::ZERO)).await.unwrap();
     let d = must_pull(&q).await;
     assert_eq!(d.attempt(), 2);
     drop(d);
-    let d = must_pull(&q).await;
-    assert_eq!(d.attempt(), 3);
-    assert!(d.is_last_attempt());
-    d.nak(Some(Duration::ZERO)).await.unwrap();
+    let stalled = must_pull(&q).await;
+    assert_eq!(stalled.attempt(), 3);
+    assert!(stalled.is_last_attempt());
 
     // The fourth delivery is never handed out: it is recorded and terminated.
-    assert!(pull_one(&q, ACK_WAIT).await.is_none());
+    assert!(pull_one(&q, ACK_WAIT * 2).await.is_none());
+    // The stalled worker reports its failure late: the same dead letter, not a second one.
+    let Failed::DeadLettered(late) = stalled.fail("too late").await.unwrap() else {
+        panic!("a failure on the last attempt is a dead letter");
+    };
+    assert!(late.duplicate, "recorded twice: {late:?}");
     let dead = env.dead_letters().await;
     assert_eq!(dead.len(), 1, "{dead:?}");
     let event = &dead[0];
@@ -414,6 +437,7 @@ async fn dead_lettered_after_max_deliveries_exactly_once(env: &Env) {
     assert_eq!(b["reason"], "max_deliveries");
     assert_eq!(b["last_error"], serde_json::Value::Null);
     assert_eq!(b["payload"], serde_json::json!({"task": "T-9", "n": 9}));
+    assert_eq!(event.position, late.position);
     assert_eq!(
         env.store
             .count_by_key(Source::Pidevops, &event.dedup_key)
@@ -426,6 +450,11 @@ async fn dead_lettered_after_max_deliveries_exactly_once(env: &Env) {
     assert!(pull_one(&other, ACK_WAIT * 2).await.is_none());
     assert!(pull_one(&q, Duration::from_millis(100)).await.is_none());
     assert_eq!(env.dead_letters().await.len(), 1);
+    assert_eq!(
+        q.held().await.unwrap(),
+        0,
+        "terminated, not left in the stream"
+    );
 }
 
 async fn fail_on_the_last_attempt_dead_letters_with_the_error(env: &Env) {
@@ -458,6 +487,11 @@ async fn fail_on_the_last_attempt_dead_letters_with_the_error(env: &Env) {
     assert_eq!(b["last_error"], "tests failed: 2 of 40");
     assert!(pull_one(&q, ACK_WAIT * 2).await.is_none());
     assert_eq!(env.dead_letters().await.len(), 1);
+    assert_eq!(
+        q.held().await.unwrap(),
+        0,
+        "terminated, not left in the stream"
+    );
 }
 
 async fn a_malformed_payload_is_dead_lettered_not_a_panic(env: &Env) {
@@ -483,8 +517,16 @@ async fn a_malformed_payload_is_dead_lettered_not_a_panic(env: &Env) {
         error.starts_with("payload is not a valid work::Job: invalid type: integer `42`"),
         "{error}"
     );
-    assert!(pull_one(&q, ACK_WAIT * 2).await.is_none(), "never delivered again");
+    assert!(
+        pull_one(&q, ACK_WAIT * 2).await.is_none(),
+        "never delivered again"
+    );
     assert_eq!(env.dead_letters().await.len(), 1);
+    assert_eq!(
+        q.held().await.unwrap(),
+        0,
+        "terminated, not left in the stream"
+    );
 }
 
 #[tokio::test]
@@ -520,7 +562,10 @@ async fn the_work_stream_and_consumer_have_their_explicit_settings() {
         .clone();
     assert_eq!(c.ack_policy, consumer::AckPolicy::Explicit);
     assert_eq!(c.ack_wait, ACK_WAIT);
-    assert_eq!(c.max_deliver, -1, "the consumer, not the server, bounds deliveries");
+    assert_eq!(
+        c.max_deliver, -1,
+        "the consumer, not the server, bounds deliveries"
+    );
     assert!(c.backoff.is_empty());
     first.delete_stream().await.unwrap();
 }

@@ -118,9 +118,7 @@ impl WorkQueueConfig {
         if !token(&self.stream) || !token(&self.consumer) {
             return bad("stream and consumer names must be non-empty [A-Za-z0-9_-]");
         }
-        if self.subject_prefix.is_empty()
-            || self.subject_prefix.split('.').any(|t| !token(t))
-        {
+        if self.subject_prefix.is_empty() || self.subject_prefix.split('.').any(|t| !token(t)) {
             return bad("subject_prefix must be dot-separated [A-Za-z0-9_-] tokens");
         }
         Ok(())
@@ -306,8 +304,16 @@ impl WorkQueue {
 
     pub fn config(&self) -> &WorkQueueConfig {
         match &self.backend {
-            WorkBackend::Jetstream(b) => &b.config,
+            WorkBackend::Jetstream(b) => &b.inner.config,
             WorkBackend::Memory(b) => &b.config,
+        }
+    }
+
+    /// Messages the queue holds: waiting, in flight, or handed back with a delay.
+    pub async fn held(&self) -> Result<u64, WorkError> {
+        match &self.backend {
+            WorkBackend::Jetstream(b) => b.held().await,
+            WorkBackend::Memory(b) => Ok(b.len() as u64),
         }
     }
 
@@ -363,10 +369,8 @@ impl WorkQueue {
                         queue: self.clone(),
                     }),
                     Err(e) => {
-                        let error = format!(
-                            "payload is not a valid {}: {e}",
-                            std::any::type_name::<T>()
-                        );
+                        let error =
+                            format!("payload is not a valid {}: {e}", std::any::type_name::<T>());
                         let attempts = raw.attempt;
                         self.bury(raw, attempts, DeadReason::Malformed, Some(error))
                             .await;
@@ -403,12 +407,13 @@ impl WorkQueue {
     ) -> Result<Appended, WorkError> {
         let config = self.config();
         let epoch = match &self.backend {
-            WorkBackend::Jetstream(b) => &b.epoch,
+            WorkBackend::Jetstream(b) => &b.inner.epoch,
             WorkBackend::Memory(b) => &b.epoch,
         };
-        let payload = serde_json::from_slice::<serde_json::Value>(&raw.payload).unwrap_or_else(|_| {
-            serde_json::Value::String(String::from_utf8_lossy(&raw.payload).into_owned())
-        });
+        let payload =
+            serde_json::from_slice::<serde_json::Value>(&raw.payload).unwrap_or_else(|_| {
+                serde_json::Value::String(String::from_utf8_lossy(&raw.payload).into_owned())
+            });
         let body = serde_json::json!({
             "stream": config.stream,
             "sequence": raw.sequence,
@@ -523,11 +528,15 @@ impl<T> Delivery<T> {
 
     /// Never deliver again, without recording anything (for work that became moot).
     pub async fn term(self) -> Result<(), WorkError> {
-        self.raw.handle.settle(self.raw.sequence, Settle::Term).await
+        self.raw
+            .handle
+            .settle(self.raw.sequence, Settle::Term)
+            .await
     }
 
     /// The attempt failed with `error`: retry after the backoff, or on the last attempt dead-letter it with the
-    /// error recorded (the one case where the last error is known).
+    /// error recorded (the one case where the last error is known). If that record cannot be written, the
+    /// message comes back after `ack_wait` and is dead-lettered then, without the error.
     pub async fn fail(self, error: &str) -> Result<Failed, WorkError> {
         if self.is_last_attempt() {
             let appended = self
@@ -591,6 +600,11 @@ pub fn consumer_config(config: &WorkQueueConfig) -> consumer::pull::Config {
 
 #[derive(Clone)]
 pub struct JetstreamWork {
+    /// Shared by clones: the consumer handle caches its (large) info, and every delivery carries a queue.
+    inner: Arc<JetstreamInner>,
+}
+
+struct JetstreamInner {
     config: WorkQueueConfig,
     client: async_nats::Client,
     context: jetstream::Context,
@@ -602,7 +616,7 @@ pub struct JetstreamWork {
 impl std::fmt::Debug for JetstreamWork {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("JetstreamWork")
-            .field("config", &self.config)
+            .field("config", &self.inner.config)
             .finish()
     }
 }
@@ -649,38 +663,61 @@ impl JetstreamWork {
             .await
             .map_err(|e| WorkError::Consumer(format!("{}: {e}", config.consumer)))?;
         Ok(Self {
-            config,
-            client,
-            context,
-            consumer,
-            epoch: created.unix_timestamp_nanos().to_string(),
+            inner: Arc::new(JetstreamInner {
+                config,
+                client,
+                context,
+                consumer,
+                epoch: created.unix_timestamp_nanos().to_string(),
+            }),
         })
     }
 
     /// Removes the stream (and its consumer); for tests that make their own.
     pub async fn delete_stream(&self) -> Result<(), WorkError> {
-        self.context
-            .delete_stream(&self.config.stream)
+        self.inner
+            .context
+            .delete_stream(&self.inner.config.stream)
             .await
             .map(|_| ())
             .map_err(|e| WorkError::Stream(e.to_string()))
     }
 
-    async fn publish(&self, subject: String, key: &str, body: Bytes) -> Result<Published, WorkError> {
+    async fn held(&self) -> Result<u64, WorkError> {
+        let mut stream = self
+            .inner
+            .context
+            .get_stream(&self.inner.config.stream)
+            .await
+            .map_err(|e| WorkError::Stream(e.to_string()))?;
+        let info = stream
+            .info()
+            .await
+            .map_err(|e| WorkError::Stream(e.to_string()))?;
+        Ok(info.state.messages)
+    }
+
+    async fn publish(
+        &self,
+        subject: String,
+        key: &str,
+        body: Bytes,
+    ) -> Result<Published, WorkError> {
         let mut headers = async_nats::HeaderMap::new();
         headers.insert("Nats-Msg-Id", key);
         let full = |e: &dyn std::fmt::Display| {
             let text = e.to_string();
             if text.contains("maximum messages") {
                 WorkError::Full {
-                    stream: self.config.stream.clone(),
-                    max: self.config.max_messages,
+                    stream: self.inner.config.stream.clone(),
+                    max: self.inner.config.max_messages,
                 }
             } else {
                 WorkError::Publish(text)
             }
         };
         let ack = self
+            .inner
             .context
             .publish_with_headers(subject, headers, body)
             .await
@@ -704,6 +741,7 @@ impl JetstreamWork {
                 return Ok(out);
             }
             let mut batch = self
+                .inner
                 .consumer
                 .batch()
                 .max_messages(1)
@@ -724,6 +762,7 @@ impl JetstreamWork {
 
     async fn fetch_ready(&self, max: usize) -> Result<Vec<Raw>, WorkError> {
         let mut fetched = self
+            .inner
             .consumer
             .fetch()
             .max_messages(max)
@@ -757,7 +796,7 @@ impl JetstreamWork {
             attempt: u32::try_from(delivered.max(1)).unwrap_or(u32::MAX),
             payload: message.message.payload.clone(),
             handle: Handle::Jetstream {
-                client: self.client.clone(),
+                client: self.inner.client.clone(),
                 reply,
             },
         })
@@ -910,6 +949,8 @@ impl MemoryWork {
         }
     }
 
+    /// By sequence, whichever delivery holds the message now, as JetStream does: a late ack from a worker that
+    /// overran `ack_wait` still completes the work.
     fn settle(&self, sequence: u64, how: Settle) {
         let now = Instant::now();
         self.with(|inner| match how {
