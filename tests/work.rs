@@ -378,7 +378,12 @@ async fn a_full_queue_refuses_new_work_with_a_clear_error(env: &Env) {
     assert!(q.publish("run", "k1", &job(1)).await.unwrap().duplicate);
     // Done work makes room.
     must_pull(&q).await.ack().await.unwrap();
-    q.publish("run", "k4", &job(4)).await.unwrap();
+    let k4 = q.publish("run", "k4", &job(4)).await.unwrap();
+    assert!(
+        !k4.duplicate,
+        "a refused publish leaves no trace of its key"
+    );
+    assert_eq!(q.held().await.unwrap(), 3);
 }
 
 async fn kinds_and_keys_are_validated(env: &Env) {
