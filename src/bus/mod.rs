@@ -8,6 +8,7 @@
 mod jetstream;
 mod memory;
 pub mod relay;
+pub mod work;
 
 use bytes::Bytes;
 use uuid::Uuid;
