@@ -9,7 +9,7 @@
 //! job; the arrows below are the only doors.
 //!
 //! ```text
-//! main.rs          thin clap front: serve | migrate | doctor | events
+//! main.rs          thin clap front: serve | migrate | doctor | events | replay
 //! startup.rs       build(Settings) -> App: the one constructor for main and for tests (port 0 in tests)
 //! config.rs        typed settings: environment first, then optional pidevops.toml; secrets wrapped
 //! telemetry.rs     tracing (json | pretty) and the Prometheus recorder
@@ -21,7 +21,11 @@
 //! ingress/         webhooks: raw bytes in, verified and parsed NewEvent out, appended, then 2xx
 //!   verify.rs      HMAC and token checks, constant time
 //!   github.rs linear.rs telegram.rs   one parser per provider (pure)
+//! bus/             fan-out: Bus (JetStream | in-process), relay.rs (log → bus, exactly once), work.rs (work queues)
 //! loops/           the do-while runner and the health registry every background activity reports to
+//!   lease.rs       one replica runs each singleton loop: a lease row, DB-clock expiry, renewed by `leases`
+//! projectors/      read models from the log: batch + checkpoint in one transaction, rebuildable from 0
+//!   sources.rs     per source and event type: counts, first and last delivery (`/api/sources`, `/health`)
 //! http/            router: /health, /metrics, /webhooks/*, /api/* (bearer token), JSON errors
 //! ```
 

@@ -74,7 +74,9 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         .map(|p| {
             (
                 projectors::loop_name(p.name()),
-                Arc::new(Projection::new(store.clone(), p)),
+                Arc::new(
+                    Projection::new(store.clone(), p).with_tick_budget(settings.projector_interval),
+                ),
             )
         })
         .collect();

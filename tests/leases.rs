@@ -14,6 +14,7 @@ per_backend!(
     a_holder_that_loses_its_lease_stops_its_work_at_once,
     a_holder_that_cannot_renew_lets_go_before_anyone_can_take_over,
     a_released_lease_is_taken_over_at_the_next_attempt,
+    a_relay_that_regains_its_lease_resumes_from_the_bus_not_its_memory,
 );
 
 const TTL: Duration = Duration::from_secs(3);
@@ -171,4 +172,50 @@ async fn a_released_lease_is_taken_over_at_the_next_attempt(db: TestDb) {
         "no waiting for the expiry after a graceful release"
     );
     assert_eq!(b.views()["relay"].token, Some(2));
+}
+
+/// Replica A relays, loses the lease, B relays more, A regains it: A must resume after B's last message (what
+/// the startup wiring's `resync` on acquiring does), not after its own, or it would publish B's events again.
+async fn a_relay_that_regains_its_lease_resumes_from_the_bus_not_its_memory(db: TestDb) {
+    use bytes::Bytes;
+    use pidevops::bus::relay::{BusTarget, Relay};
+    use pidevops::bus::MemoryBus;
+    use pidevops::domain::{EventType, NewEvent, Source};
+    use pidevops::eventlog::EventLog;
+
+    let store = store(&db).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (log, _task) = EventLog::start(store.clone(), Duration::from_secs(10), stop.clone());
+    let append = |from: usize, to: usize| {
+        let log = log.clone();
+        async move {
+            for i in from..to {
+                log.append(NewEvent::new(
+                    Source::Github,
+                    EventType::new(Source::Github, &["push"]),
+                    format!("d-{i}"),
+                    "application/json",
+                    Bytes::from_static(b"{}"),
+                ))
+                .await
+                .unwrap();
+            }
+        }
+    };
+    let bus = MemoryBus::new(common::bus_config());
+    let a = Relay::new(store.clone(), BusTarget::Memory(bus.clone()));
+    let b = Relay::new(store.clone(), BusTarget::Memory(bus.clone()));
+    append(0, 10).await;
+    assert_eq!(a.tick().await.unwrap().published, 10);
+    append(10, 20).await;
+    assert_eq!(b.tick().await.unwrap().published, 10, "B resumed from the bus");
+    append(20, 25).await;
+    a.resync().await;
+    let progress = a.tick().await.unwrap();
+    assert_eq!(
+        (progress.published, progress.duplicates, progress.position),
+        (5, 0, 25),
+        "A republished what B had published"
+    );
+    stop.cancel();
 }

@@ -29,8 +29,9 @@ use crate::eventlog::{EventStore, StoreError, StoredEvent};
 pub const SERVE_BATCH: i64 = 1000;
 /// Events per transaction in `pidevops replay`: bigger batches, fewer commits.
 pub const REPLAY_BATCH: i64 = 10_000;
-/// A tick hands control back after this long, so `/health` sees progress during a long catch-up.
-const TICK_BUDGET: Duration = Duration::from_secs(5);
+/// A tick hands control back after this long, so `/health` sees progress during a long catch-up. Serve sets it
+/// to the loop's interval: a tick longer than three intervals would make the loop look stale.
+const TICK_BUDGET: Duration = Duration::from_secs(1);
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
@@ -146,6 +147,7 @@ pub struct Projection {
     batch: i64,
     state: Mutex<RunState>,
     inject_failure: AtomicBool,
+    tick_budget: Duration,
 }
 
 impl std::fmt::Debug for Projection {
@@ -177,7 +179,14 @@ impl Projection {
             batch: batch.max(1),
             state: Mutex::new(RunState::default()),
             inject_failure: AtomicBool::new(false),
+            tick_budget: TICK_BUDGET,
         }
+    }
+
+    /// How long one tick may keep applying batches before it hands the loop back.
+    pub fn with_tick_budget(mut self, budget: Duration) -> Self {
+        self.tick_budget = budget;
+        self
     }
 
     pub fn name(&self) -> &'static str {
@@ -344,7 +353,7 @@ impl Projection {
                 }
                 Err(other) => return Err(other).context(format!("projector {name}")),
             }
-            if started.elapsed() > TICK_BUDGET {
+            if started.elapsed() > self.tick_budget {
                 break;
             }
         }
