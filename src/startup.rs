@@ -46,16 +46,19 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         appender_shutdown.clone(),
     );
 
-    let relay = Arc::new(Relay::new(
-        store.clone(),
-        match &settings.nats_url {
-            Some(url) => BusTarget::Nats {
-                url: url.clone(),
-                config: settings.bus.clone(),
+    let relay = Arc::new(
+        Relay::new(
+            store.clone(),
+            match &settings.nats_url {
+                Some(url) => BusTarget::Nats {
+                    url: url.clone(),
+                    config: settings.bus.clone(),
+                },
+                None => BusTarget::Memory(MemoryBus::new(settings.bus.clone())),
             },
-            None => BusTarget::Memory(MemoryBus::new(settings.bus.clone())),
-        },
-    ));
+        )
+        .with_tick_budget(settings.relay_interval),
+    );
     let bus_kind = relay.bus_kind();
     let registry = loops::LoopRegistry::default();
     let tracker = TaskTracker::new();
@@ -83,16 +86,19 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
                             let relay = relay.clone();
                             let registry = registry_for_tick.clone();
                             async move {
-                                let progress = relay.tick().await?;
-                                registry.set_detail(
-                                    crate::bus::relay::RELAY,
-                                    serde_json::json!({
-                                        "position": progress.position,
-                                        "head": progress.head,
-                                        "behind": progress.head - progress.position,
-                                    }),
-                                );
-                                Ok(())
+                                let result = relay.tick().await;
+                                // Set on failure too: during a NATS outage the growing lag is the news.
+                                if let Some(lag) = relay.lag() {
+                                    registry.set_detail(
+                                        crate::bus::relay::RELAY,
+                                        serde_json::json!({
+                                            "position": lag.position,
+                                            "head": lag.head,
+                                            "behind": lag.behind(),
+                                        }),
+                                    );
+                                }
+                                result.map(|_| ())
                             }
                         });
                     }

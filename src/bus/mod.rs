@@ -147,6 +147,14 @@ impl Bus {
         }
     }
 
+    /// Makes sure the stream exists with the wanted settings (JetStream); nothing to do in memory.
+    pub async fn ensure_stream(&self) -> Result<(), BusError> {
+        match self {
+            Self::Jetstream(b) => b.ensure_stream().await,
+            Self::Memory(_) => Ok(()),
+        }
+    }
+
     /// Publishes and waits for the bus to acknowledge it durably. Idempotent by event id.
     pub async fn publish(&self, message: &BusMessage) -> Result<Published, BusError> {
         match self {

@@ -7,6 +7,9 @@
 //!   checkpoint therefore republishes nothing, and a bus that lost its tail gets it again;
 //! - the bus's messages all aged out: after the checkpoint;
 //! - the bus is new (or was re-created empty): from the start of the log, which re-feeds it.
+//!
+//! Through a NATS outage the process keeps its client, which reconnects by itself; while it is down every tick
+//! fails fast (so the loop never looks stale), and the resync after it re-creates the stream if the server lost it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -20,8 +23,9 @@ use crate::eventlog::EventStore;
 /// The relay's checkpoint name and loop name.
 pub const RELAY: &str = "relay";
 const PAGE: i64 = 500;
-/// A tick hands the loop back after this long, so `/health` sees progress during a long catch-up.
-const TICK_BUDGET: Duration = Duration::from_secs(5);
+/// A tick hands the loop back after this long, so `/health` sees progress during a long catch-up. Serve sets
+/// it to the loop's interval: a tick longer than three intervals would make the loop look stale.
+const TICK_BUDGET: Duration = Duration::from_secs(1);
 
 /// Where the relay publishes: an in-process bus, or JetStream, connected lazily so that a NATS that is down at
 /// start-up never delays serving (or ingesting).
@@ -50,6 +54,24 @@ pub struct Relay {
     state: Mutex<State>,
     /// Test hook: stop after publishing a page, before saving the checkpoint, as a crash there would.
     crash_before_checkpoint: AtomicBool,
+    /// The lag the last tick saw, kept so `/health` can show it while ticks fail.
+    lag: std::sync::Mutex<Option<Lag>>,
+    tick_budget: Duration,
+}
+
+/// How far the bus is behind the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lag {
+    /// The last position known to be on the bus.
+    pub position: i64,
+    /// The log's head.
+    pub head: i64,
+}
+
+impl Lag {
+    pub fn behind(&self) -> i64 {
+        (self.head - self.position).max(0)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -66,7 +88,15 @@ impl Relay {
             target,
             state: Mutex::new(State::default()),
             crash_before_checkpoint: AtomicBool::new(false),
+            lag: std::sync::Mutex::new(None),
+            tick_budget: TICK_BUDGET,
         }
+    }
+
+    /// How long one tick may keep publishing before it hands the loop back (checked after every event).
+    pub fn with_tick_budget(mut self, budget: Duration) -> Self {
+        self.tick_budget = budget;
+        self
     }
 
     pub fn bus_kind(&self) -> &'static str {
@@ -79,6 +109,11 @@ impl Relay {
     /// Makes the next page end as a crash between publishing and checkpointing would (for fault tests).
     pub fn inject_crash_before_checkpoint(&self) {
         self.crash_before_checkpoint.store(true, Ordering::SeqCst);
+    }
+
+    /// The lag measured at the end of the last tick, whether it succeeded or not.
+    pub fn lag(&self) -> Option<Lag> {
+        *self.lag.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Publishes everything committed since the last tick, in order. Errors leave the relay to resynchronise on
@@ -140,6 +175,9 @@ impl Relay {
                 metrics::counter!("pidevops_relay_published_total").increment(1);
                 after = event.position;
                 state.after = Some(after);
+                if started.elapsed() > self.tick_budget {
+                    break;
+                }
             }
             if self.crash_before_checkpoint.swap(false, Ordering::SeqCst) {
                 anyhow::bail!(
@@ -151,7 +189,7 @@ impl Relay {
                 .await
                 .context("saving the relay checkpoint")?;
             progress.position = after;
-            if started.elapsed() > TICK_BUDGET {
+            if started.elapsed() > self.tick_budget {
                 break;
             }
         }
@@ -160,6 +198,11 @@ impl Relay {
     }
 
     async fn resume_point(&self, bus: &Bus) -> anyhow::Result<i64> {
+        // The connection is kept across errors (the client reconnects by itself, and a publish queued in it
+        // reaches the server before anything sent after it), but the server may have come back without its store.
+        bus.ensure_stream()
+            .await
+            .context("making sure the stream exists")?;
         let checkpoint = self
             .store
             .checkpoint(RELAY)
@@ -194,7 +237,12 @@ impl Relay {
         let Ok(head) = self.store.head().await else {
             return;
         };
-        let behind = (head - after).max(0);
+        let lag = Lag {
+            position: after,
+            head,
+        };
+        *self.lag.lock().unwrap_or_else(|p| p.into_inner()) = Some(lag);
+        let behind = lag.behind();
         let seconds = if behind == 0 {
             0.0
         } else {
