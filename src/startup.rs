@@ -57,7 +57,8 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
                 None => BusTarget::Memory(MemoryBus::new(settings.bus.clone())),
             },
         )
-        .with_tick_budget(settings.relay_interval),
+        // Two intervals of publishing per tick, one of rest: the loop is stale only after three.
+        .with_tick_budget(settings.relay_interval * 2),
     );
     let bus_kind = relay.bus_kind();
     let registry = loops::LoopRegistry::default();

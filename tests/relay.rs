@@ -498,6 +498,8 @@ async fn a_nats_outage_under_load_ends_with_the_stream_caught_up_in_the_same_pro
     let mut settings = common::settings(&db);
     settings.nats_url = Some(nats.url());
     settings.bus = common::bus_config();
+    // The production interval (stale after 3 s): 200 ms would make a loaded debug build look stale under load.
+    settings.relay_interval = Duration::from_secs(1);
     let bus_config = settings.bus.clone();
     let app = common::TestApp::spawn(settings).await;
     let body = Bytes::from(
@@ -541,14 +543,7 @@ async fn a_nats_outage_under_load_ends_with_the_stream_caught_up_in_the_same_pro
         assert!(h["loops"]["relay"]["last_error"].is_string(), "{h}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let metrics = app.metrics().await;
-    let lag = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("pidevops_relay_lag_events "))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .unwrap_or(0.0);
-    assert!(lag > 0.0, "the lag gauge shows the backlog: {metrics}");
-
+    // The lag is read from /health, which is this app's own: the metrics recorder is shared by every test here.
     nats.restart().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let sent = senders.finish().await;

@@ -19,7 +19,8 @@ pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(2 * 60);
 #[derive(Clone)]
 pub struct JetstreamBus {
     config: BusConfig,
-    client: async_nats::Client,
+    /// Kept for its connection state; boxed so the `Bus` enum's variants stay close in size.
+    client: Box<async_nats::Client>,
     context: jetstream::Context,
 }
 
@@ -70,7 +71,7 @@ impl JetstreamBus {
         let context = jetstream::new(client.clone());
         let bus = Self {
             config,
-            client,
+            client: Box::new(client),
             context,
         };
         bus.ensure_stream().await?;

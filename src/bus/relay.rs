@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use tokio::sync::Mutex;
+use tokio::sync::{mpsc, Mutex};
 
 use super::{Bus, BusConfig, BusMessage, MemoryBus, Tail};
 use crate::eventlog::EventStore;
@@ -23,8 +23,11 @@ use crate::eventlog::EventStore;
 /// The relay's checkpoint name and loop name.
 pub const RELAY: &str = "relay";
 const PAGE: i64 = 500;
+/// Encoded messages the read-ahead task may hold ready: a page, so the next page's read overlaps publishing this
+/// one (about 14 MB of 28 KB envelopes).
+const READ_AHEAD: usize = PAGE as usize;
 /// A tick hands the loop back after this long, so `/health` sees progress during a long catch-up. Serve sets
-/// it to the loop's interval: a tick longer than three intervals would make the loop look stale.
+/// it to two loop intervals: a tick longer than three would make the loop look stale.
 const TICK_BUDGET: Duration = Duration::from_secs(1);
 
 /// Where the relay publishes: an in-process bus, or JetStream, connected lazily so that a NATS that is down at
@@ -152,49 +155,61 @@ impl Relay {
             ..RelayProgress::default()
         };
         let started = Instant::now();
-        loop {
-            let events = self
-                .store
-                .read_after(after, PAGE)
+        // Reading and encoding run ahead in a task of their own while this one publishes: one message at a time,
+        // each acknowledged before the next, in position order, exactly as if it read the pages itself.
+        let (tx, mut rx) = mpsc::channel(READ_AHEAD);
+        let reader = tokio::spawn(read_ahead(
+            self.store.clone(),
+            bus.config().clone(),
+            after,
+            tx,
+        ));
+        let _stop_reader = AbortOnDrop(reader.abort_handle());
+        let mut unsaved = 0;
+        let deadline = tokio::time::Instant::from_std(started + self.tick_budget);
+        // A slow page read ends the tick at its deadline too, not only a long run of publishes.
+        while let Ok(Some(message)) = tokio::time::timeout_at(deadline, rx.recv()).await {
+            let message: BusMessage = message?;
+            let published = bus
+                .publish(&message)
                 .await
-                .context("reading the log")?;
-            if events.is_empty() {
-                break;
+                .with_context(|| format!("publishing event at position {}", message.position))?;
+            progress.published += 1;
+            if published.duplicate {
+                progress.duplicates += 1;
+                metrics::counter!("pidevops_relay_duplicates_total").increment(1);
             }
-            for event in &events {
-                let message = BusMessage::from_event(bus.config(), event)?;
-                let published = bus
-                    .publish(&message)
-                    .await
-                    .with_context(|| format!("publishing event at position {}", event.position))?;
-                progress.published += 1;
-                if published.duplicate {
-                    progress.duplicates += 1;
-                    metrics::counter!("pidevops_relay_duplicates_total").increment(1);
-                }
-                metrics::counter!("pidevops_relay_published_total").increment(1);
-                after = event.position;
-                state.after = Some(after);
-                if started.elapsed() > self.tick_budget {
-                    break;
-                }
+            metrics::counter!("pidevops_relay_published_total").increment(1);
+            after = message.position;
+            state.after = Some(after);
+            unsaved += 1;
+            let out_of_time = started.elapsed() > self.tick_budget;
+            if unsaved >= PAGE || out_of_time {
+                self.save_checkpoint(after).await?;
+                progress.position = after;
+                unsaved = 0;
             }
-            if self.crash_before_checkpoint.swap(false, Ordering::SeqCst) {
-                anyhow::bail!(
-                    "injected crash after publishing up to {after}, before the checkpoint"
-                );
-            }
-            self.store
-                .advance_checkpoint(RELAY, after)
-                .await
-                .context("saving the relay checkpoint")?;
-            progress.position = after;
-            if started.elapsed() > self.tick_budget {
+            if out_of_time {
                 break;
             }
         }
+        if unsaved > 0 {
+            self.save_checkpoint(after).await?;
+            progress.position = after;
+        }
         progress.head = self.store.head().await.context("reading the log head")?;
         Ok(progress)
+    }
+
+    async fn save_checkpoint(&self, after: i64) -> anyhow::Result<()> {
+        if self.crash_before_checkpoint.swap(false, Ordering::SeqCst) {
+            anyhow::bail!("injected crash after publishing up to {after}, before the checkpoint");
+        }
+        self.store
+            .advance_checkpoint(RELAY, after)
+            .await
+            .context("saving the relay checkpoint")?;
+        Ok(())
     }
 
     async fn resume_point(&self, bus: &Bus) -> anyhow::Result<i64> {
@@ -258,5 +273,47 @@ impl Relay {
         };
         metrics::gauge!("pidevops_relay_lag_events").set(behind as f64);
         metrics::gauge!("pidevops_relay_lag_seconds").set(seconds);
+    }
+}
+
+/// Reads the log after `after` page by page and encodes each event, in position order, until it is caught up or
+/// the relay stops listening. An error ends it after being passed on.
+async fn read_ahead(
+    store: EventStore,
+    config: BusConfig,
+    mut after: i64,
+    tx: mpsc::Sender<anyhow::Result<BusMessage>>,
+) {
+    loop {
+        let events = match store.read_after(after, PAGE).await {
+            Ok(events) => events,
+            Err(e) => {
+                let _ = tx
+                    .send(Err(anyhow::Error::new(e).context("reading the log")))
+                    .await;
+                return;
+            }
+        };
+        let Some(last) = events.last() else {
+            return;
+        };
+        after = last.position;
+        for event in &events {
+            let message = BusMessage::from_event(&config, event)
+                .with_context(|| format!("encoding event at position {}", event.position));
+            let failed = message.is_err();
+            if tx.send(message).await.is_err() || failed {
+                return;
+            }
+        }
+    }
+}
+
+/// Stops the read-ahead task when a tick ends early (budget, publish error): it must not outlive its tick.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
