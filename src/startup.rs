@@ -52,16 +52,20 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         appender_shutdown.clone(),
     );
 
-    let relay = Arc::new(Relay::new(
-        store.clone(),
-        match &settings.nats_url {
-            Some(url) => BusTarget::Nats {
-                url: url.clone(),
-                config: settings.bus.clone(),
+    let relay = Arc::new(
+        Relay::new(
+            store.clone(),
+            match &settings.nats_url {
+                Some(url) => BusTarget::Nats {
+                    url: url.clone(),
+                    config: settings.bus.clone(),
+                },
+                None => BusTarget::Memory(MemoryBus::new(settings.bus.clone())),
             },
-            None => BusTarget::Memory(MemoryBus::new(settings.bus.clone())),
-        },
-    ));
+        )
+        // Two intervals of publishing per tick, one of rest: the loop is stale only after three.
+        .with_tick_budget(settings.relay_interval * 2),
+    );
     let bus_kind = relay.bus_kind();
     let registry = loops::LoopRegistry::default();
     let leases = Leases::new(
@@ -138,27 +142,31 @@ enum Job {
 }
 
 impl Job {
-    /// One tick's work; its detail for `/health`, if any.
-    async fn run(&self) -> anyhow::Result<Option<serde_json::Value>> {
+    /// One tick's work, and its detail for `/health` (set even when the tick failed: during a NATS outage the
+    /// relay's growing lag is the news).
+    async fn run(&self) -> (Option<serde_json::Value>, anyhow::Result<()>) {
         match self {
-            Self::Heartbeat(store) => heartbeat(store).await.map(|()| None),
+            Self::Heartbeat(store) => (None, heartbeat(store).await),
             Self::Relay(relay) => {
-                let progress = relay.tick().await?;
-                Ok(Some(serde_json::json!({
-                    "position": progress.position,
-                    "head": progress.head,
-                    "behind": progress.head - progress.position,
-                })))
+                let result = relay.tick().await.map(|_| ());
+                let detail = relay.lag().map(|lag| {
+                    serde_json::json!({
+                        "position": lag.position,
+                        "head": lag.head,
+                        "behind": lag.behind(),
+                    })
+                });
+                (detail, result)
             }
             Self::MetricsUpkeep(handle) => {
                 handle.run_upkeep();
-                Ok(None)
+                (None, Ok(()))
             }
-            Self::Leases(leases) => leases.tick().await.map(|()| None),
-            Self::Projector(projection) => {
-                let status = projection.tick().await?;
-                Ok(Some(serde_json::to_value(status)?))
-            }
+            Self::Leases(leases) => (None, leases.tick().await),
+            Self::Projector(projection) => match projection.tick().await {
+                Ok(status) => (serde_json::to_value(status).ok(), Ok(())),
+                Err(error) => (None, Err(error)),
+            },
         }
     }
 
@@ -189,8 +197,8 @@ fn spawn_job(
         let (job, registry, name) = (job.clone(), registry_for_tick.clone(), name.clone());
         let (lease, was_holder) = (lease.clone(), was_holder.clone());
         async move {
-            let detail = match &lease {
-                None => job.run().await?,
+            let (detail, result) = match &lease {
+                None => job.run().await,
                 Some(lease) => {
                     let holder = lease.is_held();
                     if holder && !was_holder.swap(true, Ordering::SeqCst) {
@@ -199,16 +207,16 @@ fn spawn_job(
                     if !holder {
                         was_holder.store(false, Ordering::SeqCst);
                     }
-                    match while_held(lease, job.run()).await? {
-                        Some(detail) => detail,
-                        None => Some(serde_json::json!({ "role": "standby" })),
+                    match while_held(lease, async { Ok(job.run().await) }).await? {
+                        Some(ran) => ran,
+                        None => (Some(serde_json::json!({ "role": "standby" })), Ok(())),
                     }
                 }
             };
             if let Some(detail) = detail {
                 registry.set_detail(&name, detail);
             }
-            Ok(())
+            result
         }
     });
 }

@@ -208,7 +208,11 @@ async fn a_relay_that_regains_its_lease_resumes_from_the_bus_not_its_memory(db: 
     append(0, 10).await;
     assert_eq!(a.tick().await.unwrap().published, 10);
     append(10, 20).await;
-    assert_eq!(b.tick().await.unwrap().published, 10, "B resumed from the bus");
+    assert_eq!(
+        b.tick().await.unwrap().published,
+        10,
+        "B resumed from the bus"
+    );
     append(20, 25).await;
     a.resync().await;
     let progress = a.tick().await.unwrap();

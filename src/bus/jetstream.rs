@@ -4,6 +4,7 @@
 //!
 //! The settings below are the ones both Debian's nats-server 2.9 and the official 2.10+ images accept.
 
+use std::future::IntoFuture;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, stream};
@@ -18,6 +19,8 @@ pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(2 * 60);
 #[derive(Clone)]
 pub struct JetstreamBus {
     config: BusConfig,
+    /// Kept for its connection state; boxed so the `Bus` enum's variants stay close in size.
+    client: Box<async_nats::Client>,
     context: jetstream::Context,
 }
 
@@ -65,23 +68,55 @@ impl JetstreamBus {
             .connect(url)
             .await
             .map_err(|e| BusError::Connect(e.to_string()))?;
-        let context = jetstream::new(client);
-        let wanted = stream_config(&config);
-        match context.get_stream(&config.stream).await {
+        let context = jetstream::new(client.clone());
+        let bus = Self {
+            config,
+            client: Box::new(client),
+            context,
+        };
+        bus.ensure_stream().await?;
+        Ok(bus)
+    }
+
+    /// Creates the stream, or updates it to the wanted settings. Also after an outage: a server that came back
+    /// without its store no longer has the stream, and every publish would go unanswered.
+    pub async fn ensure_stream(&self) -> Result<(), BusError> {
+        self.connected()?;
+        let name = &self.config.stream;
+        let wanted = stream_config(&self.config);
+        match self.context.get_stream(name).await {
             Ok(_) => {
-                context
+                self.context
                     .update_stream(wanted)
                     .await
-                    .map_err(|e| BusError::Stream(format!("updating {}: {e}", config.stream)))?;
+                    .map_err(|e| BusError::Stream(format!("updating {name}: {e}")))?;
             }
             Err(_) => {
-                context
+                self.context
                     .create_stream(wanted)
                     .await
-                    .map_err(|e| BusError::Stream(format!("creating {}: {e}", config.stream)))?;
+                    .map_err(|e| BusError::Stream(format!("creating {name}: {e}")))?;
             }
         }
-        Ok(Self { config, context })
+        Ok(())
+    }
+
+    /// Fails at once while the client is reconnecting. Otherwise a request would wait out its 5 s timeout, and
+    /// it would stay queued in the client and reach the server later, outside the caller's control.
+    fn connected(&self) -> Result<(), BusError> {
+        match self.client.connection_state() {
+            async_nats::connection::State::Connected => Ok(()),
+            state => Err(BusError::Connect(format!(
+                "the connection to NATS is {state:?}; the client keeps reconnecting"
+            ))),
+        }
+    }
+
+    /// Resolves once the client has lost its connection (the client offers no notification to await).
+    async fn disconnected(&self) {
+        while self.client.connection_state() == async_nats::connection::State::Connected {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     pub fn config(&self) -> &BusConfig {
@@ -98,16 +133,25 @@ impl JetstreamBus {
     }
 
     pub async fn publish(&self, message: &BusMessage) -> Result<Published, BusError> {
+        self.connected()?;
         let mut headers = async_nats::HeaderMap::new();
         headers.insert("Nats-Msg-Id", message.event_id.to_string().as_str());
         headers.insert(POSITION_HEADER, message.position.to_string().as_str());
-        let ack = self
+        let pending = self
             .context
             .publish_with_headers(message.subject.clone(), headers, message.payload.clone())
             .await
-            .map_err(|e| BusError::Publish(e.to_string()))?
-            .await
             .map_err(|e| BusError::Publish(e.to_string()))?;
+        // A lost connection never answers: stop waiting then rather than after the 5 s timeout, which would
+        // leave the relay's loop looking stale (and /health failing) for a mere bus outage.
+        let ack = tokio::select! {
+            ack = pending.into_future() => ack.map_err(|e| BusError::Publish(e.to_string()))?,
+            () = self.disconnected() => {
+                return Err(BusError::Connect(
+                    "the connection to NATS dropped while waiting for the ack".to_owned(),
+                ))
+            }
+        };
         Ok(Published {
             sequence: ack.sequence,
             duplicate: ack.duplicate,
@@ -115,6 +159,7 @@ impl JetstreamBus {
     }
 
     async fn stream(&self) -> Result<stream::Stream, BusError> {
+        self.connected()?;
         self.context
             .get_stream(&self.config.stream)
             .await

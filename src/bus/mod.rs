@@ -71,7 +71,9 @@ pub struct BusMessage {
 
 impl BusMessage {
     pub fn from_event(config: &BusConfig, event: &StoredEvent) -> Result<Self, BusError> {
-        let payload = serde_json::to_vec(&event.to_envelope())
+        // Sized up front: growing a Vec to a 28 KB envelope would copy it several times.
+        let mut payload = Vec::with_capacity(event.body.len() + 1024);
+        serde_json::to_writer(&mut payload, &event.to_envelope())
             .map_err(|e| BusError::Encode(e.to_string()))?;
         Ok(Self {
             subject: config.subject(&event.source, &event.event_type),
@@ -145,6 +147,14 @@ impl Bus {
         match self {
             Self::Jetstream(b) => b.config(),
             Self::Memory(b) => b.config(),
+        }
+    }
+
+    /// Makes sure the stream exists with the wanted settings (JetStream); nothing to do in memory.
+    pub async fn ensure_stream(&self) -> Result<(), BusError> {
+        match self {
+            Self::Jetstream(b) => b.ensure_stream().await,
+            Self::Memory(_) => Ok(()),
         }
     }
 
