@@ -25,17 +25,6 @@ async fn store(db: &TestDb) -> EventStore {
     store
 }
 
-async fn execute(store: &EventStore, sql: &str) {
-    match store {
-        EventStore::Postgres(s) => {
-            sqlx::raw_sql(sql).execute(s.pool()).await.unwrap();
-        }
-        EventStore::Sqlite(s) => {
-            sqlx::raw_sql(sql).execute(s.pool()).await.unwrap();
-        }
-    }
-}
-
 async fn one_holder_at_a_time_and_a_silent_holder_is_replaced_within_the_ttl(db: TestDb) {
     let store = store(&db).await;
     let a = Leases::new(store.clone(), "replica-a", TTL);
@@ -107,7 +96,7 @@ async fn a_holder_that_loses_its_lease_stops_its_work_at_once(db: TestDb) {
     } else {
         "UPDATE leases SET holder = 'replica-z', token = token + 1, expires_at = 99999999999999"
     };
-    execute(&store, sql).await;
+    common::execute(&store, sql).await;
     let renewed = Instant::now();
     a.tick().await.unwrap();
     let outcome = tokio::time::timeout(Duration::from_secs(2), work)

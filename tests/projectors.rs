@@ -10,7 +10,7 @@ use bytes::Bytes;
 use common::{TestApp, TestDb, ADMIN_TOKEN};
 use pidevops::domain::{EventType, NewEvent, Source};
 use pidevops::eventlog::{EventLog, EventStore};
-use pidevops::projectors::sources::{self, SourceActivity, SourcesProjector};
+use pidevops::projectors::sources::{self, SourcesProjector};
 use pidevops::projectors::{Projection, ProjectionError, Step};
 use tokio_util::sync::CancellationToken;
 
@@ -65,22 +65,6 @@ async fn append(log: &EventLog, tag: &str, n: usize) {
     }
 }
 
-/// What the read model must hold, computed by SQL straight from the log: the oracle.
-async fn expected(store: &EventStore) -> Vec<SourceActivity> {
-    const SQL: &str = "SELECT g.source, g.event_type, g.events, f.recorded_at AS first_at,
-                              g.first_position, l.recorded_at AS last_at, g.last_position
-                       FROM (SELECT source, event_type, count(*) AS events, min(position) AS first_position,
-                                    max(position) AS last_position
-                             FROM events GROUP BY source, event_type) g
-                       JOIN events f ON f.position = g.first_position
-                       JOIN events l ON l.position = g.last_position
-                       ORDER BY g.source, g.event_type";
-    match store {
-        EventStore::Postgres(s) => sqlx::query_as(SQL).fetch_all(s.pool()).await.unwrap(),
-        EventStore::Sqlite(s) => sqlx::query_as(SQL).fetch_all(s.pool()).await.unwrap(),
-    }
-}
-
 async fn checkpoint(store: &EventStore) -> (i64, i64) {
     pidevops::projectors::read_row(store, sources::NAME)
         .await
@@ -99,17 +83,6 @@ async fn run_to_head(projection: &Projection) {
     }
 }
 
-async fn execute(store: &EventStore, sql: &str) {
-    match store {
-        EventStore::Postgres(s) => {
-            sqlx::raw_sql(sql).execute(s.pool()).await.unwrap();
-        }
-        EventStore::Sqlite(s) => {
-            sqlx::raw_sql(sql).execute(s.pool()).await.unwrap();
-        }
-    }
-}
-
 async fn incremental_processing_equals_a_rebuild_and_the_log(db: TestDb) {
     let (store, log, stop) = open(&db).await;
     let projection = Projection::with_batch(store.clone(), Arc::new(SourcesProjector), 37);
@@ -121,7 +94,7 @@ async fn incremental_processing_equals_a_rebuild_and_the_log(db: TestDb) {
     }
     projection.tick().await.unwrap();
     let incremental = sources::activity(&store).await.unwrap();
-    let oracle = expected(&store).await;
+    let oracle = common::sources_oracle(&store).await;
     assert_eq!(incremental.len(), TYPES.len());
     assert_eq!(incremental, oracle, "incremental != the log");
     assert_eq!(checkpoint(&store).await, (1, store.head().await.unwrap()));
@@ -174,7 +147,7 @@ async fn a_crash_mid_batch_applies_nothing_and_loses_nothing(db: TestDb) {
     projection.tick().await.unwrap();
     assert_eq!(
         sources::activity(&store).await.unwrap(),
-        expected(&store).await
+        common::sources_oracle(&store).await
     );
     let total: i64 = sources::activity(&store)
         .await
@@ -225,7 +198,7 @@ async fn two_instances_never_apply_a_batch_twice(db: TestDb) {
     run_to_head(&a).await;
     assert_eq!(
         sources::activity(&store).await.unwrap(),
-        expected(&store).await
+        common::sources_oracle(&store).await
     );
     let total: i64 = sources::activity(&store)
         .await
@@ -244,7 +217,7 @@ async fn a_version_bump_rebuilds_from_zero_and_a_newer_version_is_left_alone(db:
     run_to_head(&projection).await;
 
     // As if the stored read model had been built by version 0 of the code, and held rows it no longer would.
-    execute(
+    common::execute(
         &store,
         "UPDATE projections SET version = 0 WHERE name = 'sources';
          UPDATE source_activity SET events = events + 1000;",
@@ -254,11 +227,11 @@ async fn a_version_bump_rebuilds_from_zero_and_a_newer_version_is_left_alone(db:
     assert_eq!(checkpoint(&store).await, (1, 120));
     assert_eq!(
         sources::activity(&store).await.unwrap(),
-        expected(&store).await
+        common::sources_oracle(&store).await
     );
 
     // A newer build owns it (a rolling deploy): this one must not touch it.
-    execute(
+    common::execute(
         &store,
         "UPDATE projections SET version = 99 WHERE name = 'sources'",
     )
@@ -290,7 +263,7 @@ async fn a_failing_event_stops_the_projector_there_shows_in_health_and_is_retrie
          CREATE TRIGGER poison_update BEFORE UPDATE ON source_activity WHEN NEW.event_type = 'github.issues.opened'
          BEGIN SELECT RAISE(ABORT, 'poisoned event type'); END;"
     };
-    execute(&store, poison).await;
+    common::execute(&store, poison).await;
 
     let ping = br#"{"zen":"ok","hook_id":1}"#;
     for i in 0..20 {
@@ -350,7 +323,7 @@ async fn a_failing_event_stops_the_projector_there_shows_in_health_and_is_retrie
         ("github.ping", 20)
     );
 
-    execute(
+    common::execute(
         &store,
         if db.is_postgres() {
             "DROP TRIGGER poison ON source_activity"
@@ -366,7 +339,7 @@ async fn a_failing_event_stops_the_projector_there_shows_in_health_and_is_retrie
     .await;
     assert_eq!(
         sources::activity(&store).await.unwrap(),
-        expected(&store).await
+        common::sources_oracle(&store).await
     );
 
     let listed: serde_json::Value = app
@@ -452,7 +425,7 @@ async fn a_killed_replay_leaves_a_consistent_checkpoint_to_resume_from(db: TestD
     // The incremental path resumes from that checkpoint...
     let projection = Projection::new(store.clone(), Arc::new(SourcesProjector));
     run_to_head(&projection).await;
-    let oracle = expected(&store).await;
+    let oracle = common::sources_oracle(&store).await;
     assert_eq!(sources::activity(&store).await.unwrap(), oracle);
     // ...and a full replay gives the same.
     let status = replay().wait().unwrap();

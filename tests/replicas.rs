@@ -14,7 +14,7 @@ use common::{TestDb, GITHUB_SECRET};
 use pidevops::bus::{Bus, BusConfig, JetstreamBus};
 use pidevops::eventlog::EventStore;
 use pidevops::ingress::verify::sign_github;
-use pidevops::projectors::sources::{self, SourceActivity};
+use pidevops::projectors::sources;
 use serde_json::Value;
 
 const TTL_S: u64 = 6;
@@ -76,22 +76,6 @@ async fn wait_for_holders(
             "no agreed holder within {within:?}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// The `sources` read model as the log says it must be.
-async fn oracle(store: &EventStore) -> Vec<SourceActivity> {
-    const SQL: &str = "SELECT g.source, g.event_type, g.events, f.recorded_at AS first_at,
-                              g.first_position, l.recorded_at AS last_at, g.last_position
-                       FROM (SELECT source, event_type, count(*) AS events, min(position) AS first_position,
-                                    max(position) AS last_position
-                             FROM events GROUP BY source, event_type) g
-                       JOIN events f ON f.position = g.first_position
-                       JOIN events l ON l.position = g.last_position
-                       ORDER BY g.source, g.event_type";
-    match store {
-        EventStore::Postgres(s) => sqlx::query_as(SQL).fetch_all(s.pool()).await.unwrap(),
-        EventStore::Sqlite(_) => unreachable!("replicas share Postgres"),
     }
 }
 
@@ -257,7 +241,7 @@ async fn three_replicas_one_holder_failover_within_the_ttl_and_exactly_once_resu
     }
     assert_eq!(
         sources::activity(&store).await.unwrap(),
-        oracle(&store).await,
+        common::sources_oracle(&store).await,
         "the projection differs from the log's"
     );
     drop(servers);

@@ -434,3 +434,36 @@ macro_rules! per_backend {
         }
     };
 }
+
+/// Runs SQL (several statements allowed) on whichever backend the store is.
+pub async fn execute(store: &pidevops::eventlog::EventStore, sql: &str) {
+    use pidevops::eventlog::EventStore;
+    match store {
+        EventStore::Postgres(s) => {
+            sqlx::raw_sql(sql).execute(s.pool()).await.unwrap();
+        }
+        EventStore::Sqlite(s) => {
+            sqlx::raw_sql(sql).execute(s.pool()).await.unwrap();
+        }
+    }
+}
+
+/// What the `sources` read model must hold, computed by SQL straight from the log: the oracle projector tests
+/// compare with.
+pub async fn sources_oracle(
+    store: &pidevops::eventlog::EventStore,
+) -> Vec<pidevops::projectors::sources::SourceActivity> {
+    use pidevops::eventlog::EventStore;
+    const SQL: &str = "SELECT g.source, g.event_type, g.events, f.recorded_at AS first_at,
+                              g.first_position, l.recorded_at AS last_at, g.last_position
+                       FROM (SELECT source, event_type, count(*) AS events, min(position) AS first_position,
+                                    max(position) AS last_position
+                             FROM events GROUP BY source, event_type) g
+                       JOIN events f ON f.position = g.first_position
+                       JOIN events l ON l.position = g.last_position
+                       ORDER BY g.source, g.event_type";
+    match store {
+        EventStore::Postgres(s) => sqlx::query_as(SQL).fetch_all(s.pool()).await.unwrap(),
+        EventStore::Sqlite(s) => sqlx::query_as(SQL).fetch_all(s.pool()).await.unwrap(),
+    }
+}
