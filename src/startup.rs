@@ -120,6 +120,7 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         started: Instant::now(),
         bus_kind,
         leases: leases.clone(),
+        shutdown: shutdown.clone(),
     };
     Ok(App {
         listener,

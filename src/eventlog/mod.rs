@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -222,10 +222,22 @@ struct AppendRequest {
 }
 
 /// Counters of the appender's work, for tests and diagnostics (metrics carry the same in histograms).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct AppenderStats {
     transactions: AtomicU64,
     events: AtomicU64,
+    /// The highest position this process committed; live readers (SSE) wake on it instead of polling fast.
+    committed: watch::Sender<i64>,
+}
+
+impl Default for AppenderStats {
+    fn default() -> Self {
+        Self {
+            transactions: AtomicU64::default(),
+            events: AtomicU64::default(),
+            committed: watch::channel(0).0,
+        }
+    }
 }
 
 impl AppenderStats {
@@ -306,6 +318,12 @@ impl EventLog {
 
     pub fn stats(&self) -> &AppenderStats {
         &self.stats
+    }
+
+    /// Changes whenever this process commits new events (to the highest committed position). Events appended
+    /// by other replicas do not show here: readers also poll, more slowly.
+    pub fn committed(&self) -> watch::Receiver<i64> {
+        self.stats.committed.subscribe()
     }
 
     /// Appends one event and returns only once it is durably committed (or known to be a duplicate).
@@ -390,6 +408,22 @@ async fn commit_batch(
             stats
                 .events
                 .fetch_add(events.len() as u64, Ordering::Relaxed);
+            let highest = outcomes
+                .iter()
+                .filter_map(|o| match o {
+                    BatchOutcome::Appended(a) if !a.duplicate => Some(a.position),
+                    _ => None,
+                })
+                .max();
+            if let Some(highest) = highest {
+                stats.committed.send_if_modified(|head| {
+                    let newer = highest > *head;
+                    if newer {
+                        *head = highest;
+                    }
+                    newer
+                });
+            }
             for ((event, reply), outcome) in events.iter().zip(replies).zip(outcomes) {
                 let answer = match outcome {
                     BatchOutcome::Appended(appended) => {

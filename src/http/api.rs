@@ -23,6 +23,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/api/events/{id}", get(show_event))
         .route("/api/events/{id}/body", get(event_body))
         .route("/api/sources", get(list_sources))
+        .route("/api/events/stream", get(super::stream::events_stream))
         .route_layer(middleware::from_fn_with_state(state, require_admin))
 }
 

@@ -3,6 +3,7 @@
 
 mod api;
 mod health;
+mod stream;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,6 +36,8 @@ pub struct AppState {
     pub bus_kind: &'static str,
     /// This replica's leases (holder and expiry of each singleton loop).
     pub leases: crate::loops::lease::Leases,
+    /// Cancelled when the server starts a graceful shutdown; endless responses (SSE) end on it.
+    pub shutdown: tokio_util::sync::CancellationToken,
 }
 
 pub fn router(state: AppState) -> Router {
