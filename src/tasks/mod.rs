@@ -3,9 +3,9 @@
 //!
 //! ```text
 //! triage ─approve─► todo ─start─► in-progress ─submit-for-review─► in-review ─complete─► done ─archive─► archived
-//!   │ reject          ▲               │ retry (run failed)              │ retry (checks failed,
-//!   │                 └───────────────┴─────────────────────────────────┘        changes requested)
-//!   └── cancel (from any open column) ─► cancelled ─archive─► archived
+//!   │                ▲               │ retry (run failed)             │ retry (CI failed, changes requested)
+//!   │                └───────────────┴────────────────────────────────┘
+//!   └─ reject; or cancel from any open column ─► cancelled ─archive─► archived
 //! ```
 //!
 //! `needs_human` is a flag on an open task, not a column: set after the last failed attempt (or by hand), one
