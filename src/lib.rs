@@ -26,6 +26,7 @@
 //!   lease.rs       one replica runs each singleton loop: a lease row, DB-clock expiry, renewed by `leases`
 //! projectors/      read models from the log: batch + checkpoint in one transaction, rebuildable from 0
 //!   sources.rs     per source and event type: counts, first and last delivery (`/api/sources`, `/health`)
+//! tasks/           the task board's domain, pure: typed values, decide(state, command) → events, evolve
 //! http/            router: /health, /metrics, /webhooks/*, /api/* (bearer token), JSON errors
 //! ```
 
@@ -39,4 +40,5 @@ pub mod ingress;
 pub mod loops;
 pub mod projectors;
 pub mod startup;
+pub mod tasks;
 pub mod telemetry;

@@ -1,0 +1,947 @@
+//! The task state machine: `decide(state, command, now) -> events | error` and `evolve(state, event) -> state`.
+//!
+//! `decide` holds every rule; `evolve` only applies facts, and refuses an event that cannot follow the state so a
+//! corrupt stream fails loudly on replay instead of building a wrong board. Neither reads a clock or does I/O.
+//!
+//! Idempotency: commands that name a desired state (approve, reject, cancel, complete, flag/clear needs-human,
+//! reprioritize, update the spec, attach links) return no events when the state already holds, so a double click
+//! or two racing approvals give one event and one no-op. Commands that report what a particular run did (start,
+//! submit-for-review, retry) are refused when the state does not match: a mismatched report means its sender's
+//! view is stale, and it should hear so. `archived` is final: every command on it is refused.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::values::{
+    ApprovalPolicy, BranchName, Column, FollowUpText, GithubRef, Links, MaxAttempts, Priority,
+    Reason, RepoName, RunId, Spec, TaskId,
+};
+
+/// At most this many follow-ups per task, delivered or not, so a chatty thread cannot grow a task without bound.
+pub const MAX_FOLLOW_UPS: usize = 50;
+
+/// A task as the board sees it. Built only by [`evolve`] from its events, so it can never hold a state the
+/// events do not explain.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Task {
+    id: TaskId,
+    repo: RepoName,
+    spec: Spec,
+    priority: Priority,
+    links: Links,
+    column: Column,
+    approval: ApprovalPolicy,
+    needs_human: Option<NeedsHuman>,
+    attempts: u32,
+    max_attempts: MaxAttempts,
+    run: Option<RunId>,
+    branch: Option<BranchName>,
+    last_failure: Option<Failure>,
+    closed_reason: Option<Reason>,
+    follow_ups: Vec<FollowUp>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+/// Why a human is needed, and since when (the start of this episode; one alert per episode).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NeedsHuman {
+    pub reason: Reason,
+    pub since: DateTime<Utc>,
+}
+
+/// What went wrong last time; the next run's prompt includes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    pub attempt: u32,
+    pub cause: RetryCause,
+    pub reason: Reason,
+    pub at: DateTime<Utc>,
+}
+
+/// A follow-up and the attempt it was handed to (`None`: waiting for the next run).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FollowUp {
+    pub text: FollowUpText,
+    pub at: DateTime<Utc>,
+    pub delivered_to_attempt: Option<u32>,
+}
+
+impl Task {
+    pub fn id(&self) -> TaskId {
+        self.id
+    }
+    pub fn repo(&self) -> &RepoName {
+        &self.repo
+    }
+    pub fn spec(&self) -> &Spec {
+        &self.spec
+    }
+    pub fn title(&self) -> String {
+        self.spec.title()
+    }
+    pub fn priority(&self) -> Priority {
+        self.priority
+    }
+    pub fn links(&self) -> &Links {
+        &self.links
+    }
+    pub fn column(&self) -> Column {
+        self.column
+    }
+    pub fn approval(&self) -> ApprovalPolicy {
+        self.approval
+    }
+    pub fn needs_human(&self) -> Option<&NeedsHuman> {
+        self.needs_human.as_ref()
+    }
+    /// Runs started so far; the current or last run is attempt number `attempts`.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+    pub fn max_attempts(&self) -> MaxAttempts {
+        self.max_attempts
+    }
+    /// The live run, set exactly while the task is in progress.
+    pub fn run(&self) -> Option<RunId> {
+        self.run
+    }
+    /// The branch of the last submission for review.
+    pub fn branch(&self) -> Option<&BranchName> {
+        self.branch.as_ref()
+    }
+    pub fn last_failure(&self) -> Option<&Failure> {
+        self.last_failure.as_ref()
+    }
+    /// Why the task was rejected or cancelled.
+    pub fn closed_reason(&self) -> Option<&Reason> {
+        self.closed_reason.as_ref()
+    }
+    pub fn follow_ups(&self) -> &[FollowUp] {
+        &self.follow_ups
+    }
+    /// Follow-ups the next run will get.
+    pub fn pending_follow_ups(&self) -> impl Iterator<Item = &FollowUp> {
+        self.follow_ups
+            .iter()
+            .filter(|f| f.delivered_to_attempt.is_none())
+    }
+    pub fn created_at(&self) -> DateTime<Utc> {
+        self.created_at
+    }
+    pub fn updated_at(&self) -> DateTime<Utc> {
+        self.updated_at
+    }
+
+    /// Whether `start` would be accepted: what the dispatcher asks before it spends a run.
+    pub fn can_start(&self) -> bool {
+        self.column == Column::Todo
+            && self.needs_human.is_none()
+            && self.attempts < self.max_attempts.get()
+    }
+}
+
+/// What a new task is made of. Intake builds it; the approval policy and attempt budget come from configuration.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewTask {
+    pub id: TaskId,
+    pub repo: RepoName,
+    pub spec: Spec,
+    pub priority: Priority,
+    pub links: Links,
+    pub approval: ApprovalPolicy,
+    pub max_attempts: MaxAttempts,
+}
+
+/// Why an attempt is being retried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RetryCause {
+    /// The run itself failed (non-zero exit, timeout, no output, push refused). Names the run so a late report
+    /// from an old run cannot fail the current one.
+    RunFailed { run: RunId },
+    /// CI failed on the pull request.
+    ChecksFailed,
+    /// A reviewer (or a human through the CLI) asked for another attempt.
+    ChangesRequested,
+}
+
+/// Everything that may be asked of a task.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    Create(Box<NewTask>),
+    Approve,
+    Reject {
+        reason: Reason,
+    },
+    Start {
+        run: RunId,
+    },
+    SubmitForReview {
+        run: RunId,
+        branch: BranchName,
+        pr: Option<GithubRef>,
+    },
+    Complete,
+    /// The attempt failed: counts against the budget; back to `todo`, flagged for a human after the last one.
+    Retry {
+        cause: RetryCause,
+        reason: Reason,
+    },
+    Cancel {
+        reason: Reason,
+    },
+    Archive,
+    FlagNeedsHuman {
+        reason: Reason,
+    },
+    /// Ends a needs-human episode. After the last attempt it also buys exactly one more attempt, so a human's
+    /// "go again" works and the next failure asks a human again.
+    ClearNeedsHuman,
+    /// Only in `triage` or `todo`: a run's prompt must match the spec on record.
+    UpdateSpec {
+        spec: Spec,
+    },
+    AttachFollowUp {
+        text: FollowUpText,
+    },
+    Reprioritize {
+        priority: Priority,
+    },
+    /// Adds links that are not set yet; a different value for a set link is a conflict.
+    AttachLinks {
+        links: Links,
+    },
+}
+
+impl Command {
+    /// The command's name in errors and in the CLI.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Create(_) => "create",
+            Command::Approve => "approve",
+            Command::Reject { .. } => "reject",
+            Command::Start { .. } => "start",
+            Command::SubmitForReview { .. } => "submit-for-review",
+            Command::Complete => "complete",
+            Command::Retry { .. } => "retry",
+            Command::Cancel { .. } => "cancel",
+            Command::Archive => "archive",
+            Command::FlagNeedsHuman { .. } => "flag-needs-human",
+            Command::ClearNeedsHuman => "clear-needs-human",
+            Command::UpdateSpec { .. } => "update-spec",
+            Command::AttachFollowUp { .. } => "attach-follow-up",
+            Command::Reprioritize { .. } => "reprioritize",
+            Command::AttachLinks { .. } => "attach-links",
+        }
+    }
+}
+
+/// The first fact of every task's stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskCreated {
+    pub at: DateTime<Utc>,
+    pub id: TaskId,
+    pub repo: RepoName,
+    pub spec: Spec,
+    pub priority: Priority,
+    pub links: Links,
+    pub approval: ApprovalPolicy,
+    pub max_attempts: MaxAttempts,
+}
+
+/// One fact about a task. The stream (one per task) says which task; `at` is when `decide` accepted it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum TaskEvent {
+    Created(Box<TaskCreated>),
+    Approved {
+        at: DateTime<Utc>,
+        /// True when the `auto` approval policy approved it at creation.
+        automatic: bool,
+    },
+    Rejected {
+        at: DateTime<Utc>,
+        reason: Reason,
+    },
+    Started {
+        at: DateTime<Utc>,
+        run: RunId,
+        attempt: u32,
+    },
+    SubmittedForReview {
+        at: DateTime<Utc>,
+        run: RunId,
+        branch: BranchName,
+        pr: Option<GithubRef>,
+    },
+    Completed {
+        at: DateTime<Utc>,
+    },
+    Retried {
+        at: DateTime<Utc>,
+        cause: RetryCause,
+        reason: Reason,
+        /// The attempt that failed.
+        attempt: u32,
+    },
+    Cancelled {
+        at: DateTime<Utc>,
+        reason: Reason,
+    },
+    Archived {
+        at: DateTime<Utc>,
+    },
+    /// Opens a needs-human episode; the alert policy sends one alert per such event.
+    FlaggedNeedsHuman {
+        at: DateTime<Utc>,
+        reason: Reason,
+    },
+    NeedsHumanCleared {
+        at: DateTime<Utc>,
+        /// The attempt budget from now on (raised by one when the budget was spent).
+        max_attempts: MaxAttempts,
+    },
+    SpecUpdated {
+        at: DateTime<Utc>,
+        spec: Spec,
+    },
+    FollowUpAttached {
+        at: DateTime<Utc>,
+        text: FollowUpText,
+    },
+    PriorityChanged {
+        at: DateTime<Utc>,
+        priority: Priority,
+    },
+    /// Only the links that were added.
+    LinksAttached {
+        at: DateTime<Utc>,
+        links: Links,
+    },
+}
+
+impl TaskEvent {
+    /// The event type in the log (`task.created`, …).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            TaskEvent::Created(_) => "task.created",
+            TaskEvent::Approved { .. } => "task.approved",
+            TaskEvent::Rejected { .. } => "task.rejected",
+            TaskEvent::Started { .. } => "task.started",
+            TaskEvent::SubmittedForReview { .. } => "task.submitted_for_review",
+            TaskEvent::Completed { .. } => "task.completed",
+            TaskEvent::Retried { .. } => "task.retried",
+            TaskEvent::Cancelled { .. } => "task.cancelled",
+            TaskEvent::Archived { .. } => "task.archived",
+            TaskEvent::FlaggedNeedsHuman { .. } => "task.flagged_needs_human",
+            TaskEvent::NeedsHumanCleared { .. } => "task.needs_human_cleared",
+            TaskEvent::SpecUpdated { .. } => "task.spec_updated",
+            TaskEvent::FollowUpAttached { .. } => "task.follow_up_attached",
+            TaskEvent::PriorityChanged { .. } => "task.priority_changed",
+            TaskEvent::LinksAttached { .. } => "task.links_attached",
+        }
+    }
+
+    pub fn at(&self) -> DateTime<Utc> {
+        match self {
+            TaskEvent::Created(created) => created.at,
+            TaskEvent::Approved { at, .. }
+            | TaskEvent::Rejected { at, .. }
+            | TaskEvent::Started { at, .. }
+            | TaskEvent::SubmittedForReview { at, .. }
+            | TaskEvent::Completed { at }
+            | TaskEvent::Retried { at, .. }
+            | TaskEvent::Cancelled { at, .. }
+            | TaskEvent::Archived { at }
+            | TaskEvent::FlaggedNeedsHuman { at, .. }
+            | TaskEvent::NeedsHumanCleared { at, .. }
+            | TaskEvent::SpecUpdated { at, .. }
+            | TaskEvent::FollowUpAttached { at, .. }
+            | TaskEvent::PriorityChanged { at, .. }
+            | TaskEvent::LinksAttached { at, .. } => *at,
+        }
+    }
+}
+
+/// Why a command was refused or an event could not be applied. Each message names the task, what was asked and
+/// what would have been needed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TaskError {
+    #[error("no such task; {command} needs an existing task")]
+    NotFound { command: &'static str },
+    #[error("{id} already exists")]
+    AlreadyExists { id: TaskId },
+    #[error("{id} is {column}; {command} needs {}", join(allowed))]
+    WrongColumn {
+        id: TaskId,
+        column: Column,
+        command: &'static str,
+        allowed: &'static [Column],
+    },
+    #[error("{id} is archived; an archived task accepts no commands ({command} refused)")]
+    Archived { id: TaskId, command: &'static str },
+    #[error("{id} needs a human ({reason}); clear the flag before it can start")]
+    NeedsHuman { id: TaskId, reason: Reason },
+    #[error("{id} has used {attempts} of {max} attempts")]
+    AttemptsExhausted { id: TaskId, attempts: u32, max: u32 },
+    #[error("{id} has used {attempts} attempts, the most a task may have")]
+    AttemptCap { id: TaskId, attempts: u32 },
+    #[error("{id}: run {run} is not the live run ({})", current.map_or("none".to_owned(), |r| r.to_string()))]
+    StaleRun {
+        id: TaskId,
+        run: RunId,
+        current: Option<RunId>,
+    },
+    #[error("{id} is already linked to {link} {existing}; refusing {proposed}")]
+    LinkConflict {
+        id: TaskId,
+        link: &'static str,
+        existing: String,
+        proposed: String,
+    },
+    #[error("{id} has {MAX_FOLLOW_UPS} follow-ups, the most a task may have")]
+    TooManyFollowUps { id: TaskId },
+    #[error("cannot apply {event} to {task}: {why}")]
+    Inapplicable {
+        task: String,
+        event: &'static str,
+        why: String,
+    },
+}
+
+fn join(columns: &[Column]) -> String {
+    let names: Vec<&str> = columns.iter().map(|c| c.as_str()).collect();
+    names.join(" or ")
+}
+
+const OPEN: &[Column] = &[
+    Column::Triage,
+    Column::Todo,
+    Column::InProgress,
+    Column::InReview,
+];
+const BEFORE_WORK: &[Column] = &[Column::Triage, Column::Todo];
+const CLOSED: &[Column] = &[Column::Done, Column::Cancelled];
+const NOT_ARCHIVED: &[Column] = &[
+    Column::Triage,
+    Column::Todo,
+    Column::InProgress,
+    Column::InReview,
+    Column::Done,
+    Column::Cancelled,
+];
+
+/// Decides what `command` means for `state` at `now`: the events to record, none (already so), or why not.
+pub fn decide(
+    state: Option<&Task>,
+    command: &Command,
+    now: DateTime<Utc>,
+) -> Result<Vec<TaskEvent>, TaskError> {
+    let task = match (state, command) {
+        (None, Command::Create(new)) => return Ok(create(new, now)),
+        (Some(task), Command::Create(_)) => return Err(TaskError::AlreadyExists { id: task.id }),
+        (None, other) => {
+            return Err(TaskError::NotFound {
+                command: other.name(),
+            })
+        }
+        (Some(task), _) => task,
+    };
+    if task.column == Column::Archived {
+        return Err(TaskError::Archived {
+            id: task.id,
+            command: command.name(),
+        });
+    }
+    let wrong = |allowed: &'static [Column]| TaskError::WrongColumn {
+        id: task.id,
+        column: task.column,
+        command: command.name(),
+        allowed,
+    };
+    let column = task.column;
+    let at = now;
+    let none = Ok(Vec::new());
+    match command {
+        Command::Create(_) => Err(TaskError::AlreadyExists { id: task.id }),
+
+        Command::Approve => match column {
+            Column::Triage => Ok(vec![TaskEvent::Approved {
+                at,
+                automatic: false,
+            }]),
+            // Approved already: the second of two racing approvals is a no-op, not an error.
+            Column::Todo | Column::InProgress | Column::InReview | Column::Done => none,
+            _ => Err(wrong(&[Column::Triage])),
+        },
+
+        Command::Reject { reason } => match column {
+            Column::Triage => Ok(vec![TaskEvent::Rejected {
+                at,
+                reason: reason.clone(),
+            }]),
+            Column::Cancelled => none,
+            _ => Err(wrong(&[Column::Triage])),
+        },
+
+        Command::Start { run } => {
+            if column != Column::Todo {
+                return Err(wrong(&[Column::Todo]));
+            }
+            if let Some(flag) = &task.needs_human {
+                return Err(TaskError::NeedsHuman {
+                    id: task.id,
+                    reason: flag.reason.clone(),
+                });
+            }
+            if task.attempts >= task.max_attempts.get() {
+                return Err(TaskError::AttemptsExhausted {
+                    id: task.id,
+                    attempts: task.attempts,
+                    max: task.max_attempts.get(),
+                });
+            }
+            Ok(vec![TaskEvent::Started {
+                at,
+                run: *run,
+                attempt: task.attempts + 1,
+            }])
+        }
+
+        Command::SubmitForReview { run, branch, pr } => {
+            if column != Column::InProgress {
+                return Err(wrong(&[Column::InProgress]));
+            }
+            live_run(task, *run)?;
+            Ok(vec![TaskEvent::SubmittedForReview {
+                at,
+                run: *run,
+                branch: branch.clone(),
+                pr: pr.clone(),
+            }])
+        }
+
+        Command::Complete => match column {
+            Column::InReview => Ok(vec![TaskEvent::Completed { at }]),
+            Column::Done => none,
+            _ => Err(wrong(&[Column::InReview])),
+        },
+
+        Command::Retry { cause, reason } => {
+            match cause {
+                RetryCause::RunFailed { run } => {
+                    if column != Column::InProgress {
+                        return Err(wrong(&[Column::InProgress]));
+                    }
+                    live_run(task, *run)?;
+                }
+                RetryCause::ChecksFailed | RetryCause::ChangesRequested => {
+                    if column != Column::InReview {
+                        return Err(wrong(&[Column::InReview]));
+                    }
+                }
+            }
+            let mut events = vec![TaskEvent::Retried {
+                at,
+                cause: *cause,
+                reason: reason.clone(),
+                attempt: task.attempts,
+            }];
+            // The last attempt failed: a human must look. If one is already looking, this is the same episode.
+            if task.attempts >= task.max_attempts.get() && task.needs_human.is_none() {
+                events.push(TaskEvent::FlaggedNeedsHuman {
+                    at,
+                    reason: Reason::summarize(&format!(
+                        "attempt {} of {} failed: {reason}",
+                        task.attempts,
+                        task.max_attempts.get()
+                    )),
+                });
+            }
+            Ok(events)
+        }
+
+        Command::Cancel { reason } => match column {
+            Column::Triage | Column::Todo | Column::InProgress | Column::InReview => {
+                Ok(vec![TaskEvent::Cancelled {
+                    at,
+                    reason: reason.clone(),
+                }])
+            }
+            Column::Cancelled => none,
+            _ => Err(wrong(OPEN)),
+        },
+
+        Command::Archive => match column {
+            Column::Done | Column::Cancelled => Ok(vec![TaskEvent::Archived { at }]),
+            _ => Err(wrong(CLOSED)),
+        },
+
+        Command::FlagNeedsHuman { reason } => {
+            if !column.is_open() {
+                return Err(wrong(OPEN));
+            }
+            if task.needs_human.is_some() {
+                return none;
+            }
+            Ok(vec![TaskEvent::FlaggedNeedsHuman {
+                at,
+                reason: reason.clone(),
+            }])
+        }
+
+        // A closed task carries no flag, so "clear it" already holds there.
+        Command::ClearNeedsHuman => {
+            if task.needs_human.is_none() {
+                return none;
+            }
+            let max_attempts = if task.attempts >= task.max_attempts.get() {
+                MaxAttempts::new(task.attempts + 1).map_err(|_| TaskError::AttemptCap {
+                    id: task.id,
+                    attempts: task.attempts,
+                })?
+            } else {
+                task.max_attempts
+            };
+            Ok(vec![TaskEvent::NeedsHumanCleared { at, max_attempts }])
+        }
+
+        Command::UpdateSpec { spec } => {
+            if !BEFORE_WORK.contains(&column) {
+                return Err(wrong(BEFORE_WORK));
+            }
+            if *spec == task.spec {
+                return none;
+            }
+            Ok(vec![TaskEvent::SpecUpdated {
+                at,
+                spec: spec.clone(),
+            }])
+        }
+
+        Command::AttachFollowUp { text } => {
+            if !column.is_open() {
+                return Err(wrong(OPEN));
+            }
+            if task.follow_ups.len() >= MAX_FOLLOW_UPS {
+                return Err(TaskError::TooManyFollowUps { id: task.id });
+            }
+            Ok(vec![TaskEvent::FollowUpAttached {
+                at,
+                text: text.clone(),
+            }])
+        }
+
+        Command::Reprioritize { priority } => {
+            if *priority == task.priority {
+                return none;
+            }
+            Ok(vec![TaskEvent::PriorityChanged {
+                at,
+                priority: *priority,
+            }])
+        }
+
+        Command::AttachLinks { links } => {
+            let added = new_links(task.id, &task.links, links)?;
+            if added == Links::default() {
+                return none;
+            }
+            Ok(vec![TaskEvent::LinksAttached { at, links: added }])
+        }
+    }
+}
+
+fn create(new: &NewTask, at: DateTime<Utc>) -> Vec<TaskEvent> {
+    let mut events = vec![TaskEvent::Created(Box::new(TaskCreated {
+        at,
+        id: new.id,
+        repo: new.repo.clone(),
+        spec: new.spec.clone(),
+        priority: new.priority,
+        links: new.links.clone(),
+        approval: new.approval,
+        max_attempts: new.max_attempts,
+    }))];
+    // Auto approval is recorded as an approval, so everything downstream sees one path into `todo`.
+    if new.approval == ApprovalPolicy::Auto {
+        events.push(TaskEvent::Approved {
+            at,
+            automatic: true,
+        });
+    }
+    events
+}
+
+fn live_run(task: &Task, run: RunId) -> Result<(), TaskError> {
+    if task.run == Some(run) {
+        Ok(())
+    } else {
+        Err(TaskError::StaleRun {
+            id: task.id,
+            run,
+            current: task.run,
+        })
+    }
+}
+
+/// The links in `proposed` that `existing` lacks; a different value for a set link is a conflict.
+fn new_links(id: TaskId, existing: &Links, proposed: &Links) -> Result<Links, TaskError> {
+    fn pick<T: Clone + PartialEq + std::fmt::Display>(
+        id: TaskId,
+        link: &'static str,
+        existing: &Option<T>,
+        proposed: &Option<T>,
+    ) -> Result<Option<T>, TaskError> {
+        match (existing, proposed) {
+            (Some(have), Some(want)) if have != want => Err(TaskError::LinkConflict {
+                id,
+                link,
+                existing: have.to_string(),
+                proposed: want.to_string(),
+            }),
+            (None, Some(want)) => Ok(Some(want.clone())),
+            _ => Ok(None),
+        }
+    }
+    Ok(Links {
+        linear_issue: pick(
+            id,
+            "linear_issue",
+            &existing.linear_issue,
+            &proposed.linear_issue,
+        )?,
+        github_issue: pick(
+            id,
+            "github_issue",
+            &existing.github_issue,
+            &proposed.github_issue,
+        )?,
+        github_pr: pick(id, "github_pr", &existing.github_pr, &proposed.github_pr)?,
+        telegram: pick(id, "telegram", &existing.telegram, &proposed.telegram)?,
+    })
+}
+
+/// Applies one event. Refuses events that cannot follow `state` (wrong column, a second `created`, an attempt
+/// out of order), so replaying a damaged stream stops at the damage.
+pub fn evolve(state: Option<Task>, event: &TaskEvent) -> Result<Task, TaskError> {
+    let mut task = match (state, event) {
+        (None, TaskEvent::Created(created)) => return Ok(Task::from_created(created)),
+        (Some(task), TaskEvent::Created(_)) => {
+            return Err(inapplicable(
+                Some(&task),
+                event,
+                "the task already exists".into(),
+            ))
+        }
+        (None, _) => {
+            return Err(inapplicable(
+                None,
+                event,
+                "the stream has no task.created".into(),
+            ))
+        }
+        (Some(task), _) => task,
+    };
+    let require = |task: &Task, allowed: &[Column]| {
+        if allowed.contains(&task.column) {
+            Ok(())
+        } else {
+            Err(inapplicable(
+                Some(task),
+                event,
+                format!("it is {}, not {}", task.column, join(allowed)),
+            ))
+        }
+    };
+    match event {
+        TaskEvent::Created(_) => {
+            return Err(inapplicable(
+                Some(&task),
+                event,
+                "the task already exists".into(),
+            ))
+        }
+        TaskEvent::Approved { .. } => {
+            require(&task, &[Column::Triage])?;
+            task.column = Column::Todo;
+        }
+        TaskEvent::Rejected { reason, .. } => {
+            require(&task, &[Column::Triage])?;
+            task.close(Column::Cancelled, Some(reason.clone()));
+        }
+        TaskEvent::Started { run, attempt, .. } => {
+            require(&task, &[Column::Todo])?;
+            if *attempt != task.attempts + 1 || *attempt > task.max_attempts.get() {
+                return Err(inapplicable(
+                    Some(&task),
+                    event,
+                    format!(
+                        "attempt {attempt} cannot follow {} of {}",
+                        task.attempts,
+                        task.max_attempts.get()
+                    ),
+                ));
+            }
+            task.column = Column::InProgress;
+            task.attempts = *attempt;
+            task.run = Some(*run);
+            for follow_up in &mut task.follow_ups {
+                follow_up.delivered_to_attempt.get_or_insert(*attempt);
+            }
+        }
+        TaskEvent::SubmittedForReview { branch, pr, .. } => {
+            require(&task, &[Column::InProgress])?;
+            task.column = Column::InReview;
+            task.run = None;
+            task.branch = Some(branch.clone());
+            // A newer pull request supersedes the old one; no submission removes a link.
+            if let Some(pr) = pr {
+                task.links.github_pr = Some(pr.clone());
+            }
+        }
+        TaskEvent::Completed { .. } => {
+            require(&task, &[Column::InReview])?;
+            task.close(Column::Done, None);
+        }
+        TaskEvent::Retried {
+            at,
+            cause,
+            reason,
+            attempt,
+        } => {
+            require(&task, &[Column::InProgress, Column::InReview])?;
+            if *attempt != task.attempts {
+                return Err(inapplicable(
+                    Some(&task),
+                    event,
+                    format!("attempt {attempt} is not the last one ({})", task.attempts),
+                ));
+            }
+            task.column = Column::Todo;
+            task.run = None;
+            task.last_failure = Some(Failure {
+                attempt: *attempt,
+                cause: *cause,
+                reason: reason.clone(),
+                at: *at,
+            });
+        }
+        TaskEvent::Cancelled { reason, .. } => {
+            require(&task, OPEN)?;
+            task.close(Column::Cancelled, Some(reason.clone()));
+        }
+        TaskEvent::Archived { .. } => {
+            require(&task, CLOSED)?;
+            task.column = Column::Archived;
+        }
+        TaskEvent::FlaggedNeedsHuman { at, reason } => {
+            require(&task, OPEN)?;
+            if task.needs_human.is_some() {
+                return Err(inapplicable(
+                    Some(&task),
+                    event,
+                    "it is already flagged".into(),
+                ));
+            }
+            task.needs_human = Some(NeedsHuman {
+                reason: reason.clone(),
+                since: *at,
+            });
+        }
+        TaskEvent::NeedsHumanCleared { max_attempts, .. } => {
+            require(&task, OPEN)?;
+            if task.needs_human.is_none() || *max_attempts < task.max_attempts {
+                return Err(inapplicable(
+                    Some(&task),
+                    event,
+                    "it is not flagged, or the budget would shrink".into(),
+                ));
+            }
+            task.needs_human = None;
+            task.max_attempts = *max_attempts;
+        }
+        TaskEvent::SpecUpdated { spec, .. } => {
+            require(&task, BEFORE_WORK)?;
+            task.spec = spec.clone();
+        }
+        TaskEvent::FollowUpAttached { at, text } => {
+            require(&task, OPEN)?;
+            task.follow_ups.push(FollowUp {
+                text: text.clone(),
+                at: *at,
+                delivered_to_attempt: None,
+            });
+        }
+        TaskEvent::PriorityChanged { priority, .. } => {
+            require(&task, NOT_ARCHIVED)?;
+            task.priority = *priority;
+        }
+        TaskEvent::LinksAttached { links, .. } => {
+            require(&task, NOT_ARCHIVED)?;
+            let added = new_links(task.id, &task.links, links)?;
+            let merged = Links {
+                linear_issue: task.links.linear_issue.take().or(added.linear_issue),
+                github_issue: task.links.github_issue.take().or(added.github_issue),
+                github_pr: task.links.github_pr.take().or(added.github_pr),
+                telegram: task.links.telegram.take().or(added.telegram),
+            };
+            task.links = merged;
+        }
+    }
+    task.updated_at = event.at();
+    Ok(task)
+}
+
+/// Replays a whole stream.
+pub fn replay<'a>(
+    events: impl IntoIterator<Item = &'a TaskEvent>,
+) -> Result<Option<Task>, TaskError> {
+    events
+        .into_iter()
+        .try_fold(None, |state, event| evolve(state, event).map(Some))
+}
+
+impl Task {
+    fn from_created(created: &TaskCreated) -> Self {
+        Task {
+            id: created.id,
+            repo: created.repo.clone(),
+            spec: created.spec.clone(),
+            priority: created.priority,
+            links: created.links.clone(),
+            column: Column::Triage,
+            approval: created.approval,
+            needs_human: None,
+            attempts: 0,
+            max_attempts: created.max_attempts,
+            run: None,
+            branch: None,
+            last_failure: None,
+            closed_reason: None,
+            follow_ups: Vec::new(),
+            created_at: created.at,
+            updated_at: created.at,
+        }
+    }
+
+    /// Leaving the open columns ends any run and any needs-human episode: nobody is working or waiting on it.
+    fn close(&mut self, column: Column, reason: Option<Reason>) {
+        self.column = column;
+        self.run = None;
+        self.needs_human = None;
+        self.closed_reason = reason;
+    }
+}
+
+fn inapplicable(task: Option<&Task>, event: &TaskEvent, why: String) -> TaskError {
+    TaskError::Inapplicable {
+        task: task.map_or_else(|| "an empty stream".to_owned(), |t| t.id.to_string()),
+        event: event.kind(),
+        why,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,835 @@
+//! The transition table, case by case, and property tests over arbitrary command sequences.
+
+use super::*;
+use crate::tasks::values::{LinearIssue, TelegramMessage};
+use chrono::{TimeZone, Utc};
+use uuid::Uuid;
+
+mod props;
+
+pub(super) fn at(seconds: i64) -> DateTime<Utc> {
+    Utc.timestamp_opt(1_750_000_000 + seconds, 0)
+        .single()
+        .expect("a valid time")
+}
+
+pub(super) fn run(n: u128) -> RunId {
+    RunId(Uuid::from_u128(n))
+}
+
+pub(super) fn reason(text: &str) -> Reason {
+    Reason::new(text).expect("a valid reason")
+}
+
+pub(super) fn repo() -> RepoName {
+    "acme/web".parse().expect("a valid repo")
+}
+
+fn id() -> TaskId {
+    "T-7".parse().expect("a valid id")
+}
+
+pub(super) fn new_task(approval: ApprovalPolicy, max_attempts: u32) -> Command {
+    Command::Create(Box::new(NewTask {
+        id: id(),
+        repo: repo(),
+        spec: Spec::new(
+            "Fix the login redirect",
+            "src/auth",
+            "the e2e login test passes",
+        )
+        .expect("a valid spec"),
+        priority: Priority::High,
+        links: Links {
+            linear_issue: Some(
+                LinearIssue::new(Uuid::from_u128(99), "ENG-12").expect("a valid issue"),
+            ),
+            telegram: Some(TelegramMessage::new(-100, 5).expect("a valid message")),
+            ..Links::default()
+        },
+        approval,
+        max_attempts: MaxAttempts::new(max_attempts).expect("a valid budget"),
+    }))
+}
+
+/// Decides and applies, failing the test on a refusal.
+fn step(state: Option<Task>, command: &Command, now: i64) -> (Task, Vec<TaskEvent>) {
+    let events = decide(state.as_ref(), command, at(now))
+        .unwrap_or_else(|e| panic!("{} refused: {e}", command.name()));
+    let task = events
+        .iter()
+        .try_fold(state, |s, e| evolve(s, e).map(Some))
+        .expect("decide's events apply")
+        .expect("a task");
+    (task, events)
+}
+
+fn then(task: Task, command: Command) -> Task {
+    step(Some(task), &command, 1).0
+}
+
+fn pr(number: u64) -> GithubRef {
+    GithubRef::new(repo(), number).expect("a valid pr")
+}
+
+fn submit(run_id: RunId, pr_number: Option<u64>) -> Command {
+    Command::SubmitForReview {
+        run: run_id,
+        branch: id().branch(),
+        pr: pr_number.map(pr),
+    }
+}
+
+fn run_failed(run_id: RunId) -> Command {
+    Command::Retry {
+        cause: RetryCause::RunFailed { run: run_id },
+        reason: reason("exit status 1"),
+    }
+}
+
+/// A task in `column`, reached through commands only. In progress, its live run is `run(1)`.
+fn task_in(column: Column) -> Task {
+    let triage = step(None, &new_task(ApprovalPolicy::Manual, 3), 0).0;
+    let todo = || then(triage.clone(), Command::Approve);
+    let in_progress = || then(todo(), Command::Start { run: run(1) });
+    let in_review = || then(in_progress(), submit(run(1), Some(3)));
+    let done = || then(in_review(), Command::Complete);
+    let cancelled = || {
+        then(
+            triage.clone(),
+            Command::Cancel {
+                reason: reason("duplicate"),
+            },
+        )
+    };
+    let task = match column {
+        Column::Triage => triage.clone(),
+        Column::Todo => todo(),
+        Column::InProgress => in_progress(),
+        Column::InReview => in_review(),
+        Column::Done => done(),
+        Column::Cancelled => cancelled(),
+        Column::Archived => then(done(), Command::Archive),
+    };
+    assert_eq!(task.column(), column);
+    task
+}
+
+/// One sample of every command, named as in the table below.
+fn every_command() -> Vec<(&'static str, Command)> {
+    vec![
+        ("create", new_task(ApprovalPolicy::Auto, 3)),
+        ("approve", Command::Approve),
+        (
+            "reject",
+            Command::Reject {
+                reason: reason("not ours"),
+            },
+        ),
+        ("start", Command::Start { run: run(2) }),
+        ("submit", submit(run(1), Some(4))),
+        ("complete", Command::Complete),
+        ("retry-run", run_failed(run(1))),
+        (
+            "retry-ci",
+            Command::Retry {
+                cause: RetryCause::ChecksFailed,
+                reason: reason("clippy failed"),
+            },
+        ),
+        (
+            "cancel",
+            Command::Cancel {
+                reason: reason("no longer needed"),
+            },
+        ),
+        ("archive", Command::Archive),
+        (
+            "flag",
+            Command::FlagNeedsHuman {
+                reason: reason("unclear spec"),
+            },
+        ),
+        ("clear", Command::ClearNeedsHuman),
+        (
+            "update-spec",
+            Command::UpdateSpec {
+                spec: Spec::new("Fix the logout redirect", "", "").expect("a valid spec"),
+            },
+        ),
+        (
+            "follow-up",
+            Command::AttachFollowUp {
+                text: FollowUpText::new("also check the mobile view").expect("valid text"),
+            },
+        ),
+        (
+            "reprioritize",
+            Command::Reprioritize {
+                priority: Priority::Low,
+            },
+        ),
+        (
+            "links",
+            Command::AttachLinks {
+                links: Links {
+                    github_issue: Some(pr(11)),
+                    ..Links::default()
+                },
+            },
+        ),
+    ]
+}
+
+/// Every column × every command. A column name: accepted, the task moves there. `=`: accepted, the column stays.
+/// `noop`: accepted with no events (already so). `wrong`: refused, wrong column. `final`: refused, archived.
+/// `exists`: refused, the task exists.
+#[rustfmt::skip]
+const TABLE: &[(&str, [&str; 7])] = &[
+    //               triage       todo           in-progress  in-review    done        archived  cancelled
+    ("create",       ["exists",   "exists",      "exists",    "exists",    "exists",   "exists", "exists"]),
+    ("approve",      ["todo",     "noop",        "noop",      "noop",      "noop",     "final",  "wrong"]),
+    ("reject",       ["cancelled", "wrong",      "wrong",     "wrong",     "wrong",    "final",  "noop"]),
+    ("start",        ["wrong",    "in-progress", "wrong",     "wrong",     "wrong",    "final",  "wrong"]),
+    ("submit",       ["wrong",    "wrong",       "in-review", "wrong",     "wrong",    "final",  "wrong"]),
+    ("complete",     ["wrong",    "wrong",       "wrong",     "done",      "noop",     "final",  "wrong"]),
+    ("retry-run",    ["wrong",    "wrong",       "todo",      "wrong",     "wrong",    "final",  "wrong"]),
+    ("retry-ci",     ["wrong",    "wrong",       "wrong",     "todo",      "wrong",    "final",  "wrong"]),
+    ("cancel",       ["cancelled", "cancelled",  "cancelled", "cancelled", "wrong",    "final",  "noop"]),
+    ("archive",      ["wrong",    "wrong",       "wrong",     "wrong",     "archived", "final",  "archived"]),
+    ("flag",         ["=",        "=",           "=",         "=",         "wrong",    "final",  "wrong"]),
+    ("clear",        ["noop",     "noop",        "noop",      "noop",      "noop",     "final",  "noop"]),
+    ("update-spec",  ["=",        "=",           "wrong",     "wrong",     "wrong",    "final",  "wrong"]),
+    ("follow-up",    ["=",        "=",           "=",         "=",         "wrong",    "final",  "wrong"]),
+    ("reprioritize", ["=",        "=",           "=",         "=",         "=",        "final",  "="]),
+    ("links",        ["=",        "=",           "=",         "=",         "=",        "final",  "="]),
+];
+
+#[test]
+fn the_transition_table_holds_for_every_column_and_command() {
+    let commands = every_command();
+    assert_eq!(commands.len(), TABLE.len(), "one row per command");
+    for ((name, command), (row, cells)) in commands.iter().zip(TABLE) {
+        assert_eq!(name, row);
+        for (column, cell) in Column::ALL.into_iter().zip(cells) {
+            let task = task_in(column);
+            let case = format!("{name} on {column}");
+            let result = decide(Some(&task), command, at(9));
+            match (*cell, result) {
+                ("exists", Err(TaskError::AlreadyExists { id: got })) => {
+                    assert_eq!(got, id(), "{case}")
+                }
+                ("final", Err(TaskError::Archived { command: c, .. })) => {
+                    assert_eq!(c, command.name(), "{case}")
+                }
+                (
+                    "wrong",
+                    Err(TaskError::WrongColumn {
+                        column: c,
+                        allowed,
+                        command: n,
+                        ..
+                    }),
+                ) => {
+                    assert_eq!((c, n), (column, command.name()), "{case}");
+                    assert!(!allowed.contains(&column), "{case}: {allowed:?}");
+                }
+                ("noop", Ok(events)) => assert!(events.is_empty(), "{case}: {events:?}"),
+                (cell, Ok(events))
+                    if !events.is_empty()
+                        && !["exists", "final", "wrong", "noop"].contains(&cell) =>
+                {
+                    let after = events
+                        .iter()
+                        .try_fold(Some(task.clone()), |s, e| evolve(s, e).map(Some))
+                        .unwrap_or_else(|e| panic!("{case}: {e}"))
+                        .expect("a task");
+                    let expected = if cell == "=" {
+                        column
+                    } else {
+                        cell.parse().expect("a column")
+                    };
+                    assert_eq!(after.column(), expected, "{case}");
+                }
+                (cell, other) => panic!("{case}: expected {cell}, got {other:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn nothing_exists_before_create() {
+    for (name, command) in every_command().into_iter().skip(1) {
+        assert_eq!(
+            decide(None, &command, at(0)),
+            Err(TaskError::NotFound {
+                command: command.name()
+            }),
+            "{name}"
+        );
+    }
+    assert_eq!(
+        TaskError::NotFound { command: "approve" }.to_string(),
+        "no such task; approve needs an existing task"
+    );
+}
+
+#[test]
+fn refusals_say_what_and_why() {
+    let message = |column, command: Command| {
+        decide(Some(&task_in(column)), &command, at(1))
+            .expect_err("refused")
+            .to_string()
+    };
+    assert_eq!(
+        message(
+            Column::InReview,
+            Command::Reject {
+                reason: reason("x")
+            }
+        ),
+        "T-7 is in-review; reject needs triage"
+    );
+    assert_eq!(
+        message(
+            Column::Done,
+            Command::Cancel {
+                reason: reason("x")
+            }
+        ),
+        "T-7 is done; cancel needs triage or todo or in-progress or in-review"
+    );
+    assert_eq!(
+        message(Column::Todo, Command::Archive),
+        "T-7 is todo; archive needs done or cancelled"
+    );
+    assert_eq!(
+        message(Column::Done, Command::Start { run: run(5) }),
+        "T-7 is done; start needs todo"
+    );
+    assert_eq!(
+        message(Column::Archived, Command::Start { run: run(5) }),
+        "T-7 is archived; an archived task accepts no commands (start refused)"
+    );
+    assert_eq!(
+        message(Column::InProgress, submit(run(2), None)),
+        format!("T-7: run {} is not the live run ({})", run(2), run(1))
+    );
+    assert_eq!(
+        message(Column::Todo, new_task(ApprovalPolicy::Auto, 3)),
+        "T-7 already exists"
+    );
+}
+
+#[test]
+fn the_approval_policy_decides_where_a_new_task_waits() {
+    let (manual, events) = step(None, &new_task(ApprovalPolicy::Manual, 3), 0);
+    assert_eq!(manual.column(), Column::Triage);
+    assert_eq!(events.len(), 1);
+    let (auto, events) = step(None, &new_task(ApprovalPolicy::Auto, 3), 0);
+    assert_eq!(auto.column(), Column::Todo);
+    assert!(matches!(
+        events.as_slice(),
+        [
+            TaskEvent::Created(_),
+            TaskEvent::Approved {
+                automatic: true,
+                ..
+            }
+        ]
+    ));
+    assert_eq!(auto.approval(), ApprovalPolicy::Auto);
+    assert_eq!(auto.priority(), Priority::High);
+    assert_eq!(auto.title(), "Fix the login redirect");
+}
+
+/// Two approvers read the same triage state. Both decide "approve"; the stream's expected version lets only
+/// the first append, and the second, re-deciding on the new state, gets a no-op. Approve racing reject gives
+/// one approval and one clean refusal.
+#[test]
+fn racing_approvals_give_one_approval_and_one_no_op() {
+    let triage = task_in(Column::Triage);
+    let first = decide(Some(&triage), &Command::Approve, at(1)).expect("accepted");
+    let second = decide(Some(&triage), &Command::Approve, at(1)).expect("accepted");
+    assert_eq!(first, second, "decide is deterministic");
+    let (approved, _) = step(Some(triage), &Command::Approve, 1);
+    assert_eq!(
+        decide(Some(&approved), &Command::Approve, at(2)),
+        Ok(vec![])
+    );
+    assert_eq!(
+        decide(
+            Some(&approved),
+            &Command::Reject {
+                reason: reason("no")
+            },
+            at(2)
+        )
+        .expect_err("refused")
+        .to_string(),
+        "T-7 is todo; reject needs triage"
+    );
+}
+
+#[test]
+fn the_last_failed_attempt_flags_the_task_once_and_a_human_buys_one_more() {
+    let mut task = step(None, &new_task(ApprovalPolicy::Auto, 3), 0).0;
+    for attempt in 1..=3u32 {
+        assert!(task.can_start());
+        let r = run(attempt.into());
+        let (started, events) = step(Some(task), &Command::Start { run: r }, 1);
+        assert!(
+            matches!(events.as_slice(), [TaskEvent::Started { attempt: a, .. }] if *a == attempt)
+        );
+        let (failed, events) = step(Some(started), &run_failed(r), 2);
+        assert_eq!(failed.attempts(), attempt);
+        assert_eq!(failed.column(), Column::Todo);
+        assert_eq!(failed.last_failure().map(|f| f.attempt), Some(attempt));
+        let flags = events
+            .iter()
+            .filter(|e| matches!(e, TaskEvent::FlaggedNeedsHuman { .. }))
+            .count();
+        assert_eq!(flags, usize::from(attempt == 3), "attempt {attempt}");
+        task = failed;
+    }
+    let flag = task.needs_human().expect("flagged");
+    assert_eq!(flag.reason.as_str(), "attempt 3 of 3 failed: exit status 1");
+    assert!(!task.can_start());
+    assert_eq!(
+        decide(Some(&task), &Command::Start { run: run(4) }, at(3)),
+        Err(TaskError::NeedsHuman {
+            id: id(),
+            reason: flag.reason.clone()
+        })
+    );
+    // Flagging again in the same episode says nothing new.
+    assert_eq!(
+        decide(
+            Some(&task),
+            &Command::FlagNeedsHuman {
+                reason: reason("again")
+            },
+            at(3)
+        ),
+        Ok(vec![])
+    );
+
+    let (cleared, events) = step(Some(task), &Command::ClearNeedsHuman, 4);
+    assert!(matches!(
+        events.as_slice(),
+        [TaskEvent::NeedsHumanCleared { max_attempts, .. }] if max_attempts.get() == 4
+    ));
+    assert!(cleared.can_start());
+    let started = then(cleared, Command::Start { run: run(4) });
+    assert_eq!(started.attempts(), 4);
+    let (failed, events) = step(Some(started), &run_failed(run(4)), 5);
+    assert!(
+        matches!(events.last(), Some(TaskEvent::FlaggedNeedsHuman { .. })),
+        "a new episode, a new alert"
+    );
+    assert_eq!(failed.attempts(), 4);
+    assert_eq!(failed.max_attempts().get(), 4);
+}
+
+#[test]
+fn a_failure_while_a_human_is_already_needed_opens_no_second_episode() {
+    let task = step(None, &new_task(ApprovalPolicy::Auto, 1), 0).0;
+    let task = then(task, Command::Start { run: run(1) });
+    let task = then(
+        task,
+        Command::FlagNeedsHuman {
+            reason: reason("agent asked a question"),
+        },
+    );
+    let (task, events) = step(Some(task), &run_failed(run(1)), 2);
+    assert!(matches!(events.as_slice(), [TaskEvent::Retried { .. }]));
+    assert_eq!(
+        task.needs_human().map(|f| f.reason.as_str()),
+        Some("agent asked a question")
+    );
+}
+
+#[test]
+fn ci_failures_and_requested_changes_count_attempts_too() {
+    let task = task_in(Column::InReview);
+    for cause in [RetryCause::ChecksFailed, RetryCause::ChangesRequested] {
+        let (after, events) = step(
+            Some(task.clone()),
+            &Command::Retry {
+                cause,
+                reason: reason("red"),
+            },
+            3,
+        );
+        assert_eq!(after.column(), Column::Todo);
+        assert_eq!(after.attempts(), 1);
+        assert!(matches!(
+            events.as_slice(),
+            [TaskEvent::Retried { attempt: 1, .. }]
+        ));
+        assert_eq!(
+            after.branch(),
+            task.branch(),
+            "the branch is kept for the next run"
+        );
+    }
+}
+
+#[test]
+fn reports_from_a_run_that_is_not_live_are_refused() {
+    let task = task_in(Column::InProgress);
+    let stale = TaskError::StaleRun {
+        id: id(),
+        run: run(9),
+        current: Some(run(1)),
+    };
+    assert_eq!(
+        decide(Some(&task), &submit(run(9), None), at(2)),
+        Err(stale.clone())
+    );
+    assert_eq!(decide(Some(&task), &run_failed(run(9)), at(2)), Err(stale));
+    // Run 1 failed and run 2 started; run 1's report arriving again cannot fail run 2.
+    let task = then(task, run_failed(run(1)));
+    let task = then(task, Command::Start { run: run(2) });
+    assert_eq!(
+        decide(Some(&task), &run_failed(run(1)), at(3)),
+        Err(TaskError::StaleRun {
+            id: id(),
+            run: run(1),
+            current: Some(run(2))
+        })
+    );
+}
+
+#[test]
+fn the_budget_is_enforced_even_without_a_flag() {
+    // Not reachable through decide (the last failure always flags), so build the stream by hand.
+    let created = decide(None, &new_task(ApprovalPolicy::Auto, 1), at(0)).expect("created");
+    let mut events = created;
+    events.push(TaskEvent::Started {
+        at: at(1),
+        run: run(1),
+        attempt: 1,
+    });
+    events.push(TaskEvent::Retried {
+        at: at(2),
+        cause: RetryCause::RunFailed { run: run(1) },
+        reason: reason("boom"),
+        attempt: 1,
+    });
+    let task = replay(&events).expect("applies").expect("a task");
+    assert_eq!(
+        decide(Some(&task), &Command::Start { run: run(2) }, at(3)),
+        Err(TaskError::AttemptsExhausted {
+            id: id(),
+            attempts: 1,
+            max: 1
+        })
+    );
+    assert_eq!(
+        TaskError::AttemptsExhausted {
+            id: id(),
+            attempts: 1,
+            max: 1
+        }
+        .to_string(),
+        "T-7 has used 1 of 1 attempts"
+    );
+}
+
+#[test]
+fn follow_ups_wait_for_the_next_run() {
+    let text = |s: &str| Command::AttachFollowUp {
+        text: FollowUpText::new(s).expect("valid"),
+    };
+    let task = then(task_in(Column::Todo), text("before the first run"));
+    assert_eq!(task.pending_follow_ups().count(), 1);
+    let task = then(task, Command::Start { run: run(1) });
+    assert_eq!(task.pending_follow_ups().count(), 0);
+    let task = then(task, text("during the first run"));
+    let task = then(task, run_failed(run(1)));
+    let task = then(task, Command::Start { run: run(2) });
+    let delivered: Vec<_> = task
+        .follow_ups()
+        .iter()
+        .map(|f| (f.text.as_str(), f.delivered_to_attempt))
+        .collect();
+    assert_eq!(
+        delivered,
+        [
+            ("before the first run", Some(1)),
+            ("during the first run", Some(2))
+        ]
+    );
+
+    let mut task = task_in(Column::Todo);
+    for _ in 0..MAX_FOLLOW_UPS {
+        task = then(task, text("more"));
+    }
+    assert_eq!(
+        decide(Some(&task), &text("one too many"), at(2)),
+        Err(TaskError::TooManyFollowUps { id: id() })
+    );
+}
+
+#[test]
+fn links_only_grow_and_a_newer_pull_request_supersedes() {
+    let task = task_in(Column::InReview);
+    assert_eq!(task.links().github_pr, Some(pr(3)));
+    let before = task.links().clone();
+    let task = then(
+        task,
+        Command::Retry {
+            cause: RetryCause::ChangesRequested,
+            reason: reason("rename it"),
+        },
+    );
+    let task = then(task, Command::Start { run: run(2) });
+    let task = then(task, submit(run(2), None));
+    assert_eq!(
+        task.links(),
+        &before,
+        "a submission without a PR keeps the old one"
+    );
+    let task = then(task, run_failed_in_review());
+    let task = then(task, Command::Start { run: run(3) });
+    let task = then(task, submit(run(3), Some(8)));
+    assert_eq!(task.links().github_pr, Some(pr(8)));
+    assert_eq!(task.links().linear_issue, before.linear_issue);
+
+    let other_issue = LinearIssue::new(Uuid::from_u128(1), "ENG-99").expect("valid");
+    let conflict = decide(
+        Some(&task),
+        &Command::AttachLinks {
+            links: Links {
+                linear_issue: Some(other_issue),
+                ..Links::default()
+            },
+        },
+        at(5),
+    )
+    .expect_err("conflict");
+    assert!(
+        conflict
+            .to_string()
+            .starts_with("T-7 is already linked to linear_issue ENG-12"),
+        "{conflict}"
+    );
+    assert_eq!(
+        decide(
+            Some(&task),
+            &Command::AttachLinks {
+                links: task.links().clone()
+            },
+            at(5)
+        ),
+        Ok(vec![]),
+        "links already there are a no-op"
+    );
+}
+
+fn run_failed_in_review() -> Command {
+    Command::Retry {
+        cause: RetryCause::ChecksFailed,
+        reason: reason("CI red"),
+    }
+}
+
+#[test]
+fn the_spec_changes_only_before_work_and_only_when_different() {
+    let task = task_in(Column::Todo);
+    let same = Command::UpdateSpec {
+        spec: task.spec().clone(),
+    };
+    assert_eq!(decide(Some(&task), &same, at(1)), Ok(vec![]));
+    // After a failed attempt the task is back in todo, and a human may sharpen the spec for the next run.
+    let task = then(task, Command::Start { run: run(1) });
+    let task = then(task, run_failed(run(1)));
+    let spec = Spec::new("Fix it properly", "", "").expect("valid");
+    let task = then(task, Command::UpdateSpec { spec: spec.clone() });
+    assert_eq!(task.spec(), &spec);
+}
+
+#[test]
+fn closing_ends_the_run_and_the_needs_human_episode() {
+    let task = then(
+        task_in(Column::InProgress),
+        Command::FlagNeedsHuman {
+            reason: reason("stuck"),
+        },
+    );
+    let task = then(
+        task,
+        Command::Cancel {
+            reason: reason("wontfix"),
+        },
+    );
+    assert_eq!(task.column(), Column::Cancelled);
+    assert_eq!(task.run(), None);
+    assert_eq!(task.needs_human(), None);
+    assert_eq!(task.closed_reason().map(Reason::as_str), Some("wontfix"));
+    assert_eq!(task.attempts(), 1, "attempts are history, not undone");
+}
+
+#[test]
+fn evolve_refuses_events_that_cannot_follow() {
+    let created = decide(None, &new_task(ApprovalPolicy::Manual, 3), at(0)).expect("created");
+    let triage = replay(&created).expect("applies").expect("a task");
+    let refused = |state: Option<Task>, event: TaskEvent| {
+        evolve(state, &event).expect_err("refused").to_string()
+    };
+    assert_eq!(
+        refused(
+            None,
+            TaskEvent::Approved {
+                at: at(1),
+                automatic: false
+            }
+        ),
+        "cannot apply task.approved to an empty stream: the stream has no task.created"
+    );
+    assert_eq!(
+        refused(Some(triage.clone()), created[0].clone()),
+        "cannot apply task.created to T-7: the task already exists"
+    );
+    assert_eq!(
+        refused(
+            Some(triage.clone()),
+            TaskEvent::Started {
+                at: at(1),
+                run: run(1),
+                attempt: 1
+            }
+        ),
+        "cannot apply task.started to T-7: it is triage, not todo"
+    );
+    let todo = evolve(
+        Some(triage.clone()),
+        &TaskEvent::Approved {
+            at: at(1),
+            automatic: false,
+        },
+    )
+    .expect("applies");
+    assert_eq!(
+        refused(
+            Some(todo.clone()),
+            TaskEvent::Started {
+                at: at(1),
+                run: run(1),
+                attempt: 2
+            }
+        ),
+        "cannot apply task.started to T-7: attempt 2 cannot follow 0 of 3"
+    );
+    assert_eq!(
+        refused(
+            Some(todo.clone()),
+            TaskEvent::NeedsHumanCleared { at: at(1), max_attempts: MaxAttempts::DEFAULT }
+        ),
+        "cannot apply task.needs_human_cleared to T-7: it is not flagged, or the budget would shrink"
+    );
+    let flagged = evolve(
+        Some(todo),
+        &TaskEvent::FlaggedNeedsHuman {
+            at: at(2),
+            reason: reason("x"),
+        },
+    )
+    .expect("applies");
+    assert_eq!(
+        refused(
+            Some(flagged),
+            TaskEvent::FlaggedNeedsHuman {
+                at: at(3),
+                reason: reason("y")
+            }
+        ),
+        "cannot apply task.flagged_needs_human to T-7: it is already flagged"
+    );
+}
+
+#[test]
+fn events_serialize_tagged_and_their_kind_matches_the_tag() {
+    let mut task = None;
+    let mut all = Vec::new();
+    let script = [
+        new_task(ApprovalPolicy::Manual, 1),
+        Command::AttachLinks {
+            links: Links {
+                github_issue: Some(pr(2)),
+                ..Links::default()
+            },
+        },
+        Command::Reprioritize {
+            priority: Priority::Urgent,
+        },
+        Command::UpdateSpec {
+            spec: Spec::new("Do it", "", "").expect("valid"),
+        },
+        Command::AttachFollowUp {
+            text: FollowUpText::new("and this").expect("valid"),
+        },
+        Command::Approve,
+        Command::Start { run: run(1) },
+        submit(run(1), Some(3)),
+        run_failed_in_review(),
+        Command::ClearNeedsHuman,
+        Command::Start { run: run(2) },
+        submit(run(2), None),
+        Command::Complete,
+        Command::Archive,
+    ];
+    for command in &script {
+        let (next, events) = step(task, command, 1);
+        task = Some(next);
+        all.extend(events);
+    }
+    let reject = decide(
+        Some(&task_in(Column::Triage)),
+        &Command::Reject {
+            reason: reason("no"),
+        },
+        at(1),
+    )
+    .expect("rejected");
+    let cancel = decide(
+        Some(&task_in(Column::Todo)),
+        &Command::Cancel {
+            reason: reason("no"),
+        },
+        at(1),
+    )
+    .expect("cancelled");
+    all.extend(reject);
+    all.extend(cancel);
+    let mut kinds: Vec<_> = all.iter().map(TaskEvent::kind).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    assert_eq!(kinds.len(), 15, "every event variant is covered: {kinds:?}");
+    for event in &all {
+        let json = serde_json::to_value(event).expect("serializes");
+        assert_eq!(
+            format!("task.{}", json["type"].as_str().unwrap_or("?")),
+            event.kind()
+        );
+        assert_eq!(
+            &serde_json::from_value::<TaskEvent>(json).expect("round trips"),
+            event
+        );
+    }
+    let approved = serde_json::to_value(TaskEvent::Approved {
+        at: at(0),
+        automatic: true,
+    })
+    .expect("json");
+    assert_eq!(
+        approved,
+        serde_json::json!({"type": "approved", "at": "2025-06-15T15:06:40Z", "automatic": true})
+    );
+    let retried = serde_json::to_value(&all[8]).expect("json");
+    assert_eq!(
+        retried["cause"],
+        serde_json::json!({"kind": "checks_failed"})
+    );
+}

@@ -1,0 +1,24 @@
+//! The task board's domain: typed values and the task state machine. Pure: no I/O, no clock; times come in as
+//! arguments. Streams, intake and projectors build on it elsewhere.
+//!
+//! ```text
+//! triage ─approve─► todo ─start─► in-progress ─submit-for-review─► in-review ─complete─► done ─archive─► archived
+//!   │                ▲               │ retry (run failed)             │ retry (CI failed, changes requested)
+//!   │                └───────────────┴────────────────────────────────┘
+//!   └─ reject; or cancel from any open column ─► cancelled ─archive─► archived
+//! ```
+//!
+//! `needs_human` is a flag on an open task, not a column: set after the last failed attempt (or by hand), one
+//! event per episode, cleared by a human or by the task closing.
+
+pub mod domain;
+pub mod values;
+
+pub use domain::{
+    decide, evolve, replay, Command, Failure, FollowUp, NeedsHuman, NewTask, RetryCause, Task,
+    TaskCreated, TaskError, TaskEvent, MAX_FOLLOW_UPS,
+};
+pub use values::{
+    ApprovalPolicy, BranchName, Column, FollowUpText, GithubRef, LinearIssue, Links, MaxAttempts,
+    Priority, Reason, RepoName, RunId, Spec, SpecParts, TaskId, TelegramMessage, ValueError,
+};
