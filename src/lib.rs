@@ -21,6 +21,7 @@
 //! ingress/         webhooks: raw bytes in, verified and parsed NewEvent out, appended, then 2xx
 //!   verify.rs      HMAC and token checks, constant time
 //!   github.rs linear.rs telegram.rs   one parser per provider (pure)
+//! board/           the board's command side: load a task's stream, decide, append with its version, retry races
 //! bus/             fan-out: Bus (JetStream | in-process), relay.rs (log → bus, exactly once), work.rs (work queues)
 //! loops/           the do-while runner and the health registry every background activity reports to
 //!   lease.rs       one replica runs each singleton loop: a lease row, DB-clock expiry, renewed by `leases`
@@ -30,6 +31,7 @@
 //! http/            router: /health, /metrics, /webhooks/*, /api/* (bearer token), JSON errors
 //! ```
 
+pub mod board;
 pub mod bus;
 pub mod config;
 pub mod doctor;

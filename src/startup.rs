@@ -110,6 +110,9 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         }
     }
 
+    let board_config = crate::board::BoardConfig::from_file(&settings.file)
+        .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
+    let board = crate::board::Board::new(log.clone(), board_config);
     let listener = bind(settings.bind, settings.port)
         .with_context(|| format!("binding port {} on {}", settings.port, settings.bind))?;
     let state = AppState {
@@ -121,6 +124,7 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         bus_kind,
         leases: leases.clone(),
         shutdown: shutdown.clone(),
+        board,
     };
     Ok(App {
         listener,

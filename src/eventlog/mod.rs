@@ -183,6 +183,22 @@ impl EventStore {
         }
     }
 
+    /// A domain stream's events (`task:T-42`, say), in stream-version order.
+    pub async fn read_stream(&self, stream: &str) -> Result<Vec<StoredEvent>, StoreError> {
+        match self {
+            Self::Postgres(s) => s.read_stream(stream).await,
+            Self::Sqlite(s) => s.read_stream(stream).await,
+        }
+    }
+
+    /// A domain stream's current version (its highest `stream_version`), 0 when it has no events.
+    pub async fn stream_version(&self, stream: &str) -> Result<i64, StoreError> {
+        match self {
+            Self::Postgres(s) => s.stream_version(stream).await,
+            Self::Sqlite(s) => s.stream_version(stream).await,
+        }
+    }
+
     /// The highest committed position, 0 for an empty log.
     pub async fn head(&self) -> Result<i64, StoreError> {
         match self {

@@ -211,6 +211,28 @@ impl SqliteStore {
             .transpose()
     }
 
+    pub async fn read_stream(&self, stream: &str) -> Result<Vec<StoredEvent>, StoreError> {
+        // Served by the partial unique index on (stream, stream_version).
+        sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM events WHERE stream = ?1 AND stream IS NOT NULL ORDER BY stream_version"
+        ))
+        .bind(stream)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(decode)
+        .collect()
+    }
+
+    pub async fn stream_version(&self, stream: &str) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT coalesce(max(stream_version), 0) FROM events WHERE stream = ?1 AND stream IS NOT NULL",
+        )
+        .bind(stream)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
     pub async fn head(&self) -> Result<i64, StoreError> {
         Ok(
             sqlx::query_scalar("SELECT coalesce(max(position), 0) FROM events")

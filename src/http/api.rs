@@ -24,6 +24,12 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/api/events/{id}/body", get(event_body))
         .route("/api/sources", get(list_sources))
         .route("/api/events/stream", get(super::stream::events_stream))
+        .route("/api/tasks", axum::routing::post(super::tasks::create))
+        .route("/api/tasks/{id}", get(super::tasks::show))
+        .route(
+            "/api/tasks/{id}/{action}",
+            axum::routing::post(super::tasks::command),
+        )
         .route_layer(middleware::from_fn_with_state(state, require_admin))
 }
 

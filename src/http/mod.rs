@@ -4,6 +4,7 @@
 mod api;
 mod health;
 mod stream;
+mod tasks;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,6 +39,8 @@ pub struct AppState {
     pub leases: crate::loops::lease::Leases,
     /// Cancelled when the server starts a graceful shutdown; endless responses (SSE) end on it.
     pub shutdown: tokio_util::sync::CancellationToken,
+    /// The board's command side.
+    pub board: crate::board::Board,
 }
 
 pub fn router(state: AppState) -> Router {

@@ -1,0 +1,429 @@
+//! The board's command side: a task's stream (`task:T-42`) is read from the log, the pure `tasks::decide` judges a
+//! command against it, and the events it returns are appended with the stream versions they expect. A writer that
+//! lost a race gets a conflict, rereads and decides again, so two racing approvals give one approval and one no-op.
+//!
+//! Ids are allocated by counting: `T-<n>` for the lowest `n` whose stream is empty, found by an index lookup per
+//! probe; two creators racing for the same `n` meet as a stream conflict and the loser takes the next one. A
+//! creation carries an intake key (`api:<Idempotency-Key>`, later `linear:<issue id>`, …) as the dedup key of its
+//! first event, so one external ticket or one retried request makes at most one task.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use chrono::Utc;
+use serde::Deserialize;
+
+use crate::domain::{EventType, NewEvent, Source};
+use crate::eventlog::{AppendError, Appended, EventLog, StoreError, StoredEvent};
+use crate::tasks::{
+    decide, evolve, ApprovalPolicy, Command, Links, MaxAttempts, NewTask, Priority, RepoName, Spec,
+    Task, TaskError, TaskEvent, TaskId,
+};
+
+/// How many times a command is re-decided after losing a race before the caller hears about it.
+const MAX_RACES: usize = 8;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BoardError {
+    /// The domain refused the command (an invalid transition, an unknown task, …).
+    #[error(transparent)]
+    Refused(#[from] TaskError),
+    #[error("the event log is unavailable: {0}")]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Append(AppendError),
+    #[error("{id}: event at position {position} cannot be read back: {reason}")]
+    Corrupt {
+        id: TaskId,
+        position: i64,
+        reason: String,
+    },
+    #[error("{id} kept changing under this command ({MAX_RACES} races lost); try again")]
+    Contended { id: TaskId },
+}
+
+/// A task as its stream says it is now.
+#[derive(Clone, Debug)]
+pub struct Loaded {
+    pub task: Task,
+    pub version: i64,
+    pub events: Vec<StoredEvent>,
+}
+
+/// What a command did.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub task: Task,
+    /// Events it appended; empty when the task already was as asked (a no-op).
+    pub appended: Vec<Appended>,
+}
+
+/// What intake (or the API) asks for; the id, approval and attempts are filled in from configuration here.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+pub struct Draft {
+    pub repo: RepoName,
+    pub spec: Spec,
+    #[serde(default)]
+    pub priority: Option<Priority>,
+    #[serde(default)]
+    pub links: Links,
+    #[serde(default)]
+    pub approval: Option<ApprovalPolicy>,
+    #[serde(default)]
+    pub max_attempts: Option<MaxAttempts>,
+}
+
+/// The approval gate and attempt budget: global defaults, overridable per repository (`pidevops.toml`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BoardConfig {
+    pub approval: ApprovalPolicy,
+    pub max_attempts: MaxAttempts,
+    pub repos: std::collections::BTreeMap<String, ApprovalPolicy>,
+}
+
+impl Default for BoardConfig {
+    fn default() -> Self {
+        Self {
+            // A person sees a task before an agent spends money on it, unless the team says otherwise.
+            approval: ApprovalPolicy::Manual,
+            max_attempts: MaxAttempts::DEFAULT,
+            repos: Default::default(),
+        }
+    }
+}
+
+impl BoardConfig {
+    /// Reads `[board] approval`, `[board] max_attempts` and `[repos."owner/name"] approval`.
+    pub fn from_file(file: &toml::Table) -> Result<Self, String> {
+        let mut config = Self::default();
+        if let Some(board) = file.get("board") {
+            let board = board.as_table().ok_or("[board] must be a table")?;
+            if let Some(approval) = board.get("approval") {
+                config.approval = parse_approval(approval, "board.approval")?;
+            }
+            if let Some(max) = board.get("max_attempts") {
+                let max = max
+                    .as_integer()
+                    .and_then(|m| u32::try_from(m).ok())
+                    .ok_or("board.max_attempts must be a whole number")?;
+                config.max_attempts =
+                    MaxAttempts::new(max).map_err(|e| format!("board.max_attempts: {e}"))?;
+            }
+        }
+        if let Some(repos) = file.get("repos") {
+            let repos = repos.as_table().ok_or("[repos] must be a table")?;
+            for (name, repo) in repos {
+                name.parse::<RepoName>()
+                    .map_err(|e| format!("[repos.\"{name}\"]: {e}"))?;
+                if let Some(approval) = repo.get("approval") {
+                    let approval = parse_approval(approval, &format!("repos.\"{name}\".approval"))?;
+                    config.repos.insert(name.clone(), approval);
+                }
+            }
+        }
+        Ok(config)
+    }
+
+    pub fn approval_for(&self, repo: &RepoName) -> ApprovalPolicy {
+        self.repos
+            .get(&repo.to_string())
+            .copied()
+            .unwrap_or(self.approval)
+    }
+}
+
+fn parse_approval(value: &toml::Value, field: &str) -> Result<ApprovalPolicy, String> {
+    value
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("{field} must be \"auto\" or \"manual\""))
+}
+
+/// The stream of a task.
+pub fn stream_of(id: TaskId) -> String {
+    format!("task:{id}")
+}
+
+/// The command side of the board. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Board {
+    log: EventLog,
+    config: std::sync::Arc<BoardConfig>,
+    /// A hint for the next free task number; the log decides.
+    next: std::sync::Arc<AtomicU64>,
+}
+
+impl Board {
+    pub fn new(log: EventLog, config: BoardConfig) -> Self {
+        Self {
+            log,
+            config: std::sync::Arc::new(config),
+            next: std::sync::Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    pub fn config(&self) -> &BoardConfig {
+        &self.config
+    }
+
+    /// The task with its stream, or `None` if it never existed.
+    pub async fn load(&self, id: TaskId) -> Result<Option<Loaded>, BoardError> {
+        let events = self.log.store().read_stream(&stream_of(id)).await?;
+        if events.is_empty() {
+            return Ok(None);
+        }
+        let mut task: Option<Task> = None;
+        let mut version = 0;
+        for stored in &events {
+            let event: TaskEvent =
+                serde_json::from_slice(&stored.body).map_err(|e| BoardError::Corrupt {
+                    id,
+                    position: stored.position,
+                    reason: e.to_string(),
+                })?;
+            task = Some(evolve(task, &event).map_err(|e| BoardError::Corrupt {
+                id,
+                position: stored.position,
+                reason: e.to_string(),
+            })?);
+            version = stored.stream_version.unwrap_or(version);
+        }
+        Ok(task.map(|task| Loaded {
+            task,
+            version,
+            events,
+        }))
+    }
+
+    /// Runs `command` on task `id`: decide on fresh state, append, and on a lost race decide again.
+    pub async fn execute(
+        &self,
+        id: TaskId,
+        command: &Command,
+        actor: &str,
+    ) -> Result<Outcome, BoardError> {
+        for _ in 0..MAX_RACES {
+            let loaded = self.load(id).await?;
+            let (state, version) = match &loaded {
+                Some(l) => (Some(&l.task), l.version),
+                None => (None, 0),
+            };
+            let events = decide(state, command, Utc::now())?;
+            let Some(current) = state.cloned() else {
+                // decide refuses every command but create on a missing task, and create goes through `create`.
+                return Err(TaskError::NotFound {
+                    command: command.name(),
+                }
+                .into());
+            };
+            if events.is_empty() {
+                return Ok(Outcome {
+                    task: current,
+                    appended: Vec::new(),
+                });
+            }
+            match self.append(id, version, &events, actor, None).await {
+                Ok(appended) => {
+                    let mut task = current;
+                    for event in &events {
+                        task = evolve(Some(task), event)?;
+                    }
+                    return Ok(Outcome { task, appended });
+                }
+                Err(AppendError::Conflict { .. }) => continue,
+                Err(error) => return Err(BoardError::Append(error)),
+            }
+        }
+        Err(BoardError::Contended { id })
+    }
+
+    /// Creates a task from `draft`, once per `intake_key`: a repeated key returns the task it created first
+    /// (`created == false`).
+    pub async fn create(
+        &self,
+        draft: Draft,
+        intake_key: &str,
+        actor: &str,
+    ) -> Result<(Outcome, bool), BoardError> {
+        let approval = draft
+            .approval
+            .unwrap_or_else(|| self.config.approval_for(&draft.repo));
+        let mut number = self.next_free_number().await?;
+        for _ in 0..MAX_RACES * 4 {
+            let id =
+                TaskId::new(std::num::NonZeroU64::new(number).unwrap_or(std::num::NonZeroU64::MIN));
+            let new = NewTask {
+                id,
+                repo: draft.repo.clone(),
+                spec: draft.spec.clone(),
+                priority: draft.priority.unwrap_or(Priority::Normal),
+                links: draft.links.clone(),
+                approval,
+                max_attempts: draft.max_attempts.unwrap_or(self.config.max_attempts),
+            };
+            let events = decide(None, &Command::Create(Box::new(new)), Utc::now())?;
+            let Some((first, rest)) = events.split_first() else {
+                return Err(TaskError::Inapplicable {
+                    task: id.to_string(),
+                    event: "task.created",
+                    why: "create decided nothing".to_owned(),
+                }
+                .into());
+            };
+            match self
+                .append(id, 0, std::slice::from_ref(first), actor, Some(intake_key))
+                .await
+            {
+                Ok(appended) if appended.first().is_some_and(|a| a.duplicate) => {
+                    // Created before under this key: that task, whatever its number.
+                    let original = appended.first().map(|a| a.position).unwrap_or_default();
+                    let existing = self.task_at(original).await?;
+                    let outcome = self.finish_auto_approval(existing, actor).await?;
+                    return Ok((outcome, false));
+                }
+                Ok(mut appended) => {
+                    self.next.fetch_max(number + 1, Ordering::Relaxed);
+                    let mut task = evolve(None, first)?;
+                    if !rest.is_empty() {
+                        // The auto approval. A crash before it leaves the task in triage with `approval: auto`;
+                        // a retry of the same creation finishes it (see `finish_auto_approval`).
+                        appended.extend(
+                            self.append(id, 1, rest, actor, None)
+                                .await
+                                .map_err(BoardError::Append)?,
+                        );
+                        for event in rest {
+                            task = evolve(Some(task), event)?;
+                        }
+                    }
+                    return Ok((Outcome { task, appended }, true));
+                }
+                Err(AppendError::Conflict { .. }) => {
+                    // Someone took this number first.
+                    number += 1;
+                }
+                Err(error) => return Err(BoardError::Append(error)),
+            }
+        }
+        Err(BoardError::Contended {
+            id: TaskId::new(std::num::NonZeroU64::new(number).unwrap_or(std::num::NonZeroU64::MIN)),
+        })
+    }
+
+    /// A task created under `auto` approval whose approval never landed (a crash between the two appends) is
+    /// approved now.
+    async fn finish_auto_approval(&self, id: TaskId, actor: &str) -> Result<Outcome, BoardError> {
+        let loaded = self
+            .load(id)
+            .await?
+            .ok_or(TaskError::NotFound { command: "create" })?;
+        if loaded.task.approval() == ApprovalPolicy::Auto
+            && loaded.task.column() == crate::tasks::Column::Triage
+        {
+            return self.execute(id, &Command::Approve, actor).await;
+        }
+        Ok(Outcome {
+            task: loaded.task,
+            appended: Vec::new(),
+        })
+    }
+
+    /// The task whose stream holds the event at `position`.
+    async fn task_at(&self, position: i64) -> Result<TaskId, BoardError> {
+        let event = self.log.store().read_after(position - 1, 1).await?;
+        let stream = event
+            .first()
+            .filter(|e| e.position == position)
+            .and_then(|e| e.stream.clone())
+            .unwrap_or_default();
+        stream
+            .strip_prefix("task:")
+            .and_then(|id| id.parse::<TaskId>().ok())
+            .ok_or_else(|| {
+                BoardError::Store(StoreError::Corrupt {
+                    position,
+                    reason: format!(
+                        "the intake key points at an event outside a task stream ({stream:?})"
+                    ),
+                })
+            })
+    }
+
+    /// The lowest task number whose stream is empty, assuming numbers are used densely from 1 (they are: each is
+    /// taken by counting). Galloping then bisecting costs a few index lookups even with many tasks.
+    async fn next_free_number(&self) -> Result<u64, BoardError> {
+        let hint = self.next.load(Ordering::Relaxed).max(1);
+        let used = |n: u64| async move {
+            let id = TaskId::new(std::num::NonZeroU64::new(n).unwrap_or(std::num::NonZeroU64::MIN));
+            self.log
+                .store()
+                .stream_version(&stream_of(id))
+                .await
+                .map(|v| v > 0)
+        };
+        // The hint is right when it is free and its predecessor is used; never trust it further than that.
+        if !used(hint).await? && (hint == 1 || used(hint - 1).await?) {
+            return Ok(hint);
+        }
+        let (mut low, mut high) = (0u64, 1u64);
+        while used(high).await? {
+            low = high;
+            high = high.saturating_mul(2);
+        }
+        // `low` is used (or 0), `high` is free: bisect to the first free number.
+        while high - low > 1 {
+            let mid = low + (high - low) / 2;
+            if used(mid).await? {
+                low = mid;
+            } else {
+                high = mid;
+            }
+        }
+        self.next.fetch_max(high, Ordering::Relaxed);
+        Ok(high)
+    }
+
+    /// Appends `events` to task `id`'s stream after `version`, one at a time (the domain rarely returns more than
+    /// two), each carrying the version it expects.
+    async fn append(
+        &self,
+        id: TaskId,
+        version: i64,
+        events: &[TaskEvent],
+        actor: &str,
+        intake_key: Option<&str>,
+    ) -> Result<Vec<Appended>, AppendError> {
+        let stream = stream_of(id);
+        let mut appended = Vec::with_capacity(events.len());
+        for (i, event) in events.iter().enumerate() {
+            let at_version = version + 1 + i as i64;
+            let body = serde_json::to_vec(event).map_err(|e| {
+                AppendError::Unavailable(format!("cannot encode {}: {e}", event.kind()))
+            })?;
+            // A fresh key per write: a racing writer must meet a stream conflict, never a "duplicate" of
+            // someone else's event. Only a creation's intake key is meant to repeat.
+            let dedup_key = match (i, intake_key) {
+                (0, Some(key)) => format!("intake:{key}"),
+                _ => format!("{stream}:{}", uuid::Uuid::now_v7()),
+            };
+            let mut new = NewEvent::new(
+                Source::Pidevops,
+                EventType::from_stored(event.kind().to_owned()),
+                dedup_key,
+                "application/json",
+                bytes::Bytes::from(body),
+            );
+            new.stream = Some((stream.clone(), at_version));
+            new.occurred_at = event.at();
+            new.meta
+                .insert("actor".to_owned(), serde_json::Value::from(actor));
+            new.subject.reference = Some(id.to_string());
+            let result = self.log.append(new).await?;
+            appended.push(result);
+            if result.duplicate {
+                // Only a creation's intake key repeats: that task exists already.
+                break;
+            }
+        }
+        Ok(appended)
+    }
+}

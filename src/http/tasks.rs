@@ -1,0 +1,192 @@
+//! `/api/tasks`: create a task, show one with its timeline, and the commands a person steers the board with.
+//! Every refusal is precise: 400 bad input, 404 unknown task, 409 a transition the task's state does not allow.
+
+use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{error, AppState};
+use crate::board::{BoardError, Draft, Loaded};
+use crate::tasks::{Command, Reason, RetryCause, TaskError, TaskId};
+
+/// Longest `Idempotency-Key` accepted.
+const MAX_IDEMPOTENCY_KEY: usize = 200;
+
+pub async fn create(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    draft: Result<Json<Draft>, JsonRejection>,
+) -> Response {
+    let Json(draft) = match draft {
+        Ok(d) => d,
+        Err(rejection) => return error(StatusCode::BAD_REQUEST, "bad_task", rejection.body_text()),
+    };
+    // A client that retries sends the same key and gets the same task; without one every request is new.
+    let key = match headers.get("idempotency-key").map(|v| v.to_str()) {
+        None => uuid::Uuid::new_v4().to_string(),
+        Some(Ok(key))
+            if !key.is_empty()
+                && key.len() <= MAX_IDEMPOTENCY_KEY
+                && key.chars().all(|c| c.is_ascii_graphic()) =>
+        {
+            key.to_owned()
+        }
+        Some(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "bad_idempotency_key",
+                format!(
+                    "Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters"
+                ),
+            )
+        }
+    };
+    match state
+        .board
+        .create(draft, &format!("api:{key}"), "api")
+        .await
+    {
+        Ok((outcome, created)) => (
+            if created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            },
+            Json(json!({ "task": outcome.task, "created": created })),
+        )
+            .into_response(),
+        Err(e) => board_error(e),
+    }
+}
+
+pub async fn show(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+) -> Response {
+    let Ok(Path(id)) = id else {
+        return error(StatusCode::BAD_REQUEST, "bad_id", "missing task id");
+    };
+    let id = match id.parse::<TaskId>() {
+        Ok(id) => id,
+        Err(e) => return error(StatusCode::BAD_REQUEST, "bad_id", e.to_string()),
+    };
+    match state.board.load(id).await {
+        Ok(Some(loaded)) => Json(task_json(&loaded)).into_response(),
+        Ok(None) => error(StatusCode::NOT_FOUND, "not_found", format!("no task {id}")),
+        Err(e) => board_error(e),
+    }
+}
+
+/// The body of a command: a reason where one is needed.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandBody {
+    reason: Option<String>,
+}
+
+pub async fn command(
+    State(state): State<AppState>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    body: Option<Json<CommandBody>>,
+) -> Response {
+    let Ok(Path((id, action))) = path else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "bad_path",
+            "expected /api/tasks/{id}/{action}",
+        );
+    };
+    let id = match id.parse::<TaskId>() {
+        Ok(id) => id,
+        Err(e) => return error(StatusCode::BAD_REQUEST, "bad_id", e.to_string()),
+    };
+    let body = body.map(|Json(b)| b).unwrap_or_default();
+    let reason =
+        |default: &str| Reason::new(body.reason.clone().unwrap_or_else(|| default.to_owned()));
+    let command = match action.as_str() {
+        "approve" => Ok(Command::Approve),
+        "reject" => reason("rejected through the API").map(|reason| Command::Reject { reason }),
+        "cancel" => reason("cancelled through the API").map(|reason| Command::Cancel { reason }),
+        "archive" => Ok(Command::Archive),
+        "retry" => {
+            // "Retry" means: a flagged task gets another go; a task in review goes back for another attempt.
+            match state.board.load(id).await {
+                Ok(Some(loaded)) if loaded.task.needs_human().is_some() => {
+                    Ok(Command::ClearNeedsHuman)
+                }
+                Ok(Some(_)) => {
+                    reason("retry requested through the API").map(|reason| Command::Retry {
+                        cause: RetryCause::ChangesRequested,
+                        reason,
+                    })
+                }
+                Ok(None) => {
+                    return error(StatusCode::NOT_FOUND, "not_found", format!("no task {id}"))
+                }
+                Err(e) => return board_error(e),
+            }
+        }
+        other => {
+            return error(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!("no action {other:?}; one of approve, reject, retry, cancel, archive"),
+            )
+        }
+    };
+    let command = match command {
+        Ok(c) => c,
+        Err(e) => return error(StatusCode::BAD_REQUEST, "bad_reason", e.to_string()),
+    };
+    match state.board.execute(id, &command, "api").await {
+        Ok(outcome) => Json(json!({
+            "task": outcome.task,
+            "changed": !outcome.appended.is_empty(),
+            "appended": outcome.appended,
+        }))
+        .into_response(),
+        Err(e) => board_error(e),
+    }
+}
+
+fn task_json(loaded: &Loaded) -> serde_json::Value {
+    let timeline: Vec<_> = loaded
+        .events
+        .iter()
+        .map(|e| {
+            json!({
+                "position": e.position,
+                "stream_version": e.stream_version,
+                "type": e.event_type,
+                "at": e.occurred_at,
+                "recorded_at": e.recorded_at,
+                "actor": e.meta.get("actor"),
+                "event_id": e.id,
+            })
+        })
+        .collect();
+    json!({ "task": loaded.task, "version": loaded.version, "timeline": timeline })
+}
+
+fn board_error(e: BoardError) -> Response {
+    match &e {
+        BoardError::Refused(TaskError::NotFound { .. }) => {
+            error(StatusCode::NOT_FOUND, "not_found", e.to_string())
+        }
+        BoardError::Refused(_) => error(StatusCode::CONFLICT, "refused", e.to_string()),
+        BoardError::Contended { .. } => error(StatusCode::CONFLICT, "contended", e.to_string()),
+        BoardError::Store(_) | BoardError::Append(_) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            e.to_string(),
+        ),
+        BoardError::Corrupt { .. } => {
+            tracing::error!(error = %e, "a task stream cannot be read back");
+            error(StatusCode::INTERNAL_SERVER_ERROR, "corrupt", e.to_string())
+        }
+    }
+}
