@@ -127,6 +127,8 @@ pub struct Settings {
     pub projector_interval: Duration,
     /// The failover bound for singleton loops: a dead holder's loops resume on another replica within this.
     pub lease_ttl: Duration,
+    /// `TELEGRAM_ALLOWED_CHATS`: chat ids whose `/new` creates tasks (comma-separated); checked by intake.
+    pub telegram_allowed_chats: Option<String>,
     /// This process's name in leases and `/health` (`PIDEVOPS_INSTANCE_ID`, else host, pid and a random tag).
     pub instance_id: String,
 }
@@ -278,6 +280,7 @@ impl Settings {
             projector_interval: env.seconds("PIDEVOPS_PROJECTOR_INTERVAL_S", 1.0)?,
             lease_ttl: lease_ttl(env)?,
             instance_id: instance_id(env),
+            telegram_allowed_chats: env.get("TELEGRAM_ALLOWED_CHATS").map(str::to_owned),
         })
     }
 

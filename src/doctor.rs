@@ -73,6 +73,14 @@ pub fn plan(settings: &Settings) -> Vec<PlannedLoop> {
             what: "renews this replica's leases and takes over singleton loops whose holder went silent",
         },
     ];
+    loops.push(PlannedLoop {
+        name: crate::intake::INTAKE.to_owned(),
+        singleton: true,
+        state: LoopState::Armed,
+        reason: None,
+        interval: settings.projector_interval,
+        what: "turns qualifying GitHub issues, Linear issues and Telegram /new into tasks, and records why others do not",
+    });
     for projector in crate::projectors::all() {
         loops.push(PlannedLoop {
             name: crate::projectors::loop_name(projector.name()),

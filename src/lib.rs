@@ -23,6 +23,7 @@
 //!   github.rs linear.rs telegram.rs   one parser per provider (pure)
 //! board/           the board's command side: load a task's stream, decide, append with its version, retry races
 //! bus/             fan-out: Bus (JetStream | in-process), relay.rs (log → bus, exactly once), work.rs (work queues)
+//! intake/          the policy that turns qualifying webhook events into tasks (rules.rs is pure)
 //! loops/           the do-while runner and the health registry every background activity reports to
 //!   lease.rs       one replica runs each singleton loop: a lease row, DB-clock expiry, renewed by `leases`
 //! projectors/      read models from the log: batch + checkpoint in one transaction, rebuildable from 0
@@ -39,6 +40,7 @@ pub mod domain;
 pub mod eventlog;
 pub mod http;
 pub mod ingress;
+pub mod intake;
 pub mod loops;
 pub mod projectors;
 pub mod startup;

@@ -84,6 +84,19 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
             )
         })
         .collect();
+    let board_config = crate::board::BoardConfig::from_file(&settings.file)
+        .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
+    let board = crate::board::Board::new(log.clone(), board_config);
+    let intake_config = crate::intake::IntakeConfig::from_file(
+        &settings.file,
+        settings.telegram_allowed_chats.as_deref(),
+    )
+    .map_err(|e| anyhow::anyhow!("intake configuration: {e}"))?;
+    let intake = Arc::new(crate::intake::Intake::new(
+        log.clone(),
+        board.clone(),
+        intake_config,
+    ));
     let tracker = TaskTracker::new();
     for planned in doctor::plan(&settings) {
         let name = planned.name.clone();
@@ -97,6 +110,7 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
                     RELAY => Job::Relay(relay.clone()),
                     METRICS_UPKEEP_LOOP => Job::MetricsUpkeep(metrics.clone()),
                     LEASES_LOOP => Job::Leases(leases.clone()),
+                    crate::intake::INTAKE => Job::Intake(intake.clone()),
                     other => match projections.get(other) {
                         Some(projection) => Job::Projector(projection.clone()),
                         None => anyhow::bail!(
@@ -110,9 +124,6 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         }
     }
 
-    let board_config = crate::board::BoardConfig::from_file(&settings.file)
-        .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
-    let board = crate::board::Board::new(log.clone(), board_config);
     let listener = bind(settings.bind, settings.port)
         .with_context(|| format!("binding port {} on {}", settings.port, settings.bind))?;
     let state = AppState {
@@ -144,6 +155,7 @@ enum Job {
     MetricsUpkeep(metrics_exporter_prometheus::PrometheusHandle),
     Leases(Leases),
     Projector(Arc<Projection>),
+    Intake(Arc<crate::intake::Intake>),
 }
 
 impl Job {
@@ -168,6 +180,10 @@ impl Job {
                 (None, Ok(()))
             }
             Self::Leases(leases) => (None, leases.tick().await),
+            Self::Intake(intake) => match intake.tick().await {
+                Ok(progress) => (serde_json::to_value(progress).ok(), Ok(())),
+                Err(error) => (None, Err(error)),
+            },
             Self::Projector(projection) => match projection.tick().await {
                 Ok(status) => (serde_json::to_value(status).ok(), Ok(())),
                 Err(error) => (None, Err(error)),

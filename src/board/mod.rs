@@ -221,7 +221,7 @@ impl Board {
                     appended: Vec::new(),
                 });
             }
-            match self.append(id, version, &events, actor, None).await {
+            match self.append(id, version, &events, actor, None, None).await {
                 Ok(appended) => {
                     let mut task = current;
                     for event in &events {
@@ -238,11 +238,13 @@ impl Board {
 
     /// Creates a task from `draft`, once per `intake_key`: a repeated key returns the task it created first
     /// (`created == false`).
+    /// `cause` is the event (a webhook) that asked for it, recorded in the task's first event's `meta`.
     pub async fn create(
         &self,
         draft: Draft,
         intake_key: &str,
         actor: &str,
+        cause: Option<uuid::Uuid>,
     ) -> Result<(Outcome, bool), BoardError> {
         let approval = draft
             .approval
@@ -270,7 +272,14 @@ impl Board {
                 .into());
             };
             match self
-                .append(id, 0, std::slice::from_ref(first), actor, Some(intake_key))
+                .append(
+                    id,
+                    0,
+                    std::slice::from_ref(first),
+                    actor,
+                    Some(intake_key),
+                    cause,
+                )
                 .await
             {
                 Ok(appended) if appended.first().is_some_and(|a| a.duplicate) => {
@@ -287,7 +296,7 @@ impl Board {
                         // The auto approval. A crash before it leaves the task in triage with `approval: auto`;
                         // a retry of the same creation finishes it (see `finish_auto_approval`).
                         appended.extend(
-                            self.append(id, 1, rest, actor, None)
+                            self.append(id, 1, rest, actor, None, cause)
                                 .await
                                 .map_err(BoardError::Append)?,
                         );
@@ -391,6 +400,7 @@ impl Board {
         events: &[TaskEvent],
         actor: &str,
         intake_key: Option<&str>,
+        cause: Option<uuid::Uuid>,
     ) -> Result<Vec<Appended>, AppendError> {
         let stream = stream_of(id);
         let mut appended = Vec::with_capacity(events.len());
@@ -416,6 +426,12 @@ impl Board {
             new.occurred_at = event.at();
             new.meta
                 .insert("actor".to_owned(), serde_json::Value::from(actor));
+            if let Some(cause) = cause {
+                new.meta.insert(
+                    "cause_event_id".to_owned(),
+                    serde_json::Value::from(cause.to_string()),
+                );
+            }
             new.subject.reference = Some(id.to_string());
             let result = self.log.append(new).await?;
             appended.push(result);

@@ -47,7 +47,7 @@ pub async fn create(
     };
     match state
         .board
-        .create(draft, &format!("api:{key}"), "api")
+        .create(draft, &format!("api:{key}"), "api", None)
         .await
     {
         Ok((outcome, created)) => (

@@ -1,0 +1,147 @@
+//! Intake: the policy that turns qualifying webhook events into tasks. A singleton loop reads the log after its
+//! checkpoint; for each event the pure `rules::decide` says create, ignore (recorded as an `intake.ignored` event
+//! that names the event and the reason, so a refusal is visible) or not intake's business. Creation is idempotent
+//! by the ticket's intake key and the ignore record by its cause, so a crash before the checkpoint moves only
+//! repeats work that changes nothing.
+
+pub mod rules;
+
+use anyhow::Context;
+
+use crate::board::{Board, BoardError};
+use crate::domain::{EventType, NewEvent, Source};
+use crate::eventlog::{EventLog, StoredEvent};
+pub use rules::{Decision, IntakeConfig};
+
+/// The loop's name and its checkpoint's.
+pub const INTAKE: &str = "intake";
+const PAGE: i64 = 200;
+
+/// What one tick did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct IntakeProgress {
+    pub position: i64,
+    pub created: u64,
+    pub existing: u64,
+    pub ignored: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct Intake {
+    log: EventLog,
+    board: Board,
+    config: std::sync::Arc<IntakeConfig>,
+}
+
+impl Intake {
+    pub fn new(log: EventLog, board: Board, config: IntakeConfig) -> Self {
+        Self {
+            log,
+            board,
+            config: std::sync::Arc::new(config),
+        }
+    }
+
+    /// Handles everything committed since the checkpoint, a page at a time, moving the checkpoint after each.
+    pub async fn tick(&self) -> anyhow::Result<IntakeProgress> {
+        let store = self.log.store();
+        let mut progress = IntakeProgress {
+            position: store
+                .checkpoint(INTAKE)
+                .await
+                .context("reading the intake checkpoint")?,
+            ..IntakeProgress::default()
+        };
+        loop {
+            let events = store
+                .read_after(progress.position, PAGE)
+                .await
+                .context("reading the log")?;
+            let Some(last) = events.last().map(|e| e.position) else {
+                return Ok(progress);
+            };
+            for event in &events {
+                self.handle(event, &mut progress).await.with_context(|| {
+                    format!("intake of event {} ({})", event.position, event.event_type)
+                })?;
+            }
+            store
+                .advance_checkpoint(INTAKE, last)
+                .await
+                .context("saving the intake checkpoint")?;
+            progress.position = last;
+        }
+    }
+
+    async fn handle(
+        &self,
+        event: &StoredEvent,
+        progress: &mut IntakeProgress,
+    ) -> anyhow::Result<()> {
+        // Our own events are never intake (and never loop back into it).
+        if event.source == Source::Pidevops.as_str() {
+            return Ok(());
+        }
+        match rules::decide(event, &self.config) {
+            Decision::NotIntake => Ok(()),
+            Decision::Ignore { reason } => {
+                progress.ignored += 1;
+                self.record_ignored(event, &reason).await
+            }
+            Decision::Create { key, draft } => {
+                match self
+                    .board
+                    .create(*draft, &key, &event.source, Some(event.id))
+                    .await
+                {
+                    Ok((_, true)) => {
+                        progress.created += 1;
+                        metrics::counter!("pidevops_intake_tasks_created_total", "source" => event.source.clone())
+                            .increment(1);
+                        Ok(())
+                    }
+                    Ok((_, false)) => {
+                        progress.existing += 1;
+                        Ok(())
+                    }
+                    // The domain refused what the ticket asks for: a fact about the ticket, not an outage.
+                    Err(BoardError::Refused(refusal)) => {
+                        progress.ignored += 1;
+                        self.record_ignored(event, &format!("refused by the board: {refusal}"))
+                            .await
+                    }
+                    Err(other) => Err(other.into()),
+                }
+            }
+        }
+    }
+
+    /// Records why `event` made no task; once per event, however often intake sees it.
+    async fn record_ignored(&self, event: &StoredEvent, reason: &str) -> anyhow::Result<()> {
+        let body = serde_json::json!({
+            "cause_event_id": event.id,
+            "cause_position": event.position,
+            "cause_type": event.event_type,
+            "reason": reason,
+        });
+        let mut record = NewEvent::new(
+            Source::Pidevops,
+            EventType::from_stored("intake.ignored".to_owned()),
+            format!("intake-ignored:{}", event.id),
+            "application/json",
+            bytes::Bytes::from(body.to_string()),
+        );
+        record.meta.insert(
+            "cause_event_id".to_owned(),
+            serde_json::Value::from(event.id.to_string()),
+        );
+        tracing::info!(event = event.position, r#type = %event.event_type, %reason, "intake ignored an event");
+        metrics::counter!("pidevops_intake_ignored_total", "source" => event.source.clone())
+            .increment(1);
+        self.log
+            .append(record)
+            .await
+            .context("recording an ignored intake candidate")?;
+        Ok(())
+    }
+}

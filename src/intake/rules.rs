@@ -1,0 +1,395 @@
+//! Which webhook events become tasks, and why the others do not. Pure: an event and the configuration in, a
+//! decision out. The intake key of a decision names the external ticket (`github:acme/api#12`,
+//! `linear:<issue id>`, `telegram:<chat>:<message>`), so a ticket delivered twice, seen again by a poller or
+//! arriving out of order still makes one task.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use crate::board::Draft;
+use crate::eventlog::StoredEvent;
+use crate::tasks::{
+    GithubRef, LinearIssue, Links, Priority, RepoName, Spec, TelegramMessage, ValueError,
+};
+
+/// What intake does with one event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Make (or find) the task for this ticket.
+    Create { key: String, draft: Box<Draft> },
+    /// A candidate that does not qualify: recorded with the reason, so the refusal is visible.
+    Ignore { reason: String },
+    /// Not something intake looks at (a push, a ping, our own events).
+    NotIntake,
+}
+
+/// Intake settings from `pidevops.toml` (`[intake.github]`, `[intake.linear]`) and `TELEGRAM_ALLOWED_CHATS`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IntakeConfig {
+    pub github_label: String,
+    pub github_associations: BTreeSet<String>,
+    /// pidevops's own GitHub account: what it causes never creates work.
+    pub github_bot_login: Option<String>,
+    pub linear_state: String,
+    pub linear_label: String,
+    pub linear_skip_labels: BTreeSet<String>,
+    /// Linear team key → repository.
+    pub linear_teams: BTreeMap<String, RepoName>,
+    pub default_repo: Option<RepoName>,
+    pub telegram_allowed_chats: BTreeSet<i64>,
+}
+
+impl Default for IntakeConfig {
+    fn default() -> Self {
+        Self {
+            github_label: "pidevops".to_owned(),
+            github_associations: ["OWNER", "MEMBER", "COLLABORATOR"]
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+            github_bot_login: None,
+            linear_state: "Ready for Pi-Dev".to_owned(),
+            linear_label: "pi-dev:autonomous".to_owned(),
+            linear_skip_labels: ["no-code", "manual-action", "legal"]
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+            linear_teams: BTreeMap::new(),
+            default_repo: None,
+            telegram_allowed_chats: BTreeSet::new(),
+        }
+    }
+}
+
+impl IntakeConfig {
+    /// Reads `[intake]`, `[intake.github]`, `[intake.linear]` (and `.teams`) over the defaults, and the allowed
+    /// Telegram chats (`TELEGRAM_ALLOWED_CHATS`, comma-separated chat ids).
+    pub fn from_file(file: &toml::Table, allowed_chats: Option<&str>) -> Result<Self, String> {
+        let mut config = Self::default();
+        let intake = match file.get("intake") {
+            Some(v) => v.as_table().ok_or("[intake] must be a table")?.clone(),
+            None => toml::Table::new(),
+        };
+        if let Some(repo) = intake.get("default_repo") {
+            config.default_repo = Some(repo_value(repo, "intake.default_repo")?);
+        }
+        if let Some(github) = intake.get("github") {
+            let github = github.as_table().ok_or("[intake.github] must be a table")?;
+            if let Some(v) = github.get("label") {
+                config.github_label = string(v, "intake.github.label")?;
+            }
+            if let Some(v) = github.get("associations") {
+                config.github_associations = strings(v, "intake.github.associations")?
+                    .into_iter()
+                    .map(|s| s.to_ascii_uppercase())
+                    .collect();
+            }
+            if let Some(v) = github.get("bot_login") {
+                config.github_bot_login = Some(string(v, "intake.github.bot_login")?);
+            }
+        }
+        if let Some(linear) = intake.get("linear") {
+            let linear = linear.as_table().ok_or("[intake.linear] must be a table")?;
+            if let Some(v) = linear.get("state") {
+                config.linear_state = string(v, "intake.linear.state")?;
+            }
+            if let Some(v) = linear.get("label") {
+                config.linear_label = string(v, "intake.linear.label")?;
+            }
+            if let Some(v) = linear.get("skip_labels") {
+                config.linear_skip_labels = strings(v, "intake.linear.skip_labels")?
+                    .into_iter()
+                    .collect();
+            }
+            if let Some(teams) = linear.get("teams") {
+                let teams = teams
+                    .as_table()
+                    .ok_or("[intake.linear.teams] must map team keys to repositories")?;
+                for (team, repo) in teams {
+                    let repo = repo_value(repo, &format!("intake.linear.teams.{team}"))?;
+                    config.linear_teams.insert(team.clone(), repo);
+                }
+            }
+        }
+        if let Some(chats) = allowed_chats {
+            for chat in chats.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+                let id = chat.parse::<i64>().map_err(|_| {
+                    format!("TELEGRAM_ALLOWED_CHATS: {chat:?} is not a chat id (a whole number)")
+                })?;
+                config.telegram_allowed_chats.insert(id);
+            }
+        }
+        Ok(config)
+    }
+}
+
+fn string(value: &toml::Value, field: &str) -> Result<String, String> {
+    value
+        .as_str()
+        .filter(|s| !s.trim().is_empty())
+        .map(str::to_owned)
+        .ok_or_else(|| format!("{field} must be a non-empty string"))
+}
+
+fn strings(value: &toml::Value, field: &str) -> Result<Vec<String>, String> {
+    value
+        .as_array()
+        .and_then(|items| {
+            items
+                .iter()
+                .map(|i| i.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+        })
+        .ok_or_else(|| format!("{field} must be a list of strings"))
+}
+
+fn repo_value(value: &toml::Value, field: &str) -> Result<RepoName, String> {
+    let text = string(value, field)?;
+    text.parse::<RepoName>()
+        .map_err(|e| format!("{field}: {e}"))
+}
+
+/// Decides what intake does with `event`.
+pub fn decide(event: &StoredEvent, config: &IntakeConfig) -> Decision {
+    let data = || serde_json::from_str::<Value>(event.data_json().get()).unwrap_or(Value::Null);
+    match event.event_type.as_str() {
+        "github.issues.opened" | "github.issues.labeled" | "github.issues.reopened" => {
+            github_issue(&data(), config)
+        }
+        "telegram.message" => telegram_message(&data(), config),
+        t if t.starts_with("linear.Issue.") && !t.ends_with(".remove") => {
+            linear_issue(&data(), config)
+        }
+        _ => Decision::NotIntake,
+    }
+}
+
+fn ignore(reason: impl Into<String>) -> Decision {
+    Decision::Ignore {
+        reason: reason.into(),
+    }
+}
+
+fn github_issue(data: &Value, config: &IntakeConfig) -> Decision {
+    let issue = &data["issue"];
+    let labels: Vec<&str> = issue["labels"]
+        .as_array()
+        .map(|l| l.iter().filter_map(|l| l["name"].as_str()).collect())
+        .unwrap_or_default();
+    if !labels.contains(&config.github_label.as_str()) {
+        // Most issues are not meant for an agent; that is not worth an audit record.
+        return Decision::NotIntake;
+    }
+    let sender = data["sender"]["login"].as_str().unwrap_or_default();
+    if config
+        .github_bot_login
+        .as_deref()
+        .is_some_and(|bot| bot.eq_ignore_ascii_case(sender))
+    {
+        return ignore(format!("caused by pidevops's own account {sender}"));
+    }
+    let association = issue["author_association"].as_str().unwrap_or("NONE");
+    if !config.github_associations.contains(association) {
+        let author = issue["user"]["login"].as_str().unwrap_or("someone");
+        return ignore(format!(
+            "{author} is {association} on the repository; tasks come only from {}",
+            config
+                .github_associations
+                .iter()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    let built = (|| -> Result<(String, Draft), ValueError> {
+        let repo: RepoName = data["repository"]["full_name"]
+            .as_str()
+            .unwrap_or_default()
+            .parse()?;
+        let number = issue["number"].as_u64().unwrap_or(0);
+        let title = issue["title"].as_str().unwrap_or_default();
+        let body = issue["body"].as_str().unwrap_or_default();
+        let spec = Spec::new(title, body, done_when(body).unwrap_or_default())?;
+        let links = Links {
+            github_issue: Some(GithubRef::new(repo.clone(), number)?),
+            ..Links::default()
+        };
+        Ok((
+            format!("github:{repo}#{number}"),
+            Draft {
+                repo,
+                spec,
+                priority: None,
+                links,
+                approval: None,
+                max_attempts: None,
+            },
+        ))
+    })();
+    match built {
+        Ok((key, draft)) => Decision::Create {
+            key,
+            draft: Box::new(draft),
+        },
+        Err(e) => ignore(format!("the issue cannot become a task: {e}")),
+    }
+}
+
+fn telegram_message(data: &Value, config: &IntakeConfig) -> Decision {
+    let message = &data["message"];
+    let text = message["text"].as_str().unwrap_or_default();
+    let Some(rest) = command_args(text, "/new") else {
+        return Decision::NotIntake;
+    };
+    let chat = message["chat"]["id"].as_i64().unwrap_or_default();
+    if !config.telegram_allowed_chats.contains(&chat) {
+        let who = message["from"]["username"]
+            .as_str()
+            .or_else(|| message["from"]["first_name"].as_str())
+            .unwrap_or("someone");
+        return ignore(format!(
+            "/new from chat {chat} ({who}), which is not in TELEGRAM_ALLOWED_CHATS"
+        ));
+    }
+    let mut words = rest.splitn(2, char::is_whitespace);
+    let (repo, task) = (
+        words.next().unwrap_or_default(),
+        words.next().unwrap_or("").trim(),
+    );
+    let built = (|| -> Result<(String, Draft), ValueError> {
+        let repo: RepoName = repo.parse()?;
+        let message_id = message["message_id"].as_i64().unwrap_or_default();
+        let spec = Spec::new(task, "", "")?;
+        let links = Links {
+            telegram: Some(TelegramMessage::new(chat, message_id)?),
+            ..Links::default()
+        };
+        Ok((
+            format!("telegram:{chat}:{message_id}"),
+            Draft {
+                repo,
+                spec,
+                priority: None,
+                links,
+                approval: None,
+                max_attempts: None,
+            },
+        ))
+    })();
+    match built {
+        Ok((key, draft)) => Decision::Create {
+            key,
+            draft: Box::new(draft),
+        },
+        Err(e) => ignore(format!("usage: /new <owner/repo> <what to do> ({e})")),
+    }
+}
+
+/// The arguments of `/cmd args` or `/cmd@bot args`; `None` for any other text.
+fn command_args<'a>(text: &'a str, command: &str) -> Option<&'a str> {
+    let (head, rest) = text
+        .trim()
+        .split_once(char::is_whitespace)
+        .unwrap_or((text.trim(), ""));
+    let name = head.split('@').next().unwrap_or_default();
+    (name == command).then(|| rest.trim())
+}
+
+fn linear_issue(data: &Value, config: &IntakeConfig) -> Decision {
+    let issue = &data["data"];
+    let state = issue["state"]["name"].as_str().unwrap_or_default();
+    let labels: Vec<&str> = issue["labels"]
+        .as_array()
+        .map(|l| l.iter().filter_map(|l| l["name"].as_str()).collect())
+        .unwrap_or_default();
+    if state != config.linear_state || !labels.contains(&config.linear_label.as_str()) {
+        // Not (yet) handed to pidevops: the common case, not an audit event.
+        return Decision::NotIntake;
+    }
+    let identifier = issue["identifier"].as_str().unwrap_or("the issue");
+    if let Some(skip) = labels
+        .iter()
+        .find(|l| config.linear_skip_labels.contains(**l))
+    {
+        return ignore(format!("{identifier} carries the skip label {skip:?}"));
+    }
+    let description = issue["description"].as_str().unwrap_or_default();
+    let repo = labels
+        .iter()
+        .find_map(|l| l.strip_prefix("repo:"))
+        .map(|r| r.trim().to_owned())
+        .or_else(|| line_value(description, "repo:"))
+        .map(|r| r.parse::<RepoName>())
+        .or_else(|| {
+            issue["team"]["key"]
+                .as_str()
+                .and_then(|team| config.linear_teams.get(team))
+                .cloned()
+                .map(Ok)
+        })
+        .or_else(|| config.default_repo.clone().map(Ok));
+    let repo = match repo {
+        Some(Ok(repo)) => repo,
+        Some(Err(e)) => return ignore(format!("{identifier} names a repository that is not valid: {e}")),
+        None => {
+            return ignore(format!(
+                "{identifier} names no repository (a repo:owner/name label, a `repo:` line, a team mapping or \
+                 intake.default_repo)"
+            ))
+        }
+    };
+    let built = (|| -> Result<(String, Draft), ValueError> {
+        let id = issue["id"].as_str().unwrap_or_default();
+        let linear = LinearIssue::new(
+            id.parse().map_err(|_| ValueError::Empty {
+                field: "linear issue id",
+            })?,
+            identifier,
+        )?;
+        let spec = Spec::new(
+            issue["title"].as_str().unwrap_or_default(),
+            description,
+            done_when(description).unwrap_or_default(),
+        )?;
+        let priority = issue["priority"]
+            .as_u64()
+            .map(|p| Priority::from_linear(u8::try_from(p).unwrap_or(0)));
+        Ok((
+            format!("linear:{id}"),
+            Draft {
+                repo,
+                spec,
+                priority,
+                links: Links {
+                    linear_issue: Some(linear),
+                    ..Links::default()
+                },
+                approval: None,
+                max_attempts: None,
+            },
+        ))
+    })();
+    match built {
+        Ok((key, draft)) => Decision::Create {
+            key,
+            draft: Box::new(draft),
+        },
+        Err(e) => ignore(format!("{identifier} cannot become a task: {e}")),
+    }
+}
+
+/// The value after `prefix` on the first line that starts with it (case-insensitive), trimmed.
+fn line_value(text: &str, prefix: &str) -> Option<String> {
+    text.lines().find_map(|line| {
+        let line = line.trim();
+        (line.len() > prefix.len() && line[..prefix.len()].eq_ignore_ascii_case(prefix))
+            .then(|| line[prefix.len()..].trim().to_owned())
+            .filter(|v| !v.is_empty())
+    })
+}
+
+/// A "Done when:" line in a ticket's text.
+fn done_when(text: &str) -> Option<String> {
+    line_value(text, "done when:")
+}

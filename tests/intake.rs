@@ -1,0 +1,302 @@
+//! Intake through the real server: signed webhooks in, tasks (or recorded refusals) out; one task per ticket
+//! however often and in whatever order the ticket arrives.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{TestApp, TestDb, ADMIN_TOKEN};
+use pidevops::eventlog::StoredEvent;
+use serde_json::{json, Value};
+
+per_backend!(
+    a_labeled_github_issue_from_a_member_becomes_one_task,
+    github_issues_from_strangers_or_our_own_bot_make_no_task_and_say_why,
+    a_linear_issue_delivered_twice_and_updated_gives_one_task,
+    a_linear_issue_with_a_skip_label_or_no_repository_makes_no_task,
+    telegram_new_from_an_allowed_chat_creates_and_a_stranger_is_refused_and_audited,
+);
+
+fn fixture(path: &str) -> Value {
+    serde_json::from_slice(&std::fs::read(common::fixtures_dir().join(path)).unwrap()).unwrap()
+}
+
+async fn app(db: &TestDb) -> TestApp {
+    let mut settings = common::settings(db);
+    settings.telegram_allowed_chats = Some("111222333, -100200300".to_owned());
+    settings.file = toml::from_str(
+        r#"
+        [intake.github]
+        bot_login = "pidevops-bot"
+        "#,
+    )
+    .unwrap();
+    TestApp::spawn(settings).await
+}
+
+async fn events_of(app: &TestApp, event_type: &str) -> Vec<StoredEvent> {
+    app.all_events()
+        .await
+        .into_iter()
+        .filter(|e| e.event_type == event_type)
+        .collect()
+}
+
+/// Waits until intake has handled everything in the log (its checkpoint reached the head, as of its own
+/// records too).
+async fn settle(app: &TestApp) {
+    let store = app.state.log.store().clone();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let head = store.head().await.unwrap();
+        let checkpoint = store.checkpoint("intake").await.unwrap();
+        if checkpoint >= head {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            if store.head().await.unwrap() == head
+                && store.checkpoint("intake").await.unwrap() >= head
+            {
+                return;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "intake did not settle"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn task(app: &TestApp, id: &str) -> Option<Value> {
+    let r = app
+        .client
+        .get(app.url(&format!("/api/tasks/{id}")))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    match r.status().as_u16() {
+        200 => Some(r.json().await.unwrap()),
+        404 => None,
+        other => panic!("GET /api/tasks/{id}: {other}"),
+    }
+}
+
+async fn post_github(app: &TestApp, event: &str, delivery: &str, body: &Value) {
+    let r = app
+        .post_github(event, delivery, body.to_string().as_bytes())
+        .await;
+    assert_eq!(r.status(), 200);
+}
+
+fn labeled(mut body: Value, label: &str, association: &str) -> Value {
+    body["issue"]["labels"] = json!([{ "name": label }]);
+    body["issue"]["author_association"] = json!(association);
+    body
+}
+
+async fn a_labeled_github_issue_from_a_member_becomes_one_task(db: TestDb) {
+    let app = app(&db).await;
+    let opened = labeled(
+        fixture("github/issues/opened.payload.json"),
+        "pidevops",
+        "MEMBER",
+    );
+    post_github(&app, "issues", "d-1", &opened).await;
+    // Redelivered by GitHub (same delivery), delivered again as a new delivery, then labeled again.
+    post_github(&app, "issues", "d-1", &opened).await;
+    post_github(&app, "issues", "d-2", &opened).await;
+    let mut again = labeled(
+        fixture("github/issues/labeled.payload.json"),
+        "pidevops",
+        "MEMBER",
+    );
+    again["label"] = json!({ "name": "pidevops" });
+    post_github(&app, "issues", "d-3", &again).await;
+    settle(&app).await;
+
+    let shown = task(&app, "T-1").await.expect("a task for the issue");
+    let repo = opened["repository"]["full_name"].as_str().unwrap();
+    assert_eq!(shown["task"]["repo"], repo);
+    assert_eq!(shown["task"]["spec"]["task"], opened["issue"]["title"]);
+    assert_eq!(shown["task"]["links"]["github_issue"]["repo"], repo);
+    assert!(task(&app, "T-2").await.is_none(), "one ticket, one task");
+    let created = events_of(&app, "task.created").await;
+    assert_eq!(created.len(), 1);
+    assert_eq!(created[0].meta["actor"], "github");
+    let cause = created[0].meta["cause_event_id"].as_str().unwrap();
+    let first_webhook = &events_of(&app, "github.issues.opened").await[0];
+    assert_eq!(
+        cause,
+        first_webhook.id.to_string(),
+        "the task names the webhook that made it"
+    );
+    app.stop().await;
+}
+
+async fn github_issues_from_strangers_or_our_own_bot_make_no_task_and_say_why(db: TestDb) {
+    let app = app(&db).await;
+    let stranger = labeled(
+        fixture("github/issues/opened.payload.json"),
+        "pidevops",
+        "NONE",
+    );
+    post_github(&app, "issues", "s-1", &stranger).await;
+    let mut ours = labeled(
+        fixture("github/issues/opened.payload.json"),
+        "pidevops",
+        "OWNER",
+    );
+    ours["issue"]["number"] = json!(77);
+    ours["sender"]["login"] = json!("pidevops-bot");
+    post_github(&app, "issues", "s-2", &ours).await;
+    let unlabeled = labeled(fixture("github/issues/opened.payload.json"), "bug", "OWNER");
+    post_github(&app, "issues", "s-3", &unlabeled).await;
+    settle(&app).await;
+
+    assert!(task(&app, "T-1").await.is_none());
+    let ignored = events_of(&app, "intake.ignored").await;
+    assert_eq!(
+        ignored.len(),
+        2,
+        "the unlabeled issue is not a candidate at all"
+    );
+    let reasons: Vec<Value> = ignored
+        .iter()
+        .map(|e| serde_json::from_slice(&e.body).unwrap())
+        .collect();
+    assert!(
+        reasons[0]["reason"].as_str().unwrap().contains("NONE"),
+        "{}",
+        reasons[0]
+    );
+    assert!(
+        reasons[1]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("pidevops-bot"),
+        "{}",
+        reasons[1]
+    );
+    let webhooks = events_of(&app, "github.issues.opened").await;
+    assert_eq!(reasons[0]["cause_event_id"], webhooks[0].id.to_string());
+    app.stop().await;
+}
+
+fn linear(mut body: Value, updated_at: &str) -> Vec<u8> {
+    body["data"]["updatedAt"] = json!(updated_at);
+    body["webhookTimestamp"] = json!(chrono::Utc::now().timestamp_millis());
+    body.to_string().into_bytes()
+}
+
+async fn a_linear_issue_delivered_twice_and_updated_gives_one_task(db: TestDb) {
+    let app = app(&db).await;
+    let issue = fixture("linear/issue.create.json");
+    for updated_at in [
+        "2026-11-29T10:15:03.120Z",
+        "2026-11-29T10:15:03.120Z",
+        "2026-11-29T10:16:00.000Z",
+    ] {
+        let r = app.post_linear(&linear(issue.clone(), updated_at)).await;
+        assert_eq!(r.status(), 200);
+    }
+    // The same issue as a later update (as a poller would also see it).
+    let mut update = issue.clone();
+    update["action"] = json!("update");
+    let r = app
+        .post_linear(&linear(update, "2026-11-29T10:20:00.000Z"))
+        .await;
+    assert_eq!(r.status(), 200);
+    settle(&app).await;
+
+    let shown = task(&app, "T-1").await.expect("a task for ENG-412");
+    assert_eq!(
+        shown["task"]["repo"], "acme/billing",
+        "from the description's repo: line"
+    );
+    assert_eq!(shown["task"]["priority"], "high");
+    assert_eq!(
+        shown["task"]["links"]["linear_issue"]["identifier"],
+        "ENG-412"
+    );
+    assert!(
+        shown["task"]["spec"]["done_when"]
+            .as_str()
+            .unwrap()
+            .contains("retried 5 times"),
+        "{shown}"
+    );
+    assert!(task(&app, "T-2").await.is_none());
+    assert_eq!(events_of(&app, "task.created").await.len(), 1);
+    app.stop().await;
+}
+
+async fn a_linear_issue_with_a_skip_label_or_no_repository_makes_no_task(db: TestDb) {
+    let app = app(&db).await;
+    let mut skipped = fixture("linear/issue.create.json");
+    skipped["data"]["labels"] = json!([{ "name": "pi-dev:autonomous" }, { "name": "legal" }]);
+    app.post_linear(&linear(skipped, "2026-11-29T10:15:03.120Z"))
+        .await;
+    let mut nowhere = fixture("linear/issue.create.json");
+    nowhere["data"]["id"] = json!("1c2d1f3e-5b6a-4c7d-8e9f-0a1b2c3d4e5f");
+    nowhere["data"]["description"] = json!("No repository named anywhere.");
+    app.post_linear(&linear(nowhere, "2026-11-29T10:15:04.120Z"))
+        .await;
+    let mut not_ready = fixture("linear/issue.create.json");
+    not_ready["data"]["id"] = json!("2c2d1f3e-5b6a-4c7d-8e9f-0a1b2c3d4e5f");
+    not_ready["data"]["state"]["name"] = json!("Backlog");
+    app.post_linear(&linear(not_ready, "2026-11-29T10:15:05.120Z"))
+        .await;
+    settle(&app).await;
+
+    assert!(task(&app, "T-1").await.is_none());
+    let reasons: Vec<String> = events_of(&app, "intake.ignored")
+        .await
+        .iter()
+        .map(|e| {
+            serde_json::from_slice::<Value>(&e.body).unwrap()["reason"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert!(reasons[0].contains("legal"), "{reasons:?}");
+    assert!(reasons[1].contains("no repository"), "{reasons:?}");
+    app.stop().await;
+}
+
+async fn telegram_new_from_an_allowed_chat_creates_and_a_stranger_is_refused_and_audited(
+    db: TestDb,
+) {
+    let app = app(&db).await;
+    let new =
+        std::fs::read(common::fixtures_dir().join("telegram/message.command.new.json")).unwrap();
+    let stranger =
+        std::fs::read(common::fixtures_dir().join("telegram/message.from_stranger.json")).unwrap();
+    for body in [&new, &stranger, &new] {
+        let r = app.post_telegram(body, common::TELEGRAM_SECRET).await;
+        assert_eq!(r.status(), 200);
+    }
+    settle(&app).await;
+
+    let shown = task(&app, "T-1").await.expect("a task from /new");
+    assert_eq!(shown["task"]["repo"], "acme/billing");
+    assert_eq!(
+        shown["task"]["spec"]["task"],
+        "Add a health check for the Stripe client"
+    );
+    assert_eq!(shown["task"]["links"]["telegram"]["chat"], 111222333);
+    assert!(
+        task(&app, "T-2").await.is_none(),
+        "the stranger's /new made nothing"
+    );
+    let ignored = events_of(&app, "intake.ignored").await;
+    assert_eq!(ignored.len(), 1);
+    let audit: Value = serde_json::from_slice(&ignored[0].body).unwrap();
+    let reason = audit["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("999888777") && reason.contains("TELEGRAM_ALLOWED_CHATS"),
+        "{reason}"
+    );
+    app.stop().await;
+}
