@@ -9,7 +9,8 @@
 //! job; the arrows below are the only doors.
 //!
 //! ```text
-//! main.rs          thin clap front: serve | migrate | doctor | events | replay
+//! main.rs          thin clap front: serve | migrate | doctor | events | replay | task
+//! cli.rs           `pidevops task …`: the board in a terminal (readable lines, or --json)
 //! startup.rs       build(Settings) -> App: the one constructor for main and for tests (port 0 in tests)
 //! config.rs        typed settings: environment first, then optional pidevops.toml; secrets wrapped
 //! telemetry.rs     tracing (json | pretty) and the Prometheus recorder
@@ -34,6 +35,7 @@
 
 pub mod board;
 pub mod bus;
+pub mod cli;
 pub mod config;
 pub mod doctor;
 pub mod domain;

@@ -42,6 +42,11 @@ enum Command {
         #[arg(long)]
         follow: bool,
     },
+    /// The task board from a terminal: new, show, approve, reject, retry, cancel, archive.
+    Task {
+        #[command(subcommand)]
+        command: pidevops::cli::TaskCommand,
+    },
     /// Rebuild read models from position 0, with progress; safe while `serve` runs.
     Replay {
         /// The projector to rebuild (see `--all`).
@@ -82,6 +87,7 @@ async fn main() -> ExitCode {
             follow,
         } => events(settings, after, limit, follow).await,
         Command::Replay { projector, all } => replay(settings, projector, all).await,
+        Command::Task { command } => pidevops::cli::task(settings, command).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -15,8 +15,8 @@ use serde::Deserialize;
 use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::{AppendError, Appended, EventLog, StoreError, StoredEvent};
 use crate::tasks::{
-    decide, evolve, ApprovalPolicy, Command, Links, MaxAttempts, NewTask, Priority, RepoName, Spec,
-    Task, TaskError, TaskEvent, TaskId,
+    decide, evolve, ApprovalPolicy, Command, Links, MaxAttempts, NewTask, Priority, Reason,
+    RepoName, RetryCause, Spec, Task, TaskError, TaskEvent, TaskId,
 };
 
 /// How many times a command is re-decided after losing a race before the caller hears about it.
@@ -136,6 +136,63 @@ fn parse_approval(value: &toml::Value, field: &str) -> Result<ApprovalPolicy, St
         .as_str()
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| format!("{field} must be \"auto\" or \"manual\""))
+}
+
+/// What a person can ask of a task from the API, the CLI (and later Telegram and the dashboard).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Steer {
+    Approve,
+    Reject,
+    Retry,
+    Cancel,
+    Archive,
+}
+
+impl std::str::FromStr for Steer {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "approve" => Self::Approve,
+            "reject" => Self::Reject,
+            "retry" => Self::Retry,
+            "cancel" => Self::Cancel,
+            "archive" => Self::Archive,
+            other => {
+                return Err(format!(
+                    "no action {other:?}; one of approve, reject, retry, cancel, archive"
+                ))
+            }
+        })
+    }
+}
+
+impl Steer {
+    /// The domain command this means for `task` now. "Retry" gives a flagged task another go, and sends any other
+    /// task back for another attempt (the domain says whether its column allows that).
+    pub fn command(
+        self,
+        task: &Task,
+        reason: Option<String>,
+        via: &str,
+    ) -> Result<Command, crate::tasks::ValueError> {
+        let reason =
+            |verb: &str| Reason::new(reason.clone().unwrap_or_else(|| format!("{verb} {via}")));
+        Ok(match self {
+            Self::Approve => Command::Approve,
+            Self::Archive => Command::Archive,
+            Self::Reject => Command::Reject {
+                reason: reason("rejected")?,
+            },
+            Self::Cancel => Command::Cancel {
+                reason: reason("cancelled")?,
+            },
+            Self::Retry if task.needs_human().is_some() => Command::ClearNeedsHuman,
+            Self::Retry => Command::Retry {
+                cause: RetryCause::ChangesRequested,
+                reason: reason("retry requested")?,
+            },
+        })
+    }
 }
 
 /// The stream of a task.

@@ -10,8 +10,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{error, AppState};
-use crate::board::{BoardError, Draft, Loaded};
-use crate::tasks::{Command, Reason, RetryCause, TaskError, TaskId};
+use crate::board::{BoardError, Draft, Loaded, Steer};
+use crate::tasks::{TaskError, TaskId};
 
 /// Longest `Idempotency-Key` accepted.
 const MAX_IDEMPOTENCY_KEY: usize = 200;
@@ -105,40 +105,16 @@ pub async fn command(
         Err(e) => return error(StatusCode::BAD_REQUEST, "bad_id", e.to_string()),
     };
     let body = body.map(|Json(b)| b).unwrap_or_default();
-    let reason =
-        |default: &str| Reason::new(body.reason.clone().unwrap_or_else(|| default.to_owned()));
-    let command = match action.as_str() {
-        "approve" => Ok(Command::Approve),
-        "reject" => reason("rejected through the API").map(|reason| Command::Reject { reason }),
-        "cancel" => reason("cancelled through the API").map(|reason| Command::Cancel { reason }),
-        "archive" => Ok(Command::Archive),
-        "retry" => {
-            // "Retry" means: a flagged task gets another go; a task in review goes back for another attempt.
-            match state.board.load(id).await {
-                Ok(Some(loaded)) if loaded.task.needs_human().is_some() => {
-                    Ok(Command::ClearNeedsHuman)
-                }
-                Ok(Some(_)) => {
-                    reason("retry requested through the API").map(|reason| Command::Retry {
-                        cause: RetryCause::ChangesRequested,
-                        reason,
-                    })
-                }
-                Ok(None) => {
-                    return error(StatusCode::NOT_FOUND, "not_found", format!("no task {id}"))
-                }
-                Err(e) => return board_error(e),
-            }
-        }
-        other => {
-            return error(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                format!("no action {other:?}; one of approve, reject, retry, cancel, archive"),
-            )
-        }
+    let steer = match action.parse::<Steer>() {
+        Ok(steer) => steer,
+        Err(message) => return error(StatusCode::NOT_FOUND, "not_found", message),
     };
-    let command = match command {
+    let loaded = match state.board.load(id).await {
+        Ok(Some(loaded)) => loaded,
+        Ok(None) => return error(StatusCode::NOT_FOUND, "not_found", format!("no task {id}")),
+        Err(e) => return board_error(e),
+    };
+    let command = match steer.command(&loaded.task, body.reason, "through the API") {
         Ok(c) => c,
         Err(e) => return error(StatusCode::BAD_REQUEST, "bad_reason", e.to_string()),
     };

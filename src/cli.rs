@@ -1,0 +1,217 @@
+//! `pidevops task …`: the board from a terminal. Readable by default (columns, ages, attempts, flags), JSON with
+//! `--json` for scripts. Commands go through the same `Board` as the API, straight to the database.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::Utc;
+use clap::Subcommand;
+use tokio_util::sync::CancellationToken;
+
+use crate::board::{Board, BoardConfig, Draft, Loaded, Steer};
+use crate::config::Settings;
+use crate::eventlog::{EventLog, EventStore};
+use crate::tasks::{ApprovalPolicy, Priority, RepoName, Spec, Task, TaskId};
+
+#[derive(Debug, Subcommand)]
+pub enum TaskCommand {
+    /// Create a task: `pidevops task new acme/api "Fix the login redirect"`.
+    New {
+        repo: String,
+        /// What to do (the spec's Task).
+        #[arg(required = true, num_args = 1..)]
+        text: Vec<String>,
+        #[arg(long, default_value = "")]
+        scope: String,
+        #[arg(long, default_value = "")]
+        done_when: String,
+        /// urgent, high, normal or low.
+        #[arg(long)]
+        priority: Option<Priority>,
+        /// auto or manual (default: pidevops.toml).
+        #[arg(long)]
+        approval: Option<ApprovalPolicy>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One task with its timeline.
+    Show {
+        id: TaskId,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Move a triage task to todo.
+    Approve {
+        id: TaskId,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Refuse a triage task.
+    Reject {
+        id: TaskId,
+        #[arg(long)]
+        reason: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Give a flagged task another go, or send a task in review back for another attempt.
+    Retry {
+        id: TaskId,
+        #[arg(long)]
+        reason: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel an open task.
+    Cancel {
+        id: TaskId,
+        #[arg(long)]
+        reason: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Archive a done or cancelled task.
+    Archive {
+        id: TaskId,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub async fn task(settings: Settings, command: TaskCommand) -> anyhow::Result<()> {
+    let store = EventStore::connect(&settings.database, 2)
+        .await
+        .with_context(|| format!("connecting to {}", settings.database.redacted()))?;
+    store.migrate().await.context("applying migrations")?;
+    let stop = CancellationToken::new();
+    let (log, appender) = EventLog::start(store, settings.append_timeout, stop.clone());
+    let config = BoardConfig::from_file(&settings.file)
+        .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
+    let board = Board::new(log, config);
+    let result = run(&board, command).await;
+    stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(10), appender).await;
+    result
+}
+
+async fn run(board: &Board, command: TaskCommand) -> anyhow::Result<()> {
+    let (id, steer, reason, json) = match command {
+        TaskCommand::New {
+            repo,
+            text,
+            scope,
+            done_when,
+            priority,
+            approval,
+            json,
+        } => {
+            let draft = Draft {
+                repo: repo.parse::<RepoName>()?,
+                spec: Spec::new(text.join(" "), scope, done_when)?,
+                priority,
+                links: Default::default(),
+                approval,
+                max_attempts: None,
+            };
+            let key = format!("cli:{}", uuid::Uuid::new_v4());
+            let (outcome, _) = board.create(draft, &key, "cli", None).await?;
+            return print_task(&outcome.task, json, "created");
+        }
+        TaskCommand::Show { id, json } => {
+            let loaded = board
+                .load(id)
+                .await?
+                .with_context(|| format!("there is no task {id}"))?;
+            return print_loaded(&loaded, json);
+        }
+        TaskCommand::Approve { id, json } => (id, Steer::Approve, None, json),
+        TaskCommand::Archive { id, json } => (id, Steer::Archive, None, json),
+        TaskCommand::Reject { id, reason, json } => (id, Steer::Reject, reason, json),
+        TaskCommand::Retry { id, reason, json } => (id, Steer::Retry, reason, json),
+        TaskCommand::Cancel { id, reason, json } => (id, Steer::Cancel, reason, json),
+    };
+    let loaded = board
+        .load(id)
+        .await?
+        .with_context(|| format!("there is no task {id}"))?;
+    let command = steer.command(&loaded.task, reason, "from the CLI")?;
+    let outcome = board.execute(id, &command, "cli").await?;
+    let what = if outcome.appended.is_empty() {
+        "unchanged (already so)"
+    } else {
+        "updated"
+    };
+    print_task(&outcome.task, json, what)
+}
+
+fn print_task(task: &Task, json: bool, what: &str) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(task)?);
+    } else {
+        println!("{what}: {}", line(task));
+    }
+    Ok(())
+}
+
+fn print_loaded(loaded: &Loaded, json: bool) -> anyhow::Result<()> {
+    let task = &loaded.task;
+    if json {
+        let timeline: Vec<_> = loaded
+            .events
+            .iter()
+            .map(|e| serde_json::json!({ "position": e.position, "type": e.event_type, "at": e.occurred_at, "actor": e.meta.get("actor") }))
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({ "task": task, "version": loaded.version, "timeline": timeline })
+        );
+        return Ok(());
+    }
+    println!("{}", line(task));
+    println!("  Task:      {}", task.spec().task());
+    if !task.spec().scope().is_empty() {
+        println!("  Scope:     {}", task.spec().scope());
+    }
+    if !task.spec().done_when().is_empty() {
+        println!("  Done when: {}", task.spec().done_when());
+    }
+    println!("  timeline:");
+    for e in &loaded.events {
+        let actor = e.meta.get("actor").and_then(|a| a.as_str()).unwrap_or("-");
+        println!(
+            "    {:>8}  {}  {:<28} {}",
+            e.position,
+            e.occurred_at.format("%Y-%m-%d %H:%M:%S"),
+            e.event_type,
+            actor
+        );
+    }
+    Ok(())
+}
+
+/// `T-3  todo         acme/api  normal  attempts 0/3  2h  Fix the login redirect  [needs human: …]`
+pub fn line(task: &Task) -> String {
+    let age = Utc::now() - task.created_at();
+    let age = if age.num_days() > 0 {
+        format!("{}d", age.num_days())
+    } else if age.num_hours() > 0 {
+        format!("{}h", age.num_hours())
+    } else {
+        format!("{}m", age.num_minutes().max(0))
+    };
+    let mut out = format!(
+        "{:<6} {:<12} {:<24} {:<7} attempts {}/{}  {:>4}  {}",
+        task.id().to_string(),
+        task.column().as_str(),
+        task.repo().to_string(),
+        task.priority().as_str(),
+        task.attempts(),
+        task.max_attempts().get(),
+        age,
+        task.title()
+    );
+    if let Some(flag) = task.needs_human() {
+        out.push_str(&format!("  [needs human: {}]", flag.reason));
+    }
+    out
+}

@@ -1,0 +1,96 @@
+//! `pidevops task …` as an operator runs it: the real binary against a real database.
+
+mod common;
+
+use common::server::command;
+use common::TestDb;
+
+per_backend!(the_board_from_a_terminal);
+
+fn run(db: &TestDb, dir: &std::path::Path, args: &[&str]) -> (bool, String, String) {
+    let out = command(&db.url_string(), dir)
+        .arg("task")
+        .args(args)
+        .output()
+        .expect("the binary runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn the_board_from_a_terminal(db: TestDb) {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, out, err) = run(
+        &db,
+        dir.path(),
+        &[
+            "new",
+            "acme/api",
+            "Fix",
+            "the",
+            "login",
+            "redirect",
+            "--done-when",
+            "tests pass",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(out.starts_with("created: T-1"), "{out}");
+    assert!(
+        out.contains("triage") && out.contains("Fix the login redirect"),
+        "{out}"
+    );
+
+    let (ok, out, _) = run(&db, dir.path(), &["approve", "T-1", "--json"]);
+    assert!(ok);
+    let task: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(task["column"], "todo");
+    let (ok, out, _) = run(&db, dir.path(), &["approve", "T-1"]);
+    assert!(ok);
+    assert!(
+        out.starts_with("unchanged"),
+        "approving twice is a no-op: {out}"
+    );
+
+    // A refused transition: exit 1 and the reason, nothing written.
+    let (ok, _, err) = run(&db, dir.path(), &["archive", "T-1"]);
+    assert!(!ok);
+    assert!(
+        err.contains("T-1 is todo; archive needs done or cancelled"),
+        "{err}"
+    );
+    let (ok, _, err) = run(&db, dir.path(), &["show", "T-7"]);
+    assert!(!ok);
+    assert!(err.contains("there is no task T-7"), "{err}");
+    let (ok, _, err) = run(&db, dir.path(), &["new", "not-a-repo", "x"]);
+    assert!(!ok);
+    assert!(err.contains("not owner/name"), "{err}");
+
+    let (ok, out, _) = run(&db, dir.path(), &["show", "T-1", "--json"]);
+    assert!(ok);
+    let shown: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let types: Vec<&str> = shown["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["task.created", "task.approved"]);
+    assert_eq!(shown["task"]["spec"]["done_when"], "tests pass");
+
+    let (ok, out, _) = run(
+        &db,
+        dir.path(),
+        &["cancel", "T-1", "--reason", "duplicate of T-9"],
+    );
+    assert!(ok);
+    assert!(out.contains("cancelled"), "{out}");
+    let (ok, out, _) = run(&db, dir.path(), &["show", "T-1"]);
+    assert!(ok);
+    assert!(
+        out.contains("task.cancelled") && out.contains("cli"),
+        "{out}"
+    );
+}
