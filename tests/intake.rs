@@ -15,6 +15,7 @@ per_backend!(
     a_linear_issue_delivered_twice_and_updated_gives_one_task,
     a_linear_issue_with_a_skip_label_or_no_repository_makes_no_task,
     telegram_new_from_an_allowed_chat_creates_and_a_stranger_is_refused_and_audited,
+    linear_edits_update_the_spec_and_removing_the_label_cancels_an_unstarted_task,
 );
 
 fn fixture(path: &str) -> Value {
@@ -58,10 +59,10 @@ async fn settle(app: &TestApp) {
                 return;
             }
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "intake did not settle"
-        );
+        if std::time::Instant::now() > deadline {
+            let (_, health) = app.health().await;
+            panic!("intake did not settle: {}", health["loops"]["intake"]);
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -298,5 +299,49 @@ async fn telegram_new_from_an_allowed_chat_creates_and_a_stranger_is_refused_and
         reason.contains("999888777") && reason.contains("TELEGRAM_ALLOWED_CHATS"),
         "{reason}"
     );
+    app.stop().await;
+}
+
+async fn linear_edits_update_the_spec_and_removing_the_label_cancels_an_unstarted_task(db: TestDb) {
+    let app = app(&db).await;
+    let issue = fixture("linear/issue.create.json");
+    app.post_linear(&linear(issue.clone(), "2026-11-29T10:15:03.120Z"))
+        .await;
+    let mut edited = issue.clone();
+    edited["action"] = json!("update");
+    edited["data"]["title"] = json!("Retry failed Stripe webhooks, with jitter");
+    app.post_linear(&linear(edited.clone(), "2026-11-29T10:17:00.000Z"))
+        .await;
+    settle(&app).await;
+    let shown = task(&app, "T-1").await.expect("the task");
+    assert_eq!(
+        shown["task"]["spec"]["task"],
+        "Retry failed Stripe webhooks, with jitter"
+    );
+    assert_eq!(shown["task"]["column"], "triage");
+
+    // Another issue that never had the label: nothing to cancel, nothing recorded.
+    let mut other = issue.clone();
+    other["data"]["id"] = json!("3c2d1f3e-5b6a-4c7d-8e9f-0a1b2c3d4e5f");
+    other["data"]["labels"] = json!([]);
+    app.post_linear(&linear(other, "2026-11-29T10:18:00.000Z"))
+        .await;
+    // The label comes off ENG-412: its unstarted task is cancelled, with the reason.
+    let mut unlabeled = edited;
+    unlabeled["data"]["labels"] = json!([]);
+    app.post_linear(&linear(unlabeled, "2026-11-29T10:19:00.000Z"))
+        .await;
+    settle(&app).await;
+    let shown = task(&app, "T-1").await.unwrap();
+    assert_eq!(shown["task"]["column"], "cancelled", "{shown}");
+    assert!(
+        shown["task"]["closed_reason"]
+            .as_str()
+            .unwrap()
+            .contains("pi-dev:autonomous"),
+        "{shown}"
+    );
+    assert!(task(&app, "T-2").await.is_none());
+    assert!(events_of(&app, "intake.ignored").await.is_empty());
     app.stop().await;
 }

@@ -393,6 +393,18 @@ impl Board {
         })
     }
 
+    /// The task made for an intake key, if one was.
+    pub async fn task_for_key(&self, intake_key: &str) -> Result<Option<TaskId>, BoardError> {
+        let found = self
+            .log
+            .store()
+            .find_by_key(Source::Pidevops, &format!("intake:{intake_key}"))
+            .await?;
+        Ok(found
+            .and_then(|e| e.stream)
+            .and_then(|s| s.strip_prefix("task:").and_then(|id| id.parse().ok())))
+    }
+
     /// The task whose stream holds the event at `position`.
     async fn task_at(&self, position: i64) -> Result<TaskId, BoardError> {
         let event = self.log.store().read_after(position - 1, 1).await?;

@@ -223,6 +223,18 @@ impl EventStore {
         }
     }
 
+    /// The event stored under this `(source, dedup_key)`, if any (the unique constraint's index serves it).
+    pub async fn find_by_key(
+        &self,
+        source: Source,
+        dedup_key: &str,
+    ) -> Result<Option<StoredEvent>, StoreError> {
+        match self {
+            Self::Postgres(s) => s.find_by_key(source, dedup_key).await,
+            Self::Sqlite(s) => s.find_by_key(source, dedup_key).await,
+        }
+    }
+
     /// How many events carry this `(source, dedup_key)`; the unique index makes it 0 or 1.
     pub async fn count_by_key(&self, source: Source, dedup_key: &str) -> Result<i64, StoreError> {
         match self {

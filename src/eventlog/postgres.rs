@@ -250,6 +250,23 @@ impl PostgresStore {
         .await?)
     }
 
+    pub async fn find_by_key(
+        &self,
+        source: Source,
+        dedup_key: &str,
+    ) -> Result<Option<StoredEvent>, StoreError> {
+        sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM events WHERE source = $1 AND dedup_key = $2"
+        ))
+        .bind(source.as_str())
+        .bind(dedup_key)
+        .fetch_optional(&self.pool)
+        .await?
+        .as_ref()
+        .map(decode)
+        .transpose()
+    }
+
     pub async fn count_by_key(&self, source: Source, dedup_key: &str) -> Result<i64, StoreError> {
         Ok(
             sqlx::query_scalar("SELECT count(*) FROM events WHERE source = $1 AND dedup_key = $2")

@@ -84,6 +84,7 @@ impl Intake {
         }
         match rules::decide(event, &self.config) {
             Decision::NotIntake => Ok(()),
+            Decision::Withdraw { key, reason } => self.withdraw(&key, &reason, event).await,
             Decision::Ignore { reason } => {
                 progress.ignored += 1;
                 self.record_ignored(event, &reason).await
@@ -100,9 +101,9 @@ impl Intake {
                             .increment(1);
                         Ok(())
                     }
-                    Ok((_, false)) => {
+                    Ok((outcome, false)) => {
                         progress.existing += 1;
-                        Ok(())
+                        self.follow_edits(&outcome.task, &key, event).await
                     }
                     // The domain refused what the ticket asks for: a fact about the ticket, not an outage.
                     Err(BoardError::Refused(refusal)) => {
@@ -113,6 +114,51 @@ impl Intake {
                     Err(other) => Err(other.into()),
                 }
             }
+        }
+    }
+
+    /// A ticket seen again after its task exists: a changed title or description updates the spec until work
+    /// starts (the domain refuses it after, which is expected, not an error).
+    async fn follow_edits(
+        &self,
+        task: &crate::tasks::Task,
+        key: &str,
+        event: &StoredEvent,
+    ) -> anyhow::Result<()> {
+        let Decision::Create { draft, .. } = rules::decide(event, &self.config) else {
+            return Ok(());
+        };
+        if draft.spec == *task.spec() || !before_work(task) {
+            return Ok(());
+        }
+        let command = crate::tasks::Command::UpdateSpec { spec: draft.spec };
+        match self.board.execute(task.id(), &command, &event.source).await {
+            Ok(_) | Err(BoardError::Refused(_)) => Ok(()),
+            Err(other) => {
+                Err(other).with_context(|| format!("updating the spec of {} ({key})", task.id()))
+            }
+        }
+    }
+
+    /// Cancels the task made for a withdrawn ticket if it has not started; otherwise leaves it be.
+    async fn withdraw(&self, key: &str, reason: &str, event: &StoredEvent) -> anyhow::Result<()> {
+        let Some(id) = self.board.task_for_key(key).await? else {
+            return Ok(());
+        };
+        let Some(loaded) = self.board.load(id).await? else {
+            return Ok(());
+        };
+        if !before_work(&loaded.task) {
+            return Ok(());
+        }
+        let reason = crate::tasks::Reason::new(reason.to_owned())?;
+        match self
+            .board
+            .execute(id, &crate::tasks::Command::Cancel { reason }, &event.source)
+            .await
+        {
+            Ok(_) | Err(BoardError::Refused(_)) => Ok(()),
+            Err(other) => Err(other).with_context(|| format!("cancelling {id} ({key})")),
         }
     }
 
@@ -144,4 +190,12 @@ impl Intake {
             .context("recording an ignored intake candidate")?;
         Ok(())
     }
+}
+
+/// Triage or todo: nothing has run yet, so the ticket still governs the task.
+fn before_work(task: &crate::tasks::Task) -> bool {
+    matches!(
+        task.column(),
+        crate::tasks::Column::Triage | crate::tasks::Column::Todo
+    )
 }

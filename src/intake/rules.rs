@@ -20,6 +20,9 @@ pub enum Decision {
     Create { key: String, draft: Box<Draft> },
     /// A candidate that does not qualify: recorded with the reason, so the refusal is visible.
     Ignore { reason: String },
+    /// The ticket no longer qualifies (its label was removed, it was cancelled or deleted): a task made for it
+    /// that has not started is cancelled; one already worked on is left to finish.
+    Withdraw { key: String, reason: String },
     /// Not something intake looks at (a push, a ping, our own events).
     NotIntake,
 }
@@ -158,9 +161,18 @@ pub fn decide(event: &StoredEvent, config: &IntakeConfig) -> Decision {
             github_issue(&data(), config)
         }
         "telegram.message" => telegram_message(&data(), config),
-        t if t.starts_with("linear.Issue.") && !t.ends_with(".remove") => {
-            linear_issue(&data(), config)
+        t if t.starts_with("linear.Issue.") && t.ends_with(".remove") => {
+            let data = data();
+            let identifier = data["data"]["identifier"].as_str().unwrap_or("the issue");
+            match data["data"]["id"].as_str() {
+                Some(id) => Decision::Withdraw {
+                    key: format!("linear:{id}"),
+                    reason: format!("{identifier} was deleted in Linear"),
+                },
+                None => Decision::NotIntake,
+            }
         }
+        t if t.starts_with("linear.Issue.") => linear_issue(&data(), config),
         _ => Decision::NotIntake,
     }
 }
@@ -303,11 +315,30 @@ fn linear_issue(data: &Value, config: &IntakeConfig) -> Decision {
         .as_array()
         .map(|l| l.iter().filter_map(|l| l["name"].as_str()).collect())
         .unwrap_or_default();
-    if state != config.linear_state || !labels.contains(&config.linear_label.as_str()) {
-        // Not (yet) handed to pidevops: the common case, not an audit event.
+    let identifier = issue["identifier"].as_str().unwrap_or("the issue");
+    let key = issue["id"].as_str().map(|id| format!("linear:{id}"));
+    let withdraw = |reason: String| match &key {
+        Some(key) => Decision::Withdraw {
+            key: key.clone(),
+            reason,
+        },
+        None => Decision::NotIntake,
+    };
+    if issue["state"]["type"].as_str() == Some("canceled") {
+        return withdraw(format!("{identifier} was cancelled in Linear"));
+    }
+    if !labels.contains(&config.linear_label.as_str()) {
+        // Never handed to pidevops (the common case), or the label was taken away: a task not yet started for
+        // it is cancelled; without one this changes nothing.
+        return withdraw(format!(
+            "{identifier} no longer carries the {:?} label",
+            config.linear_label
+        ));
+    }
+    if state != config.linear_state {
+        // Not ready yet, or moved on (perhaps by pidevops itself): neither creates nor cancels.
         return Decision::NotIntake;
     }
-    let identifier = issue["identifier"].as_str().unwrap_or("the issue");
     if let Some(skip) = labels
         .iter()
         .find(|l| config.linear_skip_labels.contains(**l))
