@@ -16,6 +16,7 @@ per_backend!(
     a_linear_issue_with_a_skip_label_or_no_repository_makes_no_task,
     telegram_new_from_an_allowed_chat_creates_and_a_stranger_is_refused_and_audited,
     linear_edits_update_the_spec_and_removing_the_label_cancels_an_unstarted_task,
+    a_linear_agent_session_links_to_the_issues_task_and_prompted_queues_a_follow_up,
 );
 
 fn fixture(path: &str) -> Value {
@@ -343,5 +344,55 @@ async fn linear_edits_update_the_spec_and_removing_the_label_cancels_an_unstarte
     );
     assert!(task(&app, "T-2").await.is_none());
     assert!(events_of(&app, "intake.ignored").await.is_empty());
+    app.stop().await;
+}
+
+fn fresh(mut body: Value) -> Vec<u8> {
+    body["webhookTimestamp"] = json!(chrono::Utc::now().timestamp_millis());
+    body.to_string().into_bytes()
+}
+
+async fn a_linear_agent_session_links_to_the_issues_task_and_prompted_queues_a_follow_up(
+    db: TestDb,
+) {
+    let app = app(&db).await;
+    // The issue webhook first, then the session on the same issue: one task.
+    app.post_linear(&linear(
+        fixture("linear/issue.create.json"),
+        "2026-11-29T10:15:03.120Z",
+    ))
+    .await;
+    let mut session = fixture("linear/agent_session.created.json");
+    session["promptContext"] = json!(
+        "<issue identifier=\"ENG-412\">\n<title>Retry failed Stripe webhooks</title>\n<description>repo: acme/billing</description>\n</issue>"
+    );
+    assert_eq!(app.post_linear(&fresh(session.clone())).await.status(), 200);
+    let prompted = fixture("linear/agent_session.prompted.json");
+    assert_eq!(app.post_linear(&fresh(prompted)).await.status(), 200);
+    settle(&app).await;
+    assert!(
+        task(&app, "T-2").await.is_none(),
+        "the session joined the issue's task"
+    );
+    let shown = task(&app, "T-1").await.expect("the task");
+    let follow_ups = shown["task"]["follow_ups"].as_array().unwrap();
+    assert_eq!(follow_ups.len(), 1, "{shown}");
+    assert_eq!(follow_ups[0]["text"], "Use a max of 5 retries, not 3.");
+
+    // A session on an issue nobody labeled, with a repo line: it makes the task itself.
+    let mut other = session;
+    other["agentSession"]["issueId"] = json!("4c2d1f3e-5b6a-4c7d-8e9f-0a1b2c3d4e5f");
+    other["agentSession"]["issue"]["id"] = json!("4c2d1f3e-5b6a-4c7d-8e9f-0a1b2c3d4e5f");
+    other["agentSession"]["issue"]["identifier"] = json!("ENG-500");
+    // A new session: its own id (which, with the webhook id and time, is the delivery's identity).
+    other["agentSession"]["id"] = json!("as-0000-4000-8000-000000000777");
+    app.post_linear(&fresh(other)).await;
+    settle(&app).await;
+    let made = task(&app, "T-2").await.expect("a task from the session");
+    assert_eq!(made["task"]["repo"], "acme/billing");
+    assert_eq!(
+        made["task"]["links"]["linear_issue"]["identifier"],
+        "ENG-500"
+    );
     app.stop().await;
 }

@@ -85,6 +85,7 @@ impl Intake {
         match rules::decide(event, &self.config) {
             Decision::NotIntake => Ok(()),
             Decision::Withdraw { key, reason } => self.withdraw(&key, &reason, event).await,
+            Decision::FollowUp { key, text } => self.follow_up(&key, &text, event).await,
             Decision::Ignore { reason } => {
                 progress.ignored += 1;
                 self.record_ignored(event, &reason).await
@@ -159,6 +160,39 @@ impl Intake {
         {
             Ok(_) | Err(BoardError::Refused(_)) => Ok(()),
             Err(other) => Err(other).with_context(|| format!("cancelling {id} ({key})")),
+        }
+    }
+
+    /// Queues a follow-up on the task of `key` for its next run; without such a task, records why not.
+    async fn follow_up(&self, key: &str, text: &str, event: &StoredEvent) -> anyhow::Result<()> {
+        let Some(id) = self.board.task_for_key(key).await? else {
+            return self
+                .record_ignored(event, &format!("a follow-up for {key}, which has no task"))
+                .await;
+        };
+        let text = match crate::tasks::FollowUpText::new(text.to_owned()) {
+            Ok(text) => text,
+            Err(e) => {
+                return self
+                    .record_ignored(event, &format!("follow-up refused: {e}"))
+                    .await
+            }
+        };
+        match self
+            .board
+            .execute(
+                id,
+                &crate::tasks::Command::AttachFollowUp { text },
+                &event.source,
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(BoardError::Refused(refusal)) => {
+                self.record_ignored(event, &format!("follow-up refused by the board: {refusal}"))
+                    .await
+            }
+            Err(other) => Err(other).with_context(|| format!("attaching a follow-up to {id}")),
         }
     }
 

@@ -23,6 +23,8 @@ pub enum Decision {
     /// The ticket no longer qualifies (its label was removed, it was cancelled or deleted): a task made for it
     /// that has not started is cancelled; one already worked on is left to finish.
     Withdraw { key: String, reason: String },
+    /// A follow-up for the task of `key` (a Linear agent session's `prompted`), handed to its next run.
+    FollowUp { key: String, text: String },
     /// Not something intake looks at (a push, a ping, our own events).
     NotIntake,
 }
@@ -173,6 +175,19 @@ pub fn decide(event: &StoredEvent, config: &IntakeConfig) -> Decision {
             }
         }
         t if t.starts_with("linear.Issue.") => linear_issue(&data(), config),
+        "linear.AgentSessionEvent.created" => agent_session_created(&data(), config),
+        "linear.AgentSessionEvent.prompted" => {
+            let data = data();
+            let issue = data["agentSession"]["issueId"].as_str();
+            let text = data["agentActivity"]["content"]["body"].as_str();
+            match (issue, text) {
+                (Some(issue), Some(text)) if !text.trim().is_empty() => Decision::FollowUp {
+                    key: format!("linear:{issue}"),
+                    text: text.to_owned(),
+                },
+                _ => ignore("a prompted agent session event without an issue or a prompt body"),
+            }
+        }
         _ => Decision::NotIntake,
     }
 }
@@ -423,4 +438,78 @@ fn line_value(text: &str, prefix: &str) -> Option<String> {
 /// A "Done when:" line in a ticket's text.
 fn done_when(text: &str) -> Option<String> {
     line_value(text, "done when:")
+}
+
+/// A Linear agent session (someone delegated an issue to pidevops): the issue's task, made now if the issue
+/// webhook has not made it already. Both use the issue's key, so they meet on one task.
+fn agent_session_created(data: &Value, config: &IntakeConfig) -> Decision {
+    let session = &data["agentSession"];
+    let issue = &session["issue"];
+    let Some(issue_id) = session["issueId"].as_str().or_else(|| issue["id"].as_str()) else {
+        return ignore("an agent session without an issue");
+    };
+    let identifier = issue["identifier"].as_str().unwrap_or("the issue");
+    let context = data["promptContext"].as_str().unwrap_or_default();
+    let title = tag(context, "title")
+        .or_else(|| issue["title"].as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let description = tag(context, "description").unwrap_or_default();
+    let repo = match line_value(&description, "repo:")
+        .map(|r| r.parse::<RepoName>())
+        .or_else(|| config.default_repo.clone().map(Ok))
+    {
+        Some(Ok(repo)) => repo,
+        Some(Err(e)) => {
+            return ignore(format!(
+                "{identifier} names a repository that is not valid: {e}"
+            ))
+        }
+        None => {
+            return ignore(format!(
+                "agent session on {identifier}: its issue names no repository (a `repo:` line) and \
+                 intake.default_repo is not set"
+            ))
+        }
+    };
+    let built = (|| -> Result<Draft, ValueError> {
+        let linear = LinearIssue::new(
+            issue_id.parse().map_err(|_| ValueError::Empty {
+                field: "linear issue id",
+            })?,
+            identifier,
+        )?;
+        Ok(Draft {
+            repo,
+            spec: Spec::new(
+                title,
+                description.clone(),
+                done_when(&description).unwrap_or_default(),
+            )?,
+            priority: None,
+            links: Links {
+                linear_issue: Some(linear),
+                ..Links::default()
+            },
+            approval: None,
+            max_attempts: None,
+        })
+    })();
+    match built {
+        Ok(draft) => Decision::Create {
+            key: format!("linear:{issue_id}"),
+            draft: Box::new(draft),
+        },
+        Err(e) => ignore(format!(
+            "agent session on {identifier} cannot become a task: {e}"
+        )),
+    }
+}
+
+/// The text inside `<name>…</name>` in Linear's prompt context.
+fn tag(text: &str, name: &str) -> Option<String> {
+    let open = format!("<{name}>");
+    let close = format!("</{name}>");
+    let start = text.find(&open)? + open.len();
+    let end = start + text[start..].find(&close)?;
+    Some(text[start..end].trim().to_owned())
 }
