@@ -635,8 +635,8 @@ struct RowValues {
     rank: i16,
     needs_human: bool,
     reason: Option<String>,
-    attempts: i32,
-    max_attempts: i32,
+    attempts: i64,
+    max_attempts: i64,
     links: String,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
@@ -654,9 +654,8 @@ fn row_values(task: &Task) -> anyhow::Result<RowValues> {
         rank: priority_rank(task.priority()),
         needs_human: task.needs_human().is_some(),
         reason: task.needs_human().map(|n| n.reason.as_str().to_owned()),
-        attempts: i32::try_from(task.attempts()).context("attempts out of range")?,
-        max_attempts: i32::try_from(task.max_attempts().get())
-            .context("max attempts out of range")?,
+        attempts: i64::from(task.attempts()),
+        max_attempts: i64::from(task.max_attempts().get()),
         links: serde_json::to_string(task.links())?,
         created_at: task.created_at(),
         updated_at: task.updated_at(),
@@ -724,7 +723,7 @@ async fn write_postgres(
                 needs_human, needs_human_reason, attempts, max_attempts, source, links, created_at,
                 updated_at, version, last_position, state)
              SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], $6::text[],
-                $7::int2[], $8::bool[], $9::text[], $10::int4[], $11::int4[], $12::text[], $13::text[],
+                $7::int2[], $8::bool[], $9::text[], $10::int8[], $11::int8[], $12::text[], $13::text[],
                 $14::timestamptz[], $15::timestamptz[], $16::int8[], $17::int8[], $18::text[])
              {UPSERT_SET}"
         ))
