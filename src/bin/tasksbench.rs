@@ -277,18 +277,21 @@ fn task_events(i: u64, at: impl Fn(usize) -> DateTime<Utc>) -> anyhow::Result<Ve
                 branch: id.branch(),
                 pr: Some(pr(4)?),
             },
+            Command::AttachFollowUp { text: follow_up(2)? },
+            Command::AttachFollowUp { text: follow_up(3)? },
+            Command::AttachFollowUp { text: follow_up(4)? },
             Command::Complete,
             Command::Archive,
         ]),
     }
     let mut state: Option<Task> = None;
     let mut events = Vec::with_capacity(EVENTS_PER_TASK);
-    let mut follow_ups = 1;
+    let mut follow_ups = 4;
     let mut commands = script.into_iter();
     while events.len() < EVENTS_PER_TASK {
         let command = match commands.next() {
             Some(c) => c,
-            // Pad with follow-ups, inserted before the closing commands would have been; an open task takes them.
+            // Pad with follow-ups: the tasks that end open take them.
             None => {
                 follow_ups += 1;
                 Command::AttachFollowUp {
