@@ -4,7 +4,7 @@
 -- One row per task: the columns the board filters and sorts on, and the whole state (`Task` as JSON) for `show`.
 CREATE TABLE tasks (
     task_id            text        PRIMARY KEY,
-    number             bigint      NOT NULL UNIQUE,
+    number             bigint      NOT NULL,
     board_column       text        NOT NULL,
     title              text        NOT NULL,
     repo               text        NOT NULL,
@@ -25,16 +25,15 @@ CREATE TABLE tasks (
     state              text        NOT NULL
 );
 
--- The board's filters, each ending in the list's order so a filtered page needs no sort.
-CREATE INDEX tasks_by_order ON tasks (priority_rank, created_at, number);
+-- Every index here is paid on each of a rebuild's upserts (docs/benchmarks.md, "Tasks rebuild"), so only the
+-- board's main views get one, ending in the list's order: by column, and the needs-human queue. Repo and source
+-- filters scan the table: it holds one row per task, not per event.
 CREATE INDEX tasks_by_column ON tasks (board_column, priority_rank, created_at, number);
-CREATE INDEX tasks_by_repo ON tasks (repo, priority_rank, created_at, number);
-CREATE INDEX tasks_by_source ON tasks (source, priority_rank, created_at, number);
 CREATE INDEX tasks_needing_human ON tasks (priority_rank, created_at, number) WHERE needs_human;
 
--- Every event of every task, in log order.
+-- Every event of every task, in log order (within a stream, version order is log order). One index: the key.
 CREATE TABLE task_timeline (
-    position       bigint      PRIMARY KEY,
+    position       bigint      NOT NULL,
     task_id        text        NOT NULL,
     stream_version bigint      NOT NULL,
     event_type     text        NOT NULL,
@@ -43,7 +42,7 @@ CREATE TABLE task_timeline (
     -- As the command side put them in `meta`; kept as given (a reader's pointer, not a key).
     cause_event_id text,
     actor          text,
-    UNIQUE (task_id, stream_version)
+    PRIMARY KEY (task_id, stream_version)
 );
 
 -- External ids -> task, for webhooks about a task's issue, pull request or message. A link once seen stays
@@ -56,3 +55,12 @@ CREATE TABLE task_links (
     PRIMARY KEY (kind, value)
 );
 CREATE INDEX task_links_by_task ON task_links (task_id);
+
+-- The state is rewritten on every batch that touches a task; lz4 compresses it several times faster than pglz.
+DO $$
+BEGIN
+    ALTER TABLE tasks ALTER COLUMN state SET COMPRESSION lz4;
+EXCEPTION WHEN OTHERS THEN
+    RAISE NOTICE 'lz4 is not available; task states use the default compression';
+END
+$$;

@@ -1,7 +1,7 @@
 -- The task board's read models (see the Postgres twin). Times are RFC 3339 text, as elsewhere in this backend.
 CREATE TABLE tasks (
     task_id            TEXT    PRIMARY KEY,
-    number             INTEGER NOT NULL UNIQUE,
+    number             INTEGER NOT NULL,
     board_column       TEXT    NOT NULL,
     title              TEXT    NOT NULL,
     repo               TEXT    NOT NULL,
@@ -20,14 +20,11 @@ CREATE TABLE tasks (
     state              TEXT    NOT NULL
 );
 
-CREATE INDEX tasks_by_order ON tasks (priority_rank, created_at, number);
 CREATE INDEX tasks_by_column ON tasks (board_column, priority_rank, created_at, number);
-CREATE INDEX tasks_by_repo ON tasks (repo, priority_rank, created_at, number);
-CREATE INDEX tasks_by_source ON tasks (source, priority_rank, created_at, number);
 CREATE INDEX tasks_needing_human ON tasks (priority_rank, created_at, number) WHERE needs_human;
 
 CREATE TABLE task_timeline (
-    position       INTEGER PRIMARY KEY,
+    position       INTEGER NOT NULL,
     task_id        TEXT    NOT NULL,
     stream_version INTEGER NOT NULL,
     event_type     TEXT    NOT NULL,
@@ -35,7 +32,7 @@ CREATE TABLE task_timeline (
     summary        TEXT    NOT NULL,
     cause_event_id TEXT,
     actor          TEXT,
-    UNIQUE (task_id, stream_version)
+    PRIMARY KEY (task_id, stream_version)
 );
 
 CREATE TABLE task_links (

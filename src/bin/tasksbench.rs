@@ -214,9 +214,18 @@ fn task_events(i: u64, at: impl Fn(usize) -> DateTime<Utc>) -> anyhow::Result<Ve
         _ => Links::default(),
     };
     let run = |k: u64| RunId(Uuid::from_u128(u128::from(i) * 16 + u128::from(k)));
-    let pr = |k: u64| GithubRef::new(format!("acme/repo-{}", i % 10).parse()?, 100_000 + i * 8 + k);
+    let pr = |k: u64| {
+        GithubRef::new(
+            format!("acme/repo-{}", i % 10).parse()?,
+            100_000 + i * 8 + k,
+        )
+    };
     let reason = |s: &str| Reason::new(format!("{s} (task {i})"));
-    let follow_up = |k: usize| FollowUpText::new(format!("follow-up {k} on task {i}: please also check the edge cases"));
+    let follow_up = |k: usize| {
+        FollowUpText::new(format!(
+            "follow-up {k} on task {i}: please also check the edge cases"
+        ))
+    };
     let mut script = vec![
         Command::Create(Box::new(NewTask {
             id,
@@ -232,7 +241,9 @@ fn task_events(i: u64, at: impl Fn(usize) -> DateTime<Utc>) -> anyhow::Result<Ve
             max_attempts: MaxAttempts::new(3)?,
         })),
         Command::Approve,
-        Command::AttachFollowUp { text: follow_up(1)? },
+        Command::AttachFollowUp {
+            text: follow_up(1)?,
+        },
         Command::Start { run: run(1) },
         Command::Retry {
             cause: RetryCause::RunFailed { run: run(1) },
@@ -277,9 +288,15 @@ fn task_events(i: u64, at: impl Fn(usize) -> DateTime<Utc>) -> anyhow::Result<Ve
                 branch: id.branch(),
                 pr: Some(pr(4)?),
             },
-            Command::AttachFollowUp { text: follow_up(2)? },
-            Command::AttachFollowUp { text: follow_up(3)? },
-            Command::AttachFollowUp { text: follow_up(4)? },
+            Command::AttachFollowUp {
+                text: follow_up(2)?,
+            },
+            Command::AttachFollowUp {
+                text: follow_up(3)?,
+            },
+            Command::AttachFollowUp {
+                text: follow_up(4)?,
+            },
             Command::Complete,
             Command::Archive,
         ]),
@@ -365,10 +382,7 @@ async fn fill(store: &EventStore, tasks: u64) -> anyhow::Result<()> {
             at.push(event.at());
             body.push(serde_json::to_vec(event)?);
             let mut m = serde_json::Map::new();
-            m.insert(
-                "actor".into(),
-                actors[(*task % 4) as usize].into(),
-            );
+            m.insert("actor".into(), actors[(*task % 4) as usize].into());
             m.insert(
                 "cause_event_id".into(),
                 Uuid::from_u128(u128::from(*task) << 8 | *v as u128)
