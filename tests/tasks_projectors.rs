@@ -146,9 +146,13 @@ fn spec(title: &str) -> Spec {
 }
 
 fn repo(n: u64) -> RepoName {
-    if n % 2 == 0 { "acme/api" } else { "acme/web" }
-        .parse()
-        .unwrap()
+    if n.is_multiple_of(2) {
+        "acme/api"
+    } else {
+        "acme/web"
+    }
+    .parse()
+    .unwrap()
 }
 
 fn new_task(n: u64, priority: Priority, links: Links, approval: ApprovalPolicy) -> Command {
