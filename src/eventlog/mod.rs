@@ -30,6 +30,21 @@ use crate::domain::{NewEvent, Source};
 const MAX_BATCH_EVENTS: usize = 256;
 const MAX_BATCH_BYTES: usize = 32 * 1024 * 1024;
 
+/// Which event bodies a reader wants. Bodies are most of the log's bytes (GitHub's reach 25 MiB), so a reader
+/// that needs only some of them should not pay for detoasting and shipping the rest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bodies {
+    /// No bodies: every event arrives with an empty one.
+    None,
+    All,
+    /// Only events of `source` whose stream starts with `stream_prefix` (e.g. `pidevops`, `task:`); every other
+    /// event arrives with an empty body.
+    Streams {
+        source: &'static str,
+        stream_prefix: &'static str,
+    },
+}
+
 /// What an append returns: the event's place in the log, or the place of the event it duplicates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Appended {

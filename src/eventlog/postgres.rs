@@ -9,7 +9,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow, PgSslMode};
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::{Appended, BatchOutcome, StoreError, StoredEvent};
+use super::{Appended, BatchOutcome, Bodies, StoreError, StoredEvent};
 use crate::domain::{NewEvent, Source};
 
 /// Appender tasks for this backend: while one holds the writer lock, the others encode and ship their batches.
@@ -27,24 +27,35 @@ const HEADER_COLUMNS: &str =
     "position, id, source, event_type, dedup_key, stream, stream_version, occurred_at, \
      recorded_at, action, repository, number, reference, content_type, '\\x'::bytea AS body, meta::text AS meta";
 
-/// Events after `after` on a caller's connection (a projector's transaction), with or without their bodies.
+/// Only the bodies of one source's streams with a prefix; the others are never detoasted (CASE reads `body` only
+/// when the condition holds).
+const STREAM_BODY_COLUMNS: &str =
+    "position, id, source, event_type, dedup_key, stream, stream_version, occurred_at, \
+     recorded_at, action, repository, number, reference, content_type, \
+     CASE WHEN source = $3 AND starts_with(stream, $4) THEN body ELSE '\\x'::bytea END AS body, meta::text AS meta";
+
+/// Events after `after` on a caller's connection (a projector's transaction), with the bodies asked for.
 pub(crate) async fn read_after_on(
     conn: &mut sqlx::PgConnection,
     after: i64,
     limit: i64,
-    with_body: bool,
+    bodies: Bodies,
 ) -> Result<Vec<StoredEvent>, StoreError> {
-    let columns = if with_body { COLUMNS } else { HEADER_COLUMNS };
-    sqlx::query(&format!(
-        "SELECT {columns} FROM events WHERE position > $1 ORDER BY position LIMIT $2"
-    ))
-    .bind(after)
-    .bind(limit)
-    .fetch_all(conn)
-    .await?
-    .iter()
-    .map(decode)
-    .collect()
+    let (columns, filter) = match bodies {
+        Bodies::None => (HEADER_COLUMNS, None),
+        Bodies::All => (COLUMNS, None),
+        Bodies::Streams {
+            source,
+            stream_prefix,
+        } => (STREAM_BODY_COLUMNS, Some((source, stream_prefix))),
+    };
+    let sql =
+        format!("SELECT {columns} FROM events WHERE position > $1 ORDER BY position LIMIT $2");
+    let mut query = sqlx::query(&sql).bind(after).bind(limit);
+    if let Some((source, prefix)) = filter {
+        query = query.bind(source).bind(prefix);
+    }
+    query.fetch_all(conn).await?.iter().map(decode).collect()
 }
 
 #[derive(Clone, Debug)]

@@ -12,7 +12,7 @@ use sqlx::sqlite::{
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::{plan_batch, BatchOutcome, StoreError, StoredEvent};
+use super::{plan_batch, BatchOutcome, Bodies, StoreError, StoredEvent};
 use crate::domain::{NewEvent, Source};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -26,24 +26,34 @@ const HEADER_COLUMNS: &str =
     "position, id, source, event_type, dedup_key, stream, stream_version, occurred_at, \
      recorded_at, action, repository, number, reference, content_type, X'' AS body, meta";
 
-/// Events after `after` on a caller's connection (a projector's transaction), with or without their bodies.
+/// Only the bodies of one source's streams with a prefix (see the Postgres twin).
+const STREAM_BODY_COLUMNS: &str =
+    "position, id, source, event_type, dedup_key, stream, stream_version, occurred_at, \
+     recorded_at, action, repository, number, reference, content_type, \
+     CASE WHEN source = ?3 AND substr(stream, 1, length(?4)) = ?4 THEN body ELSE X'' END AS body, meta";
+
+/// Events after `after` on a caller's connection (a projector's transaction), with the bodies asked for.
 pub(crate) async fn read_after_on(
     conn: &mut sqlx::SqliteConnection,
     after: i64,
     limit: i64,
-    with_body: bool,
+    bodies: Bodies,
 ) -> Result<Vec<StoredEvent>, StoreError> {
-    let columns = if with_body { COLUMNS } else { HEADER_COLUMNS };
-    sqlx::query(&format!(
-        "SELECT {columns} FROM events WHERE position > ?1 ORDER BY position LIMIT ?2"
-    ))
-    .bind(after)
-    .bind(limit)
-    .fetch_all(conn)
-    .await?
-    .iter()
-    .map(decode)
-    .collect()
+    let (columns, filter) = match bodies {
+        Bodies::None => (HEADER_COLUMNS, None),
+        Bodies::All => (COLUMNS, None),
+        Bodies::Streams {
+            source,
+            stream_prefix,
+        } => (STREAM_BODY_COLUMNS, Some((source, stream_prefix))),
+    };
+    let sql =
+        format!("SELECT {columns} FROM events WHERE position > ?1 ORDER BY position LIMIT ?2");
+    let mut query = sqlx::query(&sql).bind(after).bind(limit);
+    if let Some((source, prefix)) = filter {
+        query = query.bind(source).bind(prefix);
+    }
+    query.fetch_all(conn).await?.iter().map(decode).collect()
 }
 
 #[derive(Clone, Debug)]

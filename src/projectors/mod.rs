@@ -11,6 +11,7 @@
 //! with backoff. It never skips. A version bump (a changed read model) rebuilds from position 0.
 
 pub mod sources;
+pub mod tasks;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -23,6 +24,7 @@ use serde::Serialize;
 use sqlx::{Postgres, Sqlite, Transaction};
 use tokio::sync::Mutex;
 
+pub use crate::eventlog::Bodies;
 use crate::eventlog::{EventStore, StoreError, StoredEvent};
 
 /// Events per transaction while serving: small enough that a batch commits quickly next to live appends.
@@ -42,7 +44,10 @@ pub fn loop_name(projector: &str) -> String {
 
 /// Every projector this build knows, for `serve` and `replay --all`.
 pub fn all() -> Vec<Arc<dyn Projector>> {
-    vec![Arc::new(sources::SourcesProjector)]
+    vec![
+        Arc::new(sources::SourcesProjector),
+        Arc::new(tasks::TasksProjector::default()),
+    ]
 }
 
 /// The transaction a projector writes in: one per backend.
@@ -59,6 +64,15 @@ pub trait Projector: Send + Sync + 'static {
     /// Whether `apply` reads event bodies; without them the log is read without detoasting a byte of them.
     fn needs_body(&self) -> bool {
         false
+    }
+    /// Which bodies `apply` reads. A projector of one domain's streams names them here, so the bodies of every
+    /// other event (webhooks are most of the log's bytes) are never read for it.
+    fn bodies(&self) -> Bodies {
+        if self.needs_body() {
+            Bodies::All
+        } else {
+            Bodies::None
+        }
     }
     /// Empties the read model (before a rebuild).
     fn reset<'a>(&'a self, tx: &'a mut ProjectorTx) -> BoxFuture<'a, anyhow::Result<()>>;
@@ -237,18 +251,13 @@ impl Projection {
                     tx,
                     position,
                     limit,
-                    self.projector.needs_body(),
+                    self.projector.bodies(),
                 )
                 .await?
             }
             ProjectorTx::Sqlite(tx) => {
-                crate::eventlog::sqlite::read_after_on(
-                    tx,
-                    position,
-                    limit,
-                    self.projector.needs_body(),
-                )
-                .await?
+                crate::eventlog::sqlite::read_after_on(tx, position, limit, self.projector.bodies())
+                    .await?
             }
         };
         let (Some(first), Some(last)) = (events.first(), events.last()) else {

@@ -1,0 +1,433 @@
+//! `tasksbench`: how fast `replay tasks` rebuilds the task board's read models (tasks, timeline, links), against a
+//! plain `SELECT` scan of the same rows with their bodies, on the same database in the same run
+//! (docs/benchmarks.md).
+//!
+//! It fills a throwaway Postgres database (`pidevops_tasksbench`) with `--tasks` task streams of 20 events each,
+//! every event made by `tasks::decide` (so the bodies are real `TaskEvent` JSON and every stream replays), the
+//! streams interleaved the way a busy board's are (about a thousand tasks in flight at any time), inserted by SQL
+//! in bulk (setup, not measured). Then for each round, alternating which goes first, it times
+//! (a) the reference: one `SELECT` of every column a projector receives, bodies included, streamed and decoded;
+//! (b) the real `Projection::rebuild` that `pidevops replay tasks` runs, from reset to the head.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context;
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use clap::Parser;
+use futures::TryStreamExt;
+use sqlx::{Connection, Executor, Row};
+use uuid::Uuid;
+
+use pidevops::eventlog::EventStore;
+use pidevops::projectors::tasks::{self, TasksProjector};
+use pidevops::projectors::{Projection, REPLAY_BATCH};
+use pidevops::tasks::{
+    decide, evolve, ApprovalPolicy, BranchName, Command, FollowUpText, GithubRef, LinearIssue,
+    Links, MaxAttempts, NewTask, Priority, Reason, RetryCause, RunId, Spec, Task, TaskEvent,
+    TaskId, TelegramMessage,
+};
+
+/// Events per task: the scenario below makes exactly this many.
+const EVENTS_PER_TASK: usize = 20;
+/// Task `i`'s event `j` sorts at `i + SPREAD * j`: each task lives over `SPREAD * 20` creations.
+const SPREAD: u64 = 50;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tasksbench",
+    about = "Times `replay tasks` against a raw SELECT scan of the same rows"
+)]
+struct Args {
+    /// A Postgres URL whose user may create databases; the benchmark uses its own database on that server.
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
+    admin_url: String,
+    /// The database to create and fill (refilled when it holds a different number of events).
+    #[arg(long, default_value = "pidevops_tasksbench")]
+    database: String,
+    /// Tasks to generate; 20 events each.
+    #[arg(long, default_value_t = 50_000)]
+    tasks: u64,
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run(Args::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tasksbench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.database
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
+        "--database must be lower-case letters, digits and '_'"
+    );
+    let url = with_database(&args.admin_url, &args.database);
+    ensure_database(&args.admin_url, &args.database).await?;
+    let store = EventStore::connect(&pidevops::config::DatabaseUrl::Postgres(url.clone()), 4)
+        .await
+        .context("connecting to the benchmark database")?;
+    store.migrate().await.context("migrating")?;
+    let want = (args.tasks as usize * EVENTS_PER_TASK) as i64;
+    if store.head().await? != want {
+        eprintln!("filling {} with {} tasks …", args.database, args.tasks);
+        fill(&store, args.tasks).await?;
+    }
+    let head = store.head().await?;
+    eprintln!("{head} events in {}", args.database);
+
+    println!("round  scan events/s  rebuild events/s  rebuild/scan");
+    for round in 1..=args.rounds {
+        let (scan, rebuild) = if round % 2 == 1 {
+            let scan = scan(&url).await?;
+            (scan, rebuild(&store).await?)
+        } else {
+            let rebuild = rebuild(&store).await?;
+            (scan(&url).await?, rebuild)
+        };
+        let (scan_rate, rebuild_rate) = (head as f64 / scan, head as f64 / rebuild);
+        println!(
+            "{round:>5}  {scan_rate:>13.0}  {rebuild_rate:>16.0}  {:>12.2}",
+            rebuild_rate / scan_rate
+        );
+    }
+    let board = tasks::list(&store, &tasks::TaskFilter::default()).await?;
+    anyhow::ensure!(
+        board.len() as u64 == args.tasks,
+        "the rebuilt board has {} tasks, expected {}",
+        board.len(),
+        args.tasks
+    );
+    Ok(())
+}
+
+/// The reference: every row's projector-visible columns, bodies included, streamed by one query and decoded.
+async fn scan(url: &str) -> anyhow::Result<f64> {
+    let mut conn = sqlx::PgConnection::connect(url).await?;
+    let started = Instant::now();
+    let mut rows = sqlx::query(
+        "SELECT position, id, source, event_type, dedup_key, stream, stream_version, occurred_at,
+                recorded_at, action, repository, number, reference, content_type, body, meta::text AS meta
+         FROM events ORDER BY position",
+    )
+    .fetch(&mut conn);
+    let mut count = 0u64;
+    let mut checksum = 0i64;
+    while let Some(row) = rows.try_next().await? {
+        let position: i64 = row.try_get("position")?;
+        let _: Uuid = row.try_get("id")?;
+        let source: String = row.try_get("source")?;
+        let event_type: String = row.try_get("event_type")?;
+        let _: String = row.try_get("dedup_key")?;
+        let _: Option<String> = row.try_get("stream")?;
+        let _: Option<i64> = row.try_get("stream_version")?;
+        let _: DateTime<Utc> = row.try_get("occurred_at")?;
+        let recorded_at: DateTime<Utc> = row.try_get("recorded_at")?;
+        let _: Option<String> = row.try_get("action")?;
+        let _: Option<String> = row.try_get("repository")?;
+        let _: Option<i64> = row.try_get("number")?;
+        let _: Option<String> = row.try_get("reference")?;
+        let _: String = row.try_get("content_type")?;
+        let body: Vec<u8> = row.try_get("body")?;
+        let meta: String = row.try_get("meta")?;
+        let _: serde_json::Value = serde_json::from_str(&meta)?;
+        checksum = checksum.wrapping_add(
+            position
+                ^ (source.len() + event_type.len() + body.len()) as i64
+                ^ recorded_at.timestamp(),
+        );
+        count += 1;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    anyhow::ensure!(count > 0 && checksum != 0, "the scan read nothing");
+    Ok(elapsed)
+}
+
+/// What `pidevops replay tasks` does: reset, then batches of REPLAY_BATCH to the head.
+async fn rebuild(store: &EventStore) -> anyhow::Result<f64> {
+    let projection = Projection::with_batch(
+        store.clone(),
+        Arc::new(TasksProjector::default()),
+        REPLAY_BATCH,
+    );
+    let started = Instant::now();
+    let done = projection.rebuild(|_| {}).await?;
+    let elapsed = started.elapsed().as_secs_f64();
+    anyhow::ensure!(done.events > 0, "the rebuild applied nothing");
+    Ok(elapsed)
+}
+
+async fn ensure_database(admin_url: &str, name: &str) -> anyhow::Result<()> {
+    let mut admin = sqlx::PgConnection::connect(admin_url)
+        .await
+        .context("connecting with --admin-url")?;
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(name)
+            .fetch_one(&mut admin)
+            .await?;
+    if !exists {
+        admin
+            .execute(format!("CREATE DATABASE {name}").as_str())
+            .await?;
+    }
+    Ok(())
+}
+
+fn base() -> anyhow::Result<DateTime<Utc>> {
+    Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
+        .single()
+        .context("a valid base time")
+}
+
+/// One task's life: intake, approval, three failed attempts (run failed, checks failed, changes requested), a
+/// human clearing the flag, a fourth attempt; a third of the tasks end there (in progress), a third stay
+/// flagged, the rest are completed and archived. Follow-ups fill each to exactly 20 events.
+fn task_events(i: u64, at: impl Fn(usize) -> DateTime<Utc>) -> anyhow::Result<Vec<TaskEvent>> {
+    let id = TaskId::new(std::num::NonZeroU64::new(i).context("task numbers start at 1")?);
+    let repo = format!("acme/repo-{}", i % 10).parse()?;
+    let links = match i % 4 {
+        0 => Links {
+            linear_issue: Some(LinearIssue::new(
+                Uuid::from_u128(u128::from(i)),
+                &format!("ENG-{i}"),
+            )?),
+            ..Links::default()
+        },
+        1 => Links {
+            github_issue: Some(GithubRef::new(format!("acme/repo-{}", i % 10).parse()?, i)?),
+            ..Links::default()
+        },
+        2 => Links {
+            telegram: Some(TelegramMessage::new(-1_000_000 - (i % 7) as i64, i as i64)?),
+            ..Links::default()
+        },
+        _ => Links::default(),
+    };
+    let run = |k: u64| RunId(Uuid::from_u128(u128::from(i) * 16 + u128::from(k)));
+    let pr = |k: u64| {
+        GithubRef::new(
+            format!("acme/repo-{}", i % 10).parse()?,
+            100_000 + i * 8 + k,
+        )
+    };
+    let reason = |s: &str| Reason::new(format!("{s} (task {i})"));
+    let follow_up = |k: usize| {
+        FollowUpText::new(format!(
+            "follow-up {k} on task {i}: please also check the edge cases"
+        ))
+    };
+    let mut script = vec![
+        Command::Create(Box::new(NewTask {
+            id,
+            repo,
+            spec: Spec::new(
+                format!("Fix issue {i} in the request pipeline"),
+                "src/http, src/eventlog",
+                "the integration tests pass and the benchmark holds",
+            )?,
+            priority: Priority::ALL[(i % 4) as usize],
+            links,
+            approval: ApprovalPolicy::Manual,
+            max_attempts: MaxAttempts::new(3)?,
+        })),
+        Command::Approve,
+        Command::AttachFollowUp {
+            text: follow_up(1)?,
+        },
+        Command::Start { run: run(1) },
+        Command::Retry {
+            cause: RetryCause::RunFailed { run: run(1) },
+            reason: reason("the agent timed out")?,
+        },
+        Command::Start { run: run(2) },
+        Command::SubmitForReview {
+            run: run(2),
+            branch: id.branch(),
+            pr: Some(pr(2)?),
+        },
+        Command::Retry {
+            cause: RetryCause::ChecksFailed,
+            reason: reason("CI failed")?,
+        },
+        Command::Start { run: run(3) },
+        Command::SubmitForReview {
+            run: run(3),
+            branch: BranchName::try_from(format!("pidevops/{id}-3"))?,
+            pr: Some(pr(3)?),
+        },
+        // The last of three attempts: retried and flagged for a human (two events).
+        Command::Retry {
+            cause: RetryCause::ChangesRequested,
+            reason: reason("the reviewer wants tests")?,
+        },
+    ];
+    match i % 3 {
+        0 => {}
+        1 => script.extend([
+            Command::ClearNeedsHuman,
+            Command::Reprioritize {
+                priority: Priority::ALL[((i + 1) % 4) as usize],
+            },
+            Command::Start { run: run(4) },
+        ]),
+        _ => script.extend([
+            Command::ClearNeedsHuman,
+            Command::Start { run: run(4) },
+            Command::SubmitForReview {
+                run: run(4),
+                branch: id.branch(),
+                pr: Some(pr(4)?),
+            },
+            Command::AttachFollowUp {
+                text: follow_up(2)?,
+            },
+            Command::AttachFollowUp {
+                text: follow_up(3)?,
+            },
+            Command::AttachFollowUp {
+                text: follow_up(4)?,
+            },
+            Command::Complete,
+            Command::Archive,
+        ]),
+    }
+    let mut state: Option<Task> = None;
+    let mut events = Vec::with_capacity(EVENTS_PER_TASK);
+    let mut follow_ups = 4;
+    let mut commands = script.into_iter();
+    while events.len() < EVENTS_PER_TASK {
+        let command = match commands.next() {
+            Some(c) => c,
+            // Pad with follow-ups: the tasks that end open take them.
+            None => {
+                follow_ups += 1;
+                Command::AttachFollowUp {
+                    text: follow_up(follow_ups)?,
+                }
+            }
+        };
+        let produced = decide(state.as_ref(), &command, at(events.len()))
+            .with_context(|| format!("T-{i}: {}", command.name()))?;
+        for event in produced {
+            state = Some(evolve(state, &event)?);
+            events.push(event);
+        }
+    }
+    anyhow::ensure!(
+        events.len() == EVENTS_PER_TASK,
+        "T-{i}: the scenario made {} events",
+        events.len()
+    );
+    Ok(events)
+}
+
+/// Bulk setup: events generated in Rust, positions in interleaved order, inserted by `unnest` 20 000 at a time.
+async fn fill(store: &EventStore, tasks: u64) -> anyhow::Result<()> {
+    let EventStore::Postgres(pg) = store else {
+        anyhow::bail!("tasksbench runs on Postgres");
+    };
+    let started = Instant::now();
+    let base = base()?;
+    // (sort key, task, version, event)
+    let mut all: Vec<(u64, u64, usize, TaskEvent)> =
+        Vec::with_capacity(tasks as usize * EVENTS_PER_TASK);
+    for i in 1..=tasks {
+        let key = |j: usize| i + SPREAD * j as u64;
+        let events = task_events(i, |j| base + Duration::seconds(key(j) as i64))?;
+        for (j, event) in events.into_iter().enumerate() {
+            all.push((key(j), i, j + 1, event));
+        }
+    }
+    all.sort_unstable_by_key(|(key, i, _, _)| (*key, *i));
+    eprintln!(
+        "generated {} events in {:.1} s",
+        all.len(),
+        started.elapsed().as_secs_f64()
+    );
+
+    let mut conn = pg.pool().acquire().await?;
+    conn.execute("TRUNCATE events, projections, source_activity, checkpoints, tasks, task_timeline, task_links")
+        .await
+        .context("emptying the benchmark database (it is a throwaway)")?;
+    let actors = ["linear", "github", "telegram", "api"];
+    for (chunk_index, chunk) in all.chunks(20_000).enumerate() {
+        let first = (chunk_index * 20_000) as i64 + 1;
+        let n = chunk.len();
+        let mut position = Vec::with_capacity(n);
+        let mut id = Vec::with_capacity(n);
+        let mut event_type = Vec::with_capacity(n);
+        let mut dedup_key = Vec::with_capacity(n);
+        let mut stream = Vec::with_capacity(n);
+        let mut version = Vec::with_capacity(n);
+        let mut at = Vec::with_capacity(n);
+        let mut body = Vec::with_capacity(n);
+        let mut meta = Vec::with_capacity(n);
+        for (k, (_, task, v, event)) in chunk.iter().enumerate() {
+            position.push(first + k as i64);
+            id.push(Uuid::now_v7());
+            event_type.push(event.kind());
+            dedup_key.push(format!("T-{task}/{v}"));
+            stream.push(format!("task:T-{task}"));
+            version.push(*v as i64);
+            at.push(event.at());
+            body.push(serde_json::to_vec(event)?);
+            let mut m = serde_json::Map::new();
+            m.insert("actor".into(), actors[(*task % 4) as usize].into());
+            m.insert(
+                "cause_event_id".into(),
+                Uuid::from_u128(u128::from(*task) << 8 | *v as u128)
+                    .to_string()
+                    .into(),
+            );
+            meta.push(serde_json::Value::Object(m).to_string());
+        }
+        sqlx::query(
+            "INSERT INTO events (position, id, source, event_type, dedup_key, stream, stream_version,
+                                 occurred_at, recorded_at, content_type, body, meta)
+             SELECT p, i, 'pidevops', t, k, s, v, a, a, 'application/json', b, m::jsonb
+             FROM unnest($1::int8[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::int8[],
+                         $7::timestamptz[], $8::bytea[], $9::text[]) AS x(p, i, t, k, s, v, a, b, m)",
+        )
+        .bind(position)
+        .bind(id)
+        .bind(event_type)
+        .bind(dedup_key)
+        .bind(stream)
+        .bind(version)
+        .bind(at)
+        .bind(body)
+        .bind(meta)
+        .execute(&mut *conn)
+        .await
+        .with_context(|| format!("inserting events from {first}"))?;
+    }
+    conn.execute("VACUUM ANALYZE events").await?;
+    eprintln!("filled in {:.1} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let base = match base[scheme_end..].find('/') {
+        Some(slash) => &base[..scheme_end + slash],
+        None => base,
+    };
+    match query {
+        Some(q) => format!("{base}/{name}?{q}"),
+        None => format!("{base}/{name}"),
+    }
+}
