@@ -34,6 +34,21 @@ pub enum TaskCommand {
         #[arg(long)]
         json: bool,
     },
+    /// The board: open tasks by column (archived and cancelled only when asked for).
+    List {
+        /// triage, todo, in-progress, in-review, done, archived or cancelled.
+        #[arg(long)]
+        column: Option<crate::tasks::Column>,
+        #[arg(long)]
+        repo: Option<String>,
+        /// linear, github, telegram or api.
+        #[arg(long)]
+        source: Option<String>,
+        #[arg(long)]
+        needs_human: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// One task with its timeline.
     Show {
         id: TaskId,
@@ -116,6 +131,22 @@ async fn run(board: &Board, command: TaskCommand) -> anyhow::Result<()> {
             let key = format!("cli:{}", uuid::Uuid::new_v4());
             let (outcome, _) = board.create(draft, &key, "cli", None).await?;
             return print_task(&outcome.task, json, "created");
+        }
+        TaskCommand::List {
+            column,
+            repo,
+            source,
+            needs_human,
+            json,
+        } => {
+            let filter = crate::projectors::tasks::TaskFilter {
+                column,
+                repo,
+                source,
+                needs_human: needs_human.then_some(true),
+                limit: None,
+            };
+            return list(board, &filter, json).await;
         }
         TaskCommand::Show { id, json } => {
             let loaded = board
@@ -214,4 +245,88 @@ pub fn line(task: &Task) -> String {
         out.push_str(&format!("  [needs human: {}]", flag.reason));
     }
     out
+}
+
+/// The board from the read model, grouped by column in lifecycle order.
+async fn list(
+    board: &Board,
+    filter: &crate::projectors::tasks::TaskFilter,
+    json: bool,
+) -> anyhow::Result<()> {
+    use crate::tasks::Column;
+    // Bring the read model up to the log first: `serve` may not be running (a laptop), and the compare-and-set
+    // checkpoint makes this safe when it is.
+    if let Some(projector) = crate::projectors::all()
+        .into_iter()
+        .find(|p| p.name() == "tasks")
+    {
+        let projection = crate::projectors::Projection::with_batch(
+            board.store().clone(),
+            projector,
+            crate::projectors::REPLAY_BATCH,
+        );
+        loop {
+            match projection.step(crate::projectors::REPLAY_BATCH).await {
+                Ok(crate::projectors::Step::Applied { .. }) => continue,
+                Ok(crate::projectors::Step::CaughtUp { .. }) => break,
+                Err(e) => {
+                    eprintln!("warning: the board may be behind the log: {e}");
+                    break;
+                }
+            }
+        }
+    }
+    let rows = crate::projectors::tasks::list(board.store(), filter).await?;
+    if json {
+        println!("{}", serde_json::to_string(&rows)?);
+        return Ok(());
+    }
+    let columns = [
+        Column::Triage,
+        Column::Todo,
+        Column::InProgress,
+        Column::InReview,
+        Column::Done,
+        Column::Cancelled,
+        Column::Archived,
+    ];
+    for column in columns {
+        // Closed columns only when asked for by name: the board is about open work.
+        if filter.column.is_none() && matches!(column, Column::Archived | Column::Cancelled) {
+            continue;
+        }
+        let in_column: Vec<_> = rows.iter().filter(|r| r.column == column).collect();
+        if filter.column.is_some() && filter.column != Some(column) {
+            continue;
+        }
+        println!("{} ({})", column.as_str(), in_column.len());
+        for row in in_column {
+            let age = Utc::now() - row.created_at;
+            let age = if age.num_days() > 0 {
+                format!("{}d", age.num_days())
+            } else if age.num_hours() > 0 {
+                format!("{}h", age.num_hours())
+            } else {
+                format!("{}m", age.num_minutes().max(0))
+            };
+            let flag = row
+                .needs_human_reason
+                .as_deref()
+                .filter(|_| row.needs_human)
+                .map(|r| format!("  [needs human: {r}]"))
+                .unwrap_or_default();
+            println!(
+                "  {:<6} {:<24} {:<7} {:<8} attempts {}/{}  {:>4}  {}{flag}",
+                row.id.to_string(),
+                row.repo,
+                row.priority.as_str(),
+                row.source,
+                row.attempts,
+                row.max_attempts,
+                age,
+                row.title
+            );
+        }
+    }
+    Ok(())
 }

@@ -80,6 +80,14 @@ async fn the_board_from_a_terminal(db: TestDb) {
     assert_eq!(types, ["task.created", "task.approved"]);
     assert_eq!(shown["task"]["spec"]["done_when"], "tests pass");
 
+    // No server runs here: `list` brings the read model up to the log itself.
+    let (ok, out, err) = run(&db, dir.path(), &["list"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("todo (1)") && out.contains("T-1"), "{out}");
+    let (ok, out, _) = run(&db, dir.path(), &["list", "--column", "triage", "--json"]);
+    assert!(ok);
+    assert_eq!(out.trim(), "[]");
+
     let (ok, out, _) = run(
         &db,
         dir.path(),

@@ -14,6 +14,7 @@ per_backend!(
     two_racing_approvals_give_one_approval_and_one_no_op,
     concurrent_creations_get_distinct_consecutive_ids,
     refusals_are_precise_and_change_nothing,
+    the_board_lists_from_the_read_model_with_filters,
 );
 
 async fn post(app: &TestApp, path: &str, body: Value, key: Option<&str>) -> (u16, Value) {
@@ -237,5 +238,55 @@ async fn refusals_are_precise_and_change_nothing(db: TestDb) {
         .await
         .unwrap();
     assert_eq!(r.status(), 401);
+    app.stop().await;
+}
+
+async fn the_board_lists_from_the_read_model_with_filters(db: TestDb) {
+    let app = TestApp::spawn(common::settings(&db)).await;
+    for (i, repo) in ["acme/api", "acme/web", "acme/api"].iter().enumerate() {
+        let mut body = draft(&format!("Task {i}"));
+        body["repo"] = json!(repo);
+        if i == 2 {
+            body["priority"] = json!("urgent");
+        }
+        post(&app, "/api/tasks", body, None).await;
+    }
+    post(&app, "/api/tasks/T-2/approve", json!({}), None).await;
+    // The read model follows the log within a tick.
+    let mut listed = Value::Null;
+    for _ in 0..100 {
+        listed = get(&app, "/api/tasks").await.1;
+        if listed["projector"]["behind"] == 0 && listed["tasks"].as_array().unwrap().len() == 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let ids: Vec<&str> = listed["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        ["T-3", "T-1", "T-2"],
+        "urgent first, then oldest: {listed}"
+    );
+    let (_, todo) = get(&app, "/api/tasks?column=todo").await;
+    assert_eq!(todo["tasks"].as_array().unwrap().len(), 1);
+    assert_eq!(todo["tasks"][0]["id"], "T-2");
+    let (_, api) = get(&app, "/api/tasks?repo=acme/api&source=api").await;
+    assert_eq!(api["tasks"].as_array().unwrap().len(), 2);
+    let (_, flagged) = get(&app, "/api/tasks?needs_human=true").await;
+    assert!(flagged["tasks"].as_array().unwrap().is_empty());
+    for query in [
+        "?column=doing",
+        "?colour=red",
+        "?limit=0",
+        "?needs_human=maybe",
+    ] {
+        let (status, body) = get(&app, &format!("/api/tasks{query}")).await;
+        assert_eq!(status, 400, "{query}: {body}");
+    }
     app.stop().await;
 }

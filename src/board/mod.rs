@@ -222,6 +222,10 @@ impl Board {
         &self.config
     }
 
+    pub fn store(&self) -> &crate::eventlog::EventStore {
+        self.log.store()
+    }
+
     /// The task with its stream, or `None` if it never existed.
     pub async fn load(&self, id: TaskId) -> Result<Option<Loaded>, BoardError> {
         let events = self.log.store().read_stream(&stream_of(id)).await?;

@@ -24,7 +24,10 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/api/events/{id}/body", get(event_body))
         .route("/api/sources", get(list_sources))
         .route("/api/events/stream", get(super::stream::events_stream))
-        .route("/api/tasks", axum::routing::post(super::tasks::create))
+        .route(
+            "/api/tasks",
+            axum::routing::post(super::tasks::create).get(super::tasks::list),
+        )
         .route("/api/tasks/{id}", get(super::tasks::show))
         .route(
             "/api/tasks/{id}/{action}",

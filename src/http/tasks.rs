@@ -166,3 +166,51 @@ fn board_error(e: BoardError) -> Response {
         }
     }
 }
+
+/// The board from the `tasks` read model: `?column=todo&repo=acme/api&source=linear&needs_human=true&limit=50`.
+/// Ordered by priority, then age. Also counts per column (over the same filter, without `column`).
+pub async fn list(
+    State(state): State<AppState>,
+    query: Result<
+        axum::extract::Query<crate::projectors::tasks::TaskFilter>,
+        axum::extract::rejection::QueryRejection,
+    >,
+) -> Response {
+    use crate::projectors::tasks;
+    let axum::extract::Query(filter) = match query {
+        Ok(q) => q,
+        Err(rejection) => {
+            return error(StatusCode::BAD_REQUEST, "bad_query", rejection.body_text())
+        }
+    };
+    if filter.limit.is_some_and(|l| !(1..=1000).contains(&l)) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            "limit must be between 1 and 1000",
+        );
+    }
+    let store = state.log.store();
+    let rows = match tasks::list(store, &filter).await {
+        Ok(rows) => rows,
+        Err(e) => {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                e.to_string(),
+            )
+        }
+    };
+    let projected = crate::projectors::read_row(store, "tasks")
+        .await
+        .ok()
+        .flatten();
+    let head = store.head().await.unwrap_or_default();
+    let position = projected.map_or(0, |(_, p)| p);
+    Json(json!({
+        "tasks": rows,
+        // How current the board is: a read model lags the log by a tick.
+        "projector": { "position": position, "head": head, "behind": (head - position).max(0) },
+    }))
+    .into_response()
+}

@@ -132,6 +132,7 @@ pub struct TimelineEntry {
 
 /// What `list` returns; every field narrows, `None` does not.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TaskFilter {
     pub column: Option<Column>,
     pub repo: Option<String>,
