@@ -16,6 +16,9 @@ pub use rules::{Decision, IntakeConfig};
 /// The loop's name and its checkpoint's.
 pub const INTAKE: &str = "intake";
 const PAGE: i64 = 200;
+/// A tick hands the loop back after this long (checked after each page), so a long backlog never makes the loop
+/// look stale; the next tick goes on from the checkpoint.
+const TICK_BUDGET: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What one tick did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -52,7 +55,11 @@ impl Intake {
                 .context("reading the intake checkpoint")?,
             ..IntakeProgress::default()
         };
+        let started = std::time::Instant::now();
         loop {
+            if started.elapsed() > TICK_BUDGET {
+                return Ok(progress);
+            }
             let events = store
                 .read_after(progress.position, PAGE)
                 .await
