@@ -222,14 +222,7 @@ fn print_loaded(loaded: &Loaded, json: bool) -> anyhow::Result<()> {
 
 /// `T-3  todo         acme/api  normal  attempts 0/3  2h  Fix the login redirect  [needs human: …]`
 pub fn line(task: &Task) -> String {
-    let age = Utc::now() - task.created_at();
-    let age = if age.num_days() > 0 {
-        format!("{}d", age.num_days())
-    } else if age.num_hours() > 0 {
-        format!("{}h", age.num_hours())
-    } else {
-        format!("{}m", age.num_minutes().max(0))
-    };
+    let age = age(task.created_at());
     let mut out = format!(
         "{:<6} {:<12} {:<24} {:<7} attempts {}/{}  {:>4}  {}",
         task.id().to_string(),
@@ -301,14 +294,7 @@ async fn list(
         }
         println!("{} ({})", column.as_str(), in_column.len());
         for row in in_column {
-            let age = Utc::now() - row.created_at;
-            let age = if age.num_days() > 0 {
-                format!("{}d", age.num_days())
-            } else if age.num_hours() > 0 {
-                format!("{}h", age.num_hours())
-            } else {
-                format!("{}m", age.num_minutes().max(0))
-            };
+            let age = age(row.created_at);
             let flag = row
                 .needs_human_reason
                 .as_deref()
@@ -329,4 +315,16 @@ async fn list(
         }
     }
     Ok(())
+}
+
+/// How long ago, in the largest whole unit: `3d`, `5h`, `12m`.
+fn age(since: chrono::DateTime<Utc>) -> String {
+    let age = Utc::now() - since;
+    if age.num_days() > 0 {
+        format!("{}d", age.num_days())
+    } else if age.num_hours() > 0 {
+        format!("{}h", age.num_hours())
+    } else {
+        format!("{}m", age.num_minutes().max(0))
+    }
 }
