@@ -51,6 +51,9 @@ struct Args {
     tasks: u64,
     #[arg(long, default_value_t = 3)]
     rounds: u32,
+    /// Events per rebuild transaction (default: what `pidevops replay` uses).
+    #[arg(long, default_value_t = REPLAY_BATCH)]
+    batch: i64,
 }
 
 #[tokio::main]
@@ -89,9 +92,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     for round in 1..=args.rounds {
         let (scan, rebuild) = if round % 2 == 1 {
             let scan = scan(&url).await?;
-            (scan, rebuild(&store).await?)
+            (scan, rebuild(&store, args.batch).await?)
         } else {
-            let rebuild = rebuild(&store).await?;
+            let rebuild = rebuild(&store, args.batch).await?;
             (scan(&url).await?, rebuild)
         };
         let (scan_rate, rebuild_rate) = (head as f64 / scan, head as f64 / rebuild);
@@ -153,12 +156,9 @@ async fn scan(url: &str) -> anyhow::Result<f64> {
 }
 
 /// What `pidevops replay tasks` does: reset, then batches of REPLAY_BATCH to the head.
-async fn rebuild(store: &EventStore) -> anyhow::Result<f64> {
-    let projection = Projection::with_batch(
-        store.clone(),
-        Arc::new(TasksProjector::default()),
-        REPLAY_BATCH,
-    );
+async fn rebuild(store: &EventStore, batch: i64) -> anyhow::Result<f64> {
+    let projection =
+        Projection::with_batch(store.clone(), Arc::new(TasksProjector::default()), batch);
     let started = Instant::now();
     let done = projection.rebuild(|_| {}).await?;
     let elapsed = started.elapsed().as_secs_f64();
