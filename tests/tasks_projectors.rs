@@ -119,7 +119,7 @@ fn task_event(
         "application/json",
         Bytes::from(body),
     );
-    new.stream = Some((tasks::stream_of(task), version));
+    new.stream = Some((task.stream(), version));
     if let Some((cause, actor)) = meta {
         new.meta
             .insert("cause_event_id".into(), cause.to_string().into());

@@ -195,11 +195,6 @@ impl Steer {
     }
 }
 
-/// The stream of a task.
-pub fn stream_of(id: TaskId) -> String {
-    format!("task:{id}")
-}
-
 /// The command side of the board. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Board {
@@ -228,7 +223,7 @@ impl Board {
 
     /// The task with its stream, or `None` if it never existed.
     pub async fn load(&self, id: TaskId) -> Result<Option<Loaded>, BoardError> {
-        let events = self.log.store().read_stream(&stream_of(id)).await?;
+        let events = self.log.store().read_stream(&id.stream()).await?;
         if events.is_empty() {
             return Ok(None);
         }
@@ -345,8 +340,12 @@ impl Board {
             {
                 Ok(appended) if appended.first().is_some_and(|a| a.duplicate) => {
                     // Created before under this key: that task, whatever its number.
-                    let original = appended.first().map(|a| a.position).unwrap_or_default();
-                    let existing = self.task_at(original).await?;
+                    let existing = self.task_for_key(intake_key).await?.ok_or_else(|| {
+                        BoardError::Store(StoreError::Corrupt {
+                            position: appended.first().map_or(0, |a| a.position),
+                            reason: format!("intake key {intake_key:?} is taken by an event outside a task stream"),
+                        })
+                    })?;
                     let outcome = self.finish_auto_approval(existing, actor).await?;
                     return Ok((outcome, false));
                 }
@@ -406,28 +405,7 @@ impl Board {
             .await?;
         Ok(found
             .and_then(|e| e.stream)
-            .and_then(|s| s.strip_prefix("task:").and_then(|id| id.parse().ok())))
-    }
-
-    /// The task whose stream holds the event at `position`.
-    async fn task_at(&self, position: i64) -> Result<TaskId, BoardError> {
-        let event = self.log.store().read_after(position - 1, 1).await?;
-        let stream = event
-            .first()
-            .filter(|e| e.position == position)
-            .and_then(|e| e.stream.clone())
-            .unwrap_or_default();
-        stream
-            .strip_prefix("task:")
-            .and_then(|id| id.parse::<TaskId>().ok())
-            .ok_or_else(|| {
-                BoardError::Store(StoreError::Corrupt {
-                    position,
-                    reason: format!(
-                        "the intake key points at an event outside a task stream ({stream:?})"
-                    ),
-                })
-            })
+            .and_then(|s| TaskId::from_stream(&s)))
     }
 
     /// The lowest task number whose stream is empty, assuming numbers are used densely from 1 (they are: each is
@@ -438,7 +416,7 @@ impl Board {
             let id = TaskId::new(std::num::NonZeroU64::new(n).unwrap_or(std::num::NonZeroU64::MIN));
             self.log
                 .store()
-                .stream_version(&stream_of(id))
+                .stream_version(&id.stream())
                 .await
                 .map(|v| v > 0)
         };
@@ -475,7 +453,7 @@ impl Board {
         intake_key: Option<&str>,
         cause: Option<uuid::Uuid>,
     ) -> Result<Vec<Appended>, AppendError> {
-        let stream = stream_of(id);
+        let stream = id.stream();
         let mut appended = Vec::with_capacity(events.len());
         for (i, event) in events.iter().enumerate() {
             let at_version = version + 1 + i as i64;

@@ -33,14 +33,9 @@ pub const NAME: &str = "tasks";
 /// The source of task events in the log.
 pub const SOURCE: &str = "pidevops";
 /// A task's stream is `task:<TaskId>`.
-pub const STREAM_PREFIX: &str = "task:";
+pub const STREAM_PREFIX: &str = crate::tasks::values::TASK_STREAM_PREFIX;
 /// Tasks kept in memory between batches; past this the cache starts over (a miss costs one stream replay).
 const CACHE_CAP: usize = 200_000;
-
-/// The stream of a task: `task:T-42`.
-pub fn stream_of(id: TaskId) -> String {
-    format!("{STREAM_PREFIX}{id}")
-}
 
 #[derive(Debug, Default)]
 pub struct TasksProjector {
@@ -556,7 +551,7 @@ async fn replay_streams(
     tasks: &[(TaskId, i64)],
     before: i64,
 ) -> anyhow::Result<Vec<(TaskId, i64, Task)>> {
-    let streams: Vec<String> = tasks.iter().map(|(id, _)| stream_of(*id)).collect();
+    let streams: Vec<String> = tasks.iter().map(|(id, _)| id.stream()).collect();
     let rows: Vec<(String, i64, i64, String, Vec<u8>)> = match tx {
         ProjectorTx::Postgres(tx) => {
             sqlx::query_as(

@@ -49,9 +49,22 @@ pub enum ValueError {
 #[serde(try_from = "String", into = "String")]
 pub struct TaskId(NonZeroU64);
 
+/// Every task's events are one stream in the log: `task:T-42`.
+pub const TASK_STREAM_PREFIX: &str = "task:";
+
 impl TaskId {
     pub fn new(number: NonZeroU64) -> Self {
         TaskId(number)
+    }
+
+    /// The task's stream in the log: `task:T-42`.
+    pub fn stream(self) -> String {
+        format!("{TASK_STREAM_PREFIX}{self}")
+    }
+
+    /// The task a stream belongs to; `None` for any other stream.
+    pub fn from_stream(stream: &str) -> Option<Self> {
+        stream.strip_prefix(TASK_STREAM_PREFIX)?.parse().ok()
     }
 
     /// The number after `T-`; ids are allocated by counting, so this is also the allocation order.
