@@ -8,10 +8,10 @@ use chrono::Utc;
 use clap::Subcommand;
 use tokio_util::sync::CancellationToken;
 
-use crate::board::{Board, BoardConfig, Draft, Loaded, Steer};
+use crate::board::{Board, BoardConfig, BoardError, Draft, Loaded, Steer};
 use crate::config::Settings;
 use crate::eventlog::{EventLog, EventStore};
-use crate::tasks::{ApprovalPolicy, Priority, RepoName, Spec, Task, TaskId};
+use crate::tasks::{ApprovalPolicy, Priority, RepoName, Spec, Task, TaskError, TaskId};
 
 #[derive(Debug, Subcommand)]
 pub enum TaskCommand {
@@ -161,12 +161,12 @@ async fn run(board: &Board, command: TaskCommand) -> anyhow::Result<()> {
         TaskCommand::Retry { id, reason, json } => (id, Steer::Retry, reason, json),
         TaskCommand::Cancel { id, reason, json } => (id, Steer::Cancel, reason, json),
     };
-    let loaded = board
-        .load(id)
-        .await?
-        .with_context(|| format!("there is no task {id}"))?;
-    let command = steer.command(&loaded.task, reason, "from the CLI")?;
-    let outcome = board.execute(id, &command, "cli").await?;
+    let outcome = match board.steer(id, steer, reason, "from the CLI", "cli").await {
+        Err(BoardError::Refused(TaskError::NotFound { .. })) => {
+            anyhow::bail!("there is no task {id}")
+        }
+        other => other?,
+    };
     let what = if outcome.appended.is_empty() {
         "unchanged (already so)"
     } else {

@@ -37,6 +37,9 @@ pub enum BoardError {
         position: i64,
         reason: String,
     },
+    /// The request carries a value the domain does not accept (an empty reason, say).
+    #[error(transparent)]
+    Invalid(crate::tasks::ValueError),
     #[error("{id} kept changing under this command ({MAX_RACES} races lost); try again")]
     Contended { id: TaskId },
 }
@@ -167,6 +170,16 @@ impl std::str::FromStr for Steer {
 }
 
 impl Steer {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Approve => "approve",
+            Self::Reject => "reject",
+            Self::Retry => "retry",
+            Self::Cancel => "cancel",
+            Self::Archive => "archive",
+        }
+    }
+
     /// The domain command this means for `task` now. "Retry" gives a flagged task another go, and sends any other
     /// task back for another attempt (the domain says whether its column allows that).
     pub fn command(
@@ -257,20 +270,42 @@ impl Board {
         command: &Command,
         actor: &str,
     ) -> Result<Outcome, BoardError> {
+        self.execute_with(id, command.name(), actor, |_| Ok(command.clone()))
+            .await
+    }
+
+    /// A person's request (`approve`, `retry`, …): what it means is decided on the task's state as read in each
+    /// race, so "retry" on a task that a racing writer just flagged still means the right thing.
+    pub async fn steer(
+        &self,
+        id: TaskId,
+        steer: Steer,
+        reason: Option<String>,
+        via: &str,
+        actor: &str,
+    ) -> Result<Outcome, BoardError> {
+        self.execute_with(id, steer.name(), actor, |task| {
+            steer
+                .command(task, reason.clone(), via)
+                .map_err(BoardError::Invalid)
+        })
+        .await
+    }
+
+    async fn execute_with(
+        &self,
+        id: TaskId,
+        name: &'static str,
+        actor: &str,
+        command_for: impl Fn(&Task) -> Result<Command, BoardError>,
+    ) -> Result<Outcome, BoardError> {
         for _ in 0..MAX_RACES {
-            let loaded = self.load(id).await?;
-            let (state, version) = match &loaded {
-                Some(l) => (Some(&l.task), l.version),
-                None => (None, 0),
+            let Some(loaded) = self.load(id).await? else {
+                return Err(TaskError::NotFound { command: name }.into());
             };
-            let events = decide(state, command, Utc::now())?;
-            let Some(current) = state.cloned() else {
-                // decide refuses every command but create on a missing task, and create goes through `create`.
-                return Err(TaskError::NotFound {
-                    command: command.name(),
-                }
-                .into());
-            };
+            let (current, version) = (loaded.task, loaded.version);
+            let command = command_for(&current)?;
+            let events = decide(Some(&current), &command, Utc::now())?;
             if events.is_empty() {
                 return Ok(Outcome {
                     task: current,

@@ -109,16 +109,11 @@ pub async fn command(
         Ok(steer) => steer,
         Err(message) => return error(StatusCode::NOT_FOUND, "not_found", message),
     };
-    let loaded = match state.board.load(id).await {
-        Ok(Some(loaded)) => loaded,
-        Ok(None) => return error(StatusCode::NOT_FOUND, "not_found", format!("no task {id}")),
-        Err(e) => return board_error(e),
-    };
-    let command = match steer.command(&loaded.task, body.reason, "through the API") {
-        Ok(c) => c,
-        Err(e) => return error(StatusCode::BAD_REQUEST, "bad_reason", e.to_string()),
-    };
-    match state.board.execute(id, &command, "api").await {
+    match state
+        .board
+        .steer(id, steer, body.reason, "through the API", "api")
+        .await
+    {
         Ok(outcome) => Json(json!({
             "task": outcome.task,
             "changed": !outcome.appended.is_empty(),
@@ -154,6 +149,7 @@ fn board_error(e: BoardError) -> Response {
             error(StatusCode::NOT_FOUND, "not_found", e.to_string())
         }
         BoardError::Refused(_) => error(StatusCode::CONFLICT, "refused", e.to_string()),
+        BoardError::Invalid(_) => error(StatusCode::BAD_REQUEST, "bad_reason", e.to_string()),
         BoardError::Contended { .. } => error(StatusCode::CONFLICT, "contended", e.to_string()),
         BoardError::Store(_) | BoardError::Append(_) => error(
             StatusCode::SERVICE_UNAVAILABLE,

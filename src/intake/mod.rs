@@ -98,6 +98,7 @@ impl Intake {
                 self.record_ignored(event, &reason).await
             }
             Decision::Create { key, draft } => {
+                let spec = draft.spec.clone();
                 match self
                     .board
                     .create(*draft, &key, &event.source, Some(event.id))
@@ -111,7 +112,7 @@ impl Intake {
                     }
                     Ok((outcome, false)) => {
                         progress.existing += 1;
-                        self.follow_edits(&outcome.task, &key, event).await
+                        self.follow_edits(&outcome.task, spec, &key, event).await
                     }
                     // The domain refused what the ticket asks for: a fact about the ticket, not an outage.
                     Err(BoardError::Refused(refusal)) => {
@@ -130,16 +131,14 @@ impl Intake {
     async fn follow_edits(
         &self,
         task: &crate::tasks::Task,
+        spec: crate::tasks::Spec,
         key: &str,
         event: &StoredEvent,
     ) -> anyhow::Result<()> {
-        let Decision::Create { draft, .. } = rules::decide(event, &self.config) else {
-            return Ok(());
-        };
-        if draft.spec == *task.spec() || !before_work(task) {
+        if spec == *task.spec() || !before_work(task) {
             return Ok(());
         }
-        let command = crate::tasks::Command::UpdateSpec { spec: draft.spec };
+        let command = crate::tasks::Command::UpdateSpec { spec };
         match self.board.execute(task.id(), &command, &event.source).await {
             Ok(_) | Err(BoardError::Refused(_)) => Ok(()),
             Err(other) => {
