@@ -22,6 +22,7 @@
 //! ingress/         webhooks: raw bytes in, verified and parsed NewEvent out, appended, then 2xx
 //!   verify.rs      HMAC and token checks, constant time
 //!   github.rs linear.rs telegram.rs   one parser per provider (pure)
+//! bench.rs         setup the benchmark binaries share (throwaway databases); not used by the service
 //! board/           the board's command side: load a task's stream, decide, append with its version, retry races
 //! bus/             fan-out: Bus (JetStream | in-process), relay.rs (log → bus, exactly once), work.rs (work queues)
 //! intake/          the policy that turns qualifying webhook events into tasks (rules.rs is pure)
@@ -33,6 +34,7 @@
 //! http/            router: /health, /metrics, /webhooks/*, /api/* (bearer token), JSON errors
 //! ```
 
+pub mod bench;
 pub mod board;
 pub mod bus;
 pub mod cli;

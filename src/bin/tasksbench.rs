@@ -74,8 +74,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
         "--database must be lower-case letters, digits and '_'"
     );
-    let url = with_database(&args.admin_url, &args.database);
-    ensure_database(&args.admin_url, &args.database).await?;
+    let url = pidevops::bench::with_database(&args.admin_url, &args.database);
+    pidevops::bench::ensure_database(&args.admin_url, &args.database).await?;
     let store = EventStore::connect(&pidevops::config::DatabaseUrl::Postgres(url.clone()), 4)
         .await
         .context("connecting to the benchmark database")?;
@@ -164,23 +164,6 @@ async fn rebuild(store: &EventStore, batch: i64) -> anyhow::Result<f64> {
     let elapsed = started.elapsed().as_secs_f64();
     anyhow::ensure!(done.events > 0, "the rebuild applied nothing");
     Ok(elapsed)
-}
-
-async fn ensure_database(admin_url: &str, name: &str) -> anyhow::Result<()> {
-    let mut admin = sqlx::PgConnection::connect(admin_url)
-        .await
-        .context("connecting with --admin-url")?;
-    let exists: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
-            .bind(name)
-            .fetch_one(&mut admin)
-            .await?;
-    if !exists {
-        admin
-            .execute(format!("CREATE DATABASE {name}").as_str())
-            .await?;
-    }
-    Ok(())
 }
 
 fn base() -> anyhow::Result<DateTime<Utc>> {
@@ -414,20 +397,4 @@ async fn fill(store: &EventStore, tasks: u64) -> anyhow::Result<()> {
     conn.execute("VACUUM ANALYZE events").await?;
     eprintln!("filled in {:.1} s", started.elapsed().as_secs_f64());
     Ok(())
-}
-
-fn with_database(url: &str, name: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
-    };
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let base = match base[scheme_end..].find('/') {
-        Some(slash) => &base[..scheme_end + slash],
-        None => base,
-    };
-    match query {
-        Some(q) => format!("{base}/{name}?{q}"),
-        None => format!("{base}/{name}"),
-    }
 }

@@ -161,22 +161,7 @@ impl Drop for TestDb {
     }
 }
 
-/// Replaces the database name in a Postgres URL.
-pub fn with_database(url: &str, name: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
-    };
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let base = match base[scheme_end..].find('/') {
-        Some(slash) => &base[..scheme_end + slash],
-        None => base,
-    };
-    match query {
-        Some(q) => format!("{base}/{name}?{q}"),
-        None => format!("{base}/{name}"),
-    }
-}
+pub use pidevops::bench::with_database;
 
 /// Test settings with every secret configured.
 pub fn settings(db: &TestDb) -> Settings {
