@@ -75,6 +75,20 @@ pub struct Draft {
     pub max_attempts: Option<MaxAttempts>,
 }
 
+impl Draft {
+    /// A draft that takes priority, approval and attempts from configuration.
+    pub fn new(repo: RepoName, spec: Spec, links: Links) -> Self {
+        Self {
+            repo,
+            spec,
+            priority: None,
+            links,
+            approval: None,
+            max_attempts: None,
+        }
+    }
+}
+
 /// The approval gate and attempt budget: global defaults, overridable per repository (`pidevops.toml`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BoardConfig {

@@ -244,14 +244,7 @@ fn github_issue(data: &Value, config: &IntakeConfig) -> Decision {
         };
         Ok((
             format!("github:{repo}#{number}"),
-            Draft {
-                repo,
-                spec,
-                priority: None,
-                links,
-                approval: None,
-                max_attempts: None,
-            },
+            Draft::new(repo, spec, links),
         ))
     })();
     match built {
@@ -294,14 +287,7 @@ fn telegram_message(data: &Value, config: &IntakeConfig) -> Decision {
         };
         Ok((
             format!("telegram:{chat}:{message_id}"),
-            Draft {
-                repo,
-                spec,
-                priority: None,
-                links,
-                approval: None,
-                max_attempts: None,
-            },
+            Draft::new(repo, spec, links),
         ))
     })();
     match built {
@@ -404,15 +390,15 @@ fn linear_issue(data: &Value, config: &IntakeConfig) -> Decision {
         Ok((
             format!("linear:{id}"),
             Draft {
-                repo,
-                spec,
                 priority,
-                links: Links {
-                    linear_issue: Some(linear),
-                    ..Links::default()
-                },
-                approval: None,
-                max_attempts: None,
+                ..Draft::new(
+                    repo,
+                    spec,
+                    Links {
+                        linear_issue: Some(linear),
+                        ..Links::default()
+                    },
+                )
             },
         ))
     })();
@@ -478,21 +464,18 @@ fn agent_session_created(data: &Value, config: &IntakeConfig) -> Decision {
             })?,
             identifier,
         )?;
-        Ok(Draft {
+        Ok(Draft::new(
             repo,
-            spec: Spec::new(
+            Spec::new(
                 title,
                 description.clone(),
                 done_when(&description).unwrap_or_default(),
             )?,
-            priority: None,
-            links: Links {
+            Links {
                 linear_issue: Some(linear),
                 ..Links::default()
             },
-            approval: None,
-            max_attempts: None,
-        })
+        ))
     })();
     match built {
         Ok(draft) => Decision::Create {
