@@ -302,7 +302,7 @@ async fn a_database_outage_fails_health_and_webhooks_then_recovers() {
         "the refused delivery was never stored, so its retry is new"
     );
     let keys: Vec<String> = app
-        .all_events()
+        .webhook_events()
         .await
         .into_iter()
         .map(|e| e.dedup_key)

@@ -59,7 +59,7 @@ async fn every_github_fixture_is_stored_once_and_tampering_is_refused(db: TestDb
         ));
     }
 
-    let stored = app.all_events().await;
+    let stored = app.webhook_events().await;
     assert_eq!(
         stored.len(),
         fixtures.len(),
@@ -125,7 +125,7 @@ async fn form_encoded_github_deliveries_are_verified_on_the_raw_body(db: TestDb)
     .unwrap();
     assert_eq!(response.status().as_u16(), 401);
 
-    let stored = app.all_events().await;
+    let stored = app.webhook_events().await;
     assert_eq!(stored.len(), 1);
     assert_eq!(stored[0].event_type, "github.issues.opened");
     assert!(
@@ -167,7 +167,7 @@ async fn unknown_github_events_and_ping_are_stored(db: TestDb) {
         200
     );
     let types: Vec<String> = app
-        .all_events()
+        .webhook_events()
         .await
         .into_iter()
         .map(|e| e.event_type)
@@ -228,7 +228,7 @@ async fn every_linear_fixture_is_stored_once_and_stale_ones_are_refused(db: Test
             );
         }
     }
-    let stored = app.all_events().await;
+    let stored = app.webhook_events().await;
     assert_eq!(stored.len(), files.len());
     let types: Vec<&str> = stored.iter().map(|e| e.event_type.as_str()).collect();
     assert!(types.contains(&"linear.Issue.create"), "{types:?}");
@@ -276,7 +276,7 @@ async fn every_telegram_fixture_is_stored_once_and_wrong_tokens_are_refused(db: 
             .unwrap();
         assert_eq!(missing.status().as_u16(), 401);
     }
-    let stored = app.all_events().await;
+    let stored = app.webhook_events().await;
     assert_eq!(stored.len(), files.len());
     let stranger = stored
         .iter()
@@ -329,7 +329,7 @@ async fn a_source_without_its_secret_refuses_every_delivery(db: TestDb) {
             .contains("TELEGRAM_WEBHOOK_SECRET"),
         "{refused}"
     );
-    assert!(app.all_events().await.is_empty());
+    assert!(app.webhook_events().await.is_empty());
     let (_, health) = app.health().await;
     assert_eq!(
         health["checks"]["webhooks"]["sources"]["github"]["configured"],
@@ -368,7 +368,7 @@ async fn oversized_bodies_are_refused_with_413(db: TestDb) {
             .as_u16(),
         413
     );
-    let stored = app.all_events().await;
+    let stored = app.webhook_events().await;
     assert_eq!(
         stored
             .iter()
@@ -426,7 +426,7 @@ async fn malformed_deliveries_get_400_and_change_nothing(db: TestDb) {
         .await
         .unwrap();
     assert_eq!(unsigned.status().as_u16(), 401);
-    assert!(app.all_events().await.is_empty());
+    assert!(app.webhook_events().await.is_empty());
     app.stop().await;
 }
 

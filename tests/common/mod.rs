@@ -298,6 +298,16 @@ impl TestApp {
     }
 
     /// Every stored event, in position order.
+    /// What ingress stored: every event but pidevops's own (intake and the board append theirs as they run, at
+    /// times a test does not control).
+    pub async fn webhook_events(&self) -> Vec<pidevops::eventlog::StoredEvent> {
+        self.all_events()
+            .await
+            .into_iter()
+            .filter(|e| e.source != pidevops::domain::Source::Pidevops.as_str())
+            .collect()
+    }
+
     pub async fn all_events(&self) -> Vec<pidevops::eventlog::StoredEvent> {
         let mut out = Vec::new();
         let mut after = 0;
