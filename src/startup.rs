@@ -20,7 +20,7 @@ use crate::doctor::{self, HEARTBEAT_LOOP, METRICS_UPKEEP_LOOP};
 use crate::eventlog::{EventLog, EventStore};
 use crate::http::{router, AppState};
 use crate::loops::lease::{while_held, LeaseHandle, Leases, LEASES_LOOP};
-use crate::loops::{self, LoopSpec, LoopState};
+use crate::loops::{self, LoopSpec, LoopState, Pace};
 use crate::projectors::{self, Projection};
 use crate::telemetry;
 
@@ -63,8 +63,8 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
                 None => BusTarget::Memory(MemoryBus::new(settings.bus.clone())),
             },
         )
-        // Two intervals of publishing per tick, one of rest: the loop is stale only after three.
-        .with_tick_budget(settings.relay_interval * 2),
+        // One interval of publishing per tick; with a backlog the next tick follows at once (`Pace::Again`).
+        .with_tick_budget(settings.relay_interval),
     );
     let bus_kind = relay.bus_kind();
     let registry = loops::LoopRegistry::default();
@@ -92,11 +92,10 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         settings.telegram_allowed_chats.as_deref(),
     )
     .map_err(|e| anyhow::anyhow!("intake configuration: {e}"))?;
-    let intake = Arc::new(crate::intake::Intake::new(
-        log.clone(),
-        board.clone(),
-        intake_config,
-    ));
+    let intake = Arc::new(
+        crate::intake::Intake::new(log.clone(), board.clone(), intake_config)
+            .with_tick_budget(settings.projector_interval),
+    );
     let tracker = TaskTracker::new();
     for planned in doctor::plan(&settings) {
         let name = planned.name.clone();
@@ -161,11 +160,14 @@ enum Job {
 impl Job {
     /// One tick's work, and its detail for `/health` (set even when the tick failed: during a NATS outage the
     /// relay's growing lag is the news).
-    async fn run(&self) -> (Option<serde_json::Value>, anyhow::Result<()>) {
+    async fn run(&self) -> (Option<serde_json::Value>, anyhow::Result<Pace>) {
         match self {
-            Self::Heartbeat(store) => (None, heartbeat(store).await),
+            Self::Heartbeat(store) => (None, heartbeat(store).await.map(|()| Pace::Rest)),
             Self::Relay(relay) => {
-                let result = relay.tick().await.map(|_| ());
+                let result = relay
+                    .tick()
+                    .await
+                    .map(|progress| Pace::again_if(progress.out_of_time));
                 let detail = relay.lag().map(|lag| {
                     serde_json::json!({
                         "position": lag.position,
@@ -177,15 +179,21 @@ impl Job {
             }
             Self::MetricsUpkeep(handle) => {
                 handle.run_upkeep();
-                (None, Ok(()))
+                (None, Ok(Pace::Rest))
             }
-            Self::Leases(leases) => (None, leases.tick().await),
+            Self::Leases(leases) => (None, leases.tick().await.map(|()| Pace::Rest)),
             Self::Intake(intake) => match intake.tick().await {
-                Ok(progress) => (serde_json::to_value(progress).ok(), Ok(())),
+                Ok(progress) => (
+                    serde_json::to_value(progress).ok(),
+                    Ok(Pace::again_if(progress.out_of_time)),
+                ),
                 Err(error) => (None, Err(error)),
             },
             Self::Projector(projection) => match projection.tick().await {
-                Ok(status) => (serde_json::to_value(status).ok(), Ok(())),
+                Ok(status) => (
+                    serde_json::to_value(&status).ok(),
+                    Ok(Pace::again_if(status.out_of_time)),
+                ),
                 Err(error) => (None, Err(error)),
             },
         }
@@ -230,7 +238,10 @@ fn spawn_job(
                     }
                     match while_held(lease, async { Ok(job.run().await) }).await? {
                         Some(ran) => ran,
-                        None => (Some(serde_json::json!({ "role": "standby" })), Ok(())),
+                        None => (
+                            Some(serde_json::json!({ "role": "standby" })),
+                            Ok(Pace::Rest),
+                        ),
                     }
                 }
             };

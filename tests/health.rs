@@ -143,7 +143,7 @@ async fn a_loop_that_stops_ticking_fails_health() {
                     // A tick that never returns: the classic dead poller behind a green /health.
                     std::future::pending::<()>().await;
                 }
-                Ok(())
+                Ok(loops::Pace::Rest)
             }
         },
     );

@@ -17,6 +17,7 @@ per_backend!(
     telegram_new_from_an_allowed_chat_creates_and_a_stranger_is_refused_and_audited,
     linear_edits_update_the_spec_and_removing_the_label_cancels_an_unstarted_task,
     a_linear_agent_session_links_to_the_issues_task_and_prompted_queues_a_follow_up,
+    a_tick_stops_at_its_budget_with_its_checkpoint_on_the_last_event_handled,
 );
 
 fn fixture(path: &str) -> Value {
@@ -395,4 +396,69 @@ async fn a_linear_agent_session_links_to_the_issues_task_and_prompted_queues_a_f
         "ENG-500"
     );
     app.stop().await;
+}
+
+/// A backlog is worked through in budget-sized ticks (so the loop never looks stale under load), each moving the
+/// checkpoint to exactly the last event it handled, and nothing is handled twice.
+async fn a_tick_stops_at_its_budget_with_its_checkpoint_on_the_last_event_handled(db: TestDb) {
+    use pidevops::domain::{EventType, NewEvent, Source};
+    let store = pidevops::eventlog::EventStore::connect(&db.url, 4)
+        .await
+        .unwrap();
+    store.migrate().await.unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (log, _task) =
+        pidevops::eventlog::EventLog::start(store.clone(), Duration::from_secs(5), stop.clone());
+    for n in 1..=3 {
+        let mut issue = labeled(
+            fixture("github/issues/opened.payload.json"),
+            "pidevops",
+            "MEMBER",
+        );
+        issue["issue"]["id"] = json!(9000 + n);
+        issue["issue"]["number"] = json!(n);
+        log.append(NewEvent::new(
+            Source::Github,
+            EventType::new(Source::Github, &["issues", "opened"]),
+            format!("delivery-{n}"),
+            "application/json",
+            bytes::Bytes::from(issue.to_string()),
+        ))
+        .await
+        .unwrap();
+    }
+    let board = pidevops::board::Board::new(log.clone(), Default::default());
+    // A zero budget: every tick hands back after its first event.
+    let intake = pidevops::intake::Intake::new(log.clone(), board, Default::default())
+        .with_tick_budget(Duration::ZERO);
+    let mut positions = Vec::new();
+    loop {
+        let progress = intake.tick().await.unwrap();
+        assert_eq!(
+            store.checkpoint("intake").await.unwrap(),
+            progress.position,
+            "the checkpoint is where the tick says it stopped"
+        );
+        positions.push((progress.position, progress.created, progress.out_of_time));
+        if !progress.out_of_time {
+            break;
+        }
+    }
+    // Each task creation appends events after the webhooks; a zero budget handles them one tick at a time too.
+    let head = store.head().await.unwrap();
+    assert_eq!(positions.last().unwrap().0, head, "{positions:?}");
+    assert_eq!(
+        positions.iter().map(|p| p.1).sum::<u64>(),
+        3,
+        "one task per issue, none twice: {positions:?}"
+    );
+    assert!(
+        positions.len() >= 3 && positions[..positions.len() - 1].iter().all(|p| p.2),
+        "out of time until the head: {positions:?}"
+    );
+    assert!(
+        positions.windows(2).all(|w| w[0].0 < w[1].0),
+        "every tick moves on: {positions:?}"
+    );
+    stop.cancel();
 }

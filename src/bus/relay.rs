@@ -48,6 +48,8 @@ pub struct RelayProgress {
     pub position: i64,
     /// The log's head when the tick ended.
     pub head: i64,
+    /// The tick stopped at its time budget with work left: the loop goes again without resting.
+    pub out_of_time: bool,
 }
 
 #[derive(Debug)]
@@ -174,8 +176,16 @@ impl Relay {
         let mut unsaved = 0;
         let deadline = tokio::time::Instant::from_std(started + self.tick_budget);
         // A slow page read ends the tick at its deadline too, not only a long run of publishes.
-        while let Ok(Some(message)) = tokio::time::timeout_at(deadline, rx.recv()).await {
-            let message: BusMessage = message?;
+        loop {
+            let message: BusMessage = match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Ok(Some(message)) => message?,
+                // The reader reached the head.
+                Ok(None) => break,
+                Err(_) => {
+                    progress.out_of_time = true;
+                    break;
+                }
+            };
             let published = bus
                 .publish(&message)
                 .await
@@ -196,6 +206,7 @@ impl Relay {
                 unsaved = 0;
             }
             if out_of_time {
+                progress.out_of_time = true;
                 break;
             }
         }

@@ -16,9 +16,8 @@ pub use rules::{Decision, IntakeConfig};
 /// The loop's name and its checkpoint's.
 pub const INTAKE: &str = "intake";
 const PAGE: i64 = 200;
-/// A tick hands the loop back after this long (checked after each page), so a long backlog never makes the loop
-/// look stale; the next tick goes on from the checkpoint.
-const TICK_BUDGET: std::time::Duration = std::time::Duration::from_secs(1);
+/// Default tick budget; `serve` sets it to the loop's interval (see [`Intake::with_tick_budget`]).
+const DEFAULT_TICK_BUDGET: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What one tick did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -27,6 +26,9 @@ pub struct IntakeProgress {
     pub created: u64,
     pub existing: u64,
     pub ignored: u64,
+    /// The tick stopped at its time budget with work left: the loop goes again without resting.
+    #[serde(skip)]
+    pub out_of_time: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -34,6 +36,7 @@ pub struct Intake {
     log: EventLog,
     board: Board,
     config: std::sync::Arc<IntakeConfig>,
+    tick_budget: std::time::Duration,
 }
 
 impl Intake {
@@ -42,7 +45,16 @@ impl Intake {
             log,
             board,
             config: std::sync::Arc::new(config),
+            tick_budget: DEFAULT_TICK_BUDGET,
         }
+    }
+
+    /// A tick hands the loop back once it has worked this long (checked after every event, and the checkpoint
+    /// moves to the last one handled), so a backlog under load never makes the loop look stale: `/health` calls a
+    /// loop stale after three intervals without a finished tick, and this budget is one interval.
+    pub fn with_tick_budget(mut self, budget: std::time::Duration) -> Self {
+        self.tick_budget = budget;
+        self
     }
 
     /// Handles everything committed since the checkpoint, a page at a time, moving the checkpoint after each.
@@ -57,26 +69,37 @@ impl Intake {
         };
         let started = std::time::Instant::now();
         loop {
-            if started.elapsed() > TICK_BUDGET {
-                return Ok(progress);
-            }
             let events = store
                 .read_after(progress.position, PAGE)
                 .await
                 .context("reading the log")?;
-            let Some(last) = events.last().map(|e| e.position) else {
+            if events.is_empty() {
                 return Ok(progress);
-            };
+            }
+            let mut handled = progress.position;
             for event in &events {
                 self.handle(event, &mut progress).await.with_context(|| {
                     format!("intake of event {} ({})", event.position, event.event_type)
                 })?;
+                handled = event.position;
+                if started.elapsed() > self.tick_budget {
+                    break;
+                }
             }
             store
-                .advance_checkpoint(INTAKE, last)
+                .advance_checkpoint(INTAKE, handled)
                 .await
                 .context("saving the intake checkpoint")?;
-            progress.position = last;
+            progress.position = handled;
+            let caught_up =
+                events.len() < PAGE as usize && events.last().map(|e| e.position) == Some(handled);
+            if caught_up {
+                return Ok(progress);
+            }
+            if started.elapsed() > self.tick_budget {
+                progress.out_of_time = true;
+                return Ok(progress);
+            }
         }
     }
 

@@ -3,6 +3,8 @@
 //! The runner is do-while: a short startup delay, a tick at once, then one every interval (with jitter so replicas
 //! do not tick in lockstep). A tick's error or panic is caught, counted and reported, and the loop goes on. A loop
 //! that stops finishing ticks (hung, or its task gone) turns `stale` after 3 × its interval, and `/health` fails.
+//! A loop with a backlog works through it in ticks bounded by a time budget of one interval and says so
+//! ([`Pace::Again`]): it goes again without resting, and each finished tick keeps it fresh in `/health`.
 
 pub mod lease;
 
@@ -19,6 +21,25 @@ use tokio_util::task::TaskTracker;
 
 /// A loop is stale when it has not finished a tick for this many intervals.
 pub const STALE_AFTER_INTERVALS: u32 = 3;
+
+/// What a finished tick asks of the runner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pace {
+    /// Caught up (or nothing to do): rest one interval, plus jitter.
+    Rest,
+    /// Stopped at its time budget with work left: tick again at once.
+    Again,
+}
+
+impl Pace {
+    pub fn again_if(out_of_time: bool) -> Self {
+        if out_of_time {
+            Self::Again
+        } else {
+            Self::Rest
+        }
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -273,7 +294,7 @@ pub fn spawn<F, Fut>(
     tick: F,
 ) where
     F: Fn() -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
+    Fut: Future<Output = anyhow::Result<Pace>> + Send + 'static,
 {
     registry.arm(&spec.name, spec.interval, spec.startup_delay);
     let registry = registry.clone();
@@ -293,15 +314,22 @@ pub fn spawn<F, Fut>(
                     return;
                 }
             };
-            let result = match outcome {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(error)) => Err(format!("{error:#}")),
-                Err(join_error) => Err(panic_message(join_error)),
+            let (result, pace) = match outcome {
+                Ok(Ok(pace)) => (Ok(()), pace),
+                Ok(Err(error)) => (Err(format!("{error:#}")), Pace::Rest),
+                Err(join_error) => (Err(panic_message(join_error)), Pace::Rest),
             };
             if let Err(error) = &result {
                 tracing::warn!(r#loop = %spec.name, %error, "loop tick failed");
             }
             registry.tick_finished(&spec.name, result);
+            if pace == Pace::Again {
+                // Still give way to the runtime (and to a shutdown) between two ticks.
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::task::yield_now() => continue,
+                }
+            }
 
             let jitter = if spec.jitter > 0.0 {
                 spec.interval
@@ -375,7 +403,7 @@ mod tests {
                     match n % 3 {
                         0 => panic!("boom {n}"),
                         1 => anyhow::bail!("plain error {n}"),
-                        _ => Ok(()),
+                        _ => Ok(Pace::Rest),
                     }
                 }
             },
@@ -425,13 +453,40 @@ mod tests {
                     if n >= 2 {
                         std::future::pending::<()>().await;
                     }
-                    Ok(())
+                    Ok(Pace::Rest)
                 }
             },
         );
         let report = wait_for(&registry, "hangs", |r| r.stale).await;
         assert_eq!(report.ticks, 2);
         cancel.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_tick_with_work_left_goes_again_without_resting() {
+        let registry = LoopRegistry::default();
+        let tracker = TaskTracker::new();
+        let cancel = CancellationToken::new();
+        let calls = Arc::new(AtomicU32::new(0));
+        let counter = calls.clone();
+        // An interval of an hour: only `Pace::Again` can get the loop past its first tick.
+        spawn(
+            &registry,
+            &tracker,
+            cancel.clone(),
+            LoopSpec::new("backlog", Duration::from_secs(3600), Duration::ZERO),
+            move || {
+                let n = counter.fetch_add(1, Ordering::SeqCst);
+                async move { Ok(Pace::again_if(n < 4)) }
+            },
+        );
+        let report = wait_for(&registry, "backlog", |r| r.ticks >= 5).await;
+        assert_eq!(report.errors, 0);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(calls.load(Ordering::SeqCst), 5, "caught up: it rests");
+        cancel.cancel();
+        tracker.close();
+        tracker.wait().await;
     }
 
     #[test]

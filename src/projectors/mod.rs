@@ -145,6 +145,9 @@ pub struct ProjectionStatus {
     pub behind: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stuck: Option<Stuck>,
+    /// The tick stopped at its time budget with work left: the loop goes again without resting.
+    #[serde(skip)]
+    pub out_of_time: bool,
 }
 
 #[derive(Debug, Default)]
@@ -311,6 +314,7 @@ impl Projection {
             }
         }
         let started = Instant::now();
+        let mut out_of_time = false;
         loop {
             let limit = if state.stuck.is_some() || state.narrow_until.is_some() {
                 1
@@ -363,13 +367,15 @@ impl Projection {
                 Err(other) => return Err(other).context(format!("projector {name}")),
             }
             if started.elapsed() > self.tick_budget {
+                out_of_time = true;
                 break;
             }
         }
         metrics::gauge!("pidevops_projector_stuck_position", "projector" => name).set(0.0);
         let stuck = state.stuck.as_ref().map(|(s, _)| s.clone());
         drop(state);
-        let status = self.read_status(stuck).await?;
+        let mut status = self.read_status(stuck).await?;
+        status.out_of_time = out_of_time;
         metrics::gauge!("pidevops_projector_position", "projector" => name)
             .set(status.position as f64);
         metrics::gauge!("pidevops_projector_lag_events", "projector" => name)
@@ -400,6 +406,7 @@ impl Projection {
             head,
             behind: (head - position).max(0),
             stuck,
+            out_of_time: false,
         })
     }
 
