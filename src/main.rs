@@ -58,6 +58,11 @@ enum Command {
     },
 }
 
+/// mimalloc: glibc's malloc spent about half of a rebuild's CPU in fragmentation upkeep (docs/benchmarks.md,
+/// "Tasks rebuild"); the benchmark binaries use the same allocator so they measure what ships.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();

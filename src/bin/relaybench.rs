@@ -69,6 +69,10 @@ struct Args {
     allow_remote: bool,
 }
 
+/// The allocator `pidevops` ships with (see `src/main.rs`), so this measures what ships.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let args = Args::parse();
     let result = tokio::runtime::Builder::new_multi_thread()

@@ -42,6 +42,10 @@ struct Args {
     rounds: u32,
 }
 
+/// The allocator `pidevops` ships with (see `src/main.rs`), so this measures what ships.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     match run(Args::parse()).await {
