@@ -190,7 +190,15 @@ fn print_loaded(loaded: &Loaded, json: bool) -> anyhow::Result<()> {
         let timeline: Vec<_> = loaded
             .events
             .iter()
-            .map(|e| serde_json::json!({ "position": e.position, "type": e.event_type, "at": e.occurred_at, "actor": e.meta.get("actor") }))
+            .map(|e| {
+                serde_json::json!({
+                    "position": e.position,
+                    "type": e.event_type,
+                    "at": e.occurred_at,
+                    "actor": e.meta.get("actor"),
+                    "summary": crate::projectors::tasks::timeline_entry(e).ok().map(|t| t.summary),
+                })
+            })
             .collect();
         println!(
             "{}",
@@ -209,12 +217,15 @@ fn print_loaded(loaded: &Loaded, json: bool) -> anyhow::Result<()> {
     println!("  timeline:");
     for e in &loaded.events {
         let actor = e.meta.get("actor").and_then(|a| a.as_str()).unwrap_or("-");
+        let summary = crate::projectors::tasks::timeline_entry(e)
+            .map(|t| t.summary)
+            .unwrap_or_default();
         println!(
-            "    {:>8}  {}  {:<28} {}",
+            "    {:>8}  {}  {:<10} {}",
             e.position,
             e.occurred_at.format("%Y-%m-%d %H:%M:%S"),
-            e.event_type,
-            actor
+            actor,
+            summary
         );
     }
     Ok(())

@@ -16,7 +16,6 @@ per_backend!(replay_all_gives_exactly_the_incremental_read_models);
 async fn snapshot(store: &EventStore) -> Vec<(String, String)> {
     let tables = [
         ("tasks", "task_id"),
-        ("task_timeline", "task_id, stream_version"),
         ("task_links", "kind, value"),
         ("source_activity", "source, event_type"),
     ];

@@ -98,7 +98,7 @@ async fn the_board_from_a_terminal(db: TestDb) {
     let (ok, out, _) = run(&db, dir.path(), &["show", "T-1"]);
     assert!(ok);
     assert!(
-        out.contains("task.cancelled") && out.contains("cli"),
+        out.contains("cancelled: duplicate of T-9") && out.contains("cli"),
         "{out}"
     );
 }

@@ -79,6 +79,13 @@ async fn creation_allocates_dense_ids_and_an_idempotency_key_makes_one_task(db: 
     assert_eq!(timeline.len(), 1);
     assert_eq!(timeline[0]["type"], "task.created");
     assert_eq!(timeline[0]["actor"], "api");
+    assert!(
+        timeline[0]["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("created in "),
+        "{shown}"
+    );
     let event = &task_events(&app).await[0];
     assert_eq!(
         (

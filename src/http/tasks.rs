@@ -136,6 +136,9 @@ fn task_json(loaded: &Loaded) -> serde_json::Value {
                 "at": e.occurred_at,
                 "recorded_at": e.recorded_at,
                 "actor": e.meta.get("actor"),
+                "cause_event_id": e.meta.get("cause_event_id"),
+                // `load` has decoded every event already; a summary is what a person reads.
+                "summary": crate::projectors::tasks::timeline_entry(e).ok().map(|t| t.summary),
                 "event_id": e.id,
             })
         })

@@ -1,9 +1,10 @@
 //! The task board's read models, from the `task:<id>` streams: `tasks` (one row per task, filterable by column,
-//! repo, source and needs-human), `task_timeline` (every event of a task, in log order) and `task_links`
-//! (external id -> task).
+//! repo, source and needs-human) and `task_links` (external id -> task), written by one projector (one decode
+//! and `evolve`, one checkpoint, so a task's row and its links never disagree).
 //!
-//! One projector writes all three: they come from the same decode and `evolve`, the log is read once, and one
-//! checkpoint means a task's row, its timeline and its links never disagree.
+//! A task's timeline is not copied: it is the task's stream, read through the log's `(stream, stream_version)`
+//! index up to the version the task's row is at (so it agrees with the row) and summarised as it is read. A copy
+//! was a million rows per million events for each rebuild to write (docs/benchmarks.md, "Tasks rebuild").
 //!
 //! State between batches: `evolve` needs the task as it was. The projector keeps the tasks it last wrote in
 //! memory, tagged with their stream version, and trusts an entry only when the stored row has that same version
@@ -114,7 +115,7 @@ pub struct TaskRow {
 }
 
 /// One event of a task's timeline.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, sqlx::FromRow)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct TimelineEntry {
     pub position: i64,
     pub stream_version: i64,
@@ -156,7 +157,6 @@ struct Decoded {
     task: TaskId,
     version: i64,
     event: TaskEvent,
-    cause_event_id: Option<String>,
     actor: Option<String>,
 }
 
@@ -189,7 +189,6 @@ fn decode(event: &StoredEvent) -> anyhow::Result<Decoded> {
         task,
         version,
         event: decoded,
-        cause_event_id: meta_text(&event.meta, "cause_event_id"),
         actor: meta_text(&event.meta, "actor"),
     })
 }
@@ -336,17 +335,6 @@ struct Write {
     source: Option<&'static str>,
 }
 
-struct TimelineWrite {
-    position: i64,
-    task: TaskId,
-    version: i64,
-    event_type: &'static str,
-    at: DateTime<Utc>,
-    summary: String,
-    cause_event_id: Option<String>,
-    actor: Option<String>,
-}
-
 struct LinkWrite {
     kind: LinkKind,
     value: String,
@@ -358,7 +346,6 @@ struct LinkWrite {
 #[derive(Default)]
 struct BatchWrites {
     tasks: Vec<Write>,
-    timeline: Vec<TimelineWrite>,
     links: Vec<LinkWrite>,
 }
 
@@ -381,14 +368,14 @@ impl Projector for TasksProjector {
     fn reset<'a>(&'a self, tx: &'a mut ProjectorTx) -> BoxFuture<'a, anyhow::Result<()>> {
         Box::pin(async move {
             match tx {
-                // TRUNCATE: a rebuild empties a million timeline rows in no time, where DELETE would visit each.
+                // TRUNCATE: a rebuild empties the tables in no time, where DELETE would visit each row.
                 ProjectorTx::Postgres(tx) => {
-                    sqlx::query("TRUNCATE tasks, task_timeline, task_links")
+                    sqlx::query("TRUNCATE tasks, task_links")
                         .execute(&mut **tx)
                         .await?;
                 }
                 ProjectorTx::Sqlite(tx) => {
-                    for table in ["tasks", "task_timeline", "task_links"] {
+                    for table in ["tasks", "task_links"] {
                         sqlx::query(&format!("DELETE FROM {table}"))
                             .execute(&mut **tx)
                             .await?;
@@ -471,16 +458,6 @@ impl Projector for TasksProjector {
                         position: d.position,
                     });
                 }
-                writes.timeline.push(TimelineWrite {
-                    position: d.position,
-                    task: d.task,
-                    version: d.version,
-                    event_type: d.event.kind(),
-                    at: d.event.at(),
-                    summary: summarize(&d.event),
-                    cause_event_id: d.cause_event_id.clone(),
-                    actor: d.actor.clone(),
-                });
                 last_positions.insert(d.task, d.position);
                 states.insert(d.task, (d.version, Some(task)));
             }
@@ -593,7 +570,6 @@ async fn replay_streams(
             version,
             event: decode_body(&stream, &event_type, &body)
                 .with_context(|| format!("replaying event at position {position}"))?,
-            cause_event_id: None,
             actor: None,
         };
         let (at, state) = states.remove(&task).unwrap_or((0, None));
@@ -745,44 +721,6 @@ async fn write_postgres(
         .await
         .context("writing tasks")?;
     }
-    if !w.timeline.is_empty() {
-        let n = w.timeline.len();
-        let mut position = Vec::with_capacity(n);
-        let mut task = Vec::with_capacity(n);
-        let mut version = Vec::with_capacity(n);
-        let mut event_type = Vec::with_capacity(n);
-        let mut at = Vec::with_capacity(n);
-        let mut summary = Vec::with_capacity(n);
-        let mut cause = Vec::with_capacity(n);
-        let mut actor = Vec::with_capacity(n);
-        for e in &w.timeline {
-            position.push(e.position);
-            task.push(e.task.to_string());
-            version.push(e.version);
-            event_type.push(e.event_type);
-            at.push(e.at);
-            summary.push(e.summary.as_str());
-            cause.push(e.cause_event_id.as_deref());
-            actor.push(e.actor.as_deref());
-        }
-        sqlx::query(
-            "INSERT INTO task_timeline (position, task_id, stream_version, event_type, at, summary,
-                cause_event_id, actor)
-             SELECT * FROM unnest($1::int8[], $2::text[], $3::int8[], $4::text[], $5::timestamptz[],
-                $6::text[], $7::text[], $8::text[])",
-        )
-        .bind(position)
-        .bind(task)
-        .bind(version)
-        .bind(event_type)
-        .bind(at)
-        .bind(summary)
-        .bind(cause)
-        .bind(actor)
-        .execute(&mut **tx)
-        .await
-        .context("writing the timeline")?;
-    }
     if !w.links.is_empty() {
         let n = w.links.len();
         let mut kind = Vec::with_capacity(n);
@@ -850,23 +788,6 @@ async fn write_sqlite(
             .execute(&mut **tx)
             .await
             .context("writing tasks")?;
-    }
-    for e in &w.timeline {
-        sqlx::query(
-            "INSERT INTO task_timeline (position, task_id, stream_version, event_type, at, summary,
-                cause_event_id, actor) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        )
-        .bind(e.position)
-        .bind(e.task.to_string())
-        .bind(e.version)
-        .bind(e.event_type)
-        .bind(e.at)
-        .bind(&e.summary)
-        .bind(&e.cause_event_id)
-        .bind(&e.actor)
-        .execute(&mut **tx)
-        .await
-        .context("writing the timeline")?;
     }
     for l in &w.links {
         sqlx::query(
@@ -994,27 +915,42 @@ pub async fn get(store: &EventStore, id: TaskId) -> Result<Option<TaskRow>, Task
     row.transpose()
 }
 
-/// Every event of a task, in log order.
+/// Every event of a task, in log order, up to the version its row is at (so the timeline and the row agree);
+/// empty for a task without a row. Read from the task's stream in the log, summarised here.
 pub async fn timeline(store: &EventStore, id: TaskId) -> Result<Vec<TimelineEntry>, TasksError> {
-    const COLUMNS: &str =
-        "position, stream_version, event_type, at, summary, cause_event_id, actor";
-    Ok(match store {
-        EventStore::Postgres(s) => {
-            sqlx::query_as(&format!(
-                "SELECT {COLUMNS} FROM task_timeline WHERE task_id = $1 ORDER BY position"
-            ))
-            .bind(id.to_string())
-            .fetch_all(s.pool())
-            .await?
-        }
-        EventStore::Sqlite(s) => {
-            sqlx::query_as(&format!(
-                "SELECT {COLUMNS} FROM task_timeline WHERE task_id = ?1 ORDER BY position"
-            ))
-            .bind(id.to_string())
-            .fetch_all(s.pool())
-            .await?
-        }
+    let Some(row) = get(store, id).await? else {
+        return Ok(Vec::new());
+    };
+    store
+        .read_stream(&id.stream())
+        .await?
+        .iter()
+        .take_while(|e| e.stream_version.is_some_and(|v| v <= row.version))
+        .map(|e| {
+            timeline_entry(e).map_err(|e| TasksError::Corrupt {
+                task: id.to_string(),
+                why: format!("{e:#}"),
+            })
+        })
+        .collect()
+}
+
+/// One task event as a timeline entry: what happened, when, who did it and what caused it.
+pub fn timeline_entry(event: &StoredEvent) -> anyhow::Result<TimelineEntry> {
+    let stream = event.stream.as_deref().unwrap_or_default();
+    let stream_version = event
+        .stream_version
+        .ok_or_else(|| anyhow!("event at position {} is in no stream", event.position))?;
+    let decoded = decode_body(stream, &event.event_type, &event.body)
+        .with_context(|| format!("event at position {}", event.position))?;
+    Ok(TimelineEntry {
+        position: event.position,
+        stream_version,
+        event_type: event.event_type.clone(),
+        at: decoded.at(),
+        summary: summarize(&decoded),
+        cause_event_id: meta_text(&event.meta, "cause_event_id"),
+        actor: meta_text(&event.meta, "actor"),
     })
 }
 
