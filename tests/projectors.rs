@@ -18,6 +18,7 @@ per_backend!(
     incremental_processing_equals_a_rebuild_and_the_log,
     a_crash_mid_batch_applies_nothing_and_loses_nothing,
     two_instances_never_apply_a_batch_twice,
+    a_rebuild_reading_ahead_next_to_a_serving_instance_counts_every_event_once,
     a_version_bump_rebuilds_from_zero_and_a_newer_version_is_left_alone,
     a_failing_event_stops_the_projector_there_shows_in_health_and_is_retried,
     a_killed_replay_leaves_a_consistent_checkpoint_to_resume_from,
@@ -196,6 +197,61 @@ async fn two_instances_never_apply_a_batch_twice(db: TestDb) {
     ra.await.unwrap();
     rb.await.unwrap();
     run_to_head(&a).await;
+    assert_eq!(
+        sources::activity(&store).await.unwrap(),
+        common::sources_oracle(&store).await
+    );
+    let total: i64 = sources::activity(&store)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.events)
+        .sum();
+    assert_eq!(total, 600, "every event counted exactly once");
+    stop.cancel();
+}
+
+/// `replay` reads its next page ahead of the transaction that applies it; a serving instance moving the same
+/// projector in between (and appends going on) must make it drop that page, never apply it twice or skip.
+async fn a_rebuild_reading_ahead_next_to_a_serving_instance_counts_every_event_once(db: TestDb) {
+    let (store, log, stop) = open(&db).await;
+    append(&log, "seed", 400).await;
+    let serving = Arc::new(Projection::with_batch(
+        store.clone(),
+        Arc::new(SourcesProjector),
+        13,
+    ));
+    let replay = Projection::with_batch(store.clone(), Arc::new(SourcesProjector), 17);
+    let writer = {
+        let log = log.clone();
+        tokio::spawn(async move {
+            for round in 0..4 {
+                append(&log, &format!("w{round}"), 50).await;
+            }
+        })
+    };
+    let server = {
+        let serving = serving.clone();
+        tokio::spawn(async move {
+            let mut applied = 0;
+            for _ in 0..60 {
+                if let Step::Applied { .. } = serving.step(13).await.unwrap() {
+                    applied += 1;
+                }
+                tokio::task::yield_now().await;
+            }
+            applied
+        })
+    };
+    let done = replay.rebuild(|_| {}).await.unwrap();
+    writer.await.unwrap();
+    let served = server.await.unwrap();
+    assert!(
+        served > 0,
+        "the serving instance took batches during the rebuild"
+    );
+    assert!(done.position >= 400, "{done:?}");
+    run_to_head(&serving).await;
     assert_eq!(
         sources::activity(&store).await.unwrap(),
         common::sources_oracle(&store).await

@@ -191,6 +191,25 @@ impl EventStore {
         }
     }
 
+    /// Like [`Self::read_after`], with only the bodies asked for (a projector's read, outside its transaction).
+    pub async fn read_after_with(
+        &self,
+        after: i64,
+        limit: i64,
+        bodies: Bodies,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        match self {
+            Self::Postgres(s) => {
+                let mut conn = s.pool().acquire().await?;
+                postgres::read_after_on(&mut conn, after, limit, bodies).await
+            }
+            Self::Sqlite(s) => {
+                let mut conn = s.pool().acquire().await?;
+                sqlite::read_after_on(&mut conn, after, limit, bodies).await
+            }
+        }
+    }
+
     pub async fn get(&self, id: Uuid) -> Result<Option<StoredEvent>, StoreError> {
         match self {
             Self::Postgres(s) => s.get(id).await,
