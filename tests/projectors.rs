@@ -230,22 +230,42 @@ async fn a_rebuild_reading_ahead_next_to_a_serving_instance_counts_every_event_o
             }
         })
     };
+    // The serving instance runs on a thread of its own, and steps exactly when the rebuild has committed a
+    // batch (its progress callback waits for it): by then the rebuild's next page is read or being read from
+    // where it stood, and that page must be dropped.
+    let (asks, asked) = std::sync::mpsc::channel::<()>();
+    let (answers, answered) = std::sync::mpsc::channel::<bool>();
     let server = {
         let serving = serving.clone();
-        tokio::spawn(async move {
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             let mut applied = 0;
-            for _ in 0..60 {
-                if let Step::Applied { .. } = serving.step(13).await.unwrap() {
-                    applied += 1;
-                }
-                tokio::task::yield_now().await;
+            while asked.recv().is_ok() {
+                let step = runtime.block_on(serving.step(13)).unwrap();
+                let moved = matches!(step, Step::Applied { .. });
+                applied += usize::from(moved);
+                answers.send(moved).unwrap();
             }
             applied
         })
     };
-    let done = replay.rebuild(|_| {}).await.unwrap();
+    let mut batches = 0;
+    let done = replay
+        .rebuild(|progress| {
+            batches += 1;
+            if progress.events > 0 && batches % 3 == 0 {
+                asks.send(()).unwrap();
+                answered.recv().unwrap();
+            }
+        })
+        .await
+        .unwrap();
+    drop(asks);
+    let served = server.join().unwrap();
     writer.await.unwrap();
-    let served = server.await.unwrap();
     assert!(
         served > 0,
         "the serving instance took batches during the rebuild"

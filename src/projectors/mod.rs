@@ -490,7 +490,15 @@ impl Projection {
 
     async fn begin(&self) -> Result<ProjectorTx, ProjectionError> {
         Ok(match &self.store {
-            EventStore::Postgres(s) => ProjectorTx::Postgres(s.pool().begin().await?),
+            EventStore::Postgres(s) => {
+                let mut tx = s.pool().begin().await?;
+                // A read model and its checkpoint commit together, so a commit lost in a database crash is lost
+                // whole and simply applied again: no need to wait for the WAL flush.
+                sqlx::query("SET LOCAL synchronous_commit = off")
+                    .execute(&mut *tx)
+                    .await?;
+                ProjectorTx::Postgres(tx)
+            }
             // IMMEDIATE: take the write lock up front, so two writers queue rather than fail on upgrade.
             EventStore::Sqlite(s) => {
                 ProjectorTx::Sqlite(s.pool().begin_with("BEGIN IMMEDIATE").await?)

@@ -727,19 +727,22 @@ async fn write_postgres(
         let mut value = Vec::with_capacity(n);
         let mut task = Vec::with_capacity(n);
         let mut position = Vec::with_capacity(n);
-        for l in &w.links {
+        // A value may repeat within a batch (one INSERT cannot touch a row twice): links are in log order, so
+        // the first one seen is its first claim, which ON CONFLICT keeps across batches too.
+        let mut seen = std::collections::HashSet::with_capacity(n);
+        for l in w
+            .links
+            .iter()
+            .filter(|l| seen.insert((l.kind, l.value.as_str())))
+        {
             kind.push(l.kind.as_str());
             value.push(l.value.as_str());
             task.push(l.task.to_string());
             position.push(l.position);
         }
-        // A value may repeat within a batch: DISTINCT ON keeps its first claim, as ON CONFLICT does across
-        // batches (one INSERT cannot touch a row twice).
         sqlx::query(
             "INSERT INTO task_links (kind, value, task_id, position)
-             SELECT DISTINCT ON (kind, value) kind, value, task_id, position
-             FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[]) AS l(kind, value, task_id, position)
-             ORDER BY kind, value, position
+             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[])
              ON CONFLICT (kind, value) DO NOTHING",
         )
         .bind(kind)
