@@ -216,7 +216,7 @@ fn print_loaded(loaded: &Loaded, json: bool) -> anyhow::Result<()> {
     }
     println!("  timeline:");
     for e in &loaded.events {
-        let actor = e.meta.get("actor").and_then(|a| a.as_str()).unwrap_or("-");
+        let actor = e.meta.text("actor").unwrap_or_else(|| "-".to_owned());
         let summary = crate::projectors::tasks::timeline_entry(e)
             .map(|t| t.summary)
             .unwrap_or_default();

@@ -84,7 +84,10 @@ async fn appends_get_consecutive_positions_and_keep_exact_bytes(db: TestDb) {
     assert_eq!(stored.repository.as_deref(), Some("acme/billing"));
     assert_eq!(stored.number, Some(12));
     assert_eq!(stored.reference.as_deref(), Some("ENG-1"));
-    assert_eq!(stored.meta["x-github-delivery"], "d-1");
+    assert_eq!(
+        stored.meta.text("x-github-delivery").as_deref(),
+        Some("d-1")
+    );
     assert_eq!(stored.id.get_version_num(), 7, "ids are UUIDv7");
     assert!(stored.recorded_at >= stored.occurred_at - chrono::Duration::seconds(1));
     assert!(store.get(uuid::Uuid::now_v7()).await.unwrap().is_none());

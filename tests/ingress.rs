@@ -83,7 +83,10 @@ async fn every_github_fixture_is_stored_once_and_tampering_is_refused(db: TestDb
             e.repository.as_deref(),
             parsed["repository"]["full_name"].as_str()
         );
-        assert_eq!(e.meta["x-github-delivery"], delivery.as_str());
+        assert_eq!(
+            e.meta.text("x-github-delivery").as_deref(),
+            Some(delivery.as_str())
+        );
     }
     app.stop().await;
 }

@@ -125,8 +125,8 @@ async fn a_labeled_github_issue_from_a_member_becomes_one_task(db: TestDb) {
     assert!(task(&app, "T-2").await.is_none(), "one ticket, one task");
     let created = events_of(&app, "task.created").await;
     assert_eq!(created.len(), 1);
-    assert_eq!(created[0].meta["actor"], "github");
-    let cause = created[0].meta["cause_event_id"].as_str().unwrap();
+    assert_eq!(created[0].meta.text("actor").as_deref(), Some("github"));
+    let cause = created[0].meta.text("cause_event_id").unwrap();
     let first_webhook = &events_of(&app, "github.issues.opened").await[0];
     assert_eq!(
         cause,

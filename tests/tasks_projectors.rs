@@ -372,7 +372,8 @@ async fn expected(store: &EventStore) -> Expected {
     for (task_id, events) in &streams {
         let task = replay(events.iter().map(|(_, e)| e)).unwrap().unwrap();
         let (first, _) = &events[0];
-        let actor = first.meta.get("actor").and_then(|a| a.as_str());
+        let actor = first.meta.text("actor");
+        let actor = actor.as_deref();
         let TaskEvent::Created(created) = &events[0].1 else {
             panic!("{task_id} does not start with task.created");
         };
@@ -404,16 +405,8 @@ async fn expected(store: &EventStore) -> Expected {
                 event_type: event.kind().to_owned(),
                 at: event.at(),
                 summary: summarize(event),
-                cause_event_id: stored
-                    .meta
-                    .get("cause_event_id")
-                    .and_then(|c| c.as_str())
-                    .map(str::to_owned),
-                actor: stored
-                    .meta
-                    .get("actor")
-                    .and_then(|c| c.as_str())
-                    .map(str::to_owned),
+                cause_event_id: stored.meta.text("cause_event_id"),
+                actor: stored.meta.text("actor"),
             });
             let mut brought = match event {
                 TaskEvent::Created(c) => link_keys(&c.links),

@@ -21,7 +21,7 @@ pub struct Envelope {
     pub recorded_at: DateTime<Utc>,
     /// The payload as JSON, byte for byte as received when the body was JSON.
     pub data: Box<RawValue>,
-    pub meta: serde_json::Map<String, serde_json::Value>,
+    pub meta: super::Meta,
 }
 
 impl StoredEvent {

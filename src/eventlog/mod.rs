@@ -7,6 +7,7 @@
 //! skips an event that commits late.
 
 mod envelope;
+mod meta;
 pub(crate) mod postgres;
 pub(crate) mod sqlite;
 
@@ -20,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 pub use envelope::Envelope;
+pub use meta::Meta;
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
@@ -72,7 +74,7 @@ pub struct StoredEvent {
     pub content_type: String,
     /// The exact bytes received (for webhooks, the raw request body).
     pub body: Vec<u8>,
-    pub meta: serde_json::Map<String, serde_json::Value>,
+    pub meta: Meta,
 }
 
 #[derive(Debug, thiserror::Error)]

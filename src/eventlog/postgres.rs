@@ -376,7 +376,7 @@ fn corrupt_batch(reason: String) -> StoreError {
 fn decode(row: &PgRow) -> Result<StoredEvent, StoreError> {
     let position: i64 = row.try_get(0)?;
     let meta: String = row.try_get(15)?;
-    let meta = serde_json::from_str(&meta).map_err(|e| StoreError::Corrupt {
+    let meta = super::Meta::from_json(meta).map_err(|e| StoreError::Corrupt {
         position,
         reason: format!("meta is not a JSON object: {e}"),
     })?;

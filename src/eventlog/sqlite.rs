@@ -312,7 +312,7 @@ fn parse_uuid(position: i64, text: String) -> Result<Uuid, StoreError> {
 fn decode(row: &SqliteRow) -> Result<StoredEvent, StoreError> {
     let position: i64 = row.try_get("position")?;
     let meta: String = row.try_get("meta")?;
-    let meta = serde_json::from_str(&meta).map_err(|e| StoreError::Corrupt {
+    let meta = super::Meta::from_json(meta).map_err(|e| StoreError::Corrupt {
         position,
         reason: format!("meta is not a JSON object: {e}"),
     })?;

@@ -169,13 +169,6 @@ fn is_task_event(event: &StoredEvent) -> bool {
             .is_some_and(|s| s.starts_with(STREAM_PREFIX))
 }
 
-fn meta_text(meta: &serde_json::Map<String, serde_json::Value>, key: &str) -> Option<String> {
-    meta.get(key).map(|v| match v {
-        serde_json::Value::String(s) => s.clone(),
-        other => other.to_string(),
-    })
-}
-
 fn decode(event: &StoredEvent) -> anyhow::Result<Decoded> {
     let stream = event.stream.as_deref().unwrap_or_default();
     let task = TaskId::from_str(&stream[STREAM_PREFIX.len()..])
@@ -188,8 +181,13 @@ fn decode(event: &StoredEvent) -> anyhow::Result<Decoded> {
         position: event.position,
         task,
         version,
+        // Only a creation's actor is used (the task's source); meta is parsed only when read.
+        actor: if matches!(decoded, TaskEvent::Created(_)) {
+            event.meta.text("actor")
+        } else {
+            None
+        },
         event: decoded,
-        actor: meta_text(&event.meta, "actor"),
     })
 }
 
@@ -952,8 +950,8 @@ pub fn timeline_entry(event: &StoredEvent) -> anyhow::Result<TimelineEntry> {
         event_type: event.event_type.clone(),
         at: decoded.at(),
         summary: summarize(&decoded),
-        cause_event_id: meta_text(&event.meta, "cause_event_id"),
-        actor: meta_text(&event.meta, "actor"),
+        cause_event_id: event.meta.text("cause_event_id"),
+        actor: event.meta.text("actor"),
     })
 }
 
