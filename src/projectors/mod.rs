@@ -222,22 +222,25 @@ impl Projection {
 
     /// One transaction: up to `limit` events applied and the checkpoint moved, or nothing at all.
     pub async fn step(&self, limit: i64) -> Result<Step, ProjectionError> {
-        self.step_with(limit, None).await
+        self.step_with(limit, None, false).await
     }
 
     /// [`Self::step`], applying `ahead` when it was read from exactly where the projector stands under its lock
     /// (otherwise the page is dropped and the batch read in the transaction). Events are immutable and commit
     /// in position order (the log's writer lock), so such a page is what the transaction would have read.
+    /// `just_reset`: the caller emptied the read model in a transaction it committed a moment ago, so finding it
+    /// at position 0 needs no second reset (on Postgres a second TRUNCATE of every table).
     async fn step_with(
         &self,
         limit: i64,
         ahead: Option<ReadAhead>,
+        just_reset: bool,
     ) -> Result<Step, ProjectionError> {
         let name = self.projector.name();
         let ours = self.projector.version();
         let mut tx = self.begin().await?;
         let (version, position) = lock_or_create_row(&mut tx, name, ours).await?;
-        if version == ours && position == 0 {
+        if version == ours && position == 0 && !just_reset {
             // At position 0 the read model must be empty; it may not be after a dropped row or a half-finished
             // manual cleanup. Cheap when it already is.
             self.reset_in(&mut tx).await?;
@@ -446,7 +449,7 @@ impl Projection {
         &self,
         mut progress: impl FnMut(RebuildProgress),
     ) -> Result<RebuildProgress, ProjectionError> {
-        self.reset().await?;
+        // The first page is read while the read model is emptied.
         let (pages, mut ahead) = tokio::sync::mpsc::channel(1);
         let reader = tokio::spawn(read_ahead(
             self.store.clone(),
@@ -455,6 +458,8 @@ impl Projection {
             pages,
         ));
         let _stop_reader = AbortOnDrop(reader.abort_handle());
+        self.reset().await?;
+        let mut just_reset = true;
         let mut head = self.store.head().await?;
         let mut done = RebuildProgress {
             position: 0,
@@ -468,7 +473,9 @@ impl Projection {
                 // The reader saw the head; from here each transaction reads for itself.
                 None => None,
             };
-            match self.step_with(self.batch, page).await? {
+            let step = self.step_with(self.batch, page, just_reset).await?;
+            just_reset = false;
+            match step {
                 Step::Applied { to, events, .. } => {
                     done.position = to;
                     done.events += events as u64;
