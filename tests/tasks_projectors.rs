@@ -750,6 +750,12 @@ async fn assert_stops_at(store: &EventStore, bad: i64, needle: &str) {
         matches!(error, pidevops::projectors::ProjectionError::Failed { first, last, .. } if first <= bad && bad <= last),
         "{error}"
     );
+    // Replay decodes on its read-ahead side; the cause still names the event and what is wrong with it.
+    let message = error.to_string();
+    assert!(
+        message.contains(&format!("event at position {bad}")) && message.contains(needle),
+        "{message}"
+    );
 }
 
 async fn an_undecodable_task_event_stops_the_projector_there(db: TestDb) {

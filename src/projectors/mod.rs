@@ -86,7 +86,26 @@ pub trait Projector: Send + Sync + 'static {
         tx: &'a mut ProjectorTx,
         events: &'a [StoredEvent],
     ) -> BoxFuture<'a, anyhow::Result<()>>;
+    /// The part of `apply` that needs no database (decoding bodies, say). `replay` runs it on the page it reads
+    /// ahead, on the reader's side, while the page before is being applied, and hands the result to
+    /// `apply_prepared` with that same page. It must not fail: per-event errors belong in what it returns, for
+    /// `apply_prepared` to report exactly as `apply` would.
+    fn prepare(&self, _events: &[StoredEvent]) -> Option<Prepared> {
+        None
+    }
+    /// `apply`, given what `prepare` made of these very events.
+    fn apply_prepared<'a>(
+        &'a self,
+        tx: &'a mut ProjectorTx,
+        events: &'a [StoredEvent],
+        _prepared: Prepared,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        self.apply(tx, events)
+    }
 }
+
+/// What a projector's `prepare` made of a page; only that projector's `apply_prepared` opens it.
+pub type Prepared = Box<dyn std::any::Any + Send>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProjectionError {
@@ -266,28 +285,45 @@ impl Projection {
             position
         };
 
-        let events = match (ahead, &mut tx) {
-            (Some(page), _) if page.after == position && !page.events.is_empty() => page.events,
-            (_, ProjectorTx::Postgres(tx)) => {
+        let (events, prepared) = match (ahead, &mut tx) {
+            (Some(page), _) if page.after == position && !page.events.is_empty() => {
+                (page.events, page.prepared)
+            }
+            (_, ProjectorTx::Postgres(tx)) => (
                 crate::eventlog::postgres::read_after_on(
                     tx,
                     position,
                     limit,
                     self.projector.bodies(),
                 )
-                .await?
-            }
-            (_, ProjectorTx::Sqlite(tx)) => {
-                crate::eventlog::sqlite::read_after_on(tx, position, limit, self.projector.bodies())
-                    .await?
-            }
+                .await?,
+                None,
+            ),
+            (_, ProjectorTx::Sqlite(tx)) => (
+                crate::eventlog::sqlite::read_after_on(
+                    tx,
+                    position,
+                    limit,
+                    self.projector.bodies(),
+                )
+                .await?,
+                None,
+            ),
         };
         let (Some(first), Some(last)) = (events.first(), events.last()) else {
             commit(tx).await?;
             return Ok(Step::CaughtUp { position });
         };
         let (first, last) = (first.position, last.position);
-        if let Err(error) = self.projector.apply(&mut tx, &events).await {
+        let applied = match prepared {
+            Some(prepared) => {
+                self.projector
+                    .apply_prepared(&mut tx, &events, prepared)
+                    .await
+            }
+            None => self.projector.apply(&mut tx, &events).await,
+        };
+        if let Err(error) = applied {
             return Err(ProjectionError::Failed {
                 name,
                 first,
@@ -453,7 +489,7 @@ impl Projection {
         let (pages, mut ahead) = tokio::sync::mpsc::channel(1);
         let reader = tokio::spawn(read_ahead(
             self.store.clone(),
-            self.projector.bodies(),
+            self.projector.clone(),
             self.batch,
             pages,
         ));
@@ -527,28 +563,32 @@ struct ReadAhead {
     /// The position the page was read after: it is applied only by a transaction that finds the projector there.
     after: i64,
     events: Vec<StoredEvent>,
+    prepared: Option<Prepared>,
 }
 
 /// Reads the log page after page from position 0 until a page comes back empty (or the rebuild stops
 /// listening), handing each on through a channel of one: one page applied, one waiting, one being read.
 async fn read_ahead(
     store: EventStore,
-    bodies: Bodies,
+    projector: Arc<dyn Projector>,
     limit: i64,
     pages: tokio::sync::mpsc::Sender<Result<ReadAhead, StoreError>>,
 ) {
     let mut after = 0;
     loop {
-        let page = store.read_after_with(after, limit, bodies).await;
+        let page = store
+            .read_after_with(after, limit, projector.bodies())
+            .await;
         let next = match &page {
             Ok(events) => events.last().map(|e| e.position),
             Err(_) => None,
         };
-        if pages
-            .send(page.map(|events| ReadAhead { after, events }))
-            .await
-            .is_err()
-        {
+        let page = page.map(|events| ReadAhead {
+            after,
+            prepared: projector.prepare(&events),
+            events,
+        });
+        if pages.send(page).await.is_err() {
             return;
         }
         match next {
