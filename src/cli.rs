@@ -127,6 +127,7 @@ async fn run(board: &Board, command: TaskCommand) -> anyhow::Result<()> {
                 links: Default::default(),
                 approval,
                 max_attempts: None,
+                ticket_version: None,
             };
             let key = format!("cli:{}", uuid::Uuid::new_v4());
             let (outcome, _) = board.create(draft, &key, "cli", None).await?;

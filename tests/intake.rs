@@ -321,6 +321,21 @@ async fn linear_edits_update_the_spec_and_removing_the_label_cancels_an_unstarte
         "Retry failed Stripe webhooks, with jitter"
     );
     assert_eq!(shown["task"]["column"], "triage");
+    // An edit made before that one, delivered only now (a retried delivery): Linear's updatedAt says it is
+    // stale, and the spec keeps the newer wording.
+    let mut late = issue.clone();
+    late["action"] = json!("update");
+    late["data"]["title"] = json!("Retry failed Stripe webhooks (draft)");
+    app.post_linear(&linear(late, "2026-11-29T10:16:00.000Z"))
+        .await;
+    settle(&app).await;
+    let shown = task(&app, "T-1").await.expect("the task");
+    assert_eq!(
+        shown["task"]["spec"]["task"], "Retry failed Stripe webhooks, with jitter",
+        "{shown}"
+    );
+    assert_eq!(shown["task"]["ticket_version"], "2026-11-29T10:17:00Z");
+    assert_eq!(events_of(&app, "task.spec_updated").await.len(), 1);
 
     // Another issue that never had the label: nothing to cancel, nothing recorded.
     let mut other = issue.clone();

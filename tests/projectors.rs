@@ -197,18 +197,16 @@ async fn two_instances_never_apply_a_batch_twice(db: TestDb) {
     ra.await.unwrap();
     rb.await.unwrap();
     run_to_head(&a).await;
-    assert_eq!(
-        sources::activity(&store).await.unwrap(),
-        common::sources_oracle(&store).await
-    );
-    let total: i64 = sources::activity(&store)
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.events)
-        .sum();
-    assert_eq!(total, 600, "every event counted exactly once");
+    assert_every_event_counted_once(&store, 600).await;
     stop.cancel();
+}
+
+/// The read model equals the SQL oracle, and its counts add up to exactly the events appended.
+async fn assert_every_event_counted_once(store: &EventStore, appended: i64) {
+    let activity = sources::activity(store).await.unwrap();
+    assert_eq!(activity, common::sources_oracle(store).await);
+    let total: i64 = activity.iter().map(|r| r.events).sum();
+    assert_eq!(total, appended, "every event counted exactly once");
 }
 
 /// `replay` reads its next page ahead of the transaction that applies it; a serving instance moving the same
@@ -216,11 +214,6 @@ async fn two_instances_never_apply_a_batch_twice(db: TestDb) {
 async fn a_rebuild_reading_ahead_next_to_a_serving_instance_counts_every_event_once(db: TestDb) {
     let (store, log, stop) = open(&db).await;
     append(&log, "seed", 400).await;
-    let serving = Arc::new(Projection::with_batch(
-        store.clone(),
-        Arc::new(SourcesProjector),
-        13,
-    ));
     let replay = Projection::with_batch(store.clone(), Arc::new(SourcesProjector), 17);
     let writer = {
         let log = log.clone();
@@ -232,26 +225,27 @@ async fn a_rebuild_reading_ahead_next_to_a_serving_instance_counts_every_event_o
     };
     // The serving instance runs on a thread of its own, and steps exactly when the rebuild has committed a
     // batch (its progress callback waits for it): by then the rebuild's next page is read or being read from
-    // where it stood, and that page must be dropped.
+    // where it stood, and that page must be dropped. It has its own runtime and its own connections: a
+    // connection's socket belongs to the runtime that opened it, and this test's runtime is blocked meanwhile.
     let (asks, asked) = std::sync::mpsc::channel::<()>();
     let (answers, answered) = std::sync::mpsc::channel::<bool>();
-    let server = {
-        let serving = serving.clone();
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            let mut applied = 0;
-            while asked.recv().is_ok() {
-                let step = runtime.block_on(serving.step(13)).unwrap();
-                let moved = matches!(step, Step::Applied { .. });
-                applied += usize::from(moved);
-                answers.send(moved).unwrap();
-            }
-            applied
-        })
-    };
+    let url = db.url.clone();
+    let server = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let store = runtime.block_on(EventStore::connect(&url, 2)).unwrap();
+        let serving = Projection::with_batch(store, Arc::new(SourcesProjector), 13);
+        let mut applied = 0;
+        while asked.recv().is_ok() {
+            let step = runtime.block_on(serving.step(13)).unwrap();
+            let moved = matches!(step, Step::Applied { .. });
+            applied += usize::from(moved);
+            answers.send(moved).unwrap();
+        }
+        applied
+    });
     let mut batches = 0;
     let done = replay
         .rebuild(|progress| {
@@ -271,18 +265,8 @@ async fn a_rebuild_reading_ahead_next_to_a_serving_instance_counts_every_event_o
         "the serving instance took batches during the rebuild"
     );
     assert!(done.position >= 400, "{done:?}");
-    run_to_head(&serving).await;
-    assert_eq!(
-        sources::activity(&store).await.unwrap(),
-        common::sources_oracle(&store).await
-    );
-    let total: i64 = sources::activity(&store)
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.events)
-        .sum();
-    assert_eq!(total, 600, "every event counted exactly once");
+    run_to_head(&replay).await;
+    assert_every_event_counted_once(&store, 600).await;
     stop.cancel();
 }
 

@@ -164,6 +164,7 @@ fn new_task(n: u64, priority: Priority, links: Links, approval: ApprovalPolicy) 
         links,
         approval,
         max_attempts: MaxAttempts::new(2).unwrap(),
+        ticket_version: None,
     }))
 }
 

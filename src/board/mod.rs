@@ -73,6 +73,9 @@ pub struct Draft {
     pub approval: Option<ApprovalPolicy>,
     #[serde(default)]
     pub max_attempts: Option<MaxAttempts>,
+    /// Set by intake from the ticket (Linear's `updatedAt`); not something an API caller can claim.
+    #[serde(skip)]
+    pub ticket_version: Option<chrono::DateTime<Utc>>,
 }
 
 impl Draft {
@@ -85,6 +88,7 @@ impl Draft {
             links,
             approval: None,
             max_attempts: None,
+            ticket_version: None,
         }
     }
 }
@@ -366,6 +370,7 @@ impl Board {
                 links: draft.links.clone(),
                 approval,
                 max_attempts: draft.max_attempts.unwrap_or(self.config.max_attempts),
+                ticket_version: draft.ticket_version,
             };
             let events = decide(None, &Command::Create(Box::new(new)), Utc::now())?;
             let Some((first, rest)) = events.split_first() else {

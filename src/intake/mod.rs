@@ -121,7 +121,7 @@ impl Intake {
                 self.record_ignored(event, &reason).await
             }
             Decision::Create { key, draft } => {
-                let spec = draft.spec.clone();
+                let (spec, ticket_version) = (draft.spec.clone(), draft.ticket_version);
                 match self
                     .board
                     .create(*draft, &key, &event.source, Some(event.id))
@@ -135,7 +135,8 @@ impl Intake {
                     }
                     Ok((outcome, false)) => {
                         progress.existing += 1;
-                        self.follow_edits(&outcome.task, spec, &key, event).await
+                        self.follow_edits(&outcome.task, spec, ticket_version, &key, event)
+                            .await
                     }
                     // The domain refused what the ticket asks for: a fact about the ticket, not an outage.
                     Err(BoardError::Refused(refusal)) => {
@@ -150,18 +151,23 @@ impl Intake {
     }
 
     /// A ticket seen again after its task exists: a changed title or description updates the spec until work
-    /// starts (the domain refuses it after, which is expected, not an error).
+    /// starts (the domain refuses it after, which is expected, not an error). An edit older, by the ticket's
+    /// own clock, than the one on record arrived late and changes nothing (the domain decides that too).
     async fn follow_edits(
         &self,
         task: &crate::tasks::Task,
         spec: crate::tasks::Spec,
+        ticket_version: Option<chrono::DateTime<chrono::Utc>>,
         key: &str,
         event: &StoredEvent,
     ) -> anyhow::Result<()> {
         if spec == *task.spec() || !before_work(task) {
             return Ok(());
         }
-        let command = crate::tasks::Command::UpdateSpec { spec };
+        let command = crate::tasks::Command::UpdateSpec {
+            spec,
+            ticket_version,
+        };
         match self.board.execute(task.id(), &command, &event.source).await {
             Ok(_) | Err(BoardError::Refused(_)) => Ok(()),
             Err(other) => {

@@ -387,10 +387,16 @@ fn linear_issue(data: &Value, config: &IntakeConfig) -> Decision {
         let priority = issue["priority"]
             .as_u64()
             .map(|p| Priority::from_linear(u8::try_from(p).unwrap_or(0)));
+        // Linear's own clock for this version of the issue: deliveries and polls can arrive out of order.
+        let ticket_version = issue["updatedAt"]
+            .as_str()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.with_timezone(&chrono::Utc));
         Ok((
             format!("linear:{id}"),
             Draft {
                 priority,
+                ticket_version,
                 ..Draft::new(
                     repo,
                     spec,

@@ -352,8 +352,9 @@ impl Projector for TasksProjector {
         NAME
     }
 
+    /// 2: the stored state carries the ticket version (`ticket_version`).
     fn version(&self) -> i64 {
-        1
+        2
     }
 
     fn bodies(&self) -> Bodies {

@@ -41,6 +41,10 @@ pub struct Task {
     follow_ups: Vec<FollowUp>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
+    /// The source ticket's own last-change time (Linear's `updatedAt`) behind the spec on record, when the
+    /// ticket has one: an edit older than this arrived late and is stale.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ticket_version: Option<DateTime<Utc>>,
 }
 
 /// Why a human is needed, and since when (the start of this episode; one alert per episode).
@@ -132,6 +136,9 @@ impl Task {
     pub fn updated_at(&self) -> DateTime<Utc> {
         self.updated_at
     }
+    pub fn ticket_version(&self) -> Option<DateTime<Utc>> {
+        self.ticket_version
+    }
 
     /// Whether `start` would be accepted: what the dispatcher asks before it spends a run.
     pub fn can_start(&self) -> bool {
@@ -151,6 +158,9 @@ pub struct NewTask {
     pub links: Links,
     pub approval: ApprovalPolicy,
     pub max_attempts: MaxAttempts,
+    /// The source ticket's last-change time, by its own clock, when it has one (see [`Task::ticket_version`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ticket_version: Option<DateTime<Utc>>,
 }
 
 /// Why an attempt is being retried.
@@ -198,9 +208,11 @@ pub enum Command {
     /// Ends a needs-human episode. After the last attempt it also buys exactly one more attempt, so a human's
     /// "go again" works and the next failure asks a human again.
     ClearNeedsHuman,
-    /// Only in `triage` or `todo`: a run's prompt must match the spec on record.
+    /// Only in `triage` or `todo`: a run's prompt must match the spec on record. With a `ticket_version` not
+    /// newer than the task's, the edit arrived out of order and changes nothing.
     UpdateSpec {
         spec: Spec,
+        ticket_version: Option<DateTime<Utc>>,
     },
     AttachFollowUp {
         text: FollowUpText,
@@ -248,6 +260,8 @@ pub struct TaskCreated {
     pub links: Links,
     pub approval: ApprovalPolicy,
     pub max_attempts: MaxAttempts,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ticket_version: Option<DateTime<Utc>>,
 }
 
 /// One fact about a task. The stream (one per task) says which task; `at` is when `decide` accepted it.
@@ -305,6 +319,8 @@ pub enum TaskEvent {
     SpecUpdated {
         at: DateTime<Utc>,
         spec: Spec,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ticket_version: Option<DateTime<Utc>>,
     },
     FollowUpAttached {
         at: DateTime<Utc>,
@@ -607,16 +623,24 @@ pub fn decide(
             Ok(vec![TaskEvent::NeedsHumanCleared { at, max_attempts }])
         }
 
-        Command::UpdateSpec { spec } => {
+        Command::UpdateSpec {
+            spec,
+            ticket_version,
+        } => {
             if !BEFORE_WORK.contains(&column) {
                 return Err(wrong(BEFORE_WORK));
             }
-            if *spec == task.spec {
+            let stale = matches!(
+                (ticket_version, task.ticket_version),
+                (Some(edit), Some(held)) if edit <= &held
+            );
+            if stale || *spec == task.spec {
                 return none;
             }
             Ok(vec![TaskEvent::SpecUpdated {
                 at,
                 spec: spec.clone(),
+                ticket_version: *ticket_version,
             }])
         }
 
@@ -663,6 +687,7 @@ fn create(new: &NewTask, at: DateTime<Utc>) -> Vec<TaskEvent> {
         links: new.links.clone(),
         approval: new.approval,
         max_attempts: new.max_attempts,
+        ticket_version: new.ticket_version,
     }))];
     // Auto approval is recorded as an approval, so everything downstream sees one path into `todo`.
     if new.approval == ApprovalPolicy::Auto {
@@ -862,9 +887,15 @@ pub fn evolve(state: Option<Task>, event: &TaskEvent) -> Result<Task, TaskError>
             task.needs_human = None;
             task.max_attempts = *max_attempts;
         }
-        TaskEvent::SpecUpdated { spec, .. } => {
+        TaskEvent::SpecUpdated {
+            spec,
+            ticket_version,
+            ..
+        } => {
             require(&task, BEFORE_WORK)?;
             task.spec = spec.clone();
+            // Never backwards: an edit without a version (from a person) keeps the ticket's.
+            task.ticket_version = task.ticket_version.max(*ticket_version);
         }
         TaskEvent::FollowUpAttached { at, text } => {
             require(&task, OPEN)?;
@@ -923,6 +954,7 @@ impl Task {
             follow_ups: Vec::new(),
             created_at: created.at,
             updated_at: created.at,
+            ticket_version: created.ticket_version,
         }
     }
 

@@ -49,6 +49,7 @@ pub(super) fn new_task(approval: ApprovalPolicy, max_attempts: u32) -> Command {
         },
         approval,
         max_attempts: MaxAttempts::new(max_attempts).expect("a valid budget"),
+        ticket_version: None,
     }))
 }
 
@@ -155,6 +156,7 @@ fn every_command() -> Vec<(&'static str, Command)> {
             "update-spec",
             Command::UpdateSpec {
                 spec: Spec::new("Fix the logout redirect", "", "").expect("a valid spec"),
+                ticket_version: None,
             },
         ),
         (
@@ -640,14 +642,55 @@ fn the_spec_changes_only_before_work_and_only_when_different() {
     let task = task_in(Column::Todo);
     let same = Command::UpdateSpec {
         spec: task.spec().clone(),
+        ticket_version: None,
     };
     assert_eq!(decide(Some(&task), &same, at(1)), Ok(vec![]));
     // After a failed attempt the task is back in todo, and a human may sharpen the spec for the next run.
     let task = then(task, Command::Start { run: run(1) });
     let task = then(task, run_failed(run(1)));
     let spec = Spec::new("Fix it properly", "", "").expect("valid");
-    let task = then(task, Command::UpdateSpec { spec: spec.clone() });
+    let task = then(
+        task,
+        Command::UpdateSpec {
+            spec: spec.clone(),
+            ticket_version: None,
+        },
+    );
     assert_eq!(task.spec(), &spec);
+}
+
+#[test]
+fn a_ticket_edit_older_than_the_spec_on_record_changes_nothing() {
+    let version = |second: i64| Some(at(second));
+    let edit = |title: &str, second: i64| Command::UpdateSpec {
+        spec: Spec::new(title, "", "").expect("valid"),
+        ticket_version: version(second),
+    };
+    let task = task_in(Column::Todo);
+    assert_eq!(task.ticket_version(), None);
+    // The newer edit arrives first, then the older one (a retried delivery, a slow poll).
+    let task = then(task, edit("Second wording", 20));
+    assert_eq!(task.ticket_version(), version(20));
+    assert_eq!(
+        decide(Some(&task), &edit("First wording", 10), at(30)),
+        Ok(vec![])
+    );
+    assert_eq!(
+        decide(Some(&task), &edit("Other, same time", 20), at(30)),
+        Ok(vec![])
+    );
+    let task = then(task, edit("Third wording", 25));
+    assert_eq!(task.spec().title(), "Third wording");
+    // A person's edit (no ticket version) applies and keeps the ticket's version.
+    let task = then(
+        task,
+        Command::UpdateSpec {
+            spec: Spec::new("By hand", "", "").expect("valid"),
+            ticket_version: None,
+        },
+    );
+    assert_eq!(task.spec().title(), "By hand");
+    assert_eq!(task.ticket_version(), version(25));
 }
 
 #[test]
@@ -766,6 +809,7 @@ fn events_serialize_tagged_and_their_kind_matches_the_tag() {
         },
         Command::UpdateSpec {
             spec: Spec::new("Do it", "", "").expect("valid"),
+            ticket_version: None,
         },
         Command::AttachFollowUp {
             text: FollowUpText::new("and this").expect("valid"),

@@ -45,7 +45,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Archive),
         2 => Just(Op::Flag),
         3 => Just(Op::Clear),
-        2 => (0u8..3).prop_map(Op::UpdateSpec),
+        3 => (0u8..6).prop_map(Op::UpdateSpec),
         2 => Just(Op::FollowUp),
         2 => (0usize..4).prop_map(Op::Reprioritize),
         2 => (0u8..4).prop_map(Op::AttachLinks),
@@ -99,8 +99,12 @@ fn command(op: &Op, state: Option<&Task>, step: u128) -> Command {
             reason: reason("question from the agent"),
         },
         Op::Clear => Command::ClearNeedsHuman,
+        // Versions 0..5 arrive in any order (and 5 from a person, without one): the stale ones change nothing.
         Op::UpdateSpec(n) => Command::UpdateSpec {
             spec: Spec::new(format!("Version {n}"), "", "").expect("a valid spec"),
+            ticket_version: (*n < 5).then(|| {
+                chrono::DateTime::from_timestamp(i64::from(*n) * 60, 0).expect("a valid time")
+            }),
         },
         Op::FollowUp => Command::AttachFollowUp {
             text: FollowUpText::new("one more thing").expect("valid text"),
@@ -209,6 +213,22 @@ fn check_step(
         "attempts never decrease"
     );
     prop_assert!(after.max_attempts() >= before.max_attempts());
+    prop_assert!(
+        after.ticket_version() >= before.ticket_version(),
+        "the ticket version never goes back"
+    );
+    if let (
+        Command::UpdateSpec {
+            ticket_version: Some(edit),
+            ..
+        },
+        Some(held),
+    ) = (command, before.ticket_version())
+    {
+        if *edit <= held {
+            prop_assert!(events.is_empty(), "a stale edit changes nothing");
+        }
+    }
     if after.column() != before.column() {
         prop_assert!(
             MOVES.contains(&(before.column(), after.column())),
