@@ -430,95 +430,93 @@ impl TasksProjector {
         tx: &mut ProjectorTx,
         decoded: Vec<anyhow::Result<Decoded>>,
     ) -> anyhow::Result<()> {
+        let decoded = decoded.into_iter().collect::<anyhow::Result<Vec<_>>>()?;
+        let Some(first) = decoded.first() else {
+            return Ok(());
+        };
+        let before = first.position;
+        // Touched tasks in first-seen order, so rows are written in a stable order.
+        let mut order: Vec<TaskId> = Vec::new();
+        let mut seen: HashMap<TaskId, usize> = HashMap::new();
+        for d in &decoded {
+            seen.entry(d.task).or_insert_with(|| {
+                order.push(d.task);
+                order.len() - 1
+            });
+        }
+        let stored = stored_versions(tx, &order).await?;
+        let mut states: HashMap<TaskId, (i64, Option<Task>)> = HashMap::new();
+        let mut misses: Vec<(TaskId, i64)> = Vec::new();
         {
-            let decoded = decoded.into_iter().collect::<anyhow::Result<Vec<_>>>()?;
-            let Some(first) = decoded.first() else {
-                return Ok(());
-            };
-            let before = first.position;
-            // Touched tasks in first-seen order, so rows are written in a stable order.
-            let mut order: Vec<TaskId> = Vec::new();
-            let mut seen: HashMap<TaskId, usize> = HashMap::new();
-            for d in &decoded {
-                seen.entry(d.task).or_insert_with(|| {
-                    order.push(d.task);
-                    order.len() - 1
-                });
-            }
-            let stored = stored_versions(tx, &order).await?;
-            let mut states: HashMap<TaskId, (i64, Option<Task>)> = HashMap::new();
-            let mut misses: Vec<(TaskId, i64)> = Vec::new();
-            {
-                let mut cache = self
-                    .cache
-                    .lock()
-                    .map_err(|_| anyhow!("the task cache lock is poisoned"))?;
-                for id in &order {
-                    match stored.get(id) {
-                        None => {
-                            states.insert(*id, (0, None));
-                        }
-                        Some(&version) => match cache.remove(id) {
-                            Some((v, task)) if v == version => {
-                                states.insert(*id, (version, Some(task)));
-                            }
-                            _ => misses.push((*id, version)),
-                        },
-                    }
-                }
-            }
-            if !misses.is_empty() {
-                for (id, version, task) in replay_streams(tx, &misses, before).await? {
-                    states.insert(id, (version, Some(task)));
-                }
-            }
-
-            let mut writes = BatchWrites::default();
-            let mut sources: HashMap<TaskId, &'static str> = HashMap::new();
-            let mut last_positions: HashMap<TaskId, i64> = HashMap::new();
-            for d in &decoded {
-                let (version, state) = states
-                    .remove(&d.task)
-                    .ok_or_else(|| anyhow!("{}: no state loaded", d.task))?;
-                let task = step(state, version, d)
-                    .with_context(|| format!("event at position {}", d.position))?;
-                if let TaskEvent::Created(created) = &d.event {
-                    sources.insert(d.task, source_of(d.actor.as_deref(), &created.links));
-                }
-                for (kind, value) in links_of(&d.event) {
-                    writes.links.push(LinkWrite {
-                        kind,
-                        value,
-                        task: d.task,
-                        position: d.position,
-                    });
-                }
-                last_positions.insert(d.task, d.position);
-                states.insert(d.task, (d.version, Some(task)));
-            }
-            for id in &order {
-                if let Some((version, Some(task))) = states.remove(id) {
-                    writes.tasks.push(Write {
-                        task,
-                        version,
-                        last_position: last_positions.get(id).copied().unwrap_or_default(),
-                        source: sources.get(id).copied(),
-                    });
-                }
-            }
-            write(tx, &writes).await?;
             let mut cache = self
                 .cache
                 .lock()
                 .map_err(|_| anyhow!("the task cache lock is poisoned"))?;
-            if cache.len() + writes.tasks.len() > CACHE_CAP {
-                cache.clear();
+            for id in &order {
+                match stored.get(id) {
+                    None => {
+                        states.insert(*id, (0, None));
+                    }
+                    Some(&version) => match cache.remove(id) {
+                        Some((v, task)) if v == version => {
+                            states.insert(*id, (version, Some(task)));
+                        }
+                        _ => misses.push((*id, version)),
+                    },
+                }
             }
-            for w in writes.tasks {
-                cache.insert(w.task.id(), (w.version, w.task));
-            }
-            Ok(())
         }
+        if !misses.is_empty() {
+            for (id, version, task) in replay_streams(tx, &misses, before).await? {
+                states.insert(id, (version, Some(task)));
+            }
+        }
+
+        let mut writes = BatchWrites::default();
+        let mut sources: HashMap<TaskId, &'static str> = HashMap::new();
+        let mut last_positions: HashMap<TaskId, i64> = HashMap::new();
+        for d in &decoded {
+            let (version, state) = states
+                .remove(&d.task)
+                .ok_or_else(|| anyhow!("{}: no state loaded", d.task))?;
+            let task = step(state, version, d)
+                .with_context(|| format!("event at position {}", d.position))?;
+            if let TaskEvent::Created(created) = &d.event {
+                sources.insert(d.task, source_of(d.actor.as_deref(), &created.links));
+            }
+            for (kind, value) in links_of(&d.event) {
+                writes.links.push(LinkWrite {
+                    kind,
+                    value,
+                    task: d.task,
+                    position: d.position,
+                });
+            }
+            last_positions.insert(d.task, d.position);
+            states.insert(d.task, (d.version, Some(task)));
+        }
+        for id in &order {
+            if let Some((version, Some(task))) = states.remove(id) {
+                writes.tasks.push(Write {
+                    task,
+                    version,
+                    last_position: last_positions.get(id).copied().unwrap_or_default(),
+                    source: sources.get(id).copied(),
+                });
+            }
+        }
+        write(tx, &writes).await?;
+        let mut cache = self
+            .cache
+            .lock()
+            .map_err(|_| anyhow!("the task cache lock is poisoned"))?;
+        if cache.len() + writes.tasks.len() > CACHE_CAP {
+            cache.clear();
+        }
+        for w in writes.tasks {
+            cache.insert(w.task.id(), (w.version, w.task));
+        }
+        Ok(())
     }
 }
 
