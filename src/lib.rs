@@ -25,6 +25,7 @@
 //! bench.rs         setup the benchmark binaries share (throwaway databases); not used by the service
 //! board/           the board's command side: load a task's stream, decide, append with its version, retry races
 //! bus/             fan-out: Bus (JetStream | in-process), relay.rs (log → bus, exactly once), work.rs (work queues)
+//! dispatch/        running attempts with coding agents; so far the pure parts: agent profiles, the prompt
 //! intake/          the policy that turns qualifying webhook events into tasks (rules.rs is pure)
 //! loops/           the do-while runner and the health registry every background activity reports to
 //!   lease.rs       one replica runs each singleton loop: a lease row, DB-clock expiry, renewed by `leases`
@@ -39,6 +40,7 @@ pub mod board;
 pub mod bus;
 pub mod cli;
 pub mod config;
+pub mod dispatch;
 pub mod doctor;
 pub mod domain;
 pub mod eventlog;

@@ -86,6 +86,9 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         .collect();
     let board_config = crate::board::BoardConfig::from_file(&settings.file)
         .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
+    // Checked now, though dispatch is still to come: a bad profile is a start-up error, not a failed run later.
+    crate::dispatch::Profiles::from_file(&settings.file)
+        .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
     let board = crate::board::Board::new(log.clone(), board_config);
     let intake_config = crate::intake::IntakeConfig::from_file(
         &settings.file,

@@ -367,6 +367,30 @@ fn serve_on_the_embedded_default_creates_its_database() {
     assert!(workdir.path().join("data/pidevops.db").exists());
 }
 
+#[test]
+fn serve_refuses_an_agent_profile_that_would_hand_the_agent_a_secret() {
+    let workdir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        workdir.path().join("pidevops.toml"),
+        "[agents.leaky]\ncommand = [\"agent\", \"{prompt}\"]\nenv = [\"GITHUB_TOKEN\"]\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("PORT", "0")
+        .current_dir(workdir.path())
+        .arg("serve")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("agents.leaky.env lists GITHUB_TOKEN"),
+        "the key is named: {stderr}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_never_reach_the_logs_even_at_debug() {
     let workdir = tempfile::tempdir().unwrap();

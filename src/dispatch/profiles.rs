@@ -1,0 +1,301 @@
+//! Agent profiles: which command runs an attempt, with what it may see. Pure: parsed from `pidevops.toml`,
+//! validated once at start-up, rendered into an argv per run (never a shell string, so a prompt or a path can
+//! never become shell syntax).
+//!
+//! ```toml
+//! [dispatch]
+//! agent = "claude"                 # the default profile (a preset or one defined below)
+//!
+//! [agents.claude-opus]             # a profile of your own
+//! command = ["claude", "-p", "{prompt}", "--model", "opus", "--output-format", "stream-json", "--verbose"]
+//! env = ["ANTHROPIC_API_KEY"]      # the only variables the agent gets besides PATH, HOME, LANG, TERM
+//! timeout_s = 3600
+//! no_output_timeout_s = 600
+//!
+//! [repos."acme/api"]
+//! agent = "claude-opus"            # a repository picks its profile
+//! ```
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::tasks::RepoName;
+
+/// What a command template may name; anything else in braces is refused at start-up.
+pub const PLACEHOLDERS: [&str; 4] = ["{prompt}", "{prompt_file}", "{workspace}", "{task_id}"];
+
+/// The service's own secrets and connection strings: a profile can never pass these to an agent.
+pub const NEVER_PASSED: [&str; 10] = [
+    "DATABASE_URL",
+    "NATS_URL",
+    "PIDEVOPS_ADMIN_TOKEN",
+    "GITHUB_TOKEN",
+    "GITHUB_WEBHOOK_SECRET",
+    "GITHUB_APP_PRIVATE_KEY",
+    "LINEAR_API_KEY",
+    "LINEAR_WEBHOOK_SECRET",
+    "TELEGRAM_BOT_TOKEN",
+    "TELEGRAM_WEBHOOK_SECRET",
+];
+
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60 * 60);
+const DEFAULT_NO_OUTPUT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+
+/// One way to run a coding agent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentProfile {
+    pub name: String,
+    /// argv, with placeholders.
+    pub command: Vec<String>,
+    /// Environment variables passed through from the service's environment (names only; values are read when
+    /// the run starts). Nothing else of the service's environment reaches the agent.
+    pub env: Vec<String>,
+    /// Wall-clock limit for one attempt.
+    pub timeout: Duration,
+    /// Killed when it prints nothing for this long.
+    pub no_output_timeout: Duration,
+}
+
+/// What a run fills the placeholders with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunInputs<'a> {
+    pub prompt: &'a str,
+    pub prompt_file: &'a str,
+    pub workspace: &'a str,
+    pub task_id: &'a str,
+}
+
+impl AgentProfile {
+    /// The argv for one run: each placeholder replaced inside its argument, nothing split or joined.
+    pub fn argv(&self, inputs: &RunInputs<'_>) -> Vec<String> {
+        self.command
+            .iter()
+            .map(|arg| {
+                arg.replace("{prompt_file}", inputs.prompt_file)
+                    .replace("{workspace}", inputs.workspace)
+                    .replace("{task_id}", inputs.task_id)
+                    // Last: a prompt that itself contains `{workspace}` stays as written.
+                    .replace("{prompt}", inputs.prompt)
+            })
+            .collect()
+    }
+}
+
+/// The presets pidevops ships (README, "Agents"): each reads the prompt from its argv and works in the current
+/// directory, which the runner sets to the attempt's worktree.
+pub fn presets() -> Vec<AgentProfile> {
+    let preset = |name: &str, command: &[&str], env: &[&str]| AgentProfile {
+        name: name.to_owned(),
+        command: command.iter().map(|s| (*s).to_owned()).collect(),
+        env: env.iter().map(|s| (*s).to_owned()).collect(),
+        timeout: DEFAULT_TIMEOUT,
+        no_output_timeout: DEFAULT_NO_OUTPUT_TIMEOUT,
+    };
+    vec![
+        preset(
+            "claude",
+            &[
+                "claude",
+                "-p",
+                "{prompt}",
+                "--output-format",
+                "stream-json",
+                "--verbose",
+                "--dangerously-skip-permissions",
+            ],
+            &["ANTHROPIC_API_KEY"],
+        ),
+        preset("pi", &["pi", "-p", "{prompt}"], &["ANTHROPIC_API_KEY"]),
+        preset("opencode", &["opencode", "run", "{prompt}"], &[]),
+        preset(
+            "codex",
+            &["codex", "exec", "--full-auto", "{prompt}"],
+            &["OPENAI_API_KEY"],
+        ),
+    ]
+}
+
+/// Every profile, the default, and each repository's pick.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Profiles {
+    profiles: BTreeMap<String, AgentProfile>,
+    default: String,
+    by_repo: BTreeMap<RepoName, String>,
+}
+
+impl Profiles {
+    /// Reads `[dispatch] agent`, `[agents.<name>]` and `[repos."owner/name"] agent` over the presets. Every
+    /// mistake names its key: a start-up error, not a failed run at 3 a.m.
+    pub fn from_file(file: &toml::Table) -> Result<Self, String> {
+        let mut profiles: BTreeMap<String, AgentProfile> =
+            presets().into_iter().map(|p| (p.name.clone(), p)).collect();
+        if let Some(agents) = file.get("agents") {
+            let agents = agents.as_table().ok_or("[agents] must be a table")?;
+            for (name, table) in agents {
+                let key = format!("agents.{name}");
+                let table = table
+                    .as_table()
+                    .ok_or_else(|| format!("[{key}] must be a table"))?;
+                profiles.insert(name.clone(), profile(name, table, &key)?);
+            }
+        }
+        let default = match file.get("dispatch").map(|d| d.as_table()) {
+            None => "claude".to_owned(),
+            Some(None) => return Err("[dispatch] must be a table".to_owned()),
+            Some(Some(dispatch)) => match dispatch.get("agent") {
+                None => "claude".to_owned(),
+                Some(v) => v
+                    .as_str()
+                    .ok_or("dispatch.agent must be a string")?
+                    .to_owned(),
+            },
+        };
+        known(&profiles, &default, "dispatch.agent")?;
+        let mut by_repo = BTreeMap::new();
+        if let Some(repos) = file.get("repos").and_then(|r| r.as_table()) {
+            for (repo, table) in repos {
+                let Some(agent) = table.as_table().and_then(|t| t.get("agent")) else {
+                    continue;
+                };
+                let key = format!("repos.\"{repo}\".agent");
+                let agent = agent
+                    .as_str()
+                    .ok_or_else(|| format!("{key} must be a string"))?;
+                known(&profiles, agent, &key)?;
+                let repo = repo
+                    .parse::<RepoName>()
+                    .map_err(|e| format!("[repos.\"{repo}\"]: {e}"))?;
+                by_repo.insert(repo, agent.to_owned());
+            }
+        }
+        Ok(Self {
+            profiles,
+            default,
+            by_repo,
+        })
+    }
+
+    /// The profile a task in `repo` runs with: the repository's pick, else the default.
+    pub fn for_repo(&self, repo: &RepoName) -> &AgentProfile {
+        let name = self.by_repo.get(repo).unwrap_or(&self.default);
+        // `from_file` checked every name it stores against `profiles`.
+        self.profiles
+            .get(name)
+            .or_else(|| self.profiles.values().next())
+            .expect("a checked profile name, and the presets are never empty")
+    }
+
+    pub fn get(&self, name: &str) -> Option<&AgentProfile> {
+        self.profiles.get(name)
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.profiles.keys().map(String::as_str)
+    }
+}
+
+fn known(profiles: &BTreeMap<String, AgentProfile>, name: &str, key: &str) -> Result<(), String> {
+    if profiles.contains_key(name) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{key} names the agent profile {name:?}, which is neither a preset nor defined under [agents] \
+             (known: {})",
+            profiles.keys().cloned().collect::<Vec<_>>().join(", ")
+        ))
+    }
+}
+
+fn profile(name: &str, table: &toml::Table, key: &str) -> Result<AgentProfile, String> {
+    for field in table.keys() {
+        if !["command", "env", "timeout_s", "no_output_timeout_s"].contains(&field.as_str()) {
+            return Err(format!(
+                "{key}.{field} is not a profile setting (command, env, timeout_s, no_output_timeout_s)"
+            ));
+        }
+    }
+    let command: Vec<String> = strings(table.get("command"), &format!("{key}.command"))?;
+    if command.is_empty() || command[0].trim().is_empty() {
+        return Err(format!(
+            "{key}.command must name a program: [\"program\", \"arg\", …]"
+        ));
+    }
+    for arg in &command {
+        let mut rest = arg.as_str();
+        while let Some(open) = rest.find('{') {
+            let Some(close) = rest[open..].find('}') else {
+                break;
+            };
+            let placeholder = &rest[open..open + close + 1];
+            if !PLACEHOLDERS.contains(&placeholder) {
+                return Err(format!(
+                    "{key}.command has the placeholder {placeholder}; known ones are {}",
+                    PLACEHOLDERS.join(", ")
+                ));
+            }
+            rest = &rest[open + close + 1..];
+        }
+    }
+    if !command
+        .iter()
+        .any(|a| a.contains("{prompt}") || a.contains("{prompt_file}"))
+    {
+        return Err(format!(
+            "{key}.command never passes the prompt: put {{prompt}} or {{prompt_file}} in an argument"
+        ));
+    }
+    let env = match table.get("env") {
+        None => Vec::new(),
+        some => strings(some, &format!("{key}.env"))?,
+    };
+    for var in &env {
+        if var.is_empty() || !var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("{key}.env: {var:?} is not a variable name"));
+        }
+        if NEVER_PASSED.contains(&var.as_str()) || var.starts_with("PIDEVOPS_") {
+            return Err(format!(
+                "{key}.env lists {var}, one of pidevops's own secrets or settings: an agent never gets those"
+            ));
+        }
+    }
+    Ok(AgentProfile {
+        name: name.to_owned(),
+        command,
+        env,
+        timeout: seconds(table.get("timeout_s"), &format!("{key}.timeout_s"))?
+            .unwrap_or(DEFAULT_TIMEOUT),
+        no_output_timeout: seconds(
+            table.get("no_output_timeout_s"),
+            &format!("{key}.no_output_timeout_s"),
+        )?
+        .unwrap_or(DEFAULT_NO_OUTPUT_TIMEOUT),
+    })
+}
+
+fn strings(value: Option<&toml::Value>, key: &str) -> Result<Vec<String>, String> {
+    let array = value
+        .ok_or_else(|| format!("{key} is missing"))?
+        .as_array()
+        .ok_or_else(|| format!("{key} must be an array of strings"))?;
+    array
+        .iter()
+        .map(|v| {
+            v.as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| format!("{key} must be an array of strings"))
+        })
+        .collect()
+}
+
+fn seconds(value: Option<&toml::Value>, key: &str) -> Result<Option<Duration>, String> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let n = value
+        .as_integer()
+        .ok_or_else(|| format!("{key} must be a whole number of seconds"))?;
+    if n < 1 {
+        return Err(format!("{key} must be at least 1 second"));
+    }
+    Ok(Some(Duration::from_secs(n.unsigned_abs())))
+}

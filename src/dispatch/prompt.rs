@@ -1,0 +1,44 @@
+//! The prompt an agent gets for an attempt: the task's spec (Task / Scope / Done when) and, on a retry, what
+//! failed last time and what people added since. Pure: the same task always gives the same prompt.
+
+use crate::tasks::{RetryCause, Task};
+
+/// The prompt for the task's next attempt.
+pub fn build(task: &Task) -> String {
+    let spec = task.spec();
+    let mut prompt = format!("Task: {}\n", spec.task());
+    if !spec.scope().is_empty() {
+        prompt.push_str(&format!("Scope: {}\n", spec.scope()));
+    }
+    if !spec.done_when().is_empty() {
+        prompt.push_str(&format!("Done when: {}\n", spec.done_when()));
+    }
+    prompt.push_str(&format!(
+        "\nRepository: {} (you are in a fresh worktree of it, on the branch pidevops/{}). Make the change, run \
+         what checks you can, and leave your work in the worktree; pidevops commits and pushes it.\n",
+        task.repo().as_str(),
+        task.id()
+    ));
+    if let Some(failure) = task.last_failure() {
+        let cause = match failure.cause {
+            RetryCause::RunFailed { .. } => "the run failed",
+            RetryCause::ChecksFailed => "CI failed on the pull request",
+            RetryCause::ChangesRequested => "a reviewer asked for changes",
+        };
+        prompt.push_str(&format!(
+            "\nThis is attempt {} of {}. Attempt {} did not succeed: {cause}.\nWhat was reported:\n{}\n",
+            task.attempts() + 1,
+            task.max_attempts().get(),
+            failure.attempt,
+            failure.reason.as_str()
+        ));
+    }
+    let follow_ups: Vec<_> = task.pending_follow_ups().collect();
+    if !follow_ups.is_empty() {
+        prompt.push_str("\nAdded since the task was written:\n");
+        for follow_up in follow_ups {
+            prompt.push_str(&format!("- {}\n", follow_up.text.as_str()));
+        }
+    }
+    prompt
+}

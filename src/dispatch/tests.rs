@@ -1,0 +1,199 @@
+use std::time::Duration;
+
+use chrono::{TimeZone, Utc};
+
+use super::profiles::{presets, Profiles, RunInputs};
+use super::prompt;
+use crate::tasks::{
+    decide, evolve, ApprovalPolicy, Command, FollowUpText, Links, MaxAttempts, NewTask, Priority,
+    Reason, RetryCause, RunId, Spec, Task,
+};
+
+fn file(text: &str) -> toml::Table {
+    toml::from_str(text).expect("valid toml")
+}
+
+fn error(text: &str) -> String {
+    Profiles::from_file(&file(text)).expect_err("a refused configuration")
+}
+
+#[test]
+fn the_presets_pass_the_prompt_and_claude_is_the_default() {
+    let profiles = Profiles::from_file(&toml::Table::new()).unwrap();
+    for preset in presets() {
+        assert!(
+            preset.command.iter().any(|a| a.contains("{prompt}")),
+            "{}",
+            preset.name
+        );
+    }
+    assert_eq!(
+        profiles.names().collect::<Vec<_>>(),
+        ["claude", "codex", "opencode", "pi"]
+    );
+    let repo = "acme/api".parse().unwrap();
+    assert_eq!(profiles.for_repo(&repo).name, "claude");
+    assert_eq!(profiles.get("pi").unwrap().command[..2], ["pi", "-p"]);
+}
+
+#[test]
+fn a_profile_renders_an_argv_without_any_shell() {
+    let profiles = Profiles::from_file(&file(
+        r#"
+        [dispatch]
+        agent = "mine"
+        [agents.mine]
+        command = ["my-agent", "--task={task_id}", "--cwd", "{workspace}", "{prompt}", "--file", "{prompt_file}"]
+        env = ["ANTHROPIC_API_KEY"]
+        timeout_s = 120
+        no_output_timeout_s = 30
+        [repos."acme/api"]
+        agent = "codex"
+        "#,
+    ))
+    .unwrap();
+    let mine = profiles.for_repo(&"acme/web".parse().unwrap());
+    assert_eq!(mine.name, "mine");
+    assert_eq!(mine.timeout, Duration::from_secs(120));
+    assert_eq!(mine.no_output_timeout, Duration::from_secs(30));
+    assert_eq!(mine.env, ["ANTHROPIC_API_KEY"]);
+    let argv = mine.argv(&RunInputs {
+        // Shell syntax and a placeholder inside the prompt stay as written, in one argument.
+        prompt: "Fix it; rm -rf / $(whoami) {workspace}",
+        prompt_file: "/w/T-3/.pidevops/prompt.md",
+        workspace: "/w/T-3",
+        task_id: "T-3",
+    });
+    assert_eq!(
+        argv,
+        [
+            "my-agent",
+            "--task=T-3",
+            "--cwd",
+            "/w/T-3",
+            "Fix it; rm -rf / $(whoami) {workspace}",
+            "--file",
+            "/w/T-3/.pidevops/prompt.md"
+        ]
+    );
+    assert_eq!(
+        profiles.for_repo(&"acme/api".parse().unwrap()).name,
+        "codex"
+    );
+}
+
+#[test]
+fn bad_profiles_are_refused_with_the_key_named() {
+    for (text, needle) in [
+        (
+            "[dispatch]\nagent = \"nope\"",
+            "dispatch.agent names the agent profile \"nope\"",
+        ),
+        (
+            "[agents.x]\ncommand = []",
+            "agents.x.command must name a program",
+        ),
+        ("[agents.x]\nenv = []", "agents.x.command is missing"),
+        (
+            "[agents.x]\ncommand = [\"a\", \"{prompt}\", \"{secret}\"]",
+            "placeholder {secret}",
+        ),
+        (
+            "[agents.x]\ncommand = [\"a\", \"b\"]",
+            "never passes the prompt",
+        ),
+        (
+            "[agents.x]\ncommand = [\"a\", \"{prompt}\"]\nenv = [\"GITHUB_TOKEN\"]",
+            "agents.x.env lists GITHUB_TOKEN",
+        ),
+        (
+            "[agents.x]\ncommand = [\"a\", \"{prompt}\"]\nenv = [\"PIDEVOPS_ADMIN_TOKEN\"]",
+            "never gets those",
+        ),
+        (
+            "[agents.x]\ncommand = [\"a\", \"{prompt}\"]\nenv = [\"A B\"]",
+            "is not a variable name",
+        ),
+        (
+            "[agents.x]\ncommand = [\"a\", \"{prompt}\"]\ntimeout_s = 0",
+            "agents.x.timeout_s must be at least 1",
+        ),
+        (
+            "[agents.x]\ncommand = [\"a\", \"{prompt}\"]\nmodel = \"opus\"",
+            "agents.x.model is not a profile setting",
+        ),
+        (
+            "[repos.\"acme/api\"]\nagent = \"ghost\"",
+            "repos.\"acme/api\".agent names the agent profile \"ghost\"",
+        ),
+    ] {
+        let message = error(text);
+        assert!(message.contains(needle), "{text:?}: {message}");
+    }
+}
+
+fn at(minute: u32) -> chrono::DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 11, 30, 9, minute, 0).unwrap()
+}
+
+fn apply(task: Option<Task>, command: Command, minute: u32) -> Task {
+    let mut task = task;
+    for event in decide(task.as_ref(), &command, at(minute)).unwrap() {
+        task = Some(evolve(task, &event).unwrap());
+    }
+    task.unwrap()
+}
+
+#[test]
+fn the_prompt_is_the_spec_then_what_failed_and_what_was_added() {
+    let new = NewTask {
+        id: "T-3".parse().unwrap(),
+        repo: "acme/api".parse().unwrap(),
+        spec: Spec::new(
+            "Retry failed Stripe webhooks",
+            "src/billing",
+            "the retry test passes",
+        )
+        .unwrap(),
+        priority: Priority::Normal,
+        links: Links::default(),
+        approval: ApprovalPolicy::Auto,
+        max_attempts: MaxAttempts::new(3).unwrap(),
+        ticket_version: None,
+    };
+    let task = apply(None, Command::Create(Box::new(new)), 0);
+    let first = prompt::build(&task);
+    assert_eq!(
+        first,
+        "Task: Retry failed Stripe webhooks\nScope: src/billing\nDone when: the retry test passes\n\n\
+         Repository: acme/api (you are in a fresh worktree of it, on the branch pidevops/T-3). Make the change, \
+         run what checks you can, and leave your work in the worktree; pidevops commits and pushes it.\n"
+    );
+    let run = RunId(uuid::Uuid::from_u128(1));
+    let task = apply(Some(task), Command::Start { run }, 1);
+    let task = apply(
+        Some(task),
+        Command::Retry {
+            cause: RetryCause::RunFailed { run },
+            reason: Reason::new("exit code 1: 2 tests failed (test_retry_backoff)").unwrap(),
+        },
+        2,
+    );
+    let task = apply(
+        Some(task),
+        Command::AttachFollowUp {
+            text: FollowUpText::new("Use a max of 5 retries, not 3.").unwrap(),
+        },
+        3,
+    );
+    let retry = prompt::build(&task);
+    assert!(retry.starts_with(&first), "{retry}");
+    assert!(
+        retry.ends_with(
+            "\nThis is attempt 2 of 3. Attempt 1 did not succeed: the run failed.\nWhat was reported:\n\
+             exit code 1: 2 tests failed (test_retry_backoff)\n\
+             \nAdded since the task was written:\n- Use a max of 5 retries, not 3.\n"
+        ),
+        "{retry}"
+    );
+}
