@@ -39,6 +39,81 @@ pub async fn ensure_database(admin_url: &str, name: &str) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// The benchmark's own database on `admin_url`'s server: checked to be a plain name, created if missing,
+/// connected as the service connects, migrated.
+pub async fn open(admin_url: &str, database: &str) -> anyhow::Result<crate::eventlog::EventStore> {
+    anyhow::ensure!(
+        database
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
+        "--database must be lower-case letters, digits and '_'"
+    );
+    ensure_database(admin_url, database).await?;
+    let url = crate::config::DatabaseUrl::Postgres(with_database(admin_url, database));
+    let store = crate::eventlog::EventStore::connect(&url, 4)
+        .await
+        .context("connecting to the benchmark database")?;
+    store.migrate().await.context("migrating")?;
+    Ok(store)
+}
+
+/// The reference the replay benchmarks compare against: one `SELECT` of every column a projector receives
+/// (`body` too when `with_bodies`), streamed in position order and every column decoded, `meta` parsed. On a
+/// connection of the store's own pool: the settings the projector reads with (TLS off on loopback, plan mode),
+/// so the reference pays nothing the projector does not. Returns the seconds it took.
+pub async fn scan(store: &crate::eventlog::EventStore, with_bodies: bool) -> anyhow::Result<f64> {
+    use chrono::{DateTime, Utc};
+    use futures::TryStreamExt;
+    use sqlx::Row;
+
+    let crate::eventlog::EventStore::Postgres(pg) = store else {
+        anyhow::bail!("the benchmark runs on Postgres");
+    };
+    let mut conn = pg.pool().acquire().await?;
+    let started = std::time::Instant::now();
+    let body = if with_bodies {
+        "body"
+    } else {
+        "'\\x'::bytea AS body"
+    };
+    let sql = format!(
+        "SELECT position, id, source, event_type, dedup_key, stream, stream_version, occurred_at,
+                recorded_at, action, repository, number, reference, content_type, {body}, meta::text AS meta
+         FROM events ORDER BY position"
+    );
+    let mut rows = sqlx::query(&sql).fetch(&mut *conn);
+    let mut count = 0u64;
+    let mut checksum = 0i64;
+    while let Some(row) = rows.try_next().await? {
+        let position: i64 = row.try_get("position")?;
+        let _: uuid::Uuid = row.try_get("id")?;
+        let source: String = row.try_get("source")?;
+        let event_type: String = row.try_get("event_type")?;
+        let _: String = row.try_get("dedup_key")?;
+        let _: Option<String> = row.try_get("stream")?;
+        let _: Option<i64> = row.try_get("stream_version")?;
+        let _: DateTime<Utc> = row.try_get("occurred_at")?;
+        let recorded_at: DateTime<Utc> = row.try_get("recorded_at")?;
+        let _: Option<String> = row.try_get("action")?;
+        let _: Option<String> = row.try_get("repository")?;
+        let _: Option<i64> = row.try_get("number")?;
+        let _: Option<String> = row.try_get("reference")?;
+        let _: String = row.try_get("content_type")?;
+        let body: Vec<u8> = row.try_get("body")?;
+        let meta: String = row.try_get("meta")?;
+        let _: serde_json::Value = serde_json::from_str(&meta)?;
+        checksum = checksum.wrapping_add(
+            position
+                ^ (source.len() + event_type.len() + body.len()) as i64
+                ^ recorded_at.timestamp(),
+        );
+        count += 1;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    anyhow::ensure!(count > 0 && checksum != 0, "the scan read nothing");
+    Ok(elapsed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::with_database;

@@ -12,10 +12,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
-use chrono::{DateTime, Utc};
 use clap::Parser;
-use futures::TryStreamExt;
-use sqlx::{Executor, Row};
+use sqlx::Executor;
 
 use pidevops::eventlog::EventStore;
 use pidevops::projectors::sources::SourcesProjector;
@@ -58,18 +56,7 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        args.database
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
-        "--database must be lower-case letters, digits and '_'"
-    );
-    let url = pidevops::bench::with_database(&args.admin_url, &args.database);
-    pidevops::bench::ensure_database(&args.admin_url, &args.database).await?;
-    let store = EventStore::connect(&pidevops::config::DatabaseUrl::Postgres(url.clone()), 4)
-        .await
-        .context("connecting to the benchmark database")?;
-    store.migrate().await.context("migrating")?;
+    let store = pidevops::bench::open(&args.admin_url, &args.database).await?;
     let head = store.head().await?;
     if head != args.events {
         eprintln!("filling {} with {} events …", args.database, args.events);
@@ -81,11 +68,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     println!("round  scan events/s  replay events/s  replay/scan");
     for round in 1..=args.rounds {
         let (scan, replay) = if round % 2 == 1 {
-            let scan = scan(&store).await?;
+            let scan = pidevops::bench::scan(&store, false).await?;
             (scan, replay(&store).await?)
         } else {
             let replay = replay(&store).await?;
-            (scan(&store).await?, replay)
+            (pidevops::bench::scan(&store, false).await?, replay)
         };
         let (scan_rate, replay_rate) = (head as f64 / scan, head as f64 / replay);
         println!(
@@ -94,50 +81,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// The reference: every row's projector-visible columns, streamed by one query and decoded.
-/// On a connection of the store's own pool: the same settings (TLS off on loopback, plan mode) the projector reads
-/// with, so the reference is not slowed by an encryption the projector does not pay.
-async fn scan(store: &EventStore) -> anyhow::Result<f64> {
-    let EventStore::Postgres(pg) = store else {
-        anyhow::bail!("the benchmark runs on Postgres");
-    };
-    let mut conn = pg.pool().acquire().await?;
-    let started = Instant::now();
-    let mut rows = sqlx::query(
-        "SELECT position, id, source, event_type, dedup_key, stream, stream_version, occurred_at,
-                recorded_at, action, repository, number, reference, content_type, meta::text AS meta
-         FROM events ORDER BY position",
-    )
-    .fetch(&mut *conn);
-    let mut count = 0u64;
-    let mut checksum = 0i64;
-    while let Some(row) = rows.try_next().await? {
-        let position: i64 = row.try_get("position")?;
-        let _: uuid::Uuid = row.try_get("id")?;
-        let source: String = row.try_get("source")?;
-        let event_type: String = row.try_get("event_type")?;
-        let _: String = row.try_get("dedup_key")?;
-        let _: Option<String> = row.try_get("stream")?;
-        let _: Option<i64> = row.try_get("stream_version")?;
-        let _: DateTime<Utc> = row.try_get("occurred_at")?;
-        let recorded_at: DateTime<Utc> = row.try_get("recorded_at")?;
-        let _: Option<String> = row.try_get("action")?;
-        let _: Option<String> = row.try_get("repository")?;
-        let _: Option<i64> = row.try_get("number")?;
-        let _: Option<String> = row.try_get("reference")?;
-        let _: String = row.try_get("content_type")?;
-        let meta: String = row.try_get("meta")?;
-        let _: serde_json::Value = serde_json::from_str(&meta)?;
-        checksum = checksum.wrapping_add(
-            position ^ (source.len() + event_type.len()) as i64 ^ recorded_at.timestamp(),
-        );
-        count += 1;
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    anyhow::ensure!(count > 0 && checksum != 0, "the scan read nothing");
-    Ok(elapsed)
 }
 
 /// What `pidevops replay sources` does: reset, then batches of REPLAY_BATCH to the head.

@@ -16,8 +16,7 @@ use std::time::Instant;
 use anyhow::Context;
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use clap::Parser;
-use futures::TryStreamExt;
-use sqlx::{Executor, Row};
+use sqlx::Executor;
 use uuid::Uuid;
 
 use pidevops::eventlog::EventStore;
@@ -72,18 +71,7 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        args.database
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
-        "--database must be lower-case letters, digits and '_'"
-    );
-    let url = pidevops::bench::with_database(&args.admin_url, &args.database);
-    pidevops::bench::ensure_database(&args.admin_url, &args.database).await?;
-    let store = EventStore::connect(&pidevops::config::DatabaseUrl::Postgres(url.clone()), 4)
-        .await
-        .context("connecting to the benchmark database")?;
-    store.migrate().await.context("migrating")?;
+    let store = pidevops::bench::open(&args.admin_url, &args.database).await?;
     let want = (args.tasks as usize * EVENTS_PER_TASK) as i64;
     if store.head().await? != want {
         eprintln!("filling {} with {} tasks …", args.database, args.tasks);
@@ -95,11 +83,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     println!("round  scan events/s  rebuild events/s  rebuild/scan");
     for round in 1..=args.rounds {
         let (scan, rebuild) = if round % 2 == 1 {
-            let scan = scan(&store).await?;
+            let scan = pidevops::bench::scan(&store, true).await?;
             (scan, rebuild(&store, args.batch).await?)
         } else {
             let rebuild = rebuild(&store, args.batch).await?;
-            (scan(&store).await?, rebuild)
+            (pidevops::bench::scan(&store, true).await?, rebuild)
         };
         let (scan_rate, rebuild_rate) = (head as f64 / scan, head as f64 / rebuild);
         println!(
@@ -115,53 +103,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
         args.tasks
     );
     Ok(())
-}
-
-/// The reference: every row's projector-visible columns, bodies included, streamed by one query and decoded.
-/// On a connection of the store's own pool: the same settings (TLS off on loopback, plan mode) the projector reads
-/// with, so the reference is not slowed by an encryption the projector does not pay.
-async fn scan(store: &EventStore) -> anyhow::Result<f64> {
-    let EventStore::Postgres(pg) = store else {
-        anyhow::bail!("the benchmark runs on Postgres");
-    };
-    let mut conn = pg.pool().acquire().await?;
-    let started = Instant::now();
-    let mut rows = sqlx::query(
-        "SELECT position, id, source, event_type, dedup_key, stream, stream_version, occurred_at,
-                recorded_at, action, repository, number, reference, content_type, body, meta::text AS meta
-         FROM events ORDER BY position",
-    )
-    .fetch(&mut *conn);
-    let mut count = 0u64;
-    let mut checksum = 0i64;
-    while let Some(row) = rows.try_next().await? {
-        let position: i64 = row.try_get("position")?;
-        let _: Uuid = row.try_get("id")?;
-        let source: String = row.try_get("source")?;
-        let event_type: String = row.try_get("event_type")?;
-        let _: String = row.try_get("dedup_key")?;
-        let _: Option<String> = row.try_get("stream")?;
-        let _: Option<i64> = row.try_get("stream_version")?;
-        let _: DateTime<Utc> = row.try_get("occurred_at")?;
-        let recorded_at: DateTime<Utc> = row.try_get("recorded_at")?;
-        let _: Option<String> = row.try_get("action")?;
-        let _: Option<String> = row.try_get("repository")?;
-        let _: Option<i64> = row.try_get("number")?;
-        let _: Option<String> = row.try_get("reference")?;
-        let _: String = row.try_get("content_type")?;
-        let body: Vec<u8> = row.try_get("body")?;
-        let meta: String = row.try_get("meta")?;
-        let _: serde_json::Value = serde_json::from_str(&meta)?;
-        checksum = checksum.wrapping_add(
-            position
-                ^ (source.len() + event_type.len() + body.len()) as i64
-                ^ recorded_at.timestamp(),
-        );
-        count += 1;
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    anyhow::ensure!(count > 0 && checksum != 0, "the scan read nothing");
-    Ok(elapsed)
 }
 
 /// What `pidevops replay tasks` does: reset, then batches of REPLAY_BATCH to the head.
