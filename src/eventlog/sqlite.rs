@@ -79,11 +79,24 @@ impl SqliteStore {
                 source,
             })?;
         }
-        let pool = SqlitePoolOptions::new()
-            .max_connections(max_connections)
-            .acquire_timeout(Duration::from_secs(3))
-            .connect_with(options)
-            .await?;
+        // Opening a new file switches it to WAL, and SQLite answers that switch with SQLITE_BUSY at once (the
+        // busy timeout does not cover it) while another process is opening or migrating the same file, as a
+        // `migrate` and a `serve` started together do. Retried for as long as the busy timeout would wait.
+        let mut attempts = 0;
+        let pool = loop {
+            match SqlitePoolOptions::new()
+                .max_connections(max_connections)
+                .acquire_timeout(Duration::from_secs(3))
+                .connect_with(options.clone())
+                .await
+            {
+                Err(sqlx::Error::Database(e)) if is_busy(e.as_ref()) && attempts < 50 => {
+                    attempts += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                other => break other?,
+            }
+        };
         Ok(Self { pool, file })
     }
 
@@ -300,6 +313,13 @@ impl SqliteStore {
                 .await?,
         )
     }
+}
+
+/// SQLITE_BUSY, or one of its extended codes (busy recovery, busy snapshot).
+fn is_busy(e: &dyn sqlx::error::DatabaseError) -> bool {
+    e.code()
+        .and_then(|c| c.parse::<i32>().ok())
+        .is_some_and(|c| c & 0xff == 5)
 }
 
 fn parse_uuid(position: i64, text: String) -> Result<Uuid, StoreError> {
