@@ -131,6 +131,14 @@ pub struct Settings {
     pub telegram_allowed_chats: Option<String>,
     /// This process's name in leases and `/health` (`PIDEVOPS_INSTANCE_ID`, else host, pid and a random tag).
     pub instance_id: String,
+    /// `WORKSPACE_ROOT`: mirrors and per-attempt worktrees (default `./data/workspaces`).
+    pub workspace_root: PathBuf,
+    /// `GITHUB_TOKEN`: clone and push over https (and, later, the GitHub API).
+    pub github_token: Option<SecretString>,
+    /// `PIDEVOPS_PAUSED=1`: no new runs start (running ones finish).
+    pub paused: bool,
+    /// The process environment, for the variables an agent profile passes through (and `PATH`).
+    pub env: Env,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -150,8 +158,17 @@ pub enum ConfigError {
 }
 
 /// The environment as a map, so settings can be built from the process or from a test's own variables.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct Env(HashMap<String, String>);
+
+/// Names only: the environment holds every secret the service has.
+impl std::fmt::Debug for Env {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut names: Vec<&str> = self.0.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        f.debug_tuple("Env").field(&names).finish()
+    }
+}
 
 impl Env {
     pub fn from_process() -> Self {
@@ -281,6 +298,19 @@ impl Settings {
             lease_ttl: lease_ttl(env)?,
             instance_id: instance_id(env),
             telegram_allowed_chats: env.get("TELEGRAM_ALLOWED_CHATS").map(str::to_owned),
+            workspace_root: PathBuf::from(env.get("WORKSPACE_ROOT").unwrap_or("./data/workspaces")),
+            github_token: env.secret("GITHUB_TOKEN"),
+            paused: match env.get("PIDEVOPS_PAUSED") {
+                None | Some("0") | Some("false") => false,
+                Some("1") | Some("true") => true,
+                Some(other) => {
+                    return Err(ConfigError::Invalid {
+                        field: "PIDEVOPS_PAUSED",
+                        reason: format!("{other:?}: expected 1 or 0"),
+                    })
+                }
+            },
+            env: env.clone(),
         })
     }
 
@@ -299,6 +329,9 @@ impl Settings {
         settings.append_timeout = Duration::from_secs(5);
         settings.relay_interval = Duration::from_millis(200);
         settings.projector_interval = Duration::from_millis(200);
+        // Agents in tests find their programs; nothing else of the test process's environment is handed on.
+        let path = std::env::var("PATH").unwrap_or_default();
+        settings.env = Env::from_pairs([("PATH", path.as_str())]);
         settings
     }
 

@@ -81,6 +81,7 @@ pub fn plan(settings: &Settings) -> Vec<PlannedLoop> {
         interval: settings.projector_interval,
         what: "turns qualifying GitHub issues, Linear issues and Telegram /new into tasks, and records why others do not",
     });
+    loops.extend(dispatch_loops(settings));
     for projector in crate::projectors::all() {
         loops.push(PlannedLoop {
             name: crate::projectors::loop_name(projector.name()),
@@ -90,6 +91,69 @@ pub fn plan(settings: &Settings) -> Vec<PlannedLoop> {
             interval: settings.projector_interval,
             what: "applies newly committed events to a read model, checkpointed in the same transaction",
         });
+    }
+    loops
+}
+
+/// The dispatcher, watchdog and gc: all three run when dispatch is on; the dispatcher is `unarmed` when it is on
+/// but nothing could run (no agent executable, a repository needing `GITHUB_TOKEN` without it, …).
+fn dispatch_loops(settings: &Settings) -> Vec<PlannedLoop> {
+    use crate::dispatch::dispatcher::{cannot_run, watchdog_interval, DISPATCHER, GC, WATCHDOG};
+    let parsed = crate::dispatch::DispatchConfig::from_file(&settings.file).and_then(|config| {
+        crate::dispatch::Profiles::from_file(&settings.file).map(|profiles| (config, profiles))
+    });
+    let planned = |name: &str, singleton, interval, what| PlannedLoop {
+        name: name.to_owned(),
+        singleton,
+        state: LoopState::Armed,
+        reason: None,
+        interval,
+        what,
+    };
+    let gc_interval = Duration::from_secs(600);
+    let (config, profiles) = match parsed {
+        Ok(parsed) => parsed,
+        Err(error) => {
+            return [DISPATCHER, WATCHDOG, GC]
+                .into_iter()
+                .map(|name| PlannedLoop {
+                    state: LoopState::Unarmed,
+                    reason: Some(format!("pidevops.toml: {error}")),
+                    ..planned(name, true, Duration::from_secs(1), "")
+                })
+                .collect()
+        }
+    };
+    let mut loops = vec![
+        planned(
+            DISPATCHER,
+            true,
+            settings.projector_interval,
+            "claims todo tasks by priority and age within the concurrency limits and starts their runs",
+        ),
+        planned(
+            WATCHDOG,
+            true,
+            watchdog_interval(&config),
+            "declares runs lost when they go silent and retries their tasks; applies outcomes a crash left unapplied",
+        ),
+        // Every replica removes its own old worktrees.
+        planned(GC, false, gc_interval, "removes worktrees of finished runs after dispatch.worktree_ttl_h"),
+    ];
+    if let Some(off) = &config.off {
+        for planned in &mut loops {
+            planned.state = LoopState::Disabled;
+            planned.reason = Some(off.clone());
+        }
+    } else if let Some(why) = cannot_run(
+        &config,
+        &profiles,
+        &settings.env,
+        settings.github_token.is_some(),
+        settings.nats_url.is_some(),
+    ) {
+        loops[0].state = LoopState::Unarmed;
+        loops[0].reason = Some(why);
     }
     loops
 }

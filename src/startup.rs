@@ -16,6 +16,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::bus::relay::{BusTarget, Relay, RELAY};
 use crate::bus::MemoryBus;
 use crate::config::Settings;
+use crate::dispatch::config::Executor;
+use crate::dispatch::dispatcher::{DispatcherParts, DISPATCHER, GC, WATCHDOG};
+use crate::dispatch::workspace::Workspaces;
+use crate::dispatch::Dispatcher;
 use crate::doctor::{self, HEARTBEAT_LOOP, METRICS_UPKEEP_LOOP};
 use crate::eventlog::{EventLog, EventStore};
 use crate::http::{router, AppState};
@@ -86,10 +90,28 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         .collect();
     let board_config = crate::board::BoardConfig::from_file(&settings.file)
         .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
-    // Checked now, though dispatch is still to come: a bad profile is a start-up error, not a failed run later.
-    crate::dispatch::Profiles::from_file(&settings.file)
+    // A bad profile or dispatch setting is a start-up error, not a failed run at 3 a.m.
+    let profiles = crate::dispatch::Profiles::from_file(&settings.file)
+        .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
+    let dispatch_config = crate::dispatch::DispatchConfig::from_file(&settings.file)
         .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
     let board = crate::board::Board::new(log.clone(), board_config);
+    let tracker = TaskTracker::new();
+    let dispatcher = match dispatch_config.off {
+        Some(_) => None,
+        None => Some(
+            dispatcher(
+                &settings,
+                &board,
+                &log,
+                dispatch_config,
+                profiles,
+                &tracker,
+                &shutdown,
+            )
+            .await?,
+        ),
+    };
     let intake_config = crate::intake::IntakeConfig::from_file(
         &settings.file,
         settings.telegram_allowed_chats.as_deref(),
@@ -99,7 +121,6 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         crate::intake::Intake::new(log.clone(), board.clone(), intake_config)
             .with_tick_budget(settings.projector_interval),
     );
-    let tracker = TaskTracker::new();
     for planned in doctor::plan(&settings) {
         let name = planned.name.clone();
         match planned.state {
@@ -113,6 +134,16 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
                     METRICS_UPKEEP_LOOP => Job::MetricsUpkeep(metrics.clone()),
                     LEASES_LOOP => Job::Leases(leases.clone()),
                     crate::intake::INTAKE => Job::Intake(intake.clone()),
+                    name @ (DISPATCHER | WATCHDOG | GC) => {
+                        let dispatcher = dispatcher.clone().with_context(|| {
+                            format!("the loop plan arms {name} but dispatch is off")
+                        })?;
+                        match name {
+                            DISPATCHER => Job::Dispatcher(dispatcher),
+                            WATCHDOG => Job::Watchdog(dispatcher),
+                            _ => Job::Gc(dispatcher),
+                        }
+                    }
                     other => match projections.get(other) {
                         Some(projection) => Job::Projector(projection.clone()),
                         None => anyhow::bail!(
@@ -158,6 +189,9 @@ enum Job {
     Leases(Leases),
     Projector(Arc<Projection>),
     Intake(Arc<crate::intake::Intake>),
+    Dispatcher(Dispatcher),
+    Watchdog(Dispatcher),
+    Gc(Dispatcher),
 }
 
 impl Job {
@@ -190,6 +224,18 @@ impl Job {
                     serde_json::to_value(progress).ok(),
                     Ok(Pace::again_if(progress.out_of_time)),
                 ),
+                Err(error) => (None, Err(error)),
+            },
+            Self::Dispatcher(dispatcher) => match dispatcher.tick().await {
+                Ok(status) => (serde_json::to_value(status).ok(), Ok(Pace::Rest)),
+                Err(error) => (None, Err(error)),
+            },
+            Self::Watchdog(dispatcher) => match dispatcher.watchdog_tick().await {
+                Ok(status) => (serde_json::to_value(status).ok(), Ok(Pace::Rest)),
+                Err(error) => (None, Err(error)),
+            },
+            Self::Gc(dispatcher) => match dispatcher.gc_tick().await {
+                Ok(report) => (serde_json::to_value(report).ok(), Ok(Pace::Rest)),
                 Err(error) => (None, Err(error)),
             },
             Self::Projector(projection) => match projection.tick().await {
@@ -254,6 +300,61 @@ fn spawn_job(
             result
         }
     });
+}
+
+/// The dispatcher of a `serve` (or a `worker`): its workspaces under `WORKSPACE_ROOT`, and with
+/// `executor = "workers"` the JetStream work queue runs are handed to.
+pub async fn dispatcher(
+    settings: &Settings,
+    board: &crate::board::Board,
+    log: &EventLog,
+    config: crate::dispatch::DispatchConfig,
+    profiles: crate::dispatch::Profiles,
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Dispatcher> {
+    let workspaces = Workspaces::new(&settings.workspace_root, settings.github_token.clone())
+        .with_context(|| {
+            format!(
+                "WORKSPACE_ROOT {} cannot be used",
+                settings.workspace_root.display()
+            )
+        })?;
+    let work = match (&config.executor, &settings.nats_url) {
+        (Executor::Workers, Some(url)) => Some(
+            crate::bus::work::WorkQueue::connect(Some(url), run_queue_config(), log.clone())
+                .await
+                .context("connecting to the JetStream work queue for workers")?,
+        ),
+        _ => None,
+    };
+    Ok(Dispatcher::new(DispatcherParts {
+        board: board.clone(),
+        log: log.clone(),
+        config,
+        profiles,
+        workspaces,
+        worker: settings.instance_id.clone(),
+        env: settings.env.clone(),
+        paused_by_env: settings.paused,
+        tracker: tracker.clone(),
+        shutdown: shutdown.clone(),
+        work,
+    }))
+}
+
+/// The work queue that carries run requests to workers: a run may take an hour, so a worker proves it is alive
+/// with `progress` well inside `ack_wait`, and a request is delivered at most three times.
+pub fn run_queue_config() -> crate::bus::work::WorkQueueConfig {
+    crate::bus::work::WorkQueueConfig {
+        stream: "PIDEVOPS_RUNS".to_owned(),
+        subject_prefix: "pidevops.runs".to_owned(),
+        consumer: "pidevops-run-workers".to_owned(),
+        ack_wait: Duration::from_secs(60),
+        max_deliver: 3,
+        backoff: vec![Duration::from_secs(1)],
+        ..Default::default()
+    }
 }
 
 async fn heartbeat(store: &EventStore) -> anyhow::Result<()> {

@@ -1,12 +1,28 @@
-//! Dispatch: running a task's attempt with a coding agent. Built so far: the pure parts — agent profiles
-//! (`profiles.rs`: presets, `pidevops.toml`, argv rendering), the prompt (`prompt.rs`) and which `todo` tasks
-//! start within the concurrency limits (`schedule.rs`). The scheduler loop, worktrees, runner and workers come
-//! next (issue 5).
+//! Dispatch: running a task's attempt with a coding agent, in its own worktree, to exactly one outcome.
+//!
+//! - `config.rs`     `[dispatch]` and `[repos]`: on or off, limits, sources, timing (pure)
+//! - `profiles.rs`   agent profiles: presets, `[agents.*]`, argv rendering (pure)
+//! - `prompt.rs`     the prompt: Task / Scope / Done when, and what failed last time (pure)
+//! - `schedule.rs`   which `todo` tasks start within the limits (pure)
+//! - `runs.rs`       the run's events: started, heartbeat, one outcome (pure)
+//! - `workspace.rs`  mirrors and worktrees under `WORKSPACE_ROOT`; commit and push
+//! - `sandbox.rs`    Landlock: an agent writes only in its worktree
+//! - `runner.rs`     the agent process: group, scrubbed env, log, tail, watchdogs
+//! - `dispatcher.rs` the dispatcher, watchdog and gc loops; claims, outcomes, recovery, pause
+//! - `worker.rs`     `pidevops worker`: runs pulled from JetStream
 
+pub mod config;
+pub mod dispatcher;
 pub mod profiles;
 pub mod prompt;
+pub mod runner;
+pub mod runs;
+pub mod sandbox;
 pub mod schedule;
+pub mod workspace;
 
+pub use config::DispatchConfig;
+pub use dispatcher::Dispatcher;
 pub use profiles::{AgentProfile, Profiles, RunInputs};
 
 #[cfg(test)]

@@ -185,6 +185,14 @@ impl Profiles {
             .expect("a checked profile name, and the presets are never empty")
     }
 
+    /// The profile of repositories that do not pick one.
+    pub fn default_profile(&self) -> &AgentProfile {
+        self.profiles
+            .get(&self.default)
+            .or_else(|| self.profiles.values().next())
+            .expect("a checked profile name, and the presets are never empty")
+    }
+
     pub fn get(&self, name: &str) -> Option<&AgentProfile> {
         self.profiles.get(name)
     }

@@ -10,6 +10,7 @@
 //! one event, applies everything before it, reports the event in `/health` (`projector:<name>`) and retries it
 //! with backoff. It never skips. A version bump (a changed read model) rebuilds from position 0.
 
+pub mod runs;
 pub mod sources;
 pub mod tasks;
 
@@ -51,6 +52,7 @@ pub fn all() -> Vec<Arc<dyn Projector>> {
     vec![
         Arc::new(sources::SourcesProjector),
         Arc::new(tasks::TasksProjector::default()),
+        Arc::new(runs::RunsProjector),
     ]
 }
 

@@ -1,0 +1,307 @@
+//! Dispatch settings from `pidevops.toml`: whether runs are on, how many at once, where each repository is
+//! cloned from, and the watchdog's and retries' timing. Pure; every mistake names its key.
+//!
+//! ```toml
+//! [dispatch]
+//! agent = "claude"            # the default profile (see profiles.rs)
+//! max_concurrent = 2          # runs at once, across all replicas and workers
+//! per_repo = 1                # runs at once in one repository, unless the repository says otherwise
+//! heartbeat_s = 30            # how often a run reports it is alive; silent for 3 of these = lost
+//! retry_backoff_s = 60        # first retry's delay; doubles per attempt, plus up to 20 % jitter
+//! worktree_ttl_h = 24         # finished runs' worktrees are removed after this
+//! executor = "local"          # "local": serve runs agents; "workers": `pidevops worker` processes do (NATS_URL)
+//!
+//! [repos."acme/api"]
+//! url = "https://github.com/acme/api.git"   # default: https://github.com/<owner>/<name>.git
+//! base = "main"                             # the branch each attempt starts from
+//! max_concurrent = 2
+//! ```
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::schedule::Limits;
+use crate::tasks::RepoName;
+
+/// Where a repository's code comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RepoSource {
+    pub url: String,
+    pub base: String,
+}
+
+impl RepoSource {
+    /// Whether cloning and pushing need `GITHUB_TOKEN`: an https URL on GitHub. Local paths and `file://` (tests,
+    /// self-hosted mirrors) and ssh URLs (the machine's own keys) do not.
+    pub fn needs_github_token(&self) -> bool {
+        let url = self.url.to_ascii_lowercase();
+        url.starts_with("https://github.com/") || url.starts_with("http://github.com/")
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Executor {
+    /// `serve` runs agents itself.
+    Local,
+    /// `pidevops worker` processes pull run requests from JetStream.
+    Workers,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct DispatchConfig {
+    /// `None` when runs are on; otherwise why they are off (for `/health` and `doctor`).
+    pub off: Option<String>,
+    pub limits: Limits,
+    pub heartbeat: Duration,
+    pub retry_backoff: Duration,
+    pub worktree_ttl: Duration,
+    pub executor: Executor,
+    pub repos: BTreeMap<RepoName, RepoSource>,
+}
+
+impl DispatchConfig {
+    pub const DEFAULT_BASE: &'static str = "main";
+
+    /// A run silent for this long is lost.
+    pub fn lost_after(&self) -> Duration {
+        self.heartbeat * 3
+    }
+
+    /// Where `repo` is cloned from.
+    pub fn source(&self, repo: &RepoName) -> RepoSource {
+        self.repos.get(repo).cloned().unwrap_or_else(|| RepoSource {
+            url: format!("https://github.com/{}.git", repo.as_str()),
+            base: Self::DEFAULT_BASE.to_owned(),
+        })
+    }
+
+    /// The delay before attempt `next` (2, 3, …) may start, jittered by a fraction in `0.0..0.2` that the caller
+    /// derives from the task, so every replica and every restart computes the same time.
+    pub fn backoff(&self, next: u32, jitter: f64) -> Duration {
+        if next <= 1 {
+            return Duration::ZERO;
+        }
+        let doublings = (next - 2).min(10);
+        let base = self.retry_backoff.saturating_mul(1 << doublings);
+        base.mul_f64(1.0 + jitter.clamp(0.0, 0.2))
+    }
+
+    pub fn from_file(file: &toml::Table) -> Result<Self, String> {
+        let dispatch = match file.get("dispatch") {
+            None => None,
+            Some(d) => Some(d.as_table().ok_or("[dispatch] must be a table")?),
+        };
+        let get = |key: &str| dispatch.and_then(|d| d.get(key));
+        let off = match (dispatch, get("enabled")) {
+            (None, _) => Some(
+                "no [dispatch] in pidevops.toml: tasks wait in todo until it is configured"
+                    .to_owned(),
+            ),
+            (Some(_), Some(v)) => match v.as_bool() {
+                Some(true) => None,
+                Some(false) => Some("dispatch.enabled = false in pidevops.toml".to_owned()),
+                None => return Err("dispatch.enabled must be true or false".to_owned()),
+            },
+            (Some(_), None) => None,
+        };
+        let count = |key: &str, default: usize| -> Result<usize, String> {
+            match get(key) {
+                None => Ok(default),
+                Some(v) => v
+                    .as_integer()
+                    .and_then(|n| usize::try_from(n).ok())
+                    .filter(|n| (1..=1000).contains(n))
+                    .ok_or_else(|| format!("dispatch.{key} must be a whole number from 1 to 1000")),
+            }
+        };
+        let seconds = |key: &str, default: f64, scale: f64| -> Result<Duration, String> {
+            match get(key) {
+                None => Ok(Duration::from_secs_f64(default * scale)),
+                Some(v) => v
+                    .as_float()
+                    .or_else(|| v.as_integer().map(|i| i as f64))
+                    .filter(|s| s.is_finite() && *s > 0.0 && *s * scale < 1e9)
+                    .map(|s| Duration::from_secs_f64(s * scale))
+                    .ok_or_else(|| format!("dispatch.{key} must be a positive number")),
+            }
+        };
+        let executor = match get("executor") {
+            None => Executor::Local,
+            Some(v) => match v.as_str() {
+                Some("local") => Executor::Local,
+                Some("workers") => Executor::Workers,
+                _ => return Err("dispatch.executor must be \"local\" or \"workers\"".to_owned()),
+            },
+        };
+        let mut limits = Limits {
+            global: count("max_concurrent", 2)?,
+            per_repo_default: count("per_repo", 1)?,
+            per_repo: BTreeMap::new(),
+        };
+        let mut repos = BTreeMap::new();
+        if let Some(table) = file.get("repos") {
+            let table = table.as_table().ok_or("[repos] must be a table")?;
+            for (name, repo) in table {
+                let key = format!("repos.\"{name}\"");
+                let parsed = name
+                    .parse::<RepoName>()
+                    .map_err(|e| format!("[{key}]: {e}"))?;
+                let repo = repo
+                    .as_table()
+                    .ok_or_else(|| format!("[{key}] must be a table"))?;
+                let text = |field: &str| -> Result<Option<String>, String> {
+                    match repo.get(field) {
+                        None => Ok(None),
+                        Some(v) => v
+                            .as_str()
+                            .filter(|s| !s.trim().is_empty())
+                            .map(|s| Some(s.trim().to_owned()))
+                            .ok_or_else(|| format!("{key}.{field} must be a non-empty string")),
+                    }
+                };
+                let url = text("url")?;
+                let base = text("base")?;
+                if let Some(base) = &base {
+                    // The base is handed to git as a ref name: refuse what could be read as an option or a range.
+                    if base.starts_with('-')
+                        || base.contains("..")
+                        || !base
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
+                    {
+                        return Err(format!("{key}.base {base:?} is not a plain branch name"));
+                    }
+                }
+                if let Some(url) = &url {
+                    if url.starts_with('-') {
+                        return Err(format!("{key}.url must not start with '-'"));
+                    }
+                }
+                if let Some(max) = repo.get("max_concurrent") {
+                    let max = max
+                        .as_integer()
+                        .and_then(|n| usize::try_from(n).ok())
+                        .filter(|n| (1..=1000).contains(n))
+                        .ok_or_else(|| {
+                            format!("{key}.max_concurrent must be a whole number from 1 to 1000")
+                        })?;
+                    limits.per_repo.insert(parsed.clone(), max);
+                }
+                if url.is_some() || base.is_some() {
+                    let default = Self::default_source(&parsed);
+                    repos.insert(
+                        parsed,
+                        RepoSource {
+                            url: url.unwrap_or(default.url),
+                            base: base.unwrap_or(default.base),
+                        },
+                    );
+                }
+            }
+        }
+        Ok(Self {
+            off,
+            limits,
+            heartbeat: seconds("heartbeat_s", 30.0, 1.0)?,
+            retry_backoff: seconds("retry_backoff_s", 60.0, 1.0)?,
+            worktree_ttl: seconds("worktree_ttl_h", 24.0, 3600.0)?,
+            executor,
+            repos,
+        })
+    }
+
+    fn default_source(repo: &RepoName) -> RepoSource {
+        RepoSource {
+            url: format!("https://github.com/{}.git", repo.as_str()),
+            base: Self::DEFAULT_BASE.to_owned(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<DispatchConfig, String> {
+        DispatchConfig::from_file(&text.parse::<toml::Table>().unwrap())
+    }
+
+    #[test]
+    fn without_a_dispatch_table_runs_are_off_and_say_why() {
+        let config = parse("").unwrap();
+        assert!(config.off.unwrap().contains("no [dispatch]"));
+        assert!(parse("[dispatch]\nenabled = false").unwrap().off.is_some());
+        assert!(parse("[dispatch]").unwrap().off.is_none());
+    }
+
+    #[test]
+    fn repositories_name_their_source_limit_and_base() {
+        let config = parse(
+            r#"
+            [dispatch]
+            max_concurrent = 4
+            per_repo = 2
+            heartbeat_s = 0.5
+            [repos."acme/api"]
+            url = "file:///srv/git/api.git"
+            base = "develop"
+            max_concurrent = 3
+            [repos."acme/web"]
+            approval = "auto"
+            "#,
+        )
+        .unwrap();
+        let api: RepoName = "acme/api".parse().unwrap();
+        let web: RepoName = "acme/web".parse().unwrap();
+        assert_eq!(config.limits.global, 4);
+        assert_eq!(config.limits.per_repo_default, 2);
+        assert_eq!(config.limits.per_repo.get(&api), Some(&3));
+        assert_eq!(config.source(&api).url, "file:///srv/git/api.git");
+        assert_eq!(config.source(&api).base, "develop");
+        assert!(!config.source(&api).needs_github_token());
+        assert_eq!(config.source(&web).url, "https://github.com/acme/web.git");
+        assert!(config.source(&web).needs_github_token());
+        assert_eq!(config.heartbeat, Duration::from_millis(500));
+        assert_eq!(config.lost_after(), Duration::from_millis(1500));
+    }
+
+    #[test]
+    fn mistakes_name_their_key() {
+        for (text, key) in [
+            ("[dispatch]\nmax_concurrent = 0", "dispatch.max_concurrent"),
+            ("[dispatch]\nheartbeat_s = -1", "dispatch.heartbeat_s"),
+            ("[dispatch]\nexecutor = \"cloud\"", "dispatch.executor"),
+            ("[dispatch]\nenabled = \"yes\"", "dispatch.enabled"),
+            (
+                "[repos.\"a/b\"]\nbase = \"--upload-pack=x\"",
+                "repos.\"a/b\".base",
+            ),
+            (
+                "[repos.\"a/b\"]\nbase = \"main..evil\"",
+                "repos.\"a/b\".base",
+            ),
+            (
+                "[repos.\"a/b\"]\nurl = \"-oProxyCommand=x\"",
+                "repos.\"a/b\".url",
+            ),
+            (
+                "[repos.\"a/b\"]\nmax_concurrent = 0",
+                "repos.\"a/b\".max_concurrent",
+            ),
+            ("dispatch = 3", "[dispatch]"),
+        ] {
+            let error = parse(text).unwrap_err();
+            assert!(error.contains(key), "{text}: {error}");
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_per_attempt_with_bounded_jitter() {
+        let config = parse("[dispatch]\nretry_backoff_s = 10").unwrap();
+        assert_eq!(config.backoff(1, 0.1), Duration::ZERO);
+        assert_eq!(config.backoff(2, 0.0), Duration::from_secs(10));
+        assert_eq!(config.backoff(3, 0.0), Duration::from_secs(20));
+        assert_eq!(config.backoff(4, 0.5), Duration::from_secs(48));
+        assert_eq!(config.backoff(60, 0.0), Duration::from_secs(10 * 1024));
+    }
+}

@@ -1,0 +1,1111 @@
+//! The dispatcher: claims `todo` tasks within the concurrency limits and runs each attempt to exactly one
+//! outcome; the watchdog declares silent runs lost; gc removes old worktrees.
+//!
+//! Correctness rests on the log, not on who holds which lease:
+//! - **A claim is an append.** `task.started` is written at the task stream's next version; of two replicas
+//!   claiming the same task, one append wins and the other meets a conflict, rereads, and finds the task in
+//!   `in-progress`. So an attempt starts once.
+//! - **One outcome per run.** The runner and the watchdog both write a run's terminal event with the version they
+//!   expect and the run's end key; the loser adopts the winner's outcome. A runner whose heartbeat meets a
+//!   conflict learns it was declared lost and kills its agent.
+//! - **The task follows the outcome** (`submit-for-review` or `retry`), and the domain refuses a report naming a
+//!   run that is no longer the live one, so applying an outcome twice (a crash between the two writes, then the
+//!   watchdog's recovery) changes nothing the second time.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::config::{DispatchConfig, Executor};
+use super::profiles::{AgentProfile, Profiles, RunInputs};
+use super::runner::{self, Ending, Launch};
+use super::runs::{self, FailureKind, RunEvent};
+use super::sandbox::WriteConfinement;
+use super::schedule::{self, Candidate};
+use super::workspace::{Prepared, Workspaces};
+use crate::board::{Board, BoardError};
+use crate::config::Env;
+use crate::domain::{EventType, NewEvent, Source};
+use crate::eventlog::{AppendError, EventLog, EventStore};
+use crate::projectors::runs::{self as run_rows, RunRow, Which};
+use crate::projectors::tasks::{self as task_rows, TaskFilter, TaskRow};
+use crate::tasks::{Column, Command, Reason, RepoName, RetryCause, RunId, Task, TaskError, TaskId};
+
+pub const DISPATCHER: &str = "dispatcher";
+pub const WATCHDOG: &str = "watchdog";
+pub const GC: &str = "gc";
+/// The stream of pause and resume commands.
+pub const DISPATCH_STREAM: &str = "dispatch";
+/// Most `todo` tasks one tick considers; the rest wait for the next (most urgent and oldest first).
+const QUEUE_WINDOW: u32 = 1000;
+
+/// What `/health` shows of the dispatcher.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DispatchStatus {
+    pub paused: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused_reason: Option<String>,
+    /// Tasks ready to start, waiting for a slot.
+    pub queue: usize,
+    /// Tasks in `todo` held back by their retry backoff.
+    pub backing_off: usize,
+    pub running: usize,
+    pub slots: usize,
+    pub started: usize,
+    pub executor: &'static str,
+    /// Whether agents' writes are confined to their worktree (Landlock), and its ABI.
+    pub confinement: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct WatchdogStatus {
+    pub running: usize,
+    pub declared_lost: usize,
+    pub recovered: usize,
+}
+
+/// Runs this process is executing.
+#[derive(Default)]
+struct Local {
+    running: HashMap<TaskId, LocalRun>,
+    /// Runs that ended here but that the tasks read model may still show in progress: their slots are free.
+    finished: HashMap<TaskId, RunId>,
+    /// Runs handed to workers that the read model may not show yet: their slots are taken.
+    claimed: HashMap<TaskId, (RunId, RepoName, std::time::Instant)>,
+}
+
+struct LocalRun {
+    run: RunId,
+    repo: RepoName,
+    stop: CancellationToken,
+}
+
+struct Inner {
+    board: Board,
+    log: EventLog,
+    config: DispatchConfig,
+    profiles: Profiles,
+    workspaces: Workspaces,
+    worker: String,
+    env: Env,
+    paused_by_env: bool,
+    confinement_abi: Option<i64>,
+    local: Mutex<Local>,
+    fill: tokio::sync::Mutex<()>,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+    work: Option<crate::bus::work::WorkQueue>,
+}
+
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct Dispatcher {
+    inner: Arc<Inner>,
+}
+
+/// What a `pidevops worker` is asked to run.
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+pub struct RunRequest {
+    pub task: TaskId,
+    pub run: RunId,
+    pub attempt: u32,
+}
+
+pub struct DispatcherParts {
+    pub board: Board,
+    pub log: EventLog,
+    pub config: DispatchConfig,
+    pub profiles: Profiles,
+    pub workspaces: Workspaces,
+    pub worker: String,
+    pub env: Env,
+    pub paused_by_env: bool,
+    pub tracker: TaskTracker,
+    pub shutdown: CancellationToken,
+    pub work: Option<crate::bus::work::WorkQueue>,
+}
+
+impl Dispatcher {
+    pub fn new(parts: DispatcherParts) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                board: parts.board,
+                log: parts.log,
+                config: parts.config,
+                profiles: parts.profiles,
+                workspaces: parts.workspaces,
+                worker: parts.worker,
+                env: parts.env,
+                paused_by_env: parts.paused_by_env,
+                confinement_abi: super::sandbox::abi(),
+                local: Mutex::default(),
+                fill: tokio::sync::Mutex::new(()),
+                tracker: parts.tracker,
+                shutdown: parts.shutdown,
+                work: parts.work,
+            }),
+        }
+    }
+
+    fn store(&self) -> &EventStore {
+        self.inner.log.store()
+    }
+
+    fn local(&self) -> std::sync::MutexGuard<'_, Local> {
+        self.inner.local.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn confinement(&self) -> String {
+        match self.inner.confinement_abi {
+            Some(abi) => format!("landlock abi {abi}: agents write only in their worktree"),
+            None => "none: this kernel has no Landlock; agents can write anywhere the service can"
+                .into(),
+        }
+    }
+
+    /// Whether new dispatch is paused, and why.
+    pub async fn paused(&self) -> anyhow::Result<Option<String>> {
+        if self.inner.paused_by_env {
+            return Ok(Some("PIDEVOPS_PAUSED=1".into()));
+        }
+        pause_state(self.store()).await
+    }
+
+    /// One dispatcher tick: start what fits. Also run when a local run ends, so a freed slot is filled at once.
+    pub async fn tick(&self) -> anyhow::Result<DispatchStatus> {
+        let _one_at_a_time = self.inner.fill.lock().await;
+        let paused = self.paused().await.context("reading the pause state")?;
+        let store = self.store();
+        let todo = task_rows::list(
+            store,
+            &TaskFilter {
+                column: Some(Column::Todo),
+                limit: Some(QUEUE_WINDOW),
+                ..TaskFilter::default()
+            },
+        )
+        .await
+        .context("listing todo tasks")?;
+        let in_progress = task_rows::list(
+            store,
+            &TaskFilter {
+                column: Some(Column::InProgress),
+                ..TaskFilter::default()
+            },
+        )
+        .await
+        .context("listing tasks in progress")?;
+
+        let running = self.running_per_repo(&in_progress);
+        let now = Utc::now();
+        let mut backing_off = 0;
+        let candidates: Vec<Candidate> = todo
+            .iter()
+            .filter(|row| !row.needs_human && row.attempts < row.max_attempts)
+            .filter(|row| !self.local().running.contains_key(&row.id))
+            .filter(|row| {
+                let ready = self.ready_at(row).is_none_or(|at| at <= now);
+                backing_off += usize::from(!ready);
+                ready
+            })
+            .filter_map(|row| {
+                Some(Candidate {
+                    id: row.id,
+                    repo: row.repo.parse().ok()?,
+                    priority: row.priority,
+                    created_at: row.created_at,
+                })
+            })
+            .collect();
+        let slots = self.inner.config.limits.global;
+        let mut status = DispatchStatus {
+            paused: paused.is_some(),
+            paused_reason: paused,
+            queue: candidates.len(),
+            backing_off,
+            running: running.values().sum(),
+            slots,
+            started: 0,
+            executor: match self.inner.config.executor {
+                Executor::Local => "local",
+                Executor::Workers => "workers",
+            },
+            confinement: self.confinement(),
+        };
+        if !status.paused {
+            for id in schedule::pick(&candidates, &running, &self.inner.config.limits) {
+                if self.claim_and_start(id).await? {
+                    status.started += 1;
+                    status.queue -= 1;
+                    status.running += 1;
+                }
+            }
+        }
+        metrics::gauge!("pidevops_dispatch_queue_depth").set(status.queue as f64);
+        metrics::gauge!("pidevops_dispatch_slots_in_use").set(status.running as f64);
+        metrics::gauge!("pidevops_dispatch_slots").set(slots as f64);
+        metrics::gauge!("pidevops_dispatch_paused").set(if status.paused { 1.0 } else { 0.0 });
+        Ok(status)
+    }
+
+    /// Runs per repository: the read model's `in-progress` tasks, less those this process just finished (their
+    /// slot is free, the read model has not caught up), plus those it just started (likewise).
+    fn running_per_repo(&self, in_progress: &[TaskRow]) -> BTreeMap<RepoName, usize> {
+        let mut local = self.local();
+        let shown: HashMap<TaskId, Option<RunId>> = in_progress
+            .iter()
+            .map(|row| (row.id, run_of(row)))
+            .collect();
+        local
+            .finished
+            .retain(|task, run| shown.get(task).is_some_and(|shown| *shown == Some(*run)));
+        let mut seen = HashSet::new();
+        let mut running = BTreeMap::new();
+        for row in in_progress {
+            if local.finished.contains_key(&row.id) {
+                continue;
+            }
+            if let Ok(repo) = row.repo.parse::<RepoName>() {
+                seen.insert(row.id);
+                *running.entry(repo).or_insert(0) += 1;
+            }
+        }
+        for (task, run) in &local.running {
+            if seen.insert(*task) {
+                *running.entry(run.repo.clone()).or_insert(0) += 1;
+            }
+        }
+        local.claimed.retain(|task, (run, _, at)| {
+            shown.get(task) != Some(&Some(*run)) && at.elapsed() < Duration::from_secs(30)
+        });
+        for (task, (_, repo, _)) in &local.claimed {
+            if seen.insert(*task) {
+                *running.entry(repo.clone()).or_insert(0) += 1;
+            }
+        }
+        running
+    }
+
+    /// When a task that failed may start again: its last failure plus the backoff for the next attempt, with a
+    /// jitter derived from the task and attempt (the same on every replica and after every restart).
+    fn ready_at(&self, row: &TaskRow) -> Option<DateTime<Utc>> {
+        let failed_at: DateTime<Utc> = row
+            .state
+            .get("last_failure")?
+            .get("at")?
+            .as_str()?
+            .parse()
+            .ok()?;
+        let next = u32::try_from(row.attempts).ok()?.saturating_add(1);
+        let jitter = {
+            use sha2::Digest;
+            let digest = sha2::Sha256::digest(format!("{}:{next}", row.id));
+            f64::from(digest[0]) / 255.0 * 0.2
+        };
+        let delay = self.inner.config.backoff(next, jitter);
+        Some(failed_at + chrono::Duration::from_std(delay).ok()?)
+    }
+
+    /// Claims `id` (appends `task.started`) and starts its run. `false` when someone else got there first.
+    async fn claim_and_start(&self, id: TaskId) -> anyhow::Result<bool> {
+        let run = RunId(uuid::Uuid::now_v7());
+        let outcome = match self
+            .inner
+            .board
+            .execute(id, &Command::Start { run }, DISPATCHER)
+            .await
+        {
+            Ok(outcome) if !outcome.appended.is_empty() => outcome,
+            Ok(_) => return Ok(false),
+            Err(BoardError::Refused(refused)) => {
+                tracing::debug!(task = %id, %refused, "not claimed: the task moved on");
+                return Ok(false);
+            }
+            Err(error) => return Err(error).with_context(|| format!("claiming {id}")),
+        };
+        let task = outcome.task;
+        let attempt = task.attempts();
+        tracing::info!(task = %id, %run, attempt, "claimed");
+        match self.inner.config.executor {
+            Executor::Local => self.start_local(task, run, attempt),
+            Executor::Workers => {
+                let work = self
+                    .inner
+                    .work
+                    .as_ref()
+                    .context("executor = \"workers\" needs NATS_URL")?;
+                let request = RunRequest {
+                    task: id,
+                    run,
+                    attempt,
+                };
+                // Keyed by run: a re-published request is one message, so one run.
+                work.publish("run", &run.to_string(), &request)
+                    .await
+                    .with_context(|| format!("queueing {id}'s run for a worker"))?;
+                // Counted against the limits until the read model shows it in progress.
+                self.local()
+                    .claimed
+                    .insert(id, (run, task.repo().clone(), std::time::Instant::now()));
+            }
+        }
+        Ok(true)
+    }
+
+    fn start_local(&self, task: Task, run: RunId, attempt: u32) {
+        let stop = self.inner.shutdown.child_token();
+        self.local().running.insert(
+            task.id(),
+            LocalRun {
+                run,
+                repo: task.repo().clone(),
+                stop: stop.clone(),
+            },
+        );
+        let this = self.clone();
+        self.inner.tracker.spawn(async move {
+            let id = task.id();
+            this.execute(task, run, attempt, stop).await;
+            {
+                let mut local = this.local();
+                local.running.remove(&id);
+                local.finished.insert(id, run);
+            }
+            // A slot is free: fill it now rather than at the next tick.
+            if !this.inner.shutdown.is_cancelled() {
+                if let Err(error) = this.tick().await {
+                    tracing::warn!(
+                        error = format!("{error:#}"),
+                        "refilling a freed slot failed"
+                    );
+                }
+            }
+        });
+    }
+
+    /// Runs a claimed attempt to its one outcome and moves the task on. Used by `serve` and by workers.
+    pub async fn execute(&self, task: Task, run: RunId, attempt: u32, stop: CancellationToken) {
+        let id = task.id();
+        let repo = task.repo().clone();
+        let profile = self.inner.profiles.for_repo(&repo).clone();
+        let dirs = self.inner.workspaces.run_dirs(&repo, id, run);
+        let mut writer = RunWriter::new(self.inner.log.clone(), run, id, 0);
+        let started = RunEvent::Started {
+            at: Utc::now(),
+            run,
+            task: id,
+            attempt,
+            profile: profile.name.clone(),
+            worker: self.inner.worker.clone(),
+            log: dirs.log.to_string_lossy().into_owned(),
+        };
+        match writer.append(&started).await {
+            Ok(()) => {}
+            Err(Written::Taken) => {
+                // The watchdog declared it lost before it began (a very slow start): that outcome stands.
+                return self.recover(run).await;
+            }
+            Err(Written::Failed(error)) => {
+                tracing::error!(task = %id, %run, error = format!("{error:#}"), "cannot record the run's start");
+                return;
+            }
+        }
+        let begun = std::time::Instant::now();
+        let outcome = self
+            .attempt(&task, run, attempt, &profile, &mut writer, stop)
+            .await;
+        let outcome = match outcome {
+            Some(outcome) => outcome,
+            None => return self.recover(run).await,
+        };
+        let duration = begun.elapsed();
+        match writer.finish(&outcome).await {
+            Ok(()) => {
+                let label = match &outcome {
+                    RunEvent::Succeeded { .. } => "succeeded",
+                    RunEvent::Failed { kind, .. } => kind.as_str(),
+                    _ => "unknown",
+                };
+                metrics::counter!("pidevops_runs_total", "outcome" => label).increment(1);
+                metrics::histogram!("pidevops_run_duration_seconds").record(duration.as_secs_f64());
+                self.apply(&outcome).await;
+            }
+            Err(Written::Taken) => self.recover(run).await,
+            Err(Written::Failed(error)) => {
+                // The watchdog will find the run silent and declare it lost: the task is retried, not stuck.
+                tracing::error!(task = %id, %run, error = format!("{error:#}"), "cannot record the run's outcome");
+            }
+        }
+    }
+
+    /// The attempt itself: worktree, agent, commit, push. `None` when it was declared lost meanwhile.
+    async fn attempt(
+        &self,
+        task: &Task,
+        run: RunId,
+        attempt: u32,
+        profile: &AgentProfile,
+        writer: &mut RunWriter,
+        stop: CancellationToken,
+    ) -> Option<RunEvent> {
+        let id = task.id();
+        let started = std::time::Instant::now();
+        let fail = |kind: FailureKind, detail: String, tail: String| RunEvent::Failed {
+            at: Utc::now(),
+            run,
+            task: id,
+            attempt,
+            kind,
+            detail,
+            duration_s: started.elapsed().as_secs_f64(),
+            tail,
+        };
+        let source = self.inner.config.source(task.repo());
+        let prepared = match self
+            .inner
+            .workspaces
+            .prepare(task.repo(), &source, id, run)
+            .await
+        {
+            Ok(prepared) => prepared,
+            Err(error) => {
+                return Some(fail(
+                    FailureKind::Workspace,
+                    error.to_string(),
+                    String::new(),
+                ))
+            }
+        };
+        let prompt = super::prompt::build(task);
+        if let Err(error) = tokio::fs::write(&prepared.dirs.prompt, &prompt).await {
+            return Some(fail(
+                FailureKind::Workspace,
+                format!("cannot write the prompt file: {error}"),
+                String::new(),
+            ));
+        }
+        let launch = match self.launch(task, run, profile, &prepared, &prompt) {
+            Ok(launch) => launch,
+            Err(error) => {
+                return Some(fail(
+                    FailureKind::Workspace,
+                    format!("{error:#}"),
+                    String::new(),
+                ))
+            }
+        };
+
+        // Heartbeats while the agent runs; a heartbeat that meets a conflict means the run was declared lost.
+        let output = Arc::new(AtomicU64::new(0));
+        let beats = CancellationToken::new();
+        let lost = CancellationToken::new();
+        let agent_stop = CancellationToken::new();
+        let heartbeat = {
+            let (mut beat_writer, output, beats, lost, agent_stop, stop) = (
+                writer.clone(),
+                output.clone(),
+                beats.clone(),
+                lost.clone(),
+                agent_stop.clone(),
+                stop.clone(),
+            );
+            let interval = self.inner.config.heartbeat;
+            let board = self.inner.board.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        () = beats.cancelled() => break,
+                        () = stop.cancelled() => { agent_stop.cancel(); break; }
+                        () = tokio::time::sleep(interval) => {}
+                    }
+                    let beat = RunEvent::Heartbeat {
+                        at: Utc::now(),
+                        run,
+                        task: id,
+                        output_bytes: output.load(std::sync::atomic::Ordering::Relaxed),
+                    };
+                    match beat_writer.append(&beat).await {
+                        Ok(()) => {}
+                        Err(Written::Taken) => {
+                            lost.cancel();
+                            agent_stop.cancel();
+                            break;
+                        }
+                        Err(Written::Failed(error)) => {
+                            tracing::warn!(task = %id, %run, error = format!("{error:#}"), "heartbeat not recorded");
+                        }
+                    }
+                    // A task cancelled (or otherwise moved on) while its agent works: stop spending on it.
+                    if let Ok(Some(row)) = task_rows::get(board.store(), id).await {
+                        if row.column != Column::InProgress || run_of(&row) != Some(run) {
+                            agent_stop.cancel();
+                            break;
+                        }
+                    }
+                }
+                beat_writer.version
+            })
+        };
+        let finished = runner::run(launch, output, agent_stop.clone()).await;
+        beats.cancel();
+        if let Ok(version) = heartbeat.await {
+            writer.version = writer.version.max(version);
+        }
+        if lost.is_cancelled() {
+            return None;
+        }
+        let tail = finished.tail.clone();
+        let failed = |kind, detail: String| Some(fail(kind, detail, tail.clone()));
+        match finished.ending {
+            Ending::Exited(0) => {}
+            Ending::Exited(code) => {
+                return failed(
+                    FailureKind::Exit,
+                    format!("the agent exited with status {code}"),
+                )
+            }
+            Ending::Signaled(signal) => {
+                return failed(
+                    FailureKind::Exit,
+                    format!("the agent was killed by signal {signal}"),
+                )
+            }
+            Ending::TimedOut => {
+                return failed(
+                    FailureKind::Timeout,
+                    format!(
+                        "the agent ran longer than {} s and was killed",
+                        profile.timeout.as_secs_f64()
+                    ),
+                )
+            }
+            Ending::Stalled => {
+                return failed(
+                    FailureKind::Stalled,
+                    format!(
+                        "the agent printed nothing for {} s and was killed",
+                        profile.no_output_timeout.as_secs_f64()
+                    ),
+                )
+            }
+            Ending::Stopped => {
+                let why = if stop.is_cancelled() {
+                    "the service is shutting down"
+                } else {
+                    "the task was cancelled or moved on while the agent ran"
+                };
+                return failed(FailureKind::Stopped, format!("stopped: {why}"));
+            }
+            Ending::CannotStart(why) => return failed(FailureKind::Workspace, why),
+        }
+        let message = format!(
+            "{id}: {}\n\nWritten by the {} agent, attempt {attempt} (pidevops run {run}).",
+            task.title(),
+            profile.name
+        );
+        let commit = match self.inner.workspaces.commit(&prepared, &message).await {
+            Ok(Some(commit)) => commit,
+            Ok(None) => {
+                return failed(
+                    FailureKind::NoChanges,
+                    "the agent exited 0 but changed nothing in the worktree".into(),
+                )
+            }
+            Err(error) => return failed(FailureKind::Workspace, error.to_string()),
+        };
+        if let Err(error) = self.inner.workspaces.push(&prepared).await {
+            return failed(FailureKind::PushFailed, error.to_string());
+        }
+        Some(RunEvent::Succeeded {
+            at: Utc::now(),
+            run,
+            task: id,
+            attempt,
+            branch: prepared.branch.clone(),
+            commit,
+            duration_s: started.elapsed().as_secs_f64(),
+            tail,
+        })
+    }
+
+    /// The agent's command line and environment. The environment is built from nothing: a few neutral variables,
+    /// the run's own HOME and TMPDIR, and the variables the profile names (never a pidevops secret: `profiles`
+    /// refuses those at start-up).
+    fn launch(
+        &self,
+        task: &Task,
+        run: RunId,
+        profile: &AgentProfile,
+        prepared: &Prepared,
+        prompt: &str,
+    ) -> anyhow::Result<Launch> {
+        let dirs = &prepared.dirs;
+        let path = |p: &std::path::Path| p.to_string_lossy().into_owned();
+        let argv = profile.argv(&RunInputs {
+            prompt,
+            prompt_file: &path(&dirs.prompt),
+            workspace: &path(&dirs.worktree),
+            task_id: &task.id().to_string(),
+        });
+        let mut env = vec![
+            (
+                "PATH".to_owned(),
+                self.inner
+                    .env
+                    .get("PATH")
+                    .unwrap_or("/usr/local/bin:/usr/bin:/bin")
+                    .to_owned(),
+            ),
+            ("HOME".to_owned(), path(&dirs.home)),
+            ("TMPDIR".to_owned(), path(&dirs.tmp)),
+            (
+                "LANG".to_owned(),
+                self.inner.env.get("LANG").unwrap_or("C.UTF-8").to_owned(),
+            ),
+            ("TERM".to_owned(), "dumb".to_owned()),
+        ];
+        for name in &profile.env {
+            if let Some(value) = self.inner.env.get(name) {
+                env.push((name.clone(), value.to_owned()));
+            }
+        }
+        let confinement = if self.inner.confinement_abi.is_some() {
+            let writable = [
+                dirs.worktree.as_path(),
+                dirs.home.as_path(),
+                dirs.tmp.as_path(),
+                dirs.mirror.as_path(),
+                std::path::Path::new("/dev"),
+            ];
+            WriteConfinement::new(&writable)
+                .context("preparing the agent's filesystem confinement")?
+                .map(Arc::new)
+        } else {
+            None
+        };
+        tracing::info!(task = %task.id(), %run, profile = %profile.name, program = %argv.first().map(String::as_str).unwrap_or(""), "starting the agent");
+        Ok(Launch {
+            argv,
+            env,
+            cwd: dirs.worktree.clone(),
+            log: dirs.log.clone(),
+            timeout: profile.timeout,
+            no_output_timeout: profile.no_output_timeout,
+            confinement,
+        })
+    }
+
+    /// Moves the task on after a run's outcome. Idempotent: a second application names a run that is no longer
+    /// live and the domain refuses it, which is the expected answer here.
+    async fn apply(&self, outcome: &RunEvent) {
+        let (task, command) = match outcome {
+            RunEvent::Succeeded {
+                task, run, branch, ..
+            } => (
+                *task,
+                Command::SubmitForReview {
+                    run: *run,
+                    branch: branch.clone(),
+                    pr: None,
+                },
+            ),
+            RunEvent::Failed { task, run, .. } => (
+                *task,
+                Command::Retry {
+                    cause: RetryCause::RunFailed { run: *run },
+                    reason: outcome
+                        .failure_reason()
+                        .unwrap_or_else(|| Reason::summarize("the run failed")),
+                },
+            ),
+            _ => return,
+        };
+        match self.inner.board.execute(task, &command, DISPATCHER).await {
+            Ok(_) => {}
+            Err(BoardError::Refused(
+                TaskError::StaleRun { .. }
+                | TaskError::WrongColumn { .. }
+                | TaskError::Archived { .. },
+            )) => {}
+            Err(error) => {
+                // Left for the watchdog, which applies a recorded outcome to a task still in progress.
+                tracing::warn!(%task, error = %error, "could not move the task on after its run");
+            }
+        }
+    }
+
+    /// Applies whatever outcome the run's stream holds (another writer's).
+    async fn recover(&self, run: RunId) {
+        match self.store().read_stream(&runs::stream(run)).await {
+            Ok(events) => {
+                if let Some(outcome) = events
+                    .iter()
+                    .filter_map(|e| run_rows::decode(e).ok())
+                    .find(RunEvent::is_terminal)
+                {
+                    self.apply(&outcome).await;
+                }
+            }
+            Err(error) => tracing::warn!(%run, %error, "cannot read the run's outcome"),
+        }
+    }
+
+    /// One watchdog tick: runs silent for longer than the bound are declared lost (and their tasks retried);
+    /// outcomes recorded but not yet applied to their task are applied; claims that never started are released.
+    pub async fn watchdog_tick(&self) -> anyhow::Result<WatchdogStatus> {
+        let store = self.store();
+        let lost_after = chrono::Duration::from_std(self.inner.config.lost_after())?;
+        let now = Utc::now();
+        let mut status = WatchdogStatus::default();
+        let local: HashSet<RunId> = self.local().running.values().map(|r| r.run).collect();
+        let running = run_rows::query(store, Which::Running)
+            .await
+            .context("listing running runs")?;
+        status.running = running.len();
+        for row in &running {
+            let Ok(run) = row.run_id.parse::<uuid::Uuid>().map(RunId) else {
+                continue;
+            };
+            if local.contains(&run) {
+                continue;
+            }
+            // A run this very process was running before a restart is gone, whatever its last heartbeat says.
+            let orphan = row.worker.as_deref() == Some(self.inner.worker.as_str());
+            if orphan || now - row.last_seen_at > lost_after {
+                let why = if orphan {
+                    format!("{} restarted while running it", self.inner.worker)
+                } else {
+                    format!(
+                        "no heartbeat since {} (worker {})",
+                        row.last_seen_at.to_rfc3339(),
+                        row.worker.as_deref().unwrap_or("unknown")
+                    )
+                };
+                if self.declare_lost(row, run, why).await? {
+                    status.declared_lost += 1;
+                }
+            }
+        }
+        let in_progress = task_rows::list(
+            store,
+            &TaskFilter {
+                column: Some(Column::InProgress),
+                ..TaskFilter::default()
+            },
+        )
+        .await
+        .context("listing tasks in progress")?;
+        for task in in_progress {
+            let Some(run) = run_of(&task) else { continue };
+            if local.contains(&run) {
+                continue;
+            }
+            let rows = run_rows::query(store, Which::Run(&run.to_string())).await?;
+            match rows.first() {
+                Some(row) if row.state != "running" => {
+                    self.recover(run).await;
+                    status.recovered += 1;
+                }
+                Some(_) => {}
+                None if now - task.updated_at > lost_after => {
+                    // Claimed, but its run never recorded a start: the claimer died in between.
+                    let row = RunRow {
+                        run_id: run.to_string(),
+                        task_id: task.id.to_string(),
+                        attempt: task.attempts,
+                        state: "running".into(),
+                        worker: None,
+                        profile: None,
+                        log_path: None,
+                        started_at: None,
+                        last_seen_at: task.updated_at,
+                        ended_at: None,
+                        failure: None,
+                        detail: None,
+                        branch: None,
+                        commit_sha: None,
+                        duration_s: None,
+                        output_bytes: 0,
+                        tail: None,
+                        version: 0,
+                        last_position: 0,
+                    };
+                    let why = format!(
+                        "claimed at {} but never started",
+                        task.updated_at.to_rfc3339()
+                    );
+                    if self.declare_lost(&row, run, why).await? {
+                        status.declared_lost += 1;
+                    }
+                }
+                None => {}
+            }
+        }
+        Ok(status)
+    }
+
+    async fn declare_lost(&self, row: &RunRow, run: RunId, why: String) -> anyhow::Result<bool> {
+        let task: TaskId = row.task_id.parse().context("a run row names a bad task")?;
+        let mut writer = RunWriter::new(self.inner.log.clone(), run, task, row.version);
+        let lost = RunEvent::Failed {
+            at: Utc::now(),
+            run,
+            task,
+            attempt: u32::try_from(row.attempt).unwrap_or_default(),
+            kind: FailureKind::Lost,
+            detail: format!("the run was lost: {why}"),
+            duration_s: row
+                .started_at
+                .map(|s| (Utc::now() - s).num_milliseconds() as f64 / 1000.0)
+                .unwrap_or_default(),
+            tail: String::new(),
+        };
+        match writer.finish(&lost).await {
+            Ok(()) => {
+                tracing::warn!(%task, %run, %why, "run declared lost");
+                metrics::counter!("pidevops_runs_total", "outcome" => "lost").increment(1);
+                self.apply(&lost).await;
+                Ok(true)
+            }
+            // It spoke up (or ended) since the read model was written: alive after all, or already over.
+            Err(Written::Taken) => Ok(false),
+            Err(Written::Failed(error)) => Err(error),
+        }
+    }
+
+    /// One gc tick: run directories older than the TTL whose runs are over (or unknown) are removed.
+    pub async fn gc_tick(&self) -> anyhow::Result<super::workspace::GcReport> {
+        let running: HashSet<String> = run_rows::query(self.store(), Which::Running)
+            .await
+            .context("listing running runs")?
+            .into_iter()
+            .map(|r| r.run_id)
+            .collect();
+        let local: HashSet<RunId> = self.local().running.values().map(|r| r.run).collect();
+        let keep = move |_task: TaskId, run: RunId| {
+            local.contains(&run) || running.contains(&run.to_string())
+        };
+        Ok(self
+            .inner
+            .workspaces
+            .gc(self.inner.config.worktree_ttl, &keep)
+            .await?)
+    }
+
+    /// Stops every local run (service shutdown).
+    pub fn stop_all(&self) {
+        for run in self.local().running.values() {
+            run.stop.cancel();
+        }
+    }
+}
+
+/// The run a task row says is live.
+fn run_of(row: &TaskRow) -> Option<RunId> {
+    row.state
+        .get("run")?
+        .as_str()?
+        .parse::<uuid::Uuid>()
+        .ok()
+        .map(RunId)
+}
+
+/// Why a run event was not written.
+enum Written {
+    /// The stream moved on or the end key is taken: someone else decided this run's fate.
+    Taken,
+    Failed(anyhow::Error),
+}
+
+/// Appends a run's events at consecutive stream versions.
+#[derive(Clone)]
+struct RunWriter {
+    log: EventLog,
+    run: RunId,
+    task: TaskId,
+    version: i64,
+}
+
+impl RunWriter {
+    fn new(log: EventLog, run: RunId, task: TaskId, version: i64) -> Self {
+        Self {
+            log,
+            run,
+            task,
+            version,
+        }
+    }
+
+    async fn append(&mut self, event: &RunEvent) -> Result<(), Written> {
+        let key = if event.is_terminal() {
+            runs::end_key(self.run)
+        } else {
+            format!("run:{}:{}", self.run, self.version + 1)
+        };
+        let body = serde_json::to_vec(event).map_err(|e| Written::Failed(e.into()))?;
+        let mut new = NewEvent::new(
+            Source::Pidevops,
+            EventType::from_stored(event.kind().to_owned()),
+            key,
+            "application/json",
+            bytes::Bytes::from(body),
+        );
+        new.stream = Some((runs::stream(self.run), self.version + 1));
+        new.occurred_at = event.at();
+        new.subject.reference = Some(self.task.to_string());
+        new.meta
+            .insert("actor".to_owned(), serde_json::Value::from(DISPATCHER));
+        match self.log.append(new).await {
+            Ok(appended) if !appended.duplicate => {
+                self.version += 1;
+                Ok(())
+            }
+            Ok(_) | Err(AppendError::Conflict { .. }) => Err(Written::Taken),
+            Err(error) => Err(Written::Failed(error.into())),
+        }
+    }
+
+    async fn finish(&mut self, outcome: &RunEvent) -> Result<(), Written> {
+        self.append(outcome).await
+    }
+}
+
+/// Pauses or resumes dispatch for every replica: an event in the `dispatch` stream.
+pub async fn set_paused(
+    log: &EventLog,
+    paused: bool,
+    actor: &str,
+    reason: Option<&str>,
+) -> anyhow::Result<bool> {
+    for _ in 0..8 {
+        let store = log.store();
+        let version = store.stream_version(DISPATCH_STREAM).await?;
+        let current = pause_state(store).await?.is_some();
+        if current == paused {
+            return Ok(false);
+        }
+        let kind = if paused {
+            "dispatch.paused"
+        } else {
+            "dispatch.resumed"
+        };
+        let body = serde_json::json!({
+            "at": Utc::now(),
+            "by": actor,
+            "reason": reason,
+        });
+        let mut new = NewEvent::new(
+            Source::Pidevops,
+            EventType::from_stored(kind.to_owned()),
+            format!("{DISPATCH_STREAM}:{}", version + 1),
+            "application/json",
+            bytes::Bytes::from(body.to_string()),
+        );
+        new.stream = Some((DISPATCH_STREAM.to_owned(), version + 1));
+        new.meta
+            .insert("actor".to_owned(), serde_json::Value::from(actor));
+        match log.append(new).await {
+            Ok(appended) if !appended.duplicate => return Ok(true),
+            Ok(_) | Err(AppendError::Conflict { .. }) => continue,
+            Err(error) => return Err(error.into()),
+        }
+    }
+    anyhow::bail!("the pause state kept changing; try again")
+}
+
+/// `Some(reason)` when the last pause command paused dispatch.
+pub async fn pause_state(store: &EventStore) -> anyhow::Result<Option<String>> {
+    let events = store.read_stream(DISPATCH_STREAM).await?;
+    let Some(last) = events.last() else {
+        return Ok(None);
+    };
+    if last.event_type != "dispatch.paused" {
+        return Ok(None);
+    }
+    let body: serde_json::Value = serde_json::from_slice(&last.body).unwrap_or_default();
+    let by = body["by"].as_str().unwrap_or("someone");
+    Ok(Some(match body["reason"].as_str() {
+        Some(reason) => format!("paused by {by}: {reason}"),
+        None => format!("paused by {by}"),
+    }))
+}
+
+/// Whether `program` resolves to an executable file, the way the runner will look for it.
+pub fn resolves(program: &str, path: Option<&str>) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &std::path::Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        return executable(std::path::Path::new(program));
+    }
+    path.unwrap_or_default()
+        .split(':')
+        .filter(|dir| !dir.is_empty())
+        .any(|dir| executable(&std::path::Path::new(dir).join(program)))
+}
+
+/// Why runs cannot happen under this configuration, if they cannot: the dispatcher is then `unarmed`.
+pub fn cannot_run(
+    config: &DispatchConfig,
+    profiles: &Profiles,
+    env: &Env,
+    has_github_token: bool,
+    has_nats: bool,
+) -> Option<String> {
+    if config.executor == Executor::Workers && !has_nats {
+        return Some("dispatch.executor = \"workers\" needs NATS_URL".into());
+    }
+    let mut used: Vec<(&str, &AgentProfile)> = Vec::new();
+    for repo in config.repos.keys() {
+        used.push((repo.as_str(), profiles.for_repo(repo)));
+    }
+    let default = profiles.default_profile();
+    used.push(("the default", default));
+    if config.executor == Executor::Local {
+        for (whose, profile) in &used {
+            let program = profile
+                .command
+                .first()
+                .map(String::as_str)
+                .unwrap_or_default();
+            if !resolves(program, env.get("PATH")) {
+                return Some(format!(
+                    "agent profile {:?} ({whose} profile) runs {program:?}, which is not an executable on PATH",
+                    profile.name
+                ));
+            }
+        }
+    }
+    if !has_github_token {
+        if config.repos.is_empty() {
+            return Some(
+                "no [repos] are configured, so every repository is cloned from GitHub, and GITHUB_TOKEN is not set"
+                    .into(),
+            );
+        }
+        if let Some((repo, source)) = config
+            .repos
+            .iter()
+            .find(|(_, source)| source.needs_github_token())
+        {
+            return Some(format!(
+                "{repo} is cloned from {}, which needs GITHUB_TOKEN, and it is not set",
+                source.url
+            ));
+        }
+    }
+    None
+}
+
+/// The resolved dispatch duration bound, for `/health` interval reporting.
+pub fn watchdog_interval(config: &DispatchConfig) -> Duration {
+    config.heartbeat.max(Duration::from_millis(100))
+}

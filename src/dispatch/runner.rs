@@ -1,0 +1,236 @@
+//! Runs one agent process: its own process group, only the environment it is handed (the caller builds it from
+//! the profile; nothing of the service's leaks in), stdin closed, stdout and stderr into the run's log file and a
+//! bounded tail, and two watchdogs — wall clock and silence — that kill the whole group, grandchildren included.
+//!
+//! The child also dies with the service: `PR_SET_PDEATHSIG` sends it SIGKILL when the thread that started it
+//! goes (a SIGKILLed `serve`), so a crashed service never leaves an agent writing to a worktree that the next
+//! attempt is about to reuse. Grandchildren it left behind are killed with its group at the end of a normal run;
+//! after a crash they are orphans in a directory nobody uses again (each attempt has its own).
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::runs::TAIL_BYTES;
+use super::sandbox::WriteConfinement;
+
+/// How long a killed agent gets between SIGTERM and SIGKILL.
+const TERM_GRACE: Duration = Duration::from_secs(3);
+
+pub struct Launch {
+    pub argv: Vec<String>,
+    /// The agent's whole environment.
+    pub env: Vec<(String, String)>,
+    pub cwd: PathBuf,
+    pub log: PathBuf,
+    pub timeout: Duration,
+    pub no_output_timeout: Duration,
+    pub confinement: Option<Arc<WriteConfinement>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ending {
+    Exited(i32),
+    /// Killed by a signal that did not come from us.
+    Signaled(i32),
+    TimedOut,
+    Stalled,
+    /// Stopped from outside (the task was cancelled, the run declared lost, the service stopping).
+    Stopped,
+    CannotStart(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct Finished {
+    pub ending: Ending,
+    pub duration: Duration,
+    pub output_bytes: u64,
+    /// The end of the output, lossily decoded.
+    pub tail: String,
+}
+
+/// Runs the agent to its end. `output_bytes` is kept current for heartbeats.
+pub async fn run(
+    launch: Launch,
+    output_bytes: Arc<AtomicU64>,
+    stop: CancellationToken,
+) -> Finished {
+    let started = Instant::now();
+    let finished = |ending, tail: &VecDeque<u8>| Finished {
+        ending,
+        duration: started.elapsed(),
+        output_bytes: output_bytes.load(Ordering::Relaxed),
+        tail: String::from_utf8_lossy(&tail.iter().copied().collect::<Vec<u8>>()).into_owned(),
+    };
+    let mut tail = VecDeque::with_capacity(TAIL_BYTES);
+    let Some((program, args)) = launch.argv.split_first() else {
+        return finished(Ending::CannotStart("the command is empty".into()), &tail);
+    };
+    let mut log = match tokio::fs::File::create(&launch.log).await {
+        Ok(file) => file,
+        Err(e) => {
+            return finished(
+                Ending::CannotStart(format!("cannot create {}: {e}", launch.log.display())),
+                &tail,
+            )
+        }
+    };
+
+    let mut command = tokio::process::Command::new(program);
+    command
+        .args(args)
+        .env_clear()
+        .envs(launch.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&launch.cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let parent = std::process::id();
+    let confinement = launch.confinement.clone();
+    // SAFETY: the closure makes only async-signal-safe calls (prctl, getppid, the Landlock syscalls) and
+    // allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            use nix::libc;
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died between fork and prctl: then nobody would ever kill us.
+            if libc::getppid() as u32 != parent {
+                return Err(std::io::Error::other(
+                    "the service exited while starting the agent",
+                ));
+            }
+            if let Some(confinement) = &confinement {
+                confinement.apply_in_child()?;
+            }
+            Ok(())
+        });
+    }
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            return finished(
+                Ending::CannotStart(format!("cannot start {program:?}: {e}")),
+                &tail,
+            )
+        }
+    };
+    let group = child.id().map(|pid| Pid::from_raw(pid as i32));
+
+    let (chunks, mut received) = mpsc::channel::<Vec<u8>>(64);
+    if let Some(stdout) = child.stdout.take() {
+        tokio::spawn(pump(stdout, chunks.clone()));
+    }
+    if let Some(stderr) = child.stderr.take() {
+        tokio::spawn(pump(stderr, chunks.clone()));
+    }
+    drop(chunks);
+
+    let deadline = tokio::time::Instant::now() + launch.timeout;
+    let mut last_output = tokio::time::Instant::now();
+    let mut log_error = None;
+    let record = |chunk: &[u8], tail: &mut VecDeque<u8>| {
+        output_bytes.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        for byte in chunk.iter().skip(chunk.len().saturating_sub(TAIL_BYTES)) {
+            if tail.len() == TAIL_BYTES {
+                tail.pop_front();
+            }
+            tail.push_back(*byte);
+        }
+    };
+    let ending = loop {
+        tokio::select! {
+            status = child.wait() => {
+                break match status {
+                    Ok(status) => match (status.code(), std::os::unix::process::ExitStatusExt::signal(&status)) {
+                        (Some(code), _) => Ending::Exited(code),
+                        (None, Some(signal)) => Ending::Signaled(signal),
+                        (None, None) => Ending::Exited(-1),
+                    },
+                    Err(e) => Ending::CannotStart(format!("waiting for the agent failed: {e}")),
+                };
+            }
+            Some(chunk) = received.recv() => {
+                last_output = tokio::time::Instant::now();
+                if let Err(e) = log.write_all(&chunk).await {
+                    log_error.get_or_insert(e);
+                }
+                record(&chunk, &mut tail);
+            }
+            () = tokio::time::sleep_until(deadline) => {
+                terminate(group, &mut child).await;
+                break Ending::TimedOut;
+            }
+            () = tokio::time::sleep_until(last_output + launch.no_output_timeout) => {
+                terminate(group, &mut child).await;
+                break Ending::Stalled;
+            }
+            () = stop.cancelled() => {
+                terminate(group, &mut child).await;
+                break Ending::Stopped;
+            }
+        }
+    };
+    // Whatever the agent left running in its group goes with it, so its pipes close and nothing writes on.
+    if let Some(group) = group {
+        let _ = killpg(group, Signal::SIGKILL);
+    }
+    let drain = async {
+        while let Some(chunk) = received.recv().await {
+            if let Err(e) = log.write_all(&chunk).await {
+                log_error.get_or_insert(e);
+            }
+            record(&chunk, &mut tail);
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
+    if let Err(e) = log.flush().await {
+        log_error.get_or_insert(e);
+    }
+    if let Some(e) = log_error {
+        tracing::warn!(log = %launch.log.display(), error = %e, "could not write the agent's log");
+    }
+    finished(ending, &tail)
+}
+
+async fn pump(mut from: impl AsyncRead + Unpin, to: mpsc::Sender<Vec<u8>>) {
+    let mut buffer = vec![0u8; 16 * 1024];
+    loop {
+        match from.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                if to.send(buffer[..n].to_vec()).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// SIGTERM to the whole group, then SIGKILL after a grace period.
+async fn terminate(group: Option<Pid>, child: &mut tokio::process::Child) {
+    let Some(group) = group else {
+        let _ = child.kill().await;
+        return;
+    };
+    let _ = killpg(group, Signal::SIGTERM);
+    if tokio::time::timeout(TERM_GRACE, child.wait())
+        .await
+        .is_err()
+    {
+        let _ = killpg(group, Signal::SIGKILL);
+        let _ = child.wait().await;
+    }
+}

@@ -1,0 +1,261 @@
+//! What a run says about itself: `run.started`, `run.heartbeat`, and exactly one terminal event
+//! (`run.succeeded` or `run.failed` with its reason), in the run's own stream `run:<run id>`. Pure.
+//!
+//! Exactly one terminal event holds however many writers race (the runner, the watchdog declaring the run lost,
+//! a worker's late report): each carries the stream version it expects *and* the dedup key `run:<id>:end`, so the
+//! second writer meets a conflict or a duplicate and adopts the outcome on record instead of writing its own.
+
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::tasks::{BranchName, Reason, RunId, TaskId};
+
+pub const RUN_STREAM_PREFIX: &str = "run:";
+
+/// Most bytes of an agent's output an event carries (the whole output is in the run's log file).
+pub const TAIL_BYTES: usize = 4096;
+
+pub fn stream(run: RunId) -> String {
+    format!("{RUN_STREAM_PREFIX}{run}")
+}
+
+/// The dedup key of a run's terminal event: one per run, whoever writes it.
+pub fn end_key(run: RunId) -> String {
+    format!("run:{run}:end")
+}
+
+/// Why a run failed. Each kind is a different thing for a person to do about it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The agent exited non-zero or was killed by a signal it did not get from us.
+    Exit,
+    /// It ran longer than the profile's `timeout_s`.
+    Timeout,
+    /// It printed nothing for longer than the profile's `no_output_timeout_s`.
+    Stalled,
+    /// It exited 0 but left the worktree as it found it.
+    NoChanges,
+    /// Its work was committed but the branch could not be pushed.
+    PushFailed,
+    /// The worktree could not be prepared (clone, fetch, `git worktree add`) or the agent could not be started.
+    Workspace,
+    /// Nobody reported on it within the watchdog's bound: its process or machine died.
+    Lost,
+    /// The run was stopped because the task was cancelled or the service shut down.
+    Stopped,
+}
+
+impl FailureKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Exit => "exit",
+            FailureKind::Timeout => "timeout",
+            FailureKind::Stalled => "stalled",
+            FailureKind::NoChanges => "no_changes",
+            FailureKind::PushFailed => "push_failed",
+            FailureKind::Workspace => "workspace",
+            FailureKind::Lost => "lost",
+            FailureKind::Stopped => "stopped",
+        }
+    }
+}
+
+impl fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One fact about a run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum RunEvent {
+    Started {
+        at: DateTime<Utc>,
+        run: RunId,
+        task: TaskId,
+        attempt: u32,
+        profile: String,
+        /// The process running it (`PIDEVOPS_INSTANCE_ID` of a `serve` or a `worker`).
+        worker: String,
+        /// The run's log file, on the worker's machine.
+        log: String,
+    },
+    Heartbeat {
+        at: DateTime<Utc>,
+        run: RunId,
+        task: TaskId,
+        /// Output bytes so far: a person sees whether the agent is doing anything.
+        output_bytes: u64,
+    },
+    Succeeded {
+        at: DateTime<Utc>,
+        run: RunId,
+        task: TaskId,
+        attempt: u32,
+        branch: BranchName,
+        commit: String,
+        duration_s: f64,
+        tail: String,
+    },
+    Failed {
+        at: DateTime<Utc>,
+        run: RunId,
+        task: TaskId,
+        attempt: u32,
+        kind: FailureKind,
+        /// What a person (and the next attempt's prompt) reads: the exit status, the limit hit, git's error.
+        detail: String,
+        duration_s: f64,
+        tail: String,
+    },
+}
+
+impl RunEvent {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RunEvent::Started { .. } => "run.started",
+            RunEvent::Heartbeat { .. } => "run.heartbeat",
+            RunEvent::Succeeded { .. } => "run.succeeded",
+            RunEvent::Failed { .. } => "run.failed",
+        }
+    }
+
+    pub fn run(&self) -> RunId {
+        match self {
+            RunEvent::Started { run, .. }
+            | RunEvent::Heartbeat { run, .. }
+            | RunEvent::Succeeded { run, .. }
+            | RunEvent::Failed { run, .. } => *run,
+        }
+    }
+
+    pub fn task(&self) -> TaskId {
+        match self {
+            RunEvent::Started { task, .. }
+            | RunEvent::Heartbeat { task, .. }
+            | RunEvent::Succeeded { task, .. }
+            | RunEvent::Failed { task, .. } => *task,
+        }
+    }
+
+    pub fn at(&self) -> DateTime<Utc> {
+        match self {
+            RunEvent::Started { at, .. }
+            | RunEvent::Heartbeat { at, .. }
+            | RunEvent::Succeeded { at, .. }
+            | RunEvent::Failed { at, .. } => *at,
+        }
+    }
+
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, RunEvent::Succeeded { .. } | RunEvent::Failed { .. })
+    }
+
+    /// The reason the task's retry records (and the next prompt shows): kind, detail and the output's tail.
+    pub fn failure_reason(&self) -> Option<Reason> {
+        match self {
+            RunEvent::Failed {
+                attempt,
+                kind,
+                detail,
+                tail,
+                ..
+            } => {
+                let mut text = format!("run {kind} (attempt {attempt}): {detail}");
+                let tail = tail.trim();
+                if !tail.is_empty() {
+                    // The end of the output says most about a failure; keep the end when it must be cut.
+                    let room = Reason::MAX_CHARS.saturating_sub(text.len() + 32);
+                    text.push_str("\nlast output:\n");
+                    text.push_str(tail_chars(tail, room));
+                }
+                Some(Reason::summarize(&text))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The last `max` bytes of `text`, cut on a character boundary.
+pub fn tail_chars(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(tail: &str) -> RunEvent {
+        RunEvent::Failed {
+            at: Utc::now(),
+            run: RunId(uuid::Uuid::now_v7()),
+            task: "T-7".parse().unwrap(),
+            attempt: 2,
+            kind: FailureKind::Exit,
+            detail: "exited with status 1".into(),
+            duration_s: 1.5,
+            tail: tail.into(),
+        }
+    }
+
+    #[test]
+    fn a_failure_reason_names_the_kind_the_attempt_and_the_end_of_the_output() {
+        let reason = failed("compiling\nerror: it broke\n")
+            .failure_reason()
+            .unwrap();
+        assert_eq!(
+            reason.as_str(),
+            "run exit (attempt 2): exited with status 1\nlast output:\ncompiling\nerror: it broke"
+        );
+    }
+
+    #[test]
+    fn a_long_tail_keeps_its_end_and_the_reason_fits() {
+        let tail = format!("{}THE END", "é".repeat(10_000));
+        let reason = failed(&tail).failure_reason().unwrap();
+        assert!(reason.as_str().len() <= Reason::MAX_CHARS);
+        assert!(reason.as_str().ends_with("THE END"));
+        assert!(reason.as_str().starts_with("run exit (attempt 2)"));
+    }
+
+    #[test]
+    fn only_failures_give_a_reason_and_only_outcomes_are_terminal() {
+        let started = RunEvent::Heartbeat {
+            at: Utc::now(),
+            run: RunId(uuid::Uuid::now_v7()),
+            task: "T-1".parse().unwrap(),
+            output_bytes: 3,
+        };
+        assert!(started.failure_reason().is_none());
+        assert!(!started.is_terminal());
+        assert!(failed("").is_terminal());
+    }
+
+    #[test]
+    fn events_round_trip_with_their_type_tag() {
+        let event = failed("x");
+        let json = serde_json::to_value(&event).unwrap();
+        assert_eq!(json["type"], "failed");
+        assert_eq!(json["kind"], "exit");
+        assert_eq!(serde_json::from_value::<RunEvent>(json).unwrap(), event);
+    }
+
+    #[test]
+    fn tail_chars_cuts_on_a_boundary() {
+        assert_eq!(tail_chars("abc", 10), "abc");
+        assert_eq!(tail_chars("aé", 1), "");
+        assert_eq!(tail_chars("aéb", 2), "b");
+        assert_eq!(tail_chars("aéb", 3), "éb");
+    }
+}
