@@ -1,0 +1,349 @@
+//! Dispatch end to end, in-process: real git (a local bare repository as the remote), real agent processes (small
+//! shell scripts written here), the real dispatcher, watchdog, projectors and event log.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command as Git;
+use std::time::Duration;
+
+use common::{TestApp, TestDb};
+use pidevops::board::Draft;
+use pidevops::projectors::runs::{self, RunRow, Which};
+use pidevops::projectors::tasks as task_rows;
+use pidevops::tasks::{Column, Links, RepoName, Spec, TaskId};
+
+per_backend!(
+    a_successful_run_pushes_its_branch_and_the_task_goes_to_review,
+    each_failure_kind_gives_its_reason_and_the_third_failure_asks_a_human,
+);
+
+pub const REPO: &str = "acme/app";
+
+/// A bare repository with one commit on `main`, standing in for GitHub.
+pub struct Remote {
+    pub dir: tempfile::TempDir,
+}
+
+impl Remote {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let seed = dir.path().join("seed");
+        std::fs::create_dir(&seed).unwrap();
+        git(&seed, &["init", "--quiet", "--initial-branch=main"]);
+        std::fs::write(seed.join("README.md"), "# app\n").unwrap();
+        git(&seed, &["add", "."]);
+        git(&seed, &["commit", "--quiet", "-m", "seed"]);
+        git(
+            dir.path(),
+            &["clone", "--quiet", "--bare", "seed", "remote.git"],
+        );
+        Self { dir }
+    }
+
+    pub fn url(&self) -> String {
+        format!("file://{}", self.dir.path().join("remote.git").display())
+    }
+
+    /// A branch's commit in the remote, if it exists.
+    pub fn branch(&self, name: &str) -> Option<String> {
+        let out = Git::new("git")
+            .args([
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                &format!("refs/heads/{name}"),
+            ])
+            .current_dir(self.dir.path().join("remote.git"))
+            .output()
+            .unwrap();
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
+    /// A file's content on a branch of the remote.
+    pub fn show(&self, branch: &str, path: &str) -> Option<String> {
+        let out = Git::new("git")
+            .args(["show", &format!("{branch}:{path}")])
+            .current_dir(self.dir.path().join("remote.git"))
+            .output()
+            .unwrap();
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+pub fn git(cwd: &Path, args: &[&str]) {
+    let out = Git::new("git")
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "test")
+        .env("GIT_AUTHOR_EMAIL", "test@localhost")
+        .env("GIT_COMMITTER_NAME", "test")
+        .env("GIT_COMMITTER_EMAIL", "test@localhost")
+        .current_dir(cwd)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Writes an executable shell script: a fake coding agent.
+pub fn agent(dir: &Path, name: &str, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// `pidevops.toml` for dispatch to `remote` with the agent at `script`.
+pub fn dispatch_file(remote: &Remote, script: &Path, profile_extra: &str) -> toml::Table {
+    format!(
+        r#"
+        [board]
+        approval = "auto"
+
+        [dispatch]
+        agent = "fake"
+        max_concurrent = 4
+        per_repo = 4
+        heartbeat_s = 0.3
+        retry_backoff_s = 0.05
+
+        [agents.fake]
+        command = ["{script}", "{{prompt_file}}"]
+        {profile_extra}
+
+        [repos."{REPO}"]
+        url = "{url}"
+        "#,
+        script = script.display(),
+        url = remote.url(),
+    )
+    .parse()
+    .unwrap()
+}
+
+pub async fn create_task(app: &TestApp, title: &str) -> TaskId {
+    let draft = Draft::new(
+        REPO.parse::<RepoName>().unwrap(),
+        Spec::new(title, "CHANGES.md", "the change is written down").unwrap(),
+        Links::default(),
+    );
+    let (outcome, created) = app
+        .state
+        .board
+        .create(
+            draft,
+            &format!("test:{}", uuid::Uuid::now_v7()),
+            "api",
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(created);
+    outcome.task.id()
+}
+
+pub async fn task_row(app: &TestApp, id: TaskId) -> Option<task_rows::TaskRow> {
+    task_rows::get(app.state.log.store(), id).await.unwrap()
+}
+
+pub async fn runs_of(app: &TestApp, id: TaskId) -> Vec<RunRow> {
+    runs::query(app.state.log.store(), Which::Task(&id.to_string()))
+        .await
+        .unwrap()
+}
+
+/// Polls until `check` holds or `limit` passes.
+pub async fn within<F, Fut>(limit: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {limit:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn spawn(db: &TestDb, file: toml::Table, workspaces: &Path) -> TestApp {
+    let mut settings = common::settings(db);
+    settings.file = file;
+    settings.workspace_root = workspaces.to_owned();
+    TestApp::spawn(settings).await
+}
+
+async fn a_successful_run_pushes_its_branch_and_the_task_goes_to_review(db: TestDb) {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let script = agent(
+        scratch.path(),
+        "edits.sh",
+        r#"echo "working on $(head -n 1 "$1")"
+printf 'done by the agent\n' > CHANGES.md"#,
+    );
+    let app = spawn(
+        &db,
+        dispatch_file(&remote, &script, ""),
+        &scratch.path().join("ws"),
+    )
+    .await;
+    let id = create_task(&app, "Write the change down").await;
+
+    within(Duration::from_secs(30), "the task in review", || async {
+        task_row(&app, id)
+            .await
+            .is_some_and(|row| row.column == Column::InReview)
+    })
+    .await;
+
+    let branch = format!("pidevops/{id}");
+    let pushed = remote.branch(&branch).expect("the branch is pushed");
+    assert_eq!(
+        remote.show(&branch, "CHANGES.md").as_deref(),
+        Some("done by the agent\n")
+    );
+    assert_eq!(
+        remote.show(&branch, "README.md").as_deref(),
+        Some("# app\n"),
+        "the branch starts from main"
+    );
+    let row = task_row(&app, id).await.unwrap();
+    assert_eq!(row.attempts, 1);
+    assert_eq!(row.state["branch"], branch.as_str());
+
+    let runs = runs_of(&app, id).await;
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let run = &runs[0];
+    assert_eq!(run.state, "succeeded");
+    assert_eq!(run.commit_sha.as_deref(), Some(pushed.as_str()));
+    assert!(run
+        .tail
+        .as_deref()
+        .unwrap()
+        .contains("working on Task: Write the change down"));
+    // The whole output is in the run's log file.
+    let log = std::fs::read_to_string(run.log_path.as_deref().unwrap()).unwrap();
+    assert!(
+        log.contains("working on Task: Write the change down"),
+        "{log}"
+    );
+
+    // The run's story is in the log: started, then exactly one outcome.
+    let events: Vec<String> = app
+        .all_events()
+        .await
+        .into_iter()
+        .filter(|e| e.stream.as_deref() == Some(&format!("run:{}", run.run_id)))
+        .map(|e| e.event_type)
+        .collect();
+    assert_eq!(events.first().map(String::as_str), Some("run.started"));
+    assert_eq!(events.last().map(String::as_str), Some("run.succeeded"));
+    assert_eq!(
+        events.iter().filter(|t| !t.ends_with("heartbeat")).count(),
+        2,
+        "{events:?}"
+    );
+
+    let metrics = app.metrics().await;
+    assert!(
+        metrics.contains("pidevops_runs_total{outcome=\"succeeded\"} 1"),
+        "{metrics}"
+    );
+    let (status, health) = app.health().await;
+    assert_eq!(status, 200, "{health}");
+    assert_eq!(health["loops"]["dispatcher"]["state"], "armed");
+    assert_eq!(health["loops"]["watchdog"]["state"], "armed");
+    assert_eq!(health["loops"]["gc"]["state"], "armed");
+    app.stop().await;
+}
+
+async fn each_failure_kind_gives_its_reason_and_the_third_failure_asks_a_human(db: TestDb) {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path();
+    // One script that behaves by task title, so one configuration covers every kind.
+    let script = agent(
+        dir,
+        "kinds.sh",
+        r#"title=$(head -n 1 "$1")
+case "$title" in
+  *exits-1*) echo "error[E0425]: cannot find value x" >&2; exit 1 ;;
+  *hangs*) while true; do echo still going; sleep 0.2; done ;;
+  *silent*) sleep 30 ;;
+  *no-change*) echo "looked, nothing to do" ;;
+esac"#,
+    );
+    let file = dispatch_file(&remote, &script, "timeout_s = 2\nno_output_timeout_s = 1");
+    let app = spawn(&db, file, &dir.join("ws")).await;
+    let exits = create_task(&app, "exits-1").await;
+    let hangs = create_task(&app, "hangs").await;
+    let silent = create_task(&app, "silent").await;
+    let no_change = create_task(&app, "no-change").await;
+
+    // Each fails three times (the default budget), then waits for a human.
+    for id in [exits, hangs, silent, no_change] {
+        within(
+            Duration::from_secs(60),
+            &format!("{id} flagged for a human"),
+            || async { task_row(&app, id).await.is_some_and(|row| row.needs_human) },
+        )
+        .await;
+    }
+    for (id, kind, says) in [
+        (exits, "exit", "exited with status 1"),
+        (hangs, "timeout", "ran longer than 2 s"),
+        (silent, "stalled", "printed nothing for 1 s"),
+        (no_change, "no_changes", "changed nothing"),
+    ] {
+        let runs = runs_of(&app, id).await;
+        assert_eq!(runs.len(), 3, "{id}: {runs:?}");
+        for run in &runs {
+            assert_eq!(run.state, "failed");
+            assert_eq!(run.failure.as_deref(), Some(kind), "{id}: {run:?}");
+            assert!(
+                run.detail.as_deref().unwrap().contains(says),
+                "{id}: {run:?}"
+            );
+        }
+        let row = task_row(&app, id).await.unwrap();
+        assert_eq!(row.column, Column::Todo);
+        assert_eq!(row.attempts, 3);
+        let reason = row.needs_human_reason.unwrap();
+        assert!(reason.contains("attempt 3 of 3"), "{reason}");
+        assert!(reason.contains(says), "{reason}");
+    }
+    // The exit's output reaches the reason the next prompt shows.
+    let row = task_row(&app, exits).await.unwrap();
+    assert!(
+        row.state["last_failure"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("error[E0425]"),
+        "{}",
+        row.state
+    );
+    // No fourth attempt, however long we wait.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for id in [exits, hangs, silent, no_change] {
+        assert_eq!(runs_of(&app, id).await.len(), 3, "{id}");
+    }
+    let metrics = app.metrics().await;
+    for kind in ["exit", "timeout", "stalled", "no_changes"] {
+        assert!(
+            metrics.contains(&format!("pidevops_runs_total{{outcome=\"{kind}\"}} 3")),
+            "{kind}: {metrics}"
+        );
+    }
+    app.stop().await;
+}
