@@ -16,6 +16,8 @@ use pidevops::tasks::{Column, Links, RepoName, Spec, TaskId};
 per_backend!(
     a_successful_run_pushes_its_branch_and_the_task_goes_to_review,
     each_failure_kind_gives_its_reason_and_the_third_failure_asks_a_human,
+    the_agent_never_sees_a_secret_and_cannot_write_outside_its_worktree,
+    pausing_stops_new_runs_and_shows_in_health,
 );
 
 pub const REPO: &str = "acme/app";
@@ -222,6 +224,11 @@ printf 'done by the agent\n' > CHANGES.md"#,
     assert_eq!(row.attempts, 1);
     assert_eq!(row.state["branch"], branch.as_str());
 
+    // The runs read model is its own projector: it may be a tick behind the board.
+    within(Duration::from_secs(10), "the run's outcome", || async {
+        runs_of(&app, id).await.iter().all(|r| r.state != "running")
+    })
+    .await;
     let runs = runs_of(&app, id).await;
     assert_eq!(runs.len(), 1, "{runs:?}");
     let run = &runs[0];
@@ -300,6 +307,15 @@ esac"#,
         )
         .await;
     }
+    within(Duration::from_secs(10), "every run's outcome", || async {
+        for id in [exits, hangs, silent, no_change] {
+            if runs_of(&app, id).await.iter().any(|r| r.state == "running") {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
     for (id, kind, says) in [
         (exits, "exit", "exited with status 1"),
         (hangs, "timeout", "ran longer than 2 s"),
@@ -344,6 +360,201 @@ esac"#,
             metrics.contains(&format!("pidevops_runs_total{{outcome=\"{kind}\"}} 3")),
             "{kind}: {metrics}"
         );
+    }
+    app.stop().await;
+}
+
+const SECRET_TOKEN: &str = "ghp_SECRETtokenNEVERtoBEseen0123456789";
+const SECRET_ADMIN: &str = "admin-SECRET-never-to-be-seen";
+
+async fn the_agent_never_sees_a_secret_and_cannot_write_outside_its_worktree(db: TestDb) {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path();
+    let outside = dir.join("outside.txt");
+    // It prints every secret it can find, dumps its environment into the worktree (which gets committed and
+    // pushed), and tries to write next to its worktree and elsewhere on disk.
+    let script = agent(
+        dir,
+        "snoop.sh",
+        &format!(
+            r#"echo "token=$GITHUB_TOKEN admin=$PIDEVOPS_ADMIN_TOKEN db=$DATABASE_URL"
+env > env-dump.txt
+echo pwned > {outside} && echo "wrote outside"
+echo pwned > ../escape.txt && echo "wrote next to the worktree"
+echo pwned > "$HOME/ok.txt" && echo "wrote home"
+echo change >> CHANGES.md"#,
+            outside = outside.display()
+        ),
+    );
+    let mut settings = common::settings(&db);
+    settings.file = dispatch_file(&remote, &script, "");
+    settings.workspace_root = dir.join("ws");
+    settings.github_token = Some(SECRET_TOKEN.to_owned().into());
+    // The service's own environment holds the secrets, as on Railway.
+    let path = std::env::var("PATH").unwrap();
+    let db_url = db.url_string();
+    settings.env = pidevops::config::Env::from_pairs([
+        ("PATH", path.as_str()),
+        ("GITHUB_TOKEN", SECRET_TOKEN),
+        ("PIDEVOPS_ADMIN_TOKEN", SECRET_ADMIN),
+        ("DATABASE_URL", db_url.as_str()),
+    ]);
+    let app = TestApp::spawn(settings).await;
+    let id = create_task(&app, "Snoop around").await;
+    within(Duration::from_secs(30), "the task in review", || async {
+        task_row(&app, id)
+            .await
+            .is_some_and(|row| row.column == Column::InReview)
+    })
+    .await;
+
+    let branch = format!("pidevops/{id}");
+    let dump = remote.show(&branch, "env-dump.txt").expect("the dump is pushed");
+    for secret in [SECRET_TOKEN, SECRET_ADMIN] {
+        assert!(!dump.contains(secret), "the agent saw a secret: {dump}");
+    }
+    for name in ["GITHUB_TOKEN", "PIDEVOPS_ADMIN_TOKEN", "DATABASE_URL"] {
+        assert!(!dump.contains(&format!("{name}=")), "{name} reached the agent: {dump}");
+    }
+    assert!(dump.contains("HOME="), "{dump}");
+
+    let run = runs_of(&app, id).await.remove(0);
+    let log = std::fs::read_to_string(run.log_path.as_deref().unwrap()).unwrap();
+    assert!(log.contains("token= admin= db="), "{log}");
+    assert!(log.contains("wrote home"), "{log}");
+    for secret in [SECRET_TOKEN, SECRET_ADMIN] {
+        assert!(!log.contains(secret));
+        for event in app.all_events().await {
+            assert!(
+                !String::from_utf8_lossy(&event.body).contains(secret),
+                "{} carries a secret",
+                event.event_type
+            );
+        }
+    }
+    // No file under the workspaces holds the token (git got it through its environment only).
+    for entry in walk(&dir.join("ws")) {
+        if let Ok(text) = std::fs::read(&entry) {
+            assert!(
+                !String::from_utf8_lossy(&text).contains(SECRET_TOKEN),
+                "{} holds the token",
+                entry.display()
+            );
+        }
+    }
+
+    // Writes outside the worktree were refused by the kernel (Landlock), not merely unnoticed.
+    assert!(pidevops::dispatch::sandbox::abi().is_some(), "this kernel has Landlock");
+    assert!(!outside.exists(), "the agent wrote outside its worktree");
+    assert!(!log.contains("wrote outside"), "{log}");
+    assert!(!log.contains("wrote next to the worktree"), "{log}");
+    assert!(log.contains("Permission denied"), "{log}");
+    let runs_dir = dir.join("ws/runs").join(id.to_string());
+    assert!(!runs_dir.join(&run.run_id).join("escape.txt").exists());
+    app.stop().await;
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    files
+}
+
+async fn pausing_stops_new_runs_and_shows_in_health(db: TestDb) {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let script = agent(scratch.path(), "edits.sh", "echo x > CHANGES.md");
+    let app = spawn(
+        &db,
+        dispatch_file(&remote, &script, ""),
+        &scratch.path().join("ws"),
+    )
+    .await;
+    assert!(
+        pidevops::dispatch::dispatcher::set_paused(&app.state.log, true, "test", Some("deploy freeze"))
+            .await
+            .unwrap()
+    );
+    let id = create_task(&app, "Wait while paused").await;
+    within(Duration::from_secs(10), "health to show the pause", || async {
+        let (_, health) = app.health().await;
+        health["loops"]["dispatcher"]["detail"]["paused"] == true
+            && health["loops"]["dispatcher"]["detail"]["queue"] == 1
+    })
+    .await;
+    let (_, health) = app.health().await;
+    assert_eq!(
+        health["loops"]["dispatcher"]["detail"]["paused_reason"],
+        "paused by test: deploy freeze"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(runs_of(&app, id).await.is_empty(), "nothing starts while paused");
+    assert_eq!(task_row(&app, id).await.unwrap().column, Column::Todo);
+
+    pidevops::dispatch::dispatcher::set_paused(&app.state.log, false, "test", None)
+        .await
+        .unwrap();
+    within(Duration::from_secs(30), "the task in review after resuming", || async {
+        task_row(&app, id)
+            .await
+            .is_some_and(|row| row.column == Column::InReview)
+    })
+    .await;
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn the_dispatcher_is_unarmed_when_no_agent_can_run_and_health_fails() {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let missing = scratch.path().join("no-such-agent");
+    let db = TestDb::sqlite();
+    let app = spawn(&db, dispatch_file(&remote, &missing, ""), &scratch.path().join("ws")).await;
+    let (status, health) = app.health().await;
+    assert_eq!(status, 503, "{health}");
+    assert_eq!(health["loops"]["dispatcher"]["state"], "unarmed");
+    let reason = health["loops"]["dispatcher"]["reason"].as_str().unwrap();
+    assert!(reason.contains("no-such-agent"), "{reason}");
+    // The watchdog still runs: runs already in flight are still looked after.
+    assert_eq!(health["loops"]["watchdog"]["state"], "armed");
+    app.stop().await;
+
+    // A repository cloned from GitHub without GITHUB_TOKEN: unarmed, naming the repository.
+    let script = agent(scratch.path(), "ok.sh", "echo x > CHANGES.md");
+    let mut file = dispatch_file(&remote, &script, "");
+    file["repos"][REPO]["url"] = toml::Value::from("https://github.com/acme/app.git");
+    let app = spawn(&db, file, &scratch.path().join("ws")).await;
+    let (status, health) = app.health().await;
+    assert_eq!(status, 503, "{health}");
+    let reason = health["loops"]["dispatcher"]["reason"].as_str().unwrap();
+    assert!(reason.contains("acme/app") && reason.contains("GITHUB_TOKEN"), "{reason}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn without_a_dispatch_table_the_dispatch_loops_are_disabled_and_health_passes() {
+    let db = TestDb::sqlite();
+    let app = TestApp::spawn(common::settings(&db)).await;
+    let (status, health) = app.health().await;
+    assert_eq!(status, 200, "{health}");
+    for name in ["dispatcher", "watchdog", "gc"] {
+        assert_eq!(health["loops"][name]["state"], "disabled", "{name}");
+        assert!(health["loops"][name]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("[dispatch]"));
     }
     app.stop().await;
 }
