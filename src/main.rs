@@ -47,6 +47,8 @@ enum Command {
         #[command(subcommand)]
         command: pidevops::cli::TaskCommand,
     },
+    /// Run agents only: pull run requests from NATS JetStream (`dispatch.executor = "workers"` on `serve`).
+    Worker,
     /// Rebuild read models from position 0, with progress; safe while `serve` runs.
     Replay {
         /// The projector to rebuild (see `--all`).
@@ -77,6 +79,16 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve => serve(settings).await,
         Command::Migrate => migrate(settings).await,
+        Command::Worker => {
+            let shutdown = tokio_util::sync::CancellationToken::new();
+            let stop = shutdown.clone();
+            tokio::spawn(async move {
+                wait_for_signal().await;
+                tracing::info!("shutdown requested; stopping runs");
+                stop.cancel();
+            });
+            pidevops::dispatch::worker::run(settings, shutdown).await
+        }
         Command::Doctor => {
             let (report, ok) = doctor::diagnose(&settings).await;
             print!("{report}");

@@ -4,9 +4,9 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command as Git;
 use std::time::Duration;
 
+use common::agents::{agent, dispatch_file, Remote, REPO};
 use common::{TestApp, TestDb};
 use pidevops::board::Draft;
 use pidevops::projectors::runs::{self, RunRow, Which};
@@ -19,117 +19,6 @@ per_backend!(
     the_agent_never_sees_a_secret_and_cannot_write_outside_its_worktree,
     pausing_stops_new_runs_and_shows_in_health,
 );
-
-pub const REPO: &str = "acme/app";
-
-/// A bare repository with one commit on `main`, standing in for GitHub.
-pub struct Remote {
-    pub dir: tempfile::TempDir,
-}
-
-impl Remote {
-    pub fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let seed = dir.path().join("seed");
-        std::fs::create_dir(&seed).unwrap();
-        git(&seed, &["init", "--quiet", "--initial-branch=main"]);
-        std::fs::write(seed.join("README.md"), "# app\n").unwrap();
-        git(&seed, &["add", "."]);
-        git(&seed, &["commit", "--quiet", "-m", "seed"]);
-        git(
-            dir.path(),
-            &["clone", "--quiet", "--bare", "seed", "remote.git"],
-        );
-        Self { dir }
-    }
-
-    pub fn url(&self) -> String {
-        format!("file://{}", self.dir.path().join("remote.git").display())
-    }
-
-    /// A branch's commit in the remote, if it exists.
-    pub fn branch(&self, name: &str) -> Option<String> {
-        let out = Git::new("git")
-            .args([
-                "rev-parse",
-                "--verify",
-                "--quiet",
-                &format!("refs/heads/{name}"),
-            ])
-            .current_dir(self.dir.path().join("remote.git"))
-            .output()
-            .unwrap();
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
-    }
-
-    /// A file's content on a branch of the remote.
-    pub fn show(&self, branch: &str, path: &str) -> Option<String> {
-        let out = Git::new("git")
-            .args(["show", &format!("{branch}:{path}")])
-            .current_dir(self.dir.path().join("remote.git"))
-            .output()
-            .unwrap();
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-    }
-}
-
-pub fn git(cwd: &Path, args: &[&str]) {
-    let out = Git::new("git")
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "test")
-        .env("GIT_AUTHOR_EMAIL", "test@localhost")
-        .env("GIT_COMMITTER_NAME", "test")
-        .env("GIT_COMMITTER_EMAIL", "test@localhost")
-        .current_dir(cwd)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Writes an executable shell script: a fake coding agent.
-pub fn agent(dir: &Path, name: &str, body: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let path = dir.join(name);
-    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path
-}
-
-/// `pidevops.toml` for dispatch to `remote` with the agent at `script`.
-pub fn dispatch_file(remote: &Remote, script: &Path, profile_extra: &str) -> toml::Table {
-    format!(
-        r#"
-        [board]
-        approval = "auto"
-
-        [dispatch]
-        agent = "fake"
-        max_concurrent = 4
-        per_repo = 4
-        heartbeat_s = 0.3
-        retry_backoff_s = 0.05
-
-        [agents.fake]
-        command = ["{script}", "{{prompt_file}}"]
-        {profile_extra}
-
-        [repos."{REPO}"]
-        url = "{url}"
-        "#,
-        script = script.display(),
-        url = remote.url(),
-    )
-    .parse()
-    .unwrap()
-}
 
 pub async fn create_task(app: &TestApp, title: &str) -> TaskId {
     let draft = Draft::new(
@@ -410,12 +299,17 @@ echo change >> CHANGES.md"#,
     .await;
 
     let branch = format!("pidevops/{id}");
-    let dump = remote.show(&branch, "env-dump.txt").expect("the dump is pushed");
+    let dump = remote
+        .show(&branch, "env-dump.txt")
+        .expect("the dump is pushed");
     for secret in [SECRET_TOKEN, SECRET_ADMIN] {
         assert!(!dump.contains(secret), "the agent saw a secret: {dump}");
     }
     for name in ["GITHUB_TOKEN", "PIDEVOPS_ADMIN_TOKEN", "DATABASE_URL"] {
-        assert!(!dump.contains(&format!("{name}=")), "{name} reached the agent: {dump}");
+        assert!(
+            !dump.contains(&format!("{name}=")),
+            "{name} reached the agent: {dump}"
+        );
     }
     assert!(dump.contains("HOME="), "{dump}");
 
@@ -445,7 +339,10 @@ echo change >> CHANGES.md"#,
     }
 
     // Writes outside the worktree were refused by the kernel (Landlock), not merely unnoticed.
-    assert!(pidevops::dispatch::sandbox::abi().is_some(), "this kernel has Landlock");
+    assert!(
+        pidevops::dispatch::sandbox::abi().is_some(),
+        "this kernel has Landlock"
+    );
     assert!(!outside.exists(), "the agent wrote outside its worktree");
     assert!(!log.contains("wrote outside"), "{log}");
     assert!(!log.contains("wrote next to the worktree"), "{log}");
@@ -459,7 +356,9 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
     let mut stack = vec![dir.to_owned()];
     while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
         for entry in entries.flatten() {
             let path = entry.path();
             if entry.file_type().is_ok_and(|t| t.is_dir()) {
@@ -482,17 +381,24 @@ async fn pausing_stops_new_runs_and_shows_in_health(db: TestDb) {
         &scratch.path().join("ws"),
     )
     .await;
-    assert!(
-        pidevops::dispatch::dispatcher::set_paused(&app.state.log, true, "test", Some("deploy freeze"))
-            .await
-            .unwrap()
-    );
+    assert!(pidevops::dispatch::dispatcher::set_paused(
+        &app.state.log,
+        true,
+        "test",
+        Some("deploy freeze")
+    )
+    .await
+    .unwrap());
     let id = create_task(&app, "Wait while paused").await;
-    within(Duration::from_secs(10), "health to show the pause", || async {
-        let (_, health) = app.health().await;
-        health["loops"]["dispatcher"]["detail"]["paused"] == true
-            && health["loops"]["dispatcher"]["detail"]["queue"] == 1
-    })
+    within(
+        Duration::from_secs(10),
+        "health to show the pause",
+        || async {
+            let (_, health) = app.health().await;
+            health["loops"]["dispatcher"]["detail"]["paused"] == true
+                && health["loops"]["dispatcher"]["detail"]["queue"] == 1
+        },
+    )
     .await;
     let (_, health) = app.health().await;
     assert_eq!(
@@ -500,17 +406,24 @@ async fn pausing_stops_new_runs_and_shows_in_health(db: TestDb) {
         "paused by test: deploy freeze"
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(runs_of(&app, id).await.is_empty(), "nothing starts while paused");
+    assert!(
+        runs_of(&app, id).await.is_empty(),
+        "nothing starts while paused"
+    );
     assert_eq!(task_row(&app, id).await.unwrap().column, Column::Todo);
 
     pidevops::dispatch::dispatcher::set_paused(&app.state.log, false, "test", None)
         .await
         .unwrap();
-    within(Duration::from_secs(30), "the task in review after resuming", || async {
-        task_row(&app, id)
-            .await
-            .is_some_and(|row| row.column == Column::InReview)
-    })
+    within(
+        Duration::from_secs(30),
+        "the task in review after resuming",
+        || async {
+            task_row(&app, id)
+                .await
+                .is_some_and(|row| row.column == Column::InReview)
+        },
+    )
     .await;
     app.stop().await;
 }
@@ -521,7 +434,12 @@ async fn the_dispatcher_is_unarmed_when_no_agent_can_run_and_health_fails() {
     let scratch = tempfile::tempdir().unwrap();
     let missing = scratch.path().join("no-such-agent");
     let db = TestDb::sqlite();
-    let app = spawn(&db, dispatch_file(&remote, &missing, ""), &scratch.path().join("ws")).await;
+    let app = spawn(
+        &db,
+        dispatch_file(&remote, &missing, ""),
+        &scratch.path().join("ws"),
+    )
+    .await;
     let (status, health) = app.health().await;
     assert_eq!(status, 503, "{health}");
     assert_eq!(health["loops"]["dispatcher"]["state"], "unarmed");
@@ -539,7 +457,10 @@ async fn the_dispatcher_is_unarmed_when_no_agent_can_run_and_health_fails() {
     let (status, health) = app.health().await;
     assert_eq!(status, 503, "{health}");
     let reason = health["loops"]["dispatcher"]["reason"].as_str().unwrap();
-    assert!(reason.contains("acme/app") && reason.contains("GITHUB_TOKEN"), "{reason}");
+    assert!(
+        reason.contains("acme/app") && reason.contains("GITHUB_TOKEN"),
+        "{reason}"
+    );
     app.stop().await;
 }
 

@@ -19,6 +19,7 @@ pub mod runner;
 pub mod runs;
 pub mod sandbox;
 pub mod schedule;
+pub mod worker;
 pub mod workspace;
 
 pub use config::DispatchConfig;

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod agents;
 pub mod server;
 
 use std::path::{Path, PathBuf};

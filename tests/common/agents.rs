@@ -1,0 +1,116 @@
+//! Real git remotes (local bare repositories standing in for GitHub) and fake coding agents (shell scripts) for
+//! the dispatch suites.
+
+use std::path::{Path, PathBuf};
+use std::process::Command as Git;
+
+pub const REPO: &str = "acme/app";
+
+/// A bare repository with one commit on `main`, standing in for GitHub.
+pub struct Remote {
+    pub dir: tempfile::TempDir,
+}
+
+impl Remote {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let seed = dir.path().join("seed");
+        std::fs::create_dir(&seed).unwrap();
+        git(&seed, &["init", "--quiet", "--initial-branch=main"]);
+        std::fs::write(seed.join("README.md"), "# app\n").unwrap();
+        git(&seed, &["add", "."]);
+        git(&seed, &["commit", "--quiet", "-m", "seed"]);
+        git(
+            dir.path(),
+            &["clone", "--quiet", "--bare", "seed", "remote.git"],
+        );
+        Self { dir }
+    }
+
+    pub fn url(&self) -> String {
+        format!("file://{}", self.dir.path().join("remote.git").display())
+    }
+
+    /// A branch's commit in the remote, if it exists.
+    pub fn branch(&self, name: &str) -> Option<String> {
+        let out = Git::new("git")
+            .args([
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                &format!("refs/heads/{name}"),
+            ])
+            .current_dir(self.dir.path().join("remote.git"))
+            .output()
+            .unwrap();
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
+    /// A file's content on a branch of the remote.
+    pub fn show(&self, branch: &str, path: &str) -> Option<String> {
+        let out = Git::new("git")
+            .args(["show", &format!("{branch}:{path}")])
+            .current_dir(self.dir.path().join("remote.git"))
+            .output()
+            .unwrap();
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+pub fn git(cwd: &Path, args: &[&str]) {
+    let out = Git::new("git")
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "test")
+        .env("GIT_AUTHOR_EMAIL", "test@localhost")
+        .env("GIT_COMMITTER_NAME", "test")
+        .env("GIT_COMMITTER_EMAIL", "test@localhost")
+        .current_dir(cwd)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Writes an executable shell script: a fake coding agent.
+pub fn agent(dir: &Path, name: &str, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// `pidevops.toml` for dispatch to `remote` with the agent at `script`.
+pub fn dispatch_file(remote: &Remote, script: &Path, profile_extra: &str) -> toml::Table {
+    format!(
+        r#"
+        [board]
+        approval = "auto"
+
+        [dispatch]
+        agent = "fake"
+        max_concurrent = 4
+        per_repo = 4
+        heartbeat_s = 0.3
+        retry_backoff_s = 0.05
+
+        [agents.fake]
+        command = ["{script}", "{{prompt_file}}"]
+        {profile_extra}
+
+        [repos."{REPO}"]
+        url = "{url}"
+        "#,
+        script = script.display(),
+        url = remote.url(),
+    )
+    .parse()
+    .unwrap()
+}
