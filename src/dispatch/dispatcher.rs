@@ -85,6 +85,9 @@ struct LocalRun {
     run: RunId,
     repo: RepoName,
     stop: CancellationToken,
+    /// A slot is an agent process: once the agent has exited, committing and pushing its work no longer holds
+    /// one, so the next queued task starts while this one is being wrapped up.
+    holds_slot: bool,
 }
 
 struct Inner {
@@ -269,7 +272,8 @@ impl Dispatcher {
         let mut seen = HashSet::new();
         let mut running = BTreeMap::new();
         for row in in_progress {
-            if local.finished.contains_key(&row.id) {
+            let wrapping_up = local.running.get(&row.id).is_some_and(|r| !r.holds_slot);
+            if local.finished.contains_key(&row.id) || wrapping_up {
                 continue;
             }
             if let Ok(repo) = row.repo.parse::<RepoName>() {
@@ -277,7 +281,7 @@ impl Dispatcher {
                 *running.entry(repo).or_insert(0) += 1;
             }
         }
-        for (task, run) in &local.running {
+        for (task, run) in local.running.iter().filter(|(_, run)| run.holds_slot) {
             if seen.insert(*task) {
                 *running.entry(run.repo.clone()).or_insert(0) += 1;
             }
@@ -367,6 +371,7 @@ impl Dispatcher {
                 run,
                 repo: task.repo().clone(),
                 stop: stop.clone(),
+                holds_slot: true,
             },
         );
         let this = self.clone();
@@ -554,6 +559,13 @@ impl Dispatcher {
             })
         };
         let finished = runner::run(launch, output, agent_stop.clone()).await;
+        self.release_slot(id);
+        // Heartbeats go on while the work is committed and pushed (a big push can take a while).
+        let outcome = self
+            .wrap_up(
+                task, run, attempt, profile, &prepared, finished, &stop, started, fail,
+            )
+            .await;
         beats.cancel();
         if let Ok(version) = heartbeat.await {
             writer.version = writer.version.max(version);
@@ -561,8 +573,47 @@ impl Dispatcher {
         if lost.is_cancelled() {
             return None;
         }
+        Some(outcome)
+    }
+
+    /// The agent has exited: its slot goes to the next queued task at once.
+    fn release_slot(&self, task: TaskId) {
+        if let Some(run) = self.local().running.get_mut(&task) {
+            run.holds_slot = false;
+        } else {
+            return;
+        }
+        if self.inner.shutdown.is_cancelled() {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            if let Err(error) = this.tick().await {
+                tracing::warn!(
+                    error = format!("{error:#}"),
+                    "refilling a freed slot failed"
+                );
+            }
+        });
+    }
+
+    /// The outcome of an attempt whose agent has ended: its exit judged, its work committed and pushed.
+    #[allow(clippy::too_many_arguments)]
+    async fn wrap_up(
+        &self,
+        task: &Task,
+        run: RunId,
+        attempt: u32,
+        profile: &AgentProfile,
+        prepared: &Prepared,
+        finished: runner::Finished,
+        stop: &CancellationToken,
+        began: std::time::Instant,
+        fail: impl Fn(FailureKind, String, String) -> RunEvent,
+    ) -> RunEvent {
+        let id = task.id();
         let tail = finished.tail.clone();
-        let failed = |kind, detail: String| Some(fail(kind, detail, tail.clone()));
+        let failed = |kind, detail: String| fail(kind, detail, tail.clone());
         match finished.ending {
             Ending::Exited(0) => {}
             Ending::Exited(code) => {
@@ -610,7 +661,7 @@ impl Dispatcher {
             task.title(),
             profile.name
         );
-        let commit = match self.inner.workspaces.commit(&prepared, &message).await {
+        let commit = match self.inner.workspaces.commit(prepared, &message).await {
             Ok(Some(commit)) => commit,
             Ok(None) => {
                 return failed(
@@ -620,19 +671,19 @@ impl Dispatcher {
             }
             Err(error) => return failed(FailureKind::Workspace, error.to_string()),
         };
-        if let Err(error) = self.inner.workspaces.push(&prepared).await {
+        if let Err(error) = self.inner.workspaces.push(prepared).await {
             return failed(FailureKind::PushFailed, error.to_string());
         }
-        Some(RunEvent::Succeeded {
+        RunEvent::Succeeded {
             at: Utc::now(),
             run,
             task: id,
             attempt,
             branch: prepared.branch.clone(),
             commit,
-            duration_s: started.elapsed().as_secs_f64(),
+            duration_s: began.elapsed().as_secs_f64(),
             tail,
-        })
+        }
     }
 
     /// The agent's command line and environment. The environment is built from nothing: a few neutral variables,

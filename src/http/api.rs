@@ -33,6 +33,16 @@ pub fn router(state: AppState) -> Router<AppState> {
             "/api/tasks/{id}/{action}",
             axum::routing::post(super::tasks::command),
         )
+        .route("/api/dispatch", get(super::dispatch::status))
+        .route(
+            "/api/dispatch/pause",
+            axum::routing::post(super::dispatch::pause),
+        )
+        .route(
+            "/api/dispatch/resume",
+            axum::routing::post(super::dispatch::resume),
+        )
+        .route("/api/runs", get(super::dispatch::list))
         .route_layer(middleware::from_fn_with_state(state, require_admin))
 }
 

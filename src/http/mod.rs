@@ -2,6 +2,7 @@
 //! drive it with `oneshot` or through a real socket.
 
 mod api;
+mod dispatch;
 mod health;
 mod stream;
 mod tasks;

@@ -1,0 +1,432 @@
+//! `dispatchbench`: what dispatch costs on top of `git worktree add`, and whether a queue drains without idle
+//! slots (docs/benchmarks.md, "Dispatch").
+//!
+//! Setup (not measured): a repository of `--files` files as a local bare remote, a fresh Postgres database
+//! (`pidevops_dispatchbench`, recreated each run), the real app (`startup::build`) with dispatch on, and the
+//! repository's mirror warmed by one run.
+//!
+//! 1. **Reference**: `git worktree add` from the warm mirror, alone, `--samples` times (each removed, untimed).
+//! 2. **Dispatch latency**: `--samples` tasks created one at a time (approval `auto`, so created in `todo`); for
+//!    each, the times of: the `todo` commit, the claim (`task.started`), and the agent's own first instruction
+//!    (it writes `date +%s%N` into its HOME). Claim → agent is the dispatch path (claim, run event, fetch,
+//!    worktree, prompt, Landlock, spawn); todo → claim is polling (the projector and dispatcher intervals).
+//! 3. **Drain**: dispatch paused, `--drain` tasks queued, resumed; each agent sleeps `--agent-sleep-ms`. From
+//!    the agents' own start and end times: how long a slot stayed free while work waited.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use clap::Parser;
+use sqlx::{Connection, Executor};
+
+use pidevops::board::Draft;
+use pidevops::config::{DatabaseUrl, Env, Settings};
+use pidevops::projectors::tasks as task_rows;
+use pidevops::tasks::{Column, Links, RepoName, Spec, TaskId};
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "dispatchbench",
+    about = "Dispatch overhead against git worktree add, and queue drain"
+)]
+struct Args {
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
+    admin_url: String,
+    #[arg(long, default_value = "pidevops_dispatchbench")]
+    database: String,
+    /// Files in the repository.
+    #[arg(long, default_value_t = 10_000)]
+    files: usize,
+    /// Latency samples (reference and dispatch each).
+    #[arg(long, default_value_t = 100)]
+    samples: usize,
+    /// Tasks queued for the drain.
+    #[arg(long, default_value_t = 50)]
+    drain: usize,
+    /// Slots (`dispatch.max_concurrent`, and per repository) for the drain.
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    #[arg(long, default_value_t = 500)]
+    agent_sleep_ms: u64,
+    /// The tasks projector's and the dispatcher's interval.
+    #[arg(long, default_value_t = 0.05)]
+    interval_s: f64,
+}
+
+const REPO: &str = "bench/monorepo";
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run(Args::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("dispatchbench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn git(cwd: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let out = std::process::Command::new("git")
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "bench")
+        .env("GIT_AUTHOR_EMAIL", "bench@localhost")
+        .env("GIT_COMMITTER_NAME", "bench")
+        .env("GIT_COMMITTER_EMAIL", "bench@localhost")
+        .current_dir(cwd)
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+fn summary(name: &str, mut ms: Vec<f64>) -> (f64, f64) {
+    ms.sort_by(f64::total_cmp);
+    let (p50, p99, max) = (
+        percentile(&ms, 0.5),
+        percentile(&ms, 0.99),
+        ms.last().copied().unwrap_or(f64::NAN),
+    );
+    println!(
+        "{name:<44} p50 {p50:>8.1} ms   p99 {p99:>8.1} ms   max {max:>8.1} ms   (n = {})",
+        ms.len()
+    );
+    (p50, p99)
+}
+
+/// The agent's recorded start (and end) times, in the run directories of `task`.
+fn agent_times(root: &Path, task: TaskId) -> Vec<(DateTime<Utc>, Option<DateTime<Utc>>)> {
+    let mut times = Vec::new();
+    let Ok(runs) = std::fs::read_dir(root.join("runs").join(task.to_string())) else {
+        return times;
+    };
+    let read = |p: PathBuf| -> Option<DateTime<Utc>> {
+        let nanos: i64 = std::fs::read_to_string(p).ok()?.trim().parse().ok()?;
+        Some(DateTime::from_timestamp_nanos(nanos))
+    };
+    for run in runs.flatten() {
+        if let Some(start) = read(run.path().join("home/started")) {
+            times.push((start, read(run.path().join("home/ended"))));
+        }
+    }
+    times
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let scratch = std::env::temp_dir().join(format!("dispatchbench-{}", uuid::Uuid::now_v7()));
+    std::fs::create_dir_all(&scratch)?;
+    let result = bench(&args, &scratch).await;
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}
+
+async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
+    // The repository: `--files` files in 100 directories, one commit, as a bare remote.
+    let started = Instant::now();
+    let seed = dir.join("seed");
+    std::fs::create_dir(&seed)?;
+    git(&seed, &["init", "--quiet", "--initial-branch=main"])?;
+    for i in 0..args.files {
+        let sub = seed.join(format!("src/m{:02}", i % 100));
+        std::fs::create_dir_all(&sub)?;
+        std::fs::write(
+            sub.join(format!("f{i}.rs")),
+            format!("pub fn f{i}() -> usize {{ {i} }}\n"),
+        )?;
+    }
+    git(&seed, &["add", "."])?;
+    git(&seed, &["commit", "--quiet", "-m", "seed"])?;
+    git(dir, &["clone", "--quiet", "--bare", "seed", "remote.git"])?;
+    let remote = format!("file://{}", dir.join("remote.git").display());
+    println!(
+        "repository: {} files, set up in {:.1} s",
+        args.files,
+        started.elapsed().as_secs_f64()
+    );
+
+    // A fresh database: earlier runs' tasks would be dispatched too.
+    anyhow::ensure!(
+        args.database
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
+        "--database must be lower-case letters, digits and '_'"
+    );
+    {
+        let mut admin = sqlx::PgConnection::connect(&args.admin_url).await?;
+        admin
+            .execute(format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", args.database).as_str())
+            .await?;
+        admin
+            .execute(format!("CREATE DATABASE {}", args.database).as_str())
+            .await?;
+    }
+    let database = DatabaseUrl::Postgres(pidevops::bench::with_database(
+        &args.admin_url,
+        &args.database,
+    ));
+
+    let agent = dir.join("agent.sh");
+    std::fs::write(
+        &agent,
+        format!(
+            "#!/bin/sh\ndate +%s%N > \"$HOME/started\"\nsleep {sleep}\necho x > CHANGES.md\ndate +%s%N > \"$HOME/ended\"\n",
+            sleep = args.agent_sleep_ms as f64 / 1000.0
+        ),
+    )?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755))?;
+    }
+    let root = dir.join("workspaces");
+    let file: toml::Table = format!(
+        r#"
+        [board]
+        approval = "auto"
+        [dispatch]
+        agent = "bench"
+        max_concurrent = {c}
+        per_repo = {c}
+        heartbeat_s = 5
+        [agents.bench]
+        command = ["{agent}", "{{prompt_file}}"]
+        [repos."{REPO}"]
+        url = "{remote}"
+        "#,
+        c = args.concurrency,
+        agent = agent.display(),
+    )
+    .parse()?;
+    let mut settings = Settings::for_tests(database);
+    settings.file = file;
+    settings.workspace_root = root.clone();
+    settings.projector_interval = Duration::from_secs_f64(args.interval_s);
+    settings.env = Env::from_pairs([("PATH", std::env::var("PATH").unwrap_or_default().as_str())]);
+    let app = pidevops::startup::build(settings).await?;
+    let state = app.state().clone();
+    let shutdown = app.shutdown_token();
+    let server = tokio::spawn(app.run());
+    let store = state.log.store().clone();
+    let board = state.board.clone();
+    let repo: RepoName = REPO.parse()?;
+    let mut number = 0;
+    let mut create = || {
+        number += 1;
+        let draft = Draft::new(
+            repo.clone(),
+            Spec::new(format!("Bench task {number}"), "", "").expect("a valid spec"),
+            Links::default(),
+        );
+        let board = board.clone();
+        async move {
+            let (outcome, _) = board
+                .create(
+                    draft,
+                    &format!("bench:{}", uuid::Uuid::now_v7()),
+                    "api",
+                    None,
+                )
+                .await?;
+            anyhow::Ok((outcome.task.id(), Utc::now()))
+        }
+    };
+    let wait_for = |what: &'static str, limit: Duration| {
+        let deadline = Instant::now() + limit;
+        move || {
+            anyhow::ensure!(Instant::now() < deadline, "timed out waiting for {what}");
+            Ok(())
+        }
+    };
+
+    // Warm-up: the first run clones the mirror.
+    let (warm, _) = create().await?;
+    let check = wait_for("the warm-up run", Duration::from_secs(120));
+    while agent_times(&root, warm).is_empty() {
+        check()?;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mirror = root.join("mirrors/bench/monorepo.git");
+    let git_dir = format!("--git-dir={}", mirror.display());
+    let base = git(dir, &[&git_dir, "rev-parse", "refs/remotes/origin/main"])?;
+
+    // 1 and 2, interleaved so both see the same machine: the reference (`git worktree add` alone, the way
+    // workspace.rs calls it, kept until the end like a run's worktree is), then one task dispatched.
+    let (mut reference, mut total, mut polling, mut pipeline) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut reference_paths = Vec::new();
+    for i in 0..args.samples {
+        let path = dir.join(format!("ref-{i}"));
+        let path_str = path.display().to_string();
+        let branch = format!("bench/ref-{i}");
+        let t = Instant::now();
+        git(
+            dir,
+            &[
+                &git_dir,
+                "-c",
+                "core.hooksPath=/dev/null",
+                "worktree",
+                "add",
+                "--quiet",
+                "-B",
+                &branch,
+                &path_str,
+                &base,
+            ],
+        )?;
+        reference.push(t.elapsed().as_secs_f64() * 1000.0);
+        reference_paths.push(path_str);
+
+        let (id, todo_at) = create().await?;
+        let check = wait_for("an agent to start", Duration::from_secs(60));
+        let started = loop {
+            if let Some((start, _)) = agent_times(&root, id).first() {
+                break *start;
+            }
+            check()?;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        let stream = store.read_stream(&id.stream()).await?;
+        let claimed = stream
+            .iter()
+            .find(|e| e.event_type == "task.started")
+            .map(|e| e.occurred_at)
+            .context("the task has no task.started")?;
+        let ms = |a: DateTime<Utc>, b: DateTime<Utc>| {
+            (b - a).num_microseconds().unwrap_or(0) as f64 / 1000.0
+        };
+        total.push(ms(todo_at, started));
+        polling.push(ms(todo_at, claimed));
+        pipeline.push(ms(claimed, started));
+        // Let it finish (commit, push) before the next sample, so samples do not overlap.
+        let check = wait_for("the run to finish", Duration::from_secs(60));
+        while task_rows::get(&store, id)
+            .await?
+            .is_none_or(|row| row.column != Column::InReview)
+        {
+            check()?;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    for path in &reference_paths {
+        git(dir, &[&git_dir, "worktree", "remove", "--force", path])?;
+    }
+    println!();
+    let (ref50, ref99) = summary("git worktree add alone (reference)", reference);
+    let (pipe50, pipe99) = summary("dispatch path: claim -> agent started", pipeline);
+    summary("polling: todo committed -> claim", polling);
+    summary("total: todo committed -> agent started", total);
+    println!(
+        "dispatch path beyond git worktree add:        p50 {:>8.1} ms   p99 {:>8.1} ms   (target: p99 < 100 ms)",
+        pipe50 - ref50,
+        pipe99 - ref99
+    );
+
+    // 3. The drain.
+    pidevops::dispatch::dispatcher::set_paused(&state.log, true, "dispatchbench", None).await?;
+    let mut drain = Vec::new();
+    for _ in 0..args.drain {
+        drain.push(create().await?.0);
+    }
+    let check = wait_for("the queue in the read model", Duration::from_secs(30));
+    loop {
+        let todo = task_rows::list(
+            &store,
+            &task_rows::TaskFilter {
+                column: Some(Column::Todo),
+                ..Default::default()
+            },
+        )
+        .await?;
+        if todo.len() >= args.drain {
+            break;
+        }
+        check()?;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let resumed = Utc::now();
+    pidevops::dispatch::dispatcher::set_paused(&state.log, false, "dispatchbench", None).await?;
+    let check = wait_for("the drain", Duration::from_secs(600));
+    let spans = loop {
+        let spans: Vec<(DateTime<Utc>, DateTime<Utc>)> = drain
+            .iter()
+            .filter_map(|id| {
+                agent_times(&root, *id)
+                    .into_iter()
+                    .find_map(|(s, e)| Some((s, e?)))
+            })
+            .collect();
+        if spans.len() == drain.len() {
+            break spans;
+        }
+        check()?;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut starts: Vec<DateTime<Utc>> = spans.iter().map(|s| s.0).collect();
+    let mut ends: Vec<DateTime<Utc>> = spans.iter().map(|s| s.1).collect();
+    starts.sort();
+    ends.sort();
+    let last_start = *starts.last().context("no runs")?;
+    let finished = *ends.last().context("no runs")?;
+    // Idle slot time while work waited: between the first start and the last, sum over time of free slots.
+    let mut points: Vec<(DateTime<Utc>, i64)> = starts
+        .iter()
+        .map(|s| (*s, 1))
+        .chain(ends.iter().map(|e| (*e, -1)))
+        .collect();
+    points.sort();
+    let (mut running, mut idle_ms, mut previous) = (0i64, 0.0, starts[0]);
+    for (at, delta) in points {
+        if at > last_start {
+            break;
+        }
+        let free = (args.concurrency as i64 - running).max(0) as f64;
+        idle_ms += free * (at - previous).num_microseconds().unwrap_or(0) as f64 / 1000.0;
+        running += delta;
+        previous = at;
+    }
+    // For each slot freed while work waited: how long until an agent started in it.
+    let mut gaps = Vec::new();
+    let mut next_start = starts.iter().skip(args.concurrency).peekable();
+    for end in ends
+        .iter()
+        .take(args.drain.saturating_sub(args.concurrency))
+    {
+        if let Some(start) = next_start.next() {
+            gaps.push(((*start - *end).num_microseconds().unwrap_or(0) as f64 / 1000.0).max(0.0));
+        }
+    }
+    let ideal = args.drain.div_ceil(args.concurrency) as f64 * args.agent_sleep_ms as f64 / 1000.0;
+    let makespan = (finished - resumed).num_milliseconds() as f64 / 1000.0;
+    println!();
+    println!(
+        "drain: {} tasks, {} slots, agents of {} ms: {:.2} s from resume to the last agent's end (ideal {:.2} s)",
+        args.drain, args.concurrency, args.agent_sleep_ms, makespan, ideal
+    );
+    println!(
+        "idle slot time while work waited: {:.0} ms in all ({:.1} % of the slot time to the last start)",
+        idle_ms,
+        100.0 * idle_ms / (args.concurrency as f64 * (last_start - starts[0]).num_milliseconds().max(1) as f64)
+    );
+    summary("slot freed -> next agent started (while queued)", gaps);
+
+    shutdown.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(20), server).await;
+    Ok(())
+}
