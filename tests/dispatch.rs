@@ -18,6 +18,7 @@ per_backend!(
     each_failure_kind_gives_its_reason_and_the_third_failure_asks_a_human,
     the_agent_never_sees_a_secret_and_cannot_write_outside_its_worktree,
     pausing_stops_new_runs_and_shows_in_health,
+    queued_tasks_start_in_worktrees_checked_out_ahead_and_each_starts_from_the_base,
 );
 
 pub async fn create_task(app: &TestApp, title: &str) -> TaskId {
@@ -477,5 +478,59 @@ async fn without_a_dispatch_table_the_dispatch_loops_are_disabled_and_health_pas
             .unwrap()
             .contains("[dispatch]"));
     }
+    app.stop().await;
+}
+
+async fn queued_tasks_start_in_worktrees_checked_out_ahead_and_each_starts_from_the_base(
+    db: TestDb,
+) {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    // Each agent adds a file named after its task and checks that no other task's file is there.
+    let script = agent(
+        scratch.path(),
+        "own-file.sh",
+        r#"title=$(head -n 1 "$1" | sed 's/^Task: //')
+if ls | grep -q '^done-'; then echo "another task's work is here"; exit 1; fi
+sleep 0.3
+echo "$title" > "done-$title""#,
+    );
+    let mut file = dispatch_file(&remote, &script, "");
+    let dispatch = file["dispatch"].as_table_mut().unwrap();
+    dispatch.insert("max_concurrent".into(), toml::Value::from(1));
+    let app = spawn(&db, file, &scratch.path().join("ws")).await;
+    let mut ids = Vec::new();
+    for n in 0..4 {
+        ids.push(create_task(&app, &format!("task{n}")).await);
+    }
+    for id in &ids {
+        within(
+            Duration::from_secs(60),
+            &format!("{id} in review"),
+            || async {
+                task_row(&app, *id)
+                    .await
+                    .is_some_and(|row| row.column == Column::InReview)
+            },
+        )
+        .await;
+    }
+    for (n, id) in ids.iter().enumerate() {
+        let branch = format!("pidevops/{id}");
+        assert_eq!(
+            remote.show(&branch, &format!("done-task{n}")).as_deref(),
+            Some(format!("task{n}\n").as_str()),
+            "{branch}"
+        );
+        assert_eq!(runs_of(&app, *id).await.len(), 1, "{id} ran once");
+    }
+    // One at a time, so the later ones waited in the queue while spares were checked out for them.
+    let metrics = app.metrics().await;
+    let spares: u64 = metrics
+        .lines()
+        .find(|l| l.starts_with("pidevops_worktrees_total{how=\"spare\"}"))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0);
+    assert!(spares >= 1, "no run started in a spare worktree: {metrics}");
     app.stop().await;
 }

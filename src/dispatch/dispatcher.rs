@@ -242,20 +242,49 @@ impl Dispatcher {
             },
             confinement: self.confinement(),
         };
+        let mut started = HashSet::new();
         if !status.paused {
             for id in schedule::pick(&candidates, &running, &self.inner.config.limits) {
                 if self.claim_and_start(id).await? {
+                    started.insert(id);
                     status.started += 1;
                     status.queue -= 1;
                     status.running += 1;
                 }
             }
         }
+        if self.inner.config.executor == Executor::Local {
+            self.prepare_ahead(&candidates, &started);
+        }
         metrics::gauge!("pidevops_dispatch_queue_depth").set(status.queue as f64);
         metrics::gauge!("pidevops_dispatch_slots_in_use").set(status.running as f64);
         metrics::gauge!("pidevops_dispatch_slots").set(slots as f64);
         metrics::gauge!("pidevops_dispatch_paused").set(if status.paused { 1.0 } else { 0.0 });
         Ok(status)
+    }
+
+    /// Checks out spare worktrees for what is still queued (up to each repository's limit), in the background,
+    /// so the next runs start without waiting for a checkout.
+    fn prepare_ahead(&self, candidates: &[Candidate], started: &HashSet<TaskId>) {
+        let mut queued: BTreeMap<&RepoName, usize> = BTreeMap::new();
+        for candidate in candidates.iter().filter(|c| !started.contains(&c.id)) {
+            *queued.entry(&candidate.repo).or_insert(0) += 1;
+        }
+        for (repo, waiting) in queued {
+            let wanted = waiting.min(self.inner.config.limits.for_repo(repo));
+            let (this, repo) = (self.clone(), repo.clone());
+            tokio::spawn(async move {
+                let source = this.inner.config.source(&repo);
+                if let Err(error) = this
+                    .inner
+                    .workspaces
+                    .replenish(&repo, &source, wanted)
+                    .await
+                {
+                    tracing::warn!(%repo, %error, "could not prepare spare worktrees");
+                }
+            });
+        }
     }
 
     /// Runs per repository: the read model's `in-progress` tasks, less those this process just finished (their

@@ -17,7 +17,7 @@ pub struct Limits {
 }
 
 impl Limits {
-    fn for_repo(&self, repo: &RepoName) -> usize {
+    pub fn for_repo(&self, repo: &RepoName) -> usize {
         self.per_repo
             .get(repo)
             .copied()

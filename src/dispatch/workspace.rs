@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
+use std::time::Instant;
 
 use base64::Engine as _;
 use secrecy::{ExposeSecret, SecretString};
@@ -78,9 +79,26 @@ pub struct GcReport {
 pub struct Workspaces {
     root: PathBuf,
     token: Option<SecretString>,
-    /// One lock per repository: git serialises writes to a repository with lock files and fails (not waits) on
-    /// contention, so fetches and worktree changes take turns here instead.
-    locks: Arc<std::sync::Mutex<HashMap<RepoName, Arc<Mutex<()>>>>>,
+    repos: Arc<std::sync::Mutex<HashMap<RepoName, Arc<RepoState>>>>,
+}
+
+/// Per repository: fetches take turns (git fails, rather than waits, on a locked ref), and the spare worktrees.
+#[derive(Default)]
+struct RepoState {
+    /// Held while fetching and while removing an earlier attempt's worktree.
+    lock: Mutex<()>,
+    /// When the last successful fetch started: a run asking for a fetch after that has to wait for one; a run
+    /// that asked before it can use it (so four runs starting together fetch once, not four times).
+    last_fetch: std::sync::Mutex<Option<Instant>>,
+    /// Worktrees checked out ahead of time at the base, detached, for the next runs to take (see `replenish`).
+    spares: std::sync::Mutex<Vec<Spare>>,
+    replenishing: std::sync::atomic::AtomicBool,
+}
+
+#[derive(Clone, Debug)]
+struct Spare {
+    path: PathBuf,
+    commit: String,
 }
 
 impl Workspaces {
@@ -97,7 +115,7 @@ impl Workspaces {
         Ok(Self {
             root,
             token,
-            locks: Arc::default(),
+            repos: Arc::default(),
         })
     }
 
@@ -129,9 +147,147 @@ impl Workspaces {
         }
     }
 
-    fn lock(&self, repo: &RepoName) -> Arc<Mutex<()>> {
-        let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
-        locks.entry(repo.clone()).or_default().clone()
+    fn state(&self, repo: &RepoName) -> Arc<RepoState> {
+        let mut repos = self.repos.lock().unwrap_or_else(|p| p.into_inner());
+        repos.entry(repo.clone()).or_default().clone()
+    }
+
+    /// Fetches unless a fetch that started after `asked` already succeeded. Called under the repository's lock.
+    async fn fetch_since(
+        &self,
+        state: &RepoState,
+        repo: &RepoName,
+        source: &RepoSource,
+        asked: Instant,
+    ) -> Result<PathBuf, WorkspaceError> {
+        let fresh = state
+            .last_fetch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|at| at >= asked);
+        if fresh {
+            return Ok(self.mirror_path(repo));
+        }
+        let started = Instant::now();
+        let mirror = self.refresh_mirror(repo, source).await?;
+        *state.last_fetch.lock().unwrap_or_else(|p| p.into_inner()) = Some(started);
+        Ok(mirror)
+    }
+
+    async fn base_commit(
+        &self,
+        git_dir: &str,
+        source: &RepoSource,
+    ) -> Result<String, WorkspaceError> {
+        let base_ref = format!("refs/remotes/origin/{}^{{commit}}", source.base);
+        self.run_git(
+            "finding the base branch",
+            None,
+            &[git_dir, "rev-parse", "--verify", "--quiet", &base_ref],
+            None,
+        )
+        .await
+        .map_err(|_| WorkspaceError::Git {
+            what: "finding the base branch".to_owned(),
+            detail: format!("{} has no branch {:?}", source.url, source.base),
+        })
+    }
+
+    /// Keeps `wanted` spare worktrees of `repo` checked out at the newest base, so the next runs start without
+    /// waiting for a checkout (on a large repository, most of a run's start-up). One replenisher per repository
+    /// at a time; spares at an older base are removed.
+    pub async fn replenish(
+        &self,
+        repo: &RepoName,
+        source: &RepoSource,
+        wanted: usize,
+    ) -> Result<usize, WorkspaceError> {
+        use std::sync::atomic::Ordering;
+        let state = self.state(repo);
+        if state.replenishing.swap(true, Ordering::SeqCst) {
+            return Ok(0);
+        }
+        let result = self.replenish_now(&state, repo, source, wanted).await;
+        state.replenishing.store(false, Ordering::SeqCst);
+        result
+    }
+
+    async fn replenish_now(
+        &self,
+        state: &RepoState,
+        repo: &RepoName,
+        source: &RepoSource,
+        wanted: usize,
+    ) -> Result<usize, WorkspaceError> {
+        let asked = Instant::now();
+        let mirror = {
+            let _guard = state.lock.lock().await;
+            self.fetch_since(state, repo, source, asked).await?
+        };
+        let git_dir = format!("--git-dir={}", mirror.to_string_lossy());
+        let base = self.base_commit(&git_dir, source).await?;
+        let stale: Vec<Spare> = {
+            let mut spares = state.spares.lock().unwrap_or_else(|p| p.into_inner());
+            let (keep, stale) = spares.drain(..).partition(|s| s.commit == base);
+            *spares = keep;
+            stale
+        };
+        for spare in stale {
+            let path = spare.path.to_string_lossy().into_owned();
+            let _ = self
+                .run_git(
+                    "removing a stale spare worktree",
+                    None,
+                    &[&git_dir, "worktree", "remove", "--force", &path],
+                    None,
+                )
+                .await;
+        }
+        let mut made = 0;
+        loop {
+            let have = state.spares.lock().unwrap_or_else(|p| p.into_inner()).len();
+            if have >= wanted {
+                return Ok(made);
+            }
+            let path = self
+                .root
+                .join("spares")
+                .join(repo.owner())
+                .join(repo.name())
+                .join(uuid::Uuid::now_v7().to_string());
+            let path_str = path.to_string_lossy().into_owned();
+            self.run_git(
+                "checking out a spare worktree",
+                None,
+                &[
+                    &git_dir, "worktree", "add", "--quiet", "--detach", &path_str, &base,
+                ],
+                None,
+            )
+            .await?;
+            state
+                .spares
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(Spare {
+                    path,
+                    commit: base.clone(),
+                });
+            made += 1;
+        }
+    }
+
+    /// Whether `path` is a spare this process knows (gc removes the others: a previous process's).
+    fn is_known_spare(&self, path: &Path) -> bool {
+        let repos = self.repos.lock().unwrap_or_else(|p| p.into_inner());
+        repos.values().any(|state| {
+            state
+                .spares
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .any(|s| s.path == path)
+        })
     }
 
     /// A git command with a clean environment: no inherited `GIT_*`, no global or system config, no prompts, no
@@ -293,13 +449,18 @@ impl Workspaces {
         task: TaskId,
         run: RunId,
     ) -> Result<Prepared, WorkspaceError> {
-        let lock = self.lock(repo);
-        let _guard = lock.lock().await;
-        let mirror = self.refresh_mirror(repo, source).await?;
+        let state = self.state(repo);
+        let asked = Instant::now();
         let dirs = self.run_dirs(repo, task, run);
+        let mirror = {
+            let _guard = state.lock.lock().await;
+            let mirror = self.fetch_since(&state, repo, source, asked).await?;
+            let git_dir = format!("--git-dir={}", mirror.to_string_lossy());
+            self.remove_task_worktrees(&git_dir, task, Some(run))
+                .await?;
+            mirror
+        };
         let git_dir = format!("--git-dir={}", mirror.to_string_lossy());
-        self.remove_task_worktrees(&git_dir, task, Some(run))
-            .await?;
         for dir in [&dirs.dir, &dirs.home, &dirs.tmp] {
             tokio::fs::create_dir_all(dir)
                 .await
@@ -308,43 +469,79 @@ impl Workspaces {
                     source,
                 })?;
         }
-        let base_ref = format!("refs/remotes/origin/{}", source.base);
-        let base_commit = self
-            .run_git(
-                &format!("finding the base branch {:?}", source.base),
+        let base_commit = self.base_commit(&git_dir, source).await?;
+        let branch = task.branch();
+        let worktree = dirs.worktree.to_string_lossy().into_owned();
+        // A spare at this very base: moved into place (a rename) and put on the branch (no file changes).
+        let spare = {
+            let mut spares = state.spares.lock().unwrap_or_else(|p| p.into_inner());
+            spares
+                .iter()
+                .position(|s| s.commit == base_commit)
+                .map(|i| spares.swap_remove(i))
+        };
+        let mut ready = false;
+        if let Some(spare) = spare {
+            let from = spare.path.to_string_lossy().into_owned();
+            let moved = self
+                .run_git(
+                    "moving a spare worktree",
+                    None,
+                    &[&git_dir, "worktree", "move", &from, &worktree],
+                    None,
+                )
+                .await;
+            let switched = match moved {
+                Ok(_) => self
+                    .run_git(
+                        "putting the worktree on its branch",
+                        None,
+                        &["checkout", "--quiet", "-B", branch.as_str()],
+                        Some(&dirs.worktree),
+                    )
+                    .await
+                    .map(|_| ()),
+                Err(error) => Err(error),
+            };
+            match switched {
+                Ok(()) => {
+                    metrics::counter!("pidevops_worktrees_total", "how" => "spare").increment(1);
+                    ready = true;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "a spare worktree could not be used; checking out a new one");
+                    for path in [&from, &worktree] {
+                        let _ = self
+                            .run_git(
+                                "removing a spare worktree",
+                                None,
+                                &[&git_dir, "worktree", "remove", "--force", path],
+                                None,
+                            )
+                            .await;
+                    }
+                }
+            }
+        }
+        if !ready {
+            metrics::counter!("pidevops_worktrees_total", "how" => "checkout").increment(1);
+            self.run_git(
+                "adding the worktree",
                 None,
                 &[
                     &git_dir,
-                    "rev-parse",
-                    "--verify",
+                    "worktree",
+                    "add",
                     "--quiet",
-                    &format!("{base_ref}^{{commit}}"),
+                    "-B",
+                    branch.as_str(),
+                    &worktree,
+                    &base_commit,
                 ],
                 None,
             )
-            .await
-            .map_err(|_| WorkspaceError::Git {
-                what: "finding the base branch".to_owned(),
-                detail: format!("{} has no branch {:?}", source.url, source.base),
-            })?;
-        let branch = task.branch();
-        let worktree = dirs.worktree.to_string_lossy().into_owned();
-        self.run_git(
-            "adding the worktree",
-            None,
-            &[
-                &git_dir,
-                "worktree",
-                "add",
-                "--quiet",
-                "-B",
-                branch.as_str(),
-                &worktree,
-                &base_commit,
-            ],
-            None,
-        )
-        .await?;
+            .await?;
+        }
         Ok(Prepared {
             dirs,
             base_commit,
@@ -491,6 +688,37 @@ impl Workspaces {
             }
             // An emptied task directory goes too (ignored when it still holds runs).
             let _ = tokio::fs::remove_dir(task_dir.path()).await;
+        }
+        // Spares a previous process left (this one's are in memory): a cache, so simply removed.
+        let spares = self.root.join("spares");
+        if let Ok(mut owners) = tokio::fs::read_dir(&spares).await {
+            while let Ok(Some(owner)) = owners.next_entry().await {
+                let Ok(mut repos) = tokio::fs::read_dir(owner.path()).await else {
+                    continue;
+                };
+                while let Ok(Some(repo)) = repos.next_entry().await {
+                    let Ok(mut entries) = tokio::fs::read_dir(repo.path()).await else {
+                        continue;
+                    };
+                    while let Ok(Some(spare)) = entries.next_entry().await {
+                        // Young unknown spares may be mid-checkout by this process: left for a later pass.
+                        let young = spare
+                            .metadata()
+                            .await
+                            .ok()
+                            .and_then(|m| m.modified().ok())
+                            .and_then(|t| t.elapsed().ok())
+                            .is_none_or(|age| age < std::time::Duration::from_secs(600));
+                        if young || self.is_known_spare(&spare.path()) {
+                            report.kept += 1;
+                        } else if tokio::fs::remove_dir_all(spare.path()).await.is_ok() {
+                            report.removed += 1;
+                        } else {
+                            report.errors += 1;
+                        }
+                    }
+                }
+            }
         }
         let mirrors = self.root.join("mirrors");
         let mut owners = tokio::fs::read_dir(&mirrors).await.map_err(io(&mirrors))?;
