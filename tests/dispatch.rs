@@ -532,5 +532,10 @@ echo "$title" > "done-$title""#,
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
         .unwrap_or(0);
     assert!(spares >= 1, "no run started in a spare worktree: {metrics}");
+    // Finished runs' worktrees were reset and reused, and still no task saw another's work (the agent checks).
+    assert!(
+        metrics.contains("pidevops_worktrees_recycled_total"),
+        "no finished worktree was reused: {metrics}"
+    );
     app.stop().await;
 }

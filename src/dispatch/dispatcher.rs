@@ -271,7 +271,8 @@ impl Dispatcher {
             *queued.entry(&candidate.repo).or_insert(0) += 1;
         }
         for (repo, waiting) in queued {
-            let wanted = waiting.min(self.inner.config.limits.for_repo(repo));
+            let limits = &self.inner.config.limits;
+            let wanted = waiting.min(limits.for_repo(repo)).min(limits.global);
             let (this, repo) = (self.clone(), repo.clone());
             tokio::spawn(async move {
                 let source = this.inner.config.source(&repo);
@@ -595,6 +596,10 @@ impl Dispatcher {
                 task, run, attempt, profile, &prepared, finished, &stop, started, fail,
             )
             .await;
+        // Its work is pushed (or its failure about to be recorded): the worktree may serve a queued task.
+        self.inner
+            .workspaces
+            .finished(task.repo(), prepared.dirs.worktree.clone());
         beats.cancel();
         if let Ok(version) = heartbeat.await {
             writer.version = writer.version.max(version);

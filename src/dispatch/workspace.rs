@@ -92,6 +92,10 @@ struct RepoState {
     last_fetch: std::sync::Mutex<Option<Instant>>,
     /// Worktrees checked out ahead of time at the base, detached, for the next runs to take (see `replenish`).
     spares: std::sync::Mutex<Vec<Spare>>,
+    /// Worktrees of runs that are over (their work pushed or their failure recorded): when queued work needs
+    /// spares, these are reset to the base and reused, touching only the files the run changed instead of
+    /// checking out the whole tree again. The rest wait for gc's TTL.
+    finished: std::sync::Mutex<Vec<PathBuf>>,
     replenishing: std::sync::atomic::AtomicBool,
 }
 
@@ -249,6 +253,28 @@ impl Workspaces {
             if have >= wanted {
                 return Ok(made);
             }
+            let recyclable = state
+                .finished
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop();
+            if let Some(worktree) = recyclable {
+                match self.recycle(&git_dir, repo, &worktree, &base).await {
+                    Ok(spare) => {
+                        state
+                            .spares
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push(spare);
+                        metrics::counter!("pidevops_worktrees_recycled_total").increment(1);
+                        made += 1;
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, worktree = %worktree.display(), "a finished worktree could not be reused");
+                    }
+                }
+                continue;
+            }
             let path = self
                 .root
                 .join("spares")
@@ -275,6 +301,85 @@ impl Workspaces {
                 });
             made += 1;
         }
+    }
+
+    /// Offers a finished run's worktree for reuse (see `RepoState::finished`).
+    pub fn finished(&self, repo: &RepoName, worktree: PathBuf) {
+        self.state(repo)
+            .finished
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(worktree);
+    }
+
+    /// A finished worktree reset to `base` exactly as a fresh checkout would be (tracked files forced back,
+    /// everything untracked and ignored removed, HEAD detached so the run's branch is free) and moved to the
+    /// spares.
+    async fn recycle(
+        &self,
+        git_dir: &str,
+        repo: &RepoName,
+        worktree: &Path,
+        base: &str,
+    ) -> Result<Spare, WorkspaceError> {
+        let cwd = Some(worktree);
+        self.run_git(
+            "resetting a finished worktree",
+            None,
+            &["checkout", "--quiet", "--force", "--detach", base],
+            cwd,
+        )
+        .await?;
+        self.run_git(
+            "cleaning a finished worktree",
+            None,
+            &["clean", "-ffdxq"],
+            cwd,
+        )
+        .await?;
+        let status = self
+            .run_git(
+                "checking a finished worktree",
+                None,
+                &["status", "--porcelain", "--ignored"],
+                cwd,
+            )
+            .await?;
+        if !status.is_empty() {
+            return Err(WorkspaceError::Git {
+                what: "resetting a finished worktree".to_owned(),
+                detail: format!("still differs from the base: {status}"),
+            });
+        }
+        let path = self
+            .root
+            .join("spares")
+            .join(repo.owner())
+            .join(repo.name())
+            .join(uuid::Uuid::now_v7().to_string());
+        if let Some(parent) = path.parent() {
+            tokio::fs::create_dir_all(parent)
+                .await
+                .map_err(|source| WorkspaceError::Io {
+                    path: parent.to_owned(),
+                    source,
+                })?;
+        }
+        let (from, to) = (
+            worktree.to_string_lossy().into_owned(),
+            path.to_string_lossy().into_owned(),
+        );
+        self.run_git(
+            "moving a finished worktree to the spares",
+            None,
+            &[git_dir, "worktree", "move", &from, &to],
+            None,
+        )
+        .await?;
+        Ok(Spare {
+            path,
+            commit: base.to_owned(),
+        })
     }
 
     /// Whether `path` is a spare this process knows (gc removes the others: a previous process's).
@@ -479,6 +584,30 @@ impl Workspaces {
                 .iter()
                 .position(|s| s.commit == base_commit)
                 .map(|i| spares.swap_remove(i))
+        };
+        // No spare: a finished run's worktree reset to the base still beats checking out every file.
+        let spare = match spare {
+            Some(spare) => Some(spare),
+            None => {
+                let finished = state
+                    .finished
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .pop();
+                match finished {
+                    Some(old) => match self.recycle(&git_dir, repo, &old, &base_commit).await {
+                        Ok(spare) => {
+                            metrics::counter!("pidevops_worktrees_recycled_total").increment(1);
+                            Some(spare)
+                        }
+                        Err(error) => {
+                            tracing::warn!(%error, worktree = %old.display(), "a finished worktree could not be reused");
+                            None
+                        }
+                    },
+                    None => None,
+                }
+            }
         };
         let mut ready = false;
         if let Some(spare) = spare {
