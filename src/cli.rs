@@ -340,3 +340,54 @@ fn age(since: chrono::DateTime<Utc>) -> String {
         format!("{}m", age.num_minutes().max(0))
     }
 }
+
+/// `pidevops dispatch …`: pause and resume new runs for every replica (an event in the log).
+#[derive(Debug, Subcommand)]
+pub enum DispatchCommand {
+    /// No new runs start on any replica; running ones finish.
+    Pause {
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// New runs start again.
+    Resume,
+    /// Whether dispatch is paused, and why.
+    Status,
+}
+
+pub async fn dispatch(settings: Settings, command: DispatchCommand) -> anyhow::Result<()> {
+    use crate::dispatch::dispatcher::{pause_state, set_paused};
+    let store = EventStore::connect(&settings.database, 2)
+        .await
+        .with_context(|| format!("connecting to {}", settings.database.redacted()))?;
+    store.migrate().await.context("applying migrations")?;
+    let stop = CancellationToken::new();
+    let (log, appender) = EventLog::start(store.clone(), settings.append_timeout, stop.clone());
+    let result = async {
+        match command {
+            DispatchCommand::Pause { reason } => {
+                if reason
+                    .as_deref()
+                    .is_some_and(|r| r.trim().is_empty() || r.len() > 500)
+                {
+                    anyhow::bail!("--reason must be 1 to 500 characters");
+                }
+                let changed = set_paused(&log, true, "cli", reason.as_deref()).await?;
+                println!("{}", if changed { "paused" } else { "already paused" });
+            }
+            DispatchCommand::Resume => {
+                let changed = set_paused(&log, false, "cli", None).await?;
+                println!("{}", if changed { "resumed" } else { "not paused" });
+            }
+            DispatchCommand::Status => match pause_state(&store).await? {
+                Some(why) => println!("paused: {why}"),
+                None => println!("running"),
+            },
+        }
+        Ok(())
+    }
+    .await;
+    stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(10), appender).await;
+    result
+}

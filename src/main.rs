@@ -47,6 +47,11 @@ enum Command {
         #[command(subcommand)]
         command: pidevops::cli::TaskCommand,
     },
+    /// Pause or resume new agent runs on every replica.
+    Dispatch {
+        #[command(subcommand)]
+        command: pidevops::cli::DispatchCommand,
+    },
     /// Run agents only: pull run requests from NATS JetStream (`dispatch.executor = "workers"` on `serve`).
     Worker,
     /// Rebuild read models from position 0, with progress; safe while `serve` runs.
@@ -105,6 +110,7 @@ async fn main() -> ExitCode {
         } => events(settings, after, limit, follow).await,
         Command::Replay { projector, all } => replay(settings, projector, all).await,
         Command::Task { command } => pidevops::cli::task(settings, command).await,
+        Command::Dispatch { command } => pidevops::cli::dispatch(settings, command).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -413,9 +413,40 @@ async fn pausing_stops_new_runs_and_shows_in_health(db: TestDb) {
     );
     assert_eq!(task_row(&app, id).await.unwrap().column, Column::Todo);
 
-    pidevops::dispatch::dispatcher::set_paused(&app.state.log, false, "test", None)
+    // The API says the same, and resumes it.
+    let get = |path: &str| {
+        app.client
+            .get(app.url(path))
+            .bearer_auth(common::ADMIN_TOKEN)
+    };
+    let post = |path: &str| {
+        app.client
+            .post(app.url(path))
+            .bearer_auth(common::ADMIN_TOKEN)
+    };
+    let status: serde_json::Value = get("/api/dispatch")
+        .send()
+        .await
+        .unwrap()
+        .json()
         .await
         .unwrap();
+    assert_eq!(status["paused"], true);
+    assert_eq!(status["reason"], "paused by test: deploy freeze");
+    let refused = post("/api/dispatch/pause")
+        .body("{\"why\": 1}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 400);
+    let resumed: serde_json::Value = post("/api/dispatch/resume")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(resumed["changed"], true);
     within(
         Duration::from_secs(30),
         "the task in review after resuming",
@@ -425,6 +456,17 @@ async fn pausing_stops_new_runs_and_shows_in_health(db: TestDb) {
                 .is_some_and(|row| row.column == Column::InReview)
         },
     )
+    .await;
+    within(Duration::from_secs(10), "the run in /api/runs", || async {
+        let runs: serde_json::Value = get(&format!("/api/runs?task={id}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        runs["runs"][0]["state"] == "succeeded"
+    })
     .await;
     app.stop().await;
 }

@@ -5,7 +5,10 @@ mod common;
 use common::server::command;
 use common::TestDb;
 
-per_backend!(the_board_from_a_terminal);
+per_backend!(
+    the_board_from_a_terminal,
+    dispatch_is_paused_and_resumed_from_a_terminal
+);
 
 fn run(db: &TestDb, dir: &std::path::Path, args: &[&str]) -> (bool, String, String) {
     let out = command(&db.url_string(), dir)
@@ -101,4 +104,34 @@ async fn the_board_from_a_terminal(db: TestDb) {
         out.contains("cancelled: duplicate of T-9") && out.contains("cli"),
         "{out}"
     );
+}
+
+async fn dispatch_is_paused_and_resumed_from_a_terminal(db: TestDb) {
+    let dir = tempfile::tempdir().unwrap();
+    let dispatch = |args: &[&str]| {
+        let out = command(&db.url_string(), dir.path())
+            .arg("dispatch")
+            .args(args)
+            .output()
+            .expect("the binary runs");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    assert_eq!(dispatch(&["status"]).1, "running");
+    let (ok, out, err) = dispatch(&["pause", "--reason", "deploy freeze"]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "paused");
+    assert_eq!(dispatch(&["pause"]).1, "already paused");
+    assert_eq!(
+        dispatch(&["status"]).1,
+        "paused: paused by cli: deploy freeze"
+    );
+    let (ok, _, err) = dispatch(&["pause", "--reason", " "]);
+    assert!(!ok && err.contains("--reason"), "{err}");
+    assert_eq!(dispatch(&["resume"]).1, "resumed");
+    assert_eq!(dispatch(&["resume"]).1, "not paused");
+    assert_eq!(dispatch(&["status"]).1, "running");
 }

@@ -52,7 +52,8 @@ struct Args {
     /// Slots (`dispatch.max_concurrent`, and per repository) for the drain.
     #[arg(long, default_value_t = 4)]
     concurrency: usize,
-    #[arg(long, default_value_t = 500)]
+    /// How long each drain agent works (real ones take minutes).
+    #[arg(long, default_value_t = 5000)]
     agent_sleep_ms: u64,
     /// The tasks projector's and the dispatcher's interval.
     #[arg(long, default_value_t = 0.05)]
@@ -186,10 +187,12 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
     std::fs::write(
         &agent,
         format!(
-            "#!/bin/sh\ndate +%s%N > \"$HOME/started\"\nsleep {sleep}\necho x > CHANGES.md\ndate +%s%N > \"$HOME/ended\"\n",
-            sleep = args.agent_sleep_ms as f64 / 1000.0
+            "#!/bin/sh\ndate +%s%N > \"$HOME/started\"\nsleep $(cat {sleep})\necho x > CHANGES.md\ndate +%s%N > \"$HOME/ended\"\n",
+            sleep = dir.join("sleep").display()
         ),
     )?;
+    // Latency samples finish at once; the drain's agents work for --agent-sleep-ms.
+    std::fs::write(dir.join("sleep"), "0")?;
     {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755))?;
@@ -339,6 +342,10 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
     );
 
     // 3. The drain.
+    std::fs::write(
+        dir.join("sleep"),
+        format!("{}", args.agent_sleep_ms as f64 / 1000.0),
+    )?;
     pidevops::dispatch::dispatcher::set_paused(&state.log, true, "dispatchbench", None).await?;
     let mut drain = Vec::new();
     for _ in 0..args.drain {
@@ -359,6 +366,21 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
         }
         check()?;
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // While paused, the dispatcher checks out spares for what is queued, as it does while slots are busy.
+    let check = wait_for("spare worktrees for the queue", Duration::from_secs(300));
+    loop {
+        let rendered = state.metrics.render();
+        let spares: f64 = rendered
+            .lines()
+            .find(|l| l.starts_with("pidevops_worktree_spares "))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0.0);
+        if spares >= args.concurrency as f64 {
+            break;
+        }
+        check()?;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let resumed = Utc::now();
     pidevops::dispatch::dispatcher::set_paused(&state.log, false, "dispatchbench", None).await?;
@@ -425,6 +447,32 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
         100.0 * idle_ms / (args.concurrency as f64 * (last_start - starts[0]).num_milliseconds().max(1) as f64)
     );
     summary("slot freed -> next agent started (while queued)", gaps);
+    // Where a run's time outside the agent went, over the whole benchmark (Prometheus summaries: sum / count).
+    let rendered = state.metrics.render();
+    for phase in ["prepare", "commit", "push"] {
+        let value = |suffix: &str| -> f64 {
+            rendered
+                .lines()
+                .find(|l| {
+                    l.starts_with(&format!(
+                        "pidevops_run_phase_seconds_{suffix}{{phase=\"{phase}\"}}"
+                    ))
+                })
+                .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+                .unwrap_or(f64::NAN)
+        };
+        let (sum, count) = (value("sum"), value("count"));
+        println!(
+            "phase {phase:<8} mean {:>8.1} ms over {count} runs",
+            1000.0 * sum / count
+        );
+    }
+    for line in rendered
+        .lines()
+        .filter(|l| l.starts_with("pidevops_worktrees"))
+    {
+        println!("{line}");
+    }
 
     shutdown.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(20), server).await;

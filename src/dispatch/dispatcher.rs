@@ -257,6 +257,8 @@ impl Dispatcher {
             self.prepare_ahead(&candidates, &started);
         }
         metrics::gauge!("pidevops_dispatch_queue_depth").set(status.queue as f64);
+        metrics::gauge!("pidevops_worktree_spares")
+            .set(self.inner.workspaces.spares_ready() as f64);
         metrics::gauge!("pidevops_dispatch_slots_in_use").set(status.running as f64);
         metrics::gauge!("pidevops_dispatch_slots").set(slots as f64);
         metrics::gauge!("pidevops_dispatch_paused").set(if status.paused { 1.0 } else { 0.0 });
@@ -503,12 +505,15 @@ impl Dispatcher {
             tail,
         };
         let source = self.inner.config.source(task.repo());
-        let prepared = match self
+        let phase = std::time::Instant::now();
+        let prepared = self
             .inner
             .workspaces
             .prepare(task.repo(), &source, id, run)
-            .await
-        {
+            .await;
+        metrics::histogram!("pidevops_run_phase_seconds", "phase" => "prepare")
+            .record(phase.elapsed().as_secs_f64());
+        let prepared = match prepared {
             Ok(prepared) => prepared,
             Err(error) => {
                 return Some(fail(
@@ -695,7 +700,11 @@ impl Dispatcher {
             task.title(),
             profile.name
         );
-        let commit = match self.inner.workspaces.commit(prepared, &message).await {
+        let phase = std::time::Instant::now();
+        let committed = self.inner.workspaces.commit(prepared, &message).await;
+        metrics::histogram!("pidevops_run_phase_seconds", "phase" => "commit")
+            .record(phase.elapsed().as_secs_f64());
+        let commit = match committed {
             Ok(Some(commit)) => commit,
             Ok(None) => {
                 return failed(
@@ -705,7 +714,11 @@ impl Dispatcher {
             }
             Err(error) => return failed(FailureKind::Workspace, error.to_string()),
         };
-        if let Err(error) = self.inner.workspaces.push(prepared).await {
+        let phase = std::time::Instant::now();
+        let pushed = self.inner.workspaces.push(prepared).await;
+        metrics::histogram!("pidevops_run_phase_seconds", "phase" => "push")
+            .record(phase.elapsed().as_secs_f64());
+        if let Err(error) = pushed {
             return failed(FailureKind::PushFailed, error.to_string());
         }
         RunEvent::Succeeded {

@@ -238,6 +238,7 @@ impl Workspaces {
         };
         for spare in stale {
             let path = spare.path.to_string_lossy().into_owned();
+            let _guard = state.lock.lock().await;
             let _ = self
                 .run_git(
                     "removing a stale spare worktree",
@@ -259,7 +260,7 @@ impl Workspaces {
                 .unwrap_or_else(|p| p.into_inner())
                 .pop();
             if let Some(worktree) = recyclable {
-                match self.recycle(&git_dir, repo, &worktree, &base).await {
+                match self.recycle(state, &git_dir, repo, &worktree, &base).await {
                     Ok(spare) => {
                         state
                             .spares
@@ -281,16 +282,8 @@ impl Workspaces {
                 .join(repo.owner())
                 .join(repo.name())
                 .join(uuid::Uuid::now_v7().to_string());
-            let path_str = path.to_string_lossy().into_owned();
-            self.run_git(
-                "checking out a spare worktree",
-                None,
-                &[
-                    &git_dir, "worktree", "add", "--quiet", "--detach", &path_str, &base,
-                ],
-                None,
-            )
-            .await?;
+            self.add_worktree(state, &git_dir, "--detach", None, &path, &base)
+                .await?;
             state
                 .spares
                 .lock()
@@ -301,6 +294,15 @@ impl Workspaces {
                 });
             made += 1;
         }
+    }
+
+    /// Spare worktrees ready now, over every repository (`pidevops_worktree_spares`).
+    pub fn spares_ready(&self) -> usize {
+        let repos = self.repos.lock().unwrap_or_else(|p| p.into_inner());
+        repos
+            .values()
+            .map(|state| state.spares.lock().unwrap_or_else(|p| p.into_inner()).len())
+            .sum()
     }
 
     /// Offers a finished run's worktree for reuse (see `RepoState::finished`).
@@ -317,6 +319,7 @@ impl Workspaces {
     /// spares.
     async fn recycle(
         &self,
+        state: &RepoState,
         git_dir: &str,
         repo: &RepoName,
         worktree: &Path,
@@ -369,17 +372,51 @@ impl Workspaces {
             worktree.to_string_lossy().into_owned(),
             path.to_string_lossy().into_owned(),
         );
-        self.run_git(
-            "moving a finished worktree to the spares",
-            None,
-            &[git_dir, "worktree", "move", &from, &to],
-            None,
-        )
-        .await?;
+        {
+            let _guard = state.lock.lock().await;
+            self.run_git(
+                "moving a finished worktree to the spares",
+                None,
+                &[git_dir, "worktree", "move", &from, &to],
+                None,
+            )
+            .await?;
+        }
         Ok(Spare {
             path,
             commit: base.to_owned(),
         })
+    }
+
+    /// `git worktree add` in two steps: the administrative part (the worktree list every git command of the
+    /// repository reads) under the repository's lock, then the checkout of every file outside it, in the new
+    /// worktree only. git does not make the first step safe against concurrent readers; the second is most of
+    /// the time and touches nothing shared.
+    async fn add_worktree(
+        &self,
+        state: &RepoState,
+        git_dir: &str,
+        head: &str,
+        branch: Option<&str>,
+        path: &Path,
+        commit: &str,
+    ) -> Result<(), WorkspaceError> {
+        let path_str = path.to_string_lossy().into_owned();
+        let mut args = vec![git_dir, "worktree", "add", "--quiet", "--no-checkout", head];
+        args.extend(branch);
+        args.extend([path_str.as_str(), commit]);
+        {
+            let _guard = state.lock.lock().await;
+            self.run_git("adding a worktree", None, &args, None).await?;
+        }
+        self.run_git(
+            "checking out the worktree",
+            None,
+            &["reset", "--hard", "--quiet"],
+            Some(path),
+        )
+        .await?;
+        Ok(())
     }
 
     /// Whether `path` is a spare this process knows (gc removes the others: a previous process's).
@@ -561,6 +598,13 @@ impl Workspaces {
             let _guard = state.lock.lock().await;
             let mirror = self.fetch_since(&state, repo, source, asked).await?;
             let git_dir = format!("--git-dir={}", mirror.to_string_lossy());
+            // The task's earlier attempts are removed, not reused: take them off the reuse list first.
+            let task_dir = self.root.join("runs").join(task.to_string());
+            state
+                .finished
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(|path| !path.starts_with(&task_dir));
             self.remove_task_worktrees(&git_dir, task, Some(run))
                 .await?;
             mirror
@@ -595,7 +639,10 @@ impl Workspaces {
                     .unwrap_or_else(|p| p.into_inner())
                     .pop();
                 match finished {
-                    Some(old) => match self.recycle(&git_dir, repo, &old, &base_commit).await {
+                    Some(old) => match self
+                        .recycle(&state, &git_dir, repo, &old, &base_commit)
+                        .await
+                    {
                         Ok(spare) => {
                             metrics::counter!("pidevops_worktrees_recycled_total").increment(1);
                             Some(spare)
@@ -612,14 +659,16 @@ impl Workspaces {
         let mut ready = false;
         if let Some(spare) = spare {
             let from = spare.path.to_string_lossy().into_owned();
-            let moved = self
-                .run_git(
+            let moved = {
+                let _guard = state.lock.lock().await;
+                self.run_git(
                     "moving a spare worktree",
                     None,
                     &[&git_dir, "worktree", "move", &from, &worktree],
                     None,
                 )
-                .await;
+                .await
+            };
             let switched = match moved {
                 Ok(_) => self
                     .run_git(
@@ -639,6 +688,7 @@ impl Workspaces {
                 }
                 Err(error) => {
                     tracing::warn!(%error, "a spare worktree could not be used; checking out a new one");
+                    let _guard = state.lock.lock().await;
                     for path in [&from, &worktree] {
                         let _ = self
                             .run_git(
@@ -653,21 +703,27 @@ impl Workspaces {
             }
         }
         if !ready {
+            // Whatever a failed reuse left at the path goes, or `worktree add` would refuse it.
+            if tokio::fs::try_exists(&dirs.worktree).await.unwrap_or(false) {
+                let _ = tokio::fs::remove_dir_all(&dirs.worktree).await;
+                let _guard = state.lock.lock().await;
+                let _ = self
+                    .run_git(
+                        "pruning worktrees",
+                        None,
+                        &[&git_dir, "worktree", "prune"],
+                        None,
+                    )
+                    .await;
+            }
             metrics::counter!("pidevops_worktrees_total", "how" => "checkout").increment(1);
-            self.run_git(
-                "adding the worktree",
-                None,
-                &[
-                    &git_dir,
-                    "worktree",
-                    "add",
-                    "--quiet",
-                    "-B",
-                    branch.as_str(),
-                    &worktree,
-                    &base_commit,
-                ],
-                None,
+            self.add_worktree(
+                &state,
+                &git_dir,
+                "-B",
+                Some(branch.as_str()),
+                &dirs.worktree,
+                &base_commit,
             )
             .await?;
         }
@@ -703,14 +759,21 @@ impl Workspaces {
             let path = Path::new(path);
             let keep_it = keep.is_some_and(|run| path.starts_with(task_dir.join(run.to_string())));
             if path.starts_with(&task_dir) && !keep_it {
-                let path = path.to_string_lossy().into_owned();
-                self.run_git(
-                    "removing an earlier attempt's worktree",
-                    None,
-                    &[git_dir, "worktree", "remove", "--force", &path],
-                    None,
-                )
-                .await?;
+                let path_str = path.to_string_lossy().into_owned();
+                let removed = self
+                    .run_git(
+                        "removing an earlier attempt's worktree",
+                        None,
+                        &[git_dir, "worktree", "remove", "--force", &path_str],
+                        None,
+                    )
+                    .await;
+                // git refuses when something else touched it meanwhile (a reuse that lost the race): it is
+                // garbage either way, so it goes by hand and `prune` below forgets it.
+                if let Err(error) = removed {
+                    tracing::debug!(%error, "removing an earlier attempt's worktree by hand");
+                    let _ = tokio::fs::remove_dir_all(path).await;
+                }
             }
         }
         self.run_git(
@@ -859,6 +922,16 @@ impl Workspaces {
                 if !repo.path().join("HEAD").exists() {
                     continue;
                 }
+                let name = format!(
+                    "{}/{}",
+                    owner.file_name().to_string_lossy(),
+                    repo.file_name().to_string_lossy().trim_end_matches(".git")
+                );
+                let Ok(name) = name.parse::<RepoName>() else {
+                    continue;
+                };
+                let state = self.state(&name);
+                let _guard = state.lock.lock().await;
                 let git_dir = format!("--git-dir={}", repo.path().to_string_lossy());
                 if self
                     .run_git(
