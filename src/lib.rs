@@ -9,8 +9,8 @@
 //! job; the arrows below are the only doors.
 //!
 //! ```text
-//! main.rs          thin clap front: serve | migrate | doctor | events | replay | task
-//! cli.rs           `pidevops task …`: the board in a terminal (readable lines, or --json)
+//! main.rs          thin clap front: serve | migrate | doctor | events | replay | task | dispatch | worker
+//! cli.rs           `pidevops task …` (the board in a terminal) and `pidevops dispatch pause|resume|status`
 //! startup.rs       build(Settings) -> App: the one constructor for main and for tests (port 0 in tests)
 //! config.rs        typed settings: environment first, then optional pidevops.toml; secrets wrapped
 //! telemetry.rs     tracing (json | pretty) and the Prometheus recorder
@@ -25,11 +25,14 @@
 //! bench.rs         setup the benchmark binaries share (throwaway databases); not used by the service
 //! board/           the board's command side: load a task's stream, decide, append with its version, retry races
 //! bus/             fan-out: Bus (JetStream | in-process), relay.rs (log → bus, exactly once), work.rs (work queues)
-//! dispatch/        running attempts with coding agents; so far the pure parts: agent profiles, the prompt
+//! dispatch/        running attempts with coding agents: the pure parts (config, profiles, prompt, schedule, run
+//!                  events), workspaces (mirrors, worktrees), Landlock, the runner, the dispatcher / watchdog /
+//!                  gc loops and `pidevops worker`; one outcome per run whatever crashes
 //! intake/          the policy that turns qualifying webhook events into tasks (rules.rs is pure)
 //! loops/           the do-while runner and the health registry every background activity reports to
 //!   lease.rs       one replica runs each singleton loop: a lease row, DB-clock expiry, renewed by `leases`
 //! projectors/      read models from the log: batch + checkpoint in one transaction, rebuildable from 0
+//!   runs.rs        one row per agent run: state, last sign of life, outcome (watchdog, /api/runs)
 //!   sources.rs     per source and event type: counts, first and last delivery (`/api/sources`, `/health`)
 //! tasks/           the task board's domain, pure: typed values, decide(state, command) → events, evolve
 //! http/            router: /health, /metrics, /webhooks/*, /api/* (bearer token), JSON errors
