@@ -19,6 +19,7 @@ per_backend!(
     the_agent_never_sees_a_secret_and_cannot_write_outside_its_worktree,
     pausing_stops_new_runs_and_shows_in_health,
     queued_tasks_start_in_worktrees_checked_out_ahead_and_each_starts_from_the_base,
+    cancelling_a_task_stops_its_agent,
 );
 
 pub async fn create_task(app: &TestApp, title: &str) -> TaskId {
@@ -579,5 +580,48 @@ echo "$title" > "done-$title""#,
         metrics.contains("pidevops_worktrees_recycled_total"),
         "no finished worktree was reused: {metrics}"
     );
+    app.stop().await;
+}
+
+async fn cancelling_a_task_stops_its_agent(db: TestDb) {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let script = agent(
+        scratch.path(),
+        "long-job.sh",
+        "while true; do echo working; sleep 0.1; done",
+    );
+    let app = spawn(
+        &db,
+        dispatch_file(&remote, &script, ""),
+        &scratch.path().join("ws"),
+    )
+    .await;
+    let id = create_task(&app, "A long job").await;
+    within(Duration::from_secs(30), "the agent running", || async {
+        runs_of(&app, id).await.len() == 1
+    })
+    .await;
+    app.state
+        .board
+        .steer(
+            id,
+            pidevops::board::Steer::Cancel,
+            Some("not needed".into()),
+            "test",
+            "test",
+        )
+        .await
+        .unwrap();
+    within(Duration::from_secs(30), "the run stopped", || async {
+        runs_of(&app, id).await.iter().all(|r| r.state == "failed")
+    })
+    .await;
+    let run = runs_of(&app, id).await.remove(0);
+    assert_eq!(run.failure.as_deref(), Some("stopped"), "{run:?}");
+    assert!(run.detail.unwrap().contains("cancelled"));
+    let row = task_row(&app, id).await.unwrap();
+    assert_eq!(row.column, Column::Cancelled);
+    assert_eq!(row.attempts, 1);
     app.stop().await;
 }

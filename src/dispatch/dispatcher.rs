@@ -84,7 +84,6 @@ struct Local {
 struct LocalRun {
     run: RunId,
     repo: RepoName,
-    stop: CancellationToken,
     /// A slot is an agent process: once the agent has exited, committing and pushing its work no longer holds
     /// one, so the next queued task starts while this one is being wrapped up.
     holds_slot: bool,
@@ -402,7 +401,6 @@ impl Dispatcher {
             LocalRun {
                 run,
                 repo: task.repo().clone(),
-                stop: stop.clone(),
                 holds_slot: true,
             },
         );
@@ -582,9 +580,17 @@ impl Dispatcher {
                             tracing::warn!(task = %id, %run, error = format!("{error:#}"), "heartbeat not recorded");
                         }
                     }
-                    // A task cancelled (or otherwise moved on) while its agent works: stop spending on it.
+                    // A task cancelled (or otherwise moved on) while its agent works: stop spending on it. The
+                    // read model may not show the claim yet (it lags the log), so only what can only come after
+                    // the claim counts: a closed task, or another run in progress.
                     if let Ok(Some(row)) = task_rows::get(board.store(), id).await {
-                        if row.column != Column::InProgress || run_of(&row) != Some(run) {
+                        let closed = matches!(
+                            row.column,
+                            Column::Cancelled | Column::Done | Column::Archived
+                        );
+                        let superseded = row.column == Column::InProgress
+                            && run_of(&row).is_some_and(|r| r != run);
+                        if closed || superseded {
                             agent_stop.cancel();
                             break;
                         }
@@ -995,13 +1001,6 @@ impl Dispatcher {
             .workspaces
             .gc(self.inner.config.worktree_ttl, &keep)
             .await?)
-    }
-
-    /// Stops every local run (service shutdown).
-    pub fn stop_all(&self) {
-        for run in self.local().running.values() {
-            run.stop.cancel();
-        }
     }
 }
 
