@@ -274,7 +274,10 @@ env > env-dump.txt
 echo pwned > {outside} && echo "wrote outside"
 echo pwned > ../escape.txt && echo "wrote next to the worktree"
 echo pwned > "$HOME/ok.txt" && echo "wrote home"
-echo change >> CHANGES.md"#,
+hooks="$(git rev-parse --git-common-dir)/hooks"
+echo 'echo planted' > "$hooks/post-checkout" && echo "planted a hook"
+echo change >> CHANGES.md
+git add CHANGES.md && git -c user.name=agent -c user.email=agent@localhost commit -q -m "by the agent" && echo "committed myself""#,
             outside = outside.display()
         ),
     );
@@ -349,6 +352,11 @@ echo change >> CHANGES.md"#,
     assert!(!log.contains("wrote outside"), "{log}");
     assert!(!log.contains("wrote next to the worktree"), "{log}");
     assert!(log.contains("Permission denied"), "{log}");
+    // Nor into the shared mirror's hooks, though its own commit (objects, refs, its index) goes through.
+    assert!(!log.contains("planted a hook"), "{log}");
+    assert!(log.contains("committed myself"), "{log}");
+    let mirror_hooks = dir.join("ws/mirrors/acme/app.git/hooks");
+    assert!(!mirror_hooks.join("post-checkout").exists());
     let runs_dir = dir.join("ws/runs").join(id.to_string());
     assert!(!runs_dir.join(&run.run_id).join("escape.txt").exists());
     app.stop().await;

@@ -781,13 +781,25 @@ impl Dispatcher {
             }
         }
         let confinement = if self.inner.confinement_abi.is_some() {
-            let writable = [
-                dirs.worktree.as_path(),
-                dirs.home.as_path(),
-                dirs.tmp.as_path(),
-                dirs.mirror.as_path(),
-                std::path::Path::new("/dev"),
+            // In the shared mirror, only what the agent's own git commands write: objects, refs, reflogs and
+            // its worktree's administrative directory. Never `hooks/`, `config` or another worktree's files,
+            // so one agent cannot plant code that another agent's git would run.
+            let mut writable = vec![
+                dirs.worktree.clone(),
+                dirs.home.clone(),
+                dirs.tmp.clone(),
+                std::path::PathBuf::from("/dev"),
             ];
+            for sub in ["objects", "refs", "logs"] {
+                let path = dirs.mirror.join(sub);
+                std::fs::create_dir_all(&path)
+                    .with_context(|| format!("creating {}", path.display()))?;
+                writable.push(path);
+            }
+            if let Some(admin) = worktree_admin_dir(&dirs.worktree) {
+                writable.push(admin);
+            }
+            let writable: Vec<&std::path::Path> = writable.iter().map(|p| p.as_path()).collect();
             WriteConfinement::new(&writable)
                 .context("preparing the agent's filesystem confinement")?
                 .map(Arc::new)
@@ -1002,6 +1014,13 @@ impl Dispatcher {
             .gc(self.inner.config.worktree_ttl, &keep)
             .await?)
     }
+}
+
+/// A worktree's administrative directory in its repository (`gitdir:` in its `.git` file).
+fn worktree_admin_dir(worktree: &std::path::Path) -> Option<std::path::PathBuf> {
+    let text = std::fs::read_to_string(worktree.join(".git")).ok()?;
+    let dir = std::path::PathBuf::from(text.strip_prefix("gitdir:")?.trim());
+    dir.is_dir().then_some(dir)
 }
 
 /// The run a task row says is live.

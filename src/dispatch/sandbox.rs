@@ -1,6 +1,6 @@
 //! Filesystem confinement for agents with Landlock (Linux 5.13+, unprivileged): the agent and everything it
 //! starts may read the whole filesystem but write only beneath the directories it is given (its worktree, its
-//! HOME and TMPDIR, the repository's mirror for its own commits, `/dev`). A kernel without Landlock runs agents
+//! HOME and TMPDIR, `/dev`, and the parts of the repository's mirror its own commits write). A kernel without Landlock runs agents
 //! unconfined and says so in `/health` (`dispatcher` detail `confinement`); nothing pretends.
 //!
 //! Raw syscalls rather than a crate: the rule set is built in the parent, and the child applies it between fork
