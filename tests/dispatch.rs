@@ -644,3 +644,27 @@ fn metric(text: &str, series: &str) -> f64 {
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
         .unwrap_or(0.0)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_attempt_is_retried_only_after_its_backoff() {
+    let db = TestDb::sqlite();
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let script = agent(scratch.path(), "fails.sh", "echo broken; exit 1");
+    let mut file = dispatch_file(&remote, &script, "");
+    let dispatch = file["dispatch"].as_table_mut().unwrap();
+    dispatch.insert("retry_backoff_s".into(), toml::Value::from(2));
+    let app = spawn(&db, file, &scratch.path().join("ws")).await;
+    let id = create_task(&app, "Fail then wait").await;
+    within(Duration::from_secs(30), "a second attempt", || async {
+        runs_of(&app, id).await.len() >= 2
+    })
+    .await;
+    let runs = runs_of(&app, id).await;
+    let (first, second) = (&runs[0], &runs[1]);
+    let waited = second.started_at.unwrap() - first.ended_at.unwrap();
+    // 2 s for attempt 2, plus at most 20 % jitter; never sooner.
+    assert!(waited >= chrono::Duration::seconds(2), "{waited}");
+    assert!(waited < chrono::Duration::milliseconds(4000), "{waited}");
+    app.stop().await;
+}

@@ -338,10 +338,20 @@ impl Dispatcher {
             .as_str()?
             .parse()
             .ok()?;
-        let next = u32::try_from(row.attempts).ok()?.saturating_add(1);
+        self.after_backoff(row.id, u32::try_from(row.attempts).ok()?, failed_at)
+    }
+
+    /// When attempt `attempts + 1` of `task`, whose last attempt failed at `failed_at`, may start.
+    fn after_backoff(
+        &self,
+        task: TaskId,
+        attempts: u32,
+        failed_at: DateTime<Utc>,
+    ) -> Option<DateTime<Utc>> {
+        let next = attempts.saturating_add(1);
         let jitter = {
             use sha2::Digest;
-            let digest = sha2::Sha256::digest(format!("{}:{next}", row.id));
+            let digest = sha2::Sha256::digest(format!("{task}:{next}"));
             f64::from(digest[0]) / 255.0 * 0.2
         };
         let delay = self.inner.config.backoff(next, jitter);
@@ -350,6 +360,24 @@ impl Dispatcher {
 
     /// Claims `id` (appends `task.started`) and starts its run. `false` when someone else got there first.
     async fn claim_and_start(&self, id: TaskId) -> anyhow::Result<bool> {
+        // The backoff is checked again on the task as the log has it: the read model the queue came from may be
+        // behind a failure that just happened.
+        let loaded = self
+            .inner
+            .board
+            .load(id)
+            .await
+            .with_context(|| format!("reading {id} before claiming it"))?;
+        if let Some(loaded) = loaded {
+            let task = &loaded.task;
+            let waiting = task.last_failure().and_then(|failure| {
+                self.after_backoff(id, task.attempts(), failure.at)
+                    .filter(|ready| *ready > Utc::now())
+            });
+            if waiting.is_some() {
+                return Ok(false);
+            }
+        }
         let run = RunId(uuid::Uuid::now_v7());
         let outcome = match self
             .inner
