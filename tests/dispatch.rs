@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::agents::{agent, dispatch_file, Remote, REPO};
-use common::{TestApp, TestDb};
+use common::{within, TestApp, TestDb};
 use pidevops::board::Draft;
 use pidevops::projectors::runs::{self, RunRow, Which};
 use pidevops::projectors::tasks as task_rows;
@@ -51,22 +51,6 @@ pub async fn runs_of(app: &TestApp, id: TaskId) -> Vec<RunRow> {
     runs::query(app.state.log.store(), Which::Task(&id.to_string()))
         .await
         .unwrap()
-}
-
-/// Polls until `check` holds or `limit` passes.
-pub async fn within<F, Fut>(limit: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + limit;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {limit:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 async fn spawn(db: &TestDb, file: toml::Table, workspaces: &Path) -> TestApp {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::agents::{agent, dispatch_file, Remote, REPO};
 use common::server::{read_log, Server, BIN};
-use common::TestDb;
+use common::{within, TestDb};
 use pidevops::board::{Board, BoardConfig, Draft};
 use pidevops::eventlog::{EventLog, EventStore};
 use pidevops::projectors::runs::{self, RunRow, Which};
@@ -65,21 +65,6 @@ impl Observer {
         runs::query(&self.store, Which::Task(&id.to_string()))
             .await
             .unwrap()
-    }
-}
-
-async fn within<F, Fut>(limit: Duration, what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + limit;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {limit:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

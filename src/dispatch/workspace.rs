@@ -276,12 +276,7 @@ impl Workspaces {
                 }
                 continue;
             }
-            let path = self
-                .root
-                .join("spares")
-                .join(repo.owner())
-                .join(repo.name())
-                .join(uuid::Uuid::now_v7().to_string());
+            let path = self.new_spare_path(repo);
             self.add_worktree(state, &git_dir, "--detach", None, &path, &base)
                 .await?;
             state
@@ -354,12 +349,7 @@ impl Workspaces {
                 detail: format!("still differs from the base: {status}"),
             });
         }
-        let path = self
-            .root
-            .join("spares")
-            .join(repo.owner())
-            .join(repo.name())
-            .join(uuid::Uuid::now_v7().to_string());
+        let path = self.new_spare_path(repo);
         if let Some(parent) = path.parent() {
             tokio::fs::create_dir_all(parent)
                 .await
@@ -417,6 +407,15 @@ impl Workspaces {
         )
         .await?;
         Ok(())
+    }
+
+    /// Where a new spare worktree of `repo` goes: `<root>/spares/<owner>/<name>/<uuid>`.
+    fn new_spare_path(&self, repo: &RepoName) -> PathBuf {
+        self.root
+            .join("spares")
+            .join(repo.owner())
+            .join(repo.name())
+            .join(uuid::Uuid::now_v7().to_string())
     }
 
     /// Whether `path` is a spare this process knows (gc removes the others: a previous process's).

@@ -391,6 +391,22 @@ pub fn linear_body_at(path: &Path, offset_ms: i64) -> Vec<u8> {
     format!("{}{}{}", &text[..digits_start], now, &text[digits_end..]).into_bytes()
 }
 
+/// Polls until `check` holds or `limit` passes (for waits longer than `eventually`'s 10 s: agent runs, restarts).
+pub async fn within<F, Fut>(limit: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {limit:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Polls until `check` holds or 10 s pass.
 pub async fn eventually<F, Fut>(what: &str, mut check: F)
 where
