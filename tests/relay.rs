@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::TestDb;
+use common::{within, TestDb};
 use pidevops::bus::relay::{BusTarget, Relay, RELAY};
 use pidevops::bus::{Bus, JetstreamBus, MemoryBus};
 use pidevops::domain::{EventType, NewEvent, Source};
@@ -471,22 +471,6 @@ impl Senders {
     }
 }
 
-/// Polls until `check` holds, failing after `limit`.
-async fn wait_for<F, Fut>(what: &str, limit: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + limit;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {limit:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// The outage: NATS dies while webhooks arrive and comes back with its store; the same process catches
 /// up with no gap and no duplicate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -511,9 +495,9 @@ async fn a_nats_outage_under_load_ends_with_the_stream_caught_up_in_the_same_pro
     let reader = JetstreamBus::connect(&nats.url(), bus_config.clone())
         .await
         .unwrap();
-    wait_for(
-        "the relay publishes before the outage",
+    within(
         Duration::from_secs(20),
+        "the relay publishes before the outage",
         || async { matches!(reader.tail().await, Ok(pidevops::bus::Tail::Last(p)) if p >= 20) },
     )
     .await;
@@ -524,9 +508,9 @@ async fn a_nats_outage_under_load_ends_with_the_stream_caught_up_in_the_same_pro
         .unwrap_or(0);
     nats.kill();
     // From the kill on, health never fails (the bus is fan-out and ingest goes on) and soon names the error.
-    wait_for(
-        "health reports the relay's error and its lag",
+    within(
         Duration::from_secs(30),
+        "health reports the relay's error and its lag",
         || async {
             let (status, h) = app.health().await;
             assert_eq!(status, 200, "a NATS outage must not fail health: {h}");
@@ -570,9 +554,9 @@ async fn a_nats_outage_under_load_ends_with_the_stream_caught_up_in_the_same_pro
     let reader = JetstreamBus::connect(&nats.url(), bus_config)
         .await
         .unwrap();
-    wait_for(
-        "the stream catches up with the log",
+    within(
         Duration::from_secs(60),
+        "the stream catches up with the log",
         || async { matches!(reader.tail().await, Ok(pidevops::bus::Tail::Last(p)) if p == head) },
     )
     .await;
@@ -599,9 +583,9 @@ async fn a_nats_outage_under_load_ends_with_the_stream_caught_up_in_the_same_pro
             "in the log's order"
         );
     }
-    wait_for(
-        "health is back to pass",
+    within(
         Duration::from_secs(20),
+        "health is back to pass",
         || async {
             let (status, h) = app.health().await;
             status == 200
@@ -639,9 +623,9 @@ async fn a_nats_that_comes_back_empty_is_refed_from_the_log() {
     let reader = JetstreamBus::connect(&nats.url(), bus_config.clone())
         .await
         .unwrap();
-    wait_for(
-        "the first 30 are on the stream",
+    within(
         Duration::from_secs(20),
+        "the first 30 are on the stream",
         || async { matches!(reader.tail().await, Ok(pidevops::bus::Tail::Last(30))) },
     )
     .await;
@@ -660,9 +644,9 @@ async fn a_nats_that_comes_back_empty_is_refed_from_the_log() {
             200
         );
     }
-    wait_for(
-        "the relay notices the outage",
+    within(
         Duration::from_secs(20),
+        "the relay notices the outage",
         || async {
             app.health().await.1["loops"]["relay"]["errors"]
                 .as_u64()
@@ -674,9 +658,9 @@ async fn a_nats_that_comes_back_empty_is_refed_from_the_log() {
     nats.restart().await;
     // Watched through a bare client: a JetstreamBus would create the stream itself and hide the relay's part.
     let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
-    wait_for(
-        "the relay re-creates the stream and re-feeds the whole log",
+    within(
         Duration::from_secs(30),
+        "the relay re-creates the stream and re-feeds the whole log",
         || async {
             match js.get_stream(&bus_config.stream).await {
                 Ok(mut stream) => stream

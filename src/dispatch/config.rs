@@ -69,10 +69,10 @@ impl DispatchConfig {
 
     /// Where `repo` is cloned from.
     pub fn source(&self, repo: &RepoName) -> RepoSource {
-        self.repos.get(repo).cloned().unwrap_or_else(|| RepoSource {
-            url: format!("https://github.com/{}.git", repo.as_str()),
-            base: Self::DEFAULT_BASE.to_owned(),
-        })
+        self.repos
+            .get(repo)
+            .cloned()
+            .unwrap_or_else(|| Self::default_source(repo))
     }
 
     /// The delay before attempt `next` (2, 3, …) may start, jittered by a fraction in `0.0..0.2` that the caller

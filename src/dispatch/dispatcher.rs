@@ -489,7 +489,7 @@ impl Dispatcher {
             None => return self.recover(run).await,
         };
         let duration = begun.elapsed();
-        match writer.finish(&outcome).await {
+        match writer.append(&outcome).await {
             Ok(()) => {
                 let label = match &outcome {
                     RunEvent::Succeeded { .. } => "succeeded",
@@ -1011,7 +1011,7 @@ impl Dispatcher {
                 .unwrap_or_default(),
             tail: String::new(),
         };
-        match writer.finish(&lost).await {
+        match writer.append(&lost).await {
             Ok(()) => {
                 tracing::warn!(%task, %run, %why, "run declared lost");
                 metrics::counter!("pidevops_runs_total", "outcome" => "lost").increment(1);
@@ -1114,10 +1114,6 @@ impl RunWriter {
             Ok(_) | Err(AppendError::Conflict { .. }) => Err(Written::Taken),
             Err(error) => Err(Written::Failed(error.into())),
         }
-    }
-
-    async fn finish(&mut self, outcome: &RunEvent) -> Result<(), Written> {
-        self.append(outcome).await
     }
 }
 
