@@ -11,7 +11,9 @@ use tokio_util::sync::CancellationToken;
 use crate::board::{Board, BoardConfig, BoardError, Draft, Loaded, Steer};
 use crate::config::Settings;
 use crate::eventlog::{EventLog, EventStore};
-use crate::tasks::{ApprovalPolicy, Priority, RepoName, Spec, Task, TaskError, TaskId};
+use crate::tasks::{
+    AgentName, ApprovalPolicy, Command, Priority, RepoName, Spec, Task, TaskError, TaskId,
+};
 
 #[derive(Debug, Subcommand)]
 pub enum TaskCommand {
@@ -31,6 +33,9 @@ pub enum TaskCommand {
         /// auto or manual (default: pidevops.toml).
         #[arg(long)]
         approval: Option<ApprovalPolicy>,
+        /// The agent profile to run it with (default: the repository's).
+        #[arg(long)]
+        agent: Option<AgentName>,
         #[arg(long)]
         json: bool,
     },
@@ -91,6 +96,17 @@ pub enum TaskCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Pick the agent profile of a task's next attempt: `pidevops task agent T-7 codex`, or `--default` for the
+    /// repository's.
+    Agent {
+        id: TaskId,
+        #[arg(required_unless_present = "default", conflicts_with = "default")]
+        name: Option<AgentName>,
+        #[arg(long)]
+        default: bool,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 pub async fn task(settings: Settings, command: TaskCommand) -> anyhow::Result<()> {
@@ -118,6 +134,7 @@ async fn run(board: &Board, command: TaskCommand) -> anyhow::Result<()> {
             done_when,
             priority,
             approval,
+            agent,
             json,
         } => {
             let draft = Draft {
@@ -128,6 +145,7 @@ async fn run(board: &Board, command: TaskCommand) -> anyhow::Result<()> {
                 approval,
                 max_attempts: None,
                 ticket_version: None,
+                agent,
             };
             let key = format!("cli:{}", uuid::Uuid::new_v4());
             let (outcome, _) = board.create(draft, &key, "cli", None).await?;
@@ -161,6 +179,23 @@ async fn run(board: &Board, command: TaskCommand) -> anyhow::Result<()> {
         TaskCommand::Reject { id, reason, json } => (id, Steer::Reject, reason, json),
         TaskCommand::Retry { id, reason, json } => (id, Steer::Retry, reason, json),
         TaskCommand::Cancel { id, reason, json } => (id, Steer::Cancel, reason, json),
+        TaskCommand::Agent { id, name, json, .. } => {
+            let outcome = match board
+                .execute(id, &Command::ChooseAgent { agent: name }, "cli")
+                .await
+            {
+                Err(BoardError::Refused(TaskError::NotFound { .. })) => {
+                    anyhow::bail!("there is no task {id}")
+                }
+                other => other?,
+            };
+            let what = if outcome.appended.is_empty() {
+                "unchanged (already so)"
+            } else {
+                "updated"
+            };
+            return print_task(&outcome.task, json, what);
+        }
     };
     let outcome = match board.steer(id, steer, reason, "from the CLI", "cli").await {
         Err(BoardError::Refused(TaskError::NotFound { .. })) => {

@@ -20,14 +20,23 @@ per_backend!(
     pausing_stops_new_runs_and_shows_in_health,
     queued_tasks_start_in_worktrees_checked_out_ahead_and_each_starts_from_the_base,
     cancelling_a_task_stops_its_agent,
+    a_task_runs_with_the_agent_it_asks_for_and_one_that_cannot_run_waits_for_a_human,
+    attempts_bouncing_back_fast_are_flagged_before_the_budget_is_spent,
 );
 
 pub async fn create_task(app: &TestApp, title: &str) -> TaskId {
-    let draft = Draft::new(
-        REPO.parse::<RepoName>().unwrap(),
-        Spec::new(title, "CHANGES.md", "the change is written down").unwrap(),
-        Links::default(),
-    );
+    create_task_with(app, title, None).await
+}
+
+pub async fn create_task_with(app: &TestApp, title: &str, agent: Option<&str>) -> TaskId {
+    let draft = Draft {
+        agent: agent.map(|a| a.parse().unwrap()),
+        ..Draft::new(
+            REPO.parse::<RepoName>().unwrap(),
+            Spec::new(title, "CHANGES.md", "the change is written down").unwrap(),
+            Links::default(),
+        )
+    };
     let (outcome, created) = app
         .state
         .board
@@ -650,5 +659,152 @@ async fn a_failed_attempt_is_retried_only_after_its_backoff() {
     // 2 s for attempt 2, plus at most 20 % jitter; never sooner.
     assert!(waited >= chrono::Duration::seconds(2), "{waited}");
     assert!(waited < chrono::Duration::milliseconds(4000), "{waited}");
+    app.stop().await;
+}
+
+/// A task's own pick of agent wins over the repository's; a pick that cannot run here (no such profile, or its
+/// program is missing) flags the task for a human without spending an attempt, and picking another one runs it.
+async fn a_task_runs_with_the_agent_it_asks_for_and_one_that_cannot_run_waits_for_a_human(
+    db: TestDb,
+) {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path();
+    let default = agent(dir, "default.sh", "printf 'by default\\n' > CHANGES.md");
+    let other = agent(dir, "other.sh", "printf 'by other\\n' > CHANGES.md");
+    let mut file = dispatch_file(&remote, &default, "");
+    let agents = file["agents"].as_table_mut().unwrap();
+    agents.insert(
+        "other".into(),
+        toml::toml! { command = ["placeholder", "{prompt_file}"] }.into(),
+    );
+    agents["other"]["command"].as_array_mut().unwrap()[0] = other.display().to_string().into();
+    agents.insert(
+        "missing".into(),
+        toml::toml! { command = ["/nonexistent/agent", "{prompt}"] }.into(),
+    );
+    let app = spawn(&db, file, &dir.join("ws")).await;
+    let picked = create_task_with(&app, "picked", Some("other")).await;
+    let plain = create_task_with(&app, "plain", None).await;
+    let ghost = create_task_with(&app, "ghost", Some("ghost")).await;
+    let missing = create_task_with(&app, "missing", Some("missing")).await;
+
+    for (id, says) in [
+        (
+            ghost,
+            "asks for the agent profile \"ghost\", which is neither a preset nor defined",
+        ),
+        (
+            missing,
+            "runs \"/nonexistent/agent\", not an executable on PATH",
+        ),
+    ] {
+        within(
+            Duration::from_secs(30),
+            &format!("{id} flagged"),
+            || async { task_row(&app, id).await.is_some_and(|row| row.needs_human) },
+        )
+        .await;
+        let row = task_row(&app, id).await.unwrap();
+        assert!(
+            row.needs_human_reason.as_deref().unwrap().contains(says),
+            "{row:?}"
+        );
+        assert_eq!(
+            (row.attempts, row.column),
+            (0, Column::Todo),
+            "no attempt spent"
+        );
+        assert!(runs_of(&app, id).await.is_empty());
+    }
+    for (id, by, profile) in [
+        (picked, "by other\n", "other"),
+        (plain, "by default\n", "fake"),
+    ] {
+        within(
+            Duration::from_secs(30),
+            &format!("{id} in review"),
+            || async {
+                task_row(&app, id)
+                    .await
+                    .is_some_and(|row| row.column == Column::InReview)
+            },
+        )
+        .await;
+        let runs = runs_of(&app, id).await;
+        assert_eq!(runs.len(), 1, "{runs:?}");
+        assert_eq!(runs[0].profile.as_deref(), Some(profile));
+        let branch = format!("pidevops/{id}");
+        assert_eq!(
+            remote.show(&branch, "CHANGES.md").as_deref(),
+            Some(by),
+            "{id}"
+        );
+    }
+
+    // A person picks a profile that exists and says "go again": it runs, once.
+    let board = &app.state.board;
+    let other_agent = pidevops::tasks::Command::ChooseAgent {
+        agent: Some("other".parse().unwrap()),
+    };
+    board.execute(ghost, &other_agent, "test").await.unwrap();
+    board
+        .steer(
+            ghost,
+            pidevops::board::Steer::Retry,
+            None,
+            "in a test",
+            "test",
+        )
+        .await
+        .unwrap();
+    within(
+        Duration::from_secs(30),
+        "the re-picked task in review",
+        || async {
+            task_row(&app, ghost)
+                .await
+                .is_some_and(|row| row.column == Column::InReview)
+        },
+    )
+    .await;
+    let runs = runs_of(&app, ghost).await;
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0].profile.as_deref(), Some("other"));
+    assert!(
+        task_row(&app, missing).await.unwrap().needs_human,
+        "still waiting"
+    );
+    app.stop().await;
+}
+
+/// With attempts to spare, runs that keep failing fast are stopped after three and a person is asked.
+async fn attempts_bouncing_back_fast_are_flagged_before_the_budget_is_spent(db: TestDb) {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path();
+    let script = agent(dir, "fails.sh", "echo 'segfault at 0x0' >&2; exit 139");
+    let mut file = dispatch_file(&remote, &script, "");
+    file["board"]
+        .as_table_mut()
+        .unwrap()
+        .insert("max_attempts".into(), 10.into());
+    let app = spawn(&db, file, &dir.join("ws")).await;
+    let id = create_task(&app, "crashes at once").await;
+    within(Duration::from_secs(60), "the task flagged", || async {
+        task_row(&app, id).await.is_some_and(|row| row.needs_human)
+    })
+    .await;
+    let row = task_row(&app, id).await.unwrap();
+    let reason = row.needs_human_reason.clone().unwrap();
+    assert!(
+        reason.starts_with("bouncing between todo and in-progress: 3 attempts in 15 minutes came back (attempt 3 of 10)"),
+        "{reason}"
+    );
+    assert!(reason.contains("exited with status 139"), "{reason}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let runs = runs_of(&app, id).await;
+    assert_eq!(runs.len(), 3, "no fourth attempt: {runs:?}");
+    assert_eq!(task_row(&app, id).await.unwrap().attempts, 3);
     app.stop().await;
 }

@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 
 per_backend!(
     a_labeled_github_issue_from_a_member_becomes_one_task,
+    an_agent_label_picks_the_tasks_agent_profile,
     github_issues_from_strangers_or_our_own_bot_make_no_task_and_say_why,
     a_linear_issue_delivered_twice_and_updated_gives_one_task,
     a_linear_issue_with_a_skip_label_or_no_repository_makes_no_task,
@@ -182,6 +183,62 @@ async fn github_issues_from_strangers_or_our_own_bot_make_no_task_and_say_why(db
     );
     let webhooks = events_of(&app, "github.issues.opened").await;
     assert_eq!(reasons[0]["cause_event_id"], webhooks[0].id.to_string());
+    app.stop().await;
+}
+
+/// An `agent:<name>` label picks the task's agent profile; a bad or ambiguous one makes no task and says why.
+async fn an_agent_label_picks_the_tasks_agent_profile(db: TestDb) {
+    let app = app(&db).await;
+    let labels = |names: &[&str]| {
+        json!(names
+            .iter()
+            .map(|n| json!({ "name": n }))
+            .collect::<Vec<_>>())
+    };
+    let mut picked = labeled(
+        fixture("github/issues/opened.payload.json"),
+        "pidevops",
+        "MEMBER",
+    );
+    picked["issue"]["labels"] = labels(&["pidevops", "agent:codex"]);
+    post_github(&app, "issues", "a-1", &picked).await;
+    let mut bad = picked.clone();
+    bad["issue"]["number"] = json!(901);
+    bad["issue"]["labels"] = labels(&["pidevops", "agent:Codex CLI"]);
+    post_github(&app, "issues", "a-2", &bad).await;
+    let mut two = picked.clone();
+    two["issue"]["number"] = json!(902);
+    two["issue"]["labels"] = labels(&["pidevops", "agent:codex", "agent:pi"]);
+    post_github(&app, "issues", "a-3", &two).await;
+    settle(&app).await;
+
+    let shown = task(&app, "T-1")
+        .await
+        .expect("a task for the labeled issue");
+    assert_eq!(shown["task"]["agent"], "codex");
+    assert!(
+        task(&app, "T-2").await.is_none(),
+        "the bad labels make no task"
+    );
+    let reasons: Vec<String> = events_of(&app, "intake.ignored")
+        .await
+        .iter()
+        .map(|e| {
+            serde_json::from_slice::<Value>(&e.body).unwrap()["reason"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert!(
+        reasons[0].contains("agent: label is not valid") && reasons[0].contains("Codex CLI"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[1].contains("2 agent: labels (codex, pi)"),
+        "{reasons:?}"
+    );
     app.stop().await;
 }
 

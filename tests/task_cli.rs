@@ -83,11 +83,36 @@ async fn the_board_from_a_terminal(db: TestDb) {
     assert_eq!(types, ["task.created", "task.approved"]);
     assert_eq!(shown["task"]["spec"]["done_when"], "tests pass");
 
+    // The agent of the next attempt, picked and put back; a bad name changes nothing.
+    let (ok, out, err) = run(&db, dir.path(), &["agent", "T-1", "codex", "--json"]);
+    assert!(ok, "{err}");
+    let task: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(task["agent"], "codex");
+    let (ok, _, err) = run(&db, dir.path(), &["agent", "T-1", "Codex"]);
+    assert!(!ok);
+    assert!(err.contains("agent profile name \"Codex\""), "{err}");
+    let (ok, out, err) = run(&db, dir.path(), &["agent", "T-1", "--default"]);
+    assert!(ok && out.starts_with("updated"), "{out}{err}");
+    let (ok, _, err) = run(&db, dir.path(), &["agent", "T-1"]);
+    assert!(!ok, "a name or --default is required: {err}");
+    let (ok, out, err) = run(
+        &db,
+        dir.path(),
+        &["new", "acme/api", "Port", "it", "--agent", "pi", "--json"],
+    );
+    assert!(ok, "{err}");
+    let task: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (task["id"].as_str(), task["agent"].as_str()),
+        (Some("T-2"), Some("pi"))
+    );
+
     // No server runs here: `list` brings the read model up to the log itself.
     let (ok, out, err) = run(&db, dir.path(), &["list"]);
     assert!(ok, "{err}");
     assert!(out.contains("todo (1)") && out.contains("T-1"), "{out}");
-    let (ok, out, _) = run(&db, dir.path(), &["list", "--column", "triage", "--json"]);
+    assert!(out.contains("triage (1)") && out.contains("T-2"), "{out}");
+    let (ok, out, _) = run(&db, dir.path(), &["list", "--column", "done", "--json"]);
     assert!(ok);
     assert_eq!(out.trim(), "[]");
 

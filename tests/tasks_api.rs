@@ -15,6 +15,7 @@ per_backend!(
     concurrent_creations_get_distinct_consecutive_ids,
     refusals_are_precise_and_change_nothing,
     the_board_lists_from_the_read_model_with_filters,
+    a_task_picks_its_agent_at_creation_and_between_attempts,
 );
 
 async fn post(app: &TestApp, path: &str, body: Value, key: Option<&str>) -> (u16, Value) {
@@ -295,5 +296,92 @@ async fn the_board_lists_from_the_read_model_with_filters(db: TestDb) {
         let (status, body) = get(&app, &format!("/api/tasks{query}")).await;
         assert_eq!(status, 400, "{query}: {body}");
     }
+    app.stop().await;
+}
+
+async fn a_task_picks_its_agent_at_creation_and_between_attempts(db: TestDb) {
+    let app = TestApp::spawn(common::settings(&db)).await;
+    let mut body = draft("Port the parser");
+    body["agent"] = json!("codex");
+    let (status, created) = post(&app, "/api/tasks", body, None).await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(created["task"]["agent"], "codex");
+
+    let (status, changed) = post(&app, "/api/tasks/T-1/agent", json!({"agent": "pi"}), None).await;
+    assert_eq!(
+        (status, &changed["changed"]),
+        (200, &json!(true)),
+        "{changed}"
+    );
+    assert_eq!(changed["task"]["agent"], "pi");
+    let (_, again) = post(&app, "/api/tasks/T-1/agent", json!({"agent": "pi"}), None).await;
+    assert_eq!(again["changed"], false, "the same pick twice is one event");
+    let (_, back) = post(&app, "/api/tasks/T-1/agent", json!({"agent": null}), None).await;
+    assert!(back["task"].get("agent").is_none(), "{back}");
+
+    let before = task_events(&app).await.len();
+    for (path, body, status, code) in [
+        (
+            "/api/tasks/T-1/agent",
+            json!({"agent": "Codex"}),
+            400,
+            "bad_agent",
+        ),
+        ("/api/tasks/T-1/agent", json!({}), 400, "bad_agent"),
+        (
+            "/api/tasks/T-1/agent",
+            json!({"agent": "pi", "x": 1}),
+            400,
+            "bad_agent",
+        ),
+        ("/api/tasks/T-1/agent", json!("pi"), 400, "bad_agent"),
+        (
+            "/api/tasks/T-9/agent",
+            json!({"agent": "pi"}),
+            404,
+            "not_found",
+        ),
+        (
+            "/api/tasks",
+            json!({"repo": "acme/api", "spec": {"task": "x"}, "agent": "a b"}),
+            400,
+            "bad_task",
+        ),
+    ] {
+        let (got, response) = post(&app, path, body.clone(), None).await;
+        assert_eq!(got, status, "{path} {body}: {response}");
+        assert_eq!(response["error"], code, "{path} {body}: {response}");
+    }
+    let (_, bad) = post(
+        &app,
+        "/api/tasks/T-1/agent",
+        json!({"agent": "Codex"}),
+        None,
+    )
+    .await;
+    assert!(
+        bad["message"].as_str().unwrap().contains("\"Codex\""),
+        "{bad}"
+    );
+    assert_eq!(
+        task_events(&app).await.len(),
+        before,
+        "a refusal changed the log"
+    );
+    let timeline = get(&app, "/api/tasks/T-1").await.1;
+    let summaries: Vec<&str> = timeline["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["summary"].as_str())
+        .filter(|s| s.contains("agent profile"))
+        .collect();
+    assert_eq!(
+        summaries,
+        [
+            "agent profile pi chosen",
+            "agent profile back to the repository's"
+        ]
+    );
     app.stop().await;
 }

@@ -173,6 +173,7 @@ fn task_events(i: u64, at: impl Fn(usize) -> DateTime<Utc>) -> anyhow::Result<Ve
             approval: ApprovalPolicy::Manual,
             max_attempts: MaxAttempts::new(3)?,
             ticket_version: None,
+            agent: None,
         })),
         Command::Approve,
         Command::AttachFollowUp {

@@ -15,8 +15,8 @@ use serde::Deserialize;
 use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::{AppendError, Appended, EventLog, StoreError, StoredEvent};
 use crate::tasks::{
-    decide, evolve, ApprovalPolicy, Command, Links, MaxAttempts, NewTask, Priority, Reason,
-    RepoName, RetryCause, Spec, Task, TaskError, TaskEvent, TaskId,
+    decide, evolve, AgentName, ApprovalPolicy, Command, Links, MaxAttempts, NewTask, Priority,
+    Reason, RepoName, RetryCause, Spec, Task, TaskError, TaskEvent, TaskId,
 };
 
 /// How many times a command is re-decided after losing a race before the caller hears about it.
@@ -76,6 +76,9 @@ pub struct Draft {
     /// Set by intake from the ticket (Linear's `updatedAt`); not something an API caller can claim.
     #[serde(skip)]
     pub ticket_version: Option<chrono::DateTime<Utc>>,
+    /// The agent profile to run it with (an `agent:<name>` label, the API); default: the repository's.
+    #[serde(default)]
+    pub agent: Option<AgentName>,
 }
 
 impl Draft {
@@ -89,6 +92,7 @@ impl Draft {
             approval: None,
             max_attempts: None,
             ticket_version: None,
+            agent: None,
         }
     }
 }
@@ -371,6 +375,7 @@ impl Board {
                 approval,
                 max_attempts: draft.max_attempts.unwrap_or(self.config.max_attempts),
                 ticket_version: draft.ticket_version,
+                agent: draft.agent.clone(),
             };
             let events = decide(None, &Command::Create(Box::new(new)), Utc::now())?;
             let Some((first, rest)) = events.split_first() else {

@@ -377,6 +377,20 @@ impl Dispatcher {
             if waiting.is_some() {
                 return Ok(false);
             }
+            // A task that asks for an agent this service cannot run would only burn its attempts: a person
+            // must pick another (or fix the configuration) first.
+            if let Some(why) = self.unrunnable(task) {
+                if task.can_start() {
+                    let reason = Reason::summarize(&why);
+                    self.inner
+                        .board
+                        .execute(id, &Command::FlagNeedsHuman { reason }, DISPATCHER)
+                        .await
+                        .with_context(|| format!("flagging {id}, whose agent cannot run"))?;
+                    tracing::warn!(task = %id, why, "not started: its agent cannot run here");
+                }
+                return Ok(false);
+            }
         }
         let run = RunId(uuid::Uuid::now_v7());
         let outcome = match self
@@ -422,6 +436,29 @@ impl Dispatcher {
         Ok(true)
     }
 
+    /// Why `task` cannot run here, if it cannot: the agent profile it asks for does not exist, or (running
+    /// locally) its program is not on PATH. The configured defaults are checked at start-up (`cannot_run`).
+    fn unrunnable(&self, task: &Task) -> Option<String> {
+        let profile = match self.inner.profiles.for_task(task) {
+            Ok(profile) => profile,
+            Err(why) => return Some(why),
+        };
+        let program = profile
+            .command
+            .first()
+            .map(String::as_str)
+            .unwrap_or_default();
+        (self.inner.config.executor == Executor::Local
+            && !resolves(program, self.inner.env.get("PATH")))
+        .then(|| {
+            format!(
+                "{} asks for the agent profile {:?}, which runs {program:?}, not an executable on PATH",
+                task.id(),
+                profile.name
+            )
+        })
+    }
+
     fn start_local(&self, task: Task, run: RunId, attempt: u32) {
         let stop = self.inner.shutdown.child_token();
         self.local().running.insert(
@@ -457,7 +494,12 @@ impl Dispatcher {
     pub async fn execute(&self, task: Task, run: RunId, attempt: u32, stop: CancellationToken) {
         let id = task.id();
         let repo = task.repo().clone();
-        let profile = self.inner.profiles.for_repo(&repo).clone();
+        // A worker's configuration may lack a profile the task asks for: that attempt fails saying so.
+        let profile = self.inner.profiles.for_task(&task).cloned();
+        let profile_name = match &profile {
+            Ok(profile) => profile.name.clone(),
+            Err(_) => task.agent().map(|a| a.to_string()).unwrap_or_default(),
+        };
         let dirs = self.inner.workspaces.run_dirs(&repo, id, run);
         let mut writer = RunWriter::new(self.inner.log.clone(), run, id, 0);
         let started = RunEvent::Started {
@@ -465,7 +507,7 @@ impl Dispatcher {
             run,
             task: id,
             attempt,
-            profile: profile.name.clone(),
+            profile: profile_name,
             worker: self.inner.worker.clone(),
             log: dirs.log.to_string_lossy().into_owned(),
         };
@@ -481,9 +523,22 @@ impl Dispatcher {
             }
         }
         let begun = std::time::Instant::now();
-        let outcome = self
-            .attempt(&task, run, attempt, &profile, &mut writer, stop)
-            .await;
+        let outcome = match &profile {
+            Ok(profile) => {
+                self.attempt(&task, run, attempt, profile, &mut writer, stop)
+                    .await
+            }
+            Err(why) => Some(RunEvent::Failed {
+                at: Utc::now(),
+                run,
+                task: id,
+                attempt,
+                kind: FailureKind::Workspace,
+                detail: why.clone(),
+                duration_s: 0.0,
+                tail: String::new(),
+            }),
+        };
         let outcome = match outcome {
             Some(outcome) => outcome,
             None => return self.recover(run).await,

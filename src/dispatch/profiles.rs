@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::tasks::RepoName;
+use crate::tasks::{AgentName, RepoName, Task};
 
 /// What a command template may name; anything else in braces is refused at start-up.
 pub const PLACEHOLDERS: [&str; 4] = ["{prompt}", "{prompt_file}", "{workspace}", "{task_id}"];
@@ -133,6 +133,9 @@ impl Profiles {
             let agents = agents.as_table().ok_or("[agents] must be a table")?;
             for (name, table) in agents {
                 let key = format!("agents.{name}");
+                // A task picks a profile by this name (a label, the API): it must be a name a task can say.
+                name.parse::<AgentName>()
+                    .map_err(|e| format!("[{key}]: {e}"))?;
                 let table = table
                     .as_table()
                     .ok_or_else(|| format!("[{key}] must be a table"))?;
@@ -183,6 +186,23 @@ impl Profiles {
             .get(name)
             .or_else(|| self.profiles.values().next())
             .expect("a checked profile name, and the presets are never empty")
+    }
+
+    /// The profile `task` runs with: its own pick, else its repository's. A pick that names no profile here is
+    /// refused with the names that exist (the task was made elsewhere, or the file changed since).
+    pub fn for_task(&self, task: &Task) -> Result<&AgentProfile, String> {
+        match task.agent() {
+            None => Ok(self.for_repo(task.repo())),
+            Some(name) => self.profiles.get(name.as_str()).ok_or_else(|| {
+                format!(
+                    "{} asks for the agent profile {:?}, which is neither a preset nor defined under [agents] \
+                     (known: {})",
+                    task.id(),
+                    name.as_str(),
+                    self.profiles.keys().cloned().collect::<Vec<_>>().join(", ")
+                )
+            }),
+        }
     }
 
     /// The profile of repositories that do not pick one.

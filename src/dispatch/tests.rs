@@ -126,10 +126,44 @@ fn bad_profiles_are_refused_with_the_key_named() {
             "[repos.\"acme/api\"]\nagent = \"ghost\"",
             "repos.\"acme/api\".agent names the agent profile \"ghost\"",
         ),
+        (
+            "[agents.\"Claude Opus\"]\ncommand = [\"a\", \"{prompt}\"]",
+            "[agents.Claude Opus]: agent profile name \"Claude Opus\" is not",
+        ),
     ] {
         let message = error(text);
         assert!(message.contains(needle), "{text:?}: {message}");
     }
+}
+
+#[test]
+fn a_task_runs_with_its_own_profile_else_its_repositorys() {
+    let profiles = Profiles::from_file(&file(
+        "[repos.\"acme/api\"]\nagent = \"codex\"\n[agents.mine]\ncommand = [\"mine\", \"{prompt}\"]",
+    ))
+    .unwrap();
+    let task = |agent: Option<&str>| {
+        let new = NewTask {
+            id: "T-3".parse().unwrap(),
+            repo: "acme/api".parse().unwrap(),
+            spec: Spec::new("Do it", "", "").unwrap(),
+            priority: Priority::Normal,
+            links: Links::default(),
+            approval: ApprovalPolicy::Auto,
+            max_attempts: MaxAttempts::new(3).unwrap(),
+            ticket_version: None,
+            agent: agent.map(|a| a.parse().unwrap()),
+        };
+        apply(None, Command::Create(Box::new(new)), 0)
+    };
+    assert_eq!(profiles.for_task(&task(None)).unwrap().name, "codex");
+    assert_eq!(profiles.for_task(&task(Some("mine"))).unwrap().name, "mine");
+    assert_eq!(profiles.for_task(&task(Some("pi"))).unwrap().name, "pi");
+    assert_eq!(
+        profiles.for_task(&task(Some("ghost"))).unwrap_err(),
+        "T-3 asks for the agent profile \"ghost\", which is neither a preset nor defined under [agents] \
+         (known: claude, codex, mine, opencode, pi)"
+    );
 }
 
 fn at(minute: u32) -> chrono::DateTime<Utc> {
@@ -160,6 +194,7 @@ fn the_prompt_is_the_spec_then_what_failed_and_what_was_added() {
         approval: ApprovalPolicy::Auto,
         max_attempts: MaxAttempts::new(3).unwrap(),
         ticket_version: None,
+        agent: None,
     };
     let task = apply(None, Command::Create(Box::new(new)), 0);
     let first = prompt::build(&task);

@@ -30,6 +30,10 @@ pub fn router(state: AppState) -> Router<AppState> {
         )
         .route("/api/tasks/{id}", get(super::tasks::show))
         .route(
+            "/api/tasks/{id}/agent",
+            axum::routing::post(super::tasks::choose_agent),
+        )
+        .route(
             "/api/tasks/{id}/{action}",
             axum::routing::post(super::tasks::command),
         )

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use super::{error, AppState};
 use crate::board::{BoardError, Draft, Loaded, Steer};
-use crate::tasks::{TaskError, TaskId};
+use crate::tasks::{AgentName, Command, TaskError, TaskId};
 
 /// Longest `Idempotency-Key` accepted.
 const MAX_IDEMPOTENCY_KEY: usize = 200;
@@ -112,6 +112,59 @@ pub async fn command(
     match state
         .board
         .steer(id, steer, body.reason, "through the API", "api")
+        .await
+    {
+        Ok(outcome) => Json(json!({
+            "task": outcome.task,
+            "changed": !outcome.appended.is_empty(),
+            "appended": outcome.appended,
+        }))
+        .into_response(),
+        Err(e) => board_error(e),
+    }
+}
+
+/// `POST /api/tasks/{id}/agent` with `{"agent": "codex"}`, or `{"agent": null}` for the repository's profile:
+/// the agent of the task's next attempt.
+pub async fn choose_agent(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+    body: Result<Json<serde_json::Value>, JsonRejection>,
+) -> Response {
+    let Ok(Path(id)) = id else {
+        return error(StatusCode::BAD_REQUEST, "bad_id", "missing task id");
+    };
+    let id = match id.parse::<TaskId>() {
+        Ok(id) => id,
+        Err(e) => return error(StatusCode::BAD_REQUEST, "bad_id", e.to_string()),
+    };
+    let usage =
+        "expected {\"agent\": \"<profile>\"} or {\"agent\": null} for the repository's profile";
+    let body = match body {
+        Ok(Json(body)) => body,
+        Err(rejection) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "bad_agent",
+                format!("{}; {usage}", rejection.body_text()),
+            )
+        }
+    };
+    let agent = match body
+        .as_object()
+        .filter(|o| o.len() == 1)
+        .and_then(|o| o.get("agent"))
+    {
+        Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(name)) => match name.parse::<AgentName>() {
+            Ok(name) => Some(name),
+            Err(e) => return error(StatusCode::BAD_REQUEST, "bad_agent", e.to_string()),
+        },
+        _ => return error(StatusCode::BAD_REQUEST, "bad_agent", usage),
+    };
+    match state
+        .board
+        .execute(id, &Command::ChooseAgent { agent }, "api")
         .await
     {
         Ok(outcome) => Json(json!({

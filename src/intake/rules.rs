@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::board::Draft;
 use crate::eventlog::StoredEvent;
 use crate::tasks::{
-    GithubRef, LinearIssue, Links, Priority, RepoName, Spec, TelegramMessage, ValueError,
+    AgentName, GithubRef, LinearIssue, Links, Priority, RepoName, Spec, TelegramMessage, ValueError,
 };
 
 /// What intake does with one event.
@@ -216,6 +216,10 @@ fn github_issue(data: &Value, config: &IntakeConfig) -> Decision {
     {
         return ignore(format!("caused by pidevops's own account {sender}"));
     }
+    let agent = match agent_label(&labels) {
+        Ok(agent) => agent,
+        Err(e) => return ignore(format!("the issue cannot become a task: {e}")),
+    };
     let association = issue["author_association"].as_str().unwrap_or("NONE");
     if !config.github_associations.contains(association) {
         let author = issue["user"]["login"].as_str().unwrap_or("someone");
@@ -244,7 +248,10 @@ fn github_issue(data: &Value, config: &IntakeConfig) -> Decision {
         };
         Ok((
             format!("github:{repo}#{number}"),
-            Draft::new(repo, spec, links),
+            Draft {
+                agent,
+                ..Draft::new(repo, spec, links)
+            },
         ))
     })();
     match built {
@@ -299,6 +306,29 @@ fn telegram_message(data: &Value, config: &IntakeConfig) -> Decision {
     }
 }
 
+/// The agent profile an `agent:<name>` label asks for; two different ones are a mistake, not a coin toss.
+fn agent_label(labels: &[&str]) -> Result<Option<AgentName>, String> {
+    let mut asked: Vec<&str> = labels
+        .iter()
+        .filter_map(|l| l.strip_prefix("agent:"))
+        .map(str::trim)
+        .collect();
+    asked.sort_unstable();
+    asked.dedup();
+    match asked.as_slice() {
+        [] => Ok(None),
+        [one] => one
+            .parse()
+            .map(Some)
+            .map_err(|e: ValueError| format!("its agent: label is not valid: {e}")),
+        many => Err(format!(
+            "it carries {} agent: labels ({}); keep one",
+            many.len(),
+            many.join(", ")
+        )),
+    }
+}
+
 /// The arguments of `/cmd args` or `/cmd@bot args`; `None` for any other text.
 fn command_args<'a>(text: &'a str, command: &str) -> Option<&'a str> {
     let (head, rest) = text
@@ -346,6 +376,10 @@ fn linear_issue(data: &Value, config: &IntakeConfig) -> Decision {
     {
         return ignore(format!("{identifier} carries the skip label {skip:?}"));
     }
+    let agent = match agent_label(&labels) {
+        Ok(agent) => agent,
+        Err(e) => return ignore(format!("{identifier} cannot become a task: {e}")),
+    };
     let description = issue["description"].as_str().unwrap_or_default();
     let repo = labels
         .iter()
@@ -397,6 +431,7 @@ fn linear_issue(data: &Value, config: &IntakeConfig) -> Decision {
             Draft {
                 priority,
                 ticket_version,
+                agent,
                 ..Draft::new(
                     repo,
                     spec,

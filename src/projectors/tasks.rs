@@ -262,6 +262,10 @@ pub fn summarize(event: &TaskEvent) -> String {
             format!("follow-up: {}", first_line(text.as_str()))
         }
         TaskEvent::PriorityChanged { priority, .. } => format!("priority {priority}"),
+        TaskEvent::AgentChosen { agent, .. } => match agent {
+            Some(agent) => format!("agent profile {agent} chosen"),
+            None => "agent profile back to the repository's".into(),
+        },
         TaskEvent::LinksAttached { links, .. } => {
             let keys: Vec<String> = link_keys(links)
                 .into_iter()

@@ -13,12 +13,18 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::values::{
-    ApprovalPolicy, BranchName, Column, FollowUpText, GithubRef, Links, MaxAttempts, Priority,
-    Reason, RepoName, RunId, Spec, TaskId,
+    AgentName, ApprovalPolicy, BranchName, Column, FollowUpText, GithubRef, Links, MaxAttempts,
+    Priority, Reason, RepoName, RunId, Spec, TaskId,
 };
 
 /// At most this many follow-ups per task, delivered or not, so a chatty thread cannot grow a task without bound.
 pub const MAX_FOLLOW_UPS: usize = 50;
+
+/// A task whose attempts keep coming back to `todo` fast is bouncing, not progressing: this many attempts
+/// started within [`OSCILLATION_WINDOW_S`] that each came back flag it for a human instead of starting another,
+/// whatever budget remains (a task allowed ten attempts should not burn them in minutes on the same wall).
+pub const OSCILLATION_STARTS: usize = 3;
+pub const OSCILLATION_WINDOW_S: i64 = 15 * 60;
 
 /// A task as the board sees it. Built only by [`evolve`] from its events, so it can never hold a state the
 /// events do not explain.
@@ -45,6 +51,13 @@ pub struct Task {
     /// ticket has one: an edit older than this arrived late and is stale.
     #[serde(skip_serializing_if = "Option::is_none")]
     ticket_version: Option<DateTime<Utc>>,
+    /// The agent profile this task asked for; `None`: its repository's (or the default) profile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    agent: Option<AgentName>,
+    /// When the last few attempts started (at most [`OSCILLATION_STARTS`]), for the bounce rule; forgotten
+    /// when a human clears a flag.
+    #[serde(skip)]
+    recent_starts: Vec<DateTime<Utc>>,
 }
 
 /// Why a human is needed, and since when (the start of this episode; one alert per episode).
@@ -139,6 +152,19 @@ impl Task {
     pub fn ticket_version(&self) -> Option<DateTime<Utc>> {
         self.ticket_version
     }
+    /// The agent profile the task asked for, if it asked.
+    pub fn agent(&self) -> Option<&AgentName> {
+        self.agent.as_ref()
+    }
+
+    /// How many recent attempts started within the bounce window before `now`.
+    fn starts_within_window(&self, now: DateTime<Utc>) -> usize {
+        let window = chrono::Duration::seconds(OSCILLATION_WINDOW_S);
+        self.recent_starts
+            .iter()
+            .filter(|at| now.signed_duration_since(**at) <= window)
+            .count()
+    }
 
     /// Whether `start` would be accepted: what the dispatcher asks before it spends a run.
     pub fn can_start(&self) -> bool {
@@ -161,6 +187,9 @@ pub struct NewTask {
     /// The source ticket's last-change time, by its own clock, when it has one (see [`Task::ticket_version`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ticket_version: Option<DateTime<Utc>>,
+    /// The agent profile asked for (a label, the API); `None`: the repository's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentName>,
 }
 
 /// Why an attempt is being retried.
@@ -224,6 +253,11 @@ pub enum Command {
     AttachLinks {
         links: Links,
     },
+    /// Picks the agent profile of the next attempt (`None`: back to the repository's). Not while one runs: the
+    /// running attempt already has its agent.
+    ChooseAgent {
+        agent: Option<AgentName>,
+    },
 }
 
 impl Command {
@@ -245,6 +279,7 @@ impl Command {
             Command::AttachFollowUp { .. } => "attach-follow-up",
             Command::Reprioritize { .. } => "reprioritize",
             Command::AttachLinks { .. } => "attach-links",
+            Command::ChooseAgent { .. } => "choose-agent",
         }
     }
 }
@@ -262,6 +297,8 @@ pub struct TaskCreated {
     pub max_attempts: MaxAttempts,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ticket_version: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentName>,
 }
 
 /// One fact about a task. The stream (one per task) says which task; `at` is when `decide` accepted it.
@@ -335,6 +372,11 @@ pub enum TaskEvent {
         at: DateTime<Utc>,
         links: Links,
     },
+    AgentChosen {
+        at: DateTime<Utc>,
+        /// `None`: the repository's profile again.
+        agent: Option<AgentName>,
+    },
 }
 
 impl TaskEvent {
@@ -356,6 +398,7 @@ impl TaskEvent {
             TaskEvent::FollowUpAttached { .. } => "task.follow_up_attached",
             TaskEvent::PriorityChanged { .. } => "task.priority_changed",
             TaskEvent::LinksAttached { .. } => "task.links_attached",
+            TaskEvent::AgentChosen { .. } => "task.agent_chosen",
         }
     }
 
@@ -375,7 +418,8 @@ impl TaskEvent {
             | TaskEvent::SpecUpdated { at, .. }
             | TaskEvent::FollowUpAttached { at, .. }
             | TaskEvent::PriorityChanged { at, .. }
-            | TaskEvent::LinksAttached { at, .. } => *at,
+            | TaskEvent::LinksAttached { at, .. }
+            | TaskEvent::AgentChosen { at, .. } => *at,
         }
     }
 }
@@ -438,6 +482,8 @@ const OPEN: &[Column] = &[
     Column::InReview,
 ];
 const BEFORE_WORK: &[Column] = &[Column::Triage, Column::Todo];
+/// Where no attempt is running and another may come.
+const BETWEEN_ATTEMPTS: &[Column] = &[Column::Triage, Column::Todo, Column::InReview];
 const CLOSED: &[Column] = &[Column::Done, Column::Cancelled];
 const NOT_ARCHIVED: &[Column] = &[
     Column::Triage,
@@ -564,16 +610,33 @@ pub fn decide(
                 reason: reason.clone(),
                 attempt: task.attempts,
             }];
-            // The last attempt failed: a human must look. If one is already looking, this is the same episode.
-            if task.attempts >= task.max_attempts.get() && task.needs_human.is_none() {
-                events.push(TaskEvent::FlaggedNeedsHuman {
-                    at,
-                    reason: Reason::summarize(&format!(
+            // The last attempt failed, or attempts keep bouncing back fast: a human must look. If one is already
+            // looking, this is the same episode.
+            if task.needs_human.is_none() {
+                let bounced = task.starts_within_window(now);
+                let why = if task.attempts >= task.max_attempts.get() {
+                    Some(format!(
                         "attempt {} of {} failed: {reason}",
                         task.attempts,
                         task.max_attempts.get()
-                    )),
-                });
+                    ))
+                } else if bounced >= OSCILLATION_STARTS {
+                    Some(format!(
+                        "bouncing between todo and in-progress: {bounced} attempts in {} minutes came back \
+                         (attempt {} of {}), flagged instead of starting another: {reason}",
+                        OSCILLATION_WINDOW_S / 60,
+                        task.attempts,
+                        task.max_attempts.get()
+                    ))
+                } else {
+                    None
+                };
+                if let Some(why) = why {
+                    events.push(TaskEvent::FlaggedNeedsHuman {
+                        at,
+                        reason: Reason::summarize(&why),
+                    });
+                }
             }
             Ok(events)
         }
@@ -674,6 +737,19 @@ pub fn decide(
             }
             Ok(vec![TaskEvent::LinksAttached { at, links: added }])
         }
+
+        Command::ChooseAgent { agent } => {
+            if !BETWEEN_ATTEMPTS.contains(&column) {
+                return Err(wrong(BETWEEN_ATTEMPTS));
+            }
+            if *agent == task.agent {
+                return none;
+            }
+            Ok(vec![TaskEvent::AgentChosen {
+                at,
+                agent: agent.clone(),
+            }])
+        }
     }
 }
 
@@ -688,6 +764,7 @@ fn create(new: &NewTask, at: DateTime<Utc>) -> Vec<TaskEvent> {
         approval: new.approval,
         max_attempts: new.max_attempts,
         ticket_version: new.ticket_version,
+        agent: new.agent.clone(),
     }))];
     // Auto approval is recorded as an approval, so everything downstream sees one path into `todo`.
     if new.approval == ApprovalPolicy::Auto {
@@ -796,7 +873,7 @@ pub fn evolve(state: Option<Task>, event: &TaskEvent) -> Result<Task, TaskError>
             require(&task, &[Column::Triage])?;
             task.close(Column::Cancelled, Some(reason.clone()));
         }
-        TaskEvent::Started { run, attempt, .. } => {
+        TaskEvent::Started { at, run, attempt } => {
             require(&task, &[Column::Todo])?;
             if *attempt != task.attempts + 1 || *attempt > task.max_attempts.get() {
                 return Err(inapplicable(
@@ -812,6 +889,10 @@ pub fn evolve(state: Option<Task>, event: &TaskEvent) -> Result<Task, TaskError>
             task.column = Column::InProgress;
             task.attempts = *attempt;
             task.run = Some(*run);
+            if task.recent_starts.len() >= OSCILLATION_STARTS {
+                task.recent_starts.remove(0);
+            }
+            task.recent_starts.push(*at);
             for follow_up in &mut task.follow_ups {
                 follow_up.delivered_to_attempt.get_or_insert(*attempt);
             }
@@ -886,6 +967,8 @@ pub fn evolve(state: Option<Task>, event: &TaskEvent) -> Result<Task, TaskError>
             }
             task.needs_human = None;
             task.max_attempts = *max_attempts;
+            // A human looked: earlier bounces no longer count against the next attempts.
+            task.recent_starts.clear();
         }
         TaskEvent::SpecUpdated {
             spec,
@@ -919,6 +1002,10 @@ pub fn evolve(state: Option<Task>, event: &TaskEvent) -> Result<Task, TaskError>
                 telegram: task.links.telegram.take().or(added.telegram),
             };
             task.links = merged;
+        }
+        TaskEvent::AgentChosen { agent, .. } => {
+            require(&task, BETWEEN_ATTEMPTS)?;
+            task.agent = agent.clone();
         }
     }
     task.updated_at = event.at();
@@ -955,6 +1042,8 @@ impl Task {
             created_at: created.at,
             updated_at: created.at,
             ticket_version: created.ticket_version,
+            agent: created.agent.clone(),
+            recent_starts: Vec::new(),
         }
     }
 

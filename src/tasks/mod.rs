@@ -16,9 +16,10 @@ pub mod values;
 
 pub use domain::{
     decide, evolve, replay, Command, Failure, FollowUp, NeedsHuman, NewTask, RetryCause, Task,
-    TaskCreated, TaskError, TaskEvent, MAX_FOLLOW_UPS,
+    TaskCreated, TaskError, TaskEvent, MAX_FOLLOW_UPS, OSCILLATION_STARTS, OSCILLATION_WINDOW_S,
 };
 pub use values::{
-    ApprovalPolicy, BranchName, Column, FollowUpText, GithubRef, LinearIssue, Links, MaxAttempts,
-    Priority, Reason, RepoName, RunId, Spec, SpecParts, TaskId, TelegramMessage, ValueError,
+    AgentName, ApprovalPolicy, BranchName, Column, FollowUpText, GithubRef, LinearIssue, Links,
+    MaxAttempts, Priority, Reason, RepoName, RunId, Spec, SpecParts, TaskId, TelegramMessage,
+    ValueError,
 };

@@ -41,6 +41,8 @@ pub enum ValueError {
     Approval(String),
     #[error("unknown column {0:?}")]
     Column(String),
+    #[error("agent profile name {0:?} is not 1 to 40 of a-z, 0-9, '-' and '_', starting with a letter or digit")]
+    Agent(String),
 }
 
 /// A task's id: `T-42`. Short enough to say aloud, and only `T`, `-` and digits, so it is safe as a path segment
@@ -193,6 +195,55 @@ impl TryFrom<String> for RepoName {
 impl From<RepoName> for String {
     fn from(repo: RepoName) -> Self {
         repo.0
+    }
+}
+
+/// The name of an agent profile (`claude`, `codex`, `claude-opus`): what a task or a repository picks in
+/// `pidevops.toml`, a label (`agent:codex`) or the API. Lower-case ASCII so a label and a table key cannot
+/// differ by case alone, and safe to print anywhere.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct AgentName(String);
+
+impl AgentName {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for AgentName {
+    type Err = ValueError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let valid = (1..=40).contains(&s.len())
+            && s.bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_'));
+        if valid {
+            Ok(AgentName(s.to_owned()))
+        } else {
+            Err(ValueError::Agent(s.to_owned()))
+        }
+    }
+}
+
+impl fmt::Display for AgentName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl TryFrom<String> for AgentName {
+    type Error = ValueError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl From<AgentName> for String {
+    fn from(name: AgentName) -> Self {
+        name.0
     }
 }
 
@@ -940,6 +991,44 @@ mod tests {
             );
         }
         assert!("a".repeat(201).parse::<BranchName>().is_err());
+    }
+
+    #[test]
+    fn agent_names_are_lower_case_words() {
+        for ok in [
+            "claude",
+            "codex",
+            "claude-opus",
+            "pi",
+            "gpt_5",
+            "4o",
+            &"a".repeat(40),
+        ] {
+            let name: AgentName = ok.parse().unwrap();
+            assert_eq!(name.as_str(), ok);
+            assert_eq!(
+                serde_json::from_str::<AgentName>(&format!("\"{ok}\"")).unwrap(),
+                name
+            );
+        }
+        for bad in [
+            "",
+            "Claude",
+            "-x",
+            "_x",
+            "a b",
+            "a/b",
+            "../x",
+            "é",
+            &"a".repeat(41),
+        ] {
+            assert_eq!(
+                bad.parse::<AgentName>(),
+                Err(ValueError::Agent(bad.to_owned())),
+                "{bad:?}"
+            );
+        }
+        assert!(serde_json::from_str::<AgentName>("\"Codex\"").is_err());
     }
 
     #[test]

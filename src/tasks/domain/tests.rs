@@ -50,6 +50,7 @@ pub(super) fn new_task(approval: ApprovalPolicy, max_attempts: u32) -> Command {
         approval,
         max_attempts: MaxAttempts::new(max_attempts).expect("a valid budget"),
         ticket_version: None,
+        agent: None,
     }))
 }
 
@@ -180,7 +181,17 @@ fn every_command() -> Vec<(&'static str, Command)> {
                 },
             },
         ),
+        (
+            "agent",
+            Command::ChooseAgent {
+                agent: Some(agent("codex")),
+            },
+        ),
     ]
+}
+
+fn agent(name: &str) -> AgentName {
+    name.parse().expect("a valid agent name")
 }
 
 /// Every column × every command. A column name: accepted, the task moves there. `=`: accepted, the column stays.
@@ -205,6 +216,7 @@ const TABLE: &[(&str, [&str; 7])] = &[
     ("follow-up",    ["=",        "=",           "=",         "=",         "wrong",    "final",  "wrong"]),
     ("reprioritize", ["=",        "=",           "=",         "=",         "=",        "final",  "="]),
     ("links",        ["=",        "=",           "=",         "=",         "=",        "final",  "="]),
+    ("agent",        ["=",        "=",           "wrong",     "=",         "wrong",    "final",  "wrong"]),
 ];
 
 #[test]
@@ -431,6 +443,112 @@ fn the_last_failed_attempt_flags_the_task_once_and_a_human_buys_one_more() {
     );
     assert_eq!(failed.attempts(), 4);
     assert_eq!(failed.max_attempts().get(), 4);
+}
+
+/// Attempts that keep coming back fast are flagged before the budget is spent; a human clearing the flag starts
+/// the count again, and attempts spread wider than the window never trip it.
+#[test]
+fn attempts_bouncing_back_fast_are_flagged_instead_of_looping() {
+    let window = OSCILLATION_WINDOW_S;
+    let bounce = |task: Task, n: u128, started: i64, failed: i64| {
+        let task = step(Some(task), &Command::Start { run: run(n) }, started).0;
+        step(Some(task), &run_failed(run(n)), failed)
+    };
+    let fresh = || step(None, &new_task(ApprovalPolicy::Auto, 10), 0).0;
+
+    let mut task = fresh();
+    for n in 1..OSCILLATION_STARTS as u128 {
+        let (after, events) = bounce(task, n, 10 * n as i64, 10 * n as i64 + 5);
+        assert!(
+            matches!(events.as_slice(), [TaskEvent::Retried { .. }]),
+            "attempt {n}: {events:?}"
+        );
+        task = after;
+    }
+    let n = OSCILLATION_STARTS as u128;
+    let (task, events) = bounce(task, n, 10 * n as i64, 10 * n as i64 + 5);
+    let flag = task
+        .needs_human()
+        .expect("flagged on the third fast bounce");
+    assert!(matches!(
+        events.last(),
+        Some(TaskEvent::FlaggedNeedsHuman { .. })
+    ));
+    assert_eq!(
+        flag.reason.as_str(),
+        "bouncing between todo and in-progress: 3 attempts in 15 minutes came back (attempt 3 of 10), \
+         flagged instead of starting another: exit status 1"
+    );
+    assert!(!task.can_start(), "budget left, but no fourth start");
+
+    // A human looked: the next bounce alone does not flag again.
+    let task = then(task, Command::ClearNeedsHuman);
+    let (task, events) = bounce(task, 4, 100, 101);
+    assert!(matches!(events.as_slice(), [TaskEvent::Retried { .. }]));
+    assert!(task.needs_human().is_none());
+
+    // The same failures spread wider than the window are just failures.
+    let mut task = fresh();
+    for n in 1..=4u128 {
+        let started = n as i64 * (window / 2 + 1);
+        let (after, events) = bounce(task, n, started, started + 5);
+        assert!(
+            matches!(events.as_slice(), [TaskEvent::Retried { .. }]),
+            "attempt {n}: {events:?}"
+        );
+        task = after;
+    }
+    assert_eq!(task.attempts(), 4);
+    assert!(task.can_start());
+}
+
+#[test]
+fn a_task_picks_its_agent_between_attempts_and_keeps_it() {
+    let (task, events) = step(
+        None,
+        &Command::Create(Box::new(NewTask {
+            agent: Some(agent("codex")),
+            ..match new_task(ApprovalPolicy::Auto, 3) {
+                Command::Create(new) => *new,
+                _ => unreachable!("new_task builds a create"),
+            }
+        })),
+        0,
+    );
+    assert!(matches!(&events[0], TaskEvent::Created(c) if c.agent == Some(agent("codex"))));
+    assert_eq!(task.agent(), Some(&agent("codex")));
+    let same = Command::ChooseAgent {
+        agent: Some(agent("codex")),
+    };
+    assert_eq!(decide(Some(&task), &same, at(1)), Ok(vec![]));
+    let (task, events) = step(Some(task), &Command::ChooseAgent { agent: None }, 2);
+    assert_eq!(events.len(), 1);
+    assert_eq!(task.agent(), None);
+    let running = then(
+        then(
+            task,
+            Command::ChooseAgent {
+                agent: Some(agent("pi")),
+            },
+        ),
+        Command::Start { run: run(1) },
+    );
+    assert_eq!(running.agent(), Some(&agent("pi")));
+    assert_eq!(
+        decide(Some(&running), &same, at(3))
+            .expect_err("refused while running")
+            .to_string(),
+        "T-7 is in-progress; choose-agent needs triage or todo or in-review"
+    );
+    // The event round-trips through the log's JSON, and a created event without the field still reads.
+    let json = serde_json::to_string(&events[0]).expect("serializes");
+    assert_eq!(
+        json,
+        format!(
+            r#"{{"type":"agent_chosen","at":{:?},"agent":null}}"#,
+            at(2).to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+        )
+    );
 }
 
 #[test]

@@ -27,6 +27,7 @@ enum Op {
     FollowUp,
     Reprioritize(usize),
     AttachLinks(u8),
+    ChooseAgent(u8),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -49,6 +50,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => Just(Op::FollowUp),
         2 => (0usize..4).prop_map(Op::Reprioritize),
         2 => (0u8..4).prop_map(Op::AttachLinks),
+        2 => (0u8..3).prop_map(Op::ChooseAgent),
     ]
 }
 
@@ -112,6 +114,13 @@ fn command(op: &Op, state: Option<&Task>, step: u128) -> Command {
         Op::Reprioritize(i) => Command::Reprioritize {
             priority: Priority::ALL[*i],
         },
+        Op::ChooseAgent(n) => Command::ChooseAgent {
+            agent: match n {
+                0 => None,
+                1 => Some("codex".parse().expect("valid")),
+                _ => Some("claude".parse().expect("valid")),
+            },
+        },
         Op::AttachLinks(n) => Command::AttachLinks {
             links: match n {
                 0 => Links {
@@ -166,6 +175,7 @@ fn names_a_state(command: &Command) -> bool {
             | Command::UpdateSpec { .. }
             | Command::Reprioritize { .. }
             | Command::AttachLinks { .. }
+            | Command::ChooseAgent { .. }
     )
 }
 
@@ -243,6 +253,17 @@ fn check_step(
             matches!(command, Command::Reprioritize { .. }),
             "changed by {}",
             command.name()
+        );
+    }
+    if after.agent() != before.agent() {
+        prop_assert!(
+            matches!(command, Command::ChooseAgent { .. }),
+            "changed by {}",
+            command.name()
+        );
+        prop_assert!(
+            before.column() != Column::InProgress,
+            "never the agent of a running attempt"
         );
     }
     if after.spec() != before.spec() {
@@ -425,5 +446,5 @@ fn generated_sequences_reach_every_column_and_event() {
         }
     }
     assert_eq!(columns.len(), Column::ALL.len(), "{columns:?}");
-    assert_eq!(kinds.len(), 15, "{kinds:?}");
+    assert_eq!(kinds.len(), 16, "{kinds:?}");
 }
