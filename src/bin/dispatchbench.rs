@@ -73,6 +73,29 @@ async fn main() -> ExitCode {
     }
 }
 
+/// Per dispatch phase, the summary's sum (seconds) and count so far.
+fn phase_totals(rendered: &str) -> Vec<(&'static str, (f64, f64))> {
+    [
+        "select", "claim", "record", "prepare", "launch", "commit", "push",
+    ]
+    .into_iter()
+    .map(|phase| {
+        let value = |suffix: &str| -> f64 {
+            rendered
+                .lines()
+                .find(|l| {
+                    l.starts_with(&format!(
+                        "pidevops_run_phase_seconds_{suffix}{{phase=\"{phase}\"}}"
+                    ))
+                })
+                .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+                .unwrap_or(0.0)
+        };
+        (phase, (value("sum"), value("count")))
+    })
+    .collect()
+}
+
 fn git(cwd: &Path, args: &[&str]) -> anyhow::Result<String> {
     let out = std::process::Command::new("git")
         .args(args)
@@ -382,6 +405,7 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
         check()?;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let before_drain = phase_totals(&state.metrics.render());
     let resumed = Utc::now();
     pidevops::dispatch::dispatcher::set_paused(&state.log, false, "dispatchbench", None).await?;
     let check = wait_for("the drain", Duration::from_secs(600));
@@ -447,23 +471,18 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
         100.0 * idle_ms / (args.concurrency as f64 * (last_start - starts[0]).num_milliseconds().max(1) as f64)
     );
     summary("slot freed -> next agent started (while queued)", gaps);
-    // Where a run's time outside the agent went, over the whole benchmark (Prometheus summaries: sum / count).
+    // Where a run's time outside the agent went during the drain (Prometheus summaries: sum / count, less what
+    // the latency samples recorded before it).
     let rendered = state.metrics.render();
-    for phase in ["prepare", "commit", "push"] {
-        let value = |suffix: &str| -> f64 {
-            rendered
-                .lines()
-                .find(|l| {
-                    l.starts_with(&format!(
-                        "pidevops_run_phase_seconds_{suffix}{{phase=\"{phase}\"}}"
-                    ))
-                })
-                .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-                .unwrap_or(f64::NAN)
-        };
-        let (sum, count) = (value("sum"), value("count"));
+    let after_drain = phase_totals(&rendered);
+    for (phase, (sum, count)) in &after_drain {
+        let (sum_before, count_before) = before_drain
+            .iter()
+            .find(|(p, _)| p == phase)
+            .map_or((0.0, 0.0), |(_, totals)| *totals);
+        let (sum, count) = (sum - sum_before, count - count_before);
         println!(
-            "phase {phase:<8} mean {:>8.1} ms over {count} runs",
+            "drain phase {phase:<8} mean {:>8.1} ms over {count} runs",
             1000.0 * sum / count
         );
     }

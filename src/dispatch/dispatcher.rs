@@ -182,6 +182,7 @@ impl Dispatcher {
 
     /// One dispatcher tick: start what fits. Also run when a local run ends, so a freed slot is filled at once.
     pub async fn tick(&self) -> anyhow::Result<DispatchStatus> {
+        let selecting = std::time::Instant::now();
         let _one_at_a_time = self.inner.fill.lock().await;
         let paused = self.paused().await.context("reading the pause state")?;
         let store = self.store();
@@ -243,8 +244,17 @@ impl Dispatcher {
         };
         let mut started = HashSet::new();
         if !status.paused {
-            for id in schedule::pick(&candidates, &running, &self.inner.config.limits) {
-                if self.claim_and_start(id).await? {
+            let picked = schedule::pick(&candidates, &running, &self.inner.config.limits);
+            if !picked.is_empty() {
+                metrics::histogram!("pidevops_run_phase_seconds", "phase" => "select")
+                    .record(selecting.elapsed().as_secs_f64());
+            }
+            for id in picked {
+                let claiming = std::time::Instant::now();
+                let claimed = self.claim_and_start(id).await?;
+                metrics::histogram!("pidevops_run_phase_seconds", "phase" => "claim")
+                    .record(claiming.elapsed().as_secs_f64());
+                if claimed {
                     started.insert(id);
                     status.started += 1;
                     status.queue -= 1;
@@ -511,7 +521,11 @@ impl Dispatcher {
             worker: self.inner.worker.clone(),
             log: dirs.log.to_string_lossy().into_owned(),
         };
-        match writer.append(&started).await {
+        let recording = std::time::Instant::now();
+        let recorded = writer.append(&started).await;
+        metrics::histogram!("pidevops_run_phase_seconds", "phase" => "record")
+            .record(recording.elapsed().as_secs_f64());
+        match recorded {
             Ok(()) => {}
             Err(Written::Taken) => {
                 // The watchdog declared it lost before it began (a very slow start): that outcome stands.
@@ -604,6 +618,7 @@ impl Dispatcher {
                 ))
             }
         };
+        let launching = std::time::Instant::now();
         let prompt = super::prompt::build(task);
         if let Err(error) = tokio::fs::write(&prepared.dirs.prompt, &prompt).await {
             return Some(fail(
@@ -613,7 +628,11 @@ impl Dispatcher {
             ));
         }
         let launch = match self.launch(task, run, profile, &prepared, &prompt) {
-            Ok(launch) => launch,
+            Ok(launch) => {
+                metrics::histogram!("pidevops_run_phase_seconds", "phase" => "launch")
+                    .record(launching.elapsed().as_secs_f64());
+                launch
+            }
             Err(error) => {
                 return Some(fail(
                     FailureKind::Workspace,
