@@ -22,6 +22,7 @@ per_backend!(
     cancelling_a_task_stops_its_agent,
     a_task_runs_with_the_agent_it_asks_for_and_one_that_cannot_run_waits_for_a_human,
     attempts_bouncing_back_fast_are_flagged_before_the_budget_is_spent,
+    when_the_base_moves_the_next_run_starts_from_the_new_base_not_an_old_spare,
 );
 
 pub async fn create_task(app: &TestApp, title: &str) -> TaskId {
@@ -54,6 +55,21 @@ pub async fn create_task_with(app: &TestApp, title: &str, agent: Option<&str>) -
 
 pub async fn task_row(app: &TestApp, id: TaskId) -> Option<task_rows::TaskRow> {
     task_rows::get(app.state.log.store(), id).await.unwrap()
+}
+
+/// A task's runs once the runs read model (which may trail the board by a moment) shows none running and at
+/// least one.
+pub async fn ended_runs(app: &TestApp, id: TaskId) -> Vec<RunRow> {
+    within(
+        Duration::from_secs(10),
+        &format!("{id}'s runs ended"),
+        || async {
+            let runs = runs_of(app, id).await;
+            !runs.is_empty() && runs.iter().all(|r| r.state != "running")
+        },
+    )
+    .await;
+    runs_of(app, id).await
 }
 
 pub async fn runs_of(app: &TestApp, id: TaskId) -> Vec<RunRow> {
@@ -731,7 +747,7 @@ async fn a_task_runs_with_the_agent_it_asks_for_and_one_that_cannot_run_waits_fo
             },
         )
         .await;
-        let runs = runs_of(&app, id).await;
+        let runs = ended_runs(&app, id).await;
         assert_eq!(runs.len(), 1, "{runs:?}");
         assert_eq!(runs[0].profile.as_deref(), Some(profile));
         let branch = format!("pidevops/{id}");
@@ -768,7 +784,7 @@ async fn a_task_runs_with_the_agent_it_asks_for_and_one_that_cannot_run_waits_fo
         },
     )
     .await;
-    let runs = runs_of(&app, ghost).await;
+    let runs = ended_runs(&app, ghost).await;
     assert_eq!(runs.len(), 1, "{runs:?}");
     assert_eq!(runs[0].profile.as_deref(), Some("other"));
     assert!(
@@ -806,5 +822,76 @@ async fn attempts_bouncing_back_fast_are_flagged_before_the_budget_is_spent(db: 
     let runs = runs_of(&app, id).await;
     assert_eq!(runs.len(), 3, "no fourth attempt: {runs:?}");
     assert_eq!(task_row(&app, id).await.unwrap().attempts, 3);
+    app.stop().await;
+}
+
+/// Spares are checked out ahead at the base of their time; when the base moves on before they are used, the next
+/// run still starts from the new base (the spare is dropped, not used).
+async fn when_the_base_moves_the_next_run_starts_from_the_new_base_not_an_old_spare(db: TestDb) {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let gate = scratch.path().join("go");
+    // The first task waits for the gate; later ones need the teammate's file.
+    let script = agent(
+        scratch.path(),
+        "gated.sh",
+        &format!(
+            r#"title=$(head -n 1 "$1" | sed 's/^Task: //')
+if [ "$title" = first ]; then
+  while [ ! -e '{gate}' ]; do sleep 0.05; done
+elif [ ! -e moved.txt ]; then
+  echo "started from an old base"; exit 1
+fi
+echo "$title" > "done-$title""#,
+            gate = gate.display()
+        ),
+    );
+    let mut file = dispatch_file(&remote, &script, "");
+    file["dispatch"]
+        .as_table_mut()
+        .unwrap()
+        .insert("max_concurrent".into(), toml::Value::from(1));
+    let app = spawn(&db, file, &scratch.path().join("ws")).await;
+    let first = create_task(&app, "first").await;
+    let second = create_task(&app, "second").await;
+    within(
+        Duration::from_secs(30),
+        "a spare ready for the queued task",
+        || async {
+            let metrics = app.metrics().await;
+            task_row(&app, first)
+                .await
+                .is_some_and(|r| r.column == Column::InProgress)
+                && metric(&metrics, "pidevops_worktree_spares") >= 1.0
+        },
+    )
+    .await;
+    remote.commit_to_main("moved.txt", "a teammate's change\n");
+    std::fs::write(&gate, "").unwrap();
+    for id in [first, second] {
+        within(
+            Duration::from_secs(30),
+            &format!("{id} in review"),
+            || async {
+                task_row(&app, id)
+                    .await
+                    .is_some_and(|row| row.column == Column::InReview)
+            },
+        )
+        .await;
+    }
+    assert_eq!(
+        remote
+            .show(&format!("pidevops/{second}"), "moved.txt")
+            .as_deref(),
+        Some("a teammate's change\n"),
+        "the second run's branch is built on the new base"
+    );
+    let runs = ended_runs(&app, second).await;
+    assert_eq!(
+        runs.iter().map(|r| r.state.as_str()).collect::<Vec<_>>(),
+        ["succeeded"],
+        "it ran once, and succeeded"
+    );
     app.stop().await;
 }

@@ -27,6 +27,16 @@ use tokio::process::Command;
 use tokio::sync::Mutex;
 
 use super::config::RepoSource;
+
+/// A spare may be made from a fetch this recent: spares are for runs that start later, and each run fetches
+/// again and uses a spare only at the base it found. The dispatcher asks for spares on every tick; without this,
+/// each ask was a fetch under the repository's lock, in the way of the runs starting.
+const SPARE_FETCH_FRESHNESS: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How long a starting run waits for the spare being made (or a finished worktree being handed back) before it
+/// checks out its own. Waiting is the faster path: that checkout started earlier, and a second one at the same
+/// time only halves the disk for both.
+const WAIT_FOR_SPARE: std::time::Duration = std::time::Duration::from_secs(60);
 use crate::tasks::{BranchName, RepoName, RunId, TaskId};
 
 #[derive(Debug, thiserror::Error)]
@@ -97,6 +107,8 @@ struct RepoState {
     /// checking out the whole tree again. The rest wait for gc's TTL.
     finished: std::sync::Mutex<Vec<PathBuf>>,
     replenishing: std::sync::atomic::AtomicBool,
+    /// Woken when a spare is made, a finished worktree is handed back, or a replenisher stops.
+    changed: tokio::sync::Notify,
 }
 
 #[derive(Clone, Debug)]
@@ -208,11 +220,17 @@ impl Workspaces {
     ) -> Result<usize, WorkspaceError> {
         use std::sync::atomic::Ordering;
         let state = self.state(repo);
+        let have = state.spares.lock().unwrap_or_else(|p| p.into_inner()).len();
+        if have >= wanted {
+            // Spares at an old base are dropped by the run that finds them so (it has just fetched).
+            return Ok(0);
+        }
         if state.replenishing.swap(true, Ordering::SeqCst) {
             return Ok(0);
         }
         let result = self.replenish_now(&state, repo, source, wanted).await;
         state.replenishing.store(false, Ordering::SeqCst);
+        state.changed.notify_waiters();
         result
     }
 
@@ -223,7 +241,9 @@ impl Workspaces {
         source: &RepoSource,
         wanted: usize,
     ) -> Result<usize, WorkspaceError> {
-        let asked = Instant::now();
+        let asked = Instant::now()
+            .checked_sub(SPARE_FETCH_FRESHNESS)
+            .unwrap_or_else(Instant::now);
         let mirror = {
             let _guard = state.lock.lock().await;
             self.fetch_since(state, repo, source, asked).await?
@@ -267,6 +287,7 @@ impl Workspaces {
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())
                             .push(spare);
+                        state.changed.notify_waiters();
                         metrics::counter!("pidevops_worktrees_recycled_total").increment(1);
                         made += 1;
                     }
@@ -287,8 +308,104 @@ impl Workspaces {
                     path,
                     commit: base.clone(),
                 });
+            state.changed.notify_waiters();
             made += 1;
         }
+    }
+
+    /// A worktree at `base` for a starting run without a checkout of every file: a spare at this very base, else a
+    /// finished run's worktree reset to it. While a replenisher is at work, waits (up to [`WAIT_FOR_SPARE`]) for
+    /// what it makes or for a run handing its worktree back. `None`: check one out.
+    async fn take_worktree(
+        &self,
+        state: &RepoState,
+        git_dir: &str,
+        repo: &RepoName,
+        base: &str,
+    ) -> Option<Spare> {
+        let deadline = tokio::time::Instant::now() + WAIT_FOR_SPARE;
+        loop {
+            // Registered before looking, so a spare made between the look and the wait still wakes us.
+            let changed = state.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            // Spares at an older base are stale now that the base moved: they go, and `replenish` makes new ones.
+            let (spare, stale) = {
+                let mut spares = state.spares.lock().unwrap_or_else(|p| p.into_inner());
+                let (current, stale): (Vec<Spare>, Vec<Spare>) =
+                    spares.drain(..).partition(|s| s.commit == base);
+                *spares = current;
+                (spares.pop(), stale)
+            };
+            for old in stale {
+                let path = old.path.to_string_lossy().into_owned();
+                let _guard = state.lock.lock().await;
+                let _ = self
+                    .run_git(
+                        "removing a stale spare worktree",
+                        None,
+                        &[git_dir, "worktree", "remove", "--force", &path],
+                        None,
+                    )
+                    .await;
+            }
+            if spare.is_some() {
+                return spare;
+            }
+            let finished = state
+                .finished
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop();
+            if let Some(old) = finished {
+                match self.recycle(state, git_dir, repo, &old, base).await {
+                    Ok(spare) => {
+                        metrics::counter!("pidevops_worktrees_recycled_total").increment(1);
+                        return Some(spare);
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, worktree = %old.display(), "a finished worktree could not be reused");
+                        continue;
+                    }
+                }
+            }
+            let replenishing = state.replenishing.load(std::sync::atomic::Ordering::SeqCst);
+            if !replenishing || tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::select! {
+                () = &mut changed => {}
+                () = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+
+    /// Puts a clean worktree detached at `commit` on `branch`, reset to `commit`: what `checkout -B` does, without
+    /// refreshing the index of every file (nothing in the tree changes). The task's earlier worktrees are gone,
+    /// so no other worktree has the branch checked out.
+    async fn put_on_branch(
+        &self,
+        worktree: &Path,
+        branch: &BranchName,
+        commit: &str,
+    ) -> Result<(), WorkspaceError> {
+        let reference = format!("refs/heads/{}", branch.as_str());
+        let cwd = Some(worktree);
+        let what = "putting the worktree on its branch";
+        let head = self
+            .run_git(what, None, &["rev-parse", "--verify", "HEAD"], cwd)
+            .await?;
+        if head != commit {
+            return Err(WorkspaceError::Git {
+                what: what.to_owned(),
+                detail: format!("the spare is at {head}, not {commit}"),
+            });
+        }
+        self.run_git(what, None, &["update-ref", &reference, commit], cwd)
+            .await?;
+        self.run_git(what, None, &["symbolic-ref", "HEAD", &reference], cwd)
+            .await?;
+        Ok(())
     }
 
     /// Spare worktrees ready now, over every repository (`pidevops_worktree_spares`).
@@ -302,11 +419,13 @@ impl Workspaces {
 
     /// Offers a finished run's worktree for reuse (see `RepoState::finished`).
     pub fn finished(&self, repo: &RepoName, worktree: PathBuf) {
-        self.state(repo)
+        let state = self.state(repo);
+        state
             .finished
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(worktree);
+        state.changed.notify_waiters();
     }
 
     /// A finished worktree reset to `base` exactly as a fresh checkout would be (tracked files forced back,
@@ -604,8 +723,11 @@ impl Workspaces {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .retain(|path| !path.starts_with(&task_dir));
-            self.remove_task_worktrees(&git_dir, task, Some(run))
-                .await?;
+            // A first attempt (the common case) has nothing to remove: no git on the start path for it.
+            if earlier_worktree_exists(&task_dir, run).await {
+                self.remove_task_worktrees(&git_dir, task, Some(run))
+                    .await?;
+            }
             mirror
         };
         let git_dir = format!("--git-dir={}", mirror.to_string_lossy());
@@ -620,41 +742,9 @@ impl Workspaces {
         let base_commit = self.base_commit(&git_dir, source).await?;
         let branch = task.branch();
         let worktree = dirs.worktree.to_string_lossy().into_owned();
-        // A spare at this very base: moved into place (a rename) and put on the branch (no file changes).
-        let spare = {
-            let mut spares = state.spares.lock().unwrap_or_else(|p| p.into_inner());
-            spares
-                .iter()
-                .position(|s| s.commit == base_commit)
-                .map(|i| spares.swap_remove(i))
-        };
-        // No spare: a finished run's worktree reset to the base still beats checking out every file.
-        let spare = match spare {
-            Some(spare) => Some(spare),
-            None => {
-                let finished = state
-                    .finished
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .pop();
-                match finished {
-                    Some(old) => match self
-                        .recycle(&state, &git_dir, repo, &old, &base_commit)
-                        .await
-                    {
-                        Ok(spare) => {
-                            metrics::counter!("pidevops_worktrees_recycled_total").increment(1);
-                            Some(spare)
-                        }
-                        Err(error) => {
-                            tracing::warn!(%error, worktree = %old.display(), "a finished worktree could not be reused");
-                            None
-                        }
-                    },
-                    None => None,
-                }
-            }
-        };
+        let spare = self
+            .take_worktree(&state, &git_dir, repo, &base_commit)
+            .await;
         let mut ready = false;
         if let Some(spare) = spare {
             let from = spare.path.to_string_lossy().into_owned();
@@ -669,15 +759,10 @@ impl Workspaces {
                 .await
             };
             let switched = match moved {
-                Ok(_) => self
-                    .run_git(
-                        "putting the worktree on its branch",
-                        None,
-                        &["checkout", "--quiet", "-B", branch.as_str()],
-                        Some(&dirs.worktree),
-                    )
-                    .await
-                    .map(|_| ()),
+                Ok(_) => {
+                    self.put_on_branch(&dirs.worktree, &branch, &spare.commit)
+                        .await
+                }
                 Err(error) => Err(error),
             };
             match switched {
@@ -947,5 +1032,30 @@ impl Workspaces {
             }
         }
         Ok(report)
+    }
+}
+
+/// Whether an attempt of this task other than `run` still has a worktree here (recycled ones were moved away).
+async fn earlier_worktree_exists(task_dir: &Path, run: RunId) -> bool {
+    // When in doubt (an error reading the directory), yes: the removal path then asks git.
+    let mut entries = match tokio::fs::read_dir(task_dir).await {
+        Ok(entries) => entries,
+        Err(error) => return error.kind() != std::io::ErrorKind::NotFound,
+    };
+    let run = run.to_string();
+    loop {
+        match entries.next_entry().await {
+            Ok(None) => return false,
+            Err(_) => return true,
+            Ok(Some(entry)) => {
+                if entry.file_name().to_string_lossy() != run.as_str()
+                    && tokio::fs::try_exists(entry.path().join("worktree"))
+                        .await
+                        .unwrap_or(true)
+                {
+                    return true;
+                }
+            }
+        }
     }
 }

@@ -48,6 +48,15 @@ impl Remote {
             .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
     }
 
+    /// Moves `main` on: a commit adding `path` with `content`, as a teammate's merge would.
+    pub fn commit_to_main(&self, path: &str, content: &str) {
+        let seed = self.dir.path().join("seed");
+        std::fs::write(seed.join(path), content).unwrap();
+        git(&seed, &["add", "."]);
+        git(&seed, &["commit", "--quiet", "-m", &format!("add {path}")]);
+        git(&seed, &["push", "--quiet", "../remote.git", "HEAD:main"]);
+    }
+
     /// A file's content on a branch of the remote.
     pub fn show(&self, branch: &str, path: &str) -> Option<String> {
         let out = Git::new("git")
