@@ -448,7 +448,6 @@ impl App {
             }
         };
         shutdown.cancel();
-        appender_shutdown.cancel();
         tracker.close();
         if tokio::time::timeout(SHUTDOWN_GRACE, tracker.wait())
             .await
@@ -456,6 +455,9 @@ impl App {
         {
             tracing::warn!("loops did not stop within the shutdown grace");
         }
+        // Only now: a stopping loop or an interrupted run still records its last events (a run's outcome and
+        // its task's retry) through the appender.
+        appender_shutdown.cancel();
         // The loops have stopped: hand their leases over now rather than at expiry.
         leases.release_all().await;
         if !appender_died

@@ -187,6 +187,98 @@ echo x > CHANGES.md"#,
     drop(server);
 }
 
+/// A graceful stop (SIGTERM, as in a deploy) while an agent works: serve stops the agent, records the attempt as
+/// interrupted, gives it back (the budget grows by one, no backoff) and exits 0; the next start runs it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_interrupted_by_sigterm_does_not_count_as_an_attempt() {
+    let Some(db) = TestDb::postgres().await else {
+        return;
+    };
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path();
+    let go = dir.join("go");
+    let script = agent(
+        dir,
+        "waits-for-go-term.sh",
+        &format!(
+            r#"echo "attempt starts"
+while [ ! -f {go} ]; do sleep 0.1; done
+echo x > CHANGES.md"#,
+            go = go.display()
+        ),
+    );
+    let config = write_config(dir, &dispatch_file(&remote, &script, ""));
+    let workspaces = dir.join("ws").display().to_string();
+    let env = [
+        ("PIDEVOPS_CONFIG", config.as_str()),
+        ("WORKSPACE_ROOT", workspaces.as_str()),
+        ("PIDEVOPS_LOOP_STARTUP_DELAY_S", "0.05"),
+        ("PIDEVOPS_PROJECTOR_INTERVAL_S", "0.2"),
+    ];
+    let observer = Observer::new(&db).await;
+    let mut server = Server::start_with(&db.url_string(), &env).await;
+    let id = observer.create("Survive a deploy").await;
+    within(Duration::from_secs(30), "the agent running", || async {
+        observer.runs(id).await.len() == 1 && !processes_running("waits-for-go-term.sh").is_empty()
+    })
+    .await;
+
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(server.child.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = server.child.wait().unwrap();
+    assert!(
+        status.success(),
+        "{status:?}\n{}",
+        read_log(server.workdir.path())
+    );
+    assert!(
+        processes_running("waits-for-go-term.sh").is_empty(),
+        "the agent was stopped"
+    );
+    // Read from the log itself: no projector runs while serve is down.
+    let run = observer.runs(id).await.remove(0).run_id;
+    let outcome = observer
+        .store
+        .read_stream(&format!("run:{run}"))
+        .await
+        .unwrap();
+    let types: Vec<&str> = outcome.iter().map(|e| e.event_type.as_str()).collect();
+    assert_eq!(types.first(), Some(&"run.started"), "{types:?}");
+    assert_eq!(
+        types.last(),
+        Some(&"run.failed"),
+        "recorded before exiting: {types:?}"
+    );
+    let failed: serde_json::Value = serde_json::from_slice(&outcome.last().unwrap().body).unwrap();
+    assert_eq!(failed["kind"], "interrupted", "{failed}");
+    let task = observer.board.load(id).await.unwrap().unwrap().task;
+    assert_eq!(
+        (task.column(), task.attempts(), task.max_attempts().get()),
+        (Column::Todo, 1, 4),
+        "the attempt was given back"
+    );
+    assert!(task.needs_human().is_none());
+
+    std::fs::write(&go, "").unwrap();
+    let server = Server::start_with(&db.url_string(), &env).await;
+    within(
+        Duration::from_secs(60),
+        "the task in review after the restart",
+        || async { observer.column(id).await == Some(Column::InReview) },
+    )
+    .await;
+    let runs = observer.runs(id).await;
+    assert_eq!(
+        runs.len(),
+        2,
+        "{runs:?}\n{}",
+        read_log(server.workdir.path())
+    );
+    assert_eq!(runs[1].attempt, 2);
+    drop(server);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_replicas_and_a_worker_run_each_task_once() {
     let Some(db) = TestDb::postgres().await else {

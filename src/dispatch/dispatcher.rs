@@ -341,13 +341,12 @@ impl Dispatcher {
     /// When a task that failed may start again: its last failure plus the backoff for the next attempt, with a
     /// jitter derived from the task and attempt (the same on every replica and after every restart).
     fn ready_at(&self, row: &TaskRow) -> Option<DateTime<Utc>> {
-        let failed_at: DateTime<Utc> = row
-            .state
-            .get("last_failure")?
-            .get("at")?
-            .as_str()?
-            .parse()
-            .ok()?;
+        let failure = row.state.get("last_failure")?;
+        // An interrupted attempt was not the task's failure: no backoff.
+        if failure.get("cause")?.get("kind")?.as_str()? == "interrupted" {
+            return None;
+        }
+        let failed_at: DateTime<Utc> = failure.get("at")?.as_str()?.parse().ok()?;
         self.after_backoff(row.id, u32::try_from(row.attempts).ok()?, failed_at)
     }
 
@@ -380,10 +379,13 @@ impl Dispatcher {
             .with_context(|| format!("reading {id} before claiming it"))?;
         if let Some(loaded) = loaded {
             let task = &loaded.task;
-            let waiting = task.last_failure().and_then(|failure| {
-                self.after_backoff(id, task.attempts(), failure.at)
-                    .filter(|ready| *ready > Utc::now())
-            });
+            let waiting = task
+                .last_failure()
+                .filter(|failure| !matches!(failure.cause, RetryCause::Interrupted { .. }))
+                .and_then(|failure| {
+                    self.after_backoff(id, task.attempts(), failure.at)
+                        .filter(|ready| *ready > Utc::now())
+                });
             if waiting.is_some() {
                 return Ok(false);
             }
@@ -793,13 +795,16 @@ impl Dispatcher {
                     ),
                 )
             }
+            Ending::Stopped if stop.is_cancelled() => return failed(
+                FailureKind::Interrupted,
+                "interrupted: pidevops shut down while the agent ran; the attempt does not count"
+                    .into(),
+            ),
             Ending::Stopped => {
-                let why = if stop.is_cancelled() {
-                    "the service is shutting down"
-                } else {
-                    "the task was cancelled or moved on while the agent ran"
-                };
-                return failed(FailureKind::Stopped, format!("stopped: {why}"));
+                return failed(
+                    FailureKind::Stopped,
+                    "stopped: the task was cancelled or moved on while the agent ran".into(),
+                )
             }
             Ending::CannotStart(why) => return failed(FailureKind::Workspace, why),
         }
@@ -934,10 +939,16 @@ impl Dispatcher {
                     pr: None,
                 },
             ),
-            RunEvent::Failed { task, run, .. } => (
+            RunEvent::Failed {
+                task, run, kind, ..
+            } => (
                 *task,
                 Command::Retry {
-                    cause: RetryCause::RunFailed { run: *run },
+                    cause: if *kind == FailureKind::Interrupted {
+                        RetryCause::Interrupted { run: *run }
+                    } else {
+                        RetryCause::RunFailed { run: *run }
+                    },
                     reason: outcome
                         .failure_reason()
                         .unwrap_or_else(|| Reason::summarize("the run failed")),

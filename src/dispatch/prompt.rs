@@ -22,6 +22,7 @@ pub fn build(task: &Task) -> String {
     if let Some(failure) = task.last_failure() {
         let cause = match failure.cause {
             RetryCause::RunFailed { .. } => "the run failed",
+            RetryCause::Interrupted { .. } => "the run was interrupted (pidevops restarted)",
             RetryCause::ChecksFailed => "CI failed on the pull request",
             RetryCause::ChangesRequested => "a reviewer asked for changes",
         };

@@ -44,8 +44,10 @@ pub enum FailureKind {
     Workspace,
     /// Nobody reported on it within the watchdog's bound: its process or machine died.
     Lost,
-    /// The run was stopped because the task was cancelled or the service shut down.
+    /// The run was stopped because the task was cancelled or moved on.
     Stopped,
+    /// pidevops shut down (SIGTERM, a deploy) while the agent ran: the attempt is given back.
+    Interrupted,
 }
 
 impl FailureKind {
@@ -59,6 +61,7 @@ impl FailureKind {
             FailureKind::Workspace => "workspace",
             FailureKind::Lost => "lost",
             FailureKind::Stopped => "stopped",
+            FailureKind::Interrupted => "interrupted",
         }
     }
 }

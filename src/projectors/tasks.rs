@@ -245,6 +245,7 @@ pub fn summarize(event: &TaskEvent) -> String {
         } => {
             let cause = match cause {
                 RetryCause::RunFailed { .. } => "run failed",
+                RetryCause::Interrupted { .. } => "interrupted",
                 RetryCause::ChecksFailed => "checks failed",
                 RetryCause::ChangesRequested => "changes requested",
             };
@@ -262,6 +263,10 @@ pub fn summarize(event: &TaskEvent) -> String {
             format!("follow-up: {}", first_line(text.as_str()))
         }
         TaskEvent::PriorityChanged { priority, .. } => format!("priority {priority}"),
+        TaskEvent::AttemptReturned { max_attempts, .. } => format!(
+            "the interrupted attempt does not count; budget {} attempts",
+            max_attempts.get()
+        ),
         TaskEvent::AgentChosen { agent, .. } => match agent {
             Some(agent) => format!("agent profile {agent} chosen"),
             None => "agent profile back to the repository's".into(),

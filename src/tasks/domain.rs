@@ -199,6 +199,9 @@ pub enum RetryCause {
     /// The run itself failed (non-zero exit, timeout, no output, push refused). Names the run so a late report
     /// from an old run cannot fail the current one.
     RunFailed { run: RunId },
+    /// pidevops itself stopped the run (a graceful shutdown, a deploy): not the task's fault, so the attempt is
+    /// given back and it does not count as a bounce.
+    Interrupted { run: RunId },
     /// CI failed on the pull request.
     ChecksFailed,
     /// A reviewer (or a human through the CLI) asked for another attempt.
@@ -372,6 +375,11 @@ pub enum TaskEvent {
         at: DateTime<Utc>,
         links: Links,
     },
+    /// An interrupted attempt does not count: the budget grows by one (follows its `retried`).
+    AttemptReturned {
+        at: DateTime<Utc>,
+        max_attempts: MaxAttempts,
+    },
     AgentChosen {
         at: DateTime<Utc>,
         /// `None`: the repository's profile again.
@@ -399,6 +407,7 @@ impl TaskEvent {
             TaskEvent::PriorityChanged { .. } => "task.priority_changed",
             TaskEvent::LinksAttached { .. } => "task.links_attached",
             TaskEvent::AgentChosen { .. } => "task.agent_chosen",
+            TaskEvent::AttemptReturned { .. } => "task.attempt_returned",
         }
     }
 
@@ -419,7 +428,8 @@ impl TaskEvent {
             | TaskEvent::FollowUpAttached { at, .. }
             | TaskEvent::PriorityChanged { at, .. }
             | TaskEvent::LinksAttached { at, .. }
-            | TaskEvent::AgentChosen { at, .. } => *at,
+            | TaskEvent::AgentChosen { at, .. }
+            | TaskEvent::AttemptReturned { at, .. } => *at,
         }
     }
 }
@@ -592,7 +602,7 @@ pub fn decide(
 
         Command::Retry { cause, reason } => {
             match cause {
-                RetryCause::RunFailed { run } => {
+                RetryCause::RunFailed { run } | RetryCause::Interrupted { run } => {
                     if column != Column::InProgress {
                         return Err(wrong(&[Column::InProgress]));
                     }
@@ -610,6 +620,13 @@ pub fn decide(
                 reason: reason.clone(),
                 attempt: task.attempts,
             }];
+            if matches!(cause, RetryCause::Interrupted { .. }) {
+                // Given back when the budget can grow; at the cap it counts like any failure.
+                if let Ok(max_attempts) = MaxAttempts::new(task.max_attempts.get() + 1) {
+                    events.push(TaskEvent::AttemptReturned { at, max_attempts });
+                    return Ok(events);
+                }
+            }
             // The last attempt failed, or attempts keep bouncing back fast: a human must look. If one is already
             // looking, this is the same episode.
             if task.needs_human.is_none() {
@@ -927,6 +944,9 @@ pub fn evolve(state: Option<Task>, event: &TaskEvent) -> Result<Task, TaskError>
             }
             task.column = Column::Todo;
             task.run = None;
+            if matches!(cause, RetryCause::Interrupted { .. }) {
+                task.recent_starts.pop();
+            }
             task.last_failure = Some(Failure {
                 attempt: *attempt,
                 cause: *cause,
@@ -1006,6 +1026,21 @@ pub fn evolve(state: Option<Task>, event: &TaskEvent) -> Result<Task, TaskError>
         TaskEvent::AgentChosen { agent, .. } => {
             require(&task, BETWEEN_ATTEMPTS)?;
             task.agent = agent.clone();
+        }
+        TaskEvent::AttemptReturned { max_attempts, .. } => {
+            require(&task, &[Column::Todo])?;
+            let interrupted = matches!(
+                task.last_failure.as_ref().map(|f| f.cause),
+                Some(RetryCause::Interrupted { .. })
+            );
+            if !interrupted || max_attempts.get() != task.max_attempts.get() + 1 {
+                return Err(inapplicable(
+                    Some(&task),
+                    event,
+                    "it must follow an interrupted attempt and raise the budget by one".into(),
+                ));
+            }
+            task.max_attempts = *max_attempts;
         }
     }
     task.updated_at = event.at();

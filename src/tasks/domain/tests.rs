@@ -133,6 +133,13 @@ fn every_command() -> Vec<(&'static str, Command)> {
         ("complete", Command::Complete),
         ("retry-run", run_failed(run(1))),
         (
+            "retry-stopped",
+            Command::Retry {
+                cause: RetryCause::Interrupted { run: run(1) },
+                reason: reason("pidevops shut down"),
+            },
+        ),
+        (
             "retry-ci",
             Command::Retry {
                 cause: RetryCause::ChecksFailed,
@@ -207,6 +214,7 @@ const TABLE: &[(&str, [&str; 7])] = &[
     ("submit",       ["wrong",    "wrong",       "in-review", "wrong",     "wrong",    "final",  "wrong"]),
     ("complete",     ["wrong",    "wrong",       "wrong",     "done",      "noop",     "final",  "wrong"]),
     ("retry-run",    ["wrong",    "wrong",       "todo",      "wrong",     "wrong",    "final",  "wrong"]),
+    ("retry-stopped",["wrong",    "wrong",       "todo",      "wrong",     "wrong",    "final",  "wrong"]),
     ("retry-ci",     ["wrong",    "wrong",       "wrong",     "todo",      "wrong",    "final",  "wrong"]),
     ("cancel",       ["cancelled", "cancelled",  "cancelled", "cancelled", "wrong",    "final",  "noop"]),
     ("archive",      ["wrong",    "wrong",       "wrong",     "wrong",     "archived", "final",  "archived"]),
@@ -500,6 +508,62 @@ fn attempts_bouncing_back_fast_are_flagged_instead_of_looping() {
     }
     assert_eq!(task.attempts(), 4);
     assert!(task.can_start());
+}
+
+/// pidevops stopping a run (a deploy) is not the task's failure: the attempt is given back, it is no bounce, and
+/// only at the budget's cap does it count like any failure.
+#[test]
+fn an_interrupted_attempt_is_given_back() {
+    let interrupted = |n: u128| Command::Retry {
+        cause: RetryCause::Interrupted { run: run(n) },
+        reason: reason("pidevops shut down"),
+    };
+    let mut task = step(None, &new_task(ApprovalPolicy::Auto, 1), 0).0;
+    for n in 1..=5u128 {
+        task = then(task, Command::Start { run: run(n) });
+        let (after, events) = step(Some(task), &interrupted(n), 2);
+        assert!(
+            matches!(
+                events.as_slice(),
+                [TaskEvent::Retried { .. }, TaskEvent::AttemptReturned { max_attempts, .. }]
+                    if max_attempts.get() == n as u32 + 1
+            ),
+            "{events:?}"
+        );
+        assert!(
+            after.can_start(),
+            "five restarts in a row: no flag, no bounce"
+        );
+        task = after;
+    }
+    assert_eq!((task.attempts(), task.max_attempts().get()), (5, 6));
+
+    // At the cap the budget cannot grow: the interruption counts, and a spent budget asks a human.
+    let capped = |max| step(None, &new_task(ApprovalPolicy::Auto, max), 0).0;
+    let mut task = capped(MaxAttempts::CAP);
+    for n in 1..=MaxAttempts::CAP as u128 {
+        task = then(task, Command::Start { run: run(n) });
+        let last = n == MaxAttempts::CAP as u128;
+        let command = if last {
+            interrupted(n)
+        } else {
+            run_failed(run(n))
+        };
+        task = step(Some(task), &command, 100_000 * n as i64).0;
+    }
+    assert_eq!(task.max_attempts().get(), MaxAttempts::CAP);
+    assert!(task.needs_human().is_some());
+
+    // Only after an interrupted attempt, and only by one.
+    let failed = then(
+        then(capped(3), Command::Start { run: run(1) }),
+        run_failed(run(1)),
+    );
+    let returned = TaskEvent::AttemptReturned {
+        at: at(3),
+        max_attempts: MaxAttempts::new(4).unwrap(),
+    };
+    assert!(evolve(Some(failed), &returned).is_err());
 }
 
 #[test]

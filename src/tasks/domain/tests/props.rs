@@ -28,6 +28,7 @@ enum Op {
     Reprioritize(usize),
     AttachLinks(u8),
     ChooseAgent(u8),
+    Interrupt { live: bool },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -51,6 +52,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0usize..4).prop_map(Op::Reprioritize),
         2 => (0u8..4).prop_map(Op::AttachLinks),
         2 => (0u8..3).prop_map(Op::ChooseAgent),
+        2 => prop::bool::weighted(0.9).prop_map(|live| Op::Interrupt { live }),
     ]
 }
 
@@ -113,6 +115,12 @@ fn command(op: &Op, state: Option<&Task>, step: u128) -> Command {
         },
         Op::Reprioritize(i) => Command::Reprioritize {
             priority: Priority::ALL[*i],
+        },
+        Op::Interrupt { live } => Command::Retry {
+            cause: RetryCause::Interrupted {
+                run: live_or_stale(*live),
+            },
+            reason: Reason::new("pidevops shut down").expect("valid"),
         },
         Op::ChooseAgent(n) => Command::ChooseAgent {
             agent: match n {
@@ -302,9 +310,28 @@ fn check_step(
             .needs_human()
             .is_some_and(|f| !f.reason.as_str().is_empty()));
     }
-    if matches!(command, Command::Retry { .. }) {
-        let last = before.attempts() >= before.max_attempts().get();
-        prop_assert_eq!(flags == 1, last && before.needs_human().is_none());
+    if let Command::Retry { cause, .. } = command {
+        // An interrupted attempt is given back (the budget grows by one) unless the budget is at its cap.
+        let returned = events
+            .iter()
+            .any(|e| matches!(e, TaskEvent::AttemptReturned { .. }));
+        if returned {
+            let interrupted = matches!(cause, RetryCause::Interrupted { .. });
+            prop_assert!(interrupted, "only an interruption is given back");
+            prop_assert_eq!(flags, 0);
+            prop_assert_eq!(after.max_attempts().get(), before.max_attempts().get() + 1);
+        }
+        let last = !returned && before.attempts() >= before.max_attempts().get();
+        if last && before.needs_human().is_none() {
+            prop_assert_eq!(flags, 1);
+        }
+        if flags == 1 && !last {
+            let reason = after
+                .needs_human()
+                .map(|f| f.reason.as_str())
+                .unwrap_or_default();
+            prop_assert!(reason.starts_with("bouncing"), "{}", reason);
+        }
         prop_assert!(!last || after.needs_human().is_some());
     }
     for event in events {
@@ -446,5 +473,5 @@ fn generated_sequences_reach_every_column_and_event() {
         }
     }
     assert_eq!(columns.len(), Column::ALL.len(), "{columns:?}");
-    assert_eq!(kinds.len(), 16, "{kinds:?}");
+    assert_eq!(kinds.len(), 17, "{kinds:?}");
 }
