@@ -8,7 +8,7 @@ use chrono::Utc;
 use clap::Subcommand;
 use tokio_util::sync::CancellationToken;
 
-use crate::board::{Board, BoardConfig, BoardError, Draft, Loaded, Steer};
+use crate::board::{Board, BoardConfig, BoardError, Draft, Loaded, Outcome, Steer};
 use crate::config::Settings;
 use crate::eventlog::{EventLog, EventStore};
 use crate::tasks::{
@@ -180,24 +180,23 @@ async fn run(board: &Board, command: TaskCommand) -> anyhow::Result<()> {
         TaskCommand::Retry { id, reason, json } => (id, Steer::Retry, reason, json),
         TaskCommand::Cancel { id, reason, json } => (id, Steer::Cancel, reason, json),
         TaskCommand::Agent { id, name, json, .. } => {
-            let outcome = match board
+            let chosen = board
                 .execute(id, &Command::ChooseAgent { agent: name }, "cli")
-                .await
-            {
-                Err(BoardError::Refused(TaskError::NotFound { .. })) => {
-                    anyhow::bail!("there is no task {id}")
-                }
-                other => other?,
-            };
-            let what = if outcome.appended.is_empty() {
-                "unchanged (already so)"
-            } else {
-                "updated"
-            };
-            return print_task(&outcome.task, json, what);
+                .await;
+            return print_outcome(id, chosen, json);
         }
     };
-    let outcome = match board.steer(id, steer, reason, "from the CLI", "cli").await {
+    let steered = board.steer(id, steer, reason, "from the CLI", "cli").await;
+    print_outcome(id, steered, json)
+}
+
+/// What a command did to a task: `updated`, or `unchanged` when the task already was so.
+fn print_outcome(
+    id: TaskId,
+    outcome: Result<Outcome, BoardError>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let outcome = match outcome {
         Err(BoardError::Refused(TaskError::NotFound { .. })) => {
             anyhow::bail!("there is no task {id}")
         }

@@ -57,6 +57,20 @@ pub async fn task_row(app: &TestApp, id: TaskId) -> Option<task_rows::TaskRow> {
     task_rows::get(app.state.log.store(), id).await.unwrap()
 }
 
+/// Waits (up to 30 s) for `id` to reach `in-review`.
+pub async fn in_review(app: &TestApp, id: TaskId) {
+    within(
+        Duration::from_secs(30),
+        &format!("{id} in review"),
+        || async {
+            task_row(app, id)
+                .await
+                .is_some_and(|row| row.column == Column::InReview)
+        },
+    )
+    .await;
+}
+
 /// A task's runs once the runs read model (which may trail the board by a moment) shows none running and at
 /// least one.
 pub async fn ended_runs(app: &TestApp, id: TaskId) -> Vec<RunRow> {
@@ -737,16 +751,7 @@ async fn a_task_runs_with_the_agent_it_asks_for_and_one_that_cannot_run_waits_fo
         (picked, "by other\n", "other"),
         (plain, "by default\n", "fake"),
     ] {
-        within(
-            Duration::from_secs(30),
-            &format!("{id} in review"),
-            || async {
-                task_row(&app, id)
-                    .await
-                    .is_some_and(|row| row.column == Column::InReview)
-            },
-        )
-        .await;
+        in_review(&app, id).await;
         let runs = ended_runs(&app, id).await;
         assert_eq!(runs.len(), 1, "{runs:?}");
         assert_eq!(runs[0].profile.as_deref(), Some(profile));
@@ -869,16 +874,7 @@ echo "$title" > "done-$title""#,
     remote.commit_to_main("moved.txt", "a teammate's change\n");
     std::fs::write(&gate, "").unwrap();
     for id in [first, second] {
-        within(
-            Duration::from_secs(30),
-            &format!("{id} in review"),
-            || async {
-                task_row(&app, id)
-                    .await
-                    .is_some_and(|row| row.column == Column::InReview)
-            },
-        )
-        .await;
+        in_review(&app, id).await;
     }
     assert_eq!(
         remote

@@ -92,37 +92,69 @@ fn processes_running(needle: &str) -> Vec<String> {
     found
 }
 
+/// A remote, an agent named `name` that waits silently until the test creates `go` and then makes its change,
+/// and `serve`'s environment for it. Silent on purpose: one that kept printing would die of SIGPIPE when serve
+/// dies, and prove nothing about serve killing it.
+struct Gated {
+    remote: Remote,
+    /// Holds the agent, the configuration and the workspaces for as long as the test runs.
+    _scratch: tempfile::TempDir,
+    go: std::path::PathBuf,
+    config: String,
+    workspaces: String,
+}
+
+impl Gated {
+    fn new(name: &str) -> Self {
+        let remote = Remote::new();
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path();
+        let go = dir.join("go");
+        let script = agent(
+            dir,
+            name,
+            &format!(
+                r#"echo "attempt starts"
+while [ ! -f {go} ]; do sleep 0.1; done
+echo x > CHANGES.md"#,
+                go = go.display()
+            ),
+        );
+        let config = write_config(dir, &dispatch_file(&remote, &script, ""));
+        let workspaces = dir.join("ws").display().to_string();
+        Self {
+            remote,
+            _scratch: scratch,
+            go,
+            config,
+            workspaces,
+        }
+    }
+
+    /// `serve`'s environment, with `instance` as its name when given.
+    fn env<'a>(&'a self, instance: Option<&'a str>) -> Vec<(&'a str, &'a str)> {
+        let mut env = vec![
+            ("PIDEVOPS_CONFIG", self.config.as_str()),
+            ("WORKSPACE_ROOT", self.workspaces.as_str()),
+            ("PIDEVOPS_LOOP_STARTUP_DELAY_S", "0.05"),
+            ("PIDEVOPS_PROJECTOR_INTERVAL_S", "0.2"),
+        ];
+        if let Some(instance) = instance {
+            env.push(("PIDEVOPS_INSTANCE_ID", instance));
+        }
+        env
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_run_interrupted_by_sigkill_is_recovered_after_restart_and_never_runs_twice_at_once() {
     let Some(db) = TestDb::postgres().await else {
         return;
     };
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let dir = scratch.path();
-    let go = dir.join("go");
-    // Waits silently until the test creates `go`, then makes its change. Silent on purpose: one that kept
-    // printing would die of SIGPIPE when serve dies, and prove nothing about serve killing it.
-    let script = agent(
-        dir,
-        "waits-for-go.sh",
-        &format!(
-            r#"echo "attempt starts"
-while [ ! -f {go} ]; do sleep 0.1; done
-echo x > CHANGES.md"#,
-            go = go.display()
-        ),
-    );
-    let config = write_config(dir, &dispatch_file(&remote, &script, ""));
-    let workspaces = dir.join("ws").display().to_string();
-    let env = [
-        ("PIDEVOPS_CONFIG", config.as_str()),
-        ("WORKSPACE_ROOT", workspaces.as_str()),
-        // The same name after the restart: the new process knows at once that its predecessor's run is gone.
-        ("PIDEVOPS_INSTANCE_ID", "replica-a"),
-        ("PIDEVOPS_LOOP_STARTUP_DELAY_S", "0.05"),
-        ("PIDEVOPS_PROJECTOR_INTERVAL_S", "0.2"),
-    ];
+    let gated = Gated::new("waits-for-go.sh");
+    let (remote, go) = (&gated.remote, &gated.go);
+    // The same name after the restart: the new process knows at once that its predecessor's run is gone.
+    let env = gated.env(Some("replica-a"));
     let observer = Observer::new(&db).await;
     let mut server = Server::start_with(&db.url_string(), &env).await;
     let id = observer.create("Survive a crash").await;
@@ -148,7 +180,7 @@ echo x > CHANGES.md"#,
     .await;
     assert_eq!(observer.column(id).await, Some(Column::InProgress));
 
-    std::fs::write(&go, "").unwrap();
+    std::fs::write(go, "").unwrap();
     let server = Server::start_with(&db.url_string(), &env).await;
     within(
         Duration::from_secs(60),
@@ -194,28 +226,8 @@ async fn a_run_interrupted_by_sigterm_does_not_count_as_an_attempt() {
     let Some(db) = TestDb::postgres().await else {
         return;
     };
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let dir = scratch.path();
-    let go = dir.join("go");
-    let script = agent(
-        dir,
-        "waits-for-go-term.sh",
-        &format!(
-            r#"echo "attempt starts"
-while [ ! -f {go} ]; do sleep 0.1; done
-echo x > CHANGES.md"#,
-            go = go.display()
-        ),
-    );
-    let config = write_config(dir, &dispatch_file(&remote, &script, ""));
-    let workspaces = dir.join("ws").display().to_string();
-    let env = [
-        ("PIDEVOPS_CONFIG", config.as_str()),
-        ("WORKSPACE_ROOT", workspaces.as_str()),
-        ("PIDEVOPS_LOOP_STARTUP_DELAY_S", "0.05"),
-        ("PIDEVOPS_PROJECTOR_INTERVAL_S", "0.2"),
-    ];
+    let gated = Gated::new("waits-for-go-term.sh");
+    let (go, env) = (&gated.go, gated.env(None));
     let observer = Observer::new(&db).await;
     let mut server = Server::start_with(&db.url_string(), &env).await;
     let id = observer.create("Survive a deploy").await;
@@ -260,7 +272,7 @@ echo x > CHANGES.md"#,
     );
     assert!(task.needs_human().is_none());
 
-    std::fs::write(&go, "").unwrap();
+    std::fs::write(go, "").unwrap();
     let server = Server::start_with(&db.url_string(), &env).await;
     within(
         Duration::from_secs(60),

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{error, AppState};
-use crate::board::{BoardError, Draft, Loaded, Steer};
+use crate::board::{BoardError, Draft, Loaded, Outcome, Steer};
 use crate::tasks::{AgentName, Command, TaskError, TaskId};
 
 /// Longest `Idempotency-Key` accepted.
@@ -67,12 +67,9 @@ pub async fn show(
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
 ) -> Response {
-    let Ok(Path(id)) = id else {
-        return error(StatusCode::BAD_REQUEST, "bad_id", "missing task id");
-    };
-    let id = match id.parse::<TaskId>() {
+    let id = match task_id(id) {
         Ok(id) => id,
-        Err(e) => return error(StatusCode::BAD_REQUEST, "bad_id", e.to_string()),
+        Err(why) => return error(StatusCode::BAD_REQUEST, "bad_id", why),
     };
     match state.board.load(id).await {
         Ok(Some(loaded)) => Json(task_json(&loaded)).into_response(),
@@ -109,11 +106,16 @@ pub async fn command(
         Ok(steer) => steer,
         Err(message) => return error(StatusCode::NOT_FOUND, "not_found", message),
     };
-    match state
+    let steered = state
         .board
         .steer(id, steer, body.reason, "through the API", "api")
-        .await
-    {
+        .await;
+    outcome_response(steered)
+}
+
+/// `200 {"task", "changed", "appended"}` (`changed: false`: the task already was so), or the refusal.
+fn outcome_response(outcome: Result<Outcome, BoardError>) -> Response {
+    match outcome {
         Ok(outcome) => Json(json!({
             "task": outcome.task,
             "changed": !outcome.appended.is_empty(),
@@ -131,12 +133,9 @@ pub async fn choose_agent(
     id: Result<Path<String>, PathRejection>,
     body: Result<Json<serde_json::Value>, JsonRejection>,
 ) -> Response {
-    let Ok(Path(id)) = id else {
-        return error(StatusCode::BAD_REQUEST, "bad_id", "missing task id");
-    };
-    let id = match id.parse::<TaskId>() {
+    let id = match task_id(id) {
         Ok(id) => id,
-        Err(e) => return error(StatusCode::BAD_REQUEST, "bad_id", e.to_string()),
+        Err(why) => return error(StatusCode::BAD_REQUEST, "bad_id", why),
     };
     let usage =
         "expected {\"agent\": \"<profile>\"} or {\"agent\": null} for the repository's profile";
@@ -162,19 +161,19 @@ pub async fn choose_agent(
         },
         _ => return error(StatusCode::BAD_REQUEST, "bad_agent", usage),
     };
-    match state
+    let chosen = state
         .board
         .execute(id, &Command::ChooseAgent { agent }, "api")
-        .await
-    {
-        Ok(outcome) => Json(json!({
-            "task": outcome.task,
-            "changed": !outcome.appended.is_empty(),
-            "appended": outcome.appended,
-        }))
-        .into_response(),
-        Err(e) => board_error(e),
-    }
+        .await;
+    outcome_response(chosen)
+}
+
+/// The task id in the path, or what is wrong with it (a `400 bad_id`).
+fn task_id(id: Result<Path<String>, PathRejection>) -> Result<TaskId, String> {
+    let Ok(Path(id)) = id else {
+        return Err("missing task id".to_owned());
+    };
+    id.parse::<TaskId>().map_err(|e| e.to_string())
 }
 
 fn task_json(loaded: &Loaded) -> serde_json::Value {
