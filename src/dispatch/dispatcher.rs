@@ -795,11 +795,12 @@ impl Dispatcher {
                     ),
                 )
             }
-            Ending::Stopped if stop.is_cancelled() => return failed(
-                FailureKind::Interrupted,
-                "interrupted: pidevops shut down while the agent ran; the attempt does not count"
-                    .into(),
-            ),
+            Ending::Stopped if stop.is_cancelled() => {
+                return failed(
+                    FailureKind::Interrupted,
+                    "interrupted: pidevops shut down while the agent ran".into(),
+                )
+            }
             Ending::Stopped => {
                 return failed(
                     FailureKind::Stopped,

@@ -27,6 +27,7 @@ use tokio::process::Command;
 use tokio::sync::Mutex;
 
 use super::config::RepoSource;
+use crate::tasks::{BranchName, RepoName, RunId, TaskId};
 
 /// A spare may be made from a fetch this recent: spares are for runs that start later, and each run fetches
 /// again and uses a spare only at the base it found. The dispatcher asks for spares on every tick; without this,
@@ -37,7 +38,6 @@ const SPARE_FETCH_FRESHNESS: std::time::Duration = std::time::Duration::from_sec
 /// checks out its own. Waiting is the faster path: that checkout started earlier, and a second one at the same
 /// time only halves the disk for both.
 const WAIT_FOR_SPARE: std::time::Duration = std::time::Duration::from_secs(60);
-use crate::tasks::{BranchName, RepoName, RunId, TaskId};
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkspaceError {

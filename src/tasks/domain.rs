@@ -4,7 +4,7 @@
 //! corrupt stream fails loudly on replay instead of building a wrong board. Neither reads a clock or does I/O.
 //!
 //! Idempotency: commands that name a desired state (approve, reject, cancel, complete, flag/clear needs-human,
-//! reprioritize, update the spec, attach links) return no events when the state already holds, so a double click
+//! reprioritize, update the spec, attach links, choose the agent) return no events when the state already holds, so a double click
 //! or two racing approvals give one event and one no-op. Commands that report what a particular run did (start,
 //! submit-for-review, retry) are refused when the state does not match: a mismatched report means its sender's
 //! view is stale, and it should hear so. `archived` is final: every command on it is refused.

@@ -8,8 +8,9 @@
 //!   └─ reject; or cancel from any open column ─► cancelled ─archive─► archived
 //! ```
 //!
-//! `needs_human` is a flag on an open task, not a column: set after the last failed attempt (or by hand), one
-//! event per episode, cleared by a human or by the task closing.
+//! `needs_human` is a flag on an open task, not a column: set after the last failed attempt, when attempts keep
+//! bouncing back fast, or by hand; one event per episode, cleared by a human or by the task closing. An attempt
+//! pidevops itself interrupted (a shutdown) is given back rather than counted.
 
 pub mod domain;
 pub mod values;
