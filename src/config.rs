@@ -133,8 +133,10 @@ pub struct Settings {
     pub instance_id: String,
     /// `WORKSPACE_ROOT`: mirrors and per-attempt worktrees (default `./data/workspaces`).
     pub workspace_root: PathBuf,
-    /// `GITHUB_TOKEN`: clone and push over https (and, later, the GitHub API).
+    /// `GITHUB_TOKEN`: clone and push over https, and the GitHub API (pull requests).
     pub github_token: Option<SecretString>,
+    /// `GITHUB_API_URL`: GitHub's API (default `https://api.github.com`; tests point it at a fake).
+    pub github_api_url: String,
     /// `PIDEVOPS_PAUSED=1`: no new runs start (running ones finish).
     pub paused: bool,
     /// The process environment, for the variables an agent profile passes through (and `PATH`).
@@ -300,6 +302,11 @@ impl Settings {
             telegram_allowed_chats: env.get("TELEGRAM_ALLOWED_CHATS").map(str::to_owned),
             workspace_root: PathBuf::from(env.get("WORKSPACE_ROOT").unwrap_or("./data/workspaces")),
             github_token: env.secret("GITHUB_TOKEN"),
+            github_api_url: env
+                .get("GITHUB_API_URL")
+                .unwrap_or(crate::effects::github::DEFAULT_API_URL)
+                .trim_end_matches('/')
+                .to_owned(),
             paused: match env.get("PIDEVOPS_PAUSED") {
                 None | Some("0") | Some("false") => false,
                 Some("1") | Some("true") => true,

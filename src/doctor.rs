@@ -82,6 +82,24 @@ pub fn plan(settings: &Settings) -> Vec<PlannedLoop> {
         what: "turns qualifying GitHub issues, Linear issues and Telegram /new into tasks, and records why others do not",
     });
     loops.extend(dispatch_loops(settings));
+    loops.push(match settings.github_token {
+        Some(_) => PlannedLoop {
+            name: crate::effects::Provider::Github.loop_name(),
+            singleton: true,
+            state: LoopState::Armed,
+            reason: None,
+            interval: settings.projector_interval,
+            what: "opens each task's pull request when it goes to review (GITHUB_API_URL), once, recorded",
+        },
+        None => PlannedLoop {
+            name: crate::effects::Provider::Github.loop_name(),
+            singleton: true,
+            state: LoopState::Disabled,
+            reason: Some("GITHUB_TOKEN is not set: no pull requests are opened".to_owned()),
+            interval: settings.projector_interval,
+            what: "",
+        },
+    });
     for projector in crate::projectors::all() {
         loops.push(PlannedLoop {
             name: crate::projectors::loop_name(projector.name()),

@@ -28,6 +28,9 @@
 //! dispatch/        running attempts with coding agents: the pure parts (config, profiles, prompt, schedule, run
 //!                  events), workspaces (mirrors, worktrees), Landlock, the runner, the dispatcher / watchdog /
 //!                  gc loops and `pidevops worker`; one outcome per run whatever crashes
+//! effects/         outbound calls driven by events, each recorded in its stream `effect:<key>` and made once
+//!   policy.rs      pure: which effects an event asks for (the task's pull request when it goes to review)
+//!   github.rs      the GitHub client (octocrab at GITHUB_API_URL); runner.rs the `effects:<provider>` loop
 //! intake/          the policy that turns qualifying webhook events into tasks (rules.rs is pure)
 //! loops/           the do-while runner and the health registry every background activity reports to
 //!   lease.rs       one replica runs each singleton loop: a lease row, DB-clock expiry, renewed by `leases`
@@ -46,6 +49,7 @@ pub mod config;
 pub mod dispatch;
 pub mod doctor;
 pub mod domain;
+pub mod effects;
 pub mod eventlog;
 pub mod http;
 pub mod ingress;

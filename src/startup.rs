@@ -134,6 +134,9 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
                     METRICS_UPKEEP_LOOP => Job::MetricsUpkeep(metrics.clone()),
                     LEASES_LOOP => Job::Leases(leases.clone()),
                     crate::intake::INTAKE => Job::Intake(intake.clone()),
+                    name if name == crate::effects::Provider::Github.loop_name() => {
+                        Job::Effects(github_effects(&settings, &log, &board)?)
+                    }
                     name @ (DISPATCHER | WATCHDOG | GC) => {
                         let dispatcher = dispatcher.clone().with_context(|| {
                             format!("the loop plan arms {name} but dispatch is off")
@@ -181,6 +184,34 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
     })
 }
 
+/// The `effects:github` loop's worker: GitHub at `GITHUB_API_URL` with `GITHUB_TOKEN`, pull requests to each
+/// repository's base branch.
+fn github_effects(
+    settings: &Settings,
+    log: &EventLog,
+    board: &crate::board::Board,
+) -> anyhow::Result<Arc<crate::effects::runner::Effects>> {
+    let token = settings
+        .github_token
+        .as_ref()
+        .context("the loop plan arms effects:github without GITHUB_TOKEN")?;
+    let client = crate::effects::github::GithubClient::new(&settings.github_api_url, token)
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let dispatch = crate::dispatch::DispatchConfig::from_file(&settings.file)
+        .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
+    let bases = dispatch
+        .repos
+        .iter()
+        .map(|(repo, source)| (repo.clone(), source.base.clone()))
+        .collect();
+    Ok(Arc::new(crate::effects::runner::Effects::github(
+        log.clone(),
+        board.clone(),
+        client,
+        crate::effects::policy::PolicyConfig { bases },
+    )))
+}
+
 /// What a loop does on each tick.
 enum Job {
     Heartbeat(EventStore),
@@ -189,6 +220,7 @@ enum Job {
     Leases(Leases),
     Projector(Arc<Projection>),
     Intake(Arc<crate::intake::Intake>),
+    Effects(Arc<crate::effects::runner::Effects>),
     Dispatcher(Dispatcher),
     Watchdog(Dispatcher),
     Gc(Dispatcher),
@@ -224,6 +256,10 @@ impl Job {
                     serde_json::to_value(progress).ok(),
                     Ok(Pace::again_if(progress.out_of_time)),
                 ),
+                Err(error) => (None, Err(error)),
+            },
+            Self::Effects(effects) => match effects.tick().await {
+                Ok(progress) => (serde_json::to_value(progress).ok(), Ok(Pace::Rest)),
                 Err(error) => (None, Err(error)),
             },
             Self::Dispatcher(dispatcher) => match dispatcher.tick().await {

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod agents;
+pub mod fake_github;
 pub mod server;
 
 use std::path::{Path, PathBuf};

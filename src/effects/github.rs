@@ -1,0 +1,133 @@
+//! The GitHub client effects call through (octocrab), at `GITHUB_API_URL` with `GITHUB_TOKEN`. It only makes
+//! calls and says how they failed; what to call, when, and what it means is the runner's and the policy's.
+
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+
+use super::{CallError, Produced};
+use crate::tasks::{BranchName, RepoName};
+
+/// GitHub's public API; tests and GitHub Enterprise set `GITHUB_API_URL`.
+pub const DEFAULT_API_URL: &str = "https://api.github.com";
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest wait a rate limit may impose before we try anyway (and are told again).
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+#[derive(Clone)]
+pub struct GithubClient {
+    api: octocrab::Octocrab,
+}
+
+impl std::fmt::Debug for GithubClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GithubClient")
+    }
+}
+
+impl GithubClient {
+    pub fn new(api_url: &str, token: &SecretString) -> Result<Self, String> {
+        let api = octocrab::Octocrab::builder()
+            .base_uri(api_url)
+            .map_err(|e| format!("GITHUB_API_URL {api_url:?} is not a URL: {e}"))?
+            .personal_token(token.expose_secret().to_owned())
+            .set_connect_timeout(Some(CONNECT_TIMEOUT))
+            .set_read_timeout(Some(READ_TIMEOUT))
+            .build()
+            .map_err(|e| format!("cannot build the GitHub client: {e}"))?;
+        Ok(Self { api })
+    }
+
+    /// The open pull request from `head`, or a new one. Looking first makes a repeat (a crash after GitHub
+    /// opened it, before we recorded so) find the one it opened instead of failing or opening a second.
+    pub async fn open_pull_request(
+        &self,
+        repo: &RepoName,
+        head: &BranchName,
+        base: &str,
+        title: &str,
+        body: &str,
+    ) -> Result<Produced, CallError> {
+        let pulls = self.api.pulls(repo.owner(), repo.name());
+        let open = pulls
+            .list()
+            .state(octocrab::params::State::Open)
+            .head(format!("{}:{}", repo.owner(), head.as_str()))
+            .per_page(1u8)
+            .send()
+            .await
+            .map_err(|e| classify("listing open pull requests", e))?;
+        if let Some(pr) = open.items.first() {
+            return Ok(Produced::PullRequest {
+                repo: repo.clone(),
+                number: pr.number,
+                url: pr
+                    .html_url
+                    .as_ref()
+                    .map(|u| u.to_string())
+                    .unwrap_or_default(),
+                opened: false,
+            });
+        }
+        let pr = pulls
+            .create(title, head.as_str(), base)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| classify("opening the pull request", e))?;
+        Ok(Produced::PullRequest {
+            repo: repo.clone(),
+            number: pr.number,
+            url: pr
+                .html_url
+                .as_ref()
+                .map(|u| u.to_string())
+                .unwrap_or_default(),
+            opened: true,
+        })
+    }
+}
+
+/// Transient: GitHub's 5xx, 429, a 403 that is a rate limit, and anything that never got an answer (connection,
+/// timeout). Permanent: every other answer (bad token, no such repository, a validation error).
+fn classify(what: &str, error: octocrab::Error) -> CallError {
+    match error {
+        octocrab::Error::GitHub { source, .. } => {
+            let status = source.status_code;
+            let header = |name: &str| {
+                source
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get(name))
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+            };
+            let rate_limited = status.as_u16() == 429
+                || (status.as_u16() == 403
+                    && (header("retry-after").is_some()
+                        || header("x-ratelimit-remaining").as_deref() == Some("0")));
+            let message = format!("{what}: GitHub answered {status}: {}", source.message);
+            if status.is_server_error() || rate_limited {
+                let retry_after = header("retry-after")
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .map(Duration::from_secs)
+                    .or_else(|| {
+                        let reset = source.rate_limit_reset_at()?;
+                        (reset - chrono::Utc::now()).to_std().ok()
+                    })
+                    .map(|d| d.min(MAX_RETRY_AFTER));
+                CallError::Transient {
+                    message,
+                    retry_after,
+                }
+            } else {
+                CallError::Permanent { message }
+            }
+        }
+        other => CallError::Transient {
+            message: format!("{what}: no answer from GitHub: {other}"),
+            retry_after: None,
+        },
+    }
+}

@@ -1,0 +1,249 @@
+//! Effects: the outbound calls pidevops makes (GitHub today; Linear and Telegram follow), each driven by an event
+//! through a policy and recorded in the log, so a restart or a replayed event never calls twice.
+//!
+//! ```text
+//! log ──► policy (pure: event → requests) ──► effect:<key> stream ──► provider call ──► effect.succeeded | failed
+//!                                              requested, started…                      └─► commands (links, flags)
+//! ```
+//!
+//! Each request has an idempotency key (`github:pr:T-7`) and its own stream `effect:<key>`:
+//! `effect.requested` (version 1, deduplicated on the key), then per attempt `effect.started` and its outcome.
+//! `started` is appended at the stream's next version before the call, so two executors (a split-brain between
+//! replicas) never both make it. An attempt that started and has no outcome was cut off mid-call by a crash: it
+//! is made again only when the action is safe to repeat (opening a pull request looks for the open one first);
+//! otherwise it is recorded as failed, in doubt, never sent twice.
+//!
+//! Transient failures (5xx, timeouts, 429 and rate limits, honouring `Retry-After` and the reset time) are retried
+//! with backoff, the wait recorded in `effect.failed{retry_at}`; a permanent failure is recorded, flags the task for
+//! a human, and the loop moves on.
+
+pub mod github;
+pub mod policy;
+pub mod runner;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::tasks::{BranchName, RepoName, TaskId};
+
+/// The stream of one effect: `effect:<key>`.
+pub const EFFECT_STREAM_PREFIX: &str = "effect:";
+/// Attempts of one effect before it is recorded as failed for good.
+pub const MAX_ATTEMPTS: u32 = 8;
+
+pub fn stream(key: &str) -> String {
+    format!("{EFFECT_STREAM_PREFIX}{key}")
+}
+
+/// Which API an effect calls; each has its own loop (`effects:github`, …), so one provider being down never holds
+/// back another's calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Provider {
+    Github,
+}
+
+impl Provider {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Github => "github",
+        }
+    }
+
+    /// The loop that makes this provider's calls.
+    pub fn loop_name(self) -> String {
+        format!("effects:{}", self.as_str())
+    }
+}
+
+/// What to do. Everything the call needs is in the request, so the call is the same whoever makes it, whenever.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Action {
+    /// Opens the task's pull request from `head` to `base`, or finds the one already open.
+    GithubOpenPullRequest {
+        repo: RepoName,
+        head: BranchName,
+        base: String,
+        title: String,
+        body: String,
+    },
+}
+
+impl Action {
+    pub fn provider(&self) -> Provider {
+        match self {
+            Action::GithubOpenPullRequest { .. } => Provider::Github,
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Action::GithubOpenPullRequest { .. } => "github_open_pull_request",
+        }
+    }
+
+    /// Whether an attempt cut off mid-call may be made again without a second visible result.
+    pub fn safe_to_repeat(&self) -> bool {
+        match self {
+            // Looks for the open pull request of the branch before it opens one.
+            Action::GithubOpenPullRequest { .. } => true,
+        }
+    }
+}
+
+/// An effect a policy asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub key: String,
+    pub task: TaskId,
+    pub action: Action,
+}
+
+/// What a successful call produced, for the policies that act on it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Produced {
+    PullRequest {
+        repo: RepoName,
+        number: u64,
+        url: String,
+        /// False when it was already open (a repeat, or a human opened it).
+        opened: bool,
+    },
+}
+
+/// One fact about an effect, in its stream.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EffectEvent {
+    Requested {
+        at: DateTime<Utc>,
+        key: String,
+        task: TaskId,
+        #[serde(flatten)]
+        action: Action,
+        /// The event whose handling asked for it.
+        cause_position: i64,
+    },
+    Started {
+        at: DateTime<Utc>,
+        key: String,
+        attempt: u32,
+    },
+    Succeeded {
+        at: DateTime<Utc>,
+        key: String,
+        attempt: u32,
+        produced: Produced,
+    },
+    Failed {
+        at: DateTime<Utc>,
+        key: String,
+        attempt: u32,
+        error: String,
+        /// When the next attempt may be made; `None`: failed for good.
+        retry_at: Option<DateTime<Utc>>,
+    },
+}
+
+impl EffectEvent {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            EffectEvent::Requested { .. } => "effect.requested",
+            EffectEvent::Started { .. } => "effect.started",
+            EffectEvent::Succeeded { .. } => "effect.succeeded",
+            EffectEvent::Failed { .. } => "effect.failed",
+        }
+    }
+
+    pub fn at(&self) -> DateTime<Utc> {
+        match self {
+            EffectEvent::Requested { at, .. }
+            | EffectEvent::Started { at, .. }
+            | EffectEvent::Succeeded { at, .. }
+            | EffectEvent::Failed { at, .. } => *at,
+        }
+    }
+}
+
+/// Where an effect stands, from its stream.
+#[derive(Clone, Debug, PartialEq)]
+pub enum State {
+    /// Never requested.
+    Unknown,
+    /// Requested; the next attempt may be made at `due` (`None`: now).
+    Pending {
+        attempts: u32,
+        due: Option<DateTime<Utc>>,
+    },
+    /// An attempt started and has no outcome: its caller was cut off mid-call.
+    InDoubt {
+        attempt: u32,
+    },
+    Succeeded,
+    Failed,
+}
+
+/// Folds an effect's events into its state. Pure.
+pub fn state(events: &[EffectEvent]) -> State {
+    let mut state = State::Unknown;
+    for event in events {
+        state = match (state, event) {
+            (State::Unknown, EffectEvent::Requested { .. }) => State::Pending {
+                attempts: 0,
+                due: None,
+            },
+            (_, EffectEvent::Started { attempt, .. }) => State::InDoubt { attempt: *attempt },
+            (_, EffectEvent::Succeeded { .. }) => State::Succeeded,
+            (
+                _,
+                EffectEvent::Failed {
+                    attempt,
+                    retry_at: Some(at),
+                    ..
+                },
+            ) => State::Pending {
+                attempts: *attempt,
+                due: Some(*at),
+            },
+            (_, EffectEvent::Failed { retry_at: None, .. }) => State::Failed,
+            (other, EffectEvent::Requested { .. }) => other,
+        };
+    }
+    state
+}
+
+/// Why a call failed, as the provider client sees it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    /// Worth another attempt: 5xx, a timeout, a refused connection, 429 or a rate limit. `retry_after`: what
+    /// the provider asked for.
+    #[error("{message}")]
+    Transient {
+        message: String,
+        retry_after: Option<std::time::Duration>,
+    },
+    /// Another attempt would fail the same way: a 4xx other than 429, a missing credential.
+    #[error("{message}")]
+    Permanent { message: String },
+}
+
+/// When attempt `attempts + 1` may be made after a transient failure: what the provider asked for, else 2 s
+/// doubling per attempt up to 10 minutes. `None`: no attempts left.
+pub fn retry_at(
+    now: DateTime<Utc>,
+    attempts: u32,
+    retry_after: Option<std::time::Duration>,
+) -> Option<DateTime<Utc>> {
+    if attempts >= MAX_ATTEMPTS {
+        return None;
+    }
+    let backoff = std::time::Duration::from_secs(2u64 << attempts.saturating_sub(1).min(9))
+        .min(std::time::Duration::from_secs(600));
+    let wait = retry_after.unwrap_or(backoff);
+    Some(now + chrono::Duration::from_std(wait).ok()?)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,81 @@
+//! Which effects an event asks for. Pure: the runner hands it the event's type and the task as the log has it,
+//! and it answers with requests (each with its idempotency key); it never calls out.
+
+use std::collections::BTreeMap;
+
+use super::{Action, Request};
+use crate::tasks::{RepoName, Task, TaskEvent};
+
+/// What the policy needs to know of the deployment.
+#[derive(Clone, Debug, Default)]
+pub struct PolicyConfig {
+    /// The branch each configured repository's pull requests go to (`[repos."o/n"] base`); others go to `main`.
+    pub bases: BTreeMap<RepoName, String>,
+}
+
+impl PolicyConfig {
+    pub fn base_for(&self, repo: &RepoName) -> String {
+        self.bases
+            .get(repo)
+            .cloned()
+            .unwrap_or_else(|| "main".to_owned())
+    }
+}
+
+/// The GitHub requests `event` (one of `task`'s events) asks for.
+pub fn github(event: &TaskEvent, task: &Task, config: &PolicyConfig) -> Vec<Request> {
+    match event {
+        // One pull request per task: a later attempt pushes to the same branch, which updates it.
+        TaskEvent::SubmittedForReview { branch, .. } => vec![Request {
+            key: format!("github:pr:{}", task.id()),
+            task: task.id(),
+            action: Action::GithubOpenPullRequest {
+                repo: task.repo().clone(),
+                head: branch.clone(),
+                base: config.base_for(task.repo()),
+                title: format!("{}: {}", task.id(), task.title()),
+                body: pull_request_body(task),
+            },
+        }],
+        _ => Vec::new(),
+    }
+}
+
+/// The pull request's description: the spec, where the task came from, and how many attempts it took.
+pub fn pull_request_body(task: &Task) -> String {
+    let spec = task.spec();
+    let mut body = format!("## Task\n{}\n", spec.task());
+    if !spec.scope().is_empty() {
+        body.push_str(&format!("\n## Scope\n{}\n", spec.scope()));
+    }
+    if !spec.done_when().is_empty() {
+        body.push_str(&format!("\n## Done when\n{}\n", spec.done_when()));
+    }
+    let links = task.links();
+    let mut from = Vec::new();
+    if let Some(issue) = &links.github_issue {
+        // `Closes` only works within the repository; elsewhere it is a plain reference.
+        if &issue.repo == task.repo() {
+            from.push(format!("Closes #{}", issue.number));
+        } else {
+            from.push(format!("{issue}"));
+        }
+    }
+    if let Some(linear) = &links.linear_issue {
+        from.push(format!("Linear {}", linear.identifier()));
+    }
+    if let Some(telegram) = &links.telegram {
+        from.push(format!("Telegram message {telegram}"));
+    }
+    body.push_str("\n---\n");
+    if !from.is_empty() {
+        body.push_str(&format!("From: {}\n", from.join(", ")));
+    }
+    body.push_str(&format!(
+        "Opened by pidevops for {} after attempt {} of {}.\n",
+        task.id(),
+        task.attempts(),
+        task.max_attempts().get()
+    ));
+    body
+}

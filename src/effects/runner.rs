@@ -1,0 +1,397 @@
+//! The `effects:<provider>` loop: reads the log after its checkpoint, asks the policy what each event wants,
+//! makes each call once (see the module doc for how), and turns what came back into commands on the task.
+//!
+//! The checkpoint moves past an event only when its effects are settled (succeeded, or failed for good): an
+//! effect waiting for its retry time stops the tick there, and the next tick picks it up again. One provider's
+//! calls are made in the order their causes were committed.
+
+use anyhow::Context;
+use chrono::Utc;
+
+use super::github::GithubClient;
+use super::policy::{self, PolicyConfig};
+use super::{
+    retry_at, state, stream, Action, CallError, EffectEvent, Produced, Provider, Request, State,
+    EFFECT_STREAM_PREFIX,
+};
+use crate::board::{Board, BoardError};
+use crate::domain::{EventType, NewEvent, Source};
+use crate::eventlog::{AppendError, EventLog, StoredEvent};
+use crate::tasks::values::TASK_STREAM_PREFIX;
+use crate::tasks::{Command, GithubRef, Links, Reason, TaskEvent, TaskId};
+
+const PAGE: i64 = 200;
+const ACTOR: &str = "effects";
+
+/// What one tick did, for `/health`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct EffectsProgress {
+    pub position: i64,
+    pub succeeded: u64,
+    pub failed: u64,
+    /// An effect waits for its retry time (the checkpoint stays before its cause until then).
+    pub waiting: Option<String>,
+}
+
+/// How an effect stands after this tick looked at it.
+enum Settled {
+    Yes,
+    /// Not before this time.
+    Waiting(chrono::DateTime<Utc>),
+}
+
+#[derive(Clone, Debug)]
+pub struct Effects {
+    provider: Provider,
+    log: EventLog,
+    board: Board,
+    github: GithubClient,
+    config: PolicyConfig,
+    checkpoint: Option<String>,
+}
+
+impl Effects {
+    pub fn github(log: EventLog, board: Board, github: GithubClient, config: PolicyConfig) -> Self {
+        Self {
+            provider: Provider::Github,
+            log,
+            board,
+            github,
+            config,
+            checkpoint: None,
+        }
+    }
+
+    /// The same worker reading the log under another checkpoint name: a second reader from position 0 (a rebuild,
+    /// or a test replaying the log) settles every effect from its stream and calls nothing twice.
+    pub fn with_checkpoint(mut self, name: &str) -> Self {
+        self.checkpoint = Some(name.to_owned());
+        self
+    }
+
+    fn checkpoint_name(&self) -> String {
+        self.checkpoint
+            .clone()
+            .unwrap_or_else(|| self.provider.loop_name())
+    }
+
+    /// Handles what was committed since the checkpoint, up to the first effect that must wait.
+    pub async fn tick(&self) -> anyhow::Result<EffectsProgress> {
+        let store = self.log.store();
+        let name = self.checkpoint_name();
+        let mut progress = EffectsProgress {
+            position: store
+                .checkpoint(&name)
+                .await
+                .with_context(|| format!("reading the {name} checkpoint"))?,
+            ..EffectsProgress::default()
+        };
+        loop {
+            let events = store
+                .read_after(progress.position, PAGE)
+                .await
+                .context("reading the log")?;
+            let Some(last) = events.last().map(|e| e.position) else {
+                return Ok(progress);
+            };
+            for event in &events {
+                let settled = self.handle(event, &mut progress).await.with_context(|| {
+                    format!("effects of event {} ({})", event.position, event.event_type)
+                })?;
+                if let Settled::Waiting(until) = settled {
+                    store
+                        .advance_checkpoint(&name, progress.position)
+                        .await
+                        .context("saving the checkpoint")?;
+                    progress.waiting = Some(format!(
+                        "event {} waits for its retry at {}",
+                        event.position,
+                        until.to_rfc3339()
+                    ));
+                    return Ok(progress);
+                }
+                progress.position = event.position;
+            }
+            store
+                .advance_checkpoint(&name, progress.position)
+                .await
+                .context("saving the checkpoint")?;
+            if events.len() < PAGE as usize && progress.position == last {
+                return Ok(progress);
+            }
+        }
+    }
+
+    async fn handle(
+        &self,
+        event: &StoredEvent,
+        progress: &mut EffectsProgress,
+    ) -> anyhow::Result<Settled> {
+        if event.source != Source::Pidevops.as_str() {
+            return Ok(Settled::Yes);
+        }
+        let stream = event.stream.as_deref().unwrap_or_default();
+        if stream.starts_with(EFFECT_STREAM_PREFIX) {
+            if let Ok(EffectEvent::Succeeded { produced, key, .. }) =
+                serde_json::from_slice::<EffectEvent>(&event.body)
+            {
+                self.follow_up(&key, &produced).await?;
+            }
+            return Ok(Settled::Yes);
+        }
+        let Some(id) = stream
+            .strip_prefix(TASK_STREAM_PREFIX)
+            .and_then(|id| id.parse::<TaskId>().ok())
+        else {
+            return Ok(Settled::Yes);
+        };
+        let task_event: TaskEvent = serde_json::from_slice(&event.body).with_context(|| {
+            format!(
+                "{stream}: the body of {} is not a task event",
+                event.event_type
+            )
+        })?;
+        // The cheap test first: most task events ask for nothing, and need no load.
+        if !matches!(task_event, TaskEvent::SubmittedForReview { .. }) {
+            return Ok(Settled::Yes);
+        }
+        let Some(loaded) = self.board.load(id).await? else {
+            return Ok(Settled::Yes);
+        };
+        let requests = match self.provider {
+            Provider::Github => policy::github(&task_event, &loaded.task, &self.config),
+        };
+        for request in requests {
+            self.request(&request, event.position).await?;
+            match self.drive(&request, progress).await? {
+                Settled::Yes => {}
+                waiting => return Ok(waiting),
+            }
+        }
+        Ok(Settled::Yes)
+    }
+
+    /// Records the request (once per key: a repeat is a duplicate of the first).
+    async fn request(&self, request: &Request, cause: i64) -> anyhow::Result<()> {
+        let event = EffectEvent::Requested {
+            at: Utc::now(),
+            key: request.key.clone(),
+            task: request.task,
+            action: request.action.clone(),
+            cause_position: cause,
+        };
+        self.append(&request.key, request.task, 1, &event)
+            .await
+            .with_context(|| format!("requesting {}", request.key))?;
+        Ok(())
+    }
+
+    /// Makes the next attempt of the effect if it is due; says whether it is settled.
+    async fn drive(
+        &self,
+        request: &Request,
+        progress: &mut EffectsProgress,
+    ) -> anyhow::Result<Settled> {
+        let recorded = self
+            .log
+            .store()
+            .read_stream(&stream(&request.key))
+            .await
+            .with_context(|| format!("reading {}", stream(&request.key)))?;
+        let events: Vec<EffectEvent> = recorded
+            .iter()
+            .map(|e| serde_json::from_slice(&e.body))
+            .collect::<Result<_, _>>()
+            .with_context(|| {
+                format!("{} holds an event that is not an effect event", request.key)
+            })?;
+        let version = i64::try_from(recorded.len()).unwrap_or(i64::MAX);
+        // The action as first requested: a later request (a retried task) asks for the same thing.
+        let action = events
+            .iter()
+            .find_map(|e| match e {
+                EffectEvent::Requested { action, .. } => Some(action.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| request.action.clone());
+        let now = Utc::now();
+        let attempt = match state(&events) {
+            State::Succeeded | State::Failed | State::Unknown => return Ok(Settled::Yes),
+            State::Pending { due: Some(due), .. } if due > now => return Ok(Settled::Waiting(due)),
+            State::Pending { attempts, .. } => attempts + 1,
+            State::InDoubt { attempt } if !action.safe_to_repeat() => {
+                let failed = EffectEvent::Failed {
+                    at: now,
+                    key: request.key.clone(),
+                    attempt,
+                    error: "in doubt: the call was cut off (a crash) and is not safe to repeat"
+                        .into(),
+                    retry_at: None,
+                };
+                self.append(&request.key, request.task, version + 1, &failed)
+                    .await
+                    .context("recording an attempt in doubt")?;
+                progress.failed += 1;
+                return Ok(Settled::Yes);
+            }
+            State::InDoubt { attempt } => attempt + 1,
+        };
+        let started = EffectEvent::Started {
+            at: now,
+            key: request.key.clone(),
+            attempt,
+        };
+        let claimed = self
+            .append(&request.key, request.task, version + 1, &started)
+            .await
+            .context("recording the attempt's start")?;
+        if !claimed {
+            // Someone else (a replica in a brief split-brain) started this attempt: theirs to finish.
+            return Ok(Settled::Waiting(now + chrono::Duration::seconds(1)));
+        }
+        let outcome = self.call(&action).await;
+        let label = match &outcome {
+            Ok(_) => "succeeded",
+            Err(CallError::Transient { .. }) => "transient",
+            Err(CallError::Permanent { .. }) => "permanent",
+        };
+        metrics::counter!("pidevops_effects_total", "provider" => self.provider.as_str(), "action" => action.name(), "outcome" => label)
+            .increment(1);
+        let (recorded, settled) = match outcome {
+            Ok(produced) => {
+                progress.succeeded += 1;
+                (
+                    EffectEvent::Succeeded {
+                        at: Utc::now(),
+                        key: request.key.clone(),
+                        attempt,
+                        produced,
+                    },
+                    Settled::Yes,
+                )
+            }
+            Err(error) => {
+                let retry = match &error {
+                    CallError::Transient { retry_after, .. } => {
+                        retry_at(Utc::now(), attempt, *retry_after)
+                    }
+                    CallError::Permanent { .. } => None,
+                };
+                if retry.is_none() {
+                    progress.failed += 1;
+                    self.surface(request, &error, attempt).await?;
+                }
+                tracing::warn!(key = %request.key, attempt, %error, retry_at = ?retry, "effect failed");
+                (
+                    EffectEvent::Failed {
+                        at: Utc::now(),
+                        key: request.key.clone(),
+                        attempt,
+                        error: error.to_string(),
+                        retry_at: retry,
+                    },
+                    retry.map_or(Settled::Yes, Settled::Waiting),
+                )
+            }
+        };
+        self.append(&request.key, request.task, version + 2, &recorded)
+            .await
+            .context("recording the attempt's outcome")?;
+        Ok(settled)
+    }
+
+    async fn call(&self, action: &Action) -> Result<Produced, CallError> {
+        match action {
+            Action::GithubOpenPullRequest {
+                repo,
+                head,
+                base,
+                title,
+                body,
+            } => {
+                self.github
+                    .open_pull_request(repo, head, base, title, body)
+                    .await
+            }
+        }
+    }
+
+    /// A permanent failure is the task's business: a person must look.
+    async fn surface(
+        &self,
+        request: &Request,
+        error: &CallError,
+        attempt: u32,
+    ) -> anyhow::Result<()> {
+        let reason = Reason::summarize(&format!(
+            "{} failed for good after {attempt} attempt(s): {error}",
+            request.action.name().replace('_', " ")
+        ));
+        match self
+            .board
+            .execute(request.task, &Command::FlagNeedsHuman { reason }, ACTOR)
+            .await
+        {
+            Ok(_) | Err(BoardError::Refused(_)) => Ok(()),
+            Err(error) => Err(error).context("flagging the task after a failed effect"),
+        }
+    }
+
+    /// What a success means for the task: the pull request becomes its link.
+    async fn follow_up(&self, key: &str, produced: &Produced) -> anyhow::Result<()> {
+        let Produced::PullRequest { repo, number, .. } = produced;
+        let Some(task) = key
+            .strip_prefix("github:pr:")
+            .and_then(|id| id.parse::<TaskId>().ok())
+        else {
+            return Ok(());
+        };
+        let links = Links {
+            github_pr: Some(GithubRef::new(repo.clone(), *number)?),
+            ..Links::default()
+        };
+        match self
+            .board
+            .execute(task, &Command::AttachLinks { links }, ACTOR)
+            .await
+        {
+            Ok(_) => Ok(()),
+            // Closed and archived tasks, and a task already linked to another pull request, keep what they have.
+            Err(BoardError::Refused(refused)) => {
+                tracing::info!(%task, %refused, "pull request not linked");
+                Ok(())
+            }
+            Err(error) => Err(error).context("linking the pull request to its task"),
+        }
+    }
+
+    /// Appends `event` as version `version` of the effect's stream. `Ok(false)`: that version is taken (someone
+    /// else wrote it, or this very write was made before a crash).
+    async fn append(
+        &self,
+        key: &str,
+        task: TaskId,
+        version: i64,
+        event: &EffectEvent,
+    ) -> Result<bool, AppendError> {
+        let body = serde_json::to_vec(event)
+            .map_err(|e| AppendError::Unavailable(format!("encoding {}: {e}", event.kind())))?;
+        let mut new = NewEvent::new(
+            Source::Pidevops,
+            EventType::from_stored(event.kind().to_owned()),
+            format!("{}:{version}", stream(key)),
+            "application/json",
+            bytes::Bytes::from(body),
+        );
+        new.stream = Some((stream(key), version));
+        new.occurred_at = event.at();
+        new.subject.reference = Some(task.to_string());
+        new.meta
+            .insert("actor".to_owned(), serde_json::Value::from(ACTOR));
+        match self.log.append(new).await {
+            Ok(appended) => Ok(!appended.duplicate),
+            Err(AppendError::Conflict { .. }) => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+}

@@ -1,0 +1,188 @@
+use std::time::Duration;
+
+use chrono::{TimeZone, Utc};
+
+use super::*;
+
+fn at(seconds: i64) -> DateTime<Utc> {
+    Utc.timestamp_opt(1_750_000_000 + seconds, 0)
+        .single()
+        .expect("a valid time")
+}
+
+fn requested() -> EffectEvent {
+    EffectEvent::Requested {
+        at: at(0),
+        key: "github:pr:T-1".into(),
+        task: "T-1".parse().unwrap(),
+        action: Action::GithubOpenPullRequest {
+            repo: "acme/app".parse().unwrap(),
+            head: "pidevops/T-1".parse().unwrap(),
+            base: "main".into(),
+            title: "T-1: Fix it".into(),
+            body: "## Task\nFix it\n".into(),
+        },
+        cause_position: 42,
+    }
+}
+
+fn started(attempt: u32) -> EffectEvent {
+    EffectEvent::Started {
+        at: at(1),
+        key: "github:pr:T-1".into(),
+        attempt,
+    }
+}
+
+fn failed(attempt: u32, retry_at: Option<DateTime<Utc>>) -> EffectEvent {
+    EffectEvent::Failed {
+        at: at(2),
+        key: "github:pr:T-1".into(),
+        attempt,
+        error: "GitHub answered 502".into(),
+        retry_at,
+    }
+}
+
+#[test]
+fn an_effects_state_follows_its_stream() {
+    assert_eq!(state(&[]), State::Unknown);
+    assert_eq!(
+        state(&[requested()]),
+        State::Pending {
+            attempts: 0,
+            due: None
+        }
+    );
+    assert_eq!(
+        state(&[requested(), started(1)]),
+        State::InDoubt { attempt: 1 },
+        "started without an outcome: cut off mid-call"
+    );
+    assert_eq!(
+        state(&[requested(), started(1), failed(1, Some(at(60)))]),
+        State::Pending {
+            attempts: 1,
+            due: Some(at(60))
+        }
+    );
+    assert_eq!(
+        state(&[requested(), started(1), failed(1, None)]),
+        State::Failed
+    );
+    let succeeded = EffectEvent::Succeeded {
+        at: at(3),
+        key: "github:pr:T-1".into(),
+        attempt: 2,
+        produced: Produced::PullRequest {
+            repo: "acme/app".parse().unwrap(),
+            number: 7,
+            url: "https://github.com/acme/app/pull/7".into(),
+            opened: true,
+        },
+    };
+    assert_eq!(
+        state(&[
+            requested(),
+            started(1),
+            failed(1, Some(at(60))),
+            started(2),
+            succeeded.clone()
+        ]),
+        State::Succeeded
+    );
+    // Every event round-trips through the log's JSON, with the action's fields beside the request's.
+    for event in [requested(), started(1), failed(1, Some(at(60))), succeeded] {
+        let json = serde_json::to_value(&event).unwrap();
+        assert_eq!(json["type"], event.kind().trim_start_matches("effect."));
+        assert_eq!(serde_json::from_value::<EffectEvent>(json).unwrap(), event);
+    }
+    let json = serde_json::to_value(requested()).unwrap();
+    assert_eq!(json["action"], "github_open_pull_request");
+    assert_eq!(json["head"], "pidevops/T-1");
+}
+
+#[test]
+fn retries_back_off_honour_the_provider_and_stop() {
+    let now = at(0);
+    assert_eq!(retry_at(now, 1, None), Some(at(2)));
+    assert_eq!(retry_at(now, 2, None), Some(at(4)));
+    assert_eq!(retry_at(now, 5, None), Some(at(32)));
+    assert_eq!(
+        retry_at(now, 3, Some(Duration::from_secs(90))),
+        Some(at(90)),
+        "Retry-After wins"
+    );
+    assert_eq!(retry_at(now, MAX_ATTEMPTS, None), None, "no attempts left");
+    assert!(retry_at(now, MAX_ATTEMPTS - 1, None).unwrap() <= at(600));
+}
+
+#[test]
+fn a_task_in_review_asks_for_one_pull_request_to_its_repositorys_base() {
+    use crate::tasks::{
+        decide, evolve, ApprovalPolicy, Command, GithubRef, LinearIssue, Links, MaxAttempts,
+        NewTask, Priority, RunId, Spec, Task,
+    };
+    let apply = |task: Option<Task>, command: Command| -> (Task, Vec<crate::tasks::TaskEvent>) {
+        let events = decide(task.as_ref(), &command, at(0)).unwrap();
+        let mut task = task;
+        for event in &events {
+            task = Some(evolve(task, event).unwrap());
+        }
+        (task.unwrap(), events)
+    };
+    let repo: crate::tasks::RepoName = "acme/app".parse().unwrap();
+    let new = NewTask {
+        id: "T-9".parse().unwrap(),
+        repo: repo.clone(),
+        spec: Spec::new("Fix the login redirect", "src/auth", "the e2e test passes").unwrap(),
+        priority: Priority::Normal,
+        links: Links {
+            github_issue: Some(GithubRef::new(repo.clone(), 12).unwrap()),
+            linear_issue: Some(LinearIssue::new(uuid::Uuid::from_u128(5), "ENG-4").unwrap()),
+            ..Links::default()
+        },
+        approval: ApprovalPolicy::Auto,
+        max_attempts: MaxAttempts::new(3).unwrap(),
+        ticket_version: None,
+        agent: None,
+    };
+    let (task, _) = apply(None, Command::Create(Box::new(new)));
+    let run = RunId(uuid::Uuid::from_u128(1));
+    let (task, started) = apply(Some(task), Command::Start { run });
+    let config = policy::PolicyConfig {
+        bases: [(repo.clone(), "develop".to_owned())].into_iter().collect(),
+    };
+    assert!(
+        policy::github(&started[0], &task, &config).is_empty(),
+        "a start asks for nothing"
+    );
+    let (task, submitted) = apply(
+        Some(task),
+        Command::SubmitForReview {
+            run,
+            branch: "pidevops/T-9".parse().unwrap(),
+            pr: None,
+        },
+    );
+    let requests = policy::github(&submitted[0], &task, &config);
+    assert_eq!(requests.len(), 1);
+    assert_eq!(
+        requests[0].key, "github:pr:T-9",
+        "one pull request per task, whatever the attempt"
+    );
+    let Action::GithubOpenPullRequest {
+        head,
+        base,
+        title,
+        body,
+        ..
+    } = &requests[0].action;
+    assert_eq!((head.as_str(), base.as_str()), ("pidevops/T-9", "develop"));
+    assert_eq!(title, "T-9: Fix the login redirect");
+    assert_eq!(
+        body,
+        "## Task\nFix the login redirect\n\n## Scope\nsrc/auth\n\n## Done when\nthe e2e test passes\n\n---\n\
+         From: Closes #12, Linear ENG-4\nOpened by pidevops for T-9 after attempt 1 of 3.\n"
+    );
+}

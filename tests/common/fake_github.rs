@@ -1,0 +1,234 @@
+//! A fake GitHub REST API on loopback, the only stand-in the effects suites use: it records every call, keeps
+//! the pull requests it opened, and answers with scripted failures (500, 429 with `Retry-After`) when told to.
+//! Its pull request bodies are GitHub's own (the `pull_request.opened` fixture), so the real client parses them.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+/// One request the fake received.
+#[derive(Clone, Debug)]
+pub struct Call {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    pub body: Value,
+    pub authorization: Option<String>,
+}
+
+/// What the next matching call answers instead of doing its work.
+#[derive(Clone, Debug)]
+pub enum Failure {
+    Status(u16),
+    RateLimited {
+        retry_after_s: u64,
+    },
+    /// Does the work, then answers only after this long: a caller that gives up (or crashes) meanwhile never
+    /// learns that it happened.
+    AnswerLate(std::time::Duration),
+}
+
+#[derive(Default)]
+struct Inner {
+    calls: Vec<Call>,
+    /// (repo, number, head, base, title, body, open)
+    pulls: Vec<(String, u64, String, String, String, String, bool)>,
+    /// Failures for the next calls whose method is this one, in order.
+    failures: VecDeque<(Method, Failure)>,
+}
+
+#[derive(Clone, Default)]
+pub struct FakeGithub {
+    inner: Arc<Mutex<Inner>>,
+    pub url: String,
+}
+
+impl FakeGithub {
+    pub async fn start() -> Self {
+        let mut fake = FakeGithub::default();
+        let router = Router::new()
+            .route(
+                "/repos/{owner}/{repo}/pulls",
+                get(list_pulls).post(create_pull),
+            )
+            .with_state(fake.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        fake.url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            axum::serve(listener, router).await.unwrap();
+        });
+        fake
+    }
+
+    /// The next call with `method` fails so.
+    pub fn fail_next(&self, method: Method, failure: Failure) {
+        self.inner
+            .lock()
+            .unwrap()
+            .failures
+            .push_back((method, failure));
+    }
+
+    pub fn calls(&self) -> Vec<Call> {
+        self.inner.lock().unwrap().calls.clone()
+    }
+
+    /// The calls that opened a pull request (answered 201).
+    pub fn pulls_opened(&self) -> Vec<(String, u64, String, String, String, String)> {
+        self.inner
+            .lock()
+            .unwrap()
+            .pulls
+            .iter()
+            .map(|(r, n, h, b, t, body, _)| {
+                (r.clone(), *n, h.clone(), b.clone(), t.clone(), body.clone())
+            })
+            .collect()
+    }
+
+    fn record(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        body: Value,
+    ) -> Option<Failure> {
+        let mut inner = self.inner.lock().unwrap();
+        inner.calls.push(Call {
+            method: method.to_string(),
+            path: uri.path().to_owned(),
+            query: uri.query().unwrap_or_default().to_owned(),
+            body,
+            authorization: headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+        });
+        let next = inner.failures.iter().position(|(m, _)| m == method)?;
+        inner.failures.remove(next).map(|(_, failure)| failure)
+    }
+}
+
+fn failure_response(failure: Failure) -> Response {
+    match failure {
+        Failure::Status(status) => (
+            StatusCode::from_u16(status).unwrap(),
+            Json(json!({ "message": format!("fake failure {status}"), "documentation_url": "https://docs.github.com" })),
+        )
+            .into_response(),
+        Failure::AnswerLate(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        Failure::RateLimited { retry_after_s } => (
+            StatusCode::TOO_MANY_REQUESTS,
+            [("retry-after", retry_after_s.to_string())],
+            Json(json!({ "message": "API rate limit exceeded", "documentation_url": "https://docs.github.com" })),
+        )
+            .into_response(),
+    }
+}
+
+fn pull_json(repo: &str, number: u64, head: &str, base: &str, title: &str, body: &str) -> Value {
+    let fixture: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/github/pull_request/opened.payload.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let mut pr = fixture["pull_request"].clone();
+    pr["number"] = json!(number);
+    pr["id"] = json!(1000 + number);
+    pr["title"] = json!(title);
+    pr["body"] = json!(body);
+    pr["url"] = json!(format!(
+        "https://api.github.com/repos/{repo}/pulls/{number}"
+    ));
+    pr["html_url"] = json!(format!("https://github.com/{repo}/pull/{number}"));
+    pr["head"]["ref"] = json!(head);
+    pr["base"]["ref"] = json!(base);
+    pr
+}
+
+async fn list_pulls(
+    State(fake): State<FakeGithub>,
+    Path((owner, repo)): Path<(String, String)>,
+    Query(query): Query<std::collections::HashMap<String, String>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(failure) = fake.record(&method, &uri, &headers, Value::Null) {
+        return failure_response(failure);
+    }
+    let full = format!("{owner}/{repo}");
+    let head = query.get("head").cloned().unwrap_or_default();
+    let inner = fake.inner.lock().unwrap();
+    let found: Vec<Value> = inner
+        .pulls
+        .iter()
+        .filter(|(r, _, h, _, _, _, open)| *r == full && *open && format!("{owner}:{h}") == head)
+        .map(|(r, n, h, b, t, body, _)| pull_json(r, *n, h, b, t, body))
+        .collect();
+    Json(Value::Array(found)).into_response()
+}
+
+async fn create_pull(
+    State(fake): State<FakeGithub>,
+    Path((owner, repo)): Path<(String, String)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    let late = match fake.record(&method, &uri, &headers, body.clone()) {
+        Some(Failure::AnswerLate(delay)) => Some(delay),
+        Some(failure) => return failure_response(failure),
+        None => None,
+    };
+    let full = format!("{owner}/{repo}");
+    let field = |name: &str| body[name].as_str().unwrap_or_default().to_owned();
+    let (head, base, title, text) = (field("head"), field("base"), field("title"), field("body"));
+    let opened = {
+        let mut inner = fake.inner.lock().unwrap();
+        if inner
+            .pulls
+            .iter()
+            .any(|(r, _, h, _, _, _, open)| *r == full && *h == head && *open)
+        {
+            None
+        } else {
+            let number = inner.pulls.len() as u64 + 1;
+            inner.pulls.push((
+                full.clone(),
+                number,
+                head.clone(),
+                base.clone(),
+                title.clone(),
+                text.clone(),
+                true,
+            ));
+            Some(number)
+        }
+    };
+    let Some(number) = opened else {
+        return (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Json(json!({ "message": "Validation Failed", "errors": [{ "message": format!("A pull request already exists for {owner}:{head}.") }] })),
+        )
+            .into_response();
+    };
+    if let Some(delay) = late {
+        tokio::time::sleep(delay).await;
+    }
+    (
+        StatusCode::CREATED,
+        Json(pull_json(&full, number, &head, &base, &title, &text)),
+    )
+        .into_response()
+}
