@@ -81,6 +81,14 @@ pub fn plan(settings: &Settings) -> Vec<PlannedLoop> {
         interval: settings.projector_interval,
         what: "turns qualifying GitHub issues, Linear issues and Telegram /new into tasks, and records why others do not",
     });
+    loops.push(PlannedLoop {
+        name: crate::reactions::REACTIONS.to_owned(),
+        singleton: true,
+        state: LoopState::Armed,
+        reason: None,
+        interval: settings.projector_interval,
+        what: "turns CI failures, requested changes, review comments, merges and closes on pidevops branches into task commands",
+    });
     loops.extend(dispatch_loops(settings));
     loops.push(match settings.github_token {
         Some(_) => PlannedLoop {

@@ -32,6 +32,7 @@
 //!   policy.rs      pure: which effects an event asks for (the task's pull request when it goes to review)
 //!   github.rs      the GitHub client (octocrab at GITHUB_API_URL); runner.rs the `effects:<provider>` loop
 //! intake/          the policy that turns qualifying webhook events into tasks (rules.rs is pure)
+//! reactions/       the policy that turns GitHub events on pidevops branches into task commands (rules.rs is pure)
 //! loops/           the do-while runner and the health registry every background activity reports to
 //!   lease.rs       one replica runs each singleton loop: a lease row, DB-clock expiry, renewed by `leases`
 //! projectors/      read models from the log: batch + checkpoint in one transaction, rebuildable from 0
@@ -56,6 +57,7 @@ pub mod ingress;
 pub mod intake;
 pub mod loops;
 pub mod projectors;
+pub mod reactions;
 pub mod startup;
 pub mod tasks;
 pub mod telemetry;

@@ -117,6 +117,11 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         settings.telegram_allowed_chats.as_deref(),
     )
     .map_err(|e| anyhow::anyhow!("intake configuration: {e}"))?;
+    let reactions = Arc::new(crate::reactions::Reactions::new(
+        log.clone(),
+        board.clone(),
+        intake_config.github_bot_login.clone(),
+    ));
     let intake = Arc::new(
         crate::intake::Intake::new(log.clone(), board.clone(), intake_config)
             .with_tick_budget(settings.projector_interval),
@@ -134,6 +139,7 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
                     METRICS_UPKEEP_LOOP => Job::MetricsUpkeep(metrics.clone()),
                     LEASES_LOOP => Job::Leases(leases.clone()),
                     crate::intake::INTAKE => Job::Intake(intake.clone()),
+                    crate::reactions::REACTIONS => Job::Reactions(reactions.clone()),
                     name if name == crate::effects::Provider::Github.loop_name() => {
                         Job::Effects(github_effects(&settings, &log, &board)?)
                     }
@@ -220,6 +226,7 @@ enum Job {
     Leases(Leases),
     Projector(Arc<Projection>),
     Intake(Arc<crate::intake::Intake>),
+    Reactions(Arc<crate::reactions::Reactions>),
     Effects(Arc<crate::effects::runner::Effects>),
     Dispatcher(Dispatcher),
     Watchdog(Dispatcher),
@@ -256,6 +263,10 @@ impl Job {
                     serde_json::to_value(progress).ok(),
                     Ok(Pace::again_if(progress.out_of_time)),
                 ),
+                Err(error) => (None, Err(error)),
+            },
+            Self::Reactions(reactions) => match reactions.tick().await {
+                Ok(progress) => (serde_json::to_value(progress).ok(), Ok(Pace::Rest)),
                 Err(error) => (None, Err(error)),
             },
             Self::Effects(effects) => match effects.tick().await {

@@ -1,10 +1,16 @@
 //! The prompt an agent gets for an attempt: the task's spec (Task / Scope / Done when) and, on a retry, what
 //! failed last time and what people added since. Pure: the same task always gives the same prompt.
 
-use crate::tasks::{RetryCause, Task};
+use crate::tasks::{Column, RetryCause, Task};
 
-/// The prompt for the task's next attempt.
+/// The prompt for the task's attempt: the one it is in (the dispatcher builds it right after the claim), or the
+/// next one when it is not in progress (a preview). Follow-ups are those handed to that attempt, or still waiting.
 pub fn build(task: &Task) -> String {
+    let attempt = if task.column() == Column::InProgress {
+        task.attempts()
+    } else {
+        task.attempts() + 1
+    };
     let spec = task.spec();
     let mut prompt = format!("Task: {}\n", spec.task());
     if !spec.scope().is_empty() {
@@ -28,13 +34,17 @@ pub fn build(task: &Task) -> String {
         };
         prompt.push_str(&format!(
             "\nThis is attempt {} of {}. Attempt {} did not succeed: {cause}.\nWhat was reported:\n{}\n",
-            task.attempts() + 1,
+            attempt,
             task.max_attempts().get(),
             failure.attempt,
             failure.reason.as_str()
         ));
     }
-    let follow_ups: Vec<_> = task.pending_follow_ups().collect();
+    let follow_ups: Vec<_> = task
+        .follow_ups()
+        .iter()
+        .filter(|f| f.delivered_to_attempt.is_none_or(|a| a == attempt))
+        .collect();
     if !follow_ups.is_empty() {
         prompt.push_str("\nAdded since the task was written:\n");
         for follow_up in follow_ups {

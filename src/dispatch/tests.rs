@@ -221,7 +221,17 @@ fn the_prompt_is_the_spec_then_what_failed_and_what_was_added() {
         },
         3,
     );
+    let preview = prompt::build(&task);
+    // As the dispatcher builds it: right after the claim of attempt 2, which took the follow-up.
+    let task = apply(
+        Some(task),
+        Command::Start {
+            run: RunId(uuid::Uuid::from_u128(2)),
+        },
+        4,
+    );
     let retry = prompt::build(&task);
+    assert_eq!(retry, preview, "the same prompt before and after the claim");
     assert!(retry.starts_with(&first), "{retry}");
     assert!(
         retry.ends_with(

@@ -1,0 +1,259 @@
+//! Reactions: the policy that turns GitHub events on pidevops branches into commands on their tasks. A failed
+//! check or workflow sends the task back to `todo` with what failed (an attempt, so CI cannot loop forever);
+//! requested changes do the same with the review; line comments go to the next attempt; a merge completes the
+//! task and closing without merging cancels it.
+//!
+//! A singleton loop reads the log after its checkpoint; `rules::decide` (pure) says what an event means. A CI
+//! result counts only for the commit pidevops last pushed for the task: a late result for an older attempt, or a
+//! result for a commit somebody else pushed, changes nothing. Commands are idempotent or refused by the task's
+//! state, so a crash before the checkpoint moves repeats nothing that matters.
+
+pub mod rules;
+
+use anyhow::Context;
+use chrono::Utc;
+
+use crate::board::{Board, BoardError};
+use crate::dispatch::runs::{self, RunEvent};
+use crate::domain::Source;
+use crate::eventlog::{EventLog, StoredEvent};
+use crate::tasks::{Column, Command, FollowUpText, Reason, RetryCause, Task, TaskEvent, TaskId};
+pub use rules::Reaction;
+
+/// The loop's name and its checkpoint's.
+pub const REACTIONS: &str = "reactions";
+const PAGE: i64 = 200;
+/// How long a CI result for an unknown commit waits while the task's run is still recording its push.
+const UNKNOWN_COMMIT_GRACE: chrono::Duration = chrono::Duration::seconds(120);
+
+/// What one tick did, for `/health`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ReactionsProgress {
+    pub position: i64,
+    pub applied: u64,
+    pub ignored: u64,
+    /// A CI result waits for its task's run to finish recording (the checkpoint stays before it).
+    pub waiting: Option<String>,
+}
+
+enum Handled {
+    Done,
+    Wait(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct Reactions {
+    log: EventLog,
+    board: Board,
+    bot_login: Option<String>,
+}
+
+impl Reactions {
+    pub fn new(log: EventLog, board: Board, bot_login: Option<String>) -> Self {
+        Self {
+            log,
+            board,
+            bot_login,
+        }
+    }
+
+    pub async fn tick(&self) -> anyhow::Result<ReactionsProgress> {
+        let store = self.log.store();
+        let mut progress = ReactionsProgress {
+            position: store
+                .checkpoint(REACTIONS)
+                .await
+                .context("reading the reactions checkpoint")?,
+            ..ReactionsProgress::default()
+        };
+        loop {
+            let events = store
+                .read_after(progress.position, PAGE)
+                .await
+                .context("reading the log")?;
+            let Some(last) = events.last().map(|e| e.position) else {
+                return Ok(progress);
+            };
+            for event in &events {
+                let handled = self.handle(event, &mut progress).await.with_context(|| {
+                    format!(
+                        "reacting to event {} ({})",
+                        event.position, event.event_type
+                    )
+                })?;
+                if let Handled::Wait(why) = handled {
+                    store
+                        .advance_checkpoint(REACTIONS, progress.position)
+                        .await
+                        .context("saving the reactions checkpoint")?;
+                    progress.waiting = Some(why);
+                    return Ok(progress);
+                }
+                progress.position = event.position;
+            }
+            store
+                .advance_checkpoint(REACTIONS, progress.position)
+                .await
+                .context("saving the reactions checkpoint")?;
+            if events.len() < PAGE as usize && progress.position == last {
+                return Ok(progress);
+            }
+        }
+    }
+
+    async fn handle(
+        &self,
+        event: &StoredEvent,
+        progress: &mut ReactionsProgress,
+    ) -> anyhow::Result<Handled> {
+        if event.source != Source::Github.as_str() {
+            return Ok(Handled::Done);
+        }
+        let payload: serde_json::Value =
+            serde_json::from_str(event.data_json().get()).unwrap_or_default();
+        let reaction = rules::decide(&event.event_type, &payload, self.bot_login.as_deref());
+        let (task, command) = match reaction {
+            Reaction::None => return Ok(Handled::Done),
+            Reaction::Ignore { task, why } => {
+                tracing::debug!(%task, why, "GitHub event changes nothing");
+                progress.ignored += 1;
+                return Ok(Handled::Done);
+            }
+            Reaction::ChecksFailed { task, sha, summary } => {
+                match self.checks_failed(event, task, &sha, &summary).await? {
+                    Verdict::Apply(command) => (task, command),
+                    Verdict::Nothing => {
+                        progress.ignored += 1;
+                        return Ok(Handled::Done);
+                    }
+                    Verdict::Wait(why) => return Ok(Handled::Wait(why)),
+                }
+            }
+            Reaction::ChangesRequested { task, by, body } => (
+                task,
+                Command::Retry {
+                    cause: RetryCause::ChangesRequested,
+                    reason: Reason::summarize(&format!("{by} requested changes: {body}")),
+                },
+            ),
+            Reaction::ReviewComment { task, text } => (
+                task,
+                Command::AttachFollowUp {
+                    text: FollowUpText::new(format!("Review comment: {text}"))
+                        .context("a review comment as a follow-up")?,
+                },
+            ),
+            Reaction::Merged { task, .. } => (task, Command::Complete),
+            Reaction::ClosedUnmerged { task, by } => (
+                task,
+                Command::Cancel {
+                    reason: Reason::summarize(&format!(
+                        "the pull request was closed without merging by {by}"
+                    )),
+                },
+            ),
+        };
+        match self.board.execute(task, &command, "github").await {
+            Ok(outcome) => {
+                if !outcome.appended.is_empty() {
+                    progress.applied += 1;
+                    tracing::info!(%task, command = command.name(), "reacted to GitHub");
+                }
+            }
+            // The task has moved on (or never existed here): the event is history, not an instruction.
+            Err(BoardError::Refused(refused)) => {
+                tracing::info!(%task, %refused, "GitHub event changes nothing");
+                progress.ignored += 1;
+            }
+            Err(error) => return Err(error).context("applying a reaction"),
+        }
+        Ok(Handled::Done)
+    }
+
+    /// What a failed CI result on `sha` means now: a retry when `sha` is the commit pidevops last pushed for a
+    /// task in review; a follow-up when that task was already sent back for this very commit (another check of
+    /// it failing too); nothing for an older attempt's commit or one pidevops never pushed.
+    async fn checks_failed(
+        &self,
+        event: &StoredEvent,
+        id: TaskId,
+        sha: &str,
+        summary: &str,
+    ) -> anyhow::Result<Verdict> {
+        let Some(loaded) = self.board.load(id).await? else {
+            return Ok(Verdict::Nothing);
+        };
+        let pushed = self.pushed_commits(&loaded.events).await?;
+        let short = &sha[..sha.len().min(7)];
+        let latest = pushed.last().map(String::as_str);
+        let task = &loaded.task;
+        if latest != Some(sha) {
+            if pushed.iter().any(|c| c == sha) {
+                tracing::info!(%id, sha = short, "CI result for an earlier attempt's commit: ignored");
+                return Ok(Verdict::Nothing);
+            }
+            if task.column() == Column::InProgress
+                && Utc::now() - event.recorded_at < UNKNOWN_COMMIT_GRACE
+            {
+                // Probably the running attempt's push, not yet recorded: the next tick looks again.
+                return Ok(Verdict::Wait(format!(
+                    "a CI result for {short} waits while {id}'s run records its push"
+                )));
+            }
+            tracing::info!(%id, sha = short, "CI result for a commit pidevops did not push: ignored");
+            return Ok(Verdict::Nothing);
+        }
+        let reason = format!("CI failed on {short}: {summary}");
+        Ok(Verdict::Apply(match task.column() {
+            Column::InReview => Command::Retry {
+                cause: RetryCause::ChecksFailed,
+                reason: Reason::summarize(&reason),
+            },
+            Column::Todo if already_sent_back(task, short) => Command::AttachFollowUp {
+                text: FollowUpText::new(format!("Also {reason}"))
+                    .context("a CI failure as a follow-up")?,
+            },
+            _ => return Ok(Verdict::Nothing),
+        }))
+    }
+
+    /// The commits pidevops pushed for the task, oldest first, from its runs' streams in the log.
+    async fn pushed_commits(&self, events: &[StoredEvent]) -> anyhow::Result<Vec<String>> {
+        let mut commits = Vec::new();
+        for event in events {
+            let Ok(TaskEvent::Started { run, .. }) = serde_json::from_slice(&event.body) else {
+                continue;
+            };
+            let stream = self
+                .log
+                .store()
+                .read_stream(&runs::stream(run))
+                .await
+                .with_context(|| format!("reading run {run}"))?;
+            for recorded in stream {
+                if let Ok(RunEvent::Succeeded { commit, .. }) =
+                    serde_json::from_slice(&recorded.body)
+                {
+                    commits.push(commit);
+                }
+            }
+        }
+        Ok(commits)
+    }
+}
+
+/// The task's last failure was a CI failure on this commit.
+fn already_sent_back(task: &Task, short_sha: &str) -> bool {
+    task.last_failure().is_some_and(|f| {
+        f.cause == RetryCause::ChecksFailed
+            && f.reason.as_str().contains(&format!("on {short_sha}:"))
+    })
+}
+
+/// What a CI result comes to (see `checks_failed`).
+enum Verdict {
+    Apply(Command),
+    Nothing,
+    /// Look again on the next tick.
+    Wait(String),
+}
