@@ -33,13 +33,17 @@ async fn spawn(db: &TestDb, github: &FakeGithub) -> TestApp {
 
 /// A task taken to review by hand, as a successful run would: created, started, submitted with its branch.
 async fn task_in_review(app: &TestApp, title: &str) -> TaskId {
+    task_in_review_from(app, title, Links::default()).await
+}
+
+async fn task_in_review_from(app: &TestApp, title: &str, links: Links) -> TaskId {
     let board = &app.state.board;
     let draft = Draft {
         approval: Some(ApprovalPolicy::Auto),
         ..Draft::new(
             "acme/app".parse().unwrap(),
             Spec::new(title, "src/", "the tests pass").unwrap(),
-            Links::default(),
+            links,
         )
     };
     let (outcome, _) = board
@@ -82,7 +86,16 @@ async fn effect_events(app: &TestApp, key: &str) -> Vec<EffectEvent> {
 async fn a_task_in_review_gets_one_pull_request_and_its_link(db: TestDb) {
     let github = FakeGithub::start().await;
     let app = spawn(&db, &github).await;
-    let id = task_in_review(&app, "Fix the login redirect").await;
+    let issue = pidevops::tasks::GithubRef::new("acme/app".parse().unwrap(), 12).unwrap();
+    let id = task_in_review_from(
+        &app,
+        "Fix the login redirect",
+        Links {
+            github_issue: Some(issue),
+            ..Links::default()
+        },
+    )
+    .await;
 
     within(
         Duration::from_secs(20),
@@ -107,6 +120,30 @@ async fn a_task_in_review_gets_one_pull_request_and_its_link(db: TestDb) {
     assert!(body.contains("## Task\nFix the login redirect"), "{body}");
     assert!(body.contains("## Done when\nthe tests pass"), "{body}");
     assert!(body.contains("after attempt 1 of 3"), "{body}");
+    assert!(body.contains("Closes #12"), "{body}");
+    // The issue the task came from hears of it, once.
+    within(Duration::from_secs(20), "the issue commented", || async {
+        !github.comments().is_empty()
+    })
+    .await;
+    let comments = github.comments();
+    assert_eq!(comments.len(), 1, "{comments:?}");
+    assert_eq!((comments[0].0.as_str(), comments[0].1), ("acme/app", 12));
+    assert!(
+        comments[0].2.starts_with(&format!(
+            "pidevops worked on this as {id} and opened #1 for review"
+        )) && comments[0].2.ends_with(&format!(
+            "<!-- pidevops:github:comment:{id}:pull-request -->"
+        )),
+        "{comments:?}"
+    );
+    within(Duration::from_secs(10), "the comment recorded", || async {
+        effect_events(&app, &format!("github:comment:{id}:pull-request"))
+            .await
+            .len()
+            == 3
+    })
+    .await;
     let calls = github.calls();
     assert!(
         calls
@@ -141,6 +178,13 @@ async fn a_task_in_review_gets_one_pull_request_and_its_link(db: TestDb) {
         effect_events(&app, &format!("github:pr:{id}")).await.len(),
         3
     );
+    assert_eq!(
+        effect_events(&app, &format!("github:comment:{id}:pull-request"))
+            .await
+            .len(),
+        3
+    );
+    assert_eq!(github.comments().len(), 1);
 
     let health: serde_json::Value = app
         .client

@@ -89,6 +89,46 @@ impl GithubClient {
     }
 }
 
+impl GithubClient {
+    /// Posts `body` (which ends with `marker`) on issue or pull request `number`, unless a comment carrying the
+    /// marker is already there (a repeat after a crash mid-call).
+    pub async fn comment(
+        &self,
+        repo: &RepoName,
+        number: u64,
+        body: &str,
+        marker: &str,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Produced, CallError> {
+        let issues = self.api.issues(repo.owner(), repo.name());
+        let recent = issues
+            .list_comments(number)
+            .since(since)
+            .per_page(100u8)
+            .send()
+            .await
+            .map_err(|e| classify("listing the issue's comments", e))?;
+        if let Some(found) = recent
+            .items
+            .iter()
+            .find(|c| c.body.as_deref().is_some_and(|b| b.contains(marker)))
+        {
+            return Ok(Produced::Comment {
+                url: found.html_url.to_string(),
+                posted: false,
+            });
+        }
+        let posted = issues
+            .create_comment(number, body)
+            .await
+            .map_err(|e| classify("commenting", e))?;
+        Ok(Produced::Comment {
+            url: posted.html_url.to_string(),
+            posted: true,
+        })
+    }
+}
+
 /// Transient: GitHub's 5xx, 429, a 403 that is a rate limit, and anything that never got an answer (connection,
 /// timeout). Permanent: every other answer (bad token, no such repository, a validation error).
 fn classify(what: &str, error: octocrab::Error) -> CallError {

@@ -68,18 +68,28 @@ pub enum Action {
         title: String,
         body: String,
     },
+    /// Comments on an issue (or pull request). The body carries a hidden marker naming the effect, so a repeat
+    /// finds the comment it made instead of posting it again.
+    GithubComment {
+        repo: RepoName,
+        number: u64,
+        body: String,
+        /// Comments updated since this time are searched for the marker (the request's time, less a margin).
+        since: DateTime<Utc>,
+    },
 }
 
 impl Action {
     pub fn provider(&self) -> Provider {
         match self {
-            Action::GithubOpenPullRequest { .. } => Provider::Github,
+            Action::GithubOpenPullRequest { .. } | Action::GithubComment { .. } => Provider::Github,
         }
     }
 
     pub fn name(&self) -> &'static str {
         match self {
             Action::GithubOpenPullRequest { .. } => "github_open_pull_request",
+            Action::GithubComment { .. } => "github_comment",
         }
     }
 
@@ -88,6 +98,8 @@ impl Action {
         match self {
             // Looks for the open pull request of the branch before it opens one.
             Action::GithubOpenPullRequest { .. } => true,
+            // Looks for its marker among the issue's recent comments before it posts.
+            Action::GithubComment { .. } => true,
         }
     }
 }
@@ -111,6 +123,16 @@ pub enum Produced {
         /// False when it was already open (a repeat, or a human opened it).
         opened: bool,
     },
+    Comment {
+        url: String,
+        /// False when a repeat found the comment already there.
+        posted: bool,
+    },
+}
+
+/// The hidden line that marks a comment as effect `key`'s.
+pub fn marker(key: &str) -> String {
+    format!("<!-- pidevops:{key} -->")
 }
 
 /// One fact about an effect, in its stream.

@@ -41,6 +41,41 @@ pub fn github(event: &TaskEvent, task: &Task, config: &PolicyConfig) -> Vec<Requ
     }
 }
 
+/// Once the task's pull request is open: a comment on the GitHub issue it came from, pointing at it (once per
+/// task; the marker on its last line lets a repeat find it).
+pub fn after_pull_request(
+    task: &Task,
+    number: u64,
+    url: &str,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Vec<Request> {
+    let Some(issue) = &task.links().github_issue else {
+        return Vec::new();
+    };
+    let key = format!("github:comment:{}:pull-request", task.id());
+    let pull = if &issue.repo == task.repo() {
+        format!("#{number}")
+    } else {
+        url.to_owned()
+    };
+    vec![Request {
+        key: key.clone(),
+        task: task.id(),
+        action: Action::GithubComment {
+            repo: issue.repo.clone(),
+            number: issue.number.get(),
+            body: format!(
+                "pidevops worked on this as {} and opened {pull} for review (attempt {} of {}).\n\n{}",
+                task.id(),
+                task.attempts(),
+                task.max_attempts().get(),
+                super::marker(&key)
+            ),
+            since: now - chrono::Duration::minutes(10),
+        },
+    }]
+}
+
 /// The pull request's description: the spec, where the task came from, and how many attempts it took.
 pub fn pull_request_body(task: &Task) -> String {
     let spec = task.spec();

@@ -135,7 +135,12 @@ impl Effects {
             if let Ok(EffectEvent::Succeeded { produced, key, .. }) =
                 serde_json::from_slice::<EffectEvent>(&event.body)
             {
-                self.follow_up(&key, &produced).await?;
+                for request in self.follow_up(&key, &produced).await? {
+                    self.request(&request, event.position).await?;
+                    if let waiting @ Settled::Waiting(_) = self.drive(&request, progress).await? {
+                        return Ok(waiting);
+                    }
+                }
             }
             return Ok(Settled::Yes);
         }
@@ -313,6 +318,17 @@ impl Effects {
                     .open_pull_request(repo, head, base, title, body)
                     .await
             }
+            Action::GithubComment {
+                repo,
+                number,
+                body,
+                since,
+            } => {
+                let marker = body.lines().last().unwrap_or_default();
+                self.github
+                    .comment(repo, *number, body, marker, *since)
+                    .await
+            }
         }
     }
 
@@ -337,32 +353,47 @@ impl Effects {
         }
     }
 
-    /// What a success means for the task: the pull request becomes its link.
-    async fn follow_up(&self, key: &str, produced: &Produced) -> anyhow::Result<()> {
-        let Produced::PullRequest { repo, number, .. } = produced;
+    /// What a success means for the task: the pull request becomes its link, and the issue it came from hears
+    /// of it. Returns the effects that asks for.
+    async fn follow_up(&self, key: &str, produced: &Produced) -> anyhow::Result<Vec<Request>> {
+        let Produced::PullRequest {
+            repo, number, url, ..
+        } = produced
+        else {
+            return Ok(Vec::new());
+        };
         let Some(task) = key
             .strip_prefix("github:pr:")
             .and_then(|id| id.parse::<TaskId>().ok())
         else {
-            return Ok(());
+            return Ok(Vec::new());
         };
         let links = Links {
             github_pr: Some(GithubRef::new(repo.clone(), *number)?),
             ..Links::default()
         };
-        match self
+        let linked = match self
             .board
             .execute(task, &Command::AttachLinks { links }, ACTOR)
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(outcome) => outcome.task,
             // Closed and archived tasks, and a task already linked to another pull request, keep what they have.
             Err(BoardError::Refused(refused)) => {
                 tracing::info!(%task, %refused, "pull request not linked");
-                Ok(())
+                match self.board.load(task).await? {
+                    Some(loaded) => loaded.task,
+                    None => return Ok(Vec::new()),
+                }
             }
-            Err(error) => Err(error).context("linking the pull request to its task"),
-        }
+            Err(error) => return Err(error).context("linking the pull request to its task"),
+        };
+        Ok(policy::after_pull_request(
+            &linked,
+            *number,
+            url,
+            Utc::now(),
+        ))
     }
 
     /// Appends `event` as version `version` of the effect's stream. `Ok(false)`: that version is taken (someone

@@ -177,7 +177,10 @@ fn a_task_in_review_asks_for_one_pull_request_to_its_repositorys_base() {
         title,
         body,
         ..
-    } = &requests[0].action;
+    } = &requests[0].action
+    else {
+        panic!("a pull request: {requests:?}");
+    };
     assert_eq!((head.as_str(), base.as_str()), ("pidevops/T-9", "develop"));
     assert_eq!(title, "T-9: Fix the login redirect");
     assert_eq!(
@@ -185,4 +188,26 @@ fn a_task_in_review_asks_for_one_pull_request_to_its_repositorys_base() {
         "## Task\nFix the login redirect\n\n## Scope\nsrc/auth\n\n## Done when\nthe e2e test passes\n\n---\n\
          From: Closes #12, Linear ENG-4\nOpened by pidevops for T-9 after attempt 1 of 3.\n"
     );
+
+    // Once it is open, the issue the task came from hears of it, once.
+    let comments =
+        policy::after_pull_request(&task, 31, "https://github.com/acme/app/pull/31", at(5));
+    assert_eq!(comments.len(), 1);
+    assert_eq!(comments[0].key, "github:comment:T-9:pull-request");
+    let Action::GithubComment {
+        repo: on,
+        number,
+        body,
+        since,
+    } = &comments[0].action
+    else {
+        panic!("a comment: {comments:?}");
+    };
+    assert_eq!((on.as_str(), *number), ("acme/app", 12));
+    assert_eq!(
+        body,
+        "pidevops worked on this as T-9 and opened #31 for review (attempt 1 of 3).\n\n\
+         <!-- pidevops:github:comment:T-9:pull-request -->"
+    );
+    assert_eq!(*since, at(5) - chrono::Duration::minutes(10));
 }

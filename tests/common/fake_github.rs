@@ -39,6 +39,8 @@ struct Inner {
     calls: Vec<Call>,
     /// (repo, number, head, base, title, body, open)
     pulls: Vec<(String, u64, String, String, String, String, bool)>,
+    /// (repo, issue number, body)
+    comments: Vec<(String, u64, String)>,
     /// Failures for the next calls whose method is this one, in order.
     failures: VecDeque<(Method, Failure)>,
 }
@@ -57,6 +59,10 @@ impl FakeGithub {
                 "/repos/{owner}/{repo}/pulls",
                 get(list_pulls).post(create_pull),
             )
+            .route(
+                "/repos/{owner}/{repo}/issues/{number}/comments",
+                get(list_comments).post(create_comment),
+            )
             .with_state(fake.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         fake.url = format!("http://{}", listener.local_addr().unwrap());
@@ -73,6 +79,11 @@ impl FakeGithub {
             .unwrap()
             .failures
             .push_back((method, failure));
+    }
+
+    /// The comments posted: (repo, issue number, body).
+    pub fn comments(&self) -> Vec<(String, u64, String)> {
+        self.inner.lock().unwrap().comments.clone()
     }
 
     pub fn calls(&self) -> Vec<Call> {
@@ -229,6 +240,74 @@ async fn create_pull(
     (
         StatusCode::CREATED,
         Json(pull_json(&full, number, &head, &base, &title, &text)),
+    )
+        .into_response()
+}
+
+fn comment_json(repo: &str, issue: u64, id: usize, body: &str) -> Value {
+    let fixture: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/github/issue_comment/created.payload.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let mut comment = fixture["comment"].clone();
+    comment["id"] = json!(5000 + id);
+    comment["body"] = json!(body);
+    comment["html_url"] = json!(format!(
+        "https://github.com/{repo}/issues/{issue}#issuecomment-{}",
+        5000 + id
+    ));
+    comment
+}
+
+async fn list_comments(
+    State(fake): State<FakeGithub>,
+    Path((owner, repo, number)): Path<(String, String, u64)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(failure) = fake.record(&method, &uri, &headers, Value::Null) {
+        return failure_response(failure);
+    }
+    let full = format!("{owner}/{repo}");
+    let found: Vec<Value> = {
+        let inner = fake.inner.lock().unwrap();
+        inner
+            .comments
+            .iter()
+            .enumerate()
+            .filter(|(_, (r, n, _))| *r == full && *n == number)
+            .map(|(i, (r, n, body))| comment_json(r, *n, i, body))
+            .collect()
+    };
+    Json(Value::Array(found)).into_response()
+}
+
+async fn create_comment(
+    State(fake): State<FakeGithub>,
+    Path((owner, repo, number)): Path<(String, String, u64)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    if let Some(failure) = fake.record(&method, &uri, &headers, body.clone()) {
+        return failure_response(failure);
+    }
+    let full = format!("{owner}/{repo}");
+    let text = body["body"].as_str().unwrap_or_default().to_owned();
+    let id = {
+        let mut inner = fake.inner.lock().unwrap();
+        inner.comments.push((full.clone(), number, text.clone()));
+        inner.comments.len() - 1
+    };
+    (
+        StatusCode::CREATED,
+        Json(comment_json(&full, number, id, &text)),
     )
         .into_response()
 }
