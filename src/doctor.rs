@@ -81,6 +81,32 @@ pub fn plan(settings: &Settings) -> Vec<PlannedLoop> {
         interval: settings.projector_interval,
         what: "turns qualifying GitHub issues, Linear issues and Telegram /new into tasks, and records why others do not",
     });
+    loops.push(match crate::cron::schedules(&settings.file) {
+        Ok(list) if !list.is_empty() => PlannedLoop {
+            name: crate::cron::CRON.to_owned(),
+            singleton: true,
+            state: LoopState::Armed,
+            reason: None,
+            interval: settings.projector_interval,
+            what: "creates the tasks of [[schedules]] on time; after downtime each overdue schedule fires once",
+        },
+        Ok(_) => PlannedLoop {
+            name: crate::cron::CRON.to_owned(),
+            singleton: true,
+            state: LoopState::Disabled,
+            reason: Some("no [[schedules]] in pidevops.toml".to_owned()),
+            interval: settings.projector_interval,
+            what: "",
+        },
+        Err(error) => PlannedLoop {
+            name: crate::cron::CRON.to_owned(),
+            singleton: true,
+            state: LoopState::Unarmed,
+            reason: Some(format!("pidevops.toml: {error}")),
+            interval: settings.projector_interval,
+            what: "",
+        },
+    });
     loops.push(PlannedLoop {
         name: crate::reactions::REACTIONS.to_owned(),
         singleton: true,

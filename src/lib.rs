@@ -14,6 +14,7 @@
 //! startup.rs       build(Settings) -> App: the one constructor for main and for tests (port 0 in tests)
 //! config.rs        typed settings: environment first, then optional pidevops.toml; secrets wrapped
 //! telemetry.rs     tracing (json | pretty) and the Prometheus recorder
+//! cron/            [[schedules]] and the `cron` loop: tasks on time; after downtime the latest slot fires once
 //! doctor.rs        the loop plan (armed / disabled / unarmed and why), shared by `serve`, `doctor` and /health
 //! domain/          pure values: Source, event type names, the event envelope
 //! eventlog/        the only writer of the events table: appender tasks (group commit) over two backends
@@ -47,6 +48,7 @@ pub mod board;
 pub mod bus;
 pub mod cli;
 pub mod config;
+pub mod cron;
 pub mod dispatch;
 pub mod doctor;
 pub mod domain;

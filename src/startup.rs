@@ -117,6 +117,13 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         settings.telegram_allowed_chats.as_deref(),
     )
     .map_err(|e| anyhow::anyhow!("intake configuration: {e}"))?;
+    let schedules = crate::cron::schedules(&settings.file)
+        .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
+    let cron = Arc::new(crate::cron::CronLoop::new(
+        log.clone(),
+        board.clone(),
+        schedules,
+    ));
     let reactions = Arc::new(crate::reactions::Reactions::new(
         log.clone(),
         board.clone(),
@@ -140,6 +147,7 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
                     LEASES_LOOP => Job::Leases(leases.clone()),
                     crate::intake::INTAKE => Job::Intake(intake.clone()),
                     crate::reactions::REACTIONS => Job::Reactions(reactions.clone()),
+                    crate::cron::CRON => Job::Cron(cron.clone()),
                     name if name == crate::effects::Provider::Github.loop_name() => {
                         Job::Effects(github_effects(&settings, &log, &board)?)
                     }
@@ -227,6 +235,7 @@ enum Job {
     Projector(Arc<Projection>),
     Intake(Arc<crate::intake::Intake>),
     Reactions(Arc<crate::reactions::Reactions>),
+    Cron(Arc<crate::cron::CronLoop>),
     Effects(Arc<crate::effects::runner::Effects>),
     Dispatcher(Dispatcher),
     Watchdog(Dispatcher),
@@ -263,6 +272,10 @@ impl Job {
                     serde_json::to_value(progress).ok(),
                     Ok(Pace::again_if(progress.out_of_time)),
                 ),
+                Err(error) => (None, Err(error)),
+            },
+            Self::Cron(cron) => match cron.tick().await {
+                Ok(progress) => (serde_json::to_value(progress).ok(), Ok(Pace::Rest)),
                 Err(error) => (None, Err(error)),
             },
             Self::Reactions(reactions) => match reactions.tick().await {

@@ -1,0 +1,156 @@
+use chrono::TimeZone;
+
+use super::*;
+
+fn file(text: &str) -> toml::Table {
+    toml::from_str(text).expect("valid toml")
+}
+
+fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32, s: u32) -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(y, mo, d, h, mi, s).unwrap()
+}
+
+const WEEKLY: &str = r#"
+[[schedules]]
+name = "weekly-deps"
+cron = "0 9 * * MON"
+timezone = "Europe/Berlin"
+[schedules.task]
+repo = "acme/api"
+task = "Update the dependencies"
+done_when = "cargo test passes"
+priority = "low"
+"#;
+
+#[test]
+fn a_schedule_fires_its_latest_slot_once_after_any_downtime() {
+    let schedules = schedules(&file(WEEKLY)).unwrap();
+    let weekly = &schedules[0];
+    assert_eq!(weekly.timezone, chrono_tz::Europe::Berlin);
+    assert_eq!(weekly.priority, Some(Priority::Low));
+    // Monday 2026-11-30, 09:00 in Berlin is 08:00 UTC.
+    let slot = utc(2026, 11, 30, 8, 0, 0);
+    let armed = utc(2026, 11, 1, 0, 0, 0);
+    assert_eq!(
+        weekly.due(armed, utc(2026, 11, 30, 7, 59, 59)),
+        Some(utc(2026, 11, 23, 8, 0, 0))
+    );
+    assert_eq!(
+        weekly.due(utc(2026, 11, 23, 8, 0, 0), utc(2026, 11, 30, 7, 59, 59)),
+        None,
+        "fired already"
+    );
+    assert_eq!(
+        weekly.due(utc(2026, 11, 23, 8, 0, 0), slot),
+        Some(slot),
+        "on time, to the second"
+    );
+    // Down from before the 16th until the 30th: one firing, for the latest slot, not three.
+    assert_eq!(
+        weekly.due(utc(2026, 11, 9, 8, 0, 0), utc(2026, 11, 30, 12, 0, 0)),
+        Some(slot)
+    );
+    assert_eq!(weekly.due(slot, utc(2026, 11, 30, 12, 0, 0)), None);
+    // Armed after the last slot: nothing to make up.
+    assert_eq!(
+        weekly.due(utc(2026, 11, 30, 9, 0, 0), utc(2026, 11, 30, 12, 0, 0)),
+        None
+    );
+    assert_eq!(weekly.next_after(slot), Some(utc(2026, 12, 7, 8, 0, 0)));
+    // Summer time: 09:00 in Berlin is 07:00 UTC.
+    assert_eq!(
+        weekly.next_after(utc(2026, 6, 1, 0, 0, 0)),
+        Some(utc(2026, 6, 1, 7, 0, 0))
+    );
+}
+
+#[test]
+fn six_fields_have_seconds_first() {
+    let text = r#"
+[[schedules]]
+name = "every-ten-seconds"
+cron = "*/10 * * * * *"
+[schedules.task]
+repo = "acme/api"
+task = "Tick"
+"#;
+    let every = &schedules(&file(text)).unwrap()[0];
+    assert_eq!(every.timezone, chrono_tz::UTC);
+    assert_eq!(
+        every.due(utc(2026, 1, 1, 0, 0, 0), utc(2026, 1, 1, 0, 0, 25)),
+        Some(utc(2026, 1, 1, 0, 0, 20))
+    );
+    assert_eq!(
+        every.next_after(utc(2026, 1, 1, 0, 0, 25)),
+        Some(utc(2026, 1, 1, 0, 0, 30))
+    );
+}
+
+#[test]
+fn bad_schedules_are_refused_with_the_schedule_and_key_named() {
+    let base = |extra: &str, task: &str| {
+        format!("[[schedules]]\nname = \"s\"\ncron = \"0 9 * * *\"\n{extra}\n[schedules.task]\n{task}\n")
+    };
+    for (text, needle) in [
+        (
+            "schedules = 3".to_owned(),
+            "schedules must be an array of tables",
+        ),
+        (
+            "[[schedules]]\ncron = \"* * * * *\"".to_owned(),
+            "schedules[0].name is missing",
+        ),
+        (
+            base("", "repo = \"acme/api\"\ntask = \"x\"")
+                .replace("name = \"s\"", "name = \"Nightly Build\""),
+            "schedule \"Nightly Build\": a name is 1 to 64 of a-z",
+        ),
+        (
+            base("", "repo = \"acme/api\"\ntask = \"x\"").replace("0 9 * * *", "61 * * * *"),
+            "schedule \"s\": cron \"61 * * * *\" is not a 5- or 6-field pattern",
+        ),
+        (
+            base(
+                "timezone = \"Mars/Olympus\"",
+                "repo = \"acme/api\"\ntask = \"x\"",
+            ),
+            "timezone \"Mars/Olympus\" is not an IANA time zone name",
+        ),
+        (
+            base("", "repo = \"nope\"\ntask = \"x\""),
+            "schedule \"s\": task.repo",
+        ),
+        (
+            base("", "repo = \"acme/api\"\ntask = \"\""),
+            "schedule \"s\": ",
+        ),
+        (
+            base("", "repo = \"acme/api\"\ntask = \"x\"\nagent = \"y\""),
+            "task.agent is not a task setting",
+        ),
+        (
+            base("every = 5", "repo = \"acme/api\"\ntask = \"x\""),
+            "every is not a schedule setting",
+        ),
+        (
+            base("digest = true", "repo = \"acme/api\"\ntask = \"x\""),
+            "digest schedules send to Telegram",
+        ),
+        (
+            "[[schedules]]\nname = \"s\"\ncron = \"* * * * *\"".to_owned(),
+            "[schedules.task] is missing",
+        ),
+        (
+            format!(
+                "{}{}",
+                base("", "repo = \"acme/api\"\ntask = \"x\""),
+                base("", "repo = \"acme/api\"\ntask = \"x\"")
+            ),
+            "schedule \"s\" is defined twice",
+        ),
+    ] {
+        let message = schedules(&file(&text)).expect_err(&text);
+        assert!(message.contains(needle), "{text}\n=> {message}");
+    }
+    assert!(schedules(&toml::Table::new()).unwrap().is_empty());
+}
