@@ -302,6 +302,44 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
         ),
     };
     let _ = writeln!(out, "api                        {state:<9} {detail}");
+    match &settings.github_token {
+        None => {
+            let _ = writeln!(
+                out,
+                "github api                 disabled  GITHUB_TOKEN is not set; no pull requests or comments"
+            );
+        }
+        Some(token) => {
+            let checked =
+                match crate::effects::github::GithubClient::new(&settings.github_api_url, token) {
+                    Err(e) => Err(e),
+                    Ok(client) => {
+                        match tokio::time::timeout(Duration::from_secs(10), client.whoami()).await {
+                            Ok(Ok(login)) => Ok(login),
+                            Ok(Err(e)) => Err(e.to_string()),
+                            Err(_) => Err("no answer within 10 s".to_owned()),
+                        }
+                    }
+                };
+            match checked {
+                Ok(login) => {
+                    let _ = writeln!(
+                        out,
+                        "github api                 pass      {} answers; GITHUB_TOKEN is {login}'s",
+                        settings.github_api_url
+                    );
+                }
+                Err(e) => {
+                    ok = false;
+                    let _ = writeln!(
+                        out,
+                        "github api                 FAIL      {}: {e}",
+                        settings.github_api_url
+                    );
+                }
+            }
+        }
+    }
     match &settings.nats_url {
         Some(url) => {
             let reachable = tokio::time::timeout(

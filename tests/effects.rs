@@ -20,6 +20,7 @@ per_backend!(
     transient_failures_are_retried_and_a_permanent_one_asks_a_human,
     without_a_token_the_loop_is_disabled_and_says_why,
     a_call_cut_off_after_github_acted_is_not_made_twice,
+    doctor_proves_the_token_with_a_read_only_call,
 );
 
 const TOKEN: &str = "ghp_fake_token_for_the_fake_github";
@@ -365,4 +366,43 @@ async fn a_call_cut_off_after_github_acted_is_not_made_twice(db: TestDb) {
     assert_eq!(posts, 1, "opened once");
     assert_eq!(github.pulls_opened().len(), 1);
     app.stop().await;
+}
+
+/// `doctor` asks GitHub who the token belongs to: a pass names the account, a refused token fails doctor.
+async fn doctor_proves_the_token_with_a_read_only_call(db: TestDb) {
+    let github = FakeGithub::start().await;
+    let mut settings = common::settings(&db);
+    settings.github_token = Some(SecretString::from(TOKEN));
+    settings.github_api_url = github.url.clone();
+    let (report, ok) = pidevops::doctor::diagnose(&settings).await;
+    let line = report
+        .lines()
+        .find(|l| l.starts_with("github api"))
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(
+        line.contains("pass") && line.contains("GITHUB_TOKEN is Codertocat's"),
+        "{line}"
+    );
+    assert!(ok, "{report}");
+    assert!(!report.contains(TOKEN), "doctor printed the token");
+
+    github.fail_next(Method::GET, Failure::Status(401));
+    let (report, ok) = pidevops::doctor::diagnose(&settings).await;
+    let line = report
+        .lines()
+        .find(|l| l.starts_with("github api"))
+        .unwrap();
+    assert!(line.contains("FAIL") && line.contains("401"), "{line}");
+    assert!(!ok, "a refused token fails doctor");
+    assert_eq!(
+        github.calls().iter().filter(|c| c.path == "/user").count(),
+        2
+    );
+
+    settings.github_token = None;
+    let (report, _) = pidevops::doctor::diagnose(&settings).await;
+    assert!(
+        report.contains("github api                 disabled  GITHUB_TOKEN is not set"),
+        "{report}"
+    );
 }

@@ -90,6 +90,17 @@ impl GithubClient {
 }
 
 impl GithubClient {
+    /// The account the token belongs to (`GET /user`): a read-only proof that the token works, for `doctor`.
+    pub async fn whoami(&self) -> Result<String, CallError> {
+        let user = self
+            .api
+            .current()
+            .user()
+            .await
+            .map_err(|e| classify("reading the token's account", e))?;
+        Ok(user.login)
+    }
+
     /// Posts `body` (which ends with `marker`) on issue or pull request `number`, unless a comment carrying the
     /// marker is already there (a repeat after a crash mid-call).
     pub async fn comment(

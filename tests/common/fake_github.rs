@@ -63,6 +63,7 @@ impl FakeGithub {
                 "/repos/{owner}/{repo}/issues/{number}/comments",
                 get(list_comments).post(create_comment),
             )
+            .route("/user", get(current_user))
             .with_state(fake.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         fake.url = format!("http://{}", listener.local_addr().unwrap());
@@ -310,4 +311,25 @@ async fn create_comment(
         Json(comment_json(&full, number, id, &text)),
     )
         .into_response()
+}
+
+/// `GET /user`: the token's account (the issue fixture's author), or the scripted failure (401 for a bad token).
+async fn current_user(
+    State(fake): State<FakeGithub>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(failure) = fake.record(&method, &uri, &headers, Value::Null) {
+        return failure_response(failure);
+    }
+    let fixture: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/github/issue_comment/created.payload.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    Json(fixture["comment"]["user"].clone()).into_response()
 }
