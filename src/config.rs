@@ -137,6 +137,10 @@ pub struct Settings {
     pub github_token: Option<SecretString>,
     /// `GITHUB_API_URL`: GitHub's API (default `https://api.github.com`; tests point it at a fake).
     pub github_api_url: String,
+    /// `TELEGRAM_BOT_TOKEN`: the bot pidevops speaks as (its id, the part before `:`, is `telegram_bot_id`).
+    pub telegram_bot_token: Option<SecretString>,
+    /// `TELEGRAM_API_URL`: the Bot API (default `https://api.telegram.org`; tests point it at a fake).
+    pub telegram_api_url: String,
     /// `PIDEVOPS_PAUSED=1`: no new runs start (running ones finish).
     pub paused: bool,
     /// The process environment, for the variables an agent profile passes through (and `PATH`).
@@ -302,6 +306,12 @@ impl Settings {
             telegram_allowed_chats: env.get("TELEGRAM_ALLOWED_CHATS").map(str::to_owned),
             workspace_root: PathBuf::from(env.get("WORKSPACE_ROOT").unwrap_or("./data/workspaces")),
             github_token: env.secret("GITHUB_TOKEN"),
+            telegram_bot_token: env.secret("TELEGRAM_BOT_TOKEN"),
+            telegram_api_url: env
+                .get("TELEGRAM_API_URL")
+                .unwrap_or("https://api.telegram.org")
+                .trim_end_matches('/')
+                .to_owned(),
             github_api_url: env
                 .get("GITHUB_API_URL")
                 .unwrap_or(crate::effects::github::DEFAULT_API_URL)

@@ -81,6 +81,37 @@ pub fn plan(settings: &Settings) -> Vec<PlannedLoop> {
         interval: settings.projector_interval,
         what: "turns qualifying GitHub issues, Linear issues and Telegram /new into tasks, and records why others do not",
     });
+    let telegram = crate::effects::Provider::Telegram.loop_name();
+    let telegram_chats = settings
+        .telegram_allowed_chats
+        .as_deref()
+        .is_some_and(|c| c.split(',').any(|c| !c.trim().is_empty()));
+    loops.push(match (&settings.telegram_bot_token, telegram_chats) {
+        (Some(_), true) => PlannedLoop {
+            name: telegram,
+            singleton: true,
+            state: LoopState::Armed,
+            reason: None,
+            interval: settings.projector_interval,
+            what: "tells TELEGRAM_ALLOWED_CHATS when a task waits for approval, needs a human, is in review, done or cancelled",
+        },
+        (None, _) => PlannedLoop {
+            name: telegram,
+            singleton: true,
+            state: LoopState::Disabled,
+            reason: Some("TELEGRAM_BOT_TOKEN is not set: no Telegram messages".to_owned()),
+            interval: settings.projector_interval,
+            what: "",
+        },
+        (Some(_), false) => PlannedLoop {
+            name: telegram,
+            singleton: true,
+            state: LoopState::Disabled,
+            reason: Some("TELEGRAM_ALLOWED_CHATS is not set: no chat to tell".to_owned()),
+            interval: settings.projector_interval,
+            what: "",
+        },
+    });
     loops.push(match crate::cron::schedules(&settings.file) {
         Ok(list) if !list.is_empty() => PlannedLoop {
             name: crate::cron::CRON.to_owned(),

@@ -124,6 +124,11 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         board.clone(),
         schedules,
     ));
+    let telegram_chats: Vec<i64> = intake_config
+        .telegram_allowed_chats
+        .iter()
+        .copied()
+        .collect();
     let reactions = Arc::new(crate::reactions::Reactions::new(
         log.clone(),
         board.clone(),
@@ -151,6 +156,9 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
                     name if name == crate::effects::Provider::Github.loop_name() => {
                         Job::Effects(github_effects(&settings, &log, &board)?)
                     }
+                    name if name == crate::effects::Provider::Telegram.loop_name() => Job::Effects(
+                        telegram_effects(&settings, &log, &board, telegram_chats.clone())?,
+                    ),
                     name @ (DISPATCHER | WATCHDOG | GC) => {
                         let dispatcher = dispatcher.clone().with_context(|| {
                             format!("the loop plan arms {name} but dispatch is off")
@@ -222,7 +230,34 @@ fn github_effects(
         log.clone(),
         board.clone(),
         client,
-        crate::effects::policy::PolicyConfig { bases },
+        crate::effects::policy::PolicyConfig {
+            bases,
+            telegram_chats: Vec::new(),
+        },
+    )))
+}
+
+/// The `effects:telegram` loop's worker: the Bot API at `TELEGRAM_API_URL`, notifications to the allowed chats.
+fn telegram_effects(
+    settings: &Settings,
+    log: &EventLog,
+    board: &crate::board::Board,
+    chats: Vec<i64>,
+) -> anyhow::Result<Arc<crate::effects::runner::Effects>> {
+    let token = settings
+        .telegram_bot_token
+        .as_ref()
+        .context("the loop plan arms effects:telegram without TELEGRAM_BOT_TOKEN")?;
+    let client = crate::effects::telegram::TelegramClient::new(&settings.telegram_api_url, token)
+        .map_err(|e| anyhow::anyhow!(e))?;
+    Ok(Arc::new(crate::effects::runner::Effects::telegram(
+        log.clone(),
+        board.clone(),
+        client,
+        crate::effects::policy::PolicyConfig {
+            bases: Default::default(),
+            telegram_chats: chats,
+        },
     )))
 }
 

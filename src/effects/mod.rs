@@ -20,6 +20,7 @@
 pub mod github;
 pub mod policy;
 pub mod runner;
+pub mod telegram;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -41,12 +42,14 @@ pub fn stream(key: &str) -> String {
 #[serde(rename_all = "snake_case")]
 pub enum Provider {
     Github,
+    Telegram,
 }
 
 impl Provider {
     pub fn as_str(self) -> &'static str {
         match self {
             Provider::Github => "github",
+            Provider::Telegram => "telegram",
         }
     }
 
@@ -77,12 +80,15 @@ pub enum Action {
         /// Comments updated since this time are searched for the marker (the request's time, less a margin).
         since: DateTime<Utc>,
     },
+    /// A message to a Telegram chat, in Telegram's HTML (escaped when it was built).
+    TelegramSend { chat: i64, html: String },
 }
 
 impl Action {
     pub fn provider(&self) -> Provider {
         match self {
             Action::GithubOpenPullRequest { .. } | Action::GithubComment { .. } => Provider::Github,
+            Action::TelegramSend { .. } => Provider::Telegram,
         }
     }
 
@@ -90,6 +96,7 @@ impl Action {
         match self {
             Action::GithubOpenPullRequest { .. } => "github_open_pull_request",
             Action::GithubComment { .. } => "github_comment",
+            Action::TelegramSend { .. } => "telegram_send",
         }
     }
 
@@ -100,6 +107,8 @@ impl Action {
             Action::GithubOpenPullRequest { .. } => true,
             // Looks for its marker among the recent comments before it posts.
             Action::GithubComment { .. } => true,
+            // Telegram cannot tell whether a message was delivered: one cut off is recorded, never sent twice.
+            Action::TelegramSend { .. } => false,
         }
     }
 }
@@ -127,6 +136,10 @@ pub enum Produced {
         url: String,
         /// False when a repeat found the comment already there.
         posted: bool,
+    },
+    Message {
+        chat: i64,
+        message_id: i64,
     },
 }
 

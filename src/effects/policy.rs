@@ -11,6 +11,8 @@ use crate::tasks::{RepoName, Task, TaskEvent};
 pub struct PolicyConfig {
     /// The branch each configured repository's pull requests go to (`[repos."o/n"] base`); others go to `main`.
     pub bases: BTreeMap<RepoName, String>,
+    /// The Telegram chats told about tasks (`TELEGRAM_ALLOWED_CHATS`).
+    pub telegram_chats: Vec<i64>,
 }
 
 impl PolicyConfig {
@@ -74,6 +76,69 @@ pub fn after_pull_request(
             since: now - chrono::Duration::minutes(10),
         },
     }]
+}
+
+/// Whether a task event is news for Telegram (checked before the task is loaded).
+pub fn telegram_notifies(event: &TaskEvent) -> bool {
+    matches!(
+        event,
+        TaskEvent::FlaggedNeedsHuman { .. }
+            | TaskEvent::SubmittedForReview { .. }
+            | TaskEvent::Completed { .. }
+            | TaskEvent::Cancelled { .. }
+            | TaskEvent::Created(_)
+    )
+}
+
+/// One message per chat for each state change people act on: a task waiting for approval, in review, done,
+/// cancelled, and each needs-human episode (the domain records one flag per episode, so a task that stays
+/// flagged is not announced again). Keyed by the event, so a replay sends nothing twice.
+pub fn telegram(event: &TaskEvent, task: &Task, event_id: &str, chats: &[i64]) -> Vec<Request> {
+    use super::telegram::{escape, fit};
+    let head = format!(
+        "<b>{}</b> {} <i>({})</i>",
+        task.id(),
+        escape(&task.title()),
+        escape(task.repo().as_str())
+    );
+    let text = match event {
+        TaskEvent::Created(created) if created.approval == crate::tasks::ApprovalPolicy::Manual => {
+            format!(
+                "🆕 {head}\nwaits for approval: /approve {} or /reject {}",
+                task.id(),
+                task.id()
+            )
+        }
+        TaskEvent::FlaggedNeedsHuman { reason, .. } => format!(
+            "⚠️ {head}\nneeds a human: {}\n/retry {} or /cancel {}",
+            escape(reason.as_str()),
+            task.id(),
+            task.id()
+        ),
+        TaskEvent::SubmittedForReview { branch, .. } => format!(
+            "👀 {head}\nready for review on <code>{}</code> (attempt {} of {})",
+            escape(branch.as_str()),
+            task.attempts(),
+            task.max_attempts().get()
+        ),
+        TaskEvent::Completed { .. } => format!("✅ {head}\ndone"),
+        TaskEvent::Cancelled { reason, .. } => {
+            format!("✖️ {head}\ncancelled: {}", escape(reason.as_str()))
+        }
+        _ => return Vec::new(),
+    };
+    let html = fit(&text);
+    chats
+        .iter()
+        .map(|chat| Request {
+            key: format!("telegram:notify:{chat}:{event_id}"),
+            task: task.id(),
+            action: Action::TelegramSend {
+                chat: *chat,
+                html: html.clone(),
+            },
+        })
+        .collect()
 }
 
 /// The pull request's description: the spec, where the task came from, and how many attempts it took.

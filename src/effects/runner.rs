@@ -10,6 +10,7 @@ use chrono::Utc;
 
 use super::github::GithubClient;
 use super::policy::{self, PolicyConfig};
+use super::telegram::TelegramClient;
 use super::{
     retry_at, state, stream, Action, CallError, EffectEvent, Produced, Provider, Request, State,
     EFFECT_STREAM_PREFIX,
@@ -45,9 +46,18 @@ pub struct Effects {
     provider: Provider,
     log: EventLog,
     board: Board,
-    github: GithubClient,
+    github: Option<GithubClient>,
+    telegram: Option<TelegramClient>,
     config: PolicyConfig,
     checkpoint: Option<String>,
+    /// When this process last sent to each Telegram chat, and at all (Telegram's rate limits).
+    sent: std::sync::Arc<std::sync::Mutex<Sent>>,
+}
+
+#[derive(Debug, Default)]
+struct Sent {
+    per_chat: std::collections::HashMap<i64, std::time::Instant>,
+    last: Option<std::time::Instant>,
 }
 
 impl Effects {
@@ -56,9 +66,30 @@ impl Effects {
             provider: Provider::Github,
             log,
             board,
-            github,
+            github: Some(github),
+            telegram: None,
             config,
             checkpoint: None,
+            sent: Default::default(),
+        }
+    }
+
+    /// The `effects:telegram` worker: notifications to `config.telegram_chats`.
+    pub fn telegram(
+        log: EventLog,
+        board: Board,
+        telegram: TelegramClient,
+        config: PolicyConfig,
+    ) -> Self {
+        Self {
+            provider: Provider::Telegram,
+            log,
+            board,
+            github: None,
+            telegram: Some(telegram),
+            config,
+            checkpoint: None,
+            sent: Default::default(),
         }
     }
 
@@ -157,7 +188,11 @@ impl Effects {
             )
         })?;
         // The cheap test first: most task events ask for nothing, and need no load.
-        if !matches!(task_event, TaskEvent::SubmittedForReview { .. }) {
+        let wanted = match self.provider {
+            Provider::Github => matches!(task_event, TaskEvent::SubmittedForReview { .. }),
+            Provider::Telegram => policy::telegram_notifies(&task_event),
+        };
+        if !wanted {
             return Ok(Settled::Yes);
         }
         let Some(loaded) = self.board.load(id).await? else {
@@ -165,6 +200,12 @@ impl Effects {
         };
         let requests = match self.provider {
             Provider::Github => policy::github(&task_event, &loaded.task, &self.config),
+            Provider::Telegram => policy::telegram(
+                &task_event,
+                &loaded.task,
+                &event.id.to_string(),
+                &self.config.telegram_chats,
+            ),
         };
         for request in requests {
             self.request(&request, event.position).await?;
@@ -241,6 +282,9 @@ impl Effects {
             }
             State::InDoubt { attempt } => attempt + 1,
         };
+        if let Some(free) = self.rate_limited(&action) {
+            return Ok(Settled::Waiting(free));
+        }
         let started = EffectEvent::Started {
             at: now,
             key: request.key.clone(),
@@ -255,6 +299,7 @@ impl Effects {
             return Ok(Settled::Waiting(now + chrono::Duration::seconds(1)));
         }
         let outcome = self.call(&action).await;
+        self.record_sent(&action);
         let label = match &outcome {
             Ok(_) => "succeeded",
             Err(CallError::Transient { .. }) => "transient",
@@ -305,6 +350,47 @@ impl Effects {
         Ok(settled)
     }
 
+    fn github_client(&self) -> Result<&GithubClient, CallError> {
+        self.github.as_ref().ok_or_else(|| CallError::Permanent {
+            message: "GITHUB_TOKEN is not set".into(),
+        })
+    }
+
+    fn telegram_client(&self) -> Result<&TelegramClient, CallError> {
+        self.telegram.as_ref().ok_or_else(|| CallError::Permanent {
+            message: "TELEGRAM_BOT_TOKEN is not set".into(),
+        })
+    }
+
+    /// Telegram allows a bot about one message a second per chat and 30 a second in all: when the next message
+    /// would break that, the time it may go.
+    fn rate_limited(&self, action: &Action) -> Option<chrono::DateTime<Utc>> {
+        let Action::TelegramSend { chat, .. } = action else {
+            return None;
+        };
+        let sent = self.sent.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        let per_chat = sent
+            .per_chat
+            .get(chat)
+            .map(|at| *at + std::time::Duration::from_secs(1));
+        let overall = sent
+            .last
+            .map(|at| at + std::time::Duration::from_millis(1000 / 30 + 1));
+        let free = per_chat.into_iter().chain(overall).max()?;
+        (free > now)
+            .then(|| Utc::now() + chrono::Duration::from_std(free - now).unwrap_or_default())
+    }
+
+    fn record_sent(&self, action: &Action) {
+        if let Action::TelegramSend { chat, .. } = action {
+            let mut sent = self.sent.lock().unwrap_or_else(|p| p.into_inner());
+            let now = std::time::Instant::now();
+            sent.per_chat.insert(*chat, now);
+            sent.last = Some(now);
+        }
+    }
+
     async fn call(&self, action: &Action) -> Result<Produced, CallError> {
         match action {
             Action::GithubOpenPullRequest {
@@ -314,7 +400,7 @@ impl Effects {
                 title,
                 body,
             } => {
-                self.github
+                self.github_client()?
                     .open_pull_request(repo, head, base, title, body)
                     .await
             }
@@ -325,9 +411,12 @@ impl Effects {
                 since,
             } => {
                 let marker = body.lines().last().unwrap_or_default();
-                self.github
+                self.github_client()?
                     .comment(repo, *number, body, marker, *since)
                     .await
+            }
+            Action::TelegramSend { chat, html } => {
+                self.telegram_client()?.send_message(*chat, html).await
             }
         }
     }

@@ -152,6 +152,7 @@ fn a_task_in_review_asks_for_one_pull_request_to_its_repositorys_base() {
     let (task, started) = apply(Some(task), Command::Start { run });
     let config = policy::PolicyConfig {
         bases: [(repo.clone(), "develop".to_owned())].into_iter().collect(),
+        telegram_chats: vec![-100],
     };
     assert!(
         policy::github(&started[0], &task, &config).is_empty(),
@@ -210,4 +211,47 @@ fn a_task_in_review_asks_for_one_pull_request_to_its_repositorys_base() {
          <!-- pidevops:github:comment:T-9:pull-request -->"
     );
     assert_eq!(*since, at(5) - chrono::Duration::minutes(10));
+
+    // Telegram hears of the review, once per chat, keyed by the event.
+    assert!(policy::telegram_notifies(&submitted[0]));
+    assert!(
+        !policy::telegram_notifies(&started[0]),
+        "a start is not news"
+    );
+    let told = policy::telegram(&submitted[0], &task, "e-1", &config.telegram_chats);
+    assert_eq!(told.len(), 1);
+    assert_eq!(told[0].key, "telegram:notify:-100:e-1");
+    assert_eq!(
+        told[0].action,
+        Action::TelegramSend {
+            chat: -100,
+            html: "👀 <b>T-9</b> Fix the login redirect <i>(acme/app)</i>\nready for review on \
+                   <code>pidevops/T-9</code> (attempt 1 of 3)"
+                .into()
+        }
+    );
+    assert!(
+        !told[0].action.safe_to_repeat(),
+        "a message cut off is never sent twice"
+    );
+}
+
+#[test]
+fn a_message_fits_telegram_and_never_ends_inside_an_escape() {
+    use super::telegram::{escape, fit, MAX_MESSAGE};
+    assert_eq!(escape("a < b & c > d"), "a &lt; b &amp; c &gt; d");
+    let short = "short";
+    assert_eq!(fit(short), short);
+    let long = format!("{}{}", "x".repeat(MAX_MESSAGE - 3), "&amp;&amp;&amp;");
+    let fitted = fit(&long);
+    assert!(
+        fitted.chars().count() <= MAX_MESSAGE,
+        "{}",
+        fitted.chars().count()
+    );
+    assert!(
+        fitted.ends_with("x\n…"),
+        "cut before the escape: {}",
+        &fitted[fitted.len() - 12..]
+    );
 }

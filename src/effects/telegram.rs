@@ -1,0 +1,131 @@
+//! The Telegram Bot API client effects call through, at `TELEGRAM_API_URL` with `TELEGRAM_BOT_TOKEN`. The token
+//! is part of every request's path, so no error message here ever carries a URL.
+
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::{json, Value};
+
+use super::{CallError, Produced};
+
+/// Telegram refuses messages longer than this many characters.
+pub const MAX_MESSAGE: usize = 4096;
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Clone)]
+pub struct TelegramClient {
+    http: reqwest::Client,
+    api_url: String,
+    token: SecretString,
+}
+
+impl std::fmt::Debug for TelegramClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TelegramClient")
+    }
+}
+
+impl TelegramClient {
+    pub fn new(api_url: &str, token: &SecretString) -> Result<Self, String> {
+        let http = reqwest::Client::builder()
+            .timeout(TIMEOUT)
+            .build()
+            .map_err(|e| format!("cannot build the Telegram client: {e}"))?;
+        Ok(Self {
+            http,
+            api_url: api_url.trim_end_matches('/').to_owned(),
+            token: token.clone(),
+        })
+    }
+
+    async fn call(&self, method: &str, body: &Value) -> Result<Value, CallError> {
+        let url = format!(
+            "{}/bot{}/{method}",
+            self.api_url,
+            self.token.expose_secret()
+        );
+        let response =
+            self.http
+                .post(url)
+                .json(body)
+                .send()
+                .await
+                .map_err(|e| CallError::Transient {
+                    message: format!("{method}: no answer from Telegram: {}", e.without_url()),
+                    retry_after: None,
+                })?;
+        let status = response.status();
+        let answer: Value = response.json().await.unwrap_or(Value::Null);
+        if status.is_success() && answer["ok"] == true {
+            return Ok(answer["result"].clone());
+        }
+        let description = answer["description"]
+            .as_str()
+            .unwrap_or("no description")
+            .to_owned();
+        let message = format!("{method}: Telegram answered {status}: {description}");
+        let retry_after = answer["parameters"]["retry_after"]
+            .as_u64()
+            .map(Duration::from_secs);
+        if status.as_u16() == 429 || status.is_server_error() {
+            Err(CallError::Transient {
+                message,
+                retry_after,
+            })
+        } else {
+            Err(CallError::Permanent { message })
+        }
+    }
+
+    /// Sends `html` (Telegram's HTML subset, already escaped) to `chat`.
+    pub async fn send_message(&self, chat: i64, html: &str) -> Result<Produced, CallError> {
+        let result = self
+            .call(
+                "sendMessage",
+                &json!({
+                    "chat_id": chat,
+                    "text": html,
+                    "parse_mode": "HTML",
+                    "link_preview_options": { "is_disabled": true },
+                }),
+            )
+            .await?;
+        Ok(Produced::Message {
+            chat,
+            message_id: result["message_id"].as_i64().unwrap_or_default(),
+        })
+    }
+}
+
+/// Escapes text for Telegram's HTML parse mode.
+pub fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// Cuts `html` to fit one message, at a line break when there is one near the end.
+pub fn fit(html: &str) -> String {
+    if html.chars().count() <= MAX_MESSAGE {
+        return html.to_owned();
+    }
+    let limit = MAX_MESSAGE - 2;
+    let cut: String = html.chars().take(limit).collect();
+    let at = cut
+        .rfind('\n')
+        .filter(|i| *i > limit / 2)
+        .unwrap_or(cut.len());
+    // Never end inside an escape like `&amp;` or a tag.
+    let mut end = at;
+    if let Some(amp) = cut[..end].rfind('&') {
+        if !cut[amp..end].contains(';') {
+            end = amp;
+        }
+    }
+    if let Some(lt) = cut[..end].rfind('<') {
+        if !cut[lt..end].contains('>') {
+            end = lt;
+        }
+    }
+    format!("{}\n…", &cut[..end])
+}

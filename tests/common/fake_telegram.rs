@@ -1,0 +1,106 @@
+//! A fake Telegram Bot API on loopback: records every `sendMessage` (with the time it arrived and the bot path),
+//! answers like Telegram, and answers 429 with `parameters.retry_after` when told to.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+#[derive(Clone, Debug)]
+pub struct Sent {
+    pub bot: String,
+    pub chat: i64,
+    pub text: String,
+    pub parse_mode: String,
+    pub at: Instant,
+}
+
+#[derive(Default)]
+struct Inner {
+    sent: Vec<Sent>,
+    /// Calls answered 429 with this retry_after, in order.
+    rate_limits: Vec<u64>,
+    calls: usize,
+}
+
+#[derive(Clone, Default)]
+pub struct FakeTelegram {
+    inner: Arc<Mutex<Inner>>,
+    pub url: String,
+}
+
+impl FakeTelegram {
+    pub async fn start() -> Self {
+        let mut fake = FakeTelegram::default();
+        let router = Router::new()
+            .route("/{bot}/{method}", post(call))
+            .with_state(fake.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        fake.url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            axum::serve(listener, router).await.unwrap();
+        });
+        fake
+    }
+
+    /// The next call is refused with 429 and `retry_after` seconds.
+    pub fn rate_limit_next(&self, retry_after: u64) {
+        self.inner.lock().unwrap().rate_limits.push(retry_after);
+    }
+
+    /// Messages delivered (not the refused calls).
+    pub fn sent(&self) -> Vec<Sent> {
+        self.inner.lock().unwrap().sent.clone()
+    }
+
+    pub fn calls(&self) -> usize {
+        self.inner.lock().unwrap().calls
+    }
+}
+
+async fn call(
+    State(fake): State<FakeTelegram>,
+    Path((bot, method)): Path<(String, String)>,
+    Json(body): Json<Value>,
+) -> Response {
+    let mut inner = fake.inner.lock().unwrap();
+    inner.calls += 1;
+    if !inner.rate_limits.is_empty() {
+        let retry_after = inner.rate_limits.remove(0);
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            Json(json!({
+                "ok": false,
+                "error_code": 429,
+                "description": format!("Too Many Requests: retry after {retry_after}"),
+                "parameters": { "retry_after": retry_after }
+            })),
+        )
+            .into_response();
+    }
+    if method != "sendMessage" {
+        return (
+            StatusCode::NOT_FOUND,
+            Json(json!({ "ok": false, "error_code": 404, "description": "Not Found" })),
+        )
+            .into_response();
+    }
+    let message_id = inner.sent.len() as i64 + 1;
+    inner.sent.push(Sent {
+        bot,
+        chat: body["chat_id"].as_i64().unwrap_or_default(),
+        text: body["text"].as_str().unwrap_or_default().to_owned(),
+        parse_mode: body["parse_mode"].as_str().unwrap_or_default().to_owned(),
+        at: Instant::now(),
+    });
+    Json(json!({
+        "ok": true,
+        "result": { "message_id": message_id, "date": 0, "chat": { "id": body["chat_id"], "type": "group" } }
+    }))
+    .into_response()
+}
