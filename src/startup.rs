@@ -156,9 +156,15 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
                     name if name == crate::effects::Provider::Github.loop_name() => {
                         Job::Effects(github_effects(&settings, &log, &board)?)
                     }
-                    name if name == crate::effects::Provider::Telegram.loop_name() => Job::Effects(
-                        telegram_effects(&settings, &log, &board, telegram_chats.clone())?,
-                    ),
+                    name if name == crate::effects::Provider::Telegram.loop_name() => {
+                        Job::Effects(telegram_effects(
+                            &settings,
+                            &log,
+                            &board,
+                            telegram_chats.clone(),
+                            &registry,
+                        )?)
+                    }
                     name @ (DISPATCHER | WATCHDOG | GC) => {
                         let dispatcher = dispatcher.clone().with_context(|| {
                             format!("the loop plan arms {name} but dispatch is off")
@@ -243,6 +249,7 @@ fn telegram_effects(
     log: &EventLog,
     board: &crate::board::Board,
     chats: Vec<i64>,
+    loops: &loops::LoopRegistry,
 ) -> anyhow::Result<Arc<crate::effects::runner::Effects>> {
     let token = settings
         .telegram_bot_token
@@ -250,15 +257,18 @@ fn telegram_effects(
         .context("the loop plan arms effects:telegram without TELEGRAM_BOT_TOKEN")?;
     let client = crate::effects::telegram::TelegramClient::new(&settings.telegram_api_url, token)
         .map_err(|e| anyhow::anyhow!(e))?;
-    Ok(Arc::new(crate::effects::runner::Effects::telegram(
-        log.clone(),
-        board.clone(),
-        client,
-        crate::effects::policy::PolicyConfig {
-            bases: Default::default(),
-            telegram_chats: chats,
-        },
-    )))
+    Ok(Arc::new(
+        crate::effects::runner::Effects::telegram(
+            log.clone(),
+            board.clone(),
+            client,
+            crate::effects::policy::PolicyConfig {
+                bases: Default::default(),
+                telegram_chats: chats,
+            },
+        )
+        .with_loops(loops.clone()),
+    ))
 }
 
 /// What a loop does on each tick.

@@ -16,6 +16,7 @@ use secrecy::SecretString;
 per_backend!(
     state_changes_reach_the_chats_once_escaped_and_paced,
     without_chats_or_a_token_the_loop_says_why,
+    commands_from_allowed_chats_are_answered_once_and_strangers_are_refused,
 );
 
 const BOT_TOKEN: &str = "4242:fake-bot-secret";
@@ -165,6 +166,142 @@ async fn without_chats_or_a_token_the_loop_says_why(db: TestDb) {
             .unwrap()
             .contains("TELEGRAM_BOT_TOKEN is not set"),
         "{health}"
+    );
+    app.stop().await;
+}
+
+/// A command as Telegram delivers it: `update_id` per update, from `chat`.
+fn command(update: i64, chat: i64, text: &str) -> Vec<u8> {
+    serde_json::json!({
+        "update_id": 900_000 + update,
+        "message": {
+            "message_id": 7000 + update,
+            "from": { "id": 5, "is_bot": false, "first_name": "Ada", "username": "ada_l" },
+            "chat": { "id": chat, "type": if chat < 0 { "group" } else { "private" } },
+            "date": 1764411500,
+            "text": text
+        }
+    })
+    .to_string()
+    .into_bytes()
+}
+
+async fn commands_from_allowed_chats_are_answered_once_and_strangers_are_refused(db: TestDb) {
+    let telegram = FakeTelegram::start().await;
+    let app = spawn(&db, &telegram, Some("-100")).await;
+    let board = &app.state.board;
+    let draft = Draft::new(
+        "acme/app".parse().unwrap(),
+        Spec::new("Fix the login redirect", "", "").unwrap(),
+        Links::default(),
+    );
+    let (outcome, _) = board.create(draft, "test:bot", "api", None).await.unwrap();
+    let id = outcome.task.id();
+    within(Duration::from_secs(10), "the approval request", || async {
+        !telegram.sent().is_empty()
+    })
+    .await;
+
+    let script: [(&str, i64); 9] = [
+        ("/help", -100),
+        ("/tasks triage", -100),
+        ("/approve@pidevops_bot T-1", -100),
+        ("/task T-1", -100),
+        ("/pause", -100),
+        ("/status", -100),
+        ("/frobnicate", -100),
+        ("/approve T-1", 31337),
+        ("/resume", -100),
+    ];
+    for (n, (text, chat)) in script.iter().enumerate() {
+        let r = app
+            .post_telegram(&command(n as i64, *chat, text), common::TELEGRAM_SECRET)
+            .await;
+        assert_eq!(r.status(), 200, "{text}");
+    }
+    // Eight answers to the allowed chat (the stranger gets none), after the approval request.
+    within(
+        Duration::from_secs(30),
+        "every command answered",
+        || async { telegram.sent().len() >= 9 },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let sent = telegram.sent();
+    assert_eq!(sent.len(), 9, "{sent:#?}");
+    assert!(
+        sent.iter().all(|s| s.chat == -100),
+        "nothing to the stranger: {sent:#?}"
+    );
+    let replies: Vec<&str> = sent[1..].iter().map(|s| s.text.as_str()).collect();
+    assert!(replies[0].contains("/tasks [column]"), "{}", replies[0]);
+    assert!(
+        replies[1].contains(&format!("<b>{id}</b> triage Fix the login redirect")),
+        "{}",
+        replies[1]
+    );
+    assert_eq!(replies[2], format!("{id}: approve — now todo."));
+    assert!(
+        replies[3].contains("todo · attempt 0 of 3"),
+        "{}",
+        replies[3]
+    );
+    assert!(replies[4].starts_with("Paused"), "{}", replies[4]);
+    assert!(
+        replies[5].contains("<b>paused</b> (paused by telegram: from Telegram by ada_l)")
+            && replies[5].contains("loops armed"),
+        "{}",
+        replies[5]
+    );
+    assert_eq!(replies[6], "unknown command /frobnicate; /help lists them");
+    assert!(replies[7].starts_with("Resumed"), "{}", replies[7]);
+    let approved = board.load(id).await.unwrap().unwrap();
+    assert_eq!(approved.task.column(), pidevops::tasks::Column::Todo);
+    assert_eq!(
+        approved
+            .events
+            .iter()
+            .filter(|e| e.event_type == "task.approved")
+            .count(),
+        1,
+        "the stranger's /approve did nothing"
+    );
+    let refused: Vec<_> = app
+        .all_events()
+        .await
+        .into_iter()
+        .filter(|e| e.event_type == "telegram.command_refused")
+        .collect();
+    assert_eq!(refused.len(), 1);
+    let body: serde_json::Value = serde_json::from_slice(&refused[0].body).unwrap();
+    assert_eq!(
+        (body["chat"].as_i64(), body["command"].as_str()),
+        (Some(31337), Some("/approve"))
+    );
+
+    // Replaying the log (a second reader from position 0) answers nothing again and steers nothing.
+    let replay = pidevops::effects::runner::Effects::telegram(
+        app.state.log.clone(),
+        app.state.board.clone(),
+        pidevops::effects::telegram::TelegramClient::new(
+            &telegram.url,
+            &SecretString::from(BOT_TOKEN),
+        )
+        .unwrap(),
+        pidevops::effects::policy::PolicyConfig {
+            bases: Default::default(),
+            telegram_chats: vec![-100],
+        },
+    )
+    .with_checkpoint("effects:telegram:replay");
+    let calls = telegram.calls();
+    let events_before = app.all_events().await.len();
+    replay.tick().await.unwrap();
+    assert_eq!(telegram.calls(), calls, "a replay sent something");
+    assert_eq!(
+        app.all_events().await.len(),
+        events_before,
+        "a replay acted again (/pause, /resume, /approve)"
     );
     app.stop().await;
 }

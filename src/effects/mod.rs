@@ -17,6 +17,7 @@
 //! with backoff, the wait recorded in `effect.failed{retry_at}`; a permanent failure is recorded, flags the task for
 //! a human, and the loop moves on.
 
+pub mod bot;
 pub mod github;
 pub mod policy;
 pub mod runner;
@@ -117,7 +118,8 @@ impl Action {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request {
     pub key: String,
-    pub task: TaskId,
+    /// The task it is about; `None` for a bot reply to a command about no task.
+    pub task: Option<TaskId>,
     pub action: Action,
 }
 
@@ -155,7 +157,8 @@ pub enum EffectEvent {
     Requested {
         at: DateTime<Utc>,
         key: String,
-        task: TaskId,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        task: Option<TaskId>,
         #[serde(flatten)]
         action: Action,
         /// The event whose handling asked for it.

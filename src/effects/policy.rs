@@ -30,7 +30,7 @@ pub fn github(event: &TaskEvent, task: &Task, config: &PolicyConfig) -> Vec<Requ
         // One pull request per task: a later attempt pushes to the same branch, which updates it.
         TaskEvent::SubmittedForReview { branch, .. } => vec![Request {
             key: format!("github:pr:{}", task.id()),
-            task: task.id(),
+            task: Some(task.id()),
             action: Action::GithubOpenPullRequest {
                 repo: task.repo().clone(),
                 head: branch.clone(),
@@ -62,7 +62,7 @@ pub fn after_pull_request(
     };
     vec![Request {
         key: key.clone(),
-        task: task.id(),
+        task: Some(task.id()),
         action: Action::GithubComment {
             repo: issue.repo.clone(),
             number: issue.number.get(),
@@ -132,7 +132,7 @@ pub fn telegram(event: &TaskEvent, task: &Task, event_id: &str, chats: &[i64]) -
         .iter()
         .map(|chat| Request {
             key: format!("telegram:notify:{chat}:{event_id}"),
-            task: task.id(),
+            task: Some(task.id()),
             action: Action::TelegramSend {
                 chat: *chat,
                 html: html.clone(),

@@ -8,6 +8,7 @@
 use anyhow::Context;
 use chrono::Utc;
 
+use super::bot;
 use super::github::GithubClient;
 use super::policy::{self, PolicyConfig};
 use super::telegram::TelegramClient;
@@ -52,6 +53,8 @@ pub struct Effects {
     checkpoint: Option<String>,
     /// When this process last sent to each Telegram chat, and at all (Telegram's rate limits).
     sent: std::sync::Arc<std::sync::Mutex<Sent>>,
+    /// For the bot's `/status`.
+    loops: Option<crate::loops::LoopRegistry>,
 }
 
 #[derive(Debug, Default)]
@@ -71,6 +74,7 @@ impl Effects {
             config,
             checkpoint: None,
             sent: Default::default(),
+            loops: None,
         }
     }
 
@@ -90,7 +94,14 @@ impl Effects {
             config,
             checkpoint: None,
             sent: Default::default(),
+            loops: None,
         }
+    }
+
+    /// The loops the bot's `/status` reports on.
+    pub fn with_loops(mut self, loops: crate::loops::LoopRegistry) -> Self {
+        self.loops = Some(loops);
+        self
     }
 
     /// The same worker reading the log under another checkpoint name: a second reader from position 0 (a rebuild,
@@ -158,6 +169,12 @@ impl Effects {
         event: &StoredEvent,
         progress: &mut EffectsProgress,
     ) -> anyhow::Result<Settled> {
+        if self.provider == Provider::Telegram
+            && event.source == Source::Telegram.as_str()
+            && event.event_type == "telegram.message"
+        {
+            return self.command(event, progress).await;
+        }
         if event.source != Source::Pidevops.as_str() {
             return Ok(Settled::Yes);
         }
@@ -215,6 +232,111 @@ impl Effects {
             }
         }
         Ok(Settled::Yes)
+    }
+
+    /// A bot command in a message: answered once (the reply effect's stream says whether it was), only in the
+    /// allowed chats; anything else is refused and recorded.
+    async fn command(
+        &self,
+        event: &StoredEvent,
+        progress: &mut EffectsProgress,
+    ) -> anyhow::Result<Settled> {
+        let payload: serde_json::Value =
+            serde_json::from_str(event.data_json().get()).unwrap_or_default();
+        let message = &payload["message"];
+        let Some(parsed) = bot::parse(message["text"].as_str().unwrap_or_default()) else {
+            return Ok(Settled::Yes);
+        };
+        let chat = message["chat"]["id"].as_i64().unwrap_or_default();
+        let who = message["from"]["username"]
+            .as_str()
+            .or(message["from"]["first_name"].as_str())
+            .unwrap_or("someone")
+            .to_owned();
+        if !self.config.telegram_chats.contains(&chat) {
+            // `/new` from a stranger is intake's to record; every other command is recorded here.
+            if parsed != Ok(bot::BotCommand::New) {
+                self.refused(
+                    event,
+                    chat,
+                    &who,
+                    message["text"].as_str().unwrap_or_default(),
+                )
+                .await?;
+            }
+            return Ok(Settled::Yes);
+        }
+        let key = format!("telegram:reply:{}", event.id);
+        let handled = !self
+            .log
+            .store()
+            .read_stream(&stream(&key))
+            .await
+            .context("reading the reply's stream")?
+            .is_empty();
+        let html = if handled {
+            // Answered before (a replay, or a crash after the reply was asked for): never act twice.
+            String::new()
+        } else {
+            match &parsed {
+                Ok(command) => bot::answer(
+                    command,
+                    &who,
+                    message,
+                    &self.board,
+                    &self.log,
+                    self.loops.as_ref(),
+                )
+                .await
+                .with_context(|| format!("answering {command:?}"))?,
+                Err(usage) => super::telegram::escape(usage),
+            }
+        };
+        let request = Request {
+            key,
+            task: None,
+            action: Action::TelegramSend { chat, html },
+        };
+        if !handled {
+            self.request(&request, event.position).await?;
+        }
+        self.drive(&request, progress).await
+    }
+
+    /// A command from a chat that is not allowed: recorded (once per message), not answered.
+    async fn refused(
+        &self,
+        event: &StoredEvent,
+        chat: i64,
+        who: &str,
+        text: &str,
+    ) -> anyhow::Result<()> {
+        let body = serde_json::json!({
+            "chat": chat,
+            "from": who,
+            "command": text.split_whitespace().next().unwrap_or_default(),
+            "cause_event_id": event.id,
+            "reason": format!("chat {chat} is not in TELEGRAM_ALLOWED_CHATS"),
+        });
+        let mut new = NewEvent::new(
+            Source::Pidevops,
+            EventType::from_stored("telegram.command_refused".to_owned()),
+            format!("telegram:refused:{}", event.id),
+            "application/json",
+            bytes::Bytes::from(serde_json::to_vec(&body)?),
+        );
+        new.meta
+            .insert("actor".to_owned(), serde_json::Value::from(ACTOR));
+        tracing::warn!(
+            chat,
+            who,
+            "Telegram command from a chat that is not allowed: refused"
+        );
+        self.log
+            .append(new)
+            .await
+            .context("recording a refused command")?;
+        Ok(())
     }
 
     /// Records the request (once per key: a repeat is a duplicate of the first).
@@ -432,9 +554,12 @@ impl Effects {
             "{} failed for good after {attempt} attempt(s): {error}",
             request.action.name().replace('_', " ")
         ));
+        let Some(task) = request.task else {
+            return Ok(());
+        };
         match self
             .board
-            .execute(request.task, &Command::FlagNeedsHuman { reason }, ACTOR)
+            .execute(task, &Command::FlagNeedsHuman { reason }, ACTOR)
             .await
         {
             Ok(_) | Err(BoardError::Refused(_)) => Ok(()),
@@ -490,7 +615,7 @@ impl Effects {
     async fn append(
         &self,
         key: &str,
-        task: TaskId,
+        task: Option<TaskId>,
         version: i64,
         event: &EffectEvent,
     ) -> Result<bool, AppendError> {
@@ -505,7 +630,7 @@ impl Effects {
         );
         new.stream = Some((stream(key), version));
         new.occurred_at = event.at();
-        new.subject.reference = Some(task.to_string());
+        new.subject.reference = task.map(|t| t.to_string());
         new.meta
             .insert("actor".to_owned(), serde_json::Value::from(ACTOR));
         match self.log.append(new).await {

@@ -14,7 +14,7 @@ fn requested() -> EffectEvent {
     EffectEvent::Requested {
         at: at(0),
         key: "github:pr:T-1".into(),
-        task: "T-1".parse().unwrap(),
+        task: Some("T-1".parse().unwrap()),
         action: Action::GithubOpenPullRequest {
             repo: "acme/app".parse().unwrap(),
             head: "pidevops/T-1".parse().unwrap(),
@@ -253,5 +253,37 @@ fn a_message_fits_telegram_and_never_ends_inside_an_escape() {
         fitted.ends_with("x\n…"),
         "cut before the escape: {}",
         &fitted[fitted.len() - 12..]
+    );
+}
+
+#[test]
+fn bot_commands_parse_with_or_without_the_bot_name() {
+    use super::bot::{parse, BotCommand};
+    use crate::board::Steer;
+    use crate::tasks::Column;
+    let t1: crate::tasks::TaskId = "T-1".parse().unwrap();
+    assert_eq!(parse("hello"), None, "not a command");
+    assert_eq!(parse("/status"), Some(Ok(BotCommand::Status)));
+    assert_eq!(parse("/status@pidevops_bot"), Some(Ok(BotCommand::Status)));
+    assert_eq!(parse("  /help  "), Some(Ok(BotCommand::Help)));
+    assert_eq!(
+        parse("/tasks in-review"),
+        Some(Ok(BotCommand::Tasks(Some(Column::InReview))))
+    );
+    assert_eq!(parse("/tasks"), Some(Ok(BotCommand::Tasks(None))));
+    assert_eq!(
+        parse("/approve@bot T-1"),
+        Some(Ok(BotCommand::Steer(Steer::Approve, t1)))
+    );
+    assert_eq!(
+        parse("/cancel T-1 it is a duplicate"),
+        Some(Ok(BotCommand::Steer(Steer::Cancel, t1)))
+    );
+    assert_eq!(parse("/retry"), Some(Err("usage: /retry T-n".into())));
+    assert!(matches!(parse("/task 42"), Some(Err(e)) if e.contains("T-<n>")));
+    assert!(matches!(parse("/tasks sideways"), Some(Err(_))));
+    assert_eq!(
+        parse("/deploy"),
+        Some(Err("unknown command /deploy; /help lists them".into()))
     );
 }
