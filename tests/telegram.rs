@@ -229,6 +229,15 @@ async fn commands_from_allowed_chats_are_answered_once_and_strangers_are_refused
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let sent = telegram.sent();
     assert_eq!(sent.len(), 9, "{sent:#?}");
+    let menu = telegram.menu().expect("setMyCommands at start-up");
+    assert_eq!(menu[0]["command"], "help");
+    assert!(
+        menu.as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["command"] == "approve"),
+        "{menu}"
+    );
     assert!(
         sent.iter().all(|s| s.chat == -100),
         "nothing to the stranger: {sent:#?}"

@@ -20,7 +20,28 @@ pub const HELP: &str = "/status — loops, queue, pause
 /pause · /resume — new runs
 /runs — recent runs";
 
-/// The commands `setMyCommands` would list, and `/help` shows.
+/// The menu `setMyCommands` sets at start-up: the commands without their arguments.
+pub fn menu() -> Vec<(String, String)> {
+    [
+        ("help", "what the bot can do"),
+        ("status", "loops, queue, pause"),
+        ("tasks", "the board: /tasks [column]"),
+        ("task", "one task: /task T-n"),
+        ("new", "a new task: /new owner/repo what to do"),
+        ("approve", "/approve T-n"),
+        ("reject", "/reject T-n"),
+        ("retry", "/retry T-n"),
+        ("cancel", "/cancel T-n"),
+        ("pause", "no new runs"),
+        ("resume", "runs start again"),
+        ("runs", "recent runs"),
+    ]
+    .into_iter()
+    .map(|(c, d)| (c.to_owned(), d.to_owned()))
+    .collect()
+}
+
+/// The commands the bot understands; `/help` shows them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BotCommand {
     Help,

@@ -83,13 +83,15 @@ pub enum Action {
     },
     /// A message to a Telegram chat, in Telegram's HTML (escaped when it was built).
     TelegramSend { chat: i64, html: String },
+    /// The bot's command menu (`setMyCommands`): name and description of each.
+    TelegramSetCommands { commands: Vec<(String, String)> },
 }
 
 impl Action {
     pub fn provider(&self) -> Provider {
         match self {
             Action::GithubOpenPullRequest { .. } | Action::GithubComment { .. } => Provider::Github,
-            Action::TelegramSend { .. } => Provider::Telegram,
+            Action::TelegramSend { .. } | Action::TelegramSetCommands { .. } => Provider::Telegram,
         }
     }
 
@@ -98,6 +100,7 @@ impl Action {
             Action::GithubOpenPullRequest { .. } => "github_open_pull_request",
             Action::GithubComment { .. } => "github_comment",
             Action::TelegramSend { .. } => "telegram_send",
+            Action::TelegramSetCommands { .. } => "telegram_set_commands",
         }
     }
 
@@ -110,6 +113,8 @@ impl Action {
             Action::GithubComment { .. } => true,
             // Telegram cannot tell whether a message was delivered: one cut off is recorded, never sent twice.
             Action::TelegramSend { .. } => false,
+            // Setting the same menu twice leaves one menu.
+            Action::TelegramSetCommands { .. } => true,
         }
     }
 }
@@ -143,6 +148,7 @@ pub enum Produced {
         chat: i64,
         message_id: i64,
     },
+    Done,
 }
 
 /// The hidden line that marks a comment as effect `key`'s.

@@ -55,6 +55,8 @@ pub struct Effects {
     sent: std::sync::Arc<std::sync::Mutex<Sent>>,
     /// For the bot's `/status`.
     loops: Option<crate::loops::LoopRegistry>,
+    /// The command menu is settled for this process (set, or failed for good).
+    menu_settled: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 #[derive(Debug, Default)]
@@ -75,6 +77,7 @@ impl Effects {
             checkpoint: None,
             sent: Default::default(),
             loops: None,
+            menu_settled: Default::default(),
         }
     }
 
@@ -95,6 +98,7 @@ impl Effects {
             checkpoint: None,
             sent: Default::default(),
             loops: None,
+            menu_settled: Default::default(),
         }
     }
 
@@ -119,6 +123,11 @@ impl Effects {
 
     /// Handles what was committed since the checkpoint, up to the first effect that must wait.
     pub async fn tick(&self) -> anyhow::Result<EffectsProgress> {
+        if self.provider == Provider::Telegram
+            && !self.menu_settled.load(std::sync::atomic::Ordering::Relaxed)
+        {
+            self.set_menu().await?;
+        }
         let store = self.log.store();
         let name = self.checkpoint_name();
         let mut progress = EffectsProgress {
@@ -232,6 +241,29 @@ impl Effects {
             }
         }
         Ok(Settled::Yes)
+    }
+
+    /// The bot's command menu, once per menu (its key names the menu's content): a changed menu is set again
+    /// after a deploy, the same one never. Does not hold back the tick: a failure is retried on its own schedule.
+    async fn set_menu(&self) -> anyhow::Result<()> {
+        let commands = bot::menu();
+        let digest = {
+            use sha2::Digest;
+            let text = serde_json::to_string(&commands)?;
+            hex::encode(&sha2::Sha256::digest(text.as_bytes())[..6])
+        };
+        let request = Request {
+            key: format!("telegram:set-my-commands:{digest}"),
+            task: None,
+            action: Action::TelegramSetCommands { commands },
+        };
+        self.request(&request, 0).await?;
+        let mut progress = EffectsProgress::default();
+        if let Settled::Yes = self.drive(&request, &mut progress).await? {
+            self.menu_settled
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     /// A bot command in a message: answered once (the reply effect's stream says whether it was), only in the
@@ -536,6 +568,9 @@ impl Effects {
                 self.github_client()?
                     .comment(repo, *number, body, marker, *since)
                     .await
+            }
+            Action::TelegramSetCommands { commands } => {
+                self.telegram_client()?.set_my_commands(commands).await
             }
             Action::TelegramSend { chat, html } => {
                 self.telegram_client()?.send_message(*chat, html).await

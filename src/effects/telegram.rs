@@ -97,6 +97,22 @@ impl TelegramClient {
     }
 }
 
+impl TelegramClient {
+    /// Sets the command menu Telegram shows for the bot.
+    pub async fn set_my_commands(
+        &self,
+        commands: &[(String, String)],
+    ) -> Result<Produced, CallError> {
+        let commands: Vec<Value> = commands
+            .iter()
+            .map(|(command, description)| json!({ "command": command, "description": description }))
+            .collect();
+        self.call("setMyCommands", &json!({ "commands": commands }))
+            .await?;
+        Ok(Produced::Done)
+    }
+}
+
 /// Escapes text for Telegram's HTML parse mode.
 pub fn escape(text: &str) -> String {
     text.replace('&', "&amp;")

@@ -23,9 +23,11 @@ pub struct Sent {
 #[derive(Default)]
 struct Inner {
     sent: Vec<Sent>,
-    /// Calls answered 429 with this retry_after, in order.
+    /// `sendMessage` calls answered 429 with this retry_after, in order.
     rate_limits: Vec<u64>,
     calls: usize,
+    /// The last command menu set (`setMyCommands`).
+    menu: Option<Value>,
 }
 
 #[derive(Clone, Default)]
@@ -48,7 +50,12 @@ impl FakeTelegram {
         fake
     }
 
-    /// The next call is refused with 429 and `retry_after` seconds.
+    /// The command menu the bot set, if it did.
+    pub fn menu(&self) -> Option<Value> {
+        self.inner.lock().unwrap().menu.clone()
+    }
+
+    /// The next `sendMessage` is refused with 429 and `retry_after` seconds.
     pub fn rate_limit_next(&self, retry_after: u64) {
         self.inner.lock().unwrap().rate_limits.push(retry_after);
     }
@@ -70,7 +77,11 @@ async fn call(
 ) -> Response {
     let mut inner = fake.inner.lock().unwrap();
     inner.calls += 1;
-    if !inner.rate_limits.is_empty() {
+    if method == "setMyCommands" {
+        inner.menu = Some(body["commands"].clone());
+        return Json(json!({ "ok": true, "result": true })).into_response();
+    }
+    if method == "sendMessage" && !inner.rate_limits.is_empty() {
         let retry_after = inner.rate_limits.remove(0);
         return (
             StatusCode::TOO_MANY_REQUESTS,
