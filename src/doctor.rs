@@ -11,6 +11,12 @@ use crate::loops::LoopState;
 pub const HEARTBEAT_LOOP: &str = "database_heartbeat";
 pub const METRICS_UPKEEP_LOOP: &str = "metrics_upkeep";
 pub const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+/// The `telegram_updates` loop's interval: it polls again at once after each answer, so this is only the wait
+/// after an error or while another replica holds the loop; and `/health` calls the loop stale after three of
+/// them, which must be longer than one long poll ([`TELEGRAM_LONG_POLL_S`]).
+pub const TELEGRAM_POLL: Duration = Duration::from_secs(5);
+/// How long one `getUpdates` waits for news.
+pub const TELEGRAM_LONG_POLL_S: u64 = 10;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlannedLoop {
@@ -81,6 +87,39 @@ pub fn plan(settings: &Settings) -> Vec<PlannedLoop> {
         interval: settings.projector_interval,
         what: "turns qualifying GitHub issues, Linear issues and Telegram /new into tasks, and records why others do not",
     });
+    loops.push(
+        match (
+            &settings.telegram_bot_token,
+            settings.telegram_webhook_secret.is_set(),
+        ) {
+            (Some(_), false) => PlannedLoop {
+                name: crate::ingress::telegram_updates::TELEGRAM_UPDATES.to_owned(),
+                singleton: true,
+                state: LoopState::Armed,
+                reason: None,
+                interval: TELEGRAM_POLL,
+                what: "long-polls getUpdates (no webhook: TELEGRAM_WEBHOOK_SECRET is not set) into the log",
+            },
+            (Some(_), true) => PlannedLoop {
+                name: crate::ingress::telegram_updates::TELEGRAM_UPDATES.to_owned(),
+                singleton: true,
+                state: LoopState::Disabled,
+                reason: Some(
+                    "webhook mode: TELEGRAM_WEBHOOK_SECRET is set, so updates come to /webhooks/telegram".to_owned(),
+                ),
+                interval: TELEGRAM_POLL,
+                what: "",
+            },
+            (None, _) => PlannedLoop {
+                name: crate::ingress::telegram_updates::TELEGRAM_UPDATES.to_owned(),
+                singleton: true,
+                state: LoopState::Disabled,
+                reason: Some("TELEGRAM_BOT_TOKEN is not set".to_owned()),
+                interval: TELEGRAM_POLL,
+                what: "",
+            },
+        },
+    );
     let telegram = crate::effects::Provider::Telegram.loop_name();
     let telegram_chats = settings
         .telegram_allowed_chats

@@ -23,6 +23,7 @@
 //! ingress/         webhooks: raw bytes in, verified and parsed NewEvent out, appended, then 2xx
 //!   verify.rs      HMAC and token checks, constant time
 //!   github.rs linear.rs telegram.rs   one parser per provider (pure)
+//!   telegram_updates.rs   without a webhook: the long-poll loop, into the log like a delivery
 //! bench.rs         setup the benchmark binaries share (throwaway databases); not used by the service
 //! board/           the board's command side: load a task's stream, decide, append with its version, retry races
 //! bus/             fan-out: Bus (JetStream | in-process), relay.rs (log → bus, exactly once), work.rs (work queues)

@@ -153,6 +153,24 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
                     crate::intake::INTAKE => Job::Intake(intake.clone()),
                     crate::reactions::REACTIONS => Job::Reactions(reactions.clone()),
                     crate::cron::CRON => Job::Cron(cron.clone()),
+                    crate::ingress::telegram_updates::TELEGRAM_UPDATES => {
+                        let token = settings.telegram_bot_token.as_ref().context(
+                            "the loop plan arms telegram_updates without TELEGRAM_BOT_TOKEN",
+                        )?;
+                        let client = crate::effects::telegram::TelegramClient::new(
+                            &settings.telegram_api_url,
+                            token,
+                        )
+                        .map_err(|e| anyhow::anyhow!(e))?;
+                        Job::TelegramUpdates(Arc::new(
+                            crate::ingress::telegram_updates::TelegramUpdates::new(
+                                client,
+                                log.clone(),
+                                settings.telegram_bot_id.clone(),
+                                doctor::TELEGRAM_LONG_POLL_S,
+                            ),
+                        ))
+                    }
                     name if name == crate::effects::Provider::Github.loop_name() => {
                         Job::Effects(github_effects(&settings, &log, &board)?)
                     }
@@ -281,6 +299,7 @@ enum Job {
     Intake(Arc<crate::intake::Intake>),
     Reactions(Arc<crate::reactions::Reactions>),
     Cron(Arc<crate::cron::CronLoop>),
+    TelegramUpdates(Arc<crate::ingress::telegram_updates::TelegramUpdates>),
     Effects(Arc<crate::effects::runner::Effects>),
     Dispatcher(Dispatcher),
     Watchdog(Dispatcher),
@@ -317,6 +336,11 @@ impl Job {
                     serde_json::to_value(progress).ok(),
                     Ok(Pace::again_if(progress.out_of_time)),
                 ),
+                Err(error) => (None, Err(error)),
+            },
+            // A long poll: it returns when there is news or after its wait, and polls again at once.
+            Self::TelegramUpdates(updates) => match updates.tick().await {
+                Ok(progress) => (serde_json::to_value(progress).ok(), Ok(Pace::Again)),
                 Err(error) => (None, Err(error)),
             },
             Self::Cron(cron) => match cron.tick().await {

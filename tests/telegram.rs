@@ -17,6 +17,7 @@ per_backend!(
     state_changes_reach_the_chats_once_escaped_and_paced,
     without_chats_or_a_token_the_loop_says_why,
     commands_from_allowed_chats_are_answered_once_and_strangers_are_refused,
+    without_a_webhook_updates_are_long_polled_into_the_log_once,
 );
 
 const BOT_TOKEN: &str = "4242:fake-bot-secret";
@@ -312,5 +313,75 @@ async fn commands_from_allowed_chats_are_answered_once_and_strangers_are_refused
         events_before,
         "a replay acted again (/pause, /resume, /approve)"
     );
+    app.stop().await;
+}
+
+/// No public URL (no webhook secret): the bot pulls its updates, after deleting any webhook, and they land in the
+/// log like deliveries (each once, across a restart), so commands work the same.
+async fn without_a_webhook_updates_are_long_polled_into_the_log_once(db: TestDb) {
+    let telegram = FakeTelegram::start().await;
+    let update = |n: i64, text: &str| -> serde_json::Value {
+        serde_json::from_slice(&command(n, -100, text)).unwrap()
+    };
+    telegram.queue_update(update(1, "/help"));
+    telegram.queue_update(update(2, "/runs"));
+    let mut settings = common::settings(&db);
+    settings.telegram_bot_token = Some(SecretString::from(BOT_TOKEN));
+    settings.telegram_api_url = telegram.url.clone();
+    settings.telegram_allowed_chats = Some("-100".into());
+    settings.telegram_webhook_secret.value = None;
+    let app = TestApp::spawn(settings.clone()).await;
+    within(
+        Duration::from_secs(20),
+        "both commands answered",
+        || async { telegram.sent().len() >= 2 },
+    )
+    .await;
+    let methods = telegram.methods();
+    let deleted = methods.iter().position(|m| m == "deleteWebhook");
+    let first_poll = methods.iter().position(|m| m.starts_with("getUpdates"));
+    assert!(
+        deleted.is_some() && deleted < first_poll,
+        "the webhook goes first: {methods:?}"
+    );
+    assert!(methods.iter().any(|m| m == "getUpdates:0"), "{methods:?}");
+    within(
+        Duration::from_secs(10),
+        "the next poll asks after update 900002",
+        || async { telegram.methods().iter().any(|m| m == "getUpdates:900003") },
+    )
+    .await;
+    let received = |app: &TestApp| {
+        let app = app.state.log.clone();
+        async move {
+            app.store()
+                .read_after(0, 10_000)
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|e| e.event_type == "telegram.message")
+                .count()
+        }
+    };
+    assert_eq!(received(&app).await, 2);
+    let (_, health) = app.health().await;
+    assert_eq!(
+        health["loops"]["telegram_updates"]["state"], "armed",
+        "{health}"
+    );
+    app.stop().await;
+
+    // A restart polls on from the offset: nothing is appended or answered twice.
+    let app = TestApp::spawn(settings).await;
+    telegram.queue_update(update(3, "/help"));
+    within(
+        Duration::from_secs(20),
+        "the third command answered",
+        || async { telegram.sent().len() >= 3 },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(received(&app).await, 3);
+    assert_eq!(telegram.sent().len(), 3);
     app.stop().await;
 }

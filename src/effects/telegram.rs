@@ -98,6 +98,29 @@ impl TelegramClient {
 }
 
 impl TelegramClient {
+    /// Removes the webhook, so `getUpdates` may be used (Telegram refuses both at once).
+    pub async fn delete_webhook(&self) -> Result<(), CallError> {
+        self.call("deleteWebhook", &json!({ "drop_pending_updates": false }))
+            .await
+            .map(drop)
+    }
+
+    /// Updates from `offset` on, waiting up to `timeout_s` for the first (long polling; keep it under the
+    /// client's 30 s timeout).
+    pub async fn get_updates(&self, offset: i64, timeout_s: u64) -> Result<Vec<Value>, CallError> {
+        let result = self
+            .call(
+                "getUpdates",
+                &json!({
+                    "offset": offset,
+                    "timeout": timeout_s,
+                    "allowed_updates": ["message", "edited_message", "callback_query"],
+                }),
+            )
+            .await?;
+        Ok(result.as_array().cloned().unwrap_or_default())
+    }
+
     /// Sets the command menu Telegram shows for the bot.
     pub async fn set_my_commands(
         &self,

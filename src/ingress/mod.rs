@@ -8,6 +8,7 @@
 pub mod github;
 pub mod linear;
 pub mod telegram;
+pub mod telegram_updates;
 pub mod verify;
 
 use axum::extract::rejection::BytesRejection;

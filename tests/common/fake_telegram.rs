@@ -28,6 +28,10 @@ struct Inner {
     calls: usize,
     /// The last command menu set (`setMyCommands`).
     menu: Option<Value>,
+    /// Updates `getUpdates` hands out (those at or after the asked offset).
+    updates: Vec<Value>,
+    /// Every method called, in order (`deleteWebhook`, `getUpdates:<offset>`, …).
+    methods: Vec<String>,
 }
 
 #[derive(Clone, Default)]
@@ -48,6 +52,16 @@ impl FakeTelegram {
             axum::serve(listener, router).await.unwrap();
         });
         fake
+    }
+
+    /// An update for `getUpdates` to hand out.
+    pub fn queue_update(&self, update: Value) {
+        self.inner.lock().unwrap().updates.push(update);
+    }
+
+    /// The methods called, in order; `getUpdates` with its offset.
+    pub fn methods(&self) -> Vec<String> {
+        self.inner.lock().unwrap().methods.clone()
     }
 
     /// The command menu the bot set, if it did.
@@ -75,8 +89,31 @@ async fn call(
     Path((bot, method)): Path<(String, String)>,
     Json(body): Json<Value>,
 ) -> Response {
+    if method == "getUpdates" {
+        let offset = body["offset"].as_i64().unwrap_or_default();
+        let found: Vec<Value> = {
+            let mut inner = fake.inner.lock().unwrap();
+            inner.calls += 1;
+            inner.methods.push(format!("getUpdates:{offset}"));
+            inner
+                .updates
+                .iter()
+                .filter(|u| u["update_id"].as_i64().unwrap_or_default() >= offset)
+                .cloned()
+                .collect()
+        };
+        if found.is_empty() {
+            // A long poll, shortened: nothing new for a moment.
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        return Json(json!({ "ok": true, "result": found })).into_response();
+    }
     let mut inner = fake.inner.lock().unwrap();
     inner.calls += 1;
+    inner.methods.push(method.clone());
+    if method == "deleteWebhook" {
+        return Json(json!({ "ok": true, "result": true })).into_response();
+    }
     if method == "setMyCommands" {
         inner.menu = Some(body["commands"].clone());
         return Json(json!({ "ok": true, "result": true })).into_response();
