@@ -144,6 +144,9 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
             LoopState::Disabled => registry.disable(&name, planned.reason.unwrap_or_default()),
             LoopState::Unarmed => registry.unarm(&name, planned.reason.unwrap_or_default()),
             LoopState::Armed => {
+                if acts_on_news_only(&name) {
+                    start_at_head(&store, &name).await?;
+                }
                 let spec = LoopSpec::new(&name, planned.interval, settings.loop_startup_delay);
                 let job = match name.as_str() {
                     HEARTBEAT_LOOP => Job::Heartbeat(store.clone()),
@@ -287,6 +290,37 @@ fn telegram_effects(
         )
         .with_loops(loops.clone()),
     ))
+}
+
+/// Loops whose events are instructions to act now (call out, steer a task): on their very first start they begin
+/// at the log's head, so turning one on for a log with history does not act on last month's events (open pull
+/// requests for old tasks, flood a chat, replay old bot commands).
+fn acts_on_news_only(name: &str) -> bool {
+    name.starts_with("effects:") || name == crate::reactions::REACTIONS
+}
+
+/// Sets a checkpoint that was never set to the log's head; one that was set stays where it is.
+async fn start_at_head(store: &EventStore, name: &str) -> anyhow::Result<()> {
+    if store
+        .checkpoint(name)
+        .await
+        .with_context(|| format!("reading the {name} checkpoint"))?
+        == 0
+    {
+        let head = store.head().await.context("reading the log's head")?;
+        if head > 0 {
+            store
+                .advance_checkpoint(name, head)
+                .await
+                .with_context(|| format!("starting {name} at the log's head"))?;
+            tracing::info!(
+                r#loop = name,
+                head,
+                "first start: acting on events from the head on"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// What a loop does on each tick.

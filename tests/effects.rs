@@ -21,6 +21,7 @@ per_backend!(
     without_a_token_the_loop_is_disabled_and_says_why,
     a_call_cut_off_after_github_acted_is_not_made_twice,
     doctor_proves_the_token_with_a_read_only_call,
+    turned_on_for_a_log_with_history_it_acts_only_on_news,
 );
 
 const TOKEN: &str = "ghp_fake_token_for_the_fake_github";
@@ -405,4 +406,28 @@ async fn doctor_proves_the_token_with_a_read_only_call(db: TestDb) {
         report.contains("github api                 disabled  GITHUB_TOKEN is not set"),
         "{report}"
     );
+}
+
+/// GitHub effects switched on for a log that already has tasks in review: the old ones are history (no pull
+/// request for last month's task); what happens from then on is acted on.
+async fn turned_on_for_a_log_with_history_it_acts_only_on_news(db: TestDb) {
+    let github = FakeGithub::start().await;
+    let before = TestApp::spawn(common::settings(&db)).await;
+    let old = task_in_review(&before, "Last month's task").await;
+    before.stop().await;
+
+    let app = spawn(&db, &github).await;
+    let new = task_in_review(&app, "Today's task").await;
+    within(Duration::from_secs(20), "today's pull request", || async {
+        !github.pulls_opened().is_empty()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let opened = github.pulls_opened();
+    assert_eq!(opened.len(), 1, "{opened:?}");
+    assert_eq!(opened[0].2, new.branch().as_str());
+    assert!(effect_events(&app, &format!("github:pr:{old}"))
+        .await
+        .is_empty());
+    app.stop().await;
 }
