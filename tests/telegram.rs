@@ -18,6 +18,7 @@ per_backend!(
     without_chats_or_a_token_the_loop_says_why,
     commands_from_allowed_chats_are_answered_once_and_strangers_are_refused,
     without_a_webhook_updates_are_long_polled_into_the_log_once,
+    a_button_press_steers_the_task_and_every_press_is_answered,
 );
 
 const BOT_TOKEN: &str = "4242:fake-bot-secret";
@@ -383,5 +384,79 @@ async fn without_a_webhook_updates_are_long_polled_into_the_log_once(db: TestDb)
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_eq!(received(&app).await, 3);
     assert_eq!(telegram.sent().len(), 3);
+    app.stop().await;
+}
+
+/// The approval request carries Approve / Reject; a press from an allowed chat approves, every press is answered
+/// (a stranger's too, with a refusal that changes nothing).
+async fn a_button_press_steers_the_task_and_every_press_is_answered(db: TestDb) {
+    let telegram = FakeTelegram::start().await;
+    let app = spawn(&db, &telegram, Some("-100")).await;
+    let board = &app.state.board;
+    let draft = Draft::new(
+        "acme/app".parse().unwrap(),
+        Spec::new("Retry failed Stripe webhooks", "", "").unwrap(),
+        Links::default(),
+    );
+    let (outcome, _) = board
+        .create(draft, "test:button", "api", None)
+        .await
+        .unwrap();
+    let id = outcome.task.id();
+    within(Duration::from_secs(10), "the approval request", || async {
+        !telegram.sent().is_empty()
+    })
+    .await;
+    let request = &telegram.sent()[0];
+    assert_eq!(
+        request.buttons,
+        serde_json::json!([[
+            { "text": "Approve", "callback_data": format!("approve:{id}") },
+            { "text": "Reject", "callback_data": format!("reject:{id}") }
+        ]])
+    );
+    let press = |update: i64, chat: i64, query: &str| {
+        serde_json::json!({
+            "update_id": 800_000 + update,
+            "callback_query": {
+                "id": query,
+                "from": { "id": 5, "is_bot": false, "first_name": "Ada", "username": "ada_l" },
+                "message": { "message_id": 1, "date": 1764411700, "chat": { "id": chat, "type": "group" }, "text": "…" },
+                "chat_instance": "-1",
+                "data": format!("approve:{id}")
+            }
+        })
+        .to_string()
+        .into_bytes()
+    };
+    for (n, chat, query) in [(1, 31337, "q-stranger"), (2, -100, "q-ada")] {
+        let r = app
+            .post_telegram(&press(n, chat, query), common::TELEGRAM_SECRET)
+            .await;
+        assert_eq!(r.status(), 200);
+    }
+    within(Duration::from_secs(20), "both presses answered", || async {
+        telegram.answers().len() >= 2
+    })
+    .await;
+    let answers = telegram.answers();
+    assert_eq!(
+        answers[0],
+        ("q-stranger".into(), "Not allowed from this chat.".into())
+    );
+    assert_eq!(
+        answers[1],
+        ("q-ada".into(), format!("{id}: approve — now todo."))
+    );
+    let loaded = board.load(id).await.unwrap().unwrap();
+    assert_eq!(loaded.task.column(), pidevops::tasks::Column::Todo);
+    assert_eq!(
+        loaded
+            .events
+            .iter()
+            .filter(|e| e.event_type == "task.approved")
+            .count(),
+        1
+    );
     app.stop().await;
 }

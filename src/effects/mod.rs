@@ -81,8 +81,16 @@ pub enum Action {
         /// Comments updated since this time are searched for the marker (the request's time, less a margin).
         since: DateTime<Utc>,
     },
-    /// A message to a Telegram chat, in Telegram's HTML (escaped when it was built).
-    TelegramSend { chat: i64, html: String },
+    /// A message to a Telegram chat, in Telegram's HTML (escaped when it was built), with inline buttons (label,
+    /// callback data of at most 64 bytes) in one row.
+    TelegramSend {
+        chat: i64,
+        html: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        buttons: Vec<(String, String)>,
+    },
+    /// The answer every button press gets (Telegram shows it briefly; without one the button spins).
+    TelegramAnswerCallback { callback: String, text: String },
     /// The bot's command menu (`setMyCommands`): name and description of each.
     TelegramSetCommands { commands: Vec<(String, String)> },
 }
@@ -91,7 +99,9 @@ impl Action {
     pub fn provider(&self) -> Provider {
         match self {
             Action::GithubOpenPullRequest { .. } | Action::GithubComment { .. } => Provider::Github,
-            Action::TelegramSend { .. } | Action::TelegramSetCommands { .. } => Provider::Telegram,
+            Action::TelegramSend { .. }
+            | Action::TelegramSetCommands { .. }
+            | Action::TelegramAnswerCallback { .. } => Provider::Telegram,
         }
     }
 
@@ -101,6 +111,7 @@ impl Action {
             Action::GithubComment { .. } => "github_comment",
             Action::TelegramSend { .. } => "telegram_send",
             Action::TelegramSetCommands { .. } => "telegram_set_commands",
+            Action::TelegramAnswerCallback { .. } => "telegram_answer_callback",
         }
     }
 
@@ -115,6 +126,8 @@ impl Action {
             Action::TelegramSend { .. } => false,
             // Setting the same menu twice leaves one menu.
             Action::TelegramSetCommands { .. } => true,
+            // A second answer to one press is refused by Telegram, not shown twice.
+            Action::TelegramAnswerCallback { .. } => true,
         }
     }
 }

@@ -128,6 +128,15 @@ pub fn telegram(event: &TaskEvent, task: &Task, event_id: &str, chats: &[i64]) -
         _ => return Vec::new(),
     };
     let html = fit(&text);
+    // Callback data stays far under Telegram's 64 bytes: a verb and a task id.
+    let button = |label: &str, verb: &str| (label.to_owned(), format!("{verb}:{}", task.id()));
+    let buttons = match event {
+        TaskEvent::Created(_) => vec![button("Approve", "approve"), button("Reject", "reject")],
+        TaskEvent::FlaggedNeedsHuman { .. } => {
+            vec![button("Retry", "retry"), button("Cancel", "cancel")]
+        }
+        _ => Vec::new(),
+    };
     chats
         .iter()
         .map(|chat| Request {
@@ -136,6 +145,7 @@ pub fn telegram(event: &TaskEvent, task: &Task, event_id: &str, chats: &[i64]) -
             action: Action::TelegramSend {
                 chat: *chat,
                 html: html.clone(),
+                buttons: buttons.clone(),
             },
         })
         .collect()

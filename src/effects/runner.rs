@@ -178,11 +178,12 @@ impl Effects {
         event: &StoredEvent,
         progress: &mut EffectsProgress,
     ) -> anyhow::Result<Settled> {
-        if self.provider == Provider::Telegram
-            && event.source == Source::Telegram.as_str()
-            && event.event_type == "telegram.message"
-        {
-            return self.command(event, progress).await;
+        if self.provider == Provider::Telegram && event.source == Source::Telegram.as_str() {
+            match event.event_type.as_str() {
+                "telegram.message" => return self.command(event, progress).await,
+                "telegram.callback_query" => return self.button(event, progress).await,
+                _ => return Ok(Settled::Yes),
+            }
         }
         if event.source != Source::Pidevops.as_str() {
             return Ok(Settled::Yes);
@@ -327,7 +328,86 @@ impl Effects {
         let request = Request {
             key,
             task: None,
-            action: Action::TelegramSend { chat, html },
+            action: Action::TelegramSend {
+                chat,
+                html,
+                buttons: Vec::new(),
+            },
+        };
+        if !handled {
+            self.request(&request, event.position).await?;
+        }
+        self.drive(&request, progress).await
+    }
+
+    /// A button press (`approve:T-7`, …): steered like the command, from an allowed chat only; every press is
+    /// answered (a refusal too), once — the answer effect's stream says whether it was.
+    async fn button(
+        &self,
+        event: &StoredEvent,
+        progress: &mut EffectsProgress,
+    ) -> anyhow::Result<Settled> {
+        let payload: serde_json::Value =
+            serde_json::from_str(event.data_json().get()).unwrap_or_default();
+        let query = &payload["callback_query"];
+        let Some(callback) = query["id"].as_str() else {
+            return Ok(Settled::Yes);
+        };
+        let chat = query["message"]["chat"]["id"].as_i64().unwrap_or_default();
+        let who = query["from"]["username"]
+            .as_str()
+            .or(query["from"]["first_name"].as_str())
+            .unwrap_or("someone")
+            .to_owned();
+        let data = query["data"].as_str().unwrap_or_default();
+        let key = format!("telegram:callback:{}", event.id);
+        let handled = !self
+            .log
+            .store()
+            .read_stream(&stream(&key))
+            .await
+            .context("reading the answer's stream")?
+            .is_empty();
+        let text = if handled {
+            String::new()
+        } else if !self.config.telegram_chats.contains(&chat) {
+            self.refused(event, chat, &who, data).await?;
+            "Not allowed from this chat.".to_owned()
+        } else {
+            let command = data
+                .split_once(':')
+                .map(|(verb, id)| format!("/{verb} {id}"))
+                .and_then(|text| bot::parse(&text));
+            match command {
+                Some(Ok(command @ bot::BotCommand::Steer(..))) => {
+                    let answer = bot::answer(
+                        &command,
+                        &who,
+                        &payload,
+                        &self.board,
+                        &self.log,
+                        self.loops.as_ref(),
+                    )
+                    .await
+                    .with_context(|| format!("answering the button {data:?}"))?;
+                    // The notice is plain text, short.
+                    answer
+                        .replace("<b>", "")
+                        .replace("</b>", "")
+                        .chars()
+                        .take(190)
+                        .collect()
+                }
+                _ => format!("Unknown button {data:?}."),
+            }
+        };
+        let request = Request {
+            key,
+            task: None,
+            action: Action::TelegramAnswerCallback {
+                callback: callback.to_owned(),
+                text,
+            },
         };
         if !handled {
             self.request(&request, event.position).await?;
@@ -572,8 +652,19 @@ impl Effects {
             Action::TelegramSetCommands { commands } => {
                 self.telegram_client()?.set_my_commands(commands).await
             }
-            Action::TelegramSend { chat, html } => {
-                self.telegram_client()?.send_message(*chat, html).await
+            Action::TelegramAnswerCallback { callback, text } => {
+                self.telegram_client()?
+                    .answer_callback(callback, text)
+                    .await
+            }
+            Action::TelegramSend {
+                chat,
+                html,
+                buttons,
+            } => {
+                self.telegram_client()?
+                    .send_message(*chat, html, buttons)
+                    .await
             }
         }
     }

@@ -77,19 +77,28 @@ impl TelegramClient {
         }
     }
 
-    /// Sends `html` (Telegram's HTML subset, already escaped) to `chat`.
-    pub async fn send_message(&self, chat: i64, html: &str) -> Result<Produced, CallError> {
-        let result = self
-            .call(
-                "sendMessage",
-                &json!({
-                    "chat_id": chat,
-                    "text": html,
-                    "parse_mode": "HTML",
-                    "link_preview_options": { "is_disabled": true },
-                }),
-            )
-            .await?;
+    /// Sends `html` (Telegram's HTML subset, already escaped) to `chat`, with `buttons` (label, callback data) in
+    /// one row when there are any.
+    pub async fn send_message(
+        &self,
+        chat: i64,
+        html: &str,
+        buttons: &[(String, String)],
+    ) -> Result<Produced, CallError> {
+        let mut body = json!({
+            "chat_id": chat,
+            "text": html,
+            "parse_mode": "HTML",
+            "link_preview_options": { "is_disabled": true },
+        });
+        if !buttons.is_empty() {
+            let row: Vec<Value> = buttons
+                .iter()
+                .map(|(text, data)| json!({ "text": text, "callback_data": data }))
+                .collect();
+            body["reply_markup"] = json!({ "inline_keyboard": [row] });
+        }
+        let result = self.call("sendMessage", &body).await?;
         Ok(Produced::Message {
             chat,
             message_id: result["message_id"].as_i64().unwrap_or_default(),
@@ -119,6 +128,16 @@ impl TelegramClient {
             )
             .await?;
         Ok(result.as_array().cloned().unwrap_or_default())
+    }
+
+    /// Answers a button press (`answerCallbackQuery`) with a short notice.
+    pub async fn answer_callback(&self, callback: &str, text: &str) -> Result<Produced, CallError> {
+        self.call(
+            "answerCallbackQuery",
+            &json!({ "callback_query_id": callback, "text": text }),
+        )
+        .await?;
+        Ok(Produced::Done)
     }
 
     /// Sets the command menu Telegram shows for the bot.

@@ -227,7 +227,8 @@ fn a_task_in_review_asks_for_one_pull_request_to_its_repositorys_base() {
             chat: -100,
             html: "👀 <b>T-9</b> Fix the login redirect <i>(acme/app)</i>\nready for review on \
                    <code>pidevops/T-9</code> (attempt 1 of 3)"
-                .into()
+                .into(),
+            buttons: Vec::new(),
         }
     );
     assert!(

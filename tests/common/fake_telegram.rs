@@ -18,6 +18,8 @@ pub struct Sent {
     pub text: String,
     pub parse_mode: String,
     pub at: Instant,
+    /// The inline keyboard, if the message had one.
+    pub buttons: Value,
 }
 
 #[derive(Default)]
@@ -32,6 +34,8 @@ struct Inner {
     updates: Vec<Value>,
     /// Every method called, in order (`deleteWebhook`, `getUpdates:<offset>`, …).
     methods: Vec<String>,
+    /// Button presses answered: (callback id, text).
+    answers: Vec<(String, String)>,
 }
 
 #[derive(Clone, Default)]
@@ -57,6 +61,11 @@ impl FakeTelegram {
     /// An update for `getUpdates` to hand out.
     pub fn queue_update(&self, update: Value) {
         self.inner.lock().unwrap().updates.push(update);
+    }
+
+    /// The button presses answered: (callback id, text).
+    pub fn answers(&self) -> Vec<(String, String)> {
+        self.inner.lock().unwrap().answers.clone()
     }
 
     /// The methods called, in order; `getUpdates` with its offset.
@@ -111,6 +120,17 @@ async fn call(
     let mut inner = fake.inner.lock().unwrap();
     inner.calls += 1;
     inner.methods.push(method.clone());
+    if method == "answerCallbackQuery" {
+        let answer = (
+            body["callback_query_id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            body["text"].as_str().unwrap_or_default().to_owned(),
+        );
+        inner.answers.push(answer);
+        return Json(json!({ "ok": true, "result": true })).into_response();
+    }
     if method == "deleteWebhook" {
         return Json(json!({ "ok": true, "result": true })).into_response();
     }
@@ -145,6 +165,7 @@ async fn call(
         text: body["text"].as_str().unwrap_or_default().to_owned(),
         parse_mode: body["parse_mode"].as_str().unwrap_or_default().to_owned(),
         at: Instant::now(),
+        buttons: body["reply_markup"]["inline_keyboard"].clone(),
     });
     Json(json!({
         "ok": true,
