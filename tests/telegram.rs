@@ -215,11 +215,34 @@ async fn commands_from_allowed_chats_are_answered_once_and_strangers_are_refused
         ("/approve T-1", 31337),
         ("/resume", -100),
     ];
+    // The bot answers from the read models, which trail the log by up to a projector interval: each command is
+    // sent once the read model shows what the command before it did, as a person typing would see it.
+    let column = |app: &TestApp| {
+        let store = app.state.log.store().clone();
+        async move {
+            pidevops::projectors::tasks::get(&store, id)
+                .await
+                .unwrap()
+                .map(|row| row.column)
+        }
+    };
+    within(Duration::from_secs(10), "the task on the board", || async {
+        column(&app).await.is_some()
+    })
+    .await;
     for (n, (text, chat)) in script.iter().enumerate() {
         let r = app
             .post_telegram(&command(n as i64, *chat, text), common::TELEGRAM_SECRET)
             .await;
         assert_eq!(r.status(), 200, "{text}");
+        if text.starts_with("/approve@") {
+            within(
+                Duration::from_secs(10),
+                "the approval on the board",
+                || async { column(&app).await == Some(pidevops::tasks::Column::Todo) },
+            )
+            .await;
+        }
     }
     // Eight answers to the allowed chat (the stranger gets none), after the approval request.
     within(
