@@ -56,6 +56,18 @@ async fn a_schedule_creates_its_task_on_time_and_after_downtime_fires_once(db: T
     let before = fired(&app).await;
     let (slot, task) = before[0];
     assert_eq!(slot.timestamp() % 2, 0, "on a slot: {slot}");
+    // The board's read model may trail the log by a projector interval.
+    within(
+        Duration::from_secs(10),
+        "the scheduled task on the board",
+        || async {
+            task_rows::get(app.state.log.store(), task)
+                .await
+                .unwrap()
+                .is_some()
+        },
+    )
+    .await;
     let row = task_rows::get(app.state.log.store(), task)
         .await
         .unwrap()
