@@ -281,11 +281,7 @@ impl Effects {
             return Ok(Settled::Yes);
         };
         let chat = message["chat"]["id"].as_i64().unwrap_or_default();
-        let who = message["from"]["username"]
-            .as_str()
-            .or(message["from"]["first_name"].as_str())
-            .unwrap_or("someone")
-            .to_owned();
+        let who = sender(&message["from"]);
         if !self.config.telegram_chats.contains(&chat) {
             // `/new` from a stranger is intake's to record; every other command is recorded here.
             if parsed != Ok(bot::BotCommand::New) {
@@ -300,13 +296,7 @@ impl Effects {
             return Ok(Settled::Yes);
         }
         let key = format!("telegram:reply:{}", event.id);
-        let handled = !self
-            .log
-            .store()
-            .read_stream(&stream(&key))
-            .await
-            .context("reading the reply's stream")?
-            .is_empty();
+        let handled = self.requested(&key).await?;
         let html = if handled {
             // Answered before (a replay, or a crash after the reply was asked for): never act twice.
             String::new()
@@ -354,20 +344,10 @@ impl Effects {
             return Ok(Settled::Yes);
         };
         let chat = query["message"]["chat"]["id"].as_i64().unwrap_or_default();
-        let who = query["from"]["username"]
-            .as_str()
-            .or(query["from"]["first_name"].as_str())
-            .unwrap_or("someone")
-            .to_owned();
+        let who = sender(&query["from"]);
         let data = query["data"].as_str().unwrap_or_default();
         let key = format!("telegram:callback:{}", event.id);
-        let handled = !self
-            .log
-            .store()
-            .read_stream(&stream(&key))
-            .await
-            .context("reading the answer's stream")?
-            .is_empty();
+        let handled = self.requested(&key).await?;
         let text = if handled {
             String::new()
         } else if !self.config.telegram_chats.contains(&chat) {
@@ -413,6 +393,17 @@ impl Effects {
             self.request(&request, event.position).await?;
         }
         self.drive(&request, progress).await
+    }
+
+    /// Whether effect `key` was ever requested (its stream has anything).
+    async fn requested(&self, key: &str) -> anyhow::Result<bool> {
+        let events = self
+            .log
+            .store()
+            .read_stream(&stream(key))
+            .await
+            .with_context(|| format!("reading {}", stream(key)))?;
+        Ok(!events.is_empty())
     }
 
     /// A command from a chat that is not allowed: recorded (once per message), not answered.
@@ -765,4 +756,13 @@ impl Effects {
             Err(error) => Err(error),
         }
     }
+}
+
+/// A Telegram user as the bot names them: their username, else their first name.
+fn sender(from: &serde_json::Value) -> String {
+    from["username"]
+        .as_str()
+        .or(from["first_name"].as_str())
+        .unwrap_or("someone")
+        .to_owned()
 }
