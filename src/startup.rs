@@ -382,11 +382,17 @@ impl Job {
                 Err(error) => (None, Err(error)),
             },
             Self::Reactions(reactions) => match reactions.tick().await {
-                Ok(progress) => (serde_json::to_value(progress).ok(), Ok(Pace::Rest)),
+                Ok(progress) => {
+                    let again = Pace::again_if(progress.out_of_time);
+                    (serde_json::to_value(progress).ok(), Ok(again))
+                }
                 Err(error) => (None, Err(error)),
             },
             Self::Effects(effects) => match effects.tick().await {
-                Ok(progress) => (serde_json::to_value(progress).ok(), Ok(Pace::Rest)),
+                Ok(progress) => {
+                    let again = Pace::again_if(progress.out_of_time);
+                    (serde_json::to_value(progress).ok(), Ok(again))
+                }
                 Err(error) => (None, Err(error)),
             },
             Self::Dispatcher(dispatcher) => match dispatcher.tick().await {

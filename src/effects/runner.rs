@@ -23,6 +23,8 @@ use crate::tasks::values::TASK_STREAM_PREFIX;
 use crate::tasks::{Command, GithubRef, Links, Reason, TaskEvent, TaskId};
 
 const PAGE: i64 = 200;
+/// A tick's longest run before it hands back (below a third of the shortest interval `/health` allows).
+const TICK_BUDGET: std::time::Duration = std::time::Duration::from_millis(150);
 const ACTOR: &str = "effects";
 
 /// What one tick did, for `/health`.
@@ -33,6 +35,9 @@ pub struct EffectsProgress {
     pub failed: u64,
     /// An effect waits for its retry time (the checkpoint stays before its cause until then).
     pub waiting: Option<String>,
+    /// The tick handed back with events left (the loop goes again at once).
+    #[serde(skip)]
+    pub out_of_time: bool,
 }
 
 /// How an effect stands after this tick looked at it.
@@ -137,6 +142,7 @@ impl Effects {
                 .with_context(|| format!("reading the {name} checkpoint"))?,
             ..EffectsProgress::default()
         };
+        let started = std::time::Instant::now();
         loop {
             let events = store
                 .read_after(progress.position, PAGE)
@@ -162,6 +168,15 @@ impl Effects {
                     return Ok(progress);
                 }
                 progress.position = event.position;
+                // A backlog (a burst of webhooks) never makes the loop look stale: hand back after a while.
+                if started.elapsed() > TICK_BUDGET {
+                    store
+                        .advance_checkpoint(&name, progress.position)
+                        .await
+                        .context("saving the checkpoint")?;
+                    progress.out_of_time = true;
+                    return Ok(progress);
+                }
             }
             store
                 .advance_checkpoint(&name, progress.position)

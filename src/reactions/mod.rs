@@ -23,6 +23,8 @@ pub use rules::Reaction;
 /// The loop's name and its checkpoint's.
 pub const REACTIONS: &str = "reactions";
 const PAGE: i64 = 200;
+/// A tick's longest run before it hands back (below a third of the shortest interval `/health` allows).
+const TICK_BUDGET: std::time::Duration = std::time::Duration::from_millis(150);
 /// How long a CI result for an unknown commit waits while the task's run is still recording its push.
 const UNKNOWN_COMMIT_GRACE: chrono::Duration = chrono::Duration::seconds(120);
 
@@ -34,6 +36,9 @@ pub struct ReactionsProgress {
     pub ignored: u64,
     /// A CI result waits for its task's run to finish recording (the checkpoint stays before it).
     pub waiting: Option<String>,
+    /// The tick handed back with events left (the loop goes again at once).
+    #[serde(skip)]
+    pub out_of_time: bool,
 }
 
 enum Handled {
@@ -66,6 +71,7 @@ impl Reactions {
                 .context("reading the reactions checkpoint")?,
             ..ReactionsProgress::default()
         };
+        let started = std::time::Instant::now();
         loop {
             let events = store
                 .read_after(progress.position, PAGE)
@@ -90,6 +96,15 @@ impl Reactions {
                     return Ok(progress);
                 }
                 progress.position = event.position;
+                // A backlog (a burst of webhooks) never makes the loop look stale: hand back after a while.
+                if started.elapsed() > TICK_BUDGET {
+                    store
+                        .advance_checkpoint(REACTIONS, progress.position)
+                        .await
+                        .context("saving the checkpoint")?;
+                    progress.out_of_time = true;
+                    return Ok(progress);
+                }
             }
             store
                 .advance_checkpoint(REACTIONS, progress.position)
