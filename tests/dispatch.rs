@@ -345,7 +345,7 @@ git add CHANGES.md && git -c user.name=agent -c user.email=agent@localhost commi
     }
     assert!(dump.contains("HOME="), "{dump}");
 
-    let run = runs_of(&app, id).await.remove(0);
+    let run = ended_runs(&app, id).await.remove(0);
     let log = std::fs::read_to_string(run.log_path.as_deref().unwrap()).unwrap();
     assert!(log.contains("token= admin= db="), "{log}");
     assert!(log.contains("wrote home"), "{log}");
@@ -600,7 +600,7 @@ echo "$title" > "done-$title""#,
             Some(format!("task{n}\n").as_str()),
             "{branch}"
         );
-        assert_eq!(runs_of(&app, *id).await.len(), 1, "{id} ran once");
+        assert_eq!(ended_runs(&app, *id).await.len(), 1, "{id} ran once");
     }
     // One at a time, so the later ones waited in the queue while spares were checked out for them.
     let metrics = app.metrics().await;
