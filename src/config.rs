@@ -137,6 +137,10 @@ pub struct Settings {
     pub github_token: Option<SecretString>,
     /// `GITHUB_API_URL`: GitHub's API (default `https://api.github.com`; tests point it at a fake).
     pub github_api_url: String,
+    /// `LINEAR_API_KEY`: Linear's GraphQL API (comments, states, agent activities, the poller).
+    pub linear_api_key: Option<SecretString>,
+    /// `LINEAR_API_URL`: the GraphQL endpoint (default `https://api.linear.app/graphql`; tests point it at a fake).
+    pub linear_api_url: String,
     /// `TELEGRAM_BOT_TOKEN`: the bot pidevops speaks as (its id, the part before `:`, is `telegram_bot_id`).
     pub telegram_bot_token: Option<SecretString>,
     /// `TELEGRAM_API_URL`: the Bot API (default `https://api.telegram.org`; tests point it at a fake).
@@ -307,6 +311,11 @@ impl Settings {
             workspace_root: PathBuf::from(env.get("WORKSPACE_ROOT").unwrap_or("./data/workspaces")),
             github_token: env.secret("GITHUB_TOKEN"),
             telegram_bot_token: env.secret("TELEGRAM_BOT_TOKEN"),
+            linear_api_key: env.secret("LINEAR_API_KEY"),
+            linear_api_url: env
+                .get("LINEAR_API_URL")
+                .unwrap_or("https://api.linear.app/graphql")
+                .to_owned(),
             telegram_api_url: env
                 .get("TELEGRAM_API_URL")
                 .unwrap_or("https://api.telegram.org")

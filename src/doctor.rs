@@ -204,6 +204,54 @@ pub fn plan(settings: &Settings) -> Vec<PlannedLoop> {
             what: "",
         },
     });
+    let linear = crate::effects::Provider::Linear.loop_name();
+    loops.push(
+        match (
+            &settings.linear_api_key,
+            crate::effects::policy::LinearStates::from_file(&settings.file),
+        ) {
+            (Some(_), Ok(_)) => PlannedLoop {
+                name: linear,
+                singleton: true,
+                state: LoopState::Armed,
+                reason: None,
+                interval: settings.projector_interval,
+                what: "comments on and moves the tasks' Linear issues, and speaks in Linear agent sessions (LINEAR_API_URL)",
+            },
+            (Some(_), Err(error)) => PlannedLoop {
+                name: linear,
+                singleton: true,
+                state: LoopState::Unarmed,
+                reason: Some(format!("pidevops.toml: {error}")),
+                interval: settings.projector_interval,
+                what: "",
+            },
+            (None, _) => PlannedLoop {
+                name: linear,
+                singleton: true,
+                state: LoopState::Disabled,
+                reason: Some("LINEAR_API_KEY is not set: Linear hears nothing back".to_owned()),
+                interval: settings.projector_interval,
+                what: "",
+            },
+        },
+    );
+    loops.push(poller_loop(
+        crate::pollers::linear::LINEAR_POLLER,
+        settings,
+        Duration::from_secs(300),
+        settings.linear_api_key.is_some(),
+        "LINEAR_API_KEY",
+        "asks Linear for labeled issues changed since the last poll and appends what the webhook missed",
+    ));
+    loops.push(poller_loop(
+        crate::pollers::github::GITHUB_POLLER,
+        settings,
+        Duration::from_secs(120),
+        settings.github_token.is_some(),
+        "GITHUB_TOKEN",
+        "checks the pull requests of tasks in review (merged, closed, failed checks) for missed webhooks",
+    ));
     for projector in crate::projectors::all() {
         loops.push(PlannedLoop {
             name: crate::projectors::loop_name(projector.name()),
@@ -215,6 +263,54 @@ pub fn plan(settings: &Settings) -> Vec<PlannedLoop> {
         });
     }
     loops
+}
+
+/// A poller: armed with its credential; asked for (`[pollers.<name>]`) without it, `unarmed`, since missed
+/// webhooks would go unnoticed; neither, disabled.
+fn poller_loop(
+    name: &str,
+    settings: &Settings,
+    default_interval: Duration,
+    credential: bool,
+    variable: &str,
+    what: &'static str,
+) -> PlannedLoop {
+    // `linear_poller` is configured under `[pollers.linear]`.
+    let table = name.trim_end_matches("_poller");
+    let config = crate::pollers::PollerConfig::from_file(&settings.file, table, default_interval);
+    let planned = |state, reason: Option<String>, interval| PlannedLoop {
+        name: name.to_owned(),
+        singleton: true,
+        state,
+        reason,
+        interval,
+        what: if state == LoopState::Armed { what } else { "" },
+    };
+    match config {
+        Err(error) => planned(
+            LoopState::Unarmed,
+            Some(format!("pidevops.toml: {error}")),
+            default_interval,
+        ),
+        Ok(config) if !config.enabled => planned(
+            LoopState::Disabled,
+            Some(format!("pollers.{table}.enabled is false")),
+            config.interval,
+        ),
+        Ok(config) if credential => planned(LoopState::Armed, None, config.interval),
+        Ok(config) if config.configured => planned(
+            LoopState::Unarmed,
+            Some(format!(
+                "[pollers.{table}] is set but {variable} is not: missed webhooks would go unnoticed"
+            )),
+            config.interval,
+        ),
+        Ok(config) => planned(
+            LoopState::Disabled,
+            Some(format!("{variable} is not set")),
+            config.interval,
+        ),
+    }
 }
 
 /// The dispatcher, watchdog and gc: all three run when dispatch is on; the dispatcher is `unarmed` when it is on
@@ -410,6 +506,60 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
             }
         }
     }
+    match &settings.linear_api_key {
+        None => {
+            let _ = writeln!(
+                out,
+                "linear api                 disabled  LINEAR_API_KEY is not set; Linear hears nothing back and is not polled"
+            );
+        }
+        Some(key) => {
+            let checked =
+                match crate::effects::linear::LinearClient::new(&settings.linear_api_url, key) {
+                    Err(e) => Err(e),
+                    Ok(client) => within_10s(client.viewer()).await,
+                };
+            ok &= report(
+                &mut out,
+                "linear api",
+                &settings.linear_api_url,
+                checked.map(|name| format!("LINEAR_API_KEY acts as {name}")),
+            );
+        }
+    }
+    match &settings.telegram_bot_token {
+        None => {
+            let _ = writeln!(
+                out,
+                "telegram api               disabled  TELEGRAM_BOT_TOKEN is not set; no bot"
+            );
+        }
+        Some(token) => {
+            let checked = match crate::effects::telegram::TelegramClient::new(
+                &settings.telegram_api_url,
+                token,
+            ) {
+                Err(e) => Err(e),
+                Ok(client) => match within_10s(client.get_me()).await {
+                    Err(e) => Err(e),
+                    Ok(bot) => within_10s(client.webhook_url()).await.map(|url| {
+                        let mode = match (url.is_empty(), settings.telegram_webhook_secret.is_set()) {
+                            (true, false) => "no webhook: telegram_updates long-polls".to_owned(),
+                            (true, true) => "no webhook registered, though TELEGRAM_WEBHOOK_SECRET is set: register one (setWebhook with the secret)".to_owned(),
+                            (false, _) => format!("webhook registered at {url}"),
+                        };
+                        format!("the bot is @{bot}; {mode}")
+                    }),
+                },
+            };
+            ok &= report(
+                &mut out,
+                "telegram api",
+                &settings.telegram_api_url,
+                checked,
+            );
+        }
+    }
     match &settings.nats_url {
         Some(url) => {
             let reachable = tokio::time::timeout(
@@ -443,4 +593,29 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
         }
     );
     (out, ok)
+}
+
+/// A provider's read-only check, bounded: a hung API is a failed check, not a hung doctor.
+async fn within_10s<T>(
+    call: impl std::future::Future<Output = Result<T, crate::effects::CallError>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(Duration::from_secs(10), call).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("no answer within 10 s".to_owned()),
+    }
+}
+
+/// One provider line of the report; says whether it passed.
+fn report(out: &mut String, label: &str, url: &str, checked: Result<String, String>) -> bool {
+    match checked {
+        Ok(detail) => {
+            let _ = writeln!(out, "{label:<26} pass      {url} answers; {detail}");
+            true
+        }
+        Err(e) => {
+            let _ = writeln!(out, "{label:<26} FAIL      {url}: {e}");
+            false
+        }
+    }
 }

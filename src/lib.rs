@@ -31,8 +31,11 @@
 //!                  events), workspaces (mirrors, worktrees), Landlock, the runner, the dispatcher / watchdog /
 //!                  gc loops and `pidevops worker`; one outcome per run whatever crashes
 //! effects/         outbound calls driven by events, each recorded in its stream `effect:<key>` and made once
-//!   policy.rs      pure: which effects an event asks for (the task's pull request when it goes to review)
-//!   github.rs      the GitHub client (octocrab at GITHUB_API_URL); runner.rs the `effects:<provider>` loop
+//!   policy.rs      pure: which effects an event asks for (pull request, Linear comments / states / agent
+//!                  activities, Telegram notifications), each with its idempotency key
+//!   github.rs linear.rs telegram.rs   the provider clients (base URLs from config); bot.rs the Telegram bot
+//!   runner.rs      the `effects:<provider>` loop: request once, call, record, follow up
+//! pollers/         `linear_poller`, `github_poller`: what a missed webhook would have said, appended in its shape
 //! intake/          the policy that turns qualifying webhook events into tasks (rules.rs is pure)
 //! reactions/       the policy that turns GitHub events on pidevops branches into task commands (rules.rs is pure)
 //! loops/           the do-while runner and the health registry every background activity reports to
@@ -59,6 +62,7 @@ pub mod http;
 pub mod ingress;
 pub mod intake;
 pub mod loops;
+pub mod pollers;
 pub mod projectors;
 pub mod reactions;
 pub mod startup;

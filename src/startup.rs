@@ -134,6 +134,7 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         board.clone(),
         intake_config.github_bot_login.clone(),
     ));
+    let linear_label = intake_config.linear_label.clone();
     let intake = Arc::new(
         crate::intake::Intake::new(log.clone(), board.clone(), intake_config)
             .with_tick_budget(settings.projector_interval),
@@ -176,6 +177,41 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
                     }
                     name if name == crate::effects::Provider::Github.loop_name() => {
                         Job::Effects(github_effects(&settings, &log, &board)?)
+                    }
+                    crate::pollers::linear::LINEAR_POLLER => {
+                        let key = settings
+                            .linear_api_key
+                            .as_ref()
+                            .context("the loop plan arms linear_poller without LINEAR_API_KEY")?;
+                        let client = crate::effects::linear::LinearClient::new(
+                            &settings.linear_api_url,
+                            key,
+                        )
+                        .map_err(|e| anyhow::anyhow!(e))?;
+                        Job::LinearPoller(Arc::new(crate::pollers::linear::LinearPoller::new(
+                            client,
+                            log.clone(),
+                            board.clone(),
+                            linear_label.clone(),
+                        )))
+                    }
+                    crate::pollers::github::GITHUB_POLLER => {
+                        let token = settings
+                            .github_token
+                            .as_ref()
+                            .context("the loop plan arms github_poller without GITHUB_TOKEN")?;
+                        let client = crate::effects::github::GithubClient::new(
+                            &settings.github_api_url,
+                            token,
+                        )
+                        .map_err(|e| anyhow::anyhow!(e))?;
+                        Job::GithubPoller(Arc::new(crate::pollers::github::GithubPoller::new(
+                            client,
+                            log.clone(),
+                        )))
+                    }
+                    name if name == crate::effects::Provider::Linear.loop_name() => {
+                        Job::Effects(linear_effects(&settings, &log, &board)?)
                     }
                     name if name == crate::effects::Provider::Telegram.loop_name() => {
                         Job::Effects(telegram_effects(
@@ -259,7 +295,7 @@ fn github_effects(
         client,
         crate::effects::policy::PolicyConfig {
             bases,
-            telegram_chats: Vec::new(),
+            ..Default::default()
         },
     )))
 }
@@ -284,12 +320,39 @@ fn telegram_effects(
             board.clone(),
             client,
             crate::effects::policy::PolicyConfig {
-                bases: Default::default(),
                 telegram_chats: chats,
+                ..Default::default()
             },
         )
         .with_loops(loops.clone()),
     ))
+}
+
+/// The `effects:linear` loop's worker: Linear's GraphQL API at `LINEAR_API_URL` with `LINEAR_API_KEY`, issues
+/// moved through `[linear.states]`.
+fn linear_effects(
+    settings: &Settings,
+    log: &EventLog,
+    board: &crate::board::Board,
+) -> anyhow::Result<Arc<crate::effects::runner::Effects>> {
+    let key = settings
+        .linear_api_key
+        .as_ref()
+        .context("the loop plan arms effects:linear without LINEAR_API_KEY")?;
+    let client = crate::effects::linear::LinearClient::new(&settings.linear_api_url, key)
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let linear_states = crate::effects::policy::LinearStates::from_file(&settings.file)
+        .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
+    Ok(Arc::new(crate::effects::runner::Effects::linear(
+        log.clone(),
+        board.clone(),
+        client,
+        crate::effects::policy::PolicyConfig {
+            linear_states,
+            github_prs: settings.github_token.is_some(),
+            ..Default::default()
+        },
+    )))
 }
 
 /// Loops whose events are instructions to act now (call out, steer a task): on their very first start they begin
@@ -335,6 +398,8 @@ enum Job {
     Cron(Arc<crate::cron::CronLoop>),
     TelegramUpdates(Arc<crate::ingress::telegram_updates::TelegramUpdates>),
     Effects(Arc<crate::effects::runner::Effects>),
+    LinearPoller(Arc<crate::pollers::linear::LinearPoller>),
+    GithubPoller(Arc<crate::pollers::github::GithubPoller>),
     Dispatcher(Dispatcher),
     Watchdog(Dispatcher),
     Gc(Dispatcher),
@@ -375,6 +440,14 @@ impl Job {
             // A long poll: it returns when there is news or after its wait, and polls again at once.
             Self::TelegramUpdates(updates) => match updates.tick().await {
                 Ok(progress) => (serde_json::to_value(progress).ok(), Ok(Pace::Again)),
+                Err(error) => (None, Err(error)),
+            },
+            Self::LinearPoller(poller) => match poller.tick().await {
+                Ok(progress) => (serde_json::to_value(progress).ok(), Ok(Pace::Rest)),
+                Err(error) => (None, Err(error)),
+            },
+            Self::GithubPoller(poller) => match poller.tick().await {
+                Ok(progress) => (serde_json::to_value(progress).ok(), Ok(Pace::Rest)),
                 Err(error) => (None, Err(error)),
             },
             Self::Cron(cron) => match cron.tick().await {

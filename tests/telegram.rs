@@ -323,8 +323,8 @@ async fn commands_from_allowed_chats_are_answered_once_and_strangers_are_refused
         )
         .unwrap(),
         pidevops::effects::policy::PolicyConfig {
-            bases: Default::default(),
             telegram_chats: vec![-100],
+            ..Default::default()
         },
     )
     .with_checkpoint("effects:telegram:replay");

@@ -140,6 +140,34 @@ impl GithubClient {
     }
 }
 
+impl GithubClient {
+    /// A pull request as GitHub's REST API has it (`state`, `merged`, `head.sha`, …), for the poller.
+    pub async fn pull(&self, repo: &RepoName, number: u64) -> Result<serde_json::Value, CallError> {
+        let route = format!("/repos/{}/{}/pulls/{number}", repo.owner(), repo.name());
+        self.api
+            .get::<serde_json::Value, _, ()>(route, None)
+            .await
+            .map_err(|e| classify("reading the pull request", e))
+    }
+
+    /// The check suites of a commit (`check_suites[]` with `status`, `conclusion`, `head_branch`, `app`).
+    pub async fn check_suites(
+        &self,
+        repo: &RepoName,
+        sha: &str,
+    ) -> Result<serde_json::Value, CallError> {
+        let route = format!(
+            "/repos/{}/{}/commits/{sha}/check-suites",
+            repo.owner(),
+            repo.name()
+        );
+        self.api
+            .get::<serde_json::Value, _, ()>(route, None)
+            .await
+            .map_err(|e| classify("reading the commit's check suites", e))
+    }
+}
+
 /// Transient: GitHub's 5xx, 429, a 403 that is a rate limit, and anything that never got an answer (connection,
 /// timeout). Permanent: every other answer (bad token, no such repository, a validation error).
 fn classify(what: &str, error: octocrab::Error) -> CallError {

@@ -1,4 +1,4 @@
-//! Effects: the outbound calls pidevops makes (GitHub today; Linear and Telegram follow), each driven by an event
+//! Effects: the outbound calls pidevops makes to GitHub, Linear and Telegram, each driven by an event
 //! through a policy and recorded in the log, so a restart or a replayed event never calls twice.
 //!
 //! ```text
@@ -19,6 +19,7 @@
 
 pub mod bot;
 pub mod github;
+pub mod linear;
 pub mod policy;
 pub mod runner;
 pub mod telegram;
@@ -43,6 +44,7 @@ pub fn stream(key: &str) -> String {
 #[serde(rename_all = "snake_case")]
 pub enum Provider {
     Github,
+    Linear,
     Telegram,
 }
 
@@ -50,6 +52,7 @@ impl Provider {
     pub fn as_str(self) -> &'static str {
         match self {
             Provider::Github => "github",
+            Provider::Linear => "linear",
             Provider::Telegram => "telegram",
         }
     }
@@ -81,6 +84,25 @@ pub enum Action {
         /// Comments updated since this time are searched for the marker (the request's time, less a margin).
         since: DateTime<Utc>,
     },
+    /// A comment on a Linear issue (Markdown), created under an id derived from the key so it is made once.
+    LinearComment { issue: uuid::Uuid, body: String },
+    /// Moves a Linear issue to the first of `states` its team has, else to its team's first state of type
+    /// `fallback` (`started`, `completed`, …).
+    LinearMoveIssue {
+        issue: uuid::Uuid,
+        states: Vec<String>,
+        fallback: String,
+    },
+    /// An agent activity in a Linear agent session: `content` is Linear's (`{"type": "thought", "body": …}`).
+    LinearActivity {
+        session: String,
+        content: serde_json::Value,
+    },
+    /// The links a Linear agent session shows (label, address).
+    LinearSessionUrls {
+        session: String,
+        urls: Vec<(String, String)>,
+    },
     /// A message to a Telegram chat, in Telegram's HTML (escaped when it was built), with inline buttons (label,
     /// callback data of at most 64 bytes) in one row.
     TelegramSend {
@@ -102,6 +124,10 @@ impl Action {
             Action::TelegramSend { .. }
             | Action::TelegramSetCommands { .. }
             | Action::TelegramAnswerCallback { .. } => Provider::Telegram,
+            Action::LinearComment { .. }
+            | Action::LinearMoveIssue { .. }
+            | Action::LinearActivity { .. }
+            | Action::LinearSessionUrls { .. } => Provider::Linear,
         }
     }
 
@@ -109,6 +135,10 @@ impl Action {
         match self {
             Action::GithubOpenPullRequest { .. } => "github_open_pull_request",
             Action::GithubComment { .. } => "github_comment",
+            Action::LinearComment { .. } => "linear_comment",
+            Action::LinearMoveIssue { .. } => "linear_move_issue",
+            Action::LinearActivity { .. } => "linear_activity",
+            Action::LinearSessionUrls { .. } => "linear_session_urls",
             Action::TelegramSend { .. } => "telegram_send",
             Action::TelegramSetCommands { .. } => "telegram_set_commands",
             Action::TelegramAnswerCallback { .. } => "telegram_answer_callback",
@@ -122,6 +152,10 @@ impl Action {
             Action::GithubOpenPullRequest { .. } => true,
             // Looks for its marker among the issue's recent comments before it posts.
             Action::GithubComment { .. } => true,
+            // Created under an id derived from the key: a repeat finds the first.
+            Action::LinearComment { .. } | Action::LinearActivity { .. } => true,
+            // Moving to the state it is in, or setting the same links, changes nothing.
+            Action::LinearMoveIssue { .. } | Action::LinearSessionUrls { .. } => true,
             // Telegram cannot tell whether a message was delivered: one cut off is recorded, never sent twice.
             Action::TelegramSend { .. } => false,
             // Setting the same menu twice leaves one menu.
@@ -160,6 +194,11 @@ pub enum Produced {
     Message {
         chat: i64,
         message_id: i64,
+    },
+    /// A Linear issue's state after the call; `moved` false when it was there already.
+    State {
+        name: String,
+        moved: bool,
     },
     Done,
 }

@@ -3,8 +3,10 @@
 
 use std::collections::BTreeMap;
 
+use serde_json::json;
+
 use super::{Action, Request};
-use crate::tasks::{RepoName, Task, TaskEvent};
+use crate::tasks::{RepoName, RetryCause, RunId, Task, TaskEvent};
 
 /// What the policy needs to know of the deployment.
 #[derive(Clone, Debug, Default)]
@@ -13,6 +15,77 @@ pub struct PolicyConfig {
     pub bases: BTreeMap<RepoName, String>,
     /// The Telegram chats told about tasks (`TELEGRAM_ALLOWED_CHATS`).
     pub telegram_chats: Vec<i64>,
+    /// Where Linear issues move (`[linear.states]`).
+    pub linear_states: LinearStates,
+    /// Whether pull requests are opened (`effects:github` runs): Linear hears of a review when its pull request
+    /// opens; without one, when the branch is pushed.
+    pub github_prs: bool,
+}
+
+/// The Linear workflow states pidevops moves an issue through, each a list of names tried in order (the first
+/// the team has wins) and the state type used when the team has none of them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinearStates {
+    pub in_progress: Vec<String>,
+    pub in_review: Vec<String>,
+    pub done: Vec<String>,
+    pub blocked: Vec<String>,
+}
+
+impl Default for LinearStates {
+    fn default() -> Self {
+        let names = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect();
+        Self {
+            in_progress: names(&["Pi-Dev: In Progress", "In Progress"]),
+            in_review: names(&["In Review"]),
+            done: names(&["Done"]),
+            blocked: names(&["Pi-Dev: Blocked", "Blocked"]),
+        }
+    }
+}
+
+impl LinearStates {
+    /// `[linear.states]`: `in_progress`, `in_review`, `done`, `blocked`, each a name or a list of names.
+    pub fn from_file(file: &toml::Table) -> Result<Self, String> {
+        let mut states = Self::default();
+        let Some(table) = file.get("linear").and_then(|l| l.get("states")) else {
+            return Ok(states);
+        };
+        let table = table.as_table().ok_or("[linear.states] must be a table")?;
+        for (key, value) in table {
+            let names: Vec<String> = match value {
+                toml::Value::String(one) => vec![one.clone()],
+                toml::Value::Array(many) => many
+                    .iter()
+                    .map(|v| v.as_str().map(str::to_owned))
+                    .collect::<Option<_>>()
+                    .ok_or_else(|| {
+                        format!("linear.states.{key} must be a name or a list of names")
+                    })?,
+                _ => {
+                    return Err(format!(
+                        "linear.states.{key} must be a name or a list of names"
+                    ))
+                }
+            };
+            if names.is_empty() || names.iter().any(|n| n.trim().is_empty()) {
+                return Err(format!("linear.states.{key} names an empty state"));
+            }
+            match key.as_str() {
+                "in_progress" => states.in_progress = names,
+                "in_review" => states.in_review = names,
+                "done" => states.done = names,
+                "blocked" => states.blocked = names,
+                other => {
+                    return Err(format!(
+                        "linear.states.{other} is not a state pidevops moves issues to \
+                         (in_progress, in_review, done, blocked)"
+                    ))
+                }
+            }
+        }
+        Ok(states)
+    }
 }
 
 impl PolicyConfig {
@@ -188,4 +261,247 @@ pub fn pull_request_body(task: &Task) -> String {
         task.max_attempts().get()
     ));
     body
+}
+
+/// Whether a task event is news for Linear (checked before the task is loaded).
+pub fn linear_notifies(event: &TaskEvent) -> bool {
+    matches!(
+        event,
+        TaskEvent::Started { .. }
+            | TaskEvent::SubmittedForReview { .. }
+            | TaskEvent::Retried { .. }
+            | TaskEvent::FlaggedNeedsHuman { .. }
+            | TaskEvent::Completed { .. }
+            | TaskEvent::Cancelled { .. }
+    )
+}
+
+/// What Linear hears of a task from one of its events: comments and state moves on the issue, or, when an agent
+/// session (`session`) has the issue, agent activities instead of comments. Every attempt ends in exactly one
+/// terminal activity (`response` or `error`, keyed by its run, so whichever of its causes comes first posts it),
+/// since a `response` closes the session in Linear. `event_id` keys what happens once per event.
+pub fn linear(
+    event: &TaskEvent,
+    task: &Task,
+    session: Option<&str>,
+    event_id: &str,
+    config: &PolicyConfig,
+) -> Vec<Request> {
+    let Some(issue) = task.links().linear_issue.as_ref().map(|l| l.id()) else {
+        return Vec::new();
+    };
+    let id = task.id();
+    let states = &config.linear_states;
+    let request = |key: String, action: Action| Request {
+        key,
+        task: Some(id),
+        action,
+    };
+    let move_to = |names: &[String], fallback: &str| {
+        request(
+            format!("linear:state:{event_id}"),
+            Action::LinearMoveIssue {
+                issue,
+                states: names.to_vec(),
+                fallback: fallback.to_owned(),
+            },
+        )
+    };
+    let comment = |key: String, body: String| request(key, Action::LinearComment { issue, body });
+    let activity = |key: String, content: serde_json::Value| {
+        session.map(|session| {
+            request(
+                key,
+                Action::LinearActivity {
+                    session: session.to_owned(),
+                    content,
+                },
+            )
+        })
+    };
+    let of = format!("{} of {}", task.attempts(), task.max_attempts().get());
+    let mut requests = Vec::new();
+    match event {
+        TaskEvent::Started { run, attempt, .. } => {
+            requests.push(move_to(&states.in_progress, "started"));
+            let agent = task
+                .agent()
+                .map_or_else(|| "the repository's agent".to_owned(), |a| a.to_string());
+            match activity(
+                format!("linear:activity:{run}:started"),
+                json!({
+                    "type": "action",
+                    "action": "Working",
+                    "parameter": format!("attempt {attempt} of {} on pidevops/{id} with {agent}", task.max_attempts().get()),
+                }),
+            ) {
+                Some(action) => requests.push(action),
+                // People hear once that work started; later attempts show in the state and the end of each.
+                None if *attempt == 1 => requests.push(comment(
+                    format!("linear:comment:{id}:started"),
+                    format!(
+                        "pidevops started work on this as **{id}** in `{}` on branch `pidevops/{id}` with {agent}.",
+                        task.repo()
+                    ),
+                )),
+                None => {}
+            }
+        }
+        TaskEvent::SubmittedForReview {
+            run, branch, pr, ..
+        } => {
+            requests.push(move_to(&states.in_review, "started"));
+            // The pull request is known (an earlier attempt opened it), or none will be opened: this attempt's
+            // end is now. Otherwise it is when the pull request opens (see `linear_pull_request`).
+            let known = pr.clone().or_else(|| task.links().github_pr.clone());
+            if known.is_some() || !config.github_prs {
+                let place = known.map_or_else(
+                    || format!("branch `{branch}`"),
+                    |pr| format!("pull request {pr}"),
+                );
+                requests.extend(review_notice(task, session, *run, &place, &of));
+            }
+        }
+        TaskEvent::Retried {
+            cause,
+            reason,
+            attempt,
+            ..
+        } => match cause {
+            RetryCause::RunFailed { run } => requests.extend(activity(
+                format!("linear:activity:{run}:end"),
+                json!({
+                    "type": "error",
+                    "body": format!("Attempt {attempt} failed: {}", reason.as_str()),
+                }),
+            )),
+            RetryCause::ChecksFailed | RetryCause::ChangesRequested => requests.extend(activity(
+                format!("linear:activity:{event_id}"),
+                json!({
+                    "type": "thought",
+                    "body": format!("Going again: {}", reason.as_str()),
+                }),
+            )),
+            RetryCause::Interrupted { .. } => {}
+        },
+        TaskEvent::FlaggedNeedsHuman { reason, .. } => {
+            requests.push(move_to(&states.blocked, "started"));
+            let text = format!(
+                "**{id}** needs a human: {}\n\nRetry or cancel it from Telegram (`/retry {id}`, `/cancel {id}`) or the CLI.",
+                reason.as_str()
+            );
+            match activity(
+                format!("linear:activity:{event_id}"),
+                // Asks the person for input (the session waits for them) without ending it.
+                json!({ "type": "elicitation", "body": text }),
+            ) {
+                Some(ask) => requests.push(ask),
+                None => requests.push(comment(format!("linear:comment:{event_id}"), text)),
+            }
+        }
+        TaskEvent::Completed { .. } => {
+            requests.push(move_to(&states.done, "completed"));
+            // A session already ended with its last attempt's response; another activity would reopen it.
+            if session.is_none() {
+                let pr = task
+                    .links()
+                    .github_pr
+                    .as_ref()
+                    .map_or_else(String::new, |pr| format!(": {pr} was merged"));
+                requests.push(comment(
+                    format!("linear:comment:{event_id}"),
+                    format!("**{id}** is done{pr}."),
+                ));
+            }
+        }
+        TaskEvent::Cancelled { reason, .. } => {
+            let text = format!("**{id}** was cancelled: {}", reason.as_str());
+            // The attempt under way (a stop signal) ends here; one that ended already keeps its end.
+            let key = task.run().map_or_else(
+                || format!("linear:activity:{event_id}"),
+                |run| format!("linear:activity:{run}:end"),
+            );
+            let ended = json!({ "type": "response", "body": text });
+            match activity(key, ended) {
+                Some(end) => requests.push(end),
+                None => requests.push(comment(format!("linear:comment:{event_id}"), text)),
+            }
+        }
+        _ => {}
+    }
+    requests
+}
+
+/// The end of an attempt that went to review: the session's `response` (with the pull request among its links),
+/// or a comment on the issue when its pull request opens (once per task).
+fn review_notice(
+    task: &Task,
+    session: Option<&str>,
+    run: RunId,
+    place: &str,
+    of: &str,
+) -> Vec<Request> {
+    let Some(issue) = task.links().linear_issue.as_ref().map(|l| l.id()) else {
+        return Vec::new();
+    };
+    let id = task.id();
+    let text = format!("**{id}** is ready for review in {place} (attempt {of}).");
+    match session {
+        Some(session) => vec![Request {
+            key: format!("linear:activity:{run}:end"),
+            task: Some(id),
+            action: Action::LinearActivity {
+                session: session.to_owned(),
+                content: json!({ "type": "response", "body": text }),
+            },
+        }],
+        None => vec![Request {
+            key: format!("linear:comment:{id}:review"),
+            task: Some(id),
+            action: Action::LinearComment { issue, body: text },
+        }],
+    }
+}
+
+/// When the task's pull request opens: the attempt's end for Linear (see [`linear`]), and the pull request among
+/// the session's links.
+pub fn linear_pull_request(task: &Task, session: Option<&str>, url: &str) -> Vec<Request> {
+    let Some(run) = task.run() else {
+        return Vec::new();
+    };
+    let of = format!("{} of {}", task.attempts(), task.max_attempts().get());
+    let mut requests = review_notice(
+        task,
+        session,
+        run,
+        &format!("[the pull request]({url})"),
+        &of,
+    );
+    if let Some(session) = session {
+        requests.push(Request {
+            key: format!("linear:session-urls:{session}:{}", task.id()),
+            task: Some(task.id()),
+            action: Action::LinearSessionUrls {
+                session: session.to_owned(),
+                urls: vec![("Pull request".to_owned(), url.to_owned())],
+            },
+        });
+    }
+    requests
+}
+
+/// The first word in a newly opened agent session, so Linear shows it is being handled (it expects one within
+/// 10 s of `created`).
+pub fn linear_session_opened(session: &str, identifier: &str) -> Request {
+    Request {
+        key: format!("linear:activity:{session}:ack"),
+        task: None,
+        action: Action::LinearActivity {
+            session: session.to_owned(),
+            content: json!({
+                "type": "thought",
+                "body": format!("pidevops has {identifier}: it is queued for a coding agent, and progress shows here."),
+            }),
+        },
+    }
 }

@@ -10,6 +10,7 @@ use chrono::Utc;
 
 use super::bot;
 use super::github::GithubClient;
+use super::linear::LinearClient;
 use super::policy::{self, PolicyConfig};
 use super::telegram::TelegramClient;
 use super::{
@@ -54,6 +55,7 @@ pub struct Effects {
     board: Board,
     github: Option<GithubClient>,
     telegram: Option<TelegramClient>,
+    linear: Option<LinearClient>,
     config: PolicyConfig,
     checkpoint: Option<String>,
     /// When this process last sent to each Telegram chat, and at all (Telegram's rate limits).
@@ -78,6 +80,7 @@ impl Effects {
             board,
             github: Some(github),
             telegram: None,
+            linear: None,
             config,
             checkpoint: None,
             sent: Default::default(),
@@ -99,6 +102,24 @@ impl Effects {
             board,
             github: None,
             telegram: Some(telegram),
+            linear: None,
+            config,
+            checkpoint: None,
+            sent: Default::default(),
+            loops: None,
+            menu_settled: Default::default(),
+        }
+    }
+
+    /// The `effects:linear` worker: comments, state moves and agent activities on the tasks' Linear issues.
+    pub fn linear(log: EventLog, board: Board, linear: LinearClient, config: PolicyConfig) -> Self {
+        Self {
+            provider: Provider::Linear,
+            log,
+            board,
+            github: None,
+            telegram: None,
+            linear: Some(linear),
             config,
             checkpoint: None,
             sent: Default::default(),
@@ -200,6 +221,11 @@ impl Effects {
                 _ => return Ok(Settled::Yes),
             }
         }
+        if self.provider == Provider::Linear
+            && event.event_type == "linear.AgentSessionEvent.created"
+        {
+            return self.session_opened(event, progress).await;
+        }
         if event.source != Source::Pidevops.as_str() {
             return Ok(Settled::Yes);
         }
@@ -233,6 +259,7 @@ impl Effects {
         let wanted = match self.provider {
             Provider::Github => matches!(task_event, TaskEvent::SubmittedForReview { .. }),
             Provider::Telegram => policy::telegram_notifies(&task_event),
+            Provider::Linear => policy::linear_notifies(&task_event),
         };
         if !wanted {
             return Ok(Settled::Yes);
@@ -248,6 +275,16 @@ impl Effects {
                 &event.id.to_string(),
                 &self.config.telegram_chats,
             ),
+            Provider::Linear => {
+                let session = self.session_of(&loaded.task).await?;
+                policy::linear(
+                    &task_event,
+                    &loaded.task,
+                    session.as_deref(),
+                    &event.id.to_string(),
+                    &self.config,
+                )
+            }
         };
         for request in requests {
             self.request(&request, event.position).await?;
@@ -500,6 +537,10 @@ impl Effects {
                 _ => None,
             })
             .unwrap_or_else(|| request.action.clone());
+        if action.provider() != self.provider {
+            // Another provider's loop makes this call.
+            return Ok(Settled::Yes);
+        }
         let now = Utc::now();
         let attempt = match state(&events) {
             State::Succeeded | State::Failed | State::Unknown => return Ok(Settled::Yes),
@@ -538,7 +579,7 @@ impl Effects {
             // Someone else (a replica in a brief split-brain) started this attempt: theirs to finish.
             return Ok(Settled::Waiting(now + chrono::Duration::seconds(1)));
         }
-        let outcome = self.call(&action).await;
+        let outcome = self.call(&request.key, &action).await;
         self.record_sent(&action);
         let label = match &outcome {
             Ok(_) => "succeeded",
@@ -596,6 +637,12 @@ impl Effects {
         })
     }
 
+    fn linear_client(&self) -> Result<&LinearClient, CallError> {
+        self.linear.as_ref().ok_or_else(|| CallError::Permanent {
+            message: "LINEAR_API_KEY is not set".into(),
+        })
+    }
+
     fn telegram_client(&self) -> Result<&TelegramClient, CallError> {
         self.telegram.as_ref().ok_or_else(|| CallError::Permanent {
             message: "TELEGRAM_BOT_TOKEN is not set".into(),
@@ -631,7 +678,7 @@ impl Effects {
         }
     }
 
-    async fn call(&self, action: &Action) -> Result<Produced, CallError> {
+    async fn call(&self, key: &str, action: &Action) -> Result<Produced, CallError> {
         match action {
             Action::GithubOpenPullRequest {
                 repo,
@@ -654,6 +701,24 @@ impl Effects {
                 self.github_client()?
                     .comment(repo, *number, body, marker, *since)
                     .await
+            }
+            Action::LinearComment { issue, body } => {
+                self.linear_client()?.comment(key, *issue, body).await
+            }
+            Action::LinearActivity { session, content } => {
+                self.linear_client()?.activity(key, session, content).await
+            }
+            Action::LinearMoveIssue {
+                issue,
+                states,
+                fallback,
+            } => {
+                self.linear_client()?
+                    .move_issue(*issue, states, fallback)
+                    .await
+            }
+            Action::LinearSessionUrls { session, urls } => {
+                self.linear_client()?.session_urls(session, urls).await
             }
             Action::TelegramSetCommands { commands } => {
                 self.telegram_client()?.set_my_commands(commands).await
@@ -714,6 +779,21 @@ impl Effects {
         else {
             return Ok(Vec::new());
         };
+        match self.provider {
+            Provider::Github => {}
+            Provider::Linear => {
+                let Some(loaded) = self.board.load(task).await? else {
+                    return Ok(Vec::new());
+                };
+                let session = self.session_of(&loaded.task).await?;
+                return Ok(policy::linear_pull_request(
+                    &loaded.task,
+                    session.as_deref(),
+                    url,
+                ));
+            }
+            Provider::Telegram => return Ok(Vec::new()),
+        }
         let links = Links {
             github_pr: Some(GithubRef::new(repo.clone(), *number)?),
             ..Links::default()
@@ -740,6 +820,76 @@ impl Effects {
             url,
             Utc::now(),
         ))
+    }
+
+    /// A Linear agent session opened on an issue (someone delegated it to pidevops): remembered as the issue's
+    /// current session (`linear-session:<issue id>`, newest last: re-delegating opens a new one), and answered
+    /// at once with a thought, as Linear expects within 10 s.
+    async fn session_opened(
+        &self,
+        event: &StoredEvent,
+        progress: &mut EffectsProgress,
+    ) -> anyhow::Result<Settled> {
+        let payload: serde_json::Value =
+            serde_json::from_str(event.data_json().get()).unwrap_or_default();
+        let session = &payload["agentSession"];
+        let (Some(id), Some(issue)) = (
+            session["id"].as_str(),
+            session["issueId"]
+                .as_str()
+                .or(session["issue"]["id"].as_str()),
+        ) else {
+            return Ok(Settled::Yes);
+        };
+        let stream_name = format!("{LINEAR_SESSION_PREFIX}{issue}");
+        let known = self
+            .log
+            .store()
+            .read_stream(&stream_name)
+            .await
+            .with_context(|| format!("reading {stream_name}"))?;
+        if !known.iter().any(|e| session_in(e).as_deref() == Some(id)) {
+            let body =
+                serde_json::json!({ "session": id, "issue": issue, "cause_event_id": event.id });
+            let mut new = NewEvent::new(
+                Source::Pidevops,
+                EventType::from_stored("linear.session_opened".to_owned()),
+                format!("linear-session:{id}"),
+                "application/json",
+                bytes::Bytes::from(serde_json::to_vec(&body)?),
+            );
+            new.stream = Some((
+                stream_name.clone(),
+                i64::try_from(known.len()).unwrap_or(i64::MAX) + 1,
+            ));
+            new.meta
+                .insert("actor".to_owned(), serde_json::Value::from(ACTOR));
+            match self.log.append(new).await {
+                Ok(_) | Err(AppendError::Conflict { .. }) => {}
+                Err(error) => return Err(error).context("remembering the agent session"),
+            }
+        }
+        let identifier = session["issue"]["identifier"]
+            .as_str()
+            .unwrap_or("this issue");
+        let request = policy::linear_session_opened(id, identifier);
+        self.request(&request, event.position).await?;
+        self.drive(&request, progress).await
+    }
+
+    /// The agent session that has the task's Linear issue now, if one does.
+    async fn session_of(&self, task: &crate::tasks::Task) -> anyhow::Result<Option<String>> {
+        let Some(issue) = &task.links().linear_issue else {
+            return Ok(None);
+        };
+        let stream_name = format!("{LINEAR_SESSION_PREFIX}{}", issue.id());
+        let events = self
+            .log
+            .store()
+            .read_stream(&stream_name)
+            .await
+            .with_context(|| format!("reading {stream_name}"))?;
+        Ok(events.last().and_then(session_in))
     }
 
     /// Appends `event` as version `version` of the effect's stream. `Ok(false)`: that version is taken (someone
@@ -780,4 +930,15 @@ fn sender(from: &serde_json::Value) -> String {
         .or(from["first_name"].as_str())
         .unwrap_or("someone")
         .to_owned()
+}
+
+/// The stream that lists the agent sessions opened on a Linear issue: `linear-session:<issue id>`.
+pub const LINEAR_SESSION_PREFIX: &str = "linear-session:";
+
+fn session_in(event: &StoredEvent) -> Option<String> {
+    serde_json::from_slice::<serde_json::Value>(&event.body)
+        .ok()?
+        .get("session")?
+        .as_str()
+        .map(str::to_owned)
 }

@@ -107,6 +107,18 @@ impl TelegramClient {
 }
 
 impl TelegramClient {
+    /// The bot's username (`getMe`): a read-only proof that the token works, for `doctor`.
+    pub async fn get_me(&self) -> Result<String, CallError> {
+        let me = self.call("getMe", &json!({})).await?;
+        Ok(me["username"].as_str().unwrap_or("unnamed").to_owned())
+    }
+
+    /// Where Telegram sends updates (`getWebhookInfo`): the webhook URL, empty when none is set.
+    pub async fn webhook_url(&self) -> Result<String, CallError> {
+        let info = self.call("getWebhookInfo", &json!({})).await?;
+        Ok(info["url"].as_str().unwrap_or_default().to_owned())
+    }
+
     /// Removes the webhook, so `getUpdates` may be used (Telegram refuses both at once).
     pub async fn delete_webhook(&self) -> Result<(), CallError> {
         self.call("deleteWebhook", &json!({ "drop_pending_updates": false }))

@@ -153,6 +153,7 @@ fn a_task_in_review_asks_for_one_pull_request_to_its_repositorys_base() {
     let config = policy::PolicyConfig {
         bases: [(repo.clone(), "develop".to_owned())].into_iter().collect(),
         telegram_chats: vec![-100],
+        ..Default::default()
     };
     assert!(
         policy::github(&started[0], &task, &config).is_empty(),

@@ -116,6 +116,7 @@ impl Intake {
             Decision::NotIntake => Ok(()),
             Decision::Withdraw { key, reason } => self.withdraw(&key, &reason, event).await,
             Decision::FollowUp { key, text } => self.follow_up(&key, &text, event).await,
+            Decision::Stop { key, reason } => self.stop(&key, &reason, event).await,
             Decision::Ignore { reason } => {
                 progress.ignored += 1;
                 self.record_ignored(event, &reason).await
@@ -195,6 +196,31 @@ impl Intake {
         {
             Ok(_) | Err(BoardError::Refused(_)) => Ok(()),
             Err(other) => Err(other).with_context(|| format!("cancelling {id} ({key})")),
+        }
+    }
+
+    /// Cancels the task of `key` whatever it is doing: the dispatcher stops a run of a cancelled task.
+    async fn stop(&self, key: &str, reason: &str, event: &StoredEvent) -> anyhow::Result<()> {
+        let Some(id) = self.board.task_for_key(key).await? else {
+            return self
+                .record_ignored(
+                    event,
+                    &format!("a stop signal for {key}, which has no task"),
+                )
+                .await;
+        };
+        let reason = crate::tasks::Reason::new(reason.to_owned())?;
+        match self
+            .board
+            .execute(id, &crate::tasks::Command::Cancel { reason }, &event.source)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(BoardError::Refused(refusal)) => {
+                self.record_ignored(event, &format!("stop refused by the board: {refusal}"))
+                    .await
+            }
+            Err(other) => Err(other).with_context(|| format!("stopping {id} ({key})")),
         }
     }
 

@@ -25,6 +25,8 @@ pub enum Decision {
     Withdraw { key: String, reason: String },
     /// A follow-up for the task of `key` (a Linear agent session's `prompted`), handed to its next run.
     FollowUp { key: String, text: String },
+    /// Stop the task of `key` now, its run too (a Linear agent session's `stop` signal).
+    Stop { key: String, reason: String },
     /// Not something intake looks at (a push, a ping, our own events).
     NotIntake,
 }
@@ -180,6 +182,15 @@ pub fn decide(event: &StoredEvent, config: &IntakeConfig) -> Decision {
             let data = data();
             let issue = data["agentSession"]["issueId"].as_str();
             let text = data["agentActivity"]["content"]["body"].as_str();
+            if data["agentActivity"]["signal"].as_str() == Some("stop") {
+                return match issue {
+                    Some(issue) => Decision::Stop {
+                        key: format!("linear:{issue}"),
+                        reason: "stopped from Linear (the agent session's stop signal)".to_owned(),
+                    },
+                    None => ignore("a stop signal without an issue"),
+                };
+            }
             match (issue, text) {
                 (Some(issue), Some(text)) if !text.trim().is_empty() => Decision::FollowUp {
                     key: format!("linear:{issue}"),

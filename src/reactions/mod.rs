@@ -224,10 +224,13 @@ impl Reactions {
                 cause: RetryCause::ChecksFailed,
                 reason: Reason::summarize(&reason),
             },
-            Column::Todo if already_sent_back(task, short) => Command::AttachFollowUp {
-                text: FollowUpText::new(format!("Also {reason}"))
-                    .context("a CI failure as a follow-up")?,
-            },
+            // The same failure reported twice (a webhook and the poller) is no news.
+            Column::Todo if already_sent_back(task, short) && !same_failure(task, &reason) => {
+                Command::AttachFollowUp {
+                    text: FollowUpText::new(format!("Also {reason}"))
+                        .context("a CI failure as a follow-up")?,
+                }
+            }
             _ => return Ok(Verdict::Nothing),
         }))
     }
@@ -255,6 +258,12 @@ impl Reactions {
         }
         Ok(commits)
     }
+}
+
+/// The task's last failure is this very report.
+fn same_failure(task: &Task, reason: &str) -> bool {
+    task.last_failure()
+        .is_some_and(|f| f.reason == Reason::summarize(reason))
 }
 
 /// The task's last failure was a CI failure on this commit.

@@ -43,6 +43,12 @@ struct Inner {
     comments: Vec<(String, u64, String)>,
     /// Failures for the next calls whose method is this one, in order.
     failures: VecDeque<(Method, Failure)>,
+    /// Pull requests merged (closed with `merged`) by whom: (repo, number) → login.
+    merged: std::collections::BTreeMap<(String, u64), String>,
+    /// A pull request's head commit, when a test set one.
+    heads: std::collections::BTreeMap<(String, u64), String>,
+    /// Check suites: (repo, sha, suite).
+    suites: Vec<(String, String, Value)>,
 }
 
 #[derive(Clone, Default)]
@@ -63,6 +69,11 @@ impl FakeGithub {
                 "/repos/{owner}/{repo}/issues/{number}/comments",
                 get(list_comments).post(create_comment),
             )
+            .route("/repos/{owner}/{repo}/pulls/{number}", get(get_pull))
+            .route(
+                "/repos/{owner}/{repo}/commits/{sha}/check-suites",
+                get(check_suites),
+            )
             .route("/user", get(current_user))
             .with_state(fake.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -80,6 +91,45 @@ impl FakeGithub {
             .unwrap()
             .failures
             .push_back((method, failure));
+    }
+
+    /// The pull request is merged by `by` on GitHub (its webhook is for the test to send, or not).
+    pub fn merge(&self, repo: &str, number: u64, by: &str) {
+        let mut inner = self.inner.lock().unwrap();
+        for pull in inner.pulls.iter_mut() {
+            if pull.0 == repo && pull.1 == number {
+                pull.6 = false;
+            }
+        }
+        inner
+            .merged
+            .insert((repo.to_owned(), number), by.to_owned());
+    }
+
+    /// The pull request's head commit is `sha`.
+    pub fn set_head(&self, repo: &str, number: u64, sha: &str) {
+        self.inner
+            .lock()
+            .unwrap()
+            .heads
+            .insert((repo.to_owned(), number), sha.to_owned());
+    }
+
+    /// A completed check suite on `sha` of `branch` with `conclusion`.
+    pub fn add_check_suite(&self, repo: &str, sha: &str, branch: &str, id: u64, conclusion: &str) {
+        let suite = json!({
+            "id": id,
+            "head_branch": branch,
+            "head_sha": sha,
+            "status": "completed",
+            "conclusion": conclusion,
+            "app": { "name": "GitHub Actions", "slug": "github-actions" },
+        });
+        self.inner
+            .lock()
+            .unwrap()
+            .suites
+            .push((repo.to_owned(), sha.to_owned(), suite));
     }
 
     /// The comments posted: (repo, issue number, body).
@@ -332,4 +382,62 @@ async fn current_user(
     )
     .unwrap();
     Json(fixture["comment"]["user"].clone()).into_response()
+}
+
+/// `GET /repos/{o}/{r}/pulls/{n}`: the pull request as it stands (open, closed, merged), with its head commit.
+async fn get_pull(
+    State(fake): State<FakeGithub>,
+    Path((owner, repo, number)): Path<(String, String, u64)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(failure) = fake.record(&method, &uri, &headers, Value::Null) {
+        return failure_response(failure);
+    }
+    let full = format!("{owner}/{repo}");
+    let inner = fake.inner.lock().unwrap();
+    let Some((r, n, h, b, t, body, open)) = inner
+        .pulls
+        .iter()
+        .find(|p| p.0 == full && p.1 == number)
+        .cloned()
+    else {
+        return (
+            StatusCode::NOT_FOUND,
+            Json(json!({ "message": "Not Found" })),
+        )
+            .into_response();
+    };
+    let mut pr = pull_json(&r, n, &h, &b, &t, &body);
+    pr["state"] = json!(if open { "open" } else { "closed" });
+    let merged_by = inner.merged.get(&(full.clone(), number));
+    pr["merged"] = json!(merged_by.is_some());
+    pr["merged_by"] = merged_by.map_or(Value::Null, |by| json!({ "login": by }));
+    if let Some(sha) = inner.heads.get(&(full, number)) {
+        pr["head"]["sha"] = json!(sha);
+    }
+    Json(pr).into_response()
+}
+
+/// `GET /repos/{o}/{r}/commits/{sha}/check-suites`.
+async fn check_suites(
+    State(fake): State<FakeGithub>,
+    Path((owner, repo, sha)): Path<(String, String, String)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(failure) = fake.record(&method, &uri, &headers, Value::Null) {
+        return failure_response(failure);
+    }
+    let full = format!("{owner}/{repo}");
+    let inner = fake.inner.lock().unwrap();
+    let suites: Vec<Value> = inner
+        .suites
+        .iter()
+        .filter(|(r, s, _)| *r == full && *s == sha)
+        .map(|(_, _, suite)| suite.clone())
+        .collect();
+    Json(json!({ "total_count": suites.len(), "check_suites": suites })).into_response()
 }

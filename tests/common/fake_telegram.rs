@@ -131,6 +131,14 @@ async fn call(
         inner.answers.push(answer);
         return Json(json!({ "ok": true, "result": true })).into_response();
     }
+    if method == "getMe" {
+        return Json(json!({ "ok": true, "result": { "id": 123456, "is_bot": true, "username": "pidevops_test_bot" } }))
+            .into_response();
+    }
+    if method == "getWebhookInfo" {
+        return Json(json!({ "ok": true, "result": { "url": "", "pending_update_count": 0 } }))
+            .into_response();
+    }
     if method == "deleteWebhook" {
         return Json(json!({ "ok": true, "result": true })).into_response();
     }

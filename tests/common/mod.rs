@@ -6,6 +6,7 @@
 
 pub mod agents;
 pub mod fake_github;
+pub mod fake_linear;
 pub mod fake_telegram;
 pub mod server;
 

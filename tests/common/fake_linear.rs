@@ -1,0 +1,395 @@
+//! A fake Linear GraphQL API on loopback. It keeps issues with their team's workflow states, comments, agent
+//! activities and session links; records every operation; refuses a wrong API key; and answers 500, 429 or
+//! Linear's `RATELIMITED` error when told to. Operations are recognised by the field the query names, which is
+//! all pidevops's client sends.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+pub const LINEAR_KEY: &str = "lin_api_test_key_0123456789";
+
+/// A team's workflow states: (id, name, type).
+pub fn default_states() -> Vec<(String, String, String)> {
+    [
+        ("st-todo", "Ready for Pi-Dev", "unstarted"),
+        ("st-progress", "Pi-Dev: In Progress", "started"),
+        ("st-review", "In Review", "started"),
+        ("st-done", "Done", "completed"),
+        ("st-blocked", "Pi-Dev: Blocked", "started"),
+    ]
+    .into_iter()
+    .map(|(a, b, c)| (a.to_owned(), b.to_owned(), c.to_owned()))
+    .collect()
+}
+
+#[derive(Clone, Debug)]
+pub struct Issue {
+    pub id: String,
+    pub identifier: String,
+    pub title: String,
+    pub description: String,
+    pub labels: Vec<String>,
+    pub state: String,
+    pub states: Vec<(String, String, String)>,
+    pub updated_at: String,
+    pub team: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct Call {
+    /// `commentCreate`, `agentActivityCreate`, `issueUpdate`, `issues`, …
+    pub op: String,
+    pub variables: Value,
+}
+
+#[derive(Default)]
+struct Inner {
+    issues: BTreeMap<String, Issue>,
+    comments: BTreeMap<String, (String, String)>,
+    activities: BTreeMap<String, (String, Value)>,
+    session_urls: BTreeMap<String, Value>,
+    calls: Vec<Call>,
+    /// Answers for the next calls, in order: an HTTP status (500, 429) or 400 for `RATELIMITED`.
+    failures: Vec<u16>,
+    /// Every `issues` query fails with this status until cleared.
+    issues_fail: Option<u16>,
+}
+
+#[derive(Clone, Default)]
+pub struct FakeLinear {
+    inner: Arc<Mutex<Inner>>,
+    pub url: String,
+}
+
+impl FakeLinear {
+    pub async fn start() -> Self {
+        let mut fake = FakeLinear::default();
+        let router = Router::new()
+            .route("/graphql", post(graphql))
+            .with_state(fake.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        fake.url = format!("http://{}/graphql", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            axum::serve(listener, router).await.unwrap();
+        });
+        fake
+    }
+
+    pub fn add_issue(&self, issue: Issue) {
+        let mut inner = self.inner.lock().unwrap();
+        inner.issues.insert(issue.id.clone(), issue);
+    }
+
+    pub fn issue(&self, id: &str) -> Option<Issue> {
+        self.inner.lock().unwrap().issues.get(id).cloned()
+    }
+
+    /// The name of the issue's state.
+    pub fn state_of(&self, id: &str) -> Option<String> {
+        let inner = self.inner.lock().unwrap();
+        let issue = inner.issues.get(id)?;
+        issue
+            .states
+            .iter()
+            .find(|s| s.0 == issue.state)
+            .map(|s| s.1.clone())
+    }
+
+    /// Comments posted: (issue id, body), in id order.
+    pub fn comments(&self) -> Vec<(String, String)> {
+        self.inner
+            .lock()
+            .unwrap()
+            .comments
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Activities posted: (session, content), in the order they were made.
+    pub fn activities(&self) -> Vec<(String, Value)> {
+        let inner = self.inner.lock().unwrap();
+        let mut made: Vec<(usize, (String, Value))> = inner
+            .activities
+            .iter()
+            .map(|(id, a)| {
+                let order = inner
+                    .calls
+                    .iter()
+                    .position(|c| {
+                        c.op == "agentActivityCreate"
+                            && c.variables["input"]["id"].as_str() == Some(id)
+                    })
+                    .unwrap_or(usize::MAX);
+                (order, a.clone())
+            })
+            .collect();
+        made.sort_by_key(|(order, _)| *order);
+        made.into_iter().map(|(_, a)| a).collect()
+    }
+
+    pub fn session_urls(&self, session: &str) -> Option<Value> {
+        self.inner
+            .lock()
+            .unwrap()
+            .session_urls
+            .get(session)
+            .cloned()
+    }
+
+    pub fn calls(&self) -> Vec<Call> {
+        self.inner.lock().unwrap().calls.clone()
+    }
+
+    /// The next calls are answered with these statuses (500, 429; 400 means Linear's `RATELIMITED`).
+    pub fn fail_next(&self, statuses: &[u16]) {
+        self.inner
+            .lock()
+            .unwrap()
+            .failures
+            .extend_from_slice(statuses);
+    }
+
+    /// Every `issues` query answers `status` (None: answer normally again).
+    pub fn fail_issue_queries(&self, status: Option<u16>) {
+        self.inner.lock().unwrap().issues_fail = status;
+    }
+}
+
+fn op_of(query: &str) -> &'static str {
+    for op in [
+        "commentCreate",
+        "agentActivityCreate",
+        "agentSessionUpdate",
+        "issueUpdate",
+        "viewer",
+        "issues(",
+        "comment(",
+        "agentActivity(",
+        "issue(",
+    ] {
+        if query.contains(op) {
+            return op.trim_end_matches('(');
+        }
+    }
+    "unknown"
+}
+
+fn error(status: StatusCode, message: &str, code: &str) -> Response {
+    (
+        status,
+        Json(json!({ "errors": [{ "message": message, "extensions": { "code": code } }] })),
+    )
+        .into_response()
+}
+
+fn issue_json(issue: &Issue) -> Value {
+    let state = issue.states.iter().find(|s| s.0 == issue.state);
+    json!({
+        "id": issue.id,
+        "identifier": issue.identifier,
+        "title": issue.title,
+        "description": issue.description,
+        "priority": 2,
+        "updatedAt": issue.updated_at,
+        "url": format!("https://linear.app/acme/issue/{}", issue.identifier),
+        "state": { "id": issue.state, "name": state.map(|s| s.1.clone()), "type": state.map(|s| s.2.clone()) },
+        "team": { "key": issue.team },
+        "labels": { "nodes": issue.labels.iter().map(|l| json!({ "name": l })).collect::<Vec<_>>() },
+    })
+}
+
+async fn graphql(
+    State(fake): State<FakeLinear>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    let query = body["query"].as_str().unwrap_or_default().to_owned();
+    let variables = body["variables"].clone();
+    let op = op_of(&query);
+    let mut inner = fake.inner.lock().unwrap();
+    inner.calls.push(Call {
+        op: op.to_owned(),
+        variables: variables.clone(),
+    });
+    if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some(LINEAR_KEY) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "Authentication required",
+            "AUTHENTICATION_ERROR",
+        );
+    }
+    if op == "issues" {
+        if let Some(status) = inner.issues_fail {
+            return error(
+                StatusCode::from_u16(status).unwrap(),
+                "failing on purpose",
+                "INTERNAL_SERVER_ERROR",
+            );
+        }
+    }
+    if !inner.failures.is_empty() {
+        let status = inner.failures.remove(0);
+        return match status {
+            400 => error(
+                StatusCode::BAD_REQUEST,
+                "Rate limit exceeded",
+                "RATELIMITED",
+            ),
+            429 => (
+                StatusCode::TOO_MANY_REQUESTS,
+                [("retry-after", "1")],
+                Json(json!({ "errors": [{ "message": "slow down" }] })),
+            )
+                .into_response(),
+            other => error(
+                StatusCode::from_u16(other).unwrap(),
+                "failing on purpose",
+                "INTERNAL_SERVER_ERROR",
+            ),
+        };
+    }
+    let data = match op {
+        "viewer" => json!({ "viewer": { "id": "u-pidevops", "name": "pidevops bot" } }),
+        "commentCreate" => {
+            let input = &variables["input"];
+            let id = input["id"].as_str().unwrap_or_default().to_owned();
+            if inner.comments.contains_key(&id) {
+                return error(StatusCode::OK, "Entity already exists", "INVALID_INPUT");
+            }
+            let issue = input["issueId"].as_str().unwrap_or_default().to_owned();
+            if !inner.issues.contains_key(&issue) {
+                return error(StatusCode::OK, "Entity not found: Issue", "INVALID_INPUT");
+            }
+            let text = input["body"].as_str().unwrap_or_default().to_owned();
+            inner.comments.insert(id.clone(), (issue, text));
+            json!({ "commentCreate": { "success": true, "comment": { "id": id, "url": format!("https://linear.app/comment/{id}") } } })
+        }
+        "comment" => {
+            let id = variables["id"].as_str().unwrap_or_default();
+            match inner.comments.get(id) {
+                Some(_) => {
+                    json!({ "comment": { "id": id, "url": format!("https://linear.app/comment/{id}") } })
+                }
+                None => return error(StatusCode::OK, "Entity not found: Comment", "INVALID_INPUT"),
+            }
+        }
+        "agentActivityCreate" => {
+            let input = &variables["input"];
+            let id = input["id"].as_str().unwrap_or_default().to_owned();
+            if inner.activities.contains_key(&id) {
+                return error(StatusCode::OK, "Entity already exists", "INVALID_INPUT");
+            }
+            let session = input["agentSessionId"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            inner
+                .activities
+                .insert(id.clone(), (session, input["content"].clone()));
+            json!({ "agentActivityCreate": { "success": true, "agentActivity": { "id": id } } })
+        }
+        "agentActivity" => {
+            let id = variables["id"].as_str().unwrap_or_default();
+            match inner.activities.get(id) {
+                Some(_) => json!({ "agentActivity": { "id": id } }),
+                None => {
+                    return error(
+                        StatusCode::OK,
+                        "Entity not found: AgentActivity",
+                        "INVALID_INPUT",
+                    )
+                }
+            }
+        }
+        "agentSessionUpdate" => {
+            let id = variables["id"].as_str().unwrap_or_default().to_owned();
+            inner
+                .session_urls
+                .insert(id, variables["input"]["externalUrls"].clone());
+            json!({ "agentSessionUpdate": { "success": true } })
+        }
+        "issue" => {
+            let id = variables["id"].as_str().unwrap_or_default();
+            match inner.issues.get(id) {
+                Some(issue) => {
+                    let state = issue.states.iter().find(|s| s.0 == issue.state);
+                    json!({ "issue": {
+                        "state": { "id": issue.state, "name": state.map(|s| s.1.clone()) },
+                        "team": { "key": issue.team, "states": { "nodes": issue.states.iter().map(|(id, name, kind)| json!({ "id": id, "name": name, "type": kind })).collect::<Vec<_>>() } },
+                    } })
+                }
+                None => json!({ "issue": null }),
+            }
+        }
+        "issueUpdate" => {
+            let id = variables["id"].as_str().unwrap_or_default().to_owned();
+            let state = variables["input"]["stateId"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+            match inner.issues.get_mut(&id) {
+                Some(issue) if issue.states.iter().any(|s| s.0 == state) => {
+                    issue.state = state;
+                    issue.updated_at = now;
+                }
+                _ => return error(StatusCode::OK, "Entity not found", "INVALID_INPUT"),
+            }
+            json!({ "issueUpdate": { "success": true } })
+        }
+        "issues" => {
+            // updatedAt > since, carrying the label; pages of `first`, the cursor an index.
+            let since = variables["since"].as_str().unwrap_or_default().to_owned();
+            let label = variables["label"]
+                .as_str()
+                .unwrap_or_default()
+                .to_lowercase();
+            let first = variables["first"].as_u64().unwrap_or(50) as usize;
+            let start: usize = variables["after"]
+                .as_str()
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0);
+            let since_time = chrono::DateTime::parse_from_rfc3339(&since).ok();
+            let mut matching: Vec<&Issue> = inner
+                .issues
+                .values()
+                .filter(|i| i.labels.iter().any(|l| l.to_lowercase() == label))
+                .filter(|i| {
+                    let updated = chrono::DateTime::parse_from_rfc3339(&i.updated_at).ok();
+                    match (since_time, updated) {
+                        (Some(since), Some(updated)) => updated > since,
+                        _ => true,
+                    }
+                })
+                .collect();
+            matching.sort_by(|a, b| a.updated_at.cmp(&b.updated_at));
+            let page: Vec<Value> = matching
+                .iter()
+                .skip(start)
+                .take(first)
+                .map(|i| issue_json(i))
+                .collect();
+            let next = start + page.len();
+            json!({ "issues": {
+                "nodes": page,
+                "pageInfo": { "hasNextPage": next < matching.len(), "endCursor": next.to_string() },
+            } })
+        }
+        _ => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "unknown operation",
+                "GRAPHQL_PARSE_FAILED",
+            )
+        }
+    };
+    Json(json!({ "data": data })).into_response()
+}
