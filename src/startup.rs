@@ -362,14 +362,21 @@ fn acts_on_news_only(name: &str) -> bool {
     name.starts_with("effects:") || name == crate::reactions::REACTIONS
 }
 
-/// Sets a checkpoint that was never set to the log's head; one that was set stays where it is.
+/// On a loop's very first start, sets its checkpoint to the log's head; on every later start it stays where it
+/// is. "First" is remembered apart (checkpoint `started:<name>`), since a loop first started on an empty log still
+/// has checkpoint 0: without the mark, a restart before its first event would skip what arrived meanwhile.
 async fn start_at_head(store: &EventStore, name: &str) -> anyhow::Result<()> {
-    if store
-        .checkpoint(name)
-        .await
-        .with_context(|| format!("reading the {name} checkpoint"))?
-        == 0
-    {
+    let mark = format!("started:{name}");
+    let read = |name: String| async move {
+        store
+            .checkpoint(&name)
+            .await
+            .with_context(|| format!("reading the {name} checkpoint"))
+    };
+    if read(mark.clone()).await? > 0 {
+        return Ok(());
+    }
+    if read(name.to_owned()).await? == 0 {
         let head = store.head().await.context("reading the log's head")?;
         if head > 0 {
             store
@@ -383,6 +390,10 @@ async fn start_at_head(store: &EventStore, name: &str) -> anyhow::Result<()> {
             );
         }
     }
+    store
+        .advance_checkpoint(&mark, 1)
+        .await
+        .with_context(|| format!("marking {name} as started"))?;
     Ok(())
 }
 

@@ -22,6 +22,7 @@ per_backend!(
     a_call_cut_off_after_github_acted_is_not_made_twice,
     doctor_proves_the_token_with_a_read_only_call,
     turned_on_for_a_log_with_history_it_acts_only_on_news,
+    a_loop_first_started_on_an_empty_log_catches_up_after_a_restart,
 );
 
 const TOKEN: &str = "ghp_fake_token_for_the_fake_github";
@@ -429,5 +430,24 @@ async fn turned_on_for_a_log_with_history_it_acts_only_on_news(db: TestDb) {
     assert!(effect_events(&app, &format!("github:pr:{old}"))
         .await
         .is_empty());
+    app.stop().await;
+}
+
+/// A loop first started on an empty log has checkpoint 0 like one never started; it must not take the restart for
+/// a first start and skip what arrived while it was down.
+async fn a_loop_first_started_on_an_empty_log_catches_up_after_a_restart(db: TestDb) {
+    let github = FakeGithub::start().await;
+    let first = spawn(&db, &github).await;
+    first.stop().await;
+    let down = TestApp::spawn(common::settings(&db)).await;
+    let id = task_in_review(&down, "Arrived while effects were off").await;
+    down.stop().await;
+
+    let app = spawn(&db, &github).await;
+    within(Duration::from_secs(20), "its pull request", || async {
+        !github.pulls_opened().is_empty()
+    })
+    .await;
+    assert_eq!(github.pulls_opened()[0].2, id.branch().as_str());
     app.stop().await;
 }

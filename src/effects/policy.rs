@@ -280,10 +280,12 @@ pub fn linear_notifies(event: &TaskEvent) -> bool {
 /// session (`session`) has the issue, agent activities instead of comments. Every attempt ends in exactly one
 /// terminal activity (`response` or `error`, keyed by its run, so whichever of its causes comes first posts it),
 /// since a `response` closes the session in Linear. `event_id` keys what happens once per event.
+/// `last_run`: the run of the task's latest start (the attempt a pull request or a cancel belongs to).
 pub fn linear(
     event: &TaskEvent,
     task: &Task,
     session: Option<&str>,
+    last_run: Option<RunId>,
     event_id: &str,
     config: &PolicyConfig,
 ) -> Vec<Request> {
@@ -416,8 +418,8 @@ pub fn linear(
         }
         TaskEvent::Cancelled { reason, .. } => {
             let text = format!("**{id}** was cancelled: {}", reason.as_str());
-            // The attempt under way (a stop signal) ends here; one that ended already keeps its end.
-            let key = task.run().map_or_else(
+            // The attempt under way (a stop signal) ends here; one that ended already keeps its end (same key).
+            let key = last_run.map_or_else(
                 || format!("linear:activity:{event_id}"),
                 |run| format!("linear:activity:{run}:end"),
             );
@@ -465,8 +467,13 @@ fn review_notice(
 
 /// When the task's pull request opens: the attempt's end for Linear (see [`linear`]), and the pull request among
 /// the session's links.
-pub fn linear_pull_request(task: &Task, session: Option<&str>, url: &str) -> Vec<Request> {
-    let Some(run) = task.run() else {
+pub fn linear_pull_request(
+    task: &Task,
+    session: Option<&str>,
+    last_run: Option<RunId>,
+    url: &str,
+) -> Vec<Request> {
+    let Some(run) = last_run else {
         return Vec::new();
     };
     let of = format!("{} of {}", task.attempts(), task.max_attempts().get());

@@ -281,6 +281,7 @@ impl Effects {
                     &task_event,
                     &loaded.task,
                     session.as_deref(),
+                    last_run(&loaded.events),
                     &event.id.to_string(),
                     &self.config,
                 )
@@ -789,6 +790,7 @@ impl Effects {
                 return Ok(policy::linear_pull_request(
                     &loaded.task,
                     session.as_deref(),
+                    last_run(&loaded.events),
                     url,
                 ));
             }
@@ -941,4 +943,14 @@ fn session_in(event: &StoredEvent) -> Option<String> {
         .get("session")?
         .as_str()
         .map(str::to_owned)
+}
+
+/// The run of a task's latest start, from its events.
+fn last_run(events: &[StoredEvent]) -> Option<crate::tasks::RunId> {
+    events.iter().rev().find_map(
+        |e| match serde_json::from_slice::<TaskEvent>(&e.body).ok()? {
+            TaskEvent::Started { run, .. } => Some(run),
+            _ => None,
+        },
+    )
 }
