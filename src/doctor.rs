@@ -151,14 +151,36 @@ pub fn plan(settings: &Settings) -> Vec<PlannedLoop> {
             what: "",
         },
     });
+    let digests_without_telegram = |list: &[crate::cron::Schedule]| {
+        let digest = list
+            .iter()
+            .find(|s| s.action == crate::cron::ScheduleAction::Digest)?;
+        let missing = match (&settings.telegram_bot_token, telegram_chats) {
+            (None, _) => "TELEGRAM_BOT_TOKEN is not set",
+            (Some(_), false) => "TELEGRAM_ALLOWED_CHATS is not set",
+            (Some(_), true) => return None,
+        };
+        Some(format!(
+            "schedule {:?} sends a digest to Telegram, but {missing}",
+            digest.name
+        ))
+    };
     loops.push(match crate::cron::schedules(&settings.file) {
+        Ok(list) if digests_without_telegram(&list).is_some() => PlannedLoop {
+            name: crate::cron::CRON.to_owned(),
+            singleton: true,
+            state: LoopState::Unarmed,
+            reason: digests_without_telegram(&list),
+            interval: settings.projector_interval,
+            what: "",
+        },
         Ok(list) if !list.is_empty() => PlannedLoop {
             name: crate::cron::CRON.to_owned(),
             singleton: true,
             state: LoopState::Armed,
             reason: None,
             interval: settings.projector_interval,
-            what: "creates the tasks of [[schedules]] on time; after downtime each overdue schedule fires once",
+            what: "creates the tasks of [[schedules]] and sends digests on time; after downtime each overdue schedule fires once",
         },
         Ok(_) => PlannedLoop {
             name: crate::cron::CRON.to_owned(),

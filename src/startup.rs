@@ -321,6 +321,8 @@ fn telegram_effects(
             client,
             crate::effects::policy::PolicyConfig {
                 telegram_chats: chats,
+                telegram_cooldown: crate::effects::policy::telegram_cooldown(&settings.file)
+                    .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?,
                 ..Default::default()
             },
         )

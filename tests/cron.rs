@@ -41,7 +41,7 @@ async fn fired(app: &TestApp) -> Vec<(DateTime<Utc>, pidevops::tasks::TaskId)> {
         .unwrap()
         .iter()
         .filter_map(|e| match serde_json::from_slice(&e.body).unwrap() {
-            CronEvent::Fired { slot, task, .. } => Some((slot, task)),
+            CronEvent::Fired { slot, task, .. } => Some((slot, task.expect("a task schedule"))),
             CronEvent::Armed { .. } => None,
         })
         .collect()

@@ -19,6 +19,7 @@ per_backend!(
     commands_from_allowed_chats_are_answered_once_and_strangers_are_refused,
     without_a_webhook_updates_are_long_polled_into_the_log_once,
     a_button_press_steers_the_task_and_every_press_is_answered,
+    a_digest_schedule_sends_the_board_to_every_chat_once_per_slot,
 );
 
 const BOT_TOKEN: &str = "4242:fake-bot-secret";
@@ -480,6 +481,123 @@ async fn a_button_press_steers_the_task_and_every_press_is_answered(db: TestDb) 
             .filter(|e| e.event_type == "task.approved")
             .count(),
         1
+    );
+    app.stop().await;
+}
+
+async fn a_digest_schedule_sends_the_board_to_every_chat_once_per_slot(db: TestDb) {
+    let telegram = FakeTelegram::start().await;
+    let mut settings = common::settings(&db);
+    settings.telegram_bot_token = Some(SecretString::from(BOT_TOKEN));
+    settings.telegram_api_url = telegram.url.clone();
+    settings.telegram_allowed_chats = Some("-100,-200".to_owned());
+    settings.file = r#"
+        [board]
+        approval = "auto"
+        [[schedules]]
+        name = "board"
+        cron = "*/2 * * * * *"
+        digest = true
+    "#
+    .parse()
+    .unwrap();
+    let app = TestApp::spawn(settings).await;
+    let draft = Draft::new(
+        "acme/app".parse().unwrap(),
+        Spec::new("Tame <the> flaky test", "", "").unwrap(),
+        Links::default(),
+    );
+    let (outcome, _) = app
+        .state
+        .board
+        .create(draft, "test:digest", "api", None)
+        .await
+        .unwrap();
+    let id = outcome.task.id();
+    app.state
+        .board
+        .execute(
+            id,
+            &Command::FlagNeedsHuman {
+                reason: Reason::new("the test needs a database".to_owned()).unwrap(),
+            },
+            "test",
+        )
+        .await
+        .unwrap();
+    let digests = || {
+        telegram
+            .sent()
+            .into_iter()
+            .filter(|m| m.text.contains("<b>Digest</b>"))
+            .collect::<Vec<_>>()
+    };
+    within(
+        Duration::from_secs(20),
+        "a digest naming the flagged task",
+        || async {
+            digests().iter().any(|m| {
+                m.text
+                    .contains(&format!("<b>{id}</b> Tame &lt;the&gt; flaky test"))
+                    && m.text.contains("needs a human")
+            })
+        },
+    )
+    .await;
+    within(Duration::from_secs(20), "three digests fired", || async {
+        app.state
+            .log
+            .store()
+            .read_stream("cron:board")
+            .await
+            .unwrap()
+            .iter()
+            .filter(|e| e.event_type == "cron.fired")
+            .count()
+            >= 3
+    })
+    .await;
+    app.stop().await;
+    let fired = common::TestApp::spawn(common::settings(&db)).await;
+    let slots = fired
+        .state
+        .log
+        .store()
+        .read_stream("cron:board")
+        .await
+        .unwrap()
+        .iter()
+        .filter(|e| e.event_type == "cron.fired")
+        .count();
+    fired.stop().await;
+    // Every slot that fired reached both chats once (the last may not have been sent before the stop).
+    let sent = digests();
+    for chat in [-100, -200] {
+        let n = sent.iter().filter(|m| m.chat == chat).count();
+        assert!(
+            n + 1 >= slots && n <= slots,
+            "{chat}: {n} digests for {slots} slots"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_digest_schedule_without_telegram_fails_health() {
+    let db = TestDb::sqlite();
+    let mut settings = common::settings(&db);
+    settings.file = "[digest]\nenabled = true\ntime = \"07:00\""
+        .parse()
+        .unwrap();
+    let app = TestApp::spawn(settings).await;
+    let (status, health) = app.health().await;
+    assert_eq!(status, 503, "{health}");
+    let cron = &health["loops"]["cron"];
+    assert_eq!(cron["state"], "unarmed", "{cron}");
+    assert!(
+        cron["reason"].as_str().is_some_and(|r| r.contains(
+            "\"daily-digest\" sends a digest to Telegram, but TELEGRAM_BOT_TOKEN is not set"
+        )),
+        "{cron}"
     );
     app.stop().await;
 }

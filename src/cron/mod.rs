@@ -13,6 +13,16 @@
 //! done_when = "cargo test passes"
 //! ```
 //!
+//! A schedule may send a digest of the board to the Telegram chats instead (`digest = true` in place of
+//! `[schedules.task]`), and a daily digest is built in, off until `[digest]` turns it on:
+//!
+//! ```toml
+//! [digest]
+//! enabled = true
+//! time = "09:00"                   # HH:MM, default 09:00
+//! timezone = "Europe/Berlin"       # default UTC
+//! ```
+//!
 //! Each schedule has a stream `cron:<name>` in the log: `cron.armed` when it is first seen (so slots before
 //! that never fire), then one `cron.fired` per firing, naming the slot and the task. The task is created first,
 //! under the intake key `cron:<name>:<slot>`, so a crash between the two creates it once and records it on the
@@ -44,9 +54,76 @@ pub struct Schedule {
     pub pattern: String,
     cron: Cron,
     pub timezone: chrono_tz::Tz,
-    pub repo: RepoName,
-    pub spec: Spec,
-    pub priority: Option<Priority>,
+    pub action: ScheduleAction,
+}
+
+/// What a schedule does when it fires.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ScheduleAction {
+    /// Creates this task.
+    Task {
+        repo: RepoName,
+        spec: Spec,
+        priority: Option<Priority>,
+    },
+    /// Sends a digest of the board to the Telegram chats (`effects:telegram` writes and sends it).
+    Digest,
+}
+
+/// The built-in daily digest's schedule name.
+pub const DAILY_DIGEST: &str = "daily-digest";
+
+/// `[digest]`: the built-in daily digest, off unless `enabled = true`.
+fn daily_digest(file: &toml::Table, parser: &CronParser) -> Result<Option<Schedule>, String> {
+    let Some(table) = file.get("digest") else {
+        return Ok(None);
+    };
+    let table = table.as_table().ok_or("[digest] must be a table")?;
+    for key in table.keys() {
+        if !["enabled", "time", "timezone"].contains(&key.as_str()) {
+            return Err(format!(
+                "digest.{key} is not a digest setting (enabled, time, timezone)"
+            ));
+        }
+    }
+    let enabled = match table.get("enabled") {
+        None => false,
+        Some(v) => v.as_bool().ok_or("digest.enabled must be true or false")?,
+    };
+    if !enabled {
+        return Ok(None);
+    }
+    let time = match table.get("time") {
+        None => "09:00".to_owned(),
+        Some(v) => v
+            .as_str()
+            .ok_or("digest.time must be a string like \"09:00\"")?
+            .to_owned(),
+    };
+    let (hour, minute) = time
+        .split_once(':')
+        .and_then(|(h, m)| Some((h.parse::<u32>().ok()?, m.parse::<u32>().ok()?)))
+        .filter(|(h, m)| *h < 24 && *m < 60)
+        .ok_or_else(|| format!("digest.time {time:?} is not a time of day like \"09:00\""))?;
+    let timezone = match table.get("timezone") {
+        None => chrono_tz::UTC,
+        Some(v) => {
+            let name = v.as_str().ok_or("digest.timezone must be a string")?;
+            chrono_tz::Tz::from_str(name)
+                .map_err(|_| format!("digest.timezone {name:?} is not an IANA time zone name"))?
+        }
+    };
+    let pattern = format!("{minute} {hour} * * *");
+    let cron = parser
+        .parse(&pattern)
+        .map_err(|e| format!("digest: {pattern:?}: {e}"))?;
+    Ok(Some(Schedule {
+        name: DAILY_DIGEST.to_owned(),
+        pattern,
+        cron,
+        timezone,
+        action: ScheduleAction::Digest,
+    }))
 }
 
 impl Schedule {
@@ -73,15 +150,19 @@ impl Schedule {
 
 /// Reads `[[schedules]]`. Every mistake names its schedule and key.
 pub fn schedules(file: &toml::Table) -> Result<Vec<Schedule>, String> {
+    let parser = CronParser::builder().seconds(Seconds::Optional).build();
+    let mut names = BTreeSet::new();
+    let mut out = Vec::new();
+    if let Some(daily) = daily_digest(file, &parser)? {
+        names.insert(daily.name.clone());
+        out.push(daily);
+    }
     let Some(list) = file.get("schedules") else {
-        return Ok(Vec::new());
+        return Ok(out);
     };
     let list = list
         .as_array()
         .ok_or("schedules must be an array of tables ([[schedules]])")?;
-    let parser = CronParser::builder().seconds(Seconds::Optional).build();
-    let mut names = BTreeSet::new();
-    let mut out = Vec::new();
     for (i, entry) in list.iter().enumerate() {
         let table = entry
             .as_table()
@@ -108,16 +189,26 @@ pub fn schedules(file: &toml::Table) -> Result<Vec<Schedule>, String> {
             ));
         }
         if !names.insert(name.clone()) {
-            return Err(format!("{at} is defined twice"));
+            return Err(if name == DAILY_DIGEST {
+                format!("{at} is the built-in daily digest's name ([digest]); pick another")
+            } else {
+                format!("{at} is defined twice")
+            });
         }
         for key in table.keys() {
             if !["name", "cron", "timezone", "task", "digest"].contains(&key.as_str()) {
                 return Err(format!("{at}: {key} is not a schedule setting"));
             }
         }
-        if table.contains_key("digest") {
+        let digest = match table.get("digest") {
+            None => false,
+            Some(v) => v
+                .as_bool()
+                .ok_or_else(|| format!("{at}: digest must be true or false"))?,
+        };
+        if digest && table.contains_key("task") {
             return Err(format!(
-                "{at}: digest schedules send to Telegram, which pidevops does not do yet; only [schedules.task]"
+                "{at}: a schedule either sends a digest (digest = true) or creates a task ([schedules.task]), not both"
             ));
         }
         let pattern = string("cron")?.ok_or_else(|| format!("{at}: cron is missing"))?;
@@ -129,11 +220,23 @@ pub fn schedules(file: &toml::Table) -> Result<Vec<Schedule>, String> {
             Some(tz) => chrono_tz::Tz::from_str(&tz)
                 .map_err(|_| format!("{at}: timezone {tz:?} is not an IANA time zone name"))?,
         };
+        if digest {
+            out.push(Schedule {
+                name,
+                pattern,
+                cron,
+                timezone,
+                action: ScheduleAction::Digest,
+            });
+            continue;
+        }
         let task = table
             .get("task")
             .and_then(|t| t.as_table())
             .ok_or_else(|| {
-                format!("{at}: [schedules.task] is missing (what the schedule creates)")
+                format!(
+                    "{at}: [schedules.task] is missing (what the schedule creates), or set digest = true"
+                )
             })?;
         let field = |key: &str| -> Result<String, String> {
             match task.get(key) {
@@ -167,9 +270,11 @@ pub fn schedules(file: &toml::Table) -> Result<Vec<Schedule>, String> {
             pattern,
             cron,
             timezone,
-            repo,
-            spec,
-            priority,
+            action: ScheduleAction::Task {
+                repo,
+                spec,
+                priority,
+            },
         });
     }
     Ok(out)
@@ -186,7 +291,12 @@ pub enum CronEvent {
         at: DateTime<Utc>,
         /// The scheduled time this firing is for.
         slot: DateTime<Utc>,
-        task: TaskId,
+        /// The task it created; none for a digest.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        task: Option<TaskId>,
+        /// A digest to send (`effects:telegram` sends it, keyed by schedule and slot).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        digest: bool,
     },
 }
 
@@ -208,6 +318,8 @@ pub struct ScheduleStatus {
     pub next_at: Option<DateTime<Utc>>,
     pub last_slot: Option<DateTime<Utc>>,
     pub last_task: Option<TaskId>,
+    /// `task` or `digest`.
+    pub sends: &'static str,
 }
 
 /// What one tick did.
@@ -280,20 +392,25 @@ impl CronLoop {
         let after = last.map_or(armed, |(slot, _)| slot.max(armed));
         if let Some(slot) = schedule.due(after, now) {
             let key = format!("{stream}:{}", slot.to_rfc3339());
-            let draft = Draft {
-                priority: schedule.priority,
-                ..Draft::new(
-                    schedule.repo.clone(),
-                    schedule.spec.clone(),
-                    Links::default(),
-                )
+            let task = match &schedule.action {
+                ScheduleAction::Task {
+                    repo,
+                    spec,
+                    priority,
+                } => {
+                    let draft = Draft {
+                        priority: *priority,
+                        ..Draft::new(repo.clone(), spec.clone(), Links::default())
+                    };
+                    let (outcome, _) = self
+                        .board
+                        .create(draft, &key, CRON, None)
+                        .await
+                        .context("creating the scheduled task")?;
+                    Some(outcome.task.id())
+                }
+                ScheduleAction::Digest => None,
             };
-            let (outcome, _) = self
-                .board
-                .create(draft, &key, CRON, None)
-                .await
-                .context("creating the scheduled task")?;
-            let task = outcome.task.id();
             self.append(
                 &stream,
                 version + 1,
@@ -302,10 +419,11 @@ impl CronLoop {
                     at: now,
                     slot,
                     task,
+                    digest: schedule.action == ScheduleAction::Digest,
                 },
             )
             .await?;
-            tracing::info!(schedule = %schedule.name, %slot, %task, "schedule fired");
+            tracing::info!(schedule = %schedule.name, %slot, ?task, "schedule fired");
             metrics::counter!("pidevops_cron_fired_total", "schedule" => schedule.name.clone())
                 .increment(1);
             progress.fired += 1;
@@ -317,7 +435,11 @@ impl CronLoop {
             timezone: schedule.timezone.name().to_owned(),
             next_at: schedule.next_after(now),
             last_slot: last.map(|(slot, _)| slot),
-            last_task: last.map(|(_, task)| task),
+            last_task: last.and_then(|(_, task)| task),
+            sends: match schedule.action {
+                ScheduleAction::Task { .. } => "task",
+                ScheduleAction::Digest => "digest",
+            },
         })
     }
 

@@ -27,7 +27,13 @@ fn a_schedule_fires_its_latest_slot_once_after_any_downtime() {
     let schedules = schedules(&file(WEEKLY)).unwrap();
     let weekly = &schedules[0];
     assert_eq!(weekly.timezone, chrono_tz::Europe::Berlin);
-    assert_eq!(weekly.priority, Some(Priority::Low));
+    assert!(matches!(
+        weekly.action,
+        ScheduleAction::Task {
+            priority: Some(Priority::Low),
+            ..
+        }
+    ));
     // Monday 2026-11-30, 09:00 in Berlin is 08:00 UTC.
     let slot = utc(2026, 11, 30, 8, 0, 0);
     let armed = utc(2026, 11, 1, 0, 0, 0);
@@ -134,7 +140,19 @@ fn bad_schedules_are_refused_with_the_schedule_and_key_named() {
         ),
         (
             base("digest = true", "repo = \"acme/api\"\ntask = \"x\""),
-            "digest schedules send to Telegram",
+            "either sends a digest (digest = true) or creates a task",
+        ),
+        (
+            "[digest]\nenabled = true\ntime = \"25:00\"".to_owned(),
+            "digest.time \"25:00\" is not a time of day",
+        ),
+        (
+            "[digest]\nenabled = true\nat = \"09:00\"".to_owned(),
+            "digest.at is not a digest setting",
+        ),
+        (
+            "[digest]\nenabled = true\n[[schedules]]\nname = \"daily-digest\"\ncron = \"* * * * *\"\ndigest = true".to_owned(),
+            "is the built-in daily digest's name",
         ),
         (
             "[[schedules]]\nname = \"s\"\ncron = \"* * * * *\"".to_owned(),
@@ -153,4 +171,28 @@ fn bad_schedules_are_refused_with_the_schedule_and_key_named() {
         assert!(message.contains(needle), "{text}\n=> {message}");
     }
     assert!(schedules(&toml::Table::new()).unwrap().is_empty());
+}
+
+#[test]
+fn the_daily_digest_is_off_by_default_and_a_schedule_may_send_one() {
+    assert!(schedules(&file("[digest]\ntime = \"08:30\""))
+        .unwrap()
+        .is_empty());
+    let on = schedules(&file(
+        "[digest]\nenabled = true\ntime = \"08:30\"\ntimezone = \"Europe/Berlin\"",
+    ))
+    .unwrap();
+    assert_eq!(on.len(), 1);
+    assert_eq!(on[0].name, DAILY_DIGEST);
+    assert_eq!(on[0].action, ScheduleAction::Digest);
+    // 08:30 in Berlin on 2026-11-30 is 07:30 UTC.
+    assert_eq!(
+        on[0].next_after(utc(2026, 11, 30, 0, 0, 0)),
+        Some(utc(2026, 11, 30, 7, 30, 0))
+    );
+    let weekly = schedules(&file(
+        "[[schedules]]\nname = \"friday\"\ncron = \"0 16 * * FRI\"\ndigest = true",
+    ))
+    .unwrap();
+    assert_eq!(weekly[0].action, ScheduleAction::Digest);
 }

@@ -15,6 +15,9 @@ pub struct PolicyConfig {
     pub bases: BTreeMap<RepoName, String>,
     /// The Telegram chats told about tasks (`TELEGRAM_ALLOWED_CHATS`).
     pub telegram_chats: Vec<i64>,
+    /// A task's review or needs-human notice again within this long of the last one sent is not sent
+    /// (`[telegram] cooldown_s`, default 10 minutes; 0 sends every one).
+    pub telegram_cooldown: chrono::Duration,
     /// Where Linear issues move (`[linear.states]`).
     pub linear_states: LinearStates,
     /// Whether pull requests are opened (`effects:github` runs): Linear hears of a review when its pull request
@@ -511,4 +514,105 @@ pub fn linear_session_opened(session: &str, identifier: &str) -> Request {
             }),
         },
     }
+}
+
+/// The board in one Telegram message, for a digest schedule: counts per column, what needs a human, what waits
+/// for review, what was done since the day before. Pure: the rows as the read model has them.
+pub fn digest(
+    schedule: &str,
+    rows: &[crate::projectors::tasks::TaskRow],
+    now: chrono::DateTime<chrono::Utc>,
+) -> String {
+    use super::telegram::{escape, fit};
+    use crate::tasks::Column;
+    let count = |column: Column| rows.iter().filter(|r| r.column == column).count();
+    let done_today: Vec<_> = rows
+        .iter()
+        .filter(|r| r.column == Column::Done && now - r.updated_at < chrono::Duration::days(1))
+        .collect();
+    let mut text = format!(
+        "📋 <b>Digest</b> <i>({})</i>\ntriage {} · todo {} · in progress {} · in review {} · done in the last day {}",
+        escape(schedule),
+        count(Column::Triage),
+        count(Column::Todo),
+        count(Column::InProgress),
+        count(Column::InReview),
+        done_today.len()
+    );
+    let line =
+        |r: &crate::projectors::tasks::TaskRow| format!("\n• <b>{}</b> {}", r.id, escape(&r.title));
+    let flagged: Vec<_> = rows.iter().filter(|r| r.needs_human).collect();
+    if !flagged.is_empty() {
+        text.push_str("\n\n⚠️ needs a human:");
+        for r in flagged.iter().take(10) {
+            text.push_str(&line(r));
+            if let Some(reason) = &r.needs_human_reason {
+                text.push_str(&format!(" — {}", escape(reason)));
+            }
+        }
+    }
+    let review: Vec<_> = rows
+        .iter()
+        .filter(|r| r.column == Column::InReview)
+        .collect();
+    if !review.is_empty() {
+        text.push_str("\n\n👀 in review:");
+        for r in review.iter().take(10) {
+            text.push_str(&line(r));
+        }
+    }
+    if !done_today.is_empty() {
+        text.push_str("\n\n✅ done:");
+        for r in done_today.iter().take(10) {
+            text.push_str(&line(r));
+        }
+    }
+    fit(&text)
+}
+
+/// The Telegram cooldown from `[telegram] cooldown_s` (default 600).
+pub fn telegram_cooldown(file: &toml::Table) -> Result<chrono::Duration, String> {
+    match file.get("telegram").and_then(|t| t.get("cooldown_s")) {
+        None => Ok(chrono::Duration::minutes(10)),
+        Some(v) => v
+            .as_integer()
+            .filter(|s| (0..=86_400).contains(s))
+            .map(chrono::Duration::seconds)
+            .ok_or_else(|| {
+                "telegram.cooldown_s must be a whole number of seconds from 0 to 86400".to_owned()
+            }),
+    }
+}
+
+/// Whether the notice for the task event at `position` is a repeat inside the cooldown: of the same kind as one
+/// sent less than `cooldown` before it. Pure and decided from the task's own history (its events' kinds and
+/// times, in order), so a replay decides the same; a notice held back does not restart the cooldown.
+pub fn repeat_in_cooldown(
+    history: &[(i64, chrono::DateTime<chrono::Utc>, &str)],
+    position: i64,
+    cooldown: chrono::Duration,
+) -> bool {
+    let Some((_, _, kind)) = history.iter().find(|(p, _, _)| *p == position) else {
+        return false;
+    };
+    if !matches!(
+        *kind,
+        "task.submitted_for_review" | "task.flagged_needs_human"
+    ) {
+        return false;
+    }
+    let mut last_sent: Option<chrono::DateTime<chrono::Utc>> = None;
+    for (p, at, k) in history {
+        if k != kind {
+            continue;
+        }
+        let sent = last_sent.is_none_or(|last| *at - last >= cooldown);
+        if *p == position {
+            return !sent;
+        }
+        if sent {
+            last_sent = Some(*at);
+        }
+    }
+    false
 }

@@ -230,6 +230,9 @@ impl Effects {
             return Ok(Settled::Yes);
         }
         let stream = event.stream.as_deref().unwrap_or_default();
+        if self.provider == Provider::Telegram && event.event_type == "cron.fired" {
+            return self.digest(event, progress).await;
+        }
         if stream.starts_with(EFFECT_STREAM_PREFIX) {
             if let Ok(EffectEvent::Succeeded { produced, key, .. }) =
                 serde_json::from_slice::<EffectEvent>(&event.body)
@@ -269,12 +272,30 @@ impl Effects {
         };
         let requests = match self.provider {
             Provider::Github => policy::github(&task_event, &loaded.task, &self.config),
-            Provider::Telegram => policy::telegram(
-                &task_event,
-                &loaded.task,
-                &event.id.to_string(),
-                &self.config.telegram_chats,
-            ),
+            Provider::Telegram => {
+                let history: Vec<(i64, chrono::DateTime<Utc>, &str)> = loaded
+                    .events
+                    .iter()
+                    .map(|e| (e.position, e.occurred_at, e.event_type.as_str()))
+                    .collect();
+                if policy::repeat_in_cooldown(
+                    &history,
+                    event.position,
+                    self.config.telegram_cooldown,
+                ) {
+                    tracing::debug!(
+                        position = event.position,
+                        "a repeat inside the cooldown: not sent"
+                    );
+                    return Ok(Settled::Yes);
+                }
+                policy::telegram(
+                    &task_event,
+                    &loaded.task,
+                    &event.id.to_string(),
+                    &self.config.telegram_chats,
+                )
+            }
             Provider::Linear => {
                 let session = self.session_of(&loaded.task).await?;
                 policy::linear(
@@ -446,6 +467,73 @@ impl Effects {
             self.request(&request, event.position).await?;
         }
         self.drive(&request, progress).await
+    }
+
+    /// A digest schedule fired: the board, once per chat and slot.
+    async fn digest(
+        &self,
+        event: &StoredEvent,
+        progress: &mut EffectsProgress,
+    ) -> anyhow::Result<Settled> {
+        let Ok(crate::cron::CronEvent::Fired {
+            slot, digest: true, ..
+        }) = serde_json::from_slice(&event.body)
+        else {
+            return Ok(Settled::Yes);
+        };
+        let schedule = event
+            .stream
+            .as_deref()
+            .and_then(|s| s.strip_prefix(crate::cron::CRON_STREAM_PREFIX))
+            .unwrap_or("digest")
+            .to_owned();
+        let mut requests = Vec::new();
+        for chat in &self.config.telegram_chats {
+            let key = format!("telegram:digest:{schedule}:{}:{chat}", slot.to_rfc3339());
+            if self.requested(&key).await? {
+                // Written and asked for once: a replay drives it, never rewrites it.
+                requests.push((key, None));
+            } else {
+                requests.push((key, Some(*chat)));
+            }
+        }
+        let mut html = None;
+        for (key, chat) in requests {
+            if let Some(chat) = chat {
+                if html.is_none() {
+                    let rows = crate::projectors::tasks::list(
+                        self.log.store(),
+                        &crate::projectors::tasks::TaskFilter::default(),
+                    )
+                    .await
+                    .context("reading the board for the digest")?;
+                    html = Some(policy::digest(&schedule, &rows, Utc::now()));
+                }
+                let request = Request {
+                    key: key.clone(),
+                    task: None,
+                    action: Action::TelegramSend {
+                        chat,
+                        html: html.clone().unwrap_or_default(),
+                        buttons: Vec::new(),
+                    },
+                };
+                self.request(&request, event.position).await?;
+            }
+            let request = Request {
+                key,
+                task: None,
+                action: Action::TelegramSend {
+                    chat: 0,
+                    html: String::new(),
+                    buttons: Vec::new(),
+                },
+            };
+            if let waiting @ Settled::Waiting(_) = self.drive(&request, progress).await? {
+                return Ok(waiting);
+            }
+        }
+        Ok(Settled::Yes)
     }
 
     /// Whether effect `key` was ever requested (its stream has anything).

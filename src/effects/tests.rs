@@ -289,3 +289,30 @@ fn bot_commands_parse_with_or_without_the_bot_name() {
         Some(Err("unknown command /deploy; /help lists them".into()))
     );
 }
+
+#[test]
+fn a_repeated_notice_inside_the_cooldown_is_held_back_and_does_not_restart_it() {
+    let review = "task.submitted_for_review";
+    let minutes = |m: i64| at(m * 60);
+    let history = [
+        (1, minutes(0), "task.created"),
+        (2, minutes(1), review),
+        (3, minutes(2), "task.retried"),
+        (4, minutes(5), review),
+        (5, minutes(9), review),
+        (6, minutes(12), review),
+        (7, minutes(13), "task.flagged_needs_human"),
+        (8, minutes(14), "task.flagged_needs_human"),
+    ];
+    let cooldown = chrono::Duration::minutes(10);
+    let held: Vec<i64> = (1..=8)
+        .filter(|p| policy::repeat_in_cooldown(&history, *p, cooldown))
+        .collect();
+    // 4 and 5 come within 10 minutes of 2; 6 comes 11 minutes after 2 (held ones do not count); 8 repeats 7.
+    assert_eq!(held, [4, 5, 8]);
+    assert!(
+        !(1..=8).any(|p| policy::repeat_in_cooldown(&history, p, chrono::Duration::zero())),
+        "a zero cooldown holds nothing back"
+    );
+    assert!(!policy::repeat_in_cooldown(&history, 99, cooldown));
+}
