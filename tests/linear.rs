@@ -330,6 +330,34 @@ async fn an_agent_session_gets_a_thought_at_once_and_one_end_per_attempt(db: Tes
         },
     )
     .await;
+    // One that names only its session reaches the same task (the session is mapped to its issue).
+    let by_session = delivery("agent_session.prompted.json", |body| {
+        body["agentSession"]
+            .as_object_mut()
+            .unwrap()
+            .remove("issueId");
+        body["agentActivity"]["id"] = json!("aa-0000-4000-8000-000000000603");
+        body["agentActivity"]["content"]["body"] = json!("And log each retry.");
+    });
+    assert_eq!(app.post_linear(&by_session).await.status(), 200);
+    within(
+        Duration::from_secs(10),
+        "the session's follow-up",
+        || async {
+            app.state
+                .board
+                .load(id)
+                .await
+                .unwrap()
+                .is_some_and(|loaded| {
+                    loaded
+                        .task
+                        .pending_follow_ups()
+                        .any(|f| f.text.as_str() == "And log each retry.")
+                })
+        },
+    )
+    .await;
     app.stop().await;
 }
 
@@ -523,4 +551,55 @@ async fn a_comment_or_activity_repeated_after_a_crash_is_found_not_made_twice() 
     ));
     assert!(!refused.to_string().contains("lin_api_wrong"));
     assert_eq!(client.viewer().await.unwrap(), "pidevops bot");
+}
+
+/// `doctor` proves the Linear key and the Telegram bot with read-only calls, says whether a Telegram webhook is
+/// registered, and fails on a refused key; neither secret appears in the report.
+#[tokio::test]
+async fn doctor_checks_linear_and_the_telegram_bot_with_read_only_calls() {
+    let db = TestDb::sqlite();
+    let linear = FakeLinear::start().await;
+    let telegram = common::fake_telegram::FakeTelegram::start().await;
+    let bot_token = "4242:doctor-bot-secret";
+    let mut settings = common::settings(&db);
+    settings.linear_api_key = Some(SecretString::from(LINEAR_KEY));
+    settings.linear_api_url = linear.url.clone();
+    settings.telegram_bot_token = Some(SecretString::from(bot_token));
+    settings.telegram_api_url = telegram.url.clone();
+    let (report, ok) = pidevops::doctor::diagnose(&settings).await;
+    let line = |name: &str| {
+        report
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{report}"))
+            .to_owned()
+    };
+    assert!(
+        line("linear api").contains("pass") && line("linear api").contains("acts as pidevops bot"),
+        "{report}"
+    );
+    let bot = line("telegram api");
+    assert!(
+        bot.contains("pass") && bot.contains("the bot is @pidevops_test_bot"),
+        "{bot}"
+    );
+    // The test settings carry TELEGRAM_WEBHOOK_SECRET, and the fake has no webhook registered: said plainly.
+    assert!(bot.contains("no webhook registered"), "{bot}");
+    assert!(ok, "{report}");
+    assert!(!report.contains(LINEAR_KEY) && !report.contains(bot_token));
+    assert_eq!(calls_of(&linear, "viewer"), 1);
+    assert_eq!(telegram.methods(), ["getMe", "getWebhookInfo"]);
+
+    settings.linear_api_key = Some(SecretString::from("lin_api_refused"));
+    let (report, ok) = pidevops::doctor::diagnose(&settings).await;
+    assert!(!ok, "a refused key fails doctor: {report}");
+    let refused = report
+        .lines()
+        .find(|l| l.starts_with("linear api"))
+        .unwrap();
+    assert!(
+        refused.contains("FAIL") && refused.contains("Authentication required"),
+        "{refused}"
+    );
+    assert!(!report.contains("lin_api_refused"));
 }

@@ -944,7 +944,7 @@ impl Effects {
             let mut new = NewEvent::new(
                 Source::Pidevops,
                 EventType::from_stored("linear.session_opened".to_owned()),
-                format!("linear-session:{id}"),
+                format!("{}{id}", crate::intake::rules::SESSION_KEY_PREFIX),
                 "application/json",
                 bytes::Bytes::from(serde_json::to_vec(&body)?),
             );

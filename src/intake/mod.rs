@@ -199,9 +199,33 @@ impl Intake {
         }
     }
 
+    /// The task of a decision key: an intake key, or `linear-session:<id>`, resolved through the record of the
+    /// session's opening (`linear.session_opened`, deduplicated on that key) to its issue's task.
+    async fn task_for(&self, key: &str) -> anyhow::Result<Option<crate::tasks::TaskId>> {
+        if !key.starts_with(rules::SESSION_KEY_PREFIX) {
+            return Ok(self.board.task_for_key(key).await?);
+        }
+        let Some(opened) = self
+            .log
+            .store()
+            .find_by_key(Source::Pidevops, key)
+            .await
+            .context("looking up the agent session")?
+        else {
+            return Ok(None);
+        };
+        let issue = serde_json::from_slice::<serde_json::Value>(&opened.body)
+            .ok()
+            .and_then(|body| body["issue"].as_str().map(str::to_owned));
+        match issue {
+            Some(issue) => Ok(self.board.task_for_key(&format!("linear:{issue}")).await?),
+            None => Ok(None),
+        }
+    }
+
     /// Cancels the task of `key` whatever it is doing: the dispatcher stops a run of a cancelled task.
     async fn stop(&self, key: &str, reason: &str, event: &StoredEvent) -> anyhow::Result<()> {
-        let Some(id) = self.board.task_for_key(key).await? else {
+        let Some(id) = self.task_for(key).await? else {
             return self
                 .record_ignored(
                     event,
@@ -226,7 +250,7 @@ impl Intake {
 
     /// Queues a follow-up on the task of `key` for its next run; without such a task, records why not.
     async fn follow_up(&self, key: &str, text: &str, event: &StoredEvent) -> anyhow::Result<()> {
-        let Some(id) = self.board.task_for_key(key).await? else {
+        let Some(id) = self.task_for(key).await? else {
             return self
                 .record_ignored(event, &format!("a follow-up for {key}, which has no task"))
                 .await;

@@ -31,6 +31,9 @@ pub enum Decision {
     NotIntake,
 }
 
+/// A decision key naming a Linear agent session rather than its issue: `linear-session:<session id>`.
+pub const SESSION_KEY_PREFIX: &str = "linear-session:";
+
 /// Intake settings from `pidevops.toml` (`[intake.github]`, `[intake.linear]`) and `TELEGRAM_ALLOWED_CHATS`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IntakeConfig {
@@ -180,20 +183,29 @@ pub fn decide(event: &StoredEvent, config: &IntakeConfig) -> Decision {
         "linear.AgentSessionEvent.created" => agent_session_created(&data(), config),
         "linear.AgentSessionEvent.prompted" => {
             let data = data();
-            let issue = data["agentSession"]["issueId"].as_str();
+            // The session's issue names the task; a payload without it names the session, which the
+            // `linear.session_opened` record maps to its issue (intake resolves `linear-session:` keys).
+            let session_key = data["agentSession"]["id"]
+                .as_str()
+                .map(|id| format!("{SESSION_KEY_PREFIX}{id}"));
+            let issue_key = data["agentSession"]["issueId"]
+                .as_str()
+                .map(|issue| format!("linear:{issue}"));
+            let issue = issue_key.or(session_key);
+            let issue = issue.as_deref();
             let text = data["agentActivity"]["content"]["body"].as_str();
             if data["agentActivity"]["signal"].as_str() == Some("stop") {
                 return match issue {
-                    Some(issue) => Decision::Stop {
-                        key: format!("linear:{issue}"),
+                    Some(key) => Decision::Stop {
+                        key: key.to_owned(),
                         reason: "stopped from Linear (the agent session's stop signal)".to_owned(),
                     },
                     None => ignore("a stop signal without an issue"),
                 };
             }
             match (issue, text) {
-                (Some(issue), Some(text)) if !text.trim().is_empty() => Decision::FollowUp {
-                    key: format!("linear:{issue}"),
+                (Some(key), Some(text)) if !text.trim().is_empty() => Decision::FollowUp {
+                    key: key.to_owned(),
                     text: text.to_owned(),
                 },
                 _ => ignore("a prompted agent session event without an issue or a prompt body"),
