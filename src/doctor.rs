@@ -516,6 +516,7 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
                         "github api                 pass      {} answers; GITHUB_TOKEN is {login}'s",
                         settings.github_api_url
                     );
+                    github_webhooks(&mut out, settings, token).await;
                 }
                 Err(e) => {
                     ok = false;
@@ -639,5 +640,27 @@ fn report(out: &mut String, label: &str, url: &str, checked: Result<String, Stri
             let _ = writeln!(out, "{label:<26} FAIL      {url}: {e}");
             false
         }
+    }
+}
+
+/// For each configured repository, whether a webhook delivers to `/webhooks/github`. Reported, never failed: without
+/// one, `github_poller` still finds merges and CI failures, only later.
+async fn github_webhooks(out: &mut String, settings: &Settings, token: &secrecy::SecretString) {
+    let Ok(config) = crate::dispatch::DispatchConfig::from_file(&settings.file) else {
+        return;
+    };
+    let Ok(client) = crate::effects::github::GithubClient::new(&settings.github_api_url, token)
+    else {
+        return;
+    };
+    for repo in config.repos.keys() {
+        let line = match within_10s(client.webhook_urls(repo)).await {
+            Ok(urls) => match urls.iter().find(|u| u.ends_with("/webhooks/github")) {
+                Some(url) => format!("pass      delivers to {url}"),
+                None => "warn      no webhook delivers to …/webhooks/github: GitHub events arrive only through github_poller".to_owned(),
+            },
+            Err(e) => format!("warn      cannot list webhooks ({e}); the token needs Webhooks: read"),
+        };
+        let _ = writeln!(out, "{:<26} {line}", format!("github webhook {repo}"));
     }
 }

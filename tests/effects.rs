@@ -401,6 +401,38 @@ async fn doctor_proves_the_token_with_a_read_only_call(db: TestDb) {
         2
     );
 
+    // With repositories configured, each one's webhook is looked for (reported, never failed).
+    settings.file = r#"
+        [dispatch]
+        agent = "sh"
+        [agents.sh]
+        command = ["sh", "-c", "true", "{prompt_file}"]
+        [repos."acme/app"]
+        url = "file:///nowhere/app.git"
+        [repos."acme/api"]
+        url = "file:///nowhere/api.git"
+    "#
+    .parse()
+    .unwrap();
+    github.add_hook("acme/app", "https://pidevops.example/webhooks/github");
+    let (report, ok) = pidevops::doctor::diagnose(&settings).await;
+    let hook = |repo: &str| {
+        report
+            .lines()
+            .find(|l| l.starts_with(&format!("github webhook {repo}")))
+            .unwrap_or_else(|| panic!("{report}"))
+            .to_owned()
+    };
+    assert!(
+        hook("acme/app").contains("pass      delivers to https://pidevops.example/webhooks/github"),
+        "{report}"
+    );
+    assert!(
+        hook("acme/api").contains("warn      no webhook"),
+        "{report}"
+    );
+    assert!(ok, "{report}");
+
     settings.github_token = None;
     let (report, _) = pidevops::doctor::diagnose(&settings).await;
     assert!(

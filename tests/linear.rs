@@ -90,6 +90,28 @@ async fn task_for_key(app: &TestApp, key: &str) -> TaskId {
     find().await.unwrap()
 }
 
+/// Waits for `text` among the task's follow-ups for its next run.
+async fn wait_follow_up(app: &TestApp, id: TaskId, text: &str) {
+    within(
+        Duration::from_secs(10),
+        &format!("the follow-up {text:?}"),
+        || async {
+            app.state
+                .board
+                .load(id)
+                .await
+                .unwrap()
+                .is_some_and(|loaded| {
+                    loaded
+                        .task
+                        .pending_follow_ups()
+                        .any(|f| f.text.as_str() == text)
+                })
+        },
+    )
+    .await;
+}
+
 async fn execute(app: &TestApp, id: TaskId, command: Command) {
     app.state
         .board
@@ -312,24 +334,7 @@ async fn an_agent_session_gets_a_thought_at_once_and_one_end_per_attempt(db: Tes
         .post_linear(&delivery("agent_session.prompted.json", |_| {}))
         .await;
     assert_eq!(r.status(), 200);
-    within(
-        Duration::from_secs(10),
-        "the follow-up on the task",
-        || async {
-            app.state
-                .board
-                .load(id)
-                .await
-                .unwrap()
-                .is_some_and(|loaded| {
-                    loaded
-                        .task
-                        .pending_follow_ups()
-                        .any(|f| f.text.as_str() == "Use a max of 5 retries, not 3.")
-                })
-        },
-    )
-    .await;
+    wait_follow_up(&app, id, "Use a max of 5 retries, not 3.").await;
     // One that names only its session reaches the same task (the session is mapped to its issue).
     let by_session = delivery("agent_session.prompted.json", |body| {
         body["agentSession"]
@@ -340,24 +345,7 @@ async fn an_agent_session_gets_a_thought_at_once_and_one_end_per_attempt(db: Tes
         body["agentActivity"]["content"]["body"] = json!("And log each retry.");
     });
     assert_eq!(app.post_linear(&by_session).await.status(), 200);
-    within(
-        Duration::from_secs(10),
-        "the session's follow-up",
-        || async {
-            app.state
-                .board
-                .load(id)
-                .await
-                .unwrap()
-                .is_some_and(|loaded| {
-                    loaded
-                        .task
-                        .pending_follow_ups()
-                        .any(|f| f.text.as_str() == "And log each retry.")
-                })
-        },
-    )
-    .await;
+    wait_follow_up(&app, id, "And log each retry.").await;
     app.stop().await;
 }
 

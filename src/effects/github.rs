@@ -150,6 +150,22 @@ impl GithubClient {
             .map_err(|e| classify("reading the pull request", e))
     }
 
+    /// Where the repository's webhooks deliver (`config.url` of each), for `doctor`.
+    pub async fn webhook_urls(&self, repo: &RepoName) -> Result<Vec<String>, CallError> {
+        let route = format!("/repos/{}/{}/hooks", repo.owner(), repo.name());
+        let hooks = self
+            .api
+            .get::<serde_json::Value, _, ()>(route, None)
+            .await
+            .map_err(|e| classify("listing the repository's webhooks", e))?;
+        Ok(hooks
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|h| h["config"]["url"].as_str().map(str::to_owned))
+            .collect())
+    }
+
     /// The check suites of a commit (`check_suites[]` with `status`, `conclusion`, `head_branch`, `app`).
     pub async fn check_suites(
         &self,

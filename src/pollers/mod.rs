@@ -29,6 +29,14 @@ impl PollerConfig {
         let table = table
             .as_table()
             .ok_or_else(|| format!("[pollers.{name}] must be a table"))?;
+        if let Some(key) = table
+            .keys()
+            .find(|k| !["enabled", "interval_s"].contains(&k.as_str()))
+        {
+            return Err(format!(
+                "pollers.{name}.{key} is not a poller setting (enabled, interval_s)"
+            ));
+        }
         let enabled = match table.get("enabled") {
             None => true,
             Some(v) => v
@@ -53,5 +61,44 @@ impl PollerConfig {
             enabled,
             interval,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<PollerConfig, String> {
+        PollerConfig::from_file(
+            &text.parse::<toml::Table>().unwrap(),
+            "linear",
+            Duration::from_secs(300),
+        )
+    }
+
+    #[test]
+    fn a_poller_table_is_read_and_mistakes_are_named() {
+        let absent = parse("").unwrap();
+        assert!(!absent.configured && absent.enabled);
+        assert_eq!(absent.interval, Duration::from_secs(300));
+        let set = parse("[pollers.linear]\ninterval_s = 30").unwrap();
+        assert!(set.configured && set.enabled);
+        assert_eq!(set.interval, Duration::from_secs(30));
+        assert!(!parse("[pollers.linear]\nenabled = false").unwrap().enabled);
+        for (text, needle) in [
+            (
+                "[pollers.linear]\ninterval = 30",
+                "pollers.linear.interval is not a poller setting",
+            ),
+            ("[pollers.linear]\ninterval_s = 0", "from 0.1 to 86400"),
+            (
+                "[pollers.linear]\nenabled = \"yes\"",
+                "enabled must be true or false",
+            ),
+            ("[pollers]\nlinear = 5", "[pollers.linear] must be a table"),
+        ] {
+            let error = parse(text).unwrap_err();
+            assert!(error.contains(needle), "{text} => {error}");
+        }
     }
 }

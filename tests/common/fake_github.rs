@@ -49,6 +49,8 @@ struct Inner {
     heads: std::collections::BTreeMap<(String, u64), String>,
     /// Check suites: (repo, sha, suite).
     suites: Vec<(String, String, Value)>,
+    /// Webhook delivery URLs per repository.
+    hooks: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Clone, Default)]
@@ -69,6 +71,7 @@ impl FakeGithub {
                 "/repos/{owner}/{repo}/issues/{number}/comments",
                 get(list_comments).post(create_comment),
             )
+            .route("/repos/{owner}/{repo}/hooks", get(list_hooks))
             .route("/repos/{owner}/{repo}/pulls/{number}", get(get_pull))
             .route(
                 "/repos/{owner}/{repo}/commits/{sha}/check-suites",
@@ -91,6 +94,17 @@ impl FakeGithub {
             .unwrap()
             .failures
             .push_back((method, failure));
+    }
+
+    /// The repository has a webhook delivering to `url`.
+    pub fn add_hook(&self, repo: &str, url: &str) {
+        self.inner
+            .lock()
+            .unwrap()
+            .hooks
+            .entry(repo.to_owned())
+            .or_default()
+            .push(url.to_owned());
     }
 
     /// The pull request is merged by `by` on GitHub (its webhook is for the test to send, or not).
@@ -440,4 +454,27 @@ async fn check_suites(
         .map(|(_, _, suite)| suite.clone())
         .collect();
     Json(json!({ "total_count": suites.len(), "check_suites": suites })).into_response()
+}
+
+/// `GET /repos/{o}/{r}/hooks`: the repository's webhooks.
+async fn list_hooks(
+    State(fake): State<FakeGithub>,
+    Path((owner, repo)): Path<(String, String)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(failure) = fake.record(&method, &uri, &headers, Value::Null) {
+        return failure_response(failure);
+    }
+    let inner = fake.inner.lock().unwrap();
+    let hooks: Vec<Value> = inner
+        .hooks
+        .get(&format!("{owner}/{repo}"))
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, url)| json!({ "id": i + 1, "active": true, "events": ["*"], "config": { "url": url, "content_type": "json" } }))
+        .collect();
+    Json(Value::Array(hooks)).into_response()
 }
