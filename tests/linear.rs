@@ -79,12 +79,25 @@ async fn task_for_issue(app: &TestApp) -> TaskId {
     task_for_key(app, &format!("linear:{ISSUE}")).await
 }
 
+/// The task of `key` once it is approved (these tests approve automatically, and the approval is appended just
+/// after the creation: seen in CI, a start in between was refused).
 async fn task_for_key(app: &TestApp, key: &str) -> TaskId {
     let find = || async { app.state.board.task_for_key(key).await.unwrap() };
     within(
         Duration::from_secs(10),
         &format!("the task of {key}"),
-        || async { find().await.is_some() },
+        || async {
+            match find().await {
+                Some(id) => app
+                    .state
+                    .board
+                    .load(id)
+                    .await
+                    .unwrap()
+                    .is_some_and(|loaded| loaded.task.column() != Column::Triage),
+                None => false,
+            }
+        },
     )
     .await;
     find().await.unwrap()
