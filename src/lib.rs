@@ -45,6 +45,8 @@
 //!   sources.rs     per source and event type: counts, first and last delivery (`/api/sources`, `/health`)
 //! tasks/           the task board's domain, pure: typed values, decide(state, command) → events, evolve
 //! http/            router: /health, /metrics, /webhooks/*, /api/* (bearer token), JSON errors
+//! web/             the dashboard at /: pages.rs (pure maud rendering from read models), session.rs (signed
+//!                  cookie + CSRF, pure), assets.rs (one stylesheet, one script), mod.rs (handlers, /live SSE)
 //! ```
 
 pub mod bench;
@@ -68,3 +70,4 @@ pub mod reactions;
 pub mod startup;
 pub mod tasks;
 pub mod telemetry;
+pub mod web;

@@ -23,15 +23,16 @@ pub enum Status {
     Fail,
 }
 
-#[derive(Serialize)]
-struct HealthBody {
-    status: Status,
-    version: &'static str,
+/// What `/health` says; the dashboard's health page renders the same value.
+#[derive(Clone, Debug, Serialize)]
+pub struct HealthBody {
+    pub status: Status,
+    pub version: &'static str,
     /// This replica, as named in lease holders.
-    instance: String,
-    uptime_s: u64,
-    checks: BTreeMap<&'static str, serde_json::Value>,
-    loops: BTreeMap<String, LoopReport>,
+    pub instance: String,
+    pub uptime_s: u64,
+    pub checks: BTreeMap<&'static str, serde_json::Value>,
+    pub loops: BTreeMap<String, LoopReport>,
 }
 
 /// The overall status from the parts: any failing part fails the whole.
@@ -54,6 +55,17 @@ pub fn overall(database_ok: bool, loops: &BTreeMap<String, LoopReport>) -> Statu
 }
 
 pub async fn health(State(state): State<AppState>) -> Response {
+    let body = snapshot(&state).await;
+    let code = if body.status == Status::Fail {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    };
+    (code, [(header::CACHE_CONTROL, "no-store")], Json(body)).into_response()
+}
+
+/// The truth about this replica now: a database round trip, the webhooks, the bus, the sources and every loop.
+pub async fn snapshot(state: &AppState) -> HealthBody {
     let started = Instant::now();
     let ping = tokio::time::timeout(DATABASE_CHECK_TIMEOUT, state.log.store().ping()).await;
     let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
@@ -118,22 +130,16 @@ pub async fn health(State(state): State<AppState>) -> Response {
     }
     checks.insert("bus", bus);
     if database_ok {
-        checks.insert("sources", sources_check(&state).await);
+        checks.insert("sources", sources_check(state).await);
     }
-    let body = HealthBody {
+    HealthBody {
         status,
         version: env!("CARGO_PKG_VERSION"),
         instance: state.leases.holder().to_owned(),
         uptime_s: state.started.elapsed().as_secs(),
         checks,
         loops,
-    };
-    let code = if status == Status::Fail {
-        StatusCode::SERVICE_UNAVAILABLE
-    } else {
-        StatusCode::OK
-    };
-    (code, [(header::CACHE_CONTROL, "no-store")], Json(body)).into_response()
+    }
 }
 
 /// When each source last delivered, from the `sources` read model: informational (a quiet source is not a fault

@@ -1,10 +1,10 @@
-//! The HTTP surface: health, metrics, webhooks and the admin API. `router(state)` is all of it, so tests can
+//! The HTTP surface: health, metrics, webhooks, the admin API and the dashboard (`crate::web`). `router(state)` is all of it, so tests can
 //! drive it with `oneshot` or through a real socket.
 
 mod api;
 mod dispatch;
-mod health;
-mod stream;
+pub mod health;
+pub(crate) mod stream;
 mod tasks;
 
 use std::sync::Arc;
@@ -67,6 +67,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(health::metrics))
         .merge(webhooks)
         .merge(api::router(state.clone()))
+        .merge(crate::web::router())
         .fallback(not_found)
         .layer(TraceLayer::new_for_http())
         .layer(CatchPanicLayer::custom(|_| {

@@ -97,7 +97,7 @@ pub async fn events_stream(
         },
     };
     // Ends at shutdown, so a graceful stop never waits on a client that would listen forever.
-    let events = live(state.clone(), after, query.source)
+    let events = live(state.clone(), after, query.source, true)
         .take_until(state.shutdown.clone().cancelled_owned());
     Sse::new(events.chain(stream::once(async {
         Ok(Event::default().comment("server shutting down"))
@@ -127,15 +127,19 @@ struct Cursor {
     state: AppState,
     after: i64,
     source: Option<String>,
+    typed: bool,
     buffered: VecDeque<StoredEvent>,
     committed: tokio::sync::watch::Receiver<i64>,
 }
 
 /// Events after `after`, forever: pages from the store, then waits for the next commit (or the poll).
-fn live(
+/// `typed`: each SSE event carries the event's type as its `event:` name (the API); untyped events arrive at a
+/// browser's `onmessage` (the dashboard, which only needs to know that something happened).
+pub(crate) fn live(
     state: AppState,
     after: i64,
     source: Option<String>,
+    typed: bool,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     let committed = state.log.committed();
     let cursor = Cursor {
@@ -143,6 +147,7 @@ fn live(
         state,
         after,
         source,
+        typed,
         buffered: VecDeque::new(),
         committed,
     };
@@ -153,7 +158,7 @@ fn live(
                 if cursor.source.as_deref().is_some_and(|s| s != event.source) {
                     continue;
                 }
-                return Some((Ok(to_sse(&event)), cursor));
+                return Some((Ok(to_sse(&event, cursor.typed)), cursor));
             }
             // Marked seen before reading: a commit landing after the read still wakes the wait below.
             cursor.committed.borrow_and_update();
@@ -181,15 +186,17 @@ fn live(
     })
 }
 
-fn to_sse(event: &StoredEvent) -> Event {
+fn to_sse(event: &StoredEvent, typed: bool) -> Event {
     let data = serde_json::to_string(&event.to_envelope()).unwrap_or_else(|e| {
         format!(
             "{{\"error\":\"cannot encode event {}: {e}\"}}",
             event.position
         )
     });
-    Event::default()
-        .id(event.position.to_string())
-        .event(&event.event_type)
-        .data(data)
+    let sse = Event::default().id(event.position.to_string()).data(data);
+    if typed {
+        sse.event(&event.event_type)
+    } else {
+        sse
+    }
 }

@@ -939,6 +939,63 @@ pub async fn list(store: &EventStore, filter: &TaskFilter) -> Result<Vec<TaskRow
     }
 }
 
+/// How many tasks each column holds under `filter` (its `column` and `limit` ignored): one grouped query, for the
+/// dashboard's column headers.
+pub async fn counts(
+    store: &EventStore,
+    filter: &TaskFilter,
+) -> Result<std::collections::BTreeMap<Column, usize>, TasksError> {
+    let rows: Vec<(String, i64)> = match store {
+        EventStore::Postgres(s) => {
+            sqlx::query_as(
+                "SELECT board_column, COUNT(*) FROM tasks
+                 WHERE ($1::text IS NULL OR repo = $1) AND ($2::text IS NULL OR source = $2)
+                   AND ($3::bool IS NULL OR needs_human = $3)
+                 GROUP BY board_column",
+            )
+            .bind(&filter.repo)
+            .bind(&filter.source)
+            .bind(filter.needs_human)
+            .fetch_all(s.pool())
+            .await?
+        }
+        EventStore::Sqlite(s) => {
+            sqlx::query_as(
+                "SELECT board_column, COUNT(*) FROM tasks
+                 WHERE (?1 IS NULL OR repo = ?1) AND (?2 IS NULL OR source = ?2)
+                   AND (?3 IS NULL OR needs_human = ?3)
+                 GROUP BY board_column",
+            )
+            .bind(&filter.repo)
+            .bind(&filter.source)
+            .bind(filter.needs_human)
+            .fetch_all(s.pool())
+            .await?
+        }
+    };
+    rows.into_iter()
+        .map(|(column, n)| {
+            let column = Column::ALL
+                .into_iter()
+                .find(|c| c.as_str() == column)
+                .ok_or_else(|| TasksError::Corrupt {
+                    task: "?".to_owned(),
+                    why: format!("unknown column {column:?}"),
+                })?;
+            Ok((column, usize::try_from(n).unwrap_or(0)))
+        })
+        .collect()
+}
+
+/// The repositories that have tasks, sorted.
+pub async fn repos(store: &EventStore) -> Result<Vec<String>, TasksError> {
+    let sql = "SELECT DISTINCT repo FROM tasks ORDER BY repo";
+    Ok(match store {
+        EventStore::Postgres(s) => sqlx::query_scalar(sql).fetch_all(s.pool()).await?,
+        EventStore::Sqlite(s) => sqlx::query_scalar(sql).fetch_all(s.pool()).await?,
+    })
+}
+
 /// One task's row.
 pub async fn get(store: &EventStore, id: TaskId) -> Result<Option<TaskRow>, TasksError> {
     let row = match store {

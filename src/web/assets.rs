@@ -1,0 +1,66 @@
+//! The dashboard's one stylesheet and one small script, compiled into the binary (no front-end build).
+
+/// Light and dark follow the system (`prefers-color-scheme`).
+pub const STYLE: &str = r#"
+:root { --bg:#fafafa; --fg:#1d1f23; --muted:#6b7079; --card:#fff; --line:#e2e4e8; --accent:#2f6fde;
+        --bad:#c62828; --warn:#b26a00; --good:#2e7d32; font: 14px/1.45 system-ui, sans-serif; }
+@media (prefers-color-scheme: dark) {
+  :root { --bg:#15171b; --fg:#e6e8ec; --muted:#9aa0aa; --card:#1e2127; --line:#2c3038; --accent:#6ea0ff;
+          --bad:#ef6b6b; --warn:#e0a040; --good:#6cc070; }
+}
+* { box-sizing: border-box; }
+body { margin: 0; background: var(--bg); color: var(--fg); }
+a { color: var(--accent); text-decoration: none; } a:hover { text-decoration: underline; }
+header.top { display: flex; gap: 1.2em; align-items: center; padding: .6em 1.2em; border-bottom: 1px solid var(--line); }
+header.top .brand { font-weight: 700; } header.top nav a { margin-right: 1em; } header.top nav a.here { font-weight: 700; }
+header.top form { margin-left: auto; }
+main { padding: 1em 1.2em; }
+h1 { font-size: 1.3em; margin: 0 0 .6em; } h2 { font-size: 1.1em; margin: 1.2em 0 .5em; }
+.board { display: grid; grid-template-columns: repeat(5, minmax(12em, 1fr)); gap: .8em; align-items: start; }
+.column { background: var(--card); border: 1px solid var(--line); border-radius: 6px; padding: .5em; }
+.column h2 { margin: 0 0 .5em; font-size: 1em; display: flex; justify-content: space-between; }
+.card { border: 1px solid var(--line); border-radius: 5px; padding: .4em .5em; margin-bottom: .4em; background: var(--bg); }
+.card .meta, .muted { color: var(--muted); font-size: .9em; }
+.badge { display: inline-block; padding: 0 .4em; border-radius: 3px; font-size: .85em; border: 1px solid var(--line); }
+.badge.bad, .status-fail { color: #fff; background: var(--bad); border-color: var(--bad); }
+.badge.warn, .status-warn { color: #fff; background: var(--warn); border-color: var(--warn); }
+.status-pass { color: #fff; background: var(--good); }
+table { border-collapse: collapse; width: 100%; background: var(--card); }
+th, td { text-align: left; padding: .3em .5em; border-bottom: 1px solid var(--line); vertical-align: top; }
+pre { background: var(--card); border: 1px solid var(--line); padding: .6em; overflow: auto; max-height: 32em; white-space: pre-wrap; word-break: break-word; }
+form.inline { display: inline; } button { font: inherit; padding: .2em .7em; cursor: pointer; }
+.filters { margin-bottom: .8em; } .filters * { margin-right: .4em; }
+.signin { max-width: 24em; margin: 4em auto; background: var(--card); border: 1px solid var(--line); padding: 1.5em; border-radius: 6px; }
+.signin input { width: 100%; padding: .4em; margin: .4em 0 .8em; }
+.error { color: var(--bad); }
+"#;
+
+/// Live updates: the page listens to `/live` (the log as SSE, resuming from the position the page was rendered
+/// at, and after a reconnect from the last event seen) and, when something happened, fetches itself again and
+/// swaps its `<main>`. Without JavaScript the pages still read fine.
+pub const SCRIPT: &str = r#"
+(function () {
+  var main = document.querySelector('main[data-after]');
+  if (!main || !window.EventSource || !window.fetch) return;
+  var source = new EventSource('/live?after=' + encodeURIComponent(main.getAttribute('data-after')));
+  var timer = null;
+  var last = null;
+  function refresh() {
+    timer = null;
+    // `at`: the page is rendered once the read models have caught up with the event that woke us.
+    var url = new URL(window.location.href);
+    if (last !== null) { url.searchParams.set('at', last); }
+    fetch(url.toString(), { credentials: 'same-origin', headers: { 'Accept': 'text/html' } })
+      .then(function (r) { if (r.redirected || !r.ok) { throw new Error(String(r.status)); } return r.text(); })
+      .then(function (html) {
+        var fresh = new DOMParser().parseFromString(html, 'text/html').querySelector('main');
+        if (fresh) { main.innerHTML = fresh.innerHTML; main.setAttribute('data-refreshed', String(Date.now())); }
+      })
+      .catch(function () { /* the next event tries again */ });
+  }
+  source.onmessage = function (e) {
+    last = e.lastEventId || last;
+    if (!timer) { timer = setTimeout(refresh, 200); }
+  };
+})();
+"#;

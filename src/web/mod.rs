@@ -1,0 +1,735 @@
+//! The dashboard at `/`: server-rendered pages from the read models (`pages.rs`, pure), one stylesheet and one
+//! small script (`assets.rs`), live through `/live` (the log as SSE, resumable). Signing in exchanges the admin
+//! token for a signed cookie (`session.rs`); every state change is a POST carrying the session's CSRF token.
+//! Without `PIDEVOPS_ADMIN_TOKEN` the dashboard is closed, like the API.
+
+pub mod assets;
+pub mod pages;
+pub mod session;
+
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::response::sse::{KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use chrono::Utc;
+use futures::StreamExt;
+use maud::Markup;
+use secrecy::ExposeSecret;
+use serde::Deserialize;
+
+use crate::board::{BoardError, Steer};
+use crate::http::AppState;
+use crate::projectors::runs::{self, Which};
+use crate::projectors::tasks::{self as task_rows, TaskFilter};
+use crate::tasks::{Column, TaskId};
+use pages::{BoardFilter, EventsFilter, Frame, Nav};
+use session::{Key, Session, COOKIE};
+
+/// Cards shown per column; the header counts them all.
+pub const CARDS_PER_COLUMN: usize = 60;
+/// Events per page of the events view.
+const EVENTS_PER_PAGE: usize = 100;
+/// The longest form body accepted (a token, a CSRF token, a path).
+const FORM_LIMIT: usize = 16 * 1024;
+/// The longest a page waits for the read models to catch up with what its reader just did.
+const CATCH_UP: Duration = Duration::from_secs(3);
+/// The bytes of a running attempt's log shown on its task's page.
+const TAIL_BYTES: u64 = 8 * 1024;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/", get(board))
+        .route("/assets/style.css", get(style))
+        .route("/assets/app.js", get(script))
+        .route("/sign-in", get(sign_in_page).post(sign_in))
+        .route("/sign-out", post(sign_out))
+        .route("/tasks/{id}", get(task_page))
+        .route("/tasks/{id}/{action}", post(task_action))
+        .route("/runs", get(runs_page))
+        .route("/status", get(health_page))
+        .route("/events", get(events_page))
+        .route("/events/{position}", get(event_page))
+        .route("/live", get(live))
+}
+
+/// Every page: no caching, no framing, and no script but our own file (a stored `<script>` could not run even if
+/// escaping ever failed).
+fn page(status: StatusCode, markup: Markup) -> Response {
+    (
+        status,
+        [
+            (header::CACHE_CONTROL, "no-store"),
+            (header::X_FRAME_OPTIONS, "DENY"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::REFERRER_POLICY, "same-origin"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                 frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+            ),
+        ],
+        Html(markup.into_string()),
+    )
+        .into_response()
+}
+
+fn key(state: &AppState) -> Option<Key> {
+    state
+        .settings
+        .admin_token
+        .as_ref()
+        .map(|t| Key::from_admin_token(t.expose_secret()))
+}
+
+/// The request's valid session, if it has one.
+fn session(state: &AppState, headers: &HeaderMap) -> Option<(Key, Session)> {
+    let key = key(state)?;
+    let value = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|h| session::cookie(h, COOKIE).map(str::to_owned))?;
+    let session = Session::verify(&value, &key, Utc::now())?;
+    Some((key, session))
+}
+
+/// A page for the signed-in, or the way to sign in.
+enum Access {
+    Granted(Key, Session),
+    Denied(Response),
+}
+
+fn require(state: &AppState, headers: &HeaderMap, uri: &Uri) -> Access {
+    match session(state, headers) {
+        Some((key, session)) => Access::Granted(key, session),
+        None => {
+            let next = uri
+                .path_and_query()
+                .map_or("/".to_owned(), |p| p.as_str().to_owned());
+            let to = format!(
+                "/sign-in?next={}",
+                form_urlencoded::byte_serialize(next.as_bytes()).collect::<String>()
+            );
+            Access::Denied(Redirect::to(&to).into_response())
+        }
+    }
+}
+
+/// A state change: a session and its CSRF token, or a refusal that changes nothing.
+fn require_post(state: &AppState, headers: &HeaderMap, form: &[(String, String)]) -> Access {
+    let Some((key, session)) = session(state, headers) else {
+        return Access::Denied(page(
+            StatusCode::UNAUTHORIZED,
+            pages::message("Not signed in", "Sign in to do that."),
+        ));
+    };
+    let csrf = form
+        .iter()
+        .find(|(k, _)| k == "csrf")
+        .map_or("", |(_, v)| v.as_str());
+    if !session.csrf_matches(&key, csrf) {
+        return Access::Denied(page(
+            StatusCode::FORBIDDEN,
+            pages::message(
+                "Refused",
+                "The form's CSRF token is missing or wrong: reload the page and try again.",
+            ),
+        ));
+    }
+    Access::Granted(key, session)
+}
+
+/// A form body's fields; `None` when it is larger than any of ours (answer [`too_large`]).
+fn parse_form(body: &[u8]) -> Option<Vec<(String, String)>> {
+    (body.len() <= FORM_LIMIT).then(|| form_urlencoded::parse(body).into_owned().collect())
+}
+
+fn too_large() -> Response {
+    page(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        pages::message("Too large", "That form is larger than any of ours."),
+    )
+}
+
+fn frame(key: &Key, session: &Session, title: &str, nav: Nav, after: Option<i64>) -> Frame {
+    Frame {
+        title: title.to_owned(),
+        nav,
+        csrf: session.csrf(key),
+        after,
+    }
+}
+
+/// Read-your-writes for the pages: waits (at most [`CATCH_UP`]) until the tasks and runs read models have applied
+/// the log up to `at` (an action's event, or the live event that asked for a refresh), so a page never shows the
+/// state from before what its reader just did or was just told of.
+async fn caught_up(state: &AppState, at: Option<i64>) {
+    let Some(at) = at else {
+        return;
+    };
+    let deadline = tokio::time::Instant::now() + CATCH_UP;
+    loop {
+        let mut behind = false;
+        for name in [task_rows::NAME, runs::NAME] {
+            match crate::projectors::read_row(state.log.store(), name).await {
+                Ok(Some((_, position))) if position >= at => {}
+                _ => behind = true,
+            }
+        }
+        if !behind || tokio::time::Instant::now() >= deadline {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct AtQuery {
+    at: Option<i64>,
+}
+
+fn unavailable(error: impl std::fmt::Display) -> Response {
+    page(
+        StatusCode::SERVICE_UNAVAILABLE,
+        pages::message(
+            "The store did not answer",
+            &format!("{error}. /health says more."),
+        ),
+    )
+}
+
+async fn style() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CACHE_CONTROL, "public, max-age=300"),
+        ],
+        assets::STYLE,
+    )
+        .into_response()
+}
+
+async fn script() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::CACHE_CONTROL, "public, max-age=300"),
+        ],
+        assets::SCRIPT,
+    )
+        .into_response()
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct NextQuery {
+    next: Option<String>,
+}
+
+async fn sign_in_page(State(state): State<AppState>, Query(query): Query<NextQuery>) -> Response {
+    let next = session::safe_next(query.next.as_deref());
+    match key(&state) {
+        None => page(
+            StatusCode::SERVICE_UNAVAILABLE,
+            pages::sign_in(
+                &next,
+                None,
+                Some("PIDEVOPS_ADMIN_TOKEN is not set, so the dashboard is closed."),
+            ),
+        ),
+        Some(_) => page(StatusCode::OK, pages::sign_in(&next, None, None)),
+    }
+}
+
+async fn sign_in(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: bytes::Bytes,
+) -> Response {
+    let Some(form) = parse_form(&body) else {
+        return too_large();
+    };
+    let field = |name: &str| {
+        form.iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    let next = session::safe_next(field("next"));
+    let Some(key) = key(&state) else {
+        return sign_in_page(State(state), Query(NextQuery { next: Some(next) })).await;
+    };
+    // Constant time: the comparison takes as long for a near miss as for nonsense.
+    if !state
+        .settings
+        .admin_token_matches(field("token").unwrap_or_default())
+    {
+        tracing::warn!("dashboard sign-in refused: wrong token");
+        return page(
+            StatusCode::UNAUTHORIZED,
+            pages::sign_in(&next, Some("That is not the admin token."), None),
+        );
+    }
+    let session = Session::new(Utc::now(), rand::random());
+    let secure = headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|p| p.eq_ignore_ascii_case("https"));
+    let cookie = format!(
+        "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{}",
+        session.cookie_value(&key),
+        session::LIFETIME.num_seconds(),
+        if secure { "; Secure" } else { "" }
+    );
+    let mut response = Redirect::to(&next).into_response();
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}
+
+async fn sign_out(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: bytes::Bytes,
+) -> Response {
+    let Some(form) = parse_form(&body) else {
+        return too_large();
+    };
+    if let Access::Denied(response) = require_post(&state, &headers, &form) {
+        return response;
+    }
+    let mut response = Redirect::to("/sign-in").into_response();
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static("pidevops_session=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"),
+    );
+    response
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct BoardQuery {
+    repo: Option<String>,
+    source: Option<String>,
+    needs_human: Option<String>,
+    archived: Option<String>,
+    at: Option<i64>,
+}
+
+/// The board's data: counts per column and the first cards of each, from the tasks read model.
+pub async fn board_view(
+    state: &AppState,
+    filter: BoardFilter,
+) -> Result<pages::BoardView, task_rows::TasksError> {
+    let store = state.log.store();
+    let base = TaskFilter {
+        repo: filter.repo.clone(),
+        source: filter.source.clone(),
+        needs_human: filter.needs_human.then_some(true),
+        ..TaskFilter::default()
+    };
+    let counts = task_rows::counts(store, &base).await?;
+    let mut shown: Vec<Column> = pages::BOARD_COLUMNS.to_vec();
+    if filter.archived {
+        shown.extend([Column::Cancelled, Column::Archived]);
+    }
+    let mut columns = Vec::new();
+    for column in shown {
+        let rows = if counts.get(&column).copied().unwrap_or(0) == 0 {
+            Vec::new()
+        } else {
+            task_rows::list(
+                store,
+                &TaskFilter {
+                    column: Some(column),
+                    limit: Some(CARDS_PER_COLUMN as u32),
+                    ..base.clone()
+                },
+            )
+            .await?
+        };
+        columns.push((column, rows));
+    }
+    Ok(pages::BoardView {
+        counts,
+        columns,
+        filter,
+        repos: task_rows::repos(store).await?,
+        now: Utc::now(),
+    })
+}
+
+async fn board(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    uri: Uri,
+    Query(query): Query<BoardQuery>,
+) -> Response {
+    let (key, session) = match require(&state, &headers, &uri) {
+        Access::Granted(key, session) => (key, session),
+        Access::Denied(response) => return response,
+    };
+    caught_up(&state, query.at).await;
+    let nonempty = |v: Option<String>| v.filter(|v| !v.trim().is_empty());
+    let filter = BoardFilter {
+        repo: nonempty(query.repo),
+        source: nonempty(query.source),
+        needs_human: query.needs_human.is_some(),
+        archived: query.archived.is_some(),
+    };
+    let head = match state.log.store().head().await {
+        Ok(head) => head,
+        Err(e) => return unavailable(e),
+    };
+    match board_view(&state, filter).await {
+        Ok(view) => page(
+            StatusCode::OK,
+            pages::layout(
+                &frame(&key, &session, "Board", Nav::Board, Some(head)),
+                pages::board(&view),
+            ),
+        ),
+        Err(e) => unavailable(e),
+    }
+}
+
+/// What a person may do to `task` now, as the domain decides it.
+fn allowed_actions(task: &crate::tasks::Task) -> Vec<Steer> {
+    let now = Utc::now();
+    [
+        Steer::Approve,
+        Steer::Reject,
+        Steer::Retry,
+        Steer::Cancel,
+        Steer::Archive,
+    ]
+    .into_iter()
+    .filter(|steer| {
+        steer
+            .command(task, None, "from the dashboard")
+            .ok()
+            .and_then(|command| crate::tasks::decide(Some(task), &command, now).ok())
+            .is_some_and(|events| !events.is_empty())
+    })
+    .collect()
+}
+
+async fn task_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    uri: Uri,
+    Path(id): Path<String>,
+    Query(at): Query<AtQuery>,
+) -> Response {
+    let (key, session) = match require(&state, &headers, &uri) {
+        Access::Granted(key, session) => (key, session),
+        Access::Denied(response) => return response,
+    };
+    caught_up(&state, at.at).await;
+    let Ok(id) = id.parse::<TaskId>() else {
+        return page(
+            StatusCode::NOT_FOUND,
+            pages::message("No such task", "Task ids look like T-42."),
+        );
+    };
+    let store = state.log.store();
+    let head = match store.head().await {
+        Ok(head) => head,
+        Err(e) => return unavailable(e),
+    };
+    let row = match task_rows::get(store, id).await {
+        Ok(Some(row)) => row,
+        Ok(None) => {
+            return page(
+                StatusCode::NOT_FOUND,
+                pages::layout(
+                    &frame(&key, &session, "Not found", Nav::Other, None),
+                    pages::message("No such task", &format!("There is no task {id} (yet).")),
+                ),
+            )
+        }
+        Err(e) => return unavailable(e),
+    };
+    // The task's own stream (one indexed read, not a scan): its spec and what the domain allows now.
+    let task = match state.board.load(id).await {
+        Ok(loaded) => loaded.map(|l| l.task),
+        Err(e) => return unavailable(e),
+    };
+    let (timeline, runs) = match (
+        task_rows::timeline(store, id).await,
+        runs::query(store, Which::Task(&id.to_string())).await,
+    ) {
+        (Ok(timeline), Ok(runs)) => (timeline, runs),
+        (Err(e), _) => return unavailable(e),
+        (_, Err(e)) => return unavailable(e),
+    };
+    let tail = match runs
+        .iter()
+        .rev()
+        .find(|r| r.state == "running")
+        .and_then(|r| r.log_path.clone())
+    {
+        Some(path) => read_tail(&path).await,
+        None => None,
+    };
+    let view = pages::TaskView {
+        actions: task.as_ref().map(allowed_actions).unwrap_or_default(),
+        row,
+        task,
+        timeline,
+        runs,
+        tail,
+        csrf: session.csrf(&key),
+        now: Utc::now(),
+    };
+    page(
+        StatusCode::OK,
+        pages::layout(
+            &frame(&key, &session, &id.to_string(), Nav::Board, Some(head)),
+            pages::task(&view),
+        ),
+    )
+}
+
+/// The end of a run's log file (on this machine; a worker elsewhere keeps its own).
+async fn read_tail(path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncSeekExt};
+    let mut file = tokio::fs::File::open(path).await.ok()?;
+    let length = file.metadata().await.ok()?.len();
+    file.seek(std::io::SeekFrom::Start(length.saturating_sub(TAIL_BYTES)))
+        .await
+        .ok()?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).await.ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+async fn task_action(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((id, action)): Path<(String, String)>,
+    body: bytes::Bytes,
+) -> Response {
+    let Some(form) = parse_form(&body) else {
+        return too_large();
+    };
+    if let Access::Denied(response) = require_post(&state, &headers, &form) {
+        return response;
+    }
+    let (Ok(id), Ok(steer)) = (id.parse::<TaskId>(), action.parse::<Steer>()) else {
+        return page(
+            StatusCode::NOT_FOUND,
+            pages::message(
+                "No such action",
+                "Tasks take approve, reject, retry, cancel or archive.",
+            ),
+        );
+    };
+    match state
+        .board
+        .steer(id, steer, None, "from the dashboard", "dashboard")
+        .await
+    {
+        Ok(outcome) => match outcome.appended.last() {
+            Some(last) => {
+                Redirect::to(&format!("/tasks/{id}?at={}", last.position)).into_response()
+            }
+            None => Redirect::to(&format!("/tasks/{id}")).into_response(),
+        },
+        Err(BoardError::Refused(refused)) => page(
+            StatusCode::CONFLICT,
+            pages::message("Not now", &format!("{id}: {refused}")),
+        ),
+        Err(e) => unavailable(e),
+    }
+}
+
+async fn runs_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    uri: Uri,
+    Query(at): Query<AtQuery>,
+) -> Response {
+    let (key, session) = match require(&state, &headers, &uri) {
+        Access::Granted(key, session) => (key, session),
+        Access::Denied(response) => return response,
+    };
+    caught_up(&state, at.at).await;
+    let store = state.log.store();
+    let (head, running, recent) = match (
+        store.head().await,
+        runs::query(store, Which::Running).await,
+        runs::query(store, Which::Recent(50)).await,
+    ) {
+        (Ok(h), Ok(running), Ok(recent)) => (h, running, recent),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return unavailable(e),
+    };
+    let dispatcher = state
+        .loops
+        .report()
+        .get(crate::dispatch::dispatcher::DISPATCHER)
+        .and_then(|r| r.detail.clone());
+    page(
+        StatusCode::OK,
+        pages::layout(
+            &frame(&key, &session, "Runs", Nav::Runs, Some(head)),
+            pages::runs(&pages::RunsView {
+                running,
+                recent,
+                dispatcher,
+            }),
+        ),
+    )
+}
+
+async fn health_page(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> Response {
+    let (key, session) = match require(&state, &headers, &uri) {
+        Access::Granted(key, session) => (key, session),
+        Access::Denied(response) => return response,
+    };
+    let body = crate::http::health::snapshot(&state).await;
+    let head = state.log.store().head().await.ok();
+    page(
+        StatusCode::OK,
+        pages::layout(
+            &frame(&key, &session, "Health", Nav::Health, head),
+            pages::health(&body),
+        ),
+    )
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct EventsQuery {
+    before: Option<i64>,
+    source: Option<String>,
+    #[serde(rename = "type")]
+    event_type: Option<String>,
+}
+
+async fn events_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    uri: Uri,
+    Query(query): Query<EventsQuery>,
+) -> Response {
+    let (key, session) = match require(&state, &headers, &uri) {
+        Access::Granted(key, session) => (key, session),
+        Access::Denied(response) => return response,
+    };
+    let nonempty = |v: Option<String>| v.filter(|v| !v.trim().is_empty());
+    let filter = EventsFilter {
+        source: nonempty(query.source),
+        event_type: nonempty(query.event_type),
+    };
+    let store = state.log.store();
+    let head = match store.head().await {
+        Ok(head) => head,
+        Err(e) => return unavailable(e),
+    };
+    // Newest first, a page at a time backwards from `before`; a filter reads at most 20 pages per view.
+    let mut before = query.before.unwrap_or(head + 1).clamp(1, head + 1);
+    let mut shown = Vec::new();
+    for _ in 0..20 {
+        if before <= 1 || shown.len() >= EVENTS_PER_PAGE {
+            break;
+        }
+        let from = (before - 1 - 200).max(0);
+        let page_events = match store.read_after(from, before - 1 - from).await {
+            Ok(events) => events,
+            Err(e) => return unavailable(e),
+        };
+        for event in page_events.into_iter().rev() {
+            before = event.position;
+            let source_ok = filter.source.as_deref().is_none_or(|s| s == event.source);
+            let type_ok = filter
+                .event_type
+                .as_deref()
+                .is_none_or(|t| event.event_type.starts_with(t));
+            if source_ok && type_ok {
+                shown.push(event);
+                if shown.len() >= EVENTS_PER_PAGE {
+                    break;
+                }
+            }
+        }
+        if from == 0 {
+            before = 1;
+        }
+    }
+    let older = (before > 1).then_some(before);
+    page(
+        StatusCode::OK,
+        pages::layout(
+            &frame(&key, &session, "Events", Nav::Events, None),
+            pages::events(&shown, &filter, older),
+        ),
+    )
+}
+
+async fn event_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    uri: Uri,
+    Path(position): Path<i64>,
+) -> Response {
+    let (key, session) = match require(&state, &headers, &uri) {
+        Access::Granted(key, session) => (key, session),
+        Access::Denied(response) => return response,
+    };
+    let found = match state.log.store().read_after(position - 1, 1).await {
+        Ok(events) => events.into_iter().find(|e| e.position == position),
+        Err(e) => return unavailable(e),
+    };
+    let frame = frame(
+        &key,
+        &session,
+        &format!("Event {position}"),
+        Nav::Events,
+        None,
+    );
+    match found {
+        Some(event) => page(StatusCode::OK, pages::layout(&frame, pages::event(&event))),
+        None => page(
+            StatusCode::NOT_FOUND,
+            pages::layout(
+                &frame,
+                pages::message("No such event", &format!("Nothing at position {position}.")),
+            ),
+        ),
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct LiveQuery {
+    after: Option<i64>,
+}
+
+/// The log as SSE for the signed-in pages: from `Last-Event-ID` after a reconnect, else from `after` (the position
+/// the page was rendered at), else from now.
+async fn live(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(query): Query<LiveQuery>,
+) -> Response {
+    if session(&state, &headers).is_none() {
+        return StatusCode::UNAUTHORIZED.into_response();
+    }
+    let resume = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<i64>().ok());
+    let after = match resume.or(query.after.filter(|a| *a >= 0)) {
+        Some(after) => after,
+        None => match state.log.store().head().await {
+            Ok(head) => head,
+            Err(_) => return StatusCode::SERVICE_UNAVAILABLE.into_response(),
+        },
+    };
+    let events = crate::http::stream::live(state.clone(), after, None, false)
+        .take_until(state.shutdown.clone().cancelled_owned());
+    Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response()
+}

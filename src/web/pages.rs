@@ -1,0 +1,496 @@
+//! The dashboard's pages, pure: values from the read models in, HTML out (maud escapes every value, so a stored
+//! webhook body with `<script>` in it is text on the page). Handlers gather the values; tests render from seeded
+//! ones.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use maud::{html, Markup, DOCTYPE};
+
+use crate::board::Steer;
+use crate::eventlog::StoredEvent;
+use crate::http::health::{HealthBody, Status};
+use crate::loops::LoopState;
+use crate::projectors::runs::RunRow;
+use crate::projectors::tasks::{TaskRow, TimelineEntry};
+use crate::tasks::{Column, Links, Task};
+
+/// The columns the board shows, in order; archived and cancelled are behind the filter.
+pub const BOARD_COLUMNS: [Column; 5] = [
+    Column::Triage,
+    Column::Todo,
+    Column::InProgress,
+    Column::InReview,
+    Column::Done,
+];
+
+/// Which page the navigation marks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Nav {
+    Board,
+    Runs,
+    Health,
+    Events,
+    Other,
+}
+
+/// What every signed-in page needs.
+#[derive(Clone, Debug)]
+pub struct Frame {
+    pub title: String,
+    pub nav: Nav,
+    pub csrf: String,
+    /// The log position the page was rendered at: live updates start after it. `None`: not a live page.
+    pub after: Option<i64>,
+}
+
+pub fn layout(frame: &Frame, body: Markup) -> Markup {
+    let link = |nav: Nav, href: &str, label: &str| {
+        html! { a href=(href) class=[(frame.nav == nav).then_some("here")] { (label) } }
+    };
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                meta name="color-scheme" content="light dark";
+                title { (frame.title) " · pidevops" }
+                link rel="stylesheet" href="/assets/style.css";
+                script src="/assets/app.js" defer {}
+            }
+            body {
+                header.top {
+                    span.brand { "pidevops" }
+                    nav {
+                        (link(Nav::Board, "/", "Board"))
+                        (link(Nav::Runs, "/runs", "Runs"))
+                        (link(Nav::Health, "/status", "Health"))
+                        (link(Nav::Events, "/events", "Events"))
+                    }
+                    form.inline method="post" action="/sign-out" {
+                        input type="hidden" name="csrf" value=(frame.csrf);
+                        button type="submit" { "Sign out" }
+                    }
+                }
+                main data-after=[frame.after] { (body) }
+            }
+        }
+    }
+}
+
+pub fn sign_in(next: &str, error: Option<&str>, closed: Option<&str>) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="color-scheme" content="light dark";
+                title { "Sign in · pidevops" }
+                link rel="stylesheet" href="/assets/style.css";
+            }
+            body {
+                main.signin {
+                    h1 { "pidevops" }
+                    @if let Some(closed) = closed {
+                        p.error { (closed) }
+                    } @else {
+                        form method="post" action="/sign-in" {
+                            label for="token" { "Admin token" }
+                            input #token type="password" name="token" autocomplete="current-password" required autofocus;
+                            input type="hidden" name="next" value=(next);
+                            @if let Some(error) = error { p.error { (error) } }
+                            button type="submit" { "Sign in" }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What the board's filters ask for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BoardFilter {
+    pub repo: Option<String>,
+    pub source: Option<String>,
+    pub needs_human: bool,
+    pub archived: bool,
+}
+
+pub struct BoardView {
+    /// Tasks per column (under the filters), for the headers.
+    pub counts: BTreeMap<Column, usize>,
+    /// The cards shown per column (at most [`super::CARDS_PER_COLUMN`]).
+    pub columns: Vec<(Column, Vec<TaskRow>)>,
+    pub filter: BoardFilter,
+    pub repos: Vec<String>,
+    pub now: DateTime<Utc>,
+}
+
+pub fn board(view: &BoardView) -> Markup {
+    let f = &view.filter;
+    html! {
+        h1 { "Board" }
+        form.filters method="get" action="/" {
+            select name="repo" {
+                option value="" { "every repository" }
+                @for repo in &view.repos {
+                    option value=(repo) selected[f.repo.as_deref() == Some(repo.as_str())] { (repo) }
+                }
+            }
+            select name="source" {
+                option value="" { "every source" }
+                @for source in ["github", "linear", "telegram", "api", "cli", "cron"] {
+                    option value=(source) selected[f.source.as_deref() == Some(source)] { (source) }
+                }
+            }
+            label { input type="checkbox" name="needs_human" value="1" checked[f.needs_human]; " needs a human" }
+            label { input type="checkbox" name="archived" value="1" checked[f.archived]; " archived and cancelled" }
+            button type="submit" { "Filter" }
+        }
+        div.board {
+            @for (column, rows) in &view.columns {
+                @let count = view.counts.get(column).copied().unwrap_or(0);
+                section.column data-column=(column.as_str()) {
+                    h2 { span { (column_label(*column)) } span.count { (count) } }
+                    @for row in rows { (card(row, view.now)) }
+                    @if count > rows.len() {
+                        p.muted { "and " (count - rows.len()) " more" }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn column_label(column: Column) -> &'static str {
+    match column {
+        Column::Triage => "triage",
+        Column::Todo => "todo",
+        Column::InProgress => "in progress",
+        Column::InReview => "in review",
+        Column::Done => "done",
+        Column::Archived => "archived",
+        Column::Cancelled => "cancelled",
+    }
+}
+
+fn card(row: &TaskRow, now: DateTime<Utc>) -> Markup {
+    html! {
+        article.card data-task=(row.id) {
+            div {
+                a href={ "/tasks/" (row.id) } { strong { (row.id) } } " " (row.title)
+            }
+            div.meta {
+                (source_badge(&row.source)) " " (row.repo)
+                " · " (age(now - row.created_at))
+                " · attempt " (row.attempts) "/" (row.max_attempts)
+                @if let Some(link) = source_link(&row.links) { " · " (link) }
+            }
+            @if row.needs_human {
+                div { span.badge.bad title=[row.needs_human_reason.as_deref()] { "needs a human" } }
+            }
+        }
+    }
+}
+
+fn source_badge(source: &str) -> Markup {
+    let icon = match source {
+        "github" => "⬤ GitHub",
+        "linear" => "◆ Linear",
+        "telegram" => "✈ Telegram",
+        "cron" => "⏱ cron",
+        other => other,
+    };
+    html! { span.badge.source title={ "from " (source) } { (icon) } }
+}
+
+/// The ticket the task came from, linked where the address is known.
+fn source_link(links: &Links) -> Option<Markup> {
+    if let Some(issue) = &links.github_issue {
+        return Some(html! {
+            a href={ "https://github.com/" (issue.repo) "/issues/" (issue.number) } { (issue.to_string()) }
+        });
+    }
+    if let Some(linear) = &links.linear_issue {
+        return Some(html! { span { (linear.identifier()) } });
+    }
+    links
+        .telegram
+        .as_ref()
+        .map(|t| html! { span { "Telegram " (t.to_string()) } })
+}
+
+/// "3 min", "2 h", "5 d".
+pub fn age(elapsed: chrono::Duration) -> String {
+    let s = elapsed.num_seconds().max(0);
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min", s / 60),
+        3600..86400 => format!("{} h", s / 3600),
+        _ => format!("{} d", s / 86400),
+    }
+}
+
+pub struct TaskView {
+    pub row: TaskRow,
+    /// The task as its read model holds it (spec, follow-ups, last failure).
+    pub task: Option<Task>,
+    pub timeline: Vec<TimelineEntry>,
+    pub runs: Vec<RunRow>,
+    /// The last lines of the running attempt's log.
+    pub tail: Option<String>,
+    pub actions: Vec<Steer>,
+    pub csrf: String,
+    pub now: DateTime<Utc>,
+}
+
+pub fn task(view: &TaskView) -> Markup {
+    let row = &view.row;
+    html! {
+        h1 {
+            (row.id) " " (row.title) " "
+            span.badge data-column=(row.column.as_str()) { (column_label(row.column)) }
+            @if row.needs_human { " " span.badge.bad { "needs a human" } }
+        }
+        p.muted {
+            (source_badge(&row.source)) " " (row.repo) " · created " (age(view.now - row.created_at)) " ago"
+            " · attempt " (row.attempts) " of " (row.max_attempts)
+        }
+        @if let Some(reason) = &row.needs_human_reason { p.error { "Needs a human: " (reason) } }
+        @if !view.actions.is_empty() {
+            div.actions {
+                @for action in &view.actions {
+                    form.inline method="post" action={ "/tasks/" (row.id) "/" (action.name()) } {
+                        input type="hidden" name="csrf" value=(view.csrf);
+                        button type="submit" data-action=(action.name()) { (action_label(*action)) }
+                    }
+                    " "
+                }
+            }
+        }
+        @if let Some(task) = &view.task {
+            h2 { "Task" } p { (task.spec().task()) }
+            @if !task.spec().scope().is_empty() { h2 { "Scope" } p { (task.spec().scope()) } }
+            @if !task.spec().done_when().is_empty() { h2 { "Done when" } p { (task.spec().done_when()) } }
+        }
+        h2 { "Links" }
+        ul {
+            @if let Some(linear) = &row.links.linear_issue { li { "Linear " (linear.identifier()) } }
+            @if let Some(issue) = &row.links.github_issue {
+                li { "Issue " a href={ "https://github.com/" (issue.repo) "/issues/" (issue.number) } { (issue.to_string()) } }
+            }
+            @if let Some(pr) = &row.links.github_pr {
+                li { "Pull request " a href={ "https://github.com/" (pr.repo) "/pull/" (pr.number) } { (pr.to_string()) } }
+            }
+            @if let Some(telegram) = &row.links.telegram { li { "Telegram message " (telegram.to_string()) } }
+            li { "Branch " code { "pidevops/" (row.id) } }
+        }
+        h2 { "Runs" }
+        (runs_table(&view.runs, false))
+        @if let Some(tail) = &view.tail {
+            h2 { "Running attempt's log (tail)" }
+            pre.log { (tail) }
+        }
+        h2 { "Timeline" }
+        table.timeline {
+            thead { tr { th { "at" } th { "event" } th { "what" } th { "by" } } }
+            tbody {
+                @for entry in &view.timeline {
+                    tr {
+                        td { time datetime=(entry.at.to_rfc3339()) { (entry.at.format("%Y-%m-%d %H:%M:%S")) } }
+                        td { (entry.event_type) }
+                        td { (entry.summary) }
+                        td { (entry.actor.as_deref().unwrap_or("")) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn action_label(action: Steer) -> &'static str {
+    match action {
+        Steer::Approve => "Approve",
+        Steer::Reject => "Reject",
+        Steer::Retry => "Retry",
+        Steer::Cancel => "Cancel",
+        Steer::Archive => "Archive",
+    }
+}
+
+fn runs_table(runs: &[RunRow], with_task: bool) -> Markup {
+    html! {
+        @if runs.is_empty() {
+            p.muted { "No runs." }
+        } @else {
+            table.runs {
+                thead { tr {
+                    @if with_task { th { "task" } }
+                    th { "attempt" } th { "state" } th { "agent" } th { "started" } th { "duration" } th { "outcome" }
+                } }
+                tbody {
+                    @for run in runs {
+                        tr data-state=(run.state) {
+                            @if with_task { td { a href={ "/tasks/" (run.task_id) } { (run.task_id) } } }
+                            td { (run.attempt) }
+                            td { (run.state) }
+                            td { (run.profile.as_deref().unwrap_or("")) }
+                            td { @if let Some(at) = run.started_at { (at.format("%Y-%m-%d %H:%M:%S")) } }
+                            td { @if let Some(d) = run.duration_s { (format!("{d:.1} s")) } }
+                            td {
+                                @if let Some(failure) = &run.failure { (failure) }
+                                @if let Some(detail) = &run.detail { " — " (detail) }
+                                @if let Some(sha) = &run.commit_sha { code { (sha.get(..7).unwrap_or(sha)) } }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub struct RunsView {
+    pub running: Vec<RunRow>,
+    pub recent: Vec<RunRow>,
+    /// The dispatcher's last report (slots, queue), as `/health` has it.
+    pub dispatcher: Option<serde_json::Value>,
+}
+
+pub fn runs(view: &RunsView) -> Markup {
+    html! {
+        h1 { "Runs" }
+        @match &view.dispatcher {
+            Some(detail) => {
+                p.dispatcher {
+                    "slots in use " strong { (number(detail, "running")) } " of " (number(detail, "slots"))
+                    " · queued " strong { (number(detail, "queue")) }
+                    " · backing off " (number(detail, "backing_off"))
+                    @if detail["paused"].as_bool() == Some(true) { " · " span.badge.warn { "paused" } }
+                }
+            }
+            None => p.muted { "The dispatcher has not reported (dispatch is off, or it has not ticked yet)." },
+        }
+        h2 { "Running" }
+        (runs_table(&view.running, true))
+        h2 { "Recent" }
+        (runs_table(&view.recent, true))
+    }
+}
+
+fn number(detail: &serde_json::Value, key: &str) -> String {
+    match &detail[key] {
+        serde_json::Value::Null => "?".to_owned(),
+        value => value.to_string(),
+    }
+}
+
+pub fn health(body: &HealthBody) -> Markup {
+    let status = |s: Status| match s {
+        Status::Pass => "pass",
+        Status::Warn => "warn",
+        Status::Fail => "fail",
+    };
+    html! {
+        h1 {
+            "Health "
+            span.badge class={ "status-" (status(body.status)) } data-status=(status(body.status)) { (status(body.status)) }
+        }
+        p.muted { "instance " (body.instance) " · version " (body.version) " · up " (age(chrono::Duration::seconds(body.uptime_s as i64))) }
+        h2 { "Checks" }
+        table.checks {
+            tbody {
+                @for (name, check) in &body.checks {
+                    tr {
+                        th { (name) }
+                        td { (check["status"].as_str().unwrap_or("")) }
+                        td { pre { (serde_json::to_string_pretty(check).unwrap_or_default()) } }
+                    }
+                }
+            }
+        }
+        h2 { "Loops" }
+        table.loops {
+            thead { tr { th { "loop" } th { "state" } th { "reason" } th { "last tick" } th { "last ok" } th { "last error" } th { "lease holder" } th { "detail" } } }
+            tbody {
+                @for (name, report) in &body.loops {
+                    @let bad = report.state == LoopState::Unarmed || (report.state == LoopState::Armed && report.stale);
+                    tr data-loop=(name) class=[bad.then_some("status-fail")] {
+                        td { (name) }
+                        td {
+                            (report.state.as_str())
+                            @if report.stale { " (stale)" }
+                            @if report.failing { " (failing)" }
+                        }
+                        td { (report.reason.as_deref().unwrap_or("")) }
+                        td { (report.last_tick_at.map(|t| t.format("%H:%M:%S").to_string()).unwrap_or_default()) }
+                        td { (report.last_ok_at.map(|t| t.format("%H:%M:%S").to_string()).unwrap_or_default()) }
+                        td { (report.last_error.as_deref().unwrap_or("")) }
+                        td { (report.lease.as_ref().and_then(|l| l.holder.clone()).unwrap_or_default()) }
+                        td { @if let Some(detail) = &report.detail { code { (detail.to_string()) } } }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What the events page filters on.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EventsFilter {
+    pub source: Option<String>,
+    pub event_type: Option<String>,
+}
+
+pub fn events(events: &[StoredEvent], filter: &EventsFilter, older: Option<i64>) -> Markup {
+    html! {
+        h1 { "Events" }
+        form.filters method="get" action="/events" {
+            select name="source" {
+                option value="" { "every source" }
+                @for source in ["github", "linear", "telegram", "pidevops"] {
+                    option value=(source) selected[filter.source.as_deref() == Some(source)] { (source) }
+                }
+            }
+            input type="text" name="type" placeholder="type, e.g. task.created" value=[filter.event_type.as_deref()];
+            button type="submit" { "Filter" }
+        }
+        table.events {
+            thead { tr { th { "position" } th { "recorded" } th { "source" } th { "type" } th { "stream" } } }
+            tbody {
+                @for event in events {
+                    tr {
+                        td { a href={ "/events/" (event.position) } { (event.position) } }
+                        td { (event.recorded_at.format("%Y-%m-%d %H:%M:%S")) }
+                        td { (event.source) }
+                        td { (event.event_type) }
+                        td { (event.stream.as_deref().unwrap_or("")) }
+                    }
+                }
+            }
+        }
+        @if let Some(before) = older {
+            p { a href={ "/events?before=" (before)
+                @if let Some(s) = &filter.source { "&source=" (s) }
+                @if let Some(t) = &filter.event_type { "&type=" (t) } } { "older" } }
+        }
+    }
+}
+
+pub fn event(event: &StoredEvent) -> Markup {
+    let envelope = serde_json::to_string_pretty(&event.to_envelope()).unwrap_or_default();
+    html! {
+        h1 { "Event " (event.position) " " small.muted { (event.event_type) } }
+        h2 { "Envelope" }
+        pre.envelope { (envelope) }
+        h2 { "Stored body (exact bytes, " (event.body.len()) " bytes, " (event.content_type) ")" }
+        pre.body { (String::from_utf8_lossy(&event.body)) }
+    }
+}
+
+/// A page that says what went wrong (not found, refused).
+pub fn message(title: &str, text: &str) -> Markup {
+    html! { h1 { (title) } p { (text) } p { a href="/" { "Back to the board" } } }
+}

@@ -1,0 +1,450 @@
+//! The dashboard through the real server: each page rendered from seeded read models (HTML snapshots with the
+//! volatile values redacted, the same snapshot for both backends), sign-in and sessions, CSRF, and stored webhook
+//! bodies rendered inert. Per backend.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{within, TestApp, TestDb, ADMIN_TOKEN};
+use pidevops::board::Draft;
+use pidevops::projectors::tasks as task_rows;
+use pidevops::tasks::{Column, Command, GithubRef, Links, Reason, RunId, Spec, TaskId};
+use serde_json::json;
+
+per_backend!(
+    every_page_renders_from_the_read_models,
+    signing_in_takes_the_admin_token_and_gives_a_safe_cookie,
+    actions_without_a_session_or_csrf_token_are_refused_and_change_nothing,
+    a_stored_script_renders_as_text,
+);
+
+/// A client that keeps no cookies and follows no redirects: every step is explicit.
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// Signs in; returns the session cookie (`name=value`).
+async fn sign_in(app: &TestApp) -> String {
+    let response = client()
+        .post(app.url("/sign-in"))
+        .form(&[("token", ADMIN_TOKEN), ("next", "/")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 303);
+    let cookie = response
+        .headers()
+        .get("set-cookie")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    cookie.split(';').next().unwrap().to_owned()
+}
+
+async fn get(app: &TestApp, path: &str, cookie: &str) -> (u16, String) {
+    let response = client()
+        .get(app.url(path))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.text().await.unwrap())
+}
+
+/// The CSRF token in a page's forms.
+fn csrf(html: &str) -> String {
+    let at = html
+        .find("name=\"csrf\" value=\"")
+        .expect("a form with a CSRF token")
+        + 19;
+    html[at..at + 64].to_owned()
+}
+
+async fn task(app: &TestApp, title: &str, links: Links) -> TaskId {
+    let draft = Draft::new(
+        "acme/app".parse().unwrap(),
+        Spec::new(title, "src/auth", "the tests pass").unwrap(),
+        links,
+    );
+    let (outcome, _) = app
+        .state
+        .board
+        .create(draft, &format!("test:{title}"), "api", None)
+        .await
+        .unwrap();
+    outcome.task.id()
+}
+
+async fn row(app: &TestApp, id: TaskId) -> Option<task_rows::TaskRow> {
+    task_rows::get(app.state.log.store(), id).await.unwrap()
+}
+
+/// Redacts what changes from run to run: times, ages, positions, tokens, ids, durations.
+fn redacted(html: &str) -> String {
+    let rules: [(&str, &str); 9] = [
+        (
+            r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})?",
+            "[time]",
+        ),
+        (r"\b\d{2}:\d{2}:\d{2}\b", "[clock]"),
+        (r"\b\d+ (s|min|h|d)\b", "[age]"),
+        (r#"data-after="\d+""#, r#"data-after="[position]""#),
+        (r"[0-9a-f]{64}", "[token]"),
+        (
+            r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+            "[uuid]",
+        ),
+        (r"\d+\.\d s", "[duration]"),
+        (r"(vm|host)-[\w-]+", "[instance]"),
+        (r#"href="/events/\d+""#, r#"href="/events/[position]""#),
+    ];
+    let mut text = html.to_owned();
+    for (pattern, with) in rules {
+        text = regex::Regex::new(pattern)
+            .unwrap()
+            .replace_all(&text, with)
+            .into_owned();
+    }
+    // One tag per line: the snapshot shows the structure.
+    text.replace("><", ">\n<")
+}
+
+/// Only the tags and their attributes, every number and text redacted: the health page's values (latencies,
+/// ticks, lease holders, details) change from one run to the next, its structure does not.
+fn structure(html: &str) -> String {
+    let tags_only = regex::Regex::new(r">[^<]*<")
+        .unwrap()
+        .replace_all(&redacted(html), ">\n<")
+        .into_owned();
+    regex::Regex::new(r"\d+")
+        .unwrap()
+        .replace_all(&tags_only, "N")
+        .into_owned()
+}
+
+async fn every_page_renders_from_the_read_models(db: TestDb) {
+    let app = TestApp::spawn(common::settings(&db)).await;
+    let board = &app.state.board;
+    let waiting = task(&app, "Fix the login redirect", Links::default()).await;
+    let issue = GithubRef::new("acme/app".parse().unwrap(), 12).unwrap();
+    let flagged = task(
+        &app,
+        "Tame the flaky test",
+        Links {
+            github_issue: Some(issue),
+            ..Links::default()
+        },
+    )
+    .await;
+    board
+        .execute(flagged, &Command::Approve, "test")
+        .await
+        .unwrap();
+    let run = RunId(uuid::Uuid::now_v7());
+    board
+        .execute(flagged, &Command::Start { run }, "test")
+        .await
+        .unwrap();
+    board
+        .execute(
+            flagged,
+            &Command::FlagNeedsHuman {
+                reason: Reason::new("the test needs a database".to_owned()).unwrap(),
+            },
+            "test",
+        )
+        .await
+        .unwrap();
+    within(Duration::from_secs(10), "the read models", || async {
+        row(&app, waiting).await.is_some()
+            && row(&app, flagged).await.is_some_and(|r| r.needs_human)
+    })
+    .await;
+    let cookie = sign_in(&app).await;
+
+    let (status, board_html) = get(&app, "/", &cookie).await;
+    assert_eq!(status, 200);
+    assert!(board_html.len() < 200 * 1024);
+    insta::assert_snapshot!("board", redacted(&board_html));
+
+    let (status, task_html) = get(&app, &format!("/tasks/{flagged}"), &cookie).await;
+    assert_eq!(status, 200);
+    insta::assert_snapshot!("task", redacted(&task_html));
+    // The actions the state allows: a flagged task in progress can be retried or cancelled, not approved.
+    assert!(
+        task_html.contains(r#"data-action="retry""#)
+            && task_html.contains(r#"data-action="cancel""#)
+    );
+    assert!(!task_html.contains(r#"data-action="approve""#));
+
+    let (status, runs_html) = get(&app, "/runs", &cookie).await;
+    assert_eq!(status, 200);
+    insta::assert_snapshot!("runs", redacted(&runs_html));
+
+    let (status, health_html) = get(&app, "/status", &cookie).await;
+    assert_eq!(status, 200);
+    assert!(
+        health_html.contains(r#"data-status="pass""#),
+        "{health_html}"
+    );
+    assert!(health_html.contains(r#"data-loop="projector:tasks""#));
+    insta::assert_snapshot!("health", structure(&health_html));
+
+    let (status, events_html) = get(&app, "/events?source=pidevops&type=task.", &cookie).await;
+    assert_eq!(status, 200);
+    assert!(events_html.contains("task.flagged_needs_human"));
+    assert!(!events_html.contains("<td>github</td>"));
+    insta::assert_snapshot!("events", redacted(&events_html));
+
+    let (status, missing) = get(&app, "/tasks/T-999", &cookie).await;
+    assert_eq!(status, 404, "{missing}");
+    app.stop().await;
+}
+
+async fn signing_in_takes_the_admin_token_and_gives_a_safe_cookie(db: TestDb) {
+    let app = TestApp::spawn(common::settings(&db)).await;
+    // Without a session every page sends you to sign in, remembering where you were going.
+    for path in ["/", "/runs", "/status", "/events", "/tasks/T-1"] {
+        let response = client().get(app.url(path)).send().await.unwrap();
+        assert_eq!(response.status(), 303, "{path}");
+        let to = response.headers()["location"].to_str().unwrap();
+        assert!(to.starts_with("/sign-in?next="), "{to}");
+    }
+    let live = client().get(app.url("/live")).send().await.unwrap();
+    assert_eq!(live.status(), 401);
+
+    let wrong = client()
+        .post(app.url("/sign-in"))
+        .form(&[("token", "not-the-token"), ("next", "/")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 401);
+    assert!(wrong.headers().get("set-cookie").is_none());
+
+    // Somewhere else after signing in? Only on this site.
+    let response = client()
+        .post(app.url("/sign-in"))
+        .form(&[("token", ADMIN_TOKEN), ("next", "//evil.example/")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 303);
+    assert_eq!(response.headers()["location"], "/");
+    let set_cookie = response.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    for flag in ["HttpOnly", "SameSite=Strict", "Path=/", "Max-Age=43200"] {
+        assert!(set_cookie.contains(flag), "{set_cookie}");
+    }
+    assert!(
+        !set_cookie.contains(ADMIN_TOKEN),
+        "the cookie is not the token"
+    );
+    let cookie = set_cookie.split(';').next().unwrap().to_owned();
+    let (status, html) = get(&app, "/", &cookie).await;
+    assert_eq!(status, 200);
+    assert!(!html.contains(ADMIN_TOKEN), "no page shows a secret");
+    let pages = ["/", "/runs", "/status", "/events"];
+    for path in pages {
+        let (_, html) = get(&app, path, &cookie).await;
+        for secret in [
+            ADMIN_TOKEN,
+            common::GITHUB_SECRET,
+            common::LINEAR_SECRET,
+            common::TELEGRAM_SECRET,
+        ] {
+            assert!(!html.contains(secret), "{path} shows a secret");
+        }
+    }
+    // A forged or tampered cookie is no session.
+    let tampered = format!(
+        "{}0",
+        cookie.trim_end_matches(|c: char| c.is_ascii_hexdigit())
+    );
+    assert_eq!(get(&app, "/", &tampered).await.0, 303);
+
+    // Signing out needs the form's token, and ends the session for this browser.
+    let token = csrf(&html);
+    let out = client()
+        .post(app.url("/sign-out"))
+        .header("cookie", &cookie)
+        .form(&[("csrf", token.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.status(), 303);
+    assert!(out.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .contains("Max-Age=0"));
+    app.stop().await;
+
+    // Without PIDEVOPS_ADMIN_TOKEN the dashboard is closed.
+    let mut settings = common::settings(&db);
+    settings.admin_token = None;
+    let closed = TestApp::spawn(settings).await;
+    let page = client().get(closed.url("/sign-in")).send().await.unwrap();
+    assert_eq!(page.status(), 503);
+    assert!(page
+        .text()
+        .await
+        .unwrap()
+        .contains("PIDEVOPS_ADMIN_TOKEN is not set"));
+    let refused = client()
+        .post(closed.url("/sign-in"))
+        .form(&[("token", ""), ("next", "/")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 503);
+    assert!(refused.headers().get("set-cookie").is_none());
+    closed.stop().await;
+}
+
+async fn actions_without_a_session_or_csrf_token_are_refused_and_change_nothing(db: TestDb) {
+    let app = TestApp::spawn(common::settings(&db)).await;
+    let id = task(&app, "Needs approval", Links::default()).await;
+    within(Duration::from_secs(10), "the task in triage", || async {
+        row(&app, id)
+            .await
+            .is_some_and(|r| r.column == Column::Triage)
+    })
+    .await;
+    let cookie = sign_in(&app).await;
+    let (_, html) = get(&app, &format!("/tasks/{id}"), &cookie).await;
+    let token = csrf(&html);
+    let approve = app.url(&format!("/tasks/{id}/approve"));
+    let version = app.state.board.load(id).await.unwrap().unwrap().version;
+
+    let no_session = client()
+        .post(&approve)
+        .form(&[("csrf", token.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(no_session.status(), 401);
+    let no_token = client()
+        .post(&approve)
+        .header("cookie", &cookie)
+        .form(&[("other", "x")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(no_token.status(), 403);
+    let wrong_token = client()
+        .post(&approve)
+        .header("cookie", &cookie)
+        .form(&[("csrf", "0".repeat(64).as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong_token.status(), 403);
+    // Another session's token does not fit this one.
+    let other = sign_in(&app).await;
+    let (_, other_html) = get(&app, "/", &other).await;
+    let crossed = client()
+        .post(&approve)
+        .header("cookie", &cookie)
+        .form(&[("csrf", csrf(&other_html).as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(crossed.status(), 403);
+    assert_eq!(
+        app.state.board.load(id).await.unwrap().unwrap().version,
+        version,
+        "nothing changed"
+    );
+
+    // With both, it goes through, and the page then offers what the new state allows.
+    let approved = client()
+        .post(&approve)
+        .header("cookie", &cookie)
+        .form(&[("csrf", token.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(approved.status(), 303);
+    assert_eq!(
+        app.state
+            .board
+            .load(id)
+            .await
+            .unwrap()
+            .unwrap()
+            .task
+            .column(),
+        Column::Todo
+    );
+    let again = client()
+        .post(&approve)
+        .header("cookie", &cookie)
+        .form(&[("csrf", token.as_str())])
+        .send()
+        .await
+        .unwrap();
+    // A second press (a double click) changes nothing.
+    assert_eq!(again.status(), 303);
+    let approved_version = app.state.board.load(id).await.unwrap().unwrap().version;
+    assert_eq!(approved_version, version + 1, "one approval");
+    // An action the state does not allow is refused with why.
+    let reject = client()
+        .post(app.url(&format!("/tasks/{id}/archive")))
+        .header("cookie", &cookie)
+        .form(&[("csrf", token.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reject.status(), 409);
+    assert!(reject.text().await.unwrap().contains("archive"));
+    app.stop().await;
+}
+
+async fn a_stored_script_renders_as_text(db: TestDb) {
+    let app = TestApp::spawn(common::settings(&db)).await;
+    let body = json!({ "zen": "<script>alert('owned')</script>", "hook_id": 1 }).to_string();
+    let response = app
+        .post_github("ping", "delivery-script-1", body.as_bytes())
+        .await;
+    assert_eq!(response.status(), 200);
+    let position: i64 = response.json::<serde_json::Value>().await.unwrap()["position"]
+        .as_i64()
+        .unwrap();
+    let id = task(&app, "<script>alert('title')</script>", Links::default()).await;
+    within(Duration::from_secs(10), "the task's row", || async {
+        row(&app, id).await.is_some()
+    })
+    .await;
+    let cookie = sign_in(&app).await;
+    for path in [
+        format!("/events/{position}"),
+        format!("/tasks/{id}"),
+        "/".to_owned(),
+    ] {
+        let response = client()
+            .get(app.url(&path))
+            .header("cookie", &cookie)
+            .send()
+            .await
+            .unwrap();
+        let csp = response.headers()["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(csp.contains("script-src 'self'"), "{csp}");
+        let html = response.text().await.unwrap();
+        assert!(!html.contains("<script>alert"), "{path}: {html}");
+        assert!(html.contains("&lt;script&gt;alert"), "{path}: {html}");
+        // Our own script is the only one, by address.
+        assert_eq!(html.matches("<script").count(), 1, "{path}");
+    }
+    app.stop().await;
+}
