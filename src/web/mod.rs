@@ -77,6 +77,16 @@ fn page(status: StatusCode, markup: Markup) -> Response {
         .into_response()
 }
 
+/// Adds `Server-Timing: app;dur=<ms>` (reading the read models and rendering, after any `?at=` wait), which
+/// browsers' developer tools show and the board benchmark reads.
+fn timed(started: std::time::Instant, mut response: Response) -> Response {
+    let ms = started.elapsed().as_secs_f64() * 1000.0;
+    if let Ok(value) = HeaderValue::from_str(&format!("app;dur={ms:.2}")) {
+        response.headers_mut().insert("server-timing", value);
+    }
+    response
+}
+
 fn key(state: &AppState) -> Option<Key> {
     state
         .settings
@@ -372,6 +382,7 @@ async fn board(
         Access::Denied(response) => return response,
     };
     caught_up(&state, query.at).await;
+    let started = std::time::Instant::now();
     let nonempty = |v: Option<String>| v.filter(|v| !v.trim().is_empty());
     let filter = BoardFilter {
         repo: nonempty(query.repo),
@@ -384,11 +395,14 @@ async fn board(
         Err(e) => return unavailable(e),
     };
     match board_view(&state, filter).await {
-        Ok(view) => page(
-            StatusCode::OK,
-            pages::layout(
-                &frame(&key, &session, "Board", Nav::Board, Some(head)),
-                pages::board(&view),
+        Ok(view) => timed(
+            started,
+            page(
+                StatusCode::OK,
+                pages::layout(
+                    &frame(&key, &session, "Board", Nav::Board, Some(head)),
+                    pages::board(&view),
+                ),
             ),
         ),
         Err(e) => unavailable(e),
