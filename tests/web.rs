@@ -17,6 +17,8 @@ per_backend!(
     signing_in_takes_the_admin_token_and_gives_a_safe_cookie,
     actions_without_a_session_or_csrf_token_are_refused_and_change_nothing,
     a_stored_script_renders_as_text,
+    the_health_page_turns_red_when_health_fails,
+    a_running_attempt_shows_its_log_tail_on_its_page,
 );
 
 /// A client that keeps no cookies and follows no redirects: every step is explicit.
@@ -446,5 +448,72 @@ async fn a_stored_script_renders_as_text(db: TestDb) {
         // Our own script is the only one, by address.
         assert_eq!(html.matches("<script").count(), 1, "{path}");
     }
+    app.stop().await;
+}
+
+async fn the_health_page_turns_red_when_health_fails(db: TestDb) {
+    let mut settings = common::settings(&db);
+    // A poller asked for without its credential: /health fails, and so must the page.
+    settings.file = "[pollers.linear]\ninterval_s = 60".parse().unwrap();
+    let app = TestApp::spawn(settings).await;
+    assert_eq!(app.health().await.0, 503);
+    let cookie = sign_in(&app).await;
+    let (status, html) = get(&app, "/status", &cookie).await;
+    assert_eq!(status, 200);
+    assert!(html.contains(r#"data-status="fail""#), "{html}");
+    let row = html
+        .split("<tr ")
+        .find(|r| r.contains(r#"data-loop="linear_poller""#))
+        .unwrap_or_else(|| panic!("{html}"));
+    assert!(
+        row.contains("status-fail") && row.contains("LINEAR_API_KEY"),
+        "{row}"
+    );
+    app.stop().await;
+}
+
+async fn a_running_attempt_shows_its_log_tail_on_its_page(db: TestDb) {
+    use common::agents::{agent, dispatch_file, Remote, REPO};
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let script = agent(
+        scratch.path(),
+        "talks.sh",
+        "echo 'reading the <code> & thinking'; sleep 600",
+    );
+    let mut settings = common::settings(&db);
+    settings.file = dispatch_file(&remote, &script, "");
+    settings.workspace_root = scratch.path().join("ws");
+    let app = TestApp::spawn(settings).await;
+    let draft = Draft::new(
+        REPO.parse().unwrap(),
+        Spec::new("Think out loud", "", "").unwrap(),
+        Links::default(),
+    );
+    let (outcome, _) = app
+        .state
+        .board
+        .create(draft, "test:tail", "api", None)
+        .await
+        .unwrap();
+    let id = outcome.task.id();
+    let cookie = sign_in(&app).await;
+    within(
+        Duration::from_secs(30),
+        "the log tail on the page",
+        || async {
+            let (_, html) = get(&app, &format!("/tasks/{id}"), &cookie).await;
+            html.contains("reading the &lt;code&gt; &amp; thinking")
+        },
+    )
+    .await;
+    let (_, html) = get(&app, &format!("/tasks/{id}"), &cookie).await;
+    assert!(html.contains(r#"<tr data-state="running">"#), "{html}");
+    assert!(html.contains(r#"data-action="cancel""#));
+    app.state
+        .board
+        .steer(id, pidevops::board::Steer::Cancel, None, "test", "test")
+        .await
+        .unwrap();
     app.stop().await;
 }
