@@ -448,6 +448,26 @@ async fn a_stored_script_renders_as_text(db: TestDb) {
         // Our own script is the only one, by address.
         assert_eq!(html.matches("<script").count(), 1, "{path}");
     }
+    // The live stream tells a page where the log is and what happened, never a body.
+    let mut live = client()
+        .get(app.url(&format!("/live?after={}", position - 1)))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(live.status(), 200);
+    let first = tokio::time::timeout(Duration::from_secs(5), live.chunk())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&first).into_owned();
+    assert!(
+        text.contains(&format!("id: {position}")) && text.contains("data: github.ping"),
+        "{text}"
+    );
+    assert!(!text.contains("script"), "{text}");
+    drop(live);
     app.stop().await;
 }
 

@@ -133,8 +133,9 @@ struct Cursor {
 }
 
 /// Events after `after`, forever: pages from the store, then waits for the next commit (or the poll).
-/// `typed`: each SSE event carries the event's type as its `event:` name (the API); untyped events arrive at a
-/// browser's `onmessage` (the dashboard, which only needs to know that something happened).
+/// `typed`: each SSE event carries the event's type as its `event:` name and the envelope as data (the API);
+/// untyped ones carry only the position and the type, and arrive at a browser's `onmessage` (the dashboard, which
+/// only needs to know that something happened).
 pub(crate) fn live(
     state: AppState,
     after: i64,
@@ -187,16 +188,20 @@ pub(crate) fn live(
 }
 
 fn to_sse(event: &StoredEvent, typed: bool) -> Event {
+    if !typed {
+        // A page only needs to know that something happened, and where: not a 25 MiB webhook body.
+        return Event::default()
+            .id(event.position.to_string())
+            .data(&event.event_type);
+    }
     let data = serde_json::to_string(&event.to_envelope()).unwrap_or_else(|e| {
         format!(
             "{{\"error\":\"cannot encode event {}: {e}\"}}",
             event.position
         )
     });
-    let sse = Event::default().id(event.position.to_string()).data(data);
-    if typed {
-        sse.event(&event.event_type)
-    } else {
-        sse
-    }
+    Event::default()
+        .id(event.position.to_string())
+        .event(&event.event_type)
+        .data(data)
 }
