@@ -22,6 +22,7 @@ per_backend!(
     an_agent_session_gets_a_thought_at_once_and_one_end_per_attempt,
     a_stop_signal_halts_the_running_agent_and_ends_the_attempt_once,
     linear_failures_are_retried_and_a_permanent_one_asks_a_human,
+    an_agent_session_pidevops_cannot_take_ends_with_why,
 );
 
 /// The issue of the `issue.create` and `agent_session.*` fixtures.
@@ -603,4 +604,43 @@ async fn doctor_checks_linear_and_the_telegram_bot_with_read_only_calls() {
         "{refused}"
     );
     assert!(!report.contains("lin_api_refused"));
+}
+
+async fn an_agent_session_pidevops_cannot_take_ends_with_why(db: TestDb) {
+    let linear = FakeLinear::start().await;
+    linear.add_issue(issue_412());
+    // No default repository, and the session's issue names none: intake refuses it.
+    let app = spawn(
+        &db,
+        &linear,
+        "[board]\napproval = \"auto\"".parse().unwrap(),
+    )
+    .await;
+    let r = app
+        .post_linear(&delivery("agent_session.created.json", |_| {}))
+        .await;
+    assert_eq!(r.status(), 200);
+    within(
+        Duration::from_secs(10),
+        "the thought and the error",
+        || async { linear.activities().len() == 2 },
+    )
+    .await;
+    let activities = linear.activities();
+    assert_eq!(kinds(&activities), ["thought", "error"], "{activities:#?}");
+    let why = activities[1].1["body"].as_str().unwrap();
+    assert!(
+        why.starts_with(
+            "pidevops cannot take this on: agent session on ENG-412: its issue names no repository"
+        ),
+        "{why}"
+    );
+    assert!(app
+        .state
+        .board
+        .task_for_key(&format!("linear:{ISSUE}"))
+        .await
+        .unwrap()
+        .is_none());
+    app.stop().await;
 }

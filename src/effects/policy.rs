@@ -500,6 +500,21 @@ pub fn linear_pull_request(
     requests
 }
 
+/// An agent session pidevops will not work on (intake said why): ended with an `error` naming the reason.
+pub fn linear_session_refused(session: &str, reason: &str) -> Request {
+    Request {
+        key: format!("linear:activity:{session}:refused"),
+        task: None,
+        action: Action::LinearActivity {
+            session: session.to_owned(),
+            content: json!({
+                "type": "error",
+                "body": format!("pidevops cannot take this on: {reason}"),
+            }),
+        },
+    }
+}
+
 /// The first word in a newly opened agent session, so Linear shows it is being handled (it expects one within
 /// 10 s of `created`).
 pub fn linear_session_opened(session: &str, identifier: &str) -> Request {
@@ -510,7 +525,7 @@ pub fn linear_session_opened(session: &str, identifier: &str) -> Request {
             session: session.to_owned(),
             content: json!({
                 "type": "thought",
-                "body": format!("pidevops has {identifier}: it is queued for a coding agent, and progress shows here."),
+                "body": format!("pidevops received {identifier}; its progress shows here."),
             }),
         },
     }

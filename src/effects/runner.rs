@@ -226,6 +226,9 @@ impl Effects {
         {
             return self.session_opened(event, progress).await;
         }
+        if self.provider == Provider::Linear && event.event_type == "intake.ignored" {
+            return self.session_refused(event, progress).await;
+        }
         if event.source != Source::Pidevops.as_str() {
             return Ok(Settled::Yes);
         }
@@ -963,6 +966,44 @@ impl Effects {
             .as_str()
             .unwrap_or("this issue");
         let request = policy::linear_session_opened(id, identifier);
+        self.request(&request, event.position).await?;
+        self.drive(&request, progress).await
+    }
+
+    /// Intake refused an agent session (no repository, a skip label, …): the session ends with an `error` saying
+    /// why, instead of waiting for work that will never start.
+    async fn session_refused(
+        &self,
+        event: &StoredEvent,
+        progress: &mut EffectsProgress,
+    ) -> anyhow::Result<Settled> {
+        let record: serde_json::Value = serde_json::from_slice(&event.body).unwrap_or_default();
+        if record["cause_type"] != "linear.AgentSessionEvent.created" {
+            return Ok(Settled::Yes);
+        }
+        let (Some(cause), Some(reason)) = (
+            record["cause_event_id"]
+                .as_str()
+                .and_then(|id| id.parse::<uuid::Uuid>().ok()),
+            record["reason"].as_str(),
+        ) else {
+            return Ok(Settled::Yes);
+        };
+        let Some(cause) = self
+            .log
+            .store()
+            .get(cause)
+            .await
+            .context("reading the refused agent session's event")?
+        else {
+            return Ok(Settled::Yes);
+        };
+        let payload: serde_json::Value =
+            serde_json::from_str(cause.data_json().get()).unwrap_or_default();
+        let Some(session) = payload["agentSession"]["id"].as_str() else {
+            return Ok(Settled::Yes);
+        };
+        let request = policy::linear_session_refused(session, reason);
         self.request(&request, event.position).await?;
         self.drive(&request, progress).await
     }
