@@ -490,19 +490,14 @@ impl Effects {
             .and_then(|s| s.strip_prefix(crate::cron::CRON_STREAM_PREFIX))
             .unwrap_or("digest")
             .to_owned();
-        let mut requests = Vec::new();
+        // Written once, when first asked for: a replay drives what was recorded and never rewrites it.
+        let mut html: Option<String> = None;
         for chat in &self.config.telegram_chats {
             let key = format!("telegram:digest:{schedule}:{}:{chat}", slot.to_rfc3339());
-            if self.requested(&key).await? {
-                // Written and asked for once: a replay drives it, never rewrites it.
-                requests.push((key, None));
+            let fresh = !self.requested(&key).await?;
+            let text = if !fresh {
+                String::new()
             } else {
-                requests.push((key, Some(*chat)));
-            }
-        }
-        let mut html = None;
-        for (key, chat) in requests {
-            if let Some(chat) = chat {
                 if html.is_none() {
                     let rows = crate::projectors::tasks::list(
                         self.log.store(),
@@ -512,26 +507,20 @@ impl Effects {
                     .context("reading the board for the digest")?;
                     html = Some(policy::digest(&schedule, &rows, Utc::now()));
                 }
-                let request = Request {
-                    key: key.clone(),
-                    task: None,
-                    action: Action::TelegramSend {
-                        chat,
-                        html: html.clone().unwrap_or_default(),
-                        buttons: Vec::new(),
-                    },
-                };
-                self.request(&request, event.position).await?;
-            }
+                html.clone().unwrap_or_default()
+            };
             let request = Request {
                 key,
                 task: None,
                 action: Action::TelegramSend {
-                    chat: 0,
-                    html: String::new(),
+                    chat: *chat,
+                    html: text,
                     buttons: Vec::new(),
                 },
             };
+            if fresh {
+                self.request(&request, event.position).await?;
+            }
             if let waiting @ Settled::Waiting(_) = self.drive(&request, progress).await? {
                 return Ok(waiting);
             }
