@@ -129,6 +129,26 @@ fn require(state: &AppState, headers: &HeaderMap, uri: &Uri) -> Access {
     }
 }
 
+/// A signed-in reader: extracting one sends everybody else to sign in (and back here after).
+struct SignedIn {
+    key: Key,
+    session: Session,
+}
+
+impl axum::extract::FromRequestParts<AppState> for SignedIn {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        match require(state, &parts.headers, &parts.uri) {
+            Access::Granted(key, session) => Ok(Self { key, session }),
+            Access::Denied(response) => Err(response),
+        }
+    }
+}
+
 /// A state change: a session and its CSRF token, or a refusal that changes nothing.
 fn require_post(state: &AppState, headers: &HeaderMap, form: &[(String, String)]) -> Access {
     let Some((key, session)) = session(state, headers) else {
@@ -373,14 +393,9 @@ pub async fn board_view(
 
 async fn board(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    uri: Uri,
+    SignedIn { key, session }: SignedIn,
     Query(query): Query<BoardQuery>,
 ) -> Response {
-    let (key, session) = match require(&state, &headers, &uri) {
-        Access::Granted(key, session) => (key, session),
-        Access::Denied(response) => return response,
-    };
     caught_up(&state, query.at).await;
     let started = std::time::Instant::now();
     let nonempty = |v: Option<String>| v.filter(|v| !v.trim().is_empty());
@@ -432,15 +447,10 @@ fn allowed_actions(task: &crate::tasks::Task) -> Vec<Steer> {
 
 async fn task_page(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    uri: Uri,
+    SignedIn { key, session }: SignedIn,
     Path(id): Path<String>,
     Query(at): Query<AtQuery>,
 ) -> Response {
-    let (key, session) = match require(&state, &headers, &uri) {
-        Access::Granted(key, session) => (key, session),
-        Access::Denied(response) => return response,
-    };
     caught_up(&state, at.at).await;
     let Ok(id) = id.parse::<TaskId>() else {
         return page(
@@ -562,14 +572,9 @@ async fn task_action(
 
 async fn runs_page(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    uri: Uri,
+    SignedIn { key, session }: SignedIn,
     Query(at): Query<AtQuery>,
 ) -> Response {
-    let (key, session) = match require(&state, &headers, &uri) {
-        Access::Granted(key, session) => (key, session),
-        Access::Denied(response) => return response,
-    };
     caught_up(&state, at.at).await;
     let store = state.log.store();
     let (head, running, recent) = match (
@@ -598,11 +603,10 @@ async fn runs_page(
     )
 }
 
-async fn health_page(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> Response {
-    let (key, session) = match require(&state, &headers, &uri) {
-        Access::Granted(key, session) => (key, session),
-        Access::Denied(response) => return response,
-    };
+async fn health_page(
+    State(state): State<AppState>,
+    SignedIn { key, session }: SignedIn,
+) -> Response {
     let body = crate::http::health::snapshot(&state).await;
     let head = state.log.store().head().await.ok();
     page(
@@ -624,14 +628,9 @@ struct EventsQuery {
 
 async fn events_page(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    uri: Uri,
+    SignedIn { key, session }: SignedIn,
     Query(query): Query<EventsQuery>,
 ) -> Response {
-    let (key, session) = match require(&state, &headers, &uri) {
-        Access::Granted(key, session) => (key, session),
-        Access::Denied(response) => return response,
-    };
     let nonempty = |v: Option<String>| v.filter(|v| !v.trim().is_empty());
     let filter = EventsFilter {
         source: nonempty(query.source),
@@ -684,14 +683,9 @@ async fn events_page(
 
 async fn event_page(
     State(state): State<AppState>,
-    headers: HeaderMap,
-    uri: Uri,
+    SignedIn { key, session }: SignedIn,
     Path(position): Path<i64>,
 ) -> Response {
-    let (key, session) = match require(&state, &headers, &uri) {
-        Access::Granted(key, session) => (key, session),
-        Access::Denied(response) => return response,
-    };
     let found = match state.log.store().read_after(position - 1, 1).await {
         Ok(events) => events.into_iter().find(|e| e.position == position),
         Err(e) => return unavailable(e),
