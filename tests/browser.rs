@@ -112,6 +112,26 @@ async fn wait_for(client: &Client, css: &str, limit: Duration, what: &str) {
     }
 }
 
+async fn click(client: &Client, css: &str) {
+    client
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .click()
+        .await
+        .unwrap();
+}
+
+async fn text_of(client: &Client, css: &str) -> String {
+    client
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .text()
+        .await
+        .unwrap()
+}
+
 async fn screenshot(client: &Client, name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/screenshots");
     std::fs::create_dir_all(&dir).unwrap();
@@ -154,13 +174,7 @@ async fn sign_in_watch_a_task_arrive_approve_it_read_its_story_and_sign_out() {
         .await
         .unwrap();
     token.send_keys(ADMIN_TOKEN).await.unwrap();
-    client
-        .find(Locator::Css("button[type=submit]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&client, "button[type=submit]").await;
     wait_for(
         &client,
         "section[data-column=triage]",
@@ -225,21 +239,9 @@ async fn sign_in_watch_a_task_arrive_approve_it_read_its_story_and_sign_out() {
         "the task page",
     )
     .await;
-    let timeline = client
-        .find(Locator::Css("table.timeline"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let timeline = text_of(&client, "table.timeline").await;
     assert!(timeline.contains("task.created"), "{timeline}");
-    client
-        .find(Locator::Css("button[data-action=approve]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&client, "button[data-action=approve]").await;
     wait_for(
         &client,
         "h1 .badge[data-column=todo]",
@@ -254,13 +256,7 @@ async fn sign_in_watch_a_task_arrive_approve_it_read_its_story_and_sign_out() {
         "the timeline",
     )
     .await;
-    let timeline = client
-        .find(Locator::Css("table.timeline"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let timeline = text_of(&client, "table.timeline").await;
     assert!(timeline.contains("task.approved"), "{timeline}");
     let task_png = screenshot(&client, "task.png").await;
 
@@ -275,13 +271,7 @@ async fn sign_in_watch_a_task_arrive_approve_it_read_its_story_and_sign_out() {
     .await;
 
     // Signed out, every page is refused again.
-    client
-        .find(Locator::Css("header form button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&client, "header form button").await;
     wait_for(
         &client,
         "input[name=token]",
