@@ -257,6 +257,7 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         leases: leases.clone(),
         shutdown: shutdown.clone(),
         board,
+        failing_sign_ins: Default::default(),
     };
     Ok(App {
         listener,

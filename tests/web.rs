@@ -19,6 +19,7 @@ per_backend!(
     a_stored_script_renders_as_text,
     the_health_page_turns_red_when_health_fails,
     a_running_attempt_shows_its_log_tail_on_its_page,
+    wrong_tokens_are_answered_slowly_and_a_few_at_a_time,
 );
 
 /// A client that keeps no cookies and follows no redirects: every step is explicit.
@@ -535,5 +536,57 @@ async fn a_running_attempt_shows_its_log_tail_on_its_page(db: TestDb) {
         .steer(id, pidevops::board::Steer::Cancel, None, "test", "test")
         .await
         .unwrap();
+    app.stop().await;
+}
+
+async fn wrong_tokens_are_answered_slowly_and_a_few_at_a_time(db: TestDb) {
+    let app = TestApp::spawn(common::settings(&db)).await;
+    let url = app.url("/sign-in");
+    let wrong = |timeout: Duration| {
+        let url = url.clone();
+        async move {
+            reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .timeout(timeout)
+                .build()
+                .unwrap()
+                .post(url)
+                .form(&[("token", "a-guess"), ("next", "/")])
+                .send()
+                .await
+        }
+    };
+    // Clients that give up mid-wait leave nothing counted behind.
+    for _ in 0..6 {
+        assert!(wrong(Duration::from_millis(100)).await.is_err());
+    }
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let started = std::time::Instant::now();
+    let single = wrong(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(
+        single.status(),
+        401,
+        "the abandoned ones were not left counted"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "a wrong token waits"
+    );
+
+    // A wave of guesses: a few are checked (slowly), the rest turned away unchecked.
+    let wave: Vec<_> = (0..10).map(|_| wrong(Duration::from_secs(10))).collect();
+    let statuses: Vec<u16> = futures::future::join_all(wave)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap().status().as_u16())
+        .collect();
+    let checked = statuses.iter().filter(|s| **s == 401).count();
+    let refused = statuses.iter().filter(|s| **s == 429).count();
+    assert_eq!(checked + refused, 10, "{statuses:?}");
+    assert!(refused >= 1 && checked >= 1, "{statuses:?}");
+    // Once they are answered, the right token signs in at once.
+    let started = std::time::Instant::now();
+    sign_in(&app).await;
+    assert!(started.elapsed() < Duration::from_millis(900));
     app.stop().await;
 }

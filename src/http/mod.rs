@@ -42,6 +42,8 @@ pub struct AppState {
     pub shutdown: tokio_util::sync::CancellationToken,
     /// The board's command side.
     pub board: crate::board::Board,
+    /// Dashboard sign-ins with a wrong token being answered now (each is held back a second; see `web`).
+    pub failing_sign_ins: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 pub fn router(state: AppState) -> Router {

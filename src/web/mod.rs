@@ -7,6 +7,7 @@ pub mod assets;
 pub mod pages;
 pub mod session;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
@@ -37,6 +38,10 @@ const EVENTS_PER_PAGE: usize = 100;
 const FORM_LIMIT: usize = 16 * 1024;
 /// The longest a page waits for the read models to catch up with what its reader just did.
 const CATCH_UP: Duration = Duration::from_secs(3);
+/// How long a wrong sign-in waits for its answer.
+const FAILED_SIGN_IN_DELAY: Duration = Duration::from_secs(1);
+/// Wrong sign-ins being answered at once, at most; more are refused without a check.
+const MAX_FAILING_SIGN_INS: usize = 4;
 /// The bytes of a running attempt's log shown on its task's page.
 const TAIL_BYTES: u64 = 8 * 1024;
 
@@ -291,12 +296,27 @@ async fn sign_in(
     let Some(key) = key(&state) else {
         return sign_in_page(State(state), Query(NextQuery { next: Some(next) })).await;
     };
+    // Guessing is slow: each wrong token is answered after a second, and while a few are being answered every
+    // further attempt is turned away unchecked (429), so a replica checks at most a few guesses a second.
+    if state.failing_sign_ins.load(Ordering::Relaxed) >= MAX_FAILING_SIGN_INS {
+        return page(
+            StatusCode::TOO_MANY_REQUESTS,
+            pages::sign_in(
+                &next,
+                Some("Too many wrong tokens just now: try again in a few seconds."),
+                None,
+            ),
+        );
+    }
     // Constant time: the comparison takes as long for a near miss as for nonsense.
     if !state
         .settings
         .admin_token_matches(field("token").unwrap_or_default())
     {
         tracing::warn!("dashboard sign-in refused: wrong token");
+        // Counted until answered, even when the client goes away mid-wait (the guard's drop).
+        let _failing = Failing::count(&state.failing_sign_ins);
+        tokio::time::sleep(FAILED_SIGN_IN_DELAY).await;
         return page(
             StatusCode::UNAUTHORIZED,
             pages::sign_in(&next, Some("That is not the admin token."), None),
@@ -318,6 +338,22 @@ async fn sign_in(
         response.headers_mut().insert(header::SET_COOKIE, value);
     }
     response
+}
+
+/// One wrong sign-in being answered.
+struct Failing(std::sync::Arc<AtomicUsize>);
+
+impl Failing {
+    fn count(counter: &std::sync::Arc<AtomicUsize>) -> Self {
+        counter.fetch_add(1, Ordering::Relaxed);
+        Self(counter.clone())
+    }
+}
+
+impl Drop for Failing {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 async fn sign_out(
