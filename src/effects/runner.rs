@@ -73,12 +73,13 @@ struct Sent {
 }
 
 impl Effects {
-    pub fn github(log: EventLog, board: Board, github: GithubClient, config: PolicyConfig) -> Self {
+    /// A worker for `provider` with no client yet; each public constructor gives it its own.
+    fn new(provider: Provider, log: EventLog, board: Board, config: PolicyConfig) -> Self {
         Self {
-            provider: Provider::Github,
+            provider,
             log,
             board,
-            github: Some(github),
+            github: None,
             telegram: None,
             linear: None,
             config,
@@ -86,6 +87,14 @@ impl Effects {
             sent: Default::default(),
             loops: None,
             menu_settled: Default::default(),
+        }
+    }
+
+    /// The `effects:github` worker: pull requests and issue comments.
+    pub fn github(log: EventLog, board: Board, github: GithubClient, config: PolicyConfig) -> Self {
+        Self {
+            github: Some(github),
+            ..Self::new(Provider::Github, log, board, config)
         }
     }
 
@@ -97,34 +106,16 @@ impl Effects {
         config: PolicyConfig,
     ) -> Self {
         Self {
-            provider: Provider::Telegram,
-            log,
-            board,
-            github: None,
             telegram: Some(telegram),
-            linear: None,
-            config,
-            checkpoint: None,
-            sent: Default::default(),
-            loops: None,
-            menu_settled: Default::default(),
+            ..Self::new(Provider::Telegram, log, board, config)
         }
     }
 
     /// The `effects:linear` worker: comments, state moves and agent activities on the tasks' Linear issues.
     pub fn linear(log: EventLog, board: Board, linear: LinearClient, config: PolicyConfig) -> Self {
         Self {
-            provider: Provider::Linear,
-            log,
-            board,
-            github: None,
-            telegram: None,
             linear: Some(linear),
-            config,
-            checkpoint: None,
-            sent: Default::default(),
-            loops: None,
-            menu_settled: Default::default(),
+            ..Self::new(Provider::Linear, log, board, config)
         }
     }
 
@@ -241,8 +232,9 @@ impl Effects {
                 serde_json::from_slice::<EffectEvent>(&event.body)
             {
                 for request in self.follow_up(&key, &produced).await? {
-                    self.request(&request, event.position).await?;
-                    if let waiting @ Settled::Waiting(_) = self.drive(&request, progress).await? {
+                    if let waiting @ Settled::Waiting(_) =
+                        self.ask(&request, event.position, progress).await?
+                    {
                         return Ok(waiting);
                     }
                 }
@@ -312,10 +304,10 @@ impl Effects {
             }
         };
         for request in requests {
-            self.request(&request, event.position).await?;
-            match self.drive(&request, progress).await? {
-                Settled::Yes => {}
-                waiting => return Ok(waiting),
+            if let waiting @ Settled::Waiting(_) =
+                self.ask(&request, event.position, progress).await?
+            {
+                return Ok(waiting);
             }
         }
         Ok(Settled::Yes)
@@ -335,9 +327,8 @@ impl Effects {
             task: None,
             action: Action::TelegramSetCommands { commands },
         };
-        self.request(&request, 0).await?;
         let mut progress = EffectsProgress::default();
-        if let Settled::Yes = self.drive(&request, &mut progress).await? {
+        if let Settled::Yes = self.ask(&request, 0, &mut progress).await? {
             self.menu_settled
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
@@ -573,6 +564,17 @@ impl Effects {
             .await
             .context("recording a refused command")?;
         Ok(())
+    }
+
+    /// Records the request (once per key), then makes its next attempt if that is due.
+    async fn ask(
+        &self,
+        request: &Request,
+        cause: i64,
+        progress: &mut EffectsProgress,
+    ) -> anyhow::Result<Settled> {
+        self.request(request, cause).await?;
+        self.drive(request, progress).await
     }
 
     /// Records the request (once per key: a repeat is a duplicate of the first).
@@ -955,8 +957,7 @@ impl Effects {
             .as_str()
             .unwrap_or("this issue");
         let request = policy::linear_session_opened(id, identifier);
-        self.request(&request, event.position).await?;
-        self.drive(&request, progress).await
+        self.ask(&request, event.position, progress).await
     }
 
     /// Intake refused an agent session (no repository, a skip label, …): the session ends with an `error` saying
@@ -993,8 +994,7 @@ impl Effects {
             return Ok(Settled::Yes);
         };
         let request = policy::linear_session_refused(session, reason);
-        self.request(&request, event.position).await?;
-        self.drive(&request, progress).await
+        self.ask(&request, event.position, progress).await
     }
 
     /// The agent session that has the task's Linear issue now, if one does.
