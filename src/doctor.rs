@@ -461,6 +461,19 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
         );
     }
 
+    if let Ok(config) = crate::dispatch::DispatchConfig::from_file(&settings.file) {
+        if config.off.is_none() {
+            let found =
+                crate::dispatch::sandbox::detect_cached(&config.bwrap, settings.env.get("PATH"));
+            let _ = writeln!(
+                out,
+                "containment                {:<9} {}",
+                found.kind(),
+                found.describe()
+            );
+        }
+    }
+
     for (name, secret) in [
         ("github", &settings.github_webhook_secret),
         ("linear", &settings.linear_webhook_secret),

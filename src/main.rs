@@ -81,6 +81,14 @@ async fn main() -> ExitCode {
         }
     };
     telemetry::init_tracing(settings.log_format);
+    if matches!(cli.command, Command::Serve | Command::Worker) {
+        // Agents run what ticket text says: no process of the same user may read this one's memory or
+        // /proc/<pid>/environ (the secrets), nor attach to it, even outside a sandbox.
+        // SAFETY: prctl with plain integer arguments.
+        if unsafe { nix::libc::prctl(nix::libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+            tracing::warn!(error = %std::io::Error::last_os_error(), "could not make the process non-dumpable");
+        }
+    }
     let result = match cli.command {
         Command::Serve => serve(settings).await,
         Command::Migrate => migrate(settings).await,

@@ -149,6 +149,7 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
                     start_at_head(&store, &name).await?;
                 }
                 let spec = LoopSpec::new(&name, planned.interval, settings.loop_startup_delay);
+                let mut first_detail: Option<serde_json::Value> = None;
                 let job = match name.as_str() {
                     HEARTBEAT_LOOP => Job::Heartbeat(store.clone()),
                     RELAY => Job::Relay(relay.clone()),
@@ -227,7 +228,14 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
                             format!("the loop plan arms {name} but dispatch is off")
                         })?;
                         match name {
-                            DISPATCHER => Job::Dispatcher(dispatcher),
+                            DISPATCHER => {
+                                // Shown before the first tick: how agents are contained is known at start.
+                                first_detail = Some(serde_json::json!({
+                                    "containment": dispatcher.containment().kind(),
+                                    "confinement": dispatcher.confinement(),
+                                }));
+                                Job::Dispatcher(dispatcher)
+                            }
                             WATCHDOG => Job::Watchdog(dispatcher),
                             _ => Job::Gc(dispatcher),
                         }
@@ -241,6 +249,9 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
                 };
                 let lease = planned.singleton.then(|| leases.register(&name));
                 spawn_job(&registry, &tracker, &shutdown, spec, job, lease);
+                if let Some(detail) = first_detail.take() {
+                    registry.set_detail(&name, detail);
+                }
             }
         }
     }

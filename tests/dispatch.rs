@@ -287,7 +287,9 @@ const SECRET_ADMIN: &str = "admin-SECRET-never-to-be-seen";
 
 async fn the_agent_never_sees_a_secret_and_cannot_write_outside_its_worktree(db: TestDb) {
     let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
+    // Not under /tmp, which a contained agent has as its own empty scratch space (paths beneath it would be
+    // writable there, though nothing reaches the real /tmp): as in production, a read-only root around it.
+    let scratch = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let dir = scratch.path();
     let outside = dir.join("outside.txt");
     // It prints every secret it can find, dumps its environment into the worktree (which gets committed and
@@ -370,7 +372,8 @@ git add CHANGES.md && git -c user.name=agent -c user.email=agent@localhost commi
         }
     }
 
-    // Writes outside the worktree were refused by the kernel (Landlock), not merely unnoticed.
+    // Writes outside the worktree were refused by the kernel (a read-only mount, or Landlock), not merely
+    // unnoticed.
     assert!(
         pidevops::dispatch::sandbox::abi().is_some(),
         "this kernel has Landlock"
@@ -378,8 +381,11 @@ git add CHANGES.md && git -c user.name=agent -c user.email=agent@localhost commi
     assert!(!outside.exists(), "the agent wrote outside its worktree");
     assert!(!log.contains("wrote outside"), "{log}");
     assert!(!log.contains("wrote next to the worktree"), "{log}");
-    assert!(log.contains("Permission denied"), "{log}");
-    // Nor into the shared mirror's hooks, though its own commit (objects, refs, its index) goes through.
+    assert!(
+        log.contains("Read-only file system") || log.contains("Permission denied"),
+        "{log}"
+    );
+    // Nor into the shared mirror's hooks, though its own commit (in the repository it was given) goes through.
     assert!(!log.contains("planted a hook"), "{log}");
     assert!(log.contains("committed myself"), "{log}");
     let mirror_hooks = dir.join("ws/mirrors/acme/app.git/hooks");
@@ -835,7 +841,10 @@ async fn attempts_bouncing_back_fast_are_flagged_before_the_budget_is_spent(db: 
 async fn when_the_base_moves_the_next_run_starts_from_the_new_base_not_an_old_spare(db: TestDb) {
     let remote = Remote::new();
     let scratch = tempfile::tempdir().unwrap();
-    let gate = scratch.path().join("go");
+    // The gate is in a directory the agent is allowed to read (`dispatch.readable`); it sees nothing else here.
+    let gates = scratch.path().join("gates");
+    std::fs::create_dir(&gates).unwrap();
+    let gate = gates.join("go");
     // The first task waits for the gate; later ones need the teammate's file.
     let script = agent(
         scratch.path(),
@@ -852,10 +861,12 @@ echo "$title" > "done-$title""#,
         ),
     );
     let mut file = dispatch_file(&remote, &script, "");
-    file["dispatch"]
-        .as_table_mut()
-        .unwrap()
-        .insert("max_concurrent".into(), toml::Value::from(1));
+    let dispatch = file["dispatch"].as_table_mut().unwrap();
+    dispatch.insert("max_concurrent".into(), toml::Value::from(1));
+    dispatch.insert(
+        "readable".into(),
+        toml::Value::from(vec![gates.display().to_string()]),
+    );
     let app = spawn(&db, file, &scratch.path().join("ws")).await;
     let first = create_task(&app, "first").await;
     let second = create_task(&app, "second").await;

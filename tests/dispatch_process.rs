@@ -109,7 +109,10 @@ impl Gated {
         let remote = Remote::new();
         let scratch = tempfile::tempdir().unwrap();
         let dir = scratch.path();
-        let go = dir.join("go");
+        // The gate is in a directory the agent may read (`dispatch.readable`); it sees nothing else here.
+        let gates = dir.join("gates");
+        std::fs::create_dir(&gates).unwrap();
+        let go = gates.join("go");
         let script = agent(
             dir,
             name,
@@ -120,7 +123,12 @@ echo x > CHANGES.md"#,
                 go = go.display()
             ),
         );
-        let config = write_config(dir, &dispatch_file(&remote, &script, ""));
+        let mut file = dispatch_file(&remote, &script, "");
+        file["dispatch"].as_table_mut().unwrap().insert(
+            "readable".into(),
+            toml::Value::from(vec![gates.display().to_string()]),
+        );
+        let config = write_config(dir, &file);
         let workspaces = dir.join("ws").display().to_string();
         Self {
             remote,

@@ -9,7 +9,10 @@
 //! 2. **Dispatch latency**: `--samples` tasks created one at a time (approval `auto`, so created in `todo`); for
 //!    each, the times of: the `todo` commit, the claim (`task.started`), and the agent's own first instruction
 //!    (it writes `date +%s%N` into its HOME). Claim → agent is the dispatch path (claim, run event, fetch,
-//!    worktree, prompt, Landlock, spawn); todo → claim is polling (the projector and dispatcher intervals).
+//!    worktree, the agent's own repository, prompt, containment, spawn); todo → claim is polling (the projector
+//!    and dispatcher intervals). Each sample is taken twice, interleaved: by the app under test (containment as
+//!    detected here: `namespaces` with bubblewrap) and by a second app, on its own database and workspaces, whose
+//!    agents run uncontained — the containment's cost is the difference.
 //! 3. **Drain**: dispatch paused, `--drain` tasks queued, resumed; each agent sleeps `--agent-sleep-ms`. From
 //!    the agents' own start and end times: how long a slot stayed free while work waited.
 
@@ -221,38 +224,84 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
         std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755))?;
     }
     let root = dir.join("workspaces");
-    let file: toml::Table = format!(
-        r#"
-        [board]
-        approval = "auto"
-        [dispatch]
-        agent = "bench"
-        max_concurrent = {c}
-        per_repo = {c}
-        heartbeat_s = 5
-        [agents.bench]
-        command = ["{agent}", "{{prompt_file}}"]
-        [repos."{REPO}"]
-        url = "{remote}"
-        "#,
-        c = args.concurrency,
-        agent = agent.display(),
-    )
-    .parse()?;
-    let mut settings = Settings::for_tests(database);
-    settings.file = file;
-    settings.workspace_root = root.clone();
-    settings.projector_interval = Duration::from_secs_f64(args.interval_s);
-    settings.env = Env::from_pairs([("PATH", std::env::var("PATH").unwrap_or_default().as_str())]);
-    let app = pidevops::startup::build(settings).await?;
+    let path = std::env::var("PATH").unwrap_or_default();
+    // The reference app's agents run uncontained: its `bwrap` setting is pinned to "nothing here".
+    const UNCONTAINED: &str = "dispatchbench-uncontained";
+    pidevops::dispatch::sandbox::pin(
+        UNCONTAINED,
+        Some(path.as_str()),
+        pidevops::dispatch::sandbox::Containment::None {
+            why: "dispatchbench's uncontained reference".into(),
+        },
+    );
+    let settings_for =
+        |database: DatabaseUrl, root: &Path, bwrap: &str| -> anyhow::Result<Settings> {
+            let file: toml::Table = format!(
+                r#"
+            [board]
+            approval = "auto"
+            [dispatch]
+            agent = "bench"
+            max_concurrent = {c}
+            per_repo = {c}
+            heartbeat_s = 5
+            bwrap = "{bwrap}"
+            containment = "best-effort"
+            readable = ["{sleep}"]
+            [agents.bench]
+            command = ["{agent}", "{{prompt_file}}"]
+            [repos."{REPO}"]
+            url = "{remote}"
+            "#,
+                c = args.concurrency,
+                agent = agent.display(),
+                sleep = dir.join("sleep").display(),
+            )
+            .parse()?;
+            let mut settings = Settings::for_tests(database);
+            settings.file = file;
+            settings.workspace_root = root.to_owned();
+            settings.projector_interval = Duration::from_secs_f64(args.interval_s);
+            settings.env = Env::from_pairs([("PATH", path.as_str())]);
+            Ok(settings)
+        };
+    let app = pidevops::startup::build(settings_for(database, &root, "bwrap")?).await?;
     let state = app.state().clone();
     let shutdown = app.shutdown_token();
     let server = tokio::spawn(app.run());
     let store = state.log.store().clone();
     let board = state.board.clone();
+    let reference_db = format!("{}_uncontained", args.database);
+    {
+        let mut admin = sqlx::PgConnection::connect(&args.admin_url).await?;
+        admin
+            .execute(format!("DROP DATABASE IF EXISTS {reference_db} WITH (FORCE)").as_str())
+            .await?;
+        admin
+            .execute(format!("CREATE DATABASE {reference_db}").as_str())
+            .await?;
+    }
+    let plain_root = dir.join("workspaces-uncontained");
+    let plain_app = pidevops::startup::build(settings_for(
+        DatabaseUrl::Postgres(pidevops::bench::with_database(
+            &args.admin_url,
+            &reference_db,
+        )),
+        &plain_root,
+        UNCONTAINED,
+    )?)
+    .await?;
+    let plain_state = plain_app.state().clone();
+    let plain_shutdown = plain_app.shutdown_token();
+    let plain_server = tokio::spawn(plain_app.run());
+    println!(
+        "containment under test: {}; reference: {}",
+        pidevops::dispatch::sandbox::detect_cached("bwrap", Some(path.as_str())).kind(),
+        pidevops::dispatch::sandbox::detect_cached(UNCONTAINED, Some(path.as_str())).kind()
+    );
     let repo: RepoName = REPO.parse()?;
     let mut number = 0;
-    let mut create = || {
+    let mut create_on = |board: &pidevops::board::Board| {
         number += 1;
         let draft = Draft::new(
             repo.clone(),
@@ -280,12 +329,14 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
         }
     };
 
-    // Warm-up: the first run clones the mirror.
-    let (warm, _) = create().await?;
-    let check = wait_for("the warm-up run", Duration::from_secs(120));
-    while agent_times(&root, warm).is_empty() {
-        check()?;
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    // Warm-up: the first run of each app clones its mirror.
+    for (board, root) in [(&board, &root), (&plain_state.board, &plain_root)] {
+        let (warm, _) = create_on(board).await?;
+        let check = wait_for("the warm-up run", Duration::from_secs(120));
+        while agent_times(root, warm).is_empty() {
+            check()?;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
     let mirror = root.join("mirrors/bench/monorepo.git");
     let git_dir = format!("--git-dir={}", mirror.display());
@@ -295,6 +346,7 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
     // workspace.rs calls it, kept until the end like a run's worktree is), then one task dispatched.
     let (mut reference, mut total, mut polling, mut pipeline) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut uncontained = Vec::new();
     let mut reference_paths = Vec::new();
     for i in 0..args.samples {
         let path = dir.join(format!("ref-{i}"));
@@ -319,43 +371,62 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
         reference.push(t.elapsed().as_secs_f64() * 1000.0);
         reference_paths.push(path_str);
 
-        let (id, todo_at) = create().await?;
-        let check = wait_for("an agent to start", Duration::from_secs(60));
-        let started = loop {
-            if let Some((start, _)) = agent_times(&root, id).first() {
-                break *start;
+        for contained in [i % 2 == 0, i % 2 != 0] {
+            let (board, store, root) = if contained {
+                (&board, &store, &root)
+            } else {
+                (&plain_state.board, plain_state.log.store(), &plain_root)
+            };
+            let (id, todo_at) = create_on(board).await?;
+            let check = wait_for("an agent to start", Duration::from_secs(60));
+            let started = loop {
+                if let Some((start, _)) = agent_times(root, id).first() {
+                    break *start;
+                }
+                check()?;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            };
+            let stream = store.read_stream(&id.stream()).await?;
+            let claimed = stream
+                .iter()
+                .find(|e| e.event_type == "task.started")
+                .map(|e| e.occurred_at)
+                .context("the task has no task.started")?;
+            let ms = |a: DateTime<Utc>, b: DateTime<Utc>| {
+                (b - a).num_microseconds().unwrap_or(0) as f64 / 1000.0
+            };
+            if contained {
+                total.push(ms(todo_at, started));
+                polling.push(ms(todo_at, claimed));
+                pipeline.push(ms(claimed, started));
+            } else {
+                uncontained.push(ms(claimed, started));
             }
-            check()?;
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        };
-        let stream = store.read_stream(&id.stream()).await?;
-        let claimed = stream
-            .iter()
-            .find(|e| e.event_type == "task.started")
-            .map(|e| e.occurred_at)
-            .context("the task has no task.started")?;
-        let ms = |a: DateTime<Utc>, b: DateTime<Utc>| {
-            (b - a).num_microseconds().unwrap_or(0) as f64 / 1000.0
-        };
-        total.push(ms(todo_at, started));
-        polling.push(ms(todo_at, claimed));
-        pipeline.push(ms(claimed, started));
-        // Let it finish (commit, push) before the next sample, so samples do not overlap.
-        let check = wait_for("the run to finish", Duration::from_secs(60));
-        while task_rows::get(&store, id)
-            .await?
-            .is_none_or(|row| row.column != Column::InReview)
-        {
-            check()?;
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            // Let it finish (commit, push) before the next sample, so samples do not overlap.
+            let check = wait_for("the run to finish", Duration::from_secs(60));
+            while task_rows::get(store, id)
+                .await?
+                .is_none_or(|row| row.column != Column::InReview)
+            {
+                check()?;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
         }
     }
+    plain_shutdown.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(20), plain_server).await;
     for path in &reference_paths {
         git(dir, &[&git_dir, "worktree", "remove", "--force", path])?;
     }
     println!();
     let (ref50, ref99) = summary("git worktree add alone (reference)", reference);
     let (pipe50, pipe99) = summary("dispatch path: claim -> agent started", pipeline);
+    let (plain50, plain99) = summary("the same, agents uncontained (reference)", uncontained);
+    println!(
+        "containment's cost on the dispatch path:     p50 {:>8.1} ms   p99 {:>8.1} ms   (target: p99 <= 50 ms)",
+        pipe50 - plain50,
+        pipe99 - plain99
+    );
     summary("polling: todo committed -> claim", polling);
     summary("total: todo committed -> agent started", total);
     println!(
@@ -372,7 +443,7 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
     pidevops::dispatch::dispatcher::set_paused(&state.log, true, "dispatchbench", None).await?;
     let mut drain = Vec::new();
     for _ in 0..args.drain {
-        drain.push(create().await?.0);
+        drain.push(create_on(&board).await?.0);
     }
     let check = wait_for("the queue in the read model", Duration::from_secs(30));
     loop {

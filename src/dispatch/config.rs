@@ -10,6 +10,9 @@
 //! retry_backoff_s = 60        # first retry's delay; doubles per attempt, plus up to 20 % jitter
 //! worktree_ttl_h = 24         # finished runs' worktrees are removed after this
 //! executor = "local"          # "local": serve runs agents; "workers": `pidevops worker` processes do (NATS_URL)
+//! containment = "required"    # agents must run contained (namespaces, else landlock); "best-effort" opts out
+//! bwrap = "bwrap"             # the bubblewrap program (a path, or a name on PATH)
+//! readable = ["/opt/tools"]   # more paths agents may read (and run), beyond the system and their own
 //!
 //! [repos."acme/api"]
 //! url = "https://github.com/acme/api.git"   # default: https://github.com/<owner>/<name>.git
@@ -18,6 +21,7 @@
 //! ```
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::schedule::Limits;
@@ -57,6 +61,20 @@ pub struct DispatchConfig {
     pub worktree_ttl: Duration,
     pub executor: Executor,
     pub repos: BTreeMap<RepoName, RepoSource>,
+    pub containment: ContainmentPolicy,
+    /// The bubblewrap program: a path, or a name looked up on PATH.
+    pub bwrap: String,
+    /// Extra paths agents may read, beyond the system and their own directories.
+    pub readable: Vec<PathBuf>,
+}
+
+/// Whether agents may run when nothing can contain them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContainmentPolicy {
+    /// The default: without containment the dispatcher is unarmed and says why.
+    Required,
+    /// Run agents uncontained where nothing else works, and say so in `/health`.
+    BestEffort,
 }
 
 impl DispatchConfig {
@@ -133,6 +151,40 @@ impl DispatchConfig {
                 _ => return Err("dispatch.executor must be \"local\" or \"workers\"".to_owned()),
             },
         };
+        let containment = match get("containment") {
+            None => ContainmentPolicy::Required,
+            Some(v) => match v.as_str() {
+                Some("required") => ContainmentPolicy::Required,
+                Some("best-effort") => ContainmentPolicy::BestEffort,
+                _ => {
+                    return Err(
+                        "dispatch.containment must be \"required\" or \"best-effort\"".to_owned(),
+                    )
+                }
+            },
+        };
+        let bwrap = match get("bwrap") {
+            None => "bwrap".to_owned(),
+            Some(v) => v
+                .as_str()
+                .filter(|s| !s.trim().is_empty())
+                .map(|s| s.trim().to_owned())
+                .ok_or("dispatch.bwrap must be a program name or path")?,
+        };
+        let readable = match get("readable") {
+            None => Vec::new(),
+            Some(v) => v
+                .as_array()
+                .ok_or("dispatch.readable must be a list of absolute paths")?
+                .iter()
+                .map(|p| {
+                    p.as_str()
+                        .map(PathBuf::from)
+                        .filter(|p| p.is_absolute())
+                        .ok_or_else(|| format!("dispatch.readable: {p} is not an absolute path"))
+                })
+                .collect::<Result<Vec<_>, String>>()?,
+        };
         let mut limits = Limits {
             global: count("max_concurrent", 2)?,
             per_repo_default: count("per_repo", 1)?,
@@ -207,6 +259,9 @@ impl DispatchConfig {
             worktree_ttl: seconds("worktree_ttl_h", 24.0, 3600.0)?,
             executor,
             repos,
+            containment,
+            bwrap,
+            readable,
         })
     }
 
@@ -272,6 +327,9 @@ mod tests {
             ("[dispatch]\nheartbeat_s = -1", "dispatch.heartbeat_s"),
             ("[dispatch]\nexecutor = \"cloud\"", "dispatch.executor"),
             ("[dispatch]\nenabled = \"yes\"", "dispatch.enabled"),
+            ("[dispatch]\ncontainment = \"off\"", "dispatch.containment"),
+            ("[dispatch]\nreadable = [\"relative\"]", "dispatch.readable"),
+            ("[dispatch]\nbwrap = \"\"", "dispatch.bwrap"),
             (
                 "[repos.\"a/b\"]\nbase = \"--upload-pack=x\"",
                 "repos.\"a/b\".base",

@@ -23,11 +23,11 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::config::{DispatchConfig, Executor};
+use super::config::{ContainmentPolicy, DispatchConfig, Executor};
 use super::profiles::{AgentProfile, Profiles, RunInputs};
-use super::runner::{self, Ending, Launch};
+use super::runner::{self, ChildSetup, Ending, Launch};
 use super::runs::{self, FailureKind, RunEvent};
-use super::sandbox::WriteConfinement;
+use super::sandbox::{AgentView, Confinement, Containment};
 use super::schedule::{self, Candidate};
 use super::workspace::{Prepared, Workspaces};
 use crate::board::{Board, BoardError};
@@ -60,7 +60,9 @@ pub struct DispatchStatus {
     pub slots: usize,
     pub started: usize,
     pub executor: &'static str,
-    /// Whether agents' writes are confined to their worktree (Landlock), and its ABI.
+    /// What contains agents here: `namespaces`, `landlock` or `none`.
+    pub containment: &'static str,
+    /// The same, in words.
     pub confinement: String,
 }
 
@@ -98,7 +100,7 @@ struct Inner {
     worker: String,
     env: Env,
     paused_by_env: bool,
-    confinement_abi: Option<i64>,
+    containment: Containment,
     local: Mutex<Local>,
     fill: tokio::sync::Mutex<()>,
     tracker: TaskTracker,
@@ -136,6 +138,7 @@ pub struct DispatcherParts {
 
 impl Dispatcher {
     pub fn new(parts: DispatcherParts) -> Self {
+        let containment = super::sandbox::detect_cached(&parts.config.bwrap, parts.env.get("PATH"));
         Self {
             inner: Arc::new(Inner {
                 board: parts.board,
@@ -146,7 +149,7 @@ impl Dispatcher {
                 worker: parts.worker,
                 env: parts.env,
                 paused_by_env: parts.paused_by_env,
-                confinement_abi: super::sandbox::abi(),
+                containment,
                 local: Mutex::default(),
                 fill: tokio::sync::Mutex::new(()),
                 tracker: parts.tracker,
@@ -165,11 +168,11 @@ impl Dispatcher {
     }
 
     pub fn confinement(&self) -> String {
-        match self.inner.confinement_abi {
-            Some(abi) => format!("landlock abi {abi}: agents write only in their worktree"),
-            None => "none: this kernel has no Landlock; agents can write anywhere the service can"
-                .into(),
-        }
+        self.inner.containment.describe()
+    }
+
+    pub fn containment(&self) -> &Containment {
+        &self.inner.containment
     }
 
     /// Whether new dispatch is paused, and why.
@@ -240,6 +243,7 @@ impl Dispatcher {
                 Executor::Local => "local",
                 Executor::Workers => "workers",
             },
+            containment: self.inner.containment.kind(),
             confinement: self.confinement(),
         };
         let mut started = HashSet::new();
@@ -460,15 +464,17 @@ impl Dispatcher {
             .first()
             .map(String::as_str)
             .unwrap_or_default();
-        (self.inner.config.executor == Executor::Local
-            && !resolves(program, self.inner.env.get("PATH")))
-        .then(|| {
-            format!(
+        if self.inner.config.executor == Executor::Local
+            && !resolves(program, self.inner.env.get("PATH"))
+        {
+            return Some(format!(
                 "{} asks for the agent profile {:?}, which runs {program:?}, not an executable on PATH",
                 task.id(),
                 profile.name
-            )
-        })
+            ));
+        }
+        // Every attempt would fail the same way (E2BIG): a person shortens the spec or changes the profile.
+        profile.refuses_prompt(&super::prompt::build(task))
     }
 
     fn start_local(&self, task: Task, run: RunId, attempt: u32) {
@@ -621,6 +627,14 @@ impl Dispatcher {
             }
         };
         let launching = std::time::Instant::now();
+        if let Err(error) = self.inner.workspaces.hand_to_agent(&prepared).await {
+            self.inner.workspaces.finished(&prepared);
+            return Some(fail(
+                FailureKind::Workspace,
+                error.to_string(),
+                String::new(),
+            ));
+        }
         let prompt = super::prompt::build(task);
         if let Err(error) = tokio::fs::write(&prepared.dirs.prompt, &prompt).await {
             return Some(fail(
@@ -712,9 +726,7 @@ impl Dispatcher {
             )
             .await;
         // Its work is pushed (or its failure about to be recorded): the worktree may serve a queued task.
-        self.inner
-            .workspaces
-            .finished(task.repo(), prepared.dirs.worktree.clone());
+        self.inner.workspaces.finished(&prepared);
         beats.cancel();
         if let Ok(version) = heartbeat.await {
             writer.version = writer.version.max(version);
@@ -829,7 +841,7 @@ impl Dispatcher {
             Err(error) => return failed(FailureKind::Workspace, error.to_string()),
         };
         let phase = std::time::Instant::now();
-        let pushed = self.inner.workspaces.push(prepared).await;
+        let pushed = self.inner.workspaces.push(prepared, &commit).await;
         metrics::histogram!("pidevops_run_phase_seconds", "phase" => "push")
             .record(phase.elapsed().as_secs_f64());
         if let Err(error) = pushed {
@@ -888,32 +900,7 @@ impl Dispatcher {
                 env.push((name.clone(), value.to_owned()));
             }
         }
-        let confinement = if self.inner.confinement_abi.is_some() {
-            // In the shared mirror, only what the agent's own git commands write: objects, refs, reflogs and
-            // its worktree's administrative directory. Never `hooks/`, `config` or another worktree's files,
-            // so one agent cannot plant code that another agent's git would run.
-            let mut writable = vec![
-                dirs.worktree.clone(),
-                dirs.home.clone(),
-                dirs.tmp.clone(),
-                std::path::PathBuf::from("/dev"),
-            ];
-            for sub in ["objects", "refs", "logs"] {
-                let path = dirs.mirror.join(sub);
-                std::fs::create_dir_all(&path)
-                    .with_context(|| format!("creating {}", path.display()))?;
-                writable.push(path);
-            }
-            if let Some(admin) = worktree_admin_dir(&dirs.worktree) {
-                writable.push(admin);
-            }
-            let writable: Vec<&std::path::Path> = writable.iter().map(|p| p.as_path()).collect();
-            WriteConfinement::new(&writable)
-                .context("preparing the agent's filesystem confinement")?
-                .map(Arc::new)
-        } else {
-            None
-        };
+        let (argv, child) = self.contain(profile, prepared, argv, &env)?;
         tracing::info!(task = %task.id(), %run, profile = %profile.name, program = %argv.first().map(String::as_str).unwrap_or(""), "starting the agent");
         Ok(Launch {
             argv,
@@ -922,8 +909,99 @@ impl Dispatcher {
             log: dirs.log.clone(),
             timeout: profile.timeout,
             no_output_timeout: profile.no_output_timeout,
-            confinement,
+            stdin: profile.prompt_on_stdin.then(|| dirs.prompt.clone()),
+            child,
         })
+    }
+
+    /// The agent's view of the machine (its own directories, the prompt, its program, the read-only system) and
+    /// how it is held to it here: the argv wrapped in bubblewrap, or Landlock rules and a reaper for the child.
+    fn contain(
+        &self,
+        profile: &AgentProfile,
+        prepared: &Prepared,
+        argv: Vec<String>,
+        env: &[(String, String)],
+    ) -> anyhow::Result<(Vec<String>, ChildSetup)> {
+        let dirs = &prepared.dirs;
+        let root = self.inner.workspaces.root();
+        let agent_path = env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.as_str());
+        let mut readable = AgentView::system_readable();
+        readable.push(dirs.prompt.clone());
+        // Its own repository's history, borrowed read-only by the repository `hand_to_agent` made.
+        readable.push(dirs.mirror.join("objects"));
+        // Its program (a script anywhere, or a CLI under /usr), and what its PATH names, but never anything
+        // that holds the workspaces or lies inside them.
+        let outside_root = |p: &std::path::Path| !root.starts_with(p) && !p.starts_with(root);
+        if let Some(program) = argv
+            .first()
+            .and_then(|p| super::sandbox::find_program(p, agent_path))
+        {
+            let canonical = program.canonicalize().ok();
+            readable.extend(
+                [Some(program), canonical]
+                    .into_iter()
+                    .flatten()
+                    .filter(|p| outside_root(p)),
+            );
+        }
+        readable.extend(
+            agent_path
+                .unwrap_or_default()
+                .split(':')
+                .map(std::path::PathBuf::from)
+                .filter(|p| p.is_absolute() && p.is_dir() && outside_root(p)),
+        );
+        readable.extend(
+            self.inner
+                .config
+                .readable
+                .iter()
+                .filter(|p| outside_root(p))
+                .cloned(),
+        );
+        let view = AgentView {
+            writable: vec![dirs.worktree.clone(), dirs.home.clone(), dirs.tmp.clone()],
+            readable,
+            // SAFETY: geteuid has no preconditions and cannot fail.
+            drop_capabilities: unsafe { nix::libc::geteuid() } == 0,
+        };
+        match &self.inner.containment {
+            Containment::Namespaces { bwrap } => Ok((
+                super::sandbox::bwrap_argv(bwrap, &view, &dirs.worktree, &argv),
+                ChildSetup::default(),
+            )),
+            Containment::Landlock { .. } => {
+                let confinement = Confinement::new(&view)
+                    .context("preparing the agent's Landlock rules")?
+                    .map(Arc::new);
+                Ok((
+                    argv,
+                    ChildSetup {
+                        confinement,
+                        reaper: true,
+                        drop_capabilities: view.drop_capabilities,
+                    },
+                ))
+            }
+            Containment::None { why } => {
+                anyhow::ensure!(
+                    self.inner.config.containment == ContainmentPolicy::BestEffort,
+                    "no containment for the agent ({why}) and dispatch.containment is \"required\""
+                );
+                tracing::warn!(profile = %profile.name, "running an agent uncontained (dispatch.containment = \"best-effort\")");
+                Ok((
+                    argv,
+                    ChildSetup {
+                        drop_capabilities: view.drop_capabilities,
+                        ..ChildSetup::default()
+                    },
+                ))
+            }
+        }
     }
 
     /// Moves the task on after a run's outcome. Idempotent: a second application names a run that is no longer
@@ -1130,13 +1208,6 @@ impl Dispatcher {
     }
 }
 
-/// A worktree's administrative directory in its repository (`gitdir:` in its `.git` file).
-fn worktree_admin_dir(worktree: &std::path::Path) -> Option<std::path::PathBuf> {
-    let text = std::fs::read_to_string(worktree.join(".git")).ok()?;
-    let dir = std::path::PathBuf::from(text.strip_prefix("gitdir:")?.trim());
-    dir.is_dir().then_some(dir)
-}
-
 /// The run a task row says is live.
 fn run_of(row: &TaskRow) -> Option<RunId> {
     row.state
@@ -1288,6 +1359,15 @@ pub fn cannot_run(
 ) -> Option<String> {
     if config.executor == Executor::Workers && !has_nats {
         return Some("dispatch.executor = \"workers\" needs NATS_URL".into());
+    }
+    if config.executor == Executor::Local && config.containment == ContainmentPolicy::Required {
+        if let Containment::None { why } =
+            super::sandbox::detect_cached(&config.bwrap, env.get("PATH"))
+        {
+            return Some(format!(
+                "nothing can contain agents here ({why}); install bubblewrap, or set dispatch.containment = \"best-effort\" to run them uncontained"
+            ));
+        }
     }
     let mut used: Vec<(&str, &AgentProfile)> = Vec::new();
     for repo in config.repos.keys() {

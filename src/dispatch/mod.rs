@@ -6,8 +6,9 @@
 //! - `schedule.rs`   which `todo` tasks start within the limits (pure)
 //! - `runs.rs`       the run's events: started, heartbeat, one outcome (pure)
 //! - `workspace.rs`  mirrors and worktrees under `WORKSPACE_ROOT`; commit and push
-//! - `sandbox.rs`    Landlock: an agent writes only in its worktree
-//! - `runner.rs`     the agent process: group, scrubbed env, log, tail, watchdogs
+//! - `sandbox.rs`    containment: bubblewrap namespaces, else Landlock reads and writes; what an agent sees
+//! - `reaper.rs`     under Landlock, the process that adopts and kills everything a run leaves
+//! - `runner.rs`     the agent process: group, scrubbed env, stdin, log, tail, watchdogs
 //! - `dispatcher.rs` the dispatcher, watchdog and gc loops; claims, outcomes, recovery, pause
 //! - `worker.rs`     `pidevops worker`: runs pulled from JetStream
 
@@ -15,6 +16,7 @@ pub mod config;
 pub mod dispatcher;
 pub mod profiles;
 pub mod prompt;
+pub mod reaper;
 pub mod runner;
 pub mod runs;
 pub mod sandbox;

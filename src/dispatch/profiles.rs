@@ -7,7 +7,8 @@
 //! agent = "claude"                 # the default profile (a preset or one defined below)
 //!
 //! [agents.claude-opus]             # a profile of your own
-//! command = ["claude", "-p", "{prompt}", "--model", "opus", "--output-format", "stream-json", "--verbose"]
+//! command = ["claude", "-p", "--model", "opus", "--output-format", "stream-json", "--verbose"]
+//! stdin = "prompt"                 # the prompt on standard input (or {prompt_file} / {prompt} in the command)
 //! env = ["ANTHROPIC_API_KEY"]      # the only variables the agent gets besides PATH, HOME, LANG, TERM
 //! timeout_s = 3600
 //! no_output_timeout_s = 600
@@ -38,6 +39,10 @@ pub const NEVER_PASSED: [&str; 10] = [
     "TELEGRAM_WEBHOOK_SECRET",
 ];
 
+/// The longest argument `{prompt}` may make. Linux refuses a single argument over 128 KiB (`E2BIG`), whatever the
+/// total; a longer prompt needs `{prompt_file}` or `stdin = "prompt"`.
+pub const MAX_ARGUMENT_BYTES: usize = 100_000;
+
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 const DEFAULT_NO_OUTPUT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
@@ -54,6 +59,8 @@ pub struct AgentProfile {
     pub timeout: Duration,
     /// Killed when it prints nothing for this long.
     pub no_output_timeout: Duration,
+    /// The prompt is the agent's standard input (`stdin = "prompt"`); otherwise its stdin is empty.
+    pub prompt_on_stdin: bool,
 }
 
 /// What a run fills the placeholders with.
@@ -79,10 +86,32 @@ impl AgentProfile {
             })
             .collect()
     }
+
+    /// Why this prompt cannot go into this profile's argv (`{prompt}` would make an argument longer than
+    /// [`MAX_ARGUMENT_BYTES`]), if it cannot.
+    pub fn refuses_prompt(&self, prompt: &str) -> Option<String> {
+        let longest = self
+            .command
+            .iter()
+            .filter(|a| a.contains("{prompt}"))
+            .map(|a| a.len() - "{prompt}".len() + prompt.len() * a.matches("{prompt}").count())
+            .max()?;
+        (longest > MAX_ARGUMENT_BYTES).then(|| {
+            format!(
+                "the prompt is {} bytes, and agent profile {:?} passes it as a command-line argument ({{prompt}}), \
+                 which takes at most {MAX_ARGUMENT_BYTES}: use {{prompt_file}} or stdin = \"prompt\" in [agents.{}]",
+                prompt.len(),
+                self.name,
+                self.name
+            )
+        })
+    }
 }
 
-/// The presets pidevops ships (README, "Agents"): each reads the prompt from its argv and works in the current
-/// directory, which the runner sets to the attempt's worktree.
+/// The presets pidevops ships (README, "Agents"): each reads the prompt from its standard input (so a prompt of
+/// any length runs; none of it is in the process list) and works in the current directory, which the runner
+/// sets to the attempt's worktree. `claude -p` and `pi -p` read a piped prompt, `codex exec -` reads it by name,
+/// `opencode run` reads piped input as the message.
 pub fn presets() -> Vec<AgentProfile> {
     let preset = |name: &str, command: &[&str], env: &[&str]| AgentProfile {
         name: name.to_owned(),
@@ -90,6 +119,7 @@ pub fn presets() -> Vec<AgentProfile> {
         env: env.iter().map(|s| (*s).to_owned()).collect(),
         timeout: DEFAULT_TIMEOUT,
         no_output_timeout: DEFAULT_NO_OUTPUT_TIMEOUT,
+        prompt_on_stdin: true,
     };
     vec![
         preset(
@@ -97,7 +127,6 @@ pub fn presets() -> Vec<AgentProfile> {
             &[
                 "claude",
                 "-p",
-                "{prompt}",
                 "--output-format",
                 "stream-json",
                 "--verbose",
@@ -105,11 +134,11 @@ pub fn presets() -> Vec<AgentProfile> {
             ],
             &["ANTHROPIC_API_KEY"],
         ),
-        preset("pi", &["pi", "-p", "{prompt}"], &["ANTHROPIC_API_KEY"]),
-        preset("opencode", &["opencode", "run", "{prompt}"], &[]),
+        preset("pi", &["pi", "-p"], &["ANTHROPIC_API_KEY"]),
+        preset("opencode", &["opencode", "run"], &[]),
         preset(
             "codex",
-            &["codex", "exec", "--full-auto", "{prompt}"],
+            &["codex", "exec", "--full-auto", "-"],
             &["OPENAI_API_KEY"],
         ),
     ]
@@ -236,12 +265,28 @@ fn known(profiles: &BTreeMap<String, AgentProfile>, name: &str, key: &str) -> Re
 
 fn profile(name: &str, table: &toml::Table, key: &str) -> Result<AgentProfile, String> {
     for field in table.keys() {
-        if !["command", "env", "timeout_s", "no_output_timeout_s"].contains(&field.as_str()) {
+        if ![
+            "command",
+            "env",
+            "timeout_s",
+            "no_output_timeout_s",
+            "stdin",
+        ]
+        .contains(&field.as_str())
+        {
             return Err(format!(
-                "{key}.{field} is not a profile setting (command, env, timeout_s, no_output_timeout_s)"
+                "{key}.{field} is not a profile setting (command, env, timeout_s, no_output_timeout_s, stdin)"
             ));
         }
     }
+    let prompt_on_stdin = match table.get("stdin") {
+        None => false,
+        Some(v) => match v.as_str() {
+            Some("prompt") => true,
+            Some("none") => false,
+            _ => return Err(format!("{key}.stdin must be \"prompt\" or \"none\"")),
+        },
+    };
     let command: Vec<String> = strings(table.get("command"), &format!("{key}.command"))?;
     if command.is_empty() || command[0].trim().is_empty() {
         return Err(format!(
@@ -264,12 +309,14 @@ fn profile(name: &str, table: &toml::Table, key: &str) -> Result<AgentProfile, S
             rest = &rest[open + close + 1..];
         }
     }
-    if !command
-        .iter()
-        .any(|a| a.contains("{prompt}") || a.contains("{prompt_file}"))
+    if !prompt_on_stdin
+        && !command
+            .iter()
+            .any(|a| a.contains("{prompt}") || a.contains("{prompt_file}"))
     {
         return Err(format!(
-            "{key}.command never passes the prompt: put {{prompt}} or {{prompt_file}} in an argument"
+            "{key}.command never passes the prompt: put {{prompt}} or {{prompt_file}} in an argument, or set \
+             {key}.stdin = \"prompt\""
         ));
     }
     let env = match table.get("env") {
@@ -297,6 +344,7 @@ fn profile(name: &str, table: &toml::Table, key: &str) -> Result<AgentProfile, S
             &format!("{key}.no_output_timeout_s"),
         )?
         .unwrap_or(DEFAULT_NO_OUTPUT_TIMEOUT),
+        prompt_on_stdin,
     })
 }
 

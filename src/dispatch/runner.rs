@@ -3,9 +3,9 @@
 //! bounded tail, and two watchdogs — wall clock and silence — that kill the whole group, grandchildren included.
 //!
 //! The child also dies with the service: `PR_SET_PDEATHSIG` sends it SIGKILL when the thread that started it
-//! goes (a SIGKILLed `serve`), so a crashed service never leaves an agent writing to a worktree that the next
-//! attempt is about to reuse. Grandchildren it left behind are killed with its group at the end of a normal run;
-//! after a crash they are orphans in a directory nobody uses again (each attempt has its own).
+//! goes (a SIGKILLed `serve`). What the agent started outlives nothing: in a PID namespace (`namespaces`) the
+//! kernel kills every process when the agent ends; under `landlock` a reaper between us and the agent does (see
+//! `reaper.rs`).
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::runs::TAIL_BYTES;
-use super::sandbox::WriteConfinement;
+use super::sandbox::Confinement;
 
 /// How long a killed agent gets between SIGTERM and SIGKILL.
 const TERM_GRACE: Duration = Duration::from_secs(3);
@@ -34,7 +34,20 @@ pub struct Launch {
     pub log: PathBuf,
     pub timeout: Duration,
     pub no_output_timeout: Duration,
-    pub confinement: Option<Arc<WriteConfinement>>,
+    /// A file given to the agent as its standard input (the prompt, for profiles that read it there).
+    pub stdin: Option<PathBuf>,
+    pub child: ChildSetup,
+}
+
+/// What the child does to itself between fork and exec.
+#[derive(Clone, Debug, Default)]
+pub struct ChildSetup {
+    /// Landlock rules to apply.
+    pub confinement: Option<Arc<Confinement>>,
+    /// Fork a reaper between us and the agent (no PID namespace here).
+    pub reaper: bool,
+    /// Drop every capability (the service runs as root and no sandbox program drops them for us).
+    pub drop_capabilities: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -85,21 +98,34 @@ pub async fn run(
         }
     };
 
+    let stdin = match &launch.stdin {
+        None => Stdio::null(),
+        Some(path) => match std::fs::File::open(path) {
+            Ok(file) => Stdio::from(file),
+            Err(e) => {
+                return finished(
+                    Ending::CannotStart(format!("cannot open {}: {e}", path.display())),
+                    &tail,
+                )
+            }
+        },
+    };
     let mut command = tokio::process::Command::new(program);
     command
         .args(args)
         .env_clear()
         .envs(launch.env.iter().map(|(k, v)| (k, v)))
         .current_dir(&launch.cwd)
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
     let parent = std::process::id();
-    let confinement = launch.confinement.clone();
-    // SAFETY: the closure makes only async-signal-safe calls (prctl, getppid, the Landlock syscalls) and
-    // allocates nothing.
+    let setup = launch.child.clone();
+    let reaped = setup.reaper;
+    // SAFETY: the closure makes only async-signal-safe calls (prctl, getppid, fork, the Landlock and capability
+    // syscalls) and allocates nothing.
     unsafe {
         command.pre_exec(move || {
             use nix::libc;
@@ -112,7 +138,14 @@ pub async fn run(
                     "the service exited while starting the agent",
                 ));
             }
-            if let Some(confinement) = &confinement {
+            if setup.reaper {
+                // Returns only in the agent; the reaper stays behind, adopting and finally killing its orphans.
+                super::reaper::split_in_child()?;
+            }
+            if setup.drop_capabilities {
+                super::sandbox::drop_capabilities_in_child()?;
+            }
+            if let Some(confinement) = &setup.confinement {
                 confinement.apply_in_child()?;
             }
             Ok(())
@@ -170,15 +203,15 @@ pub async fn run(
                 record(&chunk, &mut tail);
             }
             () = tokio::time::sleep_until(deadline) => {
-                terminate(group, &mut child).await;
+                terminate(group, reaped, &mut child).await;
                 break Ending::TimedOut;
             }
             () = tokio::time::sleep_until(last_output + launch.no_output_timeout) => {
-                terminate(group, &mut child).await;
+                terminate(group, reaped, &mut child).await;
                 break Ending::Stalled;
             }
             () = stop.cancelled() => {
-                terminate(group, &mut child).await;
+                terminate(group, reaped, &mut child).await;
                 break Ending::Stopped;
             }
         }
@@ -219,18 +252,23 @@ async fn pump(mut from: impl AsyncRead + Unpin, to: mpsc::Sender<Vec<u8>>) {
     }
 }
 
-/// SIGTERM to the whole group, then SIGKILL after a grace period.
-async fn terminate(group: Option<Pid>, child: &mut tokio::process::Child) {
+/// SIGTERM to the whole group, then SIGKILL after a grace period. A reaper is asked to kill its tree rather
+/// than killed itself: killed, it could no longer kill the orphans it adopted.
+async fn terminate(group: Option<Pid>, reaped: bool, child: &mut tokio::process::Child) {
     let Some(group) = group else {
         let _ = child.kill().await;
         return;
     };
     let _ = killpg(group, Signal::SIGTERM);
-    if tokio::time::timeout(TERM_GRACE, child.wait())
-        .await
-        .is_err()
-    {
-        let _ = killpg(group, Signal::SIGKILL);
-        let _ = child.wait().await;
+    if tokio::time::timeout(TERM_GRACE, child.wait()).await.is_ok() {
+        return;
     }
+    if reaped {
+        let _ = nix::sys::signal::kill(group, Signal::SIGUSR1);
+        if tokio::time::timeout(TERM_GRACE, child.wait()).await.is_ok() {
+            return;
+        }
+    }
+    let _ = killpg(group, Signal::SIGKILL);
+    let _ = child.wait().await;
 }

@@ -20,12 +20,15 @@ fn error(text: &str) -> String {
 #[test]
 fn the_presets_pass_the_prompt_and_claude_is_the_default() {
     let profiles = Profiles::from_file(&toml::Table::new()).unwrap();
+    // Every preset reads the prompt on stdin: none puts it in its argv, so no length is too long.
     for preset in presets() {
+        assert!(preset.prompt_on_stdin, "{}", preset.name);
         assert!(
-            preset.command.iter().any(|a| a.contains("{prompt}")),
+            !preset.command.iter().any(|a| a.contains("{prompt")),
             "{}",
             preset.name
         );
+        assert_eq!(preset.refuses_prompt(&"x".repeat(1_000_000)), None);
     }
     assert_eq!(
         profiles.names().collect::<Vec<_>>(),
@@ -241,4 +244,37 @@ fn the_prompt_is_the_spec_then_what_failed_and_what_was_added() {
         ),
         "{retry}"
     );
+}
+
+#[test]
+fn a_prompt_too_long_for_an_argument_is_refused_with_the_way_out() {
+    let profiles = Profiles::from_file(&file(
+        r#"
+        [agents.argv]
+        command = ["my-agent", "--prompt={prompt}"]
+        [agents.by-file]
+        command = ["my-agent", "{prompt_file}"]
+        [agents.piped]
+        command = ["my-agent"]
+        stdin = "prompt"
+        "#,
+    ))
+    .unwrap();
+    let long = "x".repeat(super::profiles::MAX_ARGUMENT_BYTES);
+    let why = profiles
+        .get("argv")
+        .unwrap()
+        .refuses_prompt(&long)
+        .expect("too long for one argument");
+    assert!(why.contains(&format!("{} bytes", long.len())), "{why}");
+    assert!(
+        why.contains("{prompt_file}") && why.contains("stdin = \"prompt\""),
+        "{why}"
+    );
+    assert_eq!(profiles.get("argv").unwrap().refuses_prompt("short"), None);
+    assert_eq!(profiles.get("by-file").unwrap().refuses_prompt(&long), None);
+    assert_eq!(profiles.get("piped").unwrap().refuses_prompt(&long), None);
+    assert!(profiles.get("piped").unwrap().prompt_on_stdin);
+    assert!(error("[agents.x]\ncommand = [\"a\"]\nstdin = \"yes\"").contains("agents.x.stdin"));
+    assert!(error("[agents.x]\ncommand = [\"a\"]").contains("stdin = \"prompt\""));
 }

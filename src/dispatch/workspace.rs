@@ -10,10 +10,18 @@
 //! ```
 //!
 //! Every path is built from a validated `RepoName`, `TaskId` and `RunId`, none of which can hold `..` or `/`
-//! beyond the owner/name split, so nothing lands outside the root. `GITHUB_TOKEN` reaches git only through the
-//! environment of the git processes this module starts (`GIT_CONFIG_*`), never a file, a URL or an argv; and git
-//! runs with hooks off and the remote URL given explicitly, so nothing an agent leaves in the repository can make
-//! pidevops's own git run its code or send the token elsewhere.
+//! beyond the owner/name split, so nothing lands outside the root.
+//!
+//! **Nothing an agent writes is read as git's configuration or as the way to a repository.** Before the agent
+//! starts, its worktree's `.git` link is replaced by a small repository of its own (`hand_to_agent`: its own
+//! HEAD, index and objects, the mirror's objects borrowed read-only as an alternate), so its git works and writes
+//! only there. pidevops's own git never discovers a repository from the worktree: every command names the
+//! worktree's administrative directory inside the mirror (`--git-dir`, recorded when pidevops made the worktree,
+//! never read back from it) and the work tree, with system and global config off, hooks and fsmonitor off. The
+//! mirror and its administrative directories are out of the agent's sight (see `sandbox.rs`). Commit and push read
+//! only the files of the work tree; the push names the configured URL and a commit id, from the mirror itself.
+//! `GITHUB_TOKEN` reaches git only through the environment of the git processes this module starts, as a header
+//! scoped to the configured remote's own host, never a file, a URL or an argv.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -61,7 +69,7 @@ pub struct RunDirs {
     pub tmp: PathBuf,
     pub log: PathBuf,
     pub prompt: PathBuf,
-    /// The repository's mirror (git writes its objects there when the agent commits).
+    /// The repository's mirror (the agent borrows its objects, read-only).
     pub mirror: PathBuf,
 }
 
@@ -75,6 +83,8 @@ pub struct Prepared {
     pub branch: BranchName,
     pub repo: RepoName,
     pub source: RepoSource,
+    /// The worktree's administrative directory in the mirror: pidevops's own git directory for this worktree.
+    pub admin: PathBuf,
 }
 
 /// What `gc` did.
@@ -104,8 +114,8 @@ struct RepoState {
     spares: std::sync::Mutex<Vec<Spare>>,
     /// Worktrees of runs that are over (their work pushed or their failure recorded): when queued work needs
     /// spares, these are reset to the base and reused, touching only the files the run changed instead of
-    /// checking out the whole tree again. The rest wait for gc's TTL.
-    finished: std::sync::Mutex<Vec<PathBuf>>,
+    /// checking out the whole tree again. The rest wait for gc's TTL. (worktree, administrative directory)
+    finished: std::sync::Mutex<Vec<(PathBuf, PathBuf)>>,
     replenishing: std::sync::atomic::AtomicBool,
     /// Woken when a spare is made, a finished worktree is handed back, or a replenisher stops.
     changed: tokio::sync::Notify,
@@ -115,6 +125,7 @@ struct RepoState {
 struct Spare {
     path: PathBuf,
     commit: String,
+    admin: PathBuf,
 }
 
 impl Workspaces {
@@ -279,8 +290,11 @@ impl Workspaces {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .pop();
-            if let Some(worktree) = recyclable {
-                match self.recycle(state, &git_dir, repo, &worktree, &base).await {
+            if let Some((worktree, admin)) = recyclable {
+                match self
+                    .recycle(state, &git_dir, repo, &worktree, &admin, &base)
+                    .await
+                {
                     Ok(spare) => {
                         state
                             .spares
@@ -298,7 +312,8 @@ impl Workspaces {
                 continue;
             }
             let path = self.new_spare_path(repo);
-            self.add_worktree(state, &git_dir, "--detach", None, &path, &base)
+            let admin = self
+                .add_worktree(state, &git_dir, "--detach", None, &path, &base)
                 .await?;
             state
                 .spares
@@ -307,6 +322,7 @@ impl Workspaces {
                 .push(Spare {
                     path,
                     commit: base.clone(),
+                    admin,
                 });
             state.changed.notify_waiters();
             made += 1;
@@ -357,8 +373,8 @@ impl Workspaces {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .pop();
-            if let Some(old) = finished {
-                match self.recycle(state, git_dir, repo, &old, base).await {
+            if let Some((old, admin)) = finished {
+                match self.recycle(state, git_dir, repo, &old, &admin, base).await {
                     Ok(spare) => {
                         metrics::counter!("pidevops_worktrees_recycled_total").increment(1);
                         return Some(spare);
@@ -386,14 +402,14 @@ impl Workspaces {
     async fn put_on_branch(
         &self,
         worktree: &Path,
+        admin: &Path,
         branch: &BranchName,
         commit: &str,
     ) -> Result<(), WorkspaceError> {
         let reference = format!("refs/heads/{}", branch.as_str());
-        let cwd = Some(worktree);
         let what = "putting the worktree on its branch";
         let head = self
-            .run_git(what, None, &["rev-parse", "--verify", "HEAD"], cwd)
+            .in_worktree(what, admin, worktree, &["rev-parse", "--verify", "HEAD"])
             .await?;
         if head != commit {
             return Err(WorkspaceError::Git {
@@ -401,9 +417,9 @@ impl Workspaces {
                 detail: format!("the spare is at {head}, not {commit}"),
             });
         }
-        self.run_git(what, None, &["update-ref", &reference, commit], cwd)
+        self.in_worktree(what, admin, worktree, &["update-ref", &reference, commit])
             .await?;
-        self.run_git(what, None, &["symbolic-ref", "HEAD", &reference], cwd)
+        self.in_worktree(what, admin, worktree, &["symbolic-ref", "HEAD", &reference])
             .await?;
         Ok(())
     }
@@ -418,48 +434,50 @@ impl Workspaces {
     }
 
     /// Offers a finished run's worktree for reuse (see `RepoState::finished`).
-    pub fn finished(&self, repo: &RepoName, worktree: PathBuf) {
-        let state = self.state(repo);
+    pub fn finished(&self, prepared: &Prepared) {
+        let state = self.state(&prepared.repo);
         state
             .finished
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(worktree);
+            .push((prepared.dirs.worktree.clone(), prepared.admin.clone()));
         state.changed.notify_waiters();
     }
 
-    /// A finished worktree reset to `base` exactly as a fresh checkout would be (tracked files forced back,
-    /// everything untracked and ignored removed, HEAD detached so the run's branch is free) and moved to the
-    /// spares.
+    /// A finished worktree reset to `base` exactly as a fresh checkout would be (the agent's `.git` replaced by
+    /// pidevops's own link, tracked files forced back, everything untracked and ignored removed, HEAD detached so
+    /// the run's branch is free) and moved to the spares as a new directory: a process the run left (there should
+    /// be none) holding the old directory sees an empty one, never the next task's.
     async fn recycle(
         &self,
         state: &RepoState,
         git_dir: &str,
         repo: &RepoName,
         worktree: &Path,
+        admin: &Path,
         base: &str,
     ) -> Result<Spare, WorkspaceError> {
-        let cwd = Some(worktree);
-        self.run_git(
+        link_to_admin(worktree, admin).await?;
+        self.in_worktree(
             "resetting a finished worktree",
-            None,
+            admin,
+            worktree,
             &["checkout", "--quiet", "--force", "--detach", base],
-            cwd,
         )
         .await?;
-        self.run_git(
+        self.in_worktree(
             "cleaning a finished worktree",
-            None,
+            admin,
+            worktree,
             &["clean", "-ffdxq"],
-            cwd,
         )
         .await?;
         let status = self
-            .run_git(
+            .in_worktree(
                 "checking a finished worktree",
-                None,
+                admin,
+                worktree,
                 &["status", "--porcelain", "--ignored"],
-                cwd,
             )
             .await?;
         if !status.is_empty() {
@@ -477,16 +495,15 @@ impl Workspaces {
                     source,
                 })?;
         }
-        let (from, to) = (
-            worktree.to_string_lossy().into_owned(),
-            path.to_string_lossy().into_owned(),
-        );
+        move_into_new_directory(worktree, &path).await?;
+        link_to_admin(&path, admin).await?;
         {
             let _guard = state.lock.lock().await;
+            let to = path.to_string_lossy().into_owned();
             self.run_git(
                 "moving a finished worktree to the spares",
                 None,
-                &[git_dir, "worktree", "move", &from, &to],
+                &[git_dir, "worktree", "repair", &to],
                 None,
             )
             .await?;
@@ -494,13 +511,15 @@ impl Workspaces {
         Ok(Spare {
             path,
             commit: base.to_owned(),
+            admin: admin.to_owned(),
         })
     }
 
     /// `git worktree add` in two steps: the administrative part (the worktree list every git command of the
     /// repository reads) under the repository's lock, then the checkout of every file outside it, in the new
     /// worktree only. git does not make the first step safe against concurrent readers; the second is most of
-    /// the time and touches nothing shared.
+    /// the time and touches nothing shared. Returns the worktree's administrative directory, read from the link
+    /// git has just written (nobody else has touched the new worktree yet).
     async fn add_worktree(
         &self,
         state: &RepoState,
@@ -509,7 +528,7 @@ impl Workspaces {
         branch: Option<&str>,
         path: &Path,
         commit: &str,
-    ) -> Result<(), WorkspaceError> {
+    ) -> Result<PathBuf, WorkspaceError> {
         let path_str = path.to_string_lossy().into_owned();
         let mut args = vec![git_dir, "worktree", "add", "--quiet", "--no-checkout", head];
         args.extend(branch);
@@ -518,14 +537,16 @@ impl Workspaces {
             let _guard = state.lock.lock().await;
             self.run_git("adding a worktree", None, &args, None).await?;
         }
-        self.run_git(
+        let mirror = Path::new(git_dir.trim_start_matches("--git-dir="));
+        let admin = admin_of_new_worktree(path, mirror).await?;
+        self.in_worktree(
             "checking out the worktree",
-            None,
+            &admin,
+            path,
             &["reset", "--hard", "--quiet"],
-            Some(path),
         )
         .await?;
-        Ok(())
+        Ok(admin)
     }
 
     /// Where a new spare worktree of `repo` goes: `<root>/spares/<owner>/<name>/<uuid>`.
@@ -551,7 +572,8 @@ impl Workspaces {
     }
 
     /// A git command with a clean environment: no inherited `GIT_*`, no global or system config, no prompts, no
-    /// hooks, and the token (when the source needs it) as an HTTP header in git's own environment.
+    /// hooks, no fsmonitor, and the token (when the source needs it) as an HTTP header for the configured remote's
+    /// host only, in git's own environment.
     fn git(&self, source: Option<&RepoSource>) -> Command {
         let mut command = Command::new("git");
         command
@@ -559,6 +581,7 @@ impl Workspaces {
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", self.root.join(".home"))
             .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
             .env("GIT_TERMINAL_PROMPT", "0")
             .env("GIT_AUTHOR_NAME", "pidevops")
             .env("GIT_AUTHOR_EMAIL", "pidevops@localhost")
@@ -568,24 +591,50 @@ impl Workspaces {
                 "-c",
                 "core.hooksPath=/dev/null",
                 "-c",
+                "core.fsmonitor=false",
+                "-c",
                 "protocol.ext.allow=never",
             ])
             .stdin(Stdio::null())
             .kill_on_drop(true);
         // Callers check `needs_github_token` against a missing token first (`check_token`), with the repository
         // to name in the error.
-        if let (Some(_), Some(token)) = (source.filter(|s| s.needs_github_token()), &self.token) {
-            let basic = base64::engine::general_purpose::STANDARD
-                .encode(format!("x-access-token:{}", token.expose_secret()));
-            command
-                .env("GIT_CONFIG_COUNT", "1")
-                .env("GIT_CONFIG_KEY_0", "http.extraHeader")
-                .env(
-                    "GIT_CONFIG_VALUE_0",
-                    format!("Authorization: Basic {basic}"),
-                );
+        if let (Some(source), Some(token)) =
+            (source.filter(|s| s.needs_github_token()), &self.token)
+        {
+            // Scoped to the configured remote's origin: a redirect or a rewritten URL to any other host gets
+            // no credential.
+            if let Some(origin) = http_origin(&source.url) {
+                let basic = base64::engine::general_purpose::STANDARD
+                    .encode(format!("x-access-token:{}", token.expose_secret()));
+                command
+                    .env("GIT_CONFIG_COUNT", "2")
+                    .env("GIT_CONFIG_KEY_0", format!("http.{origin}/.extraHeader"))
+                    .env(
+                        "GIT_CONFIG_VALUE_0",
+                        format!("Authorization: Basic {basic}"),
+                    )
+                    .env("GIT_CONFIG_KEY_1", "http.followRedirects")
+                    .env("GIT_CONFIG_VALUE_1", "false");
+            }
         }
         command
+    }
+
+    /// A git command on one worktree, never discovered from it: pidevops's own administrative directory for it
+    /// and its files, named explicitly. What the agent left in the worktree (`.git`, config, hooks) is not read.
+    async fn in_worktree(
+        &self,
+        what: &str,
+        admin: &Path,
+        worktree: &Path,
+        args: &[&str],
+    ) -> Result<String, WorkspaceError> {
+        let git_dir = format!("--git-dir={}", admin.to_string_lossy());
+        let work_tree = format!("--work-tree={}", worktree.to_string_lossy());
+        let mut all = vec![git_dir.as_str(), work_tree.as_str()];
+        all.extend_from_slice(args);
+        self.run_git(what, None, &all, Some(worktree)).await
     }
 
     fn check_token(&self, repo: &RepoName, source: &RepoSource) -> Result<(), WorkspaceError> {
@@ -722,7 +771,7 @@ impl Workspaces {
                 .finished
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .retain(|path| !path.starts_with(&task_dir));
+                .retain(|(path, _)| !path.starts_with(&task_dir));
             // A first attempt (the common case) has nothing to remove: no git on the start path for it.
             if earlier_worktree_exists(&task_dir, run).await {
                 self.remove_task_worktrees(&git_dir, task, Some(run))
@@ -745,7 +794,7 @@ impl Workspaces {
         let spare = self
             .take_worktree(&state, &git_dir, repo, &base_commit)
             .await;
-        let mut ready = false;
+        let mut admin = None;
         if let Some(spare) = spare {
             let from = spare.path.to_string_lossy().into_owned();
             let moved = {
@@ -760,7 +809,7 @@ impl Workspaces {
             };
             let switched = match moved {
                 Ok(_) => {
-                    self.put_on_branch(&dirs.worktree, &branch, &spare.commit)
+                    self.put_on_branch(&dirs.worktree, &spare.admin, &branch, &spare.commit)
                         .await
                 }
                 Err(error) => Err(error),
@@ -768,7 +817,7 @@ impl Workspaces {
             match switched {
                 Ok(()) => {
                     metrics::counter!("pidevops_worktrees_total", "how" => "spare").increment(1);
-                    ready = true;
+                    admin = Some(spare.admin.clone());
                 }
                 Err(error) => {
                     tracing::warn!(%error, "a spare worktree could not be used; checking out a new one");
@@ -786,38 +835,92 @@ impl Workspaces {
                 }
             }
         }
-        if !ready {
-            // Whatever a failed reuse left at the path goes, or `worktree add` would refuse it.
-            if tokio::fs::try_exists(&dirs.worktree).await.unwrap_or(false) {
-                let _ = tokio::fs::remove_dir_all(&dirs.worktree).await;
-                let _guard = state.lock.lock().await;
-                let _ = self
-                    .run_git(
-                        "pruning worktrees",
-                        None,
-                        &[&git_dir, "worktree", "prune"],
-                        None,
-                    )
-                    .await;
+        let admin = match admin {
+            Some(admin) => admin,
+            None => {
+                // Whatever a failed reuse left at the path goes, or `worktree add` would refuse it.
+                if tokio::fs::try_exists(&dirs.worktree).await.unwrap_or(false) {
+                    let _ = tokio::fs::remove_dir_all(&dirs.worktree).await;
+                    let _guard = state.lock.lock().await;
+                    let _ = self
+                        .run_git(
+                            "pruning worktrees",
+                            None,
+                            &[&git_dir, "worktree", "prune"],
+                            None,
+                        )
+                        .await;
+                }
+                metrics::counter!("pidevops_worktrees_total", "how" => "checkout").increment(1);
+                self.add_worktree(
+                    &state,
+                    &git_dir,
+                    "-B",
+                    Some(branch.as_str()),
+                    &dirs.worktree,
+                    &base_commit,
+                )
+                .await?
             }
-            metrics::counter!("pidevops_worktrees_total", "how" => "checkout").increment(1);
-            self.add_worktree(
-                &state,
-                &git_dir,
-                "-B",
-                Some(branch.as_str()),
-                &dirs.worktree,
-                &base_commit,
-            )
-            .await?;
-        }
+        };
         Ok(Prepared {
             dirs,
             base_commit,
             branch,
             repo: repo.clone(),
             source: source.clone(),
+            admin,
         })
+    }
+
+    /// Gives the agent a repository of its own in its worktree, in place of the link to pidevops's: HEAD on the
+    /// task's branch at the base, an index of the checkout, its own objects with the mirror's borrowed read-only.
+    /// Its `git status`, `diff`, `log` and `commit` work; whatever it does there is never read by pidevops.
+    pub async fn hand_to_agent(&self, prepared: &Prepared) -> Result<(), WorkspaceError> {
+        let worktree = &prepared.dirs.worktree;
+        let dot_git = worktree.join(".git");
+        let io = |path: &Path| {
+            let path = path.to_owned();
+            move |source| WorkspaceError::Io { path, source }
+        };
+        remove_any(&dot_git).await.map_err(io(&dot_git))?;
+        let branch_ref = dot_git.join("refs/heads").join(prepared.branch.as_str());
+        let base_ref = dot_git
+            .join("refs/remotes/origin")
+            .join(&prepared.source.base);
+        for dir in [
+            dot_git.join("objects/info"),
+            dot_git.join("refs/tags"),
+            branch_ref.parent().unwrap_or(&dot_git).to_owned(),
+            base_ref.parent().unwrap_or(&dot_git).to_owned(),
+        ] {
+            tokio::fs::create_dir_all(&dir).await.map_err(io(&dir))?;
+        }
+        let files = [
+            (
+                dot_git.join("HEAD"),
+                format!("ref: refs/heads/{}\n", prepared.branch.as_str()),
+            ),
+            (
+                dot_git.join("config"),
+                "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n"
+                    .to_owned(),
+            ),
+            (
+                dot_git.join("objects/info/alternates"),
+                format!("{}\n", prepared.dirs.mirror.join("objects").display()),
+            ),
+            (branch_ref, format!("{}\n", prepared.base_commit)),
+            (base_ref, format!("{}\n", prepared.base_commit)),
+        ];
+        for (path, content) in files {
+            tokio::fs::write(&path, content).await.map_err(io(&path))?;
+        }
+        let index = dot_git.join("index");
+        tokio::fs::copy(prepared.admin.join("index"), &index)
+            .await
+            .map_err(io(&index))?;
+        Ok(())
     }
 
     /// Removes the worktrees git knows under `runs/<task>/`, except `keep`'s.
@@ -877,41 +980,61 @@ impl Workspaces {
         prepared: &Prepared,
         message: &str,
     ) -> Result<Option<String>, WorkspaceError> {
-        let cwd = Some(prepared.dirs.worktree.as_path());
-        self.run_git("staging the agent's changes", None, &["add", "--all"], cwd)
-            .await?;
+        let (admin, worktree) = (&prepared.admin, &prepared.dirs.worktree);
+        self.in_worktree(
+            "staging the agent's changes",
+            admin,
+            worktree,
+            &["add", "--all"],
+        )
+        .await?;
         let staged = self
-            .run_git(
+            .in_worktree(
                 "listing the agent's changes",
-                None,
+                admin,
+                worktree,
                 &["diff", "--cached", "--name-only"],
-                cwd,
             )
             .await?;
         if !staged.is_empty() {
-            self.run_git(
+            self.in_worktree(
                 "committing the agent's changes",
-                None,
+                admin,
+                worktree,
                 &["commit", "--quiet", "--no-verify", "-m", message],
-                cwd,
             )
             .await?;
         }
         let head = self
-            .run_git("reading HEAD", None, &["rev-parse", "HEAD"], cwd)
+            .in_worktree("reading HEAD", admin, worktree, &["rev-parse", "HEAD"])
             .await?;
         Ok((head != prepared.base_commit).then_some(head))
     }
 
-    /// Pushes the attempt's branch. Forced: each attempt starts again from the base, so it replaces the last.
-    pub async fn push(&self, prepared: &Prepared) -> Result<(), WorkspaceError> {
+    /// Pushes `commit` as the attempt's branch, from the mirror, to the configured URL. Forced: each attempt
+    /// starts again from the base, so it replaces the last.
+    pub async fn push(&self, prepared: &Prepared, commit: &str) -> Result<(), WorkspaceError> {
         self.check_token(&prepared.repo, &prepared.source)?;
-        let refspec = format!("+HEAD:refs/heads/{}", prepared.branch.as_str());
+        if commit.len() != 40 || !commit.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(WorkspaceError::Git {
+                what: format!("pushing {}", prepared.branch.as_str()),
+                detail: format!("{commit:?} is not a commit id"),
+            });
+        }
+        let refspec = format!("+{commit}:refs/heads/{}", prepared.branch.as_str());
+        let git_dir = format!("--git-dir={}", prepared.dirs.mirror.to_string_lossy());
         self.run_git(
             &format!("pushing {}", prepared.branch.as_str()),
             Some(&prepared.source),
-            &["push", "--quiet", "--", &prepared.source.url, &refspec],
-            Some(&prepared.dirs.worktree),
+            &[
+                &git_dir,
+                "push",
+                "--quiet",
+                "--",
+                &prepared.source.url,
+                &refspec,
+            ],
+            None,
         )
         .await?;
         Ok(())
@@ -1057,5 +1180,144 @@ async fn earlier_worktree_exists(task_dir: &Path, run: RunId) -> bool {
                 }
             }
         }
+    }
+}
+
+/// `scheme://host[:port]` of an http(s) URL, for scoping the credential; `None` for other transports.
+fn http_origin(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    if !matches!(scheme, "https" | "http") {
+        return None;
+    }
+    let authority = rest.split('/').next()?;
+    // Credentials in the URL itself are not ours to scope.
+    if authority.is_empty() || authority.contains('@') {
+        return None;
+    }
+    Some(format!("{scheme}://{authority}"))
+}
+
+/// The administrative directory a freshly added worktree links to, checked to be inside `mirror`'s `worktrees/`.
+async fn admin_of_new_worktree(worktree: &Path, mirror: &Path) -> Result<PathBuf, WorkspaceError> {
+    let link = worktree.join(".git");
+    let text = tokio::fs::read_to_string(&link)
+        .await
+        .map_err(|source| WorkspaceError::Io {
+            path: link.clone(),
+            source,
+        })?;
+    let admin = text
+        .strip_prefix("gitdir: ")
+        .map(|p| PathBuf::from(p.trim_end()))
+        .filter(|p| p.starts_with(mirror.join("worktrees")) && p.is_absolute())
+        .ok_or_else(|| WorkspaceError::Git {
+            what: "adding a worktree".to_owned(),
+            detail: format!("{} does not link into {}", link.display(), mirror.display()),
+        })?;
+    Ok(admin)
+}
+
+/// Puts pidevops's own link back in a worktree, whatever the agent made of `.git` (a directory, a file, a link).
+async fn link_to_admin(worktree: &Path, admin: &Path) -> Result<(), WorkspaceError> {
+    let link = worktree.join(".git");
+    let io = |source| WorkspaceError::Io {
+        path: link.clone(),
+        source,
+    };
+    remove_any(&link).await.map_err(io)?;
+    tokio::fs::write(&link, format!("gitdir: {}\n", admin.display()))
+        .await
+        .map_err(io)
+}
+
+/// Removes a file, a symbolic link (not what it points to) or a directory tree, if there is one.
+async fn remove_any(path: &Path) -> std::io::Result<()> {
+    match tokio::fs::symlink_metadata(path).await {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+        Ok(meta) if meta.is_dir() => tokio::fs::remove_dir_all(path).await,
+        Ok(_) => tokio::fs::remove_file(path).await,
+    }
+}
+
+/// Moves every entry of `from` into a new directory `to` and removes `from`: the same files under a directory
+/// with a new inode.
+async fn move_into_new_directory(from: &Path, to: &Path) -> Result<(), WorkspaceError> {
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| WorkspaceError::Io { path, source }
+    };
+    tokio::fs::create_dir(to).await.map_err(io(to))?;
+    let mut entries = tokio::fs::read_dir(from).await.map_err(io(from))?;
+    while let Some(entry) = entries.next_entry().await.map_err(io(from))? {
+        let target = to.join(entry.file_name());
+        tokio::fs::rename(entry.path(), &target)
+            .await
+            .map_err(io(&target))?;
+    }
+    tokio::fs::remove_dir(from).await.map_err(io(from))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_credential_is_scoped_to_the_configured_origin() {
+        assert_eq!(
+            http_origin("https://github.com/acme/app.git").as_deref(),
+            Some("https://github.com")
+        );
+        assert_eq!(
+            http_origin("http://127.0.0.1:8080/acme/app.git").as_deref(),
+            Some("http://127.0.0.1:8080")
+        );
+        assert_eq!(http_origin("file:///srv/git/app.git"), None);
+        assert_eq!(http_origin("git@github.com:acme/app.git"), None);
+        assert_eq!(http_origin("https://user:pw@github.com/acme/app.git"), None);
+    }
+
+    #[test]
+    fn our_git_reads_no_global_or_system_config_and_sends_the_token_only_to_its_host() {
+        let root = tempfile::tempdir().unwrap();
+        let workspaces =
+            Workspaces::new(root.path(), Some("ghp_secret".to_owned().into())).unwrap();
+        let source = RepoSource {
+            url: "https://github.com/acme/app.git".to_owned(),
+            base: "main".to_owned(),
+        };
+        let command = workspaces.git(Some(&source));
+        let env: HashMap<String, String> = command
+            .as_std()
+            .get_envs()
+            .filter_map(|(k, v)| Some((k.to_str()?.to_owned(), v?.to_str()?.to_owned())))
+            .collect();
+        assert_eq!(env["GIT_CONFIG_NOSYSTEM"], "1");
+        assert_eq!(env["GIT_CONFIG_GLOBAL"], "/dev/null");
+        assert_eq!(
+            env["GIT_CONFIG_KEY_0"],
+            "http.https://github.com/.extraHeader"
+        );
+        assert!(env["GIT_CONFIG_VALUE_0"].starts_with("Authorization: Basic "));
+        assert_eq!(env["GIT_CONFIG_KEY_1"], "http.followRedirects");
+        assert_eq!(env["GIT_CONFIG_VALUE_1"], "false");
+        let args: Vec<String> = command
+            .as_std()
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        for setting in ["core.hooksPath=/dev/null", "core.fsmonitor=false"] {
+            assert!(args.contains(&setting.to_owned()), "{args:?}");
+        }
+        // No token for a source that does not need one.
+        let local = RepoSource {
+            url: "file:///srv/git/app.git".to_owned(),
+            base: "main".to_owned(),
+        };
+        let command = workspaces.git(Some(&local));
+        assert!(!command
+            .as_std()
+            .get_envs()
+            .any(|(k, _)| k.to_string_lossy().starts_with("GIT_CONFIG_KEY")));
     }
 }
