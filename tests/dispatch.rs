@@ -902,3 +902,110 @@ echo "$title" > "done-$title""#,
     );
     app.stop().await;
 }
+
+/// Where nothing can contain agents, `containment = "required"` (the default) leaves the dispatcher unarmed with
+/// the reason, so `/health` fails; `"best-effort"` runs them, and `/health` says they run uncontained.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_containment_the_dispatcher_is_unarmed_unless_best_effort_is_chosen() {
+    use pidevops::dispatch::sandbox::{pin, Containment};
+    // This host has bubblewrap and Landlock; a host with neither is what the pinned name answers.
+    const NOTHING: &str = "no-containment-on-this-host";
+    let path = std::env::var("PATH").unwrap_or_default();
+    pin(
+        NOTHING,
+        Some(path.as_str()),
+        Containment::None {
+            why: "bubblewrap cannot run and this kernel has no Landlock".into(),
+        },
+    );
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let script = agent(scratch.path(), "ok.sh", "echo x > CHANGES.md");
+    let db = TestDb::sqlite();
+    let mut file = dispatch_file(&remote, &script, "");
+    file["dispatch"]
+        .as_table_mut()
+        .unwrap()
+        .insert("bwrap".into(), toml::Value::from(NOTHING));
+    let app = spawn(&db, file.clone(), &scratch.path().join("ws")).await;
+    let (status, health) = app.health().await;
+    assert_eq!(status, 503, "{health}");
+    assert_eq!(health["loops"]["dispatcher"]["state"], "unarmed");
+    let reason = health["loops"]["dispatcher"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("nothing can contain agents")
+            && reason.contains("containment = \"best-effort\""),
+        "{reason}"
+    );
+    app.stop().await;
+
+    file["dispatch"]
+        .as_table_mut()
+        .unwrap()
+        .insert("containment".into(), toml::Value::from("best-effort"));
+    let app = spawn(&db, file, &scratch.path().join("ws")).await;
+    let id = create_task(&app, "Run without a sandbox").await;
+    in_review(&app, id).await;
+    let (status, health) = app.health().await;
+    assert_eq!(status, 200, "{health}");
+    assert_eq!(
+        health["loops"]["dispatcher"]["detail"]["containment"],
+        "none"
+    );
+    app.stop().await;
+}
+
+/// A spec longer than one command-line argument may be: the presets' way (stdin) runs it whole; a profile that
+/// puts `{prompt}` in its argv is refused before any attempt, with the way out, instead of failing with E2BIG.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_long_spec_runs_on_stdin_and_an_argv_profile_refuses_it_without_spending_an_attempt() {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path();
+    let script = agent(
+        dir,
+        "counts.sh",
+        "wc -c | tr -d ' ' > stdin-bytes.txt\necho x > CHANGES.md",
+    );
+    let mut file = dispatch_file(&remote, &script, "stdin = \"prompt\"");
+    let agents = file["agents"].as_table_mut().unwrap();
+    agents.insert(
+        "argv".into(),
+        toml::toml! { command = ["placeholder", "{prompt}"] }.into(),
+    );
+    agents["argv"]["command"].as_array_mut().unwrap()[0] = script.display().to_string().into();
+    let db = TestDb::sqlite();
+    let app = spawn(&db, file, &dir.join("ws")).await;
+    // 60,000 two-byte characters: 120,000 bytes, over Linux's 128 KiB per argument once the prompt's frame is added.
+    let long = "é".repeat(60_000);
+    let piped = create_task_with(&app, &long, None).await;
+    let refused = create_task_with(&app, &long, Some("argv")).await;
+
+    in_review(&app, piped).await;
+    let bytes: usize = remote
+        .show(&format!("pidevops/{piped}"), "stdin-bytes.txt")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(bytes > 120_000, "the agent read {bytes} bytes on stdin");
+
+    within(Duration::from_secs(30), "the argv task flagged", || async {
+        task_row(&app, refused)
+            .await
+            .is_some_and(|row| row.needs_human)
+    })
+    .await;
+    let row = task_row(&app, refused).await.unwrap();
+    let reason = row.needs_human_reason.as_deref().unwrap();
+    assert!(
+        reason.contains("command-line argument") && reason.contains("stdin = \"prompt\""),
+        "{reason}"
+    );
+    assert_eq!(
+        (row.attempts, row.column),
+        (0, Column::Todo),
+        "no attempt spent"
+    );
+    app.stop().await;
+}
