@@ -88,6 +88,20 @@ pub enum AppendError {
         expected: i64,
         actual: i64,
     },
+    /// A pinned key ([`NewEvent::pinned`]) already stored with another body: the same delivery id carrying
+    /// other content is a lie, so it is refused rather than answered as a duplicate. Digests only, never bodies.
+    #[error(
+        "{provider} delivery {dedup_key} is already stored (position {position}) with a different body: \
+         stored sha256 {stored}, received sha256 {received}"
+    )]
+    DifferentBody {
+        provider: Source,
+        dedup_key: String,
+        event_id: Uuid,
+        position: i64,
+        stored: String,
+        received: String,
+    },
     #[error("the event log is unavailable: {0}")]
     Unavailable(String),
     #[error("the event log did not commit within {0:?}")]
@@ -115,6 +129,13 @@ pub enum StoreError {
 #[derive(Debug)]
 pub(crate) enum BatchOutcome {
     Appended(Appended),
+    /// The key is stored (or inserted earlier in the batch) with another pinned body: the stored event and its
+    /// digest.
+    DifferentBody {
+        event_id: Uuid,
+        position: i64,
+        stored: [u8; 32],
+    },
     Conflict {
         stream: String,
         expected: i64,
@@ -506,6 +527,18 @@ async fn commit_batch(
                         expected,
                         actual,
                     }),
+                    BatchOutcome::DifferentBody {
+                        event_id,
+                        position,
+                        stored,
+                    } => Err(AppendError::DifferentBody {
+                        provider: event.source,
+                        dedup_key: event.dedup_key.clone(),
+                        event_id,
+                        position,
+                        stored: hex::encode(stored),
+                        received: event.body_digest.map(hex::encode).unwrap_or_default(),
+                    }),
                 };
                 let _ = reply.send(answer);
             }
@@ -528,16 +561,35 @@ async fn commit_batch(
     }
 }
 
+/// A stored `body_digest` column: NULL, or exactly 32 bytes.
+pub(crate) fn parse_digest(
+    position: i64,
+    bytes: Option<Vec<u8>>,
+) -> Result<Option<[u8; 32]>, StoreError> {
+    bytes
+        .map(|b| {
+            <[u8; 32]>::try_from(b.as_slice()).map_err(|_| StoreError::Corrupt {
+                position,
+                reason: format!("body_digest is {} bytes, not 32", b.len()),
+            })
+        })
+        .transpose()
+}
+
+/// A key's stored event as `plan_batch` needs it: id, position and body digest (if pinned).
+pub(crate) type KeyHolder = (Uuid, i64, Option<[u8; 32]>);
+
 /// Decides, under the writer lock, the outcome of each event exactly as if the events were appended one at a time,
-/// in order: a key already stored (in the log or earlier in this batch) is a duplicate of that event; an event on
-/// a stream must carry the stream's version + 1; anything else takes the next position.
+/// in order: a key already stored (in the log or earlier in this batch) is a duplicate of that event, unless both
+/// carry a body digest and the digests differ (then it is refused as a different body, and nothing is written for
+/// it); an event on a stream must carry the stream's version + 1; anything else takes the next position.
 ///
-/// `existing(i)` is the stored `(id, position)` for event i's key, `stream_head(name)` the stream's version in the
-/// log. Returns the outcomes and the events to insert with their positions, in order. The Postgres backend does
-/// the same in `pidevops_append`; the conformance suite holds both to it.
+/// `existing(i)` is the stored `(id, position, body digest)` for event i's key, `stream_head(name)` the stream's
+/// version in the log. Returns the outcomes and the events to insert with their positions, in order. The Postgres
+/// backend does the same in `pidevops_append`; the conformance suite holds both to it.
 pub(crate) fn plan_batch(
     events: &[NewEvent],
-    mut existing: impl FnMut(usize) -> Option<(Uuid, i64)>,
+    mut existing: impl FnMut(usize) -> Option<KeyHolder>,
     mut stream_head: impl FnMut(&str) -> i64,
     head: i64,
 ) -> (Vec<BatchOutcome>, Vec<(usize, i64)>) {
@@ -545,16 +597,28 @@ pub(crate) fn plan_batch(
     let mut outcomes = Vec::with_capacity(events.len());
     let mut inserts = Vec::new();
     let mut next = head;
-    let mut inserted: HashMap<(Source, &str), (Uuid, i64)> = HashMap::new();
+    let mut inserted: HashMap<(Source, &str), KeyHolder> = HashMap::new();
     let mut heads: HashMap<&str, i64> = HashMap::new();
     for (i, event) in events.iter().enumerate() {
         let key = (event.source, event.dedup_key.as_str());
-        if let Some((event_id, position)) = inserted.get(&key).copied().or_else(|| existing(i)) {
-            outcomes.push(BatchOutcome::Appended(Appended {
-                event_id,
-                position,
-                duplicate: true,
-            }));
+        if let Some((event_id, position, digest)) =
+            inserted.get(&key).copied().or_else(|| existing(i))
+        {
+            outcomes.push(match (digest, event.body_digest) {
+                // Rows without a digest (older ones, unpinned keys) keep deduplicating as they always did.
+                (Some(stored), Some(received)) if stored != received => {
+                    BatchOutcome::DifferentBody {
+                        event_id,
+                        position,
+                        stored,
+                    }
+                }
+                _ => BatchOutcome::Appended(Appended {
+                    event_id,
+                    position,
+                    duplicate: true,
+                }),
+            });
             continue;
         }
         if let Some((stream, version)) = &event.stream {
@@ -573,7 +637,7 @@ pub(crate) fn plan_batch(
         }
         next += 1;
         inserts.push((i, next));
-        inserted.insert(key, (event.id, next));
+        inserted.insert(key, (event.id, next, event.body_digest));
         outcomes.push(BatchOutcome::Appended(Appended {
             event_id: event.id,
             position: next,
@@ -612,6 +676,7 @@ mod tests {
             .map(|o| match o {
                 BatchOutcome::Appended(a) => (a.position, a.duplicate),
                 BatchOutcome::Conflict { .. } => (-1, false),
+                BatchOutcome::DifferentBody { .. } => (-2, false),
             })
             .collect()
     }
@@ -650,8 +715,12 @@ mod tests {
     fn a_key_already_stored_returns_the_original() {
         let original = Uuid::now_v7();
         let events = vec![event("old"), event("new")];
-        let (outcomes, inserts) =
-            plan_batch(&events, |i| (i == 0).then_some((original, 7)), |_| 0, 10);
+        let (outcomes, inserts) = plan_batch(
+            &events,
+            |i| (i == 0).then_some((original, 7, None)),
+            |_| 0,
+            10,
+        );
         assert_eq!(positions(&outcomes), vec![(7, true), (11, false)]);
         assert_eq!(inserts, vec![(1, 11)]);
     }
@@ -681,5 +750,60 @@ mod tests {
             } => assert_eq!((*expected, *actual), (4, 4)),
             other => panic!("{other:?}"),
         }
+    }
+
+    fn pinned(key: &str, body: &'static [u8]) -> NewEvent {
+        let mut e = event(key);
+        e.body = Bytes::from_static(body);
+        e.pinned()
+    }
+
+    #[test]
+    fn a_pinned_key_with_another_body_is_refused_not_a_duplicate() {
+        let events = vec![
+            pinned("a", b"1"),
+            pinned("a", b"1"),
+            pinned("a", b"2"),
+            pinned("b", b"3"),
+        ];
+        let (outcomes, inserts) = plan_batch(&events, |_| None, |_| 0, 0);
+        assert_eq!(
+            positions(&outcomes),
+            vec![(1, false), (1, true), (-2, false), (2, false)]
+        );
+        assert_eq!(inserts, vec![(0, 1), (3, 2)]);
+        let BatchOutcome::DifferentBody {
+            event_id,
+            position,
+            stored,
+        } = &outcomes[2]
+        else {
+            panic!("{:?}", outcomes[2]);
+        };
+        assert_eq!((*event_id, *position), (events[0].id, 1));
+        assert_eq!(Some(*stored), events[0].body_digest);
+    }
+
+    #[test]
+    fn a_key_stored_without_a_digest_or_appended_unpinned_stays_a_duplicate() {
+        let original = Uuid::now_v7();
+        let digest = pinned("x", b"1").body_digest;
+        let events = vec![
+            pinned("legacy", b"2"),
+            event("unpinned"),
+            pinned("same", b"1"),
+        ];
+        let (outcomes, inserts) = plan_batch(
+            &events,
+            |i| match i {
+                0 => Some((original, 3, None)),
+                1 => Some((original, 4, digest)),
+                _ => Some((original, 5, digest)),
+            },
+            |_| 0,
+            10,
+        );
+        assert_eq!(positions(&outcomes), vec![(3, true), (4, true), (5, true)]);
+        assert!(inserts.is_empty());
     }
 }
