@@ -313,6 +313,16 @@ pub struct AppenderStats {
     events: AtomicU64,
     /// The highest position this process committed; live readers (SSE) wake on it instead of polling fast.
     committed: watch::Sender<i64>,
+    /// Set when a batch fails in the store, cleared by the next batch that commits: while set, `/health` fails
+    /// (a database that answers pings but cannot commit, a full disk, is not healthy).
+    failing: std::sync::Mutex<Option<AppendFailure>>,
+}
+
+/// Appends are failing: since when (the first failure of this run of failures) and the latest error.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct AppendFailure {
+    pub since: DateTime<Utc>,
+    pub error: String,
 }
 
 impl Default for AppenderStats {
@@ -321,6 +331,7 @@ impl Default for AppenderStats {
             transactions: AtomicU64::default(),
             events: AtomicU64::default(),
             committed: watch::channel(0).0,
+            failing: std::sync::Mutex::default(),
         }
     }
 }
@@ -334,6 +345,31 @@ impl AppenderStats {
     /// Append requests answered from committed batches (new events and duplicates).
     pub fn events(&self) -> u64 {
         self.events.load(Ordering::Relaxed)
+    }
+
+    /// `Some` while the latest batch failed in the store (none has committed since).
+    pub fn failing(&self) -> Option<AppendFailure> {
+        self.failing_slot().clone()
+    }
+
+    fn failing_slot(&self) -> std::sync::MutexGuard<'_, Option<AppendFailure>> {
+        // Only ever assigned whole, so a panic elsewhere cannot leave it half written.
+        self.failing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn record_commit(&self) {
+        let mut failing = self.failing_slot();
+        if let Some(failure) = failing.take() {
+            tracing::info!(since = %failure.since, "appends commit again");
+        }
+    }
+
+    fn record_failure(&self, error: String) {
+        let mut failing = self.failing_slot();
+        let since = failing.as_ref().map_or_else(Utc::now, |f| f.since);
+        *failing = Some(AppendFailure { since, error });
     }
 }
 
@@ -409,6 +445,24 @@ impl EventLog {
     /// by other replicas do not show here: readers also poll, more slowly.
     pub fn committed(&self) -> watch::Receiver<i64> {
         self.stats.committed.subscribe()
+    }
+
+    /// While appends are failing, tries one small real append (an `eventlog.recovered` record naming when the
+    /// failures began), so a quiet service learns by itself that the store commits again and `/health` recovers
+    /// without waiting for traffic. Does nothing while appends succeed. The heartbeat calls it.
+    pub async fn probe_if_failing(&self) -> Result<(), AppendError> {
+        let Some(failure) = self.stats.failing() else {
+            return Ok(());
+        };
+        let body = serde_json::json!({ "failing_since": failure.since });
+        let record = NewEvent::new(
+            Source::Pidevops,
+            crate::domain::EventType::from_stored("eventlog.recovered".to_owned()),
+            format!("eventlog-recovered:{}", Uuid::now_v7()),
+            "application/json",
+            bytes::Bytes::from(body.to_string()),
+        );
+        self.append(record).await.map(|_| ())
     }
 
     /// Appends one event and returns only once it is durably committed (or known to be a duplicate).
@@ -489,6 +543,7 @@ async fn commit_batch(
     metrics::histogram!("pidevops_append_batch_size").record(events.len() as f64);
     match result {
         Ok(Ok(outcomes)) => {
+            stats.record_commit();
             stats.transactions.fetch_add(1, Ordering::Relaxed);
             stats
                 .events
@@ -546,6 +601,7 @@ async fn commit_batch(
         Ok(Err(error)) => {
             tracing::warn!(error = %error, events = events.len(), "append batch failed; nothing was committed");
             metrics::counter!("pidevops_append_failures_total").increment(1);
+            stats.record_failure(error.to_string());
             for reply in replies {
                 let _ = reply.send(Err(AppendError::Unavailable(error.to_string())));
             }

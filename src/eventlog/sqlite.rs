@@ -9,7 +9,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::Row;
+use sqlx::{Connection, Row};
 use uuid::Uuid;
 
 use super::{plan_batch, BatchOutcome, Bodies, StoreError, StoredEvent};
@@ -87,6 +87,22 @@ impl SqliteStore {
             match SqlitePoolOptions::new()
                 .max_connections(max_connections)
                 .acquire_timeout(Duration::from_secs(3))
+                // A failed COMMIT (SQLITE_FULL, SQLITE_IOERR) can make SQLite roll the transaction back by itself;
+                // sqlx's own ROLLBACK then fails and it goes on counting the transaction open, so every later
+                // BEGIN on that connection fails ("non-zero transaction depth") long after the disk has room
+                // again. An idle connection (already pinged, so any queued rollback has run) that still counts
+                // one is closed instead of handed out; the pool opens a fresh one.
+                .before_acquire(|conn, _| {
+                    Box::pin(async move {
+                        let clean = !conn.is_in_transaction();
+                        if !clean {
+                            tracing::warn!(
+                                "discarding a SQLite connection left inside a failed transaction"
+                            );
+                        }
+                        Ok(clean)
+                    })
+                })
                 .connect_with(options.clone())
                 .await
             {
