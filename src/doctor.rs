@@ -38,7 +38,7 @@ pub fn plan(settings: &Settings) -> Vec<PlannedLoop> {
             state: LoopState::Armed,
             reason: None,
             interval: settings.heartbeat_interval,
-            what: "a database round trip, so an outage shows in /health and /metrics even with no traffic",
+            what: "a database round trip (and, while appends fail, one probe append), so an outage or a full disk shows in /health and /metrics, and its end too, even with no traffic",
         },
         match settings.nats_url {
             Some(_) => PlannedLoop {

@@ -151,7 +151,7 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
                 let spec = LoopSpec::new(&name, planned.interval, settings.loop_startup_delay);
                 let mut first_detail: Option<serde_json::Value> = None;
                 let job = match name.as_str() {
-                    HEARTBEAT_LOOP => Job::Heartbeat(store.clone()),
+                    HEARTBEAT_LOOP => Job::Heartbeat(log.clone()),
                     RELAY => Job::Relay(relay.clone()),
                     METRICS_UPKEEP_LOOP => Job::MetricsUpkeep(metrics.clone()),
                     LEASES_LOOP => Job::Leases(leases.clone()),
@@ -413,7 +413,7 @@ async fn start_at_head(store: &EventStore, name: &str) -> anyhow::Result<()> {
 
 /// What a loop does on each tick.
 enum Job {
-    Heartbeat(EventStore),
+    Heartbeat(EventLog),
     Relay(Arc<Relay>),
     MetricsUpkeep(metrics_exporter_prometheus::PrometheusHandle),
     Leases(Leases),
@@ -435,7 +435,7 @@ impl Job {
     /// relay's growing lag is the news).
     async fn run(&self) -> (Option<serde_json::Value>, anyhow::Result<Pace>) {
         match self {
-            Self::Heartbeat(store) => (None, heartbeat(store).await.map(|()| Pace::Rest)),
+            Self::Heartbeat(log) => (None, heartbeat(log).await.map(|()| Pace::Rest)),
             Self::Relay(relay) => {
                 let result = relay
                     .tick()
@@ -624,16 +624,18 @@ pub fn run_queue_config() -> crate::bus::work::WorkQueueConfig {
     }
 }
 
-async fn heartbeat(store: &EventStore) -> anyhow::Result<()> {
+async fn heartbeat(log: &EventLog) -> anyhow::Result<()> {
     let started = Instant::now();
-    let result = tokio::time::timeout(Duration::from_secs(5), store.ping()).await;
+    let result = tokio::time::timeout(Duration::from_secs(5), log.store().ping()).await;
     let up = matches!(result, Ok(Ok(())));
     metrics::gauge!("pidevops_database_up").set(if up { 1.0 } else { 0.0 });
     match result {
         Ok(Ok(())) => {
             metrics::histogram!("pidevops_database_ping_seconds")
                 .record(started.elapsed().as_secs_f64());
-            Ok(())
+            log.probe_if_failing()
+                .await
+                .context("the database answers but appends still fail")
         }
         Ok(Err(e)) => Err(e).context("database round trip failed"),
         Err(_) => anyhow::bail!("database round trip took longer than 5 s"),

@@ -21,6 +21,9 @@ per_backend!(
     migrations_are_idempotent_and_safe_to_race,
     the_log_is_append_only,
     reads_page_in_position_order,
+    a_pinned_key_with_the_same_body_is_a_duplicate_and_another_body_is_refused,
+    keys_stored_unpinned_keep_deduplicating_on_the_key_alone,
+    concurrent_mixed_batches_decide_as_one_at_a_time,
 );
 
 async fn open(db: &TestDb) -> (EventStore, EventLog, CancellationToken) {
@@ -48,6 +51,11 @@ fn event(source: Source, key: &str, body: &[u8]) -> NewEvent {
     e.meta
         .insert("x-github-delivery".into(), serde_json::json!(key));
     e
+}
+
+fn sha256_hex(body: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(body))
 }
 
 fn streamed(stream: &str, version: i64) -> NewEvent {
@@ -481,4 +489,201 @@ async fn postgres_appends_and_reads_never_scan_the_whole_log() {
         last.0, baseline.0,
         "no sequential scan of events: {baseline:?} -> {last:?}"
     );
+}
+
+async fn a_pinned_key_with_the_same_body_is_a_duplicate_and_another_body_is_refused(db: TestDb) {
+    let (store, log, _stop) = open(&db).await;
+    let original = log
+        .append(event(Source::Github, "d-1", b"{\"n\":1}").pinned())
+        .await
+        .unwrap();
+    let again = log
+        .append(event(Source::Github, "d-1", b"{\"n\":1}").pinned())
+        .await
+        .unwrap();
+    assert!(again.duplicate);
+    assert_eq!(
+        (again.event_id, again.position),
+        (original.event_id, original.position)
+    );
+
+    let refused = log
+        .append(event(Source::Github, "d-1", b"{\"n\":2}").pinned())
+        .await;
+    match refused {
+        Err(AppendError::DifferentBody {
+            provider,
+            dedup_key,
+            event_id,
+            position,
+            stored,
+            received,
+        }) => {
+            assert_eq!((provider, dedup_key.as_str()), (Source::Github, "d-1"));
+            assert_eq!((event_id, position), (original.event_id, original.position));
+            assert_eq!(stored, sha256_hex(b"{\"n\":1}"));
+            assert_eq!(received, sha256_hex(b"{\"n\":2}"));
+        }
+        other => panic!("a different body under a stored delivery id is refused: {other:?}"),
+    }
+    // Refused, and nothing else changed: one event, the first body, no position taken.
+    assert_eq!(store.count_by_key(Source::Github, "d-1").await.unwrap(), 1);
+    assert_eq!(store.head().await.unwrap(), 1);
+    let stored = store.get(original.event_id).await.unwrap().unwrap();
+    assert_eq!(stored.body, b"{\"n\":1}".to_vec());
+    // Another source's same key is another key.
+    let other_source = log
+        .append(event(Source::Telegram, "d-1", b"{\"n\":2}").pinned())
+        .await
+        .unwrap();
+    assert_eq!((other_source.position, other_source.duplicate), (2, false));
+    // An unpinned append under a pinned key is first-writer-wins, as internal keys always were.
+    let unpinned = log
+        .append(event(Source::Github, "d-1", b"{\"n\":3}"))
+        .await
+        .unwrap();
+    assert!(unpinned.duplicate);
+    assert_eq!(unpinned.event_id, original.event_id);
+}
+
+async fn keys_stored_unpinned_keep_deduplicating_on_the_key_alone(db: TestDb) {
+    let (store, log, _stop) = open(&db).await;
+    // Rows written before digests existed have none, exactly like an unpinned append's.
+    let legacy = log
+        .append(event(Source::Github, "legacy", b"{\"n\":1}"))
+        .await
+        .unwrap();
+    let pinned_later = log
+        .append(event(Source::Github, "legacy", b"{\"n\":2}").pinned())
+        .await
+        .unwrap();
+    assert!(pinned_later.duplicate);
+    assert_eq!(pinned_later.event_id, legacy.event_id);
+    assert_eq!(store.head().await.unwrap(), 1);
+}
+
+/// Many writers on two appenders (two replicas) send pinned same-body, pinned other-body and unpinned appends
+/// under a few keys, and stream appends racing for the same versions. Whatever batches form, each answer must be
+/// what appending one at a time would give against the event that won its key.
+async fn concurrent_mixed_batches_decide_as_one_at_a_time(db: TestDb) {
+    let (store, log, _stop) = open(&db).await;
+    let (_store2, log2, _stop2) = open(&db).await;
+    // Several rounds: how the requests fall into batches varies, and each round is another chance for a key's
+    // rivals to meet inside one batch (decided in memory) rather than across batches (decided against the log).
+    let mut head = 0;
+    for round in 0..5 {
+        head = mixed_round(&store, &log, &log2, round, head).await;
+    }
+}
+
+async fn mixed_round(
+    store: &EventStore,
+    log: &EventLog,
+    log2: &EventLog,
+    round: usize,
+    head_before: i64,
+) -> i64 {
+    const KEYS: usize = 6;
+    let bodies: [&[u8]; 2] = [b"{\"body\":\"a\"}", b"{\"body\":\"b\"}"];
+    let mut tasks = Vec::new();
+    for i in 0..96usize {
+        let log = if i % 2 == 0 {
+            log.clone()
+        } else {
+            log2.clone()
+        };
+        let key = format!("mixed-{round}-{}", i % KEYS);
+        // 0: pinned body a, 1: pinned body b, 2: unpinned body b, 3: a stream append.
+        let kind = (i / KEYS) % 4;
+        let e = match kind {
+            0 => event(Source::Github, &key, bodies[0]).pinned(),
+            1 => event(Source::Github, &key, bodies[1]).pinned(),
+            2 => event(Source::Github, &key, bodies[1]),
+            _ => {
+                let mut e = streamed(&format!("task:T-mixed-{round}"), 1 + (i % 3) as i64);
+                e.dedup_key = format!("stream-{round}-{i}");
+                e
+            }
+        };
+        tasks.push(tokio::spawn(async move {
+            let pinned = kind < 2;
+            let body = e.body.to_vec();
+            let id = e.id;
+            let key = e.dedup_key.clone();
+            (key, kind, pinned, body, id, log.append(e).await)
+        }));
+    }
+    let mut answers = Vec::new();
+    for t in tasks {
+        answers.push(t.await.unwrap());
+    }
+
+    let mut winners = std::collections::HashMap::new();
+    for (key, kind, pinned, body, id, answer) in &answers {
+        if *kind == 3 {
+            continue;
+        }
+        if let Ok(a) = answer {
+            if !a.duplicate {
+                assert_eq!(a.event_id, *id);
+                assert!(
+                    winners
+                        .insert(key.clone(), (*id, a.position, *pinned, body.clone()))
+                        .is_none(),
+                    "one new event per key: {key}"
+                );
+            }
+        }
+    }
+    assert_eq!(winners.len(), KEYS, "every key stored once");
+    for (key, kind, pinned, body, _id, answer) in &answers {
+        if *kind == 3 {
+            continue;
+        }
+        let (won_id, won_position, won_pinned, won_body) = &winners[key];
+        assert_eq!(store.count_by_key(Source::Github, key).await.unwrap(), 1);
+        let stored = store.get(*won_id).await.unwrap().unwrap();
+        assert_eq!(&stored.body, won_body, "the winner's body is the record");
+        let differs = *won_pinned && *pinned && won_body != body;
+        match answer {
+            Ok(a) => {
+                assert!(!differs, "{key}: another pinned body answered as {a:?}");
+                assert_eq!((a.event_id, a.position), (*won_id, *won_position));
+            }
+            Err(AppendError::DifferentBody {
+                event_id,
+                position,
+                stored,
+                received,
+                ..
+            }) => {
+                assert!(differs, "{key}: refused without a difference");
+                assert_eq!((*event_id, *position), (*won_id, *won_position));
+                assert_eq!(stored, &sha256_hex(won_body));
+                assert_eq!(received, &sha256_hex(body));
+            }
+            Err(other) => panic!("{key}: {other:?}"),
+        }
+    }
+    // Stream appends: exactly one per version wins, in order, and each loser was told the version it met.
+    let stream = store
+        .read_stream(&format!("task:T-mixed-{round}"))
+        .await
+        .unwrap();
+    let versions: Vec<i64> = stream.iter().filter_map(|e| e.stream_version).collect();
+    assert_eq!(versions, (1..=versions.len() as i64).collect::<Vec<_>>());
+    assert!(!versions.is_empty());
+    for (_, kind, _, _, _, answer) in &answers {
+        if *kind == 3 {
+            assert!(
+                matches!(answer, Ok(a) if !a.duplicate)
+                    || matches!(answer, Err(AppendError::Conflict { .. })),
+                "{answer:?}"
+            );
+        }
+    }
+    // Gap-free: the head moved by exactly the keys and stream events stored.
+    let head = store.head().await.unwrap();
+    assert_eq!(head, head_before + (KEYS + versions.len()) as i64);
+    head
 }

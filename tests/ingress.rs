@@ -17,6 +17,7 @@ per_backend!(
     oversized_bodies_are_refused_with_413,
     malformed_deliveries_get_400_and_change_nothing,
     the_admin_api_serves_events_behind_the_token,
+    a_redelivered_id_with_another_signed_body_is_refused_and_recorded,
 );
 
 async fn json(response: reqwest::Response) -> (u16, Value) {
@@ -560,4 +561,87 @@ async fn get_plain(app: &TestApp, path: &str, token: Option<&str>) -> reqwest::R
         request = request.bearer_auth(token);
     }
     request.send().await.unwrap()
+}
+
+/// A delivery id already stored, redelivered with other bytes that are validly signed (a leaked secret, or a
+/// sender bug): 409 naming both digests, recorded once as `ingress.conflict`, and the stored event untouched.
+async fn a_redelivered_id_with_another_signed_body_is_refused_and_recorded(db: TestDb) {
+    use sha2::{Digest, Sha256};
+    let app = TestApp::spawn(common::settings(&db)).await;
+    let body = br#"{"action":"opened","issue":{"number":7,"title":"real"},"repository":{"full_name":"acme/billing"}}"#;
+    let tampered = br#"{"action":"opened","issue":{"number":7,"title":"evil"},"repository":{"full_name":"acme/billing"}}"#;
+    let (status, first_github) = json(app.post_github("issues", "d-dup", body).await).await;
+    assert_eq!(
+        (status, first_github["duplicate"].clone()),
+        (200, Value::Bool(false))
+    );
+    let (status, again) = json(app.post_github("issues", "d-dup", body).await).await;
+    assert_eq!(
+        (status, again["duplicate"].clone()),
+        (200, Value::Bool(true))
+    );
+
+    let stored_sha = hex::encode(Sha256::digest(body));
+    let received_sha = hex::encode(Sha256::digest(tampered));
+    for _ in 0..2 {
+        let (status, refused) = json(app.post_github("issues", "d-dup", tampered).await).await;
+        assert_eq!(status, 409, "{refused}");
+        assert_eq!(refused["error"], "conflict");
+        let message = refused["message"].as_str().unwrap();
+        for part in ["d-dup", stored_sha.as_str(), received_sha.as_str()] {
+            assert!(message.contains(part), "{message} names {part}");
+        }
+    }
+
+    // Telegram: the same update id with another body and the right token.
+    let update = br#"{"update_id":90001,"message":{"message_id":1,"date":1700000000,"chat":{"id":5,"type":"private"},"text":"hi"}}"#;
+    let forged = br#"{"update_id":90001,"message":{"message_id":1,"date":1700000000,"chat":{"id":5,"type":"private"},"text":"/approve T-1"}}"#;
+    let (status, first) = json(app.post_telegram(update, TELEGRAM_SECRET).await).await;
+    assert_eq!(status, 200, "{first}");
+    let (status, refused) = json(app.post_telegram(forged, TELEGRAM_SECRET).await).await;
+    assert_eq!(status, 409, "{refused}");
+
+    let stored = app.webhook_events().await;
+    assert_eq!(stored.len(), 2, "only the originals are stored");
+    let original = stored.iter().find(|e| e.dedup_key == "d-dup").unwrap();
+    assert!(
+        original.body == body.to_vec(),
+        "the first body is the record"
+    );
+    assert_eq!(Some(original.position), first_github["position"].as_i64());
+
+    let conflicts: Vec<_> = app
+        .all_events()
+        .await
+        .into_iter()
+        .filter(|e| e.event_type == "ingress.conflict")
+        .collect();
+    assert_eq!(
+        conflicts.len(),
+        2,
+        "one record per altered body, however often it is sent"
+    );
+    let github: Value = serde_json::from_slice(
+        &conflicts
+            .iter()
+            .find(|e| e.body.windows(6).any(|w| w == b"github"))
+            .expect("the GitHub conflict")
+            .body,
+    )
+    .unwrap();
+    assert_eq!(github["source"], "github");
+    assert_eq!(github["dedup_key"], "d-dup");
+    assert_eq!(github["stored_sha256"], stored_sha);
+    assert_eq!(github["received_sha256"], received_sha);
+    assert_eq!(github["stored_position"], original.position);
+    for record in &conflicts {
+        let text = String::from_utf8_lossy(&record.body);
+        assert!(
+            !text.contains("evil") && !text.contains("/approve"),
+            "never the body: {text}"
+        );
+        assert!(!text.contains(GITHUB_SECRET) && !text.contains(TELEGRAM_SECRET));
+        assert!(!record.meta.as_str().contains(TELEGRAM_SECRET));
+    }
+    app.stop().await;
 }

@@ -132,6 +132,10 @@ pub struct NewEvent {
     /// Selected request headers and similar context; small.
     pub meta: serde_json::Map<String, serde_json::Value>,
     pub subject: Subject,
+    /// SHA-256 of `body` when the key is a provider's delivery id ([`NewEvent::pinned`]): the same key with
+    /// another digest is then refused rather than answered as a duplicate. `None` for keys where a later body
+    /// may rightly differ (internal keys, poller snapshots): those stay first-writer-wins.
+    pub body_digest: Option<[u8; 32]>,
 }
 
 impl NewEvent {
@@ -154,7 +158,17 @@ impl NewEvent {
             body,
             meta: serde_json::Map::new(),
             subject: Subject::default(),
+            body_digest: None,
         }
+    }
+
+    /// Pins the body to the key: a later append with this key and other bytes is a conflict, not a duplicate.
+    /// For provider deliveries whose key is the provider's own delivery id and whose redeliveries are byte for
+    /// byte the same (GitHub, Telegram webhooks).
+    pub fn pinned(mut self) -> Self {
+        use sha2::{Digest, Sha256};
+        self.body_digest = Some(Sha256::digest(&self.body).into());
+        self
     }
 }
 

@@ -88,6 +88,20 @@ pub enum AppendError {
         expected: i64,
         actual: i64,
     },
+    /// A pinned key ([`NewEvent::pinned`]) already stored with another body: the same delivery id carrying
+    /// other content is a lie, so it is refused rather than answered as a duplicate. Digests only, never bodies.
+    #[error(
+        "{provider} delivery {dedup_key} is already stored (position {position}) with a different body: \
+         stored sha256 {stored}, received sha256 {received}"
+    )]
+    DifferentBody {
+        provider: Source,
+        dedup_key: String,
+        event_id: Uuid,
+        position: i64,
+        stored: String,
+        received: String,
+    },
     #[error("the event log is unavailable: {0}")]
     Unavailable(String),
     #[error("the event log did not commit within {0:?}")]
@@ -115,6 +129,13 @@ pub enum StoreError {
 #[derive(Debug)]
 pub(crate) enum BatchOutcome {
     Appended(Appended),
+    /// The key is stored (or inserted earlier in the batch) with another pinned body: the stored event and its
+    /// digest.
+    DifferentBody {
+        event_id: Uuid,
+        position: i64,
+        stored: [u8; 32],
+    },
     Conflict {
         stream: String,
         expected: i64,
@@ -292,6 +313,16 @@ pub struct AppenderStats {
     events: AtomicU64,
     /// The highest position this process committed; live readers (SSE) wake on it instead of polling fast.
     committed: watch::Sender<i64>,
+    /// Set when a batch fails in the store, cleared by the next batch that commits: while set, `/health` fails
+    /// (a database that answers pings but cannot commit, a full disk, is not healthy).
+    failing: std::sync::Mutex<Option<AppendFailure>>,
+}
+
+/// Appends are failing: since when (the first failure of this run of failures) and the latest error.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct AppendFailure {
+    pub since: DateTime<Utc>,
+    pub error: String,
 }
 
 impl Default for AppenderStats {
@@ -300,6 +331,7 @@ impl Default for AppenderStats {
             transactions: AtomicU64::default(),
             events: AtomicU64::default(),
             committed: watch::channel(0).0,
+            failing: std::sync::Mutex::default(),
         }
     }
 }
@@ -313,6 +345,31 @@ impl AppenderStats {
     /// Append requests answered from committed batches (new events and duplicates).
     pub fn events(&self) -> u64 {
         self.events.load(Ordering::Relaxed)
+    }
+
+    /// `Some` while the latest batch failed in the store (none has committed since).
+    pub fn failing(&self) -> Option<AppendFailure> {
+        self.failing_slot().clone()
+    }
+
+    fn failing_slot(&self) -> std::sync::MutexGuard<'_, Option<AppendFailure>> {
+        // Only ever assigned whole, so a panic elsewhere cannot leave it half written.
+        self.failing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn record_commit(&self) {
+        let mut failing = self.failing_slot();
+        if let Some(failure) = failing.take() {
+            tracing::info!(since = %failure.since, "appends commit again");
+        }
+    }
+
+    fn record_failure(&self, error: String) {
+        let mut failing = self.failing_slot();
+        let since = failing.as_ref().map_or_else(Utc::now, |f| f.since);
+        *failing = Some(AppendFailure { since, error });
     }
 }
 
@@ -388,6 +445,24 @@ impl EventLog {
     /// by other replicas do not show here: readers also poll, more slowly.
     pub fn committed(&self) -> watch::Receiver<i64> {
         self.stats.committed.subscribe()
+    }
+
+    /// While appends are failing, tries one small real append (an `eventlog.recovered` record naming when the
+    /// failures began), so a quiet service learns by itself that the store commits again and `/health` recovers
+    /// without waiting for traffic. Does nothing while appends succeed. The heartbeat calls it.
+    pub async fn probe_if_failing(&self) -> Result<(), AppendError> {
+        let Some(failure) = self.stats.failing() else {
+            return Ok(());
+        };
+        let body = serde_json::json!({ "failing_since": failure.since });
+        let record = NewEvent::new(
+            Source::Pidevops,
+            crate::domain::EventType::from_stored("eventlog.recovered".to_owned()),
+            format!("eventlog-recovered:{}", Uuid::now_v7()),
+            "application/json",
+            bytes::Bytes::from(body.to_string()),
+        );
+        self.append(record).await.map(|_| ())
     }
 
     /// Appends one event and returns only once it is durably committed (or known to be a duplicate).
@@ -468,6 +543,7 @@ async fn commit_batch(
     metrics::histogram!("pidevops_append_batch_size").record(events.len() as f64);
     match result {
         Ok(Ok(outcomes)) => {
+            stats.record_commit();
             stats.transactions.fetch_add(1, Ordering::Relaxed);
             stats
                 .events
@@ -506,6 +582,18 @@ async fn commit_batch(
                         expected,
                         actual,
                     }),
+                    BatchOutcome::DifferentBody {
+                        event_id,
+                        position,
+                        stored,
+                    } => Err(AppendError::DifferentBody {
+                        provider: event.source,
+                        dedup_key: event.dedup_key.clone(),
+                        event_id,
+                        position,
+                        stored: hex::encode(stored),
+                        received: event.body_digest.map(hex::encode).unwrap_or_default(),
+                    }),
                 };
                 let _ = reply.send(answer);
             }
@@ -513,6 +601,7 @@ async fn commit_batch(
         Ok(Err(error)) => {
             tracing::warn!(error = %error, events = events.len(), "append batch failed; nothing was committed");
             metrics::counter!("pidevops_append_failures_total").increment(1);
+            stats.record_failure(error.to_string());
             for reply in replies {
                 let _ = reply.send(Err(AppendError::Unavailable(error.to_string())));
             }
@@ -528,16 +617,35 @@ async fn commit_batch(
     }
 }
 
+/// A stored `body_digest` column: NULL, or exactly 32 bytes.
+pub(crate) fn parse_digest(
+    position: i64,
+    bytes: Option<Vec<u8>>,
+) -> Result<Option<[u8; 32]>, StoreError> {
+    bytes
+        .map(|b| {
+            <[u8; 32]>::try_from(b.as_slice()).map_err(|_| StoreError::Corrupt {
+                position,
+                reason: format!("body_digest is {} bytes, not 32", b.len()),
+            })
+        })
+        .transpose()
+}
+
+/// A key's stored event as `plan_batch` needs it: id, position and body digest (if pinned).
+pub(crate) type KeyHolder = (Uuid, i64, Option<[u8; 32]>);
+
 /// Decides, under the writer lock, the outcome of each event exactly as if the events were appended one at a time,
-/// in order: a key already stored (in the log or earlier in this batch) is a duplicate of that event; an event on
-/// a stream must carry the stream's version + 1; anything else takes the next position.
+/// in order: a key already stored (in the log or earlier in this batch) is a duplicate of that event, unless both
+/// carry a body digest and the digests differ (then it is refused as a different body, and nothing is written for
+/// it); an event on a stream must carry the stream's version + 1; anything else takes the next position.
 ///
-/// `existing(i)` is the stored `(id, position)` for event i's key, `stream_head(name)` the stream's version in the
-/// log. Returns the outcomes and the events to insert with their positions, in order. The Postgres backend does
-/// the same in `pidevops_append`; the conformance suite holds both to it.
+/// `existing(i)` is the stored `(id, position, body digest)` for event i's key, `stream_head(name)` the stream's
+/// version in the log. Returns the outcomes and the events to insert with their positions, in order. The Postgres
+/// backend does the same in `pidevops_append`; the conformance suite holds both to it.
 pub(crate) fn plan_batch(
     events: &[NewEvent],
-    mut existing: impl FnMut(usize) -> Option<(Uuid, i64)>,
+    mut existing: impl FnMut(usize) -> Option<KeyHolder>,
     mut stream_head: impl FnMut(&str) -> i64,
     head: i64,
 ) -> (Vec<BatchOutcome>, Vec<(usize, i64)>) {
@@ -545,16 +653,28 @@ pub(crate) fn plan_batch(
     let mut outcomes = Vec::with_capacity(events.len());
     let mut inserts = Vec::new();
     let mut next = head;
-    let mut inserted: HashMap<(Source, &str), (Uuid, i64)> = HashMap::new();
+    let mut inserted: HashMap<(Source, &str), KeyHolder> = HashMap::new();
     let mut heads: HashMap<&str, i64> = HashMap::new();
     for (i, event) in events.iter().enumerate() {
         let key = (event.source, event.dedup_key.as_str());
-        if let Some((event_id, position)) = inserted.get(&key).copied().or_else(|| existing(i)) {
-            outcomes.push(BatchOutcome::Appended(Appended {
-                event_id,
-                position,
-                duplicate: true,
-            }));
+        if let Some((event_id, position, digest)) =
+            inserted.get(&key).copied().or_else(|| existing(i))
+        {
+            outcomes.push(match (digest, event.body_digest) {
+                // Rows without a digest (older ones, unpinned keys) keep deduplicating as they always did.
+                (Some(stored), Some(received)) if stored != received => {
+                    BatchOutcome::DifferentBody {
+                        event_id,
+                        position,
+                        stored,
+                    }
+                }
+                _ => BatchOutcome::Appended(Appended {
+                    event_id,
+                    position,
+                    duplicate: true,
+                }),
+            });
             continue;
         }
         if let Some((stream, version)) = &event.stream {
@@ -573,7 +693,7 @@ pub(crate) fn plan_batch(
         }
         next += 1;
         inserts.push((i, next));
-        inserted.insert(key, (event.id, next));
+        inserted.insert(key, (event.id, next, event.body_digest));
         outcomes.push(BatchOutcome::Appended(Appended {
             event_id: event.id,
             position: next,
@@ -612,6 +732,7 @@ mod tests {
             .map(|o| match o {
                 BatchOutcome::Appended(a) => (a.position, a.duplicate),
                 BatchOutcome::Conflict { .. } => (-1, false),
+                BatchOutcome::DifferentBody { .. } => (-2, false),
             })
             .collect()
     }
@@ -650,8 +771,12 @@ mod tests {
     fn a_key_already_stored_returns_the_original() {
         let original = Uuid::now_v7();
         let events = vec![event("old"), event("new")];
-        let (outcomes, inserts) =
-            plan_batch(&events, |i| (i == 0).then_some((original, 7)), |_| 0, 10);
+        let (outcomes, inserts) = plan_batch(
+            &events,
+            |i| (i == 0).then_some((original, 7, None)),
+            |_| 0,
+            10,
+        );
         assert_eq!(positions(&outcomes), vec![(7, true), (11, false)]);
         assert_eq!(inserts, vec![(1, 11)]);
     }
@@ -681,5 +806,60 @@ mod tests {
             } => assert_eq!((*expected, *actual), (4, 4)),
             other => panic!("{other:?}"),
         }
+    }
+
+    fn pinned(key: &str, body: &'static [u8]) -> NewEvent {
+        let mut e = event(key);
+        e.body = Bytes::from_static(body);
+        e.pinned()
+    }
+
+    #[test]
+    fn a_pinned_key_with_another_body_is_refused_not_a_duplicate() {
+        let events = vec![
+            pinned("a", b"1"),
+            pinned("a", b"1"),
+            pinned("a", b"2"),
+            pinned("b", b"3"),
+        ];
+        let (outcomes, inserts) = plan_batch(&events, |_| None, |_| 0, 0);
+        assert_eq!(
+            positions(&outcomes),
+            vec![(1, false), (1, true), (-2, false), (2, false)]
+        );
+        assert_eq!(inserts, vec![(0, 1), (3, 2)]);
+        let BatchOutcome::DifferentBody {
+            event_id,
+            position,
+            stored,
+        } = &outcomes[2]
+        else {
+            panic!("{:?}", outcomes[2]);
+        };
+        assert_eq!((*event_id, *position), (events[0].id, 1));
+        assert_eq!(Some(*stored), events[0].body_digest);
+    }
+
+    #[test]
+    fn a_key_stored_without_a_digest_or_appended_unpinned_stays_a_duplicate() {
+        let original = Uuid::now_v7();
+        let digest = pinned("x", b"1").body_digest;
+        let events = vec![
+            pinned("legacy", b"2"),
+            event("unpinned"),
+            pinned("same", b"1"),
+        ];
+        let (outcomes, inserts) = plan_batch(
+            &events,
+            |i| match i {
+                0 => Some((original, 3, None)),
+                1 => Some((original, 4, digest)),
+                _ => Some((original, 5, digest)),
+            },
+            |_| 0,
+            10,
+        );
+        assert_eq!(positions(&outcomes), vec![(3, true), (4, true), (5, true)]);
+        assert!(inserts.is_empty());
     }
 }

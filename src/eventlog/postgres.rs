@@ -132,8 +132,8 @@ impl PostgresStore {
             c.push(event);
         }
         let rows = sqlx::query(
-            "SELECT idx, event_id, event_position, duplicate, stream_actual
-               FROM pidevops_append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+            "SELECT idx, event_id, event_position, duplicate, stream_actual, different_body
+               FROM pidevops_append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
         )
         .bind(c.id)
         .bind(c.source)
@@ -150,6 +150,7 @@ impl PostgresStore {
         .bind(c.content_type)
         .bind(c.body)
         .bind(c.meta)
+        .bind(c.body_digest)
         .fetch_all(&self.append_pool)
         .await?;
 
@@ -163,13 +164,22 @@ impl PostgresStore {
             let event_id: Option<Uuid> = row.try_get("event_id")?;
             let position: Option<i64> = row.try_get("event_position")?;
             let actual: Option<i64> = row.try_get("stream_actual")?;
-            *slot = Some(match (event_id, position, actual) {
-                (Some(event_id), Some(position), None) => BatchOutcome::Appended(Appended {
+            let different: Option<Vec<u8>> = row.try_get("different_body")?;
+            let different = super::parse_digest(position.unwrap_or(0), different)?;
+            *slot = Some(match (event_id, position, actual, different) {
+                (Some(event_id), Some(position), None, Some(stored)) => {
+                    BatchOutcome::DifferentBody {
+                        event_id,
+                        position,
+                        stored,
+                    }
+                }
+                (Some(event_id), Some(position), None, None) => BatchOutcome::Appended(Appended {
                     event_id,
                     position,
                     duplicate: row.try_get("duplicate")?,
                 }),
-                (None, None, Some(actual)) => {
+                (None, None, Some(actual), None) => {
                     let (stream, expected) =
                         events[idx as usize - 1].stream.clone().ok_or_else(|| {
                             corrupt_batch("a conflict on an event without a stream".into())
@@ -313,6 +323,7 @@ struct AppendColumns<'a> {
     content_type: Vec<&'a str>,
     body: Vec<&'a [u8]>,
     meta: Vec<String>,
+    body_digest: Vec<Option<&'a [u8]>>,
 }
 
 impl<'a> AppendColumns<'a> {
@@ -332,6 +343,7 @@ impl<'a> AppendColumns<'a> {
             content_type: Vec::with_capacity(n),
             body: Vec::with_capacity(n),
             meta: Vec::with_capacity(n),
+            body_digest: Vec::with_capacity(n),
         }
     }
 
@@ -351,6 +363,8 @@ impl<'a> AppendColumns<'a> {
         self.body.push(&e.body);
         self.meta
             .push(serde_json::to_string(&e.meta).unwrap_or_else(|_| "{}".to_owned()));
+        self.body_digest
+            .push(e.body_digest.as_ref().map(|d| d.as_slice()));
     }
 }
 

@@ -9,7 +9,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::Row;
+use sqlx::{Connection, Row};
 use uuid::Uuid;
 
 use super::{plan_batch, BatchOutcome, Bodies, StoreError, StoredEvent};
@@ -87,6 +87,22 @@ impl SqliteStore {
             match SqlitePoolOptions::new()
                 .max_connections(max_connections)
                 .acquire_timeout(Duration::from_secs(3))
+                // A failed COMMIT (SQLITE_FULL, SQLITE_IOERR) can make SQLite roll the transaction back by itself;
+                // sqlx's own ROLLBACK then fails and it goes on counting the transaction open, so every later
+                // BEGIN on that connection fails ("non-zero transaction depth") long after the disk has room
+                // again. An idle connection (already pinged, so any queued rollback has run) that still counts
+                // one is closed instead of handed out; the pool opens a fresh one.
+                .before_acquire(|conn, _| {
+                    Box::pin(async move {
+                        let clean = !conn.is_in_transaction();
+                        if !clean {
+                            tracing::warn!(
+                                "discarding a SQLite connection left inside a failed transaction"
+                            );
+                        }
+                        Ok(clean)
+                    })
+                })
                 .connect_with(options.clone())
                 .await
             {
@@ -144,17 +160,20 @@ impl SqliteStore {
         // IMMEDIATE takes the write lock up front, so the reads below see the state this transaction commits on.
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
 
-        let mut existing: HashMap<usize, (Uuid, i64)> = HashMap::new();
+        let mut existing: HashMap<usize, super::KeyHolder> = HashMap::new();
         for (i, event) in events.iter().enumerate() {
-            let row =
-                sqlx::query("SELECT id, position FROM events WHERE source = ?1 AND dedup_key = ?2")
-                    .bind(event.source.as_str())
-                    .bind(&event.dedup_key)
-                    .fetch_optional(&mut *tx)
-                    .await?;
+            let row = sqlx::query(
+                "SELECT id, position, body_digest FROM events WHERE source = ?1 AND dedup_key = ?2",
+            )
+            .bind(event.source.as_str())
+            .bind(&event.dedup_key)
+            .fetch_optional(&mut *tx)
+            .await?;
             if let Some(row) = row {
                 let position: i64 = row.try_get("position")?;
-                existing.insert(i, (parse_uuid(position, row.try_get("id")?)?, position));
+                let id = parse_uuid(position, row.try_get("id")?)?;
+                let digest = super::parse_digest(position, row.try_get("body_digest")?)?;
+                existing.insert(i, (id, position, digest));
             }
         }
         let mut heads: HashMap<String, i64> = HashMap::new();
@@ -185,8 +204,8 @@ impl SqliteStore {
             sqlx::query(
                 "INSERT INTO events (position, id, source, event_type, dedup_key, stream, stream_version,
                                      occurred_at, recorded_at, action, repository, number, reference,
-                                     content_type, body, meta)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                                     content_type, body, meta, body_digest)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
             )
             .bind(position)
             .bind(e.id.to_string())
@@ -204,6 +223,7 @@ impl SqliteStore {
             .bind(&e.content_type)
             .bind(e.body.as_ref())
             .bind(serde_json::to_string(&e.meta).unwrap_or_else(|_| "{}".to_owned()))
+            .bind(e.body_digest.as_ref().map(|d| d.as_slice()))
             .execute(&mut *tx)
             .await?;
         }

@@ -69,7 +69,7 @@ pub async fn snapshot(state: &AppState) -> HealthBody {
     let started = Instant::now();
     let ping = tokio::time::timeout(DATABASE_CHECK_TIMEOUT, state.log.store().ping()).await;
     let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let database = match ping {
+    let mut database = match ping {
         Ok(Ok(())) => {
             json!({ "status": Status::Pass, "kind": state.log.store().kind(), "latency_ms": round(latency_ms) })
         }
@@ -79,7 +79,18 @@ pub async fn snapshot(state: &AppState) -> HealthBody {
         Err(_) => json!({ "status": Status::Fail, "kind": state.log.store().kind(),
                           "error": format!("no answer within {} ms", DATABASE_CHECK_TIMEOUT.as_millis()) }),
     };
-    let database_ok = matches!(ping, Ok(Ok(())));
+    let reachable = matches!(ping, Ok(Ok(())));
+    let mut database_ok = reachable;
+    // A database can answer pings and still refuse every commit (a full disk): appends are the real test.
+    if let Some(failure) = state.log.stats().failing() {
+        database_ok = false;
+        database["status"] = json!(Status::Fail);
+        database["appends"] = json!({
+            "status": Status::Fail,
+            "failing_since": failure.since,
+            "error": format!("appends are failing: {}", failure.error),
+        });
+    }
 
     let settings = &state.settings;
     let webhooks: serde_json::Map<String, serde_json::Value> = [
@@ -129,7 +140,7 @@ pub async fn snapshot(state: &AppState) -> HealthBody {
         bus["relay"] = detail;
     }
     checks.insert("bus", bus);
-    if database_ok {
+    if reachable {
         checks.insert("sources", sources_check(state).await);
     }
     HealthBody {

@@ -2,7 +2,8 @@
 //!
 //! Order of checks, so that each failure has one precise answer and nothing unverified reaches the log:
 //! source configured (503) → body within its limit (413) → signature (401) → shape and freshness (400/401) →
-//! durable append (503 if the store cannot commit) → 200 with the event's position.
+//! durable append (503 if the store cannot commit; 409, recorded as `ingress.conflict`, if a GitHub or Telegram
+//! delivery id is already stored with another body) → 200 with the event's position.
 //! Ingress never calls an outbound API.
 
 pub mod github;
@@ -61,6 +62,9 @@ pub enum IngressError {
     Malformed(#[from] Malformed),
     #[error("the event log could not commit the delivery: {0}")]
     Unavailable(#[from] AppendError),
+    /// [`AppendError::DifferentBody`]: the delivery id is stored with another body.
+    #[error("{0}")]
+    DifferentBody(AppendError),
 }
 
 impl IngressError {
@@ -70,6 +74,7 @@ impl IngressError {
             Self::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Unreadable(_) | Self::Malformed(_) => StatusCode::BAD_REQUEST,
             Self::Signature(_) | Self::Stale(_) => StatusCode::UNAUTHORIZED,
+            Self::DifferentBody(_) => StatusCode::CONFLICT,
         }
     }
 
@@ -81,6 +86,7 @@ impl IngressError {
             Self::Signature(_) => "unauthorized",
             Self::Stale(_) => "stale",
             Self::Unavailable(_) => "unavailable",
+            Self::DifferentBody(_) => "conflict",
         }
     }
 }
@@ -150,7 +156,53 @@ fn body(
 }
 
 async fn append(state: &AppState, event: NewEvent) -> Result<Appended, IngressError> {
-    Ok(state.log.append(event).await?)
+    match state.log.append(event).await {
+        Ok(appended) => Ok(appended),
+        Err(refused @ AppendError::DifferentBody { .. }) => {
+            // Refused only once the refusal is on record; if recording fails, 503 asks the sender to retry.
+            if let Some(record) = conflict_record(&refused) {
+                state.log.append(record).await?;
+            }
+            Err(IngressError::DifferentBody(refused))
+        }
+        Err(other) => Err(other.into()),
+    }
+}
+
+/// The `ingress.conflict` record of a refused delivery: source, key and both digests, never the body. Keyed by
+/// the received digest, so a sender repeating the same altered body is recorded once.
+fn conflict_record(refused: &AppendError) -> Option<NewEvent> {
+    let AppendError::DifferentBody {
+        provider,
+        dedup_key,
+        event_id,
+        position,
+        stored,
+        received,
+    } = refused
+    else {
+        return None;
+    };
+    let body = json!({
+        "source": provider.as_str(),
+        "dedup_key": dedup_key,
+        "stored_event_id": event_id,
+        "stored_position": position,
+        "stored_sha256": stored,
+        "received_sha256": received,
+        "reason": "the delivery id is already stored with a different body",
+    });
+    let mut record = NewEvent::new(
+        Source::Pidevops,
+        crate::domain::EventType::from_stored("ingress.conflict".to_owned()),
+        format!("ingress-conflict:{provider}:{dedup_key}:{received}"),
+        "application/json",
+        Bytes::from(body.to_string()),
+    );
+    record
+        .meta
+        .insert("source".to_owned(), json!(provider.as_str()));
+    Some(record)
 }
 
 pub async fn github(
@@ -169,7 +221,8 @@ pub async fn github(
                 .get(verify::GITHUB_SIGNATURE_HEADER)
                 .map(|v| v.as_bytes()),
         )?;
-        let event = github::parse(&headers, body)?;
+        // X-GitHub-Delivery names one payload: a redelivery carries the same bytes.
+        let event = github::parse(&headers, body)?.pinned();
         append(&state, event).await
     }
     .await;
@@ -217,7 +270,9 @@ pub async fn telegram(
                 .get(verify::TELEGRAM_TOKEN_HEADER)
                 .map(|v| v.as_bytes()),
         )?;
-        let event = telegram::parse(body, state.settings.telegram_bot_id.as_deref())?;
+        // An update id names one update. (Not pinned: the getUpdates loop, which re-encodes what it pulls, and
+        // Linear, whose retries must carry a fresh webhookTimestamp to pass the 60 s rule, so differ in bytes.)
+        let event = telegram::parse(body, state.settings.telegram_bot_id.as_deref())?.pinned();
         append(&state, event).await
     }
     .await;
