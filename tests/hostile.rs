@@ -23,8 +23,14 @@ const SECRET_TOKEN: &str = "ghp_HOSTILEtokenNEVERtoBEseen0123456789";
 const SECRET_ADMIN: &str = "admin-HOSTILE-never-to-be-seen-0123456789";
 const SECRET_LINEAR: &str = "lin_api_HOSTILE_never_to_be_seen";
 const PRIVATE_SECRET: &str = "PRIVATE-REPOSITORY-SECRET-4242";
-/// In the argv of every process an attack leaves behind, to find survivors.
-const SURVIVOR_MARK: &str = "3607.25";
+/// In the argv of every process an attack leaves behind, to find survivors: one per test, since both run at once.
+fn survivor_mark(containment: &str) -> &'static str {
+    if containment == "namespaces" {
+        "3607.25"
+    } else {
+        "3607.75"
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn hostile_agents_get_nothing_out_with_namespaces() {
@@ -98,7 +104,7 @@ impl Scene {
 
 /// The attacks, as fake agents. Each also makes a change of its own, so its run succeeds and pidevops commits
 /// and pushes what it left: whatever it stole would be on its branch.
-fn attack_scripts(scene: &Scene, loot_url: &str) -> Vec<(&'static str, PathBuf)> {
+fn attack_scripts(scene: &Scene, loot_url: &str, mark: &str) -> Vec<(&'static str, PathBuf)> {
     let loot = scene.loot.display();
     let db = scene.db_file.display();
     let evil = scene.agents.join("evil.sh");
@@ -154,8 +160,8 @@ echo "attack: git" > attack-git.txt"#
                 "survives.sh",
                 &format!(
                     r#"here="$PWD"
-setsid sh -c "while true; do date +%s%N > '$here/leftover-setsid' 2>/dev/null; echo x >> {loot}/setsid-alive 2>/dev/null; sleep {SURVIVOR_MARK}; done" < /dev/null > /dev/null 2>&1 &
-( ( sh -c "while true; do date +%s%N > '$here/leftover-double-fork' 2>/dev/null; echo x >> {loot}/fork-alive 2>/dev/null; sleep {SURVIVOR_MARK}; done" < /dev/null > /dev/null 2>&1 & ) & )
+setsid sh -c "while true; do date +%s%N > '$here/leftover-setsid' 2>/dev/null; echo x >> {loot}/setsid-alive 2>/dev/null; sleep {mark}; done" < /dev/null > /dev/null 2>&1 &
+( ( sh -c "while true; do date +%s%N > '$here/leftover-double-fork' 2>/dev/null; echo x >> {loot}/fork-alive 2>/dev/null; sleep {mark}; done" < /dev/null > /dev/null 2>&1 & ) & )
 sleep 0.3
 echo "attack: survive" > attack-survive.txt"#
                 ),
@@ -201,7 +207,8 @@ echo "benign work done""#,
 async fn hostile_agents_get_nothing_out(bwrap: &str, containment: &str) {
     let scene = Scene::new();
     let (loot_url, requests) = loot_server().await;
-    let scripts = attack_scripts(&scene, &loot_url);
+    let mark = survivor_mark(containment);
+    let scripts = attack_scripts(&scene, &loot_url, mark);
     let mut agents = String::new();
     for (name, script) in &scripts {
         agents.push_str(&format!(
@@ -328,7 +335,7 @@ url = "{private}"
     }
     // Nothing the survivor attack started is alive once its run is over.
     within(Duration::from_secs(10), "no survivor of a run", || async {
-        survivors().is_empty()
+        survivors(mark).is_empty()
     })
     .await;
     let benign = create("acme/app", "benign", "benign").await;
@@ -461,19 +468,19 @@ url = "{private}"
     // The service survived `kill -9 $PPID`.
     let live = client.get(api("/health/live")).send().await.unwrap();
     assert!(live.status().is_success());
-    assert!(survivors().is_empty(), "{:?}", survivors());
+    assert!(survivors(mark).is_empty(), "{:?}", survivors(mark));
     drop(server);
 }
 
 /// Processes an attack left behind, found by the mark in their argv.
-fn survivors() -> Vec<String> {
+fn survivors(mark: &str) -> Vec<String> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
             continue;
         };
         let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if cmdline.contains(SURVIVOR_MARK) && !cmdline.contains("cargo") {
+        if cmdline.contains(mark) {
             found.push(format!(
                 "{}: {cmdline}",
                 entry.file_name().to_string_lossy()
