@@ -391,6 +391,33 @@ fn serve_refuses_an_agent_profile_that_would_hand_the_agent_a_secret() {
     );
 }
 
+#[test]
+fn serve_refuses_a_short_admin_token() {
+    let workdir = tempfile::tempdir().unwrap();
+    let short = "short-admin-token-23chr";
+    assert_eq!(short.len(), 23);
+    let out = Command::new(BIN)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("PORT", "0")
+        .env("PIDEVOPS_ADMIN_TOKEN", short)
+        .current_dir(workdir.path())
+        .arg("serve")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("PIDEVOPS_ADMIN_TOKEN is invalid: needs at least 24 characters"),
+        "the variable and the minimum are named: {stderr}"
+    );
+    assert!(!stderr.contains(short), "the token is not echoed: {stderr}");
+    assert!(
+        !workdir.path().join("data").exists(),
+        "refused before anything is created"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_never_reach_the_logs_even_at_debug() {
     let workdir = tempfile::tempdir().unwrap();
