@@ -396,15 +396,28 @@ fn serve_refuses_a_short_admin_token() {
     let workdir = tempfile::tempdir().unwrap();
     let short = "short-admin-token-23chr";
     assert_eq!(short.len(), 23);
-    let out = Command::new(BIN)
+    let mut out = Command::new(BIN)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("PORT", "0")
         .env("PIDEVOPS_ADMIN_TOKEN", short)
         .current_dir(workdir.path())
         .arg("serve")
-        .output()
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    // A serve that accepted the token would run forever: give it a while to refuse, then fail.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while out.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            out.kill().unwrap();
+            out.wait().unwrap();
+            panic!("serve started with a 23-character admin token");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = out.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
@@ -575,16 +588,6 @@ async fn unsigned_large_bodies_stay_bounded_in_memory_while_signed_ones_flow() {
         };
         *statuses.entry(outcome).or_insert(0) += 1;
     }
-    assert!(
-        statuses
-            .keys()
-            .all(|s| ["401", "503", "reset"].contains(&s.as_str())),
-        "{statuses:?}"
-    );
-    assert!(
-        statuses.get("503").copied().unwrap_or(0) + statuses.get("reset").copied().unwrap_or(0) > 0,
-        "some were turned away unread: {statuses:?}"
-    );
     let peak = peak_rss(pid);
     eprintln!(
         "peak RSS: idle {} MiB, after the flood {} MiB; outcomes {statuses:?}",
@@ -596,6 +599,16 @@ async fn unsigned_large_bodies_stay_bounded_in_memory_while_signed_ones_flow() {
         "peak RSS {} MiB is over {} MiB: {statuses:?}",
         peak >> 20,
         BOUND >> 20
+    );
+    assert!(
+        statuses
+            .keys()
+            .all(|s| ["401", "503", "reset"].contains(&s.as_str())),
+        "{statuses:?}"
+    );
+    assert!(
+        statuses.get("503").copied().unwrap_or(0) + statuses.get("reset").copied().unwrap_or(0) > 0,
+        "some were turned away, unkept: {statuses:?}"
     );
     // Nothing unsigned was stored; every signed one was, once.
     let store = EventStore::connect(&pidevops::config::DatabaseUrl::parse(&db).unwrap(), 2)
