@@ -1,8 +1,9 @@
 //! Webhook ingress: raw bytes in, verified and parsed event out, appended, and only then 2xx.
 //!
 //! Order of checks, so that each failure has one precise answer and nothing unverified reaches the log:
-//! source configured (503) → body within its limit (413) → signature (401) → shape and freshness (400/401) →
-//! durable append (503 if the store cannot commit) → 200 with the event's position.
+//! source configured (503) → body within its limit (413) and the unverified-bytes budget (503 busy) → signature
+//! (401) → nesting depth, shape and freshness (400/401) → durable append (503 if the store cannot commit) → 200
+//! with the event's position.
 //! Ingress never calls an outbound API.
 
 pub mod github;
