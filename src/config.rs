@@ -151,6 +151,9 @@ pub struct Settings {
     pub env: Env,
 }
 
+/// The shortest `PIDEVOPS_ADMIN_TOKEN` accepted.
+pub const MIN_ADMIN_TOKEN_CHARS: usize = 24;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("{field} is invalid: {reason}")]
@@ -284,6 +287,19 @@ impl Settings {
             Some(path) => read_config_file(path)?,
             None => toml::Table::new(),
         };
+        let admin_token = env.secret("PIDEVOPS_ADMIN_TOKEN");
+        // A short token could be guessed through the dashboard's sign-in; the length is never echoed.
+        if admin_token
+            .as_ref()
+            .is_some_and(|t| t.expose_secret().chars().count() < MIN_ADMIN_TOKEN_CHARS)
+        {
+            return Err(ConfigError::Invalid {
+                field: "PIDEVOPS_ADMIN_TOKEN",
+                reason: format!(
+                    "needs at least {MIN_ADMIN_TOKEN_CHARS} characters (try `openssl rand -hex 32`)"
+                ),
+            });
+        }
 
         Ok(Self {
             bind,
@@ -293,7 +309,7 @@ impl Settings {
             github_webhook_secret: SourceSecret::from_env(env, "GITHUB_WEBHOOK_SECRET"),
             linear_webhook_secret: SourceSecret::from_env(env, "LINEAR_WEBHOOK_SECRET"),
             telegram_webhook_secret: SourceSecret::from_env(env, "TELEGRAM_WEBHOOK_SECRET"),
-            admin_token: env.secret("PIDEVOPS_ADMIN_TOKEN"),
+            admin_token,
             telegram_bot_id,
             log_format,
             heartbeat_interval: env.seconds("PIDEVOPS_HEARTBEAT_INTERVAL_S", 15.0)?,
@@ -512,6 +528,20 @@ mod tests {
     }
 
     #[test]
+    fn a_short_admin_token_is_refused_naming_the_minimum() {
+        let short = "x".repeat(MIN_ADMIN_TOKEN_CHARS - 1);
+        let err = Settings::from_env(&Env::from_pairs([("PIDEVOPS_ADMIN_TOKEN", short.as_str())]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("PIDEVOPS_ADMIN_TOKEN is invalid"), "{err}");
+        assert!(err.contains("at least 24 characters"), "{err}");
+        assert!(!err.contains(&short), "{err}");
+        let long = "x".repeat(MIN_ADMIN_TOKEN_CHARS);
+        let ok = Settings::from_env(&Env::from_pairs([("PIDEVOPS_ADMIN_TOKEN", long.as_str())]));
+        assert!(ok.unwrap().admin_token_matches(&long));
+    }
+
+    #[test]
     fn blank_values_count_as_unset() {
         let s = Settings::from_env(&Env::from_pairs([
             ("GITHUB_WEBHOOK_SECRET", "  "),
@@ -526,7 +556,7 @@ mod tests {
     fn secrets_do_not_appear_in_debug_output() {
         let s = Settings::from_env(&Env::from_pairs([
             ("GITHUB_WEBHOOK_SECRET", "gh-very-secret"),
-            ("PIDEVOPS_ADMIN_TOKEN", "admin-very-secret"),
+            ("PIDEVOPS_ADMIN_TOKEN", "admin-very-secret-and-long-enough"),
         ]))
         .unwrap();
         let printed = format!("{s:?}");

@@ -268,7 +268,8 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         leases: leases.clone(),
         shutdown: shutdown.clone(),
         board,
-        failing_sign_ins: Default::default(),
+        sign_ins: Default::default(),
+        ingress_budget: Default::default(),
     };
     Ok(App {
         listener,
@@ -704,8 +705,12 @@ impl App {
         } = self;
         let addr = listener.local_addr().ok();
         tracing::info!(?addr, database = state.log.store().kind(), "serving");
-        let server = axum::serve(listener, router(state.clone()))
-            .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+        // The peer's address, for the dashboard's per-address sign-in throttle.
+        let server = axum::serve(
+            listener,
+            router(state.clone()).into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        )
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
 
         let mut appender_died = false;
         let served = tokio::select! {

@@ -18,6 +18,7 @@ per_backend!(
     malformed_deliveries_get_400_and_change_nothing,
     the_admin_api_serves_events_behind_the_token,
     a_redelivered_id_with_another_signed_body_is_refused_and_recorded,
+    json_nested_past_the_limit_is_refused_on_every_route_and_not_stored,
 );
 
 async fn json(response: reqwest::Response) -> (u16, Value) {
@@ -643,5 +644,77 @@ async fn a_redelivered_id_with_another_signed_body_is_refused_and_recorded(db: T
         assert!(!text.contains(GITHUB_SECRET) && !text.contains(TELEGRAM_SECRET));
         assert!(!record.meta.as_str().contains(TELEGRAM_SECRET));
     }
+/// `{"deep":[[…1…]]}` nested `depth` levels in all (the outer object counts), inside `wrap` levels more.
+fn nested(depth: usize) -> String {
+    format!(
+        r#"{{"deep":{}1{}}}"#,
+        "[".repeat(depth - 1),
+        "]".repeat(depth - 1)
+    )
+}
+
+async fn json_nested_past_the_limit_is_refused_on_every_route_and_not_stored(db: TestDb) {
+    let app = TestApp::spawn(common::settings(&db)).await;
+    let limit = pidevops::ingress::MAX_JSON_DEPTH;
+    let linear_fixture = common::fixture_files("linear")[0].clone();
+    // Each route's valid delivery with `nested(depth)` added so that the whole body nests exactly `depth` deep.
+    let github =
+        |depth: usize| format!(r#"{{"zen":"x","hook_id":1,"extra":{}}}"#, nested(depth - 1));
+    let telegram = |depth: usize, update: i64| {
+        format!(
+            r#"{{"update_id":{update},"message":{{"message_id":1,"date":1,"chat":{{"id":5,"type":"private"}},"x":{}}}}}"#,
+            nested(depth - 2)
+        )
+    };
+    let linear = |depth: usize| {
+        let body = String::from_utf8(common::linear_body_at(&linear_fixture, 0)).unwrap();
+        let open = body.find('{').unwrap();
+        format!("{{\"extra\":{},{}", nested(depth - 1), &body[open + 1..])
+    };
+    for (depth, expected) in [(limit, 200), (limit + 1, 400)] {
+        let delivery = format!("deep-{depth}");
+        let response = app
+            .post_github("ping", &delivery, github(depth).as_bytes())
+            .await;
+        let (status, body) = json(response).await;
+        assert_eq!(status, expected, "github at depth {depth}: {body}");
+        let (status, body) = json(app.post_linear(linear(depth).as_bytes()).await).await;
+        assert_eq!(status, expected, "linear at depth {depth}: {body}");
+        let update = telegram(depth, depth as i64);
+        let (status, body) =
+            json(app.post_telegram(update.as_bytes(), TELEGRAM_SECRET).await).await;
+        assert_eq!(status, expected, "telegram at depth {depth}: {body}");
+        if expected == 400 {
+            assert_eq!(body["error"], "malformed");
+            assert!(
+                body["message"].as_str().unwrap().contains("deeper than 64"),
+                "{body}"
+            );
+        }
+    }
+    // Only the three just under the limit are stored, and the log serves them back.
+    let stored = app.webhook_events().await;
+    assert_eq!(
+        stored.len(),
+        3,
+        "{:?}",
+        stored.iter().map(|e| &e.dedup_key).collect::<Vec<_>>()
+    );
+    let events = app
+        .client
+        .get(app.url("/api/events?after=0&limit=100"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    let (status, page) = json(events).await;
+    assert_eq!(status, 200, "{page}");
+    let served = page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["source"] != "pidevops")
+        .count();
+    assert_eq!(served, 3, "{page}");
     app.stop().await;
 }

@@ -391,6 +391,46 @@ fn serve_refuses_an_agent_profile_that_would_hand_the_agent_a_secret() {
     );
 }
 
+#[test]
+fn serve_refuses_a_short_admin_token() {
+    let workdir = tempfile::tempdir().unwrap();
+    let short = "short-admin-token-23chr";
+    assert_eq!(short.len(), 23);
+    let mut out = Command::new(BIN)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("PORT", "0")
+        .env("PIDEVOPS_ADMIN_TOKEN", short)
+        .current_dir(workdir.path())
+        .arg("serve")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A serve that accepted the token would run forever: give it a while to refuse, then fail.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while out.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            out.kill().unwrap();
+            out.wait().unwrap();
+            panic!("serve started with a 23-character admin token");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = out.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("PIDEVOPS_ADMIN_TOKEN is invalid: needs at least 24 characters"),
+        "the variable and the minimum are named: {stderr}"
+    );
+    assert!(!stderr.contains(short), "the token is not echoed: {stderr}");
+    assert!(
+        !workdir.path().join("data").exists(),
+        "refused before anything is created"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_never_reach_the_logs_even_at_debug() {
     let workdir = tempfile::tempdir().unwrap();
@@ -462,5 +502,134 @@ async fn secrets_never_reach_the_logs_even_at_debug() {
     for line in log.lines() {
         serde_json::from_str::<Value>(line)
             .unwrap_or_else(|e| panic!("LOG_FORMAT=json gives JSON lines ({e}): {line}"));
+    }
+}
+
+/// The server's peak resident memory (`VmHWM`), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .expect("VmHWM in /proc/<pid>/status");
+    let kib: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .expect("VmHWM in kB");
+    kib * 1024
+}
+
+/// Anyone can post 25 MiB bodies to /webhooks/github; until a body is read whole its signature cannot be checked.
+/// A hundred at once must not make the server hold them all (2.5 GiB), and signed deliveries must keep landing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsigned_large_bodies_stay_bounded_in_memory_while_signed_ones_flow() {
+    // The bound: the ingress budget (32 MiB small + 64 MiB large lane) plus the runtime, the SQLite pool and
+    // a hundred connections' read buffers, with room for allocator slack. Unbounded, the same load holds
+    // 100 × 25 MiB = 2.5 GiB. docs/benchmarks.md has the measured figure.
+    const BOUND: u64 = 400 * 1024 * 1024;
+    let workdir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/rss.db", workdir.path().display());
+    let server = Server::start(&db).await;
+    let pid = server.child.id();
+    let idle = peak_rss(pid);
+
+    let junk = bytes::Bytes::from(vec![b'x'; pidevops::ingress::GITHUB_BODY_LIMIT]);
+    let url = format!("{}/webhooks/github", server.base);
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .unwrap();
+    let flood: Vec<_> = (0..100)
+        .map(|i| {
+            let (client, url, junk) = (client.clone(), url.clone(), junk.clone());
+            tokio::spawn(async move {
+                client
+                    .post(url)
+                    .header("x-github-event", "push")
+                    .header("x-github-delivery", format!("junk-{i}"))
+                    .body(junk)
+                    .send()
+                    .await
+                    .map(|r| r.status().as_u16())
+            })
+        })
+        .collect();
+    // Meanwhile, ordinary signed deliveries, one after another: each is accepted.
+    let body =
+        std::fs::read(common::fixtures_dir().join("github/pull_request/opened.payload.json"))
+            .unwrap();
+    for i in 0..20 {
+        let response = client
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("x-github-event", "pull_request")
+            .header("x-github-delivery", format!("signed-{i}"))
+            .header(
+                "x-hub-signature-256",
+                sign_github(GITHUB_SECRET.as_bytes(), &body),
+            )
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            response.status(),
+            200,
+            "signed delivery {i} during the flood"
+        );
+    }
+    let mut statuses = BTreeMap::new();
+    for sender in flood {
+        // A refusal may reach the client as a reset while it is still sending: that is a refusal too.
+        let outcome = match sender.await.unwrap() {
+            Ok(status) => status.to_string(),
+            Err(_) => "reset".to_owned(),
+        };
+        *statuses.entry(outcome).or_insert(0) += 1;
+    }
+    let peak = peak_rss(pid);
+    eprintln!(
+        "peak RSS: idle {} MiB, after the flood {} MiB; outcomes {statuses:?}",
+        idle >> 20,
+        peak >> 20
+    );
+    assert!(
+        peak < BOUND,
+        "peak RSS {} MiB is over {} MiB: {statuses:?}",
+        peak >> 20,
+        BOUND >> 20
+    );
+    assert!(
+        statuses
+            .keys()
+            .all(|s| ["401", "503", "reset"].contains(&s.as_str())),
+        "{statuses:?}"
+    );
+    assert!(
+        statuses.get("503").copied().unwrap_or(0) + statuses.get("reset").copied().unwrap_or(0) > 0,
+        "some were turned away, unkept: {statuses:?}"
+    );
+    // Nothing unsigned was stored; every signed one was, once.
+    let store = EventStore::connect(&pidevops::config::DatabaseUrl::parse(&db).unwrap(), 2)
+        .await
+        .unwrap();
+    for i in 0..20 {
+        assert_eq!(
+            store
+                .count_by_key(Source::Github, &format!("signed-{i}"))
+                .await
+                .unwrap(),
+            1
+        );
+    }
+    for i in 0..100 {
+        assert_eq!(
+            store
+                .count_by_key(Source::Github, &format!("junk-{i}"))
+                .await
+                .unwrap(),
+            0
+        );
     }
 }

@@ -20,6 +20,9 @@ per_backend!(
     the_health_page_turns_red_when_health_fails,
     a_running_attempt_shows_its_log_tail_on_its_page,
     wrong_tokens_are_answered_slowly_and_a_few_at_a_time,
+    a_flood_of_wrong_tokens_from_one_address_never_refuses_the_right_one,
+    next_accepts_only_a_same_origin_path,
+    a_copied_cookie_is_refused_after_sign_out_on_every_replica,
 );
 
 /// A client that keeps no cookies and follows no redirects: every step is explicit.
@@ -588,5 +591,223 @@ async fn wrong_tokens_are_answered_slowly_and_a_few_at_a_time(db: TestDb) {
     let started = std::time::Instant::now();
     sign_in(&app).await;
     assert!(started.elapsed() < Duration::from_millis(900));
+    app.stop().await;
+}
+
+/// A client without cookies or redirects whose connections come from `local` (any 127/8 address is loopback).
+fn client_from(local: [u8; 4]) -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .local_address(std::net::IpAddr::from(local))
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+async fn a_flood_of_wrong_tokens_from_one_address_never_refuses_the_right_one(db: TestDb) {
+    let app = TestApp::spawn(common::settings(&db)).await;
+    let url = app.url("/sign-in");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let turned_away = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // Six guessers from 127.0.0.1, each sending its next guess as soon as the last is answered: four are held
+    // a second each, the others are turned away at once, over and over.
+    let flood: Vec<_> = (0..6)
+        .map(|_| {
+            let (url, stop, turned_away) = (url.clone(), stop.clone(), turned_away.clone());
+            tokio::spawn(async move {
+                let guesser = client_from([127, 0, 0, 1]);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let status = guesser
+                        .post(&url)
+                        .form(&[("token", "a-guess"), ("next", "/")])
+                        .send()
+                        .await
+                        .unwrap()
+                        .status();
+                    assert!(status == 401 || status == 429, "{status}");
+                    if status == 429 {
+                        turned_away.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    within(
+        Duration::from_secs(20),
+        "the flood saturates its address",
+        || async { turned_away.load(std::sync::atomic::Ordering::Relaxed) >= 3 },
+    )
+    .await;
+
+    let sign_in_from = |local: [u8; 4], token: &'static str| {
+        let url = url.clone();
+        async move {
+            let started = std::time::Instant::now();
+            let response = client_from(local)
+                .post(url)
+                .form(&[("token", token), ("next", "/runs")])
+                .send()
+                .await
+                .unwrap();
+            (response.status().as_u16(), started.elapsed())
+        }
+    };
+    // While it floods: the right token from another address, and from the flooding one, signs in at once.
+    for local in [[127, 0, 0, 2], [127, 0, 0, 1], [127, 0, 0, 3]] {
+        let (status, took) = sign_in_from(local, ADMIN_TOKEN).await;
+        assert_eq!(status, 303, "the right token from {local:?} while flooded");
+        assert!(
+            took < Duration::from_millis(900),
+            "not queued behind a wrong guess: {took:?}"
+        );
+    }
+    // A wrong token from another address is checked and answered (slowly), not turned away.
+    let (status, _) = sign_in_from([127, 0, 0, 2], "another-guess").await;
+    assert_eq!(status, 401, "another address has its own share");
+
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for guesser in flood {
+        guesser.await.unwrap();
+    }
+    // Nothing is remembered once every wrong guess is answered.
+    within(
+        Duration::from_secs(10),
+        "no address left counted",
+        || async { app.state.sign_ins.addresses() == 0 },
+    )
+    .await;
+    app.stop().await;
+}
+
+async fn next_accepts_only_a_same_origin_path(db: TestDb) {
+    let app = TestApp::spawn(common::settings(&db)).await;
+    let table: &[(&str, &str)] = &[
+        ("/tasks/T-1", "/tasks/T-1"),
+        (
+            "/events?source=github&type=task.",
+            "/events?source=github&type=task.",
+        ),
+        ("/caf%C3%A9", "/caf%C3%A9"),
+        ("//evil.example/", "/"),
+        ("///evil.example/", "/"),
+        ("/\\evil.example/", "/"),
+        ("\\\\evil.example/", "/"),
+        ("/\t/evil.example/", "/"),
+        ("\t//evil.example/", "/"),
+        ("/a\r\nSet-Cookie: x=1", "/"),
+        ("/a\u{0}b", "/"),
+        ("/%2F%2Fevil.example/", "/"),
+        ("%2F%2Fevil.example/", "/"),
+        ("/%2f/evil.example/", "/"),
+        ("/%5Cevil.example/", "/"),
+        ("/%5c%5cevil.example/", "/"),
+        ("/%09/evil.example/", "/"),
+        ("/%0d%0aLocation:%20https://evil.example/", "/"),
+        ("/%00", "/"),
+        ("/%252F%252Fevil.example/", "/"),
+        ("/caf\u{e9}", "/"),
+        ("https://evil.example/", "/"),
+        ("javascript:alert(1)", "/"),
+        ("", "/"),
+    ];
+    for (next, expected) in table {
+        // The form after signing in redirects there, or home.
+        let response = client()
+            .post(app.url("/sign-in"))
+            .form(&[("token", ADMIN_TOKEN), ("next", next)])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 303, "{next:?}");
+        assert_eq!(response.headers()["location"], *expected, "{next:?}");
+        // The sign-in page carries the same value in its form, and never fails.
+        let page = client()
+            .get(app.url("/sign-in"))
+            .query(&[("next", next)])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(page.status(), 200, "{next:?}");
+        let html = page.text().await.unwrap();
+        let escaped = expected.replace('&', "&amp;");
+        assert!(
+            html.contains(&format!(r#"name="next" value="{escaped}""#)),
+            "{next:?}: {html}"
+        );
+    }
+    app.stop().await;
+}
+
+async fn a_copied_cookie_is_refused_after_sign_out_on_every_replica(db: TestDb) {
+    let app = TestApp::spawn(common::settings(&db)).await;
+    let other = TestApp::spawn(common::settings(&db)).await;
+    let id = task(&app, "Still in triage", Links::default()).await;
+    within(Duration::from_secs(10), "the task in triage", || async {
+        row(&app, id)
+            .await
+            .is_some_and(|r| r.column == Column::Triage)
+    })
+    .await;
+    let cookie = sign_in(&app).await;
+    let copied = cookie.clone();
+    let (status, html) = get(&app, &format!("/tasks/{id}"), &cookie).await;
+    assert_eq!(status, 200);
+    let token = csrf(&html);
+    assert_eq!(
+        get(&other, "/", &copied).await.0,
+        200,
+        "a session works on every replica"
+    );
+
+    let out = client()
+        .post(app.url("/sign-out"))
+        .header("cookie", &cookie)
+        .form(&[("csrf", token.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.status(), 303);
+
+    // The copy is no session anywhere: pages send it to sign in, the live feed and actions refuse it.
+    for replica in [&app, &other] {
+        for path in ["/", "/runs", "/events", "/status"] {
+            let (status, _) = get(replica, path, &copied).await;
+            assert_eq!(status, 303, "{path} after sign-out");
+        }
+        let live = client()
+            .get(replica.url("/live"))
+            .header("cookie", &copied)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(live.status(), 401);
+        let action = client()
+            .post(replica.url(&format!("/tasks/{id}/cancel")))
+            .header("cookie", &copied)
+            .form(&[("csrf", token.as_str())])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(action.status(), 401, "an action with the copied cookie");
+    }
+    let row = row(&app, id).await.unwrap();
+    assert_eq!(row.column, Column::Triage, "nothing changed");
+
+    // The sign-out is on the record, by the session's id: nothing in it makes a cookie.
+    let events = app.all_events().await;
+    let signed_out: Vec<_> = events
+        .iter()
+        .filter(|e| e.event_type == "pidevops.dashboard.signed_out")
+        .collect();
+    assert_eq!(signed_out.len(), 1);
+    let body = String::from_utf8_lossy(&signed_out[0].body).into_owned();
+    let value = cookie.split_once('=').unwrap().1;
+    for part in value.split('.').skip(2) {
+        assert!(!body.contains(part), "{body}");
+    }
+    // Signing in again makes a new session that works.
+    let fresh = sign_in(&other).await;
+    assert_eq!(get(&app, "/", &fresh).await.0, 200);
+    other.stop().await;
     app.stop().await;
 }

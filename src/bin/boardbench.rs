@@ -19,7 +19,7 @@ use pidevops::config::{DatabaseUrl, Settings};
 use pidevops::tasks::{BranchName, Command, Links, Reason, RunId, Spec};
 use secrecy::SecretString;
 
-const TOKEN: &str = "boardbench-admin-token";
+const TOKEN: &str = "boardbench-admin-token-long-enough";
 
 #[derive(Parser, Debug)]
 #[command(about = "server time of the dashboard's board for many tasks, against /api/tasks")]

@@ -10,7 +10,6 @@ mod tasks;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -42,24 +41,18 @@ pub struct AppState {
     pub shutdown: tokio_util::sync::CancellationToken,
     /// The board's command side.
     pub board: crate::board::Board,
-    /// Dashboard sign-ins with a wrong token being answered now (each is held back a second; see `web`).
-    pub failing_sign_ins: Arc<std::sync::atomic::AtomicUsize>,
+    /// Dashboard sign-ins with a wrong token being answered now, per client address (see `web`).
+    pub sign_ins: Arc<crate::web::SignInThrottle>,
+    /// Memory for webhook bodies not yet verified (see `ingress`).
+    pub ingress_budget: ingress::BodyBudget,
 }
 
 pub fn router(state: AppState) -> Router {
     let webhooks = Router::new()
-        .route(
-            "/webhooks/github",
-            post(ingress::github).layer(DefaultBodyLimit::max(ingress::GITHUB_BODY_LIMIT)),
-        )
-        .route(
-            "/webhooks/linear",
-            post(ingress::linear).layer(DefaultBodyLimit::max(ingress::DEFAULT_BODY_LIMIT)),
-        )
-        .route(
-            "/webhooks/telegram",
-            post(ingress::telegram).layer(DefaultBodyLimit::max(ingress::DEFAULT_BODY_LIMIT)),
-        )
+        // Each handler reads its body itself, within its limit and the unverified-bytes budget.
+        .route("/webhooks/github", post(ingress::github))
+        .route("/webhooks/linear", post(ingress::linear))
+        .route("/webhooks/telegram", post(ingress::telegram))
         // A client that trickles its body must not hold a connection (and a batch slot) forever.
         .layer(RequestBodyTimeoutLayer::new(Duration::from_secs(30)));
 

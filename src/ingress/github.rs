@@ -59,6 +59,7 @@ pub fn parse(headers: &HeaderMap, body: Bytes) -> Result<NewEvent, Malformed> {
         } else {
             std::borrow::Cow::Borrowed(&body[..])
         };
+    super::check_depth(&json)?;
     let subject = probe(&json)?;
 
     let mut tokens = vec![event_name];

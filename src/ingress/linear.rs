@@ -28,6 +28,7 @@ pub fn parse(
     body: Bytes,
     now: DateTime<Utc>,
 ) -> Result<NewEvent, LinearError> {
+    super::check_depth(&body)?;
     let value: Value = serde_json::from_slice(&body)
         .map_err(|e| Malformed::new(format!("the body is not valid JSON: {e}")))?;
     let object = value

@@ -1,9 +1,10 @@
 //! Webhook ingress: raw bytes in, verified and parsed event out, appended, and only then 2xx.
 //!
 //! Order of checks, so that each failure has one precise answer and nothing unverified reaches the log:
-//! source configured (503) → body within its limit (413) → signature (401) → shape and freshness (400/401) →
-//! durable append (503 if the store cannot commit; 409, recorded as `ingress.conflict`, if a GitHub or Telegram
-//! delivery id is already stored with another body) → 200 with the event's position.
+//! source configured (503) → body within its limit (413) and the unverified-bytes budget (503 busy) → signature
+//! (401) → nesting depth, shape and freshness (400/401) → durable append (503 if the store cannot commit; 409,
+//! recorded as `ingress.conflict`, if a GitHub or Telegram delivery id is already stored with another body) → 200
+//! with the event's position.
 //! Ingress never calls an outbound API.
 
 pub mod github;
@@ -12,15 +13,19 @@ pub mod telegram;
 pub mod telegram_updates;
 pub mod verify;
 
-use axum::extract::rejection::BytesRejection;
+use std::sync::Arc;
+
+use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use bytes::Bytes;
 use chrono::Utc;
+use futures::StreamExt;
 use secrecy::ExposeSecret;
 use serde_json::json;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::SourceSecret;
 use crate::domain::{NewEvent, Source};
@@ -30,6 +35,165 @@ use crate::http::AppState;
 /// GitHub caps deliveries at 25 MiB; Linear and Telegram bodies are small.
 pub const GITHUB_BODY_LIMIT: usize = 25 * 1024 * 1024;
 pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
+
+/// Bodies that declare at most this many bytes are read on the small lane of [`BodyBudget`].
+pub const SMALL_BODY: usize = 1024 * 1024;
+/// Bytes of declared-small bodies held in memory before their signature is checked, across every webhook route.
+pub const SMALL_LANE_BYTES: usize = 32 * 1024 * 1024;
+/// Bytes of larger (or undeclared, chunked) bodies held before their signature is checked.
+pub const LARGE_LANE_BYTES: usize = 64 * 1024 * 1024;
+/// What a delivery refused for want of room is told to wait.
+const BUSY_RETRY_AFTER_S: &str = "1";
+
+/// Memory for webhook bodies not yet verified. Anyone can post 25 MiB to `/webhooks/github`; only after the whole
+/// body is read can its signature be checked, so the bytes held for such bodies are bounded here, and a delivery
+/// that would pass the bound is answered 503 with `Retry-After`, its body read and dropped, never kept. Bodies that declare at most
+/// [`SMALL_BODY`] (every real Linear and Telegram delivery, and nearly every GitHub one) have a lane of their own,
+/// so a flood of large bodies cannot crowd out ordinary traffic. A body's bytes stay counted until its delivery is
+/// answered.
+#[derive(Clone, Debug)]
+pub struct BodyBudget {
+    small: Arc<Semaphore>,
+    large: Arc<Semaphore>,
+}
+
+impl Default for BodyBudget {
+    fn default() -> Self {
+        Self::new(SMALL_LANE_BYTES, LARGE_LANE_BYTES)
+    }
+}
+
+impl BodyBudget {
+    pub fn new(small: usize, large: usize) -> Self {
+        Self {
+            small: Arc::new(Semaphore::new(small)),
+            large: Arc::new(Semaphore::new(large)),
+        }
+    }
+
+    /// Reads `body` (at most `limit` bytes) within the budget; the permit keeps its bytes counted until dropped.
+    async fn read(
+        &self,
+        source: Source,
+        headers: &HeaderMap,
+        body: Body,
+        limit: usize,
+    ) -> Result<(Bytes, Option<OwnedSemaphorePermit>), IngressError> {
+        let mut stream = body.into_data_stream();
+        let read = self.read_within(source, headers, &mut stream, limit).await;
+        if let Err(IngressError::TooLarge { .. } | IngressError::Busy { .. }) = &read {
+            // Refused: the rest is read and dropped (holding nothing), up to a bound, so a client still sending
+            // gets the answer rather than a reset; past the bound the connection is closed.
+            let mut left = limit + SMALL_BODY;
+            while let Some(Ok(chunk)) = stream.next().await {
+                left = left.saturating_sub(chunk.len());
+                if left == 0 {
+                    break;
+                }
+            }
+        }
+        read
+    }
+
+    async fn read_within(
+        &self,
+        source: Source,
+        headers: &HeaderMap,
+        stream: &mut axum::body::BodyDataStream,
+        limit: usize,
+    ) -> Result<(Bytes, Option<OwnedSemaphorePermit>), IngressError> {
+        let too_large = || IngressError::TooLarge {
+            provider: source,
+            limit,
+        };
+        let declared = match headers.get(header::CONTENT_LENGTH) {
+            None => None,
+            Some(value) => Some(
+                value
+                    .to_str()
+                    .ok()
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+                    .ok_or_else(|| {
+                        IngressError::Unreadable("Content-Length is not a number".into())
+                    })?,
+            ),
+        };
+        if declared.is_some_and(|n| n > limit) {
+            return Err(too_large());
+        }
+        let busy = || IngressError::Busy { provider: source };
+        // A declared length is reserved whole before a byte is read; a chunked body reserves as it arrives.
+        let (lane, mut held) = match declared {
+            Some(n) => {
+                let lane = if n <= SMALL_BODY {
+                    &self.small
+                } else {
+                    &self.large
+                };
+                (lane, Some(take(lane, n).ok_or_else(busy)?))
+            }
+            None => (&self.large, None),
+        };
+        let mut bytes = Vec::with_capacity(declared.unwrap_or(0));
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| IngressError::Unreadable(e.to_string()))?;
+            if bytes.len() + chunk.len() > limit {
+                return Err(too_large());
+            }
+            if declared.is_none() {
+                let more = take(lane, chunk.len()).ok_or_else(busy)?;
+                match held.as_mut() {
+                    Some(permit) => permit.merge(more),
+                    None => held = Some(more),
+                }
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok((Bytes::from(bytes), held))
+    }
+}
+
+/// `n` bytes of `lane` now, or `None` if it has not that much room.
+fn take(lane: &Arc<Semaphore>, n: usize) -> Option<OwnedSemaphorePermit> {
+    let n = u32::try_from(n).ok()?;
+    lane.clone().try_acquire_many_owned(n).ok()
+}
+
+/// The deepest nesting of arrays and objects a delivery may have. serde_json refuses to read past 128 levels, so
+/// a body stored deeper could never be served again (`/api/events` wraps it in two more); real payloads stay
+/// under 20.
+pub const MAX_JSON_DEPTH: usize = 64;
+
+/// Refuses JSON nested deeper than [`MAX_JSON_DEPTH`], by a scan that holds no state but the depth, so the check
+/// cannot itself overflow a stack. Other syntax errors are left to the parser.
+pub(crate) fn check_depth(json: &[u8]) -> Result<(), Malformed> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in json {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_JSON_DEPTH {
+                    return Err(Malformed::new(format!(
+                        "the body nests arrays and objects deeper than {MAX_JSON_DEPTH} levels"
+                    )));
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
 
 /// A delivery that is authentic but not shaped as its provider promises.
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +216,8 @@ pub enum IngressError {
     },
     #[error("the body is larger than the {limit} byte limit for {provider}")]
     TooLarge { provider: Source, limit: usize },
+    #[error("too many {provider} bodies are being received at once; retry shortly")]
+    Busy { provider: Source },
     #[error("the body could not be read: {0}")]
     Unreadable(String),
     #[error(transparent)]
@@ -70,7 +236,9 @@ pub enum IngressError {
 impl IngressError {
     fn status(&self) -> StatusCode {
         match self {
-            Self::NotConfigured { .. } | Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::NotConfigured { .. } | Self::Busy { .. } | Self::Unavailable(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Self::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Unreadable(_) | Self::Malformed(_) => StatusCode::BAD_REQUEST,
             Self::Signature(_) | Self::Stale(_) => StatusCode::UNAUTHORIZED,
@@ -82,6 +250,7 @@ impl IngressError {
         match self {
             Self::NotConfigured { .. } => "not_configured",
             Self::TooLarge { .. } => "too_large",
+            Self::Busy { .. } => "busy",
             Self::Unreadable(_) | Self::Malformed(_) => "malformed",
             Self::Signature(_) => "unauthorized",
             Self::Stale(_) => "stale",
@@ -118,9 +287,13 @@ fn respond(source: Source, result: Result<Appended, IngressError>) -> Response {
             )
                 .into_response();
             if status == StatusCode::SERVICE_UNAVAILABLE {
+                let after = match error {
+                    IngressError::Busy { .. } => BUSY_RETRY_AFTER_S,
+                    _ => "5",
+                };
                 response
                     .headers_mut()
-                    .insert("retry-after", axum::http::HeaderValue::from_static("5"));
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static(after));
             }
             response
         }
@@ -136,23 +309,6 @@ fn secret(source: Source, configured: &SourceSecret) -> Result<&str, IngressErro
             provider: source,
             variable: configured.variable,
         })
-}
-
-fn body(
-    source: Source,
-    body: Result<Bytes, BytesRejection>,
-    limit: usize,
-) -> Result<Bytes, IngressError> {
-    body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            IngressError::TooLarge {
-                provider: source,
-                limit,
-            }
-        } else {
-            IngressError::Unreadable(rejection.body_text())
-        }
-    })
 }
 
 async fn append(state: &AppState, event: NewEvent) -> Result<Appended, IngressError> {
@@ -205,15 +361,14 @@ fn conflict_record(refused: &AppendError) -> Option<NewEvent> {
     Some(record)
 }
 
-pub async fn github(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    raw: Result<Bytes, BytesRejection>,
-) -> Response {
+pub async fn github(State(state): State<AppState>, headers: HeaderMap, raw: Body) -> Response {
     let source = Source::Github;
     let result = async {
         let secret = secret(source, &state.settings.github_webhook_secret)?;
-        let body = body(source, raw, GITHUB_BODY_LIMIT)?;
+        let (body, _held) = state
+            .ingress_budget
+            .read(source, &headers, raw, GITHUB_BODY_LIMIT)
+            .await?;
         verify::verify_github(
             secret.as_bytes(),
             &body,
@@ -229,15 +384,14 @@ pub async fn github(
     respond(source, result)
 }
 
-pub async fn linear(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    raw: Result<Bytes, BytesRejection>,
-) -> Response {
+pub async fn linear(State(state): State<AppState>, headers: HeaderMap, raw: Body) -> Response {
     let source = Source::Linear;
     let result = async {
         let secret = secret(source, &state.settings.linear_webhook_secret)?;
-        let body = body(source, raw, DEFAULT_BODY_LIMIT)?;
+        let (body, _held) = state
+            .ingress_budget
+            .read(source, &headers, raw, DEFAULT_BODY_LIMIT)
+            .await?;
         verify::verify_linear(
             secret.as_bytes(),
             &body,
@@ -255,15 +409,14 @@ pub async fn linear(
     respond(source, result)
 }
 
-pub async fn telegram(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    raw: Result<Bytes, BytesRejection>,
-) -> Response {
+pub async fn telegram(State(state): State<AppState>, headers: HeaderMap, raw: Body) -> Response {
     let source = Source::Telegram;
     let result = async {
         let secret = secret(source, &state.settings.telegram_webhook_secret)?;
-        let body = body(source, raw, DEFAULT_BODY_LIMIT)?;
+        let (body, _held) = state
+            .ingress_budget
+            .read(source, &headers, raw, DEFAULT_BODY_LIMIT)
+            .await?;
         verify::verify_token(
             secret,
             headers
@@ -318,4 +471,30 @@ pub(crate) fn kept_headers(
             ))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nested(depth: usize) -> String {
+        format!(
+            "{{\"a\":{}1{}}}",
+            "[".repeat(depth - 1),
+            "]".repeat(depth - 1)
+        )
+    }
+
+    #[test]
+    fn nesting_is_limited_and_strings_do_not_count() {
+        assert!(check_depth(nested(MAX_JSON_DEPTH).as_bytes()).is_ok());
+        let err = check_depth(nested(MAX_JSON_DEPTH + 1).as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("deeper than 64"), "{err}");
+        let brackets_in_a_string = format!(r#"{{"a":"{}\"{}"}}"#, "[".repeat(500), "{".repeat(500));
+        assert!(check_depth(brackets_in_a_string.as_bytes()).is_ok());
+        // What serde_json itself can read back, with room for the envelope around it.
+        let value: serde_json::Value = serde_json::from_str(&nested(MAX_JSON_DEPTH)).unwrap();
+        let wrapped = serde_json::json!({ "events": [{ "body": value }] }).to_string();
+        assert!(serde_json::from_str::<serde_json::Value>(&wrapped).is_ok());
+    }
 }

@@ -10,6 +10,7 @@ use crate::domain::{EventType, NewEvent, Source, Subject};
 
 /// Turns a verified update into an event. `bot_id` comes from `TELEGRAM_BOT_TOKEN` when it is set.
 pub fn parse(body: Bytes, bot_id: Option<&str>) -> Result<NewEvent, Malformed> {
+    super::check_depth(&body)?;
     let value: Value = serde_json::from_slice(&body)
         .map_err(|e| Malformed::new(format!("the body is not valid JSON: {e}")))?;
     let object = value

@@ -1,16 +1,20 @@
 //! The dashboard at `/`: server-rendered pages from the read models (`pages.rs`, pure), one stylesheet and one
 //! small script (`assets.rs`), live through `/live` (the log as SSE, resumable). Signing in exchanges the admin
 //! token for a signed cookie (`session.rs`); every state change is a POST carrying the session's CSRF token.
-//! Without `PIDEVOPS_ADMIN_TOKEN` the dashboard is closed, like the API.
+//! Without `PIDEVOPS_ADMIN_TOKEN` the dashboard is closed, like the API. Signing out records
+//! `pidevops.dashboard.signed_out` for the session, and every request looks that record up (one indexed read), so a
+//! copied cookie is refused on every replica from the moment the sign-out is answered.
 
 pub mod assets;
 pub mod pages;
 pub mod session;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::sse::{KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Redirect, Response};
@@ -23,6 +27,8 @@ use secrecy::ExposeSecret;
 use serde::Deserialize;
 
 use crate::board::{BoardError, Steer};
+use crate::domain::{EventType, NewEvent, Source};
+use crate::eventlog::StoreError;
 use crate::http::AppState;
 use crate::projectors::runs::{self, Which};
 use crate::projectors::tasks::{self as task_rows, TaskFilter};
@@ -40,8 +46,10 @@ const FORM_LIMIT: usize = 16 * 1024;
 const CATCH_UP: Duration = Duration::from_secs(3);
 /// How long a wrong sign-in waits for its answer.
 const FAILED_SIGN_IN_DELAY: Duration = Duration::from_secs(1);
-/// Wrong sign-ins being answered at once, at most; more are refused without a check.
-const MAX_FAILING_SIGN_INS: usize = 4;
+/// Wrong sign-ins from one client address being answered at once, at most; more get 429 at once.
+const MAX_FAILING_PER_ADDRESS: usize = 4;
+/// Client addresses with wrong sign-ins being answered, at most; past it every wrong sign-in gets 429 at once.
+const MAX_FAILING_ADDRESSES: usize = 4096;
 /// The bytes of a running attempt's log shown on its task's page.
 const TAIL_BYTES: u64 = 8 * 1024;
 
@@ -100,16 +108,35 @@ fn key(state: &AppState) -> Option<Key> {
         .map(|t| Key::from_admin_token(t.expose_secret()))
 }
 
-/// The request's valid session, if it has one.
-fn session(state: &AppState, headers: &HeaderMap) -> Option<(Key, Session)> {
-    let key = key(state)?;
-    let value = headers
+/// The request's valid session, if it has one: signed by our key, not expired, and not signed out.
+async fn session(
+    state: &AppState,
+    headers: &HeaderMap,
+) -> Result<Option<(Key, Session)>, StoreError> {
+    let Some(key) = key(state) else {
+        return Ok(None);
+    };
+    let Some(session) = headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .find_map(|h| session::cookie(h, COOKIE).map(str::to_owned))?;
-    let session = Session::verify(&value, &key, Utc::now())?;
-    Some((key, session))
+        .find_map(|h| session::cookie(h, COOKIE))
+        .and_then(|value| Session::verify(value, &key, Utc::now()))
+    else {
+        return Ok(None);
+    };
+    // Read from the log on every request (not cached), so no replica ever honours a signed-out cookie.
+    let signed_out = state
+        .log
+        .store()
+        .find_by_key(Source::Pidevops, &signed_out_key(&session))
+        .await?;
+    Ok(signed_out.is_none().then_some((key, session)))
+}
+
+/// The dedup key of a session's sign-out: by the session's id (a hash, so the log holds nothing a cookie needs).
+fn signed_out_key(session: &Session) -> String {
+    format!("dashboard:signed_out:{}", session.id())
 }
 
 /// A page for the signed-in, or the way to sign in.
@@ -118,10 +145,11 @@ enum Access {
     Denied(Response),
 }
 
-fn require(state: &AppState, headers: &HeaderMap, uri: &Uri) -> Access {
-    match session(state, headers) {
-        Some((key, session)) => Access::Granted(key, session),
-        None => {
+async fn require(state: &AppState, headers: &HeaderMap, uri: &Uri) -> Access {
+    match session(state, headers).await {
+        Err(e) => Access::Denied(unavailable(e)),
+        Ok(Some((key, session))) => Access::Granted(key, session),
+        Ok(None) => {
             let next = uri
                 .path_and_query()
                 .map_or("/".to_owned(), |p| p.as_str().to_owned());
@@ -147,7 +175,7 @@ impl axum::extract::FromRequestParts<AppState> for SignedIn {
         parts: &mut axum::http::request::Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        match require(state, &parts.headers, &parts.uri) {
+        match require(state, &parts.headers, &parts.uri).await {
             Access::Granted(key, session) => Ok(Self { key, session }),
             Access::Denied(response) => Err(response),
         }
@@ -155,8 +183,12 @@ impl axum::extract::FromRequestParts<AppState> for SignedIn {
 }
 
 /// A state change: a session and its CSRF token, or a refusal that changes nothing.
-fn require_post(state: &AppState, headers: &HeaderMap, form: &[(String, String)]) -> Access {
-    let Some((key, session)) = session(state, headers) else {
+async fn require_post(state: &AppState, headers: &HeaderMap, form: &[(String, String)]) -> Access {
+    let found = match session(state, headers).await {
+        Ok(found) => found,
+        Err(e) => return Access::Denied(unavailable(e)),
+    };
+    let Some((key, session)) = found else {
         return Access::Denied(page(
             StatusCode::UNAUTHORIZED,
             pages::message("Not signed in", "Sign in to do that."),
@@ -279,8 +311,30 @@ async fn sign_in_page(State(state): State<AppState>, Query(query): Query<NextQue
     }
 }
 
+/// The client's address as the socket saw it. `X-Forwarded-For` and `Forwarded` are not read: anyone can send
+/// them. Behind a reverse proxy every client has the proxy's address, which is why the right token is checked
+/// before any throttle.
+struct Peer(Option<IpAddr>);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Peer {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(Self(
+            parts
+                .extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|ConnectInfo(addr)| addr.ip()),
+        ))
+    }
+}
+
 async fn sign_in(
     State(state): State<AppState>,
+    Peer(peer): Peer,
     headers: HeaderMap,
     body: bytes::Bytes,
 ) -> Response {
@@ -296,26 +350,24 @@ async fn sign_in(
     let Some(key) = key(&state) else {
         return sign_in_page(State(state), Query(NextQuery { next: Some(next) })).await;
     };
-    // Guessing is slow: each wrong token is answered after a second, and while a few are being answered every
-    // further attempt is turned away unchecked (429), so a replica checks at most a few guesses a second.
-    if state.failing_sign_ins.load(Ordering::Relaxed) >= MAX_FAILING_SIGN_INS {
-        return page(
-            StatusCode::TOO_MANY_REQUESTS,
-            pages::sign_in(
-                &next,
-                Some("Too many wrong tokens just now: try again in a few seconds."),
-                None,
-            ),
-        );
-    }
-    // Constant time: the comparison takes as long for a near miss as for nonsense.
+    // The right token is checked first, in constant time and before any queue: a flood of wrong guesses, from
+    // anywhere, never delays or refuses it. At least 24 characters (config) is what makes guessing hopeless.
     if !state
         .settings
         .admin_token_matches(field("token").unwrap_or_default())
     {
+        // Wrong: answered after a second, at most a few at a time per client address; beyond that 429 at once.
+        let Some(_failing) = state.sign_ins.admit(peer) else {
+            return page(
+                StatusCode::TOO_MANY_REQUESTS,
+                pages::sign_in(
+                    &next,
+                    Some("Too many wrong tokens just now: try again in a few seconds."),
+                    None,
+                ),
+            );
+        };
         tracing::warn!("dashboard sign-in refused: wrong token");
-        // Counted until answered, even when the client goes away mid-wait (the guard's drop).
-        let _failing = Failing::count(&state.failing_sign_ins);
         tokio::time::sleep(FAILED_SIGN_IN_DELAY).await;
         return page(
             StatusCode::UNAUTHORIZED,
@@ -340,22 +392,75 @@ async fn sign_in(
     response
 }
 
-/// One wrong sign-in being answered.
-struct Failing(std::sync::Arc<AtomicUsize>);
+/// Wrong sign-ins being answered, counted per client address (IPv6 by its /64, which one client usually holds
+/// whole). Only addresses with an answer pending have an entry, and at most [`MAX_FAILING_ADDRESSES`] of them.
+#[derive(Debug, Default)]
+pub struct SignInThrottle {
+    failing: Mutex<HashMap<IpAddr, usize>>,
+}
 
-impl Failing {
-    fn count(counter: &std::sync::Arc<AtomicUsize>) -> Self {
-        counter.fetch_add(1, Ordering::Relaxed);
-        Self(counter.clone())
+impl SignInThrottle {
+    /// A slot for one more wrong sign-in from `peer`, or `None` if it already has its share (or the table is full).
+    fn admit(self: &Arc<Self>, peer: Option<IpAddr>) -> Option<Failing> {
+        let client = client_key(peer);
+        let mut failing = self.failing.lock().unwrap_or_else(|p| p.into_inner());
+        let full = failing.len() >= MAX_FAILING_ADDRESSES;
+        match failing.get_mut(&client) {
+            Some(n) if *n >= MAX_FAILING_PER_ADDRESS => return None,
+            Some(n) => *n += 1,
+            None if full => return None,
+            None => {
+                failing.insert(client, 1);
+            }
+        }
+        Some(Failing {
+            throttle: self.clone(),
+            client,
+        })
     }
+
+    /// Client addresses with wrong sign-ins being answered now.
+    pub fn addresses(&self) -> usize {
+        self.failing.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
+
+/// The throttle's key for a peer: an IPv4 address, or the /64 of an IPv6 one (an IPv4-mapped one is IPv4).
+fn client_key(peer: Option<IpAddr>) -> IpAddr {
+    match peer.map(|ip| ip.to_canonical()) {
+        None => IpAddr::from([0, 0, 0, 0]),
+        Some(IpAddr::V4(v4)) => IpAddr::V4(v4),
+        Some(IpAddr::V6(v6)) => {
+            let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+            IpAddr::V6(prefix.into())
+        }
+    }
+}
+
+/// One wrong sign-in being answered; counted until dropped, even when the client goes away mid-wait.
+struct Failing {
+    throttle: Arc<SignInThrottle>,
+    client: IpAddr,
 }
 
 impl Drop for Failing {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        let mut failing = self
+            .throttle
+            .failing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = failing.get_mut(&self.client) {
+            *n -= 1;
+            if *n == 0 {
+                failing.remove(&self.client);
+            }
+        }
     }
 }
 
+/// Ends the session everywhere: its sign-out is appended to the log (committed before the answer), and every
+/// replica looks for it on every request.
 async fn sign_out(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -364,8 +469,23 @@ async fn sign_out(
     let Some(form) = parse_form(&body) else {
         return too_large();
     };
-    if let Access::Denied(response) = require_post(&state, &headers, &form) {
-        return response;
+    let session = match require_post(&state, &headers, &form).await {
+        Access::Granted(_, session) => session,
+        Access::Denied(response) => return response,
+    };
+    let record = serde_json::json!({
+        "session": session.id(),
+        "expires": session.expires.to_rfc3339(),
+    });
+    let event = NewEvent::new(
+        Source::Pidevops,
+        EventType::new(Source::Pidevops, &["dashboard", "signed_out"]),
+        signed_out_key(&session),
+        "application/json",
+        bytes::Bytes::from(record.to_string()),
+    );
+    if let Err(e) = state.log.append(event).await {
+        return unavailable(e);
     }
     let mut response = Redirect::to("/sign-in").into_response();
     response.headers_mut().insert(
@@ -575,7 +695,7 @@ async fn task_action(
     let Some(form) = parse_form(&body) else {
         return too_large();
     };
-    if let Access::Denied(response) = require_post(&state, &headers, &form) {
+    if let Access::Denied(response) = require_post(&state, &headers, &form).await {
         return response;
     }
     let (Ok(id), Ok(steer)) = (id.parse::<TaskId>(), action.parse::<Steer>()) else {
@@ -757,8 +877,10 @@ async fn live(
     headers: HeaderMap,
     Query(query): Query<LiveQuery>,
 ) -> Response {
-    if session(&state, &headers).is_none() {
-        return StatusCode::UNAUTHORIZED.into_response();
+    match session(&state, &headers).await {
+        Ok(Some(_)) => {}
+        Ok(None) => return StatusCode::UNAUTHORIZED.into_response(),
+        Err(_) => return StatusCode::SERVICE_UNAVAILABLE.into_response(),
     }
     let resume = headers
         .get("last-event-id")

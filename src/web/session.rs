@@ -89,6 +89,16 @@ impl Session {
         })
     }
 
+    /// The session's public name (what its sign-out is recorded under): a hash of its nonce, which alone cannot
+    /// make a cookie or a CSRF token.
+    pub fn id(&self) -> String {
+        let digest = Sha256::new()
+            .chain_update(b"pidevops dashboard session id v1\0")
+            .chain_update(self.nonce.as_bytes())
+            .finalize();
+        hex::encode(&digest[..16])
+    }
+
     /// The CSRF token every form of this session carries.
     pub fn csrf(&self, key: &Key) -> String {
         hex::encode(
@@ -117,19 +127,58 @@ pub fn cookie<'a>(header: &'a str, name: &str) -> Option<&'a str> {
     })
 }
 
-/// Where to go after signing in: only a path on this site (`/…`, never `//host` or a scheme).
+/// Where to go after signing in: only a path on this site, else `/`.
+///
+/// Strict, because browsers are lenient: `/\host`, `/<tab>/host` and `//host` all leave the site, and a server
+/// or proxy in between may decode `%2F`, `%5C` or `%09` into those. So the value must be visible ASCII, start with
+/// one `/`, and neither it nor any percent-decoding of it may hold `//`, a backslash or a control character.
 pub fn safe_next(next: Option<&str>) -> String {
     match next {
-        Some(path)
-            if path.starts_with('/')
-                && !path.starts_with("//")
-                && !path.starts_with("/\\")
-                && !path.contains(['\r', '\n']) =>
-        {
-            path.to_owned()
-        }
+        Some(path) if is_same_origin_path(path) => path.to_owned(),
         _ => "/".to_owned(),
     }
+}
+
+fn is_same_origin_path(path: &str) -> bool {
+    // Decoding more than this many times to reach a fixed point is itself suspicious.
+    const MAX_DECODES: usize = 4;
+    if path.len() > 2048 || !path.bytes().all(|b| b.is_ascii_graphic()) {
+        return false;
+    }
+    let mut form = path.as_bytes().to_vec();
+    for _ in 0..=MAX_DECODES {
+        let plain = form.first() == Some(&b'/')
+            && !form.windows(2).any(|w| w == b"//")
+            && !form.iter().any(|b| *b == b'\\' || b.is_ascii_control());
+        if !plain {
+            return false;
+        }
+        let decoded = percent_decode(&form);
+        if decoded == form {
+            return true;
+        }
+        form = decoded;
+    }
+    false
+}
+
+/// `%XX` to its byte; anything else (a lone `%` included) as is.
+fn percent_decode(bytes: &[u8]) -> Vec<u8> {
+    let hex = |b: u8| (b as char).to_digit(16);
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    out
 }
 
 #[cfg(test)]
@@ -194,16 +243,58 @@ mod tests {
             Some("v1.x")
         );
         assert_eq!(cookie("xpidevops_session=1", COOKIE), None);
-        assert_eq!(safe_next(Some("/tasks/T-1")), "/tasks/T-1");
+        assert_eq!(safe_next(None), "/");
+    }
+
+    /// Every way to leave the site that we know of falls back to `/`; ordinary paths pass unchanged.
+    #[test]
+    fn next_is_a_strict_same_origin_path() {
+        for good in [
+            "/",
+            "/tasks/T-1",
+            "/events?source=github&type=task.",
+            "/tasks/T-1?at=42",
+            "/runs#top",
+            "/a%20b",
+            "/caf%C3%A9",
+        ] {
+            assert_eq!(safe_next(Some(good)), good, "{good:?}");
+        }
         for bad in [
-            "//evil.example",
-            "https://evil.example",
-            "/\\evil",
+            "",
             "tasks",
+            "https://evil.example",
+            "//evil.example",
+            "///evil.example",
+            "/\\evil.example",
+            "\\evil.example",
+            "/\tevil.example",
+            "/\t/evil.example",
+            "\t//evil.example",
             "/a\r\nb",
+            "/a\0b",
+            "/a\x7fb",
+            "/ /evil.example",
+            "/%2F/evil.example",
+            "/%2f/evil.example",
+            "%2F%2Fevil.example",
+            "/%2F%2Fevil.example",
+            "/%5Cevil.example",
+            "/%5cevil.example",
+            "/%09/evil.example",
+            "/%0D%0ALocation:%20x",
+            "/%00",
+            "/%7F",
+            "/%252F%252Fevil.example",
+            "/%25252F/evil.example",
+            "/%2525252F/evil.example",
+            "/tasks//T-1",
+            "/caf\u{e9}",
+            "/\u{2215}\u{2215}evil.example",
         ] {
             assert_eq!(safe_next(Some(bad)), "/", "{bad:?}");
         }
+        assert_eq!(safe_next(Some(&format!("/{}", "a".repeat(4096)))), "/");
         assert_eq!(safe_next(None), "/");
     }
 }

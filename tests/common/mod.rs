@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 pub const GITHUB_SECRET: &str = "gh-test-secret";
 pub const LINEAR_SECRET: &str = "lin-test-secret";
 pub const TELEGRAM_SECRET: &str = "tg-test-secret";
-pub const ADMIN_TOKEN: &str = "admin-test-token";
+pub const ADMIN_TOKEN: &str = "admin-test-token-of-24-chars-or-more";
 
 pub fn postgres_admin_url() -> String {
     std::env::var("PIDEVOPS_TEST_DATABASE_URL")
