@@ -133,6 +133,7 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         log.clone(),
         board.clone(),
         intake_config.github_bot_login.clone(),
+        intake_config.github_associations.clone(),
     ));
     let linear_label = intake_config.linear_label.clone();
     let intake = Arc::new(
