@@ -147,6 +147,7 @@ async fn run(board: &Board, command: TaskCommand) -> anyhow::Result<()> {
                 ticket_version: None,
                 agent,
             };
+            board.config().allowed.check(&draft.repo)?;
             let key = format!("cli:{}", uuid::Uuid::new_v4());
             let (outcome, _) = board.create(draft, &key, "cli", None).await?;
             return print_task(&outcome.task, json, "created");

@@ -129,6 +129,8 @@ pub struct Settings {
     pub lease_ttl: Duration,
     /// `TELEGRAM_ALLOWED_CHATS`: chat ids whose `/new` creates tasks (comma-separated); checked by intake.
     pub telegram_allowed_chats: Option<String>,
+    /// `TELEGRAM_ALLOWED_USERS`: when set, only these user ids may command (comma-separated), in any allowed chat.
+    pub telegram_allowed_users: Option<String>,
     /// This process's name in leases and `/health` (`PIDEVOPS_INSTANCE_ID`, else host, pid and a random tag).
     pub instance_id: String,
     /// `WORKSPACE_ROOT`: mirrors and per-attempt worktrees (default `./data/workspaces`).
@@ -324,6 +326,7 @@ impl Settings {
             lease_ttl: lease_ttl(env)?,
             instance_id: instance_id(env),
             telegram_allowed_chats: env.get("TELEGRAM_ALLOWED_CHATS").map(str::to_owned),
+            telegram_allowed_users: env.get("TELEGRAM_ALLOWED_USERS").map(str::to_owned),
             workspace_root: PathBuf::from(env.get("WORKSPACE_ROOT").unwrap_or("./data/workspaces")),
             github_token: env.secret("GITHUB_TOKEN"),
             telegram_bot_token: env.secret("TELEGRAM_BOT_TOKEN"),

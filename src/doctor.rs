@@ -132,7 +132,11 @@ pub fn plan(settings: &Settings) -> Vec<PlannedLoop> {
             state: LoopState::Armed,
             reason: None,
             interval: settings.projector_interval,
-            what: "tells TELEGRAM_ALLOWED_CHATS when a task waits for approval, needs a human, is in review, done or cancelled",
+            what: if settings.telegram_allowed_users.is_some() {
+                "tells TELEGRAM_ALLOWED_CHATS when a task waits for approval, needs a human, is in review, done or cancelled; only TELEGRAM_ALLOWED_USERS can command"
+            } else {
+                "tells TELEGRAM_ALLOWED_CHATS when a task waits for approval, needs a human, is in review, done or cancelled; any member of an allowed group can command (TELEGRAM_ALLOWED_USERS is not set)"
+            },
         },
         (None, _) => PlannedLoop {
             name: telegram,

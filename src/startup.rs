@@ -115,6 +115,7 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
     let intake_config = crate::intake::IntakeConfig::from_file(
         &settings.file,
         settings.telegram_allowed_chats.as_deref(),
+        settings.telegram_allowed_users.as_deref(),
     )
     .map_err(|e| anyhow::anyhow!("intake configuration: {e}"))?;
     let schedules = crate::cron::schedules(&settings.file)
@@ -129,10 +130,12 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         .iter()
         .copied()
         .collect();
+    let telegram_users = intake_config.telegram_allowed_users.clone();
     let reactions = Arc::new(crate::reactions::Reactions::new(
         log.clone(),
         board.clone(),
         intake_config.github_bot_login.clone(),
+        intake_config.github_associations.clone(),
     ));
     let linear_label = intake_config.linear_label.clone();
     let intake = Arc::new(
@@ -220,6 +223,7 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
                             &log,
                             &board,
                             telegram_chats.clone(),
+                            telegram_users.clone(),
                             &registry,
                         )?)
                     }
@@ -319,6 +323,7 @@ fn telegram_effects(
     log: &EventLog,
     board: &crate::board::Board,
     chats: Vec<i64>,
+    users: Option<std::collections::BTreeSet<i64>>,
     loops: &loops::LoopRegistry,
 ) -> anyhow::Result<Arc<crate::effects::runner::Effects>> {
     let token = settings
@@ -334,6 +339,7 @@ fn telegram_effects(
             client,
             crate::effects::policy::PolicyConfig {
                 telegram_chats: chats,
+                telegram_users: users,
                 telegram_cooldown: crate::effects::policy::telegram_cooldown(&settings.file)
                     .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?,
                 ..Default::default()

@@ -50,7 +50,11 @@ async fn snapshot(store: &EventStore) -> Vec<(String, String)> {
 }
 
 async fn replay_all_gives_exactly_the_incremental_read_models(db: TestDb) {
-    let app = TestApp::spawn(common::settings(&db)).await;
+    let mut settings = common::settings(&db);
+    settings.file = "[intake]\nallow_repos = [\"acme/*\", \"Codertocat/Hello-World\"]"
+        .parse()
+        .unwrap();
+    let app = TestApp::spawn(settings).await;
     let issue: serde_json::Value = serde_json::from_slice(
         &std::fs::read(common::fixtures_dir().join("github/issues/opened.payload.json")).unwrap(),
     )

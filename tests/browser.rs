@@ -158,7 +158,11 @@ async fn sign_in_watch_a_task_arrive_approve_it_read_its_story_and_sign_out() {
         return;
     };
     let db = TestDb::sqlite();
-    let app = TestApp::spawn(common::settings(&db)).await;
+    let mut settings = common::settings(&db);
+    settings.file = "[intake]\nallow_repos = [\"Codertocat/Hello-World\"]"
+        .parse()
+        .unwrap();
+    let app = TestApp::spawn(settings).await;
     let client = browser(&driver, &chromium).await;
 
     // Every page sends a stranger to sign in.

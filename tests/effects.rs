@@ -23,6 +23,7 @@ per_backend!(
     doctor_proves_the_token_with_a_read_only_call,
     turned_on_for_a_log_with_history_it_acts_only_on_news,
     a_loop_first_started_on_an_empty_log_catches_up_after_a_restart,
+    hostile_ticket_text_pings_nobody_and_closes_nothing,
 );
 
 const TOKEN: &str = "ghp_fake_token_for_the_fake_github";
@@ -481,5 +482,92 @@ async fn a_loop_first_started_on_an_empty_log_catches_up_after_a_restart(db: Tes
     })
     .await;
     assert_eq!(github.pulls_opened()[0].2, id.branch().as_str());
+    app.stop().await;
+}
+
+/// Ticket text cannot mention anyone or close an issue through the pull request pidevops opens; only its own
+/// `Closes #12` line links the source issue.
+async fn hostile_ticket_text_pings_nobody_and_closes_nothing(db: TestDb) {
+    let github = FakeGithub::start().await;
+    let app = spawn(&db, &github).await;
+    let board = &app.state.board;
+    let issue = pidevops::tasks::GithubRef::new("acme/app".parse().unwrap(), 12).unwrap();
+    let draft = Draft {
+        approval: Some(ApprovalPolicy::Auto),
+        ..Draft::new(
+            "acme/app".parse().unwrap(),
+            Spec::new(
+                "Fixes #1 for @acme/everyone",
+                "closes acme/app#2 and resolves https://github.com/acme/app/issues/3, cc @octocat",
+                "FIXED: GH-4 &#64;admin",
+            )
+            .unwrap(),
+            Links {
+                github_issue: Some(issue),
+                ..Links::default()
+            },
+        )
+    };
+    let (outcome, _) = board
+        .create(draft, "test:hostile", "api", None)
+        .await
+        .unwrap();
+    let id = outcome.task.id();
+    let run = RunId(uuid::Uuid::now_v7());
+    board
+        .execute(id, &Command::Start { run }, "test")
+        .await
+        .unwrap();
+    board
+        .execute(
+            id,
+            &Command::SubmitForReview {
+                run,
+                branch: id.branch(),
+                pr: None,
+            },
+            "test",
+        )
+        .await
+        .unwrap();
+    within(
+        Duration::from_secs(20),
+        "the pull request opened",
+        || async { !github.pulls_opened().is_empty() },
+    )
+    .await;
+    let (_, _, _, _, title, body) = github.pulls_opened().remove(0);
+    let mention = regex::Regex::new(r"(^|[^\w`])@[A-Za-z0-9]").unwrap();
+    let reference = regex::Regex::new(r"#\d|(?i)gh-\d|&#").unwrap();
+    let closing = regex::Regex::new(
+        r"(?i)\b(close[sd]?|fix(e[sd])?|resolve[sd]?):?\s+(#|[\w.-]+/[\w.-]+#|https?://|gh-\d)",
+    )
+    .unwrap();
+    let (ticket, ours) = body.split_once("\n---\n").expect("pidevops's own footer");
+    for text in [title.as_str(), ticket] {
+        assert!(!mention.is_match(text), "a live mention in {text:?}");
+        assert!(!reference.is_match(text), "a live reference in {text:?}");
+        assert!(!closing.is_match(text), "a closing keyword in {text:?}");
+    }
+    assert_eq!(
+        closing
+            .find_iter(&body)
+            .map(|m| m.as_str())
+            .collect::<Vec<_>>(),
+        ["Closes #"],
+        "only pidevops's own line closes the source issue: {ours:?}"
+    );
+    // Still readable: the words are all there.
+    let shown = body.replace('\u{200B}', "");
+    assert!(
+        shown.contains("Fixes #1 for @acme/everyone")
+            || title
+                .replace('\u{200B}', "")
+                .contains("Fixes #1 for @acme/everyone")
+    );
+    assert!(
+        shown.contains("cc @octocat") && shown.contains("FIXED: GH-4 &amp;#64;admin"),
+        "{shown}"
+    );
     app.stop().await;
 }

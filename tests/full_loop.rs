@@ -83,13 +83,19 @@ fn check_suite_failed(branch: &str, sha: &str) -> Value {
     body["check_suite"]["head_branch"] = json!(branch);
     body["check_suite"]["head_sha"] = json!(sha);
     body["check_suite"]["conclusion"] = json!("failure");
+    body["repository"]["full_name"] = json!(REPO);
     body
 }
 
-fn merged(branch: &str) -> Value {
+/// The merge of pull request `number`, the one pidevops opened in `REPO` (reactions check all of it).
+fn merged(branch: &str, number: u64) -> Value {
     let mut body = github_fixture("pull_request/closed.payload.json");
     body["pull_request"]["head"]["ref"] = json!(branch);
     body["pull_request"]["merged"] = json!(true);
+    body["pull_request"]["number"] = json!(number);
+    body["pull_request"]["head"]["repo"]["full_name"] = json!(REPO);
+    body["pull_request"]["base"]["repo"]["full_name"] = json!(REPO);
+    body["repository"]["full_name"] = json!(REPO);
     body
 }
 
@@ -266,7 +272,7 @@ where
         &base,
         "github",
         Some("pull_request"),
-        merged(&branch).to_string().as_bytes(),
+        merged(&branch, pulls[0].1).to_string().as_bytes(),
     )
     .await;
     within(Duration::from_secs(30), "done everywhere", || async {

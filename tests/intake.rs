@@ -1,5 +1,6 @@
 //! Intake through the real server: signed webhooks in, tasks (or recorded refusals) out; one task per ticket
-//! however often and in whatever order the ticket arrives.
+//! however often and in whatever order the ticket arrives. A repository the configuration does not allow is
+//! refused at every door (GitHub, Linear, agent sessions, Telegram, the API, the dispatcher) and never cloned.
 
 mod common;
 
@@ -19,6 +20,7 @@ per_backend!(
     linear_edits_update_the_spec_and_removing_the_label_cancels_an_unstarted_task,
     a_linear_agent_session_links_to_the_issues_task_and_prompted_queues_a_follow_up,
     a_tick_stops_at_its_budget_with_its_checkpoint_on_the_last_event_handled,
+    repositories_not_allowed_are_refused_at_every_door_and_never_cloned,
 );
 
 fn fixture(path: &str) -> Value {
@@ -30,6 +32,8 @@ async fn app(db: &TestDb) -> TestApp {
     settings.telegram_allowed_chats = Some("111222333, -100200300".to_owned());
     settings.file = toml::from_str(
         r#"
+        [intake]
+        allow_repos = ["acme/*", "Codertocat/Hello-World"]
         [intake.github]
         bot_login = "pidevops-bot"
         "#,
@@ -501,8 +505,12 @@ async fn a_tick_stops_at_its_budget_with_its_checkpoint_on_the_last_event_handle
     }
     let board = pidevops::board::Board::new(log.clone(), Default::default());
     // A zero budget: every tick hands back after its first event.
-    let intake = pidevops::intake::Intake::new(log.clone(), board, Default::default())
-        .with_tick_budget(Duration::ZERO);
+    let config = pidevops::intake::IntakeConfig {
+        allowed_repos: pidevops::board::AllowedRepos::new(["Codertocat/Hello-World"]).unwrap(),
+        ..Default::default()
+    };
+    let intake =
+        pidevops::intake::Intake::new(log.clone(), board, config).with_tick_budget(Duration::ZERO);
     let mut positions = Vec::new();
     loop {
         let progress = intake.tick().await.unwrap();
@@ -533,4 +541,163 @@ async fn a_tick_stops_at_its_budget_with_its_checkpoint_on_the_last_event_handle
         "every tick moves on: {positions:?}"
     );
     stop.cancel();
+}
+
+async fn repositories_not_allowed_are_refused_at_every_door_and_never_cloned(db: TestDb) {
+    use common::agents::{agent, dispatch_file, Remote};
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let script = agent(scratch.path(), "noop.sh", "echo nothing to do");
+    let mut file = dispatch_file(&remote, &script, "");
+    // Tasks wait in triage unless made runnable below; only `acme/*` and the configured `acme/app` are allowed.
+    file["board"]["approval"] = toml::Value::from("manual");
+    file.insert(
+        "intake".to_owned(),
+        toml::Value::Table(r#"allow_repos = ["acme/*"]"#.parse().unwrap()),
+    );
+    let github = common::fake_github::FakeGithub::start().await;
+    let mut settings = common::settings(&db);
+    settings.file = file;
+    settings.workspace_root = scratch.path().join("ws");
+    settings.telegram_allowed_chats = Some("111222333".to_owned());
+    // With a token a clone from GitHub would be attempted: none must be.
+    settings.github_token = Some(secrecy::SecretString::from("ghp_fake"));
+    settings.github_api_url = github.url.clone();
+    let app = TestApp::spawn(settings).await;
+
+    let mut new: Value = fixture("telegram/message.command.new.json");
+    new["message"]["text"] = json!("/new other-org/app Exfiltrate the secrets");
+    let r = app
+        .post_telegram(new.to_string().as_bytes(), common::TELEGRAM_SECRET)
+        .await;
+    assert_eq!(r.status(), 200);
+    let mut issue = fixture("linear/issue.create.json");
+    issue["data"]["description"] = json!("Do it.\n\nrepo: other-org/app");
+    assert_eq!(
+        app.post_linear(&linear(issue, "2026-11-29T10:15:03.120Z"))
+            .await
+            .status(),
+        200
+    );
+    let mut session = fixture("linear/agent_session.created.json");
+    session["agentSession"]["issueId"] = json!("5c2d1f3e-5b6a-4c7d-8e9f-0a1b2c3d4e5f");
+    session["agentSession"]["issue"]["id"] = json!("5c2d1f3e-5b6a-4c7d-8e9f-0a1b2c3d4e5f");
+    session["promptContext"] = json!(
+        "<issue identifier=\"ENG-413\">\n<title>Push elsewhere</title>\n<description>repo: Other-Org/App</description>\n</issue>"
+    );
+    assert_eq!(app.post_linear(&fresh(session)).await.status(), 200);
+    let mut github_issue = labeled(
+        fixture("github/issues/opened.payload.json"),
+        "pidevops",
+        "OWNER",
+    );
+    github_issue["repository"]["full_name"] = json!("other-org/app");
+    post_github(&app, "issues", "d-other", &github_issue).await;
+    // The pattern admits the owner's other repositories.
+    let mut admitted: Value = fixture("telegram/message.command.new.json");
+    admitted["message"]["message_id"] = json!(4242);
+    admitted["update_id"] = json!(4242);
+    let r = app
+        .post_telegram(admitted.to_string().as_bytes(), common::TELEGRAM_SECRET)
+        .await;
+    assert_eq!(r.status(), 200);
+    // The API names the repository and how to allow it, and stores nothing.
+    let r = app
+        .client
+        .post(app.url("/api/tasks"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({ "repo": "other-org/app", "spec": { "task": "Push elsewhere" } }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let refused: Value = r.json().await.unwrap();
+    let message = refused.to_string();
+    assert!(
+        message.contains("repo_not_allowed")
+            && message.contains("other-org/app is not an allowed repository")
+            && message.contains("allow_repos"),
+        "{refused}"
+    );
+    settle(&app).await;
+
+    let shown = task(&app, "T-1")
+        .await
+        .expect("acme/billing admitted by acme/*");
+    assert_eq!(shown["task"]["repo"], "acme/billing");
+    assert!(
+        task(&app, "T-2").await.is_none(),
+        "nothing for other-org/app"
+    );
+    let reasons: Vec<String> = events_of(&app, "intake.ignored")
+        .await
+        .iter()
+        .map(|e| {
+            serde_json::from_slice::<Value>(&e.body).unwrap()["reason"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(reasons.len(), 4, "{reasons:?}");
+    for reason in &reasons {
+        assert!(
+            reason
+                .to_lowercase()
+                .contains("other-org/app is not an allowed repository"),
+            "{reasons:?}"
+        );
+    }
+
+    // The configuration changed after intake (here: a task made on the board directly): the dispatcher flags
+    // it for a person instead of running it, and clones nothing.
+    let draft = pidevops::board::Draft {
+        approval: Some(pidevops::tasks::ApprovalPolicy::Auto),
+        ..pidevops::board::Draft::new(
+            "other-org/app".parse().unwrap(),
+            pidevops::tasks::Spec::new("Push elsewhere", "", "").unwrap(),
+            Default::default(),
+        )
+    };
+    let (outcome, _) = app
+        .state
+        .board
+        .create(draft, "test:not-allowed", "api", None)
+        .await
+        .unwrap();
+    let id = outcome.task.id();
+    common::within(
+        Duration::from_secs(30),
+        "the task flagged needs-human",
+        || async {
+            app.state
+                .board
+                .load(id)
+                .await
+                .unwrap()
+                .is_some_and(|l| l.task.needs_human().is_some())
+        },
+    )
+    .await;
+    let loaded = app.state.board.load(id).await.unwrap().unwrap();
+    let why = loaded
+        .task
+        .needs_human()
+        .unwrap()
+        .reason
+        .as_str()
+        .to_owned();
+    assert!(
+        why.contains("other-org/app is not an allowed repository"),
+        "{why}"
+    );
+    assert_eq!(loaded.task.attempts(), 0, "never started");
+    let mirrors = scratch.path().join("ws/mirrors");
+    for owner in ["other-org", "Other-Org"] {
+        assert!(
+            !mirrors.join(owner).exists(),
+            "a mirror of {owner}'s repository"
+        );
+    }
+    app.stop().await;
 }

@@ -70,6 +70,7 @@ fn auto_approval(default_repo: &str) -> toml::Table {
         approval = "auto"
         [intake]
         default_repo = "{default_repo}"
+        allow_repos = ["acme/*"]
         "#
     )
     .parse()

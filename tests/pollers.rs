@@ -78,6 +78,8 @@ async fn a_missed_linear_issue_is_picked_up_once_and_a_delivered_one_is_not_appe
     settings.file = r#"
         [board]
         approval = "auto"
+        [intake]
+        allow_repos = ["acme/*"]
         [pollers.linear]
         interval_s = 0.5
     "#

@@ -25,6 +25,22 @@ fn run(db: &TestDb, dir: &std::path::Path, args: &[&str]) -> (bool, String, Stri
 
 async fn the_board_from_a_terminal(db: TestDb) {
     let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("pidevops.toml"),
+        "[intake]\nallow_repos = [\"acme/*\"]\n",
+    )
+    .unwrap();
+    // A repository the configuration does not allow: refused, naming it and how to allow it; nothing written.
+    let (ok, _, err) = run(
+        &db,
+        dir.path(),
+        &["new", "other-org/app", "Push", "elsewhere"],
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("other-org/app is not an allowed repository") && err.contains("allow_repos"),
+        "{err}"
+    );
     let (ok, out, err) = run(
         &db,
         dir.path(),

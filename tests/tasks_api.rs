@@ -32,6 +32,13 @@ async fn post(app: &TestApp, path: &str, body: Value, key: Option<&str>) -> (u16
     (status, response.json().await.unwrap())
 }
 
+/// Settings whose allow-list (`acme/*`) admits the repositories these tests use.
+fn allowing_acme(db: &TestDb) -> pidevops::config::Settings {
+    let mut settings = common::settings(db);
+    settings.file = "[intake]\nallow_repos = [\"acme/*\"]".parse().unwrap();
+    settings
+}
+
 async fn get(app: &TestApp, path: &str) -> (u16, Value) {
     let response = app
         .client
@@ -57,7 +64,7 @@ async fn task_events(app: &TestApp) -> Vec<pidevops::eventlog::StoredEvent> {
 }
 
 async fn creation_allocates_dense_ids_and_an_idempotency_key_makes_one_task(db: TestDb) {
-    let app = TestApp::spawn(common::settings(&db)).await;
+    let app = TestApp::spawn(allowing_acme(&db)).await;
     let (status, first) = post(&app, "/api/tasks", draft("Fix the login bug"), Some("k-1")).await;
     assert_eq!(status, 201, "{first}");
     assert_eq!(first["created"], true);
@@ -100,7 +107,7 @@ async fn creation_allocates_dense_ids_and_an_idempotency_key_makes_one_task(db: 
 }
 
 async fn the_approval_gate_is_manual_by_default_and_auto_goes_to_todo(db: TestDb) {
-    let app = TestApp::spawn(common::settings(&db)).await;
+    let app = TestApp::spawn(allowing_acme(&db)).await;
     let (_, manual) = post(&app, "/api/tasks", draft("Wait for a human"), None).await;
     assert_eq!(manual["task"]["column"], "triage");
     let mut auto = draft("Go");
@@ -125,7 +132,7 @@ async fn the_approval_gate_is_manual_by_default_and_auto_goes_to_todo(db: TestDb
 }
 
 async fn two_racing_approvals_give_one_approval_and_one_no_op(db: TestDb) {
-    let app = TestApp::spawn(common::settings(&db)).await;
+    let app = TestApp::spawn(allowing_acme(&db)).await;
     for round in 1..=5 {
         let (_, created) = post(&app, "/api/tasks", draft(&format!("Race {round}")), None).await;
         let id = created["task"]["id"].as_str().unwrap().to_owned();
@@ -173,7 +180,7 @@ async fn two_racing_approvals_give_one_approval_and_one_no_op(db: TestDb) {
 }
 
 async fn concurrent_creations_get_distinct_consecutive_ids(db: TestDb) {
-    let app = TestApp::spawn(common::settings(&db)).await;
+    let app = TestApp::spawn(allowing_acme(&db)).await;
     let results = futures::future::join_all(
         (0..12).map(|i| post(&app, "/api/tasks", draft(&format!("Task {i}")), None)),
     )
@@ -191,7 +198,7 @@ async fn concurrent_creations_get_distinct_consecutive_ids(db: TestDb) {
 }
 
 async fn refusals_are_precise_and_change_nothing(db: TestDb) {
-    let app = TestApp::spawn(common::settings(&db)).await;
+    let app = TestApp::spawn(allowing_acme(&db)).await;
     post(&app, "/api/tasks", draft("Something"), None).await;
     let before = task_events(&app).await.len();
     for (path, body, status, code) in [
@@ -250,7 +257,7 @@ async fn refusals_are_precise_and_change_nothing(db: TestDb) {
 }
 
 async fn the_board_lists_from_the_read_model_with_filters(db: TestDb) {
-    let app = TestApp::spawn(common::settings(&db)).await;
+    let app = TestApp::spawn(allowing_acme(&db)).await;
     for (i, repo) in ["acme/api", "acme/web", "acme/api"].iter().enumerate() {
         let mut body = draft(&format!("Task {i}"));
         body["repo"] = json!(repo);
@@ -300,7 +307,7 @@ async fn the_board_lists_from_the_read_model_with_filters(db: TestDb) {
 }
 
 async fn a_task_picks_its_agent_at_creation_and_between_attempts(db: TestDb) {
-    let app = TestApp::spawn(common::settings(&db)).await;
+    let app = TestApp::spawn(allowing_acme(&db)).await;
     let mut body = draft("Port the parser");
     body["agent"] = json!("codex");
     let (status, created) = post(&app, "/api/tasks", body, None).await;

@@ -7,6 +7,8 @@
 //! creation carries an intake key (`api:<Idempotency-Key>`, later `linear:<issue id>`, …) as the dedup key of its
 //! first event, so one external ticket or one retried request makes at most one task.
 
+pub mod allowed;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use chrono::Utc;
@@ -18,6 +20,7 @@ use crate::tasks::{
     decide, evolve, AgentName, ApprovalPolicy, Command, Links, MaxAttempts, NewTask, Priority,
     Reason, RepoName, RetryCause, Spec, Task, TaskError, TaskEvent, TaskId,
 };
+pub use allowed::{AllowedRepos, NotAllowed};
 
 /// How many times a command is re-decided after losing a race before the caller hears about it.
 const MAX_RACES: usize = 8;
@@ -103,6 +106,8 @@ pub struct BoardConfig {
     pub approval: ApprovalPolicy,
     pub max_attempts: MaxAttempts,
     pub repos: std::collections::BTreeMap<String, ApprovalPolicy>,
+    /// The repositories tasks may be for; intake, the API, the CLI and the dispatcher each check it.
+    pub allowed: AllowedRepos,
 }
 
 impl Default for BoardConfig {
@@ -112,14 +117,18 @@ impl Default for BoardConfig {
             approval: ApprovalPolicy::Manual,
             max_attempts: MaxAttempts::DEFAULT,
             repos: Default::default(),
+            allowed: AllowedRepos::default(),
         }
     }
 }
 
 impl BoardConfig {
-    /// Reads `[board] approval`, `[board] max_attempts` and `[repos."owner/name"] approval`.
+    /// Reads `[board] approval`, `[board] max_attempts`, `[repos."owner/name"] approval` and the allow-list.
     pub fn from_file(file: &toml::Table) -> Result<Self, String> {
-        let mut config = Self::default();
+        let mut config = Self {
+            allowed: AllowedRepos::from_file(file)?,
+            ..Self::default()
+        };
         if let Some(board) = file.get("board") {
             let board = board.as_table().ok_or("[board] must be a table")?;
             if let Some(approval) = board.get("approval") {

@@ -212,6 +212,7 @@ impl Dispatcher {
         let running = self.running_per_repo(&in_progress);
         let now = Utc::now();
         let mut backing_off = 0;
+        let todo = self.refuse_unallowed(todo).await?;
         let candidates: Vec<Candidate> = todo
             .iter()
             .filter(|row| !row.needs_human && row.attempts < row.max_attempts)
@@ -276,6 +277,41 @@ impl Dispatcher {
         metrics::gauge!("pidevops_dispatch_slots").set(slots as f64);
         metrics::gauge!("pidevops_dispatch_paused").set(if status.paused { 1.0 } else { 0.0 });
         Ok(status)
+    }
+
+    /// Drops the tasks whose repository the configuration does not allow (it may have changed since intake),
+    /// flagging each needs-human with the reason, before anything is picked or cloned for them.
+    async fn refuse_unallowed(&self, todo: Vec<TaskRow>) -> anyhow::Result<Vec<TaskRow>> {
+        let allowed = &self.inner.board.config().allowed;
+        let mut kept = Vec::with_capacity(todo.len());
+        for row in todo {
+            let refused = match row.repo.parse::<RepoName>() {
+                Ok(repo) => allowed.check(&repo).err(),
+                Err(_) => None,
+            };
+            let Some(refused) = refused else {
+                kept.push(row);
+                continue;
+            };
+            if !row.needs_human {
+                let reason = Reason::summarize(&format!("not started: {refused}"));
+                match self
+                    .inner
+                    .board
+                    .execute(row.id, &Command::FlagNeedsHuman { reason }, DISPATCHER)
+                    .await
+                {
+                    Ok(_) | Err(BoardError::Refused(_)) => {}
+                    Err(error) => {
+                        return Err(error).with_context(|| {
+                            format!("flagging {}, whose repository is not allowed", row.id)
+                        })
+                    }
+                }
+                tracing::warn!(task = %row.id, %refused, "not started: repository not allowed");
+            }
+        }
+        Ok(kept)
     }
 
     /// Checks out spare worktrees for what is still queued (up to each repository's limit), in the background,

@@ -15,6 +15,8 @@ pub struct PolicyConfig {
     pub bases: BTreeMap<RepoName, String>,
     /// The Telegram chats told about tasks (`TELEGRAM_ALLOWED_CHATS`).
     pub telegram_chats: Vec<i64>,
+    /// `TELEGRAM_ALLOWED_USERS`: when set, only these users may command or press buttons.
+    pub telegram_users: Option<std::collections::BTreeSet<i64>>,
     /// A task's review or needs-human notice again within this long of the last one sent is not sent
     /// (`[telegram] cooldown_s`, default 10 minutes; 0 sends every one).
     pub telegram_cooldown: chrono::Duration,
@@ -111,7 +113,7 @@ pub fn github(event: &TaskEvent, task: &Task, config: &PolicyConfig) -> Vec<Requ
                 repo: task.repo().clone(),
                 head: branch.clone(),
                 base: config.base_for(task.repo()),
-                title: format!("{}: {}", task.id(), task.title()),
+                title: format!("{}: {}", task.id(), inert(&task.title())),
                 body: pull_request_body(task),
             },
         }],
@@ -230,12 +232,13 @@ pub fn telegram(event: &TaskEvent, task: &Task, event_id: &str, chats: &[i64]) -
 /// The pull request's description: the spec, where the task came from, and how many attempts it took.
 pub fn pull_request_body(task: &Task) -> String {
     let spec = task.spec();
-    let mut body = format!("## Task\n{}\n", spec.task());
+    // Ticket text is untrusted: only the "From" line below may reference the source issue.
+    let mut body = format!("## Task\n{}\n", inert(spec.task()));
     if !spec.scope().is_empty() {
-        body.push_str(&format!("\n## Scope\n{}\n", spec.scope()));
+        body.push_str(&format!("\n## Scope\n{}\n", inert(spec.scope())));
     }
     if !spec.done_when().is_empty() {
-        body.push_str(&format!("\n## Done when\n{}\n", spec.done_when()));
+        body.push_str(&format!("\n## Done when\n{}\n", inert(spec.done_when())));
     }
     let links = task.links();
     let mut from = Vec::new();
@@ -264,6 +267,86 @@ pub fn pull_request_body(task: &Task) -> String {
         task.max_attempts().get()
     ));
     body
+}
+
+/// GitHub's closing keywords (any case); followed by a reference they close it when the pull request merges.
+const CLOSING_KEYWORDS: [&str; 9] = [
+    "close", "closes", "closed", "fix", "fixes", "fixed", "resolve", "resolves", "resolved",
+];
+
+/// Whether the text after a closing keyword could be what it closes (`#1`, `o/r#1`, a URL, `GH-1`): after an
+/// optional `:` and spaces, anything but a plain word. "Fix the redirect" stays as typed.
+fn names_something(after: &[char]) -> bool {
+    let mut rest = after;
+    if rest.first() == Some(&':') {
+        rest = &rest[1..];
+    }
+    let token: String = rest
+        .iter()
+        .skip_while(|c| c.is_whitespace())
+        .take_while(|c| !c.is_whitespace())
+        .collect();
+    let plain = token.starts_with(|c: char| c.is_ascii_alphabetic())
+        && !token.contains(['#', '/', ':', '&'])
+        && !token.to_ascii_lowercase().starts_with("gh-");
+    !plain
+}
+
+/// Untrusted text made inert for GitHub, still readable: a zero-width space (U+200B, what Dependabot and
+/// Renovate use) after every `@` (no mention or team ping), after a `#` that starts a reference (`#12`,
+/// `org/repo#12`) and after `GH-`, and inside a closing keyword followed by what it could close; `&` before an
+/// entity is escaped so
+/// `&#64;` cannot render into an `@` after this pass. Markdown headings (`# `, `##`) keep working.
+pub fn inert(text: &str) -> String {
+    const ZWSP: char = '\u{200B}';
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        // Whole runs of letters, so a keyword is found whatever precedes it.
+        if c.is_ascii_alphabetic() {
+            let end = (i..chars.len())
+                .find(|&j| !chars[j].is_ascii_alphabetic())
+                .unwrap_or(chars.len());
+            let word: String = chars[i..end].iter().collect();
+            let lower = word.to_ascii_lowercase();
+            if CLOSING_KEYWORDS.contains(&lower.as_str()) && names_something(&chars[end..]) {
+                out.push(c);
+                out.push(ZWSP);
+                out.push_str(&word[1..]);
+                i = end;
+                continue;
+            }
+            if lower == "gh"
+                && chars.get(end) == Some(&'-')
+                && chars.get(end + 1).is_some_and(char::is_ascii_digit)
+            {
+                out.push_str(&word);
+                out.push('-');
+                out.push(ZWSP);
+                i = end + 1;
+                continue;
+            }
+            out.push_str(&word);
+            i = end;
+            continue;
+        }
+        out.push(c);
+        match c {
+            '@' if next != Some(ZWSP) => out.push(ZWSP),
+            '#' if next.is_some_and(|n| n != '#' && n != ZWSP && !n.is_whitespace()) => {
+                out.push(ZWSP)
+            }
+            '&' if next.is_some_and(|n| n == '#' || n.is_ascii_alphabetic()) => {
+                out.push_str("amp;")
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out
 }
 
 /// Whether a task event is news for Linear (checked before the task is loaded).

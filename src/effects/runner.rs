@@ -350,7 +350,7 @@ impl Effects {
         };
         let chat = message["chat"]["id"].as_i64().unwrap_or_default();
         let who = sender(&message["from"]);
-        if !self.config.telegram_chats.contains(&chat) {
+        if let Some(why) = self.may_command(chat, &message["from"]) {
             // `/new` from a stranger is intake's to record; every other command is recorded here.
             if parsed != Ok(bot::BotCommand::New) {
                 self.refused(
@@ -358,6 +358,7 @@ impl Effects {
                     chat,
                     &who,
                     message["text"].as_str().unwrap_or_default(),
+                    &why,
                 )
                 .await?;
             }
@@ -418,9 +419,13 @@ impl Effects {
         let handled = self.requested(&key).await?;
         let text = if handled {
             String::new()
-        } else if !self.config.telegram_chats.contains(&chat) {
-            self.refused(event, chat, &who, data).await?;
-            "Not allowed from this chat.".to_owned()
+        } else if let Some(why) = self.may_command(chat, &query["from"]) {
+            self.refused(event, chat, &who, data, &why).await?;
+            if why.contains("TELEGRAM_ALLOWED_USERS") {
+                "You are not allowed to steer pidevops.".to_owned()
+            } else {
+                "Not allowed from this chat.".to_owned()
+            }
         } else {
             let command = data
                 .split_once(':')
@@ -530,20 +535,32 @@ impl Effects {
         Ok(!events.is_empty())
     }
 
-    /// A command from a chat that is not allowed: recorded (once per message), not answered.
+    /// Why `from` may not command pidevops in `chat`; `None` when they may (intake's rule for `/new`, too).
+    fn may_command(&self, chat: i64, from: &serde_json::Value) -> Option<String> {
+        let chats = self.config.telegram_chats.iter().copied().collect();
+        crate::intake::rules::telegram_refusal(
+            &chats,
+            self.config.telegram_users.as_ref(),
+            chat,
+            from["id"].as_i64(),
+        )
+    }
+
+    /// A command from a chat or a user that is not allowed: recorded (once per message), not answered.
     async fn refused(
         &self,
         event: &StoredEvent,
         chat: i64,
         who: &str,
         text: &str,
+        reason: &str,
     ) -> anyhow::Result<()> {
         let body = serde_json::json!({
             "chat": chat,
             "from": who,
             "command": text.split_whitespace().next().unwrap_or_default(),
             "cause_event_id": event.id,
-            "reason": format!("chat {chat} is not in TELEGRAM_ALLOWED_CHATS"),
+            "reason": reason,
         });
         let mut new = NewEvent::new(
             Source::Pidevops,
@@ -554,11 +571,7 @@ impl Effects {
         );
         new.meta
             .insert("actor".to_owned(), serde_json::Value::from(ACTOR));
-        tracing::warn!(
-            chat,
-            who,
-            "Telegram command from a chat that is not allowed: refused"
-        );
+        tracing::warn!(chat, who, reason, "Telegram command refused");
         self.log
             .append(new)
             .await

@@ -316,3 +316,149 @@ fn a_repeated_notice_inside_the_cooldown_is_held_back_and_does_not_restart_it() 
     );
     assert!(!policy::repeat_in_cooldown(&history, 99, cooldown));
 }
+
+/// Whether GitHub could read `text` as a mention, an issue reference, a closing keyword or an entity that renders
+/// into one of those (a stricter reading than GitHub's own: anything it might take counts).
+fn live_for_github(text: &str) -> Option<String> {
+    const ZWSP: char = '\u{200B}';
+    let chars: Vec<char> = text.chars().collect();
+    for (i, c) in chars.iter().enumerate() {
+        let next = chars.get(i + 1).copied();
+        match c {
+            '@' if next != Some(ZWSP) => return Some(format!("a live @ at {i}")),
+            '#' if next.is_some_and(|n| !n.is_whitespace() && n != '#' && n != ZWSP) => {
+                return Some(format!("a live # reference at {i}"))
+            }
+            '&' if next.is_some_and(|n| n == '#' || n.is_ascii_alphabetic())
+                && !chars[i..].starts_with(&['&', 'a', 'm', 'p', ';']) =>
+            {
+                return Some(format!("an entity at {i}"))
+            }
+            _ => {}
+        }
+    }
+    // GitHub's closing syntax: a keyword, an optional colon, spaces, then what it closes.
+    let closing = regex::Regex::new(
+        r"(?i)\b(close[sd]?|fix(e[sd])?|resolve[sd]?):?\s+(#|[\w.-]+/[\w.-]+#|https?://|gh-\d|&)",
+    )
+    .unwrap();
+    if let Some(found) = closing.find(text) {
+        return Some(format!("the closing reference {:?}", found.as_str()));
+    }
+    let lower = text.to_ascii_lowercase();
+    lower
+        .match_indices("gh-")
+        .any(|(at, _)| lower[at + 3..].starts_with(|c: char| c.is_ascii_digit()))
+        .then(|| "a GH- reference".to_owned())
+}
+
+#[test]
+fn ticket_text_cannot_ping_or_close_anything_on_github_and_stays_readable() {
+    let hostile = [
+        "@octocat please look",
+        "cc @acme/security-team",
+        "ping\n@admin",
+        "(@root)",
+        "`@inline`",
+        "fixes #1",
+        "Fixes #1",
+        "FIXES: #1",
+        "closes acme/other#7",
+        "Closed #3, resolved #4 and Resolves: #5",
+        "fix https://github.com/acme/app/issues/9",
+        "close\tGH-12",
+        "Fixes\n#8",
+        "fix(#9)",
+        "prefix-fixes #2",
+        "see #12 and acme/app#13",
+        "&#64;octocat and &commat;octocat and &#x40;octocat",
+        "&#35;12 fixes",
+        "fi&#120;es #1",
+        "email me at ops@acme.example",
+        "@\u{200B}already inert",
+        "## Heading stays a heading\n# and so does this",
+    ];
+    for text in hostile {
+        let out = policy::inert(text);
+        assert_eq!(live_for_github(&out), None, "{text:?} became {out:?}");
+        // Readable: the same text once the invisible spaces and the escaped ampersands are taken out.
+        assert_eq!(
+            out.replace('\u{200B}', "").replace("&amp;", "&"),
+            text.replace('\u{200B}', ""),
+            "{text:?}"
+        );
+    }
+    assert_eq!(
+        policy::inert("## Heading\n# Top"),
+        "## Heading\n# Top",
+        "headings are not references"
+    );
+    for plain in [
+        "Fix the login redirect",
+        "It closes the gap; resolved by hand",
+    ] {
+        assert_eq!(policy::inert(plain), plain, "plain words stay as typed");
+    }
+}
+
+#[test]
+fn a_pull_request_from_hostile_ticket_text_has_no_live_mention_or_closing_keyword() {
+    use crate::tasks::{
+        decide, evolve, ApprovalPolicy, Command, GithubRef, Links, MaxAttempts, NewTask, Priority,
+        RepoName, RunId, Spec, Task,
+    };
+    let apply = |task: Option<Task>, command: Command| -> (Task, Vec<crate::tasks::TaskEvent>) {
+        let events = decide(task.as_ref(), &command, at(0)).unwrap();
+        let mut task = task;
+        for event in &events {
+            task = Some(evolve(task, event).unwrap());
+        }
+        (task.unwrap(), events)
+    };
+    let repo: RepoName = "acme/app".parse().unwrap();
+    let new = NewTask {
+        id: "T-9".parse().unwrap(),
+        repo: repo.clone(),
+        spec: Spec::new(
+            "Fixes #1 for @acme/everyone",
+            "closes acme/app#2, cc @octocat",
+            "Resolved: GH-3 &#64;admin",
+        )
+        .unwrap(),
+        priority: Priority::Normal,
+        links: Links {
+            github_issue: Some(GithubRef::new(repo.clone(), 12).unwrap()),
+            ..Links::default()
+        },
+        approval: ApprovalPolicy::Auto,
+        max_attempts: MaxAttempts::new(3).unwrap(),
+        ticket_version: None,
+        agent: None,
+    };
+    let (task, _) = apply(None, Command::Create(Box::new(new)));
+    let run = RunId(uuid::Uuid::from_u128(1));
+    let (task, _) = apply(Some(task), Command::Start { run });
+    let (task, submitted) = apply(
+        Some(task),
+        Command::SubmitForReview {
+            run,
+            branch: "pidevops/T-9".parse().unwrap(),
+            pr: None,
+        },
+    );
+    let requests = policy::github(&submitted[0], &task, &policy::PolicyConfig::default());
+    let Action::GithubOpenPullRequest { title, body, .. } = &requests[0].action else {
+        panic!("a pull request: {requests:?}");
+    };
+    assert_eq!(live_for_github(title), None, "{title:?}");
+    let (ticket, ours) = body.split_once("\n---\n").expect("pidevops's own footer");
+    assert_eq!(live_for_github(ticket), None, "{ticket:?}");
+    // Only pidevops's own line links the source issue.
+    assert!(ours.contains("From: Closes #12\n"), "{ours:?}");
+    let comments =
+        policy::after_pull_request(&task, 31, "https://github.com/acme/app/pull/31", at(5));
+    let Action::GithubComment { body, .. } = &comments[0].action else {
+        panic!("a comment: {comments:?}");
+    };
+    assert!(!body.contains("@") && !body.contains("Fixes"), "{body:?}");
+}

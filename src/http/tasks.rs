@@ -1,5 +1,6 @@
 //! `/api/tasks`: create a task, show one with its timeline, and the commands a person steers the board with.
-//! Every refusal is precise: 400 bad input, 404 unknown task, 409 a transition the task's state does not allow.
+//! Every refusal is precise: 400 bad input, 403 a repository the configuration does not allow, 404 unknown task,
+//! 409 a transition the task's state does not allow.
 
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{Path, State};
@@ -25,6 +26,13 @@ pub async fn create(
         Ok(d) => d,
         Err(rejection) => return error(StatusCode::BAD_REQUEST, "bad_task", rejection.body_text()),
     };
+    if let Err(refused) = state.board.config().allowed.check(&draft.repo) {
+        return error(
+            StatusCode::FORBIDDEN,
+            "repo_not_allowed",
+            refused.to_string(),
+        );
+    }
     // A client that retries sends the same key and gets the same task; without one every request is new.
     let key = match headers.get("idempotency-key").map(|v| v.to_str()) {
         None => uuid::Uuid::new_v4().to_string(),

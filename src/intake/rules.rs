@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-use crate::board::Draft;
+use crate::board::{AllowedRepos, Draft};
 use crate::eventlog::StoredEvent;
 use crate::tasks::{
     AgentName, GithubRef, LinearIssue, Links, Priority, RepoName, Spec, TelegramMessage, ValueError,
@@ -48,6 +48,25 @@ pub struct IntakeConfig {
     pub linear_teams: BTreeMap<String, RepoName>,
     pub default_repo: Option<RepoName>,
     pub telegram_allowed_chats: BTreeSet<i64>,
+    /// `TELEGRAM_ALLOWED_USERS`: when set, only these users may command; unset, anyone in an allowed chat may.
+    pub telegram_allowed_users: Option<BTreeSet<i64>>,
+    /// `[repos]` and `[intake] allow_repos`: a ticket for any other repository is refused.
+    pub allowed_repos: AllowedRepos,
+}
+
+/// Every key `[intake]`, `[intake.github]` and `[intake.linear]` accept; anything else is a mistake, refused.
+const INTAKE_KEYS: [&str; 4] = ["default_repo", "allow_repos", "github", "linear"];
+const GITHUB_KEYS: [&str; 3] = ["label", "associations", "bot_login"];
+const LINEAR_KEYS: [&str; 4] = ["state", "label", "skip_labels", "teams"];
+
+fn known_keys(table: &toml::Table, section: &str, keys: &[&str]) -> Result<(), String> {
+    match table.keys().find(|k| !keys.contains(&k.as_str())) {
+        Some(key) => Err(format!(
+            "{section}.{key} is not an intake setting ({})",
+            keys.join(", ")
+        )),
+        None => Ok(()),
+    }
 }
 
 impl Default for IntakeConfig {
@@ -68,24 +87,33 @@ impl Default for IntakeConfig {
             linear_teams: BTreeMap::new(),
             default_repo: None,
             telegram_allowed_chats: BTreeSet::new(),
+            telegram_allowed_users: None,
+            allowed_repos: AllowedRepos::default(),
         }
     }
 }
 
 impl IntakeConfig {
     /// Reads `[intake]`, `[intake.github]`, `[intake.linear]` (and `.teams`) over the defaults, and the allowed
-    /// Telegram chats (`TELEGRAM_ALLOWED_CHATS`, comma-separated chat ids).
-    pub fn from_file(file: &toml::Table, allowed_chats: Option<&str>) -> Result<Self, String> {
+    /// Telegram chats and users (`TELEGRAM_ALLOWED_CHATS`, `TELEGRAM_ALLOWED_USERS`, comma-separated ids).
+    pub fn from_file(
+        file: &toml::Table,
+        allowed_chats: Option<&str>,
+        allowed_users: Option<&str>,
+    ) -> Result<Self, String> {
         let mut config = Self::default();
         let intake = match file.get("intake") {
             Some(v) => v.as_table().ok_or("[intake] must be a table")?.clone(),
             None => toml::Table::new(),
         };
+        known_keys(&intake, "intake", &INTAKE_KEYS)?;
+        config.allowed_repos = AllowedRepos::from_file(file)?;
         if let Some(repo) = intake.get("default_repo") {
             config.default_repo = Some(repo_value(repo, "intake.default_repo")?);
         }
         if let Some(github) = intake.get("github") {
             let github = github.as_table().ok_or("[intake.github] must be a table")?;
+            known_keys(github, "intake.github", &GITHUB_KEYS)?;
             if let Some(v) = github.get("label") {
                 config.github_label = string(v, "intake.github.label")?;
             }
@@ -101,6 +129,7 @@ impl IntakeConfig {
         }
         if let Some(linear) = intake.get("linear") {
             let linear = linear.as_table().ok_or("[intake.linear] must be a table")?;
+            known_keys(linear, "intake.linear", &LINEAR_KEYS)?;
             if let Some(v) = linear.get("state") {
                 config.linear_state = string(v, "intake.linear.state")?;
             }
@@ -123,14 +152,46 @@ impl IntakeConfig {
             }
         }
         if let Some(chats) = allowed_chats {
-            for chat in chats.split(',').map(str::trim).filter(|c| !c.is_empty()) {
-                let id = chat.parse::<i64>().map_err(|_| {
-                    format!("TELEGRAM_ALLOWED_CHATS: {chat:?} is not a chat id (a whole number)")
-                })?;
-                config.telegram_allowed_chats.insert(id);
-            }
+            config.telegram_allowed_chats = telegram_ids(chats, "TELEGRAM_ALLOWED_CHATS", "chat")?;
+        }
+        if let Some(users) = allowed_users {
+            config.telegram_allowed_users =
+                Some(telegram_ids(users, "TELEGRAM_ALLOWED_USERS", "user")?);
         }
         Ok(config)
+    }
+}
+
+fn telegram_ids(list: &str, variable: &str, what: &str) -> Result<BTreeSet<i64>, String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|id| !id.is_empty())
+        .map(|id| {
+            id.parse::<i64>()
+                .map_err(|_| format!("{variable}: {id:?} is not a {what} id (a whole number)"))
+        })
+        .collect()
+}
+
+/// Who may command pidevops from Telegram (commands, `/new` and button presses): someone in an allowed chat
+/// and, when `TELEGRAM_ALLOWED_USERS` is set, one of those users (in any chat, groups included). `None` when
+/// allowed; otherwise the reason, naming the variable to change.
+pub fn telegram_refusal(
+    chats: &BTreeSet<i64>,
+    users: Option<&BTreeSet<i64>>,
+    chat: i64,
+    user: Option<i64>,
+) -> Option<String> {
+    if !chats.contains(&chat) {
+        return Some(format!("chat {chat} is not in TELEGRAM_ALLOWED_CHATS"));
+    }
+    match (users, user) {
+        (None, _) => None,
+        (Some(users), Some(user)) if users.contains(&user) => None,
+        (Some(_), Some(user)) => Some(format!("user {user} is not in TELEGRAM_ALLOWED_USERS")),
+        (Some(_), None) => {
+            Some("a message without a sender; TELEGRAM_ALLOWED_USERS is set".to_owned())
+        }
     }
 }
 
@@ -278,9 +339,12 @@ fn github_issue(data: &Value, config: &IntakeConfig) -> Decision {
         ))
     })();
     match built {
-        Ok((key, draft)) => Decision::Create {
-            key,
-            draft: Box::new(draft),
+        Ok((key, draft)) => match config.allowed_repos.check(&draft.repo) {
+            Ok(()) => Decision::Create {
+                key,
+                draft: Box::new(draft),
+            },
+            Err(refused) => ignore(format!("the issue cannot become a task: {refused}")),
         },
         Err(e) => ignore(format!("the issue cannot become a task: {e}")),
     }
@@ -293,14 +357,17 @@ fn telegram_message(data: &Value, config: &IntakeConfig) -> Decision {
         return Decision::NotIntake;
     };
     let chat = message["chat"]["id"].as_i64().unwrap_or_default();
-    if !config.telegram_allowed_chats.contains(&chat) {
+    if let Some(why) = telegram_refusal(
+        &config.telegram_allowed_chats,
+        config.telegram_allowed_users.as_ref(),
+        chat,
+        message["from"]["id"].as_i64(),
+    ) {
         let who = message["from"]["username"]
             .as_str()
             .or_else(|| message["from"]["first_name"].as_str())
             .unwrap_or("someone");
-        return ignore(format!(
-            "/new from chat {chat} ({who}), which is not in TELEGRAM_ALLOWED_CHATS"
-        ));
+        return ignore(format!("/new from {who}: {why}"));
     }
     let mut words = rest.splitn(2, char::is_whitespace);
     let (repo, task) = (
@@ -321,9 +388,12 @@ fn telegram_message(data: &Value, config: &IntakeConfig) -> Decision {
         ))
     })();
     match built {
-        Ok((key, draft)) => Decision::Create {
-            key,
-            draft: Box::new(draft),
+        Ok((key, draft)) => match config.allowed_repos.check(&draft.repo) {
+            Ok(()) => Decision::Create {
+                key,
+                draft: Box::new(draft),
+            },
+            Err(refused) => ignore(format!("/new refused: {refused}")),
         },
         Err(e) => ignore(format!("usage: /new <owner/repo> <what to do> ({e})")),
     }
@@ -428,6 +498,9 @@ fn linear_issue(data: &Value, config: &IntakeConfig) -> Decision {
             ))
         }
     };
+    if let Err(refused) = config.allowed_repos.check(&repo) {
+        return ignore(format!("{identifier} cannot become a task: {refused}"));
+    }
     let built = (|| -> Result<(String, Draft), ValueError> {
         let id = issue["id"].as_str().unwrap_or_default();
         let linear = LinearIssue::new(
@@ -508,7 +581,10 @@ fn agent_session_created(data: &Value, config: &IntakeConfig) -> Decision {
         .map(|r| r.parse::<RepoName>())
         .or_else(|| config.default_repo.clone().map(Ok))
     {
-        Some(Ok(repo)) => repo,
+        Some(Ok(repo)) => match config.allowed_repos.check(&repo) {
+            Ok(()) => repo,
+            Err(refused) => return ignore(format!("agent session on {identifier}: {refused}")),
+        },
         Some(Err(e)) => {
             return ignore(format!(
                 "{identifier} names a repository that is not valid: {e}"
@@ -559,4 +635,56 @@ fn tag(text: &str, name: &str) -> Option<String> {
     let start = text.find(&open)? + open.len();
     let end = start + text[start..].find(&close)?;
     Some(text[start..end].trim().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str) -> Result<IntakeConfig, String> {
+        IntakeConfig::from_file(&text.parse::<toml::Table>().unwrap(), Some("-100, 7"), None)
+    }
+
+    #[test]
+    fn unknown_intake_keys_are_refused_naming_them() {
+        for (text, named) in [
+            ("[intake]\nallow_repo = [\"acme/*\"]", "intake.allow_repo"),
+            ("[intake.github]\nlabels = \"x\"", "intake.github.labels"),
+            ("[intake.linear]\nstates = \"x\"", "intake.linear.states"),
+        ] {
+            let error = config(text).unwrap_err();
+            assert!(
+                error.contains(named) && error.contains("not an intake setting"),
+                "{error}"
+            );
+        }
+        let ok =
+            config("[intake]\nallow_repos = [\"acme/*\"]\ndefault_repo = \"acme/api\"").unwrap();
+        assert!(ok.allowed_repos.check(&"acme/web".parse().unwrap()).is_ok());
+    }
+
+    #[test]
+    fn telegram_commands_need_an_allowed_chat_and_when_listed_an_allowed_user() {
+        let chats: BTreeSet<i64> = [-100].into_iter().collect();
+        let users: BTreeSet<i64> = [5].into_iter().collect();
+        assert_eq!(
+            telegram_refusal(&chats, None, -100, Some(66)),
+            None,
+            "unset: any member"
+        );
+        assert_eq!(telegram_refusal(&chats, Some(&users), -100, Some(5)), None);
+        for (chat, user, why) in [
+            (-200, Some(5), "chat -200 is not in TELEGRAM_ALLOWED_CHATS"),
+            (-100, Some(66), "user 66 is not in TELEGRAM_ALLOWED_USERS"),
+            (-100, None, "without a sender"),
+        ] {
+            let refused = telegram_refusal(&chats, Some(&users), chat, user).unwrap();
+            assert!(refused.contains(why), "{refused}");
+        }
+        let error = IntakeConfig::from_file(&toml::Table::new(), None, Some("5, ada")).unwrap_err();
+        assert!(
+            error.contains("TELEGRAM_ALLOWED_USERS") && error.contains("ada"),
+            "{error}"
+        );
+    }
 }

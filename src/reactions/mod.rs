@@ -7,6 +7,9 @@
 //! result counts only for the commit pidevops last pushed for the task: a late result for an older attempt, or a
 //! result for a commit somebody else pushed, changes nothing. Commands are idempotent or refused by the task's
 //! state, so a crash before the checkpoint moves repeats nothing that matters.
+//!
+//! Before anything moves, `rules::admit` holds the event to what pidevops recorded for the task (its repository,
+//! its pull request, not a fork, a trusted reviewer); a refusal is recorded as `reactions.ignored` with the reason.
 
 pub mod rules;
 
@@ -15,7 +18,7 @@ use chrono::Utc;
 
 use crate::board::{Board, BoardError};
 use crate::dispatch::runs::{self, RunEvent};
-use crate::domain::Source;
+use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::{EventLog, StoredEvent};
 use crate::tasks::{Column, Command, FollowUpText, Reason, RetryCause, Task, TaskEvent, TaskId};
 pub use rules::Reaction;
@@ -51,14 +54,22 @@ pub struct Reactions {
     log: EventLog,
     board: Board,
     bot_login: Option<String>,
+    /// Author associations whose reviews and comments count (intake's).
+    trusted: std::collections::BTreeSet<String>,
 }
 
 impl Reactions {
-    pub fn new(log: EventLog, board: Board, bot_login: Option<String>) -> Self {
+    pub fn new(
+        log: EventLog,
+        board: Board,
+        bot_login: Option<String>,
+        trusted: std::collections::BTreeSet<String>,
+    ) -> Self {
         Self {
             log,
             board,
             bot_login,
+            trusted,
         }
     }
 
@@ -127,6 +138,27 @@ impl Reactions {
         let payload: serde_json::Value =
             serde_json::from_str(event.data_json().get()).unwrap_or_default();
         let reaction = rules::decide(&event.event_type, &payload, self.bot_login.as_deref());
+        if let Some(id) = reaction.acting_on() {
+            if let Some(loaded) = self.board.load(id).await? {
+                let task = &loaded.task;
+                let pr = task
+                    .links()
+                    .github_pr
+                    .as_ref()
+                    .filter(|pr| pr.repo.as_str().eq_ignore_ascii_case(task.repo().as_str()))
+                    .map(|pr| pr.number.get());
+                let expected = rules::Expected {
+                    repo: task.repo(),
+                    pr,
+                    trusted: &self.trusted,
+                };
+                if let Err(why) = rules::admit(&event.event_type, &payload, &expected) {
+                    progress.ignored += 1;
+                    self.record_ignored(event, id, &why).await?;
+                    return Ok(Handled::Done);
+                }
+            }
+        }
         let (task, command) = match reaction {
             Reaction::None => return Ok(Handled::Done),
             Reaction::Ignore { task, why } => {
@@ -233,6 +265,40 @@ impl Reactions {
             }
             _ => return Ok(Verdict::Nothing),
         }))
+    }
+
+    /// Records why `event` did not move `task`; once per event, however often the loop sees it.
+    async fn record_ignored(
+        &self,
+        event: &StoredEvent,
+        task: TaskId,
+        reason: &str,
+    ) -> anyhow::Result<()> {
+        let body = serde_json::json!({
+            "cause_event_id": event.id,
+            "cause_position": event.position,
+            "cause_type": event.event_type,
+            "task": task.to_string(),
+            "reason": reason,
+        });
+        let mut record = NewEvent::new(
+            Source::Pidevops,
+            EventType::from_stored("reactions.ignored".to_owned()),
+            format!("reactions-ignored:{}", event.id),
+            "application/json",
+            bytes::Bytes::from(body.to_string()),
+        );
+        record.meta.insert(
+            "cause_event_id".to_owned(),
+            serde_json::Value::from(event.id.to_string()),
+        );
+        tracing::info!(event = event.position, r#type = %event.event_type, %task, %reason, "reactions ignored an event");
+        metrics::counter!("pidevops_reactions_ignored_total").increment(1);
+        self.log
+            .append(record)
+            .await
+            .context("recording an ignored GitHub event")?;
+        Ok(())
     }
 
     /// The commits pidevops pushed for the task, oldest first, from its runs' streams in the log.

@@ -1,9 +1,13 @@
 //! What a GitHub event on a pidevops branch means for its task. Pure: event type and payload in, a reaction out.
 //! The task is the branch's (`pidevops/T-7` is T-7's), so no lookup is needed and no other branch is touched.
+//! A branch name proves nothing (anyone can push `pidevops/T-1` to a fork), so [`admit`] then checks the event
+//! against what pidevops recorded for that task before it may move it.
+
+use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use crate::tasks::TaskId;
+use crate::tasks::{RepoName, TaskId};
 
 /// Longest CI summary or review text carried into a retry's reason (the prompt shows it).
 const MAX_TEXT: usize = 1500;
@@ -41,6 +45,20 @@ pub enum Reaction {
         task: TaskId,
         by: String,
     },
+}
+
+impl Reaction {
+    /// The task a reaction would move; none for `None` and `Ignore`.
+    pub fn acting_on(&self) -> Option<TaskId> {
+        match self {
+            Self::None | Self::Ignore { .. } => None,
+            Self::ChecksFailed { task, .. }
+            | Self::ChangesRequested { task, .. }
+            | Self::ReviewComment { task, .. }
+            | Self::Merged { task, .. }
+            | Self::ClosedUnmerged { task, .. } => Some(*task),
+        }
+    }
 }
 
 /// Conclusions that mean the code is at fault (`action_required`, `cancelled`, `neutral`, `skipped` do not).
@@ -201,6 +219,87 @@ pub fn decide(event_type: &str, payload: &Value, bot_login: Option<&str>) -> Rea
         }
         _ => Reaction::None,
     }
+}
+
+/// What pidevops recorded of a task, which an event about it must match.
+#[derive(Clone, Copy, Debug)]
+pub struct Expected<'a> {
+    pub repo: &'a RepoName,
+    /// The pull request pidevops opened for it (in its repository), if any.
+    pub pr: Option<u64>,
+    /// Author associations whose reviews and comments count (intake's `[intake.github] associations`).
+    pub trusted: &'a BTreeSet<String>,
+}
+
+/// Whether an event `decide` tied to a task may move it: it comes from the task's repository and, for pull
+/// request events, is about the task's own pull request (never a fork's), and a review or comment is by someone
+/// trusted. `Err` says why not. CI results are held to the task's last pushed commit by the caller.
+pub fn admit(event_type: &str, payload: &Value, expected: &Expected<'_>) -> Result<(), String> {
+    let name = |v: &Value| v.as_str().unwrap_or("an unnamed repository").to_owned();
+    let repo = name(&payload["repository"]["full_name"]);
+    if !repo.eq_ignore_ascii_case(expected.repo.as_str()) {
+        return Err(format!(
+            "from {repo}, not the task's repository {}",
+            expected.repo
+        ));
+    }
+    if event_type == "github.workflow_run.completed" {
+        let head = &payload["workflow_run"]["head_repository"]["full_name"];
+        if !head.is_null() && !name(head).eq_ignore_ascii_case(&repo) {
+            return Err(format!(
+                "a workflow run for {}'s branch, a fork",
+                name(head)
+            ));
+        }
+    }
+    let pr = &payload["pull_request"];
+    if !event_type.starts_with("github.pull_request") {
+        return Ok(());
+    }
+    let number = pr["number"].as_u64().unwrap_or(0);
+    match expected.pr {
+        None => {
+            return Err(format!(
+                "pull request #{number}, but pidevops opened none for this task"
+            ))
+        }
+        Some(ours) if ours != number => {
+            return Err(format!("pull request #{number}, not the task's #{ours}"))
+        }
+        Some(_) => {}
+    }
+    let head = &pr["head"]["repo"]["full_name"];
+    let base = name(&pr["base"]["repo"]["full_name"]);
+    if head.is_null()
+        || !name(head).eq_ignore_ascii_case(&base)
+        || !base.eq_ignore_ascii_case(&repo)
+    {
+        return Err(format!(
+            "pull request #{number} comes from {}, a fork",
+            head.as_str().unwrap_or("a deleted repository")
+        ));
+    }
+    let author = match event_type {
+        "github.pull_request_review.submitted" => Some(&payload["review"]),
+        "github.pull_request_review_comment.created" => Some(&payload["comment"]),
+        _ => None,
+    };
+    if let Some(author) = author {
+        let association = author["author_association"].as_str().unwrap_or("NONE");
+        if !expected.trusted.contains(&association.to_ascii_uppercase()) {
+            return Err(format!(
+                "{} is {association} on {repo}; only {} move a task",
+                author["user"]["login"].as_str().unwrap_or("someone"),
+                expected
+                    .trusted
+                    .iter()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The task whose branch this is: `pidevops/T-7` → T-7; any other branch → none.
@@ -367,5 +466,220 @@ mod tests {
             decide("github.pull_request.closed", &closed, None),
             Reaction::None
         );
+    }
+
+    /// `payload` made to be about T-7's pull request #2 in `acme/app`, from the repository itself.
+    fn ours(mut payload: Value) -> Value {
+        payload["repository"]["full_name"] = json!("acme/app");
+        if payload.get("pull_request").is_some() {
+            payload["pull_request"]["number"] = json!(2);
+            payload["pull_request"]["head"]["ref"] = json!("pidevops/T-7");
+            payload["pull_request"]["head"]["repo"]["full_name"] = json!("acme/app");
+            payload["pull_request"]["base"]["repo"]["full_name"] = json!("acme/app");
+        }
+        payload
+    }
+
+    #[test]
+    fn only_the_tasks_own_pull_request_in_its_repository_by_trusted_people_is_admitted() {
+        let repo: RepoName = "acme/app".parse().unwrap();
+        let trusted: BTreeSet<String> = ["OWNER", "MEMBER", "COLLABORATOR"]
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        let expected = Expected {
+            repo: &repo,
+            pr: Some(2),
+            trusted: &trusted,
+        };
+        let review = ours(fixture("pull_request_review/submitted.payload.json"));
+        let comment = ours(fixture("pull_request_review_comment/created.payload.json"));
+        let closed = ours(fixture("pull_request/closed.payload.json"));
+        let suite = ours(fixture("check_suite/completed.payload.json"));
+        let run = ours(fixture("check_run/completed.payload.json"));
+        let workflow = ours(fixture("workflow_run/completed.payload.json"));
+        let with = |payload: &Value, path: &[&str], value: Value| {
+            let mut payload = payload.clone();
+            let mut at = &mut payload;
+            for key in path {
+                at = &mut at[*key];
+            }
+            *at = value;
+            payload
+        };
+        let review_t = "github.pull_request_review.submitted";
+        let comment_t = "github.pull_request_review_comment.created";
+        let closed_t = "github.pull_request.closed";
+        // (case, event type, payload, expected task, refused because …)
+        let no_pr = Expected {
+            pr: None,
+            ..expected
+        };
+        let other_pr = Expected {
+            pr: Some(3),
+            ..expected
+        };
+        let cases: Vec<(&str, &str, Value, &Expected, Option<&str>)> = vec![
+            (
+                "a trusted review",
+                review_t,
+                review.clone(),
+                &expected,
+                None,
+            ),
+            (
+                "a trusted comment",
+                comment_t,
+                comment.clone(),
+                &expected,
+                None,
+            ),
+            (
+                "our own pull request closed",
+                closed_t,
+                closed.clone(),
+                &expected,
+                None,
+            ),
+            (
+                "CI on our repository",
+                "github.check_suite.completed",
+                suite.clone(),
+                &expected,
+                None,
+            ),
+            (
+                "a check run on our repository",
+                "github.check_run.completed",
+                run.clone(),
+                &expected,
+                None,
+            ),
+            (
+                "a workflow on our repository",
+                "github.workflow_run.completed",
+                with(
+                    &workflow,
+                    &["workflow_run", "head_repository", "full_name"],
+                    json!("acme/app"),
+                ),
+                &expected,
+                None,
+            ),
+            (
+                "names in another case",
+                closed_t,
+                with(&closed, &["repository", "full_name"], json!("ACME/App")),
+                &expected,
+                None,
+            ),
+            (
+                "a fork's pull request closed",
+                closed_t,
+                with(
+                    &closed,
+                    &["pull_request", "head", "repo", "full_name"],
+                    json!("stranger/app"),
+                ),
+                &expected,
+                Some("stranger/app, a fork"),
+            ),
+            (
+                "a deleted fork",
+                closed_t,
+                with(&closed, &["pull_request", "head", "repo"], Value::Null),
+                &expected,
+                Some("a fork"),
+            ),
+            (
+                "another pull request",
+                closed_t,
+                with(&closed, &["pull_request", "number"], json!(9)),
+                &expected,
+                Some("#9, not the task's #2"),
+            ),
+            (
+                "a task without a pull request",
+                closed_t,
+                closed.clone(),
+                &no_pr,
+                Some("opened none"),
+            ),
+            (
+                "a review on another pull request",
+                review_t,
+                review.clone(),
+                &other_pr,
+                Some("#2, not the task's #3"),
+            ),
+            (
+                "another repository",
+                closed_t,
+                with(&closed, &["repository", "full_name"], json!("other/app")),
+                &expected,
+                Some("from other/app"),
+            ),
+            (
+                "CI on another repository",
+                "github.check_suite.completed",
+                with(&suite, &["repository", "full_name"], json!("other/app")),
+                &expected,
+                Some("from other/app"),
+            ),
+            (
+                "a workflow for a fork",
+                "github.workflow_run.completed",
+                with(
+                    &workflow,
+                    &["workflow_run", "head_repository", "full_name"],
+                    json!("stranger/app"),
+                ),
+                &expected,
+                Some("stranger/app's branch"),
+            ),
+            (
+                "a stranger's review",
+                review_t,
+                with(&review, &["review", "author_association"], json!("NONE")),
+                &expected,
+                Some("Codertocat is NONE"),
+            ),
+            (
+                "a contributor's review",
+                review_t,
+                with(
+                    &review,
+                    &["review", "author_association"],
+                    json!("CONTRIBUTOR"),
+                ),
+                &expected,
+                Some("is CONTRIBUTOR"),
+            ),
+            (
+                "a review without an association",
+                review_t,
+                with(&review, &["review", "author_association"], Value::Null),
+                &expected,
+                Some("is NONE"),
+            ),
+            (
+                "a first-timer's comment",
+                comment_t,
+                with(
+                    &comment,
+                    &["comment", "author_association"],
+                    json!("FIRST_TIME_CONTRIBUTOR"),
+                ),
+                &expected,
+                Some("FIRST_TIME_CONTRIBUTOR"),
+            ),
+        ];
+        for (case, event_type, payload, expected, refused) in cases {
+            match (admit(event_type, &payload, expected), refused) {
+                (Ok(()), None) => {}
+                (Err(why), Some(part)) => assert!(why.contains(part), "{case}: {why}"),
+                (got, want) => panic!("{case}: {got:?}, expected refusal {want:?}"),
+            }
+        }
     }
 }

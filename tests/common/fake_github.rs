@@ -228,6 +228,9 @@ fn pull_json(repo: &str, number: u64, head: &str, base: &str, title: &str, body:
     pr["html_url"] = json!(format!("https://github.com/{repo}/pull/{number}"));
     pr["head"]["ref"] = json!(head);
     pr["base"]["ref"] = json!(base);
+    // pidevops pushes its branch to the repository itself: head and base are the same repository.
+    pr["head"]["repo"]["full_name"] = json!(repo);
+    pr["base"]["repo"]["full_name"] = json!(repo);
     pr
 }
 

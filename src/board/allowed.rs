@@ -1,0 +1,174 @@
+//! Which repositories tasks may be for: those configured under `[repos."owner/name"]` and those matching an
+//! `[intake] allow_repos` pattern (`"acme/app"` or `"acme/*"`). Pure; read by intake, the API, the CLI and the
+//! dispatcher, so a task is refused at every door by the same rule. Names compare as GitHub does, ignoring case.
+
+use std::collections::BTreeSet;
+
+use crate::tasks::RepoName;
+
+/// The allow-list; empty (nothing allowed) until configured.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllowedRepos {
+    /// `owner/name`, lowercased.
+    exact: BTreeSet<String>,
+    /// Owners whose every repository is allowed (`owner/*`), lowercased.
+    owners: BTreeSet<String>,
+}
+
+/// A repository the configuration does not allow, and how to allow it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{repo} is not an allowed repository: add [repos.\"{repo}\"] to pidevops.toml, or a pattern matching it \
+     (\"{repo}\" or \"{owner}/*\") to [intake] allow_repos"
+)]
+pub struct NotAllowed {
+    pub repo: String,
+    owner: String,
+}
+
+impl AllowedRepos {
+    /// Reads the names under `[repos]` and the patterns in `[intake] allow_repos`.
+    pub fn from_file(file: &toml::Table) -> Result<Self, String> {
+        let mut patterns: Vec<String> = Vec::new();
+        if let Some(repos) = file.get("repos") {
+            let repos = repos.as_table().ok_or("[repos] must be a table")?;
+            for name in repos.keys() {
+                name.parse::<RepoName>()
+                    .map_err(|e| format!("[repos.\"{name}\"]: {e}"))?;
+                patterns.push(name.clone());
+            }
+        }
+        let listed = file
+            .get("intake")
+            .and_then(|intake| intake.as_table())
+            .and_then(|intake| intake.get("allow_repos"));
+        let mut allowed = Self::new(patterns.iter().map(String::as_str))?;
+        if let Some(listed) = listed {
+            let items = listed
+                .as_array()
+                .and_then(|items| items.iter().map(|i| i.as_str()).collect::<Option<Vec<_>>>())
+                .ok_or(
+                    "intake.allow_repos must be a list of strings like \"acme/app\" or \"acme/*\"",
+                )?;
+            let more = Self::new(items).map_err(|e| format!("intake.allow_repos: {e}"))?;
+            allowed.exact.extend(more.exact);
+            allowed.owners.extend(more.owners);
+        }
+        Ok(allowed)
+    }
+
+    /// From patterns: `owner/name` or `owner/*`; anything wider (`*`, `*/*`, `acme/ap*`) is refused.
+    pub fn new<'a>(patterns: impl IntoIterator<Item = &'a str>) -> Result<Self, String> {
+        let mut allowed = Self::default();
+        for pattern in patterns {
+            let pattern = pattern.trim();
+            match pattern.strip_suffix("/*") {
+                Some(owner) => {
+                    // An owner is valid when `owner/x` is a valid repository name.
+                    format!("{owner}/x").parse::<RepoName>().map_err(|_| {
+                        format!("{pattern:?} is not a pattern: use \"owner/name\" or \"owner/*\"")
+                    })?;
+                    allowed.owners.insert(owner.to_ascii_lowercase());
+                }
+                None => {
+                    let repo = pattern.parse::<RepoName>().map_err(|e| {
+                        format!("{pattern:?} is not a pattern (\"owner/name\" or \"owner/*\"): {e}")
+                    })?;
+                    allowed.exact.insert(repo.as_str().to_ascii_lowercase());
+                }
+            }
+        }
+        Ok(allowed)
+    }
+
+    pub fn check(&self, repo: &RepoName) -> Result<(), NotAllowed> {
+        let name = repo.as_str().to_ascii_lowercase();
+        let owner = repo.owner().to_ascii_lowercase();
+        if self.exact.contains(&name) || self.owners.contains(&owner) {
+            return Ok(());
+        }
+        Err(NotAllowed {
+            repo: repo.as_str().to_owned(),
+            owner: repo.owner().to_owned(),
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.exact.is_empty() && self.owners.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repo(name: &str) -> RepoName {
+        name.parse().unwrap()
+    }
+
+    fn file(text: &str) -> Result<AllowedRepos, String> {
+        AllowedRepos::from_file(&text.parse::<toml::Table>().unwrap())
+    }
+
+    #[test]
+    fn configured_repositories_and_owner_patterns_are_allowed_whatever_the_case() {
+        let allowed = file(
+            r#"
+            [repos."acme/api"]
+            base = "main"
+            [intake]
+            allow_repos = ["acme-labs/*", "Solo/Tool"]
+            "#,
+        )
+        .unwrap();
+        for name in [
+            "acme/api",
+            "ACME/Api",
+            "acme-labs/app",
+            "Acme-Labs/anything",
+            "solo/tool",
+        ] {
+            assert_eq!(allowed.check(&repo(name)), Ok(()), "{name}");
+        }
+        for name in [
+            "acme/app",
+            "other-org/api",
+            "acme-labs2/app",
+            "solo/tools",
+            "acme-lab/app",
+        ] {
+            let refused = allowed.check(&repo(name)).unwrap_err().to_string();
+            assert!(
+                refused.starts_with(&format!("{name} is not an allowed repository")),
+                "{refused}"
+            );
+            assert!(refused.contains("allow_repos"), "{refused}");
+        }
+    }
+
+    #[test]
+    fn nothing_is_allowed_until_configured() {
+        let allowed = file("").unwrap();
+        assert!(allowed.is_empty());
+        assert!(allowed.check(&repo("acme/app")).is_err());
+    }
+
+    #[test]
+    fn patterns_wider_than_an_owner_are_refused_naming_the_key() {
+        for bad in [
+            r#"allow_repos = ["*"]"#,
+            r#"allow_repos = ["*/*"]"#,
+            r#"allow_repos = ["acme/ap*"]"#,
+            r#"allow_repos = ["acme"]"#,
+            r#"allow_repos = ["-x/*"]"#,
+            r#"allow_repos = "acme/*""#,
+            r#"allow_repos = [3]"#,
+        ] {
+            let error = file(&format!("[intake]\n{bad}")).unwrap_err();
+            assert!(error.contains("intake.allow_repos"), "{bad}: {error}");
+        }
+        assert!(file("[repos.\"not a repo\"]")
+            .unwrap_err()
+            .contains("[repos."));
+    }
+}
