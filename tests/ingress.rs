@@ -644,6 +644,9 @@ async fn a_redelivered_id_with_another_signed_body_is_refused_and_recorded(db: T
         assert!(!text.contains(GITHUB_SECRET) && !text.contains(TELEGRAM_SECRET));
         assert!(!record.meta.as_str().contains(TELEGRAM_SECRET));
     }
+    app.stop().await;
+}
+
 /// `{"deep":[[…1…]]}` nested `depth` levels in all (the outer object counts), inside `wrap` levels more.
 fn nested(depth: usize) -> String {
     format!(

@@ -312,8 +312,7 @@ async fn sign_in_page(State(state): State<AppState>, Query(query): Query<NextQue
 }
 
 /// The client's address as the socket saw it. `X-Forwarded-For` and `Forwarded` are not read: anyone can send
-/// them. Behind a reverse proxy every client has the proxy's address, which is why the right token is checked
-/// before any throttle.
+/// them. Behind a reverse proxy every client has the proxy's address: per-client limits belong in the proxy.
 struct Peer(Option<IpAddr>);
 
 impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Peer {
@@ -350,23 +349,27 @@ async fn sign_in(
     let Some(key) = key(&state) else {
         return sign_in_page(State(state), Query(NextQuery { next: Some(next) })).await;
     };
-    // The right token is checked first, in constant time and before any queue: a flood of wrong guesses, from
-    // anywhere, never delays or refuses it. At least 24 characters (config) is what makes guessing hopeless.
+    // Every attempt takes a slot of its own client address first, and an address with its share of wrong tokens
+    // being answered is turned away *unchecked*: a 429 says nothing about the token, so guessing from one address
+    // runs at most MAX_FAILING_PER_ADDRESS a second, however fast it sends. Another address is never held up by
+    // it: the right token from there is checked at once. (At least 24 characters, config, makes guessing
+    // hopeless anyway.)
+    let Some(slot) = state.sign_ins.admit(peer) else {
+        return page(
+            StatusCode::TOO_MANY_REQUESTS,
+            pages::sign_in(
+                &next,
+                Some("Too many wrong tokens from here just now: try again in a few seconds."),
+                None,
+            ),
+        );
+    };
     if !state
         .settings
         .admin_token_matches(field("token").unwrap_or_default())
     {
-        // Wrong: answered after a second, at most a few at a time per client address; beyond that 429 at once.
-        let Some(_failing) = state.sign_ins.admit(peer) else {
-            return page(
-                StatusCode::TOO_MANY_REQUESTS,
-                pages::sign_in(
-                    &next,
-                    Some("Too many wrong tokens just now: try again in a few seconds."),
-                    None,
-                ),
-            );
-        };
+        // Wrong: answered after a second, holding the address's slot until then.
+        let _failing = slot;
         tracing::warn!("dashboard sign-in refused: wrong token");
         tokio::time::sleep(FAILED_SIGN_IN_DELAY).await;
         return page(
@@ -374,6 +377,7 @@ async fn sign_in(
             pages::sign_in(&next, Some("That is not the admin token."), None),
         );
     }
+    drop(slot);
     let session = Session::new(Utc::now(), rand::random());
     let secure = headers
         .get("x-forwarded-proto")
@@ -400,7 +404,8 @@ pub struct SignInThrottle {
 }
 
 impl SignInThrottle {
-    /// A slot for one more wrong sign-in from `peer`, or `None` if it already has its share (or the table is full).
+    /// A slot for one more sign-in from `peer` (held a second when the token is wrong), or `None` if it already
+    /// has its share of wrong ones being answered (or the table is full).
     fn admit(self: &Arc<Self>, peer: Option<IpAddr>) -> Option<Failing> {
         let client = client_key(peer);
         let mut failing = self.failing.lock().unwrap_or_else(|p| p.into_inner());
