@@ -140,7 +140,8 @@ printf 'done by the agent\n' > CHANGES.md"#,
 
     // The runs read model is its own projector: it may be a tick behind the board.
     within(Duration::from_secs(10), "the run's outcome", || async {
-        runs_of(&app, id).await.iter().all(|r| r.state != "running")
+        let runs = runs_of(&app, id).await;
+        !runs.is_empty() && runs.iter().all(|r| r.state != "running")
     })
     .await;
     let runs = runs_of(&app, id).await;

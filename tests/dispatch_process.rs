@@ -199,7 +199,8 @@ async fn a_run_interrupted_by_sigkill_is_recovered_after_restart_and_never_runs_
     )
     .await;
     within(Duration::from_secs(10), "both runs' outcomes", || async {
-        observer.runs(id).await.iter().all(|r| r.state != "running")
+        let runs = observer.runs(id).await;
+        runs.len() == 2 && runs.iter().all(|r| r.state != "running")
     })
     .await;
     let runs = observer.runs(id).await;
