@@ -67,6 +67,8 @@ const REPO: &str = "bench/monorepo";
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // Warnings (a worktree that could not be reused, say) explain a slow drain; RUST_LOG=info for more.
+    pidevops::telemetry::init_tracing(pidevops::config::LogFormat::Pretty);
     match run(Args::parse()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

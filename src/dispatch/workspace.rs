@@ -291,10 +291,7 @@ impl Workspaces {
                 .unwrap_or_else(|p| p.into_inner())
                 .pop();
             if let Some((worktree, admin)) = recyclable {
-                match self
-                    .recycle(state, &git_dir, repo, &worktree, &admin, &base)
-                    .await
-                {
+                match self.recycle(state, repo, &worktree, &admin, &base).await {
                     Ok(spare) => {
                         state
                             .spares
@@ -374,7 +371,7 @@ impl Workspaces {
                 .unwrap_or_else(|p| p.into_inner())
                 .pop();
             if let Some((old, admin)) = finished {
-                match self.recycle(state, git_dir, repo, &old, &admin, base).await {
+                match self.recycle(state, repo, &old, &admin, base).await {
                     Ok(spare) => {
                         metrics::counter!("pidevops_worktrees_recycled_total").increment(1);
                         return Some(spare);
@@ -451,7 +448,6 @@ impl Workspaces {
     async fn recycle(
         &self,
         state: &RepoState,
-        git_dir: &str,
         repo: &RepoName,
         worktree: &Path,
         admin: &Path,
@@ -498,15 +494,13 @@ impl Workspaces {
         move_into_new_directory(worktree, &path).await?;
         link_to_admin(&path, admin).await?;
         {
+            // What `git worktree repair` would write (it reports a repair with a failing status): the way back
+            // from the administrative directory to the worktree, in a file only pidevops writes.
             let _guard = state.lock.lock().await;
-            let to = path.to_string_lossy().into_owned();
-            self.run_git(
-                "moving a finished worktree to the spares",
-                None,
-                &[git_dir, "worktree", "repair", &to],
-                None,
-            )
-            .await?;
+            let back = admin.join("gitdir");
+            tokio::fs::write(&back, format!("{}\n", path.join(".git").display()))
+                .await
+                .map_err(|source| WorkspaceError::Io { path: back, source })?;
         }
         Ok(Spare {
             path,
