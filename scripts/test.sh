@@ -46,4 +46,16 @@ else
 MSG
 fi
 
+if ! command -v bwrap >/dev/null; then
+    cat >&2 <<MSG
+
+************************************************************************************************
+*  bubblewrap (bwrap) is NOT installed. Agents are contained with it; the containment tests
+*  (tests/hostile.rs with namespaces, doctor's containment line) will FAIL without it.
+*  To install it:  apt-get install bubblewrap
+************************************************************************************************
+
+MSG
+fi
+
 exec cargo test --locked --all-targets "$@"

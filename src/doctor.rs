@@ -478,6 +478,17 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
         }
     }
 
+    // Not a failure (a fresh install has no repositories yet), but every ticket would be refused: say so.
+    if let Ok(allowed) = crate::board::AllowedRepos::from_file(&settings.file) {
+        if allowed.is_empty() {
+            let _ = writeln!(
+                out,
+                "allowed repos              warn      none: no [repos.\"o/n\"] and no [intake] allow_repos, so every \
+                 task is refused (intake records why)"
+            );
+        }
+    }
+
     for (name, secret) in [
         ("github", &settings.github_webhook_secret),
         ("linear", &settings.linear_webhook_secret),

@@ -348,6 +348,41 @@ fn doctor_tells_the_truth_and_fails_when_the_database_is_unreachable() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("PORT is invalid"));
 }
 
+/// doctor says how agents are contained here, and warns when no repository is allowed (every ticket refused).
+#[test]
+fn doctor_names_the_containment_and_an_empty_allow_list() {
+    let workdir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/doctor.db", workdir.path().display());
+    let out = command(&db, workdir.path()).arg("doctor").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("allowed repos") && text.contains("every task is refused"),
+        "{text}"
+    );
+    assert!(!text.contains("containment "), "dispatch is off: {text}");
+
+    let config = workdir.path().join("pidevops.toml");
+    std::fs::write(
+        &config,
+        "[dispatch]\nagent = \"sh\"\n[agents.sh]\ncommand = [\"sh\", \"{prompt_file}\"]\n\
+         [repos.\"acme/app\"]\nurl = \"file:///nonexistent/app.git\"\n",
+    )
+    .unwrap();
+    let out = command(&db, workdir.path())
+        .arg("doctor")
+        .env("PIDEVOPS_CONFIG", &config)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("containment "))
+        .unwrap_or_else(|| panic!("{text}"));
+    // bubblewrap is installed where the suite runs (.ci/run installs it).
+    assert!(line.contains("namespaces"), "{line}");
+    assert!(!text.contains("allowed repos"), "{text}");
+}
+
 #[test]
 fn serve_on_the_embedded_default_creates_its_database() {
     let workdir = tempfile::tempdir().unwrap();
