@@ -77,6 +77,35 @@ pub struct StoredEvent {
     pub meta: Meta,
 }
 
+impl StoredEvent {
+    /// The record a policy appends when this event moved nothing: `<policy>.ignored`, keyed by this event so it
+    /// is written once however often the policy sees it, naming the cause, the reason and `extra` fields.
+    pub fn ignored_by(
+        &self,
+        policy: &str,
+        reason: &str,
+        extra: serde_json::Map<String, serde_json::Value>,
+    ) -> NewEvent {
+        let mut body = extra;
+        body.insert("cause_event_id".to_owned(), serde_json::json!(self.id));
+        body.insert("cause_position".to_owned(), self.position.into());
+        body.insert("cause_type".to_owned(), self.event_type.clone().into());
+        body.insert("reason".to_owned(), reason.into());
+        let mut record = NewEvent::new(
+            Source::Pidevops,
+            crate::domain::EventType::from_stored(format!("{policy}.ignored")),
+            format!("{policy}-ignored:{}", self.id),
+            "application/json",
+            bytes::Bytes::from(serde_json::Value::Object(body).to_string()),
+        );
+        record.meta.insert(
+            "cause_event_id".to_owned(),
+            serde_json::Value::from(self.id.to_string()),
+        );
+        record
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum AppendError {
     /// The stream moved on since the caller read it; reread and decide again.

@@ -9,7 +9,7 @@ pub mod rules;
 use anyhow::Context;
 
 use crate::board::{Board, BoardError};
-use crate::domain::{EventType, NewEvent, Source};
+use crate::domain::Source;
 use crate::eventlog::{EventLog, StoredEvent};
 pub use rules::{Decision, IntakeConfig};
 
@@ -283,23 +283,7 @@ impl Intake {
 
     /// Records why `event` made no task; once per event, however often intake sees it.
     async fn record_ignored(&self, event: &StoredEvent, reason: &str) -> anyhow::Result<()> {
-        let body = serde_json::json!({
-            "cause_event_id": event.id,
-            "cause_position": event.position,
-            "cause_type": event.event_type,
-            "reason": reason,
-        });
-        let mut record = NewEvent::new(
-            Source::Pidevops,
-            EventType::from_stored("intake.ignored".to_owned()),
-            format!("intake-ignored:{}", event.id),
-            "application/json",
-            bytes::Bytes::from(body.to_string()),
-        );
-        record.meta.insert(
-            "cause_event_id".to_owned(),
-            serde_json::Value::from(event.id.to_string()),
-        );
+        let record = event.ignored_by("intake", reason, serde_json::Map::new());
         tracing::info!(event = event.position, r#type = %event.event_type, %reason, "intake ignored an event");
         metrics::counter!("pidevops_intake_ignored_total", "source" => event.source.clone())
             .increment(1);

@@ -18,7 +18,7 @@ use chrono::Utc;
 
 use crate::board::{Board, BoardError};
 use crate::dispatch::runs::{self, RunEvent};
-use crate::domain::{EventType, NewEvent, Source};
+use crate::domain::Source;
 use crate::eventlog::{EventLog, StoredEvent};
 use crate::tasks::{Column, Command, FollowUpText, Reason, RetryCause, Task, TaskEvent, TaskId};
 pub use rules::Reaction;
@@ -274,24 +274,9 @@ impl Reactions {
         task: TaskId,
         reason: &str,
     ) -> anyhow::Result<()> {
-        let body = serde_json::json!({
-            "cause_event_id": event.id,
-            "cause_position": event.position,
-            "cause_type": event.event_type,
-            "task": task.to_string(),
-            "reason": reason,
-        });
-        let mut record = NewEvent::new(
-            Source::Pidevops,
-            EventType::from_stored("reactions.ignored".to_owned()),
-            format!("reactions-ignored:{}", event.id),
-            "application/json",
-            bytes::Bytes::from(body.to_string()),
-        );
-        record.meta.insert(
-            "cause_event_id".to_owned(),
-            serde_json::Value::from(event.id.to_string()),
-        );
+        let mut task_field = serde_json::Map::new();
+        task_field.insert("task".to_owned(), task.to_string().into());
+        let record = event.ignored_by("reactions", reason, task_field);
         tracing::info!(event = event.position, r#type = %event.event_type, %task, %reason, "reactions ignored an event");
         metrics::counter!("pidevops_reactions_ignored_total").increment(1);
         self.log
