@@ -39,6 +39,21 @@ pub async fn ensure_database(admin_url: &str, name: &str) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// Drops (forcing connections off) and creates the Postgres database `name` through `admin_url`: a run starts
+/// from nothing. `name` must already be checked to be a plain identifier.
+pub async fn recreate_database(admin_url: &str, name: &str) -> anyhow::Result<()> {
+    let mut admin = sqlx::PgConnection::connect(admin_url)
+        .await
+        .context("connecting with --admin-url")?;
+    admin
+        .execute(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str())
+        .await?;
+    admin
+        .execute(format!("CREATE DATABASE {name}").as_str())
+        .await?;
+    Ok(())
+}
+
 /// The benchmark's own database on `admin_url`'s server: checked to be a plain name, created if missing,
 /// connected as the service connects, migrated.
 pub async fn open(admin_url: &str, database: &str) -> anyhow::Result<crate::eventlog::EventStore> {

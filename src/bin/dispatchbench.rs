@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use clap::Parser;
-use sqlx::{Connection, Executor};
 
 use pidevops::board::Draft;
 use pidevops::config::{DatabaseUrl, Env, Settings};
@@ -197,15 +196,7 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
         "--database must be lower-case letters, digits and '_'"
     );
-    {
-        let mut admin = sqlx::PgConnection::connect(&args.admin_url).await?;
-        admin
-            .execute(format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", args.database).as_str())
-            .await?;
-        admin
-            .execute(format!("CREATE DATABASE {}", args.database).as_str())
-            .await?;
-    }
+    pidevops::bench::recreate_database(&args.admin_url, &args.database).await?;
     let database = DatabaseUrl::Postgres(pidevops::bench::with_database(
         &args.admin_url,
         &args.database,
@@ -274,15 +265,7 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
     let store = state.log.store().clone();
     let board = state.board.clone();
     let reference_db = format!("{}_uncontained", args.database);
-    {
-        let mut admin = sqlx::PgConnection::connect(&args.admin_url).await?;
-        admin
-            .execute(format!("DROP DATABASE IF EXISTS {reference_db} WITH (FORCE)").as_str())
-            .await?;
-        admin
-            .execute(format!("CREATE DATABASE {reference_db}").as_str())
-            .await?;
-    }
+    pidevops::bench::recreate_database(&args.admin_url, &reference_db).await?;
     let plain_root = dir.join("workspaces-uncontained");
     let plain_app = pidevops::startup::build(settings_for(
         DatabaseUrl::Postgres(pidevops::bench::with_database(

@@ -1372,17 +1372,7 @@ pub async fn pause_state(store: &EventStore) -> anyhow::Result<Option<String>> {
 
 /// Whether `program` resolves to an executable file, the way the runner will look for it.
 pub fn resolves(program: &str, path: Option<&str>) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    let executable = |p: &std::path::Path| {
-        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
-    if program.contains('/') {
-        return executable(std::path::Path::new(program));
-    }
-    path.unwrap_or_default()
-        .split(':')
-        .filter(|dir| !dir.is_empty())
-        .any(|dir| executable(&std::path::Path::new(dir).join(program)))
+    super::sandbox::find_program(program, path).is_some()
 }
 
 /// Why runs cannot happen under this configuration, if they cannot: the dispatcher is then `unarmed`.

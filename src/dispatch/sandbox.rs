@@ -64,7 +64,10 @@ impl Containment {
 /// Finds what can contain agents here: bubblewrap if it can make a PID and mount namespace (tried for real: some
 /// container hosts refuse user namespaces), else Landlock, else nothing. `bwrap` is a path or a name on `PATH`.
 pub fn detect(bwrap: &str, path_var: Option<&str>) -> Containment {
-    let found = find_program(bwrap, path_var);
+    let found = find_program(
+        bwrap,
+        Some(path_var.unwrap_or("/usr/local/bin:/usr/bin:/bin")),
+    );
     let bwrap_error = match &found {
         Some(program) => match try_bwrap(program) {
             Ok(()) => {
@@ -148,7 +151,7 @@ fn try_bwrap(program: &Path) -> Result<(), String> {
     }
 }
 
-/// A program as `execvp` would find it: a path as given, a bare name on `path_var`.
+/// A program as `execvp` would find it: a path as given, a bare name on `path_var` (none without one).
 pub fn find_program(program: &str, path_var: Option<&str>) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let executable = |p: &Path| {
@@ -159,7 +162,7 @@ pub fn find_program(program: &str, path_var: Option<&str>) -> Option<PathBuf> {
         return executable(&path).then_some(path);
     }
     path_var
-        .unwrap_or("/usr/local/bin:/usr/bin:/bin")
+        .unwrap_or_default()
         .split(':')
         .filter(|dir| !dir.is_empty())
         .map(|dir| Path::new(dir).join(program))
@@ -281,9 +284,8 @@ const IOCTL_DEV: u64 = 1 << 15;
 /// ABI 6: no signals to processes outside the domain (the service, other agents).
 const SCOPE_SIGNAL: u64 = 1 << 1;
 
-/// Rights that only make sense on a directory; a rule on a file may hold only the others.
-const DIRECTORY_ONLY: u64 = READ_DIR
-    | REMOVE_DIR
+/// ABI 1's rights to change what a directory holds.
+const CHANGE_DIRECTORY: u64 = REMOVE_DIR
     | REMOVE_FILE
     | MAKE_CHAR
     | MAKE_DIR
@@ -291,8 +293,10 @@ const DIRECTORY_ONLY: u64 = READ_DIR
     | MAKE_SOCK
     | MAKE_FIFO
     | MAKE_BLOCK
-    | MAKE_SYM
-    | REFER;
+    | MAKE_SYM;
+
+/// Rights that only make sense on a directory; a rule on a file may hold only the others.
+const DIRECTORY_ONLY: u64 = READ_DIR | CHANGE_DIRECTORY | REFER;
 
 #[repr(C)]
 struct RulesetAttr {
@@ -335,17 +339,7 @@ impl Confinement {
             return Ok(None);
         };
         let read = EXECUTE | READ_FILE | READ_DIR;
-        let mut all = read
-            | WRITE_FILE
-            | REMOVE_DIR
-            | REMOVE_FILE
-            | MAKE_CHAR
-            | MAKE_DIR
-            | MAKE_REG
-            | MAKE_SOCK
-            | MAKE_FIFO
-            | MAKE_BLOCK
-            | MAKE_SYM;
+        let mut all = read | WRITE_FILE | CHANGE_DIRECTORY;
         if abi >= 2 {
             all |= REFER;
         }
