@@ -6,6 +6,8 @@
 //! A loop with a backlog works through it in ticks bounded by a time budget of one interval and says so
 //! ([`Pace::Again`]): it goes again without resting, and each finished tick keeps it fresh in `/health`.
 
+pub mod catalog;
+pub mod follow;
 pub mod lease;
 
 use std::collections::BTreeMap;
