@@ -13,8 +13,8 @@
 //!
 //! A tick that hands back at its budget leaves its reader running for the next tick, which follows at once: a long
 //! catch-up is one stream of reads rather than one restart per tick. The next tick takes it over only if it starts
-//! exactly where this one stopped (events are immutable and commit in position order, so what was read ahead is
-//! what it would read). "Caught up" is decided only by a read made during the tick, as if nothing was read ahead.
+//! exactly where this one stopped, short of the log's end (events are immutable and commit in position order, so
+//! what was read ahead is what it would read). "Caught up" is decided only by a read made during the tick.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -172,9 +172,9 @@ struct Reading<I> {
     /// The last position handled: the next item follows it.
     after: i64,
     pending: VecDeque<(i64, I)>,
-    /// The page `pending` came from was short; `fresh`: and read during the current tick.
+    /// The page `pending` came from was short (the log's end as of `read_at`): once it is handled, read again.
     short: bool,
-    fresh: bool,
+    read_at: Instant,
     pages: mpsc::Receiver<anyhow::Result<Page<I>>>,
     _reader: AbortOnDrop,
 }
@@ -188,7 +188,7 @@ impl<I: Send + 'static> Reading<I> {
             after,
             pending: VecDeque::new(),
             short: false,
-            fresh: false,
+            read_at: Instant::now(),
             pages,
             _reader: AbortOnDrop(reader.abort_handle()),
         }
@@ -216,7 +216,9 @@ impl<I: Send + 'static> Follow<I> {
         let start = follower.start(store).await?;
         let started = Instant::now();
         let deadline = tokio::time::Instant::from_std(started + self.budget);
-        let left = self.lock().take().filter(|r| r.after == start);
+        // A reader is taken over only in the middle of a backlog: near the end of the log a fresh read costs one
+        // page at most, and tells where the end is now.
+        let left = self.lock().take().filter(|r| r.after == start && !r.short);
         let mut reading = left.unwrap_or_else(|| Reading::spawn(store, follower.prepare(), start));
         let mut done = Followed {
             position: start,
@@ -227,6 +229,10 @@ impl<I: Send + 'static> Follow<I> {
         let mut saved = start;
         loop {
             if reading.pending.is_empty() {
+                if reading.short {
+                    // The end of the log as an earlier tick read it: look again.
+                    reading = Reading::spawn(store, follower.prepare(), done.position);
+                }
                 // A slow read ends the tick at its budget too, once the tick has handled something: every tick
                 // that finds work moves on.
                 let next = if done.position > start {
@@ -247,7 +253,7 @@ impl<I: Send + 'static> Follow<I> {
                 };
                 reading.pending = page.items.into();
                 reading.short = page.short;
-                reading.fresh = page.read_at >= started;
+                reading.read_at = page.read_at;
             }
             while let Some((position, item)) = reading.pending.pop_front() {
                 if let Next::Wait(why) = follower.handle(&item, &mut done.tally).await? {
@@ -259,7 +265,7 @@ impl<I: Send + 'static> Follow<I> {
                 }
                 done.position = position;
                 if Instant::now() >= started + self.budget
-                    && !(reading.pending.is_empty() && reading.short && reading.fresh)
+                    && !(reading.pending.is_empty() && reading.short && reading.read_at >= started)
                 {
                     self.hand_back(store, follower, &mut done, saved, reading)
                         .await?;
@@ -271,12 +277,9 @@ impl<I: Send + 'static> Follow<I> {
                 follower.save(store, done.position).await?;
                 saved = done.position;
             }
-            if reading.short {
-                if reading.fresh {
-                    return Ok(done);
-                }
-                // Read before this tick began: look again.
-                reading = Reading::spawn(store, follower.prepare(), done.position);
+            // Caught up, as of a read made during this tick; an end read before it is looked at again above.
+            if reading.short && reading.read_at >= started {
+                return Ok(done);
             }
         }
     }
