@@ -171,66 +171,9 @@ impl Dispatcher {
             }
         };
 
-        // Heartbeats while the agent runs; a heartbeat that meets a conflict means the run was declared lost.
         let output = Arc::new(AtomicU64::new(0));
-        let beats = CancellationToken::new();
-        let lost = CancellationToken::new();
-        let agent_stop = CancellationToken::new();
-        let heartbeat = {
-            let (mut beat_writer, output, beats, lost, agent_stop, stop) = (
-                writer.clone(),
-                output.clone(),
-                beats.clone(),
-                lost.clone(),
-                agent_stop.clone(),
-                stop.clone(),
-            );
-            let interval = self.inner.config.heartbeat;
-            let board = self.inner.board.clone();
-            tokio::spawn(async move {
-                loop {
-                    tokio::select! {
-                        () = beats.cancelled() => break,
-                        () = stop.cancelled() => { agent_stop.cancel(); break; }
-                        () = tokio::time::sleep(interval) => {}
-                    }
-                    let beat = RunEvent::Heartbeat {
-                        at: Utc::now(),
-                        run,
-                        task: id,
-                        output_bytes: output.load(std::sync::atomic::Ordering::Relaxed),
-                    };
-                    match beat_writer.append(&beat).await {
-                        Ok(()) => {}
-                        Err(Written::Taken) => {
-                            lost.cancel();
-                            agent_stop.cancel();
-                            break;
-                        }
-                        Err(Written::Failed(error)) => {
-                            tracing::warn!(task = %id, %run, error = format!("{error:#}"), "heartbeat not recorded");
-                        }
-                    }
-                    // A task cancelled (or otherwise moved on) while its agent works: stop spending on it. The
-                    // read model may not show the claim yet (it lags the log), so only what can only come after
-                    // the claim counts: a closed task, or another run in progress.
-                    if let Ok(Some(row)) = task_rows::get(board.store(), id).await {
-                        let closed = matches!(
-                            row.column,
-                            Column::Cancelled | Column::Done | Column::Archived
-                        );
-                        let superseded = row.column == Column::InProgress
-                            && run_of(&row).is_some_and(|r| r != run);
-                        if closed || superseded {
-                            agent_stop.cancel();
-                            break;
-                        }
-                    }
-                }
-                beat_writer.version
-            })
-        };
-        let finished = runner::run(launch, output, agent_stop.clone()).await;
+        let heartbeat = self.heartbeat(id, run, writer.clone(), output.clone(), stop.clone());
+        let finished = runner::run(launch, output, heartbeat.agent_stop.clone()).await;
         self.release_slot(id);
         // Heartbeats go on while the work is committed and pushed (a big push can take a while).
         let outcome = self
@@ -240,14 +183,81 @@ impl Dispatcher {
             .await;
         // Its work is pushed (or its failure about to be recorded): the worktree may serve a queued task.
         self.inner.workspaces.finished(&prepared);
-        beats.cancel();
-        if let Ok(version) = heartbeat.await {
+        heartbeat.beats.cancel();
+        if let Ok(version) = heartbeat.version.await {
             writer.version = writer.version.max(version);
         }
-        if lost.is_cancelled() {
+        if heartbeat.lost.is_cancelled() {
             return None;
         }
         Some(outcome)
+    }
+
+    /// Heartbeats while the agent runs, and on while its work is wrapped up, until `beats` is cancelled. A heartbeat
+    /// that meets a conflict means the run was declared lost (`lost`); that, the service stopping (`stop`) or the
+    /// task closed or superseded stops the agent (`agent_stop`).
+    fn heartbeat(
+        &self,
+        id: TaskId,
+        run: RunId,
+        mut beat_writer: RunWriter,
+        output: Arc<AtomicU64>,
+        stop: CancellationToken,
+    ) -> Heartbeat {
+        let beats = CancellationToken::new();
+        let lost = CancellationToken::new();
+        let agent_stop = CancellationToken::new();
+        let (beating, declared_lost, stopping) = (beats.clone(), lost.clone(), agent_stop.clone());
+        let interval = self.inner.config.heartbeat;
+        let board = self.inner.board.clone();
+        let version = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = beats.cancelled() => break,
+                    () = stop.cancelled() => { agent_stop.cancel(); break; }
+                    () = tokio::time::sleep(interval) => {}
+                }
+                let beat = RunEvent::Heartbeat {
+                    at: Utc::now(),
+                    run,
+                    task: id,
+                    output_bytes: output.load(std::sync::atomic::Ordering::Relaxed),
+                };
+                match beat_writer.append(&beat).await {
+                    Ok(()) => {}
+                    Err(Written::Taken) => {
+                        lost.cancel();
+                        agent_stop.cancel();
+                        break;
+                    }
+                    Err(Written::Failed(error)) => {
+                        tracing::warn!(task = %id, %run, error = format!("{error:#}"), "heartbeat not recorded");
+                    }
+                }
+                // A task cancelled (or otherwise moved on) while its agent works: stop spending on it. The
+                // read model may not show the claim yet (it lags the log), so only what can only come after
+                // the claim counts: a closed task, or another run in progress.
+                if let Ok(Some(row)) = task_rows::get(board.store(), id).await {
+                    let closed = matches!(
+                        row.column,
+                        Column::Cancelled | Column::Done | Column::Archived
+                    );
+                    let superseded =
+                        row.column == Column::InProgress && run_of(&row).is_some_and(|r| r != run);
+                    if closed || superseded {
+                        agent_stop.cancel();
+                        break;
+                    }
+                }
+            }
+            beat_writer.version
+        });
+        Heartbeat {
+            beats: beating,
+            lost: declared_lost,
+            agent_stop: stopping,
+            version,
+        }
     }
 
     /// The agent has exited: its slot goes to the next queued task at once.
@@ -432,6 +442,18 @@ impl Dispatcher {
             Err(error) => tracing::warn!(%run, %error, "cannot read the run's outcome"),
         }
     }
+}
+
+/// An attempt's heartbeat task and the tokens between the two (see `Dispatcher::heartbeat`).
+struct Heartbeat {
+    /// Cancelled by the attempt once it has its outcome: no more beats.
+    beats: CancellationToken,
+    /// Cancelled by the heartbeat when a beat met a conflict: the run was declared lost.
+    lost: CancellationToken,
+    /// Stops the agent.
+    agent_stop: CancellationToken,
+    /// The stream version the beats reached.
+    version: tokio::task::JoinHandle<i64>,
 }
 
 /// Why a run event was not written.
