@@ -5,11 +5,11 @@
 //! - `prompt.rs`     the prompt: Task / Scope / Done when, and what failed last time (pure)
 //! - `schedule.rs`   which `todo` tasks start within the limits (pure)
 //! - `runs.rs`       the run's events: started, heartbeat, one outcome (pure)
-//! - `workspace.rs`  mirrors and worktrees under `WORKSPACE_ROOT`; commit and push
+//! - `workspace/`    mirrors and worktrees under `WORKSPACE_ROOT`: git, mirror, worktree, handoff, spares, gc
 //! - `sandbox.rs`    containment: bubblewrap namespaces, else Landlock reads and writes; what an agent sees
 //! - `reaper.rs`     under Landlock, the process that adopts and kills everything a run leaves
 //! - `runner.rs`     the agent process: group, scrubbed env, stdin, log, tail, watchdogs
-//! - `dispatcher.rs` the dispatcher, watchdog and gc loops; claims, outcomes, recovery, pause
+//! - `dispatcher/`   the dispatcher, watchdog and gc loops: claim, attempt, launch, watchdog, gc, pause
 //! - `worker.rs`     `pidevops worker`: runs pulled from JetStream
 
 pub mod config;
