@@ -643,20 +643,12 @@ async fn lock_row(tx: &mut ProjectorTx, name: &str) -> Result<Option<(i64, i64)>
 
 /// A projector's stored `(version, position)`, if it ever ran.
 pub async fn read_row(store: &EventStore, name: &str) -> Result<Option<(i64, i64)>, sqlx::Error> {
-    match store {
-        EventStore::Postgres(s) => {
-            sqlx::query_as("SELECT version, position FROM projections WHERE name = $1")
-                .bind(name)
-                .fetch_optional(s.pool())
-                .await
-        }
-        EventStore::Sqlite(s) => {
-            sqlx::query_as("SELECT version, position FROM projections WHERE name = ?1")
-                .bind(name)
-                .fetch_optional(s.pool())
-                .await
-        }
-    }
+    crate::on_store!(store, |pool, backend| {
+        sqlx::query_as("SELECT version, position FROM projections WHERE name = $1")
+            .bind(name)
+            .fetch_optional(pool)
+            .await
+    })
 }
 
 /// The projector's row, locked; created at `(version, 0)` if missing (a concurrent instance may create it
