@@ -8,7 +8,7 @@ use serde::Serialize;
 use sqlx::Row;
 
 use super::{Bodies, Projector, ProjectorTx};
-use crate::dispatch::runs::{RunEvent, RUN_STREAM_PREFIX};
+use crate::domain::runs::{RunEvent, RUN_STREAM_PREFIX};
 use crate::eventlog::{EventStore, StoreError, StoredEvent};
 
 pub const NAME: &str = "runs";
@@ -90,7 +90,7 @@ pub fn decode(event: &StoredEvent) -> anyhow::Result<RunEvent> {
             decoded.kind()
         ));
     }
-    if stream != crate::dispatch::runs::stream(decoded.run()) {
+    if stream != crate::domain::runs::stream(decoded.run()) {
         return Err(anyhow!("{stream} holds an event of run {}", decoded.run()));
     }
     Ok(decoded)
