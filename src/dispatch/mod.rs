@@ -4,7 +4,7 @@
 //! - `profiles.rs`   agent profiles: presets, `[agents.*]`, argv rendering (pure)
 //! - `prompt.rs`     the prompt: Task / Scope / Done when, and what failed last time (pure)
 //! - `schedule.rs`   which `todo` tasks start within the limits (pure)
-//! - `runs.rs`       the run's events: started, heartbeat, one outcome (pure)
+//! - `runs`          the run's events (pure; in `domain::runs`, shared with the runs projector)
 //! - `workspace/`    mirrors and worktrees under `WORKSPACE_ROOT`: git, mirror, worktree, handoff, spares, gc
 //! - `sandbox.rs`    containment: bubblewrap namespaces, else Landlock reads and writes; what an agent sees
 //! - `reaper.rs`     under Landlock, the process that adopts and kills everything a run leaves
@@ -18,7 +18,8 @@ pub mod profiles;
 pub mod prompt;
 pub mod reaper;
 pub mod runner;
-pub mod runs;
+/// The run events live in `domain` (pure values read by the runs projector too); re-exported where they began.
+pub use crate::domain::runs;
 pub mod sandbox;
 pub mod schedule;
 pub mod worker;
