@@ -6,7 +6,7 @@
 # The tour's ```sh blocks run in order in one shell, with three changes: the build and PATH lines use
 # $PIDEVOPS_BIN_DIR (default target/release), the playground is a fresh temporary directory instead of
 # /tmp/pidevops-tour, and `serve` runs in the background on a free port instead of 8080. Between blocks the script
-# waits until the board has settled (read model caught up, nothing in todo or in progress), as a reader would.
+# waits until the board has settled (intake caught up, nothing in todo or in progress), as a reader would.
 # Needs git, curl, openssl, jq, python3 (a free port), and bubblewrap or Landlock for the agent's containment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,13 +55,16 @@ wait_for_serve() {
     cat serve.log >&2
     return 1
 }
-# Waits (up to 30 s) until the tasks read model has caught up and no task is waiting to run or running.
+# Waits (up to 30 s) until intake has read everything in the log (a webhook just posted has become its task) and
+# no task is waiting to run or running. `task list` brings the read model up to the log itself before it answers.
 settle() {
     $serving || return 0
+    local head intake
     for _ in $(seq 300); do
-        if curl -sf -H "Authorization: Bearer $PIDEVOPS_ADMIN_TOKEN" "localhost:$port/api/tasks" |
-            jq -e '.projector.behind == 0 and ([.tasks[] | select(.column == "todo" or .column == "in-progress")] | length == 0)' \
-                >/dev/null; then
+        head=$(curl -sf -H "Authorization: Bearer $PIDEVOPS_ADMIN_TOKEN" "localhost:$port/api/tasks" | jq .projector.head)
+        intake=$(curl -s "localhost:$port/health" | jq '.loops.intake.detail.position // -1')
+        if [ "$intake" -ge "$head" ] && pidevops task list --json |
+            jq -e '[.[] | select(.column == "todo" or .column == "in-progress")] | length == 0' >/dev/null; then
             return 0
         fi
         sleep 0.1
