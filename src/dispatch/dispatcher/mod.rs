@@ -29,8 +29,8 @@ mod pause;
 mod watchdog;
 
 // The paths callers have always used (`dispatch::dispatcher::set_paused`, ...) stay valid.
+pub use crate::board::pause::{pause_state, set_paused, DISPATCH_STREAM};
 pub use claim::DispatchStatus;
-pub use pause::{pause_state, set_paused, DISPATCH_STREAM};
 pub use watchdog::{watchdog_interval, WatchdogStatus};
 
 use std::collections::HashMap;
