@@ -67,7 +67,11 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         },
     ));
     let bus_kind = relay.bus_kind();
-    let registry = loops::LoopRegistry::default();
+    let fail_after = loops::fail_after_overrides(&settings.file)
+        .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
+    check_fail_after(&fail_after, &catalog::plan(&settings))
+        .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
+    let registry = loops::LoopRegistry::with_fail_after(fail_after);
     let leases = Leases::new(
         store.clone(),
         settings.instance_id.clone(),
@@ -118,27 +122,35 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         intake: &intake_config,
         schedules: &schedules,
     };
+    let declared: Vec<(&catalog::Entry, catalog::PlannedLoop)> = catalog::CATALOG
+        .iter()
+        .flat_map(|entry| (entry.plan)(&settings).into_iter().map(move |p| (entry, p)))
+        .collect();
+    // Every singleton's lease is known before any loop starts, so the first lease round tries for all of them.
+    for (_, planned) in &declared {
+        if planned.singleton && planned.state == LoopState::Armed {
+            leases.register(&planned.name);
+        }
+    }
     let mut armed = BTreeMap::new();
-    for entry in catalog::CATALOG {
-        for planned in (entry.plan)(&settings) {
-            let name = planned.name.clone();
-            match planned.state {
-                LoopState::Disabled => registry.disable(&name, planned.reason.unwrap_or_default()),
-                LoopState::Unarmed => registry.unarm(&name, planned.reason.unwrap_or_default()),
-                LoopState::Armed => {
-                    let built = (entry.build)(&parts, &planned)?;
-                    if built.starts_at_head {
-                        start_at_head(&store, &name).await?;
-                    }
-                    let spec = LoopSpec::new(&name, planned.interval, settings.loop_startup_delay);
-                    let job = Arc::new(Armed::new(built.job));
-                    let lease = planned.singleton.then(|| leases.register(&name));
-                    spawn_job(&registry, &tracker, &shutdown, spec, job.clone(), lease);
-                    if let Some(detail) = built.detail {
-                        registry.set_detail(&name, detail);
-                    }
-                    armed.insert(name, job);
+    for (entry, planned) in declared {
+        let name = planned.name.clone();
+        match planned.state {
+            LoopState::Disabled => registry.disable(&name, planned.reason.unwrap_or_default()),
+            LoopState::Unarmed => registry.unarm(&name, planned.reason.unwrap_or_default()),
+            LoopState::Armed => {
+                let built = (entry.build)(&parts, &planned)?;
+                if built.starts_at_head {
+                    start_at_head(&store, &name).await?;
                 }
+                let spec = LoopSpec::new(&name, planned.interval, settings.loop_startup_delay);
+                let job = Arc::new(Armed::new(built.job));
+                let lease = planned.singleton.then(|| leases.register(&name));
+                spawn_job(&registry, &tracker, &shutdown, spec, job.clone(), lease);
+                if let Some(detail) = built.detail {
+                    registry.set_detail(&name, detail);
+                }
+                armed.insert(name, job);
             }
         }
     }
@@ -157,6 +169,7 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         board,
         sign_ins: Default::default(),
         ingress_budget: Default::default(),
+        last_health: Default::default(),
     };
     Ok(App {
         listener,
@@ -205,6 +218,34 @@ async fn start_at_head(store: &EventStore, name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Each `[loops.<name>]` must name a loop this process plans, with a threshold longer than its interval (a
+/// shorter one would call the loop dead between two healthy ticks).
+fn check_fail_after(
+    fail_after: &BTreeMap<String, Duration>,
+    plan: &[catalog::PlannedLoop],
+) -> Result<(), String> {
+    for (name, threshold) in fail_after {
+        let Some(planned) = plan.iter().find(|p| &p.name == name) else {
+            let known: Vec<&str> = plan.iter().map(|p| p.name.as_str()).collect();
+            return Err(format!(
+                "[loops.{name}]: no such loop (loops: {})",
+                known.join(", ")
+            ));
+        };
+        if *threshold <= planned.interval {
+            return Err(format!(
+                "[loops.{name}] fail_after_s: {} s is not longer than the loop's interval ({} s)",
+                threshold.as_secs_f64(),
+                planned.interval.as_secs_f64()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// How long a singleton's first tick waits for this replica's first try at its lease before it reports a standby.
+const FIRST_LEASE_TRY_WAIT: Duration = Duration::from_secs(10);
+
 /// Spawns a loop for `job`. A singleton job runs only while this replica holds its lease; the others tick as
 /// standbys (so `/health` still sees them alive) and report who the holder is.
 fn spawn_job(
@@ -225,8 +266,15 @@ fn spawn_job(
             let (detail, result) = match &lease {
                 None => job.tick().await,
                 Some(lease) => {
+                    if !lease.is_held() {
+                        // At start this lease may not have been tried yet: a lone replica is about to
+                        // hold every lease, so wait for its first try (bounded) rather than report a standby.
+                        let _ = tokio::time::timeout(FIRST_LEASE_TRY_WAIT, lease.first_try()).await;
+                    }
                     let holder = lease.is_held();
                     if holder && !was_holder.swap(true, Ordering::SeqCst) {
+                        // The standby's detail described a role this replica no longer has.
+                        registry.clear_detail(&name);
                         job.job.on_acquired().await;
                     }
                     if !holder {

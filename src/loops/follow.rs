@@ -30,10 +30,11 @@ use crate::eventlog::{EventStore, StoredEvent};
 /// Events per read, and per checkpoint move.
 pub const PAGE: i64 = 200;
 
-/// How long a tick handles events before it hands the loop back. Short and fixed rather than one interval: a tick
-/// must end well inside the three intervals after which `/health` calls a loop stale, whatever its interval (150 ms
-/// is below a third of the shortest interval `/health` allows); a lease lost or a shutdown is noticed between two
-/// ticks; and a checkpoint saved at least this often bounds what a crash repeats.
+/// How long a tick handles events before it hands the loop back: the 150 ms reactions and effects used (intake and
+/// the relay used one interval). Fixed rather than an interval, so it is one policy whatever a loop's interval: a
+/// tick ends far inside its loop's stale threshold; a lost lease or a shutdown is noticed between two ticks; each
+/// hand-back saves the checkpoint, which bounds what a crash repeats; and a backlog pays little for it, since the
+/// next tick follows at once and takes over the reader this one left running.
 pub const TICK_BUDGET: Duration = Duration::from_millis(150);
 
 /// What handling one event came to.
