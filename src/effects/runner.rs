@@ -130,6 +130,8 @@ impl Effects {
     /// or a test replaying the log) settles every effect from its stream and calls nothing twice.
     pub fn with_checkpoint(mut self, name: &str) -> Self {
         self.checkpoint = name.to_owned();
+        // A reader left running belongs to the other checkpoint's ticks.
+        self.follow = Follow::default();
         self
     }
 

@@ -47,8 +47,8 @@ impl Intake {
         }
     }
 
-    /// A tick hands the loop back once it has worked this long (the follower's budget otherwise; see
-    /// [`crate::loops::follow`]).
+    /// A tick hands the loop back once it has worked this long instead of [`crate::loops::follow::TICK_BUDGET`]
+    /// (tests: a zero budget handles one event per tick).
     pub fn with_tick_budget(mut self, budget: std::time::Duration) -> Self {
         self.follow = self.follow.with_budget(budget);
         self

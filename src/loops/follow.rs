@@ -371,3 +371,132 @@ impl Drop for AbortOnDrop {
         self.0.abort();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{EventType, NewEvent, Source};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// Records what it handles; waits once at `wait_at` and fails once at `fail_at`.
+    #[derive(Default)]
+    struct Recorder {
+        handled: Mutex<Vec<i64>>,
+        wait_at: Option<i64>,
+        waited: AtomicBool,
+        fail_at: Option<i64>,
+        failed: AtomicBool,
+    }
+
+    impl Follower for Recorder {
+        type Prepare = AsStored;
+        type Tally = u64;
+
+        fn checkpoint(&self) -> &str {
+            "recorder"
+        }
+
+        fn prepare(&self) -> AsStored {
+            AsStored
+        }
+
+        async fn handle(&self, event: &StoredEvent, tally: &mut u64) -> anyhow::Result<Next> {
+            if Some(event.position) == self.wait_at && !self.waited.swap(true, Ordering::SeqCst) {
+                return Ok(Next::Wait("not yet".to_owned()));
+            }
+            if Some(event.position) == self.fail_at && !self.failed.swap(true, Ordering::SeqCst) {
+                anyhow::bail!("failed at {}", event.position);
+            }
+            self.handled
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(event.position);
+            *tally += 1;
+            Ok(Next::Done)
+        }
+    }
+
+    async fn log_of(events: i64) -> (tempfile::TempDir, EventStore) {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let url = crate::config::DatabaseUrl::Sqlite(format!(
+            "sqlite://{}",
+            dir.path().join("follow.db").display()
+        ));
+        let store = EventStore::connect(&url, 4).await.expect("sqlite");
+        store.migrate().await.expect("migrations");
+        let stop = tokio_util::sync::CancellationToken::new();
+        let (log, _appender) =
+            crate::eventlog::EventLog::start(store.clone(), Duration::from_secs(5), stop.clone());
+        for n in 0..events {
+            log.append(NewEvent::new(
+                Source::Github,
+                EventType::new(Source::Github, &["push"]),
+                format!("d-{n}"),
+                "application/json",
+                bytes::Bytes::from_static(b"{}"),
+            ))
+            .await
+            .expect("appended");
+        }
+        stop.cancel();
+        (dir, store)
+    }
+
+    #[tokio::test]
+    async fn a_wait_and_an_error_retry_the_same_event_and_nothing_is_skipped() {
+        let (_dir, store) = log_of(450).await;
+        let follower = Recorder {
+            wait_at: Some(230),
+            fail_at: Some(260),
+            ..Recorder::default()
+        };
+        let follow = Follow::default().with_budget(Duration::from_secs(60));
+
+        let waited = follow.tick(&store, &follower).await.expect("a tick");
+        assert_eq!((waited.position, waited.tally), (229, 229));
+        assert_eq!(waited.waiting.as_deref(), Some("not yet"));
+        assert_eq!(store.checkpoint("recorder").await.expect("read"), 229);
+
+        let failed = follow.tick(&store, &follower).await;
+        assert!(failed.is_err(), "{failed:?}");
+        // Nothing saved past the last page end: the failed event's page (from 230) is handled again.
+        assert_eq!(store.checkpoint("recorder").await.expect("read"), 229);
+
+        let done = follow.tick(&store, &follower).await.expect("a tick");
+        assert_eq!(done.position, 450);
+        assert!(!done.out_of_time && done.waiting.is_none());
+        assert_eq!(store.checkpoint("recorder").await.expect("read"), 450);
+        let handled = follower.handled.lock().expect("not poisoned").clone();
+        let mut once: Vec<i64> = handled.clone();
+        once.sort_unstable();
+        once.dedup();
+        assert_eq!(once, (1..=450).collect::<Vec<_>>(), "none skipped");
+        assert_eq!(
+            handled.len(),
+            450 + (259 - 230 + 1),
+            "only the failed event's page before it is handled twice"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_tick_out_of_time_hands_back_and_the_next_goes_on_from_there() {
+        let (_dir, store) = log_of(450).await;
+        let follower = Recorder::default();
+        let follow = Follow::default().with_budget(Duration::ZERO);
+        let mut positions = Vec::new();
+        loop {
+            let followed = follow.tick(&store, &follower).await.expect("a tick");
+            assert_eq!(
+                store.checkpoint("recorder").await.expect("read"),
+                followed.position
+            );
+            positions.push(followed.position);
+            if followed.pace() == Pace::Rest {
+                break;
+            }
+        }
+        assert_eq!(positions, (1..=450).collect::<Vec<_>>(), "one event a tick");
+        let handled = follower.handled.lock().expect("not poisoned").clone();
+        assert_eq!(handled, (1..=450).collect::<Vec<_>>());
+    }
+}

@@ -714,8 +714,7 @@ mod tests {
             assert!(timeout < MIN_FAIL_AFTER, "{timeout:?}");
         }
         assert!(
-            Duration::from_secs(catalog::TELEGRAM_LONG_POLL_S)
-                < crate::effects::telegram::TIMEOUT,
+            Duration::from_secs(catalog::TELEGRAM_LONG_POLL_S) < crate::effects::telegram::TIMEOUT,
             "a long poll ends before its client's timeout"
         );
     }
