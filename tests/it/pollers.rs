@@ -305,7 +305,7 @@ async fn a_poller_that_fails_every_tick_fails_health_after_its_threshold_and_rec
     let db = TestDb::sqlite();
     let linear = FakeLinear::start().await;
     linear.fail_issue_queries(Some(500));
-    let mut settings = common::settings(&db);
+    let mut settings = crate::common::settings(&db);
     settings.linear_api_key = Some(SecretString::from(LINEAR_KEY));
     settings.linear_api_url = linear.url.clone();
     settings.file = r#"
