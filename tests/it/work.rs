@@ -517,7 +517,7 @@ async fn a_malformed_payload_is_dead_lettered_not_a_panic(env: &Env) {
     assert_eq!(b["payload"], serde_json::json!({"task": 42}));
     let error = b["last_error"].as_str().unwrap();
     assert!(
-        error.starts_with("payload is not a valid work::Job: invalid type: integer `42`"),
+        error.starts_with("payload is not a valid it::work::Job: invalid type: integer `42`"),
         "{error}"
     );
     assert!(
