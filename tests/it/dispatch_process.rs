@@ -321,6 +321,8 @@ echo x > CHANGES.md"#,
     dispatch.insert("max_concurrent".into(), toml::Value::from(3));
     let config = write_config(dir, &file);
     let nats = crate::common::nats_url();
+    // The events stream of this test's own: the relay's, on a NATS other tests and other runs of the suite share.
+    let bus = crate::common::bus_config();
     let replica = |name: &'static str, workspaces: String| {
         let (config, nats) = (config.clone(), nats.clone());
         vec![
@@ -328,6 +330,11 @@ echo x > CHANGES.md"#,
             ("WORKSPACE_ROOT".to_owned(), workspaces),
             ("PIDEVOPS_INSTANCE_ID".to_owned(), name.to_owned()),
             ("NATS_URL".to_owned(), nats),
+            ("PIDEVOPS_NATS_STREAM".to_owned(), bus.stream.clone()),
+            (
+                "PIDEVOPS_NATS_SUBJECT_PREFIX".to_owned(),
+                bus.subject_prefix.clone(),
+            ),
             (
                 "PIDEVOPS_LOOP_STARTUP_DELAY_S".to_owned(),
                 "0.05".to_owned(),
@@ -400,6 +407,9 @@ echo x > CHANGES.md"#,
     let _ = worker.wait();
     drop((a, b));
     let _ = BIN;
+    if let Ok(relayed) = pidevops::bus::JetstreamBus::connect(&nats, bus).await {
+        let _ = relayed.delete_stream().await;
+    }
 }
 
 fn borrow(env: &[(String, String)]) -> Vec<(&str, &str)> {

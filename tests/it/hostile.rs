@@ -21,13 +21,12 @@ const SECRET_TOKEN: &str = "ghp_HOSTILEtokenNEVERtoBEseen0123456789";
 const SECRET_ADMIN: &str = "admin-HOSTILE-never-to-be-seen-0123456789";
 const SECRET_LINEAR: &str = "lin_api_HOSTILE_never_to_be_seen";
 const PRIVATE_SECRET: &str = "PRIVATE-REPOSITORY-SECRET-4242";
-/// In the argv of every process an attack leaves behind, to find survivors: one per test, since both run at once.
-fn survivor_mark(containment: &str) -> &'static str {
-    if containment == "namespaces" {
-        "3607.25"
-    } else {
-        "3607.75"
-    }
+/// In the argv of every process an attack leaves behind (`sleep <mark>`), to find survivors: one per test, since
+/// both run at once, and per test process, since another run of the suite on the same machine leaves its own
+/// survivors-to-be while its runs last. Fixed width, so no mark is part of another.
+fn survivor_mark(containment: &str) -> String {
+    let test = if containment == "namespaces" { 1 } else { 2 };
+    format!("3607.{:07}{test}", std::process::id())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -206,7 +205,7 @@ async fn hostile_agents_get_nothing_out(bwrap: &str, containment: &str) {
     let scene = Scene::new();
     let (loot_url, requests) = loot_server().await;
     let mark = survivor_mark(containment);
-    let scripts = attack_scripts(&scene, &loot_url, mark);
+    let scripts = attack_scripts(&scene, &loot_url, &mark);
     let mut agents = String::new();
     for (name, script) in &scripts {
         agents.push_str(&format!(
@@ -333,7 +332,7 @@ url = "{private}"
     }
     // Nothing the survivor attack started is alive once its run is over.
     within(Duration::from_secs(10), "no survivor of a run", || async {
-        survivors(mark).is_empty()
+        survivors(&mark).is_empty()
     })
     .await;
     let benign = create("acme/app", "benign", "benign").await;
@@ -466,7 +465,7 @@ url = "{private}"
     // The service survived `kill -9 $PPID`.
     let live = client.get(api("/health/live")).send().await.unwrap();
     assert!(live.status().is_success());
-    assert!(survivors(mark).is_empty(), "{:?}", survivors(mark));
+    assert!(survivors(&mark).is_empty(), "{:?}", survivors(&mark));
     drop(server);
 }
 
