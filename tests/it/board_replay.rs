@@ -48,6 +48,7 @@ async fn snapshot(store: &EventStore) -> Vec<(String, String)> {
 }
 
 async fn replay_all_gives_exactly_the_incremental_read_models(db: TestDb) {
+    let _cores = crate::common::heavy().await;
     let mut settings = crate::common::settings(&db);
     settings.file = "[intake]\nallow_repos = [\"acme/*\", \"Codertocat/Hello-World\"]"
         .parse()

@@ -154,6 +154,7 @@ fn issue_opened() -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sign_in_watch_a_task_arrive_approve_it_read_its_story_and_sign_out() {
+    let _cores = crate::common::heavy().await;
     let Some((driver, chromium)) = driver().await else {
         return;
     };

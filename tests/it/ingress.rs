@@ -349,6 +349,7 @@ async fn a_source_without_its_secret_refuses_every_delivery(db: TestDb) {
 }
 
 async fn oversized_bodies_are_refused_with_413(db: TestDb) {
+    let _cores = crate::common::heavy().await;
     let app = TestApp::spawn(crate::common::settings(&db)).await;
     // Valid JSON just over each limit, correctly signed: the size alone refuses it.
     let padded = |limit: usize| {

@@ -24,6 +24,7 @@ async fn store(db: &TestDb) -> EventStore {
 }
 
 async fn one_holder_at_a_time_and_a_silent_holder_is_replaced_within_the_ttl(db: TestDb) {
+    let _cores = crate::common::timed().await;
     let store = store(&db).await;
     let a = Leases::new(store.clone(), "replica-a", TTL);
     let b = Leases::new(store.clone(), "replica-b", TTL);
@@ -70,6 +71,7 @@ async fn one_holder_at_a_time_and_a_silent_holder_is_replaced_within_the_ttl(db:
 }
 
 async fn a_holder_that_loses_its_lease_stops_its_work_at_once(db: TestDb) {
+    let _cores = crate::common::timed().await;
     let store = store(&db).await;
     let a = Leases::new(store.clone(), "replica-a", TTL);
     let lease = a.register("projector:sources");
@@ -116,6 +118,7 @@ async fn a_holder_that_loses_its_lease_stops_its_work_at_once(db: TestDb) {
 }
 
 async fn a_holder_that_cannot_renew_lets_go_before_anyone_can_take_over(db: TestDb) {
+    let _cores = crate::common::timed().await;
     let store = store(&db).await;
     let a = Leases::new(store.clone(), "replica-a", TTL);
     let lease = a.register("relay");

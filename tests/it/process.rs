@@ -606,6 +606,7 @@ fn peak_rss(pid: u32) -> u64 {
 /// A hundred at once must not make the server hold them all (2.5 GiB), and signed deliveries must keep landing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unsigned_large_bodies_stay_bounded_in_memory_while_signed_ones_flow() {
+    let _cores = crate::common::heavy().await;
     // The bound: the ingress budget (32 MiB small + 64 MiB large lane) plus the runtime, the SQLite pool and
     // a hundred connections' read buffers, with room for allocator slack. Unbounded, the same load holds
     // 100 × 25 MiB = 2.5 GiB. docs/benchmarks.md has the measured figure.

@@ -426,6 +426,7 @@ async fn a_failing_event_stops_the_projector_there_shows_in_health_and_is_retrie
 /// `pidevops replay` SIGKILLed mid-rebuild: what it committed is consistent (read model = its checkpoint), and
 /// both a new replay and the incremental path finish at the log's exact read model.
 async fn a_killed_replay_leaves_a_consistent_checkpoint_to_resume_from(db: TestDb) {
+    let _cores = crate::common::heavy().await;
     let (store, log, stop) = open(&db).await;
     append(&log, "a", 60_000).await;
     let head = store.head().await.unwrap();

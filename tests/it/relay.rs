@@ -474,6 +474,7 @@ impl Senders {
 /// up with no gap and no duplicate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_nats_outage_under_load_ends_with_the_stream_caught_up_in_the_same_process() {
+    let _cores = crate::common::heavy().await;
     let Some(db) = TestDb::postgres().await else {
         return;
     };

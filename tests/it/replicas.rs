@@ -79,6 +79,7 @@ async fn wait_for_holders(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_replicas_one_holder_failover_within_the_ttl_and_exactly_once_results() {
+    let _cores = crate::common::heavy().await;
     let Some(db) = TestDb::postgres().await else {
         return;
     };

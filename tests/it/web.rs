@@ -541,6 +541,7 @@ async fn a_running_attempt_shows_its_log_tail_on_its_page(db: TestDb) {
 }
 
 async fn wrong_tokens_are_answered_slowly_and_a_few_at_a_time(db: TestDb) {
+    let _cores = crate::common::timed().await;
     let app = TestApp::spawn(crate::common::settings(&db)).await;
     let url = app.url("/sign-in");
     let wrong = |timeout: Duration| {
@@ -605,6 +606,7 @@ fn client_from(local: [u8; 4]) -> reqwest::Client {
 async fn a_flood_of_wrong_tokens_from_one_address_never_refuses_the_right_one_from_another(
     db: TestDb,
 ) {
+    let _cores = crate::common::heavy().await;
     let app = TestApp::spawn(crate::common::settings(&db)).await;
     let url = app.url("/sign-in");
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -270,6 +270,7 @@ async fn an_unacked_message_comes_back_after_ack_wait_as_attempt_2(env: &Env) {
 }
 
 async fn progress_keeps_a_message_from_being_redelivered(env: &Env) {
+    let _cores = crate::common::timed().await;
     let config = config();
     let a = env.open(&config).await;
     let b = env.open(&config).await;

@@ -48,6 +48,29 @@ pub fn bus_config() -> pidevops::bus::BusConfig {
     }
 }
 
+/// The machine's cores, between the tests that load them and the tests that time things.
+///
+/// In one test binary any test may run beside any other (before, an area's tests ran only beside each other), and
+/// a few assertions bound a duration with little room: a failover within the TTL while the test itself floods
+/// three replicas, a lease let go within 50 ms of its row's expiry, a sign-in answered within 0.9 s, a work item
+/// kept by progress sent every third of its 1 s ack wait. Seen: that failover took 6.03 s against its 6 s TTL
+/// beside the heavy tests below. A test that keeps the cores busy for seconds (measured alone: about half a core
+/// or more over its run, or a flood of requests) holds [`heavy`]; a test with such a bound holds [`timed`]. No
+/// heavy test runs beside a timed one or another heavy one; every other test runs beside anything, as before. A
+/// lock rather than looser bounds: the bounds are what those tests prove.
+static CORES: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// Held for the whole of a test that keeps the machine's cores busy for seconds (floods of requests, several
+/// servers, big replays, a browser).
+pub async fn heavy() -> tokio::sync::RwLockWriteGuard<'static, ()> {
+    CORES.write().await
+}
+
+/// Held for the whole of a test whose assertions bound a duration tightly; such tests may run beside each other.
+pub async fn timed() -> tokio::sync::RwLockReadGuard<'static, ()> {
+    CORES.read().await
+}
+
 pub fn in_ci() -> bool {
     std::env::var("CI")
         .map(|v| !v.is_empty() && v != "false")
