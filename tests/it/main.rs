@@ -17,6 +17,7 @@ mod cron;
 mod disk_full;
 mod dispatch;
 mod dispatch_process;
+mod docs;
 mod effects;
 mod eventlog;
 mod full_loop;

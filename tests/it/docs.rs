@@ -179,7 +179,7 @@ fn an_awaited_document_is_no_longer_tolerated_once_it_exists() {
     for awaited in AWAITED {
         assert!(
             !root().join(awaited).exists(),
-            "{awaited} exists now: remove it from AWAITED in tests/docs.rs so its links are checked like any other"
+            "{awaited} exists now: remove it from AWAITED in tests/it/docs.rs so its links are checked like any other"
         );
     }
 }
