@@ -533,27 +533,24 @@ impl FileConfig {
                 Some(board),
                 Some(dispatch),
                 Some(profiles),
-                Some(mut intake),
+                Some(intake),
                 Some(schedules),
                 Some(linear_states),
                 Some(telegram_cooldown),
                 Some(linear_poller),
                 Some(github_poller),
-            ) => {
-                intake.allowed_repos = board.allowed.clone();
-                Ok(Self {
-                    tables,
-                    board,
-                    dispatch,
-                    profiles,
-                    intake,
-                    schedules,
-                    linear_states,
-                    telegram_cooldown,
-                    linear_poller,
-                    github_poller,
-                })
-            }
+            ) => Ok(Self {
+                tables,
+                board,
+                dispatch,
+                profiles,
+                intake,
+                schedules,
+                linear_states,
+                telegram_cooldown,
+                linear_poller,
+                github_poller,
+            }),
             _ => Err(FileErrors(errors)),
         }
     }
