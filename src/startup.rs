@@ -71,7 +71,11 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         .with_tick_budget(settings.relay_interval),
     );
     let bus_kind = relay.bus_kind();
-    let registry = loops::LoopRegistry::default();
+    let fail_after = loops::fail_after_overrides(&settings.file)
+        .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
+    check_fail_after(&fail_after, &doctor::plan(&settings))
+        .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
+    let registry = loops::LoopRegistry::with_fail_after(fail_after);
     let leases = Leases::new(
         store.clone(),
         settings.instance_id.clone(),
@@ -141,7 +145,14 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         crate::intake::Intake::new(log.clone(), board.clone(), intake_config)
             .with_tick_budget(settings.projector_interval),
     );
-    for planned in doctor::plan(&settings) {
+    let plan = doctor::plan(&settings);
+    // Every singleton's lease is known before any loop starts, so the first lease round tries for all of them.
+    for planned in &plan {
+        if planned.singleton && planned.state == LoopState::Armed {
+            leases.register(&planned.name);
+        }
+    }
+    for planned in plan {
         let name = planned.name.clone();
         match planned.state {
             LoopState::Disabled => registry.disable(&name, planned.reason.unwrap_or_default()),
@@ -273,6 +284,7 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         board,
         sign_ins: Default::default(),
         ingress_budget: Default::default(),
+        last_health: Default::default(),
     };
     Ok(App {
         listener,
@@ -528,6 +540,34 @@ impl Job {
     }
 }
 
+/// Each `[loops.<name>]` must name a loop this process plans, with a threshold longer than its interval (a
+/// shorter one would call the loop dead between two healthy ticks).
+fn check_fail_after(
+    fail_after: &BTreeMap<String, Duration>,
+    plan: &[doctor::PlannedLoop],
+) -> Result<(), String> {
+    for (name, threshold) in fail_after {
+        let Some(planned) = plan.iter().find(|p| &p.name == name) else {
+            let known: Vec<&str> = plan.iter().map(|p| p.name.as_str()).collect();
+            return Err(format!(
+                "[loops.{name}]: no such loop (loops: {})",
+                known.join(", ")
+            ));
+        };
+        if *threshold <= planned.interval {
+            return Err(format!(
+                "[loops.{name}] fail_after_s: {} s is not longer than the loop's interval ({} s)",
+                threshold.as_secs_f64(),
+                planned.interval.as_secs_f64()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// How long a singleton's first tick waits for this replica's first try at its lease before it reports a standby.
+const FIRST_LEASE_TRY_WAIT: Duration = Duration::from_secs(10);
+
 /// Spawns a loop for `job`. A singleton job runs only while this replica holds its lease; the others tick as
 /// standbys (so `/health` still sees them alive) and report who the holder is.
 fn spawn_job(
@@ -549,8 +589,15 @@ fn spawn_job(
             let (detail, result) = match &lease {
                 None => job.run().await,
                 Some(lease) => {
+                    if !lease.is_held() {
+                        // At start this lease may not have been tried yet: a lone replica is about to
+                        // hold every lease, so wait for its first try (bounded) rather than report a standby.
+                        let _ = tokio::time::timeout(FIRST_LEASE_TRY_WAIT, lease.first_try()).await;
+                    }
                     let holder = lease.is_held();
                     if holder && !was_holder.swap(true, Ordering::SeqCst) {
+                        // The standby's detail described a role this replica no longer has.
+                        registry.clear_detail(&name);
                         job.on_acquired().await;
                     }
                     if !holder {

@@ -237,6 +237,9 @@ where
     );
     assert!(title.contains("Retry failed Stripe webhooks"), "{title}");
     assert!(body.contains("From: Linear ENG-412"), "{body}");
+    // The description's directives are read, not repeated: "Done when" once, no `repo:` line in the Scope.
+    assert_eq!(body.matches("retried with backoff").count(), 1, "{body}");
+    assert!(!body.contains(&format!("repo: {REPO}")), "{body}");
     assert!(fakes
         .linear
         .comments()
@@ -256,6 +259,11 @@ where
     let prompt = prompt_of(&runs[1]);
     assert!(
         prompt.contains(&format!("CI failed on {}", &first_sha[..7])),
+        "{prompt}"
+    );
+    assert_eq!(
+        prompt.matches("retried with backoff").count(),
+        1,
         "{prompt}"
     );
     let second_sha = runs[1].commit_sha.clone().unwrap();

@@ -70,6 +70,26 @@ async fn health_reports_the_database_and_every_loop(db: TestDb) {
         .contains("NATS_URL"));
     assert_eq!(health["checks"]["bus"]["kind"], "memory");
     assert_eq!(health["checks"]["bus"]["status"], "pass");
+    assert_eq!(health["problems"], serde_json::json!([]), "{health}");
+
+    // A lone server holds every singleton's lease from its first tick: none of them reports a standby role.
+    let singletons_ticked = |health: &Value| {
+        let singletons: Vec<&Value> = health["loops"]
+            .as_object()
+            .unwrap()
+            .values()
+            .filter(|l| l.get("lease").is_some())
+            .collect();
+        !singletons.is_empty() && singletons.iter().all(|l| l["ticks"].as_u64() >= Some(1))
+    };
+    eventually("every singleton loop ticked", || async {
+        singletons_ticked(&app.health().await.1)
+    })
+    .await;
+    let (_, health) = app.health().await;
+    for (name, report) in health["loops"].as_object().unwrap() {
+        assert_ne!(report["detail"]["role"], "standby", "{name}: {health}");
+    }
     app.stop().await;
 }
 
@@ -135,7 +155,8 @@ async fn a_loop_that_stops_ticking_fails_health() {
         &app.state.loops,
         &app.tracker,
         app.shutdown.clone(),
-        LoopSpec::new("wedged", Duration::from_millis(100), Duration::ZERO),
+        LoopSpec::new("wedged", Duration::from_millis(100), Duration::ZERO)
+            .with_fail_after(Duration::from_millis(300)),
         move || {
             let n = counter.fetch_add(1, Ordering::SeqCst);
             async move {

@@ -101,7 +101,7 @@ async fn a_missed_linear_issue_is_picked_up_once_and_a_delivered_one_is_not_appe
     })
     .await;
 
-    // The failing poller keeps ticking and says why; it never takes /health down by failing.
+    // The failing poller keeps ticking and says why; within its threshold (a minute here) it only warns.
     within(Duration::from_secs(10), "three failed polls", || async {
         poller_health(&app, "linear_poller").await["errors"]
             .as_u64()
@@ -299,6 +299,56 @@ async fn a_merge_and_a_ci_failure_whose_webhooks_never_came_are_found_on_github(
         .unwrap()
         .unwrap();
     assert_eq!(row.attempts, 2);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poller_that_fails_every_tick_fails_health_after_its_threshold_and_recovers() {
+    let db = TestDb::sqlite();
+    let linear = FakeLinear::start().await;
+    linear.fail_issue_queries(Some(500));
+    let mut settings = common::settings(&db);
+    settings.linear_api_key = Some(SecretString::from(LINEAR_KEY));
+    settings.linear_api_url = linear.url.clone();
+    settings.file = r#"
+        [pollers.linear]
+        interval_s = 0.2
+        [loops.linear_poller]
+        fail_after_s = 1.5
+    "#
+    .parse()
+    .unwrap();
+    let app = TestApp::spawn(settings).await;
+    // The 16-hour dead poller: it ticks, every tick fails, and /health must not stay green.
+    within(Duration::from_secs(30), "health fails", || async {
+        app.health().await.0 == 503
+    })
+    .await;
+    let (_, health) = app.health().await;
+    let poller = &health["loops"]["linear_poller"];
+    assert_eq!(poller["stale"], true, "{health}");
+    assert_eq!(poller["fail_after_s"], 1.5, "{health}");
+    assert_eq!(poller["last_ok_at"], Value::Null, "{health}");
+    assert!(
+        poller["errors"].as_u64().unwrap() >= 2,
+        "it kept ticking: {health}"
+    );
+    let problems = health["problems"].to_string();
+    assert!(
+        problems
+            .contains("loop linear_poller is stale: no successful tick within 1.5 s; last error:")
+            && problems.contains("500"),
+        "the loop and its last error are named: {health}"
+    );
+
+    // Linear is back: one successful poll and the loop is fresh again.
+    linear.fail_issue_queries(None);
+    within(Duration::from_secs(30), "health recovers", || async {
+        app.health().await.0 == 200
+    })
+    .await;
+    let (_, health) = app.health().await;
+    assert_eq!(health["loops"]["linear_poller"]["stale"], false, "{health}");
     app.stop().await;
 }
 

@@ -540,6 +540,52 @@ async fn secrets_never_reach_the_logs_even_at_debug() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_health_is_logged_once_per_change_not_once_per_probe() {
+    let config = tempfile::tempdir().unwrap();
+    let file = config.path().join("pidevops.toml");
+    // Asked for without its credential: linear_poller is unarmed, so /health fails from the start.
+    std::fs::write(&file, "[pollers.linear]\ninterval_s = 60\n").unwrap();
+    let db = format!("sqlite://{}/health-log.db", config.path().display());
+    let mut server = Server::start_with(&db, &[("PIDEVOPS_CONFIG", file.to_str().unwrap())]).await;
+    let client = reqwest::Client::new();
+    for _ in 0..5 {
+        let r = client
+            .get(format!("{}/health", server.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 503);
+        let body: Value = r.json().await.unwrap();
+        assert!(
+            body["problems"][0]
+                .as_str()
+                .is_some_and(|p| p.starts_with("loop linear_poller is unarmed")),
+            "{body}"
+        );
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(server.child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(server.child.wait().unwrap().success());
+    let log = read_log(server.workdir.path());
+    let errors: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(r#""level":"ERROR""#))
+        .collect();
+    assert_eq!(
+        errors.len(),
+        1,
+        "one ERROR for the change, none per probe:\n{log}"
+    );
+    assert!(
+        errors[0].contains("health changed") && errors[0].contains("linear_poller"),
+        "{log}"
+    );
+}
+
 /// The server's peak resident memory (`VmHWM`), in bytes.
 fn peak_rss(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();

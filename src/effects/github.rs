@@ -10,8 +10,8 @@ use crate::tasks::{BranchName, RepoName};
 
 /// GitHub's public API; tests and GitHub Enterprise set `GITHUB_API_URL`.
 pub const DEFAULT_API_URL: &str = "https://api.github.com";
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-const READ_TIMEOUT: Duration = Duration::from_secs(30);
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// The longest wait a rate limit may impose before we try anyway (and are told again).
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::{CallError, Produced};
 
-const TIMEOUT: Duration = Duration::from_secs(30);
+pub const TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Clone)]
 pub struct LinearClient {

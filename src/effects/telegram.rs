@@ -10,7 +10,7 @@ use super::{CallError, Produced};
 
 /// Telegram refuses messages longer than this many characters.
 pub const MAX_MESSAGE: usize = 4096;
-const TIMEOUT: Duration = Duration::from_secs(30);
+pub const TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Clone)]
 pub struct TelegramClient {

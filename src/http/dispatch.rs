@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{error, AppState};
-use crate::dispatch::dispatcher::{pause_state, set_paused};
+use crate::board::pause::{pause_state, set_paused};
 use crate::projectors::runs::{self, Which};
 
 #[derive(Debug, Default, Deserialize)]

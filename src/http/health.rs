@@ -33,29 +33,78 @@ pub struct HealthBody {
     pub uptime_s: u64,
     pub checks: BTreeMap<&'static str, serde_json::Value>,
     pub loops: BTreeMap<String, LoopReport>,
+    /// Why the status is not `pass`, one line per cause, naming the part (empty when it passes).
+    pub problems: Vec<String>,
 }
 
-/// The overall status from the parts: any failing part fails the whole.
-pub fn overall(database_ok: bool, loops: &BTreeMap<String, LoopReport>) -> Status {
-    let mut status = if database_ok {
-        Status::Pass
-    } else {
-        Status::Fail
-    };
-    for report in loops.values() {
-        let loop_status = match report.state {
-            LoopState::Unarmed => Status::Fail,
-            LoopState::Armed if report.stale => Status::Fail,
-            LoopState::Armed if report.failing => Status::Warn,
-            LoopState::Armed | LoopState::Disabled => Status::Pass,
+/// The overall status from the parts: any failing part fails the whole. Returns the causes too, so `/health`
+/// names the loop and its last error instead of leaving an operator to search the JSON.
+pub fn overall(database_ok: bool, loops: &BTreeMap<String, LoopReport>) -> (Status, Vec<String>) {
+    let mut status = Status::Pass;
+    let mut problems = Vec::new();
+    if !database_ok {
+        status = Status::Fail;
+        problems.push("database: failing (see checks.database)".to_owned());
+    }
+    for (name, report) in loops {
+        let last_error = || {
+            report
+                .last_error
+                .as_deref()
+                .map_or(String::new(), |e| format!("; last error: {e}"))
+        };
+        let (loop_status, problem) = match report.state {
+            LoopState::Unarmed => (
+                Status::Fail,
+                Some(format!(
+                    "loop {name} is unarmed: {}",
+                    report.reason.as_deref().unwrap_or("no reason given")
+                )),
+            ),
+            LoopState::Armed if report.stale => (
+                Status::Fail,
+                Some(format!(
+                    "loop {name} is stale: no successful tick within {}{}",
+                    report
+                        .fail_after_s
+                        .map_or("its threshold".to_owned(), |s| format!("{s} s")),
+                    last_error()
+                )),
+            ),
+            LoopState::Armed if report.failing => (
+                Status::Warn,
+                Some(format!("loop {name}: its last tick failed{}", last_error())),
+            ),
+            LoopState::Armed => match paused_with_work(report) {
+                Some(problem) => (Status::Warn, Some(format!("loop {name}: {problem}"))),
+                None => (Status::Pass, None),
+            },
+            LoopState::Disabled => (Status::Pass, None),
         };
         status = status.max(loop_status);
+        problems.extend(problem);
     }
-    status
+    (status, problems)
+}
+
+/// A deliberate pause is not a fault, but with work waiting behind it nothing moves: that is worth a warning.
+fn paused_with_work(report: &LoopReport) -> Option<String> {
+    let detail = report.detail.as_ref()?;
+    let queued =
+        detail["queue"].as_u64().unwrap_or(0) + detail["backing_off"].as_u64().unwrap_or(0);
+    (detail["paused"].as_bool() == Some(true) && queued > 0).then(|| {
+        format!(
+            "dispatch is paused ({}) with {queued} task(s) waiting",
+            detail["paused_reason"]
+                .as_str()
+                .unwrap_or("no reason given")
+        )
+    })
 }
 
 pub async fn health(State(state): State<AppState>) -> Response {
     let body = snapshot(&state).await;
+    log_change(&state, &body);
     let code = if body.status == Status::Fail {
         StatusCode::SERVICE_UNAVAILABLE
     } else {
@@ -115,7 +164,7 @@ pub async fn snapshot(state: &AppState) -> HealthBody {
             report.lease = Some(view);
         }
     }
-    let status = overall(database_ok, &loops);
+    let (status, problems) = overall(database_ok, &loops);
     metrics::gauge!("pidevops_health_status").set(match status {
         Status::Pass => 1.0,
         Status::Warn => 0.5,
@@ -150,6 +199,25 @@ pub async fn snapshot(state: &AppState) -> HealthBody {
         uptime_s: state.started.elapsed().as_secs(),
         checks,
         loops,
+        problems,
+    }
+}
+
+/// Logs when the status changes, not on every probe: a platform probing a failing replica every few seconds
+/// would otherwise bury everything else in the log under the same ERROR.
+fn log_change(state: &AppState, body: &HealthBody) {
+    let code = body.status as u8;
+    let previous = state
+        .last_health
+        .swap(code, std::sync::atomic::Ordering::Relaxed);
+    if previous == code {
+        return;
+    }
+    let problems = body.problems.join(" | ");
+    match body.status {
+        Status::Pass => tracing::info!(status = "pass", "health recovered"),
+        Status::Warn => tracing::warn!(status = "warn", %problems, "health changed"),
+        Status::Fail => tracing::error!(status = "fail", %problems, "health changed"),
     }
 }
 
@@ -221,6 +289,7 @@ mod tests {
             state,
             reason: None,
             interval_s: Some(1.0),
+            fail_after_s: Some(60.0),
             last_tick_at: None,
             last_ok_at: None,
             last_error: None,
@@ -235,21 +304,67 @@ mod tests {
 
     #[test]
     fn status_is_the_worst_of_its_parts() {
+        let status = |db, loops: &BTreeMap<String, LoopReport>| overall(db, loops).0;
         let mut loops = BTreeMap::new();
-        assert_eq!(overall(true, &loops), Status::Pass);
-        assert_eq!(overall(false, &loops), Status::Fail);
+        assert_eq!(overall(true, &loops), (Status::Pass, vec![]));
+        assert_eq!(status(false, &loops), Status::Fail);
         loops.insert("a".into(), report(LoopState::Disabled, false, false));
         assert_eq!(
-            overall(true, &loops),
+            status(true, &loops),
             Status::Pass,
             "disabled loops do not fail health"
         );
         loops.insert("b".into(), report(LoopState::Armed, false, true));
-        assert_eq!(overall(true, &loops), Status::Warn);
+        assert_eq!(status(true, &loops), Status::Warn);
         loops.insert("c".into(), report(LoopState::Armed, true, false));
-        assert_eq!(overall(true, &loops), Status::Fail);
+        assert_eq!(status(true, &loops), Status::Fail);
         loops.clear();
         loops.insert("d".into(), report(LoopState::Unarmed, false, false));
-        assert_eq!(overall(true, &loops), Status::Fail);
+        assert_eq!(status(true, &loops), Status::Fail);
+    }
+
+    #[test]
+    fn a_stale_loop_is_named_with_its_last_error() {
+        let mut poller = report(LoopState::Armed, true, true);
+        poller.last_error = Some("Linear answered 500".into());
+        poller.fail_after_s = Some(900.0);
+        let loops = BTreeMap::from([("linear_poller".to_owned(), poller)]);
+        assert_eq!(
+            overall(true, &loops),
+            (
+                Status::Fail,
+                vec![
+                    "loop linear_poller is stale: no successful tick within 900 s; last error: Linear answered 500"
+                        .to_owned()
+                ]
+            )
+        );
+    }
+
+    #[test]
+    fn a_pause_warns_only_with_work_waiting() {
+        let dispatcher = |paused: bool, queue: u64, backing_off: u64| {
+            let mut r = report(LoopState::Armed, false, false);
+            r.detail = Some(
+                json!({ "paused": paused, "paused_reason": "paused by api: deploy",
+                                    "queue": queue, "backing_off": backing_off }),
+            );
+            BTreeMap::from([("dispatcher".to_owned(), r)])
+        };
+        assert_eq!(
+            overall(true, &dispatcher(true, 0, 0)),
+            (Status::Pass, vec![])
+        );
+        assert_eq!(
+            overall(true, &dispatcher(false, 5, 0)),
+            (Status::Pass, vec![])
+        );
+        assert_eq!(
+            overall(true, &dispatcher(true, 2, 1)),
+            (
+                Status::Warn,
+                vec!["loop dispatcher: dispatch is paused (paused by api: deploy) with 3 task(s) waiting".to_owned()]
+            )
+        );
     }
 }

@@ -45,6 +45,8 @@ pub struct AppState {
     pub sign_ins: Arc<crate::web::SignInThrottle>,
     /// Memory for webhook bodies not yet verified (see `ingress`).
     pub ingress_budget: ingress::BodyBudget,
+    /// The last `/health` status served (`Status as u8`), so only changes are logged.
+    pub last_health: Arc<std::sync::atomic::AtomicU8>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -57,14 +59,16 @@ pub fn router(state: AppState) -> Router {
         .layer(RequestBodyTimeoutLayer::new(Duration::from_secs(30)));
 
     Router::new()
-        .route("/health", get(health::health))
-        .route("/health/live", get(health::live))
-        .route("/metrics", get(health::metrics))
         .merge(webhooks)
         .merge(api::router(state.clone()))
         .merge(crate::web::router())
         .fallback(not_found)
         .layer(TraceLayer::new_for_http())
+        // Probes are outside the request trace: a platform probing every few seconds would log each failing
+        // `/health` as an ERROR; the handler logs status changes instead.
+        .route("/health", get(health::health))
+        .route("/health/live", get(health::live))
+        .route("/metrics", get(health::metrics))
         .layer(CatchPanicLayer::custom(|_| {
             error(
                 StatusCode::INTERNAL_SERVER_ERROR,

@@ -279,7 +279,8 @@ fn github_issue(data: &Value, config: &IntakeConfig) -> Decision {
         let number = issue["number"].as_u64().unwrap_or(0);
         let title = issue["title"].as_str().unwrap_or_default();
         let body = issue["body"].as_str().unwrap_or_default();
-        let spec = Spec::new(title, body, done_when(body).unwrap_or_default())?;
+        let (done_when, scope) = take_line(body, DONE_WHEN);
+        let spec = Spec::new(title, scope, done_when.unwrap_or_default())?;
         let links = Links {
             github_issue: Some(GithubRef::new(repo.clone(), number)?),
             ..Links::default()
@@ -465,7 +466,7 @@ fn linear_issue(data: &Value, config: &IntakeConfig) -> Decision {
         )?;
         let spec = Spec::new(
             issue["title"].as_str().unwrap_or_default(),
-            description,
+            linear_scope(description),
             done_when(description).unwrap_or_default(),
         )?;
         let priority = issue["priority"]
@@ -512,9 +513,34 @@ fn line_value(text: &str, prefix: &str) -> Option<String> {
     })
 }
 
+const DONE_WHEN: &str = "done when:";
+
 /// A "Done when:" line in a ticket's text.
 fn done_when(text: &str) -> Option<String> {
-    line_value(text, "done when:")
+    line_value(text, DONE_WHEN)
+}
+
+/// The value of the line [`line_value`] finds, and the text without that line: a directive read out of a ticket
+/// is not also part of its Scope (the prompt and the pull request would say it twice).
+fn take_line(text: &str, prefix: &str) -> (Option<String>, String) {
+    let mut value = None;
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|line| {
+            if value.is_some() {
+                return true;
+            }
+            value = line_value(line, prefix);
+            value.is_none()
+        })
+        .collect();
+    (value, kept.join("\n").trim().to_owned())
+}
+
+/// A Linear description as a Scope: without its `repo:` and `Done when:` lines, which pidevops reads itself.
+fn linear_scope(description: &str) -> String {
+    let (_, rest) = take_line(description, "repo:");
+    take_line(&rest, DONE_WHEN).1
 }
 
 /// A Linear agent session (someone delegated an issue to pidevops): the issue's task, made now if the issue
@@ -562,7 +588,7 @@ fn agent_session_created(data: &Value, config: &IntakeConfig) -> Decision {
             repo,
             Spec::new(
                 title,
-                description.clone(),
+                linear_scope(&description),
                 done_when(&description).unwrap_or_default(),
             )?,
             Links {
@@ -650,5 +676,29 @@ mod tests {
             error.contains("TELEGRAM_ALLOWED_USERS") && error.contains("ada"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn directive_lines_are_read_once_and_kept_out_of_the_scope() {
+        let description = "repo: acme/billing\nRetry failed Stripe webhooks.\n\nDone when: retries are idempotent\nNotes: keep the queue";
+        assert_eq!(
+            linear_scope(description),
+            "Retry failed Stripe webhooks.\n\nNotes: keep the queue"
+        );
+        assert_eq!(
+            done_when(description).as_deref(),
+            Some("retries are idempotent")
+        );
+        // Only the first matching line is a directive; the case of the prefix does not matter.
+        assert_eq!(
+            take_line("DONE WHEN: a\ndone when: b", DONE_WHEN),
+            (Some("a".to_owned()), "done when: b".to_owned())
+        );
+        // A bare prefix with no value is not a directive and stays.
+        assert_eq!(
+            take_line("Done when:\nbody", DONE_WHEN),
+            (None, "Done when:\nbody".to_owned())
+        );
+        assert_eq!(linear_scope("no directives here"), "no directives here");
     }
 }

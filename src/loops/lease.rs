@@ -56,6 +56,9 @@ pub struct Leases {
 struct Entry {
     /// Until when (monotonic) this replica may act as holder; `None` when it is not the holder.
     held_until: watch::Sender<Option<Instant>>,
+    /// Whether this replica has tried for the lease yet (successfully or not): its loop waits for the first try
+    /// before deciding it is a standby, so a lone replica never reports one.
+    tried: watch::Sender<bool>,
     view: LeaseView,
 }
 
@@ -64,6 +67,7 @@ struct Entry {
 pub struct LeaseHandle {
     name: String,
     held_until: watch::Receiver<Option<Instant>>,
+    tried: watch::Receiver<bool>,
 }
 
 impl LeaseHandle {
@@ -76,6 +80,13 @@ impl LeaseHandle {
         self.held_until
             .borrow()
             .is_some_and(|until| Instant::now() < until)
+    }
+
+    /// Resolves once this replica has made its first attempt at the lease (or the leases are gone).
+    pub async fn first_try(&self) {
+        let mut tried = self.tried.clone();
+        // An error means the leases were dropped: nothing will ever be attempted, so there is nothing to wait for.
+        let _ = tried.wait_for(|tried| *tried).await;
     }
 
     /// Resolves as soon as the lease is not held here: at once if it is not, when a renewal finds another holder,
@@ -136,6 +147,7 @@ impl Leases {
         self.with(|leases| {
             let entry = leases.entry(name.to_owned()).or_insert_with(|| Entry {
                 held_until: watch::channel(None).0,
+                tried: watch::channel(false).0,
                 view: LeaseView {
                     holder: None,
                     held_here: false,
@@ -146,6 +158,7 @@ impl Leases {
             LeaseHandle {
                 name: name.to_owned(),
                 held_until: entry.held_until.subscribe(),
+                tried: entry.tried.subscribe(),
             }
         })
     }
@@ -201,6 +214,11 @@ impl Leases {
                 }
                 Err(error) => failures.push(format!("{name}: {error}")),
             }
+            self.with(|leases| {
+                if let Some(entry) = leases.get(&name) {
+                    entry.tried.send_replace(true);
+                }
+            });
         }
         if failures.is_empty() {
             Ok(())

@@ -2,7 +2,9 @@
 //!
 //! The runner is do-while: a short startup delay, a tick at once, then one every interval (with jitter so replicas
 //! do not tick in lockstep). A tick's error or panic is caught, counted and reported, and the loop goes on. A loop
-//! that stops finishing ticks (hung, or its task gone) turns `stale` after 3 × its interval, and `/health` fails.
+//! with no *successful* tick within its threshold turns `stale` and `/health` fails: hung, its task gone, or ticking
+//! and failing every time (a poller whose provider answers 500 for hours is doing no work, however often it ticks).
+//! The threshold is 3 × the interval, at least a minute, or `[loops.<name>] fail_after_s`.
 //! A loop with a backlog works through it in ticks bounded by a time budget of one interval and says so
 //! ([`Pace::Again`]): it goes again without resting, and each finished tick keeps it fresh in `/health`.
 
@@ -19,8 +21,48 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// A loop is stale when it has not finished a tick for this many intervals.
+/// By default a loop is stale when it has had no successful tick for this many intervals...
 pub const STALE_AFTER_INTERVALS: u32 = 3;
+/// ...and never sooner than this, so a fast loop's brief hiccup (a database failover, a deploy) only warns.
+/// Every outbound call a loop makes has a timeout shorter than this (tested per client).
+pub const MIN_FAIL_AFTER: Duration = Duration::from_secs(60);
+
+/// How long a loop may go without a successful tick before it is stale, unless configured otherwise.
+pub fn default_fail_after(interval: Duration) -> Duration {
+    (interval * STALE_AFTER_INTERVALS).max(MIN_FAIL_AFTER)
+}
+
+/// `[loops.<name>] fail_after_s` from pidevops.toml: per-loop stale thresholds, in seconds (fractions allowed).
+pub fn fail_after_overrides(file: &toml::Table) -> Result<BTreeMap<String, Duration>, String> {
+    let Some(loops) = file.get("loops") else {
+        return Ok(BTreeMap::new());
+    };
+    let loops = loops
+        .as_table()
+        .ok_or("[loops] must be a table of [loops.<name>] tables")?;
+    let mut overrides = BTreeMap::new();
+    for (name, table) in loops {
+        let table = table
+            .as_table()
+            .ok_or_else(|| format!("[loops.{name}] must be a table"))?;
+        for (key, value) in table {
+            if key != "fail_after_s" {
+                return Err(format!(
+                    "[loops.{name}] {key}: unknown key (the only key is fail_after_s)"
+                ));
+            }
+            let secs = value
+                .as_float()
+                .or_else(|| value.as_integer().map(|i| i as f64))
+                .filter(|s| s.is_finite() && *s > 0.0)
+                .ok_or_else(|| {
+                    format!("[loops.{name}] fail_after_s: expected a positive number of seconds")
+                })?;
+            overrides.insert(name.clone(), Duration::from_secs_f64(secs));
+        }
+    }
+    Ok(overrides)
+}
 
 /// What a finished tick asks of the runner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,11 +109,13 @@ struct LoopRecord {
     state: LoopState,
     reason: Option<String>,
     interval: Option<Duration>,
+    /// Stale when no tick has succeeded for this long (armed loops).
+    fail_after: Option<Duration>,
     /// No tick is expected before this instant (startup delay plus grace).
     due_from: Instant,
     last_tick_at: Option<DateTime<Utc>>,
-    last_tick_instant: Option<Instant>,
     last_ok_at: Option<DateTime<Utc>>,
+    last_ok_instant: Option<Instant>,
     last_error: Option<String>,
     last_tick_failed: bool,
     ticks: u64,
@@ -85,6 +129,9 @@ pub struct LoopReport {
     pub state: LoopState,
     pub reason: Option<String>,
     pub interval_s: Option<f64>,
+    /// Stale after this long without a successful tick.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fail_after_s: Option<f64>,
     pub last_tick_at: Option<DateTime<Utc>>,
     pub last_ok_at: Option<DateTime<Utc>>,
     pub last_error: Option<String>,
@@ -106,9 +153,19 @@ pub struct LoopReport {
 #[derive(Clone, Debug, Default)]
 pub struct LoopRegistry {
     inner: Arc<Mutex<BTreeMap<String, LoopRecord>>>,
+    /// Configured stale thresholds (`[loops.<name>] fail_after_s`), by loop name.
+    fail_after: Arc<BTreeMap<String, Duration>>,
 }
 
 impl LoopRegistry {
+    /// A registry whose loops use the configured thresholds where one is given.
+    pub fn with_fail_after(fail_after: BTreeMap<String, Duration>) -> Self {
+        Self {
+            inner: Arc::default(),
+            fail_after: Arc::new(fail_after),
+        }
+    }
+
     fn with<R>(&self, f: impl FnOnce(&mut BTreeMap<String, LoopRecord>) -> R) -> R {
         // A panic while holding this lock cannot leave a record half-written (each update is a plain field
         // assignment), so a poisoned lock is safe to keep using.
@@ -124,6 +181,13 @@ impl LoopRegistry {
         interval: Option<Duration>,
         due_from: Instant,
     ) {
+        // The configured threshold, else the default; a spec's own is applied over this by `spawn`.
+        let fail_after = interval.map(|interval| {
+            self.fail_after
+                .get(name)
+                .copied()
+                .unwrap_or_else(|| default_fail_after(interval))
+        });
         self.with(|loops| {
             loops.insert(
                 name.to_owned(),
@@ -131,10 +195,11 @@ impl LoopRegistry {
                     state,
                     reason,
                     interval,
+                    fail_after,
                     due_from,
                     last_tick_at: None,
-                    last_tick_instant: None,
                     last_ok_at: None,
+                    last_ok_instant: None,
                     last_error: None,
                     last_tick_failed: false,
                     ticks: 0,
@@ -145,7 +210,7 @@ impl LoopRegistry {
         });
     }
 
-    /// Records a loop that will run; it is expected to finish its first tick within `grace` plus 3 intervals.
+    /// Records a loop that will run; its first successful tick is expected within `grace` plus its threshold.
     pub fn arm(&self, name: &str, interval: Duration, grace: Duration) {
         self.set(
             name,
@@ -154,6 +219,15 @@ impl LoopRegistry {
             Some(interval),
             Instant::now() + grace,
         );
+    }
+
+    /// Overrides an armed loop's stale threshold (a loop whose spec sets one).
+    fn set_fail_after(&self, name: &str, fail_after: Duration) {
+        self.with(|loops| {
+            if let Some(record) = loops.get_mut(name) {
+                record.fail_after = Some(fail_after);
+            }
+        });
     }
 
     /// Records a loop that is off because nothing is configured for it.
@@ -190,10 +264,10 @@ impl LoopRegistry {
             if let Some(record) = loops.get_mut(name) {
                 record.ticks += 1;
                 record.last_tick_at = Some(now);
-                record.last_tick_instant = Some(Instant::now());
                 match result {
                     Ok(()) => {
                         record.last_ok_at = Some(now);
+                        record.last_ok_instant = Some(Instant::now());
                         record.last_tick_failed = false;
                     }
                     Err(error) => {
@@ -215,6 +289,15 @@ impl LoopRegistry {
         });
     }
 
+    /// Removes a loop's loop-specific facts (they described a role it no longer has).
+    pub fn clear_detail(&self, name: &str) {
+        self.with(|loops| {
+            if let Some(record) = loops.get_mut(name) {
+                record.detail = None;
+            }
+        });
+    }
+
     /// Every loop's state as of now. Pure memory: no I/O, so `/metrics` can call it at scrape time.
     pub fn report(&self) -> BTreeMap<String, LoopReport> {
         let now = Instant::now();
@@ -222,10 +305,10 @@ impl LoopRegistry {
             loops
                 .iter()
                 .map(|(name, r)| {
-                    let stale = match (r.state, r.interval) {
-                        (LoopState::Armed, Some(interval)) => {
-                            let since = r.last_tick_instant.unwrap_or(r.due_from);
-                            now > since && now - since > interval * STALE_AFTER_INTERVALS
+                    let stale = match (r.state, r.fail_after) {
+                        (LoopState::Armed, Some(fail_after)) => {
+                            let since = r.last_ok_instant.unwrap_or(r.due_from);
+                            now > since && now - since > fail_after
                         }
                         _ => false,
                     };
@@ -235,6 +318,7 @@ impl LoopRegistry {
                             state: r.state,
                             reason: r.reason.clone(),
                             interval_s: r.interval.map(|i| i.as_secs_f64()),
+                            fail_after_s: r.fail_after.map(|d| d.as_secs_f64()),
                             last_tick_at: r.last_tick_at,
                             last_ok_at: r.last_ok_at,
                             last_error: r.last_error.clone(),
@@ -272,6 +356,8 @@ pub struct LoopSpec {
     pub startup_delay: Duration,
     /// Up to this fraction of the interval is added at random to each wait.
     pub jitter: f64,
+    /// Stale after this long without a successful tick; `None`: the configured or default threshold.
+    pub fail_after: Option<Duration>,
 }
 
 impl LoopSpec {
@@ -281,7 +367,14 @@ impl LoopSpec {
             interval,
             startup_delay,
             jitter: 0.1,
+            fail_after: None,
         }
+    }
+
+    /// A threshold of its own (tests use short ones).
+    pub fn with_fail_after(mut self, fail_after: Duration) -> Self {
+        self.fail_after = Some(fail_after);
+        self
     }
 }
 
@@ -297,6 +390,9 @@ pub fn spawn<F, Fut>(
     Fut: Future<Output = anyhow::Result<Pace>> + Send + 'static,
 {
     registry.arm(&spec.name, spec.interval, spec.startup_delay);
+    if let Some(fail_after) = spec.fail_after {
+        registry.set_fail_after(&spec.name, fail_after);
+    }
     let registry = registry.clone();
     tracker.spawn(async move {
         tokio::select! {
@@ -446,7 +542,8 @@ mod tests {
             &registry,
             &tracker,
             cancel.clone(),
-            LoopSpec::new("hangs", Duration::from_millis(30), Duration::ZERO),
+            LoopSpec::new("hangs", Duration::from_millis(30), Duration::ZERO)
+                .with_fail_after(Duration::from_millis(100)),
             move || {
                 let n = counter.fetch_add(1, Ordering::SeqCst);
                 async move {
@@ -509,11 +606,137 @@ mod tests {
 
     #[test]
     fn an_armed_loop_that_never_ticked_is_stale_after_its_grace() {
-        let registry = LoopRegistry::default();
+        let registry = LoopRegistry::with_fail_after(BTreeMap::from([
+            ("never".to_owned(), Duration::from_millis(1)),
+            ("patient".to_owned(), Duration::from_millis(1)),
+        ]));
         registry.arm("never", Duration::from_millis(1), Duration::ZERO);
         std::thread::sleep(Duration::from_millis(10));
         assert!(registry.report()["never"].stale);
         registry.arm("patient", Duration::from_millis(1), Duration::from_secs(60));
         assert!(!registry.report()["patient"].stale);
+    }
+
+    #[tokio::test]
+    async fn a_loop_that_ticks_and_fails_every_time_turns_stale_with_its_error() {
+        let registry = LoopRegistry::default();
+        let tracker = TaskTracker::new();
+        let cancel = CancellationToken::new();
+        spawn(
+            &registry,
+            &tracker,
+            cancel.clone(),
+            LoopSpec::new("poller", Duration::from_millis(20), Duration::ZERO)
+                .with_fail_after(Duration::from_millis(300)),
+            || async { anyhow::bail!("Linear answered 500") },
+        );
+        let failing = wait_for(&registry, "poller", |r| r.errors >= 1).await;
+        assert!(failing.failing);
+        let stale = wait_for(&registry, "poller", |r| r.stale).await;
+        assert!(
+            stale.ticks >= 2,
+            "it kept finishing ticks and is stale all the same: {stale:?}"
+        );
+        assert_eq!(stale.last_error.as_deref(), Some("Linear answered 500"));
+        assert_eq!(stale.last_ok_at, None);
+        assert_eq!(stale.fail_after_s, Some(0.3));
+        cancel.cancel();
+        tracker.close();
+        tracker.wait().await;
+    }
+
+    #[tokio::test]
+    async fn a_success_keeps_a_loop_fresh_between_failures() {
+        let registry = LoopRegistry::default();
+        let tracker = TaskTracker::new();
+        let cancel = CancellationToken::new();
+        let calls = Arc::new(AtomicU32::new(0));
+        let counter = calls.clone();
+        // Every other tick fails; a threshold of many intervals is never reached between two successes.
+        spawn(
+            &registry,
+            &tracker,
+            cancel.clone(),
+            LoopSpec::new("bumpy", Duration::from_millis(10), Duration::ZERO)
+                .with_fail_after(Duration::from_secs(30)),
+            move || {
+                let n = counter.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    if n.is_multiple_of(2) {
+                        anyhow::bail!("transient {n}");
+                    }
+                    Ok(Pace::Rest)
+                }
+            },
+        );
+        let report = wait_for(&registry, "bumpy", |r| r.ticks >= 6).await;
+        assert!(
+            report.errors >= 3 && report.last_ok_at.is_some(),
+            "{report:?}"
+        );
+        assert!(!report.stale);
+        cancel.cancel();
+        tracker.close();
+        tracker.wait().await;
+    }
+
+    #[test]
+    fn the_default_threshold_is_three_intervals_and_at_least_a_minute() {
+        assert_eq!(default_fail_after(Duration::from_secs(1)), MIN_FAIL_AFTER);
+        assert_eq!(
+            default_fail_after(Duration::from_secs(300)),
+            Duration::from_secs(900)
+        );
+        let registry = LoopRegistry::with_fail_after(BTreeMap::from([(
+            "linear_poller".to_owned(),
+            Duration::from_secs(120),
+        )]));
+        registry.arm("linear_poller", Duration::from_secs(300), Duration::ZERO);
+        registry.arm("relay", Duration::from_secs(1), Duration::ZERO);
+        let report = registry.report();
+        assert_eq!(report["linear_poller"].fail_after_s, Some(120.0));
+        assert_eq!(report["relay"].fail_after_s, Some(60.0));
+    }
+
+    #[test]
+    fn every_outbound_client_gives_up_before_a_loop_could_turn_stale() {
+        // A hung call must end a tick as a failure (recorded, retried) well before its loop is declared dead.
+        let github = crate::effects::github::CONNECT_TIMEOUT + crate::effects::github::READ_TIMEOUT;
+        let slowest = [
+            github,
+            crate::effects::linear::TIMEOUT,
+            crate::effects::telegram::TIMEOUT,
+        ];
+        for timeout in slowest {
+            assert!(timeout < MIN_FAIL_AFTER, "{timeout:?}");
+        }
+        assert!(
+            Duration::from_secs(crate::doctor::TELEGRAM_LONG_POLL_S)
+                < crate::effects::telegram::TIMEOUT,
+            "a long poll ends before its client's timeout"
+        );
+    }
+
+    #[test]
+    fn fail_after_is_read_per_loop_and_bad_entries_are_refused() {
+        let parse = |text: &str| fail_after_overrides(&text.parse::<toml::Table>().unwrap());
+        assert_eq!(
+            parse("[loops.linear_poller]\nfail_after_s = 1.5\n[loops.cron]\nfail_after_s = 600")
+                .unwrap(),
+            BTreeMap::from([
+                ("cron".to_owned(), Duration::from_secs(600)),
+                ("linear_poller".to_owned(), Duration::from_millis(1500)),
+            ])
+        );
+        assert!(parse("").unwrap().is_empty());
+        assert_eq!(
+            parse("[loops.cron]\nfail_after = 5").unwrap_err(),
+            "[loops.cron] fail_after: unknown key (the only key is fail_after_s)"
+        );
+        assert_eq!(
+            parse("[loops.cron]\nfail_after_s = -1").unwrap_err(),
+            "[loops.cron] fail_after_s: expected a positive number of seconds"
+        );
+        assert!(parse("loops = 3").is_err());
     }
 }

@@ -399,6 +399,9 @@ pub fn health(body: &HealthBody) -> Markup {
             span.badge class={ "status-" (status(body.status)) } data-status=(status(body.status)) { (status(body.status)) }
         }
         p.muted { "instance " (body.instance) " · version " (body.version) " · up " (age(chrono::Duration::seconds(body.uptime_s as i64))) }
+        @if !body.problems.is_empty() {
+            ul.problems { @for problem in &body.problems { li { (problem) } } }
+        }
         h2 { "Checks" }
         table.checks {
             tbody {
