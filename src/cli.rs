@@ -137,7 +137,18 @@ pub fn config(env: crate::config::Env, command: ConfigCommand) -> Result<String,
         None => env,
     };
     match Settings::from_env(&env) {
-        Ok(settings) => crate::config::effective(&settings, format == ConfigFormat::Json),
+        Ok(settings) => {
+            // Serve holds `[loops.<name>]` to the loops it plans; so does the check.
+            crate::startup::check_fail_after(
+                &settings.file.loop_fail_after,
+                &crate::doctor::plan(&settings),
+            )
+            .map_err(|error| match &settings.config_file {
+                Some(path) => format!("{}: {error}", path.display()),
+                None => error,
+            })?;
+            crate::config::effective(&settings, format == ConfigFormat::Json)
+        }
         Err(error) => {
             let mut errors = vec![error.to_string()];
             // A mistake in the environment stops the reading before the file: read the file too.

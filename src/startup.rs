@@ -71,8 +71,7 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         .with_tick_budget(settings.relay_interval),
     );
     let bus_kind = relay.bus_kind();
-    let fail_after = loops::fail_after_overrides(&settings.file)
-        .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
+    let fail_after = settings.file.loop_fail_after.clone();
     check_fail_after(&fail_after, &doctor::plan(&settings))
         .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
     let registry = loops::LoopRegistry::with_fail_after(fail_after);
@@ -542,7 +541,7 @@ impl Job {
 
 /// Each `[loops.<name>]` must name a loop this process plans, with a threshold longer than its interval (a
 /// shorter one would call the loop dead between two healthy ticks).
-fn check_fail_after(
+pub(crate) fn check_fail_after(
     fail_after: &BTreeMap<String, Duration>,
     plan: &[doctor::PlannedLoop],
 ) -> Result<(), String> {

@@ -49,6 +49,8 @@ pub struct Tables {
     pub linear: LinearTable,
     pub telegram: TelegramTable,
     pub pollers: PollersTable,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub loops: BTreeMap<String, LoopTable>,
 }
 
 /// `[board]`: the approval gate and the attempt budget.
@@ -348,6 +350,15 @@ impl Default for PollerTable {
     }
 }
 
+/// `[loops.<name>]`: a loop's stale threshold.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LoopTable {
+    /// Seconds, fractions accepted; default: 3 × the loop's interval, at least 60.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fail_after_s: Option<f64>,
+}
+
 /// A name or a list of names (`done = "Done"` or `done = ["Done", "Closed"]`); always printed as a list.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(transparent)]
@@ -470,6 +481,8 @@ pub struct FileConfig {
     pub telegram_cooldown: chrono::Duration,
     pub linear_poller: PollerConfig,
     pub github_poller: PollerConfig,
+    /// `[loops.<name>] fail_after_s`: stale thresholds by loop name (checked against the loop plan at start).
+    pub loop_fail_after: BTreeMap<String, std::time::Duration>,
 }
 
 impl FileConfig {
@@ -518,6 +531,7 @@ impl FileConfig {
                 crate::pollers::GITHUB_INTERVAL,
             ),
         );
+        let loop_fail_after = keep(&mut errors, crate::loops::fail_after_overrides(&tables));
         match (
             board,
             dispatch,
@@ -528,6 +542,7 @@ impl FileConfig {
             telegram_cooldown,
             linear_poller,
             github_poller,
+            loop_fail_after,
         ) {
             (
                 Some(board),
@@ -539,6 +554,7 @@ impl FileConfig {
                 Some(telegram_cooldown),
                 Some(linear_poller),
                 Some(github_poller),
+                Some(loop_fail_after),
             ) => Ok(Self {
                 tables,
                 board,
@@ -550,6 +566,7 @@ impl FileConfig {
                 telegram_cooldown,
                 linear_poller,
                 github_poller,
+                loop_fail_after,
             }),
             _ => Err(FileErrors(errors)),
         }
@@ -1193,6 +1210,7 @@ pub fn schema() -> Vec<(&'static str, Vec<&'static str>)> {
         ("[linear.states]", keys_of::<LinearStatesTable>().to_vec()),
         ("[telegram]", keys_of::<TelegramTable>().to_vec()),
         ("[pollers.<name>]", keys_of::<PollerTable>().to_vec()),
+        ("[loops.<name>]", keys_of::<LoopTable>().to_vec()),
     ]
 }
 
@@ -1274,6 +1292,10 @@ mod tests {
                 "[pollers.linear] enable: unknown key; did you mean enabled?",
             ),
             (
+                "[loops.cron]\nfail_after = 5",
+                "[loops.cron] fail_after: unknown key; did you mean fail_after_s?",
+            ),
+            (
                 "[dispach]\nenabled = true",
                 "[dispach]: unknown table; did you mean [dispatch]?",
             ),
@@ -1284,7 +1306,7 @@ mod tests {
             (
                 "verbose = true",
                 "verbose: unknown key (known: board, repos, intake, dispatch, agents, schedules, digest, linear, \
-                 telegram, pollers)",
+                 telegram, pollers, loops)",
             ),
         ] {
             assert_eq!(errors(text), refusal, "{text}");
@@ -1552,6 +1574,7 @@ mod tests {
             ("[linear.states]", value(LinearStatesTable::default())),
             ("[telegram]", value(TelegramTable::default())),
             ("[pollers.<name>]", value(PollerTable::default())),
+            ("[loops.<name>]", value(LoopTable::default())),
         ];
         let mut checked = 0;
         for (heading, rows) in documented() {
@@ -1639,6 +1662,7 @@ mod tests {
             ("[linear.states]", at(&["linear", "states"])),
             ("[telegram]", at(&["telegram"])),
             ("[pollers.<name>]", at(&["pollers", "linear"])),
+            ("[loops.<name>]", first(&table["loops"])),
         ];
         for (heading, keys) in schema() {
             let (_, written) = tables
