@@ -225,4 +225,21 @@ fn config_check_prints_every_mistake_and_fails() {
     assert_eq!(both.status.code(), Some(2), "{stderr}");
     assert!(stderr.starts_with("PORT is invalid"), "{stderr}");
     assert!(stderr.contains("[dispatch] max_concurent"), "{stderr}");
+    // A threshold for a loop this process does not have: refused as serve refuses it.
+    std::fs::write(
+        dir.path().join("loops.toml"),
+        "[loops.no_such_loop]\nfail_after_s = 900\n",
+    )
+    .unwrap();
+    let loops = run(pidevops(
+        dir.path(),
+        &[],
+        &["config", "check", "loops.toml"],
+    ));
+    let stderr = String::from_utf8_lossy(&loops.stderr);
+    assert_eq!(loops.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with("loops.toml: [loops.no_such_loop]: no such loop (loops: "),
+        "{stderr}"
+    );
 }

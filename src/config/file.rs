@@ -1612,6 +1612,34 @@ mod tests {
     }
 
     #[test]
+    fn every_toml_example_in_the_docs_uses_known_keys_of_the_right_types() {
+        let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+        let mut checked = 0;
+        for entry in std::fs::read_dir(&docs).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_none_or(|ext| ext != "md") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for block in text.split("```toml\n").skip(1) {
+                let block = block.split("```").next().unwrap_or_default();
+                let table: toml::Table = block
+                    .parse()
+                    .unwrap_or_else(|e| panic!("{}: not TOML: {e}\n{block}", path.display()));
+                if let Err(errors) = Tables::from_table(&table) {
+                    panic!(
+                        "{}: an example pidevops.toml is refused:\n{}\n{block}",
+                        path.display(),
+                        FileErrors(errors)
+                    );
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked >= 10, "only {checked} examples found");
+    }
+
+    #[test]
     fn the_documented_complete_file_is_accepted_and_sets_every_key() {
         let example = DOC
             .split("## A complete file")
