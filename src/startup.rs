@@ -13,19 +13,18 @@ use tokio_util::task::TaskTracker;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::bus::relay::{BusTarget, Relay, RELAY};
+use crate::bus::relay::{BusTarget, Relay};
 use crate::bus::MemoryBus;
 use crate::config::Settings;
 use crate::dispatch::config::Executor;
-use crate::dispatch::dispatcher::{DispatcherParts, DISPATCHER, GC, WATCHDOG};
+use crate::dispatch::dispatcher::DispatcherParts;
 use crate::dispatch::workspace::Workspaces;
 use crate::dispatch::Dispatcher;
-use crate::doctor::{self, HEARTBEAT_LOOP, METRICS_UPKEEP_LOOP};
 use crate::eventlog::{EventLog, EventStore};
 use crate::http::{router, AppState};
-use crate::loops::lease::{while_held, LeaseHandle, Leases, LEASES_LOOP};
+use crate::loops::catalog::{self, Armed, ArmedLoops};
+use crate::loops::lease::{while_held, LeaseHandle, Leases};
 use crate::loops::{self, LoopSpec, LoopState, Pace};
-use crate::projectors::{self, Projection};
 use crate::telemetry;
 
 /// How long a graceful shutdown may take before the process gives up waiting.
@@ -39,6 +38,7 @@ pub struct App {
     appender: tokio::task::JoinHandle<()>,
     tracker: TaskTracker,
     leases: Leases,
+    armed: ArmedLoops,
 }
 
 pub async fn build(settings: Settings) -> anyhow::Result<App> {
@@ -56,23 +56,19 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         appender_shutdown.clone(),
     );
 
-    let relay = Arc::new(
-        Relay::new(
-            store.clone(),
-            match &settings.nats_url {
-                Some(url) => BusTarget::Nats {
-                    url: url.clone(),
-                    config: settings.bus.clone(),
-                },
-                None => BusTarget::Memory(MemoryBus::new(settings.bus.clone())),
+    let relay = Arc::new(Relay::new(
+        store.clone(),
+        match &settings.nats_url {
+            Some(url) => BusTarget::Nats {
+                url: url.clone(),
+                config: settings.bus.clone(),
             },
-        )
-        // One interval of publishing per tick; with a backlog the next tick follows at once (`Pace::Again`).
-        .with_tick_budget(settings.relay_interval),
-    );
+            None => BusTarget::Memory(MemoryBus::new(settings.bus.clone())),
+        },
+    ));
     let bus_kind = relay.bus_kind();
     let fail_after = settings.file.loop_fail_after.clone();
-    check_fail_after(&fail_after, &doctor::plan(&settings))
+    check_fail_after(&fail_after, &catalog::plan(&settings))
         .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
     let registry = loops::LoopRegistry::with_fail_after(fail_after);
     let leases = Leases::new(
@@ -80,17 +76,6 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         settings.instance_id.clone(),
         settings.lease_ttl,
     );
-    let projections: BTreeMap<String, Arc<Projection>> = projectors::all()
-        .into_iter()
-        .map(|p| {
-            (
-                projectors::loop_name(p.name()),
-                Arc::new(
-                    Projection::new(store.clone(), p).with_tick_budget(settings.projector_interval),
-                ),
-            )
-        })
-        .collect();
     // Checked when the settings were read: a bad profile or dispatch setting never got this far.
     let board_config = settings.file.board.clone();
     let profiles = settings.file.profiles.clone();
@@ -122,149 +107,48 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         )
         .map_err(|e| anyhow::anyhow!("intake configuration: {e}"))?;
     let schedules = settings.file.schedules.clone();
-    let cron = Arc::new(crate::cron::CronLoop::new(
-        log.clone(),
-        board.clone(),
-        schedules,
-    ));
-    let telegram_chats: Vec<i64> = intake_config
-        .telegram_allowed_chats
+    let parts = catalog::Parts {
+        settings: &settings,
+        store: &store,
+        log: &log,
+        board: &board,
+        registry: &registry,
+        leases: &leases,
+        metrics: &metrics,
+        relay: &relay,
+        dispatcher: dispatcher.as_ref(),
+        intake: &intake_config,
+        schedules: &schedules,
+    };
+    let declared: Vec<(&catalog::Entry, catalog::PlannedLoop)> = catalog::CATALOG
         .iter()
-        .copied()
+        .flat_map(|entry| (entry.plan)(&settings).into_iter().map(move |p| (entry, p)))
         .collect();
-    let telegram_users = intake_config.telegram_allowed_users.clone();
-    let reactions = Arc::new(crate::reactions::Reactions::new(
-        log.clone(),
-        board.clone(),
-        intake_config.github_bot_login.clone(),
-        intake_config.github_associations.clone(),
-    ));
-    let linear_label = intake_config.linear_label.clone();
-    let intake = Arc::new(
-        crate::intake::Intake::new(log.clone(), board.clone(), intake_config)
-            .with_tick_budget(settings.projector_interval),
-    );
-    let plan = doctor::plan(&settings);
     // Every singleton's lease is known before any loop starts, so the first lease round tries for all of them.
-    for planned in &plan {
+    for (_, planned) in &declared {
         if planned.singleton && planned.state == LoopState::Armed {
             leases.register(&planned.name);
         }
     }
-    for planned in plan {
+    let mut armed = BTreeMap::new();
+    for (entry, planned) in declared {
         let name = planned.name.clone();
         match planned.state {
             LoopState::Disabled => registry.disable(&name, planned.reason.unwrap_or_default()),
             LoopState::Unarmed => registry.unarm(&name, planned.reason.unwrap_or_default()),
             LoopState::Armed => {
-                if acts_on_news_only(&name) {
+                let built = (entry.build)(&parts, &planned)?;
+                if built.starts_at_head {
                     start_at_head(&store, &name).await?;
                 }
                 let spec = LoopSpec::new(&name, planned.interval, settings.loop_startup_delay);
-                let mut first_detail: Option<serde_json::Value> = None;
-                let job = match name.as_str() {
-                    HEARTBEAT_LOOP => Job::Heartbeat(log.clone()),
-                    RELAY => Job::Relay(relay.clone()),
-                    METRICS_UPKEEP_LOOP => Job::MetricsUpkeep(metrics.clone()),
-                    LEASES_LOOP => Job::Leases(leases.clone()),
-                    crate::intake::INTAKE => Job::Intake(intake.clone()),
-                    crate::reactions::REACTIONS => Job::Reactions(reactions.clone()),
-                    crate::cron::CRON => Job::Cron(cron.clone()),
-                    crate::ingress::telegram_updates::TELEGRAM_UPDATES => {
-                        let token = settings.telegram_bot_token.as_ref().context(
-                            "the loop plan arms telegram_updates without TELEGRAM_BOT_TOKEN",
-                        )?;
-                        let client = crate::effects::telegram::TelegramClient::new(
-                            &settings.telegram_api_url,
-                            token,
-                        )
-                        .map_err(|e| anyhow::anyhow!(e))?;
-                        Job::TelegramUpdates(Arc::new(
-                            crate::ingress::telegram_updates::TelegramUpdates::new(
-                                client,
-                                log.clone(),
-                                settings.telegram_bot_id.clone(),
-                                doctor::TELEGRAM_LONG_POLL_S,
-                            ),
-                        ))
-                    }
-                    name if name == crate::effects::Provider::Github.loop_name() => {
-                        Job::Effects(github_effects(&settings, &log, &board)?)
-                    }
-                    crate::pollers::linear::LINEAR_POLLER => {
-                        let key = settings
-                            .linear_api_key
-                            .as_ref()
-                            .context("the loop plan arms linear_poller without LINEAR_API_KEY")?;
-                        let client = crate::effects::linear::LinearClient::new(
-                            &settings.linear_api_url,
-                            key,
-                        )
-                        .map_err(|e| anyhow::anyhow!(e))?;
-                        Job::LinearPoller(Arc::new(crate::pollers::linear::LinearPoller::new(
-                            client,
-                            log.clone(),
-                            board.clone(),
-                            linear_label.clone(),
-                        )))
-                    }
-                    crate::pollers::github::GITHUB_POLLER => {
-                        let token = settings
-                            .github_token
-                            .as_ref()
-                            .context("the loop plan arms github_poller without GITHUB_TOKEN")?;
-                        let client = crate::effects::github::GithubClient::new(
-                            &settings.github_api_url,
-                            token,
-                        )
-                        .map_err(|e| anyhow::anyhow!(e))?;
-                        Job::GithubPoller(Arc::new(crate::pollers::github::GithubPoller::new(
-                            client,
-                            log.clone(),
-                        )))
-                    }
-                    name if name == crate::effects::Provider::Linear.loop_name() => {
-                        Job::Effects(linear_effects(&settings, &log, &board)?)
-                    }
-                    name if name == crate::effects::Provider::Telegram.loop_name() => {
-                        Job::Effects(telegram_effects(
-                            &settings,
-                            &log,
-                            &board,
-                            telegram_chats.clone(),
-                            telegram_users.clone(),
-                            &registry,
-                        )?)
-                    }
-                    name @ (DISPATCHER | WATCHDOG | GC) => {
-                        let dispatcher = dispatcher.clone().with_context(|| {
-                            format!("the loop plan arms {name} but dispatch is off")
-                        })?;
-                        match name {
-                            DISPATCHER => {
-                                // Shown before the first tick: how agents are contained is known at start.
-                                first_detail = Some(serde_json::json!({
-                                    "containment": dispatcher.containment().kind(),
-                                    "confinement": dispatcher.confinement(),
-                                }));
-                                Job::Dispatcher(dispatcher)
-                            }
-                            WATCHDOG => Job::Watchdog(dispatcher),
-                            _ => Job::Gc(dispatcher),
-                        }
-                    }
-                    other => match projections.get(other) {
-                        Some(projection) => Job::Projector(projection.clone()),
-                        None => anyhow::bail!(
-                            "the loop plan names {other}, which startup does not know"
-                        ),
-                    },
-                };
+                let job = Arc::new(Armed::new(built.job));
                 let lease = planned.singleton.then(|| leases.register(&name));
-                spawn_job(&registry, &tracker, &shutdown, spec, job, lease);
-                if let Some(detail) = first_detail.take() {
+                spawn_job(&registry, &tracker, &shutdown, spec, job.clone(), lease);
+                if let Some(detail) = built.detail {
                     registry.set_detail(&name, detail);
                 }
+                armed.insert(name, job);
             }
         }
     }
@@ -293,102 +177,8 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         appender,
         tracker,
         leases,
+        armed: ArmedLoops::new(armed),
     })
-}
-
-/// The `effects:github` loop's worker: GitHub at `GITHUB_API_URL` with `GITHUB_TOKEN`, pull requests to each
-/// repository's base branch.
-fn github_effects(
-    settings: &Settings,
-    log: &EventLog,
-    board: &crate::board::Board,
-) -> anyhow::Result<Arc<crate::effects::runner::Effects>> {
-    let token = settings
-        .github_token
-        .as_ref()
-        .context("the loop plan arms effects:github without GITHUB_TOKEN")?;
-    let client = crate::effects::github::GithubClient::new(&settings.github_api_url, token)
-        .map_err(|e| anyhow::anyhow!(e))?;
-    let bases = settings
-        .file
-        .dispatch
-        .repos
-        .iter()
-        .map(|(repo, source)| (repo.clone(), source.base.clone()))
-        .collect();
-    Ok(Arc::new(crate::effects::runner::Effects::github(
-        log.clone(),
-        board.clone(),
-        client,
-        crate::effects::policy::PolicyConfig {
-            bases,
-            ..Default::default()
-        },
-    )))
-}
-
-/// The `effects:telegram` loop's worker: the Bot API at `TELEGRAM_API_URL`, notifications to the allowed chats.
-fn telegram_effects(
-    settings: &Settings,
-    log: &EventLog,
-    board: &crate::board::Board,
-    chats: Vec<i64>,
-    users: Option<std::collections::BTreeSet<i64>>,
-    loops: &loops::LoopRegistry,
-) -> anyhow::Result<Arc<crate::effects::runner::Effects>> {
-    let token = settings
-        .telegram_bot_token
-        .as_ref()
-        .context("the loop plan arms effects:telegram without TELEGRAM_BOT_TOKEN")?;
-    let client = crate::effects::telegram::TelegramClient::new(&settings.telegram_api_url, token)
-        .map_err(|e| anyhow::anyhow!(e))?;
-    Ok(Arc::new(
-        crate::effects::runner::Effects::telegram(
-            log.clone(),
-            board.clone(),
-            client,
-            crate::effects::policy::PolicyConfig {
-                telegram_chats: chats,
-                telegram_users: users,
-                telegram_cooldown: settings.file.telegram_cooldown,
-                ..Default::default()
-            },
-        )
-        .with_loops(loops.clone()),
-    ))
-}
-
-/// The `effects:linear` loop's worker: Linear's GraphQL API at `LINEAR_API_URL` with `LINEAR_API_KEY`, issues
-/// moved through `[linear.states]`.
-fn linear_effects(
-    settings: &Settings,
-    log: &EventLog,
-    board: &crate::board::Board,
-) -> anyhow::Result<Arc<crate::effects::runner::Effects>> {
-    let key = settings
-        .linear_api_key
-        .as_ref()
-        .context("the loop plan arms effects:linear without LINEAR_API_KEY")?;
-    let client = crate::effects::linear::LinearClient::new(&settings.linear_api_url, key)
-        .map_err(|e| anyhow::anyhow!(e))?;
-    let linear_states = settings.file.linear_states.clone();
-    Ok(Arc::new(crate::effects::runner::Effects::linear(
-        log.clone(),
-        board.clone(),
-        client,
-        crate::effects::policy::PolicyConfig {
-            linear_states,
-            github_prs: settings.github_token.is_some(),
-            ..Default::default()
-        },
-    )))
-}
-
-/// Loops whose events are instructions to act now (call out, steer a task): on their very first start they begin
-/// at the log's head, so turning one on for a log with history does not act on last month's events (open pull
-/// requests for old tasks, flood a chat, replay old bot commands).
-fn acts_on_news_only(name: &str) -> bool {
-    name.starts_with("effects:") || name == crate::reactions::REACTIONS
 }
 
 /// On a loop's very first start, sets its checkpoint to the log's head; on every later start it stays where it
@@ -426,124 +216,11 @@ async fn start_at_head(store: &EventStore, name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What a loop does on each tick.
-enum Job {
-    Heartbeat(EventLog),
-    Relay(Arc<Relay>),
-    MetricsUpkeep(metrics_exporter_prometheus::PrometheusHandle),
-    Leases(Leases),
-    Projector(Arc<Projection>),
-    Intake(Arc<crate::intake::Intake>),
-    Reactions(Arc<crate::reactions::Reactions>),
-    Cron(Arc<crate::cron::CronLoop>),
-    TelegramUpdates(Arc<crate::ingress::telegram_updates::TelegramUpdates>),
-    Effects(Arc<crate::effects::runner::Effects>),
-    LinearPoller(Arc<crate::pollers::linear::LinearPoller>),
-    GithubPoller(Arc<crate::pollers::github::GithubPoller>),
-    Dispatcher(Dispatcher),
-    Watchdog(Dispatcher),
-    Gc(Dispatcher),
-}
-
-impl Job {
-    /// One tick's work, and its detail for `/health` (set even when the tick failed: during a NATS outage the
-    /// relay's growing lag is the news).
-    async fn run(&self) -> (Option<serde_json::Value>, anyhow::Result<Pace>) {
-        match self {
-            Self::Heartbeat(log) => (None, heartbeat(log).await.map(|()| Pace::Rest)),
-            Self::Relay(relay) => {
-                let result = relay
-                    .tick()
-                    .await
-                    .map(|progress| Pace::again_if(progress.out_of_time));
-                let detail = relay.lag().map(|lag| {
-                    serde_json::json!({
-                        "position": lag.position,
-                        "head": lag.head,
-                        "behind": lag.behind(),
-                    })
-                });
-                (detail, result)
-            }
-            Self::MetricsUpkeep(handle) => {
-                handle.run_upkeep();
-                (None, Ok(Pace::Rest))
-            }
-            Self::Leases(leases) => (None, leases.tick().await.map(|()| Pace::Rest)),
-            Self::Intake(intake) => match intake.tick().await {
-                Ok(progress) => (
-                    serde_json::to_value(progress).ok(),
-                    Ok(Pace::again_if(progress.out_of_time)),
-                ),
-                Err(error) => (None, Err(error)),
-            },
-            // A long poll: it returns when there is news or after its wait, and polls again at once.
-            Self::TelegramUpdates(updates) => match updates.tick().await {
-                Ok(progress) => (serde_json::to_value(progress).ok(), Ok(Pace::Again)),
-                Err(error) => (None, Err(error)),
-            },
-            Self::LinearPoller(poller) => match poller.tick().await {
-                Ok(progress) => (serde_json::to_value(progress).ok(), Ok(Pace::Rest)),
-                Err(error) => (None, Err(error)),
-            },
-            Self::GithubPoller(poller) => match poller.tick().await {
-                Ok(progress) => (serde_json::to_value(progress).ok(), Ok(Pace::Rest)),
-                Err(error) => (None, Err(error)),
-            },
-            Self::Cron(cron) => match cron.tick().await {
-                Ok(progress) => (serde_json::to_value(progress).ok(), Ok(Pace::Rest)),
-                Err(error) => (None, Err(error)),
-            },
-            Self::Reactions(reactions) => match reactions.tick().await {
-                Ok(progress) => {
-                    let again = Pace::again_if(progress.out_of_time);
-                    (serde_json::to_value(progress).ok(), Ok(again))
-                }
-                Err(error) => (None, Err(error)),
-            },
-            Self::Effects(effects) => match effects.tick().await {
-                Ok(progress) => {
-                    let again = Pace::again_if(progress.out_of_time);
-                    (serde_json::to_value(progress).ok(), Ok(again))
-                }
-                Err(error) => (None, Err(error)),
-            },
-            Self::Dispatcher(dispatcher) => match dispatcher.tick().await {
-                Ok(status) => (serde_json::to_value(status).ok(), Ok(Pace::Rest)),
-                Err(error) => (None, Err(error)),
-            },
-            Self::Watchdog(dispatcher) => match dispatcher.watchdog_tick().await {
-                Ok(status) => (serde_json::to_value(status).ok(), Ok(Pace::Rest)),
-                Err(error) => (None, Err(error)),
-            },
-            Self::Gc(dispatcher) => match dispatcher.gc_tick().await {
-                Ok(report) => (serde_json::to_value(report).ok(), Ok(Pace::Rest)),
-                Err(error) => (None, Err(error)),
-            },
-            Self::Projector(projection) => match projection.tick().await {
-                Ok(status) => (
-                    serde_json::to_value(&status).ok(),
-                    Ok(Pace::again_if(status.out_of_time)),
-                ),
-                Err(error) => (None, Err(error)),
-            },
-        }
-    }
-
-    /// Called when this replica becomes the holder of the job's lease: state cached while another replica held
-    /// it is stale now.
-    async fn on_acquired(&self) {
-        if let Self::Relay(relay) = self {
-            relay.resync().await;
-        }
-    }
-}
-
 /// Each `[loops.<name>]` must name a loop this process plans, with a threshold longer than its interval (a
 /// shorter one would call the loop dead between two healthy ticks).
 pub(crate) fn check_fail_after(
     fail_after: &BTreeMap<String, Duration>,
-    plan: &[doctor::PlannedLoop],
+    plan: &[catalog::PlannedLoop],
 ) -> Result<(), String> {
     for (name, threshold) in fail_after {
         let Some(planned) = plan.iter().find(|p| &p.name == name) else {
@@ -574,10 +251,9 @@ fn spawn_job(
     tracker: &TaskTracker,
     shutdown: &CancellationToken,
     spec: LoopSpec,
-    job: Job,
+    job: Arc<Armed>,
     lease: Option<LeaseHandle>,
 ) {
-    let job = Arc::new(job);
     let registry_for_tick = registry.clone();
     let name = spec.name.clone();
     let was_holder = Arc::new(AtomicBool::new(false));
@@ -586,7 +262,7 @@ fn spawn_job(
         let (lease, was_holder) = (lease.clone(), was_holder.clone());
         async move {
             let (detail, result) = match &lease {
-                None => job.run().await,
+                None => job.tick().await,
                 Some(lease) => {
                     if !lease.is_held() {
                         // At start this lease may not have been tried yet: a lone replica is about to
@@ -597,12 +273,12 @@ fn spawn_job(
                     if holder && !was_holder.swap(true, Ordering::SeqCst) {
                         // The standby's detail described a role this replica no longer has.
                         registry.clear_detail(&name);
-                        job.on_acquired().await;
+                        job.job.on_acquired().await;
                     }
                     if !holder {
                         was_holder.store(false, Ordering::SeqCst);
                     }
-                    match while_held(lease, async { Ok(job.run().await) }).await? {
+                    match while_held(lease, async { Ok(job.tick().await) }).await? {
                         Some(ran) => ran,
                         None => (
                             Some(serde_json::json!({ "role": "standby" })),
@@ -674,24 +350,6 @@ pub fn run_queue_config() -> crate::bus::work::WorkQueueConfig {
     }
 }
 
-async fn heartbeat(log: &EventLog) -> anyhow::Result<()> {
-    let started = Instant::now();
-    let result = tokio::time::timeout(Duration::from_secs(5), log.store().ping()).await;
-    let up = matches!(result, Ok(Ok(())));
-    metrics::gauge!("pidevops_database_up").set(if up { 1.0 } else { 0.0 });
-    match result {
-        Ok(Ok(())) => {
-            metrics::histogram!("pidevops_database_ping_seconds")
-                .record(started.elapsed().as_secs_f64());
-            log.probe_if_failing()
-                .await
-                .context("the database answers but appends still fail")
-        }
-        Ok(Err(e)) => Err(e).context("database round trip failed"),
-        Err(_) => anyhow::bail!("database round trip took longer than 5 s"),
-    }
-}
-
 /// Listens on IPv4 and IPv6 when given the unspecified IPv6 address (Railway's private network is IPv6), and
 /// falls back to IPv4 where the host has no IPv6.
 fn bind(ip: IpAddr, port: u16) -> std::io::Result<TcpListener> {
@@ -735,6 +393,11 @@ impl App {
         self.shutdown.clone()
     }
 
+    /// The loops this process armed, for a test to drive one tick at a time.
+    pub fn armed_loops(&self) -> ArmedLoops {
+        self.armed.clone()
+    }
+
     /// For tests and later modules: where extra loops are tracked, so shutdown waits for them.
     pub fn tracker(&self) -> TaskTracker {
         self.tracker.clone()
@@ -751,6 +414,7 @@ impl App {
             mut appender,
             tracker,
             leases,
+            armed: _,
         } = self;
         let addr = listener.local_addr().ok();
         tracing::info!(?addr, database = state.log.store().kind(), "serving");

@@ -87,6 +87,13 @@ async fn wait_column(app: &TestApp, id: TaskId, want: Column, what: &str) {
     .await;
 }
 
+/// The task's column once reactions has handled every delivery and the read models caught up: driven, not waited for.
+async fn reacted(app: &TestApp, id: TaskId) -> Option<Column> {
+    app.drive("reactions").await;
+    app.project().await;
+    column(app, id).await
+}
+
 /// The task's runs once the runs read model shows `n` of them ended.
 async fn ended_runs(app: &TestApp, id: TaskId, n: usize) -> Vec<RunRow> {
     within(
@@ -283,7 +290,7 @@ async fn closing_without_merging_cancels_and_other_branches_are_left_alone(db: T
         id.branch().as_str(),
     );
     post(&app, "pull_request", &closed).await;
-    wait_column(&app, id, Column::Cancelled, "cancelled").await;
+    assert_eq!(reacted(&app, id).await, Some(Column::Cancelled));
     let loaded = board.load(id).await.unwrap().unwrap();
     assert_eq!(
         loaded.task.closed_reason().map(|r| r.as_str()),
@@ -292,7 +299,7 @@ async fn closing_without_merging_cancels_and_other_branches_are_left_alone(db: T
     let task_events = loaded.events.len();
     // Delivered again (a new delivery of the same close): nothing more happens.
     post(&app, "pull_request", &closed).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    app.drive("reactions").await;
     assert_eq!(
         board.load(id).await.unwrap().unwrap().events.len(),
         task_events
@@ -367,13 +374,9 @@ async fn forks_strangers_and_other_repositories_change_nothing_and_are_recorded(
     elsewhere["pull_request"]["merged"] = json!(true);
     post(&app, "pull_request", &elsewhere).await;
 
-    within(
-        Duration::from_secs(30),
-        "five refusals recorded",
-        || async { ignored(&app).await.len() == 5 },
-    )
-    .await;
+    app.drive("reactions").await;
     let reasons = ignored(&app).await;
+    assert_eq!(reasons.len(), 5, "five refusals recorded: {reasons:?}");
     assert!(reasons[0].contains("#77, not the task's #2"), "{reasons:?}");
     assert!(reasons[1].contains("stranger/app, a fork"), "{reasons:?}");
     assert!(reasons[2].contains("stranger is NONE"), "{reasons:?}");
@@ -395,7 +398,11 @@ async fn forks_strangers_and_other_repositories_change_nothing_and_are_recorded(
     review["review"]["state"] = json!("changes_requested");
     review["review"]["body"] = json!("Keep the old redirect.");
     post(&app, "pull_request_review", &review).await;
-    wait_column(&app, id, Column::Todo, "back to todo by the owner's review").await;
+    assert_eq!(
+        reacted(&app, id).await,
+        Some(Column::Todo),
+        "back to todo by the owner's review"
+    );
     assert_eq!(ignored(&app).await.len(), 5);
     app.stop().await;
 }

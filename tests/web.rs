@@ -167,11 +167,9 @@ async fn every_page_renders_from_the_read_models(db: TestDb) {
         )
         .await
         .unwrap();
-    within(Duration::from_secs(10), "the read models", || async {
-        row(&app, waiting).await.is_some()
-            && row(&app, flagged).await.is_some_and(|r| r.needs_human)
-    })
-    .await;
+    app.project().await;
+    assert!(row(&app, waiting).await.is_some());
+    assert!(row(&app, flagged).await.is_some_and(|r| r.needs_human));
     let cookie = sign_in(&app).await;
 
     let (status, board_html) = get(&app, "/", &cookie).await;
@@ -318,12 +316,10 @@ async fn signing_in_takes_the_admin_token_and_gives_a_safe_cookie(db: TestDb) {
 async fn actions_without_a_session_or_csrf_token_are_refused_and_change_nothing(db: TestDb) {
     let app = TestApp::spawn(common::settings(&db)).await;
     let id = task(&app, "Needs approval", Links::default()).await;
-    within(Duration::from_secs(10), "the task in triage", || async {
-        row(&app, id)
-            .await
-            .is_some_and(|r| r.column == Column::Triage)
-    })
-    .await;
+    app.project().await;
+    assert!(row(&app, id)
+        .await
+        .is_some_and(|r| r.column == Column::Triage));
     let cookie = sign_in(&app).await;
     let (_, html) = get(&app, &format!("/tasks/{id}"), &cookie).await;
     let token = csrf(&html);
@@ -425,10 +421,8 @@ async fn a_stored_script_renders_as_text(db: TestDb) {
         .as_i64()
         .unwrap();
     let id = task(&app, "<script>alert('title')</script>", Links::default()).await;
-    within(Duration::from_secs(10), "the task's row", || async {
-        row(&app, id).await.is_some()
-    })
-    .await;
+    app.project().await;
+    assert!(row(&app, id).await.is_some());
     let cookie = sign_in(&app).await;
     for path in [
         format!("/events/{position}"),
@@ -756,12 +750,10 @@ async fn a_copied_cookie_is_refused_after_sign_out_on_every_replica(db: TestDb) 
     let app = TestApp::spawn(common::settings(&db)).await;
     let other = TestApp::spawn(common::settings(&db)).await;
     let id = task(&app, "Still in triage", Links::default()).await;
-    within(Duration::from_secs(10), "the task in triage", || async {
-        row(&app, id)
-            .await
-            .is_some_and(|r| r.column == Column::Triage)
-    })
-    .await;
+    app.project().await;
+    assert!(row(&app, id)
+        .await
+        .is_some_and(|r| r.column == Column::Triage));
     let cookie = sign_in(&app).await;
     let copied = cookie.clone();
     let (status, html) = get(&app, &format!("/tasks/{id}"), &cookie).await;

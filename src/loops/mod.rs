@@ -5,9 +5,12 @@
 //! with no *successful* tick within its threshold turns `stale` and `/health` fails: hung, its task gone, or ticking
 //! and failing every time (a poller whose provider answers 500 for hours is doing no work, however often it ticks).
 //! The threshold is 3 × the interval, at least a minute, or `[loops.<name>] fail_after_s`.
-//! A loop with a backlog works through it in ticks bounded by a time budget of one interval and says so
-//! ([`Pace::Again`]): it goes again without resting, and each finished tick keeps it fresh in `/health`.
+//! A loop with a backlog works through it in ticks bounded by a time budget ([`follow::TICK_BUDGET`] for the loops
+//! that follow the log, one interval for projectors) and says so ([`Pace::Again`]): it goes again without resting,
+//! and each finished tick keeps it fresh in `/health`. Every loop is declared once, in [`catalog`].
 
+pub mod catalog;
+pub mod follow;
 pub mod lease;
 
 use std::collections::BTreeMap;
@@ -698,8 +701,7 @@ mod tests {
             assert!(timeout < MIN_FAIL_AFTER, "{timeout:?}");
         }
         assert!(
-            Duration::from_secs(crate::doctor::TELEGRAM_LONG_POLL_S)
-                < crate::effects::telegram::TIMEOUT,
+            Duration::from_secs(catalog::TELEGRAM_LONG_POLL_S) < crate::effects::telegram::TIMEOUT,
             "a long poll ends before its client's timeout"
         );
     }
