@@ -64,7 +64,7 @@ pub struct Outcome {
 }
 
 /// What intake (or the API) asks for; the id, approval and attempts are filled in from configuration here.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
 pub struct Draft {
     pub repo: RepoName,
     pub spec: Spec,
@@ -173,7 +173,8 @@ fn parse_approval(value: &toml::Value, field: &str) -> Result<ApprovalPolicy, St
 }
 
 /// What a person can ask of a task from the API, the CLI (and later Telegram and the dashboard).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, utoipa::ToSchema)]
+#[schema(rename_all = "lowercase")]
 pub enum Steer {
     Approve,
     Reject,
