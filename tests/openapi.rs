@@ -163,10 +163,10 @@ fn mismatches(document: &Value, schema: &Value, value: &Value, at: &str) -> Vec<
         Value::Object(_) => "object",
     };
     let actual = type_of(value);
-    if !types.is_empty()
-        && !types.contains(&actual)
-        && !(actual == "integer" && types.contains(&"number"))
-    {
+    let type_matches = types.is_empty()
+        || types.contains(&actual)
+        || (actual == "integer" && types.contains(&"number"));
+    if !type_matches {
         return vec![format!("{at}: a {actual}, documented as {types:?}")];
     }
     if let Some(allowed) = schema["enum"].as_array() {
@@ -513,7 +513,10 @@ async fn the_served_document_describes_real_responses() {
     assert_eq!(paused, json!({ "paused": true, "changed": true }));
     let response = call(Method::GET, "/api/dispatch", None).await.unwrap();
     let status = check_documented(&document, "get", "/api/dispatch", response).await;
-    assert_eq!(status, json!({ "paused": true, "reason": "paused by api: maintenance" }));
+    assert_eq!(
+        status,
+        json!({ "paused": true, "reason": "paused by api: maintenance" })
+    );
     let response = call(Method::POST, "/api/dispatch/resume", None)
         .await
         .unwrap();
@@ -533,4 +536,35 @@ async fn the_served_document_describes_real_responses() {
     let refused = check_documented(&document, "get", "/api/tasks", response).await;
     assert_eq!(refused["error"], "unauthorized");
     app.stop().await;
+}
+
+#[test]
+fn the_shape_check_finds_departures() {
+    let document = document();
+    let task_list = json!({ "$ref": "#/components/schemas/TaskList" });
+    let projector = json!({ "position": 1, "head": 1, "behind": 0 });
+    assert!(mismatches(
+        &document,
+        &task_list,
+        &json!({ "tasks": [], "projector": projector }),
+        "$"
+    )
+    .is_empty());
+    let found = mismatches(
+        &document,
+        &task_list,
+        &json!({ "tasks": "none", "projector": { "position": 1, "head": 1, "late": 0 } }),
+        "$",
+    );
+    assert_eq!(
+        found,
+        [
+            "$.projector.late: not in the documented properties",
+            "$.projector.behind: required, missing",
+            "$.tasks: a string, documented as [\"array\"]",
+        ],
+        "{found:#?}"
+    );
+    let id = json!({ "$ref": "#/components/schemas/TaskId" });
+    assert_eq!(mismatches(&document, &id, &json!("T-01"), "$").len(), 1);
 }
