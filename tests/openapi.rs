@@ -406,6 +406,31 @@ async fn the_served_document_describes_real_responses() {
     .await
     .unwrap();
     check_documented(&document, "post", "/api/tasks/{id}/agent", response).await;
+    // A command's body goes through axum's own extractor: its refusals are plain text, and documented so.
+    let oversized = format!("{{\"reason\": \"{}\"}}", "x".repeat(3 << 20));
+    for (content_type, body, status) in [
+        ("application/json", "{\"reasn\": \"typo\"}", 422),
+        ("application/json", "{not json", 400),
+        ("text/plain", "why", 415),
+        ("application/json", oversized.as_str(), 413),
+    ] {
+        let response = app
+            .client
+            .post(app.url("/api/tasks/T-1/reject"))
+            .bearer_auth(ADMIN_TOKEN)
+            .header(reqwest::header::CONTENT_TYPE, content_type)
+            .body(body.to_owned())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            response.status(),
+            status,
+            "{content_type}, {} bytes",
+            body.len()
+        );
+        check_documented(&document, "post", "/api/tasks/{id}/{action}", response).await;
+    }
     let response = call(Method::POST, "/api/tasks/T-9/cancel", None)
         .await
         .unwrap();
@@ -511,6 +536,16 @@ async fn the_served_document_describes_real_responses() {
     .unwrap();
     let paused = check_documented(&document, "post", "/api/dispatch/pause", response).await;
     assert_eq!(paused, json!({ "paused": true, "changed": true }));
+    let response = app
+        .client
+        .post(app.url("/api/dispatch/pause"))
+        .bearer_auth(ADMIN_TOKEN)
+        .body(oversized)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 413);
+    check_documented(&document, "post", "/api/dispatch/pause", response).await;
     let response = call(Method::GET, "/api/dispatch", None).await.unwrap();
     let status = check_documented(&document, "get", "/api/dispatch", response).await;
     assert_eq!(

@@ -81,6 +81,8 @@ pub async fn status(State(state): State<AppState>) -> Response {
     responses(
         (status = 200, description = "Paused, or already so (`changed: false`)", body = DispatchChange),
         (status = 400, description = "`bad_body`, `bad_reason`", body = ApiError),
+        // Read by axum's `Bytes` extractor, whose refusal is plain text.
+        (status = 413, description = "As plain text: a body over 2 MiB", content_type = "text/plain", body = String),
         (status = 503, description = "`store_unavailable`", body = ApiError),
     )
 )]

@@ -179,7 +179,14 @@ pub struct CommandBody {
     request_body(content = Option<CommandBody>, description = "Optional; sent as `application/json`"),
     responses(
         (status = 200, description = "Done, or already so (`changed: false`)", body = Steered),
-        (status = 400, description = "`bad_path`, `bad_id`, `bad_reason`", body = ApiError),
+        // A body is read by axum's own `Option<Json>` extractor, whose refusals are plain text.
+        (status = 400, description = "`bad_path`, `bad_id`, `bad_reason`; as plain text: a body that is not JSON",
+            content((ApiError = "application/json"), (String = "text/plain"))),
+        (status = 413, description = "As plain text: a body over 2 MiB", content_type = "text/plain", body = String),
+        (status = 415, description = "As plain text: a body whose `Content-Type` is not JSON",
+            content_type = "text/plain", body = String),
+        (status = 422, description = "As plain text: a JSON body that is not a `CommandBody`",
+            content_type = "text/plain", body = String),
         (status = 404, description = "`not_found`: no such task or action", body = ApiError),
         (status = 409, description = "`refused`: the task's state does not allow it; `contended`",
             body = ApiError),
