@@ -414,8 +414,8 @@ async fn the_served_document_describes_real_responses() {
         ("text/plain", "why", 415),
         ("application/json", oversized.as_str(), 413),
     ] {
-        let response = app
-            .client
+        // Its own connection each: the server closes one whose body it refused unread.
+        let response = reqwest::Client::new()
             .post(app.url("/api/tasks/T-1/reject"))
             .bearer_auth(ADMIN_TOKEN)
             .header(reqwest::header::CONTENT_TYPE, content_type)
@@ -536,8 +536,7 @@ async fn the_served_document_describes_real_responses() {
     .unwrap();
     let paused = check_documented(&document, "post", "/api/dispatch/pause", response).await;
     assert_eq!(paused, json!({ "paused": true, "changed": true }));
-    let response = app
-        .client
+    let response = reqwest::Client::new()
         .post(app.url("/api/dispatch/pause"))
         .bearer_auth(ADMIN_TOKEN)
         .body(oversized)
