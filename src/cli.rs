@@ -391,7 +391,7 @@ pub enum DispatchCommand {
 }
 
 pub async fn dispatch(settings: Settings, command: DispatchCommand) -> anyhow::Result<()> {
-    use crate::dispatch::dispatcher::{pause_state, set_paused};
+    use crate::board::pause::{pause_state, set_paused};
     let store = EventStore::connect(&settings.database, 2)
         .await
         .with_context(|| format!("connecting to {}", settings.database.redacted()))?;

@@ -328,7 +328,7 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
     let base = git(dir, &[&git_dir, "rev-parse", "refs/remotes/origin/main"])?;
 
     // 1 and 2, interleaved so both see the same machine: the reference (`git worktree add` alone, the way
-    // workspace.rs calls it, kept until the end like a run's worktree is), then one task dispatched.
+    // workspace/worktree.rs calls it, kept until the end like a run's worktree is), then one task dispatched.
     let (mut reference, mut total, mut polling, mut pipeline) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut uncontained = Vec::new();

@@ -8,6 +8,7 @@
 //! first event, so one external ticket or one retried request makes at most one task.
 
 pub mod allowed;
+pub mod pause;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

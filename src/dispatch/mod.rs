@@ -4,12 +4,12 @@
 //! - `profiles.rs`   agent profiles: presets, `[agents.*]`, argv rendering (pure)
 //! - `prompt.rs`     the prompt: Task / Scope / Done when, and what failed last time (pure)
 //! - `schedule.rs`   which `todo` tasks start within the limits (pure)
-//! - `runs.rs`       the run's events: started, heartbeat, one outcome (pure)
-//! - `workspace.rs`  mirrors and worktrees under `WORKSPACE_ROOT`; commit and push
+//! - `runs`          the run's events (pure; in `domain::runs`, shared with the runs projector)
+//! - `workspace/`    mirrors and worktrees under `WORKSPACE_ROOT`: git, mirror, worktree, handoff, spares, gc
 //! - `sandbox.rs`    containment: bubblewrap namespaces, else Landlock reads and writes; what an agent sees
 //! - `reaper.rs`     under Landlock, the process that adopts and kills everything a run leaves
 //! - `runner.rs`     the agent process: group, scrubbed env, stdin, log, tail, watchdogs
-//! - `dispatcher.rs` the dispatcher, watchdog and gc loops; claims, outcomes, recovery, pause
+//! - `dispatcher/`   the dispatcher, watchdog and gc loops: claim, attempt, launch, watchdog, gc, pause
 //! - `worker.rs`     `pidevops worker`: runs pulled from JetStream
 
 pub mod config;
@@ -18,7 +18,8 @@ pub mod profiles;
 pub mod prompt;
 pub mod reaper;
 pub mod runner;
-pub mod runs;
+/// The run events live in `domain` (pure values read by the runs projector too); re-exported where they began.
+pub use crate::domain::runs;
 pub mod sandbox;
 pub mod schedule;
 pub mod worker;

@@ -84,11 +84,11 @@ pub async fn run(
         output_bytes: output_bytes.load(Ordering::Relaxed),
         tail: String::from_utf8_lossy(&tail.iter().copied().collect::<Vec<u8>>()).into_owned(),
     };
-    let mut tail = VecDeque::with_capacity(TAIL_BYTES);
+    let tail = VecDeque::with_capacity(TAIL_BYTES);
     let Some((program, args)) = launch.argv.split_first() else {
         return finished(Ending::CannotStart("the command is empty".into()), &tail);
     };
-    let mut log = match tokio::fs::File::create(&launch.log).await {
+    let log = match tokio::fs::File::create(&launch.log).await {
         Ok(file) => file,
         Err(e) => {
             return finished(
@@ -97,17 +97,76 @@ pub async fn run(
             )
         }
     };
+    let mut command = match agent_command(&launch, program, args) {
+        Ok(command) => command,
+        Err(why) => return finished(Ending::CannotStart(why), &tail),
+    };
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            return finished(
+                Ending::CannotStart(format!("cannot start {program:?}: {e}")),
+                &tail,
+            )
+        }
+    };
+    let group = child.id().map(|pid| Pid::from_raw(pid as i32));
 
+    let (chunks, mut received) = mpsc::channel::<Vec<u8>>(64);
+    if let Some(stdout) = child.stdout.take() {
+        tokio::spawn(pump(stdout, chunks.clone()));
+    }
+    if let Some(stderr) = child.stderr.take() {
+        tokio::spawn(pump(stderr, chunks.clone()));
+    }
+    drop(chunks);
+
+    let mut output = Output {
+        log,
+        log_error: None,
+        tail,
+        bytes: &output_bytes,
+    };
+    let ending = watch(
+        &launch,
+        &mut child,
+        group,
+        &mut received,
+        &mut output,
+        &stop,
+    )
+    .await;
+    // Whatever the agent left running in its group goes with it, so its pipes close and nothing writes on.
+    if let Some(group) = group {
+        let _ = killpg(group, Signal::SIGKILL);
+    }
+    let drain = async {
+        while let Some(chunk) = received.recv().await {
+            output.take(&chunk).await;
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
+    if let Err(e) = output.log.flush().await {
+        output.log_error.get_or_insert(e);
+    }
+    if let Some(e) = output.log_error {
+        tracing::warn!(log = %launch.log.display(), error = %e, "could not write the agent's log");
+    }
+    finished(ending, &output.tail)
+}
+
+/// The agent's command, not yet spawned: its own process group, only the environment it is handed, stdin from
+/// the prompt file or closed, and what the child does to itself between fork and exec. `Err`: why it cannot start.
+fn agent_command(
+    launch: &Launch,
+    program: &str,
+    args: &[String],
+) -> Result<tokio::process::Command, String> {
     let stdin = match &launch.stdin {
         None => Stdio::null(),
         Some(path) => match std::fs::File::open(path) {
             Ok(file) => Stdio::from(file),
-            Err(e) => {
-                return finished(
-                    Ending::CannotStart(format!("cannot open {}: {e}", path.display())),
-                    &tail,
-                )
-            }
+            Err(e) => return Err(format!("cannot open {}: {e}", path.display())),
         },
     };
     let mut command = tokio::process::Command::new(program);
@@ -123,7 +182,6 @@ pub async fn run(
         .kill_on_drop(true);
     let parent = std::process::id();
     let setup = launch.child.clone();
-    let reaped = setup.reaper;
     // SAFETY: the closure makes only async-signal-safe calls (prctl, getppid, fork, the Landlock and capability
     // syscalls) and allocates nothing.
     unsafe {
@@ -151,39 +209,47 @@ pub async fn run(
             Ok(())
         });
     }
-    let mut child = match command.spawn() {
-        Ok(child) => child,
-        Err(e) => {
-            return finished(
-                Ending::CannotStart(format!("cannot start {program:?}: {e}")),
-                &tail,
-            )
+    Ok(command)
+}
+
+/// Where the agent's output goes: the log file (its first write error kept for one warning), the bounded tail,
+/// and the byte count heartbeats report.
+struct Output<'a> {
+    log: tokio::fs::File,
+    log_error: Option<std::io::Error>,
+    tail: VecDeque<u8>,
+    bytes: &'a AtomicU64,
+}
+
+impl Output<'_> {
+    async fn take(&mut self, chunk: &[u8]) {
+        if let Err(e) = self.log.write_all(chunk).await {
+            self.log_error.get_or_insert(e);
         }
-    };
-    let group = child.id().map(|pid| Pid::from_raw(pid as i32));
-
-    let (chunks, mut received) = mpsc::channel::<Vec<u8>>(64);
-    if let Some(stdout) = child.stdout.take() {
-        tokio::spawn(pump(stdout, chunks.clone()));
+        self.bytes.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        for byte in chunk.iter().skip(chunk.len().saturating_sub(TAIL_BYTES)) {
+            if self.tail.len() == TAIL_BYTES {
+                self.tail.pop_front();
+            }
+            self.tail.push_back(*byte);
+        }
     }
-    if let Some(stderr) = child.stderr.take() {
-        tokio::spawn(pump(stderr, chunks.clone()));
-    }
-    drop(chunks);
+}
 
+/// Waits for the agent's end while taking its output; the wall clock, silence and `stop` end it early, killing
+/// its whole group.
+async fn watch(
+    launch: &Launch,
+    child: &mut tokio::process::Child,
+    group: Option<Pid>,
+    received: &mut mpsc::Receiver<Vec<u8>>,
+    output: &mut Output<'_>,
+    stop: &CancellationToken,
+) -> Ending {
+    let reaped = launch.child.reaper;
     let deadline = tokio::time::Instant::now() + launch.timeout;
     let mut last_output = tokio::time::Instant::now();
-    let mut log_error = None;
-    let record = |chunk: &[u8], tail: &mut VecDeque<u8>| {
-        output_bytes.fetch_add(chunk.len() as u64, Ordering::Relaxed);
-        for byte in chunk.iter().skip(chunk.len().saturating_sub(TAIL_BYTES)) {
-            if tail.len() == TAIL_BYTES {
-                tail.pop_front();
-            }
-            tail.push_back(*byte);
-        }
-    };
-    let ending = loop {
+    loop {
         tokio::select! {
             status = child.wait() => {
                 break match status {
@@ -197,45 +263,22 @@ pub async fn run(
             }
             Some(chunk) = received.recv() => {
                 last_output = tokio::time::Instant::now();
-                if let Err(e) = log.write_all(&chunk).await {
-                    log_error.get_or_insert(e);
-                }
-                record(&chunk, &mut tail);
+                output.take(&chunk).await;
             }
             () = tokio::time::sleep_until(deadline) => {
-                terminate(group, reaped, &mut child).await;
+                terminate(group, reaped, child).await;
                 break Ending::TimedOut;
             }
             () = tokio::time::sleep_until(last_output + launch.no_output_timeout) => {
-                terminate(group, reaped, &mut child).await;
+                terminate(group, reaped, child).await;
                 break Ending::Stalled;
             }
             () = stop.cancelled() => {
-                terminate(group, reaped, &mut child).await;
+                terminate(group, reaped, child).await;
                 break Ending::Stopped;
             }
         }
-    };
-    // Whatever the agent left running in its group goes with it, so its pipes close and nothing writes on.
-    if let Some(group) = group {
-        let _ = killpg(group, Signal::SIGKILL);
     }
-    let drain = async {
-        while let Some(chunk) = received.recv().await {
-            if let Err(e) = log.write_all(&chunk).await {
-                log_error.get_or_insert(e);
-            }
-            record(&chunk, &mut tail);
-        }
-    };
-    let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
-    if let Err(e) = log.flush().await {
-        log_error.get_or_insert(e);
-    }
-    if let Some(e) = log_error {
-        tracing::warn!(log = %launch.log.display(), error = %e, "could not write the agent's log");
-    }
-    finished(ending, &tail)
 }
 
 async fn pump(mut from: impl AsyncRead + Unpin, to: mpsc::Sender<Vec<u8>>) {

@@ -1,5 +1,6 @@
 //! Pure domain values. No I/O lives here.
 
 pub mod event;
+pub mod runs;
 
 pub use event::{EventType, NewEvent, Source, Subject};

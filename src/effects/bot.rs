@@ -107,7 +107,7 @@ pub async fn answer(
     Ok(match command {
         BotCommand::Help => escape(HELP),
         BotCommand::Status => {
-            let paused = crate::dispatch::dispatcher::pause_state(store).await?;
+            let paused = crate::board::pause::pause_state(store).await?;
             let queue = task_rows::list(
                 store,
                 &TaskFilter {
@@ -216,7 +216,7 @@ pub async fn answer(
         BotCommand::Pause | BotCommand::Resume => {
             let pause = *command == BotCommand::Pause;
             let reason = format!("from Telegram by {who}");
-            crate::dispatch::dispatcher::set_paused(log, pause, "telegram", Some(&reason)).await?;
+            crate::board::pause::set_paused(log, pause, "telegram", Some(&reason)).await?;
             if pause {
                 "Paused: no new runs start; running ones finish. /resume to go on.".to_owned()
             } else {

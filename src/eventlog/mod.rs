@@ -9,6 +9,7 @@
 mod envelope;
 mod meta;
 pub(crate) mod postgres;
+pub mod sql;
 pub(crate) mod sqlite;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -237,10 +238,15 @@ impl EventStore {
 
     /// Events with `position > after`, in position order, at most `limit`.
     pub async fn read_after(&self, after: i64, limit: i64) -> Result<Vec<StoredEvent>, StoreError> {
-        match self {
-            Self::Postgres(s) => s.read_after(after, limit).await,
-            Self::Sqlite(s) => s.read_after(after, limit).await,
-        }
+        crate::on_store!(self, |pool, backend| {
+            let sql = format!("SELECT {} {}", backend::COLUMNS, sql::EVENTS_AFTER);
+            let rows = sqlx::query(&sql)
+                .bind(after)
+                .bind(limit)
+                .fetch_all(pool)
+                .await?;
+            rows.iter().map(backend::decode).collect()
+        })
     }
 
     /// Like [`Self::read_after`], with only the bodies asked for (a projector's read, outside its transaction).
@@ -250,63 +256,70 @@ impl EventStore {
         limit: i64,
         bodies: Bodies,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        match self {
-            Self::Postgres(s) => {
-                let mut conn = s.pool().acquire().await?;
-                postgres::read_after_on(&mut conn, after, limit, bodies).await
-            }
-            Self::Sqlite(s) => {
-                let mut conn = s.pool().acquire().await?;
-                sqlite::read_after_on(&mut conn, after, limit, bodies).await
-            }
-        }
+        crate::on_store!(self, |pool, backend| {
+            let mut conn = pool.acquire().await?;
+            backend::read_after_on(&mut conn, after, limit, bodies).await
+        })
     }
 
     pub async fn get(&self, id: Uuid) -> Result<Option<StoredEvent>, StoreError> {
-        match self {
-            Self::Postgres(s) => s.get(id).await,
-            Self::Sqlite(s) => s.get(id).await,
-        }
+        crate::on_store!(self, |pool, backend| {
+            let sql = format!("SELECT {} {}", backend::COLUMNS, sql::EVENT_BY_ID);
+            let row = sqlx::query(&sql)
+                .bind(backend::id_param(id))
+                .fetch_optional(pool)
+                .await?;
+            row.as_ref().map(backend::decode).transpose()
+        })
     }
 
     /// A domain stream's events (`task:T-42`, say), in stream-version order.
     pub async fn read_stream(&self, stream: &str) -> Result<Vec<StoredEvent>, StoreError> {
-        match self {
-            Self::Postgres(s) => s.read_stream(stream).await,
-            Self::Sqlite(s) => s.read_stream(stream).await,
-        }
+        crate::on_store!(self, |pool, backend| {
+            let sql = format!("SELECT {} {}", backend::COLUMNS, sql::STREAM_EVENTS);
+            let rows = sqlx::query(&sql).bind(stream).fetch_all(pool).await?;
+            rows.iter().map(backend::decode).collect()
+        })
     }
 
     /// A domain stream's current version (its highest `stream_version`), 0 when it has no events.
     pub async fn stream_version(&self, stream: &str) -> Result<i64, StoreError> {
-        match self {
-            Self::Postgres(s) => s.stream_version(stream).await,
-            Self::Sqlite(s) => s.stream_version(stream).await,
-        }
+        crate::on_store!(self, |pool, backend| Ok(sqlx::query_scalar(
+            sql::STREAM_VERSION
+        )
+        .bind(stream)
+        .fetch_one(pool)
+        .await?))
     }
 
     /// The highest committed position, 0 for an empty log.
     pub async fn head(&self) -> Result<i64, StoreError> {
-        match self {
-            Self::Postgres(s) => s.head().await,
-            Self::Sqlite(s) => s.head().await,
-        }
+        crate::on_store!(self, |pool, backend| Ok(sqlx::query_scalar(sql::HEAD)
+            .fetch_one(pool)
+            .await?))
     }
 
     /// A consumer's checkpoint: the last position it has fully handled, 0 if it never ran.
     pub async fn checkpoint(&self, name: &str) -> Result<i64, StoreError> {
-        match self {
-            Self::Postgres(s) => s.checkpoint(name).await,
-            Self::Sqlite(s) => s.checkpoint(name).await,
-        }
+        let position: Option<i64> = crate::on_store!(self, |pool, backend| {
+            sqlx::query_scalar(sql::CHECKPOINT)
+                .bind(name)
+                .fetch_optional(pool)
+                .await?
+        });
+        Ok(position.unwrap_or(0))
     }
 
     /// Moves a checkpoint forward to `position`; never back. Returns the checkpoint as stored afterwards.
     pub async fn advance_checkpoint(&self, name: &str, position: i64) -> Result<i64, StoreError> {
-        match self {
-            Self::Postgres(s) => s.advance_checkpoint(name, position).await,
-            Self::Sqlite(s) => s.advance_checkpoint(name, position).await,
-        }
+        crate::on_store!(self, |pool, backend| Ok(sqlx::query_scalar(
+            sql::ADVANCE_CHECKPOINT
+        )
+        .bind(name)
+        .bind(position)
+        .bind(chrono::Utc::now())
+        .fetch_one(pool)
+        .await?))
     }
 
     /// The event stored under this `(source, dedup_key)`, if any (the unique constraint's index serves it).
@@ -315,18 +328,26 @@ impl EventStore {
         source: Source,
         dedup_key: &str,
     ) -> Result<Option<StoredEvent>, StoreError> {
-        match self {
-            Self::Postgres(s) => s.find_by_key(source, dedup_key).await,
-            Self::Sqlite(s) => s.find_by_key(source, dedup_key).await,
-        }
+        crate::on_store!(self, |pool, backend| {
+            let sql = format!("SELECT {} {}", backend::COLUMNS, sql::EVENT_BY_KEY);
+            let row = sqlx::query(&sql)
+                .bind(source.as_str())
+                .bind(dedup_key)
+                .fetch_optional(pool)
+                .await?;
+            row.as_ref().map(backend::decode).transpose()
+        })
     }
 
     /// How many events carry this `(source, dedup_key)`; the unique index makes it 0 or 1.
     pub async fn count_by_key(&self, source: Source, dedup_key: &str) -> Result<i64, StoreError> {
-        match self {
-            Self::Postgres(s) => s.count_by_key(source, dedup_key).await,
-            Self::Sqlite(s) => s.count_by_key(source, dedup_key).await,
-        }
+        crate::on_store!(self, |pool, backend| Ok(sqlx::query_scalar(
+            sql::COUNT_BY_KEY
+        )
+        .bind(source.as_str())
+        .bind(dedup_key)
+        .fetch_one(pool)
+        .await?))
     }
 }
 

@@ -11,7 +11,7 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use super::{Appended, BatchOutcome, Bodies, StoreError, StoredEvent};
-use crate::domain::{NewEvent, Source};
+use crate::domain::NewEvent;
 
 /// Appender tasks for this backend: while one holds the writer lock, the others encode and ship their batches.
 /// Three measured best on two cores (docs/benchmarks.md).
@@ -19,12 +19,12 @@ pub(crate) const APPENDERS: usize = 3;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
-const COLUMNS: &str =
+pub(crate) const COLUMNS: &str =
     "position, id, source, event_type, dedup_key, stream, stream_version, occurred_at, \
      recorded_at, action, repository, number, reference, content_type, body, meta::text AS meta";
 
 /// The same columns without the body, for readers that do not need it (most projectors): no detoasting.
-const HEADER_COLUMNS: &str =
+pub(crate) const HEADER_COLUMNS: &str =
     "position, id, source, event_type, dedup_key, stream, stream_version, occurred_at, \
      recorded_at, action, repository, number, reference, content_type, '\\x'::bytea AS body, meta::text AS meta";
 
@@ -202,109 +202,6 @@ impl PostgresStore {
             .map(|o| o.ok_or_else(|| corrupt_batch("pidevops_append skipped an event".into())))
             .collect()
     }
-
-    pub async fn read_after(&self, after: i64, limit: i64) -> Result<Vec<StoredEvent>, StoreError> {
-        sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM events WHERE position > $1 ORDER BY position LIMIT $2"
-        ))
-        .bind(after)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(decode)
-        .collect()
-    }
-
-    pub async fn get(&self, id: Uuid) -> Result<Option<StoredEvent>, StoreError> {
-        sqlx::query(&format!("SELECT {COLUMNS} FROM events WHERE id = $1"))
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?
-            .as_ref()
-            .map(decode)
-            .transpose()
-    }
-
-    pub async fn read_stream(&self, stream: &str) -> Result<Vec<StoredEvent>, StoreError> {
-        // Served by the partial unique index on (stream, stream_version).
-        sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM events WHERE stream = $1 AND stream IS NOT NULL ORDER BY stream_version"
-        ))
-        .bind(stream)
-        .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(decode)
-        .collect()
-    }
-
-    pub async fn stream_version(&self, stream: &str) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar(
-            "SELECT coalesce(max(stream_version), 0) FROM events WHERE stream = $1 AND stream IS NOT NULL",
-        )
-        .bind(stream)
-        .fetch_one(&self.pool)
-        .await?)
-    }
-
-    pub async fn head(&self) -> Result<i64, StoreError> {
-        Ok(
-            sqlx::query_scalar("SELECT coalesce(max(position), 0) FROM events")
-                .fetch_one(&self.pool)
-                .await?,
-        )
-    }
-
-    pub async fn checkpoint(&self, name: &str) -> Result<i64, StoreError> {
-        let position: Option<i64> =
-            sqlx::query_scalar("SELECT position FROM checkpoints WHERE name = $1")
-                .bind(name)
-                .fetch_optional(&self.pool)
-                .await?;
-        Ok(position.unwrap_or(0))
-    }
-
-    pub async fn advance_checkpoint(&self, name: &str, position: i64) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar(
-            "INSERT INTO checkpoints (name, position, updated_at) VALUES ($1, $2, $3)
-             ON CONFLICT (name) DO UPDATE
-                SET position = greatest(checkpoints.position, excluded.position), updated_at = excluded.updated_at
-             RETURNING position",
-        )
-        .bind(name)
-        .bind(position)
-        .bind(chrono::Utc::now())
-        .fetch_one(&self.pool)
-        .await?)
-    }
-
-    pub async fn find_by_key(
-        &self,
-        source: Source,
-        dedup_key: &str,
-    ) -> Result<Option<StoredEvent>, StoreError> {
-        sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM events WHERE source = $1 AND dedup_key = $2"
-        ))
-        .bind(source.as_str())
-        .bind(dedup_key)
-        .fetch_optional(&self.pool)
-        .await?
-        .as_ref()
-        .map(decode)
-        .transpose()
-    }
-
-    pub async fn count_by_key(&self, source: Source, dedup_key: &str) -> Result<i64, StoreError> {
-        Ok(
-            sqlx::query_scalar("SELECT count(*) FROM events WHERE source = $1 AND dedup_key = $2")
-                .bind(source.as_str())
-                .bind(dedup_key)
-                .fetch_one(&self.pool)
-                .await?,
-        )
-    }
 }
 
 /// Column-wise arrays: the whole batch travels as one set of array parameters.
@@ -385,9 +282,14 @@ fn corrupt_batch(reason: String) -> StoreError {
     }
 }
 
+/// How an event id is bound here: a `uuid` column.
+pub(crate) fn id_param(id: Uuid) -> Uuid {
+    id
+}
+
 /// A row of any of the column lists above, which all share this order. By index: by name costs a lookup per
 /// column per row, a measurable part of a replay.
-fn decode(row: &PgRow) -> Result<StoredEvent, StoreError> {
+pub(crate) fn decode(row: &PgRow) -> Result<StoredEvent, StoreError> {
     let position: i64 = row.try_get(0)?;
     let meta: String = row.try_get(15)?;
     let meta = super::Meta::from_json(meta).map_err(|e| StoreError::Corrupt {

@@ -13,16 +13,16 @@ use sqlx::{Connection, Row};
 use uuid::Uuid;
 
 use super::{plan_batch, BatchOutcome, Bodies, StoreError, StoredEvent};
-use crate::domain::{NewEvent, Source};
+use crate::domain::NewEvent;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
-const COLUMNS: &str =
+pub(crate) const COLUMNS: &str =
     "position, id, source, event_type, dedup_key, stream, stream_version, occurred_at, \
      recorded_at, action, repository, number, reference, content_type, body, meta";
 
 /// The same columns without the body, for readers that do not need it (most projectors).
-const HEADER_COLUMNS: &str =
+pub(crate) const HEADER_COLUMNS: &str =
     "position, id, source, event_type, dedup_key, stream, stream_version, occurred_at, \
      recorded_at, action, repository, number, reference, content_type, X'' AS body, meta";
 
@@ -230,109 +230,6 @@ impl SqliteStore {
         tx.commit().await?;
         Ok(outcomes)
     }
-
-    pub async fn read_after(&self, after: i64, limit: i64) -> Result<Vec<StoredEvent>, StoreError> {
-        sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM events WHERE position > ?1 ORDER BY position LIMIT ?2"
-        ))
-        .bind(after)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(decode)
-        .collect()
-    }
-
-    pub async fn get(&self, id: Uuid) -> Result<Option<StoredEvent>, StoreError> {
-        sqlx::query(&format!("SELECT {COLUMNS} FROM events WHERE id = ?1"))
-            .bind(id.to_string())
-            .fetch_optional(&self.pool)
-            .await?
-            .as_ref()
-            .map(decode)
-            .transpose()
-    }
-
-    pub async fn read_stream(&self, stream: &str) -> Result<Vec<StoredEvent>, StoreError> {
-        // Served by the partial unique index on (stream, stream_version).
-        sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM events WHERE stream = ?1 AND stream IS NOT NULL ORDER BY stream_version"
-        ))
-        .bind(stream)
-        .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(decode)
-        .collect()
-    }
-
-    pub async fn stream_version(&self, stream: &str) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar(
-            "SELECT coalesce(max(stream_version), 0) FROM events WHERE stream = ?1 AND stream IS NOT NULL",
-        )
-        .bind(stream)
-        .fetch_one(&self.pool)
-        .await?)
-    }
-
-    pub async fn head(&self) -> Result<i64, StoreError> {
-        Ok(
-            sqlx::query_scalar("SELECT coalesce(max(position), 0) FROM events")
-                .fetch_one(&self.pool)
-                .await?,
-        )
-    }
-
-    pub async fn checkpoint(&self, name: &str) -> Result<i64, StoreError> {
-        let position: Option<i64> =
-            sqlx::query_scalar("SELECT position FROM checkpoints WHERE name = ?1")
-                .bind(name)
-                .fetch_optional(&self.pool)
-                .await?;
-        Ok(position.unwrap_or(0))
-    }
-
-    pub async fn advance_checkpoint(&self, name: &str, position: i64) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar(
-            "INSERT INTO checkpoints (name, position, updated_at) VALUES (?1, ?2, ?3)
-             ON CONFLICT (name) DO UPDATE
-                SET position = max(checkpoints.position, excluded.position), updated_at = excluded.updated_at
-             RETURNING position",
-        )
-        .bind(name)
-        .bind(position)
-        .bind(chrono::Utc::now())
-        .fetch_one(&self.pool)
-        .await?)
-    }
-
-    pub async fn find_by_key(
-        &self,
-        source: Source,
-        dedup_key: &str,
-    ) -> Result<Option<StoredEvent>, StoreError> {
-        sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM events WHERE source = ?1 AND dedup_key = ?2"
-        ))
-        .bind(source.as_str())
-        .bind(dedup_key)
-        .fetch_optional(&self.pool)
-        .await?
-        .as_ref()
-        .map(decode)
-        .transpose()
-    }
-
-    pub async fn count_by_key(&self, source: Source, dedup_key: &str) -> Result<i64, StoreError> {
-        Ok(
-            sqlx::query_scalar("SELECT count(*) FROM events WHERE source = ?1 AND dedup_key = ?2")
-                .bind(source.as_str())
-                .bind(dedup_key)
-                .fetch_one(&self.pool)
-                .await?,
-        )
-    }
 }
 
 /// SQLITE_BUSY, or one of its extended codes (busy recovery, busy snapshot).
@@ -349,7 +246,12 @@ fn parse_uuid(position: i64, text: String) -> Result<Uuid, StoreError> {
     })
 }
 
-fn decode(row: &SqliteRow) -> Result<StoredEvent, StoreError> {
+/// How an event id is bound here: text in a TEXT column.
+pub(crate) fn id_param(id: Uuid) -> String {
+    id.to_string()
+}
+
+pub(crate) fn decode(row: &SqliteRow) -> Result<StoredEvent, StoreError> {
     let position: i64 = row.try_get("position")?;
     let meta: String = row.try_get("meta")?;
     let meta = super::Meta::from_json(meta).map_err(|e| StoreError::Corrupt {

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::{error, ApiError, AppState};
-use crate::dispatch::dispatcher::{pause_state, set_paused};
+use crate::board::pause::{pause_state, set_paused};
 use crate::projectors::runs::{self, RunRow, Which};
 
 #[derive(Debug, Default, Deserialize, ToSchema)]

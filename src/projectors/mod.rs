@@ -62,6 +62,23 @@ pub enum ProjectorTx {
     Sqlite(Transaction<'static, Sqlite>),
 }
 
+/// Runs `$body` on the connection of a projector's transaction, whichever backend it is on: the statement is
+/// written once (`$N` placeholders) and compiled once per driver. `$conn` is a `&mut` connection, used once.
+macro_rules! on_tx {
+    ($tx:expr, |$conn:ident| $body:expr) => {
+        match $tx {
+            ProjectorTx::Postgres(tx) => {
+                let $conn = &mut **tx;
+                $body
+            }
+            ProjectorTx::Sqlite(tx) => {
+                let $conn = &mut **tx;
+                $body
+            }
+        }
+    };
+}
+
 /// A read model. `apply` and `reset` write only through the transaction they are given, and never call out.
 pub trait Projector: Send + Sync + 'static {
     fn name(&self) -> &'static str;
@@ -623,7 +640,7 @@ async fn commit(tx: ProjectorTx) -> Result<(), sqlx::Error> {
 }
 
 /// The projector's `(version, position)`, locked until the transaction ends (SQLite: the whole database is,
-/// since BEGIN IMMEDIATE).
+/// since BEGIN IMMEDIATE, and it has no `FOR UPDATE`: the one statement here that differs).
 async fn lock_row(tx: &mut ProjectorTx, name: &str) -> Result<Option<(i64, i64)>, sqlx::Error> {
     match tx {
         ProjectorTx::Postgres(tx) => {
@@ -643,20 +660,12 @@ async fn lock_row(tx: &mut ProjectorTx, name: &str) -> Result<Option<(i64, i64)>
 
 /// A projector's stored `(version, position)`, if it ever ran.
 pub async fn read_row(store: &EventStore, name: &str) -> Result<Option<(i64, i64)>, sqlx::Error> {
-    match store {
-        EventStore::Postgres(s) => {
-            sqlx::query_as("SELECT version, position FROM projections WHERE name = $1")
-                .bind(name)
-                .fetch_optional(s.pool())
-                .await
-        }
-        EventStore::Sqlite(s) => {
-            sqlx::query_as("SELECT version, position FROM projections WHERE name = ?1")
-                .bind(name)
-                .fetch_optional(s.pool())
-                .await
-        }
-    }
+    crate::on_store!(store, |pool, backend| {
+        sqlx::query_as("SELECT version, position FROM projections WHERE name = $1")
+            .bind(name)
+            .fetch_optional(pool)
+            .await
+    })
 }
 
 /// The projector's row, locked; created at `(version, 0)` if missing (a concurrent instance may create it
@@ -674,31 +683,16 @@ async fn lock_or_create_row(
 }
 
 async fn insert_row(tx: &mut ProjectorTx, name: &str, version: i64) -> Result<(), sqlx::Error> {
-    match tx {
-        ProjectorTx::Postgres(tx) => {
-            sqlx::query(
-                "INSERT INTO projections (name, version, position, updated_at) VALUES ($1, $2, 0, $3)
-                 ON CONFLICT (name) DO NOTHING",
-            )
-            .bind(name)
-            .bind(version)
-            .bind(Utc::now())
-            .execute(&mut **tx)
-            .await?;
-        }
-        ProjectorTx::Sqlite(tx) => {
-            sqlx::query(
-                "INSERT INTO projections (name, version, position, updated_at) VALUES (?1, ?2, 0, ?3)
-                 ON CONFLICT (name) DO NOTHING",
-            )
-            .bind(name)
-            .bind(version)
-            .bind(Utc::now())
-            .execute(&mut **tx)
-            .await?;
-        }
-    }
-    Ok(())
+    on_tx!(tx, |conn| sqlx::query(
+        "INSERT INTO projections (name, version, position, updated_at) VALUES ($1, $2, 0, $3)
+         ON CONFLICT (name) DO NOTHING",
+    )
+    .bind(name)
+    .bind(version)
+    .bind(Utc::now())
+    .execute(conn)
+    .await
+    .map(|_| ()))
 }
 
 /// Sets the row unconditionally (a reset: the caller holds the row's lock).
@@ -708,31 +702,16 @@ async fn move_row(
     version: i64,
     position: i64,
 ) -> Result<(), sqlx::Error> {
-    match tx {
-        ProjectorTx::Postgres(tx) => {
-            sqlx::query(
-                "UPDATE projections SET version = $2, position = $3, updated_at = $4 WHERE name = $1",
-            )
-            .bind(name)
-            .bind(version)
-            .bind(position)
-            .bind(Utc::now())
-            .execute(&mut **tx)
-            .await?;
-        }
-        ProjectorTx::Sqlite(tx) => {
-            sqlx::query(
-                "UPDATE projections SET version = ?2, position = ?3, updated_at = ?4 WHERE name = ?1",
-            )
-            .bind(name)
-            .bind(version)
-            .bind(position)
-            .bind(Utc::now())
-            .execute(&mut **tx)
-            .await?;
-        }
-    }
-    Ok(())
+    on_tx!(tx, |conn| sqlx::query(
+        "UPDATE projections SET version = $2, position = $3, updated_at = $4 WHERE name = $1",
+    )
+    .bind(name)
+    .bind(version)
+    .bind(position)
+    .bind(Utc::now())
+    .execute(conn)
+    .await
+    .map(|_| ()))
 }
 
 /// Moves the checkpoint from `expected` to `to` only if nobody else moved it (or changed the version) since.
@@ -743,32 +722,18 @@ async fn compare_and_set(
     expected: i64,
     to: i64,
 ) -> Result<bool, sqlx::Error> {
-    let result = match tx {
-        ProjectorTx::Postgres(tx) => sqlx::query(
-            "UPDATE projections SET position = $4, updated_at = $5
-                 WHERE name = $1 AND version = $2 AND position = $3",
-        )
-        .bind(name)
-        .bind(version)
-        .bind(expected)
-        .bind(to)
-        .bind(Utc::now())
-        .execute(&mut **tx)
-        .await?
-        .rows_affected(),
-        ProjectorTx::Sqlite(tx) => sqlx::query(
-            "UPDATE projections SET position = ?4, updated_at = ?5
-                 WHERE name = ?1 AND version = ?2 AND position = ?3",
-        )
-        .bind(name)
-        .bind(version)
-        .bind(expected)
-        .bind(to)
-        .bind(Utc::now())
-        .execute(&mut **tx)
-        .await?
-        .rows_affected(),
-    };
+    let result = on_tx!(tx, |conn| sqlx::query(
+        "UPDATE projections SET position = $4, updated_at = $5
+         WHERE name = $1 AND version = $2 AND position = $3",
+    )
+    .bind(name)
+    .bind(version)
+    .bind(expected)
+    .bind(to)
+    .bind(Utc::now())
+    .execute(conn)
+    .await?
+    .rows_affected());
     Ok(result == 1)
 }
 

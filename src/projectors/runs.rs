@@ -8,7 +8,7 @@ use serde::Serialize;
 use sqlx::Row;
 
 use super::{Bodies, Projector, ProjectorTx};
-use crate::dispatch::runs::{RunEvent, RUN_STREAM_PREFIX};
+use crate::domain::runs::{RunEvent, RUN_STREAM_PREFIX};
 use crate::eventlog::{EventStore, StoreError, StoredEvent};
 
 pub const NAME: &str = "runs";
@@ -90,7 +90,7 @@ pub fn decode(event: &StoredEvent) -> anyhow::Result<RunEvent> {
             decoded.kind()
         ));
     }
-    if stream != crate::dispatch::runs::stream(decoded.run()) {
+    if stream != crate::domain::runs::stream(decoded.run()) {
         return Err(anyhow!("{stream} holds an event of run {}", decoded.run()));
     }
     Ok(decoded)
@@ -357,27 +357,14 @@ pub async fn query(store: &EventStore, which: Which<'_>) -> Result<Vec<RunRow>, 
         Which::Recent(_) => ("TRUE", "last_position DESC LIMIT $1"),
     };
     let sql = format!("SELECT {COLUMNS} FROM runs WHERE {filter} ORDER BY {order}");
-    match store {
-        EventStore::Postgres(s) => {
-            let query = sqlx::query(&sql);
-            let query = match which {
-                Which::Running => query,
-                Which::Run(id) | Which::Task(id) => query.bind(id),
-                Which::Recent(limit) => query.bind(limit),
-            };
-            let rows = query.fetch_all(s.pool()).await?;
-            Ok(rows.iter().map(run_row).collect::<Result<_, _>>()?)
-        }
-        EventStore::Sqlite(s) => {
-            // SQLite takes `$1` as a numbered parameter too, and `TRUE` since 3.23.
-            let query = sqlx::query(&sql);
-            let query = match which {
-                Which::Running => query,
-                Which::Run(id) | Which::Task(id) => query.bind(id),
-                Which::Recent(limit) => query.bind(limit),
-            };
-            let rows = query.fetch_all(s.pool()).await?;
-            Ok(rows.iter().map(run_row).collect::<Result<_, _>>()?)
-        }
-    }
+    crate::on_store!(store, |pool, backend| {
+        let query = sqlx::query(&sql);
+        let query = match which {
+            Which::Running => query,
+            Which::Run(id) | Which::Task(id) => query.bind(id),
+            Which::Recent(limit) => query.bind(limit),
+        };
+        let rows = query.fetch_all(pool).await?;
+        Ok(rows.iter().map(run_row).collect::<Result<_, _>>()?)
+    })
 }

@@ -154,10 +154,9 @@ pub async fn activity(store: &EventStore) -> Result<Vec<SourceActivity>, StoreEr
     const SQL: &str =
         "SELECT source, event_type, events, first_at, first_position, last_at, last_position
                        FROM source_activity ORDER BY source, event_type";
-    Ok(match store {
-        EventStore::Postgres(s) => sqlx::query_as(SQL).fetch_all(s.pool()).await?,
-        EventStore::Sqlite(s) => sqlx::query_as(SQL).fetch_all(s.pool()).await?,
-    })
+    Ok(crate::on_store!(store, |pool, backend| sqlx::query_as(SQL)
+        .fetch_all(pool)
+        .await?))
 }
 
 /// One line per source: its total and its latest delivery. Pure.

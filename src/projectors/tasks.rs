@@ -903,46 +903,26 @@ where
 /// Tasks matching `filter`, most urgent first, then oldest first.
 pub async fn list(store: &EventStore, filter: &TaskFilter) -> Result<Vec<TaskRow>, TasksError> {
     let column = filter.column.map(|c| c.as_str());
-    match store {
-        EventStore::Postgres(s) => {
-            let sql = format!(
-                "SELECT {ROW_COLUMNS} FROM tasks
-                 WHERE ($1::text IS NULL OR board_column = $1) AND ($2::text IS NULL OR repo = $2)
-                   AND ($3::text IS NULL OR source = $3) AND ($4::bool IS NULL OR needs_human = $4)
-                 ORDER BY priority_rank, created_at, number LIMIT $5"
-            );
-            sqlx::query(&sql)
-                .bind(column)
-                .bind(&filter.repo)
-                .bind(&filter.source)
-                .bind(filter.needs_human)
-                .bind(filter.limit.map(i64::from))
-                .fetch_all(s.pool())
-                .await?
-                .iter()
-                .map(task_row)
-                .collect()
-        }
-        EventStore::Sqlite(s) => {
-            let sql = format!(
-                "SELECT {ROW_COLUMNS} FROM tasks
-                 WHERE (?1 IS NULL OR board_column = ?1) AND (?2 IS NULL OR repo = ?2)
-                   AND (?3 IS NULL OR source = ?3) AND (?4 IS NULL OR needs_human = ?4)
-                 ORDER BY priority_rank, created_at, number LIMIT ?5"
-            );
-            sqlx::query(&sql)
-                .bind(column)
-                .bind(&filter.repo)
-                .bind(&filter.source)
-                .bind(filter.needs_human)
-                .bind(filter.limit.map_or(-1, i64::from))
-                .fetch_all(s.pool())
-                .await?
-                .iter()
-                .map(task_row)
-                .collect()
-        }
-    }
+    // CAST(... AS text) rather than `$1::text`: the one spelling both accept, so a NULL filter matches all.
+    let sql = format!(
+        "SELECT {ROW_COLUMNS} FROM tasks
+         WHERE (CAST($1 AS text) IS NULL OR board_column = $1) AND (CAST($2 AS text) IS NULL OR repo = $2)
+           AND (CAST($3 AS text) IS NULL OR source = $3) AND (CAST($4 AS boolean) IS NULL OR needs_human = $4)
+         ORDER BY priority_rank, created_at, number {}",
+        if filter.limit.is_some() { "LIMIT $5" } else { "" }
+    );
+    crate::on_store!(store, |pool, backend| {
+        let query = sqlx::query(&sql)
+            .bind(column)
+            .bind(&filter.repo)
+            .bind(&filter.source)
+            .bind(filter.needs_human);
+        let query = match filter.limit {
+            Some(limit) => query.bind(i64::from(limit)),
+            None => query,
+        };
+        query.fetch_all(pool).await?.iter().map(task_row).collect()
+    })
 }
 
 /// How many tasks each column holds under `filter` (its `column` and `limit` ignored): one grouped query, for the
@@ -951,34 +931,19 @@ pub async fn counts(
     store: &EventStore,
     filter: &TaskFilter,
 ) -> Result<std::collections::BTreeMap<Column, usize>, TasksError> {
-    let rows: Vec<(String, i64)> = match store {
-        EventStore::Postgres(s) => {
-            sqlx::query_as(
-                "SELECT board_column, COUNT(*) FROM tasks
-                 WHERE ($1::text IS NULL OR repo = $1) AND ($2::text IS NULL OR source = $2)
-                   AND ($3::bool IS NULL OR needs_human = $3)
-                 GROUP BY board_column",
-            )
-            .bind(&filter.repo)
-            .bind(&filter.source)
-            .bind(filter.needs_human)
-            .fetch_all(s.pool())
-            .await?
-        }
-        EventStore::Sqlite(s) => {
-            sqlx::query_as(
-                "SELECT board_column, COUNT(*) FROM tasks
-                 WHERE (?1 IS NULL OR repo = ?1) AND (?2 IS NULL OR source = ?2)
-                   AND (?3 IS NULL OR needs_human = ?3)
-                 GROUP BY board_column",
-            )
-            .bind(&filter.repo)
-            .bind(&filter.source)
-            .bind(filter.needs_human)
-            .fetch_all(s.pool())
-            .await?
-        }
-    };
+    let rows: Vec<(String, i64)> = crate::on_store!(store, |pool, backend| {
+        sqlx::query_as(
+            "SELECT board_column, COUNT(*) FROM tasks
+             WHERE (CAST($1 AS text) IS NULL OR repo = $1) AND (CAST($2 AS text) IS NULL OR source = $2)
+               AND (CAST($3 AS boolean) IS NULL OR needs_human = $3)
+             GROUP BY board_column",
+        )
+        .bind(&filter.repo)
+        .bind(&filter.source)
+        .bind(filter.needs_human)
+        .fetch_all(pool)
+        .await?
+    });
     rows.into_iter()
         .map(|(column, n)| {
             let column = Column::ALL
@@ -996,30 +961,21 @@ pub async fn counts(
 /// The repositories that have tasks, sorted.
 pub async fn repos(store: &EventStore) -> Result<Vec<String>, TasksError> {
     let sql = "SELECT DISTINCT repo FROM tasks ORDER BY repo";
-    Ok(match store {
-        EventStore::Postgres(s) => sqlx::query_scalar(sql).fetch_all(s.pool()).await?,
-        EventStore::Sqlite(s) => sqlx::query_scalar(sql).fetch_all(s.pool()).await?,
-    })
+    Ok(crate::on_store!(store, |pool, backend| sqlx::query_scalar(
+        sql
+    )
+    .fetch_all(pool)
+    .await?))
 }
 
 /// One task's row.
 pub async fn get(store: &EventStore, id: TaskId) -> Result<Option<TaskRow>, TasksError> {
-    let row = match store {
-        EventStore::Postgres(s) => sqlx::query(&format!(
-            "SELECT {ROW_COLUMNS} FROM tasks WHERE task_id = $1"
-        ))
+    let sql = format!("SELECT {ROW_COLUMNS} FROM tasks WHERE task_id = $1");
+    let row = crate::on_store!(store, |pool, backend| sqlx::query(&sql)
         .bind(id.to_string())
-        .fetch_optional(s.pool())
+        .fetch_optional(pool)
         .await?
-        .map(|r| task_row(&r)),
-        EventStore::Sqlite(s) => sqlx::query(&format!(
-            "SELECT {ROW_COLUMNS} FROM tasks WHERE task_id = ?1"
-        ))
-        .bind(id.to_string())
-        .fetch_optional(s.pool())
-        .await?
-        .map(|r| task_row(&r)),
-    };
+        .map(|r| task_row(&r)));
     row.transpose()
 }
 

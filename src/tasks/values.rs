@@ -78,7 +78,7 @@ impl TaskId {
         self.0.get()
     }
 
-    /// The branch a run works on, as DESIGN.md names it: `pidevops/T-42`.
+    /// The branch a run works on: `pidevops/T-42`.
     pub fn branch(self) -> BranchName {
         BranchName(format!("pidevops/{self}"))
     }

@@ -1,0 +1,513 @@
+//! One attempt, end to end: its start recorded, worktree, agent (with heartbeats), commit, push, and its one
+//! outcome written by the run writer and applied to the task. The watchdog shares the writer and `apply`: a
+//! run's fate is decided by whichever terminal append wins.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use chrono::Utc;
+use tokio_util::sync::CancellationToken;
+
+use super::{run_of, Dispatcher, DISPATCHER};
+use crate::board::BoardError;
+use crate::dispatch::profiles::AgentProfile;
+use crate::dispatch::runner::{self, Ending};
+use crate::dispatch::runs::{self, FailureKind, RunEvent};
+use crate::dispatch::workspace::Prepared;
+use crate::domain::{EventType, NewEvent, Source};
+use crate::eventlog::{AppendError, EventLog};
+use crate::projectors::runs as run_rows;
+use crate::projectors::tasks as task_rows;
+use crate::tasks::{Column, Command, Reason, RetryCause, RunId, Task, TaskError, TaskId};
+
+impl Dispatcher {
+    /// Runs a claimed attempt to its one outcome and moves the task on. Used by `serve` and by workers.
+    pub async fn execute(&self, task: Task, run: RunId, attempt: u32, stop: CancellationToken) {
+        let id = task.id();
+        let repo = task.repo().clone();
+        // A worker's configuration may lack a profile the task asks for: that attempt fails saying so.
+        let profile = self.inner.profiles.for_task(&task).cloned();
+        let profile_name = match &profile {
+            Ok(profile) => profile.name.clone(),
+            Err(_) => task.agent().map(|a| a.to_string()).unwrap_or_default(),
+        };
+        let dirs = self.inner.workspaces.run_dirs(&repo, id, run);
+        let mut writer = RunWriter::new(self.inner.log.clone(), run, id, 0);
+        let started = RunEvent::Started {
+            at: Utc::now(),
+            run,
+            task: id,
+            attempt,
+            profile: profile_name,
+            worker: self.inner.worker.clone(),
+            log: dirs.log.to_string_lossy().into_owned(),
+        };
+        let recording = std::time::Instant::now();
+        let recorded = writer.append(&started).await;
+        metrics::histogram!("pidevops_run_phase_seconds", "phase" => "record")
+            .record(recording.elapsed().as_secs_f64());
+        match recorded {
+            Ok(()) => {}
+            Err(Written::Taken) => {
+                // The watchdog declared it lost before it began (a very slow start): that outcome stands.
+                return self.recover(run).await;
+            }
+            Err(Written::Failed(error)) => {
+                tracing::error!(task = %id, %run, error = format!("{error:#}"), "cannot record the run's start");
+                return;
+            }
+        }
+        let begun = std::time::Instant::now();
+        let outcome = match &profile {
+            Ok(profile) => {
+                self.attempt(&task, run, attempt, profile, &mut writer, stop)
+                    .await
+            }
+            Err(why) => Some(RunEvent::Failed {
+                at: Utc::now(),
+                run,
+                task: id,
+                attempt,
+                kind: FailureKind::Workspace,
+                detail: why.clone(),
+                duration_s: 0.0,
+                tail: String::new(),
+            }),
+        };
+        let outcome = match outcome {
+            Some(outcome) => outcome,
+            None => return self.recover(run).await,
+        };
+        let duration = begun.elapsed();
+        match writer.append(&outcome).await {
+            Ok(()) => {
+                let label = match &outcome {
+                    RunEvent::Succeeded { .. } => "succeeded",
+                    RunEvent::Failed { kind, .. } => kind.as_str(),
+                    _ => "unknown",
+                };
+                metrics::counter!("pidevops_runs_total", "outcome" => label).increment(1);
+                metrics::histogram!("pidevops_run_duration_seconds").record(duration.as_secs_f64());
+                self.apply(&outcome).await;
+            }
+            Err(Written::Taken) => self.recover(run).await,
+            Err(Written::Failed(error)) => {
+                // The watchdog will find the run silent and declare it lost: the task is retried, not stuck.
+                tracing::error!(task = %id, %run, error = format!("{error:#}"), "cannot record the run's outcome");
+            }
+        }
+    }
+
+    /// The attempt itself: worktree, agent, commit, push. `None` when it was declared lost meanwhile.
+    async fn attempt(
+        &self,
+        task: &Task,
+        run: RunId,
+        attempt: u32,
+        profile: &AgentProfile,
+        writer: &mut RunWriter,
+        stop: CancellationToken,
+    ) -> Option<RunEvent> {
+        let id = task.id();
+        let started = std::time::Instant::now();
+        let fail = |kind: FailureKind, detail: String, tail: String| RunEvent::Failed {
+            at: Utc::now(),
+            run,
+            task: id,
+            attempt,
+            kind,
+            detail,
+            duration_s: started.elapsed().as_secs_f64(),
+            tail,
+        };
+        let source = self.inner.config.source(task.repo());
+        let phase = std::time::Instant::now();
+        let prepared = self
+            .inner
+            .workspaces
+            .prepare(task.repo(), &source, id, run)
+            .await;
+        metrics::histogram!("pidevops_run_phase_seconds", "phase" => "prepare")
+            .record(phase.elapsed().as_secs_f64());
+        let prepared = match prepared {
+            Ok(prepared) => prepared,
+            Err(error) => {
+                return Some(fail(
+                    FailureKind::Workspace,
+                    error.to_string(),
+                    String::new(),
+                ))
+            }
+        };
+        let launching = std::time::Instant::now();
+        if let Err(error) = self.inner.workspaces.hand_to_agent(&prepared).await {
+            self.inner.workspaces.finished(&prepared);
+            return Some(fail(
+                FailureKind::Workspace,
+                error.to_string(),
+                String::new(),
+            ));
+        }
+        let prompt = crate::dispatch::prompt::build(task);
+        if let Err(error) = tokio::fs::write(&prepared.dirs.prompt, &prompt).await {
+            return Some(fail(
+                FailureKind::Workspace,
+                format!("cannot write the prompt file: {error}"),
+                String::new(),
+            ));
+        }
+        let launch = match self.launch(task, run, profile, &prepared, &prompt) {
+            Ok(launch) => {
+                metrics::histogram!("pidevops_run_phase_seconds", "phase" => "launch")
+                    .record(launching.elapsed().as_secs_f64());
+                launch
+            }
+            Err(error) => {
+                return Some(fail(
+                    FailureKind::Workspace,
+                    format!("{error:#}"),
+                    String::new(),
+                ))
+            }
+        };
+
+        let output = Arc::new(AtomicU64::new(0));
+        let heartbeat = self.heartbeat(id, run, writer.clone(), output.clone(), stop.clone());
+        let finished = runner::run(launch, output, heartbeat.agent_stop.clone()).await;
+        self.release_slot(id);
+        // Heartbeats go on while the work is committed and pushed (a big push can take a while).
+        let outcome = self
+            .wrap_up(
+                task, run, attempt, profile, &prepared, finished, &stop, started, fail,
+            )
+            .await;
+        // Its work is pushed (or its failure about to be recorded): the worktree may serve a queued task.
+        self.inner.workspaces.finished(&prepared);
+        heartbeat.beats.cancel();
+        if let Ok(version) = heartbeat.version.await {
+            writer.version = writer.version.max(version);
+        }
+        if heartbeat.lost.is_cancelled() {
+            return None;
+        }
+        Some(outcome)
+    }
+
+    /// Heartbeats while the agent runs, and on while its work is wrapped up, until `beats` is cancelled. A heartbeat
+    /// that meets a conflict means the run was declared lost (`lost`); that, the service stopping (`stop`) or the
+    /// task closed or superseded stops the agent (`agent_stop`).
+    fn heartbeat(
+        &self,
+        id: TaskId,
+        run: RunId,
+        mut beat_writer: RunWriter,
+        output: Arc<AtomicU64>,
+        stop: CancellationToken,
+    ) -> Heartbeat {
+        let beats = CancellationToken::new();
+        let lost = CancellationToken::new();
+        let agent_stop = CancellationToken::new();
+        let (beating, declared_lost, stopping) = (beats.clone(), lost.clone(), agent_stop.clone());
+        let interval = self.inner.config.heartbeat;
+        let board = self.inner.board.clone();
+        let version = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = beats.cancelled() => break,
+                    () = stop.cancelled() => { agent_stop.cancel(); break; }
+                    () = tokio::time::sleep(interval) => {}
+                }
+                let beat = RunEvent::Heartbeat {
+                    at: Utc::now(),
+                    run,
+                    task: id,
+                    output_bytes: output.load(std::sync::atomic::Ordering::Relaxed),
+                };
+                match beat_writer.append(&beat).await {
+                    Ok(()) => {}
+                    Err(Written::Taken) => {
+                        lost.cancel();
+                        agent_stop.cancel();
+                        break;
+                    }
+                    Err(Written::Failed(error)) => {
+                        tracing::warn!(task = %id, %run, error = format!("{error:#}"), "heartbeat not recorded");
+                    }
+                }
+                // A task cancelled (or otherwise moved on) while its agent works: stop spending on it. The
+                // read model may not show the claim yet (it lags the log), so only what can only come after
+                // the claim counts: a closed task, or another run in progress.
+                if let Ok(Some(row)) = task_rows::get(board.store(), id).await {
+                    let closed = matches!(
+                        row.column,
+                        Column::Cancelled | Column::Done | Column::Archived
+                    );
+                    let superseded =
+                        row.column == Column::InProgress && run_of(&row).is_some_and(|r| r != run);
+                    if closed || superseded {
+                        agent_stop.cancel();
+                        break;
+                    }
+                }
+            }
+            beat_writer.version
+        });
+        Heartbeat {
+            beats: beating,
+            lost: declared_lost,
+            agent_stop: stopping,
+            version,
+        }
+    }
+
+    /// The agent has exited: its slot goes to the next queued task at once.
+    fn release_slot(&self, task: TaskId) {
+        if let Some(run) = self.local().running.get_mut(&task) {
+            run.holds_slot = false;
+        } else {
+            return;
+        }
+        if self.inner.shutdown.is_cancelled() {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            if let Err(error) = this.tick().await {
+                tracing::warn!(
+                    error = format!("{error:#}"),
+                    "refilling a freed slot failed"
+                );
+            }
+        });
+    }
+
+    /// The outcome of an attempt whose agent has ended: its exit judged, its work committed and pushed.
+    #[allow(clippy::too_many_arguments)]
+    async fn wrap_up(
+        &self,
+        task: &Task,
+        run: RunId,
+        attempt: u32,
+        profile: &AgentProfile,
+        prepared: &Prepared,
+        finished: runner::Finished,
+        stop: &CancellationToken,
+        began: std::time::Instant,
+        fail: impl Fn(FailureKind, String, String) -> RunEvent,
+    ) -> RunEvent {
+        let id = task.id();
+        let tail = finished.tail.clone();
+        let failed = |kind, detail: String| fail(kind, detail, tail.clone());
+        match finished.ending {
+            Ending::Exited(0) => {}
+            Ending::Exited(code) => {
+                return failed(
+                    FailureKind::Exit,
+                    format!("the agent exited with status {code}"),
+                )
+            }
+            Ending::Signaled(signal) => {
+                return failed(
+                    FailureKind::Exit,
+                    format!("the agent was killed by signal {signal}"),
+                )
+            }
+            Ending::TimedOut => {
+                return failed(
+                    FailureKind::Timeout,
+                    format!(
+                        "the agent ran longer than {} s and was killed",
+                        profile.timeout.as_secs_f64()
+                    ),
+                )
+            }
+            Ending::Stalled => {
+                return failed(
+                    FailureKind::Stalled,
+                    format!(
+                        "the agent printed nothing for {} s and was killed",
+                        profile.no_output_timeout.as_secs_f64()
+                    ),
+                )
+            }
+            Ending::Stopped if stop.is_cancelled() => {
+                return failed(
+                    FailureKind::Interrupted,
+                    "interrupted: pidevops shut down while the agent ran".into(),
+                )
+            }
+            Ending::Stopped => {
+                return failed(
+                    FailureKind::Stopped,
+                    "stopped: the task was cancelled or moved on while the agent ran".into(),
+                )
+            }
+            Ending::CannotStart(why) => return failed(FailureKind::Workspace, why),
+        }
+        let message = format!(
+            "{id}: {}\n\nWritten by the {} agent, attempt {attempt} (pidevops run {run}).",
+            task.title(),
+            profile.name
+        );
+        let phase = std::time::Instant::now();
+        let committed = self.inner.workspaces.commit(prepared, &message).await;
+        metrics::histogram!("pidevops_run_phase_seconds", "phase" => "commit")
+            .record(phase.elapsed().as_secs_f64());
+        let commit = match committed {
+            Ok(Some(commit)) => commit,
+            Ok(None) => {
+                return failed(
+                    FailureKind::NoChanges,
+                    "the agent exited 0 but changed nothing in the worktree".into(),
+                )
+            }
+            Err(error) => return failed(FailureKind::Workspace, error.to_string()),
+        };
+        let phase = std::time::Instant::now();
+        let pushed = self.inner.workspaces.push(prepared, &commit).await;
+        metrics::histogram!("pidevops_run_phase_seconds", "phase" => "push")
+            .record(phase.elapsed().as_secs_f64());
+        if let Err(error) = pushed {
+            return failed(FailureKind::PushFailed, error.to_string());
+        }
+        RunEvent::Succeeded {
+            at: Utc::now(),
+            run,
+            task: id,
+            attempt,
+            branch: prepared.branch.clone(),
+            commit,
+            duration_s: began.elapsed().as_secs_f64(),
+            tail,
+        }
+    }
+
+    /// Moves the task on after a run's outcome. Idempotent: a second application names a run that is no longer
+    /// live and the domain refuses it, which is the expected answer here.
+    pub(super) async fn apply(&self, outcome: &RunEvent) {
+        let (task, command) = match outcome {
+            RunEvent::Succeeded {
+                task, run, branch, ..
+            } => (
+                *task,
+                Command::SubmitForReview {
+                    run: *run,
+                    branch: branch.clone(),
+                    pr: None,
+                },
+            ),
+            RunEvent::Failed {
+                task, run, kind, ..
+            } => (
+                *task,
+                Command::Retry {
+                    cause: if *kind == FailureKind::Interrupted {
+                        RetryCause::Interrupted { run: *run }
+                    } else {
+                        RetryCause::RunFailed { run: *run }
+                    },
+                    reason: outcome
+                        .failure_reason()
+                        .unwrap_or_else(|| Reason::summarize("the run failed")),
+                },
+            ),
+            _ => return,
+        };
+        match self.inner.board.execute(task, &command, DISPATCHER).await {
+            Ok(_) => {}
+            Err(BoardError::Refused(
+                TaskError::StaleRun { .. }
+                | TaskError::WrongColumn { .. }
+                | TaskError::Archived { .. },
+            )) => {}
+            Err(error) => {
+                // Left for the watchdog, which applies a recorded outcome to a task still in progress.
+                tracing::warn!(%task, error = %error, "could not move the task on after its run");
+            }
+        }
+    }
+
+    /// Applies whatever outcome the run's stream holds (another writer's).
+    pub(super) async fn recover(&self, run: RunId) {
+        match self.store().read_stream(&runs::stream(run)).await {
+            Ok(events) => {
+                if let Some(outcome) = events
+                    .iter()
+                    .filter_map(|e| run_rows::decode(e).ok())
+                    .find(RunEvent::is_terminal)
+                {
+                    self.apply(&outcome).await;
+                }
+            }
+            Err(error) => tracing::warn!(%run, %error, "cannot read the run's outcome"),
+        }
+    }
+}
+
+/// An attempt's heartbeat task and the tokens between the two (see `Dispatcher::heartbeat`).
+struct Heartbeat {
+    /// Cancelled by the attempt once it has its outcome: no more beats.
+    beats: CancellationToken,
+    /// Cancelled by the heartbeat when a beat met a conflict: the run was declared lost.
+    lost: CancellationToken,
+    /// Stops the agent.
+    agent_stop: CancellationToken,
+    /// The stream version the beats reached.
+    version: tokio::task::JoinHandle<i64>,
+}
+
+/// Why a run event was not written.
+pub(super) enum Written {
+    /// The stream moved on or the end key is taken: someone else decided this run's fate.
+    Taken,
+    Failed(anyhow::Error),
+}
+
+/// Appends a run's events at consecutive stream versions.
+#[derive(Clone)]
+pub(super) struct RunWriter {
+    log: EventLog,
+    run: RunId,
+    task: TaskId,
+    version: i64,
+}
+
+impl RunWriter {
+    pub(super) fn new(log: EventLog, run: RunId, task: TaskId, version: i64) -> Self {
+        Self {
+            log,
+            run,
+            task,
+            version,
+        }
+    }
+
+    pub(super) async fn append(&mut self, event: &RunEvent) -> Result<(), Written> {
+        let key = if event.is_terminal() {
+            runs::end_key(self.run)
+        } else {
+            format!("run:{}:{}", self.run, self.version + 1)
+        };
+        let body = serde_json::to_vec(event).map_err(|e| Written::Failed(e.into()))?;
+        let mut new = NewEvent::new(
+            Source::Pidevops,
+            EventType::from_stored(event.kind().to_owned()),
+            key,
+            "application/json",
+            bytes::Bytes::from(body),
+        );
+        new.stream = Some((runs::stream(self.run), self.version + 1));
+        new.occurred_at = event.at();
+        new.subject.reference = Some(self.task.to_string());
+        new.meta
+            .insert("actor".to_owned(), serde_json::Value::from(DISPATCHER));
+        match self.log.append(new).await {
+            Ok(appended) if !appended.duplicate => {
+                self.version += 1;
+                Ok(())
+            }
+            Ok(_) | Err(AppendError::Conflict { .. }) => Err(Written::Taken),
+            Err(error) => Err(Written::Failed(error.into())),
+        }
+    }
+}

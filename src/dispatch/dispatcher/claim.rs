@@ -1,0 +1,403 @@
+//! The dispatcher tick: which `todo` tasks may start now (not paused, within the limits, past their retry
+//! backoff, runnable here), the claim itself (an append of `task.started`), and the start: a local run, or a
+//! request on the work queue for a worker.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::{resolves, run_of, Dispatcher, LocalRun, RunRequest, DISPATCHER};
+use crate::board::BoardError;
+use crate::dispatch::config::Executor;
+use crate::dispatch::schedule::{self, Candidate};
+use crate::projectors::tasks::{self as task_rows, TaskFilter, TaskRow};
+use crate::tasks::{Column, Command, Reason, RepoName, RetryCause, RunId, Task, TaskId};
+
+/// Most `todo` tasks one tick considers; the rest wait for the next (most urgent and oldest first).
+const QUEUE_WINDOW: u32 = 1000;
+
+/// What `/health` shows of the dispatcher.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DispatchStatus {
+    pub paused: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused_reason: Option<String>,
+    /// Tasks ready to start, waiting for a slot.
+    pub queue: usize,
+    /// Tasks in `todo` held back by their retry backoff.
+    pub backing_off: usize,
+    pub running: usize,
+    pub slots: usize,
+    pub started: usize,
+    pub executor: &'static str,
+    /// What contains agents here: `namespaces`, `landlock` or `none`.
+    pub containment: &'static str,
+    /// The same, in words.
+    pub confinement: String,
+}
+
+impl Dispatcher {
+    /// One dispatcher tick: start what fits. Also run when a local run ends, so a freed slot is filled at once.
+    pub async fn tick(&self) -> anyhow::Result<DispatchStatus> {
+        let selecting = std::time::Instant::now();
+        let _one_at_a_time = self.inner.fill.lock().await;
+        let paused = self.paused().await.context("reading the pause state")?;
+        let store = self.store();
+        let todo = task_rows::list(
+            store,
+            &TaskFilter {
+                column: Some(Column::Todo),
+                limit: Some(QUEUE_WINDOW),
+                ..TaskFilter::default()
+            },
+        )
+        .await
+        .context("listing todo tasks")?;
+        let in_progress = task_rows::list(
+            store,
+            &TaskFilter {
+                column: Some(Column::InProgress),
+                ..TaskFilter::default()
+            },
+        )
+        .await
+        .context("listing tasks in progress")?;
+
+        let running = self.running_per_repo(&in_progress);
+        let now = Utc::now();
+        let mut backing_off = 0;
+        let todo = self.refuse_unallowed(todo).await?;
+        let candidates: Vec<Candidate> = todo
+            .iter()
+            .filter(|row| !row.needs_human && row.attempts < row.max_attempts)
+            .filter(|row| !self.local().running.contains_key(&row.id))
+            .filter(|row| {
+                let ready = self.ready_at(row).is_none_or(|at| at <= now);
+                backing_off += usize::from(!ready);
+                ready
+            })
+            .filter_map(|row| {
+                Some(Candidate {
+                    id: row.id,
+                    repo: row.repo.parse().ok()?,
+                    priority: row.priority,
+                    created_at: row.created_at,
+                })
+            })
+            .collect();
+        let slots = self.inner.config.limits.global;
+        let mut status = DispatchStatus {
+            paused: paused.is_some(),
+            paused_reason: paused,
+            queue: candidates.len(),
+            backing_off,
+            running: running.values().sum(),
+            slots,
+            started: 0,
+            executor: match self.inner.config.executor {
+                Executor::Local => "local",
+                Executor::Workers => "workers",
+            },
+            containment: self.inner.containment.kind(),
+            confinement: self.confinement(),
+        };
+        let mut started = HashSet::new();
+        if !status.paused {
+            let picked = schedule::pick(&candidates, &running, &self.inner.config.limits);
+            if !picked.is_empty() {
+                metrics::histogram!("pidevops_run_phase_seconds", "phase" => "select")
+                    .record(selecting.elapsed().as_secs_f64());
+            }
+            for id in picked {
+                let claiming = std::time::Instant::now();
+                let claimed = self.claim_and_start(id).await?;
+                metrics::histogram!("pidevops_run_phase_seconds", "phase" => "claim")
+                    .record(claiming.elapsed().as_secs_f64());
+                if claimed {
+                    started.insert(id);
+                    status.started += 1;
+                    status.queue -= 1;
+                    status.running += 1;
+                }
+            }
+        }
+        if self.inner.config.executor == Executor::Local {
+            self.prepare_ahead(&candidates, &started);
+        }
+        metrics::gauge!("pidevops_dispatch_queue_depth").set(status.queue as f64);
+        metrics::gauge!("pidevops_worktree_spares")
+            .set(self.inner.workspaces.spares_ready() as f64);
+        metrics::gauge!("pidevops_dispatch_slots_in_use").set(status.running as f64);
+        metrics::gauge!("pidevops_dispatch_slots").set(slots as f64);
+        metrics::gauge!("pidevops_dispatch_paused").set(if status.paused { 1.0 } else { 0.0 });
+        Ok(status)
+    }
+
+    /// Drops the tasks whose repository the configuration does not allow (it may have changed since intake),
+    /// flagging each needs-human with the reason, before anything is picked or cloned for them.
+    async fn refuse_unallowed(&self, todo: Vec<TaskRow>) -> anyhow::Result<Vec<TaskRow>> {
+        let allowed = &self.inner.board.config().allowed;
+        let mut kept = Vec::with_capacity(todo.len());
+        for row in todo {
+            let refused = match row.repo.parse::<RepoName>() {
+                Ok(repo) => allowed.check(&repo).err(),
+                Err(_) => None,
+            };
+            let Some(refused) = refused else {
+                kept.push(row);
+                continue;
+            };
+            if !row.needs_human {
+                let reason = Reason::summarize(&format!("not started: {refused}"));
+                match self
+                    .inner
+                    .board
+                    .execute(row.id, &Command::FlagNeedsHuman { reason }, DISPATCHER)
+                    .await
+                {
+                    Ok(_) | Err(BoardError::Refused(_)) => {}
+                    Err(error) => {
+                        return Err(error).with_context(|| {
+                            format!("flagging {}, whose repository is not allowed", row.id)
+                        })
+                    }
+                }
+                tracing::warn!(task = %row.id, %refused, "not started: repository not allowed");
+            }
+        }
+        Ok(kept)
+    }
+
+    /// Checks out spare worktrees for what is still queued (up to each repository's limit), in the background,
+    /// so the next runs start without waiting for a checkout.
+    fn prepare_ahead(&self, candidates: &[Candidate], started: &HashSet<TaskId>) {
+        let mut queued: BTreeMap<&RepoName, usize> = BTreeMap::new();
+        for candidate in candidates.iter().filter(|c| !started.contains(&c.id)) {
+            *queued.entry(&candidate.repo).or_insert(0) += 1;
+        }
+        for (repo, waiting) in queued {
+            let limits = &self.inner.config.limits;
+            let wanted = waiting.min(limits.for_repo(repo)).min(limits.global);
+            let (this, repo) = (self.clone(), repo.clone());
+            tokio::spawn(async move {
+                let source = this.inner.config.source(&repo);
+                if let Err(error) = this
+                    .inner
+                    .workspaces
+                    .replenish(&repo, &source, wanted)
+                    .await
+                {
+                    tracing::warn!(%repo, %error, "could not prepare spare worktrees");
+                }
+            });
+        }
+    }
+
+    /// Runs per repository: the read model's `in-progress` tasks, less those this process just finished (their
+    /// slot is free, the read model has not caught up), plus those it just started (likewise).
+    fn running_per_repo(&self, in_progress: &[TaskRow]) -> BTreeMap<RepoName, usize> {
+        let mut local = self.local();
+        let shown: HashMap<TaskId, Option<RunId>> = in_progress
+            .iter()
+            .map(|row| (row.id, run_of(row)))
+            .collect();
+        local
+            .finished
+            .retain(|task, run| shown.get(task).is_some_and(|shown| *shown == Some(*run)));
+        let mut seen = HashSet::new();
+        let mut running = BTreeMap::new();
+        for row in in_progress {
+            let wrapping_up = local.running.get(&row.id).is_some_and(|r| !r.holds_slot);
+            if local.finished.contains_key(&row.id) || wrapping_up {
+                continue;
+            }
+            if let Ok(repo) = row.repo.parse::<RepoName>() {
+                seen.insert(row.id);
+                *running.entry(repo).or_insert(0) += 1;
+            }
+        }
+        for (task, run) in local.running.iter().filter(|(_, run)| run.holds_slot) {
+            if seen.insert(*task) {
+                *running.entry(run.repo.clone()).or_insert(0) += 1;
+            }
+        }
+        local.claimed.retain(|task, (run, _, at)| {
+            shown.get(task) != Some(&Some(*run)) && at.elapsed() < Duration::from_secs(30)
+        });
+        for (task, (_, repo, _)) in &local.claimed {
+            if seen.insert(*task) {
+                *running.entry(repo.clone()).or_insert(0) += 1;
+            }
+        }
+        running
+    }
+
+    /// When a task that failed may start again: its last failure plus the backoff for the next attempt, with a
+    /// jitter derived from the task and attempt (the same on every replica and after every restart).
+    fn ready_at(&self, row: &TaskRow) -> Option<DateTime<Utc>> {
+        let failure = row.state.get("last_failure")?;
+        // An interrupted attempt was not the task's failure: no backoff.
+        if failure.get("cause")?.get("kind")?.as_str()? == "interrupted" {
+            return None;
+        }
+        let failed_at: DateTime<Utc> = failure.get("at")?.as_str()?.parse().ok()?;
+        self.after_backoff(row.id, u32::try_from(row.attempts).ok()?, failed_at)
+    }
+
+    /// When attempt `attempts + 1` of `task`, whose last attempt failed at `failed_at`, may start.
+    fn after_backoff(
+        &self,
+        task: TaskId,
+        attempts: u32,
+        failed_at: DateTime<Utc>,
+    ) -> Option<DateTime<Utc>> {
+        let next = attempts.saturating_add(1);
+        let jitter = {
+            use sha2::Digest;
+            let digest = sha2::Sha256::digest(format!("{task}:{next}"));
+            f64::from(digest[0]) / 255.0 * 0.2
+        };
+        let delay = self.inner.config.backoff(next, jitter);
+        Some(failed_at + chrono::Duration::from_std(delay).ok()?)
+    }
+
+    /// Claims `id` (appends `task.started`) and starts its run. `false` when someone else got there first.
+    async fn claim_and_start(&self, id: TaskId) -> anyhow::Result<bool> {
+        // The backoff is checked again on the task as the log has it: the read model the queue came from may be
+        // behind a failure that just happened.
+        let loaded = self
+            .inner
+            .board
+            .load(id)
+            .await
+            .with_context(|| format!("reading {id} before claiming it"))?;
+        if let Some(loaded) = loaded {
+            let task = &loaded.task;
+            let waiting = task
+                .last_failure()
+                .filter(|failure| !matches!(failure.cause, RetryCause::Interrupted { .. }))
+                .and_then(|failure| {
+                    self.after_backoff(id, task.attempts(), failure.at)
+                        .filter(|ready| *ready > Utc::now())
+                });
+            if waiting.is_some() {
+                return Ok(false);
+            }
+            // A task that asks for an agent this service cannot run would only burn its attempts: a person
+            // must pick another (or fix the configuration) first.
+            if let Some(why) = self.unrunnable(task) {
+                if task.can_start() {
+                    let reason = Reason::summarize(&why);
+                    self.inner
+                        .board
+                        .execute(id, &Command::FlagNeedsHuman { reason }, DISPATCHER)
+                        .await
+                        .with_context(|| format!("flagging {id}, whose agent cannot run"))?;
+                    tracing::warn!(task = %id, why, "not started: its agent cannot run here");
+                }
+                return Ok(false);
+            }
+        }
+        let run = RunId(uuid::Uuid::now_v7());
+        let outcome = match self
+            .inner
+            .board
+            .execute(id, &Command::Start { run }, DISPATCHER)
+            .await
+        {
+            Ok(outcome) if !outcome.appended.is_empty() => outcome,
+            Ok(_) => return Ok(false),
+            Err(BoardError::Refused(refused)) => {
+                tracing::debug!(task = %id, %refused, "not claimed: the task moved on");
+                return Ok(false);
+            }
+            Err(error) => return Err(error).with_context(|| format!("claiming {id}")),
+        };
+        let task = outcome.task;
+        let attempt = task.attempts();
+        tracing::info!(task = %id, %run, attempt, "claimed");
+        match self.inner.config.executor {
+            Executor::Local => self.start_local(task, run, attempt),
+            Executor::Workers => {
+                let work = self
+                    .inner
+                    .work
+                    .as_ref()
+                    .context("executor = \"workers\" needs NATS_URL")?;
+                let request = RunRequest {
+                    task: id,
+                    run,
+                    attempt,
+                };
+                // Keyed by run: a re-published request is one message, so one run.
+                work.publish("run", &run.to_string(), &request)
+                    .await
+                    .with_context(|| format!("queueing {id}'s run for a worker"))?;
+                // Counted against the limits until the read model shows it in progress.
+                self.local()
+                    .claimed
+                    .insert(id, (run, task.repo().clone(), std::time::Instant::now()));
+            }
+        }
+        Ok(true)
+    }
+
+    /// Why `task` cannot run here, if it cannot: the agent profile it asks for does not exist, or (running
+    /// locally) its program is not on PATH. The configured defaults are checked at start-up (`cannot_run`).
+    fn unrunnable(&self, task: &Task) -> Option<String> {
+        let profile = match self.inner.profiles.for_task(task) {
+            Ok(profile) => profile,
+            Err(why) => return Some(why),
+        };
+        let program = profile
+            .command
+            .first()
+            .map(String::as_str)
+            .unwrap_or_default();
+        if self.inner.config.executor == Executor::Local
+            && !resolves(program, self.inner.env.get("PATH"))
+        {
+            return Some(format!(
+                "{} asks for the agent profile {:?}, which runs {program:?}, not an executable on PATH",
+                task.id(),
+                profile.name
+            ));
+        }
+        // Every attempt would fail the same way (E2BIG): a person shortens the spec or changes the profile.
+        profile.refuses_prompt(&crate::dispatch::prompt::build(task))
+    }
+
+    fn start_local(&self, task: Task, run: RunId, attempt: u32) {
+        let stop = self.inner.shutdown.child_token();
+        self.local().running.insert(
+            task.id(),
+            LocalRun {
+                run,
+                repo: task.repo().clone(),
+                holds_slot: true,
+            },
+        );
+        let this = self.clone();
+        self.inner.tracker.spawn(async move {
+            let id = task.id();
+            this.execute(task, run, attempt, stop).await;
+            {
+                let mut local = this.local();
+                local.running.remove(&id);
+                local.finished.insert(id, run);
+            }
+            // A slot is free: fill it now rather than at the next tick.
+            if !this.inner.shutdown.is_cancelled() {
+                if let Err(error) = this.tick().await {
+                    tracing::warn!(
+                        error = format!("{error:#}"),
+                        "refilling a freed slot failed"
+                    );
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,161 @@
+//! The agent's command line and environment, and how it is contained here (bubblewrap, or Landlock and a
+//! reaper, or nothing when the policy allows it).
+
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use super::Dispatcher;
+use crate::dispatch::config::ContainmentPolicy;
+use crate::dispatch::profiles::{AgentProfile, RunInputs};
+use crate::dispatch::runner::{ChildSetup, Launch};
+use crate::dispatch::sandbox::{AgentView, Confinement, Containment};
+use crate::dispatch::workspace::Prepared;
+use crate::tasks::{RunId, Task};
+
+impl Dispatcher {
+    /// The agent's command line and environment. The environment is built from nothing: a few neutral variables,
+    /// the run's own HOME and TMPDIR, and the variables the profile names (never a pidevops secret: `profiles`
+    /// refuses those at start-up).
+    pub(super) fn launch(
+        &self,
+        task: &Task,
+        run: RunId,
+        profile: &AgentProfile,
+        prepared: &Prepared,
+        prompt: &str,
+    ) -> anyhow::Result<Launch> {
+        let dirs = &prepared.dirs;
+        let path = |p: &std::path::Path| p.to_string_lossy().into_owned();
+        let argv = profile.argv(&RunInputs {
+            prompt,
+            prompt_file: &path(&dirs.prompt),
+            workspace: &path(&dirs.worktree),
+            task_id: &task.id().to_string(),
+        });
+        let mut env = vec![
+            (
+                "PATH".to_owned(),
+                self.inner
+                    .env
+                    .get("PATH")
+                    .unwrap_or("/usr/local/bin:/usr/bin:/bin")
+                    .to_owned(),
+            ),
+            ("HOME".to_owned(), path(&dirs.home)),
+            ("TMPDIR".to_owned(), path(&dirs.tmp)),
+            (
+                "LANG".to_owned(),
+                self.inner.env.get("LANG").unwrap_or("C.UTF-8").to_owned(),
+            ),
+            ("TERM".to_owned(), "dumb".to_owned()),
+        ];
+        for name in &profile.env {
+            if let Some(value) = self.inner.env.get(name) {
+                env.push((name.clone(), value.to_owned()));
+            }
+        }
+        let (argv, child) = self.contain(profile, prepared, argv, &env)?;
+        tracing::info!(task = %task.id(), %run, profile = %profile.name, program = %argv.first().map(String::as_str).unwrap_or(""), "starting the agent");
+        Ok(Launch {
+            argv,
+            env,
+            cwd: dirs.worktree.clone(),
+            log: dirs.log.clone(),
+            timeout: profile.timeout,
+            no_output_timeout: profile.no_output_timeout,
+            stdin: profile.prompt_on_stdin.then(|| dirs.prompt.clone()),
+            child,
+        })
+    }
+
+    /// The agent's view of the machine (its own directories, the prompt, its program, the read-only system) and
+    /// how it is held to it here: the argv wrapped in bubblewrap, or Landlock rules and a reaper for the child.
+    fn contain(
+        &self,
+        profile: &AgentProfile,
+        prepared: &Prepared,
+        argv: Vec<String>,
+        env: &[(String, String)],
+    ) -> anyhow::Result<(Vec<String>, ChildSetup)> {
+        let dirs = &prepared.dirs;
+        let root = self.inner.workspaces.root();
+        let agent_path = env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.as_str());
+        let mut readable = AgentView::system_readable();
+        readable.push(dirs.prompt.clone());
+        // Its own repository's history, borrowed read-only by the repository `hand_to_agent` made.
+        readable.push(dirs.mirror.join("objects"));
+        // Its program (a script anywhere, or a CLI under /usr), and what its PATH names, but never anything
+        // that holds the workspaces or lies inside them.
+        let outside_root = |p: &std::path::Path| !root.starts_with(p) && !p.starts_with(root);
+        if let Some(program) = argv
+            .first()
+            .and_then(|p| crate::dispatch::sandbox::find_program(p, agent_path))
+        {
+            let canonical = program.canonicalize().ok();
+            readable.extend(
+                [Some(program), canonical]
+                    .into_iter()
+                    .flatten()
+                    .filter(|p| outside_root(p)),
+            );
+        }
+        readable.extend(
+            agent_path
+                .unwrap_or_default()
+                .split(':')
+                .map(std::path::PathBuf::from)
+                .filter(|p| p.is_absolute() && p.is_dir() && outside_root(p)),
+        );
+        readable.extend(
+            self.inner
+                .config
+                .readable
+                .iter()
+                .filter(|p| outside_root(p))
+                .cloned(),
+        );
+        let view = AgentView {
+            writable: vec![dirs.worktree.clone(), dirs.home.clone(), dirs.tmp.clone()],
+            readable,
+            // SAFETY: geteuid has no preconditions and cannot fail.
+            drop_capabilities: unsafe { nix::libc::geteuid() } == 0,
+        };
+        match &self.inner.containment {
+            Containment::Namespaces { bwrap } => Ok((
+                crate::dispatch::sandbox::bwrap_argv(bwrap, &view, &dirs.worktree, &argv),
+                ChildSetup::default(),
+            )),
+            Containment::Landlock { .. } => {
+                let confinement = Confinement::new(&view)
+                    .context("preparing the agent's Landlock rules")?
+                    .map(Arc::new);
+                Ok((
+                    argv,
+                    ChildSetup {
+                        confinement,
+                        reaper: true,
+                        drop_capabilities: view.drop_capabilities,
+                    },
+                ))
+            }
+            Containment::None { why } => {
+                anyhow::ensure!(
+                    self.inner.config.containment == ContainmentPolicy::BestEffort,
+                    "no containment for the agent ({why}) and dispatch.containment is \"required\""
+                );
+                tracing::warn!(profile = %profile.name, "running an agent uncontained (dispatch.containment = \"best-effort\")");
+                Ok((
+                    argv,
+                    ChildSetup {
+                        drop_capabilities: view.drop_capabilities,
+                        ..ChildSetup::default()
+                    },
+                ))
+            }
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! The dispatcher: claims `todo` tasks within the concurrency limits and runs each attempt to exactly one
+//! outcome; the watchdog declares silent runs lost; gc removes old worktrees.
+//!
+//! Correctness rests on the log, not on who holds which lease:
+//! - **A claim is an append.** `task.started` is written at the task stream's next version; of two replicas
+//!   claiming the same task, one append wins and the other meets a conflict, rereads, and finds the task in
+//!   `in-progress`. So an attempt starts once.
+//! - **One outcome per run.** The runner and the watchdog both write a run's terminal event with the version they
+//!   expect and the run's end key; the loser adopts the winner's outcome. A runner whose heartbeat meets a
+//!   conflict learns it was declared lost and kills its agent.
+//! - **The task follows the outcome** (`submit-for-review` or `retry`), and the domain refuses a report naming a
+//!   run that is no longer the live one, so applying an outcome twice (a crash between the two writes, then the
+//!   watchdog's recovery) changes nothing the second time.
+//!
+//! One job per file; every one adds to the one `Dispatcher` (its state lives here, so the parts share it without
+//! widening its fields beyond this module):
+//! - `claim.rs`     the dispatcher tick: which `todo` tasks may start (limits, backoff, pause), the claim, the start
+//! - `attempt.rs`   one attempt end to end: worktree, agent, commit, push; the run writer; outcome to the task
+//! - `launch.rs`    the agent's command line, environment and containment
+//! - `watchdog.rs`  silent runs declared lost, recorded outcomes applied, claims that never started released
+//! - `gc.rs`        run directories past their TTL removed
+//! - `pause.rs`     pause and resume for every replica (the `dispatch` stream)
+
+mod attempt;
+mod claim;
+mod gc;
+mod launch;
+mod pause;
+mod watchdog;
+
+// The paths callers have always used (`dispatch::dispatcher::set_paused`, ...) stay valid.
+pub use crate::board::pause::{pause_state, set_paused, DISPATCH_STREAM};
+pub use claim::DispatchStatus;
+pub use watchdog::{watchdog_interval, WatchdogStatus};
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::config::{ContainmentPolicy, DispatchConfig, Executor};
+use super::profiles::{AgentProfile, Profiles};
+use super::sandbox::Containment;
+use super::workspace::Workspaces;
+use crate::board::Board;
+use crate::config::Env;
+use crate::eventlog::{EventLog, EventStore};
+use crate::projectors::tasks::TaskRow;
+use crate::tasks::{RepoName, RunId, TaskId};
+
+pub const DISPATCHER: &str = "dispatcher";
+pub const WATCHDOG: &str = "watchdog";
+pub const GC: &str = "gc";
+
+/// Runs this process is executing.
+#[derive(Default)]
+struct Local {
+    running: HashMap<TaskId, LocalRun>,
+    /// Runs that ended here but that the tasks read model may still show in progress: their slots are free.
+    finished: HashMap<TaskId, RunId>,
+    /// Runs handed to workers that the read model may not show yet: their slots are taken.
+    claimed: HashMap<TaskId, (RunId, RepoName, std::time::Instant)>,
+}
+
+struct LocalRun {
+    run: RunId,
+    repo: RepoName,
+    /// A slot is an agent process: once the agent has exited, committing and pushing its work no longer holds
+    /// one, so the next queued task starts while this one is being wrapped up.
+    holds_slot: bool,
+}
+
+struct Inner {
+    board: Board,
+    log: EventLog,
+    config: DispatchConfig,
+    profiles: Profiles,
+    workspaces: Workspaces,
+    worker: String,
+    env: Env,
+    paused_by_env: bool,
+    containment: Containment,
+    local: Mutex<Local>,
+    fill: tokio::sync::Mutex<()>,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+    work: Option<crate::bus::work::WorkQueue>,
+}
+
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct Dispatcher {
+    inner: Arc<Inner>,
+}
+
+/// What a `pidevops worker` is asked to run.
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+pub struct RunRequest {
+    pub task: TaskId,
+    pub run: RunId,
+    pub attempt: u32,
+}
+
+pub struct DispatcherParts {
+    pub board: Board,
+    pub log: EventLog,
+    pub config: DispatchConfig,
+    pub profiles: Profiles,
+    pub workspaces: Workspaces,
+    pub worker: String,
+    pub env: Env,
+    pub paused_by_env: bool,
+    pub tracker: TaskTracker,
+    pub shutdown: CancellationToken,
+    pub work: Option<crate::bus::work::WorkQueue>,
+}
+
+impl Dispatcher {
+    pub fn new(parts: DispatcherParts) -> Self {
+        let containment = super::sandbox::detect_cached(&parts.config.bwrap, parts.env.get("PATH"));
+        Self {
+            inner: Arc::new(Inner {
+                board: parts.board,
+                log: parts.log,
+                config: parts.config,
+                profiles: parts.profiles,
+                workspaces: parts.workspaces,
+                worker: parts.worker,
+                env: parts.env,
+                paused_by_env: parts.paused_by_env,
+                containment,
+                local: Mutex::default(),
+                fill: tokio::sync::Mutex::new(()),
+                tracker: parts.tracker,
+                shutdown: parts.shutdown,
+                work: parts.work,
+            }),
+        }
+    }
+
+    fn store(&self) -> &EventStore {
+        self.inner.log.store()
+    }
+
+    fn local(&self) -> std::sync::MutexGuard<'_, Local> {
+        self.inner.local.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn confinement(&self) -> String {
+        self.inner.containment.describe()
+    }
+
+    pub fn containment(&self) -> &Containment {
+        &self.inner.containment
+    }
+}
+
+/// The run a task row says is live.
+fn run_of(row: &TaskRow) -> Option<RunId> {
+    row.state
+        .get("run")?
+        .as_str()?
+        .parse::<uuid::Uuid>()
+        .ok()
+        .map(RunId)
+}
+
+/// Whether `program` resolves to an executable file, the way the runner will look for it.
+pub fn resolves(program: &str, path: Option<&str>) -> bool {
+    super::sandbox::find_program(program, path).is_some()
+}
+
+/// Why runs cannot happen under this configuration, if they cannot: the dispatcher is then `unarmed`.
+pub fn cannot_run(
+    config: &DispatchConfig,
+    profiles: &Profiles,
+    env: &Env,
+    has_github_token: bool,
+    has_nats: bool,
+) -> Option<String> {
+    if config.executor == Executor::Workers && !has_nats {
+        return Some("dispatch.executor = \"workers\" needs NATS_URL".into());
+    }
+    if config.executor == Executor::Local && config.containment == ContainmentPolicy::Required {
+        if let Containment::None { why } =
+            super::sandbox::detect_cached(&config.bwrap, env.get("PATH"))
+        {
+            return Some(format!(
+                "nothing can contain agents here ({why}); install bubblewrap, or set dispatch.containment = \"best-effort\" to run them uncontained"
+            ));
+        }
+    }
+    let mut used: Vec<(&str, &AgentProfile)> = Vec::new();
+    for repo in config.repos.keys() {
+        used.push((repo.as_str(), profiles.for_repo(repo)));
+    }
+    let default = profiles.default_profile();
+    used.push(("the default", default));
+    if config.executor == Executor::Local {
+        for (whose, profile) in &used {
+            let program = profile
+                .command
+                .first()
+                .map(String::as_str)
+                .unwrap_or_default();
+            if !resolves(program, env.get("PATH")) {
+                return Some(format!(
+                    "agent profile {:?} ({whose} profile) runs {program:?}, which is not an executable on PATH",
+                    profile.name
+                ));
+            }
+        }
+    }
+    if !has_github_token {
+        if config.repos.is_empty() {
+            return Some(
+                "no [repos] are configured, so every repository is cloned from GitHub, and GITHUB_TOKEN is not set"
+                    .into(),
+            );
+        }
+        if let Some((repo, source)) = config
+            .repos
+            .iter()
+            .find(|(_, source)| source.needs_github_token())
+        {
+            return Some(format!(
+                "{repo} is cloned from {}, which needs GITHUB_TOKEN, and it is not set",
+                source.url
+            ));
+        }
+    }
+    None
+}
