@@ -1,4 +1,5 @@
 //! The admin API behind `PIDEVOPS_ADMIN_TOKEN`. With no token configured every request is refused (fail closed).
+//! Only its OpenAPI document (`openapi.rs`, `GET /api/openapi.json`) is public.
 
 use axum::body::Body;
 use axum::extract::rejection::{PathRejection, QueryRejection};
