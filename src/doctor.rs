@@ -169,16 +169,16 @@ pub fn plan(settings: &Settings) -> Vec<PlannedLoop> {
             digest.name
         ))
     };
-    loops.push(match crate::cron::schedules(&settings.file) {
-        Ok(list) if digests_without_telegram(&list).is_some() => PlannedLoop {
+    loops.push(match &settings.file.schedules {
+        list if digests_without_telegram(list).is_some() => PlannedLoop {
             name: crate::cron::CRON.to_owned(),
             singleton: true,
             state: LoopState::Unarmed,
-            reason: digests_without_telegram(&list),
+            reason: digests_without_telegram(list),
             interval: settings.projector_interval,
             what: "",
         },
-        Ok(list) if !list.is_empty() => PlannedLoop {
+        list if !list.is_empty() => PlannedLoop {
             name: crate::cron::CRON.to_owned(),
             singleton: true,
             state: LoopState::Armed,
@@ -186,19 +186,11 @@ pub fn plan(settings: &Settings) -> Vec<PlannedLoop> {
             interval: settings.projector_interval,
             what: "creates the tasks of [[schedules]] and sends digests on time; after downtime each overdue schedule fires once",
         },
-        Ok(_) => PlannedLoop {
+        _ => PlannedLoop {
             name: crate::cron::CRON.to_owned(),
             singleton: true,
             state: LoopState::Disabled,
             reason: Some("no [[schedules]] in pidevops.toml".to_owned()),
-            interval: settings.projector_interval,
-            what: "",
-        },
-        Err(error) => PlannedLoop {
-            name: crate::cron::CRON.to_owned(),
-            singleton: true,
-            state: LoopState::Unarmed,
-            reason: Some(format!("pidevops.toml: {error}")),
             interval: settings.projector_interval,
             what: "",
         },
@@ -232,11 +224,8 @@ pub fn plan(settings: &Settings) -> Vec<PlannedLoop> {
     });
     let linear = crate::effects::Provider::Linear.loop_name();
     loops.push(
-        match (
-            &settings.linear_api_key,
-            crate::effects::policy::LinearStates::from_file(&settings.file),
-        ) {
-            (Some(_), Ok(_)) => PlannedLoop {
+        match &settings.linear_api_key {
+            Some(_) => PlannedLoop {
                 name: linear,
                 singleton: true,
                 state: LoopState::Armed,
@@ -244,15 +233,7 @@ pub fn plan(settings: &Settings) -> Vec<PlannedLoop> {
                 interval: settings.projector_interval,
                 what: "comments on and moves the tasks' Linear issues, and speaks in Linear agent sessions (LINEAR_API_URL)",
             },
-            (Some(_), Err(error)) => PlannedLoop {
-                name: linear,
-                singleton: true,
-                state: LoopState::Unarmed,
-                reason: Some(format!("pidevops.toml: {error}")),
-                interval: settings.projector_interval,
-                what: "",
-            },
-            (None, _) => PlannedLoop {
+            None => PlannedLoop {
                 name: linear,
                 singleton: true,
                 state: LoopState::Disabled,
@@ -264,16 +245,14 @@ pub fn plan(settings: &Settings) -> Vec<PlannedLoop> {
     );
     loops.push(poller_loop(
         crate::pollers::linear::LINEAR_POLLER,
-        settings,
-        Duration::from_secs(300),
+        &settings.file.linear_poller,
         settings.linear_api_key.is_some(),
         "LINEAR_API_KEY",
         "asks Linear for labeled issues changed since the last poll and appends what the webhook missed",
     ));
     loops.push(poller_loop(
         crate::pollers::github::GITHUB_POLLER,
-        settings,
-        Duration::from_secs(120),
+        &settings.file.github_poller,
         settings.github_token.is_some(),
         "GITHUB_TOKEN",
         "checks the pull requests of tasks in review (merged, closed, failed checks) for missed webhooks",
@@ -295,15 +274,13 @@ pub fn plan(settings: &Settings) -> Vec<PlannedLoop> {
 /// webhooks would go unnoticed; neither, disabled.
 fn poller_loop(
     name: &str,
-    settings: &Settings,
-    default_interval: Duration,
+    config: &crate::pollers::PollerConfig,
     credential: bool,
     variable: &str,
     what: &'static str,
 ) -> PlannedLoop {
     // `linear_poller` is configured under `[pollers.linear]`.
     let table = name.trim_end_matches("_poller");
-    let config = crate::pollers::PollerConfig::from_file(&settings.file, table, default_interval);
     let planned = |state, reason: Option<String>, interval| PlannedLoop {
         name: name.to_owned(),
         singleton: true,
@@ -313,25 +290,20 @@ fn poller_loop(
         what: if state == LoopState::Armed { what } else { "" },
     };
     match config {
-        Err(error) => planned(
-            LoopState::Unarmed,
-            Some(format!("pidevops.toml: {error}")),
-            default_interval,
-        ),
-        Ok(config) if !config.enabled => planned(
+        config if !config.enabled => planned(
             LoopState::Disabled,
             Some(format!("pollers.{table}.enabled is false")),
             config.interval,
         ),
-        Ok(config) if credential => planned(LoopState::Armed, None, config.interval),
-        Ok(config) if config.configured => planned(
+        config if credential => planned(LoopState::Armed, None, config.interval),
+        config if config.configured => planned(
             LoopState::Unarmed,
             Some(format!(
                 "[pollers.{table}] is set but {variable} is not: missed webhooks would go unnoticed"
             )),
             config.interval,
         ),
-        Ok(config) => planned(
+        config => planned(
             LoopState::Disabled,
             Some(format!("{variable} is not set")),
             config.interval,
@@ -343,9 +315,7 @@ fn poller_loop(
 /// but nothing could run (no agent executable, a repository needing `GITHUB_TOKEN` without it, …).
 fn dispatch_loops(settings: &Settings) -> Vec<PlannedLoop> {
     use crate::dispatch::dispatcher::{cannot_run, watchdog_interval, DISPATCHER, GC, WATCHDOG};
-    let parsed = crate::dispatch::DispatchConfig::from_file(&settings.file).and_then(|config| {
-        crate::dispatch::Profiles::from_file(&settings.file).map(|profiles| (config, profiles))
-    });
+    let (config, profiles) = (&settings.file.dispatch, &settings.file.profiles);
     let planned = |name: &str, singleton, interval, what| PlannedLoop {
         name: name.to_owned(),
         singleton,
@@ -355,19 +325,6 @@ fn dispatch_loops(settings: &Settings) -> Vec<PlannedLoop> {
         what,
     };
     let gc_interval = Duration::from_secs(600);
-    let (config, profiles) = match parsed {
-        Ok(parsed) => parsed,
-        Err(error) => {
-            return [DISPATCHER, WATCHDOG, GC]
-                .into_iter()
-                .map(|name| PlannedLoop {
-                    state: LoopState::Unarmed,
-                    reason: Some(format!("pidevops.toml: {error}")),
-                    ..planned(name, true, Duration::from_secs(1), "")
-                })
-                .collect()
-        }
-    };
     let mut loops = vec![
         planned(
             DISPATCHER,
@@ -378,7 +335,7 @@ fn dispatch_loops(settings: &Settings) -> Vec<PlannedLoop> {
         planned(
             WATCHDOG,
             true,
-            watchdog_interval(&config),
+            watchdog_interval(config),
             "declares runs lost when they go silent and retries their tasks; applies outcomes a crash left unapplied",
         ),
         // Every replica removes its own old worktrees.
@@ -390,8 +347,8 @@ fn dispatch_loops(settings: &Settings) -> Vec<PlannedLoop> {
             planned.reason = Some(off.clone());
         }
     } else if let Some(why) = cannot_run(
-        &config,
-        &profiles,
+        config,
+        profiles,
         &settings.env,
         settings.github_token.is_some(),
         settings.nats_url.is_some(),
@@ -465,28 +422,26 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
         );
     }
 
-    if let Ok(config) = crate::dispatch::DispatchConfig::from_file(&settings.file) {
-        if config.off.is_none() {
-            let found =
-                crate::dispatch::sandbox::detect_cached(&config.bwrap, settings.env.get("PATH"));
-            let _ = writeln!(
-                out,
-                "containment                {:<9} {}",
-                found.kind(),
-                found.describe()
-            );
-        }
+    if settings.file.dispatch.off.is_none() {
+        let found = crate::dispatch::sandbox::detect_cached(
+            &settings.file.dispatch.bwrap,
+            settings.env.get("PATH"),
+        );
+        let _ = writeln!(
+            out,
+            "containment                {:<9} {}",
+            found.kind(),
+            found.describe()
+        );
     }
 
     // Not a failure (a fresh install has no repositories yet), but every ticket would be refused: say so.
-    if let Ok(allowed) = crate::board::AllowedRepos::from_file(&settings.file) {
-        if allowed.is_empty() {
-            let _ = writeln!(
-                out,
-                "allowed repos              warn      none: no [repos.\"o/n\"] and no [intake] allow_repos, so every \
-                 task is refused (intake records why)"
-            );
-        }
+    if settings.file.board.allowed.is_empty() {
+        let _ = writeln!(
+            out,
+            "allowed repos              warn      none: no [repos.\"o/n\"] and no [intake] allow_repos, so every \
+             task is refused (intake records why)"
+        );
     }
 
     for (name, secret) in [
@@ -674,9 +629,7 @@ fn report(out: &mut String, label: &str, url: &str, checked: Result<String, Stri
 /// For each configured repository, whether a webhook delivers to `/webhooks/github`. Reported, never failed: without
 /// one, `github_poller` still finds merges and CI failures, only later.
 async fn github_webhooks(out: &mut String, settings: &Settings, token: &secrecy::SecretString) {
-    let Ok(config) = crate::dispatch::DispatchConfig::from_file(&settings.file) else {
-        return;
-    };
+    let config = &settings.file.dispatch;
     let Ok(client) = crate::effects::github::GithubClient::new(&settings.github_api_url, token)
     else {
         return;

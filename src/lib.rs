@@ -9,10 +9,14 @@
 //! job; the arrows below are the only doors.
 //!
 //! ```text
-//! main.rs          thin clap front: serve | migrate | doctor | events | replay | task | dispatch | worker
-//! cli.rs           `pidevops task …` (the board in a terminal) and `pidevops dispatch pause|resume|status`
+//! main.rs          thin clap front: serve | migrate | doctor | events | replay | task | dispatch | worker | config
+//! cli.rs           `pidevops task …` (the board in a terminal), `pidevops dispatch pause|resume|status` and
+//!                  `pidevops config check [FILE]` (the effective configuration, secrets redacted, or every error)
 //! startup.rs       build(Settings) -> App: the one constructor for main and for tests (port 0 in tests)
 //! config.rs        typed settings: environment first, then optional pidevops.toml; secrets wrapped
+//! config/file.rs   pidevops.toml typed: a serde struct per table (unknown keys refused with the closest known
+//!                  one), read once into FileConfig (tables + BoardConfig, DispatchConfig, Profiles, …); errors
+//!                  name the key path (`[dispatch] max_concurent`); docs/configuration.md is tested against it
 //! telemetry.rs     tracing (json | pretty) and the Prometheus recorder
 //! cron/            [[schedules]] and the `cron` loop: tasks on time; after downtime the latest slot fires once
 //! doctor.rs        the loop plan (armed / disabled / unarmed and why), shared by `serve`, `doctor` and /health

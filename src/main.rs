@@ -54,6 +54,11 @@ enum Command {
     },
     /// Run agents only: pull run requests from NATS JetStream (`dispatch.executor = "workers"` on `serve`).
     Worker,
+    /// Check the configuration: `pidevops config check [FILE]`.
+    Config {
+        #[command(subcommand)]
+        command: pidevops::cli::ConfigCommand,
+    },
     /// Rebuild read models from position 0, with progress; safe while `serve` runs.
     Replay {
         /// The projector to rebuild (see `--all`).
@@ -73,6 +78,19 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Config { command } = cli.command {
+        // Before the settings are read: its job is to report what is wrong with them, all of it.
+        return match pidevops::cli::config(pidevops::config::Env::from_process(), command) {
+            Ok(effective) => {
+                print!("{effective}");
+                ExitCode::SUCCESS
+            }
+            Err(errors) => {
+                eprintln!("{errors}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let settings = match Settings::from_process_env() {
         Ok(settings) => settings,
         Err(e) => {
@@ -119,6 +137,7 @@ async fn main() -> ExitCode {
         Command::Replay { projector, all } => replay(settings, projector, all).await,
         Command::Task { command } => pidevops::cli::task(settings, command).await,
         Command::Dispatch { command } => pidevops::cli::dispatch(settings, command).await,
+        Command::Config { .. } => unreachable!("handled before the settings are read"),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

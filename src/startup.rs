@@ -71,8 +71,7 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         .with_tick_budget(settings.relay_interval),
     );
     let bus_kind = relay.bus_kind();
-    let fail_after = loops::fail_after_overrides(&settings.file)
-        .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
+    let fail_after = settings.file.loop_fail_after.clone();
     check_fail_after(&fail_after, &doctor::plan(&settings))
         .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
     let registry = loops::LoopRegistry::with_fail_after(fail_after);
@@ -92,13 +91,10 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
             )
         })
         .collect();
-    let board_config = crate::board::BoardConfig::from_file(&settings.file)
-        .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
-    // A bad profile or dispatch setting is a start-up error, not a failed run at 3 a.m.
-    let profiles = crate::dispatch::Profiles::from_file(&settings.file)
-        .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
-    let dispatch_config = crate::dispatch::DispatchConfig::from_file(&settings.file)
-        .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
+    // Checked when the settings were read: a bad profile or dispatch setting never got this far.
+    let board_config = settings.file.board.clone();
+    let profiles = settings.file.profiles.clone();
+    let dispatch_config = settings.file.dispatch.clone();
     let board = crate::board::Board::new(log.clone(), board_config);
     let tracker = TaskTracker::new();
     let dispatcher = match dispatch_config.off {
@@ -116,14 +112,16 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
             .await?,
         ),
     };
-    let intake_config = crate::intake::IntakeConfig::from_file(
-        &settings.file,
-        settings.telegram_allowed_chats.as_deref(),
-        settings.telegram_allowed_users.as_deref(),
-    )
-    .map_err(|e| anyhow::anyhow!("intake configuration: {e}"))?;
-    let schedules = crate::cron::schedules(&settings.file)
-        .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
+    let intake_config = settings
+        .file
+        .intake
+        .clone()
+        .with_telegram(
+            settings.telegram_allowed_chats.as_deref(),
+            settings.telegram_allowed_users.as_deref(),
+        )
+        .map_err(|e| anyhow::anyhow!("intake configuration: {e}"))?;
+    let schedules = settings.file.schedules.clone();
     let cron = Arc::new(crate::cron::CronLoop::new(
         log.clone(),
         board.clone(),
@@ -311,9 +309,9 @@ fn github_effects(
         .context("the loop plan arms effects:github without GITHUB_TOKEN")?;
     let client = crate::effects::github::GithubClient::new(&settings.github_api_url, token)
         .map_err(|e| anyhow::anyhow!(e))?;
-    let dispatch = crate::dispatch::DispatchConfig::from_file(&settings.file)
-        .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
-    let bases = dispatch
+    let bases = settings
+        .file
+        .dispatch
         .repos
         .iter()
         .map(|(repo, source)| (repo.clone(), source.base.clone()))
@@ -352,8 +350,7 @@ fn telegram_effects(
             crate::effects::policy::PolicyConfig {
                 telegram_chats: chats,
                 telegram_users: users,
-                telegram_cooldown: crate::effects::policy::telegram_cooldown(&settings.file)
-                    .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?,
+                telegram_cooldown: settings.file.telegram_cooldown,
                 ..Default::default()
             },
         )
@@ -374,8 +371,7 @@ fn linear_effects(
         .context("the loop plan arms effects:linear without LINEAR_API_KEY")?;
     let client = crate::effects::linear::LinearClient::new(&settings.linear_api_url, key)
         .map_err(|e| anyhow::anyhow!(e))?;
-    let linear_states = crate::effects::policy::LinearStates::from_file(&settings.file)
-        .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
+    let linear_states = settings.file.linear_states.clone();
     Ok(Arc::new(crate::effects::runner::Effects::linear(
         log.clone(),
         board.clone(),
@@ -545,7 +541,7 @@ impl Job {
 
 /// Each `[loops.<name>]` must name a loop this process plans, with a threshold longer than its interval (a
 /// shorter one would call the loop dead between two healthy ticks).
-fn check_fail_after(
+pub(crate) fn check_fail_after(
     fail_after: &BTreeMap<String, Duration>,
     plan: &[doctor::PlannedLoop],
 ) -> Result<(), String> {

@@ -127,7 +127,8 @@ async fn ci_failures_and_reviews_send_the_task_back_with_what_was_said_and_a_mer
     // Each attempt leaves a different change, so each push is a new commit.
     let script = agent(scratch.path(), "edits.sh", "date +%s%N > CHANGES.md");
     let mut settings = common::settings(&db);
-    settings.file = dispatch_file(&remote, &script, "");
+    settings.file =
+        pidevops::config::FileConfig::try_from(dispatch_file(&remote, &script, "")).unwrap();
     settings.workspace_root = scratch.path().join("ws");
     let app = TestApp::spawn(settings).await;
     let draft = Draft::new(

@@ -506,7 +506,8 @@ async fn a_running_attempt_shows_its_log_tail_on_its_page(db: TestDb) {
         "echo 'reading the <code> & thinking'; sleep 600",
     );
     let mut settings = common::settings(&db);
-    settings.file = dispatch_file(&remote, &script, "");
+    settings.file =
+        pidevops::config::FileConfig::try_from(dispatch_file(&remote, &script, "")).unwrap();
     settings.workspace_root = scratch.path().join("ws");
     let app = TestApp::spawn(settings).await;
     let draft = Draft::new(

@@ -35,10 +35,8 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     let appender_shutdown = CancellationToken::new();
     let (log, appender) =
         EventLog::start(store, settings.append_timeout, appender_shutdown.clone());
-    let config = super::DispatchConfig::from_file(&settings.file)
-        .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
-    let profiles = super::Profiles::from_file(&settings.file)
-        .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
+    let config = settings.file.dispatch.clone();
+    let profiles = settings.file.profiles.clone();
     if let Some(why) = super::dispatcher::cannot_run(
         &super::DispatchConfig {
             executor: super::config::Executor::Local,
@@ -52,9 +50,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         anyhow::bail!("this worker cannot run agents: {why}");
     }
     let slots = config.limits.global;
-    let board_config = crate::board::BoardConfig::from_file(&settings.file)
-        .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
-    let board = crate::board::Board::new(log.clone(), board_config);
+    let board = crate::board::Board::new(log.clone(), settings.file.board.clone());
     let tracker = TaskTracker::new();
     let dispatcher = crate::startup::dispatcher(
         &settings, &board, &log, config, profiles, &tracker, &shutdown,

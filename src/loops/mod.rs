@@ -33,33 +33,20 @@ pub fn default_fail_after(interval: Duration) -> Duration {
 }
 
 /// `[loops.<name>] fail_after_s` from pidevops.toml: per-loop stale thresholds, in seconds (fractions allowed).
-pub fn fail_after_overrides(file: &toml::Table) -> Result<BTreeMap<String, Duration>, String> {
-    let Some(loops) = file.get("loops") else {
-        return Ok(BTreeMap::new());
-    };
-    let loops = loops
-        .as_table()
-        .ok_or("[loops] must be a table of [loops.<name>] tables")?;
+pub fn fail_after_overrides(
+    tables: &crate::config::file::Tables,
+) -> Result<BTreeMap<String, Duration>, String> {
     let mut overrides = BTreeMap::new();
-    for (name, table) in loops {
-        let table = table
-            .as_table()
-            .ok_or_else(|| format!("[loops.{name}] must be a table"))?;
-        for (key, value) in table {
-            if key != "fail_after_s" {
-                return Err(format!(
-                    "[loops.{name}] {key}: unknown key (the only key is fail_after_s)"
-                ));
-            }
-            let secs = value
-                .as_float()
-                .or_else(|| value.as_integer().map(|i| i as f64))
-                .filter(|s| s.is_finite() && *s > 0.0)
-                .ok_or_else(|| {
-                    format!("[loops.{name}] fail_after_s: expected a positive number of seconds")
-                })?;
-            overrides.insert(name.clone(), Duration::from_secs_f64(secs));
+    for (name, table) in &tables.loops {
+        let Some(secs) = table.fail_after_s else {
+            continue;
+        };
+        if !(secs.is_finite() && secs > 0.0) {
+            return Err(format!(
+                "[loops.{name}] fail_after_s: expected a positive number of seconds"
+            ));
         }
+        overrides.insert(name.clone(), Duration::from_secs_f64(secs));
     }
     Ok(overrides)
 }
@@ -719,7 +706,11 @@ mod tests {
 
     #[test]
     fn fail_after_is_read_per_loop_and_bad_entries_are_refused() {
-        let parse = |text: &str| fail_after_overrides(&text.parse::<toml::Table>().unwrap());
+        let parse = |text: &str| {
+            text.parse::<crate::config::FileConfig>()
+                .map(|file| file.loop_fail_after)
+                .map_err(|e| e.to_string())
+        };
         assert_eq!(
             parse("[loops.linear_poller]\nfail_after_s = 1.5\n[loops.cron]\nfail_after_s = 600")
                 .unwrap(),
@@ -731,7 +722,7 @@ mod tests {
         assert!(parse("").unwrap().is_empty());
         assert_eq!(
             parse("[loops.cron]\nfail_after = 5").unwrap_err(),
-            "[loops.cron] fail_after: unknown key (the only key is fail_after_s)"
+            "[loops.cron] fail_after: unknown key; did you mean fail_after_s?"
         );
         assert_eq!(
             parse("[loops.cron]\nfail_after_s = -1").unwrap_err(),
