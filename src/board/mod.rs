@@ -65,7 +65,7 @@ pub struct Outcome {
 }
 
 /// What intake (or the API) asks for; the id, approval and attempts are filled in from configuration here.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
 pub struct Draft {
     pub repo: RepoName,
     pub spec: Spec,
@@ -152,7 +152,8 @@ impl BoardConfig {
 }
 
 /// What a person can ask of a task from the API, the CLI (and later Telegram and the dashboard).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, utoipa::ToSchema)]
+#[schema(rename_all = "lowercase")]
 pub enum Steer {
     Approve,
     Reject,

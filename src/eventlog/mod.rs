@@ -49,7 +49,7 @@ pub enum Bodies {
 }
 
 /// What an append returns: the event's place in the log, or the place of the event it duplicates.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct Appended {
     pub event_id: Uuid,
     pub position: i64,
