@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use crate::config::Settings;
 use crate::eventlog::EventStore;
-pub use crate::loops::catalog::{plan, PlannedLoop};
 use crate::loops::LoopState;
+pub use crate::startup::catalog::{plan, PlannedLoop};
 
 /// Prints the truth about this configuration; returns the report and whether everything enabled can run.
 pub async fn diagnose(settings: &Settings) -> (String, bool) {

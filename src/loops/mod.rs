@@ -7,9 +7,8 @@
 //! The threshold is 3 × the interval, at least a minute, or `[loops.<name>] fail_after_s`.
 //! A loop with a backlog works through it in ticks bounded by a time budget ([`follow::TICK_BUDGET`] for the loops
 //! that follow the log, one interval for projectors) and says so ([`Pace::Again`]): it goes again without resting,
-//! and each finished tick keeps it fresh in `/health`. Every loop is declared once, in [`catalog`].
+//! and each finished tick keeps it fresh in `/health`. Every loop is declared once, in `startup::catalog`.
 
-pub mod catalog;
 pub mod follow;
 pub mod lease;
 
@@ -701,7 +700,8 @@ mod tests {
             assert!(timeout < MIN_FAIL_AFTER, "{timeout:?}");
         }
         assert!(
-            Duration::from_secs(catalog::TELEGRAM_LONG_POLL_S) < crate::effects::telegram::TIMEOUT,
+            Duration::from_secs(crate::startup::catalog::TELEGRAM_LONG_POLL_S)
+                < crate::effects::telegram::TIMEOUT,
             "a long poll ends before its client's timeout"
         );
     }

@@ -186,7 +186,7 @@ pub struct TestApp {
     pub client: reqwest::Client,
     pub tracker: tokio_util::task::TaskTracker,
     /// The armed loops, to drive a tick at a time ([`Self::tick`]).
-    pub loops: pidevops::loops::catalog::ArmedLoops,
+    pub loops: pidevops::startup::catalog::ArmedLoops,
     server: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
 

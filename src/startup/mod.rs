@@ -1,6 +1,8 @@
 //! `build(Settings) -> App`: the one constructor for `main` and for tests. It connects, migrates, starts the
 //! appender and every loop in the plan, and binds the listener (port 0 in tests) before anything is served.
 
+pub mod catalog;
+
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,10 +24,10 @@ use crate::dispatch::workspace::Workspaces;
 use crate::dispatch::Dispatcher;
 use crate::eventlog::{EventLog, EventStore};
 use crate::http::{router, AppState};
-use crate::loops::catalog::{self, Armed, ArmedLoops};
 use crate::loops::lease::{while_held, LeaseHandle, Leases};
 use crate::loops::{self, LoopSpec, LoopState, Pace};
 use crate::telemetry;
+use catalog::{Armed, ArmedLoops};
 
 /// How long a graceful shutdown may take before the process gives up waiting.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(9);

@@ -12,10 +12,10 @@ use anyhow::Context;
 use futures::future::BoxFuture;
 use serde::Serialize;
 
-use super::lease::LEASES_LOOP;
-use super::{LoopRegistry, LoopState, Pace};
 use crate::config::Settings;
 use crate::eventlog::{EventLog, EventStore};
+use crate::loops::lease::LEASES_LOOP;
+use crate::loops::{LoopRegistry, LoopState, Pace};
 
 pub const HEARTBEAT_LOOP: &str = "database_heartbeat";
 pub const METRICS_UPKEEP_LOOP: &str = "metrics_upkeep";
@@ -150,7 +150,7 @@ pub struct Parts<'a> {
     pub log: &'a EventLog,
     pub board: &'a crate::board::Board,
     pub registry: &'a LoopRegistry,
-    pub leases: &'a super::lease::Leases,
+    pub leases: &'a crate::loops::lease::Leases,
     pub metrics: &'a metrics_exporter_prometheus::PrometheusHandle,
     pub relay: &'a Arc<crate::bus::relay::Relay>,
     /// `None` when dispatch is off.
