@@ -1,6 +1,6 @@
 //! The OpenAPI document of `/api/*`, generated from the handlers' `#[utoipa::path]` and their types' `ToSchema`.
 //! Served at `GET /api/openapi.json` (public: it describes the API and holds no data) and checked in at
-//! `docs/openapi.json`; `tests/openapi.rs` fails when the two differ, and when a route of the router is missing.
+//! `docs/openapi.json`; `tests/it/openapi.rs` fails when the two differ, and when a route of the router is missing.
 
 use std::sync::LazyLock;
 
