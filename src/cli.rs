@@ -1,16 +1,12 @@
 //! `pidevops task …`: the board from a terminal. Readable by default (columns, ages, attempts, flags), JSON with
 //! `--json` for scripts. Commands go through the same `Board` as the API, straight to the database.
 
-use std::time::Duration;
-
 use anyhow::Context;
 use chrono::Utc;
 use clap::Subcommand;
-use tokio_util::sync::CancellationToken;
 
 use crate::board::{Board, BoardError, Draft, Loaded, Outcome, Steer};
 use crate::config::Settings;
-use crate::eventlog::{EventLog, EventStore};
 use crate::tasks::{
     AgentName, ApprovalPolicy, Command, Priority, RepoName, Spec, Task, TaskError, TaskId,
 };
@@ -169,16 +165,10 @@ pub fn config(env: crate::config::Env, command: ConfigCommand) -> Result<String,
 }
 
 pub async fn task(settings: Settings, command: TaskCommand) -> anyhow::Result<()> {
-    let store = EventStore::connect(&settings.database, 2)
-        .await
-        .with_context(|| format!("connecting to {}", settings.database.redacted()))?;
-    store.migrate().await.context("applying migrations")?;
-    let stop = CancellationToken::new();
-    let (log, appender) = EventLog::start(store, settings.append_timeout, stop.clone());
-    let board = Board::new(log, settings.file.board.clone());
+    let core = crate::startup::Core::open_for_cli(settings).await?;
+    let board = Board::new(core.log.clone(), core.settings.file.board.clone());
     let result = run(&board, command).await;
-    stop.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(10), appender).await;
+    core.close().await;
     result
 }
 
@@ -449,12 +439,8 @@ pub enum DispatchCommand {
 
 pub async fn dispatch(settings: Settings, command: DispatchCommand) -> anyhow::Result<()> {
     use crate::board::pause::{pause_state, set_paused};
-    let store = EventStore::connect(&settings.database, 2)
-        .await
-        .with_context(|| format!("connecting to {}", settings.database.redacted()))?;
-    store.migrate().await.context("applying migrations")?;
-    let stop = CancellationToken::new();
-    let (log, appender) = EventLog::start(store.clone(), settings.append_timeout, stop.clone());
+    let core = crate::startup::Core::open_for_cli(settings).await?;
+    let (store, log) = (core.store.clone(), core.log.clone());
     let result = async {
         match command {
             DispatchCommand::Pause { reason } => {
@@ -479,7 +465,6 @@ pub async fn dispatch(settings: Settings, command: DispatchCommand) -> anyhow::R
         Ok(())
     }
     .await;
-    stop.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(10), appender).await;
+    core.close().await;
     result
 }

@@ -21,7 +21,9 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
 
     let started = Instant::now();
     let database = async {
-        let store = EventStore::connect(&settings.database, 2).await?;
+        // A probe, not a Core: doctor never migrates or writes the database it diagnoses.
+        let store =
+            EventStore::connect(&settings.database, crate::startup::CLI_CONNECTIONS).await?;
         store.ping().await?;
         let head = store.head().await.ok();
         Ok::<_, crate::eventlog::StoreError>(head)

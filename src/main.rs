@@ -8,7 +8,6 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use pidevops::config::Settings;
-use pidevops::eventlog::EventStore;
 use pidevops::{doctor, startup, telemetry};
 
 #[derive(Parser)]
@@ -184,9 +183,7 @@ async fn wait_for_signal() {
 }
 
 async fn migrate(settings: Settings) -> anyhow::Result<()> {
-    let store = EventStore::connect(&settings.database, 2)
-        .await
-        .with_context(|| format!("connecting to {}", settings.database.redacted()))?;
+    let store = pidevops::startup::connect(&settings, pidevops::startup::CLI_CONNECTIONS).await?;
     store.migrate().await.context("applying migrations")?;
     eprintln!("migrations applied to {}", settings.database.redacted());
     Ok(())
@@ -198,9 +195,8 @@ async fn events(
     limit: Option<u64>,
     follow: bool,
 ) -> anyhow::Result<()> {
-    let store = EventStore::connect(&settings.database, 2)
-        .await
-        .with_context(|| format!("connecting to {}", settings.database.redacted()))?;
+    // Read only: `events` never migrates (or writes) the database it is pointed at.
+    let store = pidevops::startup::connect(&settings, pidevops::startup::CLI_CONNECTIONS).await?;
     let mut remaining = limit.or(if follow { None } else { Some(100) });
     let stdout = std::io::stdout();
     loop {
@@ -259,9 +255,7 @@ async fn replay(settings: Settings, name: Option<String>, all: bool) -> anyhow::
         }
         (None, false) => anyhow::bail!("name a projector, or pass --all"),
     };
-    let store = EventStore::connect(&settings.database, 2)
-        .await
-        .with_context(|| format!("connecting to {}", settings.database.redacted()))?;
+    let store = pidevops::startup::connect(&settings, pidevops::startup::CLI_CONNECTIONS).await?;
     store.migrate().await.context("applying migrations")?;
     for projector in chosen {
         let name = projector.name();

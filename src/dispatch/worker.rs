@@ -19,7 +19,7 @@ use super::dispatcher::{Dispatcher, RunRequest};
 use super::runs;
 use crate::bus::work::{Delivery, WorkQueue};
 use crate::config::Settings;
-use crate::eventlog::{EventLog, EventStore};
+use crate::eventlog::EventStore;
 use crate::tasks::Column;
 
 /// Serves run requests until `shutdown`; runs in flight are stopped with it (their requests come back).
@@ -28,13 +28,8 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         .nats_url
         .clone()
         .context("pidevops worker pulls runs from NATS JetStream: set NATS_URL")?;
-    let store = EventStore::connect(&settings.database, settings.max_db_connections)
-        .await
-        .with_context(|| format!("connecting to {}", settings.database.redacted()))?;
-    store.migrate().await.context("applying migrations")?;
-    let appender_shutdown = CancellationToken::new();
-    let (log, appender) =
-        EventLog::start(store, settings.append_timeout, appender_shutdown.clone());
+    let core = crate::startup::Core::open(settings).await?;
+    let (settings, log) = (&core.settings, core.log.clone());
     let config = settings.file.dispatch.clone();
     let profiles = settings.file.profiles.clone();
     if let Some(why) = super::dispatcher::cannot_run(
@@ -53,7 +48,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     let board = crate::board::Board::new(log.clone(), settings.file.board.clone());
     let tracker = TaskTracker::new();
     let dispatcher = crate::startup::dispatcher(
-        &settings, &board, &log, config, profiles, &tracker, &shutdown,
+        settings, &board, &log, config, profiles, &tracker, &shutdown,
     )
     .await?;
     let queue = WorkQueue::connect(Some(&nats), crate::startup::run_queue_config(), log.clone())
@@ -102,8 +97,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     }
     tracker.close();
     let _ = tokio::time::timeout(crate::startup::SHUTDOWN_GRACE, tracker.wait()).await;
-    appender_shutdown.cancel();
-    let _ = tokio::time::timeout(crate::startup::SHUTDOWN_GRACE, appender).await;
+    core.close().await;
     Ok(())
 }
 

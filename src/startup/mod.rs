@@ -2,6 +2,9 @@
 //! appender and every loop in the plan, and binds the listener (port 0 in tests) before anything is served.
 
 pub mod catalog;
+mod core;
+
+pub use self::core::{connect, Core, CLI_CONNECTIONS};
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -45,18 +48,9 @@ pub struct App {
 
 pub async fn build(settings: Settings) -> anyhow::Result<App> {
     let metrics = telemetry::metrics_handle();
-    let store = EventStore::connect(&settings.database, settings.max_db_connections)
-        .await
-        .with_context(|| format!("connecting to {}", settings.database.redacted()))?;
-    store.migrate().await.context("applying migrations")?;
-
+    let (settings, store, log, appender_shutdown, appender) =
+        Core::open(settings).await?.into_parts();
     let shutdown = CancellationToken::new();
-    let appender_shutdown = CancellationToken::new();
-    let (log, appender) = EventLog::start(
-        store.clone(),
-        settings.append_timeout,
-        appender_shutdown.clone(),
-    );
 
     let relay = Arc::new(Relay::new(
         store.clone(),
