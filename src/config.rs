@@ -12,72 +12,10 @@ pub mod file;
 
 pub use file::FileConfig;
 
-/// Where the event log lives.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DatabaseUrl {
-    Postgres(String),
-    Sqlite(String),
-}
+/// Where the event log lives: declared with the log, which connects to it.
+pub use crate::eventlog::url::{redact_password, DatabaseUrl};
 
-impl DatabaseUrl {
-    /// The embedded default when `DATABASE_URL` is unset: a file next to the working directory.
-    pub const EMBEDDED_DEFAULT: &'static str = "sqlite://./data/pidevops.db";
-
-    pub fn parse(url: &str) -> Result<Self, ConfigError> {
-        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Ok(Self::Postgres(url.to_owned()))
-        } else if url.starts_with("sqlite:") {
-            Ok(Self::Sqlite(url.to_owned()))
-        } else {
-            Err(ConfigError::Invalid {
-                field: "DATABASE_URL",
-                reason: "must start with postgres://, postgresql:// or sqlite:".into(),
-            })
-        }
-    }
-
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Postgres(_) => "postgres",
-            Self::Sqlite(_) => "sqlite",
-        }
-    }
-
-    /// The URL with any password replaced, safe to print.
-    pub fn redacted(&self) -> String {
-        let url = match self {
-            Self::Postgres(u) | Self::Sqlite(u) => u,
-        };
-        redact_password(url)
-    }
-}
-
-fn redact_password(url: &str) -> String {
-    // scheme://user:password@host → scheme://user:***@host
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end + 3..];
-    let Some(at) = rest.find('@') else {
-        return url.to_owned();
-    };
-    let userinfo = &rest[..at];
-    match userinfo.find(':') {
-        Some(colon) => format!(
-            "{}://{}:***{}",
-            &url[..scheme_end],
-            &userinfo[..colon],
-            &rest[at..]
-        ),
-        None => url.to_owned(),
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogFormat {
-    Json,
-    Pretty,
-}
+pub use crate::telemetry::LogFormat;
 
 /// A webhook source's secret, or the name of the variable that would hold it (so a refusal can name it).
 #[derive(Clone, Debug)]
@@ -272,7 +210,11 @@ impl Settings {
         let database = DatabaseUrl::parse(
             env.get("DATABASE_URL")
                 .unwrap_or(DatabaseUrl::EMBEDDED_DEFAULT),
-        )?;
+        )
+        .map_err(|reason| ConfigError::Invalid {
+            field: "DATABASE_URL",
+            reason: reason.into(),
+        })?;
         let log_format = match env.get("LOG_FORMAT") {
             None | Some("pretty") => LogFormat::Pretty,
             Some("json") => LogFormat::Json,

@@ -117,7 +117,7 @@ async fn main() -> ExitCode {
                 tracing::info!("shutdown requested; stopping runs");
                 stop.cancel();
             });
-            pidevops::dispatch::worker::run(settings, shutdown).await
+            pidevops::startup::worker::run(settings, shutdown).await
         }
         Command::Doctor => {
             let (report, ok) = doctor::diagnose(&settings).await;

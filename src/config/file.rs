@@ -531,7 +531,15 @@ impl FileConfig {
                 crate::pollers::GITHUB_INTERVAL,
             ),
         );
-        let loop_fail_after = keep(&mut errors, crate::loops::fail_after_overrides(&tables));
+        let loop_fail_after = keep(
+            &mut errors,
+            crate::loops::fail_after_overrides(
+                tables
+                    .loops
+                    .iter()
+                    .map(|(name, table)| (name, table.fail_after_s)),
+            ),
+        );
         match (
             board,
             dispatch,

@@ -34,13 +34,14 @@ pub fn default_fail_after(interval: Duration) -> Duration {
     (interval * STALE_AFTER_INTERVALS).max(MIN_FAIL_AFTER)
 }
 
-/// `[loops.<name>] fail_after_s` from pidevops.toml: per-loop stale thresholds, in seconds (fractions allowed).
-pub fn fail_after_overrides(
-    tables: &crate::config::file::Tables,
+/// `[loops.<name>] fail_after_s` from pidevops.toml (each loop's name and its value, if set): per-loop stale
+/// thresholds, in seconds (fractions allowed).
+pub fn fail_after_overrides<'a>(
+    entries: impl IntoIterator<Item = (&'a String, Option<f64>)>,
 ) -> Result<BTreeMap<String, Duration>, String> {
     let mut overrides = BTreeMap::new();
-    for (name, table) in &tables.loops {
-        let Some(secs) = table.fail_after_s else {
+    for (name, secs) in entries {
+        let Some(secs) = secs else {
             continue;
         };
         if !(secs.is_finite() && secs > 0.0) {

@@ -3,6 +3,7 @@
 
 pub mod catalog;
 mod core;
+pub mod worker;
 
 pub use self::core::{connect, Core, CLI_CONNECTIONS};
 
