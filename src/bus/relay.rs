@@ -12,23 +12,16 @@
 //! fails fast (so the loop never looks stale), and the resync after it re-creates the stream if the server lost it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use tokio::sync::{mpsc, Mutex};
+use tokio::sync::Mutex;
 
 use super::{Bus, BusConfig, BusMessage, MemoryBus, Tail};
-use crate::eventlog::EventStore;
+use crate::eventlog::{EventStore, StoredEvent};
+use crate::loops::follow::{Follow, Follower, Next, Prepare};
 
 /// The relay's checkpoint name and loop name.
 pub const RELAY: &str = "relay";
-const PAGE: i64 = 500;
-/// Encoded messages the read-ahead task may hold ready: a page, so the next page's read overlaps publishing this
-/// one (about 14 MB of 28 KB envelopes).
-const READ_AHEAD: usize = PAGE as usize;
-/// A tick hands the loop back after this long, so `/health` sees progress during a long catch-up. Serve sets
-/// it to two loop intervals: a tick longer than three would make the loop look stale.
-const TICK_BUDGET: Duration = Duration::from_secs(1);
 
 /// Where the relay publishes: an in-process bus, or JetStream, connected lazily so that a NATS that is down at
 /// start-up never delays serving (or ingesting).
@@ -61,7 +54,8 @@ pub struct Relay {
     crash_before_checkpoint: AtomicBool,
     /// The lag the last tick saw, kept so `/health` can show it while ticks fail.
     lag: std::sync::Mutex<Option<Lag>>,
-    tick_budget: Duration,
+    /// Reads (and encodes) a page ahead while the tick publishes; see [`crate::loops::follow`].
+    follow: Follow<BusMessage>,
 }
 
 /// How far the bus is behind the log.
@@ -94,14 +88,8 @@ impl Relay {
             state: Mutex::new(State::default()),
             crash_before_checkpoint: AtomicBool::new(false),
             lag: std::sync::Mutex::new(None),
-            tick_budget: TICK_BUDGET,
+            follow: Follow::default(),
         }
-    }
-
-    /// How long one tick may keep publishing before it hands the loop back (checked after every event).
-    pub fn with_tick_budget(mut self, budget: Duration) -> Self {
-        self.tick_budget = budget;
-        self
     }
 
     pub fn bus_kind(&self) -> &'static str {
@@ -152,70 +140,28 @@ impl Relay {
             });
         }
         let bus = state.bus.clone().context("the bus is connected above")?;
-        let mut after = match state.after {
+        let after = match state.after {
             Some(after) => after,
             None => self.resume_point(&bus).await?,
         };
         state.after = Some(after);
 
-        let mut progress = RelayProgress {
-            position: after,
-            ..RelayProgress::default()
+        // The driver reads and encodes ahead while this tick publishes: one message at a time, each acknowledged
+        // before the next, in position order, the checkpoint saved after the acks of each page.
+        let publishing = Publishing {
+            relay: self,
+            bus: &bus,
+            from: after,
         };
-        let started = Instant::now();
-        // Reading and encoding run ahead in a task of their own while this one publishes: one message at a time,
-        // each acknowledged before the next, in position order, exactly as if it read the pages itself.
-        let (tx, mut rx) = mpsc::channel(READ_AHEAD);
-        let reader = tokio::spawn(read_ahead(
-            self.store.clone(),
-            bus.config().clone(),
-            after,
-            tx,
-        ));
-        let _stop_reader = AbortOnDrop(reader.abort_handle());
-        let mut unsaved = 0;
-        let deadline = tokio::time::Instant::from_std(started + self.tick_budget);
-        // A slow page read ends the tick at its deadline too, not only a long run of publishes.
-        loop {
-            let message: BusMessage = match tokio::time::timeout_at(deadline, rx.recv()).await {
-                Ok(Some(message)) => message?,
-                // The reader reached the head.
-                Ok(None) => break,
-                Err(_) => {
-                    progress.out_of_time = true;
-                    break;
-                }
-            };
-            let published = bus
-                .publish(&message)
-                .await
-                .with_context(|| format!("publishing event at position {}", message.position))?;
-            progress.published += 1;
-            if published.duplicate {
-                progress.duplicates += 1;
-                metrics::counter!("pidevops_relay_duplicates_total").increment(1);
-            }
-            metrics::counter!("pidevops_relay_published_total").increment(1);
-            after = message.position;
-            state.after = Some(after);
-            unsaved += 1;
-            let out_of_time = started.elapsed() > self.tick_budget;
-            if unsaved >= PAGE || out_of_time {
-                self.save_checkpoint(after).await?;
-                progress.position = after;
-                unsaved = 0;
-            }
-            if out_of_time {
-                progress.out_of_time = true;
-                break;
-            }
-        }
-        if unsaved > 0 {
-            self.save_checkpoint(after).await?;
-            progress.position = after;
-        }
-        progress.head = self.store.head().await.context("reading the log head")?;
-        Ok(progress)
+        let followed = self.follow.tick(&self.store, &publishing).await?;
+        state.after = Some(followed.position);
+        Ok(RelayProgress {
+            published: followed.tally.published,
+            duplicates: followed.tally.duplicates,
+            position: followed.position,
+            head: self.store.head().await.context("reading the log head")?,
+            out_of_time: followed.out_of_time,
+        })
     }
 
     async fn save_checkpoint(&self, after: i64) -> anyhow::Result<()> {
@@ -293,44 +239,65 @@ impl Relay {
     }
 }
 
-/// Reads the log after `after` page by page and encodes each event, in position order, until it is caught up or
-/// the relay stops listening. An error ends it after being passed on.
-async fn read_ahead(
-    store: EventStore,
-    config: BusConfig,
-    mut after: i64,
-    tx: mpsc::Sender<anyhow::Result<BusMessage>>,
-) {
-    loop {
-        let events = match store.read_after(after, PAGE).await {
-            Ok(events) => events,
-            Err(e) => {
-                let _ = tx
-                    .send(Err(anyhow::Error::new(e).context("reading the log")))
-                    .await;
-                return;
-            }
-        };
-        let Some(last) = events.last() else {
-            return;
-        };
-        after = last.position;
-        for event in &events {
-            let message = BusMessage::from_event(&config, event)
-                .with_context(|| format!("encoding event at position {}", event.position));
-            let failed = message.is_err();
-            if tx.send(message).await.is_err() || failed {
-                return;
-            }
-        }
+/// One tick's publishing, as a follower of the log: it starts where the bus says (see the module doc), and its
+/// checkpoint is saved only after the acks.
+struct Publishing<'a> {
+    relay: &'a Relay,
+    bus: &'a Bus,
+    from: i64,
+}
+
+/// What a tick published.
+#[derive(Default)]
+struct Published {
+    published: u64,
+    duplicates: u64,
+}
+
+/// Encodes on the reader's side: the relay's CPU goes mostly to encoding 28 KB envelopes (docs/benchmarks.md).
+#[derive(Clone)]
+struct Encode(BusConfig);
+
+impl Prepare for Encode {
+    type Item = BusMessage;
+    fn prepare(&self, event: StoredEvent) -> anyhow::Result<BusMessage> {
+        BusMessage::from_event(&self.0, &event)
+            .with_context(|| format!("encoding event at position {}", event.position))
     }
 }
 
-/// Stops the read-ahead task when a tick ends early (budget, publish error): it must not outlive its tick.
-struct AbortOnDrop(tokio::task::AbortHandle);
+impl Follower for Publishing<'_> {
+    type Prepare = Encode;
+    type Tally = Published;
 
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
+    fn checkpoint(&self) -> &str {
+        RELAY
+    }
+
+    fn prepare(&self) -> Encode {
+        Encode(self.bus.config().clone())
+    }
+
+    async fn start(&self, _store: &EventStore) -> anyhow::Result<i64> {
+        Ok(self.from)
+    }
+
+    async fn save(&self, _store: &EventStore, position: i64) -> anyhow::Result<()> {
+        self.relay.save_checkpoint(position).await
+    }
+
+    async fn handle(&self, message: &BusMessage, tally: &mut Published) -> anyhow::Result<Next> {
+        let published = self
+            .bus
+            .publish(message)
+            .await
+            .with_context(|| format!("publishing event at position {}", message.position))?;
+        tally.published += 1;
+        if published.duplicate {
+            tally.duplicates += 1;
+            metrics::counter!("pidevops_relay_duplicates_total").increment(1);
+        }
+        metrics::counter!("pidevops_relay_published_total").increment(1);
+        Ok(Next::Done)
     }
 }

@@ -20,12 +20,10 @@ use super::{
 use crate::board::{Board, BoardError};
 use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::{AppendError, EventLog, StoredEvent};
+use crate::loops::follow::{AsStored, Follow, Follower, Next};
 use crate::tasks::values::TASK_STREAM_PREFIX;
 use crate::tasks::{Command, GithubRef, Links, Reason, TaskEvent, TaskId};
 
-const PAGE: i64 = 200;
-/// A tick's longest run before it hands back (below a third of the shortest interval `/health` allows).
-const TICK_BUDGET: std::time::Duration = std::time::Duration::from_millis(150);
 const ACTOR: &str = "effects";
 
 /// What one tick did, for `/health`.
@@ -57,7 +55,9 @@ pub struct Effects {
     telegram: Option<TelegramClient>,
     linear: Option<LinearClient>,
     config: PolicyConfig,
-    checkpoint: Option<String>,
+    /// The checkpoint's name: the loop's, unless [`Self::with_checkpoint`] says otherwise.
+    checkpoint: String,
+    follow: Follow<StoredEvent>,
     /// When this process last sent to each Telegram chat, and at all (Telegram's rate limits).
     sent: std::sync::Arc<std::sync::Mutex<Sent>>,
     /// For the bot's `/status`.
@@ -83,7 +83,8 @@ impl Effects {
             telegram: None,
             linear: None,
             config,
-            checkpoint: None,
+            checkpoint: provider.loop_name(),
+            follow: Follow::default(),
             sent: Default::default(),
             loops: None,
             menu_settled: Default::default(),
@@ -128,79 +129,28 @@ impl Effects {
     /// The same worker reading the log under another checkpoint name: a second reader from position 0 (a rebuild,
     /// or a test replaying the log) settles every effect from its stream and calls nothing twice.
     pub fn with_checkpoint(mut self, name: &str) -> Self {
-        self.checkpoint = Some(name.to_owned());
+        self.checkpoint = name.to_owned();
         self
     }
 
-    fn checkpoint_name(&self) -> String {
-        self.checkpoint
-            .clone()
-            .unwrap_or_else(|| self.provider.loop_name())
-    }
-
-    /// Handles what was committed since the checkpoint, up to the first effect that must wait.
+    /// Handles what was committed since the checkpoint, up to the first effect that must wait (see
+    /// [`crate::loops::follow`] for pages, checkpoint and budget).
     pub async fn tick(&self) -> anyhow::Result<EffectsProgress> {
         if self.provider == Provider::Telegram
             && !self.menu_settled.load(std::sync::atomic::Ordering::Relaxed)
         {
             self.set_menu().await?;
         }
-        let store = self.log.store();
-        let name = self.checkpoint_name();
-        let mut progress = EffectsProgress {
-            position: store
-                .checkpoint(&name)
-                .await
-                .with_context(|| format!("reading the {name} checkpoint"))?,
-            ..EffectsProgress::default()
-        };
-        let started = std::time::Instant::now();
-        loop {
-            let events = store
-                .read_after(progress.position, PAGE)
-                .await
-                .context("reading the log")?;
-            let Some(last) = events.last().map(|e| e.position) else {
-                return Ok(progress);
-            };
-            for event in &events {
-                let settled = self.handle(event, &mut progress).await.with_context(|| {
-                    format!("effects of event {} ({})", event.position, event.event_type)
-                })?;
-                if let Settled::Waiting(until) = settled {
-                    store
-                        .advance_checkpoint(&name, progress.position)
-                        .await
-                        .context("saving the checkpoint")?;
-                    progress.waiting = Some(format!(
-                        "event {} waits for its retry at {}",
-                        event.position,
-                        until.to_rfc3339()
-                    ));
-                    return Ok(progress);
-                }
-                progress.position = event.position;
-                // A backlog (a burst of webhooks) never makes the loop look stale: hand back after a while.
-                if started.elapsed() > TICK_BUDGET {
-                    store
-                        .advance_checkpoint(&name, progress.position)
-                        .await
-                        .context("saving the checkpoint")?;
-                    progress.out_of_time = true;
-                    return Ok(progress);
-                }
-            }
-            store
-                .advance_checkpoint(&name, progress.position)
-                .await
-                .context("saving the checkpoint")?;
-            if events.len() < PAGE as usize && progress.position == last {
-                return Ok(progress);
-            }
-        }
+        let followed = self.follow.tick(self.log.store(), self).await?;
+        Ok(EffectsProgress {
+            position: followed.position,
+            waiting: followed.waiting,
+            out_of_time: followed.out_of_time,
+            ..followed.tally
+        })
     }
 
-    async fn handle(
+    async fn handle_event(
         &self,
         event: &StoredEvent,
         progress: &mut EffectsProgress,
@@ -1053,6 +1003,37 @@ impl Effects {
             Err(AppendError::Conflict { .. }) => Ok(false),
             Err(error) => Err(error),
         }
+    }
+}
+
+impl Follower for Effects {
+    type Prepare = AsStored;
+    type Tally = EffectsProgress;
+
+    fn checkpoint(&self) -> &str {
+        &self.checkpoint
+    }
+
+    fn prepare(&self) -> AsStored {
+        AsStored
+    }
+
+    async fn handle(
+        &self,
+        event: &StoredEvent,
+        progress: &mut EffectsProgress,
+    ) -> anyhow::Result<Next> {
+        let settled = self.handle_event(event, progress).await.with_context(|| {
+            format!("effects of event {} ({})", event.position, event.event_type)
+        })?;
+        Ok(match settled {
+            Settled::Yes => Next::Done,
+            Settled::Waiting(until) => Next::Wait(format!(
+                "event {} waits for its retry at {}",
+                event.position,
+                until.to_rfc3339()
+            )),
+        })
     }
 }
 

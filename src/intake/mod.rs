@@ -11,13 +11,11 @@ use anyhow::Context;
 use crate::board::{Board, BoardError};
 use crate::domain::Source;
 use crate::eventlog::{EventLog, StoredEvent};
+use crate::loops::follow::{AsStored, Follow, Follower, Next};
 pub use rules::{Decision, IntakeConfig};
 
 /// The loop's name and its checkpoint's.
 pub const INTAKE: &str = "intake";
-const PAGE: i64 = 200;
-/// Default tick budget; `serve` sets it to the loop's interval (see [`Intake::with_tick_budget`]).
-const DEFAULT_TICK_BUDGET: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What one tick did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -36,7 +34,7 @@ pub struct Intake {
     log: EventLog,
     board: Board,
     config: std::sync::Arc<IntakeConfig>,
-    tick_budget: std::time::Duration,
+    follow: Follow<StoredEvent>,
 }
 
 impl Intake {
@@ -45,65 +43,29 @@ impl Intake {
             log,
             board,
             config: std::sync::Arc::new(config),
-            tick_budget: DEFAULT_TICK_BUDGET,
+            follow: Follow::default(),
         }
     }
 
-    /// A tick hands the loop back once it has worked this long (checked after every event, and the checkpoint
-    /// moves to the last one handled), so a backlog under load never makes the loop look stale: `/health` calls a
-    /// loop stale after three intervals without a finished tick, and this budget is one interval.
+    /// A tick hands the loop back once it has worked this long (the follower's budget otherwise; see
+    /// [`crate::loops::follow`]).
     pub fn with_tick_budget(mut self, budget: std::time::Duration) -> Self {
-        self.tick_budget = budget;
+        self.follow = self.follow.with_budget(budget);
         self
     }
 
-    /// Handles everything committed since the checkpoint, a page at a time, moving the checkpoint after each.
+    /// Handles what was committed since the checkpoint (see [`crate::loops::follow`] for pages, checkpoint and
+    /// budget).
     pub async fn tick(&self) -> anyhow::Result<IntakeProgress> {
-        let store = self.log.store();
-        let mut progress = IntakeProgress {
-            position: store
-                .checkpoint(INTAKE)
-                .await
-                .context("reading the intake checkpoint")?,
-            ..IntakeProgress::default()
-        };
-        let started = std::time::Instant::now();
-        loop {
-            let events = store
-                .read_after(progress.position, PAGE)
-                .await
-                .context("reading the log")?;
-            if events.is_empty() {
-                return Ok(progress);
-            }
-            let mut handled = progress.position;
-            for event in &events {
-                self.handle(event, &mut progress).await.with_context(|| {
-                    format!("intake of event {} ({})", event.position, event.event_type)
-                })?;
-                handled = event.position;
-                if started.elapsed() > self.tick_budget {
-                    break;
-                }
-            }
-            store
-                .advance_checkpoint(INTAKE, handled)
-                .await
-                .context("saving the intake checkpoint")?;
-            progress.position = handled;
-            let caught_up =
-                events.len() < PAGE as usize && events.last().map(|e| e.position) == Some(handled);
-            if caught_up {
-                return Ok(progress);
-            }
-            if started.elapsed() > self.tick_budget {
-                progress.out_of_time = true;
-                return Ok(progress);
-            }
-        }
+        let followed = self.follow.tick(self.log.store(), self).await?;
+        Ok(IntakeProgress {
+            position: followed.position,
+            out_of_time: followed.out_of_time,
+            ..followed.tally
+        })
     }
 
-    async fn handle(
+    async fn handle_event(
         &self,
         event: &StoredEvent,
         progress: &mut IntakeProgress,
@@ -292,6 +254,30 @@ impl Intake {
             .await
             .context("recording an ignored intake candidate")?;
         Ok(())
+    }
+}
+
+impl Follower for Intake {
+    type Prepare = AsStored;
+    type Tally = IntakeProgress;
+
+    fn checkpoint(&self) -> &str {
+        INTAKE
+    }
+
+    fn prepare(&self) -> AsStored {
+        AsStored
+    }
+
+    async fn handle(
+        &self,
+        event: &StoredEvent,
+        progress: &mut IntakeProgress,
+    ) -> anyhow::Result<Next> {
+        self.handle_event(event, progress).await.with_context(|| {
+            format!("intake of event {} ({})", event.position, event.event_type)
+        })?;
+        Ok(Next::Done)
     }
 }
 

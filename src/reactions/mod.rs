@@ -20,14 +20,12 @@ use crate::board::{Board, BoardError};
 use crate::dispatch::runs::{self, RunEvent};
 use crate::domain::Source;
 use crate::eventlog::{EventLog, StoredEvent};
+use crate::loops::follow::{AsStored, Follow, Follower, Next};
 use crate::tasks::{Column, Command, FollowUpText, Reason, RetryCause, Task, TaskEvent, TaskId};
 pub use rules::Reaction;
 
 /// The loop's name and its checkpoint's.
 pub const REACTIONS: &str = "reactions";
-const PAGE: i64 = 200;
-/// A tick's longest run before it hands back (below a third of the shortest interval `/health` allows).
-const TICK_BUDGET: std::time::Duration = std::time::Duration::from_millis(150);
 /// How long a CI result for an unknown commit waits while the task's run is still recording its push.
 const UNKNOWN_COMMIT_GRACE: chrono::Duration = chrono::Duration::seconds(120);
 
@@ -44,11 +42,6 @@ pub struct ReactionsProgress {
     pub out_of_time: bool,
 }
 
-enum Handled {
-    Done,
-    Wait(String),
-}
-
 #[derive(Clone, Debug)]
 pub struct Reactions {
     log: EventLog,
@@ -56,6 +49,7 @@ pub struct Reactions {
     bot_login: Option<String>,
     /// Author associations whose reviews and comments count (intake's).
     trusted: std::collections::BTreeSet<String>,
+    follow: Follow<StoredEvent>,
 }
 
 impl Reactions {
@@ -70,70 +64,29 @@ impl Reactions {
             board,
             bot_login,
             trusted,
+            follow: Follow::default(),
         }
     }
 
+    /// Handles what was committed since the checkpoint, up to a CI result that must wait (see
+    /// [`crate::loops::follow`] for pages, checkpoint and budget).
     pub async fn tick(&self) -> anyhow::Result<ReactionsProgress> {
-        let store = self.log.store();
-        let mut progress = ReactionsProgress {
-            position: store
-                .checkpoint(REACTIONS)
-                .await
-                .context("reading the reactions checkpoint")?,
-            ..ReactionsProgress::default()
-        };
-        let started = std::time::Instant::now();
-        loop {
-            let events = store
-                .read_after(progress.position, PAGE)
-                .await
-                .context("reading the log")?;
-            let Some(last) = events.last().map(|e| e.position) else {
-                return Ok(progress);
-            };
-            for event in &events {
-                let handled = self.handle(event, &mut progress).await.with_context(|| {
-                    format!(
-                        "reacting to event {} ({})",
-                        event.position, event.event_type
-                    )
-                })?;
-                if let Handled::Wait(why) = handled {
-                    store
-                        .advance_checkpoint(REACTIONS, progress.position)
-                        .await
-                        .context("saving the reactions checkpoint")?;
-                    progress.waiting = Some(why);
-                    return Ok(progress);
-                }
-                progress.position = event.position;
-                // A backlog (a burst of webhooks) never makes the loop look stale: hand back after a while.
-                if started.elapsed() > TICK_BUDGET {
-                    store
-                        .advance_checkpoint(REACTIONS, progress.position)
-                        .await
-                        .context("saving the checkpoint")?;
-                    progress.out_of_time = true;
-                    return Ok(progress);
-                }
-            }
-            store
-                .advance_checkpoint(REACTIONS, progress.position)
-                .await
-                .context("saving the reactions checkpoint")?;
-            if events.len() < PAGE as usize && progress.position == last {
-                return Ok(progress);
-            }
-        }
+        let followed = self.follow.tick(self.log.store(), self).await?;
+        Ok(ReactionsProgress {
+            position: followed.position,
+            waiting: followed.waiting,
+            out_of_time: followed.out_of_time,
+            ..followed.tally
+        })
     }
 
-    async fn handle(
+    async fn handle_event(
         &self,
         event: &StoredEvent,
         progress: &mut ReactionsProgress,
-    ) -> anyhow::Result<Handled> {
+    ) -> anyhow::Result<Next> {
         if event.source != Source::Github.as_str() {
-            return Ok(Handled::Done);
+            return Ok(Next::Done);
         }
         let payload: serde_json::Value =
             serde_json::from_str(event.data_json().get()).unwrap_or_default();
@@ -155,25 +108,25 @@ impl Reactions {
                 if let Err(why) = rules::admit(&event.event_type, &payload, &expected) {
                     progress.ignored += 1;
                     self.record_ignored(event, id, &why).await?;
-                    return Ok(Handled::Done);
+                    return Ok(Next::Done);
                 }
             }
         }
         let (task, command) = match reaction {
-            Reaction::None => return Ok(Handled::Done),
+            Reaction::None => return Ok(Next::Done),
             Reaction::Ignore { task, why } => {
                 tracing::debug!(%task, why, "GitHub event changes nothing");
                 progress.ignored += 1;
-                return Ok(Handled::Done);
+                return Ok(Next::Done);
             }
             Reaction::ChecksFailed { task, sha, summary } => {
                 match self.checks_failed(event, task, &sha, &summary).await? {
                     Verdict::Apply(command) => (task, command),
                     Verdict::Nothing => {
                         progress.ignored += 1;
-                        return Ok(Handled::Done);
+                        return Ok(Next::Done);
                     }
-                    Verdict::Wait(why) => return Ok(Handled::Wait(why)),
+                    Verdict::Wait(why) => return Ok(Next::Wait(why)),
                 }
             }
             Reaction::ChangesRequested { task, by, body } => (
@@ -214,7 +167,7 @@ impl Reactions {
             }
             Err(error) => return Err(error).context("applying a reaction"),
         }
-        Ok(Handled::Done)
+        Ok(Next::Done)
     }
 
     /// What a failed CI result on `sha` means now: a retry when `sha` is the commit pidevops last pushed for a
@@ -308,6 +261,32 @@ impl Reactions {
             }
         }
         Ok(commits)
+    }
+}
+
+impl Follower for Reactions {
+    type Prepare = AsStored;
+    type Tally = ReactionsProgress;
+
+    fn checkpoint(&self) -> &str {
+        REACTIONS
+    }
+
+    fn prepare(&self) -> AsStored {
+        AsStored
+    }
+
+    async fn handle(
+        &self,
+        event: &StoredEvent,
+        progress: &mut ReactionsProgress,
+    ) -> anyhow::Result<Next> {
+        self.handle_event(event, progress).await.with_context(|| {
+            format!(
+                "reacting to event {} ({})",
+                event.position, event.event_type
+            )
+        })
     }
 }
 

@@ -110,24 +110,40 @@ async fn wait_for(client: &Client, css: &str, limit: Duration, what: &str) {
     }
 }
 
+/// The live pages re-render themselves when events arrive, which replaces their elements: one found a moment ago
+/// may be gone when it is used (a stale reference). Each try finds the element afresh; only staleness is retried.
+async fn fresh<T, F, Fut>(css: &str, mut use_it: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, fantoccini::error::CmdError>>,
+{
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        match use_it().await {
+            Ok(value) => return value,
+            Err(e)
+                if format!("{e:?}").contains("StaleElementReference")
+                    && std::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("{css}: {e}"),
+        }
+    }
+}
+
 async fn click(client: &Client, css: &str) {
-    client
-        .find(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("{css}: {e}"))
-        .click()
-        .await
-        .unwrap();
+    fresh(css, || async {
+        client.find(Locator::Css(css)).await?.click().await
+    })
+    .await;
 }
 
 async fn text_of(client: &Client, css: &str) -> String {
-    client
-        .find(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("{css}: {e}"))
-        .text()
-        .await
-        .unwrap()
+    fresh(css, || async {
+        client.find(Locator::Css(css)).await?.text().await
+    })
+    .await
 }
 
 async fn screenshot(client: &Client, name: &str) -> PathBuf {
@@ -219,11 +235,7 @@ async fn sign_in_watch_a_task_arrive_approve_it_read_its_story_and_sign_out() {
             .is_empty(),
         "the page updated itself"
     );
-    let card = client
-        .find(Locator::Css("section[data-column=triage] article.card"))
-        .await
-        .unwrap();
-    let text = card.text().await.unwrap();
+    let text = text_of(&client, "section[data-column=triage] article.card").await;
     assert!(
         text.contains("Make the <b>redirect</b> keep the query string"),
         "{text}"
@@ -231,12 +243,7 @@ async fn sign_in_watch_a_task_arrive_approve_it_read_its_story_and_sign_out() {
     let board_png = screenshot(&client, "board.png").await;
 
     // Its page: the story so far, and the actions its state allows.
-    card.find(Locator::Css("a"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&client, "section[data-column=triage] article.card a").await;
     wait_for(
         &client,
         "table.timeline",

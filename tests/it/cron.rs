@@ -134,13 +134,22 @@ async fn fired_after_stop(db: &TestDb) -> DateTime<Utc> {
 }
 
 async fn a_bad_schedule_stops_serve_and_names_the_key(db: TestDb) {
-    let mut settings = crate::common::settings(&db);
-    settings.file = "[[schedules]]\nname = \"x\"\ncron = \"* * * *\"\n[schedules.task]\nrepo = \"acme/app\"\ntask = \"t\""
-        .parse()
-        .unwrap();
-    let error = match pidevops::startup::build(settings).await {
+    // Serve reads its settings (and with them the file) before anything else: they refuse it.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pidevops.toml");
+    std::fs::write(
+        &path,
+        "[[schedules]]\nname = \"x\"\ncron = \"* * * *\"\n[schedules.task]\nrepo = \"acme/app\"\ntask = \"t\"",
+    )
+    .unwrap();
+    let url = db.url_string();
+    let env = pidevops::config::Env::from_pairs([
+        ("DATABASE_URL", url.as_str()),
+        ("PIDEVOPS_CONFIG", path.to_str().unwrap()),
+    ]);
+    let error = match pidevops::config::Settings::from_env(&env) {
         Ok(_) => panic!("serve started with a bad schedule"),
-        Err(error) => format!("{error:#}"),
+        Err(error) => error.to_string(),
     };
     assert!(
         error.contains("schedule \"x\": cron \"* * * *\" is not a 5- or 6-field pattern"),

@@ -92,7 +92,7 @@ pub async fn runs_of(app: &TestApp, id: TaskId) -> Vec<RunRow> {
 
 async fn spawn(db: &TestDb, file: toml::Table, workspaces: &Path) -> TestApp {
     let mut settings = crate::common::settings(db);
-    settings.file = file;
+    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
     settings.workspace_root = workspaces.to_owned();
     TestApp::spawn(settings).await
 }
@@ -310,7 +310,8 @@ git add CHANGES.md && git -c user.name=agent -c user.email=agent@localhost commi
         ),
     );
     let mut settings = crate::common::settings(&db);
-    settings.file = dispatch_file(&remote, &script, "");
+    settings.file =
+        pidevops::config::FileConfig::try_from(dispatch_file(&remote, &script, "")).unwrap();
     settings.workspace_root = dir.join("ws");
     settings.github_token = Some(SECRET_TOKEN.to_owned().into());
     // The service's own environment holds the secrets, as on Railway.

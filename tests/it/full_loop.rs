@@ -364,7 +364,8 @@ async fn a_linear_issue_becomes_a_merged_pull_request_and_everyone_hears(db: Tes
     let scratch = tempfile::tempdir().unwrap();
     let script = agent(scratch.path(), "edits.sh", "date +%s%N > CHANGES.md");
     let mut settings = crate::common::settings(&db);
-    settings.file = dispatch_file(&remote, &script, "");
+    settings.file =
+        pidevops::config::FileConfig::try_from(dispatch_file(&remote, &script, "")).unwrap();
     settings.workspace_root = scratch.path().join("ws");
     settings.github_token = Some(SecretString::from(GITHUB_TOKEN));
     settings.github_api_url = fakes.github.url.clone();

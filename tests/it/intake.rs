@@ -29,14 +29,13 @@ fn fixture(path: &str) -> Value {
 async fn app(db: &TestDb) -> TestApp {
     let mut settings = crate::common::settings(db);
     settings.telegram_allowed_chats = Some("111222333, -100200300".to_owned());
-    settings.file = toml::from_str(
-        r#"
+    settings.file = r#"
         [intake]
         allow_repos = ["acme/*", "Codertocat/Hello-World"]
         [intake.github]
         bot_login = "pidevops-bot"
-        "#,
-    )
+        "#
+    .parse()
     .unwrap();
     TestApp::spawn(settings).await
 }
@@ -560,7 +559,7 @@ async fn repositories_not_allowed_are_refused_at_every_door_and_never_cloned(db:
     );
     let github = crate::common::fake_github::FakeGithub::start().await;
     let mut settings = crate::common::settings(&db);
-    settings.file = file;
+    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
     settings.workspace_root = scratch.path().join("ws");
     settings.telegram_allowed_chats = Some("111222333".to_owned());
     // With a token a clone from GitHub would be attempted: none must be.

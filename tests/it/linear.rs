@@ -57,7 +57,7 @@ async fn spawn(db: &TestDb, linear: &FakeLinear, file: toml::Table) -> TestApp {
     let mut settings = crate::common::settings(db);
     settings.linear_api_key = Some(SecretString::from(LINEAR_KEY));
     settings.linear_api_url = linear.url.clone();
-    settings.file = file;
+    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
     TestApp::spawn(settings).await
 }
 
@@ -379,7 +379,7 @@ async fn a_stop_signal_halts_the_running_agent_and_ends_the_attempt_once(db: Tes
     let mut settings = crate::common::settings(&db);
     settings.linear_api_key = Some(SecretString::from(LINEAR_KEY));
     settings.linear_api_url = linear.url.clone();
-    settings.file = file;
+    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
     settings.workspace_root = scratch.path().join("ws");
     let app = TestApp::spawn(settings).await;
     let r = app

@@ -10,9 +10,11 @@
 #[macro_use]
 mod common;
 
+mod architecture;
 mod board_replay;
 mod browser;
 mod bus;
+mod config;
 mod cron;
 mod disk_full;
 mod dispatch;
@@ -28,6 +30,7 @@ mod ingress;
 mod intake;
 mod leases;
 mod linear;
+mod openapi;
 mod pollers;
 mod process;
 mod projectors;

@@ -188,7 +188,7 @@ async fn a_merge_and_a_ci_failure_whose_webhooks_never_came_are_found_on_github(
         toml::Value::Table("[github]\ninterval_s = 0.5".parse::<toml::Table>().unwrap()),
     );
     let mut settings = crate::common::settings(&db);
-    settings.file = file;
+    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
     settings.workspace_root = scratch.path().join("ws");
     settings.github_token = Some(SecretString::from("ghp_fake_token_for_the_fake_github"));
     settings.github_api_url = github.url.clone();

@@ -85,6 +85,13 @@ async fn wait_column(app: &TestApp, id: TaskId, want: Column, what: &str) {
     .await;
 }
 
+/// The task's column once reactions has handled every delivery and the read models caught up: driven, not waited for.
+async fn reacted(app: &TestApp, id: TaskId) -> Option<Column> {
+    app.drive("reactions").await;
+    app.project().await;
+    column(app, id).await
+}
+
 /// The task's runs once the runs read model shows `n` of them ended.
 async fn ended_runs(app: &TestApp, id: TaskId, n: usize) -> Vec<RunRow> {
     within(
@@ -125,7 +132,8 @@ async fn ci_failures_and_reviews_send_the_task_back_with_what_was_said_and_a_mer
     // Each attempt leaves a different change, so each push is a new commit.
     let script = agent(scratch.path(), "edits.sh", "date +%s%N > CHANGES.md");
     let mut settings = crate::common::settings(&db);
-    settings.file = dispatch_file(&remote, &script, "");
+    settings.file =
+        pidevops::config::FileConfig::try_from(dispatch_file(&remote, &script, "")).unwrap();
     settings.workspace_root = scratch.path().join("ws");
     let app = TestApp::spawn(settings).await;
     let draft = Draft::new(
@@ -280,7 +288,7 @@ async fn closing_without_merging_cancels_and_other_branches_are_left_alone(db: T
         id.branch().as_str(),
     );
     post(&app, "pull_request", &closed).await;
-    wait_column(&app, id, Column::Cancelled, "cancelled").await;
+    assert_eq!(reacted(&app, id).await, Some(Column::Cancelled));
     let loaded = board.load(id).await.unwrap().unwrap();
     assert_eq!(
         loaded.task.closed_reason().map(|r| r.as_str()),
@@ -289,7 +297,7 @@ async fn closing_without_merging_cancels_and_other_branches_are_left_alone(db: T
     let task_events = loaded.events.len();
     // Delivered again (a new delivery of the same close): nothing more happens.
     post(&app, "pull_request", &closed).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    app.drive("reactions").await;
     assert_eq!(
         board.load(id).await.unwrap().unwrap().events.len(),
         task_events
@@ -364,13 +372,9 @@ async fn forks_strangers_and_other_repositories_change_nothing_and_are_recorded(
     elsewhere["pull_request"]["merged"] = json!(true);
     post(&app, "pull_request", &elsewhere).await;
 
-    within(
-        Duration::from_secs(30),
-        "five refusals recorded",
-        || async { ignored(&app).await.len() == 5 },
-    )
-    .await;
+    app.drive("reactions").await;
     let reasons = ignored(&app).await;
+    assert_eq!(reasons.len(), 5, "five refusals recorded: {reasons:?}");
     assert!(reasons[0].contains("#77, not the task's #2"), "{reasons:?}");
     assert!(reasons[1].contains("stranger/app, a fork"), "{reasons:?}");
     assert!(reasons[2].contains("stranger is NONE"), "{reasons:?}");
@@ -392,7 +396,11 @@ async fn forks_strangers_and_other_repositories_change_nothing_and_are_recorded(
     review["review"]["state"] = json!("changes_requested");
     review["review"]["body"] = json!("Keep the old redirect.");
     post(&app, "pull_request_review", &review).await;
-    wait_column(&app, id, Column::Todo, "back to todo by the owner's review").await;
+    assert_eq!(
+        reacted(&app, id).await,
+        Some(Column::Todo),
+        "back to todo by the owner's review"
+    );
     assert_eq!(ignored(&app).await.len(), 5);
     app.stop().await;
 }

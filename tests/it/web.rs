@@ -165,11 +165,9 @@ async fn every_page_renders_from_the_read_models(db: TestDb) {
         )
         .await
         .unwrap();
-    within(Duration::from_secs(10), "the read models", || async {
-        row(&app, waiting).await.is_some()
-            && row(&app, flagged).await.is_some_and(|r| r.needs_human)
-    })
-    .await;
+    app.project().await;
+    assert!(row(&app, waiting).await.is_some());
+    assert!(row(&app, flagged).await.is_some_and(|r| r.needs_human));
     let cookie = sign_in(&app).await;
 
     let (status, board_html) = get(&app, "/", &cookie).await;
@@ -316,12 +314,10 @@ async fn signing_in_takes_the_admin_token_and_gives_a_safe_cookie(db: TestDb) {
 async fn actions_without_a_session_or_csrf_token_are_refused_and_change_nothing(db: TestDb) {
     let app = TestApp::spawn(crate::common::settings(&db)).await;
     let id = task(&app, "Needs approval", Links::default()).await;
-    within(Duration::from_secs(10), "the task in triage", || async {
-        row(&app, id)
-            .await
-            .is_some_and(|r| r.column == Column::Triage)
-    })
-    .await;
+    app.project().await;
+    assert!(row(&app, id)
+        .await
+        .is_some_and(|r| r.column == Column::Triage));
     let cookie = sign_in(&app).await;
     let (_, html) = get(&app, &format!("/tasks/{id}"), &cookie).await;
     let token = csrf(&html);
@@ -423,10 +419,8 @@ async fn a_stored_script_renders_as_text(db: TestDb) {
         .as_i64()
         .unwrap();
     let id = task(&app, "<script>alert('title')</script>", Links::default()).await;
-    within(Duration::from_secs(10), "the task's row", || async {
-        row(&app, id).await.is_some()
-    })
-    .await;
+    app.project().await;
+    assert!(row(&app, id).await.is_some());
     let cookie = sign_in(&app).await;
     for path in [
         format!("/events/{position}"),
@@ -504,7 +498,8 @@ async fn a_running_attempt_shows_its_log_tail_on_its_page(db: TestDb) {
         "echo 'reading the <code> & thinking'; sleep 600",
     );
     let mut settings = crate::common::settings(&db);
-    settings.file = dispatch_file(&remote, &script, "");
+    settings.file =
+        pidevops::config::FileConfig::try_from(dispatch_file(&remote, &script, "")).unwrap();
     settings.workspace_root = scratch.path().join("ws");
     let app = TestApp::spawn(settings).await;
     let draft = Draft::new(
@@ -755,12 +750,10 @@ async fn a_copied_cookie_is_refused_after_sign_out_on_every_replica(db: TestDb) 
     let app = TestApp::spawn(crate::common::settings(&db)).await;
     let other = TestApp::spawn(crate::common::settings(&db)).await;
     let id = task(&app, "Still in triage", Links::default()).await;
-    within(Duration::from_secs(10), "the task in triage", || async {
-        row(&app, id)
-            .await
-            .is_some_and(|r| r.column == Column::Triage)
-    })
-    .await;
+    app.project().await;
+    assert!(row(&app, id)
+        .await
+        .is_some_and(|r| r.column == Column::Triage));
     let cookie = sign_in(&app).await;
     let copied = cookie.clone();
     let (status, html) = get(&app, &format!("/tasks/{id}"), &cookie).await;

@@ -208,6 +208,8 @@ pub struct TestApp {
     pub shutdown: CancellationToken,
     pub client: reqwest::Client,
     pub tracker: tokio_util::task::TaskTracker,
+    /// The armed loops, to drive a tick at a time ([`Self::tick`]).
+    pub loops: pidevops::startup::catalog::ArmedLoops,
     server: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
 
@@ -220,6 +222,7 @@ impl TestApp {
         let state = app.state().clone();
         let shutdown = app.shutdown_token();
         let tracker = app.tracker();
+        let loops = app.armed_loops();
         let server = tokio::spawn(app.run());
         Self {
             base,
@@ -230,7 +233,45 @@ impl TestApp {
                 .build()
                 .expect("a client"),
             tracker,
+            loops,
             server: Some(server),
+        }
+    }
+
+    /// Runs one tick of the armed loop `name` now, after any tick of it under way, instead of waiting for the
+    /// loop; says whether it left work (`Pace::Again`).
+    pub async fn tick(&self, name: &str) -> pidevops::loops::Pace {
+        self.loops
+            .tick(&self.state.loops, name)
+            .await
+            .unwrap_or_else(|e| panic!("a tick of {name} failed: {e:#}"))
+    }
+
+    /// Ticks `name` until a tick rests having appended nothing: it has handled the whole log, including what its
+    /// own ticks appended.
+    pub async fn drive(&self, name: &str) {
+        let store = self.state.log.store();
+        loop {
+            let head = store.head().await.expect("the log's head");
+            let pace = self.tick(name).await;
+            if pace == pidevops::loops::Pace::Rest
+                && store.head().await.expect("the log's head") == head
+            {
+                return;
+            }
+        }
+    }
+
+    /// Brings every read model to the log's head.
+    pub async fn project(&self) {
+        let projectors: Vec<String> = self
+            .loops
+            .names()
+            .filter(|n| n.starts_with("projector:"))
+            .map(str::to_owned)
+            .collect();
+        for name in projectors {
+            self.drive(&name).await;
         }
     }
 

@@ -1,0 +1,373 @@
+//! The follower: the one driver for every loop that applies each new event of the log once, in position order,
+//! after its checkpoint — intake, reactions, each `effects:<provider>` loop and the relay. A follower says what
+//! one event means ([`Follower::handle`]); this file decides, the same way for all of them:
+//!
+//! - **what is read**: pages of [`PAGE`] events after the checkpoint, read (and prepared: the relay encodes its
+//!   messages there) one page ahead on a task of its own while the tick handles the page before;
+//! - **when the checkpoint moves**: at the end of each page, before an event that must wait ([`Next::Wait`]), and
+//!   when the tick hands back; never past an event that was not handled;
+//! - **what an error does**: it ends the tick and saves nothing more, so the next tick starts again at the saved
+//!   checkpoint and handles the failed event again (and the events of its page before it: handlers are
+//!   idempotent by key or by the task's state). An event is never skipped;
+//! - **how long a tick runs**: [`TICK_BUDGET`], then it hands back, with [`Pace::Again`] when work is left.
+//!
+//! A tick that hands back at its budget leaves its reader running for the next tick, which follows at once: a long
+//! catch-up is one stream of reads rather than one restart per tick. The next tick takes it over only if it starts
+//! exactly where this one stopped, short of the log's end (events are immutable and commit in position order, so
+//! what was read ahead is what it would read). "Caught up" is decided only by a read made during the tick.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use tokio::sync::mpsc;
+
+use super::Pace;
+use crate::eventlog::{EventStore, StoredEvent};
+
+/// Events per read, and per checkpoint move.
+pub const PAGE: i64 = 200;
+
+/// How long a tick handles events before it hands the loop back: the 150 ms reactions and effects used (intake and
+/// the relay used one interval). Fixed rather than an interval, so it is one policy whatever a loop's interval: a
+/// tick ends far inside its loop's stale threshold; a lost lease or a shutdown is noticed between two ticks; each
+/// hand-back saves the checkpoint, which bounds what a crash repeats; and a backlog pays little for it, since the
+/// next tick follows at once and takes over the reader this one left running.
+pub const TICK_BUDGET: Duration = Duration::from_millis(150);
+
+/// What handling one event came to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Handled: the checkpoint may move past it.
+    Done,
+    /// Not yet (a retry time, a run still recording): the tick ends before it, the checkpoint stays before it, and
+    /// a later tick handles it again. Says why, for `/health`.
+    Wait(String),
+}
+
+/// The reader's side of a follower: per-event work done ahead of the tick, on the reader task.
+pub trait Prepare: Clone + Send + Sync + 'static {
+    type Item: Send + 'static;
+    fn prepare(&self, event: StoredEvent) -> anyhow::Result<Self::Item>;
+}
+
+/// Hands the stored event on as it is: what every follower but the relay reads.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AsStored;
+
+impl Prepare for AsStored {
+    type Item = StoredEvent;
+    fn prepare(&self, event: StoredEvent) -> anyhow::Result<StoredEvent> {
+        Ok(event)
+    }
+}
+
+/// A loop that applies each new event of the log, checkpointed.
+pub trait Follower: Send + Sync {
+    type Prepare: Prepare;
+    /// What one tick counts (created, ignored, published, …), for its `/health` detail.
+    type Tally: Default + Send;
+
+    /// The checkpoint's name.
+    fn checkpoint(&self) -> &str;
+
+    fn prepare(&self) -> Self::Prepare;
+
+    /// Handles one event, in position order. An error ends the tick (see the module doc).
+    fn handle(
+        &self,
+        item: &<Self::Prepare as Prepare>::Item,
+        tally: &mut Self::Tally,
+    ) -> impl Future<Output = anyhow::Result<Next>> + Send;
+
+    /// Where the tick starts: the last position handled. The relay asks the bus instead.
+    fn start(&self, store: &EventStore) -> impl Future<Output = anyhow::Result<i64>> + Send {
+        async move {
+            store
+                .checkpoint(self.checkpoint())
+                .await
+                .with_context(|| format!("reading the {} checkpoint", self.checkpoint()))
+        }
+    }
+
+    /// Records that everything up to `position` is handled.
+    fn save(
+        &self,
+        store: &EventStore,
+        position: i64,
+    ) -> impl Future<Output = anyhow::Result<()>> + Send {
+        async move {
+            store
+                .advance_checkpoint(self.checkpoint(), position)
+                .await
+                .with_context(|| format!("saving the {} checkpoint", self.checkpoint()))?;
+            Ok(())
+        }
+    }
+}
+
+/// What one tick did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Followed<T> {
+    /// The last position handled (and saved).
+    pub position: i64,
+    pub tally: T,
+    /// The tick stopped before an event that must wait, and why.
+    pub waiting: Option<String>,
+    /// The tick stopped at its budget with work left: the loop goes again without resting.
+    pub out_of_time: bool,
+}
+
+impl<T> Followed<T> {
+    pub fn pace(&self) -> Pace {
+        Pace::again_if(self.out_of_time)
+    }
+}
+
+/// The driver's state for one follower: its budget and the reader a tick left running. Cheap to clone (clones
+/// share the reader).
+pub struct Follow<I> {
+    budget: Duration,
+    reading: Arc<Mutex<Option<Reading<I>>>>,
+}
+
+impl<I> Clone for Follow<I> {
+    fn clone(&self) -> Self {
+        Self {
+            budget: self.budget,
+            reading: self.reading.clone(),
+        }
+    }
+}
+
+impl<I> std::fmt::Debug for Follow<I> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Follow")
+            .field("budget", &self.budget)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<I> Default for Follow<I> {
+    fn default() -> Self {
+        Self {
+            budget: TICK_BUDGET,
+            reading: Arc::default(),
+        }
+    }
+}
+
+/// A page as the reader hands it over.
+struct Page<I> {
+    items: Vec<(i64, I)>,
+    /// Fewer than [`PAGE`] events: the log ended here when it was read.
+    short: bool,
+    /// When the read began.
+    read_at: Instant,
+}
+
+/// A reader and what it has handed over but the tick has not handled yet.
+struct Reading<I> {
+    /// The last position handled: the next item follows it.
+    after: i64,
+    pending: VecDeque<(i64, I)>,
+    /// The page `pending` came from was short (the log's end as of `read_at`): once it is handled, read again.
+    short: bool,
+    read_at: Instant,
+    pages: mpsc::Receiver<anyhow::Result<Page<I>>>,
+    _reader: AbortOnDrop,
+}
+
+impl<I: Send + 'static> Reading<I> {
+    fn spawn<P: Prepare<Item = I>>(store: &EventStore, prepare: P, after: i64) -> Self {
+        // One page ready while the tick handles another and the reader reads a third.
+        let (tx, pages) = mpsc::channel(1);
+        let reader = tokio::spawn(read_ahead(store.clone(), prepare, after, tx));
+        Self {
+            after,
+            pending: VecDeque::new(),
+            short: false,
+            read_at: Instant::now(),
+            pages,
+            _reader: AbortOnDrop(reader.abort_handle()),
+        }
+    }
+}
+
+impl<I: Send + 'static> Follow<I> {
+    /// A tick hands back once it has worked this long (checked after every event, and while waiting for a read).
+    pub fn with_budget(mut self, budget: Duration) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// One tick: handles what was committed after the follower's start, page by page, until it is caught up, an
+    /// event must wait, or the budget is spent.
+    pub async fn tick<F>(
+        &self,
+        store: &EventStore,
+        follower: &F,
+    ) -> anyhow::Result<Followed<F::Tally>>
+    where
+        F: Follower,
+        F::Prepare: Prepare<Item = I>,
+    {
+        let start = follower.start(store).await?;
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::from_std(started + self.budget);
+        // A reader is taken over only in the middle of a backlog: near the end of the log a fresh read costs one
+        // page at most, and tells where the end is now.
+        let left = self.lock().take().filter(|r| r.after == start && !r.short);
+        let mut reading = left.unwrap_or_else(|| Reading::spawn(store, follower.prepare(), start));
+        let mut done = Followed {
+            position: start,
+            tally: F::Tally::default(),
+            waiting: None,
+            out_of_time: false,
+        };
+        let mut saved = start;
+        loop {
+            if reading.pending.is_empty() {
+                if reading.short {
+                    // The end of the log as an earlier tick read it: look again.
+                    reading = Reading::spawn(store, follower.prepare(), done.position);
+                }
+                // A slow read ends the tick at its budget too, once the tick has handled something: every tick
+                // that finds work moves on.
+                let next = if done.position > start {
+                    tokio::time::timeout_at(deadline, reading.pages.recv()).await
+                } else {
+                    Ok(reading.pages.recv().await)
+                };
+                let page = match next {
+                    Ok(Some(page)) => page?,
+                    Ok(None) => {
+                        anyhow::bail!("the log reader of {} stopped", follower.checkpoint())
+                    }
+                    Err(_) => {
+                        self.hand_back(store, follower, &mut done, saved, reading)
+                            .await?;
+                        return Ok(done);
+                    }
+                };
+                reading.pending = page.items.into();
+                reading.short = page.short;
+                reading.read_at = page.read_at;
+            }
+            while let Some((position, item)) = reading.pending.pop_front() {
+                if let Next::Wait(why) = follower.handle(&item, &mut done.tally).await? {
+                    if done.position > saved {
+                        follower.save(store, done.position).await?;
+                    }
+                    done.waiting = Some(why);
+                    return Ok(done);
+                }
+                done.position = position;
+                if Instant::now() >= started + self.budget
+                    && !(reading.pending.is_empty() && reading.short && reading.read_at >= started)
+                {
+                    self.hand_back(store, follower, &mut done, saved, reading)
+                        .await?;
+                    return Ok(done);
+                }
+            }
+            // The end of a page.
+            if done.position > saved {
+                follower.save(store, done.position).await?;
+                saved = done.position;
+            }
+            // Caught up, as of a read made during this tick; an end read before it is looked at again above.
+            if reading.short && reading.read_at >= started {
+                return Ok(done);
+            }
+        }
+    }
+
+    /// Out of time with work left: saves, and keeps the reader for the next tick.
+    async fn hand_back<F: Follower>(
+        &self,
+        store: &EventStore,
+        follower: &F,
+        done: &mut Followed<F::Tally>,
+        saved: i64,
+        mut reading: Reading<I>,
+    ) -> anyhow::Result<()> {
+        if done.position > saved {
+            follower.save(store, done.position).await?;
+        }
+        done.out_of_time = true;
+        reading.after = done.position;
+        *self.lock() = Some(reading);
+        Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Reading<I>>> {
+        // Only ever replaced whole, so a panic while holding it cannot leave it half-written.
+        self.reading.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Reads the log after `after` page by page, prepares each event, and hands the pages on in position order until
+/// a short page (the log's end as of that read), an error (passed on, then it ends) or the tick stops listening.
+async fn read_ahead<P: Prepare>(
+    store: EventStore,
+    prepare: P,
+    mut after: i64,
+    pages: mpsc::Sender<anyhow::Result<Page<P::Item>>>,
+) {
+    loop {
+        let read_at = Instant::now();
+        let events = match store.read_after(after, PAGE).await {
+            Ok(events) => events,
+            Err(e) => {
+                let _ = pages
+                    .send(Err(anyhow::Error::new(e).context("reading the log")))
+                    .await;
+                return;
+            }
+        };
+        let short = events.len() < PAGE as usize;
+        let mut items = Vec::with_capacity(events.len());
+        let mut failed = None;
+        for event in events {
+            let position = event.position;
+            match prepare.prepare(event) {
+                Ok(item) => items.push((position, item)),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        if let Some((last, _)) = items.last() {
+            after = *last;
+        }
+        let page = Page {
+            items,
+            // A page cut short by a failed preparation is not the log's end: its error follows.
+            short: short && failed.is_none(),
+            read_at,
+        };
+        if pages.send(Ok(page)).await.is_err() {
+            return;
+        }
+        if let Some(error) = failed {
+            let _ = pages.send(Err(error)).await;
+            return;
+        }
+        if short {
+            return;
+        }
+    }
+}
+
+/// Stops the reader when its tick (or the reader kept for the next tick) is dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
