@@ -306,7 +306,7 @@ impl Settings {
                 .to_owned(),
             github_api_url: env
                 .get("GITHUB_API_URL")
-                .unwrap_or(crate::effects::github::DEFAULT_API_URL)
+                .unwrap_or(crate::providers::github::DEFAULT_API_URL)
                 .trim_end_matches('/')
                 .to_owned(),
             paused: match env.get("PIDEVOPS_PAUSED") {

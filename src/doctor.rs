@@ -134,17 +134,19 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
             );
         }
         Some(token) => {
-            let checked =
-                match crate::effects::github::GithubClient::new(&settings.github_api_url, token) {
-                    Err(e) => Err(e),
-                    Ok(client) => {
-                        match tokio::time::timeout(Duration::from_secs(10), client.whoami()).await {
-                            Ok(Ok(login)) => Ok(login),
-                            Ok(Err(e)) => Err(e.to_string()),
-                            Err(_) => Err("no answer within 10 s".to_owned()),
-                        }
+            let checked = match crate::providers::github::GithubClient::new(
+                &settings.github_api_url,
+                token,
+            ) {
+                Err(e) => Err(e),
+                Ok(client) => {
+                    match tokio::time::timeout(Duration::from_secs(10), client.whoami()).await {
+                        Ok(Ok(login)) => Ok(login),
+                        Ok(Err(e)) => Err(e.to_string()),
+                        Err(_) => Err("no answer within 10 s".to_owned()),
                     }
-                };
+                }
+            };
             match checked {
                 Ok(login) => {
                     let _ = writeln!(
@@ -174,7 +176,7 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
         }
         Some(key) => {
             let checked =
-                match crate::effects::linear::LinearClient::new(&settings.linear_api_url, key) {
+                match crate::providers::linear::LinearClient::new(&settings.linear_api_url, key) {
                     Err(e) => Err(e),
                     Ok(client) => within_10s(client.viewer()).await,
                 };
@@ -194,7 +196,7 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
             );
         }
         Some(token) => {
-            let checked = match crate::effects::telegram::TelegramClient::new(
+            let checked = match crate::providers::telegram::TelegramClient::new(
                 &settings.telegram_api_url,
                 token,
             ) {
@@ -256,7 +258,7 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
 
 /// A provider's read-only check, bounded: a hung API is a failed check, not a hung doctor.
 async fn within_10s<T>(
-    call: impl std::future::Future<Output = Result<T, crate::effects::CallError>>,
+    call: impl std::future::Future<Output = Result<T, crate::providers::CallError>>,
 ) -> Result<T, String> {
     match tokio::time::timeout(Duration::from_secs(10), call).await {
         Ok(Ok(value)) => Ok(value),
@@ -283,7 +285,7 @@ fn report(out: &mut String, label: &str, url: &str, checked: Result<String, Stri
 /// one, `github_poller` still finds merges and CI failures, only later.
 async fn github_webhooks(out: &mut String, settings: &Settings, token: &secrecy::SecretString) {
     let config = &settings.file.dispatch;
-    let Ok(client) = crate::effects::github::GithubClient::new(&settings.github_api_url, token)
+    let Ok(client) = crate::providers::github::GithubClient::new(&settings.github_api_url, token)
     else {
         return;
     };

@@ -32,7 +32,8 @@
 //! intake/          the follower that turns qualifying webhook events into tasks (rules.rs is pure)
 //! reactions/       the follower that turns GitHub events on pidevops branches into task commands (pure rules)
 //! effects/         outbound calls, each recorded in `effect:<key>` and made once: policy.rs (pure), runner.rs
-//!                  (the `effects:<provider>` follower), the provider clients, bot.rs (the Telegram bot)
+//!                  (the `effects:<provider>` follower), bot.rs (the Telegram bot)
+//! providers/       the GitHub, Linear and Telegram API clients (effects, pollers, ingress and doctor call them)
 //! pollers/         `linear_poller`, `github_poller`: what a missed webhook would have said, in its shape
 //! cron/            [[schedules]] and the `cron` loop: after downtime the latest slot fires once
 //! dispatch/        attempts with coding agents: pure config / profiles / prompt / schedule; dispatcher/ (claim,
@@ -62,6 +63,7 @@ pub mod intake;
 pub mod loops;
 pub mod pollers;
 pub mod projectors;
+pub mod providers;
 pub mod reactions;
 pub mod startup;
 pub mod tasks;

@@ -148,7 +148,7 @@ pub fn telegram_notifies(event: &TaskEvent) -> bool {
 /// cancelled, and each needs-human episode (the domain records one flag per episode, so a task that stays
 /// flagged is not announced again). Keyed by the event, so a replay sends nothing twice.
 pub fn telegram(event: &TaskEvent, task: &Task, event_id: &str, chats: &[i64]) -> Vec<Request> {
-    use super::telegram::{escape, fit};
+    use crate::providers::telegram::{escape, fit};
     let head = format!(
         "<b>{}</b> {} <i>({})</i>",
         task.id(),
@@ -597,7 +597,7 @@ pub fn digest(
     rows: &[crate::projectors::tasks::TaskRow],
     now: chrono::DateTime<chrono::Utc>,
 ) -> String {
-    use super::telegram::{escape, fit};
+    use crate::providers::telegram::{escape, fit};
     use crate::tasks::Column;
     let count = |column: Column| rows.iter().filter(|r| r.column == column).count();
     let done_today: Vec<_> = rows

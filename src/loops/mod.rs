@@ -691,18 +691,19 @@ mod tests {
     #[test]
     fn every_outbound_client_gives_up_before_a_loop_could_turn_stale() {
         // A hung call must end a tick as a failure (recorded, retried) well before its loop is declared dead.
-        let github = crate::effects::github::CONNECT_TIMEOUT + crate::effects::github::READ_TIMEOUT;
+        let github =
+            crate::providers::github::CONNECT_TIMEOUT + crate::providers::github::READ_TIMEOUT;
         let slowest = [
             github,
-            crate::effects::linear::TIMEOUT,
-            crate::effects::telegram::TIMEOUT,
+            crate::providers::linear::TIMEOUT,
+            crate::providers::telegram::TIMEOUT,
         ];
         for timeout in slowest {
             assert!(timeout < MIN_FAIL_AFTER, "{timeout:?}");
         }
         assert!(
             Duration::from_secs(crate::startup::catalog::TELEGRAM_LONG_POLL_S)
-                < crate::effects::telegram::TIMEOUT,
+                < crate::providers::telegram::TIMEOUT,
             "a long poll ends before its client's timeout"
         );
     }

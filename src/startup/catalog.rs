@@ -273,8 +273,9 @@ pub const CATALOG: &[Entry] = &[
                 .telegram_bot_token
                 .as_ref()
                 .context("the loop plan arms telegram_updates without TELEGRAM_BOT_TOKEN")?;
-            let client = crate::effects::telegram::TelegramClient::new(&s.telegram_api_url, token)
-                .map_err(|e| anyhow::anyhow!(e))?;
+            let client =
+                crate::providers::telegram::TelegramClient::new(&s.telegram_api_url, token)
+                    .map_err(|e| anyhow::anyhow!(e))?;
             let updates = Arc::new(crate::ingress::telegram_updates::TelegramUpdates::new(
                 client,
                 parts.log.clone(),
@@ -405,7 +406,7 @@ pub const CATALOG: &[Entry] = &[
                 .linear_api_key
                 .as_ref()
                 .context("the loop plan arms linear_poller without LINEAR_API_KEY")?;
-            let client = crate::effects::linear::LinearClient::new(&s.linear_api_url, key)
+            let client = crate::providers::linear::LinearClient::new(&s.linear_api_url, key)
                 .map_err(|e| anyhow::anyhow!(e))?;
             let poller = Arc::new(crate::pollers::linear::LinearPoller::new(
                 client,
@@ -438,7 +439,7 @@ pub const CATALOG: &[Entry] = &[
                 .github_token
                 .as_ref()
                 .context("the loop plan arms github_poller without GITHUB_TOKEN")?;
-            let client = crate::effects::github::GithubClient::new(&s.github_api_url, token)
+            let client = crate::providers::github::GithubClient::new(&s.github_api_url, token)
                 .map_err(|e| anyhow::anyhow!(e))?;
             let poller = Arc::new(crate::pollers::github::GithubPoller::new(
                 client,
@@ -765,7 +766,7 @@ fn github_effects(parts: &Parts<'_>) -> anyhow::Result<crate::effects::runner::E
         .github_token
         .as_ref()
         .context("the loop plan arms effects:github without GITHUB_TOKEN")?;
-    let client = crate::effects::github::GithubClient::new(&settings.github_api_url, token)
+    let client = crate::providers::github::GithubClient::new(&settings.github_api_url, token)
         .map_err(|e| anyhow::anyhow!(e))?;
     let bases = settings
         .file
@@ -792,7 +793,7 @@ fn telegram_effects(parts: &Parts<'_>) -> anyhow::Result<crate::effects::runner:
         .telegram_bot_token
         .as_ref()
         .context("the loop plan arms effects:telegram without TELEGRAM_BOT_TOKEN")?;
-    let client = crate::effects::telegram::TelegramClient::new(&settings.telegram_api_url, token)
+    let client = crate::providers::telegram::TelegramClient::new(&settings.telegram_api_url, token)
         .map_err(|e| anyhow::anyhow!(e))?;
     Ok(crate::effects::runner::Effects::telegram(
         parts.log.clone(),
@@ -821,7 +822,7 @@ fn linear_effects(parts: &Parts<'_>) -> anyhow::Result<crate::effects::runner::E
         .linear_api_key
         .as_ref()
         .context("the loop plan arms effects:linear without LINEAR_API_KEY")?;
-    let client = crate::effects::linear::LinearClient::new(&settings.linear_api_url, key)
+    let client = crate::providers::linear::LinearClient::new(&settings.linear_api_url, key)
         .map_err(|e| anyhow::anyhow!(e))?;
     let linear_states = settings.file.linear_states.clone();
     Ok(crate::effects::runner::Effects::linear(

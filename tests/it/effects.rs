@@ -160,7 +160,7 @@ async fn a_task_in_review_gets_one_pull_request_and_its_link(db: TestDb) {
     let replay = pidevops::effects::runner::Effects::github(
         app.state.log.clone(),
         app.state.board.clone(),
-        pidevops::effects::github::GithubClient::new(&github.url, &SecretString::from(TOKEN))
+        pidevops::providers::github::GithubClient::new(&github.url, &SecretString::from(TOKEN))
             .unwrap(),
         Default::default(),
     )
@@ -314,7 +314,7 @@ async fn a_call_cut_off_after_github_acted_is_not_made_twice(db: TestDb) {
     let effects = pidevops::effects::runner::Effects::github(
         app.state.log.clone(),
         app.state.board.clone(),
-        pidevops::effects::github::GithubClient::new(&github.url, &SecretString::from(TOKEN))
+        pidevops::providers::github::GithubClient::new(&github.url, &SecretString::from(TOKEN))
             .unwrap(),
         Default::default(),
     );

@@ -234,8 +234,11 @@ async fn an_issue_hears_when_work_starts_goes_to_review_needs_a_human_and_is_don
     let replay = pidevops::effects::runner::Effects::linear(
         app.state.log.clone(),
         app.state.board.clone(),
-        pidevops::effects::linear::LinearClient::new(&linear.url, &SecretString::from(LINEAR_KEY))
-            .unwrap(),
+        pidevops::providers::linear::LinearClient::new(
+            &linear.url,
+            &SecretString::from(LINEAR_KEY),
+        )
+        .unwrap(),
         Default::default(),
     )
     .with_checkpoint("effects:linear:replay");
@@ -518,9 +521,11 @@ async fn linear_failures_are_retried_and_a_permanent_one_asks_a_human(db: TestDb
 async fn a_comment_or_activity_repeated_after_a_crash_is_found_not_made_twice() {
     let linear = FakeLinear::start().await;
     linear.add_issue(issue_412());
-    let client =
-        pidevops::effects::linear::LinearClient::new(&linear.url, &SecretString::from(LINEAR_KEY))
-            .unwrap();
+    let client = pidevops::providers::linear::LinearClient::new(
+        &linear.url,
+        &SecretString::from(LINEAR_KEY),
+    )
+    .unwrap();
     let issue: uuid::Uuid = ISSUE.parse().unwrap();
     let first = client
         .comment("linear:comment:T-1:started", issue, "hello")
@@ -546,7 +551,7 @@ async fn a_comment_or_activity_repeated_after_a_crash_is_found_not_made_twice() 
     assert_eq!(linear.activities().len(), 1);
 
     // A wrong key is a permanent failure that names no secret.
-    let wrong = pidevops::effects::linear::LinearClient::new(
+    let wrong = pidevops::providers::linear::LinearClient::new(
         &linear.url,
         &SecretString::from("lin_api_wrong"),
     )
@@ -554,7 +559,7 @@ async fn a_comment_or_activity_repeated_after_a_crash_is_found_not_made_twice() 
     let refused = wrong.viewer().await.unwrap_err();
     assert!(matches!(
         refused,
-        pidevops::effects::CallError::Permanent { .. }
+        pidevops::providers::CallError::Permanent { .. }
     ));
     assert!(!refused.to_string().contains("lin_api_wrong"));
     assert_eq!(client.viewer().await.unwrap(), "pidevops bot");

@@ -320,7 +320,7 @@ async fn commands_from_allowed_chats_are_answered_once_and_strangers_are_refused
     let replay = pidevops::effects::runner::Effects::telegram(
         app.state.log.clone(),
         app.state.board.clone(),
-        pidevops::effects::telegram::TelegramClient::new(
+        pidevops::providers::telegram::TelegramClient::new(
             &telegram.url,
             &SecretString::from(BOT_TOKEN),
         )

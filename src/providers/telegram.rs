@@ -6,7 +6,8 @@ use std::time::Duration;
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{json, Value};
 
-use super::{CallError, Produced};
+use super::CallError;
+use crate::effects::Produced;
 
 /// Telegram refuses messages longer than this many characters.
 pub const MAX_MESSAGE: usize = 4096;

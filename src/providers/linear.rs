@@ -11,7 +11,8 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::{CallError, Produced};
+use super::CallError;
+use crate::effects::Produced;
 
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 
