@@ -51,11 +51,21 @@ if ! command -v bwrap >/dev/null; then
 
 ************************************************************************************************
 *  bubblewrap (bwrap) is NOT installed. Agents are contained with it; the containment tests
-*  (tests/hostile.rs with namespaces, doctor's containment line) will FAIL without it.
+*  (tests/it/hostile.rs with namespaces, doctor's containment line) will FAIL without it.
 *  To install it:  apt-get install bubblewrap
 ************************************************************************************************
 
 MSG
 fi
+
+# The integration tests are one binary (tests/it/main.rs, one module per area): each extra binary links sqlx,
+# octocrab and async-nats again. Cargo would build a stray tests/<area>.rs as a binary of its own, so refuse it.
+shopt -s nullglob
+stray=(tests/*.rs)
+if [ ${#stray[@]} -gt 0 ]; then
+    echo "test: ${stray[*]}: move it to tests/it/ and declare it with \`mod\` in tests/it/main.rs" >&2
+    exit 1
+fi
+shopt -u nullglob
 
 exec cargo test --locked --all-targets "$@"

@@ -1,16 +1,12 @@
 //! `pidevops task …`: the board from a terminal. Readable by default (columns, ages, attempts, flags), JSON with
 //! `--json` for scripts. Commands go through the same `Board` as the API, straight to the database.
 
-use std::time::Duration;
-
 use anyhow::Context;
 use chrono::Utc;
 use clap::Subcommand;
-use tokio_util::sync::CancellationToken;
 
-use crate::board::{Board, BoardConfig, BoardError, Draft, Loaded, Outcome, Steer};
+use crate::board::{Board, BoardError, Draft, Loaded, Outcome, Steer};
 use crate::config::Settings;
-use crate::eventlog::{EventLog, EventStore};
 use crate::tasks::{
     AgentName, ApprovalPolicy, Command, Priority, RepoName, Spec, Task, TaskError, TaskId,
 };
@@ -109,19 +105,70 @@ pub enum TaskCommand {
     },
 }
 
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Read pidevops.toml and the environment as `serve` would; print the effective configuration (secrets
+    /// redacted) and exit 0, or print every error and exit 2.
+    Check {
+        /// The file to check (default: PIDEVOPS_CONFIG, else ./pidevops.toml if present, as serve reads it).
+        file: Option<std::path::PathBuf>,
+        /// How to print the effective configuration.
+        #[arg(long, value_enum, default_value_t = ConfigFormat::Toml)]
+        format: ConfigFormat,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ConfigFormat {
+    /// A valid pidevops.toml, the environment in comments.
+    Toml,
+    Json,
+}
+
+/// `pidevops config check`: the effective configuration to print, or every error (one a line).
+pub fn config(env: crate::config::Env, command: ConfigCommand) -> Result<String, String> {
+    let ConfigCommand::Check { file, format } = command;
+    let env = match &file {
+        Some(path) => env.with("PIDEVOPS_CONFIG", &path.display().to_string()),
+        None => env,
+    };
+    match Settings::from_env(&env) {
+        Ok(settings) => {
+            // Serve holds `[loops.<name>]` to the loops it plans; so does the check.
+            crate::startup::check_fail_after(
+                &settings.file.loop_fail_after,
+                &crate::doctor::plan(&settings),
+            )
+            .map_err(|error| match &settings.config_file {
+                Some(path) => format!("{}: {error}", path.display()),
+                None => error,
+            })?;
+            crate::config::effective(&settings, format == ConfigFormat::Json)
+        }
+        Err(error) => {
+            let mut errors = vec![error.to_string()];
+            // A mistake in the environment stops the reading before the file: read the file too.
+            let file_read = matches!(
+                error,
+                crate::config::ConfigError::File { .. }
+                    | crate::config::ConfigError::ReadFile { .. }
+                    | crate::config::ConfigError::ParseFile { .. }
+            );
+            if let (false, Some(path)) = (file_read, crate::config::config_path(&env)) {
+                if let Err(error) = crate::config::read_config_file(&path) {
+                    errors.push(error.to_string());
+                }
+            }
+            Err(errors.join("\n"))
+        }
+    }
+}
+
 pub async fn task(settings: Settings, command: TaskCommand) -> anyhow::Result<()> {
-    let store = EventStore::connect(&settings.database, 2)
-        .await
-        .with_context(|| format!("connecting to {}", settings.database.redacted()))?;
-    store.migrate().await.context("applying migrations")?;
-    let stop = CancellationToken::new();
-    let (log, appender) = EventLog::start(store, settings.append_timeout, stop.clone());
-    let config = BoardConfig::from_file(&settings.file)
-        .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
-    let board = Board::new(log, config);
+    let core = crate::startup::Core::open_for_cli(settings).await?;
+    let board = Board::new(core.log.clone(), core.settings.file.board.clone());
     let result = run(&board, command).await;
-    stop.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(10), appender).await;
+    core.close().await;
     result
 }
 
@@ -392,12 +439,8 @@ pub enum DispatchCommand {
 
 pub async fn dispatch(settings: Settings, command: DispatchCommand) -> anyhow::Result<()> {
     use crate::board::pause::{pause_state, set_paused};
-    let store = EventStore::connect(&settings.database, 2)
-        .await
-        .with_context(|| format!("connecting to {}", settings.database.redacted()))?;
-    store.migrate().await.context("applying migrations")?;
-    let stop = CancellationToken::new();
-    let (log, appender) = EventLog::start(store.clone(), settings.append_timeout, stop.clone());
+    let core = crate::startup::Core::open_for_cli(settings).await?;
+    let (store, log) = (core.store.clone(), core.log.clone());
     let result = async {
         match command {
             DispatchCommand::Pause { reason } => {
@@ -422,7 +465,6 @@ pub async fn dispatch(settings: Settings, command: DispatchCommand) -> anyhow::R
         Ok(())
     }
     .await;
-    stop.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(10), appender).await;
+    core.close().await;
     result
 }

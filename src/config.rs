@@ -8,72 +8,14 @@ use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
 
-/// Where the event log lives.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DatabaseUrl {
-    Postgres(String),
-    Sqlite(String),
-}
+pub mod file;
 
-impl DatabaseUrl {
-    /// The embedded default when `DATABASE_URL` is unset: a file next to the working directory.
-    pub const EMBEDDED_DEFAULT: &'static str = "sqlite://./data/pidevops.db";
+pub use file::FileConfig;
 
-    pub fn parse(url: &str) -> Result<Self, ConfigError> {
-        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Ok(Self::Postgres(url.to_owned()))
-        } else if url.starts_with("sqlite:") {
-            Ok(Self::Sqlite(url.to_owned()))
-        } else {
-            Err(ConfigError::Invalid {
-                field: "DATABASE_URL",
-                reason: "must start with postgres://, postgresql:// or sqlite:".into(),
-            })
-        }
-    }
+/// Where the event log lives: declared with the log, which connects to it.
+pub use crate::eventlog::url::{redact_password, DatabaseUrl};
 
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Postgres(_) => "postgres",
-            Self::Sqlite(_) => "sqlite",
-        }
-    }
-
-    /// The URL with any password replaced, safe to print.
-    pub fn redacted(&self) -> String {
-        let url = match self {
-            Self::Postgres(u) | Self::Sqlite(u) => u,
-        };
-        redact_password(url)
-    }
-}
-
-fn redact_password(url: &str) -> String {
-    // scheme://user:password@host → scheme://user:***@host
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end + 3..];
-    let Some(at) = rest.find('@') else {
-        return url.to_owned();
-    };
-    let userinfo = &rest[..at];
-    match userinfo.find(':') {
-        Some(colon) => format!(
-            "{}://{}:***{}",
-            &url[..scheme_end],
-            &userinfo[..colon],
-            &rest[at..]
-        ),
-        None => url.to_owned(),
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogFormat {
-    Json,
-    Pretty,
-}
+pub use crate::telemetry::LogFormat;
 
 /// A webhook source's secret, or the name of the variable that would hold it (so a refusal can name it).
 #[derive(Clone, Debug)]
@@ -117,8 +59,8 @@ pub struct Settings {
     pub append_timeout: Duration,
     pub max_db_connections: u32,
     pub config_file: Option<PathBuf>,
-    /// The parsed `pidevops.toml`, kept for the structured settings later modules read.
-    pub file: toml::Table,
+    /// `pidevops.toml`, parsed and checked once: its tables and the domain values built from them.
+    pub file: FileConfig,
     /// The JetStream stream and subject prefix (tests use their own).
     pub bus: crate::bus::BusConfig,
     /// How often the relay looks for newly committed events.
@@ -170,6 +112,21 @@ pub enum ConfigError {
         path: PathBuf,
         source: Box<toml::de::Error>,
     },
+    /// Every mistake in the file, one a line, each naming its key.
+    #[error("{}", file_errors(path, errors))]
+    File {
+        path: PathBuf,
+        errors: file::FileErrors,
+    },
+}
+
+fn file_errors(path: &Path, errors: &file::FileErrors) -> String {
+    let lines: Vec<String> = errors
+        .0
+        .iter()
+        .map(|error| format!("{}: {error}", path.display()))
+        .collect();
+    lines.join("\n")
 }
 
 /// The environment as a map, so settings can be built from the process or from a test's own variables.
@@ -202,6 +159,12 @@ impl Env {
     /// A value, with empty strings treated as unset (Railway and `.env` files often leave blanks).
     pub fn get(&self, key: &str) -> Option<&str> {
         self.0.get(key).map(|v| v.trim()).filter(|v| !v.is_empty())
+    }
+
+    /// The same environment with `key` set to `value` (`config check FILE` reads FILE as `PIDEVOPS_CONFIG`).
+    pub fn with(mut self, key: &str, value: &str) -> Self {
+        self.0.insert(key.to_owned(), value.to_owned());
+        self
     }
 
     fn secret(&self, key: &str) -> Option<SecretString> {
@@ -247,7 +210,11 @@ impl Settings {
         let database = DatabaseUrl::parse(
             env.get("DATABASE_URL")
                 .unwrap_or(DatabaseUrl::EMBEDDED_DEFAULT),
-        )?;
+        )
+        .map_err(|reason| ConfigError::Invalid {
+            field: "DATABASE_URL",
+            reason: reason.into(),
+        })?;
         let log_format = match env.get("LOG_FORMAT") {
             None | Some("pretty") => LogFormat::Pretty,
             Some("json") => LogFormat::Json,
@@ -281,13 +248,10 @@ impl Settings {
                 reason: "needs at least 2 (one appender, one reader)".into(),
             });
         }
-        let config_file = match env.get("PIDEVOPS_CONFIG") {
-            Some(path) => Some(PathBuf::from(path)),
-            None => Some(PathBuf::from("pidevops.toml")).filter(|p| p.exists()),
-        };
+        let config_file = config_path(env);
         let file = match &config_file {
             Some(path) => read_config_file(path)?,
-            None => toml::Table::new(),
+            None => FileConfig::default(),
         };
         let admin_token = env.secret("PIDEVOPS_ADMIN_TOKEN");
         // A short token could be guessed through the dashboard's sign-in; the length is never echoed.
@@ -342,7 +306,7 @@ impl Settings {
                 .to_owned(),
             github_api_url: env
                 .get("GITHUB_API_URL")
-                .unwrap_or(crate::effects::github::DEFAULT_API_URL)
+                .unwrap_or(crate::providers::github::DEFAULT_API_URL)
                 .trim_end_matches('/')
                 .to_owned(),
             paused: match env.get("PIDEVOPS_PAUSED") {
@@ -367,7 +331,7 @@ impl Settings {
         settings.port = 0;
         settings.database = database;
         settings.config_file = None;
-        settings.file = toml::Table::new();
+        settings.file = FileConfig::default();
         settings.loop_startup_delay = Duration::from_millis(10);
         // Short enough for tests to see ticks, long enough that a loaded machine never makes it look stale.
         settings.heartbeat_interval = Duration::from_secs(1);
@@ -390,16 +354,213 @@ impl Settings {
     }
 }
 
-fn read_config_file(path: &Path) -> Result<toml::Table, ConfigError> {
+/// The file `serve` reads: `PIDEVOPS_CONFIG`, else `./pidevops.toml` if it exists, else none (every default).
+pub fn config_path(env: &Env) -> Option<PathBuf> {
+    match env.get("PIDEVOPS_CONFIG") {
+        Some(path) => Some(PathBuf::from(path)),
+        None => Some(PathBuf::from("pidevops.toml")).filter(|p| p.exists()),
+    }
+}
+
+/// Reads and checks `pidevops.toml`: every unknown key, bad value and broken rule is reported, each naming its key.
+pub fn read_config_file(path: &Path) -> Result<FileConfig, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadFile {
         path: path.to_owned(),
         source,
     })?;
-    text.parse::<toml::Table>()
+    let table = text
+        .parse::<toml::Table>()
         .map_err(|source| ConfigError::ParseFile {
             path: path.to_owned(),
             source: Box::new(source),
-        })
+        })?;
+    FileConfig::from_table(&table).map_err(|errors| ConfigError::File {
+        path: path.to_owned(),
+        errors,
+    })
+}
+
+/// `pidevops config check`: the configuration the service would run with, as TOML (a valid `pidevops.toml`,
+/// the environment in comments) or JSON. No secret's value is ever in it: secrets show as set or unset, URLs
+/// lose their passwords, and as a last guard any secret value of the environment is masked wherever it appears.
+pub fn effective(settings: &Settings, json: bool) -> Result<String, String> {
+    let mut tables = settings.file.tables().effective();
+    for repo in tables.repos.values_mut() {
+        if let Some(url) = &mut repo.url {
+            *url = redact_password(url);
+        }
+    }
+    let environment = environment(settings);
+    let text = if json {
+        let file = serde_json::to_value(&tables).map_err(|e| e.to_string())?;
+        let out = serde_json::json!({
+            "config_file": settings.config_file.as_ref().map(|p| p.display().to_string()),
+            "environment": environment.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
+            "file": file,
+        });
+        serde_json::to_string_pretty(&out).map_err(|e| e.to_string())? + "\n"
+    } else {
+        let mut out = String::from("# pidevops config check: the effective configuration\n");
+        match &settings.config_file {
+            Some(path) => out.push_str(&format!(
+                "# file: {} (its values, then the defaults)\n",
+                path.display()
+            )),
+            None => out.push_str("# file: none (every default)\n"),
+        }
+        out.push_str("#\n# environment (secrets only as set or unset):\n");
+        for (name, value) in &environment {
+            out.push_str(&format!("#   {name} = {value}\n"));
+        }
+        out.push('\n');
+        out.push_str(&toml::to_string(&tables).map_err(|e| e.to_string())?);
+        out
+    };
+    Ok(mask_secrets(settings, text))
+}
+
+/// Every setting read from the environment, as `config check` shows it.
+fn environment(settings: &Settings) -> Vec<(&'static str, String)> {
+    let secret = |set: bool| if set { "set (redacted)" } else { "unset" }.to_owned();
+    let or_unset = |value: Option<&String>| value.cloned().unwrap_or_else(|| "unset".to_owned());
+    let seconds = |d: Duration| d.as_secs_f64().to_string();
+    vec![
+        ("PORT", settings.port.to_string()),
+        ("PIDEVOPS_BIND", settings.bind.to_string()),
+        ("DATABASE_URL", settings.database.redacted()),
+        (
+            "NATS_URL",
+            or_unset(
+                settings
+                    .nats_url
+                    .as_ref()
+                    .map(|u| redact_password(u))
+                    .as_ref(),
+            ),
+        ),
+        ("PIDEVOPS_NATS_STREAM", settings.bus.stream.clone()),
+        (
+            "PIDEVOPS_NATS_SUBJECT_PREFIX",
+            settings.bus.subject_prefix.clone(),
+        ),
+        (
+            "LOG_FORMAT",
+            match settings.log_format {
+                LogFormat::Json => "json",
+                LogFormat::Pretty => "pretty",
+            }
+            .to_owned(),
+        ),
+        (
+            "PIDEVOPS_HEARTBEAT_INTERVAL_S",
+            seconds(settings.heartbeat_interval),
+        ),
+        (
+            "PIDEVOPS_LOOP_STARTUP_DELAY_S",
+            seconds(settings.loop_startup_delay),
+        ),
+        (
+            "PIDEVOPS_APPEND_TIMEOUT_S",
+            seconds(settings.append_timeout),
+        ),
+        (
+            "PIDEVOPS_DB_MAX_CONNECTIONS",
+            settings.max_db_connections.to_string(),
+        ),
+        (
+            "PIDEVOPS_RELAY_INTERVAL_S",
+            seconds(settings.relay_interval),
+        ),
+        (
+            "PIDEVOPS_PROJECTOR_INTERVAL_S",
+            seconds(settings.projector_interval),
+        ),
+        ("PIDEVOPS_LEASE_TTL_S", seconds(settings.lease_ttl)),
+        ("PIDEVOPS_INSTANCE_ID", settings.instance_id.clone()),
+        (
+            "PIDEVOPS_PAUSED",
+            if settings.paused { "1" } else { "0" }.to_owned(),
+        ),
+        (
+            "WORKSPACE_ROOT",
+            settings.workspace_root.display().to_string(),
+        ),
+        (
+            "TELEGRAM_ALLOWED_CHATS",
+            or_unset(settings.telegram_allowed_chats.as_ref()),
+        ),
+        (
+            "TELEGRAM_ALLOWED_USERS",
+            or_unset(settings.telegram_allowed_users.as_ref()),
+        ),
+        ("GITHUB_API_URL", redact_password(&settings.github_api_url)),
+        ("LINEAR_API_URL", redact_password(&settings.linear_api_url)),
+        (
+            "TELEGRAM_API_URL",
+            redact_password(&settings.telegram_api_url),
+        ),
+        (
+            "GITHUB_WEBHOOK_SECRET",
+            secret(settings.github_webhook_secret.is_set()),
+        ),
+        (
+            "LINEAR_WEBHOOK_SECRET",
+            secret(settings.linear_webhook_secret.is_set()),
+        ),
+        (
+            "TELEGRAM_WEBHOOK_SECRET",
+            secret(settings.telegram_webhook_secret.is_set()),
+        ),
+        (
+            "PIDEVOPS_ADMIN_TOKEN",
+            secret(settings.admin_token.is_some()),
+        ),
+        ("GITHUB_TOKEN", secret(settings.github_token.is_some())),
+        ("LINEAR_API_KEY", secret(settings.linear_api_key.is_some())),
+        (
+            "TELEGRAM_BOT_TOKEN",
+            secret(settings.telegram_bot_token.is_some()),
+        ),
+    ]
+}
+
+/// The last guard: any secret of the environment (ours, those no agent may get, those profiles pass on) that
+/// still appears in `text` (a token pasted into the file, say) is replaced by `***`.
+fn mask_secrets(settings: &Settings, mut text: String) -> String {
+    let mut secrets: Vec<String> = [
+        &settings.github_webhook_secret.value,
+        &settings.linear_webhook_secret.value,
+        &settings.telegram_webhook_secret.value,
+        &settings.admin_token,
+        &settings.github_token,
+        &settings.linear_api_key,
+        &settings.telegram_bot_token,
+    ]
+    .into_iter()
+    .flatten()
+    .map(|s| s.expose_secret().to_owned())
+    .collect();
+    let profile_env = settings
+        .file
+        .profiles
+        .names()
+        .filter_map(|name| settings.file.profiles.get(name))
+        .flat_map(|profile| profile.env.clone());
+    for name in crate::dispatch::profiles::NEVER_PASSED
+        .iter()
+        .map(|n| (*n).to_owned())
+        .chain(profile_env)
+    {
+        if let Some(value) = settings.env.get(&name) {
+            secrets.push(value.to_owned());
+        }
+    }
+    // Longest first, so a secret containing another is masked whole; very short values would mask ordinary text.
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    for secret in secrets.iter().filter(|s| s.len() >= 4) {
+        text = text.replace(secret.as_str(), "***");
+    }
+    text
 }
 
 /// The JetStream stream and subject prefix: defaults per the contract; overridable so that several

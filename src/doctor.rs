@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use crate::config::Settings;
 use crate::eventlog::EventStore;
-pub use crate::loops::catalog::{plan, PlannedLoop};
 use crate::loops::LoopState;
+pub use crate::startup::catalog::{plan, PlannedLoop};
 
 /// Prints the truth about this configuration; returns the report and whether everything enabled can run.
 pub async fn diagnose(settings: &Settings) -> (String, bool) {
@@ -21,7 +21,9 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
 
     let started = Instant::now();
     let database = async {
-        let store = EventStore::connect(&settings.database, 2).await?;
+        // A probe, not a Core: doctor never migrates or writes the database it diagnoses.
+        let store =
+            EventStore::connect(&settings.database, crate::startup::CLI_CONNECTIONS).await?;
         store.ping().await?;
         let head = store.head().await.ok();
         Ok::<_, crate::eventlog::StoreError>(head)
@@ -73,28 +75,26 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
         );
     }
 
-    if let Ok(config) = crate::dispatch::DispatchConfig::from_file(&settings.file) {
-        if config.off.is_none() {
-            let found =
-                crate::dispatch::sandbox::detect_cached(&config.bwrap, settings.env.get("PATH"));
-            let _ = writeln!(
-                out,
-                "containment                {:<9} {}",
-                found.kind(),
-                found.describe()
-            );
-        }
+    if settings.file.dispatch.off.is_none() {
+        let found = crate::dispatch::sandbox::detect_cached(
+            &settings.file.dispatch.bwrap,
+            settings.env.get("PATH"),
+        );
+        let _ = writeln!(
+            out,
+            "containment                {:<9} {}",
+            found.kind(),
+            found.describe()
+        );
     }
 
     // Not a failure (a fresh install has no repositories yet), but every ticket would be refused: say so.
-    if let Ok(allowed) = crate::board::AllowedRepos::from_file(&settings.file) {
-        if allowed.is_empty() {
-            let _ = writeln!(
-                out,
-                "allowed repos              warn      none: no [repos.\"o/n\"] and no [intake] allow_repos, so every \
-                 task is refused (intake records why)"
-            );
-        }
+    if settings.file.board.allowed.is_empty() {
+        let _ = writeln!(
+            out,
+            "allowed repos              warn      none: no [repos.\"o/n\"] and no [intake] allow_repos, so every \
+             task is refused (intake records why)"
+        );
     }
 
     for (name, secret) in [
@@ -134,17 +134,19 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
             );
         }
         Some(token) => {
-            let checked =
-                match crate::effects::github::GithubClient::new(&settings.github_api_url, token) {
-                    Err(e) => Err(e),
-                    Ok(client) => {
-                        match tokio::time::timeout(Duration::from_secs(10), client.whoami()).await {
-                            Ok(Ok(login)) => Ok(login),
-                            Ok(Err(e)) => Err(e.to_string()),
-                            Err(_) => Err("no answer within 10 s".to_owned()),
-                        }
+            let checked = match crate::providers::github::GithubClient::new(
+                &settings.github_api_url,
+                token,
+            ) {
+                Err(e) => Err(e),
+                Ok(client) => {
+                    match tokio::time::timeout(Duration::from_secs(10), client.whoami()).await {
+                        Ok(Ok(login)) => Ok(login),
+                        Ok(Err(e)) => Err(e.to_string()),
+                        Err(_) => Err("no answer within 10 s".to_owned()),
                     }
-                };
+                }
+            };
             match checked {
                 Ok(login) => {
                     let _ = writeln!(
@@ -174,7 +176,7 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
         }
         Some(key) => {
             let checked =
-                match crate::effects::linear::LinearClient::new(&settings.linear_api_url, key) {
+                match crate::providers::linear::LinearClient::new(&settings.linear_api_url, key) {
                     Err(e) => Err(e),
                     Ok(client) => within_10s(client.viewer()).await,
                 };
@@ -194,7 +196,7 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
             );
         }
         Some(token) => {
-            let checked = match crate::effects::telegram::TelegramClient::new(
+            let checked = match crate::providers::telegram::TelegramClient::new(
                 &settings.telegram_api_url,
                 token,
             ) {
@@ -256,7 +258,7 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
 
 /// A provider's read-only check, bounded: a hung API is a failed check, not a hung doctor.
 async fn within_10s<T>(
-    call: impl std::future::Future<Output = Result<T, crate::effects::CallError>>,
+    call: impl std::future::Future<Output = Result<T, crate::providers::CallError>>,
 ) -> Result<T, String> {
     match tokio::time::timeout(Duration::from_secs(10), call).await {
         Ok(Ok(value)) => Ok(value),
@@ -282,10 +284,8 @@ fn report(out: &mut String, label: &str, url: &str, checked: Result<String, Stri
 /// For each configured repository, whether a webhook delivers to `/webhooks/github`. Reported, never failed: without
 /// one, `github_poller` still finds merges and CI failures, only later.
 async fn github_webhooks(out: &mut String, settings: &Settings, token: &secrecy::SecretString) {
-    let Ok(config) = crate::dispatch::DispatchConfig::from_file(&settings.file) else {
-        return;
-    };
-    let Ok(client) = crate::effects::github::GithubClient::new(&settings.github_api_url, token)
+    let config = &settings.file.dispatch;
+    let Ok(client) = crate::providers::github::GithubClient::new(&settings.github_api_url, token)
     else {
         return;
     };

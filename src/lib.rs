@@ -9,45 +9,42 @@
 //! job; the arrows below are the only doors.
 //!
 //! ```text
-//! main.rs          thin clap front: serve | migrate | doctor | events | replay | task | dispatch | worker
+//! main.rs          thin clap front: serve | migrate | doctor | config check | events | replay | task | dispatch | worker
 //! cli.rs           `pidevops task …` (the board in a terminal) and `pidevops dispatch pause|resume|status`
-//! startup.rs       build(Settings) -> App: the one constructor for main and for tests (port 0 in tests)
-//! config.rs        typed settings: environment first, then optional pidevops.toml; secrets wrapped
+//! startup/         build(Settings) -> App: the one constructor for main and for tests (port 0 in tests)
+//!   catalog.rs     THE list of loops: each one's plan (armed / disabled / unarmed and why) and its builder;
+//!                  doctor, /health, /metrics and start-up all read it
+//! config.rs        Settings from the environment; config/file.rs: pidevops.toml typed, unknown keys refused
 //! telemetry.rs     tracing (json | pretty) and the Prometheus recorder
-//! cron/            [[schedules]] and the `cron` loop: tasks on time; after downtime the latest slot fires once
-//! doctor.rs        the loop plan (armed / disabled / unarmed and why), shared by `serve`, `doctor` and /health
-//! domain/          pure values: Source, event type names, the event envelope
+//! doctor.rs        `pidevops doctor`: the loop plan, containment, webhooks, each provider's API
+//! domain/          pure values: Source, event types, NewEvent; runs.rs, a run's events
 //! eventlog/        the only writer of the events table: appender tasks (group commit) over two backends
-//!   postgres.rs    production: a batch is one call of `pidevops_append`, under an advisory lock = gap-free order
+//!   sql.rs         the statements both backends run (`$N`), and `on_store!` to run one body on either pool
+//!   postgres.rs    what differs on Postgres: the append (`pidevops_append`, advisory lock), body columns
 //!   sqlite.rs      embedded default (`./data/pidevops.db`): `plan_batch` under BEGIN IMMEDIATE
 //! ingress/         webhooks: raw bytes in, verified and parsed NewEvent out, appended, then 2xx
-//!   verify.rs      HMAC and token checks, constant time
-//!   github.rs linear.rs telegram.rs   one parser per provider (pure)
-//!   telegram_updates.rs   without a webhook: the long-poll loop, into the log like a delivery
-//! bench.rs         setup the benchmark binaries share (throwaway databases); not used by the service
-//! board/           the board's command side: load a task's stream, decide, append with its version, retry races
 //! bus/             fan-out: Bus (JetStream | in-process), relay.rs (log → bus, exactly once), work.rs (work queues)
-//! dispatch/        running attempts with coding agents: the pure parts (config, profiles, prompt, schedule, run
-//!                  events), workspaces (mirrors, worktrees), Landlock, the runner, the dispatcher / watchdog /
-//!                  gc loops and `pidevops worker`; one outcome per run whatever crashes
-//! effects/         outbound calls driven by events, each recorded in its stream `effect:<key>` and made once
-//!   policy.rs      pure: which effects an event asks for (pull request, Linear comments / states / agent
-//!                  activities, Telegram notifications), each with its idempotency key
-//!   github.rs linear.rs telegram.rs   the provider clients (base URLs from config); bot.rs the Telegram bot
-//!   runner.rs      the `effects:<provider>` loop: request once, call, record, follow up
-//! pollers/         `linear_poller`, `github_poller`: what a missed webhook would have said, appended in its shape
-//! intake/          the policy that turns qualifying webhook events into tasks (rules.rs is pure)
-//! reactions/       the policy that turns GitHub events on pidevops branches into task commands (rules.rs is pure)
-//! loops/           the do-while runner and the health registry every background activity reports to
-//!   lease.rs       one replica runs each singleton loop: a lease row, DB-clock expiry, renewed by `leases`
+//! loops/           the do-while runner and the health registry (stale rule); follow.rs, the one driver for
+//!                  loops that apply each new event of the log; lease.rs, one replica per singleton loop
 //! projectors/      read models from the log: batch + checkpoint in one transaction, rebuildable from 0
-//!   runs.rs        one row per agent run: state, last sign of life, outcome (watchdog, /api/runs)
-//!   sources.rs     per source and event type: counts, first and last delivery (`/api/sources`, `/health`)
+//! board/           the command side: load a task's stream, decide, append at its version; allow-list; pause
 //! tasks/           the task board's domain, pure: typed values, decide(state, command) → events, evolve
-//! http/            router: /health, /metrics, /webhooks/*, /api/* (bearer token), JSON errors
-//! web/             the dashboard at /: pages.rs (pure maud rendering from read models), session.rs (signed
-//!                  cookie + CSRF, pure), assets.rs (one stylesheet, one script), mod.rs (handlers, /live SSE)
+//! intake/          the follower that turns qualifying webhook events into tasks (rules.rs is pure)
+//! reactions/       the follower that turns GitHub events on pidevops branches into task commands (pure rules)
+//! effects/         outbound calls, each recorded in `effect:<key>` and made once: policy.rs (pure), runner.rs
+//!                  (the `effects:<provider>` follower), bot.rs (the Telegram bot)
+//! providers/       the GitHub, Linear and Telegram API clients (effects, pollers, ingress and doctor call them)
+//! pollers/         `linear_poller`, `github_poller`: what a missed webhook would have said, in its shape
+//! cron/            [[schedules]] and the `cron` loop: after downtime the latest slot fires once
+//! dispatch/        attempts with coding agents: pure config / profiles / prompt / schedule; dispatcher/ (claim,
+//!                  attempt, launch, watchdog, gc, pause), workspace/ (mirrors, worktrees, hand-off, spares),
+//!                  sandbox.rs + reaper.rs (containment), runner.rs (the agent process), worker.rs
+//! http/            router: /health, /metrics, /api/* (bearer token; OpenAPI at /api/openapi.json), JSON errors
+//! web/             the dashboard at /: pages.rs (pure maud), session.rs (cookie + CSRF, pure), mod.rs (handlers)
+//! bench.rs         setup the benchmark binaries share; not used by the service
 //! ```
+//!
+//! Where a rule is decided (retries, staleness, leases, effects, intake): AGENTS.md, "Where things are decided".
 
 pub mod bench;
 pub mod board;
@@ -66,6 +63,7 @@ pub mod intake;
 pub mod loops;
 pub mod pollers;
 pub mod projectors;
+pub mod providers;
 pub mod reactions;
 pub mod startup;
 pub mod tasks;

@@ -8,7 +8,6 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use pidevops::config::Settings;
-use pidevops::eventlog::EventStore;
 use pidevops::{doctor, startup, telemetry};
 
 #[derive(Parser)]
@@ -54,6 +53,11 @@ enum Command {
     },
     /// Run agents only: pull run requests from NATS JetStream (`dispatch.executor = "workers"` on `serve`).
     Worker,
+    /// Check the configuration: `pidevops config check [FILE]`.
+    Config {
+        #[command(subcommand)]
+        command: pidevops::cli::ConfigCommand,
+    },
     /// Rebuild read models from position 0, with progress; safe while `serve` runs.
     Replay {
         /// The projector to rebuild (see `--all`).
@@ -73,6 +77,19 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Config { command } = cli.command {
+        // Before the settings are read: its job is to report what is wrong with them, all of it.
+        return match pidevops::cli::config(pidevops::config::Env::from_process(), command) {
+            Ok(effective) => {
+                print!("{effective}");
+                ExitCode::SUCCESS
+            }
+            Err(errors) => {
+                eprintln!("{errors}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let settings = match Settings::from_process_env() {
         Ok(settings) => settings,
         Err(e) => {
@@ -100,7 +117,7 @@ async fn main() -> ExitCode {
                 tracing::info!("shutdown requested; stopping runs");
                 stop.cancel();
             });
-            pidevops::dispatch::worker::run(settings, shutdown).await
+            pidevops::startup::worker::run(settings, shutdown).await
         }
         Command::Doctor => {
             let (report, ok) = doctor::diagnose(&settings).await;
@@ -119,6 +136,7 @@ async fn main() -> ExitCode {
         Command::Replay { projector, all } => replay(settings, projector, all).await,
         Command::Task { command } => pidevops::cli::task(settings, command).await,
         Command::Dispatch { command } => pidevops::cli::dispatch(settings, command).await,
+        Command::Config { .. } => unreachable!("handled before the settings are read"),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -165,9 +183,7 @@ async fn wait_for_signal() {
 }
 
 async fn migrate(settings: Settings) -> anyhow::Result<()> {
-    let store = EventStore::connect(&settings.database, 2)
-        .await
-        .with_context(|| format!("connecting to {}", settings.database.redacted()))?;
+    let store = pidevops::startup::connect(&settings, pidevops::startup::CLI_CONNECTIONS).await?;
     store.migrate().await.context("applying migrations")?;
     eprintln!("migrations applied to {}", settings.database.redacted());
     Ok(())
@@ -179,9 +195,8 @@ async fn events(
     limit: Option<u64>,
     follow: bool,
 ) -> anyhow::Result<()> {
-    let store = EventStore::connect(&settings.database, 2)
-        .await
-        .with_context(|| format!("connecting to {}", settings.database.redacted()))?;
+    // Read only: `events` never migrates (or writes) the database it is pointed at.
+    let store = pidevops::startup::connect(&settings, pidevops::startup::CLI_CONNECTIONS).await?;
     let mut remaining = limit.or(if follow { None } else { Some(100) });
     let stdout = std::io::stdout();
     loop {
@@ -240,9 +255,7 @@ async fn replay(settings: Settings, name: Option<String>, all: bool) -> anyhow::
         }
         (None, false) => anyhow::bail!("name a projector, or pass --all"),
     };
-    let store = EventStore::connect(&settings.database, 2)
-        .await
-        .with_context(|| format!("connecting to {}", settings.database.redacted()))?;
+    let store = pidevops::startup::connect(&settings, pidevops::startup::CLI_CONNECTIONS).await?;
     store.migrate().await.context("applying migrations")?;
     for projector in chosen {
         let name = projector.name();

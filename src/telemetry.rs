@@ -6,7 +6,12 @@ use std::sync::OnceLock;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::{fmt, EnvFilter};
 
-use crate::config::LogFormat;
+/// How log lines are written (`LOG_FORMAT`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Json,
+    Pretty,
+}
 
 /// Installs the global subscriber once; later calls (tests building several apps) are no-ops.
 pub fn init_tracing(format: LogFormat) {

@@ -229,7 +229,7 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
     );
     let settings_for =
         |database: DatabaseUrl, root: &Path, bwrap: &str| -> anyhow::Result<Settings> {
-            let file: toml::Table = format!(
+            let file: pidevops::config::FileConfig = format!(
                 r#"
             [board]
             approval = "auto"
@@ -250,7 +250,8 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
                 agent = agent.display(),
                 sleep = dir.join("sleep").display(),
             )
-            .parse()?;
+            .parse()
+            .map_err(|e| anyhow::anyhow!("the benchmark's pidevops.toml: {e}"))?;
             let mut settings = Settings::for_tests(database);
             settings.file = file;
             settings.workspace_root = root.to_owned();

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 
+use crate::config::file::Tables;
 use crate::tasks::RepoName;
 
 /// The allow-list; empty (nothing allowed) until configured.
@@ -27,33 +28,17 @@ pub struct NotAllowed {
 }
 
 impl AllowedRepos {
-    /// Reads the names under `[repos]` and the patterns in `[intake] allow_repos`.
-    pub fn from_file(file: &toml::Table) -> Result<Self, String> {
-        let mut patterns: Vec<String> = Vec::new();
-        if let Some(repos) = file.get("repos") {
-            let repos = repos.as_table().ok_or("[repos] must be a table")?;
-            for name in repos.keys() {
-                name.parse::<RepoName>()
-                    .map_err(|e| format!("[repos.\"{name}\"]: {e}"))?;
-                patterns.push(name.clone());
-            }
+    /// The names under `[repos]` and the patterns in `[intake] allow_repos`.
+    pub fn from_tables(tables: &Tables) -> Result<Self, String> {
+        for name in tables.repos.keys() {
+            name.parse::<RepoName>()
+                .map_err(|e| format!("[repos.\"{name}\"]: {e}"))?;
         }
-        let listed = file
-            .get("intake")
-            .and_then(|intake| intake.as_table())
-            .and_then(|intake| intake.get("allow_repos"));
-        let mut allowed = Self::new(patterns.iter().map(String::as_str))?;
-        if let Some(listed) = listed {
-            let items = listed
-                .as_array()
-                .and_then(|items| items.iter().map(|i| i.as_str()).collect::<Option<Vec<_>>>())
-                .ok_or(
-                    "intake.allow_repos must be a list of strings like \"acme/app\" or \"acme/*\"",
-                )?;
-            let more = Self::new(items).map_err(|e| format!("intake.allow_repos: {e}"))?;
-            allowed.exact.extend(more.exact);
-            allowed.owners.extend(more.owners);
-        }
+        let mut allowed = Self::new(tables.repos.keys().map(String::as_str))?;
+        let more = Self::new(tables.intake.allow_repos.iter().map(String::as_str))
+            .map_err(|e| format!("intake.allow_repos: {e}"))?;
+        allowed.exact.extend(more.exact);
+        allowed.owners.extend(more.owners);
         Ok(allowed)
     }
 
@@ -107,7 +92,9 @@ mod tests {
     }
 
     fn file(text: &str) -> Result<AllowedRepos, String> {
-        AllowedRepos::from_file(&text.parse::<toml::Table>().unwrap())
+        text.parse::<crate::config::FileConfig>()
+            .map(|file| file.board.allowed)
+            .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -161,11 +148,22 @@ mod tests {
             r#"allow_repos = ["acme/ap*"]"#,
             r#"allow_repos = ["acme"]"#,
             r#"allow_repos = ["-x/*"]"#,
-            r#"allow_repos = "acme/*""#,
-            r#"allow_repos = [3]"#,
         ] {
             let error = file(&format!("[intake]\n{bad}")).unwrap_err();
             assert!(error.contains("intake.allow_repos"), "{bad}: {error}");
+        }
+        for (bad, expected) in [
+            (
+                r#"allow_repos = "acme/*""#,
+                "[intake] allow_repos: expected a list, found the string \"acme/*\"",
+            ),
+            (
+                r#"allow_repos = [3]"#,
+                "[intake] allow_repos[0]: expected a string, found the whole number 3",
+            ),
+        ] {
+            let error = file(&format!("[intake]\n{bad}")).unwrap_err();
+            assert_eq!(error, expected, "{bad}");
         }
         assert!(file("[repos.\"not a repo\"]")
             .unwrap_err()

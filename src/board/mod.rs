@@ -65,7 +65,7 @@ pub struct Outcome {
 }
 
 /// What intake (or the API) asks for; the id, approval and attempts are filled in from configuration here.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
 pub struct Draft {
     pub repo: RepoName,
     pub spec: Spec,
@@ -124,35 +124,20 @@ impl Default for BoardConfig {
 }
 
 impl BoardConfig {
-    /// Reads `[board] approval`, `[board] max_attempts`, `[repos."owner/name"] approval` and the allow-list.
-    pub fn from_file(file: &toml::Table) -> Result<Self, String> {
+    /// `[board] approval`, `[board] max_attempts`, `[repos."owner/name"] approval` and the allow-list.
+    pub fn from_tables(tables: &crate::config::file::Tables) -> Result<Self, String> {
+        let max_attempts = u32::try_from(tables.board.max_attempts)
+            .map_err(|_| "board.max_attempts must be a whole number".to_owned())?;
         let mut config = Self {
-            allowed: AllowedRepos::from_file(file)?,
+            approval: tables.board.approval,
+            max_attempts: MaxAttempts::new(max_attempts)
+                .map_err(|e| format!("board.max_attempts: {e}"))?,
+            allowed: AllowedRepos::from_tables(tables)?,
             ..Self::default()
         };
-        if let Some(board) = file.get("board") {
-            let board = board.as_table().ok_or("[board] must be a table")?;
-            if let Some(approval) = board.get("approval") {
-                config.approval = parse_approval(approval, "board.approval")?;
-            }
-            if let Some(max) = board.get("max_attempts") {
-                let max = max
-                    .as_integer()
-                    .and_then(|m| u32::try_from(m).ok())
-                    .ok_or("board.max_attempts must be a whole number")?;
-                config.max_attempts =
-                    MaxAttempts::new(max).map_err(|e| format!("board.max_attempts: {e}"))?;
-            }
-        }
-        if let Some(repos) = file.get("repos") {
-            let repos = repos.as_table().ok_or("[repos] must be a table")?;
-            for (name, repo) in repos {
-                name.parse::<RepoName>()
-                    .map_err(|e| format!("[repos.\"{name}\"]: {e}"))?;
-                if let Some(approval) = repo.get("approval") {
-                    let approval = parse_approval(approval, &format!("repos.\"{name}\".approval"))?;
-                    config.repos.insert(name.clone(), approval);
-                }
+        for (name, repo) in &tables.repos {
+            if let Some(approval) = repo.approval {
+                config.repos.insert(name.clone(), approval);
             }
         }
         Ok(config)
@@ -166,15 +151,9 @@ impl BoardConfig {
     }
 }
 
-fn parse_approval(value: &toml::Value, field: &str) -> Result<ApprovalPolicy, String> {
-    value
-        .as_str()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("{field} must be \"auto\" or \"manual\""))
-}
-
 /// What a person can ask of a task from the API, the CLI (and later Telegram and the dashboard).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, utoipa::ToSchema)]
+#[schema(rename_all = "lowercase")]
 pub enum Steer {
     Approve,
     Reject,

@@ -1,7 +1,7 @@
 //! The bus: replayable fan-out of the event log. Postgres stays the system of record; the bus only ever carries
 //! what the log already committed, so it can always be re-fed from the log.
 //!
-//! Two backends, one conformance suite (`tests/bus.rs`): NATS JetStream when `NATS_URL` is set, and an in-process
+//! Two backends, one conformance suite (`tests/it/bus.rs`): NATS JetStream when `NATS_URL` is set, and an in-process
 //! twin with the same semantics (publish is idempotent by event id, messages keep publish order, the last
 //! message's position is readable) for the embedded default and for tests.
 

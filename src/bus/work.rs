@@ -1,7 +1,7 @@
 //! Work queues: the typed, durable hand-off of work (agent runs) from the dispatcher to `pidevops worker`
 //! processes, possibly on other machines.
 //!
-//! Semantics, identical on both backends (`tests/work.rs` holds them to it):
+//! Semantics, identical on both backends (`tests/it/work.rs` holds them to it):
 //! - `publish(kind, key, &payload)` is idempotent by `key` within the duplicate window (`Nats-Msg-Id` on JetStream).
 //! - `pull` hands each message to one consumer at a time; the holder must `ack`, `nak`, `term` or send `progress`
 //!   (the heartbeat of a long run) within `ack_wait`, or the message is redelivered to whoever pulls next.

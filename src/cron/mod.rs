@@ -39,6 +39,7 @@ use croner::Cron;
 use serde::{Deserialize, Serialize};
 
 use crate::board::{Board, Draft};
+use crate::config::file::{DigestTable, Tables};
 use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::{AppendError, EventLog};
 use crate::tasks::{Links, Priority, RepoName, Spec, TaskId};
@@ -74,45 +75,19 @@ pub enum ScheduleAction {
 pub const DAILY_DIGEST: &str = "daily-digest";
 
 /// `[digest]`: the built-in daily digest, off unless `enabled = true`.
-fn daily_digest(file: &toml::Table, parser: &CronParser) -> Result<Option<Schedule>, String> {
-    let Some(table) = file.get("digest") else {
-        return Ok(None);
-    };
-    let table = table.as_table().ok_or("[digest] must be a table")?;
-    for key in table.keys() {
-        if !["enabled", "time", "timezone"].contains(&key.as_str()) {
-            return Err(format!(
-                "digest.{key} is not a digest setting (enabled, time, timezone)"
-            ));
-        }
-    }
-    let enabled = match table.get("enabled") {
-        None => false,
-        Some(v) => v.as_bool().ok_or("digest.enabled must be true or false")?,
-    };
-    if !enabled {
+fn daily_digest(table: &DigestTable, parser: &CronParser) -> Result<Option<Schedule>, String> {
+    if !table.enabled {
         return Ok(None);
     }
-    let time = match table.get("time") {
-        None => "09:00".to_owned(),
-        Some(v) => v
-            .as_str()
-            .ok_or("digest.time must be a string like \"09:00\"")?
-            .to_owned(),
-    };
+    let time = &table.time;
     let (hour, minute) = time
         .split_once(':')
         .and_then(|(h, m)| Some((h.parse::<u32>().ok()?, m.parse::<u32>().ok()?)))
         .filter(|(h, m)| *h < 24 && *m < 60)
         .ok_or_else(|| format!("digest.time {time:?} is not a time of day like \"09:00\""))?;
-    let timezone = match table.get("timezone") {
-        None => chrono_tz::UTC,
-        Some(v) => {
-            let name = v.as_str().ok_or("digest.timezone must be a string")?;
-            chrono_tz::Tz::from_str(name)
-                .map_err(|_| format!("digest.timezone {name:?} is not an IANA time zone name"))?
-        }
-    };
+    let name = &table.timezone;
+    let timezone = chrono_tz::Tz::from_str(name)
+        .map_err(|_| format!("digest.timezone {name:?} is not an IANA time zone name"))?;
     let pattern = format!("{minute} {hour} * * *");
     let cron = parser
         .parse(&pattern)
@@ -148,35 +123,20 @@ impl Schedule {
     }
 }
 
-/// Reads `[[schedules]]`. Every mistake names its schedule and key.
-pub fn schedules(file: &toml::Table) -> Result<Vec<Schedule>, String> {
+/// `[[schedules]]` and `[digest]`. Every mistake names its schedule and key.
+pub fn schedules(tables: &Tables) -> Result<Vec<Schedule>, String> {
     let parser = CronParser::builder().seconds(Seconds::Optional).build();
     let mut names = BTreeSet::new();
     let mut out = Vec::new();
-    if let Some(daily) = daily_digest(file, &parser)? {
+    if let Some(daily) = daily_digest(&tables.digest, &parser)? {
         names.insert(daily.name.clone());
         out.push(daily);
     }
-    let Some(list) = file.get("schedules") else {
-        return Ok(out);
-    };
-    let list = list
-        .as_array()
-        .ok_or("schedules must be an array of tables ([[schedules]])")?;
-    for (i, entry) in list.iter().enumerate() {
-        let table = entry
-            .as_table()
-            .ok_or_else(|| format!("schedules[{i}] must be a table"))?;
-        let string = |key: &str| -> Result<Option<String>, String> {
-            match table.get(key) {
-                None => Ok(None),
-                Some(v) => v
-                    .as_str()
-                    .map(|s| Some(s.to_owned()))
-                    .ok_or_else(|| format!("schedules[{i}].{key} must be a string")),
-            }
-        };
-        let name = string("name")?.ok_or_else(|| format!("schedules[{i}].name is missing"))?;
+    for (i, table) in tables.schedules.iter().enumerate() {
+        let name = table
+            .name
+            .clone()
+            .ok_or_else(|| format!("schedules[{i}].name is missing"))?;
         let at = format!("schedule {name:?}");
         if name.is_empty()
             || name.len() > 64
@@ -195,32 +155,22 @@ pub fn schedules(file: &toml::Table) -> Result<Vec<Schedule>, String> {
                 format!("{at} is defined twice")
             });
         }
-        for key in table.keys() {
-            if !["name", "cron", "timezone", "task", "digest"].contains(&key.as_str()) {
-                return Err(format!("{at}: {key} is not a schedule setting"));
-            }
-        }
-        let digest = match table.get("digest") {
-            None => false,
-            Some(v) => v
-                .as_bool()
-                .ok_or_else(|| format!("{at}: digest must be true or false"))?,
-        };
-        if digest && table.contains_key("task") {
+        if table.digest && table.task.is_some() {
             return Err(format!(
                 "{at}: a schedule either sends a digest (digest = true) or creates a task ([schedules.task]), not both"
             ));
         }
-        let pattern = string("cron")?.ok_or_else(|| format!("{at}: cron is missing"))?;
+        let pattern = table
+            .cron
+            .clone()
+            .ok_or_else(|| format!("{at}: cron is missing"))?;
         let cron = parser
             .parse(&pattern)
             .map_err(|e| format!("{at}: cron {pattern:?} is not a 5- or 6-field pattern: {e}"))?;
-        let timezone = match string("timezone")? {
-            None => chrono_tz::UTC,
-            Some(tz) => chrono_tz::Tz::from_str(&tz)
-                .map_err(|_| format!("{at}: timezone {tz:?} is not an IANA time zone name"))?,
-        };
-        if digest {
+        let tz = &table.timezone;
+        let timezone = chrono_tz::Tz::from_str(tz)
+            .map_err(|_| format!("{at}: timezone {tz:?} is not an IANA time zone name"))?;
+        if table.digest {
             out.push(Schedule {
                 name,
                 pattern,
@@ -230,37 +180,23 @@ pub fn schedules(file: &toml::Table) -> Result<Vec<Schedule>, String> {
             });
             continue;
         }
-        let task = table
-            .get("task")
-            .and_then(|t| t.as_table())
-            .ok_or_else(|| {
-                format!(
-                    "{at}: [schedules.task] is missing (what the schedule creates), or set digest = true"
-                )
-            })?;
-        let field = |key: &str| -> Result<String, String> {
-            match task.get(key) {
-                None => Ok(String::new()),
-                Some(v) => v
-                    .as_str()
-                    .map(str::to_owned)
-                    .ok_or_else(|| format!("{at}: task.{key} must be a string")),
-            }
-        };
-        for key in task.keys() {
-            if !["repo", "task", "scope", "done_when", "priority"].contains(&key.as_str()) {
-                return Err(format!("{at}: task.{key} is not a task setting"));
-            }
-        }
-        let repo = field("repo")?
+        let task = table.task.as_ref().ok_or_else(|| {
+            format!("{at}: [schedules.task] is missing (what the schedule creates), or set digest = true")
+        })?;
+        let repo = task
+            .repo
             .parse::<RepoName>()
             .map_err(|e| format!("{at}: task.repo: {e}"))?;
-        let spec = Spec::new(field("task")?, field("scope")?, field("done_when")?)
-            .map_err(|e| format!("{at}: {e}"))?;
-        let priority = match task.get("priority") {
+        let spec = Spec::new(
+            task.task.clone(),
+            task.scope.clone(),
+            task.done_when.clone(),
+        )
+        .map_err(|e| format!("{at}: {e}"))?;
+        let priority = match &task.priority {
             None => None,
-            Some(_) => Some(
-                field("priority")?
+            Some(priority) => Some(
+                priority
                     .parse::<Priority>()
                     .map_err(|e| format!("{at}: task.priority: {e}"))?,
             ),

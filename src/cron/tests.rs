@@ -2,8 +2,10 @@ use chrono::TimeZone;
 
 use super::*;
 
-fn file(text: &str) -> toml::Table {
-    toml::from_str(text).expect("valid toml")
+fn parse(text: &str) -> Result<Vec<Schedule>, String> {
+    text.parse::<crate::config::FileConfig>()
+        .map(|file| file.schedules)
+        .map_err(|e| e.to_string())
 }
 
 fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32, s: u32) -> DateTime<Utc> {
@@ -24,7 +26,7 @@ priority = "low"
 
 #[test]
 fn a_schedule_fires_its_latest_slot_once_after_any_downtime() {
-    let schedules = schedules(&file(WEEKLY)).unwrap();
+    let schedules = parse(WEEKLY).unwrap();
     let weekly = &schedules[0];
     assert_eq!(weekly.timezone, chrono_tz::Europe::Berlin);
     assert!(matches!(
@@ -80,7 +82,7 @@ cron = "*/10 * * * * *"
 repo = "acme/api"
 task = "Tick"
 "#;
-    let every = &schedules(&file(text)).unwrap()[0];
+    let every = &parse(text).unwrap()[0];
     assert_eq!(every.timezone, chrono_tz::UTC);
     assert_eq!(
         every.due(utc(2026, 1, 1, 0, 0, 0), utc(2026, 1, 1, 0, 0, 25)),
@@ -100,7 +102,7 @@ fn bad_schedules_are_refused_with_the_schedule_and_key_named() {
     for (text, needle) in [
         (
             "schedules = 3".to_owned(),
-            "schedules must be an array of tables",
+            "[schedules]: expected a list, found the whole number 3",
         ),
         (
             "[[schedules]]\ncron = \"* * * * *\"".to_owned(),
@@ -132,11 +134,11 @@ fn bad_schedules_are_refused_with_the_schedule_and_key_named() {
         ),
         (
             base("", "repo = \"acme/api\"\ntask = \"x\"\nagent = \"y\""),
-            "task.agent is not a task setting",
+            "[schedules[0].task] agent: unknown key (known: repo, task, scope, done_when, priority)",
         ),
         (
             base("every = 5", "repo = \"acme/api\"\ntask = \"x\""),
-            "every is not a schedule setting",
+            "[schedules[0]] every: unknown key (known: name, cron, timezone, digest, task)",
         ),
         (
             base("digest = true", "repo = \"acme/api\"\ntask = \"x\""),
@@ -148,7 +150,7 @@ fn bad_schedules_are_refused_with_the_schedule_and_key_named() {
         ),
         (
             "[digest]\nenabled = true\nat = \"09:00\"".to_owned(),
-            "digest.at is not a digest setting",
+            "[digest] at: unknown key (known: enabled, time, timezone)",
         ),
         (
             "[digest]\nenabled = true\n[[schedules]]\nname = \"daily-digest\"\ncron = \"* * * * *\"\ndigest = true".to_owned(),
@@ -167,21 +169,17 @@ fn bad_schedules_are_refused_with_the_schedule_and_key_named() {
             "schedule \"s\" is defined twice",
         ),
     ] {
-        let message = schedules(&file(&text)).expect_err(&text);
+        let message = parse(&text).expect_err(&text);
         assert!(message.contains(needle), "{text}\n=> {message}");
     }
-    assert!(schedules(&toml::Table::new()).unwrap().is_empty());
+    assert!(crate::config::FileConfig::default().schedules.is_empty());
 }
 
 #[test]
 fn the_daily_digest_is_off_by_default_and_a_schedule_may_send_one() {
-    assert!(schedules(&file("[digest]\ntime = \"08:30\""))
-        .unwrap()
-        .is_empty());
-    let on = schedules(&file(
-        "[digest]\nenabled = true\ntime = \"08:30\"\ntimezone = \"Europe/Berlin\"",
-    ))
-    .unwrap();
+    assert!(parse("[digest]\ntime = \"08:30\"").unwrap().is_empty());
+    let on =
+        parse("[digest]\nenabled = true\ntime = \"08:30\"\ntimezone = \"Europe/Berlin\"").unwrap();
     assert_eq!(on.len(), 1);
     assert_eq!(on[0].name, DAILY_DIGEST);
     assert_eq!(on[0].action, ScheduleAction::Digest);
@@ -190,9 +188,7 @@ fn the_daily_digest_is_off_by_default_and_a_schedule_may_send_one() {
         on[0].next_after(utc(2026, 11, 30, 0, 0, 0)),
         Some(utc(2026, 11, 30, 7, 30, 0))
     );
-    let weekly = schedules(&file(
-        "[[schedules]]\nname = \"friday\"\ncron = \"0 16 * * FRI\"\ndigest = true",
-    ))
-    .unwrap();
+    let weekly =
+        parse("[[schedules]]\nname = \"friday\"\ncron = \"0 16 * * FRI\"\ndigest = true").unwrap();
     assert_eq!(weekly[0].action, ScheduleAction::Digest);
 }

@@ -24,7 +24,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use super::schedule::Limits;
+use crate::config::file::{DispatchTable, Tables};
 use crate::tasks::RepoName;
 
 /// Where a repository's code comes from.
@@ -43,7 +46,8 @@ impl RepoSource {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Executor {
     /// `serve` runs agents itself.
     Local,
@@ -69,7 +73,8 @@ pub struct DispatchConfig {
 }
 
 /// Whether agents may run when nothing can contain them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum ContainmentPolicy {
     /// The default: without containment the dispatcher is unarmed and says why.
     Required,
@@ -104,162 +109,112 @@ impl DispatchConfig {
         base.mul_f64(1.0 + jitter.clamp(0.0, 0.2))
     }
 
-    pub fn from_file(file: &toml::Table) -> Result<Self, String> {
-        let dispatch = match file.get("dispatch") {
-            None => None,
-            Some(d) => Some(d.as_table().ok_or("[dispatch] must be a table")?),
-        };
-        let get = |key: &str| dispatch.and_then(|d| d.get(key));
-        let off = match (dispatch, get("enabled")) {
-            (None, _) => Some(
+    /// `[dispatch]` and `[repos."owner/name"]` url, base and max_concurrent; every mistake names its key.
+    pub fn from_tables(tables: &Tables) -> Result<Self, String> {
+        let off = match &tables.dispatch {
+            None => Some(
                 "no [dispatch] in pidevops.toml: tasks wait in todo until it is configured"
                     .to_owned(),
             ),
-            (Some(_), Some(v)) => match v.as_bool() {
-                Some(true) => None,
-                Some(false) => Some("dispatch.enabled = false in pidevops.toml".to_owned()),
-                None => return Err("dispatch.enabled must be true or false".to_owned()),
-            },
-            (Some(_), None) => None,
-        };
-        let count = |key: &str, default: usize| -> Result<usize, String> {
-            match get(key) {
-                None => Ok(default),
-                Some(v) => v
-                    .as_integer()
-                    .and_then(|n| usize::try_from(n).ok())
-                    .filter(|n| (1..=1000).contains(n))
-                    .ok_or_else(|| format!("dispatch.{key} must be a whole number from 1 to 1000")),
+            Some(dispatch) if !dispatch.enabled => {
+                Some("dispatch.enabled = false in pidevops.toml".to_owned())
             }
+            Some(_) => None,
         };
-        let seconds = |key: &str, default: f64, scale: f64| -> Result<Duration, String> {
-            match get(key) {
-                None => Ok(Duration::from_secs_f64(default * scale)),
-                Some(v) => v
-                    .as_float()
-                    .or_else(|| v.as_integer().map(|i| i as f64))
-                    .filter(|s| s.is_finite() && *s > 0.0 && *s * scale < 1e9)
-                    .map(|s| Duration::from_secs_f64(s * scale))
-                    .ok_or_else(|| format!("dispatch.{key} must be a positive number")),
-            }
+        let defaults = DispatchTable::default();
+        let dispatch = tables.dispatch.as_ref().unwrap_or(&defaults);
+        let count = |key: &str, n: i64| -> Result<usize, String> {
+            usize::try_from(n)
+                .ok()
+                .filter(|n| (1..=1000).contains(n))
+                .ok_or_else(|| format!("dispatch.{key} must be a whole number from 1 to 1000"))
         };
-        let executor = match get("executor") {
-            None => Executor::Local,
-            Some(v) => match v.as_str() {
-                Some("local") => Executor::Local,
-                Some("workers") => Executor::Workers,
-                _ => return Err("dispatch.executor must be \"local\" or \"workers\"".to_owned()),
-            },
+        let seconds = |key: &str, s: f64, scale: f64| -> Result<Duration, String> {
+            Some(s)
+                .filter(|s| s.is_finite() && *s > 0.0 && *s * scale < 1e9)
+                .map(|s| Duration::from_secs_f64(s * scale))
+                .ok_or_else(|| format!("dispatch.{key} must be a positive number"))
         };
-        let containment = match get("containment") {
-            None => ContainmentPolicy::Required,
-            Some(v) => match v.as_str() {
-                Some("required") => ContainmentPolicy::Required,
-                Some("best-effort") => ContainmentPolicy::BestEffort,
-                _ => {
-                    return Err(
-                        "dispatch.containment must be \"required\" or \"best-effort\"".to_owned(),
-                    )
-                }
-            },
-        };
-        let bwrap = match get("bwrap") {
-            None => "bwrap".to_owned(),
-            Some(v) => v
-                .as_str()
-                .filter(|s| !s.trim().is_empty())
-                .map(|s| s.trim().to_owned())
-                .ok_or("dispatch.bwrap must be a program name or path")?,
-        };
-        let readable = match get("readable") {
-            None => Vec::new(),
-            Some(v) => v
-                .as_array()
-                .ok_or("dispatch.readable must be a list of absolute paths")?
-                .iter()
-                .map(|p| {
-                    p.as_str()
-                        .map(PathBuf::from)
-                        .filter(|p| p.is_absolute())
-                        .ok_or_else(|| format!("dispatch.readable: {p} is not an absolute path"))
-                })
-                .collect::<Result<Vec<_>, String>>()?,
-        };
+        let bwrap = Some(dispatch.bwrap.trim())
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .ok_or("dispatch.bwrap must be a program name or path")?;
+        let readable = dispatch
+            .readable
+            .iter()
+            .map(|p| {
+                Some(PathBuf::from(p))
+                    .filter(|p| p.is_absolute())
+                    .ok_or_else(|| format!("dispatch.readable: {p:?} is not an absolute path"))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
         let mut limits = Limits {
-            global: count("max_concurrent", 2)?,
-            per_repo_default: count("per_repo", 1)?,
+            global: count("max_concurrent", dispatch.max_concurrent)?,
+            per_repo_default: count("per_repo", dispatch.per_repo)?,
             per_repo: BTreeMap::new(),
         };
         let mut repos = BTreeMap::new();
-        if let Some(table) = file.get("repos") {
-            let table = table.as_table().ok_or("[repos] must be a table")?;
-            for (name, repo) in table {
-                let key = format!("repos.\"{name}\"");
-                let parsed = name
-                    .parse::<RepoName>()
-                    .map_err(|e| format!("[{key}]: {e}"))?;
-                let repo = repo
-                    .as_table()
-                    .ok_or_else(|| format!("[{key}] must be a table"))?;
-                let text = |field: &str| -> Result<Option<String>, String> {
-                    match repo.get(field) {
-                        None => Ok(None),
-                        Some(v) => v
-                            .as_str()
-                            .filter(|s| !s.trim().is_empty())
-                            .map(|s| Some(s.trim().to_owned()))
-                            .ok_or_else(|| format!("{key}.{field} must be a non-empty string")),
-                    }
-                };
-                let url = text("url")?;
-                let base = text("base")?;
-                if let Some(base) = &base {
-                    // The base is handed to git as a ref name: refuse what could be read as an option or a range.
-                    if base.starts_with('-')
-                        || base.contains("..")
-                        || !base
-                            .chars()
-                            .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
-                    {
-                        return Err(format!("{key}.base {base:?} is not a plain branch name"));
-                    }
+        for (name, repo) in &tables.repos {
+            let key = format!("repos.\"{name}\"");
+            let parsed = name
+                .parse::<RepoName>()
+                .map_err(|e| format!("[{key}]: {e}"))?;
+            let text = |field: &str, value: &Option<String>| -> Result<Option<String>, String> {
+                match value {
+                    None => Ok(None),
+                    Some(v) => Some(v.trim())
+                        .filter(|s| !s.is_empty())
+                        .map(|s| Some(s.to_owned()))
+                        .ok_or_else(|| format!("{key}.{field} must be a non-empty string")),
                 }
-                if let Some(url) = &url {
-                    if url.starts_with('-') {
-                        return Err(format!("{key}.url must not start with '-'"));
-                    }
+            };
+            let url = text("url", &repo.url)?;
+            let base = text("base", &repo.base)?;
+            if let Some(base) = &base {
+                // The base is handed to git as a ref name: refuse what could be read as an option or a range.
+                if base.starts_with('-')
+                    || base.contains("..")
+                    || !base
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
+                {
+                    return Err(format!("{key}.base {base:?} is not a plain branch name"));
                 }
-                if let Some(max) = repo.get("max_concurrent") {
-                    let max = max
-                        .as_integer()
-                        .and_then(|n| usize::try_from(n).ok())
-                        .filter(|n| (1..=1000).contains(n))
-                        .ok_or_else(|| {
-                            format!("{key}.max_concurrent must be a whole number from 1 to 1000")
-                        })?;
-                    limits.per_repo.insert(parsed.clone(), max);
+            }
+            if let Some(url) = &url {
+                if url.starts_with('-') {
+                    return Err(format!("{key}.url must not start with '-'"));
                 }
-                if url.is_some() || base.is_some() {
-                    let default = Self::default_source(&parsed);
-                    repos.insert(
-                        parsed,
-                        RepoSource {
-                            url: url.unwrap_or(default.url),
-                            base: base.unwrap_or(default.base),
-                        },
-                    );
-                }
+            }
+            if let Some(max) = repo.max_concurrent {
+                let max = usize::try_from(max)
+                    .ok()
+                    .filter(|n| (1..=1000).contains(n))
+                    .ok_or_else(|| {
+                        format!("{key}.max_concurrent must be a whole number from 1 to 1000")
+                    })?;
+                limits.per_repo.insert(parsed.clone(), max);
+            }
+            if url.is_some() || base.is_some() {
+                let default = Self::default_source(&parsed);
+                repos.insert(
+                    parsed,
+                    RepoSource {
+                        url: url.unwrap_or(default.url),
+                        base: base.unwrap_or(default.base),
+                    },
+                );
             }
         }
         Ok(Self {
             off,
             limits,
-            heartbeat: seconds("heartbeat_s", 30.0, 1.0)?,
-            retry_backoff: seconds("retry_backoff_s", 60.0, 1.0)?,
-            worktree_ttl: seconds("worktree_ttl_h", 24.0, 3600.0)?,
-            executor,
+            heartbeat: seconds("heartbeat_s", dispatch.heartbeat_s, 1.0)?,
+            retry_backoff: seconds("retry_backoff_s", dispatch.retry_backoff_s, 1.0)?,
+            worktree_ttl: seconds("worktree_ttl_h", dispatch.worktree_ttl_h, 3600.0)?,
+            executor: dispatch.executor,
             repos,
-            containment,
+            containment: dispatch.containment,
             bwrap,
             readable,
         })
@@ -278,7 +233,9 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<DispatchConfig, String> {
-        DispatchConfig::from_file(&text.parse::<toml::Table>().unwrap())
+        text.parse::<crate::config::FileConfig>()
+            .map(|file| file.dispatch)
+            .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -325,9 +282,18 @@ mod tests {
         for (text, key) in [
             ("[dispatch]\nmax_concurrent = 0", "dispatch.max_concurrent"),
             ("[dispatch]\nheartbeat_s = -1", "dispatch.heartbeat_s"),
-            ("[dispatch]\nexecutor = \"cloud\"", "dispatch.executor"),
-            ("[dispatch]\nenabled = \"yes\"", "dispatch.enabled"),
-            ("[dispatch]\ncontainment = \"off\"", "dispatch.containment"),
+            (
+                "[dispatch]\nexecutor = \"cloud\"",
+                "[dispatch] executor: expected \"local\" or \"workers\", found \"cloud\"",
+            ),
+            (
+                "[dispatch]\nenabled = \"yes\"",
+                "[dispatch] enabled: expected true or false, found the string \"yes\"",
+            ),
+            (
+                "[dispatch]\ncontainment = \"off\"",
+                "[dispatch] containment: expected \"required\" or \"best-effort\", found \"off\"",
+            ),
             ("[dispatch]\nreadable = [\"relative\"]", "dispatch.readable"),
             ("[dispatch]\nbwrap = \"\"", "dispatch.bwrap"),
             (
@@ -346,7 +312,10 @@ mod tests {
                 "[repos.\"a/b\"]\nmax_concurrent = 0",
                 "repos.\"a/b\".max_concurrent",
             ),
-            ("dispatch = 3", "[dispatch]"),
+            (
+                "dispatch = 3",
+                "[dispatch]: expected a table, found the whole number 3",
+            ),
         ] {
             let error = parse(text).unwrap_err();
             assert!(error.contains(key), "{text}: {error}");

@@ -20,6 +20,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::config::file::{AgentTable, DispatchTable, StdinMode, Tables};
 use crate::tasks::{AgentName, RepoName, Task};
 
 /// What a command template may name; anything else in braces is refused at start-up.
@@ -43,8 +44,10 @@ pub const NEVER_PASSED: [&str; 10] = [
 /// total; a longer prompt needs `{prompt_file}` or `stdin = "prompt"`.
 pub const MAX_ARGUMENT_BYTES: usize = 100_000;
 
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60 * 60);
-const DEFAULT_NO_OUTPUT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+/// A profile's wall-clock limit unless it sets `timeout_s`.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60 * 60);
+/// A profile's no-output limit unless it sets `no_output_timeout_s`.
+pub const DEFAULT_NO_OUTPUT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
 /// One way to run a coding agent.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -153,52 +156,34 @@ pub struct Profiles {
 }
 
 impl Profiles {
-    /// Reads `[dispatch] agent`, `[agents.<name>]` and `[repos."owner/name"] agent` over the presets. Every
-    /// mistake names its key: a start-up error, not a failed run at 3 a.m.
-    pub fn from_file(file: &toml::Table) -> Result<Self, String> {
+    /// `[dispatch] agent`, `[agents.<name>]` and `[repos."owner/name"] agent` over the presets. Every mistake
+    /// names its key: a start-up error, not a failed run at 3 a.m.
+    pub fn from_tables(tables: &Tables) -> Result<Self, String> {
         let mut profiles: BTreeMap<String, AgentProfile> =
             presets().into_iter().map(|p| (p.name.clone(), p)).collect();
-        if let Some(agents) = file.get("agents") {
-            let agents = agents.as_table().ok_or("[agents] must be a table")?;
-            for (name, table) in agents {
-                let key = format!("agents.{name}");
-                // A task picks a profile by this name (a label, the API): it must be a name a task can say.
-                name.parse::<AgentName>()
-                    .map_err(|e| format!("[{key}]: {e}"))?;
-                let table = table
-                    .as_table()
-                    .ok_or_else(|| format!("[{key}] must be a table"))?;
-                profiles.insert(name.clone(), profile(name, table, &key)?);
-            }
+        for (name, table) in &tables.agents {
+            let key = format!("agents.{name}");
+            // A task picks a profile by this name (a label, the API): it must be a name a task can say.
+            name.parse::<AgentName>()
+                .map_err(|e| format!("[{key}]: {e}"))?;
+            profiles.insert(name.clone(), profile(name, table, &key)?);
         }
-        let default = match file.get("dispatch").map(|d| d.as_table()) {
-            None => "claude".to_owned(),
-            Some(None) => return Err("[dispatch] must be a table".to_owned()),
-            Some(Some(dispatch)) => match dispatch.get("agent") {
-                None => "claude".to_owned(),
-                Some(v) => v
-                    .as_str()
-                    .ok_or("dispatch.agent must be a string")?
-                    .to_owned(),
-            },
-        };
+        let default = tables
+            .dispatch
+            .as_ref()
+            .map_or_else(|| DispatchTable::default().agent, |d| d.agent.clone());
         known(&profiles, &default, "dispatch.agent")?;
         let mut by_repo = BTreeMap::new();
-        if let Some(repos) = file.get("repos").and_then(|r| r.as_table()) {
-            for (repo, table) in repos {
-                let Some(agent) = table.as_table().and_then(|t| t.get("agent")) else {
-                    continue;
-                };
-                let key = format!("repos.\"{repo}\".agent");
-                let agent = agent
-                    .as_str()
-                    .ok_or_else(|| format!("{key} must be a string"))?;
-                known(&profiles, agent, &key)?;
-                let repo = repo
-                    .parse::<RepoName>()
-                    .map_err(|e| format!("[repos.\"{repo}\"]: {e}"))?;
-                by_repo.insert(repo, agent.to_owned());
-            }
+        for (repo, table) in &tables.repos {
+            let Some(agent) = &table.agent else {
+                continue;
+            };
+            let key = format!("repos.\"{repo}\".agent");
+            known(&profiles, agent, &key)?;
+            let repo = repo
+                .parse::<RepoName>()
+                .map_err(|e| format!("[repos.\"{repo}\"]: {e}"))?;
+            by_repo.insert(repo, agent.clone());
         }
         Ok(Self {
             profiles,
@@ -210,7 +195,7 @@ impl Profiles {
     /// The profile a task in `repo` runs with: the repository's pick, else the default.
     pub fn for_repo(&self, repo: &RepoName) -> &AgentProfile {
         let name = self.by_repo.get(repo).unwrap_or(&self.default);
-        // `from_file` checked every name it stores against `profiles`.
+        // `from_tables` checked every name it stores against `profiles`.
         self.profiles
             .get(name)
             .or_else(|| self.profiles.values().next())
@@ -263,31 +248,12 @@ fn known(profiles: &BTreeMap<String, AgentProfile>, name: &str, key: &str) -> Re
     }
 }
 
-fn profile(name: &str, table: &toml::Table, key: &str) -> Result<AgentProfile, String> {
-    for field in table.keys() {
-        if ![
-            "command",
-            "env",
-            "timeout_s",
-            "no_output_timeout_s",
-            "stdin",
-        ]
-        .contains(&field.as_str())
-        {
-            return Err(format!(
-                "{key}.{field} is not a profile setting (command, env, timeout_s, no_output_timeout_s, stdin)"
-            ));
-        }
-    }
-    let prompt_on_stdin = match table.get("stdin") {
-        None => false,
-        Some(v) => match v.as_str() {
-            Some("prompt") => true,
-            Some("none") => false,
-            _ => return Err(format!("{key}.stdin must be \"prompt\" or \"none\"")),
-        },
-    };
-    let command: Vec<String> = strings(table.get("command"), &format!("{key}.command"))?;
+fn profile(name: &str, table: &AgentTable, key: &str) -> Result<AgentProfile, String> {
+    let prompt_on_stdin = table.stdin == StdinMode::Prompt;
+    let command = table
+        .command
+        .clone()
+        .ok_or_else(|| format!("{key}.command is missing"))?;
     if command.is_empty() || command[0].trim().is_empty() {
         return Err(format!(
             "{key}.command must name a program: [\"program\", \"arg\", …]"
@@ -319,11 +285,7 @@ fn profile(name: &str, table: &toml::Table, key: &str) -> Result<AgentProfile, S
              {key}.stdin = \"prompt\""
         ));
     }
-    let env = match table.get("env") {
-        None => Vec::new(),
-        some => strings(some, &format!("{key}.env"))?,
-    };
-    for var in &env {
+    for var in &table.env {
         if var.is_empty() || !var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
             return Err(format!("{key}.env: {var:?} is not a variable name"));
         }
@@ -336,42 +298,19 @@ fn profile(name: &str, table: &toml::Table, key: &str) -> Result<AgentProfile, S
     Ok(AgentProfile {
         name: name.to_owned(),
         command,
-        env,
-        timeout: seconds(table.get("timeout_s"), &format!("{key}.timeout_s"))?
-            .unwrap_or(DEFAULT_TIMEOUT),
+        env: table.env.clone(),
+        timeout: seconds(table.timeout_s, &format!("{key}.timeout_s"))?,
         no_output_timeout: seconds(
-            table.get("no_output_timeout_s"),
+            table.no_output_timeout_s,
             &format!("{key}.no_output_timeout_s"),
-        )?
-        .unwrap_or(DEFAULT_NO_OUTPUT_TIMEOUT),
+        )?,
         prompt_on_stdin,
     })
 }
 
-fn strings(value: Option<&toml::Value>, key: &str) -> Result<Vec<String>, String> {
-    let array = value
-        .ok_or_else(|| format!("{key} is missing"))?
-        .as_array()
-        .ok_or_else(|| format!("{key} must be an array of strings"))?;
-    array
-        .iter()
-        .map(|v| {
-            v.as_str()
-                .map(str::to_owned)
-                .ok_or_else(|| format!("{key} must be an array of strings"))
-        })
-        .collect()
-}
-
-fn seconds(value: Option<&toml::Value>, key: &str) -> Result<Option<Duration>, String> {
-    let Some(value) = value else {
-        return Ok(None);
-    };
-    let n = value
-        .as_integer()
-        .ok_or_else(|| format!("{key} must be a whole number of seconds"))?;
+fn seconds(n: i64, key: &str) -> Result<Duration, String> {
     if n < 1 {
         return Err(format!("{key} must be at least 1 second"));
     }
-    Ok(Some(Duration::from_secs(n.unsigned_abs())))
+    Ok(Duration::from_secs(n.unsigned_abs()))
 }

@@ -9,17 +9,19 @@ use crate::tasks::{
     Reason, RetryCause, RunId, Spec, Task,
 };
 
-fn file(text: &str) -> toml::Table {
-    toml::from_str(text).expect("valid toml")
+fn file(text: &str) -> Result<Profiles, String> {
+    text.parse::<crate::config::FileConfig>()
+        .map(|file| file.profiles)
+        .map_err(|e| e.to_string())
 }
 
 fn error(text: &str) -> String {
-    Profiles::from_file(&file(text)).expect_err("a refused configuration")
+    file(text).expect_err("a refused configuration")
 }
 
 #[test]
 fn the_presets_pass_the_prompt_and_claude_is_the_default() {
-    let profiles = Profiles::from_file(&toml::Table::new()).unwrap();
+    let profiles = crate::config::FileConfig::default().profiles;
     // Every preset reads the prompt on stdin: none puts it in its argv, so no length is too long.
     for preset in presets() {
         assert!(preset.prompt_on_stdin, "{}", preset.name);
@@ -41,7 +43,7 @@ fn the_presets_pass_the_prompt_and_claude_is_the_default() {
 
 #[test]
 fn a_profile_renders_an_argv_without_any_shell() {
-    let profiles = Profiles::from_file(&file(
+    let profiles = file(
         r#"
         [dispatch]
         agent = "mine"
@@ -53,7 +55,7 @@ fn a_profile_renders_an_argv_without_any_shell() {
         [repos."acme/api"]
         agent = "codex"
         "#,
-    ))
+    )
     .unwrap();
     let mine = profiles.for_repo(&"acme/web".parse().unwrap());
     assert_eq!(mine.name, "mine");
@@ -123,7 +125,7 @@ fn bad_profiles_are_refused_with_the_key_named() {
         ),
         (
             "[agents.x]\ncommand = [\"a\", \"{prompt}\"]\nmodel = \"opus\"",
-            "agents.x.model is not a profile setting",
+            "[agents.x] model: unknown key (known: command, stdin, env, timeout_s, no_output_timeout_s)",
         ),
         (
             "[repos.\"acme/api\"]\nagent = \"ghost\"",
@@ -141,9 +143,9 @@ fn bad_profiles_are_refused_with_the_key_named() {
 
 #[test]
 fn a_task_runs_with_its_own_profile_else_its_repositorys() {
-    let profiles = Profiles::from_file(&file(
+    let profiles = file(
         "[repos.\"acme/api\"]\nagent = \"codex\"\n[agents.mine]\ncommand = [\"mine\", \"{prompt}\"]",
-    ))
+    )
     .unwrap();
     let task = |agent: Option<&str>| {
         let new = NewTask {
@@ -248,7 +250,7 @@ fn the_prompt_is_the_spec_then_what_failed_and_what_was_added() {
 
 #[test]
 fn a_prompt_too_long_for_an_argument_is_refused_with_the_way_out() {
-    let profiles = Profiles::from_file(&file(
+    let profiles = file(
         r#"
         [agents.argv]
         command = ["my-agent", "--prompt={prompt}"]
@@ -258,7 +260,7 @@ fn a_prompt_too_long_for_an_argument_is_refused_with_the_way_out() {
         command = ["my-agent"]
         stdin = "prompt"
         "#,
-    ))
+    )
     .unwrap();
     let long = "x".repeat(super::profiles::MAX_ARGUMENT_BYTES);
     let why = profiles
@@ -275,6 +277,9 @@ fn a_prompt_too_long_for_an_argument_is_refused_with_the_way_out() {
     assert_eq!(profiles.get("by-file").unwrap().refuses_prompt(&long), None);
     assert_eq!(profiles.get("piped").unwrap().refuses_prompt(&long), None);
     assert!(profiles.get("piped").unwrap().prompt_on_stdin);
-    assert!(error("[agents.x]\ncommand = [\"a\"]\nstdin = \"yes\"").contains("agents.x.stdin"));
+    assert_eq!(
+        error("[agents.x]\ncommand = [\"a\"]\nstdin = \"yes\""),
+        "[agents.x] stdin: expected \"prompt\" or \"none\", found \"yes\""
+    );
     assert!(error("[agents.x]\ncommand = [\"a\"]").contains("stdin = \"prompt\""));
 }

@@ -7,111 +7,19 @@
 //! run had started, so the new worker does not run it twice: it leaves the attempt to the watchdog, which
 //! declares it lost (its heartbeats stopped too) and retries the task with a new run.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use super::dispatcher::{Dispatcher, RunRequest};
 use super::runs;
-use crate::bus::work::{Delivery, WorkQueue};
-use crate::config::Settings;
-use crate::eventlog::{EventLog, EventStore};
+use crate::bus::work::Delivery;
+use crate::eventlog::EventStore;
 use crate::tasks::Column;
 
-/// Serves run requests until `shutdown`; runs in flight are stopped with it (their requests come back).
-pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let nats = settings
-        .nats_url
-        .clone()
-        .context("pidevops worker pulls runs from NATS JetStream: set NATS_URL")?;
-    let store = EventStore::connect(&settings.database, settings.max_db_connections)
-        .await
-        .with_context(|| format!("connecting to {}", settings.database.redacted()))?;
-    store.migrate().await.context("applying migrations")?;
-    let appender_shutdown = CancellationToken::new();
-    let (log, appender) =
-        EventLog::start(store, settings.append_timeout, appender_shutdown.clone());
-    let config = super::DispatchConfig::from_file(&settings.file)
-        .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
-    let profiles = super::Profiles::from_file(&settings.file)
-        .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
-    if let Some(why) = super::dispatcher::cannot_run(
-        &super::DispatchConfig {
-            executor: super::config::Executor::Local,
-            ..config.clone()
-        },
-        &profiles,
-        &settings.env,
-        settings.github_token.is_some(),
-        true,
-    ) {
-        anyhow::bail!("this worker cannot run agents: {why}");
-    }
-    let slots = config.limits.global;
-    let board_config = crate::board::BoardConfig::from_file(&settings.file)
-        .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
-    let board = crate::board::Board::new(log.clone(), board_config);
-    let tracker = TaskTracker::new();
-    let dispatcher = crate::startup::dispatcher(
-        &settings, &board, &log, config, profiles, &tracker, &shutdown,
-    )
-    .await?;
-    let queue = WorkQueue::connect(Some(&nats), crate::startup::run_queue_config(), log.clone())
-        .await
-        .context("connecting to the JetStream run queue")?;
-    tracing::info!(worker = %settings.instance_id, slots, "worker ready");
-
-    let permits = Arc::new(Semaphore::new(slots));
-    loop {
-        let permit = tokio::select! {
-            () = shutdown.cancelled() => break,
-            permit = permits.clone().acquire_owned() => permit.context("the slot semaphore closed")?,
-        };
-        let pulled = tokio::select! {
-            () = shutdown.cancelled() => break,
-            pulled = queue.pull::<RunRequest>(1, Duration::from_secs(5)) => pulled,
-        };
-        let deliveries = match pulled {
-            Ok(deliveries) => deliveries,
-            Err(error) => {
-                tracing::warn!(%error, "pulling run requests failed; retrying");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-        };
-        // One delivery per pull, so the slot goes with it and returns when its run ends.
-        let mut permit = Some(permit);
-        for delivery in deliveries {
-            let slot = permit.take();
-            let (dispatcher, board, store, shutdown) = (
-                dispatcher.clone(),
-                board.clone(),
-                log.store().clone(),
-                shutdown.clone(),
-            );
-            let ack_wait = queue.config().ack_wait;
-            tracker.spawn(async move {
-                if let Err(error) =
-                    handle(delivery, &dispatcher, &board, &store, ack_wait, shutdown).await
-                {
-                    tracing::warn!(error = format!("{error:#}"), "run request not handled");
-                }
-                drop(slot);
-            });
-        }
-    }
-    tracker.close();
-    let _ = tokio::time::timeout(crate::startup::SHUTDOWN_GRACE, tracker.wait()).await;
-    appender_shutdown.cancel();
-    let _ = tokio::time::timeout(crate::startup::SHUTDOWN_GRACE, appender).await;
-    Ok(())
-}
-
-async fn handle(
+/// One run request: run it unless it already started somewhere or its task moved on; `progress` keeps the
+/// message while it runs.
+pub async fn handle(
     delivery: Delivery<RunRequest>,
     dispatcher: &Dispatcher,
     board: &crate::board::Board,

@@ -5,11 +5,11 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use super::telegram::{escape, fit};
 use crate::board::{Board, BoardError, Steer};
 use crate::loops::{LoopRegistry, LoopState};
 use crate::projectors::runs::{self, Which};
 use crate::projectors::tasks::{self as task_rows, TaskFilter};
+use crate::providers::telegram::{escape, fit};
 use crate::tasks::{Column, TaskId};
 
 pub const HELP: &str = "/status — loops, queue, pause

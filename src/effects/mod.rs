@@ -18,11 +18,8 @@
 //! a human, and the loop moves on.
 
 pub mod bot;
-pub mod github;
-pub mod linear;
 pub mod policy;
 pub mod runner;
-pub mod telegram;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -308,21 +305,6 @@ pub fn state(events: &[EffectEvent]) -> State {
         };
     }
     state
-}
-
-/// Why a call failed, as the provider client sees it.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum CallError {
-    /// Worth another attempt: 5xx, a timeout, a refused connection, 429 or a rate limit. `retry_after`: what
-    /// the provider asked for.
-    #[error("{message}")]
-    Transient {
-        message: String,
-        retry_after: Option<std::time::Duration>,
-    },
-    /// Another attempt would fail the same way: a 4xx other than 429, a missing credential.
-    #[error("{message}")]
-    Permanent { message: String },
 }
 
 /// When attempt `attempts + 1` may be made after a transient failure: what the provider asked for, else 2 s

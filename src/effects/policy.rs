@@ -51,43 +51,19 @@ impl Default for LinearStates {
 
 impl LinearStates {
     /// `[linear.states]`: `in_progress`, `in_review`, `done`, `blocked`, each a name or a list of names.
-    pub fn from_file(file: &toml::Table) -> Result<Self, String> {
+    pub fn from_tables(tables: &crate::config::file::Tables) -> Result<Self, String> {
+        let table = &tables.linear.states;
         let mut states = Self::default();
-        let Some(table) = file.get("linear").and_then(|l| l.get("states")) else {
-            return Ok(states);
-        };
-        let table = table.as_table().ok_or("[linear.states] must be a table")?;
-        for (key, value) in table {
-            let names: Vec<String> = match value {
-                toml::Value::String(one) => vec![one.clone()],
-                toml::Value::Array(many) => many
-                    .iter()
-                    .map(|v| v.as_str().map(str::to_owned))
-                    .collect::<Option<_>>()
-                    .ok_or_else(|| {
-                        format!("linear.states.{key} must be a name or a list of names")
-                    })?,
-                _ => {
-                    return Err(format!(
-                        "linear.states.{key} must be a name or a list of names"
-                    ))
-                }
-            };
-            if names.is_empty() || names.iter().any(|n| n.trim().is_empty()) {
+        for (key, names, into) in [
+            ("in_progress", &table.in_progress, &mut states.in_progress),
+            ("in_review", &table.in_review, &mut states.in_review),
+            ("done", &table.done, &mut states.done),
+            ("blocked", &table.blocked, &mut states.blocked),
+        ] {
+            if names.0.is_empty() || names.0.iter().any(|n| n.trim().is_empty()) {
                 return Err(format!("linear.states.{key} names an empty state"));
             }
-            match key.as_str() {
-                "in_progress" => states.in_progress = names,
-                "in_review" => states.in_review = names,
-                "done" => states.done = names,
-                "blocked" => states.blocked = names,
-                other => {
-                    return Err(format!(
-                        "linear.states.{other} is not a state pidevops moves issues to \
-                         (in_progress, in_review, done, blocked)"
-                    ))
-                }
-            }
+            into.clone_from(&names.0);
         }
         Ok(states)
     }
@@ -172,7 +148,7 @@ pub fn telegram_notifies(event: &TaskEvent) -> bool {
 /// cancelled, and each needs-human episode (the domain records one flag per episode, so a task that stays
 /// flagged is not announced again). Keyed by the event, so a replay sends nothing twice.
 pub fn telegram(event: &TaskEvent, task: &Task, event_id: &str, chats: &[i64]) -> Vec<Request> {
-    use super::telegram::{escape, fit};
+    use crate::providers::telegram::{escape, fit};
     let head = format!(
         "<b>{}</b> {} <i>({})</i>",
         task.id(),
@@ -621,7 +597,7 @@ pub fn digest(
     rows: &[crate::projectors::tasks::TaskRow],
     now: chrono::DateTime<chrono::Utc>,
 ) -> String {
-    use super::telegram::{escape, fit};
+    use crate::providers::telegram::{escape, fit};
     use crate::tasks::Column;
     let count = |column: Column| rows.iter().filter(|r| r.column == column).count();
     let done_today: Vec<_> = rows
@@ -669,17 +645,13 @@ pub fn digest(
 }
 
 /// The Telegram cooldown from `[telegram] cooldown_s` (default 600).
-pub fn telegram_cooldown(file: &toml::Table) -> Result<chrono::Duration, String> {
-    match file.get("telegram").and_then(|t| t.get("cooldown_s")) {
-        None => Ok(chrono::Duration::minutes(10)),
-        Some(v) => v
-            .as_integer()
-            .filter(|s| (0..=86_400).contains(s))
-            .map(chrono::Duration::seconds)
-            .ok_or_else(|| {
-                "telegram.cooldown_s must be a whole number of seconds from 0 to 86400".to_owned()
-            }),
-    }
+pub fn telegram_cooldown(tables: &crate::config::file::Tables) -> Result<chrono::Duration, String> {
+    Some(tables.telegram.cooldown_s)
+        .filter(|s| (0..=86_400).contains(s))
+        .map(chrono::Duration::seconds)
+        .ok_or_else(|| {
+            "telegram.cooldown_s must be a whole number of seconds from 0 to 86400".to_owned()
+        })
 }
 
 /// Whether the notice for the task event at `position` is a repeat inside the cooldown: of the same kind as one

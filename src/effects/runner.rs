@@ -9,18 +9,19 @@ use anyhow::Context;
 use chrono::Utc;
 
 use super::bot;
-use super::github::GithubClient;
-use super::linear::LinearClient;
 use super::policy::{self, PolicyConfig};
-use super::telegram::TelegramClient;
 use super::{
-    retry_at, state, stream, Action, CallError, EffectEvent, Produced, Provider, Request, State,
+    retry_at, state, stream, Action, EffectEvent, Produced, Provider, Request, State,
     EFFECT_STREAM_PREFIX,
 };
 use crate::board::{Board, BoardError};
 use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::{AppendError, EventLog, StoredEvent};
 use crate::loops::follow::{AsStored, Follow, Follower, Next};
+use crate::providers::github::GithubClient;
+use crate::providers::linear::LinearClient;
+use crate::providers::telegram::TelegramClient;
+use crate::providers::CallError;
 use crate::tasks::values::TASK_STREAM_PREFIX;
 use crate::tasks::{Command, GithubRef, Links, Reason, TaskEvent, TaskId};
 
@@ -333,7 +334,7 @@ impl Effects {
                 )
                 .await
                 .with_context(|| format!("answering {command:?}"))?,
-                Err(usage) => super::telegram::escape(usage),
+                Err(usage) => crate::providers::telegram::escape(usage),
             }
         };
         let request = Request {

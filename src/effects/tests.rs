@@ -240,7 +240,7 @@ fn a_task_in_review_asks_for_one_pull_request_to_its_repositorys_base() {
 
 #[test]
 fn a_message_fits_telegram_and_never_ends_inside_an_escape() {
-    use super::telegram::{escape, fit, MAX_MESSAGE};
+    use crate::providers::telegram::{escape, fit, MAX_MESSAGE};
     assert_eq!(escape("a < b & c > d"), "a &lt; b &amp; c &gt; d");
     let short = "short";
     assert_eq!(fit(short), short);

@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use super::StoredEvent;
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Envelope {
     pub id: Uuid,
     pub position: i64,
@@ -20,7 +20,9 @@ pub struct Envelope {
     pub occurred_at: DateTime<Utc>,
     pub recorded_at: DateTime<Utc>,
     /// The payload as JSON, byte for byte as received when the body was JSON.
+    #[schema(value_type = serde_json::Value)]
     pub data: Box<RawValue>,
+    #[schema(value_type = Object)]
     pub meta: super::Meta,
 }
 

@@ -11,6 +11,7 @@ mod meta;
 pub(crate) mod postgres;
 pub mod sql;
 pub(crate) mod sqlite;
+pub mod url;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -26,8 +27,8 @@ pub use meta::Meta;
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
-use crate::config::DatabaseUrl;
 use crate::domain::{NewEvent, Source};
+pub use url::DatabaseUrl;
 
 /// Most events one transaction takes; bounds a batch's latency and memory (GitHub bodies reach 25 MiB).
 const MAX_BATCH_EVENTS: usize = 256;
@@ -49,7 +50,7 @@ pub enum Bodies {
 }
 
 /// What an append returns: the event's place in the log, or the place of the event it duplicates.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct Appended {
     pub event_id: Uuid,
     pub position: i64,

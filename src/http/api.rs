@@ -1,53 +1,70 @@
 //! The admin API behind `PIDEVOPS_ADMIN_TOKEN`. With no token configured every request is refused (fail closed).
+//! Only its OpenAPI document (`openapi.rs`, `GET /api/openapi.json`) is public.
 
 use axum::body::Body;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, on, MethodFilter, MethodRouter};
 use axum::{Json, Router};
-use serde::Deserialize;
-use serde_json::json;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
-use super::{error, AppState};
+use super::{error, openapi, ApiError, AppState};
+use crate::eventlog::Envelope;
 
 pub const MAX_PAGE: i64 = 1000;
 const DEFAULT_PAGE: i64 = 100;
 
+/// Declares `admin_routes()`: every route behind the admin token as `(method, path, handler)`. The one list:
+/// `router` mounts exactly these, and `routes()` hands them to the test that checks each one is documented.
+macro_rules! admin_routes {
+    ($($method:ident $path:literal => $handler:path),* $(,)?) => {
+        fn admin_routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
+            vec![$((Method::$method, $path, on(MethodFilter::$method, $handler))),*]
+        }
+    };
+}
+
+admin_routes! {
+    GET "/api/events" => list_events,
+    GET "/api/events/{id}" => show_event,
+    GET "/api/events/{id}/body" => event_body,
+    GET "/api/events/stream" => super::stream::events_stream,
+    GET "/api/sources" => list_sources,
+    POST "/api/tasks" => super::tasks::create,
+    GET "/api/tasks" => super::tasks::list,
+    GET "/api/tasks/{id}" => super::tasks::show,
+    POST "/api/tasks/{id}/agent" => super::tasks::choose_agent,
+    POST "/api/tasks/{id}/{action}" => super::tasks::command,
+    GET "/api/dispatch" => super::dispatch::status,
+    POST "/api/dispatch/pause" => super::dispatch::pause,
+    POST "/api/dispatch/resume" => super::dispatch::resume,
+    GET "/api/runs" => super::dispatch::list,
+}
+
 pub fn router(state: AppState) -> Router<AppState> {
-    Router::new()
-        .route("/api/events", get(list_events))
-        .route("/api/events/{id}", get(show_event))
-        .route("/api/events/{id}/body", get(event_body))
-        .route("/api/sources", get(list_sources))
-        .route("/api/events/stream", get(super::stream::events_stream))
-        .route(
-            "/api/tasks",
-            axum::routing::post(super::tasks::create).get(super::tasks::list),
-        )
-        .route("/api/tasks/{id}", get(super::tasks::show))
-        .route(
-            "/api/tasks/{id}/agent",
-            axum::routing::post(super::tasks::choose_agent),
-        )
-        .route(
-            "/api/tasks/{id}/{action}",
-            axum::routing::post(super::tasks::command),
-        )
-        .route("/api/dispatch", get(super::dispatch::status))
-        .route(
-            "/api/dispatch/pause",
-            axum::routing::post(super::dispatch::pause),
-        )
-        .route(
-            "/api/dispatch/resume",
-            axum::routing::post(super::dispatch::resume),
-        )
-        .route("/api/runs", get(super::dispatch::list))
+    admin_routes()
+        .into_iter()
+        .fold(Router::new(), |router, (_, path, handler)| {
+            router.route(path, handler)
+        })
         .route_layer(middleware::from_fn_with_state(state, require_admin))
+        // After the layer, so public: the document describes the API and holds no data.
+        .route(openapi::PATH, get(openapi::serve))
+}
+
+/// Every `/api` route the router mounts, as (method, path template), the public document included.
+pub fn routes() -> Vec<(Method, &'static str)> {
+    admin_routes()
+        .into_iter()
+        .map(|(method, path, _)| (method, path))
+        .chain([(Method::GET, openapi::PATH)])
+        .collect()
 }
 
 async fn require_admin(State(state): State<AppState>, request: Request, next: Next) -> Response {
@@ -83,14 +100,41 @@ async fn require_admin(State(state): State<AppState>, request: Request, next: Ne
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct EventsQuery {
+    /// Events after this position (exclusive); 0 for the start of the log.
     #[serde(default)]
+    #[param(minimum = 0)]
     after: i64,
+    /// At most this many events (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
 }
 
+/// A page of the log, oldest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EventPage {
+    pub events: Vec<Envelope>,
+    /// The position to ask `after` next: the last event's, or `after` itself when the page is empty.
+    pub next_after: i64,
+}
+
+/// Read the log in position order, a page at a time.
+#[utoipa::path(
+    get,
+    path = "/api/events",
+    operation_id = "list_events",
+    tag = "events",
+    params(EventsQuery),
+    responses(
+        (status = 200, description = "A page of events", body = EventPage),
+        (status = 400, description = "`bad_query`: unknown parameter, `after` below 0, `limit` out of range",
+            body = ApiError),
+        (status = 503, description = "`unavailable`: the store cannot be read", body = ApiError),
+    )
+)]
 async fn list_events(
     State(state): State<AppState>,
     query: Result<Query<EventsQuery>, QueryRejection>,
@@ -120,7 +164,11 @@ async fn list_events(
         Ok(events) => {
             let next_after = events.last().map_or(query.after, |e| e.position);
             let envelopes: Vec<_> = events.iter().map(|e| e.to_envelope()).collect();
-            Json(json!({ "events": envelopes, "next_after": next_after })).into_response()
+            Json(EventPage {
+                events: envelopes,
+                next_after,
+            })
+            .into_response()
         }
         Err(e) => error(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -157,6 +205,20 @@ async fn find_event(
     }
 }
 
+/// One event by its id.
+#[utoipa::path(
+    get,
+    path = "/api/events/{id}",
+    operation_id = "show_event",
+    tag = "events",
+    params(("id" = Uuid, Path, description = "The event's id")),
+    responses(
+        (status = 200, description = "The event", body = Envelope),
+        (status = 400, description = "`bad_id`: not a UUID", body = ApiError),
+        (status = 404, description = "`not_found`: no such event", body = ApiError),
+        (status = 503, description = "`unavailable`: the store cannot be read", body = ApiError),
+    )
+)]
 async fn show_event(
     State(state): State<AppState>,
     id: Result<Path<Uuid>, PathRejection>,
@@ -168,6 +230,20 @@ async fn show_event(
 }
 
 /// The exact bytes received, with the content type they arrived with.
+#[utoipa::path(
+    get,
+    path = "/api/events/{id}/body",
+    operation_id = "event_body",
+    tag = "events",
+    params(("id" = Uuid, Path, description = "The event's id")),
+    responses(
+        (status = 200, description = "The body as received, served with the `Content-Type` it arrived with",
+            content_type = "*/*"),
+        (status = 400, description = "`bad_id`: not a UUID", body = ApiError),
+        (status = 404, description = "`not_found`: no such event", body = ApiError),
+        (status = 503, description = "`unavailable`: the store cannot be read", body = ApiError),
+    )
+)]
 async fn event_body(
     State(state): State<AppState>,
     id: Result<Path<Uuid>, PathRejection>,
@@ -183,8 +259,58 @@ async fn event_body(
     }
 }
 
+/// `GET /api/sources`: per source its totals and last delivery, and how far the projector has got.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SourcesView {
+    pub sources: Vec<SourceView>,
+    pub projector: SourcesProgress,
+}
+
+/// One source's totals over its event types.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SourceView {
+    pub source: String,
+    pub events: i64,
+    pub last_delivery_at: DateTime<Utc>,
+    /// Seconds since the last delivery (0 or more).
+    pub last_delivery_ago_s: i64,
+    pub last_type: String,
+    pub types: Vec<SourceTypeView>,
+}
+
+/// One event type of a source.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SourceTypeView {
+    #[serde(rename = "type")]
+    pub event_type: String,
+    pub events: i64,
+    pub first_at: DateTime<Utc>,
+    pub last_at: DateTime<Utc>,
+    pub last_position: i64,
+}
+
+/// How current the `sources` read model is: it lags the log's `head` by `behind` events.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SourcesProgress {
+    pub name: String,
+    pub version: i64,
+    pub position: i64,
+    pub head: i64,
+    pub behind: i64,
+}
+
 /// The `sources` read model: per source its totals and last delivery, and per event type the same, plus how far
 /// the projector has got (so a reader knows how current it is).
+#[utoipa::path(
+    get,
+    path = "/api/sources",
+    operation_id = "list_sources",
+    tag = "events",
+    responses(
+        (status = 200, description = "Per source and event type: counts and deliveries", body = SourcesView),
+        (status = 503, description = "`unavailable`: the store cannot be read", body = ApiError),
+    )
+)]
 async fn list_sources(State(state): State<AppState>) -> Response {
     use crate::projectors::{read_row, sources};
     let store = state.log.store();
@@ -198,33 +324,38 @@ async fn list_sources(State(state): State<AppState>) -> Response {
         Ok((rows, projected, head)) => {
             let now = chrono::Utc::now();
             let summaries = sources::summarize(&rows);
-            let body: Vec<_> = summaries
+            let per_source = summaries
                 .iter()
-                .map(|summary| {
-                    let types: Vec<_> = rows
+                .map(|summary| SourceView {
+                    source: summary.source.clone(),
+                    events: summary.events,
+                    last_delivery_at: summary.last_at,
+                    last_delivery_ago_s: (now - summary.last_at).num_seconds().max(0),
+                    last_type: summary.last_type.clone(),
+                    types: rows
                         .iter()
                         .filter(|r| r.source == summary.source)
-                        .map(|r| {
-                            json!({ "type": r.event_type, "events": r.events, "first_at": r.first_at,
-                                    "last_at": r.last_at, "last_position": r.last_position })
+                        .map(|r| SourceTypeView {
+                            event_type: r.event_type.clone(),
+                            events: r.events,
+                            first_at: r.first_at,
+                            last_at: r.last_at,
+                            last_position: r.last_position,
                         })
-                        .collect();
-                    json!({
-                        "source": summary.source,
-                        "events": summary.events,
-                        "last_delivery_at": summary.last_at,
-                        "last_delivery_ago_s": (now - summary.last_at).num_seconds().max(0),
-                        "last_type": summary.last_type,
-                        "types": types,
-                    })
+                        .collect(),
                 })
                 .collect();
             let (version, position) = projected.unwrap_or((0, 0));
-            Json(json!({
-                "sources": body,
-                "projector": { "name": sources::NAME, "version": version, "position": position,
-                               "head": head, "behind": (head - position).max(0) },
-            }))
+            Json(SourcesView {
+                sources: per_source,
+                projector: SourcesProgress {
+                    name: sources::NAME.to_owned(),
+                    version,
+                    position,
+                    head,
+                    behind: (head - position).max(0),
+                },
+            })
             .into_response()
         }
         Err(e) => error(

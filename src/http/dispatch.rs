@@ -5,28 +5,61 @@ use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
-use super::{error, AppState};
+use super::{error, ApiError, AppState};
 use crate::board::pause::{pause_state, set_paused};
-use crate::projectors::runs::{self, Which};
+use crate::projectors::runs::{self, RunRow, Which};
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PauseBody {
+    /// Why, for the people who see dispatch paused.
+    #[schema(min_length = 1, max_length = 500)]
     reason: Option<String>,
 }
 
+/// `GET /api/dispatch`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DispatchStatus {
+    /// `true`: no new runs start on any replica.
+    pub paused: bool,
+    /// Why, when paused: the reason given, or `PIDEVOPS_PAUSED=1`.
+    pub reason: Option<String>,
+}
+
+/// `POST /api/dispatch/pause` and `/resume`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DispatchChange {
+    pub paused: bool,
+    /// `false`: dispatch already was so; nothing was appended.
+    pub changed: bool,
+}
+
 /// `GET /api/dispatch`: whether new runs start, and why not.
+#[utoipa::path(
+    get,
+    path = "/api/dispatch",
+    operation_id = "dispatch_status",
+    tag = "dispatch",
+    responses(
+        (status = 200, description = "Whether dispatch is paused", body = DispatchStatus),
+        (status = 503, description = "`store_unavailable`", body = ApiError),
+    )
+)]
 pub async fn status(State(state): State<AppState>) -> Response {
     match pause_state(state.log.store()).await {
         Ok(paused) => {
             let by_env = state.settings.paused;
-            Json(json!({
-                "paused": by_env || paused.is_some(),
-                "reason": if by_env { Some("PIDEVOPS_PAUSED=1".to_owned()) } else { paused },
-            }))
+            Json(DispatchStatus {
+                paused: by_env || paused.is_some(),
+                reason: if by_env {
+                    Some("PIDEVOPS_PAUSED=1".to_owned())
+                } else {
+                    paused
+                },
+            })
             .into_response()
         }
         Err(e) => error(
@@ -39,6 +72,20 @@ pub async fn status(State(state): State<AppState>) -> Response {
 
 /// `POST /api/dispatch/pause` with an optional `{"reason": "…"}`: no new runs start on any replica; running
 /// ones finish.
+#[utoipa::path(
+    post,
+    path = "/api/dispatch/pause",
+    operation_id = "pause_dispatch",
+    tag = "dispatch",
+    request_body(content = Option<PauseBody>, description = "Optional (an empty body is no reason)"),
+    responses(
+        (status = 200, description = "Paused, or already so (`changed: false`)", body = DispatchChange),
+        (status = 400, description = "`bad_body`, `bad_reason`", body = ApiError),
+        // Read by axum's `Bytes` extractor, whose refusal is plain text.
+        (status = 413, description = "As plain text: a body over 2 MiB", content_type = "text/plain", body = String),
+        (status = 503, description = "`store_unavailable`", body = ApiError),
+    )
+)]
 pub async fn pause(State(state): State<AppState>, body: bytes::Bytes) -> Response {
     let body = if body.iter().all(u8::is_ascii_whitespace) {
         PauseBody::default()
@@ -67,13 +114,23 @@ pub async fn pause(State(state): State<AppState>, body: bytes::Bytes) -> Respons
 }
 
 /// `POST /api/dispatch/resume`.
+#[utoipa::path(
+    post,
+    path = "/api/dispatch/resume",
+    operation_id = "resume_dispatch",
+    tag = "dispatch",
+    responses(
+        (status = 200, description = "Resumed, or already so (`changed: false`)", body = DispatchChange),
+        (status = 503, description = "`store_unavailable`", body = ApiError),
+    )
+)]
 pub async fn resume(State(state): State<AppState>) -> Response {
     change(&state, false, None).await
 }
 
 async fn change(state: &AppState, paused: bool, reason: Option<&str>) -> Response {
     match set_paused(&state.log, paused, "api", reason).await {
-        Ok(changed) => Json(json!({ "paused": paused, "changed": changed })).into_response(),
+        Ok(changed) => Json(DispatchChange { paused, changed }).into_response(),
         Err(e) => error(
             StatusCode::SERVICE_UNAVAILABLE,
             "store_unavailable",
@@ -82,14 +139,37 @@ async fn change(state: &AppState, paused: bool, reason: Option<&str>) -> Respons
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct RunsQuery {
+    /// A task's runs, oldest first (`limit` then does not apply).
+    #[param(example = "T-1")]
     task: Option<String>,
+    /// The most recent runs, newest first (default 50).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
 }
 
+/// `GET /api/runs`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RunList {
+    pub runs: Vec<RunRow>,
+}
+
 /// `GET /api/runs?task=T-1` (a task's runs, oldest first) or `?limit=N` (the most recent, newest first).
+#[utoipa::path(
+    get,
+    path = "/api/runs",
+    operation_id = "list_runs",
+    tag = "dispatch",
+    params(RunsQuery),
+    responses(
+        (status = 200, description = "Runs from the `runs` read model", body = RunList),
+        (status = 400, description = "`bad_query`, `bad_task`, `bad_limit`", body = ApiError),
+        (status = 503, description = "`store_unavailable`", body = ApiError),
+    )
+)]
 pub async fn list(
     State(state): State<AppState>,
     query: Result<Query<RunsQuery>, QueryRejection>,
@@ -122,7 +202,7 @@ pub async fn list(
         None => Which::Recent(limit),
     };
     match runs::query(state.log.store(), which).await {
-        Ok(rows) => Json(json!({ "runs": rows })).into_response(),
+        Ok(rows) => Json(RunList { runs: rows }).into_response(),
         Err(e) => error(
             StatusCode::SERVICE_UNAVAILABLE,
             "store_unavailable",

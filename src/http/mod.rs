@@ -4,6 +4,7 @@
 mod api;
 mod dispatch;
 pub mod health;
+pub mod openapi;
 pub(crate) mod stream;
 mod tasks;
 
@@ -15,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
-use serde_json::json;
+use serde::Serialize;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
@@ -79,13 +80,22 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// The one error shape every route uses.
+/// The one error shape every route uses: `{"error": "<code>", "message": "<for a person>"}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ApiError {
+    /// A stable code a client can branch on (`bad_query`, `not_found`, `unauthorized`, ...).
+    #[schema(example = "not_found")]
+    pub error: String,
+    /// What went wrong, for a person.
+    pub message: String,
+}
+
 pub fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
-    (
-        status,
-        Json(json!({ "error": code, "message": message.into() })),
-    )
-        .into_response()
+    let body = ApiError {
+        error: code.to_owned(),
+        message: message.into(),
+    };
+    (status, Json(body)).into_response()
 }
 
 async fn not_found() -> Response {

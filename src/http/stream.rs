@@ -16,22 +16,45 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::stream::{self, Stream, StreamExt};
 use serde::Deserialize;
+use utoipa::IntoParams;
 
-use super::{error, AppState};
+use super::{error, ApiError, AppState};
 use crate::eventlog::StoredEvent;
 
 const PAGE: i64 = 200;
 /// How often to look for events committed by other replicas (this process's own commits wake the stream at once).
 const POLL: Duration = Duration::from_secs(1);
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct StreamQuery {
+    /// Start after this position; without it (and without `Last-Event-ID`) at the current head: live only.
+    #[param(minimum = 0)]
     after: Option<i64>,
     /// Only events from this source (`github`, `linear`, `telegram`, `pidevops`).
     source: Option<String>,
 }
 
+/// The log as Server-Sent Events: `id:` the position, `event:` the type, `data:` the event as `/api/events/{id}`
+/// serves it. Resumes after `Last-Event-ID`; ends with a comment when the server shuts down.
+#[utoipa::path(
+    get,
+    path = "/api/events/stream",
+    operation_id = "stream_events",
+    tag = "events",
+    params(
+        StreamQuery,
+        ("Last-Event-ID" = Option<i64>, Header,
+            description = "Resume right after this position (browsers send it on reconnect); wins over `after`"),
+    ),
+    responses(
+        (status = 200, description = "An endless stream of events; each `data:` is an `Envelope`",
+            content_type = "text/event-stream", body = String),
+        (status = 400, description = "`bad_query`, `bad_last_event_id`", body = ApiError),
+        (status = 503, description = "`unavailable`: the store cannot be read", body = ApiError),
+    )
+)]
 pub async fn events_stream(
     State(state): State<AppState>,
     headers: HeaderMap,

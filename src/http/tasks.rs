@@ -7,16 +7,49 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
-use serde_json::json;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
 
-use super::{error, AppState};
+use super::{error, ApiError, AppState};
 use crate::board::{BoardError, Draft, Loaded, Outcome, Steer};
-use crate::tasks::{AgentName, Command, TaskError, TaskId};
+use crate::eventlog::Appended;
+use crate::projectors::tasks::{TaskFilter, TaskRow};
+use crate::tasks::{AgentName, Command, Task, TaskError, TaskId};
 
 /// Longest `Idempotency-Key` accepted.
 const MAX_IDEMPOTENCY_KEY: usize = 200;
 
+/// `POST /api/tasks`: the task, and whether this request made it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TaskCreation {
+    pub task: Task,
+    /// `false`: this `Idempotency-Key` made the task before; nothing was appended.
+    pub created: bool,
+}
+
+/// Create a task. The same `Idempotency-Key` again returns the same task (`200`, `created: false`).
+#[utoipa::path(
+    post,
+    path = "/api/tasks",
+    operation_id = "create_task",
+    tag = "tasks",
+    params(("Idempotency-Key" = Option<String>, Header,
+        description = "1 to 200 visible ASCII characters; a retry with the same key gets the same task")),
+    request_body = Draft,
+    responses(
+        (status = 201, description = "Created", body = TaskCreation),
+        (status = 200, description = "Made before by this `Idempotency-Key`", body = TaskCreation),
+        (status = 400, description = "`bad_task`: not a valid draft; `bad_idempotency_key`; `bad_reason`",
+            body = ApiError),
+        (status = 403, description = "`repo_not_allowed`: the configuration does not allow this repository",
+            body = ApiError),
+        (status = 409, description = "`refused` or `contended`", body = ApiError),
+        (status = 500, description = "`corrupt`: a task stream cannot be read back", body = ApiError),
+        (status = 503, description = "`unavailable`: the store cannot be read or written", body = ApiError),
+    )
+)]
 pub async fn create(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -64,13 +97,55 @@ pub async fn create(
             } else {
                 StatusCode::OK
             },
-            Json(json!({ "task": outcome.task, "created": created })),
+            Json(TaskCreation {
+                task: outcome.task,
+                created,
+            }),
         )
             .into_response(),
         Err(e) => board_error(e),
     }
 }
 
+/// `GET /api/tasks/{id}`: the task, its stream version and its timeline.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TaskDetail {
+    pub task: Task,
+    pub version: i64,
+    pub timeline: Vec<TimelineItem>,
+}
+
+/// One event of a task's stream, as a person reads it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TimelineItem {
+    pub position: i64,
+    pub stream_version: Option<i64>,
+    #[serde(rename = "type")]
+    pub event_type: String,
+    pub at: DateTime<Utc>,
+    pub recorded_at: DateTime<Utc>,
+    /// From the event's `meta`, as stored.
+    pub actor: Option<serde_json::Value>,
+    pub cause_event_id: Option<serde_json::Value>,
+    pub summary: Option<String>,
+    pub event_id: Uuid,
+}
+
+/// One task with its timeline, read from its stream (not the read model).
+#[utoipa::path(
+    get,
+    path = "/api/tasks/{id}",
+    operation_id = "show_task",
+    tag = "tasks",
+    params(("id" = TaskId, Path)),
+    responses(
+        (status = 200, description = "The task", body = TaskDetail),
+        (status = 400, description = "`bad_id`: not a task id", body = ApiError),
+        (status = 404, description = "`not_found`: no such task", body = ApiError),
+        (status = 500, description = "`corrupt`: the task's stream cannot be read back", body = ApiError),
+        (status = 503, description = "`unavailable`: the store cannot be read", body = ApiError),
+    )
+)]
 pub async fn show(
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
@@ -80,19 +155,45 @@ pub async fn show(
         Err(why) => return error(StatusCode::BAD_REQUEST, "bad_id", why),
     };
     match state.board.load(id).await {
-        Ok(Some(loaded)) => Json(task_json(&loaded)).into_response(),
+        Ok(Some(loaded)) => Json(task_detail(loaded)).into_response(),
         Ok(None) => error(StatusCode::NOT_FOUND, "not_found", format!("no task {id}")),
         Err(e) => board_error(e),
     }
 }
 
 /// The body of a command: a reason where one is needed.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CommandBody {
+    /// Why (reject, cancel, retry); a default naming the API when absent.
     reason: Option<String>,
 }
 
+/// Steer a task: approve, reject, retry, cancel or archive.
+#[utoipa::path(
+    post,
+    path = "/api/tasks/{id}/{action}",
+    operation_id = "steer_task",
+    tag = "tasks",
+    params(("id" = TaskId, Path), ("action" = Steer, Path)),
+    request_body(content = Option<CommandBody>, description = "Optional; sent as `application/json`"),
+    responses(
+        (status = 200, description = "Done, or already so (`changed: false`)", body = Steered),
+        // A body is read by axum's own `Option<Json>` extractor, whose refusals are plain text.
+        (status = 400, description = "`bad_path`, `bad_id`, `bad_reason`; as plain text: a body that is not JSON",
+            content((ApiError = "application/json"), (String = "text/plain"))),
+        (status = 413, description = "As plain text: a body over 2 MiB", content_type = "text/plain", body = String),
+        (status = 415, description = "As plain text: a body whose `Content-Type` is not JSON",
+            content_type = "text/plain", body = String),
+        (status = 422, description = "As plain text: a JSON body that is not a `CommandBody`",
+            content_type = "text/plain", body = String),
+        (status = 404, description = "`not_found`: no such task or action", body = ApiError),
+        (status = 409, description = "`refused`: the task's state does not allow it; `contended`",
+            body = ApiError),
+        (status = 500, description = "`corrupt`: the task's stream cannot be read back", body = ApiError),
+        (status = 503, description = "`unavailable`: the store cannot be read or written", body = ApiError),
+    )
+)]
 pub async fn command(
     State(state): State<AppState>,
     path: Result<Path<(String, String)>, PathRejection>,
@@ -121,21 +222,57 @@ pub async fn command(
     outcome_response(steered)
 }
 
+/// What a command did to a task.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Steered {
+    pub task: Task,
+    /// `false`: the task already was so; nothing was appended.
+    pub changed: bool,
+    pub appended: Vec<Appended>,
+}
+
 /// `200 {"task", "changed", "appended"}` (`changed: false`: the task already was so), or the refusal.
 fn outcome_response(outcome: Result<Outcome, BoardError>) -> Response {
     match outcome {
-        Ok(outcome) => Json(json!({
-            "task": outcome.task,
-            "changed": !outcome.appended.is_empty(),
-            "appended": outcome.appended,
-        }))
+        Ok(outcome) => Json(Steered {
+            task: outcome.task,
+            changed: !outcome.appended.is_empty(),
+            appended: outcome.appended,
+        })
         .into_response(),
         Err(e) => board_error(e),
     }
 }
 
+/// The body of `POST /api/tasks/{id}/agent`: exactly this key. Only describes the body: the handler reads it by
+/// hand, to refuse each wrong shape with its own message.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct AgentChoice {
+    /// A profile name, or `null` for the repository's profile.
+    #[schema(required = true)]
+    agent: Option<AgentName>,
+}
+
 /// `POST /api/tasks/{id}/agent` with `{"agent": "codex"}`, or `{"agent": null}` for the repository's profile:
 /// the agent of the task's next attempt.
+#[utoipa::path(
+    post,
+    path = "/api/tasks/{id}/agent",
+    operation_id = "choose_agent",
+    tag = "tasks",
+    params(("id" = TaskId, Path)),
+    request_body = AgentChoice,
+    responses(
+        (status = 200, description = "Chosen, or already so (`changed: false`)", body = Steered),
+        (status = 400, description = "`bad_id`, `bad_agent`", body = ApiError),
+        (status = 404, description = "`not_found`: no such task", body = ApiError),
+        (status = 409, description = "`refused`: the task's state does not allow it; `contended`",
+            body = ApiError),
+        (status = 500, description = "`corrupt`: the task's stream cannot be read back", body = ApiError),
+        (status = 503, description = "`unavailable`: the store cannot be read or written", body = ApiError),
+    )
+)]
 pub async fn choose_agent(
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
@@ -184,26 +321,30 @@ fn task_id(id: Result<Path<String>, PathRejection>) -> Result<TaskId, String> {
     id.parse::<TaskId>().map_err(|e| e.to_string())
 }
 
-fn task_json(loaded: &Loaded) -> serde_json::Value {
-    let timeline: Vec<_> = loaded
+fn task_detail(loaded: Loaded) -> TaskDetail {
+    let timeline = loaded
         .events
         .iter()
-        .map(|e| {
-            json!({
-                "position": e.position,
-                "stream_version": e.stream_version,
-                "type": e.event_type,
-                "at": e.occurred_at,
-                "recorded_at": e.recorded_at,
-                "actor": e.meta.get("actor"),
-                "cause_event_id": e.meta.get("cause_event_id"),
-                // `load` has decoded every event already; a summary is what a person reads.
-                "summary": crate::projectors::tasks::timeline_entry(e).ok().map(|t| t.summary),
-                "event_id": e.id,
-            })
+        .map(|e| TimelineItem {
+            position: e.position,
+            stream_version: e.stream_version,
+            event_type: e.event_type.clone(),
+            at: e.occurred_at,
+            recorded_at: e.recorded_at,
+            actor: e.meta.get("actor"),
+            cause_event_id: e.meta.get("cause_event_id"),
+            // `load` has decoded every event already; a summary is what a person reads.
+            summary: crate::projectors::tasks::timeline_entry(e)
+                .ok()
+                .map(|t| t.summary),
+            event_id: e.id,
         })
         .collect();
-    json!({ "task": loaded.task, "version": loaded.version, "timeline": timeline })
+    TaskDetail {
+        task: loaded.task,
+        version: loaded.version,
+        timeline,
+    }
 }
 
 fn board_error(e: BoardError) -> Response {
@@ -226,14 +367,39 @@ fn board_error(e: BoardError) -> Response {
     }
 }
 
+/// `GET /api/tasks`: the board's rows, and how current the read model is.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TaskList {
+    pub tasks: Vec<TaskRow>,
+    pub projector: BoardProgress,
+}
+
+/// How current the board is: the `tasks` read model lags the log's `head` by `behind` events.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BoardProgress {
+    pub position: i64,
+    pub head: i64,
+    pub behind: i64,
+}
+
 /// The board from the `tasks` read model: `?column=todo&repo=acme/api&source=linear&needs_human=true&limit=50`.
-/// Ordered by priority, then age. Also counts per column (over the same filter, without `column`).
+/// Ordered by priority, then age.
+#[utoipa::path(
+    get,
+    path = "/api/tasks",
+    operation_id = "list_tasks",
+    tag = "tasks",
+    params(TaskFilter),
+    responses(
+        (status = 200, description = "Tasks, most urgent first, then oldest first", body = TaskList),
+        (status = 400, description = "`bad_query`: unknown parameter or value, `limit` out of range",
+            body = ApiError),
+        (status = 503, description = "`unavailable`: the store cannot be read", body = ApiError),
+    )
+)]
 pub async fn list(
     State(state): State<AppState>,
-    query: Result<
-        axum::extract::Query<crate::projectors::tasks::TaskFilter>,
-        axum::extract::rejection::QueryRejection,
-    >,
+    query: Result<axum::extract::Query<TaskFilter>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     use crate::projectors::tasks;
     let axum::extract::Query(filter) = match query {
@@ -266,10 +432,14 @@ pub async fn list(
         .flatten();
     let head = store.head().await.unwrap_or_default();
     let position = projected.map_or(0, |(_, p)| p);
-    Json(json!({
-        "tasks": rows,
+    Json(TaskList {
+        tasks: rows,
         // How current the board is: a read model lags the log by a tick.
-        "projector": { "position": position, "head": head, "behind": (head - position).max(0) },
-    }))
+        projector: BoardProgress {
+            position,
+            head,
+            behind: (head - position).max(0),
+        },
+    })
     .into_response()
 }

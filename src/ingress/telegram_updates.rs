@@ -11,8 +11,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use bytes::Bytes;
 
-use crate::effects::telegram::TelegramClient;
 use crate::eventlog::EventLog;
+use crate::providers::telegram::TelegramClient;
 
 pub const TELEGRAM_UPDATES: &str = "telegram_updates";
 

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use crate::board::{AllowedRepos, Draft};
+use crate::config::file::Tables;
 use crate::eventlog::StoredEvent;
 use crate::tasks::{
     AgentName, GithubRef, LinearIssue, Links, Priority, RepoName, Spec, TelegramMessage, ValueError,
@@ -54,21 +55,6 @@ pub struct IntakeConfig {
     pub allowed_repos: AllowedRepos,
 }
 
-/// Every key `[intake]`, `[intake.github]` and `[intake.linear]` accept; anything else is a mistake, refused.
-const INTAKE_KEYS: [&str; 4] = ["default_repo", "allow_repos", "github", "linear"];
-const GITHUB_KEYS: [&str; 3] = ["label", "associations", "bot_login"];
-const LINEAR_KEYS: [&str; 4] = ["state", "label", "skip_labels", "teams"];
-
-fn known_keys(table: &toml::Table, section: &str, keys: &[&str]) -> Result<(), String> {
-    match table.keys().find(|k| !keys.contains(&k.as_str())) {
-        Some(key) => Err(format!(
-            "{section}.{key} is not an intake setting ({})",
-            keys.join(", ")
-        )),
-        None => Ok(()),
-    }
-}
-
 impl Default for IntakeConfig {
     fn default() -> Self {
         Self {
@@ -94,71 +80,52 @@ impl Default for IntakeConfig {
 }
 
 impl IntakeConfig {
-    /// Reads `[intake]`, `[intake.github]`, `[intake.linear]` (and `.teams`) over the defaults, and the allowed
-    /// Telegram chats and users (`TELEGRAM_ALLOWED_CHATS`, `TELEGRAM_ALLOWED_USERS`, comma-separated ids).
-    pub fn from_file(
-        file: &toml::Table,
+    /// `[intake]`, `[intake.github]`, `[intake.linear]` (and `.teams`) and the allow-list; the Telegram chats and
+    /// users come from the environment (`with_telegram`).
+    pub fn from_tables(tables: &Tables) -> Result<Self, String> {
+        let intake = &tables.intake;
+        let mut config = Self {
+            allowed_repos: AllowedRepos::from_tables(tables)?,
+            ..Self::default()
+        };
+        if let Some(repo) = &intake.default_repo {
+            config.default_repo = Some(repo_value(repo, "intake.default_repo")?);
+        }
+        config.github_label = string(&intake.github.label, "intake.github.label")?;
+        config.github_associations = intake
+            .github
+            .associations
+            .iter()
+            .map(|s| s.to_ascii_uppercase())
+            .collect();
+        if let Some(login) = &intake.github.bot_login {
+            config.github_bot_login = Some(string(login, "intake.github.bot_login")?);
+        }
+        config.linear_state = string(&intake.linear.state, "intake.linear.state")?;
+        config.linear_label = string(&intake.linear.label, "intake.linear.label")?;
+        config.linear_skip_labels = intake.linear.skip_labels.iter().cloned().collect();
+        for (team, repo) in &intake.linear.teams {
+            let repo = repo_value(repo, &format!("intake.linear.teams.{team}"))?;
+            config.linear_teams.insert(team.clone(), repo);
+        }
+        Ok(config)
+    }
+
+    /// The allowed Telegram chats and users (`TELEGRAM_ALLOWED_CHATS`, `TELEGRAM_ALLOWED_USERS`, comma-separated
+    /// ids).
+    pub fn with_telegram(
+        mut self,
         allowed_chats: Option<&str>,
         allowed_users: Option<&str>,
     ) -> Result<Self, String> {
-        let mut config = Self::default();
-        let intake = match file.get("intake") {
-            Some(v) => v.as_table().ok_or("[intake] must be a table")?.clone(),
-            None => toml::Table::new(),
-        };
-        known_keys(&intake, "intake", &INTAKE_KEYS)?;
-        config.allowed_repos = AllowedRepos::from_file(file)?;
-        if let Some(repo) = intake.get("default_repo") {
-            config.default_repo = Some(repo_value(repo, "intake.default_repo")?);
-        }
-        if let Some(github) = intake.get("github") {
-            let github = github.as_table().ok_or("[intake.github] must be a table")?;
-            known_keys(github, "intake.github", &GITHUB_KEYS)?;
-            if let Some(v) = github.get("label") {
-                config.github_label = string(v, "intake.github.label")?;
-            }
-            if let Some(v) = github.get("associations") {
-                config.github_associations = strings(v, "intake.github.associations")?
-                    .into_iter()
-                    .map(|s| s.to_ascii_uppercase())
-                    .collect();
-            }
-            if let Some(v) = github.get("bot_login") {
-                config.github_bot_login = Some(string(v, "intake.github.bot_login")?);
-            }
-        }
-        if let Some(linear) = intake.get("linear") {
-            let linear = linear.as_table().ok_or("[intake.linear] must be a table")?;
-            known_keys(linear, "intake.linear", &LINEAR_KEYS)?;
-            if let Some(v) = linear.get("state") {
-                config.linear_state = string(v, "intake.linear.state")?;
-            }
-            if let Some(v) = linear.get("label") {
-                config.linear_label = string(v, "intake.linear.label")?;
-            }
-            if let Some(v) = linear.get("skip_labels") {
-                config.linear_skip_labels = strings(v, "intake.linear.skip_labels")?
-                    .into_iter()
-                    .collect();
-            }
-            if let Some(teams) = linear.get("teams") {
-                let teams = teams
-                    .as_table()
-                    .ok_or("[intake.linear.teams] must map team keys to repositories")?;
-                for (team, repo) in teams {
-                    let repo = repo_value(repo, &format!("intake.linear.teams.{team}"))?;
-                    config.linear_teams.insert(team.clone(), repo);
-                }
-            }
-        }
         if let Some(chats) = allowed_chats {
-            config.telegram_allowed_chats = telegram_ids(chats, "TELEGRAM_ALLOWED_CHATS", "chat")?;
+            self.telegram_allowed_chats = telegram_ids(chats, "TELEGRAM_ALLOWED_CHATS", "chat")?;
         }
         if let Some(users) = allowed_users {
-            config.telegram_allowed_users =
+            self.telegram_allowed_users =
                 Some(telegram_ids(users, "TELEGRAM_ALLOWED_USERS", "user")?);
         }
-        Ok(config)
+        Ok(self)
     }
 }
 
@@ -195,27 +162,14 @@ pub fn telegram_refusal(
     }
 }
 
-fn string(value: &toml::Value, field: &str) -> Result<String, String> {
-    value
-        .as_str()
+fn string(value: &str, field: &str) -> Result<String, String> {
+    Some(value)
         .filter(|s| !s.trim().is_empty())
         .map(str::to_owned)
         .ok_or_else(|| format!("{field} must be a non-empty string"))
 }
 
-fn strings(value: &toml::Value, field: &str) -> Result<Vec<String>, String> {
-    value
-        .as_array()
-        .and_then(|items| {
-            items
-                .iter()
-                .map(|i| i.as_str().map(str::to_owned))
-                .collect::<Option<Vec<_>>>()
-        })
-        .ok_or_else(|| format!("{field} must be a list of strings"))
-}
-
-fn repo_value(value: &toml::Value, field: &str) -> Result<RepoName, String> {
+fn repo_value(value: &str, field: &str) -> Result<RepoName, String> {
     let text = string(value, field)?;
     text.parse::<RepoName>()
         .map_err(|e| format!("{field}: {e}"))
@@ -668,21 +622,29 @@ mod tests {
     use super::*;
 
     fn config(text: &str) -> Result<IntakeConfig, String> {
-        IntakeConfig::from_file(&text.parse::<toml::Table>().unwrap(), Some("-100, 7"), None)
+        let file = text
+            .parse::<crate::config::FileConfig>()
+            .map_err(|e| e.to_string())?;
+        file.intake.with_telegram(Some("-100, 7"), None)
     }
 
     #[test]
     fn unknown_intake_keys_are_refused_naming_them() {
-        for (text, named) in [
-            ("[intake]\nallow_repo = [\"acme/*\"]", "intake.allow_repo"),
-            ("[intake.github]\nlabels = \"x\"", "intake.github.labels"),
-            ("[intake.linear]\nstates = \"x\"", "intake.linear.states"),
+        for (text, refusal) in [
+            (
+                "[intake]\nallow_repo = [\"acme/*\"]",
+                "[intake] allow_repo: unknown key; did you mean allow_repos?",
+            ),
+            (
+                "[intake.github]\nlabels = \"x\"",
+                "[intake.github] labels: unknown key; did you mean label?",
+            ),
+            (
+                "[intake.linear]\nstates = \"x\"",
+                "[intake.linear] states: unknown key; did you mean state?",
+            ),
         ] {
-            let error = config(text).unwrap_err();
-            assert!(
-                error.contains(named) && error.contains("not an intake setting"),
-                "{error}"
-            );
+            assert_eq!(config(text).unwrap_err(), refusal);
         }
         let ok =
             config("[intake]\nallow_repos = [\"acme/*\"]\ndefault_repo = \"acme/api\"").unwrap();
@@ -707,7 +669,9 @@ mod tests {
             let refused = telegram_refusal(&chats, Some(&users), chat, user).unwrap();
             assert!(refused.contains(why), "{refused}");
         }
-        let error = IntakeConfig::from_file(&toml::Table::new(), None, Some("5, ada")).unwrap_err();
+        let error = IntakeConfig::default()
+            .with_telegram(None, Some("5, ada"))
+            .unwrap_err();
         assert!(
             error.contains("TELEGRAM_ALLOWED_USERS") && error.contains("ada"),
             "{error}"

@@ -7,9 +7,8 @@
 //! The threshold is 3 × the interval, at least a minute, or `[loops.<name>] fail_after_s`.
 //! A loop with a backlog works through it in ticks bounded by a time budget ([`follow::TICK_BUDGET`] for the loops
 //! that follow the log, one interval for projectors) and says so ([`Pace::Again`]): it goes again without resting,
-//! and each finished tick keeps it fresh in `/health`. Every loop is declared once, in [`catalog`].
+//! and each finished tick keeps it fresh in `/health`. Every loop is declared once, in `startup::catalog`.
 
-pub mod catalog;
 pub mod follow;
 pub mod lease;
 
@@ -35,34 +34,22 @@ pub fn default_fail_after(interval: Duration) -> Duration {
     (interval * STALE_AFTER_INTERVALS).max(MIN_FAIL_AFTER)
 }
 
-/// `[loops.<name>] fail_after_s` from pidevops.toml: per-loop stale thresholds, in seconds (fractions allowed).
-pub fn fail_after_overrides(file: &toml::Table) -> Result<BTreeMap<String, Duration>, String> {
-    let Some(loops) = file.get("loops") else {
-        return Ok(BTreeMap::new());
-    };
-    let loops = loops
-        .as_table()
-        .ok_or("[loops] must be a table of [loops.<name>] tables")?;
+/// `[loops.<name>] fail_after_s` from pidevops.toml (each loop's name and its value, if set): per-loop stale
+/// thresholds, in seconds (fractions allowed).
+pub fn fail_after_overrides<'a>(
+    entries: impl IntoIterator<Item = (&'a String, Option<f64>)>,
+) -> Result<BTreeMap<String, Duration>, String> {
     let mut overrides = BTreeMap::new();
-    for (name, table) in loops {
-        let table = table
-            .as_table()
-            .ok_or_else(|| format!("[loops.{name}] must be a table"))?;
-        for (key, value) in table {
-            if key != "fail_after_s" {
-                return Err(format!(
-                    "[loops.{name}] {key}: unknown key (the only key is fail_after_s)"
-                ));
-            }
-            let secs = value
-                .as_float()
-                .or_else(|| value.as_integer().map(|i| i as f64))
-                .filter(|s| s.is_finite() && *s > 0.0)
-                .ok_or_else(|| {
-                    format!("[loops.{name}] fail_after_s: expected a positive number of seconds")
-                })?;
-            overrides.insert(name.clone(), Duration::from_secs_f64(secs));
+    for (name, secs) in entries {
+        let Some(secs) = secs else {
+            continue;
+        };
+        if !(secs.is_finite() && secs > 0.0) {
+            return Err(format!(
+                "[loops.{name}] fail_after_s: expected a positive number of seconds"
+            ));
         }
+        overrides.insert(name.clone(), Duration::from_secs_f64(secs));
     }
     Ok(overrides)
 }
@@ -704,24 +691,30 @@ mod tests {
     #[test]
     fn every_outbound_client_gives_up_before_a_loop_could_turn_stale() {
         // A hung call must end a tick as a failure (recorded, retried) well before its loop is declared dead.
-        let github = crate::effects::github::CONNECT_TIMEOUT + crate::effects::github::READ_TIMEOUT;
+        let github =
+            crate::providers::github::CONNECT_TIMEOUT + crate::providers::github::READ_TIMEOUT;
         let slowest = [
             github,
-            crate::effects::linear::TIMEOUT,
-            crate::effects::telegram::TIMEOUT,
+            crate::providers::linear::TIMEOUT,
+            crate::providers::telegram::TIMEOUT,
         ];
         for timeout in slowest {
             assert!(timeout < MIN_FAIL_AFTER, "{timeout:?}");
         }
         assert!(
-            Duration::from_secs(catalog::TELEGRAM_LONG_POLL_S) < crate::effects::telegram::TIMEOUT,
+            Duration::from_secs(crate::startup::catalog::TELEGRAM_LONG_POLL_S)
+                < crate::providers::telegram::TIMEOUT,
             "a long poll ends before its client's timeout"
         );
     }
 
     #[test]
     fn fail_after_is_read_per_loop_and_bad_entries_are_refused() {
-        let parse = |text: &str| fail_after_overrides(&text.parse::<toml::Table>().unwrap());
+        let parse = |text: &str| {
+            text.parse::<crate::config::FileConfig>()
+                .map(|file| file.loop_fail_after)
+                .map_err(|e| e.to_string())
+        };
         assert_eq!(
             parse("[loops.linear_poller]\nfail_after_s = 1.5\n[loops.cron]\nfail_after_s = 600")
                 .unwrap(),
@@ -733,7 +726,7 @@ mod tests {
         assert!(parse("").unwrap().is_empty());
         assert_eq!(
             parse("[loops.cron]\nfail_after = 5").unwrap_err(),
-            "[loops.cron] fail_after: unknown key (the only key is fail_after_s)"
+            "[loops.cron] fail_after: unknown key; did you mean fail_after_s?"
         );
         assert_eq!(
             parse("[loops.cron]\nfail_after_s = -1").unwrap_err(),

@@ -12,9 +12,9 @@ use anyhow::Context;
 use serde_json::{json, Value};
 
 use crate::domain::{EventType, NewEvent, Source};
-use crate::effects::github::GithubClient;
 use crate::eventlog::EventLog;
 use crate::projectors::tasks::{self as task_rows, TaskFilter};
+use crate::providers::github::GithubClient;
 use crate::tasks::Column;
 
 pub const GITHUB_POLLER: &str = "github_poller";

@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 
 use crate::board::Board;
 use crate::domain::{EventType, NewEvent, Source};
-use crate::effects::linear::LinearClient;
 use crate::eventlog::EventLog;
+use crate::providers::linear::LinearClient;
 
 pub const LINEAR_POLLER: &str = "linear_poller";
 const PAGE: u64 = 50;

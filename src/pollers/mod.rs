@@ -17,48 +17,39 @@ pub struct PollerConfig {
     pub interval: Duration,
 }
 
+/// `linear_poller`'s interval unless `[pollers.linear] interval_s` says otherwise.
+pub const LINEAR_INTERVAL: Duration = Duration::from_secs(300);
+/// `github_poller`'s interval unless `[pollers.github] interval_s` says otherwise.
+pub const GITHUB_INTERVAL: Duration = Duration::from_secs(120);
+
 impl PollerConfig {
-    pub fn from_file(file: &toml::Table, name: &str, default: Duration) -> Result<Self, String> {
-        let Some(table) = file.get("pollers").and_then(|p| p.get(name)) else {
+    /// `[pollers.<name>]`, if the file has it.
+    pub fn from_table(
+        table: Option<&crate::config::file::PollerTable>,
+        name: &str,
+        default: Duration,
+    ) -> Result<Self, String> {
+        let Some(table) = table else {
             return Ok(Self {
                 configured: false,
                 enabled: true,
                 interval: default,
             });
         };
-        let table = table
-            .as_table()
-            .ok_or_else(|| format!("[pollers.{name}] must be a table"))?;
-        if let Some(key) = table
-            .keys()
-            .find(|k| !["enabled", "interval_s"].contains(&k.as_str()))
-        {
-            return Err(format!(
-                "pollers.{name}.{key} is not a poller setting (enabled, interval_s)"
-            ));
-        }
-        let enabled = match table.get("enabled") {
-            None => true,
-            Some(v) => v
-                .as_bool()
-                .ok_or_else(|| format!("pollers.{name}.enabled must be true or false"))?,
-        };
-        let interval = match table.get("interval_s") {
+        let interval = match table.interval_s {
             None => default,
-            Some(v) => {
-                let seconds = v
-                    .as_float()
-                    .or_else(|| v.as_integer().map(|i| i as f64))
-                    .filter(|s| s.is_finite() && *s >= 0.1 && *s <= 86_400.0)
-                    .ok_or_else(|| {
-                        format!("pollers.{name}.interval_s must be a number of seconds from 0.1 to 86400")
-                    })?;
-                Duration::from_secs_f64(seconds)
-            }
+            Some(seconds) => Some(seconds)
+                .filter(|s| s.is_finite() && *s >= 0.1 && *s <= 86_400.0)
+                .map(Duration::from_secs_f64)
+                .ok_or_else(|| {
+                    format!(
+                        "pollers.{name}.interval_s must be a number of seconds from 0.1 to 86400"
+                    )
+                })?,
         };
         Ok(Self {
             configured: true,
-            enabled,
+            enabled: table.enabled,
             interval,
         })
     }
@@ -69,18 +60,17 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<PollerConfig, String> {
-        PollerConfig::from_file(
-            &text.parse::<toml::Table>().unwrap(),
-            "linear",
-            Duration::from_secs(300),
-        )
+        text.parse::<crate::config::FileConfig>()
+            .map(|file| file.linear_poller)
+            .map_err(|e| e.to_string())
     }
 
     #[test]
     fn a_poller_table_is_read_and_mistakes_are_named() {
         let absent = parse("").unwrap();
         assert!(!absent.configured && absent.enabled);
-        assert_eq!(absent.interval, Duration::from_secs(300));
+        assert_eq!(absent.interval, LINEAR_INTERVAL);
+        assert_eq!(LINEAR_INTERVAL, Duration::from_secs(300));
         let set = parse("[pollers.linear]\ninterval_s = 30").unwrap();
         assert!(set.configured && set.enabled);
         assert_eq!(set.interval, Duration::from_secs(30));
@@ -88,14 +78,17 @@ mod tests {
         for (text, needle) in [
             (
                 "[pollers.linear]\ninterval = 30",
-                "pollers.linear.interval is not a poller setting",
+                "[pollers.linear] interval: unknown key; did you mean interval_s?",
             ),
             ("[pollers.linear]\ninterval_s = 0", "from 0.1 to 86400"),
             (
                 "[pollers.linear]\nenabled = \"yes\"",
-                "enabled must be true or false",
+                "[pollers.linear] enabled: expected true or false, found the string \"yes\"",
             ),
-            ("[pollers]\nlinear = 5", "[pollers.linear] must be a table"),
+            (
+                "[pollers]\nlinear = 5",
+                "[pollers] linear: expected a table, found the whole number 5",
+            ),
         ] {
             let error = parse(text).unwrap_err();
             assert!(error.contains(needle), "{text} => {error}");

@@ -18,7 +18,7 @@ const SOURCE: &str = "pidevops";
 pub struct RunsProjector;
 
 /// A row of `runs`.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct RunRow {
     pub run_id: String,
     pub task_id: String,

@@ -90,7 +90,7 @@ pub fn link_keys(links: &Links) -> Vec<(LinkKind, String)> {
 }
 
 /// A row of `tasks`, as the API returns it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct TaskRow {
     pub id: TaskId,
     pub number: i64,
@@ -111,6 +111,7 @@ pub struct TaskRow {
     pub version: i64,
     pub last_position: i64,
     /// The whole task (spec, runs, failures, follow-ups) as `Task` serialises.
+    #[schema(value_type = crate::tasks::Task)]
     pub state: serde_json::Value,
 }
 
@@ -127,13 +128,18 @@ pub struct TimelineEntry {
 }
 
 /// What `list` returns; every field narrows, `None` does not.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct TaskFilter {
     pub column: Option<Column>,
+    /// `owner/name`.
     pub repo: Option<String>,
+    /// Where tasks came from: `linear`, `github`, `telegram` or `api`.
     pub source: Option<String>,
     pub needs_human: Option<bool>,
+    /// At most this many tasks (1 to 1000); all when absent.
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
 }
 

@@ -11,6 +11,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use super::values::{
     AgentName, ApprovalPolicy, BranchName, Column, FollowUpText, GithubRef, Links, MaxAttempts,
@@ -28,7 +29,7 @@ pub const OSCILLATION_WINDOW_S: i64 = 15 * 60;
 
 /// A task as the board sees it. Built only by [`evolve`] from its events, so it can never hold a state the
 /// events do not explain.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
 pub struct Task {
     id: TaskId,
     repo: RepoName,
@@ -61,14 +62,14 @@ pub struct Task {
 }
 
 /// Why a human is needed, and since when (the start of this episode; one alert per episode).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct NeedsHuman {
     pub reason: Reason,
     pub since: DateTime<Utc>,
 }
 
 /// What went wrong last time; the next run's prompt includes it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Failure {
     pub attempt: u32,
     pub cause: RetryCause,
@@ -77,7 +78,7 @@ pub struct Failure {
 }
 
 /// A follow-up and the attempt it was handed to (`None`: waiting for the next run).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct FollowUp {
     pub text: FollowUpText,
     pub at: DateTime<Utc>,
@@ -193,7 +194,7 @@ pub struct NewTask {
 }
 
 /// Why an attempt is being retried.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RetryCause {
     /// The run itself failed (non-zero exit, timeout, no output, push refused). Names the run so a late report

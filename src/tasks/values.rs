@@ -6,6 +6,7 @@ use std::num::NonZeroU64;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 use uuid::Uuid;
 
 /// Why a value was refused. Each variant names the value and the rule it broke.
@@ -47,8 +48,11 @@ pub enum ValueError {
 
 /// A task's id: `T-42`. Short enough to say aloud, and only `T`, `-` and digits, so it is safe as a path segment
 /// and inside a git branch name. The canonical form has no leading zeros, so one number has one spelling.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,
+)]
 #[serde(try_from = "String", into = "String")]
+#[schema(value_type = String, example = "T-42", pattern = "^T-[1-9][0-9]*$")]
 pub struct TaskId(NonZeroU64);
 
 /// Every task's events are one stream in the log: `task:T-42`.
@@ -118,8 +122,9 @@ impl From<TaskId> for String {
 
 /// A GitHub repository, `owner/name`, checked against GitHub's own character rules so it can be used in URLs,
 /// paths under the workspace root and mirror names without escaping.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
 #[serde(try_from = "String", into = "String")]
+#[schema(value_type = String, example = "acme/api")]
 pub struct RepoName(String);
 
 impl RepoName {
@@ -201,8 +206,9 @@ impl From<RepoName> for String {
 /// The name of an agent profile (`claude`, `codex`, `claude-opus`): what a task or a repository picks in
 /// `pidevops.toml`, a label (`agent:codex`) or the API. Lower-case ASCII so a label and a table key cannot
 /// differ by case alone, and safe to print anywhere.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
 #[serde(try_from = "String", into = "String")]
+#[schema(value_type = String, example = "codex")]
 pub struct AgentName(String);
 
 impl AgentName {
@@ -249,8 +255,9 @@ impl From<AgentName> for String {
 
 /// A git branch a run pushed. Stricter than `git check-ref-format`: ASCII letters, digits, `.`, `_`, `-` and `/`
 /// only, and never starting with `-`, so the name is also safe as a path and as a command-line argument.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(try_from = "String", into = "String")]
+#[schema(value_type = String, example = "pidevops/T-42")]
 pub struct BranchName(String);
 
 impl BranchName {
@@ -325,7 +332,18 @@ impl From<BranchName> for String {
 
 /// How soon a task should be worked on. Ordered: `Urgent > High > Normal > Low`.
 #[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    ToSchema,
 )]
 #[serde(rename_all = "lowercase")]
 pub enum Priority {
@@ -382,7 +400,7 @@ impl FromStr for Priority {
 
 /// Whether a new task may be worked on at once (`auto`: it goes to `todo`) or waits in `triage` for a human.
 /// Configuration chooses it; the domain only receives it with `create`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ApprovalPolicy {
     Auto,
@@ -410,7 +428,9 @@ impl FromStr for ApprovalPolicy {
 }
 
 /// How many runs a task gets before it needs a human. A cap keeps a misconfiguration from burning money.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,
+)]
 #[serde(try_from = "u32", into = "u32")]
 pub struct MaxAttempts(u32);
 
@@ -476,11 +496,15 @@ fn check_text(
 
 /// What an agent gets: `Task / Scope / Done when`. Only the task is required; each part is bounded by GitHub's
 /// issue body limit so any issue fits and nothing larger slips into a prompt.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(try_from = "SpecParts")]
 pub struct Spec {
+    #[schema(min_length = 1, max_length = 65536)]
     task: String,
+    // Optional in a request (`SpecParts` defaults them); always present in a response.
+    #[schema(required = false, max_length = 65536)]
     scope: String,
+    #[schema(required = false, max_length = 65536)]
     done_when: String,
 }
 
@@ -568,7 +592,7 @@ fn truncate(text: &str, max: usize) -> String {
 }
 
 /// Why something was refused, cancelled, retried or flagged: short, human-readable, non-empty.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(try_from = "String", into = "String")]
 pub struct Reason(String);
 
@@ -617,7 +641,7 @@ impl From<Reason> for String {
 }
 
 /// A follow-up instruction (a Linear `prompted` comment, a Telegram reply) queued for the next run.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(try_from = "String", into = "String")]
 pub struct FollowUpText(String);
 
@@ -647,7 +671,7 @@ impl From<FollowUpText> for String {
 }
 
 /// One agent run (one attempt). The dispatcher mints it; the domain only checks that reports name the live run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(transparent)]
 pub struct RunId(pub Uuid);
 
@@ -659,7 +683,7 @@ impl fmt::Display for RunId {
 
 /// A Linear issue: the stable id (webhooks and the API key on it) and the identifier people read (`ENG-123`),
 /// which changes when the issue moves team.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(try_from = "LinearIssueParts")]
 pub struct LinearIssue {
     id: Uuid,
@@ -714,9 +738,10 @@ impl TryFrom<LinearIssueParts> for LinearIssue {
 }
 
 /// A GitHub issue or pull request: `owner/name#12`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 pub struct GithubRef {
     pub repo: RepoName,
+    #[schema(value_type = u64, minimum = 1)]
     pub number: NonZeroU64,
 }
 
@@ -734,7 +759,7 @@ impl fmt::Display for GithubRef {
 }
 
 /// A Telegram message: the chat it is in and its id there (message ids are only unique per chat).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(try_from = "TelegramParts")]
 pub struct TelegramMessage {
     chat: i64,
@@ -779,7 +804,7 @@ impl TryFrom<TelegramParts> for TelegramMessage {
 
 /// Where a task came from and what it produced. A link, once set, stays set; only `github_pr` may be replaced,
 /// by a later submission's pull request.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Links {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub linear_issue: Option<LinearIssue>,
@@ -792,7 +817,9 @@ pub struct Links {
 }
 
 /// The board's columns. A task is in exactly one; `needs_human` is a flag on top, not a column.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Column {
     Triage,

@@ -44,7 +44,6 @@ impl Dispatcher {
     pub async fn tick(&self) -> anyhow::Result<DispatchStatus> {
         let selecting = std::time::Instant::now();
         let _one_at_a_time = self.inner.fill.lock().await;
-        let paused = self.paused().await.context("reading the pause state")?;
         let store = self.store();
         let todo = task_rows::list(
             store,
@@ -65,6 +64,9 @@ impl Dispatcher {
         )
         .await
         .context("listing tasks in progress")?;
+        // After the listing, not before: a task created after a pause was committed is listed only if that pause
+        // is seen here too (read first, a tick could miss the pause and still list the task: seen starting it).
+        let paused = self.paused().await.context("reading the pause state")?;
 
         let running = self.running_per_repo(&in_progress);
         let now = Utc::now();

@@ -1,0 +1,229 @@
+//! The GitHub client effects call through (octocrab), at `GITHUB_API_URL` with `GITHUB_TOKEN`. It only makes
+//! calls and says how they failed; what to call, when, and what it means is the runner's and the policy's.
+
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+
+use super::CallError;
+use crate::effects::Produced;
+use crate::tasks::{BranchName, RepoName};
+
+/// GitHub's public API; tests and GitHub Enterprise set `GITHUB_API_URL`.
+pub const DEFAULT_API_URL: &str = "https://api.github.com";
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest wait a rate limit may impose before we try anyway (and are told again).
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+#[derive(Clone)]
+pub struct GithubClient {
+    api: octocrab::Octocrab,
+}
+
+impl std::fmt::Debug for GithubClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GithubClient")
+    }
+}
+
+impl GithubClient {
+    pub fn new(api_url: &str, token: &SecretString) -> Result<Self, String> {
+        let api = octocrab::Octocrab::builder()
+            .base_uri(api_url)
+            .map_err(|e| format!("GITHUB_API_URL {api_url:?} is not a URL: {e}"))?
+            .personal_token(token.expose_secret().to_owned())
+            .set_connect_timeout(Some(CONNECT_TIMEOUT))
+            .set_read_timeout(Some(READ_TIMEOUT))
+            .build()
+            .map_err(|e| format!("cannot build the GitHub client: {e}"))?;
+        Ok(Self { api })
+    }
+
+    /// The open pull request from `head`, or a new one. Looking first makes a repeat (a crash after GitHub
+    /// opened it, before we recorded so) find the one it opened instead of failing or opening a second.
+    pub async fn open_pull_request(
+        &self,
+        repo: &RepoName,
+        head: &BranchName,
+        base: &str,
+        title: &str,
+        body: &str,
+    ) -> Result<Produced, CallError> {
+        let pulls = self.api.pulls(repo.owner(), repo.name());
+        let open = pulls
+            .list()
+            .state(octocrab::params::State::Open)
+            .head(format!("{}:{}", repo.owner(), head.as_str()))
+            .per_page(1u8)
+            .send()
+            .await
+            .map_err(|e| classify("listing open pull requests", e))?;
+        if let Some(pr) = open.items.first() {
+            return Ok(Produced::PullRequest {
+                repo: repo.clone(),
+                number: pr.number,
+                url: pr
+                    .html_url
+                    .as_ref()
+                    .map(|u| u.to_string())
+                    .unwrap_or_default(),
+                opened: false,
+            });
+        }
+        let pr = pulls
+            .create(title, head.as_str(), base)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| classify("opening the pull request", e))?;
+        Ok(Produced::PullRequest {
+            repo: repo.clone(),
+            number: pr.number,
+            url: pr
+                .html_url
+                .as_ref()
+                .map(|u| u.to_string())
+                .unwrap_or_default(),
+            opened: true,
+        })
+    }
+}
+
+impl GithubClient {
+    /// The account the token belongs to (`GET /user`): a read-only proof that the token works, for `doctor`.
+    pub async fn whoami(&self) -> Result<String, CallError> {
+        let user = self
+            .api
+            .current()
+            .user()
+            .await
+            .map_err(|e| classify("reading the token's account", e))?;
+        Ok(user.login)
+    }
+
+    /// Posts `body` (which ends with `marker`) on issue or pull request `number`, unless a comment carrying the
+    /// marker is already there (a repeat after a crash mid-call).
+    pub async fn comment(
+        &self,
+        repo: &RepoName,
+        number: u64,
+        body: &str,
+        marker: &str,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Produced, CallError> {
+        let issues = self.api.issues(repo.owner(), repo.name());
+        let recent = issues
+            .list_comments(number)
+            .since(since)
+            .per_page(100u8)
+            .send()
+            .await
+            .map_err(|e| classify("listing the issue's comments", e))?;
+        if let Some(found) = recent
+            .items
+            .iter()
+            .find(|c| c.body.as_deref().is_some_and(|b| b.contains(marker)))
+        {
+            return Ok(Produced::Comment {
+                url: found.html_url.to_string(),
+                posted: false,
+            });
+        }
+        let posted = issues
+            .create_comment(number, body)
+            .await
+            .map_err(|e| classify("commenting", e))?;
+        Ok(Produced::Comment {
+            url: posted.html_url.to_string(),
+            posted: true,
+        })
+    }
+}
+
+impl GithubClient {
+    /// A pull request as GitHub's REST API has it (`state`, `merged`, `head.sha`, …), for the poller.
+    pub async fn pull(&self, repo: &RepoName, number: u64) -> Result<serde_json::Value, CallError> {
+        let route = format!("/repos/{}/{}/pulls/{number}", repo.owner(), repo.name());
+        self.api
+            .get::<serde_json::Value, _, ()>(route, None)
+            .await
+            .map_err(|e| classify("reading the pull request", e))
+    }
+
+    /// Where the repository's webhooks deliver (`config.url` of each), for `doctor`.
+    pub async fn webhook_urls(&self, repo: &RepoName) -> Result<Vec<String>, CallError> {
+        let route = format!("/repos/{}/{}/hooks", repo.owner(), repo.name());
+        let hooks = self
+            .api
+            .get::<serde_json::Value, _, ()>(route, None)
+            .await
+            .map_err(|e| classify("listing the repository's webhooks", e))?;
+        Ok(hooks
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|h| h["config"]["url"].as_str().map(str::to_owned))
+            .collect())
+    }
+
+    /// The check suites of a commit (`check_suites[]` with `status`, `conclusion`, `head_branch`, `app`).
+    pub async fn check_suites(
+        &self,
+        repo: &RepoName,
+        sha: &str,
+    ) -> Result<serde_json::Value, CallError> {
+        let route = format!(
+            "/repos/{}/{}/commits/{sha}/check-suites",
+            repo.owner(),
+            repo.name()
+        );
+        self.api
+            .get::<serde_json::Value, _, ()>(route, None)
+            .await
+            .map_err(|e| classify("reading the commit's check suites", e))
+    }
+}
+
+/// Transient: GitHub's 5xx, 429, a 403 that is a rate limit, and anything that never got an answer (connection,
+/// timeout). Permanent: every other answer (bad token, no such repository, a validation error).
+fn classify(what: &str, error: octocrab::Error) -> CallError {
+    match error {
+        octocrab::Error::GitHub { source, .. } => {
+            let status = source.status_code;
+            let header = |name: &str| {
+                source
+                    .headers
+                    .as_ref()
+                    .and_then(|h| h.get(name))
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+            };
+            let rate_limited = status.as_u16() == 429
+                || (status.as_u16() == 403
+                    && (header("retry-after").is_some()
+                        || header("x-ratelimit-remaining").as_deref() == Some("0")));
+            let message = format!("{what}: GitHub answered {status}: {}", source.message);
+            if status.is_server_error() || rate_limited {
+                let retry_after = header("retry-after")
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .map(Duration::from_secs)
+                    .or_else(|| {
+                        let reset = source.rate_limit_reset_at()?;
+                        (reset - chrono::Utc::now()).to_std().ok()
+                    })
+                    .map(|d| d.min(MAX_RETRY_AFTER));
+                CallError::Transient {
+                    message,
+                    retry_after,
+                }
+            } else {
+                CallError::Permanent { message }
+            }
+        }
+        other => CallError::Transient {
+            message: format!("{what}: no answer from GitHub: {other}"),
+            retry_after: None,
+        },
+    }
+}

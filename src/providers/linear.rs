@@ -1,0 +1,364 @@
+//! The Linear GraphQL client effects and the poller call through, at `LINEAR_API_URL` (the endpoint itself,
+//! default `https://api.linear.app/graphql`) with `LINEAR_API_KEY` in the `Authorization` header.
+//!
+//! Creating a comment or an agent activity sends an `id` derived from the effect's key: Linear keeps ids
+//! unique, so an attempt repeated after a crash cannot post twice; when the create fails, the client looks the
+//! id up and a found one counts as posted before.
+
+use std::time::Duration;
+
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::CallError;
+use crate::effects::Produced;
+
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Clone)]
+pub struct LinearClient {
+    http: reqwest::Client,
+    api_url: String,
+    key: SecretString,
+}
+
+impl std::fmt::Debug for LinearClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LinearClient")
+    }
+}
+
+/// The id Linear stores a created comment or activity under, from the effect key: the same key always makes
+/// the same id (in UUID v4 form, which is what Linear accepts from clients).
+pub fn entity_id(key: &str) -> Uuid {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(key.as_bytes());
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    uuid::Builder::from_random_bytes(bytes).into_uuid()
+}
+
+/// One of a team's workflow states.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkflowState {
+    pub id: String,
+    pub name: String,
+    /// `triage`, `backlog`, `unstarted`, `started`, `completed`, `canceled`.
+    pub kind: String,
+}
+
+/// Which state to move an issue to: the first of `names` the team has (case-insensitive), else the team's first
+/// state of type `fallback`. Pure.
+pub fn pick_state<'a>(
+    states: &'a [WorkflowState],
+    names: &[String],
+    fallback: &str,
+) -> Option<&'a WorkflowState> {
+    names
+        .iter()
+        .find_map(|name| {
+            states
+                .iter()
+                .find(|s| s.name.trim().eq_ignore_ascii_case(name.trim()))
+        })
+        .or_else(|| states.iter().find(|s| s.kind == fallback))
+}
+
+impl LinearClient {
+    pub fn new(api_url: &str, key: &SecretString) -> Result<Self, String> {
+        let http = reqwest::Client::builder()
+            .timeout(TIMEOUT)
+            .build()
+            .map_err(|e| format!("cannot build the Linear client: {e}"))?;
+        Ok(Self {
+            http,
+            api_url: api_url.to_owned(),
+            key: key.clone(),
+        })
+    }
+
+    /// One GraphQL request; `what` names it in errors. Rate limits (HTTP 429, or Linear's `RATELIMITED` code on a
+    /// 400) and server errors are transient; other refusals are permanent.
+    pub async fn graphql(
+        &self,
+        what: &str,
+        query: &str,
+        variables: Value,
+    ) -> Result<Value, CallError> {
+        let response = self
+            .http
+            .post(&self.api_url)
+            .header(reqwest::header::AUTHORIZATION, self.key.expose_secret())
+            .json(&json!({ "query": query, "variables": variables }))
+            .send()
+            .await
+            .map_err(|e| CallError::Transient {
+                message: format!("{what}: no answer from Linear: {}", e.without_url()),
+                retry_after: None,
+            })?;
+        let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(|s| Duration::from_secs(s.min(3600)))
+            .or_else(|| reset_wait(response.headers()));
+        let answer: Value = response.json().await.unwrap_or(Value::Null);
+        let errors = answer["errors"].as_array().cloned().unwrap_or_default();
+        if status.is_success() && errors.is_empty() {
+            return Ok(answer["data"].clone());
+        }
+        let codes: Vec<&str> = errors
+            .iter()
+            .filter_map(|e| e["extensions"]["code"].as_str())
+            .collect();
+        let detail = errors
+            .iter()
+            .filter_map(|e| e["message"].as_str())
+            .collect::<Vec<_>>()
+            .join("; ");
+        let message = format!(
+            "{what}: Linear answered {status}{}",
+            if detail.is_empty() {
+                String::new()
+            } else {
+                format!(": {detail}")
+            }
+        );
+        let limited = status.as_u16() == 429 || codes.contains(&"RATELIMITED");
+        if limited || status.is_server_error() || codes.contains(&"INTERNAL_SERVER_ERROR") {
+            Err(CallError::Transient {
+                message,
+                retry_after,
+            })
+        } else {
+            Err(CallError::Permanent { message })
+        }
+    }
+
+    /// Who the key belongs to (`pidevops doctor`).
+    pub async fn viewer(&self) -> Result<String, CallError> {
+        let data = self
+            .graphql("viewer", "query { viewer { id name } }", json!({}))
+            .await?;
+        Ok(data["viewer"]["name"]
+            .as_str()
+            .unwrap_or("someone")
+            .to_owned())
+    }
+
+    /// Comments on an issue, once per `key`.
+    pub async fn comment(&self, key: &str, issue: Uuid, body: &str) -> Result<Produced, CallError> {
+        let id = entity_id(key);
+        let created = self
+            .graphql(
+                "commentCreate",
+                "mutation($input: CommentCreateInput!) { commentCreate(input: $input) { success comment { id url } } }",
+                json!({ "input": { "id": id, "issueId": issue, "body": body } }),
+            )
+            .await;
+        match created {
+            Ok(data) => Ok(Produced::Comment {
+                url: data["commentCreate"]["comment"]["url"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                posted: true,
+            }),
+            Err(error) => {
+                // Made by an attempt cut off before it heard back?
+                let found = self
+                    .graphql(
+                        "comment",
+                        "query($id: String!) { comment(id: $id) { id url } }",
+                        json!({ "id": id }),
+                    )
+                    .await
+                    .ok()
+                    .and_then(|data| data["comment"]["url"].as_str().map(str::to_owned));
+                match found {
+                    Some(url) => Ok(Produced::Comment { url, posted: false }),
+                    None => Err(error),
+                }
+            }
+        }
+    }
+
+    /// Posts an agent activity (`content` as Linear defines it: `{type: thought|action|response|error, …}`) to a
+    /// session, once per `key`.
+    pub async fn activity(
+        &self,
+        key: &str,
+        session: &str,
+        content: &Value,
+    ) -> Result<Produced, CallError> {
+        let id = entity_id(key);
+        let created = self
+            .graphql(
+                "agentActivityCreate",
+                "mutation($input: AgentActivityCreateInput!) { agentActivityCreate(input: $input) { success agentActivity { id } } }",
+                json!({ "input": { "id": id, "agentSessionId": session, "content": content } }),
+            )
+            .await;
+        match created {
+            Ok(_) => Ok(Produced::Done),
+            Err(error) => {
+                let found = self
+                    .graphql(
+                        "agentActivity",
+                        "query($id: String!) { agentActivity(id: $id) { id } }",
+                        json!({ "id": id }),
+                    )
+                    .await
+                    .ok()
+                    .is_some_and(|data| data["agentActivity"]["id"].is_string());
+                if found {
+                    Ok(Produced::Done)
+                } else {
+                    Err(error)
+                }
+            }
+        }
+    }
+
+    /// Sets the links a session shows (`externalUrls`): label and address of each.
+    pub async fn session_urls(
+        &self,
+        session: &str,
+        urls: &[(String, String)],
+    ) -> Result<Produced, CallError> {
+        let urls: Vec<Value> = urls
+            .iter()
+            .map(|(label, url)| json!({ "label": label, "url": url }))
+            .collect();
+        self.graphql(
+            "agentSessionUpdate",
+            "mutation($id: String!, $input: AgentSessionUpdateInput!) { agentSessionUpdate(id: $id, input: $input) { success } }",
+            json!({ "id": session, "input": { "externalUrls": urls } }),
+        )
+        .await?;
+        Ok(Produced::Done)
+    }
+
+    /// Moves an issue to the first of `names` its team has, else to the team's first state of type `fallback`.
+    /// The state ids are looked up on every call (teams rename and add states), and an issue already there is
+    /// left alone.
+    pub async fn move_issue(
+        &self,
+        issue: Uuid,
+        names: &[String],
+        fallback: &str,
+    ) -> Result<Produced, CallError> {
+        let data = self
+            .graphql(
+                "issue states",
+                "query($id: String!) { issue(id: $id) { state { id name } team { key states(first: 100) { nodes { id name type } } } } }",
+                json!({ "id": issue }),
+            )
+            .await?;
+        let issue_data = &data["issue"];
+        if issue_data.is_null() {
+            return Err(CallError::Permanent {
+                message: format!("issue {issue} is not visible with LINEAR_API_KEY"),
+            });
+        }
+        let states: Vec<WorkflowState> = issue_data["team"]["states"]["nodes"]
+            .as_array()
+            .map(|nodes| {
+                nodes
+                    .iter()
+                    .filter_map(|n| {
+                        Some(WorkflowState {
+                            id: n["id"].as_str()?.to_owned(),
+                            name: n["name"].as_str()?.to_owned(),
+                            kind: n["type"].as_str().unwrap_or_default().to_owned(),
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let Some(target) = pick_state(&states, names, fallback) else {
+            return Err(CallError::Permanent {
+                message: format!(
+                    "team {} has none of the states {names:?} and no state of type {fallback:?}",
+                    issue_data["team"]["key"].as_str().unwrap_or("?")
+                ),
+            });
+        };
+        if issue_data["state"]["id"].as_str() == Some(target.id.as_str()) {
+            return Ok(Produced::State {
+                name: target.name.clone(),
+                moved: false,
+            });
+        }
+        self.graphql(
+            "issueUpdate",
+            "mutation($id: String!, $input: IssueUpdateInput!) { issueUpdate(id: $id, input: $input) { success } }",
+            json!({ "id": issue, "input": { "stateId": target.id } }),
+        )
+        .await?;
+        Ok(Produced::State {
+            name: target.name.clone(),
+            moved: true,
+        })
+    }
+}
+
+/// Linear's rate-limit headers give the reset as epoch milliseconds.
+fn reset_wait(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let remaining = headers
+        .get("x-ratelimit-requests-remaining")?
+        .to_str()
+        .ok()?
+        .parse::<i64>()
+        .ok()?;
+    if remaining > 0 {
+        return None;
+    }
+    let reset_ms = headers
+        .get("x-ratelimit-requests-reset")?
+        .to_str()
+        .ok()?
+        .parse::<i64>()
+        .ok()?;
+    let wait = reset_ms - chrono::Utc::now().timestamp_millis();
+    Some(Duration::from_millis(wait.clamp(0, 3_600_000) as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(id: &str, name: &str, kind: &str) -> WorkflowState {
+        WorkflowState {
+            id: id.into(),
+            name: name.into(),
+            kind: kind.into(),
+        }
+    }
+
+    #[test]
+    fn a_named_state_wins_then_the_fallback_type() {
+        let states = [
+            state("1", "Todo", "unstarted"),
+            state("2", "In Progress", "started"),
+            state("3", "pi-dev: in progress", "started"),
+            state("4", "Done", "completed"),
+        ];
+        let names = vec!["Pi-Dev: In Progress".to_owned()];
+        assert_eq!(pick_state(&states, &names, "started").unwrap().id, "3");
+        let missing = vec!["Pi-Dev: Blocked".to_owned()];
+        assert_eq!(pick_state(&states, &missing, "started").unwrap().id, "2");
+        assert_eq!(pick_state(&states, &missing, "triage"), None);
+    }
+
+    #[test]
+    fn entity_ids_are_stable_v4_uuids() {
+        let a = entity_id("linear:comment:T-1:started");
+        assert_eq!(a, entity_id("linear:comment:T-1:started"));
+        assert_ne!(a, entity_id("linear:comment:T-2:started"));
+        assert_eq!(a.get_version_num(), 4);
+    }
+}

@@ -1,0 +1,26 @@
+//! The clients of the three third-party APIs pidevops talks to: GitHub (octocrab), Linear (GraphQL) and the
+//! Telegram Bot API. Each takes its base URL from configuration (`GITHUB_API_URL`, `LINEAR_API_URL`,
+//! `TELEGRAM_API_URL`; tests point them at local fakes), bounds every call with a timeout, and says how a call
+//! failed as a [`CallError`]: transient (worth another attempt) or permanent.
+//!
+//! The clients only make calls. What to call, when, how often and what it means is decided elsewhere: by the
+//! effects policies and runner (`effects/`), the pollers (`pollers/`), the Telegram updates ingress and doctor.
+
+pub mod github;
+pub mod linear;
+pub mod telegram;
+
+/// Why a call failed, as the provider client sees it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    /// Worth another attempt: 5xx, a timeout, a refused connection, 429 or a rate limit. `retry_after`: what
+    /// the provider asked for.
+    #[error("{message}")]
+    Transient {
+        message: String,
+        retry_after: Option<std::time::Duration>,
+    },
+    /// Another attempt would fail the same way: a 4xx other than 429, a missing credential.
+    #[error("{message}")]
+    Permanent { message: String },
+}

@@ -1,0 +1,457 @@
+//! `build(Settings) -> App`: the one constructor for `main` and for tests. It connects, migrates, starts the
+//! appender and every loop in the plan, and binds the listener (port 0 in tests) before anything is served.
+
+pub mod catalog;
+mod core;
+pub mod worker;
+
+pub use self::core::{connect, Core, CLI_CONNECTIONS};
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::bus::relay::{BusTarget, Relay};
+use crate::bus::MemoryBus;
+use crate::config::Settings;
+use crate::dispatch::config::Executor;
+use crate::dispatch::dispatcher::DispatcherParts;
+use crate::dispatch::workspace::Workspaces;
+use crate::dispatch::Dispatcher;
+use crate::eventlog::{EventLog, EventStore};
+use crate::http::{router, AppState};
+use crate::loops::lease::{while_held, LeaseHandle, Leases};
+use crate::loops::{self, LoopSpec, LoopState, Pace};
+use crate::telemetry;
+use catalog::{Armed, ArmedLoops};
+
+/// How long a graceful shutdown may take before the process gives up waiting.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(9);
+
+pub struct App {
+    listener: TcpListener,
+    state: AppState,
+    shutdown: CancellationToken,
+    appender_shutdown: CancellationToken,
+    appender: tokio::task::JoinHandle<()>,
+    tracker: TaskTracker,
+    leases: Leases,
+    armed: ArmedLoops,
+}
+
+pub async fn build(settings: Settings) -> anyhow::Result<App> {
+    let metrics = telemetry::metrics_handle();
+    let (settings, store, log, appender_shutdown, appender) =
+        Core::open(settings).await?.into_parts();
+    let shutdown = CancellationToken::new();
+
+    let relay = Arc::new(Relay::new(
+        store.clone(),
+        match &settings.nats_url {
+            Some(url) => BusTarget::Nats {
+                url: url.clone(),
+                config: settings.bus.clone(),
+            },
+            None => BusTarget::Memory(MemoryBus::new(settings.bus.clone())),
+        },
+    ));
+    let bus_kind = relay.bus_kind();
+    let fail_after = settings.file.loop_fail_after.clone();
+    check_fail_after(&fail_after, &catalog::plan(&settings))
+        .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;
+    let registry = loops::LoopRegistry::with_fail_after(fail_after);
+    let leases = Leases::new(
+        store.clone(),
+        settings.instance_id.clone(),
+        settings.lease_ttl,
+    );
+    // Checked when the settings were read: a bad profile or dispatch setting never got this far.
+    let board_config = settings.file.board.clone();
+    let profiles = settings.file.profiles.clone();
+    let dispatch_config = settings.file.dispatch.clone();
+    let board = crate::board::Board::new(log.clone(), board_config);
+    let tracker = TaskTracker::new();
+    let dispatcher = match dispatch_config.off {
+        Some(_) => None,
+        None => Some(
+            dispatcher(
+                &settings,
+                &board,
+                &log,
+                dispatch_config,
+                profiles,
+                &tracker,
+                &shutdown,
+            )
+            .await?,
+        ),
+    };
+    let intake_config = settings
+        .file
+        .intake
+        .clone()
+        .with_telegram(
+            settings.telegram_allowed_chats.as_deref(),
+            settings.telegram_allowed_users.as_deref(),
+        )
+        .map_err(|e| anyhow::anyhow!("intake configuration: {e}"))?;
+    let schedules = settings.file.schedules.clone();
+    let parts = catalog::Parts {
+        settings: &settings,
+        store: &store,
+        log: &log,
+        board: &board,
+        registry: &registry,
+        leases: &leases,
+        metrics: &metrics,
+        relay: &relay,
+        dispatcher: dispatcher.as_ref(),
+        intake: &intake_config,
+        schedules: &schedules,
+    };
+    let declared: Vec<(&catalog::Entry, catalog::PlannedLoop)> = catalog::CATALOG
+        .iter()
+        .flat_map(|entry| (entry.plan)(&settings).into_iter().map(move |p| (entry, p)))
+        .collect();
+    // Every singleton's lease is known before any loop starts, so the first lease round tries for all of them.
+    for (_, planned) in &declared {
+        if planned.singleton && planned.state == LoopState::Armed {
+            leases.register(&planned.name);
+        }
+    }
+    let mut armed = BTreeMap::new();
+    for (entry, planned) in declared {
+        let name = planned.name.clone();
+        match planned.state {
+            LoopState::Disabled => registry.disable(&name, planned.reason.unwrap_or_default()),
+            LoopState::Unarmed => registry.unarm(&name, planned.reason.unwrap_or_default()),
+            LoopState::Armed => {
+                let built = (entry.build)(&parts, &planned)?;
+                if built.starts_at_head {
+                    start_at_head(&store, &name).await?;
+                }
+                let spec = LoopSpec::new(&name, planned.interval, settings.loop_startup_delay);
+                let job = Arc::new(Armed::new(built.job));
+                let lease = planned.singleton.then(|| leases.register(&name));
+                spawn_job(&registry, &tracker, &shutdown, spec, job.clone(), lease);
+                if let Some(detail) = built.detail {
+                    registry.set_detail(&name, detail);
+                }
+                armed.insert(name, job);
+            }
+        }
+    }
+
+    let listener = bind(settings.bind, settings.port)
+        .with_context(|| format!("binding port {} on {}", settings.port, settings.bind))?;
+    let state = AppState {
+        settings: Arc::new(settings),
+        log,
+        loops: registry,
+        metrics,
+        started: Instant::now(),
+        bus_kind,
+        leases: leases.clone(),
+        shutdown: shutdown.clone(),
+        board,
+        sign_ins: Default::default(),
+        ingress_budget: Default::default(),
+        last_health: Default::default(),
+    };
+    Ok(App {
+        listener,
+        state,
+        shutdown,
+        appender_shutdown,
+        appender,
+        tracker,
+        leases,
+        armed: ArmedLoops::new(armed),
+    })
+}
+
+/// On a loop's very first start, sets its checkpoint to the log's head; on every later start it stays where it
+/// is. "First" is remembered apart (checkpoint `started:<name>`), since a loop first started on an empty log still
+/// has checkpoint 0: without the mark, a restart before its first event would skip what arrived meanwhile.
+async fn start_at_head(store: &EventStore, name: &str) -> anyhow::Result<()> {
+    let mark = format!("started:{name}");
+    let read = |name: String| async move {
+        store
+            .checkpoint(&name)
+            .await
+            .with_context(|| format!("reading the {name} checkpoint"))
+    };
+    if read(mark.clone()).await? > 0 {
+        return Ok(());
+    }
+    if read(name.to_owned()).await? == 0 {
+        let head = store.head().await.context("reading the log's head")?;
+        if head > 0 {
+            store
+                .advance_checkpoint(name, head)
+                .await
+                .with_context(|| format!("starting {name} at the log's head"))?;
+            tracing::info!(
+                r#loop = name,
+                head,
+                "first start: acting on events from the head on"
+            );
+        }
+    }
+    store
+        .advance_checkpoint(&mark, 1)
+        .await
+        .with_context(|| format!("marking {name} as started"))?;
+    Ok(())
+}
+
+/// Each `[loops.<name>]` must name a loop this process plans, with a threshold longer than its interval (a
+/// shorter one would call the loop dead between two healthy ticks).
+pub(crate) fn check_fail_after(
+    fail_after: &BTreeMap<String, Duration>,
+    plan: &[catalog::PlannedLoop],
+) -> Result<(), String> {
+    for (name, threshold) in fail_after {
+        let Some(planned) = plan.iter().find(|p| &p.name == name) else {
+            let known: Vec<&str> = plan.iter().map(|p| p.name.as_str()).collect();
+            return Err(format!(
+                "[loops.{name}]: no such loop (loops: {})",
+                known.join(", ")
+            ));
+        };
+        if *threshold <= planned.interval {
+            return Err(format!(
+                "[loops.{name}] fail_after_s: {} s is not longer than the loop's interval ({} s)",
+                threshold.as_secs_f64(),
+                planned.interval.as_secs_f64()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// How long a singleton's first tick waits for this replica's first try at its lease before it reports a standby.
+const FIRST_LEASE_TRY_WAIT: Duration = Duration::from_secs(10);
+
+/// Spawns a loop for `job`. A singleton job runs only while this replica holds its lease; the others tick as
+/// standbys (so `/health` still sees them alive) and report who the holder is.
+fn spawn_job(
+    registry: &loops::LoopRegistry,
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+    spec: LoopSpec,
+    job: Arc<Armed>,
+    lease: Option<LeaseHandle>,
+) {
+    let registry_for_tick = registry.clone();
+    let name = spec.name.clone();
+    let was_holder = Arc::new(AtomicBool::new(false));
+    loops::spawn(registry, tracker, shutdown.clone(), spec, move || {
+        let (job, registry, name) = (job.clone(), registry_for_tick.clone(), name.clone());
+        let (lease, was_holder) = (lease.clone(), was_holder.clone());
+        async move {
+            let (detail, result) = match &lease {
+                None => job.tick().await,
+                Some(lease) => {
+                    if !lease.is_held() {
+                        // At start this lease may not have been tried yet: a lone replica is about to
+                        // hold every lease, so wait for its first try (bounded) rather than report a standby.
+                        let _ = tokio::time::timeout(FIRST_LEASE_TRY_WAIT, lease.first_try()).await;
+                    }
+                    let holder = lease.is_held();
+                    if holder && !was_holder.swap(true, Ordering::SeqCst) {
+                        // The standby's detail described a role this replica no longer has.
+                        registry.clear_detail(&name);
+                        job.job.on_acquired().await;
+                    }
+                    if !holder {
+                        was_holder.store(false, Ordering::SeqCst);
+                    }
+                    match while_held(lease, async { Ok(job.tick().await) }).await? {
+                        Some(ran) => ran,
+                        None => (
+                            Some(serde_json::json!({ "role": "standby" })),
+                            Ok(Pace::Rest),
+                        ),
+                    }
+                }
+            };
+            if let Some(detail) = detail {
+                registry.set_detail(&name, detail);
+            }
+            result
+        }
+    });
+}
+
+/// The dispatcher of a `serve` (or a `worker`): its workspaces under `WORKSPACE_ROOT`, and with
+/// `executor = "workers"` the JetStream work queue runs are handed to.
+pub async fn dispatcher(
+    settings: &Settings,
+    board: &crate::board::Board,
+    log: &EventLog,
+    config: crate::dispatch::DispatchConfig,
+    profiles: crate::dispatch::Profiles,
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Dispatcher> {
+    let workspaces = Workspaces::new(&settings.workspace_root, settings.github_token.clone())
+        .with_context(|| {
+            format!(
+                "WORKSPACE_ROOT {} cannot be used",
+                settings.workspace_root.display()
+            )
+        })?;
+    let work = match (&config.executor, &settings.nats_url) {
+        (Executor::Workers, Some(url)) => Some(
+            crate::bus::work::WorkQueue::connect(Some(url), run_queue_config(), log.clone())
+                .await
+                .context("connecting to the JetStream work queue for workers")?,
+        ),
+        _ => None,
+    };
+    Ok(Dispatcher::new(DispatcherParts {
+        board: board.clone(),
+        log: log.clone(),
+        config,
+        profiles,
+        workspaces,
+        worker: settings.instance_id.clone(),
+        env: settings.env.clone(),
+        paused_by_env: settings.paused,
+        tracker: tracker.clone(),
+        shutdown: shutdown.clone(),
+        work,
+    }))
+}
+
+/// The work queue that carries run requests to workers: a run may take an hour, so a worker proves it is alive
+/// with `progress` well inside `ack_wait`, and a request is delivered at most three times.
+pub fn run_queue_config() -> crate::bus::work::WorkQueueConfig {
+    crate::bus::work::WorkQueueConfig {
+        stream: "PIDEVOPS_RUNS".to_owned(),
+        subject_prefix: "pidevops.runs".to_owned(),
+        consumer: "pidevops-run-workers".to_owned(),
+        ack_wait: Duration::from_secs(60),
+        max_deliver: 3,
+        backoff: vec![Duration::from_secs(1)],
+        ..Default::default()
+    }
+}
+
+/// Listens on IPv4 and IPv6 when given the unspecified IPv6 address (Railway's private network is IPv6), and
+/// falls back to IPv4 where the host has no IPv6.
+fn bind(ip: IpAddr, port: u16) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let open = |addr: SocketAddr| -> std::io::Result<std::net::TcpListener> {
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+        if addr.is_ipv6() && ip.is_unspecified() {
+            socket.set_only_v6(false)?;
+        }
+        socket.set_reuse_address(true)?;
+        socket.set_nodelay(true)?;
+        socket.bind(&addr.into())?;
+        socket.listen(1024)?;
+        socket.set_nonblocking(true)?;
+        Ok(socket.into())
+    };
+    let std_listener = match open(SocketAddr::new(ip, port)) {
+        Ok(l) => l,
+        Err(e) if ip.is_ipv6() && ip.is_unspecified() => {
+            tracing::warn!(error = %e, "IPv6 is unavailable; listening on IPv4 only");
+            open(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port))?
+        }
+        Err(e) => return Err(e),
+    };
+    TcpListener::from_std(std_listener)
+}
+
+impl App {
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Cancelling this token starts a graceful shutdown.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// The loops this process armed, for a test to drive one tick at a time.
+    pub fn armed_loops(&self) -> ArmedLoops {
+        self.armed.clone()
+    }
+
+    /// For tests and later modules: where extra loops are tracked, so shutdown waits for them.
+    pub fn tracker(&self) -> TaskTracker {
+        self.tracker.clone()
+    }
+
+    /// Serves until the shutdown token fires, then stops accepting, lets in-flight requests (and the appends they
+    /// wait on) finish, stops the loops and the appender. Errors if a critical task died on its own.
+    pub async fn run(self) -> anyhow::Result<()> {
+        let App {
+            listener,
+            state,
+            shutdown,
+            appender_shutdown,
+            mut appender,
+            tracker,
+            leases,
+            armed: _,
+        } = self;
+        let addr = listener.local_addr().ok();
+        tracing::info!(?addr, database = state.log.store().kind(), "serving");
+        // The peer's address, for the dashboard's per-address sign-in throttle.
+        let server = axum::serve(
+            listener,
+            router(state.clone()).into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        )
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+
+        let mut appender_died = false;
+        let served = tokio::select! {
+            served = server => served.context("the HTTP server failed"),
+            _ = &mut appender => {
+                // The appender only ends on its own if it panicked: without it nothing can be acknowledged.
+                appender_died = true;
+                Err(anyhow::anyhow!("the event log appender stopped unexpectedly"))
+            }
+        };
+        shutdown.cancel();
+        tracker.close();
+        if tokio::time::timeout(SHUTDOWN_GRACE, tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("loops did not stop within the shutdown grace");
+        }
+        // Only now: a stopping loop or an interrupted run still records its last events (a run's outcome and
+        // its task's retry) through the appender.
+        appender_shutdown.cancel();
+        // The loops have stopped: hand their leases over now rather than at expiry.
+        leases.release_all().await;
+        if !appender_died
+            && tokio::time::timeout(SHUTDOWN_GRACE, appender)
+                .await
+                .is_err()
+        {
+            tracing::warn!("the appender did not drain within the shutdown grace");
+        }
+        tracing::info!("stopped");
+        served
+    }
+}

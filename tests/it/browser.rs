@@ -1,0 +1,312 @@
+//! The dashboard in a real browser: headless Chromium (Debian's `chromium` and `chromium-driver`; `.ci/run`
+//! installs them) driven over WebDriver with fantoccini, against the real server. Sign in; a task that a signed
+//! webhook just created appears on the board without a reload; approve it with its button and see it move; its
+//! page shows the timeline; sign out and be refused. Screenshots go to `target/screenshots/`.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::common::{TestApp, TestDb, ADMIN_TOKEN};
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{json, Value};
+
+/// chromedriver on a free loopback port, killed with the test.
+struct Driver {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn find(names: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var("PATH").unwrap_or_default();
+    names.iter().find_map(|name| {
+        std::env::split_paths(&path)
+            .chain([
+                PathBuf::from("/usr/bin"),
+                PathBuf::from("/usr/lib/chromium"),
+            ])
+            .map(|dir| dir.join(name))
+            .find(|p| p.is_file())
+    })
+}
+
+/// The driver and the browser, or `None` (loudly) when they are not installed; under CI their absence fails.
+async fn driver() -> Option<(Driver, PathBuf)> {
+    let (Some(chromedriver), Some(chromium)) = (
+        find(&["chromedriver"]),
+        find(&["chromium", "chromium-browser", "google-chrome"]),
+    ) else {
+        assert!(
+            !crate::common::in_ci(),
+            "CI must have chromium and chromedriver (.ci/run installs Debian's chromium and chromium-driver)"
+        );
+        eprintln!("SKIPPED: chromium / chromedriver not installed (apt-get install chromium chromium-driver)");
+        return None;
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(chromedriver)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromedriver starts");
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "chromedriver did not listen"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Some((Driver { child, url }, chromium))
+}
+
+async fn browser(driver: &Driver, chromium: &std::path::Path) -> Client {
+    // Two crypto providers are linked into the tests (ring, and aws-lc through other crates): rustls needs to be
+    // told which to use before fantoccini builds its client. Only the first install counts.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".to_owned(),
+        json!({
+            "binary": chromium,
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--window-size=1400,1000", "--no-first-run"],
+        }),
+    );
+    ClientBuilder::rustls()
+        .expect("a TLS config for the WebDriver client")
+        .capabilities(caps)
+        .connect(&driver.url)
+        .await
+        .expect("a browser session")
+}
+
+/// Polls until `css` matches something on the current page (without navigating), or fails after `limit`.
+async fn wait_for(client: &Client, css: &str, limit: Duration, what: &str) {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if !client.find_all(Locator::Css(css)).await.unwrap().is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what} ({css}); the page: {}",
+            client.source().await.unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The live pages re-render themselves when events arrive, which replaces their elements: one found a moment ago
+/// may be gone when it is used (a stale reference). Each try finds the element afresh; only staleness is retried.
+async fn fresh<T, F, Fut>(css: &str, mut use_it: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, fantoccini::error::CmdError>>,
+{
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        match use_it().await {
+            Ok(value) => return value,
+            Err(e)
+                if format!("{e:?}").contains("StaleElementReference")
+                    && std::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("{css}: {e}"),
+        }
+    }
+}
+
+async fn click(client: &Client, css: &str) {
+    fresh(css, || async {
+        client.find(Locator::Css(css)).await?.click().await
+    })
+    .await;
+}
+
+async fn text_of(client: &Client, css: &str) -> String {
+    fresh(css, || async {
+        client.find(Locator::Css(css)).await?.text().await
+    })
+    .await
+}
+
+async fn screenshot(client: &Client, name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, client.screenshot().await.unwrap()).unwrap();
+    path
+}
+
+/// The `issues.opened` fixture, labeled for pidevops.
+fn issue_opened() -> Vec<u8> {
+    let mut body: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            crate::common::fixtures_dir().join("github/issues/opened.payload.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    body["issue"]["labels"] = json!([{ "name": "pidevops" }]);
+    body["issue"]["title"] = json!("Make the <b>redirect</b> keep the query string");
+    serde_json::to_vec(&body).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sign_in_watch_a_task_arrive_approve_it_read_its_story_and_sign_out() {
+    let _cores = crate::common::heavy().await;
+    let Some((driver, chromium)) = driver().await else {
+        return;
+    };
+    let db = TestDb::sqlite();
+    let mut settings = crate::common::settings(&db);
+    settings.file = "[intake]\nallow_repos = [\"Codertocat/Hello-World\"]"
+        .parse()
+        .unwrap();
+    let app = TestApp::spawn(settings).await;
+    let client = browser(&driver, &chromium).await;
+
+    // Every page sends a stranger to sign in.
+    client.goto(&app.url("/")).await.unwrap();
+    assert!(client
+        .current_url()
+        .await
+        .unwrap()
+        .path()
+        .starts_with("/sign-in"));
+    let token = client
+        .find(Locator::Css("input[name=token]"))
+        .await
+        .unwrap();
+    token.send_keys(ADMIN_TOKEN).await.unwrap();
+    click(&client, "button[type=submit]").await;
+    wait_for(
+        &client,
+        "section[data-column=triage]",
+        Duration::from_secs(10),
+        "the board",
+    )
+    .await;
+    assert_eq!(client.current_url().await.unwrap().path(), "/");
+    // The session cookie is out of the page's reach.
+    let visible: Value = client
+        .execute("return document.cookie;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(
+        visible,
+        json!(""),
+        "HttpOnly: scripts cannot read the session"
+    );
+
+    // A signed webhook makes a task; it appears without a reload.
+    let r = app
+        .post_github("issues", "browser-issue-1", &issue_opened())
+        .await;
+    assert_eq!(r.status(), 200);
+    wait_for(
+        &client,
+        "section[data-column=triage] article.card",
+        Duration::from_secs(15),
+        "the new card, live",
+    )
+    .await;
+    assert!(
+        !client
+            .find_all(Locator::Css("main[data-refreshed]"))
+            .await
+            .unwrap()
+            .is_empty(),
+        "the page updated itself"
+    );
+    let text = text_of(&client, "section[data-column=triage] article.card").await;
+    assert!(
+        text.contains("Make the <b>redirect</b> keep the query string"),
+        "{text}"
+    );
+    let board_png = screenshot(&client, "board.png").await;
+
+    // Its page: the story so far, and the actions its state allows.
+    click(&client, "section[data-column=triage] article.card a").await;
+    wait_for(
+        &client,
+        "table.timeline",
+        Duration::from_secs(10),
+        "the task page",
+    )
+    .await;
+    let timeline = text_of(&client, "table.timeline").await;
+    assert!(timeline.contains("task.created"), "{timeline}");
+    click(&client, "button[data-action=approve]").await;
+    wait_for(
+        &client,
+        "h1 .badge[data-column=todo]",
+        Duration::from_secs(10),
+        "the task in todo",
+    )
+    .await;
+    wait_for(
+        &client,
+        "table.timeline",
+        Duration::from_secs(5),
+        "the timeline",
+    )
+    .await;
+    let timeline = text_of(&client, "table.timeline").await;
+    assert!(timeline.contains("task.approved"), "{timeline}");
+    let task_png = screenshot(&client, "task.png").await;
+
+    // Back on the board it sits in todo.
+    client.goto(&app.url("/")).await.unwrap();
+    wait_for(
+        &client,
+        "section[data-column=todo] article.card",
+        Duration::from_secs(10),
+        "the card in todo",
+    )
+    .await;
+
+    // Signed out, every page is refused again.
+    click(&client, "header form button").await;
+    wait_for(
+        &client,
+        "input[name=token]",
+        Duration::from_secs(10),
+        "the sign-in form",
+    )
+    .await;
+    client.goto(&app.url("/runs")).await.unwrap();
+    assert!(client
+        .current_url()
+        .await
+        .unwrap()
+        .path()
+        .starts_with("/sign-in"));
+
+    for png in [board_png, task_png] {
+        let bytes = std::fs::read(&png).unwrap();
+        assert!(
+            bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000,
+            "{}",
+            png.display()
+        );
+    }
+    client.close().await.unwrap();
+    app.stop().await;
+}

@@ -1,0 +1,417 @@
+//! Dispatch with the real binary: SIGKILL of `serve` mid-run and recovery after restart; two `serve` replicas
+//! and one `pidevops worker` sharing Postgres and NATS JetStream. Postgres only (several processes share it).
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::common::agents::{agent, dispatch_file, Remote, REPO};
+use crate::common::server::{read_log, Server, BIN};
+use crate::common::{within, TestDb};
+use pidevops::board::{Board, BoardConfig, Draft};
+use pidevops::eventlog::{EventLog, EventStore};
+use pidevops::projectors::runs::{self, RunRow, Which};
+use pidevops::projectors::tasks as task_rows;
+use pidevops::tasks::{Column, Links, Spec, TaskId};
+use tokio_util::sync::CancellationToken;
+
+/// The test's own handle on the shared database: a board to create tasks, the read models to watch.
+struct Observer {
+    store: EventStore,
+    board: Board,
+    _stop: CancellationToken,
+}
+
+impl Observer {
+    async fn new(db: &TestDb) -> Self {
+        let store = EventStore::connect(&db.url, 4).await.unwrap();
+        store.migrate().await.unwrap();
+        let stop = CancellationToken::new();
+        let (log, _appender) = EventLog::start(store.clone(), Duration::from_secs(5), stop.clone());
+        let board = Board::new(log, BoardConfig::default());
+        Self {
+            store,
+            board,
+            _stop: stop,
+        }
+    }
+
+    async fn create(&self, title: &str) -> TaskId {
+        let draft = Draft {
+            approval: Some(pidevops::tasks::ApprovalPolicy::Auto),
+            ..Draft::new(
+                REPO.parse().unwrap(),
+                Spec::new(title, "CHANGES.md", "written down").unwrap(),
+                Links::default(),
+            )
+        };
+        let (outcome, _) = self
+            .board
+            .create(draft, &format!("test:{title}"), "api", None)
+            .await
+            .unwrap();
+        outcome.task.id()
+    }
+
+    async fn column(&self, id: TaskId) -> Option<Column> {
+        task_rows::get(&self.store, id)
+            .await
+            .unwrap()
+            .map(|r| r.column)
+    }
+
+    async fn runs(&self, id: TaskId) -> Vec<RunRow> {
+        runs::query(&self.store, Which::Task(&id.to_string()))
+            .await
+            .unwrap()
+    }
+}
+
+fn write_config(dir: &Path, file: &toml::Table) -> String {
+    let path = dir.join("pidevops.toml");
+    std::fs::write(&path, toml::to_string(file).unwrap()).unwrap();
+    path.display().to_string()
+}
+
+/// Processes whose command line mentions `needle` (the fake agents), by pid.
+fn processes_running(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(needle) {
+            found.push(format!(
+                "{}: {cmdline}",
+                entry.file_name().to_string_lossy()
+            ));
+        }
+    }
+    found
+}
+
+/// A remote, an agent named `name` that waits silently until the test creates `go` and then makes its change,
+/// and `serve`'s environment for it. Silent on purpose: one that kept printing would die of SIGPIPE when serve
+/// dies, and prove nothing about serve killing it.
+struct Gated {
+    remote: Remote,
+    /// Holds the agent, the configuration and the workspaces for as long as the test runs.
+    _scratch: tempfile::TempDir,
+    go: std::path::PathBuf,
+    config: String,
+    workspaces: String,
+}
+
+impl Gated {
+    fn new(name: &str) -> Self {
+        let remote = Remote::new();
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path();
+        // The gate is in a directory the agent may read (`dispatch.readable`); it sees nothing else here.
+        let gates = dir.join("gates");
+        std::fs::create_dir(&gates).unwrap();
+        let go = gates.join("go");
+        let script = agent(
+            dir,
+            name,
+            &format!(
+                r#"echo "attempt starts"
+while [ ! -f {go} ]; do sleep 0.1; done
+echo x > CHANGES.md"#,
+                go = go.display()
+            ),
+        );
+        let mut file = dispatch_file(&remote, &script, "");
+        file["dispatch"].as_table_mut().unwrap().insert(
+            "readable".into(),
+            toml::Value::from(vec![gates.display().to_string()]),
+        );
+        let config = write_config(dir, &file);
+        let workspaces = dir.join("ws").display().to_string();
+        Self {
+            remote,
+            _scratch: scratch,
+            go,
+            config,
+            workspaces,
+        }
+    }
+
+    /// `serve`'s environment, with `instance` as its name when given.
+    fn env<'a>(&'a self, instance: Option<&'a str>) -> Vec<(&'a str, &'a str)> {
+        let mut env = vec![
+            ("PIDEVOPS_CONFIG", self.config.as_str()),
+            ("WORKSPACE_ROOT", self.workspaces.as_str()),
+            ("PIDEVOPS_LOOP_STARTUP_DELAY_S", "0.05"),
+            ("PIDEVOPS_PROJECTOR_INTERVAL_S", "0.2"),
+        ];
+        if let Some(instance) = instance {
+            env.push(("PIDEVOPS_INSTANCE_ID", instance));
+        }
+        env
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_interrupted_by_sigkill_is_recovered_after_restart_and_never_runs_twice_at_once() {
+    let Some(db) = TestDb::postgres().await else {
+        return;
+    };
+    let gated = Gated::new("waits-for-go.sh");
+    let (remote, go) = (&gated.remote, &gated.go);
+    // The same name after the restart: the new process knows at once that its predecessor's run is gone.
+    let env = gated.env(Some("replica-a"));
+    let observer = Observer::new(&db).await;
+    let mut server = Server::start_with(&db.url_string(), &env).await;
+    let id = observer.create("Survive a crash").await;
+
+    within(
+        Duration::from_secs(30),
+        "the first attempt's agent running",
+        || async {
+            observer.runs(id).await.len() == 1 && !processes_running("waits-for-go.sh").is_empty()
+        },
+    )
+    .await;
+    let first = observer.runs(id).await.remove(0);
+
+    // SIGKILL: no shutdown code runs. The agent must die with it (it would otherwise race the next attempt).
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    within(
+        Duration::from_secs(5),
+        "the orphaned agent to die with serve",
+        || async { processes_running("waits-for-go.sh").is_empty() },
+    )
+    .await;
+    // From the log itself: the read model may not have caught up with the claim before serve died.
+    let task = observer.board.load(id).await.unwrap().unwrap().task;
+    assert_eq!(task.column(), Column::InProgress, "nobody moved it");
+
+    std::fs::write(go, "").unwrap();
+    let server = Server::start_with(&db.url_string(), &env).await;
+    within(
+        Duration::from_secs(60),
+        "the task in review after the restart",
+        || async { observer.column(id).await == Some(Column::InReview) },
+    )
+    .await;
+    within(Duration::from_secs(10), "both runs' outcomes", || async {
+        let runs = observer.runs(id).await;
+        runs.len() == 2 && runs.iter().all(|r| r.state != "running")
+    })
+    .await;
+    let runs = observer.runs(id).await;
+    assert_eq!(
+        runs.len(),
+        2,
+        "{runs:?}\n{}",
+        read_log(server.workdir.path())
+    );
+    assert_eq!(runs[0].run_id, first.run_id);
+    assert_eq!(runs[0].state, "failed");
+    assert_eq!(runs[0].failure.as_deref(), Some("lost"));
+    assert!(
+        runs[0]
+            .detail
+            .as_deref()
+            .unwrap()
+            .contains("replica-a restarted"),
+        "{:?}",
+        runs[0].detail
+    );
+    assert_eq!(runs[1].state, "succeeded");
+    assert_eq!(runs[1].attempt, 2);
+    // The second attempt started only after the first was declared over.
+    assert!(runs[1].started_at.unwrap() >= runs[0].ended_at.unwrap());
+    assert!(remote.branch(&format!("pidevops/{id}")).is_some());
+    drop(server);
+}
+
+/// A graceful stop (SIGTERM, as in a deploy) while an agent works: serve stops the agent, records the attempt as
+/// interrupted, gives it back (the budget grows by one, no backoff) and exits 0; the next start runs it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_interrupted_by_sigterm_does_not_count_as_an_attempt() {
+    let Some(db) = TestDb::postgres().await else {
+        return;
+    };
+    let gated = Gated::new("waits-for-go-term.sh");
+    let (go, env) = (&gated.go, gated.env(None));
+    let observer = Observer::new(&db).await;
+    let mut server = Server::start_with(&db.url_string(), &env).await;
+    let id = observer.create("Survive a deploy").await;
+    within(Duration::from_secs(30), "the agent running", || async {
+        observer.runs(id).await.len() == 1 && !processes_running("waits-for-go-term.sh").is_empty()
+    })
+    .await;
+
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(server.child.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = server.child.wait().unwrap();
+    assert!(
+        status.success(),
+        "{status:?}\n{}",
+        read_log(server.workdir.path())
+    );
+    assert!(
+        processes_running("waits-for-go-term.sh").is_empty(),
+        "the agent was stopped"
+    );
+    // Read from the log itself: no projector runs while serve is down.
+    let run = observer.runs(id).await.remove(0).run_id;
+    let outcome = observer
+        .store
+        .read_stream(&format!("run:{run}"))
+        .await
+        .unwrap();
+    let types: Vec<&str> = outcome.iter().map(|e| e.event_type.as_str()).collect();
+    assert_eq!(types.first(), Some(&"run.started"), "{types:?}");
+    assert_eq!(
+        types.last(),
+        Some(&"run.failed"),
+        "recorded before exiting: {types:?}"
+    );
+    let failed: serde_json::Value = serde_json::from_slice(&outcome.last().unwrap().body).unwrap();
+    assert_eq!(failed["kind"], "interrupted", "{failed}");
+    let task = observer.board.load(id).await.unwrap().unwrap().task;
+    assert_eq!(
+        (task.column(), task.attempts(), task.max_attempts().get()),
+        (Column::Todo, 1, 4),
+        "the attempt was given back"
+    );
+    assert!(task.needs_human().is_none());
+
+    std::fs::write(go, "").unwrap();
+    let server = Server::start_with(&db.url_string(), &env).await;
+    within(
+        Duration::from_secs(60),
+        "the task in review after the restart",
+        || async { observer.column(id).await == Some(Column::InReview) },
+    )
+    .await;
+    let runs = observer.runs(id).await;
+    assert_eq!(
+        runs.len(),
+        2,
+        "{runs:?}\n{}",
+        read_log(server.workdir.path())
+    );
+    assert_eq!(runs[1].attempt, 2);
+    drop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_and_a_worker_run_each_task_once() {
+    let Some(db) = TestDb::postgres().await else {
+        return;
+    };
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path();
+    let script = agent(
+        dir,
+        "worker-agent.sh",
+        r#"echo "run by the worker"
+sleep 0.3
+echo x > CHANGES.md"#,
+    );
+    let mut file = dispatch_file(&remote, &script, "");
+    let dispatch = file["dispatch"].as_table_mut().unwrap();
+    dispatch.insert("executor".into(), toml::Value::from("workers"));
+    dispatch.insert("max_concurrent".into(), toml::Value::from(3));
+    let config = write_config(dir, &file);
+    let nats = crate::common::nats_url();
+    // The events stream of this test's own: the relay's, on a NATS other tests and other runs of the suite share.
+    let bus = crate::common::bus_config();
+    let replica = |name: &'static str, workspaces: String| {
+        let (config, nats) = (config.clone(), nats.clone());
+        vec![
+            ("PIDEVOPS_CONFIG".to_owned(), config),
+            ("WORKSPACE_ROOT".to_owned(), workspaces),
+            ("PIDEVOPS_INSTANCE_ID".to_owned(), name.to_owned()),
+            ("NATS_URL".to_owned(), nats),
+            ("PIDEVOPS_NATS_STREAM".to_owned(), bus.stream.clone()),
+            (
+                "PIDEVOPS_NATS_SUBJECT_PREFIX".to_owned(),
+                bus.subject_prefix.clone(),
+            ),
+            (
+                "PIDEVOPS_LOOP_STARTUP_DELAY_S".to_owned(),
+                "0.05".to_owned(),
+            ),
+            ("PIDEVOPS_PROJECTOR_INTERVAL_S".to_owned(), "0.2".to_owned()),
+            ("PIDEVOPS_LEASE_TTL_S".to_owned(), "3".to_owned()),
+        ]
+    };
+    let env_a = replica("replica-a", dir.join("ws-a").display().to_string());
+    let env_b = replica("replica-b", dir.join("ws-b").display().to_string());
+
+    let observer = Observer::new(&db).await;
+    let a = Server::start_with(&db.url_string(), &borrow(&env_a)).await;
+    let b = Server::start_with(&db.url_string(), &borrow(&env_b)).await;
+    let worker_log = std::fs::File::create(dir.join("worker.log")).unwrap();
+    let mut worker = crate::common::server::command(&db.url_string(), dir)
+        .arg("worker")
+        .envs(replica("worker-1", dir.join("ws-w").display().to_string()))
+        .stderr(worker_log)
+        .spawn()
+        .expect("the worker starts");
+
+    let mut ids = Vec::new();
+    for n in 0..6 {
+        ids.push(observer.create(&format!("Task number {n}")).await);
+    }
+    let worker_output = || std::fs::read_to_string(dir.join("worker.log")).unwrap_or_default();
+    for id in &ids {
+        within(
+            Duration::from_secs(90),
+            &format!("{id} in review"),
+            || async { observer.column(*id).await == Some(Column::InReview) },
+        )
+        .await;
+    }
+    within(Duration::from_secs(10), "every run's outcome", || async {
+        for id in &ids {
+            if observer
+                .runs(*id)
+                .await
+                .iter()
+                .any(|r| r.state == "running")
+            {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    for id in &ids {
+        let runs = observer.runs(*id).await;
+        assert_eq!(
+            runs.len(),
+            1,
+            "{id} ran {} times: {runs:?}\n{}",
+            runs.len(),
+            worker_output()
+        );
+        assert_eq!(runs[0].state, "succeeded");
+        assert_eq!(runs[0].worker.as_deref(), Some("worker-1"), "{runs:?}");
+        assert!(remote.branch(&format!("pidevops/{id}")).is_some());
+    }
+    // Only the worker ran agents: the replicas' workspaces hold no runs.
+    for replica in ["ws-a", "ws-b"] {
+        let runs = dir.join(replica).join("runs");
+        let count = std::fs::read_dir(&runs).map(|d| d.count()).unwrap_or(0);
+        assert_eq!(count, 0, "{replica} ran agents itself");
+    }
+    let _ = worker.kill();
+    let _ = worker.wait();
+    drop((a, b));
+    let _ = BIN;
+    if let Ok(relayed) = pidevops::bus::JetstreamBus::connect(&nats, bus).await {
+        let _ = relayed.delete_stream().await;
+    }
+}
+
+fn borrow(env: &[(String, String)]) -> Vec<(&str, &str)> {
+    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}

@@ -1,0 +1,463 @@
+//! The whole loop, through the real server, real git and real agent processes, with fake GitHub, Linear and
+//! Telegram APIs on loopback: a signed Linear webhook becomes a task, an agent run pushes a branch, the pull
+//! request opens on GitHub, Linear gets comments and state changes, Telegram is told; a signed failed
+//! `check_suite` sends the task back with the failure in the next prompt, the second push updates the same pull
+//! request, and the merge makes the task done and the Linear issue Done. Then the same flow with the real binary,
+//! SIGKILLed in the middle of a call and restarted: no call to a fake is made twice.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::common::agents::{agent, dispatch_file, Remote, REPO};
+use crate::common::fake_github::{Failure, FakeGithub};
+use crate::common::fake_linear::{default_states, FakeLinear, Issue, LINEAR_KEY};
+use crate::common::fake_telegram::FakeTelegram;
+use crate::common::server::{read_log, Server};
+use crate::common::{within, TestApp, TestDb, GITHUB_SECRET, LINEAR_SECRET, TELEGRAM_SECRET};
+use axum::http::Method;
+use pidevops::eventlog::EventStore;
+use pidevops::ingress::verify::{sign_github, sign_linear};
+use pidevops::projectors::runs::{self, RunRow, Which};
+use pidevops::projectors::tasks as task_rows;
+use pidevops::tasks::{Column, TaskId};
+use secrecy::SecretString;
+use serde_json::{json, Value};
+
+per_backend!(a_linear_issue_becomes_a_merged_pull_request_and_everyone_hears);
+
+const ISSUE: &str = "9c2d1f3e-5b6a-4c7d-8e9f-0a1b2c3d4e5f";
+const GITHUB_TOKEN: &str = "ghp_fake_token_for_the_fake_github";
+const BOT_TOKEN: &str = "123456:fake-bot-token";
+const CHAT: i64 = -100;
+
+struct Fakes {
+    github: FakeGithub,
+    linear: FakeLinear,
+    telegram: FakeTelegram,
+}
+
+impl Fakes {
+    async fn start() -> Self {
+        let linear = FakeLinear::start().await;
+        linear.add_issue(Issue {
+            id: ISSUE.to_owned(),
+            identifier: "ENG-412".to_owned(),
+            title: "Retry failed Stripe webhooks with exponential backoff".to_owned(),
+            description: format!("repo: {REPO}"),
+            labels: vec!["pi-dev:autonomous".to_owned()],
+            state: "st-todo".to_owned(),
+            states: default_states(),
+            updated_at: "2026-11-29T10:15:03.120Z".to_owned(),
+            team: "ENG".to_owned(),
+        });
+        Self {
+            github: FakeGithub::start().await,
+            linear,
+            telegram: FakeTelegram::start().await,
+        }
+    }
+}
+
+/// The `issue.create` fixture for our repository, fresh.
+fn linear_issue_created() -> Vec<u8> {
+    let path = crate::common::fixtures_dir().join("linear/issue.create.json");
+    let mut body: Value = serde_json::from_slice(&crate::common::linear_body_at(&path, 0)).unwrap();
+    body["data"]["description"] = json!(format!(
+        "Our Stripe webhook handler drops events.\n\nrepo: {REPO}\n\nDone when: retried with backoff."
+    ));
+    serde_json::to_vec(&body).unwrap()
+}
+
+fn github_fixture(path: &str) -> Value {
+    serde_json::from_str(
+        &std::fs::read_to_string(crate::common::fixtures_dir().join("github").join(path)).unwrap(),
+    )
+    .unwrap()
+}
+
+fn check_suite_failed(branch: &str, sha: &str) -> Value {
+    let mut body = github_fixture("check_suite/completed.payload.json");
+    body["check_suite"]["head_branch"] = json!(branch);
+    body["check_suite"]["head_sha"] = json!(sha);
+    body["check_suite"]["conclusion"] = json!("failure");
+    body["repository"]["full_name"] = json!(REPO);
+    body
+}
+
+/// The merge of pull request `number`, the one pidevops opened in `REPO` (reactions check all of it).
+fn merged(branch: &str, number: u64) -> Value {
+    let mut body = github_fixture("pull_request/closed.payload.json");
+    body["pull_request"]["head"]["ref"] = json!(branch);
+    body["pull_request"]["merged"] = json!(true);
+    body["pull_request"]["number"] = json!(number);
+    body["pull_request"]["head"]["repo"]["full_name"] = json!(REPO);
+    body["pull_request"]["base"]["repo"]["full_name"] = json!(REPO);
+    body["repository"]["full_name"] = json!(REPO);
+    body
+}
+
+/// Posts a signed webhook to the server at `base`.
+async fn post(base: &str, source: &str, event: Option<&str>, body: &[u8]) {
+    let client = reqwest::Client::new();
+    let mut request = client
+        .post(format!("{base}/webhooks/{source}"))
+        .header("content-type", "application/json")
+        .body(body.to_vec());
+    request = match event {
+        Some(event) => request
+            .header("x-github-event", event)
+            .header("x-github-delivery", uuid::Uuid::new_v4().to_string())
+            .header(
+                "x-hub-signature-256",
+                sign_github(GITHUB_SECRET.as_bytes(), body),
+            ),
+        None => request.header(
+            "linear-signature",
+            sign_linear(LINEAR_SECRET.as_bytes(), body),
+        ),
+    };
+    let response = request.send().await.unwrap();
+    assert_eq!(response.status(), 200, "{source} {event:?}");
+}
+
+async fn task_of_issue(store: &EventStore) -> Option<TaskId> {
+    let rows = task_rows::list(store, &Default::default()).await.unwrap();
+    rows.into_iter()
+        .find(|r| {
+            r.links
+                .linear_issue
+                .as_ref()
+                .is_some_and(|l| l.id().to_string() == ISSUE)
+        })
+        .map(|r| r.id)
+}
+
+async fn row(store: &EventStore, id: TaskId) -> task_rows::TaskRow {
+    task_rows::get(store, id).await.unwrap().unwrap()
+}
+
+async fn ended_runs(store: &EventStore, id: TaskId, n: usize) -> Vec<RunRow> {
+    within(
+        Duration::from_secs(60),
+        &format!("{n} runs of {id} ended"),
+        || async {
+            let runs = runs::query(store, Which::Task(&id.to_string()))
+                .await
+                .unwrap();
+            runs.len() == n && runs.iter().all(|r| r.state != "running")
+        },
+    )
+    .await;
+    runs::query(store, Which::Task(&id.to_string()))
+        .await
+        .unwrap()
+}
+
+fn prompt_of(run: &RunRow) -> String {
+    let log = Path::new(run.log_path.as_deref().unwrap());
+    std::fs::read_to_string(log.with_file_name("prompt.md")).unwrap()
+}
+
+/// Drives the flow against the server at `base` (whose store is `store`), from the Linear webhook to the merge.
+/// `restart` is called once, when the first pull request has been asked for, and returns the new base URL.
+async fn the_flow<F, Fut>(base: String, store: &EventStore, fakes: &Fakes, restart: F)
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = String>,
+{
+    let mut base = base;
+    post(&base, "linear", None, &linear_issue_created()).await;
+    within(
+        Duration::from_secs(10),
+        "the Linear issue's task",
+        || async { task_of_issue(store).await.is_some() },
+    )
+    .await;
+    let id = task_of_issue(store).await.unwrap();
+    let branch = id.branch().as_str().to_owned();
+
+    within(
+        Duration::from_secs(60),
+        "the pull request asked for",
+        || async { !fakes.github.pulls_opened().is_empty() },
+    )
+    .await;
+    base = restart().await;
+
+    within(
+        Duration::from_secs(60),
+        "the first attempt in review with its pull request",
+        || async {
+            let row = row(store, id).await;
+            row.column == Column::InReview && row.links.github_pr.is_some()
+        },
+    )
+    .await;
+    let first = ended_runs(store, id, 1).await;
+    let first_sha = first[0].commit_sha.clone().unwrap();
+    within(
+        Duration::from_secs(20),
+        "Linear's issue In Review",
+        || async { fakes.linear.state_of(ISSUE).as_deref() == Some("In Review") },
+    )
+    .await;
+    within(
+        Duration::from_secs(20),
+        "Linear told of the pull request",
+        || async {
+            fakes
+                .linear
+                .comments()
+                .iter()
+                .any(|(_, b)| b.contains("is ready for review in [the pull request]"))
+        },
+    )
+    .await;
+    within(
+        Duration::from_secs(20),
+        "Telegram told of the review",
+        || async {
+            fakes
+                .telegram
+                .sent()
+                .iter()
+                .any(|m| m.text.contains("ready for review") && m.chat == CHAT)
+        },
+    )
+    .await;
+    let pulls = fakes.github.pulls_opened();
+    assert_eq!(pulls.len(), 1);
+    let (repo, _, head, base_branch, title, body) = &pulls[0];
+    assert_eq!(
+        (repo.as_str(), head.as_str(), base_branch.as_str()),
+        (REPO, branch.as_str(), "main")
+    );
+    assert!(title.contains("Retry failed Stripe webhooks"), "{title}");
+    assert!(body.contains("From: Linear ENG-412"), "{body}");
+    // The description's directives are read, not repeated: "Done when" once, no `repo:` line in the Scope.
+    assert_eq!(body.matches("retried with backoff").count(), 1, "{body}");
+    assert!(!body.contains(&format!("repo: {REPO}")), "{body}");
+    assert!(fakes
+        .linear
+        .comments()
+        .iter()
+        .any(|(_, b)| b.contains(&format!("started work on this as **{id}**"))));
+
+    // CI fails on the pushed commit: back to the agent, with the failure in the prompt.
+    let suite = check_suite_failed(&branch, &first_sha);
+    post(
+        &base,
+        "github",
+        Some("check_suite"),
+        suite.to_string().as_bytes(),
+    )
+    .await;
+    let runs = ended_runs(store, id, 2).await;
+    let prompt = prompt_of(&runs[1]);
+    assert!(
+        prompt.contains(&format!("CI failed on {}", &first_sha[..7])),
+        "{prompt}"
+    );
+    assert_eq!(
+        prompt.matches("retried with backoff").count(),
+        1,
+        "{prompt}"
+    );
+    let second_sha = runs[1].commit_sha.clone().unwrap();
+    assert_ne!(first_sha, second_sha);
+    within(
+        Duration::from_secs(30),
+        "the second attempt in review",
+        || async { row(store, id).await.column == Column::InReview },
+    )
+    .await;
+
+    // Merged: done, and Linear's issue Done.
+    post(
+        &base,
+        "github",
+        Some("pull_request"),
+        merged(&branch, pulls[0].1).to_string().as_bytes(),
+    )
+    .await;
+    within(Duration::from_secs(30), "done everywhere", || async {
+        row(store, id).await.column == Column::Done
+            && fakes.linear.state_of(ISSUE).as_deref() == Some("Done")
+            && fakes
+                .linear
+                .comments()
+                .iter()
+                .any(|(_, b)| b.contains(&format!("**{id}** is done")))
+            && fakes
+                .telegram
+                .sent()
+                .iter()
+                .any(|m| m.text.contains("✅") && m.text.contains(&id.to_string()))
+    })
+    .await;
+    assert_eq!(fakes.github.pulls_opened().len(), 1, "one pull request");
+    assert_eq!(row(store, id).await.attempts, 2);
+    // Let anything late settle, then count.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+}
+
+/// Every call that creates something on a fake was made once.
+fn assert_no_call_made_twice(fakes: &Fakes) {
+    let pull_creates = fakes
+        .github
+        .calls()
+        .iter()
+        .filter(|c| c.method == "POST" && c.path.ends_with("/pulls"))
+        .count();
+    assert_eq!(pull_creates, 1, "POST /pulls once");
+    let mut created: BTreeMap<String, usize> = BTreeMap::new();
+    for call in fakes.linear.calls() {
+        if call.op == "commentCreate" || call.op == "agentActivityCreate" {
+            *created
+                .entry(call.variables["input"]["id"].as_str().unwrap().to_owned())
+                .or_default() += 1;
+        }
+    }
+    assert!(!created.is_empty());
+    assert!(
+        created.values().all(|n| *n == 1),
+        "a Linear comment was asked for twice: {created:?}"
+    );
+    let texts: Vec<String> = fakes
+        .telegram
+        .sent()
+        .iter()
+        .map(|m| m.text.clone())
+        .collect();
+    let mut unique = texts.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(
+        unique.len(),
+        texts.len(),
+        "a Telegram message sent twice: {texts:#?}"
+    );
+    let moves: Vec<String> = fakes
+        .linear
+        .calls()
+        .iter()
+        .filter(|c| c.op == "issueUpdate")
+        .map(|c| c.variables["input"]["stateId"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        moves,
+        [
+            "st-progress",
+            "st-review",
+            "st-progress",
+            "st-review",
+            "st-done"
+        ],
+        "each state move once, in order"
+    );
+}
+
+async fn a_linear_issue_becomes_a_merged_pull_request_and_everyone_hears(db: TestDb) {
+    let fakes = Fakes::start().await;
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let script = agent(scratch.path(), "edits.sh", "date +%s%N > CHANGES.md");
+    let mut settings = crate::common::settings(&db);
+    settings.file =
+        pidevops::config::FileConfig::try_from(dispatch_file(&remote, &script, "")).unwrap();
+    settings.workspace_root = scratch.path().join("ws");
+    settings.github_token = Some(SecretString::from(GITHUB_TOKEN));
+    settings.github_api_url = fakes.github.url.clone();
+    settings.linear_api_key = Some(SecretString::from(LINEAR_KEY));
+    settings.linear_api_url = fakes.linear.url.clone();
+    settings.telegram_bot_token = Some(SecretString::from(BOT_TOKEN));
+    settings.telegram_api_url = fakes.telegram.url.clone();
+    settings.telegram_allowed_chats = Some(CHAT.to_string());
+    let app = TestApp::spawn(settings).await;
+    let base = app.url("");
+    let store = app.state.log.store().clone();
+    the_flow(base.clone(), &store, &fakes, || async { base }).await;
+    assert_no_call_made_twice(&fakes);
+    let (status, health) = app.health().await;
+    assert_eq!(status, 200, "{health}");
+    app.stop().await;
+}
+
+/// The real binary, SIGKILLed while GitHub is opening the pull request (GitHub acts, the answer never arrives),
+/// then restarted: the flow completes and every fake saw each call once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigkill_in_the_middle_of_the_flow_makes_no_call_to_a_fake_twice() {
+    let Some(db) = TestDb::postgres().await else {
+        return;
+    };
+    let fakes = Fakes::start().await;
+    // GitHub opens the pull request, then answers only after serve is dead.
+    fakes
+        .github
+        .fail_next(Method::POST, Failure::AnswerLate(Duration::from_secs(5)));
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let script = agent(scratch.path(), "edits.sh", "date +%s%N > CHANGES.md");
+    let config = scratch.path().join("pidevops.toml");
+    std::fs::write(
+        &config,
+        toml::to_string(&dispatch_file(&remote, &script, "")).unwrap(),
+    )
+    .unwrap();
+    let workspaces = scratch.path().join("ws").display().to_string();
+    let config = config.display().to_string();
+    let chat = CHAT.to_string();
+    let env: Vec<(&str, &str)> = vec![
+        ("PIDEVOPS_CONFIG", &config),
+        ("WORKSPACE_ROOT", &workspaces),
+        ("PIDEVOPS_INSTANCE_ID", "replica-a"),
+        ("PIDEVOPS_LOOP_STARTUP_DELAY_S", "0.05"),
+        ("PIDEVOPS_PROJECTOR_INTERVAL_S", "0.2"),
+        ("LINEAR_WEBHOOK_SECRET", LINEAR_SECRET),
+        ("TELEGRAM_WEBHOOK_SECRET", TELEGRAM_SECRET),
+        ("GITHUB_TOKEN", GITHUB_TOKEN),
+        ("GITHUB_API_URL", &fakes.github.url),
+        ("LINEAR_API_KEY", LINEAR_KEY),
+        ("LINEAR_API_URL", &fakes.linear.url),
+        ("TELEGRAM_BOT_TOKEN", BOT_TOKEN),
+        ("TELEGRAM_API_URL", &fakes.telegram.url),
+        ("TELEGRAM_ALLOWED_CHATS", &chat),
+    ];
+    let store = EventStore::connect(&db.url, 4).await.unwrap();
+    let mut first = Server::start_with(&db.url_string(), &env).await;
+    let base = first.base.clone();
+    let dir = first.workdir.path().to_owned();
+    let second: std::sync::Arc<std::sync::Mutex<Option<Server>>> = Default::default();
+    let holder = second.clone();
+    let db_url = db.url_string();
+    let env_for_restart = env.clone();
+    the_flow(base, &store, &fakes, || async move {
+        first.child.kill().unwrap();
+        first.child.wait().unwrap();
+        let log = read_log(&dir);
+        assert!(!log.contains("panicked"), "{log}");
+        let server = Server::start_with(&db_url, &env_for_restart).await;
+        let base = server.base.clone();
+        *holder.lock().unwrap() = Some(server);
+        base
+    })
+    .await;
+    assert_no_call_made_twice(&fakes);
+    // The pull request was found open after the restart, not opened again.
+    let opened: Vec<Value> = store
+        .read_after(0, 10_000)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|e| e.event_type == "effect.succeeded")
+        .filter_map(|e| serde_json::from_slice::<Value>(&e.body).ok())
+        .filter(|b| b["produced"]["kind"] == "pull_request")
+        .collect();
+    assert_eq!(opened.len(), 1, "{opened:#?}");
+    assert_eq!(
+        opened[0]["produced"]["opened"], false,
+        "the repeat after the crash found the pull request GitHub had opened"
+    );
+    drop(second.lock().unwrap().take());
+}

@@ -1,0 +1,46 @@
+//! The integration tests: one binary, one module per area.
+//!
+//! One binary links sqlx, octocrab and async-nats once instead of once per area, and compiles `common` once. The
+//! price: every area's tests share one process and run side by side, so no test may change process-wide state
+//! (environment variables, the current directory, a cached detection) that another could read, and assertions on
+//! the process-wide metrics recorder hold only for series that test alone writes, or for counters read as "at
+//! least". A new area is a module here (`tests/it/<area>.rs`), never a `tests/<area>.rs` of its own:
+//! `scripts/test.sh` refuses those. Run one area with `scripts/test.sh --test it <area>::`.
+
+#[macro_use]
+mod common;
+
+mod architecture;
+mod board_replay;
+mod browser;
+mod bus;
+mod config;
+mod cron;
+mod disk_full;
+mod dispatch;
+mod dispatch_process;
+mod docs;
+mod effects;
+mod eventlog;
+mod full_loop;
+mod fuzz;
+mod health;
+mod hostile;
+mod ingress;
+mod intake;
+mod leases;
+mod linear;
+mod openapi;
+mod pollers;
+mod process;
+mod projectors;
+mod reactions;
+mod relay;
+mod replicas;
+mod stream;
+mod task_cli;
+mod tasks_api;
+mod tasks_projectors;
+mod telegram;
+mod web;
+mod work;

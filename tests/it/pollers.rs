@@ -1,0 +1,389 @@
+//! Pollers through the real server, against fake Linear and GitHub APIs on loopback: what a missed webhook would
+//! have said is found on the next tick and handled like a delivery; what did arrive is not appended again; a
+//! failing tick is counted and the loop goes on; a poller asked for without its credential fails `/health`.
+//! Per backend.
+
+use std::time::Duration;
+
+use crate::common::agents::{agent, dispatch_file, Remote, REPO};
+use crate::common::fake_github::FakeGithub;
+use crate::common::fake_linear::{default_states, FakeLinear, Issue, LINEAR_KEY};
+use crate::common::{within, TestApp, TestDb};
+use pidevops::projectors::runs::{self, Which};
+use pidevops::projectors::tasks as task_rows;
+use pidevops::tasks::{Column, TaskId};
+use secrecy::SecretString;
+use serde_json::{json, Value};
+
+per_backend!(
+    a_missed_linear_issue_is_picked_up_once_and_a_delivered_one_is_not_appended_again,
+    a_merge_and_a_ci_failure_whose_webhooks_never_came_are_found_on_github,
+);
+
+const DELIVERED: &str = "9c2d1f3e-5b6a-4c7d-8e9f-0a1b2c3d4e5f";
+const MISSED: &str = "2b2b2b2b-5b6a-4c7d-8e9f-0a1b2c3d4e5f";
+
+fn issue(id: &str, identifier: &str, updated_at: &str) -> Issue {
+    Issue {
+        id: id.to_owned(),
+        identifier: identifier.to_owned(),
+        title: format!("{identifier}: retry failed Stripe webhooks"),
+        description: "repo: acme/billing".to_owned(),
+        labels: vec!["pi-dev:autonomous".to_owned()],
+        state: "st-todo".to_owned(),
+        states: default_states(),
+        updated_at: updated_at.to_owned(),
+        team: "ENG".to_owned(),
+    }
+}
+
+async fn task_for(app: &TestApp, issue: &str) -> Option<TaskId> {
+    app.state
+        .board
+        .task_for_key(&format!("linear:{issue}"))
+        .await
+        .unwrap()
+}
+
+async fn polled(app: &TestApp, issue: &str) -> usize {
+    app.all_events()
+        .await
+        .iter()
+        .filter(|e| e.event_type == "linear.Issue.polled")
+        .filter(|e| {
+            serde_json::from_slice::<Value>(&e.body).unwrap()["data"]["id"].as_str() == Some(issue)
+        })
+        .count()
+}
+
+async fn poller_health(app: &TestApp, name: &str) -> Value {
+    app.health().await.1["loops"][name].clone()
+}
+
+async fn a_missed_linear_issue_is_picked_up_once_and_a_delivered_one_is_not_appended_again(
+    db: TestDb,
+) {
+    let recent = (chrono::Utc::now() - chrono::Duration::minutes(5))
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let linear = FakeLinear::start().await;
+    linear.add_issue(issue(DELIVERED, "ENG-412", &recent));
+    linear.add_issue(issue(MISSED, "ENG-413", &recent));
+    // Linear is down at first: every poll fails.
+    linear.fail_issue_queries(Some(500));
+    let mut settings = crate::common::settings(&db);
+    settings.linear_api_key = Some(SecretString::from(LINEAR_KEY));
+    settings.linear_api_url = linear.url.clone();
+    settings.file = r#"
+        [board]
+        approval = "auto"
+        [intake]
+        allow_repos = ["acme/*"]
+        [pollers.linear]
+        interval_s = 0.5
+    "#
+    .parse()
+    .unwrap();
+    let app = TestApp::spawn(settings).await;
+
+    // ENG-412's webhook arrives (the version Linear has now).
+    let mut body: Value = serde_json::from_slice(&crate::common::linear_body_at(
+        &crate::common::fixtures_dir().join("linear/issue.create.json"),
+        0,
+    ))
+    .unwrap();
+    body["data"]["updatedAt"] = json!(recent);
+    let r = app.post_linear(&serde_json::to_vec(&body).unwrap()).await;
+    assert_eq!(r.status(), 200);
+    within(Duration::from_secs(10), "ENG-412's task", || async {
+        task_for(&app, DELIVERED).await.is_some()
+    })
+    .await;
+
+    // The failing poller keeps ticking and says why; within its threshold (a minute here) it only warns.
+    within(Duration::from_secs(10), "three failed polls", || async {
+        poller_health(&app, "linear_poller").await["errors"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 3
+    })
+    .await;
+    let loop_health = poller_health(&app, "linear_poller").await;
+    assert_eq!(loop_health["state"], "armed", "{loop_health}");
+    assert!(
+        loop_health["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("500")),
+        "{loop_health}"
+    );
+    let failed_at = loop_health["last_tick_at"].as_str().unwrap().to_owned();
+    assert_eq!(task_for(&app, MISSED).await, None);
+
+    // Linear is back: the next tick finds ENG-413, whose webhook never came.
+    linear.fail_issue_queries(None);
+    within(Duration::from_secs(10), "ENG-413's task", || async {
+        task_for(&app, MISSED).await.is_some()
+    })
+    .await;
+    within(Duration::from_secs(10), "a successful poll", || async {
+        poller_health(&app, "linear_poller").await["last_ok_at"]
+            .as_str()
+            .is_some_and(|ok| ok > failed_at.as_str())
+    })
+    .await;
+    // A few more polls: nothing new is appended, no task is made twice.
+    let ticks = poller_health(&app, "linear_poller").await["ticks"]
+        .as_u64()
+        .unwrap();
+    within(Duration::from_secs(10), "three more polls", || async {
+        poller_health(&app, "linear_poller").await["ticks"]
+            .as_u64()
+            .unwrap()
+            >= ticks + 3
+    })
+    .await;
+    assert_eq!(polled(&app, MISSED).await, 1, "the missed version, once");
+    assert_eq!(
+        polled(&app, DELIVERED).await,
+        0,
+        "the delivered version is not appended again"
+    );
+    let tasks = task_rows::list(app.state.log.store(), &Default::default())
+        .await
+        .unwrap();
+    assert_eq!(tasks.len(), 2, "{tasks:#?}");
+    let row = task_rows::get(app.state.log.store(), task_for(&app, MISSED).await.unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.repo, "acme/billing");
+    assert_eq!(
+        row.links.linear_issue.as_ref().unwrap().identifier(),
+        "ENG-413"
+    );
+    // Since the last success, less an overlap: never the whole history again.
+    let issue_queries: Vec<Value> = linear
+        .calls()
+        .into_iter()
+        .filter(|c| c.op == "issues")
+        .map(|c| c.variables)
+        .collect();
+    let last = issue_queries.last().unwrap();
+    let since = chrono::DateTime::parse_from_rfc3339(last["since"].as_str().unwrap()).unwrap();
+    assert!(
+        chrono::Utc::now().signed_duration_since(since) < chrono::Duration::minutes(3),
+        "{last}"
+    );
+    assert_eq!(last["label"], "pi-dev:autonomous");
+    app.stop().await;
+}
+
+async fn a_merge_and_a_ci_failure_whose_webhooks_never_came_are_found_on_github(db: TestDb) {
+    let github = FakeGithub::start().await;
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let script = agent(scratch.path(), "edits.sh", "date +%s%N > CHANGES.md");
+    let mut file = dispatch_file(&remote, &script, "");
+    file.insert(
+        "pollers".to_owned(),
+        toml::Value::Table("[github]\ninterval_s = 0.5".parse::<toml::Table>().unwrap()),
+    );
+    let mut settings = crate::common::settings(&db);
+    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
+    settings.workspace_root = scratch.path().join("ws");
+    settings.github_token = Some(SecretString::from("ghp_fake_token_for_the_fake_github"));
+    settings.github_api_url = github.url.clone();
+    let app = TestApp::spawn(settings).await;
+    let draft = pidevops::board::Draft::new(
+        REPO.parse().unwrap(),
+        pidevops::tasks::Spec::new("Fix the login redirect", "src/auth", "CI is green").unwrap(),
+        pidevops::tasks::Links::default(),
+    );
+    let (outcome, _) = app
+        .state
+        .board
+        .create(draft, "test:poller", "api", None)
+        .await
+        .unwrap();
+    let id = outcome.task.id();
+    let branch = id.branch().as_str().to_owned();
+    within(
+        Duration::from_secs(60),
+        "the pull request linked",
+        || async {
+            task_rows::get(app.state.log.store(), id)
+                .await
+                .unwrap()
+                .is_some_and(|row| row.column == Column::InReview && row.links.github_pr.is_some())
+        },
+    )
+    .await;
+    let first = runs::query(app.state.log.store(), Which::Task(&id.to_string()))
+        .await
+        .unwrap();
+    let sha = first[0].commit_sha.clone().unwrap();
+
+    // CI fails on the pushed commit; the webhook never comes.
+    github.set_head(REPO, 1, &sha);
+    github.add_check_suite(REPO, &sha, &branch, 77, "failure");
+    within(
+        Duration::from_secs(60),
+        "the second attempt ended",
+        || async {
+            let runs = runs::query(app.state.log.store(), Which::Task(&id.to_string()))
+                .await
+                .unwrap();
+            runs.len() == 2 && runs.iter().all(|r| r.state != "running")
+        },
+    )
+    .await;
+    let runs = runs::query(app.state.log.store(), Which::Task(&id.to_string()))
+        .await
+        .unwrap();
+    let log = std::path::Path::new(runs[1].log_path.as_deref().unwrap());
+    let prompt = std::fs::read_to_string(log.with_file_name("prompt.md")).unwrap();
+    assert!(
+        prompt.contains(&format!(
+            "CI failed on {}: GitHub Actions check suite concluded failure",
+            &sha[..7]
+        )),
+        "{prompt}"
+    );
+
+    // Merged on GitHub; that webhook never comes either.
+    within(
+        Duration::from_secs(30),
+        "the second attempt in review",
+        || async {
+            task_rows::get(app.state.log.store(), id)
+                .await
+                .unwrap()
+                .is_some_and(|row| row.column == Column::InReview)
+        },
+    )
+    .await;
+    // A few polls of the second attempt: the old failure (still on the pull request's head here) is not news.
+    let ticks = poller_health(&app, "github_poller").await["ticks"]
+        .as_u64()
+        .unwrap();
+    within(Duration::from_secs(10), "three more polls", || async {
+        poller_health(&app, "github_poller").await["ticks"]
+            .as_u64()
+            .unwrap()
+            >= ticks + 3
+    })
+    .await;
+    github.merge(REPO, 1, "octocat");
+    within(Duration::from_secs(30), "the task done", || async {
+        task_rows::get(app.state.log.store(), id)
+            .await
+            .unwrap()
+            .is_some_and(|row| row.column == Column::Done)
+    })
+    .await;
+    let appended: Vec<String> = app
+        .all_events()
+        .await
+        .iter()
+        .filter(|e| e.meta.get("poller").is_some())
+        .map(|e| e.event_type.clone())
+        .collect();
+    assert_eq!(
+        appended,
+        ["github.check_suite.completed", "github.pull_request.closed"],
+        "each missed fact once"
+    );
+    let row = task_rows::get(app.state.log.store(), id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.attempts, 2);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poller_that_fails_every_tick_fails_health_after_its_threshold_and_recovers() {
+    let db = TestDb::sqlite();
+    let linear = FakeLinear::start().await;
+    linear.fail_issue_queries(Some(500));
+    let mut settings = crate::common::settings(&db);
+    settings.linear_api_key = Some(SecretString::from(LINEAR_KEY));
+    settings.linear_api_url = linear.url.clone();
+    settings.file = r#"
+        [pollers.linear]
+        interval_s = 0.2
+        [loops.linear_poller]
+        fail_after_s = 1.5
+    "#
+    .parse()
+    .unwrap();
+    let app = TestApp::spawn(settings).await;
+    // The 16-hour dead poller: it ticks, every tick fails, and /health must not stay green.
+    within(Duration::from_secs(30), "health fails", || async {
+        app.health().await.0 == 503
+    })
+    .await;
+    let (_, health) = app.health().await;
+    let poller = &health["loops"]["linear_poller"];
+    assert_eq!(poller["stale"], true, "{health}");
+    assert_eq!(poller["fail_after_s"], 1.5, "{health}");
+    assert_eq!(poller["last_ok_at"], Value::Null, "{health}");
+    assert!(
+        poller["errors"].as_u64().unwrap() >= 2,
+        "it kept ticking: {health}"
+    );
+    let problems = health["problems"].to_string();
+    assert!(
+        problems
+            .contains("loop linear_poller is stale: no successful tick within 1.5 s; last error:")
+            && problems.contains("500"),
+        "the loop and its last error are named: {health}"
+    );
+
+    // Linear is back: one successful poll and the loop is fresh again.
+    linear.fail_issue_queries(None);
+    within(Duration::from_secs(30), "health recovers", || async {
+        app.health().await.0 == 200
+    })
+    .await;
+    let (_, health) = app.health().await;
+    assert_eq!(health["loops"]["linear_poller"]["stale"], false, "{health}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_poller_asked_for_without_its_credential_fails_health() {
+    let db = TestDb::sqlite();
+    let mut settings = crate::common::settings(&db);
+    settings.file = r#"
+        [pollers.linear]
+        interval_s = 60
+        [pollers.github]
+    "#
+    .parse()
+    .unwrap();
+    let app = TestApp::spawn(settings).await;
+    let (status, health) = app.health().await;
+    assert_eq!(status, 503, "{health}");
+    for (name, variable) in [
+        ("linear_poller", "LINEAR_API_KEY"),
+        ("github_poller", "GITHUB_TOKEN"),
+    ] {
+        let state = &health["loops"][name];
+        assert_eq!(state["state"], "unarmed", "{state}");
+        assert!(
+            state["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains(variable)),
+            "{state}"
+        );
+    }
+    app.stop().await;
+
+    // Not asked for and no credential: disabled, and health passes.
+    let app = TestApp::spawn(crate::common::settings(&db)).await;
+    let (status, health) = app.health().await;
+    assert_eq!(status, 200, "{health}");
+    assert_eq!(health["loops"]["linear_poller"]["state"], "disabled");
+    assert_eq!(health["loops"]["github_poller"]["state"], "disabled");
+    app.stop().await;
+}
