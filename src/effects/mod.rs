@@ -172,33 +172,8 @@ pub struct Request {
     pub action: Action,
 }
 
-/// What a successful call produced, for the policies that act on it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Produced {
-    PullRequest {
-        repo: RepoName,
-        number: u64,
-        url: String,
-        /// False when it was already open (a repeat, or a human opened it).
-        opened: bool,
-    },
-    Comment {
-        url: String,
-        /// False when a repeat found the comment already there.
-        posted: bool,
-    },
-    Message {
-        chat: i64,
-        message_id: i64,
-    },
-    /// A Linear issue's state after the call; `moved` false when it was there already.
-    State {
-        name: String,
-        moved: bool,
-    },
-    Done,
-}
+/// What a call produced: the providers' answers, kept here under their old path.
+pub use crate::providers::Produced;
 
 /// The hidden line that marks a comment as effect `key`'s.
 pub fn marker(key: &str) -> String {

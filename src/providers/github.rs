@@ -6,7 +6,7 @@ use std::time::Duration;
 use secrecy::{ExposeSecret, SecretString};
 
 use super::CallError;
-use crate::effects::Produced;
+use super::Produced;
 use crate::tasks::{BranchName, RepoName};
 
 /// GitHub's public API; tests and GitHub Enterprise set `GITHUB_API_URL`.

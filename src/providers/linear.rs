@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::CallError;
-use crate::effects::Produced;
+use super::Produced;
 
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 

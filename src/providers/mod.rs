@@ -10,6 +10,10 @@ pub mod github;
 pub mod linear;
 pub mod telegram;
 
+use serde::{Deserialize, Serialize};
+
+use crate::tasks::RepoName;
+
 /// Why a call failed, as the provider client sees it.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CallError {
@@ -23,4 +27,32 @@ pub enum CallError {
     /// Another attempt would fail the same way: a 4xx other than 429, a missing credential.
     #[error("{message}")]
     Permanent { message: String },
+}
+
+/// What a successful call produced, for the policies that act on it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Produced {
+    PullRequest {
+        repo: RepoName,
+        number: u64,
+        url: String,
+        /// False when it was already open (a repeat, or a human opened it).
+        opened: bool,
+    },
+    Comment {
+        url: String,
+        /// False when a repeat found the comment already there.
+        posted: bool,
+    },
+    Message {
+        chat: i64,
+        message_id: i64,
+    },
+    /// A Linear issue's state after the call; `moved` false when it was there already.
+    State {
+        name: String,
+        moved: bool,
+    },
+    Done,
 }

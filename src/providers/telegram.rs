@@ -7,7 +7,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::{json, Value};
 
 use super::CallError;
-use crate::effects::Produced;
+use super::Produced;
 
 /// Telegram refuses messages longer than this many characters.
 pub const MAX_MESSAGE: usize = 4096;

@@ -94,9 +94,9 @@ fn path_between(
 
 /// The edges that close a cycle today, each a known knot to untie, never to be added to:
 ///
-/// - **The configuration hub.** `config::file` builds every module's typed configuration (config → board, cron,
-///   dispatch, effects, intake), and those modules read their tables from it (→ config). Untying it: each module
-///   owns its table type and `config` only composes them.
+/// - **The configuration hub.** `config::file` builds every module's typed configuration, and some of those
+///   modules read their tables from it (board and dispatch → config → dispatch). Untying it: each module owns its
+///   table type and `config` only composes them.
 /// - **The HTTP handlers.** `ingress` and `web` hold handlers that take `http::AppState` (→ http) while the router
 ///   mounts them (http → ingress, web), and `config` compares the admin token with `ingress::verify` (→ ingress).
 ///   Untying it: handlers under `http`, pure parsers and pages where they are.
@@ -105,25 +105,15 @@ fn path_between(
 const KNOWN: &[(&str, &str)] = &[
     ("board", "config"),
     ("config", "dispatch"),
-    ("config", "effects"),
     ("config", "ingress"),
-    ("cron", "board"),
-    ("cron", "config"),
     ("dispatch", "board"),
     ("dispatch", "config"),
-    ("effects", "board"),
-    ("effects", "config"),
-    ("effects", "cron"),
-    ("effects", "intake"),
     ("http", "board"),
     ("http", "config"),
     ("http", "ingress"),
     ("http", "web"),
     ("ingress", "config"),
-    ("ingress", "effects"),
     ("ingress", "http"),
-    ("intake", "board"),
-    ("intake", "config"),
     ("web", "board"),
     ("web", "dispatch"),
     ("web", "http"),
