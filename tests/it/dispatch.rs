@@ -288,7 +288,7 @@ async fn the_agent_never_sees_a_secret_and_cannot_write_outside_its_worktree(db:
     let remote = Remote::new();
     // Not under /tmp, which a contained agent has as its own empty scratch space (paths beneath it would be
     // writable there, though nothing reaches the real /tmp): as in production, a read-only root around it.
-    let scratch = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let scratch = crate::common::contained_scratch();
     let dir = scratch.path();
     let outside = dir.join("outside.txt");
     // It prints every secret it can find, dumps its environment into the worktree (which gets committed and

@@ -79,7 +79,7 @@ impl Scene {
     fn new() -> Self {
         // Not under /tmp: in a sandbox /tmp is the agent's own scratch space, so paths beneath it would not show
         // what a production WORKSPACE_ROOT (say /data) shows: a read-only root around what the agent is given.
-        let scratch = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let scratch = crate::common::contained_scratch();
         let agents = scratch.path().join("agents");
         let loot = scratch.path().join("loot");
         for dir in [&agents, &loot] {

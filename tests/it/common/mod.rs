@@ -546,3 +546,19 @@ pub async fn sources_oracle(
         EventStore::Sqlite(s) => sqlx::query_as(SQL).fetch_all(s.pool()).await.unwrap(),
     }
 }
+
+/// A scratch directory for tests whose agents run contained. Agents get a private `/tmp` (bubblewrap mounts a
+/// tmpfs there), so under a checkout in `/tmp` the scratch would be invisible to the agent and its writes would
+/// land in that tmpfs instead of being refused: the containment tests assert the refusal, so their scratch lives
+/// outside `/tmp` (`/var/tmp`) whenever the target directory is inside it.
+pub fn contained_scratch() -> tempfile::TempDir {
+    let target_tmp = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    if target_tmp.starts_with("/tmp") {
+        tempfile::Builder::new()
+            .prefix("pidevops-test-")
+            .tempdir_in("/var/tmp")
+            .unwrap()
+    } else {
+        tempfile::tempdir_in(target_tmp).unwrap()
+    }
+}
