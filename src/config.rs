@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
 
+pub mod dispatch;
 pub mod file;
+pub mod profiles;
+pub mod secret;
 
 pub use file::FileConfig;
 
@@ -346,9 +349,7 @@ impl Settings {
 
     pub fn admin_token_matches(&self, presented: &str) -> bool {
         match &self.admin_token {
-            Some(token) => {
-                crate::ingress::verify::constant_time_eq(token.expose_secret(), presented)
-            }
+            Some(token) => secret::constant_time_eq(token.expose_secret(), presented),
             None => false,
         }
     }
@@ -546,7 +547,7 @@ fn mask_secrets(settings: &Settings, mut text: String) -> String {
         .names()
         .filter_map(|name| settings.file.profiles.get(name))
         .flat_map(|profile| profile.env.clone());
-    for name in crate::dispatch::profiles::NEVER_PASSED
+    for name in profiles::NEVER_PASSED
         .iter()
         .map(|n| (*n).to_owned())
         .chain(profile_env)

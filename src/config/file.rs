@@ -17,10 +17,10 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, IntoDeserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
+use super::dispatch::{ContainmentPolicy, DispatchConfig, Executor};
+use super::profiles::Profiles;
 use crate::board::BoardConfig;
 use crate::cron::Schedule;
-use crate::dispatch::config::{ContainmentPolicy, Executor};
-use crate::dispatch::{DispatchConfig, Profiles};
 use crate::effects::policy::LinearStates;
 use crate::intake::IntakeConfig;
 use crate::pollers::PollerConfig;
@@ -202,9 +202,8 @@ impl Default for AgentTable {
             command: None,
             stdin: StdinMode::None,
             env: Vec::new(),
-            timeout_s: crate::dispatch::profiles::DEFAULT_TIMEOUT.as_secs() as i64,
-            no_output_timeout_s: crate::dispatch::profiles::DEFAULT_NO_OUTPUT_TIMEOUT.as_secs()
-                as i64,
+            timeout_s: super::profiles::DEFAULT_TIMEOUT.as_secs() as i64,
+            no_output_timeout_s: super::profiles::DEFAULT_NO_OUTPUT_TIMEOUT.as_secs() as i64,
         }
     }
 }
@@ -434,7 +433,7 @@ impl Tables {
     /// those), so filling them in would change what the file means.
     pub fn effective(&self) -> Self {
         let mut out = self.clone();
-        for preset in crate::dispatch::profiles::presets() {
+        for preset in super::profiles::presets() {
             out.agents
                 .entry(preset.name.clone())
                 .or_insert_with(|| AgentTable {

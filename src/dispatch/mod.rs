@@ -1,7 +1,8 @@
 //! Dispatch: running a task's attempt with a coding agent, in its own worktree, to exactly one outcome.
 //!
-//! - `config.rs`     `[dispatch]` and `[repos]`: on or off, limits, sources, timing (pure)
-//! - `profiles.rs`   agent profiles: presets, `[agents.*]`, argv rendering (pure)
+//! Its configuration (`[dispatch]`, `[repos]`, `[agents.*]`: limits, sources, timing, profiles) is typed in
+//! `crate::config::{dispatch, profiles}`, with the rest of `pidevops.toml`.
+//!
 //! - `prompt.rs`     the prompt: Task / Scope / Done when, and what failed last time (pure)
 //! - `schedule.rs`   which `todo` tasks start within the limits (pure)
 //! - `runs`          the run's events (pure; in `domain::runs`, shared with the runs projector)
@@ -12,9 +13,7 @@
 //! - `dispatcher/`   the dispatcher, watchdog and gc loops: claim, attempt, launch, watchdog, gc, pause
 //! - `worker.rs`     `pidevops worker`: runs pulled from JetStream
 
-pub mod config;
 pub mod dispatcher;
-pub mod profiles;
 pub mod prompt;
 pub mod reaper;
 pub mod runner;
@@ -25,9 +24,7 @@ pub mod schedule;
 pub mod worker;
 pub mod workspace;
 
-pub use config::DispatchConfig;
 pub use dispatcher::Dispatcher;
-pub use profiles::{AgentProfile, Profiles, RunInputs};
 
 #[cfg(test)]
 mod tests;

@@ -6,24 +6,8 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
+pub use crate::config::dispatch::Limits;
 use crate::tasks::{Priority, RepoName, TaskId};
-
-/// How many attempts may run at once.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Limits {
-    pub global: usize,
-    pub per_repo_default: usize,
-    pub per_repo: BTreeMap<RepoName, usize>,
-}
-
-impl Limits {
-    pub fn for_repo(&self, repo: &RepoName) -> usize {
-        self.per_repo
-            .get(repo)
-            .copied()
-            .unwrap_or(self.per_repo_default)
-    }
-}
 
 /// A task waiting in `todo`.
 #[derive(Clone, Debug, PartialEq, Eq)]

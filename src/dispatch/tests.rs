@@ -2,8 +2,8 @@ use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
 
-use super::profiles::{presets, Profiles, RunInputs};
 use super::prompt;
+use crate::config::profiles::{presets, Profiles, RunInputs};
 use crate::tasks::{
     decide, evolve, ApprovalPolicy, Command, FollowUpText, Links, MaxAttempts, NewTask, Priority,
     Reason, RetryCause, RunId, Spec, Task,
@@ -262,7 +262,7 @@ fn a_prompt_too_long_for_an_argument_is_refused_with_the_way_out() {
         "#,
     )
     .unwrap();
-    let long = "x".repeat(super::profiles::MAX_ARGUMENT_BYTES);
+    let long = "x".repeat(crate::config::profiles::MAX_ARGUMENT_BYTES);
     let why = profiles
         .get("argv")
         .unwrap()

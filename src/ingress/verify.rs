@@ -1,8 +1,7 @@
 //! Signature and token checks. Every comparison of secret material is constant time.
 
 use hmac::{Hmac, Mac};
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
+use sha2::Sha256;
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -86,17 +85,7 @@ pub fn verify_token(expected: &str, header: Option<&[u8]>) -> Result<(), Signatu
     }
 }
 
-/// Compares two secrets in constant time, whatever their lengths: both are hashed first, so neither the position
-/// of the first difference nor the length of the expected value leaks through timing.
-pub fn constant_time_eq(expected: &str, presented: &str) -> bool {
-    constant_time_eq_bytes(expected.as_bytes(), presented.as_bytes())
-}
-
-fn constant_time_eq_bytes(expected: &[u8], presented: &[u8]) -> bool {
-    let a = Sha256::digest(expected);
-    let b = Sha256::digest(presented);
-    a.ct_eq(&b).into()
-}
+use crate::config::secret::constant_time_eq_bytes;
 
 /// `sha256=<hex>` as GitHub would send it; for tests, the load generator and fakes.
 pub fn sign_github(secret: &[u8], body: &[u8]) -> String {

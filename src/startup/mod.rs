@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::bus::relay::{BusTarget, Relay};
 use crate::bus::MemoryBus;
+use crate::config::dispatch::Executor;
 use crate::config::Settings;
-use crate::dispatch::config::Executor;
 use crate::dispatch::dispatcher::DispatcherParts;
 use crate::dispatch::workspace::Workspaces;
 use crate::dispatch::Dispatcher;
@@ -298,8 +298,8 @@ pub async fn dispatcher(
     settings: &Settings,
     board: &crate::board::Board,
     log: &EventLog,
-    config: crate::dispatch::DispatchConfig,
-    profiles: crate::dispatch::Profiles,
+    config: crate::config::dispatch::DispatchConfig,
+    profiles: crate::config::profiles::Profiles,
     tracker: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<Dispatcher> {

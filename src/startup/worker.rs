@@ -24,8 +24,8 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     let config = settings.file.dispatch.clone();
     let profiles = settings.file.profiles.clone();
     if let Some(why) = crate::dispatch::dispatcher::cannot_run(
-        &crate::dispatch::DispatchConfig {
-            executor: crate::dispatch::config::Executor::Local,
+        &crate::config::dispatch::DispatchConfig {
+            executor: crate::config::dispatch::Executor::Local,
             ..config.clone()
         },
         &profiles,

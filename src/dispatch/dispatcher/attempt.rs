@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{run_of, Dispatcher, DISPATCHER};
 use crate::board::BoardError;
-use crate::dispatch::profiles::AgentProfile;
+use crate::config::profiles::AgentProfile;
 use crate::dispatch::runner::{self, Ending};
 use crate::dispatch::runs::{self, FailureKind, RunEvent};
 use crate::dispatch::workspace::Prepared;

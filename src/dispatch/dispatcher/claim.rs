@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::{resolves, run_of, Dispatcher, LocalRun, RunRequest, DISPATCHER};
 use crate::board::BoardError;
-use crate::dispatch::config::Executor;
+use crate::config::dispatch::Executor;
 use crate::dispatch::schedule::{self, Candidate};
 use crate::projectors::tasks::{self as task_rows, TaskFilter, TaskRow};
 use crate::tasks::{Column, Command, Reason, RepoName, RetryCause, RunId, Task, TaskId};

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use anyhow::Context;
 
 use super::Dispatcher;
-use crate::dispatch::config::ContainmentPolicy;
-use crate::dispatch::profiles::{AgentProfile, RunInputs};
+use crate::config::dispatch::ContainmentPolicy;
+use crate::config::profiles::{AgentProfile, RunInputs};
 use crate::dispatch::runner::{ChildSetup, Launch};
 use crate::dispatch::sandbox::{AgentView, Confinement, Containment};
 use crate::dispatch::workspace::Prepared;

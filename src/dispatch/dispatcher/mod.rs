@@ -40,11 +40,11 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::config::{ContainmentPolicy, DispatchConfig, Executor};
-use super::profiles::{AgentProfile, Profiles};
 use super::sandbox::Containment;
 use super::workspace::Workspaces;
 use crate::board::Board;
+use crate::config::dispatch::{ContainmentPolicy, DispatchConfig, Executor};
+use crate::config::profiles::{AgentProfile, Profiles};
 use crate::config::Env;
 use crate::eventlog::{EventLog, EventStore};
 use crate::projectors::tasks::TaskRow;

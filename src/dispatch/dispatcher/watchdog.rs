@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::attempt::{RunWriter, Written};
 use super::{run_of, Dispatcher};
-use crate::dispatch::config::DispatchConfig;
+use crate::config::dispatch::DispatchConfig;
 use crate::dispatch::runs::{FailureKind, RunEvent};
 use crate::projectors::runs::{self as run_rows, RunRow, Which};
 use crate::projectors::tasks::{self as task_rows, TaskFilter};

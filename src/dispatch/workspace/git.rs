@@ -9,7 +9,7 @@ use secrecy::ExposeSecret;
 use tokio::process::Command;
 
 use super::{WorkspaceError, Workspaces};
-use crate::dispatch::config::RepoSource;
+use crate::config::dispatch::RepoSource;
 use crate::tasks::RepoName;
 
 impl Workspaces {

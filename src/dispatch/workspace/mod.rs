@@ -49,7 +49,7 @@ use std::time::Instant;
 use secrecy::SecretString;
 use tokio::sync::Mutex;
 
-use super::config::RepoSource;
+use crate::config::dispatch::RepoSource;
 use crate::tasks::{BranchName, RepoName, RunId, TaskId};
 
 #[derive(Debug, thiserror::Error)]

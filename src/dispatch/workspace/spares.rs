@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::{remove_any, Prepared, RepoState, Spare, WorkspaceError, Workspaces};
-use crate::dispatch::config::RepoSource;
+use crate::config::dispatch::RepoSource;
 use crate::tasks::RepoName;
 
 /// A spare may be made from a fetch this recent: spares are for runs that start later, and each run fetches

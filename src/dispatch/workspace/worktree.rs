@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::{Prepared, RepoState, WorkspaceError, Workspaces};
-use crate::dispatch::config::RepoSource;
+use crate::config::dispatch::RepoSource;
 use crate::tasks::{BranchName, RepoName, RunId, TaskId};
 
 impl Workspaces {

@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::config::file::{AgentTable, DispatchTable, StdinMode, Tables};
+use super::file::{AgentTable, DispatchTable, StdinMode, Tables};
 use crate::tasks::{AgentName, RepoName, Task};
 
 /// What a command template may name; anything else in braces is refused at start-up.

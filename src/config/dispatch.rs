@@ -26,9 +26,25 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::schedule::Limits;
-use crate::config::file::{DispatchTable, Tables};
+use super::file::{DispatchTable, Tables};
 use crate::tasks::RepoName;
+
+/// How many attempts may run at once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub global: usize,
+    pub per_repo_default: usize,
+    pub per_repo: BTreeMap<RepoName, usize>,
+}
+
+impl Limits {
+    pub fn for_repo(&self, repo: &RepoName) -> usize {
+        self.per_repo
+            .get(repo)
+            .copied()
+            .unwrap_or(self.per_repo_default)
+    }
+}
 
 /// Where a repository's code comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
