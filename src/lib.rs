@@ -41,7 +41,7 @@
 //!                  attempt, launch, watchdog, gc, pause), workspace/ (mirrors, worktrees, hand-off, spares),
 //!                  sandbox.rs + reaper.rs (containment), runner.rs (the agent process), worker.rs
 //! http/            router: /health, /metrics, /api/* (bearer token; OpenAPI at /api/openapi.json), JSON errors
-//! web/             the dashboard at /: pages.rs (pure maud), session.rs (cookie + CSRF, pure), mod.rs (handlers)
+//!   web/           the dashboard at /: pages.rs (pure maud), session.rs (cookie + CSRF, pure), mod.rs (handlers)
 //! bench.rs         setup the benchmark binaries share; not used by the service
 //! ```
 //!
@@ -69,4 +69,3 @@ pub mod reactions;
 pub mod startup;
 pub mod tasks;
 pub mod telemetry;
-pub mod web;

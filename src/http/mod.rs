@@ -1,4 +1,4 @@
-//! The HTTP surface: health, metrics, webhooks, the admin API and the dashboard (`crate::web`). `router(state)` is all of it, so tests can
+//! The HTTP surface: health, metrics, webhooks, the admin API and the dashboard (`web`). `router(state)` is all of it, so tests can
 //! drive it with `oneshot` or through a real socket.
 
 mod api;
@@ -7,6 +7,7 @@ pub mod health;
 pub mod openapi;
 pub(crate) mod stream;
 mod tasks;
+pub(crate) mod web;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -43,7 +44,7 @@ pub struct AppState {
     /// The board's command side.
     pub board: crate::board::Board,
     /// Dashboard sign-ins with a wrong token being answered now, per client address (see `web`).
-    pub sign_ins: Arc<crate::web::SignInThrottle>,
+    pub sign_ins: Arc<web::SignInThrottle>,
     /// Memory for webhook bodies not yet verified (see `ingress`).
     pub ingress_budget: ingress::BodyBudget,
     /// The last `/health` status served (`Status as u8`), so only changes are logged.
@@ -62,7 +63,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(webhooks)
         .merge(api::router(state.clone()))
-        .merge(crate::web::router())
+        .merge(web::router())
         .fallback(not_found)
         .layer(TraceLayer::new_for_http())
         // Probes are outside the request trace: a platform probing every few seconds would log each failing
@@ -78,6 +79,16 @@ pub fn router(state: AppState) -> Router {
             )
         }))
         .with_state(state)
+}
+
+impl axum::extract::FromRef<AppState> for ingress::Webhooks {
+    fn from_ref(state: &AppState) -> Self {
+        Self {
+            settings: state.settings.clone(),
+            log: state.log.clone(),
+            budget: state.ingress_budget.clone(),
+        }
+    }
 }
 
 /// The one error shape every route uses: `{"error": "<code>", "message": "<for a person>"}`.

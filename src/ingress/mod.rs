@@ -27,12 +27,21 @@ use secrecy::ExposeSecret;
 use serde_json::json;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::config::SourceSecret;
+use crate::config::{Settings, SourceSecret};
 use crate::domain::{NewEvent, Source};
-use crate::eventlog::{AppendError, Appended};
-use crate::http::AppState;
+use crate::eventlog::{AppendError, Appended, EventLog};
 
 /// GitHub caps deliveries at 25 MiB; Linear and Telegram bodies are small.
+/// What the webhook handlers may touch, and nothing more: the secrets (in `Settings`), the log to append to and
+/// the unverified-bytes budget. The HTTP router hands it out of its own state (`FromRef`), so ingress never
+/// depends on the router that mounts it.
+#[derive(Clone)]
+pub struct Webhooks {
+    pub settings: Arc<Settings>,
+    pub log: EventLog,
+    pub budget: BodyBudget,
+}
+
 pub const GITHUB_BODY_LIMIT: usize = 25 * 1024 * 1024;
 pub const DEFAULT_BODY_LIMIT: usize = 1024 * 1024;
 
@@ -311,7 +320,7 @@ fn secret(source: Source, configured: &SourceSecret) -> Result<&str, IngressErro
         })
 }
 
-async fn append(state: &AppState, event: NewEvent) -> Result<Appended, IngressError> {
+async fn append(state: &Webhooks, event: NewEvent) -> Result<Appended, IngressError> {
     match state.log.append(event).await {
         Ok(appended) => Ok(appended),
         Err(refused @ AppendError::DifferentBody { .. }) => {
@@ -361,12 +370,12 @@ fn conflict_record(refused: &AppendError) -> Option<NewEvent> {
     Some(record)
 }
 
-pub async fn github(State(state): State<AppState>, headers: HeaderMap, raw: Body) -> Response {
+pub async fn github(State(state): State<Webhooks>, headers: HeaderMap, raw: Body) -> Response {
     let source = Source::Github;
     let result = async {
         let secret = secret(source, &state.settings.github_webhook_secret)?;
         let (body, _held) = state
-            .ingress_budget
+            .budget
             .read(source, &headers, raw, GITHUB_BODY_LIMIT)
             .await?;
         verify::verify_github(
@@ -384,12 +393,12 @@ pub async fn github(State(state): State<AppState>, headers: HeaderMap, raw: Body
     respond(source, result)
 }
 
-pub async fn linear(State(state): State<AppState>, headers: HeaderMap, raw: Body) -> Response {
+pub async fn linear(State(state): State<Webhooks>, headers: HeaderMap, raw: Body) -> Response {
     let source = Source::Linear;
     let result = async {
         let secret = secret(source, &state.settings.linear_webhook_secret)?;
         let (body, _held) = state
-            .ingress_budget
+            .budget
             .read(source, &headers, raw, DEFAULT_BODY_LIMIT)
             .await?;
         verify::verify_linear(
@@ -409,12 +418,12 @@ pub async fn linear(State(state): State<AppState>, headers: HeaderMap, raw: Body
     respond(source, result)
 }
 
-pub async fn telegram(State(state): State<AppState>, headers: HeaderMap, raw: Body) -> Response {
+pub async fn telegram(State(state): State<Webhooks>, headers: HeaderMap, raw: Body) -> Response {
     let source = Source::Telegram;
     let result = async {
         let secret = secret(source, &state.settings.telegram_webhook_secret)?;
         let (body, _held) = state
-            .ingress_budget
+            .budget
             .read(source, &headers, raw, DEFAULT_BODY_LIMIT)
             .await?;
         verify::verify_token(
