@@ -14,7 +14,7 @@
 //! startup/         build(Settings) -> App: the one constructor for main and for tests (port 0 in tests)
 //!   catalog.rs     THE list of loops: each one's plan (armed / disabled / unarmed and why) and its builder;
 //!                  doctor, /health, /metrics and start-up all read it
-//! config.rs        Settings from the environment; config/file.rs: pidevops.toml typed, unknown keys refused;
+//! config.rs        Settings from the environment; config/file/: pidevops.toml typed, unknown keys refused;
 //!                  config/dispatch.rs, profiles.rs: dispatch and agent profiles typed; secret.rs: constant-time compare
 //! telemetry.rs     tracing (json | pretty) and the Prometheus recorder
 //! doctor.rs        `pidevops doctor`: the loop plan, containment, webhooks, each provider's API

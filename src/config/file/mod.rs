@@ -1,0 +1,476 @@
+//! `pidevops.toml`, typed. One serde struct per table, each refusing unknown keys (`deny_unknown_fields`), read
+//! once at start into [`FileConfig`]: the tables as written with their defaults filled in (what
+//! `pidevops config check` prints) and the domain values built from them (`BoardConfig`, `DispatchConfig`,
+//! `Profiles`, …), so no module reads the file again.
+//!
+//! Reading goes through a small deserializer of our own over `toml::Value` ([`ValueDe`]) rather than `toml`'s:
+//! it knows the path of every value, so an error names its key (`[dispatch] max_concurent`), it sees each
+//! struct's field list (serde hands it to `deserialize_struct`), so an unknown key is reported with the closest
+//! known one and does not stop the reading, and a bad value is taken out and the file read again, so one run
+//! reports every mistake instead of the first. `docs/configuration.md` lists every key; a test holds it to these
+//! structs.
+//!
+//! Here: the tables. `build.rs`: [`FileConfig`], the domain values built from them. `reader.rs`: the deserializer.
+//! `errors.rs`: a key path and what is wrong there. `schema.rs`: each table's keys, from serde.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, IntoDeserializer, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+
+use super::dispatch::{ContainmentPolicy, DispatchConfig, Executor};
+use super::profiles::Profiles;
+use crate::board::BoardConfig;
+use crate::cron::Schedule;
+use crate::effects::policy::LinearStates;
+use crate::intake::IntakeConfig;
+use crate::pollers::PollerConfig;
+use crate::tasks::{ApprovalPolicy, MaxAttempts};
+
+mod build;
+mod errors;
+mod reader;
+mod schema;
+#[cfg(test)]
+mod tests;
+
+pub use build::*;
+pub use errors::*;
+use reader::*;
+pub use schema::*;
+
+// ---------------------------------------------------------------------------------------------------------------
+// The tables. Field names are the keys; `Default` holds every default (serde fills absent keys from it).
+// ---------------------------------------------------------------------------------------------------------------
+
+/// The whole file.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Tables {
+    pub board: BoardTable,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub repos: BTreeMap<String, RepoTable>,
+    pub intake: IntakeTable,
+    /// Absent: dispatch is off ("no [dispatch] in pidevops.toml").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dispatch: Option<DispatchTable>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub agents: BTreeMap<String, AgentTable>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub schedules: Vec<ScheduleTable>,
+    pub digest: DigestTable,
+    pub linear: LinearTable,
+    pub telegram: TelegramTable,
+    pub pollers: PollersTable,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub loops: BTreeMap<String, LoopTable>,
+}
+
+/// `[board]`: the approval gate and the attempt budget.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BoardTable {
+    pub approval: ApprovalPolicy,
+    pub max_attempts: i64,
+}
+
+impl Default for BoardTable {
+    fn default() -> Self {
+        Self {
+            // A person sees a task before an agent spends money on it, unless the team says otherwise.
+            approval: ApprovalPolicy::Manual,
+            max_attempts: i64::from(MaxAttempts::DEFAULT.get()),
+        }
+    }
+}
+
+/// `[repos."owner/name"]`: a repository; each key falls back to a global one when absent.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RepoTable {
+    /// Default: `[board] approval`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovalPolicy>,
+    /// Default: `https://github.com/<owner>/<name>.git`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Default: `main`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
+    /// Default: `[dispatch] per_repo`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_concurrent: Option<i64>,
+    /// Default: `[dispatch] agent`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+}
+
+/// `[intake]`: which tickets become tasks, and for which repositories.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IntakeTable {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_repo: Option<String>,
+    pub allow_repos: Vec<String>,
+    pub github: IntakeGithubTable,
+    pub linear: IntakeLinearTable,
+}
+
+/// `[intake.github]`.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IntakeGithubTable {
+    pub label: String,
+    pub associations: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bot_login: Option<String>,
+}
+
+impl Default for IntakeGithubTable {
+    fn default() -> Self {
+        Self {
+            label: "pidevops".to_owned(),
+            associations: strings(&["OWNER", "MEMBER", "COLLABORATOR"]),
+            bot_login: None,
+        }
+    }
+}
+
+/// `[intake.linear]`.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IntakeLinearTable {
+    pub state: String,
+    pub label: String,
+    pub skip_labels: Vec<String>,
+    /// Team key → repository.
+    pub teams: BTreeMap<String, String>,
+}
+
+impl Default for IntakeLinearTable {
+    fn default() -> Self {
+        Self {
+            state: "Ready for Pi-Dev".to_owned(),
+            label: "pi-dev:autonomous".to_owned(),
+            skip_labels: strings(&["no-code", "manual-action", "legal"]),
+            teams: BTreeMap::new(),
+        }
+    }
+}
+
+/// `[dispatch]`: running agents.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DispatchTable {
+    pub enabled: bool,
+    pub agent: String,
+    pub max_concurrent: i64,
+    pub per_repo: i64,
+    /// Seconds; fractions are accepted.
+    pub heartbeat_s: f64,
+    /// Seconds; fractions are accepted.
+    pub retry_backoff_s: f64,
+    /// Hours; fractions are accepted.
+    pub worktree_ttl_h: f64,
+    pub executor: Executor,
+    pub containment: ContainmentPolicy,
+    pub bwrap: String,
+    pub readable: Vec<String>,
+}
+
+impl Default for DispatchTable {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            agent: "claude".to_owned(),
+            max_concurrent: 2,
+            per_repo: 1,
+            heartbeat_s: 30.0,
+            retry_backoff_s: 60.0,
+            worktree_ttl_h: 24.0,
+            executor: Executor::Local,
+            containment: ContainmentPolicy::Required,
+            bwrap: "bwrap".to_owned(),
+            readable: Vec::new(),
+        }
+    }
+}
+
+/// `[agents.<name>]`: an agent profile of your own (or a preset's name, to replace it).
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentTable {
+    /// Required; `None` only so that its absence is reported as the profile's own mistake.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    pub stdin: StdinMode,
+    pub env: Vec<String>,
+    pub timeout_s: i64,
+    pub no_output_timeout_s: i64,
+}
+
+impl Default for AgentTable {
+    fn default() -> Self {
+        Self {
+            command: None,
+            stdin: StdinMode::None,
+            env: Vec::new(),
+            timeout_s: super::profiles::DEFAULT_TIMEOUT.as_secs() as i64,
+            no_output_timeout_s: super::profiles::DEFAULT_NO_OUTPUT_TIMEOUT.as_secs() as i64,
+        }
+    }
+}
+
+/// `[agents.<name>] stdin`: whether the prompt is the agent's standard input.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StdinMode {
+    Prompt,
+    #[default]
+    None,
+}
+
+/// `[[schedules]]`: a task (or a digest) on a cron pattern.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ScheduleTable {
+    /// Required (checked with the schedule's other rules, so the message can name the schedule).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Required.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cron: Option<String>,
+    pub timezone: String,
+    pub digest: bool,
+    /// Required unless `digest = true`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task: Option<ScheduleTaskTable>,
+}
+
+impl Default for ScheduleTable {
+    fn default() -> Self {
+        Self {
+            name: None,
+            cron: None,
+            timezone: "UTC".to_owned(),
+            digest: false,
+            task: None,
+        }
+    }
+}
+
+/// `[schedules.task]`: the task a schedule creates.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ScheduleTaskTable {
+    pub repo: String,
+    pub task: String,
+    pub scope: String,
+    pub done_when: String,
+    /// Default: normal.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub priority: Option<String>,
+}
+
+/// `[digest]`: the built-in daily digest.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DigestTable {
+    pub enabled: bool,
+    pub time: String,
+    pub timezone: String,
+}
+
+impl Default for DigestTable {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            time: "09:00".to_owned(),
+            timezone: "UTC".to_owned(),
+        }
+    }
+}
+
+/// `[linear]`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LinearTable {
+    pub states: LinearStatesTable,
+}
+
+/// `[linear.states]`: the Linear states pidevops moves issues through, each a name or a list of names.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LinearStatesTable {
+    pub in_progress: Names,
+    pub in_review: Names,
+    pub done: Names,
+    pub blocked: Names,
+}
+
+impl Default for LinearStatesTable {
+    fn default() -> Self {
+        let states = LinearStates::default();
+        Self {
+            in_progress: Names(states.in_progress),
+            in_review: Names(states.in_review),
+            done: Names(states.done),
+            blocked: Names(states.blocked),
+        }
+    }
+}
+
+/// `[telegram]`.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelegramTable {
+    pub cooldown_s: i64,
+}
+
+impl Default for TelegramTable {
+    fn default() -> Self {
+        Self { cooldown_s: 600 }
+    }
+}
+
+/// `[pollers]`: one table per poller; a table present asks for its poller.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PollersTable {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub linear: Option<PollerTable>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub github: Option<PollerTable>,
+}
+
+/// `[pollers.<name>]`.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PollerTable {
+    pub enabled: bool,
+    /// Seconds, fractions accepted; default: the poller's own (linear 300, github 120).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interval_s: Option<f64>,
+}
+
+impl Default for PollerTable {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            interval_s: None,
+        }
+    }
+}
+
+/// `[loops.<name>]`: a loop's stale threshold.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LoopTable {
+    /// Seconds, fractions accepted; default: 3 × the loop's interval, at least 60.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fail_after_s: Option<f64>,
+}
+
+/// A name or a list of names (`done = "Done"` or `done = ["Done", "Closed"]`); always printed as a list.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Names(pub Vec<String>);
+
+impl<'de> Deserialize<'de> for Names {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct NamesVisitor;
+        impl<'de> Visitor<'de> for NamesVisitor {
+            type Value = Names;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a name or a list of names")
+            }
+            fn visit_str<E: de::Error>(self, one: &str) -> Result<Names, E> {
+                Ok(Names(vec![one.to_owned()]))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Names, A::Error> {
+                let mut names = Vec::new();
+                while let Some(name) = seq.next_element::<String>()? {
+                    names.push(name);
+                }
+                Ok(Names(names))
+            }
+        }
+        deserializer.deserialize_any(NamesVisitor)
+    }
+}
+
+pub(super) fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
+
+impl Tables {
+    /// Reads the tables from a parsed file, reporting every unknown key and bad value, not only the first.
+    pub fn from_table(table: &toml::Table) -> Result<Self, Vec<FileError>> {
+        let mut value = toml::Value::Table(table.clone());
+        let mut errors: Vec<FileError> = Vec::new();
+        // Each round either succeeds or takes one bad value out, so this ends; the bound is a second guarantee.
+        for _ in 0..256 {
+            let sink = Sink::default();
+            let read = Tables::deserialize(ValueDe {
+                value: &value,
+                path: Vec::new(),
+                sink: &sink,
+            });
+            for unknown in sink.into_inner() {
+                if !errors.contains(&unknown) {
+                    errors.push(unknown);
+                }
+            }
+            match read {
+                Ok(tables) if errors.is_empty() => return Ok(tables),
+                Ok(_) => break,
+                Err(error) => {
+                    let error = error.into_file_error();
+                    let removed = remove(&mut value, &error.path);
+                    if !errors.contains(&error) {
+                        errors.push(error);
+                    }
+                    if !removed {
+                        break;
+                    }
+                }
+            }
+        }
+        errors.sort_by(|a, b| a.path.cmp(&b.path));
+        Err(errors)
+    }
+
+    /// What the service runs with: the file's values, the defaults, the presets as `[agents.*]` and each asked-for
+    /// poller's interval. A repository's keys stay as written: each unset one falls back to another key or to its
+    /// name, and a repository with `url` or `base` set counts as one with its own source (the dispatcher checks
+    /// those), so filling them in would change what the file means.
+    pub fn effective(&self) -> Self {
+        let mut out = self.clone();
+        for preset in super::profiles::presets() {
+            out.agents
+                .entry(preset.name.clone())
+                .or_insert_with(|| AgentTable {
+                    command: Some(preset.command.clone()),
+                    stdin: if preset.prompt_on_stdin {
+                        StdinMode::Prompt
+                    } else {
+                        StdinMode::None
+                    },
+                    env: preset.env.clone(),
+                    timeout_s: preset.timeout.as_secs() as i64,
+                    no_output_timeout_s: preset.no_output_timeout.as_secs() as i64,
+                });
+        }
+        for (poller, default) in [
+            (&mut out.pollers.linear, crate::pollers::LINEAR_INTERVAL),
+            (&mut out.pollers.github, crate::pollers::GITHUB_INTERVAL),
+        ] {
+            if let Some(poller) = poller {
+                poller.interval_s.get_or_insert(default.as_secs_f64());
+            }
+        }
+        out
+    }
+}
