@@ -18,8 +18,12 @@
 //! a human, and the loop moves on.
 
 pub mod bot;
+mod github;
+mod linear;
 pub mod policy;
+mod provider;
 pub mod runner;
+mod telegram;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
