@@ -44,6 +44,19 @@ fn failed(attempt: u32, retry_at: Option<DateTime<Utc>>) -> EffectEvent {
     }
 }
 
+/// The task after `command`, and the events it recorded.
+fn apply(
+    task: Option<crate::tasks::Task>,
+    command: crate::tasks::Command,
+) -> (crate::tasks::Task, Vec<crate::tasks::TaskEvent>) {
+    let events = crate::tasks::decide(task.as_ref(), &command, at(0)).unwrap();
+    let mut task = task;
+    for event in &events {
+        task = Some(crate::tasks::evolve(task, event).unwrap());
+    }
+    (task.unwrap(), events)
+}
+
 #[test]
 fn an_effects_state_follows_its_stream() {
     assert_eq!(state(&[]), State::Unknown);
@@ -120,16 +133,8 @@ fn retries_back_off_honour_the_provider_and_stop() {
 #[test]
 fn a_task_in_review_asks_for_one_pull_request_to_its_repositorys_base() {
     use crate::tasks::{
-        decide, evolve, ApprovalPolicy, Command, GithubRef, LinearIssue, Links, MaxAttempts,
-        NewTask, Priority, RunId, Spec, Task,
-    };
-    let apply = |task: Option<Task>, command: Command| -> (Task, Vec<crate::tasks::TaskEvent>) {
-        let events = decide(task.as_ref(), &command, at(0)).unwrap();
-        let mut task = task;
-        for event in &events {
-            task = Some(evolve(task, event).unwrap());
-        }
-        (task.unwrap(), events)
+        ApprovalPolicy, Command, GithubRef, LinearIssue, Links, MaxAttempts, NewTask, Priority,
+        RunId, Spec,
     };
     let repo: crate::tasks::RepoName = "acme/app".parse().unwrap();
     let new = NewTask {
@@ -404,16 +409,8 @@ fn ticket_text_cannot_ping_or_close_anything_on_github_and_stays_readable() {
 #[test]
 fn a_pull_request_from_hostile_ticket_text_has_no_live_mention_or_closing_keyword() {
     use crate::tasks::{
-        decide, evolve, ApprovalPolicy, Command, GithubRef, Links, MaxAttempts, NewTask, Priority,
-        RepoName, RunId, Spec, Task,
-    };
-    let apply = |task: Option<Task>, command: Command| -> (Task, Vec<crate::tasks::TaskEvent>) {
-        let events = decide(task.as_ref(), &command, at(0)).unwrap();
-        let mut task = task;
-        for event in &events {
-            task = Some(evolve(task, event).unwrap());
-        }
-        (task.unwrap(), events)
+        ApprovalPolicy, Command, GithubRef, Links, MaxAttempts, NewTask, Priority, RepoName, RunId,
+        Spec,
     };
     let repo: RepoName = "acme/app".parse().unwrap();
     let new = NewTask {
@@ -466,16 +463,8 @@ fn a_pull_request_from_hostile_ticket_text_has_no_live_mention_or_closing_keywor
 #[test]
 fn linear_hears_each_step_as_comments_or_as_session_activities() {
     use crate::tasks::{
-        decide, evolve, ApprovalPolicy, Command, LinearIssue, Links, MaxAttempts, NewTask,
-        Priority, Reason, RunId, Spec, Task,
-    };
-    let apply = |task: Option<Task>, command: Command| -> (Task, Vec<crate::tasks::TaskEvent>) {
-        let events = decide(task.as_ref(), &command, at(0)).unwrap();
-        let mut task = task;
-        for event in &events {
-            task = Some(evolve(task, event).unwrap());
-        }
-        (task.unwrap(), events)
+        ApprovalPolicy, Command, LinearIssue, Links, MaxAttempts, NewTask, Priority, Reason, RunId,
+        Spec,
     };
     let new = NewTask {
         id: "T-4".parse().unwrap(),
