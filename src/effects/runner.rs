@@ -1,6 +1,6 @@
 //! The `effects:<provider>` loop: reads the log after its checkpoint, asks its provider's policy what each event
 //! wants, makes each call once (see the module doc for how), and turns what came back into commands on the task.
-//! One runner for every provider: what differs is the policy it holds ([`super::provider`]).
+//! One runner for every provider: what differs is the policy it holds (`provider.rs`), never a branch here.
 //!
 //! The checkpoint moves past an event only when its effects are settled (succeeded, or failed for good): an
 //! effect waiting for its retry time stops the tick there, and the next tick picks it up again. One provider's
@@ -333,8 +333,9 @@ impl Effects {
             .await
     }
 
-    /// Attempt `attempt` of the effect, its stream at `version` when read at `now`: `started` claims it, then the call is made and
-    /// its outcome recorded (a success, a retry time, or a failure for good that flags the task).
+    /// Attempt `attempt` of the effect, its stream at `version` when read at `now`: `started` claims it, then
+    /// the call is made and its outcome recorded (a success, a retry time, or a failure for good that flags the
+    /// task).
     async fn attempt(
         &self,
         request: &Request,
