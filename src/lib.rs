@@ -32,8 +32,9 @@
 //! tasks/           the task board's domain, pure: typed values, decide(state, command) → events, evolve
 //! intake/          the follower that turns qualifying webhook events into tasks (rules.rs is pure)
 //! reactions/       the follower that turns GitHub events on pidevops branches into task commands (pure rules)
-//! effects/         outbound calls, each recorded in `effect:<key>` and made once: policy.rs (pure), runner.rs
-//!                  (the `effects:<provider>` follower), bot.rs (the Telegram bot)
+//! effects/         outbound calls, each recorded in `effect:<key>` and made once: runner.rs (the one
+//!                  `effects:<provider>` follower), provider.rs (the ProviderPolicy shape), github.rs, linear.rs,
+//!                  telegram.rs + bot.rs (one policy each, pure builders inside), policy.rs (config, re-exports)
 //! providers/       the GitHub, Linear and Telegram API clients (effects, pollers, ingress and doctor call them)
 //! pollers/         `linear_poller`, `github_poller`: what a missed webhook would have said, in its shape
 //! cron/            [[schedules]] and the `cron` loop: after downtime the latest slot fires once

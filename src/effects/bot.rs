@@ -1,11 +1,19 @@
-//! The Telegram bot's commands. Parsing is pure; `answer` reads the read models and steers the board, and the
-//! runner sends what it returns as one reply effect (`telegram:reply:<event>`), so a command is answered once.
+//! The Telegram bot, part of the Telegram policy: a command in a message or a button press, from an allowed chat
+//! and user, is done and answered once (the reply effect `telegram:reply:<event>` or `telegram:callback:<event>`
+//! says whether it was); anything else is refused and recorded. Parsing is pure; `answer` reads the read models
+//! and steers the board.
 
 use std::fmt::Write as _;
 
+use anyhow::Context;
 use serde_json::Value;
 
+use super::policy::PolicyConfig;
+use super::runner::{Effects, EffectsProgress, Settled, ACTOR};
+use super::{Action, Request};
 use crate::board::{Board, BoardError, Steer};
+use crate::domain::{EventType, NewEvent, Source};
+use crate::eventlog::StoredEvent;
 use crate::loops::{LoopRegistry, LoopState};
 use crate::projectors::runs::{self, Which};
 use crate::projectors::tasks::{self as task_rows, TaskFilter};
@@ -94,6 +102,174 @@ pub fn parse(text: &str) -> Option<Result<BotCommand, String>> {
     })
 }
 
+/// A bot command in a message: answered once (the reply effect's stream says whether it was), only in the
+/// allowed chats; anything else is refused and recorded.
+pub(super) async fn command(
+    fx: &Effects,
+    config: &PolicyConfig,
+    event: &StoredEvent,
+    progress: &mut EffectsProgress,
+) -> anyhow::Result<Settled> {
+    let payload: Value = serde_json::from_str(event.data_json().get()).unwrap_or_default();
+    let message = &payload["message"];
+    let text = message["text"].as_str().unwrap_or_default();
+    let Some(parsed) = parse(text) else {
+        return Ok(Settled::Yes);
+    };
+    let chat = message["chat"]["id"].as_i64().unwrap_or_default();
+    let who = sender(&message["from"]);
+    if let Some(why) = may_command(config, chat, &message["from"]) {
+        // `/new` from a stranger is intake's to record; every other command is recorded here.
+        if parsed != Ok(BotCommand::New) {
+            refused(fx, event, chat, &who, text, &why).await?;
+        }
+        return Ok(Settled::Yes);
+    }
+    let key = format!("telegram:reply:{}", event.id);
+    let handled = fx.requested(&key).await?;
+    let html = if handled {
+        // Answered before (a replay, or a crash after the reply was asked for): never act twice.
+        String::new()
+    } else {
+        match &parsed {
+            Ok(command) => answer(command, &who, message, fx.board(), fx.log(), fx.loops())
+                .await
+                .with_context(|| format!("answering {command:?}"))?,
+            Err(usage) => escape(usage),
+        }
+    };
+    let request = Request {
+        key,
+        task: None,
+        action: Action::TelegramSend {
+            chat,
+            html,
+            buttons: Vec::new(),
+        },
+    };
+    if !handled {
+        fx.request(&request, event.position).await?;
+    }
+    fx.drive(&request, progress).await
+}
+
+/// A button press (`approve:T-7`, …): steered like the command, from an allowed chat only; every press is
+/// answered (a refusal too), once — the answer effect's stream says whether it was.
+pub(super) async fn button(
+    fx: &Effects,
+    config: &PolicyConfig,
+    event: &StoredEvent,
+    progress: &mut EffectsProgress,
+) -> anyhow::Result<Settled> {
+    let payload: Value = serde_json::from_str(event.data_json().get()).unwrap_or_default();
+    let query = &payload["callback_query"];
+    let Some(callback) = query["id"].as_str() else {
+        return Ok(Settled::Yes);
+    };
+    let chat = query["message"]["chat"]["id"].as_i64().unwrap_or_default();
+    let who = sender(&query["from"]);
+    let data = query["data"].as_str().unwrap_or_default();
+    let key = format!("telegram:callback:{}", event.id);
+    let handled = fx.requested(&key).await?;
+    let text = if handled {
+        String::new()
+    } else if let Some(why) = may_command(config, chat, &query["from"]) {
+        refused(fx, event, chat, &who, data, &why).await?;
+        if why.contains("TELEGRAM_ALLOWED_USERS") {
+            "You are not allowed to steer pidevops.".to_owned()
+        } else {
+            "Not allowed from this chat.".to_owned()
+        }
+    } else {
+        pressed(fx, data, &who, &payload).await?
+    };
+    let request = Request {
+        key,
+        task: None,
+        action: Action::TelegramAnswerCallback {
+            callback: callback.to_owned(),
+            text,
+        },
+    };
+    if !handled {
+        fx.request(&request, event.position).await?;
+    }
+    fx.drive(&request, progress).await
+}
+
+/// What an allowed press of button `data` (`verb:T-n`) does, as the short plain notice Telegram shows.
+async fn pressed(fx: &Effects, data: &str, who: &str, payload: &Value) -> anyhow::Result<String> {
+    let command = data
+        .split_once(':')
+        .map(|(verb, id)| format!("/{verb} {id}"))
+        .and_then(|text| parse(&text));
+    let Some(Ok(command @ BotCommand::Steer(..))) = command else {
+        return Ok(format!("Unknown button {data:?}."));
+    };
+    let answer = answer(&command, who, payload, fx.board(), fx.log(), fx.loops())
+        .await
+        .with_context(|| format!("answering the button {data:?}"))?;
+    // The notice is plain text, short.
+    Ok(answer
+        .replace("<b>", "")
+        .replace("</b>", "")
+        .chars()
+        .take(190)
+        .collect())
+}
+
+/// Why `from` may not command pidevops in `chat`; `None` when they may (intake's rule for `/new`, too).
+fn may_command(config: &PolicyConfig, chat: i64, from: &Value) -> Option<String> {
+    let chats = config.telegram_chats.iter().copied().collect();
+    crate::intake::rules::telegram_refusal(
+        &chats,
+        config.telegram_users.as_ref(),
+        chat,
+        from["id"].as_i64(),
+    )
+}
+
+/// A command from a chat or a user that is not allowed: recorded (once per message), not answered.
+async fn refused(
+    fx: &Effects,
+    event: &StoredEvent,
+    chat: i64,
+    who: &str,
+    text: &str,
+    reason: &str,
+) -> anyhow::Result<()> {
+    let body = serde_json::json!({
+        "chat": chat,
+        "from": who,
+        "command": text.split_whitespace().next().unwrap_or_default(),
+        "cause_event_id": event.id,
+        "reason": reason,
+    });
+    let mut new = NewEvent::new(
+        Source::Pidevops,
+        EventType::from_stored("telegram.command_refused".to_owned()),
+        format!("telegram:refused:{}", event.id),
+        "application/json",
+        bytes::Bytes::from(serde_json::to_vec(&body)?),
+    );
+    new.meta.insert("actor".to_owned(), Value::from(ACTOR));
+    tracing::warn!(chat, who, reason, "Telegram command refused");
+    fx.log()
+        .append(new)
+        .await
+        .context("recording a refused command")?;
+    Ok(())
+}
+
+/// A Telegram user as the bot names them: their username, else their first name.
+fn sender(from: &Value) -> String {
+    from["username"]
+        .as_str()
+        .or(from["first_name"].as_str())
+        .unwrap_or("someone")
+        .to_owned()
+}
+
 /// What the bot answers `command` from `who` (a Telegram user's name), having done what it asks.
 pub async fn answer(
     command: &BotCommand,
@@ -104,156 +280,191 @@ pub async fn answer(
     loops: Option<&LoopRegistry>,
 ) -> anyhow::Result<String> {
     let store = board.store();
-    Ok(match command {
+    let html = match command {
         BotCommand::Help => escape(HELP),
-        BotCommand::Status => {
-            let paused = crate::board::pause::pause_state(store).await?;
-            let queue = task_rows::list(
-                store,
-                &TaskFilter {
-                    column: Some(Column::Todo),
-                    ..TaskFilter::default()
-                },
-            )
-            .await?
-            .len();
-            let running = runs::query(store, Which::Running).await?.len();
-            let mut out = format!("<b>pidevops</b>: {queue} queued, {running} running");
-            match paused {
-                Some(reason) => {
-                    let _ = write!(out, ", <b>paused</b> ({})", escape(&reason));
-                }
-                None => out.push_str(", dispatching"),
-            }
-            if let Some(loops) = loops {
-                let report = loops.report();
-                let bad: Vec<String> = report
-                    .iter()
-                    .filter(|(_, r)| r.state == LoopState::Unarmed || r.stale || r.failing)
-                    .map(|(name, r)| {
-                        let why = r
-                            .reason
-                            .clone()
-                            .or(r.last_error.clone())
-                            .unwrap_or_else(|| "stale".into());
-                        format!("⚠️ {}: {}", escape(name), escape(&why))
-                    })
-                    .collect();
-                let armed = report
-                    .values()
-                    .filter(|r| r.state == LoopState::Armed)
-                    .count();
-                let _ = write!(out, "\n{armed} loops armed");
-                if bad.is_empty() {
-                    out.push_str(", all well");
-                } else {
-                    out.push('\n');
-                    out.push_str(&bad.join("\n"));
-                }
-            }
-            out
-        }
-        BotCommand::Tasks(column) => {
-            let rows = task_rows::list(
-                store,
-                &TaskFilter {
-                    column: *column,
-                    limit: Some(50),
-                    ..TaskFilter::default()
-                },
-            )
-            .await?;
-            if rows.is_empty() {
-                "No tasks there.".to_owned()
-            } else {
-                rows.iter()
-                    .map(|r| {
-                        format!(
-                            "<b>{}</b> {} {}{} <i>({})</i>",
-                            r.id,
-                            r.column,
-                            escape(&r.title),
-                            if r.needs_human { " ⚠️" } else { "" },
-                            escape(&r.repo)
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            }
-        }
-        BotCommand::Task(id) => match task_rows::get(store, *id).await? {
-            None => format!("There is no task {id}."),
-            Some(r) => {
-                let mut out = format!(
-                    "<b>{}</b> {}\n{} · attempt {} of {} · {}",
-                    r.id,
-                    escape(&r.title),
-                    r.column,
-                    r.attempts,
-                    r.max_attempts,
-                    escape(&r.repo)
-                );
-                if let Some(reason) = &r.needs_human_reason {
-                    let _ = write!(out, "\n⚠️ needs a human: {}", escape(reason));
-                }
-                if let Some(pr) = &r.links.github_pr {
-                    let _ = write!(out, "\npull request {}", escape(&pr.to_string()));
-                }
-                out
-            }
-        },
-        BotCommand::Steer(steer, id) => {
-            let via = format!("from Telegram by {who}");
-            match board.steer(*id, *steer, None, &via, "telegram").await {
-                Ok(outcome) if outcome.appended.is_empty() => {
-                    format!("{id} was already so ({}).", outcome.task.column())
-                }
-                Ok(outcome) => format!("{id}: {} — now {}.", steer.name(), outcome.task.column()),
-                Err(BoardError::Refused(refused)) => escape(&refused.to_string()),
-                Err(error) => return Err(error.into()),
-            }
-        }
+        BotCommand::Status => status(store, loops).await?,
+        BotCommand::Tasks(column) => tasks(store, *column).await?,
+        BotCommand::Task(id) => task(store, *id).await?,
+        BotCommand::Steer(steer, id) => steered(board, *steer, *id, who).await?,
         BotCommand::Pause | BotCommand::Resume => {
-            let pause = *command == BotCommand::Pause;
-            let reason = format!("from Telegram by {who}");
-            crate::board::pause::set_paused(log, pause, "telegram", Some(&reason)).await?;
-            if pause {
-                "Paused: no new runs start; running ones finish. /resume to go on.".to_owned()
-            } else {
-                "Resumed: queued tasks start again.".to_owned()
-            }
+            paused(log, *command == BotCommand::Pause, who).await?
         }
-        BotCommand::Runs => {
-            let recent = runs::query(store, Which::Recent(10)).await?;
-            if recent.is_empty() {
-                "No runs yet.".to_owned()
-            } else {
-                recent
-                    .iter()
-                    .map(|r| {
-                        format!(
-                            "{} attempt {} {}{}",
-                            r.task_id,
-                            r.attempt,
-                            r.state,
-                            r.failure
-                                .as_deref()
-                                .map(|f| format!(" ({f})"))
-                                .unwrap_or_default()
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            }
+        BotCommand::Runs => recent_runs(store).await?,
+        BotCommand::New => created(board, message).await?,
+    };
+    Ok(fit(&html))
+}
+
+/// `/status`: queue, runs, pause, and the loops that are not well.
+async fn status(
+    store: &crate::eventlog::EventStore,
+    loops: Option<&LoopRegistry>,
+) -> anyhow::Result<String> {
+    let paused = crate::board::pause::pause_state(store).await?;
+    let queue = task_rows::list(
+        store,
+        &TaskFilter {
+            column: Some(Column::Todo),
+            ..TaskFilter::default()
+        },
+    )
+    .await?
+    .len();
+    let running = runs::query(store, Which::Running).await?.len();
+    let mut out = format!("<b>pidevops</b>: {queue} queued, {running} running");
+    match paused {
+        Some(reason) => {
+            let _ = write!(out, ", <b>paused</b> ({})", escape(&reason));
         }
-        BotCommand::New => {
-            let chat = message["chat"]["id"].as_i64().unwrap_or_default();
-            let id = message["message_id"].as_i64().unwrap_or_default();
-            match board.task_for_key(&format!("telegram:{chat}:{id}")).await? {
-                Some(task) => format!("Created <b>{task}</b>."),
-                None => escape("No task: /new owner/repo what to do"),
-            }
+        None => out.push_str(", dispatching"),
+    }
+    if let Some(loops) = loops {
+        out.push_str(&loops_line(loops));
+    }
+    Ok(out)
+}
+
+/// How many loops are armed, and each one that is unarmed, stale or failing, with why.
+fn loops_line(loops: &LoopRegistry) -> String {
+    let report = loops.report();
+    let bad: Vec<String> = report
+        .iter()
+        .filter(|(_, r)| r.state == LoopState::Unarmed || r.stale || r.failing)
+        .map(|(name, r)| {
+            let why = r
+                .reason
+                .clone()
+                .or(r.last_error.clone())
+                .unwrap_or_else(|| "stale".into());
+            format!("⚠️ {}: {}", escape(name), escape(&why))
+        })
+        .collect();
+    let armed = report
+        .values()
+        .filter(|r| r.state == LoopState::Armed)
+        .count();
+    let mut out = format!("\n{armed} loops armed");
+    if bad.is_empty() {
+        out.push_str(", all well");
+    } else {
+        out.push('\n');
+        out.push_str(&bad.join("\n"));
+    }
+    out
+}
+
+/// `/tasks [column]`: one line per task, at most 50.
+async fn tasks(
+    store: &crate::eventlog::EventStore,
+    column: Option<Column>,
+) -> anyhow::Result<String> {
+    let rows = task_rows::list(
+        store,
+        &TaskFilter {
+            column,
+            limit: Some(50),
+            ..TaskFilter::default()
+        },
+    )
+    .await?;
+    if rows.is_empty() {
+        return Ok("No tasks there.".to_owned());
+    }
+    Ok(rows
+        .iter()
+        .map(|r| {
+            format!(
+                "<b>{}</b> {} {}{} <i>({})</i>",
+                r.id,
+                r.column,
+                escape(&r.title),
+                if r.needs_human { " ⚠️" } else { "" },
+                escape(&r.repo)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n"))
+}
+
+/// `/task T-n`: the task's card.
+async fn task(store: &crate::eventlog::EventStore, id: TaskId) -> anyhow::Result<String> {
+    let Some(r) = task_rows::get(store, id).await? else {
+        return Ok(format!("There is no task {id}."));
+    };
+    let mut out = format!(
+        "<b>{}</b> {}\n{} · attempt {} of {} · {}",
+        r.id,
+        escape(&r.title),
+        r.column,
+        r.attempts,
+        r.max_attempts,
+        escape(&r.repo)
+    );
+    if let Some(reason) = &r.needs_human_reason {
+        let _ = write!(out, "\n⚠️ needs a human: {}", escape(reason));
+    }
+    if let Some(pr) = &r.links.github_pr {
+        let _ = write!(out, "\npull request {}", escape(&pr.to_string()));
+    }
+    Ok(out)
+}
+
+/// `/approve`, `/reject`, `/retry`, `/cancel`: the board decides; a refusal is the answer.
+async fn steered(board: &Board, steer: Steer, id: TaskId, who: &str) -> anyhow::Result<String> {
+    let via = format!("from Telegram by {who}");
+    Ok(match board.steer(id, steer, None, &via, "telegram").await {
+        Ok(outcome) if outcome.appended.is_empty() => {
+            format!("{id} was already so ({}).", outcome.task.column())
         }
+        Ok(outcome) => format!("{id}: {} — now {}.", steer.name(), outcome.task.column()),
+        Err(BoardError::Refused(refused)) => escape(&refused.to_string()),
+        Err(error) => return Err(error.into()),
     })
-    .map(|html| fit(&html))
+}
+
+/// `/pause` and `/resume`.
+async fn paused(log: &crate::eventlog::EventLog, pause: bool, who: &str) -> anyhow::Result<String> {
+    let reason = format!("from Telegram by {who}");
+    crate::board::pause::set_paused(log, pause, "telegram", Some(&reason)).await?;
+    Ok(if pause {
+        "Paused: no new runs start; running ones finish. /resume to go on.".to_owned()
+    } else {
+        "Resumed: queued tasks start again.".to_owned()
+    })
+}
+
+/// `/runs`: the ten most recent.
+async fn recent_runs(store: &crate::eventlog::EventStore) -> anyhow::Result<String> {
+    let recent = runs::query(store, Which::Recent(10)).await?;
+    if recent.is_empty() {
+        return Ok("No runs yet.".to_owned());
+    }
+    Ok(recent
+        .iter()
+        .map(|r| {
+            format!(
+                "{} attempt {} {}{}",
+                r.task_id,
+                r.attempt,
+                r.state,
+                r.failure
+                    .as_deref()
+                    .map(|f| format!(" ({f})"))
+                    .unwrap_or_default()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n"))
+}
+
+/// `/new`: intake made the task (keyed by the message); the reply names it.
+async fn created(board: &Board, message: &Value) -> anyhow::Result<String> {
+    let chat = message["chat"]["id"].as_i64().unwrap_or_default();
+    let id = message["message_id"].as_i64().unwrap_or_default();
+    Ok(
+        match board.task_for_key(&format!("telegram:{chat}:{id}")).await? {
+            Some(task) => format!("Created <b>{task}</b>."),
+            None => escape("No task: /new owner/repo what to do"),
+        },
+    )
 }

@@ -6,6 +6,10 @@
 //!                                              requested, started…                      └─► commands (links, flags)
 //! ```
 //!
+//! One runner (`runner.rs`) follows the log for every provider; what differs is the policy it holds (`provider.rs`:
+//! which events concern the provider, what requests they produce, its calls), one file each: `github.rs`,
+//! `linear.rs`, `telegram.rs` with the bot (`bot.rs`). Their request builders are pure (`policy`).
+//!
 //! Each request has an idempotency key (`github:pr:T-7`) and its own stream `effect:<key>`:
 //! `effect.requested` (version 1, deduplicated on the key), then per attempt `effect.started` and its outcome.
 //! `started` is appended at the stream's next version before the call, so two executors (a split-brain between
@@ -18,8 +22,12 @@
 //! a human, and the loop moves on.
 
 pub mod bot;
+mod github;
+mod linear;
 pub mod policy;
+mod provider;
 pub mod runner;
+mod telegram;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

@@ -44,6 +44,19 @@ fn failed(attempt: u32, retry_at: Option<DateTime<Utc>>) -> EffectEvent {
     }
 }
 
+/// The task after `command`, and the events it recorded.
+fn apply(
+    task: Option<crate::tasks::Task>,
+    command: crate::tasks::Command,
+) -> (crate::tasks::Task, Vec<crate::tasks::TaskEvent>) {
+    let events = crate::tasks::decide(task.as_ref(), &command, at(0)).unwrap();
+    let mut task = task;
+    for event in &events {
+        task = Some(crate::tasks::evolve(task, event).unwrap());
+    }
+    (task.unwrap(), events)
+}
+
 #[test]
 fn an_effects_state_follows_its_stream() {
     assert_eq!(state(&[]), State::Unknown);
@@ -120,16 +133,8 @@ fn retries_back_off_honour_the_provider_and_stop() {
 #[test]
 fn a_task_in_review_asks_for_one_pull_request_to_its_repositorys_base() {
     use crate::tasks::{
-        decide, evolve, ApprovalPolicy, Command, GithubRef, LinearIssue, Links, MaxAttempts,
-        NewTask, Priority, RunId, Spec, Task,
-    };
-    let apply = |task: Option<Task>, command: Command| -> (Task, Vec<crate::tasks::TaskEvent>) {
-        let events = decide(task.as_ref(), &command, at(0)).unwrap();
-        let mut task = task;
-        for event in &events {
-            task = Some(evolve(task, event).unwrap());
-        }
-        (task.unwrap(), events)
+        ApprovalPolicy, Command, GithubRef, LinearIssue, Links, MaxAttempts, NewTask, Priority,
+        RunId, Spec,
     };
     let repo: crate::tasks::RepoName = "acme/app".parse().unwrap();
     let new = NewTask {
@@ -404,16 +409,8 @@ fn ticket_text_cannot_ping_or_close_anything_on_github_and_stays_readable() {
 #[test]
 fn a_pull_request_from_hostile_ticket_text_has_no_live_mention_or_closing_keyword() {
     use crate::tasks::{
-        decide, evolve, ApprovalPolicy, Command, GithubRef, Links, MaxAttempts, NewTask, Priority,
-        RepoName, RunId, Spec, Task,
-    };
-    let apply = |task: Option<Task>, command: Command| -> (Task, Vec<crate::tasks::TaskEvent>) {
-        let events = decide(task.as_ref(), &command, at(0)).unwrap();
-        let mut task = task;
-        for event in &events {
-            task = Some(evolve(task, event).unwrap());
-        }
-        (task.unwrap(), events)
+        ApprovalPolicy, Command, GithubRef, Links, MaxAttempts, NewTask, Priority, RepoName, RunId,
+        Spec,
     };
     let repo: RepoName = "acme/app".parse().unwrap();
     let new = NewTask {
@@ -461,4 +458,74 @@ fn a_pull_request_from_hostile_ticket_text_has_no_live_mention_or_closing_keywor
         panic!("a comment: {comments:?}");
     };
     assert!(!body.contains("@") && !body.contains("Fixes"), "{body:?}");
+}
+
+#[test]
+fn linear_hears_each_step_as_comments_or_as_session_activities() {
+    use crate::tasks::{
+        ApprovalPolicy, Command, LinearIssue, Links, MaxAttempts, NewTask, Priority, Reason, RunId,
+        Spec,
+    };
+    let new = NewTask {
+        id: "T-4".parse().unwrap(),
+        repo: "acme/app".parse().unwrap(),
+        spec: Spec::new("Fix it", "", "").unwrap(),
+        priority: Priority::Normal,
+        links: Links {
+            linear_issue: Some(LinearIssue::new(uuid::Uuid::from_u128(5), "ENG-4").unwrap()),
+            ..Links::default()
+        },
+        approval: ApprovalPolicy::Auto,
+        max_attempts: MaxAttempts::new(3).unwrap(),
+        ticket_version: None,
+        agent: None,
+    };
+    let (task, _) = apply(None, Command::Create(Box::new(new)));
+    let run = RunId(uuid::Uuid::from_u128(1));
+    let (task, started) = apply(Some(task), Command::Start { run });
+    let config = policy::PolicyConfig::default();
+    let keys =
+        |requests: Vec<Request>| -> Vec<String> { requests.into_iter().map(|r| r.key).collect() };
+    let linear = |event, session| policy::linear(event, &task, session, Some(run), "e-1", &config);
+
+    assert_eq!(
+        keys(linear(&started[0], None)),
+        ["linear:state:e-1", "linear:comment:T-4:started"],
+        "without a session: the state moves and people hear once that work started"
+    );
+    assert_eq!(
+        keys(linear(&started[0], Some("s-1"))),
+        [
+            "linear:state:e-1".to_owned(),
+            format!("linear:activity:{run}:started")
+        ],
+        "with a session: an activity instead of the comment"
+    );
+    let (flagged_task, flagged) = apply(
+        Some(task.clone()),
+        Command::FlagNeedsHuman {
+            reason: Reason::summarize("stuck"),
+        },
+    );
+    let asks = policy::linear(&flagged[0], &flagged_task, None, Some(run), "e-2", &config);
+    assert_eq!(keys(asks), ["linear:state:e-2", "linear:comment:e-2"]);
+    let (cancelled_task, cancelled) = apply(
+        Some(task.clone()),
+        Command::Cancel {
+            reason: Reason::summarize("not needed"),
+        },
+    );
+    let ends = policy::linear(
+        &cancelled[0],
+        &cancelled_task,
+        Some("s-1"),
+        Some(run),
+        "e-3",
+        &config,
+    );
+    assert_eq!(
+        keys(ends),
+        [format!("linear:activity:{run}:end")],
+        "a cancel ends the attempt under way, keyed by its run"
+    );
 }

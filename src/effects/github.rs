@@ -1,0 +1,285 @@
+//! The GitHub policy: a task in review gets one pull request, and the issue it came from hears of it. The
+//! request builders are pure; [`GithubPolicy`] is the `effects:github` loop's side of [`ProviderPolicy`].
+
+use anyhow::Context;
+use chrono::Utc;
+
+use super::policy::PolicyConfig;
+use super::provider::{not_mine, OpenedPullRequest, ProviderPolicy};
+use super::runner::{Effects, ACTOR};
+use super::{Action, Produced, Provider, Request};
+use crate::board::{BoardError, Loaded};
+use crate::eventlog::StoredEvent;
+use crate::providers::github::GithubClient;
+use crate::providers::CallError;
+use crate::tasks::{Command, GithubRef, Links, Task, TaskEvent};
+
+/// The `effects:github` policy: pull requests and issue comments.
+#[derive(Clone, Debug)]
+pub(crate) struct GithubPolicy {
+    client: GithubClient,
+    config: PolicyConfig,
+}
+
+impl GithubPolicy {
+    pub(crate) fn new(client: GithubClient, config: PolicyConfig) -> Self {
+        Self { client, config }
+    }
+}
+
+impl ProviderPolicy for GithubPolicy {
+    fn provider(&self) -> Provider {
+        Provider::Github
+    }
+
+    fn notifies(&self, event: &TaskEvent) -> bool {
+        matches!(event, TaskEvent::SubmittedForReview { .. })
+    }
+
+    async fn requests(
+        &self,
+        _fx: &Effects,
+        _event: &StoredEvent,
+        task_event: &TaskEvent,
+        loaded: &Loaded,
+    ) -> anyhow::Result<Vec<Request>> {
+        Ok(github(task_event, &loaded.task, &self.config))
+    }
+
+    /// The pull request becomes the task's link, and the issue it came from hears of it.
+    async fn pull_request_opened(
+        &self,
+        fx: &Effects,
+        opened: &OpenedPullRequest<'_>,
+    ) -> anyhow::Result<Vec<Request>> {
+        let task = opened.task;
+        let links = Links {
+            github_pr: Some(GithubRef::new(opened.repo.clone(), opened.number)?),
+            ..Links::default()
+        };
+        let linked = match fx
+            .board()
+            .execute(task, &Command::AttachLinks { links }, ACTOR)
+            .await
+        {
+            Ok(outcome) => outcome.task,
+            // Closed and archived tasks, and a task already linked to another pull request, keep what they have.
+            Err(BoardError::Refused(refused)) => {
+                tracing::info!(%task, %refused, "pull request not linked");
+                match fx.board().load(task).await? {
+                    Some(loaded) => loaded.task,
+                    None => return Ok(Vec::new()),
+                }
+            }
+            Err(error) => return Err(error).context("linking the pull request to its task"),
+        };
+        Ok(after_pull_request(
+            &linked,
+            opened.number,
+            opened.url,
+            Utc::now(),
+        ))
+    }
+
+    async fn call(&self, _key: &str, action: &Action) -> Result<Produced, CallError> {
+        match action {
+            Action::GithubOpenPullRequest {
+                repo,
+                head,
+                base,
+                title,
+                body,
+            } => {
+                self.client
+                    .open_pull_request(repo, head, base, title, body)
+                    .await
+            }
+            Action::GithubComment {
+                repo,
+                number,
+                body,
+                since,
+            } => {
+                let marker = body.lines().last().unwrap_or_default();
+                self.client
+                    .comment(repo, *number, body, marker, *since)
+                    .await
+            }
+            other => Err(not_mine(Provider::Github, other)),
+        }
+    }
+}
+
+/// The GitHub requests `event` (one of `task`'s events) asks for.
+pub fn github(event: &TaskEvent, task: &Task, config: &PolicyConfig) -> Vec<Request> {
+    match event {
+        // One pull request per task: a later attempt pushes to the same branch, which updates it.
+        TaskEvent::SubmittedForReview { branch, .. } => vec![Request {
+            key: format!("github:pr:{}", task.id()),
+            task: Some(task.id()),
+            action: Action::GithubOpenPullRequest {
+                repo: task.repo().clone(),
+                head: branch.clone(),
+                base: config.base_for(task.repo()),
+                title: format!("{}: {}", task.id(), inert(&task.title())),
+                body: pull_request_body(task),
+            },
+        }],
+        _ => Vec::new(),
+    }
+}
+
+/// Once the task's pull request is open: a comment on the GitHub issue it came from, pointing at it (once per
+/// task; the marker on its last line lets a repeat find it).
+pub fn after_pull_request(
+    task: &Task,
+    number: u64,
+    url: &str,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Vec<Request> {
+    let Some(issue) = &task.links().github_issue else {
+        return Vec::new();
+    };
+    let key = format!("github:comment:{}:pull-request", task.id());
+    let pull = if &issue.repo == task.repo() {
+        format!("#{number}")
+    } else {
+        url.to_owned()
+    };
+    vec![Request {
+        key: key.clone(),
+        task: Some(task.id()),
+        action: Action::GithubComment {
+            repo: issue.repo.clone(),
+            number: issue.number.get(),
+            body: format!(
+                "pidevops worked on this as {} and opened {pull} for review (attempt {} of {}).\n\n{}",
+                task.id(),
+                task.attempts(),
+                task.max_attempts().get(),
+                super::marker(&key)
+            ),
+            since: now - chrono::Duration::minutes(10),
+        },
+    }]
+}
+
+/// The pull request's description: the spec, where the task came from, and how many attempts it took.
+pub fn pull_request_body(task: &Task) -> String {
+    let spec = task.spec();
+    // Ticket text is untrusted: only the "From" line below may reference the source issue.
+    let mut body = format!("## Task\n{}\n", inert(spec.task()));
+    if !spec.scope().is_empty() {
+        body.push_str(&format!("\n## Scope\n{}\n", inert(spec.scope())));
+    }
+    if !spec.done_when().is_empty() {
+        body.push_str(&format!("\n## Done when\n{}\n", inert(spec.done_when())));
+    }
+    let links = task.links();
+    let mut from = Vec::new();
+    if let Some(issue) = &links.github_issue {
+        // `Closes` only works within the repository; elsewhere it is a plain reference.
+        if &issue.repo == task.repo() {
+            from.push(format!("Closes #{}", issue.number));
+        } else {
+            from.push(format!("{issue}"));
+        }
+    }
+    if let Some(linear) = &links.linear_issue {
+        from.push(format!("Linear {}", linear.identifier()));
+    }
+    if let Some(telegram) = &links.telegram {
+        from.push(format!("Telegram message {telegram}"));
+    }
+    body.push_str("\n---\n");
+    if !from.is_empty() {
+        body.push_str(&format!("From: {}\n", from.join(", ")));
+    }
+    body.push_str(&format!(
+        "Opened by pidevops for {} after attempt {} of {}.\n",
+        task.id(),
+        task.attempts(),
+        task.max_attempts().get()
+    ));
+    body
+}
+
+/// GitHub's closing keywords (any case); followed by a reference they close it when the pull request merges.
+const CLOSING_KEYWORDS: [&str; 9] = [
+    "close", "closes", "closed", "fix", "fixes", "fixed", "resolve", "resolves", "resolved",
+];
+
+/// Whether the text after a closing keyword could be what it closes (`#1`, `o/r#1`, a URL, `GH-1`): after an
+/// optional `:` and spaces, anything but a plain word. "Fix the redirect" stays as typed.
+fn names_something(after: &[char]) -> bool {
+    let mut rest = after;
+    if rest.first() == Some(&':') {
+        rest = &rest[1..];
+    }
+    let token: String = rest
+        .iter()
+        .skip_while(|c| c.is_whitespace())
+        .take_while(|c| !c.is_whitespace())
+        .collect();
+    let plain = token.starts_with(|c: char| c.is_ascii_alphabetic())
+        && !token.contains(['#', '/', ':', '&'])
+        && !token.to_ascii_lowercase().starts_with("gh-");
+    !plain
+}
+
+/// Untrusted text made inert for GitHub, still readable: a zero-width space (U+200B, what Dependabot and
+/// Renovate use) after every `@` (no mention or team ping), after a `#` that starts a reference (`#12`,
+/// `org/repo#12`) and after `GH-`, and inside a closing keyword followed by what it could close; `&` before an
+/// entity is escaped so
+/// `&#64;` cannot render into an `@` after this pass. Markdown headings (`# `, `##`) keep working.
+pub fn inert(text: &str) -> String {
+    const ZWSP: char = '\u{200B}';
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        // Whole runs of letters, so a keyword is found whatever precedes it.
+        if c.is_ascii_alphabetic() {
+            let end = (i..chars.len())
+                .find(|&j| !chars[j].is_ascii_alphabetic())
+                .unwrap_or(chars.len());
+            let word: String = chars[i..end].iter().collect();
+            let lower = word.to_ascii_lowercase();
+            if CLOSING_KEYWORDS.contains(&lower.as_str()) && names_something(&chars[end..]) {
+                out.push(c);
+                out.push(ZWSP);
+                out.push_str(&word[1..]);
+                i = end;
+                continue;
+            }
+            if lower == "gh"
+                && chars.get(end) == Some(&'-')
+                && chars.get(end + 1).is_some_and(char::is_ascii_digit)
+            {
+                out.push_str(&word);
+                out.push('-');
+                out.push(ZWSP);
+                i = end + 1;
+                continue;
+            }
+            out.push_str(&word);
+            i = end;
+            continue;
+        }
+        out.push(c);
+        match c {
+            '@' if next != Some(ZWSP) => out.push(ZWSP),
+            '#' if next.is_some_and(|n| n != '#' && n != ZWSP && !n.is_whitespace()) => {
+                out.push(ZWSP)
+            }
+            '&' if next.is_some_and(|n| n == '#' || n.is_ascii_alphabetic()) => {
+                out.push_str("amp;")
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out
+}

@@ -1,0 +1,407 @@
+//! The Telegram policy: notices of the tasks' state changes and digests to the allowed chats, and the bot (its
+//! commands and buttons, in `bot.rs`). The request builders are pure; [`TelegramPolicy`] is the
+//! `effects:telegram` loop's side of [`ProviderPolicy`], and keeps to Telegram's rate limits.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use chrono::Utc;
+
+use super::bot;
+use super::policy::PolicyConfig;
+use super::provider::{not_mine, ProviderPolicy};
+use super::runner::{Effects, EffectsProgress, Settled};
+use super::{Action, Produced, Provider, Request};
+use crate::board::Loaded;
+use crate::domain::Source;
+use crate::eventlog::StoredEvent;
+use crate::providers::telegram::TelegramClient;
+use crate::providers::CallError;
+use crate::tasks::{Task, TaskEvent};
+
+/// The `effects:telegram` policy: notifications to `config.telegram_chats`, digests, and the bot.
+#[derive(Clone, Debug)]
+pub(crate) struct TelegramPolicy {
+    client: TelegramClient,
+    config: PolicyConfig,
+    /// When this process last sent to each Telegram chat, and at all (Telegram's rate limits).
+    sent: Arc<Mutex<Sent>>,
+    /// The command menu is settled for this process (set, or failed for good).
+    menu_settled: Arc<AtomicBool>,
+}
+
+#[derive(Debug, Default)]
+struct Sent {
+    per_chat: std::collections::HashMap<i64, Instant>,
+    last: Option<Instant>,
+}
+
+impl TelegramPolicy {
+    pub(crate) fn new(client: TelegramClient, config: PolicyConfig) -> Self {
+        Self {
+            client,
+            config,
+            sent: Default::default(),
+            menu_settled: Default::default(),
+        }
+    }
+
+    /// The bot's command menu, once per menu (its key names the menu's content): a changed menu is set again
+    /// after a deploy, the same one never. Does not hold back the tick: a failure is retried on its own schedule.
+    async fn set_menu(&self, fx: &Effects) -> anyhow::Result<()> {
+        let commands = bot::menu();
+        let digest = {
+            use sha2::Digest;
+            let text = serde_json::to_string(&commands)?;
+            hex::encode(&sha2::Sha256::digest(text.as_bytes())[..6])
+        };
+        let request = Request {
+            key: format!("telegram:set-my-commands:{digest}"),
+            task: None,
+            action: Action::TelegramSetCommands { commands },
+        };
+        let mut progress = EffectsProgress::default();
+        if let Settled::Yes = fx.ask(&request, 0, &mut progress).await? {
+            self.menu_settled.store(true, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// A digest schedule fired: the board, once per chat and slot.
+    async fn digest(
+        &self,
+        fx: &Effects,
+        event: &StoredEvent,
+        progress: &mut EffectsProgress,
+    ) -> anyhow::Result<Settled> {
+        let Ok(crate::cron::CronEvent::Fired {
+            slot, digest: true, ..
+        }) = serde_json::from_slice(&event.body)
+        else {
+            return Ok(Settled::Yes);
+        };
+        let schedule = event
+            .stream
+            .as_deref()
+            .and_then(|s| s.strip_prefix(crate::cron::CRON_STREAM_PREFIX))
+            .unwrap_or("digest")
+            .to_owned();
+        // Written once, when first asked for: a replay drives what was recorded and never rewrites it.
+        let mut html: Option<String> = None;
+        for chat in &self.config.telegram_chats {
+            let key = format!("telegram:digest:{schedule}:{}:{chat}", slot.to_rfc3339());
+            let fresh = !fx.requested(&key).await?;
+            let text = if !fresh {
+                String::new()
+            } else {
+                if html.is_none() {
+                    let rows = crate::projectors::tasks::list(
+                        fx.log().store(),
+                        &crate::projectors::tasks::TaskFilter::default(),
+                    )
+                    .await
+                    .context("reading the board for the digest")?;
+                    html = Some(digest(&schedule, &rows, Utc::now()));
+                }
+                html.clone().unwrap_or_default()
+            };
+            let request = Request {
+                key,
+                task: None,
+                action: Action::TelegramSend {
+                    chat: *chat,
+                    html: text,
+                    buttons: Vec::new(),
+                },
+            };
+            if fresh {
+                fx.request(&request, event.position).await?;
+            }
+            if let waiting @ Settled::Waiting(_) = fx.drive(&request, progress).await? {
+                return Ok(waiting);
+            }
+        }
+        Ok(Settled::Yes)
+    }
+}
+
+impl ProviderPolicy for TelegramPolicy {
+    fn provider(&self) -> Provider {
+        Provider::Telegram
+    }
+
+    async fn prepare(&self, fx: &Effects) -> anyhow::Result<()> {
+        if !self.menu_settled.load(Ordering::Relaxed) {
+            self.set_menu(fx).await?;
+        }
+        Ok(())
+    }
+
+    /// The bot's messages and button presses, and digests.
+    async fn own_event(
+        &self,
+        fx: &Effects,
+        event: &StoredEvent,
+        progress: &mut EffectsProgress,
+    ) -> anyhow::Result<Option<Settled>> {
+        if event.source == Source::Telegram.as_str() {
+            let settled = match event.event_type.as_str() {
+                "telegram.message" => bot::command(fx, &self.config, event, progress).await?,
+                "telegram.callback_query" => bot::button(fx, &self.config, event, progress).await?,
+                _ => Settled::Yes,
+            };
+            return Ok(Some(settled));
+        }
+        if event.source == Source::Pidevops.as_str() && event.event_type == "cron.fired" {
+            return self.digest(fx, event, progress).await.map(Some);
+        }
+        Ok(None)
+    }
+
+    fn notifies(&self, event: &TaskEvent) -> bool {
+        telegram_notifies(event)
+    }
+
+    async fn requests(
+        &self,
+        _fx: &Effects,
+        event: &StoredEvent,
+        task_event: &TaskEvent,
+        loaded: &Loaded,
+    ) -> anyhow::Result<Vec<Request>> {
+        let history: Vec<(i64, chrono::DateTime<Utc>, &str)> = loaded
+            .events
+            .iter()
+            .map(|e| (e.position, e.occurred_at, e.event_type.as_str()))
+            .collect();
+        if repeat_in_cooldown(&history, event.position, self.config.telegram_cooldown) {
+            tracing::debug!(
+                position = event.position,
+                "a repeat inside the cooldown: not sent"
+            );
+            return Ok(Vec::new());
+        }
+        Ok(telegram(
+            task_event,
+            &loaded.task,
+            &event.id.to_string(),
+            &self.config.telegram_chats,
+        ))
+    }
+
+    /// Telegram allows a bot about one message a second per chat and 30 a second in all: when the next message
+    /// would break that, the time it may go.
+    fn not_before(&self, action: &Action) -> Option<chrono::DateTime<Utc>> {
+        let Action::TelegramSend { chat, .. } = action else {
+            return None;
+        };
+        let sent = self.sent.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let per_chat = sent
+            .per_chat
+            .get(chat)
+            .map(|at| *at + Duration::from_secs(1));
+        let overall = sent
+            .last
+            .map(|at| at + Duration::from_millis(1000 / 30 + 1));
+        let free = per_chat.into_iter().chain(overall).max()?;
+        (free > now)
+            .then(|| Utc::now() + chrono::Duration::from_std(free - now).unwrap_or_default())
+    }
+
+    fn sent(&self, action: &Action) {
+        if let Action::TelegramSend { chat, .. } = action {
+            let mut sent = self.sent.lock().unwrap_or_else(|p| p.into_inner());
+            let now = Instant::now();
+            sent.per_chat.insert(*chat, now);
+            sent.last = Some(now);
+        }
+    }
+
+    async fn call(&self, _key: &str, action: &Action) -> Result<Produced, CallError> {
+        match action {
+            Action::TelegramSetCommands { commands } => self.client.set_my_commands(commands).await,
+            Action::TelegramAnswerCallback { callback, text } => {
+                self.client.answer_callback(callback, text).await
+            }
+            Action::TelegramSend {
+                chat,
+                html,
+                buttons,
+            } => self.client.send_message(*chat, html, buttons).await,
+            other => Err(not_mine(Provider::Telegram, other)),
+        }
+    }
+}
+
+/// Whether a task event is news for Telegram (checked before the task is loaded).
+pub fn telegram_notifies(event: &TaskEvent) -> bool {
+    matches!(
+        event,
+        TaskEvent::FlaggedNeedsHuman { .. }
+            | TaskEvent::SubmittedForReview { .. }
+            | TaskEvent::Completed { .. }
+            | TaskEvent::Cancelled { .. }
+            | TaskEvent::Created(_)
+    )
+}
+
+/// One message per chat for each state change people act on: a task waiting for approval, in review, done,
+/// cancelled, and each needs-human episode (the domain records one flag per episode, so a task that stays
+/// flagged is not announced again). Keyed by the event, so a replay sends nothing twice.
+pub fn telegram(event: &TaskEvent, task: &Task, event_id: &str, chats: &[i64]) -> Vec<Request> {
+    use crate::providers::telegram::{escape, fit};
+    let head = format!(
+        "<b>{}</b> {} <i>({})</i>",
+        task.id(),
+        escape(&task.title()),
+        escape(task.repo().as_str())
+    );
+    let text = match event {
+        TaskEvent::Created(created) if created.approval == crate::tasks::ApprovalPolicy::Manual => {
+            format!(
+                "🆕 {head}\nwaits for approval: /approve {} or /reject {}",
+                task.id(),
+                task.id()
+            )
+        }
+        TaskEvent::FlaggedNeedsHuman { reason, .. } => format!(
+            "⚠️ {head}\nneeds a human: {}\n/retry {} or /cancel {}",
+            escape(reason.as_str()),
+            task.id(),
+            task.id()
+        ),
+        TaskEvent::SubmittedForReview { branch, .. } => format!(
+            "👀 {head}\nready for review on <code>{}</code> (attempt {} of {})",
+            escape(branch.as_str()),
+            task.attempts(),
+            task.max_attempts().get()
+        ),
+        TaskEvent::Completed { .. } => format!("✅ {head}\ndone"),
+        TaskEvent::Cancelled { reason, .. } => {
+            format!("✖️ {head}\ncancelled: {}", escape(reason.as_str()))
+        }
+        _ => return Vec::new(),
+    };
+    let html = fit(&text);
+    // Callback data stays far under Telegram's 64 bytes: a verb and a task id.
+    let button = |label: &str, verb: &str| (label.to_owned(), format!("{verb}:{}", task.id()));
+    let buttons = match event {
+        TaskEvent::Created(_) => vec![button("Approve", "approve"), button("Reject", "reject")],
+        TaskEvent::FlaggedNeedsHuman { .. } => {
+            vec![button("Retry", "retry"), button("Cancel", "cancel")]
+        }
+        _ => Vec::new(),
+    };
+    chats
+        .iter()
+        .map(|chat| Request {
+            key: format!("telegram:notify:{chat}:{event_id}"),
+            task: Some(task.id()),
+            action: Action::TelegramSend {
+                chat: *chat,
+                html: html.clone(),
+                buttons: buttons.clone(),
+            },
+        })
+        .collect()
+}
+
+/// The board in one Telegram message, for a digest schedule: counts per column, what needs a human, what waits
+/// for review, what was done since the day before. Pure: the rows as the read model has them.
+pub fn digest(
+    schedule: &str,
+    rows: &[crate::projectors::tasks::TaskRow],
+    now: chrono::DateTime<chrono::Utc>,
+) -> String {
+    use crate::providers::telegram::{escape, fit};
+    use crate::tasks::Column;
+    let count = |column: Column| rows.iter().filter(|r| r.column == column).count();
+    let done_today: Vec<_> = rows
+        .iter()
+        .filter(|r| r.column == Column::Done && now - r.updated_at < chrono::Duration::days(1))
+        .collect();
+    let mut text = format!(
+        "📋 <b>Digest</b> <i>({})</i>\ntriage {} · todo {} · in progress {} · in review {} · done in the last day {}",
+        escape(schedule),
+        count(Column::Triage),
+        count(Column::Todo),
+        count(Column::InProgress),
+        count(Column::InReview),
+        done_today.len()
+    );
+    let line =
+        |r: &crate::projectors::tasks::TaskRow| format!("\n• <b>{}</b> {}", r.id, escape(&r.title));
+    let flagged: Vec<_> = rows.iter().filter(|r| r.needs_human).collect();
+    if !flagged.is_empty() {
+        text.push_str("\n\n⚠️ needs a human:");
+        for r in flagged.iter().take(10) {
+            text.push_str(&line(r));
+            if let Some(reason) = &r.needs_human_reason {
+                text.push_str(&format!(" — {}", escape(reason)));
+            }
+        }
+    }
+    let review: Vec<_> = rows
+        .iter()
+        .filter(|r| r.column == Column::InReview)
+        .collect();
+    if !review.is_empty() {
+        text.push_str("\n\n👀 in review:");
+        for r in review.iter().take(10) {
+            text.push_str(&line(r));
+        }
+    }
+    if !done_today.is_empty() {
+        text.push_str("\n\n✅ done:");
+        for r in done_today.iter().take(10) {
+            text.push_str(&line(r));
+        }
+    }
+    fit(&text)
+}
+
+/// The Telegram cooldown from `[telegram] cooldown_s` (default 600).
+pub fn telegram_cooldown(tables: &crate::config::file::Tables) -> Result<chrono::Duration, String> {
+    Some(tables.telegram.cooldown_s)
+        .filter(|s| (0..=86_400).contains(s))
+        .map(chrono::Duration::seconds)
+        .ok_or_else(|| {
+            "telegram.cooldown_s must be a whole number of seconds from 0 to 86400".to_owned()
+        })
+}
+
+/// Whether the notice for the task event at `position` is a repeat inside the cooldown: of the same kind as one
+/// sent less than `cooldown` before it. Pure and decided from the task's own history (its events' kinds and
+/// times, in order), so a replay decides the same; a notice held back does not restart the cooldown.
+pub fn repeat_in_cooldown(
+    history: &[(i64, chrono::DateTime<chrono::Utc>, &str)],
+    position: i64,
+    cooldown: chrono::Duration,
+) -> bool {
+    let Some((_, _, kind)) = history.iter().find(|(p, _, _)| *p == position) else {
+        return false;
+    };
+    if !matches!(
+        *kind,
+        "task.submitted_for_review" | "task.flagged_needs_human"
+    ) {
+        return false;
+    }
+    let mut last_sent: Option<chrono::DateTime<chrono::Utc>> = None;
+    for (p, at, k) in history {
+        if k != kind {
+            continue;
+        }
+        let sent = last_sent.is_none_or(|last| *at - last >= cooldown);
+        if *p == position {
+            return !sent;
+        }
+        if sent {
+            last_sent = Some(*at);
+        }
+    }
+    false
+}
