@@ -1,0 +1,133 @@
+use super::*;
+
+#[test]
+fn defaults_are_the_embedded_database_and_port_8080() {
+    let s = Settings::from_env(&Env::default()).unwrap();
+    assert_eq!(s.port, 8080);
+    assert_eq!(
+        s.database,
+        DatabaseUrl::Sqlite(DatabaseUrl::EMBEDDED_DEFAULT.into())
+    );
+    assert!(!s.github_webhook_secret.is_set());
+    assert!(s.admin_token.is_none());
+}
+
+#[test]
+fn a_bad_value_names_its_variable() {
+    let err = Settings::from_env(&Env::from_pairs([("PORT", "eighty")])).unwrap_err();
+    assert!(err.to_string().starts_with("PORT is invalid"), "{err}");
+    let err = Settings::from_env(&Env::from_pairs([("DATABASE_URL", "mysql://x")])).unwrap_err();
+    assert!(
+        err.to_string().starts_with("DATABASE_URL is invalid"),
+        "{err}"
+    );
+    let err = Settings::from_env(&Env::from_pairs([("LOG_FORMAT", "xml")])).unwrap_err();
+    assert!(
+        err.to_string().starts_with("LOG_FORMAT is invalid"),
+        "{err}"
+    );
+    let err = Settings::from_env(&Env::from_pairs([("PIDEVOPS_HEARTBEAT_INTERVAL_S", "-1")]))
+        .unwrap_err();
+    assert!(
+        err.to_string().starts_with("PIDEVOPS_HEARTBEAT_INTERVAL_S"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_bad_bot_token_is_refused_without_echoing_it() {
+    let err = Settings::from_env(&Env::from_pairs([("TELEGRAM_BOT_TOKEN", "sekrit-value")]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("TELEGRAM_BOT_TOKEN is invalid"), "{err}");
+    assert!(!err.contains("sekrit"), "{err}");
+    let ok = Settings::from_env(&Env::from_pairs([("TELEGRAM_BOT_TOKEN", "12345:abc")])).unwrap();
+    assert_eq!(ok.telegram_bot_id.as_deref(), Some("12345"));
+}
+
+#[test]
+fn a_short_admin_token_is_refused_naming_the_minimum() {
+    let short = "x".repeat(MIN_ADMIN_TOKEN_CHARS - 1);
+    let err = Settings::from_env(&Env::from_pairs([("PIDEVOPS_ADMIN_TOKEN", short.as_str())]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("PIDEVOPS_ADMIN_TOKEN is invalid"), "{err}");
+    assert!(err.contains("at least 24 characters"), "{err}");
+    assert!(!err.contains(&short), "{err}");
+    let long = "x".repeat(MIN_ADMIN_TOKEN_CHARS);
+    let ok = Settings::from_env(&Env::from_pairs([("PIDEVOPS_ADMIN_TOKEN", long.as_str())]));
+    assert!(ok.unwrap().admin_token_matches(&long));
+}
+
+#[test]
+fn blank_values_count_as_unset() {
+    let s = Settings::from_env(&Env::from_pairs([
+        ("GITHUB_WEBHOOK_SECRET", "  "),
+        ("DATABASE_URL", ""),
+    ]))
+    .unwrap();
+    assert!(!s.github_webhook_secret.is_set());
+    assert_eq!(s.database.kind(), "sqlite");
+}
+
+#[test]
+fn secrets_do_not_appear_in_debug_output() {
+    let s = Settings::from_env(&Env::from_pairs([
+        ("GITHUB_WEBHOOK_SECRET", "gh-very-secret"),
+        ("PIDEVOPS_ADMIN_TOKEN", "admin-very-secret-and-long-enough"),
+    ]))
+    .unwrap();
+    let printed = format!("{s:?}");
+    assert!(!printed.contains("very-secret"), "{printed}");
+}
+
+#[test]
+fn passwords_are_redacted_from_database_urls() {
+    let url = DatabaseUrl::parse("postgres://app:hunter2@db:5432/x").unwrap();
+    assert_eq!(url.redacted(), "postgres://app:***@db:5432/x");
+    let url = DatabaseUrl::parse("postgres://app@db/x").unwrap();
+    assert_eq!(url.redacted(), "postgres://app@db/x");
+}
+
+#[test]
+fn a_missing_config_file_named_explicitly_is_an_error() {
+    let err = Settings::from_env(&Env::from_pairs([(
+        "PIDEVOPS_CONFIG",
+        "/nonexistent/pidevops.toml",
+    )]))
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("/nonexistent/pidevops.toml"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bus_names_leases_and_instance_ids_are_validated() {
+    let s = Settings::from_env(&Env::from_pairs([
+        ("PIDEVOPS_NATS_STREAM", "STAGING_EVENTS"),
+        ("PIDEVOPS_NATS_SUBJECT_PREFIX", "staging.events"),
+        ("PIDEVOPS_INSTANCE_ID", "web-1"),
+    ]))
+    .unwrap();
+    assert_eq!(s.bus.stream, "STAGING_EVENTS");
+    assert_eq!(s.bus.subject_prefix, "staging.events");
+    assert_eq!(s.instance_id, "web-1");
+    assert_eq!(s.lease_ttl, Duration::from_secs(15));
+    for (key, value) in [
+        ("PIDEVOPS_NATS_STREAM", "has.dots"),
+        ("PIDEVOPS_NATS_STREAM", "wild*"),
+        ("PIDEVOPS_NATS_SUBJECT_PREFIX", "a..b"),
+        ("PIDEVOPS_NATS_SUBJECT_PREFIX", "a.>"),
+        ("PIDEVOPS_LEASE_TTL_S", "1"),
+    ] {
+        let err = Settings::from_env(&Env::from_pairs([(key, value)])).unwrap_err();
+        assert!(err.to_string().contains(key), "{key}={value}: {err}");
+    }
+    let a = Settings::from_env(&Env::from_pairs([])).unwrap();
+    let b = Settings::from_env(&Env::from_pairs([])).unwrap();
+    assert!(a.instance_id.contains(&std::process::id().to_string()));
+    // Random tags differ almost always; a collision of 16 bits twice in a row would be astonishing.
+    let c = Settings::from_env(&Env::from_pairs([])).unwrap();
+    assert!(a.instance_id != b.instance_id || b.instance_id != c.instance_id);
+}
