@@ -67,157 +67,181 @@ const FAILED: [&str; 3] = ["failure", "timed_out", "startup_failure"];
 /// Decides what `event_type` with `payload` asks of its task. `bot_login`: pidevops's own GitHub account, whose
 /// reviews and comments never send a task back (they would loop).
 pub fn decide(event_type: &str, payload: &Value, bot_login: Option<&str>) -> Reaction {
-    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
-    let ours = |login: &Value| {
-        bot_login.is_some_and(|bot| bot.eq_ignore_ascii_case(login.as_str().unwrap_or_default()))
-    };
     match event_type {
-        "github.check_suite.completed" => {
-            let suite = &payload["check_suite"];
-            let Some(task) = task_of(&suite["head_branch"]) else {
-                return Reaction::None;
-            };
-            let conclusion = text(&suite["conclusion"]);
-            if !FAILED.contains(&conclusion.as_str()) {
-                return Reaction::Ignore {
-                    task,
-                    why: format!("check suite concluded {conclusion}"),
-                };
-            }
-            let app = suite["app"]["name"].as_str().unwrap_or("a CI app");
-            Reaction::ChecksFailed {
-                task,
-                sha: text(&suite["head_sha"]),
-                summary: format!("{app} check suite concluded {conclusion}"),
-            }
-        }
-        "github.check_run.completed" => {
-            let run = &payload["check_run"];
-            let Some(task) = task_of(&run["check_suite"]["head_branch"]) else {
-                return Reaction::None;
-            };
-            let conclusion = text(&run["conclusion"]);
-            if !FAILED.contains(&conclusion.as_str()) {
-                return Reaction::Ignore {
-                    task,
-                    why: format!("check run concluded {conclusion}"),
-                };
-            }
-            let mut summary = format!("{} concluded {conclusion}", text(&run["name"]));
-            for part in [&run["output"]["title"], &run["output"]["summary"]] {
-                if let Some(part) = part.as_str().filter(|p| !p.trim().is_empty()) {
-                    summary.push_str(&format!("\n{}", part.trim()));
-                }
-            }
-            if let Some(url) = run["details_url"].as_str().or(run["html_url"].as_str()) {
-                summary.push_str(&format!("\n{url}"));
-            }
-            Reaction::ChecksFailed {
-                task,
-                sha: text(&run["head_sha"]),
-                summary: clip(&summary),
-            }
-        }
-        "github.workflow_run.completed" => {
-            let run = &payload["workflow_run"];
-            let Some(task) = task_of(&run["head_branch"]) else {
-                return Reaction::None;
-            };
-            let conclusion = text(&run["conclusion"]);
-            if !FAILED.contains(&conclusion.as_str()) {
-                return Reaction::Ignore {
-                    task,
-                    why: format!("workflow run concluded {conclusion}"),
-                };
-            }
-            let name = run["name"]
-                .as_str()
-                .filter(|n| !n.is_empty())
-                .or(payload["workflow"]["name"].as_str())
-                .unwrap_or("a workflow");
-            Reaction::ChecksFailed {
-                task,
-                sha: text(&run["head_sha"]),
-                summary: format!(
-                    "workflow {name} concluded {conclusion} ({})",
-                    text(&run["html_url"])
-                ),
-            }
-        }
-        "github.pull_request_review.submitted" => {
-            let Some(task) = task_of(&payload["pull_request"]["head"]["ref"]) else {
-                return Reaction::None;
-            };
-            let review = &payload["review"];
-            if ours(&review["user"]["login"]) {
-                return Reaction::Ignore {
-                    task,
-                    why: "a review by pidevops's own account".into(),
-                };
-            }
-            if !review["state"]
-                .as_str()
-                .unwrap_or_default()
-                .eq_ignore_ascii_case("changes_requested")
-            {
-                return Reaction::Ignore {
-                    task,
-                    why: format!("a review that is {}", text(&review["state"])),
-                };
-            }
-            Reaction::ChangesRequested {
-                task,
-                by: text(&review["user"]["login"]),
-                body: clip(review["body"].as_str().unwrap_or_default()),
-            }
-        }
-        "github.pull_request_review_comment.created" => {
-            let Some(task) = task_of(&payload["pull_request"]["head"]["ref"]) else {
-                return Reaction::None;
-            };
-            let comment = &payload["comment"];
-            if ours(&comment["user"]["login"]) {
-                return Reaction::Ignore {
-                    task,
-                    why: "a comment by pidevops's own account".into(),
-                };
-            }
-            let place = match comment["line"].as_u64() {
-                Some(line) => format!("{}:{line}", text(&comment["path"])),
-                None => text(&comment["path"]),
-            };
-            Reaction::ReviewComment {
-                task,
-                text: clip(&format!(
-                    "{} on {place}: {}",
-                    text(&comment["user"]["login"]),
-                    text(&comment["body"])
-                )),
-            }
-        }
-        "github.pull_request.closed" => {
-            let pr = &payload["pull_request"];
-            let Some(task) = task_of(&pr["head"]["ref"]) else {
-                return Reaction::None;
-            };
-            if pr["merged"].as_bool() == Some(true) {
-                let by = pr["merged_by"]["login"]
-                    .as_str()
-                    .or(payload["sender"]["login"].as_str())
-                    .unwrap_or("someone")
-                    .to_owned();
-                Reaction::Merged { task, by }
-            } else {
-                Reaction::ClosedUnmerged {
-                    task,
-                    by: payload["sender"]["login"]
-                        .as_str()
-                        .unwrap_or("someone")
-                        .to_owned(),
-                }
-            }
-        }
+        "github.check_suite.completed" => check_suite(payload),
+        "github.check_run.completed" => check_run(payload),
+        "github.workflow_run.completed" => workflow_run(payload),
+        "github.pull_request_review.submitted" => review_submitted(payload, bot_login),
+        "github.pull_request_review_comment.created" => review_comment(payload, bot_login),
+        "github.pull_request.closed" => pull_request_closed(payload),
         _ => Reaction::None,
+    }
+}
+
+/// A string field, or empty.
+fn text(v: &Value) -> String {
+    v.as_str().unwrap_or_default().to_owned()
+}
+
+/// Whether `login` is pidevops's own account.
+fn ours(bot_login: Option<&str>, login: &Value) -> bool {
+    bot_login.is_some_and(|bot| bot.eq_ignore_ascii_case(login.as_str().unwrap_or_default()))
+}
+
+/// A check suite finished: a failure sends the task back.
+fn check_suite(payload: &Value) -> Reaction {
+    let suite = &payload["check_suite"];
+    let Some(task) = task_of(&suite["head_branch"]) else {
+        return Reaction::None;
+    };
+    let conclusion = text(&suite["conclusion"]);
+    if !FAILED.contains(&conclusion.as_str()) {
+        return Reaction::Ignore {
+            task,
+            why: format!("check suite concluded {conclusion}"),
+        };
+    }
+    let app = suite["app"]["name"].as_str().unwrap_or("a CI app");
+    Reaction::ChecksFailed {
+        task,
+        sha: text(&suite["head_sha"]),
+        summary: format!("{app} check suite concluded {conclusion}"),
+    }
+}
+
+/// A check run finished: a failure sends the task back with its output's title, summary and link.
+fn check_run(payload: &Value) -> Reaction {
+    let run = &payload["check_run"];
+    let Some(task) = task_of(&run["check_suite"]["head_branch"]) else {
+        return Reaction::None;
+    };
+    let conclusion = text(&run["conclusion"]);
+    if !FAILED.contains(&conclusion.as_str()) {
+        return Reaction::Ignore {
+            task,
+            why: format!("check run concluded {conclusion}"),
+        };
+    }
+    let mut summary = format!("{} concluded {conclusion}", text(&run["name"]));
+    for part in [&run["output"]["title"], &run["output"]["summary"]] {
+        if let Some(part) = part.as_str().filter(|p| !p.trim().is_empty()) {
+            summary.push_str(&format!("\n{}", part.trim()));
+        }
+    }
+    if let Some(url) = run["details_url"].as_str().or(run["html_url"].as_str()) {
+        summary.push_str(&format!("\n{url}"));
+    }
+    Reaction::ChecksFailed {
+        task,
+        sha: text(&run["head_sha"]),
+        summary: clip(&summary),
+    }
+}
+
+/// A workflow run finished: a failure sends the task back.
+fn workflow_run(payload: &Value) -> Reaction {
+    let run = &payload["workflow_run"];
+    let Some(task) = task_of(&run["head_branch"]) else {
+        return Reaction::None;
+    };
+    let conclusion = text(&run["conclusion"]);
+    if !FAILED.contains(&conclusion.as_str()) {
+        return Reaction::Ignore {
+            task,
+            why: format!("workflow run concluded {conclusion}"),
+        };
+    }
+    let name = run["name"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+        .or(payload["workflow"]["name"].as_str())
+        .unwrap_or("a workflow");
+    Reaction::ChecksFailed {
+        task,
+        sha: text(&run["head_sha"]),
+        summary: format!(
+            "workflow {name} concluded {conclusion} ({})",
+            text(&run["html_url"])
+        ),
+    }
+}
+
+/// A review: requested changes send the task back, unless pidevops wrote them.
+fn review_submitted(payload: &Value, bot_login: Option<&str>) -> Reaction {
+    let Some(task) = task_of(&payload["pull_request"]["head"]["ref"]) else {
+        return Reaction::None;
+    };
+    let review = &payload["review"];
+    if ours(bot_login, &review["user"]["login"]) {
+        return Reaction::Ignore {
+            task,
+            why: "a review by pidevops's own account".into(),
+        };
+    }
+    if !review["state"]
+        .as_str()
+        .unwrap_or_default()
+        .eq_ignore_ascii_case("changes_requested")
+    {
+        return Reaction::Ignore {
+            task,
+            why: format!("a review that is {}", text(&review["state"])),
+        };
+    }
+    Reaction::ChangesRequested {
+        task,
+        by: text(&review["user"]["login"]),
+        body: clip(review["body"].as_str().unwrap_or_default()),
+    }
+}
+
+/// A reviewer's line comment, unless pidevops wrote it.
+fn review_comment(payload: &Value, bot_login: Option<&str>) -> Reaction {
+    let Some(task) = task_of(&payload["pull_request"]["head"]["ref"]) else {
+        return Reaction::None;
+    };
+    let comment = &payload["comment"];
+    if ours(bot_login, &comment["user"]["login"]) {
+        return Reaction::Ignore {
+            task,
+            why: "a comment by pidevops's own account".into(),
+        };
+    }
+    let place = match comment["line"].as_u64() {
+        Some(line) => format!("{}:{line}", text(&comment["path"])),
+        None => text(&comment["path"]),
+    };
+    Reaction::ReviewComment {
+        task,
+        text: clip(&format!(
+            "{} on {place}: {}",
+            text(&comment["user"]["login"]),
+            text(&comment["body"])
+        )),
+    }
+}
+
+/// The pull request closed: merged, or closed unmerged.
+fn pull_request_closed(payload: &Value) -> Reaction {
+    let pr = &payload["pull_request"];
+    let Some(task) = task_of(&pr["head"]["ref"]) else {
+        return Reaction::None;
+    };
+    if pr["merged"].as_bool() == Some(true) {
+        let by = pr["merged_by"]["login"]
+            .as_str()
+            .or(payload["sender"]["login"].as_str())
+            .unwrap_or("someone")
+            .to_owned();
+        Reaction::Merged { task, by }
+    } else {
+        Reaction::ClosedUnmerged {
+            task,
+            by: payload["sender"]["login"]
+                .as_str()
+                .unwrap_or("someone")
+                .to_owned(),
+        }
     }
 }
 
