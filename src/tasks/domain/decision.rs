@@ -103,13 +103,7 @@ pub fn decide(
 
         Command::Reprioritize { priority } => reprioritize(task, *priority, at),
 
-        Command::AttachLinks { links } => {
-            let added = new_links(task.id, &task.links, links)?;
-            if added == Links::default() {
-                return none;
-            }
-            Ok(vec![TaskEvent::LinksAttached { at, links: added }])
-        }
+        Command::AttachLinks { links } => attach_links(task, links, at),
 
         Command::ChooseAgent { agent } => choose_agent(task, command, agent, at),
     }
@@ -327,6 +321,18 @@ fn reprioritize(
         return Ok(Vec::new());
     }
     Ok(vec![TaskEvent::PriorityChanged { at, priority }])
+}
+
+fn attach_links(
+    task: &Task,
+    links: &Links,
+    at: DateTime<Utc>,
+) -> Result<Vec<TaskEvent>, TaskError> {
+    let added = new_links(task.id, &task.links, links)?;
+    if added == Links::default() {
+        return Ok(Vec::new());
+    }
+    Ok(vec![TaskEvent::LinksAttached { at, links: added }])
 }
 
 fn choose_agent(
