@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::*;
+use super::{AppendError, Appended, BatchOutcome, EventStore, MAX_BATCH_BYTES, MAX_BATCH_EVENTS};
 use crate::domain::{NewEvent, Source};
 
 struct AppendRequest {

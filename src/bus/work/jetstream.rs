@@ -8,7 +8,8 @@ use bytes::Bytes;
 use futures::StreamExt;
 use tokio::time::Instant;
 
-use super::*;
+use super::{Handle, Raw, WorkError, WorkQueueConfig};
+use crate::bus::Published;
 
 /// The work stream's explicit configuration; applied at start-up (created, or updated to match). Accepted by
 /// nats-server 2.9 and 2.10+.

@@ -7,7 +7,8 @@ use bytes::Bytes;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::*;
+use super::{Handle, Raw, Settle, WorkError, WorkQueueConfig};
+use crate::bus::Published;
 
 /// The in-process twin: the embedded default and JetStream's stand-in in tests. Same semantics, real clocks.
 /// Clones share the queue, like workers sharing the durable consumer.

@@ -6,7 +6,7 @@ use anyhow::{anyhow, Context};
 use chrono::{DateTime, Utc};
 use sqlx::Row;
 
-use super::*;
+use super::{decode_body, summarize, LinkKind, TaskFilter, TaskRow, TasksError, TimelineEntry};
 use crate::eventlog::{EventStore, StoredEvent};
 use crate::tasks::{Column, Priority, TaskId};
 

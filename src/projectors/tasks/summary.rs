@@ -1,6 +1,6 @@
 //! What a task event says, in one line a person can read, and which links and source it brings.
 
-use super::*;
+use super::{link_keys, LinkKind};
 use crate::tasks::{Links, RetryCause, TaskEvent};
 
 /// One line a person can read: what happened.

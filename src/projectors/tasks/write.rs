@@ -4,7 +4,8 @@
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 
-use super::*;
+use super::BatchWrites;
+use crate::projectors::ProjectorTx;
 use crate::tasks::{Priority, Task};
 
 pub(super) fn priority_rank(priority: Priority) -> i16 {

@@ -8,7 +8,7 @@ use anyhow::Context;
 use futures::future::BoxFuture;
 use serde::Serialize;
 
-use super::*;
+use super::{rest, Built, LoopJob, Parts, Ticked};
 use crate::eventlog::EventLog;
 use crate::loops::Pace;
 

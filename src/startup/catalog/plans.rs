@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::*;
+use super::{PlannedLoop, TELEGRAM_POLL};
 use crate::config::Settings;
 use crate::loops::LoopState;
 
