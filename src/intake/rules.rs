@@ -429,6 +429,31 @@ fn linear_issue(data: &Value, config: &IntakeConfig) -> Decision {
         Err(e) => return ignore(format!("{identifier} cannot become a task: {e}")),
     };
     let description = issue["description"].as_str().unwrap_or_default();
+    let repo = match linear_repo(issue, &labels, description, config, identifier) {
+        Ok(repo) => repo,
+        Err(decision) => return decision,
+    };
+    if let Err(refused) = config.allowed_repos.check(&repo) {
+        return ignore(format!("{identifier} cannot become a task: {refused}"));
+    }
+    match linear_draft(issue, identifier, description, repo, agent) {
+        Ok((key, draft)) => Decision::Create {
+            key,
+            draft: Box::new(draft),
+        },
+        Err(e) => ignore(format!("{identifier} cannot become a task: {e}")),
+    }
+}
+
+/// The issue's repository: a `repo:` label, else a `repo:` line of the description, else its team's, else
+/// `intake.default_repo`; `Err`: the decision to record instead.
+fn linear_repo(
+    issue: &Value,
+    labels: &[&str],
+    description: &str,
+    config: &IntakeConfig,
+    identifier: &str,
+) -> Result<RepoName, Decision> {
     let repo = labels
         .iter()
         .find_map(|l| l.strip_prefix("repo:"))
@@ -443,64 +468,60 @@ fn linear_issue(data: &Value, config: &IntakeConfig) -> Decision {
                 .map(Ok)
         })
         .or_else(|| config.default_repo.clone().map(Ok));
-    let repo = match repo {
-        Some(Ok(repo)) => repo,
-        Some(Err(e)) => return ignore(format!("{identifier} names a repository that is not valid: {e}")),
-        None => {
-            return ignore(format!(
-                "{identifier} names no repository (a repo:owner/name label, a `repo:` line, a team mapping or \
-                 intake.default_repo)"
-            ))
-        }
-    };
-    if let Err(refused) = config.allowed_repos.check(&repo) {
-        return ignore(format!("{identifier} cannot become a task: {refused}"));
+    match repo {
+        Some(Ok(repo)) => Ok(repo),
+        Some(Err(e)) => Err(ignore(format!("{identifier} names a repository that is not valid: {e}"))),
+        None => Err(ignore(format!(
+            "{identifier} names no repository (a repo:owner/name label, a `repo:` line, a team mapping or \
+             intake.default_repo)"
+        ))),
     }
-    let built = (|| -> Result<(String, Draft), ValueError> {
-        let id = issue["id"].as_str().unwrap_or_default();
-        let linear = LinearIssue::new(
-            id.parse().map_err(|_| ValueError::Empty {
-                field: "linear issue id",
-            })?,
-            identifier,
-        )?;
-        let spec = Spec::new(
-            issue["title"].as_str().unwrap_or_default(),
-            linear_scope(description),
-            done_when(description).unwrap_or_default(),
-        )?;
-        let priority = issue["priority"]
-            .as_u64()
-            .map(|p| Priority::from_linear(u8::try_from(p).unwrap_or(0)));
-        // Linear's own clock for this version of the issue: deliveries and polls can arrive out of order.
-        let ticket_version = issue["updatedAt"]
-            .as_str()
-            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-            .map(|t| t.with_timezone(&chrono::Utc));
-        Ok((
-            format!("linear:{id}"),
-            Draft {
-                priority,
-                ticket_version,
-                agent,
-                ..Draft::new(
-                    repo,
-                    spec,
-                    Links {
-                        linear_issue: Some(linear),
-                        ..Links::default()
-                    },
-                )
-            },
-        ))
-    })();
-    match built {
-        Ok((key, draft)) => Decision::Create {
-            key,
-            draft: Box::new(draft),
+}
+
+/// The task a qualifying issue becomes, keyed by the issue's id.
+fn linear_draft(
+    issue: &Value,
+    identifier: &str,
+    description: &str,
+    repo: RepoName,
+    agent: Option<AgentName>,
+) -> Result<(String, Draft), ValueError> {
+    let id = issue["id"].as_str().unwrap_or_default();
+    let linear = LinearIssue::new(
+        id.parse().map_err(|_| ValueError::Empty {
+            field: "linear issue id",
+        })?,
+        identifier,
+    )?;
+    let spec = Spec::new(
+        issue["title"].as_str().unwrap_or_default(),
+        linear_scope(description),
+        done_when(description).unwrap_or_default(),
+    )?;
+    let priority = issue["priority"]
+        .as_u64()
+        .map(|p| Priority::from_linear(u8::try_from(p).unwrap_or(0)));
+    // Linear's own clock for this version of the issue: deliveries and polls can arrive out of order.
+    let ticket_version = issue["updatedAt"]
+        .as_str()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.with_timezone(&chrono::Utc));
+    Ok((
+        format!("linear:{id}"),
+        Draft {
+            priority,
+            ticket_version,
+            agent,
+            ..Draft::new(
+                repo,
+                spec,
+                Links {
+                    linear_issue: Some(linear),
+                    ..Links::default()
+                },
+            )
         },
-        Err(e) => ignore(format!("{identifier} cannot become a task: {e}")),
-    }
+    ))
 }
 
 /// The value after `prefix` on the first line that starts with it (case-insensitive), trimmed.
