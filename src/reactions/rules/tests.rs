@@ -46,13 +46,14 @@ fn a_failed_check_on_a_pidevops_branch_sends_its_task_back_with_what_failed() {
     run["check_run"]["conclusion"] = json!("timed_out");
     run["check_run"]["output"]["title"] = json!("2 tests failed");
     run["check_run"]["output"]["summary"] = json!("login_redirects_home failed");
-    let Reaction::ChecksFailed { summary, .. } =
-        decide("github.check_run.completed", &run, None)
+    let Reaction::ChecksFailed { summary, .. } = decide("github.check_run.completed", &run, None)
     else {
         panic!("a failed check run");
     };
     assert!(
-        summary.starts_with("Octocoders-linter concluded timed_out\n2 tests failed\nlogin_redirects_home failed"),
+        summary.starts_with(
+            "Octocoders-linter concluded timed_out\n2 tests failed\nlogin_redirects_home failed"
+        ),
         "{summary}"
     );
 
