@@ -13,12 +13,35 @@ pub use crate::startup::catalog::{plan, PlannedLoop};
 /// Prints the truth about this configuration; returns the report and whether everything enabled can run.
 pub async fn diagnose(settings: &Settings) -> (String, bool) {
     let mut out = String::new();
-    let mut ok = true;
     let _ = writeln!(out, "pidevops {} doctor", env!("CARGO_PKG_VERSION"));
     if let Some(path) = &settings.config_file {
         let _ = writeln!(out, "config file      {}", path.display());
     }
 
+    let mut ok = database(&mut out, settings).await;
+    ok &= loop_plan(&mut out, settings);
+    containment(&mut out, settings);
+    allowed_repos(&mut out, settings);
+    webhooks(&mut out, settings);
+    ok &= github_api(&mut out, settings).await;
+    ok &= linear_api(&mut out, settings).await;
+    ok &= telegram_api(&mut out, settings).await;
+    bus(&mut out, settings).await;
+    let _ = writeln!(
+        out,
+        "{}",
+        if ok {
+            "ok"
+        } else {
+            "NOT OK: something enabled cannot run"
+        }
+    );
+    (out, ok)
+}
+
+/// The database answers (a probe: doctor never migrates or writes it), and where its log's head is.
+async fn database(out: &mut String, settings: &Settings) -> bool {
+    let mut ok = true;
     let started = Instant::now();
     let database = async {
         // A probe, not a Core: doctor never migrates or writes the database it diagnoses.
@@ -58,7 +81,12 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
             );
         }
     }
+    ok
+}
 
+/// The loop plan, one line per loop; an `unarmed` loop is a failure.
+fn loop_plan(out: &mut String, settings: &Settings) -> bool {
+    let mut ok = true;
     for planned in plan(settings) {
         let detail = match &planned.reason {
             Some(reason) => reason.clone(),
@@ -74,7 +102,11 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
             planned.state.as_str()
         );
     }
+    ok
+}
 
+/// What contains agents, when dispatch is on.
+fn containment(out: &mut String, settings: &Settings) {
     if settings.file.dispatch.off.is_none() {
         let found = crate::dispatch::sandbox::detect_cached(
             &settings.file.dispatch.bwrap,
@@ -87,7 +119,10 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
             found.describe()
         );
     }
+}
 
+/// A warning when no repository is allowed.
+fn allowed_repos(out: &mut String, settings: &Settings) {
     // Not a failure (a fresh install has no repositories yet), but every ticket would be refused: say so.
     if settings.file.board.allowed.is_empty() {
         let _ = writeln!(
@@ -96,7 +131,10 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
              task is refused (intake records why)"
         );
     }
+}
 
+/// Which webhooks verify deliveries, and whether the API is served.
+fn webhooks(out: &mut String, settings: &Settings) {
     for (name, secret) in [
         ("github", &settings.github_webhook_secret),
         ("linear", &settings.linear_webhook_secret),
@@ -126,6 +164,11 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
         ),
     };
     let _ = writeln!(out, "api                        {state:<9} {detail}");
+}
+
+/// GitHub's API with `GITHUB_TOKEN`, and then the repositories' webhooks.
+async fn github_api(out: &mut String, settings: &Settings) -> bool {
+    let mut ok = true;
     match &settings.github_token {
         None => {
             let _ = writeln!(
@@ -154,7 +197,7 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
                         "github api                 pass      {} answers; GITHUB_TOKEN is {login}'s",
                         settings.github_api_url
                     );
-                    github_webhooks(&mut out, settings, token).await;
+                    github_webhooks(out, settings, token).await;
                 }
                 Err(e) => {
                     ok = false;
@@ -167,6 +210,12 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
             }
         }
     }
+    ok
+}
+
+/// Linear's API with `LINEAR_API_KEY`.
+async fn linear_api(out: &mut String, settings: &Settings) -> bool {
+    let mut ok = true;
     match &settings.linear_api_key {
         None => {
             let _ = writeln!(
@@ -181,13 +230,19 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
                     Ok(client) => within_10s(client.viewer()).await,
                 };
             ok &= report(
-                &mut out,
+                out,
                 "linear api",
                 &settings.linear_api_url,
                 checked.map(|name| format!("LINEAR_API_KEY acts as {name}")),
             );
         }
     }
+    ok
+}
+
+/// The Bot API with `TELEGRAM_BOT_TOKEN`, and how updates arrive.
+async fn telegram_api(out: &mut String, settings: &Settings) -> bool {
+    let mut ok = true;
     match &settings.telegram_bot_token {
         None => {
             let _ = writeln!(
@@ -213,14 +268,14 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
                     }),
                 },
             };
-            ok &= report(
-                &mut out,
-                "telegram api",
-                &settings.telegram_api_url,
-                checked,
-            );
+            ok &= report(out, "telegram api", &settings.telegram_api_url, checked);
         }
     }
+    ok
+}
+
+/// The bus: JetStream at `NATS_URL`, or in-process.
+async fn bus(out: &mut String, settings: &Settings) {
     match &settings.nats_url {
         Some(url) => {
             let reachable = tokio::time::timeout(
@@ -244,16 +299,6 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
             let _ = writeln!(out, "bus                        memory    NATS_URL is not set; events fan out in-process");
         }
     }
-    let _ = writeln!(
-        out,
-        "{}",
-        if ok {
-            "ok"
-        } else {
-            "NOT OK: something enabled cannot run"
-        }
-    );
-    (out, ok)
 }
 
 /// A provider's read-only check, bounded: a hung API is a failed check, not a hung doctor.

@@ -22,7 +22,7 @@
 //! eventlog/        the only writer of the events table: appender tasks (group commit) over two backends
 //!   sql.rs         the statements both backends run (`$N`), and `on_store!` to run one body on either pool
 //!   postgres.rs    what differs on Postgres: the append (`pidevops_append`, advisory lock), body columns
-//!   sqlite.rs      embedded default (`./data/pidevops.db`): `plan_batch` under BEGIN IMMEDIATE
+//!   sqlite.rs      embedded default (`./data/pidevops.db`): `plan_batch` (plan.rs) under BEGIN IMMEDIATE
 //! ingress/         webhooks: raw bytes in, verified and parsed NewEvent out, appended, then 2xx
 //! bus/             fan-out: Bus (JetStream | in-process), relay.rs (log → bus, exactly once), work.rs (work queues)
 //! loops/           the do-while runner and the health registry (stale rule); follow.rs, the one driver for

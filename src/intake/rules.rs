@@ -429,6 +429,31 @@ fn linear_issue(data: &Value, config: &IntakeConfig) -> Decision {
         Err(e) => return ignore(format!("{identifier} cannot become a task: {e}")),
     };
     let description = issue["description"].as_str().unwrap_or_default();
+    let repo = match linear_repo(issue, &labels, description, config, identifier) {
+        Ok(repo) => repo,
+        Err(decision) => return decision,
+    };
+    if let Err(refused) = config.allowed_repos.check(&repo) {
+        return ignore(format!("{identifier} cannot become a task: {refused}"));
+    }
+    match linear_draft(issue, identifier, description, repo, agent) {
+        Ok((key, draft)) => Decision::Create {
+            key,
+            draft: Box::new(draft),
+        },
+        Err(e) => ignore(format!("{identifier} cannot become a task: {e}")),
+    }
+}
+
+/// The issue's repository: a `repo:` label, else a `repo:` line of the description, else its team's, else
+/// `intake.default_repo`; `Err`: the decision to record instead.
+fn linear_repo(
+    issue: &Value,
+    labels: &[&str],
+    description: &str,
+    config: &IntakeConfig,
+    identifier: &str,
+) -> Result<RepoName, Decision> {
     let repo = labels
         .iter()
         .find_map(|l| l.strip_prefix("repo:"))
@@ -443,64 +468,60 @@ fn linear_issue(data: &Value, config: &IntakeConfig) -> Decision {
                 .map(Ok)
         })
         .or_else(|| config.default_repo.clone().map(Ok));
-    let repo = match repo {
-        Some(Ok(repo)) => repo,
-        Some(Err(e)) => return ignore(format!("{identifier} names a repository that is not valid: {e}")),
-        None => {
-            return ignore(format!(
-                "{identifier} names no repository (a repo:owner/name label, a `repo:` line, a team mapping or \
-                 intake.default_repo)"
-            ))
-        }
-    };
-    if let Err(refused) = config.allowed_repos.check(&repo) {
-        return ignore(format!("{identifier} cannot become a task: {refused}"));
+    match repo {
+        Some(Ok(repo)) => Ok(repo),
+        Some(Err(e)) => Err(ignore(format!("{identifier} names a repository that is not valid: {e}"))),
+        None => Err(ignore(format!(
+            "{identifier} names no repository (a repo:owner/name label, a `repo:` line, a team mapping or \
+             intake.default_repo)"
+        ))),
     }
-    let built = (|| -> Result<(String, Draft), ValueError> {
-        let id = issue["id"].as_str().unwrap_or_default();
-        let linear = LinearIssue::new(
-            id.parse().map_err(|_| ValueError::Empty {
-                field: "linear issue id",
-            })?,
-            identifier,
-        )?;
-        let spec = Spec::new(
-            issue["title"].as_str().unwrap_or_default(),
-            linear_scope(description),
-            done_when(description).unwrap_or_default(),
-        )?;
-        let priority = issue["priority"]
-            .as_u64()
-            .map(|p| Priority::from_linear(u8::try_from(p).unwrap_or(0)));
-        // Linear's own clock for this version of the issue: deliveries and polls can arrive out of order.
-        let ticket_version = issue["updatedAt"]
-            .as_str()
-            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-            .map(|t| t.with_timezone(&chrono::Utc));
-        Ok((
-            format!("linear:{id}"),
-            Draft {
-                priority,
-                ticket_version,
-                agent,
-                ..Draft::new(
-                    repo,
-                    spec,
-                    Links {
-                        linear_issue: Some(linear),
-                        ..Links::default()
-                    },
-                )
-            },
-        ))
-    })();
-    match built {
-        Ok((key, draft)) => Decision::Create {
-            key,
-            draft: Box::new(draft),
+}
+
+/// The task a qualifying issue becomes, keyed by the issue's id.
+fn linear_draft(
+    issue: &Value,
+    identifier: &str,
+    description: &str,
+    repo: RepoName,
+    agent: Option<AgentName>,
+) -> Result<(String, Draft), ValueError> {
+    let id = issue["id"].as_str().unwrap_or_default();
+    let linear = LinearIssue::new(
+        id.parse().map_err(|_| ValueError::Empty {
+            field: "linear issue id",
+        })?,
+        identifier,
+    )?;
+    let spec = Spec::new(
+        issue["title"].as_str().unwrap_or_default(),
+        linear_scope(description),
+        done_when(description).unwrap_or_default(),
+    )?;
+    let priority = issue["priority"]
+        .as_u64()
+        .map(|p| Priority::from_linear(u8::try_from(p).unwrap_or(0)));
+    // Linear's own clock for this version of the issue: deliveries and polls can arrive out of order.
+    let ticket_version = issue["updatedAt"]
+        .as_str()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.with_timezone(&chrono::Utc));
+    Ok((
+        format!("linear:{id}"),
+        Draft {
+            priority,
+            ticket_version,
+            agent,
+            ..Draft::new(
+                repo,
+                spec,
+                Links {
+                    linear_issue: Some(linear),
+                    ..Links::default()
+                },
+            )
         },
-        Err(e) => ignore(format!("{identifier} cannot become a task: {e}")),
-    }
+    ))
 }
 
 /// The value after `prefix` on the first line that starts with it (case-insensitive), trimmed.
@@ -618,87 +639,4 @@ fn tag(text: &str, name: &str) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn config(text: &str) -> Result<IntakeConfig, String> {
-        let file = text
-            .parse::<crate::config::FileConfig>()
-            .map_err(|e| e.to_string())?;
-        file.intake.with_telegram(Some("-100, 7"), None)
-    }
-
-    #[test]
-    fn unknown_intake_keys_are_refused_naming_them() {
-        for (text, refusal) in [
-            (
-                "[intake]\nallow_repo = [\"acme/*\"]",
-                "[intake] allow_repo: unknown key; did you mean allow_repos?",
-            ),
-            (
-                "[intake.github]\nlabels = \"x\"",
-                "[intake.github] labels: unknown key; did you mean label?",
-            ),
-            (
-                "[intake.linear]\nstates = \"x\"",
-                "[intake.linear] states: unknown key; did you mean state?",
-            ),
-        ] {
-            assert_eq!(config(text).unwrap_err(), refusal);
-        }
-        let ok =
-            config("[intake]\nallow_repos = [\"acme/*\"]\ndefault_repo = \"acme/api\"").unwrap();
-        assert!(ok.allowed_repos.check(&"acme/web".parse().unwrap()).is_ok());
-    }
-
-    #[test]
-    fn telegram_commands_need_an_allowed_chat_and_when_listed_an_allowed_user() {
-        let chats: BTreeSet<i64> = [-100].into_iter().collect();
-        let users: BTreeSet<i64> = [5].into_iter().collect();
-        assert_eq!(
-            telegram_refusal(&chats, None, -100, Some(66)),
-            None,
-            "unset: any member"
-        );
-        assert_eq!(telegram_refusal(&chats, Some(&users), -100, Some(5)), None);
-        for (chat, user, why) in [
-            (-200, Some(5), "chat -200 is not in TELEGRAM_ALLOWED_CHATS"),
-            (-100, Some(66), "user 66 is not in TELEGRAM_ALLOWED_USERS"),
-            (-100, None, "without a sender"),
-        ] {
-            let refused = telegram_refusal(&chats, Some(&users), chat, user).unwrap();
-            assert!(refused.contains(why), "{refused}");
-        }
-        let error = IntakeConfig::default()
-            .with_telegram(None, Some("5, ada"))
-            .unwrap_err();
-        assert!(
-            error.contains("TELEGRAM_ALLOWED_USERS") && error.contains("ada"),
-            "{error}"
-        );
-    }
-
-    #[test]
-    fn directive_lines_are_read_once_and_kept_out_of_the_scope() {
-        let description = "repo: acme/billing\nRetry failed Stripe webhooks.\n\nDone when: retries are idempotent\nNotes: keep the queue";
-        assert_eq!(
-            linear_scope(description),
-            "Retry failed Stripe webhooks.\n\nNotes: keep the queue"
-        );
-        assert_eq!(
-            done_when(description).as_deref(),
-            Some("retries are idempotent")
-        );
-        // Only the first matching line is a directive; the case of the prefix does not matter.
-        assert_eq!(
-            take_line("DONE WHEN: a\ndone when: b", DONE_WHEN),
-            (Some("a".to_owned()), "done when: b".to_owned())
-        );
-        // A bare prefix with no value is not a directive and stays.
-        assert_eq!(
-            take_line("Done when:\nbody", DONE_WHEN),
-            (None, "Done when:\nbody".to_owned())
-        );
-        assert_eq!(linear_scope("no directives here"), "no directives here");
-    }
-}
+mod tests;

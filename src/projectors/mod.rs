@@ -79,6 +79,14 @@ macro_rules! on_tx {
     };
 }
 
+// Declared after `on_tx!` so its statements can use the macro.
+mod checkpoint;
+mod read_ahead;
+
+pub use checkpoint::read_row;
+use checkpoint::{commit, compare_and_set, lock_or_create_row, move_row};
+use read_ahead::{read_ahead, AbortOnDrop, ReadAhead};
+
 /// A read model. `apply` and `reset` write only through the transaction they are given, and never call out.
 pub trait Projector: Send + Sync + 'static {
     fn name(&self) -> &'static str;
@@ -577,176 +585,11 @@ impl Projection {
     }
 }
 
-/// A page of the log read ahead of the transaction that applies it.
-struct ReadAhead {
-    /// The position the page was read after: it is applied only by a transaction that finds the projector there.
-    after: i64,
-    events: Vec<StoredEvent>,
-    prepared: Option<Prepared>,
-}
-
-/// Reads the log page after page from position 0 until a page comes back empty (or the rebuild stops
-/// listening), handing each on through a channel of one: one page applied, one waiting, one being read.
-async fn read_ahead(
-    store: EventStore,
-    projector: Arc<dyn Projector>,
-    limit: i64,
-    pages: tokio::sync::mpsc::Sender<Result<ReadAhead, StoreError>>,
-) {
-    let mut after = 0;
-    loop {
-        let page = store
-            .read_after_with(after, limit, projector.bodies())
-            .await;
-        let next = match &page {
-            Ok(events) => events.last().map(|e| e.position),
-            Err(_) => None,
-        };
-        let page = page.map(|events| ReadAhead {
-            after,
-            prepared: projector.prepare(&events),
-            events,
-        });
-        if pages.send(page).await.is_err() {
-            return;
-        }
-        match next {
-            Some(last) => after = last,
-            None => return,
-        }
-    }
-}
-
-/// Stops the read-ahead task when the rebuild ends early (an error): it must not outlive the rebuild.
-struct AbortOnDrop(tokio::task::AbortHandle);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 fn backoff(failures: u32) -> Duration {
     FIRST_BACKOFF
         .saturating_mul(1u32 << failures.saturating_sub(1).min(16))
         .min(MAX_BACKOFF)
 }
 
-async fn commit(tx: ProjectorTx) -> Result<(), sqlx::Error> {
-    match tx {
-        ProjectorTx::Postgres(tx) => tx.commit().await,
-        ProjectorTx::Sqlite(tx) => tx.commit().await,
-    }
-}
-
-/// The projector's `(version, position)`, locked until the transaction ends (SQLite: the whole database is,
-/// since BEGIN IMMEDIATE, and it has no `FOR UPDATE`: the one statement here that differs).
-async fn lock_row(tx: &mut ProjectorTx, name: &str) -> Result<Option<(i64, i64)>, sqlx::Error> {
-    match tx {
-        ProjectorTx::Postgres(tx) => {
-            sqlx::query_as("SELECT version, position FROM projections WHERE name = $1 FOR UPDATE")
-                .bind(name)
-                .fetch_optional(&mut **tx)
-                .await
-        }
-        ProjectorTx::Sqlite(tx) => {
-            sqlx::query_as("SELECT version, position FROM projections WHERE name = ?1")
-                .bind(name)
-                .fetch_optional(&mut **tx)
-                .await
-        }
-    }
-}
-
-/// A projector's stored `(version, position)`, if it ever ran.
-pub async fn read_row(store: &EventStore, name: &str) -> Result<Option<(i64, i64)>, sqlx::Error> {
-    crate::on_store!(store, |pool, backend| {
-        sqlx::query_as("SELECT version, position FROM projections WHERE name = $1")
-            .bind(name)
-            .fetch_optional(pool)
-            .await
-    })
-}
-
-/// The projector's row, locked; created at `(version, 0)` if missing (a concurrent instance may create it
-/// first, and then this one reads and locks theirs).
-async fn lock_or_create_row(
-    tx: &mut ProjectorTx,
-    name: &str,
-    version: i64,
-) -> Result<(i64, i64), sqlx::Error> {
-    if let Some(row) = lock_row(tx, name).await? {
-        return Ok(row);
-    }
-    insert_row(tx, name, version).await?;
-    lock_row(tx, name).await?.ok_or(sqlx::Error::RowNotFound)
-}
-
-async fn insert_row(tx: &mut ProjectorTx, name: &str, version: i64) -> Result<(), sqlx::Error> {
-    on_tx!(tx, |conn| sqlx::query(
-        "INSERT INTO projections (name, version, position, updated_at) VALUES ($1, $2, 0, $3)
-         ON CONFLICT (name) DO NOTHING",
-    )
-    .bind(name)
-    .bind(version)
-    .bind(Utc::now())
-    .execute(conn)
-    .await
-    .map(|_| ()))
-}
-
-/// Sets the row unconditionally (a reset: the caller holds the row's lock).
-async fn move_row(
-    tx: &mut ProjectorTx,
-    name: &str,
-    version: i64,
-    position: i64,
-) -> Result<(), sqlx::Error> {
-    on_tx!(tx, |conn| sqlx::query(
-        "UPDATE projections SET version = $2, position = $3, updated_at = $4 WHERE name = $1",
-    )
-    .bind(name)
-    .bind(version)
-    .bind(position)
-    .bind(Utc::now())
-    .execute(conn)
-    .await
-    .map(|_| ()))
-}
-
-/// Moves the checkpoint from `expected` to `to` only if nobody else moved it (or changed the version) since.
-async fn compare_and_set(
-    tx: &mut ProjectorTx,
-    name: &str,
-    version: i64,
-    expected: i64,
-    to: i64,
-) -> Result<bool, sqlx::Error> {
-    let result = on_tx!(tx, |conn| sqlx::query(
-        "UPDATE projections SET position = $4, updated_at = $5
-         WHERE name = $1 AND version = $2 AND position = $3",
-    )
-    .bind(name)
-    .bind(version)
-    .bind(expected)
-    .bind(to)
-    .bind(Utc::now())
-    .execute(conn)
-    .await?
-    .rows_affected());
-    Ok(result == 1)
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_and_is_capped() {
-        assert_eq!(backoff(1), Duration::from_secs(1));
-        assert_eq!(backoff(2), Duration::from_secs(2));
-        assert_eq!(backoff(5), Duration::from_secs(16));
-        assert_eq!(backoff(20), MAX_BACKOFF);
-        assert_eq!(backoff(u32::MAX), MAX_BACKOFF);
-    }
-}
+mod tests;

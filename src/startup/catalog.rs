@@ -6,11 +6,22 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 use futures::future::BoxFuture;
 use serde::Serialize;
+
+mod builds;
+mod plans;
+
+use builds::{
+    effects, github_effects, heartbeat, linear_effects, poller_entry, telegram_effects, RelayJob,
+};
+use plans::{
+    cron_plan, dispatch_loops, github_effects_plan, linear_effects_plan, poller_loop,
+    telegram_effects_plan, telegram_updates,
+};
 
 use crate::config::Settings;
 use crate::eventlog::{EventLog, EventStore};
@@ -402,25 +413,23 @@ pub const CATALOG: &[Entry] = &[
         },
         build: |parts, _| {
             let s = parts.settings;
-            let key = s
-                .linear_api_key
-                .as_ref()
-                .context("the loop plan arms linear_poller without LINEAR_API_KEY")?;
-            let client = crate::providers::linear::LinearClient::new(&s.linear_api_url, key)
-                .map_err(|e| anyhow::anyhow!(e))?;
-            let poller = Arc::new(crate::pollers::linear::LinearPoller::new(
-                client,
-                parts.log.clone(),
-                parts.board.clone(),
-                parts.intake.linear_label.clone(),
-            ));
-            Ok(Built::ticking(
-                move || {
-                    let poller = poller.clone();
-                    async move { poller.tick().await }
+            poller_entry(
+                crate::pollers::linear::LINEAR_POLLER,
+                "LINEAR_API_KEY",
+                s.linear_api_key.as_ref(),
+                |key| {
+                    let client =
+                        crate::providers::linear::LinearClient::new(&s.linear_api_url, key)
+                            .map_err(|e| anyhow::anyhow!(e))?;
+                    Ok(crate::pollers::linear::LinearPoller::new(
+                        client,
+                        parts.log.clone(),
+                        parts.board.clone(),
+                        parts.intake.linear_label.clone(),
+                    ))
                 },
-                rest,
-            ))
+                |poller| async move { poller.tick().await },
+            )
         },
     },
     Entry {
@@ -435,23 +444,21 @@ pub const CATALOG: &[Entry] = &[
         },
         build: |parts, _| {
             let s = parts.settings;
-            let token = s
-                .github_token
-                .as_ref()
-                .context("the loop plan arms github_poller without GITHUB_TOKEN")?;
-            let client = crate::providers::github::GithubClient::new(&s.github_api_url, token)
-                .map_err(|e| anyhow::anyhow!(e))?;
-            let poller = Arc::new(crate::pollers::github::GithubPoller::new(
-                client,
-                parts.log.clone(),
-            ));
-            Ok(Built::ticking(
-                move || {
-                    let poller = poller.clone();
-                    async move { poller.tick().await }
+            poller_entry(
+                crate::pollers::github::GITHUB_POLLER,
+                "GITHUB_TOKEN",
+                s.github_token.as_ref(),
+                |token| {
+                    let client =
+                        crate::providers::github::GithubClient::new(&s.github_api_url, token)
+                            .map_err(|e| anyhow::anyhow!(e))?;
+                    Ok(crate::pollers::github::GithubPoller::new(
+                        client,
+                        parts.log.clone(),
+                    ))
                 },
-                rest,
-            ))
+                |poller| async move { poller.tick().await },
+            )
         },
     },
     Entry {
@@ -494,365 +501,6 @@ pub fn plan(settings: &Settings) -> Vec<PlannedLoop> {
         .iter()
         .flat_map(|entry| (entry.plan)(settings))
         .collect()
-}
-
-/// The relay: its lag is its detail, reported even when a tick fails; a replica that (re)gains its lease asks the
-/// bus where to resume.
-struct RelayJob(Arc<crate::bus::relay::Relay>);
-
-impl LoopJob for RelayJob {
-    fn tick(&self) -> BoxFuture<'_, Ticked> {
-        Box::pin(async move {
-            let result = self.0.tick().await.map(|p| Pace::again_if(p.out_of_time));
-            let detail = self.0.lag().map(|lag| {
-                serde_json::json!({
-                    "position": lag.position,
-                    "head": lag.head,
-                    "behind": lag.behind(),
-                })
-            });
-            (detail, result)
-        })
-    }
-
-    fn on_acquired(&self) -> BoxFuture<'_, ()> {
-        Box::pin(self.0.resync())
-    }
-}
-
-/// An `effects:<provider>` loop: acts on news only.
-fn effects(worker: crate::effects::runner::Effects) -> Built {
-    let worker = Arc::new(worker);
-    Built::ticking(
-        move || {
-            let worker = worker.clone();
-            async move { worker.tick().await }
-        },
-        |p| Pace::again_if(p.out_of_time),
-    )
-    .at_head()
-}
-
-fn telegram_updates(s: &Settings) -> PlannedLoop {
-    use crate::ingress::telegram_updates::TELEGRAM_UPDATES;
-    match (&s.telegram_bot_token, s.telegram_webhook_secret.is_set()) {
-        (Some(_), false) => PlannedLoop::armed(
-            TELEGRAM_UPDATES,
-            true,
-            TELEGRAM_POLL,
-            "long-polls getUpdates (no webhook: TELEGRAM_WEBHOOK_SECRET is not set) into the log",
-        ),
-        (Some(_), true) => PlannedLoop::off(
-            TELEGRAM_UPDATES,
-            true,
-            LoopState::Disabled,
-            "webhook mode: TELEGRAM_WEBHOOK_SECRET is set, so updates come to /webhooks/telegram"
-                .to_owned(),
-            TELEGRAM_POLL,
-        ),
-        (None, _) => PlannedLoop::off(
-            TELEGRAM_UPDATES,
-            true,
-            LoopState::Disabled,
-            "TELEGRAM_BOT_TOKEN is not set".to_owned(),
-            TELEGRAM_POLL,
-        ),
-    }
-}
-
-/// Some chat is allowed in `TELEGRAM_ALLOWED_CHATS`.
-fn telegram_chats(s: &Settings) -> bool {
-    s.telegram_allowed_chats
-        .as_deref()
-        .is_some_and(|c| c.split(',').any(|c| !c.trim().is_empty()))
-}
-
-fn telegram_effects_plan(s: &Settings) -> PlannedLoop {
-    let name = crate::effects::Provider::Telegram.loop_name();
-    match (&s.telegram_bot_token, telegram_chats(s)) {
-        (Some(_), true) => PlannedLoop::armed(
-            &name,
-            true,
-            s.projector_interval,
-            if s.telegram_allowed_users.is_some() {
-                "tells TELEGRAM_ALLOWED_CHATS when a task waits for approval, needs a human, is in review, done or cancelled; only TELEGRAM_ALLOWED_USERS can command"
-            } else {
-                "tells TELEGRAM_ALLOWED_CHATS when a task waits for approval, needs a human, is in review, done or cancelled; any member of an allowed group can command (TELEGRAM_ALLOWED_USERS is not set)"
-            },
-        ),
-        (None, _) => PlannedLoop::off(
-            &name,
-            true,
-            LoopState::Disabled,
-            "TELEGRAM_BOT_TOKEN is not set: no Telegram messages".to_owned(),
-            s.projector_interval,
-        ),
-        (Some(_), false) => PlannedLoop::off(
-            &name,
-            true,
-            LoopState::Disabled,
-            "TELEGRAM_ALLOWED_CHATS is not set: no chat to tell".to_owned(),
-            s.projector_interval,
-        ),
-    }
-}
-
-fn cron_plan(s: &Settings) -> PlannedLoop {
-    use crate::cron::CRON;
-    let digests_without_telegram = |list: &[crate::cron::Schedule]| {
-        let digest = list
-            .iter()
-            .find(|s| s.action == crate::cron::ScheduleAction::Digest)?;
-        let missing = match (&s.telegram_bot_token, telegram_chats(s)) {
-            (None, _) => "TELEGRAM_BOT_TOKEN is not set",
-            (Some(_), false) => "TELEGRAM_ALLOWED_CHATS is not set",
-            (Some(_), true) => return None,
-        };
-        Some(format!(
-            "schedule {:?} sends a digest to Telegram, but {missing}",
-            digest.name
-        ))
-    };
-    let unarmed =
-        |reason| PlannedLoop::off(CRON, true, LoopState::Unarmed, reason, s.projector_interval);
-    let list = &s.file.schedules;
-    match digests_without_telegram(list) {
-            Some(reason) => unarmed(reason),
-            None if !list.is_empty() => PlannedLoop::armed(
-                CRON,
-                true,
-                s.projector_interval,
-                "creates the tasks of [[schedules]] and sends digests on time; after downtime each overdue schedule fires once",
-            ),
-            None => PlannedLoop::off(
-                CRON,
-                true,
-                LoopState::Disabled,
-                "no [[schedules]] in pidevops.toml".to_owned(),
-                s.projector_interval,
-            ),
-    }
-}
-
-fn github_effects_plan(s: &Settings) -> PlannedLoop {
-    let name = crate::effects::Provider::Github.loop_name();
-    match s.github_token {
-        Some(_) => PlannedLoop::armed(
-            &name,
-            true,
-            s.projector_interval,
-            "opens each task's pull request when it goes to review (GITHUB_API_URL), once, recorded",
-        ),
-        None => PlannedLoop::off(
-            &name,
-            true,
-            LoopState::Disabled,
-            "GITHUB_TOKEN is not set: no pull requests are opened".to_owned(),
-            s.projector_interval,
-        ),
-    }
-}
-
-fn linear_effects_plan(s: &Settings) -> PlannedLoop {
-    let name = crate::effects::Provider::Linear.loop_name();
-    match &s.linear_api_key {
-        Some(_) => PlannedLoop::armed(
-            &name,
-            true,
-            s.projector_interval,
-            "comments on and moves the tasks' Linear issues, and speaks in Linear agent sessions (LINEAR_API_URL)",
-        ),
-        None => PlannedLoop::off(
-            &name,
-            true,
-            LoopState::Disabled,
-            "LINEAR_API_KEY is not set: Linear hears nothing back".to_owned(),
-            s.projector_interval,
-        ),
-    }
-}
-
-/// A poller: armed with its credential; asked for (`[pollers.<name>]`) without it, `unarmed`, since missed
-/// webhooks would go unnoticed; neither, disabled.
-fn poller_loop(
-    name: &str,
-    config: &crate::pollers::PollerConfig,
-    credential: bool,
-    variable: &str,
-    what: &'static str,
-) -> PlannedLoop {
-    // `linear_poller` is configured under `[pollers.linear]`.
-    let table = name.trim_end_matches("_poller");
-    let planned = |state, reason: Option<String>, interval| PlannedLoop {
-        name: name.to_owned(),
-        singleton: true,
-        state,
-        reason,
-        interval,
-        what: if state == LoopState::Armed { what } else { "" },
-    };
-    match config {
-        config if !config.enabled => planned(
-            LoopState::Disabled,
-            Some(format!("pollers.{table}.enabled is false")),
-            config.interval,
-        ),
-        config if credential => planned(LoopState::Armed, None, config.interval),
-        config if config.configured => planned(
-            LoopState::Unarmed,
-            Some(format!(
-                "[pollers.{table}] is set but {variable} is not: missed webhooks would go unnoticed"
-            )),
-            config.interval,
-        ),
-        config => planned(
-            LoopState::Disabled,
-            Some(format!("{variable} is not set")),
-            config.interval,
-        ),
-    }
-}
-
-/// The dispatcher, watchdog and gc: all three run when dispatch is on; the dispatcher is `unarmed` when it is on
-/// but nothing could run (no agent executable, a repository needing `GITHUB_TOKEN` without it, …).
-fn dispatch_loops(settings: &Settings) -> Vec<PlannedLoop> {
-    use crate::dispatch::dispatcher::{cannot_run, watchdog_interval, DISPATCHER, GC, WATCHDOG};
-    let (config, profiles) = (&settings.file.dispatch, &settings.file.profiles);
-    let gc_interval = Duration::from_secs(600);
-    let mut loops = vec![
-        PlannedLoop::armed(
-            DISPATCHER,
-            true,
-            settings.projector_interval,
-            "claims todo tasks by priority and age within the concurrency limits and starts their runs",
-        ),
-        PlannedLoop::armed(
-            WATCHDOG,
-            true,
-            watchdog_interval(config),
-            "declares runs lost when they go silent and retries their tasks; applies outcomes a crash left unapplied",
-        ),
-        // Every replica removes its own old worktrees.
-        PlannedLoop::armed(
-            GC,
-            false,
-            gc_interval,
-            "removes worktrees of finished runs after dispatch.worktree_ttl_h",
-        ),
-    ];
-    if let Some(off) = &config.off {
-        for planned in &mut loops {
-            planned.state = LoopState::Disabled;
-            planned.reason = Some(off.clone());
-        }
-    } else if let Some(why) = cannot_run(
-        config,
-        profiles,
-        &settings.env,
-        settings.github_token.is_some(),
-        settings.nats_url.is_some(),
-    ) {
-        loops[0].state = LoopState::Unarmed;
-        loops[0].reason = Some(why);
-    }
-    loops
-}
-
-/// The `effects:github` loop's worker: GitHub at `GITHUB_API_URL` with `GITHUB_TOKEN`, pull requests to each
-/// repository's base branch.
-fn github_effects(parts: &Parts<'_>) -> anyhow::Result<crate::effects::runner::Effects> {
-    let settings = parts.settings;
-    let token = settings
-        .github_token
-        .as_ref()
-        .context("the loop plan arms effects:github without GITHUB_TOKEN")?;
-    let client = crate::providers::github::GithubClient::new(&settings.github_api_url, token)
-        .map_err(|e| anyhow::anyhow!(e))?;
-    let bases = settings
-        .file
-        .dispatch
-        .repos
-        .iter()
-        .map(|(repo, source)| (repo.clone(), source.base.clone()))
-        .collect();
-    Ok(crate::effects::runner::Effects::github(
-        parts.log.clone(),
-        parts.board.clone(),
-        client,
-        crate::effects::policy::PolicyConfig {
-            bases,
-            ..Default::default()
-        },
-    ))
-}
-
-/// The `effects:telegram` loop's worker: the Bot API at `TELEGRAM_API_URL`, notifications to the allowed chats.
-fn telegram_effects(parts: &Parts<'_>) -> anyhow::Result<crate::effects::runner::Effects> {
-    let settings = parts.settings;
-    let token = settings
-        .telegram_bot_token
-        .as_ref()
-        .context("the loop plan arms effects:telegram without TELEGRAM_BOT_TOKEN")?;
-    let client = crate::providers::telegram::TelegramClient::new(&settings.telegram_api_url, token)
-        .map_err(|e| anyhow::anyhow!(e))?;
-    Ok(crate::effects::runner::Effects::telegram(
-        parts.log.clone(),
-        parts.board.clone(),
-        client,
-        crate::effects::policy::PolicyConfig {
-            telegram_chats: parts
-                .intake
-                .telegram_allowed_chats
-                .iter()
-                .copied()
-                .collect(),
-            telegram_users: parts.intake.telegram_allowed_users.clone(),
-            telegram_cooldown: settings.file.telegram_cooldown,
-            ..Default::default()
-        },
-    )
-    .with_loops(parts.registry.clone()))
-}
-
-/// The `effects:linear` loop's worker: Linear's GraphQL API at `LINEAR_API_URL` with `LINEAR_API_KEY`, issues
-/// moved through `[linear.states]`.
-fn linear_effects(parts: &Parts<'_>) -> anyhow::Result<crate::effects::runner::Effects> {
-    let settings = parts.settings;
-    let key = settings
-        .linear_api_key
-        .as_ref()
-        .context("the loop plan arms effects:linear without LINEAR_API_KEY")?;
-    let client = crate::providers::linear::LinearClient::new(&settings.linear_api_url, key)
-        .map_err(|e| anyhow::anyhow!(e))?;
-    let linear_states = settings.file.linear_states.clone();
-    Ok(crate::effects::runner::Effects::linear(
-        parts.log.clone(),
-        parts.board.clone(),
-        client,
-        crate::effects::policy::PolicyConfig {
-            linear_states,
-            github_prs: settings.github_token.is_some(),
-            ..Default::default()
-        },
-    ))
-}
-
-async fn heartbeat(log: &EventLog) -> anyhow::Result<()> {
-    let started = Instant::now();
-    let result = tokio::time::timeout(Duration::from_secs(5), log.store().ping()).await;
-    let up = matches!(result, Ok(Ok(())));
-    metrics::gauge!("pidevops_database_up").set(if up { 1.0 } else { 0.0 });
-    match result {
-        Ok(Ok(())) => {
-            metrics::histogram!("pidevops_database_ping_seconds")
-                .record(started.elapsed().as_secs_f64());
-            log.probe_if_failing()
-                .await
-                .context("the database answers but appends still fail")
-        }
-        Ok(Err(e)) => Err(e).context("database round trip failed"),
-        Err(_) => anyhow::bail!("database round trip took longer than 5 s"),
-    }
 }
 
 /// The loops this process armed, by name: what a test drives one tick at a time instead of waiting for them.
@@ -909,32 +557,4 @@ impl ArmedLoops {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_loop_is_planned_once() {
-        let settings = Settings::for_tests(crate::config::DatabaseUrl::Sqlite(
-            "sqlite://unused.db".to_owned(),
-        ));
-        let planned = plan(&settings);
-        let names: std::collections::BTreeSet<_> = planned.iter().map(|p| &p.name).collect();
-        assert_eq!(
-            names.len(),
-            planned.len(),
-            "a name planned twice: {planned:?}"
-        );
-        for expected in [
-            HEARTBEAT_LOOP,
-            "relay",
-            "intake",
-            "reactions",
-            "effects:github",
-        ] {
-            assert!(
-                names.contains(&expected.to_owned()),
-                "{expected} is not planned"
-            );
-        }
-    }
-}
+mod tests;

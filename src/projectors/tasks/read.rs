@@ -1,0 +1,204 @@
+//! The board's queries: lists, counts, one task, its timeline (read from its stream), a link's task.
+
+use std::str::FromStr;
+
+use anyhow::{anyhow, Context};
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+
+use super::{decode_body, summarize, LinkKind, TaskFilter, TaskRow, TasksError, TimelineEntry};
+use crate::eventlog::{EventStore, StoredEvent};
+use crate::tasks::{Column, Priority, TaskId};
+
+const ROW_COLUMNS: &str = "task_id, number, board_column, title, repo, priority, needs_human,
+    needs_human_reason, attempts, max_attempts, source, links, created_at, updated_at, version, last_position,
+    state";
+
+fn task_row<R>(row: &R) -> Result<TaskRow, TasksError>
+where
+    R: Row,
+    for<'r> &'r str: sqlx::ColumnIndex<R>,
+    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> Option<String>: sqlx::Decode<'r, R::Database>,
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> bool: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> DateTime<Utc>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    let id: String = row.try_get("task_id")?;
+    let corrupt = |why: String| TasksError::Corrupt {
+        task: id.clone(),
+        why,
+    };
+    let column: String = row.try_get("board_column")?;
+    let priority: String = row.try_get("priority")?;
+    let links: String = row.try_get("links")?;
+    let state: String = row.try_get("state")?;
+    Ok(TaskRow {
+        id: TaskId::from_str(&id).map_err(|e| corrupt(e.to_string()))?,
+        number: row.try_get("number")?,
+        column: Column::from_str(&column).map_err(|e| corrupt(e.to_string()))?,
+        title: row.try_get("title")?,
+        repo: row.try_get("repo")?,
+        priority: Priority::from_str(&priority).map_err(|e| corrupt(e.to_string()))?,
+        needs_human: row.try_get("needs_human")?,
+        needs_human_reason: row.try_get("needs_human_reason")?,
+        attempts: row.try_get("attempts")?,
+        max_attempts: row.try_get("max_attempts")?,
+        source: row.try_get("source")?,
+        links: serde_json::from_str(&links).map_err(|e| corrupt(e.to_string()))?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+        version: row.try_get("version")?,
+        last_position: row.try_get("last_position")?,
+        state: serde_json::from_str(&state).map_err(|e| corrupt(e.to_string()))?,
+    })
+}
+
+/// Tasks matching `filter`, most urgent first, then oldest first.
+pub async fn list(store: &EventStore, filter: &TaskFilter) -> Result<Vec<TaskRow>, TasksError> {
+    let column = filter.column.map(|c| c.as_str());
+    // CAST(... AS text) rather than `$1::text`: the one spelling both accept, so a NULL filter matches all.
+    let sql = format!(
+        "SELECT {ROW_COLUMNS} FROM tasks
+         WHERE (CAST($1 AS text) IS NULL OR board_column = $1) AND (CAST($2 AS text) IS NULL OR repo = $2)
+           AND (CAST($3 AS text) IS NULL OR source = $3) AND (CAST($4 AS boolean) IS NULL OR needs_human = $4)
+         ORDER BY priority_rank, created_at, number {}",
+        if filter.limit.is_some() { "LIMIT $5" } else { "" }
+    );
+    crate::on_store!(store, |pool, backend| {
+        let query = sqlx::query(&sql)
+            .bind(column)
+            .bind(&filter.repo)
+            .bind(&filter.source)
+            .bind(filter.needs_human);
+        let query = match filter.limit {
+            Some(limit) => query.bind(i64::from(limit)),
+            None => query,
+        };
+        query.fetch_all(pool).await?.iter().map(task_row).collect()
+    })
+}
+
+/// How many tasks each column holds under `filter` (its `column` and `limit` ignored): one grouped query, for the
+/// dashboard's column headers.
+pub async fn counts(
+    store: &EventStore,
+    filter: &TaskFilter,
+) -> Result<std::collections::BTreeMap<Column, usize>, TasksError> {
+    let rows: Vec<(String, i64)> = crate::on_store!(store, |pool, backend| {
+        sqlx::query_as(
+            "SELECT board_column, COUNT(*) FROM tasks
+             WHERE (CAST($1 AS text) IS NULL OR repo = $1) AND (CAST($2 AS text) IS NULL OR source = $2)
+               AND (CAST($3 AS boolean) IS NULL OR needs_human = $3)
+             GROUP BY board_column",
+        )
+        .bind(&filter.repo)
+        .bind(&filter.source)
+        .bind(filter.needs_human)
+        .fetch_all(pool)
+        .await?
+    });
+    rows.into_iter()
+        .map(|(column, n)| {
+            let column = Column::ALL
+                .into_iter()
+                .find(|c| c.as_str() == column)
+                .ok_or_else(|| TasksError::Corrupt {
+                    task: "?".to_owned(),
+                    why: format!("unknown column {column:?}"),
+                })?;
+            Ok((column, usize::try_from(n).unwrap_or(0)))
+        })
+        .collect()
+}
+
+/// The repositories that have tasks, sorted.
+pub async fn repos(store: &EventStore) -> Result<Vec<String>, TasksError> {
+    let sql = "SELECT DISTINCT repo FROM tasks ORDER BY repo";
+    Ok(crate::on_store!(store, |pool, backend| sqlx::query_scalar(
+        sql
+    )
+    .fetch_all(pool)
+    .await?))
+}
+
+/// One task's row.
+pub async fn get(store: &EventStore, id: TaskId) -> Result<Option<TaskRow>, TasksError> {
+    let sql = format!("SELECT {ROW_COLUMNS} FROM tasks WHERE task_id = $1");
+    let row = crate::on_store!(store, |pool, backend| sqlx::query(&sql)
+        .bind(id.to_string())
+        .fetch_optional(pool)
+        .await?
+        .map(|r| task_row(&r)));
+    row.transpose()
+}
+
+/// Every event of a task, in log order, up to the version its row is at (so the timeline and the row agree);
+/// empty for a task without a row. Read from the task's stream in the log, summarised here.
+pub async fn timeline(store: &EventStore, id: TaskId) -> Result<Vec<TimelineEntry>, TasksError> {
+    let Some(row) = get(store, id).await? else {
+        return Ok(Vec::new());
+    };
+    store
+        .read_stream(&id.stream())
+        .await?
+        .iter()
+        .take_while(|e| e.stream_version.is_some_and(|v| v <= row.version))
+        .map(|e| {
+            timeline_entry(e).map_err(|e| TasksError::Corrupt {
+                task: id.to_string(),
+                why: format!("{e:#}"),
+            })
+        })
+        .collect()
+}
+
+/// One task event as a timeline entry: what happened, when, who did it and what caused it.
+pub fn timeline_entry(event: &StoredEvent) -> anyhow::Result<TimelineEntry> {
+    let stream = event.stream.as_deref().unwrap_or_default();
+    let stream_version = event
+        .stream_version
+        .ok_or_else(|| anyhow!("event at position {} is in no stream", event.position))?;
+    let decoded = decode_body(stream, &event.event_type, &event.body)
+        .with_context(|| format!("event at position {}", event.position))?;
+    Ok(TimelineEntry {
+        position: event.position,
+        stream_version,
+        event_type: event.event_type.clone(),
+        at: decoded.at(),
+        summary: summarize(&decoded),
+        cause_event_id: event.meta.text("cause_event_id"),
+        actor: event.meta.text("actor"),
+    })
+}
+
+/// The task an external id belongs to (the first task that claimed it).
+pub async fn task_for_link(
+    store: &EventStore,
+    kind: LinkKind,
+    value: &str,
+) -> Result<Option<TaskId>, TasksError> {
+    let id: Option<String> = match store {
+        EventStore::Postgres(s) => {
+            sqlx::query_scalar("SELECT task_id FROM task_links WHERE kind = $1 AND value = $2")
+                .bind(kind.as_str())
+                .bind(value)
+                .fetch_optional(s.pool())
+                .await?
+        }
+        EventStore::Sqlite(s) => {
+            sqlx::query_scalar("SELECT task_id FROM task_links WHERE kind = ?1 AND value = ?2")
+                .bind(kind.as_str())
+                .bind(value)
+                .fetch_optional(s.pool())
+                .await?
+        }
+    };
+    id.map(|id| {
+        TaskId::from_str(&id).map_err(|e| TasksError::Corrupt {
+            task: id.clone(),
+            why: e.to_string(),
+        })
+    })
+    .transpose()
+}

@@ -1,0 +1,109 @@
+//! What a task event says, in one line a person can read, and which links and source it brings.
+
+use super::{link_keys, LinkKind};
+use crate::tasks::{Links, RetryCause, TaskEvent};
+
+/// One line a person can read: what happened.
+pub fn summarize(event: &TaskEvent) -> String {
+    match event {
+        TaskEvent::Created(c) => format!("created in {}: {}", c.repo, c.spec.title()),
+        TaskEvent::Approved { automatic, .. } => {
+            if *automatic {
+                "approved automatically".into()
+            } else {
+                "approved".into()
+            }
+        }
+        TaskEvent::Rejected { reason, .. } => format!("rejected: {reason}"),
+        TaskEvent::Started { attempt, run, .. } => format!("attempt {attempt} started (run {run})"),
+        TaskEvent::SubmittedForReview { branch, pr, .. } => match pr {
+            Some(pr) => format!("submitted for review: {} ({pr})", branch.as_str()),
+            None => format!("submitted for review: {}", branch.as_str()),
+        },
+        TaskEvent::Completed { .. } => "completed".into(),
+        TaskEvent::Retried {
+            cause,
+            reason,
+            attempt,
+            ..
+        } => {
+            let cause = match cause {
+                RetryCause::RunFailed { .. } => "run failed",
+                RetryCause::Interrupted { .. } => "interrupted",
+                RetryCause::ChecksFailed => "checks failed",
+                RetryCause::ChangesRequested => "changes requested",
+            };
+            format!("attempt {attempt} failed ({cause}): {reason}")
+        }
+        TaskEvent::Cancelled { reason, .. } => format!("cancelled: {reason}"),
+        TaskEvent::Archived { .. } => "archived".into(),
+        TaskEvent::FlaggedNeedsHuman { reason, .. } => format!("needs a human: {reason}"),
+        TaskEvent::NeedsHumanCleared { max_attempts, .. } => format!(
+            "needs-human cleared; budget {} attempts",
+            max_attempts.get()
+        ),
+        TaskEvent::SpecUpdated { spec, .. } => format!("spec updated: {}", spec.title()),
+        TaskEvent::FollowUpAttached { text, .. } => {
+            format!("follow-up: {}", first_line(text.as_str()))
+        }
+        TaskEvent::PriorityChanged { priority, .. } => format!("priority {priority}"),
+        TaskEvent::AttemptReturned { max_attempts, .. } => format!(
+            "the interrupted attempt does not count; budget {} attempts",
+            max_attempts.get()
+        ),
+        TaskEvent::AgentChosen { agent, .. } => match agent {
+            Some(agent) => format!("agent profile {agent} chosen"),
+            None => "agent profile back to the repository's".into(),
+        },
+        TaskEvent::LinksAttached { links, .. } => {
+            let keys: Vec<String> = link_keys(links)
+                .into_iter()
+                .map(|(k, v)| format!("{} {v}", k.as_str()))
+                .collect();
+            format!("linked {}", keys.join(", "))
+        }
+    }
+}
+
+fn first_line(text: &str) -> String {
+    const MAX: usize = 120;
+    let line = text.lines().next().unwrap_or_default();
+    if line.chars().count() > MAX {
+        let cut: String = line.chars().take(MAX).collect();
+        format!("{cut}…")
+    } else {
+        line.to_owned()
+    }
+}
+
+/// The links an event brings, as lookup keys.
+pub(super) fn links_of(event: &TaskEvent) -> Vec<(LinkKind, String)> {
+    match event {
+        TaskEvent::Created(c) => link_keys(&c.links),
+        TaskEvent::LinksAttached { links, .. } => link_keys(links),
+        TaskEvent::SubmittedForReview { pr: Some(pr), .. } => {
+            vec![(LinkKind::GithubPr, pr.to_string())]
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Where a task came from: the creating actor when it names a channel, else its first link, else the API.
+pub fn source_of(actor: Option<&str>, links: &Links) -> &'static str {
+    match actor {
+        Some("linear") => return "linear",
+        Some("github") => return "github",
+        Some("telegram") => return "telegram",
+        Some("api") => return "api",
+        _ => {}
+    }
+    if links.linear_issue.is_some() {
+        "linear"
+    } else if links.github_issue.is_some() {
+        "github"
+    } else if links.telegram.is_some() {
+        "telegram"
+    } else {
+        "api"
+    }
+}

@@ -1,0 +1,53 @@
+use super::write::priority_rank;
+use super::*;
+use crate::tasks::{GithubRef, LinearIssue, RepoName, TelegramMessage};
+
+#[test]
+fn link_keys_are_stable_strings() {
+    let repo: RepoName = "acme/api".parse().unwrap();
+    let id = uuid::Uuid::nil();
+    let links = Links {
+        linear_issue: Some(LinearIssue::new(id, "ENG-1").unwrap()),
+        github_issue: Some(GithubRef::new(repo.clone(), 7).unwrap()),
+        github_pr: Some(GithubRef::new(repo, 9).unwrap()),
+        telegram: Some(TelegramMessage::new(-100, 5).unwrap()),
+    };
+    let keys: Vec<(&str, String)> = link_keys(&links)
+        .into_iter()
+        .map(|(k, v)| (k.as_str(), v))
+        .collect();
+    assert_eq!(
+        keys,
+        vec![
+            ("linear_issue", id.to_string()),
+            ("github_issue", "acme/api#7".into()),
+            ("github_pr", "acme/api#9".into()),
+            ("telegram_message", "-100:5".into()),
+        ]
+    );
+}
+
+#[test]
+fn the_source_is_the_creating_channel_else_the_first_link() {
+    let mut links = Links::default();
+    assert_eq!(source_of(None, &links), "api");
+    assert_eq!(source_of(Some("cli"), &links), "api");
+    links.telegram = Some(TelegramMessage::new(1, 1).unwrap());
+    assert_eq!(source_of(None, &links), "telegram");
+    assert_eq!(source_of(Some("github"), &links), "github");
+}
+
+#[test]
+fn priority_rank_sorts_urgent_first() {
+    let mut all = Priority::ALL;
+    all.sort_by_key(|p| priority_rank(*p));
+    assert_eq!(
+        all,
+        [
+            Priority::Urgent,
+            Priority::High,
+            Priority::Normal,
+            Priority::Low
+        ]
+    );
+}

@@ -1,0 +1,170 @@
+//! The build halves of the catalog's entries that take more than a line: a loop's job from the service's parts.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use futures::future::BoxFuture;
+use serde::Serialize;
+
+use super::{rest, Built, LoopJob, Parts, Ticked};
+use crate::eventlog::EventLog;
+use crate::loops::Pace;
+
+/// The relay: its lag is its detail, reported even when a tick fails; a replica that (re)gains its lease asks the
+/// bus where to resume.
+pub(super) struct RelayJob(pub(super) Arc<crate::bus::relay::Relay>);
+
+impl LoopJob for RelayJob {
+    fn tick(&self) -> BoxFuture<'_, Ticked> {
+        Box::pin(async move {
+            let result = self.0.tick().await.map(|p| Pace::again_if(p.out_of_time));
+            let detail = self.0.lag().map(|lag| {
+                serde_json::json!({
+                    "position": lag.position,
+                    "head": lag.head,
+                    "behind": lag.behind(),
+                })
+            });
+            (detail, result)
+        })
+    }
+
+    fn on_acquired(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.0.resync())
+    }
+}
+
+/// An `effects:<provider>` loop: acts on news only.
+pub(super) fn effects(worker: crate::effects::runner::Effects) -> Built {
+    let worker = Arc::new(worker);
+    Built::ticking(
+        move || {
+            let worker = worker.clone();
+            async move { worker.tick().await }
+        },
+        |p| Pace::again_if(p.out_of_time),
+    )
+    .at_head()
+}
+
+/// A poller's loop: built only with its credential (the plan arms it only then), from the poller `make` builds
+/// with it; each run is one `tick`, whose progress is the loop's detail.
+pub(super) fn poller_entry<P, T, F, Fut>(
+    name: &str,
+    variable: &str,
+    credential: Option<&secrecy::SecretString>,
+    make: impl FnOnce(&secrecy::SecretString) -> anyhow::Result<P>,
+    tick: F,
+) -> anyhow::Result<Built>
+where
+    P: Send + Sync + 'static,
+    T: Serialize + 'static,
+    F: Fn(Arc<P>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = anyhow::Result<T>> + Send + 'static,
+{
+    let credential =
+        credential.with_context(|| format!("the loop plan arms {name} without {variable}"))?;
+    let poller = Arc::new(make(credential)?);
+    Ok(Built::ticking(move || tick(poller.clone()), rest))
+}
+
+/// The `effects:github` loop's worker: GitHub at `GITHUB_API_URL` with `GITHUB_TOKEN`, pull requests to each
+/// repository's base branch.
+pub(super) fn github_effects(parts: &Parts<'_>) -> anyhow::Result<crate::effects::runner::Effects> {
+    let settings = parts.settings;
+    let token = settings
+        .github_token
+        .as_ref()
+        .context("the loop plan arms effects:github without GITHUB_TOKEN")?;
+    let client = crate::providers::github::GithubClient::new(&settings.github_api_url, token)
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let bases = settings
+        .file
+        .dispatch
+        .repos
+        .iter()
+        .map(|(repo, source)| (repo.clone(), source.base.clone()))
+        .collect();
+    Ok(crate::effects::runner::Effects::github(
+        parts.log.clone(),
+        parts.board.clone(),
+        client,
+        crate::effects::policy::PolicyConfig {
+            bases,
+            ..Default::default()
+        },
+    ))
+}
+
+/// The `effects:telegram` loop's worker: the Bot API at `TELEGRAM_API_URL`, notifications to the allowed chats.
+pub(super) fn telegram_effects(
+    parts: &Parts<'_>,
+) -> anyhow::Result<crate::effects::runner::Effects> {
+    let settings = parts.settings;
+    let token = settings
+        .telegram_bot_token
+        .as_ref()
+        .context("the loop plan arms effects:telegram without TELEGRAM_BOT_TOKEN")?;
+    let client = crate::providers::telegram::TelegramClient::new(&settings.telegram_api_url, token)
+        .map_err(|e| anyhow::anyhow!(e))?;
+    Ok(crate::effects::runner::Effects::telegram(
+        parts.log.clone(),
+        parts.board.clone(),
+        client,
+        crate::effects::policy::PolicyConfig {
+            telegram_chats: parts
+                .intake
+                .telegram_allowed_chats
+                .iter()
+                .copied()
+                .collect(),
+            telegram_users: parts.intake.telegram_allowed_users.clone(),
+            telegram_cooldown: settings.file.telegram_cooldown,
+            ..Default::default()
+        },
+    )
+    .with_loops(parts.registry.clone()))
+}
+
+/// The `effects:linear` loop's worker: Linear's GraphQL API at `LINEAR_API_URL` with `LINEAR_API_KEY`, issues
+/// moved through `[linear.states]`.
+pub(super) fn linear_effects(parts: &Parts<'_>) -> anyhow::Result<crate::effects::runner::Effects> {
+    let settings = parts.settings;
+    let key = settings
+        .linear_api_key
+        .as_ref()
+        .context("the loop plan arms effects:linear without LINEAR_API_KEY")?;
+    let client = crate::providers::linear::LinearClient::new(&settings.linear_api_url, key)
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let linear_states = settings.file.linear_states.clone();
+    Ok(crate::effects::runner::Effects::linear(
+        parts.log.clone(),
+        parts.board.clone(),
+        client,
+        crate::effects::policy::PolicyConfig {
+            linear_states,
+            github_prs: settings.github_token.is_some(),
+            ..Default::default()
+        },
+    ))
+}
+
+pub(super) async fn heartbeat(log: &EventLog) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let result = tokio::time::timeout(Duration::from_secs(5), log.store().ping()).await;
+    let up = matches!(result, Ok(Ok(())));
+    metrics::gauge!("pidevops_database_up").set(if up { 1.0 } else { 0.0 });
+    match result {
+        Ok(Ok(())) => {
+            metrics::histogram!("pidevops_database_ping_seconds")
+                .record(started.elapsed().as_secs_f64());
+            log.probe_if_failing()
+                .await
+                .context("the database answers but appends still fail")
+        }
+        Ok(Err(e)) => Err(e).context("database round trip failed"),
+        Err(_) => anyhow::bail!("database round trip took longer than 5 s"),
+    }
+}

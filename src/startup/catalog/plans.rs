@@ -1,0 +1,233 @@
+//! The pure halves of the catalog's entries that take more than a line: why a configuration arms, disables or
+//! unarms a loop.
+
+use std::time::Duration;
+
+use super::{PlannedLoop, TELEGRAM_POLL};
+use crate::config::Settings;
+use crate::loops::LoopState;
+
+pub(super) fn telegram_updates(s: &Settings) -> PlannedLoop {
+    use crate::ingress::telegram_updates::TELEGRAM_UPDATES;
+    match (&s.telegram_bot_token, s.telegram_webhook_secret.is_set()) {
+        (Some(_), false) => PlannedLoop::armed(
+            TELEGRAM_UPDATES,
+            true,
+            TELEGRAM_POLL,
+            "long-polls getUpdates (no webhook: TELEGRAM_WEBHOOK_SECRET is not set) into the log",
+        ),
+        (Some(_), true) => PlannedLoop::off(
+            TELEGRAM_UPDATES,
+            true,
+            LoopState::Disabled,
+            "webhook mode: TELEGRAM_WEBHOOK_SECRET is set, so updates come to /webhooks/telegram"
+                .to_owned(),
+            TELEGRAM_POLL,
+        ),
+        (None, _) => PlannedLoop::off(
+            TELEGRAM_UPDATES,
+            true,
+            LoopState::Disabled,
+            "TELEGRAM_BOT_TOKEN is not set".to_owned(),
+            TELEGRAM_POLL,
+        ),
+    }
+}
+
+/// Some chat is allowed in `TELEGRAM_ALLOWED_CHATS`.
+pub(super) fn telegram_chats(s: &Settings) -> bool {
+    s.telegram_allowed_chats
+        .as_deref()
+        .is_some_and(|c| c.split(',').any(|c| !c.trim().is_empty()))
+}
+
+pub(super) fn telegram_effects_plan(s: &Settings) -> PlannedLoop {
+    let name = crate::effects::Provider::Telegram.loop_name();
+    match (&s.telegram_bot_token, telegram_chats(s)) {
+        (Some(_), true) => PlannedLoop::armed(
+            &name,
+            true,
+            s.projector_interval,
+            if s.telegram_allowed_users.is_some() {
+                "tells TELEGRAM_ALLOWED_CHATS when a task waits for approval, needs a human, is in review, done or cancelled; only TELEGRAM_ALLOWED_USERS can command"
+            } else {
+                "tells TELEGRAM_ALLOWED_CHATS when a task waits for approval, needs a human, is in review, done or cancelled; any member of an allowed group can command (TELEGRAM_ALLOWED_USERS is not set)"
+            },
+        ),
+        (None, _) => PlannedLoop::off(
+            &name,
+            true,
+            LoopState::Disabled,
+            "TELEGRAM_BOT_TOKEN is not set: no Telegram messages".to_owned(),
+            s.projector_interval,
+        ),
+        (Some(_), false) => PlannedLoop::off(
+            &name,
+            true,
+            LoopState::Disabled,
+            "TELEGRAM_ALLOWED_CHATS is not set: no chat to tell".to_owned(),
+            s.projector_interval,
+        ),
+    }
+}
+
+pub(super) fn cron_plan(s: &Settings) -> PlannedLoop {
+    use crate::cron::CRON;
+    let digests_without_telegram = |list: &[crate::cron::Schedule]| {
+        let digest = list
+            .iter()
+            .find(|s| s.action == crate::cron::ScheduleAction::Digest)?;
+        let missing = match (&s.telegram_bot_token, telegram_chats(s)) {
+            (None, _) => "TELEGRAM_BOT_TOKEN is not set",
+            (Some(_), false) => "TELEGRAM_ALLOWED_CHATS is not set",
+            (Some(_), true) => return None,
+        };
+        Some(format!(
+            "schedule {:?} sends a digest to Telegram, but {missing}",
+            digest.name
+        ))
+    };
+    let unarmed =
+        |reason| PlannedLoop::off(CRON, true, LoopState::Unarmed, reason, s.projector_interval);
+    let list = &s.file.schedules;
+    match digests_without_telegram(list) {
+            Some(reason) => unarmed(reason),
+            None if !list.is_empty() => PlannedLoop::armed(
+                CRON,
+                true,
+                s.projector_interval,
+                "creates the tasks of [[schedules]] and sends digests on time; after downtime each overdue schedule fires once",
+            ),
+            None => PlannedLoop::off(
+                CRON,
+                true,
+                LoopState::Disabled,
+                "no [[schedules]] in pidevops.toml".to_owned(),
+                s.projector_interval,
+            ),
+    }
+}
+
+pub(super) fn github_effects_plan(s: &Settings) -> PlannedLoop {
+    let name = crate::effects::Provider::Github.loop_name();
+    match s.github_token {
+        Some(_) => PlannedLoop::armed(
+            &name,
+            true,
+            s.projector_interval,
+            "opens each task's pull request when it goes to review (GITHUB_API_URL), once, recorded",
+        ),
+        None => PlannedLoop::off(
+            &name,
+            true,
+            LoopState::Disabled,
+            "GITHUB_TOKEN is not set: no pull requests are opened".to_owned(),
+            s.projector_interval,
+        ),
+    }
+}
+
+pub(super) fn linear_effects_plan(s: &Settings) -> PlannedLoop {
+    let name = crate::effects::Provider::Linear.loop_name();
+    match &s.linear_api_key {
+        Some(_) => PlannedLoop::armed(
+            &name,
+            true,
+            s.projector_interval,
+            "comments on and moves the tasks' Linear issues, and speaks in Linear agent sessions (LINEAR_API_URL)",
+        ),
+        None => PlannedLoop::off(
+            &name,
+            true,
+            LoopState::Disabled,
+            "LINEAR_API_KEY is not set: Linear hears nothing back".to_owned(),
+            s.projector_interval,
+        ),
+    }
+}
+
+/// A poller: armed with its credential; asked for (`[pollers.<name>]`) without it, `unarmed`, since missed
+/// webhooks would go unnoticed; neither, disabled.
+pub(super) fn poller_loop(
+    name: &str,
+    config: &crate::pollers::PollerConfig,
+    credential: bool,
+    variable: &str,
+    what: &'static str,
+) -> PlannedLoop {
+    // `linear_poller` is configured under `[pollers.linear]`.
+    let table = name.trim_end_matches("_poller");
+    let planned = |state, reason: Option<String>, interval| PlannedLoop {
+        name: name.to_owned(),
+        singleton: true,
+        state,
+        reason,
+        interval,
+        what: if state == LoopState::Armed { what } else { "" },
+    };
+    match config {
+        config if !config.enabled => planned(
+            LoopState::Disabled,
+            Some(format!("pollers.{table}.enabled is false")),
+            config.interval,
+        ),
+        config if credential => planned(LoopState::Armed, None, config.interval),
+        config if config.configured => planned(
+            LoopState::Unarmed,
+            Some(format!(
+                "[pollers.{table}] is set but {variable} is not: missed webhooks would go unnoticed"
+            )),
+            config.interval,
+        ),
+        config => planned(
+            LoopState::Disabled,
+            Some(format!("{variable} is not set")),
+            config.interval,
+        ),
+    }
+}
+
+/// The dispatcher, watchdog and gc: all three run when dispatch is on; the dispatcher is `unarmed` when it is on
+/// but nothing could run (no agent executable, a repository needing `GITHUB_TOKEN` without it, …).
+pub(super) fn dispatch_loops(settings: &Settings) -> Vec<PlannedLoop> {
+    use crate::dispatch::dispatcher::{cannot_run, watchdog_interval, DISPATCHER, GC, WATCHDOG};
+    let (config, profiles) = (&settings.file.dispatch, &settings.file.profiles);
+    let gc_interval = Duration::from_secs(600);
+    let mut loops = vec![
+        PlannedLoop::armed(
+            DISPATCHER,
+            true,
+            settings.projector_interval,
+            "claims todo tasks by priority and age within the concurrency limits and starts their runs",
+        ),
+        PlannedLoop::armed(
+            WATCHDOG,
+            true,
+            watchdog_interval(config),
+            "declares runs lost when they go silent and retries their tasks; applies outcomes a crash left unapplied",
+        ),
+        // Every replica removes its own old worktrees.
+        PlannedLoop::armed(
+            GC,
+            false,
+            gc_interval,
+            "removes worktrees of finished runs after dispatch.worktree_ttl_h",
+        ),
+    ];
+    if let Some(off) = &config.off {
+        for planned in &mut loops {
+            planned.state = LoopState::Disabled;
+            planned.reason = Some(off.clone());
+        }
+    } else if let Some(why) = cannot_run(
+        config,
+        profiles,
+        &settings.env,
+        settings.github_token.is_some(),
+        settings.nats_url.is_some(),
+    ) {
+        loops[0].state = LoopState::Unarmed;
+        loops[0].reason = Some(why);
+    }
+    loops
+}

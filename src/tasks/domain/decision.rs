@@ -1,0 +1,430 @@
+//! `decide(state, command, now)`: every rule of the board, one helper per command that has more than a line.
+
+use chrono::{DateTime, Utc};
+
+use super::super::values::{
+    AgentName, ApprovalPolicy, BranchName, Column, FollowUpText, GithubRef, Links, MaxAttempts,
+    Priority, Reason, RunId, Spec, TaskId,
+};
+use super::{
+    Command, NewTask, RetryCause, Task, TaskCreated, TaskError, TaskEvent, BEFORE_WORK,
+    BETWEEN_ATTEMPTS, CLOSED, MAX_FOLLOW_UPS, OPEN, OSCILLATION_STARTS, OSCILLATION_WINDOW_S,
+};
+
+/// Decides what `command` means for `state` at `now`: the events to record, none (already so), or why not.
+pub fn decide(
+    state: Option<&Task>,
+    command: &Command,
+    now: DateTime<Utc>,
+) -> Result<Vec<TaskEvent>, TaskError> {
+    let task = match (state, command) {
+        (None, Command::Create(new)) => return Ok(create(new, now)),
+        (Some(task), Command::Create(_)) => return Err(TaskError::AlreadyExists { id: task.id }),
+        (None, other) => {
+            return Err(TaskError::NotFound {
+                command: other.name(),
+            })
+        }
+        (Some(task), _) => task,
+    };
+    if task.column == Column::Archived {
+        return Err(TaskError::Archived {
+            id: task.id,
+            command: command.name(),
+        });
+    }
+    let wrong = |allowed: &'static [Column]| wrong_column(task, command, allowed);
+    let column = task.column;
+    let at = now;
+    let none = Ok(Vec::new());
+    match command {
+        Command::Create(_) => Err(TaskError::AlreadyExists { id: task.id }),
+
+        Command::Approve => match column {
+            Column::Triage => Ok(vec![TaskEvent::Approved {
+                at,
+                automatic: false,
+            }]),
+            // Approved already: the second of two racing approvals is a no-op, not an error.
+            Column::Todo | Column::InProgress | Column::InReview | Column::Done => none,
+            _ => Err(wrong(&[Column::Triage])),
+        },
+
+        Command::Reject { reason } => match column {
+            Column::Triage => Ok(vec![TaskEvent::Rejected {
+                at,
+                reason: reason.clone(),
+            }]),
+            Column::Cancelled => none,
+            _ => Err(wrong(&[Column::Triage])),
+        },
+
+        Command::Start { run } => start(task, command, *run, at),
+
+        Command::SubmitForReview { run, branch, pr } => {
+            submit_for_review(task, command, *run, branch, pr, at)
+        }
+
+        Command::Complete => match column {
+            Column::InReview => Ok(vec![TaskEvent::Completed { at }]),
+            Column::Done => none,
+            _ => Err(wrong(&[Column::InReview])),
+        },
+
+        Command::Retry { cause, reason } => retry(task, command, cause, reason, now),
+
+        Command::Cancel { reason } => match column {
+            Column::Triage | Column::Todo | Column::InProgress | Column::InReview => {
+                Ok(vec![TaskEvent::Cancelled {
+                    at,
+                    reason: reason.clone(),
+                }])
+            }
+            Column::Cancelled => none,
+            _ => Err(wrong(OPEN)),
+        },
+
+        Command::Archive => match column {
+            Column::Done | Column::Cancelled => Ok(vec![TaskEvent::Archived { at }]),
+            _ => Err(wrong(CLOSED)),
+        },
+
+        Command::FlagNeedsHuman { reason } => flag_needs_human(task, command, reason, at),
+
+        // A closed task carries no flag, so "clear it" already holds there.
+        Command::ClearNeedsHuman => clear_needs_human(task, at),
+
+        Command::UpdateSpec {
+            spec,
+            ticket_version,
+        } => update_spec(task, command, spec, *ticket_version, at),
+
+        Command::AttachFollowUp { text } => attach_follow_up(task, command, text, at),
+
+        Command::Reprioritize { priority } => reprioritize(task, *priority, at),
+
+        Command::AttachLinks { links } => attach_links(task, links, at),
+
+        Command::ChooseAgent { agent } => choose_agent(task, command, agent, at),
+    }
+}
+
+/// `command` needs the task in one of `allowed`, and it is not.
+fn wrong_column(task: &Task, command: &Command, allowed: &'static [Column]) -> TaskError {
+    TaskError::WrongColumn {
+        id: task.id,
+        column: task.column,
+        command: command.name(),
+        allowed,
+    }
+}
+
+fn start(
+    task: &Task,
+    command: &Command,
+    run: RunId,
+    at: DateTime<Utc>,
+) -> Result<Vec<TaskEvent>, TaskError> {
+    if task.column != Column::Todo {
+        return Err(wrong_column(task, command, &[Column::Todo]));
+    }
+    if let Some(flag) = &task.needs_human {
+        return Err(TaskError::NeedsHuman {
+            id: task.id,
+            reason: flag.reason.clone(),
+        });
+    }
+    if task.attempts >= task.max_attempts.get() {
+        return Err(TaskError::AttemptsExhausted {
+            id: task.id,
+            attempts: task.attempts,
+            max: task.max_attempts.get(),
+        });
+    }
+    Ok(vec![TaskEvent::Started {
+        at,
+        run,
+        attempt: task.attempts + 1,
+    }])
+}
+
+fn submit_for_review(
+    task: &Task,
+    command: &Command,
+    run: RunId,
+    branch: &BranchName,
+    pr: &Option<GithubRef>,
+    at: DateTime<Utc>,
+) -> Result<Vec<TaskEvent>, TaskError> {
+    if task.column != Column::InProgress {
+        return Err(wrong_column(task, command, &[Column::InProgress]));
+    }
+    live_run(task, run)?;
+    Ok(vec![TaskEvent::SubmittedForReview {
+        at,
+        run,
+        branch: branch.clone(),
+        pr: pr.clone(),
+    }])
+}
+
+fn retry(
+    task: &Task,
+    command: &Command,
+    cause: &RetryCause,
+    reason: &Reason,
+    now: DateTime<Utc>,
+) -> Result<Vec<TaskEvent>, TaskError> {
+    let at = now;
+    match cause {
+        RetryCause::RunFailed { run } | RetryCause::Interrupted { run } => {
+            if task.column != Column::InProgress {
+                return Err(wrong_column(task, command, &[Column::InProgress]));
+            }
+            live_run(task, *run)?;
+        }
+        RetryCause::ChecksFailed | RetryCause::ChangesRequested => {
+            if task.column != Column::InReview {
+                return Err(wrong_column(task, command, &[Column::InReview]));
+            }
+        }
+    }
+    let mut events = vec![TaskEvent::Retried {
+        at,
+        cause: *cause,
+        reason: reason.clone(),
+        attempt: task.attempts,
+    }];
+    if matches!(cause, RetryCause::Interrupted { .. }) {
+        // Given back when the budget can grow; at the cap it counts like any failure.
+        if let Ok(max_attempts) = MaxAttempts::new(task.max_attempts.get() + 1) {
+            events.push(TaskEvent::AttemptReturned { at, max_attempts });
+            return Ok(events);
+        }
+    }
+    // The last attempt failed, or attempts keep bouncing back fast: a human must look. If one is already
+    // looking, this is the same episode.
+    if task.needs_human.is_none() {
+        if let Some(why) = needs_human_after_failure(task, reason, now) {
+            events.push(TaskEvent::FlaggedNeedsHuman {
+                at,
+                reason: Reason::summarize(&why),
+            });
+        }
+    }
+    Ok(events)
+}
+
+/// Why a failed attempt needs a human: the budget is spent, or attempts keep bouncing back fast. `None`: retry.
+fn needs_human_after_failure(task: &Task, reason: &Reason, now: DateTime<Utc>) -> Option<String> {
+    let bounced = task.starts_within_window(now);
+    if task.attempts >= task.max_attempts.get() {
+        Some(format!(
+            "attempt {} of {} failed: {reason}",
+            task.attempts,
+            task.max_attempts.get()
+        ))
+    } else if bounced >= OSCILLATION_STARTS {
+        Some(format!(
+            "bouncing between todo and in-progress: {bounced} attempts in {} minutes came back \
+             (attempt {} of {}), flagged instead of starting another: {reason}",
+            OSCILLATION_WINDOW_S / 60,
+            task.attempts,
+            task.max_attempts.get()
+        ))
+    } else {
+        None
+    }
+}
+
+fn flag_needs_human(
+    task: &Task,
+    command: &Command,
+    reason: &Reason,
+    at: DateTime<Utc>,
+) -> Result<Vec<TaskEvent>, TaskError> {
+    if !task.column.is_open() {
+        return Err(wrong_column(task, command, OPEN));
+    }
+    if task.needs_human.is_some() {
+        return Ok(Vec::new());
+    }
+    Ok(vec![TaskEvent::FlaggedNeedsHuman {
+        at,
+        reason: reason.clone(),
+    }])
+}
+
+fn clear_needs_human(task: &Task, at: DateTime<Utc>) -> Result<Vec<TaskEvent>, TaskError> {
+    if task.needs_human.is_none() {
+        return Ok(Vec::new());
+    }
+    let max_attempts = if task.attempts >= task.max_attempts.get() {
+        MaxAttempts::new(task.attempts + 1).map_err(|_| TaskError::AttemptCap {
+            id: task.id,
+            attempts: task.attempts,
+        })?
+    } else {
+        task.max_attempts
+    };
+    Ok(vec![TaskEvent::NeedsHumanCleared { at, max_attempts }])
+}
+
+fn update_spec(
+    task: &Task,
+    command: &Command,
+    spec: &Spec,
+    ticket_version: Option<DateTime<Utc>>,
+    at: DateTime<Utc>,
+) -> Result<Vec<TaskEvent>, TaskError> {
+    if !BEFORE_WORK.contains(&task.column) {
+        return Err(wrong_column(task, command, BEFORE_WORK));
+    }
+    let stale = matches!(
+        (ticket_version, task.ticket_version),
+        (Some(edit), Some(held)) if edit <= held
+    );
+    if stale || *spec == task.spec {
+        return Ok(Vec::new());
+    }
+    Ok(vec![TaskEvent::SpecUpdated {
+        at,
+        spec: spec.clone(),
+        ticket_version,
+    }])
+}
+
+fn attach_follow_up(
+    task: &Task,
+    command: &Command,
+    text: &FollowUpText,
+    at: DateTime<Utc>,
+) -> Result<Vec<TaskEvent>, TaskError> {
+    if !task.column.is_open() {
+        return Err(wrong_column(task, command, OPEN));
+    }
+    if task.follow_ups.len() >= MAX_FOLLOW_UPS {
+        return Err(TaskError::TooManyFollowUps { id: task.id });
+    }
+    Ok(vec![TaskEvent::FollowUpAttached {
+        at,
+        text: text.clone(),
+    }])
+}
+
+fn reprioritize(
+    task: &Task,
+    priority: Priority,
+    at: DateTime<Utc>,
+) -> Result<Vec<TaskEvent>, TaskError> {
+    if priority == task.priority {
+        return Ok(Vec::new());
+    }
+    Ok(vec![TaskEvent::PriorityChanged { at, priority }])
+}
+
+fn attach_links(
+    task: &Task,
+    links: &Links,
+    at: DateTime<Utc>,
+) -> Result<Vec<TaskEvent>, TaskError> {
+    let added = new_links(task.id, &task.links, links)?;
+    if added == Links::default() {
+        return Ok(Vec::new());
+    }
+    Ok(vec![TaskEvent::LinksAttached { at, links: added }])
+}
+
+fn choose_agent(
+    task: &Task,
+    command: &Command,
+    agent: &Option<AgentName>,
+    at: DateTime<Utc>,
+) -> Result<Vec<TaskEvent>, TaskError> {
+    if !BETWEEN_ATTEMPTS.contains(&task.column) {
+        return Err(wrong_column(task, command, BETWEEN_ATTEMPTS));
+    }
+    if *agent == task.agent {
+        return Ok(Vec::new());
+    }
+    Ok(vec![TaskEvent::AgentChosen {
+        at,
+        agent: agent.clone(),
+    }])
+}
+
+fn create(new: &NewTask, at: DateTime<Utc>) -> Vec<TaskEvent> {
+    let mut events = vec![TaskEvent::Created(Box::new(TaskCreated {
+        at,
+        id: new.id,
+        repo: new.repo.clone(),
+        spec: new.spec.clone(),
+        priority: new.priority,
+        links: new.links.clone(),
+        approval: new.approval,
+        max_attempts: new.max_attempts,
+        ticket_version: new.ticket_version,
+        agent: new.agent.clone(),
+    }))];
+    // Auto approval is recorded as an approval, so everything downstream sees one path into `todo`.
+    if new.approval == ApprovalPolicy::Auto {
+        events.push(TaskEvent::Approved {
+            at,
+            automatic: true,
+        });
+    }
+    events
+}
+
+fn live_run(task: &Task, run: RunId) -> Result<(), TaskError> {
+    if task.run == Some(run) {
+        Ok(())
+    } else {
+        Err(TaskError::StaleRun {
+            id: task.id,
+            run,
+            current: task.run,
+        })
+    }
+}
+
+/// The links in `proposed` that `existing` lacks; a different value for a set link is a conflict.
+pub(super) fn new_links(
+    id: TaskId,
+    existing: &Links,
+    proposed: &Links,
+) -> Result<Links, TaskError> {
+    fn pick<T: Clone + PartialEq + std::fmt::Display>(
+        id: TaskId,
+        link: &'static str,
+        existing: &Option<T>,
+        proposed: &Option<T>,
+    ) -> Result<Option<T>, TaskError> {
+        match (existing, proposed) {
+            (Some(have), Some(want)) if have != want => Err(TaskError::LinkConflict {
+                id,
+                link,
+                existing: have.to_string(),
+                proposed: want.to_string(),
+            }),
+            (None, Some(want)) => Ok(Some(want.clone())),
+            _ => Ok(None),
+        }
+    }
+    Ok(Links {
+        linear_issue: pick(
+            id,
+            "linear_issue",
+            &existing.linear_issue,
+            &proposed.linear_issue,
+        )?,
+        github_issue: pick(
+            id,
+            "github_issue",
+            &existing.github_issue,
+            &proposed.github_issue,
+        )?,
+        github_pr: pick(id, "github_pr", &existing.github_pr, &proposed.github_pr)?,
+        telegram: pick(id, "telegram", &existing.telegram, &proposed.telegram)?,
+    })
+}

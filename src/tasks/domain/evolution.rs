@@ -1,0 +1,342 @@
+//! `evolve(state, event)`: applies one fact, refusing an event that cannot follow the state; `replay` folds it.
+
+use chrono::{DateTime, Utc};
+
+use super::super::values::{
+    AgentName, Column, FollowUpText, Links, MaxAttempts, Reason, RunId, Spec,
+};
+use super::decision::new_links;
+use super::{
+    join, Failure, FollowUp, NeedsHuman, RetryCause, Task, TaskCreated, TaskError, TaskEvent,
+    BEFORE_WORK, BETWEEN_ATTEMPTS, CLOSED, NOT_ARCHIVED, OPEN, OSCILLATION_STARTS,
+};
+
+/// Applies one event. Refuses events that cannot follow `state` (wrong column, a second `created`, an attempt
+/// out of order), so replaying a damaged stream stops at the damage.
+pub fn evolve(state: Option<Task>, event: &TaskEvent) -> Result<Task, TaskError> {
+    let mut task = match (state, event) {
+        (None, TaskEvent::Created(created)) => return Ok(Task::from_created(created)),
+        (Some(task), TaskEvent::Created(_)) => {
+            return Err(inapplicable(
+                Some(&task),
+                event,
+                "the task already exists".into(),
+            ))
+        }
+        (None, _) => {
+            return Err(inapplicable(
+                None,
+                event,
+                "the stream has no task.created".into(),
+            ))
+        }
+        (Some(task), _) => task,
+    };
+    apply(&mut task, event)?;
+    task.updated_at = event.at();
+    Ok(task)
+}
+
+/// Applies `event` to an existing task, one helper per event that does more than move a column.
+fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
+    match event {
+        TaskEvent::Created(_) => {
+            return Err(inapplicable(
+                Some(task),
+                event,
+                "the task already exists".into(),
+            ))
+        }
+        TaskEvent::Approved { .. } => {
+            require(task, event, &[Column::Triage])?;
+            task.column = Column::Todo;
+        }
+        TaskEvent::Rejected { reason, .. } => {
+            require(task, event, &[Column::Triage])?;
+            task.close(Column::Cancelled, Some(reason.clone()));
+        }
+        TaskEvent::Started { at, run, attempt } => started(task, event, *at, *run, *attempt)?,
+        TaskEvent::SubmittedForReview { branch, pr, .. } => {
+            require(task, event, &[Column::InProgress])?;
+            task.column = Column::InReview;
+            task.run = None;
+            task.branch = Some(branch.clone());
+            // A newer pull request supersedes the old one; no submission removes a link.
+            if let Some(pr) = pr {
+                task.links.github_pr = Some(pr.clone());
+            }
+        }
+        TaskEvent::Completed { .. } => {
+            require(task, event, &[Column::InReview])?;
+            task.close(Column::Done, None);
+        }
+        TaskEvent::Retried {
+            at,
+            cause,
+            reason,
+            attempt,
+        } => retried(task, event, *at, cause, reason, *attempt)?,
+        TaskEvent::Cancelled { reason, .. } => {
+            require(task, event, OPEN)?;
+            task.close(Column::Cancelled, Some(reason.clone()));
+        }
+        TaskEvent::Archived { .. } => {
+            require(task, event, CLOSED)?;
+            task.column = Column::Archived;
+        }
+        TaskEvent::FlaggedNeedsHuman { at, reason } => flagged(task, event, *at, reason)?,
+        TaskEvent::NeedsHumanCleared { max_attempts, .. } => cleared(task, event, *max_attempts)?,
+        TaskEvent::SpecUpdated {
+            spec,
+            ticket_version,
+            ..
+        } => spec_updated(task, event, spec, *ticket_version)?,
+        TaskEvent::FollowUpAttached { at, text } => follow_up_attached(task, event, *at, text)?,
+        TaskEvent::PriorityChanged { priority, .. } => {
+            require(task, event, NOT_ARCHIVED)?;
+            task.priority = *priority;
+        }
+        TaskEvent::LinksAttached { links, .. } => links_attached(task, event, links)?,
+        TaskEvent::AgentChosen { agent, .. } => agent_chosen(task, event, agent)?,
+        TaskEvent::AttemptReturned { max_attempts, .. } => {
+            attempt_returned(task, event, *max_attempts)?
+        }
+    }
+    Ok(())
+}
+
+/// `event` needs the task in one of `allowed`.
+fn require(task: &Task, event: &TaskEvent, allowed: &[Column]) -> Result<(), TaskError> {
+    if allowed.contains(&task.column) {
+        Ok(())
+    } else {
+        Err(inapplicable(
+            Some(task),
+            event,
+            format!("it is {}, not {}", task.column, join(allowed)),
+        ))
+    }
+}
+
+fn started(
+    task: &mut Task,
+    event: &TaskEvent,
+    at: DateTime<Utc>,
+    run: RunId,
+    attempt: u32,
+) -> Result<(), TaskError> {
+    require(task, event, &[Column::Todo])?;
+    if attempt != task.attempts + 1 || attempt > task.max_attempts.get() {
+        return Err(inapplicable(
+            Some(task),
+            event,
+            format!(
+                "attempt {attempt} cannot follow {} of {}",
+                task.attempts,
+                task.max_attempts.get()
+            ),
+        ));
+    }
+    task.column = Column::InProgress;
+    task.attempts = attempt;
+    task.run = Some(run);
+    if task.recent_starts.len() >= OSCILLATION_STARTS {
+        task.recent_starts.remove(0);
+    }
+    task.recent_starts.push(at);
+    for follow_up in &mut task.follow_ups {
+        follow_up.delivered_to_attempt.get_or_insert(attempt);
+    }
+    Ok(())
+}
+
+fn retried(
+    task: &mut Task,
+    event: &TaskEvent,
+    at: DateTime<Utc>,
+    cause: &RetryCause,
+    reason: &Reason,
+    attempt: u32,
+) -> Result<(), TaskError> {
+    require(task, event, &[Column::InProgress, Column::InReview])?;
+    if attempt != task.attempts {
+        return Err(inapplicable(
+            Some(task),
+            event,
+            format!("attempt {attempt} is not the last one ({})", task.attempts),
+        ));
+    }
+    task.column = Column::Todo;
+    task.run = None;
+    if matches!(cause, RetryCause::Interrupted { .. }) {
+        task.recent_starts.pop();
+    }
+    task.last_failure = Some(Failure {
+        attempt,
+        cause: *cause,
+        reason: reason.clone(),
+        at,
+    });
+    Ok(())
+}
+
+fn flagged(
+    task: &mut Task,
+    event: &TaskEvent,
+    at: DateTime<Utc>,
+    reason: &Reason,
+) -> Result<(), TaskError> {
+    require(task, event, OPEN)?;
+    if task.needs_human.is_some() {
+        return Err(inapplicable(
+            Some(task),
+            event,
+            "it is already flagged".into(),
+        ));
+    }
+    task.needs_human = Some(NeedsHuman {
+        reason: reason.clone(),
+        since: at,
+    });
+    Ok(())
+}
+
+fn cleared(task: &mut Task, event: &TaskEvent, max_attempts: MaxAttempts) -> Result<(), TaskError> {
+    require(task, event, OPEN)?;
+    if task.needs_human.is_none() || max_attempts < task.max_attempts {
+        return Err(inapplicable(
+            Some(task),
+            event,
+            "it is not flagged, or the budget would shrink".into(),
+        ));
+    }
+    task.needs_human = None;
+    task.max_attempts = max_attempts;
+    // A human looked: earlier bounces no longer count against the next attempts.
+    task.recent_starts.clear();
+    Ok(())
+}
+
+fn spec_updated(
+    task: &mut Task,
+    event: &TaskEvent,
+    spec: &Spec,
+    ticket_version: Option<DateTime<Utc>>,
+) -> Result<(), TaskError> {
+    require(task, event, BEFORE_WORK)?;
+    task.spec = spec.clone();
+    // Never backwards: an edit without a version (from a person) keeps the ticket's.
+    task.ticket_version = task.ticket_version.max(ticket_version);
+    Ok(())
+}
+
+fn follow_up_attached(
+    task: &mut Task,
+    event: &TaskEvent,
+    at: DateTime<Utc>,
+    text: &FollowUpText,
+) -> Result<(), TaskError> {
+    require(task, event, OPEN)?;
+    task.follow_ups.push(FollowUp {
+        text: text.clone(),
+        at,
+        delivered_to_attempt: None,
+    });
+    Ok(())
+}
+
+fn links_attached(task: &mut Task, event: &TaskEvent, links: &Links) -> Result<(), TaskError> {
+    require(task, event, NOT_ARCHIVED)?;
+    let added = new_links(task.id, &task.links, links)?;
+    let merged = Links {
+        linear_issue: task.links.linear_issue.take().or(added.linear_issue),
+        github_issue: task.links.github_issue.take().or(added.github_issue),
+        github_pr: task.links.github_pr.take().or(added.github_pr),
+        telegram: task.links.telegram.take().or(added.telegram),
+    };
+    task.links = merged;
+    Ok(())
+}
+
+fn agent_chosen(
+    task: &mut Task,
+    event: &TaskEvent,
+    agent: &Option<AgentName>,
+) -> Result<(), TaskError> {
+    require(task, event, BETWEEN_ATTEMPTS)?;
+    task.agent = agent.clone();
+    Ok(())
+}
+
+fn attempt_returned(
+    task: &mut Task,
+    event: &TaskEvent,
+    max_attempts: MaxAttempts,
+) -> Result<(), TaskError> {
+    require(task, event, &[Column::Todo])?;
+    let interrupted = matches!(
+        task.last_failure.as_ref().map(|f| f.cause),
+        Some(RetryCause::Interrupted { .. })
+    );
+    if !interrupted || max_attempts.get() != task.max_attempts.get() + 1 {
+        return Err(inapplicable(
+            Some(task),
+            event,
+            "it must follow an interrupted attempt and raise the budget by one".into(),
+        ));
+    }
+    task.max_attempts = max_attempts;
+    Ok(())
+}
+
+/// Replays a whole stream.
+pub fn replay<'a>(
+    events: impl IntoIterator<Item = &'a TaskEvent>,
+) -> Result<Option<Task>, TaskError> {
+    events
+        .into_iter()
+        .try_fold(None, |state, event| evolve(state, event).map(Some))
+}
+
+impl Task {
+    fn from_created(created: &TaskCreated) -> Self {
+        Task {
+            id: created.id,
+            repo: created.repo.clone(),
+            spec: created.spec.clone(),
+            priority: created.priority,
+            links: created.links.clone(),
+            column: Column::Triage,
+            approval: created.approval,
+            needs_human: None,
+            attempts: 0,
+            max_attempts: created.max_attempts,
+            run: None,
+            branch: None,
+            last_failure: None,
+            closed_reason: None,
+            follow_ups: Vec::new(),
+            created_at: created.at,
+            updated_at: created.at,
+            ticket_version: created.ticket_version,
+            agent: created.agent.clone(),
+            recent_starts: Vec::new(),
+        }
+    }
+
+    /// Leaving the open columns ends any run and any needs-human episode: nobody is working or waiting on it.
+    fn close(&mut self, column: Column, reason: Option<Reason>) {
+        self.column = column;
+        self.run = None;
+        self.needs_human = None;
+        self.closed_reason = reason;
+    }
+}
+
+fn inapplicable(task: Option<&Task>, event: &TaskEvent, why: String) -> TaskError {
+    TaskError::Inapplicable {
+        task: task.map_or_else(|| "an empty stream".to_owned(), |t| t.id.to_string()),
+        event: event.kind(),
+        why,
+    }
+}

@@ -1,0 +1,145 @@
+//! Where a task came from and what it produced: Linear issues, GitHub references, Telegram messages.
+
+use std::fmt;
+use std::num::NonZeroU64;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::{RepoName, ValueError};
+
+/// A Linear issue: the stable id (webhooks and the API key on it) and the identifier people read (`ENG-123`),
+/// which changes when the issue moves team.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(try_from = "LinearIssueParts")]
+pub struct LinearIssue {
+    id: Uuid,
+    identifier: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinearIssueParts {
+    pub id: Uuid,
+    pub identifier: String,
+}
+
+impl LinearIssue {
+    pub fn new(id: Uuid, identifier: &str) -> Result<Self, ValueError> {
+        let refuse = || ValueError::LinearIdentifier(identifier.to_owned());
+        let (team, number) = identifier.split_once('-').ok_or_else(refuse)?;
+        let team_ok =
+            (1..=16).contains(&team.len()) && team.bytes().all(|b| b.is_ascii_alphanumeric());
+        let number_ok = !number.is_empty()
+            && number.len() <= 19
+            && number.bytes().all(|b| b.is_ascii_digit())
+            && !number.starts_with('0');
+        if !(team_ok && number_ok) {
+            return Err(refuse());
+        }
+        Ok(LinearIssue {
+            id,
+            identifier: identifier.to_owned(),
+        })
+    }
+
+    pub fn id(&self) -> Uuid {
+        self.id
+    }
+
+    pub fn identifier(&self) -> &str {
+        &self.identifier
+    }
+}
+
+impl fmt::Display for LinearIssue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.identifier, self.id)
+    }
+}
+
+impl TryFrom<LinearIssueParts> for LinearIssue {
+    type Error = ValueError;
+    fn try_from(parts: LinearIssueParts) -> Result<Self, Self::Error> {
+        LinearIssue::new(parts.id, &parts.identifier)
+    }
+}
+
+/// A GitHub issue or pull request: `owner/name#12`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+pub struct GithubRef {
+    pub repo: RepoName,
+    #[schema(value_type = u64, minimum = 1)]
+    pub number: NonZeroU64,
+}
+
+impl GithubRef {
+    pub fn new(repo: RepoName, number: u64) -> Result<Self, ValueError> {
+        let number = NonZeroU64::new(number).ok_or(ValueError::GithubNumber)?;
+        Ok(GithubRef { repo, number })
+    }
+}
+
+impl fmt::Display for GithubRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}#{}", self.repo, self.number)
+    }
+}
+
+/// A Telegram message: the chat it is in and its id there (message ids are only unique per chat).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(try_from = "TelegramParts")]
+pub struct TelegramMessage {
+    chat: i64,
+    message: i64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TelegramParts {
+    pub chat: i64,
+    pub message: i64,
+}
+
+impl TelegramMessage {
+    pub fn new(chat: i64, message: i64) -> Result<Self, ValueError> {
+        if chat == 0 || message < 1 {
+            return Err(ValueError::Telegram);
+        }
+        Ok(TelegramMessage { chat, message })
+    }
+
+    pub fn chat(self) -> i64 {
+        self.chat
+    }
+
+    pub fn message(self) -> i64 {
+        self.message
+    }
+}
+
+impl fmt::Display for TelegramMessage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "chat {} message {}", self.chat, self.message)
+    }
+}
+
+impl TryFrom<TelegramParts> for TelegramMessage {
+    type Error = ValueError;
+    fn try_from(parts: TelegramParts) -> Result<Self, Self::Error> {
+        TelegramMessage::new(parts.chat, parts.message)
+    }
+}
+
+/// Where a task came from and what it produced. A link, once set, stays set; only `github_pr` may be replaced,
+/// by a later submission's pull request.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Links {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub linear_issue: Option<LinearIssue>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub github_issue: Option<GithubRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub github_pr: Option<GithubRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub telegram: Option<TelegramMessage>,
+}
