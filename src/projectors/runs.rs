@@ -183,14 +183,7 @@ impl Projector for RunsProjector {
 
     fn reset<'a>(&'a self, tx: &'a mut ProjectorTx) -> BoxFuture<'a, anyhow::Result<()>> {
         Box::pin(async move {
-            match tx {
-                ProjectorTx::Postgres(tx) => {
-                    sqlx::query("TRUNCATE runs").execute(&mut **tx).await?;
-                }
-                ProjectorTx::Sqlite(tx) => {
-                    sqlx::query("DELETE FROM runs").execute(&mut **tx).await?;
-                }
-            }
+            super::empty_tables(tx, &["runs"]).await?;
             Ok(())
         })
     }
@@ -211,51 +204,33 @@ impl Projector for RunsProjector {
 }
 
 // A terminal state is sticky: nothing after the outcome (there is nothing, by the stream's versions) reopens it.
-const UPSERT_PG: &str = "INSERT INTO runs (run_id, task_id, attempt, state, worker, profile, log_path, started_at,
+// `x = CASE WHEN excluded.x > runs.x ...`: the greater of the stored and the new value, written once for both
+// backends (Postgres says GREATEST, SQLite MAX).
+const UPSERT: &str = "INSERT INTO runs (run_id, task_id, attempt, state, worker, profile, log_path, started_at,
         last_seen_at, ended_at, failure, detail, branch, commit_sha, duration_s, output_bytes, tail, version,
         last_position)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
     ON CONFLICT (run_id) DO UPDATE SET
-        attempt = GREATEST(runs.attempt, excluded.attempt),
+        attempt = CASE WHEN excluded.attempt > runs.attempt THEN excluded.attempt ELSE runs.attempt END,
         state = CASE WHEN runs.state = 'running' THEN excluded.state ELSE runs.state END,
         worker = COALESCE(excluded.worker, runs.worker),
         profile = COALESCE(excluded.profile, runs.profile),
         log_path = COALESCE(excluded.log_path, runs.log_path),
         started_at = COALESCE(runs.started_at, excluded.started_at),
-        last_seen_at = GREATEST(runs.last_seen_at, excluded.last_seen_at),
+        last_seen_at = CASE WHEN excluded.last_seen_at > runs.last_seen_at
+            THEN excluded.last_seen_at ELSE runs.last_seen_at END,
         ended_at = COALESCE(runs.ended_at, excluded.ended_at),
         failure = COALESCE(runs.failure, excluded.failure),
         detail = COALESCE(runs.detail, excluded.detail),
         branch = COALESCE(runs.branch, excluded.branch),
         commit_sha = COALESCE(runs.commit_sha, excluded.commit_sha),
         duration_s = COALESCE(runs.duration_s, excluded.duration_s),
-        output_bytes = GREATEST(runs.output_bytes, excluded.output_bytes),
+        output_bytes = CASE WHEN excluded.output_bytes > runs.output_bytes
+            THEN excluded.output_bytes ELSE runs.output_bytes END,
         tail = COALESCE(runs.tail, excluded.tail),
-        version = GREATEST(runs.version, excluded.version),
-        last_position = GREATEST(runs.last_position, excluded.last_position)";
-
-const UPSERT_LITE: &str = "INSERT INTO runs (run_id, task_id, attempt, state, worker, profile, log_path, started_at,
-        last_seen_at, ended_at, failure, detail, branch, commit_sha, duration_s, output_bytes, tail, version,
-        last_position)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)
-    ON CONFLICT (run_id) DO UPDATE SET
-        attempt = MAX(runs.attempt, excluded.attempt),
-        state = CASE WHEN runs.state = 'running' THEN excluded.state ELSE runs.state END,
-        worker = COALESCE(excluded.worker, runs.worker),
-        profile = COALESCE(excluded.profile, runs.profile),
-        log_path = COALESCE(excluded.log_path, runs.log_path),
-        started_at = COALESCE(runs.started_at, excluded.started_at),
-        last_seen_at = MAX(runs.last_seen_at, excluded.last_seen_at),
-        ended_at = COALESCE(runs.ended_at, excluded.ended_at),
-        failure = COALESCE(runs.failure, excluded.failure),
-        detail = COALESCE(runs.detail, excluded.detail),
-        branch = COALESCE(runs.branch, excluded.branch),
-        commit_sha = COALESCE(runs.commit_sha, excluded.commit_sha),
-        duration_s = COALESCE(runs.duration_s, excluded.duration_s),
-        output_bytes = MAX(runs.output_bytes, excluded.output_bytes),
-        tail = COALESCE(runs.tail, excluded.tail),
-        version = MAX(runs.version, excluded.version),
-        last_position = MAX(runs.last_position, excluded.last_position)";
+        version = CASE WHEN excluded.version > runs.version THEN excluded.version ELSE runs.version END,
+        last_position = CASE WHEN excluded.last_position > runs.last_position
+            THEN excluded.last_position ELSE runs.last_position END";
 
 macro_rules! bind_write {
     ($query:expr, $w:expr) => {
@@ -283,18 +258,10 @@ macro_rules! bind_write {
 }
 
 async fn upsert(tx: &mut ProjectorTx, w: Write) -> Result<(), sqlx::Error> {
-    match tx {
-        ProjectorTx::Postgres(tx) => {
-            bind_write!(sqlx::query(UPSERT_PG), w)
-                .execute(&mut **tx)
-                .await?;
-        }
-        ProjectorTx::Sqlite(tx) => {
-            bind_write!(sqlx::query(UPSERT_LITE), w)
-                .execute(&mut **tx)
-                .await?;
-        }
-    }
+    on_tx!(tx, |conn| bind_write!(sqlx::query(UPSERT), w)
+        .execute(conn)
+        .await
+        .map(|_| ()))?;
     Ok(())
 }
 

@@ -48,18 +48,7 @@ impl Projector for SourcesProjector {
 
     fn reset<'a>(&'a self, tx: &'a mut ProjectorTx) -> BoxFuture<'a, anyhow::Result<()>> {
         Box::pin(async move {
-            match tx {
-                ProjectorTx::Postgres(tx) => {
-                    sqlx::query("DELETE FROM source_activity")
-                        .execute(&mut **tx)
-                        .await?;
-                }
-                ProjectorTx::Sqlite(tx) => {
-                    sqlx::query("DELETE FROM source_activity")
-                        .execute(&mut **tx)
-                        .await?;
-                }
-            }
+            super::empty_tables(tx, &["source_activity"]).await?;
             Ok(())
         })
     }
@@ -106,46 +95,24 @@ pub fn fold(events: &[StoredEvent]) -> Vec<SourceActivity> {
 
 async fn upsert(tx: &mut ProjectorTx, row: &SourceActivity) -> Result<(), sqlx::Error> {
     // Batches arrive in position order, so a stored row's first event stays first and the batch's last is last.
-    const SQL_PG: &str = "INSERT INTO source_activity
+    const SQL: &str = "INSERT INTO source_activity
             (source, event_type, events, first_at, first_position, last_at, last_position)
          VALUES ($1, $2, $3, $4, $5, $6, $7)
          ON CONFLICT (source, event_type) DO UPDATE SET
             events = source_activity.events + excluded.events,
             last_at = excluded.last_at,
             last_position = excluded.last_position";
-    const SQL_LITE: &str = "INSERT INTO source_activity
-            (source, event_type, events, first_at, first_position, last_at, last_position)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-         ON CONFLICT (source, event_type) DO UPDATE SET
-            events = source_activity.events + excluded.events,
-            last_at = excluded.last_at,
-            last_position = excluded.last_position";
-    match tx {
-        ProjectorTx::Postgres(tx) => {
-            sqlx::query(SQL_PG)
-                .bind(&row.source)
-                .bind(&row.event_type)
-                .bind(row.events)
-                .bind(row.first_at)
-                .bind(row.first_position)
-                .bind(row.last_at)
-                .bind(row.last_position)
-                .execute(&mut **tx)
-                .await?;
-        }
-        ProjectorTx::Sqlite(tx) => {
-            sqlx::query(SQL_LITE)
-                .bind(&row.source)
-                .bind(&row.event_type)
-                .bind(row.events)
-                .bind(row.first_at)
-                .bind(row.first_position)
-                .bind(row.last_at)
-                .bind(row.last_position)
-                .execute(&mut **tx)
-                .await?;
-        }
-    }
+    on_tx!(tx, |conn| sqlx::query(SQL)
+        .bind(&row.source)
+        .bind(&row.event_type)
+        .bind(row.events)
+        .bind(row.first_at)
+        .bind(row.first_position)
+        .bind(row.last_at)
+        .bind(row.last_position)
+        .execute(conn)
+        .await
+        .map(|_| ()))?;
     Ok(())
 }
 

@@ -273,21 +273,7 @@ impl Projector for TasksProjector {
 
     fn reset<'a>(&'a self, tx: &'a mut ProjectorTx) -> BoxFuture<'a, anyhow::Result<()>> {
         Box::pin(async move {
-            match tx {
-                // TRUNCATE: a rebuild empties the tables in no time, where DELETE would visit each row.
-                ProjectorTx::Postgres(tx) => {
-                    sqlx::query("TRUNCATE tasks, task_links")
-                        .execute(&mut **tx)
-                        .await?;
-                }
-                ProjectorTx::Sqlite(tx) => {
-                    for table in ["tasks", "task_links"] {
-                        sqlx::query(&format!("DELETE FROM {table}"))
-                            .execute(&mut **tx)
-                            .await?;
-                    }
-                }
-            }
+            super::empty_tables(tx, &["tasks", "task_links"]).await?;
             Ok(())
         })
     }

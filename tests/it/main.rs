@@ -37,6 +37,7 @@ mod projectors;
 mod reactions;
 mod relay;
 mod replicas;
+mod runs_projector;
 mod stream;
 mod task_cli;
 mod tasks_api;

@@ -178,22 +178,13 @@ pub async fn task_for_link(
     kind: LinkKind,
     value: &str,
 ) -> Result<Option<TaskId>, TasksError> {
-    let id: Option<String> = match store {
-        EventStore::Postgres(s) => {
-            sqlx::query_scalar("SELECT task_id FROM task_links WHERE kind = $1 AND value = $2")
-                .bind(kind.as_str())
-                .bind(value)
-                .fetch_optional(s.pool())
-                .await?
-        }
-        EventStore::Sqlite(s) => {
-            sqlx::query_scalar("SELECT task_id FROM task_links WHERE kind = ?1 AND value = ?2")
-                .bind(kind.as_str())
-                .bind(value)
-                .fetch_optional(s.pool())
-                .await?
-        }
-    };
+    let id: Option<String> = crate::on_store!(store, |pool, _backend| sqlx::query_scalar(
+        "SELECT task_id FROM task_links WHERE kind = $1 AND value = $2"
+    )
+    .bind(kind.as_str())
+    .bind(value)
+    .fetch_optional(pool)
+    .await?);
     id.map(|id| {
         TaskId::from_str(&id).map_err(|e| TasksError::Corrupt {
             task: id.clone(),
