@@ -80,6 +80,8 @@ pub struct Settings {
     pub instance_id: String,
     /// `WORKSPACE_ROOT`: mirrors and per-attempt worktrees (default `./data/workspaces`).
     pub workspace_root: PathBuf,
+    /// `PIDEVOPS_DATA_DIR`: what `serve` keeps of its own (the first run's admin token; default `./data`).
+    pub data_dir: PathBuf,
     /// `GITHUB_TOKEN`: clone and push over https, and the GitHub API (pull requests).
     pub github_token: Option<SecretString>,
     /// `GITHUB_API_URL`: GitHub's API (default `https://api.github.com`; tests point it at a fake).
@@ -295,6 +297,7 @@ impl Settings {
             telegram_allowed_chats: env.get("TELEGRAM_ALLOWED_CHATS").map(str::to_owned),
             telegram_allowed_users: env.get("TELEGRAM_ALLOWED_USERS").map(str::to_owned),
             workspace_root: PathBuf::from(env.get("WORKSPACE_ROOT").unwrap_or("./data/workspaces")),
+            data_dir: PathBuf::from(env.get("PIDEVOPS_DATA_DIR").unwrap_or("./data")),
             github_token: env.secret("GITHUB_TOKEN"),
             telegram_bot_token: env.secret("TELEGRAM_BOT_TOKEN"),
             linear_api_key: env.secret("LINEAR_API_KEY"),
@@ -486,6 +489,7 @@ fn environment(settings: &Settings) -> Vec<(&'static str, String)> {
             "WORKSPACE_ROOT",
             settings.workspace_root.display().to_string(),
         ),
+        ("PIDEVOPS_DATA_DIR", settings.data_dir.display().to_string()),
         (
             "TELEGRAM_ALLOWED_CHATS",
             or_unset(settings.telegram_allowed_chats.as_ref()),

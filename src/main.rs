@@ -148,8 +148,16 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn serve(settings: Settings) -> anyhow::Result<()> {
+async fn serve(mut settings: Settings) -> anyhow::Result<()> {
+    let token_file = startup::first_run::local_admin_token(&mut settings)?;
     let app = startup::build(settings).await?;
+    if let Some(token_file) = token_file {
+        let code = app.state().sign_in_link.issue();
+        eprintln!(
+            "{}",
+            startup::first_run::sign_in_line(app.local_addr(), &code, &token_file)
+        );
+    }
     let shutdown = app.shutdown_token();
     tokio::spawn(async move {
         wait_for_signal().await;

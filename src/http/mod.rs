@@ -45,6 +45,8 @@ pub struct AppState {
     pub board: crate::board::Board,
     /// Dashboard sign-ins with a wrong token being answered now, per client address (see `web`).
     pub sign_ins: Arc<web::SignInThrottle>,
+    /// The first run's sign-in link (see `startup::first_run`): a code that signs in once.
+    pub sign_in_link: Arc<web::OneTimeSignIn>,
     /// Memory for webhook bodies not yet verified (see `ingress`).
     pub ingress_budget: ingress::BodyBudget,
     /// The last `/health` status served (`Status as u8`), so only changes are logged.

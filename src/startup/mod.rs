@@ -3,6 +3,7 @@
 
 pub mod catalog;
 mod core;
+pub mod first_run;
 pub mod worker;
 
 pub use self::core::{connect, Core, CLI_CONNECTIONS};
@@ -163,6 +164,7 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         shutdown: shutdown.clone(),
         board,
         sign_ins: Default::default(),
+        sign_in_link: Default::default(),
         ingress_budget: Default::default(),
         last_health: Default::default(),
     };

@@ -717,3 +717,104 @@ async fn unsigned_large_bodies_stay_bounded_in_memory_while_signed_ones_flow() {
         );
     }
 }
+
+/// The first run on a laptop: `serve` on loopback with no admin token makes one (0600, in the data directory, the
+/// same on a restart) and prints a link that signs the dashboard in once; the link's second use, and any other
+/// code, is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_run_on_loopback_prints_a_sign_in_link_that_works_once() {
+    use std::os::unix::fs::PermissionsExt;
+    let data = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/first.db", data.path().display());
+    let data_dir = data.path().join("data");
+    let env = [("PIDEVOPS_DATA_DIR", data_dir.to_str().unwrap())];
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let link_in = |log: &str| -> String {
+        let at = log
+            .find("/sign-in/once?code=")
+            .unwrap_or_else(|| panic!("no sign-in link printed: {log}"));
+        log[at..].split_whitespace().next().unwrap().to_owned()
+    };
+
+    let server = Server::start_with(&db, &env).await;
+    let log = read_log(server.workdir.path());
+    let link = link_in(&log);
+    let token_file = data_dir.join("admin-token");
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    assert_eq!(
+        std::fs::metadata(&token_file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert!(!log.contains(&token), "the token itself is never printed");
+
+    let opened = client
+        .get(format!("{}{link}", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(opened.status(), 303);
+    assert_eq!(opened.headers()["location"], "/");
+    let cookie = opened.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    assert!(cookie.starts_with("pidevops_session="), "{cookie}");
+    let board = client
+        .get(format!("{}/", server.base))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(board.status(), 200, "signed in by the link");
+
+    let again = client
+        .get(format!("{}{link}", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 401, "the link works once");
+    assert!(again.headers().get("set-cookie").is_none());
+    let forged = client
+        .get(format!(
+            "{}/sign-in/once?code={}",
+            server.base,
+            "0".repeat(64)
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), 401);
+    // The token in the file is the admin token: the API takes it.
+    let api = client
+        .get(format!("{}/api/tasks", server.base))
+        .bearer_auth(token.trim())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(api.status(), 200);
+    drop(server);
+
+    // A restart keeps the token and prints a new link; the old one is dead.
+    let restarted = Server::start_with(&db, &env).await;
+    let second = link_in(&read_log(restarted.workdir.path()));
+    assert_ne!(second, link);
+    assert_eq!(std::fs::read_to_string(&token_file).unwrap(), token);
+    let old = client
+        .get(format!("{}{link}", restarted.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(old.status(), 401);
+    let new = client
+        .get(format!("{}{second}", restarted.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(new.status(), 303);
+}

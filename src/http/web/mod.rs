@@ -10,8 +10,8 @@ pub mod pages;
 pub mod session;
 mod sign_in;
 
-pub use sign_in::SignInThrottle;
 use sign_in::*;
+pub use sign_in::{OneTimeSignIn, SignInThrottle};
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -63,6 +63,7 @@ pub fn router() -> Router<AppState> {
         .route("/assets/style.css", get(style))
         .route("/assets/app.js", get(script))
         .route("/sign-in", get(sign_in_page).post(sign_in))
+        .route("/sign-in/once", get(sign_in_once))
         .route("/sign-out", post(sign_out))
         .route("/tasks/{id}", get(task_page))
         .route("/tasks/{id}/{action}", post(task_action))

@@ -2,6 +2,8 @@
 //! (every attempt takes its address's slot first, so a throttled address learns nothing, not even from the right
 //! token), and signing out recorded as an event every replica checks.
 
+use secrecy::SecretString;
+
 use super::*;
 
 #[derive(Debug, Default, Deserialize)]
@@ -94,6 +96,11 @@ pub(super) async fn sign_in(
         );
     }
     drop(slot);
+    signed_in(&key, &headers, &next)
+}
+
+/// The session cookie for a new sign-in, and the way on to `next`.
+fn signed_in(key: &Key, headers: &HeaderMap, next: &str) -> Response {
     let session = Session::new(Utc::now(), rand::random());
     let secure = headers
         .get("x-forwarded-proto")
@@ -101,15 +108,88 @@ pub(super) async fn sign_in(
         .is_some_and(|p| p.eq_ignore_ascii_case("https"));
     let cookie = format!(
         "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{}",
-        session.cookie_value(&key),
+        session.cookie_value(key),
         session::LIFETIME.num_seconds(),
         if secure { "; Secure" } else { "" }
     );
-    let mut response = Redirect::to(&next).into_response();
+    let mut response = Redirect::to(next).into_response();
     if let Ok(value) = HeaderValue::from_str(&cookie) {
         response.headers_mut().insert(header::SET_COOKIE, value);
     }
     response
+}
+
+/// The first run's link (`startup::first_run`): one code, made when `serve` prints it, that signs in once.
+#[derive(Debug, Default)]
+pub struct OneTimeSignIn {
+    code: Mutex<Option<SecretString>>,
+}
+
+impl OneTimeSignIn {
+    /// A new code, replacing any code not yet used.
+    pub fn issue(&self) -> SecretString {
+        let code = SecretString::from(hex::encode(rand::random::<[u8; 32]>()));
+        *self.code.lock().unwrap_or_else(|e| e.into_inner()) = Some(code.clone());
+        code
+    }
+
+    /// Whether `presented` is the code, which is then used up.
+    fn redeem(&self, presented: &str) -> bool {
+        let mut code = self.code.lock().unwrap_or_else(|e| e.into_inner());
+        let matches = code
+            .as_ref()
+            .is_some_and(|c| crate::config::secret::constant_time_eq(c.expose_secret(), presented));
+        if matches {
+            *code = None;
+        }
+        matches
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct OnceQuery {
+    code: Option<String>,
+}
+
+/// `GET /sign-in/once?code=…`: the first run's link. Throttled like the sign-in form; a used or wrong code is
+/// refused the same way as a wrong token.
+pub(super) async fn sign_in_once(
+    State(state): State<AppState>,
+    Peer(peer): Peer,
+    headers: HeaderMap,
+    Query(query): Query<OnceQuery>,
+) -> Response {
+    let Some(key) = key(&state) else {
+        return sign_in_page(State(state), Query(NextQuery::default())).await;
+    };
+    let Some(slot) = state.sign_ins.admit(peer) else {
+        return page(
+            StatusCode::TOO_MANY_REQUESTS,
+            pages::sign_in(
+                "/",
+                Some("Too many wrong tokens from here just now: try again in a few seconds."),
+                None,
+            ),
+        );
+    };
+    if !state
+        .sign_in_link
+        .redeem(query.code.as_deref().unwrap_or_default())
+    {
+        let _failing = slot;
+        tracing::warn!("dashboard sign-in link refused: used already or wrong");
+        tokio::time::sleep(FAILED_SIGN_IN_DELAY).await;
+        return page(
+            StatusCode::UNAUTHORIZED,
+            pages::sign_in(
+                "/",
+                Some("That sign-in link has been used already, or is not this server's: sign in with the token."),
+                None,
+            ),
+        );
+    }
+    drop(slot);
+    signed_in(&key, &headers, "/")
 }
 
 /// Wrong sign-ins being answered, counted per client address (IPv6 by its /64, which one client usually holds
