@@ -9,7 +9,7 @@
 //! job; the arrows below are the only doors.
 //!
 //! ```text
-//! main.rs          thin clap front: serve | migrate | doctor | config check | events | replay | task | dispatch | worker
+//! main.rs          thin clap front: init | serve | migrate | doctor | config check | events | replay | task | dispatch | worker
 //! cli.rs           `pidevops task …` (the board in a terminal) and `pidevops dispatch pause|resume|status`
 //! startup/         build(Settings) -> App: the one constructor for main and for tests (port 0 in tests)
 //!   catalog.rs     THE list of loops: each one's plan (armed / disabled / unarmed and why) and its builder;
@@ -17,6 +17,7 @@
 //! config.rs        Settings from the environment; config/file/: pidevops.toml typed, unknown keys refused;
 //!                  config/dispatch.rs, profiles.rs: dispatch and agent profiles typed; secret.rs: constant-time compare
 //! telemetry.rs     tracing (json | pretty) and the Prometheus recorder
+//! init.rs          `pidevops init`: pidevops.toml and .env of fresh secrets from a few answers
 //! doctor.rs        `pidevops doctor`: the loop plan, containment, webhooks, each provider's API
 //! domain/          pure values: Source, event types, NewEvent; runs.rs, a run's events
 //! eventlog/        the only writer of the events table: appender tasks (group commit) over two backends
@@ -61,6 +62,7 @@ pub mod effects;
 pub mod eventlog;
 pub mod http;
 pub mod ingress;
+pub mod init;
 pub mod intake;
 pub mod loops;
 pub mod pollers;

@@ -23,6 +23,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Write pidevops.toml and a .env of fresh secrets from a few answers; print the webhook URLs to set up.
+    Init(pidevops::init::InitArgs),
     /// Apply migrations, then serve HTTP and run every loop.
     Serve,
     /// Apply migrations and exit.
@@ -77,6 +79,19 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Init(args) = &cli.command {
+        // Before the settings are read: it writes them.
+        return match pidevops::init::run(args) {
+            Ok(done) => {
+                print!("{done}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("pidevops init: {e:#}");
+                ExitCode::from(2)
+            }
+        };
+    }
     if let Command::Config { command } = cli.command {
         // Before the settings are read: its job is to report what is wrong with them, all of it.
         return match pidevops::cli::config(pidevops::config::Env::from_process(), command) {
@@ -136,7 +151,9 @@ async fn main() -> ExitCode {
         Command::Replay { projector, all } => replay(settings, projector, all).await,
         Command::Task { command } => pidevops::cli::task(settings, command).await,
         Command::Dispatch { command } => pidevops::cli::dispatch(settings, command).await,
-        Command::Config { .. } => unreachable!("handled before the settings are read"),
+        Command::Config { .. } | Command::Init(_) => {
+            unreachable!("handled before the settings are read")
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

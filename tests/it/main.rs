@@ -27,6 +27,7 @@ mod fuzz;
 mod health;
 mod hostile;
 mod ingress;
+mod init;
 mod intake;
 mod leases;
 mod linear;

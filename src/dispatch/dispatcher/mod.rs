@@ -216,7 +216,7 @@ pub fn cannot_run(
     if !has_github_token {
         if config.repos.is_empty() {
             return Some(
-                "no [repos] are configured, so every repository is cloned from GitHub, and GITHUB_TOKEN is not set"
+                "no repository in [repos] has a url of its own, so every one is cloned from GitHub, and GITHUB_TOKEN is not set"
                     .into(),
             );
         }
