@@ -81,17 +81,19 @@ pub enum Agent {
     Command(Vec<String>),
 }
 
-const PRESETS: [&str; 4] = ["claude", "pi", "opencode", "codex"];
-
 impl Agent {
     pub fn parse(text: &str) -> anyhow::Result<Self> {
+        let presets: Vec<String> = crate::config::profiles::presets()
+            .into_iter()
+            .map(|p| p.name)
+            .collect();
         let words: Vec<String> = text.split_whitespace().map(str::to_owned).collect();
         match words.as_slice() {
             [] => bail!(
                 "--agent: give a preset ({}) or a command",
-                PRESETS.join(", ")
+                presets.join(", ")
             ),
-            [one] if PRESETS.contains(&one.as_str()) => Ok(Agent::Preset(one.clone())),
+            [one] if presets.contains(one) => Ok(Agent::Preset(one.clone())),
             _ => Ok(Agent::Command(words)),
         }
     }
