@@ -44,5 +44,6 @@ mod task_cli;
 mod tasks_api;
 mod tasks_projectors;
 mod telegram;
+mod tour;
 mod web;
 mod work;
