@@ -16,6 +16,7 @@ mod browser;
 mod bus;
 mod config;
 mod cron;
+mod deploy;
 mod disk_full;
 mod dispatch;
 mod dispatch_process;
