@@ -54,22 +54,12 @@ async fn a_schedule_creates_its_task_on_time_and_after_downtime_fires_once(db: T
     let before = fired(&app).await;
     let (slot, task) = before[0];
     assert_eq!(slot.timestamp() % 2, 0, "on a slot: {slot}");
-    // The board's read model may trail the log by a projector interval.
-    within(
-        Duration::from_secs(10),
-        "the scheduled task on the board",
-        || async {
-            task_rows::get(app.state.log.store(), task)
-                .await
-                .unwrap()
-                .is_some()
-        },
-    )
-    .await;
+    // The board's read model, brought to the log's head.
+    app.project().await;
     let row = task_rows::get(app.state.log.store(), task)
         .await
         .unwrap()
-        .unwrap();
+        .expect("the scheduled task on the board");
     assert_eq!(row.title, "Look at the nightly report");
     assert_eq!(row.priority, pidevops::tasks::Priority::High);
     let (_, health) = app.health().await;

@@ -69,19 +69,16 @@ pub async fn in_review(app: &TestApp, id: TaskId) {
     .await;
 }
 
-/// A task's runs once the runs read model (which may trail the board by a moment) shows none running and at
-/// least one.
+/// A task's runs, at least one and none running, once the read models are at the log's head. For a task the board
+/// already shows moved on by a run: a run's outcome is appended before the task moves, so projecting is enough.
 pub async fn ended_runs(app: &TestApp, id: TaskId) -> Vec<RunRow> {
-    within(
-        Duration::from_secs(10),
-        &format!("{id}'s runs ended"),
-        || async {
-            let runs = runs_of(app, id).await;
-            !runs.is_empty() && runs.iter().all(|r| r.state != "running")
-        },
-    )
-    .await;
-    runs_of(app, id).await
+    app.project().await;
+    let runs = runs_of(app, id).await;
+    assert!(
+        !runs.is_empty() && runs.iter().all(|r| r.state != "running"),
+        "{id}'s runs ended: {runs:?}"
+    );
+    runs
 }
 
 pub async fn runs_of(app: &TestApp, id: TaskId) -> Vec<RunRow> {
@@ -136,13 +133,8 @@ printf 'done by the agent\n' > CHANGES.md"#,
     assert_eq!(row.attempts, 1);
     assert_eq!(row.state["branch"], branch.as_str());
 
-    // The runs read model is its own projector: it may be a tick behind the board.
-    within(Duration::from_secs(10), "the run's outcome", || async {
-        let runs = runs_of(&app, id).await;
-        !runs.is_empty() && runs.iter().all(|r| r.state != "running")
-    })
-    .await;
-    let runs = runs_of(&app, id).await;
+    // The runs read model is its own projector: brought to the log's head, where the run's outcome already is.
+    let runs = ended_runs(&app, id).await;
     assert_eq!(runs.len(), 1, "{runs:?}");
     let run = &runs[0];
     assert_eq!(run.state, "succeeded");
@@ -221,15 +213,14 @@ esac"#,
         )
         .await;
     }
-    within(Duration::from_secs(10), "every run's outcome", || async {
-        for id in [exits, hangs, silent, no_change] {
-            if runs_of(&app, id).await.iter().any(|r| r.state == "running") {
-                return false;
-            }
-        }
-        true
-    })
-    .await;
+    app.project().await;
+    for id in [exits, hangs, silent, no_change] {
+        let runs = runs_of(&app, id).await;
+        assert!(
+            runs.iter().all(|r| r.state != "running"),
+            "every run's outcome: {runs:?}"
+        );
+    }
     for (id, kind, says) in [
         (exits, "exit", "exited with status 1"),
         (hangs, "timeout", "ran longer than 2 s"),
@@ -499,17 +490,18 @@ async fn pausing_stops_new_runs_and_shows_in_health(db: TestDb) {
         },
     )
     .await;
-    within(Duration::from_secs(10), "the run in /api/runs", || async {
-        let runs: serde_json::Value = get(&format!("/api/runs?task={id}"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        runs["runs"][0]["state"] == "succeeded"
-    })
-    .await;
+    app.project().await;
+    let runs: serde_json::Value = get(&format!("/api/runs?task={id}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        runs["runs"][0]["state"], "succeeded",
+        "the run in /api/runs: {runs}"
+    );
     app.stop().await;
 }
 

@@ -247,17 +247,13 @@ async fn transient_failures_are_retried_and_a_permanent_one_asks_a_human(db: Tes
     // A permanent refusal: recorded once, not retried, and the task asks a human why.
     github.fail_next(Method::GET, Failure::Status(404));
     let other = task_in_review(&app, "A repository the token cannot see").await;
-    within(Duration::from_secs(20), "the task flagged", || async {
-        task_rows::get(app.state.log.store(), other)
-            .await
-            .unwrap()
-            .is_some_and(|row| row.needs_human)
-    })
-    .await;
+    app.drive("effects:github").await;
+    app.project().await;
     let row = task_rows::get(app.state.log.store(), other)
         .await
         .unwrap()
         .unwrap();
+    assert!(row.needs_human, "the task flagged: {row:?}");
     let reason = row.needs_human_reason.unwrap();
     assert!(
         reason.contains("github open pull request failed for good after 1 attempt(s)")
@@ -442,11 +438,8 @@ async fn turned_on_for_a_log_with_history_it_acts_only_on_news(db: TestDb) {
 
     let app = spawn(&db, &github).await;
     let new = task_in_review(&app, "Today's task").await;
-    within(Duration::from_secs(20), "today's pull request", || async {
-        !github.pulls_opened().is_empty()
-    })
-    .await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Driven to rest: the loop has handled the whole log, old and new.
+    app.drive("effects:github").await;
     let opened = github.pulls_opened();
     assert_eq!(opened.len(), 1, "{opened:?}");
     assert_eq!(opened[0].2, new.branch().as_str());
@@ -467,10 +460,8 @@ async fn a_loop_first_started_on_an_empty_log_catches_up_after_a_restart(db: Tes
     down.stop().await;
 
     let app = spawn(&db, &github).await;
-    within(Duration::from_secs(20), "its pull request", || async {
-        !github.pulls_opened().is_empty()
-    })
-    .await;
+    app.drive("effects:github").await;
+    assert_eq!(github.pulls_opened().len(), 1, "its pull request");
     assert_eq!(github.pulls_opened()[0].2, id.branch().as_str());
     app.stop().await;
 }
@@ -520,12 +511,8 @@ async fn hostile_ticket_text_pings_nobody_and_closes_nothing(db: TestDb) {
         )
         .await
         .unwrap();
-    within(
-        Duration::from_secs(20),
-        "the pull request opened",
-        || async { !github.pulls_opened().is_empty() },
-    )
-    .await;
+    app.drive("effects:github").await;
+    assert_eq!(github.pulls_opened().len(), 1, "the pull request opened");
     let (_, _, _, _, title, body) = github.pulls_opened().remove(0);
     let mention = regex::Regex::new(r"(^|[^\w`])@[A-Za-z0-9]").unwrap();
     let reference = regex::Regex::new(r"#\d|(?i)gh-\d|&#").unwrap();

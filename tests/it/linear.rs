@@ -79,50 +79,34 @@ async fn task_for_issue(app: &TestApp) -> TaskId {
     task_for_key(app, &format!("linear:{ISSUE}")).await
 }
 
-/// The task of `key` once it is approved (these tests approve automatically, and the approval is appended just
-/// after the creation: seen in CI, a start in between was refused).
+/// The task of `key` once intake has handled every delivery: created and approved (these tests approve
+/// automatically, and the approval is appended just after the creation: seen in CI, a start in between was
+/// refused). Driven, not waited for.
 async fn task_for_key(app: &TestApp, key: &str) -> TaskId {
-    let find = || async { app.state.board.task_for_key(key).await.unwrap() };
-    within(
-        Duration::from_secs(10),
-        &format!("the task of {key}"),
-        || async {
-            match find().await {
-                Some(id) => app
-                    .state
-                    .board
-                    .load(id)
-                    .await
-                    .unwrap()
-                    .is_some_and(|loaded| loaded.task.column() != Column::Triage),
-                None => false,
-            }
-        },
-    )
-    .await;
-    find().await.unwrap()
+    app.drive("intake").await;
+    let id = app
+        .state
+        .board
+        .task_for_key(key)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("the task of {key}"));
+    let loaded = app.state.board.load(id).await.unwrap().unwrap();
+    assert_ne!(loaded.task.column(), Column::Triage, "{key} approved");
+    id
 }
 
-/// Waits for `text` among the task's follow-ups for its next run.
-async fn wait_follow_up(app: &TestApp, id: TaskId, text: &str) {
-    within(
-        Duration::from_secs(10),
-        &format!("the follow-up {text:?}"),
-        || async {
-            app.state
-                .board
-                .load(id)
-                .await
-                .unwrap()
-                .is_some_and(|loaded| {
-                    loaded
-                        .task
-                        .pending_follow_ups()
-                        .any(|f| f.text.as_str() == text)
-                })
-        },
-    )
-    .await;
+/// `text` among the task's follow-ups for its next run, once intake has handled every delivery.
+async fn assert_follow_up(app: &TestApp, id: TaskId, text: &str) {
+    app.drive("intake").await;
+    let loaded = app.state.board.load(id).await.unwrap().unwrap();
+    assert!(
+        loaded
+            .task
+            .pending_follow_ups()
+            .any(|f| f.text.as_str() == text),
+        "the follow-up {text:?}"
+    );
 }
 
 async fn execute(app: &TestApp, id: TaskId, command: Command) {
@@ -159,15 +143,12 @@ async fn an_issue_hears_when_work_starts_goes_to_review_needs_a_human_and_is_don
 
     let run = RunId(uuid::Uuid::now_v7());
     execute(&app, id, Command::Start { run }).await;
-    within(
-        Duration::from_secs(10),
-        "In Progress and a comment",
-        || async {
-            linear.state_of(ISSUE).as_deref() == Some("Pi-Dev: In Progress")
-                && linear.comments().len() == 1
-        },
-    )
-    .await;
+    app.drive("effects:linear").await;
+    assert_eq!(
+        linear.state_of(ISSUE).as_deref(),
+        Some("Pi-Dev: In Progress")
+    );
+    assert_eq!(linear.comments().len(), 1, "In Progress and a comment");
     let (on, body) = &linear.comments()[0];
     assert_eq!(on, ISSUE);
     assert!(
@@ -188,14 +169,9 @@ async fn an_issue_hears_when_work_starts_goes_to_review_needs_a_human_and_is_don
         },
     )
     .await;
-    within(
-        Duration::from_secs(10),
-        "In Review and a comment",
-        || async {
-            linear.state_of(ISSUE).as_deref() == Some("In Review") && linear.comments().len() == 2
-        },
-    )
-    .await;
+    app.drive("effects:linear").await;
+    assert_eq!(linear.state_of(ISSUE).as_deref(), Some("In Review"));
+    assert_eq!(linear.comments().len(), 2, "In Review and a comment");
     assert!(linear
         .comments()
         .iter()
@@ -209,10 +185,9 @@ async fn an_issue_hears_when_work_starts_goes_to_review_needs_a_human_and_is_don
         },
     )
     .await;
-    within(Duration::from_secs(10), "Blocked and a comment", || async {
-        linear.state_of(ISSUE).as_deref() == Some("Pi-Dev: Blocked") && linear.comments().len() == 3
-    })
-    .await;
+    app.drive("effects:linear").await;
+    assert_eq!(linear.state_of(ISSUE).as_deref(), Some("Pi-Dev: Blocked"));
+    assert_eq!(linear.comments().len(), 3, "Blocked and a comment");
     assert!(linear
         .comments()
         .iter()
@@ -220,10 +195,9 @@ async fn an_issue_hears_when_work_starts_goes_to_review_needs_a_human_and_is_don
 
     execute(&app, id, Command::ClearNeedsHuman).await;
     execute(&app, id, Command::Complete).await;
-    within(Duration::from_secs(10), "Done and a comment", || async {
-        linear.state_of(ISSUE).as_deref() == Some("Done") && linear.comments().len() == 4
-    })
-    .await;
+    app.drive("effects:linear").await;
+    assert_eq!(linear.state_of(ISSUE).as_deref(), Some("Done"));
+    assert_eq!(linear.comments().len(), 4, "Done and a comment");
     assert!(linear
         .comments()
         .iter()
@@ -326,11 +300,7 @@ async fn an_agent_session_gets_a_thought_at_once_and_one_end_per_attempt(db: Tes
     let want = [
         "thought", "action", "error", "action", "response", "thought", "action", "response",
     ];
-    within(Duration::from_secs(15), "every activity", || async {
-        linear.activities().len() >= want.len()
-    })
-    .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    app.drive("effects:linear").await;
     let activities = linear.activities();
     assert_eq!(kinds(&activities), want, "{activities:#?}");
     assert!(activities.iter().all(|(s, _)| s == SESSION));
@@ -353,7 +323,7 @@ async fn an_agent_session_gets_a_thought_at_once_and_one_end_per_attempt(db: Tes
         .post_linear(&delivery("agent_session.prompted.json", |_| {}))
         .await;
     assert_eq!(r.status(), 200);
-    wait_follow_up(&app, id, "Use a max of 5 retries, not 3.").await;
+    assert_follow_up(&app, id, "Use a max of 5 retries, not 3.").await;
     // One that names only its session reaches the same task (the session is mapped to its issue).
     let by_session = delivery("agent_session.prompted.json", |body| {
         body["agentSession"]
@@ -364,7 +334,7 @@ async fn an_agent_session_gets_a_thought_at_once_and_one_end_per_attempt(db: Tes
         body["agentActivity"]["content"]["body"] = json!("And log each retry.");
     });
     assert_eq!(app.post_linear(&by_session).await.status(), 200);
-    wait_follow_up(&app, id, "And log each retry.").await;
+    assert_follow_up(&app, id, "And log each retry.").await;
     app.stop().await;
 }
 
@@ -420,11 +390,8 @@ async fn a_stop_signal_halts_the_running_agent_and_ends_the_attempt_once(db: Tes
         .unwrap()
         .unwrap();
     assert_eq!(row.column, Column::Cancelled);
-    within(Duration::from_secs(10), "the attempt's end", || async {
-        linear.activities().len() == 3
-    })
-    .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The run's end is in the log (the runs read model shows it): effects is driven to it, not waited for.
+    app.drive("effects:linear").await;
     let activities = linear.activities();
     assert_eq!(
         kinds(&activities),
@@ -501,19 +468,20 @@ async fn linear_failures_are_retried_and_a_permanent_one_asks_a_human(db: TestDb
     let other = task_for_key(&app, "linear:11111111-2222-4333-8444-555555555555").await;
     let run = RunId(uuid::Uuid::now_v7());
     execute(&app, other, Command::Start { run }).await;
-    within(Duration::from_secs(10), "the task flagged", || async {
-        task_rows::get(app.state.log.store(), other)
-            .await
-            .unwrap()
-            .is_some_and(|row| {
-                row.needs_human
-                    && row
-                        .needs_human_reason
-                        .as_deref()
-                        .is_some_and(|r| r.contains("not visible with LINEAR_API_KEY"))
-            })
-    })
-    .await;
+    app.drive("effects:linear").await;
+    app.project().await;
+    let row = task_rows::get(app.state.log.store(), other)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        row.needs_human
+            && row
+                .needs_human_reason
+                .as_deref()
+                .is_some_and(|r| r.contains("not visible with LINEAR_API_KEY")),
+        "the task flagged: {row:?}"
+    );
     app.stop().await;
 }
 
@@ -630,12 +598,9 @@ async fn an_agent_session_pidevops_cannot_take_ends_with_why(db: TestDb) {
         .post_linear(&delivery("agent_session.created.json", |_| {}))
         .await;
     assert_eq!(r.status(), 200);
-    within(
-        Duration::from_secs(10),
-        "the thought and the error",
-        || async { linear.activities().len() == 2 },
-    )
-    .await;
+    // Intake refuses it, then effects answers the session: both driven to rest.
+    app.drive("intake").await;
+    app.drive("effects:linear").await;
     let activities = linear.activities();
     assert_eq!(kinds(&activities), ["thought", "error"], "{activities:#?}");
     let why = activities[1].1["body"].as_str().unwrap();

@@ -236,16 +236,11 @@ async fn a_webhook_reaches_jetstream_through_the_running_service() {
             .as_u16(),
         200
     );
-    crate::common::eventually("the event is on the stream", || async {
-        target
-            .reader
-            .read(1, 10)
-            .await
-            .map(|m| m.len() == 1)
-            .unwrap_or(false)
-    })
-    .await;
-    let message = target.reader.read(1, 10).await.unwrap().remove(0);
+    // Relayed by a driven tick, not waited for.
+    app.drive("relay").await;
+    let messages = target.reader.read(1, 10).await.unwrap();
+    assert_eq!(messages.len(), 1, "the event is on the stream");
+    let message = messages.into_iter().next().unwrap();
     assert_eq!(
         message.subject,
         format!(
@@ -625,12 +620,11 @@ async fn a_nats_that_comes_back_empty_is_refed_from_the_log() {
     let reader = JetstreamBus::connect(&nats.url(), bus_config.clone())
         .await
         .unwrap();
-    within(
-        Duration::from_secs(20),
-        "the first 30 are on the stream",
-        || async { matches!(reader.tail().await, Ok(pidevops::bus::Tail::Last(30))) },
-    )
-    .await;
+    app.drive("relay").await;
+    assert!(
+        matches!(reader.tail().await, Ok(pidevops::bus::Tail::Last(30))),
+        "the first 30 are on the stream"
+    );
     drop(reader);
 
     let errors_before = app.health().await.1["loops"]["relay"]["errors"]
