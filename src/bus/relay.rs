@@ -92,6 +92,13 @@ impl Relay {
         }
     }
 
+    /// How long one tick may run before it hands back (default `follow::TICK_BUDGET`). Tests that count what one
+    /// tick publishes give it all the time it needs: a loaded machine must not end it early.
+    pub fn with_tick_budget(mut self, budget: std::time::Duration) -> Self {
+        self.follow = self.follow.with_budget(budget);
+        self
+    }
+
     pub fn bus_kind(&self) -> &'static str {
         match self.target {
             BusTarget::Memory(_) => "memory",

@@ -121,7 +121,14 @@ impl Effects {
     pub fn with_checkpoint(mut self, name: &str) -> Self {
         self.checkpoint = name.to_owned();
         // A reader left running belongs to the other checkpoint's ticks.
-        self.follow = Follow::default();
+        self.follow = self.follow.restarted();
+        self
+    }
+
+    /// How long one tick may run before it hands back (default `follow::TICK_BUDGET`). Tests that count what one
+    /// tick does give it all the time it needs: a loaded machine must not end it early.
+    pub fn with_tick_budget(mut self, budget: std::time::Duration) -> Self {
+        self.follow = self.follow.with_budget(budget);
         self
     }
 

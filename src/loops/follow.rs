@@ -203,6 +203,14 @@ impl<I: Send + 'static> Follow<I> {
         self
     }
 
+    /// The same budget, with no reader left running (for a follower that starts over under another checkpoint).
+    pub fn restarted(&self) -> Self {
+        Self {
+            budget: self.budget,
+            reading: Arc::default(),
+        }
+    }
+
     /// One tick: handles what was committed after the follower's start, page by page, until it is caught up, an
     /// event must wait, or the budget is spent.
     pub async fn tick<F>(

@@ -164,7 +164,8 @@ async fn a_task_in_review_gets_one_pull_request_and_its_link(db: TestDb) {
             .unwrap(),
         Default::default(),
     )
-    .with_checkpoint("effects:github:replay");
+    .with_checkpoint("effects:github:replay")
+    .with_tick_budget(crate::common::WHOLE_TICK);
     let progress = replay.tick().await.unwrap();
     assert_eq!((progress.succeeded, progress.failed), (0, 0));
     assert_eq!(github.calls().len(), calls.len(), "a replay called GitHub");
@@ -313,7 +314,8 @@ async fn a_call_cut_off_after_github_acted_is_not_made_twice(db: TestDb) {
         pidevops::providers::github::GithubClient::new(&github.url, &SecretString::from(TOKEN))
             .unwrap(),
         Default::default(),
-    );
+    )
+    .with_tick_budget(crate::common::WHOLE_TICK);
     let id = task_in_review(&app, "Open it exactly once").await;
     github.fail_next(Method::POST, Failure::AnswerLate(Duration::from_secs(30)));
     let cut_off = tokio::time::timeout(Duration::from_millis(700), effects.tick()).await;

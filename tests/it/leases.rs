@@ -193,8 +193,10 @@ async fn a_relay_that_regains_its_lease_resumes_from_the_bus_not_its_memory(db: 
         }
     };
     let bus = MemoryBus::new(crate::common::bus_config());
-    let a = Relay::new(store.clone(), BusTarget::Memory(bus.clone()));
-    let b = Relay::new(store.clone(), BusTarget::Memory(bus.clone()));
+    let a = Relay::new(store.clone(), BusTarget::Memory(bus.clone()))
+        .with_tick_budget(crate::common::WHOLE_TICK);
+    let b = Relay::new(store.clone(), BusTarget::Memory(bus.clone()))
+        .with_tick_budget(crate::common::WHOLE_TICK);
     append(0, 10).await;
     assert_eq!(a.tick().await.unwrap().published, 10);
     append(10, 20).await;

@@ -215,7 +215,8 @@ async fn an_issue_hears_when_work_starts_goes_to_review_needs_a_human_and_is_don
         .unwrap(),
         Default::default(),
     )
-    .with_checkpoint("effects:linear:replay");
+    .with_checkpoint("effects:linear:replay")
+    .with_tick_budget(crate::common::WHOLE_TICK);
     replay.tick().await.unwrap();
     assert_eq!(linear.calls().len(), calls, "a replay called Linear");
     assert_eq!(calls_of(&linear, "commentCreate"), 4);

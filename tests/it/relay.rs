@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::common::{within, TestDb};
+use crate::common::{within, TestDb, WHOLE_TICK};
 use bytes::Bytes;
 use pidevops::bus::relay::{BusTarget, Relay, RELAY};
 use pidevops::bus::{Bus, JetstreamBus, MemoryBus};
@@ -127,7 +127,7 @@ async fn every_committed_event_is_published_once_in_order(target: &Target) {
     let db = TestDb::sqlite();
     let (store, log, _stop) = log(&db).await;
     append(&log, 0, 120).await;
-    let relay = Relay::new(store.clone(), target.target());
+    let relay = Relay::new(store.clone(), target.target()).with_tick_budget(WHOLE_TICK);
     let progress = relay.tick().await.unwrap();
     assert_eq!(
         (
@@ -153,7 +153,7 @@ async fn a_crash_between_publish_and_checkpoint_republishes_nothing(target: &Tar
     let db = TestDb::sqlite();
     let (store, log, _stop) = log(&db).await;
     append(&log, 0, 50).await;
-    let first = Relay::new(store.clone(), target.target());
+    let first = Relay::new(store.clone(), target.target()).with_tick_budget(WHOLE_TICK);
     first.inject_crash_before_checkpoint();
     let crashed = first.tick().await;
     assert!(
@@ -169,7 +169,7 @@ async fn a_crash_between_publish_and_checkpoint_republishes_nothing(target: &Tar
 
     // The restarted relay resumes from what the bus holds, not from its stale checkpoint.
     append(&log, 50, 60).await;
-    let restarted = Relay::new(store.clone(), target.target());
+    let restarted = Relay::new(store.clone(), target.target()).with_tick_budget(WHOLE_TICK);
     let progress = restarted.tick().await.unwrap();
     assert_eq!(
         progress.published, 10,
@@ -209,7 +209,7 @@ async fn ingest_goes_on_while_nats_is_down_and_the_relay_catches_up() {
     assert_eq!(store.checkpoint(RELAY).await.unwrap(), 0);
 
     // NATS is back (here: the relay restarts pointing at a live server); it catches up with no gaps.
-    let live = Relay::new(store.clone(), target.target());
+    let live = Relay::new(store.clone(), target.target()).with_tick_budget(WHOLE_TICK);
     assert_eq!(live.tick().await.unwrap().published, 40);
     assert_bus_matches_log(&target.reader, &store, 40).await;
     target.cleanup().await;

@@ -327,7 +327,8 @@ async fn commands_from_allowed_chats_are_answered_once_and_strangers_are_refused
             ..Default::default()
         },
     )
-    .with_checkpoint("effects:telegram:replay");
+    .with_checkpoint("effects:telegram:replay")
+    .with_tick_budget(crate::common::WHOLE_TICK);
     let calls = telegram.calls();
     let events_before = app.all_events().await.len();
     replay.tick().await.unwrap();

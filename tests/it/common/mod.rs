@@ -458,6 +458,10 @@ pub fn linear_body_at(path: &Path, offset_ms: i64) -> Vec<u8> {
     format!("{}{}{}", &text[..digits_start], now, &text[digits_end..]).into_bytes()
 }
 
+/// A follower's tick budget for tests that count what ONE tick did (`Relay::with_tick_budget`,
+/// `Effects::with_tick_budget`): the service's 150 ms budget could end a tick early on a loaded two-core machine.
+pub const WHOLE_TICK: Duration = Duration::from_secs(120);
+
 /// Polls until `check` holds or `limit` passes (for waits longer than `eventually`'s 10 s: agent runs, restarts).
 pub async fn within<F, Fut>(limit: Duration, what: &str, mut check: F)
 where
