@@ -24,6 +24,7 @@
 mod attempt;
 mod claim;
 mod gc;
+mod hooks;
 mod launch;
 mod pause;
 mod watchdog;
