@@ -229,8 +229,8 @@ echo ok > {name}-ran.txt"#
         &format!(
             r#"env > env-dump.txt
 {{
-  grep -rl "{NPM_TOKEN}" . "$HOME" "$TMPDIR" 2>&1
-  grep -rl "{NPM_TOKEN}" "$HOME/../hook-home" "$HOME/../hook-tmp" 2>&1
+  grep -r "{NPM_TOKEN}" . "$HOME" "$TMPDIR" 2>&1
+  grep -r "{NPM_TOKEN}" "$HOME/../hook-home" "$HOME/../hook-tmp" 2>&1
   cat "$HOME/../hook-home/.npmrc" 2>&1
   cat /proc/*/environ 2>/dev/null | tr '\0' '\n' | grep NPM_TOKEN
   ls setup-ran.txt before_run-ran.txt

@@ -95,7 +95,8 @@ impl Dispatcher {
     pub(super) fn hook_secrets(&self, env: &RepoEnv) -> Result<Secrets, StepFailed> {
         let mut values = Vec::with_capacity(env.secrets.len());
         for name in &env.secrets {
-            match self.inner.env.get(name).filter(|v| !v.is_empty()) {
+            // `Env::get` counts an empty (or blank) value as unset.
+            match self.inner.env.get(name) {
                 Some(value) => values.push((name.clone(), value.to_owned())),
                 None => {
                     return Err(StepFailed {
