@@ -201,9 +201,19 @@ const NPM_TOKEN: &str = "npm_SECRETvalueNEVERforTHEagent42";
 const GITHUB_TOKEN: &str = "ghp_SERVICEtokenNEVERforHOOKS0123";
 
 /// The hooks get the repository's secret and use it; a hostile agent that dumps its environment and searches its
-/// worktree, HOME, TMPDIR and the hooks' directories finds nothing; the check (agent code) gets no secret; the
-/// hooks never see pidevops's own; the run's log and events hold the secret only masked.
+/// worktree, HOME, TMPDIR and the hooks' directories finds nothing; what a hook leaves running ends with it; the
+/// check (agent code) gets no secret; the hooks never see pidevops's own; the run's log and events hold the
+/// secret only masked. Under bubblewrap here, and under Landlock and the reaper below.
 async fn a_hooks_secret_never_reaches_the_agent_or_the_check(db: TestDb) {
+    hooks_secret_stays_with_the_hooks(db, "bwrap", "namespaces").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hooks_secret_never_reaches_the_agent_under_landlock_either() {
+    hooks_secret_stays_with_the_hooks(TestDb::sqlite(), "/nonexistent/bwrap", "landlock").await;
+}
+
+async fn hooks_secret_stays_with_the_hooks(db: TestDb, bwrap: &str, containment: &str) {
     let remote = Remote::new();
     let scratch = crate::common::contained_scratch();
     let dir = scratch.path();
@@ -218,7 +228,10 @@ async fn a_hooks_secret_never_reaches_the_agent_or_the_check(db: TestDb) {
 echo "//registry.npmjs.org/:_authToken=$NPM_TOKEN" > "$HOME/.npmrc"
 echo "{name}-HOME=$HOME"
 env | sort
-echo ok > {name}-ran.txt"#
+echo ok > {name}-ran.txt
+# A process it leaves behind, in a session of its own, that would write the token into the worktree while the
+# agent runs: it must end with the hook.
+setsid sh -c 'sleep 1; echo "LATE $NPM_TOKEN" > {name}-late-leak.txt' </dev/null >/dev/null 2>&1 &"#
             ),
         )
     };
@@ -227,7 +240,8 @@ echo ok > {name}-ran.txt"#
         dir,
         "snoop.sh",
         &format!(
-            r#"env > env-dump.txt
+            r#"sleep 2
+env > env-dump.txt
 {{
   grep -r "{NPM_TOKEN}" . "$HOME" "$TMPDIR" 2>&1
   grep -r "{NPM_TOKEN}" "$HOME/../hook-home" "$HOME/../hook-tmp" 2>&1
@@ -239,7 +253,7 @@ echo change >> CHANGES.md"#
         ),
     );
     let check = agent(dir, "check.sh", "env > check-env.txt; exit 0");
-    let file = file_with(
+    let mut file = file_with(
         &remote,
         &script,
         &format!(
@@ -250,6 +264,10 @@ echo change >> CHANGES.md"#
             check.display()
         ),
     );
+    file["dispatch"]
+        .as_table_mut()
+        .unwrap()
+        .insert("bwrap".into(), bwrap.into());
     let db_url = db.url_string();
     let app = spawn_with(
         &db,
@@ -262,6 +280,13 @@ echo change >> CHANGES.md"#
         ],
     )
     .await;
+    let (_, health) = app.health().await;
+    assert!(
+        health
+            .to_string()
+            .contains(&format!("\"containment\":\"{containment}\"")),
+        "{health}"
+    );
     let id = create_task(&app, "Snoop for the registry token").await;
     in_review(&app, id).await;
     let branch = format!("pidevops/{id}");
@@ -288,6 +313,14 @@ echo change >> CHANGES.md"#
     );
     assert!(!check_env.contains("GITHUB_TOKEN"), "{check_env}");
     assert!(remote.show(&branch, "after_run-ran.txt").is_some());
+    for name in ["setup", "before_run"] {
+        assert!(
+            remote
+                .show(&branch, &format!("{name}-late-leak.txt"))
+                .is_none(),
+            "a process the {name} hook left outlived it"
+        );
+    }
     // Nothing pushed holds it (the whole tree of the branch).
     let listed = std::process::Command::new("git")
         .args(["grep", "-c", NPM_TOKEN, &branch])
