@@ -367,6 +367,12 @@ echo change >> CHANGES.md"#
         "{log}"
     );
     assert!(!dump.contains(&hook_home.display().to_string()), "{dump}");
+    // Nor does what the hooks cached (the .npmrc) outlive the attempt.
+    assert!(
+        !hook_home.exists(),
+        "{} is left on disk",
+        hook_home.display()
+    );
     app.stop().await;
 }
 
@@ -543,6 +549,31 @@ mkdir -p node_modules && echo installed > node_modules/.stamp"#,
     assert_eq!(
         inodes[0], inodes[1],
         "the second task ran in the first one's worktree, reused"
+    );
+    app.stop().await;
+}
+
+/// A repository command that names a program this host lacks would fail every attempt: the dispatcher is unarmed
+/// instead, naming the repository, the step and the program.
+#[tokio::test]
+async fn a_repository_command_that_cannot_start_leaves_the_dispatcher_unarmed() {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path();
+    let script = agent(dir, "agent.sh", "echo x > CHANGES.md");
+    let file = file_with(
+        &remote,
+        &script,
+        "check = [\"no-such-test-runner\", \"test\"]",
+    );
+    let app = spawn_with(&TestDb::sqlite(), file, dir, &[]).await;
+    let (status, health) = app.health().await;
+    assert_eq!(status, 503, "{health}");
+    assert_eq!(health["loops"]["dispatcher"]["state"], "unarmed");
+    let reason = health["loops"]["dispatcher"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("acme/app's check runs \"no-such-test-runner\""),
+        "{reason}"
     );
     app.stop().await;
 }

@@ -175,6 +175,7 @@ impl Dispatcher {
                 handed,
             )
             .await;
+        self.forget_hook_dirs(&prepared).await;
         // Committing and pushing hold no slot (the repository's check did: it is as heavy as the agent).
         self.release_slot(id);
         // Heartbeats go on while the work is committed and pushed (a big push can take a while).

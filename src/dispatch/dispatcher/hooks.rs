@@ -221,6 +221,23 @@ impl Dispatcher {
     }
 }
 
+impl Dispatcher {
+    /// Removes the hooks' HOME and TMPDIR once the attempt is over: what a tool cached there (a token in an
+    /// `.npmrc`) does not wait on disk for the run directory's TTL.
+    pub(super) async fn forget_hook_dirs(&self, prepared: &Prepared) {
+        for dir in ["hook-home", "hook-tmp"] {
+            let path = prepared.dirs.dir.join(dir);
+            match tokio::fs::remove_dir_all(&path).await {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => {
+                    tracing::warn!(path = %path.display(), %error, "could not remove the hooks' directory")
+                }
+            }
+        }
+    }
+}
+
 /// Appends the step's output (`from`) to the run's log, framed by lines naming it, with every secret value
 /// masked, and returns the end of what was appended.
 async fn append_masked(
