@@ -11,6 +11,7 @@ use secrecy::{ExposeSecret, SecretString};
 pub mod dispatch;
 pub mod file;
 pub mod profiles;
+pub mod repo_env;
 pub mod secret;
 
 pub use file::FileConfig;

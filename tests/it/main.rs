@@ -39,6 +39,7 @@ mod projectors;
 mod reactions;
 mod relay;
 mod replicas;
+mod repo_env;
 mod runs_projector;
 mod stream;
 mod task_cli;

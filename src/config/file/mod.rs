@@ -105,6 +105,27 @@ pub struct RepoTable {
     /// Default: `[dispatch] agent`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
+    /// Run once in each fresh worktree before the agent (`["npm", "ci"]`). Default: nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub setup: Option<Vec<String>>,
+    /// Run before each agent, after `setup`. Default: nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub before_run: Option<Vec<String>>,
+    /// Run after an agent that exited 0, before `check`. Default: nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after_run: Option<Vec<String>>,
+    /// Run by pidevops after the agent; its failure sends the task back. Default: nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub check: Option<Vec<String>>,
+    /// Names of environment variables handed to `setup`, `before_run` and `after_run` only. Default: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secrets: Option<Vec<String>>,
+    /// Default: 600.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hook_timeout_s: Option<f64>,
+    /// Default: 1800.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub check_timeout_s: Option<f64>,
 }
 
 /// `[intake]`: which tickets become tasks, and for which repositories.
