@@ -15,8 +15,8 @@ use crate::tasks::{RunId, Task};
 
 impl Dispatcher {
     /// The agent's command line and environment. The environment is built from nothing: a few neutral variables,
-    /// the run's own HOME and TMPDIR, and the variables the profile names (never a pidevops secret: `profiles`
-    /// refuses those at start-up).
+    /// the run's own HOME and TMPDIR, the variables the profile names (never a pidevops secret: `profiles`
+    /// refuses those at start-up) and the fixed values it sets.
     pub(super) fn launch(
         &self,
         task: &Task,
@@ -55,6 +55,13 @@ impl Dispatcher {
                 env.push((name.clone(), value.to_owned()));
             }
         }
+        // Fixed switches (`set_env`): `profiles` refuses PATH, HOME, TMPDIR and any name `env` passes.
+        env.extend(
+            profile
+                .set_env
+                .iter()
+                .map(|(name, value)| (name.clone(), value.clone())),
+        );
         let (argv, child) = self.contain(profile, prepared, argv, &env)?;
         tracing::info!(task = %task.id(), %run, profile = %profile.name, program = %argv.first().map(String::as_str).unwrap_or(""), "starting the agent");
         Ok(Launch {
