@@ -20,7 +20,8 @@ use crate::common::fake_model::{FakeModel, ToolCall, FINAL_TEXT};
 use crate::common::{in_ci, within, TestApp, TestDb};
 use crate::dispatch::{create_task_with, runs_of, task_row};
 use pidevops::config::profiles::{presets, AgentProfile};
-use pidevops::tasks::Column;
+use pidevops::projectors::runs::RunRow;
+use pidevops::tasks::{Column, TaskId};
 use serde_json::json;
 
 /// The agent's own provider key: it must reach the CLI (and the fake).
@@ -34,7 +35,16 @@ const RUN_LIMIT: Duration = Duration::from_secs(300);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn claude_preset_edits_through_the_anthropic_api_and_the_edit_is_pushed() {
-    run(Case {
+    run(claude()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn claude_preset_fails_the_attempt_when_the_model_api_refuses_the_account() {
+    refused(claude()).await;
+}
+
+fn claude() -> Case {
+    Case {
         preset: "claude",
         wire: Wire::Anthropic,
         script: vec![
@@ -54,51 +64,67 @@ async fn claude_preset_edits_through_the_anthropic_api_and_the_edit_is_pushed() 
             ],
             toml: String::new(),
         }),
-    })
-    .await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn codex_preset_edits_through_the_responses_api_and_the_edit_is_pushed() {
-    // Codex's default model works through one freeform tool, `exec`, that runs JavaScript calling its tools.
-    run(Case {
-        preset: "codex",
-        wire: Wire::Responses,
-        script: vec![
-            ToolCall::custom(
-                "exec",
-                "const r = await tools.exec_command({ cmd: \"env > agent-env.txt\" });\ntext(JSON.stringify(r));",
+    run(codex()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn codex_preset_fails_the_attempt_when_the_model_api_refuses_the_account() {
+    refused(codex()).await;
+}
+
+// Codex's default model works through one freeform tool, `exec`, that runs JavaScript calling its tools.
+fn codex() -> Case {
+    Case {
+    preset: "codex",
+    wire: Wire::Responses,
+    script: vec![
+        ToolCall::custom(
+            "exec",
+            "const r = await tools.exec_command({ cmd: \"env > agent-env.txt\" });\ntext(JSON.stringify(r));",
+        ),
+        ToolCall::custom(
+            "exec",
+            &format!(
+                "await tools.apply_patch({:?});\ntext(\"patched\");",
+                format!(
+                    "*** Begin Patch\n*** Add File: CHANGES.md\n+{}*** End Patch\n",
+                    WRITTEN
+                )
             ),
-            ToolCall::custom(
-                "exec",
-                &format!(
-                    "await tools.apply_patch({:?});\ntext(\"patched\");",
-                    format!(
-                        "*** Begin Patch\n*** Add File: CHANGES.md\n+{}*** End Patch\n",
-                        WRITTEN
-                    )
-                ),
-            ),
-        ],
-        setup: Box::new(|fake, _| {
-            // Codex reads no variable for its endpoint: a deployment behind a gateway replaces the preset with
-            // the same command and `-c openai_base_url=…`, as here (built from the preset, so it follows it).
-            let mut codex = preset("codex");
-            codex
-                .command
-                .splice(2..2, ["-c".into(), format!("openai_base_url=\"{fake}/v1\"")]);
-            Setup {
-                env: vec![("CODEX_API_KEY".into(), AGENT_KEY.into())],
-                toml: profile_table(&codex),
-            }
-        }),
-    })
-    .await;
+        ),
+    ],
+    setup: Box::new(|fake, _| {
+        // Codex reads no variable for its endpoint: a deployment behind a gateway replaces the preset with
+        // the same command and `-c openai_base_url=…`, as here (built from the preset, so it follows it).
+        let mut codex = preset("codex");
+        codex
+            .command
+            .splice(2..2, ["-c".into(), format!("openai_base_url=\"{fake}/v1\"")]);
+        Setup {
+            env: vec![("CODEX_API_KEY".into(), AGENT_KEY.into())],
+            toml: profile_table(&codex),
+        }
+    }),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pi_preset_edits_through_the_anthropic_api_and_the_edit_is_pushed() {
-    run(Case {
+    run(pi()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pi_preset_fails_the_attempt_when_the_model_api_refuses_the_account() {
+    refused(pi()).await;
+}
+
+fn pi() -> Case {
+    Case {
         preset: "pi",
         wire: Wire::Anthropic,
         script: vec![
@@ -122,13 +148,21 @@ async fn pi_preset_edits_through_the_anthropic_api_and_the_edit_is_pushed() {
                 toml: format!("readable = [\"{}\"]\n", dir.display()),
             }
         }),
-    })
-    .await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn opencode_preset_edits_through_the_anthropic_api_and_the_edit_is_pushed() {
-    run(Case {
+    run(opencode()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn opencode_preset_fails_the_attempt_when_the_model_api_refuses_the_account() {
+    refused(opencode()).await;
+}
+
+fn opencode() -> Case {
+    Case {
         preset: "opencode",
         wire: Wire::Anthropic,
         script: vec![
@@ -141,19 +175,20 @@ async fn opencode_preset_edits_through_the_anthropic_api_and_the_edit_is_pushed(
                 json!({ "filePath": "CHANGES.md", "content": WRITTEN }),
             ),
         ],
-        setup: Box::new(|fake, _| Setup {
-            env: vec![
-                ("ANTHROPIC_API_KEY".into(), AGENT_KEY.into()),
-                (
-                    "OPENCODE_CONFIG_CONTENT".into(),
-                    json!({ "provider": { "anthropic": { "options": { "baseURL": format!("{fake}/v1") } } } })
-                        .to_string(),
-                ),
-            ],
-            toml: String::new(),
+        setup: Box::new(|fake, _| {
+            Setup {
+        env: vec![
+            ("ANTHROPIC_API_KEY".into(), AGENT_KEY.into()),
+            (
+                "OPENCODE_CONFIG_CONTENT".into(),
+                json!({ "provider": { "anthropic": { "options": { "baseURL": format!("{fake}/v1") } } } })
+                    .to_string(),
+            ),
+        ],
+        toml: String::new(),
+    }
         }),
-    })
-    .await;
+    }
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -227,16 +262,30 @@ fn cli_dir(program: &str) -> Option<PathBuf> {
     None
 }
 
-async fn run(case: Case) {
-    let Some(dir) = cli_dir(case.preset) else {
-        return;
-    };
+/// One task with one preset, its CLI against `fake`, the service's environment holding pidevops's secrets too.
+struct Scene {
+    app: TestApp,
+    remote: Remote,
+    id: TaskId,
+    title: String,
+    db_url: String,
+    _db: TestDb,
+    _scratch: tempfile::TempDir,
+    _cores: tokio::sync::RwLockWriteGuard<'static, ()>,
+}
+
+/// Starts the service with `case`'s preset against `fake` and creates a task; `None` when the CLI is absent
+/// (outside CI).
+async fn start(case: &mut Case, fake: &FakeModel) -> Option<Scene> {
+    let dir = cli_dir(case.preset)?;
     // A CLI run keeps a core busy for seconds (node, bun, a V8 isolate): not beside the timed tests.
-    let _cores = crate::common::heavy().await;
+    let cores = crate::common::heavy().await;
     let remote = Remote::new();
     let scratch = crate::common::contained_scratch();
-    let fake = FakeModel::start(case.script.clone()).await;
-    let setup = (case.setup)(&fake.url, scratch.path());
+    let setup = std::mem::replace(&mut case.setup, Box::new(|_, _| unreachable!()))(
+        &fake.url,
+        scratch.path(),
+    );
     let file = format!(
         r#"
 [board]
@@ -273,22 +322,84 @@ url = "{url}"
     let app = TestApp::spawn(settings).await;
     let title = format!("Write the change down for {}", case.preset);
     let id = create_task_with(&app, &title, None).await;
+    Some(Scene {
+        app,
+        remote,
+        id,
+        title,
+        db_url,
+        _db: db,
+        _scratch: scratch,
+        _cores: cores,
+    })
+}
 
-    // The first run ends (the task's runs are read from the read model, brought to the log's head).
+/// The task's first run, once it ended (read from the read model, brought to the log's head), and its log.
+async fn first_run(scene: &Scene) -> (RunRow, String) {
+    let (app, id) = (&scene.app, scene.id);
     within(RUN_LIMIT, &format!("{id}'s first run ends"), || async {
         app.project().await;
-        runs_of(&app, id)
+        runs_of(app, id)
             .await
             .first()
             .is_some_and(|r| r.state != "running")
     })
     .await;
-    let run = runs_of(&app, id).await.remove(0);
+    let run = runs_of(app, id).await.remove(0);
     let log = run
         .log_path
         .as_deref()
         .and_then(|p| std::fs::read_to_string(p).ok())
         .unwrap_or_default();
+    (run, log)
+}
+
+/// When the provider refuses the account (no credit, a wrong key), the CLI fails: it exits non-zero, pidevops
+/// records the attempt failed (`exit`) with the CLI's output in its tail, and pushes nothing.
+async fn refused(mut case: Case) {
+    let fake = FakeModel::refusing().await;
+    let Some(scene) = start(&mut case, &fake).await else {
+        return;
+    };
+    let (run, log) = first_run(&scene).await;
+    assert_eq!(run.state, "failed", "{}: {log}", case.preset);
+    assert_eq!(
+        run.failure.as_deref(),
+        Some("exit"),
+        "{}: {:?}\n{log}",
+        case.preset,
+        run.detail
+    );
+    assert!(
+        !fake.model_calls().is_empty(),
+        "{} never called the model",
+        case.preset
+    );
+    assert!(
+        scene
+            .remote
+            .branch(&format!("pidevops/{}", scene.id))
+            .is_none(),
+        "a failed attempt pushed its branch"
+    );
+    scene.app.stop().await;
+}
+
+async fn run(mut case: Case) {
+    let fake = FakeModel::start(case.script.clone()).await;
+    let Some(scene) = start(&mut case, &fake).await else {
+        return;
+    };
+    let (run, log) = first_run(&scene).await;
+    let Scene {
+        app,
+        remote,
+        id,
+        title,
+        db_url,
+        ..
+    } = &scene;
+    let (app, id) = (app, *id);
     let requests = fake.received();
     assert_eq!(
         run.state,
@@ -313,7 +424,7 @@ url = "{url}"
         Duration::from_secs(30),
         &format!("{id} in review"),
         || async {
-            task_row(&app, id)
+            task_row(app, id)
                 .await
                 .is_some_and(|row| row.column == Column::InReview)
         },
@@ -375,7 +486,7 @@ url = "{url}"
         }
     }
     assert!(
-        calls.iter().any(|c| c.text.contains(&title)),
+        calls.iter().any(|c| c.text.contains(title.as_str())),
         "the task's prompt never reached the model"
     );
     for n in 1..=case.script.len() {
@@ -422,5 +533,5 @@ url = "{url}"
     for name in ["GITHUB_TOKEN=", "PIDEVOPS_ADMIN_TOKEN=", "DATABASE_URL="] {
         assert!(!seen.lines().any(|l| l.starts_with(name)), "{name}: {seen}");
     }
-    app.stop().await;
+    scene.app.stop().await;
 }

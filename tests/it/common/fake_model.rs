@@ -6,6 +6,7 @@
 //! with call `n + 1`, and once every call has its result, with a final text and the end of the turn. A request
 //! that offers no tools (a CLI asking for a session title) or does not stream gets a short text. Every request is
 //! recorded (path, headers, body) for the test to assert on; any other path is recorded and answered 404.
+//! [`FakeModel::refusing`] refuses every model call with the provider's error body instead.
 
 use std::sync::{Arc, Mutex};
 
@@ -63,6 +64,8 @@ impl Received {
 
 struct Inner {
     script: Vec<ToolCall>,
+    /// Every model call is refused with the provider's error body ([`FakeModel::refusing`]).
+    refuse: bool,
     received: Vec<Received>,
 }
 
@@ -75,8 +78,19 @@ pub struct FakeModel {
 
 impl FakeModel {
     pub async fn start(script: Vec<ToolCall>) -> Self {
+        Self::serve(script, false).await
+    }
+
+    /// A model API that refuses the account: every model call is answered as Anthropic answers an account out of
+    /// credit (400 `invalid_request_error`) and OpenAI a wrong key (401 `invalid_api_key`).
+    pub async fn refusing() -> Self {
+        Self::serve(Vec::new(), true).await
+    }
+
+    async fn serve(script: Vec<ToolCall>, refuse: bool) -> Self {
         let inner = Arc::new(Mutex::new(Inner {
             script,
+            refuse,
             received: Vec::new(),
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -115,7 +129,7 @@ async fn any(
     let text = String::from_utf8_lossy(&body).into_owned();
     let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let path = uri.path().to_owned();
-    let script = {
+    let (script, refuse) = {
         let mut inner = fake.inner.lock().unwrap();
         inner.received.push(Received {
             method: method.to_string(),
@@ -124,9 +138,25 @@ async fn any(
             body: parsed.clone(),
             text,
         });
-        inner.script.clone()
+        (inner.script.clone(), inner.refuse)
     };
     match (method, path.as_str()) {
+        // Not 401, which Claude Code retries for about three minutes (measured: 175 s) before it exits 1.
+        (Method::POST, "/v1/messages") if refuse => (
+            StatusCode::BAD_REQUEST,
+            axum::Json(
+                json!({ "type": "error", "error": { "type": "invalid_request_error",
+                "message": "Your credit balance is too low to access the Anthropic API." } }),
+            ),
+        )
+            .into_response(),
+        (Method::POST, "/v1/responses") if refuse => (
+            StatusCode::UNAUTHORIZED,
+            axum::Json(json!({ "error": {
+                "message": "Incorrect API key provided", "type": "invalid_request_error",
+                "param": null, "code": "invalid_api_key" } })),
+        )
+            .into_response(),
         (Method::POST, "/v1/messages") => anthropic(&parsed, &script),
         (Method::POST, "/v1/responses") => responses(&parsed, &script),
         _ => StatusCode::NOT_FOUND.into_response(),
