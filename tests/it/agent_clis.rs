@@ -10,7 +10,8 @@
 //! CLI. The dump is pushed, so whatever the CLI could see is on the branch: its own key and the preset's switches
 //! are there, and none of pidevops's secrets, which sit in the same service environment.
 //!
-//! A missing CLI fails under `CI` (naming it and the install script) and is skipped loudly elsewhere.
+//! The happy path runs twice: contained by bubblewrap, and with bubblewrap absent (Landlock and the reaper), as on
+//! container hosts that refuse user namespaces. A missing CLI fails under `CI` (naming it and the install script) and is skipped loudly elsewhere.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -33,9 +34,19 @@ const WRITTEN: &str = "edited by the model through the CLI\n";
 /// How long one CLI may take for its two turns on a loaded two-core machine (opencode alone took 36 s).
 const RUN_LIMIT: Duration = Duration::from_secs(300);
 
+/// `(bwrap, the containment /health names)`: bubblewrap, and none (the Landlock fallback of container hosts).
+type Containment = (&'static str, &'static str);
+const NAMESPACES: Containment = ("bwrap", "namespaces");
+const LANDLOCK: Containment = ("/nonexistent/bwrap", "landlock");
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn claude_preset_edits_through_the_anthropic_api_and_the_edit_is_pushed() {
-    run(claude()).await;
+    run(claude(), NAMESPACES).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn claude_preset_edits_with_landlock_when_bubblewrap_is_absent() {
+    run(claude(), LANDLOCK).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -69,7 +80,12 @@ fn claude() -> Case {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn codex_preset_edits_through_the_responses_api_and_the_edit_is_pushed() {
-    run(codex()).await;
+    run(codex(), NAMESPACES).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn codex_preset_edits_with_landlock_when_bubblewrap_is_absent() {
+    run(codex(), LANDLOCK).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -115,7 +131,12 @@ fn codex() -> Case {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pi_preset_edits_through_the_anthropic_api_and_the_edit_is_pushed() {
-    run(pi()).await;
+    run(pi(), NAMESPACES).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pi_preset_edits_with_landlock_when_bubblewrap_is_absent() {
+    run(pi(), LANDLOCK).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -153,7 +174,12 @@ fn pi() -> Case {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn opencode_preset_edits_through_the_anthropic_api_and_the_edit_is_pushed() {
-    run(opencode()).await;
+    run(opencode(), NAMESPACES).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn opencode_preset_edits_with_landlock_when_bubblewrap_is_absent() {
+    run(opencode(), LANDLOCK).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -276,7 +302,7 @@ struct Scene {
 
 /// Starts the service with `case`'s preset against `fake` and creates a task; `None` when the CLI is absent
 /// (outside CI).
-async fn start(case: &mut Case, fake: &FakeModel) -> Option<Scene> {
+async fn start(case: &mut Case, fake: &FakeModel, containment: Containment) -> Option<Scene> {
     let dir = cli_dir(case.preset)?;
     // A CLI run keeps a core busy for seconds (node, bun, a V8 isolate): not beside the timed tests.
     let cores = crate::common::heavy().await;
@@ -295,11 +321,13 @@ approval = "auto"
 agent = "{preset}"
 heartbeat_s = 1
 retry_backoff_s = 0.05
+bwrap = "{bwrap}"
 {toml}
 [repos."{REPO}"]
 url = "{url}"
 "#,
         preset = case.preset,
+        bwrap = containment.0,
         toml = setup.toml,
         url = remote.url(),
     );
@@ -320,6 +348,13 @@ url = "{url}"
     env.extend(setup.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     settings.env = pidevops::config::Env::from_pairs(env);
     let app = TestApp::spawn(settings).await;
+    let (_, health) = app.health().await;
+    assert!(
+        health
+            .to_string()
+            .contains(&format!("\"containment\":\"{}\"", containment.1)),
+        "{health}"
+    );
     let title = format!("Write the change down for {}", case.preset);
     let id = create_task_with(&app, &title, None).await;
     Some(Scene {
@@ -358,7 +393,7 @@ async fn first_run(scene: &Scene) -> (RunRow, String) {
 /// records the attempt failed (`exit`) with the CLI's output in its tail, and pushes nothing.
 async fn refused(mut case: Case) {
     let fake = FakeModel::refusing().await;
-    let Some(scene) = start(&mut case, &fake).await else {
+    let Some(scene) = start(&mut case, &fake, NAMESPACES).await else {
         return;
     };
     let (run, log) = first_run(&scene).await;
@@ -385,9 +420,9 @@ async fn refused(mut case: Case) {
     scene.app.stop().await;
 }
 
-async fn run(mut case: Case) {
+async fn run(mut case: Case, containment: Containment) {
     let fake = FakeModel::start(case.script.clone()).await;
-    let Some(scene) = start(&mut case, &fake).await else {
+    let Some(scene) = start(&mut case, &fake, containment).await else {
         return;
     };
     let (run, log) = first_run(&scene).await;
