@@ -10,6 +10,7 @@
 #[macro_use]
 mod common;
 
+mod agent_clis;
 mod architecture;
 mod board_replay;
 mod browser;

@@ -228,6 +228,10 @@ pub struct AgentTable {
     pub command: Option<Vec<String>>,
     pub stdin: StdinMode,
     pub env: Vec<String>,
+    /// Variables set to a fixed value in the agent's environment (a CLI's switches: no telemetry, no update
+    /// check); never a secret, which belongs in the service's environment and `env`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub set_env: BTreeMap<String, String>,
     pub timeout_s: i64,
     pub no_output_timeout_s: i64,
 }
@@ -238,6 +242,7 @@ impl Default for AgentTable {
             command: None,
             stdin: StdinMode::None,
             env: Vec::new(),
+            set_env: BTreeMap::new(),
             timeout_s: super::profiles::DEFAULT_TIMEOUT.as_secs() as i64,
             no_output_timeout_s: super::profiles::DEFAULT_NO_OUTPUT_TIMEOUT.as_secs() as i64,
         }
@@ -480,6 +485,7 @@ impl Tables {
                         StdinMode::None
                     },
                     env: preset.env.clone(),
+                    set_env: preset.set_env.clone(),
                     timeout_s: preset.timeout.as_secs() as i64,
                     no_output_timeout_s: preset.no_output_timeout.as_secs() as i64,
                 });

@@ -15,8 +15,8 @@ use crate::tasks::{RunId, Task};
 
 impl Dispatcher {
     /// The agent's command line and environment. The environment is built from nothing: a few neutral variables,
-    /// the run's own HOME and TMPDIR, and the variables the profile names (never a pidevops secret: `profiles`
-    /// refuses those at start-up).
+    /// the run's own HOME and TMPDIR, the variables the profile names (never a pidevops secret: `profiles`
+    /// refuses those at start-up) and the fixed values it sets.
     pub(super) fn launch(
         &self,
         task: &Task,
@@ -39,6 +39,13 @@ impl Dispatcher {
                 env.push((name.clone(), value.to_owned()));
             }
         }
+        // Fixed switches (`set_env`): `profiles` refuses PATH, HOME, TMPDIR and any name `env` passes.
+        env.extend(
+            profile
+                .set_env
+                .iter()
+                .map(|(name, value)| (name.clone(), value.clone())),
+        );
         let writable = vec![dirs.worktree.clone(), dirs.home.clone(), dirs.tmp.clone()];
         let (argv, child) = self.contain(
             &format!("agent profile {}", profile.name),
