@@ -38,7 +38,11 @@ export default defineRailway(() => {
   });
 
   const pidevops = service("pidevops", {
+    // The Dockerfile's default target, runtime: pidevops with Node.js and the pinned agent CLIs.
     build: { builder: "DOCKERFILE", dockerfilePath: "deploy/Dockerfile" },
+    // WORKSPACE_ROOT (/app/data/workspaces: mirrors and worktrees) lives on this volume, not on the container's
+    // disk, which every deploy replaces. The Dockerfile cannot declare it (Railway refuses VOLUME).
+    volumeMounts: { "/app/data": volume("pidevops-data") },
     start: "pidevops serve",
     preDeploy: "pidevops migrate",
     healthcheck: "/health",
@@ -52,6 +56,10 @@ export default defineRailway(() => {
     env: {
       DATABASE_URL: db.env.DATABASE_URL,
       NATS_URL: "nats://${{nats.RAILWAY_PRIVATE_DOMAIN}}:4222",
+      // Railway mounts volumes owned by root and the image runs as uid 10001, which could not write it: the
+      // container runs as root on Railway (agents are still contained by bubblewrap or Landlock). Drop this line
+      // and the volume above to keep uid 10001 with workspaces on the container's disk (re-cloned after a deploy).
+      RAILWAY_RUN_UID: "0",
 
       // Set by the operator in the Railway dashboard (Variables tab) or with
       // `railway variables --set`. preserve() keeps whatever value Railway holds and
