@@ -43,7 +43,8 @@ export default defineRailway(() => {
     // WORKSPACE_ROOT (/app/data/workspaces: mirrors and worktrees) lives on this volume, not on the container's
     // disk, which every deploy replaces. The Dockerfile cannot declare it (Railway refuses VOLUME).
     volumeMounts: { "/app/data": volume("pidevops-data") },
-    start: "pidevops serve",
+    // As root (RAILWAY_RUN_UID below), pidevops-start gives the volume to uid 10001 and runs pidevops as it.
+    start: "pidevops-start serve",
     preDeploy: "pidevops migrate",
     healthcheck: "/health",
     healthcheckTimeout: 60,
@@ -56,9 +57,8 @@ export default defineRailway(() => {
     env: {
       DATABASE_URL: db.env.DATABASE_URL,
       NATS_URL: "nats://${{nats.RAILWAY_PRIVATE_DOMAIN}}:4222",
-      // Railway mounts volumes owned by root and the image runs as uid 10001, which could not write it: the
-      // container runs as root on Railway (agents are still contained by bubblewrap or Landlock). Drop this line
-      // and the volume above to keep uid 10001 with workspaces on the container's disk (re-cloned after a deploy).
+      // Railway mounts volumes owned by root, which the image's uid 10001 cannot write: the container starts as
+      // root, and the start command (deploy/start.sh) chowns the volume's top directories and drops to 10001.
       RAILWAY_RUN_UID: "0",
 
       // Set by the operator in the Railway dashboard (Variables tab) or with

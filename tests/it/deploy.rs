@@ -365,3 +365,68 @@ fn each_pinned_cli_answers_its_version_after_the_install_script() {
         );
     }
 }
+
+/// deploy/start.sh (`pidevops-start`, Railway's start command): started as root it hands the data directory and
+/// WORKSPACE_ROOT to uid 10001 and runs pidevops as that user, never as root; started as anyone else, as it is.
+#[test]
+fn pidevops_start_runs_pidevops_as_uid_10001_when_started_as_root() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    // uid 10001 runs the stand-in pidevops from here.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let stand_in = bin.join("pidevops");
+    std::fs::write(
+        &stand_in,
+        "#!/bin/sh\necho \"$(id -u):$(id -g):$(id -G) $HOME $*\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&stand_in, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let data = dir.path().join("data");
+    let output = std::process::Command::new(root().join("deploy/start.sh"))
+        .args(["serve", "--flag"])
+        .env_clear()
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .env("PIDEVOPS_DATA_DIR", &data)
+        .env("WORKSPACE_ROOT", data.join("workspaces"))
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // /proc/self belongs to the process's effective uid.
+    let me = std::fs::metadata("/proc/self").unwrap().uid();
+    if me == 0 {
+        assert_eq!(
+            printed.trim(),
+            "10001:10001:10001 /home/pidevops serve --flag"
+        );
+        for made in [data.clone(), data.join("workspaces")] {
+            let meta = std::fs::metadata(&made).unwrap();
+            assert_eq!(
+                (meta.uid(), meta.gid()),
+                (10001, 10001),
+                "{}",
+                made.display()
+            );
+        }
+    } else {
+        assert!(
+            printed.starts_with(&format!("{me}:")) && printed.trim_end().ends_with(" serve --flag"),
+            "not root: pidevops runs as it is: {printed}"
+        );
+        assert!(!data.exists(), "not root: nothing is made");
+    }
+    // Railway starts it so, and the images carry it.
+    for file in ["railway.toml", ".railway/railway.ts"] {
+        let text = std::fs::read_to_string(root().join(file)).unwrap();
+        assert!(text.contains("pidevops-start serve"), "{file}");
+    }
+    let dockerfile = std::fs::read_to_string(root().join("deploy/Dockerfile")).unwrap();
+    assert!(dockerfile.contains("COPY deploy/start.sh /usr/local/bin/pidevops-start"));
+}
