@@ -142,8 +142,17 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
                 let spec = LoopSpec::new(&name, planned.interval, settings.loop_startup_delay);
                 let job = Arc::new(Armed::new(built.job));
                 let lease = planned.singleton.then(|| leases.register(&name));
-                spawn_job(&registry, &tracker, &shutdown, spec, job.clone(), lease);
-                if let Some(detail) = built.detail {
+                let detail = built.detail;
+                spawn_job(
+                    &registry,
+                    &tracker,
+                    &shutdown,
+                    spec,
+                    job.clone(),
+                    lease,
+                    detail.clone(),
+                );
+                if let Some(detail) = detail {
                     registry.set_detail(&name, detail);
                 }
                 armed.insert(name, job);
@@ -252,6 +261,9 @@ fn spawn_job(
     spec: LoopSpec,
     job: Arc<Armed>,
     lease: Option<LeaseHandle>,
+    // What the loop's report shows before its first tick (the dispatcher's containment): kept through a change
+    // of role, so /health never goes without it between acquiring the lease and the first tick's own detail.
+    initial_detail: Option<serde_json::Value>,
 ) {
     let registry_for_tick = registry.clone();
     let name = spec.name.clone();
@@ -259,6 +271,7 @@ fn spawn_job(
     loops::spawn(registry, tracker, shutdown.clone(), spec, move || {
         let (job, registry, name) = (job.clone(), registry_for_tick.clone(), name.clone());
         let (lease, was_holder) = (lease.clone(), was_holder.clone());
+        let initial_detail = initial_detail.clone();
         async move {
             let (detail, result) = match &lease {
                 None => job.tick().await,
@@ -271,7 +284,10 @@ fn spawn_job(
                     let holder = lease.is_held();
                     if holder && !was_holder.swap(true, Ordering::SeqCst) {
                         // The standby's detail described a role this replica no longer has.
-                        registry.clear_detail(&name);
+                        match &initial_detail {
+                            Some(initial) => registry.set_detail(&name, initial.clone()),
+                            None => registry.clear_detail(&name),
+                        }
                         job.job.on_acquired().await;
                     }
                     if !holder {
@@ -280,7 +296,7 @@ fn spawn_job(
                     match while_held(lease, async { Ok(job.tick().await) }).await? {
                         Some(ran) => ran,
                         None => (
-                            Some(serde_json::json!({ "role": "standby" })),
+                            Some(standby_detail(initial_detail.as_ref())),
                             Ok(Pace::Rest),
                         ),
                     }
@@ -292,6 +308,17 @@ fn spawn_job(
             result
         }
     });
+}
+
+/// A standby's report: its role, beside what the loop shows from the start (a standby dispatcher still says how
+/// it would contain agents).
+fn standby_detail(initial: Option<&serde_json::Value>) -> serde_json::Value {
+    let mut detail = match initial {
+        Some(serde_json::Value::Object(fields)) => fields.clone(),
+        _ => serde_json::Map::new(),
+    };
+    detail.insert("role".to_owned(), serde_json::json!("standby"));
+    serde_json::Value::Object(detail)
 }
 
 /// The dispatcher of a `serve` (or a `worker`): its workspaces under `WORKSPACE_ROOT`, and with
@@ -482,6 +509,19 @@ mod tests {
             stream: stream.to_owned(),
             subject_prefix: subject_prefix.to_owned(),
         }
+    }
+
+    #[test]
+    fn a_standby_keeps_what_its_loop_shows_from_the_start() {
+        let initial = serde_json::json!({ "containment": "namespaces" });
+        assert_eq!(
+            super::standby_detail(Some(&initial)),
+            serde_json::json!({ "containment": "namespaces", "role": "standby" })
+        );
+        assert_eq!(
+            super::standby_detail(None),
+            serde_json::json!({ "role": "standby" })
+        );
     }
 
     #[test]
