@@ -33,6 +33,8 @@ form.inline { display: inline; } button { font: inherit; padding: .2em .7em; cur
 .signin { max-width: 24em; margin: 4em auto; background: var(--card); border: 1px solid var(--line); padding: 1.5em; border-radius: 6px; }
 .signin input { width: 100%; padding: .4em; margin: .4em 0 .8em; }
 .error { color: var(--bad); }
+tr.status-fail td, tr.status-fail th { color: #fff; } tr.status-fail a { color: #fff; text-decoration: underline; }
+.checks details, .loops details { margin-top: .2em; } .checks pre, .loops pre { color: var(--fg); }
 "#;
 
 /// Live updates: the page listens to `/live` (the log as SSE, resuming from the position the page was rendered
@@ -54,7 +56,13 @@ pub const SCRIPT: &str = r#"
       .then(function (r) { if (r.redirected || !r.ok) { throw new Error(String(r.status)); } return r.text(); })
       .then(function (html) {
         var fresh = new DOMParser().parseFromString(html, 'text/html').querySelector('main');
-        if (fresh) { main.innerHTML = fresh.innerHTML; main.setAttribute('data-refreshed', String(Date.now())); }
+        if (!fresh) { return; }
+        // What the reader opened or closed stays so: a <details> with an id keeps its state across the swap.
+        var kept = {};
+        Array.prototype.forEach.call(main.querySelectorAll('details[id]'), function (d) { kept[d.id] = d.open; });
+        main.innerHTML = fresh.innerHTML;
+        Object.keys(kept).forEach(function (id) { var d = document.getElementById(id); if (d) { d.open = kept[id]; } });
+        main.setAttribute('data-refreshed', String(Date.now()));
       })
       .catch(function () { /* the next event tries again */ });
   }

@@ -570,7 +570,7 @@ async fn health_page(
         StatusCode::OK,
         pages::layout(
             &frame(&key, &session, "Health", Nav::Health, head),
-            pages::health(&body),
+            pages::health(&body, Utc::now()),
         ),
     )
 }
