@@ -34,7 +34,24 @@ form.inline { display: inline; } button { font: inherit; padding: .2em .7em; cur
 .signin input { width: 100%; padding: .4em; margin: .4em 0 .8em; }
 .error { color: var(--bad); }
 tr.status-fail td, tr.status-fail th { color: #fff; } tr.status-fail a { color: #fff; text-decoration: underline; }
+table.loops time { white-space: nowrap; }
 .checks details, .loops details { margin-top: .2em; } .checks pre, .loops pre { color: var(--fg); }
+.attempt { border-top: 1px solid var(--line); margin-top: 1em; }
+.diff table.files { width: auto; margin-bottom: .5em; } .added { color: var(--good); } .removed { color: var(--bad); }
+details > summary { cursor: pointer; } details.patch-file { margin: .3em 0; }
+pre.patch { white-space: pre; word-break: normal; font-size: .9em; }
+pre.patch ins { background: rgba(46,125,50,.18); text-decoration: none; display: inline-block; min-width: 100%; }
+pre.patch del { background: rgba(198,40,40,.18); text-decoration: none; display: inline-block; min-width: 100%; }
+pre.patch .hunk { color: var(--accent); } pre.patch .meta { color: var(--muted); font-weight: 600; }
+.cut { color: var(--warn); }
+.transcript { display: flex; flex-direction: column; gap: .4em; margin: .5em 0; }
+.transcript .said { white-space: pre-wrap; background: var(--card); border-left: 3px solid var(--accent); padding: .4em .6em; }
+.transcript .session { color: var(--muted); margin: 0; }
+.transcript details.tool, .transcript details.thought { border: 1px solid var(--line); border-radius: 4px; padding: .2em .5em; background: var(--card); }
+.transcript details.tool.failed { border-color: var(--bad); } .transcript .tool-name { font-weight: 600; }
+.transcript details.thought { color: var(--muted); font-style: italic; } .transcript pre { max-height: 20em; margin: .3em 0; }
+.transcript .ended { padding: .4em .6em; border-radius: 4px; white-space: pre-wrap; }
+.transcript .ended.ok { border: 1px solid var(--good); } .transcript .ended.bad { border: 1px solid var(--bad); }
 "#;
 
 /// Live updates: the page listens to `/live` (the log as SSE, resuming from the position the page was rendered

@@ -239,8 +239,8 @@ pub struct TaskView {
     pub task: Option<Task>,
     pub timeline: Vec<TimelineEntry>,
     pub runs: Vec<RunRow>,
-    /// The last lines of the running attempt's log.
-    pub tail: Option<String>,
+    /// Each run's diff and log, as this machine has them.
+    pub attempts: Vec<super::attempt::Attempt>,
     pub actions: Vec<Steer>,
     pub csrf: String,
     pub now: DateTime<Utc>,
@@ -289,10 +289,7 @@ pub fn task(view: &TaskView) -> Markup {
         }
         h2 { "Runs" }
         (runs_table(&view.runs, false))
-        @if let Some(tail) = &view.tail {
-            h2 { "Running attempt's log (tail)" }
-            pre.log { (tail) }
-        }
+        (super::attempt::attempts(&view.attempts))
         h2 { "Timeline" }
         table.timeline {
             thead { tr { th { "at" } th { "event" } th { "what" } th { "by" } } }
