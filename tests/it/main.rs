@@ -47,4 +47,5 @@ mod tasks_projectors;
 mod telegram;
 mod tour;
 mod web;
+mod web_attempts;
 mod work;
