@@ -222,9 +222,11 @@ async fn a_run_elsewhere_or_outside_the_workspace_root_is_not_read(db: TestDb) {
         "SECRET-CONTENT of another file\n",
     )
     .unwrap();
+    let planted = scratch.path().join("ws/runs/T-1/r/worktree");
+    std::fs::create_dir_all(&planted).unwrap();
+    std::fs::write(planted.join("agent.log"), "PLANTED by the agent\n").unwrap();
     let mut settings = crate::common::settings(&db);
     settings.workspace_root = scratch.path().join("ws");
-    std::fs::create_dir_all(scratch.path().join("ws/runs")).unwrap();
     let instance = settings.instance_id.clone();
     let app = TestApp::spawn(settings).await;
     let id = task(&app, "Ran somewhere", Links::default()).await;
@@ -238,7 +240,12 @@ async fn a_run_elsewhere_or_outside_the_workspace_root_is_not_read(db: TestDb) {
             "worker-far-away".to_owned(),
             "/srv/pidevops/runs/T-1/r/agent.log".to_owned(),
         ),
-        (instance, outside.join("agent.log").display().to_string()),
+        (
+            instance.clone(),
+            outside.join("agent.log").display().to_string(),
+        ),
+        // Inside the workspace root, but in a worktree (the agent's own files), not a run's directory.
+        (instance, planted.join("agent.log").display().to_string()),
         (
             "worker-far-away".to_owned(),
             "/srv/pidevops/runs/T-1/s/agent.log".to_owned(),
@@ -272,13 +279,14 @@ async fn a_run_elsewhere_or_outside_the_workspace_root_is_not_read(db: TestDb) {
     let (status, html) = get(&app, &format!("/tasks/{id}"), &cookie).await;
     assert_eq!(status, 200);
     assert!(!html.contains("SECRET-CONTENT"), "{html}");
+    assert!(!html.contains("PLANTED"), "{html}");
     assert!(
         html.contains("Log: only the last 3 attempts are shown in full"),
         "{html}"
     );
     assert!(!html.contains("worker-long-ago;"), "{html}");
     assert!(
-        html.contains("the attempt ran on worker-far-away; its files are on that machine (/srv/pidevops/runs/T-1/r)"),
+        html.contains("the attempt ran on worker-far-away; its files are on that machine (/srv/pidevops/runs/T-1/s)"),
         "{html}"
     );
     assert!(

@@ -157,7 +157,7 @@ impl Here {
         };
         let dir = Path::new(log).parent().unwrap_or(Path::new(""));
         match (tokio::fs::canonicalize(dir).await, &self.runs) {
-            (Ok(dir), Some(runs)) if dir.starts_with(runs) => Ok(dir),
+            (Ok(dir), Some(runs)) if is_run_dir(&dir, runs, run) => Ok(dir),
             (Ok(_), _) => Err(format!(
                 "{} is not under this machine's workspace root; not read",
                 dir.display()
@@ -200,6 +200,17 @@ impl Here {
             open,
         }
     }
+}
+
+/// Exactly `<runs>/<task>/<run>` for this run: not the root, not a task's directory, and not anything beneath a run
+/// directory (its worktree, HOME and TMPDIR are the agent's, so a `diff.json` there would be the agent's word).
+fn is_run_dir(dir: &Path, runs: &Path, run: &RunRow) -> bool {
+    let Ok(inside) = dir.strip_prefix(runs) else {
+        return false;
+    };
+    let parts: Vec<_> = inside.components().collect();
+    matches!(parts.as_slice(), [task, id]
+        if task.as_os_str() == run.task_id.as_str() && id.as_os_str() == run.run_id.as_str())
 }
 
 /// The last `cap` bytes of a file, from the first whole line, and how many bytes came before them.
