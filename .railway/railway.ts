@@ -38,8 +38,13 @@ export default defineRailway(() => {
   });
 
   const pidevops = service("pidevops", {
+    // The Dockerfile's default target, runtime: pidevops with Node.js and the pinned agent CLIs.
     build: { builder: "DOCKERFILE", dockerfilePath: "deploy/Dockerfile" },
-    start: "pidevops serve",
+    // WORKSPACE_ROOT (/app/data/workspaces: mirrors and worktrees) lives on this volume, not on the container's
+    // disk, which every deploy replaces. The Dockerfile cannot declare it (Railway refuses VOLUME).
+    volumeMounts: { "/app/data": volume("pidevops-data") },
+    // As root (RAILWAY_RUN_UID below), pidevops-start gives the volume to uid 10001 and runs pidevops as it.
+    start: "pidevops-start serve",
     preDeploy: "pidevops migrate",
     healthcheck: "/health",
     healthcheckTimeout: 60,
@@ -52,6 +57,9 @@ export default defineRailway(() => {
     env: {
       DATABASE_URL: db.env.DATABASE_URL,
       NATS_URL: "nats://${{nats.RAILWAY_PRIVATE_DOMAIN}}:4222",
+      // Railway mounts volumes owned by root, which the image's uid 10001 cannot write: the container starts as
+      // root, and the start command (deploy/start.sh) chowns the volume's top directories and drops to 10001.
+      RAILWAY_RUN_UID: "0",
 
       // Set by the operator in the Railway dashboard (Variables tab) or with
       // `railway variables --set`. preserve() keeps whatever value Railway holds and

@@ -11,6 +11,7 @@ use secrecy::{ExposeSecret, SecretString};
 pub mod dispatch;
 pub mod file;
 pub mod profiles;
+pub mod repo_env;
 pub mod secret;
 
 pub use file::FileConfig;
@@ -172,6 +173,14 @@ impl Env {
         self
     }
 
+    /// `GITHUB_API_URL`, else GitHub's public API; `serve` and `init` read it so.
+    pub fn github_api_url(&self) -> String {
+        self.get("GITHUB_API_URL")
+            .unwrap_or(crate::providers::github::DEFAULT_API_URL)
+            .trim_end_matches('/')
+            .to_owned()
+    }
+
     fn secret(&self, key: &str) -> Option<SecretString> {
         self.get(key).map(|v| SecretString::from(v.to_owned()))
     }
@@ -310,11 +319,7 @@ impl Settings {
                 .unwrap_or("https://api.telegram.org")
                 .trim_end_matches('/')
                 .to_owned(),
-            github_api_url: env
-                .get("GITHUB_API_URL")
-                .unwrap_or(crate::providers::github::DEFAULT_API_URL)
-                .trim_end_matches('/')
-                .to_owned(),
+            github_api_url: env.github_api_url(),
             paused: match env.get("PIDEVOPS_PAUSED") {
                 None | Some("0") | Some("false") => false,
                 Some("1") | Some("true") => true,

@@ -10,6 +10,8 @@ use crate::eventlog::EventStore;
 use crate::loops::LoopState;
 pub use crate::startup::catalog::{plan, PlannedLoop};
 
+mod workspace;
+
 /// Prints the truth about this configuration; returns the report and whether everything enabled can run.
 pub async fn diagnose(settings: &Settings) -> (String, bool) {
     let mut out = String::new();
@@ -21,6 +23,9 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
     let mut ok = database(&mut out, settings).await;
     ok &= loop_plan(&mut out, settings);
     containment(&mut out, settings);
+    if settings.file.dispatch.off.is_none() {
+        let _ = writeln!(out, "{}", workspace::line(&settings.workspace_root));
+    }
     allowed_repos(&mut out, settings);
     webhooks(&mut out, settings);
     ok &= github_api(&mut out, settings).await;

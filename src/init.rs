@@ -4,6 +4,9 @@
 //! The rendering is pure ([`render_toml`], [`instructions`]); the file checks that what it renders reads as a valid
 //! configuration before anything is written. Secrets go to `.env` only (mode 0600) and are never printed: an
 //! existing `.env` keeps every value it has (a webhook may already be signed with it) and gains what it lacks.
+//! With `GITHUB_TOKEN` set it can also create each repository's GitHub webhook ([`hooks`]).
+
+pub mod hooks;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, IsTerminal, Write};
@@ -46,6 +49,10 @@ pub struct InitArgs {
     /// Where new tasks wait: `manual` (approve each) or `auto`. Default: auto with --local, else manual.
     #[arg(long, value_name = "auto|manual")]
     pub approval: Option<String>,
+    /// Create (or update) each --repo's GitHub webhook through the API with GITHUB_TOKEN, which needs admin rights
+    /// on the repository; asked at a terminal when the token is set.
+    #[arg(long)]
+    pub create_hooks: bool,
     /// Ask nothing: take the flags and the defaults.
     #[arg(long, short = 'y')]
     pub yes: bool,
@@ -173,11 +180,11 @@ pub fn instructions(answers: &Answers, dir: &Path) -> String {
         dir.display()
     );
     if answers.github {
+        let events: Vec<&str> = hooks::EVENTS.iter().map(|(_, shown)| *shown).collect();
         out.push_str(&format!(
             "\nGitHub, for each repository (Settings → Webhooks → Add webhook):\n  payload URL  {url}/webhooks/github\n  \
-             content type application/json; secret: GITHUB_WEBHOOK_SECRET from .env\n  events       Issues, Issue \
-             comments, Pull requests, Pull request reviews, Pull request review comments, Check suites, Check runs, \
-             Workflow runs, Pushes\n"
+             content type application/json; secret: GITHUB_WEBHOOK_SECRET from .env\n  events       {}\n",
+            events.join(", ")
         ));
     }
     if answers.linear {
@@ -396,13 +403,28 @@ fn write_env(path: &Path, answers: &Answers) -> anyhow::Result<Vec<&'static str>
     Ok(made)
 }
 
-/// Runs `pidevops init`; returns what to print.
-pub fn run(args: &InitArgs) -> anyhow::Result<String> {
+/// What `init` did: what to print, and whether all of it was done (false: a webhook it was asked to create is not).
+pub struct Done {
+    pub text: String,
+    pub complete: bool,
+}
+
+/// Runs `pidevops init` with `GITHUB_TOKEN` and `GITHUB_API_URL` from `env`.
+pub async fn run(args: &InitArgs, process_env: &crate::config::Env) -> anyhow::Result<Done> {
     let interactive = !args.yes;
     if interactive && !std::io::stdin().is_terminal() {
         bail!("stdin is not a terminal: pass --yes with the flags (pidevops init --help)");
     }
     let answers = answers(args, &mut std::io::stdin().lock(), interactive)?;
+    let github = hooks::GithubAccess::from_env(process_env);
+    // Asked and checked before anything is written.
+    let hook_url = hooks::wanted(
+        args,
+        &answers,
+        github.token.is_some(),
+        &mut std::io::stdin().lock(),
+        interactive,
+    )?;
     let toml = render_toml(&answers);
     // What init writes must be what serve accepts.
     toml.parse::<FileConfig>()
@@ -443,9 +465,23 @@ pub fn run(args: &InitArgs) -> anyhow::Result<String> {
              add it to .env; until then the dispatcher stays unarmed.\n",
         );
     }
+    let mut complete = true;
+    if let Some(url) = hook_url {
+        let secret = read_env_file(&env)?
+            .into_iter()
+            .find(|(k, _)| k == GITHUB_SECRET)
+            .map(|(_, v)| secrecy::SecretString::from(v))
+            .with_context(|| format!("{} has no {GITHUB_SECRET}", env.display()))?;
+        let (text, all) = hooks::create(&answers, &github, &url, &secret).await;
+        out.push_str(&text);
+        complete = all;
+    }
     out.push('\n');
     out.push_str(&instructions(&answers, &args.dir));
-    Ok(out)
+    Ok(Done {
+        text: out,
+        complete,
+    })
 }
 
 #[cfg(test)]

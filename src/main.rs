@@ -81,10 +81,14 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Command::Init(args) = &cli.command {
         // Before the settings are read: it writes them.
-        return match pidevops::init::run(args) {
+        return match pidevops::init::run(args, &pidevops::config::Env::from_process()).await {
             Ok(done) => {
-                print!("{done}");
-                ExitCode::SUCCESS
+                print!("{}", done.text);
+                if done.complete {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
             }
             Err(e) => {
                 eprintln!("pidevops init: {e:#}");

@@ -27,6 +27,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::file::{DispatchTable, Tables};
+use super::repo_env::RepoEnv;
 use crate::tasks::RepoName;
 
 /// How many attempts may run at once.
@@ -86,6 +87,8 @@ pub struct DispatchConfig {
     pub bwrap: String,
     /// Extra paths agents may read, beyond the system and their own directories.
     pub readable: Vec<PathBuf>,
+    /// Each repository's setup, hooks, secrets and check (see `repo_env.rs`); absent: the agent alone.
+    pub environments: BTreeMap<RepoName, RepoEnv>,
 }
 
 /// Whether agents may run when nothing can contain them.
@@ -112,6 +115,11 @@ impl DispatchConfig {
             .get(repo)
             .cloned()
             .unwrap_or_else(|| Self::default_source(repo))
+    }
+
+    /// What `repo`'s runs do besides the agent (nothing, for most).
+    pub fn environment(&self, repo: &RepoName) -> Option<&RepoEnv> {
+        self.environments.get(repo)
     }
 
     /// The delay before attempt `next` (2, 3, …) may start, jittered by a fraction in `0.0..0.2` that the caller
@@ -170,6 +178,7 @@ impl DispatchConfig {
             per_repo: BTreeMap::new(),
         };
         let mut repos = BTreeMap::new();
+        let mut environments = BTreeMap::new();
         for (name, repo) in &tables.repos {
             let key = format!("repos.\"{name}\"");
             let parsed = name
@@ -211,6 +220,9 @@ impl DispatchConfig {
                     })?;
                 limits.per_repo.insert(parsed.clone(), max);
             }
+            if let Some(env) = RepoEnv::from_table(&key, repo)? {
+                environments.insert(parsed.clone(), env);
+            }
             if url.is_some() || base.is_some() {
                 let default = Self::default_source(&parsed);
                 repos.insert(
@@ -233,6 +245,7 @@ impl DispatchConfig {
             containment: dispatch.containment,
             bwrap,
             readable,
+            environments,
         })
     }
 

@@ -58,6 +58,8 @@ pub struct AgentProfile {
     /// Environment variables passed through from the service's environment (names only; values are read when
     /// the run starts). Nothing else of the service's environment reaches the agent.
     pub env: Vec<String>,
+    /// Variables set to these fixed values (a CLI's switches: no telemetry, no update check), after `env`.
+    pub set_env: BTreeMap<String, String>,
     /// Wall-clock limit for one attempt.
     pub timeout: Duration,
     /// Killed when it prints nothing for this long.
@@ -114,16 +116,23 @@ impl AgentProfile {
 /// The presets pidevops ships (README, "Agents"): each reads the prompt from its standard input (so a prompt of
 /// any length runs; none of it is in the process list) and works in the current directory, which the runner
 /// sets to the attempt's worktree. `claude -p` and `pi -p` read a piped prompt, `codex exec -` reads it by name,
-/// `opencode run` reads piped input as the message.
+/// `opencode run` reads piped input as the message. Each passes its provider's key and the variables that point
+/// the CLI at another endpoint or configuration, and sets the switches that turn off what a run does not need
+/// (telemetry, update checks, downloads at start-up). tests/it/agent_clis.rs runs each against a scripted model.
 pub fn presets() -> Vec<AgentProfile> {
-    let preset = |name: &str, command: &[&str], env: &[&str]| AgentProfile {
-        name: name.to_owned(),
-        command: command.iter().map(|s| (*s).to_owned()).collect(),
-        env: env.iter().map(|s| (*s).to_owned()).collect(),
-        timeout: DEFAULT_TIMEOUT,
-        no_output_timeout: DEFAULT_NO_OUTPUT_TIMEOUT,
-        prompt_on_stdin: true,
-    };
+    let preset =
+        |name: &str, command: &[&str], env: &[&str], set_env: &[(&str, &str)]| AgentProfile {
+            name: name.to_owned(),
+            command: command.iter().map(|s| (*s).to_owned()).collect(),
+            env: env.iter().map(|s| (*s).to_owned()).collect(),
+            set_env: set_env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            timeout: DEFAULT_TIMEOUT,
+            no_output_timeout: DEFAULT_NO_OUTPUT_TIMEOUT,
+            prompt_on_stdin: true,
+        };
     vec![
         preset(
             "claude",
@@ -135,14 +144,56 @@ pub fn presets() -> Vec<AgentProfile> {
                 "--verbose",
                 "--dangerously-skip-permissions",
             ],
-            &["ANTHROPIC_API_KEY"],
+            &["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"],
+            &[
+                ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+                ("DISABLE_AUTOUPDATER", "1"),
+                // Claude Code refuses --dangerously-skip-permissions as root unless it is told it runs in a
+                // sandbox: it does (pidevops contains it), and a service in a container often runs as root.
+                ("IS_SANDBOX", "1"),
+            ],
         ),
-        preset("pi", &["pi", "-p"], &["ANTHROPIC_API_KEY"]),
-        preset("opencode", &["opencode", "run"], &[]),
+        preset(
+            "pi",
+            // No session file: pidevops never resumes one, and the run's log holds the transcript.
+            &["pi", "-p", "--no-session"],
+            // PI_CODING_AGENT_DIR: a directory with pi's models.json / settings.json (another endpoint, a model).
+            &["ANTHROPIC_API_KEY", "PI_CODING_AGENT_DIR"],
+            &[("PI_OFFLINE", "1"), ("PI_SKIP_VERSION_CHECK", "1")],
+        ),
+        preset(
+            "opencode",
+            &["opencode", "run"],
+            &[
+                "ANTHROPIC_API_KEY",
+                "OPENCODE_CONFIG",
+                "OPENCODE_CONFIG_CONTENT",
+            ],
+            &[
+                ("OPENCODE_DISABLE_AUTOUPDATE", "1"),
+                ("OPENCODE_DISABLE_SHARE", "1"),
+                // Its bundled model list instead of a download at each start.
+                ("OPENCODE_DISABLE_MODELS_FETCH", "1"),
+                // Else it installs its default plugins from the npm registry at each start (a fresh HOME).
+                ("OPENCODE_DISABLE_DEFAULT_PLUGINS", "1"),
+                ("OPENCODE_DISABLE_LSP_DOWNLOAD", "1"),
+            ],
+        ),
         preset(
             "codex",
-            &["codex", "exec", "--full-auto", "-"],
-            &["OPENAI_API_KEY"],
+            // Codex's own sandbox cannot nest in pidevops's (its workspace-write mode fails to write inside it):
+            // pidevops contains the agent, which is what the flag is for. `exec` reads CODEX_API_KEY, not
+            // OPENAI_API_KEY; another endpoint is `-c openai_base_url="…"` in a profile of your own.
+            &[
+                "codex",
+                "exec",
+                "--dangerously-bypass-approvals-and-sandbox",
+                "-c",
+                "analytics.enabled=false",
+                "-",
+            ],
+            &["CODEX_API_KEY"],
+            &[],
         ),
     ]
 }
@@ -286,12 +337,18 @@ fn profile(name: &str, table: &AgentTable, key: &str) -> Result<AgentProfile, St
         ));
     }
     for var in &table.env {
-        if var.is_empty() || !var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            return Err(format!("{key}.env: {var:?} is not a variable name"));
-        }
-        if NEVER_PASSED.contains(&var.as_str()) || var.starts_with("PIDEVOPS_") {
+        variable(var, &format!("{key}.env"))?;
+    }
+    for var in table.set_env.keys() {
+        variable(var, &format!("{key}.set_env"))?;
+        if OWN_VARIABLES.contains(&var.as_str()) {
             return Err(format!(
-                "{key}.env lists {var}, one of pidevops's own secrets or settings: an agent never gets those"
+                "{key}.set_env sets {var}, which pidevops sets for every run (its own directories)"
+            ));
+        }
+        if table.env.contains(var) {
+            return Err(format!(
+                "{key}: {var} is both passed through (env) and set (set_env); keep one"
             ));
         }
     }
@@ -299,6 +356,7 @@ fn profile(name: &str, table: &AgentTable, key: &str) -> Result<AgentProfile, St
         name: name.to_owned(),
         command,
         env: table.env.clone(),
+        set_env: table.set_env.clone(),
         timeout: seconds(table.timeout_s, &format!("{key}.timeout_s"))?,
         no_output_timeout: seconds(
             table.no_output_timeout_s,
@@ -306,6 +364,22 @@ fn profile(name: &str, table: &AgentTable, key: &str) -> Result<AgentProfile, St
         )?,
         prompt_on_stdin,
     })
+}
+
+/// What the runner sets for every run: a profile's `set_env` cannot move the agent out of its own directories.
+const OWN_VARIABLES: [&str; 3] = ["PATH", "HOME", "TMPDIR"];
+
+/// A variable a profile may name: a variable name, never one of pidevops's own secrets or settings.
+fn variable(var: &str, key: &str) -> Result<(), String> {
+    if var.is_empty() || !var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(format!("{key}: {var:?} is not a variable name"));
+    }
+    if NEVER_PASSED.contains(&var) || var.starts_with("PIDEVOPS_") {
+        return Err(format!(
+            "{key} lists {var}, one of pidevops's own secrets or settings: an agent never gets those"
+        ));
+    }
+    Ok(())
 }
 
 fn seconds(n: i64, key: &str) -> Result<Duration, String> {

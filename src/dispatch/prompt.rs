@@ -29,6 +29,9 @@ pub fn build(task: &Task) -> String {
         let cause = match failure.cause {
             RetryCause::RunFailed { .. } => "the run failed",
             RetryCause::Interrupted { .. } => "the run was interrupted (pidevops restarted)",
+            RetryCause::SetupFailed { .. } => {
+                "the repository's setup failed before the agent ran (not counted against the attempts)"
+            }
             RetryCause::ChecksFailed => "CI failed on the pull request",
             RetryCause::ChangesRequested => "a reviewer asked for changes",
         };

@@ -88,7 +88,13 @@ pub async fn run(
     let Some((program, args)) = launch.argv.split_first() else {
         return finished(Ending::CannotStart("the command is empty".into()), &tail);
     };
-    let log = match tokio::fs::File::create(&launch.log).await {
+    // Appended to: the run's log may already hold what its setup printed.
+    let opened = tokio::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&launch.log)
+        .await;
+    let log = match opened {
         Ok(file) => file,
         Err(e) => {
             return finished(

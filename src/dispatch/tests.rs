@@ -50,6 +50,7 @@ fn a_profile_renders_an_argv_without_any_shell() {
         [agents.mine]
         command = ["my-agent", "--task={task_id}", "--cwd", "{workspace}", "{prompt}", "--file", "{prompt_file}"]
         env = ["ANTHROPIC_API_KEY"]
+        set_env = { NO_TELEMETRY = "1" }
         timeout_s = 120
         no_output_timeout_s = 30
         [repos."acme/api"]
@@ -62,6 +63,10 @@ fn a_profile_renders_an_argv_without_any_shell() {
     assert_eq!(mine.timeout, Duration::from_secs(120));
     assert_eq!(mine.no_output_timeout, Duration::from_secs(30));
     assert_eq!(mine.env, ["ANTHROPIC_API_KEY"]);
+    assert_eq!(
+        mine.set_env.iter().collect::<Vec<_>>(),
+        [(&"NO_TELEMETRY".to_owned(), &"1".to_owned())]
+    );
     let argv = mine.argv(&RunInputs {
         // Shell syntax and a placeholder inside the prompt stay as written, in one argument.
         prompt: "Fix it; rm -rf / $(whoami) {workspace}",
@@ -120,12 +125,32 @@ fn bad_profiles_are_refused_with_the_key_named() {
             "is not a variable name",
         ),
         (
+            "[agents.x]\ncommand = [\"a\", \"{prompt}\"]\nset_env = { GITHUB_TOKEN = \"x\" }",
+            "agents.x.set_env lists GITHUB_TOKEN",
+        ),
+        (
+            "[agents.x]\ncommand = [\"a\", \"{prompt}\"]\nset_env = { PIDEVOPS_ADMIN_TOKEN = \"x\" }",
+            "never gets those",
+        ),
+        (
+            "[agents.x]\ncommand = [\"a\", \"{prompt}\"]\nset_env = { HOME = \"/\" }",
+            "agents.x.set_env sets HOME, which pidevops sets for every run",
+        ),
+        (
+            "[agents.x]\ncommand = [\"a\", \"{prompt}\"]\nenv = [\"K\"]\nset_env = { K = \"1\" }",
+            "agents.x: K is both passed through (env) and set (set_env)",
+        ),
+        (
+            "[agents.x]\ncommand = [\"a\", \"{prompt}\"]\nset_env = { \"A B\" = \"1\" }",
+            "agents.x.set_env: \"A B\" is not a variable name",
+        ),
+        (
             "[agents.x]\ncommand = [\"a\", \"{prompt}\"]\ntimeout_s = 0",
             "agents.x.timeout_s must be at least 1",
         ),
         (
             "[agents.x]\ncommand = [\"a\", \"{prompt}\"]\nmodel = \"opus\"",
-            "[agents.x] model: unknown key (known: command, stdin, env, timeout_s, no_output_timeout_s)",
+            "[agents.x] model: unknown key (known: command, stdin, env, set_env, timeout_s, no_output_timeout_s)",
         ),
         (
             "[repos.\"acme/api\"]\nagent = \"ghost\"",

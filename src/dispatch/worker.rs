@@ -1,5 +1,6 @@
 //! `pidevops worker`: runs agents on another machine. It pulls run requests from the durable JetStream consumer
-//! (`PIDEVOPS_RUNS`, shared by every worker, so each request goes to one), runs each exactly as `serve` would
+//! (`PIDEVOPS_RUNS` by default, named after the events stream: `startup::run_queue_config`; shared by every
+//! worker of the deployment, so each request goes to one), runs each exactly as `serve` would
 //! (same workspaces, runner and events, written to the same log over `DATABASE_URL`), and proves it is alive
 //! with `progress` on the message as well as heartbeats in the log.
 //!

@@ -48,6 +48,13 @@ pub enum FailureKind {
     Stopped,
     /// pidevops shut down (SIGTERM, a deploy) while the agent ran: the attempt is given back.
     Interrupted,
+    /// The repository's `setup` or `before_run` failed or timed out, or a secret it names is unset, before the
+    /// agent ran: the attempt is given back (`RetryCause::SetupFailed`).
+    Setup,
+    /// The agent's work did not pass the repository's `check`: the task goes back with the check's output.
+    Check,
+    /// The repository's `after_run` failed on the agent's work.
+    AfterRun,
 }
 
 impl FailureKind {
@@ -62,6 +69,9 @@ impl FailureKind {
             FailureKind::Lost => "lost",
             FailureKind::Stopped => "stopped",
             FailureKind::Interrupted => "interrupted",
+            FailureKind::Setup => "setup",
+            FailureKind::Check => "check",
+            FailureKind::AfterRun => "after_run",
         }
     }
 }

@@ -2,7 +2,10 @@
 //! Postgres does). What stays per backend lives in `postgres.rs` / `sqlite.rs`: the append (one function call
 //! under an advisory lock against `plan_batch` under BEGIN IMMEDIATE), the column lists that carry or skip bodies
 //! (`bytea` and `meta::text` against BLOB and TEXT), how an event id is bound (uuid against text), and the leases
-//! (the database's clock against the machine's). Run a statement on either backend with [`crate::on_store!`].
+//! (the database's clock against the machine's). Run a statement on either backend with [`crate::on_store!`] (in a
+//! projector's transaction, `on_tx!`); a batch of rows goes in one multi-row statement per [`rows_per_statement`]
+//! rows ([`values_rows`], [`list`]) rather than in Postgres arrays, which SQLite lacks (the one exception, for
+//! speed: the tasks projector's batch writes on Postgres, `projectors/tasks/write.rs`).
 
 /// Events after a position, in order: `$1` the position, `$2` the page size. Follows a column list.
 pub const EVENTS_AFTER: &str = "FROM events WHERE position > $1 ORDER BY position LIMIT $2";
@@ -57,4 +60,69 @@ macro_rules! on_store {
             }
         }
     };
+}
+
+/// The most parameters one statement binds: SQLite's limit (32,766 since 3.32) is the lower of the two (Postgres
+/// takes 65,535). Multi-row statements split their rows into chunks of [`rows_per_statement`].
+pub const MAX_PARAMS: usize = 32_766;
+
+/// How many rows of `columns` values fit in one statement.
+pub fn rows_per_statement(columns: usize) -> usize {
+    (MAX_PARAMS / columns.max(1)).max(1)
+}
+
+/// `($1, $2), ($3, $4)` for `rows` rows of `columns` values: the `VALUES` list of a multi-row insert, the same text
+/// on both backends.
+pub fn values_rows(rows: usize, columns: usize) -> String {
+    let mut out = String::with_capacity(rows * columns * 7);
+    for row in 0..rows {
+        if row > 0 {
+            out.push_str(", ");
+        }
+        out.push('(');
+        out.push_str(&list(row * columns + 1, columns));
+        out.push(')');
+    }
+    out
+}
+
+/// `$first, …` for `count` placeholders: an `IN (…)` list, the same text on both backends (Postgres's `= ANY($1)`
+/// takes an array SQLite does not have).
+pub fn list(first: usize, count: usize) -> String {
+    (first..first + count)
+        .map(|n| format!("${n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod placeholder_tests {
+    use super::*;
+
+    #[test]
+    fn values_rows_number_every_value_once_in_order() {
+        assert_eq!(values_rows(1, 1), "($1)");
+        assert_eq!(values_rows(2, 3), "($1, $2, $3), ($4, $5, $6)");
+        assert_eq!(values_rows(0, 3), "");
+    }
+
+    #[test]
+    fn list_starts_where_asked() {
+        assert_eq!(list(1, 3), "$1, $2, $3");
+        assert_eq!(list(4, 1), "$4");
+        assert_eq!(list(2, 0), "");
+    }
+
+    #[test]
+    fn a_full_statement_stays_within_both_backends_limits() {
+        for columns in [1, 4, 18, 40] {
+            let rows = rows_per_statement(columns);
+            assert!(rows * columns <= MAX_PARAMS, "{columns} columns");
+            assert!(
+                rows * columns > MAX_PARAMS - columns,
+                "{columns} columns: room left unused"
+            );
+        }
+        assert_eq!(rows_per_statement(0), MAX_PARAMS);
+    }
 }

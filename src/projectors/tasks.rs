@@ -33,7 +33,7 @@ pub use summary::{source_of, summarize};
 use write::write;
 
 use super::{Bodies, Projector, ProjectorTx};
-use crate::eventlog::{StoreError, StoredEvent};
+use crate::eventlog::{sql, StoreError, StoredEvent};
 use crate::tasks::{evolve, Column, Links, Priority, Task, TaskError, TaskEvent, TaskId};
 
 pub const NAME: &str = "tasks";
@@ -419,29 +419,21 @@ async fn stored_versions(
     ids: &[TaskId],
 ) -> anyhow::Result<HashMap<TaskId, i64>> {
     let mut out = HashMap::new();
-    match tx {
-        ProjectorTx::Postgres(tx) => {
-            let keys: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
-            let rows: Vec<(String, i64)> =
-                sqlx::query_as("SELECT task_id, version FROM tasks WHERE task_id = ANY($1)")
-                    .bind(&keys)
-                    .fetch_all(&mut **tx)
-                    .await?;
-            for (id, version) in rows {
-                out.insert(TaskId::from_str(&id)?, version);
+    let keys: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
+    for chunk in keys.chunks(sql::MAX_PARAMS) {
+        let statement = format!(
+            "SELECT task_id, version FROM tasks WHERE task_id IN ({})",
+            sql::list(1, chunk.len())
+        );
+        let rows: Vec<(String, i64)> = on_tx!(tx, |conn| {
+            let mut query = sqlx::query_as(&statement).persistent(false);
+            for key in chunk {
+                query = query.bind(key.as_str());
             }
-        }
-        ProjectorTx::Sqlite(tx) => {
-            for id in ids {
-                let version: Option<i64> =
-                    sqlx::query_scalar("SELECT version FROM tasks WHERE task_id = ?1")
-                        .bind(id.to_string())
-                        .fetch_optional(&mut **tx)
-                        .await?;
-                if let Some(version) = version {
-                    out.insert(*id, version);
-                }
-            }
+            query.fetch_all(conn).await
+        })?;
+        for (id, version) in rows {
+            out.insert(TaskId::from_str(&id)?, version);
         }
     }
     Ok(out)
@@ -455,37 +447,27 @@ async fn replay_streams(
     before: i64,
 ) -> anyhow::Result<Vec<(TaskId, i64, Task)>> {
     let streams: Vec<String> = tasks.iter().map(|(id, _)| id.stream()).collect();
-    let rows: Vec<(String, i64, i64, String, Vec<u8>)> = match tx {
-        ProjectorTx::Postgres(tx) => {
-            sqlx::query_as(
-                "SELECT stream, stream_version, position, event_type, body FROM events
-                 WHERE stream = ANY($1) AND source = $2 AND position < $3
-                 ORDER BY stream, stream_version",
-            )
-            .bind(&streams)
-            .bind(SOURCE)
-            .bind(before)
-            .fetch_all(&mut **tx)
-            .await?
-        }
-        ProjectorTx::Sqlite(tx) => {
-            let mut rows = Vec::new();
-            for stream in &streams {
-                let mut some: Vec<(String, i64, i64, String, Vec<u8>)> = sqlx::query_as(
-                    "SELECT stream, stream_version, position, event_type, body FROM events
-                     WHERE stream = ?1 AND source = ?2 AND position < ?3
-                     ORDER BY stream_version",
-                )
-                .bind(stream)
-                .bind(SOURCE)
-                .bind(before)
-                .fetch_all(&mut **tx)
-                .await?;
-                rows.append(&mut some);
+    let mut rows: Vec<(String, i64, i64, String, Vec<u8>)> = Vec::new();
+    // Two parameters follow the list.
+    for chunk in streams.chunks(sql::MAX_PARAMS - 2) {
+        let n = chunk.len();
+        let statement = format!(
+            "SELECT stream, stream_version, position, event_type, body FROM events
+             WHERE stream IN ({}) AND source = ${} AND position < ${}
+             ORDER BY stream, stream_version",
+            sql::list(1, n),
+            n + 1,
+            n + 2
+        );
+        let mut some: Vec<(String, i64, i64, String, Vec<u8>)> = on_tx!(tx, |conn| {
+            let mut query = sqlx::query_as(&statement).persistent(false);
+            for stream in chunk {
+                query = query.bind(stream.as_str());
             }
-            rows
-        }
-    };
+            query.bind(SOURCE).bind(before).fetch_all(conn).await
+        })?;
+        rows.append(&mut some);
+    }
     let mut states: HashMap<TaskId, (i64, Option<Task>)> =
         tasks.iter().map(|(id, _)| (*id, (0, None))).collect();
     for (stream, version, position, event_type, body) in rows {

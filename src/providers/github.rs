@@ -153,18 +153,83 @@ impl GithubClient {
 
     /// Where the repository's webhooks deliver (`config.url` of each), for `doctor`.
     pub async fn webhook_urls(&self, repo: &RepoName) -> Result<Vec<String>, CallError> {
-        let route = format!("/repos/{}/{}/hooks", repo.owner(), repo.name());
+        Ok(self
+            .webhooks(repo)
+            .await?
+            .into_iter()
+            .map(|(_, url)| url)
+            .collect())
+    }
+
+    /// The repository's webhooks as (id, delivery URL). GitHub allows 20 per event, so one page of 100 is all.
+    async fn webhooks(&self, repo: &RepoName) -> Result<Vec<(u64, String)>, CallError> {
+        let route = format!("/repos/{}/{}/hooks?per_page=100", repo.owner(), repo.name());
         let hooks = self
             .api
             .get::<serde_json::Value, _, ()>(route, None)
             .await
-            .map_err(|e| classify("listing the repository's webhooks", e))?;
+            .map_err(|e| hook_error(repo, "listing the repository's webhooks", e))?;
         Ok(hooks
             .as_array()
             .into_iter()
             .flatten()
-            .filter_map(|h| h["config"]["url"].as_str().map(str::to_owned))
+            .filter_map(|h| Some((h["id"].as_u64()?, h["config"]["url"].as_str()?.to_owned())))
             .collect())
+    }
+
+    /// The repository's webhook to `url`, with this secret and these events, JSON, active: the one already
+    /// delivering to `url` is updated (so a second run changes it rather than adding one), else one is created.
+    /// Hooks to other URLs are left alone. The secret goes in the request body only.
+    pub async fn ensure_webhook(
+        &self,
+        repo: &RepoName,
+        url: &str,
+        secret: &SecretString,
+        events: &[&str],
+    ) -> Result<Webhook, CallError> {
+        let body = serde_json::json!({
+            "name": "web",
+            "active": true,
+            "events": events,
+            "config": {
+                "url": url,
+                "content_type": "json",
+                "insecure_ssl": "0",
+                "secret": secret.expose_secret(),
+            },
+        });
+        let existing = self
+            .webhooks(repo)
+            .await?
+            .into_iter()
+            .find(|(_, hook_url)| hook_url == url);
+        let (owner, name) = (repo.owner(), repo.name());
+        match existing {
+            Some((id, _)) => {
+                self.api
+                    .patch::<serde_json::Value, _, _>(
+                        format!("/repos/{owner}/{name}/hooks/{id}"),
+                        Some(&body),
+                    )
+                    .await
+                    .map_err(|e| hook_error(repo, "updating the webhook", e))?;
+                Ok(Webhook { id, created: false })
+            }
+            None => {
+                let created = self
+                    .api
+                    .post::<_, serde_json::Value>(
+                        format!("/repos/{owner}/{name}/hooks"),
+                        Some(&body),
+                    )
+                    .await
+                    .map_err(|e| hook_error(repo, "creating the webhook", e))?;
+                Ok(Webhook {
+                    id: created["id"].as_u64().unwrap_or_default(),
+                    created: true,
+                })
+            }
+        }
     }
 
     /// The check suites of a commit (`check_suites[]` with `status`, `conclusion`, `head_branch`, `app`).
@@ -182,6 +247,33 @@ impl GithubClient {
             .get::<serde_json::Value, _, ()>(route, None)
             .await
             .map_err(|e| classify("reading the commit's check suites", e))
+    }
+}
+
+/// A repository webhook [`GithubClient::ensure_webhook`] left in place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Webhook {
+    pub id: u64,
+    /// False when one to the same URL was there and was updated.
+    pub created: bool,
+}
+
+/// [`classify`], with what a 404 or 403 on a repository's hooks means: GitHub answers 404 (not 403) to a token
+/// that may read the repository but not administer it, and to one that cannot see it at all.
+fn hook_error(repo: &RepoName, what: &str, error: octocrab::Error) -> CallError {
+    let status = match &error {
+        octocrab::Error::GitHub { source, .. } => Some(source.status_code.as_u16()),
+        _ => None,
+    };
+    match classify(what, error) {
+        CallError::Permanent { message } if matches!(status, Some(403 | 404)) => CallError::Permanent {
+            message: format!(
+                "{message} (the token cannot manage {repo}'s webhooks: that needs admin rights on the repository, \
+                 and a classic token with the admin:repo_hook scope or a fine-grained token with \"Webhooks: read \
+                 and write\")"
+            ),
+        },
+        other => other,
     }
 }
 

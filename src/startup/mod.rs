@@ -314,9 +314,13 @@ pub async fn dispatcher(
         })?;
     let work = match (&config.executor, &settings.nats_url) {
         (Executor::Workers, Some(url)) => Some(
-            crate::bus::work::WorkQueue::connect(Some(url), run_queue_config(), log.clone())
-                .await
-                .context("connecting to the JetStream work queue for workers")?,
+            crate::bus::work::WorkQueue::connect(
+                Some(url),
+                run_queue_config(&settings.bus),
+                log.clone(),
+            )
+            .await
+            .context("connecting to the JetStream work queue for workers")?,
         ),
         _ => None,
     };
@@ -337,11 +341,21 @@ pub async fn dispatcher(
 
 /// The work queue that carries run requests to workers: a run may take an hour, so a worker proves it is alive
 /// with `progress` well inside `ack_wait`, and a request is delivered at most three times.
-pub fn run_queue_config() -> crate::bus::work::WorkQueueConfig {
+///
+/// Named after the deployment's events stream, so deployments that share one NATS (each with its own
+/// `PIDEVOPS_NATS_STREAM` and subject prefix) never take each other's run requests: the defaults
+/// (`PIDEVOPS_EVENTS`, `pidevops.events`) give `PIDEVOPS_RUNS`, `pidevops.runs` and `pidevops-run-workers`.
+pub fn run_queue_config(bus: &crate::bus::BusConfig) -> crate::bus::work::WorkQueueConfig {
+    let base = bus.stream.strip_suffix("_EVENTS").unwrap_or(&bus.stream);
+    // A sibling of the events subjects, never under them: JetStream refuses two streams whose subjects overlap.
+    let subject_prefix = match bus.subject_prefix.strip_suffix(".events") {
+        Some(root) if !root.is_empty() => format!("{root}.runs"),
+        _ => format!("{}_runs", bus.subject_prefix),
+    };
     crate::bus::work::WorkQueueConfig {
-        stream: "PIDEVOPS_RUNS".to_owned(),
-        subject_prefix: "pidevops.runs".to_owned(),
-        consumer: "pidevops-run-workers".to_owned(),
+        stream: format!("{base}_RUNS"),
+        subject_prefix,
+        consumer: format!("{}-run-workers", base.to_lowercase()),
         ack_wait: Duration::from_secs(60),
         max_deliver: 3,
         backoff: vec![Duration::from_secs(1)],
@@ -455,5 +469,43 @@ impl App {
         }
         tracing::info!("stopped");
         served
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::run_queue_config;
+    use crate::bus::BusConfig;
+
+    fn bus(stream: &str, subject_prefix: &str) -> BusConfig {
+        BusConfig {
+            stream: stream.to_owned(),
+            subject_prefix: subject_prefix.to_owned(),
+        }
+    }
+
+    #[test]
+    fn the_default_events_stream_keeps_the_documented_run_queue_names() {
+        let config = run_queue_config(&BusConfig::default());
+        assert_eq!(config.stream, "PIDEVOPS_RUNS");
+        assert_eq!(config.subject_prefix, "pidevops.runs");
+        assert_eq!(config.consumer, "pidevops-run-workers");
+    }
+
+    #[test]
+    fn another_events_stream_gets_a_run_queue_of_its_own() {
+        let config = run_queue_config(&bus("STAGING_EVENTS", "staging.events"));
+        assert_eq!(config.stream, "STAGING_RUNS");
+        assert_eq!(config.subject_prefix, "staging.runs");
+        assert_eq!(config.consumer, "staging-run-workers");
+    }
+
+    #[test]
+    fn run_subjects_never_fall_under_the_events_subjects() {
+        // Events are published under `<prefix>.>`: runs under `acme.runs.>` would overlap them.
+        let config = run_queue_config(&bus("ACME", "acme"));
+        assert_eq!(config.stream, "ACME_RUNS");
+        assert_eq!(config.subject_prefix, "acme_runs");
+        assert_eq!(config.consumer, "acme-run-workers");
     }
 }

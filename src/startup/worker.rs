@@ -42,9 +42,13 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         settings, &board, &log, config, profiles, &tracker, &shutdown,
     )
     .await?;
-    let queue = WorkQueue::connect(Some(&nats), super::run_queue_config(), log.clone())
-        .await
-        .context("connecting to the JetStream run queue")?;
+    let queue = WorkQueue::connect(
+        Some(&nats),
+        super::run_queue_config(&settings.bus),
+        log.clone(),
+    )
+    .await
+    .context("connecting to the JetStream run queue")?;
     tracing::info!(worker = %settings.instance_id, slots, "worker ready");
 
     let permits = Arc::new(Semaphore::new(slots));

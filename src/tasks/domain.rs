@@ -209,6 +209,10 @@ pub enum RetryCause {
     /// pidevops itself stopped the run (a graceful shutdown, a deploy): not the task's fault, so the attempt is
     /// given back and it does not count as a bounce.
     Interrupted { run: RunId },
+    /// The repository's own setup (`setup`, `before_run`, a missing secret) failed before the agent ran: not the
+    /// agent's doing, so the attempt is given back; unlike an interruption it backs off and counts as a bounce,
+    /// so a setup that keeps failing asks a human instead of looping.
+    SetupFailed { run: RunId },
     /// CI failed on the pull request.
     ChecksFailed,
     /// A reviewer (or a human through the CLI) asked for another attempt.
@@ -382,7 +386,8 @@ pub enum TaskEvent {
         at: DateTime<Utc>,
         links: Links,
     },
-    /// An interrupted attempt does not count: the budget grows by one (follows its `retried`).
+    /// An interrupted attempt, or one whose setup failed, does not count: the budget grows by one (follows its
+    /// `retried`).
     AttemptReturned {
         at: DateTime<Utc>,
         max_attempts: MaxAttempts,

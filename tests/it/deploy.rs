@@ -2,7 +2,7 @@
 //! and the Prometheus alerts is one the code records (a `metrics::counter!` / `gauge!` / `histogram!` in `src/`),
 //! and the real `/metrics` of a running app carries the loop metrics they lean on.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use crate::common::{TestApp, TestDb};
@@ -127,4 +127,306 @@ async fn a_running_app_exports_the_loop_metrics_the_dashboard_reads(db: TestDb) 
         );
     }
     app.stop().await;
+}
+
+/// `NAME="${NAME:-default}"` lines of deploy/install-runtime.sh whose name ends in `_VERSION`: its pins.
+fn script_pins() -> BTreeMap<String, String> {
+    let text = std::fs::read_to_string(root().join("deploy/install-runtime.sh")).unwrap();
+    let pin = regex::Regex::new(r#"(?m)^([A-Z_]+_VERSION)="\$\{([A-Z_]+):-([^}"]+)\}"$"#).unwrap();
+    pin.captures_iter(&text)
+        .map(|c| {
+            assert_eq!(&c[1], &c[2], "{} defaults from another variable", &c[1]);
+            (c[1].to_owned(), c[3].to_owned())
+        })
+        .collect()
+}
+
+/// One `FROM … AS name` stage of the Dockerfile: what it is built from and its instructions (continuations joined).
+struct Stage {
+    from: String,
+    lines: Vec<String>,
+}
+
+fn stages(dockerfile: &str) -> BTreeMap<String, Stage> {
+    let joined = dockerfile.replace("\\\n", " ");
+    let mut stages = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in joined.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words[0] == "FROM" {
+            assert!(
+                words.len() == 4 && words[2] == "AS",
+                "every stage is named: {line}"
+            );
+            let name = words[3].to_owned();
+            stages.insert(
+                name.clone(),
+                Stage {
+                    from: words[1].to_owned(),
+                    lines: Vec::new(),
+                },
+            );
+            current = Some(name);
+        } else if let Some(name) = &current {
+            stages.get_mut(name).unwrap().lines.push(line.to_owned());
+        }
+    }
+    stages
+}
+
+/// The instructions of `name` and of the stages it is built from, first ancestor first.
+fn lineage<'a>(stages: &'a BTreeMap<String, Stage>, name: &str) -> Vec<&'a str> {
+    let stage = stages
+        .get(name)
+        .unwrap_or_else(|| panic!("no stage {name}"));
+    let mut lines = match stages.get(&stage.from) {
+        Some(_) => lineage(stages, &stage.from),
+        None => Vec::new(),
+    };
+    lines.extend(stage.lines.iter().map(String::as_str));
+    lines
+}
+
+/// The uid of the last `USER` of `lines`.
+fn user(lines: &[&str]) -> Option<u32> {
+    let last = lines.iter().rev().find_map(|l| l.strip_prefix("USER "))?;
+    last.trim().split(':').next()?.parse().ok()
+}
+
+#[test]
+fn the_dockerfile_installs_through_the_script_with_its_pins_as_build_arguments() {
+    let dockerfile = std::fs::read_to_string(root().join("deploy/Dockerfile")).unwrap();
+    let pins = script_pins();
+    for name in [
+        "CLAUDE_CODE_VERSION",
+        "CODEX_VERSION",
+        "OPENCODE_VERSION",
+        "PI_VERSION",
+        "NODE_VERSION",
+    ] {
+        assert!(pins.contains_key(name), "the script pins {name}: {pins:?}");
+    }
+    let arg = regex::Regex::new(r"(?m)^ARG ([A-Z_]+)=(\S+)$").unwrap();
+    let args: BTreeMap<String, String> = arg
+        .captures_iter(&dockerfile)
+        .map(|c| (c[1].to_owned(), c[2].to_owned()))
+        .collect();
+    assert_eq!(
+        args, pins,
+        "the Dockerfile's build arguments are the script's pins, with the same defaults"
+    );
+
+    let stages = stages(&dockerfile);
+    let last = dockerfile
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("FROM "))
+        .unwrap();
+    assert!(
+        last.ends_with(" AS runtime"),
+        "runtime is the last stage, the one built by default (and by Railway): {last}"
+    );
+    let script = "/usr/local/lib/pidevops/install-runtime.sh";
+    let runs_script = |lines: &[&str], agents: &str| {
+        lines.iter().any(|l| {
+            l.starts_with("RUN ") && l.contains(&format!("INSTALL_AGENTS={agents} {script}"))
+        })
+    };
+    for (name, agents) in [("runtime", true), ("slim", false)] {
+        let lines = lineage(&stages, name);
+        assert!(
+            lines
+                .iter()
+                .any(|l| *l == format!("COPY deploy/install-runtime.sh {script}")),
+            "{name} copies the script"
+        );
+        assert!(runs_script(&lines, "0"), "{name} installs the slim runtime");
+        assert_eq!(
+            runs_script(&lines, "1"),
+            agents,
+            "{name} installs the agent CLIs: {agents}"
+        );
+        assert!(
+            !lines
+                .iter()
+                .any(|l| l.starts_with("RUN ") && l.contains("apt-get install")),
+            "{name}: packages are installed by the script only, so CI installs what the image does"
+        );
+        let uid = user(&lines).unwrap_or_else(|| panic!("{name} sets USER"));
+        assert_ne!(uid, 0, "{name} runs as a non-root user");
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("ENV ") && l.contains("WORKSPACE_ROOT=/app/data/")),
+            "{name}: WORKSPACE_ROOT is under the /app/data volume"
+        );
+        assert!(
+            !lines.iter().any(|l| l.starts_with("VOLUME")),
+            "{name}: Railway refuses a Dockerfile with VOLUME"
+        );
+        assert!(
+            lines.contains(&r#"ENTRYPOINT ["pidevops"]"#),
+            "{name} runs pidevops"
+        );
+    }
+    assert!(
+        lineage(&stages, "runtime")
+            .iter()
+            .any(|l| l.starts_with("ENV PATH=/opt/pidevops-agents/bin:")),
+        "the agent CLIs come first on the runtime's PATH"
+    );
+    // Each build argument reaches the script: declared in a stage that runs the script with agents.
+    let agents_stage = stages
+        .iter()
+        .find(|(_, s)| runs_script(&s.lines.iter().map(String::as_str).collect::<Vec<_>>(), "1"))
+        .map(|(n, _)| n)
+        .unwrap();
+    for name in pins.keys() {
+        assert!(
+            stages[agents_stage]
+                .lines
+                .contains(&format!("ARG {name}={}", pins[name])),
+            "{name} is an ARG of the {agents_stage} stage, which runs the script"
+        );
+    }
+    // railway.toml and railway.ts build this Dockerfile.
+    for file in ["railway.toml", ".railway/railway.ts"] {
+        let text = std::fs::read_to_string(root().join(file)).unwrap();
+        assert!(text.contains("deploy/Dockerfile"), "{file}");
+    }
+}
+
+/// Where the CLIs are: `PIDEVOPS_AGENT_CLIS`, else where deploy/install-runtime.sh puts them.
+fn agent_clis() -> PathBuf {
+    std::env::var_os("PIDEVOPS_AGENT_CLIS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/opt/pidevops-agents/bin"))
+}
+
+#[test]
+fn each_pinned_cli_answers_its_version_after_the_install_script() {
+    let pins = script_pins();
+    let dir = agent_clis();
+    let mut cli_pins = vec![
+        ("claude", "CLAUDE_CODE_VERSION"),
+        ("codex", "CODEX_VERSION"),
+        ("opencode", "OPENCODE_VERSION"),
+        ("pi", "PI_VERSION"),
+    ];
+    if std::env::var_os("PIDEVOPS_AGENT_CLIS").is_none() {
+        cli_pins.push(("node", "NODE_VERSION")); // the script's own Node, beside the CLIs
+    }
+    let missing: Vec<&str> = cli_pins
+        .iter()
+        .map(|(cli, _)| *cli)
+        .filter(|cli| !dir.join(cli).is_file())
+        .collect();
+    if !missing.is_empty() {
+        let message = format!(
+            "{} missing in {}: run deploy/install-runtime.sh (as root), or set PIDEVOPS_AGENT_CLIS",
+            missing.join(", "),
+            dir.display()
+        );
+        assert!(!crate::common::in_ci(), "{message}");
+        eprintln!("\n*** SKIPPED each_pinned_cli_answers_its_version_after_the_install_script: {message} ***\n");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let semver = regex::Regex::new(r"\d+\.\d+\.\d+").unwrap();
+    for (cli, pin) in cli_pins {
+        // Nothing of ours: the CLIs' directory first on PATH (node for the scripts among them), a HOME of their own.
+        let output = std::process::Command::new(dir.join(cli))
+            .arg("--version")
+            .env_clear()
+            .env("PATH", format!("{}:/usr/bin:/bin", dir.display()))
+            .env("HOME", home.path())
+            .output()
+            .unwrap_or_else(|e| panic!("{cli}: {e}"));
+        // pi prints its version on stderr, the others on stdout.
+        let printed = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(
+            output.status.success(),
+            "{cli} --version: {}\n{printed}",
+            output.status
+        );
+        let version = semver.find(&printed).map(|m| m.as_str().to_owned());
+        assert_eq!(
+            version.as_deref(),
+            Some(pins[pin].as_str()),
+            "{cli} --version printed {printed:?}; {pin} is {}",
+            pins[pin]
+        );
+    }
+}
+
+/// deploy/start.sh (`pidevops-start`, Railway's start command): started as root it hands the data directory and
+/// WORKSPACE_ROOT to uid 10001 and runs pidevops as that user, never as root; started as anyone else, as it is.
+#[test]
+fn pidevops_start_runs_pidevops_as_uid_10001_when_started_as_root() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    // uid 10001 runs the stand-in pidevops from here.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let stand_in = bin.join("pidevops");
+    std::fs::write(
+        &stand_in,
+        "#!/bin/sh\necho \"$(id -u):$(id -g):$(id -G) $HOME $*\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&stand_in, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let data = dir.path().join("data");
+    let output = std::process::Command::new(root().join("deploy/start.sh"))
+        .args(["serve", "--flag"])
+        .env_clear()
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .env("PIDEVOPS_DATA_DIR", &data)
+        .env("WORKSPACE_ROOT", data.join("workspaces"))
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // /proc/self belongs to the process's effective uid.
+    let me = std::fs::metadata("/proc/self").unwrap().uid();
+    if me == 0 {
+        assert_eq!(
+            printed.trim(),
+            "10001:10001:10001 /home/pidevops serve --flag"
+        );
+        for made in [data.clone(), data.join("workspaces")] {
+            let meta = std::fs::metadata(&made).unwrap();
+            assert_eq!(
+                (meta.uid(), meta.gid()),
+                (10001, 10001),
+                "{}",
+                made.display()
+            );
+        }
+    } else {
+        assert!(
+            printed.starts_with(&format!("{me}:")) && printed.trim_end().ends_with(" serve --flag"),
+            "not root: pidevops runs as it is: {printed}"
+        );
+        assert!(!data.exists(), "not root: nothing is made");
+    }
+    // Railway starts it so, and the images carry it.
+    for file in ["railway.toml", ".railway/railway.ts"] {
+        let text = std::fs::read_to_string(root().join(file)).unwrap();
+        assert!(text.contains("pidevops-start serve"), "{file}");
+    }
+    let dockerfile = std::fs::read_to_string(root().join("deploy/Dockerfile")).unwrap();
+    assert!(dockerfile.contains("COPY deploy/start.sh /usr/local/bin/pidevops-start"));
 }

@@ -350,12 +350,14 @@ echo x > CHANGES.md"#,
     let a = Server::start_with(&db.url_string(), &borrow(&env_a)).await;
     let b = Server::start_with(&db.url_string(), &borrow(&env_b)).await;
     let worker_log = std::fs::File::create(dir.join("worker.log")).unwrap();
-    let mut worker = crate::common::server::command(&db.url_string(), dir)
-        .arg("worker")
-        .envs(replica("worker-1", dir.join("ws-w").display().to_string()))
-        .stderr(worker_log)
-        .spawn()
-        .expect("the worker starts");
+    let worker = crate::common::server::KillOnDrop(
+        crate::common::server::command(&db.url_string(), dir)
+            .arg("worker")
+            .envs(replica("worker-1", dir.join("ws-w").display().to_string()))
+            .stderr(worker_log)
+            .spawn()
+            .expect("the worker starts"),
+    );
 
     let mut ids = Vec::new();
     for n in 0..6 {
@@ -403,9 +405,7 @@ echo x > CHANGES.md"#,
         let count = std::fs::read_dir(&runs).map(|d| d.count()).unwrap_or(0);
         assert_eq!(count, 0, "{replica} ran agents itself");
     }
-    let _ = worker.kill();
-    let _ = worker.wait();
-    drop((a, b));
+    drop((worker, a, b));
     let _ = BIN;
     if let Ok(relayed) = pidevops::bus::JetstreamBus::connect(&nats, bus).await {
         let _ = relayed.delete_stream().await;

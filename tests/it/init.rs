@@ -158,3 +158,226 @@ async fn init_yes_into_an_empty_directory_then_serve_passes_health_and_takes_a_s
         .unwrap();
     assert_eq!(api.status(), 200);
 }
+
+mod hooks {
+    //! `init --create-hooks` against the fake GitHub: the hook GitHub needs, made once and updated after; hooks to
+    //! other URLs left alone; a token without admin rights named precisely with the files still written; neither
+    //! the token nor the secret ever printed.
+
+    use super::env_file;
+    use crate::common::fake_github::{Failure, FakeGithub};
+    use crate::common::server::command;
+
+    const TOKEN: &str = "ghp_init_hooks_token_never_printed_0123456789";
+    const HOOK_URL: &str = "https://ops.example/webhooks/github";
+    const OTHER_URL: &str = "https://ci.example/hook";
+
+    struct Run {
+        code: Option<i32>,
+        printed: String,
+    }
+
+    async fn init(github: &FakeGithub, dir: &std::path::Path, args: &[&str], token: bool) -> Run {
+        let work = dir.parent().unwrap();
+        let mut cmd = command(&format!("sqlite://{}/x.db", work.display()), work);
+        cmd.args([
+            "init",
+            "--yes",
+            "--force",
+            "--public-url",
+            "https://ops.example",
+        ])
+        .args(args)
+        .arg("--dir")
+        .arg(dir)
+        .env("GITHUB_API_URL", &github.url);
+        if token {
+            cmd.env("GITHUB_TOKEN", TOKEN);
+        }
+        let output = tokio::process::Command::from(cmd).output().await.unwrap();
+        Run {
+            code: output.status.code(),
+            printed: format!(
+                "{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ),
+        }
+    }
+
+    fn assert_no_secret(run: &Run, dir: &std::path::Path) {
+        assert!(!run.printed.contains(TOKEN), "the token was printed");
+        if let Ok(text) = std::fs::read_to_string(dir.join(".env")) {
+            assert!(!text.contains(TOKEN), "the token went into .env");
+        }
+        for (name, value) in env_file(&dir.join(".env")) {
+            assert!(!run.printed.contains(&value), "{name} was printed");
+        }
+    }
+
+    const EVENTS: [&str; 9] = [
+        "issues",
+        "issue_comment",
+        "pull_request",
+        "pull_request_review",
+        "pull_request_review_comment",
+        "check_suite",
+        "check_run",
+        "workflow_run",
+        "push",
+    ];
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn creates_each_repositorys_hook_once_and_updates_it_on_a_second_run() {
+        let github = FakeGithub::start().await;
+        github.add_hook("acme/api", OTHER_URL);
+        let other = github.hooks("acme/api");
+        let work = tempfile::tempdir().unwrap();
+        let dir = work.path().join("ops");
+        let repos = ["--repo", "acme/api", "--repo", "acme/web", "--create-hooks"];
+
+        let first = init(&github, &dir, &repos, true).await;
+        assert_eq!(first.code, Some(0), "{}", first.printed);
+        assert!(
+            first
+                .printed
+                .contains("GitHub webhook of acme/api: created (id 2)"),
+            "{}",
+            first.printed
+        );
+        assert!(dir.join("pidevops.toml").is_file());
+        let secret = env_file(&dir.join(".env"))["GITHUB_WEBHOOK_SECRET"].clone();
+        for repo in ["acme/api", "acme/web"] {
+            let ours: Vec<_> = github
+                .hooks(repo)
+                .into_iter()
+                .filter(|h| h.url == HOOK_URL)
+                .collect();
+            assert_eq!(ours.len(), 1, "{repo}: {ours:?}");
+            assert_eq!(ours[0].content_type, "json");
+            assert_eq!(ours[0].secret.as_deref(), Some(secret.as_str()));
+            assert_eq!(ours[0].events, EVENTS);
+            assert!(ours[0].active);
+        }
+        assert_no_secret(&first, &dir);
+        let calls = github.calls();
+        assert!(
+            calls
+                .iter()
+                .all(|c| c.authorization.as_deref() == Some(&format!("Bearer {TOKEN}"))),
+            "every call carries the token: {calls:?}"
+        );
+
+        // Someone changes the hook on GitHub; the next init puts it back, in place.
+        let ours = github.hooks("acme/web")[0].id;
+        let patched = reqwest::Client::new()
+            .patch(format!("{}/repos/acme/web/hooks/{ours}", github.url))
+            .json(&serde_json::json!({ "events": ["push"], "config": { "secret": "stale" } }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(patched.status(), 200);
+        let second = init(&github, &dir, &repos, true).await;
+        assert_eq!(second.code, Some(0), "{}", second.printed);
+        assert!(
+            second
+                .printed
+                .contains("GitHub webhook of acme/web: updated"),
+            "{}",
+            second.printed
+        );
+        let web = github.hooks("acme/web");
+        assert_eq!(web.len(), 1, "updated, not duplicated: {web:?}");
+        assert_eq!(web[0].events, EVENTS);
+        assert_eq!(web[0].secret.as_deref(), Some(secret.as_str()));
+        let api = github.hooks("acme/api");
+        assert_eq!(api.len(), 2, "{api:?}");
+        assert_eq!(api[0], other[0], "the hook to another URL is left alone");
+        assert!(!github
+            .calls()
+            .iter()
+            .any(|c| c.method == "DELETE" || c.path.ends_with("/hooks/1")));
+        assert_no_secret(&second, &dir);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn no_admin_rights_is_named_precisely_and_the_files_are_still_written() {
+        let github = FakeGithub::start().await;
+        let work = tempfile::tempdir().unwrap();
+        let dir = work.path().join("ops");
+        // Listing the hooks: GitHub answers 404 to a token that may read the repository but not administer it.
+        github.fail_next(reqwest::Method::GET, Failure::Status(404));
+        let run = init(
+            &github,
+            &dir,
+            &["--repo", "acme/api", "--repo", "acme/web", "--create-hooks"],
+            true,
+        )
+        .await;
+        assert_eq!(run.code, Some(1), "{}", run.printed);
+        assert!(
+            run.printed.contains("GitHub webhook of acme/api NOT created: listing the repository's webhooks: GitHub answered 404")
+                && run.printed.contains("admin rights on the repository")
+                && run.printed.contains("admin:repo_hook"),
+            "{}",
+            run.printed
+        );
+        assert!(
+            run.printed.contains("GitHub webhook of acme/web: created"),
+            "the next repository is still done: {}",
+            run.printed
+        );
+        assert!(run
+            .printed
+            .contains("payload URL  https://ops.example/webhooks/github"));
+        assert!(dir.join("pidevops.toml").is_file() && dir.join(".env").is_file());
+        assert!(github.hooks("acme/api").is_empty());
+        assert_no_secret(&run, &dir);
+
+        github.fail_next(reqwest::Method::POST, Failure::Status(403));
+        let run = init(
+            &github,
+            &dir,
+            &["--repo", "acme/api", "--create-hooks"],
+            true,
+        )
+        .await;
+        assert_eq!(run.code, Some(1), "{}", run.printed);
+        assert!(
+            run.printed
+                .contains("creating the webhook: GitHub answered 403")
+                && run.printed.contains("admin rights"),
+            "{}",
+            run.printed
+        );
+        assert_no_secret(&run, &dir);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn yes_makes_no_hook_unless_asked_and_the_flag_without_a_token_writes_nothing() {
+        let github = FakeGithub::start().await;
+        let work = tempfile::tempdir().unwrap();
+        let dir = work.path().join("ops");
+        let run = init(&github, &dir, &["--repo", "acme/api"], true).await;
+        assert_eq!(run.code, Some(0), "{}", run.printed);
+        assert!(github.calls().is_empty(), "{:?}", github.calls());
+        assert_no_secret(&run, &dir);
+
+        let fresh = work.path().join("fresh");
+        let run = init(
+            &github,
+            &fresh,
+            &["--repo", "acme/api", "--create-hooks"],
+            false,
+        )
+        .await;
+        assert_eq!(run.code, Some(2), "{}", run.printed);
+        assert!(
+            run.printed.contains("--create-hooks needs GITHUB_TOKEN"),
+            "{}",
+            run.printed
+        );
+        assert!(!fresh.exists(), "nothing written");
+        assert!(github.calls().is_empty());
+    }
+}

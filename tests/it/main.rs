@@ -10,6 +10,7 @@
 #[macro_use]
 mod common;
 
+mod agent_clis;
 mod architecture;
 mod board_replay;
 mod browser;
@@ -39,6 +40,7 @@ mod projectors;
 mod reactions;
 mod relay;
 mod replicas;
+mod repo_env;
 mod runs_projector;
 mod stream;
 mod task_cli;

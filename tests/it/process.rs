@@ -384,6 +384,54 @@ fn doctor_names_the_containment_and_an_empty_allow_list() {
     assert!(!text.contains("allowed repos"), "{text}");
 }
 
+/// doctor says whether WORKSPACE_ROOT is on a mounted volume (the images declare none: Railway refuses VOLUME).
+#[test]
+fn doctor_says_whether_the_workspace_root_is_on_a_mounted_volume() {
+    let workdir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/doctor.db", workdir.path().display());
+    let config = workdir.path().join("pidevops.toml");
+    std::fs::write(
+        &config,
+        "[dispatch]\nagent = \"sh\"\n[agents.sh]\ncommand = [\"sh\", \"{prompt_file}\"]\n",
+    )
+    .unwrap();
+    let line = |root: &std::path::Path| {
+        let out = command(&db, workdir.path())
+            .arg("doctor")
+            .env("PIDEVOPS_CONFIG", &config)
+            .env("WORKSPACE_ROOT", root)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines()
+            .find(|l| l.starts_with("workspace "))
+            .unwrap_or_else(|| panic!("{text}"))
+            .to_owned()
+    };
+    // /dev/shm is a mount of its own on Linux; a directory there that does not exist yet is on it too.
+    let on_tmpfs = line(std::path::Path::new("/dev/shm/pidevops-doctor-not-made"));
+    assert!(
+        on_tmpfs.contains("volume") && on_tmpfs.contains("on the mount at /dev/shm"),
+        "{on_tmpfs}"
+    );
+    assert!(
+        !std::path::Path::new("/dev/shm/pidevops-doctor-not-made").exists(),
+        "doctor writes nothing"
+    );
+    let tmp_is_a_mount = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some("/tmp"));
+    if !tmp_is_a_mount {
+        // Here /tmp is on the root filesystem, as on most machines: the tempdir is not on a volume.
+        let on_root = line(&workdir.path().join("workspaces"));
+        assert!(
+            on_root.contains("warn") && on_root.contains("not a mounted volume"),
+            "{on_root}"
+        );
+    }
+}
+
 #[test]
 fn serve_on_the_embedded_default_creates_its_database() {
     let workdir = tempfile::tempdir().unwrap();

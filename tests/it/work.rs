@@ -573,3 +573,32 @@ async fn the_work_stream_and_consumer_have_their_explicit_settings() {
     assert!(c.backoff.is_empty());
     first.delete_stream().await.unwrap();
 }
+
+/// Two deployments on one NATS, each with its own events stream (`PIDEVOPS_NATS_STREAM`, subject prefix): a run
+/// request one queues is never delivered to the other's workers. Before, the run queue's names were fixed, so a
+/// staging worker took (and, not knowing the task, terminated) production's runs.
+#[tokio::test]
+async fn deployments_sharing_one_nats_never_take_each_others_run_requests() {
+    let Some(env) = Env::new(true, TestDb::sqlite()).await else {
+        return;
+    };
+    let production = crate::common::bus_config();
+    let staging = crate::common::bus_config();
+    let (prod_config, staging_config) = (
+        pidevops::startup::run_queue_config(&production),
+        pidevops::startup::run_queue_config(&staging),
+    );
+    assert_ne!(prod_config.stream, staging_config.stream);
+    assert_ne!(prod_config.subject_prefix, staging_config.subject_prefix);
+    let prod = env.open(&prod_config).await;
+    let stage = env.open(&staging_config).await;
+    prod.publish("run", "T-1/1", &job(1)).await.unwrap();
+    assert!(
+        pull_one(&stage, Duration::from_millis(500)).await.is_none(),
+        "staging's worker got production's run request"
+    );
+    let delivery = must_pull(&prod).await;
+    assert_eq!(delivery.payload(), &job(1));
+    delivery.ack().await.unwrap();
+    env.finish().await;
+}

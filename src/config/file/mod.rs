@@ -105,6 +105,27 @@ pub struct RepoTable {
     /// Default: `[dispatch] agent`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
+    /// Run once in each fresh worktree before the agent (`["npm", "ci"]`). Default: nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub setup: Option<Vec<String>>,
+    /// Run before each agent, after `setup`. Default: nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub before_run: Option<Vec<String>>,
+    /// Run after an agent that exited 0, before `check`. Default: nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after_run: Option<Vec<String>>,
+    /// Run by pidevops after the agent; its failure sends the task back. Default: nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub check: Option<Vec<String>>,
+    /// Names of environment variables handed to `setup`, `before_run` and `after_run` only. Default: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secrets: Option<Vec<String>>,
+    /// Default: 600.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hook_timeout_s: Option<f64>,
+    /// Default: 1800.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub check_timeout_s: Option<f64>,
 }
 
 /// `[intake]`: which tickets become tasks, and for which repositories.
@@ -207,6 +228,10 @@ pub struct AgentTable {
     pub command: Option<Vec<String>>,
     pub stdin: StdinMode,
     pub env: Vec<String>,
+    /// Variables set to a fixed value in the agent's environment (a CLI's switches: no telemetry, no update
+    /// check); never a secret, which belongs in the service's environment and `env`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub set_env: BTreeMap<String, String>,
     pub timeout_s: i64,
     pub no_output_timeout_s: i64,
 }
@@ -217,6 +242,7 @@ impl Default for AgentTable {
             command: None,
             stdin: StdinMode::None,
             env: Vec::new(),
+            set_env: BTreeMap::new(),
             timeout_s: super::profiles::DEFAULT_TIMEOUT.as_secs() as i64,
             no_output_timeout_s: super::profiles::DEFAULT_NO_OUTPUT_TIMEOUT.as_secs() as i64,
         }
@@ -459,6 +485,7 @@ impl Tables {
                         StdinMode::None
                     },
                     env: preset.env.clone(),
+                    set_env: preset.set_env.clone(),
                     timeout_s: preset.timeout.as_secs() as i64,
                     no_output_timeout_s: preset.no_output_timeout.as_secs() as i64,
                 });

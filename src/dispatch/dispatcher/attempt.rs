@@ -8,9 +8,11 @@ use std::sync::Arc;
 use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 
+use super::hooks::{Step, StepContext, StepFailed};
 use super::{run_of, Dispatcher, DISPATCHER};
 use crate::board::BoardError;
 use crate::config::profiles::AgentProfile;
+use crate::config::repo_env::RepoEnv;
 use crate::dispatch::runner::{self, Ending};
 use crate::dispatch::runs::{self, FailureKind, RunEvent};
 use crate::dispatch::workspace::Prepared;
@@ -156,31 +158,36 @@ impl Dispatcher {
                 String::new(),
             ));
         }
-        let launch = match self.launch(task, run, profile, &prepared, &prompt) {
-            Ok(launch) => {
-                metrics::histogram!("pidevops_run_phase_seconds", "phase" => "launch")
-                    .record(launching.elapsed().as_secs_f64());
-                launch
-            }
-            Err(error) => {
-                return Some(fail(
-                    FailureKind::Workspace,
-                    format!("{error:#}"),
-                    String::new(),
-                ))
-            }
-        };
-
+        let handed = launching.elapsed();
         let output = Arc::new(AtomicU64::new(0));
+        // Beats from before the repository's setup: an `npm ci` may take longer than the watchdog's bound.
         let heartbeat = self.heartbeat(id, run, writer.clone(), output.clone(), stop.clone());
-        let finished = runner::run(launch, output, heartbeat.agent_stop.clone()).await;
-        self.release_slot(id);
-        // Heartbeats go on while the work is committed and pushed (a big push can take a while).
-        let outcome = self
-            .wrap_up(
-                task, run, attempt, profile, &prepared, finished, &stop, started, fail,
+        let repo_env = self.inner.config.environment(task.repo()).cloned();
+        let around = self
+            .around_agent(
+                task,
+                run,
+                profile,
+                &prepared,
+                &prompt,
+                repo_env.as_ref(),
+                (&output, &heartbeat.agent_stop, &stop),
+                handed,
             )
             .await;
+        self.forget_hook_dirs(&prepared).await;
+        // Committing and pushing hold no slot (the repository's check did: it is as heavy as the agent).
+        self.release_slot(id);
+        // Heartbeats go on while the work is committed and pushed (a big push can take a while).
+        let outcome = match around {
+            Ok(finished) => {
+                self.wrap_up(
+                    task, run, attempt, profile, &prepared, finished, &stop, started, &fail,
+                )
+                .await
+            }
+            Err(failed) => fail(failed.kind, failed.detail, failed.tail),
+        };
         // Its work is pushed (or its failure about to be recorded): the worktree may serve a queued task.
         self.inner.workspaces.finished(&prepared);
         heartbeat.beats.cancel();
@@ -191,6 +198,54 @@ impl Dispatcher {
             return None;
         }
         Some(outcome)
+    }
+
+    /// The agent and the repository's commands around it: setup and before_run, the agent, then after_run and
+    /// check when it exited 0 (see `hooks.rs`). `Ok`: how the agent ended, its work checked; `Err`: a step failed.
+    #[allow(clippy::too_many_arguments)]
+    async fn around_agent(
+        &self,
+        task: &Task,
+        run: RunId,
+        profile: &AgentProfile,
+        prepared: &Prepared,
+        prompt: &str,
+        repo_env: Option<&RepoEnv>,
+        (output, agent_stop, stop): (&Arc<AtomicU64>, &CancellationToken, &CancellationToken),
+        handed: std::time::Duration,
+    ) -> Result<runner::Finished, StepFailed> {
+        let none = RepoEnv::default();
+        let env = repo_env.unwrap_or(&none);
+        let secrets = self.hook_secrets(env)?;
+        let cx = StepContext {
+            prepared,
+            env,
+            secrets: &secrets,
+            output,
+            stop: agent_stop,
+            shutdown: stop,
+        };
+        // Every attempt's worktree is fresh (a checkout, a spare, or a finished one reset and cleaned), so setup
+        // runs once in it, before anything else.
+        self.run_step(Step::Setup, &cx).await?;
+        self.run_step(Step::BeforeRun, &cx).await?;
+        let launching = std::time::Instant::now();
+        let launch = self
+            .launch(task, run, profile, prepared, prompt)
+            .map_err(|error| StepFailed {
+                kind: FailureKind::Workspace,
+                detail: format!("{error:#}"),
+                tail: String::new(),
+            })?;
+        metrics::histogram!("pidevops_run_phase_seconds", "phase" => "launch")
+            .record((handed + launching.elapsed()).as_secs_f64());
+        let finished = runner::run(launch, output.clone(), agent_stop.clone()).await;
+        if finished.ending == Ending::Exited(0) {
+            self.run_step(Step::AfterRun, &cx).await?;
+            // The agent's claim that its work is done, checked: the run pushes nothing unless this passes.
+            self.run_step(Step::Check, &cx).await?;
+        }
+        Ok(finished)
     }
 
     /// Heartbeats while the agent runs, and on while its work is wrapped up, until `beats` is cancelled. A heartbeat
@@ -293,7 +348,7 @@ impl Dispatcher {
         finished: runner::Finished,
         stop: &CancellationToken,
         began: std::time::Instant,
-        fail: impl Fn(FailureKind, String, String) -> RunEvent,
+        fail: &impl Fn(FailureKind, String, String) -> RunEvent,
     ) -> RunEvent {
         let id = task.id();
         let tail = finished.tail.clone();
@@ -408,10 +463,11 @@ impl Dispatcher {
             } => (
                 *task,
                 Command::Retry {
-                    cause: if *kind == FailureKind::Interrupted {
-                        RetryCause::Interrupted { run: *run }
-                    } else {
-                        RetryCause::RunFailed { run: *run }
+                    cause: match kind {
+                        FailureKind::Interrupted => RetryCause::Interrupted { run: *run },
+                        // The agent did not run: not its attempt (see `hooks.rs`).
+                        FailureKind::Setup => RetryCause::SetupFailed { run: *run },
+                        _ => RetryCause::RunFailed { run: *run },
                     },
                     reason: outcome
                         .failure_reason()

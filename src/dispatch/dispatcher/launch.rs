@@ -15,8 +15,8 @@ use crate::tasks::{RunId, Task};
 
 impl Dispatcher {
     /// The agent's command line and environment. The environment is built from nothing: a few neutral variables,
-    /// the run's own HOME and TMPDIR, and the variables the profile names (never a pidevops secret: `profiles`
-    /// refuses those at start-up).
+    /// the run's own HOME and TMPDIR, the variables the profile names (never a pidevops secret: `profiles`
+    /// refuses those at start-up) and the fixed values it sets.
     pub(super) fn launch(
         &self,
         task: &Task,
@@ -33,29 +33,28 @@ impl Dispatcher {
             workspace: &path(&dirs.worktree),
             task_id: &task.id().to_string(),
         });
-        let mut env = vec![
-            (
-                "PATH".to_owned(),
-                self.inner
-                    .env
-                    .get("PATH")
-                    .unwrap_or("/usr/local/bin:/usr/bin:/bin")
-                    .to_owned(),
-            ),
-            ("HOME".to_owned(), path(&dirs.home)),
-            ("TMPDIR".to_owned(), path(&dirs.tmp)),
-            (
-                "LANG".to_owned(),
-                self.inner.env.get("LANG").unwrap_or("C.UTF-8").to_owned(),
-            ),
-            ("TERM".to_owned(), "dumb".to_owned()),
-        ];
+        let mut env = self.neutral_env(&dirs.home, &dirs.tmp);
         for name in &profile.env {
             if let Some(value) = self.inner.env.get(name) {
                 env.push((name.clone(), value.to_owned()));
             }
         }
-        let (argv, child) = self.contain(profile, prepared, argv, &env)?;
+        // Fixed switches (`set_env`): `profiles` refuses PATH, HOME, TMPDIR and any name `env` passes.
+        env.extend(
+            profile
+                .set_env
+                .iter()
+                .map(|(name, value)| (name.clone(), value.clone())),
+        );
+        let writable = vec![dirs.worktree.clone(), dirs.home.clone(), dirs.tmp.clone()];
+        let (argv, child) = self.contain(
+            &format!("agent profile {}", profile.name),
+            prepared,
+            argv,
+            &env,
+            writable,
+            vec![dirs.prompt.clone()],
+        )?;
         tracing::info!(task = %task.id(), %run, profile = %profile.name, program = %argv.first().map(String::as_str).unwrap_or(""), "starting the agent");
         Ok(Launch {
             argv,
@@ -69,14 +68,44 @@ impl Dispatcher {
         })
     }
 
-    /// The agent's view of the machine (its own directories, the prompt, its program, the read-only system) and
-    /// how it is held to it here: the argv wrapped in bubblewrap, or Landlock rules and a reaper for the child.
-    fn contain(
+    /// The variables every process of a run gets, and nothing else of ours: PATH and LANG (the service's, or
+    /// plain defaults), its own HOME and TMPDIR, a dumb terminal.
+    pub(super) fn neutral_env(
         &self,
-        profile: &AgentProfile,
+        home: &std::path::Path,
+        tmp: &std::path::Path,
+    ) -> Vec<(String, String)> {
+        let path = |p: &std::path::Path| p.to_string_lossy().into_owned();
+        vec![
+            (
+                "PATH".to_owned(),
+                self.inner
+                    .env
+                    .get("PATH")
+                    .unwrap_or("/usr/local/bin:/usr/bin:/bin")
+                    .to_owned(),
+            ),
+            ("HOME".to_owned(), path(home)),
+            ("TMPDIR".to_owned(), path(tmp)),
+            (
+                "LANG".to_owned(),
+                self.inner.env.get("LANG").unwrap_or("C.UTF-8").to_owned(),
+            ),
+            ("TERM".to_owned(), "dumb".to_owned()),
+        ]
+    }
+
+    /// The view of the machine of an agent, or of a repository's command run like one (`who`; see `hooks.rs`):
+    /// `writable` (its own directories), `readable` (the prompt), its program, the read-only system; and how it is
+    /// held to it here: the argv wrapped in bubblewrap, or Landlock rules and a reaper for the child.
+    pub(super) fn contain(
+        &self,
+        who: &str,
         prepared: &Prepared,
         argv: Vec<String>,
         env: &[(String, String)],
+        writable: Vec<std::path::PathBuf>,
+        mut readable: Vec<std::path::PathBuf>,
     ) -> anyhow::Result<(Vec<String>, ChildSetup)> {
         let dirs = &prepared.dirs;
         let root = self.inner.workspaces.root();
@@ -84,8 +113,7 @@ impl Dispatcher {
             .iter()
             .find(|(k, _)| k == "PATH")
             .map(|(_, v)| v.as_str());
-        let mut readable = AgentView::system_readable();
-        readable.push(dirs.prompt.clone());
+        readable.extend(AgentView::system_readable());
         // Its own repository's history, borrowed read-only by the repository `hand_to_agent` made.
         readable.push(dirs.mirror.join("objects"));
         // Its program (a script anywhere, or a CLI under /usr), and what its PATH names, but never anything
@@ -119,7 +147,7 @@ impl Dispatcher {
                 .cloned(),
         );
         let view = AgentView {
-            writable: vec![dirs.worktree.clone(), dirs.home.clone(), dirs.tmp.clone()],
+            writable,
             readable,
             // SAFETY: geteuid has no preconditions and cannot fail.
             drop_capabilities: unsafe { nix::libc::geteuid() } == 0,
@@ -131,7 +159,7 @@ impl Dispatcher {
             )),
             Containment::Landlock { .. } => {
                 let confinement = Confinement::new(&view)
-                    .context("preparing the agent's Landlock rules")?
+                    .with_context(|| format!("preparing the Landlock rules of the {who}"))?
                     .map(Arc::new);
                 Ok((
                     argv,
@@ -147,7 +175,7 @@ impl Dispatcher {
                     self.inner.config.containment == ContainmentPolicy::BestEffort,
                     "no containment for the agent ({why}) and dispatch.containment is \"required\""
                 );
-                tracing::warn!(profile = %profile.name, "running an agent uncontained (dispatch.containment = \"best-effort\")");
+                tracing::warn!(%who, "running uncontained (dispatch.containment = \"best-effort\")");
                 Ok((
                     argv,
                     ChildSetup {

@@ -24,6 +24,7 @@
 mod attempt;
 mod claim;
 mod gc;
+mod hooks;
 mod launch;
 mod pause;
 mod watchdog;
@@ -210,6 +211,28 @@ pub fn cannot_run(
                     "agent profile {:?} ({whose} profile) runs {program:?}, which is not an executable on PATH",
                     profile.name
                 ));
+            }
+        }
+    }
+    if config.executor == Executor::Local {
+        // A repository's command that cannot start would fail every attempt of it (a `check` charged to the
+        // agent): said here, once, instead.
+        for (repo, commands) in &config.environments {
+            let steps = [
+                ("setup", &commands.setup),
+                ("before_run", &commands.before_run),
+                ("after_run", &commands.after_run),
+                ("check", &commands.check),
+            ];
+            for (step, command) in steps {
+                let Some(program) = command.as_ref().and_then(|argv| argv.first()) else {
+                    continue;
+                };
+                if !resolves(program, env.get("PATH")) {
+                    return Some(format!(
+                        "{repo}'s {step} runs {program:?}, which is not an executable on PATH"
+                    ));
+                }
             }
         }
     }

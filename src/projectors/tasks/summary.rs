@@ -30,6 +30,7 @@ pub fn summarize(event: &TaskEvent) -> String {
             let cause = match cause {
                 RetryCause::RunFailed { .. } => "run failed",
                 RetryCause::Interrupted { .. } => "interrupted",
+                RetryCause::SetupFailed { .. } => "setup failed",
                 RetryCause::ChecksFailed => "checks failed",
                 RetryCause::ChangesRequested => "changes requested",
             };
@@ -48,7 +49,7 @@ pub fn summarize(event: &TaskEvent) -> String {
         }
         TaskEvent::PriorityChanged { priority, .. } => format!("priority {priority}"),
         TaskEvent::AttemptReturned { max_attempts, .. } => format!(
-            "the interrupted attempt does not count; budget {} attempts",
+            "the attempt does not count (interrupted, or its setup failed); budget {} attempts",
             max_attempts.get()
         ),
         TaskEvent::AgentChosen { agent, .. } => match agent {

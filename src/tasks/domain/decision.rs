@@ -177,7 +177,9 @@ fn retry(
 ) -> Result<Vec<TaskEvent>, TaskError> {
     let at = now;
     match cause {
-        RetryCause::RunFailed { run } | RetryCause::Interrupted { run } => {
+        RetryCause::RunFailed { run }
+        | RetryCause::Interrupted { run }
+        | RetryCause::SetupFailed { run } => {
             if task.column != Column::InProgress {
                 return Err(wrong_column(task, command, &[Column::InProgress]));
             }
@@ -195,17 +197,30 @@ fn retry(
         reason: reason.clone(),
         attempt: task.attempts,
     }];
-    if matches!(cause, RetryCause::Interrupted { .. }) {
+    let mut given_back = false;
+    if matches!(
+        cause,
+        RetryCause::Interrupted { .. } | RetryCause::SetupFailed { .. }
+    ) {
         // Given back when the budget can grow; at the cap it counts like any failure.
         if let Ok(max_attempts) = MaxAttempts::new(task.max_attempts.get() + 1) {
             events.push(TaskEvent::AttemptReturned { at, max_attempts });
-            return Ok(events);
+            if matches!(cause, RetryCause::Interrupted { .. }) {
+                return Ok(events);
+            }
+            given_back = true;
         }
     }
     // The last attempt failed, or attempts keep bouncing back fast: a human must look. If one is already
-    // looking, this is the same episode.
+    // looking, this is the same episode. A setup failure's attempt was given back, so only the bounce rule
+    // applies to it: a setup that keeps failing is stopped there.
     if task.needs_human.is_none() {
-        if let Some(why) = needs_human_after_failure(task, reason, now) {
+        let why = if given_back {
+            bounced(task, task.max_attempts.get() + 1, reason, now)
+        } else {
+            needs_human_after_failure(task, reason, now)
+        };
+        if let Some(why) = why {
             events.push(TaskEvent::FlaggedNeedsHuman {
                 at,
                 reason: Reason::summarize(&why),
@@ -217,24 +232,28 @@ fn retry(
 
 /// Why a failed attempt needs a human: the budget is spent, or attempts keep bouncing back fast. `None`: retry.
 fn needs_human_after_failure(task: &Task, reason: &Reason, now: DateTime<Utc>) -> Option<String> {
-    let bounced = task.starts_within_window(now);
     if task.attempts >= task.max_attempts.get() {
         Some(format!(
             "attempt {} of {} failed: {reason}",
             task.attempts,
             task.max_attempts.get()
         ))
-    } else if bounced >= OSCILLATION_STARTS {
-        Some(format!(
+    } else {
+        bounced(task, task.max_attempts.get(), reason, now)
+    }
+}
+
+/// Why attempts that keep coming back fast need a human (`max`: the budget after this failure). `None`: retry.
+fn bounced(task: &Task, max: u32, reason: &Reason, now: DateTime<Utc>) -> Option<String> {
+    let bounced = task.starts_within_window(now);
+    (bounced >= OSCILLATION_STARTS).then(|| {
+        format!(
             "bouncing between todo and in-progress: {bounced} attempts in {} minutes came back \
-             (attempt {} of {}), flagged instead of starting another: {reason}",
+             (attempt {} of {max}), flagged instead of starting another: {reason}",
             OSCILLATION_WINDOW_S / 60,
             task.attempts,
-            task.max_attempts.get()
-        ))
-    } else {
-        None
-    }
+        )
+    })
 }
 
 fn flag_needs_human(

@@ -274,15 +274,16 @@ fn attempt_returned(
     max_attempts: MaxAttempts,
 ) -> Result<(), TaskError> {
     require(task, event, &[Column::Todo])?;
-    let interrupted = matches!(
+    let given_back = matches!(
         task.last_failure.as_ref().map(|f| f.cause),
-        Some(RetryCause::Interrupted { .. })
+        Some(RetryCause::Interrupted { .. } | RetryCause::SetupFailed { .. })
     );
-    if !interrupted || max_attempts.get() != task.max_attempts.get() + 1 {
+    if !given_back || max_attempts.get() != task.max_attempts.get() + 1 {
         return Err(inapplicable(
             Some(task),
             event,
-            "it must follow an interrupted attempt and raise the budget by one".into(),
+            "it must follow an interrupted attempt or a failed setup and raise the budget by one"
+                .into(),
         ));
     }
     task.max_attempts = max_attempts;

@@ -7,6 +7,7 @@
 pub mod agents;
 pub mod fake_github;
 pub mod fake_linear;
+pub mod fake_model;
 pub mod fake_telegram;
 pub mod server;
 

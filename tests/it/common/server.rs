@@ -80,6 +80,17 @@ impl Drop for Server {
     }
 }
 
+/// A child process of the test's (a `pidevops worker`, say) killed when the test ends, panics included: a leaked
+/// worker would go on pulling from the run queue long after its test and its database are gone.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 pub fn read_log(dir: &Path) -> String {
     std::fs::read_to_string(dir.join("server.log")).unwrap_or_default()
 }

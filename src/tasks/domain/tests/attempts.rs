@@ -175,6 +175,72 @@ fn an_interrupted_attempt_is_given_back() {
     assert!(evolve(Some(failed), &returned).is_err());
 }
 
+/// A repository whose setup fails (`npm ci` against a registry that is down) did not let the agent try: the
+/// attempt is given back. It still backs off and counts as a bounce, so a setup that keeps failing fast asks a
+/// human after three instead of looping until the cap.
+#[test]
+fn a_failed_setup_is_given_back_but_a_setup_failing_fast_asks_a_human() {
+    let setup_failed = |n: u128| Command::Retry {
+        cause: RetryCause::SetupFailed { run: run(n) },
+        reason: reason(
+            "run setup (attempt 1): the repository's setup `npm ci` exited with status 1",
+        ),
+    };
+    // Spread out (an hour apart): given back each time, never flagged, the budget untouched.
+    let mut task = step(None, &new_task(ApprovalPolicy::Auto, 1), 0).0;
+    for n in 1..=4u128 {
+        task = then(task, Command::Start { run: run(n) });
+        let (after, events) = step(Some(task), &setup_failed(n), 3600 * n as i64);
+        assert!(
+            matches!(
+                events.as_slice(),
+                [TaskEvent::Retried { .. }, TaskEvent::AttemptReturned { max_attempts, .. }]
+                    if max_attempts.get() == n as u32 + 1
+            ),
+            "{events:?}"
+        );
+        assert!(after.can_start());
+        assert!(matches!(
+            after.last_failure().map(|f| f.cause),
+            Some(RetryCause::SetupFailed { .. })
+        ));
+        task = after;
+    }
+    assert_eq!((task.attempts(), task.max_attempts().get()), (4, 5));
+    // The agent's one real attempt (a budget of one) is still there, and it is the last.
+    let task = then(task, Command::Start { run: run(5) });
+    let (task, _) = step(Some(task), &run_failed(run(5)), 100_000);
+    let flag = task.needs_human().unwrap().reason.as_str().to_owned();
+    assert!(flag.starts_with("attempt 5 of 5 failed"), "{flag}");
+
+    // Fast: the third setup failure within the window flags it, with the budget it has after the give-back.
+    let mut task = step(None, &new_task(ApprovalPolicy::Auto, 3), 0).0;
+    let mut last = Vec::new();
+    for n in 1..=3u128 {
+        task = then(task, Command::Start { run: run(n) });
+        let (after, events) = step(Some(task), &setup_failed(n), 10 * n as i64);
+        task = after;
+        last = events;
+    }
+    assert!(
+        matches!(
+            last.as_slice(),
+            [
+                TaskEvent::Retried { .. },
+                TaskEvent::AttemptReturned { .. },
+                TaskEvent::FlaggedNeedsHuman { .. }
+            ]
+        ),
+        "{last:?}"
+    );
+    let flag = task.needs_human().unwrap().reason.as_str().to_owned();
+    assert!(
+        flag.starts_with("bouncing between todo and in-progress: 3 attempts in 15 minutes came back (attempt 3 of 6)"),
+        "{flag}"
+    );
+    assert!(flag.contains("npm ci"), "{flag}");
+}
+
 #[test]
 fn a_task_picks_its_agent_between_attempts_and_keeps_it() {
     let (task, events) = step(

@@ -29,6 +29,7 @@ enum Op {
     AttachLinks(u8),
     ChooseAgent(u8),
     Interrupt { live: bool },
+    SetupFailed { live: bool },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -53,6 +54,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0u8..4).prop_map(Op::AttachLinks),
         2 => (0u8..3).prop_map(Op::ChooseAgent),
         2 => prop::bool::weighted(0.9).prop_map(|live| Op::Interrupt { live }),
+        2 => prop::bool::weighted(0.9).prop_map(|live| Op::SetupFailed { live }),
     ]
 }
 
@@ -121,6 +123,13 @@ fn command(op: &Op, state: Option<&Task>, step: u128) -> Command {
                 run: live_or_stale(*live),
             },
             reason: Reason::new("pidevops shut down").expect("valid"),
+        },
+        Op::SetupFailed { live } => Command::Retry {
+            cause: RetryCause::SetupFailed {
+                run: live_or_stale(*live),
+            },
+            reason: Reason::new("run setup (attempt 1): npm ci exited with status 1")
+                .expect("valid"),
         },
         Op::ChooseAgent(n) => Command::ChooseAgent {
             agent: match n {
@@ -317,9 +326,28 @@ fn check_step(
             .any(|e| matches!(e, TaskEvent::AttemptReturned { .. }));
         if returned {
             let interrupted = matches!(cause, RetryCause::Interrupted { .. });
-            prop_assert!(interrupted, "only an interruption is given back");
-            prop_assert_eq!(flags, 0);
+            let setup = matches!(cause, RetryCause::SetupFailed { .. });
+            prop_assert!(
+                interrupted || setup,
+                "only an interruption or a failed setup is given back"
+            );
+            // An interruption is never a bounce; a setup failing again and again is, and nothing else flags it.
+            if interrupted {
+                prop_assert_eq!(flags, 0);
+            }
             prop_assert_eq!(after.max_attempts().get(), before.max_attempts().get() + 1);
+        }
+        if matches!(cause, RetryCause::SetupFailed { .. }) && !events.is_empty() {
+            // A failed setup never spends the budget while it can grow: the attempts left stay as they were.
+            if returned {
+                let left = |max: u32, used: u32| i64::from(max) - i64::from(used);
+                prop_assert_eq!(
+                    left(after.max_attempts().get(), after.attempts()),
+                    left(before.max_attempts().get(), before.attempts() - 1)
+                );
+            } else {
+                prop_assert_eq!(before.max_attempts().get(), MaxAttempts::CAP);
+            }
         }
         let last = !returned && before.attempts() >= before.max_attempts().get();
         if last && before.needs_human().is_none() {

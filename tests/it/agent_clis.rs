@@ -1,0 +1,572 @@
+//! The presets with the real agent CLIs (the pinned versions `deploy/install-runtime.sh` installs under
+//! /opt/pidevops-agents/bin, or `PIDEVOPS_AGENT_CLIS`), each run by the real dispatcher, contained, against a
+//! scripted model API on loopback (common::fake_model) that speaks the CLI's own protocol: the model asks the
+//! CLI's shell tool to dump its environment into the worktree, then its file tool to write CHANGES.md, then ends
+//! the turn. The test sees the edit committed on `pidevops/<task>` of the remote and the run succeed, which pins
+//! each preset's argv, input mode (the prompt on stdin), exit code and output; and, from the fake's record, that
+//! the prompt reached the model, the key arrived the way a deployment passes it, and every tool result came back.
+//!
+//! The attack half: the model is whoever wrote the ticket (prompt injection), and here it runs `env` through the
+//! CLI. The dump is pushed, so whatever the CLI could see is on the branch: its own key and the preset's switches
+//! are there, and none of pidevops's secrets, which sit in the same service environment.
+//!
+//! The happy path runs twice: contained by bubblewrap, and with bubblewrap absent (Landlock and the reaper), as on
+//! container hosts that refuse user namespaces. A missing CLI fails under `CI` (naming it and the install script) and is skipped loudly elsewhere.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::common::agents::{Remote, REPO};
+use crate::common::fake_model::{FakeModel, ToolCall, FINAL_TEXT};
+use crate::common::{in_ci, within, TestApp, TestDb};
+use crate::dispatch::{create_task_with, runs_of, task_row};
+use pidevops::config::profiles::{presets, AgentProfile};
+use pidevops::projectors::runs::RunRow;
+use pidevops::tasks::{Column, TaskId};
+use serde_json::json;
+
+/// The agent's own provider key: it must reach the CLI (and the fake).
+const AGENT_KEY: &str = "sk-agent-key-for-the-fake-model-0123456789";
+/// pidevops's secrets, in the same service environment: they must not reach the CLI.
+const GITHUB_TOKEN: &str = "ghp_CLItestTOKENneverTOreachAGENTS0123456";
+const ADMIN_TOKEN: &str = "admin-CLI-test-never-to-reach-agents-0123";
+const WRITTEN: &str = "edited by the model through the CLI\n";
+/// How long one CLI may take for its two turns on a loaded two-core machine (opencode alone took 36 s).
+const RUN_LIMIT: Duration = Duration::from_secs(300);
+
+/// `(bwrap, the containment /health names)`: bubblewrap, and none (the Landlock fallback of container hosts).
+type Containment = (&'static str, &'static str);
+const NAMESPACES: Containment = ("bwrap", "namespaces");
+const LANDLOCK: Containment = ("/nonexistent/bwrap", "landlock");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn claude_preset_edits_through_the_anthropic_api_and_the_edit_is_pushed() {
+    run(claude(), NAMESPACES).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn claude_preset_edits_with_landlock_when_bubblewrap_is_absent() {
+    run(claude(), LANDLOCK).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn claude_preset_fails_the_attempt_when_the_model_api_refuses_the_account() {
+    refused(claude()).await;
+}
+
+fn claude() -> Case {
+    Case {
+        preset: "claude",
+        wire: Wire::Anthropic,
+        script: vec![
+            ToolCall::function(
+                "Bash",
+                json!({ "command": "env > agent-env.txt", "description": "Dump the environment" }),
+            ),
+            ToolCall::function(
+                "Write",
+                json!({ "file_path": "CHANGES.md", "content": WRITTEN }),
+            ),
+        ],
+        setup: Box::new(|fake, _| Setup {
+            env: vec![
+                ("ANTHROPIC_API_KEY".into(), AGENT_KEY.into()),
+                ("ANTHROPIC_BASE_URL".into(), fake.to_owned()),
+            ],
+            toml: String::new(),
+        }),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn codex_preset_edits_through_the_responses_api_and_the_edit_is_pushed() {
+    run(codex(), NAMESPACES).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn codex_preset_edits_with_landlock_when_bubblewrap_is_absent() {
+    run(codex(), LANDLOCK).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn codex_preset_fails_the_attempt_when_the_model_api_refuses_the_account() {
+    refused(codex()).await;
+}
+
+// Codex's default model works through one freeform tool, `exec`, that runs JavaScript calling its tools.
+fn codex() -> Case {
+    Case {
+    preset: "codex",
+    wire: Wire::Responses,
+    script: vec![
+        ToolCall::custom(
+            "exec",
+            "const r = await tools.exec_command({ cmd: \"env > agent-env.txt\" });\ntext(JSON.stringify(r));",
+        ),
+        ToolCall::custom(
+            "exec",
+            &format!(
+                "await tools.apply_patch({:?});\ntext(\"patched\");",
+                format!(
+                    "*** Begin Patch\n*** Add File: CHANGES.md\n+{}*** End Patch\n",
+                    WRITTEN
+                )
+            ),
+        ),
+    ],
+    setup: Box::new(|fake, _| {
+        // Codex reads no variable for its endpoint: a deployment behind a gateway replaces the preset with
+        // the same command and `-c openai_base_url=…`, as here (built from the preset, so it follows it).
+        let mut codex = preset("codex");
+        codex
+            .command
+            .splice(2..2, ["-c".into(), format!("openai_base_url=\"{fake}/v1\"")]);
+        Setup {
+            env: vec![("CODEX_API_KEY".into(), AGENT_KEY.into())],
+            toml: profile_table(&codex),
+        }
+    }),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pi_preset_edits_through_the_anthropic_api_and_the_edit_is_pushed() {
+    run(pi(), NAMESPACES).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pi_preset_edits_with_landlock_when_bubblewrap_is_absent() {
+    run(pi(), LANDLOCK).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pi_preset_fails_the_attempt_when_the_model_api_refuses_the_account() {
+    refused(pi()).await;
+}
+
+fn pi() -> Case {
+    Case {
+        preset: "pi",
+        wire: Wire::Anthropic,
+        script: vec![
+            ToolCall::function("bash", json!({ "command": "env > agent-env.txt" })),
+            ToolCall::function("write", json!({ "path": "CHANGES.md", "content": WRITTEN })),
+        ],
+        setup: Box::new(|fake, scratch| {
+            // pi takes its endpoint from models.json in its agent directory: the deployment's, read-only.
+            let dir = scratch.join("pi-agent");
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(
+                dir.join("models.json"),
+                json!({ "providers": { "anthropic": { "baseUrl": fake } } }).to_string(),
+            )
+            .unwrap();
+            Setup {
+                env: vec![
+                    ("ANTHROPIC_API_KEY".into(), AGENT_KEY.into()),
+                    ("PI_CODING_AGENT_DIR".into(), dir.display().to_string()),
+                ],
+                toml: format!("readable = [\"{}\"]\n", dir.display()),
+            }
+        }),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn opencode_preset_edits_through_the_anthropic_api_and_the_edit_is_pushed() {
+    run(opencode(), NAMESPACES).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn opencode_preset_edits_with_landlock_when_bubblewrap_is_absent() {
+    run(opencode(), LANDLOCK).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn opencode_preset_fails_the_attempt_when_the_model_api_refuses_the_account() {
+    refused(opencode()).await;
+}
+
+fn opencode() -> Case {
+    Case {
+        preset: "opencode",
+        wire: Wire::Anthropic,
+        script: vec![
+            ToolCall::function(
+                "bash",
+                json!({ "command": "env > agent-env.txt", "description": "Dump the environment" }),
+            ),
+            ToolCall::function(
+                "write",
+                json!({ "filePath": "CHANGES.md", "content": WRITTEN }),
+            ),
+        ],
+        setup: Box::new(|fake, _| {
+            Setup {
+        env: vec![
+            ("ANTHROPIC_API_KEY".into(), AGENT_KEY.into()),
+            (
+                "OPENCODE_CONFIG_CONTENT".into(),
+                json!({ "provider": { "anthropic": { "options": { "baseURL": format!("{fake}/v1") } } } })
+                    .to_string(),
+            ),
+        ],
+        toml: String::new(),
+    }
+        }),
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Wire {
+    Anthropic,
+    Responses,
+}
+
+/// What a deployment configures for one CLI: the service's environment (the agent's key, its endpoint) and
+/// TOML after `[dispatch]` (more `[dispatch]` keys, or a profile).
+struct Setup {
+    env: Vec<(String, String)>,
+    toml: String,
+}
+
+struct Case {
+    preset: &'static str,
+    wire: Wire,
+    script: Vec<ToolCall>,
+    /// From the fake's URL and a scratch directory outside the workspaces.
+    setup: SetupFn,
+}
+
+type SetupFn = Box<dyn FnOnce(&str, &Path) -> Setup + Send>;
+
+fn preset(name: &str) -> AgentProfile {
+    presets()
+        .into_iter()
+        .find(|p| p.name == name)
+        .unwrap_or_else(|| panic!("no preset {name}"))
+}
+
+/// `[agents.<name>]` for a profile, as TOML.
+fn profile_table(profile: &AgentProfile) -> String {
+    let strings =
+        |v: &[String]| toml::Value::Array(v.iter().cloned().map(toml::Value::String).collect());
+    let mut set_env = toml::Table::new();
+    for (k, v) in &profile.set_env {
+        set_env.insert(k.clone(), toml::Value::String(v.clone()));
+    }
+    format!(
+        "[agents.{}]\ncommand = {}\nstdin = \"prompt\"\nenv = {}\nset_env = {}\n",
+        profile.name,
+        strings(&profile.command),
+        strings(&profile.env),
+        toml::Value::Table(set_env)
+    )
+}
+
+/// The directory holding the CLI, or `None` (loudly) outside CI when it is not installed.
+fn cli_dir(program: &str) -> Option<PathBuf> {
+    let dir = std::env::var_os("PIDEVOPS_AGENT_CLIS")
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| PathBuf::from("/opt/pidevops-agents/bin"), PathBuf::from);
+    if pidevops::dispatch::sandbox::find_program(program, dir.to_str()).is_some() {
+        return Some(dir);
+    }
+    if in_ci() {
+        panic!(
+            "CI is set and the {program} CLI is not in {}: the real-CLI tests must run in CI. Install the pinned \
+             CLIs with deploy/install-runtime.sh (as root), or set PIDEVOPS_AGENT_CLIS to their directory.",
+            dir.display()
+        );
+    }
+    eprintln!(
+        "\n*** SKIPPED the {program} preset against its real CLI: no {program} in {}.\n\
+         *** Install the pinned agent CLIs with `sudo deploy/install-runtime.sh`\n\
+         *** (or set PIDEVOPS_AGENT_CLIS to the directory that holds them).\n",
+        dir.display()
+    );
+    None
+}
+
+/// One task with one preset, its CLI against `fake`, the service's environment holding pidevops's secrets too.
+struct Scene {
+    app: TestApp,
+    remote: Remote,
+    id: TaskId,
+    title: String,
+    db_url: String,
+    _db: TestDb,
+    _scratch: tempfile::TempDir,
+    _cores: tokio::sync::RwLockWriteGuard<'static, ()>,
+}
+
+/// Starts the service with `case`'s preset against `fake` and creates a task; `None` when the CLI is absent
+/// (outside CI).
+async fn start(case: &mut Case, fake: &FakeModel, containment: Containment) -> Option<Scene> {
+    let dir = cli_dir(case.preset)?;
+    // A CLI run keeps a core busy for seconds (node, bun, a V8 isolate): not beside the timed tests.
+    let cores = crate::common::heavy().await;
+    let remote = Remote::new();
+    let scratch = crate::common::contained_scratch();
+    let setup = std::mem::replace(&mut case.setup, Box::new(|_, _| unreachable!()))(
+        &fake.url,
+        scratch.path(),
+    );
+    let file = format!(
+        r#"
+[board]
+approval = "auto"
+
+[dispatch]
+agent = "{preset}"
+heartbeat_s = 1
+retry_backoff_s = 0.05
+bwrap = "{bwrap}"
+{toml}
+[repos."{REPO}"]
+url = "{url}"
+"#,
+        preset = case.preset,
+        bwrap = containment.0,
+        toml = setup.toml,
+        url = remote.url(),
+    );
+    let db = TestDb::sqlite();
+    let mut settings = crate::common::settings(&db);
+    settings.file = pidevops::config::FileConfig::try_from(file.parse::<toml::Table>().unwrap())
+        .unwrap_or_else(|e| panic!("{e}\n{file}"));
+    settings.workspace_root = scratch.path().join("ws");
+    settings.github_token = Some(GITHUB_TOKEN.to_owned().into());
+    let path = format!("{}:/usr/local/bin:/usr/bin:/bin", dir.display());
+    let db_url = db.url_string();
+    let mut env: Vec<(&str, &str)> = vec![
+        ("PATH", &path),
+        ("GITHUB_TOKEN", GITHUB_TOKEN),
+        ("PIDEVOPS_ADMIN_TOKEN", ADMIN_TOKEN),
+        ("DATABASE_URL", &db_url),
+    ];
+    env.extend(setup.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    settings.env = pidevops::config::Env::from_pairs(env);
+    let app = TestApp::spawn(settings).await;
+    let (_, health) = app.health().await;
+    assert!(
+        health
+            .to_string()
+            .contains(&format!("\"containment\":\"{}\"", containment.1)),
+        "{health}"
+    );
+    let title = format!("Write the change down for {}", case.preset);
+    let id = create_task_with(&app, &title, None).await;
+    Some(Scene {
+        app,
+        remote,
+        id,
+        title,
+        db_url,
+        _db: db,
+        _scratch: scratch,
+        _cores: cores,
+    })
+}
+
+/// The task's first run, once it ended (read from the read model, brought to the log's head), and its log.
+async fn first_run(scene: &Scene) -> (RunRow, String) {
+    let (app, id) = (&scene.app, scene.id);
+    within(RUN_LIMIT, &format!("{id}'s first run ends"), || async {
+        app.project().await;
+        runs_of(app, id)
+            .await
+            .first()
+            .is_some_and(|r| r.state != "running")
+    })
+    .await;
+    let run = runs_of(app, id).await.remove(0);
+    let log = run
+        .log_path
+        .as_deref()
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .unwrap_or_default();
+    (run, log)
+}
+
+/// When the provider refuses the account (no credit, a wrong key), the CLI fails: it exits non-zero, pidevops
+/// records the attempt failed (`exit`) with the CLI's output in its tail, and pushes nothing.
+async fn refused(mut case: Case) {
+    let fake = FakeModel::refusing().await;
+    let Some(scene) = start(&mut case, &fake, NAMESPACES).await else {
+        return;
+    };
+    let (run, log) = first_run(&scene).await;
+    assert_eq!(run.state, "failed", "{}: {log}", case.preset);
+    assert_eq!(
+        run.failure.as_deref(),
+        Some("exit"),
+        "{}: {:?}\n{log}",
+        case.preset,
+        run.detail
+    );
+    assert!(
+        !fake.model_calls().is_empty(),
+        "{} never called the model",
+        case.preset
+    );
+    assert!(
+        scene
+            .remote
+            .branch(&format!("pidevops/{}", scene.id))
+            .is_none(),
+        "a failed attempt pushed its branch"
+    );
+    scene.app.stop().await;
+}
+
+async fn run(mut case: Case, containment: Containment) {
+    let fake = FakeModel::start(case.script.clone()).await;
+    let Some(scene) = start(&mut case, &fake, containment).await else {
+        return;
+    };
+    let (run, log) = first_run(&scene).await;
+    let Scene {
+        app,
+        remote,
+        id,
+        title,
+        db_url,
+        ..
+    } = &scene;
+    let (app, id) = (app, *id);
+    let requests = fake.received();
+    assert_eq!(
+        run.state,
+        "succeeded",
+        "{} failed ({:?}: {:?})\nagent log:\n{log}\nthe model saw: {:#?}",
+        case.preset,
+        run.failure,
+        run.detail,
+        requests
+            .iter()
+            .map(|r| format!("{} {}", r.method, r.path))
+            .collect::<Vec<_>>()
+    );
+    // The CLI printed the model's last words: its output reached the run's log and tail.
+    assert!(log.contains(FINAL_TEXT), "{log}");
+    assert!(
+        run.tail.as_deref().unwrap_or_default().contains(FINAL_TEXT),
+        "{:?}",
+        run.tail
+    );
+    within(
+        Duration::from_secs(30),
+        &format!("{id} in review"),
+        || async {
+            task_row(app, id)
+                .await
+                .is_some_and(|row| row.column == Column::InReview)
+        },
+    )
+    .await;
+
+    // The edit the model asked for, made by the CLI's own file tool, is what pidevops pushed.
+    let branch = format!("pidevops/{id}");
+    assert_eq!(
+        remote.show(&branch, "CHANGES.md").as_deref(),
+        Some(WRITTEN),
+        "{log}"
+    );
+    assert_eq!(run.branch.as_deref(), Some(branch.as_str()));
+
+    // What the CLI sent the model.
+    let calls = fake.model_calls();
+    let unexpected: Vec<_> = requests
+        .iter()
+        .filter(|r| {
+            let model_call =
+                r.method == "POST" && (r.path == "/v1/messages" || r.path == "/v1/responses");
+            // Codex tries a WebSocket first and falls back to HTTPS when it is refused.
+            let websocket =
+                case.wire == Wire::Responses && r.method == "GET" && r.path == "/v1/responses";
+            !(model_call || websocket)
+        })
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert!(unexpected.is_empty(), "{unexpected:?}");
+    assert!(calls.len() > case.script.len(), "{} calls", calls.len());
+    for call in &calls {
+        let key = match case.wire {
+            Wire::Anthropic => call.header("x-api-key").map(str::to_owned),
+            Wire::Responses => call.header("authorization").map(str::to_owned),
+        };
+        let expected = match case.wire {
+            Wire::Anthropic => AGENT_KEY.to_owned(),
+            Wire::Responses => format!("Bearer {AGENT_KEY}"),
+        };
+        assert_eq!(key.as_deref(), Some(expected.as_str()), "{}", call.path);
+        assert!(
+            call.body["model"].as_str().is_some_and(|m| !m.is_empty()),
+            "a call names no model: {}",
+            call.body
+        );
+        for secret in [GITHUB_TOKEN, ADMIN_TOKEN] {
+            assert!(!call.text.contains(secret), "the model was sent {secret}");
+        }
+    }
+    if case.wire == Wire::Responses {
+        // The preset's `-c analytics.enabled=false` took: Codex reports it in every turn's metadata.
+        for call in &calls {
+            let metadata = call.header("x-codex-turn-metadata").unwrap_or_default();
+            assert!(
+                metadata.contains("\"analytics_enabled\":false"),
+                "{metadata}"
+            );
+        }
+    }
+    assert!(
+        calls.iter().any(|c| c.text.contains(title.as_str())),
+        "the task's prompt never reached the model"
+    );
+    for n in 1..=case.script.len() {
+        let came_back = calls.iter().any(|c| match case.wire {
+            Wire::Anthropic => c.body["messages"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|m| {
+                    m["content"].as_array().into_iter().flatten().any(|b| {
+                        b["type"] == "tool_result" && b["tool_use_id"] == format!("toolu_fake_{n}")
+                    })
+                }),
+            Wire::Responses => c.body["input"].as_array().into_iter().flatten().any(|i| {
+                i["type"]
+                    .as_str()
+                    .is_some_and(|t| t.ends_with("_call_output"))
+                    && i["call_id"] == format!("call_fake_{n}")
+            }),
+        });
+        assert!(came_back, "the result of tool call {n} never came back");
+    }
+
+    // The attack: what the CLI's shell saw, pushed for anyone to read.
+    let seen = remote
+        .show(&branch, "agent-env.txt")
+        .unwrap_or_else(|| panic!("the environment dump was not pushed\n{log}"));
+    let profile = preset(case.preset);
+    assert!(
+        seen.lines().any(|l| l.ends_with(&format!("={AGENT_KEY}"))
+            && profile.env.iter().any(|v| l.starts_with(&format!("{v}=")))),
+        "the CLI did not get its key: {seen}"
+    );
+    for (name, value) in &profile.set_env {
+        assert!(
+            seen.lines().any(|l| l == format!("{name}={value}")),
+            "{name}={value} did not reach the CLI: {seen}"
+        );
+    }
+    for secret in [GITHUB_TOKEN, ADMIN_TOKEN, db_url.as_str()] {
+        assert!(!seen.contains(secret), "the agent saw {secret}: {seen}");
+        assert!(!log.contains(secret), "the agent's log holds {secret}");
+    }
+    for name in ["GITHUB_TOKEN=", "PIDEVOPS_ADMIN_TOKEN=", "DATABASE_URL="] {
+        assert!(!seen.lines().any(|l| l.starts_with(name)), "{name}: {seen}");
+    }
+    scene.app.stop().await;
+}
