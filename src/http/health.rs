@@ -47,44 +47,49 @@ pub fn overall(database_ok: bool, loops: &BTreeMap<String, LoopReport>) -> (Stat
         problems.push("database: failing (see checks.database)".to_owned());
     }
     for (name, report) in loops {
-        let last_error = || {
-            report
-                .last_error
-                .as_deref()
-                .map_or(String::new(), |e| format!("; last error: {e}"))
-        };
-        let (loop_status, problem) = match report.state {
-            LoopState::Unarmed => (
-                Status::Fail,
-                Some(format!(
-                    "loop {name} is unarmed: {}",
-                    report.reason.as_deref().unwrap_or("no reason given")
-                )),
-            ),
-            LoopState::Armed if report.stale => (
-                Status::Fail,
-                Some(format!(
-                    "loop {name} is stale: no successful tick within {}{}",
-                    report
-                        .fail_after_s
-                        .map_or("its threshold".to_owned(), |s| format!("{s} s")),
-                    last_error()
-                )),
-            ),
-            LoopState::Armed if report.failing => (
-                Status::Warn,
-                Some(format!("loop {name}: its last tick failed{}", last_error())),
-            ),
-            LoopState::Armed => match paused_with_work(report) {
-                Some(problem) => (Status::Warn, Some(format!("loop {name}: {problem}"))),
-                None => (Status::Pass, None),
-            },
-            LoopState::Disabled => (Status::Pass, None),
-        };
+        let (loop_status, problem) = loop_status(name, report);
         status = status.max(loop_status);
         problems.extend(problem);
     }
     (status, problems)
+}
+
+/// What one loop does to the overall status, and the problem line it adds (the dashboard colours its row by it).
+pub fn loop_status(name: &str, report: &LoopReport) -> (Status, Option<String>) {
+    let last_error = || {
+        report
+            .last_error
+            .as_deref()
+            .map_or(String::new(), |e| format!("; last error: {e}"))
+    };
+    match report.state {
+        LoopState::Unarmed => (
+            Status::Fail,
+            Some(format!(
+                "loop {name} is unarmed: {}",
+                report.reason.as_deref().unwrap_or("no reason given")
+            )),
+        ),
+        LoopState::Armed if report.stale => (
+            Status::Fail,
+            Some(format!(
+                "loop {name} is stale: no successful tick within {}{}",
+                report
+                    .fail_after_s
+                    .map_or("its threshold".to_owned(), |s| format!("{s} s")),
+                last_error()
+            )),
+        ),
+        LoopState::Armed if report.failing => (
+            Status::Warn,
+            Some(format!("loop {name}: its last tick failed{}", last_error())),
+        ),
+        LoopState::Armed => match paused_with_work(report) {
+            Some(problem) => (Status::Warn, Some(format!("loop {name}: {problem}"))),
+            None => (Status::Pass, None),
+        },
+        LoopState::Disabled => (Status::Pass, None),
+    }
 }
 
 /// A deliberate pause is not a fault, but with work waiting behind it nothing moves: that is worth a warning.

@@ -1,7 +1,9 @@
 //! The dashboard in a real browser: headless Chromium (Debian's `chromium` and `chromium-driver`; `.ci/run`
 //! installs them) driven over WebDriver with fantoccini, against the real server. Sign in; a task that a signed
 //! webhook just created appears on the board without a reload; approve it with its button and see it move; its
-//! page shows the timeline; sign out and be refused. Screenshots go to `target/screenshots/`.
+//! page shows the timeline; sign out and be refused. A finished attempt's diff and transcript on its task's page,
+//! collapsible; the health table's row of an unarmed loop in red, its JSON one click away. Screenshots go to
+//! `target/screenshots/`.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -300,6 +302,189 @@ async fn sign_in_watch_a_task_arrive_approve_it_read_its_story_and_sign_out() {
         .starts_with("/sign-in"));
 
     for png in [board_png, task_png] {
+        let bytes = std::fs::read(&png).unwrap();
+        assert!(
+            bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000,
+            "{}",
+            png.display()
+        );
+    }
+    client.close().await.unwrap();
+    app.stop().await;
+}
+
+/// The background colour the browser computed for the first element matching `css`.
+async fn background(client: &Client, css: &str) -> String {
+    let script =
+        format!("return getComputedStyle(document.querySelector({css:?})).backgroundColor;");
+    client
+        .execute(&script, vec![])
+        .await
+        .unwrap()
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+async fn displayed(client: &Client, css: &str) -> bool {
+    fresh(css, || async {
+        client.find(Locator::Css(css)).await?.is_displayed().await
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_finished_attempts_diff_and_log_on_its_page_and_an_unarmed_loop_red_on_health() {
+    use crate::common::agents::{claude_like_agent, dispatch_file, Remote, REPO};
+    let _cores = crate::common::heavy().await;
+    let Some((driver, chromium)) = driver().await else {
+        return;
+    };
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let script = claude_like_agent(scratch.path());
+    let db = TestDb::sqlite();
+    let mut settings = crate::common::settings(&db);
+    let mut file = dispatch_file(&remote, &script, "");
+    // A poller asked for without its credential: unarmed, so /health fails and its row is red.
+    file.insert(
+        "pollers".to_owned(),
+        "[linear]\ninterval_s = 60"
+            .parse::<toml::Table>()
+            .unwrap()
+            .into(),
+    );
+    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
+    settings.workspace_root = scratch.path().join("ws");
+    let app = TestApp::spawn(settings).await;
+    let draft = pidevops::board::Draft::new(
+        REPO.parse().unwrap(),
+        pidevops::tasks::Spec::new("Keep the query string", "", "").unwrap(),
+        pidevops::tasks::Links::default(),
+    );
+    let (outcome, _) = app
+        .state
+        .board
+        .create(draft, "test:browser-diff", "api", None)
+        .await
+        .unwrap();
+    let id = outcome.task.id();
+    let client = browser(&driver, &chromium).await;
+    client.goto(&app.url("/sign-in")).await.unwrap();
+    client
+        .find(Locator::Css("input[name=token]"))
+        .await
+        .unwrap()
+        .send_keys(ADMIN_TOKEN)
+        .await
+        .unwrap();
+    click(&client, "button[type=submit]").await;
+    wait_for(
+        &client,
+        "section[data-column]",
+        Duration::from_secs(10),
+        "the board",
+    )
+    .await;
+
+    // The task's page follows the attempt live until it has succeeded, then shows its diff and its log.
+    client
+        .goto(&app.url(&format!("/tasks/{id}")))
+        .await
+        .unwrap();
+    wait_for(
+        &client,
+        "section.attempt[data-state=succeeded] .diff table.files",
+        Duration::from_secs(60),
+        "the finished attempt's diff",
+    )
+    .await;
+    let files = text_of(&client, ".diff table.files").await;
+    assert!(
+        files.contains("README.md") && files.contains("redirect.rs"),
+        "{files}"
+    );
+    assert!(
+        files.contains("<img src=x onerror=alert(4)>.txt"),
+        "a file name is text: {files}"
+    );
+    // Each file's patch is collapsible: open (a small patch), closed with a click, open again.
+    let patch = "section.attempt details.patch-file:has(ins)";
+    assert!(displayed(&client, &format!("{patch} pre.patch ins")).await);
+    click(&client, &format!("{patch} > summary")).await;
+    assert!(
+        !displayed(&client, &format!("{patch} pre.patch")).await,
+        "collapsed"
+    );
+    click(&client, &format!("{patch} > summary")).await;
+    let added = text_of(&client, &format!("{patch} pre.patch")).await;
+    assert!(added.contains("+"), "{added}");
+    let green = background(&client, "pre.patch ins").await;
+    assert_ne!(
+        green,
+        background(&client, "pre.patch .hunk").await,
+        "added lines are highlighted"
+    );
+    // The log as turns and tool calls; a tool call opens to show what it ran and what came back.
+    let said = text_of(&client, ".transcript .said").await;
+    assert!(
+        said.contains("<script>alert('said')</script>"),
+        "shown as text: {said}"
+    );
+    click(&client, ".transcript details.tool > summary").await;
+    let tool = text_of(&client, ".transcript details.tool").await;
+    assert!(
+        tool.contains("Bash") && tool.contains("<a href=\"javascript:alert(3)\">README.md:1</a>"),
+        "{tool}"
+    );
+    assert!(text_of(&client, ".transcript .ended")
+        .await
+        .contains("The redirect keeps the query string."));
+    // Nothing the agent wrote ran: no alert opened, no element came from its text.
+    assert!(client.get_alert_text().await.is_err(), "no alert");
+    assert!(client
+        .find_all(Locator::Css("main img, main a[href^=javascript]"))
+        .await
+        .unwrap()
+        .is_empty());
+    let attempt_png = screenshot(&client, "attempt.png").await;
+
+    // Health: the unarmed loop's row is red, a passing one is not; its JSON is one click away.
+    client.goto(&app.url("/status")).await.unwrap();
+    wait_for(
+        &client,
+        "tr[data-loop=linear_poller]",
+        Duration::from_secs(10),
+        "the loops table",
+    )
+    .await;
+    let red = background(&client, "tr[data-loop=linear_poller]").await;
+    assert_eq!(red, "rgb(198, 40, 40)", "the unarmed loop's row");
+    assert_ne!(
+        background(&client, "tr[data-loop='projector:tasks']").await,
+        red
+    );
+    let row = text_of(&client, "tr[data-loop=linear_poller]").await;
+    assert!(
+        row.contains("unarmed") && row.contains("LINEAR_API_KEY"),
+        "{row}"
+    );
+    let json = "tr[data-loop=linear_poller] details pre";
+    assert!(!displayed(&client, json).await, "the JSON starts folded");
+    click(&client, "tr[data-loop=linear_poller] details > summary").await;
+    assert!(displayed(&client, json).await);
+    assert!(text_of(&client, json)
+        .await
+        .contains("\"state\": \"unarmed\""));
+    client
+        .execute(
+            "document.querySelector('tr[data-loop=linear_poller]').scrollIntoView({block: 'center'});",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let health_png = screenshot(&client, "health.png").await;
+    for png in [attempt_png, health_png] {
         let bytes = std::fs::read(&png).unwrap();
         assert!(
             bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000,

@@ -49,4 +49,5 @@ mod tasks_projectors;
 mod telegram;
 mod tour;
 mod web;
+mod web_attempts;
 mod work;

@@ -418,6 +418,13 @@ impl Dispatcher {
             }
             Err(error) => return failed(FailureKind::Workspace, error.to_string()),
         };
+        // What the attempt changed, for its page: from ids we recorded, by our git, capped; never fatal to the run.
+        let phase = std::time::Instant::now();
+        if let Err(error) = self.inner.workspaces.record_diff(prepared, &commit).await {
+            tracing::warn!(task = %id, %run, %error, "the attempt's diff was not recorded");
+        }
+        metrics::histogram!("pidevops_run_phase_seconds", "phase" => "diff")
+            .record(phase.elapsed().as_secs_f64());
         let phase = std::time::Instant::now();
         let pushed = self.inner.workspaces.push(prepared, &commit).await;
         metrics::histogram!("pidevops_run_phase_seconds", "phase" => "push")

@@ -16,7 +16,7 @@ impl Workspaces {
     /// A git command with a clean environment: no inherited `GIT_*`, no global or system config, no prompts, no
     /// hooks, no fsmonitor, and the token (when the source needs it) as an HTTP header for the configured remote's
     /// host only, in git's own environment.
-    fn git(&self, source: Option<&RepoSource>) -> Command {
+    pub(super) fn git(&self, source: Option<&RepoSource>) -> Command {
         let mut command = Command::new("git");
         command
             .env_clear()

@@ -7,6 +7,7 @@
 //! <root>/runs/<task>/<run>/home/, tmp/       the agent's HOME and TMPDIR
 //! <root>/runs/<task>/<run>/agent.log         everything it printed
 //! <root>/runs/<task>/<run>/prompt.md         the prompt, for `{prompt_file}`
+//! <root>/runs/<task>/<run>/diff.json, .patch what the attempt changed (`diff.rs`), for the task's page
 //! ```
 //!
 //! Every path is built from a validated `RepoName`, `TaskId` and `RunId`, none of which can hold `..` or `/`
@@ -30,8 +31,10 @@
 //! - `worktree.rs`  a run's worktree: prepared on the task's branch (a spare, or a checkout), committed
 //! - `handoff.rs`   the agent's own repository in its worktree (`hand_to_agent`)
 //! - `spares.rs`    spare worktrees made ahead, and finished ones reset and reused in a new directory
+//! - `diff.rs`      an attempt's diff from its base to its commit, recorded next to its log (capped)
 //! - `gc.rs`        run directories past the TTL, a previous process's spares, worktree lists pruned
 
+pub mod diff;
 mod gc;
 mod git;
 mod handoff;

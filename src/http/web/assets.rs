@@ -33,6 +33,25 @@ form.inline { display: inline; } button { font: inherit; padding: .2em .7em; cur
 .signin { max-width: 24em; margin: 4em auto; background: var(--card); border: 1px solid var(--line); padding: 1.5em; border-radius: 6px; }
 .signin input { width: 100%; padding: .4em; margin: .4em 0 .8em; }
 .error { color: var(--bad); }
+tr.status-fail td, tr.status-fail th { color: #fff; } tr.status-fail a { color: #fff; text-decoration: underline; }
+table.loops time { white-space: nowrap; }
+.checks details, .loops details { margin-top: .2em; } .checks pre, .loops pre { color: var(--fg); }
+.attempt { border-top: 1px solid var(--line); margin-top: 1em; }
+.diff table.files { width: auto; margin-bottom: .5em; } .added { color: var(--good); } .removed { color: var(--bad); }
+details > summary { cursor: pointer; } details.patch-file { margin: .3em 0; }
+pre.patch { white-space: pre; word-break: normal; font-size: .9em; }
+pre.patch ins { background: rgba(46,125,50,.18); text-decoration: none; display: inline-block; min-width: 100%; }
+pre.patch del { background: rgba(198,40,40,.18); text-decoration: none; display: inline-block; min-width: 100%; }
+pre.patch .hunk { color: var(--accent); } pre.patch .meta { color: var(--muted); font-weight: 600; }
+.cut { color: var(--warn); }
+.transcript { display: flex; flex-direction: column; gap: .4em; margin: .5em 0; }
+.transcript .said { white-space: pre-wrap; background: var(--card); border-left: 3px solid var(--accent); padding: .4em .6em; }
+.transcript .session { color: var(--muted); margin: 0; }
+.transcript details.tool, .transcript details.thought { border: 1px solid var(--line); border-radius: 4px; padding: .2em .5em; background: var(--card); }
+.transcript details.tool.failed { border-color: var(--bad); } .transcript .tool-name { font-weight: 600; }
+.transcript details.thought { color: var(--muted); font-style: italic; } .transcript pre { max-height: 20em; margin: .3em 0; }
+.transcript .ended { padding: .4em .6em; border-radius: 4px; white-space: pre-wrap; }
+.transcript .ended.ok { border: 1px solid var(--good); } .transcript .ended.bad { border: 1px solid var(--bad); }
 "#;
 
 /// Live updates: the page listens to `/live` (the log as SSE, resuming from the position the page was rendered
@@ -54,7 +73,13 @@ pub const SCRIPT: &str = r#"
       .then(function (r) { if (r.redirected || !r.ok) { throw new Error(String(r.status)); } return r.text(); })
       .then(function (html) {
         var fresh = new DOMParser().parseFromString(html, 'text/html').querySelector('main');
-        if (fresh) { main.innerHTML = fresh.innerHTML; main.setAttribute('data-refreshed', String(Date.now())); }
+        if (!fresh) { return; }
+        // What the reader opened or closed stays so: a <details> with an id keeps its state across the swap.
+        var kept = {};
+        Array.prototype.forEach.call(main.querySelectorAll('details[id]'), function (d) { kept[d.id] = d.open; });
+        main.innerHTML = fresh.innerHTML;
+        Object.keys(kept).forEach(function (id) { var d = document.getElementById(id); if (d) { d.open = kept[id]; } });
+        main.setAttribute('data-refreshed', String(Date.now()));
       })
       .catch(function () { /* the next event tries again */ });
   }

@@ -6,9 +6,12 @@
 //! copied cookie is refused on every replica from the moment the sign-out is answered.
 
 pub mod assets;
+pub mod attempt;
 pub mod pages;
 pub mod session;
 mod sign_in;
+mod task_page;
+pub mod transcript;
 
 use sign_in::*;
 pub use sign_in::{OneTimeSignIn, SignInThrottle};
@@ -54,8 +57,6 @@ const FAILED_SIGN_IN_DELAY: Duration = Duration::from_secs(1);
 const MAX_FAILING_PER_ADDRESS: usize = 4;
 /// Client addresses with wrong sign-ins being answered, at most; past it every wrong sign-in gets 429 at once.
 const MAX_FAILING_ADDRESSES: usize = 4096;
-/// The bytes of a running attempt's log shown on its task's page.
-const TAIL_BYTES: u64 = 8 * 1024;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -65,7 +66,7 @@ pub fn router() -> Router<AppState> {
         .route("/sign-in", get(sign_in_page).post(sign_in))
         .route("/sign-in/once", get(sign_in_once))
         .route("/sign-out", post(sign_out))
-        .route("/tasks/{id}", get(task_page))
+        .route("/tasks/{id}", get(task_page::task_page))
         .route("/tasks/{id}/{action}", post(task_action))
         .route("/runs", get(runs_page))
         .route("/status", get(health_page))
@@ -381,112 +382,6 @@ async fn board(
     }
 }
 
-/// What a person may do to `task` now, as the domain decides it.
-fn allowed_actions(task: &crate::tasks::Task) -> Vec<Steer> {
-    let now = Utc::now();
-    [
-        Steer::Approve,
-        Steer::Reject,
-        Steer::Retry,
-        Steer::Cancel,
-        Steer::Archive,
-    ]
-    .into_iter()
-    .filter(|steer| {
-        steer
-            .command(task, None, "from the dashboard")
-            .ok()
-            .and_then(|command| crate::tasks::decide(Some(task), &command, now).ok())
-            .is_some_and(|events| !events.is_empty())
-    })
-    .collect()
-}
-
-async fn task_page(
-    State(state): State<AppState>,
-    SignedIn { key, session }: SignedIn,
-    Path(id): Path<String>,
-    Query(at): Query<AtQuery>,
-) -> Response {
-    caught_up(&state, at.at).await;
-    let Ok(id) = id.parse::<TaskId>() else {
-        return page(
-            StatusCode::NOT_FOUND,
-            pages::message("No such task", "Task ids look like T-42."),
-        );
-    };
-    let store = state.log.store();
-    let head = match store.head().await {
-        Ok(head) => head,
-        Err(e) => return unavailable(e),
-    };
-    let row = match task_rows::get(store, id).await {
-        Ok(Some(row)) => row,
-        Ok(None) => {
-            return page(
-                StatusCode::NOT_FOUND,
-                pages::layout(
-                    &frame(&key, &session, "Not found", Nav::Other, None),
-                    pages::message("No such task", &format!("There is no task {id} (yet).")),
-                ),
-            )
-        }
-        Err(e) => return unavailable(e),
-    };
-    // The task's own stream (one indexed read, not a scan): its spec and what the domain allows now.
-    let task = match state.board.load(id).await {
-        Ok(loaded) => loaded.map(|l| l.task),
-        Err(e) => return unavailable(e),
-    };
-    let (timeline, runs) = match (
-        task_rows::timeline(store, id).await,
-        runs::query(store, Which::Task(&id.to_string())).await,
-    ) {
-        (Ok(timeline), Ok(runs)) => (timeline, runs),
-        (Err(e), _) => return unavailable(e),
-        (_, Err(e)) => return unavailable(e),
-    };
-    let tail = match runs
-        .iter()
-        .rev()
-        .find(|r| r.state == "running")
-        .and_then(|r| r.log_path.clone())
-    {
-        Some(path) => read_tail(&path).await,
-        None => None,
-    };
-    let view = pages::TaskView {
-        actions: task.as_ref().map(allowed_actions).unwrap_or_default(),
-        row,
-        task,
-        timeline,
-        runs,
-        tail,
-        csrf: session.csrf(&key),
-        now: Utc::now(),
-    };
-    page(
-        StatusCode::OK,
-        pages::layout(
-            &frame(&key, &session, &id.to_string(), Nav::Board, Some(head)),
-            pages::task(&view),
-        ),
-    )
-}
-
-/// The end of a run's log file (on this machine; a worker elsewhere keeps its own).
-async fn read_tail(path: &str) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncSeekExt};
-    let mut file = tokio::fs::File::open(path).await.ok()?;
-    let length = file.metadata().await.ok()?.len();
-    file.seek(std::io::SeekFrom::Start(length.saturating_sub(TAIL_BYTES)))
-        .await
-        .ok()?;
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes).await.ok()?;
-    Some(String::from_utf8_lossy(&bytes).into_owned())
-}
-
 async fn task_action(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -570,7 +465,7 @@ async fn health_page(
         StatusCode::OK,
         pages::layout(
             &frame(&key, &session, "Health", Nav::Health, head),
-            pages::health(&body),
+            pages::health(&body, Utc::now()),
         ),
     )
 }

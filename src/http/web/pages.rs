@@ -9,8 +9,8 @@ use maud::{html, Markup, DOCTYPE};
 
 use crate::board::Steer;
 use crate::eventlog::StoredEvent;
-use crate::http::health::{HealthBody, Status};
-use crate::loops::LoopState;
+use crate::http::health::{loop_status, HealthBody, Status};
+
 use crate::projectors::runs::RunRow;
 use crate::projectors::tasks::{TaskRow, TimelineEntry};
 use crate::tasks::{Column, Links, Task};
@@ -239,8 +239,8 @@ pub struct TaskView {
     pub task: Option<Task>,
     pub timeline: Vec<TimelineEntry>,
     pub runs: Vec<RunRow>,
-    /// The last lines of the running attempt's log.
-    pub tail: Option<String>,
+    /// Each run's diff and log, as this machine has them.
+    pub attempts: Vec<super::attempt::Attempt>,
     pub actions: Vec<Steer>,
     pub csrf: String,
     pub now: DateTime<Utc>,
@@ -289,10 +289,7 @@ pub fn task(view: &TaskView) -> Markup {
         }
         h2 { "Runs" }
         (runs_table(&view.runs, false))
-        @if let Some(tail) = &view.tail {
-            h2 { "Running attempt's log (tail)" }
-            pre.log { (tail) }
-        }
+        (super::attempt::attempts(&view.attempts))
         h2 { "Timeline" }
         table.timeline {
             thead { tr { th { "at" } th { "event" } th { "what" } th { "by" } } }
@@ -387,7 +384,34 @@ fn number(detail: &serde_json::Value, key: &str) -> String {
     }
 }
 
-pub fn health(body: &HealthBody) -> Markup {
+/// `12 s ago`, with the exact time on hover; empty for never.
+fn ago(now: DateTime<Utc>, at: Option<DateTime<Utc>>) -> Markup {
+    html! {
+        @if let Some(at) = at {
+            time datetime=(at.to_rfc3339()) title=(at.format("%Y-%m-%d %H:%M:%S UTC")) { (age(now - at)) " ago" }
+        }
+    }
+}
+
+/// A check's values but its status, as `key: value` pairs.
+fn check_summary(check: &serde_json::Value) -> String {
+    check
+        .as_object()
+        .map(|fields| {
+            fields
+                .iter()
+                .filter(|(key, _)| *key != "status")
+                .map(|(key, value)| match value {
+                    serde_json::Value::String(text) => format!("{key}: {text}"),
+                    other => format!("{key}: {other}"),
+                })
+                .collect::<Vec<_>>()
+                .join(" · ")
+        })
+        .unwrap_or_default()
+}
+
+pub fn health(body: &HealthBody, now: DateTime<Utc>) -> Markup {
     let status = |s: Status| match s {
         Status::Pass => "pass",
         Status::Warn => "warn",
@@ -396,43 +420,59 @@ pub fn health(body: &HealthBody) -> Markup {
     html! {
         h1 {
             "Health "
-            span.badge class={ "status-" (status(body.status)) } data-status=(status(body.status)) { (status(body.status)) }
+            span class={ "badge status-" (status(body.status)) } data-status=(status(body.status)) { (status(body.status)) }
         }
-        p.muted { "instance " (body.instance) " · version " (body.version) " · up " (age(chrono::Duration::seconds(body.uptime_s as i64))) }
+        p.muted {
+            "instance " (body.instance) " · version " (body.version) " · up " (age(chrono::Duration::seconds(body.uptime_s as i64)))
+            " · " a href="/health" { "as JSON" }
+        }
         @if !body.problems.is_empty() {
             ul.problems { @for problem in &body.problems { li { (problem) } } }
         }
         h2 { "Checks" }
         table.checks {
+            thead { tr { th { "check" } th { "status" } th { "details" } } }
             tbody {
                 @for (name, check) in &body.checks {
-                    tr {
+                    @let check_status = check["status"].as_str().unwrap_or("");
+                    tr data-check=(name) class=[matches!(check_status, "fail" | "warn").then(|| format!("status-{check_status}"))] {
                         th { (name) }
-                        td { (check["status"].as_str().unwrap_or("")) }
-                        td { pre { (serde_json::to_string_pretty(check).unwrap_or_default()) } }
+                        td { (check_status) }
+                        td {
+                            (check_summary(check))
+                            details id={ "check-json-" (name) } { summary { "JSON" } pre { (serde_json::to_string_pretty(check).unwrap_or_default()) } }
+                        }
                     }
                 }
             }
         }
         h2 { "Loops" }
         table.loops {
-            thead { tr { th { "loop" } th { "state" } th { "reason" } th { "last tick" } th { "last ok" } th { "last error" } th { "lease holder" } th { "detail" } } }
+            thead { tr {
+                th { "loop" } th { "state" } th { "last tick" } th { "last success" } th { "errors" }
+                th { "reason / last error" } th { "lease holder" } th { "JSON" }
+            } }
             tbody {
                 @for (name, report) in &body.loops {
-                    @let bad = report.state == LoopState::Unarmed || (report.state == LoopState::Armed && report.stale);
-                    tr data-loop=(name) class=[bad.then_some("status-fail")] {
+                    @let loop_status = status(loop_status(name, report).0);
+                    tr data-loop=(name) data-health=(loop_status) class=[(loop_status != "pass").then(|| format!("status-{loop_status}"))] {
                         td { (name) }
                         td {
                             (report.state.as_str())
                             @if report.stale { " (stale)" }
                             @if report.failing { " (failing)" }
                         }
-                        td { (report.reason.as_deref().unwrap_or("")) }
-                        td { (report.last_tick_at.map(|t| t.format("%H:%M:%S").to_string()).unwrap_or_default()) }
-                        td { (report.last_ok_at.map(|t| t.format("%H:%M:%S").to_string()).unwrap_or_default()) }
-                        td { (report.last_error.as_deref().unwrap_or("")) }
+                        td { (ago(now, report.last_tick_at)) }
+                        td { (ago(now, report.last_ok_at)) }
+                        td { (report.errors) " of " (report.ticks) }
+                        td {
+                            (report.reason.as_deref().unwrap_or(""))
+                            @if let Some(error) = &report.last_error { @if report.reason.is_some() { " · " } (error) }
+                        }
                         td { (report.lease.as_ref().and_then(|l| l.holder.clone()).unwrap_or_default()) }
-                        td { @if let Some(detail) = &report.detail { code { (detail.to_string()) } } }
+                        td {
+                            details id={ "loop-json-" (name) } { summary { "JSON" } pre { (serde_json::to_string_pretty(report).unwrap_or_default()) } }
+                        }
                     }
                 }
             }

@@ -123,3 +123,24 @@ pub fn dispatch_file(remote: &Remote, script: &Path, profile_extra: &str) -> tom
     .parse()
     .unwrap()
 }
+
+/// An agent that prints a Claude Code stream-json session (with hostile markup in what it says, what its tools
+/// return and a raw line) and changes the worktree: a file edited, one added with a `<script>` line, one whose
+/// name is an `<img onerror>`. For the task page's diff and transcript.
+pub fn claude_like_agent(dir: &Path) -> PathBuf {
+    agent(
+        dir,
+        "claude-like.sh",
+        r#"cat <<'JSON'
+{"type":"system","subtype":"init","cwd":"/work","session_id":"s1","tools":["Bash","Edit"],"model":"claude-sonnet-4-5"}
+{"type":"assistant","message":{"role":"assistant","content":[{"type":"text","text":"Fixing the redirect. <script>alert('said')</script> [docs](javascript:alert(1))"}]},"session_id":"s1"}
+{"type":"assistant","message":{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"command":"grep -rn redirect <img src=x onerror=alert(2)>"}}]},"session_id":"s1"}
+{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"<a href=\"javascript:alert(3)\">README.md:1</a>","is_error":false}]},"session_id":"s1"}
+{"type":"result","subtype":"success","is_error":false,"duration_ms":1200,"num_turns":2,"result":"The redirect keeps the query string.","total_cost_usd":0.05,"session_id":"s1"}
+JSON
+echo "<script>alert('raw')</script> a line of stderr" >&2
+printf '# app\nThe redirect keeps the query string.\n' > README.md
+printf 'fn redirect() {}\n<script>alert("patch")</script>\n' > redirect.rs
+touch '<img src=x onerror=alert(4)>.txt'"#,
+    )
+}

@@ -1,0 +1,237 @@
+//! An attempt's diff, recorded next to its log when its work is committed: what changed from the base commit the
+//! worktree started at to the commit pidevops made, both ids pidevops itself recorded (`Prepared::base_commit`,
+//! `commit`'s `rev-parse`), computed by our own git on the mirror (clean environment, no repository discovered from
+//! the worktree, no diff drivers or textconv, so nothing the agent wrote is run or read as configuration).
+//!
+//! `<run dir>/diff.json` holds the files with their added and removed lines; `<run dir>/diff.patch` the patch,
+//! its first [`PATCH_CAP`] bytes only. git is stopped after [`DIFF_TIMEOUT`]: a giant diff costs a capped file and
+//! a bounded wait, never the whole output in memory. The event log gets none of it (events stay small).
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncReadExt;
+
+use super::{Prepared, WorkspaceError, Workspaces};
+
+/// The files changed, in the run's directory.
+pub const DIFF_FILE: &str = "diff.json";
+/// The patch (cut at [`PATCH_CAP`]), in the run's directory.
+pub const PATCH_FILE: &str = "diff.patch";
+/// The most bytes of a patch kept.
+pub const PATCH_CAP: usize = 512 * 1024;
+/// The most bytes of git's file list read (about 5000 files).
+const STAT_CAP: usize = 256 * 1024;
+/// The longest each git command may take.
+pub const DIFF_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// What `diff.json` holds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DiffRecord {
+    pub base: String,
+    pub commit: String,
+    pub files: Vec<FileStat>,
+    /// More files changed than are listed.
+    pub files_cut: bool,
+    /// The patch's size in bytes, as far as git got; `diff.patch` holds the first [`PATCH_CAP`] of them.
+    pub patch_bytes: u64,
+    /// git was stopped at [`DIFF_TIMEOUT`]: the patch is larger than `patch_bytes`.
+    pub patch_timed_out: bool,
+}
+
+impl DiffRecord {
+    /// Whether `diff.patch` holds less than the whole patch.
+    pub fn patch_cut(&self) -> bool {
+        self.patch_timed_out || self.patch_bytes > PATCH_CAP as u64
+    }
+}
+
+/// One changed file; `None` counts for a binary file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FileStat {
+    pub path: String,
+    pub added: Option<u64>,
+    pub removed: Option<u64>,
+}
+
+impl Workspaces {
+    /// Computes the attempt's diff from `base_commit` to `commit` and writes `diff.json` and `diff.patch` into the
+    /// run's directory (which the agent cannot write: its view has only the worktree, HOME and TMPDIR).
+    pub async fn record_diff(
+        &self,
+        prepared: &Prepared,
+        commit: &str,
+    ) -> Result<DiffRecord, WorkspaceError> {
+        let base = prepared.base_commit.as_str();
+        for id in [base, commit] {
+            if id.len() != 40 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(WorkspaceError::Git {
+                    what: "diffing the attempt".to_owned(),
+                    detail: format!("{id:?} is not a commit id"),
+                });
+            }
+        }
+        let git_dir = format!("--git-dir={}", prepared.dirs.mirror.to_string_lossy());
+        let diff = |format: &'static str| {
+            [
+                git_dir.clone(),
+                "diff".into(),
+                "--no-ext-diff".into(),
+                "--no-textconv".into(),
+                "--no-color".into(),
+                "--no-renames".into(),
+                format.into(),
+                base.into(),
+                commit.into(),
+                "--".into(),
+            ]
+        };
+        let mut stat_args = diff("--numstat").to_vec();
+        stat_args.insert(stat_args.len() - 3, "-z".into());
+        let stat = self.capped_git(&stat_args, STAT_CAP).await?;
+        let (files, files_cut) =
+            parse_numstat(&stat.kept, stat.total > STAT_CAP as u64 || stat.timed_out);
+        let patch = self.capped_git(&diff("--patch"), PATCH_CAP).await?;
+        let record = DiffRecord {
+            base: base.to_owned(),
+            commit: commit.to_owned(),
+            files,
+            files_cut,
+            patch_bytes: patch.total,
+            patch_timed_out: patch.timed_out,
+        };
+        let dir = &prepared.dirs.dir;
+        write(&dir.join(PATCH_FILE), &patch.kept).await?;
+        let json = serde_json::to_vec(&record).map_err(|e| WorkspaceError::Git {
+            what: "recording the attempt's diff".to_owned(),
+            detail: e.to_string(),
+        })?;
+        write(&dir.join(DIFF_FILE), &json).await?;
+        Ok(record)
+    }
+
+    /// Runs our git and keeps the first `cap` bytes of what it prints, counting the rest, for at most
+    /// [`DIFF_TIMEOUT`].
+    async fn capped_git(&self, args: &[String], cap: usize) -> Result<Capped, WorkspaceError> {
+        let failed = |detail: String| WorkspaceError::Git {
+            what: "diffing the attempt".to_owned(),
+            detail,
+        };
+        let mut command = self.git(None);
+        command
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = command
+            .spawn()
+            .map_err(|e| failed(format!("cannot run git: {e}")))?;
+        let mut stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| failed("git's output is not piped".to_owned()))?;
+        let mut kept = Vec::new();
+        let mut total = 0u64;
+        let read = async {
+            let mut buffer = vec![0u8; 64 * 1024];
+            loop {
+                let n = stdout.read(&mut buffer).await?;
+                if n == 0 {
+                    return Ok::<_, std::io::Error>(());
+                }
+                total += n as u64;
+                let room = cap.saturating_sub(kept.len());
+                kept.extend_from_slice(&buffer[..n.min(room)]);
+            }
+        };
+        let timed_out = match tokio::time::timeout(DIFF_TIMEOUT, read).await {
+            Ok(read) => {
+                read.map_err(|e| failed(format!("reading git's output: {e}")))?;
+                false
+            }
+            Err(_) => {
+                let _ = child.start_kill();
+                true
+            }
+        };
+        let status = child
+            .wait()
+            .await
+            .map_err(|e| failed(format!("waiting for git: {e}")))?;
+        if !timed_out && !status.success() {
+            return Err(failed(format!("git diff exited with {status}")));
+        }
+        Ok(Capped {
+            kept,
+            total,
+            timed_out,
+        })
+    }
+}
+
+struct Capped {
+    kept: Vec<u8>,
+    total: u64,
+    timed_out: bool,
+}
+
+async fn write(path: &Path, bytes: &[u8]) -> Result<(), WorkspaceError> {
+    tokio::fs::write(path, bytes)
+        .await
+        .map_err(|source| WorkspaceError::Io {
+            path: path.to_owned(),
+            source,
+        })
+}
+
+/// `git diff --numstat -z` (no renames): `added TAB removed TAB path NUL` per file, `-` counts for binary files.
+/// A record cut by the cap is left out, and `cut` says the list is incomplete.
+pub fn parse_numstat(bytes: &[u8], cut: bool) -> (Vec<FileStat>, bool) {
+    let mut records: Vec<&[u8]> = bytes.split(|b| *b == 0).collect();
+    // The piece after the last NUL is empty when the output is whole, a cut record otherwise.
+    let partial = records.pop().is_some_and(|last| !last.is_empty());
+    let files = records
+        .into_iter()
+        .filter_map(|record| {
+            let text = String::from_utf8_lossy(record);
+            let mut fields = text.splitn(3, '\t');
+            let (added, removed, path) = (fields.next()?, fields.next()?, fields.next()?);
+            Some(FileStat {
+                path: path.to_owned(),
+                added: added.parse().ok(),
+                removed: removed.parse().ok(),
+            })
+        })
+        .collect();
+    (files, cut || partial)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numstat_gives_each_file_its_counts_and_a_cut_list_says_so() {
+        let (files, cut) = parse_numstat(b"3\t1\tsrc/a b.rs\0-\t-\tlogo.png\0", false);
+        assert!(!cut);
+        assert_eq!(
+            files,
+            vec![
+                FileStat {
+                    path: "src/a b.rs".into(),
+                    added: Some(3),
+                    removed: Some(1)
+                },
+                FileStat {
+                    path: "logo.png".into(),
+                    added: None,
+                    removed: None
+                },
+            ]
+        );
+        let (files, cut) = parse_numstat(b"3\t1\tsrc/a.rs\x002\t0\tsrc/b", true);
+        assert_eq!((files.len(), cut), (1, true));
+        assert_eq!(parse_numstat(b"", false), (vec![], false));
+    }
+}
