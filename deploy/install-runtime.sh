@@ -12,8 +12,10 @@
 #
 # Node.js: @anthropic-ai/claude-code asks for Node >= 22 (its `engines`), which Debian bookworm (18) and trixie
 # (20) do not package. Node comes from the npm registry instead: the node-linux-<arch> package is the official
-# build's binary (what the `node` npm package installs), and the npm package is npm itself. Both tarballs are
-# checked against the sha512 integrity the registry publishes for them, as npm checks every package it installs.
+# build's binary (what the `node` npm package installs), and the npm package is npm itself. A bootstrap npm (the
+# machine's, else Debian's nodejs and npm) fetches both with `npm pack` from whatever registry npm is configured
+# for (`npm_config_registry`, .npmrc); each tarball is also checked against the sha512 integrity the registry
+# publishes for it.
 set -euo pipefail
 
 CLAUDE_CODE_VERSION="${CLAUDE_CODE_VERSION:-2.1.332}"
@@ -24,8 +26,6 @@ NODE_VERSION="${NODE_VERSION:-24.22.1}"
 NPM_VERSION="${NPM_VERSION:-11.21.2}"
 INSTALL_AGENTS="${INSTALL_AGENTS:-1}"
 AGENTS_PREFIX="${AGENTS_PREFIX:-/opt/pidevops-agents}"
-NPM_REGISTRY="${NPM_REGISTRY:-https://registry.npmjs.org}"
-NPM_REGISTRY="${NPM_REGISTRY%/}"
 
 say() { echo "install-runtime: $*"; }
 fail() {
@@ -42,7 +42,12 @@ esac
 
 # Debian packages, only those missing (a CI machine has most of them already).
 packages=(ca-certificates git bubblewrap)
-[ "$INSTALL_AGENTS" = 1 ] && packages+=(curl)
+# A bootstrap npm, to fetch Node.js and npm themselves: the machine's, else Debian's.
+bootstrapped=0
+if [ "$INSTALL_AGENTS" = 1 ] && ! command -v npm >/dev/null; then
+    packages+=(nodejs npm)
+    bootstrapped=1
+fi
 missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
@@ -65,21 +70,24 @@ flock 9
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 
-# The tarball of `name@version` from the registry, checked against the integrity the registry publishes, in $2.
+bootstrap_npm=$(command -v npm) || fail "no npm to bootstrap with, even after installing Debian's"
+
+# The tarball of `name@version` from the registry npm is configured for, in $2, checked against the sha512
+# integrity the registry publishes for it.
 fetch_package() {
-    local spec=$1 out=$2 name version meta integrity tarball want got
-    name=${spec%@*}
-    version=${spec##*@}
-    meta=$(curl -fsSL --retry 3 "$NPM_REGISTRY/$name/$version") || fail "$spec: not in the registry $NPM_REGISTRY"
-    integrity=$(printf '%s' "$meta" | grep -o '"integrity": *"sha512-[A-Za-z0-9+/=]*"' | head -n1 | cut -d'"' -f4 || true)
-    tarball=$(printf '%s' "$meta" | grep -o '"tarball": *"[^"]*"' | head -n1 | cut -d'"' -f4 || true)
-    if [ -z "$integrity" ] || [ -z "$tarball" ]; then
-        fail "$spec: the registry gave no tarball or sha512 integrity"
-    fi
-    curl -fsSL --retry 3 -o "$out" "$tarball" || fail "$spec: downloading $tarball failed"
+    local spec=$1 out=$2 integrity packed want got
+    integrity=$("$bootstrap_npm" view "$spec" dist.integrity 2>/dev/null) || fail "$spec: not in the npm registry"
+    case "$integrity" in
+        sha512-*) ;;
+        *) fail "$spec: the registry gave no sha512 integrity" ;;
+    esac
+    packed=$(cd "$scratch" && "$bootstrap_npm" pack --silent "$spec" 2>/dev/null | tail -n1) ||
+        fail "$spec: npm pack failed"
+    [ -f "$scratch/$packed" ] || fail "$spec: npm pack wrote no tarball"
+    mv "$scratch/$packed" "$out"
     want=$(printf '%s' "${integrity#sha512-}" | base64 -d | od -An -v -tx1 | tr -d ' \n')
     got=$(sha512sum "$out" | cut -d' ' -f1)
-    [ "$want" = "$got" ] || fail "$spec: $tarball does not match the registry's sha512 integrity"
+    [ "$want" = "$got" ] || fail "$spec: the tarball does not match the registry's sha512 integrity"
 }
 
 case "$(uname -m)" in
@@ -116,7 +124,7 @@ else
     fetch_package "npm@$NPM_VERSION" "$scratch/npm.tgz"
     tar -xzf "$scratch/npm.tgz" -C "$scratch"
     # npm installs itself from the checked tarball: nothing else is downloaded for it.
-    "$node" "$scratch/package/bin/npm-cli.js" install --global --prefix "$AGENTS_PREFIX" --registry "$NPM_REGISTRY/" \
+    "$node" "$scratch/package/bin/npm-cli.js" install --global --prefix "$AGENTS_PREFIX" \
         --no-audit --no-fund --loglevel=error "$scratch/npm.tgz"
 fi
 
@@ -133,11 +141,17 @@ for spec in \
     fi
     say "npm install -g --prefix $AGENTS_PREFIX $spec"
     # Their postinstall scripts put each CLI's native binary in place: they run (npm runs them as the prefix's owner).
-    "$node" "$npm_cli" install --global --prefix "$AGENTS_PREFIX" --registry "$NPM_REGISTRY/" \
+    "$node" "$npm_cli" install --global --prefix "$AGENTS_PREFIX" \
         --no-audit --no-fund --loglevel=error "$spec"
 done
 
 for cli in claude codex opencode pi; do
     [ -x "$AGENTS_PREFIX/bin/$cli" ] || fail "$cli is not in $AGENTS_PREFIX/bin after the install"
 done
+if [ "$bootstrapped" = 1 ]; then
+    # Debian's Node.js and npm were only the bootstrap: the prefix has its own.
+    say "removing the bootstrap nodejs and npm"
+    DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq nodejs npm
+    DEBIAN_FRONTEND=noninteractive apt-get autoremove -y -qq
+fi
 say "done: node $("$node" --version), npm $(installed_version npm), claude-code $CLAUDE_CODE_VERSION, codex $CODEX_VERSION, opencode $OPENCODE_VERSION, pi $PI_VERSION in $AGENTS_PREFIX/bin"

@@ -225,7 +225,7 @@ async fn hooks_secret_stays_with_the_hooks(db: TestDb, bwrap: &str, containment:
             &format!("{name}.sh"),
             &format!(
                 r#"test "$NPM_TOKEN" = "{NPM_TOKEN}" && echo "{name} has the token: $NPM_TOKEN"
-echo "//registry.npmjs.org/:_authToken=$NPM_TOKEN" > "$HOME/.npmrc"
+echo "//npm.example.test/:_authToken=$NPM_TOKEN" > "$HOME/.npmrc"
 echo "{name}-HOME=$HOME"
 env | sort
 echo ok > {name}-ran.txt
