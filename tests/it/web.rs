@@ -503,7 +503,7 @@ async fn the_health_page_turns_red_when_health_fails(db: TestDb) {
 }
 
 async fn a_running_attempt_shows_its_log_tail_on_its_page(db: TestDb) {
-    use crate::common::agents::{agent, dispatch_file, Remote, REPO};
+    use crate::common::agents::{agent, Remote};
     let remote = Remote::new();
     let scratch = tempfile::tempdir().unwrap();
     let script = agent(
@@ -511,23 +511,15 @@ async fn a_running_attempt_shows_its_log_tail_on_its_page(db: TestDb) {
         "talks.sh",
         "echo 'reading the <code> & thinking'; sleep 600",
     );
-    let mut settings = crate::common::settings(&db);
-    settings.file =
-        pidevops::config::FileConfig::try_from(dispatch_file(&remote, &script, "")).unwrap();
-    settings.workspace_root = scratch.path().join("ws");
-    let app = TestApp::spawn(settings).await;
-    let draft = Draft::new(
-        REPO.parse().unwrap(),
-        Spec::new("Think out loud", "", "").unwrap(),
-        Links::default(),
-    );
-    let (outcome, _) = app
-        .state
-        .board
-        .create(draft, "test:tail", "api", None)
-        .await
-        .unwrap();
-    let id = outcome.task.id();
+    let (app, id) = crate::web::app_with_agent_task(
+        &db,
+        &remote,
+        &script,
+        scratch.path(),
+        "Think out loud",
+        "test:tail",
+    )
+    .await;
     let cookie = sign_in(&app).await;
     within(
         Duration::from_secs(30),
@@ -830,4 +822,35 @@ async fn a_copied_cookie_is_refused_after_sign_out_on_every_replica(db: TestDb) 
     assert_eq!(get(&app, "/", &fresh).await.0, 200);
     other.stop().await;
     app.stop().await;
+}
+
+/// An app whose dispatcher runs `script` against `remote` (workspaces under `scratch`), and a task it will run.
+pub(crate) async fn app_with_agent_task(
+    db: &TestDb,
+    remote: &crate::common::agents::Remote,
+    script: &std::path::Path,
+    scratch: &std::path::Path,
+    title: &str,
+    key: &str,
+) -> (TestApp, TaskId) {
+    let mut settings = crate::common::settings(db);
+    settings.file = pidevops::config::FileConfig::try_from(crate::common::agents::dispatch_file(
+        remote, script, "",
+    ))
+    .unwrap();
+    settings.workspace_root = scratch.join("ws");
+    let app = TestApp::spawn(settings).await;
+    let draft = Draft::new(
+        crate::common::agents::REPO.parse().unwrap(),
+        Spec::new(title, "", "").unwrap(),
+        Links::default(),
+    );
+    let (outcome, _) = app
+        .state
+        .board
+        .create(draft, key, "api", None)
+        .await
+        .unwrap();
+    let id = outcome.task.id();
+    (app, id)
 }

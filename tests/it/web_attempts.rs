@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use crate::common::{within, TestApp, TestDb};
 use crate::web::{get, sign_in, task};
-use pidevops::board::Draft;
-use pidevops::tasks::{Links, RunId, Spec};
+use pidevops::tasks::{Links, RunId};
 
 per_backend!(
     a_finished_attempt_shows_its_diff_and_transcript_inert,
@@ -20,27 +19,19 @@ per_backend!(
 /// (Claude's stream-json as turns and tool calls), all of it agent-written and all of it inert: no `<script>`, no
 /// element from a file name, no `javascript:` link.
 async fn a_finished_attempt_shows_its_diff_and_transcript_inert(db: TestDb) {
-    use crate::common::agents::{claude_like_agent, dispatch_file, Remote, REPO};
+    use crate::common::agents::{claude_like_agent, Remote};
     let remote = Remote::new();
     let scratch = tempfile::tempdir().unwrap();
     let script = claude_like_agent(scratch.path());
-    let mut settings = crate::common::settings(&db);
-    settings.file =
-        pidevops::config::FileConfig::try_from(dispatch_file(&remote, &script, "")).unwrap();
-    settings.workspace_root = scratch.path().join("ws");
-    let app = TestApp::spawn(settings).await;
-    let draft = Draft::new(
-        REPO.parse().unwrap(),
-        Spec::new("Keep the query string", "", "").unwrap(),
-        Links::default(),
-    );
-    let (outcome, _) = app
-        .state
-        .board
-        .create(draft, "test:diff", "api", None)
-        .await
-        .unwrap();
-    let id = outcome.task.id();
+    let (app, id) = crate::web::app_with_agent_task(
+        &db,
+        &remote,
+        &script,
+        scratch.path(),
+        "Keep the query string",
+        "test:diff",
+    )
+    .await;
     let cookie = sign_in(&app).await;
     let page = format!("/tasks/{id}");
     within(
@@ -134,7 +125,7 @@ async fn a_finished_attempt_shows_its_diff_and_transcript_inert(db: TestDb) {
 /// An agent that writes megabytes (a generated file, a chatty build) costs the page a bounded read: the patch is
 /// kept to its cap and the log to its end, and the page says what it left out.
 async fn a_giant_diff_and_log_are_cut_and_the_page_says_so(db: TestDb) {
-    use crate::common::agents::{agent, dispatch_file, Remote, REPO};
+    use crate::common::agents::{agent, Remote};
     let remote = Remote::new();
     let scratch = tempfile::tempdir().unwrap();
     let script = agent(
@@ -142,23 +133,15 @@ async fn a_giant_diff_and_log_are_cut_and_the_page_says_so(db: TestDb) {
         "chatty.sh",
         "seq 1 200000; seq 1 300000 > numbers.txt",
     );
-    let mut settings = crate::common::settings(&db);
-    settings.file =
-        pidevops::config::FileConfig::try_from(dispatch_file(&remote, &script, "")).unwrap();
-    settings.workspace_root = scratch.path().join("ws");
-    let app = TestApp::spawn(settings).await;
-    let draft = Draft::new(
-        REPO.parse().unwrap(),
-        Spec::new("Generate the numbers", "", "").unwrap(),
-        Links::default(),
-    );
-    let (outcome, _) = app
-        .state
-        .board
-        .create(draft, "test:giant", "api", None)
-        .await
-        .unwrap();
-    let id = outcome.task.id();
+    let (app, id) = crate::web::app_with_agent_task(
+        &db,
+        &remote,
+        &script,
+        scratch.path(),
+        "Generate the numbers",
+        "test:giant",
+    )
+    .await;
     let cookie = sign_in(&app).await;
     let page = format!("/tasks/{id}");
     within(Duration::from_secs(60), "the succeeded attempt", || async {
