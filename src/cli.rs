@@ -193,6 +193,7 @@ async fn run(board: &Board, command: TaskCommand) -> anyhow::Result<()> {
                 max_attempts: None,
                 ticket_version: None,
                 agent,
+                family: Default::default(),
             };
             board.config().allowed.check(&draft.repo)?;
             let key = format!("cli:{}", uuid::Uuid::new_v4());

@@ -174,6 +174,7 @@ fn task_events(i: u64, at: impl Fn(usize) -> DateTime<Utc>) -> anyhow::Result<Ve
             max_attempts: MaxAttempts::new(3)?,
             ticket_version: None,
             agent: None,
+            family: Default::default(),
         })),
         Command::Approve,
         Command::AttachFollowUp {

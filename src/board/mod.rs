@@ -18,8 +18,8 @@ use serde::Deserialize;
 use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::{AppendError, Appended, EventLog, StoreError, StoredEvent};
 use crate::tasks::{
-    decide, evolve, AgentName, ApprovalPolicy, Command, Links, MaxAttempts, NewTask, Priority,
-    Reason, RepoName, RetryCause, Spec, Task, TaskError, TaskEvent, TaskId,
+    decide, evolve, AgentName, ApprovalPolicy, Command, Family, Links, MaxAttempts, NewTask,
+    Priority, Reason, RepoName, RetryCause, Spec, Task, TaskError, TaskEvent, TaskId,
 };
 pub use allowed::{AllowedRepos, NotAllowed};
 
@@ -83,6 +83,9 @@ pub struct Draft {
     /// The agent profile to run it with (an `agent:<name>` label, the API); default: the repository's.
     #[serde(default)]
     pub agent: Option<AgentName>,
+    /// A plan, or a plan's item: set by the plan routes and the plan follower, never by a task request.
+    #[serde(skip)]
+    pub family: Family,
 }
 
 impl Draft {
@@ -97,6 +100,7 @@ impl Draft {
             max_attempts: None,
             ticket_version: None,
             agent: None,
+            family: Family::default(),
         }
     }
 }
@@ -365,6 +369,7 @@ impl Board {
                 max_attempts: draft.max_attempts.unwrap_or(self.config.max_attempts),
                 ticket_version: draft.ticket_version,
                 agent: draft.agent.clone(),
+                family: draft.family.clone(),
             };
             let events = decide(None, &Command::Create(Box::new(new)), Utc::now())?;
             let Some((first, rest)) = events.split_first() else {

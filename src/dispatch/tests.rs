@@ -183,6 +183,7 @@ fn a_task_runs_with_its_own_profile_else_its_repositorys() {
             max_attempts: MaxAttempts::new(3).unwrap(),
             ticket_version: None,
             agent: agent.map(|a| a.parse().unwrap()),
+            family: Default::default(),
         };
         apply(None, Command::Create(Box::new(new)), 0)
     };
@@ -225,6 +226,7 @@ fn the_prompt_is_the_spec_then_what_failed_and_what_was_added() {
         max_attempts: MaxAttempts::new(3).unwrap(),
         ticket_version: None,
         agent: None,
+        family: Default::default(),
     };
     let task = apply(None, Command::Create(Box::new(new)), 0);
     let first = prompt::build(&task);

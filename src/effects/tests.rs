@@ -151,6 +151,7 @@ fn a_task_in_review_asks_for_one_pull_request_to_its_repositorys_base() {
         max_attempts: MaxAttempts::new(3).unwrap(),
         ticket_version: None,
         agent: None,
+        family: Default::default(),
     };
     let (task, _) = apply(None, Command::Create(Box::new(new)));
     let run = RunId(uuid::Uuid::from_u128(1));
@@ -431,6 +432,7 @@ fn a_pull_request_from_hostile_ticket_text_has_no_live_mention_or_closing_keywor
         max_attempts: MaxAttempts::new(3).unwrap(),
         ticket_version: None,
         agent: None,
+        family: Default::default(),
     };
     let (task, _) = apply(None, Command::Create(Box::new(new)));
     let run = RunId(uuid::Uuid::from_u128(1));
@@ -479,6 +481,7 @@ fn linear_hears_each_step_as_comments_or_as_session_activities() {
         max_attempts: MaxAttempts::new(3).unwrap(),
         ticket_version: None,
         agent: None,
+        family: Default::default(),
     };
     let (task, _) = apply(None, Command::Create(Box::new(new)));
     let run = RunId(uuid::Uuid::from_u128(1));

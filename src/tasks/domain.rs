@@ -15,13 +15,16 @@ use utoipa::ToSchema;
 
 mod decision;
 mod evolution;
+mod family;
 
 pub use decision::decide;
 pub use evolution::{evolve, replay};
+pub use family::{roll_up, ChildView, PlanState, RollUp, TriageOutcome, TriageState};
 
+use super::plan::PlanDocument;
 use super::values::{
     AgentName, ApprovalPolicy, BranchName, Column, FollowUpText, GithubRef, Links, MaxAttempts,
-    Priority, Reason, RepoName, RunId, Spec, TaskId,
+    Priority, Reason, RepoName, RunId, RunPurpose, Spec, TaskId, TaskKind,
 };
 
 /// At most this many follow-ups per task, delivered or not, so a chatty thread cannot grow a task without bound.
@@ -65,6 +68,24 @@ pub struct Task {
     /// when a human clears a flag.
     #[serde(skip)]
     recent_starts: Vec<DateTime<Utc>>,
+    /// A task, or a plan (whose planner proposes tasks and whose column then follows theirs).
+    #[serde(skip_serializing_if = "TaskKind::is_task")]
+    kind: TaskKind,
+    /// The plan this task is an item of.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parent: Option<TaskId>,
+    /// Tasks that must be done before this one may start (a plan's items name them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    depends_on: Vec<TaskId>,
+    /// What the live run is for; set exactly while the task is in progress with a run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    purpose: Option<RunPurpose>,
+    /// A plan's proposal, approval and items (plans only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    plan: Option<PlanState>,
+    /// What the triage agent made of the ticket, once it ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    triage: Option<TriageState>,
 }
 
 /// Why a human is needed, and since when (the start of this episode; one alert per episode).
@@ -173,11 +194,87 @@ impl Task {
             .count()
     }
 
+    pub fn kind(&self) -> TaskKind {
+        self.kind
+    }
+    pub fn is_plan(&self) -> bool {
+        self.kind == TaskKind::Plan
+    }
+    pub fn parent(&self) -> Option<TaskId> {
+        self.parent
+    }
+    pub fn depends_on(&self) -> &[TaskId] {
+        &self.depends_on
+    }
+    /// What the live run is for (`None` when no run is live).
+    pub fn purpose(&self) -> Option<RunPurpose> {
+        self.purpose
+    }
+    pub fn plan(&self) -> Option<&PlanState> {
+        self.plan.as_ref()
+    }
+    pub fn triage(&self) -> Option<&TriageState> {
+        self.triage.as_ref()
+    }
+    /// A plan approved as a whole: its items do the work, and its column follows theirs.
+    pub fn is_approved_plan(&self) -> bool {
+        self.plan.as_ref().is_some_and(|p| p.approved_at.is_some())
+    }
+
+    /// Why the task waits for a person, if it does: its own flag, or (a plan) its items that need one.
+    pub fn waiting_for_human(&self) -> Option<String> {
+        if let Some(flag) = &self.needs_human {
+            return Some(flag.reason.as_str().to_owned());
+        }
+        let plan = self.plan.as_ref()?;
+        match plan.children_needing_human.as_slice() {
+            [] => None,
+            [one] => Some(format!("{one} needs a human")),
+            many => Some(format!(
+                "{} need a human",
+                many.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        }
+    }
+
     /// Whether `start` would be accepted: what the dispatcher asks before it spends a run.
     pub fn can_start(&self) -> bool {
         self.column == Column::Todo
             && self.needs_human.is_none()
             && self.attempts < self.max_attempts.get()
+            && !self.is_approved_plan()
+    }
+
+    /// Whether a triage run may start: a task (not a plan) waiting in triage that no triage agent has seen.
+    pub fn can_triage(&self) -> bool {
+        self.column == Column::Triage
+            && self.kind == TaskKind::Task
+            && self.needs_human.is_none()
+            && self.triage.is_none()
+    }
+}
+
+/// Where a new task sits among others: on its own (the default), a plan, or one of a plan's items.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Family {
+    #[serde(default, skip_serializing_if = "TaskKind::is_task")]
+    pub kind: TaskKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<TaskId>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<TaskId>,
+}
+
+impl Family {
+    /// A plan of its own.
+    pub fn plan() -> Self {
+        Family {
+            kind: TaskKind::Plan,
+            ..Family::default()
+        }
     }
 }
 
@@ -197,6 +294,9 @@ pub struct NewTask {
     /// The agent profile asked for (a label, the API); `None`: the repository's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<AgentName>,
+    /// A plan, a plan's item, or a task on its own.
+    #[serde(default, flatten)]
+    pub family: Family,
 }
 
 /// Why an attempt is being retried.
@@ -272,6 +372,29 @@ pub enum Command {
     ChooseAgent {
         agent: Option<AgentName>,
     },
+    /// Starts a triage run on a task waiting in triage (not an attempt).
+    StartTriage {
+        run: RunId,
+    },
+    /// The triage run rewrote the ticket into `spec`, for its approver.
+    ProposeSpec {
+        run: RunId,
+        spec: Spec,
+    },
+    /// The planner's run proposed a valid plan: it waits for approval (or is approved at once under `auto`).
+    ProposePlan {
+        run: RunId,
+        plan: Box<PlanDocument>,
+    },
+    /// An approved plan's items became these tasks (in the plan's order).
+    AdoptChildren {
+        children: Vec<TaskId>,
+    },
+    /// An approved plan's column follows its items'; `needs_human` lists those waiting for a person.
+    RollUp {
+        column: Column,
+        needs_human: Vec<TaskId>,
+    },
 }
 
 impl Command {
@@ -294,6 +417,11 @@ impl Command {
             Command::Reprioritize { .. } => "reprioritize",
             Command::AttachLinks { .. } => "attach-links",
             Command::ChooseAgent { .. } => "choose-agent",
+            Command::StartTriage { .. } => "start-triage",
+            Command::ProposeSpec { .. } => "propose-spec",
+            Command::ProposePlan { .. } => "propose-plan",
+            Command::AdoptChildren { .. } => "adopt-children",
+            Command::RollUp { .. } => "roll-up",
         }
     }
 }
@@ -313,6 +441,8 @@ pub struct TaskCreated {
     pub ticket_version: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<AgentName>,
+    #[serde(default, flatten)]
+    pub family: Family,
 }
 
 /// One fact about a task. The stream (one per task) says which task; `at` is when `decide` accepted it.
@@ -332,7 +462,10 @@ pub enum TaskEvent {
     Started {
         at: DateTime<Utc>,
         run: RunId,
+        /// The attempt it is; 0 for a triage run, which is not one.
         attempt: u32,
+        #[serde(default, skip_serializing_if = "RunPurpose::is_work")]
+        purpose: RunPurpose,
     },
     SubmittedForReview {
         at: DateTime<Utc>,
@@ -397,6 +530,43 @@ pub enum TaskEvent {
         /// `None`: the repository's profile again.
         agent: Option<AgentName>,
     },
+    /// A triage run ended: its spec proposed, or why not.
+    TriageEnded {
+        at: DateTime<Utc>,
+        run: RunId,
+        outcome: TriageOutcome,
+    },
+    /// The planner's run proposed this plan; it waits in triage for approval.
+    PlanProposed {
+        at: DateTime<Utc>,
+        run: RunId,
+        plan: Box<PlanDocument>,
+    },
+    /// The proposed plan was approved as a whole: its items become tasks.
+    PlanApproved {
+        at: DateTime<Utc>,
+        /// True when the `auto` approval policy approved it as it was proposed.
+        automatic: bool,
+    },
+    /// The proposed plan was rejected with a comment: the planner runs again with it.
+    PlanRejected {
+        at: DateTime<Utc>,
+        reason: Reason,
+        /// The attempt budget from now on (raised by one when it was spent, so a person's "try again" works).
+        max_attempts: MaxAttempts,
+    },
+    /// The approved plan's items, as tasks.
+    ChildrenCreated {
+        at: DateTime<Utc>,
+        children: Vec<TaskId>,
+    },
+    /// The plan's column (or the items waiting for a person) changed with its items'.
+    RolledUp {
+        at: DateTime<Utc>,
+        column: Column,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        needs_human: Vec<TaskId>,
+    },
 }
 
 impl TaskEvent {
@@ -420,6 +590,12 @@ impl TaskEvent {
             TaskEvent::LinksAttached { .. } => "task.links_attached",
             TaskEvent::AgentChosen { .. } => "task.agent_chosen",
             TaskEvent::AttemptReturned { .. } => "task.attempt_returned",
+            TaskEvent::TriageEnded { .. } => "task.triage_ended",
+            TaskEvent::PlanProposed { .. } => "task.plan_proposed",
+            TaskEvent::PlanApproved { .. } => "task.plan_approved",
+            TaskEvent::PlanRejected { .. } => "task.plan_rejected",
+            TaskEvent::ChildrenCreated { .. } => "task.children_created",
+            TaskEvent::RolledUp { .. } => "task.rolled_up",
         }
     }
 
@@ -441,7 +617,13 @@ impl TaskEvent {
             | TaskEvent::PriorityChanged { at, .. }
             | TaskEvent::LinksAttached { at, .. }
             | TaskEvent::AgentChosen { at, .. }
-            | TaskEvent::AttemptReturned { at, .. } => *at,
+            | TaskEvent::AttemptReturned { at, .. }
+            | TaskEvent::TriageEnded { at, .. }
+            | TaskEvent::PlanProposed { at, .. }
+            | TaskEvent::PlanApproved { at, .. }
+            | TaskEvent::PlanRejected { at, .. }
+            | TaskEvent::ChildrenCreated { at, .. }
+            | TaskEvent::RolledUp { at, .. } => *at,
         }
     }
 }
@@ -484,6 +666,35 @@ pub enum TaskError {
     },
     #[error("{id} has {MAX_FOLLOW_UPS} follow-ups, the most a task may have")]
     TooManyFollowUps { id: TaskId },
+    #[error("{id} is a plan approved as a whole: its tasks do the work ({command} refused)")]
+    PlanWork { id: TaskId, command: &'static str },
+    #[error("{id} is not a plan with a proposal waiting; {command} needs one")]
+    NoProposal { id: TaskId, command: &'static str },
+    #[error(
+        "{id}: a triage agent is rewriting it; {command} must wait until it is back in triage"
+    )]
+    Triaging { id: TaskId, command: &'static str },
+    #[error("{id}: run {run} is a {purpose} run; {command} needs a {needs} run")]
+    WrongPurpose {
+        id: TaskId,
+        run: RunId,
+        purpose: RunPurpose,
+        command: &'static str,
+        needs: RunPurpose,
+    },
+    #[error("{id} is a {kind}; {command} is for a {needs}")]
+    WrongKind {
+        id: TaskId,
+        kind: TaskKind,
+        command: &'static str,
+        needs: TaskKind,
+    },
+    #[error("{id} already has its tasks ({existing}); refusing {proposed}")]
+    ChildrenConflict {
+        id: TaskId,
+        existing: String,
+        proposed: String,
+    },
     #[error("cannot apply {event} to {task}: {why}")]
     Inapplicable {
         task: String,

@@ -13,14 +13,16 @@
 //! pidevops itself interrupted (a shutdown) is given back rather than counted.
 
 pub mod domain;
+pub mod plan;
 pub mod values;
 
 pub use domain::{
-    decide, evolve, replay, Command, Failure, FollowUp, NeedsHuman, NewTask, RetryCause, Task,
-    TaskCreated, TaskError, TaskEvent, MAX_FOLLOW_UPS, OSCILLATION_STARTS, OSCILLATION_WINDOW_S,
+    decide, evolve, replay, roll_up, ChildView, Command, Failure, Family, FollowUp, NeedsHuman,
+    NewTask, PlanState, RetryCause, RollUp, Task, TaskCreated, TaskError, TaskEvent, TriageOutcome,
+    TriageState, MAX_FOLLOW_UPS, OSCILLATION_STARTS, OSCILLATION_WINDOW_S,
 };
 pub use values::{
     AgentName, ApprovalPolicy, BranchName, Column, FollowUpText, GithubRef, LinearIssue, Links,
-    MaxAttempts, Priority, Reason, RepoName, RunId, Spec, SpecParts, TaskId, TelegramMessage,
-    ValueError,
+    MaxAttempts, Priority, Reason, RepoName, RunId, RunPurpose, Spec, SpecParts, TaskId, TaskKind,
+    TelegramMessage, ValueError,
 };

@@ -165,6 +165,7 @@ fn new_task(n: u64, priority: Priority, links: Links, approval: ApprovalPolicy) 
         max_attempts: MaxAttempts::new(2).unwrap(),
         ticket_version: None,
         agent: None,
+        family: Default::default(),
     }))
 }
 

@@ -1,12 +1,29 @@
 //! What a task event says, in one line a person can read, and which links and source it brings.
 
 use super::{link_keys, LinkKind};
-use crate::tasks::{Links, RetryCause, TaskEvent};
+use crate::tasks::{Links, RetryCause, RunPurpose, TaskEvent, TaskKind, TriageOutcome};
 
 /// One line a person can read: what happened.
 pub fn summarize(event: &TaskEvent) -> String {
     match event {
-        TaskEvent::Created(c) => format!("created in {}: {}", c.repo, c.spec.title()),
+        TaskEvent::Created(c) => {
+            let what = match (c.family.kind, c.family.parent) {
+                (TaskKind::Plan, _) => "plan created".to_owned(),
+                (TaskKind::Task, Some(parent)) => format!("created as an item of plan {parent}"),
+                (TaskKind::Task, None) => "created".to_owned(),
+            };
+            let mut line = format!("{what} in {}: {}", c.repo, c.spec.title());
+            if !c.family.depends_on.is_empty() {
+                let ids: Vec<String> = c
+                    .family
+                    .depends_on
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect();
+                line.push_str(&format!(" (after {})", ids.join(", ")));
+            }
+            line
+        }
         TaskEvent::Approved { automatic, .. } => {
             if *automatic {
                 "approved automatically".into()
@@ -15,7 +32,16 @@ pub fn summarize(event: &TaskEvent) -> String {
             }
         }
         TaskEvent::Rejected { reason, .. } => format!("rejected: {reason}"),
-        TaskEvent::Started { attempt, run, .. } => format!("attempt {attempt} started (run {run})"),
+        TaskEvent::Started {
+            attempt,
+            run,
+            purpose,
+            ..
+        } => match purpose {
+            RunPurpose::Work => format!("attempt {attempt} started (run {run})"),
+            RunPurpose::Plan => format!("planner attempt {attempt} started (run {run})"),
+            RunPurpose::Triage => format!("triage agent started (run {run})"),
+        },
         TaskEvent::SubmittedForReview { branch, pr, .. } => match pr {
             Some(pr) => format!("submitted for review: {} ({pr})", branch.as_str()),
             None => format!("submitted for review: {}", branch.as_str()),
@@ -56,6 +82,43 @@ pub fn summarize(event: &TaskEvent) -> String {
             Some(agent) => format!("agent profile {agent} chosen"),
             None => "agent profile back to the repository's".into(),
         },
+        TaskEvent::TriageEnded { outcome, .. } => match outcome {
+            TriageOutcome::Proposed { spec } => {
+                format!("triage agent proposed a spec: {}", spec.title())
+            }
+            TriageOutcome::Failed { reason } => format!("triage agent failed: {reason}"),
+            TriageOutcome::Interrupted => "triage agent interrupted; it runs again".into(),
+        },
+        TaskEvent::PlanProposed { plan, .. } => {
+            format!("plan proposed with {} items", plan.items().len())
+        }
+        TaskEvent::PlanApproved { automatic, .. } => {
+            if *automatic {
+                "plan approved automatically".into()
+            } else {
+                "plan approved".into()
+            }
+        }
+        TaskEvent::PlanRejected { reason, .. } => format!("plan rejected: {reason}"),
+        TaskEvent::ChildrenCreated { children, .. } => {
+            let ids: Vec<String> = children.iter().map(ToString::to_string).collect();
+            format!("items created: {}", ids.join(", "))
+        }
+        TaskEvent::RolledUp {
+            column,
+            needs_human,
+            ..
+        } => {
+            if needs_human.is_empty() {
+                format!("plan {column} with its items")
+            } else {
+                let ids: Vec<String> = needs_human.iter().map(ToString::to_string).collect();
+                format!(
+                    "plan {column} with its items; waiting for a human: {}",
+                    ids.join(", ")
+                )
+            }
+        }
         TaskEvent::LinksAttached { links, .. } => {
             let keys: Vec<String> = link_keys(links)
                 .into_iter()

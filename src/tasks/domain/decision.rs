@@ -4,8 +4,9 @@ use chrono::{DateTime, Utc};
 
 use super::super::values::{
     AgentName, ApprovalPolicy, BranchName, Column, FollowUpText, GithubRef, Links, MaxAttempts,
-    Priority, Reason, RunId, Spec, TaskId,
+    Priority, Reason, RunId, RunPurpose, Spec, TaskId, TaskKind,
 };
+use super::family;
 use super::{
     Command, NewTask, RetryCause, Task, TaskCreated, TaskError, TaskEvent, BEFORE_WORK,
     BETWEEN_ATTEMPTS, CLOSED, MAX_FOLLOW_UPS, OPEN, OSCILLATION_STARTS, OSCILLATION_WINDOW_S,
@@ -37,8 +38,42 @@ pub fn decide(
     let column = task.column;
     let at = now;
     let none = Ok(Vec::new());
+    // While a triage agent rewrites the ticket, the approver waits for it (or cancels).
+    if task.purpose == Some(RunPurpose::Triage)
+        && matches!(
+            command,
+            Command::Approve | Command::Reject { .. } | Command::UpdateSpec { .. }
+        )
+    {
+        return Err(TaskError::Triaging {
+            id: task.id,
+            command: command.name(),
+        });
+    }
+    // An approved plan's items do the work: the commands that report or ask for work are theirs.
+    if task.is_approved_plan()
+        && matches!(
+            command,
+            Command::Start { .. }
+                | Command::SubmitForReview { .. }
+                | Command::Complete
+                | Command::Retry { .. }
+                | Command::ChooseAgent { .. }
+        )
+    {
+        return Err(TaskError::PlanWork {
+            id: task.id,
+            command: command.name(),
+        });
+    }
     match command {
         Command::Create(_) => Err(TaskError::AlreadyExists { id: task.id }),
+
+        Command::Approve if task.kind == TaskKind::Plan => family::approve_plan(task, command, at),
+
+        Command::Reject { reason } if task.kind == TaskKind::Plan => {
+            family::reject_plan(task, command, reason, at)
+        }
 
         Command::Approve => match column {
             Column::Triage => Ok(vec![TaskEvent::Approved {
@@ -106,11 +141,28 @@ pub fn decide(
         Command::AttachLinks { links } => attach_links(task, links, at),
 
         Command::ChooseAgent { agent } => choose_agent(task, command, agent, at),
+
+        Command::StartTriage { run } => family::start_triage(task, command, *run, at),
+
+        Command::ProposeSpec { run, spec } => family::propose_spec(task, command, *run, spec, at),
+
+        Command::ProposePlan { run, plan } => family::propose_plan(task, command, *run, plan, at),
+
+        Command::AdoptChildren { children } => family::adopt_children(task, command, children, at),
+
+        Command::RollUp {
+            column,
+            needs_human,
+        } => family::roll_up_plan(task, command, *column, needs_human, at),
     }
 }
 
 /// `command` needs the task in one of `allowed`, and it is not.
-fn wrong_column(task: &Task, command: &Command, allowed: &'static [Column]) -> TaskError {
+pub(super) fn wrong_column(
+    task: &Task,
+    command: &Command,
+    allowed: &'static [Column],
+) -> TaskError {
     TaskError::WrongColumn {
         id: task.id,
         column: task.column,
@@ -145,6 +197,10 @@ fn start(
         at,
         run,
         attempt: task.attempts + 1,
+        purpose: match task.kind {
+            TaskKind::Task => RunPurpose::Work,
+            TaskKind::Plan => RunPurpose::Plan,
+        },
     }])
 }
 
@@ -160,6 +216,16 @@ fn submit_for_review(
         return Err(wrong_column(task, command, &[Column::InProgress]));
     }
     live_run(task, run)?;
+    let purpose = task.purpose.unwrap_or_default();
+    if purpose != RunPurpose::Work {
+        return Err(TaskError::WrongPurpose {
+            id: task.id,
+            run,
+            purpose,
+            command: command.name(),
+            needs: RunPurpose::Work,
+        });
+    }
     Ok(vec![TaskEvent::SubmittedForReview {
         at,
         run,
@@ -184,6 +250,10 @@ fn retry(
                 return Err(wrong_column(task, command, &[Column::InProgress]));
             }
             live_run(task, *run)?;
+            if task.purpose == Some(RunPurpose::Triage) {
+                let interrupted = matches!(cause, RetryCause::Interrupted { .. });
+                return Ok(family::triage_failed(task, *run, interrupted, reason, now));
+            }
         }
         RetryCause::ChecksFailed | RetryCause::ChangesRequested => {
             if task.column != Column::InReview {
@@ -384,9 +454,11 @@ fn create(new: &NewTask, at: DateTime<Utc>) -> Vec<TaskEvent> {
         max_attempts: new.max_attempts,
         ticket_version: new.ticket_version,
         agent: new.agent.clone(),
+        family: new.family.clone(),
     }))];
-    // Auto approval is recorded as an approval, so everything downstream sees one path into `todo`.
-    if new.approval == ApprovalPolicy::Auto {
+    // Auto approval is recorded as an approval, so everything downstream sees one path into `todo`. A plan starts
+    // in `todo` (its planner may run); its approval policy is for the plan it proposes.
+    if new.approval == ApprovalPolicy::Auto && new.family.kind == TaskKind::Task {
         events.push(TaskEvent::Approved {
             at,
             automatic: true,

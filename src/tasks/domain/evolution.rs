@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 
 use super::super::values::{
-    AgentName, Column, FollowUpText, Links, MaxAttempts, Reason, RunId, Spec,
+    AgentName, Column, FollowUpText, Links, MaxAttempts, Reason, RunId, RunPurpose, Spec, TaskKind,
 };
 use super::decision::new_links;
 use super::{
@@ -55,11 +55,17 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
             require(task, event, &[Column::Triage])?;
             task.close(Column::Cancelled, Some(reason.clone()));
         }
-        TaskEvent::Started { at, run, attempt } => started(task, event, *at, *run, *attempt)?,
+        TaskEvent::Started {
+            at,
+            run,
+            attempt,
+            purpose,
+        } => started(task, event, *at, *run, *attempt, *purpose)?,
         TaskEvent::SubmittedForReview { branch, pr, .. } => {
             require(task, event, &[Column::InProgress])?;
             task.column = Column::InReview;
             task.run = None;
+            task.purpose = None;
             task.branch = Some(branch.clone());
             // A newer pull request supersedes the old one; no submission removes a link.
             if let Some(pr) = pr {
@@ -101,12 +107,18 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
         TaskEvent::AttemptReturned { max_attempts, .. } => {
             attempt_returned(task, event, *max_attempts)?
         }
+        TaskEvent::TriageEnded { .. }
+        | TaskEvent::PlanProposed { .. }
+        | TaskEvent::PlanApproved { .. }
+        | TaskEvent::PlanRejected { .. }
+        | TaskEvent::ChildrenCreated { .. }
+        | TaskEvent::RolledUp { .. } => super::family::apply(task, event)?,
     }
     Ok(())
 }
 
 /// `event` needs the task in one of `allowed`.
-fn require(task: &Task, event: &TaskEvent, allowed: &[Column]) -> Result<(), TaskError> {
+pub(super) fn require(task: &Task, event: &TaskEvent, allowed: &[Column]) -> Result<(), TaskError> {
     if allowed.contains(&task.column) {
         Ok(())
     } else {
@@ -124,7 +136,35 @@ fn started(
     at: DateTime<Utc>,
     run: RunId,
     attempt: u32,
+    purpose: RunPurpose,
 ) -> Result<(), TaskError> {
+    let fits = match purpose {
+        RunPurpose::Work => task.kind == TaskKind::Task,
+        RunPurpose::Plan => task.kind == TaskKind::Plan && !task.is_approved_plan(),
+        RunPurpose::Triage => task.kind == TaskKind::Task,
+    };
+    if !fits {
+        return Err(inapplicable(
+            Some(task),
+            event,
+            format!("a {purpose} run cannot start on a {}", task.kind),
+        ));
+    }
+    if purpose == RunPurpose::Triage {
+        // Not an attempt: no count, no bounce, no follow-up handed over.
+        require(task, event, &[Column::Triage])?;
+        if attempt != 0 || task.triage.is_some() {
+            return Err(inapplicable(
+                Some(task),
+                event,
+                "a triage run is attempt 0, once".into(),
+            ));
+        }
+        task.column = Column::InProgress;
+        task.run = Some(run);
+        task.purpose = Some(purpose);
+        return Ok(());
+    }
     require(task, event, &[Column::Todo])?;
     if attempt != task.attempts + 1 || attempt > task.max_attempts.get() {
         return Err(inapplicable(
@@ -140,6 +180,7 @@ fn started(
     task.column = Column::InProgress;
     task.attempts = attempt;
     task.run = Some(run);
+    task.purpose = Some(purpose);
     if task.recent_starts.len() >= OSCILLATION_STARTS {
         task.recent_starts.remove(0);
     }
@@ -168,6 +209,7 @@ fn retried(
     }
     task.column = Column::Todo;
     task.run = None;
+    task.purpose = None;
     if matches!(cause, RetryCause::Interrupted { .. }) {
         task.recent_starts.pop();
     }
@@ -301,13 +343,15 @@ pub fn replay<'a>(
 
 impl Task {
     fn from_created(created: &TaskCreated) -> Self {
+        let plan = created.family.kind == TaskKind::Plan;
         Task {
             id: created.id,
             repo: created.repo.clone(),
             spec: created.spec.clone(),
             priority: created.priority,
             links: created.links.clone(),
-            column: Column::Triage,
+            // A plan's goal was stated by someone trusted: its planner may run; the plan it proposes waits.
+            column: if plan { Column::Todo } else { Column::Triage },
             approval: created.approval,
             needs_human: None,
             attempts: 0,
@@ -322,19 +366,26 @@ impl Task {
             ticket_version: created.ticket_version,
             agent: created.agent.clone(),
             recent_starts: Vec::new(),
+            kind: created.family.kind,
+            parent: created.family.parent,
+            depends_on: created.family.depends_on.clone(),
+            purpose: None,
+            plan: plan.then(super::PlanState::default),
+            triage: None,
         }
     }
 
     /// Leaving the open columns ends any run and any needs-human episode: nobody is working or waiting on it.
-    fn close(&mut self, column: Column, reason: Option<Reason>) {
+    pub(super) fn close(&mut self, column: Column, reason: Option<Reason>) {
         self.column = column;
         self.run = None;
+        self.purpose = None;
         self.needs_human = None;
         self.closed_reason = reason;
     }
 }
 
-fn inapplicable(task: Option<&Task>, event: &TaskEvent, why: String) -> TaskError {
+pub(super) fn inapplicable(task: Option<&Task>, event: &TaskEvent, why: String) -> TaskError {
     TaskError::Inapplicable {
         task: task.map_or_else(|| "an empty stream".to_owned(), |t| t.id.to_string()),
         event: event.kind(),

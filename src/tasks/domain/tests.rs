@@ -52,6 +52,7 @@ pub(super) fn new_task(approval: ApprovalPolicy, max_attempts: u32) -> Command {
         max_attempts: MaxAttempts::new(max_attempts).expect("a valid budget"),
         ticket_version: None,
         agent: None,
+        family: Default::default(),
     }))
 }
 

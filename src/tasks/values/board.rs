@@ -213,3 +213,68 @@ impl FromStr for Column {
             .ok_or_else(|| ValueError::Column(s.to_owned()))
     }
 }
+
+/// What a task is: work for one agent, or a plan whose planner decomposes a goal into tasks of their own.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskKind {
+    #[default]
+    Task,
+    Plan,
+}
+
+impl TaskKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskKind::Task => "task",
+            TaskKind::Plan => "plan",
+        }
+    }
+
+    pub fn is_task(&self) -> bool {
+        *self == TaskKind::Task
+    }
+}
+
+impl fmt::Display for TaskKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a run is for. A `work` run is an attempt at the task (it counts against the budget and its work is
+/// pushed); a `plan` run is a plan's attempt (its planner writes `.pidevops/plan.json`, nothing is pushed); a
+/// `triage` run rewrites a ticket waiting in triage into a spec for its approver (not an attempt).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RunPurpose {
+    #[default]
+    Work,
+    Plan,
+    Triage,
+}
+
+impl RunPurpose {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunPurpose::Work => "work",
+            RunPurpose::Plan => "plan",
+            RunPurpose::Triage => "triage",
+        }
+    }
+
+    pub fn is_work(&self) -> bool {
+        *self == RunPurpose::Work
+    }
+
+    /// Whether a run for this purpose is one of the task's attempts.
+    pub fn is_attempt(self) -> bool {
+        !matches!(self, RunPurpose::Triage)
+    }
+}
+
+impl fmt::Display for RunPurpose {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -6,7 +6,7 @@ mod ids;
 mod links;
 mod text;
 
-pub use board::{ApprovalPolicy, Column, MaxAttempts, Priority};
+pub use board::{ApprovalPolicy, Column, MaxAttempts, Priority, RunPurpose, TaskKind};
 pub use ids::{AgentName, BranchName, RepoName, RunId, TaskId, TASK_STREAM_PREFIX};
 pub use links::{GithubRef, LinearIssue, LinearIssueParts, Links, TelegramMessage, TelegramParts};
 pub use text::{FollowUpText, Reason, Spec, SpecParts};

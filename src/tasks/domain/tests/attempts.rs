@@ -369,6 +369,7 @@ fn the_budget_is_enforced_even_without_a_flag() {
         at: at(1),
         run: run(1),
         attempt: 1,
+        purpose: Default::default(),
     });
     events.push(TaskEvent::Retried {
         at: at(2),
@@ -598,7 +599,8 @@ fn evolve_refuses_events_that_cannot_follow() {
             TaskEvent::Started {
                 at: at(1),
                 run: run(1),
-                attempt: 1
+                attempt: 1,
+                purpose: Default::default(),
             }
         ),
         "cannot apply task.started to T-7: it is triage, not todo"
@@ -617,7 +619,8 @@ fn evolve_refuses_events_that_cannot_follow() {
             TaskEvent::Started {
                 at: at(1),
                 run: run(1),
-                attempt: 2
+                attempt: 2,
+                purpose: Default::default(),
             }
         ),
         "cannot apply task.started to T-7: attempt 2 cannot follow 0 of 3"
