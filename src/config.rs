@@ -10,6 +10,7 @@ use secrecy::{ExposeSecret, SecretString};
 
 pub mod dispatch;
 pub mod file;
+pub mod plans;
 pub mod profiles;
 pub mod repo_env;
 pub mod secret;

@@ -65,6 +65,7 @@ pub mod ingress;
 pub mod init;
 pub mod intake;
 pub mod loops;
+pub mod plans;
 pub mod pollers;
 pub mod projectors;
 pub mod providers;

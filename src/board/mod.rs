@@ -103,6 +103,14 @@ impl Draft {
             family: Family::default(),
         }
     }
+
+    /// A plan's draft: `spec` is the goal its planner decomposes.
+    pub fn plan(repo: RepoName, spec: Spec, links: Links) -> Self {
+        Self {
+            family: Family::plan(),
+            ..Self::new(repo, spec, links)
+        }
+    }
 }
 
 /// The approval gate and attempt budget: global defaults, overridable per repository (`pidevops.toml`).

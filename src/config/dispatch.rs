@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::file::{DispatchTable, Tables};
+use super::file::{DispatchTable, ReviewPolicy, ScopePolicy, Tables};
 use super::repo_env::RepoEnv;
 use crate::tasks::RepoName;
 
@@ -89,6 +89,10 @@ pub struct DispatchConfig {
     pub readable: Vec<PathBuf>,
     /// Each repository's setup, hooks, secrets and check (see `repo_env.rs`); absent: the agent alone.
     pub environments: BTreeMap<RepoName, RepoEnv>,
+    /// `[repos."o/n"] scope` where set (default: enforce).
+    pub scope: BTreeMap<RepoName, ScopePolicy>,
+    /// `[repos."o/n"] review` where set (default: off).
+    pub review: BTreeMap<RepoName, ReviewPolicy>,
 }
 
 /// Whether agents may run when nothing can contain them.
@@ -115,6 +119,16 @@ impl DispatchConfig {
             .get(repo)
             .cloned()
             .unwrap_or_else(|| Self::default_source(repo))
+    }
+
+    /// Whether `repo`'s attempts must stay within their task's scope.
+    pub fn scope_policy(&self, repo: &RepoName) -> ScopePolicy {
+        self.scope.get(repo).copied().unwrap_or_default()
+    }
+
+    /// Whether a reviewer agent reads `repo`'s attempts before their pull request.
+    pub fn review_policy(&self, repo: &RepoName) -> ReviewPolicy {
+        self.review.get(repo).copied().unwrap_or_default()
     }
 
     /// What `repo`'s runs do besides the agent (nothing, for most).
@@ -179,6 +193,8 @@ impl DispatchConfig {
         };
         let mut repos = BTreeMap::new();
         let mut environments = BTreeMap::new();
+        let mut scope = BTreeMap::new();
+        let mut review = BTreeMap::new();
         for (name, repo) in &tables.repos {
             let key = format!("repos.\"{name}\"");
             let parsed = name
@@ -223,6 +239,12 @@ impl DispatchConfig {
             if let Some(env) = RepoEnv::from_table(&key, repo)? {
                 environments.insert(parsed.clone(), env);
             }
+            if let Some(policy) = repo.scope {
+                scope.insert(parsed.clone(), policy);
+            }
+            if let Some(policy) = repo.review {
+                review.insert(parsed.clone(), policy);
+            }
             if url.is_some() || base.is_some() {
                 let default = Self::default_source(&parsed);
                 repos.insert(
@@ -246,6 +268,8 @@ impl DispatchConfig {
             bwrap,
             readable,
             environments,
+            scope,
+            review,
         })
     }
 

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::file::{AgentTable, DispatchTable, StdinMode, Tables};
-use crate::tasks::{AgentName, RepoName, Task};
+use crate::tasks::{AgentName, RepoName, RunPurpose, Task};
 
 /// What a command template may name; anything else in braces is refused at start-up.
 pub const PLACEHOLDERS: [&str; 4] = ["{prompt}", "{prompt_file}", "{workspace}", "{task_id}"];
@@ -198,12 +198,19 @@ pub fn presets() -> Vec<AgentProfile> {
     ]
 }
 
-/// Every profile, the default, and each repository's pick.
+/// Every profile, the default, each repository's pick, and the profiles with a role of their own.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Profiles {
     profiles: BTreeMap<String, AgentProfile>,
     default: String,
     by_repo: BTreeMap<RepoName, String>,
+    /// `[dispatch] planner`.
+    planner: Option<String>,
+    /// `[dispatch] triage`.
+    triage: Option<String>,
+    /// `[dispatch] reviewer`, and each repository's `reviewer`.
+    reviewer: Option<String>,
+    reviewer_by_repo: BTreeMap<RepoName, String>,
 }
 
 impl Profiles {
@@ -225,22 +232,86 @@ impl Profiles {
             .map_or_else(|| DispatchTable::default().agent, |d| d.agent.clone());
         known(&profiles, &default, "dispatch.agent")?;
         let mut by_repo = BTreeMap::new();
-        for (repo, table) in &tables.repos {
-            let Some(agent) = &table.agent else {
-                continue;
-            };
-            let key = format!("repos.\"{repo}\".agent");
-            known(&profiles, agent, &key)?;
-            let repo = repo
+        let mut reviewer_by_repo = BTreeMap::new();
+        let dispatch = tables.dispatch.clone().unwrap_or_default();
+        let role = |name: &Option<String>, key: &str| -> Result<Option<String>, String> {
+            match name {
+                Some(name) => known(&profiles, name, key).map(|()| Some(name.clone())),
+                None => Ok(None),
+            }
+        };
+        let planner = role(&dispatch.planner, "dispatch.planner")?;
+        let triage = role(&dispatch.triage, "dispatch.triage")?;
+        let reviewer = role(&dispatch.reviewer, "dispatch.reviewer")?;
+        for (name, table) in &tables.repos {
+            let repo = name
                 .parse::<RepoName>()
-                .map_err(|e| format!("[repos.\"{repo}\"]: {e}"))?;
-            by_repo.insert(repo, agent.clone());
+                .map_err(|e| format!("[repos.\"{name}\"]: {e}"))?;
+            if let Some(agent) = &table.agent {
+                known(&profiles, agent, &format!("repos.\"{name}\".agent"))?;
+                by_repo.insert(repo.clone(), agent.clone());
+            }
+            if let Some(own) = role(&table.reviewer, &format!("repos.\"{name}\".reviewer"))? {
+                reviewer_by_repo.insert(repo.clone(), own);
+            }
+            let reviews = table.review == Some(super::file::ReviewPolicy::Agent);
+            if reviews && reviewer.is_none() && !reviewer_by_repo.contains_key(&repo) {
+                return Err(format!(
+                    "repos.\"{name}\".review = \"agent\" needs a reviewer profile: set [dispatch] reviewer or repos.\"{name}\".reviewer"
+                ));
+            }
         }
         Ok(Self {
             profiles,
             default,
             by_repo,
+            planner,
+            triage,
+            reviewer,
+            reviewer_by_repo,
         })
+    }
+
+    /// The planner's profile, when plans are configured.
+    pub fn planner(&self) -> Option<&AgentProfile> {
+        self.planner
+            .as_deref()
+            .and_then(|name| self.profiles.get(name))
+    }
+
+    /// The triage agent's profile, when triage runs are configured.
+    pub fn triager(&self) -> Option<&AgentProfile> {
+        self.triage
+            .as_deref()
+            .and_then(|name| self.profiles.get(name))
+    }
+
+    /// The reviewer of `repo`'s attempts: its own, else `[dispatch] reviewer`.
+    pub fn reviewer_for(&self, repo: &RepoName) -> Option<&AgentProfile> {
+        self.reviewer_by_repo
+            .get(repo)
+            .or(self.reviewer.as_ref())
+            .and_then(|name| self.profiles.get(name))
+    }
+
+    /// The profile a run of `task` for `purpose` uses: the task's own for work, the planner for a plan, the
+    /// triage agent for triage; `Err` says what is missing.
+    pub fn for_run(&self, task: &Task, purpose: RunPurpose) -> Result<&AgentProfile, String> {
+        match purpose {
+            RunPurpose::Work => self.for_task(task),
+            RunPurpose::Plan => self.planner().ok_or_else(|| {
+                format!(
+                    "{} is a plan, and no planner profile is configured ([dispatch] planner)",
+                    task.id()
+                )
+            }),
+            RunPurpose::Triage => self.triager().ok_or_else(|| {
+                format!(
+                    "{} waits for triage, and no triage profile is configured ([dispatch] triage)",
+                    task.id()
+                )
+            }),
+        }
     }
 
     /// The profile a task in `repo` runs with: the repository's pick, else the default.

@@ -13,6 +13,7 @@
 //! - `dispatcher/`   the dispatcher, watchdog and gc loops: claim, attempt, launch, watchdog, gc, pause
 //! - `worker.rs`     `pidevops worker`: runs pulled from JetStream
 
+pub mod agent_files;
 pub mod dispatcher;
 pub mod prompt;
 pub mod reaper;

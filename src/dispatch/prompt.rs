@@ -1,7 +1,7 @@
 //! The prompt an agent gets for an attempt: the task's spec (Task / Scope / Done when) and, on a retry, what
 //! failed last time and what people added since. Pure: the same task always gives the same prompt.
 
-use crate::tasks::{Column, RetryCause, Task};
+use crate::tasks::{Column, RetryCause, RunPurpose, Task};
 
 /// The prompt for the task's attempt: the one it is in (the dispatcher builds it right after the claim), or the
 /// next one when it is not in progress (a preview). Follow-ups are those handed to that attempt, or still waiting.
@@ -43,6 +43,96 @@ pub fn build(task: &Task) -> String {
             failure.reason.as_str()
         ));
     }
+    push_follow_ups(&mut prompt, task, attempt);
+    prompt
+}
+
+/// The prompt of a run for `purpose`: an attempt at the task, a planner's (plans of at most `max_items`), or a
+/// triage agent's.
+pub fn for_run(task: &Task, purpose: RunPurpose, max_items: usize) -> String {
+    match purpose {
+        RunPurpose::Work => build(task),
+        RunPurpose::Plan => plan(task, max_items),
+        RunPurpose::Triage => triage(task),
+    }
+}
+
+/// The planner's prompt: the goal, the plan file's rules, and what went wrong with the last plan (its refusal,
+/// or a person's comment rejecting it).
+pub fn plan(task: &Task, max_items: usize) -> String {
+    let spec = task.spec();
+    let mut prompt = format!("Goal: {}\n", spec.task());
+    if !spec.scope().is_empty() {
+        prompt.push_str(&format!("Scope: {}\n", spec.scope()));
+    }
+    if !spec.done_when().is_empty() {
+        prompt.push_str(&format!("Done when: {}\n", spec.done_when()));
+    }
+    prompt.push_str(&format!(
+        "\nRepository: {repo} (you are in a fresh worktree of it). You are the planner: read the code, change \
+         nothing (nothing you change is kept), and decompose the goal into at most {max_items} tasks that \
+         separate coding agents will each work on in a worktree of their own, in parallel where they do not \
+         depend on each other. Write the plan as JSON to .pidevops/plan.json:\n\n\
+         {{\"version\": 1, \"summary\": \"one paragraph\", \"items\": [\n  {{\"id\": \"db\", \"title\": \"Add the \
+         orders table\", \"task\": \"what to do\", \"scope\": [\"migrations/**\", \"src/db/orders.rs\"], \
+         \"done_when\": \"how to tell it is done\", \"depends_on\": []}}\n]}}\n\n\
+         Rules: `id` is 1 to 40 of a-z, 0-9, '-' and '_', starting with a letter or digit, unique. `title` is \
+         one line. `scope` lists the paths or globs (`*`, `**`, `?`, `[a-z]`, `{{a,b}}`; a plain path covers \
+         everything under it) the task may change: no file may be in the scope of two items, and an agent that \
+         changes files outside its scope has not finished. `depends_on` names the items that must be done \
+         first; no cycles. Every field but `summary` is required.\n",
+        repo = task.repo().as_str(),
+    ));
+    if let Some(rejection) = task.plan().and_then(|p| p.rejection.as_ref()) {
+        prompt.push_str(&format!(
+            "\nA person rejected the last plan and asked for another:\n{}\n",
+            rejection.as_str()
+        ));
+    }
+    if let Some(failure) = task.last_failure() {
+        prompt.push_str(&format!(
+            "\nThis is attempt {} of {}. Attempt {} did not give a plan pidevops could accept.\nWhat was \
+             reported:\n{}\n",
+            task.attempts().max(1),
+            task.max_attempts().get(),
+            failure.attempt,
+            failure.reason.as_str()
+        ));
+    }
+    push_follow_ups(&mut prompt, task, task.attempts().max(1));
+    prompt
+}
+
+/// The triage agent's prompt: the ticket as it came, and the spec file to write.
+pub fn triage(task: &Task) -> String {
+    let spec = task.spec();
+    let mut prompt = format!("Ticket: {}\n", spec.task());
+    if !spec.scope().is_empty() {
+        prompt.push_str(&format!("Scope: {}\n", spec.scope()));
+    }
+    if !spec.done_when().is_empty() {
+        prompt.push_str(&format!("Done when: {}\n", spec.done_when()));
+    }
+    prompt.push_str(&format!(
+        "\nRepository: {} (you are in a fresh worktree of it). You are triaging this ticket for a person who \
+         decides whether a coding agent works on it: read the code, change nothing (nothing you change is \
+         kept), and rewrite the ticket as a precise spec. Write it as JSON to .pidevops/spec.json:\n\n\
+         {{\"task\": \"what to do, precisely\", \"scope\": \"the paths or globs it may change, comma-separated\", \
+         \"done_when\": \"how to tell it is done\"}}\n\nOnly `task` is required.\n",
+        task.repo().as_str()
+    ));
+    let pending: Vec<_> = task.pending_follow_ups().collect();
+    if !pending.is_empty() {
+        prompt.push_str("\nAdded since the ticket was written:\n");
+        for follow_up in pending {
+            prompt.push_str(&format!("- {}\n", follow_up.text.as_str()));
+        }
+    }
+    prompt
+}
+
+/// The follow-ups handed to `attempt`, or still waiting.
+fn push_follow_ups(prompt: &mut String, task: &Task, attempt: u32) {
     let follow_ups: Vec<_> = task
         .follow_ups()
         .iter()
@@ -54,5 +144,4 @@ pub fn build(task: &Task) -> String {
             prompt.push_str(&format!("- {}\n", follow_up.text.as_str()));
         }
     }
-    prompt
 }

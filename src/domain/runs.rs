@@ -10,7 +10,8 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::tasks::{BranchName, Reason, RunId, TaskId};
+use crate::tasks::plan::PlanDocument;
+use crate::tasks::{BranchName, Reason, RunId, Spec, TaskId};
 
 pub const RUN_STREAM_PREFIX: &str = "run:";
 
@@ -55,6 +56,9 @@ pub enum FailureKind {
     Check,
     /// The repository's `after_run` failed on the agent's work.
     AfterRun,
+    /// What the agent had to leave for pidevops (a planner's `plan.json`, a triage agent's `spec.json`) is
+    /// missing or refused; the detail lists every reason.
+    Invalid,
 }
 
 impl FailureKind {
@@ -72,6 +76,7 @@ impl FailureKind {
             FailureKind::Setup => "setup",
             FailureKind::Check => "check",
             FailureKind::AfterRun => "after_run",
+            FailureKind::Invalid => "invalid",
         }
     }
 }
@@ -125,6 +130,24 @@ pub enum RunEvent {
         duration_s: f64,
         tail: String,
     },
+    /// A planner or triage run ended with what it was asked for: nothing pushed, a proposal for a person.
+    Proposed {
+        at: DateTime<Utc>,
+        run: RunId,
+        task: TaskId,
+        attempt: u32,
+        proposal: Proposal,
+        duration_s: f64,
+        tail: String,
+    },
+}
+
+/// What a planner or triage run proposes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Proposal {
+    Plan { plan: Box<PlanDocument> },
+    Spec { spec: Spec },
 }
 
 impl RunEvent {
@@ -134,6 +157,7 @@ impl RunEvent {
             RunEvent::Heartbeat { .. } => "run.heartbeat",
             RunEvent::Succeeded { .. } => "run.succeeded",
             RunEvent::Failed { .. } => "run.failed",
+            RunEvent::Proposed { .. } => "run.proposed",
         }
     }
 
@@ -142,7 +166,8 @@ impl RunEvent {
             RunEvent::Started { run, .. }
             | RunEvent::Heartbeat { run, .. }
             | RunEvent::Succeeded { run, .. }
-            | RunEvent::Failed { run, .. } => *run,
+            | RunEvent::Failed { run, .. }
+            | RunEvent::Proposed { run, .. } => *run,
         }
     }
 
@@ -151,7 +176,8 @@ impl RunEvent {
             RunEvent::Started { task, .. }
             | RunEvent::Heartbeat { task, .. }
             | RunEvent::Succeeded { task, .. }
-            | RunEvent::Failed { task, .. } => *task,
+            | RunEvent::Failed { task, .. }
+            | RunEvent::Proposed { task, .. } => *task,
         }
     }
 
@@ -160,12 +186,16 @@ impl RunEvent {
             RunEvent::Started { at, .. }
             | RunEvent::Heartbeat { at, .. }
             | RunEvent::Succeeded { at, .. }
-            | RunEvent::Failed { at, .. } => *at,
+            | RunEvent::Failed { at, .. }
+            | RunEvent::Proposed { at, .. } => *at,
         }
     }
 
     pub fn is_terminal(&self) -> bool {
-        matches!(self, RunEvent::Succeeded { .. } | RunEvent::Failed { .. })
+        matches!(
+            self,
+            RunEvent::Succeeded { .. } | RunEvent::Failed { .. } | RunEvent::Proposed { .. }
+        )
     }
 
     /// The reason the task's retry records (and the next prompt shows): kind, detail and the output's tail.

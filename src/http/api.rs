@@ -41,6 +41,8 @@ admin_routes! {
     GET "/api/tasks/{id}" => super::tasks::show,
     POST "/api/tasks/{id}/agent" => super::tasks::choose_agent,
     POST "/api/tasks/{id}/{action}" => super::tasks::command,
+    POST "/api/plans" => super::plans::create,
+    GET "/api/plans/{id}" => super::plans::show,
     GET "/api/dispatch" => super::dispatch::status,
     POST "/api/dispatch/pause" => super::dispatch::pause,
     POST "/api/dispatch/resume" => super::dispatch::resume,

@@ -5,6 +5,7 @@ mod api;
 mod dispatch;
 pub mod health;
 pub mod openapi;
+mod plans;
 pub(crate) mod stream;
 mod tasks;
 pub(crate) mod web;

@@ -41,6 +41,8 @@ const ADMIN_TOKEN: &str = "admin_token";
         super::tasks::show,
         super::tasks::choose_agent,
         super::tasks::command,
+        super::plans::create,
+        super::plans::show,
         super::dispatch::status,
         super::dispatch::pause,
         super::dispatch::resume,
@@ -54,6 +56,7 @@ const ADMIN_TOKEN: &str = "admin_token";
     tags(
         (name = "events", description = "The event log and what came in"),
         (name = "tasks", description = "The task board"),
+        (name = "plans", description = "Goals a planner decomposes into tasks"),
         (name = "dispatch", description = "Pausing dispatch, and agent runs"),
         (name = "meta", description = "This document"),
     )

@@ -66,31 +66,41 @@ pub async fn create(
             refused.to_string(),
         );
     }
-    // A client that retries sends the same key and gets the same task; without one every request is new.
-    let key = match headers.get("idempotency-key").map(|v| v.to_str()) {
-        None => uuid::Uuid::new_v4().to_string(),
+    let key = match idempotency_key(&headers) {
+        Ok(key) => key,
+        Err(refused) => return refused,
+    };
+    created(
+        state
+            .board
+            .create(draft, &format!("api:{key}"), "api", None)
+            .await,
+    )
+}
+
+/// The request's `Idempotency-Key`, or a fresh one: a client that retries sends the same key and gets the same
+/// task; without one every request is new. `Err`: the `400` for a malformed key.
+pub(super) fn idempotency_key(headers: &HeaderMap) -> Result<String, Response> {
+    match headers.get("idempotency-key").map(|v| v.to_str()) {
+        None => Ok(uuid::Uuid::new_v4().to_string()),
         Some(Ok(key))
             if !key.is_empty()
                 && key.len() <= MAX_IDEMPOTENCY_KEY
                 && key.chars().all(|c| c.is_ascii_graphic()) =>
         {
-            key.to_owned()
+            Ok(key.to_owned())
         }
-        Some(_) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "bad_idempotency_key",
-                format!(
-                    "Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters"
-                ),
-            )
-        }
-    };
-    match state
-        .board
-        .create(draft, &format!("api:{key}"), "api", None)
-        .await
-    {
+        Some(_) => Err(error(
+            StatusCode::BAD_REQUEST,
+            "bad_idempotency_key",
+            format!("Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters"),
+        )),
+    }
+}
+
+/// `201` with the task made, `200` when the key made it before, or the refusal.
+pub(super) fn created(result: Result<(Outcome, bool), BoardError>) -> Response {
+    match result {
         Ok((outcome, created)) => (
             if created {
                 StatusCode::CREATED
@@ -314,7 +324,7 @@ pub async fn choose_agent(
 }
 
 /// The task id in the path, or what is wrong with it (a `400 bad_id`).
-fn task_id(id: Result<Path<String>, PathRejection>) -> Result<TaskId, String> {
+pub(super) fn task_id(id: Result<Path<String>, PathRejection>) -> Result<TaskId, String> {
     let Ok(Path(id)) = id else {
         return Err("missing task id".to_owned());
     };
@@ -347,7 +357,7 @@ fn task_detail(loaded: Loaded) -> TaskDetail {
     }
 }
 
-fn board_error(e: BoardError) -> Response {
+pub(super) fn board_error(e: BoardError) -> Response {
     match &e {
         BoardError::Refused(TaskError::NotFound { .. }) => {
             error(StatusCode::NOT_FOUND, "not_found", e.to_string())

@@ -8,7 +8,7 @@ use serde::Serialize;
 use sqlx::Row;
 
 use super::{Bodies, Projector, ProjectorTx};
-use crate::domain::runs::{RunEvent, RUN_STREAM_PREFIX};
+use crate::domain::runs::{Proposal, RunEvent, RUN_STREAM_PREFIX};
 use crate::eventlog::{EventStore, StoreError, StoredEvent};
 
 pub const NAME: &str = "runs";
@@ -158,6 +158,27 @@ fn write_for(event: &StoredEvent, decoded: RunEvent) -> Write {
             ended_at: Some(at),
             failure: Some(kind.as_str()),
             detail: Some(detail),
+            duration_s: Some(duration_s),
+            tail: Some(tail),
+            ..base
+        },
+        RunEvent::Proposed {
+            at,
+            attempt,
+            proposal,
+            duration_s,
+            tail,
+            ..
+        } => Write {
+            attempt: attempt.into(),
+            state: "proposed",
+            ended_at: Some(at),
+            detail: Some(match proposal {
+                Proposal::Plan { plan } => {
+                    format!("proposed a plan of {} items", plan.items().len())
+                }
+                Proposal::Spec { spec } => format!("proposed a spec: {}", spec.title()),
+            }),
             duration_s: Some(duration_s),
             tail: Some(tail),
             ..base

@@ -277,6 +277,30 @@ pub const CATALOG: &[Entry] = &[
         },
     },
     Entry {
+        plan: |s| {
+            vec![PlannedLoop::armed(
+                crate::plans::PLANS,
+                true,
+                s.projector_interval,
+                "makes an approved plan's items tasks, rolls a plan's column up from its items', flags the items whose dependency was cancelled, cancels a cancelled plan's items",
+            )]
+        },
+        build: |parts, _| {
+            let plans = Arc::new(crate::plans::Plans::new(
+                parts.log.clone(),
+                parts.board.clone(),
+            ));
+            Ok(Built::ticking(
+                move || {
+                    let plans = plans.clone();
+                    async move { plans.tick().await }
+                },
+                |p| Pace::again_if(p.out_of_time),
+            )
+            .at_head())
+        },
+    },
+    Entry {
         plan: |s| vec![telegram_updates(s)],
         build: |parts, _| {
             let s = parts.settings;

@@ -359,6 +359,7 @@ pub async fn dispatcher(
         workspaces,
         worker: settings.instance_id.clone(),
         env: settings.env.clone(),
+        plans: settings.file.plans.clone(),
         paused_by_env: settings.paused,
         tracker: tracker.clone(),
         shutdown: shutdown.clone(),

@@ -20,6 +20,8 @@ pub struct FileConfig {
     pub github_poller: PollerConfig,
     /// `[loops.<name>] fail_after_s`: stale thresholds by loop name (checked against the loop plan at start).
     pub loop_fail_after: BTreeMap<String, std::time::Duration>,
+    /// `[plans]`.
+    pub plans: crate::config::plans::PlansConfig,
 }
 
 impl FileConfig {
@@ -77,7 +79,12 @@ impl FileConfig {
                     .map(|(name, table)| (name, table.fail_after_s)),
             ),
         );
+        let plans = keep(
+            &mut errors,
+            crate::config::plans::PlansConfig::from_tables(&tables),
+        );
         match (
+            plans,
             board,
             dispatch,
             profiles,
@@ -90,6 +97,7 @@ impl FileConfig {
             loop_fail_after,
         ) {
             (
+                Some(plans),
                 Some(board),
                 Some(dispatch),
                 Some(profiles),
@@ -112,6 +120,7 @@ impl FileConfig {
                 linear_poller,
                 github_poller,
                 loop_fail_after,
+                plans,
             }),
             _ => Err(FileErrors(errors)),
         }

@@ -66,6 +66,7 @@ pub struct Tables {
     pub pollers: PollersTable,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub loops: BTreeMap<String, LoopTable>,
+    pub plans: PlansTable,
 }
 
 /// `[board]`: the approval gate and the attempt budget.
@@ -126,6 +127,71 @@ pub struct RepoTable {
     /// Default: 1800.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub check_timeout_s: Option<f64>,
+    /// Whether an attempt's changed files must stay within its task's scope. Default: enforce.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scope: Option<ScopePolicy>,
+    /// Whether a reviewer agent reads each successful attempt before its pull request. Default: off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub review: Option<ReviewPolicy>,
+    /// The reviewer's profile for this repository. Default: `[dispatch] reviewer`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reviewer: Option<String>,
+}
+
+/// `[repos."o/n"] scope`: what happens when an attempt changes files outside its task's scope.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScopePolicy {
+    /// The attempt is unresolved: nothing is pushed, and it is retried with the files named.
+    #[default]
+    Enforce,
+    /// The attempt goes on; the files outside are named on the run and in the pull request.
+    Warn,
+    Off,
+}
+
+/// `[repos."o/n"] review`: who reads an attempt's work before its pull request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReviewPolicy {
+    /// Nobody before the pull request (people review it there).
+    #[default]
+    Off,
+    /// The reviewer profile reads the diff with the spec: changes requested are another attempt.
+    Agent,
+}
+
+/// `[plans]`: goals decomposed into tasks by a planner agent.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PlansTable {
+    /// A GitHub or Linear issue with this label becomes a plan (instead of a task).
+    pub label: String,
+    /// The most items a plan may have.
+    pub max_items: i64,
+    /// How a plan's items reach GitHub: a pull request each, or their branches merged into one.
+    pub land: PlanLand,
+}
+
+impl Default for PlansTable {
+    fn default() -> Self {
+        Self {
+            label: "pidevops:plan".to_owned(),
+            max_items: 20,
+            land: PlanLand::Separate,
+        }
+    }
+}
+
+/// `[plans] land`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlanLand {
+    /// One pull request per item.
+    #[default]
+    Separate,
+    /// The items' branches merged into one `pidevops/<plan>` branch and one pull request.
+    Combined,
 }
 
 /// `[intake]`: which tickets become tasks, and for which repositories.
@@ -199,6 +265,15 @@ pub struct DispatchTable {
     pub containment: ContainmentPolicy,
     pub bwrap: String,
     pub readable: Vec<String>,
+    /// The profile that plans (writes `.pidevops/plan.json`); unset: plans cannot be made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub planner: Option<String>,
+    /// The profile that rewrites a ticket waiting in triage into a spec; unset: no triage runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub triage: Option<String>,
+    /// The profile that reviews attempts where `[repos."o/n"] review = "agent"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reviewer: Option<String>,
 }
 
 impl Default for DispatchTable {
@@ -215,6 +290,9 @@ impl Default for DispatchTable {
             containment: ContainmentPolicy::Required,
             bwrap: "bwrap".to_owned(),
             readable: Vec::new(),
+            planner: None,
+            triage: None,
+            reviewer: None,
         }
     }
 }

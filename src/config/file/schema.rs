@@ -76,5 +76,6 @@ pub fn schema() -> Vec<(&'static str, Vec<&'static str>)> {
         ("[telegram]", keys_of::<TelegramTable>().to_vec()),
         ("[pollers.<name>]", keys_of::<PollerTable>().to_vec()),
         ("[loops.<name>]", keys_of::<LoopTable>().to_vec()),
+        ("[plans]", keys_of::<PlansTable>().to_vec()),
     ]
 }

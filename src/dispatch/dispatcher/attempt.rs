@@ -14,13 +14,15 @@ use crate::board::BoardError;
 use crate::config::profiles::AgentProfile;
 use crate::config::repo_env::RepoEnv;
 use crate::dispatch::runner::{self, Ending};
-use crate::dispatch::runs::{self, FailureKind, RunEvent};
+use crate::dispatch::runs::{self, FailureKind, Proposal, RunEvent};
 use crate::dispatch::workspace::Prepared;
 use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::{AppendError, EventLog};
 use crate::projectors::runs as run_rows;
 use crate::projectors::tasks as task_rows;
-use crate::tasks::{Column, Command, Reason, RetryCause, RunId, Task, TaskError, TaskId};
+use crate::tasks::{
+    Column, Command, Reason, RetryCause, RunId, RunPurpose, Task, TaskError, TaskId,
+};
 
 impl Dispatcher {
     /// Runs a claimed attempt to its one outcome and moves the task on. Used by `serve` and by workers.
@@ -28,7 +30,8 @@ impl Dispatcher {
         let id = task.id();
         let repo = task.repo().clone();
         // A worker's configuration may lack a profile the task asks for: that attempt fails saying so.
-        let profile = self.inner.profiles.for_task(&task).cloned();
+        let purpose = task.purpose().unwrap_or_default();
+        let profile = self.inner.profiles.for_run(&task, purpose).cloned();
         let profile_name = match &profile {
             Ok(profile) => profile.name.clone(),
             Err(_) => task.agent().map(|a| a.to_string()).unwrap_or_default(),
@@ -150,7 +153,8 @@ impl Dispatcher {
                 String::new(),
             ));
         }
-        let prompt = crate::dispatch::prompt::build(task);
+        let purpose = task.purpose().unwrap_or_default();
+        let prompt = crate::dispatch::prompt::for_run(task, purpose, self.inner.plans.max_items);
         if let Err(error) = tokio::fs::write(&prepared.dirs.prompt, &prompt).await {
             return Some(fail(
                 FailureKind::Workspace,
@@ -162,7 +166,12 @@ impl Dispatcher {
         let output = Arc::new(AtomicU64::new(0));
         // Beats from before the repository's setup: an `npm ci` may take longer than the watchdog's bound.
         let heartbeat = self.heartbeat(id, run, writer.clone(), output.clone(), stop.clone());
-        let repo_env = self.inner.config.environment(task.repo()).cloned();
+        // A planner or a triage agent reads the code and leaves a file: the repository's hooks and check are for
+        // work that is pushed.
+        let repo_env = match purpose {
+            RunPurpose::Work => self.inner.config.environment(task.repo()).cloned(),
+            RunPurpose::Plan | RunPurpose::Triage => None,
+        };
         let around = self
             .around_agent(
                 task,
@@ -179,14 +188,25 @@ impl Dispatcher {
         // Committing and pushing hold no slot (the repository's check did: it is as heavy as the agent).
         self.release_slot(id);
         // Heartbeats go on while the work is committed and pushed (a big push can take a while).
-        let outcome = match around {
-            Ok(finished) => {
+        let outcome = match (around, purpose) {
+            (Ok(finished), RunPurpose::Work) => {
                 self.wrap_up(
                     task, run, attempt, profile, &prepared, finished, &stop, started, &fail,
                 )
                 .await
             }
-            Err(failed) => fail(failed.kind, failed.detail, failed.tail),
+            (Ok(finished), RunPurpose::Plan | RunPurpose::Triage) => {
+                let ending = Ended {
+                    run,
+                    attempt,
+                    profile,
+                    stop: &stop,
+                    began: started,
+                };
+                self.proposal(task, purpose, &prepared, finished, &ending, &fail)
+                    .await
+            }
+            (Err(failed), _) => fail(failed.kind, failed.detail, failed.tail),
         };
         // Its work is pushed (or its failure about to be recorded): the worktree may serve a queued task.
         self.inner.workspaces.finished(&prepared);
@@ -353,51 +373,8 @@ impl Dispatcher {
         let id = task.id();
         let tail = finished.tail.clone();
         let failed = |kind, detail: String| fail(kind, detail, tail.clone());
-        match finished.ending {
-            Ending::Exited(0) => {}
-            Ending::Exited(code) => {
-                return failed(
-                    FailureKind::Exit,
-                    format!("the agent exited with status {code}"),
-                )
-            }
-            Ending::Signaled(signal) => {
-                return failed(
-                    FailureKind::Exit,
-                    format!("the agent was killed by signal {signal}"),
-                )
-            }
-            Ending::TimedOut => {
-                return failed(
-                    FailureKind::Timeout,
-                    format!(
-                        "the agent ran longer than {} s and was killed",
-                        profile.timeout.as_secs_f64()
-                    ),
-                )
-            }
-            Ending::Stalled => {
-                return failed(
-                    FailureKind::Stalled,
-                    format!(
-                        "the agent printed nothing for {} s and was killed",
-                        profile.no_output_timeout.as_secs_f64()
-                    ),
-                )
-            }
-            Ending::Stopped if stop.is_cancelled() => {
-                return failed(
-                    FailureKind::Interrupted,
-                    "interrupted: pidevops shut down while the agent ran".into(),
-                )
-            }
-            Ending::Stopped => {
-                return failed(
-                    FailureKind::Stopped,
-                    "stopped: the task was cancelled or moved on while the agent ran".into(),
-                )
-            }
-            Ending::CannotStart(why) => return failed(FailureKind::Workspace, why),
+        if let Some(failure) = badly_ended(&finished, profile, stop, fail) {
+            return failure;
         }
         let message = format!(
             "{id}: {}\n\nWritten by the {} agent, attempt {attempt} (pidevops run {run}).",
@@ -474,6 +451,24 @@ impl Dispatcher {
                         .unwrap_or_else(|| Reason::summarize("the run failed")),
                 },
             ),
+            RunEvent::Proposed {
+                task,
+                run,
+                proposal,
+                ..
+            } => (
+                *task,
+                match proposal {
+                    Proposal::Plan { plan } => Command::ProposePlan {
+                        run: *run,
+                        plan: plan.clone(),
+                    },
+                    Proposal::Spec { spec } => Command::ProposeSpec {
+                        run: *run,
+                        spec: spec.clone(),
+                    },
+                },
+            ),
             _ => return,
         };
         match self.inner.board.execute(task, &command, DISPATCHER).await {
@@ -505,6 +500,59 @@ impl Dispatcher {
             Err(error) => tracing::warn!(%run, %error, "cannot read the run's outcome"),
         }
     }
+}
+
+/// A run whose agent did not exit 0 has failed, and how: `None` when it exited 0.
+pub(super) fn badly_ended(
+    finished: &runner::Finished,
+    profile: &AgentProfile,
+    stop: &CancellationToken,
+    fail: &impl Fn(FailureKind, String, String) -> RunEvent,
+) -> Option<RunEvent> {
+    let failed = |kind, detail: String| Some(fail(kind, detail, finished.tail.clone()));
+    match &finished.ending {
+        Ending::Exited(0) => None,
+        Ending::Exited(code) => failed(
+            FailureKind::Exit,
+            format!("the agent exited with status {code}"),
+        ),
+        Ending::Signaled(signal) => failed(
+            FailureKind::Exit,
+            format!("the agent was killed by signal {signal}"),
+        ),
+        Ending::TimedOut => failed(
+            FailureKind::Timeout,
+            format!(
+                "the agent ran longer than {} s and was killed",
+                profile.timeout.as_secs_f64()
+            ),
+        ),
+        Ending::Stalled => failed(
+            FailureKind::Stalled,
+            format!(
+                "the agent printed nothing for {} s and was killed",
+                profile.no_output_timeout.as_secs_f64()
+            ),
+        ),
+        Ending::Stopped if stop.is_cancelled() => failed(
+            FailureKind::Interrupted,
+            "interrupted: pidevops shut down while the agent ran".into(),
+        ),
+        Ending::Stopped => failed(
+            FailureKind::Stopped,
+            "stopped: the task was cancelled or moved on while the agent ran".into(),
+        ),
+        Ending::CannotStart(why) => failed(FailureKind::Workspace, why.clone()),
+    }
+}
+
+/// What a run that has ended needs to say how it ended.
+pub(super) struct Ended<'a> {
+    pub run: RunId,
+    pub attempt: u32,
+    pub profile: &'a AgentProfile,
+    pub stop: &'a CancellationToken,
+    pub began: std::time::Instant,
 }
 
 /// An attempt's heartbeat task and the tokens between the two (see `Dispatcher::heartbeat`).

@@ -14,7 +14,9 @@ use crate::board::BoardError;
 use crate::config::dispatch::Executor;
 use crate::dispatch::schedule::{self, Candidate};
 use crate::projectors::tasks::{self as task_rows, TaskFilter, TaskRow};
-use crate::tasks::{Column, Command, Reason, RepoName, RetryCause, RunId, Task, TaskId};
+use crate::tasks::{
+    Column, Command, Reason, RepoName, RetryCause, RunId, RunPurpose, Task, TaskId,
+};
 
 /// Most `todo` tasks one tick considers; the rest wait for the next (most urgent and oldest first).
 const QUEUE_WINDOW: u32 = 1000;
@@ -29,6 +31,8 @@ pub struct DispatchStatus {
     pub queue: usize,
     /// Tasks in `todo` held back by their retry backoff.
     pub backing_off: usize,
+    /// Tasks in `todo` waiting for the tasks they depend on to be done.
+    pub waiting_on_dependencies: usize,
     pub running: usize,
     pub slots: usize,
     pub started: usize,
@@ -71,7 +75,11 @@ impl Dispatcher {
         let running = self.running_per_repo(&in_progress);
         let now = Utc::now();
         let mut backing_off = 0;
-        let todo = self.refuse_unallowed(todo).await?;
+        let mut todo = self.refuse_unallowed(todo).await?;
+        let blocked = self.blocked_by_dependencies(&todo).await?;
+        let waiting_on_dependencies = blocked.len();
+        todo.retain(|row| !blocked.contains(&row.id));
+        todo.extend(self.waiting_for_triage().await?);
         let candidates: Vec<Candidate> = todo
             .iter()
             .filter(|row| !row.needs_human && row.attempts < row.max_attempts)
@@ -96,6 +104,7 @@ impl Dispatcher {
             paused_reason: paused,
             queue: candidates.len(),
             backing_off,
+            waiting_on_dependencies,
             running: running.values().sum(),
             slots,
             started: 0,
@@ -173,6 +182,58 @@ impl Dispatcher {
         Ok(kept)
     }
 
+    /// The `todo` tasks that depend on a task not done yet: they wait, visibly, and never start before it is.
+    /// The read model may lag the log, never lead it, and `done` is final: a dependency it shows done is done.
+    async fn blocked_by_dependencies(&self, todo: &[TaskRow]) -> anyhow::Result<HashSet<TaskId>> {
+        let mut done: HashMap<TaskId, bool> = HashMap::new();
+        let mut blocked = HashSet::new();
+        for row in todo {
+            for dependency in dependencies_of(row) {
+                let satisfied = match done.get(&dependency) {
+                    Some(satisfied) => *satisfied,
+                    None => {
+                        let row = task_rows::get(self.store(), dependency)
+                            .await
+                            .with_context(|| format!("reading {dependency}, a dependency"))?;
+                        let satisfied = row.as_ref().is_some_and(is_done);
+                        done.insert(dependency, satisfied);
+                        satisfied
+                    }
+                };
+                if !satisfied {
+                    blocked.insert(row.id);
+                }
+            }
+        }
+        Ok(blocked)
+    }
+
+    /// Tasks waiting in triage that a triage agent has not seen, when one is configured.
+    async fn waiting_for_triage(&self) -> anyhow::Result<Vec<TaskRow>> {
+        if self.inner.profiles.triager().is_none() {
+            return Ok(Vec::new());
+        }
+        let triage = task_rows::list(
+            self.store(),
+            &TaskFilter {
+                column: Some(Column::Triage),
+                limit: Some(QUEUE_WINDOW),
+                ..TaskFilter::default()
+            },
+        )
+        .await
+        .context("listing tasks in triage")?;
+        let triage = self.refuse_unallowed(triage).await?;
+        Ok(triage
+            .into_iter()
+            .filter(|row| {
+                row.state.get("kind").is_none()
+                    && row.state.get("triage").is_none()
+                    && !row.needs_human
+            })
+            .collect())
+    }
+
     /// Checks out spare worktrees for what is still queued (up to each repository's limit), in the background,
     /// so the next runs start without waiting for a checkout.
     fn prepare_ahead(&self, candidates: &[Candidate], started: &HashSet<TaskId>) {
@@ -212,6 +273,10 @@ impl Dispatcher {
         let mut seen = HashSet::new();
         let mut running = BTreeMap::new();
         for row in in_progress {
+            // An approved plan is in progress with no run: its items hold the slots.
+            if run_of(row).is_none() {
+                continue;
+            }
             let wrapping_up = local.running.get(&row.id).is_some_and(|r| !r.holds_slot);
             if local.finished.contains_key(&row.id) || wrapping_up {
                 continue;
@@ -276,7 +341,7 @@ impl Dispatcher {
             .load(id)
             .await
             .with_context(|| format!("reading {id} before claiming it"))?;
-        if let Some(loaded) = loaded {
+        if let Some(loaded) = &loaded {
             let task = &loaded.task;
             let waiting = task
                 .last_failure()
@@ -304,12 +369,16 @@ impl Dispatcher {
             }
         }
         let run = RunId(uuid::Uuid::now_v7());
-        let outcome = match self
-            .inner
-            .board
-            .execute(id, &Command::Start { run }, DISPATCHER)
-            .await
-        {
+        // A task waiting in triage is claimed for its triage run; any other for its next attempt.
+        let triage = loaded
+            .as_ref()
+            .is_some_and(|l| l.task.column() == Column::Triage);
+        let start = if triage {
+            Command::StartTriage { run }
+        } else {
+            Command::Start { run }
+        };
+        let outcome = match self.inner.board.execute(id, &start, DISPATCHER).await {
             Ok(outcome) if !outcome.appended.is_empty() => outcome,
             Ok(_) => return Ok(false),
             Err(BoardError::Refused(refused)) => {
@@ -350,7 +419,14 @@ impl Dispatcher {
     /// Why `task` cannot run here, if it cannot: the agent profile it asks for does not exist, or (running
     /// locally) its program is not on PATH. The configured defaults are checked at start-up (`cannot_run`).
     fn unrunnable(&self, task: &Task) -> Option<String> {
-        let profile = match self.inner.profiles.for_task(task) {
+        let purpose = if task.column() == Column::Triage {
+            RunPurpose::Triage
+        } else if task.is_plan() {
+            RunPurpose::Plan
+        } else {
+            RunPurpose::Work
+        };
+        let profile = match self.inner.profiles.for_run(task, purpose) {
             Ok(profile) => profile,
             Err(why) => return Some(why),
         };
@@ -369,7 +445,11 @@ impl Dispatcher {
             ));
         }
         // Every attempt would fail the same way (E2BIG): a person shortens the spec or changes the profile.
-        profile.refuses_prompt(&crate::dispatch::prompt::build(task))
+        profile.refuses_prompt(&crate::dispatch::prompt::for_run(
+            task,
+            purpose,
+            self.inner.plans.max_items,
+        ))
     }
 
     fn start_local(&self, task: Task, run: RunId, attempt: u32) {
@@ -401,5 +481,27 @@ impl Dispatcher {
                 }
             }
         });
+    }
+}
+
+/// The tasks a row says it depends on.
+fn dependencies_of(row: &TaskRow) -> Vec<TaskId> {
+    row.state
+        .get("depends_on")
+        .and_then(|d| d.as_array())
+        .map(|ids| {
+            ids.iter()
+                .filter_map(|id| id.as_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether a dependency is done: in `done`, or archived after it was done (a cancelled one kept its reason).
+fn is_done(row: &TaskRow) -> bool {
+    match row.column {
+        Column::Done => true,
+        Column::Archived => row.state.get("closed_reason").is_none_or(|r| r.is_null()),
+        _ => false,
     }
 }

@@ -27,6 +27,7 @@ mod gc;
 mod hooks;
 mod launch;
 mod pause;
+mod proposal;
 mod watchdog;
 
 // The paths callers have always used (`dispatch::dispatcher::set_paused`, ...) stay valid.
@@ -45,6 +46,7 @@ use super::sandbox::Containment;
 use super::workspace::Workspaces;
 use crate::board::Board;
 use crate::config::dispatch::{ContainmentPolicy, DispatchConfig, Executor};
+use crate::config::plans::PlansConfig;
 use crate::config::profiles::{AgentProfile, Profiles};
 use crate::config::Env;
 use crate::eventlog::{EventLog, EventStore};
@@ -81,6 +83,7 @@ struct Inner {
     workspaces: Workspaces,
     worker: String,
     env: Env,
+    plans: PlansConfig,
     paused_by_env: bool,
     containment: Containment,
     local: Mutex<Local>,
@@ -112,6 +115,8 @@ pub struct DispatcherParts {
     pub workspaces: Workspaces,
     pub worker: String,
     pub env: Env,
+    /// `[plans]`: what a planner's plan is held to.
+    pub plans: PlansConfig,
     pub paused_by_env: bool,
     pub tracker: TaskTracker,
     pub shutdown: CancellationToken,
@@ -130,6 +135,7 @@ impl Dispatcher {
                 workspaces: parts.workspaces,
                 worker: parts.worker,
                 env: parts.env,
+                plans: parts.plans,
                 paused_by_env: parts.paused_by_env,
                 containment,
                 local: Mutex::default(),

@@ -48,8 +48,9 @@ fn row_values(task: &Task) -> anyhow::Result<RowValues> {
         repo: task.repo().as_str().to_owned(),
         priority: task.priority().as_str(),
         rank: priority_rank(task.priority()),
-        needs_human: task.needs_human().is_some(),
-        reason: task.needs_human().map(|n| n.reason.as_str().to_owned()),
+        // A plan waits for a person when its own flag is up or one of its items' is.
+        needs_human: task.waiting_for_human().is_some(),
+        reason: task.waiting_for_human(),
         attempts: i64::from(task.attempts()),
         max_attempts: i64::from(task.max_attempts().get()),
         links: serde_json::to_string(task.links())?,
