@@ -3,6 +3,7 @@
 //! Its configuration (`[dispatch]`, `[repos]`, `[agents.*]`: limits, sources, timing, profiles) is typed in
 //! `crate::config::{dispatch, profiles}`, with the rest of `pidevops.toml`.
 //!
+//! - `agent_files.rs` what an agent leaves in `.pidevops/` (status, review, spec), read as untrusted input
 //! - `prompt.rs`     the prompt: Task / Scope / Done when, and what failed last time (pure)
 //! - `schedule.rs`   which `todo` tasks start within the limits (pure)
 //! - `runs`          the run's events (pure; in `domain::runs`, shared with the runs projector)
@@ -13,6 +14,7 @@
 //! - `dispatcher/`   the dispatcher, watchdog and gc loops: claim, attempt, launch, watchdog, gc, pause
 //! - `worker.rs`     `pidevops worker`: runs pulled from JetStream
 
+pub mod agent_files;
 pub mod dispatcher;
 pub mod prompt;
 pub mod reaper;
