@@ -39,7 +39,7 @@ pub enum AgentFileError {
     /// A bug in pidevops, not the agent's doing: only plain file names are read.
     #[error("{name:?} is not a file name pidevops reads from .pidevops/: {why}")]
     Name { name: String, why: &'static str },
-    #[error(".pidevops was refused: it is {kind}; pidevops reads only a real directory .pidevops, never through a link")]
+    #[error(".pidevops was refused: it is {kind}, not a directory; pidevops never follows a link out of the worktree")]
     Dir { kind: &'static str },
     #[error(".pidevops/{name} was refused: it is {kind}; write a regular file there instead")]
     NotRegular { name: String, kind: &'static str },
@@ -262,7 +262,7 @@ fn open_agent_dir(worktree: &Path) -> Result<Option<OwnedFd>, AgentFileError> {
         Ok(fd) => Ok(Some(owned(fd))),
         Err(Errno::ENOENT) => Ok(None),
         Err(Errno::ELOOP) | Err(Errno::ENOTDIR) => Err(AgentFileError::Dir {
-            kind: "not a real directory",
+            kind: "a link or another kind of file",
         }),
         Err(e) => Err(io_error(".pidevops", e)),
     }

@@ -113,8 +113,8 @@ fn a_pidevops_that_is_a_link_is_refused_and_not_followed() {
     let error = read(&s.worktree, "status.json").unwrap_err();
     assert_eq!(
         error.to_string(),
-        ".pidevops was refused: it is a symbolic link; pidevops reads only a real directory .pidevops, never \
-         through a link"
+        ".pidevops was refused: it is a symbolic link, not a directory; pidevops never follows a link out of the \
+         worktree"
     );
     assert!(matches!(
         agent_files(&s.worktree),
