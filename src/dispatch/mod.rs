@@ -3,6 +3,7 @@
 //! Its configuration (`[dispatch]`, `[repos]`, `[agents.*]`: limits, sources, timing, profiles) is typed in
 //! `crate::config::{dispatch, profiles}`, with the rest of `pidevops.toml`.
 //!
+//! - `agent_files.rs` what an agent leaves in `.pidevops/` (status, review, spec), read as untrusted input
 //! - `prompt.rs`     the prompt: Task / Scope / Done when, and what failed last time (pure)
 //! - `schedule.rs`   which `todo` tasks start within the limits (pure)
 //! - `runs`          the run's events (pure; in `domain::runs`, shared with the runs projector)

@@ -7,15 +7,17 @@ use chrono::Utc;
 
 use super::attempt::{badly_ended, Ended};
 use super::Dispatcher;
-use crate::dispatch::agent_files::read_agent_file;
+use crate::dispatch::agent_files::{read_agent_file, read_spec};
 use crate::dispatch::runner;
 use crate::dispatch::runs::{FailureKind, Proposal, RunEvent};
 use crate::dispatch::workspace::Prepared;
 use crate::tasks::plan::PlanDocument;
-use crate::tasks::{RunPurpose, Spec, SpecParts, Task};
+use crate::tasks::{RunPurpose, Task};
 
-/// The most bytes a plan or spec file may have: a plan of 100 items with long task texts fits.
-const MAX_FILE_BYTES: usize = 1024 * 1024;
+/// The planner's file.
+const PLAN_FILE: &str = "plan.json";
+/// The most bytes a plan file may have: a plan of 100 items with long task texts fits.
+const MAX_PLAN_BYTES: usize = 1024 * 1024;
 
 impl Dispatcher {
     pub(super) async fn proposal(
@@ -32,32 +34,31 @@ impl Dispatcher {
         }
         let tail = finished.tail.clone();
         let invalid = |detail: String| fail(FailureKind::Invalid, detail, tail.clone());
-        let name = match purpose {
-            RunPurpose::Plan => "plan.json",
-            RunPurpose::Triage | RunPurpose::Work => "spec.json",
-        };
         let worktree = prepared.dirs.worktree.clone();
-        let read = tokio::task::spawn_blocking(move || {
-            read_agent_file(&worktree, name, MAX_FILE_BYTES).map_err(|e| e.to_string())
+        let limits = self.inner.plans.limits();
+        let read = tokio::task::spawn_blocking(move || match purpose {
+            RunPurpose::Plan => {
+                let bytes = read_agent_file(&worktree, PLAN_FILE, MAX_PLAN_BYTES)
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| {
+                        format!("the agent exited 0 but left no .pidevops/{PLAN_FILE}")
+                    })?;
+                PlanDocument::parse(&bytes, &limits)
+                    .map(|plan| Proposal::Plan {
+                        plan: Box::new(plan),
+                    })
+                    .map_err(|errors| errors.retry_text())
+            }
+            RunPurpose::Triage | RunPurpose::Work => read_spec(&worktree)
+                .map_err(|e| e.to_string())?
+                .map(|spec| Proposal::Spec { spec })
+                .ok_or_else(|| "the agent exited 0 but left no .pidevops/spec.json".to_owned()),
         })
         .await
-        .unwrap_or_else(|e| Err(format!("reading .pidevops/{name} failed: {e}")));
-        let bytes = match read {
-            Ok(Some(bytes)) => bytes,
-            Ok(None) => return invalid(format!("the agent exited 0 but left no .pidevops/{name}")),
+        .unwrap_or_else(|e| Err(format!("reading the agent's file failed: {e}")));
+        let proposal = match read {
+            Ok(proposal) => proposal,
             Err(why) => return invalid(why),
-        };
-        let proposal = match purpose {
-            RunPurpose::Plan => match PlanDocument::parse(&bytes, &self.inner.plans.limits()) {
-                Ok(plan) => Proposal::Plan {
-                    plan: Box::new(plan),
-                },
-                Err(errors) => return invalid(errors.retry_text()),
-            },
-            RunPurpose::Triage | RunPurpose::Work => match parse_spec(&bytes) {
-                Ok(spec) => Proposal::Spec { spec },
-                Err(why) => return invalid(why),
-            },
         };
         RunEvent::Proposed {
             at: Utc::now(),
@@ -69,10 +70,4 @@ impl Dispatcher {
             tail,
         }
     }
-}
-
-fn parse_spec(bytes: &[u8]) -> Result<Spec, String> {
-    let parts: SpecParts = serde_json::from_slice(bytes)
-        .map_err(|e| format!("The spec in .pidevops/spec.json was refused: {e}"))?;
-    Spec::try_from(parts).map_err(|e| format!("The spec in .pidevops/spec.json was refused: {e}"))
 }

@@ -4,11 +4,13 @@
 mod board;
 mod ids;
 mod links;
+mod reports;
 mod text;
 
 pub use board::{ApprovalPolicy, Column, MaxAttempts, Priority, RunPurpose, TaskKind};
 pub use ids::{AgentName, BranchName, RepoName, RunId, TaskId, TASK_STREAM_PREFIX};
 pub use links::{GithubRef, LinearIssue, LinearIssueParts, Links, TelegramMessage, TelegramParts};
+pub use reports::*;
 pub use text::{FollowUpText, Reason, Spec, SpecParts};
 
 /// Why a value was refused. Each variant names the value and the rule it broke.
