@@ -134,6 +134,7 @@ async fn bench(args: &Args, dir: &std::path::Path) -> anyhow::Result<bool> {
                             run,
                             branch,
                             pr: None,
+                            report: Default::default(),
                         },
                         "bench",
                     )

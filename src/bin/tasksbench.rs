@@ -190,6 +190,7 @@ fn task_events(i: u64, at: impl Fn(usize) -> DateTime<Utc>) -> anyhow::Result<Ve
             run: run(2),
             branch: id.branch(),
             pr: Some(pr(2)?),
+            report: Default::default(),
         },
         Command::Retry {
             cause: RetryCause::ChecksFailed,
@@ -200,6 +201,7 @@ fn task_events(i: u64, at: impl Fn(usize) -> DateTime<Utc>) -> anyhow::Result<Ve
             run: run(3),
             branch: BranchName::try_from(format!("pidevops/{id}-3"))?,
             pr: Some(pr(3)?),
+            report: Default::default(),
         },
         // The last of three attempts: retried and flagged for a human (two events).
         Command::Retry {
@@ -223,6 +225,7 @@ fn task_events(i: u64, at: impl Fn(usize) -> DateTime<Utc>) -> anyhow::Result<Ve
                 run: run(4),
                 branch: id.branch(),
                 pr: Some(pr(4)?),
+                report: Default::default(),
             },
             Command::AttachFollowUp {
                 text: follow_up(2)?,

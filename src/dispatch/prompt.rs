@@ -32,6 +32,7 @@ pub fn build(task: &Task) -> String {
             RetryCause::SetupFailed { .. } => {
                 "the repository's setup failed before the agent ran (not counted against the attempts)"
             }
+            RetryCause::AgentNeedsHuman { .. } => "you asked for a person, who has looked",
             RetryCause::ChecksFailed => "CI failed on the pull request",
             RetryCause::ChangesRequested => "a reviewer asked for changes",
         };

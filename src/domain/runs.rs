@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::tasks::plan::PlanDocument;
-use crate::tasks::{BranchName, Reason, RunId, Spec, TaskId};
+use crate::tasks::{AttemptReport, BranchName, Reason, RunId, Spec, TaskId};
 
 pub const RUN_STREAM_PREFIX: &str = "run:";
 
@@ -57,8 +57,19 @@ pub enum FailureKind {
     /// The repository's `after_run` failed on the agent's work.
     AfterRun,
     /// What the agent had to leave for pidevops (a planner's `plan.json`, a triage agent's `spec.json`) is
-    /// missing or refused; the detail lists every reason.
+    /// missing or refused, or its own status file is; the detail lists every reason.
     Invalid,
+    /// The agent said it needs a person (`.pidevops/status.json`): the task is flagged at once.
+    NeedsHuman,
+    /// The agent said its work is not resolved (`resolved: false`, `unresolved_files`): nothing is pushed.
+    Unresolved,
+    /// It changed files outside its task's scope (`scope = "enforce"`): nothing is pushed.
+    Scope,
+    /// The reviewer agent asked for changes: nothing is pushed, and the next attempt gets the review.
+    Review,
+    /// The reviewer agent could not review (it failed, or left no verdict): not the work's fault, so the attempt
+    /// is given back, like a failed setup.
+    Reviewer,
 }
 
 impl FailureKind {
@@ -77,6 +88,11 @@ impl FailureKind {
             FailureKind::Check => "check",
             FailureKind::AfterRun => "after_run",
             FailureKind::Invalid => "invalid",
+            FailureKind::NeedsHuman => "needs_human",
+            FailureKind::Unresolved => "unresolved",
+            FailureKind::Scope => "scope",
+            FailureKind::Review => "review",
+            FailureKind::Reviewer => "reviewer",
         }
     }
 }
@@ -118,6 +134,9 @@ pub enum RunEvent {
         commit: String,
         duration_s: f64,
         tail: String,
+        /// What the attempt says of itself: the agent's summary, the reviewer's approval, files out of scope.
+        #[serde(default, skip_serializing_if = "AttemptReport::is_empty")]
+        report: Box<AttemptReport>,
     },
     Failed {
         at: DateTime<Utc>,

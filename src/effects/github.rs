@@ -175,6 +175,23 @@ pub fn pull_request_body(task: &Task) -> String {
     if !spec.done_when().is_empty() {
         body.push_str(&format!("\n## Done when\n{}\n", inert(spec.done_when())));
     }
+    // What the attempt says of itself: the agent's words and the reviewer's are untrusted like the ticket's.
+    let report = task.report();
+    if let Some(summary) = &report.summary {
+        body.push_str(&format!("\n## The agent's summary\n{}\n", inert(summary)));
+    }
+    if let Some(review) = &report.review {
+        body.push_str(&format!(
+            "\n## Review (reviewer agent)\n{}\n",
+            inert(&review.as_markdown())
+        ));
+    }
+    if !report.outside_scope.is_empty() {
+        body.push_str(&format!(
+            "\n## Outside the scope\nThis change also touches files outside the task's scope: {}\n",
+            inert(&report.outside_scope.join(", "))
+        ));
+    }
     let links = task.links();
     let mut from = Vec::new();
     if let Some(issue) = &links.github_issue {

@@ -391,7 +391,9 @@ impl IssueNews<'_> {
 
     fn retried(&self, cause: &RetryCause, reason: &Reason, attempt: u32) -> Option<Request> {
         match cause {
-            RetryCause::RunFailed { run } | RetryCause::SetupFailed { run } => self.activity(
+            RetryCause::RunFailed { run }
+            | RetryCause::SetupFailed { run }
+            | RetryCause::AgentNeedsHuman { run } => self.activity(
                 format!("linear:activity:{run}:end"),
                 json!({
                     "type": "error",

@@ -171,6 +171,7 @@ fn a_task_in_review_asks_for_one_pull_request_to_its_repositorys_base() {
             run,
             branch: "pidevops/T-9".parse().unwrap(),
             pr: None,
+            report: Default::default(),
         },
     );
     let requests = policy::github(&submitted[0], &task, &config);
@@ -443,6 +444,7 @@ fn a_pull_request_from_hostile_ticket_text_has_no_live_mention_or_closing_keywor
             run,
             branch: "pidevops/T-9".parse().unwrap(),
             pr: None,
+            report: Default::default(),
         },
     );
     let requests = policy::github(&submitted[0], &task, &policy::PolicyConfig::default());

@@ -91,7 +91,7 @@ pub async fn create(
     };
     let key = match idempotency_key(&headers) {
         Ok(key) => key,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let draft = Draft {
         priority: draft.priority,

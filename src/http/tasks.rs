@@ -68,7 +68,7 @@ pub async fn create(
     }
     let key = match idempotency_key(&headers) {
         Ok(key) => key,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     created(
         state
@@ -80,7 +80,7 @@ pub async fn create(
 
 /// The request's `Idempotency-Key`, or a fresh one: a client that retries sends the same key and gets the same
 /// task; without one every request is new. `Err`: the `400` for a malformed key.
-pub(super) fn idempotency_key(headers: &HeaderMap) -> Result<String, Response> {
+pub(super) fn idempotency_key(headers: &HeaderMap) -> Result<String, Box<Response>> {
     match headers.get("idempotency-key").map(|v| v.to_str()) {
         None => Ok(uuid::Uuid::new_v4().to_string()),
         Some(Ok(key))
@@ -90,11 +90,11 @@ pub(super) fn idempotency_key(headers: &HeaderMap) -> Result<String, Response> {
         {
             Ok(key.to_owned())
         }
-        Some(_) => Err(error(
+        Some(_) => Err(Box::new(error(
             StatusCode::BAD_REQUEST,
             "bad_idempotency_key",
             format!("Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters"),
-        )),
+        ))),
     }
 }
 

@@ -24,7 +24,7 @@ pub use family::{roll_up, ChildView, PlanState, RollUp, TriageOutcome, TriageSta
 use super::plan::PlanDocument;
 use super::values::{
     AgentName, ApprovalPolicy, BranchName, Column, FollowUpText, GithubRef, Links, MaxAttempts,
-    Priority, Reason, RepoName, RunId, RunPurpose, Spec, TaskId, TaskKind,
+    Priority, Reason, RepoName, Review, RunId, RunPurpose, Spec, TaskId, TaskKind,
 };
 
 /// At most this many follow-ups per task, delivered or not, so a chatty thread cannot grow a task without bound.
@@ -86,6 +86,28 @@ pub struct Task {
     /// What the triage agent made of the ticket, once it ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     triage: Option<TriageState>,
+    /// What the last attempt submitted for review said of itself (its summary, its review, files out of scope).
+    #[serde(skip_serializing_if = "AttemptReport::is_empty")]
+    report: AttemptReport,
+}
+
+/// What an attempt submitted for review says of itself, for its pull request and its page: the agent's own
+/// summary (`.pidevops/status.json`), the reviewer agent's approval, and the files it changed outside its scope
+/// (`scope = "warn"`). Untrusted text: made inert wherever it is shown.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AttemptReport {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<Review>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outside_scope: Vec<String>,
+}
+
+impl AttemptReport {
+    pub fn is_empty(&self) -> bool {
+        self.summary.is_none() && self.review.is_none() && self.outside_scope.is_empty()
+    }
 }
 
 /// Why a human is needed, and since when (the start of this episode; one alert per episode).
@@ -216,6 +238,10 @@ impl Task {
     pub fn triage(&self) -> Option<&TriageState> {
         self.triage.as_ref()
     }
+    /// What the attempt last submitted for review said of itself.
+    pub fn report(&self) -> &AttemptReport {
+        &self.report
+    }
     /// A plan approved as a whole: its items do the work, and its column follows theirs.
     pub fn is_approved_plan(&self) -> bool {
         self.plan.as_ref().is_some_and(|p| p.approved_at.is_some())
@@ -313,6 +339,9 @@ pub enum RetryCause {
     /// agent's doing, so the attempt is given back; unlike an interruption it backs off and counts as a bounce,
     /// so a setup that keeps failing asks a human instead of looping.
     SetupFailed { run: RunId },
+    /// The agent said it needs a person (`.pidevops/status.json`): the attempt counts, and the task is flagged at
+    /// once with what it said.
+    AgentNeedsHuman { run: RunId },
     /// CI failed on the pull request.
     ChecksFailed,
     /// A reviewer (or a human through the CLI) asked for another attempt.
@@ -334,6 +363,7 @@ pub enum Command {
         run: RunId,
         branch: BranchName,
         pr: Option<GithubRef>,
+        report: Box<AttemptReport>,
     },
     Complete,
     /// The attempt failed: counts against the budget; back to `todo`, flagged for a human after the last one.
@@ -472,6 +502,8 @@ pub enum TaskEvent {
         run: RunId,
         branch: BranchName,
         pr: Option<GithubRef>,
+        #[serde(default, skip_serializing_if = "AttemptReport::is_empty")]
+        report: Box<AttemptReport>,
     },
     Completed {
         at: DateTime<Utc>,

@@ -17,9 +17,9 @@ pub mod plan;
 pub mod values;
 
 pub use domain::{
-    decide, evolve, replay, roll_up, ChildView, Command, Failure, Family, FollowUp, NeedsHuman,
-    NewTask, PlanState, RetryCause, RollUp, Task, TaskCreated, TaskError, TaskEvent, TriageOutcome,
-    TriageState, MAX_FOLLOW_UPS, OSCILLATION_STARTS, OSCILLATION_WINDOW_S,
+    decide, evolve, replay, roll_up, AttemptReport, ChildView, Command, Failure, Family, FollowUp,
+    NeedsHuman, NewTask, PlanState, RetryCause, RollUp, Task, TaskCreated, TaskError, TaskEvent,
+    TriageOutcome, TriageState, MAX_FOLLOW_UPS, OSCILLATION_STARTS, OSCILLATION_WINDOW_S,
 };
 pub use values::{
     AgentName, ApprovalPolicy, BranchName, Column, FollowUpText, GithubRef, LinearIssue, Links,

@@ -65,6 +65,7 @@ async fn task_in_review_from(app: &TestApp, title: &str, links: Links) -> TaskId
                 run,
                 branch: id.branch(),
                 pr: None,
+                report: Default::default(),
             },
             "test",
         )
@@ -508,6 +509,7 @@ async fn hostile_ticket_text_pings_nobody_and_closes_nothing(db: TestDb) {
                 run,
                 branch: id.branch(),
                 pr: None,
+                report: Default::default(),
             },
             "test",
         )

@@ -166,6 +166,7 @@ async fn an_issue_hears_when_work_starts_goes_to_review_needs_a_human_and_is_don
             run,
             branch: id.branch(),
             pr: None,
+            report: Default::default(),
         },
     )
     .await;
@@ -274,6 +275,7 @@ async fn an_agent_session_gets_a_thought_at_once_and_one_end_per_attempt(db: Tes
             run: run2,
             branch: id.branch(),
             pr: None,
+            report: Default::default(),
         },
     )
     .await;
@@ -295,6 +297,7 @@ async fn an_agent_session_gets_a_thought_at_once_and_one_end_per_attempt(db: Tes
             run: run3,
             branch: id.branch(),
             pr: None,
+            report: Default::default(),
         },
     )
     .await;

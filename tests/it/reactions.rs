@@ -273,6 +273,7 @@ async fn closing_without_merging_cancels_and_other_branches_are_left_alone(db: T
                 run,
                 branch: id.branch(),
                 pr: our_pr().github_pr,
+                report: Default::default(),
             },
             "test",
         )
@@ -336,6 +337,7 @@ async fn forks_strangers_and_other_repositories_change_nothing_and_are_recorded(
                 run,
                 branch: id.branch(),
                 pr: our_pr().github_pr,
+                report: Default::default(),
             },
             "test",
         )

@@ -246,6 +246,7 @@ async fn part_two(board: &mut Board, log: &EventLog) {
                 run: run_id(21),
                 branch: BranchName::try_from("pidevops/T-2".to_owned()).unwrap(),
                 pr: Some(pr(20)),
+                report: Default::default(),
             },
             20,
         )

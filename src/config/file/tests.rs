@@ -88,7 +88,7 @@ fn an_unknown_key_in_any_table_is_refused_with_the_closest_known_one() {
         (
             "verbose = true",
             "verbose: unknown key (known: board, repos, intake, dispatch, agents, schedules, digest, linear, \
-             telegram, pollers, loops)",
+             telegram, pollers, loops, plans)",
         ),
     ] {
         assert_eq!(errors(text), refusal, "{text}");
@@ -475,6 +475,7 @@ fn the_documented_complete_file_is_accepted_and_sets_every_key() {
         ("[telegram]", at(&["telegram"])),
         ("[pollers.<name>]", at(&["pollers", "linear"])),
         ("[loops.<name>]", first(&table["loops"])),
+        ("[plans]", at(&["plans"])),
     ];
     for (heading, keys) in schema() {
         let (_, written) = tables

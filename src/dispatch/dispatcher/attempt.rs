@@ -9,8 +9,10 @@ use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 
 use super::hooks::{Step, StepContext, StepFailed};
+use super::launch::Access;
 use super::{run_of, Dispatcher, DISPATCHER};
 use crate::board::BoardError;
+use crate::config::file::ReviewPolicy;
 use crate::config::profiles::AgentProfile;
 use crate::config::repo_env::RepoEnv;
 use crate::dispatch::runner::{self, Ending};
@@ -21,7 +23,7 @@ use crate::eventlog::{AppendError, EventLog};
 use crate::projectors::runs as run_rows;
 use crate::projectors::tasks as task_rows;
 use crate::tasks::{
-    Column, Command, Reason, RetryCause, RunId, RunPurpose, Task, TaskError, TaskId,
+    AttemptReport, Column, Command, Reason, RetryCause, RunId, RunPurpose, Task, TaskError, TaskId,
 };
 
 impl Dispatcher {
@@ -185,29 +187,36 @@ impl Dispatcher {
             )
             .await;
         self.forget_hook_dirs(&prepared).await;
-        // Committing and pushing hold no slot (the repository's check did: it is as heavy as the agent).
-        self.release_slot(id);
+        // Committing and pushing hold no slot (the repository's check did: it is as heavy as the agent). A
+        // reviewer agent is as heavy too: where one reads the work, the slot is let go after it.
+        let reviewed = purpose == RunPurpose::Work
+            && self.inner.config.review_policy(task.repo()) == ReviewPolicy::Agent;
+        if !reviewed {
+            self.release_slot(id);
+        }
+        let ended = Ended {
+            run,
+            attempt,
+            profile,
+            stop: &stop,
+            began: started,
+            output: &output,
+            agent_stop: &heartbeat.agent_stop,
+        };
         // Heartbeats go on while the work is committed and pushed (a big push can take a while).
         let outcome = match (around, purpose) {
             (Ok(finished), RunPurpose::Work) => {
-                self.wrap_up(
-                    task, run, attempt, profile, &prepared, finished, &stop, started, &fail,
-                )
-                .await
+                self.wrap_up(task, &prepared, finished, &ended, &fail).await
             }
             (Ok(finished), RunPurpose::Plan | RunPurpose::Triage) => {
-                let ending = Ended {
-                    run,
-                    attempt,
-                    profile,
-                    stop: &stop,
-                    began: started,
-                };
-                self.proposal(task, purpose, &prepared, finished, &ending, &fail)
+                self.proposal(task, purpose, &prepared, finished, &ended, &fail)
                     .await
             }
             (Err(failed), _) => fail(failed.kind, failed.detail, failed.tail),
         };
+        if reviewed {
+            self.release_slot(id);
+        }
         // Its work is pushed (or its failure about to be recorded): the worktree may serve a queued task.
         self.inner.workspaces.finished(&prepared);
         heartbeat.beats.cancel();
@@ -251,7 +260,7 @@ impl Dispatcher {
         self.run_step(Step::BeforeRun, &cx).await?;
         let launching = std::time::Instant::now();
         let launch = self
-            .launch(task, run, profile, prepared, prompt)
+            .launch(task, run, profile, prepared, prompt, Access::Worktree)
             .map_err(|error| StepFailed {
                 kind: FailureKind::Workspace,
                 detail: format!("{error:#}"),
@@ -356,30 +365,31 @@ impl Dispatcher {
         });
     }
 
-    /// The outcome of an attempt whose agent has ended: its exit judged, its work committed and pushed.
-    #[allow(clippy::too_many_arguments)]
+    /// The outcome of an attempt whose agent has ended: its exit judged, its own verdict read, its work committed,
+    /// held to its scope, reviewed where a reviewer is configured, and pushed. Nothing is pushed unless each says
+    /// yes (`verdicts.rs`).
     async fn wrap_up(
         &self,
         task: &Task,
-        run: RunId,
-        attempt: u32,
-        profile: &AgentProfile,
         prepared: &Prepared,
         finished: runner::Finished,
-        stop: &CancellationToken,
-        began: std::time::Instant,
+        ended: &Ended<'_>,
         fail: &impl Fn(FailureKind, String, String) -> RunEvent,
     ) -> RunEvent {
-        let id = task.id();
+        let (id, run, attempt) = (task.id(), ended.run, ended.attempt);
         let tail = finished.tail.clone();
         let failed = |kind, detail: String| fail(kind, detail, tail.clone());
-        if let Some(failure) = badly_ended(&finished, profile, stop, fail) {
+        if let Some(failure) = badly_ended(&finished, ended.profile, ended.stop, fail) {
             return failure;
         }
+        let summary = match self.agent_verdict(prepared).await {
+            Ok(summary) => summary,
+            Err((kind, detail)) => return failed(kind, detail),
+        };
         let message = format!(
             "{id}: {}\n\nWritten by the {} agent, attempt {attempt} (pidevops run {run}).",
             task.title(),
-            profile.name
+            ended.profile.name
         );
         let phase = std::time::Instant::now();
         let committed = self.inner.workspaces.commit(prepared, &message).await;
@@ -395,6 +405,10 @@ impl Dispatcher {
             }
             Err(error) => return failed(FailureKind::Workspace, error.to_string()),
         };
+        let outside_scope = match self.scope_verdict(task, prepared, &commit).await {
+            Ok(outside) => outside,
+            Err((kind, detail)) => return failed(kind, detail),
+        };
         // What the attempt changed, for its page: from ids we recorded, by our git, capped; never fatal to the run.
         let phase = std::time::Instant::now();
         if let Err(error) = self.inner.workspaces.record_diff(prepared, &commit).await {
@@ -402,6 +416,10 @@ impl Dispatcher {
         }
         metrics::histogram!("pidevops_run_phase_seconds", "phase" => "diff")
             .record(phase.elapsed().as_secs_f64());
+        let review = match self.review_verdict(task, prepared, &commit, ended).await {
+            Ok(review) => review,
+            Err((kind, detail)) => return failed(kind, detail),
+        };
         let phase = std::time::Instant::now();
         let pushed = self.inner.workspaces.push(prepared, &commit).await;
         metrics::histogram!("pidevops_run_phase_seconds", "phase" => "push")
@@ -416,8 +434,13 @@ impl Dispatcher {
             attempt,
             branch: prepared.branch.clone(),
             commit,
-            duration_s: began.elapsed().as_secs_f64(),
+            duration_s: ended.began.elapsed().as_secs_f64(),
             tail,
+            report: Box::new(AttemptReport {
+                summary,
+                review,
+                outside_scope,
+            }),
         }
     }
 
@@ -426,13 +449,18 @@ impl Dispatcher {
     pub(super) async fn apply(&self, outcome: &RunEvent) {
         let (task, command) = match outcome {
             RunEvent::Succeeded {
-                task, run, branch, ..
+                task,
+                run,
+                branch,
+                report,
+                ..
             } => (
                 *task,
                 Command::SubmitForReview {
                     run: *run,
                     branch: branch.clone(),
                     pr: None,
+                    report: report.clone(),
                 },
             ),
             RunEvent::Failed {
@@ -442,8 +470,11 @@ impl Dispatcher {
                 Command::Retry {
                     cause: match kind {
                         FailureKind::Interrupted => RetryCause::Interrupted { run: *run },
-                        // The agent did not run: not its attempt (see `hooks.rs`).
-                        FailureKind::Setup => RetryCause::SetupFailed { run: *run },
+                        // The agent did not run: not its attempt (see `hooks.rs`). Nor is a reviewer's failure.
+                        FailureKind::Setup | FailureKind::Reviewer => {
+                            RetryCause::SetupFailed { run: *run }
+                        }
+                        FailureKind::NeedsHuman => RetryCause::AgentNeedsHuman { run: *run },
                         _ => RetryCause::RunFailed { run: *run },
                     },
                     reason: outcome
@@ -551,8 +582,12 @@ pub(super) struct Ended<'a> {
     pub run: RunId,
     pub attempt: u32,
     pub profile: &'a AgentProfile,
+    /// The service stopping.
     pub stop: &'a CancellationToken,
     pub began: std::time::Instant,
+    /// The run's output counter and the token that stops its agents (a reviewer's too).
+    pub output: &'a Arc<AtomicU64>,
+    pub agent_stop: &'a CancellationToken,
 }
 
 /// An attempt's heartbeat task and the tokens between the two (see `Dispatcher::heartbeat`).

@@ -13,6 +13,15 @@ use crate::dispatch::sandbox::{AgentView, Confinement, Containment};
 use crate::dispatch::workspace::Prepared;
 use crate::tasks::{RunId, Task};
 
+/// What an agent may change in its worktree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Access {
+    /// All of it: the agent's work is what it leaves there.
+    Worktree,
+    /// Nothing but `.pidevops/` (a reviewer: its verdict).
+    ReadOnly,
+}
+
 impl Dispatcher {
     /// The agent's command line and environment. The environment is built from nothing: a few neutral variables,
     /// the run's own HOME and TMPDIR, the variables the profile names (never a pidevops secret: `profiles`
@@ -24,6 +33,7 @@ impl Dispatcher {
         profile: &AgentProfile,
         prepared: &Prepared,
         prompt: &str,
+        access: Access,
     ) -> anyhow::Result<Launch> {
         let dirs = &prepared.dirs;
         let path = |p: &std::path::Path| p.to_string_lossy().into_owned();
@@ -46,14 +56,28 @@ impl Dispatcher {
                 .iter()
                 .map(|(name, value)| (name.clone(), value.clone())),
         );
-        let writable = vec![dirs.worktree.clone(), dirs.home.clone(), dirs.tmp.clone()];
+        let (writable, readable) = match access {
+            Access::Worktree => (
+                vec![dirs.worktree.clone(), dirs.home.clone(), dirs.tmp.clone()],
+                vec![dirs.prompt.clone()],
+            ),
+            // A reviewer reads the work and writes only its verdict (bound over the read-only worktree).
+            Access::ReadOnly => (
+                vec![
+                    dirs.worktree.join(crate::dispatch::agent_files::AGENT_DIR),
+                    dirs.home.clone(),
+                    dirs.tmp.clone(),
+                ],
+                vec![dirs.prompt.clone(), dirs.worktree.clone()],
+            ),
+        };
         let (argv, child) = self.contain(
             &format!("agent profile {}", profile.name),
             prepared,
             argv,
             &env,
             writable,
-            vec![dirs.prompt.clone()],
+            readable,
         )?;
         tracing::info!(task = %task.id(), %run, profile = %profile.name, program = %argv.first().map(String::as_str).unwrap_or(""), "starting the agent");
         Ok(Launch {

@@ -28,6 +28,7 @@ mod hooks;
 mod launch;
 mod pause;
 mod proposal;
+mod verdicts;
 mod watchdog;
 
 // The paths callers have always used (`dispatch::dispatcher::set_paused`, ...) stay valid.

@@ -24,6 +24,8 @@ pub const PATCH_FILE: &str = "diff.patch";
 pub const PATCH_CAP: usize = 512 * 1024;
 /// The most bytes of git's file list read (about 5000 files).
 const STAT_CAP: usize = 256 * 1024;
+/// Most bytes of changed paths read for a scope check (about 40,000 paths of 100 bytes).
+const PATHS_CAP: usize = 4 * 1024 * 1024;
 /// The longest each git command may take.
 pub const DIFF_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -110,6 +112,56 @@ impl Workspaces {
         })?;
         write(&dir.join(DIFF_FILE), &json).await?;
         Ok(record)
+    }
+
+    /// Every path the attempt changed from `base_commit` to `commit` (added, modified, deleted; a rename as both
+    /// its paths), by our git on the mirror: what its scope is checked against. Unlike the recorded diff this is
+    /// never cut: a list too long (or a git too slow) to read whole is an error, so no file escapes the check.
+    pub async fn changed_paths(
+        &self,
+        prepared: &Prepared,
+        commit: &str,
+    ) -> Result<Vec<String>, WorkspaceError> {
+        let base = prepared.base_commit.as_str();
+        for id in [base, commit] {
+            if id.len() != 40 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(WorkspaceError::Git {
+                    what: "listing the attempt's changes".to_owned(),
+                    detail: format!("{id:?} is not a commit id"),
+                });
+            }
+        }
+        let args: Vec<String> = [
+            &format!("--git-dir={}", prepared.dirs.mirror.to_string_lossy()),
+            "diff",
+            "--no-ext-diff",
+            "--no-textconv",
+            "--no-renames",
+            "--name-only",
+            "-z",
+            base,
+            commit,
+            "--",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        let listed = self.capped_git(&args, PATHS_CAP).await?;
+        if listed.timed_out || listed.total > PATHS_CAP as u64 {
+            return Err(WorkspaceError::Git {
+                what: "listing the attempt's changes".to_owned(),
+                detail: format!(
+                    "the list of changed files is over {PATHS_CAP} bytes or took over {} s; its scope cannot be checked",
+                    DIFF_TIMEOUT.as_secs()
+                ),
+            });
+        }
+        Ok(listed
+            .kept
+            .split(|b| *b == 0)
+            .filter(|p| !p.is_empty())
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect())
     }
 
     /// Runs our git and keeps the first `cap` bytes of what it prints, counting the rest, for at most

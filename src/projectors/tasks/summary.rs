@@ -57,6 +57,7 @@ pub fn summarize(event: &TaskEvent) -> String {
                 RetryCause::RunFailed { .. } => "run failed",
                 RetryCause::Interrupted { .. } => "interrupted",
                 RetryCause::SetupFailed { .. } => "setup failed",
+                RetryCause::AgentNeedsHuman { .. } => "the agent asked for a person",
                 RetryCause::ChecksFailed => "checks failed",
                 RetryCause::ChangesRequested => "changes requested",
             };

@@ -8,8 +8,9 @@ use super::super::values::{
 };
 use super::family;
 use super::{
-    Command, NewTask, RetryCause, Task, TaskCreated, TaskError, TaskEvent, BEFORE_WORK,
-    BETWEEN_ATTEMPTS, CLOSED, MAX_FOLLOW_UPS, OPEN, OSCILLATION_STARTS, OSCILLATION_WINDOW_S,
+    AttemptReport, Command, NewTask, RetryCause, Task, TaskCreated, TaskError, TaskEvent,
+    BEFORE_WORK, BETWEEN_ATTEMPTS, CLOSED, MAX_FOLLOW_UPS, OPEN, OSCILLATION_STARTS,
+    OSCILLATION_WINDOW_S,
 };
 
 /// Decides what `command` means for `state` at `now`: the events to record, none (already so), or why not.
@@ -96,9 +97,12 @@ pub fn decide(
 
         Command::Start { run } => start(task, command, *run, at),
 
-        Command::SubmitForReview { run, branch, pr } => {
-            submit_for_review(task, command, *run, branch, pr, at)
-        }
+        Command::SubmitForReview {
+            run,
+            branch,
+            pr,
+            report,
+        } => submit_for_review(task, command, *run, branch, pr, report, at),
 
         Command::Complete => match column {
             Column::InReview => Ok(vec![TaskEvent::Completed { at }]),
@@ -210,6 +214,7 @@ fn submit_for_review(
     run: RunId,
     branch: &BranchName,
     pr: &Option<GithubRef>,
+    report: &AttemptReport,
     at: DateTime<Utc>,
 ) -> Result<Vec<TaskEvent>, TaskError> {
     if task.column != Column::InProgress {
@@ -231,6 +236,7 @@ fn submit_for_review(
         run,
         branch: branch.clone(),
         pr: pr.clone(),
+        report: Box::new(report.clone()),
     }])
 }
 
@@ -245,7 +251,8 @@ fn retry(
     match cause {
         RetryCause::RunFailed { run }
         | RetryCause::Interrupted { run }
-        | RetryCause::SetupFailed { run } => {
+        | RetryCause::SetupFailed { run }
+        | RetryCause::AgentNeedsHuman { run } => {
             if task.column != Column::InProgress {
                 return Err(wrong_column(task, command, &[Column::InProgress]));
             }
@@ -280,6 +287,16 @@ fn retry(
             }
             given_back = true;
         }
+    }
+    // The agent itself asked for a person: flagged at once, with what it said, whatever budget remains.
+    if matches!(cause, RetryCause::AgentNeedsHuman { .. }) {
+        if task.needs_human.is_none() {
+            events.push(TaskEvent::FlaggedNeedsHuman {
+                at,
+                reason: reason.clone(),
+            });
+        }
+        return Ok(events);
     }
     // The last attempt failed, or attempts keep bouncing back fast: a human must look. If one is already
     // looking, this is the same episode. A setup failure's attempt was given back, so only the bounce rule

@@ -61,11 +61,14 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
             attempt,
             purpose,
         } => started(task, event, *at, *run, *attempt, *purpose)?,
-        TaskEvent::SubmittedForReview { branch, pr, .. } => {
+        TaskEvent::SubmittedForReview {
+            branch, pr, report, ..
+        } => {
             require(task, event, &[Column::InProgress])?;
             task.column = Column::InReview;
             task.run = None;
             task.purpose = None;
+            task.report = (**report).clone();
             task.branch = Some(branch.clone());
             // A newer pull request supersedes the old one; no submission removes a link.
             if let Some(pr) = pr {
@@ -372,6 +375,7 @@ impl Task {
             purpose: None,
             plan: plan.then(super::PlanState::default),
             triage: None,
+            report: Default::default(),
         }
     }
 

@@ -81,6 +81,7 @@ fn submit(run_id: RunId, pr_number: Option<u64>) -> Command {
         run: run_id,
         branch: id().branch(),
         pr: pr_number.map(pr),
+        report: Default::default(),
     }
 }
 

@@ -71,3 +71,54 @@ impl PlanDocument {
         self.items.iter().collect()
     }
 }
+
+/// STUB: a task's scope as rules.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Scope(Vec<String>);
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ScopeText {
+    Paths(Scope),
+    Prose,
+    Empty,
+}
+
+impl Scope {
+    pub fn parse(text: &str) -> ScopeText {
+        let tokens: Vec<String> = text
+            .split([',', '\n'])
+            .map(|t| {
+                t.trim()
+                    .trim_start_matches("- ")
+                    .trim_matches('`')
+                    .to_owned()
+            })
+            .filter(|t| !t.is_empty())
+            .collect();
+        if tokens.is_empty() {
+            return ScopeText::Empty;
+        }
+        if tokens.iter().any(|t| t.contains(char::is_whitespace)) {
+            return ScopeText::Prose;
+        }
+        ScopeText::Paths(Scope(tokens))
+    }
+    pub fn outside(&self, changed: &[String]) -> Vec<String> {
+        changed
+            .iter()
+            .filter(|path| {
+                !self.0.iter().any(|g| {
+                    let g = g.trim_end_matches("/**").trim_end_matches('/');
+                    *path == g || path.starts_with(&format!("{g}/"))
+                })
+            })
+            .cloned()
+            .collect()
+    }
+}
+
+impl std::fmt::Display for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0.join(", "))
+    }
+}

@@ -117,6 +117,7 @@ fn a_planner_run_cannot_submit_work_and_a_work_run_cannot_propose_a_plan() {
         run: run(1),
         branch: id().branch(),
         pr: None,
+        report: Default::default(),
     };
     assert!(matches!(
         refused(&task, submit),
@@ -288,6 +289,7 @@ fn an_approved_plan_refuses_the_commands_of_work() {
             run: run(5),
             branch: id().branch(),
             pr: None,
+            report: Default::default(),
         },
     ] {
         assert!(
@@ -563,6 +565,7 @@ fn triage_is_for_tasks_waiting_in_triage_only() {
         run: run(1),
         branch: id().branch(),
         pr: None,
+        report: Default::default(),
     };
     assert!(matches!(
         refused(&triaging(), submit),

@@ -81,6 +81,7 @@ fn command(op: &Op, state: Option<&Task>, step: u128) -> Command {
             run: live_or_stale(*live),
             branch: "pidevops/T-7".parse().expect("a valid branch"),
             pr: pr.map(|n| GithubRef::new(repo(), n).expect("a valid pr")),
+            report: Default::default(),
         },
         Op::Complete => Command::Complete,
         Op::RetryRun { live } => Command::Retry {
