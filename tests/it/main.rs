@@ -34,6 +34,7 @@ mod intake;
 mod leases;
 mod linear;
 mod openapi;
+mod plans;
 mod pollers;
 mod process;
 mod projectors;

@@ -114,8 +114,10 @@ pub fn dispatch_file(remote: &Remote, script: &Path, profile_extra: &str) -> tom
         command = ["{script}", "{{prompt_file}}"]
         {profile_extra}
 
+        # These suites are about running agents, not scopes (tests/it/plans.rs holds attempts to theirs).
         [repos."{REPO}"]
         url = "{url}"
+        scope = "off"
         "#,
         script = script.display(),
         url = remote.url(),
