@@ -49,6 +49,7 @@ mod tasks_api;
 mod tasks_projectors;
 mod telegram;
 mod tour;
+mod verdicts;
 mod web;
 mod web_attempts;
 mod work;

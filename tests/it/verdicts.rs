@@ -1,0 +1,289 @@
+//! What stands between an agent that exited 0 and a push, end to end with the real dispatcher, real git and real
+//! agent processes: the task's scope (`enforce` retries with "Previously unresolved", `warn` pushes and names the
+//! files), the agent's own status file (`needs_human` flags the task at once, nothing pushed), a reviewer agent
+//! (changes requested are another attempt carrying the review; it cannot change what is pushed, nor see the
+//! worker's HOME), and a triage agent's rewrite of a ticket waiting in triage.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::common::agents::{Remote, REPO};
+use crate::common::{within, TestApp, TestDb};
+use crate::plans::bash_agent;
+use pidevops::board::Draft;
+use pidevops::projectors::runs::{self, RunRow, Which};
+use pidevops::projectors::tasks as task_rows;
+use pidevops::tasks::{Column, Links, RepoName, Spec, TaskId};
+
+per_backend!(
+    files_outside_the_scope_make_the_attempt_unresolved_and_the_retry_names_them,
+    under_warn_files_outside_the_scope_are_pushed_and_named,
+    an_agent_that_asks_for_a_person_flags_its_task_at_once_and_pushes_nothing,
+    a_reviewer_asking_for_changes_sends_the_work_back_with_the_review,
+    a_triage_agent_rewrites_the_ticket_and_the_approved_spec_is_what_runs,
+);
+
+fn config(remote: &Remote, worker: &Path, repo_extra: &str, dispatch_extra: &str) -> toml::Table {
+    format!(
+        r#"
+        [board]
+        approval = "auto"
+
+        [dispatch]
+        agent = "worker"
+        max_concurrent = 2
+        per_repo = 2
+        heartbeat_s = 0.3
+        retry_backoff_s = 0.05
+        {dispatch_extra}
+
+        [agents.worker]
+        command = ["{worker}", "{{prompt_file}}"]
+
+        [repos."{REPO}"]
+        url = "{url}"
+        {repo_extra}
+        "#,
+        worker = worker.display(),
+        url = remote.url(),
+    )
+    .parse()
+    .unwrap()
+}
+
+async fn spawn(db: &TestDb, file: toml::Table, root: &Path) -> TestApp {
+    let mut settings = crate::common::settings(db);
+    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
+    settings.workspace_root = root.to_owned();
+    TestApp::spawn(settings).await
+}
+
+async fn task(app: &TestApp, text: &str, scope: &str) -> TaskId {
+    let draft = Draft::new(
+        REPO.parse::<RepoName>().unwrap(),
+        Spec::new(text, scope, "it is written").unwrap(),
+        Links::default(),
+    );
+    let key = format!("test:{}", uuid::Uuid::now_v7());
+    app.state.board.create(draft, &key, "api", None).await.unwrap().0.task.id()
+}
+
+async fn row(app: &TestApp, id: TaskId) -> task_rows::TaskRow {
+    task_rows::get(app.state.log.store(), id).await.unwrap().unwrap()
+}
+
+async fn in_review(app: &TestApp, id: TaskId) {
+    within(Duration::from_secs(60), &format!("{id} in review"), || async {
+        row(app, id).await.column == Column::InReview
+    })
+    .await;
+}
+
+async fn runs_of(app: &TestApp, id: TaskId) -> Vec<RunRow> {
+    app.project().await;
+    runs::query(app.state.log.store(), Which::Task(&id.to_string()))
+        .await
+        .unwrap()
+}
+
+fn prompt_of(run: &RunRow) -> String {
+    std::fs::read_to_string(Path::new(run.log_path.as_deref().unwrap()).with_file_name("prompt.md"))
+        .unwrap()
+}
+
+async fn files_outside_the_scope_make_the_attempt_unresolved_and_the_retry_names_them(db: TestDb) {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    // First attempt: inside and outside the scope. Told so, the second stays inside.
+    let worker = bash_agent(
+        scratch.path(),
+        "worker.sh",
+        r#"mkdir -p src/api docs
+echo api > src/api/orders.rs
+if ! grep -q 'Previously unresolved' "$1"; then echo stray > docs/notes.md; echo stray > README.md; fi"#,
+    );
+    let app = spawn(&db, config(&remote, &worker, "", ""), &scratch.path().join("ws")).await;
+    let id = task(&app, "Add the orders endpoint", "src/api/**").await;
+    in_review(&app, id).await;
+    let runs = runs_of(&app, id).await;
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[0].failure.as_deref(), Some("scope"));
+    assert_eq!(runs[0].commit_sha, None, "nothing pushed for the unresolved attempt");
+    let retry = prompt_of(&runs[1]);
+    assert!(
+        retry.contains("Previously unresolved: README.md, docs/notes.md (outside scope src/api/**)"),
+        "{retry}"
+    );
+    let branch = id.branch();
+    assert_eq!(remote.show(branch.as_str(), "src/api/orders.rs").as_deref(), Some("api\n"));
+    assert_eq!(remote.show(branch.as_str(), "docs/notes.md"), None);
+    assert_eq!(remote.show(branch.as_str(), "README.md").as_deref(), Some("# app\n"));
+    app.stop().await;
+}
+
+async fn under_warn_files_outside_the_scope_are_pushed_and_named(db: TestDb) {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let worker = bash_agent(
+        scratch.path(),
+        "worker.sh",
+        "mkdir -p src/api && echo api > src/api/orders.rs && echo stray > stray.txt",
+    );
+    let app = spawn(
+        &db,
+        config(&remote, &worker, r#"scope = "warn""#, ""),
+        &scratch.path().join("ws"),
+    )
+    .await;
+    let id = task(&app, "Add the orders endpoint", "src/api").await;
+    in_review(&app, id).await;
+    assert_eq!(runs_of(&app, id).await.len(), 1);
+    assert_eq!(
+        row(&app, id).await.state["report"]["outside_scope"],
+        serde_json::json!(["stray.txt"])
+    );
+    assert_eq!(remote.show(id.branch().as_str(), "stray.txt").as_deref(), Some("stray\n"));
+    app.stop().await;
+}
+
+async fn an_agent_that_asks_for_a_person_flags_its_task_at_once_and_pushes_nothing(db: TestDb) {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let worker = bash_agent(
+        scratch.path(),
+        "worker.sh",
+        r#"echo half > CHANGES.md
+mkdir -p .pidevops
+cat > .pidevops/status.json <<'JSON'
+{"resolved": false, "needs_human": true, "summary": "Which database should orders live in, Postgres or Redis?"}
+JSON"#,
+    );
+    let app = spawn(&db, config(&remote, &worker, "", ""), &scratch.path().join("ws")).await;
+    let id = task(&app, "Store the orders", "").await;
+    within(Duration::from_secs(60), "the task flagged", || async {
+        row(&app, id).await.needs_human
+    })
+    .await;
+    let flagged = row(&app, id).await;
+    let reason = flagged.needs_human_reason.unwrap();
+    assert!(reason.contains("Which database should orders live in"), "{reason}");
+    assert_eq!((flagged.attempts, flagged.max_attempts), (1, 3), "flagged at once, not after the budget");
+    assert_eq!(flagged.column, Column::Todo);
+    let runs = runs_of(&app, id).await;
+    assert_eq!(runs[0].failure.as_deref(), Some("needs_human"));
+    assert_eq!(remote.branch(id.branch().as_str()), None, "nothing pushed");
+    // The flag holds: no second attempt starts while a person is needed.
+    app.tick("dispatcher").await;
+    assert_eq!(runs_of(&app, id).await.len(), 1);
+    app.stop().await;
+}
+
+async fn a_reviewer_asking_for_changes_sends_the_work_back_with_the_review(db: TestDb) {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let worker = bash_agent(
+        scratch.path(),
+        "worker.sh",
+        r#"echo "the worker's secret note" > "$HOME/planted"
+if grep -q 'handle the empty list' "$1"; then echo v2 > CHANGES.md; else echo v1 > CHANGES.md; fi"#,
+    );
+    // The reviewer asks for changes on v1 and approves v2. It also tries to change the work and looks for what the
+    // worker left in its HOME: neither may work.
+    let reviewer = bash_agent(
+        scratch.path(),
+        "reviewer.sh",
+        r#"echo hijacked > CHANGES.md 2>/dev/null || true
+seen=clean; [ -e "$HOME/planted" ] && seen=planted
+if grep -q v1 CHANGES.md; then
+cat > .pidevops/review.json <<JSON
+{"verdict": "request_changes", "summary": "Close, but not done ($seen)", "comments": [{"path": "CHANGES.md", "line": 1, "body": "handle the empty list"}]}
+JSON
+else
+cat > .pidevops/review.json <<JSON
+{"verdict": "approve", "summary": "Looks right ($seen)", "comments": []}
+JSON
+fi"#,
+    );
+    let app = spawn(
+        &db,
+        config(
+            &remote,
+            &worker,
+            r#"review = "agent""#,
+            &format!(
+                "reviewer = \"reviewer\"\n[agents.reviewer]\ncommand = [\"{}\"]",
+                reviewer.display()
+            ),
+        ),
+        &scratch.path().join("ws"),
+    )
+    .await;
+    let id = task(&app, "Write the change down", "CHANGES.md").await;
+    in_review(&app, id).await;
+    let runs = runs_of(&app, id).await;
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[0].failure.as_deref(), Some("review"));
+    assert_eq!(runs[0].commit_sha, None, "nothing pushed before the approval");
+    let retry = prompt_of(&runs[1]);
+    assert!(retry.contains("The reviewer asked for changes"), "{retry}");
+    assert!(retry.contains("CHANGES.md:1"), "{retry}");
+    assert!(retry.contains("handle the empty list"), "{retry}");
+    // What was pushed is the worker's second attempt, untouched by the reviewer.
+    assert_eq!(remote.show(id.branch().as_str(), "CHANGES.md").as_deref(), Some("v2\n"));
+    let review = &row(&app, id).await.state["report"]["review"];
+    assert_eq!(review["verdict"], "approve", "{review}");
+    assert_eq!(review["summary"], "Looks right (clean)", "the reviewer never saw the worker's HOME");
+    app.stop().await;
+}
+
+async fn a_triage_agent_rewrites_the_ticket_and_the_approved_spec_is_what_runs(db: TestDb) {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let triager = bash_agent(
+        scratch.path(),
+        "triager.sh",
+        r#"grep -q '^Ticket: orders are slow' "$1"
+mkdir -p .pidevops
+cat > .pidevops/spec.json <<'JSON'
+{"task": "Add an index on orders(customer_id)", "scope": "migrations/**", "done_when": "EXPLAIN uses the index"}
+JSON"#,
+    );
+    let worker = bash_agent(
+        scratch.path(),
+        "worker.sh",
+        r#"grep -q '^Task: Add an index on orders(customer_id)' "$1"
+mkdir -p migrations && echo 'create index' > migrations/001.sql"#,
+    );
+    let mut file = config(
+        &remote,
+        &worker,
+        "",
+        &format!(
+            "triage = \"triager\"\n[agents.triager]\ncommand = [\"{}\", \"{{prompt_file}}\"]",
+            triager.display()
+        ),
+    );
+    file["board"]["approval"] = "manual".into();
+    let app = spawn(&db, file, &scratch.path().join("ws")).await;
+    let id = task(&app, "orders are slow", "").await;
+    within(Duration::from_secs(60), "the spec proposed", || async {
+        row(&app, id).await.state["triage"]["state"] == "proposed"
+    })
+    .await;
+    let waiting = row(&app, id).await;
+    assert_eq!(waiting.column, Column::Triage, "still waiting for its approver");
+    assert_eq!(waiting.title, "Add an index on orders(customer_id)");
+    assert_eq!(waiting.attempts, 0, "triage is not an attempt");
+    // The approver approves what the agent wrote; the worker gets it (its script fails on any other prompt).
+    app.state
+        .board
+        .steer(id, pidevops::board::Steer::Approve, None, "in a test", "test")
+        .await
+        .unwrap();
+    in_review(&app, id).await;
+    assert_eq!(
+        remote.show(id.branch().as_str(), "migrations/001.sql").as_deref(),
+        Some("create index\n")
+    );
+    app.stop().await;
+}
