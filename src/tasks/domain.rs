@@ -15,9 +15,11 @@ use utoipa::ToSchema;
 
 mod decision;
 mod evolution;
+pub mod landing;
 
 pub use decision::decide;
 pub use evolution::{evolve, replay};
+pub use landing::{CommitSha, FactName, LandConfig, LandMode, Landing, MergeMethod, Readiness};
 
 use super::values::{
     AgentName, ApprovalPolicy, BranchName, Column, FollowUpText, GithubRef, Links, MaxAttempts,
@@ -65,6 +67,9 @@ pub struct Task {
     /// when a human clears a flag.
     #[serde(skip)]
     recent_starts: Vec<DateTime<Utc>>,
+    /// What passed and who approved on the head commit while in review (auto-land's facts).
+    #[serde(skip_serializing_if = "Landing::is_empty")]
+    landing: Landing,
 }
 
 /// Why a human is needed, and since when (the start of this episode; one alert per episode).
@@ -162,6 +167,10 @@ impl Task {
     /// The agent profile the task asked for, if it asked.
     pub fn agent(&self) -> Option<&AgentName> {
         self.agent.as_ref()
+    }
+    /// What passed and who approved on the head commit since the last submission for review.
+    pub fn landing(&self) -> &Landing {
+        &self.landing
     }
 
     /// How many recent attempts started within the bounce window before `now`.
@@ -272,6 +281,20 @@ pub enum Command {
     ChooseAgent {
         agent: Option<AgentName>,
     },
+    /// A check concluded `success` on `sha`, the commit pidevops last pushed (only in review; see `landing`).
+    RecordCheckPassed {
+        sha: CommitSha,
+        name: FactName,
+    },
+    /// A trusted person approved the pull request at `sha` (only in review).
+    RecordApproval {
+        by: FactName,
+        sha: CommitSha,
+    },
+    /// `by`'s approval was dismissed on GitHub: it no longer counts.
+    WithdrawApproval {
+        by: FactName,
+    },
 }
 
 impl Command {
@@ -294,6 +317,9 @@ impl Command {
             Command::Reprioritize { .. } => "reprioritize",
             Command::AttachLinks { .. } => "attach-links",
             Command::ChooseAgent { .. } => "choose-agent",
+            Command::RecordCheckPassed { .. } => "record-check-passed",
+            Command::RecordApproval { .. } => "record-approval",
+            Command::WithdrawApproval { .. } => "withdraw-approval",
         }
     }
 }
@@ -397,6 +423,21 @@ pub enum TaskEvent {
         /// `None`: the repository's profile again.
         agent: Option<AgentName>,
     },
+    /// A check passed on `sha`; facts about another commit than the last ones start over.
+    CheckPassed {
+        at: DateTime<Utc>,
+        sha: CommitSha,
+        name: FactName,
+    },
+    ReviewApproved {
+        at: DateTime<Utc>,
+        sha: CommitSha,
+        by: FactName,
+    },
+    ApprovalWithdrawn {
+        at: DateTime<Utc>,
+        by: FactName,
+    },
 }
 
 impl TaskEvent {
@@ -420,6 +461,9 @@ impl TaskEvent {
             TaskEvent::LinksAttached { .. } => "task.links_attached",
             TaskEvent::AgentChosen { .. } => "task.agent_chosen",
             TaskEvent::AttemptReturned { .. } => "task.attempt_returned",
+            TaskEvent::CheckPassed { .. } => "task.check_passed",
+            TaskEvent::ReviewApproved { .. } => "task.review_approved",
+            TaskEvent::ApprovalWithdrawn { .. } => "task.approval_withdrawn",
         }
     }
 
@@ -441,7 +485,10 @@ impl TaskEvent {
             | TaskEvent::PriorityChanged { at, .. }
             | TaskEvent::LinksAttached { at, .. }
             | TaskEvent::AgentChosen { at, .. }
-            | TaskEvent::AttemptReturned { at, .. } => *at,
+            | TaskEvent::AttemptReturned { at, .. }
+            | TaskEvent::CheckPassed { at, .. }
+            | TaskEvent::ReviewApproved { at, .. }
+            | TaskEvent::ApprovalWithdrawn { at, .. } => *at,
         }
     }
 }

@@ -19,6 +19,9 @@ pub use domain::{
     decide, evolve, replay, Command, Failure, FollowUp, NeedsHuman, NewTask, RetryCause, Task,
     TaskCreated, TaskError, TaskEvent, MAX_FOLLOW_UPS, OSCILLATION_STARTS, OSCILLATION_WINDOW_S,
 };
+pub use domain::{
+    landing, CommitSha, FactName, LandConfig, LandMode, Landing, MergeMethod, Readiness,
+};
 pub use values::{
     AgentName, ApprovalPolicy, BranchName, Column, FollowUpText, GithubRef, LinearIssue, Links,
     MaxAttempts, Priority, Reason, RepoName, RunId, Spec, SpecParts, TaskId, TelegramMessage,

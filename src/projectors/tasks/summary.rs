@@ -56,6 +56,11 @@ pub fn summarize(event: &TaskEvent) -> String {
             Some(agent) => format!("agent profile {agent} chosen"),
             None => "agent profile back to the repository's".into(),
         },
+        TaskEvent::CheckPassed { sha, name, .. } => {
+            format!("check {name} passed on {}", sha.short())
+        }
+        TaskEvent::ReviewApproved { sha, by, .. } => format!("approved by {by} at {}", sha.short()),
+        TaskEvent::ApprovalWithdrawn { by, .. } => format!("{by}'s approval was dismissed"),
         TaskEvent::LinksAttached { links, .. } => {
             let keys: Vec<String> = link_keys(links)
                 .into_iter()

@@ -106,11 +106,19 @@ pub fn decide(
         Command::AttachLinks { links } => attach_links(task, links, at),
 
         Command::ChooseAgent { agent } => choose_agent(task, command, agent, at),
+
+        Command::RecordCheckPassed { .. }
+        | Command::RecordApproval { .. }
+        | Command::WithdrawApproval { .. } => super::landing::decide(task, command, at),
     }
 }
 
 /// `command` needs the task in one of `allowed`, and it is not.
-fn wrong_column(task: &Task, command: &Command, allowed: &'static [Column]) -> TaskError {
+pub(super) fn wrong_column(
+    task: &Task,
+    command: &Command,
+    allowed: &'static [Column],
+) -> TaskError {
     TaskError::WrongColumn {
         id: task.id,
         column: task.column,

@@ -61,6 +61,8 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
             task.column = Column::InReview;
             task.run = None;
             task.branch = Some(branch.clone());
+            // A new push: approvals and checks of the code before it do not count.
+            super::landing::evolve(task, event)?;
             // A newer pull request supersedes the old one; no submission removes a link.
             if let Some(pr) = pr {
                 task.links.github_pr = Some(pr.clone());
@@ -101,6 +103,9 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
         TaskEvent::AttemptReturned { max_attempts, .. } => {
             attempt_returned(task, event, *max_attempts)?
         }
+        TaskEvent::CheckPassed { .. }
+        | TaskEvent::ReviewApproved { .. }
+        | TaskEvent::ApprovalWithdrawn { .. } => super::landing::evolve(task, event)?,
     }
     Ok(())
 }
@@ -322,6 +327,7 @@ impl Task {
             ticket_version: created.ticket_version,
             agent: created.agent.clone(),
             recent_starts: Vec::new(),
+            landing: Default::default(),
         }
     }
 
