@@ -27,7 +27,7 @@ use crate::cron::Schedule;
 use crate::effects::policy::LinearStates;
 use crate::intake::IntakeConfig;
 use crate::pollers::PollerConfig;
-use crate::tasks::{ApprovalPolicy, MaxAttempts};
+use crate::tasks::{ApprovalPolicy, LandMode, MaxAttempts, MergeMethod};
 
 mod build;
 mod errors;
@@ -126,6 +126,18 @@ pub struct RepoTable {
     /// Default: 1800.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub check_timeout_s: Option<f64>,
+    /// Who merges a task's pull request. Default: `manual` (people).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub land: Option<LandMode>,
+    /// Approvals by trusted people `land = "auto"` waits for, 0 to 10. Default: 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<i64>,
+    /// Checks that must pass on the head commit, by name. Default: none named (any one passing).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub required_checks: Option<Vec<String>>,
+    /// Default: the repository's allowed method (squash, else merge, else rebase).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub merge_method: Option<MergeMethod>,
 }
 
 /// `[intake]`: which tickets become tasks, and for which repositories.
