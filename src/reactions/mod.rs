@@ -1,7 +1,8 @@
 //! Reactions: the policy that turns GitHub events on pidevops branches into commands on their tasks. A failed
 //! check or workflow sends the task back to `todo` with what failed (an attempt, so CI cannot loop forever);
 //! requested changes do the same with the review; line comments go to the next attempt; a merge completes the
-//! task and closing without merging cancels it.
+//! task and closing without merging cancels it. A passing check and a trusted approval are recorded as the task's
+//! landing facts (auto-land, `tasks::landing`), a dismissed review withdraws its approval.
 //!
 //! A singleton loop reads the log after its checkpoint; `rules::decide` (pure) says what an event means. A CI
 //! result counts only for the commit pidevops last pushed for the task: a late result for an older attempt, or a
