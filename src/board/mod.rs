@@ -18,8 +18,8 @@ use serde::Deserialize;
 use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::{AppendError, Appended, EventLog, StoreError, StoredEvent};
 use crate::tasks::{
-    decide, evolve, AgentName, ApprovalPolicy, Command, Family, Links, MaxAttempts, NewTask,
-    Priority, Reason, RepoName, RetryCause, Spec, Task, TaskError, TaskEvent, TaskId,
+    decide, evolve, AgentName, ApprovalPolicy, Command, Family, LandConfig, Links, MaxAttempts,
+    NewTask, Priority, Reason, RepoName, RetryCause, Spec, Task, TaskError, TaskEvent, TaskId,
 };
 pub use allowed::{AllowedRepos, NotAllowed};
 
@@ -121,6 +121,8 @@ pub struct BoardConfig {
     pub repos: std::collections::BTreeMap<String, ApprovalPolicy>,
     /// The repositories tasks may be for; intake, the API, the CLI and the dispatcher each check it.
     pub allowed: AllowedRepos,
+    /// Each configured repository's landing rules, by its name in lower case (GitHub's names ignore case).
+    pub land: std::collections::BTreeMap<String, LandConfig>,
 }
 
 impl Default for BoardConfig {
@@ -131,6 +133,7 @@ impl Default for BoardConfig {
             max_attempts: MaxAttempts::DEFAULT,
             repos: Default::default(),
             allowed: AllowedRepos::default(),
+            land: Default::default(),
         }
     }
 }
@@ -151,8 +154,19 @@ impl BoardConfig {
             if let Some(approval) = repo.approval {
                 config.repos.insert(name.clone(), approval);
             }
+            config
+                .land
+                .insert(name.to_ascii_lowercase(), land_config(name, repo)?);
         }
         Ok(config)
+    }
+
+    /// The repository's landing rules; a repository without a table is landed by people.
+    pub fn land_for(&self, repo: &RepoName) -> LandConfig {
+        self.land
+            .get(&repo.as_str().to_ascii_lowercase())
+            .cloned()
+            .unwrap_or_default()
     }
 
     pub fn approval_for(&self, repo: &RepoName) -> ApprovalPolicy {
@@ -161,6 +175,39 @@ impl BoardConfig {
             .copied()
             .unwrap_or(self.approval)
     }
+}
+
+/// `[repos."o/n"]` `land`, `approvals`, `required_checks` and `merge_method`, checked.
+fn land_config(name: &str, repo: &crate::config::file::RepoTable) -> Result<LandConfig, String> {
+    use crate::tasks::landing::{MAX_NAME_CHARS, MAX_REQUIRED_APPROVALS};
+    let key = format!("repos.\"{name}\"");
+    let approvals = match repo.approvals {
+        None => 1,
+        Some(n) => u8::try_from(n)
+            .ok()
+            .filter(|n| *n <= MAX_REQUIRED_APPROVALS)
+            .ok_or_else(|| {
+                format!("{key}.approvals must be a whole number from 0 to {MAX_REQUIRED_APPROVALS}")
+            })?,
+    };
+    let mut required_checks: Vec<String> = Vec::new();
+    for check in repo.required_checks.iter().flatten() {
+        let check = check.trim();
+        if check.is_empty() || check.chars().count() > MAX_NAME_CHARS {
+            return Err(format!(
+                "{key}.required_checks names a check that is empty or longer than {MAX_NAME_CHARS} characters"
+            ));
+        }
+        if !required_checks.iter().any(|c| c == check) {
+            required_checks.push(check.to_owned());
+        }
+    }
+    Ok(LandConfig {
+        mode: repo.land.unwrap_or_default(),
+        approvals,
+        required_checks,
+        merge_method: repo.merge_method,
+    })
 }
 
 /// What a person can ask of a task from the API, the CLI (and later Telegram and the dashboard).

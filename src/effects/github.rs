@@ -1,5 +1,6 @@
-//! The GitHub policy: a task in review gets one pull request, and the issue it came from hears of it. The
-//! request builders are pure; [`GithubPolicy`] is the `effects:github` loop's side of [`ProviderPolicy`].
+//! The GitHub policy: a task in review gets one pull request, and the issue it came from hears of it; with
+//! `land = "auto"` its pull request is merged once the checks and approvals are in (`tasks::landing` decides).
+//! The request builders are pure; [`GithubPolicy`] is the `effects:github` loop's side of [`ProviderPolicy`].
 
 use anyhow::Context;
 use chrono::Utc;
@@ -12,7 +13,9 @@ use crate::board::{BoardError, Loaded};
 use crate::eventlog::StoredEvent;
 use crate::providers::github::GithubClient;
 use crate::providers::CallError;
-use crate::tasks::{Command, GithubRef, Links, Task, TaskEvent};
+use crate::tasks::{
+    landing, Command, CommitSha, GithubRef, LandConfig, Links, Readiness, Task, TaskEvent, TaskId,
+};
 
 /// The `effects:github` policy: pull requests and issue comments.
 #[derive(Clone, Debug)]
@@ -33,17 +36,31 @@ impl ProviderPolicy for GithubPolicy {
     }
 
     fn notifies(&self, event: &TaskEvent) -> bool {
-        matches!(event, TaskEvent::SubmittedForReview { .. })
+        matches!(event, TaskEvent::SubmittedForReview { .. }) || may_land(event)
     }
 
     async fn requests(
         &self,
-        _fx: &Effects,
+        fx: &Effects,
         _event: &StoredEvent,
         task_event: &TaskEvent,
         loaded: &Loaded,
     ) -> anyhow::Result<Vec<Request>> {
-        Ok(github(task_event, &loaded.task, &self.config))
+        let task = &loaded.task;
+        let mut requests = github(task_event, task, &self.config);
+        if may_land(task_event) {
+            let rules = fx.board().config().land_for(task.repo());
+            if let Some(merge) = land(task, &rules) {
+                requests.push(merge);
+            } else if let Some(merge) = merge_asked_before(task, &rules) {
+                // The task moved on since (a merge webhook, a flag), but a merge of this head was asked for: an
+                // attempt cut off by a crash still has to be settled (asking again is a no-op for its key).
+                if fx.requested(&merge.key).await? {
+                    requests.push(merge);
+                }
+            }
+        }
+        Ok(requests)
     }
 
     /// The pull request becomes the task's link, and the issue it came from hears of it.
@@ -105,6 +122,16 @@ impl ProviderPolicy for GithubPolicy {
                     .comment(repo, *number, body, marker, *since)
                     .await
             }
+            Action::GithubMergePullRequest {
+                repo,
+                number,
+                sha,
+                method,
+            } => {
+                self.client
+                    .merge_pull_request(repo, *number, sha.as_str(), *method)
+                    .await
+            }
             other => Err(not_mine(Provider::Github, other)),
         }
     }
@@ -126,6 +153,54 @@ pub fn github(event: &TaskEvent, task: &Task, config: &PolicyConfig) -> Vec<Requ
             },
         }],
         _ => Vec::new(),
+    }
+}
+
+/// Whether `event` can make a task ready to land (or its readiness worth a look again).
+fn may_land(event: &TaskEvent) -> bool {
+    match event {
+        TaskEvent::LinksAttached { links, .. } => links.github_pr.is_some(),
+        TaskEvent::SubmittedForReview { .. }
+        | TaskEvent::CheckPassed { .. }
+        | TaskEvent::ReviewApproved { .. }
+        | TaskEvent::NeedsHumanCleared { .. } => true,
+        _ => false,
+    }
+}
+
+/// The key of the merge of `task`'s pull request at `sha`: once per task and head commit.
+pub fn merge_key(task: TaskId, sha: &CommitSha) -> String {
+    format!("github:merge:{task}:{sha}")
+}
+
+/// Auto-land: the merge of the task's pull request when [`landing::readiness`] says it is ready under `rules`.
+pub fn land(task: &Task, rules: &LandConfig) -> Option<Request> {
+    match landing::readiness(task, rules) {
+        Readiness::Ready { sha, number } => Some(merge_request(task, &sha, number, rules)),
+        Readiness::Waiting(_) => None,
+    }
+}
+
+/// The merge request of the task's current head and pull request, ready or not (to settle one asked before).
+fn merge_asked_before(task: &Task, rules: &LandConfig) -> Option<Request> {
+    let sha = task.landing().head()?;
+    let pr = task.links().github_pr.as_ref()?;
+    pr.repo
+        .as_str()
+        .eq_ignore_ascii_case(task.repo().as_str())
+        .then(|| merge_request(task, sha, pr.number.get(), rules))
+}
+
+fn merge_request(task: &Task, sha: &CommitSha, number: u64, rules: &LandConfig) -> Request {
+    Request {
+        key: merge_key(task.id(), sha),
+        task: Some(task.id()),
+        action: Action::GithubMergePullRequest {
+            repo: task.repo().clone(),
+            number,
+            sha: sha.clone(),
+            method: rules.merge_method,
+        },
     }
 }
 

@@ -32,7 +32,7 @@ mod telegram;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::tasks::{BranchName, RepoName, TaskId};
+use crate::tasks::{BranchName, CommitSha, MergeMethod, RepoName, TaskId};
 
 /// The stream of one effect: `effect:<key>`.
 pub const EFFECT_STREAM_PREFIX: &str = "effect:";
@@ -89,6 +89,14 @@ pub enum Action {
         /// Comments updated since this time are searched for the marker (the request's time, less a margin).
         since: DateTime<Utc>,
     },
+    /// Merges the task's pull request at commit `sha` (auto-land), with `method` or the repository's allowed one.
+    GithubMergePullRequest {
+        repo: RepoName,
+        number: u64,
+        sha: CommitSha,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        method: Option<MergeMethod>,
+    },
     /// A comment on a Linear issue (Markdown), created under an id derived from the key so it is made once.
     LinearComment { issue: uuid::Uuid, body: String },
     /// Moves a Linear issue to the first of `states` its team has, else to its team's first state of type
@@ -125,7 +133,9 @@ pub enum Action {
 impl Action {
     pub fn provider(&self) -> Provider {
         match self {
-            Action::GithubOpenPullRequest { .. } | Action::GithubComment { .. } => Provider::Github,
+            Action::GithubOpenPullRequest { .. }
+            | Action::GithubComment { .. }
+            | Action::GithubMergePullRequest { .. } => Provider::Github,
             Action::TelegramSend { .. }
             | Action::TelegramSetCommands { .. }
             | Action::TelegramAnswerCallback { .. } => Provider::Telegram,
@@ -140,6 +150,7 @@ impl Action {
         match self {
             Action::GithubOpenPullRequest { .. } => "github_open_pull_request",
             Action::GithubComment { .. } => "github_comment",
+            Action::GithubMergePullRequest { .. } => "github_merge_pull_request",
             Action::LinearComment { .. } => "linear_comment",
             Action::LinearMoveIssue { .. } => "linear_move_issue",
             Action::LinearActivity { .. } => "linear_activity",
@@ -157,6 +168,8 @@ impl Action {
             Action::GithubOpenPullRequest { .. } => true,
             // Looks for its marker among the issue's recent comments before it posts.
             Action::GithubComment { .. } => true,
+            // Reads the pull request first: one already merged (by the attempt cut off) is a success, not a merge.
+            Action::GithubMergePullRequest { .. } => true,
             // Created under an id derived from the key: a repeat finds the first.
             Action::LinearComment { .. } | Action::LinearActivity { .. } => true,
             // Moving to the state it is in, or setting the same links, changes nothing.

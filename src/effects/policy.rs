@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-pub use super::github::{after_pull_request, github, inert, pull_request_body};
+pub use super::github::{after_pull_request, github, inert, land, merge_key, pull_request_body};
 pub use super::linear::{
     linear, linear_notifies, linear_pull_request, linear_session_opened, linear_session_refused,
 };

@@ -534,3 +534,80 @@ fn linear_hears_each_step_as_comments_or_as_session_activities() {
         "a cancel ends the attempt under way, keyed by its run"
     );
 }
+
+#[test]
+fn a_ready_task_asks_for_one_merge_of_its_head_and_a_waiting_one_for_none() {
+    use crate::tasks::{
+        ApprovalPolicy, Command, CommitSha, FactName, GithubRef, LandConfig, LandMode, MaxAttempts,
+        MergeMethod, NewTask, Priority, RunId, Spec,
+    };
+    let repo: crate::tasks::RepoName = "acme/app".parse().unwrap();
+    let new = NewTask {
+        id: "T-9".parse().unwrap(),
+        repo: repo.clone(),
+        spec: Spec::new("Fix the login redirect", "src/auth", "CI is green").unwrap(),
+        priority: Priority::Normal,
+        links: Default::default(),
+        approval: ApprovalPolicy::Auto,
+        max_attempts: MaxAttempts::new(3).unwrap(),
+        ticket_version: None,
+        agent: None,
+        family: Default::default(),
+    };
+    let run = RunId(uuid::Uuid::from_u128(1));
+    let (task, _) = apply(None, Command::Create(Box::new(new)));
+    let (task, _) = apply(Some(task), Command::Start { run });
+    let (task, _) = apply(
+        Some(task),
+        Command::SubmitForReview {
+            run,
+            branch: "pidevops/T-9".parse().unwrap(),
+            pr: Some(GithubRef::new(repo.clone(), 4).unwrap()),
+            report: Default::default(),
+        },
+    );
+    let sha = CommitSha::new("0123456789abcdef0123456789abcdef01234567").unwrap();
+    let (task, _) = apply(
+        Some(task),
+        Command::RecordCheckPassed {
+            sha: sha.clone(),
+            name: FactName::new("check", "ci").unwrap(),
+        },
+    );
+    let rules = LandConfig {
+        mode: LandMode::Auto,
+        approvals: 1,
+        required_checks: vec!["ci".into()],
+        merge_method: Some(MergeMethod::Rebase),
+    };
+    assert_eq!(policy::land(&task, &rules), None, "an approval is missing");
+    let (task, _) = apply(
+        Some(task),
+        Command::RecordApproval {
+            by: FactName::new("reviewer", "octocat").unwrap(),
+            sha: sha.clone(),
+        },
+    );
+    let merge = policy::land(&task, &rules).expect("ready");
+    assert_eq!(merge.key, format!("github:merge:T-9:{sha}"));
+    assert_eq!(merge.key, policy::merge_key(task.id(), &sha));
+    assert_eq!(
+        merge.action,
+        Action::GithubMergePullRequest {
+            repo,
+            number: 4,
+            sha,
+            method: Some(MergeMethod::Rebase),
+        }
+    );
+    assert!(
+        merge.action.safe_to_repeat(),
+        "it reads the pull request first"
+    );
+    assert_eq!(merge.action.provider(), Provider::Github);
+    let manual = LandConfig {
+        mode: LandMode::Manual,
+        ..rules
+    };
+    assert_eq!(policy::land(&task, &manual), None);
+}

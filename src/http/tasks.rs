@@ -16,7 +16,9 @@ use super::{error, ApiError, AppState};
 use crate::board::{BoardError, Draft, Loaded, Outcome, Steer};
 use crate::eventlog::Appended;
 use crate::projectors::tasks::{TaskFilter, TaskRow};
-use crate::tasks::{AgentName, Command, Task, TaskError, TaskId};
+use crate::tasks::{
+    landing, AgentName, Column, Command, LandConfig, LandMode, Readiness, Task, TaskError, TaskId,
+};
 
 /// Longest `Idempotency-Key` accepted.
 const MAX_IDEMPOTENCY_KEY: usize = 200;
@@ -123,6 +125,40 @@ pub struct TaskDetail {
     pub task: Task,
     pub version: i64,
     pub timeline: Vec<TimelineItem>,
+    /// While the task is in review: whether pidevops merges its pull request now, and if not why (its facts
+    /// are `task.landing`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub landing: Option<LandingStatus>,
+}
+
+/// Auto-land's verdict on a task in review, from its landing facts and its repository's rules.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LandingStatus {
+    /// The repository's `land`: `manual` (people merge) or `auto` (pidevops merges).
+    pub land: LandMode,
+    /// Whether the rules are met: with `land = "auto"`, pidevops merges (or has asked to merge) the pull request.
+    pub ready: bool,
+    /// What it waits for when not ready ("1 of 2 approvals; check lint has not passed").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
+}
+
+impl LandingStatus {
+    /// The verdict for `task` under `rules`; `None` outside review, where landing has nothing to say.
+    pub fn of(task: &Task, rules: &LandConfig) -> Option<Self> {
+        if task.column() != Column::InReview {
+            return None;
+        }
+        let (ready, waiting_for) = match landing::readiness(task, rules) {
+            Readiness::Ready { .. } => (true, None),
+            Readiness::Waiting(why) => (false, Some(why)),
+        };
+        Some(Self {
+            land: rules.mode,
+            ready,
+            waiting_for,
+        })
+    }
 }
 
 /// One event of a task's stream, as a person reads it.
@@ -165,7 +201,10 @@ pub async fn show(
         Err(why) => return error(StatusCode::BAD_REQUEST, "bad_id", why),
     };
     match state.board.load(id).await {
-        Ok(Some(loaded)) => Json(task_detail(loaded)).into_response(),
+        Ok(Some(loaded)) => {
+            let rules = state.board.config().land_for(loaded.task.repo());
+            Json(task_detail(loaded, &rules)).into_response()
+        }
         Ok(None) => error(StatusCode::NOT_FOUND, "not_found", format!("no task {id}")),
         Err(e) => board_error(e),
     }
@@ -331,7 +370,7 @@ pub(super) fn task_id(id: Result<Path<String>, PathRejection>) -> Result<TaskId,
     id.parse::<TaskId>().map_err(|e| e.to_string())
 }
 
-fn task_detail(loaded: Loaded) -> TaskDetail {
+fn task_detail(loaded: Loaded, rules: &LandConfig) -> TaskDetail {
     let timeline = loaded
         .events
         .iter()
@@ -351,6 +390,7 @@ fn task_detail(loaded: Loaded) -> TaskDetail {
         })
         .collect();
     TaskDetail {
+        landing: LandingStatus::of(&loaded.task, rules),
         task: loaded.task,
         version: loaded.version,
         timeline,

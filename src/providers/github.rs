@@ -7,7 +7,7 @@ use secrecy::{ExposeSecret, SecretString};
 
 use super::CallError;
 use super::Produced;
-use crate::tasks::{BranchName, RepoName};
+use crate::tasks::{BranchName, MergeMethod, RepoName};
 
 /// GitHub's public API; tests and GitHub Enterprise set `GITHUB_API_URL`.
 pub const DEFAULT_API_URL: &str = "https://api.github.com";
@@ -248,6 +248,99 @@ impl GithubClient {
             .await
             .map_err(|e| classify("reading the commit's check suites", e))
     }
+}
+
+impl GithubClient {
+    /// Merges pull request `number` at commit `sha`, once: the pull request is read first, and one already
+    /// merged is a success without merging (so a repeat after a crash between GitHub's merge and our record of
+    /// it merges nothing). A pull request whose head is no longer `sha` (the branch moved) or that is closed is
+    /// a permanent failure, and so are GitHub's refusals (405 not mergeable, 409 the head moved meanwhile).
+    /// `method`: the configured one, else the first the repository allows of squash, merge and rebase.
+    pub async fn merge_pull_request(
+        &self,
+        repo: &RepoName,
+        number: u64,
+        sha: &str,
+        method: Option<MergeMethod>,
+    ) -> Result<Produced, CallError> {
+        let pull = self.pull(repo, number).await?;
+        let merge_commit =
+            |pull: &serde_json::Value| pull["merge_commit_sha"].as_str().map(str::to_owned);
+        if pull["merged"].as_bool() == Some(true) {
+            return Ok(Produced::Merge {
+                number,
+                merged: false,
+                sha: merge_commit(&pull),
+                method: None,
+            });
+        }
+        let state = pull["state"].as_str().unwrap_or("unknown");
+        if state != "open" {
+            return Err(CallError::Permanent {
+                message: format!("pull request #{number} is {state}, not open: nothing to merge"),
+            });
+        }
+        let head = pull["head"]["sha"].as_str().unwrap_or_default();
+        if !head.eq_ignore_ascii_case(sha) {
+            return Err(CallError::Permanent {
+                message: format!(
+                    "the branch moved: pull request #{number}'s head is {}, not {} which was checked and approved",
+                    short(head),
+                    short(sha)
+                ),
+            });
+        }
+        let method = match method {
+            Some(method) => method,
+            None => self.allowed_method(repo).await?,
+        };
+        let route = format!(
+            "/repos/{}/{}/pulls/{number}/merge",
+            repo.owner(),
+            repo.name()
+        );
+        let body = serde_json::json!({ "sha": sha, "merge_method": method.as_str() });
+        let merged = self
+            .api
+            .put::<serde_json::Value, _, _>(route, Some(&body))
+            .await
+            .map_err(|e| classify("merging the pull request", e))?;
+        Ok(Produced::Merge {
+            number,
+            merged: true,
+            sha: merged["sha"].as_str().map(str::to_owned),
+            method: Some(method.as_str().to_owned()),
+        })
+    }
+
+    /// The first merge method the repository allows, of squash, merge and rebase (`allow_*_merge` of
+    /// `GET /repos/{o}/{r}`). A flag GitHub leaves out (a token that may not see it) is not a refusal: GitHub
+    /// itself refuses a method it does not allow, with a message that names it.
+    async fn allowed_method(&self, repo: &RepoName) -> Result<MergeMethod, CallError> {
+        let route = format!("/repos/{}/{}", repo.owner(), repo.name());
+        let settings = self
+            .api
+            .get::<serde_json::Value, _, ()>(route, None)
+            .await
+            .map_err(|e| classify("reading the repository's merge methods", e))?;
+        [
+            ("allow_squash_merge", MergeMethod::Squash),
+            ("allow_merge_commit", MergeMethod::Merge),
+            ("allow_rebase_merge", MergeMethod::Rebase),
+        ]
+        .into_iter()
+        .find(|(flag, _)| settings[*flag].as_bool() != Some(false))
+        .map(|(_, method)| method)
+        .ok_or_else(|| CallError::Permanent {
+            message: format!(
+                "{repo} allows no merge method (squash, merge and rebase are all off)"
+            ),
+        })
+    }
+}
+
+fn short(sha: &str) -> &str {
+    sha.get(..7).unwrap_or(sha)
 }
 
 /// A repository webhook [`GithubClient::ensure_webhook`] left in place.

@@ -49,6 +49,16 @@ pub enum Produced {
         chat: i64,
         message_id: i64,
     },
+    /// A pull request merged: `merged` false when it already was (a repeat after a crash, or a person merged
+    /// it first); `sha` the merge commit, when GitHub names one.
+    Merge {
+        number: u64,
+        merged: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sha: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        method: Option<String>,
+    },
     /// A Linear issue's state after the call; `moved` false when it was there already.
     State {
         name: String,

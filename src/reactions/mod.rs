@@ -1,7 +1,8 @@
 //! Reactions: the policy that turns GitHub events on pidevops branches into commands on their tasks. A failed
 //! check or workflow sends the task back to `todo` with what failed (an attempt, so CI cannot loop forever);
 //! requested changes do the same with the review; line comments go to the next attempt; a merge completes the
-//! task and closing without merging cancels it.
+//! task and closing without merging cancels it. A passing check and a trusted approval are recorded as the task's
+//! landing facts (auto-land, `tasks::landing`), a dismissed review withdraws its approval.
 //!
 //! A singleton loop reads the log after its checkpoint; `rules::decide` (pure) says what an event means. A CI
 //! result counts only for the commit pidevops last pushed for the task: a late result for an older attempt, or a
@@ -16,12 +17,15 @@ pub mod rules;
 use anyhow::Context;
 use chrono::Utc;
 
-use crate::board::{Board, BoardError};
+use crate::board::{Board, BoardError, Loaded};
 use crate::dispatch::runs::{self, RunEvent};
 use crate::domain::Source;
 use crate::eventlog::{EventLog, StoredEvent};
 use crate::loops::follow::{AsStored, Follow, Follower, Next};
-use crate::tasks::{Column, Command, FollowUpText, Reason, RetryCause, Task, TaskEvent, TaskId};
+use crate::tasks::{
+    Column, Command, CommitSha, FactName, FollowUpText, Reason, RetryCause, RunId, Task, TaskEvent,
+    TaskId,
+};
 pub use rules::Reaction;
 
 /// The loop's name and its checkpoint's.
@@ -112,7 +116,7 @@ impl Reactions {
                 }
             }
         }
-        let (task, command) = match reaction {
+        let (task, verdict) = match reaction {
             Reaction::None => return Ok(Next::Done),
             Reaction::Ignore { task, why } => {
                 tracing::debug!(%task, why, "GitHub event changes nothing");
@@ -120,38 +124,77 @@ impl Reactions {
                 return Ok(Next::Done);
             }
             Reaction::ChecksFailed { task, sha, summary } => {
-                match self.checks_failed(event, task, &sha, &summary).await? {
-                    Verdict::Apply(command) => (task, command),
-                    Verdict::Nothing => {
-                        progress.ignored += 1;
-                        return Ok(Next::Done);
-                    }
-                    Verdict::Wait(why) => return Ok(Next::Wait(why)),
-                }
+                (task, self.checks_failed(event, task, &sha, &summary).await?)
             }
+            Reaction::ChecksPassed { task, sha, name } => {
+                let verdict = match FactName::new("check name", &name) {
+                    Ok(name) => {
+                        self.landing_fact(event, task, &sha, |sha| Command::RecordCheckPassed {
+                            sha,
+                            name,
+                        })
+                        .await?
+                    }
+                    Err(error) => Verdict::Refused(error.to_string()),
+                };
+                (task, verdict)
+            }
+            Reaction::Approved { task, by, sha } => {
+                let verdict = match FactName::new("reviewer", &by) {
+                    Ok(by) => {
+                        self.landing_fact(event, task, &sha, |sha| Command::RecordApproval {
+                            by,
+                            sha,
+                        })
+                        .await?
+                    }
+                    Err(error) => Verdict::Refused(error.to_string()),
+                };
+                (task, verdict)
+            }
+            Reaction::ReviewDismissed { task, by } => (
+                task,
+                match FactName::new("reviewer", &by) {
+                    Ok(by) => Verdict::Apply(Command::WithdrawApproval { by }),
+                    Err(error) => Verdict::Refused(error.to_string()),
+                },
+            ),
             Reaction::ChangesRequested { task, by, body } => (
                 task,
-                Command::Retry {
+                Verdict::Apply(Command::Retry {
                     cause: RetryCause::ChangesRequested,
                     reason: Reason::summarize(&format!("{by} requested changes: {body}")),
-                },
+                }),
             ),
             Reaction::ReviewComment { task, text } => (
                 task,
-                Command::AttachFollowUp {
+                Verdict::Apply(Command::AttachFollowUp {
                     text: FollowUpText::new(format!("Review comment: {text}"))
                         .context("a review comment as a follow-up")?,
-                },
+                }),
             ),
-            Reaction::Merged { task, .. } => (task, Command::Complete),
+            Reaction::Merged { task, .. } => (task, Verdict::Apply(Command::Complete)),
             Reaction::ClosedUnmerged { task, by } => (
                 task,
-                Command::Cancel {
+                Verdict::Apply(Command::Cancel {
                     reason: Reason::summarize(&format!(
                         "the pull request was closed without merging by {by}"
                     )),
-                },
+                }),
             ),
+        };
+        let command = match verdict {
+            Verdict::Apply(command) => command,
+            Verdict::Nothing => {
+                progress.ignored += 1;
+                return Ok(Next::Done);
+            }
+            Verdict::Refused(why) => {
+                progress.ignored += 1;
+                self.record_ignored(event, task, &why).await?;
+                return Ok(Next::Done);
+            }
+            Verdict::Wait(why) => return Ok(Next::Wait(why)),
         };
         match self.board.execute(task, &command, "github").await {
             Ok(outcome) => {
@@ -183,25 +226,15 @@ impl Reactions {
         let Some(loaded) = self.board.load(id).await? else {
             return Ok(Verdict::Nothing);
         };
-        let pushed = self.pushed_commits(&loaded.events).await?;
-        let short = &sha[..sha.len().min(7)];
-        let latest = pushed.last().map(String::as_str);
+        let short = sha.get(..7).unwrap_or(sha);
         let task = &loaded.task;
-        if latest != Some(sha) {
-            if pushed.iter().any(|c| c == sha) {
+        match self.pushed(&loaded, sha).await? {
+            Pushed::Latest { .. } => {}
+            Pushed::Earlier => {
                 tracing::info!(%id, sha = short, "CI result for an earlier attempt's commit: ignored");
                 return Ok(Verdict::Nothing);
             }
-            if task.column() == Column::InProgress
-                && Utc::now() - event.recorded_at < UNKNOWN_COMMIT_GRACE
-            {
-                // Probably the running attempt's push, not yet recorded: the next tick looks again.
-                return Ok(Verdict::Wait(format!(
-                    "a CI result for {short} waits while {id}'s run records its push"
-                )));
-            }
-            tracing::info!(%id, sha = short, "CI result for a commit pidevops did not push: ignored");
-            return Ok(Verdict::Nothing);
+            Pushed::Unknown => return Ok(unknown_commit(event, task, short)),
         }
         let reason = format!("CI failed on {short}: {summary}");
         Ok(Verdict::Apply(match task.column() {
@@ -218,6 +251,57 @@ impl Reactions {
             }
             _ => return Ok(Verdict::Nothing),
         }))
+    }
+
+    /// A landing fact about commit `sha` (a check passed, an approval): recorded by `command` when `sha` is the
+    /// commit pidevops last pushed and the task is in review. While the run that pushed it is still recording
+    /// its submission, it waits (a fact is never lost to that race); about any other commit it is nothing.
+    async fn landing_fact(
+        &self,
+        event: &StoredEvent,
+        id: TaskId,
+        sha: &str,
+        command: impl FnOnce(CommitSha) -> Command,
+    ) -> anyhow::Result<Verdict> {
+        let sha = match CommitSha::new(sha) {
+            Ok(sha) => sha,
+            Err(error) => return Ok(Verdict::Refused(error.to_string())),
+        };
+        let Some(loaded) = self.board.load(id).await? else {
+            return Ok(Verdict::Nothing);
+        };
+        let task = &loaded.task;
+        let run = match self.pushed(&loaded, sha.as_str()).await? {
+            Pushed::Latest { run } => run,
+            Pushed::Earlier => {
+                tracing::info!(%id, sha = sha.short(), "a check or approval of an earlier attempt's commit: ignored");
+                return Ok(Verdict::Nothing);
+            }
+            Pushed::Unknown => return Ok(unknown_commit(event, task, sha.short())),
+        };
+        Ok(match task.column() {
+            Column::InReview => Verdict::Apply(command(sha)),
+            Column::InProgress
+                if task.run() == Some(run)
+                    && Utc::now() - event.recorded_at < UNKNOWN_COMMIT_GRACE =>
+            {
+                Verdict::Wait(format!(
+                    "a check or approval of {} waits while {id}'s run records its submission",
+                    sha.short()
+                ))
+            }
+            _ => Verdict::Nothing,
+        })
+    }
+
+    /// Where `sha` stands among the commits pidevops pushed for the loaded task.
+    async fn pushed(&self, loaded: &Loaded, sha: &str) -> anyhow::Result<Pushed> {
+        let pushed = self.pushed_commits(&loaded.events).await?;
+        Ok(match pushed.last() {
+            Some((run, latest)) if latest.eq_ignore_ascii_case(sha) => Pushed::Latest { run: *run },
+            _ if pushed.iter().any(|(_, c)| c.eq_ignore_ascii_case(sha)) => Pushed::Earlier,
+            _ => Pushed::Unknown,
+        })
     }
 
     /// Records why `event` did not move `task`; once per event, however often the loop sees it.
@@ -239,8 +323,9 @@ impl Reactions {
         Ok(())
     }
 
-    /// The commits pidevops pushed for the task, oldest first, from its runs' streams in the log.
-    async fn pushed_commits(&self, events: &[StoredEvent]) -> anyhow::Result<Vec<String>> {
+    /// The commits pidevops pushed for the task with the runs that pushed them, oldest first, from its runs'
+    /// streams in the log.
+    async fn pushed_commits(&self, events: &[StoredEvent]) -> anyhow::Result<Vec<(RunId, String)>> {
         let mut commits = Vec::new();
         for event in events {
             let Ok(TaskEvent::Started { run, .. }) = serde_json::from_slice(&event.body) else {
@@ -256,7 +341,7 @@ impl Reactions {
                 if let Ok(RunEvent::Succeeded { commit, .. }) =
                     serde_json::from_slice(&recorded.body)
                 {
-                    commits.push(commit);
+                    commits.push((run, commit));
                 }
             }
         }
@@ -304,10 +389,37 @@ fn already_sent_back(task: &Task, short_sha: &str) -> bool {
     })
 }
 
-/// What a CI result comes to (see `checks_failed`).
+/// A CI result for a commit pidevops never pushed: while the task's attempt runs it is probably that attempt's
+/// push, not yet recorded, so the next tick looks again (for a while); otherwise it changes nothing.
+fn unknown_commit(event: &StoredEvent, task: &Task, short: &str) -> Verdict {
+    let id = task.id();
+    if task.column() == Column::InProgress && Utc::now() - event.recorded_at < UNKNOWN_COMMIT_GRACE
+    {
+        return Verdict::Wait(format!(
+            "a CI result for {short} waits while {id}'s run records its push"
+        ));
+    }
+    tracing::info!(%id, sha = short, "CI result for a commit pidevops did not push: ignored");
+    Verdict::Nothing
+}
+
+/// Where a commit stands among those pidevops pushed for a task.
+enum Pushed {
+    /// The last one, pushed by `run`.
+    Latest {
+        run: RunId,
+    },
+    Earlier,
+    Unknown,
+}
+
+/// What a GitHub event comes to for its task.
 enum Verdict {
     Apply(Command),
+    /// Changes nothing (history, or not about pidevops's commits).
     Nothing,
+    /// Changes nothing, and is recorded as `reactions.ignored` with the reason (a value GitHub should not send).
+    Refused(String),
     /// Look again on the next tick.
     Wait(String),
 }

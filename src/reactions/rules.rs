@@ -21,6 +21,25 @@ pub enum Reaction {
         task: TaskId,
         why: String,
     },
+    /// A check (run, suite or workflow) concluded `success` on commit `sha` of the task's branch: a landing fact
+    /// if `sha` is the commit pidevops last pushed.
+    ChecksPassed {
+        task: TaskId,
+        sha: String,
+        name: String,
+    },
+    /// Someone other than pidevops approved the task's pull request at commit `sha` (a landing fact, once
+    /// `admit` found them trusted and `sha` is the commit pidevops last pushed).
+    Approved {
+        task: TaskId,
+        by: String,
+        sha: String,
+    },
+    /// `by`'s review was dismissed: an approval of theirs no longer counts.
+    ReviewDismissed {
+        task: TaskId,
+        by: String,
+    },
     /// CI failed on commit `sha` of the task's branch.
     ChecksFailed {
         task: TaskId,
@@ -53,6 +72,9 @@ impl Reaction {
         match self {
             Self::None | Self::Ignore { .. } => None,
             Self::ChecksFailed { task, .. }
+            | Self::ChecksPassed { task, .. }
+            | Self::Approved { task, .. }
+            | Self::ReviewDismissed { task, .. }
             | Self::ChangesRequested { task, .. }
             | Self::ReviewComment { task, .. }
             | Self::Merged { task, .. }
@@ -63,6 +85,8 @@ impl Reaction {
 
 /// Conclusions that mean the code is at fault (`action_required`, `cancelled`, `neutral`, `skipped` do not).
 const FAILED: [&str; 3] = ["failure", "timed_out", "startup_failure"];
+/// The one conclusion that counts as passing for auto-land (`neutral` and `skipped` say nothing of the code).
+const PASSED: &str = "success";
 
 /// Decides what `event_type` with `payload` asks of its task. `bot_login`: pidevops's own GitHub account, whose
 /// reviews and comments never send a task back (they would loop).
@@ -72,6 +96,7 @@ pub fn decide(event_type: &str, payload: &Value, bot_login: Option<&str>) -> Rea
         "github.check_run.completed" => check_run(payload),
         "github.workflow_run.completed" => workflow_run(payload),
         "github.pull_request_review.submitted" => review_submitted(payload, bot_login),
+        "github.pull_request_review.dismissed" => review_dismissed(payload),
         "github.pull_request_review_comment.created" => review_comment(payload, bot_login),
         "github.pull_request.closed" => pull_request_closed(payload),
         _ => Reaction::None,
@@ -95,13 +120,20 @@ fn check_suite(payload: &Value) -> Reaction {
         return Reaction::None;
     };
     let conclusion = text(&suite["conclusion"]);
+    let app = suite["app"]["name"].as_str().unwrap_or("a CI app");
+    if conclusion == PASSED {
+        return Reaction::ChecksPassed {
+            task,
+            sha: text(&suite["head_sha"]),
+            name: app.to_owned(),
+        };
+    }
     if !FAILED.contains(&conclusion.as_str()) {
         return Reaction::Ignore {
             task,
             why: format!("check suite concluded {conclusion}"),
         };
     }
-    let app = suite["app"]["name"].as_str().unwrap_or("a CI app");
     Reaction::ChecksFailed {
         task,
         sha: text(&suite["head_sha"]),
@@ -116,6 +148,13 @@ fn check_run(payload: &Value) -> Reaction {
         return Reaction::None;
     };
     let conclusion = text(&run["conclusion"]);
+    if conclusion == PASSED {
+        return Reaction::ChecksPassed {
+            task,
+            sha: text(&run["head_sha"]),
+            name: text(&run["name"]),
+        };
+    }
     if !FAILED.contains(&conclusion.as_str()) {
         return Reaction::Ignore {
             task,
@@ -145,17 +184,24 @@ fn workflow_run(payload: &Value) -> Reaction {
         return Reaction::None;
     };
     let conclusion = text(&run["conclusion"]);
+    let name = run["name"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+        .or(payload["workflow"]["name"].as_str())
+        .unwrap_or("a workflow");
+    if conclusion == PASSED {
+        return Reaction::ChecksPassed {
+            task,
+            sha: text(&run["head_sha"]),
+            name: name.to_owned(),
+        };
+    }
     if !FAILED.contains(&conclusion.as_str()) {
         return Reaction::Ignore {
             task,
             why: format!("workflow run concluded {conclusion}"),
         };
     }
-    let name = run["name"]
-        .as_str()
-        .filter(|n| !n.is_empty())
-        .or(payload["workflow"]["name"].as_str())
-        .unwrap_or("a workflow");
     Reaction::ChecksFailed {
         task,
         sha: text(&run["head_sha"]),
@@ -166,7 +212,7 @@ fn workflow_run(payload: &Value) -> Reaction {
     }
 }
 
-/// A review: requested changes send the task back, unless pidevops wrote them.
+/// A review: requested changes send the task back and an approval is a landing fact, unless pidevops wrote it.
 fn review_submitted(payload: &Value, bot_login: Option<&str>) -> Reaction {
     let Some(task) = task_of(&payload["pull_request"]["head"]["ref"]) else {
         return Reaction::None;
@@ -178,11 +224,16 @@ fn review_submitted(payload: &Value, bot_login: Option<&str>) -> Reaction {
             why: "a review by pidevops's own account".into(),
         };
     }
-    if !review["state"]
-        .as_str()
-        .unwrap_or_default()
-        .eq_ignore_ascii_case("changes_requested")
-    {
+    let state = review["state"].as_str().unwrap_or_default();
+    if state.eq_ignore_ascii_case("approved") {
+        return Reaction::Approved {
+            task,
+            by: text(&review["user"]["login"]),
+            // The commit the reviewer saw; an approval of older code must not count for newer.
+            sha: text(&review["commit_id"]),
+        };
+    }
+    if !state.eq_ignore_ascii_case("changes_requested") {
         return Reaction::Ignore {
             task,
             why: format!("a review that is {}", text(&review["state"])),
@@ -192,6 +243,17 @@ fn review_submitted(payload: &Value, bot_login: Option<&str>) -> Reaction {
         task,
         by: text(&review["user"]["login"]),
         body: clip(review["body"].as_str().unwrap_or_default()),
+    }
+}
+
+/// A review was dismissed: if it approved, it no longer counts.
+fn review_dismissed(payload: &Value) -> Reaction {
+    let Some(task) = task_of(&payload["pull_request"]["head"]["ref"]) else {
+        return Reaction::None;
+    };
+    Reaction::ReviewDismissed {
+        task,
+        by: text(&payload["review"]["user"]["login"]),
     }
 }
 

@@ -16,10 +16,12 @@ use utoipa::ToSchema;
 mod decision;
 mod evolution;
 mod family;
+pub mod landing;
 
 pub use decision::decide;
 pub use evolution::{evolve, replay};
 pub use family::{roll_up, ChildView, PlanState, RollUp, TriageOutcome, TriageState};
+pub use landing::{CommitSha, FactName, LandConfig, LandMode, Landing, MergeMethod, Readiness};
 
 use super::plan::PlanDocument;
 use super::values::{
@@ -89,6 +91,9 @@ pub struct Task {
     /// What the last attempt submitted for review said of itself (its summary, its review, files out of scope).
     #[serde(skip_serializing_if = "AttemptReport::is_empty")]
     report: AttemptReport,
+    /// What passed and who approved on the head commit while in review (auto-land's facts).
+    #[serde(skip_serializing_if = "Landing::is_empty")]
+    landing: Landing,
 }
 
 /// What an attempt submitted for review says of itself, for its pull request and its page: the agent's own
@@ -205,6 +210,10 @@ impl Task {
     /// The agent profile the task asked for, if it asked.
     pub fn agent(&self) -> Option<&AgentName> {
         self.agent.as_ref()
+    }
+    /// What passed and who approved on the head commit since the last submission for review.
+    pub fn landing(&self) -> &Landing {
+        &self.landing
     }
 
     /// How many recent attempts started within the bounce window before `now`.
@@ -425,6 +434,20 @@ pub enum Command {
         column: Column,
         needs_human: Vec<TaskId>,
     },
+    /// A check concluded `success` on `sha`, the commit pidevops last pushed (only in review; see `landing`).
+    RecordCheckPassed {
+        sha: CommitSha,
+        name: FactName,
+    },
+    /// A trusted person approved the pull request at `sha` (only in review).
+    RecordApproval {
+        by: FactName,
+        sha: CommitSha,
+    },
+    /// `by`'s approval was dismissed on GitHub: it no longer counts.
+    WithdrawApproval {
+        by: FactName,
+    },
 }
 
 impl Command {
@@ -452,6 +475,9 @@ impl Command {
             Command::ProposePlan { .. } => "propose-plan",
             Command::AdoptChildren { .. } => "adopt-children",
             Command::RollUp { .. } => "roll-up",
+            Command::RecordCheckPassed { .. } => "record-check-passed",
+            Command::RecordApproval { .. } => "record-approval",
+            Command::WithdrawApproval { .. } => "withdraw-approval",
         }
     }
 }
@@ -599,6 +625,21 @@ pub enum TaskEvent {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         needs_human: Vec<TaskId>,
     },
+    /// A check passed on `sha`; facts about another commit than the last ones start over.
+    CheckPassed {
+        at: DateTime<Utc>,
+        sha: CommitSha,
+        name: FactName,
+    },
+    ReviewApproved {
+        at: DateTime<Utc>,
+        sha: CommitSha,
+        by: FactName,
+    },
+    ApprovalWithdrawn {
+        at: DateTime<Utc>,
+        by: FactName,
+    },
 }
 
 impl TaskEvent {
@@ -628,6 +669,9 @@ impl TaskEvent {
             TaskEvent::PlanRejected { .. } => "task.plan_rejected",
             TaskEvent::ChildrenCreated { .. } => "task.children_created",
             TaskEvent::RolledUp { .. } => "task.rolled_up",
+            TaskEvent::CheckPassed { .. } => "task.check_passed",
+            TaskEvent::ReviewApproved { .. } => "task.review_approved",
+            TaskEvent::ApprovalWithdrawn { .. } => "task.approval_withdrawn",
         }
     }
 
@@ -655,7 +699,10 @@ impl TaskEvent {
             | TaskEvent::PlanApproved { at, .. }
             | TaskEvent::PlanRejected { at, .. }
             | TaskEvent::ChildrenCreated { at, .. }
-            | TaskEvent::RolledUp { at, .. } => *at,
+            | TaskEvent::RolledUp { at, .. }
+            | TaskEvent::CheckPassed { at, .. }
+            | TaskEvent::ReviewApproved { at, .. }
+            | TaskEvent::ApprovalWithdrawn { at, .. } => *at,
         }
     }
 }

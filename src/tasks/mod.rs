@@ -21,6 +21,9 @@ pub use domain::{
     NeedsHuman, NewTask, PlanState, RetryCause, RollUp, Task, TaskCreated, TaskError, TaskEvent,
     TriageOutcome, TriageState, MAX_FOLLOW_UPS, OSCILLATION_STARTS, OSCILLATION_WINDOW_S,
 };
+pub use domain::{
+    landing, CommitSha, FactName, LandConfig, LandMode, Landing, MergeMethod, Readiness,
+};
 pub use values::{
     AgentName, ApprovalPolicy, BranchName, Column, FollowUpText, GithubRef, LinearIssue, Links,
     MaxAttempts, Priority, Reason, RepoName, RunId, RunPurpose, Spec, SpecParts, TaskId, TaskKind,

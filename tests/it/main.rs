@@ -31,6 +31,7 @@ mod hostile;
 mod ingress;
 mod init;
 mod intake;
+mod land;
 mod leases;
 mod linear;
 mod openapi;

@@ -65,17 +65,29 @@ async fn task(app: &TestApp, text: &str, scope: &str) -> TaskId {
         Links::default(),
     );
     let key = format!("test:{}", uuid::Uuid::now_v7());
-    app.state.board.create(draft, &key, "api", None).await.unwrap().0.task.id()
+    app.state
+        .board
+        .create(draft, &key, "api", None)
+        .await
+        .unwrap()
+        .0
+        .task
+        .id()
 }
 
 async fn row(app: &TestApp, id: TaskId) -> task_rows::TaskRow {
-    task_rows::get(app.state.log.store(), id).await.unwrap().unwrap()
+    task_rows::get(app.state.log.store(), id)
+        .await
+        .unwrap()
+        .unwrap()
 }
 
 async fn in_review(app: &TestApp, id: TaskId) {
-    within(Duration::from_secs(60), &format!("{id} in review"), || async {
-        row(app, id).await.column == Column::InReview
-    })
+    within(
+        Duration::from_secs(60),
+        &format!("{id} in review"),
+        || async { row(app, id).await.column == Column::InReview },
+    )
     .await;
 }
 
@@ -102,22 +114,37 @@ async fn files_outside_the_scope_make_the_attempt_unresolved_and_the_retry_names
 echo api > src/api/orders.rs
 if ! grep -q 'Previously unresolved' "$1"; then echo stray > docs/notes.md; echo stray > README.md; fi"#,
     );
-    let app = spawn(&db, config(&remote, &worker, "", ""), &scratch.path().join("ws")).await;
+    let app = spawn(
+        &db,
+        config(&remote, &worker, "", ""),
+        &scratch.path().join("ws"),
+    )
+    .await;
     let id = task(&app, "Add the orders endpoint", "src/api/**").await;
     in_review(&app, id).await;
     let runs = runs_of(&app, id).await;
     assert_eq!(runs.len(), 2, "{runs:?}");
     assert_eq!(runs[0].failure.as_deref(), Some("scope"));
-    assert_eq!(runs[0].commit_sha, None, "nothing pushed for the unresolved attempt");
+    assert_eq!(
+        runs[0].commit_sha, None,
+        "nothing pushed for the unresolved attempt"
+    );
     let retry = prompt_of(&runs[1]);
     assert!(
-        retry.contains("Previously unresolved: README.md, docs/notes.md (outside scope src/api/**)"),
+        retry
+            .contains("Previously unresolved: README.md, docs/notes.md (outside scope src/api/**)"),
         "{retry}"
     );
     let branch = id.branch();
-    assert_eq!(remote.show(branch.as_str(), "src/api/orders.rs").as_deref(), Some("api\n"));
+    assert_eq!(
+        remote.show(branch.as_str(), "src/api/orders.rs").as_deref(),
+        Some("api\n")
+    );
     assert_eq!(remote.show(branch.as_str(), "docs/notes.md"), None);
-    assert_eq!(remote.show(branch.as_str(), "README.md").as_deref(), Some("# app\n"));
+    assert_eq!(
+        remote.show(branch.as_str(), "README.md").as_deref(),
+        Some("# app\n")
+    );
     app.stop().await;
 }
 
@@ -142,7 +169,10 @@ async fn under_warn_files_outside_the_scope_are_pushed_and_named(db: TestDb) {
         row(&app, id).await.state["report"]["outside_scope"],
         serde_json::json!(["stray.txt"])
     );
-    assert_eq!(remote.show(id.branch().as_str(), "stray.txt").as_deref(), Some("stray\n"));
+    assert_eq!(
+        remote.show(id.branch().as_str(), "stray.txt").as_deref(),
+        Some("stray\n")
+    );
     app.stop().await;
 }
 
@@ -158,7 +188,12 @@ cat > .pidevops/status.json <<'JSON'
 {"resolved": false, "needs_human": true, "summary": "Which database should orders live in, Postgres or Redis?"}
 JSON"#,
     );
-    let app = spawn(&db, config(&remote, &worker, "", ""), &scratch.path().join("ws")).await;
+    let app = spawn(
+        &db,
+        config(&remote, &worker, "", ""),
+        &scratch.path().join("ws"),
+    )
+    .await;
     let id = task(&app, "Store the orders", "").await;
     within(Duration::from_secs(60), "the task flagged", || async {
         row(&app, id).await.needs_human
@@ -166,8 +201,15 @@ JSON"#,
     .await;
     let flagged = row(&app, id).await;
     let reason = flagged.needs_human_reason.unwrap();
-    assert!(reason.contains("Which database should orders live in"), "{reason}");
-    assert_eq!((flagged.attempts, flagged.max_attempts), (1, 3), "flagged at once, not after the budget");
+    assert!(
+        reason.contains("Which database should orders live in"),
+        "{reason}"
+    );
+    assert_eq!(
+        (flagged.attempts, flagged.max_attempts),
+        (1, 3),
+        "flagged at once, not after the budget"
+    );
     assert_eq!(flagged.column, Column::Todo);
     let runs = runs_of(&app, id).await;
     assert_eq!(runs[0].failure.as_deref(), Some("needs_human"));
@@ -223,16 +265,25 @@ fi"#,
     let runs = runs_of(&app, id).await;
     assert_eq!(runs.len(), 2, "{runs:?}");
     assert_eq!(runs[0].failure.as_deref(), Some("review"));
-    assert_eq!(runs[0].commit_sha, None, "nothing pushed before the approval");
+    assert_eq!(
+        runs[0].commit_sha, None,
+        "nothing pushed before the approval"
+    );
     let retry = prompt_of(&runs[1]);
     assert!(retry.contains("The reviewer asked for changes"), "{retry}");
     assert!(retry.contains("CHANGES.md:1"), "{retry}");
     assert!(retry.contains("handle the empty list"), "{retry}");
     // What was pushed is the worker's second attempt, untouched by the reviewer.
-    assert_eq!(remote.show(id.branch().as_str(), "CHANGES.md").as_deref(), Some("v2\n"));
+    assert_eq!(
+        remote.show(id.branch().as_str(), "CHANGES.md").as_deref(),
+        Some("v2\n")
+    );
     let review = &row(&app, id).await.state["report"]["review"];
     assert_eq!(review["verdict"], "approve", "{review}");
-    assert_eq!(review["summary"], "Looks right (clean)", "the reviewer never saw the worker's HOME");
+    assert_eq!(
+        review["summary"], "Looks right (clean)",
+        "the reviewer never saw the worker's HOME"
+    );
     app.stop().await;
 }
 
@@ -271,18 +322,30 @@ mkdir -p migrations && echo 'create index' > migrations/001.sql"#,
     })
     .await;
     let waiting = row(&app, id).await;
-    assert_eq!(waiting.column, Column::Triage, "still waiting for its approver");
+    assert_eq!(
+        waiting.column,
+        Column::Triage,
+        "still waiting for its approver"
+    );
     assert_eq!(waiting.title, "Add an index on orders(customer_id)");
     assert_eq!(waiting.attempts, 0, "triage is not an attempt");
     // The approver approves what the agent wrote; the worker gets it (its script fails on any other prompt).
     app.state
         .board
-        .steer(id, pidevops::board::Steer::Approve, None, "in a test", "test")
+        .steer(
+            id,
+            pidevops::board::Steer::Approve,
+            None,
+            "in a test",
+            "test",
+        )
         .await
         .unwrap();
     in_review(&app, id).await;
     assert_eq!(
-        remote.show(id.branch().as_str(), "migrations/001.sql").as_deref(),
+        remote
+            .show(id.branch().as_str(), "migrations/001.sql")
+            .as_deref(),
         Some("create index\n")
     );
     app.stop().await;

@@ -27,7 +27,7 @@ use crate::cron::Schedule;
 use crate::effects::policy::LinearStates;
 use crate::intake::IntakeConfig;
 use crate::pollers::PollerConfig;
-use crate::tasks::{ApprovalPolicy, MaxAttempts};
+use crate::tasks::{ApprovalPolicy, LandMode, MaxAttempts, MergeMethod};
 
 mod build;
 mod errors;
@@ -136,6 +136,18 @@ pub struct RepoTable {
     /// The reviewer's profile for this repository. Default: `[dispatch] reviewer`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reviewer: Option<String>,
+    /// Who merges a task's pull request. Default: `manual` (people).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub land: Option<LandMode>,
+    /// Approvals by trusted people `land = "auto"` waits for, 0 to 10. Default: 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<i64>,
+    /// Checks that must pass on the head commit, by name. Default: none named (any one passing).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub required_checks: Option<Vec<String>>,
+    /// Default: the repository's allowed method (squash, else merge, else rebase).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub merge_method: Option<MergeMethod>,
 }
 
 /// `[repos."o/n"] scope`: what happens when an attempt changes files outside its task's scope.

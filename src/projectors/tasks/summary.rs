@@ -120,6 +120,11 @@ pub fn summarize(event: &TaskEvent) -> String {
                 )
             }
         }
+        TaskEvent::CheckPassed { sha, name, .. } => {
+            format!("check {name} passed on {}", sha.short())
+        }
+        TaskEvent::ReviewApproved { sha, by, .. } => format!("approved by {by} at {}", sha.short()),
+        TaskEvent::ApprovalWithdrawn { by, .. } => format!("{by}'s approval was dismissed"),
         TaskEvent::LinksAttached { links, .. } => {
             let keys: Vec<String> = link_keys(links)
                 .into_iter()

@@ -26,9 +26,19 @@ fn a_failed_check_on_a_pidevops_branch_sends_its_task_back_with_what_failed() {
     suite["check_suite"]["head_branch"] = json!("pidevops/T-7");
     assert_eq!(
         decide("github.check_suite.completed", &suite, None),
+        Reaction::ChecksPassed {
+            task: t7(),
+            sha: "ec26c3e57ca3a959ca5aad62de7213c562f8c821".into(),
+            name: "octocoders-linter".into()
+        },
+        "a passing suite is a landing fact, named by its app"
+    );
+    suite["check_suite"]["conclusion"] = json!("neutral");
+    assert_eq!(
+        decide("github.check_suite.completed", &suite, None),
         Reaction::Ignore {
             task: t7(),
-            why: "check suite concluded success".into()
+            why: "check suite concluded neutral".into()
         }
     );
     suite["check_suite"]["conclusion"] = json!("failure");
@@ -43,6 +53,14 @@ fn a_failed_check_on_a_pidevops_branch_sends_its_task_back_with_what_failed() {
 
     let mut run = fixture("check_run/completed.payload.json");
     run["check_run"]["check_suite"]["head_branch"] = json!("pidevops/T-7");
+    assert_eq!(
+        decide("github.check_run.completed", &run, None),
+        Reaction::ChecksPassed {
+            task: t7(),
+            sha: "ec26c3e57ca3a959ca5aad62de7213c562f8c821".into(),
+            name: "Octocoders-linter".into()
+        }
+    );
     run["check_run"]["conclusion"] = json!("timed_out");
     run["check_run"]["output"]["title"] = json!("2 tests failed");
     run["check_run"]["output"]["summary"] = json!("login_redirects_home failed");
@@ -59,6 +77,15 @@ fn a_failed_check_on_a_pidevops_branch_sends_its_task_back_with_what_failed() {
 
     let mut workflow = fixture("workflow_run/completed.payload.json");
     workflow["workflow_run"]["head_branch"] = json!("pidevops/T-7");
+    assert_eq!(
+        decide("github.workflow_run.completed", &workflow, None),
+        Reaction::ChecksPassed {
+            task: t7(),
+            sha: "3484a3fb816e0859fd6e1cea078d76385ff50625".into(),
+            name: "test".into()
+        },
+        "an unnamed run goes by its workflow's name"
+    );
     workflow["workflow_run"]["conclusion"] = json!("failure");
     let Reaction::ChecksFailed { summary, sha, .. } =
         decide("github.workflow_run.completed", &workflow, None)
@@ -90,6 +117,39 @@ fn reviews_comments_and_closing_reach_the_task_but_never_our_own() {
             Reaction::Ignore { .. }
         ),
         "a plain comment review asks for nothing"
+    );
+    review["review"]["state"] = json!("approved");
+    assert_eq!(
+        decide("github.pull_request_review.submitted", &review, None),
+        Reaction::Approved {
+            task: t7(),
+            by: "Codertocat".into(),
+            sha: "ec26c3e57ca3a959ca5aad62de7213c562f8c821".into()
+        },
+        "an approval names the commit the reviewer saw"
+    );
+    assert!(
+        matches!(
+            decide(
+                "github.pull_request_review.submitted",
+                &review,
+                Some("Codertocat")
+            ),
+            Reaction::Ignore { .. }
+        ),
+        "our own account's approval"
+    );
+    let mut dismissed = fixture("pull_request_review/dismissed.payload.json");
+    dismissed["pull_request"]["head"]["ref"] = json!("pidevops/T-7");
+    assert_eq!(
+        decide("github.pull_request_review.dismissed", &dismissed, None),
+        Reaction::ReviewDismissed {
+            task: t7(),
+            by: dismissed["review"]["user"]["login"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        }
     );
     review["review"]["state"] = json!("changes_requested");
     review["review"]["body"] = json!("Please keep the old redirect for API clients.");

@@ -158,6 +158,9 @@ pub fn decide(
             column,
             needs_human,
         } => family::roll_up_plan(task, command, *column, needs_human, at),
+        Command::RecordCheckPassed { .. }
+        | Command::RecordApproval { .. }
+        | Command::WithdrawApproval { .. } => super::landing::decide(task, command, at),
     }
 }
 

@@ -70,6 +70,8 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
             task.purpose = None;
             task.report = (**report).clone();
             task.branch = Some(branch.clone());
+            // A new push: approvals and checks of the code before it do not count.
+            super::landing::evolve(task, event)?;
             // A newer pull request supersedes the old one; no submission removes a link.
             if let Some(pr) = pr {
                 task.links.github_pr = Some(pr.clone());
@@ -116,6 +118,9 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
         | TaskEvent::PlanRejected { .. }
         | TaskEvent::ChildrenCreated { .. }
         | TaskEvent::RolledUp { .. } => super::family::apply(task, event)?,
+        TaskEvent::CheckPassed { .. }
+        | TaskEvent::ReviewApproved { .. }
+        | TaskEvent::ApprovalWithdrawn { .. } => super::landing::evolve(task, event)?,
     }
     Ok(())
 }
@@ -376,6 +381,7 @@ impl Task {
             plan: plan.then(super::PlanState::default),
             triage: None,
             report: Default::default(),
+            landing: Default::default(),
         }
     }
 

@@ -1,6 +1,10 @@
 //! A fake GitHub REST API on loopback, the only stand-in the effects suites use: it records every call, keeps
 //! the pull requests it opened, and answers with scripted failures (500, 429 with `Retry-After`) when told to.
 //! Its pull request bodies are GitHub's own (the `pull_request.opened` fixture), so the real client parses them.
+//! Merging (the repository's merge methods, the merge itself, a merge held until a test lets it answer) is in
+//! `fake_github/merge.rs`.
+
+pub mod merge;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -51,6 +55,12 @@ struct Inner {
     suites: Vec<(String, String, Value)>,
     /// Repository webhooks, ids from 1 in creation order.
     hooks: Vec<Hook>,
+    /// Repository settings a test changed (`allow_squash_merge`, …), by repository.
+    repo_settings: std::collections::BTreeMap<String, serde_json::Map<String, Value>>,
+    /// Merge commits of the pull requests merged through the API: (repo, number) → sha.
+    merge_commits: std::collections::BTreeMap<(String, u64), String>,
+    /// The next merge through the API holds its answer until the test lets it go.
+    hold: Option<merge::Hold>,
 }
 
 /// A repository webhook as the fake keeps it: its secret as it was given (GitHub answers `********` instead).
@@ -135,6 +145,11 @@ impl FakeGithub {
                 axum::routing::patch(update_hook),
             )
             .route("/repos/{owner}/{repo}/pulls/{number}", get(get_pull))
+            .route(
+                "/repos/{owner}/{repo}/pulls/{number}/merge",
+                axum::routing::put(merge::merge_pull),
+            )
+            .route("/repos/{owner}/{repo}", get(merge::get_repo))
             .route(
                 "/repos/{owner}/{repo}/commits/{sha}/check-suites",
                 get(check_suites),
@@ -508,6 +523,10 @@ async fn get_pull(
     let merged_by = inner.merged.get(&(full.clone(), number));
     pr["merged"] = json!(merged_by.is_some());
     pr["merged_by"] = merged_by.map_or(Value::Null, |by| json!({ "login": by }));
+    pr["merge_commit_sha"] = inner
+        .merge_commits
+        .get(&(full.clone(), number))
+        .map_or(Value::Null, |sha| json!(sha));
     if let Some(sha) = inner.heads.get(&(full, number)) {
         pr["head"]["sha"] = json!(sha);
     }

@@ -1,0 +1,376 @@
+//! Auto-land's part of the task: what passed and who approved on the task's head commit while it is in review
+//! (its landing facts), and the one decision whether pidevops may merge its pull request now ([`readiness`]).
+//!
+//! Facts are about one commit, the one pidevops last pushed: reactions only records a check or an approval it
+//! has matched to that commit. A new submission for review (a new push) starts over, so approvals of older code
+//! never count; a fact about another commit than the one on record also starts over, which can only delay a
+//! merge, never cause one (the merge itself is made only if the pull request's head is still that commit).
+//! Facts are recorded only while the task is in review, and each once: the same check or approval reported
+//! twice (a redelivery, the poller) is already so.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::super::values::Column;
+use super::decision::wrong_column;
+use super::{Command, Task, TaskError, TaskEvent};
+
+/// The most approvals a repository may require (`[repos."o/n"] approvals`).
+pub const MAX_REQUIRED_APPROVALS: u8 = 10;
+/// Facts of each kind kept per head commit: a repository's CI (any app installed on it may create check runs)
+/// cannot grow a task's stream without bound; facts past the cap are dropped, which only delays a merge.
+pub const MAX_FACTS: usize = 100;
+/// The longest check name or login recorded (GitHub's check names are at most 255 bytes, logins 39).
+pub const MAX_NAME_CHARS: usize = 255;
+
+/// A value from a webhook that cannot be a fact.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FactError {
+    #[error("commit {0:?} is not 7 to 64 hexadecimal digits")]
+    Sha(String),
+    #[error("{field} {value:?} is empty, longer than {MAX_NAME_CHARS} characters or holds a control character")]
+    Name { field: &'static str, value: String },
+}
+
+/// A git commit id, lower case (SHA-1 or SHA-256, abbreviations of at least 7 accepted).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(try_from = "String", into = "String")]
+#[schema(value_type = String)]
+pub struct CommitSha(String);
+
+impl CommitSha {
+    pub fn new(sha: &str) -> Result<Self, FactError> {
+        let ok = (7..=64).contains(&sha.len()) && sha.chars().all(|c| c.is_ascii_hexdigit());
+        if !ok {
+            return Err(FactError::Sha(sha.chars().take(80).collect()));
+        }
+        Ok(Self(sha.to_ascii_lowercase()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The seven-digit form people read.
+    pub fn short(&self) -> &str {
+        &self.0[..7]
+    }
+}
+
+impl TryFrom<String> for CommitSha {
+    type Error = FactError;
+    fn try_from(value: String) -> Result<Self, FactError> {
+        Self::new(&value)
+    }
+}
+
+impl From<CommitSha> for String {
+    fn from(value: CommitSha) -> Self {
+        value.0
+    }
+}
+
+impl fmt::Display for CommitSha {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A check's name (a check run, a workflow, a check suite's app) or a GitHub login, as GitHub sent it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(try_from = "String", into = "String")]
+#[schema(value_type = String)]
+pub struct FactName(String);
+
+impl FactName {
+    pub fn new(field: &'static str, value: &str) -> Result<Self, FactError> {
+        let value = value.trim();
+        if value.is_empty()
+            || value.chars().count() > MAX_NAME_CHARS
+            || value.chars().any(char::is_control)
+        {
+            return Err(FactError::Name {
+                field,
+                value: value.chars().take(80).collect(),
+            });
+        }
+        Ok(Self(value.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for FactName {
+    type Error = FactError;
+    fn try_from(value: String) -> Result<Self, FactError> {
+        Self::new("name", &value)
+    }
+}
+
+impl From<FactName> for String {
+    fn from(value: FactName) -> Self {
+        value.0
+    }
+}
+
+impl fmt::Display for FactName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What passed and who approved on the task's head commit since its last submission for review.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Landing {
+    /// The commit the facts are about; `None`: nothing seen since the last submission.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    head: Option<CommitSha>,
+    /// Checks that concluded `success` on it: check runs and workflows by name, check suites by their app's.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    checks_passed: BTreeSet<FactName>,
+    /// Trusted people (GitHub logins) whose approval of it stands.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    approved_by: BTreeSet<FactName>,
+}
+
+impl Landing {
+    pub fn head(&self) -> Option<&CommitSha> {
+        self.head.as_ref()
+    }
+    pub fn checks_passed(&self) -> &BTreeSet<FactName> {
+        &self.checks_passed
+    }
+    pub fn approved_by(&self) -> &BTreeSet<FactName> {
+        &self.approved_by
+    }
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Whether a fact about `sha` would start over (it is about another commit than the facts on record).
+    fn is_about(&self, sha: &CommitSha) -> bool {
+        self.head.as_ref() == Some(sha)
+    }
+
+    /// The facts about `sha`: these, or none if they are about another commit.
+    fn for_head(&mut self, sha: &CommitSha) -> &mut Self {
+        if !self.is_about(sha) {
+            *self = Self {
+                head: Some(sha.clone()),
+                ..Self::default()
+            };
+        }
+        self
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// decide and evolve for the landing commands and events (called from `decision.rs` and `evolution.rs`).
+// ---------------------------------------------------------------------------------------------------------------
+
+/// `RecordCheckPassed`, `RecordApproval`, `WithdrawApproval`: the events to record, none (already so), or why not.
+pub(super) fn decide(
+    task: &Task,
+    command: &Command,
+    at: DateTime<Utc>,
+) -> Result<Vec<TaskEvent>, TaskError> {
+    if task.column != Column::InReview {
+        return Err(wrong_column(task, command, &[Column::InReview]));
+    }
+    let landing = &task.landing;
+    let fresh = |sha: &CommitSha, set: &BTreeSet<FactName>, name: &FactName| {
+        !landing.is_about(sha) || (!set.contains(name) && set.len() < MAX_FACTS)
+    };
+    Ok(match command {
+        Command::RecordCheckPassed { sha, name } if fresh(sha, &landing.checks_passed, name) => {
+            vec![TaskEvent::CheckPassed {
+                at,
+                sha: sha.clone(),
+                name: name.clone(),
+            }]
+        }
+        Command::RecordApproval { by, sha } if fresh(sha, &landing.approved_by, by) => {
+            vec![TaskEvent::ReviewApproved {
+                at,
+                sha: sha.clone(),
+                by: by.clone(),
+            }]
+        }
+        Command::WithdrawApproval { by } if landing.approved_by.contains(by) => {
+            vec![TaskEvent::ApprovalWithdrawn { at, by: by.clone() }]
+        }
+        _ => Vec::new(),
+    })
+}
+
+/// Applies a landing event, or starts over on a new submission (a new push); other events change nothing here.
+pub(super) fn evolve(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
+    let in_review = |task: &Task| {
+        if task.column == Column::InReview {
+            Ok(())
+        } else {
+            Err(TaskError::Inapplicable {
+                task: task.id.to_string(),
+                event: event.kind(),
+                why: format!("it is {}, not in-review", task.column),
+            })
+        }
+    };
+    match event {
+        TaskEvent::SubmittedForReview { .. } => task.landing = Landing::default(),
+        TaskEvent::CheckPassed { sha, name, .. } => {
+            in_review(task)?;
+            task.landing
+                .for_head(sha)
+                .checks_passed
+                .insert(name.clone());
+        }
+        TaskEvent::ReviewApproved { sha, by, .. } => {
+            in_review(task)?;
+            task.landing.for_head(sha).approved_by.insert(by.clone());
+        }
+        TaskEvent::ApprovalWithdrawn { by, .. } => {
+            in_review(task)?;
+            task.landing.approved_by.remove(by);
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The decision.
+// ---------------------------------------------------------------------------------------------------------------
+
+/// `[repos."o/n"] land`: who merges a task's pull request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum LandMode {
+    /// People merge.
+    #[default]
+    Manual,
+    /// pidevops merges once the checks and approvals are in.
+    Auto,
+}
+
+/// `[repos."o/n"] merge_method`: how GitHub merges the pull request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MergeMethod {
+    Squash,
+    Merge,
+    Rebase,
+}
+
+impl MergeMethod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MergeMethod::Squash => "squash",
+            MergeMethod::Merge => "merge",
+            MergeMethod::Rebase => "rebase",
+        }
+    }
+}
+
+/// A repository's landing rules (`[repos."o/n"]` `land`, `approvals`, `required_checks`, `merge_method`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LandConfig {
+    pub mode: LandMode,
+    /// Approvals by trusted people required, 0 to [`MAX_REQUIRED_APPROVALS`].
+    pub approvals: u8,
+    /// Checks that must have passed on the head, by name; empty: at least one check passed (and, since a failed
+    /// check sends the task back, none failed).
+    pub required_checks: Vec<String>,
+    /// `None`: the repository's allowed method, as GitHub reports it when merging.
+    pub merge_method: Option<MergeMethod>,
+}
+
+/// Whether pidevops may merge the task's pull request now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Readiness {
+    /// Merge pull request `number` (in the task's repository) at commit `sha`.
+    Ready { sha: CommitSha, number: u64 },
+    /// Not now, and why, in words a person reads ("1 of 2 approvals; check lint has not passed").
+    Waiting(String),
+}
+
+/// THE decision: whether the task's pull request may be merged by pidevops now, from the task (its column, flag,
+/// pull request and landing facts) and its repository's rules. Pure.
+pub fn readiness(task: &Task, land: &LandConfig) -> Readiness {
+    if land.mode == LandMode::Manual {
+        return Readiness::Waiting("land = manual: a person merges".into());
+    }
+    if task.column != Column::InReview {
+        return Readiness::Waiting(format!("it is {}, not in review", task.column));
+    }
+    if let Some(flag) = &task.needs_human {
+        return Readiness::Waiting(format!("it needs a human: {}", flag.reason));
+    }
+    let pr = task
+        .links
+        .github_pr
+        .as_ref()
+        .filter(|pr| pr.repo.as_str().eq_ignore_ascii_case(task.repo.as_str()));
+    let Some(pr) = pr else {
+        return Readiness::Waiting("its pull request is not open yet".into());
+    };
+    match facts(&task.landing, land) {
+        Ok(sha) => Readiness::Ready {
+            sha: sha.clone(),
+            number: pr.number.get(),
+        },
+        Err(missing) => Readiness::Waiting(missing.join("; ")),
+    }
+}
+
+/// The head commit when the facts satisfy the rules, else everything still missing.
+fn facts<'a>(landing: &'a Landing, land: &LandConfig) -> Result<&'a CommitSha, Vec<String>> {
+    let mut missing = Vec::new();
+    let approvals = landing.approved_by.len();
+    let required = usize::from(land.approvals);
+    if approvals < required {
+        missing.push(format!("{approvals} of {required} approvals"));
+    }
+    let passed = &landing.checks_passed;
+    if land.required_checks.is_empty() {
+        if passed.is_empty() {
+            missing.push("no check has passed on the head commit yet".to_owned());
+        }
+    } else {
+        let absent: Vec<&str> = land
+            .required_checks
+            .iter()
+            .filter(|name| !passed.iter().any(|p| p.as_str() == name.as_str()))
+            .map(String::as_str)
+            .collect();
+        if !absent.is_empty() {
+            let (noun, verb) = if absent.len() == 1 {
+                ("check", "has")
+            } else {
+                ("checks", "have")
+            };
+            let mut line = format!("{noun} {} {verb} not passed", absent.join(", "));
+            if !passed.is_empty() {
+                let seen: Vec<&str> = passed.iter().map(FactName::as_str).collect();
+                line.push_str(&format!(" (passed: {})", seen.join(", ")));
+            }
+            missing.push(line);
+        }
+    }
+    match (&landing.head, missing.is_empty()) {
+        (Some(head), true) => Ok(head),
+        // Not reached (every rule asks for a passed check, which sets the head); kept so no head is invented.
+        (None, true) => Err(vec!["nothing has passed on the head commit yet".to_owned()]),
+        (_, false) => Err(missing),
+    }
+}
+
+#[cfg(test)]
+#[path = "tests/landing.rs"]
+mod tests;
