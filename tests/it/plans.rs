@@ -153,11 +153,13 @@ async fn plan_of(app: &TestApp, id: TaskId) -> Value {
     body
 }
 
+/// The task's row, the read models brought to the log's head first (the row of a task just made may lag).
 async fn row(app: &TestApp, id: TaskId) -> task_rows::TaskRow {
+    app.project().await;
     task_rows::get(app.state.log.store(), id)
         .await
         .unwrap()
-        .unwrap()
+        .unwrap_or_else(|| panic!("{id} is on the board"))
 }
 
 async fn runs_of(app: &TestApp, id: TaskId) -> Vec<RunRow> {

@@ -75,11 +75,13 @@ async fn task(app: &TestApp, text: &str, scope: &str) -> TaskId {
         .id()
 }
 
+/// The task's row, the read models brought to the log's head first (the row of a task just made may lag).
 async fn row(app: &TestApp, id: TaskId) -> task_rows::TaskRow {
+    app.project().await;
     task_rows::get(app.state.log.store(), id)
         .await
         .unwrap()
-        .unwrap()
+        .unwrap_or_else(|| panic!("{id} is on the board"))
 }
 
 async fn in_review(app: &TestApp, id: TaskId) {
@@ -253,7 +255,7 @@ fi"#,
             &worker,
             r#"review = "agent""#,
             &format!(
-                "reviewer = \"reviewer\"\n[agents.reviewer]\ncommand = [\"{}\"]",
+                "reviewer = \"reviewer\"\n[agents.reviewer]\ncommand = [\"{}\", \"{{prompt_file}}\"]",
                 reviewer.display()
             ),
         ),
