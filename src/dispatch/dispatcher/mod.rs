@@ -200,12 +200,28 @@ pub fn cannot_run(
             ));
         }
     }
-    let mut used: Vec<(&str, &AgentProfile)> = Vec::new();
+    let mut used: Vec<(String, &AgentProfile)> = Vec::new();
     for repo in config.repos.keys() {
-        used.push((repo.as_str(), profiles.for_repo(repo)));
+        used.push((format!("{repo}'s"), profiles.for_repo(repo)));
     }
     let default = profiles.default_profile();
-    used.push(("the default", default));
+    used.push(("the default".to_owned(), default));
+    // The profiles with a role run too: a planner, triage agent or reviewer that cannot start would fail every
+    // plan, triage or review.
+    if let Some(planner) = profiles.planner() {
+        used.push(("the planner".to_owned(), planner));
+    }
+    if let Some(triager) = profiles.triager() {
+        used.push(("the triage".to_owned(), triager));
+    }
+    for (repo, review) in &config.review {
+        if *review != crate::config::file::ReviewPolicy::Agent {
+            continue;
+        }
+        if let Some(reviewer) = profiles.reviewer_for(repo) {
+            used.push((format!("{repo}'s reviewer"), reviewer));
+        }
+    }
     if config.executor == Executor::Local {
         for (whose, profile) in &used {
             let program = profile
