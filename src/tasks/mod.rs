@@ -13,6 +13,7 @@
 //! pidevops itself interrupted (a shutdown) is given back rather than counted.
 
 pub mod domain;
+pub mod plan;
 pub mod values;
 
 pub use domain::{

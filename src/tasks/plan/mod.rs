@@ -1,0 +1,6 @@
+//! Plans: a goal decomposed into items that run as parallel tasks, each confined to its own scope of paths.
+//! Pure: no I/O.
+
+pub mod glob;
+
+pub use glob::{Glob, GlobError, GlobErrorKind};
