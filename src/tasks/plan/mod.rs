@@ -2,5 +2,7 @@
 //! Pure: no I/O.
 
 pub mod glob;
+pub mod scope;
 
 pub use glob::{Glob, GlobError, GlobErrorKind};
+pub use scope::{Scope, ScopeText};
