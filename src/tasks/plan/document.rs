@@ -190,8 +190,9 @@ impl PlanDocument {
         ["id", "title", "task", "scope", "done_when"];
 
     /// Reads and checks a plan file. Every problem found is reported, each on its own line; items are checked
-    /// against each other (scope overlap, dependency cycles) only when their number is within the limit, so the
-    /// work stays bounded. The caller bounds the file's size.
+    /// against each other (scope overlap, dependency cycles) only when their number is within the limit, and the
+    /// overlap check has a fixed work budget (a plan whose scopes would take more is refused for that), so the
+    /// work stays bounded whatever the planner wrote. The caller bounds the file's size.
     pub fn parse(bytes: &[u8], limits: &PlanLimits) -> Result<PlanDocument, PlanErrors> {
         validate::parse(bytes, limits)
     }

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 mod nfa;
 
+pub(crate) use nfa::{Budget, Exhausted};
 use nfa::{Builder, CharSet, Nfa, StateId};
 
 /// A valid path glob. Compared, hashed and printed as its canonical text, which parses back to the same glob.
@@ -125,13 +126,34 @@ impl Glob {
     /// Whether some path matches both globs: `src/**` overlaps `src/api/*.rs`, `src/*.rs` does not overlap
     /// `src/api/x.rs`. Symmetric.
     pub fn overlaps(&self, other: &Glob) -> bool {
-        self.nfa.overlaps(&other.nfa)
+        // An unlimited budget does not run out; were it to, "overlap" is the answer that refuses rather than
+        // lets two agents edit one file.
+        self.nfa
+            .overlaps(&other.nfa, &mut Budget::unlimited())
+            .unwrap_or(true)
     }
 
     /// A path both globs match, or `None` when they do not overlap. The witness is an ordinary path (no empty
     /// segment, no segment starting with `.` unless a glob demands one) and among those one of the shortest.
     pub fn overlap_witness(&self, other: &Glob) -> Option<String> {
-        self.nfa.witness(&other.nfa)
+        // The unlimited budget cannot run out (see `overlaps`).
+        self.overlap_witness_within(other, &mut Budget::unlimited())
+            .ok()
+            .flatten()
+    }
+
+    /// [`Glob::overlap_witness`], charged to a budget shared by many comparisons (a whole plan's scopes), so
+    /// their total work is bounded however the globs were written; `Err` when the budget ran out.
+    pub(crate) fn overlap_witness_within(
+        &self,
+        other: &Glob,
+        budget: &mut Budget,
+    ) -> Result<Option<String>, Exhausted> {
+        // Reachability first: it settles a pair that does not overlap more cheaply than the witness search.
+        if !self.nfa.overlaps(&other.nfa, budget)? {
+            return Ok(None);
+        }
+        self.nfa.witness(&other.nfa, budget)
     }
 
     fn parse(text: &str) -> Result<Glob, GlobError> {

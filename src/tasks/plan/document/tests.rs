@@ -651,3 +651,56 @@ fn the_overlap_table_in_docs_plans_md_is_what_the_engine_says() {
         assert_eq!(a.overlap_witness(&b), expected, "{a} {b}");
     }
 }
+
+#[test]
+fn scopes_too_costly_to_compare_are_refused_instead_of_compared_for_minutes() {
+    // 20 items of 10 globs that all begin with `**/` and loop on `*`: their pairs would take ~200 times the
+    // budget (at 50 globs of 300 characters, minutes); the check stops at its budget and says so.
+    let items: Vec<Value> = (0..20)
+        .map(|i| {
+            let scope: Vec<String> = (0..10)
+                .map(|j| format!("**/{}{i}_{j}", "a*".repeat(60)))
+                .collect();
+            let scope: Vec<&str> = scope.iter().map(String::as_str).collect();
+            item(&format!("i{i}"), &scope, &[])
+        })
+        .collect();
+    let errors = refused(&plan(items));
+    assert_eq!(errors.errors().len(), 1, "{errors}");
+    assert_eq!(errors.errors()[0].kind(), PlanErrorKind::Scope);
+    assert!(
+        errors.errors()[0]
+            .line()
+            .starts_with("the scopes are too many or too intricate to check for overlap: the check stopped at items \"i0\" and \"i"),
+        "{errors}"
+    );
+}
+
+#[test]
+fn a_large_realistic_plan_is_compared_well_within_the_budget() {
+    let items: Vec<Value> = (0..20)
+        .map(|i| {
+            let scope = [
+                format!("src/mod{i}/**"),
+                format!("tests/mod{i}_*.rs"),
+                format!("docs/mod{i}.md"),
+                format!("web/{{a,b}}{i}/*.ts"),
+                format!("**/*.only{i}"),
+            ];
+            let scope: Vec<&str> = scope.iter().map(String::as_str).collect();
+            item(&format!("i{i}"), &scope, &[])
+        })
+        .collect();
+    let errors = refused(&plan(items));
+    // `**/*.only3` overlaps every other item's `src/modN/**`: real overlaps, each with its witness, and no
+    // budget refusal.
+    assert!(
+        !errors
+            .errors()
+            .iter()
+            .any(|e| e.kind() == PlanErrorKind::Scope),
+        "{errors}"
+    );
+    assert!(errors.count() > 100);
+    assert!(errors.errors()[0].line().contains("both match"), "{errors}");
+}

@@ -144,8 +144,13 @@ pub(super) fn check(value: &Value, limits: &PlanLimits) -> Result<PlanDocument, 
         .map(|(index, item)| Draft::read(index, item, &mut errors))
         .collect();
     let ids = unique_ids(&mut drafts, &mut errors);
+    // Named in every unknown-dependency line; listed once, not per line, whatever the number of items.
+    let mut listed: Vec<(&ItemId, &usize)> = ids.iter().collect();
+    listed.sort_by_key(|(_, index)| **index);
+    let listed: Vec<&str> = listed.iter().take(30).map(|(id, _)| id.as_str()).collect();
+    let known = cut(&listed.join(", "), 200);
     for draft in &mut drafts {
-        draft.resolve_dependencies(&ids, &mut errors);
+        draft.resolve_dependencies(&ids, &known, &mut errors);
     }
     // Comparing items with each other is quadratic: only for a plan whose size is already acceptable.
     if within_limit {
@@ -476,13 +481,19 @@ impl Draft {
         }
     }
 
-    fn resolve_dependencies(&mut self, ids: &HashMap<ItemId, usize>, errors: &mut PlanErrors) {
+    /// Resolves the wanted ids against every valid id; `known` lists them for the error line.
+    fn resolve_dependencies(
+        &mut self,
+        ids: &HashMap<ItemId, usize>,
+        known: &str,
+        errors: &mut PlanErrors,
+    ) {
         let label = &self.label;
         let mut seen: HashSet<&str> = HashSet::new();
         let mut resolved = Vec::new();
         let mut ok = true;
         for (j, wanted) in &self.wanted {
-            let known = wanted
+            let target = wanted
                 .parse::<ItemId>()
                 .ok()
                 .filter(|id| ids.contains_key(id));
@@ -498,18 +509,15 @@ impl Draft {
                     format!("{label}: depends_on lists {} more than once", quote(wanted)),
                 );
                 ok = false;
-            } else if let Some(id) = known {
+            } else if let Some(id) = target {
                 resolved.push(id);
             } else {
-                let mut known: Vec<(&ItemId, &usize)> = ids.iter().collect();
-                known.sort_by_key(|(_, index)| **index);
-                let names: Vec<&str> = known.iter().map(|(id, _)| id.as_str()).collect();
                 errors.push(
                     Kind::DependsOn,
                     format!(
                         "{label}: depends_on[{j}] {} is not the id of any item (the ids are: {})",
                         quote(wanted),
-                        cut(&names.join(", "), 200)
+                        known
                     ),
                 );
                 ok = false;

@@ -5,7 +5,7 @@
 //! overlap" cannot disagree.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 
 const MAX_SCALAR: u32 = 0x10_FFFF;
 const SLASH: u32 = '/' as u32;
@@ -215,8 +215,13 @@ impl Builder {
     /// Replaces epsilon edges by copies of what they lead to, then drops the states nothing reaches, so matching
     /// and the product never follow an epsilon and the product has fewer pairs.
     pub(super) fn finish(self) -> Nfa {
-        let closure = |from: usize| {
-            let mut seen = vec![false; self.states.len()];
+        // Most states have no epsilon edge: their closure is themselves. The others share one `seen` table,
+        // reset after each use, so building stays linear in practice rather than quadratic in the state count.
+        let mut seen = vec![false; self.states.len()];
+        let mut closure = |from: usize| -> Vec<usize> {
+            if self.epsilons[from].is_empty() {
+                return vec![from];
+            }
             let mut stack = vec![from];
             let mut found = Vec::new();
             while let Some(s) = stack.pop() {
@@ -225,9 +230,12 @@ impl Builder {
                     stack.extend(self.epsilons[s].iter().map(|&t| t as usize));
                 }
             }
+            for &s in &found {
+                seen[s] = false;
+            }
             found
         };
-        let closed: Vec<State> = (0..self.states.len())
+        let mut closed: Vec<State> = (0..self.states.len())
             .map(|s| {
                 let mut state = State::default();
                 for t in closure(s) {
@@ -257,17 +265,27 @@ impl Builder {
         }
         let states: Vec<State> = order
             .iter()
-            .map(|&s| State {
-                accepting: closed[s].accepting,
-                edges: closed[s]
-                    .edges
-                    .iter()
-                    .filter_map(|(set, to)| Some((set.clone(), renumbered[*to as usize]?)))
-                    .collect(),
+            .map(|&s| {
+                // Each reachable state is taken once, in its new position.
+                let state = std::mem::take(&mut closed[s]);
+                State {
+                    accepting: state.accepting,
+                    edges: state
+                        .edges
+                        .into_iter()
+                        .filter_map(|(set, to)| Some((set, renumbered[to as usize]?)))
+                        .collect(),
+                }
             })
             .collect();
         let remaining = remaining(&states);
-        Nfa { states, remaining }
+        let mut nfa = Nfa {
+            states,
+            remaining,
+            prefix: String::new(),
+        };
+        nfa.prefix = nfa.literal_prefix();
+        nfa
     }
 }
 
@@ -309,6 +327,50 @@ pub(super) struct Nfa {
     /// Per state, the fewest characters to acceptance (see [`remaining`]): prunes dead pairs from the product and
     /// guides the witness search.
     remaining: Vec<u32>,
+    /// What every accepted string starts with (see [`Nfa::literal_prefix`]).
+    prefix: String,
+}
+
+/// Work allowed to product searches, shared by many comparisons: one unit per pair of edges examined, and one per
+/// comparison. Comparing the scopes of a whole plan is many comparisons, and a hostile planner could make each
+/// one as costly as the product allows; a budget bounds the total.
+#[derive(Debug)]
+pub(crate) struct Budget {
+    left: u64,
+}
+
+/// A product search stopped because its [`Budget`] ran out; its answer is unknown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Exhausted;
+
+impl Budget {
+    pub(crate) fn new(units: u64) -> Self {
+        Budget { left: units }
+    }
+
+    /// For single comparisons: a few hundred states per glob bound one comparison already.
+    pub(super) fn unlimited() -> Self {
+        Budget::new(u64::MAX)
+    }
+
+    fn spend(&mut self, units: u64) -> Result<(), Exhausted> {
+        match self.left.checked_sub(units) {
+            Some(left) => {
+                self.left = left;
+                Ok(())
+            }
+            None => {
+                self.left = 0;
+                Err(Exhausted)
+            }
+        }
+    }
+
+    /// Charges for visiting the pair `(a, b)`: the pairs of edges [`Nfa::steps`] will examine.
+    fn visit(&mut self, x: &Nfa, y: &Nfa, a: StateId, b: StateId) -> Result<(), Exhausted> {
+        let pairs = x.states[a as usize].edges.len() * y.states[b as usize].edges.len();
+        self.spend(u64::try_from(pairs.max(1)).unwrap_or(u64::MAX))
+    }
 }
 
 /// An overlap witness that goes through a segment start that is empty (`a//b`, a trailing `/`) or begins with `.`
@@ -369,8 +431,8 @@ impl Nfa {
     }
 
     fn prefixes_agree(&self, other: &Nfa) -> bool {
-        let (a, b) = (self.literal_prefix(), other.literal_prefix());
-        a.starts_with(&b) || b.starts_with(&a)
+        let (a, b) = (&self.prefix, &other.prefix);
+        a.starts_with(b.as_str()) || b.starts_with(a.as_str())
     }
 
     /// The product's steps out of the pair `(a, b)`: for each pair of edges whose sets intersect, the pair of
@@ -398,157 +460,164 @@ impl Nfa {
     }
 
     /// Whether some string is accepted by both: reachability of a pair of accepting states in the product,
-    /// depth-first, each pair visited once (at most the product of the two state counts).
-    pub(super) fn overlaps(&self, other: &Nfa) -> bool {
+    /// depth-first, each pair visited once (at most the product of the two state counts), charged to `budget`.
+    pub(super) fn overlaps(&self, other: &Nfa, budget: &mut Budget) -> Result<bool, Exhausted> {
+        budget.spend(1)?;
         if !self.prefixes_agree(other) {
-            return false;
+            return Ok(false);
         }
+        // A table of every pair is faster than a set; its size is charged too (one unit per 64 pairs).
         let width = other.states.len();
-        let mut seen = vec![false; self.states.len() * width];
-        let mut stack = vec![(Self::START, Self::START)];
+        let pairs = self.states.len() * width;
+        budget.spend(u64::try_from(pairs / 64).unwrap_or(u64::MAX))?;
+        let mut seen = vec![false; pairs];
         seen[0] = true;
+        let mut stack = vec![(Self::START, Self::START)];
         while let Some((a, b)) = stack.pop() {
             if self.both_accept(other, a, b) {
-                return true;
+                return Ok(true);
             }
+            budget.visit(self, other, a, b)?;
             self.steps(other, a, b, |ta, tb, _, _| {
-                let index = ta as usize * width + tb as usize;
                 let live =
                     self.remaining[ta as usize] != DEAD && other.remaining[tb as usize] != DEAD;
-                if live && !std::mem::replace(&mut seen[index], true) {
+                if live && !std::mem::replace(&mut seen[ta as usize * width + tb as usize], true) {
                     stack.push((ta, tb));
                 }
             });
         }
-        false
+        Ok(false)
     }
 
     /// A string both accept, or `None` when there is none. The same product as [`Nfa::overlaps`], searched
     /// cheapest-first (A*): the cost is the length, plus [`ODD_PATH_COST`] for each empty segment, segment
     /// starting with `.`, or trailing `/`, so the witness is an ordinary path when one exists. Whether a witness
     /// is found does not depend on those costs.
-    pub(super) fn witness(&self, other: &Nfa) -> Option<String> {
+    pub(super) fn witness(
+        &self,
+        other: &Nfa,
+        budget: &mut Budget,
+    ) -> Result<Option<String>, Exhausted> {
+        budget.spend(1)?;
         if !self.prefixes_agree(other) {
-            return None;
+            return Ok(None);
         }
-        Search::new(self, other).run()
+        Search::new(self, other).run(budget)
     }
 }
 
-const UNSEEN: u32 = u32::MAX;
+/// A node of the witness search: a pair of states, and whether the string so far ends at a segment start (empty,
+/// or ending in `/`), which is what the odd-path cost looks at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Node {
+    a: StateId,
+    b: StateId,
+    segment_start: bool,
+}
 
-/// A* over product nodes: a pair of states and whether the string so far ends at a segment start (empty, or
-/// ending in `/`), which is what the odd-path cost looks at. Tables are dense, indexed by [`Search::index`].
-/// The estimate of what is left is the larger of the two states' [`Nfa::remaining`]: never more than the true
-/// cost, and falling by at most one per character, so the first witness settled is a cheapest one.
+/// A* over the product. The estimate of what is left is the larger of the two states' [`Nfa::remaining`]: never
+/// more than the true cost, and falling by at most one per character, so the first witness settled is a cheapest
+/// one. Visits are kept in a map, so the work is proportional to the nodes reached.
 struct Search<'n> {
     a: &'n Nfa,
     b: &'n Nfa,
-    cost: Vec<u32>,
-    /// The node each one was first reached from (its index) and the character read to get there.
-    from: Vec<(u32, char)>,
+    /// Per node reached: the cheapest cost so far, and the node it was reached from with the character read
+    /// (`None` for the start).
+    visits: HashMap<Node, (u32, Option<(Node, char)>)>,
     /// Nodes to settle, by cost so far plus estimate.
-    queue: BinaryHeap<Reverse<(u32, u32)>>,
+    queue: BinaryHeap<Reverse<(u32, Node)>>,
 }
 
 impl<'n> Search<'n> {
     fn new(a: &'n Nfa, b: &'n Nfa) -> Self {
-        let nodes = a.states.len() * b.states.len() * 2;
         Search {
             a,
             b,
-            cost: vec![UNSEEN; nodes],
-            from: vec![(UNSEEN, '\0'); nodes],
+            visits: HashMap::new(),
             queue: BinaryHeap::new(),
         }
     }
 
-    fn index(&self, a: StateId, b: StateId, segment_start: bool) -> u32 {
-        let pair = a as usize * self.b.states.len() + b as usize;
-        // At most 2 × 601² nodes: two 300-character globs of two states per character.
-        u32::try_from(pair * 2 + usize::from(segment_start)).unwrap_or(UNSEEN)
-    }
-
-    fn node(&self, index: u32) -> (StateId, StateId, bool) {
-        let pair = index as usize / 2;
-        let width = self.b.states.len();
-        // Both quotient and remainder are below their state counts, which fit a StateId.
-        let a = StateId::try_from(pair / width).unwrap_or(0);
-        let b = StateId::try_from(pair % width).unwrap_or(0);
-        (a, b, index % 2 == 1)
-    }
-
-    /// What is left from `(a, b)` at least, or `None` when one of them can no longer accept.
-    fn estimate(&self, a: StateId, b: StateId) -> Option<u32> {
-        let (ra, rb) = (self.a.remaining[a as usize], self.b.remaining[b as usize]);
+    /// What is left from `node` at least, or `None` when one of its states can no longer accept.
+    fn estimate(&self, node: Node) -> Option<u32> {
+        let ra = self.a.remaining[node.a as usize];
+        let rb = self.b.remaining[node.b as usize];
         (ra != DEAD && rb != DEAD).then_some(ra.max(rb))
     }
 
-    fn reach(&mut self, node: u32, cost: u32, from: (u32, char)) {
-        let (a, b, _) = self.node(node);
-        let Some(estimate) = self.estimate(a, b) else {
+    fn reach(&mut self, node: Node, cost: u32, from: Option<(Node, char)>) {
+        let Some(estimate) = self.estimate(node) else {
             return;
         };
-        let slot = node as usize;
-        if cost < self.cost[slot] {
-            self.cost[slot] = cost;
-            self.from[slot] = from;
+        if self
+            .visits
+            .get(&node)
+            .is_none_or(|(known, _)| cost < *known)
+        {
+            self.visits.insert(node, (cost, from));
             self.queue
                 .push(Reverse((cost.saturating_add(estimate), node)));
         }
     }
 
-    fn run(mut self) -> Option<String> {
-        let start = self.index(Nfa::START, Nfa::START, true);
-        let estimate = self.estimate(Nfa::START, Nfa::START)?;
-        self.cost[start as usize] = 0;
-        self.queue.push(Reverse((estimate, start)));
-        let mut best: Option<(u32, u32)> = None;
+    fn run(mut self, budget: &mut Budget) -> Result<Option<String>, Exhausted> {
+        let start = Node {
+            a: Nfa::START,
+            b: Nfa::START,
+            segment_start: true,
+        };
+        self.reach(start, 0, None);
+        let mut best: Option<(u32, Node)> = None;
         let mut next = Vec::new();
         while let Some(Reverse((bound, node))) = self.queue.pop() {
             if best.is_some_and(|(b, _)| bound >= b) {
                 break;
             }
-            let (a, b, segment_start) = self.node(node);
-            let cost = self.cost[node as usize];
+            let cost = self.visits.get(&node).map_or(u32::MAX, |(c, _)| *c);
             if self
-                .estimate(a, b)
+                .estimate(node)
                 .is_none_or(|e| cost.saturating_add(e) < bound)
             {
                 // A stale entry: this node was reached more cheaply since it was queued.
                 continue;
             }
-            let odd = if segment_start { ODD_PATH_COST } else { 0 };
-            if self.a.both_accept(self.b, a, b) && best.is_none_or(|(b, _)| cost + odd < b) {
+            budget.visit(self.a, self.b, node.a, node.b)?;
+            let odd = if node.segment_start { ODD_PATH_COST } else { 0 };
+            if self.a.both_accept(self.b, node.a, node.b)
+                && best.is_none_or(|(b, _)| cost + odd < b)
+            {
                 best = Some((cost + odd, node));
             }
             next.clear();
-            self.a.steps(self.b, a, b, |ta, tb, c, slash| {
+            self.a.steps(self.b, node.a, node.b, |a, b, c, slash| {
                 if let Some(c) = c {
                     let extra = if c == '.' { odd } else { 0 };
-                    next.push((ta, tb, false, cost + 1 + extra, c));
+                    next.push((a, b, false, cost + 1 + extra, c));
                 }
                 if slash {
-                    next.push((ta, tb, true, cost + 1 + odd, '/'));
+                    next.push((a, b, true, cost + 1 + odd, '/'));
                 }
             });
-            for &(ta, tb, at_start, to_cost, c) in &next {
-                let to = self.index(ta, tb, at_start);
-                self.reach(to, to_cost, (node, c));
+            for &(a, b, segment_start, to_cost, c) in &next {
+                let to = Node {
+                    a,
+                    b,
+                    segment_start,
+                };
+                self.reach(to, to_cost, Some((node, c)));
             }
         }
-        best.map(|(_, end)| self.path_to(end))
+        Ok(best.map(|(_, end)| self.path_to(end)))
     }
 
-    fn path_to(&self, end: u32) -> String {
+    fn path_to(&self, end: Node) -> String {
         let mut chars = Vec::new();
         let mut node = end;
         // Each node was reached from one settled earlier, so this walks back to the start; the bound guards a bug.
-        for _ in 0..self.cost.len() {
-            let (prev, c) = self.from[node as usize];
-            if prev == UNSEEN {
+        for _ in 0..self.visits.len() {
+            let Some((prev, c)) = self.visits.get(&node).and_then(|(_, from)| *from) else {
                 break;
-            }
+            };
             chars.push(c);
             node = prev;
         }
