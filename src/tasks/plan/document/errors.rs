@@ -23,7 +23,8 @@ pub enum PlanErrorKind {
     Title,
     Task,
     DoneWhen,
-    /// The scope list itself: empty, too long, or an entry a scope line cannot hold.
+    /// The scope list itself: empty, too long, or an entry a scope line cannot hold; or scopes too costly to
+    /// compare for overlap within the check's budget.
     Scope,
     /// A scope entry that is not a valid glob.
     Glob,
