@@ -164,9 +164,10 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
     )
     .parse()
     .map_err(|e| anyhow::anyhow!("the benchmark's pidevops.toml: {e}"))?;
-    let mut settings = Settings::for_tests(DatabaseUrl::Postgres(
-        pidevops::bench::with_database(&args.admin_url, &args.database),
-    ));
+    let mut settings = Settings::for_tests(DatabaseUrl::Postgres(pidevops::bench::with_database(
+        &args.admin_url,
+        &args.database,
+    )));
     settings.file = file;
     settings.workspace_root = dir.join("workspaces");
     settings.projector_interval = Duration::from_secs_f64(args.interval_s);
@@ -200,7 +201,9 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
                 .is_some_and(|l| l.task.column() == Column::Triage))
         })
         .await?;
-        board.steer(plan, Steer::Approve, None, "bench", "bench").await?;
+        board
+            .steer(plan, Steer::Approve, None, "bench", "bench")
+            .await?;
         let children = wait_for_children(&board, plan, args.items).await?;
         let approved = first_of(&store, plan, "task.plan_approved").await?;
         let last_start = wait_for_starts(&store, &children).await?;
@@ -276,34 +279,48 @@ async fn wait_for_children(
     plan: TaskId,
     n: usize,
 ) -> anyhow::Result<Vec<TaskId>> {
-    let mut children = Vec::new();
-    wait(Duration::from_secs(120), "the plan's items", || {
-        let found = &mut children;
-        async move {
-            let loaded = board.load(plan).await?.context("the plan")?;
-            *found = loaded.task.plan().map(|p| p.children.clone()).unwrap_or_default();
-            Ok(found.len() == n)
+    let started = Instant::now();
+    loop {
+        let loaded = board.load(plan).await?.context("the plan")?;
+        let children = loaded
+            .task
+            .plan()
+            .map(|p| p.children.clone())
+            .unwrap_or_default();
+        if children.len() == n {
+            return Ok(children);
         }
-    })
-    .await?;
-    Ok(children)
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(120),
+            "timed out waiting for {plan}'s items"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 async fn all_in_review(board: &pidevops::board::Board, ids: &[TaskId]) -> anyhow::Result<()> {
     for id in ids {
-        wait(Duration::from_secs(600), &format!("{id} in review"), || async {
-            Ok(board
-                .load(*id)
-                .await?
-                .is_some_and(|l| l.task.column() == Column::InReview))
-        })
+        wait(
+            Duration::from_secs(600),
+            &format!("{id} in review"),
+            || async {
+                Ok(board
+                    .load(*id)
+                    .await?
+                    .is_some_and(|l| l.task.column() == Column::InReview))
+            },
+        )
         .await?;
     }
     Ok(())
 }
 
 /// When `id`'s first `event_type` was committed.
-async fn first_of(store: &EventStore, id: TaskId, event_type: &str) -> anyhow::Result<DateTime<Utc>> {
+async fn first_of(
+    store: &EventStore,
+    id: TaskId,
+    event_type: &str,
+) -> anyhow::Result<DateTime<Utc>> {
     let events: Vec<StoredEvent> = store.read_stream(&id.stream()).await?;
     events
         .iter()
@@ -316,9 +333,11 @@ async fn first_of(store: &EventStore, id: TaskId, event_type: &str) -> anyhow::R
 async fn wait_for_starts(store: &EventStore, ids: &[TaskId]) -> anyhow::Result<DateTime<Utc>> {
     let mut last = None;
     for id in ids {
-        wait(Duration::from_secs(600), &format!("{id} started"), || async {
-            Ok(first_of(store, *id, "task.started").await.is_ok())
-        })
+        wait(
+            Duration::from_secs(600),
+            &format!("{id} started"),
+            || async { Ok(first_of(store, *id, "task.started").await.is_ok()) },
+        )
         .await?;
         let at = first_of(store, *id, "task.started").await?;
         last = Some(last.map_or(at, |l: DateTime<Utc>| l.max(at)));

@@ -133,7 +133,7 @@ impl Plans {
         let mut made: Vec<(&crate::tasks::plan::ItemId, TaskId)> = Vec::new();
         for item in document.topological_order() {
             let depends_on = item
-                .depends_on
+                .depends_on()
                 .iter()
                 .filter_map(|dep| {
                     made.iter()
@@ -152,16 +152,16 @@ impl Plans {
                 },
                 ..Draft::new(task.repo().clone(), item.spec(), Default::default())
             };
-            let key = format!("plan:{plan}:{}:{}", state.revision, item.id);
+            let key = format!("plan:{plan}:{}:{}", state.revision, item.id());
             let (outcome, created) = self
                 .board
                 .create(draft, &key, ACTOR, Some(event.id))
                 .await
-                .with_context(|| format!("making item {} of {plan} a task", item.id))?;
+                .with_context(|| format!("making item {} of {plan} a task", item.id()))?;
             if created {
                 progress.created += 1;
             }
-            made.push((&item.id, outcome.task.id()));
+            made.push((item.id(), outcome.task.id()));
         }
         let children = made.iter().map(|(_, id)| *id).collect();
         match self

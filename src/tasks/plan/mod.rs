@@ -1,124 +1,34 @@
-//! STUB until the plan-file module lands (same names and shapes): the plan a planner agent writes.
+//! Plans: a goal decomposed into items that run as parallel tasks, each confined to its own scope of paths.
+//! Pure: no I/O, no clock.
+//!
+//! A planner agent writes a **plan file**, `.pidevops/plan.json` ([`PLAN_PATH`]) in its worktree: a version, an
+//! optional summary, and items, each with an id, a title, a task, a scope (paths or globs it may change), how to
+//! tell it is done, and the ids of the items it depends on. [`PlanDocument::parse`] checks it and reports every
+//! problem as a line the planner can act on ([`PlanErrors::retry_text`]); a person approves a valid plan; each
+//! item becomes a child task ([`PlanItem::spec`]), created in [`PlanDocument::topological_order`], and items
+//! without a dependency between them run in parallel. No path is in the scope of two items, so parallel agents
+//! never edit the same files: [`Glob::overlaps`] decides that glob against glob, and after an attempt
+//! [`Scope::outside`] names the changed files its task's scope does not cover.
+//!
+//! **Versions.** This module reads version 1 and refuses any other version, naming the one it understands. A
+//! future version 2 is a new parser next to this one, not a change to it: version 1 files, and version 1 plans
+//! stored in the event log, stay readable as they are. For the same reason the checks of version 1 may be relaxed
+//! but never tightened (a stored plan is checked again when it is read back).
+//!
+//! `docs/plans.md` documents the file for planner authors; `docs/plan.schema.json` is its JSON Schema, held to
+//! [`PlanDocument::FIELDS`] and [`PlanDocument::ITEM_FIELDS`] by a test.
+//!
+//! - [`glob`]: path globs, matching and overlap (one automaton for both).
+//! - [`scope`]: a task's scope text read as globs, prose or nothing.
+//! - [`document`]: the plan file, its checks and its errors.
 
-use serde::{Deserialize, Serialize};
+pub mod document;
+pub mod glob;
+pub mod scope;
 
-use super::values::Spec;
-
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct ItemId(pub String);
-
-impl std::fmt::Display for ItemId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PlanItem {
-    pub id: ItemId,
-    pub title: String,
-    pub task: String,
-    pub scope: Vec<String>,
-    pub done_when: String,
-    pub depends_on: Vec<ItemId>,
-}
-
-impl PlanItem {
-    pub fn spec(&self) -> Spec {
-        Spec::new(
-            format!("{}\n\n{}", self.title, self.task),
-            self.scope.join(", "),
-            self.done_when.clone(),
-        )
-        .expect("a checked item")
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PlanDocument {
-    pub version: u32,
-    #[serde(default)]
-    pub summary: Option<String>,
-    pub items: Vec<PlanItem>,
-}
-
-#[derive(Clone, Copy, Debug)]
-pub struct PlanLimits {
-    pub max_items: usize,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PlanErrors(pub Vec<String>);
-
-impl PlanErrors {
-    pub fn retry_text(&self) -> String {
-        format!(
-            "The plan in .pidevops/plan.json was refused:\n- {}",
-            self.0.join("\n- ")
-        )
-    }
-}
-
-impl PlanDocument {
-    pub fn parse(bytes: &[u8], _limits: &PlanLimits) -> Result<Self, PlanErrors> {
-        serde_json::from_slice(bytes).map_err(|e| PlanErrors(vec![e.to_string()]))
-    }
-    pub fn items(&self) -> &[PlanItem] {
-        &self.items
-    }
-    pub fn topological_order(&self) -> Vec<&PlanItem> {
-        self.items.iter().collect()
-    }
-}
-
-/// STUB: a task's scope as rules.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Scope(Vec<String>);
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ScopeText {
-    Paths(Scope),
-    Prose,
-    Empty,
-}
-
-impl Scope {
-    pub fn parse(text: &str) -> ScopeText {
-        let tokens: Vec<String> = text
-            .split([',', '\n'])
-            .map(|t| {
-                t.trim()
-                    .trim_start_matches("- ")
-                    .trim_matches('`')
-                    .to_owned()
-            })
-            .filter(|t| !t.is_empty())
-            .collect();
-        if tokens.is_empty() {
-            return ScopeText::Empty;
-        }
-        if tokens.iter().any(|t| t.contains(char::is_whitespace)) {
-            return ScopeText::Prose;
-        }
-        ScopeText::Paths(Scope(tokens))
-    }
-    pub fn outside(&self, changed: &[String]) -> Vec<String> {
-        changed
-            .iter()
-            .filter(|path| {
-                !self.0.iter().any(|g| {
-                    let g = g.trim_end_matches("/**").trim_end_matches('/');
-                    *path == g || path.starts_with(&format!("{g}/"))
-                })
-            })
-            .cloned()
-            .collect()
-    }
-}
-
-impl std::fmt::Display for Scope {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0.join(", "))
-    }
-}
+pub use document::{
+    ItemId, ItemIdError, PlanDocument, PlanError, PlanErrorKind, PlanErrors, PlanItem, PlanLimits,
+    PLAN_PATH,
+};
+pub use glob::{Glob, GlobError, GlobErrorKind};
+pub use scope::{Scope, ScopeText};
