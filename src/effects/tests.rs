@@ -288,6 +288,16 @@ fn bot_commands_parse_with_or_without_the_bot_name() {
         parse("/cancel T-1 it is a duplicate"),
         Some(Ok(BotCommand::Steer(Steer::Cancel, t1)))
     );
+    assert_eq!(parse("/plan acme/app Split it"), Some(Ok(BotCommand::Plan)));
+    assert_eq!(
+        parse("/reject T-1"),
+        Some(Ok(BotCommand::Steer(Steer::Reject, t1)))
+    );
+    assert_eq!(
+        parse("/reject@bot T-1   Merge A and B "),
+        Some(Ok(BotCommand::Reject(t1, "Merge A and B".into()))),
+        "a rejection carries its comment"
+    );
     assert_eq!(parse("/retry"), Some(Err("usage: /retry T-n".into())));
     assert!(matches!(parse("/task 42"), Some(Err(e)) if e.contains("T-<n>")));
     assert!(matches!(parse("/tasks sideways"), Some(Err(_))));
