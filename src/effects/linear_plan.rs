@@ -161,3 +161,136 @@ async fn latest(fx: &Effects, session: &str) -> anyhow::Result<(u64, Option<Vec<
     });
     Ok((low, sent))
 }
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+
+    use super::*;
+    use crate::tasks::plan::PlanDocument;
+    use crate::tasks::values::Spec;
+    use crate::tasks::{
+        decide, evolve, ApprovalPolicy, Command, Family, MaxAttempts, NewTask, Priority, Reason,
+        RunId, TaskId, TaskKind,
+    };
+
+    fn id(n: u64) -> TaskId {
+        format!("T-{n}").parse().expect("a task id")
+    }
+
+    /// `task` after `command`, as the board would record it.
+    fn after(task: Option<Task>, command: Command) -> Task {
+        let events = decide(task.as_ref(), &command, Utc::now()).expect("accepted");
+        events
+            .iter()
+            .fold(task, |task, event| {
+                Some(evolve(task, event).expect("applies"))
+            })
+            .expect("a task")
+    }
+
+    fn created(n: u64, family: Family) -> Task {
+        let new = NewTask {
+            id: id(n),
+            repo: "acme/app".parse().expect("a repo"),
+            spec: Spec::new("Split the app", "", "").expect("a spec"),
+            priority: Priority::Normal,
+            links: Default::default(),
+            approval: ApprovalPolicy::Auto,
+            max_attempts: MaxAttempts::DEFAULT,
+            ticket_version: None,
+            agent: None,
+            family,
+        };
+        after(None, Command::Create(Box::new(new)))
+    }
+
+    fn proposed(plan: Task) -> Task {
+        let run = RunId(uuid::Uuid::now_v7());
+        let document = PlanDocument::parse(
+            br#"{"version": 1, "items": [
+                {"id": "a", "title": " Part A ", "task": "a", "scope": ["a/**"], "done_when": "a", "depends_on": []},
+                {"id": "b", "title": "Part B", "task": "b", "scope": ["b/**"], "done_when": "b", "depends_on": ["a"]}
+            ]}"#,
+            &crate::config::plans::PlansConfig::default().limits(),
+        )
+        .expect("a valid plan");
+        let started = after(Some(plan), Command::Start { run });
+        after(
+            Some(started),
+            Command::ProposePlan {
+                run,
+                plan: Box::new(document),
+            },
+        )
+    }
+
+    fn steps(list: &[(&str, PlanStepStatus)]) -> Vec<PlanStep> {
+        list.iter()
+            .map(|(content, status)| PlanStep {
+                content: (*content).to_owned(),
+                status: *status,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_checklist_is_the_proposal_with_each_item_as_its_task_stands() {
+        use PlanStepStatus::*;
+        let plan = created(1, Family::plan());
+        assert_eq!(
+            plan_checklist(&plan, &[]),
+            None,
+            "nothing before a proposal"
+        );
+        // Approved as proposed (`auto`): its items are pending until they are tasks.
+        let plan = proposed(plan);
+        assert_eq!(
+            plan_checklist(&plan, &[]),
+            Some(steps(&[("Part A", Pending), ("Part B", Pending)]))
+        );
+        let plan = after(
+            Some(plan),
+            Command::AdoptChildren {
+                children: vec![id(2), id(3)],
+            },
+        );
+        let item = |n| {
+            created(
+                n,
+                Family {
+                    kind: TaskKind::Task,
+                    parent: Some(id(1)),
+                    depends_on: Vec::new(),
+                },
+            )
+        };
+        let running = after(
+            Some(item(2)),
+            Command::Start {
+                run: RunId(uuid::Uuid::now_v7()),
+            },
+        );
+        let cancel = Command::Cancel {
+            reason: Reason::new("not needed").expect("a reason"),
+        };
+        let cancelled = after(Some(item(3)), cancel.clone());
+        assert_eq!(
+            plan_checklist(&plan, &[cancelled.clone(), running]),
+            Some(steps(&[("Part A", InProgress), ("Part B", Canceled)]))
+        );
+        let archived = after(Some(cancelled), Command::Archive);
+        assert_eq!(step_status(&archived), Canceled, "archived with a reason");
+        assert_eq!(
+            plan_checklist(&plan, &[archived]),
+            Some(steps(&[("Part A", Pending), ("Part B", Canceled)])),
+            "an item not found is pending"
+        );
+        // A plan cancelled before its items were made: nothing of it will run.
+        let unmade = after(Some(proposed(created(5, Family::plan()))), cancel);
+        assert_eq!(
+            plan_checklist(&unmade, &[]).map(|s| s.iter().map(|s| s.status).collect::<Vec<_>>()),
+            Some(vec![Canceled, Canceled])
+        );
+    }
+}
