@@ -474,6 +474,8 @@ async fn steered(
             }
             Ok(outcome) => format!("{id}: {} — now {}.", steer.name(), outcome.task.column()),
             Err(BoardError::Refused(refused)) => escape(&refused.to_string()),
+            // What the person typed (a comment too long): theirs to fix, not a failure to retry.
+            Err(BoardError::Invalid(invalid)) => escape(&invalid.to_string()),
             Err(error) => return Err(error.into()),
         },
     )

@@ -220,19 +220,23 @@ async fn a_plan_from_telegram_is_proposed_with_buttons_rejected_with_a_comment_a
     );
     assert!(loaded.task.plan().unwrap().proposal.is_some());
 
-    // `/reject T-1` alone asks too; with a comment it rejects, and the planner's next prompt carries it.
+    // `/reject T-1` alone asks too, and a comment longer than a reason may be is refused saying so; with a
+    // comment it rejects, and the planner's next prompt carries it.
     post(&app, &super::command(4, -100, "/reject T-1")).await;
+    let long = format!("/reject T-1 {}", "x".repeat(2_100));
+    post(&app, &super::command(5, -100, &long)).await;
     post(
         &app,
-        &super::command(5, -100, "/reject T-1 Merge A and B into one item"),
+        &super::command(6, -100, "/reject T-1 Merge A and B into one item"),
     )
     .await;
-    let sent = sent_to(&app, &telegram, 6).await;
+    let sent = sent_to(&app, &telegram, 7).await;
     assert_eq!(
         sent[4],
         "Say what to change: /reject T-1 &lt;comment&gt;. The planner gets your comment."
     );
-    assert_eq!(sent[5], "T-1: reject — now todo.");
+    assert!(sent[5].contains("2000"), "{}", sent[5]);
+    assert_eq!(sent[6], "T-1: reject — now todo.");
     let loaded = board.load(plan).await.unwrap().unwrap();
     assert_eq!(
         loaded
@@ -247,11 +251,11 @@ async fn a_plan_from_telegram_is_proposed_with_buttons_rejected_with_a_comment_a
 
     // The next proposal is its own message; Approve approves it.
     crate::plans::propose(board, plan, &crate::plans::three_items()).await;
-    let sent = sent_to(&app, &telegram, 7).await;
+    let sent = sent_to(&app, &telegram, 8).await;
     assert!(
-        sent[6].contains("plan revision 2: 3 tasks, waiting for approval"),
+        sent[7].contains("plan revision 2: 3 tasks, waiting for approval"),
         "{}",
-        sent[6]
+        sent[7]
     );
     post(&app, &press(5, -100, "q-approve", "approve:T-1")).await;
     app.drive(&Provider::Telegram.loop_name()).await;
