@@ -1,9 +1,14 @@
 //! `pidevops task …`: the board from a terminal. Readable by default (columns, ages, attempts, flags), JSON with
-//! `--json` for scripts. Commands go through the same `Board` as the API, straight to the database.
+//! `--json` for scripts. Commands go through the same `Board` as the API, straight to the database. Plans
+//! (`pidevops plan …`) in `cli/plan.rs`.
 
 use anyhow::Context;
 use chrono::Utc;
 use clap::Subcommand;
+
+mod plan;
+
+pub use plan::{plan, PlanCommand};
 
 use crate::board::{Board, BoardError, Draft, Loaded, Outcome, Steer};
 use crate::config::Settings;

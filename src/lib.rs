@@ -9,8 +9,10 @@
 //! job; the arrows below are the only doors.
 //!
 //! ```text
-//! main.rs          thin clap front: init | serve | migrate | doctor | config check | events | replay | task | dispatch | worker
-//! cli.rs           `pidevops task …` (the board in a terminal) and `pidevops dispatch pause|resume|status`
+//! main.rs          thin clap front: init | serve | migrate | doctor | config check | events | replay | task | plan |
+//!                  dispatch | worker
+//! cli.rs           `pidevops task …` (the board in a terminal), `pidevops plan …` (cli/plan.rs) and
+//!                  `pidevops dispatch pause|resume|status`
 //! startup/         build(Settings) -> App: the one constructor for main and for tests (port 0 in tests)
 //!   catalog.rs     THE list of loops: each one's plan (armed / disabled / unarmed and why) and its builder;
 //!                  doctor, /health, /metrics and start-up all read it
@@ -31,11 +33,13 @@
 //! projectors/      read models from the log: batch + checkpoint in one transaction, rebuildable from 0
 //! board/           the command side: load a task's stream, decide, append at its version; allow-list; pause
 //! tasks/           the task board's domain, pure: typed values, decide(state, command) → events, evolve
-//! intake/          the follower that turns qualifying webhook events into tasks (rules.rs is pure)
+//! intake/          the follower that turns qualifying webhook events into tasks or plans (rules.rs is pure)
+//! plans/           the follower that makes an approved plan's items tasks and rolls the plan up from them
 //! reactions/       the follower that turns GitHub events on pidevops branches into task commands (pure rules)
 //! effects/         outbound calls, each recorded in `effect:<key>` and made once: runner.rs (the one
 //!                  `effects:<provider>` follower), provider.rs (the ProviderPolicy shape), github.rs, linear.rs,
-//!                  telegram.rs + bot.rs (one policy each, pure builders inside), policy.rs (config, re-exports)
+//!                  telegram.rs + bot.rs (one policy each, pure builders inside), linear_plan.rs (a plan's
+//!                  checklist in its Linear session), policy.rs (config, re-exports)
 //! providers/       the GitHub, Linear and Telegram API clients (effects, pollers, ingress and doctor call them)
 //! pollers/         `linear_poller`, `github_poller`: what a missed webhook would have said, in its shape
 //! cron/            [[schedules]] and the `cron` loop: after downtime the latest slot fires once

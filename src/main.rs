@@ -48,6 +48,11 @@ enum Command {
         #[command(subcommand)]
         command: pidevops::cli::TaskCommand,
     },
+    /// Plans from a terminal: new, show, approve, reject (with a comment, for the planner).
+    Plan {
+        #[command(subcommand)]
+        command: pidevops::cli::PlanCommand,
+    },
     /// Pause or resume new agent runs on every replica.
     Dispatch {
         #[command(subcommand)]
@@ -154,6 +159,7 @@ async fn main() -> ExitCode {
         } => events(settings, after, limit, follow).await,
         Command::Replay { projector, all } => replay(settings, projector, all).await,
         Command::Task { command } => pidevops::cli::task(settings, command).await,
+        Command::Plan { command } => pidevops::cli::plan(settings, command).await,
         Command::Dispatch { command } => pidevops::cli::dispatch(settings, command).await,
         Command::Config { .. } | Command::Init(_) => {
             unreachable!("handled before the settings are read")

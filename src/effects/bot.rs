@@ -24,7 +24,8 @@ pub const HELP: &str = "/status — loops, queue, pause
 /tasks [column] — the board (triage, todo, in-progress, in-review, done)
 /task T-n — one task
 /new owner/repo what to do — a new task
-/approve T-n · /reject T-n · /retry T-n · /cancel T-n
+/plan owner/repo the goal — a plan: a planner splits it into tasks
+/approve T-n · /reject T-n [comment] · /retry T-n · /cancel T-n
 /pause · /resume — new runs
 /runs — recent runs";
 
@@ -36,8 +37,9 @@ pub fn menu() -> Vec<(String, String)> {
         ("tasks", "the board: /tasks [column]"),
         ("task", "one task: /task T-n"),
         ("new", "a new task: /new owner/repo what to do"),
+        ("plan", "a plan: /plan owner/repo the goal"),
         ("approve", "/approve T-n"),
-        ("reject", "/reject T-n"),
+        ("reject", "/reject T-n [comment]"),
         ("retry", "/retry T-n"),
         ("cancel", "/cancel T-n"),
         ("pause", "no new runs"),
@@ -57,11 +59,15 @@ pub enum BotCommand {
     Tasks(Option<Column>),
     Task(TaskId),
     Steer(Steer, TaskId),
+    /// `/reject T-n <comment>`: a rejection that says why (for a plan, what its planner gets).
+    Reject(TaskId, String),
     Pause,
     Resume,
     Runs,
     /// `/new` is intake's: the reply says which task it made.
     New,
+    /// `/plan` is intake's too: the reply says which plan it made.
+    Plan,
 }
 
 /// The command in a message's text: `/cmd args` or `/cmd@BotName args` (groups). `Err`: a command we do not know
@@ -91,13 +97,23 @@ pub fn parse(text: &str) -> Option<Result<BotCommand, String>> {
         },
         "/task" => task("/task").map(BotCommand::Task),
         "/approve" => task("/approve").map(|id| BotCommand::Steer(Steer::Approve, id)),
-        "/reject" => task("/reject").map(|id| BotCommand::Steer(Steer::Reject, id)),
+        "/reject" => task("/reject").map(|id| {
+            let comment = rest
+                .trim_start()
+                .split_once(char::is_whitespace)
+                .map(|(_, c)| c.trim());
+            match comment.filter(|c| !c.is_empty()) {
+                Some(comment) => BotCommand::Reject(id, comment.to_owned()),
+                None => BotCommand::Steer(Steer::Reject, id),
+            }
+        }),
         "/retry" => task("/retry").map(|id| BotCommand::Steer(Steer::Retry, id)),
         "/cancel" => task("/cancel").map(|id| BotCommand::Steer(Steer::Cancel, id)),
         "/pause" => Ok(BotCommand::Pause),
         "/resume" => Ok(BotCommand::Resume),
         "/runs" => Ok(BotCommand::Runs),
         "/new" => Ok(BotCommand::New),
+        "/plan" => Ok(BotCommand::Plan),
         other => Err(format!("unknown command {other}; /help lists them")),
     })
 }
@@ -119,8 +135,8 @@ pub(super) async fn command(
     let chat = message["chat"]["id"].as_i64().unwrap_or_default();
     let who = sender(&message["from"]);
     if let Some(why) = may_command(config, chat, &message["from"]) {
-        // `/new` from a stranger is intake's to record; every other command is recorded here.
-        if parsed != Ok(BotCommand::New) {
+        // `/new` and `/plan` from a stranger are intake's to record; every other command is recorded here.
+        if !matches!(parsed, Ok(BotCommand::New | BotCommand::Plan)) {
             refused(fx, event, chat, &who, text, &why).await?;
         }
         return Ok(Settled::Yes);
@@ -132,6 +148,20 @@ pub(super) async fn command(
         String::new()
     } else {
         match &parsed {
+            Ok(command @ (BotCommand::New | BotCommand::Plan)) => {
+                match intake_said(fx, event, message).await? {
+                    Some(said) => made(command, said),
+                    // Intake follows the log on its own loop: the answer waits for its decision, a little.
+                    None if waited(event) < INTAKE_WAIT => {
+                        return Ok(Settled::Waiting(
+                            chrono::Utc::now() + chrono::Duration::seconds(1),
+                        ))
+                    }
+                    None => {
+                        escape("Not made yet: intake has not decided. /tasks shows it once it has.")
+                    }
+                }
+            }
             Ok(command) => answer(command, &who, message, fx.board(), fx.log(), fx.loops())
                 .await
                 .with_context(|| format!("answering {command:?}"))?,
@@ -197,10 +227,13 @@ pub(super) async fn button(
     fx.drive(&request, progress).await
 }
 
-/// What an allowed press of button `data` (`verb:T-n`) does, as the short plain notice Telegram shows.
+/// What an allowed press of button `data` (`verb:T-n`) does, as the short plain notice Telegram shows. Only data
+/// of exactly that shape is a button: anything else in a callback was not sent by pidevops's own keyboards.
 async fn pressed(fx: &Effects, data: &str, who: &str, payload: &Value) -> anyhow::Result<String> {
     let command = data
         .split_once(':')
+        .filter(|_| !data.contains(char::is_whitespace))
+        .filter(|(_, id)| id.parse::<TaskId>().is_ok())
         .map(|(verb, id)| format!("/{verb} {id}"))
         .and_then(|text| parse(&text));
     let Some(Ok(command @ BotCommand::Steer(..))) = command else {
@@ -209,10 +242,13 @@ async fn pressed(fx: &Effects, data: &str, who: &str, payload: &Value) -> anyhow
     let answer = answer(&command, who, payload, fx.board(), fx.log(), fx.loops())
         .await
         .with_context(|| format!("answering the button {data:?}"))?;
-    // The notice is plain text, short.
+    // The notice is plain text, short: the answer's markup goes, and what it escaped reads as typed.
     Ok(answer
         .replace("<b>", "")
         .replace("</b>", "")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&")
         .chars()
         .take(190)
         .collect())
@@ -285,12 +321,16 @@ pub async fn answer(
         BotCommand::Status => status(store, loops).await?,
         BotCommand::Tasks(column) => tasks(store, *column).await?,
         BotCommand::Task(id) => task(store, *id).await?,
-        BotCommand::Steer(steer, id) => steered(board, *steer, *id, who).await?,
+        BotCommand::Steer(steer, id) => steered(board, *steer, *id, who, None).await?,
+        BotCommand::Reject(id, comment) => {
+            steered(board, Steer::Reject, *id, who, Some(comment.clone())).await?
+        }
         BotCommand::Pause | BotCommand::Resume => {
             paused(log, *command == BotCommand::Pause, who).await?
         }
         BotCommand::Runs => recent_runs(store).await?,
-        BotCommand::New => created(board, message).await?,
+        // Answered in `command`, once intake has decided; here only the board's view.
+        BotCommand::New | BotCommand::Plan => created(board, message).await?,
     };
     Ok(fit(&html))
 }
@@ -409,17 +449,36 @@ async fn task(store: &crate::eventlog::EventStore, id: TaskId) -> anyhow::Result
     Ok(out)
 }
 
-/// `/approve`, `/reject`, `/retry`, `/cancel`: the board decides; a refusal is the answer.
-async fn steered(board: &Board, steer: Steer, id: TaskId, who: &str) -> anyhow::Result<String> {
-    let via = format!("from Telegram by {who}");
-    Ok(match board.steer(id, steer, None, &via, "telegram").await {
-        Ok(outcome) if outcome.appended.is_empty() => {
-            format!("{id} was already so ({}).", outcome.task.column())
+/// `/approve`, `/reject`, `/retry`, `/cancel`: the board decides; a refusal is the answer. A plan's proposal is
+/// rejected only with a comment (its planner gets it): the Reject button and a bare `/reject` ask for one.
+async fn steered(
+    board: &Board,
+    steer: Steer,
+    id: TaskId,
+    who: &str,
+    comment: Option<String>,
+) -> anyhow::Result<String> {
+    if steer == Steer::Reject && comment.is_none() {
+        let plan = board.load(id).await?.is_some_and(|l| l.task.is_plan());
+        if plan {
+            return Ok(format!(
+                "Say what to change: /reject {id} &lt;comment&gt;. The planner gets your comment."
+            ));
         }
-        Ok(outcome) => format!("{id}: {} — now {}.", steer.name(), outcome.task.column()),
-        Err(BoardError::Refused(refused)) => escape(&refused.to_string()),
-        Err(error) => return Err(error.into()),
-    })
+    }
+    let via = format!("from Telegram by {who}");
+    Ok(
+        match board.steer(id, steer, comment, &via, "telegram").await {
+            Ok(outcome) if outcome.appended.is_empty() => {
+                format!("{id} was already so ({}).", outcome.task.column())
+            }
+            Ok(outcome) => format!("{id}: {} — now {}.", steer.name(), outcome.task.column()),
+            Err(BoardError::Refused(refused)) => escape(&refused.to_string()),
+            // What the person typed (a comment too long): theirs to fix, not a failure to retry.
+            Err(BoardError::Invalid(invalid)) => escape(&invalid.to_string()),
+            Err(error) => return Err(error.into()),
+        },
+    )
 }
 
 /// `/pause` and `/resume`.
@@ -457,7 +516,61 @@ async fn recent_runs(store: &crate::eventlog::EventStore) -> anyhow::Result<Stri
         .join("\n"))
 }
 
-/// `/new`: intake made the task (keyed by the message); the reply names it.
+/// How long the answer to `/new` or `/plan` waits for intake's decision before it says there is none yet.
+const INTAKE_WAIT: chrono::Duration = chrono::Duration::seconds(60);
+
+/// What intake decided about the message of `event`: the task it made, or why it made none.
+enum IntakeSaid {
+    Made(TaskId),
+    Refused(String),
+}
+
+/// Intake's decision about `/new` or `/plan` in `event`, once it has made one: the task of the message's intake
+/// key, or its `intake.ignored` record (keyed by the event).
+async fn intake_said(
+    fx: &Effects,
+    event: &StoredEvent,
+    message: &Value,
+) -> anyhow::Result<Option<IntakeSaid>> {
+    let chat = message["chat"]["id"].as_i64().unwrap_or_default();
+    let id = message["message_id"].as_i64().unwrap_or_default();
+    if let Some(task) = fx
+        .board()
+        .task_for_key(&format!("telegram:{chat}:{id}"))
+        .await?
+    {
+        return Ok(Some(IntakeSaid::Made(task)));
+    }
+    let ignored = fx
+        .log()
+        .store()
+        .find_by_key(Source::Pidevops, &format!("intake-ignored:{}", event.id))
+        .await
+        .context("looking for intake's refusal")?;
+    Ok(ignored.map(|record| {
+        let body: Value = serde_json::from_slice(&record.body).unwrap_or_default();
+        IntakeSaid::Refused(body["reason"].as_str().unwrap_or("refused").to_owned())
+    }))
+}
+
+/// How long ago `event` was recorded.
+fn waited(event: &StoredEvent) -> chrono::Duration {
+    chrono::Utc::now() - event.recorded_at
+}
+
+/// The answer to `/new` or `/plan` once intake decided.
+fn made(command: &BotCommand, said: IntakeSaid) -> String {
+    match (command, said) {
+        (BotCommand::Plan, IntakeSaid::Made(id)) => format!(
+            "Plan <b>{id}</b> made: its planner splits the goal into tasks, and the plan comes here for approval."
+        ),
+        (_, IntakeSaid::Made(id)) => format!("Created <b>{id}</b>."),
+        (BotCommand::Plan, IntakeSaid::Refused(why)) => format!("No plan: {}", escape(&why)),
+        (_, IntakeSaid::Refused(why)) => format!("No task: {}", escape(&why)),
+    }
+}
+
+/// `/new`, `/plan`: the task intake made (keyed by the message), as the board has it.
 async fn created(board: &Board, message: &Value) -> anyhow::Result<String> {
     let chat = message["chat"]["id"].as_i64().unwrap_or_default();
     let id = message["message_id"].as_i64().unwrap_or_default();

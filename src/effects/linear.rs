@@ -64,14 +64,16 @@ impl ProviderPolicy for LinearPolicy {
         loaded: &Loaded,
     ) -> anyhow::Result<Vec<Request>> {
         let session = session_of(fx, &loaded.task).await?;
-        Ok(linear(
+        let mut requests = linear(
             task_event,
             &loaded.task,
             session.as_deref(),
             last_run(&loaded.events),
             &event.id.to_string(),
             &self.config,
-        ))
+        );
+        requests.extend(super::linear_plan::checklist(fx, &loaded.task).await?);
+        Ok(requests)
     }
 
     /// The attempt's end, now that its pull request is open.
@@ -105,6 +107,9 @@ impl ProviderPolicy for LinearPolicy {
             } => self.client.move_issue(*issue, states, fallback).await,
             Action::LinearSessionUrls { session, urls } => {
                 self.client.session_urls(session, urls).await
+            }
+            Action::LinearSessionPlan { session, plan } => {
+                self.client.session_plan(session, plan).await
             }
             other => Err(not_mine(Provider::Linear, other)),
         }
@@ -213,7 +218,7 @@ async fn session_refused(
 }
 
 /// The agent session that has the task's Linear issue now, if one does.
-async fn session_of(fx: &Effects, task: &Task) -> anyhow::Result<Option<String>> {
+pub(super) async fn session_of(fx: &Effects, task: &Task) -> anyhow::Result<Option<String>> {
     let Some(issue) = &task.links().linear_issue else {
         return Ok(None);
     };
@@ -255,6 +260,12 @@ pub fn linear_notifies(event: &TaskEvent) -> bool {
             | TaskEvent::FlaggedNeedsHuman { .. }
             | TaskEvent::Completed { .. }
             | TaskEvent::Cancelled { .. }
+            // A plan's proposal, approval and roll-up (and its items' news above) move its session's checklist.
+            | TaskEvent::PlanProposed { .. }
+            | TaskEvent::PlanApproved { .. }
+            | TaskEvent::PlanRejected { .. }
+            | TaskEvent::ChildrenCreated { .. }
+            | TaskEvent::RolledUp { .. }
     )
 }
 
@@ -282,9 +293,21 @@ pub fn linear(
     };
     let states = &config.linear_states;
     match event {
+        TaskEvent::Started {
+            run,
+            attempt,
+            purpose: crate::tasks::RunPurpose::Plan,
+            ..
+        } => news.planning(*run, *attempt, &states.in_progress),
         TaskEvent::Started { run, attempt, .. } => {
             news.started(*run, *attempt, &states.in_progress)
         }
+        TaskEvent::PlanProposed { run, plan, .. } => news
+            .proposed(*run, plan.items().len())
+            .into_iter()
+            .collect(),
+        TaskEvent::PlanRejected { reason, .. } => news.replanning(reason).into_iter().collect(),
+        TaskEvent::RolledUp { column, .. } => news.rolled_up(*column, states),
         TaskEvent::SubmittedForReview {
             run, branch, pr, ..
         } => {
@@ -310,7 +333,11 @@ pub fn linear(
         } => news.retried(cause, reason, *attempt).into_iter().collect(),
         TaskEvent::FlaggedNeedsHuman { reason, .. } => news.flagged(reason, &states.blocked),
         TaskEvent::Completed { .. } => news.completed(&states.done),
-        TaskEvent::Cancelled { reason, .. } => vec![news.cancelled(reason, last_run)],
+        TaskEvent::Cancelled { reason, .. } => {
+            // A plan's last planner run ended with its proposal: the cancellation is news of its own.
+            let proposed = task.plan().is_some_and(|p| p.proposal.is_some());
+            vec![news.cancelled(reason, last_run.filter(|_| !proposed))]
+        }
         _ => Vec::new(),
     }
 }
@@ -386,6 +413,89 @@ impl IssueNews<'_> {
             )),
             None => {}
         }
+        requests
+    }
+
+    /// A plan's planner at work: the issue in progress, and the session told it is planning (not coding).
+    fn planning(&self, run: RunId, attempt: u32, in_progress: &[String]) -> Vec<Request> {
+        let mut requests = vec![self.move_to(in_progress, "started")];
+        requests.extend(self.activity(
+            format!("linear:activity:{run}:started"),
+            json!({
+                "type": "action",
+                "action": "Planning",
+                "parameter": format!("attempt {attempt} of {}: splitting the goal into tasks", self.task.max_attempts().get()),
+            }),
+        ));
+        requests
+    }
+
+    /// The planner's run ended with a plan: it waits for a person (the session asks, or a comment on a plain
+    /// issue), or was approved as proposed. In a session its checklist is the session's `plan` (`linear_plan`).
+    fn proposed(&self, run: RunId, items: usize) -> Option<Request> {
+        let id = self.task.id();
+        if self.task.approval() != crate::tasks::ApprovalPolicy::Manual {
+            let body = format!("**{id}**: a plan of {items} task(s), approved as proposed.");
+            return self.activity(
+                format!("linear:activity:{run}:end"),
+                json!({ "type": "thought", "body": body }),
+            );
+        }
+        let text = format!(
+            "**{id}** proposes a plan of {items} task(s) and waits for approval: `pidevops plan show {id}`, then \
+             `pidevops plan approve {id}` or `pidevops plan reject {id} --comment …` (or from Telegram)."
+        );
+        Some(
+            match self.activity(
+                format!("linear:activity:{run}:end"),
+                json!({ "type": "elicitation", "body": text }),
+            ) {
+                Some(ask) => ask,
+                None => self.comment(format!("linear:comment:{}", self.event_id), text),
+            },
+        )
+    }
+
+    /// A person rejected the plan with a comment: the planner runs again with it.
+    fn replanning(&self, reason: &Reason) -> Option<Request> {
+        self.activity(
+            format!("linear:activity:{}", self.event_id),
+            json!({
+                "type": "thought",
+                "body": format!("The plan was rejected; planning again: {}", reason.as_str()),
+            }),
+        )
+    }
+
+    /// An approved plan follows its items: in review when all are, done when all are done (the session ends with
+    /// a `response`), cancelled when all were.
+    fn rolled_up(
+        &self,
+        column: crate::tasks::Column,
+        states: &super::policy::LinearStates,
+    ) -> Vec<Request> {
+        use crate::tasks::Column;
+        let id = self.task.id();
+        let (text, mut requests) = match column {
+            Column::InProgress => return vec![self.move_to(&states.in_progress, "started")],
+            Column::InReview => return vec![self.move_to(&states.in_review, "started")],
+            Column::Done => (
+                format!("**{id}** is done: every task of its plan is done."),
+                vec![self.move_to(&states.done, "completed")],
+            ),
+            Column::Cancelled => (
+                format!("**{id}** ended: every task of its plan was cancelled."),
+                Vec::new(),
+            ),
+            _ => return Vec::new(),
+        };
+        let key = format!("linear:activity:{}", self.event_id);
+        requests.push(
+            match self.activity(key, json!({ "type": "response", "body": text })) {
+                Some(end) => end,
+                None => self.comment(format!("linear:comment:{}", self.event_id), text),
+            },
+        );
         requests
     }
 

@@ -24,6 +24,7 @@
 pub mod bot;
 mod github;
 mod linear;
+mod linear_plan;
 pub mod policy;
 mod provider;
 pub mod runner;
@@ -116,6 +117,11 @@ pub enum Action {
         session: String,
         urls: Vec<(String, String)>,
     },
+    /// The checklist a Linear agent session shows: a plan's items and where each stands (replaces the last).
+    LinearSessionPlan {
+        session: String,
+        plan: Vec<crate::providers::linear::PlanStep>,
+    },
     /// A message to a Telegram chat, in Telegram's HTML (escaped when it was built), with inline buttons (label,
     /// callback data of at most 64 bytes) in one row.
     TelegramSend {
@@ -142,7 +148,8 @@ impl Action {
             Action::LinearComment { .. }
             | Action::LinearMoveIssue { .. }
             | Action::LinearActivity { .. }
-            | Action::LinearSessionUrls { .. } => Provider::Linear,
+            | Action::LinearSessionUrls { .. }
+            | Action::LinearSessionPlan { .. } => Provider::Linear,
         }
     }
 
@@ -155,6 +162,7 @@ impl Action {
             Action::LinearMoveIssue { .. } => "linear_move_issue",
             Action::LinearActivity { .. } => "linear_activity",
             Action::LinearSessionUrls { .. } => "linear_session_urls",
+            Action::LinearSessionPlan { .. } => "linear_session_plan",
             Action::TelegramSend { .. } => "telegram_send",
             Action::TelegramSetCommands { .. } => "telegram_set_commands",
             Action::TelegramAnswerCallback { .. } => "telegram_answer_callback",
@@ -172,8 +180,11 @@ impl Action {
             Action::GithubMergePullRequest { .. } => true,
             // Created under an id derived from the key: a repeat finds the first.
             Action::LinearComment { .. } | Action::LinearActivity { .. } => true,
-            // Moving to the state it is in, or setting the same links, changes nothing.
-            Action::LinearMoveIssue { .. } | Action::LinearSessionUrls { .. } => true,
+            // Moving to the state it is in, or setting the same links or checklist, changes nothing (and a
+            // checklist's next state is asked for only once this one settled, so a repeat is never stale).
+            Action::LinearMoveIssue { .. }
+            | Action::LinearSessionUrls { .. }
+            | Action::LinearSessionPlan { .. } => true,
             // Telegram cannot tell whether a message was delivered: one cut off is recorded, never sent twice.
             Action::TelegramSend { .. } => false,
             // Setting the same menu twice leaves one menu.

@@ -10,7 +10,7 @@ pub use super::linear::{
     linear, linear_notifies, linear_pull_request, linear_session_opened, linear_session_refused,
 };
 pub use super::telegram::{
-    digest, repeat_in_cooldown, telegram, telegram_cooldown, telegram_notifies,
+    digest, repeat_in_cooldown, telegram, telegram_cooldown, telegram_notifies, telegram_proposal,
 };
 use crate::tasks::RepoName;
 

@@ -19,6 +19,7 @@ use crate::domain::Source;
 use crate::eventlog::StoredEvent;
 use crate::providers::telegram::TelegramClient;
 use crate::providers::CallError;
+use crate::tasks::plan::PlanDocument;
 use crate::tasks::{Task, TaskEvent};
 
 /// The `effects:telegram` policy: notifications to `config.telegram_chats`, digests, and the bot.
@@ -183,6 +184,19 @@ impl ProviderPolicy for TelegramPolicy {
             );
             return Ok(Vec::new());
         }
+        if let TaskEvent::PlanProposed { plan, .. } = task_event {
+            // Its revision as of this event: the proposals in the plan's stream up to it.
+            let revision = history
+                .iter()
+                .filter(|(p, _, kind)| *p <= event.position && *kind == "task.plan_proposed")
+                .count();
+            return Ok(telegram_proposal(
+                plan,
+                &loaded.task,
+                u32::try_from(revision).unwrap_or(u32::MAX),
+                &self.config.telegram_chats,
+            ));
+        }
         Ok(telegram(
             task_event,
             &loaded.task,
@@ -245,6 +259,7 @@ pub fn telegram_notifies(event: &TaskEvent) -> bool {
             | TaskEvent::Completed { .. }
             | TaskEvent::Cancelled { .. }
             | TaskEvent::Created(_)
+            | TaskEvent::PlanProposed { .. }
     )
 }
 
@@ -260,6 +275,14 @@ pub fn telegram(event: &TaskEvent, task: &Task, event_id: &str, chats: &[i64]) -
         escape(task.repo().as_str())
     );
     let text = match event {
+        // A plan waits for its planner first; what is approved is its proposal (see `telegram_proposal`).
+        TaskEvent::Created(created)
+            if created.approval == crate::tasks::ApprovalPolicy::Manual && task.is_plan() =>
+        {
+            format!(
+                "🗺 {head}\na plan: its planner splits the goal into tasks, and the plan comes here for approval"
+            )
+        }
         TaskEvent::Created(created) if created.approval == crate::tasks::ApprovalPolicy::Manual => {
             format!(
                 "🆕 {head}\nwaits for approval: /approve {} or /reject {}",
@@ -289,6 +312,7 @@ pub fn telegram(event: &TaskEvent, task: &Task, event_id: &str, chats: &[i64]) -
     // Callback data stays far under Telegram's 64 bytes: a verb and a task id.
     let button = |label: &str, verb: &str| (label.to_owned(), format!("{verb}:{}", task.id()));
     let buttons = match event {
+        TaskEvent::Created(_) if task.is_plan() => Vec::new(),
         TaskEvent::Created(_) => vec![button("Approve", "approve"), button("Reject", "reject")],
         TaskEvent::FlaggedNeedsHuman { .. } => {
             vec![button("Retry", "retry"), button("Cancel", "cancel")]
@@ -300,6 +324,87 @@ pub fn telegram(event: &TaskEvent, task: &Task, event_id: &str, chats: &[i64]) -
         .map(|chat| Request {
             key: format!("telegram:notify:{chat}:{event_id}"),
             task: Some(task.id()),
+            action: Action::TelegramSend {
+                chat: *chat,
+                html: html.clone(),
+                buttons: buttons.clone(),
+            },
+        })
+        .collect()
+}
+
+/// A plan's proposal, one message per chat per revision (`telegram:plan:<chat>:<plan>:<revision>`): its items
+/// with their scopes and dependencies, all of it escaped (a planner agent wrote it). Waiting for approval it
+/// carries **Approve** and **Reject**; a rejection needs a comment for the planner, so Reject asks for
+/// `/reject T-n <comment>`. Approved as proposed (`approval = "auto"`), it says so, without buttons.
+pub fn telegram_proposal(
+    plan: &PlanDocument,
+    task: &Task,
+    revision: u32,
+    chats: &[i64],
+) -> Vec<Request> {
+    use crate::providers::telegram::{escape, fit};
+    let id = task.id();
+    let waits = task.approval() == crate::tasks::ApprovalPolicy::Manual;
+    let items = plan.items();
+    let mut text = format!(
+        "📋 <b>{id}</b> {} <i>({})</i>\nplan revision {revision}: {} task{}, {}",
+        escape(&task.title()),
+        escape(task.repo().as_str()),
+        items.len(),
+        if items.len() == 1 { "" } else { "s" },
+        if waits {
+            "waiting for approval"
+        } else {
+            "approved as proposed"
+        }
+    );
+    if let Some(summary) = plan.summary().filter(|s| !s.trim().is_empty()) {
+        text.push_str(&format!("\n<i>{}</i>", escape(summary.trim())));
+    }
+    for item in items {
+        text.push_str(&format!(
+            "\n• <code>{}</code> <b>{}</b>",
+            escape(&item.id().to_string()),
+            escape(item.title().trim())
+        ));
+        if !item.scope().is_empty() {
+            text.push_str(&format!(
+                " — scope: {}",
+                escape(
+                    &item
+                        .scope()
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            ));
+        }
+        if !item.depends_on().is_empty() {
+            let after: Vec<String> = item.depends_on().iter().map(ToString::to_string).collect();
+            text.push_str(&format!(" — after: {}", escape(&after.join(", "))));
+        }
+    }
+    if waits {
+        text.push_str(&format!(
+            "\nApprove, or /reject {id} &lt;what to change&gt; (the planner gets your comment)"
+        ));
+    }
+    let html = fit(&text);
+    let buttons = if waits {
+        vec![
+            ("Approve".to_owned(), format!("approve:{id}")),
+            ("Reject".to_owned(), format!("reject:{id}")),
+        ]
+    } else {
+        Vec::new()
+    };
+    chats
+        .iter()
+        .map(|chat| Request {
+            key: format!("telegram:plan:{chat}:{id}:{revision}"),
+            task: Some(id),
             action: Action::TelegramSend {
                 chat: *chat,
                 html: html.clone(),

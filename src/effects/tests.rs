@@ -288,6 +288,16 @@ fn bot_commands_parse_with_or_without_the_bot_name() {
         parse("/cancel T-1 it is a duplicate"),
         Some(Ok(BotCommand::Steer(Steer::Cancel, t1)))
     );
+    assert_eq!(parse("/plan acme/app Split it"), Some(Ok(BotCommand::Plan)));
+    assert_eq!(
+        parse("/reject T-1"),
+        Some(Ok(BotCommand::Steer(Steer::Reject, t1)))
+    );
+    assert_eq!(
+        parse("/reject@bot T-1   Merge A and B "),
+        Some(Ok(BotCommand::Reject(t1, "Merge A and B".into()))),
+        "a rejection carries its comment"
+    );
     assert_eq!(parse("/retry"), Some(Err("usage: /retry T-n".into())));
     assert!(matches!(parse("/task 42"), Some(Err(e)) if e.contains("T-<n>")));
     assert!(matches!(parse("/tasks sideways"), Some(Err(_))));
@@ -610,4 +620,66 @@ fn a_ready_task_asks_for_one_merge_of_its_head_and_a_waiting_one_for_none() {
         ..rules
     };
     assert_eq!(policy::land(&task, &manual), None);
+}
+
+#[test]
+fn a_plans_proposal_is_one_message_per_chat_and_revision_escaped_with_approve_and_reject() {
+    use crate::tasks::plan::PlanDocument;
+    use crate::tasks::{ApprovalPolicy, Command, Family, MaxAttempts, NewTask, Priority, Spec};
+    let plan = |approval| {
+        let new = NewTask {
+            id: "T-3".parse().unwrap(),
+            repo: "acme/app".parse().unwrap(),
+            spec: Spec::new("Split <the> app", "", "").unwrap(),
+            priority: Priority::Normal,
+            links: Default::default(),
+            approval,
+            max_attempts: MaxAttempts::new(3).unwrap(),
+            ticket_version: None,
+            agent: None,
+            family: Family::plan(),
+        };
+        apply(None, Command::Create(Box::new(new))).0
+    };
+    let document = PlanDocument::parse(
+        br#"{"version": 1, "summary": "two & done", "items": [
+            {"id": "a", "title": "<b>A</b>", "task": "a", "scope": ["a/**"], "done_when": "a", "depends_on": []},
+            {"id": "b", "title": "B", "task": "b", "scope": [], "done_when": "b", "depends_on": ["a"]}
+        ]}"#,
+        &crate::config::plans::PlansConfig::default().limits(),
+    )
+    .unwrap();
+    let requests =
+        policy::telegram_proposal(&document, &plan(ApprovalPolicy::Manual), 2, &[-100, 7]);
+    let keys: Vec<&str> = requests.iter().map(|r| r.key.as_str()).collect();
+    assert_eq!(keys, ["telegram:plan:-100:T-3:2", "telegram:plan:7:T-3:2"]);
+    let Action::TelegramSend { html, buttons, .. } = &requests[0].action else {
+        panic!("a message: {:?}", requests[0].action)
+    };
+    assert_eq!(
+        html,
+        "📋 <b>T-3</b> Split &lt;the&gt; app <i>(acme/app)</i>\nplan revision 2: 2 tasks, waiting for approval\
+         \n<i>two &amp; done</i>\
+         \n• <code>a</code> <b>&lt;b&gt;A&lt;/b&gt;</b> — scope: a/**\
+         \n• <code>b</code> <b>B</b> — after: a\
+         \nApprove, or /reject T-3 &lt;what to change&gt; (the planner gets your comment)"
+    );
+    assert_eq!(
+        buttons,
+        &[
+            ("Approve".to_owned(), "approve:T-3".to_owned()),
+            ("Reject".to_owned(), "reject:T-3".to_owned())
+        ]
+    );
+    assert!(buttons.iter().all(|(_, data)| data.len() <= 64));
+    // Approved as proposed: said, with nothing to press.
+    let auto = policy::telegram_proposal(&document, &plan(ApprovalPolicy::Auto), 1, &[-100]);
+    let Action::TelegramSend { html, buttons, .. } = &auto[0].action else {
+        panic!("a message")
+    };
+    assert!(
+        html.contains("2 tasks, approved as proposed") && !html.contains("/reject"),
+        "{html}"
+    );
+    assert!(buttons.is_empty());
 }

@@ -1,7 +1,9 @@
-//! Which webhook events become tasks, and why the others do not. Pure: an event and the configuration in, a
-//! decision out. The intake key of a decision names the external ticket (`github:acme/api#12`,
+//! Which webhook events become tasks (or plans), and why the others do not. Pure: an event and the configuration
+//! in, a decision out. The intake key of a decision names the external ticket (`github:acme/api#12`,
 //! `linear:<issue id>`, `telegram:<chat>:<message>`), so a ticket delivered twice, seen again by a poller or
-//! arriving out of order still makes one task.
+//! arriving out of order still makes one task. A ticket that would become a task becomes a plan instead when it
+//! also carries `[plans] label` (or is Telegram's `/plan`), under the same key; without a planner profile it is
+//! refused, saying so.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -11,8 +13,12 @@ use crate::board::{AllowedRepos, Draft};
 use crate::config::file::Tables;
 use crate::eventlog::StoredEvent;
 use crate::tasks::{
-    AgentName, GithubRef, LinearIssue, Links, Priority, RepoName, Spec, TelegramMessage, ValueError,
+    AgentName, GithubRef, LinearIssue, Links, Priority, RepoName, Spec, ValueError,
 };
+
+mod telegram;
+pub use telegram::telegram_refusal;
+use telegram::{telegram_ids, telegram_message};
 
 /// What intake does with one event.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,6 +59,11 @@ pub struct IntakeConfig {
     pub telegram_allowed_users: Option<BTreeSet<i64>>,
     /// `[repos]` and `[intake] allow_repos`: a ticket for any other repository is refused.
     pub allowed_repos: AllowedRepos,
+    /// `[plans] label`: an issue that would become a task becomes a plan when it also carries this label.
+    pub plan_label: String,
+    /// Whether `[dispatch] planner` names a profile: without a planner, a plan asked for is refused, saying why,
+    /// rather than made to wait for a run that can never start.
+    pub planner: bool,
 }
 
 impl Default for IntakeConfig {
@@ -75,6 +86,8 @@ impl Default for IntakeConfig {
             telegram_allowed_chats: BTreeSet::new(),
             telegram_allowed_users: None,
             allowed_repos: AllowedRepos::default(),
+            plan_label: "pidevops:plan".to_owned(),
+            planner: false,
         }
     }
 }
@@ -108,6 +121,11 @@ impl IntakeConfig {
             let repo = repo_value(repo, &format!("intake.linear.teams.{team}"))?;
             config.linear_teams.insert(team.clone(), repo);
         }
+        config.plan_label = string(tables.plans.label.trim(), "plans.label")?;
+        config.planner = tables
+            .dispatch
+            .as_ref()
+            .is_some_and(|dispatch| dispatch.planner.is_some());
         Ok(config)
     }
 
@@ -126,39 +144,6 @@ impl IntakeConfig {
                 Some(telegram_ids(users, "TELEGRAM_ALLOWED_USERS", "user")?);
         }
         Ok(self)
-    }
-}
-
-fn telegram_ids(list: &str, variable: &str, what: &str) -> Result<BTreeSet<i64>, String> {
-    list.split(',')
-        .map(str::trim)
-        .filter(|id| !id.is_empty())
-        .map(|id| {
-            id.parse::<i64>()
-                .map_err(|_| format!("{variable}: {id:?} is not a {what} id (a whole number)"))
-        })
-        .collect()
-}
-
-/// Who may command pidevops from Telegram (commands, `/new` and button presses): someone in an allowed chat
-/// and, when `TELEGRAM_ALLOWED_USERS` is set, one of those users (in any chat, groups included). `None` when
-/// allowed; otherwise the reason, naming the variable to change.
-pub fn telegram_refusal(
-    chats: &BTreeSet<i64>,
-    users: Option<&BTreeSet<i64>>,
-    chat: i64,
-    user: Option<i64>,
-) -> Option<String> {
-    if !chats.contains(&chat) {
-        return Some(format!("chat {chat} is not in TELEGRAM_ALLOWED_CHATS"));
-    }
-    match (users, user) {
-        (None, _) => None,
-        (Some(users), Some(user)) if users.contains(&user) => None,
-        (Some(_), Some(user)) => Some(format!("user {user} is not in TELEGRAM_ALLOWED_USERS")),
-        (Some(_), None) => {
-            Some("a message without a sender; TELEGRAM_ALLOWED_USERS is set".to_owned())
-        }
     }
 }
 
@@ -236,6 +221,19 @@ fn ignore(reason: impl Into<String>) -> Decision {
     }
 }
 
+/// A plan asked for where none can be made: said once, in the refusal, with the key that would allow it.
+fn no_planner(what: &str) -> Decision {
+    ignore(format!(
+        "{what}: it asks for a plan, and no planner profile is configured (set [dispatch] planner in \
+         pidevops.toml)"
+    ))
+}
+
+/// Whether `labels` ask for a plan rather than a task (`[plans] label`, matched exactly like the intake labels).
+fn asks_for_plan(labels: &[&str], config: &IntakeConfig) -> bool {
+    labels.contains(&config.plan_label.as_str())
+}
+
 fn github_issue(data: &Value, config: &IntakeConfig) -> Decision {
     let issue = &data["issue"];
     let labels: Vec<&str> = issue["labels"]
@@ -254,6 +252,7 @@ fn github_issue(data: &Value, config: &IntakeConfig) -> Decision {
     {
         return ignore(format!("caused by pidevops's own account {sender}"));
     }
+    let plan = asks_for_plan(&labels, config);
     let agent = match agent_label(&labels) {
         Ok(agent) => agent,
         Err(e) => return ignore(format!("the issue cannot become a task: {e}")),
@@ -285,16 +284,21 @@ fn github_issue(data: &Value, config: &IntakeConfig) -> Decision {
             github_issue: Some(GithubRef::new(repo.clone(), number)?),
             ..Links::default()
         };
-        Ok((
-            format!("github:{repo}#{number}"),
+        let key = format!("github:{repo}#{number}");
+        // A plan's spec is its goal; its agent is the planner, whatever an `agent:` label says.
+        let draft = if plan {
+            Draft::plan(repo, spec, links)
+        } else {
             Draft {
                 agent,
                 ..Draft::new(repo, spec, links)
-            },
-        ))
+            }
+        };
+        Ok((key, draft))
     })();
     match built {
         Ok((key, draft)) => match config.allowed_repos.check(&draft.repo) {
+            Ok(()) if plan && !config.planner => no_planner("the issue cannot become a plan"),
             Ok(()) => Decision::Create {
                 key,
                 draft: Box::new(draft),
@@ -302,55 +306,6 @@ fn github_issue(data: &Value, config: &IntakeConfig) -> Decision {
             Err(refused) => ignore(format!("the issue cannot become a task: {refused}")),
         },
         Err(e) => ignore(format!("the issue cannot become a task: {e}")),
-    }
-}
-
-fn telegram_message(data: &Value, config: &IntakeConfig) -> Decision {
-    let message = &data["message"];
-    let text = message["text"].as_str().unwrap_or_default();
-    let Some(rest) = command_args(text, "/new") else {
-        return Decision::NotIntake;
-    };
-    let chat = message["chat"]["id"].as_i64().unwrap_or_default();
-    if let Some(why) = telegram_refusal(
-        &config.telegram_allowed_chats,
-        config.telegram_allowed_users.as_ref(),
-        chat,
-        message["from"]["id"].as_i64(),
-    ) {
-        let who = message["from"]["username"]
-            .as_str()
-            .or_else(|| message["from"]["first_name"].as_str())
-            .unwrap_or("someone");
-        return ignore(format!("/new from {who}: {why}"));
-    }
-    let mut words = rest.splitn(2, char::is_whitespace);
-    let (repo, task) = (
-        words.next().unwrap_or_default(),
-        words.next().unwrap_or("").trim(),
-    );
-    let built = (|| -> Result<(String, Draft), ValueError> {
-        let repo: RepoName = repo.parse()?;
-        let message_id = message["message_id"].as_i64().unwrap_or_default();
-        let spec = Spec::new(task, "", "")?;
-        let links = Links {
-            telegram: Some(TelegramMessage::new(chat, message_id)?),
-            ..Links::default()
-        };
-        Ok((
-            format!("telegram:{chat}:{message_id}"),
-            Draft::new(repo, spec, links),
-        ))
-    })();
-    match built {
-        Ok((key, draft)) => match config.allowed_repos.check(&draft.repo) {
-            Ok(()) => Decision::Create {
-                key,
-                draft: Box::new(draft),
-            },
-            Err(refused) => ignore(format!("/new refused: {refused}")),
-        },
-        Err(e) => ignore(format!("usage: /new <owner/repo> <what to do> ({e})")),
     }
 }
 
@@ -375,16 +330,6 @@ fn agent_label(labels: &[&str]) -> Result<Option<AgentName>, String> {
             many.join(", ")
         )),
     }
-}
-
-/// The arguments of `/cmd args` or `/cmd@bot args`; `None` for any other text.
-fn command_args<'a>(text: &'a str, command: &str) -> Option<&'a str> {
-    let (head, rest) = text
-        .trim()
-        .split_once(char::is_whitespace)
-        .unwrap_or((text.trim(), ""));
-    let name = head.split('@').next().unwrap_or_default();
-    (name == command).then(|| rest.trim())
 }
 
 fn linear_issue(data: &Value, config: &IntakeConfig) -> Decision {
@@ -436,7 +381,11 @@ fn linear_issue(data: &Value, config: &IntakeConfig) -> Decision {
     if let Err(refused) = config.allowed_repos.check(&repo) {
         return ignore(format!("{identifier} cannot become a task: {refused}"));
     }
-    match linear_draft(issue, identifier, description, repo, agent) {
+    let plan = asks_for_plan(&labels, config);
+    if plan && !config.planner {
+        return no_planner(&format!("{identifier} cannot become a plan"));
+    }
+    match linear_draft(issue, identifier, description, repo, agent, plan) {
         Ok((key, draft)) => Decision::Create {
             key,
             draft: Box::new(draft),
@@ -485,6 +434,7 @@ fn linear_draft(
     description: &str,
     repo: RepoName,
     agent: Option<AgentName>,
+    plan: bool,
 ) -> Result<(String, Draft), ValueError> {
     let id = issue["id"].as_str().unwrap_or_default();
     let linear = LinearIssue::new(
@@ -506,20 +456,25 @@ fn linear_draft(
         .as_str()
         .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
         .map(|t| t.with_timezone(&chrono::Utc));
+    let links = Links {
+        linear_issue: Some(linear),
+        ..Links::default()
+    };
+    // A plan's spec is its goal; its agent is the planner, whatever an `agent:` label says.
+    let draft = if plan {
+        Draft::plan(repo, spec, links)
+    } else {
+        Draft {
+            agent,
+            ..Draft::new(repo, spec, links)
+        }
+    };
     Ok((
         format!("linear:{id}"),
         Draft {
             priority,
             ticket_version,
-            agent,
-            ..Draft::new(
-                repo,
-                spec,
-                Links {
-                    linear_issue: Some(linear),
-                    ..Links::default()
-                },
-            )
+            ..draft
         },
     ))
 }
@@ -598,6 +553,14 @@ fn agent_session_created(data: &Value, config: &IntakeConfig) -> Decision {
             ))
         }
     };
+    let labels = session_labels(issue, context);
+    let plan = asks_for_plan(
+        &labels.iter().map(String::as_str).collect::<Vec<_>>(),
+        config,
+    );
+    if plan && !config.planner {
+        return no_planner(&format!("agent session on {identifier}"));
+    }
     let built = (|| -> Result<Draft, ValueError> {
         let linear = LinearIssue::new(
             issue_id.parse().map_err(|_| ValueError::Empty {
@@ -605,18 +568,20 @@ fn agent_session_created(data: &Value, config: &IntakeConfig) -> Decision {
             })?,
             identifier,
         )?;
-        Ok(Draft::new(
-            repo,
-            Spec::new(
-                title,
-                linear_scope(&description),
-                done_when(&description).unwrap_or_default(),
-            )?,
-            Links {
-                linear_issue: Some(linear),
-                ..Links::default()
-            },
-        ))
+        let spec = Spec::new(
+            title,
+            linear_scope(&description),
+            done_when(&description).unwrap_or_default(),
+        )?;
+        let links = Links {
+            linear_issue: Some(linear),
+            ..Links::default()
+        };
+        Ok(if plan {
+            Draft::plan(repo, spec, links)
+        } else {
+            Draft::new(repo, spec, links)
+        })
     })();
     match built {
         Ok(draft) => Decision::Create {
@@ -631,11 +596,40 @@ fn agent_session_created(data: &Value, config: &IntakeConfig) -> Decision {
 
 /// The text inside `<name>…</name>` in Linear's prompt context.
 fn tag(text: &str, name: &str) -> Option<String> {
-    let open = format!("<{name}>");
-    let close = format!("</{name}>");
-    let start = text.find(&open)? + open.len();
-    let end = start + text[start..].find(&close)?;
-    Some(text[start..end].trim().to_owned())
+    tags(text, name).into_iter().next()
+}
+
+/// The text inside every `<name>…</name>` in Linear's prompt context, in order.
+fn tags(text: &str, name: &str) -> Vec<String> {
+    let (open, close) = (format!("<{name}>"), format!("</{name}>"));
+    let mut found = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find(&open).map(|at| at + open.len()) {
+        let Some(end) = rest[start..].find(&close).map(|at| start + at) else {
+            break;
+        };
+        found.push(rest[start..end].trim().to_owned());
+        rest = &rest[end + close.len()..];
+    }
+    found
+}
+
+/// The labels of an agent session's issue: the session's `created` payload does not carry them as a field, so
+/// they are read from its prompt context (`<labels><label>…</label></labels>`), and from `issue.labels` should
+/// Linear send them there.
+fn session_labels(issue: &Value, context: &str) -> Vec<String> {
+    let listed = issue["labels"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|label| {
+            label
+                .as_str()
+                .or_else(|| label["name"].as_str())
+                .map(str::to_owned)
+        });
+    let in_context = tags(&tag(context, "labels").unwrap_or_default(), "label");
+    listed.chain(in_context).collect()
 }
 
 #[cfg(test)]

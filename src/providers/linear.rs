@@ -39,6 +39,24 @@ pub fn entity_id(key: &str) -> Uuid {
     uuid::Builder::from_random_bytes(bytes).into_uuid()
 }
 
+/// One entry of an agent session's plan, the checklist Linear shows in the session (`agentSessionUpdate`'s
+/// `plan`; each update replaces the whole list).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PlanStep {
+    pub content: String,
+    pub status: PlanStepStatus,
+}
+
+/// A plan entry's status, as Linear spells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum PlanStepStatus {
+    Pending,
+    InProgress,
+    Completed,
+    Canceled,
+}
+
 /// One of a team's workflow states.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkflowState {
@@ -237,6 +255,21 @@ impl LinearClient {
             "agentSessionUpdate",
             "mutation($id: String!, $input: AgentSessionUpdateInput!) { agentSessionUpdate(id: $id, input: $input) { success } }",
             json!({ "id": session, "input": { "externalUrls": urls } }),
+        )
+        .await?;
+        Ok(Produced::Done)
+    }
+
+    /// Replaces the checklist a session shows (`plan`) with `steps`.
+    pub async fn session_plan(
+        &self,
+        session: &str,
+        steps: &[PlanStep],
+    ) -> Result<Produced, CallError> {
+        self.graphql(
+            "agentSessionUpdate",
+            "mutation($id: String!, $input: AgentSessionUpdateInput!) { agentSessionUpdate(id: $id, input: $input) { success } }",
+            json!({ "id": session, "input": { "plan": steps } }),
         )
         .await?;
         Ok(Produced::Done)

@@ -8,6 +8,8 @@ use crate::common::{TestApp, TestDb, ADMIN_TOKEN};
 use pidevops::eventlog::StoredEvent;
 use serde_json::{json, Value};
 
+mod plans;
+
 per_backend!(
     a_labeled_github_issue_from_a_member_becomes_one_task,
     an_agent_label_picks_the_tasks_agent_profile,

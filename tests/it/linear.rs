@@ -15,6 +15,8 @@ use pidevops::tasks::{Column, Command, Reason, RetryCause, RunId, TaskId};
 use secrecy::SecretString;
 use serde_json::{json, Value};
 
+mod plans;
+
 per_backend!(
     an_issue_hears_when_work_starts_goes_to_review_needs_a_human_and_is_done,
     an_agent_session_gets_a_thought_at_once_and_one_end_per_attempt,

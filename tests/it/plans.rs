@@ -49,7 +49,7 @@ fn planner(dir: &Path, name: &str, plan: &Value) -> PathBuf {
     )
 }
 
-fn item(id: &str, scope: &[&str], depends_on: &[&str]) -> Value {
+pub fn item(id: &str, scope: &[&str], depends_on: &[&str]) -> Value {
     json!({
         "id": id,
         "title": format!("Part {}", id.to_uppercase()),
@@ -61,12 +61,37 @@ fn item(id: &str, scope: &[&str], depends_on: &[&str]) -> Value {
 }
 
 /// Two independent items and one that depends on both.
-fn three_items() -> Value {
+pub fn three_items() -> Value {
     json!({"version": 1, "summary": "three parts", "items": [
         item("a", &["a/**"], &[]),
         item("b", &["b/**"], &[]),
         item("c", &["c/**"], &["a", "b"]),
     ]})
+}
+
+/// A planner's run on plan `id` that proposes `plan`, recorded as the dispatcher would (for tests about what
+/// follows a proposal, with no agent to run).
+pub async fn propose(board: &pidevops::board::Board, id: TaskId, plan: &Value) {
+    use pidevops::tasks::plan::PlanDocument;
+    use pidevops::tasks::{Command, RunId};
+    let document = PlanDocument::parse(
+        plan.to_string().as_bytes(),
+        &pidevops::config::plans::PlansConfig::default().limits(),
+    )
+    .unwrap_or_else(|e| panic!("a valid plan: {e:?}"));
+    let run = RunId(uuid::Uuid::now_v7());
+    for command in [
+        Command::Start { run },
+        Command::ProposePlan {
+            run,
+            plan: Box::new(document),
+        },
+    ] {
+        board
+            .execute(id, &command, "test")
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", command.name()));
+    }
 }
 
 /// `pidevops.toml`: the planner and worker profiles, plans approved by a person, items dispatched four at once.

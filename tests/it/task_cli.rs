@@ -5,7 +5,8 @@ use crate::common::TestDb;
 
 per_backend!(
     the_board_from_a_terminal,
-    dispatch_is_paused_and_resumed_from_a_terminal
+    dispatch_is_paused_and_resumed_from_a_terminal,
+    plans_from_a_terminal,
 );
 
 fn run(db: &TestDb, dir: &std::path::Path, args: &[&str]) -> (bool, String, String) {
@@ -173,4 +174,174 @@ async fn dispatch_is_paused_and_resumed_from_a_terminal(db: TestDb) {
     assert_eq!(dispatch(&["resume"]).1, "resumed");
     assert_eq!(dispatch(&["resume"]).1, "not paused");
     assert_eq!(dispatch(&["status"]).1, "running");
+}
+
+fn plan_cli(db: &TestDb, dir: &std::path::Path, args: &[&str]) -> (bool, String, String) {
+    let out = command(&db.url_string(), dir)
+        .arg("plan")
+        .args(args)
+        .output()
+        .expect("the binary runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `pidevops plan …`: refused without a planner or for a repository not allowed; made, shown with its
+/// proposal's items, rejected only with a comment, approved, and shown with its items as tasks. What the planner
+/// and the plans loop would do in between is recorded here in-process, on the same database.
+async fn plans_from_a_terminal(db: TestDb) {
+    use pidevops::tasks::{Command, Reason, TaskId};
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("pidevops.toml");
+    std::fs::write(&toml, "[intake]\nallow_repos = [\"acme/*\"]\n").unwrap();
+    let (ok, _, err) = plan_cli(&db, dir.path(), &["new", "acme/api", "Build", "it"]);
+    assert!(!ok);
+    assert!(
+        err.contains("no planner profile is configured") && err.contains("[dispatch] planner"),
+        "{err}"
+    );
+    std::fs::write(
+        &toml,
+        "[dispatch]\nenabled = false\nplanner = \"claude\"\n[intake]\nallow_repos = [\"acme/*\"]\n",
+    )
+    .unwrap();
+    let (ok, _, err) = plan_cli(
+        &db,
+        dir.path(),
+        &["new", "other-org/app", "Push", "elsewhere"],
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("other-org/app is not an allowed repository"),
+        "{err}"
+    );
+    let (ok, out, err) = plan_cli(
+        &db,
+        dir.path(),
+        &[
+            "new",
+            "acme/api",
+            "Build",
+            "the",
+            "three",
+            "parts",
+            "--done-when",
+            "the parts exist",
+            "--json",
+        ],
+    );
+    assert!(ok, "{err}");
+    let made: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (&made["id"], &made["kind"], &made["column"]),
+        (&"T-1".into(), &"plan".into(), &"todo".into()),
+        "{made}"
+    );
+    assert_eq!(made["spec"]["done_when"], "the parts exist");
+    let (ok, out, _) = plan_cli(&db, dir.path(), &["show", "T-1"]);
+    assert!(ok);
+    assert!(out.contains("Goal:      Build the three parts"), "{out}");
+    assert!(out.contains("proposal:  none yet"), "{out}");
+
+    // The planner proposes (in-process, as the dispatcher records it).
+    let store = pidevops::eventlog::EventStore::connect(&db.url, 4)
+        .await
+        .unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (log, _appender) =
+        pidevops::eventlog::EventLog::start(store, std::time::Duration::from_secs(5), stop.clone());
+    let board = pidevops::board::Board::new(log.clone(), Default::default());
+    let plan: TaskId = "T-1".parse().unwrap();
+    crate::plans::propose(&board, plan, &crate::plans::three_items()).await;
+    let (ok, out, _) = plan_cli(&db, dir.path(), &["show", "T-1"]);
+    assert!(ok);
+    for expected in [
+        "proposal:  revision 1, 3 item(s), waiting for approval",
+        "three parts",
+        "Part A  scope: a/**",
+        "Part C  scope: c/**  after: a, b",
+    ] {
+        assert!(out.contains(expected), "{expected:?} in:\n{out}");
+    }
+
+    // A rejection says what to change: without a comment there is nothing for the planner.
+    let (ok, _, err) = plan_cli(&db, dir.path(), &["reject", "T-1"]);
+    assert!(!ok && err.contains("--comment"), "{err}");
+    let (ok, _, err) = plan_cli(&db, dir.path(), &["reject", "T-1", "--comment", " "]);
+    assert!(!ok && err.contains("what to change"), "{err}");
+    let (ok, out, err) = plan_cli(
+        &db,
+        dir.path(),
+        &["reject", "T-1", "--comment", "Merge A and B into one item"],
+    );
+    assert!(ok, "{err}");
+    assert!(out.starts_with("updated: T-1"), "{out}");
+    let (ok, out, _) = plan_cli(&db, dir.path(), &["show", "T-1", "--json"]);
+    assert!(ok);
+    let shown: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(shown["plan"]["column"], "todo");
+    assert_eq!(
+        shown["plan"]["plan"]["rejection"],
+        "Merge A and B into one item"
+    );
+    // Approving needs a proposal waiting.
+    let (ok, _, err) = plan_cli(&db, dir.path(), &["approve", "T-1"]);
+    assert!(
+        !ok && err.contains("not a plan with a proposal waiting"),
+        "{err}"
+    );
+
+    crate::plans::propose(&board, plan, &crate::plans::three_items()).await;
+    let (ok, out, err) = plan_cli(&db, dir.path(), &["approve", "T-1"]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("updated: T-1"), "{out}");
+    let (ok, out, _) = plan_cli(&db, dir.path(), &["approve", "T-1"]);
+    assert!(ok && out.starts_with("unchanged"), "{out}");
+
+    // The plans loop makes the items tasks; one of them waits for a person.
+    pidevops::plans::Plans::new(log.clone(), board.clone())
+        .tick()
+        .await
+        .unwrap();
+    let c: TaskId = "T-4".parse().unwrap();
+    board
+        .execute(
+            c,
+            &Command::FlagNeedsHuman {
+                reason: Reason::new("needs a database").unwrap(),
+            },
+            "test",
+        )
+        .await
+        .unwrap();
+    let (ok, out, _) = plan_cli(&db, dir.path(), &["show", "T-1"]);
+    assert!(ok);
+    assert!(out.contains("revision 2, 3 item(s), approved"), "{out}");
+    assert!(out.contains("items:"), "{out}");
+    for (id, title) in [("T-2", "Part A"), ("T-3", "Part B"), ("T-4", "Part C")] {
+        let item = out
+            .lines()
+            .find(|l| l.trim_start().starts_with(id))
+            .unwrap_or_else(|| panic!("{id} in:\n{out}"));
+        assert!(item.contains("todo") && item.contains(title), "{item}");
+    }
+    assert!(out.contains("[needs human: needs a database]"), "{out}");
+    let (ok, out, _) = plan_cli(&db, dir.path(), &["show", "T-1", "--json"]);
+    assert!(ok);
+    let shown: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let items = shown["items"].as_array().unwrap();
+    assert_eq!(items.len(), 3);
+    assert!(items.iter().all(|i| i["parent"] == "T-1"), "{shown}");
+
+    // A task is not a plan, and a task that does not exist is named.
+    let (ok, _, err) = plan_cli(&db, dir.path(), &["show", "T-2"]);
+    assert!(!ok && err.contains("T-2 is a task, not a plan"), "{err}");
+    let (ok, _, err) = plan_cli(&db, dir.path(), &["approve", "T-2"]);
+    assert!(!ok && err.contains("T-2 is a task, not a plan"), "{err}");
+    let (ok, _, err) = plan_cli(&db, dir.path(), &["show", "T-9"]);
+    assert!(!ok && err.contains("there is no task T-9"), "{err}");
+    stop.cancel();
 }

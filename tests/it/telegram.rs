@@ -11,6 +11,8 @@ use pidevops::effects::{EffectEvent, Provider};
 use pidevops::tasks::{Command, Links, Reason, Spec};
 use secrecy::SecretString;
 
+mod plans;
+
 per_backend!(
     state_changes_reach_the_chats_once_escaped_and_paced,
     without_chats_or_a_token_the_loop_says_why,

@@ -79,3 +79,144 @@ fn directive_lines_are_read_once_and_kept_out_of_the_scope() {
     );
     assert_eq!(linear_scope("no directives here"), "no directives here");
 }
+
+/// The decision's draft, for a `Create`.
+fn created(decision: Decision) -> (String, Draft) {
+    match decision {
+        Decision::Create { key, draft } => (key, *draft),
+        other => panic!("not a creation: {other:?}"),
+    }
+}
+
+fn reason(decision: Decision) -> String {
+    match decision {
+        Decision::Ignore { reason } => reason,
+        other => panic!("not a refusal: {other:?}"),
+    }
+}
+
+#[test]
+fn the_plan_label_makes_a_plan_where_a_task_would_be_made_and_only_with_a_planner() {
+    let planner =
+        config("[dispatch]\nplanner = \"claude\"\n[intake]\nallow_repos = [\"acme/*\"]").unwrap();
+    let without = config("[intake]\nallow_repos = [\"acme/*\"]").unwrap();
+    assert!(planner.planner && !without.planner);
+    let issue = |labels: &[&str], association: &str| {
+        serde_json::json!({
+            "issue": {
+                "number": 12, "title": "Split billing into services", "body": "Done when: each deploys alone",
+                "author_association": association, "user": { "login": "ada" },
+                "labels": labels.iter().map(|l| serde_json::json!({ "name": l })).collect::<Vec<_>>(),
+            },
+            "repository": { "full_name": "acme/billing" },
+            "sender": { "login": "ada" },
+        })
+    };
+    let (key, draft) = created(github_issue(
+        &issue(&["pidevops", "pidevops:plan", "agent:codex"], "MEMBER"),
+        &planner,
+    ));
+    assert_eq!(
+        key, "github:acme/billing#12",
+        "the same key a task would have"
+    );
+    assert_eq!(draft.family.kind, crate::tasks::TaskKind::Plan);
+    assert_eq!(draft.spec.task(), "Split billing into services");
+    assert_eq!(draft.spec.done_when(), "each deploys alone");
+    assert_eq!(draft.agent, None, "a plan's agent is the planner");
+    assert!(draft.links.github_issue.is_some());
+    // The same issue without the plan label is a task; the plan label alone is not intake's business.
+    let (_, task) = created(github_issue(&issue(&["pidevops"], "MEMBER"), &planner));
+    assert_eq!(task.family.kind, crate::tasks::TaskKind::Task);
+    assert_eq!(
+        github_issue(&issue(&["pidevops:plan"], "OWNER"), &planner),
+        Decision::NotIntake
+    );
+    // A stranger's plan label is refused like a stranger's task, and without a planner nothing is made.
+    assert!(reason(github_issue(
+        &issue(&["pidevops", "pidevops:plan"], "NONE"),
+        &planner
+    ))
+    .contains("NONE"));
+    let refused = reason(github_issue(
+        &issue(&["pidevops", "pidevops:plan"], "MEMBER"),
+        &without,
+    ));
+    assert!(
+        refused.contains("no planner profile is configured")
+            && refused.contains("[dispatch] planner"),
+        "{refused}"
+    );
+
+    // An agent session: the labels are read from its prompt context.
+    let session = |labels: &str| {
+        serde_json::json!({
+            "agentSession": { "id": "s-1", "issueId": "9c2d1f3e-5b6a-4c7d-8e9f-0a1b2c3d4e5f",
+                "issue": { "id": "9c2d1f3e-5b6a-4c7d-8e9f-0a1b2c3d4e5f", "identifier": "ENG-9" } },
+            "promptContext": format!(
+                "<issue identifier=\"ENG-9\">\n<title>Split billing</title>\n<description>repo: acme/billing</description>\n{labels}\n</issue>"
+            ),
+        })
+    };
+    let (key, draft) = created(agent_session_created(
+        &session("<labels><label>bug</label><label>pidevops:plan</label></labels>"),
+        &planner,
+    ));
+    assert_eq!(key, "linear:9c2d1f3e-5b6a-4c7d-8e9f-0a1b2c3d4e5f");
+    assert_eq!(draft.family.kind, crate::tasks::TaskKind::Plan);
+    let (_, task) = created(agent_session_created(
+        &session("<labels><label>bug</label></labels>"),
+        &planner,
+    ));
+    assert_eq!(task.family.kind, crate::tasks::TaskKind::Task);
+    assert!(reason(agent_session_created(
+        &session("<labels><label>pidevops:plan</label></labels>"),
+        &without
+    ))
+    .contains("no planner profile"));
+}
+
+#[test]
+fn telegram_plan_makes_a_plan_keyed_by_its_message_and_says_why_not() {
+    let planner =
+        config("[dispatch]\nplanner = \"claude\"\n[intake]\nallow_repos = [\"acme/*\"]").unwrap();
+    let without = config("[intake]\nallow_repos = [\"acme/*\"]").unwrap();
+    let message = |chat: i64, text: &str| {
+        serde_json::json!({ "message": {
+            "message_id": 31, "chat": { "id": chat }, "from": { "id": 5, "username": "ada" }, "text": text,
+        } })
+    };
+    let (key, draft) = created(telegram_message(
+        &message(
+            -100,
+            "/plan@pidevops_bot acme/app Split the app into three services",
+        ),
+        &planner,
+    ));
+    assert_eq!(key, "telegram:-100:31");
+    assert_eq!(draft.family.kind, crate::tasks::TaskKind::Plan);
+    assert_eq!(draft.spec.task(), "Split the app into three services");
+    let stranger = reason(telegram_message(
+        &message(-999, "/plan acme/app x"),
+        &planner,
+    ));
+    assert!(stranger.contains("/plan from ada") && stranger.contains("TELEGRAM_ALLOWED_CHATS"));
+    assert!(reason(telegram_message(
+        &message(-100, "/plan acme/app x"),
+        &without
+    ))
+    .contains("no planner"));
+    assert!(reason(telegram_message(
+        &message(-100, "/plan other/app x"),
+        &planner
+    ))
+    .contains("other/app is not an allowed repository"));
+    assert!(
+        reason(telegram_message(&message(-100, "/plan acme/app"), &planner))
+            .starts_with("usage: /plan")
+    );
+    assert_eq!(
+        telegram_message(&message(-100, "/planet acme/app x"), &planner),
+        Decision::NotIntake
+    );
+}

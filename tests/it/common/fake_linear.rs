@@ -1,5 +1,5 @@
 //! A fake Linear GraphQL API on loopback. It keeps issues with their team's workflow states, comments, agent
-//! activities and session links; records every operation; refuses a wrong API key; and answers 500, 429 or
+//! activities, session links and every checklist (`plan`) a session was given; records every operation; refuses a wrong API key; and answers 500, 429 or
 //! Linear's `RATELIMITED` error when told to. Operations are recognised by the field the query names, which is
 //! all pidevops's client sends.
 
@@ -55,6 +55,8 @@ struct Inner {
     comments: BTreeMap<String, (String, String)>,
     activities: BTreeMap<String, (String, Value)>,
     session_urls: BTreeMap<String, Value>,
+    /// Every `plan` each session was given, in order (Linear keeps the last; the test reads the history).
+    session_plans: BTreeMap<String, Vec<Value>>,
     calls: Vec<Call>,
     /// Answers for the next calls, in order: an HTTP status (500, 429) or 400 for `RATELIMITED`.
     failures: Vec<u16>,
@@ -142,6 +144,17 @@ impl FakeLinear {
             .session_urls
             .get(session)
             .cloned()
+    }
+
+    /// Every checklist (`agentSessionUpdate` `plan`) the session was given, oldest first.
+    pub fn session_plans(&self, session: &str) -> Vec<Value> {
+        self.inner
+            .lock()
+            .unwrap()
+            .session_plans
+            .get(session)
+            .cloned()
+            .unwrap_or_default()
     }
 
     pub fn calls(&self) -> Vec<Call> {
@@ -311,9 +324,30 @@ async fn graphql(
         }
         "agentSessionUpdate" => {
             let id = variables["id"].as_str().unwrap_or_default().to_owned();
-            inner
-                .session_urls
-                .insert(id, variables["input"]["externalUrls"].clone());
+            let input = &variables["input"];
+            if let Some(urls) = input.get("externalUrls") {
+                inner.session_urls.insert(id.clone(), urls.clone());
+            }
+            if let Some(plan) = input.get("plan") {
+                // Linear's shape: a list of `{content, status}`, status one of four.
+                let valid = plan.as_array().is_some_and(|steps| {
+                    steps.iter().all(|step| {
+                        step["content"].is_string()
+                            && matches!(
+                                step["status"].as_str(),
+                                Some("pending" | "inProgress" | "completed" | "canceled")
+                            )
+                    })
+                });
+                if !valid {
+                    return error(StatusCode::OK, "Argument Validation Error", "INVALID_INPUT");
+                }
+                inner
+                    .session_plans
+                    .entry(id)
+                    .or_default()
+                    .push(plan.clone());
+            }
             json!({ "agentSessionUpdate": { "success": true } })
         }
         "issue" => {
