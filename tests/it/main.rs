@@ -51,4 +51,5 @@ mod telegram;
 mod tour;
 mod web;
 mod web_attempts;
+mod web_plans;
 mod work;

@@ -38,7 +38,7 @@ pub fn bash_agent(dir: &Path, name: &str, body: &str) -> PathBuf {
 }
 
 /// A planner that writes `plan` as `.pidevops/plan.json`.
-fn planner(dir: &Path, name: &str, plan: &Value) -> PathBuf {
+pub(crate) fn planner(dir: &Path, name: &str, plan: &Value) -> PathBuf {
     bash_agent(
         dir,
         name,
@@ -61,7 +61,7 @@ fn item(id: &str, scope: &[&str], depends_on: &[&str]) -> Value {
 }
 
 /// Two independent items and one that depends on both.
-fn three_items() -> Value {
+pub(crate) fn three_items() -> Value {
     json!({"version": 1, "summary": "three parts", "items": [
         item("a", &["a/**"], &[]),
         item("b", &["b/**"], &[]),
@@ -70,7 +70,7 @@ fn three_items() -> Value {
 }
 
 /// `pidevops.toml`: the planner and worker profiles, plans approved by a person, items dispatched four at once.
-fn config(remote: &Remote, planner: &Path, worker: &Path) -> toml::Table {
+pub(crate) fn config(remote: &Remote, planner: &Path, worker: &Path) -> toml::Table {
     format!(
         r#"
         [board]
@@ -101,7 +101,7 @@ fn config(remote: &Remote, planner: &Path, worker: &Path) -> toml::Table {
     .unwrap()
 }
 
-async fn spawn(
+pub(crate) async fn spawn(
     db: &TestDb,
     file: toml::Table,
     root: &Path,
@@ -135,7 +135,7 @@ async fn api(
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
-async fn new_plan(app: &TestApp, goal: &str) -> TaskId {
+pub(crate) async fn new_plan(app: &TestApp, goal: &str) -> TaskId {
     let (status, body) = api(
         app,
         reqwest::Method::POST,
@@ -167,7 +167,7 @@ async fn runs_of(app: &TestApp, id: TaskId) -> Vec<RunRow> {
 }
 
 /// Waits until the plan's proposal waits in triage, and returns the plan.
-async fn proposed(app: &TestApp, id: TaskId) -> Value {
+pub(crate) async fn proposed(app: &TestApp, id: TaskId) -> Value {
     within(Duration::from_secs(60), "the plan proposed", || async {
         let plan = plan_of(app, id).await;
         plan["plan"]["column"] == "triage" && !plan["plan"]["plan"]["proposal"].is_null()
@@ -177,7 +177,7 @@ async fn proposed(app: &TestApp, id: TaskId) -> Value {
 }
 
 /// The items of an approved plan, once all are made and on the board.
-async fn items_of(app: &TestApp, id: TaskId, n: usize) -> Vec<TaskId> {
+pub(crate) async fn items_of(app: &TestApp, id: TaskId, n: usize) -> Vec<TaskId> {
     within(Duration::from_secs(30), "the plan's items made", || async {
         plan_of(app, id).await["items"].as_array().map(Vec::len) == Some(n)
     })
