@@ -10,7 +10,7 @@ mod plan;
 
 pub use plan::{plan, PlanCommand};
 
-use crate::board::{Board, BoardError, Draft, Loaded, Outcome, Steer};
+use crate::board::{Board, BoardError, Draft, Loaded, Outcome, SpecEdit, Steer};
 use crate::config::Settings;
 use crate::tasks::{
     AgentName, ApprovalPolicy, Command, Priority, RepoName, Spec, Task, TaskError, TaskId,
@@ -94,6 +94,22 @@ pub enum TaskCommand {
     /// Archive a done or cancelled task.
     Archive {
         id: TaskId,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Edit a task's spec before work starts (triage or todo): `pidevops task spec T-7 --done-when "tests pass"`.
+    /// A part not given keeps its value; `--scope ""` empties the scope.
+    #[command(group(clap::ArgGroup::new("part").required(true).multiple(true)
+        .args(["task", "scope", "done_when"])))]
+    Spec {
+        id: TaskId,
+        /// What to do (the spec's Task).
+        #[arg(long)]
+        task: Option<String>,
+        #[arg(long)]
+        scope: Option<String>,
+        #[arg(long)]
+        done_when: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -233,6 +249,21 @@ async fn run(board: &Board, command: TaskCommand) -> anyhow::Result<()> {
         TaskCommand::Reject { id, reason, json } => (id, Steer::Reject, reason, json),
         TaskCommand::Retry { id, reason, json } => (id, Steer::Retry, reason, json),
         TaskCommand::Cancel { id, reason, json } => (id, Steer::Cancel, reason, json),
+        TaskCommand::Spec {
+            id,
+            task,
+            scope,
+            done_when,
+            json,
+        } => {
+            let edit = SpecEdit {
+                task,
+                scope,
+                done_when,
+            };
+            let edited = board.edit_spec(id, &edit, "cli").await;
+            return print_outcome(id, edited, json);
+        }
         TaskCommand::Agent { id, name, json, .. } => {
             let chosen = board
                 .execute(id, &Command::ChooseAgent { agent: name }, "cli")

@@ -113,6 +113,43 @@ impl Draft {
     }
 }
 
+/// A person's edit of a task's spec (before work starts: `triage` or `todo`). A part left out keeps its current
+/// value; the parts given replace theirs whole (`""` empties a scope or a done-when; the task must not be empty).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SpecEdit {
+    /// What to do.
+    #[serde(default)]
+    #[schema(min_length = 1, max_length = 65536)]
+    pub task: Option<String>,
+    /// What the work may touch.
+    #[serde(default)]
+    #[schema(max_length = 65536)]
+    pub scope: Option<String>,
+    /// How to tell it is done.
+    #[serde(default)]
+    #[schema(max_length = 65536)]
+    pub done_when: Option<String>,
+}
+
+impl SpecEdit {
+    pub fn is_empty(&self) -> bool {
+        self.task.is_none() && self.scope.is_none() && self.done_when.is_none()
+    }
+
+    /// `spec` with this edit made, or why the result is not a spec.
+    pub fn applied_to(&self, spec: &Spec) -> Result<Spec, crate::tasks::ValueError> {
+        let part = |edit: &Option<String>, current: &str| {
+            edit.clone().unwrap_or_else(|| current.to_owned())
+        };
+        Spec::new(
+            part(&self.task, spec.task()),
+            part(&self.scope, spec.scope()),
+            part(&self.done_when, spec.done_when()),
+        )
+    }
+}
+
 /// The approval gate and attempt budget: global defaults, overridable per repository (`pidevops.toml`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BoardConfig {
@@ -358,6 +395,23 @@ impl Board {
             steer
                 .command(task, reason.clone(), via)
                 .map_err(BoardError::Invalid)
+        })
+        .await
+    }
+
+    /// A person's edit of `id`'s spec, made on the spec as read in each race (so a part left out keeps what is
+    /// there when the edit lands, not what was there when it was asked for).
+    pub async fn edit_spec(
+        &self,
+        id: TaskId,
+        edit: &SpecEdit,
+        actor: &str,
+    ) -> Result<Outcome, BoardError> {
+        self.execute_with(id, "update-spec", actor, |task| {
+            Ok(Command::UpdateSpec {
+                spec: edit.applied_to(task.spec()).map_err(BoardError::Invalid)?,
+                ticket_version: None,
+            })
         })
         .await
     }

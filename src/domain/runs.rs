@@ -97,6 +97,64 @@ impl FailureKind {
     }
 }
 
+impl FailureKind {
+    /// Every kind (a new one is added here too: the dashboard reads the runs read model's names back with it).
+    pub const ALL: [FailureKind; 18] = [
+        FailureKind::Exit,
+        FailureKind::Timeout,
+        FailureKind::Stalled,
+        FailureKind::NoChanges,
+        FailureKind::PushFailed,
+        FailureKind::Workspace,
+        FailureKind::Lost,
+        FailureKind::Stopped,
+        FailureKind::Interrupted,
+        FailureKind::Setup,
+        FailureKind::Check,
+        FailureKind::AfterRun,
+        FailureKind::Invalid,
+        FailureKind::NeedsHuman,
+        FailureKind::Unresolved,
+        FailureKind::Scope,
+        FailureKind::Review,
+        FailureKind::Reviewer,
+    ];
+
+    /// What happened, for a person reading a run's row (the dashboard): the kind's name is for machines.
+    pub fn for_a_person(self) -> &'static str {
+        match self {
+            FailureKind::Exit => "the agent exited with an error",
+            FailureKind::Timeout => "it ran past its time limit",
+            FailureKind::Stalled => "it printed nothing for too long",
+            FailureKind::NoChanges => "it changed nothing",
+            FailureKind::PushFailed => "its branch could not be pushed",
+            FailureKind::Workspace => "its workspace could not be prepared",
+            FailureKind::Lost => "lost: nothing reported on it",
+            FailureKind::Stopped => "stopped: the task was cancelled or moved on",
+            FailureKind::Interrupted => "interrupted by a pidevops shutdown (not counted)",
+            FailureKind::Setup => "the repository's setup failed (not counted)",
+            FailureKind::Check => "the repository's check failed",
+            FailureKind::AfterRun => "the repository's after_run failed",
+            FailureKind::Invalid => "what it left in .pidevops/ was refused",
+            FailureKind::NeedsHuman => "the agent asked for a person",
+            FailureKind::Unresolved => "the agent said its work is not resolved",
+            FailureKind::Scope => "it changed files outside its scope",
+            FailureKind::Review => "the reviewer asked for changes",
+            FailureKind::Reviewer => "the reviewer could not review (not counted)",
+        }
+    }
+}
+
+impl std::str::FromStr for FailureKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        FailureKind::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == s)
+            .ok_or_else(|| format!("no failure kind {s:?}"))
+    }
+}
+
 impl fmt::Display for FailureKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -269,6 +327,20 @@ mod tests {
             duration_s: 1.5,
             tail: tail.into(),
         }
+    }
+
+    #[test]
+    fn every_failure_kind_reads_back_from_its_name_and_has_words_for_a_person() {
+        for kind in FailureKind::ALL {
+            assert_eq!(kind.as_str().parse::<FailureKind>(), Ok(kind));
+            // The name as serde writes it is the one the runs read model stores.
+            assert_eq!(
+                serde_json::to_value(kind).unwrap(),
+                serde_json::json!(kind.as_str())
+            );
+            assert!(!kind.for_a_person().is_empty(), "{kind}");
+        }
+        assert!("nonsense".parse::<FailureKind>().is_err());
     }
 
     #[test]

@@ -13,7 +13,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::{error, ApiError, AppState};
-use crate::board::{BoardError, Draft, Loaded, Outcome, Steer};
+use crate::board::{BoardError, Draft, Loaded, Outcome, SpecEdit, Steer};
 use crate::eventlog::Appended;
 use crate::projectors::tasks::{TaskFilter, TaskRow};
 use crate::tasks::{
@@ -360,6 +360,54 @@ pub async fn choose_agent(
         .execute(id, &Command::ChooseAgent { agent }, "api")
         .await;
     outcome_response(chosen)
+}
+
+/// `POST /api/tasks/{id}/spec` with `{"task", "scope", "done_when"}` (each optional, at least one): a person's edit
+/// of the spec before work starts, as a triage approver makes it (a triage agent's rewrite included).
+#[utoipa::path(
+    post,
+    path = "/api/tasks/{id}/spec",
+    operation_id = "edit_spec",
+    tag = "tasks",
+    params(("id" = TaskId, Path)),
+    request_body = SpecEdit,
+    responses(
+        (status = 200, description = "Updated, or already so (`changed: false`)", body = Steered),
+        (status = 400, description = "`bad_id`; `bad_spec`: not a `SpecEdit`, no part given, or the spec it \
+            makes is not valid (an empty task, a part over 65,536 characters, a NUL)", body = ApiError),
+        (status = 404, description = "`not_found`: no such task", body = ApiError),
+        (status = 409, description = "`refused`: the task is not in triage or todo, or a triage agent is \
+            rewriting it; `contended`", body = ApiError),
+        (status = 500, description = "`corrupt`: the task's stream cannot be read back", body = ApiError),
+        (status = 503, description = "`unavailable`: the store cannot be read or written", body = ApiError),
+    )
+)]
+pub async fn edit_spec(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+    body: Result<Json<SpecEdit>, JsonRejection>,
+) -> Response {
+    let id = match task_id(id) {
+        Ok(id) => id,
+        Err(why) => return error(StatusCode::BAD_REQUEST, "bad_id", why),
+    };
+    let edit = match body {
+        Ok(Json(edit)) => edit,
+        Err(rejection) => return error(StatusCode::BAD_REQUEST, "bad_spec", rejection.body_text()),
+    };
+    if edit.is_empty() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "bad_spec",
+            "nothing to change: give at least one of task, scope, done_when",
+        );
+    }
+    match state.board.edit_spec(id, &edit, "api").await {
+        Err(BoardError::Invalid(invalid)) => {
+            error(StatusCode::BAD_REQUEST, "bad_spec", invalid.to_string())
+        }
+        edited => outcome_response(edited),
+    }
 }
 
 /// The task id in the path, or what is wrong with it (a `400 bad_id`).

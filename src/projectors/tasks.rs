@@ -27,7 +27,7 @@ mod read;
 mod summary;
 mod write;
 
-pub use read::{counts, get, list, repos, task_for_link, timeline, timeline_entry};
+pub use read::{counts, get, get_many, list, repos, task_for_link, timeline, timeline_entry};
 use summary::links_of;
 pub use summary::{source_of, summarize};
 use write::write;
@@ -119,6 +119,57 @@ pub struct TaskRow {
     /// The whole task (spec, runs, failures, follow-ups) as `Task` serialises.
     #[schema(value_type = crate::tasks::Task)]
     pub state: serde_json::Value,
+}
+
+/// What the row's `state` says of the task's family: read from the state as stored, so a page or the dispatcher
+/// needs no replay. A value the state does not hold (an older row, another kind) reads as none.
+impl TaskRow {
+    fn ids_at(&self, pointer: &str) -> Vec<TaskId> {
+        self.state
+            .pointer(pointer)
+            .and_then(|ids| ids.as_array())
+            .map(|ids| {
+                ids.iter()
+                    .filter_map(|id| id.as_str()?.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The tasks that must be done before this one may start.
+    pub fn depends_on(&self) -> Vec<TaskId> {
+        self.ids_at("/depends_on")
+    }
+
+    /// The plan this task is an item of.
+    pub fn parent(&self) -> Option<TaskId> {
+        self.state.get("parent")?.as_str()?.parse().ok()
+    }
+
+    pub fn is_plan(&self) -> bool {
+        self.state.get("kind").and_then(|k| k.as_str()) == Some("plan")
+    }
+
+    /// A plan's items, in the plan's order (none before it is approved).
+    pub fn children(&self) -> Vec<TaskId> {
+        self.ids_at("/plan/children")
+    }
+
+    /// Whether a plan's proposal waits for a person.
+    pub fn has_proposal(&self) -> bool {
+        self.state
+            .pointer("/plan/proposal")
+            .is_some_and(|p| !p.is_null())
+    }
+
+    /// Done as a dependency counts it: in `done`, or archived after it was done (a cancelled one kept its reason).
+    pub fn is_done(&self) -> bool {
+        match self.column {
+            Column::Done => true,
+            Column::Archived => self.state.get("closed_reason").is_none_or(|r| r.is_null()),
+            _ => false,
+        }
+    }
 }
 
 /// One event of a task's timeline.

@@ -1,9 +1,9 @@
 //! The dashboard in a real browser: headless Chromium (Debian's `chromium` and `chromium-driver`; `.ci/run`
 //! installs them) driven over WebDriver with fantoccini, against the real server. Sign in; a task that a signed
 //! webhook just created appears on the board without a reload; approve it with its button and see it move; its
-//! page shows the timeline; sign out and be refused. A finished attempt's diff and transcript on its task's page,
-//! collapsible; the health table's row of an unarmed loop in red, its JSON one click away. Screenshots go to
-//! `target/screenshots/`.
+//! page shows the timeline; a plan's proposal approved with its button, its items appearing live; sign out and be
+//! refused. A finished attempt's diff and transcript on its task's page, collapsible; the health table's row of an
+//! unarmed loop in red, its JSON one click away. Screenshots go to `target/screenshots/`.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -284,6 +284,44 @@ async fn sign_in_watch_a_task_arrive_approve_it_read_its_story_and_sign_out() {
     )
     .await;
 
+    // A planner's proposal, approved as a whole with its button: its items appear live, the last waiting for the
+    // first two.
+    let plan = crate::web_plans::proposed_plan(
+        &app,
+        "Report on the reports",
+        crate::web_plans::three_parts(),
+    )
+    .await;
+    app.project().await;
+    client
+        .goto(&app.url(&format!("/tasks/{plan}")))
+        .await
+        .unwrap();
+    wait_for(
+        &client,
+        "section.plan ol.proposal li",
+        Duration::from_secs(10),
+        "the proposal",
+    )
+    .await;
+    let proposal_png = screenshot(&client, "plan-proposed.png").await;
+    click(&client, "button[data-action=approve-plan]").await;
+    wait_for(
+        &client,
+        "section.plan table.items tbody tr:nth-child(3) td.waits a",
+        Duration::from_secs(15),
+        "the plan's three items, live",
+    )
+    .await;
+    let items = text_of(&client, "section.plan table.items").await;
+    assert!(
+        items.contains("Add the schema") && items.contains("Show the page"),
+        "{items}"
+    );
+    let third = text_of(&client, "section.plan table.items tbody tr:nth-child(3)").await;
+    assert!(third.contains("waits for T-3, T-4"), "{third}");
+    let plan_png = screenshot(&client, "plan-approved.png").await;
+
     // Signed out, every page is refused again.
     click(&client, "header form button").await;
     wait_for(
@@ -301,7 +339,7 @@ async fn sign_in_watch_a_task_arrive_approve_it_read_its_story_and_sign_out() {
         .path()
         .starts_with("/sign-in"));
 
-    for png in [board_png, task_png] {
+    for png in [board_png, task_png, proposal_png, plan_png] {
         let bytes = std::fs::read(&png).unwrap();
         assert!(
             bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000,

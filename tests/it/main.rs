@@ -53,4 +53,5 @@ mod tour;
 mod verdicts;
 mod web;
 mod web_attempts;
+mod web_plans;
 mod work;

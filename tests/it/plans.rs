@@ -38,7 +38,7 @@ pub fn bash_agent(dir: &Path, name: &str, body: &str) -> PathBuf {
 }
 
 /// A planner that writes `plan` as `.pidevops/plan.json`.
-fn planner(dir: &Path, name: &str, plan: &Value) -> PathBuf {
+pub(crate) fn planner(dir: &Path, name: &str, plan: &Value) -> PathBuf {
     bash_agent(
         dir,
         name,
@@ -95,7 +95,7 @@ pub async fn propose(board: &pidevops::board::Board, id: TaskId, plan: &Value) {
 }
 
 /// `pidevops.toml`: the planner and worker profiles, plans approved by a person, items dispatched four at once.
-fn config(remote: &Remote, planner: &Path, worker: &Path) -> toml::Table {
+pub(crate) fn config(remote: &Remote, planner: &Path, worker: &Path) -> toml::Table {
     format!(
         r#"
         [board]
@@ -126,7 +126,7 @@ fn config(remote: &Remote, planner: &Path, worker: &Path) -> toml::Table {
     .unwrap()
 }
 
-async fn spawn(
+pub(crate) async fn spawn(
     db: &TestDb,
     file: toml::Table,
     root: &Path,
@@ -160,7 +160,7 @@ async fn api(
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
-async fn new_plan(app: &TestApp, goal: &str) -> TaskId {
+pub(crate) async fn new_plan(app: &TestApp, goal: &str) -> TaskId {
     let (status, body) = api(
         app,
         reqwest::Method::POST,
@@ -194,7 +194,7 @@ async fn runs_of(app: &TestApp, id: TaskId) -> Vec<RunRow> {
 }
 
 /// Waits until the plan's proposal waits in triage, and returns the plan.
-async fn proposed(app: &TestApp, id: TaskId) -> Value {
+pub(crate) async fn proposed(app: &TestApp, id: TaskId) -> Value {
     within(Duration::from_secs(60), "the plan proposed", || async {
         let plan = plan_of(app, id).await;
         plan["plan"]["column"] == "triage" && !plan["plan"]["plan"]["proposal"].is_null()
@@ -204,7 +204,7 @@ async fn proposed(app: &TestApp, id: TaskId) -> Value {
 }
 
 /// The items of an approved plan, once all are made and on the board.
-async fn items_of(app: &TestApp, id: TaskId, n: usize) -> Vec<TaskId> {
+pub(crate) async fn items_of(app: &TestApp, id: TaskId, n: usize) -> Vec<TaskId> {
     within(Duration::from_secs(30), "the plan's items made", || async {
         plan_of(app, id).await["items"].as_array().map(Vec::len) == Some(n)
     })

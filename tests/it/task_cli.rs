@@ -122,6 +122,24 @@ async fn the_board_from_a_terminal(db: TestDb) {
         (Some("T-2"), Some("pi"))
     );
 
+    // T-2's spec edited before it starts: the parts given change, the rest stays; a bad edit changes nothing.
+    let (ok, out, err) = run(
+        &db,
+        dir.path(),
+        &["spec", "T-2", "--done-when", "it builds", "--json"],
+    );
+    assert!(ok, "{err}");
+    let task: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        task["spec"],
+        serde_json::json!({"task": "Port it", "scope": "", "done_when": "it builds"})
+    );
+    let (ok, _, err) = run(&db, dir.path(), &["spec", "T-2", "--task", " "]);
+    assert!(!ok);
+    assert!(err.contains("spec task must not be empty"), "{err}");
+    let (ok, _, err) = run(&db, dir.path(), &["spec", "T-2"]);
+    assert!(!ok, "a part is required: {err}");
+
     // No server runs here: `list` brings the read model up to the log itself.
     let (ok, out, err) = run(&db, dir.path(), &["list"]);
     assert!(ok, "{err}");

@@ -14,6 +14,7 @@ per_backend!(
     refusals_are_precise_and_change_nothing,
     the_board_lists_from_the_read_model_with_filters,
     a_task_picks_its_agent_at_creation_and_between_attempts,
+    a_spec_is_edited_before_work_starts_and_every_bad_edit_is_refused_precisely,
 );
 
 async fn post(app: &TestApp, path: &str, body: Value, key: Option<&str>) -> (u16, Value) {
@@ -382,6 +383,96 @@ async fn a_task_picks_its_agent_at_creation_and_between_attempts(db: TestDb) {
             "agent profile pi chosen",
             "agent profile back to the repository's"
         ]
+    );
+    app.stop().await;
+}
+
+async fn a_spec_is_edited_before_work_starts_and_every_bad_edit_is_refused_precisely(db: TestDb) {
+    let app = TestApp::spawn(allowing_acme(&db)).await;
+    post(&app, "/api/tasks", draft("Fix the login bug"), None).await;
+    let before = task_events(&app).await.len();
+    for (body, status, code, says) in [
+        (
+            json!({}),
+            400,
+            "bad_spec",
+            "give at least one of task, scope, done_when",
+        ),
+        (
+            json!({"task": ""}),
+            400,
+            "bad_spec",
+            "spec task must not be empty",
+        ),
+        (json!({"scope": "\u{0}"}), 400, "bad_spec", "NUL"),
+        (
+            json!({"title": "x"}),
+            400,
+            "bad_spec",
+            "unknown field `title`",
+        ),
+        (json!({"task": 7}), 400, "bad_spec", "invalid type"),
+    ] {
+        let (got, response) = post(&app, "/api/tasks/T-1/spec", body.clone(), None).await;
+        assert_eq!(
+            (got, response["error"].as_str()),
+            (status, Some(code)),
+            "{body}: {response}"
+        );
+        assert!(
+            response["message"].as_str().unwrap().contains(says),
+            "{body}: {response}"
+        );
+    }
+    let (got, response) = post(&app, "/api/tasks/T-9/spec", json!({"task": "x"}), None).await;
+    assert_eq!(
+        (got, response["error"].as_str()),
+        (404, Some("not_found")),
+        "{response}"
+    );
+    assert_eq!(
+        task_events(&app).await.len(),
+        before,
+        "a refusal changed the log"
+    );
+
+    // A part given replaces its own; the others stay. The same edit again changes nothing.
+    let edit = json!({"done_when": "a test signs in and lands where it started", "scope": ""});
+    let (got, edited) = post(&app, "/api/tasks/T-1/spec", edit.clone(), None).await;
+    assert_eq!(got, 200, "{edited}");
+    assert_eq!(edited["changed"], true);
+    assert_eq!(
+        edited["task"]["spec"],
+        json!({"task": "Fix the login bug", "scope": "", "done_when": "a test signs in and lands where it started"})
+    );
+    let (_, again) = post(&app, "/api/tasks/T-1/spec", edit, None).await;
+    assert_eq!(again["changed"], false);
+
+    // Once the work started, the spec is the one the run was given.
+    post(&app, "/api/tasks/T-1/approve", json!({}), None).await;
+    app.state
+        .board
+        .execute(
+            "T-1".parse().unwrap(),
+            &pidevops::tasks::Command::Start {
+                run: pidevops::tasks::RunId(uuid::Uuid::now_v7()),
+            },
+            "test",
+        )
+        .await
+        .unwrap();
+    let (got, refused) = post(&app, "/api/tasks/T-1/spec", json!({"task": "Other"}), None).await;
+    assert_eq!(
+        (got, refused["error"].as_str()),
+        (409, Some("refused")),
+        "{refused}"
+    );
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("in-progress; update-spec needs triage or todo"),
+        "{refused}"
     );
     app.stop().await;
 }

@@ -62,7 +62,7 @@ pub(crate) async fn get(app: &TestApp, path: &str, cookie: &str) -> (u16, String
 }
 
 /// The CSRF token in a page's forms.
-fn csrf(html: &str) -> String {
+pub(crate) fn csrf(html: &str) -> String {
     let at = html
         .find("name=\"csrf\" value=\"")
         .expect("a form with a CSRF token")
@@ -85,12 +85,12 @@ pub(crate) async fn task(app: &TestApp, title: &str, links: Links) -> TaskId {
     outcome.task.id()
 }
 
-async fn row(app: &TestApp, id: TaskId) -> Option<task_rows::TaskRow> {
+pub(crate) async fn row(app: &TestApp, id: TaskId) -> Option<task_rows::TaskRow> {
     task_rows::get(app.state.log.store(), id).await.unwrap()
 }
 
 /// Redacts what changes from run to run: times, ages, positions, tokens, ids, durations.
-fn redacted(html: &str) -> String {
+pub(crate) fn redacted(html: &str) -> String {
     let rules: [(&str, &str); 9] = [
         (
             r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})?",

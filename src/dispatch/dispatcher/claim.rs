@@ -188,14 +188,14 @@ impl Dispatcher {
         let mut done: HashMap<TaskId, bool> = HashMap::new();
         let mut blocked = HashSet::new();
         for row in todo {
-            for dependency in dependencies_of(row) {
+            for dependency in row.depends_on() {
                 let satisfied = match done.get(&dependency) {
                     Some(satisfied) => *satisfied,
                     None => {
                         let row = task_rows::get(self.store(), dependency)
                             .await
                             .with_context(|| format!("reading {dependency}, a dependency"))?;
-                        let satisfied = row.as_ref().is_some_and(is_done);
+                        let satisfied = row.as_ref().is_some_and(TaskRow::is_done);
                         done.insert(dependency, satisfied);
                         satisfied
                     }
@@ -481,27 +481,5 @@ impl Dispatcher {
                 }
             }
         });
-    }
-}
-
-/// The tasks a row says it depends on.
-fn dependencies_of(row: &TaskRow) -> Vec<TaskId> {
-    row.state
-        .get("depends_on")
-        .and_then(|d| d.as_array())
-        .map(|ids| {
-            ids.iter()
-                .filter_map(|id| id.as_str()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Whether a dependency is done: in `done`, or archived after it was done (a cancelled one kept its reason).
-fn is_done(row: &TaskRow) -> bool {
-    match row.column {
-        Column::Done => true,
-        Column::Archived => row.state.get("closed_reason").is_none_or(|r| r.is_null()),
-        _ => false,
     }
 }

@@ -52,6 +52,18 @@ pre.patch .hunk { color: var(--accent); } pre.patch .meta { color: var(--muted);
 .transcript details.thought { color: var(--muted); font-style: italic; } .transcript pre { max-height: 20em; margin: .3em 0; }
 .transcript .ended { padding: .4em .6em; border-radius: 4px; white-space: pre-wrap; }
 .transcript .ended.ok { border: 1px solid var(--good); } .transcript .ended.bad { border: 1px solid var(--bad); }
+.badge.plan { border-color: var(--accent); color: var(--accent); } .badge.good { color: #fff; background: var(--good); border-color: var(--good); }
+.card .family, p.family { font-size: .9em; } .waits { color: var(--warn); }
+.plan ol.proposal { padding-left: 1.4em; } .plan ol.proposal > li { margin-bottom: .6em; }
+.plan dl { display: grid; grid-template-columns: max-content 1fr; gap: .1em .8em; margin: .3em 0; }
+.plan dt { color: var(--muted); } .plan dd { margin: 0; white-space: pre-wrap; } .plan dd ul { margin: 0; padding-left: 1.1em; }
+.plan .summary, .rejection q, .triage q { white-space: pre-wrap; }
+.plan-actions { display: flex; gap: 1em; align-items: flex-start; flex-wrap: wrap; margin: .6em 0; }
+form.reject, form.spec-edit { display: flex; flex-direction: column; gap: .3em; max-width: 60em; }
+form.reject { flex: 1; min-width: 20em; } form.reject button, form.spec-edit button { align-self: flex-start; }
+textarea { font: inherit; width: 100%; padding: .4em; background: var(--card); color: var(--fg); border: 1px solid var(--line); border-radius: 4px; }
+.report .summary, .report .review-summary, .report .comments .body { white-space: pre-wrap; }
+.report .comments .body { display: inline; } .report .comments li { margin-bottom: .3em; }
 "#;
 
 /// Live updates: the page listens to `/live` (the log as SSE, resuming from the position the page was rendered
@@ -77,8 +89,21 @@ pub const SCRIPT: &str = r#"
         // What the reader opened or closed stays so: a <details> with an id keeps its state across the swap.
         var kept = {};
         Array.prototype.forEach.call(main.querySelectorAll('details[id]'), function (d) { kept[d.id] = d.open; });
+        // And what the reader is typing (a comment, a spec being edited) stays, with the caret where it was.
+        var typed = {};
+        Array.prototype.forEach.call(main.querySelectorAll('textarea[id]'), function (t) {
+          if (t.value !== t.defaultValue) { typed[t.id] = t.value; }
+        });
+        var active = document.activeElement;
+        var focus = active && active.id && main.contains(active) && active.tagName === 'TEXTAREA'
+          ? { id: active.id, start: active.selectionStart, end: active.selectionEnd } : null;
         main.innerHTML = fresh.innerHTML;
         Object.keys(kept).forEach(function (id) { var d = document.getElementById(id); if (d) { d.open = kept[id]; } });
+        Object.keys(typed).forEach(function (id) { var t = document.getElementById(id); if (t) { t.value = typed[id]; } });
+        if (focus) {
+          var t = document.getElementById(focus.id);
+          if (t) { t.focus(); t.setSelectionRange(focus.start, focus.end); }
+        }
         main.setAttribute('data-refreshed', String(Date.now()));
       })
       .catch(function () { /* the next event tries again */ });

@@ -68,6 +68,7 @@ fn section(attempt: &Attempt) -> Markup {
             h2 {
                 "Attempt " (run.attempt) " "
                 span.badge data-state=(run.state) { (run.state) }
+                @if let Some(failure) = &run.failure { " " small { (super::report::failure(failure)) } }
                 @if let Some(profile) = &run.profile { " " small.muted { (profile) } }
             }
             @match &attempt.diff {

@@ -8,10 +8,13 @@
 pub mod assets;
 pub mod attempt;
 pub mod pages;
+pub mod plan;
+pub mod report;
 pub mod session;
 mod sign_in;
 mod task_page;
 pub mod transcript;
+pub mod triage;
 
 use sign_in::*;
 pub use sign_in::{OneTimeSignIn, SignInThrottle};
@@ -47,8 +50,11 @@ use session::{Key, Session, COOKIE};
 pub const CARDS_PER_COLUMN: usize = 60;
 /// Events per page of the events view.
 const EVENTS_PER_PAGE: usize = 100;
-/// The longest form body accepted (a token, a CSRF token, a path).
-const FORM_LIMIT: usize = 16 * 1024;
+/// The longest form body accepted (a token, a CSRF token, a path, a comment of 2,000 characters however encoded).
+const FORM_LIMIT: usize = 32 * 1024;
+/// The longest spec form accepted, as sent: far more than a spec a person types, less than the 3 × 65,536 characters
+/// a spec may hold in any script once percent-encoded; larger specs are edited through the API or the CLI.
+const SPEC_FORM_LIMIT: usize = 1024 * 1024;
 /// The longest a page waits for the read models to catch up with what its reader just did.
 const CATCH_UP: Duration = Duration::from_secs(3);
 /// How long a wrong sign-in waits for its answer.
@@ -67,6 +73,7 @@ pub fn router() -> Router<AppState> {
         .route("/sign-in/once", get(sign_in_once))
         .route("/sign-out", post(sign_out))
         .route("/tasks/{id}", get(task_page::task_page))
+        .route("/tasks/{id}/spec", post(task_page::edit_spec))
         .route("/tasks/{id}/{action}", post(task_action))
         .route("/runs", get(runs_page))
         .route("/status", get(health_page))
@@ -216,9 +223,17 @@ async fn require_post(state: &AppState, headers: &HeaderMap, form: &[(String, St
     Access::Granted(key, session)
 }
 
-/// A form body's fields; `None` when it is larger than any of ours (answer [`too_large`]).
-fn parse_form(body: &[u8]) -> Option<Vec<(String, String)>> {
-    (body.len() <= FORM_LIMIT).then(|| form_urlencoded::parse(body).into_owned().collect())
+/// A form body's fields; `None` when it is larger than `limit` (answer [`too_large`]).
+fn parse_form(body: &[u8], limit: usize) -> Option<Vec<(String, String)>> {
+    (body.len() <= limit).then(|| form_urlencoded::parse(body).into_owned().collect())
+}
+
+/// A form's field by name. A textarea's lines arrive as CRLF (browsers send them so): they are kept as LF, the way
+/// every other door stores text, so an untouched field reads back as it was.
+fn field(form: &[(String, String)], name: &str) -> Option<String> {
+    form.iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.replace("\r\n", "\n"))
 }
 
 fn too_large() -> Response {
@@ -258,6 +273,21 @@ async fn caught_up(state: &AppState, at: Option<i64>) {
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
+}
+
+/// The log position a page of the read models is rendered at, for its live updates: the lowest position the tasks
+/// and runs read models have applied, read before the page's rows. Not the log's head: an event the models have not
+/// applied yet (a plan's items made while its page renders) then still comes to the page through `/live`, and the
+/// refresh it asks for waits for the models to apply it, instead of the page missing it until something else happens.
+async fn rendered_at(state: &AppState) -> Result<i64, StoreError> {
+    let mut at = i64::MAX;
+    for name in [task_rows::NAME, runs::NAME] {
+        let applied = crate::projectors::read_row(state.log.store(), name)
+            .await
+            .map_err(StoreError::Database)?;
+        at = at.min(applied.map_or(0, |(_, position)| position));
+    }
+    Ok(at)
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -340,11 +370,20 @@ pub async fn board_view(
         };
         columns.push((column, rows));
     }
+    // The plans' items and the items' dependencies the cards name, in one read for those not on the board.
+    let mut related = plan::Related::default();
+    let cards = || columns.iter().flat_map(|(_, rows)| rows);
+    related.add(cards());
+    let missing = related.missing(cards());
+    if !missing.is_empty() {
+        related.add(&task_rows::get_many(store, &missing).await?);
+    }
     Ok(pages::BoardView {
         counts,
         columns,
         filter,
         repos: task_rows::repos(store).await?,
+        related,
         now: Utc::now(),
     })
 }
@@ -363,8 +402,8 @@ async fn board(
         needs_human: query.needs_human.is_some(),
         archived: query.archived.is_some(),
     };
-    let head = match state.log.store().head().await {
-        Ok(head) => head,
+    let head = match rendered_at(&state).await {
+        Ok(at) => at,
         Err(e) => return unavailable(e),
     };
     match board_view(&state, filter).await {
@@ -388,7 +427,7 @@ async fn task_action(
     Path((id, action)): Path<(String, String)>,
     body: bytes::Bytes,
 ) -> Response {
-    let Some(form) = parse_form(&body) else {
+    let Some(form) = parse_form(&body, FORM_LIMIT) else {
         return too_large();
     };
     if let Access::Denied(response) = require_post(&state, &headers, &form).await {
@@ -403,11 +442,36 @@ async fn task_action(
             ),
         );
     };
-    match state
+    // A comment, where the form has one (a plan's rejection: its planner plans again with it).
+    let reason = field(&form, "reason").filter(|r| !r.trim().is_empty());
+    if steer == Steer::Reject && reason.is_none() {
+        match state.board.load(id).await {
+            Ok(Some(loaded)) if loaded.task.is_plan() => {
+                return page(
+                    StatusCode::BAD_REQUEST,
+                    pages::message(
+                        "A comment is needed",
+                        &format!(
+                            "{id} is a plan: it is rejected with a comment, which its planner plans again with. \
+                             Say what to change."
+                        ),
+                    ),
+                )
+            }
+            Ok(_) => {}
+            Err(e) => return unavailable(e),
+        }
+    }
+    let steered = state
         .board
-        .steer(id, steer, None, "from the dashboard", "dashboard")
-        .await
-    {
+        .steer(id, steer, reason, "from the dashboard", "dashboard")
+        .await;
+    steered_response(id, steered)
+}
+
+/// Back to the task's page once the read models show what was done, or why nothing was.
+fn steered_response(id: TaskId, steered: Result<crate::board::Outcome, BoardError>) -> Response {
+    match steered {
         Ok(outcome) => match outcome.appended.last() {
             Some(last) => {
                 Redirect::to(&format!("/tasks/{id}?at={}", last.position)).into_response()
@@ -417,6 +481,10 @@ async fn task_action(
         Err(BoardError::Refused(refused)) => page(
             StatusCode::CONFLICT,
             pages::message("Not now", &format!("{id}: {refused}")),
+        ),
+        Err(BoardError::Invalid(invalid)) => page(
+            StatusCode::BAD_REQUEST,
+            pages::message("Not accepted", &format!("{id}: {invalid}")),
         ),
         Err(e) => unavailable(e),
     }
@@ -430,7 +498,7 @@ async fn runs_page(
     caught_up(&state, at.at).await;
     let store = state.log.store();
     let (head, running, recent) = match (
-        store.head().await,
+        rendered_at(&state).await,
         runs::query(store, Which::Running).await,
         runs::query(store, Which::Recent(50)).await,
     ) {

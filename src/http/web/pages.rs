@@ -11,8 +11,11 @@ use crate::board::Steer;
 use crate::eventlog::StoredEvent;
 use crate::http::health::{loop_status, HealthBody, Status};
 
+use super::plan::{card_family, item_line, plan_section, PlanView, Related};
+use super::report::report_section;
+use super::triage::{spec_form, spec_text, triage_note, SpecDraft};
 use crate::projectors::runs::RunRow;
-use crate::projectors::tasks::{TaskRow, TimelineEntry};
+use crate::projectors::tasks::{link_keys, TaskRow, TimelineEntry};
 use crate::tasks::{Column, Links, Task};
 
 /// The columns the board shows, in order; archived and cancelled are behind the filter.
@@ -125,6 +128,8 @@ pub struct BoardView {
     pub columns: Vec<(Column, Vec<TaskRow>)>,
     pub filter: BoardFilter,
     pub repos: Vec<String>,
+    /// The rows the cards' plans and items refer to (their items, their dependencies).
+    pub related: Related,
     pub now: DateTime<Utc>,
 }
 
@@ -154,7 +159,7 @@ pub fn board(view: &BoardView) -> Markup {
                 @let count = view.counts.get(column).copied().unwrap_or(0);
                 section.column data-column=(column.as_str()) {
                     h2 { span { (column_label(*column)) } span.count { (count) } }
-                    @for row in rows { (card(row, view.now)) }
+                    @for row in rows { (card(row, &view.related, view.now)) }
                     @if count > rows.len() {
                         p.muted { "and " (count - rows.len()) " more" }
                     }
@@ -164,7 +169,7 @@ pub fn board(view: &BoardView) -> Markup {
     }
 }
 
-fn column_label(column: Column) -> &'static str {
+pub(super) fn column_label(column: Column) -> &'static str {
     match column {
         Column::Triage => "triage",
         Column::Todo => "todo",
@@ -176,7 +181,7 @@ fn column_label(column: Column) -> &'static str {
     }
 }
 
-fn card(row: &TaskRow, now: DateTime<Utc>) -> Markup {
+fn card(row: &TaskRow, related: &Related, now: DateTime<Utc>) -> Markup {
     html! {
         article.card data-task=(row.id) {
             div {
@@ -188,6 +193,7 @@ fn card(row: &TaskRow, now: DateTime<Utc>) -> Markup {
                 " · attempt " (row.attempts) "/" (row.max_attempts)
                 @if let Some(link) = source_link(&row.links) { " · " (link) }
             }
+            (card_family(row, related))
             @if row.needs_human {
                 div { span.badge.bad title=[row.needs_human_reason.as_deref()] { "needs a human" } }
             }
@@ -242,16 +248,63 @@ pub struct TaskView {
     /// Each run's diff and log, as this machine has them.
     pub attempts: Vec<super::attempt::Attempt>,
     pub actions: Vec<Steer>,
+    /// A plan's items' rows, in the plan's order; empty for a task.
+    pub items: Vec<TaskRow>,
+    /// The rows the page refers to: a plan's items, an item's dependencies.
+    pub related: Related,
+    /// A spec edit that was refused, shown again in the form with why.
+    pub draft: Option<SpecDraft>,
     pub csrf: String,
     pub now: DateTime<Utc>,
 }
 
+/// What the page's spec is: a plan's goal, a triage task's form, or text.
+enum SpecShown<'a> {
+    Goal(&'a Task),
+    Form(&'a Task),
+    Text(&'a Task),
+}
+
+impl TaskView {
+    fn spec_shown(&self) -> Option<SpecShown<'_>> {
+        let task = self.task.as_ref()?;
+        Some(if task.is_plan() {
+            SpecShown::Goal(task)
+        } else if task.column() == Column::Triage || self.draft.is_some() {
+            // A refused edit is shown in its form wherever the task is now.
+            SpecShown::Form(task)
+        } else {
+            SpecShown::Text(task)
+        })
+    }
+
+    /// The buttons on top: a plan's approval and rejection are its plan's forms, and a triage task is approved with
+    /// the spec as its form shows it.
+    fn top_actions(&self) -> Vec<Steer> {
+        let shown = self.spec_shown();
+        self.actions
+            .iter()
+            .copied()
+            .filter(|action| {
+                !matches!(
+                    (&shown, action),
+                    (Some(SpecShown::Goal(..)), Steer::Approve | Steer::Reject)
+                        | (Some(SpecShown::Form(_)), Steer::Approve)
+                )
+            })
+            .collect()
+    }
+}
+
 pub fn task(view: &TaskView) -> Markup {
     let row = &view.row;
+    let shown = view.spec_shown();
+    let top_actions = view.top_actions();
     html! {
         h1 {
             (row.id) " " (row.title) " "
             span.badge data-column=(row.column.as_str()) { (column_label(row.column)) }
+            @if row.is_plan() { " " span.badge.plan { "plan" } }
             @if row.needs_human { " " span.badge.bad { "needs a human" } }
         }
         p.muted {
@@ -259,9 +312,10 @@ pub fn task(view: &TaskView) -> Markup {
             " · attempt " (row.attempts) " of " (row.max_attempts)
         }
         @if let Some(reason) = &row.needs_human_reason { p.error { "Needs a human: " (reason) } }
-        @if !view.actions.is_empty() {
+        @if let Some(task) = &view.task { (item_line(task, &view.related)) }
+        @if !top_actions.is_empty() {
             div.actions {
-                @for action in &view.actions {
+                @for action in &top_actions {
                     form.inline method="post" action={ "/tasks/" (row.id) "/" (action.name()) } {
                         input type="hidden" name="csrf" value=(view.csrf);
                         button type="submit" data-action=(action.name()) { (action_label(*action)) }
@@ -270,22 +324,41 @@ pub fn task(view: &TaskView) -> Markup {
                 }
             }
         }
-        @if let Some(task) = &view.task {
-            h2 { "Task" } p { (task.spec().task()) }
-            @if !task.spec().scope().is_empty() { h2 { "Scope" } p { (task.spec().scope()) } }
-            @if !task.spec().done_when().is_empty() { h2 { "Done when" } p { (task.spec().done_when()) } }
+        @if let Some(task) = &view.task { (triage_note(task, view.now)) }
+        @match shown {
+            Some(SpecShown::Goal(task)) => {
+                (spec_text(task.spec(), "Goal"))
+                (plan_section(&PlanView {
+                    task,
+                    items: &view.items,
+                    related: &view.related,
+                    actions: &view.actions,
+                    csrf: &view.csrf,
+                    now: view.now,
+                }))
+            }
+            Some(SpecShown::Form(task)) => {
+                h2 { "Spec" }
+                (spec_form(task, view.draft.as_ref(), view.actions.contains(&Steer::Approve), &view.csrf))
+            }
+            Some(SpecShown::Text(task)) => { (spec_text(task.spec(), "Task")) }
+            None => {}
         }
-        h2 { "Links" }
-        ul {
-            @if let Some(linear) = &row.links.linear_issue { li { "Linear " (linear.identifier()) } }
-            @if let Some(issue) = &row.links.github_issue {
-                li { "Issue " a href={ "https://github.com/" (issue.repo) "/issues/" (issue.number) } { (issue.to_string()) } }
+        @if let Some(task) = &view.task { (report_section(task.report())) }
+        // A plan's items have the branches; the plan pushes nothing, and may have no link at all.
+        @if !row.is_plan() || !link_keys(&row.links).is_empty() {
+            h2 { "Links" }
+            ul {
+                @if let Some(linear) = &row.links.linear_issue { li { "Linear " (linear.identifier()) } }
+                @if let Some(issue) = &row.links.github_issue {
+                    li { "Issue " a href={ "https://github.com/" (issue.repo) "/issues/" (issue.number) } { (issue.to_string()) } }
+                }
+                @if let Some(pr) = &row.links.github_pr {
+                    li { "Pull request " a href={ "https://github.com/" (pr.repo) "/pull/" (pr.number) } { (pr.to_string()) } }
+                }
+                @if let Some(telegram) = &row.links.telegram { li { "Telegram message " (telegram.to_string()) } }
+                @if !row.is_plan() { li { "Branch " code { "pidevops/" (row.id) } } }
             }
-            @if let Some(pr) = &row.links.github_pr {
-                li { "Pull request " a href={ "https://github.com/" (pr.repo) "/pull/" (pr.number) } { (pr.to_string()) } }
-            }
-            @if let Some(telegram) = &row.links.telegram { li { "Telegram message " (telegram.to_string()) } }
-            li { "Branch " code { "pidevops/" (row.id) } }
         }
         h2 { "Runs" }
         (runs_table(&view.runs, false))
@@ -337,7 +410,7 @@ fn runs_table(runs: &[RunRow], with_task: bool) -> Markup {
                             td { @if let Some(at) = run.started_at { (at.format("%Y-%m-%d %H:%M:%S")) } }
                             td { @if let Some(d) = run.duration_s { (format!("{d:.1} s")) } }
                             td {
-                                @if let Some(failure) = &run.failure { (failure) }
+                                @if let Some(failure) = &run.failure { (super::report::failure(failure)) }
                                 @if let Some(detail) = &run.detail { " — " (detail) }
                                 @if let Some(sha) = &run.commit_sha { code { (sha.get(..7).unwrap_or(sha)) } }
                             }

@@ -55,7 +55,7 @@ pub(super) async fn sign_in(
     headers: HeaderMap,
     body: bytes::Bytes,
 ) -> Response {
-    let Some(form) = parse_form(&body) else {
+    let Some(form) = parse_form(&body, FORM_LIMIT) else {
         return too_large();
     };
     let field = |name: &str| {
@@ -267,7 +267,7 @@ pub(super) async fn sign_out(
     headers: HeaderMap,
     body: bytes::Bytes,
 ) -> Response {
-    let Some(form) = parse_form(&body) else {
+    let Some(form) = parse_form(&body, FORM_LIMIT) else {
         return too_large();
     };
     let session = match require_post(&state, &headers, &form).await {

@@ -8,18 +8,24 @@
 use std::path::{Path, PathBuf};
 
 use axum::extract::{Path as UrlPath, Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use chrono::Utc;
 
 use super::attempt::{Attempt, Diff, Files, Log};
-use super::{caught_up, frame, page, pages, unavailable, AtQuery, SignedIn};
-use crate::board::Steer;
+use super::plan::Related;
+use super::session::{Key, Session};
+use super::triage::SpecDraft;
+use super::{
+    caught_up, field, frame, page, pages, parse_form, rendered_at, require_post, steered_response,
+    unavailable, Access, AtQuery, SignedIn, SPEC_FORM_LIMIT,
+};
+use crate::board::{BoardError, SpecEdit, Steer};
 use crate::dispatch::workspace::diff::{DiffRecord, DIFF_FILE, PATCH_CAP, PATCH_FILE};
 use crate::http::AppState;
 use crate::projectors::runs::{self, RunRow, Which};
-use crate::projectors::tasks as task_rows;
-use crate::tasks::TaskId;
+use crate::projectors::tasks::{self as task_rows, TaskRow};
+use crate::tasks::{Task, TaskId};
 
 /// The most bytes of an attempt's log shown (its end); the page says how much came before.
 pub const LOG_BYTES: u64 = 512 * 1024;
@@ -63,9 +69,120 @@ pub(super) async fn task_page(
             pages::message("No such task", "Task ids look like T-42."),
         );
     };
+    render(&state, &key, &session, id, StatusCode::OK, None).await
+}
+
+/// `POST /tasks/{id}/spec`: the approver's edit of the spec (`task`, `scope`, `done_when`; all three, as the form
+/// sends them), then, with `then=approve`, the approval of the spec as edited. A refused edit shows the page again
+/// with the form as it was sent and why; nothing is changed.
+pub(super) async fn edit_spec(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    UrlPath(id): UrlPath<String>,
+    body: bytes::Bytes,
+) -> Response {
+    let Some(form) = parse_form(&body, SPEC_FORM_LIMIT) else {
+        return page(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            pages::message(
+                "Too large",
+                &format!(
+                    "The dashboard takes a spec of up to {} KiB as the browser sends it; edit a larger one with \
+                     POST /api/tasks/{{id}}/spec or `pidevops task spec`.",
+                    SPEC_FORM_LIMIT / 1024
+                ),
+            ),
+        );
+    };
+    let (key, session) = match require_post(&state, &headers, &form).await {
+        Access::Granted(key, session) => (key, session),
+        Access::Denied(response) => return response,
+    };
+    let Ok(id) = id.parse::<TaskId>() else {
+        return page(
+            StatusCode::NOT_FOUND,
+            pages::message("No such task", "Task ids look like T-42."),
+        );
+    };
+    let (Some(task), Some(scope), Some(done_when)) = (
+        field(&form, "task"),
+        field(&form, "scope"),
+        field(&form, "done_when"),
+    ) else {
+        return page(
+            StatusCode::BAD_REQUEST,
+            pages::message(
+                "Not accepted",
+                "The spec form sends task, scope and done_when; this one did not.",
+            ),
+        );
+    };
+    let edit = SpecEdit {
+        task: Some(task.clone()),
+        scope: Some(scope.clone()),
+        done_when: Some(done_when.clone()),
+    };
+    let edited = match state.board.edit_spec(id, &edit, "dashboard").await {
+        Ok(outcome) => outcome,
+        Err(BoardError::Invalid(invalid)) => {
+            let draft = SpecDraft {
+                task,
+                scope,
+                done_when,
+                error: invalid.to_string(),
+            };
+            return render(
+                &state,
+                &key,
+                &session,
+                id,
+                StatusCode::BAD_REQUEST,
+                Some(draft),
+            )
+            .await;
+        }
+        Err(error) => return steered_response(id, Err(error)),
+    };
+    if field(&form, "then").as_deref() != Some("approve") {
+        return steered_response(id, Ok(edited));
+    }
+    match state
+        .board
+        .steer(id, Steer::Approve, None, "from the dashboard", "dashboard")
+        .await
+    {
+        Ok(approved) if approved.appended.is_empty() => steered_response(id, Ok(edited)),
+        Ok(approved) => steered_response(id, Ok(approved)),
+        Err(BoardError::Refused(refused)) => page(
+            StatusCode::CONFLICT,
+            pages::message(
+                "Saved, not approved",
+                &format!(
+                    "{id}: the spec was {}, but the approval was refused: {refused}",
+                    if edited.appended.is_empty() {
+                        "unchanged"
+                    } else {
+                        "saved"
+                    }
+                ),
+            ),
+        ),
+        Err(error) => steered_response(id, Err(error)),
+    }
+}
+
+/// The task's page, from its row, its stream and the rows it refers to; `draft`: a refused spec edit to show again.
+async fn render(
+    state: &AppState,
+    key: &Key,
+    session: &Session,
+    id: TaskId,
+    status: StatusCode,
+    draft: Option<SpecDraft>,
+) -> Response {
     let store = state.log.store();
-    let head = match store.head().await {
-        Ok(head) => head,
+    let head = match rendered_at(state).await {
+        Ok(at) => at,
         Err(e) => return unavailable(e),
     };
     let row = match task_rows::get(store, id).await {
@@ -74,7 +191,7 @@ pub(super) async fn task_page(
             return page(
                 StatusCode::NOT_FOUND,
                 pages::layout(
-                    &frame(&key, &session, "Not found", pages::Nav::Other, None),
+                    &frame(key, session, "Not found", pages::Nav::Other, None),
                     pages::message("No such task", &format!("There is no task {id} (yet).")),
                 ),
             )
@@ -86,6 +203,10 @@ pub(super) async fn task_page(
         Ok(loaded) => loaded.map(|l| l.task),
         Err(e) => return unavailable(e),
     };
+    let (items, related) = match family(state, task.as_ref()).await {
+        Ok(found) => found,
+        Err(e) => return unavailable(e),
+    };
     let (timeline, runs) = match (
         task_rows::timeline(store, id).await,
         runs::query(store, Which::Task(&id.to_string())).await,
@@ -94,7 +215,7 @@ pub(super) async fn task_page(
         (Err(e), _) => return unavailable(e),
         (_, Err(e)) => return unavailable(e),
     };
-    let here = Here::of(&state).await;
+    let here = Here::of(state).await;
     let open = runs
         .iter()
         .rposition(|r| r.state == "running")
@@ -115,22 +236,51 @@ pub(super) async fn task_page(
         timeline,
         runs,
         attempts,
-        csrf: session.csrf(&key),
+        items,
+        related,
+        draft,
+        csrf: session.csrf(key),
         now: Utc::now(),
     };
     page(
-        StatusCode::OK,
+        status,
         pages::layout(
-            &frame(
-                &key,
-                &session,
-                &id.to_string(),
-                pages::Nav::Board,
-                Some(head),
-            ),
+            &frame(key, session, &id.to_string(), pages::Nav::Board, Some(head)),
             pages::task(&view),
         ),
     )
+}
+
+/// A plan's items' rows in the plan's order (one not on the board yet left out), and the rows the page names: the
+/// items (whose dependencies are their siblings), or an item's dependencies.
+async fn family(
+    state: &AppState,
+    task: Option<&Task>,
+) -> Result<(Vec<TaskRow>, Related), task_rows::TasksError> {
+    let mut related = Related::default();
+    let Some(task) = task else {
+        return Ok((Vec::new(), related));
+    };
+    let store = state.log.store();
+    let children = task
+        .plan()
+        .map(|p| p.children.as_slice())
+        .unwrap_or_default();
+    let mut items = Vec::new();
+    if !children.is_empty() {
+        let mut found = task_rows::get_many(store, children).await?;
+        found.sort_by_key(|row| children.iter().position(|id| *id == row.id));
+        related.add(&found);
+        let missing = related.missing(&found);
+        if !missing.is_empty() {
+            related.add(&task_rows::get_many(store, &missing).await?);
+        }
+        items = found;
+    }
+    if !task.depends_on().is_empty() {
+        related.add(&task_rows::get_many(store, task.depends_on()).await?);
+    }
+    Ok((items, related))
 }
 
 /// This machine: its instance name and its runs directory, where run files are read from (nowhere else).

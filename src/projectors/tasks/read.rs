@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 
 use super::{decode_body, summarize, LinkKind, TaskFilter, TaskRow, TasksError, TimelineEntry};
-use crate::eventlog::{EventStore, StoredEvent};
+use crate::eventlog::{sql, EventStore, StoredEvent};
 use crate::tasks::{Column, Priority, TaskId};
 
 const ROW_COLUMNS: &str = "task_id, number, board_column, title, repo, priority, needs_human,
@@ -131,6 +131,33 @@ pub async fn get(store: &EventStore, id: TaskId) -> Result<Option<TaskRow>, Task
         .await?
         .map(|r| task_row(&r)));
     row.transpose()
+}
+
+/// The rows of `ids` that exist, in no particular order: one statement per [`sql::MAX_PARAMS`] ids (a page that
+/// names a plan's items or a card's dependencies reads them at once, not one by one).
+pub async fn get_many(store: &EventStore, ids: &[TaskId]) -> Result<Vec<TaskRow>, TasksError> {
+    let keys: Vec<String> = ids.iter().map(ToString::to_string).collect();
+    let mut rows = Vec::with_capacity(keys.len());
+    for chunk in keys.chunks(sql::MAX_PARAMS) {
+        let statement = format!(
+            "SELECT {ROW_COLUMNS} FROM tasks WHERE task_id IN ({})",
+            sql::list(1, chunk.len())
+        );
+        let found: Vec<TaskRow> = crate::on_store!(store, |pool, backend| {
+            let mut query = sqlx::query(&statement).persistent(false);
+            for key in chunk {
+                query = query.bind(key.as_str());
+            }
+            query
+                .fetch_all(pool)
+                .await?
+                .iter()
+                .map(task_row)
+                .collect::<Result<_, _>>()?
+        });
+        rows.extend(found);
+    }
+    Ok(rows)
 }
 
 /// Every event of a task, in log order, up to the version its row is at (so the timeline and the row agree);
