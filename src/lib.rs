@@ -32,7 +32,8 @@
 //!                  loops that apply each new event of the log; lease.rs, one replica per singleton loop
 //! projectors/      read models from the log: batch + checkpoint in one transaction, rebuildable from 0
 //! board/           the command side: load a task's stream, decide, append at its version; allow-list; pause
-//! tasks/           the task board's domain, pure: typed values, decide(state, command) → events, evolve
+//! tasks/           the task board's domain, pure: typed values, decide(state, command) → events, evolve; plans and
+//!                  triage (domain/family.rs), auto-land's facts (landing.rs), the plan file (plan/)
 //! intake/          the follower that turns qualifying webhook events into tasks or plans (rules.rs is pure)
 //! plans/           the follower that makes an approved plan's items tasks and rolls the plan up from them
 //! reactions/       the follower that turns GitHub events on pidevops branches into task commands (pure rules)

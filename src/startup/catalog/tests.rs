@@ -16,6 +16,7 @@ fn every_loop_is_planned_once() {
         HEARTBEAT_LOOP,
         "relay",
         "intake",
+        "plans",
         "reactions",
         "effects:github",
     ] {

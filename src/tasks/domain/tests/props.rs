@@ -2,6 +2,7 @@
 
 use super::super::*;
 use super::{at, new_task, reason, repo, run};
+use crate::tasks::domain::landing::{CommitSha, FactName};
 use crate::tasks::values::{LinearIssue, TelegramMessage};
 use proptest::prelude::*;
 use uuid::Uuid;
@@ -10,7 +11,7 @@ use uuid::Uuid;
 /// sequences reach deep states instead of being refused as stale at every step.
 #[derive(Clone, Debug)]
 enum Op {
-    Create { auto: bool, max: u32 },
+    Create { auto: bool, max: u32, plan: bool },
     Approve,
     Reject,
     Start,
@@ -30,11 +31,21 @@ enum Op {
     ChooseAgent(u8),
     Interrupt { live: bool },
     SetupFailed { live: bool },
+    AgentNeedsHuman { live: bool },
+    StartTriage,
+    ProposeSpec { live: bool },
+    ProposePlan { live: bool },
+    AdoptChildren(u8),
+    RollUp(u8),
+    CheckPassed(u8),
+    Approval(u8),
+    WithdrawApproval,
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        1 => (any::<bool>(), 1u32..=4).prop_map(|(auto, max)| Op::Create { auto, max }),
+        1 => (any::<bool>(), 1u32..=4, prop::bool::weighted(0.3))
+            .prop_map(|(auto, max, plan)| Op::Create { auto, max, plan }),
         3 => Just(Op::Approve),
         1 => Just(Op::Reject),
         6 => Just(Op::Start),
@@ -55,6 +66,15 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0u8..3).prop_map(Op::ChooseAgent),
         2 => prop::bool::weighted(0.9).prop_map(|live| Op::Interrupt { live }),
         2 => prop::bool::weighted(0.9).prop_map(|live| Op::SetupFailed { live }),
+        1 => prop::bool::weighted(0.9).prop_map(|live| Op::AgentNeedsHuman { live }),
+        2 => Just(Op::StartTriage),
+        2 => prop::bool::weighted(0.9).prop_map(|live| Op::ProposeSpec { live }),
+        3 => prop::bool::weighted(0.9).prop_map(|live| Op::ProposePlan { live }),
+        2 => (0u8..2).prop_map(Op::AdoptChildren),
+        3 => (0u8..6).prop_map(Op::RollUp),
+        2 => (0u8..4).prop_map(Op::CheckPassed),
+        2 => (0u8..4).prop_map(Op::Approval),
+        1 => Just(Op::WithdrawApproval),
     ]
 }
 
@@ -64,14 +84,22 @@ fn command(op: &Op, state: Option<&Task>, step: u128) -> Command {
         _ => run(10_000 + step),
     };
     match op {
-        Op::Create { auto, max } => new_task(
-            if *auto {
-                ApprovalPolicy::Auto
-            } else {
-                ApprovalPolicy::Manual
-            },
-            *max,
-        ),
+        Op::Create { auto, max, plan } => {
+            let Command::Create(mut new) = new_task(
+                if *auto {
+                    ApprovalPolicy::Auto
+                } else {
+                    ApprovalPolicy::Manual
+                },
+                *max,
+            ) else {
+                unreachable!("new_task makes a create")
+            };
+            if *plan {
+                new.family = Family::plan();
+            }
+            Command::Create(new)
+        }
         Op::Approve => Command::Approve,
         Op::Reject => Command::Reject {
             reason: reason("out of scope"),
@@ -132,6 +160,50 @@ fn command(op: &Op, state: Option<&Task>, step: u128) -> Command {
             reason: Reason::new("run setup (attempt 1): npm ci exited with status 1")
                 .expect("valid"),
         },
+        Op::AgentNeedsHuman { live } => Command::Retry {
+            cause: RetryCause::AgentNeedsHuman {
+                run: live_or_stale(*live),
+            },
+            reason: Reason::new("The agent asked for a person: which database?").expect("valid"),
+        },
+        Op::StartTriage => Command::StartTriage { run: run(step) },
+        Op::ProposeSpec { live } => Command::ProposeSpec {
+            run: live_or_stale(*live),
+            spec: Spec::new("Triaged: add an index", "migrations/**", "EXPLAIN uses it")
+                .expect("a valid spec"),
+        },
+        Op::ProposePlan { live } => Command::ProposePlan {
+            run: live_or_stale(*live),
+            plan: Box::new(plan_document()),
+        },
+        Op::AdoptChildren(n) => Command::AdoptChildren {
+            children: match n {
+                0 => vec![task_id(8), task_id(9)],
+                _ => vec![task_id(10)],
+            },
+        },
+        Op::RollUp(n) => Command::RollUp {
+            column: [
+                Column::InProgress,
+                Column::InReview,
+                Column::Done,
+                Column::Cancelled,
+                Column::Todo,
+                Column::InProgress,
+            ][usize::from(*n)],
+            needs_human: if *n == 5 { vec![task_id(9)] } else { vec![] },
+        },
+        Op::CheckPassed(n) => Command::RecordCheckPassed {
+            sha: sha(*n),
+            name: FactName::new("check", if *n % 2 == 0 { "ci" } else { "lint" }).expect("valid"),
+        },
+        Op::Approval(n) => Command::RecordApproval {
+            by: FactName::new("reviewer", if *n < 2 { "octocat" } else { "hubot" }).expect("valid"),
+            sha: sha(*n),
+        },
+        Op::WithdrawApproval => Command::WithdrawApproval {
+            by: FactName::new("reviewer", "octocat").expect("valid"),
+        },
         Op::ChooseAgent(n) => Command::ChooseAgent {
             agent: match n {
                 0 => None,
@@ -164,9 +236,32 @@ fn command(op: &Op, state: Option<&Task>, step: u128) -> Command {
     }
 }
 
+fn task_id(n: u64) -> TaskId {
+    format!("T-{n}").parse().expect("a valid id")
+}
+
+/// Two commits, for auto-land's facts.
+fn sha(n: u8) -> CommitSha {
+    CommitSha::new(if n < 2 { "aaaaaaa" } else { "bbbbbbb" }).expect("a valid sha")
+}
+
+fn plan_document() -> crate::tasks::plan::PlanDocument {
+    crate::tasks::plan::PlanDocument::parse(
+        br#"{"version": 1, "items": [{"id": "a", "title": "A", "task": "do a", "scope": ["a/**"], "done_when": "a"}]}"#,
+        &crate::tasks::plan::PlanLimits { max_items: 20 },
+    )
+    .expect("a valid plan")
+}
+
 /// Column moves the lifecycle allows; anything else seen in a run is a bug.
 const MOVES: &[(Column, Column)] = &[
+    // A triage run starts and ends; a plan's planner proposes, its proposal is approved or rejected.
+    (Column::Triage, Column::InProgress),
+    (Column::InProgress, Column::Triage),
     (Column::Triage, Column::Todo),
+    // An approved plan's roll-up.
+    (Column::InProgress, Column::Done),
+    (Column::InReview, Column::InProgress),
     (Column::Triage, Column::Cancelled),
     (Column::Todo, Column::InProgress),
     (Column::Todo, Column::Cancelled),
@@ -180,8 +275,12 @@ const MOVES: &[(Column, Column)] = &[
     (Column::Cancelled, Column::Archived),
 ];
 
-/// Commands that name a desired state: once accepted, repeating them is a no-op.
-fn names_a_state(command: &Command) -> bool {
+/// Commands that name a desired state: once accepted, repeating them is a no-op. (A plan's rejection is not one:
+/// it sends the planner back, and a second finds no proposal to reject.)
+fn names_a_state(command: &Command, task: &Task) -> bool {
+    if task.is_plan() && matches!(command, Command::Reject { .. }) {
+        return false;
+    }
     matches!(
         command,
         Command::Approve
@@ -194,6 +293,11 @@ fn names_a_state(command: &Command) -> bool {
             | Command::Reprioritize { .. }
             | Command::AttachLinks { .. }
             | Command::ChooseAgent { .. }
+            | Command::AdoptChildren { .. }
+            | Command::RollUp { .. }
+            | Command::RecordCheckPassed { .. }
+            | Command::RecordApproval { .. }
+            | Command::WithdrawApproval { .. }
     )
 }
 
@@ -202,11 +306,18 @@ fn check_state(task: &Task) -> Result<(), TestCaseError> {
     prop_assert!(task.attempts() <= task.max_attempts().get());
     prop_assert_eq!(
         task.run().is_some(),
-        task.column() == Column::InProgress,
-        "a live run exactly while in progress"
+        task.column() == Column::InProgress && !task.is_approved_plan(),
+        "a live run exactly while in progress (an approved plan's items hold theirs)"
     );
+    prop_assert_eq!(task.run().is_some(), task.purpose().is_some());
+    if task.is_approved_plan() {
+        prop_assert!(task.plan().is_some_and(|p| p.proposal.is_some()));
+    }
+    if task.purpose() == Some(RunPurpose::Triage) {
+        prop_assert!(task.triage().is_none(), "triaged once");
+    }
     if task.column() == Column::InReview {
-        prop_assert!(task.branch().is_some());
+        prop_assert!(task.branch().is_some() || task.is_approved_plan());
     }
     if task.needs_human().is_some() {
         prop_assert!(task.column().is_open(), "only open tasks need a human");
@@ -286,11 +397,18 @@ fn check_step(
     }
     if after.spec() != before.spec() {
         prop_assert!(
-            matches!(command, Command::UpdateSpec { .. }),
+            matches!(
+                command,
+                Command::UpdateSpec { .. } | Command::ProposeSpec { .. }
+            ),
             "changed by {}",
             command.name()
         );
-        prop_assert!(matches!(before.column(), Column::Triage | Column::Todo));
+        // Before work: a person's edit in triage or todo, or the triage agent's rewrite as its run ends.
+        prop_assert!(
+            matches!(before.column(), Column::Triage | Column::Todo)
+                || before.purpose() == Some(RunPurpose::Triage)
+        );
     }
     // Links only grow; only a submission may replace the pull request.
     let (b, a) = (before.links(), after.links());
@@ -320,7 +438,16 @@ fn check_step(
             .needs_human()
             .is_some_and(|f| !f.reason.as_str().is_empty()));
     }
-    if let Command::Retry { cause, .. } = command {
+    let triaging = before.purpose() == Some(RunPurpose::Triage);
+    if let (Command::Retry { .. }, true) = (command, triaging) {
+        // A triage run is not an attempt: whatever ended it, nothing is counted, given back or flagged.
+        if !events.is_empty() {
+            prop_assert_eq!(after.attempts(), before.attempts());
+            prop_assert_eq!(after.max_attempts(), before.max_attempts());
+            prop_assert_eq!(after.column(), Column::Triage);
+            prop_assert_eq!(flags, 0);
+        }
+    } else if let Command::Retry { cause, .. } = command {
         // An interrupted attempt is given back (the budget grows by one) unless the budget is at its cap.
         let returned = events
             .iter()
@@ -354,7 +481,14 @@ fn check_step(
         if last && before.needs_human().is_none() {
             prop_assert_eq!(flags, 1);
         }
-        if flags == 1 && !last {
+        let asked = matches!(cause, RetryCause::AgentNeedsHuman { .. }) && !events.is_empty();
+        if asked {
+            prop_assert!(
+                after.needs_human().is_some(),
+                "the agent's ask flags at once"
+            );
+        }
+        if flags == 1 && !last && !asked {
             let reason = after
                 .needs_human()
                 .map(|f| f.reason.as_str())
@@ -381,6 +515,8 @@ fn run_sequence(ops: &[Op]) -> Result<Vec<TaskEvent>, TestCaseError> {
     let first = Op::Create {
         auto: ops.len().is_multiple_of(2),
         max: 1 + (ops.len() % 3) as u32,
+        // One sequence in four is a plan's.
+        plan: ops.len() % 4 == 1,
     };
     for (i, op) in std::iter::once(&first).chain(ops).enumerate() {
         let step = i as u128 + 1;
@@ -423,7 +559,7 @@ fn run_sequence(ops: &[Op]) -> Result<Vec<TaskEvent>, TestCaseError> {
             Some(b) => check_step(b, &after, &command, &events)?,
             None => prop_assert!(matches!(command, Command::Create(_))),
         }
-        if !events.is_empty() && names_a_state(&command) {
+        if !events.is_empty() && names_a_state(&command, &after) {
             prop_assert_eq!(
                 decide(Some(&after), &command, now),
                 Ok(vec![]),
@@ -502,5 +638,5 @@ fn generated_sequences_reach_every_column_and_event() {
         }
     }
     assert_eq!(columns.len(), Column::ALL.len(), "{columns:?}");
-    assert_eq!(kinds.len(), 17, "{kinds:?}");
+    assert_eq!(kinds.len(), 26, "{kinds:?}");
 }
