@@ -50,6 +50,8 @@ fn config(remote: &Remote, script: &std::path::Path, manual: Option<&Remote>) ->
     if let Some(other) = manual {
         let mut table = toml::Table::new();
         table.insert("url".into(), other.url().into());
+        // Like `REPO` (dispatch_file's): this suite is about landing, not scopes.
+        table.insert("scope".into(), "off".into());
         rules(&mut table, "manual");
         repos.insert(MANUAL_REPO.into(), table.into());
     }

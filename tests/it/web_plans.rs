@@ -612,24 +612,26 @@ async fn a_triage_rewrite_is_edited_then_approved_and_bad_input_is_refused_preci
 async fn a_hostile_plan_review_and_spec_render_as_text(db: TestDb) {
     let app = TestApp::spawn(crate::common::settings(&db)).await;
     let board = &app.state.board;
+    // Ids must be plain (the plan file refuses anything else) and scopes hold no whitespace; everything else a
+    // planner writes may carry markup.
     let hostile = document(
         "<b onmouseover=alert(1)>summary</b>",
         vec![
             json!({
-                "id": "<i>a</i>",
+                "id": "a",
                 "title": "<script>alert('title')</script>",
                 "task": r#"<a href="javascript:alert(3)">click</a>"#,
-                "scope": ["<img src=x onerror=alert(2)>", "javascript:alert(4)"],
+                "scope": ["<img/src=x/onerror=alert(2)>", "javascript:alert(4)"],
                 "done_when": "</dd></dl><script>alert(5)</script>",
                 "depends_on": [],
             }),
             json!({
-                "id": "b\"><script>alert(6)</script>",
+                "id": "b",
                 "title": "<iframe src=javascript:alert(7)>",
-                "task": "x",
-                "scope": ["src/<svg onload=alert(8)>/**"],
-                "done_when": "y",
-                "depends_on": ["<i>a</i>"],
+                "task": "<i>x</i>",
+                "scope": ["src/<svg/onload=alert(8)>/**"],
+                "done_when": "y\"><script>alert(6)</script>",
+                "depends_on": ["a"],
             }),
         ],
     );
@@ -713,9 +715,9 @@ async fn a_hostile_plan_review_and_spec_render_as_text(db: TestDb) {
     }
     let (_, html) = get(&app, &format!("/tasks/{plan}"), &cookie).await;
     for escaped in [
-        "&lt;img src=x onerror=alert(2)&gt;",
-        "&lt;i&gt;a&lt;/i&gt;",
-        "b&quot;&gt;&lt;script&gt;alert(6)&lt;/script&gt;",
+        "&lt;img/src=x/onerror=alert(2)&gt;",
+        "&lt;i&gt;x&lt;/i&gt;",
+        "y&quot;&gt;&lt;script&gt;alert(6)&lt;/script&gt;",
         "&lt;/dd&gt;&lt;/dl&gt;&lt;script&gt;alert(5)&lt;/script&gt;",
         "&lt;b onmouseover=alert(1)&gt;summary&lt;/b&gt;",
     ] {
