@@ -163,7 +163,8 @@ pub fn after_plan_pull_request(
             repo: issue.repo.clone(),
             number: issue.number.get(),
             body: format!(
-                "pidevops carried out this plan as {} with its items {} and opened {pull} with their work combined.\n\n{}",
+                "pidevops carried out this plan as {} with its items {} and opened {pull} with their work \
+                 combined.\n\n{}",
                 plan.id(),
                 items.join(", "),
                 super::marker(&key)

@@ -152,18 +152,17 @@ impl Combine {
                 .map(|i| (i.task, i.commit.as_str().to_owned()))
                 .collect(),
         };
-        let combined = match tokio::time::timeout(COMBINE_TIMEOUT, self.combiner.combine(&request))
-            .await
-        {
+        let combining = tokio::time::timeout(COMBINE_TIMEOUT, self.combiner.combine(&request));
+        let combined = match combining.await {
             Ok(Ok(combined)) => combined,
             Ok(Err(error)) => {
                 let why = format!("combining its items failed: {error}");
                 return self.flag(plan, &why, progress).await;
             }
             Err(_) => {
+                let secs = COMBINE_TIMEOUT.as_secs();
                 let why = format!(
-                    "combining its items took over {} s (fetch, merges and push) and was stopped",
-                    COMBINE_TIMEOUT.as_secs()
+                    "combining its items took over {secs} s (fetch, merges, push): stopped"
                 );
                 return self.flag(plan, &why, progress).await;
             }

@@ -154,7 +154,7 @@ impl Reactions {
                 Ok(outcome) => {
                     if !outcome.appended.is_empty() {
                         progress.applied += 1;
-                        tracing::info!(task = %item.task, plan = %plan.id(), "completed with its plan's pull request");
+                        tracing::info!(task = %item.task, plan = %plan.id(), "completed with its plan");
                     }
                 }
                 Err(BoardError::Refused(refused)) => {
