@@ -26,7 +26,7 @@ per_backend!(
     a_cancelled_item_flags_the_items_that_depend_on_it,
 );
 
-const GITHUB_TOKEN: &str = "ghp_fake_token_for_the_fake_github";
+pub(crate) const GITHUB_TOKEN: &str = "ghp_fake_token_for_the_fake_github";
 
 /// Writes an executable bash script (the worker needs bash's `/dev/tcp` for the barrier).
 pub fn bash_agent(dir: &Path, name: &str, body: &str) -> PathBuf {
@@ -38,7 +38,7 @@ pub fn bash_agent(dir: &Path, name: &str, body: &str) -> PathBuf {
 }
 
 /// A planner that writes `plan` as `.pidevops/plan.json`.
-fn planner(dir: &Path, name: &str, plan: &Value) -> PathBuf {
+pub(crate) fn planner(dir: &Path, name: &str, plan: &Value) -> PathBuf {
     bash_agent(
         dir,
         name,
@@ -49,7 +49,7 @@ fn planner(dir: &Path, name: &str, plan: &Value) -> PathBuf {
     )
 }
 
-fn item(id: &str, scope: &[&str], depends_on: &[&str]) -> Value {
+pub(crate) fn item(id: &str, scope: &[&str], depends_on: &[&str]) -> Value {
     json!({
         "id": id,
         "title": format!("Part {}", id.to_uppercase()),
@@ -101,7 +101,7 @@ fn config(remote: &Remote, planner: &Path, worker: &Path) -> toml::Table {
     .unwrap()
 }
 
-async fn spawn(
+pub(crate) async fn spawn(
     db: &TestDb,
     file: toml::Table,
     root: &Path,
@@ -117,7 +117,7 @@ async fn spawn(
     TestApp::spawn(settings).await
 }
 
-async fn api(
+pub(crate) async fn api(
     app: &TestApp,
     method: reqwest::Method,
     path: &str,
@@ -135,7 +135,7 @@ async fn api(
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
-async fn new_plan(app: &TestApp, goal: &str) -> TaskId {
+pub(crate) async fn new_plan(app: &TestApp, goal: &str) -> TaskId {
     let (status, body) = api(
         app,
         reqwest::Method::POST,
@@ -147,20 +147,20 @@ async fn new_plan(app: &TestApp, goal: &str) -> TaskId {
     body["task"]["id"].as_str().unwrap().parse().unwrap()
 }
 
-async fn plan_of(app: &TestApp, id: TaskId) -> Value {
+pub(crate) async fn plan_of(app: &TestApp, id: TaskId) -> Value {
     let (status, body) = api(app, reqwest::Method::GET, &format!("/api/plans/{id}"), None).await;
     assert_eq!(status, 200, "{body}");
     body
 }
 
-async fn row(app: &TestApp, id: TaskId) -> task_rows::TaskRow {
+pub(crate) async fn row(app: &TestApp, id: TaskId) -> task_rows::TaskRow {
     task_rows::get(app.state.log.store(), id)
         .await
         .unwrap()
         .unwrap()
 }
 
-async fn runs_of(app: &TestApp, id: TaskId) -> Vec<RunRow> {
+pub(crate) async fn runs_of(app: &TestApp, id: TaskId) -> Vec<RunRow> {
     runs::query(app.state.log.store(), Which::Task(&id.to_string()))
         .await
         .unwrap()
@@ -177,7 +177,7 @@ async fn proposed(app: &TestApp, id: TaskId) -> Value {
 }
 
 /// The items of an approved plan, once all are made and on the board.
-async fn items_of(app: &TestApp, id: TaskId, n: usize) -> Vec<TaskId> {
+pub(crate) async fn items_of(app: &TestApp, id: TaskId, n: usize) -> Vec<TaskId> {
     within(Duration::from_secs(30), "the plan's items made", || async {
         plan_of(app, id).await["items"].as_array().map(Vec::len) == Some(n)
     })
@@ -212,7 +212,7 @@ async fn barrier(n: usize) -> u16 {
 }
 
 /// The merge of `branch`'s pull request `number` in `REPO`, signed.
-async fn merge(app: &TestApp, branch: &str, number: u64) {
+pub(crate) async fn merge(app: &TestApp, branch: &str, number: u64) {
     let mut body: Value = serde_json::from_str(
         &std::fs::read_to_string(
             crate::common::fixtures_dir().join("github/pull_request/closed.payload.json"),
@@ -239,7 +239,7 @@ async fn merge(app: &TestApp, branch: &str, number: u64) {
 }
 
 /// The pull request pidevops opened for `id`, once the task is linked to it.
-async fn pull_request_of(app: &TestApp, id: TaskId) -> u64 {
+pub(crate) async fn pull_request_of(app: &TestApp, id: TaskId) -> u64 {
     within(
         Duration::from_secs(30),
         &format!("{id}'s pull request linked"),
