@@ -111,12 +111,22 @@ impl Workspaces {
         let git_dir = format!("--git-dir={}", mirror.to_string_lossy());
         for (item, commit) in &request.items {
             if !self.has_commit(&git_dir, commit).await {
-                // Not reachable from any branch any more (moved by someone): ask the remote for the id itself.
+                // Not reachable from any branch any more (moved by someone): ask the remote for the id itself,
+                // taking turns with the runs' fetches.
+                let _guard = state.lock.lock().await;
                 let _ = self
                     .run_git(
                         &format!("fetching {item}'s recorded commit"),
                         Some(source),
-                        &[&git_dir, "fetch", "--quiet", "--", &source.url, commit],
+                        &[
+                            &git_dir,
+                            "fetch",
+                            "--quiet",
+                            "--no-write-fetch-head",
+                            "--",
+                            &source.url,
+                            commit,
+                        ],
                         None,
                     )
                     .await;
@@ -236,6 +246,12 @@ impl Workspaces {
                 .filter(|f| !f.is_empty())
                 .map(str::to_owned)
                 .collect();
+            // Paths are the agents' to choose: a control character in one is shown as `?`, never as a new line.
+            let shown = |path: &str| -> String {
+                path.chars()
+                    .map(|c| if c.is_control() { '?' } else { c })
+                    .collect()
+            };
             if files.is_empty() {
                 return Err(error);
             }
@@ -255,7 +271,7 @@ impl Workspaces {
             return Ok(Err(Combined::Conflict {
                 item: *item,
                 total: files.len(),
-                files: named_files,
+                files: named_files.iter().map(|f| shown(f)).collect(),
                 with,
             }));
         }
