@@ -401,9 +401,59 @@ mkdir -p "$part" && echo done > "$part/done.txt""#
         &check_suite(branch.as_str(), &theirs, "failure"),
     )
     .await;
+    // A stranger's review is not a person's call either: recorded as ignored.
+    let mut stranger = review(branch.as_str(), number, &commit, "changes_requested");
+    stranger["review"]["author_association"] = json!("CONTRIBUTOR");
+    deliver(&app, "pull_request_review", &stranger).await;
     app.drive("reactions").await;
     app.project().await;
     assert!(!row(&app, plan).await.needs_human);
+    let ignored = app.all_events().await;
+    assert!(
+        ignored.iter().any(|e| e.event_type == "reactions.ignored"
+            && String::from_utf8_lossy(&e.body).contains("CONTRIBUTOR")),
+        "the stranger's review recorded as ignored"
+    );
+
+    // Closed without merging: the plan waits for a person, its items are not cancelled behind anyone's back.
+    let mut closed = review(branch.as_str(), number, &commit, "approved");
+    closed["action"] = json!("closed");
+    closed["pull_request"]["merged"] = json!(false);
+    closed["sender"]["login"] = json!("bob");
+    deliver(&app, "pull_request", &closed).await;
+    within(Duration::from_secs(30), "the plan flagged", || async {
+        row(&app, plan).await.needs_human
+    })
+    .await;
+    let reason = row(&app, plan).await.needs_human_reason.unwrap();
+    assert!(reason.contains("closed without merging by bob"), "{reason}");
+    for id in [a, b] {
+        assert_eq!(row(&app, id).await.column, Column::InReview);
+    }
+    // The person clears the flag (the pull request reopened): nothing to combine again, the items are as they were.
+    let (status, body) = crate::plans::api(
+        &app,
+        reqwest::Method::POST,
+        &format!("/api/tasks/{plan}/retry"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    app.drive("combine").await;
+    app.project().await;
+    assert!(!row(&app, plan).await.needs_human);
+    assert_eq!(remote.branch(branch.as_str()), Some(commit.clone()));
+    let combinations = app
+        .all_events()
+        .await
+        .iter()
+        .filter(|e| e.event_type == "task.combined")
+        .count();
+    assert_eq!(
+        combinations, 1,
+        "recorded once for this set of item commits"
+    );
+
     deliver(
         &app,
         "check_suite",
