@@ -1,10 +1,13 @@
 //! The GitHub policy: a task in review gets one pull request, and the issue it came from hears of it; with
 //! `land = "auto"` its pull request is merged once the checks and approvals are in (`tasks::landing` decides).
+//! Under `[plans] land = "combined"` a plan's items open none: the plan's combination opens the plan's one pull
+//! request (`combined.rs`), merged by auto-land the same way once the facts about its combined commit are in.
 //! The request builders are pure; [`GithubPolicy`] is the `effects:github` loop's side of [`ProviderPolicy`].
 
 use anyhow::Context;
 use chrono::Utc;
 
+use super::combined::{after_plan_pull_request, lands_with_its_plan, plan_pull_request};
 use super::policy::PolicyConfig;
 use super::provider::{not_mine, OpenedPullRequest, ProviderPolicy};
 use super::runner::{Effects, ACTOR};
@@ -36,7 +39,10 @@ impl ProviderPolicy for GithubPolicy {
     }
 
     fn notifies(&self, event: &TaskEvent) -> bool {
-        matches!(event, TaskEvent::SubmittedForReview { .. }) || may_land(event)
+        matches!(
+            event,
+            TaskEvent::SubmittedForReview { .. } | TaskEvent::Combined { .. }
+        ) || may_land(event)
     }
 
     async fn requests(
@@ -48,6 +54,18 @@ impl ProviderPolicy for GithubPolicy {
     ) -> anyhow::Result<Vec<Request>> {
         let task = &loaded.task;
         let mut requests = github(task_event, task, &self.config);
+        if let (TaskEvent::Combined { .. }, Some(combination)) =
+            (task_event, task.plan().and_then(|p| p.combined.as_ref()))
+        {
+            // The plan's one pull request, described with its items as they are now.
+            let mut items = Vec::with_capacity(combination.items.len());
+            for item in &combination.items {
+                if let Some(item) = fx.board().load(item.task).await? {
+                    items.push(item.task);
+                }
+            }
+            requests.push(plan_pull_request(task, combination, &items, &self.config));
+        }
         if may_land(task_event) {
             let rules = fx.board().config().land_for(task.repo());
             if let Some(merge) = land(task, &rules) {
@@ -90,12 +108,11 @@ impl ProviderPolicy for GithubPolicy {
             }
             Err(error) => return Err(error).context("linking the pull request to its task"),
         };
-        Ok(after_pull_request(
-            &linked,
-            opened.number,
-            opened.url,
-            Utc::now(),
-        ))
+        Ok(if linked.is_plan() {
+            after_plan_pull_request(&linked, opened.number, opened.url, Utc::now())
+        } else {
+            after_pull_request(&linked, opened.number, opened.url, Utc::now())
+        })
     }
 
     async fn call(&self, _key: &str, action: &Action) -> Result<Produced, CallError> {
@@ -140,6 +157,8 @@ impl ProviderPolicy for GithubPolicy {
 /// The GitHub requests `event` (one of `task`'s events) asks for.
 pub fn github(event: &TaskEvent, task: &Task, config: &PolicyConfig) -> Vec<Request> {
     match event {
+        // A combined plan's item lands with its plan: the plan's combination opens one pull request for all.
+        TaskEvent::SubmittedForReview { .. } if lands_with_its_plan(task, config) => Vec::new(),
         // One pull request per task: a later attempt pushes to the same branch, which updates it.
         TaskEvent::SubmittedForReview { branch, .. } => vec![Request {
             key: format!("github:pr:{}", task.id()),

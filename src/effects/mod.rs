@@ -22,6 +22,7 @@
 //! a human, and the loop moves on.
 
 pub mod bot;
+mod combined;
 mod github;
 mod linear;
 mod linear_plan;

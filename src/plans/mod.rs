@@ -9,13 +9,21 @@
 //! - `task.cancelled` of an item: the items that depend on it can never start; each is flagged for a person.
 //! - `task.cancelled` of a plan: its open items are cancelled (a cancelled plan's agents stop).
 //!
+//! With `[plans] land = "combined"` the items' work lands as one: the `combine` loop ([`combine`]) merges it
+//! into `pidevops/<plan>` once every open item is in review. An item that depends on another could then never
+//! start (its dependency is done only when the plan's one pull request merges), so such a plan is flagged for a
+//! person when its items are made.
+//!
 //! Every command is idempotent by key or by the task's state, so a crash before the checkpoint moves repeats
 //! nothing that matters: creation dedups on the intake key, adoption of the same items is a no-op, a roll-up to
 //! where the plan is changes nothing, a flag already up or a cancel already done is refused or a no-op.
 
+pub mod combine;
+
 use anyhow::Context;
 
 use crate::board::{Board, BoardError, Draft};
+use crate::config::file::PlanLand;
 use crate::domain::Source;
 use crate::eventlog::{EventLog, StoredEvent};
 use crate::loops::follow::{AsStored, Follow, Follower, Next};
@@ -48,14 +56,17 @@ pub struct PlansProgress {
 pub struct Plans {
     log: EventLog,
     board: Board,
+    /// `[plans] land`: how the items reach GitHub.
+    land: PlanLand,
     follow: Follow<StoredEvent>,
 }
 
 impl Plans {
-    pub fn new(log: EventLog, board: Board) -> Self {
+    pub fn new(log: EventLog, board: Board, land: PlanLand) -> Self {
         Self {
             log,
             board,
+            land,
             follow: Follow::default(),
         }
     }
@@ -163,7 +174,11 @@ impl Plans {
             }
             made.push((item.id(), outcome.task.id()));
         }
-        let children = made.iter().map(|(_, id)| *id).collect();
+        let children: Vec<TaskId> = made.iter().map(|(_, id)| *id).collect();
+        if self.land == PlanLand::Combined {
+            self.dependents_cannot_land(plan, document, &made, progress)
+                .await?;
+        }
         match self
             .board
             .execute(plan, &Command::AdoptChildren { children }, ACTOR)
@@ -177,6 +192,47 @@ impl Plans {
             Err(error) => return Err(error).with_context(|| format!("adopting {plan}'s items")),
         }
         self.roll_up(plan, progress).await
+    }
+
+    /// Under `land = "combined"` an item waits for its dependencies to be done, and they are done only when the
+    /// plan's one pull request merges, which waits for that item: it can never start. A person decides.
+    async fn dependents_cannot_land(
+        &self,
+        plan: TaskId,
+        document: &crate::tasks::plan::PlanDocument,
+        made: &[(&crate::tasks::plan::ItemId, TaskId)],
+        progress: &mut PlansProgress,
+    ) -> anyhow::Result<()> {
+        let task_of = |item: &crate::tasks::plan::ItemId| {
+            made.iter()
+                .find(|(id, _)| *id == item)
+                .map_or_else(|| item.to_string(), |(_, task)| task.to_string())
+        };
+        let waiting: Vec<String> = document
+            .items()
+            .iter()
+            .filter(|item| !item.depends_on().is_empty())
+            .map(|item| {
+                let on: Vec<String> = item.depends_on().iter().map(task_of).collect();
+                format!("{} on {}", task_of(item.id()), on.join(" and "))
+            })
+            .collect();
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        let why = Reason::summarize(&format!(
+            "[plans] land = \"combined\" lands the items together in one pull request, so an item that depends \
+             on another can never start (its dependency is done only when that pull request merges): {}. Cancel \
+             the dependent items (they can be a plan of their own once this one lands), or cancel the plan",
+            waiting.join("; ")
+        ));
+        if self
+            .command(plan, Command::FlagNeedsHuman { reason: why })
+            .await?
+        {
+            progress.flagged += 1;
+        }
+        Ok(())
     }
 
     /// Something happened to a task: if it is a plan's item, the plan follows.

@@ -11,7 +11,13 @@
 //!
 //! Before anything moves, `rules::admit` holds the event to what pidevops recorded for the task (its repository,
 //! its pull request, not a fork, a trusted reviewer); a refusal is recorded as `reactions.ignored` with the reason.
+//!
+//! A plan's pull request (`[plans] land = "combined"`, branch `pidevops/<plan>`) is held to the same, and its
+//! results count only for the plan's last combined commit (`plan.rs`): merged completes each item combined (and
+//! so the plan), closed unmerged, a failed check or requested changes flag the plan for a person (which item to
+//! send back is theirs to say), a passing check and a trusted approval are the plan's landing facts.
 
+mod plan;
 pub mod rules;
 
 use anyhow::Context;
@@ -113,6 +119,10 @@ impl Reactions {
                     progress.ignored += 1;
                     self.record_ignored(event, id, &why).await?;
                     return Ok(Next::Done);
+                }
+                // A plan's pull request (`land = "combined"`): its items do the work, a person decides.
+                if loaded.task.is_plan() {
+                    return self.plan_reaction(event, &loaded, reaction, progress).await;
                 }
             }
         }

@@ -19,7 +19,7 @@ use builds::{
     effects, github_effects, heartbeat, linear_effects, poller_entry, telegram_effects, RelayJob,
 };
 use plans::{
-    cron_plan, dispatch_loops, github_effects_plan, linear_effects_plan, poller_loop,
+    combine_plan, cron_plan, dispatch_loops, github_effects_plan, linear_effects_plan, poller_loop,
     telegram_effects_plan, telegram_updates,
 };
 
@@ -289,11 +289,33 @@ pub const CATALOG: &[Entry] = &[
             let plans = Arc::new(crate::plans::Plans::new(
                 parts.log.clone(),
                 parts.board.clone(),
+                parts.settings.file.plans.land,
             ));
             Ok(Built::ticking(
                 move || {
                     let plans = plans.clone();
                     async move { plans.tick().await }
+                },
+                |p| Pace::again_if(p.out_of_time),
+            )
+            .at_head())
+        },
+    },
+    Entry {
+        plan: combine_plan,
+        build: |parts, _| {
+            let dispatcher = parts
+                .dispatcher
+                .context("the loop plan arms combine but dispatch is off")?;
+            let combine = Arc::new(crate::plans::combine::Combine::new(
+                parts.log.clone(),
+                parts.board.clone(),
+                dispatcher.combiner(),
+            ));
+            Ok(Built::ticking(
+                move || {
+                    let combine = combine.clone();
+                    async move { combine.tick().await }
                 },
                 |p| Pace::again_if(p.out_of_time),
             )

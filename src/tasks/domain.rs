@@ -13,11 +13,13 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+mod combined;
 mod decision;
 mod evolution;
 mod family;
 pub mod landing;
 
+pub use combined::{Combination, CombinedItem};
 pub use decision::decide;
 pub use evolution::{evolve, replay};
 pub use family::{roll_up, ChildView, PlanState, RollUp, TriageOutcome, TriageState};
@@ -448,6 +450,13 @@ pub enum Command {
     WithdrawApproval {
         by: FactName,
     },
+    /// The plan's items (open, all in review) were merged at their recorded commits into `commit` on
+    /// `pidevops/<plan>` from `base` and pushed (`land = "combined"`).
+    RecordCombined {
+        commit: CommitSha,
+        base: CommitSha,
+        items: Vec<CombinedItem>,
+    },
 }
 
 impl Command {
@@ -478,6 +487,7 @@ impl Command {
             Command::RecordCheckPassed { .. } => "record-check-passed",
             Command::RecordApproval { .. } => "record-approval",
             Command::WithdrawApproval { .. } => "withdraw-approval",
+            Command::RecordCombined { .. } => "record-combined",
         }
     }
 }
@@ -640,6 +650,14 @@ pub enum TaskEvent {
         at: DateTime<Utc>,
         by: FactName,
     },
+    /// The plan's items were merged into `commit`, pushed as `pidevops/<plan>` (`land = "combined"`): its one
+    /// pull request is opened from it, and facts about an earlier combination start over.
+    Combined {
+        at: DateTime<Utc>,
+        commit: CommitSha,
+        base: CommitSha,
+        items: Vec<CombinedItem>,
+    },
 }
 
 impl TaskEvent {
@@ -672,6 +690,7 @@ impl TaskEvent {
             TaskEvent::CheckPassed { .. } => "task.check_passed",
             TaskEvent::ReviewApproved { .. } => "task.review_approved",
             TaskEvent::ApprovalWithdrawn { .. } => "task.approval_withdrawn",
+            TaskEvent::Combined { .. } => "task.combined",
         }
     }
 
@@ -702,7 +721,8 @@ impl TaskEvent {
             | TaskEvent::RolledUp { at, .. }
             | TaskEvent::CheckPassed { at, .. }
             | TaskEvent::ReviewApproved { at, .. }
-            | TaskEvent::ApprovalWithdrawn { at, .. } => *at,
+            | TaskEvent::ApprovalWithdrawn { at, .. }
+            | TaskEvent::Combined { at, .. } => *at,
         }
     }
 }
@@ -768,6 +788,8 @@ pub enum TaskError {
         command: &'static str,
         needs: TaskKind,
     },
+    #[error("{id}: {items} are not its items, each once")]
+    NotItems { id: TaskId, items: String },
     #[error("{id} already has its tasks ({existing}); refusing {proposed}")]
     ChildrenConflict {
         id: TaskId,

@@ -17,9 +17,10 @@ pub mod plan;
 pub mod values;
 
 pub use domain::{
-    decide, evolve, replay, roll_up, AttemptReport, ChildView, Command, Failure, Family, FollowUp,
-    NeedsHuman, NewTask, PlanState, RetryCause, RollUp, Task, TaskCreated, TaskError, TaskEvent,
-    TriageOutcome, TriageState, MAX_FOLLOW_UPS, OSCILLATION_STARTS, OSCILLATION_WINDOW_S,
+    decide, evolve, replay, roll_up, AttemptReport, ChildView, Combination, CombinedItem, Command,
+    Failure, Family, FollowUp, NeedsHuman, NewTask, PlanState, RetryCause, RollUp, Task,
+    TaskCreated, TaskError, TaskEvent, TriageOutcome, TriageState, MAX_FOLLOW_UPS,
+    OSCILLATION_STARTS, OSCILLATION_WINDOW_S,
 };
 pub use domain::{
     landing, CommitSha, FactName, LandConfig, LandMode, Landing, MergeMethod, Readiness,

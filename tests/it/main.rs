@@ -36,6 +36,7 @@ mod leases;
 mod linear;
 mod openapi;
 mod plans;
+mod plans_combined;
 mod pollers;
 mod process;
 mod projectors;

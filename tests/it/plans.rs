@@ -26,7 +26,7 @@ per_backend!(
     a_cancelled_item_flags_the_items_that_depend_on_it,
 );
 
-const GITHUB_TOKEN: &str = "ghp_fake_token_for_the_fake_github";
+pub(crate) const GITHUB_TOKEN: &str = "ghp_fake_token_for_the_fake_github";
 
 /// Writes an executable bash script (the worker needs bash's `/dev/tcp` for the barrier).
 pub fn bash_agent(dir: &Path, name: &str, body: &str) -> PathBuf {
@@ -49,7 +49,7 @@ pub(crate) fn planner(dir: &Path, name: &str, plan: &Value) -> PathBuf {
     )
 }
 
-pub fn item(id: &str, scope: &[&str], depends_on: &[&str]) -> Value {
+pub(crate) fn item(id: &str, scope: &[&str], depends_on: &[&str]) -> Value {
     json!({
         "id": id,
         "title": format!("Part {}", id.to_uppercase()),
@@ -142,7 +142,7 @@ pub(crate) async fn spawn(
     TestApp::spawn(settings).await
 }
 
-async fn api(
+pub(crate) async fn api(
     app: &TestApp,
     method: reqwest::Method,
     path: &str,
@@ -172,14 +172,14 @@ pub(crate) async fn new_plan(app: &TestApp, goal: &str) -> TaskId {
     body["task"]["id"].as_str().unwrap().parse().unwrap()
 }
 
-async fn plan_of(app: &TestApp, id: TaskId) -> Value {
+pub(crate) async fn plan_of(app: &TestApp, id: TaskId) -> Value {
     let (status, body) = api(app, reqwest::Method::GET, &format!("/api/plans/{id}"), None).await;
     assert_eq!(status, 200, "{body}");
     body
 }
 
 /// The task's row, the read models brought to the log's head first (the row of a task just made may lag).
-async fn row(app: &TestApp, id: TaskId) -> task_rows::TaskRow {
+pub(crate) async fn row(app: &TestApp, id: TaskId) -> task_rows::TaskRow {
     app.project().await;
     task_rows::get(app.state.log.store(), id)
         .await
@@ -187,7 +187,7 @@ async fn row(app: &TestApp, id: TaskId) -> task_rows::TaskRow {
         .unwrap_or_else(|| panic!("{id} is on the board"))
 }
 
-async fn runs_of(app: &TestApp, id: TaskId) -> Vec<RunRow> {
+pub(crate) async fn runs_of(app: &TestApp, id: TaskId) -> Vec<RunRow> {
     runs::query(app.state.log.store(), Which::Task(&id.to_string()))
         .await
         .unwrap()
@@ -239,7 +239,7 @@ async fn barrier(n: usize) -> u16 {
 }
 
 /// The merge of `branch`'s pull request `number` in `REPO`, signed.
-async fn merge(app: &TestApp, branch: &str, number: u64) {
+pub(crate) async fn merge(app: &TestApp, branch: &str, number: u64) {
     let mut body: Value = serde_json::from_str(
         &std::fs::read_to_string(
             crate::common::fixtures_dir().join("github/pull_request/closed.payload.json"),
@@ -266,7 +266,7 @@ async fn merge(app: &TestApp, branch: &str, number: u64) {
 }
 
 /// The pull request pidevops opened for `id`, once the task is linked to it.
-async fn pull_request_of(app: &TestApp, id: TaskId) -> u64 {
+pub(crate) async fn pull_request_of(app: &TestApp, id: TaskId) -> u64 {
     within(
         Duration::from_secs(30),
         &format!("{id}'s pull request linked"),

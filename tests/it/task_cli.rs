@@ -320,10 +320,14 @@ async fn plans_from_a_terminal(db: TestDb) {
     assert!(ok && out.starts_with("unchanged"), "{out}");
 
     // The plans loop makes the items tasks; one of them waits for a person.
-    pidevops::plans::Plans::new(log.clone(), board.clone())
-        .tick()
-        .await
-        .unwrap();
+    pidevops::plans::Plans::new(
+        log.clone(),
+        board.clone(),
+        pidevops::config::file::PlanLand::Separate,
+    )
+    .tick()
+    .await
+    .unwrap();
     let c: TaskId = "T-4".parse().unwrap();
     board
         .execute(

@@ -156,6 +156,11 @@ impl Dispatcher {
         self.inner.local.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The handle that combines a plan's items (`[plans] land = "combined"`) on this dispatcher's mirrors.
+    pub fn combiner(&self) -> super::workspace::Combiner {
+        super::workspace::Combiner::new(self.inner.workspaces.clone(), self.inner.config.clone())
+    }
+
     pub fn confinement(&self) -> String {
         self.inner.containment.describe()
     }

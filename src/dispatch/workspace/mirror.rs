@@ -128,29 +128,13 @@ impl Workspaces {
     /// Pushes `commit` as the attempt's branch, from the mirror, to the configured URL. Forced: each attempt
     /// starts again from the base, so it replaces the last.
     pub async fn push(&self, prepared: &Prepared, commit: &str) -> Result<(), WorkspaceError> {
-        self.check_token(&prepared.repo, &prepared.source)?;
-        if commit.len() != 40 || !commit.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(WorkspaceError::Git {
-                what: format!("pushing {}", prepared.branch.as_str()),
-                detail: format!("{commit:?} is not a commit id"),
-            });
-        }
-        let refspec = format!("+{commit}:refs/heads/{}", prepared.branch.as_str());
-        let git_dir = format!("--git-dir={}", prepared.dirs.mirror.to_string_lossy());
-        self.run_git(
-            &format!("pushing {}", prepared.branch.as_str()),
-            Some(&prepared.source),
-            &[
-                &git_dir,
-                "push",
-                "--quiet",
-                "--",
-                &prepared.source.url,
-                &refspec,
-            ],
-            None,
+        self.push_commit(
+            &prepared.repo,
+            &prepared.source,
+            &prepared.dirs.mirror,
+            &prepared.branch,
+            commit,
         )
-        .await?;
-        Ok(())
+        .await
     }
 }

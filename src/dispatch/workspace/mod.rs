@@ -8,6 +8,7 @@
 //! <root>/runs/<task>/<run>/agent.log         everything it printed
 //! <root>/runs/<task>/<run>/prompt.md         the prompt, for `{prompt_file}`
 //! <root>/runs/<task>/<run>/diff.json, .patch what the attempt changed (`diff.rs`), for the task's page
+//! <root>/combine/<plan>/<uuid>/worktree/     pidevops's own worktree merging a plan's items (`combine.rs`)
 //! ```
 //!
 //! Every path is built from a validated `RepoName`, `TaskId` and `RunId`, none of which can hold `..` or `/`
@@ -32,8 +33,10 @@
 //! - `handoff.rs`   the agent's own repository in its worktree (`hand_to_agent`)
 //! - `spares.rs`    spare worktrees made ahead, and finished ones reset and reused in a new directory
 //! - `diff.rs`      an attempt's diff from its base to its commit, recorded next to its log (capped)
+//! - `combine.rs`   a plan's items merged at their recorded commits into `pidevops/<plan>` and pushed
 //! - `gc.rs`        run directories past the TTL, a previous process's spares, worktree lists pruned
 
+mod combine;
 pub mod diff;
 mod gc;
 mod git;
@@ -42,6 +45,7 @@ mod mirror;
 mod spares;
 mod worktree;
 
+pub use combine::{CombineRequest, Combined, Combiner};
 pub use gc::GcReport;
 
 use std::collections::HashMap;

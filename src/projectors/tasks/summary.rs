@@ -125,6 +125,13 @@ pub fn summarize(event: &TaskEvent) -> String {
         }
         TaskEvent::ReviewApproved { sha, by, .. } => format!("approved by {by} at {}", sha.short()),
         TaskEvent::ApprovalWithdrawn { by, .. } => format!("{by}'s approval was dismissed"),
+        TaskEvent::Combined { commit, items, .. } => {
+            let ids: Vec<String> = items
+                .iter()
+                .map(|i| format!("{} ({})", i.task, i.commit.short()))
+                .collect();
+            format!("items combined at {}: {}", commit.short(), ids.join(", "))
+        }
         TaskEvent::LinksAttached { links, .. } => {
             let keys: Vec<String> = link_keys(links)
                 .into_iter()

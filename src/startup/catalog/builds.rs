@@ -93,6 +93,7 @@ pub(super) fn github_effects(parts: &Parts<'_>) -> anyhow::Result<crate::effects
         client,
         crate::effects::policy::PolicyConfig {
             bases,
+            plan_land: settings.file.plans.land,
             ..Default::default()
         },
     ))

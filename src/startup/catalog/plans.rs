@@ -189,6 +189,36 @@ pub(super) fn poller_loop(
 
 /// The dispatcher, watchdog and gc: all three run when dispatch is on; the dispatcher is `unarmed` when it is on
 /// but nothing could run (no agent executable, a repository needing `GITHUB_TOKEN` without it, …).
+/// The `combine` loop: armed with `[plans] land = "combined"` where this process dispatches (its mirrors).
+pub(super) fn combine_plan(settings: &Settings) -> Vec<PlannedLoop> {
+    use crate::config::file::PlanLand;
+    let name = crate::plans::combine::COMBINE;
+    let interval = settings.projector_interval;
+    let off = |reason: String| {
+        vec![PlannedLoop::off(
+            name,
+            true,
+            LoopState::Disabled,
+            reason,
+            interval,
+        )]
+    };
+    if settings.file.plans.land != PlanLand::Combined {
+        return off("[plans] land = \"separate\": each item gets its own pull request".into());
+    }
+    if let Some(why) = &settings.file.dispatch.off {
+        return off(format!(
+            "dispatch is off ({why}): combined plans need its mirrors"
+        ));
+    }
+    vec![PlannedLoop::armed(
+        name,
+        true,
+        interval,
+        "merges a combined plan's items at their recorded commits into pidevops/<plan> once all are in review, pushes it and records it on the plan",
+    )]
+}
+
 pub(super) fn dispatch_loops(settings: &Settings) -> Vec<PlannedLoop> {
     use crate::dispatch::dispatcher::{cannot_run, watchdog_interval, DISPATCHER, GC, WATCHDOG};
     let (config, profiles) = (&settings.file.dispatch, &settings.file.profiles);

@@ -161,6 +161,11 @@ pub fn decide(
         Command::RecordCheckPassed { .. }
         | Command::RecordApproval { .. }
         | Command::WithdrawApproval { .. } => super::landing::decide(task, command, at),
+        Command::RecordCombined {
+            commit,
+            base,
+            items,
+        } => super::combined::decide(task, command, commit, base, items, at),
     }
 }
 

@@ -121,6 +121,7 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
         TaskEvent::CheckPassed { .. }
         | TaskEvent::ReviewApproved { .. }
         | TaskEvent::ApprovalWithdrawn { .. } => super::landing::evolve(task, event)?,
+        TaskEvent::Combined { .. } => super::combined::apply(task, event)?,
     }
     Ok(())
 }

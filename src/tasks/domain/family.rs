@@ -37,6 +37,9 @@ pub struct PlanState {
     /// Items that wait for a person (the plan shows it, without an alert of its own: each item alerts).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub children_needing_human: Vec<TaskId>,
+    /// `land = "combined"`: the items' work merged into `pidevops/<plan>`, as last recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub combined: Option<super::Combination>,
 }
 
 /// What a triage agent made of a ticket.
@@ -510,6 +513,7 @@ pub(super) fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError>
                 ));
             }
             state.children_needing_human = needs_human.clone();
+            super::combined::rolled_up(state, *column);
             match column {
                 Column::Done | Column::Cancelled => {
                     task.close(*column, None);

@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::super::values::Column;
+use super::super::values::{Column, TaskKind};
 use super::decision::wrong_column;
 use super::{Command, Task, TaskError, TaskEvent};
 
@@ -223,7 +223,10 @@ pub(super) fn evolve(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError
         }
     };
     match event {
-        TaskEvent::SubmittedForReview { .. } => task.landing = Landing::default(),
+        // A new push (an attempt's, or a plan's combination): facts about the code before it do not count.
+        TaskEvent::SubmittedForReview { .. } | TaskEvent::Combined { .. } => {
+            task.landing = Landing::default()
+        }
         TaskEvent::CheckPassed { sha, name, .. } => {
             in_review(task)?;
             task.landing
@@ -320,7 +323,20 @@ pub fn readiness(task: &Task, land: &LandConfig) -> Readiness {
     let Some(pr) = pr else {
         return Readiness::Waiting("its pull request is not open yet".into());
     };
+    // A plan's pull request is its combined branch: only the combination of its items as they stand may land.
+    let combined = if task.kind == TaskKind::Plan {
+        match super::combined::landing_commit(task) {
+            Ok(commit) => Some(commit),
+            Err(why) => return Readiness::Waiting(why),
+        }
+    } else {
+        None
+    };
     match facts(&task.landing, land) {
+        Ok(sha) if combined.is_some_and(|c| c != sha) => Readiness::Waiting(format!(
+            "nothing has passed on its combined commit {} yet",
+            combined.map_or("", CommitSha::short)
+        )),
         Ok(sha) => Readiness::Ready {
             sha: sha.clone(),
             number: pr.number.get(),

@@ -1,0 +1,294 @@
+//! The GitHub side of a plan landed as one (`[plans] land = "combined"`), pure: its items open no pull request
+//! of their own, and its combination (`task.combined`) opens the plan's one pull request from `pidevops/<plan>`,
+//! keyed `github:pr:<plan>` like a task's (a later combination force-pushes the same branch, which updates it).
+
+use super::github::inert;
+use super::policy::PolicyConfig;
+use super::{Action, Request};
+use crate::config::file::PlanLand;
+use crate::tasks::{Combination, Task, TaskId};
+
+/// The most characters of one item's section in the plan's pull request body.
+const MAX_ITEM_CHARS: usize = 6_000;
+/// The most characters of the whole body (GitHub refuses more than 65,536).
+const MAX_BODY_CHARS: usize = 60_000;
+
+/// Whether `task`'s own submission opens no pull request: an item of a plan that lands combined.
+pub fn lands_with_its_plan(task: &Task, config: &PolicyConfig) -> bool {
+    config.plan_land == PlanLand::Combined && task.parent().is_some()
+}
+
+/// The plan's pull request, from its combined branch, once its items are combined. `items`: the plan's items as
+/// loaded (those the combination names are described, in its order).
+pub fn plan_pull_request(
+    plan: &Task,
+    combination: &Combination,
+    items: &[Task],
+    config: &PolicyConfig,
+) -> Request {
+    Request {
+        key: format!("github:pr:{}", plan.id()),
+        task: Some(plan.id()),
+        action: Action::GithubOpenPullRequest {
+            repo: plan.repo().clone(),
+            head: plan.id().branch(),
+            base: config.base_for(plan.repo()),
+            title: format!("{}: {}", plan.id(), inert(&plan.title())),
+            body: plan_pull_request_body(plan, combination, items),
+        },
+    }
+}
+
+/// The plan's pull request description: the goal, then each item combined (its spec, the commit merged, what its
+/// agent said of it), where the plan came from. Every text from a ticket or an agent is made inert.
+pub fn plan_pull_request_body(plan: &Task, combination: &Combination, items: &[Task]) -> String {
+    let spec = plan.spec();
+    let mut body = format!("## Goal\n{}\n", inert(spec.task()));
+    if !spec.done_when().is_empty() {
+        body.push_str(&format!("\n## Done when\n{}\n", inert(spec.done_when())));
+    }
+    body.push_str(&format!(
+        "\n## Items\nMerged into `{}` in this order, each at the commit pidevops recorded for its last attempt:\n",
+        plan.id().branch().as_str()
+    ));
+    let mut sections = Vec::new();
+    for combined in &combination.items {
+        let Some(item) = items.iter().find(|i| i.id() == combined.task) else {
+            sections.push(format!(
+                "\n### {} (commit {})\n",
+                combined.task,
+                combined.commit.short()
+            ));
+            continue;
+        };
+        sections.push(clip(
+            &item_section(item, combined.commit.short()),
+            MAX_ITEM_CHARS,
+        ));
+    }
+    for section in sections {
+        body.push_str(&section);
+    }
+    let mut body = clip(&body, MAX_BODY_CHARS);
+    let links = plan.links();
+    let mut from = Vec::new();
+    if let Some(issue) = &links.github_issue {
+        if &issue.repo == plan.repo() {
+            from.push(format!("Closes #{}", issue.number));
+        } else {
+            from.push(format!("{issue}"));
+        }
+    }
+    if let Some(linear) = &links.linear_issue {
+        from.push(format!("Linear {}", linear.identifier()));
+    }
+    if let Some(telegram) = &links.telegram {
+        from.push(format!("Telegram message {telegram}"));
+    }
+    body.push_str("\n---\n");
+    if !from.is_empty() {
+        body.push_str(&format!("From: {}\n", from.join(", ")));
+    }
+    let ids: Vec<String> = combination
+        .items
+        .iter()
+        .map(|i| i.task.to_string())
+        .collect();
+    body.push_str(&format!(
+        "Opened by pidevops for plan {}, combining {}. Merging it completes every item.\n",
+        plan.id(),
+        ids.join(", ")
+    ));
+    body
+}
+
+/// One item's section: its title, the commit merged, its spec and what its attempt said of itself.
+fn item_section(item: &Task, commit: &str) -> String {
+    let spec = item.spec();
+    let mut section = format!(
+        "\n### {}: {} (commit {commit})\n{}\n",
+        item.id(),
+        inert(&item.title()),
+        inert(spec.task())
+    );
+    if !spec.scope().is_empty() {
+        section.push_str(&format!("\n**Scope:** {}\n", inert(spec.scope())));
+    }
+    if !spec.done_when().is_empty() {
+        section.push_str(&format!("\n**Done when:** {}\n", inert(spec.done_when())));
+    }
+    let report = item.report();
+    if let Some(summary) = &report.summary {
+        section.push_str(&format!("\n**The agent's summary:** {}\n", inert(summary)));
+    }
+    if let Some(review) = &report.review {
+        section.push_str(&format!(
+            "\n**Review (reviewer agent):**\n{}\n",
+            inert(&review.as_markdown())
+        ));
+    }
+    if !report.outside_scope.is_empty() {
+        section.push_str(&format!(
+            "\n**Outside the scope:** {}\n",
+            inert(&report.outside_scope.join(", "))
+        ));
+    }
+    section
+}
+
+/// Once the plan's pull request is open: a comment on the GitHub issue the plan came from (once per plan).
+pub fn after_plan_pull_request(
+    plan: &Task,
+    number: u64,
+    url: &str,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Vec<Request> {
+    let Some(issue) = &plan.links().github_issue else {
+        return Vec::new();
+    };
+    let key = format!("github:comment:{}:pull-request", plan.id());
+    let pull = if &issue.repo == plan.repo() {
+        format!("#{number}")
+    } else {
+        url.to_owned()
+    };
+    let items: Vec<String> = plan
+        .plan()
+        .map(|p| p.children.iter().map(TaskId::to_string).collect())
+        .unwrap_or_default();
+    vec![Request {
+        key: key.clone(),
+        task: Some(plan.id()),
+        action: Action::GithubComment {
+            repo: issue.repo.clone(),
+            number: issue.number.get(),
+            body: format!(
+                "pidevops carried out this plan as {} with its items {} and opened {pull} with their work \
+                 combined.\n\n{}",
+                plan.id(),
+                items.join(", "),
+                super::marker(&key)
+            ),
+            since: now - chrono::Duration::minutes(10),
+        },
+    }]
+}
+
+/// `text` cut to at most `max` characters, saying so.
+fn clip(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => format!("{}\n\n… (cut: over {max} characters)\n", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tasks::{decide, evolve, Command, Family, MaxAttempts, NewTask, Priority, Spec};
+
+    fn task(id: &str, spec: Spec, family: Family) -> Task {
+        let events = decide(
+            None,
+            &Command::Create(Box::new(NewTask {
+                id: id.parse().expect("an id"),
+                repo: "acme/app".parse().expect("a repo"),
+                spec,
+                priority: Priority::Normal,
+                links: Default::default(),
+                approval: crate::tasks::ApprovalPolicy::Auto,
+                max_attempts: MaxAttempts::new(3).expect("a budget"),
+                ticket_version: None,
+                agent: None,
+                family,
+            })),
+            chrono::Utc::now(),
+        )
+        .expect("created");
+        events
+            .iter()
+            .try_fold(None, |t, e| evolve(t, e).map(Some))
+            .expect("applied")
+            .expect("a task")
+    }
+
+    #[test]
+    fn only_a_plans_items_under_combined_open_no_pull_request_of_their_own() {
+        let item = task(
+            "T-2",
+            Spec::new("Part A", "a/**", "a exists").expect("a spec"),
+            Family {
+                parent: Some("T-1".parse().expect("an id")),
+                ..Family::default()
+            },
+        );
+        let alone = task(
+            "T-3",
+            Spec::new("Fix it", "", "").expect("a spec"),
+            Family::default(),
+        );
+        let combined = PolicyConfig {
+            plan_land: PlanLand::Combined,
+            ..PolicyConfig::default()
+        };
+        assert!(lands_with_its_plan(&item, &combined));
+        assert!(!lands_with_its_plan(&alone, &combined));
+        assert!(!lands_with_its_plan(&item, &PolicyConfig::default()));
+    }
+
+    #[test]
+    fn the_plans_body_names_each_item_with_its_commit_and_makes_ticket_and_agent_text_inert() {
+        let plan = task(
+            "T-1",
+            Spec::new("Ship @everyone fixes #12", "", "closes #3 when done").expect("a spec"),
+            Family::plan(),
+        );
+        let item = task(
+            "T-2",
+            Spec::new("Part A\n\nping @admin", "a/**", "a exists").expect("a spec"),
+            Family {
+                parent: Some(plan.id()),
+                ..Family::default()
+            },
+        );
+        let sha = |c: char| crate::tasks::CommitSha::new(&c.to_string().repeat(40)).expect("a sha");
+        let combination = Combination {
+            at: chrono::Utc::now(),
+            commit: sha('a'),
+            base: sha('b'),
+            items: vec![
+                crate::tasks::CombinedItem {
+                    task: item.id(),
+                    commit: sha('c'),
+                },
+                crate::tasks::CombinedItem {
+                    task: "T-3".parse().expect("an id"),
+                    commit: sha('d'),
+                },
+            ],
+            current: true,
+        };
+        let body = plan_pull_request_body(&plan, &combination, std::slice::from_ref(&item));
+        assert!(body.contains("### T-2: Part A (commit ccccccc)"), "{body}");
+        assert!(body.contains("### T-3 (commit ddddddd)"), "{body}");
+        assert!(body.contains("**Scope:** a/**"), "{body}");
+        assert!(body.contains("combining T-2, T-3"), "{body}");
+        for raw in ["@everyone", "@admin", "#12", "closes #3"] {
+            assert!(!body.contains(raw), "{raw} left live in {body}");
+        }
+        let request = plan_pull_request(&plan, &combination, &[item], &PolicyConfig::default());
+        assert_eq!(request.key, "github:pr:T-1");
+        let Action::GithubOpenPullRequest { head, base, .. } = request.action else {
+            panic!("a pull request");
+        };
+        assert_eq!((head.as_str(), base.as_str()), ("pidevops/T-1", "main"));
+    }
+
+    #[test]
+    fn a_body_too_long_for_github_is_cut_and_says_so() {
+        let long = "x".repeat(100);
+        assert_eq!(clip(&long, 200), long);
+        let cut = clip(&long, 10);
+        assert!(cut.starts_with("xxxxxxxxxx\n") && cut.contains("cut: over 10"));
+    }
+}
