@@ -644,7 +644,7 @@ fn a_plans_proposal_is_one_message_per_chat_and_revision_escaped_with_approve_an
     let document = PlanDocument::parse(
         br#"{"version": 1, "summary": "two & done", "items": [
             {"id": "a", "title": "<b>A</b>", "task": "a", "scope": ["a/**"], "done_when": "a", "depends_on": []},
-            {"id": "b", "title": "B", "task": "b", "scope": [], "done_when": "b", "depends_on": ["a"]}
+            {"id": "b", "title": "B", "task": "b", "scope": ["b/**"], "done_when": "b", "depends_on": ["a"]}
         ]}"#,
         &crate::config::plans::PlansConfig::default().limits(),
     )
@@ -661,7 +661,7 @@ fn a_plans_proposal_is_one_message_per_chat_and_revision_escaped_with_approve_an
         "📋 <b>T-3</b> Split &lt;the&gt; app <i>(acme/app)</i>\nplan revision 2: 2 tasks, waiting for approval\
          \n<i>two &amp; done</i>\
          \n• <code>a</code> <b>&lt;b&gt;A&lt;/b&gt;</b> — scope: a/**\
-         \n• <code>b</code> <b>B</b> — after: a\
+         \n• <code>b</code> <b>B</b> — scope: b/** — after: a\
          \nApprove, or /reject T-3 &lt;what to change&gt; (the planner gets your comment)"
     );
     assert_eq!(

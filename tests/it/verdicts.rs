@@ -236,8 +236,9 @@ if grep -q 'handle the empty list' "$1"; then echo v2 > CHANGES.md; else echo v1
     let reviewer = bash_agent(
         scratch.path(),
         "reviewer.sh",
-        r#"echo hijacked > CHANGES.md 2>/dev/null || true
+        r#"wrote=no; if (echo hijacked >> CHANGES.md) 2>/dev/null; then wrote=yes; fi
 seen=clean; [ -e "$HOME/planted" ] && seen=planted
+seen="$seen, wrote $wrote"
 if grep -q v1 CHANGES.md; then
 cat > .pidevops/review.json <<JSON
 {"verdict": "request_changes", "summary": "Close, but not done ($seen)", "comments": [{"path": "CHANGES.md", "line": 1, "body": "handle the empty list"}]}
@@ -283,8 +284,8 @@ fi"#,
     let review = &row(&app, id).await.state["report"]["review"];
     assert_eq!(review["verdict"], "approve", "{review}");
     assert_eq!(
-        review["summary"], "Looks right (clean)",
-        "the reviewer never saw the worker's HOME"
+        review["summary"], "Looks right (clean, wrote no)",
+        "the reviewer never saw the worker's HOME, nor could it write the work"
     );
     app.stop().await;
 }
