@@ -14,13 +14,18 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 mod combined;
+mod creation;
 mod decision;
+mod error;
 mod evolution;
 mod family;
 pub mod landing;
 
 pub use combined::{Combination, CombinedItem};
+pub use creation::{Family, NewTask};
 pub use decision::decide;
+use error::join;
+pub use error::TaskError;
 pub use evolution::{evolve, replay};
 pub use family::{roll_up, ChildView, PlanState, RollUp, TriageOutcome, TriageState};
 pub use landing::{CommitSha, FactName, LandConfig, LandMode, Landing, MergeMethod, Readiness};
@@ -292,48 +297,6 @@ impl Task {
             && self.needs_human.is_none()
             && self.triage.is_none()
     }
-}
-
-/// Where a new task sits among others: on its own (the default), a plan, or one of a plan's items.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Family {
-    #[serde(default, skip_serializing_if = "TaskKind::is_task")]
-    pub kind: TaskKind,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent: Option<TaskId>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub depends_on: Vec<TaskId>,
-}
-
-impl Family {
-    /// A plan of its own.
-    pub fn plan() -> Self {
-        Family {
-            kind: TaskKind::Plan,
-            ..Family::default()
-        }
-    }
-}
-
-/// What a new task is made of. Intake builds it; the approval policy and attempt budget come from configuration.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NewTask {
-    pub id: TaskId,
-    pub repo: RepoName,
-    pub spec: Spec,
-    pub priority: Priority,
-    pub links: Links,
-    pub approval: ApprovalPolicy,
-    pub max_attempts: MaxAttempts,
-    /// The source ticket's last-change time, by its own clock, when it has one (see [`Task::ticket_version`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ticket_version: Option<DateTime<Utc>>,
-    /// The agent profile asked for (a label, the API); `None`: the repository's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent: Option<AgentName>,
-    /// A plan, a plan's item, or a task on its own.
-    #[serde(default, flatten)]
-    pub family: Family,
 }
 
 /// Why an attempt is being retried.
@@ -725,88 +688,6 @@ impl TaskEvent {
             | TaskEvent::Combined { at, .. } => *at,
         }
     }
-}
-
-/// Why a command was refused or an event could not be applied. Each message names the task, what was asked and
-/// what would have been needed.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum TaskError {
-    #[error("no such task; {command} needs an existing task")]
-    NotFound { command: &'static str },
-    #[error("{id} already exists")]
-    AlreadyExists { id: TaskId },
-    #[error("{id} is {column}; {command} needs {}", join(allowed))]
-    WrongColumn {
-        id: TaskId,
-        column: Column,
-        command: &'static str,
-        allowed: &'static [Column],
-    },
-    #[error("{id} is archived; an archived task accepts no commands ({command} refused)")]
-    Archived { id: TaskId, command: &'static str },
-    #[error("{id} needs a human ({reason}); clear the flag before it can start")]
-    NeedsHuman { id: TaskId, reason: Reason },
-    #[error("{id} has used {attempts} of {max} attempts")]
-    AttemptsExhausted { id: TaskId, attempts: u32, max: u32 },
-    #[error("{id} has used {attempts} attempts, the most a task may have")]
-    AttemptCap { id: TaskId, attempts: u32 },
-    #[error("{id}: run {run} is not the live run ({})", current.map_or("none".to_owned(), |r| r.to_string()))]
-    StaleRun {
-        id: TaskId,
-        run: RunId,
-        current: Option<RunId>,
-    },
-    #[error("{id} is already linked to {link} {existing}; refusing {proposed}")]
-    LinkConflict {
-        id: TaskId,
-        link: &'static str,
-        existing: String,
-        proposed: String,
-    },
-    #[error("{id} has {MAX_FOLLOW_UPS} follow-ups, the most a task may have")]
-    TooManyFollowUps { id: TaskId },
-    #[error("{id} is a plan approved as a whole: its tasks do the work ({command} refused)")]
-    PlanWork { id: TaskId, command: &'static str },
-    #[error("{id} is not a plan with a proposal waiting; {command} needs one")]
-    NoProposal { id: TaskId, command: &'static str },
-    #[error(
-        "{id}: a triage agent is rewriting it; {command} must wait until it is back in triage"
-    )]
-    Triaging { id: TaskId, command: &'static str },
-    #[error("{id}: run {run} is a {purpose} run; {command} needs a {needs} run")]
-    WrongPurpose {
-        id: TaskId,
-        run: RunId,
-        purpose: RunPurpose,
-        command: &'static str,
-        needs: RunPurpose,
-    },
-    #[error("{id} is a {kind}; {command} is for a {needs}")]
-    WrongKind {
-        id: TaskId,
-        kind: TaskKind,
-        command: &'static str,
-        needs: TaskKind,
-    },
-    #[error("{id}: {items} are not its items, each once")]
-    NotItems { id: TaskId, items: String },
-    #[error("{id} already has its tasks ({existing}); refusing {proposed}")]
-    ChildrenConflict {
-        id: TaskId,
-        existing: String,
-        proposed: String,
-    },
-    #[error("cannot apply {event} to {task}: {why}")]
-    Inapplicable {
-        task: String,
-        event: &'static str,
-        why: String,
-    },
-}
-
-fn join(columns: &[Column]) -> String {
-    let names: Vec<&str> = columns.iter().map(|c| c.as_str()).collect();
-    names.join(" or ")
 }
 
 const OPEN: &[Column] = &[
