@@ -323,8 +323,10 @@ heartbeat_s = 1
 retry_backoff_s = 0.05
 bwrap = "{bwrap}"
 {toml}
+# Not about scopes: the scripted model writes its environment down beside the change.
 [repos."{REPO}"]
 url = "{url}"
+scope = "off"
 "#,
         preset = case.preset,
         bwrap = containment.0,

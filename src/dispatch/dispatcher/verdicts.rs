@@ -86,7 +86,14 @@ impl Dispatcher {
         if policy == ScopePolicy::Off {
             return Ok(Vec::new());
         }
-        let ScopeText::Paths(scope) = Scope::parse(task.spec().scope()) else {
+        // A plan's item carries the paths its planner wrote; a person's scope is paths only when it looks so.
+        let text = task.spec().scope();
+        let parsed = if task.parent().is_some() {
+            Scope::parse(text)
+        } else {
+            Scope::parse_written(text)
+        };
+        let ScopeText::Paths(scope) = parsed else {
             return Ok(Vec::new());
         };
         let changed = self

@@ -41,6 +41,20 @@ impl Scope {
         !glob.as_str().chars().any(|c| c.is_whitespace() || c == '`')
     }
 
+    /// Reads a scope a person wrote (a ticket's "Scope:", the API's `scope`): like [`Scope::parse`], but paths only
+    /// when they look like paths: some entry has a `/`, a `.` or a glob character. "everything", "backend" or
+    /// "API" alone are words, read as prose and never enforced (a false "outside the scope" would fail every
+    /// attempt; a plan's items, whose scopes a planner wrote as paths, are read with [`Scope::parse`]).
+    pub fn parse_written(text: &str) -> ScopeText {
+        // The text as written: a glob's canonical form drops a trailing `/` (`src/` is `src`).
+        let looks_like_paths = text.contains(['/', '.', '*', '?', '[', '{']);
+        match Self::parse(text) {
+            ScopeText::Paths(scope) if looks_like_paths => ScopeText::Paths(scope),
+            ScopeText::Paths(_) => ScopeText::Prose,
+            other => other,
+        }
+    }
+
     /// Reads a scope text. Entries are separated by commas (outside `{...}` and `[...]`) and newlines, never by
     /// spaces; each is trimmed, cleaned of a leading markdown bullet (`- `, `* `) and of surrounding backticks,
     /// and empty entries are dropped. When every entry is a glob without whitespace the text is
@@ -214,6 +228,35 @@ mod tests {
         for text in ["", "  ", ",\n, ", "- ", "``", "N/A", "none", "-", "TBD"] {
             assert_eq!(Scope::parse(text), ScopeText::Empty, "{text:?}");
         }
+    }
+
+    #[test]
+    fn a_written_scope_is_paths_only_when_it_looks_like_paths() {
+        for words in ["everything", "backend", "API", "Makefile"] {
+            assert_eq!(Scope::parse_written(words), ScopeText::Prose, "{words}");
+            assert!(
+                matches!(Scope::parse(words), ScopeText::Paths(_)),
+                "{words}"
+            );
+        }
+        for written in [
+            "CHANGES.md",
+            "src/",
+            "src/api/**",
+            "docs, src/lib.rs",
+            "*.md",
+            "Makefile, ci/",
+        ] {
+            assert!(
+                matches!(Scope::parse_written(written), ScopeText::Paths(_)),
+                "{written}"
+            );
+        }
+        assert_eq!(
+            Scope::parse_written("the API module only"),
+            ScopeText::Prose
+        );
+        assert_eq!(Scope::parse_written("n/a"), ScopeText::Empty);
     }
 
     #[test]
