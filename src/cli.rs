@@ -7,8 +7,10 @@ use chrono::Utc;
 use clap::Subcommand;
 
 mod plan;
+mod usage;
 
 pub use plan::{plan, PlanCommand};
+pub use usage::{usage, UsageArgs};
 
 use crate::board::{Board, BoardError, Draft, Loaded, Outcome, SpecEdit, Steer};
 use crate::config::Settings;
@@ -378,28 +380,7 @@ async fn list(
     json: bool,
 ) -> anyhow::Result<()> {
     use crate::tasks::Column;
-    // Bring the read model up to the log first: `serve` may not be running (a laptop), and the compare-and-set
-    // checkpoint makes this safe when it is.
-    if let Some(projector) = crate::projectors::all()
-        .into_iter()
-        .find(|p| p.name() == "tasks")
-    {
-        let projection = crate::projectors::Projection::with_batch(
-            board.store().clone(),
-            projector,
-            crate::projectors::REPLAY_BATCH,
-        );
-        loop {
-            match projection.step(crate::projectors::REPLAY_BATCH).await {
-                Ok(crate::projectors::Step::Applied { .. }) => continue,
-                Ok(crate::projectors::Step::CaughtUp { .. }) => break,
-                Err(e) => {
-                    eprintln!("warning: the board may be behind the log: {e}");
-                    break;
-                }
-            }
-        }
-    }
+    catch_up(board.store(), "tasks").await;
     let rows = crate::projectors::tasks::list(board.store(), filter).await?;
     if json {
         println!("{}", serde_json::to_string(&rows)?);
@@ -446,6 +427,32 @@ async fn list(
         }
     }
     Ok(())
+}
+
+/// Brings a read model up to the log: `serve` may not be running (a laptop), and the compare-and-set checkpoint
+/// makes this safe when it is. A failure is said and the read model read as it is.
+async fn catch_up(store: &crate::eventlog::EventStore, name: &str) {
+    let Some(projector) = crate::projectors::all()
+        .into_iter()
+        .find(|p| p.name() == name)
+    else {
+        return;
+    };
+    let projection = crate::projectors::Projection::with_batch(
+        store.clone(),
+        projector,
+        crate::projectors::REPLAY_BATCH,
+    );
+    loop {
+        match projection.step(crate::projectors::REPLAY_BATCH).await {
+            Ok(crate::projectors::Step::Applied { .. }) => continue,
+            Ok(crate::projectors::Step::CaughtUp { .. }) => break,
+            Err(e) => {
+                eprintln!("warning: the {name} read model may be behind the log: {e}");
+                break;
+            }
+        }
+    }
 }
 
 /// How long ago, in the largest whole unit: `3d`, `5h`, `12m`.

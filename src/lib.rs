@@ -21,7 +21,8 @@
 //! telemetry.rs     tracing (json | pretty) and the Prometheus recorder
 //! init.rs          `pidevops init`: pidevops.toml and .env of fresh secrets from a few answers
 //! doctor.rs        `pidevops doctor`: the loop plan, containment, webhooks, each provider's API
-//! domain/          pure values: Source, event types, NewEvent; runs.rs, a run's events
+//! domain/          pure values: Source, event types, NewEvent; runs.rs, a run's events; usage.rs, what a run
+//!                  spent, read from its agent's output
 //! eventlog/        the only writer of the events table: appender tasks (group commit) over two backends
 //!   sql.rs         the statements both backends run (`$N`), and `on_store!` to run one body on either pool
 //!   postgres.rs    what differs on Postgres: the append (`pidevops_append`, advisory lock), body columns

@@ -53,6 +53,8 @@ enum Command {
         #[command(subcommand)]
         command: pidevops::cli::PlanCommand,
     },
+    /// What agents spent: tokens and cost per day, repository and profile, and the tasks that spent most.
+    Usage(pidevops::cli::UsageArgs),
     /// Pause or resume new agent runs on every replica.
     Dispatch {
         #[command(subcommand)]
@@ -161,6 +163,7 @@ async fn main() -> ExitCode {
         Command::Task { command } => pidevops::cli::task(settings, command).await,
         Command::Plan { command } => pidevops::cli::plan(settings, command).await,
         Command::Dispatch { command } => pidevops::cli::dispatch(settings, command).await,
+        Command::Usage(args) => pidevops::cli::usage(settings, args).await,
         Command::Config { .. } | Command::Init(_) => {
             unreachable!("handled before the settings are read")
         }

@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::file::{AgentTable, DispatchTable, StdinMode, Tables};
+use crate::domain::usage::{UsageFormat, UsagePattern};
 use crate::tasks::{AgentName, RepoName, RunPurpose, Task};
 
 /// What a command template may name; anything else in braces is refused at start-up.
@@ -66,6 +67,8 @@ pub struct AgentProfile {
     pub no_output_timeout: Duration,
     /// The prompt is the agent's standard input (`stdin = "prompt"`); otherwise its stdin is empty.
     pub prompt_on_stdin: bool,
+    /// How its output reports what it spent (`usage`, `usage_pattern`).
+    pub usage: UsageFormat,
 }
 
 /// What a run fills the placeholders with.
@@ -123,6 +126,7 @@ pub fn presets() -> Vec<AgentProfile> {
     let preset =
         |name: &str, command: &[&str], env: &[&str], set_env: &[(&str, &str)]| AgentProfile {
             name: name.to_owned(),
+            usage: guess_usage(command),
             command: command.iter().map(|s| (*s).to_owned()).collect(),
             env: env.iter().map(|s| (*s).to_owned()).collect(),
             set_env: set_env
@@ -155,15 +159,17 @@ pub fn presets() -> Vec<AgentProfile> {
         ),
         preset(
             "pi",
-            // No session file: pidevops never resumes one, and the run's log holds the transcript.
-            &["pi", "-p", "--no-session"],
+            // No session file: pidevops never resumes one, and the run's log holds the transcript. JSON events:
+            // each assistant message's usage and cost.
+            &["pi", "-p", "--no-session", "--mode", "json"],
             // PI_CODING_AGENT_DIR: a directory with pi's models.json / settings.json (another endpoint, a model).
             &["ANTHROPIC_API_KEY", "PI_CODING_AGENT_DIR"],
             &[("PI_OFFLINE", "1"), ("PI_SKIP_VERSION_CHECK", "1")],
         ),
         preset(
             "opencode",
-            &["opencode", "run"],
+            // JSON events: each step's tokens and cost.
+            &["opencode", "run", "--format", "json"],
             &[
                 "ANTHROPIC_API_KEY",
                 "OPENCODE_CONFIG",
@@ -184,9 +190,11 @@ pub fn presets() -> Vec<AgentProfile> {
             // Codex's own sandbox cannot nest in pidevops's (its workspace-write mode fails to write inside it):
             // pidevops contains the agent, which is what the flag is for. `exec` reads CODEX_API_KEY, not
             // OPENAI_API_KEY; another endpoint is `-c openai_base_url="…"` in a profile of your own.
+            // `--json`: JSON events, each turn's token counts.
             &[
                 "codex",
                 "exec",
+                "--json",
                 "--dangerously-bypass-approvals-and-sandbox",
                 "-c",
                 "analytics.enabled=false",
@@ -407,6 +415,7 @@ fn profile(name: &str, table: &AgentTable, key: &str) -> Result<AgentProfile, St
              {key}.stdin = \"prompt\""
         ));
     }
+    let usage = usage_format(table, &command, key)?;
     for var in &table.env {
         variable(var, &format!("{key}.env"))?;
     }
@@ -434,7 +443,48 @@ fn profile(name: &str, table: &AgentTable, key: &str) -> Result<AgentProfile, St
             &format!("{key}.no_output_timeout_s"),
         )?,
         prompt_on_stdin,
+        usage,
     })
+}
+
+/// What a profile's output is read as when it does not say (`usage` unset): the CLI it runs, in the mode that
+/// reports usage. Anything else reads nothing.
+pub fn guess_usage(command: &[impl AsRef<str>]) -> UsageFormat {
+    let args: Vec<&str> = command.iter().map(|a| a.as_ref()).collect();
+    let Some(program) = args.first() else {
+        return UsageFormat::None;
+    };
+    let program = program.rsplit('/').next().unwrap_or(program);
+    let has = |flag: &str, value: &str| {
+        args.windows(2).any(|w| w[0] == flag && w[1] == value)
+            || args.iter().any(|a| *a == format!("{flag}={value}"))
+    };
+    match program {
+        "claude" if has("--output-format", "stream-json") => UsageFormat::Claude,
+        "codex" if args.contains(&"--json") || args.contains(&"--experimental-json") => {
+            UsageFormat::Codex
+        }
+        "pi" if has("--mode", "json") => UsageFormat::Pi,
+        "opencode" if has("--format", "json") => UsageFormat::Opencode,
+        _ => UsageFormat::None,
+    }
+}
+
+/// `usage` and `usage_pattern`: one format, named or a regex; neither, guessed from the command.
+fn usage_format(table: &AgentTable, command: &[String], key: &str) -> Result<UsageFormat, String> {
+    match (&table.usage, &table.usage_pattern) {
+        (Some(name), Some(_)) if name != "pattern" => Err(format!(
+            "{key}: usage = {name:?} and usage_pattern are both set; keep one (a pattern is its own format)"
+        )),
+        (_, Some(pattern)) => UsagePattern::new(pattern)
+            .map(UsageFormat::Pattern)
+            .map_err(|e| format!("{key}.usage_pattern: {e}")),
+        (Some(name), None) if name == "pattern" => Err(format!(
+            "{key}: usage = \"pattern\" needs usage_pattern (a regex with named groups)"
+        )),
+        (Some(name), None) => UsageFormat::named(name).map_err(|e| format!("{key}.usage: {e}")),
+        (None, None) => Ok(guess_usage(command)),
+    }
 }
 
 /// What the runner sets for every run: a profile's `set_env` cannot move the agent out of its own directories.

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::runs::TAIL_BYTES;
 use super::sandbox::Confinement;
+use crate::domain::usage::UsageMeter;
 
 /// How long a killed agent gets between SIGTERM and SIGKILL.
 const TERM_GRACE: Duration = Duration::from_secs(3);
@@ -37,6 +38,15 @@ pub struct Launch {
     /// A file given to the agent as its standard input (the prompt, for profiles that read it there).
     pub stdin: Option<PathBuf>,
     pub child: ChildSetup,
+    /// Reads what the agent spent from its output as it streams (`None`: a repository's hook, which spends nothing).
+    pub meter: Option<SharedMeter>,
+}
+
+/// A run's usage meter, read by the attempt while the agent runs and after.
+pub type SharedMeter = Arc<std::sync::Mutex<UsageMeter>>;
+
+pub fn meter(format: crate::domain::usage::UsageFormat) -> SharedMeter {
+    Arc::new(std::sync::Mutex::new(UsageMeter::new(format)))
 }
 
 /// What the child does to itself between fork and exec.
@@ -69,6 +79,15 @@ pub struct Finished {
     pub output_bytes: u64,
     /// The end of the output, lossily decoded.
     pub tail: String,
+    /// What the agent's CLI said of its own end, read by the run's meter: a provider's limit, an error.
+    pub said: Said,
+}
+
+/// What an agent's CLI said in its output about how it ended (nothing, without a meter).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Said {
+    pub limit: Option<crate::domain::usage::Limit>,
+    pub error: Option<String>,
 }
 
 /// Runs the agent to its end. `output_bytes` is kept current for heartbeats.
@@ -78,11 +97,23 @@ pub async fn run(
     stop: CancellationToken,
 ) -> Finished {
     let started = Instant::now();
+    let said = |meter: Option<&SharedMeter>| {
+        meter
+            .map(|m| {
+                let m = m.lock().unwrap_or_else(|e| e.into_inner());
+                Said {
+                    limit: m.limit().cloned(),
+                    error: m.ended_in_error().map(str::to_owned),
+                }
+            })
+            .unwrap_or_default()
+    };
     let finished = |ending, tail: &VecDeque<u8>| Finished {
         ending,
         duration: started.elapsed(),
         output_bytes: output_bytes.load(Ordering::Relaxed),
         tail: String::from_utf8_lossy(&tail.iter().copied().collect::<Vec<u8>>()).into_owned(),
+        said: said(launch.meter.as_ref()),
     };
     let tail = VecDeque::with_capacity(TAIL_BYTES);
     let Some((program, args)) = launch.argv.split_first() else {
@@ -132,6 +163,7 @@ pub async fn run(
         log_error: None,
         tail,
         bytes: &output_bytes,
+        meter: launch.meter.as_deref(),
     };
     let ending = watch(
         &launch,
@@ -152,6 +184,9 @@ pub async fn run(
         }
     };
     let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
+    if let Some(meter) = output.meter {
+        meter.lock().unwrap_or_else(|e| e.into_inner()).finish();
+    }
     if let Err(e) = output.log.flush().await {
         output.log_error.get_or_insert(e);
     }
@@ -225,6 +260,7 @@ struct Output<'a> {
     log_error: Option<std::io::Error>,
     tail: VecDeque<u8>,
     bytes: &'a AtomicU64,
+    meter: Option<&'a std::sync::Mutex<UsageMeter>>,
 }
 
 impl Output<'_> {
@@ -233,6 +269,10 @@ impl Output<'_> {
             self.log_error.get_or_insert(e);
         }
         self.bytes.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        if let Some(meter) = self.meter {
+            // A poisoned meter still holds what it read: a panic elsewhere must not lose the run's usage.
+            meter.lock().unwrap_or_else(|e| e.into_inner()).feed(chunk);
+        }
         for byte in chunk.iter().skip(chunk.len().saturating_sub(TAIL_BYTES)) {
             if self.tail.len() == TAIL_BYTES {
                 self.tail.pop_front();

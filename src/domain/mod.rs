@@ -2,5 +2,6 @@
 
 pub mod event;
 pub mod runs;
+pub mod usage;
 
 pub use event::{EventType, NewEvent, Source, Subject};

@@ -10,6 +10,7 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::usage::RunUsage;
 use crate::tasks::plan::PlanDocument;
 use crate::tasks::{AttemptReport, BranchName, Reason, RunId, Spec, TaskId};
 
@@ -195,6 +196,9 @@ pub enum RunEvent {
         /// What the attempt says of itself: the agent's summary, the reviewer's approval, files out of scope.
         #[serde(default, skip_serializing_if = "AttemptReport::is_empty")]
         report: Box<AttemptReport>,
+        /// What the agent spent, where its profile reads usage from its output.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<RunUsage>,
     },
     Failed {
         at: DateTime<Utc>,
@@ -206,6 +210,9 @@ pub enum RunEvent {
         detail: String,
         duration_s: f64,
         tail: String,
+        /// What the agent spent, where its profile reads usage from its output.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<RunUsage>,
     },
     /// A planner or triage run ended with what it was asked for: nothing pushed, a proposal for a person.
     Proposed {
@@ -216,6 +223,9 @@ pub enum RunEvent {
         proposal: Proposal,
         duration_s: f64,
         tail: String,
+        /// What the agent spent, where its profile reads usage from its output.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<RunUsage>,
     },
 }
 
@@ -266,6 +276,28 @@ impl RunEvent {
             | RunEvent::Failed { at, .. }
             | RunEvent::Proposed { at, .. } => *at,
         }
+    }
+
+    /// What the run spent, on its outcome.
+    pub fn usage(&self) -> Option<&RunUsage> {
+        match self {
+            RunEvent::Succeeded { usage, .. }
+            | RunEvent::Failed { usage, .. }
+            | RunEvent::Proposed { usage, .. } => usage.as_ref(),
+            RunEvent::Started { .. } | RunEvent::Heartbeat { .. } => None,
+        }
+    }
+
+    /// The outcome with what the run spent (nothing recorded when the agent reported nothing).
+    pub fn with_usage(mut self, spent: Option<RunUsage>) -> Self {
+        let spent = spent.filter(|u| !u.usage.is_empty());
+        match &mut self {
+            RunEvent::Succeeded { usage, .. }
+            | RunEvent::Failed { usage, .. }
+            | RunEvent::Proposed { usage, .. } => *usage = spent,
+            RunEvent::Started { .. } | RunEvent::Heartbeat { .. } => {}
+        }
+        self
     }
 
     pub fn is_terminal(&self) -> bool {
@@ -326,6 +358,7 @@ mod tests {
             detail: "exited with status 1".into(),
             duration_s: 1.5,
             tail: tail.into(),
+            usage: None,
         }
     }
 

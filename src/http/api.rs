@@ -48,6 +48,7 @@ admin_routes! {
     POST "/api/dispatch/pause" => super::dispatch::pause,
     POST "/api/dispatch/resume" => super::dispatch::resume,
     GET "/api/runs" => super::dispatch::list,
+    GET "/api/usage" => super::usage::report,
 }
 
 pub fn router(state: AppState) -> Router<AppState> {

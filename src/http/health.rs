@@ -274,13 +274,20 @@ pub async fn live() -> Response {
 pub async fn metrics(State(state): State<AppState>) -> Response {
     state.loops.publish_gauges();
     metrics::gauge!("pidevops_uptime_seconds").set(state.started.elapsed().as_secs_f64());
+    let mut body = state.metrics.render();
+    // Usage counters come from the read model, not the process: true across restarts and replicas. A database
+    // that cannot answer leaves them out (an absent series, never a wrong one).
+    match crate::projectors::usage::by_repo_and_profile(state.log.store()).await {
+        Ok(rows) => body.push_str(&crate::projectors::usage::prometheus_text(&rows)),
+        Err(error) => tracing::warn!(%error, "/metrics: the usage read model cannot be read"),
+    }
     (
         StatusCode::OK,
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.metrics.render(),
+        body,
     )
         .into_response()
 }

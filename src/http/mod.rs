@@ -8,6 +8,7 @@ pub mod openapi;
 mod plans;
 pub(crate) mod stream;
 mod tasks;
+mod usage;
 pub(crate) mod web;
 
 use std::sync::Arc;

@@ -48,6 +48,7 @@ const ADMIN_TOKEN: &str = "admin_token";
         super::dispatch::pause,
         super::dispatch::resume,
         super::dispatch::list,
+        super::usage::report,
         serve,
     ),
     // Only what no path's body refers to: parameter types are not collected by themselves.

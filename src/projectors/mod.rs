@@ -49,6 +49,7 @@ pub fn all() -> Vec<Arc<dyn Projector>> {
         Arc::new(sources::SourcesProjector),
         Arc::new(tasks::TasksProjector::default()),
         Arc::new(runs::RunsProjector),
+        Arc::new(usage::UsageProjector),
     ]
 }
 
@@ -81,6 +82,7 @@ mod read_ahead;
 pub mod runs;
 pub mod sources;
 pub mod tasks;
+pub mod usage;
 
 /// Empties a read model's tables for a rebuild. The one statement that differs by backend: TRUNCATE empties a
 /// Postgres table in no time where DELETE would visit each row, and SQLite has no TRUNCATE.

@@ -468,6 +468,32 @@ async fn run(mut case: Case, containment: Containment) {
     )
     .await;
 
+    // What the CLI reported it spent, read from its own output by the preset's usage format (the fake model
+    // reports tokens on every answer).
+    app.project().await;
+    let spent = pidevops::projectors::usage::task(app.state.log.store(), &id.to_string())
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("{}: no usage read from its output\n{log}", case.preset))
+        .spent;
+    // Every answer of the fake says 10 tokens in and 5 out: what the CLI reports is their sum, exactly. OpenCode
+    // leaves out one request: the session title it asks for on the side is in none of its step events.
+    let answers = fake
+        .model_calls()
+        .iter()
+        .filter(|c| !c.text.contains("You are a title generator"))
+        .count() as i64;
+    assert_eq!(
+        (
+            spent.input_tokens + spent.cache_read_tokens,
+            spent.output_tokens
+        ),
+        (10 * answers, 5 * answers),
+        "{}: {spent:?}\n{log}",
+        case.preset
+    );
+    assert_eq!(spent.runs, 1);
+
     // The edit the model asked for, made by the CLI's own file tool, is what pidevops pushed.
     let branch = format!("pidevops/{id}");
     assert_eq!(

@@ -51,6 +51,7 @@ mod tasks_api;
 mod tasks_projectors;
 mod telegram;
 mod tour;
+mod usage;
 mod verdicts;
 mod web;
 mod web_attempts;

@@ -114,6 +114,7 @@ async fn a_runs_events_merge_alike_incrementally_and_in_a_rebuild(db: TestDb) {
             detail: "exit status 1".into(),
             duration_s: 60.0,
             tail: "boom".into(),
+            usage: None,
         },
     )
     .await;

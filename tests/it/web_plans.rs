@@ -767,6 +767,7 @@ async fn run_recorded(
             detail: format!("attempt {attempt} said no"),
             duration_s: 1.5,
             tail: String::new(),
+            usage: None,
         },
         None => RunEvent::Succeeded {
             at,
@@ -778,6 +779,7 @@ async fn run_recorded(
             duration_s: 2.5,
             tail: String::new(),
             report: Box::default(),
+            usage: None,
         },
     };
     for (version, event, key) in [

@@ -324,6 +324,14 @@ pub struct AgentTable {
     pub set_env: BTreeMap<String, String>,
     pub timeout_s: i64,
     pub no_output_timeout_s: i64,
+    /// How the agent's output reports what it spent: `claude`, `codex`, `pi`, `opencode` or `none`; unset, it is
+    /// guessed from the command (the CLI and its machine-readable flag).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<String>,
+    /// A custom agent's usage line: a regex with named groups `input`, `output`, `cache_read`, `cache_write`,
+    /// `cost`, `turns`; each matching line adds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage_pattern: Option<String>,
 }
 
 impl Default for AgentTable {
@@ -335,6 +343,8 @@ impl Default for AgentTable {
             set_env: BTreeMap::new(),
             timeout_s: super::profiles::DEFAULT_TIMEOUT.as_secs() as i64,
             no_output_timeout_s: super::profiles::DEFAULT_NO_OUTPUT_TIMEOUT.as_secs() as i64,
+            usage: None,
+            usage_pattern: None,
         }
     }
 }
@@ -578,6 +588,8 @@ impl Tables {
                     set_env: preset.set_env.clone(),
                     timeout_s: preset.timeout.as_secs() as i64,
                     no_output_timeout_s: preset.no_output_timeout.as_secs() as i64,
+                    usage: Some(preset.usage.name().to_owned()),
+                    usage_pattern: None,
                 });
         }
         for (poller, default) in [

@@ -18,6 +18,7 @@ use crate::config::repo_env::RepoEnv;
 use crate::dispatch::runner::{self, Ending};
 use crate::dispatch::runs::{self, FailureKind, Proposal, RunEvent};
 use crate::dispatch::workspace::Prepared;
+use crate::domain::usage::RunUsage;
 use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::{AppendError, EventLog};
 use crate::projectors::runs as run_rows;
@@ -79,6 +80,7 @@ impl Dispatcher {
                 detail: why.clone(),
                 duration_s: 0.0,
                 tail: String::new(),
+                usage: None,
             }),
         };
         let outcome = match outcome {
@@ -126,6 +128,7 @@ impl Dispatcher {
             detail,
             duration_s: started.elapsed().as_secs_f64(),
             tail,
+            usage: None,
         };
         let source = self.inner.config.source(task.repo());
         let phase = std::time::Instant::now();
@@ -174,6 +177,7 @@ impl Dispatcher {
             RunPurpose::Work => self.inner.config.environment(task.repo()).cloned(),
             RunPurpose::Plan | RunPurpose::Triage => None,
         };
+        let meter = runner::meter(profile.usage.clone());
         let around = self
             .around_agent(
                 task,
@@ -183,7 +187,7 @@ impl Dispatcher {
                 &prompt,
                 repo_env.as_ref(),
                 (&output, &heartbeat.agent_stop, &stop),
-                handed,
+                (handed, &meter),
             )
             .await;
         self.forget_hook_dirs(&prepared).await;
@@ -226,7 +230,12 @@ impl Dispatcher {
         if heartbeat.lost.is_cancelled() {
             return None;
         }
-        Some(outcome)
+        let usage = meter.lock().unwrap_or_else(|e| e.into_inner()).usage();
+        Some(outcome.with_usage(Some(RunUsage {
+            repo: task.repo().to_string(),
+            profile: profile.name.clone(),
+            usage,
+        })))
     }
 
     /// The agent and the repository's commands around it: setup and before_run, the agent, then after_run and
@@ -241,7 +250,7 @@ impl Dispatcher {
         prompt: &str,
         repo_env: Option<&RepoEnv>,
         (output, agent_stop, stop): (&Arc<AtomicU64>, &CancellationToken, &CancellationToken),
-        handed: std::time::Duration,
+        (handed, meter): (std::time::Duration, &runner::SharedMeter),
     ) -> Result<runner::Finished, StepFailed> {
         let none = RepoEnv::default();
         let env = repo_env.unwrap_or(&none);
@@ -259,7 +268,7 @@ impl Dispatcher {
         self.run_step(Step::Setup, &cx).await?;
         self.run_step(Step::BeforeRun, &cx).await?;
         let launching = std::time::Instant::now();
-        let launch = self
+        let mut launch = self
             .launch(task, run, profile, prepared, prompt, Access::Worktree)
             .map_err(|error| StepFailed {
                 kind: FailureKind::Workspace,
@@ -268,6 +277,7 @@ impl Dispatcher {
             })?;
         metrics::histogram!("pidevops_run_phase_seconds", "phase" => "launch")
             .record((handed + launching.elapsed()).as_secs_f64());
+        launch.meter = Some(meter.clone());
         let finished = runner::run(launch, output.clone(), agent_stop.clone()).await;
         if finished.ending == Ending::Exited(0) {
             self.run_step(Step::AfterRun, &cx).await?;
@@ -441,6 +451,7 @@ impl Dispatcher {
                 review,
                 outside_scope,
             }),
+            usage: None,
         }
     }
 
@@ -542,7 +553,13 @@ pub(super) fn badly_ended(
 ) -> Option<RunEvent> {
     let failed = |kind, detail: String| Some(fail(kind, detail, finished.tail.clone()));
     match &finished.ending {
-        Ending::Exited(0) => None,
+        // pi in JSON mode exits 0 after a failed request: its output's last word is the error.
+        Ending::Exited(0) => finished.said.error.as_ref().and_then(|error| {
+            failed(
+                FailureKind::Exit,
+                format!("the agent exited 0, but its CLI's output ended in an error: {error}"),
+            )
+        }),
         Ending::Exited(code) => failed(
             FailureKind::Exit,
             format!("the agent exited with status {code}"),

@@ -169,6 +169,7 @@ impl Dispatcher {
             no_output_timeout: timeout.saturating_mul(2),
             stdin: None,
             child,
+            meter: None,
         };
         tracing::info!(repo = %cx.prepared.repo, step = step.key(), "running the repository's command");
         let began = Instant::now();

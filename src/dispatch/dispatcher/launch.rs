@@ -89,6 +89,7 @@ impl Dispatcher {
             no_output_timeout: profile.no_output_timeout,
             stdin: profile.prompt_on_stdin.then(|| dirs.prompt.clone()),
             child,
+            meter: None,
         })
     }
 

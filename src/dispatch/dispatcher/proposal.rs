@@ -68,6 +68,7 @@ impl Dispatcher {
             proposal,
             duration_s: ended.began.elapsed().as_secs_f64(),
             tail,
+            usage: None,
         }
     }
 }

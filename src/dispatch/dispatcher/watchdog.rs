@@ -133,6 +133,7 @@ impl Dispatcher {
                 .map(|s| (Utc::now() - s).num_milliseconds() as f64 / 1000.0)
                 .unwrap_or_default(),
             tail: String::new(),
+            usage: None,
         };
         match writer.append(&lost).await {
             Ok(()) => {

@@ -1,0 +1,320 @@
+use super::*;
+
+fn meter(format: UsageFormat, output: &str) -> UsageMeter {
+    let mut meter = UsageMeter::new(format);
+    meter.feed(output.as_bytes());
+    meter.finish();
+    meter
+}
+
+const CLAUDE: &str = concat!(
+    r#"{"type":"system","subtype":"init","cwd":"/w","session_id":"s1","tools":["Bash"],"model":"claude-sonnet-4-5"}"#,
+    "\n",
+    r#"{"type":"assistant","message":{"id":"msg_1","role":"assistant","content":[{"type":"text","text":"Looking"}],"usage":{"input_tokens":10,"cache_creation_input_tokens":100,"cache_read_input_tokens":0,"output_tokens":5}},"session_id":"s1"}"#,
+    "\n",
+    r#"{"type":"assistant","message":{"id":"msg_1","role":"assistant","content":[{"type":"tool_use","id":"t1","name":"Bash","input":{"command":"ls"}}],"usage":{"input_tokens":10,"cache_creation_input_tokens":100,"cache_read_input_tokens":0,"output_tokens":5}},"session_id":"s1"}"#,
+    "\n",
+    r#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"{\"type\":\"result\",\"total_cost_usd\":0}"}]},"session_id":"s1"}"#,
+    "\n",
+    r#"{"type":"assistant","message":{"id":"msg_2","role":"assistant","content":[{"type":"text","text":"Done"}],"usage":{"input_tokens":3,"cache_creation_input_tokens":0,"cache_read_input_tokens":100,"output_tokens":7}},"session_id":"s1"}"#,
+    "\n",
+);
+
+const CLAUDE_RESULT: &str = r#"{"type":"result","subtype":"success","is_error":false,"duration_ms":2341,"duration_api_ms":2100,"num_turns":3,"result":"Done.","session_id":"s1","total_cost_usd":0.0421,"usage":{"input_tokens":13,"cache_creation_input_tokens":100,"cache_read_input_tokens":100,"output_tokens":12,"server_tool_use":{"web_search_requests":0},"service_tier":"standard"}}"#;
+
+#[test]
+fn claude_streams_an_estimate_per_message_then_its_result_line_is_the_usage() {
+    let running = meter(UsageFormat::Claude, CLAUDE);
+    // msg_1 counted once though two content blocks repeat its usage; a tool's output that looks like a
+    // result line is a string inside a line and counts for nothing.
+    assert_eq!(
+        running.usage(),
+        Usage {
+            input_tokens: 13,
+            output_tokens: 12,
+            cache_read_tokens: 100,
+            cache_write_tokens: 100,
+            cost_usd: None,
+            turns: 2,
+        }
+    );
+    let done = meter(UsageFormat::Claude, &format!("{CLAUDE}{CLAUDE_RESULT}\n"));
+    assert_eq!(
+        done.usage(),
+        Usage {
+            input_tokens: 13,
+            output_tokens: 12,
+            cache_read_tokens: 100,
+            cache_write_tokens: 100,
+            cost_usd: Some(0.0421),
+            turns: 3,
+        }
+    );
+    assert_eq!(done.limit(), None);
+}
+
+#[test]
+fn lines_split_across_chunks_anywhere_read_the_same() {
+    let output = format!("{CLAUDE}{CLAUDE_RESULT}");
+    let whole = meter(UsageFormat::Claude, &output).usage();
+    for size in [1, 2, 7, 64, 1000] {
+        let mut m = UsageMeter::new(UsageFormat::Claude);
+        for chunk in output.as_bytes().chunks(size) {
+            m.feed(chunk);
+        }
+        m.finish();
+        assert_eq!(m.usage(), whole, "chunks of {size}");
+    }
+}
+
+#[test]
+fn an_overlong_line_is_skipped_and_the_next_line_still_reads() {
+    let mut m = UsageMeter::new(UsageFormat::Claude);
+    m.feed(&vec![b'{'; MAX_LINE_BYTES + 10]);
+    m.feed(b"still the long line\n");
+    m.feed(CLAUDE_RESULT.as_bytes());
+    m.feed(b"\n");
+    assert_eq!(m.usage().cost_usd, Some(0.0421));
+}
+
+#[test]
+fn claude_rate_limit_rejected_is_a_limit_with_its_reset_time() {
+    let output = concat!(
+        r#"{"type":"rate_limit_event","rate_limit_info":{"status":"allowed_warning","resetsAt":1780000000,"rateLimitType":"five_hour"},"uuid":"u","session_id":"s"}"#,
+        "\n",
+        r#"{"type":"rate_limit_event","rate_limit_info":{"status":"rejected","resetsAt":1780003600,"rateLimitType":"five_hour"},"uuid":"u","session_id":"s"}"#,
+        "\n",
+    );
+    let limit = meter(UsageFormat::Claude, output).limit().cloned().unwrap();
+    assert_eq!(
+        limit.resets_at,
+        Some(Utc.timestamp_opt(1_780_003_600, 0).unwrap())
+    );
+    assert!(limit.message.contains("five_hour"), "{}", limit.message);
+}
+
+#[test]
+fn claude_error_results_naming_a_limit_or_429_or_529_are_limits_and_other_errors_are_not() {
+    let result = |text: &str| {
+        format!(
+            r#"{{"type":"result","subtype":"success","is_error":true,"num_turns":1,"result":{},"total_cost_usd":0.001,"usage":{{"input_tokens":1,"output_tokens":0}}}}"#,
+            serde_json::to_string(text).unwrap()
+        )
+    };
+    for text in [
+        "Claude AI usage limit reached|1780003600",
+        "You've hit your limit · resets 3pm (Europe/Paris)",
+        r#"API Error: 429 {"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}"#,
+        r#"API Error: 529 {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+    ] {
+        let m = meter(UsageFormat::Claude, &result(text));
+        assert!(m.limit().is_some(), "{text}");
+        assert_eq!(m.usage().cost_usd, Some(0.001));
+    }
+    let old = meter(
+        UsageFormat::Claude,
+        &result("Claude AI usage limit reached|1780003600"),
+    );
+    assert_eq!(
+        old.limit().unwrap().resets_at,
+        Some(Utc.timestamp_opt(1_780_003_600, 0).unwrap())
+    );
+    for text in [
+        "API Error: 500 internal",
+        "Error: the tests in src/4290.rs failed",
+    ] {
+        assert_eq!(
+            meter(UsageFormat::Claude, &result(text)).limit(),
+            None,
+            "{text}"
+        );
+    }
+    // A limit in a successful result's text is the agent's words, not the CLI's error.
+    let said = r#"{"type":"result","is_error":false,"result":"I added a rate limit of 429 per hour","usage":{}}"#;
+    assert_eq!(meter(UsageFormat::Claude, said).limit(), None);
+}
+
+#[test]
+fn codex_sums_its_turns_and_counts_cached_input_as_cache_reads() {
+    let output = concat!(
+        r#"{"type":"thread.started","thread_id":"th_1"}"#,
+        "\n",
+        r#"{"type":"turn.started"}"#,
+        "\n",
+        r#"{"type":"item.completed","item":{"id":"item_0","type":"agent_message","text":"{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":999}}"}}"#,
+        "\n",
+        r#"{"type":"turn.completed","usage":{"input_tokens":1200,"cached_input_tokens":200,"output_tokens":300}}"#,
+        "\n",
+        r#"{"type":"turn.completed","usage":{"input_tokens":50,"cached_input_tokens":0,"output_tokens":5,"reasoning_output_tokens":2}}"#,
+        "\n",
+    );
+    assert_eq!(
+        meter(UsageFormat::Codex, output).usage(),
+        Usage {
+            input_tokens: 1050,
+            output_tokens: 305,
+            cache_read_tokens: 200,
+            cache_write_tokens: 0,
+            cost_usd: None,
+            turns: 2,
+        }
+    );
+}
+
+#[test]
+fn codex_errors_naming_a_limit_are_limits() {
+    let output = concat!(
+        r#"{"type":"error","message":"You've hit your usage limit. Upgrade to Pro or try again later."}"#,
+        "\n",
+        r#"{"type":"turn.failed","error":{"message":"stream disconnected before completion"}}"#,
+        "\n",
+    );
+    assert!(meter(UsageFormat::Codex, output).limit().is_some());
+    let other =
+        r#"{"type":"turn.failed","error":{"message":"stream disconnected before completion"}}"#;
+    assert_eq!(meter(UsageFormat::Codex, other).limit(), None);
+}
+
+#[test]
+fn pi_sums_its_assistant_messages_with_their_cost() {
+    let message = |role: &str, input: u64, cost: f64| {
+        format!(
+            r#"{{"type":"message_end","message":{{"role":"{role}","content":[],"api":"anthropic-messages","provider":"anthropic","model":"m","usage":{{"input":{input},"output":4,"cacheRead":2,"cacheWrite":1,"totalTokens":0,"cost":{{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"total":{cost}}}}},"stopReason":"stop","timestamp":1}}}}"#
+        )
+    };
+    let output = format!(
+        "{}\n{}\n{}\n{}\n",
+        r#"{"type":"session","version":3,"id":"s","timestamp":"t","cwd":"/w"}"#,
+        message("assistant", 10, 0.25),
+        message("user", 1000, 9.0),
+        message("assistant", 5, 0.5),
+    );
+    assert_eq!(
+        meter(UsageFormat::Pi, &output).usage(),
+        Usage {
+            input_tokens: 15,
+            output_tokens: 8,
+            cache_read_tokens: 4,
+            cache_write_tokens: 2,
+            cost_usd: Some(0.75),
+            turns: 2,
+        }
+    );
+    let limited = r#"{"type":"message_end","message":{"role":"assistant","content":[],"usage":{"input":0,"output":0,"cacheRead":0,"cacheWrite":0,"totalTokens":0,"cost":{"total":0}},"stopReason":"error","errorMessage":"429 {\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\"}}"}}"#;
+    assert!(meter(UsageFormat::Pi, limited).limit().is_some());
+}
+
+#[test]
+fn opencode_sums_its_steps_reasoning_as_output() {
+    let step = |input: u64, cost: f64| {
+        format!(
+            r#"{{"type":"step_finish","timestamp":1,"sessionID":"ses","part":{{"id":"p","sessionID":"ses","messageID":"m","type":"step-finish","reason":"stop","cost":{cost},"tokens":{{"input":{input},"output":3,"reasoning":2,"cache":{{"read":7,"write":1}}}}}}}}"#
+        )
+    };
+    let output = format!("{}\n{}\n", step(100, 0.01), step(20, 0.02));
+    let usage = meter(UsageFormat::Opencode, &output).usage();
+    assert_eq!(usage.input_tokens, 120);
+    assert_eq!(usage.output_tokens, 10);
+    assert_eq!(usage.cache_read_tokens, 14);
+    assert_eq!(usage.cache_write_tokens, 2);
+    assert_eq!(usage.turns, 2);
+    assert!((usage.cost_usd.unwrap() - 0.03).abs() < 1e-12);
+    let error = r#"{"type":"error","timestamp":1,"sessionID":"ses","error":{"name":"APIError","data":{"message":"Rate limit exceeded: 429 Too Many Requests","statusCode":429}}}"#;
+    assert!(meter(UsageFormat::Opencode, error).limit().is_some());
+}
+
+#[test]
+fn a_pattern_reads_each_matching_line_and_refuses_unknown_groups() {
+    let pattern = UsagePattern::new(
+        r"tokens: in=(?P<input>[\d,]+) out=(?P<output>\d+) cost=\$(?P<cost>[\d.]+)",
+    )
+    .unwrap();
+    let output =
+        "working\ntokens: in=1,200 out=30 cost=$0.50\nmore\ntokens: in=10 out=3 cost=$0.25";
+    assert_eq!(
+        meter(UsageFormat::Pattern(pattern), output).usage(),
+        Usage {
+            input_tokens: 1210,
+            output_tokens: 33,
+            cache_read_tokens: 0,
+            cache_write_tokens: 0,
+            cost_usd: Some(0.75),
+            turns: 0,
+        }
+    );
+    let unknown = UsagePattern::new(r"(?P<inputs>\d+)").unwrap_err();
+    assert!(
+        unknown.contains("inputs") && unknown.contains("input, output"),
+        "{unknown}"
+    );
+    assert!(UsagePattern::new(r"\d+")
+        .unwrap_err()
+        .contains("names no group"));
+    assert!(UsagePattern::new(r"(").unwrap_err().contains("not a regex"));
+}
+
+#[test]
+fn formats_are_named_and_an_unknown_name_lists_the_known_ones() {
+    for name in UsageFormat::NAMES {
+        assert_eq!(UsageFormat::named(name).unwrap().name(), name);
+    }
+    let e = UsageFormat::named("gpt").unwrap_err();
+    assert!(e.contains("claude, codex, pi, opencode, none"), "{e}");
+}
+
+#[test]
+fn none_reads_nothing() {
+    let m = meter(UsageFormat::None, CLAUDE_RESULT);
+    assert!(m.usage().is_empty());
+    assert!(!m.reads_anything());
+}
+
+#[test]
+fn usage_round_trips_and_leaves_out_an_unknown_cost() {
+    let usage = RunUsage {
+        repo: "acme/api".into(),
+        profile: "codex".into(),
+        usage: Usage {
+            input_tokens: 1,
+            output_tokens: 2,
+            cache_read_tokens: 3,
+            cache_write_tokens: 4,
+            cost_usd: None,
+            turns: 1,
+        },
+    };
+    let json = serde_json::to_value(&usage).unwrap();
+    assert_eq!(json["input_tokens"], 1);
+    assert!(json.get("cost_usd").is_none());
+    assert_eq!(serde_json::from_value::<RunUsage>(json).unwrap(), usage);
+}
+
+#[test]
+fn an_output_that_ends_in_the_clis_error_says_so_and_a_later_success_clears_it() {
+    let failed = |role: &str, stop: &str| {
+        format!(
+            r#"{{"type":"message_end","message":{{"role":"{role}","content":[],"usage":{{"input":1,"output":0,"cacheRead":0,"cacheWrite":0,"totalTokens":1,"cost":{{"total":0}}}},"stopReason":"{stop}","errorMessage":"400 credit balance is too low"}}}}"#
+        )
+    };
+    let ended = meter(UsageFormat::Pi, &failed("assistant", "error"));
+    assert_eq!(
+        ended.ended_in_error(),
+        Some("400 credit balance is too low")
+    );
+    assert_eq!(ended.limit(), None);
+    let recovered = format!(
+        "{}\n{}\n",
+        failed("assistant", "error"),
+        failed("assistant", "stop")
+    );
+    assert_eq!(meter(UsageFormat::Pi, &recovered).ended_in_error(), None);
+    let claude = r#"{"type":"result","is_error":true,"result":"Invalid API key","usage":{}}"#;
+    assert_eq!(
+        meter(UsageFormat::Claude, claude).ended_in_error(),
+        Some("Invalid API key")
+    );
+    assert_eq!(
+        meter(UsageFormat::Claude, CLAUDE_RESULT).ended_in_error(),
+        None
+    );
+}

@@ -1,0 +1,479 @@
+//! The `usage` read model: what agents spent, rolled up per UTC day, repository and profile (`usage_daily`) and
+//! per task (`usage_tasks`), from the usage each run's outcome carries. `/api/usage`, `pidevops usage`, the
+//! dashboard's spend page and `/metrics` read it; budgets (when they come) read it too.
+//!
+//! Each outcome adds to its rows once: the projector applies a batch and moves its checkpoint in one transaction.
+
+use anyhow::Context;
+use chrono::{DateTime, Duration, NaiveDate, Utc};
+use futures::future::BoxFuture;
+use serde::Serialize;
+use sqlx::Row;
+
+use super::{Bodies, Projector, ProjectorTx};
+use crate::domain::runs::{RunEvent, RUN_STREAM_PREFIX};
+use crate::domain::usage::RunUsage;
+use crate::eventlog::{EventStore, StoreError, StoredEvent};
+use crate::tasks::RepoName;
+
+pub const NAME: &str = "usage";
+const SOURCE: &str = "pidevops";
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UsageProjector;
+
+/// Totals of some runs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Spent {
+    pub runs: i64,
+    pub input_tokens: i64,
+    pub output_tokens: i64,
+    pub cache_read_tokens: i64,
+    pub cache_write_tokens: i64,
+    /// Over the runs whose CLI reported a cost (`costed_runs` of `runs`); Codex reports none.
+    pub cost_usd: f64,
+    pub costed_runs: i64,
+    pub turns: i64,
+}
+
+impl Spent {
+    pub fn tokens(&self) -> i64 {
+        self.input_tokens + self.output_tokens + self.cache_read_tokens + self.cache_write_tokens
+    }
+
+    fn add(&mut self, other: &Spent) {
+        self.runs += other.runs;
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cache_read_tokens += other.cache_read_tokens;
+        self.cache_write_tokens += other.cache_write_tokens;
+        self.cost_usd += other.cost_usd;
+        self.costed_runs += other.costed_runs;
+        self.turns += other.turns;
+    }
+
+    fn of(usage: &RunUsage) -> Spent {
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        Spent {
+            runs: 1,
+            input_tokens: n(usage.usage.input_tokens),
+            output_tokens: n(usage.usage.output_tokens),
+            cache_read_tokens: n(usage.usage.cache_read_tokens),
+            cache_write_tokens: n(usage.usage.cache_write_tokens),
+            cost_usd: usage.usage.cost_usd.unwrap_or(0.0),
+            costed_runs: i64::from(usage.usage.cost_usd.is_some()),
+            turns: i64::from(usage.usage.turns),
+        }
+    }
+}
+
+/// One row of `usage_daily`.
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct DayRow {
+    /// `YYYY-MM-DD`, UTC.
+    pub day: String,
+    pub repo: String,
+    pub profile: String,
+    #[serde(flatten)]
+    pub spent: Spent,
+}
+
+/// One row of `usage_tasks`.
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct TaskUsageRow {
+    pub task_id: String,
+    pub repo: String,
+    pub last_at: DateTime<Utc>,
+    #[serde(flatten)]
+    pub spent: Spent,
+}
+
+/// The usage of one outcome, with where it goes.
+struct Entry {
+    day: String,
+    task: String,
+    at: DateTime<Utc>,
+    usage: RunUsage,
+}
+
+fn entry(event: &StoredEvent) -> anyhow::Result<Option<Entry>> {
+    if event.source != SOURCE
+        || !event
+            .stream
+            .as_deref()
+            .is_some_and(|s| s.starts_with(RUN_STREAM_PREFIX))
+        || !matches!(
+            event.event_type.as_str(),
+            "run.succeeded" | "run.failed" | "run.proposed"
+        )
+    {
+        return Ok(None);
+    }
+    let decoded: RunEvent = super::runs::decode(event)?;
+    let Some(usage) = decoded.usage().cloned() else {
+        return Ok(None);
+    };
+    let at = decoded.at();
+    Ok(Some(Entry {
+        day: day_of(at),
+        task: decoded.task().to_string(),
+        at,
+        usage,
+    }))
+}
+
+/// The UTC day a moment falls in, as the read model keys it.
+pub fn day_of(at: DateTime<Utc>) -> String {
+    at.date_naive().format("%Y-%m-%d").to_string()
+}
+
+impl Projector for UsageProjector {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn version(&self) -> i64 {
+        1
+    }
+
+    fn bodies(&self) -> Bodies {
+        Bodies::Streams {
+            source: SOURCE,
+            stream_prefix: RUN_STREAM_PREFIX,
+        }
+    }
+
+    fn reset<'a>(&'a self, tx: &'a mut ProjectorTx) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            super::empty_tables(tx, &["usage_daily", "usage_tasks"]).await?;
+            Ok(())
+        })
+    }
+
+    fn apply<'a>(
+        &'a self,
+        tx: &'a mut ProjectorTx,
+        events: &'a [StoredEvent],
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            for event in events {
+                let Some(entry) = entry(event)? else {
+                    continue;
+                };
+                add(tx, &entry)
+                    .await
+                    .with_context(|| format!("adding the usage of event {}", event.position))?;
+            }
+            Ok(())
+        })
+    }
+}
+
+const ADD_DAY: &str =
+    "INSERT INTO usage_daily (day, repo, profile, runs, input_tokens, output_tokens,
+        cache_read_tokens, cache_write_tokens, cost_usd, costed_runs, turns)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+    ON CONFLICT (day, repo, profile) DO UPDATE SET
+        runs = usage_daily.runs + excluded.runs,
+        input_tokens = usage_daily.input_tokens + excluded.input_tokens,
+        output_tokens = usage_daily.output_tokens + excluded.output_tokens,
+        cache_read_tokens = usage_daily.cache_read_tokens + excluded.cache_read_tokens,
+        cache_write_tokens = usage_daily.cache_write_tokens + excluded.cache_write_tokens,
+        cost_usd = usage_daily.cost_usd + excluded.cost_usd,
+        costed_runs = usage_daily.costed_runs + excluded.costed_runs,
+        turns = usage_daily.turns + excluded.turns";
+
+const ADD_TASK: &str = "INSERT INTO usage_tasks (task_id, repo, runs, input_tokens, output_tokens,
+        cache_read_tokens, cache_write_tokens, cost_usd, costed_runs, turns, last_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+    ON CONFLICT (task_id) DO UPDATE SET
+        runs = usage_tasks.runs + excluded.runs,
+        input_tokens = usage_tasks.input_tokens + excluded.input_tokens,
+        output_tokens = usage_tasks.output_tokens + excluded.output_tokens,
+        cache_read_tokens = usage_tasks.cache_read_tokens + excluded.cache_read_tokens,
+        cache_write_tokens = usage_tasks.cache_write_tokens + excluded.cache_write_tokens,
+        cost_usd = usage_tasks.cost_usd + excluded.cost_usd,
+        costed_runs = usage_tasks.costed_runs + excluded.costed_runs,
+        turns = usage_tasks.turns + excluded.turns,
+        last_at = CASE WHEN excluded.last_at > usage_tasks.last_at
+            THEN excluded.last_at ELSE usage_tasks.last_at END";
+
+async fn add(tx: &mut ProjectorTx, entry: &Entry) -> Result<(), sqlx::Error> {
+    let spent = Spent::of(&entry.usage);
+    on_tx!(tx, |conn| sqlx::query(ADD_DAY)
+        .bind(&entry.day)
+        .bind(&entry.usage.repo)
+        .bind(&entry.usage.profile)
+        .bind(spent.runs)
+        .bind(spent.input_tokens)
+        .bind(spent.output_tokens)
+        .bind(spent.cache_read_tokens)
+        .bind(spent.cache_write_tokens)
+        .bind(spent.cost_usd)
+        .bind(spent.costed_runs)
+        .bind(spent.turns)
+        .execute(conn)
+        .await
+        .map(|_| ()))?;
+    on_tx!(tx, |conn| sqlx::query(ADD_TASK)
+        .bind(&entry.task)
+        .bind(&entry.usage.repo)
+        .bind(spent.runs)
+        .bind(spent.input_tokens)
+        .bind(spent.output_tokens)
+        .bind(spent.cache_read_tokens)
+        .bind(spent.cache_write_tokens)
+        .bind(spent.cost_usd)
+        .bind(spent.costed_runs)
+        .bind(spent.turns)
+        .bind(entry.at)
+        .execute(conn)
+        .await
+        .map(|_| ()))?;
+    Ok(())
+}
+
+const SPENT: &str =
+    "runs, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd,
+    costed_runs, turns";
+// Postgres sums bigints as numeric: cast back, so both backends decode an i64.
+const SUMMED: &str =
+    "CAST(SUM(runs) AS bigint) AS runs, CAST(SUM(input_tokens) AS bigint) AS input_tokens,
+    CAST(SUM(output_tokens) AS bigint) AS output_tokens,
+    CAST(SUM(cache_read_tokens) AS bigint) AS cache_read_tokens,
+    CAST(SUM(cache_write_tokens) AS bigint) AS cache_write_tokens, SUM(cost_usd) AS cost_usd,
+    CAST(SUM(costed_runs) AS bigint) AS costed_runs, CAST(SUM(turns) AS bigint) AS turns";
+
+fn spent<R>(row: &R) -> Result<Spent, sqlx::Error>
+where
+    R: Row,
+    for<'r> &'r str: sqlx::ColumnIndex<R>,
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> f64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(Spent {
+        runs: row.try_get("runs")?,
+        input_tokens: row.try_get("input_tokens")?,
+        output_tokens: row.try_get("output_tokens")?,
+        cache_read_tokens: row.try_get("cache_read_tokens")?,
+        cache_write_tokens: row.try_get("cache_write_tokens")?,
+        cost_usd: row.try_get("cost_usd")?,
+        costed_runs: row.try_get("costed_runs")?,
+        turns: row.try_get("turns")?,
+    })
+}
+
+/// Which days a report covers, and of which repository.
+#[derive(Clone, Debug, Default)]
+pub struct UsageFilter {
+    /// The first day (inclusive); `None`: from the first.
+    pub since: Option<NaiveDate>,
+    pub repo: Option<String>,
+}
+
+/// The most days a report covers.
+pub const MAX_DAYS: i64 = 366;
+
+/// A usage report (`GET /api/usage`, `pidevops usage --json`).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct UsageReport {
+    /// The first day covered (UTC).
+    pub since: NaiveDate,
+    /// Per day, repository and profile, newest day first.
+    pub days: Vec<DayRow>,
+    /// The sum of `days`.
+    pub total: Spent,
+    /// The tasks that spent most, over all time.
+    pub tasks: Vec<TaskUsageRow>,
+}
+
+/// A report's bounds, checked: `Err` is the refusal.
+pub fn filter(
+    days: Option<i64>,
+    repo: Option<&str>,
+    today: NaiveDate,
+) -> Result<UsageFilter, (&'static str, String)> {
+    let days = days.unwrap_or(30);
+    if !(1..=MAX_DAYS).contains(&days) {
+        return Err(("bad_days", format!("days must be from 1 to {MAX_DAYS}")));
+    }
+    let repo = repo
+        .map(|r| r.parse::<RepoName>().map(|r| r.to_string()))
+        .transpose()
+        .map_err(|e| ("bad_repo", e.to_string()))?;
+    Ok(UsageFilter {
+        since: Some(today - Duration::days(days - 1)),
+        repo,
+    })
+}
+
+/// The daily rows a report shows, newest day first.
+pub async fn days(store: &EventStore, filter: &UsageFilter) -> Result<Vec<DayRow>, StoreError> {
+    let since = filter
+        .since
+        .map(|d| d.format("%Y-%m-%d").to_string())
+        .unwrap_or_default();
+    let sql = format!(
+        "SELECT day, repo, profile, {SPENT} FROM usage_daily WHERE day >= $1 AND ($2 = '' OR repo = $2)
+         ORDER BY day DESC, repo, profile"
+    );
+    let repo = filter.repo.clone().unwrap_or_default();
+    crate::on_store!(store, |pool, backend| {
+        let rows = sqlx::query(&sql)
+            .bind(&since)
+            .bind(&repo)
+            .fetch_all(pool)
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|row| {
+                Ok(DayRow {
+                    day: row.try_get("day")?,
+                    repo: row.try_get("repo")?,
+                    profile: row.try_get("profile")?,
+                    spent: spent(row)?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()?)
+    })
+}
+
+/// The sum of some rows.
+pub fn total<'a>(rows: impl IntoIterator<Item = &'a Spent>) -> Spent {
+    let mut sum = Spent::default();
+    for row in rows {
+        sum.add(row);
+    }
+    sum
+}
+
+/// Every repository and profile's totals over all days (what `/metrics` exposes as counters).
+pub async fn by_repo_and_profile(
+    store: &EventStore,
+) -> Result<Vec<(String, String, Spent)>, StoreError> {
+    let sql = format!(
+        "SELECT repo, profile, {SUMMED} FROM usage_daily GROUP BY repo, profile ORDER BY repo, profile"
+    );
+    crate::on_store!(store, |pool, backend| {
+        let rows = sqlx::query(&sql).fetch_all(pool).await?;
+        Ok(rows
+            .iter()
+            .map(|row| Ok((row.try_get("repo")?, row.try_get("profile")?, spent(row)?)))
+            .collect::<Result<_, sqlx::Error>>()?)
+    })
+}
+
+/// One task's usage, if any of its runs reported some.
+pub async fn task(store: &EventStore, task_id: &str) -> Result<Option<TaskUsageRow>, StoreError> {
+    let sql = format!("SELECT task_id, repo, last_at, {SPENT} FROM usage_tasks WHERE task_id = $1");
+    crate::on_store!(store, |pool, backend| {
+        let row = sqlx::query(&sql).bind(task_id).fetch_optional(pool).await?;
+        Ok(row
+            .map(|row| -> Result<TaskUsageRow, sqlx::Error> {
+                Ok(TaskUsageRow {
+                    task_id: row.try_get("task_id")?,
+                    repo: row.try_get("repo")?,
+                    last_at: row.try_get("last_at")?,
+                    spent: spent(&row)?,
+                })
+            })
+            .transpose()?)
+    })
+}
+
+/// The tasks that spent the most (cost, then tokens), of one repository or all.
+pub async fn top_tasks(
+    store: &EventStore,
+    repo: Option<&str>,
+    limit: i64,
+) -> Result<Vec<TaskUsageRow>, StoreError> {
+    let sql = format!(
+        "SELECT task_id, repo, last_at, {SPENT} FROM usage_tasks WHERE ($1 = '' OR repo = $1)
+         ORDER BY cost_usd DESC, input_tokens + output_tokens DESC, task_id LIMIT $2"
+    );
+    let repo = repo.unwrap_or_default().to_owned();
+    crate::on_store!(store, |pool, backend| {
+        let rows = sqlx::query(&sql)
+            .bind(&repo)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|row| {
+                Ok(TaskUsageRow {
+                    task_id: row.try_get("task_id")?,
+                    repo: row.try_get("repo")?,
+                    last_at: row.try_get("last_at")?,
+                    spent: spent(row)?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()?)
+    })
+}
+
+/// `/metrics`' usage counters, from the read model (so they hold across restarts and agree between replicas):
+/// `pidevops_agent_tokens_total{repo,profile,kind}` and `pidevops_agent_cost_usd_total{repo,profile}`.
+pub fn prometheus_text(rows: &[(String, String, Spent)]) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let label = |v: &str| {
+        v.replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n")
+    };
+    out.push_str(
+        "# HELP pidevops_agent_tokens_total Tokens agents spent, as their CLIs reported them.\n",
+    );
+    out.push_str("# TYPE pidevops_agent_tokens_total counter\n");
+    for (repo, profile, spent) in rows {
+        for (kind, n) in [
+            ("input", spent.input_tokens),
+            ("output", spent.output_tokens),
+            ("cache_read", spent.cache_read_tokens),
+            ("cache_write", spent.cache_write_tokens),
+        ] {
+            let _ = writeln!(
+                out,
+                "pidevops_agent_tokens_total{{repo=\"{}\",profile=\"{}\",kind=\"{kind}\"}} {n}",
+                label(repo),
+                label(profile)
+            );
+        }
+    }
+    out.push_str("# HELP pidevops_agent_cost_usd_total US dollars agents spent, as their CLIs reported them.\n");
+    out.push_str("# TYPE pidevops_agent_cost_usd_total counter\n");
+    for (repo, profile, spent) in rows {
+        let _ = writeln!(
+            out,
+            "pidevops_agent_cost_usd_total{{repo=\"{}\",profile=\"{}\"}} {}",
+            label(repo),
+            label(profile),
+            spent.cost_usd
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_covers_today_and_the_days_before_and_refuses_bad_bounds() {
+        let today = NaiveDate::from_ymd_opt(2026, 12, 2).unwrap();
+        let f = filter(Some(7), Some("acme/api"), today).unwrap();
+        assert_eq!(f.since, NaiveDate::from_ymd_opt(2026, 11, 26));
+        assert_eq!(f.repo.as_deref(), Some("acme/api"));
+        assert_eq!(
+            filter(None, None, today).unwrap().since,
+            NaiveDate::from_ymd_opt(2026, 11, 3)
+        );
+        assert_eq!(filter(Some(0), None, today).unwrap_err().0, "bad_days");
+        assert_eq!(filter(Some(367), None, today).unwrap_err().0, "bad_days");
+        assert_eq!(
+            filter(Some(1), Some("not a repo"), today).unwrap_err().0,
+            "bad_repo"
+        );
+    }
+}
