@@ -5,10 +5,14 @@
 //! The checkpoint moves past an event only when its effects are settled (succeeded, or failed for good): an
 //! effect waiting for its retry time stops the tick there, and the next tick picks it up again. One provider's
 //! calls are made in the order their causes were committed.
+//!
+//! Before a call for a task, the cap on the task's outbound calls is asked (`cap.rs`, counted from the task's
+//! `outbound:<task>` stream right here, where the call is decided): a call past it is recorded as withheld.
 
 use anyhow::Context;
 use chrono::Utc;
 
+use super::cap::{self, EffectCap, OutboundEvent, Verdict};
 use super::github::GithubPolicy;
 use super::linear::LinearPolicy;
 use super::policy::PolicyConfig;
@@ -17,7 +21,7 @@ use super::telegram::TelegramPolicy;
 use super::{
     retry_at, state, stream, Action, EffectEvent, Produced, Request, State, EFFECT_STREAM_PREFIX,
 };
-use crate::board::{Board, BoardError};
+use crate::board::{Board, BoardError, Loaded};
 use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::{AppendError, EventLog, StoredEvent};
 use crate::loops::follow::{AsStored, Follow, Follower, Next};
@@ -33,6 +37,8 @@ pub use super::linear::LINEAR_SESSION_PREFIX;
 
 /// Who the effects loops' events and commands are from.
 pub(super) const ACTOR: &str = "effects";
+/// How many times a call's count is decided again after another loop counted a call of the same task first.
+const CAP_RACES: usize = 8;
 
 /// What one tick did, for `/health`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -40,6 +46,8 @@ pub struct EffectsProgress {
     pub position: i64,
     pub succeeded: u64,
     pub failed: u64,
+    /// Effects held back by the cap on their task's outbound calls.
+    pub withheld: u64,
     /// An effect waits for its retry time (the checkpoint stays before its cause until then).
     pub waiting: Option<String>,
     /// The tick handed back with events left (the loop goes again at once).
@@ -64,6 +72,8 @@ pub struct Effects {
     follow: Follow<StoredEvent>,
     /// For the bot's `/status`.
     loops: Option<LoopRegistry>,
+    /// `[effects] max_per_task_per_hour`.
+    cap: EffectCap,
 }
 
 impl Effects {
@@ -75,6 +85,7 @@ impl Effects {
             board,
             follow: Follow::default(),
             loops: None,
+            cap: EffectCap::default(),
         }
     }
 
@@ -113,6 +124,12 @@ impl Effects {
     /// The loops the bot's `/status` reports on.
     pub fn with_loops(mut self, loops: LoopRegistry) -> Self {
         self.loops = Some(loops);
+        self
+    }
+
+    /// The cap on each task's outbound calls (default: [`EffectCap::default`], the file's default).
+    pub fn with_cap(mut self, cap: EffectCap) -> Self {
+        self.cap = cap;
         self
     }
 
@@ -313,7 +330,9 @@ impl Effects {
         }
         let now = Utc::now();
         let attempt = match state(&events) {
-            State::Succeeded | State::Failed | State::Unknown => return Ok(Settled::Yes),
+            State::Succeeded | State::Failed | State::Withheld | State::Unknown => {
+                return Ok(Settled::Yes)
+            }
             State::Pending { due: Some(due), .. } if due > now => return Ok(Settled::Waiting(due)),
             State::Pending { attempts, .. } => attempts + 1,
             State::InDoubt { attempt } if !action.safe_to_repeat() => {
@@ -334,10 +353,142 @@ impl Effects {
             State::InDoubt { attempt } => attempt + 1,
         };
         if let Some(free) = self.policy.not_before(&action) {
-            return Ok(Settled::Waiting(free));
+            // A call the cap holds back anyway does not wait for the provider's pace.
+            return Ok(self
+                .admit(request, &action, version, false, progress)
+                .await?
+                .unwrap_or(Settled::Waiting(free)));
+        }
+        if let Some(held) = self
+            .admit(request, &action, version, true, progress)
+            .await?
+        {
+            return Ok(held);
         }
         self.attempt(request, &action, attempt, version, now, progress)
             .await
+    }
+
+    /// Whether the cap on the task's outbound calls lets this call go (`cap::verdict` decides, from the task's
+    /// `outbound:<task>` stream and its last clearing). `None`: it may go, and with `count` it was counted
+    /// (`outbound.call` at that stream's next version; a race lost to another loop is decided again on the
+    /// stream as it is then). Held back: the trip recorded (`outbound.capped`, the same compare-and-set), the
+    /// task flagged if it is not, and `effect.withheld` at `version + 1` of the effect's stream, which settles it.
+    /// An effect of no task is never capped.
+    async fn admit(
+        &self,
+        request: &Request,
+        action: &Action,
+        version: i64,
+        count: bool,
+        progress: &mut EffectsProgress,
+    ) -> anyhow::Result<Option<Settled>> {
+        let Some(task) = request.task.filter(|_| self.cap.limit().is_some()) else {
+            return Ok(None);
+        };
+        let name = cap::stream(task);
+        for _ in 0..CAP_RACES {
+            let recorded = self
+                .log
+                .store()
+                .read_stream(&name)
+                .await
+                .with_context(|| format!("reading {name}"))?;
+            let ledger = recorded
+                .iter()
+                .map(|e| Ok((e.position, serde_json::from_slice(&e.body)?)))
+                .collect::<Result<Vec<(i64, OutboundEvent)>, serde_json::Error>>()
+                .with_context(|| format!("{name} holds an event that is not an outbound event"))?;
+            let next = recorded.last().and_then(|e| e.stream_version).unwrap_or(0) + 1;
+            let loaded = self.board.load(task).await?;
+            let cleared = loaded.as_ref().and_then(|l| {
+                l.events
+                    .iter()
+                    .rev()
+                    .find(|e| e.event_type == "task.needs_human_cleared")
+                    .map(|e| e.position)
+            });
+            let now = Utc::now();
+            let reason = match cap::verdict(self.cap, task, &ledger, cleared, now) {
+                Verdict::Send if !count => return Ok(None),
+                Verdict::Send => {
+                    let call = OutboundEvent::Call {
+                        at: now,
+                        key: request.key.clone(),
+                        action: action.name().to_owned(),
+                    };
+                    if self.append_outbound(&name, task, next, &call).await? {
+                        return Ok(None);
+                    }
+                    continue;
+                }
+                Verdict::Trip { calls, cap, reason } => {
+                    let capped = OutboundEvent::Capped {
+                        at: now,
+                        calls,
+                        cap,
+                        key: request.key.clone(),
+                    };
+                    if !self.append_outbound(&name, task, next, &capped).await? {
+                        continue;
+                    }
+                    tracing::warn!(%task, calls, cap, "a task reached the cap on outbound calls");
+                    reason
+                }
+                Verdict::Held { reason } => reason,
+            };
+            return self
+                .withhold(request, action, version, loaded.as_ref(), &reason, progress)
+                .await
+                .map(Some);
+        }
+        anyhow::bail!(
+            "{name} kept changing under {} ({CAP_RACES} races lost)",
+            request.key
+        )
+    }
+
+    /// An effect the cap holds back: its task flagged for a person if it is not (a closed task cannot be, and
+    /// keeps its state), then `effect.withheld` with the reason, so what was held back is on record.
+    async fn withhold(
+        &self,
+        request: &Request,
+        action: &Action,
+        version: i64,
+        loaded: Option<&Loaded>,
+        reason: &str,
+        progress: &mut EffectsProgress,
+    ) -> anyhow::Result<Settled> {
+        if let Some(loaded) = loaded.filter(|l| l.task.needs_human().is_none()) {
+            let flag = Command::FlagNeedsHuman {
+                reason: Reason::summarize(reason),
+            };
+            match self.board.execute(loaded.task.id(), &flag, ACTOR).await {
+                Ok(_) | Err(BoardError::Refused(_)) => {}
+                Err(error) => {
+                    return Err(error).context("flagging the task at the cap on outbound calls")
+                }
+            }
+        }
+        let now = Utc::now();
+        let withheld = EffectEvent::Withheld {
+            at: now,
+            key: request.key.clone(),
+            reason: reason.to_owned(),
+        };
+        if !self
+            .append(&request.key, request.task, version + 1, &withheld)
+            .await
+            .context("recording an effect withheld")?
+        {
+            // Another loop moved this effect on meanwhile: its stream says what became of it.
+            return Ok(Settled::Waiting(now + chrono::Duration::seconds(1)));
+        }
+        metrics::counter!("pidevops_effects_total", "provider" => self.policy.provider().as_str(), "action" => action.name(), "outcome" => "withheld")
+            .increment(1);
+        tracing::info!(key = %request.key, %reason, "effect withheld");
+        progress.withheld += 1;
+        Ok(Settled::Yes)
     }
 
     /// Attempt `attempt` of the effect, its stream at `version` when read at `now`: `started` claims it, then
@@ -452,15 +603,45 @@ impl Effects {
     ) -> Result<bool, AppendError> {
         let body = serde_json::to_vec(event)
             .map_err(|e| AppendError::Unavailable(format!("encoding {}: {e}", event.kind())))?;
+        self.append_to(&stream(key), version, event.kind(), event.at(), task, body)
+            .await
+    }
+
+    /// Appends `event` as version `version` of the task's `outbound:<task>` stream; `Ok(false)`: another loop
+    /// took that version first.
+    async fn append_outbound(
+        &self,
+        name: &str,
+        task: TaskId,
+        version: i64,
+        event: &OutboundEvent,
+    ) -> anyhow::Result<bool> {
+        let body =
+            serde_json::to_vec(event).with_context(|| format!("encoding {}", event.kind()))?;
+        self.append_to(name, version, event.kind(), event.at(), Some(task), body)
+            .await
+            .with_context(|| format!("recording {} in {name}", event.kind()))
+    }
+
+    /// Appends one of the effects loops' events as version `version` of stream `name` (keyed by both).
+    async fn append_to(
+        &self,
+        name: &str,
+        version: i64,
+        kind: &str,
+        at: chrono::DateTime<Utc>,
+        task: Option<TaskId>,
+        body: Vec<u8>,
+    ) -> Result<bool, AppendError> {
         let mut new = NewEvent::new(
             Source::Pidevops,
-            EventType::from_stored(event.kind().to_owned()),
-            format!("{}:{version}", stream(key)),
+            EventType::from_stored(kind.to_owned()),
+            format!("{name}:{version}"),
             "application/json",
             bytes::Bytes::from(body),
         );
-        new.stream = Some((stream(key), version));
-        new.occurred_at = event.at();
+        new.stream = Some((name.to_owned(), version));
+        new.occurred_at = at;
         new.subject.reference = task.map(|t| t.to_string());
         new.meta
             .insert("actor".to_owned(), serde_json::Value::from(ACTOR));
