@@ -20,8 +20,12 @@
 //! Transient failures (5xx, timeouts, 429 and rate limits, honouring `Retry-After` and the reset time) are retried
 //! with backoff, the wait recorded in `effect.failed{retry_at}`; a permanent failure is recorded, flags the task for
 //! a human, and the loop moves on.
+//!
+//! A task's calls are capped (`cap.rs`: `[effects] max_per_task_per_hour`, counted from the log): past the cap an
+//! effect is recorded as `effect.withheld` with the reason instead of being made, and the task is flagged.
 
 pub mod bot;
+pub mod cap;
 mod combined;
 mod github;
 mod linear;
@@ -246,6 +250,12 @@ pub enum EffectEvent {
         /// When the next attempt may be made; `None`: failed for good.
         retry_at: Option<DateTime<Utc>>,
     },
+    /// Not made, and never will be: its task reached the cap on outbound calls (`cap.rs`), which says why.
+    Withheld {
+        at: DateTime<Utc>,
+        key: String,
+        reason: String,
+    },
 }
 
 impl EffectEvent {
@@ -255,6 +265,7 @@ impl EffectEvent {
             EffectEvent::Started { .. } => "effect.started",
             EffectEvent::Succeeded { .. } => "effect.succeeded",
             EffectEvent::Failed { .. } => "effect.failed",
+            EffectEvent::Withheld { .. } => "effect.withheld",
         }
     }
 
@@ -263,7 +274,8 @@ impl EffectEvent {
             EffectEvent::Requested { at, .. }
             | EffectEvent::Started { at, .. }
             | EffectEvent::Succeeded { at, .. }
-            | EffectEvent::Failed { at, .. } => *at,
+            | EffectEvent::Failed { at, .. }
+            | EffectEvent::Withheld { at, .. } => *at,
         }
     }
 }
@@ -284,6 +296,8 @@ pub enum State {
     },
     Succeeded,
     Failed,
+    /// Held back by the cap on its task's outbound calls: settled, never made.
+    Withheld,
 }
 
 /// Folds an effect's events into its state. Pure.
@@ -309,6 +323,7 @@ pub fn state(events: &[EffectEvent]) -> State {
                 due: Some(*at),
             },
             (_, EffectEvent::Failed { retry_at: None, .. }) => State::Failed,
+            (_, EffectEvent::Withheld { .. }) => State::Withheld,
             (other, EffectEvent::Requested { .. }) => other,
         };
     }

@@ -5,10 +5,15 @@
 //! The checkpoint moves past an event only when its effects are settled (succeeded, or failed for good): an
 //! effect waiting for its retry time stops the tick there, and the next tick picks it up again. One provider's
 //! calls are made in the order their causes were committed.
+//!
+//! Before a call for a task, the cap on the task's outbound calls is asked (`cap.rs`, counted from the task's
+//! `outbound:<task>` stream right here, where the call is decided, in `admit.rs`): a call past it is recorded as
+//! withheld.
 
 use anyhow::Context;
 use chrono::Utc;
 
+use super::cap::EffectCap;
 use super::github::GithubPolicy;
 use super::linear::LinearPolicy;
 use super::policy::PolicyConfig;
@@ -31,6 +36,8 @@ use crate::tasks::{Command, Reason, TaskEvent, TaskId};
 
 pub use super::linear::LINEAR_SESSION_PREFIX;
 
+mod admit;
+
 /// Who the effects loops' events and commands are from.
 pub(super) const ACTOR: &str = "effects";
 
@@ -40,6 +47,8 @@ pub struct EffectsProgress {
     pub position: i64,
     pub succeeded: u64,
     pub failed: u64,
+    /// Effects held back by the cap on their task's outbound calls.
+    pub withheld: u64,
     /// An effect waits for its retry time (the checkpoint stays before its cause until then).
     pub waiting: Option<String>,
     /// The tick handed back with events left (the loop goes again at once).
@@ -64,6 +73,8 @@ pub struct Effects {
     follow: Follow<StoredEvent>,
     /// For the bot's `/status`.
     loops: Option<LoopRegistry>,
+    /// `[effects] max_per_task_per_hour`.
+    cap: EffectCap,
 }
 
 impl Effects {
@@ -75,6 +86,7 @@ impl Effects {
             board,
             follow: Follow::default(),
             loops: None,
+            cap: EffectCap::default(),
         }
     }
 
@@ -113,6 +125,12 @@ impl Effects {
     /// The loops the bot's `/status` reports on.
     pub fn with_loops(mut self, loops: LoopRegistry) -> Self {
         self.loops = Some(loops);
+        self
+    }
+
+    /// The cap on each task's outbound calls (default: [`EffectCap::default`], the file's default).
+    pub fn with_cap(mut self, cap: EffectCap) -> Self {
+        self.cap = cap;
         self
     }
 
@@ -313,7 +331,9 @@ impl Effects {
         }
         let now = Utc::now();
         let attempt = match state(&events) {
-            State::Succeeded | State::Failed | State::Unknown => return Ok(Settled::Yes),
+            State::Succeeded | State::Failed | State::Withheld | State::Unknown => {
+                return Ok(Settled::Yes)
+            }
             State::Pending { due: Some(due), .. } if due > now => return Ok(Settled::Waiting(due)),
             State::Pending { attempts, .. } => attempts + 1,
             State::InDoubt { attempt } if !action.safe_to_repeat() => {
@@ -334,7 +354,17 @@ impl Effects {
             State::InDoubt { attempt } => attempt + 1,
         };
         if let Some(free) = self.policy.not_before(&action) {
-            return Ok(Settled::Waiting(free));
+            // A call the cap holds back anyway does not wait for the provider's pace.
+            return Ok(self
+                .admit(request, &action, version, false, progress)
+                .await?
+                .unwrap_or(Settled::Waiting(free)));
+        }
+        if let Some(held) = self
+            .admit(request, &action, version, true, progress)
+            .await?
+        {
+            return Ok(held);
         }
         self.attempt(request, &action, attempt, version, now, progress)
             .await
@@ -443,7 +473,7 @@ impl Effects {
 
     /// Appends `event` as version `version` of the effect's stream. `Ok(false)`: that version is taken (someone
     /// else wrote it, or this very write was made before a crash).
-    async fn append(
+    pub(super) async fn append(
         &self,
         key: &str,
         task: Option<TaskId>,
@@ -452,15 +482,29 @@ impl Effects {
     ) -> Result<bool, AppendError> {
         let body = serde_json::to_vec(event)
             .map_err(|e| AppendError::Unavailable(format!("encoding {}: {e}", event.kind())))?;
+        self.append_to(&stream(key), version, event.kind(), event.at(), task, body)
+            .await
+    }
+
+    /// Appends one of the effects loops' events as version `version` of stream `name` (keyed by both).
+    pub(super) async fn append_to(
+        &self,
+        name: &str,
+        version: i64,
+        kind: &str,
+        at: chrono::DateTime<Utc>,
+        task: Option<TaskId>,
+        body: Vec<u8>,
+    ) -> Result<bool, AppendError> {
         let mut new = NewEvent::new(
             Source::Pidevops,
-            EventType::from_stored(event.kind().to_owned()),
-            format!("{}:{version}", stream(key)),
+            EventType::from_stored(kind.to_owned()),
+            format!("{name}:{version}"),
             "application/json",
             bytes::Bytes::from(body),
         );
-        new.stream = Some((stream(key), version));
-        new.occurred_at = event.at();
+        new.stream = Some((name.to_owned(), version));
+        new.occurred_at = at;
         new.subject.reference = task.map(|t| t.to_string());
         new.meta
             .insert("actor".to_owned(), serde_json::Value::from(ACTOR));

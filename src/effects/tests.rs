@@ -104,8 +104,30 @@ fn an_effects_state_follows_its_stream() {
         ]),
         State::Succeeded
     );
+    let withheld = EffectEvent::Withheld {
+        at: at(4),
+        key: "github:pr:T-1".into(),
+        reason: "effect cap: 20 outbound calls for T-1 in the last hour".into(),
+    };
+    assert_eq!(state(&[requested(), withheld.clone()]), State::Withheld);
+    // Held back after a transient failure: settled, its retry time no longer matters.
+    assert_eq!(
+        state(&[
+            requested(),
+            started(1),
+            failed(1, Some(at(60))),
+            withheld.clone()
+        ]),
+        State::Withheld
+    );
     // Every event round-trips through the log's JSON, with the action's fields beside the request's.
-    for event in [requested(), started(1), failed(1, Some(at(60))), succeeded] {
+    for event in [
+        requested(),
+        started(1),
+        failed(1, Some(at(60))),
+        succeeded,
+        withheld,
+    ] {
         let json = serde_json::to_value(&event).unwrap();
         assert_eq!(json["type"], event.kind().trim_start_matches("effect."));
         assert_eq!(serde_json::from_value::<EffectEvent>(json).unwrap(), event);

@@ -1,6 +1,6 @@
 //! Effects through the real app and a fake GitHub on loopback: a task that goes to review gets one pull request
 //! and its link; transient failures (429 with Retry-After, 5xx) are retried and a permanent one asks a human;
-//! replaying the log calls nothing twice. Per backend.
+//! replaying the log calls nothing twice. Per backend. `cap.rs`: the cap on a task's outbound calls.
 
 use std::time::Duration;
 
@@ -12,6 +12,8 @@ use pidevops::effects::{EffectEvent, Provider};
 use pidevops::projectors::tasks as task_rows;
 use pidevops::tasks::{ApprovalPolicy, Command, Links, RunId, Spec, TaskId};
 use secrecy::SecretString;
+
+mod cap;
 
 per_backend!(
     a_task_in_review_gets_one_pull_request_and_its_link,

@@ -16,6 +16,8 @@ pub struct FileConfig {
     pub schedules: Vec<Schedule>,
     pub linear_states: LinearStates,
     pub telegram_cooldown: chrono::Duration,
+    /// `[effects] max_per_task_per_hour`: the cap on a task's outbound calls.
+    pub effect_cap: crate::effects::cap::EffectCap,
     pub linear_poller: PollerConfig,
     pub github_poller: PollerConfig,
     /// `[loops.<name>] fail_after_s`: stale thresholds by loop name (checked against the loop plan at start).
@@ -53,6 +55,10 @@ impl FileConfig {
         let telegram_cooldown = keep(
             &mut errors,
             crate::effects::policy::telegram_cooldown(&tables),
+        );
+        let effect_cap = keep(
+            &mut errors,
+            crate::effects::cap::EffectCap::from_tables(&tables),
         );
         let linear_poller = keep(
             &mut errors,
@@ -92,6 +98,7 @@ impl FileConfig {
             schedules,
             linear_states,
             telegram_cooldown,
+            effect_cap,
             linear_poller,
             github_poller,
             loop_fail_after,
@@ -105,6 +112,7 @@ impl FileConfig {
                 Some(schedules),
                 Some(linear_states),
                 Some(telegram_cooldown),
+                Some(effect_cap),
                 Some(linear_poller),
                 Some(github_poller),
                 Some(loop_fail_after),
@@ -117,6 +125,7 @@ impl FileConfig {
                 schedules,
                 linear_states,
                 telegram_cooldown,
+                effect_cap,
                 linear_poller,
                 github_poller,
                 loop_fail_after,

@@ -63,6 +63,7 @@ pub struct Tables {
     pub digest: DigestTable,
     pub linear: LinearTable,
     pub telegram: TelegramTable,
+    pub effects: EffectsTable,
     pub pollers: PollersTable,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub loops: BTreeMap<String, LoopTable>,
@@ -458,6 +459,22 @@ pub struct TelegramTable {
 impl Default for TelegramTable {
     fn default() -> Self {
         Self { cooldown_s: 600 }
+    }
+}
+
+/// `[effects]`: the outbound calls of the `effects:<provider>` loops.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EffectsTable {
+    /// Outbound calls per task in any hour before it is flagged and held (`effects::cap`); 0: no cap.
+    pub max_per_task_per_hour: i64,
+}
+
+impl Default for EffectsTable {
+    fn default() -> Self {
+        Self {
+            max_per_task_per_hour: i64::from(crate::effects::cap::DEFAULT_PER_HOUR),
+        }
     }
 }
 

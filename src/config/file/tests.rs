@@ -88,7 +88,7 @@ fn an_unknown_key_in_any_table_is_refused_with_the_closest_known_one() {
         (
             "verbose = true",
             "verbose: unknown key (known: board, repos, intake, dispatch, agents, schedules, digest, linear, \
-             telegram, pollers, loops, plans)",
+             telegram, effects, pollers, loops, plans)",
         ),
     ] {
         assert_eq!(errors(text), refusal, "{text}");
@@ -165,13 +165,15 @@ fn every_mistake_is_reported_at_once() {
     );
     // Rules are checked once the shapes are right, each table's on its own.
     let rules = errors(
-        "[dispatch]\nmax_concurrent = 0\n[telegram]\ncooldown_s = -1\n[repos.\"acme/api\"]\nbase = \"-x\"",
+        "[dispatch]\nmax_concurrent = 0\n[telegram]\ncooldown_s = -1\n[repos.\"acme/api\"]\nbase = \"-x\"\n\
+         [effects]\nmax_per_task_per_hour = -5",
     );
     assert_eq!(
         rules.lines().collect::<Vec<_>>(),
         [
             "dispatch.max_concurrent must be a whole number from 1 to 1000",
             "telegram.cooldown_s must be a whole number of seconds from 0 to 86400",
+            "effects.max_per_task_per_hour must be a whole number from 0 (no cap) to 3600, not -5",
         ]
     );
 }
@@ -184,6 +186,10 @@ fn the_empty_file_is_every_default() {
     assert_eq!(file.intake, IntakeConfig::default());
     assert_eq!(file.linear_states, LinearStates::default());
     assert_eq!(file.telegram_cooldown, chrono::Duration::minutes(10));
+    assert_eq!(
+        file.effect_cap,
+        crate::effects::cap::EffectCap::per_hour(20)
+    );
     assert!(file.schedules.is_empty());
     assert!(file
         .dispatch
@@ -357,6 +363,7 @@ fn the_documented_defaults_are_the_defaults() {
         ("[digest]", value(DigestTable::default())),
         ("[linear.states]", value(LinearStatesTable::default())),
         ("[telegram]", value(TelegramTable::default())),
+        ("[effects]", value(EffectsTable::default())),
         ("[pollers.<name>]", value(PollerTable::default())),
         ("[loops.<name>]", value(LoopTable::default())),
     ];
@@ -473,6 +480,7 @@ fn the_documented_complete_file_is_accepted_and_sets_every_key() {
         ("[digest]", at(&["digest"])),
         ("[linear.states]", at(&["linear", "states"])),
         ("[telegram]", at(&["telegram"])),
+        ("[effects]", at(&["effects"])),
         ("[pollers.<name>]", at(&["pollers", "linear"])),
         ("[loops.<name>]", first(&table["loops"])),
         ("[plans]", at(&["plans"])),

@@ -96,7 +96,8 @@ pub(super) fn github_effects(parts: &Parts<'_>) -> anyhow::Result<crate::effects
             plan_land: settings.file.plans.land,
             ..Default::default()
         },
-    ))
+    )
+    .with_cap(settings.file.effect_cap))
 }
 
 /// The `effects:telegram` loop's worker: the Bot API at `TELEGRAM_API_URL`, notifications to the allowed chats.
@@ -126,6 +127,7 @@ pub(super) fn telegram_effects(
             ..Default::default()
         },
     )
+    .with_cap(settings.file.effect_cap)
     .with_loops(parts.registry.clone()))
 }
 
@@ -149,7 +151,8 @@ pub(super) fn linear_effects(parts: &Parts<'_>) -> anyhow::Result<crate::effects
             github_prs: settings.github_token.is_some(),
             ..Default::default()
         },
-    ))
+    )
+    .with_cap(settings.file.effect_cap))
 }
 
 pub(super) async fn heartbeat(log: &EventLog) -> anyhow::Result<()> {
