@@ -33,6 +33,9 @@ pub fn build(task: &Task) -> String {
                 "the repository's setup failed before the agent ran (not counted against the attempts)"
             }
             RetryCause::AgentNeedsHuman { .. } => "you asked for a person, who has looked",
+            RetryCause::Limited { .. } => {
+                "the model provider's usage or rate limit stopped it (not counted against the attempts)"
+            }
             RetryCause::ChecksFailed => "CI failed on the pull request",
             RetryCause::ChangesRequested => "a reviewer asked for changes",
         };

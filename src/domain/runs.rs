@@ -71,6 +71,9 @@ pub enum FailureKind {
     /// The reviewer agent could not review (it failed, or left no verdict): not the work's fault, so the attempt
     /// is given back, like a failed setup.
     Reviewer,
+    /// The agent ran into its provider's usage or rate limit: the attempt is given back, the task waits until
+    /// the limit lifts, and its profile starts nothing meanwhile.
+    Limited,
 }
 
 impl FailureKind {
@@ -94,13 +97,14 @@ impl FailureKind {
             FailureKind::Scope => "scope",
             FailureKind::Review => "review",
             FailureKind::Reviewer => "reviewer",
+            FailureKind::Limited => "limited",
         }
     }
 }
 
 impl FailureKind {
     /// Every kind (a new one is added here too: the dashboard reads the runs read model's names back with it).
-    pub const ALL: [FailureKind; 18] = [
+    pub const ALL: [FailureKind; 19] = [
         FailureKind::Exit,
         FailureKind::Timeout,
         FailureKind::Stalled,
@@ -119,6 +123,7 @@ impl FailureKind {
         FailureKind::Scope,
         FailureKind::Review,
         FailureKind::Reviewer,
+        FailureKind::Limited,
     ];
 
     /// What happened, for a person reading a run's row (the dashboard): the kind's name is for machines.
@@ -142,6 +147,7 @@ impl FailureKind {
             FailureKind::Scope => "it changed files outside its scope",
             FailureKind::Review => "the reviewer asked for changes",
             FailureKind::Reviewer => "the reviewer could not review (not counted)",
+            FailureKind::Limited => "its provider's usage or rate limit (not counted)",
         }
     }
 }
@@ -213,6 +219,9 @@ pub enum RunEvent {
         /// What the agent spent, where its profile reads usage from its output.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         usage: Option<RunUsage>,
+        /// `limited`: when the task (and its profile) may run again.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        until: Option<DateTime<Utc>>,
     },
     /// A planner or triage run ended with what it was asked for: nothing pushed, a proposal for a person.
     Proposed {
@@ -359,6 +368,7 @@ mod tests {
             duration_s: 1.5,
             tail: tail.into(),
             usage: None,
+            until: None,
         }
     }
 

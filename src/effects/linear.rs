@@ -517,6 +517,18 @@ impl IssueNews<'_> {
                     "body": format!("Going again: {}", reason.as_str()),
                 }),
             ),
+            // A thought, not an error: the session goes on once the limit lifts.
+            RetryCause::Limited { run, until } => self.activity(
+                format!("linear:activity:{run}:end"),
+                json!({
+                    "type": "thought",
+                    "body": format!(
+                        "Waiting for the model provider's limit to lift (until {} UTC): {}",
+                        until.format("%Y-%m-%d %H:%M"),
+                        reason.as_str()
+                    ),
+                }),
+            ),
             RetryCause::Interrupted { .. } => None,
         }
     }

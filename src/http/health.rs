@@ -84,7 +84,7 @@ pub fn loop_status(name: &str, report: &LoopReport) -> (Status, Option<String>) 
             Status::Warn,
             Some(format!("loop {name}: its last tick failed{}", last_error())),
         ),
-        LoopState::Armed => match paused_with_work(report) {
+        LoopState::Armed => match paused_with_work(report).or_else(|| limited_profiles(report)) {
             Some(problem) => (Status::Warn, Some(format!("loop {name}: {problem}"))),
             None => (Status::Pass, None),
         },
@@ -105,6 +105,29 @@ fn paused_with_work(report: &LoopReport) -> Option<String> {
                 .unwrap_or("no reason given")
         )
     })
+}
+
+/// A profile paused by its provider's usage or rate limit: nothing is broken, and nothing on it moves until then.
+fn limited_profiles(report: &LoopReport) -> Option<String> {
+    let detail = report.detail.as_ref()?;
+    let paused = detail["limited_profiles"].as_object()?;
+    if paused.is_empty() {
+        return None;
+    }
+    let profiles: Vec<String> = paused
+        .iter()
+        .map(|(profile, until)| {
+            format!(
+                "agent profile {profile} is paused until {} by its provider's usage or rate limit",
+                until.as_str().unwrap_or("its reset")
+            )
+        })
+        .collect();
+    Some(format!(
+        "{} ({} task(s) waiting)",
+        profiles.join("; "),
+        detail["limited"].as_u64().unwrap_or(0)
+    ))
 }
 
 pub async fn health(State(state): State<AppState>) -> Response {

@@ -248,6 +248,13 @@ impl Task {
     pub fn purpose(&self) -> Option<RunPurpose> {
         self.purpose
     }
+    /// What its next attempt is for: a plan's is its planner's, a task's is the work.
+    pub fn next_purpose(&self) -> RunPurpose {
+        match self.kind {
+            TaskKind::Task => RunPurpose::Work,
+            TaskKind::Plan => RunPurpose::Plan,
+        }
+    }
     pub fn plan(&self) -> Option<&PlanState> {
         self.plan.as_ref()
     }
@@ -316,6 +323,9 @@ pub enum RetryCause {
     /// The agent said it needs a person (`.pidevops/status.json`): the attempt counts, and the task is flagged at
     /// once with what it said.
     AgentNeedsHuman { run: RunId },
+    /// The agent ran into its provider's usage or rate limit: not the work's fault, so the attempt is given back
+    /// and it is no bounce; the task waits until `until` (the dispatcher's business).
+    Limited { run: RunId, until: DateTime<Utc> },
     /// CI failed on the pull request.
     ChecksFailed,
     /// A reviewer (or a human through the CLI) asked for another attempt.

@@ -33,6 +33,7 @@ mod init;
 mod intake;
 mod land;
 mod leases;
+mod limits;
 mod linear;
 mod openapi;
 mod plans;

@@ -115,6 +115,7 @@ async fn a_runs_events_merge_alike_incrementally_and_in_a_rebuild(db: TestDb) {
             duration_s: 60.0,
             tail: "boom".into(),
             usage: None,
+            until: None,
         },
     )
     .await;

@@ -768,6 +768,7 @@ async fn run_recorded(
             duration_s: 1.5,
             tail: String::new(),
             usage: None,
+            until: None,
         },
         None => RunEvent::Succeeded {
             at,

@@ -27,6 +27,11 @@ use crate::tasks::{
     AttemptReport, Column, Command, Reason, RetryCause, RunId, RunPurpose, Task, TaskError, TaskId,
 };
 
+/// The longest a provider's named reset is waited for (a later one is likely wrong, or an agent's lie).
+const MAX_LIMIT_WAIT_NAMED: chrono::Duration = chrono::Duration::days(7);
+/// The longest wait when the provider named no reset.
+const MAX_LIMIT_WAIT_UNKNOWN: chrono::Duration = chrono::Duration::hours(1);
+
 impl Dispatcher {
     /// Runs a claimed attempt to its one outcome and moves the task on. Used by `serve` and by workers.
     pub async fn execute(&self, task: Task, run: RunId, attempt: u32, stop: CancellationToken) {
@@ -81,6 +86,7 @@ impl Dispatcher {
                 duration_s: 0.0,
                 tail: String::new(),
                 usage: None,
+                until: None,
             }),
         };
         let outcome = match outcome {
@@ -129,6 +135,7 @@ impl Dispatcher {
             duration_s: started.elapsed().as_secs_f64(),
             tail,
             usage: None,
+            until: None,
         };
         let source = self.inner.config.source(task.repo());
         let phase = std::time::Instant::now();
@@ -230,7 +237,19 @@ impl Dispatcher {
         if heartbeat.lost.is_cancelled() {
             return None;
         }
-        let usage = meter.lock().unwrap_or_else(|e| e.into_inner()).usage();
+        let (usage, limit) = {
+            let meter = meter.lock().unwrap_or_else(|e| e.into_inner());
+            (meter.usage(), meter.limit().cloned())
+        };
+        let mut outcome = outcome;
+        if let RunEvent::Failed {
+            kind: FailureKind::Limited,
+            until,
+            ..
+        } = &mut outcome
+        {
+            *until = Some(self.limit_lifts(limit.as_ref(), attempt, Utc::now()));
+        }
         Some(outcome.with_usage(Some(RunUsage {
             repo: task.repo().to_string(),
             profile: profile.name.clone(),
@@ -475,7 +494,11 @@ impl Dispatcher {
                 },
             ),
             RunEvent::Failed {
-                task, run, kind, ..
+                task,
+                run,
+                kind,
+                until,
+                ..
             } => (
                 *task,
                 Command::Retry {
@@ -486,6 +509,10 @@ impl Dispatcher {
                             RetryCause::SetupFailed { run: *run }
                         }
                         FailureKind::NeedsHuman => RetryCause::AgentNeedsHuman { run: *run },
+                        FailureKind::Limited => RetryCause::Limited {
+                            run: *run,
+                            until: until.unwrap_or_else(|| Utc::now() + MAX_LIMIT_WAIT_UNKNOWN),
+                        },
                         _ => RetryCause::RunFailed { run: *run },
                     },
                     reason: outcome
@@ -527,6 +554,24 @@ impl Dispatcher {
         }
     }
 
+    /// When a task stopped by its provider's limit (and its profile) may run again: the reset the provider named,
+    /// at most a week out; else the retry backoff, at most an hour.
+    fn limit_lifts(
+        &self,
+        limit: Option<&crate::domain::usage::Limit>,
+        attempt: u32,
+        now: chrono::DateTime<Utc>,
+    ) -> chrono::DateTime<Utc> {
+        match limit.and_then(|l| l.resets_at) {
+            Some(at) if at > now => at.min(now + MAX_LIMIT_WAIT_NAMED),
+            _ => {
+                let backoff = chrono::Duration::from_std(self.inner.config.backoff(attempt, 0.0))
+                    .unwrap_or(MAX_LIMIT_WAIT_UNKNOWN);
+                now + backoff.min(MAX_LIMIT_WAIT_UNKNOWN)
+            }
+        }
+    }
+
     /// Applies whatever outcome the run's stream holds (another writer's).
     pub(super) async fn recover(&self, run: RunId) {
         match self.store().read_stream(&runs::stream(run)).await {
@@ -552,6 +597,22 @@ pub(super) fn badly_ended(
     fail: &impl Fn(FailureKind, String, String) -> RunEvent,
 ) -> Option<RunEvent> {
     let failed = |kind, detail: String| Some(fail(kind, detail, finished.tail.clone()));
+    // Its provider's limit, however the CLI then ended (some exit 0, some not): not the work's failure.
+    if let Some(limit) = &finished.said.limit {
+        if matches!(finished.ending, Ending::Exited(_) | Ending::Signaled(_)) {
+            let resets = limit
+                .resets_at
+                .map(|at| format!(" (it lifts at {} UTC)", at.format("%Y-%m-%d %H:%M")))
+                .unwrap_or_default();
+            return failed(
+                FailureKind::Limited,
+                format!(
+                    "the agent ran into its provider's usage or rate limit{resets}: {}",
+                    limit.message
+                ),
+            );
+        }
+    }
     match &finished.ending {
         // pi in JSON mode exits 0 after a failed request: its output's last word is the error.
         Ending::Exited(0) => finished.said.error.as_ref().and_then(|error| {

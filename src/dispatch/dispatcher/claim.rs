@@ -33,6 +33,12 @@ pub struct DispatchStatus {
     pub backing_off: usize,
     /// Tasks in `todo` waiting for the tasks they depend on to be done.
     pub waiting_on_dependencies: usize,
+    /// Profiles whose provider's usage or rate limit stopped an attempt, and when it lifts: nothing starts on
+    /// them meanwhile (their tasks count in `limited`, not in `queue`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub limited_profiles: BTreeMap<String, DateTime<Utc>>,
+    /// Tasks in `todo` waiting for their profile's limit to lift.
+    pub limited: usize,
     pub running: usize,
     pub slots: usize,
     pub started: usize,
@@ -80,10 +86,17 @@ impl Dispatcher {
         let waiting_on_dependencies = blocked.len();
         todo.retain(|row| !blocked.contains(&row.id));
         todo.extend(self.waiting_for_triage().await?);
+        let limited_profiles = self.limited_profiles(&todo, now).await?;
+        let mut limited = 0;
         let candidates: Vec<Candidate> = todo
             .iter()
             .filter(|row| !row.needs_human && row.attempts < row.max_attempts)
             .filter(|row| !self.local().running.contains_key(&row.id))
+            .filter(|row| {
+                let waits = limited_profiles.contains_key(self.profile_name_of(row));
+                limited += usize::from(waits);
+                !waits
+            })
             .filter(|row| {
                 let ready = self.ready_at(row).is_none_or(|at| at <= now);
                 backing_off += usize::from(!ready);
@@ -105,6 +118,8 @@ impl Dispatcher {
             queue: candidates.len(),
             backing_off,
             waiting_on_dependencies,
+            limited_profiles,
+            limited,
             running: running.values().sum(),
             slots,
             started: 0,
@@ -124,7 +139,7 @@ impl Dispatcher {
             }
             for id in picked {
                 let claiming = std::time::Instant::now();
-                let claimed = self.claim_and_start(id).await?;
+                let claimed = self.claim_and_start(id, &status.limited_profiles).await?;
                 metrics::histogram!("pidevops_run_phase_seconds", "phase" => "claim")
                     .record(claiming.elapsed().as_secs_f64());
                 if claimed {
@@ -302,9 +317,64 @@ impl Dispatcher {
         running
     }
 
+    /// The profiles waiting for their provider's limit to lift, and until when: from the `todo` tasks whose last
+    /// attempt ended `limited` (the runs read model names the run's profile). The latest reset wins.
+    async fn limited_profiles(
+        &self,
+        todo: &[TaskRow],
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<BTreeMap<String, DateTime<Utc>>> {
+        let mut paused: BTreeMap<String, DateTime<Utc>> = BTreeMap::new();
+        for row in todo {
+            let Some((run, until)) = limited_until(row) else {
+                continue;
+            };
+            if until <= now {
+                continue;
+            }
+            let runs = crate::projectors::runs::query(
+                self.store(),
+                crate::projectors::runs::Which::Run(&run),
+            )
+            .await
+            .with_context(|| format!("reading run {run} of {}, which was limited", row.id))?;
+            if let Some(profile) = runs.into_iter().next().and_then(|r| r.profile) {
+                let entry = paused.entry(profile).or_insert(until);
+                *entry = (*entry).max(until);
+            }
+        }
+        Ok(paused)
+    }
+
+    /// The profile a queued task's next run would use, from its row (the claim checks it again on the task).
+    fn profile_name_of<'a>(&'a self, row: &'a TaskRow) -> &'a str {
+        let profiles = &self.inner.profiles;
+        if row.column == Column::Triage {
+            if let Some(triage) = profiles.triager() {
+                return &triage.name;
+            }
+        }
+        if row.is_plan() {
+            if let Some(planner) = profiles.planner() {
+                return &planner.name;
+            }
+        }
+        if let Some(agent) = row.state.get("agent").and_then(|a| a.as_str()) {
+            return agent;
+        }
+        match row.repo.parse::<RepoName>() {
+            Ok(repo) => &profiles.for_repo(&repo).name,
+            Err(_) => "",
+        }
+    }
+
     /// When a task that failed may start again: its last failure plus the backoff for the next attempt, with a
-    /// jitter derived from the task and attempt (the same on every replica and after every restart).
+    /// jitter derived from the task and attempt (the same on every replica and after every restart); after its
+    /// provider's limit, when the limit lifts.
     fn ready_at(&self, row: &TaskRow) -> Option<DateTime<Utc>> {
+        if let Some((_, until)) = limited_until(row) {
+            return Some(until);
+        }
         let failure = row.state.get("last_failure")?;
         // An interrupted attempt was not the task's failure: no backoff.
         if failure.get("cause")?.get("kind")?.as_str()? == "interrupted" {
@@ -332,7 +402,11 @@ impl Dispatcher {
     }
 
     /// Claims `id` (appends `task.started`) and starts its run. `false` when someone else got there first.
-    async fn claim_and_start(&self, id: TaskId) -> anyhow::Result<bool> {
+    async fn claim_and_start(
+        &self,
+        id: TaskId,
+        limited_profiles: &BTreeMap<String, DateTime<Utc>>,
+    ) -> anyhow::Result<bool> {
         // The backoff is checked again on the task as the log has it: the read model the queue came from may be
         // behind a failure that just happened.
         let loaded = self
@@ -347,11 +421,25 @@ impl Dispatcher {
                 .last_failure()
                 .filter(|failure| !matches!(failure.cause, RetryCause::Interrupted { .. }))
                 .and_then(|failure| {
-                    self.after_backoff(id, task.attempts(), failure.at)
-                        .filter(|ready| *ready > Utc::now())
+                    let ready = match failure.cause {
+                        RetryCause::Limited { until, .. } => Some(until),
+                        _ => self.after_backoff(id, task.attempts(), failure.at),
+                    };
+                    ready.filter(|ready| *ready > Utc::now())
                 });
             if waiting.is_some() {
                 return Ok(false);
+            }
+            // Its profile hit its provider's limit on another task: this one would hit the same wall.
+            let purpose = if task.column() == Column::Triage {
+                RunPurpose::Triage
+            } else {
+                task.next_purpose()
+            };
+            if let Ok(profile) = self.inner.profiles.for_run(task, purpose) {
+                if limited_profiles.contains_key(&profile.name) {
+                    return Ok(false);
+                }
             }
             // A task that asks for an agent this service cannot run would only burn its attempts: a person
             // must pick another (or fix the configuration) first.
@@ -482,4 +570,14 @@ impl Dispatcher {
             }
         });
     }
+}
+
+/// The run and reset time of a task whose last attempt ended on its provider's limit.
+fn limited_until(row: &TaskRow) -> Option<(String, DateTime<Utc>)> {
+    let cause = row.state.get("last_failure")?.get("cause")?;
+    if cause.get("kind")?.as_str()? != "limited" {
+        return None;
+    }
+    let until = cause.get("until")?.as_str()?.parse().ok()?;
+    Some((cause.get("run")?.as_str()?.to_owned(), until))
 }

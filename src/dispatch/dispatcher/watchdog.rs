@@ -134,6 +134,7 @@ impl Dispatcher {
                 .unwrap_or_default(),
             tail: String::new(),
             usage: None,
+            until: None,
         };
         match writer.append(&lost).await {
             Ok(()) => {

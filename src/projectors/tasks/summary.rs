@@ -58,6 +58,7 @@ pub fn summarize(event: &TaskEvent) -> String {
                 RetryCause::Interrupted { .. } => "interrupted",
                 RetryCause::SetupFailed { .. } => "setup failed",
                 RetryCause::AgentNeedsHuman { .. } => "the agent asked for a person",
+                RetryCause::Limited { .. } => "its provider's limit",
                 RetryCause::ChecksFailed => "checks failed",
                 RetryCause::ChangesRequested => "changes requested",
             };

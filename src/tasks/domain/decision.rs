@@ -209,10 +209,7 @@ fn start(
         at,
         run,
         attempt: task.attempts + 1,
-        purpose: match task.kind {
-            TaskKind::Task => RunPurpose::Work,
-            TaskKind::Plan => RunPurpose::Plan,
-        },
+        purpose: task.next_purpose(),
     }])
 }
 
@@ -260,13 +257,17 @@ fn retry(
         RetryCause::RunFailed { run }
         | RetryCause::Interrupted { run }
         | RetryCause::SetupFailed { run }
-        | RetryCause::AgentNeedsHuman { run } => {
+        | RetryCause::AgentNeedsHuman { run }
+        | RetryCause::Limited { run, .. } => {
             if task.column != Column::InProgress {
                 return Err(wrong_column(task, command, &[Column::InProgress]));
             }
             live_run(task, *run)?;
             if task.purpose == Some(RunPurpose::Triage) {
-                let interrupted = matches!(cause, RetryCause::Interrupted { .. });
+                let interrupted = matches!(
+                    cause,
+                    RetryCause::Interrupted { .. } | RetryCause::Limited { .. }
+                );
                 return Ok(family::triage_failed(task, *run, interrupted, reason, now));
             }
         }
@@ -285,12 +286,18 @@ fn retry(
     let mut given_back = false;
     if matches!(
         cause,
-        RetryCause::Interrupted { .. } | RetryCause::SetupFailed { .. }
+        RetryCause::Interrupted { .. }
+            | RetryCause::SetupFailed { .. }
+            | RetryCause::Limited { .. }
     ) {
-        // Given back when the budget can grow; at the cap it counts like any failure.
+        // Given back when the budget can grow; at the cap it counts like any failure (so an agent that fakes its
+        // provider's limit forever still ends with a person).
         if let Ok(max_attempts) = MaxAttempts::new(task.max_attempts.get() + 1) {
             events.push(TaskEvent::AttemptReturned { at, max_attempts });
-            if matches!(cause, RetryCause::Interrupted { .. }) {
+            if matches!(
+                cause,
+                RetryCause::Interrupted { .. } | RetryCause::Limited { .. }
+            ) {
                 return Ok(events);
             }
             given_back = true;

@@ -327,13 +327,17 @@ fn attempt_returned(
     require(task, event, &[Column::Todo])?;
     let given_back = matches!(
         task.last_failure.as_ref().map(|f| f.cause),
-        Some(RetryCause::Interrupted { .. } | RetryCause::SetupFailed { .. })
+        Some(
+            RetryCause::Interrupted { .. }
+                | RetryCause::SetupFailed { .. }
+                | RetryCause::Limited { .. }
+        )
     );
     if !given_back || max_attempts.get() != task.max_attempts.get() + 1 {
         return Err(inapplicable(
             Some(task),
             event,
-            "it must follow an interrupted attempt or a failed setup and raise the budget by one"
+            "it must follow an interrupted attempt, a failed setup or a provider's limit and raise the budget by one"
                 .into(),
         ));
     }

@@ -737,3 +737,39 @@ fn events_serialize_tagged_and_their_kind_matches_the_tag() {
         serde_json::json!({"kind": "checks_failed"})
     );
 }
+
+#[test]
+fn a_providers_limit_gives_the_attempt_back_even_in_quick_succession_and_is_the_last_failure() {
+    let until = chrono::DateTime::<chrono::Utc>::from_timestamp(1_800_000_000, 0).unwrap();
+    let limited = |n: u128| Command::Retry {
+        cause: RetryCause::Limited { run: run(n), until },
+        reason: reason("run limited (attempt 1): the agent ran into its provider's usage limit"),
+    };
+    // Ten limits seconds apart: each given back, never a bounce, never a person asked for.
+    let mut task = step(None, &new_task(ApprovalPolicy::Auto, 1), 0).0;
+    for n in 1..=10u128 {
+        task = then(task, Command::Start { run: run(n) });
+        let (after, events) = step(Some(task), &limited(n), n as i64);
+        assert!(
+            matches!(
+                events.as_slice(),
+                [TaskEvent::Retried { .. }, TaskEvent::AttemptReturned { max_attempts, .. }]
+                    if max_attempts.get() == n as u32 + 1
+            ),
+            "{events:?}"
+        );
+        assert!(after.needs_human().is_none());
+        assert!(after.can_start());
+        assert_eq!(
+            after.last_failure().map(|f| f.cause),
+            Some(RetryCause::Limited { run: run(n), until })
+        );
+        task = after;
+    }
+    // A stale report of a limit (another run) changes nothing.
+    let task = then(task, Command::Start { run: run(11) });
+    assert!(matches!(
+        decide(Some(&task), &limited(3), at(20)),
+        Err(TaskError::StaleRun { .. })
+    ));
+}
