@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
 
+pub mod budgets;
 pub mod dispatch;
 pub mod file;
 pub mod plans;

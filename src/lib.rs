@@ -57,6 +57,7 @@
 
 pub mod bench;
 pub mod board;
+pub mod budgets;
 pub mod bus;
 pub mod cli;
 pub mod config;

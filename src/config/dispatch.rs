@@ -93,6 +93,8 @@ pub struct DispatchConfig {
     pub scope: BTreeMap<RepoName, ScopePolicy>,
     /// `[repos."o/n"] review` where set (default: off).
     pub review: BTreeMap<RepoName, ReviewPolicy>,
+    /// `[budgets]`: what runs may spend.
+    pub budgets: crate::config::budgets::BudgetsConfig,
 }
 
 /// Whether agents may run when nothing can contain them.
@@ -270,6 +272,7 @@ impl DispatchConfig {
             environments,
             scope,
             review,
+            budgets: crate::config::budgets::BudgetsConfig::from_tables(tables)?,
         })
     }
 

@@ -33,6 +33,7 @@ pub fn build(task: &Task) -> String {
                 "the repository's setup failed before the agent ran (not counted against the attempts)"
             }
             RetryCause::AgentNeedsHuman { .. } => "you asked for a person, who has looked",
+            RetryCause::OverBudget { .. } => "it went over its budget, which a person has raised",
             RetryCause::Limited { .. } => {
                 "the model provider's usage or rate limit stopped it (not counted against the attempts)"
             }

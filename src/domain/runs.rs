@@ -74,6 +74,8 @@ pub enum FailureKind {
     /// The agent ran into its provider's usage or rate limit: the attempt is given back, the task waits until
     /// the limit lifts, and its profile starts nothing meanwhile.
     Limited,
+    /// It took a budget (`[budgets]`) over its limit and was stopped: the task is flagged for a person.
+    Budget,
 }
 
 impl FailureKind {
@@ -98,13 +100,14 @@ impl FailureKind {
             FailureKind::Review => "review",
             FailureKind::Reviewer => "reviewer",
             FailureKind::Limited => "limited",
+            FailureKind::Budget => "budget",
         }
     }
 }
 
 impl FailureKind {
     /// Every kind (a new one is added here too: the dashboard reads the runs read model's names back with it).
-    pub const ALL: [FailureKind; 19] = [
+    pub const ALL: [FailureKind; 20] = [
         FailureKind::Exit,
         FailureKind::Timeout,
         FailureKind::Stalled,
@@ -124,6 +127,7 @@ impl FailureKind {
         FailureKind::Review,
         FailureKind::Reviewer,
         FailureKind::Limited,
+        FailureKind::Budget,
     ];
 
     /// What happened, for a person reading a run's row (the dashboard): the kind's name is for machines.
@@ -148,6 +152,7 @@ impl FailureKind {
             FailureKind::Review => "the reviewer asked for changes",
             FailureKind::Reviewer => "the reviewer could not review (not counted)",
             FailureKind::Limited => "its provider's usage or rate limit (not counted)",
+            FailureKind::Budget => "stopped: over its budget",
         }
     }
 }

@@ -503,6 +503,7 @@ impl IssueNews<'_> {
         match cause {
             RetryCause::RunFailed { run }
             | RetryCause::SetupFailed { run }
+            | RetryCause::OverBudget { run }
             | RetryCause::AgentNeedsHuman { run } => self.activity(
                 format!("linear:activity:{run}:end"),
                 json!({

@@ -326,6 +326,9 @@ pub enum RetryCause {
     /// The agent ran into its provider's usage or rate limit: not the work's fault, so the attempt is given back
     /// and it is no bounce; the task waits until `until` (the dispatcher's business).
     Limited { run: RunId, until: DateTime<Utc> },
+    /// The run took a budget over its limit and was stopped: the attempt counts, and the task is flagged at once
+    /// (a person raises the budget, or not).
+    OverBudget { run: RunId },
     /// CI failed on the pull request.
     ChecksFailed,
     /// A reviewer (or a human through the CLI) asked for another attempt.

@@ -68,6 +68,40 @@ pub struct Tables {
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub loops: BTreeMap<String, LoopTable>,
     pub plans: PlansTable,
+    pub budgets: BudgetsTable,
+}
+
+/// `[budgets]`: spending limits (`config::budgets`); an unset key limits nothing.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BudgetsTable {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_usd: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_tokens: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repo_daily_usd: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repo_daily_tokens: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub daily_usd: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub daily_tokens: Option<i64>,
+    pub soft_at: f64,
+}
+
+impl Default for BudgetsTable {
+    fn default() -> Self {
+        Self {
+            task_usd: None,
+            task_tokens: None,
+            repo_daily_usd: None,
+            repo_daily_tokens: None,
+            daily_usd: None,
+            daily_tokens: None,
+            soft_at: 0.8,
+        }
+    }
 }
 
 /// `[board]`: the approval gate and the attempt budget.

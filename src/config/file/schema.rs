@@ -78,5 +78,6 @@ pub fn schema() -> Vec<(&'static str, Vec<&'static str>)> {
         ("[pollers.<name>]", keys_of::<PollerTable>().to_vec()),
         ("[loops.<name>]", keys_of::<LoopTable>().to_vec()),
         ("[plans]", keys_of::<PlansTable>().to_vec()),
+        ("[budgets]", keys_of::<BudgetsTable>().to_vec()),
     ]
 }

@@ -88,7 +88,7 @@ fn an_unknown_key_in_any_table_is_refused_with_the_closest_known_one() {
         (
             "verbose = true",
             "verbose: unknown key (known: board, repos, intake, dispatch, agents, schedules, digest, linear, \
-             telegram, effects, pollers, loops, plans)",
+             telegram, effects, pollers, loops, plans, budgets)",
         ),
     ] {
         assert_eq!(errors(text), refusal, "{text}");
@@ -484,6 +484,7 @@ fn the_documented_complete_file_is_accepted_and_sets_every_key() {
         ("[pollers.<name>]", at(&["pollers", "linear"])),
         ("[loops.<name>]", first(&table["loops"])),
         ("[plans]", at(&["plans"])),
+        ("[budgets]", at(&["budgets"])),
     ];
     for (heading, keys) in schema() {
         let (_, written) = tables

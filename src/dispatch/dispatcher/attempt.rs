@@ -509,6 +509,7 @@ impl Dispatcher {
                             RetryCause::SetupFailed { run: *run }
                         }
                         FailureKind::NeedsHuman => RetryCause::AgentNeedsHuman { run: *run },
+                        FailureKind::Budget => RetryCause::OverBudget { run: *run },
                         FailureKind::Limited => RetryCause::Limited {
                             run: *run,
                             until: until.unwrap_or_else(|| Utc::now() + MAX_LIMIT_WAIT_UNKNOWN),

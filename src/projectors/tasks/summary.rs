@@ -59,6 +59,7 @@ pub fn summarize(event: &TaskEvent) -> String {
                 RetryCause::SetupFailed { .. } => "setup failed",
                 RetryCause::AgentNeedsHuman { .. } => "the agent asked for a person",
                 RetryCause::Limited { .. } => "its provider's limit",
+                RetryCause::OverBudget { .. } => "over budget",
                 RetryCause::ChecksFailed => "checks failed",
                 RetryCause::ChangesRequested => "changes requested",
             };

@@ -258,6 +258,7 @@ fn retry(
         | RetryCause::Interrupted { run }
         | RetryCause::SetupFailed { run }
         | RetryCause::AgentNeedsHuman { run }
+        | RetryCause::OverBudget { run }
         | RetryCause::Limited { run, .. } => {
             if task.column != Column::InProgress {
                 return Err(wrong_column(task, command, &[Column::InProgress]));
@@ -303,8 +304,11 @@ fn retry(
             given_back = true;
         }
     }
-    // The agent itself asked for a person: flagged at once, with what it said, whatever budget remains.
-    if matches!(cause, RetryCause::AgentNeedsHuman { .. }) {
+    // The agent itself asked for a person, or a budget ran out: flagged at once, with why, whatever attempts remain.
+    if matches!(
+        cause,
+        RetryCause::AgentNeedsHuman { .. } | RetryCause::OverBudget { .. }
+    ) {
         if task.needs_human.is_none() {
             events.push(TaskEvent::FlaggedNeedsHuman {
                 at,

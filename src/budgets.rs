@@ -1,0 +1,356 @@
+//! Budgets: what runs may spend (`[budgets]`), per task, per repository per UTC day and overall per UTC day.
+//! Checked before a task starts (the dispatcher starts nothing in a scope over its limit) and watched while its
+//! agent runs (the attempt stops the agent the moment its streamed usage takes a scope over). A person raises a
+//! limit with an event (`budget.raised` in the stream `budget`), like every other decision: the API, the CLI.
+//!
+//! What has been spent is the `usage` read model's; the limit in force is the configured one plus the raises of
+//! that scope. A day's scopes end with the day (UTC): the next day starts from nothing.
+
+use chrono::{DateTime, NaiveDate, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::config::budgets::{BudgetsConfig, Limit};
+use crate::domain::usage::Usage;
+use crate::eventlog::{EventStore, StoreError, StoredEvent};
+use crate::projectors::usage::{self as usage_rows, UsageFilter};
+use crate::tasks::TaskId;
+
+/// The stream of raises.
+pub const STREAM: &str = "budget";
+pub const RAISED: &str = "budget.raised";
+
+/// What a limit applies to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Scope {
+    /// One task, all its attempts, every day.
+    Task { task: String },
+    /// One repository, one UTC day (`YYYY-MM-DD`).
+    Repo { repo: String, day: String },
+    /// Every repository, one UTC day.
+    Day { day: String },
+}
+
+impl Scope {
+    pub fn task(task: TaskId) -> Self {
+        Scope::Task {
+            task: task.to_string(),
+        }
+    }
+
+    pub fn repo(repo: &str, day: NaiveDate) -> Self {
+        Scope::Repo {
+            repo: repo.to_owned(),
+            day: day.format("%Y-%m-%d").to_string(),
+        }
+    }
+
+    pub fn day(day: NaiveDate) -> Self {
+        Scope::Day {
+            day: day.format("%Y-%m-%d").to_string(),
+        }
+    }
+
+    /// For a person.
+    pub fn describe(&self) -> String {
+        match self {
+            Scope::Task { task } => format!("task {task}"),
+            Scope::Repo { repo, day } => format!("{repo} on {day}"),
+            Scope::Day { day } => format!("all repositories on {day}"),
+        }
+    }
+}
+
+/// A person's raise of one scope's limit (the body of `budget.raised`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Raised {
+    pub at: DateTime<Utc>,
+    pub scope: Scope,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usd: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+    /// Who raised it: `api`, `cli`, `dashboard`.
+    pub by: String,
+}
+
+/// What a scope has spent, and its limit in force.
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Standing {
+    pub scope: Scope,
+    pub spent_usd: f64,
+    pub spent_tokens: u64,
+    pub limit_usd: Option<f64>,
+    pub limit_tokens: Option<u64>,
+}
+
+impl Standing {
+    /// Why the scope is over its limit, with what `running` (a run not yet recorded) adds: `None` while under.
+    pub fn over(&self, running: &Usage) -> Option<String> {
+        let usd = self.spent_usd + running.cost_usd.unwrap_or(0.0);
+        let tokens = self.spent_tokens.saturating_add(running.total_tokens());
+        if let Some(limit) = self.limit_usd.filter(|limit| usd >= *limit) {
+            return Some(format!(
+                "budget exceeded: ${usd:.2} of ${limit:.2} for {}",
+                self.scope.describe()
+            ));
+        }
+        if let Some(limit) = self.limit_tokens.filter(|limit| tokens >= *limit) {
+            return Some(format!(
+                "budget exceeded: {tokens} of {limit} tokens for {}",
+                self.scope.describe()
+            ));
+        }
+        None
+    }
+
+    /// Whether the scope has reached `soft_at` of a limit (its one notice).
+    pub fn soft(&self, soft_at: f64) -> bool {
+        self.limit_usd
+            .is_some_and(|limit| self.spent_usd >= limit * soft_at)
+            || self
+                .limit_tokens
+                .is_some_and(|limit| self.spent_tokens as f64 >= limit as f64 * soft_at)
+    }
+}
+
+/// The limit in force: the configured one plus every raise of the same scope. A raise of a part the file leaves
+/// unlimited limits nothing (there is nothing to raise).
+pub fn in_force(configured: Limit, raises: &[Raised], scope: &Scope) -> Limit {
+    let mut limit = configured;
+    for raise in raises.iter().filter(|r| &r.scope == scope) {
+        if let (Some(limit), Some(more)) = (limit.usd.as_mut(), raise.usd) {
+            *limit += more;
+        }
+        if let (Some(limit), Some(more)) = (limit.tokens.as_mut(), raise.tokens) {
+            *limit = limit.saturating_add(more);
+        }
+    }
+    limit
+}
+
+/// Appends a raise. `request` makes it idempotent (a retried request with the same id is one raise); without one
+/// every call raises.
+pub async fn raise(
+    log: &crate::eventlog::EventLog,
+    raised: &Raised,
+    request: Option<&str>,
+) -> anyhow::Result<bool> {
+    use crate::domain::{EventType, NewEvent, Source};
+    use crate::eventlog::AppendError;
+    if raised.usd.is_none() && raised.tokens.is_none() {
+        anyhow::bail!("a raise names US dollars, tokens or both");
+    }
+    if raised
+        .usd
+        .is_some_and(|usd| !(usd.is_finite() && usd > 0.0))
+    {
+        anyhow::bail!("a raise in US dollars must be a positive number");
+    }
+    if raised.tokens == Some(0) {
+        anyhow::bail!("a raise in tokens must be at least 1");
+    }
+    let key = match request {
+        Some(id) => format!("{STREAM}:raise:{id}"),
+        None => format!("{STREAM}:raise:{}", uuid::Uuid::now_v7()),
+    };
+    for _ in 0..8 {
+        let version = log.store().stream_version(STREAM).await?;
+        let mut new = NewEvent::new(
+            Source::Pidevops,
+            EventType::from_stored(RAISED.to_owned()),
+            key.clone(),
+            "application/json",
+            bytes::Bytes::from(serde_json::to_vec(raised)?),
+        );
+        new.stream = Some((STREAM.to_owned(), version + 1));
+        new.meta.insert(
+            "actor".to_owned(),
+            serde_json::Value::from(raised.by.clone()),
+        );
+        match log.append(new).await {
+            Ok(appended) => return Ok(!appended.duplicate),
+            Err(AppendError::Conflict { .. }) => continue,
+            Err(error) => return Err(error.into()),
+        }
+    }
+    anyhow::bail!("the budget stream kept changing; try again")
+}
+
+/// Every raise on record.
+pub async fn raises(store: &EventStore) -> Result<Vec<Raised>, StoreError> {
+    let events = store.read_stream(STREAM).await?;
+    Ok(events.iter().filter_map(raise_of).collect())
+}
+
+fn raise_of(event: &StoredEvent) -> Option<Raised> {
+    (event.event_type == RAISED)
+        .then(|| serde_json::from_slice(&event.body).ok())
+        .flatten()
+}
+
+/// What each scope of a task in `repo` has spent today and may spend (only scopes with a limit set).
+pub async fn standings(
+    store: &EventStore,
+    config: &BudgetsConfig,
+    task: TaskId,
+    repo: &str,
+    today: NaiveDate,
+) -> Result<Vec<Standing>, StoreError> {
+    if !config.any() {
+        return Ok(Vec::new());
+    }
+    let raises = raises(store).await?;
+    let mut out = Vec::new();
+    if config.task.is_set() {
+        let spent = usage_rows::task(store, &task.to_string())
+            .await?
+            .map(|row| row.spent)
+            .unwrap_or_default();
+        out.push(standing(
+            Scope::task(task),
+            &spent,
+            in_force(config.task, &raises, &Scope::task(task)),
+        ));
+    }
+    if config.repo_daily.is_set() || config.daily.is_set() {
+        let today_rows = usage_rows::days(
+            store,
+            &UsageFilter {
+                since: Some(today),
+                repo: None,
+            },
+        )
+        .await?;
+        let day = today.format("%Y-%m-%d").to_string();
+        let today_rows: Vec<_> = today_rows.into_iter().filter(|r| r.day == day).collect();
+        if config.repo_daily.is_set() {
+            let spent = usage_rows::total(
+                today_rows
+                    .iter()
+                    .filter(|r| r.repo == repo)
+                    .map(|r| &r.spent),
+            );
+            let scope = Scope::repo(repo, today);
+            out.push(standing(
+                scope.clone(),
+                &spent,
+                in_force(config.repo_daily, &raises, &scope),
+            ));
+        }
+        if config.daily.is_set() {
+            let spent = usage_rows::total(today_rows.iter().map(|r| &r.spent));
+            let scope = Scope::day(today);
+            out.push(standing(
+                scope.clone(),
+                &spent,
+                in_force(config.daily, &raises, &scope),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+fn standing(scope: Scope, spent: &usage_rows::Spent, limit: Limit) -> Standing {
+    Standing {
+        scope,
+        spent_usd: spent.cost_usd,
+        spent_tokens: u64::try_from(spent.tokens()).unwrap_or(0),
+        limit_usd: limit.usd,
+        limit_tokens: limit.tokens,
+    }
+}
+
+/// The first scope over its limit with `running` added, and why.
+pub fn first_over(standings: &[Standing], running: &Usage) -> Option<String> {
+    standings.iter().find_map(|s| s.over(running))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limit(usd: Option<f64>, tokens: Option<u64>) -> Limit {
+        Limit { usd, tokens }
+    }
+
+    fn day() -> NaiveDate {
+        NaiveDate::from_ymd_opt(2026, 12, 2).unwrap()
+    }
+
+    fn raise(scope: Scope, usd: Option<f64>, tokens: Option<u64>) -> Raised {
+        Raised {
+            at: Utc::now(),
+            scope,
+            usd,
+            tokens,
+            by: "cli".into(),
+        }
+    }
+
+    #[test]
+    fn raises_add_to_their_own_scope_only_and_never_limit_what_the_file_leaves_open() {
+        let repo = Scope::repo("acme/api", day());
+        let other_day = Scope::repo("acme/api", day().succ_opt().unwrap());
+        let raises = vec![
+            raise(repo.clone(), Some(10.0), Some(1000)),
+            raise(repo.clone(), Some(2.5), None),
+            raise(other_day.clone(), Some(100.0), None),
+        ];
+        assert_eq!(
+            in_force(limit(Some(50.0), None), &raises, &repo),
+            limit(Some(62.5), None)
+        );
+        assert_eq!(
+            in_force(limit(Some(50.0), Some(10)), &raises, &repo),
+            limit(Some(62.5), Some(1010))
+        );
+        assert_eq!(
+            in_force(limit(Some(50.0), None), &raises, &Scope::day(day())),
+            limit(Some(50.0), None)
+        );
+    }
+
+    #[test]
+    fn a_scope_is_over_when_what_it_spent_and_the_run_so_far_reach_a_limit() {
+        let standing = Standing {
+            scope: Scope::task("T-3".parse().unwrap()),
+            spent_usd: 0.30,
+            spent_tokens: 900,
+            limit_usd: Some(0.50),
+            limit_tokens: Some(1000),
+        };
+        assert_eq!(standing.over(&Usage::default()), None);
+        let costly = Usage {
+            cost_usd: Some(0.25),
+            ..Usage::default()
+        };
+        assert_eq!(
+            standing.over(&costly).as_deref(),
+            Some("budget exceeded: $0.55 of $0.50 for task T-3")
+        );
+        let wordy = Usage {
+            output_tokens: 100,
+            ..Usage::default()
+        };
+        assert_eq!(
+            standing.over(&wordy).as_deref(),
+            Some("budget exceeded: 1000 of 1000 tokens for task T-3")
+        );
+        assert!(standing.soft(0.5));
+        assert!(!standing.soft(0.95));
+    }
+
+    #[test]
+    fn scopes_describe_themselves_and_round_trip() {
+        for (scope, words) in [
+            (Scope::task("T-9".parse().unwrap()), "task T-9"),
+            (Scope::repo("acme/api", day()), "acme/api on 2026-12-02"),
+            (Scope::day(day()), "all repositories on 2026-12-02"),
+        ] {
+            assert_eq!(scope.describe(), words);
+            let json = serde_json::to_value(&scope).unwrap();
+            assert_eq!(serde_json::from_value::<Scope>(json).unwrap(), scope);
+        }
+    }
+}
