@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 
 per_backend!(
     a_missed_linear_issue_is_picked_up_once_and_a_delivered_one_is_not_appended_again,
+    a_version_a_webhook_delivered_is_not_polled_again_whatever_the_tasks_column,
     a_merge_and_a_ci_failure_whose_webhooks_never_came_are_found_on_github,
 );
 
@@ -166,6 +167,117 @@ async fn a_missed_linear_issue_is_picked_up_once_and_a_delivered_one_is_not_appe
         "{last}"
     );
     assert_eq!(last["label"], "pi-dev:autonomous");
+    app.stop().await;
+}
+
+/// The `issue.create` fixture as Linear would send `issue` now: its state, title and version.
+fn webhook_of(issue: &Issue, action: &str) -> Vec<u8> {
+    let mut body: Value = serde_json::from_slice(&crate::common::linear_body_at(
+        &crate::common::fixtures_dir().join("linear/issue.create.json"),
+        0,
+    ))
+    .unwrap();
+    let (_, name, kind) = issue.states.iter().find(|s| s.0 == issue.state).unwrap();
+    body["action"] = json!(action);
+    body["data"]["id"] = json!(issue.id);
+    body["data"]["title"] = json!(issue.title);
+    body["data"]["updatedAt"] = json!(issue.updated_at);
+    body["data"]["state"] = json!({ "id": issue.state, "name": name, "type": kind });
+    serde_json::to_vec(&body).unwrap()
+}
+
+/// Seconds ago, as Linear writes times.
+fn seconds_ago(seconds: i64) -> String {
+    (chrono::Utc::now() - chrono::Duration::seconds(seconds))
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// A version of an issue delivered by webhook while its task is at work (an edit, pidevops's own move to In
+/// Progress) is on record on the task, and the poller does not append it again.
+async fn a_version_a_webhook_delivered_is_not_polled_again_whatever_the_tasks_column(db: TestDb) {
+    let linear = FakeLinear::start().await;
+    // Versions within the poll's overlap (two minutes), so every poll asks for them.
+    let mut ticket = issue(DELIVERED, "ENG-412", &seconds_ago(90));
+    linear.add_issue(ticket.clone());
+    let mut settings = crate::common::settings(&db);
+    settings.linear_api_key = Some(SecretString::from(LINEAR_KEY));
+    settings.linear_api_url = linear.url.clone();
+    // A long interval: after its first tick the poller runs when the test drives it.
+    settings.file = r#"
+        [board]
+        approval = "auto"
+        [intake]
+        allow_repos = ["acme/*"]
+        [pollers.linear]
+        interval_s = 3600
+    "#
+    .parse()
+    .unwrap();
+    let app = TestApp::spawn(settings).await;
+    assert_eq!(
+        app.post_linear(&webhook_of(&ticket, "create"))
+            .await
+            .status(),
+        200
+    );
+    app.drive("intake").await;
+    let id = task_for(&app, DELIVERED).await.expect("ENG-412's task");
+    let run = pidevops::tasks::RunId(uuid::Uuid::now_v7());
+    app.state
+        .board
+        .execute(id, &pidevops::tasks::Command::Start { run }, "test")
+        .await
+        .unwrap();
+
+    // Edited while its task is at work, then moved to In Progress (as pidevops does): each delivered by webhook,
+    // and each what the poll finds next.
+    for (title, state, seconds) in [
+        (
+            "ENG-412: retry failed Stripe webhooks, with jitter",
+            "st-todo",
+            60,
+        ),
+        (
+            "ENG-412: retry failed Stripe webhooks, with jitter",
+            "st-progress",
+            30,
+        ),
+    ] {
+        ticket.title = title.to_owned();
+        ticket.state = state.to_owned();
+        ticket.updated_at = seconds_ago(seconds);
+        linear.add_issue(ticket.clone());
+        assert_eq!(
+            app.post_linear(&webhook_of(&ticket, "update"))
+                .await
+                .status(),
+            200
+        );
+        app.drive("intake").await;
+        app.tick("linear_poller").await;
+        app.drive("intake").await;
+        // (The poller's first tick, at start, may have found the first version before its webhook came.)
+        let again = app
+            .all_events()
+            .await
+            .into_iter()
+            .filter(|e| e.event_type == "linear.Issue.polled")
+            .filter(|e| {
+                serde_json::from_slice::<Value>(&e.body).unwrap()["data"]["updatedAt"].as_str()
+                    == Some(ticket.updated_at.as_str())
+            })
+            .count();
+        assert_eq!(
+            again, 0,
+            "the version delivered in {state} is not appended again"
+        );
+    }
+    app.project().await;
+    let row = task_rows::get(app.state.log.store(), id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.column, Column::InProgress, "{row:#?}");
     app.stop().await;
 }
 
