@@ -77,7 +77,8 @@ pub struct Draft {
     pub approval: Option<ApprovalPolicy>,
     #[serde(default)]
     pub max_attempts: Option<MaxAttempts>,
-    /// Set by intake from the ticket (Linear's `updatedAt`); not something an API caller can claim.
+    /// Set by intake from the ticket (Linear's `updatedAt`, GitHub's `updated_at`); not something an API caller can
+    /// claim.
     #[serde(skip)]
     pub ticket_version: Option<chrono::DateTime<Utc>>,
     /// The agent profile to run it with (an `agent:<name>` label, the API); default: the repository's.

@@ -3,6 +3,11 @@
 //! that names the event and the reason, so a refusal is visible) or not intake's business. Creation is idempotent
 //! by the ticket's intake key and the ignore record by its cause, so a crash before the checkpoint moves only
 //! repeats work that changes nothing.
+//!
+//! Every version of a ticket that has a task is followed on it, by the ticket's own clock: an edit updates the spec
+//! before work, a withdrawal withdraws the task (`Command::WithdrawTicket`: cancelled before or at work, which
+//! stops its run), and every version is noted, so a late, older one changes nothing and a poller does not append
+//! it again.
 
 pub mod rules;
 
@@ -76,7 +81,22 @@ impl Intake {
         }
         match rules::decide(event, &self.config) {
             Decision::NotIntake => Ok(()),
-            Decision::Withdraw { key, reason } => self.withdraw(&key, &reason, event).await,
+            Decision::Withdraw {
+                key,
+                reason,
+                why,
+                ticket_version,
+            } => {
+                self.withdraw(&key, &reason, why, ticket_version, event)
+                    .await
+            }
+            Decision::Seen {
+                key,
+                ticket_version,
+            } => match self.board.task_for_key(&key).await? {
+                Some(id) => self.note(id, ticket_version, &key, event).await,
+                None => Ok(()),
+            },
             Decision::FollowUp { key, text } => self.follow_up(&key, &text, event).await,
             Decision::Stop { key, reason } => self.stop(&key, &reason, event).await,
             Decision::Ignore { reason } => {
@@ -90,13 +110,14 @@ impl Intake {
                     .create(*draft, &key, &event.source, Some(event.id))
                     .await
                 {
-                    Ok((_, true)) => {
-                        progress.created += 1;
-                        metrics::counter!("pidevops_intake_tasks_created_total", "source" => event.source.clone())
-                            .increment(1);
-                        Ok(())
-                    }
-                    Ok((outcome, false)) => {
+                    Ok((outcome, created)) => {
+                        self.remember_delegation(&key, event).await?;
+                        if created {
+                            progress.created += 1;
+                            metrics::counter!("pidevops_intake_tasks_created_total", "source" => event.source.clone())
+                                .increment(1);
+                            return Ok(());
+                        }
                         progress.existing += 1;
                         self.follow_edits(&outcome.task, spec, ticket_version, &key, event)
                             .await
@@ -114,8 +135,9 @@ impl Intake {
     }
 
     /// A ticket seen again after its task exists: a changed title or description updates the spec until work
-    /// starts (the domain refuses it after, which is expected, not an error). An edit older, by the ticket's
-    /// own clock, than the one on record arrived late and changes nothing (the domain decides that too).
+    /// starts (the domain refuses it after, which is expected, not an error), and its version is noted in any
+    /// column. An edit older, by the ticket's own clock, than the version on record arrived late and changes
+    /// nothing (the domain decides that too).
     async fn follow_edits(
         &self,
         task: &crate::tasks::Task,
@@ -124,41 +146,128 @@ impl Intake {
         key: &str,
         event: &StoredEvent,
     ) -> anyhow::Result<()> {
-        if spec == *task.spec() || !before_work(task) {
-            return Ok(());
+        if spec != *task.spec() && before_work(task) {
+            let command = crate::tasks::Command::UpdateSpec {
+                spec,
+                ticket_version,
+            };
+            match self.board.execute(task.id(), &command, &event.source).await {
+                // Updated, or stale: either way the version on record is at least this one.
+                Ok(_) => return Ok(()),
+                // Work started meanwhile: the version is still noted.
+                Err(BoardError::Refused(_)) => {}
+                Err(other) => {
+                    return Err(other)
+                        .with_context(|| format!("updating the spec of {} ({key})", task.id()))
+                }
+            }
         }
-        let command = crate::tasks::Command::UpdateSpec {
-            spec,
-            ticket_version,
+        match ticket_version {
+            Some(version) => self.note(task.id(), version, key, event).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Notes that the ticket of `key` was seen at `version` (nothing when its task holds that one or newer).
+    async fn note(
+        &self,
+        id: crate::tasks::TaskId,
+        version: chrono::DateTime<chrono::Utc>,
+        key: &str,
+        event: &StoredEvent,
+    ) -> anyhow::Result<()> {
+        let command = crate::tasks::Command::NoteTicketVersion {
+            ticket_version: version,
         };
-        match self.board.execute(task.id(), &command, &event.source).await {
+        match self.board.execute(id, &command, &event.source).await {
             Ok(_) | Err(BoardError::Refused(_)) => Ok(()),
             Err(other) => {
-                Err(other).with_context(|| format!("updating the spec of {} ({key})", task.id()))
+                Err(other).with_context(|| format!("noting the ticket version of {id} ({key})"))
             }
         }
     }
 
-    /// Cancels the task made for a withdrawn ticket if it has not started; otherwise leaves it be.
-    async fn withdraw(&self, key: &str, reason: &str, event: &StoredEvent) -> anyhow::Result<()> {
+    /// Withdraws the task made for a ticket that no longer asks for it, as of the ticket's `version`: the domain
+    /// cancels it before or at work (the dispatcher then stops its run), leaves it to its pull request in review,
+    /// and ignores a version older than the one on record. A ticket delegated to pidevops (a Linear agent session)
+    /// is withdrawn only by being closed: its label and state never handed it over.
+    async fn withdraw(
+        &self,
+        key: &str,
+        reason: &str,
+        why: rules::Withdrawal,
+        version: Option<chrono::DateTime<chrono::Utc>>,
+        event: &StoredEvent,
+    ) -> anyhow::Result<()> {
+        // Only the task made for this very ticket: the key names its source (repository and number, or issue id).
         let Some(id) = self.board.task_for_key(key).await? else {
             return Ok(());
         };
-        let Some(loaded) = self.board.load(id).await? else {
+        if !why.withdraws_delegated() && self.delegated(key).await? {
+            return match version {
+                Some(version) => self.note(id, version, key, event).await,
+                None => Ok(()),
+            };
+        }
+        let command = crate::tasks::Command::WithdrawTicket {
+            reason: crate::tasks::Reason::new(reason.to_owned())?,
+            ticket_version: version,
+        };
+        match self.board.execute(id, &command, &event.source).await {
+            Ok(_) | Err(BoardError::Refused(_)) => Ok(()),
+            Err(other) => Err(other).with_context(|| format!("withdrawing {id} ({key})")),
+        }
+    }
+
+    /// Whether the Linear issue of `key` was delegated to pidevops: intake's own record of its agent session, or
+    /// (sessions from before that record) the session `effects:linear` remembered.
+    async fn delegated(&self, key: &str) -> anyhow::Result<bool> {
+        let Some(issue) = key.strip_prefix("linear:") else {
+            return Ok(false);
+        };
+        let store = self.log.store();
+        let recorded = store
+            .find_by_key(
+                Source::Pidevops,
+                &format!("{}{issue}", rules::DELEGATED_KEY_PREFIX),
+            )
+            .await
+            .context("looking up the issue's delegation")?;
+        if recorded.is_some() {
+            return Ok(true);
+        }
+        let sessions = store
+            .stream_version(&format!("{}{issue}", rules::SESSION_STREAM_PREFIX))
+            .await
+            .context("looking up the issue's agent sessions")?;
+        Ok(sessions > 0)
+    }
+
+    /// After an agent session made or joined its issue's task: records that the issue was delegated (once per
+    /// issue), so a later label or state change, in log order, does not withdraw it.
+    async fn remember_delegation(&self, key: &str, event: &StoredEvent) -> anyhow::Result<()> {
+        let Some(issue) = key.strip_prefix("linear:") else {
             return Ok(());
         };
-        if !before_work(&loaded.task) {
+        if event.event_type != "linear.AgentSessionEvent.created" {
             return Ok(());
         }
-        let reason = crate::tasks::Reason::new(reason.to_owned())?;
-        match self
-            .board
-            .execute(id, &crate::tasks::Command::Cancel { reason }, &event.source)
+        let body = serde_json::json!({ "issue": issue, "cause_event_id": event.id });
+        let mut record = crate::domain::NewEvent::new(
+            Source::Pidevops,
+            crate::domain::EventType::from_stored("intake.delegated".to_owned()),
+            format!("{}{issue}", rules::DELEGATED_KEY_PREFIX),
+            "application/json",
+            bytes::Bytes::from(serde_json::to_vec(&body)?),
+        );
+        record
+            .meta
+            .insert("actor".to_owned(), serde_json::Value::from(INTAKE));
+        self.log
+            .append(record)
             .await
-        {
-            Ok(_) | Err(BoardError::Refused(_)) => Ok(()),
-            Err(other) => Err(other).with_context(|| format!("cancelling {id} ({key})")),
-        }
+            .context("recording the issue's delegation")?;
+        Ok(())
     }
 
     /// The task of a decision key: an intake key, or `linear-session:<id>`, resolved through the record of the

@@ -4,6 +4,10 @@
 //! arriving out of order still makes one task. A ticket that would become a task becomes a plan instead when it
 //! also carries `[plans] label` (or is Telegram's `/plan`), under the same key; without a planner profile it is
 //! refused, saying so.
+//!
+//! A ticket that no longer asks for the work (closed, cancelled, deleted, its label removed, moved out of the ready
+//! state) is a withdrawal, and one that still does from where its work goes on is a version seen: both carry the
+//! ticket's own clock, which the task follows (`rules/withdrawal.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -17,8 +21,11 @@ use crate::tasks::{
 };
 
 mod telegram;
+mod withdrawal;
 pub use telegram::telegram_refusal;
 use telegram::{telegram_ids, telegram_message};
+use withdrawal::{github_withdrawal, linear_removed, ticket_time, WorkState};
+pub use withdrawal::{Withdrawal, DELEGATED_KEY_PREFIX, SESSION_STREAM_PREFIX};
 
 /// What intake does with one event.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,9 +34,22 @@ pub enum Decision {
     Create { key: String, draft: Box<Draft> },
     /// A candidate that does not qualify: recorded with the reason, so the refusal is visible.
     Ignore { reason: String },
-    /// The ticket no longer qualifies (its label was removed, it was cancelled or deleted): a task made for it
-    /// that has not started is cancelled; one already worked on is left to finish.
-    Withdraw { key: String, reason: String },
+    /// The ticket no longer asks for the work, as of `ticket_version` by its own clock: the task made for it is
+    /// withdrawn (`Command::WithdrawTicket`: cancelled before or at work, its run stopped; in review its pull
+    /// request decides; an older version than the task's changes nothing). `why` says whether a delegated task
+    /// (a Linear agent session's) is withdrawn too.
+    Withdraw {
+        key: String,
+        reason: String,
+        why: Withdrawal,
+        ticket_version: Option<chrono::DateTime<chrono::Utc>>,
+    },
+    /// The ticket, as of `ticket_version`, still asks for the work from where its work goes on (pidevops moved it
+    /// there, or a person did): no candidate, and no withdrawal; its task notes the version.
+    Seen {
+        key: String,
+        ticket_version: chrono::DateTime<chrono::Utc>,
+    },
     /// A follow-up for the task of `key` (a Linear agent session's `prompted`), handed to its next run.
     FollowUp { key: String, text: String },
     /// Stop the task of `key` now, its run too (a Linear agent session's `stop` signal).
@@ -50,6 +70,9 @@ pub struct IntakeConfig {
     pub github_bot_login: Option<String>,
     pub linear_state: String,
     pub linear_label: String,
+    /// The states pidevops moves Linear issues to (`[linear.states]`, every name, trimmed and lower case): an
+    /// issue there has not been withdrawn, whoever moved it.
+    pub linear_work_states: BTreeSet<String>,
     pub linear_skip_labels: BTreeSet<String>,
     /// Linear team key → repository.
     pub linear_teams: BTreeMap<String, RepoName>,
@@ -77,6 +100,9 @@ impl Default for IntakeConfig {
             github_bot_login: None,
             linear_state: "Ready for Pi-Dev".to_owned(),
             linear_label: "pi-dev:autonomous".to_owned(),
+            linear_work_states: withdrawal::work_states(
+                &crate::config::file::LinearStatesTable::default(),
+            ),
             linear_skip_labels: ["no-code", "manual-action", "legal"]
                 .into_iter()
                 .map(str::to_owned)
@@ -117,6 +143,7 @@ impl IntakeConfig {
         config.linear_state = string(&intake.linear.state, "intake.linear.state")?;
         config.linear_label = string(&intake.linear.label, "intake.linear.label")?;
         config.linear_skip_labels = intake.linear.skip_labels.iter().cloned().collect();
+        config.linear_work_states = withdrawal::work_states(&tables.linear.states);
         for (team, repo) in &intake.linear.teams {
             let repo = repo_value(repo, &format!("intake.linear.teams.{team}"))?;
             config.linear_teams.insert(team.clone(), repo);
@@ -167,18 +194,11 @@ pub fn decide(event: &StoredEvent, config: &IntakeConfig) -> Decision {
         "github.issues.opened" | "github.issues.labeled" | "github.issues.reopened" => {
             github_issue(&data(), config)
         }
-        "telegram.message" => telegram_message(&data(), config),
-        t if t.starts_with("linear.Issue.") && t.ends_with(".remove") => {
-            let data = data();
-            let identifier = data["data"]["identifier"].as_str().unwrap_or("the issue");
-            match data["data"]["id"].as_str() {
-                Some(id) => Decision::Withdraw {
-                    key: format!("linear:{id}"),
-                    reason: format!("{identifier} was deleted in Linear"),
-                },
-                None => Decision::NotIntake,
-            }
+        "github.issues.closed" | "github.issues.deleted" | "github.issues.unlabeled" => {
+            github_withdrawal(&event.event_type["github.issues.".len()..], &data(), config)
         }
+        "telegram.message" => telegram_message(&data(), config),
+        t if t.starts_with("linear.Issue.") && t.ends_with(".remove") => linear_removed(&data()),
         t if t.starts_with("linear.Issue.") => linear_issue(&data(), config),
         "linear.AgentSessionEvent.created" => agent_session_created(&data(), config),
         "linear.AgentSessionEvent.prompted" => {
@@ -294,7 +314,15 @@ fn github_issue(data: &Value, config: &IntakeConfig) -> Decision {
                 ..Draft::new(repo, spec, links)
             }
         };
-        Ok((key, draft))
+        // GitHub's clock for this version of the issue (whole seconds): deliveries arrive out of order.
+        let ticket_version = ticket_time(&issue["updated_at"]);
+        Ok((
+            key,
+            Draft {
+                ticket_version,
+                ..draft
+            },
+        ))
     })();
     match built {
         Ok((key, draft)) => match config.allowed_repos.check(&draft.repo) {
@@ -334,34 +362,64 @@ fn agent_label(labels: &[&str]) -> Result<Option<AgentName>, String> {
 
 fn linear_issue(data: &Value, config: &IntakeConfig) -> Decision {
     let issue = &data["data"];
-    let state = issue["state"]["name"].as_str().unwrap_or_default();
     let labels: Vec<&str> = issue["labels"]
         .as_array()
         .map(|l| l.iter().filter_map(|l| l["name"].as_str()).collect())
         .unwrap_or_default();
     let identifier = issue["identifier"].as_str().unwrap_or("the issue");
     let key = issue["id"].as_str().map(|id| format!("linear:{id}"));
-    let withdraw = |reason: String| match &key {
+    let ticket_version = ticket_time(&issue["updatedAt"]);
+    let withdraw = |why: Withdrawal, reason: String| match &key {
         Some(key) => Decision::Withdraw {
             key: key.clone(),
             reason,
+            why,
+            ticket_version,
         },
         None => Decision::NotIntake,
     };
     if issue["state"]["type"].as_str() == Some("canceled") {
-        return withdraw(format!("{identifier} was cancelled in Linear"));
+        return withdraw(
+            Withdrawal::Closed,
+            format!("{identifier} was cancelled in Linear"),
+        );
     }
     if !labels.contains(&config.linear_label.as_str()) {
-        // Never handed to pidevops (the common case), or the label was taken away: a task not yet started for
-        // it is cancelled; without one this changes nothing.
-        return withdraw(format!(
-            "{identifier} no longer carries the {:?} label",
-            config.linear_label
-        ));
+        // Never handed to pidevops (the common case), or the label was taken away: a task made for it is
+        // withdrawn; without one this changes nothing.
+        return withdraw(
+            Withdrawal::Unasked,
+            format!(
+                "{identifier} no longer carries the {:?} label",
+                config.linear_label
+            ),
+        );
     }
-    if state != config.linear_state {
-        // Not ready yet, or moved on (perhaps by pidevops itself): neither creates nor cancels.
+    // A payload without a state says nothing about where the issue is: neither creates nor withdraws.
+    let Some(state) = issue["state"]["name"].as_str() else {
         return Decision::NotIntake;
+    };
+    if state != config.linear_state {
+        return match (
+            withdrawal::work_state(&issue["state"], config),
+            &key,
+            ticket_version,
+        ) {
+            // Where pidevops moves its issues (or a person who works on it): the ticket still asks.
+            (WorkState::AtWork, Some(key), Some(version)) => Decision::Seen {
+                key: key.clone(),
+                ticket_version: version,
+            },
+            (WorkState::AtWork, _, _) => Decision::NotIntake,
+            // Back to the backlog, or any state before work other than the ready one: no longer asked.
+            (WorkState::NotReady, _, _) => withdraw(
+                Withdrawal::Unasked,
+                format!(
+                    "{identifier} was moved to {state:?}, out of {:?}",
+                    config.linear_state
+                ),
+            ),
+        };
     }
     if let Some(skip) = labels
         .iter()
@@ -452,10 +510,7 @@ fn linear_draft(
         .as_u64()
         .map(|p| Priority::from_linear(u8::try_from(p).unwrap_or(0)));
     // Linear's own clock for this version of the issue: deliveries and polls can arrive out of order.
-    let ticket_version = issue["updatedAt"]
-        .as_str()
-        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-        .map(|t| t.with_timezone(&chrono::Utc));
+    let ticket_version = ticket_time(&issue["updatedAt"]);
     let links = Links {
         linear_issue: Some(linear),
         ..Links::default()

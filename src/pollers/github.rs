@@ -1,12 +1,18 @@
 //! The `github_poller` loop: for every task in review with a pull request, asks GitHub how the pull request and
 //! its head commit's checks stand, and appends what a missed webhook would have said, shaped like the webhook,
 //! so reactions handle it as they handle a delivery: a merged or closed pull request
-//! (`github.pull_request.closed`) and a failed check suite (`github.check_suite.completed`).
+//! (`github.pull_request.closed`) and a failed check suite (`github.check_suite.completed`). And for every task
+//! made from a GitHub issue that is not yet in review (triage, todo, in progress), asks how its issue stands: one
+//! closed, or without the intake label, is appended as `github.issues.closed` / `github.issues.unlabeled`, so
+//! intake withdraws the task (a running agent is stopped) as it would on the webhook.
 //!
 //! Each appended fact has a dedup key naming it (`poll:pull_request:<repo>#<n>:closed`,
-//! `poll:check_suite:<id>:<conclusion>`), so polls append it once. When the webhook did arrive, the task has
-//! usually left review before the poller looks; if both land, reactions treat the second report of the same
-//! failure as no news, and a merge of a done task is refused by the task itself.
+//! `poll:check_suite:<id>:<conclusion>`, `poll:issues:<repo>#<n>:closed:<updated_at>`), so polls append it once.
+//! When the webhook did arrive, the task has usually left review before the poller looks; if both land, reactions
+//! treat the second report of the same failure as no news, and a merge of a done task is refused by the task
+//! itself. An issue version the task already holds (its `ticket_version`: intake notes every version it sees) is
+//! never appended: that webhook came. An issue GitHub no longer answers for (deleted, transferred) is left to its
+//! webhook.
 
 use anyhow::Context;
 use serde_json::{json, Value};
@@ -15,16 +21,23 @@ use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::EventLog;
 use crate::projectors::tasks::{self as task_rows, TaskFilter};
 use crate::providers::github::GithubClient;
+use crate::providers::CallError;
 use crate::tasks::Column;
 
 pub const GITHUB_POLLER: &str = "github_poller";
 /// Conclusions reactions act on (the same as theirs).
 const FAILED: [&str; 3] = ["failure", "timed_out", "startup_failure"];
+/// Where a withdrawn issue's task is cancelled (the domain's `WithdrawTicket`): the tasks whose issues are read.
+const WITHDRAWABLE: [Column; 3] = [Column::Triage, Column::Todo, Column::InProgress];
+/// At most this many tasks' issues per column and poll (one request each).
+const ISSUES_PER_COLUMN: u32 = 200;
 
 /// What one poll did, for `/health`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct GithubPollProgress {
     pub pull_requests: u64,
+    /// Issues of tasks not yet in review that were read.
+    pub issues: u64,
     /// Facts the log did not have.
     pub appended: u64,
 }
@@ -33,11 +46,13 @@ pub struct GithubPollProgress {
 pub struct GithubPoller {
     client: GithubClient,
     log: EventLog,
+    /// The intake label (`[intake.github] label`): an issue without it no longer asks for its task.
+    label: String,
 }
 
 impl GithubPoller {
-    pub fn new(client: GithubClient, log: EventLog) -> Self {
-        Self { client, log }
+    pub fn new(client: GithubClient, log: EventLog, label: String) -> Self {
+        Self { client, log, label }
     }
 
     pub async fn tick(&self) -> anyhow::Result<GithubPollProgress> {
@@ -125,9 +140,66 @@ impl GithubPoller {
                 }
             }
         }
+        self.issues(&mut progress).await?;
         metrics::counter!("pidevops_poller_appended_total", "poller" => GITHUB_POLLER)
             .increment(progress.appended);
         Ok(progress)
+    }
+
+    /// The issues of tasks not yet in review: a closed or unlabeled one whose webhook never came is appended.
+    async fn issues(&self, progress: &mut GithubPollProgress) -> anyhow::Result<()> {
+        for column in WITHDRAWABLE {
+            let rows = task_rows::list(
+                self.log.store(),
+                &TaskFilter {
+                    column: Some(column),
+                    limit: Some(ISSUES_PER_COLUMN),
+                    ..TaskFilter::default()
+                },
+            )
+            .await
+            .with_context(|| format!("listing the tasks in {column}"))?;
+            for row in rows {
+                let Some(issue_ref) = &row.links.github_issue else {
+                    continue;
+                };
+                progress.issues += 1;
+                let number = issue_ref.number.get();
+                let issue = match self.client.issue(&issue_ref.repo, number).await {
+                    Ok(issue) => issue,
+                    Err(CallError::Permanent { message }) => {
+                        tracing::info!(task = %row.id, issue = %issue_ref, %message, "the poller cannot read the task's issue");
+                        continue;
+                    }
+                    Err(error) => {
+                        return Err(anyhow::anyhow!(error))
+                            .with_context(|| format!("{} ({issue_ref})", row.id))
+                    }
+                };
+                let held = row.state["ticket_version"]
+                    .as_str()
+                    .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                    .map(|t| t.with_timezone(&chrono::Utc));
+                let Some(missed) =
+                    missed_withdrawal(&issue, held, issue_ref.repo.as_str(), &self.label)
+                else {
+                    continue;
+                };
+                if self
+                    .append(
+                        missed.event_type,
+                        missed.dedup_key,
+                        &missed.body,
+                        issue_ref.repo.as_str(),
+                        number,
+                    )
+                    .await?
+                {
+                    progress.appended += 1;
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn append(
@@ -157,5 +229,129 @@ impl GithubPoller {
             .await
             .with_context(|| format!("appending {dedup_key}"))?;
         Ok(!appended.duplicate)
+    }
+}
+
+/// What a missed webhook about an issue would have said: its type, its dedup key and its body.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MissedIssue {
+    pub event_type: &'static str,
+    pub dedup_key: String,
+    pub body: Value,
+}
+
+/// The withdrawal `issue` (as GitHub's REST API has it) shows, unless its task already holds that version
+/// (`held`: the webhook came) or it still asks for the work (open, with the intake `label`).
+pub fn missed_withdrawal(
+    issue: &Value,
+    held: Option<chrono::DateTime<chrono::Utc>>,
+    repo: &str,
+    label: &str,
+) -> Option<MissedIssue> {
+    let updated = issue["updated_at"].as_str()?;
+    let version = chrono::DateTime::parse_from_rfc3339(updated).ok()?;
+    if held.is_some_and(|held| held >= version) {
+        return None;
+    }
+    let number = issue["number"].as_u64()?;
+    let repository = json!({ "full_name": repo });
+    if issue["state"].as_str() == Some("closed") {
+        let by = issue["closed_by"]["login"].as_str().unwrap_or("github");
+        return Some(MissedIssue {
+            event_type: "github.issues.closed",
+            dedup_key: format!("poll:issues:{repo}#{number}:closed:{updated}"),
+            body: json!({ "action": "closed", "issue": issue, "repository": repository, "sender": { "login": by } }),
+        });
+    }
+    let labelled = issue["labels"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|l| l["name"].as_str() == Some(label));
+    (!labelled).then(|| MissedIssue {
+        event_type: "github.issues.unlabeled",
+        dedup_key: format!("poll:issues:{repo}#{number}:unlabeled:{updated}"),
+        body: json!({
+            "action": "unlabeled", "issue": issue, "label": { "name": label },
+            "repository": repository, "sender": { "login": "github" },
+        }),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn issue(state: &str, labels: &[&str], updated_at: &str) -> Value {
+        json!({
+            "number": 12, "state": state, "updated_at": updated_at, "closed_by": { "login": "ada" },
+            "labels": labels.iter().map(|l| json!({ "name": l })).collect::<Vec<_>>(),
+        })
+    }
+
+    fn at(text: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+        Some(text.parse().unwrap())
+    }
+
+    #[test]
+    fn a_closed_or_unlabeled_issue_is_a_missed_withdrawal_unless_its_task_holds_that_version() {
+        let closed = missed_withdrawal(
+            &issue("closed", &["pidevops"], "2026-11-29T10:05:00Z"),
+            at("2026-11-29T10:00:00Z"),
+            "acme/app",
+            "pidevops",
+        )
+        .unwrap();
+        assert_eq!(closed.event_type, "github.issues.closed");
+        assert_eq!(
+            closed.dedup_key,
+            "poll:issues:acme/app#12:closed:2026-11-29T10:05:00Z"
+        );
+        assert_eq!(closed.body["action"], "closed");
+        assert_eq!(closed.body["repository"]["full_name"], "acme/app");
+        assert_eq!(closed.body["issue"]["number"], 12);
+        assert_eq!(closed.body["sender"]["login"], "ada");
+        let unlabeled = missed_withdrawal(
+            &issue("open", &["bug"], "2026-11-29T10:05:00Z"),
+            None,
+            "acme/app",
+            "pidevops",
+        )
+        .unwrap();
+        assert_eq!(unlabeled.event_type, "github.issues.unlabeled");
+        assert_eq!(unlabeled.body["label"]["name"], "pidevops");
+        // Still asking: open with the label.
+        assert_eq!(
+            missed_withdrawal(
+                &issue("open", &["pidevops"], "2026-11-29T10:05:00Z"),
+                None,
+                "acme/app",
+                "pidevops"
+            ),
+            None
+        );
+        // The task holds this version (its webhook came), or a newer one: nothing to append.
+        for held in ["2026-11-29T10:05:00Z", "2026-11-29T10:06:00Z"] {
+            assert_eq!(
+                missed_withdrawal(
+                    &issue("closed", &[], "2026-11-29T10:05:00Z"),
+                    at(held),
+                    "acme/app",
+                    "pidevops"
+                ),
+                None,
+                "{held}"
+            );
+        }
+        // An answer without a version or a number cannot be placed.
+        assert_eq!(
+            missed_withdrawal(
+                &json!({ "state": "closed", "number": 12 }),
+                None,
+                "acme/app",
+                "pidevops"
+            ),
+            None
+        );
     }
 }

@@ -3,8 +3,9 @@
 //! version the log has not seen as a `linear.Issue.polled` event shaped like a webhook's, so intake treats it as
 //! it treats a delivery.
 //!
-//! Deduplication, in two layers: a version whose task already holds it (`ticket_version`, set from the webhook
-//! that made or updated it) is skipped; every appended version has the dedup key `poll:<issue id>:<updatedAt>`,
+//! Deduplication, in two layers: a version whose task already holds it (`ticket_version`: intake notes every
+//! version it sees, whatever the task's column, webhooks' and polls' alike) is skipped; every appended version has
+//! the dedup key `poll:<issue id>:<updatedAt>`,
 //! so two polls (or two replicas in a brief split-brain) append it once. The poll's start time is the
 //! checkpoint `linear_poller` (milliseconds), moved only when every page was read and appended.
 

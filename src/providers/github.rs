@@ -151,6 +151,19 @@ impl GithubClient {
             .map_err(|e| classify("reading the pull request", e))
     }
 
+    /// An issue as GitHub's REST API has it (`state`, `labels`, `updated_at`, …), for the poller.
+    pub async fn issue(
+        &self,
+        repo: &RepoName,
+        number: u64,
+    ) -> Result<serde_json::Value, CallError> {
+        let route = format!("/repos/{}/{}/issues/{number}", repo.owner(), repo.name());
+        self.api
+            .get::<serde_json::Value, _, ()>(route, None)
+            .await
+            .map_err(|e| classify("reading the issue", e))
+    }
+
     /// Where the repository's webhooks deliver (`config.url` of each), for `doctor`.
     pub async fn webhook_urls(&self, repo: &RepoName) -> Result<Vec<String>, CallError> {
         Ok(self

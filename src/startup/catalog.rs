@@ -485,7 +485,7 @@ pub const CATALOG: &[Entry] = &[
                 &s.file.github_poller,
                 s.github_token.is_some(),
                 "GITHUB_TOKEN",
-                "checks the pull requests of tasks in review (merged, closed, failed checks) for missed webhooks",
+                "checks the pull requests of tasks in review (merged, closed, failed checks) and the issues of tasks not yet in review (closed, unlabeled) for missed webhooks",
             )]
         },
         build: |parts, _| {
@@ -501,6 +501,7 @@ pub const CATALOG: &[Entry] = &[
                     Ok(crate::pollers::github::GithubPoller::new(
                         client,
                         parts.log.clone(),
+                        parts.intake.github_label.clone(),
                     ))
                 },
                 |poller| async move { poller.tick().await },

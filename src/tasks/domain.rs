@@ -20,6 +20,7 @@ mod error;
 mod evolution;
 mod family;
 pub mod landing;
+mod ticket;
 
 pub use combined::{Combination, CombinedItem};
 pub use creation::{Family, NewTask};
@@ -66,8 +67,8 @@ pub struct Task {
     follow_ups: Vec<FollowUp>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
-    /// The source ticket's own last-change time (Linear's `updatedAt`) behind the spec on record, when the
-    /// ticket has one: an edit older than this arrived late and is stale.
+    /// The newest version of the source ticket seen, by its own clock (Linear's `updatedAt`, GitHub's
+    /// `updated_at`), when the ticket has one: an edit or a withdrawal older than this arrived late and is stale.
     #[serde(skip_serializing_if = "Option::is_none")]
     ticket_version: Option<DateTime<Utc>>,
     /// The agent profile this task asked for; `None`: its repository's (or the default) profile.
@@ -377,6 +378,19 @@ pub enum Command {
     AttachFollowUp {
         text: FollowUpText,
     },
+    /// The source ticket no longer asks for the work (closed, cancelled, deleted, its label removed, moved out of
+    /// the ready state) as of `ticket_version`, by the ticket's own clock. Cancels the task before or at work (the
+    /// dispatcher stops a running attempt); in review its pull request decides, and a closed task stays as it is.
+    /// A version older than the one on record arrived late and changes nothing. See `ticket.rs`.
+    WithdrawTicket {
+        reason: Reason,
+        ticket_version: Option<DateTime<Utc>>,
+    },
+    /// The source ticket seen at `ticket_version`, still asking for the work: recorded (never backwards), so a
+    /// late, older withdrawal changes nothing and a poller does not append that version again.
+    NoteTicketVersion {
+        ticket_version: DateTime<Utc>,
+    },
     Reprioritize {
         priority: Priority,
     },
@@ -452,6 +466,8 @@ impl Command {
             Command::ClearNeedsHuman => "clear-needs-human",
             Command::UpdateSpec { .. } => "update-spec",
             Command::AttachFollowUp { .. } => "attach-follow-up",
+            Command::WithdrawTicket { .. } => "withdraw-ticket",
+            Command::NoteTicketVersion { .. } => "note-ticket-version",
             Command::Reprioritize { .. } => "reprioritize",
             Command::AttachLinks { .. } => "attach-links",
             Command::ChooseAgent { .. } => "choose-agent",
@@ -554,6 +570,11 @@ pub enum TaskEvent {
         at: DateTime<Utc>,
         text: FollowUpText,
     },
+    /// A newer version of the source ticket was seen (`Command::NoteTicketVersion`, or a withdrawal's).
+    TicketSeen {
+        at: DateTime<Utc>,
+        ticket_version: DateTime<Utc>,
+    },
     PriorityChanged {
         at: DateTime<Utc>,
         priority: Priority,
@@ -653,6 +674,7 @@ impl TaskEvent {
             TaskEvent::NeedsHumanCleared { .. } => "task.needs_human_cleared",
             TaskEvent::SpecUpdated { .. } => "task.spec_updated",
             TaskEvent::FollowUpAttached { .. } => "task.follow_up_attached",
+            TaskEvent::TicketSeen { .. } => "task.ticket_seen",
             TaskEvent::PriorityChanged { .. } => "task.priority_changed",
             TaskEvent::LinksAttached { .. } => "task.links_attached",
             TaskEvent::AgentChosen { .. } => "task.agent_chosen",
@@ -685,6 +707,7 @@ impl TaskEvent {
             | TaskEvent::NeedsHumanCleared { at, .. }
             | TaskEvent::SpecUpdated { at, .. }
             | TaskEvent::FollowUpAttached { at, .. }
+            | TaskEvent::TicketSeen { at, .. }
             | TaskEvent::PriorityChanged { at, .. }
             | TaskEvent::LinksAttached { at, .. }
             | TaskEvent::AgentChosen { at, .. }

@@ -9,6 +9,7 @@ use pidevops::eventlog::StoredEvent;
 use serde_json::{json, Value};
 
 mod plans;
+mod withdrawals;
 
 per_backend!(
     a_labeled_github_issue_from_a_member_becomes_one_task,

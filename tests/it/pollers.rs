@@ -17,7 +17,9 @@ use serde_json::{json, Value};
 
 per_backend!(
     a_missed_linear_issue_is_picked_up_once_and_a_delivered_one_is_not_appended_again,
+    a_version_a_webhook_delivered_is_not_polled_again_whatever_the_tasks_column,
     a_merge_and_a_ci_failure_whose_webhooks_never_came_are_found_on_github,
+    a_github_issue_closed_while_its_webhook_was_missed_stops_its_run,
 );
 
 const DELIVERED: &str = "9c2d1f3e-5b6a-4c7d-8e9f-0a1b2c3d4e5f";
@@ -169,6 +171,117 @@ async fn a_missed_linear_issue_is_picked_up_once_and_a_delivered_one_is_not_appe
     app.stop().await;
 }
 
+/// The `issue.create` fixture as Linear would send `issue` now: its state, title and version.
+fn webhook_of(issue: &Issue, action: &str) -> Vec<u8> {
+    let mut body: Value = serde_json::from_slice(&crate::common::linear_body_at(
+        &crate::common::fixtures_dir().join("linear/issue.create.json"),
+        0,
+    ))
+    .unwrap();
+    let (_, name, kind) = issue.states.iter().find(|s| s.0 == issue.state).unwrap();
+    body["action"] = json!(action);
+    body["data"]["id"] = json!(issue.id);
+    body["data"]["title"] = json!(issue.title);
+    body["data"]["updatedAt"] = json!(issue.updated_at);
+    body["data"]["state"] = json!({ "id": issue.state, "name": name, "type": kind });
+    serde_json::to_vec(&body).unwrap()
+}
+
+/// Seconds ago, as Linear writes times.
+fn seconds_ago(seconds: i64) -> String {
+    (chrono::Utc::now() - chrono::Duration::seconds(seconds))
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// A version of an issue delivered by webhook while its task is at work (an edit, pidevops's own move to In
+/// Progress) is on record on the task, and the poller does not append it again.
+async fn a_version_a_webhook_delivered_is_not_polled_again_whatever_the_tasks_column(db: TestDb) {
+    let linear = FakeLinear::start().await;
+    // Versions within the poll's overlap (two minutes), so every poll asks for them.
+    let mut ticket = issue(DELIVERED, "ENG-412", &seconds_ago(90));
+    linear.add_issue(ticket.clone());
+    let mut settings = crate::common::settings(&db);
+    settings.linear_api_key = Some(SecretString::from(LINEAR_KEY));
+    settings.linear_api_url = linear.url.clone();
+    // A long interval: after its first tick the poller runs when the test drives it.
+    settings.file = r#"
+        [board]
+        approval = "auto"
+        [intake]
+        allow_repos = ["acme/*"]
+        [pollers.linear]
+        interval_s = 3600
+    "#
+    .parse()
+    .unwrap();
+    let app = TestApp::spawn(settings).await;
+    assert_eq!(
+        app.post_linear(&webhook_of(&ticket, "create"))
+            .await
+            .status(),
+        200
+    );
+    app.drive("intake").await;
+    let id = task_for(&app, DELIVERED).await.expect("ENG-412's task");
+    let run = pidevops::tasks::RunId(uuid::Uuid::now_v7());
+    app.state
+        .board
+        .execute(id, &pidevops::tasks::Command::Start { run }, "test")
+        .await
+        .unwrap();
+
+    // Edited while its task is at work, then moved to In Progress (as pidevops does): each delivered by webhook,
+    // and each what the poll finds next.
+    for (title, state, seconds) in [
+        (
+            "ENG-412: retry failed Stripe webhooks, with jitter",
+            "st-todo",
+            60,
+        ),
+        (
+            "ENG-412: retry failed Stripe webhooks, with jitter",
+            "st-progress",
+            30,
+        ),
+    ] {
+        ticket.title = title.to_owned();
+        ticket.state = state.to_owned();
+        ticket.updated_at = seconds_ago(seconds);
+        linear.add_issue(ticket.clone());
+        assert_eq!(
+            app.post_linear(&webhook_of(&ticket, "update"))
+                .await
+                .status(),
+            200
+        );
+        app.drive("intake").await;
+        app.tick("linear_poller").await;
+        app.drive("intake").await;
+        // (The poller's first tick, at start, may have found the first version before its webhook came.)
+        let again = app
+            .all_events()
+            .await
+            .into_iter()
+            .filter(|e| e.event_type == "linear.Issue.polled")
+            .filter(|e| {
+                serde_json::from_slice::<Value>(&e.body).unwrap()["data"]["updatedAt"].as_str()
+                    == Some(ticket.updated_at.as_str())
+            })
+            .count();
+        assert_eq!(
+            again, 0,
+            "the version delivered in {state} is not appended again"
+        );
+    }
+    app.project().await;
+    let row = task_rows::get(app.state.log.store(), id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.column, Column::InProgress, "{row:#?}");
+    app.stop().await;
+}
+
 async fn a_merge_and_a_ci_failure_whose_webhooks_never_came_are_found_on_github(db: TestDb) {
     let github = FakeGithub::start().await;
     let remote = Remote::new();
@@ -284,6 +397,118 @@ async fn a_merge_and_a_ci_failure_whose_webhooks_never_came_are_found_on_github(
         .unwrap()
         .unwrap();
     assert_eq!(row.attempts, 2);
+    app.stop().await;
+}
+
+/// An issue closed on GitHub while its agent works, whose webhook never came: the next poll finds it, and intake
+/// withdraws the task as on the webhook (the run stopped, the worktree gone). An open issue with the label, and a
+/// task already cancelled, are not appended.
+async fn a_github_issue_closed_while_its_webhook_was_missed_stops_its_run(db: TestDb) {
+    let github = FakeGithub::start().await;
+    github.set_issue(REPO, 12, "open", &["pidevops"], "2026-11-29T10:00:00Z");
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let script = agent(scratch.path(), "works.sh", "echo working; sleep 600");
+    let mut file = dispatch_file(&remote, &script, "");
+    // A long interval: after its first tick the poller runs when the test drives it.
+    file.insert(
+        "pollers".to_owned(),
+        toml::Value::Table(
+            "[github]\ninterval_s = 3600"
+                .parse::<toml::Table>()
+                .unwrap(),
+        ),
+    );
+    let mut settings = crate::common::settings(&db);
+    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
+    settings.workspace_root = scratch.path().join("ws");
+    settings.github_token = Some(SecretString::from("ghp_fake_token_for_the_fake_github"));
+    settings.github_api_url = github.url.clone();
+    let app = TestApp::spawn(settings).await;
+    let mut opened: Value = serde_json::from_slice(
+        &std::fs::read(crate::common::fixtures_dir().join("github/issues/opened.payload.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    opened["repository"]["full_name"] = json!(REPO);
+    opened["issue"]["number"] = json!(12);
+    opened["issue"]["labels"] = json!([{ "name": "pidevops" }]);
+    opened["issue"]["author_association"] = json!("MEMBER");
+    opened["issue"]["updated_at"] = json!("2026-11-29T10:00:00Z");
+    let r = app
+        .post_github("issues", "open-12", opened.to_string().as_bytes())
+        .await;
+    assert_eq!(r.status(), 200);
+    app.drive("intake").await;
+    let id = app
+        .state
+        .board
+        .task_for_key(&format!("github:{REPO}#12"))
+        .await
+        .unwrap()
+        .expect("the issue's task");
+    within(Duration::from_secs(60), "the agent at work", || async {
+        runs::query(app.state.log.store(), Which::Task(&id.to_string()))
+            .await
+            .unwrap()
+            .first()
+            .is_some_and(|r| r.state == "running" && r.output_bytes > 0)
+    })
+    .await;
+    let log = runs::query(app.state.log.store(), Which::Task(&id.to_string()))
+        .await
+        .unwrap()[0]
+        .log_path
+        .clone()
+        .unwrap();
+    let worktree = std::path::Path::new(&log).with_file_name("worktree");
+    assert!(worktree.exists());
+    let polled_issues = || async {
+        app.all_events()
+            .await
+            .into_iter()
+            .filter(|e| e.dedup_key.starts_with("poll:issues:"))
+            .map(|e| e.event_type)
+            .collect::<Vec<_>>()
+    };
+    // Open, with the label: nothing to say.
+    app.tick("github_poller").await;
+    assert!(polled_issues().await.is_empty());
+
+    // Closed on GitHub; the webhook never comes. The poll that finds it, intake and the board: driven.
+    github.set_issue(REPO, 12, "closed", &["pidevops"], "2026-11-29T10:05:00Z");
+    app.drive("github_poller").await;
+    app.drive("intake").await;
+    within(Duration::from_secs(30), "the run stopped", || async {
+        app.project().await;
+        runs::query(app.state.log.store(), Which::Task(&id.to_string()))
+            .await
+            .unwrap()
+            .iter()
+            .all(|r| r.state == "failed")
+    })
+    .await;
+    let run = &runs::query(app.state.log.store(), Which::Task(&id.to_string()))
+        .await
+        .unwrap()[0];
+    assert_eq!(run.failure.as_deref(), Some("stopped"), "{run:#?}");
+    let row = task_rows::get(app.state.log.store(), id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.column, Column::Cancelled);
+    assert!(
+        row.state["closed_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("acme/app#12 was closed on GitHub")),
+        "{row:#?}"
+    );
+    assert!(!worktree.exists(), "the worktree is gone");
+    // Further polls: the task is cancelled, its issue no longer read; the close was appended once.
+    for _ in 0..2 {
+        app.tick("github_poller").await;
+    }
+    assert_eq!(polled_issues().await, ["github.issues.closed"]);
     app.stop().await;
 }
 

@@ -228,8 +228,12 @@ impl Dispatcher {
         if reviewed {
             self.release_slot(id);
         }
-        // Its work is pushed (or its failure about to be recorded): the worktree may serve a queued task.
-        self.inner.workspaces.finished(&prepared);
+        // Its work is pushed (or its failure about to be recorded): the worktree may serve a queued task, unless
+        // the run was stopped for its task (closed, or taken by another run): then it goes.
+        let stopped = heartbeat.agent_stop.is_cancelled()
+            && !stop.is_cancelled()
+            && !heartbeat.lost.is_cancelled();
+        self.done_with_worktree(&prepared, stopped).await;
         heartbeat.beats.cancel();
         if let Ok(version) = heartbeat.version.await {
             writer.version = writer.version.max(version);

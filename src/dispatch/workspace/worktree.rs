@@ -245,6 +245,31 @@ impl Workspaces {
         Ok(())
     }
 
+    /// Removes a stopped run's worktree now instead of offering it for reuse: its task was closed (cancelled: its
+    /// ticket withdrawn, a person, a plan) or another run took it, so nothing of it is worth keeping or resetting.
+    /// The agent's `.git` is its own (`hand_to_agent`), so the directory goes by hand and the mirror forgets the
+    /// worktree; the run's directory keeps its log, prompt and diff for its page.
+    pub async fn discard(&self, prepared: &Prepared) -> Result<(), WorkspaceError> {
+        let worktree = &prepared.dirs.worktree;
+        super::remove_any(worktree)
+            .await
+            .map_err(|source| WorkspaceError::Io {
+                path: worktree.clone(),
+                source,
+            })?;
+        let state = self.state(&prepared.repo);
+        let _guard = state.lock.lock().await;
+        let git_dir = format!("--git-dir={}", prepared.dirs.mirror.to_string_lossy());
+        self.run_git(
+            "pruning worktrees",
+            None,
+            &[&git_dir, "worktree", "prune"],
+            None,
+        )
+        .await?;
+        Ok(())
+    }
+
     /// Commits whatever the agent left (its own commits included) and returns the new HEAD, or `None` when the
     /// worktree is exactly the base: the run made no change.
     pub async fn commit(

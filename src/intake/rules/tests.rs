@@ -220,3 +220,5 @@ fn telegram_plan_makes_a_plan_keyed_by_its_message_and_says_why_not() {
         Decision::NotIntake
     );
 }
+
+mod withdrawals;

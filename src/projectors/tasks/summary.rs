@@ -77,6 +77,10 @@ pub fn summarize(event: &TaskEvent) -> String {
             format!("follow-up: {}", first_line(text.as_str()))
         }
         TaskEvent::PriorityChanged { priority, .. } => format!("priority {priority}"),
+        TaskEvent::TicketSeen { ticket_version, .. } => format!(
+            "source ticket seen as of {}",
+            ticket_version.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+        ),
         TaskEvent::AttemptReturned { max_attempts, .. } => format!(
             "the attempt does not count (interrupted, or its setup failed); budget {} attempts",
             max_attempts.get()

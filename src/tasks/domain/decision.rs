@@ -140,6 +140,10 @@ pub fn decide(
 
         Command::AttachFollowUp { text } => attach_follow_up(task, command, text, at),
 
+        Command::WithdrawTicket { .. } | Command::NoteTicketVersion { .. } => {
+            super::ticket::decide(task, command, at)
+        }
+
         Command::Reprioritize { priority } => reprioritize(task, *priority, at),
 
         Command::AttachLinks { links } => attach_links(task, links, at),

@@ -103,6 +103,7 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
             ..
         } => spec_updated(task, event, spec, *ticket_version)?,
         TaskEvent::FollowUpAttached { at, text } => follow_up_attached(task, event, *at, text)?,
+        TaskEvent::TicketSeen { .. } => super::ticket::evolve(task, event)?,
         TaskEvent::PriorityChanged { priority, .. } => {
             require(task, event, NOT_ARCHIVED)?;
             task.priority = *priority;

@@ -68,7 +68,7 @@ fn step(state: Option<Task>, command: &Command, now: i64) -> (Task, Vec<TaskEven
     (task, events)
 }
 
-fn then(task: Task, command: Command) -> Task {
+pub(super) fn then(task: Task, command: Command) -> Task {
     step(Some(task), &command, 1).0
 }
 
@@ -93,7 +93,7 @@ fn run_failed(run_id: RunId) -> Command {
 }
 
 /// A task in `column`, reached through commands only. In progress, its live run is `run(1)`.
-fn task_in(column: Column) -> Task {
+pub(super) fn task_in(column: Column) -> Task {
     let triage = step(None, &new_task(ApprovalPolicy::Manual, 3), 0).0;
     let todo = || then(triage.clone(), Command::Approve);
     let in_progress = || then(todo(), Command::Start { run: run(1) });

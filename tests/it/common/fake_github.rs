@@ -1,5 +1,6 @@
 //! A fake GitHub REST API on loopback, the only stand-in the effects suites use: it records every call, keeps
-//! the pull requests it opened, and answers with scripted failures (500, 429 with `Retry-After`) when told to.
+//! the pull requests it opened and the issues a test set, and answers with scripted failures (500, 429 with
+//! `Retry-After`) when told to.
 //! Its pull request bodies are GitHub's own (the `pull_request.opened` fixture), so the real client parses them.
 //! Merging (the repository's merge methods, the merge itself, a merge held until a test lets it answer) is in
 //! `fake_github/merge.rs`.
@@ -61,6 +62,8 @@ struct Inner {
     merge_commits: std::collections::BTreeMap<(String, u64), String>,
     /// The next merge through the API holds its answer until the test lets it go.
     hold: Option<merge::Hold>,
+    /// Issues as `GET /repos/{o}/{r}/issues/{n}` answers them: (repo, number) → issue.
+    issues: std::collections::BTreeMap<(String, u64), Value>,
 }
 
 /// A repository webhook as the fake keeps it: its secret as it was given (GitHub answers `********` instead).
@@ -145,6 +148,7 @@ impl FakeGithub {
                 axum::routing::patch(update_hook),
             )
             .route("/repos/{owner}/{repo}/pulls/{number}", get(get_pull))
+            .route("/repos/{owner}/{repo}/issues/{number}", get(get_issue))
             .route(
                 "/repos/{owner}/{repo}/pulls/{number}/merge",
                 axum::routing::put(merge::merge_pull),
@@ -162,6 +166,32 @@ impl FakeGithub {
             axum::serve(listener, router).await.unwrap();
         });
         fake
+    }
+
+    /// The issue `repo#number` as GitHub holds it now: `state` (`open`, `closed`), its labels and its version.
+    pub fn set_issue(
+        &self,
+        repo: &str,
+        number: u64,
+        state: &str,
+        labels: &[&str],
+        updated_at: &str,
+    ) {
+        let issue = json!({
+            "number": number,
+            "title": "Fix the login redirect",
+            "state": state,
+            "updated_at": updated_at,
+            "author_association": "MEMBER",
+            "user": { "login": "ada" },
+            "closed_by": if state == "closed" { json!({ "login": "ada" }) } else { Value::Null },
+            "labels": labels.iter().map(|l| json!({ "name": l })).collect::<Vec<_>>(),
+        });
+        self.inner
+            .lock()
+            .unwrap()
+            .issues
+            .insert((repo.to_owned(), number), issue);
     }
 
     /// The next call with `method` fails so.
@@ -494,6 +524,27 @@ async fn current_user(
 }
 
 /// `GET /repos/{o}/{r}/pulls/{n}`: the pull request as it stands (open, closed, merged), with its head commit.
+async fn get_issue(
+    State(fake): State<FakeGithub>,
+    Path((owner, repo, number)): Path<(String, String, u64)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(failure) = fake.record(&method, &uri, &headers, Value::Null) {
+        return failure_response(failure);
+    }
+    let inner = fake.inner.lock().unwrap();
+    match inner.issues.get(&(format!("{owner}/{repo}"), number)) {
+        Some(issue) => Json(issue.clone()).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            Json(json!({ "message": "Not Found" })),
+        )
+            .into_response(),
+    }
+}
+
 async fn get_pull(
     State(fake): State<FakeGithub>,
     Path((owner, repo, number)): Path<(String, String, u64)>,
