@@ -129,6 +129,96 @@ pub fn in_force(configured: Limit, raises: &[Raised], scope: &Scope) -> Limit {
     limit
 }
 
+/// A raise as a person asks for it (`POST /api/budgets/raise`, `pidevops budget raise`): a day's scopes are today's.
+#[derive(Clone, Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RaiseRequest {
+    /// `task`, `repo` or `day` (every repository, today).
+    pub scope: String,
+    /// With `scope = "task"`.
+    #[serde(default)]
+    pub task: Option<String>,
+    /// With `scope = "repo"`: today's budget of this repository.
+    #[serde(default)]
+    pub repo: Option<String>,
+    /// US dollars to add.
+    #[serde(default)]
+    pub usd: Option<f64>,
+    /// Tokens to add.
+    #[serde(default)]
+    pub tokens: Option<u64>,
+    /// Makes a retried request one raise, not two.
+    #[serde(default)]
+    pub request_id: Option<String>,
+}
+
+/// The raise `request` asks for, checked against the configuration: `Err` names what is wrong (nothing is
+/// raised). A part the file leaves unlimited cannot be raised: there is nothing to raise.
+pub fn raise_of_request(
+    request: &RaiseRequest,
+    config: &BudgetsConfig,
+    today: NaiveDate,
+    by: &str,
+) -> Result<Raised, String> {
+    if request.usd.is_none() && request.tokens.is_none() {
+        return Err("name usd, tokens or both: how much to add".to_owned());
+    }
+    if let Some(usd) = request.usd.filter(|usd| !(usd.is_finite() && *usd > 0.0)) {
+        return Err(format!("usd must be a positive number, not {usd}"));
+    }
+    if request.tokens == Some(0) {
+        return Err("tokens must be at least 1".to_owned());
+    }
+    if let Some(id) = &request.request_id {
+        if id.is_empty() || id.len() > 100 || !id.chars().all(|c| c.is_ascii_graphic()) {
+            return Err("request_id must be 1 to 100 visible ASCII characters".to_owned());
+        }
+    }
+    let (scope, configured, key) = match request.scope.as_str() {
+        "task" => {
+            let task: TaskId = request
+                .task
+                .as_deref()
+                .ok_or("scope = \"task\" needs task (T-n)")?
+                .parse()
+                .map_err(|e| format!("task: {e}"))?;
+            (Scope::task(task), config.task, "task")
+        }
+        "repo" => {
+            let repo: crate::tasks::RepoName = request
+                .repo
+                .as_deref()
+                .ok_or("scope = \"repo\" needs repo (owner/name)")?
+                .parse()
+                .map_err(|e| format!("repo: {e}"))?;
+            (
+                Scope::repo(repo.as_str(), today),
+                config.repo_daily,
+                "repo_daily",
+            )
+        }
+        "day" => (Scope::day(today), config.daily, "daily"),
+        other => return Err(format!("scope must be task, repo or day, not {other:?}")),
+    };
+    if request.usd.is_some() && configured.usd.is_none() {
+        return Err(format!(
+            "budgets.{key}_usd is not set: that budget has no limit in US dollars to raise"
+        ));
+    }
+    if request.tokens.is_some() && configured.tokens.is_none() {
+        return Err(format!(
+            "budgets.{key}_tokens is not set: that budget has no limit in tokens to raise"
+        ));
+    }
+    Ok(Raised {
+        at: Utc::now(),
+        scope,
+        usd: request.usd,
+        tokens: request.tokens,
+        by: by.to_owned(),
+    })
+}
+
 /// Appends a raise. `request` makes it idempotent (a retried request with the same id is one raise); without one
 /// every call raises.
 pub async fn raise(
@@ -339,6 +429,74 @@ mod tests {
         );
         assert!(standing.soft(0.5));
         assert!(!standing.soft(0.95));
+    }
+
+    #[test]
+    fn a_raise_is_checked_against_what_the_file_limits() {
+        let config = BudgetsConfig {
+            task: limit(Some(5.0), None),
+            repo_daily: limit(None, Some(1000)),
+            ..BudgetsConfig::default()
+        };
+        let ask = |scope: &str, task: Option<&str>, repo: Option<&str>, usd, tokens| RaiseRequest {
+            scope: scope.into(),
+            task: task.map(Into::into),
+            repo: repo.map(Into::into),
+            usd,
+            tokens,
+            request_id: None,
+        };
+        let ok = raise_of_request(
+            &ask("task", Some("T-4"), None, Some(2.0), None),
+            &config,
+            day(),
+            "cli",
+        )
+        .unwrap();
+        assert_eq!(ok.scope, Scope::task("T-4".parse().unwrap()));
+        let repo = raise_of_request(
+            &ask("repo", None, Some("acme/api"), None, Some(10)),
+            &config,
+            day(),
+            "api",
+        )
+        .unwrap();
+        assert_eq!(repo.scope, Scope::repo("acme/api", day()));
+        for (request, refusal) in [
+            (
+                ask("task", Some("T-4"), None, None, None),
+                "name usd, tokens or both",
+            ),
+            (
+                ask("task", Some("T-4"), None, Some(-1.0), None),
+                "usd must be a positive number",
+            ),
+            (
+                ask("task", Some("T-4"), None, None, Some(0)),
+                "tokens must be at least 1",
+            ),
+            (ask("task", None, None, Some(1.0), None), "needs task"),
+            (ask("task", Some("nope"), None, Some(1.0), None), "task:"),
+            (
+                ask("repo", None, Some("not a repo"), None, Some(1)),
+                "repo:",
+            ),
+            (
+                ask("task", Some("T-4"), None, None, Some(5)),
+                "budgets.task_tokens is not set",
+            ),
+            (
+                ask("day", None, None, Some(5.0), None),
+                "budgets.daily_usd is not set",
+            ),
+            (
+                ask("week", None, None, Some(5.0), None),
+                "scope must be task, repo or day",
+            ),
+        ] {
+            let error = raise_of_request(&request, &config, day(), "cli").unwrap_err();
+            assert!(error.contains(refusal), "{request:?}: {error}");
+        }
     }
 
     #[test]

@@ -6,9 +6,11 @@ use anyhow::Context;
 use chrono::Utc;
 use clap::Subcommand;
 
+mod budget;
 mod plan;
 mod usage;
 
+pub use budget::{budget, BudgetCommand};
 pub use plan::{plan, PlanCommand};
 pub use usage::{usage, UsageArgs};
 

@@ -21,6 +21,7 @@
 //! telemetry.rs     tracing (json | pretty) and the Prometheus recorder
 //! init.rs          `pidevops init`: pidevops.toml and .env of fresh secrets from a few answers
 //! doctor.rs        `pidevops doctor`: the loop plan, containment, webhooks, each provider's API
+//! budgets          what runs may spend, raised by events, from the usage read model
 //! domain/          pure values: Source, event types, NewEvent; runs.rs, a run's events; usage.rs, what a run
 //!                  spent, read from its agent's output
 //! eventlog/        the only writer of the events table: appender tasks (group commit) over two backends

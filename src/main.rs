@@ -53,6 +53,11 @@ enum Command {
         #[command(subcommand)]
         command: pidevops::cli::PlanCommand,
     },
+    /// Budgets: a task's (what each has spent today and may spend), and raising one.
+    Budget {
+        #[command(subcommand)]
+        command: pidevops::cli::BudgetCommand,
+    },
     /// What agents spent: tokens and cost per day, repository and profile, and the tasks that spent most.
     Usage(pidevops::cli::UsageArgs),
     /// Pause or resume new agent runs on every replica.
@@ -164,6 +169,7 @@ async fn main() -> ExitCode {
         Command::Plan { command } => pidevops::cli::plan(settings, command).await,
         Command::Dispatch { command } => pidevops::cli::dispatch(settings, command).await,
         Command::Usage(args) => pidevops::cli::usage(settings, args).await,
+        Command::Budget { command } => pidevops::cli::budget(settings, command).await,
         Command::Config { .. } | Command::Init(_) => {
             unreachable!("handled before the settings are read")
         }

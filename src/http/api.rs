@@ -49,6 +49,8 @@ admin_routes! {
     POST "/api/dispatch/resume" => super::dispatch::resume,
     GET "/api/runs" => super::dispatch::list,
     GET "/api/usage" => super::usage::report,
+    GET "/api/budgets" => super::budgets::show,
+    POST "/api/budgets/raise" => super::budgets::raise,
 }
 
 pub fn router(state: AppState) -> Router<AppState> {

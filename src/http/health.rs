@@ -84,7 +84,10 @@ pub fn loop_status(name: &str, report: &LoopReport) -> (Status, Option<String>) 
             Status::Warn,
             Some(format!("loop {name}: its last tick failed{}", last_error())),
         ),
-        LoopState::Armed => match paused_with_work(report).or_else(|| limited_profiles(report)) {
+        LoopState::Armed => match paused_with_work(report)
+            .or_else(|| limited_profiles(report))
+            .or_else(|| budgets(report))
+        {
             Some(problem) => (Status::Warn, Some(format!("loop {name}: {problem}"))),
             None => (Status::Pass, None),
         },
@@ -105,6 +108,16 @@ fn paused_with_work(report: &LoopReport) -> Option<String> {
                 .unwrap_or("no reason given")
         )
     })
+}
+
+/// A budget spent (nothing starts in it) or past its soft limit: a person decides whether to raise it.
+fn budgets(report: &LoopReport) -> Option<String> {
+    let lines: Vec<&str> = report.detail.as_ref()?["budgets"]
+        .as_array()?
+        .iter()
+        .filter_map(|l| l.as_str())
+        .collect();
+    (!lines.is_empty()).then(|| lines.join("; "))
 }
 
 /// A profile paused by its provider's usage or rate limit: nothing is broken, and nothing on it moves until then.

@@ -2,6 +2,7 @@
 //! drive it with `oneshot` or through a real socket.
 
 mod api;
+mod budgets;
 mod dispatch;
 pub mod health;
 pub mod openapi;

@@ -49,6 +49,8 @@ const ADMIN_TOKEN: &str = "admin_token";
         super::dispatch::resume,
         super::dispatch::list,
         super::usage::report,
+        super::budgets::show,
+        super::budgets::raise,
         serve,
     ),
     // Only what no path's body refers to: parameter types are not collected by themselves.

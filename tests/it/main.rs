@@ -14,6 +14,7 @@ mod agent_clis;
 mod architecture;
 mod board_replay;
 mod browser;
+mod budgets;
 mod bus;
 mod config;
 mod cron;

@@ -27,6 +27,33 @@ use crate::tasks::{
     AttemptReport, Column, Command, Reason, RetryCause, RunId, RunPurpose, Task, TaskError, TaskId,
 };
 
+/// How often a running agent's usage is held against its budgets.
+const BUDGET_WATCH: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// A run's budget watcher: what it found, and the token that ends it.
+struct BudgetWatch {
+    exceeded: Arc<std::sync::Mutex<Option<String>>>,
+    done: CancellationToken,
+}
+
+impl BudgetWatch {
+    /// Ends the watch; why the budget stopped the agent, if it did.
+    fn exceeded(&self) -> Option<String> {
+        self.done.cancel();
+        self.exceeded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+}
+
+/// However the attempt ends (lost, a step failed), its watcher ends with it.
+impl Drop for BudgetWatch {
+    fn drop(&mut self) {
+        self.done.cancel();
+    }
+}
+
 /// The longest a provider's named reset is waited for (a later one is likely wrong, or an agent's lie).
 const MAX_LIMIT_WAIT_NAMED: chrono::Duration = chrono::Duration::days(7);
 /// The longest wait when the provider named no reset.
@@ -185,6 +212,7 @@ impl Dispatcher {
             RunPurpose::Plan | RunPurpose::Triage => None,
         };
         let meter = runner::meter(profile.usage.clone());
+        let budget = self.watch_budget(task, &meter, &heartbeat.agent_stop).await;
         let around = self
             .around_agent(
                 task,
@@ -253,6 +281,13 @@ impl Dispatcher {
         } = &mut outcome
         {
             *until = Some(self.limit_lifts(limit.as_ref(), attempt, Utc::now()));
+        }
+        // Stopped for a budget: say so (an agent that finished first keeps its outcome).
+        if let Some(why) = budget.as_ref().and_then(BudgetWatch::exceeded) {
+            if let RunEvent::Failed { kind, detail, .. } = &mut outcome {
+                *kind = FailureKind::Budget;
+                *detail = why;
+            }
         }
         Some(outcome.with_usage(Some(RunUsage {
             repo: task.repo().to_string(),
@@ -557,6 +592,61 @@ impl Dispatcher {
                 tracing::warn!(%task, error = %error, "could not move the task on after its run");
             }
         }
+    }
+
+    /// Watches the run's streamed usage against the budgets its task falls under, and stops the agent the moment
+    /// one is spent. `None` without `[budgets]` (or when they cannot be read: the dispatcher checked them before
+    /// the claim, and the next claim checks again).
+    async fn watch_budget(
+        &self,
+        task: &Task,
+        meter: &runner::SharedMeter,
+        agent_stop: &CancellationToken,
+    ) -> Option<BudgetWatch> {
+        let config = &self.inner.config.budgets;
+        if !config.any() {
+            return None;
+        }
+        let standings = match crate::budgets::standings(
+            self.store(),
+            config,
+            task.id(),
+            task.repo().as_str(),
+            Utc::now().date_naive(),
+        )
+        .await
+        {
+            Ok(standings) => standings,
+            Err(error) => {
+                tracing::warn!(task = %task.id(), %error, "the budgets cannot be read; this run is not watched");
+                return None;
+            }
+        };
+        let exceeded = Arc::new(std::sync::Mutex::new(None));
+        let done = CancellationToken::new();
+        let (meter, stop, seen, finished) = (
+            meter.clone(),
+            agent_stop.clone(),
+            exceeded.clone(),
+            done.clone(),
+        );
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = finished.cancelled() => return,
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(BUDGET_WATCH) => {}
+                }
+                let usage = meter.lock().unwrap_or_else(|e| e.into_inner()).usage();
+                if let Some(why) = crate::budgets::first_over(&standings, &usage) {
+                    tracing::warn!(%why, "stopping the agent: a budget is spent");
+                    *seen.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+                    stop.cancel();
+                    return;
+                }
+            }
+        });
+        Some(BudgetWatch { exceeded, done })
     }
 
     /// When a task stopped by its provider's limit (and its profile) may run again: the reset the provider named,

@@ -39,6 +39,11 @@ pub struct DispatchStatus {
     pub limited_profiles: BTreeMap<String, DateTime<Utc>>,
     /// Tasks in `todo` waiting for their profile's limit to lift.
     pub limited: usize,
+    /// Tasks in `todo` held back because a budget they fall under is spent.
+    pub over_budget: usize,
+    /// Each budget spent (nothing starts in it) or past its soft limit, in words.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub budgets: Vec<String>,
     pub running: usize,
     pub slots: usize,
     pub started: usize,
@@ -111,6 +116,7 @@ impl Dispatcher {
                 })
             })
             .collect();
+        let (candidates, over_budget, budgets) = self.within_budgets(candidates).await?;
         let slots = self.inner.config.limits.global;
         let mut status = DispatchStatus {
             paused: paused.is_some(),
@@ -120,6 +126,8 @@ impl Dispatcher {
             waiting_on_dependencies,
             limited_profiles,
             limited,
+            over_budget,
+            budgets,
             running: running.values().sum(),
             slots,
             started: 0,
@@ -344,6 +352,50 @@ impl Dispatcher {
             }
         }
         Ok(paused)
+    }
+
+    /// The candidates no spent budget holds back, how many were, and each budget spent or past its soft limit in
+    /// words (for `/health`). Reads the usage read model per candidate: only when `[budgets]` sets a limit.
+    async fn within_budgets(
+        &self,
+        candidates: Vec<Candidate>,
+    ) -> anyhow::Result<(Vec<Candidate>, usize, Vec<String>)> {
+        let config = &self.inner.config.budgets;
+        if !config.any() {
+            return Ok((candidates, 0, Vec::new()));
+        }
+        let today = Utc::now().date_naive();
+        let mut kept = Vec::with_capacity(candidates.len());
+        let mut held = 0;
+        let mut words = std::collections::BTreeSet::new();
+        for candidate in candidates {
+            let standings = crate::budgets::standings(
+                self.store(),
+                config,
+                candidate.id,
+                candidate.repo.as_str(),
+                today,
+            )
+            .await
+            .with_context(|| format!("reading the budgets of {}", candidate.id))?;
+            for standing in &standings {
+                if standing.over(&Default::default()).is_none() && standing.soft(config.soft_at) {
+                    words.insert(format!(
+                        "{} has spent {:.0} % of a budget",
+                        standing.scope.describe(),
+                        config.soft_at * 100.0
+                    ));
+                }
+            }
+            match crate::budgets::first_over(&standings, &Default::default()) {
+                Some(why) => {
+                    held += 1;
+                    words.insert(why);
+                }
+                None => kept.push(candidate),
+            }
+        }
+        Ok((kept, held, words.into_iter().collect()))
     }
 
     /// The profile a queued task's next run would use, from its row (the claim checks it again on the task).

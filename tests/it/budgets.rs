@@ -1,0 +1,213 @@
+//! Budgets end to end, with the real dispatcher and agents that report their spend as they go: a hard limit stops
+//! the agent mid-stream (the run ends `budget`, the task is flagged with what was spent of what), nothing more
+//! starts in a spent budget (its tasks held, `/health` warns), and a person's raise (an event, through the API)
+//! lets them start again; a raise that names nothing to raise is refused and changes nothing.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::common::agents::{Remote, REPO};
+use crate::common::{within, TestApp, TestDb, ADMIN_TOKEN};
+use crate::plans::bash_agent;
+use pidevops::board::Draft;
+use pidevops::domain::runs::RunEvent;
+use pidevops::projectors::runs::{self, RunRow, Which};
+use pidevops::projectors::tasks as task_rows;
+use pidevops::tasks::{Column, Links, RepoName, Spec, TaskId};
+use serde_json::{json, Value};
+
+per_backend!(a_spent_budget_stops_the_agent_mid_stream_holds_the_next_task_and_a_raise_lets_it_run,);
+
+/// Spends ten cents a tenth of a second for half a minute, unless its task is cheap.
+const SPENDER: &str = r#"if grep -q "Spend little" "$1"; then
+  echo "spent 1 in, 1 out, \$0.01"; echo cheap > "cheap-$$.txt"; exit 0
+fi
+for i in $(seq 1 300); do echo "spent 100 in, 10 out, \$0.10"; sleep 0.1; done
+echo finished > finished.txt"#;
+
+fn config(remote: &Remote, agent: &Path) -> toml::Table {
+    format!(
+        r#"
+        [board]
+        approval = "auto"
+
+        [dispatch]
+        agent = "spender"
+        max_concurrent = 2
+        per_repo = 2
+        heartbeat_s = 0.3
+        retry_backoff_s = 0.05
+
+        [agents.spender]
+        command = ["{agent}", "{{prompt_file}}"]
+        usage_pattern = 'spent (?P<input>\d+) in, (?P<output>\d+) out, \$(?P<cost>[0-9.]+)'
+
+        [budgets]
+        task_usd = 0.35
+        repo_daily_usd = 0.35
+
+        [repos."{REPO}"]
+        url = "{url}"
+        "#,
+        agent = agent.display(),
+        url = remote.url(),
+    )
+    .parse()
+    .unwrap()
+}
+
+async fn task(app: &TestApp, text: &str) -> TaskId {
+    let draft = Draft::new(
+        REPO.parse::<RepoName>().unwrap(),
+        Spec::new(text, "", "it is written").unwrap(),
+        Links::default(),
+    );
+    let key = format!("test:{}", uuid::Uuid::now_v7());
+    app.state
+        .board
+        .create(draft, &key, "api", None)
+        .await
+        .unwrap()
+        .0
+        .task
+        .id()
+}
+
+async fn row(app: &TestApp, id: TaskId) -> task_rows::TaskRow {
+    app.project().await;
+    task_rows::get(app.state.log.store(), id)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("{id} is on the board"))
+}
+
+async fn runs_of(app: &TestApp, id: TaskId) -> Vec<RunRow> {
+    app.project().await;
+    runs::query(app.state.log.store(), Which::Task(&id.to_string()))
+        .await
+        .unwrap()
+}
+
+async fn raise(app: &TestApp, body: Value) -> (u16, Value) {
+    let response = app
+        .client
+        .post(app.url("/api/budgets/raise"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.json().await.unwrap())
+}
+
+async fn a_spent_budget_stops_the_agent_mid_stream_holds_the_next_task_and_a_raise_lets_it_run(
+    db: TestDb,
+) {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let agent = bash_agent(scratch.path(), "spender.sh", SPENDER);
+    let mut settings = crate::common::settings(&db);
+    settings.file = pidevops::config::FileConfig::try_from(config(&remote, &agent)).unwrap();
+    settings.workspace_root = scratch.path().join("ws");
+    let app = TestApp::spawn(settings).await;
+
+    // The agent is stopped the moment its streamed spend reaches the task's $0.35, long before its loop ends.
+    let costly = task(&app, "Spend a lot").await;
+    within(Duration::from_secs(60), "the costly run ends", || async {
+        runs_of(&app, costly)
+            .await
+            .first()
+            .is_some_and(|r| r.state != "running")
+    })
+    .await;
+    let run = runs_of(&app, costly).await.remove(0);
+    assert_eq!(run.failure.as_deref(), Some("budget"), "{run:?}");
+    let detail = run.detail.clone().unwrap_or_default();
+    assert!(
+        detail.starts_with("budget exceeded: $")
+            && detail.ends_with(&format!("of $0.35 for task {costly}")),
+        "{detail}"
+    );
+    assert!(
+        run.duration_s.unwrap_or(f64::MAX) < 20.0,
+        "stopped mid-stream, not at the end: {run:?}"
+    );
+    assert!(
+        remote.branch(&format!("pidevops/{costly}")).is_none(),
+        "nothing pushed"
+    );
+    let flagged = row(&app, costly).await;
+    assert!(flagged.needs_human, "{flagged:?}");
+    assert!(
+        flagged
+            .needs_human_reason
+            .as_deref()
+            .is_some_and(|r| r.contains("budget exceeded")),
+        "{:?}",
+        flagged.needs_human_reason
+    );
+    // What it spent until it was stopped is on its outcome.
+    let spent = app
+        .all_events()
+        .await
+        .into_iter()
+        .filter(|e| e.stream.as_deref() == Some(&format!("run:{}", run.run_id)))
+        .filter_map(|e| serde_json::from_slice::<RunEvent>(&e.body).ok())
+        .find_map(|e| e.usage().cloned())
+        .expect("usage on the outcome");
+    let cost = spent.usage.cost_usd.unwrap();
+    assert!((0.35..3.0).contains(&cost), "{cost}");
+
+    // The repository's day is spent too: the next task waits, and /health says why.
+    let cheap = task(&app, "Spend little").await;
+    for _ in 0..3 {
+        app.project().await;
+        app.tick("dispatcher").await;
+    }
+    assert!(
+        runs_of(&app, cheap).await.is_empty(),
+        "started in a spent budget"
+    );
+    let (_, health) = app.health().await;
+    assert_eq!(health["status"], "warn", "{health:#}");
+    let problems = health["problems"].to_string();
+    assert!(
+        problems.contains(&format!("of $0.35 for {REPO} on ")),
+        "{problems}"
+    );
+
+    // A raise of what the file leaves unlimited is refused, and raises nothing.
+    let (status, refused) = raise(&app, json!({"scope": "day", "usd": 5})).await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(refused["error"], "bad_raise");
+    assert!(
+        refused["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("budgets.daily_usd is not set")),
+        "{refused}"
+    );
+    // A person raises today's budget of the repository (a retried request is one raise): the task runs.
+    let body = json!({"scope": "repo", "repo": REPO, "usd": 10, "request_id": "raise-1"});
+    let (status, first) = raise(&app, body.clone()).await;
+    assert_eq!(
+        (status, first["raised"].clone()),
+        (200, json!(true)),
+        "{first}"
+    );
+    let (_, again) = raise(&app, body).await;
+    assert_eq!(again["raised"], json!(false), "{again}");
+    let raises = app
+        .all_events()
+        .await
+        .into_iter()
+        .filter(|e| e.event_type == "budget.raised")
+        .count();
+    assert_eq!(raises, 1);
+    within(
+        Duration::from_secs(60),
+        "the cheap task in review",
+        || async { row(&app, cheap).await.column == Column::InReview },
+    )
+    .await;
+    app.stop().await;
+}
