@@ -69,6 +69,8 @@ pub struct AgentProfile {
     pub prompt_on_stdin: bool,
     /// How its output reports what it spent (`usage`, `usage_pattern`).
     pub usage: UsageFormat,
+    /// The profile its tasks run with while its provider's limit holds (`fallback`).
+    pub fallback: Option<String>,
 }
 
 /// What a run fills the placeholders with.
@@ -127,6 +129,7 @@ pub fn presets() -> Vec<AgentProfile> {
         |name: &str, command: &[&str], env: &[&str], set_env: &[(&str, &str)]| AgentProfile {
             name: name.to_owned(),
             usage: guess_usage(command),
+            fallback: None,
             command: command.iter().map(|s| (*s).to_owned()).collect(),
             env: env.iter().map(|s| (*s).to_owned()).collect(),
             set_env: set_env
@@ -239,6 +242,15 @@ impl Profiles {
             .as_ref()
             .map_or_else(|| DispatchTable::default().agent, |d| d.agent.clone());
         known(&profiles, &default, "dispatch.agent")?;
+        for (name, profile) in &profiles {
+            if let Some(fallback) = &profile.fallback {
+                let key = format!("agents.{name}.fallback");
+                known(&profiles, fallback, &key)?;
+                if fallback == name {
+                    return Err(format!("{key} names the profile itself"));
+                }
+            }
+        }
         let mut by_repo = BTreeMap::new();
         let mut reviewer_by_repo = BTreeMap::new();
         let dispatch = tables.dispatch.clone().unwrap_or_default();
@@ -357,6 +369,19 @@ impl Profiles {
             .expect("a checked profile name, and the presets are never empty")
     }
 
+    /// The profile that runs `name`'s tasks while `name` is paused by its provider's limit: its `fallback`, unless
+    /// that one is paused too.
+    pub fn fallback_for<T>(
+        &self,
+        name: &str,
+        paused: &BTreeMap<String, T>,
+    ) -> Option<&AgentProfile> {
+        let fallback = self.profiles.get(name)?.fallback.as_deref()?;
+        (!paused.contains_key(fallback))
+            .then(|| self.profiles.get(fallback))
+            .flatten()
+    }
+
     pub fn get(&self, name: &str) -> Option<&AgentProfile> {
         self.profiles.get(name)
     }
@@ -444,6 +469,7 @@ fn profile(name: &str, table: &AgentTable, key: &str) -> Result<AgentProfile, St
         )?,
         prompt_on_stdin,
         usage,
+        fallback: table.fallback.clone(),
     })
 }
 

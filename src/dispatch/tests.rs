@@ -150,7 +150,7 @@ fn bad_profiles_are_refused_with_the_key_named() {
         ),
         (
             "[agents.x]\ncommand = [\"a\", \"{prompt}\"]\nmodel = \"opus\"",
-            "[agents.x] model: unknown key (known: command, stdin, env, set_env, timeout_s, no_output_timeout_s, usage, usage_pattern)",
+            "[agents.x] model: unknown key (known: command, stdin, env, set_env, timeout_s, no_output_timeout_s, usage, usage_pattern, fallback)",
         ),
         (
             "[repos.\"acme/api\"]\nagent = \"ghost\"",

@@ -356,3 +356,23 @@ pub async fn query(store: &EventStore, which: Which<'_>) -> Result<Vec<RunRow>, 
         Ok(rows.iter().map(run_row).collect::<Result<_, _>>()?)
     })
 }
+
+/// The runs that ended on their provider's limit since `since` and that no later success of the same profile
+/// has answered (a run of that profile that started after it and succeeded): `(profile, run id)`, newest first.
+pub async fn unanswered_limits(
+    store: &EventStore,
+    since: DateTime<Utc>,
+) -> Result<Vec<(String, String)>, StoreError> {
+    let sql = "SELECT r.profile, r.run_id FROM runs r
+        WHERE r.failure = 'limited' AND r.ended_at > $1 AND r.profile IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM runs s WHERE s.profile = r.profile AND s.state = 'succeeded'
+                          AND s.started_at > r.ended_at)
+        ORDER BY r.ended_at DESC";
+    crate::on_store!(store, |pool, backend| {
+        let rows = sqlx::query(sql).bind(since).fetch_all(pool).await?;
+        Ok(rows
+            .iter()
+            .map(|row| Ok((row.try_get("profile")?, row.try_get("run_id")?)))
+            .collect::<Result<_, sqlx::Error>>()?)
+    })
+}

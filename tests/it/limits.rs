@@ -18,6 +18,7 @@ use pidevops::tasks::{AgentName, Column, Links, RepoName, Spec, TaskId};
 per_backend!(
     a_limit_with_a_reset_parks_the_task_and_its_profile_until_then_without_spending_an_attempt,
     a_limit_without_a_reset_waits_the_backoff_and_the_next_attempt_runs_uncounted,
+    with_a_fallback_the_limited_profiles_tasks_run_on_it_at_once,
 );
 
 fn config(remote: &Remote, limited: &Path, other: &Path) -> toml::Table {
@@ -227,5 +228,49 @@ exit 1"#,
     let done = row(&app, id).await;
     // max_attempts = 1 in the file: the second attempt ran because the first was given back.
     assert_eq!((done.attempts, done.max_attempts), (2, 2));
+    app.stop().await;
+}
+
+async fn with_a_fallback_the_limited_profiles_tasks_run_on_it_at_once(db: TestDb) {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let limited = bash_agent(scratch.path(), "limited.sh", AT_THE_LIMIT);
+    let other = bash_agent(
+        scratch.path(),
+        "other.sh",
+        r#"echo "$RANDOM" > "other-$$.txt""#,
+    );
+    let mut file = config(&remote, &limited, &other);
+    file["agents"]["claude-like"]
+        .as_table_mut()
+        .unwrap()
+        .insert("fallback".into(), toml::Value::String("other".into()));
+    let app = spawn(&db, file, &scratch.path().join("ws")).await;
+    let first = task(&app, "Hit the wall, then go around it", None).await;
+    within(
+        Duration::from_secs(60),
+        "the first task in review",
+        || async { row(&app, first).await.column == Column::InReview },
+    )
+    .await;
+    let runs = runs_of(&app, first).await;
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[0].failure.as_deref(), Some("limited"));
+    assert_eq!(runs[0].profile.as_deref(), Some("claude-like"));
+    // Not the hour the limit named: its fallback ran it at once, the attempt given back.
+    assert_eq!(runs[1].profile.as_deref(), Some("other"));
+    assert_eq!(runs[1].state, "succeeded");
+    assert_eq!(row(&app, first).await.state["agent"], "other");
+    // A new task of the limited profile goes to the fallback too, while the limit holds.
+    let second = task(&app, "Would hit the same wall", None).await;
+    within(
+        Duration::from_secs(60),
+        "the second task in review",
+        || async { row(&app, second).await.column == Column::InReview },
+    )
+    .await;
+    let runs = runs_of(&app, second).await;
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0].profile.as_deref(), Some("other"));
     app.stop().await;
 }

@@ -367,6 +367,10 @@ pub struct AgentTable {
     /// `cost`, `turns`; each matching line adds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage_pattern: Option<String>,
+    /// The profile that runs this profile's tasks while its provider's usage or rate limit holds, instead of
+    /// their waiting.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
 }
 
 impl Default for AgentTable {
@@ -380,6 +384,7 @@ impl Default for AgentTable {
             no_output_timeout_s: super::profiles::DEFAULT_NO_OUTPUT_TIMEOUT.as_secs() as i64,
             usage: None,
             usage_pattern: None,
+            fallback: None,
         }
     }
 }
@@ -641,6 +646,7 @@ impl Tables {
                     no_output_timeout_s: preset.no_output_timeout.as_secs() as i64,
                     usage: Some(preset.usage.name().to_owned()),
                     usage_pattern: None,
+                    fallback: None,
                 });
         }
         for (poller, default) in [

@@ -55,7 +55,7 @@ impl Drop for BudgetWatch {
 }
 
 /// The longest a provider's named reset is waited for (a later one is likely wrong, or an agent's lie).
-const MAX_LIMIT_WAIT_NAMED: chrono::Duration = chrono::Duration::days(7);
+pub(super) const MAX_LIMIT_WAIT_NAMED: chrono::Duration = chrono::Duration::days(7);
 /// The longest wait when the provider named no reset.
 const MAX_LIMIT_WAIT_UNKNOWN: chrono::Duration = chrono::Duration::hours(1);
 

@@ -91,19 +91,27 @@ impl Dispatcher {
         let waiting_on_dependencies = blocked.len();
         todo.retain(|row| !blocked.contains(&row.id));
         todo.extend(self.waiting_for_triage().await?);
-        let limited_profiles = self.limited_profiles(&todo, now).await?;
+        let limited_profiles = self.limited_profiles(now).await?;
         let mut limited = 0;
         let candidates: Vec<Candidate> = todo
             .iter()
             .filter(|row| !row.needs_human && row.attempts < row.max_attempts)
             .filter(|row| !self.local().running.contains_key(&row.id))
             .filter(|row| {
-                let waits = limited_profiles.contains_key(self.profile_name_of(row));
+                let profile = self.profile_name_of(row);
+                let waits = limited_profiles.contains_key(profile)
+                    && self
+                        .inner
+                        .profiles
+                        .fallback_for(profile, &limited_profiles)
+                        .is_none();
                 limited += usize::from(waits);
                 !waits
             })
             .filter(|row| {
-                let ready = self.ready_at(row).is_none_or(|at| at <= now);
+                let ready = self
+                    .ready_at(row, &limited_profiles)
+                    .is_none_or(|at| at <= now);
                 backing_off += usize::from(!ready);
                 ready
             })
@@ -325,28 +333,37 @@ impl Dispatcher {
         running
     }
 
-    /// The profiles waiting for their provider's limit to lift, and until when: from the `todo` tasks whose last
-    /// attempt ended `limited` (the runs read model names the run's profile). The latest reset wins.
+    /// The profiles waiting for their provider's limit to lift, and until when: the runs that ended `limited`
+    /// within the longest wait, not answered by a later success of the same profile, with the reset each
+    /// recorded. From the runs, not the tasks: the pause holds wherever the limited task went (its fallback, a
+    /// person's cancel). The latest reset wins.
     async fn limited_profiles(
         &self,
-        todo: &[TaskRow],
         now: DateTime<Utc>,
     ) -> anyhow::Result<BTreeMap<String, DateTime<Utc>>> {
-        let mut paused: BTreeMap<String, DateTime<Utc>> = BTreeMap::new();
-        for row in todo {
-            let Some((run, until)) = limited_until(row) else {
-                continue;
-            };
-            if until <= now {
-                continue;
-            }
-            let runs = crate::projectors::runs::query(
-                self.store(),
-                crate::projectors::runs::Which::Run(&run),
-            )
+        let since = now - super::attempt::MAX_LIMIT_WAIT_NAMED;
+        let limited = crate::projectors::runs::unanswered_limits(self.store(), since)
             .await
-            .with_context(|| format!("reading run {run} of {}, which was limited", row.id))?;
-            if let Some(profile) = runs.into_iter().next().and_then(|r| r.profile) {
+            .context("reading the runs that ended on a limit")?;
+        let mut paused: BTreeMap<String, DateTime<Utc>> = BTreeMap::new();
+        for (profile, run) in limited {
+            let run = match run.parse::<uuid::Uuid>() {
+                Ok(id) => RunId(id),
+                Err(_) => continue,
+            };
+            let events = self
+                .store()
+                .read_stream(&crate::domain::runs::stream(run))
+                .await
+                .with_context(|| format!("reading run {run}, which ended on a limit"))?;
+            let until = events
+                .iter()
+                .filter_map(|e| crate::projectors::runs::decode(e).ok())
+                .find_map(|e| match e {
+                    crate::domain::runs::RunEvent::Failed { until, .. } => until,
+                    _ => None,
+                });
+            if let Some(until) = until.filter(|until| *until > now) {
                 let entry = paused.entry(profile).or_insert(until);
                 *entry = (*entry).max(until);
             }
@@ -423,9 +440,18 @@ impl Dispatcher {
     /// When a task that failed may start again: its last failure plus the backoff for the next attempt, with a
     /// jitter derived from the task and attempt (the same on every replica and after every restart); after its
     /// provider's limit, when the limit lifts.
-    fn ready_at(&self, row: &TaskRow) -> Option<DateTime<Utc>> {
+    fn ready_at(
+        &self,
+        row: &TaskRow,
+        limited_profiles: &BTreeMap<String, DateTime<Utc>>,
+    ) -> Option<DateTime<Utc>> {
         if let Some((_, until)) = limited_until(row) {
-            return Some(until);
+            // Its profile's fallback runs it now, instead of its waiting.
+            let profile = self.profile_name_of(row);
+            return match self.inner.profiles.fallback_for(profile, limited_profiles) {
+                Some(_) => None,
+                None => Some(until),
+            };
         }
         let failure = row.state.get("last_failure")?;
         // An interrupted attempt was not the task's failure: no backoff.
@@ -469,11 +495,28 @@ impl Dispatcher {
             .with_context(|| format!("reading {id} before claiming it"))?;
         if let Some(loaded) = &loaded {
             let task = &loaded.task;
+            let purpose = if task.column() == Column::Triage {
+                RunPurpose::Triage
+            } else {
+                task.next_purpose()
+            };
+            let profile = self
+                .inner
+                .profiles
+                .for_run(task, purpose)
+                .ok()
+                .map(|p| p.name.clone());
+            // A profile paused by its provider's limit, with a fallback that is not: the fallback runs the work.
+            let fallback = profile
+                .as_deref()
+                .filter(|p| limited_profiles.contains_key(*p) && purpose == RunPurpose::Work)
+                .and_then(|p| self.inner.profiles.fallback_for(p, limited_profiles));
             let waiting = task
                 .last_failure()
                 .filter(|failure| !matches!(failure.cause, RetryCause::Interrupted { .. }))
                 .and_then(|failure| {
                     let ready = match failure.cause {
+                        RetryCause::Limited { .. } if fallback.is_some() => None,
                         RetryCause::Limited { until, .. } => Some(until),
                         _ => self.after_backoff(id, task.attempts(), failure.at),
                     };
@@ -482,15 +525,31 @@ impl Dispatcher {
             if waiting.is_some() {
                 return Ok(false);
             }
-            // Its profile hit its provider's limit on another task: this one would hit the same wall.
-            let purpose = if task.column() == Column::Triage {
-                RunPurpose::Triage
-            } else {
-                task.next_purpose()
-            };
-            if let Ok(profile) = self.inner.profiles.for_run(task, purpose) {
-                if limited_profiles.contains_key(&profile.name) {
-                    return Ok(false);
+            // Its profile hit its provider's limit (on this task or another): this attempt would hit the same
+            // wall. With a fallback, the task is moved to it (an event, on its timeline) and runs.
+            if let Some(profile) = profile.as_deref() {
+                if limited_profiles.contains_key(profile) {
+                    let Some(fallback) = fallback else {
+                        return Ok(false);
+                    };
+                    let agent = fallback
+                        .name
+                        .parse()
+                        .context("a fallback profile's name is a profile name")?;
+                    let chosen = Command::ChooseAgent { agent: Some(agent) };
+                    match self.inner.board.execute(id, &chosen, DISPATCHER).await {
+                        Ok(_) => {}
+                        Err(BoardError::Refused(_)) => return Ok(false),
+                        Err(error) => {
+                            return Err(error).with_context(|| {
+                                format!(
+                                    "moving {id} to {}, the fallback of {profile}",
+                                    fallback.name
+                                )
+                            })
+                        }
+                    }
+                    tracing::info!(task = %id, from = profile, to = %fallback.name, "its profile is limited: the fallback runs it");
                 }
             }
             // A task that asks for an agent this service cannot run would only burn its attempts: a person
