@@ -51,6 +51,15 @@ impl Scope {
         }
     }
 
+    /// What names it in a key: `task:T-1`, `repo:acme/api:2026-12-02`, `day:2026-12-02`.
+    pub fn key(&self) -> String {
+        match self {
+            Scope::Task { task } => format!("task:{task}"),
+            Scope::Repo { repo, day } => format!("repo:{repo}:{day}"),
+            Scope::Day { day } => format!("day:{day}"),
+        }
+    }
+
     /// For a person.
     pub fn describe(&self) -> String {
         match self {
@@ -267,6 +276,39 @@ pub async fn raise(
     anyhow::bail!("the budget stream kept changing; try again")
 }
 
+/// The one notice a budget gets at each level (the body of `budget.notice`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Notice {
+    pub at: DateTime<Utc>,
+    /// `soft` (past `soft_at` of a limit) or `exceeded`.
+    pub level: String,
+    pub scope: Scope,
+    /// What a person reads.
+    pub words: String,
+}
+
+pub const NOTICE: &str = "budget.notice";
+
+/// The key that makes a budget's notice at `level` once in the log, whoever appends it.
+pub fn notice_key(level: &str, scope: &Scope) -> String {
+    format!("{STREAM}:notice:{level}:{}", scope.key())
+}
+
+/// Records a budget's notice (once per budget and level: a second append is a duplicate). The Telegram policy
+/// sends it to the bot's chats.
+pub async fn notify(log: &crate::eventlog::EventLog, notice: &Notice) -> anyhow::Result<()> {
+    use crate::domain::{EventType, NewEvent, Source};
+    let new = NewEvent::new(
+        Source::Pidevops,
+        EventType::from_stored(NOTICE.to_owned()),
+        notice_key(&notice.level, &notice.scope),
+        "application/json",
+        bytes::Bytes::from(serde_json::to_vec(notice)?),
+    );
+    log.append(new).await?;
+    Ok(())
+}
+
 /// Every raise on record.
 pub async fn raises(store: &EventStore) -> Result<Vec<Raised>, StoreError> {
     let events = store.read_stream(STREAM).await?;
@@ -352,8 +394,10 @@ fn standing(scope: Scope, spent: &usage_rows::Spent, limit: Limit) -> Standing {
 }
 
 /// The first scope over its limit with `running` added, and why.
-pub fn first_over(standings: &[Standing], running: &Usage) -> Option<String> {
-    standings.iter().find_map(|s| s.over(running))
+pub fn first_over(standings: &[Standing], running: &Usage) -> Option<(Scope, String)> {
+    standings
+        .iter()
+        .find_map(|s| s.over(running).map(|why| (s.scope.clone(), why)))
 }
 
 #[cfg(test)]

@@ -128,6 +128,46 @@ impl TelegramPolicy {
     }
 }
 
+impl TelegramPolicy {
+    /// A budget's notice (soft limit reached, or spent), to every chat, once each.
+    async fn budget_notice(
+        &self,
+        fx: &Effects,
+        event: &StoredEvent,
+        progress: &mut EffectsProgress,
+    ) -> anyhow::Result<Settled> {
+        let Ok(notice) = serde_json::from_slice::<crate::budgets::Notice>(&event.body) else {
+            return Ok(Settled::Yes);
+        };
+        let heading = match notice.level.as_str() {
+            "exceeded" => "Budget spent",
+            _ => "Budget nearly spent",
+        };
+        let html = format!(
+            "<b>{heading}</b>: {}\nRaise it with <code>pidevops budget raise</code> or the API.",
+            crate::providers::telegram::escape(&notice.words)
+        );
+        for chat in &self.config.telegram_chats {
+            let request = Request {
+                key: format!("telegram:budget:{}:{chat}", event.id),
+                task: None,
+                action: Action::TelegramSend {
+                    chat: *chat,
+                    html: html.clone(),
+                    buttons: Vec::new(),
+                },
+            };
+            if !fx.requested(&request.key).await? {
+                fx.request(&request, event.position).await?;
+            }
+            if let waiting @ Settled::Waiting(_) = fx.drive(&request, progress).await? {
+                return Ok(waiting);
+            }
+        }
+        Ok(Settled::Yes)
+    }
+}
+
 impl ProviderPolicy for TelegramPolicy {
     fn provider(&self) -> Provider {
         Provider::Telegram
@@ -157,6 +197,9 @@ impl ProviderPolicy for TelegramPolicy {
         }
         if event.source == Source::Pidevops.as_str() && event.event_type == "cron.fired" {
             return self.digest(fx, event, progress).await.map(Some);
+        }
+        if event.source == Source::Pidevops.as_str() && event.event_type == crate::budgets::NOTICE {
+            return self.budget_notice(fx, event, progress).await.map(Some);
         }
         Ok(None)
     }

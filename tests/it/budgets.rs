@@ -7,6 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::common::agents::{Remote, REPO};
+use crate::common::fake_telegram::FakeTelegram;
 use crate::common::{within, TestApp, TestDb, ADMIN_TOKEN};
 use crate::plans::bash_agent;
 use pidevops::board::Draft;
@@ -106,9 +107,13 @@ async fn a_spent_budget_stops_the_agent_mid_stream_holds_the_next_task_and_a_rai
     let remote = Remote::new();
     let scratch = tempfile::tempdir().unwrap();
     let agent = bash_agent(scratch.path(), "spender.sh", SPENDER);
+    let telegram = FakeTelegram::start().await;
     let mut settings = crate::common::settings(&db);
     settings.file = pidevops::config::FileConfig::try_from(config(&remote, &agent)).unwrap();
     settings.workspace_root = scratch.path().join("ws");
+    settings.telegram_bot_token = Some(secrecy::SecretString::from("123:budget-bot"));
+    settings.telegram_api_url = telegram.url.clone();
+    settings.telegram_allowed_chats = Some("11, 22".to_owned());
     let app = TestApp::spawn(settings).await;
 
     // The agent is stopped the moment its streamed spend reaches the task's $0.35, long before its loop ends.
@@ -175,6 +180,40 @@ async fn a_spent_budget_stops_the_agent_mid_stream_holds_the_next_task_and_a_rai
         problems.contains(&format!("of $0.35 for {REPO} on ")),
         "{problems}"
     );
+
+    // Each spent budget is told to every chat once: the task's (the agent stopped) and the repository's day.
+    let spent_notices = || {
+        telegram
+            .sent()
+            .into_iter()
+            .filter(|s| s.text.starts_with("<b>Budget spent</b>"))
+            .map(|s| (s.chat, s.text))
+            .collect::<Vec<_>>()
+    };
+    within(
+        Duration::from_secs(30),
+        "the budget notices sent",
+        || async {
+            app.tick("effects:telegram").await;
+            spent_notices().len() >= 4
+        },
+    )
+    .await;
+    for _ in 0..3 {
+        app.project().await;
+        app.tick("dispatcher").await;
+        app.tick("effects:telegram").await;
+    }
+    let notices = spent_notices();
+    assert_eq!(notices.len(), 4, "{notices:#?}");
+    for chat in [11, 22] {
+        assert!(notices
+            .iter()
+            .any(|(c, text)| *c == chat && text.contains(&format!("for task {costly}"))));
+        assert!(notices
+            .iter()
+            .any(|(c, text)| *c == chat && text.contains(&format!("for {REPO} on "))));
+    }
 
     // A raise of what the file leaves unlimited is refused, and raises nothing.
     let (status, refused) = raise(&app, json!({"scope": "day", "usd": 5})).await;

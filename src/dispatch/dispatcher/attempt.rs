@@ -624,11 +624,12 @@ impl Dispatcher {
         };
         let exceeded = Arc::new(std::sync::Mutex::new(None));
         let done = CancellationToken::new();
-        let (meter, stop, seen, finished) = (
+        let (meter, stop, seen, finished, log) = (
             meter.clone(),
             agent_stop.clone(),
             exceeded.clone(),
             done.clone(),
+            self.inner.log.clone(),
         );
         tokio::spawn(async move {
             loop {
@@ -638,10 +639,22 @@ impl Dispatcher {
                     () = tokio::time::sleep(BUDGET_WATCH) => {}
                 }
                 let usage = meter.lock().unwrap_or_else(|e| e.into_inner()).usage();
-                if let Some(why) = crate::budgets::first_over(&standings, &usage) {
+                if let Some((scope, why)) = crate::budgets::first_over(&standings, &usage) {
                     tracing::warn!(%why, "stopping the agent: a budget is spent");
-                    *seen.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+                    *seen.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
                     stop.cancel();
+                    let notice = crate::budgets::Notice {
+                        at: Utc::now(),
+                        level: "exceeded".to_owned(),
+                        scope,
+                        words: why,
+                    };
+                    if let Err(error) = crate::budgets::notify(&log, &notice).await {
+                        tracing::warn!(
+                            error = format!("{error:#}"),
+                            "the budget's notice was not recorded"
+                        );
+                    }
                     return;
                 }
             }

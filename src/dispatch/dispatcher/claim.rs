@@ -396,16 +396,27 @@ impl Dispatcher {
             .await
             .with_context(|| format!("reading the budgets of {}", candidate.id))?;
             for standing in &standings {
-                if standing.over(&Default::default()).is_none() && standing.soft(config.soft_at) {
-                    words.insert(format!(
-                        "{} has spent {:.0} % of a budget",
-                        standing.scope.describe(),
-                        config.soft_at * 100.0
-                    ));
+                let notice = match standing.over(&Default::default()) {
+                    Some(why) => Some(("exceeded", why)),
+                    None if standing.soft(config.soft_at) => Some((
+                        "soft",
+                        format!(
+                            "{} has spent {:.0} % of a budget",
+                            standing.scope.describe(),
+                            config.soft_at * 100.0
+                        ),
+                    )),
+                    None => None,
+                };
+                if let Some((level, why)) = notice {
+                    if level == "soft" {
+                        words.insert(why.clone());
+                    }
+                    self.notice_once(level, &standing.scope, why).await?;
                 }
             }
             match crate::budgets::first_over(&standings, &Default::default()) {
-                Some(why) => {
+                Some((_, why)) => {
                     held += 1;
                     words.insert(why);
                 }
@@ -413,6 +424,31 @@ impl Dispatcher {
             }
         }
         Ok((kept, held, words.into_iter().collect()))
+    }
+
+    /// A budget's notice at `level`, recorded once (the log's key makes it once across replicas and restarts; the
+    /// set spares this process the appends).
+    async fn notice_once(
+        &self,
+        level: &str,
+        scope: &crate::budgets::Scope,
+        words: String,
+    ) -> anyhow::Result<()> {
+        let key = crate::budgets::notice_key(level, scope);
+        if self.local().budget_notices.contains(&key) {
+            return Ok(());
+        }
+        let notice = crate::budgets::Notice {
+            at: Utc::now(),
+            level: level.to_owned(),
+            scope: scope.clone(),
+            words,
+        };
+        crate::budgets::notify(&self.inner.log, &notice)
+            .await
+            .context("recording a budget's notice")?;
+        self.local().budget_notices.insert(key);
+        Ok(())
     }
 
     /// The profile a queued task's next run would use, from its row (the claim checks it again on the task).

@@ -66,6 +66,8 @@ struct Local {
     finished: HashMap<TaskId, RunId>,
     /// Runs handed to workers that the read model may not show yet: their slots are taken.
     claimed: HashMap<TaskId, (RunId, RepoName, std::time::Instant)>,
+    /// Budget notices this process has recorded (each is once in the log by its key; this spares the appends).
+    budget_notices: std::collections::HashSet<String>,
 }
 
 struct LocalRun {
