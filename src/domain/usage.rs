@@ -299,7 +299,7 @@ impl UsageMeter {
         usage
     }
 
-    /// The provider's limit the agent ran into, if its output said so.
+    /// The provider's limit the agent ran into, if its output said so and did not get through it afterwards.
     pub fn limit(&self) -> Option<&Limit> {
         self.limit.as_ref()
     }
@@ -379,7 +379,9 @@ impl UsageMeter {
                     let text = line["result"].as_str().unwrap_or("an error result");
                     self.error_text(Some(text));
                 } else {
+                    // It got through after all (a limit it waited out, a retried 429): no limit, no error.
                     self.error = None;
+                    self.limit = None;
                 }
             }
             Some("rate_limit_event") => {
@@ -401,6 +403,7 @@ impl UsageMeter {
         match line["type"].as_str() {
             Some("turn.completed") => {
                 self.error = None;
+                self.limit = None;
                 let usage = &line["usage"];
                 let input = count64(&usage["input_tokens"]);
                 let cached = count64(&usage["cached_input_tokens"]);
@@ -444,12 +447,15 @@ impl UsageMeter {
             );
         } else {
             self.error = None;
+            self.limit = None;
         }
     }
 
     fn opencode(&mut self, line: &Value) {
         match line["type"].as_str() {
             Some("step_finish") => {
+                self.error = None;
+                self.limit = None;
                 let part = &line["part"];
                 let tokens = &part["tokens"];
                 self.summed.add(&Usage {

@@ -318,3 +318,21 @@ fn an_output_that_ends_in_the_clis_error_says_so_and_a_later_success_clears_it()
         None
     );
 }
+
+#[test]
+fn a_limit_the_cli_got_through_afterwards_is_no_limit() {
+    let waited = format!(
+        "{}\n{CLAUDE_RESULT}\n",
+        r#"{"type":"rate_limit_event","rate_limit_info":{"status":"rejected","resetsAt":1780003600,"rateLimitType":"five_hour"},"uuid":"u","session_id":"s"}"#
+    );
+    let m = meter(UsageFormat::Claude, &waited);
+    assert_eq!(m.limit(), None);
+    assert_eq!(m.ended_in_error(), None);
+    let retried = concat!(
+        r#"{"type":"error","message":"429 Too Many Requests, retrying"}"#,
+        "\n",
+        r#"{"type":"turn.completed","usage":{"input_tokens":5,"cached_input_tokens":0,"output_tokens":1}}"#,
+        "\n",
+    );
+    assert_eq!(meter(UsageFormat::Codex, retried).limit(), None);
+}
