@@ -210,6 +210,9 @@ pub enum RunEvent {
         /// What the agent spent, where its profile reads usage from its output.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         usage: Option<RunUsage>,
+        /// What the reviewer agent spent on this attempt, where a reviewer ran.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reviewer_usage: Option<RunUsage>,
     },
     Failed {
         at: DateTime<Utc>,
@@ -227,6 +230,9 @@ pub enum RunEvent {
         /// `limited`: when the task (and its profile) may run again.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         until: Option<DateTime<Utc>>,
+        /// What the reviewer agent spent on this attempt, where a reviewer ran.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reviewer_usage: Option<RunUsage>,
     },
     /// A planner or triage run ended with what it was asked for: nothing pushed, a proposal for a person.
     Proposed {
@@ -290,6 +296,26 @@ impl RunEvent {
             | RunEvent::Failed { at, .. }
             | RunEvent::Proposed { at, .. } => *at,
         }
+    }
+
+    /// What the run's reviewer spent, on its outcome.
+    pub fn reviewer_usage(&self) -> Option<&RunUsage> {
+        match self {
+            RunEvent::Succeeded { reviewer_usage, .. }
+            | RunEvent::Failed { reviewer_usage, .. } => reviewer_usage.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The outcome with what its reviewer spent (nothing recorded when it reported nothing).
+    pub fn with_reviewer_usage(mut self, spent: Option<RunUsage>) -> Self {
+        let spent = spent.filter(|u| !u.usage.is_empty());
+        match &mut self {
+            RunEvent::Succeeded { reviewer_usage, .. }
+            | RunEvent::Failed { reviewer_usage, .. } => *reviewer_usage = spent,
+            _ => {}
+        }
+        self
     }
 
     /// What the run spent, on its outcome.
@@ -374,6 +400,7 @@ mod tests {
             tail: tail.into(),
             usage: None,
             until: None,
+            reviewer_usage: None,
         }
     }
 

@@ -96,7 +96,7 @@ struct Entry {
     usage: RunUsage,
 }
 
-fn entry(event: &StoredEvent) -> anyhow::Result<Option<Entry>> {
+fn entries(event: &StoredEvent) -> anyhow::Result<Vec<Entry>> {
     if event.source != SOURCE
         || !event
             .stream
@@ -107,19 +107,21 @@ fn entry(event: &StoredEvent) -> anyhow::Result<Option<Entry>> {
             "run.succeeded" | "run.failed" | "run.proposed"
         )
     {
-        return Ok(None);
+        return Ok(Vec::new());
     }
     let decoded: RunEvent = super::runs::decode(event)?;
-    let Some(usage) = decoded.usage().cloned() else {
-        return Ok(None);
-    };
     let at = decoded.at();
-    Ok(Some(Entry {
-        day: day_of(at),
-        task: decoded.task().to_string(),
-        at,
-        usage,
-    }))
+    // The agent's and, where one reviewed the attempt, its reviewer's: each under its own profile.
+    Ok([decoded.usage(), decoded.reviewer_usage()]
+        .into_iter()
+        .flatten()
+        .map(|usage| Entry {
+            day: day_of(at),
+            task: decoded.task().to_string(),
+            at,
+            usage: usage.clone(),
+        })
+        .collect())
 }
 
 /// The UTC day a moment falls in, as the read model keys it.
@@ -157,12 +159,11 @@ impl Projector for UsageProjector {
     ) -> BoxFuture<'a, anyhow::Result<()>> {
         Box::pin(async move {
             for event in events {
-                let Some(entry) = entry(event)? else {
-                    continue;
-                };
-                add(tx, &entry)
-                    .await
-                    .with_context(|| format!("adding the usage of event {}", event.position))?;
+                for entry in entries(event)? {
+                    add(tx, &entry)
+                        .await
+                        .with_context(|| format!("adding the usage of event {}", event.position))?;
+                }
             }
             Ok(())
         })

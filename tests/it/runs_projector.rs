@@ -116,6 +116,7 @@ async fn a_runs_events_merge_alike_incrementally_and_in_a_rebuild(db: TestDb) {
             tail: "boom".into(),
             usage: None,
             until: None,
+            reviewer_usage: None,
         },
     )
     .await;

@@ -236,7 +236,8 @@ if grep -q 'handle the empty list' "$1"; then echo v2 > CHANGES.md; else echo v1
     let reviewer = bash_agent(
         scratch.path(),
         "reviewer.sh",
-        r#"wrote=no; if (echo hijacked >> CHANGES.md) 2>/dev/null; then wrote=yes; fi
+        r#"echo "reviewed: 7 in, 3 out, \$0.02"
+wrote=no; if (echo hijacked >> CHANGES.md) 2>/dev/null; then wrote=yes; fi
 seen=clean; [ -e "$HOME/planted" ] && seen=planted
 seen="$seen, wrote $wrote"
 if grep -q v1 CHANGES.md; then
@@ -256,7 +257,8 @@ fi"#,
             &worker,
             r#"review = "agent""#,
             &format!(
-                "reviewer = \"reviewer\"\n[agents.reviewer]\ncommand = [\"{}\", \"{{prompt_file}}\"]",
+                "reviewer = \"reviewer\"\n[agents.reviewer]\ncommand = [\"{}\", \"{{prompt_file}}\"]\n\
+                 usage_pattern = 'reviewed: (?P<input>\\d+) in, (?P<output>\\d+) out, \\$(?P<cost>[0-9.]+)'",
                 reviewer.display()
             ),
         ),
@@ -283,6 +285,21 @@ fi"#,
     );
     let review = &row(&app, id).await.state["report"]["review"];
     assert_eq!(review["verdict"], "approve", "{review}");
+    // The reviewer's spend is the attempt's too, under its own profile: two reviews.
+    let day = pidevops::projectors::usage::days(
+        app.state.log.store(),
+        &pidevops::projectors::usage::UsageFilter::default(),
+    )
+    .await
+    .unwrap();
+    let reviewer_spent = day
+        .iter()
+        .find(|d| d.profile == "reviewer")
+        .unwrap_or_else(|| panic!("the reviewer's usage: {day:?}"));
+    assert_eq!(
+        (reviewer_spent.spent.runs, reviewer_spent.spent.input_tokens),
+        (2, 14)
+    );
     assert_eq!(
         review["summary"], "Looks right (clean, wrote no)",
         "the reviewer never saw the worker's HOME, nor could it write the work"

@@ -769,6 +769,7 @@ async fn run_recorded(
             tail: String::new(),
             usage: None,
             until: None,
+            reviewer_usage: None,
         },
         None => RunEvent::Succeeded {
             at,
@@ -781,6 +782,7 @@ async fn run_recorded(
             tail: String::new(),
             report: Box::default(),
             usage: None,
+            reviewer_usage: None,
         },
     };
     for (version, event, key) in [

@@ -114,6 +114,7 @@ impl Dispatcher {
                 tail: String::new(),
                 usage: None,
                 until: None,
+                reviewer_usage: None,
             }),
         };
         let outcome = match outcome {
@@ -163,6 +164,7 @@ impl Dispatcher {
             tail,
             usage: None,
             until: None,
+            reviewer_usage: None,
         };
         let source = self.inner.config.source(task.repo());
         let phase = std::time::Instant::now();
@@ -233,6 +235,7 @@ impl Dispatcher {
         if !reviewed {
             self.release_slot(id);
         }
+        let reviewer_usage = std::sync::Mutex::new(None);
         let ended = Ended {
             run,
             attempt,
@@ -241,6 +244,7 @@ impl Dispatcher {
             began: started,
             output: &output,
             agent_stop: &heartbeat.agent_stop,
+            reviewer_usage: &reviewer_usage,
         };
         // Heartbeats go on while the work is committed and pushed (a big push can take a while).
         let outcome = match (around, purpose) {
@@ -289,6 +293,11 @@ impl Dispatcher {
                 *detail = why;
             }
         }
+        let reviewer_usage = reviewer_usage
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let outcome = outcome.with_reviewer_usage(reviewer_usage);
         Some(outcome.with_usage(Some(RunUsage {
             repo: task.repo().to_string(),
             profile: profile.name.clone(),
@@ -510,6 +519,7 @@ impl Dispatcher {
                 outside_scope,
             }),
             usage: None,
+            reviewer_usage: None,
         }
     }
 
@@ -774,6 +784,8 @@ pub(super) struct Ended<'a> {
     /// The run's output counter and the token that stops its agents (a reviewer's too).
     pub output: &'a Arc<AtomicU64>,
     pub agent_stop: &'a CancellationToken,
+    /// What the reviewer spent, once it ran.
+    pub reviewer_usage: &'a std::sync::Mutex<Option<RunUsage>>,
 }
 
 /// An attempt's heartbeat task and the tokens between the two (see `Dispatcher::heartbeat`).

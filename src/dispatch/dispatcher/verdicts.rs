@@ -149,7 +149,7 @@ impl Dispatcher {
         tokio::fs::write(&reviewing.dirs.prompt, &prompt)
             .await
             .map_err(|e| reviewer_failed(format!("writing the reviewer's prompt: {e}")))?;
-        let launch = self
+        let mut launch = self
             .launch(
                 task,
                 ended.run,
@@ -159,7 +159,19 @@ impl Dispatcher {
                 Access::ReadOnly,
             )
             .map_err(|e| reviewer_failed(format!("{e:#}")))?;
+        let meter = runner::meter(profile.usage.clone());
+        launch.meter = Some(meter.clone());
         let finished = runner::run(launch, ended.output.clone(), ended.agent_stop.clone()).await;
+        // What it spent counts whatever its verdict: the attempt's outcome carries it.
+        let usage = meter.lock().unwrap_or_else(|e| e.into_inner()).usage();
+        *ended
+            .reviewer_usage
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(crate::domain::usage::RunUsage {
+            repo: task.repo().to_string(),
+            profile: profile.name.clone(),
+            usage,
+        });
         match finished.ending {
             Ending::Exited(0) => {}
             Ending::Stopped if ended.stop.is_cancelled() => {

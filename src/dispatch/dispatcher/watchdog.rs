@@ -135,6 +135,7 @@ impl Dispatcher {
             tail: String::new(),
             usage: None,
             until: None,
+            reviewer_usage: None,
         };
         match writer.append(&lost).await {
             Ok(()) => {
