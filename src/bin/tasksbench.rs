@@ -295,7 +295,7 @@ async fn fill(store: &EventStore, tasks: u64) -> anyhow::Result<()> {
     );
 
     let mut conn = pg.pool().acquire().await?;
-    conn.execute("TRUNCATE events, projections, source_activity, checkpoints, tasks, task_links")
+    conn.execute("TRUNCATE events, projections, source_activity, checkpoints, tasks, task_links, task_merges")
         .await
         .context("emptying the benchmark database (it is a throwaway)")?;
     let actors = ["linear", "github", "telegram", "api"];

@@ -1,6 +1,7 @@
 //! The task board's read models, from the `task:<id>` streams: `tasks` (one row per task, filterable by column,
-//! repo, source and needs-human) and `task_links` (external id -> task), written by one projector (one decode
-//! and `evolve`, one checkpoint, so a task's row and its links never disagree).
+//! repo, source and needs-human), `task_links` (external id -> task) and `task_merges` (each task whose pull
+//! request was merged, with the day: what the spend page's cost per merged pull request counts), written by one
+//! projector (one decode and `evolve`, one checkpoint, so a task's row, its links and its merge never disagree).
 //!
 //! A task's timeline is not copied: it is the task's stream, read through the log's `(stream, stream_version)`
 //! index up to the version the task's row is at (so it agrees with the row) and summarised as it is read. A copy
@@ -27,14 +28,19 @@ mod read;
 mod summary;
 mod write;
 
-pub use read::{counts, get, get_many, list, repos, task_for_link, timeline, timeline_entry};
+pub use read::{
+    counts, get, get_many, list, merged_pull_requests, repos, task_for_link, timeline,
+    timeline_entry,
+};
 use summary::links_of;
 pub use summary::{source_of, summarize};
 use write::write;
 
 use super::{Bodies, Projector, ProjectorTx};
 use crate::eventlog::{sql, StoreError, StoredEvent};
-use crate::tasks::{evolve, Column, Links, Priority, Task, TaskError, TaskEvent, TaskId};
+use crate::tasks::{
+    evolve, Column, GithubRef, Links, Priority, Task, TaskError, TaskEvent, TaskId,
+};
 
 pub const NAME: &str = "tasks";
 /// The source of task events in the log.
@@ -298,11 +304,31 @@ struct LinkWrite {
     position: i64,
 }
 
+/// A task completed: its pull request (or its combined plan's) was merged.
+struct MergeWrite {
+    task: TaskId,
+    repo: String,
+    pull_request: String,
+    at: DateTime<Utc>,
+}
+
+/// What `task_merges` records as the pull request a completed task was merged by: its own (`owner/name#12`), else,
+/// for an item of a plan (a combined plan's items open none: the plan's one pull request completes them all),
+/// `plan:<plan>`, so that pull request counts once; else the task itself (merged before its link was recorded).
+pub fn merged_pull_request(own: Option<&GithubRef>, plan: Option<TaskId>, task: TaskId) -> String {
+    match (own, plan) {
+        (Some(pr), _) => pr.to_string(),
+        (None, Some(plan)) => format!("plan:{plan}"),
+        (None, None) => format!("task:{task}"),
+    }
+}
+
 /// What a batch writes, folded in memory: one row per task however many of its events the batch holds.
 #[derive(Default)]
 struct BatchWrites {
     tasks: Vec<Write>,
     links: Vec<LinkWrite>,
+    merges: Vec<MergeWrite>,
 }
 
 impl Projector for TasksProjector {
@@ -310,9 +336,9 @@ impl Projector for TasksProjector {
         NAME
     }
 
-    /// 2: the stored state carries the ticket version (`ticket_version`).
+    /// 2: the stored state carries the ticket version (`ticket_version`). 3: `task_merges`.
     fn version(&self) -> i64 {
-        2
+        3
     }
 
     fn bodies(&self) -> Bodies {
@@ -324,7 +350,7 @@ impl Projector for TasksProjector {
 
     fn reset<'a>(&'a self, tx: &'a mut ProjectorTx) -> BoxFuture<'a, anyhow::Result<()>> {
         Box::pin(async move {
-            super::empty_tables(tx, &["tasks", "task_links"]).await?;
+            super::empty_tables(tx, &["tasks", "task_links", "task_merges"]).await?;
             Ok(())
         })
     }
@@ -434,6 +460,18 @@ impl TasksProjector {
                     value,
                     task: d.task,
                     position: d.position,
+                });
+            }
+            if let TaskEvent::Completed { at } = &d.event {
+                writes.merges.push(MergeWrite {
+                    task: d.task,
+                    repo: task.repo().as_str().to_owned(),
+                    pull_request: merged_pull_request(
+                        task.links().github_pr.as_ref(),
+                        task.parent(),
+                        task.id(),
+                    ),
+                    at: *at,
                 });
             }
             last_positions.insert(d.task, d.position);

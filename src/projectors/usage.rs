@@ -388,14 +388,28 @@ pub async fn top_tasks(
     repo: Option<&str>,
     limit: i64,
 ) -> Result<Vec<TaskUsageRow>, StoreError> {
+    top_tasks_since(store, repo, None, limit).await
+}
+
+/// The tasks that spent the most (cost, then tokens; each task's whole spend), among those whose last run ended at
+/// or after `since` (all of them for `None`), of one repository or all.
+pub async fn top_tasks_since(
+    store: &EventStore,
+    repo: Option<&str>,
+    since: Option<DateTime<Utc>>,
+    limit: i64,
+) -> Result<Vec<TaskUsageRow>, StoreError> {
     let sql = format!(
-        "SELECT task_id, repo, last_at, {SPENT} FROM usage_tasks WHERE ($1 = '' OR repo = $1)
-         ORDER BY cost_usd DESC, input_tokens + output_tokens DESC, task_id LIMIT $2"
+        "SELECT task_id, repo, last_at, {SPENT} FROM usage_tasks
+         WHERE ($1 = '' OR repo = $1) AND last_at >= $2
+         ORDER BY cost_usd DESC, input_tokens + output_tokens DESC, task_id LIMIT $3"
     );
     let repo = repo.unwrap_or_default().to_owned();
+    let since = since.unwrap_or(DateTime::<Utc>::UNIX_EPOCH);
     crate::on_store!(store, |pool, backend| {
         let rows = sqlx::query(&sql)
             .bind(&repo)
+            .bind(since)
             .bind(limit)
             .fetch_all(pool)
             .await?;
@@ -411,6 +425,14 @@ pub async fn top_tasks(
             })
             .collect::<Result<_, sqlx::Error>>()?)
     })
+}
+
+/// The repositories with any usage, sorted.
+pub async fn repos(store: &EventStore) -> Result<Vec<String>, StoreError> {
+    let sql = "SELECT DISTINCT repo FROM usage_daily ORDER BY repo";
+    crate::on_store!(store, |pool, backend| Ok(sqlx::query_scalar(sql)
+        .fetch_all(pool)
+        .await?))
 }
 
 /// `/metrics`' usage counters, from the read model (so they hold across restarts and agree between replicas):

@@ -13,6 +13,7 @@ async fn snapshot(store: &EventStore) -> Vec<(String, String)> {
     let tables = [
         ("tasks", "task_id"),
         ("task_links", "kind, value"),
+        ("task_merges", "task_id"),
         ("source_activity", "source, event_type"),
     ];
     let mut out = Vec::new();

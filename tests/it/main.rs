@@ -58,4 +58,5 @@ mod verdicts;
 mod web;
 mod web_attempts;
 mod web_plans;
+mod web_spend;
 mod work;

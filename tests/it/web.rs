@@ -217,7 +217,7 @@ async fn every_page_renders_from_the_read_models(db: TestDb) {
 async fn signing_in_takes_the_admin_token_and_gives_a_safe_cookie(db: TestDb) {
     let app = TestApp::spawn(crate::common::settings(&db)).await;
     // Without a session every page sends you to sign in, remembering where you were going.
-    for path in ["/", "/runs", "/status", "/events", "/tasks/T-1"] {
+    for path in ["/", "/runs", "/spend", "/status", "/events", "/tasks/T-1"] {
         let response = client().get(app.url(path)).send().await.unwrap();
         assert_eq!(response.status(), 303, "{path}");
         let to = response.headers()["location"].to_str().unwrap();

@@ -64,6 +64,8 @@ form.reject { flex: 1; min-width: 20em; } form.reject button, form.spec-edit but
 textarea { font: inherit; width: 100%; padding: .4em; background: var(--card); color: var(--fg); border: 1px solid var(--line); border-radius: 4px; }
 .report .summary, .report .review-summary, .report .comments .body { white-space: pre-wrap; }
 .report .comments .body { display: inline; } .report .comments li { margin-bottom: .3em; }
+table.spend { margin-bottom: .8em; } table.spend .n { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+table.spend tr.profile td { color: var(--muted); font-size: .9em; } table.spend .cost.unknown, table.spend .cost.partial { color: var(--warn); }
 "#;
 
 /// Live updates: the page listens to `/live` (the log as SSE, resuming from the position the page was rendered

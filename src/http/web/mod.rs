@@ -12,6 +12,8 @@ pub mod plan;
 pub mod report;
 pub mod session;
 mod sign_in;
+pub mod spend;
+mod spend_page;
 mod task_page;
 pub mod transcript;
 pub mod triage;
@@ -76,6 +78,7 @@ pub fn router() -> Router<AppState> {
         .route("/tasks/{id}/spec", post(task_page::edit_spec))
         .route("/tasks/{id}/{action}", post(task_action))
         .route("/runs", get(runs_page))
+        .route("/spend", get(spend_page::spend_page))
         .route("/status", get(health_page))
         .route("/events", get(events_page))
         .route("/events/{position}", get(event_page))

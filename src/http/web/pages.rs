@@ -32,6 +32,7 @@ pub const BOARD_COLUMNS: [Column; 5] = [
 pub enum Nav {
     Board,
     Runs,
+    Spend,
     Health,
     Events,
     Other,
@@ -68,6 +69,7 @@ pub fn layout(frame: &Frame, body: Markup) -> Markup {
                     nav {
                         (link(Nav::Board, "/", "Board"))
                         (link(Nav::Runs, "/runs", "Runs"))
+                        (link(Nav::Spend, "/spend", "Spend"))
                         (link(Nav::Health, "/status", "Health"))
                         (link(Nav::Events, "/events", "Events"))
                     }

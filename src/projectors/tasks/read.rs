@@ -1,9 +1,11 @@
-//! The board's queries: lists, counts, one task, its timeline (read from its stream), a link's task.
+//! The board's queries: lists, counts, one task, its timeline (read from its stream), a link's task; the pull
+//! requests merged in a range (the spend page's).
 
+use std::collections::BTreeMap;
 use std::str::FromStr;
 
 use anyhow::{anyhow, Context};
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 use sqlx::Row;
 
 use super::{decode_body, summarize, LinkKind, TaskFilter, TaskRow, TasksError, TimelineEntry};
@@ -120,6 +122,28 @@ pub async fn repos(store: &EventStore) -> Result<Vec<String>, TasksError> {
     )
     .fetch_all(pool)
     .await?))
+}
+
+/// The pull requests merged per repository from the UTC day `since` on (of `repo`, or of every repository): each
+/// counted once, however many tasks it completed (a combined plan's one pull request completes all its items).
+pub async fn merged_pull_requests(
+    store: &EventStore,
+    since: NaiveDate,
+    repo: Option<&str>,
+) -> Result<BTreeMap<String, i64>, TasksError> {
+    let since = since.format("%Y-%m-%d").to_string();
+    let repo = repo.unwrap_or_default();
+    let rows: Vec<(String, i64)> = crate::on_store!(store, |pool, backend| {
+        sqlx::query_as(
+            "SELECT repo, COUNT(DISTINCT pull_request) FROM task_merges
+             WHERE day >= $1 AND ($2 = '' OR repo = $2) GROUP BY repo",
+        )
+        .bind(&since)
+        .bind(repo)
+        .fetch_all(pool)
+        .await?
+    });
+    Ok(rows.into_iter().collect())
 }
 
 /// One task's row.

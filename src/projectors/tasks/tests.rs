@@ -51,3 +51,21 @@ fn priority_rank_sorts_urgent_first() {
         ]
     );
 }
+
+#[test]
+fn a_merge_counts_its_own_pull_request_else_its_plans_one() {
+    let repo: RepoName = "acme/api".parse().unwrap();
+    let pr = GithubRef::new(repo, 12).unwrap();
+    let (item, plan): (TaskId, TaskId) = ("T-7".parse().unwrap(), "T-3".parse().unwrap());
+    assert_eq!(
+        merged_pull_request(Some(&pr), Some(plan), item),
+        "acme/api#12"
+    );
+    // A combined plan's items open none: they share the plan's one pull request.
+    assert_eq!(merged_pull_request(None, Some(plan), item), "plan:T-3");
+    assert_eq!(
+        merged_pull_request(None, Some(plan), "T-8".parse().unwrap()),
+        "plan:T-3"
+    );
+    assert_eq!(merged_pull_request(None, None, item), "task:T-7");
+}

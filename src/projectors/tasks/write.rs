@@ -6,7 +6,7 @@
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 
-use super::{BatchWrites, LinkWrite, Write};
+use super::{BatchWrites, LinkWrite, MergeWrite, Write};
 use crate::eventlog::sql::{rows_per_statement, values_rows};
 use crate::projectors::ProjectorTx;
 use crate::tasks::{Priority, Task};
@@ -84,6 +84,23 @@ pub(super) async fn write(tx: &mut ProjectorTx, w: &BatchWrites) -> anyhow::Resu
         .iter()
         .filter(|l| seen.insert((l.kind, l.value.as_str())))
         .collect();
+    // A task is completed once (done is closed); were it completed again, its last completion is the one kept, and
+    // one INSERT may name it once: the batch's last of each task, in log order.
+    let mut last = std::collections::HashMap::with_capacity(w.merges.len());
+    for (i, m) in w.merges.iter().enumerate() {
+        last.insert(m.task, i);
+    }
+    let merges: Vec<&MergeWrite> = w
+        .merges
+        .iter()
+        .enumerate()
+        .filter(|(i, m)| last.get(&m.task) == Some(i))
+        .map(|(_, m)| m)
+        .collect();
+    // Rare (one row per merged pull request): one multi-row statement on both backends.
+    for chunk in merges.chunks(rows_per_statement(5)) {
+        write_merges(tx, chunk).await.context("writing merges")?;
+    }
     if let ProjectorTx::Postgres(tx) = tx {
         if !w.tasks.is_empty() {
             write_postgres_tasks(tx, &w.tasks).await?;
@@ -159,6 +176,27 @@ async fn write_links(tx: &mut ProjectorTx, links: &[&LinkWrite]) -> Result<(), s
                 .bind(l.value.as_str())
                 .bind(l.task.to_string())
                 .bind(l.position);
+        }
+        query.execute(conn).await.map(|_| ())
+    })
+}
+
+async fn write_merges(tx: &mut ProjectorTx, merges: &[&MergeWrite]) -> Result<(), sqlx::Error> {
+    let statement = format!(
+        "INSERT INTO task_merges (task_id, repo, pull_request, day, merged_at) VALUES {}
+         ON CONFLICT (task_id) DO UPDATE SET repo = excluded.repo, pull_request = excluded.pull_request,
+            day = excluded.day, merged_at = excluded.merged_at",
+        values_rows(merges.len(), 5)
+    );
+    on_tx!(tx, |conn| {
+        let mut query = sqlx::query(&statement).persistent(false);
+        for m in merges {
+            query = query
+                .bind(m.task.to_string())
+                .bind(m.repo.as_str())
+                .bind(m.pull_request.as_str())
+                .bind(m.at.date_naive().format("%Y-%m-%d").to_string())
+                .bind(m.at);
         }
         query.execute(conn).await.map(|_| ())
     })
