@@ -248,5 +248,59 @@ async fn a_spent_budget_stops_the_agent_mid_stream_holds_the_next_task_and_a_rai
         || async { row(&app, cheap).await.column == Column::InReview },
     )
     .await;
+
+    // The dashboard's spend page raises too, with the form's CSRF token; without it, or asking for nothing to
+    // raise, nothing is raised.
+    let cookie = crate::web::sign_in(&app).await;
+    let (status, html) = crate::web::get(&app, "/spend", &cookie).await;
+    assert_eq!(status, 200);
+    assert!(html.contains("action=\"/spend/raise\""), "the raise form");
+    let token = crate::web::csrf(&html);
+    let post = |form: Vec<(&'static str, String)>| {
+        let (app, cookie) = (&app, cookie.clone());
+        async move {
+            reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap()
+                .post(app.url("/spend/raise"))
+                .header("cookie", cookie)
+                .form(&form)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    let task_raise = |csrf: String| {
+        vec![
+            ("csrf", csrf),
+            ("scope", "task".to_owned()),
+            ("target", costly.to_string()),
+            ("usd", "1".to_owned()),
+        ]
+    };
+    assert_eq!(post(task_raise("0".repeat(64))).await, 403);
+    let nothing = vec![
+        ("csrf", token.clone()),
+        ("scope", "day".to_owned()),
+        ("usd", "5".to_owned()),
+    ];
+    assert_eq!(post(nothing).await, 400);
+    assert_eq!(post(task_raise(token)).await, 303);
+    let raised: Vec<Value> = app
+        .all_events()
+        .await
+        .into_iter()
+        .filter(|e| e.event_type == "budget.raised")
+        .map(|e| serde_json::from_slice(&e.body).unwrap())
+        .collect();
+    assert_eq!(raised.len(), 2, "{raised:?}");
+    assert_eq!(raised[1]["by"], "dashboard");
+    assert_eq!(
+        raised[1]["scope"],
+        json!({"kind": "task", "task": costly.to_string()})
+    );
     app.stop().await;
 }

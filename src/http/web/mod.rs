@@ -79,6 +79,7 @@ pub fn router() -> Router<AppState> {
         .route("/tasks/{id}/{action}", post(task_action))
         .route("/runs", get(runs_page))
         .route("/spend", get(spend_page::spend_page))
+        .route("/spend/raise", post(spend_page::raise))
         .route("/status", get(health_page))
         .route("/events", get(events_page))
         .route("/events/{position}", get(event_page))

@@ -163,6 +163,8 @@ pub struct SpendView {
     pub merged: BTreeMap<String, i64>,
     /// The tasks that spent most, with their titles where the board has them.
     pub tasks: Vec<(TaskUsageRow, Option<String>)>,
+    /// The form's CSRF token when `[budgets]` sets a limit (a person may raise one); `None`: no raise form.
+    pub raise: Option<String>,
 }
 
 /// One repository's spend over the range, with its profiles'.
@@ -285,6 +287,21 @@ pub fn spend(view: &SpendView) -> Markup {
                 }
             }
             button type="submit" { "Show" }
+        }
+        @if let Some(csrf) = &view.raise {
+            form.raise method="post" action="/spend/raise" {
+                input type="hidden" name="csrf" value=(csrf);
+                "Raise a budget: "
+                select name="scope" {
+                    option value="task" { "a task's" }
+                    option value="repo" { "a repository's, today" }
+                    option value="day" { "everyone's, today" }
+                }
+                input type="text" name="target" placeholder="T-n or owner/name" size="18";
+                " by $" input type="number" name="usd" min="0" step="0.01" size="8";
+                " and/or " input type="number" name="tokens" min="1" step="1" size="10"; " tokens "
+                button type="submit" { "Raise" }
+            }
         }
         p.muted {
             "From " (view.since.format("%Y-%m-%d")) " to today (UTC), as the agents' CLIs reported it. A cost no run "

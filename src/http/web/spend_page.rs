@@ -97,6 +97,13 @@ pub(super) async fn spend_page(
             rows,
             merged,
             tasks,
+            raise: state
+                .settings
+                .file
+                .dispatch
+                .budgets
+                .any()
+                .then(|| session.csrf(&key)),
         })
     };
     match read.await {
@@ -112,4 +119,74 @@ pub(super) async fn spend_page(
         ),
         Err(e) => unavailable(format!("{e:#}")),
     }
+}
+
+/// `POST /spend/raise`: a person raises a budget from the spend page — the same `budget.raised` event as the API's
+/// and the CLI's. A form that asks for nothing to raise is refused, saying why, and nothing is raised.
+pub(super) async fn raise(
+    State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
+    body: bytes::Bytes,
+) -> Response {
+    let Some(form) = super::parse_form(&body, super::FORM_LIMIT) else {
+        return super::too_large();
+    };
+    if let super::Access::Denied(response) = super::require_post(&state, &headers, &form).await {
+        return response;
+    }
+    let text = |name: &str| {
+        super::field(&form, name)
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    let scope = text("scope").unwrap_or_default();
+    let target = text("target");
+    let usd = match text("usd").map(|v| v.parse::<f64>()) {
+        None => None,
+        Some(Ok(usd)) => Some(usd),
+        Some(Err(_)) => return not_raised("the amount in US dollars is not a number"),
+    };
+    let tokens = match text("tokens").map(|v| v.parse::<u64>()) {
+        None => None,
+        Some(Ok(tokens)) => Some(tokens),
+        Some(Err(_)) => return not_raised("the tokens are not a whole number"),
+    };
+    let request = crate::budgets::RaiseRequest {
+        task: (scope == "task").then(|| target.clone()).flatten(),
+        repo: (scope == "repo").then(|| target.clone()).flatten(),
+        scope,
+        usd,
+        tokens,
+        request_id: None,
+    };
+    let config = &state.settings.file.dispatch.budgets;
+    let raise = match crate::budgets::raise_of_request(
+        &request,
+        config,
+        Utc::now().date_naive(),
+        "dashboard",
+    ) {
+        Ok(raise) => raise,
+        Err(why) => return not_raised(&why),
+    };
+    if let crate::budgets::Scope::Repo { repo, .. } = &raise.scope {
+        if let Ok(name) = repo.parse::<RepoName>() {
+            if let Err(refused) = state.board.config().allowed.check(&name) {
+                return not_raised(&refused.to_string());
+            }
+        }
+    }
+    match crate::budgets::raise(&state.log, &raise, None).await {
+        Ok(_) => {
+            axum::response::IntoResponse::into_response(axum::response::Redirect::to("/spend"))
+        }
+        Err(e) => unavailable(format!("{e:#}")),
+    }
+}
+
+fn not_raised(why: &str) -> Response {
+    page(
+        StatusCode::BAD_REQUEST,
+        pages::message("Not raised", &format!("Nothing was raised: {why}.")),
+    )
 }
