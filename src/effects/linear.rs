@@ -48,6 +48,7 @@ impl ProviderPolicy for LinearPolicy {
                 session_opened(fx, event, progress).await.map(Some)
             }
             "intake.ignored" => session_refused(fx, event, progress).await.map(Some),
+            crate::budgets::NOTICE => budget_notice(fx, event, progress).await.map(Some),
             _ => Ok(None),
         }
     }
@@ -214,6 +215,56 @@ async fn session_refused(
         return Ok(Settled::Yes);
     };
     let request = linear_session_refused(session, reason);
+    fx.ask(&request, event.position, progress).await
+}
+
+/// A task's budget notice (its soft limit reached, or spent), once, where the task came from Linear: a thought in
+/// its agent session, else a comment on its issue. A repository's or a day's budget has no issue: Telegram's.
+async fn budget_notice(
+    fx: &Effects,
+    event: &StoredEvent,
+    progress: &mut EffectsProgress,
+) -> anyhow::Result<Settled> {
+    let Ok(notice) = serde_json::from_slice::<crate::budgets::Notice>(&event.body) else {
+        return Ok(Settled::Yes);
+    };
+    let crate::budgets::Scope::Task { task } = &notice.scope else {
+        return Ok(Settled::Yes);
+    };
+    let Ok(id) = task.parse::<crate::tasks::TaskId>() else {
+        return Ok(Settled::Yes);
+    };
+    let Some(loaded) = fx
+        .board()
+        .load(id)
+        .await
+        .with_context(|| format!("loading {id} for its budget notice"))?
+    else {
+        return Ok(Settled::Yes);
+    };
+    let Some(issue) = loaded.task.links().linear_issue.as_ref().map(|l| l.id()) else {
+        return Ok(Settled::Yes);
+    };
+    let body = format!(
+        "**{id}**: {} (raise it with `pidevops budget raise --task {id}`, the API or the Spend page).",
+        notice.words
+    );
+    let key = format!("linear:budget:{}:{id}", notice.level);
+    let request = match session_of(fx, &loaded.task).await? {
+        Some(session) => Request {
+            key,
+            task: Some(id),
+            action: Action::LinearActivity {
+                session,
+                content: json!({ "type": "thought", "body": body }),
+            },
+        },
+        None => Request {
+            key,
+            task: Some(id),
+            action: Action::LinearComment { issue, body },
+        },
+    };
     fx.ask(&request, event.position, progress).await
 }
 

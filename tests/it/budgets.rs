@@ -7,6 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::common::agents::{Remote, REPO};
+use crate::common::fake_linear::{default_states, FakeLinear, Issue, LINEAR_KEY};
 use crate::common::fake_telegram::FakeTelegram;
 use crate::common::{within, TestApp, TestDb, ADMIN_TOKEN};
 use crate::plans::bash_agent;
@@ -58,10 +59,14 @@ fn config(remote: &Remote, agent: &Path) -> toml::Table {
 }
 
 async fn task(app: &TestApp, text: &str) -> TaskId {
+    task_with(app, text, Links::default()).await
+}
+
+async fn task_with(app: &TestApp, text: &str, links: Links) -> TaskId {
     let draft = Draft::new(
         REPO.parse::<RepoName>().unwrap(),
         Spec::new(text, "", "it is written").unwrap(),
-        Links::default(),
+        links,
     );
     let key = format!("test:{}", uuid::Uuid::now_v7());
     app.state
@@ -114,10 +119,29 @@ async fn a_spent_budget_stops_the_agent_mid_stream_holds_the_next_task_and_a_rai
     settings.telegram_bot_token = Some(secrecy::SecretString::from("123:budget-bot"));
     settings.telegram_api_url = telegram.url.clone();
     settings.telegram_allowed_chats = Some("11, 22".to_owned());
+    let linear = FakeLinear::start().await;
+    settings.linear_api_key = Some(secrecy::SecretString::from(LINEAR_KEY));
+    settings.linear_api_url = linear.url.clone();
+    let issue = uuid::Uuid::now_v7();
+    linear.add_issue(Issue {
+        id: issue.to_string(),
+        identifier: "ENG-7".into(),
+        title: "Spend a lot".into(),
+        description: String::new(),
+        labels: vec!["pidevops".into()],
+        state: "st-todo".into(),
+        states: default_states(),
+        updated_at: "2026-12-02T00:00:00.000Z".into(),
+        team: "team-1".into(),
+    });
     let app = TestApp::spawn(settings).await;
 
     // The agent is stopped the moment its streamed spend reaches the task's $0.35, long before its loop ends.
-    let costly = task(&app, "Spend a lot").await;
+    let links = Links {
+        linear_issue: Some(pidevops::tasks::LinearIssue::new(issue, "ENG-7").unwrap()),
+        ..Links::default()
+    };
+    let costly = task_with(&app, "Spend a lot", links).await;
     within(Duration::from_secs(60), "the costly run ends", || async {
         runs_of(&app, costly)
             .await
@@ -214,6 +238,28 @@ async fn a_spent_budget_stops_the_agent_mid_stream_holds_the_next_task_and_a_rai
             .iter()
             .any(|(c, text)| *c == chat && text.contains(&format!("for {REPO} on "))));
     }
+
+    // The task came from Linear: its issue hears its budget spent, once.
+    let budget_comments = || {
+        linear
+            .comments()
+            .into_iter()
+            .filter(|(on, body)| {
+                *on == issue.to_string() && body.contains("raise it with `pidevops budget raise")
+            })
+            .count()
+    };
+    within(
+        Duration::from_secs(30),
+        "the Linear budget comment",
+        || async {
+            app.tick("effects:linear").await;
+            budget_comments() >= 1
+        },
+    )
+    .await;
+    app.tick("effects:linear").await;
+    assert_eq!(budget_comments(), 1, "{:?}", linear.comments());
 
     // A raise of what the file leaves unlimited is refused, and raises nothing.
     let (status, refused) = raise(&app, json!({"scope": "day", "usd": 5})).await;
