@@ -3,6 +3,8 @@
 //! dashboard's spend page and `/metrics` read it; budgets (when they come) read it too.
 //!
 //! Each outcome adds to its rows once: the projector applies a batch and moves its checkpoint in one transaction.
+//! A batch is rolled up in memory: each row its outcomes touch is read once and written once, the outcomes added in
+//! log order, so the sums are the ones an upsert per outcome made (docs/benchmarks.md, "Usage roll-up").
 
 use anyhow::Context;
 use chrono::{DateTime, Duration, NaiveDate, Utc};
@@ -15,6 +17,9 @@ use crate::domain::runs::{RunEvent, RUN_STREAM_PREFIX};
 use crate::domain::usage::RunUsage;
 use crate::eventlog::{EventStore, StoreError, StoredEvent};
 use crate::tasks::RepoName;
+
+mod roll_up;
+use roll_up::roll_up;
 
 pub const NAME: &str = "usage";
 const SOURCE: &str = "pidevops";
@@ -50,6 +55,23 @@ impl Spent {
         self.cost_usd += other.cost_usd;
         self.costed_runs += other.costed_runs;
         self.turns += other.turns;
+    }
+
+    /// `add` as SQL adds: a count past a bigint is an error (Postgres: "bigint out of range"), never a wrap.
+    fn accumulate(&mut self, other: &Spent) -> anyhow::Result<()> {
+        fn sum(a: &mut i64, b: i64) -> anyhow::Result<()> {
+            *a = a.checked_add(b).context("bigint out of range")?;
+            Ok(())
+        }
+        sum(&mut self.runs, other.runs)?;
+        sum(&mut self.input_tokens, other.input_tokens)?;
+        sum(&mut self.output_tokens, other.output_tokens)?;
+        sum(&mut self.cache_read_tokens, other.cache_read_tokens)?;
+        sum(&mut self.cache_write_tokens, other.cache_write_tokens)?;
+        self.cost_usd += other.cost_usd;
+        sum(&mut self.costed_runs, other.costed_runs)?;
+        sum(&mut self.turns, other.turns)?;
+        Ok(())
     }
 
     fn of(usage: &RunUsage) -> Spent {
@@ -96,7 +118,7 @@ struct Entry {
     usage: RunUsage,
 }
 
-fn entries(event: &StoredEvent) -> anyhow::Result<Vec<Entry>> {
+fn entries_of(event: &StoredEvent) -> anyhow::Result<Vec<Entry>> {
     if event.source != SOURCE
         || !event
             .stream
@@ -157,81 +179,40 @@ impl Projector for UsageProjector {
         tx: &'a mut ProjectorTx,
         events: &'a [StoredEvent],
     ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move { roll_up(tx, entries(events)).await })
+    }
+
+    fn prepare(&self, events: &[StoredEvent]) -> Option<super::Prepared> {
+        Some(Box::new(entries(events)))
+    }
+
+    fn apply_prepared<'a>(
+        &'a self,
+        tx: &'a mut ProjectorTx,
+        events: &'a [StoredEvent],
+        prepared: super::Prepared,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
         Box::pin(async move {
-            for event in events {
-                for entry in entries(event)? {
-                    add(tx, &entry)
-                        .await
-                        .with_context(|| format!("adding the usage of event {}", event.position))?;
-                }
-            }
-            Ok(())
+            let entries = match prepared.downcast::<Vec<anyhow::Result<Entry>>>() {
+                Ok(entries) => *entries,
+                // Not ours (cannot happen: only `prepare` above makes these); decode again.
+                Err(_) => entries(events),
+            };
+            roll_up(tx, entries).await
         })
     }
 }
 
-const ADD_DAY: &str =
-    "INSERT INTO usage_daily (day, repo, profile, runs, input_tokens, output_tokens,
-        cache_read_tokens, cache_write_tokens, cost_usd, costed_runs, turns)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-    ON CONFLICT (day, repo, profile) DO UPDATE SET
-        runs = usage_daily.runs + excluded.runs,
-        input_tokens = usage_daily.input_tokens + excluded.input_tokens,
-        output_tokens = usage_daily.output_tokens + excluded.output_tokens,
-        cache_read_tokens = usage_daily.cache_read_tokens + excluded.cache_read_tokens,
-        cache_write_tokens = usage_daily.cache_write_tokens + excluded.cache_write_tokens,
-        cost_usd = usage_daily.cost_usd + excluded.cost_usd,
-        costed_runs = usage_daily.costed_runs + excluded.costed_runs,
-        turns = usage_daily.turns + excluded.turns";
-
-const ADD_TASK: &str = "INSERT INTO usage_tasks (task_id, repo, runs, input_tokens, output_tokens,
-        cache_read_tokens, cache_write_tokens, cost_usd, costed_runs, turns, last_at)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-    ON CONFLICT (task_id) DO UPDATE SET
-        runs = usage_tasks.runs + excluded.runs,
-        input_tokens = usage_tasks.input_tokens + excluded.input_tokens,
-        output_tokens = usage_tasks.output_tokens + excluded.output_tokens,
-        cache_read_tokens = usage_tasks.cache_read_tokens + excluded.cache_read_tokens,
-        cache_write_tokens = usage_tasks.cache_write_tokens + excluded.cache_write_tokens,
-        cost_usd = usage_tasks.cost_usd + excluded.cost_usd,
-        costed_runs = usage_tasks.costed_runs + excluded.costed_runs,
-        turns = usage_tasks.turns + excluded.turns,
-        last_at = CASE WHEN excluded.last_at > usage_tasks.last_at
-            THEN excluded.last_at ELSE usage_tasks.last_at END";
-
-async fn add(tx: &mut ProjectorTx, entry: &Entry) -> Result<(), sqlx::Error> {
-    let spent = Spent::of(&entry.usage);
-    on_tx!(tx, |conn| sqlx::query(ADD_DAY)
-        .bind(&entry.day)
-        .bind(&entry.usage.repo)
-        .bind(&entry.usage.profile)
-        .bind(spent.runs)
-        .bind(spent.input_tokens)
-        .bind(spent.output_tokens)
-        .bind(spent.cache_read_tokens)
-        .bind(spent.cache_write_tokens)
-        .bind(spent.cost_usd)
-        .bind(spent.costed_runs)
-        .bind(spent.turns)
-        .execute(conn)
-        .await
-        .map(|_| ()))?;
-    on_tx!(tx, |conn| sqlx::query(ADD_TASK)
-        .bind(&entry.task)
-        .bind(&entry.usage.repo)
-        .bind(spent.runs)
-        .bind(spent.input_tokens)
-        .bind(spent.output_tokens)
-        .bind(spent.cache_read_tokens)
-        .bind(spent.cache_write_tokens)
-        .bind(spent.cost_usd)
-        .bind(spent.costed_runs)
-        .bind(spent.turns)
-        .bind(entry.at)
-        .execute(conn)
-        .await
-        .map(|_| ()))?;
-    Ok(())
+/// The outcomes of a page that carry usage, decoded in log order, each with its own result: the first error
+/// fails the batch there, with the error applying the events one by one gives.
+fn entries(events: &[StoredEvent]) -> Vec<anyhow::Result<Entry>> {
+    events
+        .iter()
+        .flat_map(|e| match entries_of(e) {
+            Ok(entries) => entries.into_iter().map(Ok).collect::<Vec<_>>(),
+            Err(error) => vec![Err(error)],
+        })
+        .collect()
 }
 
 const SPENT: &str =
@@ -481,7 +462,6 @@ pub fn prometheus_text(rows: &[(String, String, Spent)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
     #[test]
     fn a_report_covers_today_and_the_days_before_and_refuses_bad_bounds() {
         let today = NaiveDate::from_ymd_opt(2026, 12, 2).unwrap();

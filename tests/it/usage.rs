@@ -20,6 +20,7 @@ use serde_json::Value;
 per_backend!(
     claude_and_codex_usage_is_recorded_exactly_rolled_up_and_in_metrics,
     a_failed_attempt_still_records_what_it_spent,
+    the_roll_up_is_the_same_to_the_bit_whatever_the_batch,
 );
 
 /// What Claude Code 2.x prints with `-p --output-format stream-json --verbose`: an init line, assistant messages
@@ -337,4 +338,160 @@ async fn a_failed_attempt_still_records_what_it_spent(db: TestDb) {
         .unwrap_or_else(|| panic!("{id} in the report: {report:#}"));
     assert_eq!(task_row["input_tokens"], 10);
     app.stop().await;
+}
+
+/// Appends a run's event as the dispatcher's `RunWriter` does (stream, version, keys).
+async fn record(log: &pidevops::eventlog::EventLog, event: &RunEvent, version: i64) {
+    use pidevops::domain::runs;
+    use pidevops::domain::{EventType, NewEvent, Source};
+    let key = if event.is_terminal() {
+        runs::end_key(event.run())
+    } else {
+        format!("run:{}:{version}", event.run())
+    };
+    let mut new = NewEvent::new(
+        Source::Pidevops,
+        EventType::from_stored(event.kind().to_owned()),
+        key,
+        "application/json",
+        bytes::Bytes::from(serde_json::to_vec(event).unwrap()),
+    );
+    new.stream = Some((runs::stream(event.run()), version));
+    new.occurred_at = event.at();
+    log.append(new).await.unwrap();
+}
+
+/// Everything the read model holds: every day's rows and every task's.
+async fn read_model(
+    store: &pidevops::eventlog::EventStore,
+) -> (
+    Vec<pidevops::projectors::usage::DayRow>,
+    Vec<pidevops::projectors::usage::TaskUsageRow>,
+) {
+    use pidevops::projectors::usage;
+    let days = usage::days(store, &usage::UsageFilter::default())
+        .await
+        .unwrap();
+    let mut tasks = usage::top_tasks(store, None, 10_000).await.unwrap();
+    tasks.sort_by(|a, b| a.task_id.cmp(&b.task_id));
+    (days, tasks)
+}
+
+/// The projector adds a batch's outcomes in memory and writes each row once: one event a transaction (what an
+/// upsert per outcome did), batches of 25 and a rebuild in batches of 40 read ahead must leave the very same rows,
+/// the cost's doubles equal to the bit (a batch summed first, then added to its stored row, would not be), and
+/// those rows must be the runs' own sums in log order.
+async fn the_roll_up_is_the_same_to_the_bit_whatever_the_batch(db: TestDb) {
+    use chrono::{Duration as Days, TimeZone, Utc};
+    use pidevops::domain::runs::FailureKind;
+    use pidevops::domain::usage::RunUsage;
+    use pidevops::projectors::usage::UsageProjector;
+    use pidevops::projectors::{Projection, Step};
+    use pidevops::tasks::RunId;
+    use std::sync::Arc;
+
+    let store = pidevops::eventlog::EventStore::connect(&db.url, 8)
+        .await
+        .unwrap();
+    store.migrate().await.unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (log, _appender) =
+        pidevops::eventlog::EventLog::start(store.clone(), Duration::from_secs(30), stop.clone());
+
+    let base = Utc.with_ymd_and_hms(2026, 11, 29, 22, 0, 0).unwrap();
+    let mut expected_cost = std::collections::BTreeMap::<String, f64>::new();
+    for i in 0..90u64 {
+        let at = base + Days::minutes(37 * i as i64);
+        let run = RunId(uuid::Uuid::from_u128(0xfeed_0000 + u128::from(i)));
+        let task: TaskId = format!("T-{}", 1 + i % 5).parse().unwrap();
+        let repo = ["acme/api", "acme/web"][(i % 2) as usize];
+        let profile = ["claude", "codex", "pi"][(i % 3) as usize];
+        let started = RunEvent::Started {
+            at,
+            run,
+            task,
+            attempt: 1,
+            profile: profile.into(),
+            worker: "w".into(),
+            log: "/l".into(),
+        };
+        record(&log, &started, 1).await;
+        // Costs whose sums depend on their order: 0.1 + 0.2 + 0.3 is not 0.1 + (0.2 + 0.3).
+        let cost = (profile != "codex").then_some([0.1, 0.2, 0.3, 0.7][(i % 4) as usize]);
+        let usage = (i % 11 != 5).then(|| RunUsage {
+            repo: repo.into(),
+            profile: profile.into(),
+            usage: Usage {
+                input_tokens: 1_000 + i,
+                output_tokens: 200 + i,
+                cache_read_tokens: 50_000 * i,
+                cache_write_tokens: 7 * i,
+                cost_usd: cost,
+                turns: (i % 9) as u32,
+            },
+        });
+        if let Some(c) = usage.as_ref().and_then(|u| u.usage.cost_usd) {
+            *expected_cost.entry(task.to_string()).or_default() += c;
+        }
+        let end = at + Days::minutes(30);
+        let outcome = if i % 3 == 0 {
+            RunEvent::Failed {
+                at: end,
+                run,
+                task,
+                attempt: 1,
+                kind: FailureKind::Check,
+                detail: "check failed".into(),
+                duration_s: 1800.0,
+                tail: "error".into(),
+                usage,
+                until: None,
+                reviewer_usage: None,
+            }
+        } else {
+            RunEvent::Succeeded {
+                at: end,
+                run,
+                task,
+                attempt: 1,
+                branch: task.branch(),
+                commit: "c".repeat(40),
+                duration_s: 1800.0,
+                tail: "ok".into(),
+                report: Default::default(),
+                usage,
+                reviewer_usage: None,
+            }
+        };
+        record(&log, &outcome, 2).await;
+    }
+
+    let projection = |batch| Projection::with_batch(store.clone(), Arc::new(UsageProjector), batch);
+    // One event a transaction, through `apply`.
+    let one = projection(1);
+    one.reset().await.unwrap();
+    while !matches!(one.step(1).await.unwrap(), Step::CaughtUp { .. }) {}
+    let by_one = read_model(&store).await;
+    // Batches of 25 events, through `apply`: a row is stored and a batch adds several outcomes to it.
+    let many = projection(25);
+    many.reset().await.unwrap();
+    while !matches!(many.step(25).await.unwrap(), Step::CaughtUp { .. }) {}
+    let by_many = read_model(&store).await;
+    // A rebuild in batches of 40, each page decoded ahead (`prepare`).
+    projection(40).rebuild(|_| {}).await.unwrap();
+    let rebuilt = read_model(&store).await;
+
+    assert!(by_one.0.len() > 6 && by_one.1.len() == 5, "{by_one:?}");
+    // `PartialEq` on the rows compares the cost's doubles exactly.
+    assert_eq!(by_many, by_one);
+    assert_eq!(rebuilt, by_one);
+    for task in &by_one.1 {
+        assert_eq!(
+            task.spent.cost_usd.to_bits(),
+            expected_cost[&task.task_id].to_bits(),
+            "{}",
+            task.task_id
+        );
+    }
+    stop.cancel();
 }
