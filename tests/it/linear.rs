@@ -423,6 +423,9 @@ async fn linear_failures_are_retried_and_a_permanent_one_asks_a_human(db: TestDb
         .await;
     assert_eq!(r.status(), 200);
     let id = task_for_issue(&app).await;
+    // Whatever the task's creation asks of Linear is done first (on a loaded machine the loop's first tick may
+    // come late): the failures below are the start's alone.
+    app.drive("effects:linear").await;
     // The state move and the comment of the start meet a 500, a 429 (Retry-After: 1) and RATELIMITED.
     linear.fail_next(&[500, 429, 400]);
     let run = RunId(uuid::Uuid::now_v7());
@@ -451,7 +454,12 @@ async fn linear_failures_are_retried_and_a_permanent_one_asks_a_human(db: TestDb
     assert_eq!(
         failures.len(),
         3,
-        "three refusals, each recorded: {failures:#?}"
+        "three refusals, each recorded: {failures:#?}\ncalls: {:#?}",
+        linear
+            .calls()
+            .iter()
+            .map(|c| c.op.clone())
+            .collect::<Vec<_>>()
     );
     for failure in &failures {
         let EffectEvent::Failed { retry_at, .. } = failure else {

@@ -215,6 +215,18 @@ async fn a_version_a_webhook_delivered_is_not_polled_again_whatever_the_tasks_co
     .parse()
     .unwrap();
     let app = TestApp::spawn(settings).await;
+    // The poller's first tick (at start, by itself) is over before anything is edited: a late one, on a loaded
+    // machine, would find an edit before its webhook came, which is the poller doing its job.
+    within(
+        Duration::from_secs(30),
+        "the poller's first tick",
+        || async {
+            app.health().await.1["loops"]["linear_poller"]["ticks"]
+                .as_u64()
+                .is_some_and(|ticks| ticks >= 1)
+        },
+    )
+    .await;
     assert_eq!(
         app.post_linear(&webhook_of(&ticket, "create"))
             .await
