@@ -214,8 +214,10 @@ where
         },
     )
     .await;
+    // After a SIGKILL this waits for the restarted serve, GitHub's late answer (5 s) and the catch-up of every
+    // effects loop: as long as the other waits on a restart (seen over 20 s once, on a loaded machine).
     within(
-        Duration::from_secs(20),
+        Duration::from_secs(60),
         "Telegram told of the review",
         || async {
             fakes
