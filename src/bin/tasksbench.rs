@@ -179,6 +179,7 @@ fn task_events(i: u64, at: impl Fn(usize) -> DateTime<Utc>) -> anyhow::Result<Ve
         Command::Approve,
         Command::AttachFollowUp {
             text: follow_up(1)?,
+            origin: None,
         },
         Command::Start { run: run(1) },
         Command::Retry {
@@ -229,12 +230,15 @@ fn task_events(i: u64, at: impl Fn(usize) -> DateTime<Utc>) -> anyhow::Result<Ve
             },
             Command::AttachFollowUp {
                 text: follow_up(2)?,
+                origin: None,
             },
             Command::AttachFollowUp {
                 text: follow_up(3)?,
+                origin: None,
             },
             Command::AttachFollowUp {
                 text: follow_up(4)?,
+                origin: None,
             },
             Command::Complete,
             Command::Archive,
@@ -252,6 +256,7 @@ fn task_events(i: u64, at: impl Fn(usize) -> DateTime<Utc>) -> anyhow::Result<Ve
                 follow_ups += 1;
                 Command::AttachFollowUp {
                     text: follow_up(follow_ups)?,
+                    origin: None,
                 }
             }
         };

@@ -39,6 +39,13 @@ pub fn build(task: &Task) -> String {
             }
             RetryCause::ChecksFailed => "CI failed on the pull request",
             RetryCause::ChangesRequested => "a reviewer asked for changes",
+            RetryCause::Restarted { .. } => {
+                "pidevops stopped it to start again with what a person added (not counted against the attempts)"
+            }
+            RetryCause::AgentAsked { .. } => {
+                "you asked a question (not counted against the attempts); the answer is below"
+            }
+            RetryCause::FollowUp => "a person asked for more (see the follow-ups below)",
         };
         prompt.push_str(&format!(
             "\nThis is attempt {} of {}. Attempt {} did not succeed: {cause}.\nWhat was reported:\n{}\n",

@@ -250,6 +250,7 @@ fn the_prompt_is_the_spec_then_what_failed_and_what_was_added() {
         Some(task),
         Command::AttachFollowUp {
             text: FollowUpText::new("Use a max of 5 retries, not 3.").unwrap(),
+            origin: None,
         },
         3,
     );

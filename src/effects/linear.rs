@@ -562,13 +562,14 @@ impl IssueNews<'_> {
                     "body": format!("Attempt {attempt} failed: {}", reason.as_str()),
                 }),
             ),
-            RetryCause::ChecksFailed | RetryCause::ChangesRequested => self.activity(
-                format!("linear:activity:{}", self.event_id),
-                json!({
-                    "type": "thought",
-                    "body": format!("Going again: {}", reason.as_str()),
-                }),
-            ),
+            RetryCause::ChecksFailed | RetryCause::ChangesRequested | RetryCause::FollowUp => self
+                .activity(
+                    format!("linear:activity:{}", self.event_id),
+                    json!({
+                        "type": "thought",
+                        "body": format!("Going again: {}", reason.as_str()),
+                    }),
+                ),
             // A thought, not an error: the session goes on once the limit lifts.
             RetryCause::Limited { run, until } => self.activity(
                 format!("linear:activity:{run}:end"),
@@ -581,7 +582,10 @@ impl IssueNews<'_> {
                     ),
                 }),
             ),
-            RetryCause::Interrupted { .. } => None,
+            // The question itself is asked by the flag that follows (an elicitation); a restart is no news.
+            RetryCause::Interrupted { .. }
+            | RetryCause::Restarted { .. }
+            | RetryCause::AgentAsked { .. } => None,
         }
     }
 

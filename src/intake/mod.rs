@@ -338,7 +338,7 @@ impl Intake {
             .board
             .execute(
                 id,
-                &crate::tasks::Command::AttachFollowUp { text },
+                &crate::tasks::Command::AttachFollowUp { text, origin: None },
                 &event.source,
             )
             .await

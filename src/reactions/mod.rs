@@ -181,6 +181,7 @@ impl Reactions {
                 Verdict::Apply(Command::AttachFollowUp {
                     text: FollowUpText::new(format!("Review comment: {text}"))
                         .context("a review comment as a follow-up")?,
+                    origin: None,
                 }),
             ),
             Reaction::Merged { task, .. } => (task, Verdict::Apply(Command::Complete)),
@@ -257,6 +258,7 @@ impl Reactions {
                 Command::AttachFollowUp {
                     text: FollowUpText::new(format!("Also {reason}"))
                         .context("a CI failure as a follow-up")?,
+                    origin: None,
                 }
             }
             _ => return Ok(Verdict::Nothing),

@@ -33,8 +33,8 @@ pub use landing::{CommitSha, FactName, LandConfig, LandMode, Landing, MergeMetho
 
 use super::plan::PlanDocument;
 use super::values::{
-    AgentName, ApprovalPolicy, BranchName, Column, FollowUpText, GithubRef, Links, MaxAttempts,
-    Priority, Reason, RepoName, Review, RunId, RunPurpose, Spec, TaskId, TaskKind,
+    AgentName, ApprovalPolicy, BranchName, Column, FollowUpOrigin, FollowUpText, GithubRef, Links,
+    MaxAttempts, Priority, Reason, RepoName, Review, RunId, RunPurpose, Spec, TaskId, TaskKind,
 };
 
 /// At most this many follow-ups per task, delivered or not, so a chatty thread cannot grow a task without bound.
@@ -128,6 +128,10 @@ impl AttemptReport {
 pub struct NeedsHuman {
     pub reason: Reason,
     pub since: DateTime<Utc>,
+    /// The reason is the agent's own question (`.pidevops/question.md`), asked where the task came from; any
+    /// other reason is asked there too, in pidevops's words.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub question: bool,
 }
 
 /// What went wrong last time; the next run's prompt includes it.
@@ -145,6 +149,12 @@ pub struct FollowUp {
     pub text: FollowUpText,
     pub at: DateTime<Utc>,
     pub delivered_to_attempt: Option<u32>,
+    /// Who wrote it and where (its message's key); `None` for one made without (an old event, a CI note).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<FollowUpOrigin>,
+    /// Handed to the running agent while it ran (its live input), rather than in a run's prompt.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub live: bool,
 }
 
 impl Task {
@@ -200,11 +210,19 @@ impl Task {
     pub fn follow_ups(&self) -> &[FollowUp] {
         &self.follow_ups
     }
-    /// Follow-ups the next run will get.
+    /// Follow-ups not handed over yet, oldest first: the next run gets them, or the running agent does.
     pub fn pending_follow_ups(&self) -> impl Iterator<Item = &FollowUp> {
         self.follow_ups
             .iter()
             .filter(|f| f.delivered_to_attempt.is_none())
+    }
+    /// The positions (in [`Task::follow_ups`]) of the follow-ups not handed over yet, oldest first.
+    pub fn pending_follow_up_indices(&self) -> Vec<u32> {
+        (0u32..)
+            .zip(&self.follow_ups)
+            .filter(|(_, f)| f.delivered_to_attempt.is_none())
+            .map(|(i, _)| i)
+            .collect()
     }
     pub fn created_at(&self) -> DateTime<Utc> {
         self.created_at
@@ -330,6 +348,14 @@ pub enum RetryCause {
     /// The run took a budget over its limit and was stopped: the attempt counts, and the task is flagged at once
     /// (a person raises the budget, or not).
     OverBudget { run: RunId },
+    /// pidevops stopped the run to start it again with a follow-up that came while it ran (`on_follow_up =
+    /// "restart"`): not the work's fault, so the attempt is given back and it is no bounce.
+    Restarted { run: RunId },
+    /// The agent asked a question (`.pidevops/question.md`) and exited: the attempt is given back, and the task
+    /// waits for a person's answer (flagged at once with the question), which becomes the next run's follow-up.
+    AgentAsked { run: RunId },
+    /// A follow-up came for a task in review (a person asked for more on its pull request or ticket).
+    FollowUp,
     /// CI failed on the pull request.
     ChecksFailed,
     /// A reviewer (or a human through the CLI) asked for another attempt.
@@ -375,8 +401,24 @@ pub enum Command {
         spec: Spec,
         ticket_version: Option<DateTime<Utc>>,
     },
+    /// Queues a follow-up for the running agent or the next run. One with the `origin` key of a follow-up on
+    /// record changes nothing (a redelivered or edited message). In review it sends the task back for it.
     AttachFollowUp {
         text: FollowUpText,
+        origin: Option<FollowUpOrigin>,
+    },
+    /// The running agent `run` was handed these follow-ups (positions in [`Task::follow_ups`]), live, in order:
+    /// they must be the oldest pending ones. Ones already handed over change nothing.
+    DeliverFollowUps {
+        run: RunId,
+        indices: Vec<u32>,
+    },
+    /// A person's answer to the question a task waits on (any needs-human): it becomes the next run's follow-up
+    /// and ends the episode. The first answer wins; a later one is refused, and a repeat of one on record (same
+    /// `origin` key) changes nothing.
+    Answer {
+        text: FollowUpText,
+        origin: Option<FollowUpOrigin>,
     },
     /// The source ticket no longer asks for the work (closed, cancelled, deleted, its label removed, moved out of
     /// the ready state) as of `ticket_version`, by the ticket's own clock. Cancels the task before or at work (the
@@ -466,6 +508,8 @@ impl Command {
             Command::ClearNeedsHuman => "clear-needs-human",
             Command::UpdateSpec { .. } => "update-spec",
             Command::AttachFollowUp { .. } => "attach-follow-up",
+            Command::DeliverFollowUps { .. } => "deliver-follow-ups",
+            Command::Answer { .. } => "answer",
             Command::WithdrawTicket { .. } => "withdraw-ticket",
             Command::NoteTicketVersion { .. } => "note-ticket-version",
             Command::Reprioritize { .. } => "reprioritize",
@@ -550,10 +594,14 @@ pub enum TaskEvent {
     Archived {
         at: DateTime<Utc>,
     },
-    /// Opens a needs-human episode; the alert policy sends one alert per such event.
+    /// Opens a needs-human episode; the alert policy sends one alert per such event, asked as a question where
+    /// the task came from.
     FlaggedNeedsHuman {
         at: DateTime<Utc>,
         reason: Reason,
+        /// The reason is the agent's own question.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        question: bool,
     },
     NeedsHumanCleared {
         at: DateTime<Utc>,
@@ -569,6 +617,20 @@ pub enum TaskEvent {
     FollowUpAttached {
         at: DateTime<Utc>,
         text: FollowUpText,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        origin: Option<FollowUpOrigin>,
+        /// A person's answer to the question the task waited on.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        answer: bool,
+    },
+    /// These follow-ups (positions in the task's list, oldest first) were handed to attempt `attempt` of run
+    /// `run`: in its prompt when it started, or live while it ran.
+    FollowUpsDelivered {
+        at: DateTime<Utc>,
+        run: RunId,
+        attempt: u32,
+        indices: Vec<u32>,
+        live: bool,
     },
     /// A newer version of the source ticket was seen (`Command::NoteTicketVersion`, or a withdrawal's).
     TicketSeen {
@@ -674,6 +736,7 @@ impl TaskEvent {
             TaskEvent::NeedsHumanCleared { .. } => "task.needs_human_cleared",
             TaskEvent::SpecUpdated { .. } => "task.spec_updated",
             TaskEvent::FollowUpAttached { .. } => "task.follow_up_attached",
+            TaskEvent::FollowUpsDelivered { .. } => "task.follow_ups_delivered",
             TaskEvent::TicketSeen { .. } => "task.ticket_seen",
             TaskEvent::PriorityChanged { .. } => "task.priority_changed",
             TaskEvent::LinksAttached { .. } => "task.links_attached",
@@ -707,6 +770,7 @@ impl TaskEvent {
             | TaskEvent::NeedsHumanCleared { at, .. }
             | TaskEvent::SpecUpdated { at, .. }
             | TaskEvent::FollowUpAttached { at, .. }
+            | TaskEvent::FollowUpsDelivered { at, .. }
             | TaskEvent::TicketSeen { at, .. }
             | TaskEvent::PriorityChanged { at, .. }
             | TaskEvent::LinksAttached { at, .. }

@@ -26,7 +26,7 @@ pub use domain::{
     landing, CommitSha, FactName, LandConfig, LandMode, Landing, MergeMethod, Readiness,
 };
 pub use values::{
-    AgentName, ApprovalPolicy, BranchName, Column, FollowUpText, GithubRef, LinearIssue, Links,
-    MaxAttempts, Priority, Reason, RepoName, RunId, RunPurpose, Spec, SpecParts, TaskId, TaskKind,
-    TelegramMessage, ValueError,
+    AgentName, ApprovalPolicy, BranchName, Column, FollowUpOrigin, FollowUpText, GithubRef,
+    LinearIssue, Links, MaxAttempts, Priority, Reason, RepoName, RunId, RunPurpose, Spec,
+    SpecParts, TaskId, TaskKind, TelegramMessage, ValueError,
 };

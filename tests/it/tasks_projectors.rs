@@ -318,6 +318,7 @@ async fn part_two(board: &mut Board, log: &EventLog) {
             id(8),
             Command::AttachFollowUp {
                 text: pidevops::tasks::FollowUpText::new("also the footer\nsecond line").unwrap(),
+                origin: None,
             },
             29,
         )

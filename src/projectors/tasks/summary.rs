@@ -62,19 +62,57 @@ pub fn summarize(event: &TaskEvent) -> String {
                 RetryCause::OverBudget { .. } => "over budget",
                 RetryCause::ChecksFailed => "checks failed",
                 RetryCause::ChangesRequested => "changes requested",
+                RetryCause::Restarted { .. } => "restarted for a follow-up",
+                RetryCause::AgentAsked { .. } => "the agent asked a question",
+                RetryCause::FollowUp => "a follow-up came",
             };
             format!("attempt {attempt} failed ({cause}): {reason}")
         }
         TaskEvent::Cancelled { reason, .. } => format!("cancelled: {reason}"),
         TaskEvent::Archived { .. } => "archived".into(),
-        TaskEvent::FlaggedNeedsHuman { reason, .. } => format!("needs a human: {reason}"),
+        TaskEvent::FlaggedNeedsHuman {
+            reason, question, ..
+        } => {
+            if *question {
+                format!("the agent asks: {reason}")
+            } else {
+                format!("needs a human: {reason}")
+            }
+        }
         TaskEvent::NeedsHumanCleared { max_attempts, .. } => format!(
             "needs-human cleared; budget {} attempts",
             max_attempts.get()
         ),
         TaskEvent::SpecUpdated { spec, .. } => format!("spec updated: {}", spec.title()),
-        TaskEvent::FollowUpAttached { text, .. } => {
-            format!("follow-up: {}", first_line(text.as_str()))
+        TaskEvent::FollowUpAttached {
+            text,
+            origin,
+            answer,
+            ..
+        } => {
+            let what = if *answer { "answer" } else { "follow-up" };
+            match origin {
+                Some(origin) => format!(
+                    "{what} from {}: {}",
+                    origin.from(),
+                    first_line(text.as_str())
+                ),
+                None => format!("{what}: {}", first_line(text.as_str())),
+            }
+        }
+        TaskEvent::FollowUpsDelivered {
+            indices,
+            attempt,
+            live,
+            ..
+        } => {
+            let n = indices.len();
+            let plural = if n == 1 { "" } else { "s" };
+            if *live {
+                format!("{n} follow-up{plural} handed to the running agent (attempt {attempt})")
+            } else {
+                format!("{n} follow-up{plural} in attempt {attempt}'s prompt")
+            }
         }
         TaskEvent::PriorityChanged { priority, .. } => format!("priority {priority}"),
         TaskEvent::TicketSeen { ticket_version, .. } => format!(

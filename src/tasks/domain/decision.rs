@@ -3,8 +3,8 @@
 use chrono::{DateTime, Utc};
 
 use super::super::values::{
-    AgentName, ApprovalPolicy, BranchName, Column, FollowUpText, GithubRef, Links, MaxAttempts,
-    Priority, Reason, RunId, RunPurpose, Spec, TaskId, TaskKind,
+    AgentName, ApprovalPolicy, BranchName, Column, FollowUpOrigin, FollowUpText, GithubRef, Links,
+    MaxAttempts, Priority, Reason, RunId, RunPurpose, Spec, TaskId, TaskKind,
 };
 use super::family;
 use super::{
@@ -138,7 +138,18 @@ pub fn decide(
             ticket_version,
         } => update_spec(task, command, spec, *ticket_version, at),
 
-        Command::AttachFollowUp { text } => attach_follow_up(task, command, text, at),
+        Command::AttachFollowUp { text, origin } => {
+            if known_origin(task, origin.as_ref()) {
+                return Ok(Vec::new());
+            }
+            attach_follow_up(task, command, text, origin.as_ref(), now)
+        }
+
+        Command::DeliverFollowUps { run, indices } => {
+            deliver_follow_ups(task, command, *run, indices, at)
+        }
+
+        Command::Answer { text, origin } => answer(task, command, text, origin.as_ref(), now),
 
         Command::WithdrawTicket { .. } | Command::NoteTicketVersion { .. } => {
             super::ticket::decide(task, command, at)
@@ -209,12 +220,25 @@ fn start(
             max: task.max_attempts.get(),
         });
     }
-    Ok(vec![TaskEvent::Started {
+    let purpose = task.next_purpose();
+    let mut events = vec![TaskEvent::Started {
         at,
         run,
         attempt: task.attempts + 1,
-        purpose: task.next_purpose(),
-    }])
+        purpose,
+    }];
+    // The run's prompt carries every follow-up waiting, so they are handed over now, in order.
+    let pending = task.pending_follow_up_indices();
+    if !pending.is_empty() {
+        events.push(TaskEvent::FollowUpsDelivered {
+            at,
+            run,
+            attempt: task.attempts + 1,
+            indices: pending,
+            live: false,
+        });
+    }
+    Ok(events)
 }
 
 fn submit_for_review(
@@ -240,13 +264,48 @@ fn submit_for_review(
             needs: RunPurpose::Work,
         });
     }
-    Ok(vec![TaskEvent::SubmittedForReview {
+    let submitted = vec![TaskEvent::SubmittedForReview {
         at,
         run,
         branch: branch.clone(),
         pr: pr.clone(),
         report: Box::new(report.clone()),
-    }])
+    }];
+    // Follow-ups that came while it ran and were queued (not handed to it live) send it round again.
+    then_send_back(task, submitted, at)
+}
+
+/// `events`, then, if they leave the task in review with follow-ups waiting, the retry that takes those to a run
+/// (a follow-up must never wait for a next attempt that nothing would start).
+fn then_send_back(
+    task: &Task,
+    mut events: Vec<TaskEvent>,
+    now: DateTime<Utc>,
+) -> Result<Vec<TaskEvent>, TaskError> {
+    let mut after = task.clone();
+    for event in &events {
+        after = super::evolution::evolve(Some(after), event)?;
+    }
+    let pending: Vec<_> = after.pending_follow_ups().collect();
+    let Some(last) = pending.last() else {
+        return Ok(events);
+    };
+    if after.column != Column::InReview {
+        return Ok(events);
+    }
+    let reason = Reason::summarize(&format!(
+        "{} follow-up{} came for it, the last: {}",
+        pending.len(),
+        if pending.len() == 1 { "" } else { "s" },
+        last.text.as_str()
+    ));
+    let cause = RetryCause::FollowUp;
+    let command = Command::Retry {
+        cause,
+        reason: reason.clone(),
+    };
+    events.extend(retry(&after, &command, &cause, &reason, now)?);
+    Ok(events)
 }
 
 fn retry(
@@ -263,6 +322,8 @@ fn retry(
         | RetryCause::SetupFailed { run }
         | RetryCause::AgentNeedsHuman { run }
         | RetryCause::OverBudget { run }
+        | RetryCause::Restarted { run }
+        | RetryCause::AgentAsked { run }
         | RetryCause::Limited { run, .. } => {
             if task.column != Column::InProgress {
                 return Err(wrong_column(task, command, &[Column::InProgress]));
@@ -271,12 +332,14 @@ fn retry(
             if task.purpose == Some(RunPurpose::Triage) {
                 let interrupted = matches!(
                     cause,
-                    RetryCause::Interrupted { .. } | RetryCause::Limited { .. }
+                    RetryCause::Interrupted { .. }
+                        | RetryCause::Limited { .. }
+                        | RetryCause::Restarted { .. }
                 );
                 return Ok(family::triage_failed(task, *run, interrupted, reason, now));
             }
         }
-        RetryCause::ChecksFailed | RetryCause::ChangesRequested => {
+        RetryCause::ChecksFailed | RetryCause::ChangesRequested | RetryCause::FollowUp => {
             if task.column != Column::InReview {
                 return Err(wrong_column(task, command, &[Column::InReview]));
             }
@@ -294,6 +357,8 @@ fn retry(
         RetryCause::Interrupted { .. }
             | RetryCause::SetupFailed { .. }
             | RetryCause::Limited { .. }
+            | RetryCause::Restarted { .. }
+            | RetryCause::AgentAsked { .. }
     ) {
         // Given back when the budget can grow; at the cap it counts like any failure (so an agent that fakes its
         // provider's limit forever still ends with a person).
@@ -301,12 +366,25 @@ fn retry(
             events.push(TaskEvent::AttemptReturned { at, max_attempts });
             if matches!(
                 cause,
-                RetryCause::Interrupted { .. } | RetryCause::Limited { .. }
+                RetryCause::Interrupted { .. }
+                    | RetryCause::Limited { .. }
+                    | RetryCause::Restarted { .. }
             ) {
                 return Ok(events);
             }
             given_back = true;
         }
+    }
+    // The agent asked a question: it waits for a person's answer, whatever attempts remain.
+    if matches!(cause, RetryCause::AgentAsked { .. }) {
+        if task.needs_human.is_none() {
+            events.push(TaskEvent::FlaggedNeedsHuman {
+                at,
+                reason: reason.clone(),
+                question: true,
+            });
+        }
+        return Ok(events);
     }
     // The agent itself asked for a person, or a budget ran out: flagged at once, with why, whatever attempts remain.
     if matches!(
@@ -317,6 +395,7 @@ fn retry(
             events.push(TaskEvent::FlaggedNeedsHuman {
                 at,
                 reason: reason.clone(),
+                question: false,
             });
         }
         return Ok(events);
@@ -334,6 +413,7 @@ fn retry(
             events.push(TaskEvent::FlaggedNeedsHuman {
                 at,
                 reason: Reason::summarize(&why),
+                question: false,
             });
         }
     }
@@ -381,6 +461,7 @@ fn flag_needs_human(
     Ok(vec![TaskEvent::FlaggedNeedsHuman {
         at,
         reason: reason.clone(),
+        question: false,
     }])
 }
 
@@ -427,7 +508,8 @@ fn attach_follow_up(
     task: &Task,
     command: &Command,
     text: &FollowUpText,
-    at: DateTime<Utc>,
+    origin: Option<&FollowUpOrigin>,
+    now: DateTime<Utc>,
 ) -> Result<Vec<TaskEvent>, TaskError> {
     if !task.column.is_open() {
         return Err(wrong_column(task, command, OPEN));
@@ -435,10 +517,97 @@ fn attach_follow_up(
     if task.follow_ups.len() >= MAX_FOLLOW_UPS {
         return Err(TaskError::TooManyFollowUps { id: task.id });
     }
-    Ok(vec![TaskEvent::FollowUpAttached {
-        at,
+    let attached = vec![TaskEvent::FollowUpAttached {
+        at: now,
         text: text.clone(),
+        origin: origin.cloned(),
+        answer: false,
+    }];
+    then_send_back(task, attached, now)
+}
+
+/// Whether a follow-up with this origin's key is on record (a redelivered or edited message).
+fn known_origin(task: &Task, origin: Option<&FollowUpOrigin>) -> bool {
+    origin.is_some_and(|origin| {
+        task.follow_ups
+            .iter()
+            .filter_map(|f| f.origin.as_ref())
+            .any(|known| known.key() == origin.key())
+    })
+}
+
+fn deliver_follow_ups(
+    task: &Task,
+    command: &Command,
+    run: RunId,
+    indices: &[u32],
+    at: DateTime<Utc>,
+) -> Result<Vec<TaskEvent>, TaskError> {
+    if task.column != Column::InProgress {
+        return Err(wrong_column(task, command, &[Column::InProgress]));
+    }
+    live_run(task, run)?;
+    let pending = task.pending_follow_up_indices();
+    // Handed over already (a retried append): nothing to record again.
+    let fresh: Vec<u32> = indices
+        .iter()
+        .copied()
+        .filter(|i| {
+            task.follow_ups
+                .get(*i as usize)
+                .is_none_or(|f| f.delivered_to_attempt != Some(task.attempts))
+        })
+        .collect();
+    if fresh.is_empty() {
+        return Ok(Vec::new());
+    }
+    if pending.get(..fresh.len()) != Some(fresh.as_slice()) {
+        let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+        return Err(TaskError::FollowUpOrder {
+            id: task.id,
+            indices: list(&fresh),
+            pending: list(&pending),
+        });
+    }
+    Ok(vec![TaskEvent::FollowUpsDelivered {
+        at,
+        run,
+        attempt: task.attempts,
+        indices: fresh,
+        live: true,
     }])
+}
+
+fn answer(
+    task: &Task,
+    command: &Command,
+    text: &FollowUpText,
+    origin: Option<&FollowUpOrigin>,
+    now: DateTime<Utc>,
+) -> Result<Vec<TaskEvent>, TaskError> {
+    if known_origin(task, origin) {
+        return Ok(Vec::new());
+    }
+    if task.needs_human.is_none() {
+        return Err(TaskError::NoQuestion {
+            id: task.id,
+            command: command.name(),
+        });
+    }
+    if !task.column.is_open() {
+        return Err(wrong_column(task, command, OPEN));
+    }
+    if task.follow_ups.len() >= MAX_FOLLOW_UPS {
+        return Err(TaskError::TooManyFollowUps { id: task.id });
+    }
+    let mut events = vec![TaskEvent::FollowUpAttached {
+        at: now,
+        text: text.clone(),
+        origin: origin.cloned(),
+        answer: true,
+    }];
+    events.extend(clear_needs_human(task, now)?);
+    then_send_back(task, events, now)
 }
 
 fn reprioritize(

@@ -41,6 +41,14 @@ pub enum TaskError {
     },
     #[error("{id} has {MAX_FOLLOW_UPS} follow-ups, the most a task may have")]
     TooManyFollowUps { id: TaskId },
+    #[error("{id} waits on no question (it does not need a human); {command} refused")]
+    NoQuestion { id: TaskId, command: &'static str },
+    #[error("{id}: follow-ups {indices} are not the oldest ones waiting ({pending}), each once, in order")]
+    FollowUpOrder {
+        id: TaskId,
+        indices: String,
+        pending: String,
+    },
     #[error("{id} is a plan approved as a whole: its tasks do the work ({command} refused)")]
     PlanWork { id: TaskId, command: &'static str },
     #[error("{id} is not a plan with a proposal waiting; {command} needs one")]

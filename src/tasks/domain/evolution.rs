@@ -3,7 +3,8 @@
 use chrono::{DateTime, Utc};
 
 use super::super::values::{
-    AgentName, Column, FollowUpText, Links, MaxAttempts, Reason, RunId, RunPurpose, Spec, TaskKind,
+    AgentName, Column, FollowUpOrigin, FollowUpText, Links, MaxAttempts, Reason, RunId, RunPurpose,
+    Spec, TaskKind,
 };
 use super::decision::new_links;
 use super::{
@@ -95,14 +96,27 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
             require(task, event, CLOSED)?;
             task.column = Column::Archived;
         }
-        TaskEvent::FlaggedNeedsHuman { at, reason } => flagged(task, event, *at, reason)?,
+        TaskEvent::FlaggedNeedsHuman {
+            at,
+            reason,
+            question,
+        } => flagged(task, event, *at, reason, *question)?,
         TaskEvent::NeedsHumanCleared { max_attempts, .. } => cleared(task, event, *max_attempts)?,
         TaskEvent::SpecUpdated {
             spec,
             ticket_version,
             ..
         } => spec_updated(task, event, spec, *ticket_version)?,
-        TaskEvent::FollowUpAttached { at, text } => follow_up_attached(task, event, *at, text)?,
+        TaskEvent::FollowUpAttached {
+            at, text, origin, ..
+        } => follow_up_attached(task, event, *at, text, origin)?,
+        TaskEvent::FollowUpsDelivered {
+            run,
+            attempt,
+            indices,
+            live,
+            ..
+        } => follow_ups_delivered(task, event, *run, *attempt, indices, *live)?,
         TaskEvent::TicketSeen { .. } => super::ticket::evolve(task, event)?,
         TaskEvent::PriorityChanged { priority, .. } => {
             require(task, event, NOT_ARCHIVED)?;
@@ -237,6 +251,7 @@ fn flagged(
     event: &TaskEvent,
     at: DateTime<Utc>,
     reason: &Reason,
+    question: bool,
 ) -> Result<(), TaskError> {
     require(task, event, OPEN)?;
     if task.needs_human.is_some() {
@@ -249,6 +264,7 @@ fn flagged(
     task.needs_human = Some(NeedsHuman {
         reason: reason.clone(),
         since: at,
+        question,
     });
     Ok(())
 }
@@ -287,13 +303,59 @@ fn follow_up_attached(
     event: &TaskEvent,
     at: DateTime<Utc>,
     text: &FollowUpText,
+    origin: &Option<FollowUpOrigin>,
 ) -> Result<(), TaskError> {
     require(task, event, OPEN)?;
     task.follow_ups.push(FollowUp {
         text: text.clone(),
         at,
         delivered_to_attempt: None,
+        origin: origin.clone(),
+        live: false,
     });
+    Ok(())
+}
+
+/// Marks follow-ups handed to `attempt`. A run's start already marks every follow-up waiting (the events before
+/// this one existed say no more), so one marked for this very attempt is the same fact again.
+fn follow_ups_delivered(
+    task: &mut Task,
+    event: &TaskEvent,
+    run: RunId,
+    attempt: u32,
+    indices: &[u32],
+    live: bool,
+) -> Result<(), TaskError> {
+    require(task, event, &[Column::InProgress])?;
+    if task.run != Some(run) || attempt != task.attempts {
+        return Err(inapplicable(
+            Some(task),
+            event,
+            format!("run {run} (attempt {attempt}) is not the live run"),
+        ));
+    }
+    for index in indices {
+        let Some(follow_up) = task.follow_ups.get_mut(*index as usize) else {
+            return Err(inapplicable(
+                Some(task),
+                event,
+                format!("there is no follow-up {index}"),
+            ));
+        };
+        match follow_up.delivered_to_attempt {
+            Some(to) if to != attempt => {
+                return Err(inapplicable(
+                    Some(task),
+                    event,
+                    format!("follow-up {index} went to attempt {to} already"),
+                ))
+            }
+            _ => {
+                follow_up.delivered_to_attempt = Some(attempt);
+                follow_up.live = live;
+            }
+        }
+    }
     Ok(())
 }
 
@@ -332,13 +394,15 @@ fn attempt_returned(
             RetryCause::Interrupted { .. }
                 | RetryCause::SetupFailed { .. }
                 | RetryCause::Limited { .. }
+                | RetryCause::Restarted { .. }
+                | RetryCause::AgentAsked { .. }
         )
     );
     if !given_back || max_attempts.get() != task.max_attempts.get() + 1 {
         return Err(inapplicable(
             Some(task),
             event,
-            "it must follow an interrupted attempt, a failed setup or a provider's limit and raise the budget by one"
+            "it must follow an interrupted or restarted attempt, a failed setup, a provider's limit or a question, and raise the budget by one"
                 .into(),
         ));
     }

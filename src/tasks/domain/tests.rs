@@ -6,6 +6,7 @@ use chrono::{TimeZone, Utc};
 use uuid::Uuid;
 
 mod attempts;
+mod conversation;
 mod props;
 
 pub(super) fn at(seconds: i64) -> DateTime<Utc> {
@@ -174,6 +175,7 @@ fn every_command() -> Vec<(&'static str, Command)> {
             "follow-up",
             Command::AttachFollowUp {
                 text: FollowUpText::new("also check the mobile view").expect("valid text"),
+                origin: None,
             },
         ),
         (
@@ -224,7 +226,7 @@ const TABLE: &[(&str, [&str; 7])] = &[
     ("flag",         ["=",        "=",           "=",         "=",         "wrong",    "final",  "wrong"]),
     ("clear",        ["noop",     "noop",        "noop",      "noop",      "noop",     "final",  "noop"]),
     ("update-spec",  ["=",        "=",           "wrong",     "wrong",     "wrong",    "final",  "wrong"]),
-    ("follow-up",    ["=",        "=",           "=",         "=",         "wrong",    "final",  "wrong"]),
+    ("follow-up",    ["=",        "=",           "=",         "todo",      "wrong",    "final",  "wrong"]),
     ("reprioritize", ["=",        "=",           "=",         "=",         "=",        "final",  "="]),
     ("links",        ["=",        "=",           "=",         "=",         "=",        "final",  "="]),
     ("agent",        ["=",        "=",           "wrong",     "=",         "wrong",    "final",  "wrong"]),

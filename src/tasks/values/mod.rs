@@ -11,7 +11,7 @@ pub use board::{ApprovalPolicy, Column, MaxAttempts, Priority, RunPurpose, TaskK
 pub use ids::{AgentName, BranchName, RepoName, RunId, TaskId, TASK_STREAM_PREFIX};
 pub use links::{GithubRef, LinearIssue, LinearIssueParts, Links, TelegramMessage, TelegramParts};
 pub use reports::*;
-pub use text::{FollowUpText, Reason, Spec, SpecParts};
+pub use text::{FollowUpOrigin, FollowUpText, Reason, Spec, SpecParts};
 
 /// Why a value was refused. Each variant names the value and the rule it broke.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -48,6 +48,11 @@ pub enum ValueError {
     Column(String),
     #[error("agent profile name {0:?} is not 1 to 40 of a-z, 0-9, '-' and '_', starting with a letter or digit")]
     Agent(String),
+    #[error("{field} is not valid: {why}")]
+    Invalid {
+        field: &'static str,
+        why: &'static str,
+    },
 }
 
 #[cfg(test)]

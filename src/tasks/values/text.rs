@@ -203,3 +203,67 @@ impl From<FollowUpText> for String {
         text.0
     }
 }
+
+/// Where a follow-up came from: `key` names the message in its channel (`github:comment:<id>`,
+/// `linear:activity:<id>`, `telegram:<chat>:<message>`), so a redelivered or edited message attaches nothing
+/// twice; `from` says who wrote it and where, for the prompt and the task page. Untrusted text, made inert
+/// wherever it is shown.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(try_from = "OriginParts", into = "OriginParts")]
+pub struct FollowUpOrigin {
+    key: String,
+    from: String,
+}
+
+#[derive(Serialize, Deserialize)]
+struct OriginParts {
+    key: String,
+    from: String,
+}
+
+impl FollowUpOrigin {
+    pub const MAX_CHARS: usize = 200;
+
+    pub fn new(key: impl Into<String>, from: impl Into<String>) -> Result<Self, ValueError> {
+        let (key, from) = (key.into(), from.into());
+        check_text("follow-up key", &key, Self::MAX_CHARS, true)?;
+        check_text("follow-up author", &from, Self::MAX_CHARS, true)?;
+        if key.chars().any(|c| c.is_control() || c.is_whitespace()) {
+            return Err(ValueError::Invalid {
+                field: "follow-up key",
+                why: "a key has no spaces or control characters",
+            });
+        }
+        if from.chars().any(char::is_control) {
+            return Err(ValueError::Invalid {
+                field: "follow-up author",
+                why: "an author has no control characters",
+            });
+        }
+        Ok(Self { key, from })
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    pub fn from(&self) -> &str {
+        &self.from
+    }
+}
+
+impl TryFrom<OriginParts> for FollowUpOrigin {
+    type Error = ValueError;
+    fn try_from(parts: OriginParts) -> Result<Self, Self::Error> {
+        FollowUpOrigin::new(parts.key, parts.from)
+    }
+}
+
+impl From<FollowUpOrigin> for OriginParts {
+    fn from(origin: FollowUpOrigin) -> Self {
+        OriginParts {
+            key: origin.key,
+            from: origin.from,
+        }
+    }
+}
