@@ -180,6 +180,7 @@ fn task_events(i: u64, at: impl Fn(usize) -> DateTime<Utc>) -> anyhow::Result<Ve
         Command::AttachFollowUp {
             text: follow_up(1)?,
             origin: None,
+            send_back: true,
         },
         Command::Start { run: run(1) },
         Command::Retry {
@@ -231,14 +232,17 @@ fn task_events(i: u64, at: impl Fn(usize) -> DateTime<Utc>) -> anyhow::Result<Ve
             Command::AttachFollowUp {
                 text: follow_up(2)?,
                 origin: None,
+                send_back: true,
             },
             Command::AttachFollowUp {
                 text: follow_up(3)?,
                 origin: None,
+                send_back: true,
             },
             Command::AttachFollowUp {
                 text: follow_up(4)?,
                 origin: None,
+                send_back: true,
             },
             Command::Complete,
             Command::Archive,
@@ -257,6 +261,7 @@ fn task_events(i: u64, at: impl Fn(usize) -> DateTime<Utc>) -> anyhow::Result<Ve
                 Command::AttachFollowUp {
                     text: follow_up(follow_ups)?,
                     origin: None,
+                    send_back: true,
                 }
             }
         };

@@ -251,6 +251,7 @@ fn the_prompt_is_the_spec_then_what_failed_and_what_was_added() {
         Command::AttachFollowUp {
             text: FollowUpText::new("Use a max of 5 retries, not 3.").unwrap(),
             origin: None,
+            send_back: true,
         },
         3,
     );

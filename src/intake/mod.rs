@@ -338,7 +338,11 @@ impl Intake {
             .board
             .execute(
                 id,
-                &crate::tasks::Command::AttachFollowUp { text, origin: None },
+                &crate::tasks::Command::AttachFollowUp {
+                    text,
+                    origin: None,
+                    send_back: true,
+                },
                 &event.source,
             )
             .await

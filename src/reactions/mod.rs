@@ -182,6 +182,7 @@ impl Reactions {
                     text: FollowUpText::new(format!("Review comment: {text}"))
                         .context("a review comment as a follow-up")?,
                     origin: None,
+                    send_back: false,
                 }),
             ),
             Reaction::Merged { task, .. } => (task, Verdict::Apply(Command::Complete)),
@@ -259,6 +260,7 @@ impl Reactions {
                     text: FollowUpText::new(format!("Also {reason}"))
                         .context("a CI failure as a follow-up")?,
                     origin: None,
+                    send_back: true,
                 }
             }
             _ => return Ok(Verdict::Nothing),

@@ -402,10 +402,12 @@ pub enum Command {
         ticket_version: Option<DateTime<Utc>>,
     },
     /// Queues a follow-up for the running agent or the next run. One with the `origin` key of a follow-up on
-    /// record changes nothing (a redelivered or edited message). In review it sends the task back for it.
+    /// record changes nothing (a redelivered or edited message). In review, with `send_back`, it sends the task
+    /// back for it; without, something else will (a review's line comments wait for the review itself).
     AttachFollowUp {
         text: FollowUpText,
         origin: Option<FollowUpOrigin>,
+        send_back: bool,
     },
     /// The running agent `run` was handed these follow-ups (positions in [`Task::follow_ups`]), live, in order:
     /// they must be the oldest pending ones. Ones already handed over change nothing.

@@ -319,6 +319,7 @@ async fn part_two(board: &mut Board, log: &EventLog) {
             Command::AttachFollowUp {
                 text: pidevops::tasks::FollowUpText::new("also the footer\nsecond line").unwrap(),
                 origin: None,
+                send_back: true,
             },
             29,
         )

@@ -138,11 +138,15 @@ pub fn decide(
             ticket_version,
         } => update_spec(task, command, spec, *ticket_version, at),
 
-        Command::AttachFollowUp { text, origin } => {
+        Command::AttachFollowUp {
+            text,
+            origin,
+            send_back,
+        } => {
             if known_origin(task, origin.as_ref()) {
                 return Ok(Vec::new());
             }
-            attach_follow_up(task, command, text, origin.as_ref(), now)
+            attach_follow_up(task, command, text, origin.as_ref(), *send_back, now)
         }
 
         Command::DeliverFollowUps { run, indices } => {
@@ -509,6 +513,7 @@ fn attach_follow_up(
     command: &Command,
     text: &FollowUpText,
     origin: Option<&FollowUpOrigin>,
+    send_back: bool,
     now: DateTime<Utc>,
 ) -> Result<Vec<TaskEvent>, TaskError> {
     if !task.column.is_open() {
@@ -523,7 +528,11 @@ fn attach_follow_up(
         origin: origin.cloned(),
         answer: false,
     }];
-    then_send_back(task, attached, now)
+    if send_back {
+        then_send_back(task, attached, now)
+    } else {
+        Ok(attached)
+    }
 }
 
 /// Whether a follow-up with this origin's key is on record (a redelivered or edited message).

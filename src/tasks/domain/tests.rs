@@ -176,6 +176,7 @@ fn every_command() -> Vec<(&'static str, Command)> {
             Command::AttachFollowUp {
                 text: FollowUpText::new("also check the mobile view").expect("valid text"),
                 origin: None,
+                send_back: true,
             },
         ),
         (

@@ -402,6 +402,7 @@ fn follow_ups_wait_for_the_next_run() {
     let text = |s: &str| Command::AttachFollowUp {
         text: FollowUpText::new(s).expect("valid"),
         origin: None,
+        send_back: true,
     };
     let task = then(task_in(Column::Todo), text("before the first run"));
     assert_eq!(task.pending_follow_ups().count(), 1);
@@ -677,6 +678,7 @@ fn events_serialize_tagged_and_their_kind_matches_the_tag() {
         Command::AttachFollowUp {
             text: FollowUpText::new("and this").expect("valid"),
             origin: None,
+            send_back: true,
         },
         Command::Approve,
         Command::Start { run: run(1) },

@@ -12,6 +12,7 @@ fn follow_up(text: &str, key: Option<&str>) -> Command {
     Command::AttachFollowUp {
         text: FollowUpText::new(text).expect("valid"),
         origin: key.and_then(origin),
+        send_back: true,
     }
 }
 
@@ -161,6 +162,22 @@ fn a_follow_up_in_review_sends_the_task_back_for_it() {
             if reason.as_str().contains("also the empty list")
     ));
     assert_eq!(task.column(), Column::Todo);
+    assert_eq!(task.pending_follow_ups().count(), 1);
+}
+
+#[test]
+fn a_line_comment_waits_in_review_for_its_review() {
+    let quiet = Command::AttachFollowUp {
+        text: FollowUpText::new("src/a.rs:3: use a match").expect("valid"),
+        origin: origin("github:review-comment:1"),
+        send_back: false,
+    };
+    let (task, events) = step(Some(task_in(Column::InReview)), &quiet, 2);
+    assert!(matches!(
+        events.as_slice(),
+        [TaskEvent::FollowUpAttached { .. }]
+    ));
+    assert_eq!(task.column(), Column::InReview);
     assert_eq!(task.pending_follow_ups().count(), 1);
 }
 

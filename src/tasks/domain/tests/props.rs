@@ -157,6 +157,7 @@ fn command(op: &Op, state: Option<&Task>, step: u128) -> Command {
         Op::FollowUp => Command::AttachFollowUp {
             text: FollowUpText::new("one more thing").expect("valid text"),
             origin: None,
+            send_back: true,
         },
         Op::Reprioritize(i) => Command::Reprioritize {
             priority: Priority::ALL[*i],
