@@ -25,7 +25,19 @@ pub fn build(task: &Task) -> String {
         task.repo().as_str(),
         task.id()
     ));
-    if let Some(failure) = task.last_failure() {
+    if let Some(failure) = task
+        .last_failure()
+        .filter(|f| f.cause == RetryCause::FollowUp)
+    {
+        // Not a failure: the follow-ups below say what was asked.
+        prompt.push_str(&format!(
+            "\nThis is attempt {} of {}. Attempt {} was submitted for review, and a person asked for more: \
+             see what was added below.\n",
+            attempt,
+            task.max_attempts().get(),
+            failure.attempt,
+        ));
+    } else if let Some(failure) = task.last_failure() {
         let cause = match failure.cause {
             RetryCause::RunFailed { .. } => "the run failed",
             RetryCause::Interrupted { .. } => "the run was interrupted (pidevops restarted)",

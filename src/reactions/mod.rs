@@ -1,6 +1,9 @@
 //! Reactions: the policy that turns GitHub events on pidevops branches into commands on their tasks. A failed
 //! check or workflow sends the task back to `todo` with what failed (an attempt, so CI cannot loop forever);
-//! requested changes do the same with the review; line comments go to the next attempt; a merge completes the
+//! a trusted review (changes requested, or comments) is a follow-up that sends the task back once, and each of
+//! its line comments (file, lines, the end of its diff hunk) a follow-up the same run gets, all keyed by their
+//! GitHub ids so a redelivery attaches nothing twice (the dispatcher's `FOLLOW_UP_SETTLE` lets the parts of a
+//! review, which GitHub sends in no promised order, arrive before the run starts); a merge completes the
 //! task and closing without merging cancels it. A passing check and a trusted approval are recorded as the task's
 //! landing facts (auto-land, `tasks::landing`), a dismissed review withdraws its approval.
 //!
@@ -29,8 +32,8 @@ use crate::domain::Source;
 use crate::eventlog::{EventLog, StoredEvent};
 use crate::loops::follow::{AsStored, Follow, Follower, Next};
 use crate::tasks::{
-    Column, Command, CommitSha, FactName, FollowUpText, Reason, RetryCause, RunId, Task, TaskEvent,
-    TaskId,
+    Column, Command, CommitSha, FactName, FollowUpOrigin, FollowUpText, Reason, RetryCause, RunId,
+    Task, TaskEvent, TaskId,
 };
 pub use rules::Reaction;
 
@@ -169,21 +172,46 @@ impl Reactions {
                     Err(error) => Verdict::Refused(error.to_string()),
                 },
             ),
-            Reaction::ChangesRequested { task, by, body } => (
+            // A review's body and each of its line comments are follow-ups keyed by their GitHub ids (a
+            // redelivery attaches nothing twice); the review sends the task back, once, with all of them.
+            Reaction::Reviewed {
                 task,
-                Verdict::Apply(Command::Retry {
-                    cause: RetryCause::ChangesRequested,
-                    reason: Reason::summarize(&format!("{by} requested changes: {body}")),
-                }),
-            ),
-            Reaction::ReviewComment { task, text } => (
+                review,
+                by,
+                changes_requested,
+                body,
+            } => {
+                let what = if changes_requested {
+                    "requested changes"
+                } else {
+                    "reviewed"
+                };
+                let text = if body.trim().is_empty() {
+                    format!("{by} {what} (see the line comments)")
+                } else {
+                    format!("{by} {what}: {body}")
+                };
+                (
+                    task,
+                    follow_up(
+                        &text,
+                        format!("github:review:{review}"),
+                        &by,
+                        &payload,
+                        true,
+                    )?,
+                )
+            }
+            Reaction::ReviewComment { task, comment } => (
                 task,
-                Verdict::Apply(Command::AttachFollowUp {
-                    text: FollowUpText::new(format!("Review comment: {text}"))
-                        .context("a review comment as a follow-up")?,
-                    origin: None,
-                    send_back: false,
-                }),
+                follow_up(
+                    &comment.text(),
+                    format!("github:review-comment:{}", comment.id),
+                    &comment.by,
+                    &payload,
+                    // A comment outside any review sends the task back itself.
+                    comment.review.is_none(),
+                )?,
             ),
             Reaction::Merged { task, .. } => (task, Verdict::Apply(Command::Complete)),
             Reaction::ClosedUnmerged { task, by } => (
@@ -387,6 +415,36 @@ impl Follower for Reactions {
             )
         })
     }
+}
+
+/// A follow-up from GitHub, keyed by `key`, from `by` on the event's pull request.
+fn follow_up(
+    text: &str,
+    key: String,
+    by: &str,
+    payload: &serde_json::Value,
+    send_back: bool,
+) -> anyhow::Result<Verdict> {
+    let place = format!(
+        "{by} on {}#{}",
+        payload["repository"]["full_name"]
+            .as_str()
+            .unwrap_or("GitHub"),
+        payload["pull_request"]["number"].as_u64().unwrap_or(0)
+    );
+    let origin = match FollowUpOrigin::new(key, place) {
+        Ok(origin) => origin,
+        Err(error) => return Ok(Verdict::Refused(error.to_string())),
+    };
+    let text = match FollowUpText::new(text) {
+        Ok(text) => text,
+        Err(error) => return Ok(Verdict::Refused(error.to_string())),
+    };
+    Ok(Verdict::Apply(Command::AttachFollowUp {
+        text,
+        origin: Some(origin),
+        send_back,
+    }))
 }
 
 /// The task's last failure is this very report.

@@ -54,7 +54,14 @@ impl Reactions {
                 "its pull request was closed without merging by {by}; its items wait in review. Reopen it, or \
                  cancel the plan (and its items with it)"
             )),
-            Reaction::ChangesRequested { by, body, .. } => flag(format!(
+            Reaction::Reviewed {
+                changes_requested: false,
+                ..
+            } => {
+                progress.ignored += 1;
+                return Ok(Next::Done);
+            }
+            Reaction::Reviewed { by, body, .. } => flag(format!(
                 "{by} requested changes on its pull request: {body}. Which item to send back is a person's call: \
                  retry that item with what to change; the items are combined again when all are in review"
             )),

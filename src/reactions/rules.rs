@@ -46,15 +46,19 @@ pub enum Reaction {
         sha: String,
         summary: String,
     },
-    ChangesRequested {
+    /// A review that asks for more: changes requested, or comments (its line comments come as their own
+    /// events, in no promised order). One review sends the task back once, with its body and its line comments.
+    Reviewed {
         task: TaskId,
+        review: u64,
         by: String,
+        changes_requested: bool,
         body: String,
     },
-    /// A reviewer's line comment: handed to the next attempt.
+    /// A reviewer's line comment, with where it is: handed to the next attempt, which its review sends back.
     ReviewComment {
         task: TaskId,
-        text: String,
+        comment: LineComment,
     },
     Merged {
         task: TaskId,
@@ -75,11 +79,54 @@ impl Reaction {
             | Self::ChecksPassed { task, .. }
             | Self::Approved { task, .. }
             | Self::ReviewDismissed { task, .. }
-            | Self::ChangesRequested { task, .. }
+            | Self::Reviewed { task, .. }
             | Self::ReviewComment { task, .. }
             | Self::Merged { task, .. }
             | Self::ClosedUnmerged { task, .. } => Some(*task),
         }
+    }
+}
+
+/// A reviewer's comment on a line of the task's pull request, with the diff it is on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LineComment {
+    pub id: u64,
+    /// The review it belongs to; every comment GitHub sends today has one.
+    pub review: Option<u64>,
+    pub by: String,
+    pub path: String,
+    /// The line (or `start_line`-`line` range) in the file as the reviewer saw it; none on an outdated diff.
+    pub lines: Option<(u64, u64)>,
+    pub body: String,
+    /// The end of the diff hunk the comment is on (its last lines, which end at the commented line).
+    pub hunk: String,
+}
+
+/// At most this many of a hunk's last lines go into a prompt: they end at the line commented on.
+const HUNK_LINES: usize = 20;
+
+impl LineComment {
+    /// Where it is: `src/a.rs:12` or `src/a.rs:10-12`.
+    pub fn place(&self) -> String {
+        match self.lines {
+            Some((start, end)) if start != end => format!("{}:{start}-{end}", self.path),
+            Some((_, line)) => format!("{}:{line}", self.path),
+            None => format!("{} (an outdated line)", self.path),
+        }
+    }
+
+    /// The follow-up an agent reads: who, where, what, and the diff it is on.
+    pub fn text(&self) -> String {
+        let mut text = format!(
+            "Line comment by {} on {}:\n{}",
+            self.by,
+            self.place(),
+            clip(&self.body)
+        );
+        if !self.hunk.trim().is_empty() {
+            text.push_str(&format!("\nOn this diff:\n```diff\n{}\n```", self.hunk));
+        }
+        text
     }
 }
 
@@ -233,15 +280,24 @@ fn review_submitted(payload: &Value, bot_login: Option<&str>) -> Reaction {
             sha: text(&review["commit_id"]),
         };
     }
-    if !state.eq_ignore_ascii_case("changes_requested") {
+    let changes_requested = state.eq_ignore_ascii_case("changes_requested");
+    if !changes_requested && !state.eq_ignore_ascii_case("commented") {
         return Reaction::Ignore {
             task,
             why: format!("a review that is {}", text(&review["state"])),
         };
     }
-    Reaction::ChangesRequested {
+    let Some(id) = review["id"].as_u64() else {
+        return Reaction::Ignore {
+            task,
+            why: "a review without an id".into(),
+        };
+    };
+    Reaction::Reviewed {
         task,
+        review: id,
         by: text(&review["user"]["login"]),
+        changes_requested,
         body: clip(review["body"].as_str().unwrap_or_default()),
     }
 }
@@ -269,17 +325,30 @@ fn review_comment(payload: &Value, bot_login: Option<&str>) -> Reaction {
             why: "a comment by pidevops's own account".into(),
         };
     }
-    let place = match comment["line"].as_u64() {
-        Some(line) => format!("{}:{line}", text(&comment["path"])),
-        None => text(&comment["path"]),
+    let Some(id) = comment["id"].as_u64() else {
+        return Reaction::Ignore {
+            task,
+            why: "a review comment without an id".into(),
+        };
     };
+    let lines = comment["line"].as_u64().map(|end| {
+        let start = comment["start_line"].as_u64().filter(|s| *s <= end);
+        (start.unwrap_or(end), end)
+    });
+    let hunk = text(&comment["diff_hunk"]);
+    let hunk_lines: Vec<&str> = hunk.lines().collect();
+    let hunk = hunk_lines[hunk_lines.len().saturating_sub(HUNK_LINES)..].join("\n");
     Reaction::ReviewComment {
         task,
-        text: clip(&format!(
-            "{} on {place}: {}",
-            text(&comment["user"]["login"]),
-            text(&comment["body"])
-        )),
+        comment: LineComment {
+            id,
+            review: comment["pull_request_review_id"].as_u64(),
+            by: text(&comment["user"]["login"]),
+            path: text(&comment["path"]),
+            lines,
+            body: text(&comment["body"]),
+            hunk: clip(&hunk),
+        },
     }
 }
 

@@ -18,6 +18,11 @@ use crate::tasks::{
     Column, Command, Reason, RepoName, RetryCause, RunId, RunPurpose, Task, TaskId,
 };
 
+/// How long a task sent back for a follow-up waits before it starts: GitHub sends a review and each of its line
+/// comments as separate webhooks in no promised order, and a person often writes twice in a row, so one run gets
+/// them all rather than the first alone.
+pub const FOLLOW_UP_SETTLE: chrono::Duration = chrono::Duration::seconds(5);
+
 /// Most `todo` tasks one tick considers; the rest wait for the next (most urgent and oldest first).
 const QUEUE_WINDOW: u32 = 1000;
 
@@ -490,12 +495,15 @@ impl Dispatcher {
             };
         }
         let failure = row.state.get("last_failure")?;
-        // An interrupted attempt was not the task's failure: no backoff.
-        if failure.get("cause")?.get("kind")?.as_str()? == "interrupted" {
-            return None;
-        }
         let failed_at: DateTime<Utc> = failure.get("at")?.as_str()?.parse().ok()?;
-        self.after_backoff(row.id, u32::try_from(row.attempts).ok()?, failed_at)
+        match failure.get("cause")?.get("kind")?.as_str()? {
+            // As `claim_and_start` reads the task from the log: an interrupted attempt, or one stopped to start
+            // again with a follow-up, was not the task's failure (no backoff); a person asking for more waits
+            // only a moment for the rest of what they are sending.
+            "interrupted" | "restarted" => None,
+            "follow_up" => Some(failed_at + FOLLOW_UP_SETTLE),
+            _ => self.after_backoff(row.id, u32::try_from(row.attempts).ok()?, failed_at),
+        }
     }
 
     /// When attempt `attempts + 1` of `task`, whose last attempt failed at `failed_at`, may start.
@@ -547,17 +555,16 @@ impl Dispatcher {
                 .as_deref()
                 .filter(|p| limited_profiles.contains_key(*p) && purpose == RunPurpose::Work)
                 .and_then(|p| self.inner.profiles.fallback_for(p, limited_profiles));
-            let waiting = task
-                .last_failure()
-                .filter(|failure| !matches!(failure.cause, RetryCause::Interrupted { .. }))
-                .and_then(|failure| {
-                    let ready = match failure.cause {
-                        RetryCause::Limited { .. } if fallback.is_some() => None,
-                        RetryCause::Limited { until, .. } => Some(until),
-                        _ => self.after_backoff(id, task.attempts(), failure.at),
-                    };
-                    ready.filter(|ready| *ready > Utc::now())
-                });
+            let waiting = task.last_failure().and_then(|failure| {
+                let ready = match failure.cause {
+                    RetryCause::Interrupted { .. } | RetryCause::Restarted { .. } => None,
+                    RetryCause::FollowUp => Some(failure.at + FOLLOW_UP_SETTLE),
+                    RetryCause::Limited { .. } if fallback.is_some() => None,
+                    RetryCause::Limited { until, .. } => Some(until),
+                    _ => self.after_backoff(id, task.attempts(), failure.at),
+                };
+                ready.filter(|ready| *ready > Utc::now())
+            });
             if waiting.is_some() {
                 return Ok(false);
             }

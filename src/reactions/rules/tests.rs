@@ -114,9 +114,12 @@ fn reviews_comments_and_closing_reach_the_task_but_never_our_own() {
     assert!(
         matches!(
             decide("github.pull_request_review.submitted", &review, None),
-            Reaction::Ignore { .. }
+            Reaction::Reviewed {
+                changes_requested: false,
+                ..
+            }
         ),
-        "a plain comment review asks for nothing"
+        "a comment review sends its line comments"
     );
     review["review"]["state"] = json!("approved");
     assert_eq!(
@@ -155,12 +158,33 @@ fn reviews_comments_and_closing_reach_the_task_but_never_our_own() {
     review["review"]["body"] = json!("Please keep the old redirect for API clients.");
     assert_eq!(
         decide("github.pull_request_review.submitted", &review, None),
-        Reaction::ChangesRequested {
+        Reaction::Reviewed {
             task: t7(),
+            review: 237895671,
             by: "Codertocat".into(),
+            changes_requested: true,
             body: "Please keep the old redirect for API clients.".into()
         }
     );
+    // A review that only comments asks for more too (its line comments are its substance).
+    review["review"]["state"] = json!("commented");
+    review["review"]["body"] = json!(null);
+    assert_eq!(
+        decide("github.pull_request_review.submitted", &review, None),
+        Reaction::Reviewed {
+            task: t7(),
+            review: 237895671,
+            by: "Codertocat".into(),
+            changes_requested: false,
+            body: String::new(),
+        }
+    );
+    review["review"]["state"] = json!("pending");
+    assert!(matches!(
+        decide("github.pull_request_review.submitted", &review, None),
+        Reaction::Ignore { .. }
+    ));
+    review["review"]["state"] = json!("changes_requested");
     assert!(
         matches!(
             decide(
@@ -175,15 +199,50 @@ fn reviews_comments_and_closing_reach_the_task_but_never_our_own() {
 
     let mut comment = fixture("pull_request_review_comment/created.payload.json");
     comment["pull_request"]["head"]["ref"] = json!("pidevops/T-7");
-    let Reaction::ReviewComment { text, .. } =
-        decide("github.pull_request_review_comment.created", &comment, None)
+    let Reaction::ReviewComment {
+        comment: line_comment,
+        ..
+    } = decide("github.pull_request_review_comment.created", &comment, None)
     else {
         panic!("a review comment");
     };
-    assert!(
-        text.contains("on README.md") && text.contains("more emoji"),
-        "{text}"
+    assert_eq!(
+        (line_comment.id, line_comment.review, line_comment.place()),
+        (284312630, Some(237895671), "README.md:265".to_owned())
     );
+    let text = line_comment.text();
+    assert_eq!(
+        text,
+        "Line comment by Codertocat on README.md:265:\nMaybe you should use more emoji on this line.\n\
+         On this diff:\n```diff\n@@ -1 +1 @@\n-# Hello-World\n```"
+    );
+    // A multi-line comment names its range; a long hunk keeps the lines that end at the comment.
+    comment["comment"]["start_line"] = json!(260);
+    comment["comment"]["diff_hunk"] = json!((1..=100)
+        .map(|n| format!("+line {n}"))
+        .collect::<Vec<_>>()
+        .join("\n"));
+    let Reaction::ReviewComment {
+        comment: ranged, ..
+    } = decide("github.pull_request_review_comment.created", &comment, None)
+    else {
+        panic!("a review comment");
+    };
+    assert_eq!(ranged.place(), "README.md:260-265");
+    assert!(
+        ranged.hunk.starts_with("+line 81\n") && ranged.hunk.ends_with("+line 100"),
+        "{}",
+        ranged.hunk
+    );
+    // On an outdated diff GitHub sends no line.
+    comment["comment"]["line"] = json!(null);
+    let Reaction::ReviewComment {
+        comment: outdated, ..
+    } = decide("github.pull_request_review_comment.created", &comment, None)
+    else {
+        panic!("a review comment");
+    };
+    assert_eq!(outdated.place(), "README.md (an outdated line)");
 
     let mut closed = fixture("pull_request/closed.payload.json");
     closed["pull_request"]["head"]["ref"] = json!("pidevops/T-7");
