@@ -330,7 +330,19 @@ pub fn comment_reply(record: &CommentRecord) -> String {
     let task = record
         .task
         .map_or_else(|| "The task".to_owned(), |t| t.to_string());
-    let column = |c: &crate::tasks::Column| c.as_str().replace('-', " ");
+    // Where the task is, after "is": "in review", "done".
+    let column = |c: &crate::tasks::Column| {
+        use crate::tasks::Column;
+        match c {
+            Column::Triage => "in triage",
+            Column::Todo => "in todo, waiting to run",
+            Column::InProgress => "in progress",
+            Column::InReview => "in review",
+            Column::Done => "done",
+            Column::Archived => "archived",
+            Column::Cancelled => "cancelled",
+        }
+    };
     match &record.outcome {
         CommentOutcome::Queued { sent_back: false } => format!("Queued for {task}'s next run."),
         CommentOutcome::Queued { sent_back: true } => {
@@ -340,7 +352,7 @@ pub fn comment_reply(record: &CommentRecord) -> String {
             format!("That answers what {task} was waiting on; its next run has your answer.")
         }
         CommentOutcome::Created { column: c } => format!(
-            "Made {task} from this issue, with this comment for its first run; it is in {}{}.",
+            "Made {task} from this issue, with this comment for its first run; it is {}{}.",
             column(c),
             if *c == crate::tasks::Column::Triage {
                 ", waiting for approval"
@@ -350,9 +362,9 @@ pub fn comment_reply(record: &CommentRecord) -> String {
         ),
         CommentOutcome::Steered { command, column: c } => match command.as_str() {
             "cancel" => format!("{task} cancelled."),
-            "approve" => format!("{task} approved; it is in {}.", column(c)),
-            "retry" => format!("{task} goes round again; it is in {}.", column(c)),
-            other => format!("{task}: {other} done; it is in {}.", column(c)),
+            "approve" => format!("{task} approved; it is {}.", column(c)),
+            "retry" => format!("{task} goes round again; it is {}.", column(c)),
+            other => format!("{task}: {other} done; it is {}.", column(c)),
         },
         CommentOutcome::Refused { command, why } => {
             format!("{task}: {command} refused: {}", inert(why))
@@ -365,11 +377,17 @@ pub fn comment_reply(record: &CommentRecord) -> String {
             pull_request,
         } => {
             let mut words = format!(
-                "{task} is in {}, attempt {attempts} of {max_attempts}.",
+                "{task} is {}, attempt {attempts} of {max_attempts}.",
                 column(c)
             );
             if let Some(reason) = needs_human {
-                words.push_str(&format!(" It needs a human: {}", inert(reason)));
+                let reason = inert(reason.trim());
+                let stop = if reason.ends_with(['.', '?', '!']) {
+                    ""
+                } else {
+                    "."
+                };
+                words.push_str(&format!(" It needs a human: {reason}{stop}"));
             }
             if let Some(pr) = pull_request {
                 words.push_str(&format!(" Pull request: {pr}."));
