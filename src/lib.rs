@@ -36,7 +36,8 @@
 //! board/           the command side: load a task's stream, decide, append at its version; allow-list; pause
 //! tasks/           the task board's domain, pure: typed values, decide(state, command) → events, evolve; plans and
 //!                  triage (domain/family.rs), auto-land's facts (landing.rs), the plan file (plan/)
-//! intake/          the follower that turns qualifying webhook events into tasks or plans (rules.rs is pure)
+//! intake/          the follower that turns qualifying webhook events into tasks or plans (rules.rs is pure), and
+//!                  trusted GitHub comments addressed to pidevops into follow-ups, answers and commands (comments.rs)
 //! plans/           the follower that makes an approved plan's items tasks and rolls the plan up from them
 //! reactions/       the follower that turns GitHub events on pidevops branches into task commands (pure rules)
 //! effects/         outbound calls, each recorded in `effect:<key>` and made once: runner.rs (the one

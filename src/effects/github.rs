@@ -10,10 +10,12 @@ use chrono::Utc;
 use super::combined::{after_plan_pull_request, lands_with_its_plan, plan_pull_request};
 use super::policy::PolicyConfig;
 use super::provider::{not_mine, OpenedPullRequest, ProviderPolicy};
-use super::runner::{Effects, ACTOR};
+use super::runner::{Effects, EffectsProgress, Settled, ACTOR};
 use super::{Action, Produced, Provider, Request};
 use crate::board::{BoardError, Loaded};
+use crate::domain::Source;
 use crate::eventlog::StoredEvent;
+use crate::intake::{CommentOutcome, CommentRecord, COMMENT_RECORD};
 use crate::providers::github::GithubClient;
 use crate::providers::CallError;
 use crate::tasks::{
@@ -36,6 +38,33 @@ impl GithubPolicy {
 impl ProviderPolicy for GithubPolicy {
     fn provider(&self) -> Provider {
         Provider::Github
+    }
+
+    /// A comment addressed to pidevops, as intake recorded it: its reaction, then its reply.
+    async fn own_event(
+        &self,
+        fx: &Effects,
+        event: &StoredEvent,
+        progress: &mut EffectsProgress,
+    ) -> anyhow::Result<Option<Settled>> {
+        if event.event_type != COMMENT_RECORD || event.source != Source::Pidevops.as_str() {
+            return Ok(None);
+        }
+        let record: CommentRecord = match serde_json::from_slice(&event.body) {
+            Ok(record) => record,
+            Err(e) => {
+                tracing::warn!(position = event.position, error = %e, "a comment record that cannot be read");
+                return Ok(Some(Settled::Yes));
+            }
+        };
+        for request in comment_answered(&record, Utc::now()) {
+            if let waiting @ Settled::Waiting(_) =
+                fx.ask(&request, event.position, progress).await?
+            {
+                return Ok(Some(waiting));
+            }
+        }
+        Ok(Some(Settled::Yes))
     }
 
     fn notifies(&self, event: &TaskEvent) -> bool {
@@ -139,6 +168,11 @@ impl ProviderPolicy for GithubPolicy {
                     .comment(repo, *number, body, marker, *since)
                     .await
             }
+            Action::GithubReaction {
+                repo,
+                comment,
+                content,
+            } => self.client.react_to_comment(repo, *comment, content).await,
             Action::GithubMergePullRequest {
                 repo,
                 number,
@@ -256,6 +290,126 @@ pub fn after_pull_request(
             since: now - chrono::Duration::minutes(10),
         },
     }]
+}
+
+/// A comment addressed to pidevops: `eyes` on it (pidevops has it), then a reply saying what came of it, each
+/// once per comment (keyed by its repository and id).
+pub fn comment_answered(record: &CommentRecord, now: chrono::DateTime<Utc>) -> Vec<Request> {
+    let at = format!(
+        "{}:{}",
+        record.repo.as_str().to_ascii_lowercase(),
+        record.comment
+    );
+    let reply_key = format!("github:reply:{at}");
+    vec![
+        Request {
+            key: format!("github:reaction:{at}"),
+            task: record.task,
+            action: Action::GithubReaction {
+                repo: record.repo.clone(),
+                comment: record.comment,
+                content: "eyes".to_owned(),
+            },
+        },
+        Request {
+            key: reply_key.clone(),
+            task: record.task,
+            action: Action::GithubComment {
+                repo: record.repo.clone(),
+                number: record.number,
+                body: format!("{}\n\n{}", comment_reply(record), super::marker(&reply_key)),
+                since: now - chrono::Duration::minutes(10),
+            },
+        },
+    ]
+}
+
+/// The reply to a comment, in words: what pidevops did, or why not. What came from people or agents (a refusal
+/// may quote a value, a needs-human reason is often the agent's question) is made inert.
+pub fn comment_reply(record: &CommentRecord) -> String {
+    let task = record
+        .task
+        .map_or_else(|| "The task".to_owned(), |t| t.to_string());
+    // Where the task is, after "is": "in review", "done".
+    let column = |c: &crate::tasks::Column| {
+        use crate::tasks::Column;
+        match c {
+            Column::Triage => "in triage",
+            Column::Todo => "in todo, waiting to run",
+            Column::InProgress => "in progress",
+            Column::InReview => "in review",
+            Column::Done => "done",
+            Column::Archived => "archived",
+            Column::Cancelled => "cancelled",
+        }
+    };
+    match &record.outcome {
+        CommentOutcome::Queued { sent_back: false } => format!("Queued for {task}'s next run."),
+        CommentOutcome::Queued { sent_back: true } => {
+            format!("{task} was in review; it goes round again with this.")
+        }
+        CommentOutcome::Answered => {
+            format!("That answers what {task} was waiting on; its next run has your answer.")
+        }
+        CommentOutcome::Created { column: c } => format!(
+            "Made {task} from this issue, with this comment for its first run; it is {}{}.",
+            column(c),
+            if *c == crate::tasks::Column::Triage {
+                ", waiting for approval"
+            } else {
+                ""
+            }
+        ),
+        CommentOutcome::Steered { command, column: c } => match command.as_str() {
+            "cancel" => format!("{task} cancelled."),
+            "approve" => format!("{task} approved; it is {}.", column(c)),
+            "retry" => format!("{task} goes round again; it is {}.", column(c)),
+            other => format!("{task}: {other} done; it is {}.", column(c)),
+        },
+        CommentOutcome::Refused { command, why } => {
+            format!("{task}: {command} refused: {}", inert(why))
+        }
+        CommentOutcome::Status {
+            column: c,
+            attempts,
+            max_attempts,
+            needs_human,
+            pull_request,
+        } => {
+            let mut words = format!(
+                "{task} is {}, attempt {attempts} of {max_attempts}.",
+                column(c)
+            );
+            if let Some(reason) = needs_human {
+                let reason = inert(reason.trim());
+                let stop = if reason.ends_with(['.', '?', '!']) {
+                    ""
+                } else {
+                    "."
+                };
+                words.push_str(&format!(" It needs a human: {reason}{stop}"));
+            }
+            if let Some(pr) = pull_request {
+                words.push_str(&format!(" Pull request: {pr}."));
+            }
+            words
+        }
+        CommentOutcome::Unknown { given } => {
+            let listed = crate::intake::rules::github_comment::CommentCommand::listed();
+            if given.is_empty() {
+                format!(
+                    "Say what to do after the mention, or `/pidevops <command>`: one of {listed}."
+                )
+            } else {
+                let given: String = given.chars().take(40).filter(|c| *c != '`').collect();
+                format!(
+                    "`/pidevops {}` is not a command; the commands are {listed}.",
+                    inert(&given)
+                )
+            }
+        }
+        CommentOutcome::NoTask { why } => format!("No task: {}.", inert(why)),
+    }
 }
 
 /// The pull request's description: the spec, where the task came from, and how many attempts it took.

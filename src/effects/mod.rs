@@ -95,6 +95,13 @@ pub enum Action {
         /// Comments updated since this time are searched for the marker (the request's time, less a margin).
         since: DateTime<Utc>,
     },
+    /// Reacts to an issue or pull request comment (`eyes`: pidevops has it). GitHub keeps one reaction per account
+    /// and content, so a repeat changes nothing.
+    GithubReaction {
+        repo: RepoName,
+        comment: u64,
+        content: String,
+    },
     /// Merges the task's pull request at commit `sha` (auto-land), with `method` or the repository's allowed one.
     GithubMergePullRequest {
         repo: RepoName,
@@ -146,6 +153,7 @@ impl Action {
         match self {
             Action::GithubOpenPullRequest { .. }
             | Action::GithubComment { .. }
+            | Action::GithubReaction { .. }
             | Action::GithubMergePullRequest { .. } => Provider::Github,
             Action::TelegramSend { .. }
             | Action::TelegramSetCommands { .. }
@@ -162,6 +170,7 @@ impl Action {
         match self {
             Action::GithubOpenPullRequest { .. } => "github_open_pull_request",
             Action::GithubComment { .. } => "github_comment",
+            Action::GithubReaction { .. } => "github_reaction",
             Action::GithubMergePullRequest { .. } => "github_merge_pull_request",
             Action::LinearComment { .. } => "linear_comment",
             Action::LinearMoveIssue { .. } => "linear_move_issue",
@@ -181,6 +190,8 @@ impl Action {
             Action::GithubOpenPullRequest { .. } => true,
             // Looks for its marker among the issue's recent comments before it posts.
             Action::GithubComment { .. } => true,
+            // GitHub answers a repeated reaction with the one there.
+            Action::GithubReaction { .. } => true,
             // Reads the pull request first: one already merged (by the attempt cut off) is a success, not a merge.
             Action::GithubMergePullRequest { .. } => true,
             // Created under an id derived from the key: a repeat finds the first.

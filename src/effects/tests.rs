@@ -705,3 +705,102 @@ fn a_plans_proposal_is_one_message_per_chat_and_revision_escaped_with_approve_an
     );
     assert!(buttons.is_empty());
 }
+
+mod github_comments {
+    use super::github::{comment_answered, comment_reply};
+    use super::*;
+    use crate::intake::{CommentOutcome, CommentRecord};
+    use crate::tasks::Column;
+
+    fn record(outcome: CommentOutcome) -> CommentRecord {
+        CommentRecord {
+            repo: "Acme/App".parse().unwrap(),
+            number: 12,
+            pull_request: false,
+            comment: 991,
+            login: "ada".into(),
+            task: Some("T-7".parse().unwrap()),
+            outcome,
+            cause_event_id: uuid::Uuid::nil(),
+        }
+    }
+
+    #[test]
+    fn a_comment_gets_eyes_then_one_reply_each_keyed_by_the_comment() {
+        let requests = comment_answered(&record(CommentOutcome::Answered), at(0));
+        let keys: Vec<&str> = requests.iter().map(|r| r.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            ["github:reaction:acme/app:991", "github:reply:acme/app:991"]
+        );
+        assert!(requests
+            .iter()
+            .all(|r| r.task == Some("T-7".parse().unwrap())));
+        assert_eq!(
+            requests[0].action,
+            Action::GithubReaction {
+                repo: "Acme/App".parse().unwrap(),
+                comment: 991,
+                content: "eyes".into()
+            }
+        );
+        let Action::GithubComment { number, body, .. } = &requests[1].action else {
+            panic!("a reply: {:?}", requests[1].action);
+        };
+        assert_eq!(*number, 12);
+        assert!(
+            body.ends_with("<!-- pidevops:github:reply:acme/app:991 -->"),
+            "{body}"
+        );
+        assert!(Action::GithubReaction {
+            repo: "acme/app".parse().unwrap(),
+            comment: 1,
+            content: "eyes".into()
+        }
+        .safe_to_repeat());
+    }
+
+    #[test]
+    fn replies_say_what_came_of_it_and_quote_nothing_live() {
+        let reply = |outcome| comment_reply(&record(outcome));
+        assert_eq!(
+            reply(CommentOutcome::Queued { sent_back: false }),
+            "Queued for T-7's next run."
+        );
+        assert_eq!(
+            reply(CommentOutcome::Steered {
+                command: "cancel".into(),
+                column: Column::Cancelled
+            }),
+            "T-7 cancelled."
+        );
+        assert_eq!(
+            reply(CommentOutcome::Status {
+                column: Column::InReview,
+                attempts: 2,
+                max_attempts: 3,
+                needs_human: Some("ask @octocat about #12".into()),
+                pull_request: Some("acme/app#31".into()),
+            }),
+            "T-7 is in review, attempt 2 of 3. It needs a human: ask @\u{200B}octocat about #\u{200B}12. \
+             Pull request: acme/app#31."
+        );
+        let unknown = reply(CommentOutcome::Unknown {
+            given: "`@everyone`".into(),
+        });
+        assert_eq!(
+            unknown,
+            "`/pidevops @\u{200B}everyone` is not a command; the commands are retry, cancel, approve, status."
+        );
+        assert!(reply(CommentOutcome::Unknown {
+            given: String::new()
+        })
+        .contains("one of retry"));
+        assert_eq!(
+            reply(CommentOutcome::NoTask {
+                why: "closes #3".into()
+            }),
+            "No task: c\u{200B}loses #\u{200B}3."
+        );
+    }
+}

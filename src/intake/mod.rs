@@ -9,6 +9,7 @@
 //! stops its run), and every version is noted, so a late, older one changes nothing and a poller does not append
 //! it again.
 
+mod comments;
 pub mod rules;
 
 use anyhow::Context;
@@ -17,6 +18,7 @@ use crate::board::{Board, BoardError};
 use crate::domain::Source;
 use crate::eventlog::{EventLog, StoredEvent};
 use crate::loops::follow::{AsStored, Follow, Follower, Next};
+pub use comments::{CommentOutcome, CommentRecord, RECORD as COMMENT_RECORD};
 pub use rules::{Decision, IntakeConfig};
 
 /// The loop's name and its checkpoint's.
@@ -99,6 +101,13 @@ impl Intake {
             },
             Decision::FollowUp { key, text } => self.follow_up(&key, &text, event).await,
             Decision::Stop { key, reason } => self.stop(&key, &reason, event).await,
+            Decision::GithubComment(comment) => {
+                self.github_comment(&comment, event, progress).await
+            }
+            Decision::GithubCommentEdited { stream, id } => {
+                progress.ignored += 1;
+                self.github_comment_edited(&stream, id, event).await
+            }
             Decision::Ignore { reason } => {
                 progress.ignored += 1;
                 self.record_ignored(event, &reason).await

@@ -20,6 +20,7 @@ use crate::tasks::{
     AgentName, GithubRef, LinearIssue, Links, Priority, RepoName, Spec, ValueError,
 };
 
+pub mod github_comment;
 mod telegram;
 mod withdrawal;
 pub use telegram::telegram_refusal;
@@ -54,6 +55,11 @@ pub enum Decision {
     FollowUp { key: String, text: String },
     /// Stop the task of `key` now, its run too (a Linear agent session's `stop` signal).
     Stop { key: String, reason: String },
+    /// A comment addressed to pidevops by a trusted author (`rules/github_comment.rs`): intake finds its task by
+    /// the issue or pull request it is on, and records what it did in the comment's stream, once.
+    GithubComment(Box<github_comment::GithubComment>),
+    /// An edited comment: never run again; intake records whether it ran when it was created (its `stream`).
+    GithubCommentEdited { stream: String, id: u64 },
     /// Not something intake looks at (a push, a ping, our own events).
     NotIntake,
 }
@@ -197,6 +203,9 @@ pub fn decide(event: &StoredEvent, config: &IntakeConfig) -> Decision {
         "github.issues.closed" | "github.issues.deleted" | "github.issues.unlabeled" => {
             github_withdrawal(&event.event_type["github.issues.".len()..], &data(), config)
         }
+        "github.issue_comment.created" => github_comment::created(&data(), config),
+        "github.issue_comment.edited" => github_comment::edited(&data()),
+        "github.issue_comment.deleted" => ignore("a deleted comment changes nothing"),
         "telegram.message" => telegram_message(&data(), config),
         t if t.starts_with("linear.Issue.") && t.ends_with(".remove") => linear_removed(&data()),
         t if t.starts_with("linear.Issue.") => linear_issue(&data(), config),
@@ -243,10 +252,14 @@ fn ignore(reason: impl Into<String>) -> Decision {
 
 /// A plan asked for where none can be made: said once, in the refusal, with the key that would allow it.
 fn no_planner(what: &str) -> Decision {
-    ignore(format!(
+    ignore(no_planner_reason(what))
+}
+
+fn no_planner_reason(what: &str) -> String {
+    format!(
         "{what}: it asks for a plan, and no planner profile is configured (set [dispatch] planner in \
          pidevops.toml)"
-    ))
+    )
 }
 
 /// Whether `labels` ask for a plan rather than a task (`[plans] label`, matched exactly like the intake labels).
@@ -272,11 +285,9 @@ fn github_issue(data: &Value, config: &IntakeConfig) -> Decision {
     {
         return ignore(format!("caused by pidevops's own account {sender}"));
     }
-    let plan = asks_for_plan(&labels, config);
-    let agent = match agent_label(&labels) {
-        Ok(agent) => agent,
-        Err(e) => return ignore(format!("the issue cannot become a task: {e}")),
-    };
+    if let Err(e) = agent_label(&labels) {
+        return ignore(format!("the issue cannot become a task: {e}"));
+    }
     let association = issue["author_association"].as_str().unwrap_or("NONE");
     if !config.github_associations.contains(association) {
         let author = issue["user"]["login"].as_str().unwrap_or("someone");
@@ -290,6 +301,29 @@ fn github_issue(data: &Value, config: &IntakeConfig) -> Decision {
                 .join(", ")
         ));
     }
+    match github_issue_draft(data, config) {
+        Ok((key, draft)) => Decision::Create {
+            key,
+            draft: Box::new(draft),
+        },
+        Err(reason) => ignore(reason),
+    }
+}
+
+/// The task (or plan) an issue becomes, under its intake key `github:owner/name#12`, or why it cannot: its labels
+/// (`agent:`, `[plans] label`), title and body, the repository allowed. Who asked is the caller's business (the
+/// issue's author for a label, the commenter for a comment).
+pub(super) fn github_issue_draft(
+    data: &Value,
+    config: &IntakeConfig,
+) -> Result<(String, Draft), String> {
+    let issue = &data["issue"];
+    let labels: Vec<&str> = issue["labels"]
+        .as_array()
+        .map(|l| l.iter().filter_map(|l| l["name"].as_str()).collect())
+        .unwrap_or_default();
+    let plan = asks_for_plan(&labels, config);
+    let agent = agent_label(&labels).map_err(|e| format!("the issue cannot become a task: {e}"))?;
     let built = (|| -> Result<(String, Draft), ValueError> {
         let repo: RepoName = data["repository"]["full_name"]
             .as_str()
@@ -324,16 +358,13 @@ fn github_issue(data: &Value, config: &IntakeConfig) -> Decision {
             },
         ))
     })();
-    match built {
-        Ok((key, draft)) => match config.allowed_repos.check(&draft.repo) {
-            Ok(()) if plan && !config.planner => no_planner("the issue cannot become a plan"),
-            Ok(()) => Decision::Create {
-                key,
-                draft: Box::new(draft),
-            },
-            Err(refused) => ignore(format!("the issue cannot become a task: {refused}")),
-        },
-        Err(e) => ignore(format!("the issue cannot become a task: {e}")),
+    let (key, draft) = built.map_err(|e| format!("the issue cannot become a task: {e}"))?;
+    match config.allowed_repos.check(&draft.repo) {
+        Ok(()) if plan && !config.planner => {
+            Err(no_planner_reason("the issue cannot become a plan"))
+        }
+        Ok(()) => Ok((key, draft)),
+        Err(refused) => Err(format!("the issue cannot become a task: {refused}")),
     }
 }
 

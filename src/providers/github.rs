@@ -142,6 +142,26 @@ impl GithubClient {
 }
 
 impl GithubClient {
+    /// Reacts to issue (or pull request) comment `comment` with `content` (`eyes`, …). A repeat finds the one there
+    /// (GitHub answers 200 instead of 201).
+    pub async fn react_to_comment(
+        &self,
+        repo: &RepoName,
+        comment: u64,
+        content: &str,
+    ) -> Result<Produced, CallError> {
+        let route = format!(
+            "/repos/{}/{}/issues/comments/{comment}/reactions",
+            repo.owner(),
+            repo.name()
+        );
+        self.api
+            .post::<_, serde_json::Value>(route, Some(&serde_json::json!({ "content": content })))
+            .await
+            .map_err(|e| classify("reacting to the comment", e))?;
+        Ok(Produced::Done)
+    }
+
     /// A pull request as GitHub's REST API has it (`state`, `merged`, `head.sha`, …), for the poller.
     pub async fn pull(&self, repo: &RepoName, number: u64) -> Result<serde_json::Value, CallError> {
         let route = format!("/repos/{}/{}/pulls/{number}", repo.owner(), repo.name());

@@ -16,6 +16,7 @@ mod board_replay;
 mod browser;
 mod budgets;
 mod bus;
+mod comments;
 mod config;
 mod cron;
 mod deploy;

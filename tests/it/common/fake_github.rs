@@ -64,6 +64,8 @@ struct Inner {
     hold: Option<merge::Hold>,
     /// Issues as `GET /repos/{o}/{r}/issues/{n}` answers them: (repo, number) → issue.
     issues: std::collections::BTreeMap<(String, u64), Value>,
+    /// Reactions on issue comments: (repo, comment id, content), one per content as GitHub keeps them.
+    reactions: Vec<(String, u64, String)>,
 }
 
 /// A repository webhook as the fake keeps it: its secret as it was given (GitHub answers `********` instead).
@@ -138,6 +140,10 @@ impl FakeGithub {
             .route(
                 "/repos/{owner}/{repo}/issues/{number}/comments",
                 get(list_comments).post(create_comment),
+            )
+            .route(
+                "/repos/{owner}/{repo}/issues/comments/{id}/reactions",
+                axum::routing::post(create_reaction),
             )
             .route(
                 "/repos/{owner}/{repo}/hooks",
@@ -271,6 +277,11 @@ impl FakeGithub {
     /// The comments posted: (repo, issue number, body).
     pub fn comments(&self) -> Vec<(String, u64, String)> {
         self.inner.lock().unwrap().comments.clone()
+    }
+
+    /// The reactions made on issue comments: (repo, comment id, content).
+    pub fn reactions(&self) -> Vec<(String, u64, String)> {
+        self.inner.lock().unwrap().reactions.clone()
     }
 
     pub fn calls(&self) -> Vec<Call> {
@@ -498,6 +509,51 @@ async fn create_comment(
     (
         StatusCode::CREATED,
         Json(comment_json(&full, number, id, &text)),
+    )
+        .into_response()
+}
+
+/// `POST /repos/{o}/{r}/issues/comments/{id}/reactions`: 201 with the reaction, or 200 with the one there when
+/// this account already reacted so (GitHub's answer to a repeat).
+async fn create_reaction(
+    State(fake): State<FakeGithub>,
+    Path((owner, repo, id)): Path<(String, String, u64)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    if let Some(failure) = fake.record(&method, &uri, &headers, body.clone()) {
+        return failure_response(failure);
+    }
+    let content = body["content"].as_str().unwrap_or_default().to_owned();
+    const CONTENTS: [&str; 8] = [
+        "+1", "-1", "laugh", "confused", "heart", "hooray", "rocket", "eyes",
+    ];
+    if !CONTENTS.contains(&content.as_str()) {
+        return validation_failed("content is not a reaction");
+    }
+    let full = format!("{owner}/{repo}");
+    let (status, n) = {
+        let mut inner = fake.inner.lock().unwrap();
+        let reaction = (full, id, content.clone());
+        match inner.reactions.iter().position(|r| *r == reaction) {
+            Some(at) => (StatusCode::OK, at),
+            None => {
+                inner.reactions.push(reaction);
+                (StatusCode::CREATED, inner.reactions.len() - 1)
+            }
+        }
+    };
+    (
+        status,
+        Json(json!({
+            "id": 9000 + n,
+            "node_id": "REA_fake",
+            "user": { "login": "pidevops-bot", "id": 4242, "type": "User" },
+            "content": content,
+            "created_at": "2026-12-02T12:00:00Z",
+        })),
     )
         .into_response()
 }

@@ -1,0 +1,518 @@
+//! GitHub comments addressed to pidevops, pure: whether a comment on an issue or a pull request is one (its author
+//! trusted, not pidevops's own account, the repository allowed, the body mentioning `@<bot_login>` or starting with
+//! `/pidevops`), and what it asks: free text (a follow-up, or the answer to a task's question) or a command
+//! (`/pidevops retry | cancel | approve | status`). Which task it is for is decided by intake from the issue or pull
+//! request it is on, never from what the comment says.
+
+use serde_json::Value;
+
+use super::{github_issue_draft, ignore, Decision, IntakeConfig};
+use crate::board::Draft;
+use crate::tasks::RepoName;
+
+/// The command prefix; a comment starting with it is for pidevops even when no bot login is configured.
+pub const PREFIX: &str = "/pidevops";
+
+/// The stream of one comment's record (`conversation.github_comment`): appended at version 1 only, so a comment
+/// delivered again (GitHub's redelivery has a new delivery id) runs nothing twice.
+pub fn comment_stream(repo: &RepoName, comment: u64) -> String {
+    format!(
+        "github-comment:{}:{comment}",
+        repo.as_str().to_ascii_lowercase()
+    )
+}
+
+/// A command of `/pidevops <command>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommentCommand {
+    Retry,
+    Cancel,
+    Approve,
+    Status,
+}
+
+impl CommentCommand {
+    pub const ALL: [CommentCommand; 4] = [Self::Retry, Self::Cancel, Self::Approve, Self::Status];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Retry => "retry",
+            Self::Cancel => "cancel",
+            Self::Approve => "approve",
+            Self::Status => "status",
+        }
+    }
+
+    /// `retry, cancel, approve, status`: what an error reply lists.
+    pub fn listed() -> String {
+        Self::ALL.map(Self::name).join(", ")
+    }
+}
+
+/// What an addressed comment asks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ask {
+    /// Words for the task: a follow-up, or the answer to its question. The mention is stripped.
+    Text(String),
+    /// `/pidevops <command> [reason]`.
+    Command {
+        command: CommentCommand,
+        reason: Option<String>,
+    },
+    /// `/pidevops` with no command or one pidevops does not know (the word as typed, maybe empty).
+    Unknown(String),
+}
+
+/// A comment addressed to pidevops by a trusted author, on an issue or a pull request of an allowed repository.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GithubComment {
+    pub repo: RepoName,
+    /// The issue's or pull request's number.
+    pub number: u64,
+    pub pull_request: bool,
+    /// GitHub's id of the comment: the key of its follow-up (`github:comment:<id>`) and of its record.
+    pub id: u64,
+    pub login: String,
+    pub ask: Ask,
+    /// On an issue: the task it becomes when it is none yet (the same draft and key a labeled issue makes), or why
+    /// it cannot. `None` on a pull request: those are never made tasks from a comment.
+    pub draft: Option<Result<(String, Box<Draft>), String>>,
+}
+
+impl GithubComment {
+    /// The intake key of the issue (`github:owner/name#12`); a pull request's task is found by its link instead.
+    pub fn issue_key(&self) -> String {
+        format!("github:{}#{}", self.repo, self.number)
+    }
+
+    /// `github:comment:<id>`: the follow-up's origin key.
+    pub fn origin_key(&self) -> String {
+        format!("github:comment:{}", self.id)
+    }
+
+    /// `<login> on owner/name#12`: who said it, where.
+    pub fn from(&self) -> String {
+        format!("{} on {}#{}", self.login, self.repo, self.number)
+    }
+}
+
+/// `github.issue_comment.created`: a comment for pidevops, or why not (recorded, never answered: a stranger must
+/// not be able to make pidevops noisy).
+pub fn created(data: &Value, config: &IntakeConfig) -> Decision {
+    match addressed(data, config) {
+        Ok(comment) => Decision::GithubComment(Box::new(comment)),
+        Err(reason) => ignore(reason),
+    }
+}
+
+/// `github.issue_comment.edited`: never run again. Intake says whether it ran when it was created.
+pub fn edited(data: &Value) -> Decision {
+    let repo = data["repository"]["full_name"]
+        .as_str()
+        .and_then(|r| r.parse::<RepoName>().ok());
+    match (repo, data["comment"]["id"].as_u64()) {
+        (Some(repo), Some(id)) => Decision::GithubCommentEdited {
+            stream: comment_stream(&repo, id),
+            id,
+        },
+        _ => ignore("an edited comment without a repository or an id"),
+    }
+}
+
+/// The comment, if it passes every gate; otherwise the reason it does not.
+fn addressed(data: &Value, config: &IntakeConfig) -> Result<GithubComment, String> {
+    let comment = &data["comment"];
+    let issue = &data["issue"];
+    let login = comment["user"]["login"].as_str().unwrap_or_default();
+    let (Some(id), Some(number)) = (comment["id"].as_u64(), issue["number"].as_u64()) else {
+        return Err("a comment without an id or an issue number".to_owned());
+    };
+    let bot = config.github_bot_login.as_deref();
+    if bot.is_some_and(|bot| bot.eq_ignore_ascii_case(login)) {
+        return Err(format!(
+            "comment {id} is by pidevops's own account {login}; it never answers itself"
+        ));
+    }
+    let body = comment["body"].as_str().unwrap_or_default();
+    let Some(ask) = ask(body, bot) else {
+        return Err(format!(
+            "comment {id} is not addressed to pidevops (no {} and no {PREFIX} command)",
+            bot.map_or_else(
+                || "bot_login configured".to_owned(),
+                |b| format!("@{b} mention")
+            )
+        ));
+    };
+    let repo: RepoName = data["repository"]["full_name"]
+        .as_str()
+        .unwrap_or_default()
+        .parse()
+        .map_err(|e| format!("comment {id}: the repository is not valid: {e}"))?;
+    if let Err(refused) = config.allowed_repos.check(&repo) {
+        return Err(format!("comment {id} on {repo}#{number}: {refused}"));
+    }
+    let association = comment["author_association"].as_str().unwrap_or("NONE");
+    if !config.github_associations.contains(association) {
+        return Err(format!(
+            "comment {id} on {repo}#{number}: {login} is {association} on the repository; pidevops takes \
+             comments only from {}",
+            config
+                .github_associations
+                .iter()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    let pull_request = !issue["pull_request"].is_null();
+    let draft = (!pull_request).then(|| issue_draft(data, config));
+    Ok(GithubComment {
+        repo,
+        number,
+        pull_request,
+        id,
+        login: login.to_owned(),
+        ask,
+        draft,
+    })
+}
+
+/// The task an issue with no task yet becomes when a trusted comment asks (as a label would make it).
+fn issue_draft(data: &Value, config: &IntakeConfig) -> Result<(String, Box<Draft>), String> {
+    if data["issue"]["state"].as_str() == Some("closed") {
+        return Err("the issue is closed".to_owned());
+    }
+    github_issue_draft(data, config).map(|(key, draft)| (key, Box::new(draft)))
+}
+
+/// What `body` asks of pidevops, if it is addressed to it: a `/pidevops` command at its start (after a mention,
+/// if any), or the text around a whole-word `@<bot>` mention. `None`: not for pidevops.
+pub fn ask(body: &str, bot: Option<&str>) -> Option<Ask> {
+    let mentioned = bot.and_then(|bot| strip_mentions(body, bot));
+    let text = mentioned.as_deref().unwrap_or(body).trim();
+    if let Some(rest) = command_rest(text) {
+        return Some(command(rest));
+    }
+    // A bare mention asks nothing: the reply lists what it could ask.
+    mentioned.map(|text| match text.trim() {
+        "" => Ask::Unknown(String::new()),
+        text => Ask::Text(text.to_owned()),
+    })
+}
+
+/// The text after a leading `/pidevops` (a whole word), if the text starts with it.
+fn command_rest(text: &str) -> Option<&str> {
+    let head = text.get(..PREFIX.len())?;
+    if !head.eq_ignore_ascii_case(PREFIX) {
+        return None;
+    }
+    let rest = &text[PREFIX.len()..];
+    (rest.is_empty() || rest.starts_with(char::is_whitespace)).then_some(rest)
+}
+
+fn command(rest: &str) -> Ask {
+    let line = rest.lines().next().unwrap_or_default().trim();
+    let (word, reason) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+    let reason = Some(reason.trim().to_owned()).filter(|r| !r.is_empty());
+    match CommentCommand::ALL
+        .into_iter()
+        .find(|c| c.name().eq_ignore_ascii_case(word))
+    {
+        Some(command) => Ask::Command { command, reason },
+        None => Ask::Unknown(word.to_owned()),
+    }
+}
+
+/// `body` without its whole-word `@<bot>` mentions (any case), and a `,` or `:` right after one; `None` when it
+/// has none.
+pub fn strip_mentions(body: &str, bot: &str) -> Option<String> {
+    let needle = format!("@{}", bot.to_ascii_lowercase());
+    let lower = body.to_ascii_lowercase();
+    let mut out = String::with_capacity(body.len());
+    let (mut from, mut found) = (0, false);
+    let mut search = 0;
+    while let Some(at) = lower[search..].find(&needle).map(|i| i + search) {
+        let end = at + needle.len();
+        let before = body[..at].chars().next_back();
+        let after = body[end..].chars().next();
+        search = end;
+        if before.is_some_and(word_char) || after.is_some_and(|c| word_char(c) || c == '/') {
+            continue;
+        }
+        found = true;
+        out.push_str(&body[from..at]);
+        from = end;
+        if matches!(after, Some(',' | ':')) {
+            from += 1;
+        }
+    }
+    if !found {
+        return None;
+    }
+    out.push_str(&body[from..]);
+    Some(out.trim().to_owned())
+}
+
+/// A character a GitHub login (or an address around one) continues with.
+fn word_char(c: char) -> bool {
+    c.is_alphanumeric() || matches!(c, '-' | '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const BOT: Option<&str> = Some("pidevops-bot");
+
+    fn text(s: &str) -> Option<Ask> {
+        Some(Ask::Text(s.to_owned()))
+    }
+
+    fn cmd(command: CommentCommand, reason: Option<&str>) -> Option<Ask> {
+        Some(Ask::Command {
+            command,
+            reason: reason.map(str::to_owned),
+        })
+    }
+
+    #[test]
+    fn a_mention_as_a_whole_word_in_any_case_addresses_pidevops() {
+        assert_eq!(
+            ask("@pidevops-bot use 5 retries", BOT),
+            text("use 5 retries")
+        );
+        assert_eq!(
+            ask("@PiDevOps-Bot: use 5 retries", BOT),
+            text("use 5 retries")
+        );
+        assert_eq!(ask("@pidevops-bot, please", BOT), text("please"));
+        assert_eq!(
+            ask("Thanks. (@pidevops-bot) also log it.", BOT),
+            text("Thanks. () also log it.")
+        );
+        assert_eq!(
+            ask("first line\n\n@pidevops-bot second", BOT),
+            text("first line\n\n second")
+        );
+        assert_eq!(ask("ping @pidevops-bot.", BOT), text("ping ."));
+    }
+
+    #[test]
+    fn a_longer_login_an_address_or_a_team_is_not_a_mention() {
+        for body in [
+            "@pidevops-bot2 do it",
+            "@pidevops-bot-old do it",
+            "mail me at x@pidevops-bot",
+            "@pidevops-bot/team do it",
+            "@pidevops_bot do it",
+            "pidevops-bot do it",
+            "@pidevops do it",
+            "",
+        ] {
+            assert_eq!(ask(body, BOT), None, "{body:?}");
+        }
+        assert_eq!(
+            ask("@pidevops-bot2 and @pidevops-bot both", BOT),
+            text("@pidevops-bot2 and  both")
+        );
+    }
+
+    #[test]
+    fn without_a_bot_login_only_the_prefix_addresses_pidevops() {
+        assert_eq!(ask("@pidevops-bot use 5 retries", None), None);
+        assert_eq!(
+            ask("/pidevops status", None),
+            cmd(CommentCommand::Status, None)
+        );
+    }
+
+    #[test]
+    fn commands_are_read_from_the_start_after_any_mention() {
+        assert_eq!(
+            ask("/pidevops retry", BOT),
+            cmd(CommentCommand::Retry, None)
+        );
+        assert_eq!(
+            ask("  /PIDEVOPS Cancel  ", BOT),
+            cmd(CommentCommand::Cancel, None)
+        );
+        assert_eq!(
+            ask("/pidevops cancel wrong issue\nmore words", BOT),
+            cmd(CommentCommand::Cancel, Some("wrong issue"))
+        );
+        assert_eq!(
+            ask("/pidevops approve", BOT),
+            cmd(CommentCommand::Approve, None)
+        );
+        assert_eq!(
+            ask("@pidevops-bot /pidevops status", BOT),
+            cmd(CommentCommand::Status, None)
+        );
+        assert_eq!(
+            ask("/pidevops\tstatus", BOT),
+            cmd(CommentCommand::Status, None)
+        );
+    }
+
+    #[test]
+    fn an_unknown_or_missing_command_is_an_error_not_text() {
+        assert_eq!(
+            ask("/pidevops merge", BOT),
+            Some(Ask::Unknown("merge".into()))
+        );
+        assert_eq!(ask("/pidevops", BOT), Some(Ask::Unknown(String::new())));
+        assert_eq!(
+            ask("/pidevops\nretry", BOT),
+            Some(Ask::Unknown(String::new()))
+        );
+        assert_eq!(ask("@pidevops-bot", BOT), Some(Ask::Unknown(String::new())));
+        assert_eq!(
+            ask(" @pidevops-bot: ", BOT),
+            Some(Ask::Unknown(String::new()))
+        );
+        assert_eq!(CommentCommand::listed(), "retry, cancel, approve, status");
+    }
+
+    #[test]
+    fn the_prefix_elsewhere_or_glued_is_not_a_command() {
+        assert_eq!(ask("/pidevopsx retry", None), None);
+        assert_eq!(ask("please /pidevops retry", None), None);
+        assert_eq!(ask("`/pidevops retry`", None), None);
+        // Mentioned, the words are a follow-up, the prefix inside them included.
+        assert_eq!(
+            ask("@pidevops-bot please /pidevops retry", BOT),
+            text("please /pidevops retry")
+        );
+    }
+
+    fn config() -> IntakeConfig {
+        let file: crate::config::FileConfig = r#"
+            [intake]
+            allow_repos = ["acme/*"]
+            [intake.github]
+            bot_login = "pidevops-bot"
+            "#
+        .parse()
+        .unwrap();
+        file.intake
+    }
+
+    fn payload(body: &str, association: &str, login: &str) -> Value {
+        json!({
+            "action": "created",
+            "repository": { "full_name": "acme/api" },
+            "issue": {
+                "number": 12,
+                "title": "Fix the login redirect",
+                "body": "The redirect drops the query.\n\nDone when: it keeps it",
+                "state": "open",
+                "labels": [],
+                "author_association": "NONE",
+                "user": { "login": "someone" },
+                "updated_at": "2026-11-29T10:15:03Z",
+            },
+            "comment": {
+                "id": 991,
+                "body": body,
+                "author_association": association,
+                "user": { "login": login, "type": "User" },
+            },
+            "sender": { "login": login },
+        })
+    }
+
+    fn comment(decision: Decision) -> GithubComment {
+        match decision {
+            Decision::GithubComment(c) => *c,
+            other => panic!("not a comment: {other:?}"),
+        }
+    }
+
+    fn reason(decision: Decision) -> String {
+        match decision {
+            Decision::Ignore { reason } => reason,
+            other => panic!("not ignored: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_trusted_comment_on_an_issue_carries_the_issues_draft() {
+        let c = comment(created(
+            &payload("@pidevops-bot go", "MEMBER", "ada"),
+            &config(),
+        ));
+        assert_eq!(c.repo.as_str(), "acme/api");
+        assert_eq!((c.number, c.id, c.pull_request), (12, 991, false));
+        assert_eq!(c.ask, Ask::Text("go".into()));
+        assert_eq!(c.origin_key(), "github:comment:991");
+        assert_eq!(c.from(), "ada on acme/api#12");
+        let (key, draft) = c.draft.clone().unwrap().unwrap();
+        assert_eq!(key, "github:acme/api#12");
+        assert_eq!(key, c.issue_key());
+        assert_eq!(draft.spec.task(), "Fix the login redirect");
+        assert_eq!(draft.spec.done_when(), "it keeps it");
+        assert_eq!(draft.spec.scope(), "The redirect drops the query.");
+        assert!(draft.links.github_issue.is_some());
+    }
+
+    #[test]
+    fn a_comment_on_a_pull_request_makes_no_draft_and_a_closed_issue_says_why() {
+        let mut on_pr = payload("@pidevops-bot go", "OWNER", "ada");
+        on_pr["issue"]["pull_request"] =
+            json!({ "url": "https://api.github.com/repos/acme/api/pulls/12" });
+        let c = comment(created(&on_pr, &config()));
+        assert!(c.pull_request);
+        assert_eq!(c.draft, None);
+        let mut closed = payload("@pidevops-bot go", "OWNER", "ada");
+        closed["issue"]["state"] = json!("closed");
+        let c = comment(created(&closed, &config()));
+        assert_eq!(c.draft, Some(Err("the issue is closed".to_owned())));
+    }
+
+    #[test]
+    fn strangers_our_own_account_other_repositories_and_plain_comments_are_ignored_saying_why() {
+        let config = config();
+        let stranger = reason(created(
+            &payload("/pidevops cancel", "NONE", "mallory"),
+            &config,
+        ));
+        assert!(stranger.contains("mallory is NONE"), "{stranger}");
+        let contributor = reason(created(
+            &payload("/pidevops cancel", "CONTRIBUTOR", "eve"),
+            &config,
+        ));
+        assert!(contributor.contains("eve is CONTRIBUTOR"), "{contributor}");
+        let own = reason(created(
+            &payload("@pidevops-bot done", "OWNER", "PiDevOps-Bot"),
+            &config,
+        ));
+        assert!(own.contains("own account"), "{own}");
+        let plain = reason(created(&payload("LGTM", "OWNER", "ada"), &config));
+        assert!(plain.contains("not addressed to pidevops"), "{plain}");
+        let mut elsewhere = payload("/pidevops cancel", "OWNER", "ada");
+        elsewhere["repository"]["full_name"] = json!("other-org/api");
+        let other = reason(created(&elsewhere, &config));
+        assert!(other.contains("other-org/api"), "{other}");
+        let mut no_id = payload("/pidevops cancel", "OWNER", "ada");
+        no_id["comment"]["id"] = Value::Null;
+        assert!(reason(created(&no_id, &config)).contains("without an id"));
+    }
+
+    #[test]
+    fn an_edit_names_the_comments_stream() {
+        let edit = edited(&payload("@pidevops-bot go", "OWNER", "ada"));
+        assert_eq!(
+            edit,
+            Decision::GithubCommentEdited {
+                stream: "github-comment:acme/api:991".to_owned(),
+                id: 991
+            }
+        );
+        assert!(matches!(edited(&json!({})), Decision::Ignore { .. }));
+        assert_eq!(
+            comment_stream(&"Acme/API".parse().unwrap(), 7),
+            "github-comment:acme/api:7"
+        );
+    }
+}
