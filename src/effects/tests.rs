@@ -259,6 +259,7 @@ fn a_task_in_review_asks_for_one_pull_request_to_its_repositorys_base() {
                    <code>pidevops/T-9</code> (attempt 1 of 3)"
                 .into(),
             buttons: Vec::new(),
+            reply_prompt: None,
         }
     );
     assert!(
