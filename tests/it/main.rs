@@ -40,6 +40,7 @@ mod openapi;
 mod plans;
 mod plans_combined;
 mod pollers;
+mod questions;
 mod process;
 mod projectors;
 mod reactions;
