@@ -227,7 +227,8 @@ impl ProviderPolicy for TelegramPolicy {
             task_event,
             TaskEvent::FlaggedNeedsHuman { question: true, .. }
         );
-        if !question && repeat_in_cooldown(&history, event.position, self.config.telegram_cooldown) {
+        if !question && repeat_in_cooldown(&history, event.position, self.config.telegram_cooldown)
+        {
             tracing::debug!(
                 position = event.position,
                 "a repeat inside the cooldown: not sent"

@@ -457,11 +457,7 @@ pub async fn answer(
     let body = match body {
         Ok(Json(body)) => body,
         Err(rejection) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "bad_answer",
-                rejection.body_text(),
-            )
+            return error(StatusCode::BAD_REQUEST, "bad_answer", rejection.body_text())
         }
     };
     let request = match body.request_id {

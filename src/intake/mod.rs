@@ -111,7 +111,10 @@ impl Intake {
                 text,
                 origin,
                 refusal,
-            } => self.telegram_reply(chat, to, &text, origin, refusal, event).await,
+            } => {
+                self.telegram_reply(chat, to, &text, origin, refusal, event)
+                    .await
+            }
             Decision::Stop { key, reason } => self.stop(&key, &reason, event).await,
             Decision::Ignore { reason } => {
                 progress.ignored += 1;
@@ -417,7 +420,10 @@ impl Intake {
         };
         if let Some(why) = refusal {
             return self
-                .record_ignored(event, &format!("a reply about {} refused: {why}", sent.task))
+                .record_ignored(
+                    event,
+                    &format!("a reply about {} refused: {why}", sent.task),
+                )
                 .await;
         }
         self.reply(sent.task, text, Some(origin), !sent.question, event)

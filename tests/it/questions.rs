@@ -57,8 +57,7 @@ fn issue_412() -> Issue {
 /// A Linear fixture with a fresh `webhookTimestamp` (a new delivery), changed by `edit`.
 fn linear_delivery(name: &str, edit: impl FnOnce(&mut Value)) -> Vec<u8> {
     let path = crate::common::fixtures_dir().join("linear").join(name);
-    let mut body: Value =
-        serde_json::from_slice(&crate::common::linear_body_at(&path, 0)).unwrap();
+    let mut body: Value = serde_json::from_slice(&crate::common::linear_body_at(&path, 0)).unwrap();
     edit(&mut body);
     serde_json::to_vec(&body).unwrap()
 }
@@ -119,7 +118,12 @@ async fn create_task(app: &TestApp, title: &str) -> TaskId {
     let (outcome, created) = app
         .state
         .board
-        .create(draft, &format!("test:{}", uuid::Uuid::now_v7()), "api", None)
+        .create(
+            draft,
+            &format!("test:{}", uuid::Uuid::now_v7()),
+            "api",
+            None,
+        )
         .await
         .unwrap();
     assert!(created);
@@ -260,8 +264,10 @@ async fn a_question_reaches_linear_as_an_elicitation_and_the_prompt_answers_it_o
     app.drive("intake").await;
     let answered = task(app, id).await;
     assert_eq!(answers(&answered), ["The order's currency."]);
-    assert!(answered.follow_ups()[0].origin.as_ref().is_some_and(|o| o.key()
-        == "linear:activity:aa-0000-4000-8000-000000000777"));
+    assert!(answered.follow_ups()[0]
+        .origin
+        .as_ref()
+        .is_some_and(|o| o.key() == "linear:activity:aa-0000-4000-8000-000000000777"));
     app.drive("effects:linear").await;
     let kinds: Vec<String> = linear
         .activities()
@@ -304,7 +310,10 @@ async fn a_question_reaches_telegram_with_a_reply_prompt_and_only_an_allowed_rep
     let id = create_task(app, "Refund in the right currency").await;
     wait_for_question(app, id, true).await;
     within(WAIT, "the question in the chat", || async {
-        telegram.sent().iter().any(|m| m.text.contains("the agent asks"))
+        telegram
+            .sent()
+            .iter()
+            .any(|m| m.text.contains("the agent asks"))
     })
     .await;
     let question = telegram
@@ -314,8 +323,12 @@ async fn a_question_reaches_telegram_with_a_reply_prompt_and_only_an_allowed_rep
         .unwrap();
     assert_eq!(question.chat, -100);
     assert!(
-        question.text.contains("Which currency do refunds use: the order&#x27;s")
-            || question.text.contains("Which currency do refunds use: the order's"),
+        question
+            .text
+            .contains("Which currency do refunds use: the order&#x27;s")
+            || question
+                .text
+                .contains("Which currency do refunds use: the order's"),
         "{}",
         question.text
     );
@@ -419,7 +432,8 @@ async fn a_task_flagged_for_another_reason_is_asked_the_same_way_and_the_dashboa
         .collect();
     assert_eq!(elicitations.len(), 1, "{:#?}", linear.activities());
     assert!(
-        elicitations[0].contains("needs a human") && elicitations[0].contains("Reply in this session"),
+        elicitations[0].contains("needs a human")
+            && elicitations[0].contains("Reply in this session"),
         "{}",
         elicitations[0]
     );
@@ -429,7 +443,10 @@ async fn a_task_flagged_for_another_reason_is_asked_the_same_way_and_the_dashboa
     app.project().await;
     let (status, html) = crate::web::get(app, &format!("/tasks/{id}"), &cookie).await;
     assert_eq!(status, 200);
-    assert!(html.contains(&format!("action=\"/tasks/{id}/answer\"")), "{html}");
+    assert!(
+        html.contains(&format!("action=\"/tasks/{id}/answer\"")),
+        "{html}"
+    );
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()

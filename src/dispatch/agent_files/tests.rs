@@ -409,7 +409,11 @@ fn removing_a_directory_the_agent_locked_still_works() {
 #[test]
 fn a_question_is_read_trimmed_and_cut_to_a_reason_with_a_marker() {
     let s = scene();
-    assert_eq!(read_question(&s.worktree).unwrap(), None, "no file, no question");
+    assert_eq!(
+        read_question(&s.worktree).unwrap(),
+        None,
+        "no file, no question"
+    );
     s.write("question.md", b"\n  Which currency do refunds use?\n\n");
     let question = read_question(&s.worktree).unwrap().unwrap();
     assert_eq!(question.reason().as_str(), "Which currency do refunds use?");
@@ -438,7 +442,11 @@ fn an_empty_binary_oversized_or_linked_question_is_refused() {
         Err(AgentFileError::TooLarge { .. })
     ));
     std::fs::remove_file(s.agent_dir().join("question.md")).unwrap();
-    symlink(s.outside.join("secret.json"), s.agent_dir().join("question.md")).unwrap();
+    symlink(
+        s.outside.join("secret.json"),
+        s.agent_dir().join("question.md"),
+    )
+    .unwrap();
     assert!(matches!(
         read_question(&s.worktree),
         Err(AgentFileError::NotRegular { .. })

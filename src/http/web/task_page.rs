@@ -209,7 +209,10 @@ pub(super) async fn answer(
         None => {
             return page(
                 StatusCode::BAD_REQUEST,
-                pages::message("Not accepted", "The answer form sends text; this one did not."),
+                pages::message(
+                    "Not accepted",
+                    "The answer form sends text; this one did not.",
+                ),
             )
         }
     };

@@ -219,7 +219,8 @@ impl AgentQuestion {
     /// Far more than a question needs; the reader refuses a larger file before reading it.
     pub const MAX_BYTES: usize = 64 * 1024;
     /// What replaces the end of a question cut to size.
-    pub const CUT_MARKER: &'static str = "[… the question was cut: read the rest in the attempt's log]";
+    pub const CUT_MARKER: &'static str =
+        "[… the question was cut: read the rest in the attempt's log]";
 
     pub fn parse(bytes: &[u8]) -> Result<Self, ReportError> {
         let file = Self::FILE;
@@ -237,7 +238,8 @@ impl AgentQuestion {
             return Err(ReportError::Field {
                 file: file.to_owned(),
                 field: "(text)".to_owned(),
-                why: "is empty; write the question for a person there, or remove the file".to_owned(),
+                why: "is empty; write the question for a person there, or remove the file"
+                    .to_owned(),
             });
         }
         let max = Reason::MAX_CHARS;
