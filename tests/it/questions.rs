@@ -99,6 +99,7 @@ async fn scene(
         settings.telegram_bot_token = Some(SecretString::from(BOT_TOKEN));
         settings.telegram_api_url = telegram.url.clone();
         settings.telegram_allowed_chats = Some("-100".to_owned());
+        settings.telegram_allowed_users = Some("5".to_owned());
     }
     settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
     settings.workspace_root = scratch.path().join("ws");
@@ -278,13 +279,13 @@ async fn a_question_reaches_linear_as_an_elicitation_and_the_prompt_answers_it_o
     scene.app.stop().await;
 }
 
-/// A Telegram message update from `chat` (user 5) replying to message `to`.
-fn reply(update: i64, chat: i64, to: i64, text: &str) -> Vec<u8> {
+/// A Telegram message update from `user` in `chat` replying to message `to`.
+fn reply(update: i64, chat: i64, user: i64, to: i64, text: &str) -> Vec<u8> {
     json!({
         "update_id": 910_000 + update,
         "message": {
             "message_id": 8000 + update,
-            "from": { "id": 5, "is_bot": false, "first_name": "Ada", "username": "ada_l" },
+            "from": { "id": user, "is_bot": false, "first_name": "Ada", "username": "ada_l" },
             "chat": { "id": chat, "type": if chat < 0 { "group" } else { "private" } },
             "date": 1764411500,
             "text": text,
@@ -350,23 +351,33 @@ async fn a_question_reaches_telegram_with_a_reply_prompt_and_only_an_allowed_rep
     })
     .await;
 
-    // A reply from a chat that may not command, to a message of that number there: nothing.
-    let r = app
-        .post_telegram(
-            &reply(1, 31337, question.message_id, "Use dollars."),
-            crate::common::TELEGRAM_SECRET,
-        )
-        .await;
-    assert_eq!(r.status(), 200);
+    // A reply from a chat that may not command (to a message of that number there), and one in the chat from a
+    // member who may not (TELEGRAM_ALLOWED_USERS): nothing, the second recorded.
+    for (update, chat, user) in [(1, 31337, 5), (4, -100, 666)] {
+        let r = app
+            .post_telegram(
+                &reply(update, chat, user, question.message_id, "Use dollars."),
+                crate::common::TELEGRAM_SECRET,
+            )
+            .await;
+        assert_eq!(r.status(), 200);
+    }
     app.drive("intake").await;
     let still = task(app, id).await;
     assert!(still.needs_human().is_some(), "a stranger answered");
     assert!(answers(&still).is_empty());
+    let reasons = ignored(app).await;
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("user 666 is not in TELEGRAM_ALLOWED_USERS")),
+        "{reasons:?}"
+    );
 
     // The allowed chat's reply to the question is the answer.
     let r = app
         .post_telegram(
-            &reply(2, -100, question.message_id, "The account's currency."),
+            &reply(2, -100, 5, question.message_id, "The account's currency."),
             crate::common::TELEGRAM_SECRET,
         )
         .await;
@@ -378,7 +389,7 @@ async fn a_question_reaches_telegram_with_a_reply_prompt_and_only_an_allowed_rep
     // A second reply to the question, once answered: recorded as ignored, not a second follow-up.
     let r = app
         .post_telegram(
-            &reply(3, -100, question.message_id, "Actually, dollars."),
+            &reply(3, -100, 5, question.message_id, "Actually, dollars."),
             crate::common::TELEGRAM_SECRET,
         )
         .await;
