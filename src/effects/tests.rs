@@ -766,7 +766,10 @@ fn a_question_is_asked_where_the_task_came_from_once_per_episode() {
     assert_eq!(ask.0, "linear:activity:e-2");
     assert_eq!(ask.1["type"], "elicitation");
     let body = ask.1["body"].as_str().unwrap();
-    assert!(body.contains("the agent asks:\n\n> Which currency"), "{body}");
+    assert!(
+        body.contains("the agent asks:\n\n> Which currency"),
+        "{body}"
+    );
     assert!(body.contains("Reply in this session"), "{body}");
 
     // GitHub: a comment on the issue, the agent's words made inert, how to answer with the bot's name.
@@ -785,7 +788,10 @@ fn a_question_is_asked_where_the_task_came_from_once_per_episode() {
     };
     assert_eq!(*number, 31);
     assert!(body.contains("asks:\n\n> Which currency"), "{body}");
-    assert!(!body.contains("@octocat"), "no mention from the agent: {body}");
+    assert!(
+        !body.contains("@octocat"),
+        "no mention from the agent: {body}"
+    );
     assert!(body.contains("mentioning @pidevops-bot"), "{body}");
     assert!(body.ends_with(&marker(&github.key)), "{body}");
 

@@ -257,11 +257,22 @@ async fn a_question_reaches_linear_as_an_elicitation_and_the_prompt_answers_it_o
             .is_none(),
         "the asking run's half-done change is not on the branch"
     );
-    // Redelivered (a new delivery of the same activity): nothing twice.
+    // Delivered again under another webhook id, so ingress stores it as a new event (the same delivery would be a
+    // duplicate there already): the answer's key is on record, so nothing twice.
     let r = app
-        .post_linear(&linear_delivery("agent_session.prompted.json", answer))
+        .post_linear(&linear_delivery("agent_session.prompted.json", |body| {
+            answer(body);
+            body["webhookId"] = json!("b0c1d2e3-0000-4000-8000-0000000000ef");
+        }))
         .await;
     assert_eq!(r.status(), 200);
+    let prompted = app
+        .all_events()
+        .await
+        .into_iter()
+        .filter(|e| e.event_type == "linear.AgentSessionEvent.prompted")
+        .count();
+    assert_eq!(prompted, 2, "both deliveries are in the log");
     app.drive("intake").await;
     let answered = task(app, id).await;
     assert_eq!(answers(&answered), ["The order's currency."]);
