@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use crate::common::agents::{agent, dispatch_file, Remote, REPO};
+use crate::common::fake_github::FakeGithub;
 use crate::common::fake_linear::{default_states, FakeLinear, Issue, LINEAR_KEY};
 use crate::common::fake_telegram::FakeTelegram;
 use crate::common::{within, TestApp, TestDb, ADMIN_TOKEN};
@@ -21,6 +22,7 @@ per_backend!(
     a_question_reaches_telegram_with_a_reply_prompt_and_only_an_allowed_reply_answers_it,
     a_task_flagged_for_another_reason_is_asked_the_same_way_and_the_dashboard_answers_it,
     the_api_answers_once_per_request_and_refuses_a_second_answer,
+    a_question_from_a_github_issue_is_asked_there_once_saying_how_to_answer,
 );
 
 /// The issue of the `agent_session.*` fixtures.
@@ -565,5 +567,75 @@ async fn the_api_answers_once_per_request_and_refuses_a_second_answer(db: TestDb
         .origin
         .as_ref()
         .is_some_and(|o| o.key() == "api:r-1"));
+    app.stop().await;
+}
+
+async fn a_question_from_a_github_issue_is_asked_there_once_saying_how_to_answer(db: TestDb) {
+    let github = FakeGithub::start().await;
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let script = agent(scratch.path(), "asks.sh", ASKING_AGENT);
+    let mut file = dispatch_file(&remote, &script, "");
+    file.insert(
+        "intake".to_owned(),
+        toml::Value::Table("[github]\nbot_login = \"pidevops-bot\"".parse().unwrap()),
+    );
+    let mut settings = crate::common::settings(&db);
+    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
+    settings.workspace_root = scratch.path().join("ws");
+    settings.github_token = Some(SecretString::from("ghp_fake_token_for_the_fake_github"));
+    settings.github_api_url = github.url.clone();
+    let app = TestApp::spawn(settings).await;
+    let issue = json!({
+        "action": "labeled",
+        "issue": {
+            "number": 12,
+            "title": "Refund in the right currency",
+            "body": "Refunds use the wrong currency.",
+            "labels": [{ "name": "pidevops" }],
+            "author_association": "OWNER",
+            "user": { "login": "ada" },
+            "updated_at": "2026-11-29T10:15:03Z"
+        },
+        "label": { "name": "pidevops" },
+        "repository": { "full_name": REPO },
+        "sender": { "login": "ada" }
+    });
+    let r = app
+        .post_github("issues", "question-issue-1", issue.to_string().as_bytes())
+        .await;
+    assert_eq!(r.status(), 200);
+    app.drive("intake").await;
+    let id = app
+        .state
+        .board
+        .task_for_key(&format!("github:{REPO}#12"))
+        .await
+        .unwrap()
+        .expect("the issue's task");
+    wait_for_question(&app, id, true).await;
+    app.drive(&pidevops::effects::Provider::Github.loop_name())
+        .await;
+    let comments: Vec<(String, u64, String)> = github
+        .comments()
+        .into_iter()
+        .filter(|(_, _, body)| body.contains("asks"))
+        .collect();
+    assert_eq!(comments.len(), 1, "{:#?}", github.comments());
+    let (repo, number, body) = &comments[0];
+    assert_eq!((repo.as_str(), *number), (REPO, 12));
+    assert!(body.contains(&format!("> {QUESTION}")), "{body}");
+    assert!(body.contains("mentioning @pidevops-bot"), "{body}");
+    // Read again, nothing is posted twice.
+    app.drive(&pidevops::effects::Provider::Github.loop_name())
+        .await;
+    assert_eq!(
+        github
+            .comments()
+            .iter()
+            .filter(|(_, _, body)| body.contains("asks"))
+            .count(),
+        1
+    );
     app.stop().await;
 }
