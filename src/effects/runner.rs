@@ -580,6 +580,10 @@ fn sent_message(
     else {
         return None;
     };
+    // Telegram always names the message; a reply could not be matched to one it did not.
+    if *message_id == 0 {
+        return None;
+    }
     Some(SentMessage {
         chat: *chat,
         message_id: *message_id,
