@@ -415,6 +415,46 @@ async fn a_question_reaches_telegram_with_a_reply_prompt_and_only_an_allowed_rep
         reasons.iter().any(|r| r.contains("answered already")),
         "{reasons:?}"
     );
+
+    // A reply to another message about the task (its review notice) is a follow-up, which sends it back.
+    within(WAIT, "the review notice", || async {
+        telegram
+            .sent()
+            .iter()
+            .any(|m| m.text.contains("ready for review"))
+    })
+    .await;
+    let review = telegram
+        .sent()
+        .into_iter()
+        .find(|m| m.text.contains("ready for review"))
+        .unwrap();
+    assert!(review.reply_markup.is_null(), "no reply prompt: {review:?}");
+    let stream = pidevops::providers::telegram::message_stream(-100, review.message_id);
+    within(WAIT, "the review notice's record", || async {
+        !app.state
+            .log
+            .store()
+            .read_stream(&stream)
+            .await
+            .unwrap()
+            .is_empty()
+    })
+    .await;
+    let r = app
+        .post_telegram(
+            &reply(5, -100, 5, review.message_id, "Also log each refund."),
+            crate::common::TELEGRAM_SECRET,
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    app.drive("intake").await;
+    let followed = task(app, id).await;
+    assert_eq!(
+        answers(&followed),
+        ["The account's currency.", "Also log each refund."]
+    );
+    assert!(followed.follow_ups()[1].origin.is_some());
     scene.app.stop().await;
 }
 
