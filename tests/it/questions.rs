@@ -607,6 +607,38 @@ async fn the_api_answers_once_per_request_and_refuses_a_second_answer(db: TestDb
         .origin
         .as_ref()
         .is_some_and(|o| o.key() == "api:r-1"));
+
+    // From a terminal, the same: the first answer of an episode, then a refusal.
+    app.state
+        .board
+        .execute(
+            id,
+            &Command::FlagNeedsHuman {
+                reason: Reason::new("which port?").unwrap(),
+            },
+            "test",
+        )
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cli = |text: &str| {
+        let out = crate::common::server::command(&db.url_string(), dir.path())
+            .args(["task", "answer", &id.to_string(), text])
+            .output()
+            .expect("the binary runs");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, out, err) = cli("8080");
+    assert!(ok, "{err}");
+    assert!(out.starts_with("updated"), "{out}");
+    let (ok, _, err) = cli("9090");
+    assert!(!ok);
+    assert!(err.contains("waits on no question"), "{err}");
+    assert_eq!(answers(&task(&app, id).await), ["Postgres.", "8080"]);
     app.stop().await;
 }
 
