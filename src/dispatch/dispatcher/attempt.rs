@@ -349,7 +349,9 @@ impl Dispatcher {
         // A question ends the attempt whatever the exit status (a CLI may exit 1 once it stops to ask), before the
         // repository's after_run and check, which would judge work the agent left half done on purpose. A
         // provider's limit, a timeout or a stop says more about the attempt than a file left behind.
-        if matches!(finished.ending, Ending::Exited(_)) && finished.said.limit.is_none() {
+        // A triage agent rewrites a ticket for a person who reviews it anyway: its question is not asked.
+        let asks = task.purpose() != Some(RunPurpose::Triage);
+        if asks && matches!(finished.ending, Ending::Exited(_)) && finished.said.limit.is_none() {
             if let Err((kind, detail)) = self.question_verdict(prepared).await {
                 return Err(StepFailed {
                     kind,
