@@ -117,6 +117,15 @@ pub enum TaskCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Answer the question a task waits on (any needs-human): `pidevops task answer T-7 "use euros"`. The first
+    /// answer from anywhere becomes the next attempt's follow-up; a later one is refused.
+    Answer {
+        id: TaskId,
+        #[arg(required = true)]
+        text: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Pick the agent profile of a task's next attempt: `pidevops task agent T-7 codex`, or `--default` for the
     /// repository's.
     Agent {
@@ -267,6 +276,17 @@ async fn run(board: &Board, command: TaskCommand) -> anyhow::Result<()> {
             };
             let edited = board.edit_spec(id, &edit, "cli").await;
             return print_outcome(id, edited, json);
+        }
+        TaskCommand::Answer { id, text, json } => {
+            let answer = Command::Answer {
+                text: crate::tasks::FollowUpText::new(text.join(" "))?,
+                origin: Some(crate::tasks::FollowUpOrigin::new(
+                    format!("cli:{}", uuid::Uuid::new_v4()),
+                    "the CLI",
+                )?),
+            };
+            let answered = board.execute(id, &answer, "cli").await;
+            return print_outcome(id, answered, json);
         }
         TaskCommand::Agent { id, name, json, .. } => {
             let chosen = board

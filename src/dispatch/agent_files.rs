@@ -7,7 +7,7 @@
 //! socket, device or directory is refused from its `lstat` before it is opened, and again from `fstat` after
 //! (`O_NONBLOCK`, so a FIFO swapped in between cannot hang the dispatcher); a file over its size cap is refused
 //! from its size and read at most one byte past the cap in case it grows. The bytes are then parsed strictly by
-//! `tasks::values` (`AgentStatus`, `Review`, `TriagedSpec`).
+//! `tasks::values` (`AgentStatus`, `Review`, `TriagedSpec`, `AgentQuestion`).
 //!
 //! Blocking: small files and a directory listing, but call it from `spawn_blocking` on the runtime.
 
@@ -21,7 +21,7 @@ use nix::errno::Errno;
 use nix::fcntl::{openat, AtFlags, OFlag};
 use nix::sys::stat::{fstat, fstatat, FileStat, Mode, SFlag};
 
-use crate::tasks::values::{AgentStatus, ReportError, Review, Spec, TriagedSpec};
+use crate::tasks::values::{AgentQuestion, AgentStatus, ReportError, Review, Spec, TriagedSpec};
 
 /// The directory, in the worktree's root, where an agent leaves files for pidevops.
 pub const AGENT_DIR: &str = ".pidevops";
@@ -131,6 +131,13 @@ pub fn read_status(worktree: &Path) -> Result<Option<AgentStatus>, AgentFileErro
         }
     }
     Ok(AgentStatus::combine(found))
+}
+
+/// The agent's question for a person (`question.md`), if it left one.
+pub fn read_question(worktree: &Path) -> Result<Option<AgentQuestion>, AgentFileError> {
+    read_agent_file(worktree, AgentQuestion::FILE, AgentQuestion::MAX_BYTES)?
+        .map(|bytes| AgentQuestion::parse(&bytes).map_err(AgentFileError::from))
+        .transpose()
 }
 
 /// A reviewer agent's `review.json`, if it left one.

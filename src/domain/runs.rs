@@ -62,6 +62,9 @@ pub enum FailureKind {
     Invalid,
     /// The agent said it needs a person (`.pidevops/status.json`): the task is flagged at once.
     NeedsHuman,
+    /// The agent asked a question (`.pidevops/question.md`): nothing is pushed, the attempt is given back and the
+    /// task waits for a person's answer, asked where it came from.
+    Asked,
     /// The agent said its work is not resolved (`resolved: false`, `unresolved_files`): nothing is pushed.
     Unresolved,
     /// It changed files outside its task's scope (`scope = "enforce"`): nothing is pushed.
@@ -95,6 +98,7 @@ impl FailureKind {
             FailureKind::AfterRun => "after_run",
             FailureKind::Invalid => "invalid",
             FailureKind::NeedsHuman => "needs_human",
+            FailureKind::Asked => "asked",
             FailureKind::Unresolved => "unresolved",
             FailureKind::Scope => "scope",
             FailureKind::Review => "review",
@@ -107,7 +111,7 @@ impl FailureKind {
 
 impl FailureKind {
     /// Every kind (a new one is added here too: the dashboard reads the runs read model's names back with it).
-    pub const ALL: [FailureKind; 20] = [
+    pub const ALL: [FailureKind; 21] = [
         FailureKind::Exit,
         FailureKind::Timeout,
         FailureKind::Stalled,
@@ -122,6 +126,7 @@ impl FailureKind {
         FailureKind::AfterRun,
         FailureKind::Invalid,
         FailureKind::NeedsHuman,
+        FailureKind::Asked,
         FailureKind::Unresolved,
         FailureKind::Scope,
         FailureKind::Review,
@@ -147,6 +152,7 @@ impl FailureKind {
             FailureKind::AfterRun => "the repository's after_run failed",
             FailureKind::Invalid => "what it left in .pidevops/ was refused",
             FailureKind::NeedsHuman => "the agent asked for a person",
+            FailureKind::Asked => "the agent asked a question (not counted)",
             FailureKind::Unresolved => "the agent said its work is not resolved",
             FailureKind::Scope => "it changed files outside its scope",
             FailureKind::Review => "the reviewer asked for changes",

@@ -175,6 +175,7 @@ pub(super) async fn command(
             chat,
             html,
             buttons: Vec::new(),
+            reply_prompt: None,
         },
     };
     if !handled {

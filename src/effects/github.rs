@@ -70,19 +70,34 @@ impl ProviderPolicy for GithubPolicy {
     fn notifies(&self, event: &TaskEvent) -> bool {
         matches!(
             event,
-            TaskEvent::SubmittedForReview { .. } | TaskEvent::Combined { .. }
+            TaskEvent::SubmittedForReview { .. }
+                | TaskEvent::Combined { .. }
+                | TaskEvent::FlaggedNeedsHuman { .. }
         ) || may_land(event)
     }
 
     async fn requests(
         &self,
         fx: &Effects,
-        _event: &StoredEvent,
+        event: &StoredEvent,
         task_event: &TaskEvent,
         loaded: &Loaded,
     ) -> anyhow::Result<Vec<Request>> {
         let task = &loaded.task;
         let mut requests = github(task_event, task, &self.config);
+        if let TaskEvent::FlaggedNeedsHuman {
+            reason, question, ..
+        } = task_event
+        {
+            requests.extend(github_question(
+                task,
+                reason,
+                *question,
+                &event.id.to_string(),
+                self.config.github_bot_login.as_deref(),
+                event.occurred_at,
+            ));
+        }
         if let (TaskEvent::Combined { .. }, Some(combination)) =
             (task_event, task.plan().and_then(|p| p.combined.as_ref()))
         {
@@ -410,6 +425,53 @@ pub fn comment_reply(record: &CommentRecord) -> String {
         }
         CommentOutcome::NoTask { why } => format!("No task: {}.", inert(why)),
     }
+}
+
+/// A needs-human episode of a task that came from a GitHub issue: its question (the agent's words, or pidevops's
+/// reason) as a comment on that issue, with how to answer there (a comment mentioning the bot, or starting with
+/// `/pidevops`, from a trusted account: the first answer goes to the next attempt). Once per episode: keyed by the
+/// flag's event. The reason is made inert (an agent wrote it).
+pub fn github_question(
+    task: &Task,
+    reason: &crate::tasks::Reason,
+    question: bool,
+    event_id: &str,
+    bot_login: Option<&str>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Option<Request> {
+    let issue = task.links().github_issue.as_ref()?;
+    let id = task.id();
+    let key = format!("github:comment:{id}:ask:{event_id}");
+    let asked = if question {
+        let quoted: Vec<String> = inert(reason.as_str())
+            .lines()
+            .map(|line| format!("> {line}"))
+            .collect();
+        format!(
+            "The agent working on this as {id} asks:\n\n{}",
+            quoted.join("\n")
+        )
+    } else {
+        format!("{id} needs a human: {}", inert(reason.as_str()))
+    };
+    let how = match bot_login {
+        Some(login) => format!("reply here mentioning @{login} (or starting with `/pidevops`)"),
+        None => "reply here with a comment starting with `/pidevops`".to_owned(),
+    };
+    Some(Request {
+        key: key.clone(),
+        task: Some(id),
+        action: Action::GithubComment {
+            repo: issue.repo.clone(),
+            number: issue.number.get(),
+            body: format!(
+                "{asked}\n\nTo answer, {how}: the first answer from a maintainer goes to the next attempt. The \
+                 dashboard and `pidevops task answer {id} \"…\"` answer too.\n\n{}",
+                super::marker(&key)
+            ),
+            since: now - chrono::Duration::minutes(10),
+        },
+    })
 }
 
 /// The pull request's description: the spec, where the task came from, and how many attempts it took.

@@ -382,7 +382,9 @@ pub fn linear(
             attempt,
             ..
         } => news.retried(cause, reason, *attempt).into_iter().collect(),
-        TaskEvent::FlaggedNeedsHuman { reason, .. } => news.flagged(reason, &states.blocked),
+        TaskEvent::FlaggedNeedsHuman {
+            reason, question, ..
+        } => news.flagged(reason, *question, &states.blocked),
         TaskEvent::Completed { .. } => news.completed(&states.done),
         TaskEvent::Cancelled { reason, .. } => {
             // A plan's last planner run ended with its proposal: the cancellation is news of its own.
@@ -589,20 +591,35 @@ impl IssueNews<'_> {
         }
     }
 
-    fn flagged(&self, reason: &Reason, blocked: &[String]) -> Vec<Request> {
+    /// A needs-human episode asks its question where the task lives: an `elicitation` in the session (it waits
+    /// for the person's reply without ending; the reply is the answer), else a comment on the issue. Once per
+    /// episode: the domain records one flag per episode, and the key is that event's.
+    fn flagged(&self, reason: &Reason, question: bool, blocked: &[String]) -> Vec<Request> {
         let id = self.task.id();
         let event_id = self.event_id;
-        let text = format!(
-            "**{id}** needs a human: {}\n\nRetry or cancel it from Telegram (`/retry {id}`, `/cancel {id}`) or the CLI.",
-            reason.as_str()
-        );
+        let asked = if question {
+            format!("**{id}**: the agent asks:\n\n{}", quoted(reason.as_str()))
+        } else {
+            format!("**{id}** needs a human: {}", reason.as_str())
+        };
+        let ask = match self.session {
+            Some(_) => format!(
+                "{asked}\n\nReply in this session to answer: your reply goes to the next attempt. Or retry or \
+                 cancel it from Telegram (`/retry {id}`, `/cancel {id}`) or the CLI."
+            ),
+            None => format!(
+                "{asked}\n\nAnswer on pidevops's dashboard (the task's page), with `pidevops task answer {id} \"…\"`, \
+                 or by replying to its Telegram message: the answer goes to the next attempt. Or retry or cancel \
+                 it (`/retry {id}`, `/cancel {id}`)."
+            ),
+        };
         let ask = match self.activity(
             format!("linear:activity:{event_id}"),
             // Asks the person for input (the session waits for them) without ending it.
-            json!({ "type": "elicitation", "body": text }),
+            json!({ "type": "elicitation", "body": ask }),
         ) {
             Some(ask) => ask,
-            None => self.comment(format!("linear:comment:{event_id}"), text),
+            None => self.comment(format!("linear:comment:{event_id}"), ask),
         };
         vec![self.move_to(blocked, "started"), ask]
     }
@@ -671,6 +688,14 @@ fn review_notice(
             action: Action::LinearComment { issue, body: text },
         }],
     }
+}
+
+/// `text` as a Markdown quote, line by line (the agent's words, shown as theirs).
+fn quoted(text: &str) -> String {
+    text.lines()
+        .map(|line| format!("> {line}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// When the task's pull request opens: the attempt's end for Linear (see [`linear`]), and the pull request among

@@ -135,12 +135,15 @@ pub enum Action {
         plan: Vec<crate::providers::linear::PlanStep>,
     },
     /// A message to a Telegram chat, in Telegram's HTML (escaped when it was built), with inline buttons (label,
-    /// callback data of at most 64 bytes) in one row.
+    /// callback data of at most 64 bytes) in one row, or, with `reply_prompt`, a reply prompt instead (Telegram's
+    /// `force_reply`, the prompt its input field's placeholder): a question whose reply is its answer.
     TelegramSend {
         chat: i64,
         html: String,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         buttons: Vec<(String, String)>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reply_prompt: Option<String>,
     },
     /// The answer every button press gets (Telegram shows it briefly; without one the button spins).
     TelegramAnswerCallback { callback: String, text: String },

@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 pub use super::combined::{
     after_plan_pull_request, lands_with_its_plan, plan_pull_request, plan_pull_request_body,
 };
-pub use super::github::{after_pull_request, github, inert, land, merge_key, pull_request_body};
+pub use super::github::{
+    after_pull_request, github, github_question, inert, land, merge_key, pull_request_body,
+};
 pub use super::linear::{
     linear, linear_notifies, linear_pull_request, linear_session_opened, linear_session_refused,
 };
@@ -34,6 +36,8 @@ pub struct PolicyConfig {
     /// Whether pull requests are opened (`effects:github` runs): Linear hears of a review when its pull request
     /// opens; without one, when the branch is pushed.
     pub github_prs: bool,
+    /// pidevops's own GitHub account (`[intake.github] bot_login`): a question on an issue says to mention it.
+    pub github_bot_login: Option<String>,
     /// `[plans] land`: with `combined`, a plan's items open no pull request; the plan's combination opens one.
     pub plan_land: crate::config::file::PlanLand,
 }

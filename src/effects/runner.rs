@@ -29,7 +29,7 @@ use crate::loops::follow::{AsStored, Follow, Follower, Next};
 use crate::loops::LoopRegistry;
 use crate::providers::github::GithubClient;
 use crate::providers::linear::LinearClient;
-use crate::providers::telegram::TelegramClient;
+use crate::providers::telegram::{message_stream, SentMessage, TelegramClient, MESSAGE_SENT};
 use crate::providers::CallError;
 use crate::tasks::values::TASK_STREAM_PREFIX;
 use crate::tasks::{Command, Reason, TaskEvent, TaskId};
@@ -404,6 +404,7 @@ impl Effects {
         };
         metrics::counter!("pidevops_effects_total", "provider" => self.policy.provider().as_str(), "action" => action.name(), "outcome" => label)
             .increment(1);
+        let sent = sent_message(request, action, &outcome);
         let (recorded, settled) = match outcome {
             Ok(produced) => {
                 progress.succeeded += 1;
@@ -444,7 +445,28 @@ impl Effects {
         self.append(&request.key, request.task, version + 2, &recorded)
             .await
             .context("recording the attempt's outcome")?;
+        if let Some(sent) = sent {
+            self.record_sent(&sent).await?;
+        }
         Ok(settled)
+    }
+
+    /// Records which task a Telegram message was about, under the message's own name, so that a reply to it
+    /// reaches the task. Once per message (the stream's first version); a crash just before it loses only that
+    /// link: the message was sent and is not sent again.
+    async fn record_sent(&self, sent: &SentMessage) -> anyhow::Result<()> {
+        let body = serde_json::to_vec(sent).context("encoding a sent message")?;
+        self.append_to(
+            &message_stream(sent.chat, sent.message_id),
+            1,
+            MESSAGE_SENT,
+            Utc::now(),
+            Some(sent.task),
+            body,
+        )
+        .await
+        .context("recording a sent Telegram message")?;
+        Ok(())
     }
 
     /// A permanent failure is the task's business: a person must look.
@@ -545,4 +567,28 @@ impl Follower for Effects {
             )),
         })
     }
+}
+
+/// A Telegram message about a task, once sent: what a reply to it needs to find the task.
+fn sent_message(
+    request: &Request,
+    action: &Action,
+    outcome: &Result<Produced, CallError>,
+) -> Option<SentMessage> {
+    let (Ok(Produced::Message { chat, message_id }), Action::TelegramSend { reply_prompt, .. }) =
+        (outcome, action)
+    else {
+        return None;
+    };
+    // Telegram always names the message; a reply could not be matched to one it did not.
+    if *message_id == 0 {
+        return None;
+    }
+    Some(SentMessage {
+        chat: *chat,
+        message_id: *message_id,
+        task: request.task?,
+        key: request.key.clone(),
+        question: reply_prompt.is_some(),
+    })
 }

@@ -115,6 +115,7 @@ impl TelegramPolicy {
                     chat: *chat,
                     html: text,
                     buttons: Vec::new(),
+                    reply_prompt: None,
                 },
             };
             if fresh {
@@ -155,6 +156,7 @@ impl TelegramPolicy {
                     chat: *chat,
                     html: html.clone(),
                     buttons: Vec::new(),
+                    reply_prompt: None,
                 },
             };
             if !fx.requested(&request.key).await? {
@@ -220,7 +222,13 @@ impl ProviderPolicy for TelegramPolicy {
             .iter()
             .map(|e| (e.position, e.occurred_at, e.event_type.as_str()))
             .collect();
-        if repeat_in_cooldown(&history, event.position, self.config.telegram_cooldown) {
+        // The agent's question is asked whatever the cooldown: nothing else would ask it.
+        let question = matches!(
+            task_event,
+            TaskEvent::FlaggedNeedsHuman { question: true, .. }
+        );
+        if !question && repeat_in_cooldown(&history, event.position, self.config.telegram_cooldown)
+        {
             tracing::debug!(
                 position = event.position,
                 "a repeat inside the cooldown: not sent"
@@ -287,7 +295,12 @@ impl ProviderPolicy for TelegramPolicy {
                 chat,
                 html,
                 buttons,
-            } => self.client.send_message(*chat, html, buttons).await,
+                reply_prompt,
+            } => {
+                self.client
+                    .send_message(*chat, html, buttons, reply_prompt.as_deref())
+                    .await
+            }
             other => Err(not_mine(Provider::Telegram, other)),
         }
     }
@@ -308,7 +321,9 @@ pub fn telegram_notifies(event: &TaskEvent) -> bool {
 
 /// One message per chat for each state change people act on: a task waiting for approval, in review, done,
 /// cancelled, and each needs-human episode (the domain records one flag per episode, so a task that stays
-/// flagged is not announced again). Keyed by the event, so a replay sends nothing twice.
+/// flagged is not announced again), asked as a question with a reply prompt: a reply to that message from an
+/// allowed chat is the answer (`intake`, through the message's record `telegram-message:<chat>:<id>`). Keyed by
+/// the event, so a replay sends nothing twice.
 pub fn telegram(event: &TaskEvent, task: &Task, event_id: &str, chats: &[i64]) -> Vec<Request> {
     use crate::providers::telegram::{escape, fit};
     let head = format!(
@@ -333,8 +348,19 @@ pub fn telegram(event: &TaskEvent, task: &Task, event_id: &str, chats: &[i64]) -
                 task.id()
             )
         }
+        // A question: the reply to this very message is the answer (the bot's reply prompt asks for it).
+        TaskEvent::FlaggedNeedsHuman {
+            reason,
+            question: true,
+            ..
+        } => format!(
+            "❓ {head}\nthe agent asks: {}\nReply to this message to answer (the next attempt gets it), or /retry {} or /cancel {}",
+            escape(reason.as_str()),
+            task.id(),
+            task.id()
+        ),
         TaskEvent::FlaggedNeedsHuman { reason, .. } => format!(
-            "⚠️ {head}\nneeds a human: {}\n/retry {} or /cancel {}",
+            "⚠️ {head}\nneeds a human: {}\nReply to this message to answer (the next attempt gets it), or /retry {} or /cancel {}",
             escape(reason.as_str()),
             task.id(),
             task.id()
@@ -357,11 +383,11 @@ pub fn telegram(event: &TaskEvent, task: &Task, event_id: &str, chats: &[i64]) -
     let buttons = match event {
         TaskEvent::Created(_) if task.is_plan() => Vec::new(),
         TaskEvent::Created(_) => vec![button("Approve", "approve"), button("Reject", "reject")],
-        TaskEvent::FlaggedNeedsHuman { .. } => {
-            vec![button("Retry", "retry"), button("Cancel", "cancel")]
-        }
         _ => Vec::new(),
     };
+    // A needs-human notice asks: Telegram shows a reply box under it (no buttons then: one markup per message).
+    let reply_prompt = matches!(event, TaskEvent::FlaggedNeedsHuman { .. })
+        .then(|| format!("Your answer for {}", task.id()));
     chats
         .iter()
         .map(|chat| Request {
@@ -371,6 +397,7 @@ pub fn telegram(event: &TaskEvent, task: &Task, event_id: &str, chats: &[i64]) -
                 chat: *chat,
                 html: html.clone(),
                 buttons: buttons.clone(),
+                reply_prompt: reply_prompt.clone(),
             },
         })
         .collect()
@@ -452,6 +479,7 @@ pub fn telegram_proposal(
                 chat: *chat,
                 html: html.clone(),
                 buttons: buttons.clone(),
+                reply_prompt: None,
             },
         })
         .collect()

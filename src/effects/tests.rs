@@ -259,6 +259,7 @@ fn a_task_in_review_asks_for_one_pull_request_to_its_repositorys_base() {
                    <code>pidevops/T-9</code> (attempt 1 of 3)"
                 .into(),
             buttons: Vec::new(),
+            reply_prompt: None,
         }
     );
     assert!(
@@ -803,4 +804,110 @@ mod github_comments {
             "No task: c\u{200B}loses #\u{200B}3."
         );
     }
+}
+
+#[test]
+fn a_question_is_asked_where_the_task_came_from_once_per_episode() {
+    use crate::tasks::{
+        ApprovalPolicy, Command, GithubRef, LinearIssue, Links, MaxAttempts, NewTask, Priority,
+        Reason, RetryCause, RunId, Spec, TaskEvent,
+    };
+    let repo: crate::tasks::RepoName = "acme/app".parse().unwrap();
+    let new = NewTask {
+        id: "T-8".parse().unwrap(),
+        repo: repo.clone(),
+        spec: Spec::new("Refund in the right currency", "", "").unwrap(),
+        priority: Priority::Normal,
+        links: Links {
+            github_issue: Some(GithubRef::new(repo.clone(), 31).unwrap()),
+            linear_issue: Some(LinearIssue::new(uuid::Uuid::from_u128(6), "ENG-8").unwrap()),
+            ..Links::default()
+        },
+        approval: ApprovalPolicy::Auto,
+        max_attempts: MaxAttempts::new(3).unwrap(),
+        ticket_version: None,
+        agent: None,
+        family: Default::default(),
+    };
+    let (task, _) = apply(None, Command::Create(Box::new(new)));
+    let run = RunId(uuid::Uuid::from_u128(2));
+    let (task, _) = apply(Some(task), Command::Start { run });
+    let (task, asked) = apply(
+        Some(task),
+        Command::Retry {
+            cause: RetryCause::AgentAsked { run },
+            reason: Reason::summarize("Which currency, @octocat? See #12."),
+        },
+    );
+    let flag = asked
+        .iter()
+        .find(|e| matches!(e, TaskEvent::FlaggedNeedsHuman { .. }))
+        .expect("the question flags the task");
+    let retried = asked
+        .iter()
+        .find(|e| matches!(e, TaskEvent::Retried { .. }))
+        .unwrap();
+    let config = policy::PolicyConfig {
+        telegram_chats: vec![-100],
+        ..Default::default()
+    };
+
+    // Linear: the retry ends nothing (no `error`); the flag is one elicitation saying how to answer.
+    assert!(policy::linear(retried, &task, Some("s-1"), Some(run), "e-1", &config).is_empty());
+    let linear = policy::linear(flag, &task, Some("s-1"), Some(run), "e-2", &config);
+    let ask = linear
+        .iter()
+        .find_map(|r| match &r.action {
+            Action::LinearActivity { content, .. } => Some((r.key.clone(), content.clone())),
+            _ => None,
+        })
+        .expect("an activity");
+    assert_eq!(ask.0, "linear:activity:e-2");
+    assert_eq!(ask.1["type"], "elicitation");
+    let body = ask.1["body"].as_str().unwrap();
+    assert!(
+        body.contains("the agent asks:\n\n> Which currency"),
+        "{body}"
+    );
+    assert!(body.contains("Reply in this session"), "{body}");
+
+    // GitHub: a comment on the issue, the agent's words made inert, how to answer with the bot's name.
+    let github = policy::github_question(
+        &task,
+        &Reason::summarize("Which currency, @octocat? See #12."),
+        true,
+        "e-2",
+        Some("pidevops-bot"),
+        at(0),
+    )
+    .expect("a comment on the issue");
+    assert_eq!(github.key, "github:comment:T-8:ask:e-2");
+    let Action::GithubComment { number, body, .. } = &github.action else {
+        panic!("{github:?}")
+    };
+    assert_eq!(*number, 31);
+    assert!(body.contains("asks:\n\n> Which currency"), "{body}");
+    assert!(
+        !body.contains("@octocat"),
+        "no mention from the agent: {body}"
+    );
+    assert!(body.contains("mentioning @pidevops-bot"), "{body}");
+    assert!(body.ends_with(&marker(&github.key)), "{body}");
+
+    // Telegram: the question with a reply prompt (no buttons: one markup per message).
+    let telegram = policy::telegram(flag, &task, "e-2", &config.telegram_chats);
+    assert_eq!(telegram.len(), 1);
+    let Action::TelegramSend {
+        html,
+        buttons,
+        reply_prompt,
+        ..
+    } = &telegram[0].action
+    else {
+        panic!("{telegram:?}")
+    };
+    assert!(html.contains("the agent asks: Which currency"), "{html}");
+    assert!(html.contains("Reply to this message to answer"), "{html}");
+    assert!(buttons.is_empty());
+    assert_eq!(reply_prompt.as_deref(), Some("Your answer for T-8"));
 }

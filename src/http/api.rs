@@ -41,6 +41,7 @@ admin_routes! {
     GET "/api/tasks/{id}" => super::tasks::show,
     POST "/api/tasks/{id}/agent" => super::tasks::choose_agent,
     POST "/api/tasks/{id}/spec" => super::tasks::edit_spec,
+    POST "/api/tasks/{id}/answer" => super::tasks::answer,
     POST "/api/tasks/{id}/{action}" => super::tasks::command,
     POST "/api/plans" => super::plans::create,
     GET "/api/plans/{id}" => super::plans::show,

@@ -41,6 +41,7 @@ const ADMIN_TOKEN: &str = "admin_token";
         super::tasks::show,
         super::tasks::choose_agent,
         super::tasks::edit_spec,
+        super::tasks::answer,
         super::tasks::command,
         super::plans::create,
         super::plans::show,

@@ -410,6 +410,87 @@ pub async fn edit_spec(
     }
 }
 
+/// The body of `POST /api/tasks/{id}/answer`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AnswerBody {
+    /// The answer, for the next attempt (1 to 65,536 characters, no NUL).
+    text: String,
+    /// Names this answer, so a retried request answers once: 1 to 100 visible ASCII characters. Without one, each
+    /// request is a new answer (and a second one is refused).
+    #[serde(default)]
+    request_id: Option<String>,
+}
+
+/// `POST /api/tasks/{id}/answer` with `{"text", "request_id"?}`: the answer to the question the task waits on
+/// (it needs a human, for any reason). The first answer from anywhere (Linear, GitHub, Telegram, the dashboard,
+/// here) becomes the next attempt's follow-up and clears the flag; a later one is refused (`409`), and the same
+/// `request_id` again changes nothing (`changed: false`).
+#[utoipa::path(
+    post,
+    path = "/api/tasks/{id}/answer",
+    operation_id = "answer_task",
+    tag = "tasks",
+    params(("id" = TaskId, Path)),
+    request_body = AnswerBody,
+    responses(
+        (status = 200, description = "Answered, or this `request_id` answered before (`changed: false`)",
+            body = Steered),
+        (status = 400, description = "`bad_id`; `bad_answer`: not an `AnswerBody`, an empty or oversized text, \
+            a bad `request_id`", body = ApiError),
+        (status = 404, description = "`not_found`: no such task", body = ApiError),
+        (status = 409, description = "`refused`: the task waits on no question (never asked, or answered \
+            already), or is closed; `contended`", body = ApiError),
+        (status = 500, description = "`corrupt`: the task's stream cannot be read back", body = ApiError),
+        (status = 503, description = "`unavailable`: the store cannot be read or written", body = ApiError),
+    )
+)]
+pub async fn answer(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+    body: Result<Json<AnswerBody>, JsonRejection>,
+) -> Response {
+    let id = match task_id(id) {
+        Ok(id) => id,
+        Err(why) => return error(StatusCode::BAD_REQUEST, "bad_id", why),
+    };
+    let body = match body {
+        Ok(Json(body)) => body,
+        Err(rejection) => {
+            return error(StatusCode::BAD_REQUEST, "bad_answer", rejection.body_text())
+        }
+    };
+    let request = match body.request_id {
+        Some(request)
+            if (1..=100).contains(&request.len())
+                && request.bytes().all(|b| b.is_ascii_graphic()) =>
+        {
+            request
+        }
+        Some(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "bad_answer",
+                "request_id must be 1 to 100 visible ASCII characters",
+            )
+        }
+        None => Uuid::new_v4().to_string(),
+    };
+    let text = match crate::tasks::FollowUpText::new(body.text) {
+        Ok(text) => text,
+        Err(e) => return error(StatusCode::BAD_REQUEST, "bad_answer", e.to_string()),
+    };
+    let origin = match crate::tasks::FollowUpOrigin::new(format!("api:{request}"), "the API") {
+        Ok(origin) => origin,
+        Err(e) => return error(StatusCode::BAD_REQUEST, "bad_answer", e.to_string()),
+    };
+    let answer = Command::Answer {
+        text,
+        origin: Some(origin),
+    };
+    outcome_response(state.board.execute(id, &answer, "api").await)
+}
+
 /// The task id in the path, or what is wrong with it (a `400 bad_id`).
 pub(super) fn task_id(id: Result<Path<String>, PathRejection>) -> Result<TaskId, String> {
     let Ok(Path(id)) = id else {

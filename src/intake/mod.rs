@@ -99,7 +99,24 @@ impl Intake {
                 Some(id) => self.note(id, ticket_version, &key, event).await,
                 None => Ok(()),
             },
-            Decision::FollowUp { key, text } => self.follow_up(&key, &text, event).await,
+            Decision::FollowUp { key, text, origin } => {
+                let Some(id) = self.task_for(&key).await? else {
+                    return self
+                        .record_ignored(event, &format!("a follow-up for {key}, which has no task"))
+                        .await;
+                };
+                self.reply(id, &text, origin, true, event).await
+            }
+            Decision::TelegramReply {
+                chat,
+                to,
+                text,
+                origin,
+                refusal,
+            } => {
+                self.telegram_reply(chat, to, &text, origin, refusal, event)
+                    .await
+            }
             Decision::Stop { key, reason } => self.stop(&key, &reason, event).await,
             Decision::GithubComment(comment) => {
                 self.github_comment(&comment, event, progress).await
@@ -328,13 +345,19 @@ impl Intake {
         }
     }
 
-    /// Queues a follow-up on the task of `key` for its next run; without such a task, records why not.
-    async fn follow_up(&self, key: &str, text: &str, event: &StoredEvent) -> anyhow::Result<()> {
-        let Some(id) = self.task_for(key).await? else {
-            return self
-                .record_ignored(event, &format!("a follow-up for {key}, which has no task"))
-                .await;
-        };
+    /// A person's words for task `id` (a Linear prompt, a Telegram reply): the answer when the task waits for one
+    /// (`Command::Answer`), else a follow-up for its next run that sends it back from review
+    /// (`AttachFollowUp`). Only a reply to a question (`may_follow_up` false) is never a follow-up: after its
+    /// answer, it is recorded as ignored. The origin names the message: a redelivery changes nothing.
+    async fn reply(
+        &self,
+        id: crate::tasks::TaskId,
+        text: &str,
+        origin: Option<crate::tasks::FollowUpOrigin>,
+        may_follow_up: bool,
+        event: &StoredEvent,
+    ) -> anyhow::Result<()> {
+        use crate::tasks::{Command, TaskError};
         let text = match crate::tasks::FollowUpText::new(text.to_owned()) {
             Ok(text) => text,
             Err(e) => {
@@ -343,19 +366,31 @@ impl Intake {
                     .await
             }
         };
-        match self
-            .board
-            .execute(
-                id,
-                &crate::tasks::Command::AttachFollowUp {
-                    text,
-                    origin: None,
-                    send_back: true,
-                },
-                &event.source,
-            )
-            .await
-        {
+        let answer = Command::Answer {
+            text: text.clone(),
+            origin: origin.clone(),
+        };
+        let refusal = match self.board.execute(id, &answer, &event.source).await {
+            Ok(_) => return Ok(()),
+            Err(BoardError::Refused(refusal)) => refusal,
+            Err(other) => return Err(other).with_context(|| format!("answering {id}")),
+        };
+        if !matches!(refusal, TaskError::NoQuestion { .. }) || !may_follow_up {
+            let why = match refusal {
+                TaskError::NoQuestion { .. } => format!(
+                    "an answer to {id}'s question, which was answered already (or no longer waits): not a second \
+                     follow-up"
+                ),
+                other => format!("answer refused by the board: {other}"),
+            };
+            return self.record_ignored(event, &why).await;
+        }
+        let follow_up = Command::AttachFollowUp {
+            text,
+            origin,
+            send_back: true,
+        };
+        match self.board.execute(id, &follow_up, &event.source).await {
             Ok(_) => Ok(()),
             Err(BoardError::Refused(refusal)) => {
                 self.record_ignored(event, &format!("follow-up refused by the board: {refusal}"))
@@ -363,6 +398,45 @@ impl Intake {
             }
             Err(other) => Err(other).with_context(|| format!("attaching a follow-up to {id}")),
         }
+    }
+
+    /// A Telegram reply to message `to` of `chat`: when pidevops sent that message about a task (its record,
+    /// `telegram-message:<chat>:<to>`), the reply answers the task's question, or is a follow-up when the message
+    /// asked none. A reply to anything else is none of intake's business; one from a sender who may not command
+    /// changes nothing and is recorded.
+    async fn telegram_reply(
+        &self,
+        chat: i64,
+        to: i64,
+        text: &str,
+        origin: crate::tasks::FollowUpOrigin,
+        refusal: Option<String>,
+        event: &StoredEvent,
+    ) -> anyhow::Result<()> {
+        use crate::providers::telegram::{message_stream, SentMessage};
+        let stream = message_stream(chat, to);
+        let records = self
+            .log
+            .store()
+            .read_stream(&stream)
+            .await
+            .with_context(|| format!("reading {stream}"))?;
+        let Some(sent) = records
+            .first()
+            .and_then(|e| serde_json::from_slice::<SentMessage>(&e.body).ok())
+        else {
+            return Ok(());
+        };
+        if let Some(why) = refusal {
+            return self
+                .record_ignored(
+                    event,
+                    &format!("a reply about {} refused: {why}", sent.task),
+                )
+                .await;
+        }
+        self.reply(sent.task, text, Some(origin), !sent.question, event)
+            .await
     }
 
     /// Records why `event` made no task; once per event, however often intake sees it.

@@ -51,8 +51,22 @@ pub enum Decision {
         key: String,
         ticket_version: chrono::DateTime<chrono::Utc>,
     },
-    /// A follow-up for the task of `key` (a Linear agent session's `prompted`), handed to its next run.
-    FollowUp { key: String, text: String },
+    /// A follow-up for the task of `key` (a Linear agent session's `prompted`), handed to its next run; the answer
+    /// when the task waits for one. `origin` names the message, so a redelivery attaches nothing twice.
+    FollowUp {
+        key: String,
+        text: String,
+        origin: Option<crate::tasks::FollowUpOrigin>,
+    },
+    /// A Telegram message replying to message `to` of `chat`: when pidevops sent that message about a task, the
+    /// reply is that task's answer (to a question) or follow-up; `refusal` says why its sender may not.
+    TelegramReply {
+        chat: i64,
+        to: i64,
+        text: String,
+        origin: crate::tasks::FollowUpOrigin,
+        refusal: Option<String>,
+    },
     /// Stop the task of `key` now, its run too (a Linear agent session's `stop` signal).
     Stop { key: String, reason: String },
     /// A comment addressed to pidevops by a trusted author (`rules/github_comment.rs`): intake finds its task by
@@ -232,10 +246,23 @@ pub fn decide(event: &StoredEvent, config: &IntakeConfig) -> Decision {
                     None => ignore("a stop signal without an issue"),
                 };
             }
+            // The activity's id names the message: a redelivery (a fresh timestamp, so a new event) is known.
+            let origin = data["agentActivity"]["id"].as_str().and_then(|id| {
+                let who = data["agentActivity"]["user"]["name"]
+                    .as_str()
+                    .or_else(|| data["agentSession"]["creator"]["name"].as_str())
+                    .unwrap_or("someone");
+                crate::tasks::FollowUpOrigin::new(
+                    format!("linear:activity:{id}"),
+                    format!("{who} in Linear"),
+                )
+                .ok()
+            });
             match (issue, text) {
                 (Some(key), Some(text)) if !text.trim().is_empty() => Decision::FollowUp {
                     key: key.to_owned(),
                     text: text.to_owned(),
+                    origin,
                 },
                 _ => ignore("a prompted agent session event without an issue or a prompt body"),
             }

@@ -85,6 +85,7 @@ impl TelegramClient {
         chat: i64,
         html: &str,
         buttons: &[(String, String)],
+        reply_prompt: Option<&str>,
     ) -> Result<Produced, CallError> {
         let mut body = json!({
             "chat_id": chat,
@@ -92,7 +93,12 @@ impl TelegramClient {
             "parse_mode": "HTML",
             "link_preview_options": { "is_disabled": true },
         });
-        if !buttons.is_empty() {
+        if let Some(prompt) = reply_prompt {
+            // Telegram keeps a placeholder to 64 characters.
+            let placeholder: String = prompt.chars().take(64).collect();
+            body["reply_markup"] =
+                json!({ "force_reply": true, "input_field_placeholder": placeholder });
+        } else if !buttons.is_empty() {
             let row: Vec<Value> = buttons
                 .iter()
                 .map(|(text, data)| json!({ "text": text, "callback_data": data }))
@@ -199,4 +205,26 @@ pub fn fit(html: &str) -> String {
         }
     }
     format!("{}\n…", &cut[..end])
+}
+
+/// The stream recording one message pidevops sent about a task, named by the message:
+/// `telegram-message:<chat>:<message id>`, so that a reply to it (`reply_to_message`) finds its task.
+pub const MESSAGE_STREAM_PREFIX: &str = "telegram-message:";
+/// The event type of that record.
+pub const MESSAGE_SENT: &str = "telegram.message_sent";
+
+pub fn message_stream(chat: i64, message_id: i64) -> String {
+    format!("{MESSAGE_STREAM_PREFIX}{chat}:{message_id}")
+}
+
+/// What pidevops sent as message `message_id` to `chat`: about which task, as which effect, and whether it asked a
+/// question (its reply is then the answer).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SentMessage {
+    pub chat: i64,
+    pub message_id: i64,
+    pub task: crate::tasks::TaskId,
+    pub key: String,
+    #[serde(default)]
+    pub question: bool,
 }

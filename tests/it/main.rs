@@ -43,6 +43,7 @@ mod plans_combined;
 mod pollers;
 mod process;
 mod projectors;
+mod questions;
 mod reactions;
 mod relay;
 mod replicas;

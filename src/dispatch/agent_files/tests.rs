@@ -405,3 +405,50 @@ fn removing_a_directory_the_agent_locked_still_works() {
     remove_agent_dir(&s.worktree).unwrap();
     assert!(std::fs::symlink_metadata(s.agent_dir()).is_err());
 }
+
+#[test]
+fn a_question_is_read_trimmed_and_cut_to_a_reason_with_a_marker() {
+    let s = scene();
+    assert_eq!(
+        read_question(&s.worktree).unwrap(),
+        None,
+        "no file, no question"
+    );
+    s.write("question.md", b"\n  Which currency do refunds use?\n\n");
+    let question = read_question(&s.worktree).unwrap().unwrap();
+    assert_eq!(question.reason().as_str(), "Which currency do refunds use?");
+    let long = "why? ".repeat(1_000);
+    s.write("question.md", long.as_bytes());
+    let cut = read_question(&s.worktree).unwrap().unwrap();
+    let text = cut.reason().as_str();
+    assert!(text.chars().count() <= crate::tasks::Reason::MAX_CHARS);
+    assert!(text.ends_with(AgentQuestion::CUT_MARKER), "{text}");
+}
+
+#[test]
+fn an_empty_binary_oversized_or_linked_question_is_refused() {
+    let s = scene();
+    s.write("question.md", b"  \n\t ");
+    assert!(matches!(
+        read_question(&s.worktree),
+        Err(AgentFileError::Invalid(_))
+    ));
+    s.write("question.md", &[0xff, 0xfe, b'?']);
+    let error = read_question(&s.worktree).unwrap_err().to_string();
+    assert!(error.contains("not UTF-8"), "{error}");
+    s.write("question.md", &vec![b'a'; AgentQuestion::MAX_BYTES + 1]);
+    assert!(matches!(
+        read_question(&s.worktree),
+        Err(AgentFileError::TooLarge { .. })
+    ));
+    std::fs::remove_file(s.agent_dir().join("question.md")).unwrap();
+    symlink(
+        s.outside.join("secret.json"),
+        s.agent_dir().join("question.md"),
+    )
+    .unwrap();
+    assert!(matches!(
+        read_question(&s.worktree),
+        Err(AgentFileError::NotRegular { .. })
+    ));
+}

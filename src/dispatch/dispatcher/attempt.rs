@@ -346,6 +346,20 @@ impl Dispatcher {
             .record((handed + launching.elapsed()).as_secs_f64());
         launch.meter = Some(meter.clone());
         let finished = runner::run(launch, output.clone(), agent_stop.clone()).await;
+        // A question ends the attempt whatever the exit status (a CLI may exit 1 once it stops to ask), before the
+        // repository's after_run and check, which would judge work the agent left half done on purpose. A
+        // provider's limit, a timeout or a stop says more about the attempt than a file left behind.
+        // A triage agent rewrites a ticket for a person who reviews it anyway: its question is not asked.
+        let asks = task.purpose() != Some(RunPurpose::Triage);
+        if asks && matches!(finished.ending, Ending::Exited(_)) && finished.said.limit.is_none() {
+            if let Err((kind, detail)) = self.question_verdict(prepared).await {
+                return Err(StepFailed {
+                    kind,
+                    detail,
+                    tail: finished.tail.clone(),
+                });
+            }
+        }
         if finished.ending == Ending::Exited(0) {
             self.run_step(Step::AfterRun, &cx).await?;
             // The agent's claim that its work is done, checked: the run pushes nothing unless this passes.
@@ -558,6 +572,7 @@ impl Dispatcher {
                             RetryCause::SetupFailed { run: *run }
                         }
                         FailureKind::NeedsHuman => RetryCause::AgentNeedsHuman { run: *run },
+                        FailureKind::Asked => RetryCause::AgentAsked { run: *run },
                         FailureKind::Budget => RetryCause::OverBudget { run: *run },
                         FailureKind::Limited => RetryCause::Limited {
                             run: *run,
@@ -565,9 +580,15 @@ impl Dispatcher {
                         },
                         _ => RetryCause::RunFailed { run: *run },
                     },
-                    reason: outcome
-                        .failure_reason()
-                        .unwrap_or_else(|| Reason::summarize("the run failed")),
+                    // A question is the task's reason as the agent wrote it: it is asked where the task came from.
+                    reason: match (kind, outcome) {
+                        (FailureKind::Asked, RunEvent::Failed { detail, .. }) => {
+                            Reason::summarize(detail)
+                        }
+                        _ => outcome
+                            .failure_reason()
+                            .unwrap_or_else(|| Reason::summarize("the run failed")),
+                    },
                 },
             ),
             RunEvent::Proposed {

@@ -5,6 +5,7 @@
 //!
 //! | says | the attempt | the task |
 //! |---|---|---|
+//! | a question (`question.md`) | `asked`, nothing committed or pushed | given back, waits for a person's answer |
 //! | status `needs_human` | `needs_human`, nothing pushed | flagged at once with the agent's summary |
 //! | status unresolved | `unresolved`, nothing pushed | retried: "Previously unresolved: …" |
 //! | files outside the scope | `scope`, nothing pushed (`warn`: pushed, named) | retried: "Previously unresolved: … (outside scope …)" |
@@ -19,7 +20,9 @@ use super::attempt::Ended;
 use super::launch::Access;
 use super::Dispatcher;
 use crate::config::file::{ReviewPolicy, ScopePolicy};
-use crate::dispatch::agent_files::{read_review, read_status, remove_agent_dir, AGENT_DIR};
+use crate::dispatch::agent_files::{
+    read_question, read_review, read_status, remove_agent_dir, AGENT_DIR,
+};
 use crate::dispatch::runner::{self, Ending};
 use crate::dispatch::runs::FailureKind;
 use crate::dispatch::workspace::{diff::PATCH_FILE, Prepared};
@@ -34,6 +37,36 @@ pub(super) type Refusal = (FailureKind, String);
 const REVIEW_DIFF_CHARS: usize = 64 * 1024;
 
 impl Dispatcher {
+    /// The agent's question (`.pidevops/question.md`), which wins over everything else it left or changed: the
+    /// attempt ends `asked` (its changes neither committed nor pushed) and the question is the task's reason.
+    /// `.pidevops/` is removed when there is one; without one, the other verdicts read it next.
+    pub(super) async fn question_verdict(&self, prepared: &Prepared) -> Result<(), Refusal> {
+        let worktree = prepared.dirs.worktree.clone();
+        let (question, removed) = tokio::task::spawn_blocking(move || {
+            let question = read_question(&worktree);
+            let removed = match &question {
+                Ok(None) => Ok(()),
+                _ => remove_agent_dir(&worktree),
+            };
+            (question, removed)
+        })
+        .await
+        .map_err(|e| {
+            (
+                FailureKind::Workspace,
+                format!("reading the agent's question failed: {e}"),
+            )
+        })?;
+        if let Err(error) = removed {
+            return Err((FailureKind::Workspace, error.to_string()));
+        }
+        match question {
+            Ok(None) => Ok(()),
+            Ok(Some(question)) => Err((FailureKind::Asked, question.reason().as_str().to_owned())),
+            Err(error) => Err((FailureKind::Invalid, error.to_string())),
+        }
+    }
+
     /// The agent's own verdict: its summary when it says nothing against the push. `.pidevops/` is removed either
     /// way, before anything is committed.
     pub(super) async fn agent_verdict(

@@ -76,6 +76,7 @@ pub fn router() -> Router<AppState> {
         .route("/sign-out", post(sign_out))
         .route("/tasks/{id}", get(task_page::task_page))
         .route("/tasks/{id}/spec", post(task_page::edit_spec))
+        .route("/tasks/{id}/answer", post(task_page::answer))
         .route("/tasks/{id}/{action}", post(task_action))
         .route("/runs", get(runs_page))
         .route("/spend", get(spend_page::spend_page))

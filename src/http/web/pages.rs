@@ -298,6 +298,29 @@ impl TaskView {
     }
 }
 
+/// While a task waits for a person (any needs-human), its question (the agent's own words when it asked) and the
+/// form that answers it: the first answer from anywhere becomes the next attempt's follow-up.
+fn answer_form(task: &crate::tasks::Task, csrf: &str) -> Markup {
+    let Some(flag) = task.needs_human() else {
+        return html! {};
+    };
+    html! {
+        section.question {
+            h2 { "Question" }
+            @if flag.question {
+                p { "The agent asks:" }
+                blockquote.question-text { (flag.reason) }
+            }
+            form.answer method="post" action={ "/tasks/" (task.id()) "/answer" } {
+                input type="hidden" name="csrf" value=(csrf);
+                label for="answer-text" { "Your answer (the next attempt gets it; the first answer from anywhere counts)" }
+                textarea #answer-text name="text" rows="4" required {}
+                div { button type="submit" data-action="answer" { "Answer" } }
+            }
+        }
+    }
+}
+
 pub fn task(view: &TaskView) -> Markup {
     let row = &view.row;
     let shown = view.spec_shown();
@@ -314,6 +337,7 @@ pub fn task(view: &TaskView) -> Markup {
             " · attempt " (row.attempts) " of " (row.max_attempts)
         }
         @if let Some(reason) = &row.needs_human_reason { p.error { "Needs a human: " (reason) } }
+        @if let Some(task) = &view.task { (answer_form(task, &view.csrf)) }
         @if let Some(task) = &view.task { (item_line(task, &view.related)) }
         @if !top_actions.is_empty() {
             div.actions {

@@ -171,6 +171,68 @@ pub(super) async fn edit_spec(
     }
 }
 
+/// `POST /tasks/{id}/answer` (`text`): a person's answer to the question the task waits on, as
+/// `Command::Answer` from `dashboard:<uuid>`. The first answer from anywhere wins; a later one is refused and said
+/// so.
+pub(super) async fn answer(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    UrlPath(id): UrlPath<String>,
+    body: bytes::Bytes,
+) -> Response {
+    let Some(form) = parse_form(&body, SPEC_FORM_LIMIT) else {
+        return page(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            pages::message(
+                "Too large",
+                "Answer at length with POST /api/tasks/{id}/answer or `pidevops task answer`.",
+            ),
+        );
+    };
+    if let Access::Denied(response) = require_post(&state, &headers, &form).await {
+        return response;
+    }
+    let Ok(id) = id.parse::<TaskId>() else {
+        return page(
+            StatusCode::NOT_FOUND,
+            pages::message("No such task", "Task ids look like T-42."),
+        );
+    };
+    let text = match field(&form, "text").map(crate::tasks::FollowUpText::new) {
+        Some(Ok(text)) => text,
+        Some(Err(e)) => {
+            return page(
+                StatusCode::BAD_REQUEST,
+                pages::message("Not accepted", &format!("{id}: {e}")),
+            )
+        }
+        None => {
+            return page(
+                StatusCode::BAD_REQUEST,
+                pages::message(
+                    "Not accepted",
+                    "The answer form sends text; this one did not.",
+                ),
+            )
+        }
+    };
+    let origin = crate::tasks::FollowUpOrigin::new(
+        format!("dashboard:{}", uuid::Uuid::new_v4()),
+        "the dashboard",
+    );
+    let Ok(origin) = origin else {
+        return page(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            pages::message("Not accepted", "an answer's origin could not be made"),
+        );
+    };
+    let answer = crate::tasks::Command::Answer {
+        text,
+        origin: Some(origin),
+    };
+    steered_response(id, state.board.execute(id, &answer, "dashboard").await)
+}
+
 /// The task's page, from its row, its stream and the rows it refers to; `draft`: a refused spec edit to show again.
 async fn render(
     state: &AppState,

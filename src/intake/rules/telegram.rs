@@ -54,7 +54,7 @@ pub(super) fn telegram_message(data: &Value, config: &IntakeConfig) -> Decision 
     let (command, rest, plan) = match (command_args(text, "/new"), command_args(text, "/plan")) {
         (Some(rest), _) => ("/new", rest, false),
         (None, Some(rest)) => ("/plan", rest, true),
-        (None, None) => return Decision::NotIntake,
+        (None, None) => return telegram_reply(message, config),
     };
     let chat = message["chat"]["id"].as_i64().unwrap_or_default();
     if let Some(why) = telegram_refusal(
@@ -113,4 +113,43 @@ fn command_args<'a>(text: &'a str, command: &str) -> Option<&'a str> {
         .unwrap_or((text.trim(), ""));
     let name = head.split('@').next().unwrap_or_default();
     (name == command).then(|| rest.trim())
+}
+
+/// A message that replies to another (`reply_to_message`) and is no command: perhaps an answer to a question
+/// pidevops asked there. Keyed by the reply itself (`telegram:<chat>:<message>`); intake looks up what the
+/// replied-to message was. Who may answer is who may command.
+fn telegram_reply(message: &Value, config: &IntakeConfig) -> Decision {
+    let Some(to) = message["reply_to_message"]["message_id"].as_i64() else {
+        return Decision::NotIntake;
+    };
+    let text = message["text"].as_str().unwrap_or_default().trim();
+    if text.is_empty() || text.starts_with('/') {
+        return Decision::NotIntake;
+    }
+    let chat = message["chat"]["id"].as_i64().unwrap_or_default();
+    let message_id = message["message_id"].as_i64().unwrap_or_default();
+    let who = message["from"]["username"]
+        .as_str()
+        .map(|name| format!("@{name}"))
+        .or_else(|| message["from"]["first_name"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| "someone".to_owned());
+    let Ok(origin) = crate::tasks::FollowUpOrigin::new(
+        format!("telegram:{chat}:{message_id}"),
+        format!("{who} in Telegram"),
+    ) else {
+        return Decision::NotIntake;
+    };
+    let refusal = telegram_refusal(
+        &config.telegram_allowed_chats,
+        config.telegram_allowed_users.as_ref(),
+        chat,
+        message["from"]["id"].as_i64(),
+    );
+    Decision::TelegramReply {
+        chat,
+        to,
+        text: text.to_owned(),
+        origin,
+        refusal,
+    }
 }

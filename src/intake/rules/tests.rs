@@ -221,4 +221,81 @@ fn telegram_plan_makes_a_plan_keyed_by_its_message_and_says_why_not() {
     );
 }
 
+#[test]
+fn a_telegram_reply_names_the_message_it_answers_and_who_may_not() {
+    let config = config("").unwrap();
+    let reply = |chat: i64, user: i64, text: &str, to: Option<i64>| {
+        let mut message = serde_json::json!({
+            "message_id": 40, "chat": { "id": chat }, "from": { "id": user, "username": "ada" }, "text": text,
+        });
+        if let Some(to) = to {
+            message["reply_to_message"] = serde_json::json!({ "message_id": to });
+        }
+        telegram_message(&serde_json::json!({ "message": message }), &config)
+    };
+    let Decision::TelegramReply {
+        chat,
+        to,
+        text,
+        origin,
+        refusal,
+    } = reply(-100, 5, "  The order's currency. ", Some(12))
+    else {
+        panic!("a reply")
+    };
+    assert_eq!(
+        (chat, to, text.as_str()),
+        (-100, 12, "The order's currency.")
+    );
+    assert_eq!(origin.key(), "telegram:-100:40");
+    assert_eq!(origin.from(), "@ada in Telegram");
+    assert_eq!(refusal, None);
+    let Decision::TelegramReply { refusal, .. } = reply(-999, 5, "x", Some(12)) else {
+        panic!("a reply")
+    };
+    assert!(refusal.unwrap().contains("TELEGRAM_ALLOWED_CHATS"));
+    assert_eq!(reply(-100, 5, "not a reply", None), Decision::NotIntake);
+    assert_eq!(reply(-100, 5, "/status", Some(12)), Decision::NotIntake);
+    assert_eq!(reply(-100, 5, "   ", Some(12)), Decision::NotIntake);
+}
+
+#[test]
+fn a_linear_prompt_carries_its_activity_as_the_answers_origin() {
+    let body = serde_json::json!({
+        "action": "prompted", "type": "AgentSessionEvent",
+        "agentSession": { "id": "as-1", "issueId": "issue-1" },
+        "agentActivity": { "id": "aa-9", "content": { "type": "prompt", "body": "Use euros." },
+            "user": { "name": "Ada Lovelace" } },
+    });
+    let at = chrono::Utc::now();
+    let event = StoredEvent {
+        position: 1,
+        id: uuid::Uuid::now_v7(),
+        source: "linear".to_owned(),
+        event_type: "linear.AgentSessionEvent.prompted".to_owned(),
+        dedup_key: "d-1".to_owned(),
+        stream: None,
+        stream_version: None,
+        occurred_at: at,
+        recorded_at: at,
+        action: None,
+        repository: None,
+        number: None,
+        reference: None,
+        content_type: "application/json".to_owned(),
+        body: serde_json::to_vec(&body).unwrap(),
+        meta: Default::default(),
+    };
+    let Decision::FollowUp { key, text, origin } = decide(&event, &IntakeConfig::default()) else {
+        panic!("a follow-up")
+    };
+    assert_eq!(
+        (key.as_str(), text.as_str()),
+        ("linear:issue-1", "Use euros.")
+    );
+    let origin = origin.expect("an origin");
+    assert_eq!(origin.key(), "linear:activity:aa-9");
+    assert_eq!(origin.from(), "Ada Lovelace in Linear");
+}
+
 mod withdrawals;

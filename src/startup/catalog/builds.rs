@@ -94,6 +94,7 @@ pub(super) fn github_effects(parts: &Parts<'_>) -> anyhow::Result<crate::effects
         crate::effects::policy::PolicyConfig {
             bases,
             plan_land: settings.file.plans.land,
+            github_bot_login: parts.intake.github_bot_login.clone(),
             ..Default::default()
         },
     )

@@ -208,6 +208,60 @@ impl AgentStatus {
     }
 }
 
+/// An agent's question for a person (`question.md`): plain UTF-8 text, trimmed, not empty; a question longer than
+/// a [`Reason`] is cut with a marker saying so (the task's flag, the Linear elicitation and the Telegram message
+/// carry it). NULs and other control characters but newlines and tabs are dropped: they only hide text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentQuestion(Reason);
+
+impl AgentQuestion {
+    pub const FILE: &'static str = "question.md";
+    /// Far more than a question needs; the reader refuses a larger file before reading it.
+    pub const MAX_BYTES: usize = 64 * 1024;
+    /// What replaces the end of a question cut to size.
+    pub const CUT_MARKER: &'static str =
+        "[… the question was cut: read the rest in the attempt's log]";
+
+    pub fn parse(bytes: &[u8]) -> Result<Self, ReportError> {
+        let file = Self::FILE;
+        let text = std::str::from_utf8(bytes).map_err(|e| ReportError::Field {
+            file: file.to_owned(),
+            field: "(text)".to_owned(),
+            why: format!("is not UTF-8 text ({e})"),
+        })?;
+        let cleaned: String = text
+            .chars()
+            .filter(|c| !c.is_control() || *c == '\n' || *c == '\t')
+            .collect();
+        let trimmed = cleaned.trim();
+        if trimmed.is_empty() {
+            return Err(ReportError::Field {
+                file: file.to_owned(),
+                field: "(text)".to_owned(),
+                why: "is empty; write the question for a person there, or remove the file"
+                    .to_owned(),
+            });
+        }
+        let max = Reason::MAX_CHARS;
+        let shown = if trimmed.chars().count() > max {
+            let keep = max - Self::CUT_MARKER.chars().count() - 1;
+            let head: String = trimmed.chars().take(keep).collect();
+            format!("{}\n{}", head.trim_end(), Self::CUT_MARKER)
+        } else {
+            trimmed.to_owned()
+        };
+        Ok(AgentQuestion(Reason::summarize(&shown)))
+    }
+
+    pub fn reason(&self) -> &Reason {
+        &self.0
+    }
+
+    pub fn into_reason(self) -> Reason {
+        self.0
+    }
+}
+
 /// A triage agent's rewrite of a vague ticket (`spec.json`: `task` required, `scope` and `done_when` optional),
 /// which becomes the task's [`Spec`] once the approver has seen (and perhaps edited) it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -20,6 +20,10 @@ pub struct Sent {
     pub at: Instant,
     /// The inline keyboard, if the message had one.
     pub buttons: Value,
+    /// The whole `reply_markup` (a reply prompt: `force_reply`), `null` without one.
+    pub reply_markup: Value,
+    /// The id Telegram gave the message.
+    pub message_id: i64,
 }
 
 #[derive(Default)]
@@ -174,6 +178,8 @@ async fn call(
         parse_mode: body["parse_mode"].as_str().unwrap_or_default().to_owned(),
         at: Instant::now(),
         buttons: body["reply_markup"]["inline_keyboard"].clone(),
+        reply_markup: body["reply_markup"].clone(),
+        message_id,
     });
     Json(json!({
         "ok": true,
