@@ -36,6 +36,7 @@ mod land;
 mod leases;
 mod limits;
 mod linear;
+mod linear_contract;
 mod openapi;
 mod plans;
 mod plans_combined;
