@@ -27,6 +27,7 @@ mod effects;
 mod eventlog;
 mod full_loop;
 mod fuzz;
+mod github_contract;
 mod health;
 mod hostile;
 mod ingress;
