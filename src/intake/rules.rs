@@ -564,8 +564,15 @@ fn linear_draft(
         linear_scope(description),
         done_when(description).unwrap_or_default(),
     )?;
+    // Linear's webhooks send an integer; its schema says Float, so a polled issue's is 2.0.
     let priority = issue["priority"]
         .as_u64()
+        .or_else(|| {
+            issue["priority"]
+                .as_f64()
+                .filter(|p| p.fract() == 0.0 && (0.0..=4.0).contains(p))
+                .map(|p| p as u64)
+        })
         .map(|p| Priority::from_linear(u8::try_from(p).unwrap_or(0)));
     // Linear's own clock for this version of the issue: deliveries and polls can arrive out of order.
     let ticket_version = ticket_time(&issue["updatedAt"]);

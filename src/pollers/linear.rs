@@ -16,23 +16,17 @@ use serde_json::{json, Value};
 use crate::board::Board;
 use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::EventLog;
+use crate::providers::linear::operations::{changed_issues, ChangedIssues};
 use crate::providers::linear::LinearClient;
 
 pub const LINEAR_POLLER: &str = "linear_poller";
-const PAGE: u64 = 50;
+const PAGE: i64 = 50;
 /// Changes this close before the last poll are asked for again.
 const OVERLAP: chrono::Duration = chrono::Duration::minutes(2);
 /// How far back the very first poll looks.
 const FIRST_LOOKBACK: chrono::Duration = chrono::Duration::hours(24);
 /// A poll reads at most this many pages (a runaway cursor must not hold the loop).
 const MAX_PAGES: usize = 100;
-
-const QUERY: &str = "query($since: DateTimeOrDuration!, $label: String!, $first: Int!, $after: String) { \
-  issues(first: $first, after: $after, orderBy: updatedAt, \
-         filter: { updatedAt: { gt: $since }, labels: { some: { name: { eqIgnoreCase: $label } } } }) { \
-    nodes { id identifier title description priority updatedAt url \
-            state { id name type } team { key } labels { nodes { name } } } \
-    pageInfo { hasNextPage endCursor } } }";
 
 /// What one poll did, for `/health`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -86,35 +80,30 @@ impl LinearPoller {
                 page < MAX_PAGES,
                 "Linear kept answering with more pages after {MAX_PAGES}; the poll stops here"
             );
+            let variables = changed_issues::Variables {
+                since: since.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                label: self.label.clone(),
+                first: PAGE,
+                after: after.clone(),
+            };
             let data = self
                 .client
-                .graphql(
-                    "issues",
-                    QUERY,
-                    json!({
-                        "since": since.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-                        "label": self.label,
-                        "first": PAGE,
-                        "after": after,
-                    }),
-                )
+                .run::<ChangedIssues>("issues", variables)
                 .await
                 .map_err(|e| anyhow::anyhow!(e))
                 .context("asking Linear for changed issues")?;
-            let issues = &data["issues"];
-            for node in issues["nodes"].as_array().into_iter().flatten() {
+            let issues = data.issues;
+            for node in &issues.nodes {
                 progress.seen += 1;
-                if self.append(node).await? {
+                let node = serde_json::to_value(node).context("a polled issue as JSON")?;
+                if self.append(&node).await? {
                     progress.appended += 1;
                 } else {
                     progress.known += 1;
                 }
             }
-            match (
-                issues["pageInfo"]["hasNextPage"].as_bool(),
-                issues["pageInfo"]["endCursor"].as_str(),
-            ) {
-                (Some(true), Some(cursor)) => after = Some(cursor.to_owned()),
+            match (issues.page_info.has_next_page, issues.page_info.end_cursor) {
+                (true, Some(cursor)) => after = Some(cursor),
                 _ => break,
             }
         }

@@ -5,6 +5,11 @@
 
 use std::collections::BTreeSet;
 
+use octocrab::models::pulls::ReviewState;
+use octocrab::models::webhook_events::payload::{
+    PullRequestReviewCommentWebhookEventPayload, PullRequestReviewWebhookEventPayload,
+    PullRequestWebhookEventPayload,
+};
 use serde_json::Value;
 
 use crate::tasks::{RepoName, TaskId};
@@ -156,14 +161,14 @@ fn text(v: &Value) -> String {
 }
 
 /// Whether `login` is pidevops's own account.
-fn ours(bot_login: Option<&str>, login: &Value) -> bool {
-    bot_login.is_some_and(|bot| bot.eq_ignore_ascii_case(login.as_str().unwrap_or_default()))
+fn ours(bot_login: Option<&str>, login: &str) -> bool {
+    bot_login.is_some_and(|bot| bot.eq_ignore_ascii_case(login))
 }
 
 /// A check suite finished: a failure sends the task back.
 fn check_suite(payload: &Value) -> Reaction {
     let suite = &payload["check_suite"];
-    let Some(task) = task_of(&suite["head_branch"]) else {
+    let Some(task) = task_of_value(&suite["head_branch"]) else {
         return Reaction::None;
     };
     let conclusion = text(&suite["conclusion"]);
@@ -191,7 +196,7 @@ fn check_suite(payload: &Value) -> Reaction {
 /// A check run finished: a failure sends the task back with its output's title, summary and link.
 fn check_run(payload: &Value) -> Reaction {
     let run = &payload["check_run"];
-    let Some(task) = task_of(&run["check_suite"]["head_branch"]) else {
+    let Some(task) = task_of_value(&run["check_suite"]["head_branch"]) else {
         return Reaction::None;
     };
     let conclusion = text(&run["conclusion"]);
@@ -227,7 +232,7 @@ fn check_run(payload: &Value) -> Reaction {
 /// A workflow run finished: a failure sends the task back.
 fn workflow_run(payload: &Value) -> Reaction {
     let run = &payload["workflow_run"];
-    let Some(task) = task_of(&run["head_branch"]) else {
+    let Some(task) = task_of_value(&run["head_branch"]) else {
         return Reaction::None;
     };
     let conclusion = text(&run["conclusion"]);
@@ -259,94 +264,115 @@ fn workflow_run(payload: &Value) -> Reaction {
     }
 }
 
-/// A review: requested changes send the task back and an approval is a landing fact, unless pidevops wrote it.
+/// A payload of one of the families octocrab models (reviews, review comments, pull requests), typed; `None`
+/// (with why, logged) when GitHub sent something its model does not read. Check suites, check runs and workflow
+/// runs octocrab leaves as free JSON, so those are read by name above.
+fn typed<T: serde::de::DeserializeOwned>(payload: &Value, what: &str) -> Option<T> {
+    match T::deserialize(payload) {
+        Ok(typed) => Some(typed),
+        Err(error) => {
+            tracing::warn!(%error, "a GitHub {what} that octocrab's model does not read: ignored");
+            None
+        }
+    }
+}
+
+/// Who: a login, or empty when GitHub names nobody (a deleted account).
+fn login(author: Option<&octocrab::models::Author>) -> String {
+    author.map(|a| a.login.clone()).unwrap_or_default()
+}
+
+/// A review: requested changes or comments send the task back (once per review) and an approval is a landing
+/// fact, unless pidevops wrote it.
 fn review_submitted(payload: &Value, bot_login: Option<&str>) -> Reaction {
-    let Some(task) = task_of(&payload["pull_request"]["head"]["ref"]) else {
+    let Some(event) = typed::<PullRequestReviewWebhookEventPayload>(payload, "review") else {
         return Reaction::None;
     };
-    let review = &payload["review"];
-    if ours(bot_login, &review["user"]["login"]) {
+    let Some(task) = task_of(&event.pull_request.head.ref_field) else {
+        return Reaction::None;
+    };
+    let review = &event.review;
+    let by = login(review.user.as_ref());
+    if ours(bot_login, &by) {
         return Reaction::Ignore {
             task,
             why: "a review by pidevops's own account".into(),
         };
     }
-    let state = review["state"].as_str().unwrap_or_default();
-    if state.eq_ignore_ascii_case("approved") {
-        return Reaction::Approved {
-            task,
-            by: text(&review["user"]["login"]),
-            // The commit the reviewer saw; an approval of older code must not count for newer.
-            sha: text(&review["commit_id"]),
-        };
-    }
-    let changes_requested = state.eq_ignore_ascii_case("changes_requested");
-    if !changes_requested && !state.eq_ignore_ascii_case("commented") {
-        return Reaction::Ignore {
-            task,
-            why: format!("a review that is {}", text(&review["state"])),
-        };
-    }
-    let Some(id) = review["id"].as_u64() else {
-        return Reaction::Ignore {
-            task,
-            why: "a review without an id".into(),
-        };
+    let changes_requested = match review.state {
+        Some(ReviewState::Approved) => {
+            return Reaction::Approved {
+                task,
+                by,
+                // The commit the reviewer saw; an approval of older code must not count for newer.
+                sha: review.commit_id.clone().unwrap_or_default(),
+            };
+        }
+        Some(ReviewState::ChangesRequested) => true,
+        Some(ReviewState::Commented) => false,
+        other => {
+            return Reaction::Ignore {
+                task,
+                why: format!("a review that is {other:?}"),
+            }
+        }
     };
     Reaction::Reviewed {
         task,
-        review: id,
-        by: text(&review["user"]["login"]),
+        review: review.id.0,
+        by,
         changes_requested,
-        body: clip(review["body"].as_str().unwrap_or_default()),
+        body: clip(review.body.as_deref().unwrap_or_default()),
     }
 }
 
 /// A review was dismissed: if it approved, it no longer counts.
 fn review_dismissed(payload: &Value) -> Reaction {
-    let Some(task) = task_of(&payload["pull_request"]["head"]["ref"]) else {
+    let Some(event) = typed::<PullRequestReviewWebhookEventPayload>(payload, "review") else {
+        return Reaction::None;
+    };
+    let Some(task) = task_of(&event.pull_request.head.ref_field) else {
         return Reaction::None;
     };
     Reaction::ReviewDismissed {
         task,
-        by: text(&payload["review"]["user"]["login"]),
+        by: login(event.review.user.as_ref()),
     }
 }
 
 /// A reviewer's line comment, unless pidevops wrote it.
 fn review_comment(payload: &Value, bot_login: Option<&str>) -> Reaction {
-    let Some(task) = task_of(&payload["pull_request"]["head"]["ref"]) else {
+    let Some(event) =
+        typed::<PullRequestReviewCommentWebhookEventPayload>(payload, "review comment")
+    else {
         return Reaction::None;
     };
-    let comment = &payload["comment"];
-    if ours(bot_login, &comment["user"]["login"]) {
+    let Some(task) = task_of(&event.pull_request.head.ref_field) else {
+        return Reaction::None;
+    };
+    let comment = &event.comment;
+    let by = login(comment.user.as_ref());
+    if ours(bot_login, &by) {
         return Reaction::Ignore {
             task,
             why: "a comment by pidevops's own account".into(),
         };
     }
-    let Some(id) = comment["id"].as_u64() else {
-        return Reaction::Ignore {
-            task,
-            why: "a review comment without an id".into(),
-        };
-    };
-    let lines = comment["line"].as_u64().map(|end| {
-        let start = comment["start_line"].as_u64().filter(|s| *s <= end);
+    let lines = comment.line.map(|end| {
+        let start = comment.start_line.filter(|s| *s <= end);
         (start.unwrap_or(end), end)
     });
-    let hunk = text(&comment["diff_hunk"]);
-    let hunk_lines: Vec<&str> = hunk.lines().collect();
+    let hunk_lines: Vec<&str> = comment.diff_hunk.lines().collect();
     let hunk = hunk_lines[hunk_lines.len().saturating_sub(HUNK_LINES)..].join("\n");
     Reaction::ReviewComment {
         task,
         comment: LineComment {
-            id,
-            review: comment["pull_request_review_id"].as_u64(),
-            by: text(&comment["user"]["login"]),
-            path: text(&comment["path"]),
+            id: comment.id.0,
+            review: comment.pull_request_review_id.map(|r| r.0),
+            by,
+            path: comment.path.clone(),
             lines,
-            body: text(&comment["body"]),
+            body: comment.body.clone(),
             hunk: clip(&hunk),
         },
     }
@@ -354,24 +380,28 @@ fn review_comment(payload: &Value, bot_login: Option<&str>) -> Reaction {
 
 /// The pull request closed: merged, or closed unmerged.
 fn pull_request_closed(payload: &Value) -> Reaction {
-    let pr = &payload["pull_request"];
-    let Some(task) = task_of(&pr["head"]["ref"]) else {
+    let Some(event) = typed::<PullRequestWebhookEventPayload>(payload, "pull request") else {
         return Reaction::None;
     };
-    if pr["merged"].as_bool() == Some(true) {
-        let by = pr["merged_by"]["login"]
-            .as_str()
-            .or(payload["sender"]["login"].as_str())
+    let pr = &event.pull_request;
+    let Some(task) = task_of(&pr.head.ref_field) else {
+        return Reaction::None;
+    };
+    // Who: the payload's sender (octocrab keeps it beside the payload it models).
+    let sender = payload["sender"]["login"].as_str();
+    if pr.merged == Some(true) || pr.merged_at.is_some() {
+        let by = pr
+            .merged_by
+            .as_ref()
+            .map(|a| a.login.as_str())
+            .or(sender)
             .unwrap_or("someone")
             .to_owned();
         Reaction::Merged { task, by }
     } else {
         Reaction::ClosedUnmerged {
             task,
-            by: payload["sender"]["login"]
-                .as_str()
-                .unwrap_or("someone")
-                .to_owned(),
+            by: sender.unwrap_or("someone").to_owned(),
         }
     }
 }
@@ -458,8 +488,13 @@ pub fn admit(event_type: &str, payload: &Value, expected: &Expected<'_>) -> Resu
 }
 
 /// The task whose branch this is: `pidevops/T-7` → T-7; any other branch → none.
-fn task_of(branch: &Value) -> Option<TaskId> {
-    branch.as_str()?.strip_prefix("pidevops/")?.parse().ok()
+fn task_of(branch: &str) -> Option<TaskId> {
+    branch.strip_prefix("pidevops/")?.parse().ok()
+}
+
+/// [`task_of`] a branch read by name from free JSON.
+fn task_of_value(branch: &Value) -> Option<TaskId> {
+    task_of(branch.as_str()?)
 }
 
 fn clip(text: &str) -> String {

@@ -183,7 +183,11 @@ fn merged(task: TaskId, number: u64) -> Value {
     let pr = &mut body["pull_request"];
     pr["number"] = json!(number);
     pr["merged"] = json!(true);
-    pr["merged_by"] = json!({ "login": BOT });
+    // A whole user, as GitHub sends it: the sender's, named BOT.
+    let mut by = body["sender"].clone();
+    by["login"] = json!(BOT);
+    let pr = &mut body["pull_request"];
+    pr["merged_by"] = by;
     pr["head"]["ref"] = json!(task.branch().as_str());
     pr["head"]["repo"]["full_name"] = json!(REPO);
     pr["base"]["repo"]["full_name"] = json!(REPO);

@@ -416,9 +416,20 @@ mkdir -p "$part" && echo done > "$part/done.txt""#
     );
 
     // Closed without merging: the plan waits for a person, its items are not cancelled behind anyone's back.
-    let mut closed = review(branch.as_str(), number, &commit, "approved");
-    closed["action"] = json!("closed");
+    // As GitHub sends it: the pull request event (the review fixture's pull request, closed).
+    let mut closed: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            crate::common::fixtures_dir().join("github/pull_request/closed.payload.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let reviewed = review(branch.as_str(), number, &commit, "approved");
+    closed["number"] = json!(number);
+    closed["pull_request"] = reviewed["pull_request"].clone();
+    closed["pull_request"]["state"] = json!("closed");
     closed["pull_request"]["merged"] = json!(false);
+    closed["repository"] = reviewed["repository"].clone();
     closed["sender"]["login"] = json!("bob");
     deliver(&app, "pull_request", &closed).await;
     within(Duration::from_secs(30), "the plan flagged", || async {

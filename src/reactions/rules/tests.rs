@@ -254,7 +254,9 @@ fn reviews_comments_and_closing_reach_the_task_but_never_our_own() {
         }
     );
     closed["pull_request"]["merged"] = json!(true);
-    closed["pull_request"]["merged_by"] = json!({ "login": "octocat" });
+    let mut by = closed["sender"].clone();
+    by["login"] = json!("octocat");
+    closed["pull_request"]["merged_by"] = by;
     assert_eq!(
         decide("github.pull_request.closed", &closed, None),
         Reaction::Merged {

@@ -1,7 +1,12 @@
 //! A fake Linear GraphQL API on loopback. It keeps issues with their team's workflow states, comments, agent
-//! activities, session links and every checklist (`plan`) a session was given; records every operation; refuses a wrong API key; and answers 500, 429 or
-//! Linear's `RATELIMITED` error when told to. Operations are recognised by the field the query names, which is
-//! all pidevops's client sends.
+//! activities, session links and every checklist (`plan`) a session was given; records every operation; refuses a
+//! wrong API key; and answers 500, 429 or Linear's `RATELIMITED` error when told to.
+//!
+//! It holds every request to Linear's published schema (`common::linear_schema`): an operation that does not
+//! validate, or variables that do not coerce to its input types, is refused as Linear refuses it (400,
+//! `GRAPHQL_VALIDATION_FAILED`), and every answer it gives is checked to fit the operation's selection (a misfit is
+//! the fake's bug: 500 `FAKE_ANSWER_DOES_NOT_FIT`, and recorded in [`FakeLinear::misfits`]). Operations are
+//! recognised by their root field, as the validated document names it.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -62,6 +67,9 @@ struct Inner {
     failures: Vec<u16>,
     /// Every `issues` query fails with this status until cleared.
     issues_fail: Option<u16>,
+    /// Answers of the fake's own that did not fit the schema (its bugs), and requests that did not validate.
+    misfits: Vec<String>,
+    refused: Vec<String>,
 }
 
 #[derive(Clone, Default)]
@@ -170,29 +178,20 @@ impl FakeLinear {
             .extend_from_slice(statuses);
     }
 
+    /// Answers the fake made that do not fit Linear's schema (each one a bug in the fake).
+    pub fn misfits(&self) -> Vec<String> {
+        self.inner.lock().unwrap().misfits.clone()
+    }
+
+    /// Requests refused because they do not validate against Linear's schema, with why.
+    pub fn refused(&self) -> Vec<String> {
+        self.inner.lock().unwrap().refused.clone()
+    }
+
     /// Every `issues` query answers `status` (None: answer normally again).
     pub fn fail_issue_queries(&self, status: Option<u16>) {
         self.inner.lock().unwrap().issues_fail = status;
     }
-}
-
-fn op_of(query: &str) -> &'static str {
-    for op in [
-        "commentCreate",
-        "agentActivityCreate",
-        "agentSessionUpdate",
-        "issueUpdate",
-        "viewer",
-        "issues(",
-        "comment(",
-        "agentActivity(",
-        "issue(",
-    ] {
-        if query.contains(op) {
-            return op.trim_end_matches('(');
-        }
-    }
-    "unknown"
 }
 
 fn error(status: StatusCode, message: &str, code: &str) -> Response {
@@ -226,12 +225,24 @@ async fn graphql(
 ) -> Response {
     let query = body["query"].as_str().unwrap_or_default().to_owned();
     let variables = body["variables"].clone();
-    let op = op_of(&query);
+    let document = super::linear_schema::validate_request(&query, &variables);
+    let op = match &document {
+        Ok(document) => root_field(document),
+        Err(_) => "invalid".to_owned(),
+    };
+    let op = op.as_str();
     let mut inner = fake.inner.lock().unwrap();
     inner.calls.push(Call {
         op: op.to_owned(),
         variables: variables.clone(),
     });
+    let document = match document {
+        Ok(document) => document,
+        Err(why) => {
+            inner.refused.push(why.clone());
+            return error(StatusCode::BAD_REQUEST, &why, "GRAPHQL_VALIDATION_FAILED");
+        }
+    };
     if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some(LINEAR_KEY) {
         return error(
             StatusCode::BAD_REQUEST,
@@ -360,7 +371,7 @@ async fn graphql(
                         "team": { "key": issue.team, "states": { "nodes": issue.states.iter().map(|(id, name, kind)| json!({ "id": id, "name": name, "type": kind })).collect::<Vec<_>>() } },
                     } })
                 }
-                None => json!({ "issue": null }),
+                None => return error(StatusCode::OK, "Entity not found: Issue", "INVALID_INPUT"),
             }
         }
         "issueUpdate" => {
@@ -425,5 +436,25 @@ async fn graphql(
             )
         }
     };
+    if let Err(misfit) = super::linear_schema::fits(&document, &data) {
+        inner.misfits.push(misfit.clone());
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("the fake's answer does not fit Linear's schema: {misfit}"),
+            "FAKE_ANSWER_DOES_NOT_FIT",
+        );
+    }
     Json(json!({ "data": data })).into_response()
+}
+
+/// The root field the operation asks for (`commentCreate`, `issues`, …): pidevops's operations ask for one each.
+fn root_field(document: &apollo_compiler::ExecutableDocument) -> String {
+    document
+        .operations
+        .get(None)
+        .ok()
+        .and_then(|op| op.selection_set.selections.first())
+        .and_then(|selection| selection.as_field())
+        .map(|field| field.name.to_string())
+        .unwrap_or_else(|| "unknown".to_owned())
 }

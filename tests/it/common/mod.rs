@@ -9,6 +9,7 @@ pub mod fake_github;
 pub mod fake_linear;
 pub mod fake_model;
 pub mod fake_telegram;
+pub mod linear_schema;
 pub mod server;
 
 use std::path::{Path, PathBuf};

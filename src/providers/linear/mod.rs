@@ -8,9 +8,14 @@
 use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
-use serde_json::{json, Value};
+use serde_json::Value;
 use uuid::Uuid;
 
+pub mod operations;
+
+use graphql_client::GraphQLQuery;
+
+use self::operations as ops;
 use super::CallError;
 use super::Produced;
 
@@ -96,19 +101,27 @@ impl LinearClient {
         })
     }
 
-    /// One GraphQL request; `what` names it in errors. Rate limits (HTTP 429, or Linear's `RATELIMITED` code on a
-    /// 400) and server errors are transient; other refusals are permanent.
-    pub async fn graphql(
+    /// One operation of [`operations`], typed against Linear's schema; `what` names it in errors. An answer that
+    /// does not fit the operation's types is a permanent error that names what did not fit.
+    pub async fn run<Q: GraphQLQuery>(
         &self,
         what: &str,
-        query: &str,
-        variables: Value,
-    ) -> Result<Value, CallError> {
+        variables: Q::Variables,
+    ) -> Result<Q::ResponseData, CallError> {
+        let data = self.post(what, &Q::build_query(variables)).await?;
+        serde_json::from_value(data).map_err(|e| CallError::Permanent {
+            message: format!("{what}: Linear's answer does not fit its schema: {e}"),
+        })
+    }
+
+    /// One GraphQL request. Rate limits (HTTP 429, or Linear's `RATELIMITED` code on a 400) and server errors are
+    /// transient; other refusals are permanent.
+    async fn post(&self, what: &str, body: &impl serde::Serialize) -> Result<Value, CallError> {
         let response = self
             .http
             .post(&self.api_url)
             .header(reqwest::header::AUTHORIZATION, self.key.expose_secret())
-            .json(&json!({ "query": query, "variables": variables }))
+            .json(body)
             .send()
             .await
             .map_err(|e| CallError::Transient {
@@ -159,43 +172,38 @@ impl LinearClient {
     /// Who the key belongs to (`pidevops doctor`).
     pub async fn viewer(&self) -> Result<String, CallError> {
         let data = self
-            .graphql("viewer", "query { viewer { id name } }", json!({}))
+            .run::<ops::Viewer>("viewer", ops::viewer::Variables)
             .await?;
-        Ok(data["viewer"]["name"]
-            .as_str()
-            .unwrap_or("someone")
-            .to_owned())
+        Ok(data.viewer.name)
     }
 
     /// Comments on an issue, once per `key`.
     pub async fn comment(&self, key: &str, issue: Uuid, body: &str) -> Result<Produced, CallError> {
         let id = entity_id(key);
+        let input = ops::comment_create::CommentCreateInput {
+            id: Some(id.to_string()),
+            issue_id: Some(issue.to_string()),
+            body: Some(body.to_owned()),
+            ..Default::default()
+        };
         let created = self
-            .graphql(
-                "commentCreate",
-                "mutation($input: CommentCreateInput!) { commentCreate(input: $input) { success comment { id url } } }",
-                json!({ "input": { "id": id, "issueId": issue, "body": body } }),
-            )
+            .run::<ops::CommentCreate>("commentCreate", ops::comment_create::Variables { input })
             .await;
         match created {
             Ok(data) => Ok(Produced::Comment {
-                url: data["commentCreate"]["comment"]["url"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned(),
+                url: data.comment_create.comment.url,
                 posted: true,
             }),
             Err(error) => {
                 // Made by an attempt cut off before it heard back?
                 let found = self
-                    .graphql(
+                    .run::<ops::CommentById>(
                         "comment",
-                        "query($id: String!) { comment(id: $id) { id url } }",
-                        json!({ "id": id }),
+                        ops::comment_by_id::Variables { id: id.to_string() },
                     )
                     .await
                     .ok()
-                    .and_then(|data| data["comment"]["url"].as_str().map(str::to_owned));
+                    .map(|data| data.comment.url);
                 match found {
                     Some(url) => Ok(Produced::Comment { url, posted: false }),
                     None => Err(error),
@@ -213,25 +221,28 @@ impl LinearClient {
         content: &Value,
     ) -> Result<Produced, CallError> {
         let id = entity_id(key);
+        let input = ops::agent_activity_create::AgentActivityCreateInput {
+            id: Some(id.to_string()),
+            agent_session_id: session.to_owned(),
+            content: content.clone(),
+            ..Default::default()
+        };
         let created = self
-            .graphql(
+            .run::<ops::AgentActivityCreate>(
                 "agentActivityCreate",
-                "mutation($input: AgentActivityCreateInput!) { agentActivityCreate(input: $input) { success agentActivity { id } } }",
-                json!({ "input": { "id": id, "agentSessionId": session, "content": content } }),
+                ops::agent_activity_create::Variables { input },
             )
             .await;
         match created {
             Ok(_) => Ok(Produced::Done),
             Err(error) => {
                 let found = self
-                    .graphql(
+                    .run::<ops::AgentActivityById>(
                         "agentActivity",
-                        "query($id: String!) { agentActivity(id: $id) { id } }",
-                        json!({ "id": id }),
+                        ops::agent_activity_by_id::Variables { id: id.to_string() },
                     )
                     .await
-                    .ok()
-                    .is_some_and(|data| data["agentActivity"]["id"].is_string());
+                    .is_ok();
                 if found {
                     Ok(Produced::Done)
                 } else {
@@ -247,17 +258,20 @@ impl LinearClient {
         session: &str,
         urls: &[(String, String)],
     ) -> Result<Produced, CallError> {
-        let urls: Vec<Value> = urls
+        let urls = urls
             .iter()
-            .map(|(label, url)| json!({ "label": label, "url": url }))
+            .map(
+                |(label, url)| ops::agent_session_update::AgentSessionExternalUrlInput {
+                    label: label.clone(),
+                    url: url.clone(),
+                },
+            )
             .collect();
-        self.graphql(
-            "agentSessionUpdate",
-            "mutation($id: String!, $input: AgentSessionUpdateInput!) { agentSessionUpdate(id: $id, input: $input) { success } }",
-            json!({ "id": session, "input": { "externalUrls": urls } }),
-        )
-        .await?;
-        Ok(Produced::Done)
+        let input = ops::agent_session_update::AgentSessionUpdateInput {
+            external_urls: Some(urls),
+            ..Default::default()
+        };
+        self.session_update(session, input).await
     }
 
     /// Replaces the checklist a session shows (`plan`) with `steps`.
@@ -266,10 +280,27 @@ impl LinearClient {
         session: &str,
         steps: &[PlanStep],
     ) -> Result<Produced, CallError> {
-        self.graphql(
+        let plan = serde_json::to_value(steps).map_err(|e| CallError::Permanent {
+            message: format!("a session plan as JSON: {e}"),
+        })?;
+        let input = ops::agent_session_update::AgentSessionUpdateInput {
+            plan: Some(plan),
+            ..Default::default()
+        };
+        self.session_update(session, input).await
+    }
+
+    async fn session_update(
+        &self,
+        session: &str,
+        input: ops::agent_session_update::AgentSessionUpdateInput,
+    ) -> Result<Produced, CallError> {
+        self.run::<ops::AgentSessionUpdate>(
             "agentSessionUpdate",
-            "mutation($id: String!, $input: AgentSessionUpdateInput!) { agentSessionUpdate(id: $id, input: $input) { success } }",
-            json!({ "id": session, "input": { "plan": steps } }),
+            ops::agent_session_update::Variables {
+                id: session.to_owned(),
+                input,
+            },
         )
         .await?;
         Ok(Produced::Done)
@@ -285,51 +316,58 @@ impl LinearClient {
         fallback: &str,
     ) -> Result<Produced, CallError> {
         let data = self
-            .graphql(
+            .run::<ops::IssueStates>(
                 "issue states",
-                "query($id: String!) { issue(id: $id) { state { id name } team { key states(first: 100) { nodes { id name type } } } } }",
-                json!({ "id": issue }),
+                ops::issue_states::Variables {
+                    id: issue.to_string(),
+                },
             )
-            .await?;
-        let issue_data = &data["issue"];
-        if issue_data.is_null() {
-            return Err(CallError::Permanent {
-                message: format!("issue {issue} is not visible with LINEAR_API_KEY"),
-            });
-        }
-        let states: Vec<WorkflowState> = issue_data["team"]["states"]["nodes"]
-            .as_array()
-            .map(|nodes| {
-                nodes
-                    .iter()
-                    .filter_map(|n| {
-                        Some(WorkflowState {
-                            id: n["id"].as_str()?.to_owned(),
-                            name: n["name"].as_str()?.to_owned(),
-                            kind: n["type"].as_str().unwrap_or_default().to_owned(),
-                        })
-                    })
-                    .collect()
+            .await
+            .map_err(|error| match error {
+                // Linear answers an issue the key cannot see as "Entity not found".
+                CallError::Permanent { message } => CallError::Permanent {
+                    message: format!(
+                        "issue {issue} is not visible with LINEAR_API_KEY ({message})"
+                    ),
+                },
+                transient => transient,
+            })?;
+        let issue_data = data.issue;
+        let states: Vec<WorkflowState> = issue_data
+            .team
+            .states
+            .nodes
+            .into_iter()
+            .map(|n| WorkflowState {
+                id: n.id,
+                name: n.name,
+                kind: n.type_,
             })
-            .unwrap_or_default();
+            .collect();
         let Some(target) = pick_state(&states, names, fallback) else {
             return Err(CallError::Permanent {
                 message: format!(
                     "team {} has none of the states {names:?} and no state of type {fallback:?}",
-                    issue_data["team"]["key"].as_str().unwrap_or("?")
+                    issue_data.team.key
                 ),
             });
         };
-        if issue_data["state"]["id"].as_str() == Some(target.id.as_str()) {
+        if issue_data.state.id == target.id {
             return Ok(Produced::State {
                 name: target.name.clone(),
                 moved: false,
             });
         }
-        self.graphql(
+        let input = ops::issue_update::IssueUpdateInput {
+            state_id: Some(target.id.clone()),
+            ..Default::default()
+        };
+        self.run::<ops::IssueUpdate>(
             "issueUpdate",
-            "mutation($id: String!, $input: IssueUpdateInput!) { issueUpdate(id: $id, input: $input) { success } }",
-            json!({ "id": issue, "input": { "stateId": target.id } }),
+            ops::issue_update::Variables {
+                id: issue.to_string(),
+                input,
+            },
         )
         .await?;
         Ok(Produced::State {
