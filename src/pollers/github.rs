@@ -85,8 +85,10 @@ impl GithubPoller {
                     .as_str()
                     .unwrap_or("someone")
                     .to_owned();
+                // As GitHub's webhook has it: the number beside the pull request (octocrab's model needs it).
                 let body = json!({
                     "action": "closed",
+                    "number": number,
                     "pull_request": pull,
                     "repository": repository,
                     "sender": { "login": by },

@@ -211,3 +211,42 @@ fn what_pidevops_reads_of_reviews_and_pull_requests_agrees_with_the_typed_model(
         }
     }
 }
+
+/// The fake GitHub answers what GitHub's API does, as octocrab's models read it: a pull request it opened, then
+/// merged (`merged_by` a whole user), and an issue, each deserializes into octocrab's types.
+#[tokio::test]
+async fn the_fake_githubs_answers_round_trip_through_octocrabs_models() {
+    let fake = crate::common::fake_github::FakeGithub::start().await;
+    let http = reqwest::Client::new();
+    let opened: Value = http
+        .post(format!("{}/repos/acme/app/pulls", fake.url))
+        .header("authorization", "Bearer test-token")
+        .header("user-agent", "pidevops-test")
+        .json(&json!({ "title": "Fix it", "head": "pidevops/T-1", "base": "main", "body": "b" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let opened: octocrab::models::pulls::PullRequest =
+        serde_json::from_value(opened).expect("an opened pull request octocrab reads");
+    fake.merge("acme/app", opened.number, "alice");
+    let merged: Value = http
+        .get(format!(
+            "{}/repos/acme/app/pulls/{}",
+            fake.url, opened.number
+        ))
+        .header("authorization", "Bearer test-token")
+        .header("user-agent", "pidevops-test")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let merged: octocrab::models::pulls::PullRequest =
+        serde_json::from_value(merged).expect("a merged pull request octocrab reads");
+    assert_eq!(merged.merged, Some(true));
+    assert_eq!(merged.merged_by.map(|a| a.login), Some("alice".to_owned()));
+}

@@ -341,6 +341,14 @@ fn failure_response(failure: Failure) -> Response {
     }
 }
 
+/// A GitHub user as the API sends one (every field octocrab's `Author` reads): `like`'s, named `login`.
+pub fn user_json(like: &Value, login: &str) -> Value {
+    let mut user = like.clone();
+    user["login"] = json!(login);
+    user["html_url"] = json!(format!("https://github.com/{login}"));
+    user
+}
+
 fn pull_json(repo: &str, number: u64, head: &str, base: &str, title: &str, body: &str) -> Value {
     let fixture: Value = serde_json::from_str(
         &std::fs::read_to_string(concat!(
@@ -629,7 +637,7 @@ async fn get_pull(
     pr["state"] = json!(if open { "open" } else { "closed" });
     let merged_by = inner.merged.get(&(full.clone(), number));
     pr["merged"] = json!(merged_by.is_some());
-    pr["merged_by"] = merged_by.map_or(Value::Null, |by| json!({ "login": by }));
+    pr["merged_by"] = merged_by.map_or(Value::Null, |by| user_json(&pr["user"], by));
     pr["merge_commit_sha"] = inner
         .merge_commits
         .get(&(full.clone(), number))
