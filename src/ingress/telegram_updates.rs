@@ -60,7 +60,7 @@ impl TelegramUpdates {
         let offset = if last > 0 { last + 1 } else { 0 };
         let updates = self
             .client
-            .get_updates(offset, self.poll_s)
+            .get_updates(offset, u32::try_from(self.poll_s).unwrap_or(25))
             .await
             .context("getUpdates")?;
         let mut progress = UpdatesProgress {

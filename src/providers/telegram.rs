@@ -3,8 +3,20 @@
 
 use std::time::Duration;
 
+use frankenstein::methods::{
+    AnswerCallbackQueryParams, DeleteWebhookParams, GetUpdatesParams, SendMessageParams,
+    SetMyCommandsParams,
+};
+use frankenstein::response::{ErrorResponse, MethodResponse};
+use frankenstein::types::{
+    AllowedUpdate, BotCommand, ForceReply, InlineKeyboardButton, InlineKeyboardMarkup,
+    LinkPreviewOptions, Message, ReplyMarkup, User,
+};
+use frankenstein::updates::{Update, WebhookInfo};
+use frankenstein::ParseMode;
 use secrecy::{ExposeSecret, SecretString};
-use serde_json::{json, Value};
+use serde::Deserialize;
+use serde_json::Value;
 
 use super::CallError;
 use super::Produced;
@@ -39,7 +51,13 @@ impl TelegramClient {
         })
     }
 
-    async fn call(&self, method: &str, body: &Value) -> Result<Value, CallError> {
+    /// One Bot API method with `params` (a frankenstein request type), its `result` decoded as `T`. Errors are
+    /// Telegram's `ErrorResponse`: 429 and 5xx are transient (with its `retry_after`), the rest permanent.
+    async fn call<P, T>(&self, method: &str, params: &P) -> Result<T, CallError>
+    where
+        P: serde::Serialize + ?Sized,
+        T: serde::de::DeserializeOwned,
+    {
         let url = format!(
             "{}/bot{}/{method}",
             self.api_url,
@@ -48,7 +66,7 @@ impl TelegramClient {
         let response =
             self.http
                 .post(url)
-                .json(body)
+                .json(params)
                 .send()
                 .await
                 .map_err(|e| CallError::Transient {
@@ -58,16 +76,22 @@ impl TelegramClient {
         let status = response.status();
         let answer: Value = response.json().await.unwrap_or(Value::Null);
         if status.is_success() && answer["ok"] == true {
-            return Ok(answer["result"].clone());
+            return serde_json::from_value::<MethodResponse<T>>(answer)
+                .map(|answer| answer.result)
+                .map_err(|e| CallError::Permanent {
+                    message: format!("{method}: Telegram's answer does not fit the Bot API: {e}"),
+                });
         }
-        let description = answer["description"]
-            .as_str()
-            .unwrap_or("no description")
-            .to_owned();
+        let error = serde_json::from_value::<ErrorResponse>(answer).ok();
+        let description = error
+            .as_ref()
+            .map_or("no description", |e| e.description.as_str());
         let message = format!("{method}: Telegram answered {status}: {description}");
-        let retry_after = answer["parameters"]["retry_after"]
-            .as_u64()
-            .map(Duration::from_secs);
+        let retry_after = error
+            .as_ref()
+            .and_then(|e| e.parameters.as_ref())
+            .and_then(|p| p.retry_after)
+            .map(|s| Duration::from_secs(u64::from(s)));
         if status.as_u16() == 429 || status.is_server_error() {
             Err(CallError::Transient {
                 message,
@@ -79,7 +103,7 @@ impl TelegramClient {
     }
 
     /// Sends `html` (Telegram's HTML subset, already escaped) to `chat`, with `buttons` (label, callback data) in
-    /// one row when there are any.
+    /// one row when there are any, or a reply prompt (`force_reply`, its placeholder) when asked.
     pub async fn send_message(
         &self,
         chat: i64,
@@ -87,75 +111,110 @@ impl TelegramClient {
         buttons: &[(String, String)],
         reply_prompt: Option<&str>,
     ) -> Result<Produced, CallError> {
-        let mut body = json!({
-            "chat_id": chat,
-            "text": html,
-            "parse_mode": "HTML",
-            "link_preview_options": { "is_disabled": true },
-        });
-        if let Some(prompt) = reply_prompt {
-            // Telegram keeps a placeholder to 64 characters.
-            let placeholder: String = prompt.chars().take(64).collect();
-            body["reply_markup"] =
-                json!({ "force_reply": true, "input_field_placeholder": placeholder });
-        } else if !buttons.is_empty() {
-            let row: Vec<Value> = buttons
-                .iter()
-                .map(|(text, data)| json!({ "text": text, "callback_data": data }))
-                .collect();
-            body["reply_markup"] = json!({ "inline_keyboard": [row] });
-        }
-        let result = self.call("sendMessage", &body).await?;
+        let params = message_params(chat, html, buttons, reply_prompt);
+        let sent: Message = self.call("sendMessage", &params).await?;
         Ok(Produced::Message {
             chat,
-            message_id: result["message_id"].as_i64().unwrap_or_default(),
+            message_id: i64::from(sent.message_id),
         })
     }
+}
+
+/// What `sendMessage` is sent (pure, for the tests): HTML, no link previews, and a reply prompt or one row of
+/// buttons.
+pub fn message_params(
+    chat: i64,
+    html: &str,
+    buttons: &[(String, String)],
+    reply_prompt: Option<&str>,
+) -> SendMessageParams {
+    let reply_markup = match reply_prompt {
+        Some(prompt) => Some(ReplyMarkup::ForceReply(ForceReply {
+            force_reply: true,
+            // Telegram keeps a placeholder to 64 characters.
+            input_field_placeholder: Some(prompt.chars().take(64).collect()),
+            selective: None,
+        })),
+        None if !buttons.is_empty() => {
+            let row = buttons
+                .iter()
+                .map(|(text, data)| {
+                    InlineKeyboardButton::builder()
+                        .text(text.clone())
+                        .callback_data(data.clone())
+                        .build()
+                })
+                .collect();
+            Some(ReplyMarkup::InlineKeyboardMarkup(InlineKeyboardMarkup {
+                inline_keyboard: vec![row],
+                force_reply: None,
+            }))
+        }
+        None => None,
+    };
+    SendMessageParams::builder()
+        .chat_id(chat)
+        .text(html)
+        .parse_mode(ParseMode::Html)
+        .link_preview_options(LinkPreviewOptions::DISABLED)
+        .maybe_reply_markup(reply_markup)
+        .build()
 }
 
 impl TelegramClient {
     /// The bot's username (`getMe`): a read-only proof that the token works, for `doctor`.
     pub async fn get_me(&self) -> Result<String, CallError> {
-        let me = self.call("getMe", &json!({})).await?;
-        Ok(me["username"].as_str().unwrap_or("unnamed").to_owned())
+        let me: User = self.call("getMe", &serde_json::Map::new()).await?;
+        Ok(me.username.unwrap_or_else(|| "unnamed".to_owned()))
     }
 
     /// Where Telegram sends updates (`getWebhookInfo`): the webhook URL, empty when none is set.
     pub async fn webhook_url(&self) -> Result<String, CallError> {
-        let info = self.call("getWebhookInfo", &json!({})).await?;
-        Ok(info["url"].as_str().unwrap_or_default().to_owned())
+        let info: WebhookInfo = self.call("getWebhookInfo", &serde_json::Map::new()).await?;
+        Ok(info.url)
     }
 
     /// Removes the webhook, so `getUpdates` may be used (Telegram refuses both at once).
     pub async fn delete_webhook(&self) -> Result<(), CallError> {
-        self.call("deleteWebhook", &json!({ "drop_pending_updates": false }))
+        let params = DeleteWebhookParams::builder()
+            .drop_pending_updates(false)
+            .build();
+        self.call::<_, bool>("deleteWebhook", &params)
             .await
             .map(drop)
     }
 
     /// Updates from `offset` on, waiting up to `timeout_s` for the first (long polling; keep it under the
-    /// client's 30 s timeout).
-    pub async fn get_updates(&self, offset: i64, timeout_s: u64) -> Result<Vec<Value>, CallError> {
-        let result = self
-            .call(
-                "getUpdates",
-                &json!({
-                    "offset": offset,
-                    "timeout": timeout_s,
-                    "allowed_updates": ["message", "edited_message", "callback_query"],
-                }),
-            )
-            .await?;
-        Ok(result.as_array().cloned().unwrap_or_default())
+    /// client's 30 s timeout). Each update is kept as Telegram sent it (the log records what came, and a typed
+    /// round trip would drop what the crate does not model); each must still read as the Bot API's `Update`.
+    pub async fn get_updates(&self, offset: i64, timeout_s: u32) -> Result<Vec<Value>, CallError> {
+        let params = GetUpdatesParams::builder()
+            .offset(offset)
+            .timeout(timeout_s)
+            .allowed_updates(vec![
+                AllowedUpdate::Message,
+                AllowedUpdate::EditedMessage,
+                AllowedUpdate::CallbackQuery,
+            ])
+            .build();
+        let updates: Vec<Value> = self.call("getUpdates", &params).await?;
+        for update in &updates {
+            if let Err(e) = Update::deserialize(update) {
+                return Err(CallError::Permanent {
+                    message: format!("getUpdates: an update that does not fit the Bot API: {e}"),
+                });
+            }
+        }
+        Ok(updates)
     }
 
     /// Answers a button press (`answerCallbackQuery`) with a short notice.
     pub async fn answer_callback(&self, callback: &str, text: &str) -> Result<Produced, CallError> {
-        self.call(
-            "answerCallbackQuery",
-            &json!({ "callback_query_id": callback, "text": text }),
-        )
-        .await?;
+        let params = AnswerCallbackQueryParams::builder()
+            .callback_query_id(callback)
+            .text(text)
+            .build();
+        self.call::<_, bool>("answerCallbackQuery", &params).await?;
         Ok(Produced::Done)
     }
 
@@ -164,12 +223,17 @@ impl TelegramClient {
         &self,
         commands: &[(String, String)],
     ) -> Result<Produced, CallError> {
-        let commands: Vec<Value> = commands
+        let commands = commands
             .iter()
-            .map(|(command, description)| json!({ "command": command, "description": description }))
+            .map(|(command, description)| {
+                BotCommand::builder()
+                    .command(command.clone())
+                    .description(description.clone())
+                    .build()
+            })
             .collect();
-        self.call("setMyCommands", &json!({ "commands": commands }))
-            .await?;
+        let params = SetMyCommandsParams::builder().commands(commands).build();
+        self.call::<_, bool>("setMyCommands", &params).await?;
         Ok(Produced::Done)
     }
 }

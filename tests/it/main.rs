@@ -56,6 +56,7 @@ mod task_cli;
 mod tasks_api;
 mod tasks_projectors;
 mod telegram;
+mod telegram_contract;
 mod tour;
 mod usage;
 mod verdicts;

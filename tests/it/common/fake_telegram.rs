@@ -40,6 +40,8 @@ struct Inner {
     methods: Vec<String>,
     /// Button presses answered: (callback id, text).
     answers: Vec<(String, String)>,
+    /// Requests that did not read as the Bot API's type for their method.
+    refused: Vec<String>,
 }
 
 #[derive(Clone, Default)]
@@ -92,6 +94,11 @@ impl FakeTelegram {
         self.inner.lock().unwrap().sent.clone()
     }
 
+    /// Requests refused because they do not read as the Bot API's request type for their method.
+    pub fn refused(&self) -> Vec<String> {
+        self.inner.lock().unwrap().refused.clone()
+    }
+
     pub fn calls(&self) -> usize {
         self.inner.lock().unwrap().calls
     }
@@ -102,6 +109,19 @@ async fn call(
     Path((bot, method)): Path<(String, String)>,
     Json(body): Json<Value>,
 ) -> Response {
+    // Every request must read as the Bot API's own type for its method, as Telegram would parse it.
+    if let Err(why) = fits_method(&method, &body) {
+        fake.inner
+            .lock()
+            .unwrap()
+            .refused
+            .push(format!("{method}: {why}"));
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({ "ok": false, "error_code": 400, "description": format!("Bad Request: {why}") })),
+        )
+            .into_response();
+    }
     if method == "getUpdates" {
         let offset = body["offset"].as_i64().unwrap_or_default();
         let found: Vec<Value> = {
@@ -119,7 +139,7 @@ async fn call(
             // A long poll, shortened: nothing new for a moment.
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
-        return Json(json!({ "ok": true, "result": found })).into_response();
+        return ok(found);
     }
     let mut inner = fake.inner.lock().unwrap();
     inner.calls += 1;
@@ -136,12 +156,14 @@ async fn call(
         return Json(json!({ "ok": true, "result": true })).into_response();
     }
     if method == "getMe" {
-        return Json(json!({ "ok": true, "result": { "id": 123456, "is_bot": true, "username": "pidevops_test_bot" } }))
-            .into_response();
+        return ok(typed::<frankenstein::types::User>(json!({
+            "id": 123456, "is_bot": true, "first_name": "pidevops", "username": "pidevops_test_bot"
+        })));
     }
     if method == "getWebhookInfo" {
-        return Json(json!({ "ok": true, "result": { "url": "", "pending_update_count": 0 } }))
-            .into_response();
+        return ok(typed::<frankenstein::updates::WebhookInfo>(json!({
+            "url": "", "has_custom_certificate": false, "pending_update_count": 0
+        })));
     }
     if method == "deleteWebhook" {
         return Json(json!({ "ok": true, "result": true })).into_response();
@@ -181,9 +203,46 @@ async fn call(
         reply_markup: body["reply_markup"].clone(),
         message_id,
     });
-    Json(json!({
-        "ok": true,
-        "result": { "message_id": message_id, "date": 0, "chat": { "id": body["chat_id"], "type": "group" } }
-    }))
-    .into_response()
+    ok(typed::<frankenstein::types::Message>(json!({
+        "message_id": message_id,
+        "date": 0,
+        "chat": { "id": body["chat_id"], "type": "group", "title": "pidevops" },
+        "text": body["text"],
+    })))
+}
+
+/// A successful answer with `result`.
+fn ok(result: impl serde::Serialize) -> Response {
+    Json(json!({ "ok": true, "result": result })).into_response()
+}
+
+/// `value` as the Bot API type `T` and back: what the fake answers is what the crate's types read (a field the
+/// Bot API requires and the fake left out fails here, in the fake, not in production).
+fn typed<T: serde::Serialize + serde::de::DeserializeOwned>(value: Value) -> Value {
+    let typed: T = serde_json::from_value(value.clone()).unwrap_or_else(|e| {
+        panic!("the fake Telegram's answer {value} does not fit the Bot API: {e}")
+    });
+    serde_json::to_value(typed).expect("serializes")
+}
+
+/// Whether `body` reads as the request type of `method` (frankenstein's), for the methods pidevops calls.
+pub fn fits_method(method: &str, body: &Value) -> Result<(), String> {
+    use frankenstein::methods::*;
+    fn parse<T: serde::de::DeserializeOwned>(body: &Value) -> Result<(), String> {
+        serde_json::from_value::<T>(body.clone())
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+    match method {
+        "sendMessage" => parse::<SendMessageParams>(body),
+        "answerCallbackQuery" => parse::<AnswerCallbackQueryParams>(body),
+        "setMyCommands" => parse::<SetMyCommandsParams>(body),
+        "getUpdates" => parse::<GetUpdatesParams>(body),
+        "deleteWebhook" => parse::<DeleteWebhookParams>(body),
+        "getMe" | "getWebhookInfo" => match body.as_object() {
+            Some(map) if map.is_empty() => Ok(()),
+            _ => Err(format!("{method} takes no parameters: {body}")),
+        },
+        other => Err(format!("{other} is not a method pidevops calls")),
+    }
 }
