@@ -166,6 +166,7 @@ pub fn presets() -> Vec<AgentProfile> {
                 "--output-format",
                 "stream-json",
                 "--verbose",
+                "--replay-user-messages",
                 "--dangerously-skip-permissions",
             ],
             &["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"],
@@ -453,6 +454,19 @@ fn profile(name: &str, table: &AgentTable, key: &str) -> Result<AgentProfile, St
             "{key}: stdin = \"prompt\" and live_input = {:?} both want the agent's standard input; with live \
              input the prompt is its first message, so drop stdin",
             live_input_name(table.live_input)
+        ));
+    }
+    // Claude Code takes a message written mid-turn into that turn: only its echo of each says when every message
+    // was taken, so its input can close (without, a follow-up mid-turn would leave it waiting for more).
+    let program = command[0].rsplit('/').next().unwrap_or_default();
+    if table.live_input == LiveInput::ClaudeStreamJson
+        && program == "claude"
+        && !command.iter().any(|a| a == "--replay-user-messages")
+    {
+        return Err(format!(
+            "{key}: live_input = \"claude-stream-json\" with claude needs --replay-user-messages in the command \
+             (and --input-format stream-json --output-format stream-json --verbose): its echo says when a \
+             follow-up was taken"
         ));
     }
     if !live

@@ -84,29 +84,67 @@ pub fn encode(format: LiveInput, text: &str) -> Vec<u8> {
     }
 }
 
-/// Whether a line of the agent's output says its turn ended (Claude Code: its `result` line).
-pub fn turn_ended(format: LiveInput, line: &[u8]) -> bool {
+/// What a line of the agent's output says about its input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Said {
+    Nothing,
+    /// It took one of the messages it was handed (Claude Code's `--replay-user-messages` echo, `isReplay`).
+    Took,
+    /// Its turn ended (Claude Code: its `result` line).
+    TurnEnded,
+}
+
+/// What a whole line of the agent's output says.
+pub fn read_line(format: LiveInput, line: &[u8]) -> Said {
     match format {
-        LiveInput::None => false,
+        LiveInput::None => Said::Nothing,
         LiveInput::ClaudeStreamJson => {
             #[derive(serde::Deserialize)]
-            struct Kind<'a> {
+            struct Line<'a> {
                 #[serde(borrow, rename = "type")]
                 kind: Option<std::borrow::Cow<'a, str>>,
+                #[serde(rename = "isReplay")]
+                replay: Option<bool>,
             }
-            serde_json::from_slice::<Kind<'_>>(line)
-                .ok()
-                .and_then(|k| k.kind)
-                .is_some_and(|k| k == "result")
+            match serde_json::from_slice::<Line<'_>>(line) {
+                Ok(Line {
+                    kind: Some(kind), ..
+                }) if kind == "result" => Said::TurnEnded,
+                Ok(Line {
+                    kind: Some(kind),
+                    replay: Some(true),
+                }) if kind == "user" => Said::Took,
+                _ => Said::Nothing,
+            }
         }
     }
 }
 
-/// The turns the agent ended so far, counted by the runner from its output and read by the writer.
+/// The turns the agent ended and the messages it took so far, counted by the runner from its output and read by
+/// the writer.
 #[derive(Default)]
 pub struct Turns {
     ended: AtomicU32,
+    took: AtomicU32,
     changed: Notify,
+}
+
+impl Turns {
+    /// Whether the input may close now that a turn ended, `written` messages in: every one was taken, by the
+    /// CLI's own echo (Claude Code takes a message written mid-turn into that turn); a CLI that echoes none is
+    /// taken to answer each message with a turn of its own.
+    fn answered(&self, written: u32) -> bool {
+        let (ended, took) = (
+            self.ended.load(Ordering::SeqCst),
+            self.took.load(Ordering::SeqCst),
+        );
+        ended > 0
+            && if took > 0 {
+                took >= written
+            } else {
+                ended >= written
+            }
+    }
 }
 
 /// Splits the agent's standard output into lines and counts the turns they end.
@@ -124,16 +162,22 @@ impl TurnWatch {
         while let Some(end) = rest.iter().position(|b| *b == b'\n') {
             self.push(&rest[..end]);
             let line = std::mem::take(&mut self.line);
-            let ended = if self.long {
-                // A huge result line: judged by how Claude Code starts one.
-                line.starts_with(br#"{"type":"result""#)
+            // A line past the cap is a tool's output or the model's text, never one of the short lines counted.
+            let said = if self.long {
+                Said::Nothing
             } else {
-                turn_ended(self.format, &line)
+                read_line(self.format, &line)
             };
             self.long = false;
-            if ended {
-                self.turns.ended.fetch_add(1, Ordering::SeqCst);
-                self.turns.changed.notify_one();
+            match said {
+                Said::Nothing => {}
+                Said::Took => {
+                    self.turns.took.fetch_add(1, Ordering::SeqCst);
+                }
+                Said::TurnEnded => {
+                    self.turns.ended.fetch_add(1, Ordering::SeqCst);
+                    self.turns.changed.notify_one();
+                }
             }
             rest = &rest[end + 1..];
         }
@@ -150,7 +194,7 @@ impl TurnWatch {
 }
 
 /// Starts the writer of the agent's input: the prompt, then each message sent, until a turn ends with every
-/// message written answered (one turn each), the agent's input breaks, or the runner aborts it. Returns what
+/// message written taken (`Turns::answered`), the agent's input breaks, or the runner aborts it. Returns what
 /// watches the output for turns.
 pub fn start(
     stdin: tokio::process::ChildStdin,
@@ -195,7 +239,7 @@ async fn write(mut stdin: tokio::process::ChildStdin, live: Live, turns: Arc<Tur
                     written += 1;
                 }
                 () = turns.changed.notified() => {
-                    if turns.ended.load(Ordering::SeqCst) >= written {
+                    if turns.answered(written) {
                         break;
                     }
                 }
@@ -230,10 +274,10 @@ mod tests {
         let value: serde_json::Value = serde_json::from_str(text.trim_end()).unwrap();
         assert_eq!(value["type"], "user");
         assert_eq!(value["message"]["content"][0]["text"], hostile);
-        assert!(!turn_ended(
-            LiveInput::ClaudeStreamJson,
-            &line[..line.len() - 1]
-        ));
+        assert_eq!(
+            read_line(LiveInput::ClaudeStreamJson, &line[..line.len() - 1]),
+            Said::Nothing
+        );
     }
 
     #[test]
@@ -245,12 +289,20 @@ mod tests {
             long: false,
             turns: turns.clone(),
         };
-        let output = b"{\"type\":\"assistant\",\"text\":\"{\\\"type\\\":\\\"result\\\"}\"}\nnot json\n{\"type\":\"res";
+        let output = b"{\"type\":\"user\",\"isReplay\":true}\n{\"type\":\"assistant\",\"text\":\"{\\\"type\\\":\\\"result\\\"}\"}\nnot json\n{\"subtype\":\"success\",\"type\":\"res";
         watch.feed(output);
         assert_eq!(turns.ended.load(Ordering::SeqCst), 0);
-        watch.feed(b"ult\",\"subtype\":\"success\"}\n{\"type\":\"result\"}");
+        assert!(!turns.answered(1));
+        watch.feed(b"ult\"}\n{\"type\":\"user\",\"message\":{}}\n{\"type\":\"result\"}");
         assert_eq!(turns.ended.load(Ordering::SeqCst), 1);
+        // One message taken (a tool result is no message of ours), one turn ended.
+        assert!(turns.answered(1));
+        assert!(!turns.answered(2), "a second message not taken yet");
         watch.feed(b"\n");
         assert_eq!(turns.ended.load(Ordering::SeqCst), 2);
+        assert!(
+            !turns.answered(2),
+            "taken is counted, not turns, once the CLI echoes"
+        );
     }
 }

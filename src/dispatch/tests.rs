@@ -150,6 +150,18 @@ fn bad_profiles_are_refused_with_the_key_named() {
             "agents.x.set_env: \"A B\" is not a variable name",
         ),
         (
+            "[agents.x]\ncommand = [\"a\"]\nstdin = \"prompt\"\nlive_input = \"claude-stream-json\"",
+            "agents.x: stdin = \"prompt\" and live_input = \"claude-stream-json\" both want",
+        ),
+        (
+            "[agents.x]\ncommand = [\"claude\", \"-p\", \"--input-format\", \"stream-json\"]\nlive_input = \"claude-stream-json\"",
+            "needs --replay-user-messages",
+        ),
+        (
+            "[agents.x]\ncommand = [\"a\"]\non_follow_up = \"later\"",
+            "on_follow_up",
+        ),
+        (
             "[agents.x]\ncommand = [\"a\", \"{prompt}\"]\ntimeout_s = 0",
             "agents.x.timeout_s must be at least 1",
         ),

@@ -24,20 +24,23 @@ const SECRET_TOKEN: &str = "ghp_steeringSECRETneverTOreachAGENTS012345";
 const SECRET_ADMIN: &str = "admin-steering-never-to-reach-agents-0123";
 
 /// A live agent in Claude Code's stream-json input: says it runs (`running` in its worktree), records each
-/// message line it reads until it has the prompt and two follow-ups, ends its turn for each (one `result` line a
-/// message, as Claude Code does), and exits when its input closes. Its environment goes into `env.txt`.
+/// message line it reads and echoes it as taken (`isReplay`, as Claude Code with `--replay-user-messages`) until it
+/// has the prompt and two follow-ups, ends its one turn (Claude Code takes messages written mid-turn into that
+/// turn), and exits when its input closes. Its environment goes into `env.txt`.
 const LIVE_AGENT: &str = r#"env > env.txt
-IFS= read -r prompt || exit 3
-printf '%s\n' "$prompt" > got.jsonl
+take() {
+  IFS= read -r line || exit 3
+  printf '%s\n' "$line" >> got.jsonl
+  printf '%s\n' "$line" | sed 's/}$/,"isReplay":true}/'
+}
+take
 touch running
-IFS= read -r one || exit 4
-printf '%s\n' "$one" >> got.jsonl
-IFS= read -r two || exit 5
-printf '%s\n' "$two" >> got.jsonl
+take
+take
 rm running
 echo '{"type":"assistant","message":{"role":"assistant","content":[{"type":"text","text":"on it"}]}}'
-for turn in 1 2 3; do echo '{"type":"result","subtype":"success","is_error":false,"result":"done"}'; done
-# Anything after the last turn would be a message too many: recorded, then the input closes.
+echo '{"subtype":"success","is_error":false,"result":"done","type":"result"}'
+# Anything after the turn would be a message too many: recorded, then the input closes.
 while IFS= read -r extra; do printf '%s\n' "$extra" >> got.jsonl; done
 printf 'steered\n' > CHANGES.md"#;
 
