@@ -194,6 +194,18 @@ async fn follow_ups_reach_a_live_agent_in_order_once_and_the_task_does_not_go_ro
         .all(|f| f.live && f.delivered_to_attempt == Some(1)));
     assert!(task.pending_follow_up_indices().is_empty());
 
+    // Its page says who wrote each and that the running agent was handed it.
+    let cookie = crate::web::sign_in(&app).await;
+    let (status, page) = crate::web::get(&app, &format!("/tasks/{id}"), &cookie).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        page.matches("handed to the running agent, attempt 1")
+            .count(),
+        2,
+        "{page}"
+    );
+    assert!(page.contains("tester on the dashboard"), "{page}");
+
     // One run, and the task stays in review: nothing sent it round again.
     let runs = ended_runs(&app, id).await;
     assert_eq!(runs.len(), 1, "{runs:?}");
