@@ -14,7 +14,7 @@ use super::steering::FollowUpWatch;
 use super::{run_of, Dispatcher, DISPATCHER};
 use crate::board::BoardError;
 use crate::config::file::ReviewPolicy;
-use crate::config::profiles::{AgentProfile, LiveInput};
+use crate::config::profiles::{AgentProfile, LiveInput, OnFollowUp};
 use crate::config::repo_env::RepoEnv;
 use crate::dispatch::live;
 use crate::dispatch::runner::{self, Ending};
@@ -225,7 +225,9 @@ impl Dispatcher {
                 (Some(sender), Some(live))
             }
         };
-        let steering = (purpose == RunPurpose::Work)
+        // Nothing to watch for a profile that queues (the domain sends the task round again after the run).
+        let steered = live_sender.is_some() || profile.on_follow_up == OnFollowUp::Restart;
+        let steering = (purpose == RunPurpose::Work && steered)
             .then(|| self.watch_follow_ups(id, run, profile, live_sender, &heartbeat.agent_stop));
         let around = self
             .around_agent(
