@@ -326,3 +326,143 @@ async fn a_follow_up_cannot_break_the_framing_nor_read_pidevopss_environment(db:
     }
     app.stop().await;
 }
+
+/// On a worker (`executor = "workers"`, the real `serve` and `pidevops worker` binaries over Postgres and NATS): the
+/// worker's attempt watches its task in the shared log and hands its live agent the follow-ups, once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_hands_follow_ups_to_its_live_agent() {
+    use crate::common::server::{command, KillOnDrop, Server};
+    let Some(db) = TestDb::postgres().await else {
+        return;
+    };
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path();
+    let script = agent(dir, "live.sh", LIVE_AGENT);
+    let mut file = dispatch_file(&remote, &script, LIVE);
+    file["dispatch"]
+        .as_table_mut()
+        .unwrap()
+        .insert("executor".into(), toml::Value::from("workers"));
+    let config = dir.join("pidevops.toml");
+    std::fs::write(&config, toml::to_string(&file).unwrap()).unwrap();
+    let bus = crate::common::bus_config();
+    let env = |name: &str, ws: &Path| {
+        vec![
+            ("PIDEVOPS_CONFIG".to_owned(), config.display().to_string()),
+            ("WORKSPACE_ROOT".to_owned(), ws.display().to_string()),
+            ("PIDEVOPS_INSTANCE_ID".to_owned(), name.to_owned()),
+            ("NATS_URL".to_owned(), crate::common::nats_url()),
+            ("PIDEVOPS_NATS_STREAM".to_owned(), bus.stream.clone()),
+            (
+                "PIDEVOPS_NATS_SUBJECT_PREFIX".to_owned(),
+                bus.subject_prefix.clone(),
+            ),
+            (
+                "PIDEVOPS_LOOP_STARTUP_DELAY_S".to_owned(),
+                "0.05".to_owned(),
+            ),
+            ("PIDEVOPS_PROJECTOR_INTERVAL_S".to_owned(), "0.2".to_owned()),
+        ]
+    };
+    let serve_env = env("replica", &dir.join("ws-s"));
+    let serve_env: Vec<(&str, &str)> = serve_env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let server = Server::start_with(&db.url_string(), &serve_env).await;
+    let ws = dir.join("ws-w");
+    let worker = KillOnDrop(
+        command(&db.url_string(), dir)
+            .arg("worker")
+            .envs(env("worker-1", &ws))
+            .stderr(std::fs::File::create(dir.join("worker.log")).unwrap())
+            .spawn()
+            .expect("the worker starts"),
+    );
+
+    let store = pidevops::eventlog::EventStore::connect(&db.url, 4)
+        .await
+        .unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (log, _appender) =
+        pidevops::eventlog::EventLog::start(store.clone(), Duration::from_secs(5), stop.clone());
+    let board = pidevops::board::Board::new(log, pidevops::board::BoardConfig::default());
+    let draft = pidevops::board::Draft {
+        approval: Some(pidevops::tasks::ApprovalPolicy::Auto),
+        ..pidevops::board::Draft::new(
+            crate::common::agents::REPO.parse().unwrap(),
+            pidevops::tasks::Spec::new("Write the change down", "CHANGES.md", "written down")
+                .unwrap(),
+            pidevops::tasks::Links::default(),
+        )
+    };
+    let (created, _) = board
+        .create(draft, "test:steer-worker", "api", None)
+        .await
+        .unwrap();
+    let id = created.task.id();
+
+    running(&ws, id, None).await;
+    for n in 1..=2 {
+        board
+            .execute(
+                id,
+                &Command::AttachFollowUp {
+                    text: FollowUpText::new(format!("follow-up {n}")).unwrap(),
+                    origin: Some(
+                        FollowUpOrigin::new(format!("dashboard:w-{n}"), "tester").unwrap(),
+                    ),
+                    send_back: true,
+                },
+                "test",
+            )
+            .await
+            .unwrap();
+    }
+    let worker_log = || std::fs::read_to_string(dir.join("worker.log")).unwrap_or_default();
+    within(Duration::from_secs(60), "in review", || async {
+        pidevops::projectors::tasks::get(&store, id)
+            .await
+            .unwrap()
+            .is_some_and(|row| row.column == Column::InReview)
+    })
+    .await;
+    let got = remote
+        .show(&format!("pidevops/{id}"), "got.jsonl")
+        .unwrap_or_else(|| panic!("nothing pushed\n{}", worker_log()));
+    let texts = messages(&got);
+    assert_eq!(
+        texts[1..],
+        ["From tester: follow-up 1", "From tester: follow-up 2"],
+        "{got}"
+    );
+    let task = board.load(id).await.unwrap().unwrap().task;
+    assert!(task
+        .follow_ups()
+        .iter()
+        .all(|f| f.live && f.delivered_to_attempt == Some(1)));
+    assert_eq!(task.attempts(), 1);
+    within(
+        Duration::from_secs(30),
+        "the run's row, by the worker",
+        || async {
+            let runs = pidevops::projectors::runs::query(
+                &store,
+                pidevops::projectors::runs::Which::Task(&id.to_string()),
+            )
+            .await
+            .unwrap();
+            runs.len() == 1
+                && runs[0].state == "succeeded"
+                && runs[0].worker.as_deref() == Some("worker-1")
+        },
+    )
+    .await;
+    drop((worker, server));
+    stop.cancel();
+    if let Ok(relayed) = pidevops::bus::JetstreamBus::connect(&crate::common::nats_url(), bus).await
+    {
+        let _ = relayed.delete_stream().await;
+    }
+}
