@@ -1,6 +1,7 @@
 //! Runs one agent process: its own process group, only the environment it is handed (the caller builds it from
-//! the profile; nothing of the service's leaks in), stdin closed, stdout and stderr into the run's log file and a
-//! bounded tail (stdin a pipe instead for a profile with live input: `live.rs`), and two watchdogs — wall clock and silence — that kill the whole group, grandchildren included.
+//! the profile; nothing of the service's leaks in), stdin closed (or the prompt file; or, for a profile with live
+//! input, a pipe its messages are written to: `live.rs`), stdout and stderr into the run's log file and a bounded
+//! tail, and two watchdogs — wall clock and silence — that kill the whole group, grandchildren included.
 //!
 //! The child also dies with the service: `PR_SET_PDEATHSIG` sends it SIGKILL when the thread that started it
 //! goes (a SIGKILLed `serve`). What the agent started outlives nothing: in a PID namespace (`namespaces`) the
