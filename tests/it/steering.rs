@@ -45,9 +45,12 @@ while IFS= read -r extra; do printf '%s\n' "$extra" >> got.jsonl; done
 printf 'steered\n' > CHANGES.md"#;
 
 async fn spawn(db: &TestDb, remote: &Remote, script: &Path, extra: &str, ws: &Path) -> TestApp {
+    spawn_with(db, dispatch_file(remote, script, extra), ws).await
+}
+
+async fn spawn_with(db: &TestDb, file: toml::Table, ws: &Path) -> TestApp {
     let mut settings = crate::common::settings(db);
-    settings.file =
-        pidevops::config::FileConfig::try_from(dispatch_file(remote, script, extra)).unwrap();
+    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
     settings.workspace_root = ws.to_owned();
     settings.github_token = Some(SECRET_TOKEN.to_owned().into());
     let path = std::env::var("PATH").unwrap();
@@ -229,7 +232,13 @@ async fn a_follow_up_restarts_a_run_whose_profile_says_restart(db: TestDb) {
     let scratch = tempfile::tempdir().unwrap();
     let script = agent(scratch.path(), "waits.sh", WAITING_AGENT);
     let ws = scratch.path().join("ws");
-    let app = spawn(&db, &remote, &script, "on_follow_up = \"restart\"", &ws).await;
+    // A backoff no test waits out: a restarted run starts again at once.
+    let mut file = dispatch_file(&remote, &script, "on_follow_up = \"restart\"");
+    file["dispatch"]
+        .as_table_mut()
+        .unwrap()
+        .insert("retry_backoff_s".into(), toml::Value::from(600.0));
+    let app = spawn_with(&db, file, &ws).await;
     let id = create_task(&app, "Write the change down").await;
 
     running(&ws, id, None).await;

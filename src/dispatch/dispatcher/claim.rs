@@ -490,8 +490,12 @@ impl Dispatcher {
             };
         }
         let failure = row.state.get("last_failure")?;
-        // An interrupted attempt was not the task's failure: no backoff.
-        if failure.get("cause")?.get("kind")?.as_str()? == "interrupted" {
+        // An interrupted attempt was not the task's failure, nor one stopped to restart with a follow-up (a person
+        // waits for it to be acted on): no backoff.
+        if matches!(
+            failure.get("cause")?.get("kind")?.as_str()?,
+            "interrupted" | "restarted"
+        ) {
             return None;
         }
         let failed_at: DateTime<Utc> = failure.get("at")?.as_str()?.parse().ok()?;
@@ -549,7 +553,12 @@ impl Dispatcher {
                 .and_then(|p| self.inner.profiles.fallback_for(p, limited_profiles));
             let waiting = task
                 .last_failure()
-                .filter(|failure| !matches!(failure.cause, RetryCause::Interrupted { .. }))
+                .filter(|failure| {
+                    !matches!(
+                        failure.cause,
+                        RetryCause::Interrupted { .. } | RetryCause::Restarted { .. }
+                    )
+                })
                 .and_then(|failure| {
                     let ready = match failure.cause {
                         RetryCause::Limited { .. } if fallback.is_some() => None,
