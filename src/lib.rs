@@ -48,8 +48,9 @@
 //! pollers/         `linear_poller`, `github_poller`: what a missed webhook would have said, in its shape
 //! cron/            [[schedules]] and the `cron` loop: after downtime the latest slot fires once
 //! dispatch/        attempts with coding agents: pure config / profiles / prompt / schedule; dispatcher/ (claim,
-//!                  attempt, launch, watchdog, gc, pause), workspace/ (mirrors, worktrees, hand-off, spares),
-//!                  sandbox.rs + reaper.rs (containment), runner.rs (the agent process), worker.rs
+//!                  attempt, steering, launch, watchdog, gc, pause), workspace/ (mirrors, worktrees, hand-off,
+//!                  spares), sandbox.rs + reaper.rs (containment), runner.rs (the agent process), live.rs (its
+//!                  live input), worker.rs
 //! http/            router: /health, /metrics, /api/* (bearer token; OpenAPI at /api/openapi.json), JSON errors
 //!   web/           the dashboard at /: pages.rs (pure maud), session.rs (cookie + CSRF, pure), mod.rs (handlers)
 //! bench.rs         setup the benchmark binaries share; not used by the service

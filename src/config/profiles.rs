@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::file::{AgentTable, DispatchTable, StdinMode, Tables};
+pub use super::file::{LiveInput, OnFollowUp};
 use crate::domain::usage::{UsageFormat, UsagePattern};
 use crate::tasks::{AgentName, RepoName, RunPurpose, Task};
 
@@ -67,6 +68,11 @@ pub struct AgentProfile {
     pub no_output_timeout: Duration,
     /// The prompt is the agent's standard input (`stdin = "prompt"`); otherwise its stdin is empty.
     pub prompt_on_stdin: bool,
+    /// How follow-ups reach it while it runs (`live_input`); with one, its standard input stays open and the
+    /// prompt is the first message.
+    pub live_input: LiveInput,
+    /// What a follow-up arriving mid-run does when it cannot go live (`on_follow_up`).
+    pub on_follow_up: OnFollowUp,
     /// How its output reports what it spent (`usage`, `usage_pattern`).
     pub usage: UsageFormat,
     /// The profile its tasks run with while its provider's limit holds (`fallback`).
@@ -121,7 +127,9 @@ impl AgentProfile {
 /// The presets pidevops ships (README, "Agents"): each reads the prompt from its standard input (so a prompt of
 /// any length runs; none of it is in the process list) and works in the current directory, which the runner
 /// sets to the attempt's worktree. `claude -p` and `pi -p` read a piped prompt, `codex exec -` reads it by name,
-/// `opencode run` reads piped input as the message. Each passes its provider's key and the variables that point
+/// `opencode run` reads piped input as the message. Claude Code takes live input (`--input-format stream-json`):
+/// its prompt is the first JSON message on its standard input and each follow-up another while it runs (see
+/// docs/agents.md for why the others do not). Each passes its provider's key and the variables that point
 /// the CLI at another endpoint or configuration, and sets the switches that turn off what a run does not need
 /// (telemetry, update checks, downloads at start-up). tests/it/agent_clis.rs runs each against a scripted model.
 pub fn presets() -> Vec<AgentProfile> {
@@ -139,16 +147,26 @@ pub fn presets() -> Vec<AgentProfile> {
             timeout: DEFAULT_TIMEOUT,
             no_output_timeout: DEFAULT_NO_OUTPUT_TIMEOUT,
             prompt_on_stdin: true,
+            live_input: LiveInput::None,
+            on_follow_up: OnFollowUp::Queue,
         };
+    let live = |profile: AgentProfile| AgentProfile {
+        prompt_on_stdin: false,
+        live_input: LiveInput::ClaudeStreamJson,
+        ..profile
+    };
     vec![
-        preset(
+        live(preset(
             "claude",
             &[
                 "claude",
                 "-p",
+                "--input-format",
+                "stream-json",
                 "--output-format",
                 "stream-json",
                 "--verbose",
+                "--replay-user-messages",
                 "--dangerously-skip-permissions",
             ],
             &["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"],
@@ -159,7 +177,7 @@ pub fn presets() -> Vec<AgentProfile> {
                 // sandbox: it does (pidevops contains it), and a service in a container often runs as root.
                 ("IS_SANDBOX", "1"),
             ],
-        ),
+        )),
         preset(
             "pi",
             // No session file: pidevops never resumes one, and the run's log holds the transcript. JSON events:
@@ -430,7 +448,29 @@ fn profile(name: &str, table: &AgentTable, key: &str) -> Result<AgentProfile, St
             rest = &rest[open + close + 1..];
         }
     }
-    if !prompt_on_stdin
+    let live = table.live_input != LiveInput::None;
+    if live && prompt_on_stdin {
+        return Err(format!(
+            "{key}: stdin = \"prompt\" and live_input = {:?} both want the agent's standard input; with live \
+             input the prompt is its first message, so drop stdin",
+            live_input_name(table.live_input)
+        ));
+    }
+    // Claude Code takes a message written mid-turn into that turn: only its echo of each says when every message
+    // was taken, so its input can close (without, a follow-up mid-turn would leave it waiting for more).
+    let program = command[0].rsplit('/').next().unwrap_or_default();
+    if table.live_input == LiveInput::ClaudeStreamJson
+        && program == "claude"
+        && !command.iter().any(|a| a == "--replay-user-messages")
+    {
+        return Err(format!(
+            "{key}: live_input = \"claude-stream-json\" with claude needs --replay-user-messages in the command \
+             (and --input-format stream-json --output-format stream-json --verbose): its echo says when a \
+             follow-up was taken"
+        ));
+    }
+    if !live
+        && !prompt_on_stdin
         && !command
             .iter()
             .any(|a| a.contains("{prompt}") || a.contains("{prompt_file}"))
@@ -468,9 +508,18 @@ fn profile(name: &str, table: &AgentTable, key: &str) -> Result<AgentProfile, St
             &format!("{key}.no_output_timeout_s"),
         )?,
         prompt_on_stdin,
+        live_input: table.live_input,
+        on_follow_up: table.on_follow_up,
         usage,
         fallback: table.fallback.clone(),
     })
+}
+
+fn live_input_name(live: LiveInput) -> &'static str {
+    match live {
+        LiveInput::None => "none",
+        LiveInput::ClaudeStreamJson => "claude-stream-json",
+    }
 }
 
 /// What a profile's output is read as when it does not say (`usage` unset): the CLI it runs, in the mode that

@@ -1,7 +1,7 @@
 //! The prompt an agent gets for an attempt: the task's spec (Task / Scope / Done when) and, on a retry, what
 //! failed last time and what people added since. Pure: the same task always gives the same prompt.
 
-use crate::tasks::{Column, RetryCause, RunPurpose, Task};
+use crate::tasks::{Column, FollowUp, RetryCause, RunPurpose, Task};
 
 /// The prompt for the task's attempt: the one it is in (the dispatcher builds it right after the claim), or the
 /// next one when it is not in progress (a preview). Follow-ups are those handed to that attempt, or still waiting.
@@ -149,13 +149,21 @@ pub fn triage(task: &Task) -> String {
     if !pending.is_empty() {
         prompt.push_str("\nAdded since the ticket was written:\n");
         for follow_up in pending {
-            prompt.push_str(&format!("- {}\n", follow_up.text.as_str()));
+            prompt.push_str(&format!("- {}\n", follow_up_line(follow_up)));
         }
     }
     prompt
 }
 
-/// The follow-ups handed to `attempt`, or still waiting.
+/// A follow-up as an agent is handed it (in a prompt, or live): who wrote it and where, then what they wrote.
+pub fn follow_up_line(follow_up: &FollowUp) -> String {
+    match &follow_up.origin {
+        Some(origin) => format!("From {}: {}", origin.from(), follow_up.text.as_str()),
+        None => follow_up.text.as_str().to_owned(),
+    }
+}
+
+/// The follow-ups handed to `attempt`, or still waiting, oldest first.
 fn push_follow_ups(prompt: &mut String, task: &Task, attempt: u32) {
     let follow_ups: Vec<_> = task
         .follow_ups()
@@ -165,7 +173,7 @@ fn push_follow_ups(prompt: &mut String, task: &Task, attempt: u32) {
     if !follow_ups.is_empty() {
         prompt.push_str("\nAdded since the task was written:\n");
         for follow_up in follow_ups {
-            prompt.push_str(&format!("- {}\n", follow_up.text.as_str()));
+            prompt.push_str(&format!("- {}\n", follow_up_line(follow_up)));
         }
     }
 }

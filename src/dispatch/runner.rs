@@ -1,6 +1,7 @@
 //! Runs one agent process: its own process group, only the environment it is handed (the caller builds it from
-//! the profile; nothing of the service's leaks in), stdin closed, stdout and stderr into the run's log file and a
-//! bounded tail, and two watchdogs — wall clock and silence — that kill the whole group, grandchildren included.
+//! the profile; nothing of the service's leaks in), stdin closed (or the prompt file; or, for a profile with live
+//! input, a pipe its messages are written to: `live.rs`), stdout and stderr into the run's log file and a bounded
+//! tail, and two watchdogs — wall clock and silence — that kill the whole group, grandchildren included.
 //!
 //! The child also dies with the service: `PR_SET_PDEATHSIG` sends it SIGKILL when the thread that started it
 //! goes (a SIGKILLed `serve`). What the agent started outlives nothing: in a PID namespace (`namespaces`) the
@@ -40,6 +41,8 @@ pub struct Launch {
     pub child: ChildSetup,
     /// Reads what the agent spent from its output as it streams (`None`: a repository's hook, which spends nothing).
     pub meter: Option<SharedMeter>,
+    /// Its live input: stdin is a pipe the prompt and follow-ups are written to (`stdin` is then unused).
+    pub live: Option<super::live::Live>,
 }
 
 /// A run's usage meter, read by the attempt while the agent runs and after.
@@ -92,7 +95,7 @@ pub struct Said {
 
 /// Runs the agent to its end. `output_bytes` is kept current for heartbeats.
 pub async fn run(
-    launch: Launch,
+    mut launch: Launch,
     output_bytes: Arc<AtomicU64>,
     stop: CancellationToken,
 ) -> Finished {
@@ -148,13 +151,20 @@ pub async fn run(
         }
     };
     let group = child.id().map(|pid| Pid::from_raw(pid as i32));
+    let (mut turns, writer) = match (launch.live.take(), child.stdin.take()) {
+        (Some(live), Some(stdin)) => {
+            let (turns, writer) = super::live::start(stdin, live);
+            (Some(turns), Some(writer))
+        }
+        _ => (None, None),
+    };
 
-    let (chunks, mut received) = mpsc::channel::<Vec<u8>>(64);
+    let (chunks, mut received) = mpsc::channel::<(bool, Vec<u8>)>(64);
     if let Some(stdout) = child.stdout.take() {
-        tokio::spawn(pump(stdout, chunks.clone()));
+        tokio::spawn(pump(stdout, true, chunks.clone()));
     }
     if let Some(stderr) = child.stderr.take() {
-        tokio::spawn(pump(stderr, chunks.clone()));
+        tokio::spawn(pump(stderr, false, chunks.clone()));
     }
     drop(chunks);
 
@@ -170,16 +180,20 @@ pub async fn run(
         &mut child,
         group,
         &mut received,
-        &mut output,
+        (&mut output, turns.as_mut()),
         &stop,
     )
     .await;
+    // Its input goes with it: whatever was still to be written is refused, and stays the task's to hand over.
+    if let Some(writer) = writer {
+        writer.abort();
+    }
     // Whatever the agent left running in its group goes with it, so its pipes close and nothing writes on.
     if let Some(group) = group {
         let _ = killpg(group, Signal::SIGKILL);
     }
     let drain = async {
-        while let Some(chunk) = received.recv().await {
+        while let Some((_, chunk)) = received.recv().await {
             output.take(&chunk).await;
         }
     };
@@ -204,6 +218,7 @@ fn agent_command(
     args: &[String],
 ) -> Result<tokio::process::Command, String> {
     let stdin = match &launch.stdin {
+        _ if launch.live.is_some() => Stdio::piped(),
         None => Stdio::null(),
         Some(path) => match std::fs::File::open(path) {
             Ok(file) => Stdio::from(file),
@@ -288,8 +303,8 @@ async fn watch(
     launch: &Launch,
     child: &mut tokio::process::Child,
     group: Option<Pid>,
-    received: &mut mpsc::Receiver<Vec<u8>>,
-    output: &mut Output<'_>,
+    received: &mut mpsc::Receiver<(bool, Vec<u8>)>,
+    (output, mut turns): (&mut Output<'_>, Option<&mut super::live::TurnWatch>),
     stop: &CancellationToken,
 ) -> Ending {
     let reaped = launch.child.reaper;
@@ -307,9 +322,12 @@ async fn watch(
                     Err(e) => Ending::CannotStart(format!("waiting for the agent failed: {e}")),
                 };
             }
-            Some(chunk) = received.recv() => {
+            Some((stdout, chunk)) = received.recv() => {
                 last_output = tokio::time::Instant::now();
                 output.take(&chunk).await;
+                if let (true, Some(turns)) = (stdout, turns.as_deref_mut()) {
+                    turns.feed(&chunk);
+                }
             }
             () = tokio::time::sleep_until(deadline) => {
                 terminate(group, reaped, child).await;
@@ -327,13 +345,13 @@ async fn watch(
     }
 }
 
-async fn pump(mut from: impl AsyncRead + Unpin, to: mpsc::Sender<Vec<u8>>) {
+async fn pump(mut from: impl AsyncRead + Unpin, stdout: bool, to: mpsc::Sender<(bool, Vec<u8>)>) {
     let mut buffer = vec![0u8; 16 * 1024];
     loop {
         match from.read(&mut buffer).await {
             Ok(0) | Err(_) => return,
             Ok(n) => {
-                if to.send(buffer[..n].to_vec()).await.is_err() {
+                if to.send((stdout, buffer[..n].to_vec())).await.is_err() {
                     return;
                 }
             }

@@ -3,7 +3,7 @@ use std::time::Duration;
 use chrono::{TimeZone, Utc};
 
 use super::prompt;
-use crate::config::profiles::{presets, Profiles, RunInputs};
+use crate::config::profiles::{presets, LiveInput, Profiles, RunInputs};
 use crate::tasks::{
     decide, evolve, ApprovalPolicy, Command, FollowUpText, Links, MaxAttempts, NewTask, Priority,
     Reason, RetryCause, RunId, Spec, Task,
@@ -22,9 +22,14 @@ fn error(text: &str) -> String {
 #[test]
 fn the_presets_pass_the_prompt_and_claude_is_the_default() {
     let profiles = crate::config::FileConfig::default().profiles;
-    // Every preset reads the prompt on stdin: none puts it in its argv, so no length is too long.
+    // Every preset reads the prompt on stdin (Claude Code as its live input's first message): none puts it in its
+    // argv, so no length is too long.
     for preset in presets() {
-        assert!(preset.prompt_on_stdin, "{}", preset.name);
+        assert!(
+            preset.prompt_on_stdin != (preset.live_input != LiveInput::None),
+            "{}",
+            preset.name
+        );
         assert!(
             !preset.command.iter().any(|a| a.contains("{prompt")),
             "{}",
@@ -145,12 +150,24 @@ fn bad_profiles_are_refused_with_the_key_named() {
             "agents.x.set_env: \"A B\" is not a variable name",
         ),
         (
+            "[agents.x]\ncommand = [\"a\"]\nstdin = \"prompt\"\nlive_input = \"claude-stream-json\"",
+            "agents.x: stdin = \"prompt\" and live_input = \"claude-stream-json\" both want",
+        ),
+        (
+            "[agents.x]\ncommand = [\"claude\", \"-p\", \"--input-format\", \"stream-json\"]\nlive_input = \"claude-stream-json\"",
+            "needs --replay-user-messages",
+        ),
+        (
+            "[agents.x]\ncommand = [\"a\"]\non_follow_up = \"later\"",
+            "on_follow_up",
+        ),
+        (
             "[agents.x]\ncommand = [\"a\", \"{prompt}\"]\ntimeout_s = 0",
             "agents.x.timeout_s must be at least 1",
         ),
         (
             "[agents.x]\ncommand = [\"a\", \"{prompt}\"]\nmodel = \"opus\"",
-            "[agents.x] model: unknown key (known: command, stdin, env, set_env, timeout_s, no_output_timeout_s, usage, usage_pattern, fallback)",
+            "[agents.x] model: unknown key (known: command, stdin, live_input, on_follow_up, env, set_env, timeout_s, no_output_timeout_s, usage, usage_pattern, fallback)",
         ),
         (
             "[repos.\"acme/api\"]\nagent = \"ghost\"",
@@ -255,6 +272,18 @@ fn the_prompt_is_the_spec_then_what_failed_and_what_was_added() {
         },
         3,
     );
+    let task = apply(
+        Some(task),
+        Command::AttachFollowUp {
+            text: FollowUpText::new("And log each retry.").unwrap(),
+            origin: Some(
+                crate::tasks::FollowUpOrigin::new("github:comment:7", "@octocat on acme/api#3")
+                    .unwrap(),
+            ),
+            send_back: true,
+        },
+        4,
+    );
     let preview = prompt::build(&task);
     // As the dispatcher builds it: right after the claim of attempt 2, which took the follow-up.
     let task = apply(
@@ -262,7 +291,7 @@ fn the_prompt_is_the_spec_then_what_failed_and_what_was_added() {
         Command::Start {
             run: RunId(uuid::Uuid::from_u128(2)),
         },
-        4,
+        5,
     );
     let retry = prompt::build(&task);
     assert_eq!(retry, preview, "the same prompt before and after the claim");
@@ -271,7 +300,8 @@ fn the_prompt_is_the_spec_then_what_failed_and_what_was_added() {
         retry.ends_with(
             "\nThis is attempt 2 of 3. Attempt 1 did not succeed: the run failed.\nWhat was reported:\n\
              exit code 1: 2 tests failed (test_retry_backoff)\n\
-             \nAdded since the task was written:\n- Use a max of 5 retries, not 3.\n"
+             \nAdded since the task was written:\n- Use a max of 5 retries, not 3.\n\
+             - From @octocat on acme/api#3: And log each retry.\n"
         ),
         "{retry}"
     );

@@ -79,6 +79,9 @@ pub enum FailureKind {
     Limited,
     /// It took a budget (`[budgets]`) over its limit and was stopped: the task is flagged for a person.
     Budget,
+    /// It was stopped to start again with a follow-up that came while it ran (`on_follow_up = "restart"`): the
+    /// attempt is given back.
+    Restarted,
 }
 
 impl FailureKind {
@@ -105,13 +108,14 @@ impl FailureKind {
             FailureKind::Reviewer => "reviewer",
             FailureKind::Limited => "limited",
             FailureKind::Budget => "budget",
+            FailureKind::Restarted => "restarted",
         }
     }
 }
 
 impl FailureKind {
     /// Every kind (a new one is added here too: the dashboard reads the runs read model's names back with it).
-    pub const ALL: [FailureKind; 21] = [
+    pub const ALL: [FailureKind; 22] = [
         FailureKind::Exit,
         FailureKind::Timeout,
         FailureKind::Stalled,
@@ -133,6 +137,7 @@ impl FailureKind {
         FailureKind::Reviewer,
         FailureKind::Limited,
         FailureKind::Budget,
+        FailureKind::Restarted,
     ];
 
     /// What happened, for a person reading a run's row (the dashboard): the kind's name is for machines.
@@ -159,6 +164,7 @@ impl FailureKind {
             FailureKind::Reviewer => "the reviewer could not review (not counted)",
             FailureKind::Limited => "its provider's usage or rate limit (not counted)",
             FailureKind::Budget => "stopped: over its budget",
+            FailureKind::Restarted => "stopped to start again with a follow-up (not counted)",
         }
     }
 }

@@ -54,6 +54,24 @@ async fn claude_preset_fails_the_attempt_when_the_model_api_refuses_the_account(
     refused(claude()).await;
 }
 
+/// Claude Code's live input: a follow-up attached while its turn runs (its shell tool waits for the test) reaches
+/// the real CLI on its standard input and the model in a later request, once; the run succeeds and the task
+/// does not go round again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn claude_preset_takes_a_follow_up_while_it_runs() {
+    steered(claude_waiting()).await;
+}
+
+/// The Claude case whose shell tool waits for `go` in the worktree: a turn as long as the test needs.
+fn claude_waiting() -> Case {
+    let mut case = claude();
+    case.script[0] = ToolCall::function(
+        "Bash",
+        json!({ "command": "while [ ! -f go ]; do sleep 0.2; done; rm go; env > agent-env.txt", "description": "Wait, then dump the environment" }),
+    );
+    case
+}
+
 fn claude() -> Case {
     Case {
         preset: "claude",
@@ -247,6 +265,82 @@ fn preset(name: &str) -> AgentProfile {
         .unwrap_or_else(|| panic!("no preset {name}"))
 }
 
+/// Runs `case` (its first tool call waits for `go` in the worktree), attaches a follow-up while it waits, and
+/// checks it reached the model once, live, in a later request.
+async fn steered(mut case: Case) {
+    const MARKER: &str = "STEERING-MARKER: also mention the changelog";
+    let fake = FakeModel::start(case.script.clone()).await;
+    let Some(scene) = start(&mut case, &fake, LANDLOCK).await else {
+        return;
+    };
+    let (app, id) = (&scene.app, scene.id);
+    within(RUN_LIMIT, "the model asked for its first tool", || async {
+        !fake.model_calls().is_empty()
+    })
+    .await;
+    app.state
+        .board
+        .execute(
+            id,
+            &pidevops::tasks::Command::AttachFollowUp {
+                text: pidevops::tasks::FollowUpText::new(MARKER).unwrap(),
+                origin: Some(
+                    pidevops::tasks::FollowUpOrigin::new("dashboard:steer", "tester").unwrap(),
+                ),
+                send_back: true,
+            },
+            "test",
+        )
+        .await
+        .unwrap();
+    within(RUN_LIMIT, "the follow-up handed over live", || async {
+        let task = app.state.board.load(id).await.unwrap().unwrap().task;
+        task.follow_ups()
+            .first()
+            .is_some_and(|f| f.live && f.delivered_to_attempt == Some(1))
+    })
+    .await;
+    let runs = scene
+        ._scratch
+        .path()
+        .join("ws")
+        .join("runs")
+        .join(id.to_string());
+    let worktree = std::fs::read_dir(&runs)
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path()
+        .join("worktree");
+    std::fs::write(worktree.join("go"), "").unwrap();
+    let (run, log) = first_run(&scene).await;
+    assert_eq!(
+        run.state, "succeeded",
+        "{:?}: {:?}\n{log}",
+        run.failure, run.detail
+    );
+    let calls = fake.model_calls();
+    let first_seen = calls.iter().position(|c| c.text.contains(MARKER));
+    assert!(
+        first_seen.is_some_and(|n| n > 0),
+        "the follow-up never reached the model\n{log}"
+    );
+    // Once in the conversation: one user message, not two.
+    let last = calls.last().unwrap();
+    assert_eq!(last.text.matches(MARKER).count(), 1, "{}", last.text);
+    within(Duration::from_secs(30), "in review", || async {
+        task_row(app, id)
+            .await
+            .is_some_and(|row| row.column == Column::InReview)
+    })
+    .await;
+    let task = app.state.board.load(id).await.unwrap().unwrap().task;
+    assert_eq!(task.attempts(), 1);
+    assert!(task.pending_follow_up_indices().is_empty());
+    scene.app.stop().await;
+}
+
 /// `[agents.<name>]` for a profile, as TOML.
 fn profile_table(profile: &AgentProfile) -> String {
     let strings =
@@ -256,9 +350,14 @@ fn profile_table(profile: &AgentProfile) -> String {
         set_env.insert(k.clone(), toml::Value::String(v.clone()));
     }
     format!(
-        "[agents.{}]\ncommand = {}\nstdin = \"prompt\"\nenv = {}\nset_env = {}\n",
+        "[agents.{}]\ncommand = {}\n{}\nenv = {}\nset_env = {}\n",
         profile.name,
         strings(&profile.command),
+        match profile.live_input {
+            pidevops::config::profiles::LiveInput::None => "stdin = \"prompt\"",
+            pidevops::config::profiles::LiveInput::ClaudeStreamJson =>
+                "live_input = \"claude-stream-json\"",
+        },
         strings(&profile.env),
         toml::Value::Table(set_env)
     )

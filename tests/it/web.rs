@@ -7,7 +7,9 @@ use std::time::Duration;
 use crate::common::{within, TestApp, TestDb, ADMIN_TOKEN};
 use pidevops::board::Draft;
 use pidevops::projectors::tasks as task_rows;
-use pidevops::tasks::{Column, Command, GithubRef, Links, Reason, RunId, Spec, TaskId};
+use pidevops::tasks::{
+    Column, Command, FollowUpOrigin, FollowUpText, GithubRef, Links, Reason, RunId, Spec, TaskId,
+};
 use serde_json::json;
 
 per_backend!(
@@ -155,9 +157,54 @@ async fn every_page_renders_from_the_read_models(db: TestDb) {
         .execute(flagged, &Command::Approve, "test")
         .await
         .unwrap();
+    // Follow-ups: one in attempt 1's prompt, one handed to its running agent, one waiting (markup in who and what).
+    let attach = |n: u32, text: &str, from: &str| Command::AttachFollowUp {
+        text: FollowUpText::new(text).unwrap(),
+        origin: Some(FollowUpOrigin::new(format!("dashboard:web-{n}"), from).unwrap()),
+        send_back: true,
+    };
+    board
+        .execute(
+            flagged,
+            &attach(1, "Run it against Postgres too.", "@octocat on acme/app#12"),
+            "test",
+        )
+        .await
+        .unwrap();
     let run = RunId(uuid::Uuid::now_v7());
     board
         .execute(flagged, &Command::Start { run }, "test")
+        .await
+        .unwrap();
+    board
+        .execute(
+            flagged,
+            &attach(2, "Skip the retries.", "Ann on Telegram"),
+            "test",
+        )
+        .await
+        .unwrap();
+    board
+        .execute(
+            flagged,
+            &Command::DeliverFollowUps {
+                run,
+                indices: vec![1],
+            },
+            "test",
+        )
+        .await
+        .unwrap();
+    board
+        .execute(
+            flagged,
+            &attach(
+                3,
+                "<script>alert('said')</script>",
+                "<b>Mallory</b> on Linear",
+            ),
+            "test",
+        )
         .await
         .unwrap();
     board

@@ -352,6 +352,12 @@ pub struct AgentTable {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<Vec<String>>,
     pub stdin: StdinMode,
+    /// How a follow-up reaches the agent while it runs: `none`, or `claude-stream-json` (user messages as JSON
+    /// lines on its standard input, the prompt the first; see dispatch/live.rs).
+    pub live_input: LiveInput,
+    /// What a follow-up that arrives while a run runs does when the agent takes no live input: `queue` (the task
+    /// goes round again after the run) or `restart` (the run is stopped and started again with it).
+    pub on_follow_up: OnFollowUp,
     pub env: Vec<String>,
     /// Variables set to a fixed value in the agent's environment (a CLI's switches: no telemetry, no update
     /// check); never a secret, which belongs in the service's environment and `env`.
@@ -378,6 +384,8 @@ impl Default for AgentTable {
         Self {
             command: None,
             stdin: StdinMode::None,
+            live_input: LiveInput::None,
+            on_follow_up: OnFollowUp::Queue,
             env: Vec::new(),
             set_env: BTreeMap::new(),
             timeout_s: super::profiles::DEFAULT_TIMEOUT.as_secs() as i64,
@@ -396,6 +404,28 @@ pub enum StdinMode {
     Prompt,
     #[default]
     None,
+}
+
+/// `[agents.<name>] live_input`: how the running agent is handed a follow-up (a message on its standard input).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LiveInput {
+    #[default]
+    None,
+    /// Claude Code's `--input-format stream-json`: one JSON user message per line, the prompt the first; it keeps
+    /// going until its input closes.
+    ClaudeStreamJson,
+}
+
+/// `[agents.<name>] on_follow_up`: what a follow-up arriving mid-run does when it cannot be handed over live.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnFollowUp {
+    /// The run goes on; the task goes round again after it with the follow-up in the prompt.
+    #[default]
+    Queue,
+    /// The run is stopped and the attempt given back; the next run's prompt has the follow-up.
+    Restart,
 }
 
 /// `[[schedules]]`: a task (or a digest) on a cron pattern.
@@ -640,6 +670,8 @@ impl Tables {
                     } else {
                         StdinMode::None
                     },
+                    live_input: preset.live_input,
+                    on_follow_up: preset.on_follow_up,
                     env: preset.env.clone(),
                     set_env: preset.set_env.clone(),
                     timeout_s: preset.timeout.as_secs() as i64,

@@ -10,11 +10,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::hooks::{Step, StepContext, StepFailed};
 use super::launch::Access;
+use super::steering::FollowUpWatch;
 use super::{run_of, Dispatcher, DISPATCHER};
 use crate::board::BoardError;
 use crate::config::file::ReviewPolicy;
-use crate::config::profiles::AgentProfile;
+use crate::config::profiles::{AgentProfile, LiveInput, OnFollowUp};
 use crate::config::repo_env::RepoEnv;
+use crate::dispatch::live;
 use crate::dispatch::runner::{self, Ending};
 use crate::dispatch::runs::{self, FailureKind, Proposal, RunEvent};
 use crate::dispatch::workspace::Prepared;
@@ -215,6 +217,18 @@ impl Dispatcher {
         };
         let meter = runner::meter(profile.usage.clone());
         let budget = self.watch_budget(task, &meter, &heartbeat.agent_stop).await;
+        // A work run is steered by follow-ups: live where its profile takes live input, else by `on_follow_up`.
+        let (live_sender, live) = match profile.live_input {
+            LiveInput::None => (None, None),
+            format => {
+                let (sender, live) = live::channel(format, &prompt);
+                (Some(sender), Some(live))
+            }
+        };
+        // Nothing to watch for a profile that queues (the domain sends the task round again after the run).
+        let steered = live_sender.is_some() || profile.on_follow_up == OnFollowUp::Restart;
+        let steering = (purpose == RunPurpose::Work && steered)
+            .then(|| self.watch_follow_ups(id, run, profile, live_sender, &heartbeat.agent_stop));
         let around = self
             .around_agent(
                 task,
@@ -224,9 +238,10 @@ impl Dispatcher {
                 &prompt,
                 repo_env.as_ref(),
                 (&output, &heartbeat.agent_stop, &stop),
-                (handed, &meter),
+                (handed, &meter, live),
             )
             .await;
+        let restarted = steering.as_ref().is_some_and(FollowUpWatch::restarted);
         self.forget_hook_dirs(&prepared).await;
         // Committing and pushing hold no slot (the repository's check did: it is as heavy as the agent). A
         // reviewer agent is as heavy too: where one reads the work, the slot is let go after it.
@@ -286,6 +301,15 @@ impl Dispatcher {
         {
             *until = Some(self.limit_lifts(limit.as_ref(), attempt, Utc::now()));
         }
+        // Stopped to start again with a follow-up: given back (an agent that finished first keeps its outcome, and
+        // the task goes round again for the follow-up after it).
+        if restarted {
+            if let RunEvent::Failed { kind, detail, .. } = &mut outcome {
+                *kind = FailureKind::Restarted;
+                *detail =
+                    "stopped to start again with a follow-up that came while the agent ran".into();
+            }
+        }
         // Stopped for a budget: say so (an agent that finished first keeps its outcome).
         if let Some(why) = budget.as_ref().and_then(BudgetWatch::exceeded) {
             if let RunEvent::Failed { kind, detail, .. } = &mut outcome {
@@ -317,7 +341,11 @@ impl Dispatcher {
         prompt: &str,
         repo_env: Option<&RepoEnv>,
         (output, agent_stop, stop): (&Arc<AtomicU64>, &CancellationToken, &CancellationToken),
-        (handed, meter): (std::time::Duration, &runner::SharedMeter),
+        (handed, meter, live): (
+            std::time::Duration,
+            &runner::SharedMeter,
+            Option<live::Live>,
+        ),
     ) -> Result<runner::Finished, StepFailed> {
         let none = RepoEnv::default();
         let env = repo_env.unwrap_or(&none);
@@ -345,6 +373,9 @@ impl Dispatcher {
         metrics::histogram!("pidevops_run_phase_seconds", "phase" => "launch")
             .record((handed + launching.elapsed()).as_secs_f64());
         launch.meter = Some(meter.clone());
+        if live.is_some() {
+            launch.live = live;
+        }
         let finished = runner::run(launch, output.clone(), agent_stop.clone()).await;
         // A question ends the attempt whatever the exit status (a CLI may exit 1 once it stops to ask), before the
         // repository's after_run and check, which would judge work the agent left half done on purpose. A
@@ -574,6 +605,7 @@ impl Dispatcher {
                         FailureKind::NeedsHuman => RetryCause::AgentNeedsHuman { run: *run },
                         FailureKind::Asked => RetryCause::AgentAsked { run: *run },
                         FailureKind::Budget => RetryCause::OverBudget { run: *run },
+                        FailureKind::Restarted => RetryCause::Restarted { run: *run },
                         FailureKind::Limited => RetryCause::Limited {
                             run: *run,
                             until: until.unwrap_or_else(|| Utc::now() + MAX_LIMIT_WAIT_UNKNOWN),

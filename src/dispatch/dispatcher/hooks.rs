@@ -170,6 +170,7 @@ impl Dispatcher {
             stdin: None,
             child,
             meter: None,
+            live: None,
         };
         tracing::info!(repo = %cx.prepared.repo, step = step.key(), "running the repository's command");
         let began = Instant::now();

@@ -7,7 +7,7 @@ use anyhow::Context;
 
 use super::Dispatcher;
 use crate::config::dispatch::ContainmentPolicy;
-use crate::config::profiles::{AgentProfile, RunInputs};
+use crate::config::profiles::{AgentProfile, LiveInput, RunInputs};
 use crate::dispatch::runner::{ChildSetup, Launch};
 use crate::dispatch::sandbox::{AgentView, Confinement, Containment};
 use crate::dispatch::workspace::Prepared;
@@ -90,6 +90,9 @@ impl Dispatcher {
             stdin: profile.prompt_on_stdin.then(|| dirs.prompt.clone()),
             child,
             meter: None,
+            // The prompt is its first message; the attempt swaps in a channel it can add follow-ups to.
+            live: (profile.live_input != LiveInput::None)
+                .then(|| crate::dispatch::live::channel(profile.live_input, prompt).1),
         })
     }
 

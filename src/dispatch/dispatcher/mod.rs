@@ -28,6 +28,7 @@ mod hooks;
 mod launch;
 mod pause;
 mod proposal;
+mod steering;
 mod verdicts;
 mod watchdog;
 

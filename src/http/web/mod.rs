@@ -7,6 +7,7 @@
 
 pub mod assets;
 pub mod attempt;
+pub mod follow_ups;
 pub mod pages;
 pub mod plan;
 pub mod report;

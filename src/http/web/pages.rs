@@ -371,6 +371,7 @@ pub fn task(view: &TaskView) -> Markup {
             None => {}
         }
         @if let Some(task) = &view.task { (report_section(task.report())) }
+        @if let Some(task) = &view.task { (super::follow_ups::follow_ups_section(task, view.now)) }
         // A plan's items have the branches; the plan pushes nothing, and may have no link at all.
         @if !row.is_plan() || !link_keys(&row.links).is_empty() {
             h2 { "Links" }
