@@ -246,7 +246,10 @@ async fn a_trusted_mention_on_the_tasks_pull_request_reaches_its_next_run_once(d
     let prompt = prompt_of(&runs[1]);
     // Once among the follow-ups (the retry's reason quotes the last one too).
     assert_eq!(
-        prompt.matches(&format!("\n- {said}\n")).count(),
+        prompt
+            .lines()
+            .filter(|l| l.starts_with("- From ada on ") && l.ends_with(&format!(": {said}")))
+            .count(),
         1,
         "{prompt}"
     );

@@ -223,7 +223,7 @@ async fn ci_failures_and_reviews_send_the_task_back_with_what_was_said_and_a_mer
     assert!(
         prompt.contains("a person asked for more")
             && prompt.contains(
-                "- Codertocat requested changes: Keep the old redirect for API clients.\n"
+                "- From Codertocat on acme/app#2: Codertocat requested changes: Keep the old redirect for API clients.\n"
             ),
         "{prompt}"
     );
@@ -526,7 +526,7 @@ async fn an_inline_review_with_two_comments_is_one_retry_with_both_where_they_ar
         "Line comment by Codertocat on src/api.rs:40-44:\nAnd answer 200 with [] for an empty list.",
         "+    src/list.rs line 12",
         "+    src/api.rs line 44",
-        "- Codertocat reviewed (see the line comments)\n",
+        "- From Codertocat on acme/app#2: Codertocat reviewed (see the line comments)\n",
         "a person asked for more",
     ] {
         assert_eq!(prompt.matches(expected).count(), 1, "{expected:?} once in:\n{prompt}");
