@@ -15,12 +15,14 @@
 //! webhook.
 
 use anyhow::Context;
+use octocrab::models::issues::Issue;
+use octocrab::models::IssueState;
 use serde_json::{json, Value};
 
 use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::EventLog;
 use crate::projectors::tasks::{self as task_rows, TaskFilter};
-use crate::providers::github::GithubClient;
+use crate::providers::github::{Answer, GithubClient};
 use crate::providers::CallError;
 use crate::tasks::Column;
 
@@ -80,16 +82,19 @@ impl GithubPoller {
                 .map_err(|e| anyhow::anyhow!(e))
                 .with_context(|| format!("{} ({pr})", row.id))?;
             let repository = json!({ "full_name": pr.repo.as_str() });
-            if pull["state"].as_str() == Some("closed") {
-                let by = pull["merged_by"]["login"]
-                    .as_str()
-                    .unwrap_or("someone")
-                    .to_owned();
+            // Decisions read octocrab's model; the bodies appended carry GitHub's JSON as it came (the log records
+            // what GitHub said, and reactions read it as they read a delivery).
+            if pull.model.state == Some(IssueState::Closed) {
+                let by = pull
+                    .model
+                    .merged_by
+                    .as_ref()
+                    .map_or("someone", |by| by.login.as_str());
                 // As GitHub's webhook has it: the number beside the pull request (octocrab's model needs it).
                 let body = json!({
                     "action": "closed",
                     "number": number,
-                    "pull_request": pull,
+                    "pull_request": pull.json,
                     "repository": repository,
                     "sender": { "login": by },
                 });
@@ -107,26 +112,27 @@ impl GithubPoller {
                 }
                 continue;
             }
-            let Some(sha) = pull["head"]["sha"].as_str() else {
-                continue;
-            };
             let suites = self
                 .client
-                .check_suites(&pr.repo, sha)
+                .check_suites(&pr.repo, &pull.model.head.sha)
                 .await
                 .map_err(|e| anyhow::anyhow!(e))
                 .with_context(|| format!("{} ({pr}) checks", row.id))?;
-            for suite in suites["check_suites"].as_array().into_iter().flatten() {
-                let conclusion = suite["conclusion"].as_str().unwrap_or_default();
-                if suite["status"].as_str() != Some("completed") || !FAILED.contains(&conclusion) {
+            for suite in suites {
+                let conclusion = suite.model.conclusion.as_deref().unwrap_or_default();
+                if suite.model.status.as_deref() != Some("completed")
+                    || !FAILED.contains(&conclusion)
+                {
                     continue;
                 }
-                let id = suite["id"].as_i64().unwrap_or_default();
+                let id = suite.model.id;
+                // octocrab keeps a suite's `app` private: its slug is read from the JSON.
+                let sender = suite.json["app"]["slug"].as_str().unwrap_or("github");
                 let body = json!({
                     "action": "completed",
-                    "check_suite": suite,
+                    "check_suite": suite.json,
                     "repository": repository,
-                    "sender": { "login": suite["app"]["slug"].as_str().unwrap_or("github") },
+                    "sender": { "login": sender },
                 });
                 if self
                     .append(
@@ -242,39 +248,40 @@ pub struct MissedIssue {
     pub body: Value,
 }
 
-/// The withdrawal `issue` (as GitHub's REST API has it) shows, unless its task already holds that version
-/// (`held`: the webhook came) or it still asks for the work (open, with the intake `label`).
+/// The withdrawal `issue` shows, unless its task already holds that version (`held`: the webhook came) or it still
+/// asks for the work (open, with the intake `label`). Decided on octocrab's model; the body carries GitHub's JSON.
 pub fn missed_withdrawal(
-    issue: &Value,
+    issue: &Answer<Issue>,
     held: Option<chrono::DateTime<chrono::Utc>>,
     repo: &str,
     label: &str,
 ) -> Option<MissedIssue> {
-    let updated = issue["updated_at"].as_str()?;
-    let version = chrono::DateTime::parse_from_rfc3339(updated).ok()?;
+    let version = issue.model.updated_at;
     if held.is_some_and(|held| held >= version) {
         return None;
     }
-    let number = issue["number"].as_u64()?;
+    // GitHub's own form of the time (`2026-11-29T10:05:00Z`), as the keys have always had it.
+    let updated = version.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
+    let number = issue.model.number;
     let repository = json!({ "full_name": repo });
-    if issue["state"].as_str() == Some("closed") {
-        let by = issue["closed_by"]["login"].as_str().unwrap_or("github");
+    if issue.model.state == IssueState::Closed {
+        let by = issue
+            .model
+            .closed_by
+            .as_ref()
+            .map_or("github", |by| by.login.as_str());
         return Some(MissedIssue {
             event_type: "github.issues.closed",
             dedup_key: format!("poll:issues:{repo}#{number}:closed:{updated}"),
-            body: json!({ "action": "closed", "issue": issue, "repository": repository, "sender": { "login": by } }),
+            body: json!({ "action": "closed", "issue": issue.json, "repository": repository, "sender": { "login": by } }),
         });
     }
-    let labelled = issue["labels"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|l| l["name"].as_str() == Some(label));
+    let labelled = issue.model.labels.iter().any(|l| l.name == label);
     (!labelled).then(|| MissedIssue {
         event_type: "github.issues.unlabeled",
         dedup_key: format!("poll:issues:{repo}#{number}:unlabeled:{updated}"),
         body: json!({
-            "action": "unlabeled", "issue": issue, "label": { "name": label },
+            "action": "unlabeled", "issue": issue.json, "label": { "name": label },
             "repository": repository, "sender": { "login": "github" },
         }),
     })
@@ -284,11 +291,29 @@ pub fn missed_withdrawal(
 mod tests {
     use super::*;
 
-    fn issue(state: &str, labels: &[&str], updated_at: &str) -> Value {
-        json!({
-            "number": 12, "state": state, "updated_at": updated_at, "closed_by": { "login": "ada" },
-            "labels": labels.iter().map(|l| json!({ "name": l })).collect::<Vec<_>>(),
-        })
+    /// GitHub's issue (the `issues.labeled` fixture's) in this state, with these labels, at this version.
+    fn issue(state: &str, labels: &[&str], updated_at: &str) -> Answer<Issue> {
+        let fixture: Value = serde_json::from_str(include_str!(
+            "../../tests/fixtures/github/issues/labeled.payload.json"
+        ))
+        .unwrap();
+        let mut issue = fixture["issue"].clone();
+        let label = issue["labels"][0].clone();
+        issue["number"] = json!(12);
+        issue["state"] = json!(state);
+        issue["updated_at"] = json!(updated_at);
+        let mut ada = issue["user"].clone();
+        ada["login"] = json!("ada");
+        issue["closed_by"] = ada;
+        issue["labels"] = labels
+            .iter()
+            .map(|l| {
+                let mut label = label.clone();
+                label["name"] = json!(l);
+                label
+            })
+            .collect();
+        Answer::read("the test's issue", issue).unwrap()
     }
 
     fn at(text: &str) -> Option<chrono::DateTime<chrono::Utc>> {
@@ -345,15 +370,16 @@ mod tests {
                 "{held}"
             );
         }
-        // An answer without a version or a number cannot be placed.
-        assert_eq!(
-            missed_withdrawal(
-                &json!({ "state": "closed", "number": 12 }),
-                None,
-                "acme/app",
-                "pidevops"
-            ),
-            None
+        // An answer without a version or a number cannot be placed: it does not read as an issue at all.
+        let Err(CallError::Transient { message, .. }) = Answer::<Issue>::read(
+            "reading the issue",
+            json!({ "state": "closed", "number": 12 }),
+        ) else {
+            panic!("an issue without its fields read");
+        };
+        assert!(
+            message.contains("does not read as octocrab's Issue"),
+            "{message}"
         );
     }
 }

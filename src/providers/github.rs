@@ -3,7 +3,14 @@
 
 use std::time::Duration;
 
+use octocrab::models::checks::{CheckSuite, ListCheckSuites};
+use octocrab::models::hooks::Hook;
+use octocrab::models::issues::Issue;
+use octocrab::models::pulls::PullRequest;
+use octocrab::models::reactions::ReactionContent;
+use octocrab::models::IssueState;
 use secrecy::{ExposeSecret, SecretString};
+use serde_json::Value;
 
 use super::CallError;
 use super::Produced;
@@ -150,38 +157,42 @@ impl GithubClient {
         comment: u64,
         content: &str,
     ) -> Result<Produced, CallError> {
-        let route = format!(
-            "/repos/{}/{}/issues/comments/{comment}/reactions",
-            repo.owner(),
-            repo.name()
-        );
+        let content: ReactionContent =
+            serde_json::from_value(Value::from(content)).map_err(|_| CallError::Permanent {
+                message: format!("{content:?} is not one of GitHub's reactions"),
+            })?;
         self.api
-            .post::<_, serde_json::Value>(route, Some(&serde_json::json!({ "content": content })))
+            .issues(repo.owner(), repo.name())
+            .create_comment_reaction(comment, content)
             .await
             .map_err(|e| classify("reacting to the comment", e))?;
         Ok(Produced::Done)
     }
 
-    /// A pull request as GitHub's REST API has it (`state`, `merged`, `head.sha`, …), for the poller.
-    pub async fn pull(&self, repo: &RepoName, number: u64) -> Result<serde_json::Value, CallError> {
-        let route = format!("/repos/{}/{}/pulls/{number}", repo.owner(), repo.name());
-        self.api
-            .get::<serde_json::Value, _, ()>(route, None)
-            .await
-            .map_err(|e| classify("reading the pull request", e))
-    }
-
-    /// An issue as GitHub's REST API has it (`state`, `labels`, `updated_at`, …), for the poller.
-    pub async fn issue(
+    /// A pull request (`state`, `merged`, `head.sha`, …), for the poller and the merge.
+    pub async fn pull(
         &self,
         repo: &RepoName,
         number: u64,
-    ) -> Result<serde_json::Value, CallError> {
-        let route = format!("/repos/{}/{}/issues/{number}", repo.owner(), repo.name());
-        self.api
-            .get::<serde_json::Value, _, ()>(route, None)
+    ) -> Result<Answer<PullRequest>, CallError> {
+        let route = format!("/repos/{}/{}/pulls/{number}", repo.owner(), repo.name());
+        let json = self
+            .api
+            .get::<Value, _, ()>(route, None)
             .await
-            .map_err(|e| classify("reading the issue", e))
+            .map_err(|e| classify("reading the pull request", e))?;
+        Answer::read("reading the pull request", json)
+    }
+
+    /// An issue (`state`, `labels`, `updated_at`, …), for the poller.
+    pub async fn issue(&self, repo: &RepoName, number: u64) -> Result<Answer<Issue>, CallError> {
+        let route = format!("/repos/{}/{}/issues/{number}", repo.owner(), repo.name());
+        let json = self
+            .api
+            .get::<Value, _, ()>(route, None)
+            .await
+            .map_err(|e| classify("reading the issue", e))?;
+        Answer::read("reading the issue", json)
     }
 
     /// Where the repository's webhooks deliver (`config.url` of each), for `doctor`.
@@ -190,29 +201,28 @@ impl GithubClient {
             .webhooks(repo)
             .await?
             .into_iter()
-            .map(|(_, url)| url)
+            .map(|hook| hook.config.url)
             .collect())
     }
 
-    /// The repository's webhooks as (id, delivery URL). GitHub allows 20 per event, so one page of 100 is all.
-    async fn webhooks(&self, repo: &RepoName) -> Result<Vec<(u64, String)>, CallError> {
-        let route = format!("/repos/{}/{}/hooks?per_page=100", repo.owner(), repo.name());
-        let hooks = self
+    /// The repository's webhooks. GitHub allows 20 per event, so one page of 100 is all.
+    async fn webhooks(&self, repo: &RepoName) -> Result<Vec<Hook>, CallError> {
+        let page = self
             .api
-            .get::<serde_json::Value, _, ()>(route, None)
+            .repos(repo.owner(), repo.name())
+            .hooks()
+            .list()
+            .per_page(100u8)
+            .send()
             .await
             .map_err(|e| hook_error(repo, "listing the repository's webhooks", e))?;
-        Ok(hooks
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|h| Some((h["id"].as_u64()?, h["config"]["url"].as_str()?.to_owned())))
-            .collect())
+        Ok(page.items)
     }
 
     /// The repository's webhook to `url`, with this secret and these events, JSON, active: the one already
     /// delivering to `url` is updated (so a second run changes it rather than adding one), else one is created.
-    /// Hooks to other URLs are left alone. The secret goes in the request body only.
+    /// Hooks to other URLs are left alone. The secret goes in the request body only. The body is ours rather
+    /// than octocrab's `Hook`, which would send its own `id` and `type` too; GitHub's answer is read as a `Hook`.
     pub async fn ensure_webhook(
         &self,
         repo: &RepoName,
@@ -235,15 +245,12 @@ impl GithubClient {
             .webhooks(repo)
             .await?
             .into_iter()
-            .find(|(_, hook_url)| hook_url == url);
+            .find(|hook| hook.config.url == url);
         let (owner, name) = (repo.owner(), repo.name());
         match existing {
-            Some((id, _)) => {
+            Some(Hook { id, .. }) => {
                 self.api
-                    .patch::<serde_json::Value, _, _>(
-                        format!("/repos/{owner}/{name}/hooks/{id}"),
-                        Some(&body),
-                    )
+                    .patch::<Hook, _, _>(format!("/repos/{owner}/{name}/hooks/{id}"), Some(&body))
                     .await
                     .map_err(|e| hook_error(repo, "updating the webhook", e))?;
                 Ok(Webhook { id, created: false })
@@ -251,35 +258,51 @@ impl GithubClient {
             None => {
                 let created = self
                     .api
-                    .post::<_, serde_json::Value>(
-                        format!("/repos/{owner}/{name}/hooks"),
-                        Some(&body),
-                    )
+                    .post::<_, Hook>(format!("/repos/{owner}/{name}/hooks"), Some(&body))
                     .await
                     .map_err(|e| hook_error(repo, "creating the webhook", e))?;
                 Ok(Webhook {
-                    id: created["id"].as_u64().unwrap_or_default(),
+                    id: created.id,
                     created: true,
                 })
             }
         }
     }
 
-    /// The check suites of a commit (`check_suites[]` with `status`, `conclusion`, `head_branch`, `app`).
+    /// The check suites of a commit (`status`, `conclusion`, `head_branch`, …), each with its JSON as GitHub
+    /// sent it: octocrab keeps a suite's `app` private, and the poller records the suite as it came.
     pub async fn check_suites(
         &self,
         repo: &RepoName,
         sha: &str,
-    ) -> Result<serde_json::Value, CallError> {
+    ) -> Result<Vec<Answer<CheckSuite>>, CallError> {
+        const WHAT: &str = "reading the commit's check suites";
         let route = format!(
             "/repos/{}/{}/commits/{sha}/check-suites",
             repo.owner(),
             repo.name()
         );
-        self.api
-            .get::<serde_json::Value, _, ()>(route, None)
+        let json = self
+            .api
+            .get::<Value, _, ()>(route, None)
             .await
-            .map_err(|e| classify("reading the commit's check suites", e))
+            .map_err(|e| classify(WHAT, e))?;
+        let listed = Answer::<ListCheckSuites>::read(WHAT, json)?;
+        let raw = match listed.json {
+            Value::Object(mut fields) => fields.remove("check_suites"),
+            _ => None,
+        };
+        let Some(Value::Array(raw)) = raw else {
+            // Unreachable: the model read an array there.
+            return Ok(Vec::new());
+        };
+        Ok(listed
+            .model
+            .check_suites
+            .into_iter()
+            .zip(raw)
+            .map(|(model, json)| Answer { model, json })
+            .collect())
     }
 }
 
@@ -296,24 +319,24 @@ impl GithubClient {
         sha: &str,
         method: Option<MergeMethod>,
     ) -> Result<Produced, CallError> {
-        let pull = self.pull(repo, number).await?;
-        let merge_commit =
-            |pull: &serde_json::Value| pull["merge_commit_sha"].as_str().map(str::to_owned);
-        if pull["merged"].as_bool() == Some(true) {
+        let pull = self.pull(repo, number).await?.model;
+        if pull.merged == Some(true) {
             return Ok(Produced::Merge {
                 number,
                 merged: false,
-                sha: merge_commit(&pull),
+                sha: pull.merge_commit_sha,
                 method: None,
             });
         }
-        let state = pull["state"].as_str().unwrap_or("unknown");
-        if state != "open" {
+        if pull.state != Some(IssueState::Open) {
+            let state = pull
+                .state
+                .map_or_else(|| "unknown".to_owned(), |s| format!("{s:?}").to_lowercase());
             return Err(CallError::Permanent {
                 message: format!("pull request #{number} is {state}, not open: nothing to merge"),
             });
         }
-        let head = pull["head"]["sha"].as_str().unwrap_or_default();
+        let head = pull.head.sha.as_str();
         if !head.eq_ignore_ascii_case(sha) {
             return Err(CallError::Permanent {
                 message: format!(
@@ -327,21 +350,25 @@ impl GithubClient {
             Some(method) => method,
             None => self.allowed_method(repo).await?,
         };
-        let route = format!(
-            "/repos/{}/{}/pulls/{number}/merge",
-            repo.owner(),
-            repo.name()
-        );
-        let body = serde_json::json!({ "sha": sha, "merge_method": method.as_str() });
+        // An answer that does not read as octocrab's `Merge` is transient (`classify`): the repeat reads the
+        // pull request first and finds it merged.
         let merged = self
             .api
-            .put::<serde_json::Value, _, _>(route, Some(&body))
+            .pulls(repo.owner(), repo.name())
+            .merge(number)
+            .sha(sha)
+            .method(match method {
+                MergeMethod::Merge => octocrab::params::pulls::MergeMethod::Merge,
+                MergeMethod::Squash => octocrab::params::pulls::MergeMethod::Squash,
+                MergeMethod::Rebase => octocrab::params::pulls::MergeMethod::Rebase,
+            })
+            .send()
             .await
             .map_err(|e| classify("merging the pull request", e))?;
         Ok(Produced::Merge {
             number,
             merged: true,
-            sha: merged["sha"].as_str().map(str::to_owned),
+            sha: merged.sha,
             method: Some(method.as_str().to_owned()),
         })
     }
@@ -350,25 +377,52 @@ impl GithubClient {
     /// `GET /repos/{o}/{r}`). A flag GitHub leaves out (a token that may not see it) is not a refusal: GitHub
     /// itself refuses a method it does not allow, with a message that names it.
     async fn allowed_method(&self, repo: &RepoName) -> Result<MergeMethod, CallError> {
-        let route = format!("/repos/{}/{}", repo.owner(), repo.name());
         let settings = self
             .api
-            .get::<serde_json::Value, _, ()>(route, None)
+            .repos(repo.owner(), repo.name())
+            .get()
             .await
             .map_err(|e| classify("reading the repository's merge methods", e))?;
         [
-            ("allow_squash_merge", MergeMethod::Squash),
-            ("allow_merge_commit", MergeMethod::Merge),
-            ("allow_rebase_merge", MergeMethod::Rebase),
+            (settings.allow_squash_merge, MergeMethod::Squash),
+            (settings.allow_merge_commit, MergeMethod::Merge),
+            (settings.allow_rebase_merge, MergeMethod::Rebase),
         ]
         .into_iter()
-        .find(|(flag, _)| settings[*flag].as_bool() != Some(false))
+        .find(|(allowed, _)| *allowed != Some(false))
         .map(|(_, method)| method)
         .ok_or_else(|| CallError::Permanent {
             message: format!(
                 "{repo} allows no merge method (squash, merge and rebase are all off)"
             ),
         })
+    }
+}
+
+/// What GitHub answered, read as octocrab's model, with its JSON as it came: callers decide on the model's fields
+/// and record the JSON (an event appended "as the webhook would have said" keeps what GitHub said, field for
+/// field, which is what reactions and intake read back, including what octocrab's models leave out).
+#[derive(Clone, Debug)]
+pub struct Answer<T> {
+    pub model: T,
+    pub json: Value,
+}
+
+impl<T: serde::de::DeserializeOwned> Answer<T> {
+    /// `json` read as `T`. An answer that does not fit the model is transient, as `classify` has octocrab's own
+    /// reading failures: every call here is safe to repeat, and the error names the field.
+    pub fn read(what: &str, json: Value) -> Result<Self, CallError> {
+        let model = serde_path_to_error::deserialize(&json).map_err(|e| CallError::Transient {
+            message: format!(
+                "{what}: GitHub's answer does not read as octocrab's {}: {e}",
+                std::any::type_name::<T>()
+                    .rsplit("::")
+                    .next()
+                    .unwrap_or("model")
+            ),
+            retry_after: None,
+        })?;
+        Ok(Self { model, json })
     }
 }
 
@@ -437,6 +491,14 @@ fn classify(what: &str, error: octocrab::Error) -> CallError {
                 }
             } else {
                 CallError::Permanent { message }
+            }
+        }
+        error @ (octocrab::Error::Serde { .. } | octocrab::Error::Json { .. }) => {
+            CallError::Transient {
+                message: format!(
+                    "{what}: GitHub's answer does not read as octocrab's model: {error}"
+                ),
+                retry_after: None,
             }
         }
         other => CallError::Transient {

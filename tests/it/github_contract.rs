@@ -8,6 +8,8 @@ use octocrab::models::webhook_events::{WebhookEvent, WebhookEventPayload};
 use pidevops::reactions::rules::{decide, Reaction};
 use serde_json::{json, Value};
 
+use crate::common::fake_github::FakeGithub;
+
 const FAMILIES: [&str; 8] = [
     "issues",
     "issue_comment",
@@ -212,41 +214,283 @@ fn what_pidevops_reads_of_reviews_and_pull_requests_agrees_with_the_typed_model(
     }
 }
 
-/// The fake GitHub answers what GitHub's API does, as octocrab's models read it: a pull request it opened, then
-/// merged (`merged_by` a whole user), and an issue, each deserializes into octocrab's types.
+/// `method` `path` on the fake (with `body`), its answer read as `T` the way octocrab reads it, and its status.
+async fn answer<T: serde::de::DeserializeOwned>(
+    fake: &FakeGithub,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, T) {
+    let mut request = reqwest::Client::new()
+        .request(method.clone(), format!("{}{path}", fake.url))
+        .header("authorization", "Bearer test-token")
+        .header("user-agent", "pidevops-test");
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let json: Value = response.json().await.unwrap();
+    let typed = serde_path_to_error::deserialize(&json).unwrap_or_else(|e| {
+        panic!(
+            "{method} {path} answers what octocrab's {} does not read: {e}\n{json:#}",
+            std::any::type_name::<T>()
+        )
+    });
+    (status, typed)
+}
+
+/// The fake GitHub answers what GitHub's API does, as octocrab's models read it: every endpoint pidevops calls
+/// (pull requests opened, listed, read, merged; the repository's merge settings; issues; comments listed and
+/// posted; reactions; webhooks listed, created and updated; a commit's check suites; the token's account)
+/// deserializes into octocrab's type for it.
 #[tokio::test]
 async fn the_fake_githubs_answers_round_trip_through_octocrabs_models() {
-    let fake = crate::common::fake_github::FakeGithub::start().await;
-    let http = reqwest::Client::new();
-    let opened: Value = http
-        .post(format!("{}/repos/acme/app/pulls", fake.url))
-        .header("authorization", "Bearer test-token")
-        .header("user-agent", "pidevops-test")
-        .json(&json!({ "title": "Fix it", "head": "pidevops/T-1", "base": "main", "body": "b" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let opened: octocrab::models::pulls::PullRequest =
-        serde_json::from_value(opened).expect("an opened pull request octocrab reads");
-    fake.merge("acme/app", opened.number, "alice");
-    let merged: Value = http
-        .get(format!(
-            "{}/repos/acme/app/pulls/{}",
-            fake.url, opened.number
-        ))
-        .header("authorization", "Bearer test-token")
-        .header("user-agent", "pidevops-test")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let merged: octocrab::models::pulls::PullRequest =
-        serde_json::from_value(merged).expect("a merged pull request octocrab reads");
+    use octocrab::models::{checks, hooks, issues, pulls, reactions, Author, Repository};
+    use reqwest::Method;
+    let fake = FakeGithub::start().await;
+
+    let (status, opened) = answer::<pulls::PullRequest>(
+        &fake,
+        Method::POST,
+        "/repos/acme/app/pulls",
+        Some(json!({ "title": "Fix it", "head": "pidevops/T-1", "base": "main", "body": "b" })),
+    )
+    .await;
+    assert_eq!((status, opened.number), (201, 1));
+    let (_, listed) = answer::<Vec<pulls::PullRequest>>(
+        &fake,
+        Method::GET,
+        "/repos/acme/app/pulls?state=open&head=acme:pidevops/T-1&per_page=1",
+        None,
+    )
+    .await;
+    assert_eq!(listed.len(), 1);
+    let sha = "a".repeat(40);
+    fake.set_head("acme/app", 1, &sha);
+    let (_, open) =
+        answer::<pulls::PullRequest>(&fake, Method::GET, "/repos/acme/app/pulls/1", None).await;
+    assert_eq!(open.state, Some(octocrab::models::IssueState::Open));
+    assert_eq!(open.head.sha, sha);
+    let (_, repository) = answer::<Repository>(&fake, Method::GET, "/repos/acme/app", None).await;
+    assert_eq!(repository.allow_squash_merge, Some(true));
+    let (_, merge) = answer::<pulls::Merge>(
+        &fake,
+        Method::PUT,
+        "/repos/acme/app/pulls/1/merge",
+        Some(json!({ "sha": sha, "merge_method": "squash" })),
+    )
+    .await;
+    assert!(merge.merged && merge.sha.is_some());
+    let (_, merged) =
+        answer::<pulls::PullRequest>(&fake, Method::GET, "/repos/acme/app/pulls/1", None).await;
     assert_eq!(merged.merged, Some(true));
-    assert_eq!(merged.merged_by.map(|a| a.login), Some("alice".to_owned()));
+    assert_eq!(merged.merge_commit_sha, merge.sha);
+    assert_eq!(
+        merged.merged_by.map(|a| a.login),
+        Some(crate::common::fake_github::merge::MERGER.to_owned())
+    );
+    // One merged by a person on GitHub.
+    answer::<pulls::PullRequest>(
+        &fake,
+        Method::POST,
+        "/repos/acme/app/pulls",
+        Some(json!({ "title": "Two", "head": "pidevops/T-2", "base": "main", "body": "b" })),
+    )
+    .await;
+    fake.merge("acme/app", 2, "alice");
+    let (_, by_alice) =
+        answer::<pulls::PullRequest>(&fake, Method::GET, "/repos/acme/app/pulls/2", None).await;
+    assert_eq!(
+        by_alice.merged_by.map(|a| a.login),
+        Some("alice".to_owned())
+    );
+
+    for state in ["open", "closed"] {
+        fake.set_issue("acme/app", 12, state, &["pidevops"], "2026-11-29T10:05:00Z");
+        let (_, issue) =
+            answer::<issues::Issue>(&fake, Method::GET, "/repos/acme/app/issues/12", None).await;
+        assert_eq!(issue.number, 12);
+        assert_eq!(issue.labels[0].name, "pidevops");
+        assert_eq!(issue.closed_by.is_some(), state == "closed");
+    }
+
+    let (status, posted) = answer::<issues::Comment>(
+        &fake,
+        Method::POST,
+        "/repos/acme/app/issues/12/comments",
+        Some(json!({ "body": "On it." })),
+    )
+    .await;
+    assert_eq!((status, posted.body.as_deref()), (201, Some("On it.")));
+    let (_, comments) = answer::<Vec<issues::Comment>>(
+        &fake,
+        Method::GET,
+        "/repos/acme/app/issues/12/comments?since=2026-01-01T00:00:00Z&per_page=100",
+        None,
+    )
+    .await;
+    assert_eq!(comments, vec![posted.clone()]);
+    let reactions_path = format!("/repos/acme/app/issues/comments/{}/reactions", posted.id);
+    for expected in [201, 200] {
+        let (status, reaction) = answer::<reactions::Reaction>(
+            &fake,
+            Method::POST,
+            &reactions_path,
+            Some(json!({ "content": "eyes" })),
+        )
+        .await;
+        assert_eq!(status, expected);
+        assert_eq!(reaction.content, reactions::ReactionContent::Eyes);
+    }
+
+    fake.add_hook("acme/app", "https://elsewhere.example/hook");
+    let (status, created) = answer::<hooks::Hook>(
+        &fake,
+        Method::POST,
+        "/repos/acme/app/hooks",
+        Some(json!({
+            "name": "web", "active": true, "events": ["issues", "pull_request"],
+            "config": { "url": "https://pidevops.example/webhooks/github", "content_type": "json",
+                        "insecure_ssl": "0", "secret": "s3cret" },
+        })),
+    )
+    .await;
+    assert_eq!(status, 201);
+    assert_eq!(created.config.secret.as_deref(), Some("********"));
+    let (_, updated) = answer::<hooks::Hook>(
+        &fake,
+        Method::PATCH,
+        &format!("/repos/acme/app/hooks/{}", created.id),
+        Some(json!({ "active": false })),
+    )
+    .await;
+    assert!(!updated.active);
+    let (_, listed) = answer::<Vec<hooks::Hook>>(
+        &fake,
+        Method::GET,
+        "/repos/acme/app/hooks?per_page=100",
+        None,
+    )
+    .await;
+    assert_eq!(listed.len(), 2);
+
+    fake.add_check_suite("acme/app", &sha, "pidevops/T-1", 77, "failure");
+    let (_, suites) = answer::<checks::ListCheckSuites>(
+        &fake,
+        Method::GET,
+        &format!("/repos/acme/app/commits/{sha}/check-suites"),
+        None,
+    )
+    .await;
+    assert_eq!(suites.total_count, 1);
+    assert_eq!(
+        suites.check_suites[0].conclusion.as_deref(),
+        Some("failure")
+    );
+    assert_eq!(suites.check_suites[0].head_sha, sha);
+
+    answer::<Author>(&fake, Method::GET, "/user", None).await;
+}
+
+/// pidevops's GitHub client against the fake: every call reads its answer through octocrab's model, and the
+/// JSON kept beside it is GitHub's answer as it came.
+#[tokio::test]
+async fn the_client_reads_every_answer_of_the_fake_through_octocrabs_models() {
+    use pidevops::providers::github::GithubClient;
+    use pidevops::providers::Produced;
+    use pidevops::tasks::{BranchName, MergeMethod, RepoName};
+    let fake = FakeGithub::start().await;
+    let client = GithubClient::new(&fake.url, &"test-token".to_owned().into()).unwrap();
+    let repo: RepoName = "acme/app".parse().unwrap();
+    let head = BranchName::try_from("pidevops/T-1".to_owned()).unwrap();
+
+    assert!(!client.whoami().await.unwrap().is_empty());
+    let Produced::PullRequest { number, opened, .. } = client
+        .open_pull_request(&repo, &head, "main", "T-1: fix", "body")
+        .await
+        .unwrap()
+    else {
+        panic!("not a pull request");
+    };
+    assert!(opened);
+    let sha = "b".repeat(40);
+    fake.set_head("acme/app", number, &sha);
+    let pull = client.pull(&repo, number).await.unwrap();
+    assert_eq!(pull.model.head.sha, sha);
+    assert_eq!(pull.json["head"]["sha"], json!(sha), "the JSON as it came");
+
+    fake.add_check_suite("acme/app", &sha, "pidevops/T-1", 77, "failure");
+    let suites = client.check_suites(&repo, &sha).await.unwrap();
+    assert_eq!(suites.len(), 1);
+    assert_eq!(suites[0].model.conclusion.as_deref(), Some("failure"));
+    // What octocrab keeps private (the app) is in the JSON, for the event the poller appends.
+    assert_eq!(suites[0].json["app"]["slug"], "github-actions");
+
+    fake.set_issue("acme/app", 12, "closed", &[], "2026-11-29T10:05:00Z");
+    let issue = client.issue(&repo, 12).await.unwrap();
+    assert_eq!(issue.model.state, octocrab::models::IssueState::Closed);
+    assert_eq!(issue.json["number"], 12);
+
+    let since = chrono::Utc::now() - chrono::Duration::hours(1);
+    let Produced::Comment { posted, .. } = client
+        .comment(&repo, 12, "On it.\n<!-- m -->", "<!-- m -->", since)
+        .await
+        .unwrap()
+    else {
+        panic!("not a comment");
+    };
+    assert!(posted);
+    assert_eq!(
+        client.react_to_comment(&repo, 5000, "eyes").await.unwrap(),
+        Produced::Done
+    );
+    let refused = client.react_to_comment(&repo, 5000, "shrug").await;
+    assert!(
+        matches!(&refused, Err(pidevops::providers::CallError::Permanent { message }) if message.contains("shrug")),
+        "{refused:?}"
+    );
+    assert_eq!(
+        fake.reactions(),
+        vec![("acme/app".to_owned(), 5000, "eyes".to_owned())]
+    );
+
+    let secret = "s3cret".to_owned().into();
+    let url = "https://pidevops.example/webhooks/github";
+    let made = client
+        .ensure_webhook(&repo, url, &secret, &["issues"])
+        .await
+        .unwrap();
+    assert!(made.created && made.id > 0);
+    let again = client
+        .ensure_webhook(&repo, url, &secret, &["issues", "pull_request"])
+        .await
+        .unwrap();
+    assert_eq!((again.id, again.created), (made.id, false));
+    assert_eq!(
+        client.webhook_urls(&repo).await.unwrap(),
+        vec![url.to_owned()]
+    );
+
+    let merged = client
+        .merge_pull_request(&repo, number, &sha, Some(MergeMethod::Squash))
+        .await
+        .unwrap();
+    let Produced::Merge {
+        merged: true,
+        sha: Some(_),
+        ..
+    } = merged
+    else {
+        panic!("{merged:?}");
+    };
+    // A repeat reads the pull request, merged, and merges nothing.
+    let Produced::Merge { merged: false, .. } = client
+        .merge_pull_request(&repo, number, &sha, None)
+        .await
+        .unwrap()
+    else {
+        panic!("merged twice");
+    };
+    assert_eq!(fake.merge_calls().len(), 1);
 }

@@ -183,16 +183,33 @@ impl FakeGithub {
         labels: &[&str],
         updated_at: &str,
     ) {
-        let issue = json!({
-            "number": number,
-            "title": "Fix the login redirect",
-            "state": state,
-            "updated_at": updated_at,
-            "author_association": "MEMBER",
-            "user": { "login": "ada" },
-            "closed_by": if state == "closed" { json!({ "login": "ada" }) } else { Value::Null },
-            "labels": labels.iter().map(|l| json!({ "name": l })).collect::<Vec<_>>(),
-        });
+        // GitHub's issue (the `issues.labeled` fixture's, every field octocrab's `Issue` reads), as set.
+        let fixture = fixture("issues/labeled.payload.json");
+        let mut issue = fixture["issue"].clone();
+        issue["number"] = json!(number);
+        issue["title"] = json!("Fix the login redirect");
+        issue["state"] = json!(state);
+        issue["updated_at"] = json!(updated_at);
+        issue["author_association"] = json!("MEMBER");
+        issue["user"] = user_json(&fixture["issue"]["user"], "ada");
+        issue["closed_by"] = if state == "closed" {
+            user_json(&fixture["issue"]["user"], "ada")
+        } else {
+            Value::Null
+        };
+        issue["url"] = json!(format!(
+            "https://api.github.com/repos/{repo}/issues/{number}"
+        ));
+        issue["html_url"] = json!(format!("https://github.com/{repo}/issues/{number}"));
+        let label = fixture["issue"]["labels"][0].clone();
+        issue["labels"] = labels
+            .iter()
+            .map(|name| {
+                let mut label = label.clone();
+                label["name"] = json!(name);
+                label
+            })
+            .collect();
         self.inner
             .lock()
             .unwrap()
@@ -259,14 +276,21 @@ impl FakeGithub {
 
     /// A completed check suite on `sha` of `branch` with `conclusion`.
     pub fn add_check_suite(&self, repo: &str, sha: &str, branch: &str, id: u64, conclusion: &str) {
-        let suite = json!({
-            "id": id,
-            "head_branch": branch,
-            "head_sha": sha,
-            "status": "completed",
-            "conclusion": conclusion,
-            "app": { "name": "GitHub Actions", "slug": "github-actions" },
-        });
+        // As `GET …/commits/{sha}/check-suites` has one: the webhook fixture's suite, with its repository.
+        let fixture = fixture("check_suite/completed.payload.json");
+        let mut suite = fixture["check_suite"].clone();
+        suite["id"] = json!(id);
+        suite["head_branch"] = json!(branch);
+        suite["head_sha"] = json!(sha);
+        suite["head_commit"]["id"] = json!(sha);
+        suite["status"] = json!("completed");
+        suite["conclusion"] = json!(conclusion);
+        suite["app"]["name"] = json!("GitHub Actions");
+        suite["app"]["slug"] = json!("github-actions");
+        suite["pull_requests"] = json!([]);
+        let mut repository = fixture["repository"].clone();
+        repository["full_name"] = json!(repo);
+        suite["repository"] = repository;
         self.inner
             .lock()
             .unwrap()
@@ -339,6 +363,15 @@ fn failure_response(failure: Failure) -> Response {
         )
             .into_response(),
     }
+}
+
+/// A fixture of `tests/fixtures/github/`, e.g. `issues/labeled.payload.json`.
+pub fn fixture(path: &str) -> Value {
+    let path = format!(
+        "{}/tests/fixtures/github/{path}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 
 /// A GitHub user as the API sends one (every field octocrab's `Author` reads): `like`'s, named `login`.
@@ -542,6 +575,10 @@ async fn create_reaction(
         return validation_failed("content is not a reaction");
     }
     let full = format!("{owner}/{repo}");
+    let user = user_json(
+        &fixture("issue_comment/created.payload.json")["comment"]["user"],
+        merge::MERGER,
+    );
     let (status, n) = {
         let mut inner = fake.inner.lock().unwrap();
         let reaction = (full, id, content.clone());
@@ -558,7 +595,7 @@ async fn create_reaction(
         Json(json!({
             "id": 9000 + n,
             "node_id": "REA_fake",
-            "user": { "login": "pidevops-bot", "id": 4242, "type": "User" },
+            "user": user,
             "content": content,
             "created_at": "2026-12-02T12:00:00Z",
         })),
@@ -587,7 +624,7 @@ async fn current_user(
     Json(fixture["comment"]["user"].clone()).into_response()
 }
 
-/// `GET /repos/{o}/{r}/pulls/{n}`: the pull request as it stands (open, closed, merged), with its head commit.
+/// `GET /repos/{o}/{r}/issues/{n}`: the issue a test set, else 404.
 async fn get_issue(
     State(fake): State<FakeGithub>,
     Path((owner, repo, number)): Path<(String, String, u64)>,
@@ -609,6 +646,7 @@ async fn get_issue(
     }
 }
 
+/// `GET /repos/{o}/{r}/pulls/{n}`: the pull request as it stands (open, closed, merged), with its head commit.
 async fn get_pull(
     State(fake): State<FakeGithub>,
     Path((owner, repo, number)): Path<(String, String, u64)>,
