@@ -77,8 +77,13 @@ fn comment(action: &str, on: On<'_>, id: u64, who: (&str, &str), body: &str) -> 
     payload["issue"]["body"] = json!("The redirect drops the query string.");
     payload["issue"]["labels"] = json!([]);
     if pull {
-        payload["issue"]["pull_request"] =
-            json!({ "url": format!("https://api.github.com/repos/{repo}/pulls/{number}") });
+        // As GitHub links a pull request's issue to it.
+        payload["issue"]["pull_request"] = json!({
+            "url": format!("https://api.github.com/repos/{repo}/pulls/{number}"),
+            "html_url": format!("https://github.com/{repo}/pull/{number}"),
+            "diff_url": format!("https://github.com/{repo}/pull/{number}.diff"),
+            "patch_url": format!("https://github.com/{repo}/pull/{number}.patch"),
+        });
     }
     payload["comment"]["id"] = json!(id);
     payload["comment"]["body"] = json!(body);

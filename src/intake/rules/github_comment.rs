@@ -4,6 +4,9 @@
 //! (`/pidevops retry | cancel | approve | status`). Which task it is for is decided by intake from the issue or pull
 //! request it is on, never from what the comment says.
 
+use octocrab::models::webhook_events::payload::IssueCommentWebhookEventPayload;
+use octocrab::models::IssueState;
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::{github_issue_draft, ignore, Decision, IntakeConfig};
@@ -119,21 +122,23 @@ pub fn edited(data: &Value) -> Decision {
     }
 }
 
-/// The comment, if it passes every gate; otherwise the reason it does not.
+/// The comment, if it passes every gate; otherwise the reason it does not. The comment and its issue are read
+/// through octocrab's model of the event (the repository, which octocrab keeps beside it, by name).
 fn addressed(data: &Value, config: &IntakeConfig) -> Result<GithubComment, String> {
-    let comment = &data["comment"];
-    let issue = &data["issue"];
-    let login = comment["user"]["login"].as_str().unwrap_or_default();
-    let (Some(id), Some(number)) = (comment["id"].as_u64(), issue["number"].as_u64()) else {
-        return Err("a comment without an id or an issue number".to_owned());
-    };
+    let event = IssueCommentWebhookEventPayload::deserialize(data).map_err(|e| {
+        format!("a comment that does not read as GitHub's issue_comment event: {e}")
+    })?;
+    let comment = &event.comment;
+    let id = comment.id.0;
+    let number = event.issue.number;
+    let login = comment.user.login.as_str();
     let bot = config.github_bot_login.as_deref();
     if bot.is_some_and(|bot| bot.eq_ignore_ascii_case(login)) {
         return Err(format!(
             "comment {id} is by pidevops's own account {login}; it never answers itself"
         ));
     }
-    let body = comment["body"].as_str().unwrap_or_default();
+    let body = comment.body.as_deref().unwrap_or_default();
     let Some(ask) = ask(body, bot) else {
         return Err(format!(
             "comment {id} is not addressed to pidevops (no {} and no {PREFIX} command)",
@@ -151,8 +156,14 @@ fn addressed(data: &Value, config: &IntakeConfig) -> Result<GithubComment, Strin
     if let Err(refused) = config.allowed_repos.check(&repo) {
         return Err(format!("comment {id} on {repo}#{number}: {refused}"));
     }
-    let association = comment["author_association"].as_str().unwrap_or("NONE");
-    if !config.github_associations.contains(association) {
+    // GitHub's own spelling (`MEMBER`), as the configuration lists it.
+    let association = comment
+        .author_association
+        .as_ref()
+        .and_then(|a| serde_json::to_value(a).ok())
+        .and_then(|a| a.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "NONE".to_owned());
+    if !config.github_associations.contains(&association) {
         return Err(format!(
             "comment {id} on {repo}#{number}: {login} is {association} on the repository; pidevops takes \
              comments only from {}",
@@ -164,8 +175,8 @@ fn addressed(data: &Value, config: &IntakeConfig) -> Result<GithubComment, Strin
                 .join(", ")
         ));
     }
-    let pull_request = !issue["pull_request"].is_null();
-    let draft = (!pull_request).then(|| issue_draft(data, config));
+    let pull_request = event.issue.pull_request.is_some();
+    let draft = (!pull_request).then(|| issue_draft(data, &event.issue.state, config));
     Ok(GithubComment {
         repo,
         number,
@@ -178,8 +189,12 @@ fn addressed(data: &Value, config: &IntakeConfig) -> Result<GithubComment, Strin
 }
 
 /// The task an issue with no task yet becomes when a trusted comment asks (as a label would make it).
-fn issue_draft(data: &Value, config: &IntakeConfig) -> Result<(String, Box<Draft>), String> {
-    if data["issue"]["state"].as_str() == Some("closed") {
+fn issue_draft(
+    data: &Value,
+    state: &IssueState,
+    config: &IntakeConfig,
+) -> Result<(String, Box<Draft>), String> {
+    if *state == IssueState::Closed {
         return Err("the issue is closed".to_owned());
     }
     github_issue_draft(data, config).map(|(key, draft)| (key, Box::new(draft)))
@@ -398,28 +413,31 @@ mod tests {
         file.intake
     }
 
+    /// GitHub's own `issue_comment.created` (a fixture), made a comment by `login` with `association` on
+    /// acme/api#12.
     fn payload(body: &str, association: &str, login: &str) -> Value {
-        json!({
-            "action": "created",
-            "repository": { "full_name": "acme/api" },
-            "issue": {
-                "number": 12,
-                "title": "Fix the login redirect",
-                "body": "The redirect drops the query.\n\nDone when: it keeps it",
-                "state": "open",
-                "labels": [],
-                "author_association": "NONE",
-                "user": { "login": "someone" },
-                "updated_at": "2026-11-29T10:15:03Z",
-            },
-            "comment": {
-                "id": 991,
-                "body": body,
-                "author_association": association,
-                "user": { "login": login, "type": "User" },
-            },
-            "sender": { "login": login },
-        })
+        let mut payload: Value = serde_json::from_str(include_str!(
+            "../../../tests/fixtures/github/issue_comment/created.payload.json"
+        ))
+        .unwrap();
+        payload["repository"]["full_name"] = json!("acme/api");
+        let issue = &mut payload["issue"];
+        issue["number"] = json!(12);
+        issue["title"] = json!("Fix the login redirect");
+        issue["body"] = json!("The redirect drops the query.\n\nDone when: it keeps it");
+        issue["state"] = json!("open");
+        issue["labels"] = json!([]);
+        issue["author_association"] = json!("NONE");
+        issue["user"]["login"] = json!("someone");
+        issue["updated_at"] = json!("2026-11-29T10:15:03Z");
+        issue["pull_request"] = Value::Null;
+        let comment = &mut payload["comment"];
+        comment["id"] = json!(991);
+        comment["body"] = json!(body);
+        comment["author_association"] = json!(association);
+        comment["user"]["login"] = json!(login);
+        payload["sender"]["login"] = json!(login);
+        payload
     }
 
     fn comment(decision: Decision) -> GithubComment {
@@ -459,8 +477,12 @@ mod tests {
     #[test]
     fn a_comment_on_a_pull_request_makes_no_draft_and_a_closed_issue_says_why() {
         let mut on_pr = payload("@pidevops-bot go", "OWNER", "ada");
-        on_pr["issue"]["pull_request"] =
-            json!({ "url": "https://api.github.com/repos/acme/api/pulls/12" });
+        on_pr["issue"]["pull_request"] = json!({
+            "url": "https://api.github.com/repos/acme/api/pulls/12",
+            "html_url": "https://github.com/acme/api/pull/12",
+            "diff_url": "https://github.com/acme/api/pull/12.diff",
+            "patch_url": "https://github.com/acme/api/pull/12.patch"
+        });
         let c = comment(created(&on_pr, &config()));
         assert!(c.pull_request);
         assert_eq!(c.draft, None);
@@ -496,7 +518,11 @@ mod tests {
         assert!(other.contains("other-org/api"), "{other}");
         let mut no_id = payload("/pidevops cancel", "OWNER", "ada");
         no_id["comment"]["id"] = Value::Null;
-        assert!(reason(created(&no_id, &config)).contains("without an id"));
+        let no_id = reason(created(&no_id, &config));
+        assert!(
+            no_id.contains("does not read as GitHub's issue_comment event"),
+            "{no_id}"
+        );
     }
 
     #[test]
