@@ -554,13 +554,15 @@ impl IssueNews<'_> {
 
     fn retried(&self, cause: &RetryCause, reason: &Reason, attempt: u32) -> Option<Request> {
         match cause {
+            // A thought, not an error: Linear ends a session at an error, and a failed attempt either goes again
+            // or flags the task, whose elicitation then asks a person (the session waits for the answer).
             RetryCause::RunFailed { run }
             | RetryCause::SetupFailed { run }
             | RetryCause::OverBudget { run }
             | RetryCause::AgentNeedsHuman { run } => self.activity(
                 format!("linear:activity:{run}:end"),
                 json!({
-                    "type": "error",
+                    "type": "thought",
                     "body": format!("Attempt {attempt} failed: {}", reason.as_str()),
                 }),
             ),

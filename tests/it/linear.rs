@@ -304,7 +304,7 @@ async fn an_agent_session_gets_a_thought_at_once_and_one_end_per_attempt(db: Tes
     )
     .await;
     let want = [
-        "thought", "action", "error", "action", "response", "thought", "action", "response",
+        "thought", "action", "thought", "action", "response", "thought", "action", "response",
     ];
     app.drive("effects:linear").await;
     let activities = linear.activities();

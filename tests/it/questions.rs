@@ -495,6 +495,15 @@ async fn a_task_flagged_for_another_reason_is_asked_the_same_way_and_the_dashboa
         .map(|(_, c)| c["body"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(elicitations.len(), 1, "{:#?}", linear.activities());
+    // A failed attempt ends nothing in the session: no `error`, the elicitation asks.
+    assert!(
+        linear
+            .activities()
+            .iter()
+            .all(|(_, c)| c["type"] != "error"),
+        "{:#?}",
+        linear.activities()
+    );
     assert!(
         elicitations[0].contains("needs a human")
             && elicitations[0].contains("Reply in this session"),
