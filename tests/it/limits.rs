@@ -159,6 +159,9 @@ async fn a_limit_with_a_reset_parks_the_task_and_its_profile_until_then_without_
         || async { row(&app, first).await.column == Column::Todo },
     )
     .await;
+    // The retry and the attempt given back are one append, which the projector may split across two pages:
+    // drive it to the log's head before reading the row.
+    app.project().await;
     let parked = row(&app, first).await;
     assert!(!parked.needs_human, "{:?}", parked.needs_human_reason);
     assert_eq!((parked.attempts, parked.max_attempts), (1, 2));
