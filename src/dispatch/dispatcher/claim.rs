@@ -15,7 +15,7 @@ use crate::config::dispatch::Executor;
 use crate::dispatch::schedule::{self, Candidate};
 use crate::projectors::tasks::{self as task_rows, TaskFilter, TaskRow};
 use crate::tasks::{
-    Column, Command, Reason, RepoName, RetryCause, RunId, RunPurpose, Task, TaskId,
+    Column, Command, Failure, Reason, RepoName, RetryCause, RunId, RunPurpose, Task, TaskId,
 };
 
 /// How long a task sent back for a follow-up waits before it starts: GitHub sends a review and each of its line
@@ -486,23 +486,40 @@ impl Dispatcher {
         row: &TaskRow,
         limited_profiles: &BTreeMap<String, DateTime<Utc>>,
     ) -> Option<DateTime<Utc>> {
-        if let Some((_, until)) = limited_until(row) {
-            // Its profile's fallback runs it now, instead of its waiting.
-            let profile = self.profile_name_of(row);
-            return match self.inner.profiles.fallback_for(profile, limited_profiles) {
-                Some(_) => None,
-                None => Some(until),
-            };
-        }
-        let failure = row.state.get("last_failure")?;
-        let failed_at: DateTime<Utc> = failure.get("at")?.as_str()?.parse().ok()?;
-        match failure.get("cause")?.get("kind")?.as_str()? {
-            // As `claim_and_start` reads the task from the log: an interrupted attempt, or one stopped to start
-            // again with a follow-up, was not the task's failure (no backoff); a person asking for more waits
-            // only a moment for the rest of what they are sending.
-            "interrupted" | "restarted" => None,
-            "follow_up" => Some(failed_at + FOLLOW_UP_SETTLE),
-            _ => self.after_backoff(row.id, u32::try_from(row.attempts).ok()?, failed_at),
+        let failure: Failure =
+            serde_json::from_value(row.state.get("last_failure")?.clone()).ok()?;
+        // Its profile's fallback runs it now, instead of its waiting for the limit.
+        let fallback = matches!(failure.cause, RetryCause::Limited { .. })
+            && self
+                .inner
+                .profiles
+                .fallback_for(self.profile_name_of(row), limited_profiles)
+                .is_some();
+        self.failure_ready_at(
+            row.id,
+            u32::try_from(row.attempts).ok()?,
+            &failure,
+            fallback,
+        )
+    }
+
+    /// When `task`, whose last attempt (of `attempts`) ended in `failure`, may start again. An interrupted
+    /// attempt, or one stopped to start again with a follow-up, was not the task's failure (no backoff); a person
+    /// asking for more waits only a moment for the rest of what they are sending; a provider's limit waits until
+    /// it lifts, unless a `fallback` profile runs the work.
+    fn failure_ready_at(
+        &self,
+        task: TaskId,
+        attempts: u32,
+        failure: &Failure,
+        fallback: bool,
+    ) -> Option<DateTime<Utc>> {
+        match failure.cause {
+            RetryCause::Interrupted { .. } | RetryCause::Restarted { .. } => None,
+            RetryCause::FollowUp => Some(failure.at + FOLLOW_UP_SETTLE),
+            RetryCause::Limited { .. } if fallback => None,
+            RetryCause::Limited { until, .. } => Some(until),
+            _ => self.after_backoff(task, attempts, failure.at),
         }
     }
 
@@ -556,14 +573,8 @@ impl Dispatcher {
                 .filter(|p| limited_profiles.contains_key(*p) && purpose == RunPurpose::Work)
                 .and_then(|p| self.inner.profiles.fallback_for(p, limited_profiles));
             let waiting = task.last_failure().and_then(|failure| {
-                let ready = match failure.cause {
-                    RetryCause::Interrupted { .. } | RetryCause::Restarted { .. } => None,
-                    RetryCause::FollowUp => Some(failure.at + FOLLOW_UP_SETTLE),
-                    RetryCause::Limited { .. } if fallback.is_some() => None,
-                    RetryCause::Limited { until, .. } => Some(until),
-                    _ => self.after_backoff(id, task.attempts(), failure.at),
-                };
-                ready.filter(|ready| *ready > Utc::now())
+                self.failure_ready_at(id, task.attempts(), failure, fallback.is_some())
+                    .filter(|ready| *ready > Utc::now())
             });
             if waiting.is_some() {
                 return Ok(false);
@@ -724,14 +735,4 @@ impl Dispatcher {
             }
         });
     }
-}
-
-/// The run and reset time of a task whose last attempt ended on its provider's limit.
-fn limited_until(row: &TaskRow) -> Option<(String, DateTime<Utc>)> {
-    let cause = row.state.get("last_failure")?.get("cause")?;
-    if cause.get("kind")?.as_str()? != "limited" {
-        return None;
-    }
-    let until = cause.get("until")?.as_str()?.parse().ok()?;
-    Some((cause.get("run")?.as_str()?.to_owned(), until))
 }
