@@ -178,6 +178,21 @@ async fn ignored(app: &TestApp) -> Vec<String> {
         .collect()
 }
 
+/// The task a Linear agent session on ENG-412 becomes (delivered signed, intake driven).
+async fn session_task(app: &TestApp) -> TaskId {
+    let r = app
+        .post_linear(&linear_delivery("agent_session.created.json", |_| {}))
+        .await;
+    assert_eq!(r.status(), 200);
+    app.drive("intake").await;
+    app.state
+        .board
+        .task_for_key(&format!("linear:{ISSUE}"))
+        .await
+        .unwrap()
+        .expect("the session's task")
+}
+
 async fn a_question_reaches_linear_as_an_elicitation_and_the_prompt_answers_it_once(db: TestDb) {
     let linear = FakeLinear::start().await;
     linear.add_issue(issue_412());
@@ -190,18 +205,7 @@ async fn a_question_reaches_linear_as_an_elicitation_and_the_prompt_answers_it_o
     )
     .await;
     let app = &scene.app;
-    let r = app
-        .post_linear(&linear_delivery("agent_session.created.json", |_| {}))
-        .await;
-    assert_eq!(r.status(), 200);
-    app.drive("intake").await;
-    let id = app
-        .state
-        .board
-        .task_for_key(&format!("linear:{ISSUE}"))
-        .await
-        .unwrap()
-        .expect("the session's task");
+    let id = session_task(app).await;
     wait_for_question(app, id, true).await;
     let asked = task(app, id).await;
     assert_eq!(
@@ -474,18 +478,7 @@ async fn a_task_flagged_for_another_reason_is_asked_the_same_way_and_the_dashboa
     )
     .await;
     let app = &scene.app;
-    let r = app
-        .post_linear(&linear_delivery("agent_session.created.json", |_| {}))
-        .await;
-    assert_eq!(r.status(), 200);
-    app.drive("intake").await;
-    let id = app
-        .state
-        .board
-        .task_for_key(&format!("linear:{ISSUE}"))
-        .await
-        .unwrap()
-        .expect("the session's task");
+    let id = session_task(app).await;
     wait_for_question(app, id, false).await;
     app.drive("effects:linear").await;
     let elicitations: Vec<String> = linear
