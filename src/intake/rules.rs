@@ -16,13 +16,13 @@ use serde_json::Value;
 use crate::board::{AllowedRepos, Draft};
 use crate::config::file::Tables;
 use crate::eventlog::StoredEvent;
-use crate::tasks::{
-    AgentName, GithubRef, LinearIssue, Links, Priority, RepoName, Spec, ValueError,
-};
+use crate::tasks::{AgentName, LinearIssue, Links, Priority, RepoName, Spec, ValueError};
 
 pub mod github_comment;
+mod github_issue;
 mod telegram;
 mod withdrawal;
+use github_issue::github_issue;
 pub use telegram::telegram_refusal;
 use telegram::{telegram_ids, telegram_message};
 use withdrawal::{github_withdrawal, linear_removed, ticket_time, WorkState};
@@ -292,107 +292,6 @@ fn no_planner_reason(what: &str) -> String {
 /// Whether `labels` ask for a plan rather than a task (`[plans] label`, matched exactly like the intake labels).
 fn asks_for_plan(labels: &[&str], config: &IntakeConfig) -> bool {
     labels.contains(&config.plan_label.as_str())
-}
-
-fn github_issue(data: &Value, config: &IntakeConfig) -> Decision {
-    let issue = &data["issue"];
-    let labels: Vec<&str> = issue["labels"]
-        .as_array()
-        .map(|l| l.iter().filter_map(|l| l["name"].as_str()).collect())
-        .unwrap_or_default();
-    if !labels.contains(&config.github_label.as_str()) {
-        // Most issues are not meant for an agent; that is not worth an audit record.
-        return Decision::NotIntake;
-    }
-    let sender = data["sender"]["login"].as_str().unwrap_or_default();
-    if config
-        .github_bot_login
-        .as_deref()
-        .is_some_and(|bot| bot.eq_ignore_ascii_case(sender))
-    {
-        return ignore(format!("caused by pidevops's own account {sender}"));
-    }
-    if let Err(e) = agent_label(&labels) {
-        return ignore(format!("the issue cannot become a task: {e}"));
-    }
-    let association = issue["author_association"].as_str().unwrap_or("NONE");
-    if !config.github_associations.contains(association) {
-        let author = issue["user"]["login"].as_str().unwrap_or("someone");
-        return ignore(format!(
-            "{author} is {association} on the repository; tasks come only from {}",
-            config
-                .github_associations
-                .iter()
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-    }
-    match github_issue_draft(data, config) {
-        Ok((key, draft)) => Decision::Create {
-            key,
-            draft: Box::new(draft),
-        },
-        Err(reason) => ignore(reason),
-    }
-}
-
-/// The task (or plan) an issue becomes, under its intake key `github:owner/name#12`, or why it cannot: its labels
-/// (`agent:`, `[plans] label`), title and body, the repository allowed. Who asked is the caller's business (the
-/// issue's author for a label, the commenter for a comment).
-pub(super) fn github_issue_draft(
-    data: &Value,
-    config: &IntakeConfig,
-) -> Result<(String, Draft), String> {
-    let issue = &data["issue"];
-    let labels: Vec<&str> = issue["labels"]
-        .as_array()
-        .map(|l| l.iter().filter_map(|l| l["name"].as_str()).collect())
-        .unwrap_or_default();
-    let plan = asks_for_plan(&labels, config);
-    let agent = agent_label(&labels).map_err(|e| format!("the issue cannot become a task: {e}"))?;
-    let built = (|| -> Result<(String, Draft), ValueError> {
-        let repo: RepoName = data["repository"]["full_name"]
-            .as_str()
-            .unwrap_or_default()
-            .parse()?;
-        let number = issue["number"].as_u64().unwrap_or(0);
-        let title = issue["title"].as_str().unwrap_or_default();
-        let body = issue["body"].as_str().unwrap_or_default();
-        let (done_when, scope) = take_line(body, DONE_WHEN);
-        let spec = Spec::new(title, scope, done_when.unwrap_or_default())?;
-        let links = Links {
-            github_issue: Some(GithubRef::new(repo.clone(), number)?),
-            ..Links::default()
-        };
-        let key = format!("github:{repo}#{number}");
-        // A plan's spec is its goal; its agent is the planner, whatever an `agent:` label says.
-        let draft = if plan {
-            Draft::plan(repo, spec, links)
-        } else {
-            Draft {
-                agent,
-                ..Draft::new(repo, spec, links)
-            }
-        };
-        // GitHub's clock for this version of the issue (whole seconds): deliveries arrive out of order.
-        let ticket_version = ticket_time(&issue["updated_at"]);
-        Ok((
-            key,
-            Draft {
-                ticket_version,
-                ..draft
-            },
-        ))
-    })();
-    let (key, draft) = built.map_err(|e| format!("the issue cannot become a task: {e}"))?;
-    match config.allowed_repos.check(&draft.repo) {
-        Ok(()) if plan && !config.planner => {
-            Err(no_planner_reason("the issue cannot become a plan"))
-        }
-        Ok(()) => Ok((key, draft)),
-        Err(refused) => Err(format!("the issue cannot become a task: {refused}")),
-    }
 }
 
 /// The agent profile an `agent:<name>` label asks for; two different ones are a mistake, not a coin toss.

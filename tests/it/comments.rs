@@ -28,12 +28,7 @@ const BOT: &str = "pidevops-bot";
 /// The issue the tests' tasks come from, in `REPO`.
 const ISSUE: u64 = 12;
 
-fn fixture(path: &str) -> Value {
-    serde_json::from_str(
-        &std::fs::read_to_string(crate::common::fixtures_dir().join("github").join(path)).unwrap(),
-    )
-    .unwrap()
-}
+use crate::common::gh_fixture as fixture;
 
 /// The app with the fake GitHub, trusting members, `acme/*` allowed; with a fake agent when `remote` is given
 /// (auto approval), else without dispatch and with manual approval (tasks wait in triage).
@@ -100,9 +95,9 @@ fn labeled_issue() -> Value {
     body["issue"]["number"] = json!(ISSUE);
     body["issue"]["title"] = json!("Fix the login redirect");
     body["issue"]["body"] = json!("The redirect drops the query string.");
-    body["issue"]["labels"] = json!([{ "name": "pidevops" }]);
+    body["issue"]["labels"] = crate::common::gh_labels(&["pidevops"]);
     body["issue"]["author_association"] = json!("MEMBER");
-    body["label"] = json!({ "name": "pidevops" });
+    body["label"] = crate::common::gh_label("pidevops");
     body
 }
 

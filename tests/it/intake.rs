@@ -81,7 +81,7 @@ async fn post_github(app: &TestApp, event: &str, delivery: &str, body: &Value) {
 }
 
 fn labeled(mut body: Value, label: &str, association: &str) -> Value {
-    body["issue"]["labels"] = json!([{ "name": label }]);
+    body["issue"]["labels"] = crate::common::gh_labels(&[label]);
     body["issue"]["author_association"] = json!(association);
     body
 }
@@ -102,7 +102,7 @@ async fn a_labeled_github_issue_from_a_member_becomes_one_task(db: TestDb) {
         "pidevops",
         "MEMBER",
     );
-    again["label"] = json!({ "name": "pidevops" });
+    again["label"] = crate::common::gh_label("pidevops");
     post_github(&app, "issues", "d-3", &again).await;
     settle(&app).await;
 
@@ -177,12 +177,7 @@ async fn github_issues_from_strangers_or_our_own_bot_make_no_task_and_say_why(db
 /// An `agent:<name>` label picks the task's agent profile; a bad or ambiguous one makes no task and says why.
 async fn an_agent_label_picks_the_tasks_agent_profile(db: TestDb) {
     let app = app(&db).await;
-    let labels = |names: &[&str]| {
-        json!(names
-            .iter()
-            .map(|n| json!({ "name": n }))
-            .collect::<Vec<_>>())
-    };
+    let labels = crate::common::gh_labels;
     let mut picked = labeled(
         fixture("github/issues/opened.payload.json"),
         "pidevops",

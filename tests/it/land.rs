@@ -125,12 +125,7 @@ async fn create_task(base: &str, repo: &str) -> TaskId {
     created["task"]["id"].as_str().unwrap().parse().unwrap()
 }
 
-fn fixture(path: &str) -> Value {
-    serde_json::from_str(
-        &std::fs::read_to_string(crate::common::fixtures_dir().join("github").join(path)).unwrap(),
-    )
-    .unwrap()
-}
+use crate::common::gh_fixture as fixture;
 
 /// `check_run.completed` for check `name` on `sha` of `task`'s branch in `repo`.
 fn check_run(repo: &str, task: TaskId, sha: &str, name: &str, conclusion: &str) -> Value {

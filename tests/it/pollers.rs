@@ -444,7 +444,7 @@ async fn a_github_issue_closed_while_its_webhook_was_missed_stops_its_run(db: Te
     .unwrap();
     opened["repository"]["full_name"] = json!(REPO);
     opened["issue"]["number"] = json!(12);
-    opened["issue"]["labels"] = json!([{ "name": "pidevops" }]);
+    opened["issue"]["labels"] = crate::common::gh_labels(&["pidevops"]);
     opened["issue"]["author_association"] = json!("MEMBER");
     opened["issue"]["updated_at"] = json!("2026-11-29T10:00:00Z");
     let r = app

@@ -660,21 +660,10 @@ async fn a_question_from_a_github_issue_is_asked_there_once_saying_how_to_answer
     settings.github_token = Some(SecretString::from("ghp_fake_token_for_the_fake_github"));
     settings.github_api_url = github.url.clone();
     let app = TestApp::spawn(settings).await;
-    let issue = json!({
-        "action": "labeled",
-        "issue": {
-            "number": 12,
-            "title": "Refund in the right currency",
-            "body": "Refunds use the wrong currency.",
-            "labels": [{ "name": "pidevops" }],
-            "author_association": "OWNER",
-            "user": { "login": "ada" },
-            "updated_at": "2026-11-29T10:15:03Z"
-        },
-        "label": { "name": "pidevops" },
-        "repository": { "full_name": REPO },
-        "sender": { "login": "ada" }
-    });
+    let mut issue = crate::common::gh_issue_event("labeled", REPO, 12, &["pidevops"], "OWNER");
+    issue["issue"]["title"] = json!("Refund in the right currency");
+    issue["issue"]["body"] = json!("Refunds use the wrong currency.");
+    issue["issue"]["updated_at"] = json!("2026-11-29T10:15:03Z");
     let r = app
         .post_github("issues", "question-issue-1", issue.to_string().as_bytes())
         .await;

@@ -57,12 +57,7 @@ async fn ignored(app: &TestApp) -> Vec<String> {
         .collect()
 }
 
-fn fixture(path: &str) -> Value {
-    serde_json::from_str(
-        &std::fs::read_to_string(crate::common::fixtures_dir().join("github").join(path)).unwrap(),
-    )
-    .unwrap()
-}
+use crate::common::gh_fixture as fixture;
 
 async fn post(app: &TestApp, event: &str, body: &Value) {
     let delivery = uuid::Uuid::new_v4().to_string();

@@ -4,12 +4,14 @@
 //! (`/pidevops retry | cancel | approve | status`). Which task it is for is decided by intake from the issue or pull
 //! request it is on, never from what the comment says.
 
+use octocrab::models::issues::Issue;
 use octocrab::models::webhook_events::payload::IssueCommentWebhookEventPayload;
 use octocrab::models::IssueState;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{github_issue_draft, ignore, Decision, IntakeConfig};
+use super::github_issue::{association_name, github_issue_draft, trusted};
+use super::{ignore, Decision, IntakeConfig};
 use crate::board::Draft;
 use crate::tasks::RepoName;
 
@@ -157,26 +159,16 @@ fn addressed(data: &Value, config: &IntakeConfig) -> Result<GithubComment, Strin
         return Err(format!("comment {id} on {repo}#{number}: {refused}"));
     }
     // GitHub's own spelling (`MEMBER`), as the configuration lists it.
-    let association = comment
-        .author_association
-        .as_ref()
-        .and_then(|a| serde_json::to_value(a).ok())
-        .and_then(|a| a.as_str().map(str::to_owned))
-        .unwrap_or_else(|| "NONE".to_owned());
+    let association = association_name(comment.author_association.as_ref());
     if !config.github_associations.contains(&association) {
         return Err(format!(
             "comment {id} on {repo}#{number}: {login} is {association} on the repository; pidevops takes \
              comments only from {}",
-            config
-                .github_associations
-                .iter()
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", ")
+            trusted(config)
         ));
     }
     let pull_request = event.issue.pull_request.is_some();
-    let draft = (!pull_request).then(|| issue_draft(data, &event.issue.state, config));
+    let draft = (!pull_request).then(|| issue_draft(&repo, &event.issue, config));
     Ok(GithubComment {
         repo,
         number,
@@ -190,14 +182,14 @@ fn addressed(data: &Value, config: &IntakeConfig) -> Result<GithubComment, Strin
 
 /// The task an issue with no task yet becomes when a trusted comment asks (as a label would make it).
 fn issue_draft(
-    data: &Value,
-    state: &IssueState,
+    repo: &RepoName,
+    issue: &Issue,
     config: &IntakeConfig,
 ) -> Result<(String, Box<Draft>), String> {
-    if *state == IssueState::Closed {
+    if issue.state == IssueState::Closed {
         return Err("the issue is closed".to_owned());
     }
-    github_issue_draft(data, config).map(|(key, draft)| (key, Box::new(draft)))
+    github_issue_draft(repo.as_str(), issue, config).map(|(key, draft)| (key, Box::new(draft)))
 }
 
 /// What `body` asks of pidevops, if it is addressed to it: a `/pidevops` command at its start (after a mention,

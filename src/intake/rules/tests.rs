@@ -7,6 +7,108 @@ fn config(text: &str) -> Result<IntakeConfig, String> {
     file.intake.with_telegram(Some("-100, 7"), None)
 }
 
+/// A whole label as GitHub sends one (octocrab's model reads nothing less).
+fn github_label(name: &str) -> Value {
+    serde_json::json!({
+        "id": 1362934389, "node_id": "MDU6TGFiZWwxMzYyOTM0Mzg5",
+        "url": format!("https://api.github.com/repos/acme/app/labels/{name}"),
+        "name": name, "color": "d73a4a", "default": false, "description": null,
+    })
+}
+
+/// GitHub's `issues` delivery (the `opened` fixture) with `action`, for `repo#number`, carrying `labels`, by an
+/// author of `association`, as of 2026-11-29T10:15:03Z.
+fn github_payload(
+    action: &str,
+    repo: &str,
+    number: u64,
+    labels: &[&str],
+    association: &str,
+) -> Value {
+    let mut body: Value = serde_json::from_str(include_str!(
+        "../../../tests/fixtures/github/issues/opened.payload.json"
+    ))
+    .unwrap();
+    body["action"] = serde_json::json!(action);
+    body["repository"]["full_name"] = serde_json::json!(repo);
+    body["issue"]["number"] = serde_json::json!(number);
+    body["issue"]["labels"] = labels.iter().map(|l| github_label(l)).collect();
+    body["issue"]["author_association"] = serde_json::json!(association);
+    body["issue"]["updated_at"] = serde_json::json!("2026-11-29T10:15:03Z");
+    if action == "closed" {
+        body["issue"]["state"] = serde_json::json!("closed");
+    }
+    body
+}
+
+#[test]
+fn every_issues_fixture_reads_through_octocrabs_model_of_the_issue() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/github/issues");
+    let (mut read, mut misfits) = (0, Vec::new());
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let body: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let action = body["action"].as_str().unwrap().to_owned();
+        match github_issue::IssuesEvent::read(&body) {
+            Ok(event) => {
+                assert!(event.issue.number > 0 && !event.repository.full_name.is_empty());
+                read += 1;
+            }
+            Err(e) => misfits.push((action, e)),
+        }
+    }
+    assert!(read >= 26, "only {read} fixtures in {}", dir.display());
+    // GitHub's pinned and unpinned events carry a cut-down issue (no `state`); intake reads neither action.
+    misfits.sort();
+    let actions: Vec<&str> = misfits.iter().map(|(a, _)| a.as_str()).collect();
+    assert_eq!(actions, ["pinned", "unpinned"], "{misfits:?}");
+    assert!(
+        misfits
+            .iter()
+            .all(|(_, e)| e.contains("missing field `state`")),
+        "{misfits:?}"
+    );
+}
+
+#[test]
+fn an_issue_that_does_not_read_as_githubs_is_refused_saying_why_and_makes_nothing() {
+    let config = config("[intake]\nallow_repos = [\"acme/*\"]").unwrap();
+    let whole = github_payload("labeled", "acme/app", 7, &["pidevops"], "OWNER");
+    let (key, _) = created(github_issue::github_issue(&whole, &config));
+    assert_eq!(key, "github:acme/app#7");
+    // A hand-made body with only the fields a by-name reader would look at: not GitHub's issue.
+    let short = serde_json::json!({
+        "action": "labeled", "repository": { "full_name": "acme/app" }, "sender": { "login": "me" },
+        "issue": { "number": 7, "title": "Add a CHANGELOG", "labels": [{ "name": "pidevops" }],
+                   "author_association": "OWNER", "user": { "login": "me" } },
+    });
+    let refused = reason(github_issue::github_issue(&short, &config));
+    assert!(
+        refused.starts_with(
+            "an issues event that does not read as GitHub's issues event: missing field"
+        ),
+        "{refused}"
+    );
+    // Unreadable and not naming the intake label: no more intake's business than any unlabeled issue.
+    let mut unasked = short.clone();
+    unasked["issue"]["labels"] = serde_json::json!([{ "name": "bug" }]);
+    assert_eq!(
+        github_issue::github_issue(&unasked, &config),
+        Decision::NotIntake
+    );
+    // A label GitHub would send whole, cut to its name: refused too, naming what is missing.
+    let mut cut = whole.clone();
+    cut["issue"]["labels"] = serde_json::json!([{ "name": "pidevops" }]);
+    assert!(reason(github_issue::github_issue(&cut, &config)).contains("missing field"));
+    // A withdrawal is never guessed from an unreadable body either.
+    let mut closed = github_payload("closed", "acme/app", 7, &["pidevops"], "OWNER");
+    closed["issue"]["updated_at"] = serde_json::json!("yesterday");
+    assert!(
+        reason(withdrawal::github_withdrawal("closed", &closed, &config))
+            .contains("does not read as GitHub's issues event")
+    );
+}
+
 #[test]
 fn unknown_intake_keys_are_refused_naming_them() {
     for (text, refusal) in [
@@ -102,15 +204,10 @@ fn the_plan_label_makes_a_plan_where_a_task_would_be_made_and_only_with_a_planne
     let without = config("[intake]\nallow_repos = [\"acme/*\"]").unwrap();
     assert!(planner.planner && !without.planner);
     let issue = |labels: &[&str], association: &str| {
-        serde_json::json!({
-            "issue": {
-                "number": 12, "title": "Split billing into services", "body": "Done when: each deploys alone",
-                "author_association": association, "user": { "login": "ada" },
-                "labels": labels.iter().map(|l| serde_json::json!({ "name": l })).collect::<Vec<_>>(),
-            },
-            "repository": { "full_name": "acme/billing" },
-            "sender": { "login": "ada" },
-        })
+        let mut body = github_payload("labeled", "acme/billing", 12, labels, association);
+        body["issue"]["title"] = serde_json::json!("Split billing into services");
+        body["issue"]["body"] = serde_json::json!("Done when: each deploys alone");
+        body
     };
     let (key, draft) = created(github_issue(
         &issue(&["pidevops", "pidevops:plan", "agent:codex"], "MEMBER"),

@@ -18,6 +18,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+use super::github_issue::IssuesEvent;
 use super::{Decision, IntakeConfig};
 use crate::config::file::LinearStatesTable;
 use crate::tasks::RepoName;
@@ -60,19 +61,20 @@ pub(super) fn ticket_time(value: &Value) -> Option<DateTime<Utc>> {
 }
 
 /// `github.issues.closed`, `deleted`, `unlabeled` (`action`): a withdrawal of the issue's task, keyed like the
-/// task was made (`github:owner/name#n`), or not intake's business.
+/// task was made (`github:owner/name#n`), or not intake's business. An event that does not read as GitHub's is
+/// refused, saying why: a withdrawal is never guessed from a payload that cannot be read.
 pub(super) fn github_withdrawal(action: &str, data: &Value, config: &IntakeConfig) -> Decision {
-    let issue = &data["issue"];
-    let Ok(repo) = data["repository"]["full_name"]
-        .as_str()
-        .unwrap_or_default()
-        .parse::<RepoName>()
-    else {
+    let event = match IssuesEvent::read(data) {
+        Ok(event) => event,
+        Err(reason) => return super::ignore(reason),
+    };
+    let Ok(repo) = event.repository.full_name.parse::<RepoName>() else {
         return Decision::NotIntake;
     };
-    let Some(number) = issue["number"].as_u64().filter(|n| *n > 0) else {
+    let number = event.issue.number;
+    if number == 0 {
         return Decision::NotIntake;
-    };
+    }
     let label = config.github_label.as_str();
     let (why, reason) = match action {
         "closed" => (
@@ -84,12 +86,8 @@ pub(super) fn github_withdrawal(action: &str, data: &Value, config: &IntakeConfi
             format!("{repo}#{number} was deleted on GitHub"),
         ),
         "unlabeled" => {
-            let carries = issue["labels"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|l| l["name"].as_str() == Some(label));
-            if carries && data["label"]["name"].as_str() != Some(label) {
+            let removed = event.label.as_ref().map(|l| l.name.as_str());
+            if event.labels().contains(&label) && removed != Some(label) {
                 // Another label came off; the issue still asks for the work.
                 return Decision::NotIntake;
             }
@@ -104,7 +102,7 @@ pub(super) fn github_withdrawal(action: &str, data: &Value, config: &IntakeConfi
         key: format!("github:{repo}#{number}"),
         reason,
         why,
-        ticket_version: ticket_time(&issue["updated_at"]),
+        ticket_version: Some(event.issue.updated_at),
     }
 }
 

@@ -201,15 +201,7 @@ impl FakeGithub {
             "https://api.github.com/repos/{repo}/issues/{number}"
         ));
         issue["html_url"] = json!(format!("https://github.com/{repo}/issues/{number}"));
-        let label = fixture["issue"]["labels"][0].clone();
-        issue["labels"] = labels
-            .iter()
-            .map(|name| {
-                let mut label = label.clone();
-                label["name"] = json!(name);
-                label
-            })
-            .collect();
+        issue["labels"] = super::gh_labels(labels);
         self.inner
             .lock()
             .unwrap()
@@ -365,14 +357,7 @@ fn failure_response(failure: Failure) -> Response {
     }
 }
 
-/// A fixture of `tests/fixtures/github/`, e.g. `issues/labeled.payload.json`.
-pub fn fixture(path: &str) -> Value {
-    let path = format!(
-        "{}/tests/fixtures/github/{path}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
-}
+pub use super::github::gh_fixture as fixture;
 
 /// A GitHub user as the API sends one (every field octocrab's `Author` reads): `like`'s, named `login`.
 pub fn user_json(like: &Value, login: &str) -> Value {

@@ -9,8 +9,11 @@ pub mod fake_github;
 pub mod fake_linear;
 pub mod fake_model;
 pub mod fake_telegram;
+pub mod github;
 pub mod linear_schema;
 pub mod server;
+
+pub use github::{gh_fixture, gh_issue_event, gh_label, gh_labels};
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

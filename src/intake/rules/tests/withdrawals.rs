@@ -41,18 +41,9 @@ fn allowed() -> IntakeConfig {
 }
 
 fn github(action: &str, labels: &[&str], removed: Option<&str>) -> StoredEvent {
-    let mut body = json!({
-        "action": action,
-        "issue": {
-            "number": 12, "title": "Fix the login redirect", "body": "", "state": "open",
-            "author_association": "MEMBER", "user": { "login": "ada" },
-            "updated_at": "2026-11-29T10:15:03Z",
-            "labels": labels.iter().map(|l| json!({ "name": l })).collect::<Vec<_>>(),
-        },
-        "repository": { "full_name": "acme/app" },
-        "sender": { "login": "ada" },
-    });
+    let mut body = github_payload(action, "acme/app", 12, labels, "MEMBER");
     if let Some(label) = removed {
+        // What the GitHub poller writes: the label by its name only.
         body["label"] = json!({ "name": label });
     }
     stored(&format!("github.issues.{action}"), body)
