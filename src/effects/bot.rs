@@ -6,6 +6,8 @@
 use std::fmt::Write as _;
 
 use anyhow::Context;
+use frankenstein::types::{MaybeInaccessibleMessage, Message, User};
+use frankenstein::updates::{Update, UpdateContent};
 use serde_json::Value;
 
 use super::policy::PolicyConfig;
@@ -14,6 +16,7 @@ use super::{Action, Request};
 use crate::board::{Board, BoardError, Steer};
 use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::StoredEvent;
+use crate::intake::rules::{read_update, telegram_refusal, user_id, user_name};
 use crate::loops::{LoopRegistry, LoopState};
 use crate::projectors::runs::{self, Which};
 use crate::projectors::tasks::{self as task_rows, TaskFilter};
@@ -126,15 +129,26 @@ pub(super) async fn command(
     event: &StoredEvent,
     progress: &mut EffectsProgress,
 ) -> anyhow::Result<Settled> {
-    let payload: Value = serde_json::from_str(event.data_json().get()).unwrap_or_default();
-    let message = &payload["message"];
-    let text = message["text"].as_str().unwrap_or_default();
+    let message = match update(event) {
+        Ok(Update {
+            content: UpdateContent::Message(message),
+            ..
+        }) => message,
+        Ok(_) => return Ok(Settled::Yes),
+        Err(reason) => {
+            // No chat to answer in that can be trusted: said in the log (intake records a `/new` or `/plan`).
+            tracing::warn!(event = %event.id, %reason, "Telegram message not read");
+            return Ok(Settled::Yes);
+        }
+    };
+    let text = message.text.as_deref().unwrap_or_default();
     let Some(parsed) = parse(text) else {
         return Ok(Settled::Yes);
     };
-    let chat = message["chat"]["id"].as_i64().unwrap_or_default();
-    let who = sender(&message["from"]);
-    if let Some(why) = may_command(config, chat, &message["from"]) {
+    let chat = message.chat.id;
+    let from = message.from.as_deref();
+    let who = user_name(from);
+    if let Some(why) = may_command(config, chat, from) {
         // `/new` and `/plan` from a stranger are intake's to record; every other command is recorded here.
         if !matches!(parsed, Ok(BotCommand::New | BotCommand::Plan)) {
             refused(fx, event, chat, &who, text, &why).await?;
@@ -149,7 +163,7 @@ pub(super) async fn command(
     } else {
         match &parsed {
             Ok(command @ (BotCommand::New | BotCommand::Plan)) => {
-                match intake_said(fx, event, message).await? {
+                match intake_said(fx, event, &message).await? {
                     Some(said) => made(command, said),
                     // Intake follows the log on its own loop: the answer waits for its decision, a little.
                     None if waited(event) < INTAKE_WAIT => {
@@ -162,9 +176,16 @@ pub(super) async fn command(
                     }
                 }
             }
-            Ok(command) => answer(command, &who, message, fx.board(), fx.log(), fx.loops())
-                .await
-                .with_context(|| format!("answering {command:?}"))?,
+            Ok(command) => answer(
+                command,
+                &who,
+                Some(&message),
+                fx.board(),
+                fx.log(),
+                fx.loops(),
+            )
+            .await
+            .with_context(|| format!("answering {command:?}"))?,
             Err(usage) => escape(usage),
         }
     };
@@ -192,19 +213,32 @@ pub(super) async fn button(
     event: &StoredEvent,
     progress: &mut EffectsProgress,
 ) -> anyhow::Result<Settled> {
-    let payload: Value = serde_json::from_str(event.data_json().get()).unwrap_or_default();
-    let query = &payload["callback_query"];
-    let Some(callback) = query["id"].as_str() else {
-        return Ok(Settled::Yes);
+    let query = match update(event) {
+        Ok(Update {
+            content: UpdateContent::CallbackQuery(query),
+            ..
+        }) => query,
+        Ok(_) => return Ok(Settled::Yes),
+        Err(reason) => {
+            // Without a callback id that reads, there is nothing Telegram would take as the press's answer.
+            tracing::warn!(event = %event.id, %reason, "Telegram button press not read");
+            return Ok(Settled::Yes);
+        }
     };
-    let chat = query["message"]["chat"]["id"].as_i64().unwrap_or_default();
-    let who = sender(&query["from"]);
-    let data = query["data"].as_str().unwrap_or_default();
+    let callback = query.id.as_str();
+    // The chat of the message the button was on; a press without one (an inline message's) is from no allowed chat.
+    let chat = match &query.message {
+        Some(MaybeInaccessibleMessage::Message(message)) => message.chat.id,
+        Some(MaybeInaccessibleMessage::InaccessibleMessage(message)) => message.chat.id,
+        None => 0,
+    };
+    let who = user_name(Some(&query.from));
+    let data = query.data.as_deref().unwrap_or_default();
     let key = format!("telegram:callback:{}", event.id);
     let handled = fx.requested(&key).await?;
     let text = if handled {
         String::new()
-    } else if let Some(why) = may_command(config, chat, &query["from"]) {
+    } else if let Some(why) = may_command(config, chat, Some(&query.from)) {
         refused(fx, event, chat, &who, data, &why).await?;
         if why.contains("TELEGRAM_ALLOWED_USERS") {
             "You are not allowed to steer pidevops.".to_owned()
@@ -212,7 +246,7 @@ pub(super) async fn button(
             "Not allowed from this chat.".to_owned()
         }
     } else {
-        pressed(fx, data, &who, &payload).await?
+        pressed(fx, data, &who).await?
     };
     let request = Request {
         key,
@@ -230,7 +264,7 @@ pub(super) async fn button(
 
 /// What an allowed press of button `data` (`verb:T-n`) does, as the short plain notice Telegram shows. Only data
 /// of exactly that shape is a button: anything else in a callback was not sent by pidevops's own keyboards.
-async fn pressed(fx: &Effects, data: &str, who: &str, payload: &Value) -> anyhow::Result<String> {
+async fn pressed(fx: &Effects, data: &str, who: &str) -> anyhow::Result<String> {
     let command = data
         .split_once(':')
         .filter(|_| !data.contains(char::is_whitespace))
@@ -240,7 +274,7 @@ async fn pressed(fx: &Effects, data: &str, who: &str, payload: &Value) -> anyhow
     let Some(Ok(command @ BotCommand::Steer(..))) = command else {
         return Ok(format!("Unknown button {data:?}."));
     };
-    let answer = answer(&command, who, payload, fx.board(), fx.log(), fx.loops())
+    let answer = answer(&command, who, None, fx.board(), fx.log(), fx.loops())
         .await
         .with_context(|| format!("answering the button {data:?}"))?;
     // The notice is plain text, short: the answer's markup goes, and what it escaped reads as typed.
@@ -256,14 +290,16 @@ async fn pressed(fx: &Effects, data: &str, who: &str, payload: &Value) -> anyhow
 }
 
 /// Why `from` may not command pidevops in `chat`; `None` when they may (intake's rule for `/new`, too).
-fn may_command(config: &PolicyConfig, chat: i64, from: &Value) -> Option<String> {
+fn may_command(config: &PolicyConfig, chat: i64, from: Option<&User>) -> Option<String> {
     let chats = config.telegram_chats.iter().copied().collect();
-    crate::intake::rules::telegram_refusal(
-        &chats,
-        config.telegram_users.as_ref(),
-        chat,
-        from["id"].as_i64(),
-    )
+    telegram_refusal(&chats, config.telegram_users.as_ref(), chat, user_id(from))
+}
+
+/// The event's update, read as the Bot API's (intake's reading).
+fn update(event: &StoredEvent) -> Result<Update, String> {
+    serde_json::from_str::<Value>(event.data_json().get())
+        .map_err(|e| format!("an update that is not JSON: {e}"))
+        .and_then(|data| read_update(&data))
 }
 
 /// A command from a chat or a user that is not allowed: recorded (once per message), not answered.
@@ -298,20 +334,12 @@ async fn refused(
     Ok(())
 }
 
-/// A Telegram user as the bot names them: their username, else their first name.
-fn sender(from: &Value) -> String {
-    from["username"]
-        .as_str()
-        .or(from["first_name"].as_str())
-        .unwrap_or("someone")
-        .to_owned()
-}
-
-/// What the bot answers `command` from `who` (a Telegram user's name), having done what it asks.
+/// What the bot answers `command` from `who` (a Telegram user's name), having done what it asks; `message` is the
+/// command's own (a button press has none: it only steers).
 pub async fn answer(
     command: &BotCommand,
     who: &str,
-    message: &Value,
+    message: Option<&Message>,
     board: &Board,
     log: &crate::eventlog::EventLog,
     loops: Option<&LoopRegistry>,
@@ -331,7 +359,10 @@ pub async fn answer(
         }
         BotCommand::Runs => recent_runs(store).await?,
         // Answered in `command`, once intake has decided; here only the board's view.
-        BotCommand::New | BotCommand::Plan => created(board, message).await?,
+        BotCommand::New | BotCommand::Plan => match message {
+            Some(message) => created(board, message).await?,
+            None => escape("No task: /new owner/repo what to do"),
+        },
     };
     Ok(fit(&html))
 }
@@ -531,10 +562,9 @@ enum IntakeSaid {
 async fn intake_said(
     fx: &Effects,
     event: &StoredEvent,
-    message: &Value,
+    message: &Message,
 ) -> anyhow::Result<Option<IntakeSaid>> {
-    let chat = message["chat"]["id"].as_i64().unwrap_or_default();
-    let id = message["message_id"].as_i64().unwrap_or_default();
+    let (chat, id) = (message.chat.id, message.message_id);
     if let Some(task) = fx
         .board()
         .task_for_key(&format!("telegram:{chat}:{id}"))
@@ -572,9 +602,8 @@ fn made(command: &BotCommand, said: IntakeSaid) -> String {
 }
 
 /// `/new`, `/plan`: the task intake made (keyed by the message), as the board has it.
-async fn created(board: &Board, message: &Value) -> anyhow::Result<String> {
-    let chat = message["chat"]["id"].as_i64().unwrap_or_default();
-    let id = message["message_id"].as_i64().unwrap_or_default();
+async fn created(board: &Board, message: &Message) -> anyhow::Result<String> {
+    let (chat, id) = (message.chat.id, message.message_id);
     Ok(
         match board.task_for_key(&format!("telegram:{chat}:{id}")).await? {
             Some(task) => format!("Created <b>{task}</b>."),

@@ -23,7 +23,7 @@ mod github_issue;
 mod telegram;
 mod withdrawal;
 use github_issue::github_issue;
-pub use telegram::telegram_refusal;
+pub use telegram::{read_update, telegram_refusal, user_id, user_name};
 use telegram::{telegram_ids, telegram_message};
 use withdrawal::{github_withdrawal, linear_removed, ticket_time, WorkState};
 pub use withdrawal::{Withdrawal, DELEGATED_KEY_PREFIX, SESSION_STREAM_PREFIX};

@@ -7,6 +7,57 @@ fn config(text: &str) -> Result<IntakeConfig, String> {
     file.intake.with_telegram(Some("-100, 7"), None)
 }
 
+/// A message as the Bot API sends one: `id` in `chat` (a group when negative), from `user` (@ada), saying `text`.
+fn telegram_message_json(id: i64, chat: i64, user: i64, text: &str) -> Value {
+    serde_json::json!({
+        "message_id": id, "date": 1764411500, "text": text,
+        "chat": { "id": chat, "type": if chat < 0 { "group" } else { "private" } },
+        "from": { "id": user, "is_bot": false, "first_name": "Ada", "username": "ada" },
+    })
+}
+
+/// A message update, as Telegram delivers it.
+fn telegram_update(message: Value) -> Value {
+    serde_json::json!({ "update_id": 7001, "message": message })
+}
+
+#[test]
+fn every_telegram_fixture_reads_as_the_bot_apis_update_and_a_cut_one_asking_for_work_is_refused() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/telegram");
+    let mut read = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let body: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        read_update(&body).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        read += 1;
+    }
+    assert!(read >= 7, "only {read} fixtures in {}", dir.display());
+    let config = config("[intake]\nallow_repos = [\"acme/*\"]").unwrap();
+    let whole = telegram_update(telegram_message_json(
+        31,
+        -100,
+        5,
+        "/new acme/app Fix the redirect",
+    ));
+    let (key, _) = created(telegram_message(&whole, &config));
+    assert_eq!(key, "telegram:-100:31");
+    // Without the Bot API's `date` and the chat's `type`: not Telegram's message, said so, nothing made.
+    let cut = serde_json::json!({ "update_id": 7002, "message": {
+        "message_id": 32, "chat": { "id": -100 }, "from": { "id": 5, "is_bot": false, "first_name": "Ada" },
+        "text": "/new acme/app Fix the redirect",
+    } });
+    let refused = reason(telegram_message(&cut, &config));
+    assert!(
+        refused.starts_with("an update that does not read as the Bot API's Update:")
+            && refused.contains("missing field"),
+        "{refused}"
+    );
+    // Unreadable chatter that asks for nothing is not intake's business.
+    let mut chatter = cut.clone();
+    chatter["message"]["text"] = serde_json::json!("hello");
+    assert_eq!(telegram_message(&chatter, &config), Decision::NotIntake);
+}
+
 /// A whole label as GitHub sends one (octocrab's model reads nothing less).
 fn github_label(name: &str) -> Value {
     serde_json::json!({
@@ -278,11 +329,7 @@ fn telegram_plan_makes_a_plan_keyed_by_its_message_and_says_why_not() {
     let planner =
         config("[dispatch]\nplanner = \"claude\"\n[intake]\nallow_repos = [\"acme/*\"]").unwrap();
     let without = config("[intake]\nallow_repos = [\"acme/*\"]").unwrap();
-    let message = |chat: i64, text: &str| {
-        serde_json::json!({ "message": {
-            "message_id": 31, "chat": { "id": chat }, "from": { "id": 5, "username": "ada" }, "text": text,
-        } })
-    };
+    let message = |chat: i64, text: &str| telegram_update(telegram_message_json(31, chat, 5, text));
     let (key, draft) = created(telegram_message(
         &message(
             -100,
@@ -322,13 +369,11 @@ fn telegram_plan_makes_a_plan_keyed_by_its_message_and_says_why_not() {
 fn a_telegram_reply_names_the_message_it_answers_and_who_may_not() {
     let config = config("").unwrap();
     let reply = |chat: i64, user: i64, text: &str, to: Option<i64>| {
-        let mut message = serde_json::json!({
-            "message_id": 40, "chat": { "id": chat }, "from": { "id": user, "username": "ada" }, "text": text,
-        });
+        let mut message = telegram_message_json(40, chat, user, text);
         if let Some(to) = to {
-            message["reply_to_message"] = serde_json::json!({ "message_id": to });
+            message["reply_to_message"] = telegram_message_json(to, chat, 4242, "the question");
         }
-        telegram_message(&serde_json::json!({ "message": message }), &config)
+        telegram_message(&telegram_update(message), &config)
     };
     let Decision::TelegramReply {
         chat,
