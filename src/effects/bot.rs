@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use anyhow::Context;
 use frankenstein::types::{MaybeInaccessibleMessage, Message, User};
-use frankenstein::updates::{Update, UpdateContent};
+use frankenstein::updates::UpdateContent;
 use serde_json::Value;
 
 use super::policy::PolicyConfig;
@@ -129,17 +129,8 @@ pub(super) async fn command(
     event: &StoredEvent,
     progress: &mut EffectsProgress,
 ) -> anyhow::Result<Settled> {
-    let message = match update(event) {
-        Ok(Update {
-            content: UpdateContent::Message(message),
-            ..
-        }) => message,
-        Ok(_) => return Ok(Settled::Yes),
-        Err(reason) => {
-            // No chat to answer in that can be trusted: said in the log (intake records a `/new` or `/plan`).
-            tracing::warn!(event = %event.id, %reason, "Telegram message not read");
-            return Ok(Settled::Yes);
-        }
+    let Some(UpdateContent::Message(message)) = content(event) else {
+        return Ok(Settled::Yes);
     };
     let text = message.text.as_deref().unwrap_or_default();
     let Some(parsed) = parse(text) else {
@@ -213,17 +204,8 @@ pub(super) async fn button(
     event: &StoredEvent,
     progress: &mut EffectsProgress,
 ) -> anyhow::Result<Settled> {
-    let query = match update(event) {
-        Ok(Update {
-            content: UpdateContent::CallbackQuery(query),
-            ..
-        }) => query,
-        Ok(_) => return Ok(Settled::Yes),
-        Err(reason) => {
-            // Without a callback id that reads, there is nothing Telegram would take as the press's answer.
-            tracing::warn!(event = %event.id, %reason, "Telegram button press not read");
-            return Ok(Settled::Yes);
-        }
+    let Some(UpdateContent::CallbackQuery(query)) = content(event) else {
+        return Ok(Settled::Yes);
     };
     let callback = query.id.as_str();
     // The chat of the message the button was on; a press without one (an inline message's) is from no allowed chat.
@@ -295,11 +277,20 @@ fn may_command(config: &PolicyConfig, chat: i64, from: Option<&User>) -> Option<
     telegram_refusal(&chats, config.telegram_users.as_ref(), chat, user_id(from))
 }
 
-/// The event's update, read as the Bot API's (intake's reading).
-fn update(event: &StoredEvent) -> Result<Update, String> {
-    serde_json::from_str::<Value>(event.data_json().get())
+/// The event's update, read as the Bot API's (intake's reading). One that does not read is logged and left
+/// unanswered: without a chat or a callback id that reads there is nowhere trustworthy to answer (intake records a
+/// `/new` or `/plan` in one as refused).
+fn content(event: &StoredEvent) -> Option<UpdateContent> {
+    let read = serde_json::from_str::<Value>(event.data_json().get())
         .map_err(|e| format!("an update that is not JSON: {e}"))
-        .and_then(|data| read_update(&data))
+        .and_then(|data| read_update(&data));
+    match read {
+        Ok(update) => Some(update.content),
+        Err(reason) => {
+            tracing::warn!(event = %event.id, %reason, "Telegram update not read");
+            None
+        }
+    }
 }
 
 /// A command from a chat or a user that is not allowed: recorded (once per message), not answered.

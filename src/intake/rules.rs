@@ -294,6 +294,25 @@ fn asks_for_plan(labels: &[&str], config: &IntakeConfig) -> bool {
     labels.contains(&config.plan_label.as_str())
 }
 
+/// What a ticket becomes: a plan when it asks for one (its spec is the goal; its agent is the planner, whatever an
+/// `agent:` label says), else a task for `agent` (or the default profile).
+fn ticket_draft(
+    plan: bool,
+    agent: Option<AgentName>,
+    repo: RepoName,
+    spec: Spec,
+    links: Links,
+) -> Draft {
+    if plan {
+        Draft::plan(repo, spec, links)
+    } else {
+        Draft {
+            agent,
+            ..Draft::new(repo, spec, links)
+        }
+    }
+}
+
 /// The agent profile an `agent:<name>` label asks for; two different ones are a mistake, not a coin toss.
 fn agent_label(labels: &[&str]) -> Result<Option<AgentName>, String> {
     let mut asked: Vec<&str> = labels
@@ -479,15 +498,7 @@ fn linear_draft(
         linear_issue: Some(linear),
         ..Links::default()
     };
-    // A plan's spec is its goal; its agent is the planner, whatever an `agent:` label says.
-    let draft = if plan {
-        Draft::plan(repo, spec, links)
-    } else {
-        Draft {
-            agent,
-            ..Draft::new(repo, spec, links)
-        }
-    };
+    let draft = ticket_draft(plan, agent, repo, spec, links);
     Ok((
         format!("linear:{id}"),
         Draft {

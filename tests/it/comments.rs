@@ -11,7 +11,6 @@ use crate::common::agents::{agent, dispatch_file, Remote, REPO};
 use crate::common::fake_github::FakeGithub;
 use crate::common::{within, TestApp, TestDb};
 use pidevops::board::Draft;
-use pidevops::projectors::runs::{self, RunRow, Which};
 use pidevops::tasks::{Column, Command, Links, Reason, Spec, Task, TaskId};
 use secrecy::SecretString;
 use serde_json::{json, Value};
@@ -29,6 +28,13 @@ const BOT: &str = "pidevops-bot";
 const ISSUE: u64 = 12;
 
 use crate::common::gh_fixture as fixture;
+
+use crate::common::gh_post as post;
+use crate::common::read::{ended_runs, prompt_of, wait_column};
+
+async fn ignored(app: &TestApp) -> Vec<String> {
+    crate::common::read::reasons(app, "intake.ignored").await
+}
 
 /// The app with the fake GitHub, trusting members, `acme/*` allowed; with a fake agent when `remote` is given
 /// (auto approval), else without dispatch and with manual approval (tasks wait in triage).
@@ -101,14 +107,6 @@ fn labeled_issue() -> Value {
     body
 }
 
-async fn post(app: &TestApp, event: &str, body: &Value) {
-    let delivery = uuid::Uuid::new_v4().to_string();
-    let r = app
-        .post_github(event, &delivery, body.to_string().as_bytes())
-        .await;
-    assert_eq!(r.status(), 200, "{event}");
-}
-
 /// Intake and effects:github have handled everything, the read models at the head.
 async fn settle(app: &TestApp) {
     app.drive("intake").await;
@@ -130,19 +128,6 @@ async fn issue_task(app: &TestApp) -> TaskId {
         .expect("the issue's task")
 }
 
-/// The reasons intake recorded for events it ignored, in log order.
-async fn ignored(app: &TestApp) -> Vec<String> {
-    app.all_events()
-        .await
-        .into_iter()
-        .filter(|e| e.event_type == "intake.ignored")
-        .map(|e| {
-            let body: Value = serde_json::from_slice(&e.body).unwrap();
-            body["reason"].as_str().unwrap().to_owned()
-        })
-        .collect()
-}
-
 /// pidevops's replies to comments: (repo, number, body), in order.
 fn replies(github: &FakeGithub) -> Vec<(String, u64, String)> {
     github
@@ -150,43 +135,6 @@ fn replies(github: &FakeGithub) -> Vec<(String, u64, String)> {
         .into_iter()
         .filter(|(_, _, body)| body.contains("<!-- pidevops:github:reply:"))
         .collect()
-}
-
-async fn ended_runs(app: &TestApp, id: TaskId, n: usize) -> Vec<RunRow> {
-    within(
-        Duration::from_secs(60),
-        &format!("{n} runs of {id} ended"),
-        || async {
-            let runs = runs::query(app.state.log.store(), Which::Task(&id.to_string()))
-                .await
-                .unwrap();
-            runs.len() == n && runs.iter().all(|r| r.state != "running")
-        },
-    )
-    .await;
-    runs::query(app.state.log.store(), Which::Task(&id.to_string()))
-        .await
-        .unwrap()
-}
-
-fn prompt_of(run: &RunRow) -> String {
-    let log = std::path::Path::new(run.log_path.as_deref().unwrap());
-    std::fs::read_to_string(log.with_file_name("prompt.md")).unwrap()
-}
-
-async fn wait_column(app: &TestApp, id: TaskId, want: Column, what: &str) {
-    within(Duration::from_secs(60), what, || async {
-        app.state
-            .board
-            .load(id)
-            .await
-            .unwrap()
-            .unwrap()
-            .task
-            .column()
-            == want
-    })
-    .await;
 }
 
 async fn a_trusted_mention_on_the_tasks_pull_request_reaches_its_next_run_once(db: TestDb) {

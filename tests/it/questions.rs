@@ -17,6 +17,10 @@ use pidevops::tasks::{Column, Command, Links, Reason, RepoName, Spec, TaskId};
 use secrecy::SecretString;
 use serde_json::{json, Value};
 
+async fn ignored(app: &TestApp) -> Vec<String> {
+    crate::common::read::reasons(app, "intake.ignored").await
+}
+
 per_backend!(
     a_question_reaches_linear_as_an_elicitation_and_the_prompt_answers_it_once,
     a_question_reaches_telegram_with_a_reply_prompt_and_only_an_allowed_reply_answers_it,
@@ -162,19 +166,6 @@ fn answers(task: &pidevops::tasks::Task) -> Vec<String> {
     task.follow_ups()
         .iter()
         .map(|f| f.text.as_str().to_owned())
-        .collect()
-}
-
-/// The reasons intake recorded for ignoring events (`intake.ignored`).
-async fn ignored(app: &TestApp) -> Vec<String> {
-    app.all_events()
-        .await
-        .into_iter()
-        .filter(|e| e.event_type == "intake.ignored")
-        .map(|e| {
-            let body: Value = serde_json::from_slice(&e.body).unwrap();
-            body["reason"].as_str().unwrap_or_default().to_owned()
-        })
         .collect()
 }
 

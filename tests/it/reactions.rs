@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::common::agents::{agent, dispatch_file, Remote, REPO};
 use crate::common::{within, TestApp, TestDb};
 use pidevops::board::Draft;
-use pidevops::projectors::runs::{self, RunRow, Which};
+use pidevops::projectors::runs::{self, Which};
 use pidevops::projectors::tasks as task_rows;
 use pidevops::tasks::{ApprovalPolicy, Column, Command, GithubRef, Links, RunId, Spec, TaskId};
 use serde_json::{json, Value};
@@ -44,27 +44,14 @@ fn our_pr() -> Links {
     }
 }
 
-/// The reasons recorded for GitHub events reactions refused, in log order.
-async fn ignored(app: &TestApp) -> Vec<String> {
-    app.all_events()
-        .await
-        .into_iter()
-        .filter(|e| e.event_type == "reactions.ignored")
-        .map(|e| {
-            let body: Value = serde_json::from_slice(&e.body).unwrap();
-            body["reason"].as_str().unwrap().to_owned()
-        })
-        .collect()
-}
-
 use crate::common::gh_fixture as fixture;
 
-async fn post(app: &TestApp, event: &str, body: &Value) {
-    let delivery = uuid::Uuid::new_v4().to_string();
-    let r = app
-        .post_github(event, &delivery, body.to_string().as_bytes())
-        .await;
-    assert_eq!(r.status(), 200, "{event}");
+use crate::common::gh_post as post;
+use crate::common::read::{ended_runs, prompt_of, wait_column};
+
+/// The reasons recorded for GitHub events reactions refused, in log order.
+async fn ignored(app: &TestApp) -> Vec<String> {
+    crate::common::read::reasons(app, "reactions.ignored").await
 }
 
 async fn column(app: &TestApp, id: TaskId) -> Option<Column> {
@@ -74,42 +61,11 @@ async fn column(app: &TestApp, id: TaskId) -> Option<Column> {
         .map(|r| r.column)
 }
 
-async fn wait_column(app: &TestApp, id: TaskId, want: Column, what: &str) {
-    within(Duration::from_secs(60), what, || async {
-        column(app, id).await == Some(want)
-    })
-    .await;
-}
-
 /// The task's column once reactions has handled every delivery and the read models caught up: driven, not waited for.
 async fn reacted(app: &TestApp, id: TaskId) -> Option<Column> {
     app.drive("reactions").await;
     app.project().await;
     column(app, id).await
-}
-
-/// The task's runs once the runs read model shows `n` of them ended.
-async fn ended_runs(app: &TestApp, id: TaskId, n: usize) -> Vec<RunRow> {
-    within(
-        Duration::from_secs(30),
-        &format!("{n} runs of {id} ended"),
-        || async {
-            let runs = runs::query(app.state.log.store(), Which::Task(&id.to_string()))
-                .await
-                .unwrap();
-            runs.len() == n && runs.iter().all(|r| r.state != "running")
-        },
-    )
-    .await;
-    runs::query(app.state.log.store(), Which::Task(&id.to_string()))
-        .await
-        .unwrap()
-}
-
-/// The prompt a run was given (`prompt.md` beside its log).
-fn prompt_of(run: &RunRow) -> String {
-    let log = std::path::Path::new(run.log_path.as_deref().unwrap());
-    std::fs::read_to_string(log.with_file_name("prompt.md")).unwrap()
 }
 
 fn check_suite(branch: &str, sha: &str, conclusion: &str) -> Value {
@@ -233,6 +189,7 @@ async fn ci_failures_and_reviews_send_the_task_back_with_what_was_said_and_a_mer
     closed["pull_request"]["merged"] = json!(true);
     post(&app, "pull_request", &ours(closed, &branch)).await;
     wait_column(&app, id, Column::Done, "the task done after the merge").await;
+    app.project().await;
     let row = task_rows::get(app.state.log.store(), id)
         .await
         .unwrap()

@@ -15,6 +15,8 @@ use pidevops::projectors::runs::{self, RunRow, Which};
 use pidevops::projectors::tasks as task_rows;
 use pidevops::tasks::{Column, Links, RepoName, Spec, TaskId};
 
+use crate::common::read::prompt_of;
+
 per_backend!(
     files_outside_the_scope_make_the_attempt_unresolved_and_the_retry_names_them,
     under_warn_files_outside_the_scope_are_pushed_and_named,
@@ -97,11 +99,6 @@ async fn runs_of(app: &TestApp, id: TaskId) -> Vec<RunRow> {
     app.project().await;
     runs::query(app.state.log.store(), Which::Task(&id.to_string()))
         .await
-        .unwrap()
-}
-
-fn prompt_of(run: &RunRow) -> String {
-    std::fs::read_to_string(Path::new(run.log_path.as_deref().unwrap()).with_file_name("prompt.md"))
         .unwrap()
 }
 

@@ -14,8 +14,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{
-    agent_label, asks_for_plan, ignore, no_planner_reason, take_line, Decision, IntakeConfig,
-    DONE_WHEN,
+    agent_label, asks_for_plan, ignore, no_planner_reason, take_line, ticket_draft, Decision,
+    IntakeConfig, DONE_WHEN,
 };
 use crate::board::Draft;
 use crate::tasks::{GithubRef, Links, RepoName, Spec, ValueError};
@@ -151,15 +151,7 @@ pub(super) fn github_issue_draft(
             ..Links::default()
         };
         let key = format!("github:{repo}#{number}");
-        // A plan's spec is its goal; its agent is the planner, whatever an `agent:` label says.
-        let draft = if plan {
-            Draft::plan(repo, spec, links)
-        } else {
-            Draft {
-                agent,
-                ..Draft::new(repo, spec, links)
-            }
-        };
+        let draft = ticket_draft(plan, agent, repo, spec, links);
         // GitHub's clock for this version of the issue (whole seconds): deliveries arrive out of order.
         Ok((
             key,

@@ -126,11 +126,7 @@ pub(super) fn telegram_message(data: &Value, config: &IntakeConfig) -> Decision 
             telegram: Some(TelegramMessage::new(chat, message_id)?),
             ..Links::default()
         };
-        let draft = if plan {
-            Draft::plan(repo, spec, links)
-        } else {
-            Draft::new(repo, spec, links)
-        };
+        let draft = super::ticket_draft(plan, None, repo, spec, links);
         Ok((format!("telegram:{chat}:{message_id}"), draft))
     })();
     match built {

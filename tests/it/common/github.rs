@@ -49,3 +49,12 @@ pub fn gh_issue_event(
     }
     body
 }
+
+/// Delivers `body` as GitHub's `event` under a fresh delivery id, signed; the answer must be 200.
+pub async fn gh_post(app: &super::TestApp, event: &str, body: &Value) {
+    let delivery = uuid::Uuid::new_v4().to_string();
+    let r = app
+        .post_github(event, &delivery, body.to_string().as_bytes())
+        .await;
+    assert_eq!(r.status(), 200, "{event}");
+}

@@ -11,9 +11,10 @@ pub mod fake_model;
 pub mod fake_telegram;
 pub mod github;
 pub mod linear_schema;
+pub mod read;
 pub mod server;
 
-pub use github::{gh_fixture, gh_issue_event, gh_label, gh_labels};
+pub use github::{gh_fixture, gh_issue_event, gh_label, gh_labels, gh_post};
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

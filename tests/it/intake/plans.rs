@@ -7,6 +7,10 @@ use crate::common::{TestApp, TestDb};
 use pidevops::tasks::{Column, TaskId, TaskKind};
 use serde_json::{json, Value};
 
+async fn reasons(app: &TestApp) -> Vec<String> {
+    crate::common::read::reasons(app, "intake.ignored").await
+}
+
 per_backend!(
     issues_and_sessions_with_the_plan_label_become_one_plan_each,
     without_a_planner_the_plan_label_is_refused_and_recorded,
@@ -63,19 +67,6 @@ fn session() -> Vec<u8> {
         "<issue identifier=\"ENG-500\">\n<title>Split billing into services</title>\n<description>repo: acme/billing</description>\n<labels><label>pidevops:plan</label></labels>\n</issue>"
     );
     super::fresh(body)
-}
-
-async fn reasons(app: &TestApp) -> Vec<String> {
-    super::events_of(app, "intake.ignored")
-        .await
-        .iter()
-        .map(|e| {
-            serde_json::from_slice::<Value>(&e.body).unwrap()["reason"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        })
-        .collect()
 }
 
 async fn issues_and_sessions_with_the_plan_label_become_one_plan_each(db: TestDb) {

@@ -1,0 +1,65 @@
+//! What tests read back from a running app, shared by the areas: the reasons a loop recorded for what it refused,
+//! a task's runs once they ended and the prompt each was given, a task reaching a column. Each waits on the
+//! condition itself, never for a fixed time.
+
+use std::time::Duration;
+
+use pidevops::projectors::runs::{self, RunRow, Which};
+use pidevops::tasks::{Column, TaskId};
+use serde_json::Value;
+
+use super::{within, TestApp};
+
+/// The `reason` of every `event_type` record (`intake.ignored`, `reactions.ignored`), in log order.
+pub async fn reasons(app: &TestApp, event_type: &str) -> Vec<String> {
+    app.all_events()
+        .await
+        .into_iter()
+        .filter(|e| e.event_type == event_type)
+        .map(|e| {
+            let body: Value = serde_json::from_slice(&e.body).unwrap();
+            body["reason"].as_str().unwrap_or_default().to_owned()
+        })
+        .collect()
+}
+
+/// The task's runs once the runs read model shows `n` of them, none running.
+pub async fn ended_runs(app: &TestApp, id: TaskId, n: usize) -> Vec<RunRow> {
+    let query = || async {
+        runs::query(app.state.log.store(), Which::Task(&id.to_string()))
+            .await
+            .unwrap()
+    };
+    within(
+        Duration::from_secs(60),
+        &format!("{n} runs of {id} ended"),
+        || async {
+            let runs = query().await;
+            runs.len() == n && runs.iter().all(|r| r.state != "running")
+        },
+    )
+    .await;
+    query().await
+}
+
+/// The prompt a run was given (`prompt.md` beside its log).
+pub fn prompt_of(run: &RunRow) -> String {
+    let log = std::path::Path::new(run.log_path.as_deref().unwrap());
+    std::fs::read_to_string(log.with_file_name("prompt.md")).unwrap()
+}
+
+/// Waits until the task, as its stream has it, is in `want`.
+pub async fn wait_column(app: &TestApp, id: TaskId, want: Column, what: &str) {
+    within(Duration::from_secs(60), what, || async {
+        app.state
+            .board
+            .load(id)
+            .await
+            .unwrap()
+            .unwrap()
+            .task
+            .column()
+            == want
+    })
+    .await;
+}
