@@ -429,6 +429,29 @@ async fn our_own_account_other_repositories_and_plain_comments_change_nothing(db
         .await
         .unwrap();
     assert_eq!(none, None, "a command makes no task");
+
+    // GitHub names the repository in its own case, which need not be the configuration's: the task's pull request
+    // is still found (GitHub matches repositories in any case), and the trusted status command answered there.
+    let spelled = REPO.to_ascii_uppercase();
+    let status = comment(
+        "created",
+        (&spelled, 3, true),
+        9201,
+        ("ada", "OWNER"),
+        "/pidevops status",
+    );
+    post(&app, "issue_comment", &status).await;
+    settle(&app).await;
+    let answered: Vec<(String, u64, String)> = replies(&github)
+        .into_iter()
+        .filter(|(repo, _, _)| repo.eq_ignore_ascii_case(REPO))
+        .collect();
+    assert_eq!(answered.len(), 1, "{answered:?}");
+    assert_eq!(answered[0].1, 3);
+    assert!(
+        answered[0].2.starts_with(&format!("{id} is in triage")),
+        "{answered:?}"
+    );
     app.stop().await;
 }
 

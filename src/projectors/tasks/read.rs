@@ -223,19 +223,31 @@ pub fn timeline_entry(event: &StoredEvent) -> anyhow::Result<TimelineEntry> {
     })
 }
 
-/// The task an external id belongs to (the first task that claimed it).
+/// The task an external id belongs to (the first task that claimed it). A GitHub link (`owner/name#12`) is found
+/// in any case too, as GitHub finds repositories: a webhook spells the repository as GitHub does, the link as the
+/// configuration did. The exact spelling is looked up first (the key's index); any case only when it misses.
 pub async fn task_for_link(
     store: &EventStore,
     kind: LinkKind,
     value: &str,
 ) -> Result<Option<TaskId>, TasksError> {
-    let id: Option<String> = crate::on_store!(store, |pool, _backend| sqlx::query_scalar(
+    let mut id: Option<String> = crate::on_store!(store, |pool, _backend| sqlx::query_scalar(
         "SELECT task_id FROM task_links WHERE kind = $1 AND value = $2"
     )
     .bind(kind.as_str())
     .bind(value)
     .fetch_optional(pool)
     .await?);
+    if id.is_none() && matches!(kind, LinkKind::GithubIssue | LinkKind::GithubPr) {
+        id = crate::on_store!(store, |pool, _backend| sqlx::query_scalar(
+            "SELECT task_id FROM task_links WHERE kind = $1 AND lower(value) = lower($2) \
+             ORDER BY position LIMIT 1"
+        )
+        .bind(kind.as_str())
+        .bind(value)
+        .fetch_optional(pool)
+        .await?);
+    }
     id.map(|id| {
         TaskId::from_str(&id).map_err(|e| TasksError::Corrupt {
             task: id.clone(),
