@@ -40,14 +40,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::tasks::{BranchName, CommitSha, MergeMethod, RepoName, TaskId};
 
-/// The stream of one effect: `effect:<key>`.
-pub const EFFECT_STREAM_PREFIX: &str = "effect:";
+pub use crate::domain::effect::{stream, EFFECT_STREAM_PREFIX};
 /// Attempts of one effect before it is recorded as failed for good.
 pub const MAX_ATTEMPTS: u32 = 8;
-
-pub fn stream(key: &str) -> String {
-    format!("{EFFECT_STREAM_PREFIX}{key}")
-}
 
 /// Which API an effect calls; each has its own loop (`effects:github`, …), so one provider being down never holds
 /// back another's calls.

@@ -391,7 +391,7 @@ pub fn telegram(event: &TaskEvent, task: &Task, event_id: &str, chats: &[i64]) -
     chats
         .iter()
         .map(|chat| Request {
-            key: format!("telegram:notify:{chat}:{event_id}"),
+            key: crate::domain::effect::telegram_notice_key(*chat, event_id),
             task: Some(task.id()),
             action: Action::TelegramSend {
                 chat: *chat,

@@ -435,8 +435,57 @@ impl Intake {
                 )
                 .await;
         }
+        if sent.question && self.asked_again(&sent).await? {
+            return self
+                .record_ignored(
+                    event,
+                    &format!(
+                        "a reply to an earlier question of {}, which has been asked something again since, in a \
+                         later message to this chat: not its answer (reply to that message)",
+                        sent.task
+                    ),
+                )
+                .await;
+        }
         self.reply(sent.task, text, Some(origin), !sent.question, event)
             .await
+    }
+
+    /// Whether the task waits for a person again, in a needs-human episode later than the one `sent` asked about,
+    /// and that later one was asked in `sent`'s chat too (its notice requested there: a notice held back by the
+    /// cooldown leaves `sent` the latest message to answer).
+    async fn asked_again(
+        &self,
+        sent: &crate::providers::telegram::SentMessage,
+    ) -> anyhow::Result<bool> {
+        use crate::domain::effect::{stream, telegram_notice_key};
+        let Some(loaded) = self.board.load(sent.task).await? else {
+            return Ok(false);
+        };
+        if loaded.task.needs_human().is_none() {
+            // Nothing waits: the answer is refused as answered already, whichever episode it was for.
+            return Ok(false);
+        }
+        let Some(latest) = loaded
+            .events
+            .iter()
+            .rev()
+            .find(|e| e.event_type == "task.flagged_needs_human")
+        else {
+            return Ok(false);
+        };
+        let latest_key = telegram_notice_key(sent.chat, &latest.id.to_string());
+        if latest_key == sent.key {
+            return Ok(false);
+        }
+        let notice = stream(&latest_key);
+        let requested = self
+            .log
+            .store()
+            .read_stream(&notice)
+            .await
+            .with_context(|| format!("reading {notice}"))?;
+        Ok(!requested.is_empty())
     }
 
     /// Records why `event` made no task; once per event, however often intake sees it.

@@ -3,7 +3,8 @@
 //! question reaches Linear as an `elicitation` in the task's session (never an `error`) and Telegram as a message
 //! with a reply prompt; the first answer (a signed Linear `prompted`, a Telegram reply to that message, the
 //! dashboard's form, the API) is the next run's follow-up; a redelivered answer, a second answer and a reply from a
-//! chat that may not command change nothing. A task flagged for another reason is asked the same way. Per backend.
+//! chat that may not command change nothing, and a late reply to an earlier question answers no later one. A task
+//! flagged for another reason is asked the same way. Per backend.
 
 use std::time::Duration;
 
@@ -27,6 +28,7 @@ per_backend!(
     a_task_flagged_for_another_reason_is_asked_the_same_way_and_the_dashboard_answers_it,
     the_api_answers_once_per_request_and_refuses_a_second_answer,
     a_question_from_a_github_issue_is_asked_there_once_saying_how_to_answer,
+    a_reply_to_an_earlier_question_does_not_answer_a_later_one,
 );
 
 /// The issue of the `agent_session.*` fixtures.
@@ -691,5 +693,96 @@ async fn a_question_from_a_github_issue_is_asked_there_once_saying_how_to_answer
             .count(),
         1
     );
+    app.stop().await;
+}
+
+/// The Telegram notice of `reason` to the chat, once sent and recorded under its own name (so a reply finds it).
+async fn notice(app: &TestApp, telegram: &FakeTelegram, reason: &str) -> i64 {
+    within(WAIT, &format!("the notice of {reason:?}"), || async {
+        telegram.sent().iter().any(|m| m.text.contains(reason))
+    })
+    .await;
+    let sent = telegram
+        .sent()
+        .into_iter()
+        .find(|m| m.text.contains(reason))
+        .unwrap();
+    let stream = pidevops::providers::telegram::message_stream(sent.chat, sent.message_id);
+    within(WAIT, "the notice's record", || async {
+        !app.state
+            .log
+            .store()
+            .read_stream(&stream)
+            .await
+            .unwrap()
+            .is_empty()
+    })
+    .await;
+    sent.message_id
+}
+
+async fn a_reply_to_an_earlier_question_does_not_answer_a_later_one(db: TestDb) {
+    let telegram = FakeTelegram::start().await;
+    let mut settings = crate::common::settings(&db);
+    let file = "[board]\napproval = \"manual\"\n[telegram]\ncooldown_s = 0";
+    settings.file =
+        pidevops::config::FileConfig::try_from(file.parse::<toml::Table>().unwrap()).unwrap();
+    settings.telegram_bot_token = Some(SecretString::from(BOT_TOKEN));
+    settings.telegram_api_url = telegram.url.clone();
+    settings.telegram_allowed_chats = Some("-100".to_owned());
+    let app = TestApp::spawn(settings).await;
+    let id = create_task(&app, "Refund in the right currency").await;
+    let flag = |reason: &str| Command::FlagNeedsHuman {
+        reason: Reason::new(reason).unwrap(),
+    };
+    let board = &app.state.board;
+    board
+        .execute(id, &flag("which currency?"), "test")
+        .await
+        .unwrap();
+    let first = notice(&app, &telegram, "which currency?").await;
+    board
+        .execute(id, &Command::ClearNeedsHuman, "test")
+        .await
+        .unwrap();
+    board
+        .execute(id, &flag("which account?"), "test")
+        .await
+        .unwrap();
+    let second = notice(&app, &telegram, "which account?").await;
+    assert_ne!(first, second);
+
+    // The answer to the first question, sent late: not the answer to the second.
+    let r = app
+        .post_telegram(
+            &reply(21, -100, 5, first, "The order's currency."),
+            crate::common::TELEGRAM_SECRET,
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    app.drive("intake").await;
+    let waiting = task(&app, id).await;
+    assert!(waiting.needs_human().is_some(), "an old answer answered");
+    assert!(answers(&waiting).is_empty(), "{:?}", answers(&waiting));
+    let reasons = ignored(&app).await;
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains(&format!("a reply to an earlier question of {id}"))),
+        "{reasons:?}"
+    );
+
+    // The reply to the latest question is its answer.
+    let r = app
+        .post_telegram(
+            &reply(22, -100, 5, second, "The main account."),
+            crate::common::TELEGRAM_SECRET,
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    app.drive("intake").await;
+    let answered = task(&app, id).await;
+    assert!(answered.needs_human().is_none());
+    assert_eq!(answers(&answered), ["The main account."]);
     app.stop().await;
 }
