@@ -10,6 +10,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::hooks::{Step, StepContext, StepFailed};
 use super::launch::Access;
+use super::limits::{BudgetWatch, MAX_LIMIT_WAIT_UNKNOWN};
+use super::run_writer::{RunWriter, Written};
 use super::steering::FollowUpWatch;
 use super::{run_of, Dispatcher, DISPATCHER};
 use crate::board::BoardError;
@@ -21,45 +23,11 @@ use crate::dispatch::runner::{self, Ending};
 use crate::dispatch::runs::{self, FailureKind, Proposal, RunEvent};
 use crate::dispatch::workspace::Prepared;
 use crate::domain::usage::RunUsage;
-use crate::domain::{EventType, NewEvent, Source};
-use crate::eventlog::{AppendError, EventLog};
 use crate::projectors::runs as run_rows;
 use crate::projectors::tasks as task_rows;
 use crate::tasks::{
     AttemptReport, Column, Command, Reason, RetryCause, RunId, RunPurpose, Task, TaskError, TaskId,
 };
-
-/// How often a running agent's usage is held against its budgets.
-const BUDGET_WATCH: std::time::Duration = std::time::Duration::from_millis(200);
-
-/// A run's budget watcher: what it found, and the token that ends it.
-struct BudgetWatch {
-    exceeded: Arc<std::sync::Mutex<Option<String>>>,
-    done: CancellationToken,
-}
-
-impl BudgetWatch {
-    /// Ends the watch; why the budget stopped the agent, if it did.
-    fn exceeded(&self) -> Option<String> {
-        self.done.cancel();
-        self.exceeded
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-    }
-}
-
-/// However the attempt ends (lost, a step failed), its watcher ends with it.
-impl Drop for BudgetWatch {
-    fn drop(&mut self) {
-        self.done.cancel();
-    }
-}
-
-/// The longest a provider's named reset is waited for (a later one is likely wrong, or an agent's lie).
-pub(super) const MAX_LIMIT_WAIT_NAMED: chrono::Duration = chrono::Duration::days(7);
-/// The longest wait when the provider named no reset.
-const MAX_LIMIT_WAIT_UNKNOWN: chrono::Duration = chrono::Duration::hours(1);
 
 impl Dispatcher {
     /// Runs a claimed attempt to its one outcome and moves the task on. Used by `serve` and by workers.
@@ -657,92 +625,6 @@ impl Dispatcher {
         }
     }
 
-    /// Watches the run's streamed usage against the budgets its task falls under, and stops the agent the moment
-    /// one is spent. `None` without `[budgets]` (or when they cannot be read: the dispatcher checked them before
-    /// the claim, and the next claim checks again).
-    async fn watch_budget(
-        &self,
-        task: &Task,
-        meter: &runner::SharedMeter,
-        agent_stop: &CancellationToken,
-    ) -> Option<BudgetWatch> {
-        let config = &self.inner.config.budgets;
-        if !config.any() {
-            return None;
-        }
-        let standings = match crate::budgets::standings(
-            self.store(),
-            config,
-            task.id(),
-            task.repo().as_str(),
-            Utc::now().date_naive(),
-        )
-        .await
-        {
-            Ok(standings) => standings,
-            Err(error) => {
-                tracing::warn!(task = %task.id(), %error, "the budgets cannot be read; this run is not watched");
-                return None;
-            }
-        };
-        let exceeded = Arc::new(std::sync::Mutex::new(None));
-        let done = CancellationToken::new();
-        let (meter, stop, seen, finished, log) = (
-            meter.clone(),
-            agent_stop.clone(),
-            exceeded.clone(),
-            done.clone(),
-            self.inner.log.clone(),
-        );
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    () = finished.cancelled() => return,
-                    () = stop.cancelled() => return,
-                    () = tokio::time::sleep(BUDGET_WATCH) => {}
-                }
-                let usage = meter.lock().unwrap_or_else(|e| e.into_inner()).usage();
-                if let Some((scope, why)) = crate::budgets::first_over(&standings, &usage) {
-                    tracing::warn!(%why, "stopping the agent: a budget is spent");
-                    *seen.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
-                    stop.cancel();
-                    let notice = crate::budgets::Notice {
-                        at: Utc::now(),
-                        level: "exceeded".to_owned(),
-                        scope,
-                        words: why,
-                    };
-                    if let Err(error) = crate::budgets::notify(&log, &notice).await {
-                        tracing::warn!(
-                            error = format!("{error:#}"),
-                            "the budget's notice was not recorded"
-                        );
-                    }
-                    return;
-                }
-            }
-        });
-        Some(BudgetWatch { exceeded, done })
-    }
-
-    /// When a task stopped by its provider's limit (and its profile) may run again: the reset the provider named,
-    /// at most a week out; else the retry backoff, at most an hour.
-    fn limit_lifts(
-        &self,
-        limit: Option<&crate::domain::usage::Limit>,
-        attempt: u32,
-        now: chrono::DateTime<Utc>,
-    ) -> chrono::DateTime<Utc> {
-        match limit.and_then(|l| l.resets_at) {
-            Some(at) if at > now => at.min(now + MAX_LIMIT_WAIT_NAMED),
-            _ => {
-                let backoff = chrono::Duration::from_std(self.inner.config.backoff(attempt, 0.0))
-                    .unwrap_or(MAX_LIMIT_WAIT_UNKNOWN);
-                now + backoff.min(MAX_LIMIT_WAIT_UNKNOWN)
-            }
-        }
-    }
-
     /// Applies whatever outcome the run's stream holds (another writer's).
     pub(super) async fn recover(&self, run: RunId) {
         match self.store().read_stream(&runs::stream(run)).await {
@@ -851,60 +733,4 @@ struct Heartbeat {
     agent_stop: CancellationToken,
     /// The stream version the beats reached.
     version: tokio::task::JoinHandle<i64>,
-}
-
-/// Why a run event was not written.
-pub(super) enum Written {
-    /// The stream moved on or the end key is taken: someone else decided this run's fate.
-    Taken,
-    Failed(anyhow::Error),
-}
-
-/// Appends a run's events at consecutive stream versions.
-#[derive(Clone)]
-pub(super) struct RunWriter {
-    log: EventLog,
-    run: RunId,
-    task: TaskId,
-    version: i64,
-}
-
-impl RunWriter {
-    pub(super) fn new(log: EventLog, run: RunId, task: TaskId, version: i64) -> Self {
-        Self {
-            log,
-            run,
-            task,
-            version,
-        }
-    }
-
-    pub(super) async fn append(&mut self, event: &RunEvent) -> Result<(), Written> {
-        let key = if event.is_terminal() {
-            runs::end_key(self.run)
-        } else {
-            format!("run:{}:{}", self.run, self.version + 1)
-        };
-        let body = serde_json::to_vec(event).map_err(|e| Written::Failed(e.into()))?;
-        let mut new = NewEvent::new(
-            Source::Pidevops,
-            EventType::from_stored(event.kind().to_owned()),
-            key,
-            "application/json",
-            bytes::Bytes::from(body),
-        );
-        new.stream = Some((runs::stream(self.run), self.version + 1));
-        new.occurred_at = event.at();
-        new.subject.reference = Some(self.task.to_string());
-        new.meta
-            .insert("actor".to_owned(), serde_json::Value::from(DISPATCHER));
-        match self.log.append(new).await {
-            Ok(appended) if !appended.duplicate => {
-                self.version += 1;
-                Ok(())
-            }
-            Ok(_) | Err(AppendError::Conflict { .. }) => Err(Written::Taken),
-            Err(error) => Err(Written::Failed(error.into())),
-        }
-    }
 }

@@ -346,7 +346,7 @@ impl Dispatcher {
         &self,
         now: DateTime<Utc>,
     ) -> anyhow::Result<BTreeMap<String, DateTime<Utc>>> {
-        let since = now - super::attempt::MAX_LIMIT_WAIT_NAMED;
+        let since = now - super::limits::MAX_LIMIT_WAIT_NAMED;
         let limited = crate::projectors::runs::unanswered_limits(self.store(), since)
             .await
             .context("reading the runs that ended on a limit")?;

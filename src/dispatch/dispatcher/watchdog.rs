@@ -8,7 +8,7 @@ use anyhow::Context;
 use chrono::Utc;
 use serde::Serialize;
 
-use super::attempt::{RunWriter, Written};
+use super::run_writer::{RunWriter, Written};
 use super::{run_of, Dispatcher};
 use crate::config::dispatch::DispatchConfig;
 use crate::dispatch::runs::{FailureKind, RunEvent};
