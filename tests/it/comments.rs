@@ -11,7 +11,7 @@ use crate::common::agents::{agent, dispatch_file, Remote, REPO};
 use crate::common::fake_github::FakeGithub;
 use crate::common::{within, TestApp, TestDb};
 use pidevops::board::Draft;
-use pidevops::tasks::{Column, Command, Links, Reason, Spec, Task, TaskId};
+use pidevops::tasks::{Column, Command, Links, Reason, Spec, TaskId};
 use secrecy::SecretString;
 use serde_json::{json, Value};
 
@@ -30,7 +30,7 @@ const ISSUE: u64 = 12;
 use crate::common::gh_fixture as fixture;
 
 use crate::common::gh_post as post;
-use crate::common::read::{ended_runs, prompt_of, wait_column};
+use crate::common::read::{ended_runs, prompt_of, task as load, wait_column};
 
 async fn ignored(app: &TestApp) -> Vec<String> {
     crate::common::read::reasons(app, "intake.ignored").await
@@ -112,10 +112,6 @@ async fn settle(app: &TestApp) {
     app.drive("intake").await;
     app.project().await;
     app.drive("effects:github").await;
-}
-
-async fn load(app: &TestApp, id: TaskId) -> Task {
-    app.state.board.load(id).await.unwrap().unwrap().task
 }
 
 async fn issue_task(app: &TestApp) -> TaskId {

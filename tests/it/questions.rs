@@ -11,12 +11,14 @@ use std::time::Duration;
 use crate::common::agents::{agent, dispatch_file, Remote, REPO};
 use crate::common::fake_github::FakeGithub;
 use crate::common::fake_linear::{default_states, FakeLinear, Issue, LINEAR_KEY};
-use crate::common::fake_telegram::FakeTelegram;
+use crate::common::fake_telegram::{FakeTelegram, Sent};
 use crate::common::{within, TestApp, TestDb, ADMIN_TOKEN};
 use pidevops::board::Draft;
 use pidevops::tasks::{Column, Command, Links, Reason, RepoName, Spec, TaskId};
 use secrecy::SecretString;
 use serde_json::{json, Value};
+
+use crate::common::read::task;
 
 async fn ignored(app: &TestApp) -> Vec<String> {
     crate::common::read::reasons(app, "intake.ignored").await
@@ -137,10 +139,6 @@ async fn create_task(app: &TestApp, title: &str) -> TaskId {
         .unwrap();
     assert!(created);
     outcome.task.id()
-}
-
-async fn task(app: &TestApp, id: TaskId) -> pidevops::tasks::Task {
-    app.state.board.load(id).await.unwrap().unwrap().task
 }
 
 /// Waits until the task waits for a person with `question` (the agent's own words) or any reason.
@@ -320,18 +318,8 @@ async fn a_question_reaches_telegram_with_a_reply_prompt_and_only_an_allowed_rep
     let app = &scene.app;
     let id = create_task(app, "Refund in the right currency").await;
     wait_for_question(app, id, true).await;
-    within(WAIT, "the question in the chat", || async {
-        telegram
-            .sent()
-            .iter()
-            .any(|m| m.text.contains("the agent asks"))
-    })
-    .await;
-    let question = telegram
-        .sent()
-        .into_iter()
-        .find(|m| m.text.contains("the agent asks"))
-        .unwrap();
+    // Recorded under its own name, so a reply finds its task.
+    let question = notice(app, &telegram, "the agent asks").await;
     assert_eq!(question.chat, -100);
     assert!(
         question
@@ -348,18 +336,6 @@ async fn a_question_reaches_telegram_with_a_reply_prompt_and_only_an_allowed_rep
         .as_str()
         .unwrap()
         .contains(&id.to_string()));
-    // The message is recorded under its own name, so a reply finds its task.
-    let stream = pidevops::providers::telegram::message_stream(-100, question.message_id);
-    within(WAIT, "the message's record", || async {
-        !app.state
-            .log
-            .store()
-            .read_stream(&stream)
-            .await
-            .unwrap()
-            .is_empty()
-    })
-    .await;
 
     // A reply from a chat that may not command (to a message of that number there), and one in the chat from a
     // member who may not (TELEGRAM_ALLOWED_USERS): nothing, the second recorded.
@@ -414,30 +390,8 @@ async fn a_question_reaches_telegram_with_a_reply_prompt_and_only_an_allowed_rep
     );
 
     // A reply to another message about the task (its review notice) is a follow-up, which sends it back.
-    within(WAIT, "the review notice", || async {
-        telegram
-            .sent()
-            .iter()
-            .any(|m| m.text.contains("ready for review"))
-    })
-    .await;
-    let review = telegram
-        .sent()
-        .into_iter()
-        .find(|m| m.text.contains("ready for review"))
-        .unwrap();
+    let review = notice(app, &telegram, "ready for review").await;
     assert!(review.reply_markup.is_null(), "no reply prompt: {review:?}");
-    let stream = pidevops::providers::telegram::message_stream(-100, review.message_id);
-    within(WAIT, "the review notice's record", || async {
-        !app.state
-            .log
-            .store()
-            .read_stream(&stream)
-            .await
-            .unwrap()
-            .is_empty()
-    })
-    .await;
     let r = app
         .post_telegram(
             &reply(5, -100, 5, review.message_id, "Also log each refund."),
@@ -696,19 +650,19 @@ async fn a_question_from_a_github_issue_is_asked_there_once_saying_how_to_answer
     app.stop().await;
 }
 
-/// The Telegram notice of `reason` to the chat, once sent and recorded under its own name (so a reply finds it).
-async fn notice(app: &TestApp, telegram: &FakeTelegram, reason: &str) -> i64 {
-    within(WAIT, &format!("the notice of {reason:?}"), || async {
-        telegram.sent().iter().any(|m| m.text.contains(reason))
+/// The first Telegram message saying `words`, once sent and recorded under its own name (so a reply finds it).
+async fn notice(app: &TestApp, telegram: &FakeTelegram, words: &str) -> Sent {
+    within(WAIT, &format!("the message saying {words:?}"), || async {
+        telegram.sent().iter().any(|m| m.text.contains(words))
     })
     .await;
     let sent = telegram
         .sent()
         .into_iter()
-        .find(|m| m.text.contains(reason))
+        .find(|m| m.text.contains(words))
         .unwrap();
     let stream = pidevops::providers::telegram::message_stream(sent.chat, sent.message_id);
-    within(WAIT, "the notice's record", || async {
+    within(WAIT, "the message's record", || async {
         !app.state
             .log
             .store()
@@ -718,7 +672,7 @@ async fn notice(app: &TestApp, telegram: &FakeTelegram, reason: &str) -> i64 {
             .is_empty()
     })
     .await;
-    sent.message_id
+    sent
 }
 
 async fn a_reply_to_an_earlier_question_does_not_answer_a_later_one(db: TestDb) {
@@ -740,7 +694,7 @@ async fn a_reply_to_an_earlier_question_does_not_answer_a_later_one(db: TestDb) 
         .execute(id, &flag("which currency?"), "test")
         .await
         .unwrap();
-    let first = notice(&app, &telegram, "which currency?").await;
+    let first = notice(&app, &telegram, "which currency?").await.message_id;
     board
         .execute(id, &Command::ClearNeedsHuman, "test")
         .await
@@ -749,7 +703,7 @@ async fn a_reply_to_an_earlier_question_does_not_answer_a_later_one(db: TestDb) 
         .execute(id, &flag("which account?"), "test")
         .await
         .unwrap();
-    let second = notice(&app, &telegram, "which account?").await;
+    let second = notice(&app, &telegram, "which account?").await.message_id;
     assert_ne!(first, second);
 
     // The answer to the first question, sent late: not the answer to the second.

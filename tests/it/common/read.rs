@@ -1,11 +1,11 @@
 //! What tests read back from a running app, shared by the areas: the reasons a loop recorded for what it refused,
-//! a task's runs once they ended and the prompt each was given, a task reaching a column. Each waits on the
+//! a task's runs once they ended and the prompt each was given, a task now and reaching a column. Each waits on the
 //! condition itself, never for a fixed time.
 
 use std::time::Duration;
 
 use pidevops::projectors::runs::{self, RunRow, Which};
-use pidevops::tasks::{Column, TaskId};
+use pidevops::tasks::{Column, Task, TaskId};
 use serde_json::Value;
 
 use super::{within, TestApp};
@@ -48,18 +48,15 @@ pub fn prompt_of(run: &RunRow) -> String {
     std::fs::read_to_string(log.with_file_name("prompt.md")).unwrap()
 }
 
+/// The task as its stream has it now.
+pub async fn task(app: &TestApp, id: TaskId) -> Task {
+    app.state.board.load(id).await.unwrap().unwrap().task
+}
+
 /// Waits until the task, as its stream has it, is in `want`.
 pub async fn wait_column(app: &TestApp, id: TaskId, want: Column, what: &str) {
     within(Duration::from_secs(60), what, || async {
-        app.state
-            .board
-            .load(id)
-            .await
-            .unwrap()
-            .unwrap()
-            .task
-            .column()
-            == want
+        task(app, id).await.column() == want
     })
     .await;
 }
