@@ -15,9 +15,10 @@
 //   - NATS_URL is a literal holding Railway's reference template; Railway resolves
 //     `${{nats.RAILWAY_PRIVATE_DOMAIN}}` when it deploys, as it does for its own
 //     Postgres variables.
-//   - Railway's start command replaces the image ENTRYPOINT, so the NATS command names
-//     the binary (/nats-server in the official image). `-a ::` makes it listen on IPv6
-//     as well, which environments created before 2025-10-16 need for private networking.
+//   - The nats service is built from deploy/nats/Dockerfile (the official nats:2.10 image
+//     with deploy/nats/nats.conf), since an image source cannot carry a configuration
+//     file; its command adds `-a ::` (IPv6, which environments created before 2025-10-16
+//     need for private networking). NATS_URL references the service's own password.
 //   - The CLI calls the default export with an empty context, so this file does not use
 //     ctx (ctx.environment, ctx.shared).
 //
@@ -26,15 +27,22 @@
 // the repository root carries the same build and deploy settings; keep both in step or
 // delete the one you do not use. See docs/deploy.md.
 
-import { defineRailway, image, postgres, preserve, project, service, volume } from "railway/iac";
+import { defineRailway, postgres, preserve, project, service, volume } from "railway/iac";
 
 export default defineRailway(() => {
   const db = postgres("postgres");
 
+  // NATS with users and permissions (deploy/nats/nats.conf, built into nats:2.10 by deploy/nats/Dockerfile): no
+  // anonymous client; `pidevops` (serve) owns the events stream and the run queue, `worker` only takes runs. The
+  // agent-facing network is pidevops's business, but anything else on the private network is a stranger too.
   const nats = service("nats", {
-    source: image("nats:2.10"),
-    start: "/nats-server -js -sd /data -a ::",
+    build: { builder: "DOCKERFILE", dockerfilePath: "deploy/nats/Dockerfile" },
     volumeMounts: { "/data": volume("nats-data") },
+    env: {
+      // Set once by the operator (`openssl rand -hex 32`); nats-server refuses to start without them.
+      NATS_SERVE_PASSWORD: preserve(),
+      NATS_WORKER_PASSWORD: preserve(),
+    },
   });
 
   const pidevops = service("pidevops", {
@@ -56,7 +64,7 @@ export default defineRailway(() => {
     },
     env: {
       DATABASE_URL: db.env.DATABASE_URL,
-      NATS_URL: "nats://${{nats.RAILWAY_PRIVATE_DOMAIN}}:4222",
+      NATS_URL: "nats://pidevops:${{nats.NATS_SERVE_PASSWORD}}@${{nats.RAILWAY_PRIVATE_DOMAIN}}:4222",
       // Railway mounts volumes owned by root, which the image's uid 10001 cannot write: the container starts as
       // root, and the start command (deploy/start.sh) chowns the volume's top directories and drops to 10001.
       RAILWAY_RUN_UID: "0",

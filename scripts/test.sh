@@ -22,7 +22,7 @@ else
 *  (they fail instead when CI is set). The SQLite and in-process suites still run.
 *  To run everything:
 *      docker compose -f deploy/docker-compose.yml up -d postgres nats
-*      export PIDEVOPS_TEST_DATABASE_URL=postgres://postgres:postgres@127.0.0.1:5432/postgres
+*      export PIDEVOPS_TEST_DATABASE_URL=postgres://postgres:\$POSTGRES_PASSWORD@127.0.0.1:5432/postgres
 ************************************************************************************************
 
 MSG
@@ -31,6 +31,7 @@ fi
 nats_url="${PIDEVOPS_TEST_NATS_URL:-nats://127.0.0.1:4222}"
 nats_hostport="${nats_url#*://}"
 nats_hostport="${nats_hostport%%/*}"
+nats_hostport="${nats_hostport##*@}"
 if (exec 3<>"/dev/tcp/${nats_hostport%%:*}/${nats_hostport##*:}") 2>/dev/null; then
     echo "test: NATS reachable at ${nats_hostport}; running the bus suite against JetStream and the in-process bus."
 else
@@ -41,6 +42,7 @@ else
 *  The JetStream half of the bus suite will be SKIPPED (it fails instead when CI is set).
 *  To run it:  docker compose -f deploy/docker-compose.yml up -d nats
 *              (or nats-server -js) and PIDEVOPS_TEST_NATS_URL=nats://127.0.0.1:4222
+*              (with compose's users: nats://pidevops:\$NATS_SERVE_PASSWORD@127.0.0.1:4222)
 ************************************************************************************************
 
 MSG

@@ -299,6 +299,9 @@ async fn bus(out: &mut String, settings: &Settings) {
                 }
             };
             let _ = writeln!(out, "bus                        nats      {detail}");
+            if let Some(why) = crate::bus::credentials::open_to_strangers(url) {
+                let _ = writeln!(out, "bus credentials            warn      {why}");
+            }
         }
         None => {
             let _ = writeln!(out, "bus                        memory    NATS_URL is not set; events fan out in-process");

@@ -29,7 +29,8 @@
 //!   postgres.rs    what differs on Postgres: the append (`pidevops_append`, advisory lock), body columns
 //!   sqlite.rs      embedded default (`./data/pidevops.db`): `plan_batch` (plan.rs) under BEGIN IMMEDIATE
 //! ingress/         webhooks: raw bytes in, verified and parsed NewEvent out, appended, then 2xx
-//! bus/             fan-out: Bus (JetStream | in-process), relay.rs (log → bus, exactly once), work.rs (work queues)
+//! bus/             fan-out: Bus (JetStream | in-process), relay.rs (log → bus, exactly once), work.rs (work queues),
+//!                  credentials.rs (NATS_URL's credentials to the client; is it open to strangers?)
 //! loops/           the do-while runner and the health registry (stale rule); follow.rs, the one driver for
 //!                  loops that apply each new event of the log; lease.rs, one replica per singleton loop
 //! projectors/      read models from the log: batch + checkpoint in one transaction, rebuildable from 0

@@ -62,10 +62,11 @@ pub fn stream_config(config: &BusConfig) -> stream::Config {
 
 impl JetstreamBus {
     pub async fn connect(url: &str, config: BusConfig) -> Result<Self, BusError> {
-        let client = async_nats::ConnectOptions::new()
+        let (options, servers) = crate::bus::credentials::client_options(url);
+        let client = options
             .name("pidevops")
             .connection_timeout(Duration::from_secs(3))
-            .connect(url)
+            .connect(servers.as_slice())
             .await
             .map_err(|e| BusError::Connect(e.to_string()))?;
         let context = jetstream::new(client.clone());

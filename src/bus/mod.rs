@@ -5,6 +5,7 @@
 //! twin with the same semantics (publish is idempotent by event id, messages keep publish order, the last
 //! message's position is readable) for the embedded default and for tests.
 
+pub mod credentials;
 mod jetstream;
 mod memory;
 pub mod relay;

@@ -225,7 +225,19 @@ pub async fn snapshot(state: &AppState) -> HealthBody {
     } else {
         Status::Pass
     };
+    let open = settings
+        .nats_url
+        .as_deref()
+        .and_then(crate::bus::credentials::open_to_strangers);
+    let bus_status = if open.is_some() {
+        Status::Warn
+    } else {
+        bus_status
+    };
     let mut bus = json!({ "status": bus_status, "kind": state.bus_kind });
+    if let Some(why) = open {
+        bus["credentials"] = json!({ "status": Status::Warn, "reason": why });
+    }
     if let Some(detail) = relay.and_then(|r| r.detail.clone()) {
         bus["relay"] = detail;
     }

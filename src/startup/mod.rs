@@ -65,6 +65,13 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         },
     ));
     let bus_kind = relay.bus_kind();
+    if let Some(why) = settings
+        .nats_url
+        .as_deref()
+        .and_then(crate::bus::credentials::open_to_strangers)
+    {
+        tracing::warn!(%why, "the bus is open to strangers");
+    }
     let fail_after = settings.file.loop_fail_after.clone();
     check_fail_after(&fail_after, &catalog::plan(&settings))
         .map_err(|e| anyhow::anyhow!("pidevops.toml: {e}"))?;

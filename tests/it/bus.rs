@@ -177,9 +177,7 @@ async fn the_stream_is_created_with_its_explicit_settings_and_updates_idempotent
     let again = JetstreamBus::connect(&crate::common::nats_url(), config.clone())
         .await
         .expect("idempotent set-up");
-    let client = async_nats::connect(crate::common::nats_url())
-        .await
-        .unwrap();
+    let client = crate::common::nats_client().await.unwrap();
     let js = async_nats::jetstream::new(client);
     let mut stream = js.get_stream(&config.stream).await.unwrap();
     let info = stream.info().await.unwrap().config.clone();

@@ -430,3 +430,181 @@ fn pidevops_start_runs_pidevops_as_uid_10001_when_started_as_root() {
     let dockerfile = std::fs::read_to_string(root().join("deploy/Dockerfile")).unwrap();
     assert!(dockerfile.contains("COPY deploy/start.sh /usr/local/bin/pidevops-start"));
 }
+
+/// The deployed NATS (`deploy/nats/nats.conf`, as docker-compose and Railway run it) refuses strangers, and a
+/// worker's credentials reach the run queue only: through pidevops's own clients, the service publishes events and
+/// run requests and a worker takes and acks a request; the worker's attempts to publish or read events, and to
+/// publish run requests, change nothing; an anonymous client and a wrong password are refused.
+#[tokio::test]
+async fn the_deployed_nats_refuses_strangers_and_keeps_workers_to_the_run_queue() {
+    use crate::common::nats_server::NatsServer;
+    use pidevops::bus::work::WorkQueue;
+    use pidevops::bus::{BusConfig, JetstreamBus};
+    use pidevops::dispatch::dispatcher::RunRequest;
+    use pidevops::eventlog::{EventLog, EventStore};
+    use std::time::Duration;
+
+    const SERVE: &str = "serve0123456789abcdef";
+    const WORKER: &str = "worker0123456789abcdef";
+    let nats = NatsServer::start_configured(
+        &root().join("deploy/nats/nats.conf"),
+        &[
+            ("NATS_SERVE_PASSWORD", SERVE),
+            ("NATS_WORKER_PASSWORD", WORKER),
+        ],
+        ("pidevops", SERVE),
+    )
+    .await;
+    let (serve_url, worker_url) = (
+        nats.url_as("pidevops", SERVE),
+        nats.url_as("worker", WORKER),
+    );
+
+    // Strangers: no credentials, or a wrong password.
+    assert!(async_nats::connect(nats.url()).await.is_err());
+    assert!(nats.client_as("worker", "guess").await.is_err());
+    assert!(
+        JetstreamBus::connect(&nats.url_as("pidevops", "guess"), BusConfig::default())
+            .await
+            .is_err(),
+        "a wrong password must be refused"
+    );
+    assert!(
+        JetstreamBus::connect(&nats.url(), BusConfig::default())
+            .await
+            .is_err(),
+        "an anonymous relay must be refused"
+    );
+
+    // The service: the events stream and the run queue, with the deployment's default names.
+    let db = TestDb::sqlite();
+    let store = EventStore::connect(&db.url, 2).await.expect("connect");
+    store.migrate().await.expect("migrate");
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (log, _task) = EventLog::start(store, Duration::from_secs(5), stop.clone());
+    let runs = pidevops::startup::run_queue_config(&BusConfig::default());
+    let events = JetstreamBus::connect(&serve_url, BusConfig::default())
+        .await
+        .expect("the service's relay connects");
+    let serve_queue = WorkQueue::connect(Some(&serve_url), runs.clone(), log.clone())
+        .await
+        .expect("the service's run queue connects");
+    let request = RunRequest {
+        task: pidevops::tasks::TaskId::new(std::num::NonZeroU64::MIN),
+        run: pidevops::tasks::RunId(uuid::Uuid::now_v7()),
+        attempt: 1,
+    };
+    serve_queue
+        .publish("run", "deploy-test-run-1", &request)
+        .await
+        .expect("the service publishes a run request");
+
+    // The worker takes it and acks it.
+    let worker_queue = WorkQueue::connect(Some(&worker_url), runs.clone(), log.clone())
+        .await
+        .expect("a worker connects to the run queue with its own credentials");
+    let taken = worker_queue
+        .pull::<RunRequest>(1, Duration::from_secs(10))
+        .await
+        .expect("the worker pulls");
+    assert_eq!(taken.len(), 1, "{}", nats.log());
+    assert_eq!(taken[0].payload().run, request.run);
+    for delivery in taken {
+        delivery.ack().await.expect("the worker acks");
+    }
+
+    // What a worker must not do: forge run requests or events, read the events stream, make a consumer on it.
+    assert!(
+        worker_queue
+            .publish("run", "forged-by-a-worker", &request)
+            .await
+            .is_err(),
+        "a worker must not publish run requests"
+    );
+    let client = nats.client_as("worker", WORKER).await.expect("connect");
+    // A refused request is never answered: a short wait is enough to see that nothing came back.
+    let refused = |answer: Result<bool, tokio::time::error::Elapsed>| answer.unwrap_or(true);
+    let jetstream = async_nats::jetstream::new(client.clone());
+    assert!(
+        refused(
+            tokio::time::timeout(Duration::from_secs(2), async {
+                jetstream.get_stream("PIDEVOPS_EVENTS").await.is_err()
+            })
+            .await
+        ),
+        "a worker must not reach the events stream"
+    );
+    let forged = jetstream
+        .publish("pidevops.events.github.issues", "forged".into())
+        .await;
+    if let Ok(ack) = forged {
+        assert!(
+            tokio::time::timeout(Duration::from_secs(2), ack)
+                .await
+                .map_or(true, |acked| acked.is_err()),
+            "a worker's event must not be stored"
+        );
+    }
+    assert!(
+        refused(
+            tokio::time::timeout(Duration::from_secs(2), async {
+                jetstream
+                    .create_consumer_on_stream(
+                        async_nats::jetstream::consumer::pull::Config {
+                            durable_name: Some("snoop".into()),
+                            ..Default::default()
+                        },
+                        "PIDEVOPS_EVENTS",
+                    )
+                    .await
+                    .is_err()
+            })
+            .await
+        ),
+        "a worker must not read the events stream"
+    );
+    let mut sniffer = client
+        .subscribe("pidevops.events.>")
+        .await
+        .expect("subscribe is sent");
+    let admin = nats.client_as("pidevops", SERVE).await.expect("connect");
+    admin
+        .publish("pidevops.events.github.ping", "seen?".into())
+        .await
+        .expect("publish");
+    admin.flush().await.expect("flush");
+    assert!(
+        tokio::time::timeout(
+            Duration::from_secs(1),
+            futures::StreamExt::next(&mut sniffer)
+        )
+        .await
+        .is_err(),
+        "a worker's subscription to the events must deliver nothing"
+    );
+
+    // Nothing the worker tried landed: the events stream holds no message, the run queue none.
+    let admin_js = async_nats::jetstream::new(admin);
+    let mut stream = admin_js
+        .get_stream("PIDEVOPS_EVENTS")
+        .await
+        .expect("the events stream");
+    assert_eq!(stream.info().await.expect("info").state.messages, 1);
+    let mut queue = admin_js.get_stream("PIDEVOPS_RUNS").await.expect("runs");
+    assert_eq!(queue.info().await.expect("info").state.messages, 0);
+    drop(events);
+    stop.cancel();
+    let violations = nats.log();
+    for denied in [
+        "Subject \"pidevops.runs.run\"",
+        "Subject \"$JS.API.STREAM.INFO.PIDEVOPS_EVENTS\"",
+        "Subject \"pidevops.events.github.issues\"",
+        "Subject \"$JS.API.CONSUMER.CREATE.PIDEVOPS_EVENTS.snoop\"",
+        "Subscription Violation - User \"worker\", Subject \"pidevops.events.>\"",
+    ] {
+        assert!(
+            violations.contains(denied),
+            "{denied} was not refused:\n{violations}"
+        );
+    }
+}

@@ -349,6 +349,40 @@ fn doctor_tells_the_truth_and_fails_when_the_database_is_unreachable() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("PORT is invalid"));
 }
 
+/// doctor warns when NATS_URL carries no credentials for a server off loopback (the relay publishes the whole log
+/// there), and never prints the password of one that does. `0.0.0.0` is this host to a client (nothing leaves the
+/// machine) but not loopback to the check.
+#[test]
+fn doctor_warns_when_the_bus_takes_strangers() {
+    let workdir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}/doctor.db", workdir.path().display());
+    let doctor = |url: &str| {
+        let out = command(&db, workdir.path())
+            .arg("doctor")
+            .env("NATS_URL", url)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let text = doctor("nats://0.0.0.0:1");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("bus credentials"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        line.contains("warn") && line.contains("no credentials for 0.0.0.0"),
+        "{line}"
+    );
+    let text = doctor("nats://pidevops:hunter2hunter2@0.0.0.0:1");
+    assert!(!text.contains("bus credentials"), "{text}");
+    assert!(
+        !text.contains("hunter2"),
+        "passwords are never printed: {text}"
+    );
+    let text = doctor("nats://127.0.0.1:1");
+    assert!(!text.contains("bus credentials"), "{text}");
+}
+
 /// doctor says how agents are contained here, and warns when no repository is allowed (every ticket refused).
 #[test]
 fn doctor_names_the_containment_and_an_empty_allow_list() {

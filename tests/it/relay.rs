@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::common::nats_server::NatsServer;
 use crate::common::{within, TestDb, WHOLE_TICK};
 use bytes::Bytes;
 use pidevops::bus::relay::{BusTarget, Relay, RELAY};
@@ -299,117 +300,6 @@ async fn with_nats_down_webhooks_succeed_and_health_warns() {
     let metrics = app.metrics().await;
     assert!(metrics.contains("pidevops_relay_lag_events"), "{metrics}");
     app.stop().await;
-}
-
-/// A `nats-server` of the test's own, so the test can kill it and bring it back on the same port and store.
-struct NatsServer {
-    binary: std::path::PathBuf,
-    port: u16,
-    store: tempfile::TempDir,
-    child: Option<std::process::Child>,
-}
-
-impl NatsServer {
-    /// Finds `nats-server` on PATH or in /usr/sbin (Debian's package puts it there, often off a user's PATH).
-    fn binary() -> std::path::PathBuf {
-        let path = std::env::var_os("PATH").unwrap_or_default();
-        std::env::split_paths(&path)
-            .chain([std::path::PathBuf::from("/usr/sbin")])
-            .map(|dir| dir.join("nats-server"))
-            .find(|candidate| candidate.is_file())
-            .unwrap_or_else(|| {
-                panic!(
-                    "this test runs its own nats-server and none is on PATH or in /usr/sbin: \
-                     install it (`apt-get install nats-server`, as .ci/run does)"
-                )
-            })
-    }
-
-    async fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut server = Self {
-            binary: Self::binary(),
-            port,
-            store: tempfile::tempdir().unwrap(),
-            child: None,
-        };
-        server.restart().await;
-        server
-    }
-
-    fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
-    }
-
-    /// Starts the server (again) on the same port and store, and waits until JetStream answers.
-    async fn restart(&mut self) {
-        assert!(self.child.is_none(), "the server is already running");
-        let child = std::process::Command::new(&self.binary)
-            .args([
-                "-a",
-                "127.0.0.1",
-                "-p",
-                &self.port.to_string(),
-                "-js",
-                "-sd",
-            ])
-            .arg(self.store.path())
-            .arg("-l")
-            .arg(self.store.path().join("nats-server.log"))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.binary.display()));
-        self.child = Some(child);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            // The raw account-info request: async-nats 0.42 cannot parse nats-server 2.9's typed answer.
-            if let Ok(client) = async_nats::connect(self.url()).await {
-                if let Ok(reply) = client.request("$JS.API.INFO", Bytes::new()).await {
-                    let info: serde_json::Value =
-                        serde_json::from_slice(&reply.payload).unwrap_or_default();
-                    if info["type"] == "io.nats.jetstream.api.v1.account_info_response"
-                        && info["error"].is_null()
-                    {
-                        return;
-                    }
-                }
-            }
-            if tokio::time::Instant::now() >= deadline {
-                let log = std::fs::read_to_string(self.store.path().join("nats-server.log"));
-                panic!(
-                    "nats-server did not answer on port {} within 20 s; its log:\n{}",
-                    self.port,
-                    log.unwrap_or_default()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// The next start begins with an empty store, as a server whose volume was lost would.
-    fn lose_store(&mut self) {
-        assert!(self.child.is_none(), "stop the server first");
-        self.store = tempfile::tempdir().unwrap();
-    }
-
-    /// SIGKILL: the outage a crash or an OOM kill causes; nothing is flushed on the way out.
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for NatsServer {
-    fn drop(&mut self) {
-        self.kill();
-    }
 }
 
 /// Webhook senders that keep posting until told to stop, remembering every delivery and its status.

@@ -61,7 +61,7 @@ impl Env {
     async fn new(nats: bool, db: TestDb) -> Option<Self> {
         let nats = if nats {
             let url = crate::common::nats_url();
-            if let Err(e) = async_nats::connect(&url).await {
+            if let Err(e) = crate::common::nats_client().await {
                 if crate::common::in_ci() {
                     panic!(
                         "CI is set and NATS is unreachable at {url}: {e}. Start it (see .ci/run)."
@@ -549,7 +549,7 @@ async fn the_work_stream_and_consumer_have_their_explicit_settings() {
     let _again = JetstreamWork::connect(&url, config.clone())
         .await
         .expect("idempotent set-up");
-    let js = async_nats::jetstream::new(async_nats::connect(&url).await.unwrap());
+    let js = async_nats::jetstream::new(crate::common::nats_client().await.unwrap());
     let mut stream = js.get_stream(&config.stream).await.unwrap();
     let info = stream.info().await.unwrap().config.clone();
     use async_nats::jetstream::{consumer, stream as s};

@@ -84,10 +84,11 @@ fn header<'a>(headers: Option<&'a async_nats::HeaderMap>, name: &str) -> Option<
 impl JetstreamWork {
     pub async fn connect(url: &str, config: WorkQueueConfig) -> Result<Self, WorkError> {
         config.validate()?;
-        let client = async_nats::ConnectOptions::new()
+        let (options, servers) = crate::bus::credentials::client_options(url);
+        let client = options
             .name("pidevops-work")
             .connection_timeout(Duration::from_secs(3))
-            .connect(url)
+            .connect(servers.as_slice())
             .await
             .map_err(|e| WorkError::Connect(e.to_string()))?;
         let context = jetstream::new(client.clone());

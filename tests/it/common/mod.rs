@@ -11,6 +11,7 @@ pub mod fake_model;
 pub mod fake_telegram;
 pub mod github;
 pub mod linear_schema;
+pub mod nats_server;
 pub mod read;
 pub mod server;
 
@@ -43,6 +44,13 @@ pub fn nats_url() -> String {
         .ok()
         .filter(|u| !u.is_empty())
         .unwrap_or_else(|| "nats://127.0.0.1:4222".to_owned())
+}
+
+/// A plain client of the test NATS, signed in as `PIDEVOPS_TEST_NATS_URL` says (async-nats itself ignores the
+/// credentials written in a URL; pidevops's `bus::credentials` reads them).
+pub async fn nats_client() -> Result<async_nats::Client, async_nats::ConnectError> {
+    let (options, servers) = pidevops::bus::credentials::client_options(&nats_url());
+    options.connect(servers.as_slice()).await
 }
 
 /// A stream and subject prefix of a test's own, so tests sharing one NATS never see each other's messages.
