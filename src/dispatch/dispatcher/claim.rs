@@ -183,7 +183,8 @@ impl Dispatcher {
                 }
             }
         }
-        if self.inner.config.executor == Executor::Local {
+        // A worktree checked out ahead takes disk too: none while claims wait for it.
+        if self.inner.config.executor == Executor::Local && status.disk_low.is_none() {
             self.prepare_ahead(&candidates, &started);
         }
         metrics::gauge!("pidevops_dispatch_queue_depth").set(status.queue as f64);
