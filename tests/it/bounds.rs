@@ -201,6 +201,8 @@ async fn claims_wait_while_the_workspace_volume_is_below_its_free_space_and_resu
     )
     .await;
     let id = create_task(&app, "Wait for room").await;
+    // The dispatcher sees the task: nothing but the volume holds it back.
+    app.project().await;
     within(
         Duration::from_secs(30),
         "/health to warn of the full volume",
@@ -231,6 +233,7 @@ async fn claims_wait_while_the_workspace_volume_is_below_its_free_space_and_resu
     assert!(crate::dispatch::runs_of(&app, id).await.is_empty());
     let (_, health) = app.health().await;
     let detail = &health["loops"]["dispatcher"]["detail"];
+    assert_eq!(detail["queue"], 1, "the task waits in the queue: {detail}");
     assert!(detail["workspace_free_bytes"].as_u64().unwrap() < 48 << 20, "{detail}");
 
     // Space returns: the next tick claims, with no restart and no person.
