@@ -423,7 +423,10 @@ mod tests {
             ("[dispatch]\nmemory_max_mib = 8", "dispatch.memory_max_mib"),
             ("[dispatch]\noutput_max_mib = -1", "dispatch.output_max_mib"),
             ("[dispatch]\nlog_keep_mib = 0", "dispatch.log_keep_mib"),
-            ("[dispatch]\nmin_free_disk_mib = -5", "dispatch.min_free_disk_mib"),
+            (
+                "[dispatch]\nmin_free_disk_mib = -5",
+                "dispatch.min_free_disk_mib",
+            ),
             (
                 "[repos.\"a/b\"]\nbase = \"--upload-pack=x\"",
                 "repos.\"a/b\".base",

@@ -36,7 +36,10 @@ mod tests {
         assert_eq!(too_full(root, 2 << 30, 1 << 30), None);
         assert_eq!(too_full(root, 1 << 30, 1 << 30), None);
         let why = too_full(root, (1 << 30) - 1, 1 << 30).unwrap();
-        assert!(why.contains("/srv/ws") && why.contains("1023 MiB free"), "{why}");
+        assert!(
+            why.contains("/srv/ws") && why.contains("1023 MiB free"),
+            "{why}"
+        );
         assert!(why.contains("min_free_disk_mib = 1024"), "{why}");
         // 0 turns the check off, even on a full volume.
         assert_eq!(too_full(root, 0, 0), None);

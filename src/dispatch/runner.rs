@@ -81,6 +81,8 @@ pub struct ChildSetup {
     pub reaper: bool,
     /// Drop every capability (the service runs as root and no sandbox program drops them for us).
     pub drop_capabilities: bool,
+    /// Its own cgroup with a memory limit, entered before anything else (`cgroup.rs`).
+    pub cgroup: Option<Arc<super::cgroup::RunCgroup>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,7 +93,9 @@ pub enum Ending {
     TimedOut,
     Stalled,
     /// It printed more than its output budget (`limit` bytes) and was killed.
-    Flooded { limit: u64 },
+    Flooded {
+        limit: u64,
+    },
     /// Stopped from outside (the task was cancelled, the run declared lost, the service stopping).
     Stopped,
     CannotStart(String),
@@ -266,8 +270,8 @@ fn agent_command(
         .kill_on_drop(true);
     let parent = std::process::id();
     let setup = launch.child.clone();
-    // SAFETY: the closure makes only async-signal-safe calls (prctl, getppid, fork, the Landlock and capability
-    // syscalls) and allocates nothing.
+    // SAFETY: the closure makes only async-signal-safe calls (prctl, getppid, write, fork, the Landlock and
+    // capability syscalls) and allocates nothing.
     unsafe {
         command.pre_exec(move || {
             use nix::libc;
@@ -279,6 +283,10 @@ fn agent_command(
                 return Err(std::io::Error::other(
                     "the service exited while starting the agent",
                 ));
+            }
+            // First: everything after, a reaper included, is inside its memory limit.
+            if let Some(cgroup) = &setup.cgroup {
+                cgroup.enter_in_child()?;
             }
             if setup.reaper {
                 // Returns only in the agent; the reaper stays behind, adopting and finally killing its orphans.

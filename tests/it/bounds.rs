@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use crate::common::agents::{agent, dispatch_file, Remote};
 use crate::common::{within, TestApp, TestDb};
-use crate::dispatch::{create_task, ended_runs, task_row};
 use crate::disk_full::Tmpfs;
+use crate::dispatch::{create_task, ended_runs, task_row};
 use pidevops::tasks::Column;
 
 async fn spawn(db: &TestDb, mut file: toml::Table, bounds: &str, workspaces: &Path) -> TestApp {
@@ -234,7 +234,10 @@ async fn claims_wait_while_the_workspace_volume_is_below_its_free_space_and_resu
     let (_, health) = app.health().await;
     let detail = &health["loops"]["dispatcher"]["detail"];
     assert_eq!(detail["queue"], 1, "the task waits in the queue: {detail}");
-    assert!(detail["workspace_free_bytes"].as_u64().unwrap() < 48 << 20, "{detail}");
+    assert!(
+        detail["workspace_free_bytes"].as_u64().unwrap() < 48 << 20,
+        "{detail}"
+    );
 
     // Space returns: the next tick claims, with no restart and no person.
     std::fs::remove_file(&filler).unwrap();

@@ -64,6 +64,8 @@ pub struct DispatchStatus {
     /// Bytes free on the workspace volume at this tick, where it could be read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workspace_free_bytes: Option<u64>,
+    /// What bounds each agent's memory here: a cgroup v2 limit, or "not bounded, because …".
+    pub memory: String,
 }
 
 impl Dispatcher {
@@ -159,6 +161,7 @@ impl Dispatcher {
             confinement: self.confinement(),
             disk_low: None,
             workspace_free_bytes: None,
+            memory: self.memory(),
         };
         if self.inner.config.executor == Executor::Local {
             (status.workspace_free_bytes, status.disk_low) = self.disk_room();
@@ -203,11 +206,7 @@ impl Dispatcher {
         match crate::dispatch::disk::free_bytes(root) {
             Ok(free) => (
                 Some(free),
-                crate::dispatch::disk::too_full(
-                    root,
-                    free,
-                    self.inner.config.bounds.min_free_disk,
-                ),
+                crate::dispatch::disk::too_full(root, free, self.inner.config.bounds.min_free_disk),
             ),
             Err(error) => {
                 tracing::warn!(root = %root.display(), %error, "cannot read the workspace volume's free space");

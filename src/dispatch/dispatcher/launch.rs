@@ -8,6 +8,7 @@ use anyhow::Context;
 use super::Dispatcher;
 use crate::config::dispatch::ContainmentPolicy;
 use crate::config::profiles::{AgentProfile, LiveInput, RunInputs};
+use crate::dispatch::cgroup::{MemoryBound, RunCgroup};
 use crate::dispatch::runner::{ChildSetup, Launch};
 use crate::dispatch::sandbox::{AgentView, Confinement, Containment};
 use crate::dispatch::workspace::Prepared;
@@ -175,6 +176,15 @@ impl Dispatcher {
                 .filter(|p| outside_root(p))
                 .cloned(),
         );
+        // Its own cgroup with its memory limit, where one can be set; made before it starts, gone after.
+        let cgroup = match &self.inner.memory {
+            MemoryBound::Cgroup { parent, limit } => {
+                Some(Arc::new(RunCgroup::create(parent, *limit).with_context(
+                    || format!("making the cgroup of the {who} under {}", parent.display()),
+                )?))
+            }
+            MemoryBound::NotBounded { .. } => None,
+        };
         let mut view = AgentView {
             writable,
             readable,
@@ -194,7 +204,10 @@ impl Dispatcher {
                     .collect();
                 Ok((
                     crate::dispatch::sandbox::bwrap_argv(bwrap, &view, &dirs.worktree, &argv),
-                    ChildSetup::default(),
+                    ChildSetup {
+                        cgroup,
+                        ..ChildSetup::default()
+                    },
                 ))
             }
             Containment::Landlock { .. } => {
@@ -207,6 +220,7 @@ impl Dispatcher {
                         confinement,
                         reaper: true,
                         drop_capabilities: view.drop_capabilities,
+                        cgroup,
                     },
                 ))
             }
@@ -220,6 +234,7 @@ impl Dispatcher {
                     argv,
                     ChildSetup {
                         drop_capabilities: view.drop_capabilities,
+                        cgroup,
                         ..ChildSetup::default()
                     },
                 ))
