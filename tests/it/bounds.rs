@@ -26,12 +26,37 @@ async fn spawn(db: &TestDb, mut file: toml::Table, bounds: &str, workspaces: &Pa
     TestApp::spawn(settings).await
 }
 
-/// `/health` answers 200 and the dispatcher loop is armed and ticking.
+/// Whether this host mounts a cgroup2 hierarchy at all (without one, no memory limit can be in force).
+pub fn host_has_cgroup2() -> bool {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| {
+            l.split_once(" - ")
+                .is_some_and(|(_, fs)| fs.starts_with("cgroup2 "))
+        })
+}
+
+/// `/health` answers 200, the dispatcher loop is armed and ticking, and it names what bounds agents' memory.
 async fn serving(app: &TestApp) -> serde_json::Value {
     let (code, health) = app.health().await;
     assert_eq!(code, 200, "{health}");
-    assert_eq!(health["loops"]["dispatcher"]["state"], "armed", "{health}");
-    assert_eq!(health["loops"]["dispatcher"]["stale"], false, "{health}");
+    let dispatcher = &health["loops"]["dispatcher"];
+    assert_eq!(dispatcher["state"], "armed", "{health}");
+    assert_eq!(dispatcher["stale"], false, "{health}");
+    let memory = dispatcher["detail"]["memory"].as_str().unwrap_or_default();
+    if host_has_cgroup2() {
+        assert!(
+            memory.starts_with("cgroup v2 limit 4096 MiB per agent")
+                || memory.starts_with("not bounded, because"),
+            "{memory}"
+        );
+    } else {
+        assert!(
+            memory.starts_with("not bounded, because /sys/fs/cgroup is cgroup v1"),
+            "{memory}"
+        );
+    }
     health
 }
 
