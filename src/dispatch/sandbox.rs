@@ -134,6 +134,11 @@ fn try_bwrap(program: &Path) -> Result<(), String> {
             "/proc",
             "--dev",
             "/dev",
+            // Agents' tmpfs have a size (bubblewrap 0.5+): one that cannot size them does not contain them.
+            "--size",
+            "1048576",
+            "--tmpfs",
+            "/tmp",
             "true",
         ])
         .env_clear()
