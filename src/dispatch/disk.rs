@@ -7,7 +7,10 @@ use std::path::Path;
 /// Bytes free for an unprivileged writer on the volume holding `path` (`statvfs`'s available blocks).
 pub fn free_bytes(path: &Path) -> std::io::Result<u64> {
     let stats = nix::sys::statvfs::statvfs(path).map_err(std::io::Error::from)?;
-    Ok(u64::from(stats.blocks_available()).saturating_mul(u64::from(stats.fragment_size())))
+    // Both are u64 on the 64-bit Linux pidevops builds for.
+    Ok(stats
+        .blocks_available()
+        .saturating_mul(stats.fragment_size()))
 }
 
 /// Why nothing may be claimed on a volume with `free` bytes left, if nothing may: below `min` (0: never).
