@@ -123,6 +123,18 @@ fn containment(out: &mut String, settings: &Settings) {
             found.kind(),
             found.describe()
         );
+        // Read-only: serve sets the cgroups up when it starts.
+        let memory = crate::dispatch::cgroup::describe_probe(
+            std::path::Path::new("/"),
+            std::process::id(),
+            settings.file.dispatch.bounds.memory_max,
+        );
+        let state = if memory.starts_with("not bounded") {
+            "warn"
+        } else {
+            "armed"
+        };
+        let _ = writeln!(out, "memory                     {state:<9} {memory}");
     }
 }
 

@@ -13,6 +13,11 @@
 //! containment = "required"    # agents must run contained (namespaces, else landlock); "best-effort" opts out
 //! bwrap = "bwrap"             # the bubblewrap program (a path, or a name on PATH)
 //! readable = ["/opt/tools"]   # more paths agents may read (and run), beyond the system and their own
+//! tmp_size_mib = 512          # each agent's private /tmp (a tmpfs under bubblewrap)
+//! memory_max_mib = 4096       # each agent's memory, where cgroup v2 delegation lets pidevops set it
+//! output_max_mib = 256        # what an agent may print in one run; past it, stopped (`flooded`)
+//! log_keep_mib = 4            # agent.log keeps this much of the start and of the end of the output
+//! min_free_disk_mib = 1024    # nothing is claimed while WORKSPACE_ROOT's volume has less free
 //!
 //! [repos."acme/api"]
 //! url = "https://github.com/acme/api.git"   # default: https://github.com/<owner>/<name>.git
@@ -95,6 +100,56 @@ pub struct DispatchConfig {
     pub review: BTreeMap<RepoName, ReviewPolicy>,
     /// `[budgets]`: what runs may spend.
     pub budgets: crate::config::budgets::BudgetsConfig,
+    /// What one agent may take of the machine: memory, `/tmp`, output, and the disk left before a claim.
+    pub bounds: AgentBounds,
+}
+
+/// What one agent may take of the machine, in bytes (`[dispatch]`'s `*_mib` keys).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AgentBounds {
+    /// The size of its private `/tmp` tmpfs.
+    pub tmp_size: u64,
+    /// Its memory limit, where a cgroup can hold it (see `dispatch::cgroup`).
+    pub memory_max: u64,
+    /// What it may print in one run before it is stopped.
+    pub output_max: u64,
+    /// How much of the start and of the end of its output `agent.log` keeps.
+    pub log_keep: u64,
+    /// Free space below which nothing is claimed on the workspace volume.
+    pub min_free_disk: u64,
+}
+
+impl Default for AgentBounds {
+    fn default() -> Self {
+        Self::from_table(&DispatchTable::default()).unwrap_or(Self {
+            tmp_size: 512 << 20,
+            memory_max: 4096 << 20,
+            output_max: 256 << 20,
+            log_keep: 4 << 20,
+            min_free_disk: 1024 << 20,
+        })
+    }
+}
+
+impl AgentBounds {
+    fn from_table(dispatch: &DispatchTable) -> Result<Self, String> {
+        let mib = |key: &str, n: i64, min: i64, max: i64| -> Result<u64, String> {
+            u64::try_from(n)
+                .ok()
+                .filter(|_| (min..=max).contains(&n))
+                .map(|n| n << 20)
+                .ok_or_else(|| format!("dispatch.{key} must be a whole number from {min} to {max}"))
+        };
+        // Ceilings are sanity, not policy: 1 TiB of memory or /tmp, 64 GiB of output.
+        let bounds = Self {
+            tmp_size: mib("tmp_size_mib", dispatch.tmp_size_mib, 1, 1 << 20)?,
+            memory_max: mib("memory_max_mib", dispatch.memory_max_mib, 64, 1 << 20)?,
+            output_max: mib("output_max_mib", dispatch.output_max_mib, 1, 1 << 16)?,
+            log_keep: mib("log_keep_mib", dispatch.log_keep_mib, 1, 1024)?,
+            min_free_disk: mib("min_free_disk_mib", dispatch.min_free_disk_mib, 0, 1 << 30)?,
+        };
+        Ok(bounds)
+    }
 }
 
 /// Whether agents may run when nothing can contain them.
@@ -273,6 +328,7 @@ impl DispatchConfig {
             scope,
             review,
             budgets: crate::config::budgets::BudgetsConfig::from_tables(tables)?,
+            bounds: AgentBounds::from_table(dispatch)?,
         })
     }
 
@@ -334,6 +390,17 @@ mod tests {
     }
 
     #[test]
+    fn an_agents_bounds_are_read_in_mebibytes_with_defaults() {
+        let config = parse("[dispatch]\ntmp_size_mib = 64\nmin_free_disk_mib = 0").unwrap();
+        assert_eq!(config.bounds.tmp_size, 64 << 20);
+        assert_eq!(config.bounds.min_free_disk, 0);
+        assert_eq!(config.bounds.output_max, 256 << 20);
+        assert_eq!(config.bounds.log_keep, 4 << 20);
+        assert_eq!(config.bounds.memory_max, 4096 << 20);
+        assert_eq!(AgentBounds::default().min_free_disk, 1024 << 20);
+    }
+
+    #[test]
     fn mistakes_name_their_key() {
         for (text, key) in [
             ("[dispatch]\nmax_concurrent = 0", "dispatch.max_concurrent"),
@@ -352,6 +419,14 @@ mod tests {
             ),
             ("[dispatch]\nreadable = [\"relative\"]", "dispatch.readable"),
             ("[dispatch]\nbwrap = \"\"", "dispatch.bwrap"),
+            ("[dispatch]\ntmp_size_mib = 0", "dispatch.tmp_size_mib"),
+            ("[dispatch]\nmemory_max_mib = 8", "dispatch.memory_max_mib"),
+            ("[dispatch]\noutput_max_mib = -1", "dispatch.output_max_mib"),
+            ("[dispatch]\nlog_keep_mib = 0", "dispatch.log_keep_mib"),
+            (
+                "[dispatch]\nmin_free_disk_mib = -5",
+                "dispatch.min_free_disk_mib",
+            ),
             (
                 "[repos.\"a/b\"]\nbase = \"--upload-pack=x\"",
                 "repos.\"a/b\".base",

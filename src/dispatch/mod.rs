@@ -10,11 +10,17 @@
 //! - `workspace/`    mirrors and worktrees under `WORKSPACE_ROOT`: git, mirror, worktree, handoff, spares, gc
 //! - `sandbox.rs`    containment: bubblewrap namespaces, else Landlock reads and writes; what an agent sees
 //! - `reaper.rs`     under Landlock, the process that adopts and kills everything a run leaves
-//! - `runner.rs`     the agent process: group, scrubbed env, stdin, log, tail, watchdogs
+//! - `runner.rs`     the agent process: group, scrubbed env, stdin, log, tail, watchdogs, output budget
+//! - `agent_log.rs`  what the run's log keeps of the output: head, a marker with the bytes cut, tail (pure)
+//! - `cgroup.rs`     a memory limit per agent where cgroup v2 delegation exists (memory.max), else why not
+//! - `disk.rs`       free space on the workspace volume: claims wait below `min_free_disk_mib`
 //! - `dispatcher/`   the dispatcher, watchdog and gc loops: claim, attempt, launch, watchdog, gc, pause
 //! - `worker.rs`     `pidevops worker`: runs pulled from JetStream
 
 pub mod agent_files;
+pub mod agent_log;
+pub mod cgroup;
+pub mod disk;
 pub mod dispatcher;
 pub mod live;
 pub mod prompt;

@@ -21,6 +21,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::agent_log::HeadAndTail;
 use super::runs::TAIL_BYTES;
 use super::sandbox::Confinement;
 use crate::domain::usage::UsageMeter;
@@ -43,6 +44,25 @@ pub struct Launch {
     pub meter: Option<SharedMeter>,
     /// Its live input: stdin is a pipe the prompt and follow-ups are written to (`stdin` is then unused).
     pub live: Option<super::live::Live>,
+    /// What it may print, and how much of it its log keeps.
+    pub output: OutputBounds,
+}
+
+/// What a process may print before it is stopped (`Ending::Flooded`), and how much of the start and of the end
+/// of its output its log keeps (`agent_log.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutputBounds {
+    pub max: u64,
+    pub log_keep: usize,
+}
+
+impl From<&crate::config::dispatch::AgentBounds> for OutputBounds {
+    fn from(bounds: &crate::config::dispatch::AgentBounds) -> Self {
+        Self {
+            max: bounds.output_max,
+            log_keep: usize::try_from(bounds.log_keep).unwrap_or(usize::MAX),
+        }
+    }
 }
 
 /// A run's usage meter, read by the attempt while the agent runs and after.
@@ -61,6 +81,8 @@ pub struct ChildSetup {
     pub reaper: bool,
     /// Drop every capability (the service runs as root and no sandbox program drops them for us).
     pub drop_capabilities: bool,
+    /// Its own cgroup with a memory limit, entered before anything else (`cgroup.rs`).
+    pub cgroup: Option<Arc<super::cgroup::RunCgroup>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -70,6 +92,10 @@ pub enum Ending {
     Signaled(i32),
     TimedOut,
     Stalled,
+    /// It printed more than its output budget (`limit` bytes) and was killed.
+    Flooded {
+        limit: u64,
+    },
     /// Stopped from outside (the task was cancelled, the run declared lost, the service stopping).
     Stopped,
     CannotStart(String),
@@ -171,6 +197,8 @@ pub async fn run(
     let mut output = Output {
         log,
         log_error: None,
+        kept: HeadAndTail::new(launch.output.log_keep),
+        printed: 0,
         tail,
         bytes: &output_bytes,
         meter: launch.meter.as_deref(),
@@ -200,6 +228,10 @@ pub async fn run(
     let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
     if let Some(meter) = output.meter {
         meter.lock().unwrap_or_else(|e| e.into_inner()).finish();
+    }
+    let end = output.kept.finish();
+    if let Err(e) = output.log.write_all(&end).await {
+        output.log_error.get_or_insert(e);
     }
     if let Err(e) = output.log.flush().await {
         output.log_error.get_or_insert(e);
@@ -238,8 +270,8 @@ fn agent_command(
         .kill_on_drop(true);
     let parent = std::process::id();
     let setup = launch.child.clone();
-    // SAFETY: the closure makes only async-signal-safe calls (prctl, getppid, fork, the Landlock and capability
-    // syscalls) and allocates nothing.
+    // SAFETY: the closure makes only async-signal-safe calls (prctl, getppid, write, fork, the Landlock and
+    // capability syscalls) and allocates nothing.
     unsafe {
         command.pre_exec(move || {
             use nix::libc;
@@ -251,6 +283,10 @@ fn agent_command(
                 return Err(std::io::Error::other(
                     "the service exited while starting the agent",
                 ));
+            }
+            // First: everything after, a reaper included, is inside its memory limit.
+            if let Some(cgroup) = &setup.cgroup {
+                cgroup.enter_in_child()?;
             }
             if setup.reaper {
                 // Returns only in the agent; the reaper stays behind, adopting and finally killing its orphans.
@@ -268,11 +304,14 @@ fn agent_command(
     Ok(command)
 }
 
-/// Where the agent's output goes: the log file (its first write error kept for one warning), the bounded tail,
-/// and the byte count heartbeats report.
+/// Where the agent's output goes: the log file (its head and tail: `agent_log.rs`; its first write error kept for
+/// one warning), the bounded tail, and the byte count heartbeats report.
 struct Output<'a> {
     log: tokio::fs::File,
     log_error: Option<std::io::Error>,
+    kept: HeadAndTail,
+    /// Bytes this process printed (`bytes` may count a run's other processes too).
+    printed: u64,
     tail: VecDeque<u8>,
     bytes: &'a AtomicU64,
     meter: Option<&'a std::sync::Mutex<UsageMeter>>,
@@ -280,9 +319,13 @@ struct Output<'a> {
 
 impl Output<'_> {
     async fn take(&mut self, chunk: &[u8]) {
-        if let Err(e) = self.log.write_all(chunk).await {
-            self.log_error.get_or_insert(e);
+        let head = self.kept.take(chunk);
+        if !head.is_empty() {
+            if let Err(e) = self.log.write_all(head).await {
+                self.log_error.get_or_insert(e);
+            }
         }
+        self.printed = self.printed.saturating_add(chunk.len() as u64);
         self.bytes.fetch_add(chunk.len() as u64, Ordering::Relaxed);
         if let Some(meter) = self.meter {
             // A poisoned meter still holds what it read: a panic elsewhere must not lose the run's usage.
@@ -325,6 +368,10 @@ async fn watch(
             Some((stdout, chunk)) = received.recv() => {
                 last_output = tokio::time::Instant::now();
                 output.take(&chunk).await;
+                if output.printed > launch.output.max {
+                    terminate(group, reaped, child).await;
+                    break Ending::Flooded { limit: launch.output.max };
+                }
                 if let (true, Some(turns)) = (stdout, turns.as_deref_mut()) {
                     turns.feed(&chunk);
                 }

@@ -134,6 +134,11 @@ fn try_bwrap(program: &Path) -> Result<(), String> {
             "/proc",
             "--dev",
             "/dev",
+            // Agents' tmpfs have a size (bubblewrap 0.5+): one that cannot size them does not contain them.
+            "--size",
+            "1048576",
+            "--tmpfs",
+            "/tmp",
             "true",
         ])
         .env_clear()
@@ -193,6 +198,11 @@ pub struct AgentView {
     pub readable: Vec<PathBuf>,
     /// Whether the service runs as root: then the agent gets no capabilities.
     pub drop_capabilities: bool,
+    /// Bytes of each tmpfs (`/tmp` and `scratch`) under bubblewrap: memory the agent may fill, so bounded.
+    pub tmp_size: Option<u64>,
+    /// Its own directories that need not outlive the process (TMPDIR): a tmpfs of `tmp_size` under bubblewrap
+    /// instead of a directory on the workspace volume.
+    pub scratch: Vec<PathBuf>,
 }
 
 impl AgentView {
@@ -224,9 +234,14 @@ pub fn bwrap_argv(bwrap: &Path, view: &AgentView, cwd: &Path, argv: &[String]) -
         "/dev".into(),
         // First, so that the paths bound below (a worktree under /tmp) are mounted on top of it, not hidden.
         // Its own TMPDIR is in the run directory; this is for tools that write to /tmp regardless.
-        "--tmpfs".into(),
-        "/tmp".into(),
     ];
+    let tmpfs = |out: &mut Vec<String>, path: String| {
+        if let Some(size) = view.tmp_size {
+            out.extend(["--size".into(), size.to_string()]);
+        }
+        out.extend(["--tmpfs".into(), path]);
+    };
+    tmpfs(&mut out, "/tmp".into());
     if view.drop_capabilities {
         out.extend(["--cap-drop".into(), "ALL".into()]);
     }
@@ -249,6 +264,9 @@ pub fn bwrap_argv(bwrap: &Path, view: &AgentView, cwd: &Path, argv: &[String]) -
     // Writable after readable: a worktree inside a readable directory is mounted over it, read-write.
     for path in &view.writable {
         out.extend(["--bind".into(), s(path), s(path)]);
+    }
+    for path in &view.scratch {
+        tmpfs(&mut out, s(path));
     }
     // The root that holds these mounts is bwrap's own tmpfs: read-only, so a write anywhere else fails loudly
     // rather than landing somewhere that vanishes.
@@ -516,6 +534,8 @@ mod tests {
             writable: vec![PathBuf::from("/ws/runs/T-1/r/worktree")],
             readable: vec![PathBuf::from("/ws/prompt.md")],
             drop_capabilities: true,
+            tmp_size: Some(64 << 20),
+            scratch: vec![PathBuf::from("/ws/runs/T-1/r/tmp")],
         };
         let argv = bwrap_argv(
             Path::new("/usr/bin/bwrap"),
@@ -529,6 +549,18 @@ mod tests {
         assert!(argv.contains(&"--die-with-parent".to_owned()));
         assert_eq!(argv[at("--cap-drop") + 1], "ALL");
         assert_eq!(&argv[at("--")..], ["--", "agent", "--flag"]);
+        // Every tmpfs has its size, the private /tmp first and the scratch TMPDIR after the binds.
+        let sized: Vec<&str> = argv
+            .windows(4)
+            .filter(|w| w[0] == "--size" && w[2] == "--tmpfs")
+            .map(|w| {
+                assert_eq!(w[1], (64u64 << 20).to_string());
+                w[3].as_str()
+            })
+            .collect();
+        assert_eq!(sized, ["/tmp", "/ws/runs/T-1/r/tmp"]);
+        assert_eq!(argv.iter().filter(|a| *a == "--tmpfs").count(), 2);
+        assert!(at("--bind") < argv.iter().rposition(|a| a == "--tmpfs").unwrap());
     }
 
     #[test]

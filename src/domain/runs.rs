@@ -82,6 +82,9 @@ pub enum FailureKind {
     /// It was stopped to start again with a follow-up that came while it ran (`on_follow_up = "restart"`): the
     /// attempt is given back.
     Restarted,
+    /// It printed more than `[dispatch] output_max_mib` and was stopped: the task is flagged for a person (an
+    /// agent that floods once floods again).
+    Flooded,
 }
 
 impl FailureKind {
@@ -109,13 +112,14 @@ impl FailureKind {
             FailureKind::Limited => "limited",
             FailureKind::Budget => "budget",
             FailureKind::Restarted => "restarted",
+            FailureKind::Flooded => "flooded",
         }
     }
 }
 
 impl FailureKind {
     /// Every kind (a new one is added here too: the dashboard reads the runs read model's names back with it).
-    pub const ALL: [FailureKind; 22] = [
+    pub const ALL: [FailureKind; 23] = [
         FailureKind::Exit,
         FailureKind::Timeout,
         FailureKind::Stalled,
@@ -138,6 +142,7 @@ impl FailureKind {
         FailureKind::Limited,
         FailureKind::Budget,
         FailureKind::Restarted,
+        FailureKind::Flooded,
     ];
 
     /// What happened, for a person reading a run's row (the dashboard): the kind's name is for machines.
@@ -165,6 +170,7 @@ impl FailureKind {
             FailureKind::Limited => "its provider's usage or rate limit (not counted)",
             FailureKind::Budget => "stopped: over its budget",
             FailureKind::Restarted => "stopped to start again with a follow-up (not counted)",
+            FailureKind::Flooded => "stopped: it printed more than its output budget",
         }
     }
 }

@@ -84,7 +84,8 @@ pub fn loop_status(name: &str, report: &LoopReport) -> (Status, Option<String>) 
             Status::Warn,
             Some(format!("loop {name}: its last tick failed{}", last_error())),
         ),
-        LoopState::Armed => match paused_with_work(report)
+        LoopState::Armed => match disk_low(report)
+            .or_else(|| paused_with_work(report))
             .or_else(|| limited_profiles(report))
             .or_else(|| budgets(report))
         {
@@ -108,6 +109,13 @@ fn paused_with_work(report: &LoopReport) -> Option<String> {
                 .unwrap_or("no reason given")
         )
     })
+}
+
+/// Claims held back for lack of disk on the workspace volume: nothing is broken yet, and nothing starts.
+fn disk_low(report: &LoopReport) -> Option<String> {
+    report.detail.as_ref()?["disk_low"]
+        .as_str()
+        .map(str::to_owned)
 }
 
 /// A budget spent (nothing starts in it) or past its soft limit: a person decides whether to raise it.
@@ -424,6 +432,20 @@ mod tests {
             (
                 Status::Warn,
                 vec!["loop dispatcher: dispatch is paused (paused by api: deploy) with 3 task(s) waiting".to_owned()]
+            )
+        );
+    }
+
+    #[test]
+    fn a_full_workspace_volume_warns_with_its_reason() {
+        let mut r = report(LoopState::Armed, false, false);
+        r.detail = Some(json!({ "paused": false, "queue": 0, "disk_low": "claims wait: low" }));
+        let loops = BTreeMap::from([("dispatcher".to_owned(), r)]);
+        assert_eq!(
+            overall(true, &loops),
+            (
+                Status::Warn,
+                vec!["loop dispatcher: claims wait: low".to_owned()]
             )
         );
     }

@@ -411,6 +411,7 @@ pub const CATALOG: &[Entry] = &[
                     let detail = serde_json::json!({
                         "containment": dispatcher.containment().kind(),
                         "confinement": dispatcher.confinement(),
+                        "memory": dispatcher.memory(),
                     });
                     let mut built = Built::ticking(
                         move || {

@@ -10,13 +10,13 @@ use crate::common::{TestApp, TestDb};
 use pidevops::config::DatabaseUrl;
 use serde_json::Value;
 
-/// A tmpfs mounted for one test, unmounted when dropped, whether the test passed or panicked.
-struct Tmpfs {
+/// A tmpfs mounted for one test, unmounted when dropped, whether the test passed or panicked (`bounds.rs` too).
+pub(crate) struct Tmpfs {
     dir: tempfile::TempDir,
 }
 
 impl Tmpfs {
-    fn mount(size: &str) -> Option<Self> {
+    pub(crate) fn mount(size: &str) -> Option<Self> {
         let dir = tempfile::tempdir().expect("a mount point");
         let mounted = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
@@ -34,7 +34,7 @@ impl Tmpfs {
         Some(Self { dir })
     }
 
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.dir.path()
     }
 }

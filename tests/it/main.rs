@@ -13,6 +13,7 @@ mod common;
 mod agent_clis;
 mod architecture;
 mod board_replay;
+mod bounds;
 mod browser;
 mod budgets;
 mod bus;

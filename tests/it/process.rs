@@ -416,6 +416,24 @@ fn doctor_names_the_containment_and_an_empty_allow_list() {
     // bubblewrap is installed where the suite runs (.ci/run installs it).
     assert!(line.contains("namespaces"), "{line}");
     assert!(!text.contains("allowed repos"), "{text}");
+    // What bounds an agent's memory, in force or not and why: never a limit on a host that cannot hold one.
+    let memory = text
+        .lines()
+        .find(|l| l.starts_with("memory "))
+        .unwrap_or_else(|| panic!("{text}"));
+    if crate::bounds::host_has_cgroup2() {
+        assert!(
+            memory.contains("cgroup v2 limit 4096 MiB per agent")
+                || memory.contains("not bounded, because"),
+            "{memory}"
+        );
+    } else {
+        assert!(
+            memory.contains("warn")
+                && memory.contains("not bounded, because /sys/fs/cgroup is cgroup v1"),
+            "{memory}"
+        );
+    }
 }
 
 /// doctor says whether WORKSPACE_ROOT is on a mounted volume (the images declare none: Railway refuses VOLUME).

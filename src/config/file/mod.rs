@@ -321,6 +321,17 @@ pub struct DispatchTable {
     /// The profile that reviews attempts where `[repos."o/n"] review = "agent"`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reviewer: Option<String>,
+    /// MiB: the size of each agent's private `/tmp` (a tmpfs under bubblewrap).
+    pub tmp_size_mib: i64,
+    /// MiB: the memory each agent (and each of its repository's commands) may use, where cgroup v2 lets
+    /// pidevops set it.
+    pub memory_max_mib: i64,
+    /// MiB: what an agent may print in one run; past it the agent is stopped (`flooded`).
+    pub output_max_mib: i64,
+    /// MiB: `agent.log` keeps this much of the start and of the end of the output, and says what was cut.
+    pub log_keep_mib: i64,
+    /// MiB: nothing is claimed while the workspace volume has less free than this.
+    pub min_free_disk_mib: i64,
 }
 
 impl Default for DispatchTable {
@@ -340,6 +351,11 @@ impl Default for DispatchTable {
             planner: None,
             triage: None,
             reviewer: None,
+            tmp_size_mib: 512,
+            memory_max_mib: 4096,
+            output_max_mib: 256,
+            log_keep_mib: 4,
+            min_free_disk_mib: 1024,
         }
     }
 }

@@ -572,7 +572,10 @@ impl Dispatcher {
                         }
                         FailureKind::NeedsHuman => RetryCause::AgentNeedsHuman { run: *run },
                         FailureKind::Asked => RetryCause::AgentAsked { run: *run },
-                        FailureKind::Budget => RetryCause::OverBudget { run: *run },
+                        // An output budget is a budget: an agent that floods once floods again, so a person looks.
+                        FailureKind::Budget | FailureKind::Flooded => {
+                            RetryCause::OverBudget { run: *run }
+                        }
                         FailureKind::Restarted => RetryCause::Restarted { run: *run },
                         FailureKind::Limited => RetryCause::Limited {
                             run: *run,
@@ -694,6 +697,13 @@ pub(super) fn badly_ended(
             format!(
                 "the agent printed nothing for {} s and was killed",
                 profile.no_output_timeout.as_secs_f64()
+            ),
+        ),
+        Ending::Flooded { limit } => failed(
+            FailureKind::Flooded,
+            format!(
+                "the agent printed more than its output budget of {limit} bytes \
+                 ([dispatch] output_max_mib) and was killed"
             ),
         ),
         Ending::Stopped if stop.is_cancelled() => failed(

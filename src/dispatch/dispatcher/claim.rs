@@ -57,6 +57,15 @@ pub struct DispatchStatus {
     pub containment: &'static str,
     /// The same, in words.
     pub confinement: String,
+    /// Why nothing is claimed now for lack of disk: the workspace volume has less free than
+    /// `dispatch.min_free_disk_mib` (a local executor's only; workers' volumes are their own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk_low: Option<String>,
+    /// Bytes free on the workspace volume at this tick, where it could be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workspace_free_bytes: Option<u64>,
+    /// What bounds each agent's memory here: a cgroup v2 limit, or "not bounded, because …".
+    pub memory: String,
 }
 
 impl Dispatcher {
@@ -150,9 +159,15 @@ impl Dispatcher {
             },
             containment: self.inner.containment.kind(),
             confinement: self.confinement(),
+            disk_low: None,
+            workspace_free_bytes: None,
+            memory: self.memory(),
         };
+        if self.inner.config.executor == Executor::Local {
+            (status.workspace_free_bytes, status.disk_low) = self.disk_room();
+        }
         let mut started = HashSet::new();
-        if !status.paused {
+        if !status.paused && status.disk_low.is_none() {
             let picked = schedule::pick(&candidates, &running, &self.inner.config.limits);
             if !picked.is_empty() {
                 metrics::histogram!("pidevops_run_phase_seconds", "phase" => "select")
@@ -171,7 +186,8 @@ impl Dispatcher {
                 }
             }
         }
-        if self.inner.config.executor == Executor::Local {
+        // A worktree checked out ahead takes disk too: none while claims wait for it.
+        if self.inner.config.executor == Executor::Local && status.disk_low.is_none() {
             self.prepare_ahead(&candidates, &started);
         }
         metrics::gauge!("pidevops_dispatch_queue_depth").set(status.queue as f64);
@@ -181,6 +197,22 @@ impl Dispatcher {
         metrics::gauge!("pidevops_dispatch_slots").set(slots as f64);
         metrics::gauge!("pidevops_dispatch_paused").set(if status.paused { 1.0 } else { 0.0 });
         Ok(status)
+    }
+
+    /// The workspace volume's free bytes, and why nothing may be claimed on it, if nothing may. A volume whose
+    /// space cannot be read holds nothing back: the claim's own writes will say what is wrong.
+    fn disk_room(&self) -> (Option<u64>, Option<String>) {
+        let root = self.inner.workspaces.root();
+        match crate::dispatch::disk::free_bytes(root) {
+            Ok(free) => (
+                Some(free),
+                crate::dispatch::disk::too_full(root, free, self.inner.config.bounds.min_free_disk),
+            ),
+            Err(error) => {
+                tracing::warn!(root = %root.display(), %error, "cannot read the workspace volume's free space");
+                (None, None)
+            }
+        }
     }
 
     /// Drops the tasks whose repository the configuration does not allow (it may have changed since intake),

@@ -171,6 +171,7 @@ impl Dispatcher {
             child,
             meter: None,
             live: None,
+            output: (&self.inner.config.bounds).into(),
         };
         tracing::info!(repo = %cx.prepared.repo, step = step.key(), "running the repository's command");
         let began = Instant::now();
@@ -196,6 +197,12 @@ impl Dispatcher {
             Ending::Signaled(signal) => (
                 step.failure(),
                 format!("the repository's {name} `{shown}` was killed by signal {signal}"),
+            ),
+            Ending::Flooded { limit } => (
+                step.failure(),
+                format!(
+                    "the repository's {name} `{shown}` printed more than {limit} bytes and was killed"
+                ),
             ),
             Ending::TimedOut | Ending::Stalled => (
                 step.failure(),

@@ -8,6 +8,7 @@ use anyhow::Context;
 use super::Dispatcher;
 use crate::config::dispatch::ContainmentPolicy;
 use crate::config::profiles::{AgentProfile, LiveInput, RunInputs};
+use crate::dispatch::cgroup::{MemoryBound, RunCgroup};
 use crate::dispatch::runner::{ChildSetup, Launch};
 use crate::dispatch::sandbox::{AgentView, Confinement, Containment};
 use crate::dispatch::workspace::Prepared;
@@ -93,6 +94,7 @@ impl Dispatcher {
             // The prompt is its first message; the attempt swaps in a channel it can add follow-ups to.
             live: (profile.live_input != LiveInput::None)
                 .then(|| crate::dispatch::live::channel(profile.live_input, prompt).1),
+            output: (&self.inner.config.bounds).into(),
         })
     }
 
@@ -174,17 +176,40 @@ impl Dispatcher {
                 .filter(|p| outside_root(p))
                 .cloned(),
         );
-        let view = AgentView {
+        // Its own cgroup with its memory limit, where one can be set; made before it starts, gone after.
+        let cgroup = match &self.inner.memory {
+            MemoryBound::Cgroup { parent, limit } => {
+                Some(Arc::new(RunCgroup::create(parent, *limit).with_context(
+                    || format!("making the cgroup of the {who} under {}", parent.display()),
+                )?))
+            }
+            MemoryBound::NotBounded { .. } => None,
+        };
+        let mut view = AgentView {
             writable,
             readable,
             // SAFETY: geteuid has no preconditions and cannot fail.
             drop_capabilities: unsafe { nix::libc::geteuid() } == 0,
+            tmp_size: Some(self.inner.config.bounds.tmp_size),
+            scratch: Vec::new(),
         };
         match &self.inner.containment {
-            Containment::Namespaces { bwrap } => Ok((
-                crate::dispatch::sandbox::bwrap_argv(bwrap, &view, &dirs.worktree, &argv),
-                ChildSetup::default(),
-            )),
+            Containment::Namespaces { bwrap } => {
+                // TMPDIR is scratch nobody reads after the process: a sized tmpfs rather than the workspace
+                // volume. HOME stays a directory: the agent's CLI and the repository's check share it.
+                let tmpdir = env.iter().find(|(k, _)| k == "TMPDIR").map(|(_, v)| v);
+                view.scratch = view
+                    .writable
+                    .extract_if(.., |p| tmpdir.is_some_and(|t| p.as_os_str() == t.as_str()))
+                    .collect();
+                Ok((
+                    crate::dispatch::sandbox::bwrap_argv(bwrap, &view, &dirs.worktree, &argv),
+                    ChildSetup {
+                        cgroup,
+                        ..ChildSetup::default()
+                    },
+                ))
+            }
             Containment::Landlock { .. } => {
                 let confinement = Confinement::new(&view)
                     .with_context(|| format!("preparing the Landlock rules of the {who}"))?
@@ -195,6 +220,7 @@ impl Dispatcher {
                         confinement,
                         reaper: true,
                         drop_capabilities: view.drop_capabilities,
+                        cgroup,
                     },
                 ))
             }
@@ -208,6 +234,7 @@ impl Dispatcher {
                     argv,
                     ChildSetup {
                         drop_capabilities: view.drop_capabilities,
+                        cgroup,
                         ..ChildSetup::default()
                     },
                 ))

@@ -92,6 +92,8 @@ struct Inner {
     plans: PlansConfig,
     paused_by_env: bool,
     containment: Containment,
+    /// What bounds each agent's memory here (a cgroup v2 limit, or why nothing does).
+    memory: super::cgroup::MemoryBound,
     local: Mutex<Local>,
     fill: tokio::sync::Mutex<()>,
     tracker: TaskTracker,
@@ -132,6 +134,7 @@ pub struct DispatcherParts {
 impl Dispatcher {
     pub fn new(parts: DispatcherParts) -> Self {
         let containment = super::sandbox::detect_cached(&parts.config.bwrap, parts.env.get("PATH"));
+        let memory = super::cgroup::detect_cached(parts.config.bounds.memory_max);
         Self {
             inner: Arc::new(Inner {
                 board: parts.board,
@@ -144,6 +147,7 @@ impl Dispatcher {
                 plans: parts.plans,
                 paused_by_env: parts.paused_by_env,
                 containment,
+                memory,
                 local: Mutex::default(),
                 fill: tokio::sync::Mutex::new(()),
                 tracker: parts.tracker,
@@ -172,6 +176,11 @@ impl Dispatcher {
 
     pub fn containment(&self) -> &Containment {
         &self.inner.containment
+    }
+
+    /// What bounds each agent's memory here, in words (`/health`, the dispatcher's detail).
+    pub fn memory(&self) -> String {
+        self.inner.memory.describe()
     }
 }
 
