@@ -133,6 +133,7 @@ fn item_section(item: &Task, commit: &str) -> String {
             inert(&report.outside_scope.join(", "))
         ));
     }
+    section.push_str(&super::github::agent_config_section(&report.agent_config));
     section
 }
 

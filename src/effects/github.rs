@@ -502,6 +502,7 @@ pub fn pull_request_body(task: &Task) -> String {
             inert(&report.outside_scope.join(", "))
         ));
     }
+    body.push_str(&agent_config_section(&report.agent_config));
     let links = task.links();
     let mut from = Vec::new();
     if let Some(issue) = &links.github_issue {
@@ -529,6 +530,23 @@ pub fn pull_request_body(task: &Task) -> String {
         task.max_attempts().get()
     ));
     body
+}
+
+/// The pull request's call-out of agent and hook configuration the change touches (named by the task's scope, or it
+/// would not have been pushed): a heading and the paths as a list; empty when there are none.
+pub fn agent_config_section(paths: &[String]) -> String {
+    if paths.is_empty() {
+        return String::new();
+    }
+    let listed: String = paths
+        .iter()
+        // A path is the agent's choice of bytes: no backtick or line break may end its code span.
+        .map(|path| format!("- `{}`\n", inert(&path.replace(['`', '\n', '\r'], "?"))))
+        .collect();
+    format!(
+        "\n## Agent and hook configuration\nThis change touches files that agent CLIs, git hooks, editors or CI \
+         load and run; the task's scope names them. Read them before merging:\n{listed}"
+    )
 }
 
 /// GitHub's closing keywords (any case); followed by a reference they close it when the pull request merges.

@@ -262,6 +262,7 @@ mod tests {
                     kind: TaskKind::Task,
                     parent: Some(id(1)),
                     depends_on: Vec::new(),
+                    scope: None,
                 },
             )
         };

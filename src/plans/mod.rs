@@ -27,6 +27,7 @@ use crate::config::file::PlanLand;
 use crate::domain::Source;
 use crate::eventlog::{EventLog, StoredEvent};
 use crate::loops::follow::{AsStored, Follow, Follower, Next};
+use crate::tasks::plan::Scope;
 use crate::tasks::values::TASK_STREAM_PREFIX;
 use crate::tasks::{
     roll_up, ApprovalPolicy, ChildView, Command, Family, Reason, TaskEvent, TaskId, TaskKind,
@@ -160,6 +161,7 @@ impl Plans {
                     kind: TaskKind::Task,
                     parent: Some(plan),
                     depends_on,
+                    scope: Scope::new(item.scope().to_vec()),
                 },
                 ..Draft::new(task.repo().clone(), item.spec(), Default::default())
             };

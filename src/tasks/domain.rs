@@ -31,7 +31,7 @@ pub use evolution::{evolve, replay};
 pub use family::{roll_up, ChildView, PlanState, RollUp, TriageOutcome, TriageState};
 pub use landing::{CommitSha, FactName, LandConfig, LandMode, Landing, MergeMethod, Readiness};
 
-use super::plan::PlanDocument;
+use super::plan::{PlanDocument, Scope};
 use super::values::{
     AgentName, ApprovalPolicy, BranchName, Column, FollowUpOrigin, FollowUpText, GithubRef, Links,
     MaxAttempts, Priority, Reason, RepoName, Review, RunId, RunPurpose, Spec, TaskId, TaskKind,
@@ -87,6 +87,11 @@ pub struct Task {
     /// Tasks that must be done before this one may start (a plan's items name them).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     depends_on: Vec<TaskId>,
+    /// A plan's item: the globs it may change, as its plan gave them (fixed at creation; a spec edit does not
+    /// change them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<String>>)]
+    scope: Option<Scope>,
     /// What the live run is for; set exactly while the task is in progress with a run.
     #[serde(skip_serializing_if = "Option::is_none")]
     purpose: Option<RunPurpose>,
@@ -115,11 +120,18 @@ pub struct AttemptReport {
     pub review: Option<Review>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outside_scope: Vec<String>,
+    /// Agent or hook configuration (`tasks::plan::guard::PROTECTED`) pushed because the task's scope names it:
+    /// the pull request calls it out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agent_config: Vec<String>,
 }
 
 impl AttemptReport {
     pub fn is_empty(&self) -> bool {
-        self.summary.is_none() && self.review.is_none() && self.outside_scope.is_empty()
+        self.summary.is_none()
+            && self.review.is_none()
+            && self.outside_scope.is_empty()
+            && self.agent_config.is_empty()
     }
 }
 
@@ -262,6 +274,10 @@ impl Task {
     }
     pub fn depends_on(&self) -> &[TaskId] {
         &self.depends_on
+    }
+    /// A plan's item's scope, recorded when it was made; `None` for other tasks (and items made before).
+    pub fn scope(&self) -> Option<&Scope> {
+        self.scope.as_ref()
     }
     /// What the live run is for (`None` when no run is live).
     pub fn purpose(&self) -> Option<RunPurpose> {

@@ -52,6 +52,7 @@ mod relay;
 mod replicas;
 mod repo_env;
 mod runs_projector;
+mod scopes;
 mod steering;
 mod stream;
 mod task_cli;

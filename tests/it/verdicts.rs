@@ -25,7 +25,7 @@ per_backend!(
     a_triage_agent_rewrites_the_ticket_and_the_approved_spec_is_what_runs,
 );
 
-fn config(remote: &Remote, worker: &Path, repo_extra: &str, dispatch_extra: &str) -> toml::Table {
+pub(crate) fn config(remote: &Remote, worker: &Path, repo_extra: &str, dispatch_extra: &str) -> toml::Table {
     format!(
         r#"
         [board]
@@ -53,14 +53,14 @@ fn config(remote: &Remote, worker: &Path, repo_extra: &str, dispatch_extra: &str
     .unwrap()
 }
 
-async fn spawn(db: &TestDb, file: toml::Table, root: &Path) -> TestApp {
+pub(crate) async fn spawn(db: &TestDb, file: toml::Table, root: &Path) -> TestApp {
     let mut settings = crate::common::settings(db);
     settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
     settings.workspace_root = root.to_owned();
     TestApp::spawn(settings).await
 }
 
-async fn task(app: &TestApp, text: &str, scope: &str) -> TaskId {
+pub(crate) async fn task(app: &TestApp, text: &str, scope: &str) -> TaskId {
     let draft = Draft::new(
         REPO.parse::<RepoName>().unwrap(),
         Spec::new(text, scope, "it is written").unwrap(),
@@ -78,7 +78,7 @@ async fn task(app: &TestApp, text: &str, scope: &str) -> TaskId {
 }
 
 /// The task's row, the read models brought to the log's head first (the row of a task just made may lag).
-async fn row(app: &TestApp, id: TaskId) -> task_rows::TaskRow {
+pub(crate) async fn row(app: &TestApp, id: TaskId) -> task_rows::TaskRow {
     app.project().await;
     task_rows::get(app.state.log.store(), id)
         .await
@@ -86,7 +86,7 @@ async fn row(app: &TestApp, id: TaskId) -> task_rows::TaskRow {
         .unwrap_or_else(|| panic!("{id} is on the board"))
 }
 
-async fn in_review(app: &TestApp, id: TaskId) {
+pub(crate) async fn in_review(app: &TestApp, id: TaskId) {
     within(
         Duration::from_secs(60),
         &format!("{id} in review"),
@@ -95,7 +95,7 @@ async fn in_review(app: &TestApp, id: TaskId) {
     .await;
 }
 
-async fn runs_of(app: &TestApp, id: TaskId) -> Vec<RunRow> {
+pub(crate) async fn runs_of(app: &TestApp, id: TaskId) -> Vec<RunRow> {
     app.project().await;
     runs::query(app.state.log.store(), Which::Task(&id.to_string()))
         .await

@@ -684,6 +684,7 @@ async fn a_hostile_plan_review_and_spec_render_as_text(db: TestDb) {
             summary: Some("<script>alert(15)</script>".into()),
             review: Some(review),
             outside_scope: vec!["<svg onload=alert(16)>.txt".into()],
+            agent_config: Vec::new(),
         },
     )
     .await;
@@ -851,6 +852,7 @@ async fn the_last_attempts_report_and_its_runs_failures_read_well(db: TestDb) {
                     summary: Some("The redirect keeps ?next=.\nA test covers it.".into()),
                     review: Some(review),
                     outside_scope: vec!["Cargo.lock".into()],
+                    agent_config: Vec::new(),
                 }),
             },
             "dispatcher",

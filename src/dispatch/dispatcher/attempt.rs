@@ -495,8 +495,8 @@ impl Dispatcher {
             }
             Err(error) => return failed(FailureKind::Workspace, error.to_string()),
         };
-        let outside_scope = match self.scope_verdict(task, prepared, &commit).await {
-            Ok(outside) => outside,
+        let scoped = match self.scope_verdict(task, prepared, &commit).await {
+            Ok(scoped) => scoped,
             Err((kind, detail)) => return failed(kind, detail),
         };
         // What the attempt changed, for its page: from ids we recorded, by our git, capped; never fatal to the run.
@@ -529,7 +529,8 @@ impl Dispatcher {
             report: Box::new(AttemptReport {
                 summary,
                 review,
-                outside_scope,
+                outside_scope: scoped.outside,
+                agent_config: scoped.agent_config,
             }),
             usage: None,
             reviewer_usage: None,

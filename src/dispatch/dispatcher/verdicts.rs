@@ -26,7 +26,7 @@ use crate::dispatch::agent_files::{
 use crate::dispatch::runner::{self, Ending};
 use crate::dispatch::runs::FailureKind;
 use crate::dispatch::workspace::{diff::PATCH_FILE, Prepared};
-use crate::tasks::plan::{Scope, ScopeText};
+use crate::tasks::plan::{guard, Scope, ScopeText};
 use crate::tasks::values::{Review, Verdict};
 use crate::tasks::Task;
 
@@ -107,39 +107,61 @@ impl Dispatcher {
         Ok(status.summary().map(str::to_owned))
     }
 
-    /// The files the attempt changed outside its task's scope: `Err` under `enforce`, named under `warn`. A scope
-    /// in words (not paths) cannot be checked, and is not.
+    /// The attempt's changes held to its task's scope and to what no scope covers unless it names it
+    /// (`tasks::plan::guard`): agent and hook configuration, symbolic links out of the repository or the scope,
+    /// gitlinks. Those are refused under every policy; files outside the scope are `Err` under `enforce`, named
+    /// under `warn`. A plan's item is held to the globs recorded on it, never to its spec's text; a task of a
+    /// person's is held to its spec's scope where that is paths. What git's objects of `commit` say is checked
+    /// (modes, link targets), not the worktree.
     pub(super) async fn scope_verdict(
         &self,
         task: &Task,
         prepared: &Prepared,
         commit: &str,
-    ) -> Result<Vec<String>, Refusal> {
+    ) -> Result<ScopeReport, Refusal> {
         let policy = self.inner.config.scope_policy(task.repo());
-        if policy == ScopePolicy::Off {
-            return Ok(Vec::new());
-        }
-        // A plan's item carries the paths its planner wrote; a person's scope is paths only when it looks so.
-        let text = task.spec().scope();
-        let parsed = if task.parent().is_some() {
-            Scope::parse(text)
-        } else {
-            Scope::parse_written(text)
+        let scope = match task_scope(task) {
+            Ok(scope) => scope,
+            // An item from before scopes were recorded whose scope line is no list of globs: fail closed.
+            Err(text) if policy != ScopePolicy::Off => {
+                return Err((
+                    FailureKind::Scope,
+                    format!(
+                        "Previously unresolved: this plan item's scope {text:?} names no paths, so nothing it \
+                         changes can be checked; a person must give it a scope"
+                    ),
+                ))
+            }
+            Err(_) => None,
         };
-        let ScopeText::Paths(scope) = parsed else {
-            return Ok(Vec::new());
-        };
-        let changed = self
+        let changes = self
             .inner
             .workspaces
-            .changed_paths(prepared, commit)
+            .changes(prepared, commit)
             .await
             .map_err(|e| (FailureKind::Workspace, e.to_string()))?;
-        let outside = scope.outside(&changed);
-        if outside.is_empty() || policy == ScopePolicy::Warn {
-            return Ok(outside);
+        let judged = guard::judge(scope.as_ref(), &changes);
+        let outside = match (&scope, policy) {
+            (Some(scope), ScopePolicy::Enforce | ScopePolicy::Warn) => {
+                Some((scope, judged.outside)).filter(|(_, outside)| !outside.is_empty())
+            }
+            _ => None,
+        };
+        // Everything the retry must undo, said at once.
+        let mut notes = Vec::new();
+        if !judged.refused.is_empty() {
+            notes.push(refused_note(&judged.refused));
         }
-        Err((FailureKind::Scope, outside_note(&outside, &scope)))
+        if let Some((scope, outside)) = outside.as_ref().filter(|_| policy == ScopePolicy::Enforce) {
+            notes.push(outside_note(outside, scope));
+        }
+        if !notes.is_empty() {
+            return Err((FailureKind::Scope, notes.join("\n")));
+        }
+        Ok(ScopeReport {
+            outside: outside.map(|(_, outside)| outside).unwrap_or_default(),
+            agent_config: judged.named,
+        })
     }
 
     /// The reviewer's approval, where the repository asks for one (`None` where it does not).
@@ -260,18 +282,59 @@ impl Dispatcher {
     }
 }
 
-/// `Previously unresolved: <files> (outside scope <scope>)`, bounded for a reason.
-pub(super) fn outside_note(outside: &[String], scope: &Scope) -> String {
+/// What the scope check lets through and says: files outside the scope pushed under `warn`, and agent or hook
+/// configuration the scope names (the pull request calls it out).
+pub(super) struct ScopeReport {
+    pub outside: Vec<String>,
+    pub agent_config: Vec<String>,
+}
+
+/// The scope a task's attempts are held to: a plan's item's recorded globs; an item made before scopes were
+/// recorded, its spec's scope line read as globs (`Err` with the text when it is not a list of globs); a person's
+/// task, its spec's scope where that is paths (`None` where it is words or nothing).
+fn task_scope(task: &Task) -> Result<Option<Scope>, String> {
+    if let Some(scope) = task.scope() {
+        return Ok(Some(scope.clone()));
+    }
+    let text = task.spec().scope();
+    if task.parent().is_some() {
+        return match Scope::parse(text) {
+            ScopeText::Paths(scope) => Ok(Some(scope)),
+            ScopeText::Prose | ScopeText::Empty => Err(text.chars().take(100).collect()),
+        };
+    }
+    Ok(match Scope::parse_written(text) {
+        ScopeText::Paths(scope) => Some(scope),
+        ScopeText::Prose | ScopeText::Empty => None,
+    })
+}
+
+/// `Previously unresolved: refused <paths, each with why>`, bounded like [`outside_note`].
+fn refused_note(refused: &[String]) -> String {
+    format!(
+        "Previously unresolved: refused {}. These are never pushed unless the task's scope names them \
+         (docs/plans.md); leave them as they were",
+        bounded_list(refused)
+    )
+}
+
+fn bounded_list(paths: &[String]) -> String {
     const MAX_FILES: usize = 30;
-    let mut files = outside
+    let mut files = paths
         .iter()
         .take(MAX_FILES)
         .cloned()
         .collect::<Vec<_>>()
         .join(", ");
-    if outside.len() > MAX_FILES {
-        files.push_str(&format!(" and {} more", outside.len() - MAX_FILES));
+    if paths.len() > MAX_FILES {
+        files.push_str(&format!(" and {} more", paths.len() - MAX_FILES));
     }
+    files
+}
+
+/// `Previously unresolved: <files> (outside scope <scope>)`, bounded for a reason.
+pub(super) fn outside_note(outside: &[String], scope: &Scope) -> String {
+    let files = bounded_list(outside);
     format!("Previously unresolved: {files} (outside scope {scope})")
 }
 

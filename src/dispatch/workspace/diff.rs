@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::AsyncReadExt;
 
 use super::{Prepared, WorkspaceError, Workspaces};
+use crate::tasks::plan::guard::{Change, Entry};
 
 /// The files changed, in the run's directory.
 pub const DIFF_FILE: &str = "diff.json";
@@ -26,6 +27,11 @@ pub const PATCH_CAP: usize = 512 * 1024;
 const STAT_CAP: usize = 256 * 1024;
 /// Most bytes of changed paths read for a scope check (about 40,000 paths of 100 bytes).
 const PATHS_CAP: usize = 4 * 1024 * 1024;
+/// The most symbolic links and gitlinks one attempt may add or change: each link's target is read for the scope
+/// check, and more than this is refused rather than read.
+pub const MAX_LINKS: usize = 1_000;
+/// The longest link target read (Linux's PATH_MAX); a longer blob is no link git would make.
+const LINK_TARGET_MAX: usize = 4_096;
 /// The longest each git command may take.
 pub const DIFF_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -164,6 +170,140 @@ impl Workspaces {
             .collect())
     }
 
+    /// Every path the attempt changed from `base_commit` to `commit`, with what it is in `commit` by its git mode:
+    /// a file (or gone), a symbolic link with its target read from its blob, or a gitlink. Read from git's objects
+    /// by our git on the mirror, never from the worktree; like [`Workspaces::changed_paths`] never cut (too long
+    /// a list, or more than [`MAX_LINKS`] links, is an error, so nothing escapes the check).
+    pub async fn changes(
+        &self,
+        prepared: &Prepared,
+        commit: &str,
+    ) -> Result<Vec<Change>, WorkspaceError> {
+        let failed = |detail: String| WorkspaceError::Git {
+            what: "listing the attempt's changes".to_owned(),
+            detail,
+        };
+        let base = prepared.base_commit.as_str();
+        for id in [base, commit] {
+            if !is_object_id(id) {
+                return Err(failed(format!("{id:?} is not a commit id")));
+            }
+        }
+        let git_dir = format!("--git-dir={}", prepared.dirs.mirror.to_string_lossy());
+        let args: Vec<String> = [
+            git_dir.as_str(),
+            "diff",
+            "--no-ext-diff",
+            "--no-textconv",
+            "--no-renames",
+            "--raw",
+            "--no-abbrev",
+            "-z",
+            base,
+            commit,
+            "--",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        let listed = self.capped_git(&args, PATHS_CAP).await?;
+        if listed.timed_out || listed.total > PATHS_CAP as u64 {
+            return Err(failed(format!(
+                "the list of changed files is over {PATHS_CAP} bytes or took over {} s; its scope cannot be checked",
+                DIFF_TIMEOUT.as_secs()
+            )));
+        }
+        let raw = parse_raw(&listed.kept).map_err(failed)?;
+        let links: Vec<&str> = raw
+            .iter()
+            .filter(|r| r.mode == LINK_MODE)
+            .map(|r| r.object.as_str())
+            .collect();
+        if links.len() > MAX_LINKS {
+            return Err(failed(format!(
+                "the attempt adds or changes {} symbolic links; at most {MAX_LINKS} are checked",
+                links.len()
+            )));
+        }
+        let mut targets = self.link_targets(&git_dir, &links).await?.into_iter();
+        Ok(raw
+            .into_iter()
+            .map(|r| {
+                let entry = match r.mode.as_str() {
+                    LINK_MODE => Entry::Symlink(targets.next().flatten()),
+                    GITLINK_MODE => Entry::Gitlink,
+                    _ => Entry::File,
+                };
+                Change {
+                    path: r.path,
+                    entry,
+                }
+            })
+            .collect())
+    }
+
+    /// The targets of these link blobs, in order, each `None` when it is not UTF-8 or too long to be a target: one
+    /// `git cat-file --batch` for all of them.
+    async fn link_targets(
+        &self,
+        git_dir: &str,
+        objects: &[&str],
+    ) -> Result<Vec<Option<String>>, WorkspaceError> {
+        if objects.is_empty() {
+            return Ok(Vec::new());
+        }
+        let failed = |detail: String| WorkspaceError::Git {
+            what: "reading the attempt's symbolic links".to_owned(),
+            detail,
+        };
+        let mut command = self.git(None);
+        command
+            .args([git_dir, "cat-file", "--batch"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = command
+            .spawn()
+            .map_err(|e| failed(format!("cannot run git: {e}")))?;
+        let mut stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| failed("git's input is not piped".to_owned()))?;
+        let mut stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| failed("git's output is not piped".to_owned()))?;
+        let request: String = objects.iter().map(|o| format!("{o}\n")).collect();
+        let write = async move {
+            use tokio::io::AsyncWriteExt;
+            stdin.write_all(request.as_bytes()).await?;
+            stdin.shutdown().await
+        };
+        // Each answer is a header line, the blob and a newline; a blob is read whole only up to the cap below.
+        let cap = objects.len() * (LINK_TARGET_MAX + 128);
+        let read = async {
+            let mut kept = Vec::new();
+            (&mut stdout).take(cap as u64 + 1).read_to_end(&mut kept).await?;
+            Ok::<_, std::io::Error>(kept)
+        };
+        let both = async { tokio::try_join!(write, read) };
+        let (_, output) = match tokio::time::timeout(DIFF_TIMEOUT, both).await {
+            Ok(done) => done.map_err(|e| failed(format!("talking to git: {e}")))?,
+            Err(_) => {
+                let _ = child.start_kill();
+                return Err(failed(format!(
+                    "git took over {} s",
+                    DIFF_TIMEOUT.as_secs()
+                )));
+            }
+        };
+        let _ = child.wait().await;
+        if output.len() > cap {
+            return Err(failed("a link's blob is larger than any target".to_owned()));
+        }
+        parse_batch(&output, objects.len()).map_err(failed)
+    }
+
     /// Runs our git and keeps the first `cap` bytes of what it prints, counting the rest, for at most
     /// [`DIFF_TIMEOUT`].
     async fn capped_git(&self, args: &[String], cap: usize) -> Result<Capped, WorkspaceError> {
@@ -285,5 +425,123 @@ mod tests {
         let (files, cut) = parse_numstat(b"3\t1\tsrc/a.rs\x002\t0\tsrc/b", true);
         assert_eq!((files.len(), cut), (1, true));
         assert_eq!(parse_numstat(b"", false), (vec![], false));
+    }
+}
+
+/// git's mode of a symbolic link and of a gitlink (a submodule's commit).
+const LINK_MODE: &str = "120000";
+const GITLINK_MODE: &str = "160000";
+
+fn is_object_id(id: &str) -> bool {
+    id.len() == 40 && id.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// One record of `git diff --raw -z`: the path, its mode and object in the new commit.
+#[derive(Debug, PartialEq, Eq)]
+struct RawChange {
+    path: String,
+    mode: String,
+    object: String,
+}
+
+/// `git diff --raw -z --no-renames --no-abbrev`: `:old_mode new_mode old_sha new_sha status NUL path NUL` per path.
+fn parse_raw(bytes: &[u8]) -> Result<Vec<RawChange>, String> {
+    let mut fields = bytes.split(|b| *b == 0);
+    let mut changes = Vec::new();
+    while let Some(meta) = fields.next() {
+        if meta.is_empty() {
+            continue;
+        }
+        let meta = String::from_utf8_lossy(meta);
+        let parts: Vec<&str> = meta.trim_start_matches(':').split(' ').collect();
+        let [_, new_mode, _, new_object, _] = parts.as_slice() else {
+            return Err(format!("git diff --raw printed {meta:?}"));
+        };
+        let path = fields
+            .next()
+            .filter(|p| !p.is_empty())
+            .ok_or_else(|| format!("git diff --raw printed {meta:?} without a path"))?;
+        changes.push(RawChange {
+            path: String::from_utf8_lossy(path).into_owned(),
+            mode: (*new_mode).to_owned(),
+            object: (*new_object).to_owned(),
+        });
+    }
+    Ok(changes)
+}
+
+/// `git cat-file --batch` answers: `<sha> blob <size> LF <contents> LF` each (or `<name> missing LF`).
+fn parse_batch(mut bytes: &[u8], expected: usize) -> Result<Vec<Option<String>>, String> {
+    let mut targets = Vec::with_capacity(expected);
+    while targets.len() < expected {
+        let end = bytes
+            .iter()
+            .position(|b| *b == b'\n')
+            .ok_or("git cat-file's answer was cut")?;
+        let header = String::from_utf8_lossy(&bytes[..end]).into_owned();
+        bytes = &bytes[end + 1..];
+        let size: usize = match header.split(' ').collect::<Vec<_>>().as_slice() {
+            [_, "blob", size] => size
+                .parse()
+                .map_err(|_| format!("git cat-file printed {header:?}"))?,
+            _ => return Err(format!("a symbolic link's object is not a blob: {header:?}")),
+        };
+        if bytes.len() < size + 1 {
+            return Err("git cat-file's answer was cut".to_owned());
+        }
+        let blob = &bytes[..size];
+        bytes = &bytes[size + 1..];
+        targets.push(
+            (size <= LINK_TARGET_MAX)
+                .then(|| std::str::from_utf8(blob).ok().map(str::to_owned))
+                .flatten(),
+        );
+    }
+    Ok(targets)
+}
+
+#[cfg(test)]
+mod raw_tests {
+    use super::*;
+
+    #[test]
+    fn raw_records_give_each_paths_new_mode_and_object() {
+        let sha = |c: char| c.to_string().repeat(40);
+        let raw = format!(
+            ":000000 120000 {z} {a} A\0docs/l\0:100644 100644 {b} {c} M\0src/a b.rs\0:000000 160000 {z} {d} A\0vendor/lib\0:100644 000000 {b} {z} D\0gone\0",
+            z = sha('0'),
+            a = sha('a'),
+            b = sha('b'),
+            c = sha('c'),
+            d = sha('d'),
+        );
+        let parsed = parse_raw(raw.as_bytes()).unwrap();
+        let summary: Vec<(&str, &str)> = parsed
+            .iter()
+            .map(|r| (r.path.as_str(), r.mode.as_str()))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("docs/l", "120000"),
+                ("src/a b.rs", "100644"),
+                ("vendor/lib", "160000"),
+                ("gone", "000000")
+            ]
+        );
+        assert_eq!(parsed[0].object, sha('a'));
+        assert!(parse_raw(b":100644 100644 x\0").is_err());
+        assert!(parse_raw(format!(":000000 120000 {z} {z} A\0", z = sha('0')).as_bytes()).is_err());
+    }
+
+    #[test]
+    fn batch_answers_give_each_target_or_none() {
+        let answer = b"aaaa blob 7\n../x/y\n\nbbbb blob 2\n\xff\xfe\n";
+        assert_eq!(
+            parse_batch(answer, 2).unwrap(),
+            [Some("../x/y\n".to_owned()), None]
+        );
+        assert!(parse_batch(b"aaaa missing\n", 1).is_err());
+        assert!(parse_batch(b"aaaa blob 9\nab\n", 1).is_err());
     }
 }

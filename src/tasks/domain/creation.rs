@@ -3,6 +3,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::super::plan::Scope;
 use super::super::values::{
     AgentName, ApprovalPolicy, Links, MaxAttempts, Priority, RepoName, Spec, TaskId, TaskKind,
 };
@@ -16,6 +17,11 @@ pub struct Family {
     pub parent: Option<TaskId>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub depends_on: Vec<TaskId>,
+    /// A plan's item: the globs its plan gave it, validated with the plan. Its attempts are held to these, never
+    /// to the spec's scope line (which a spec edit can change). `None`: not an item, or an item made before
+    /// scopes were recorded (see `docs/plans.md`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<Scope>,
 }
 
 impl Family {

@@ -447,6 +447,7 @@ impl Task {
             kind: created.family.kind,
             parent: created.family.parent,
             depends_on: created.family.depends_on.clone(),
+            scope: created.family.scope.clone(),
             purpose: None,
             plan: plan.then(super::PlanState::default),
             triage: None,

@@ -1,6 +1,7 @@
 //! The transition table, case by case, and property tests over arbitrary command sequences.
 
 use super::*;
+use crate::tasks::plan;
 use crate::tasks::values::{LinearIssue, TelegramMessage};
 use chrono::{TimeZone, Utc};
 use uuid::Uuid;
@@ -397,4 +398,63 @@ fn racing_approvals_give_one_approval_and_one_no_op() {
         .to_string(),
         "T-7 is todo; reject needs triage"
     );
+}
+
+/// A plan's item, made with the scope its plan gave it.
+fn scoped_item(scope: &str) -> Command {
+    let Command::Create(mut new) = new_task(ApprovalPolicy::Auto, 3) else {
+        unreachable!("new_task makes a create")
+    };
+    let plan::ScopeText::Paths(scope) = plan::Scope::parse(scope) else {
+        panic!("{scope} is paths")
+    };
+    new.family = Family {
+        parent: Some("T-1".parse().expect("an id")),
+        scope: Some(scope),
+        ..Family::default()
+    };
+    Command::Create(new)
+}
+
+#[test]
+fn an_items_scope_is_recorded_at_creation_and_no_spec_edit_changes_it() {
+    let (task, events) = step(None, &scoped_item("src/api/**, docs/api.md"), 0);
+    let globs = |task: &Task| -> Vec<String> {
+        task.scope()
+            .expect("a scope")
+            .globs()
+            .iter()
+            .map(|g| g.to_string())
+            .collect()
+    };
+    assert_eq!(globs(&task), ["src/api/**", "docs/api.md"]);
+    let stored = serde_json::to_value(&events[0]).unwrap();
+    assert_eq!(stored["scope"], serde_json::json!(["src/api/**", "docs/api.md"]));
+    // The event read back from the log gives the same task.
+    let read: TaskEvent = serde_json::from_value(stored).unwrap();
+    assert_eq!(evolve(None, &read).unwrap().scope(), task.scope());
+    let edited = then(
+        task,
+        Command::UpdateSpec {
+            spec: Spec::new("Fix the login redirect", "n/a", "done").unwrap(),
+            ticket_version: None,
+        },
+    );
+    assert_eq!(edited.spec().scope(), "n/a");
+    assert_eq!(globs(&edited), ["src/api/**", "docs/api.md"]);
+}
+
+#[test]
+fn a_created_event_from_before_scopes_were_recorded_replays_without_one() {
+    let (task, events) = step(None, &scoped_item("src/api/**"), 0);
+    let mut old = serde_json::to_value(&events[0]).unwrap();
+    old.as_object_mut().unwrap().remove("scope");
+    let read: TaskEvent = serde_json::from_value(old).unwrap();
+    let replayed = evolve(None, &read).unwrap();
+    assert_eq!(replayed.scope(), None);
+    assert_eq!(replayed.parent(), task.parent());
+    // A stored scope that is not a scope (empty) fails loudly rather than reading as none.
+    let mut broken = serde_json::to_value(&events[0]).unwrap();
+    broken["scope"] = serde_json::json!([]);
+    assert!(serde_json::from_value::<TaskEvent>(broken).is_err());
 }

@@ -19,11 +19,14 @@
 //! [`PlanDocument::FIELDS`] and [`PlanDocument::ITEM_FIELDS`] by a test.
 //!
 //! - [`glob`]: path globs, matching and overlap (one automaton for both).
-//! - [`scope`]: a task's scope text read as globs, prose or nothing.
+//! - [`scope`]: a task's scope text read as globs, prose or nothing; a scope stored as data.
+//! - [`guard`]: what a push is held to beyond the globs: agent and hook configuration ([`guard::PROTECTED`]),
+//!   symbolic links by where they point, gitlinks.
 //! - [`document`]: the plan file, its checks and its errors.
 
 pub mod document;
 pub mod glob;
+pub mod guard;
 pub mod scope;
 
 pub use document::{

@@ -5,12 +5,29 @@
 
 use std::fmt;
 
+use serde::{Deserialize, Serialize};
+
 use super::glob::Glob;
 
-/// An enforceable scope: one or more globs. A path is in scope when any of them matches it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// An enforceable scope: one or more globs. A path is in scope when any of them matches it. Stored on a plan's
+/// item task as the list of its globs (`["src/api/**"]`), read back through [`Scope::new`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "Vec<Glob>", into = "Vec<Glob>")]
 pub struct Scope {
     globs: Vec<Glob>,
+}
+
+impl TryFrom<Vec<Glob>> for Scope {
+    type Error = &'static str;
+    fn try_from(globs: Vec<Glob>) -> Result<Self, Self::Error> {
+        Scope::new(globs).ok_or("a scope is one or more globs without whitespace or backticks")
+    }
+}
+
+impl From<Scope> for Vec<Glob> {
+    fn from(scope: Scope) -> Self {
+        scope.globs
+    }
 }
 
 /// What a scope text says.
@@ -27,6 +44,13 @@ pub enum ScopeText {
 /// Whole scope texts that mean "no scope" in issue templates. Read as globs they would be paths (`n/a` is the
 /// directory `n`'s file `a`), and every change would be out of scope.
 const PLACEHOLDERS: [&str; 6] = ["-", "—", "n/a", "none", "tbd", "any"];
+
+/// Words a planner writes for "no particular paths" rather than a path. A plan's scope entry that is one of them
+/// (any case, trimmed) is refused ([`Scope::placeholder`]); `docs/plans.md` lists them.
+pub const PLACEHOLDER_WORDS: [&str; 25] = [
+    "-", "--", "—", "–", "n/a", "na", "n.a.", "none", "nothing", "null", "nil", "tbd", "tba", "todo",
+    "unknown", "any", "anything", "all", "everything", "whatever", "various", "same", "...", "…", "?",
+];
 
 impl Scope {
     /// A scope of these globs; `None` when there are none, or when one could not be written back into a scope
@@ -84,6 +108,43 @@ impl Scope {
 
     pub fn globs(&self) -> &[Glob] {
         &self.globs
+    }
+
+    /// Why a plan's scope entry names no path, if it does not: empty or blank, a placeholder word
+    /// ([`PLACEHOLDER_WORDS`]), or a pattern of wildcards alone (`*`, `**`, `?`, `*/**`: every file, or every
+    /// file of a depth, which is no scope at all). `None` for an entry that names something.
+    pub fn placeholder(entry: &str) -> Option<&'static str> {
+        let trimmed = entry.trim();
+        if trimmed.is_empty() {
+            return Some("is empty or blank");
+        }
+        if PLACEHOLDER_WORDS
+            .iter()
+            .any(|word| trimmed.eq_ignore_ascii_case(word))
+        {
+            return Some("is a placeholder, not a path");
+        }
+        let wildcards_only = trimmed
+            .chars()
+            .all(|c| matches!(c, '*' | '?' | '/' | '.'));
+        if wildcards_only {
+            return Some("names no path: wildcards alone match every file");
+        }
+        None
+    }
+
+    /// Whether this scope names `path` explicitly: some glob matches it, and that glob's literal prefix (the text
+    /// before its first wildcard) reaches the end of `root`, the part of the path that makes it special (a
+    /// protected directory such as `.claude`, a protected file such as `.mcp.json`, a submodule's path).
+    /// `.claude/**` and `.claude/settings.json` name `.claude/settings.json`; `**`, `.c*/**` and `*.json` do not.
+    pub fn names(&self, path: &str, root: &str) -> bool {
+        self.globs.iter().any(|glob| {
+            let text = glob.as_str();
+            let literal = text
+                .find(['*', '?', '[', '{'])
+                .map_or(text, |wild| &text[..wild]);
+            glob.matches(path) && literal.len() >= root.len() && literal.starts_with(root)
+        })
     }
 
     /// Whether any glob matches `path`.
@@ -286,6 +347,43 @@ mod tests {
         assert_eq!(Scope::new(vec![ticked]), None);
         let plain: Glob = "src".parse().unwrap();
         assert!(Scope::new(vec![plain]).is_some());
+    }
+
+    #[test]
+    fn a_scope_is_stored_as_its_list_of_globs_and_read_back_only_when_valid() {
+        let scope = paths("src/api/**, docs/api.md");
+        let stored = serde_json::to_value(&scope).unwrap();
+        assert_eq!(stored, serde_json::json!(["src/api/**", "docs/api.md"]));
+        assert_eq!(serde_json::from_value::<Scope>(stored).unwrap(), scope);
+        for bad in [
+            serde_json::json!([]),
+            serde_json::json!(["/etc"]),
+            serde_json::json!(["my docs"]),
+            serde_json::json!("src/**"),
+        ] {
+            assert!(serde_json::from_value::<Scope>(bad.clone()).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_scope_names_a_path_only_through_an_entry_whose_literal_part_reaches_it() {
+        let scope = paths(".claude/**, src/**, *.json, .c*/x");
+        assert!(scope.names(".claude/settings.json", ".claude"));
+        assert!(!scope.names(".codex/x", ".codex"));
+        assert!(!scope.names(".mcp.json", ".mcp.json"), "*.json matches but names nothing");
+        assert!(paths(".mcp.json").names(".mcp.json", ".mcp.json"));
+        assert!(!paths("**").names(".mcp.json", ".mcp.json"));
+        assert!(!paths(".claude/x").names(".claude/y", ".claude"), "must match too");
+    }
+
+    #[test]
+    fn placeholders_and_bare_wildcards_name_no_path() {
+        for entry in ["", " ", "N/A", "none", "-", "tbd", "Any", "ALL", "*", "**", "?", "*/**", "**/*"] {
+            assert!(Scope::placeholder(entry).is_some(), "{entry:?}");
+        }
+        for entry in ["src", "none.md", "*.md", "n/a/b", "a?", "docs/todo"] {
+            assert_eq!(Scope::placeholder(entry), None, "{entry:?}");
+        }
     }
 
     fn any_glob() -> impl Strategy<Value = Glob> {

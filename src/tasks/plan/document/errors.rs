@@ -28,6 +28,8 @@ pub enum PlanErrorKind {
     Scope,
     /// A scope entry that is not a valid glob.
     Glob,
+    /// A scope entry that names no path: a placeholder word (`n/a`, `none`, `tbd`, …), blank, or wildcards alone.
+    Placeholder,
     DependsOn,
     Overlap,
     Cycle,

@@ -349,6 +349,11 @@ fn error_cases() -> Vec<(Value, PlanErrorKind, &'static str)> {
         ),
         (with("scope", json!(["/etc"])), Glob, "is absolute"),
         (
+            with("scope", json!(["n/a"])),
+            Placeholder,
+            "items[0] \"a\": scope[0] \"n/a\" is a placeholder, not a path",
+        ),
+        (
             with("scope", json!(["my docs/**"])),
             Scope,
             "scope[0] \"my docs/**\" contains whitespace",
@@ -662,4 +667,43 @@ fn a_large_realistic_plan_is_compared_well_within_the_budget() {
     );
     assert!(errors.count() > 100);
     assert!(errors.errors()[0].line().contains("both match"), "{errors}");
+}
+
+#[test]
+fn a_placeholder_scope_is_refused_naming_the_item_and_the_word() {
+    for word in [
+        "n/a", "N/A", "na", "none", "None", "-", "—", "tbd", "TODO", "any", "all", "everything", "?", "*",
+        "**", "**/*", "*/**", "", "   ", "...", "nothing",
+    ] {
+        let errors = refused(&plan(vec![
+            item("api", &["src/api/**"], &[]),
+            item("stray", &["docs/**", word], &[]),
+        ]));
+        let lines: Vec<&str> = errors.errors().iter().map(PlanError::line).collect();
+        assert_eq!(errors.errors().len(), 1, "{word:?}: {lines:?}");
+        assert_eq!(errors.errors()[0].kind(), PlanErrorKind::Placeholder, "{word:?}: {lines:?}");
+        let quoted = format!("{word:?}");
+        assert!(
+            lines[0].starts_with("items[1] \"stray\": scope[1] ") && lines[0].contains(&quoted),
+            "{word:?}: {lines:?}"
+        );
+    }
+}
+
+#[test]
+fn paths_that_look_like_words_or_have_wildcards_with_a_name_are_scopes() {
+    let document = parse(&plan(vec![
+        item("a", &["Makefile", "none.md", "*.md", "**/*.rs", "n/a/b"], &[]),
+        item("b", &["docs/**/*.txt"], &[]),
+    ]));
+    assert!(document.is_ok(), "{document:?}");
+}
+
+#[test]
+fn a_stored_plan_with_a_placeholder_scope_still_reads_back() {
+    // Accepted before placeholders were refused: the log must stay readable.
+    let stored = plan(vec![item("old", &["n/a"], &[])]);
+    let read = serde_json::from_value::<PlanDocument>(stored).unwrap();
+    assert_eq!(read.items()[0].scope()[0].as_str(), "n/a");
+    assert!(refused(&plan(vec![item("old", &["n/a"], &[])])).has(PlanErrorKind::Placeholder));
 }

@@ -33,7 +33,7 @@ pub(super) fn parse(bytes: &[u8], limits: &PlanLimits) -> Result<PlanDocument, P
     // Some editors start a UTF-8 file with a byte order mark; it carries nothing, and serde_json refuses it.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     match serde_json::from_str::<Value>(text) {
-        Ok(value) => check(&value, limits),
+        Ok(value) => check(&value, limits, Reading::File),
         Err(e) => {
             let message = e.to_string();
             let position = format!(" at line {} column {}", e.line(), e.column());
@@ -51,8 +51,20 @@ pub(super) fn parse(bytes: &[u8], limits: &PlanLimits) -> Result<PlanDocument, P
     }
 }
 
+/// What is being read: a planner's file, held to every check of today, or a plan stored in the log, held only to
+/// the checks it was accepted under (version 1's checks may be relaxed, never tightened, for stored plans).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reading {
+    File,
+    Stored,
+}
+
 /// Checks a parsed plan and types it, or returns every problem found.
-pub(super) fn check(value: &Value, limits: &PlanLimits) -> Result<PlanDocument, PlanErrors> {
+pub(super) fn check(
+    value: &Value,
+    limits: &PlanLimits,
+    reading: Reading,
+) -> Result<PlanDocument, PlanErrors> {
     let mut errors = PlanErrors::new();
     find_nul(value, &mut String::new(), &mut errors);
     let Some(root) = value.as_object() else {
@@ -141,7 +153,7 @@ pub(super) fn check(value: &Value, limits: &PlanLimits) -> Result<PlanDocument, 
     let mut drafts: Vec<Draft> = items
         .iter()
         .enumerate()
-        .map(|(index, item)| Draft::read(index, item, &mut errors))
+        .map(|(index, item)| Draft::read(index, item, reading, &mut errors))
         .collect();
     let ids = unique_ids(&mut drafts, &mut errors);
     // Named in every unknown-dependency line; listed once, not per line, whatever the number of items.
@@ -258,6 +270,14 @@ fn json_type(value: &Value) -> &'static str {
     }
 }
 
+/// Why a planner's scope entry names no path ([`Scope::placeholder`]); a stored plan is not held to it.
+fn placeholder(entry: &str, reading: Reading) -> Option<&'static str> {
+    match reading {
+        Reading::File => Scope::placeholder(entry),
+        Reading::Stored => None,
+    }
+}
+
 /// One item as far as it could be typed: each field is `Some` when it passed its checks.
 struct Draft {
     index: usize,
@@ -278,7 +298,7 @@ struct Draft {
 }
 
 impl Draft {
-    fn read(index: usize, value: &Value, errors: &mut PlanErrors) -> Draft {
+    fn read(index: usize, value: &Value, reading: Reading, errors: &mut PlanErrors) -> Draft {
         let mut draft = Draft {
             index,
             label: format!("items[{index}]"),
@@ -339,7 +359,7 @@ impl Draft {
             one_line: false,
         };
         draft.done_when = done_when.read(item, &draft.label, errors);
-        draft.read_scope(item, errors);
+        draft.read_scope(item, reading, errors);
         draft.read_depends_on(item, errors);
         draft
     }
@@ -373,7 +393,7 @@ impl Draft {
         }
     }
 
-    fn read_scope(&mut self, item: &Map<String, Value>, errors: &mut PlanErrors) {
+    fn read_scope(&mut self, item: &Map<String, Value>, reading: Reading, errors: &mut PlanErrors) {
         let label = &self.label;
         let entries = match item.get("scope") {
             None => {
@@ -418,6 +438,15 @@ impl Draft {
             match entry {
                 // Reported where it is, by `find_nul`.
                 Value::String(text) if text.contains('\0') => ok = false,
+                // A placeholder would be read as a path (`n/a`) or as every path (`**`): neither is a scope.
+                Value::String(text) if placeholder(text, reading).is_some() => {
+                    let why = placeholder(text, reading).unwrap_or("names no path");
+                    errors.push(
+                        Kind::Placeholder,
+                        format!("{label}: scope[{j}] {} {why}; list the paths or globs this item may change, such as \"src/api/**\"", quote(text)),
+                    );
+                    ok = false;
+                }
                 Value::String(text) => match text.parse::<Glob>() {
                     Ok(glob) if Scope::holds(&glob) => self.globs.push(glob),
                     Ok(_) => {
