@@ -42,6 +42,7 @@ mod linear_contract;
 mod openapi;
 mod plans;
 mod plans_combined;
+mod planted;
 mod pollers;
 mod process;
 mod projectors;
