@@ -168,6 +168,12 @@ pub fn presets() -> Vec<AgentProfile> {
                 "--verbose",
                 "--replay-user-messages",
                 "--dangerously-skip-permissions",
+                // No project settings (`.claude/settings*.json`: hooks, env, plugins) and no `.mcp.json`: only
+                // the run's own HOME (fresh) and the flags here configure it (docs/agents.md, "Planted
+                // configuration").
+                "--setting-sources",
+                "user",
+                "--strict-mcp-config",
             ],
             &["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"],
             &[
@@ -182,7 +188,15 @@ pub fn presets() -> Vec<AgentProfile> {
             "pi",
             // No session file: pidevops never resumes one, and the run's log holds the transcript. JSON events:
             // each assistant message's usage and cost.
-            &["pi", "-p", "--no-session", "--mode", "json"],
+            // No extensions discovered (`.pi/extensions/` would run at start).
+            &[
+                "pi",
+                "-p",
+                "--no-session",
+                "--mode",
+                "json",
+                "--no-extensions",
+            ],
             // PI_CODING_AGENT_DIR: a directory with pi's models.json / settings.json (another endpoint, a model).
             &["ANTHROPIC_API_KEY", "PI_CODING_AGENT_DIR"],
             &[("PI_OFFLINE", "1"), ("PI_SKIP_VERSION_CHECK", "1")],
@@ -204,6 +218,8 @@ pub fn presets() -> Vec<AgentProfile> {
                 // Else it installs its default plugins from the npm registry at each start (a fresh HOME).
                 ("OPENCODE_DISABLE_DEFAULT_PLUGINS", "1"),
                 ("OPENCODE_DISABLE_LSP_DOWNLOAD", "1"),
+                // No opencode.json or .opencode/ of the project (its MCP servers, plugins, agents, commands).
+                ("OPENCODE_DISABLE_PROJECT_CONFIG", "1"),
             ],
         ),
         preset(

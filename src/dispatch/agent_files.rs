@@ -162,22 +162,42 @@ pub fn read_spec(worktree: &Path) -> Result<Option<Spec>, AgentFileError> {
 /// are removed, never followed), or, when the agent made `.pidevops` a link or a file, just that entry, never what
 /// it points at. Nothing there is fine.
 pub fn remove_agent_dir(worktree: &Path) -> Result<(), AgentFileError> {
-    let path = worktree.join(AGENT_DIR);
-    let meta = match std::fs::symlink_metadata(&path) {
+    remove_entry(&worktree.join(AGENT_DIR))
+        .map(|_| ())
+        .map_err(AgentFileError::Remove)
+}
+
+/// Removes from `worktree` the agent CLIs' project configuration (`tasks::agent_config::PATHS`: settings, hooks,
+/// MCP servers, plugins, extensions) before a run that must not load what a worker could have planted (a reviewer,
+/// a planner, a triage agent), whatever its CLI's switches say; the paths that were there, for the record. The work
+/// is unchanged: what is pushed is the commit recorded before, and the worktree is reset before its next use.
+pub fn set_aside_agent_config(worktree: &Path) -> std::io::Result<Vec<String>> {
+    let mut removed = Vec::new();
+    for path in crate::tasks::agent_config::PATHS {
+        if remove_entry(&worktree.join(path))? {
+            removed.push(path.to_owned());
+        }
+    }
+    Ok(removed)
+}
+
+/// Removes a file, a link (never what it points at) or a directory tree; `false` when nothing was there.
+fn remove_entry(path: &Path) -> std::io::Result<bool> {
+    let meta = match std::fs::symlink_metadata(path) {
         Ok(meta) => meta,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(AgentFileError::Remove(e)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
     };
     if !meta.is_dir() {
-        return std::fs::remove_file(&path).map_err(AgentFileError::Remove);
+        return std::fs::remove_file(path).map(|()| true);
     }
     // remove_dir_all does not follow links (std removes through openat/unlinkat). An agent may have taken the
     // permissions off a directory inside to keep it (and so itself) in the commit: give them back and retry.
-    if std::fs::remove_dir_all(&path).is_ok() {
-        return Ok(());
+    if std::fs::remove_dir_all(path).is_ok() {
+        return Ok(true);
     }
-    make_removable(&path);
-    std::fs::remove_dir_all(&path).map_err(AgentFileError::Remove)
+    make_removable(path);
+    std::fs::remove_dir_all(path).map(|()| true)
 }
 
 /// `u+rwx` on every real directory under `root` (found with `lstat`, so no link is followed; the agent's

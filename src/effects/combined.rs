@@ -119,7 +119,10 @@ fn item_section(item: &Task, commit: &str) -> String {
     }
     let report = item.report();
     if let Some(summary) = &report.summary {
-        section.push_str(&format!("\n**The agent's summary:** {}\n", inert(summary)));
+        section.push_str(&format!(
+            "\n**The agent's summary:** {}\n",
+            inert(&crate::tasks::values::plain_markdown(summary))
+        ));
     }
     if let Some(review) = &report.review {
         section.push_str(&format!(

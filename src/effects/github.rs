@@ -18,6 +18,7 @@ use crate::eventlog::StoredEvent;
 use crate::intake::{CommentOutcome, CommentRecord, COMMENT_RECORD};
 use crate::providers::github::GithubClient;
 use crate::providers::CallError;
+use crate::tasks::values::plain_markdown;
 use crate::tasks::{
     landing, Command, CommitSha, GithubRef, LandConfig, Links, Readiness, Task, TaskEvent, TaskId,
 };
@@ -488,7 +489,10 @@ pub fn pull_request_body(task: &Task) -> String {
     // What the attempt says of itself: the agent's words and the reviewer's are untrusted like the ticket's.
     let report = task.report();
     if let Some(summary) = &report.summary {
-        body.push_str(&format!("\n## The agent's summary\n{}\n", inert(summary)));
+        body.push_str(&format!(
+            "\n## The agent's summary\n{}\n",
+            inert(&plain_markdown(summary))
+        ));
     }
     if let Some(review) = &report.review {
         body.push_str(&format!(

@@ -441,6 +441,66 @@ fn ticket_text_cannot_ping_or_close_anything_on_github_and_stays_readable() {
     }
 }
 
+/// The agent's own summary (`.pidevops/status.json`) in the pull request: plain text, like the review's. No
+/// link, image, HTML, heading or mention it wrote takes effect.
+#[test]
+fn the_agents_summary_in_a_pull_request_is_plain_and_inert() {
+    use crate::tasks::{
+        ApprovalPolicy, AttemptReport, Command, Links, MaxAttempts, NewTask, Priority, RunId, Spec,
+    };
+    let new = NewTask {
+        id: "T-9".parse().unwrap(),
+        repo: "acme/app".parse().unwrap(),
+        spec: Spec::new("Fix the login redirect", "", "").unwrap(),
+        priority: Priority::Normal,
+        links: Links::default(),
+        approval: ApprovalPolicy::Auto,
+        max_attempts: MaxAttempts::new(3).unwrap(),
+        ticket_version: None,
+        agent: None,
+        family: Default::default(),
+    };
+    let (task, _) = apply(None, Command::Create(Box::new(new)));
+    let run = RunId(uuid::Uuid::from_u128(1));
+    let (task, _) = apply(Some(task), Command::Start { run });
+    let summary = "# Done\n[Approve here](https://evil.example) <img src=x onerror=alert(1)> ![p](https://evil.example/p.png)\nFixes #1, cc @acme/everyone";
+    let (task, submitted) = apply(
+        Some(task),
+        Command::SubmitForReview {
+            run,
+            branch: "pidevops/T-9".parse().unwrap(),
+            pr: None,
+            report: Box::new(AttemptReport {
+                summary: Some(summary.to_owned()),
+                ..AttemptReport::default()
+            }),
+        },
+    );
+    let requests = policy::github(&submitted[0], &task, &policy::PolicyConfig::default());
+    let Action::GithubOpenPullRequest { body, .. } = &requests[0].action else {
+        panic!("a pull request: {requests:?}");
+    };
+    let section = body
+        .split_once("## The agent's summary\n")
+        .and_then(|(_, rest)| rest.split_once("\n---\n"))
+        .map(|(section, _)| section)
+        .unwrap_or_else(|| panic!("{body}"));
+    assert_eq!(live_for_github(section), None, "{section:?}");
+    assert!(!section.starts_with('#'), "a heading: {section:?}");
+    for markup in ["[Approve here](", "![p]("] {
+        assert!(!section.contains(markup), "{markup} live in {section:?}");
+    }
+    let html = regex::Regex::new(r"(^|[^\\])<").unwrap();
+    assert!(!html.is_match(section), "live HTML: {section:?}");
+    // Still readable: the escapes taken out, the agent's words are all there.
+    let read = section.replace('\u{200B}', "").replace('\\', "");
+    assert!(
+        read.contains("[Approve here](https://evil.example)"),
+        "{read}"
+    );
+    assert!(read.contains("Fixes #1, cc @acme/everyone"), "{read}");
+}
+
 #[test]
 fn a_pull_request_from_hostile_ticket_text_has_no_live_mention_or_closing_keyword() {
     use crate::tasks::{

@@ -12,6 +12,7 @@
 //! bouncing back fast, or by hand; one event per episode, cleared by a human or by the task closing. An attempt
 //! pidevops itself interrupted (a shutdown) is given back rather than counted.
 
+pub mod agent_config;
 pub mod domain;
 pub mod plan;
 pub mod values;

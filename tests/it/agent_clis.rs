@@ -32,12 +32,12 @@ const GITHUB_TOKEN: &str = "ghp_CLItestTOKENneverTOreachAGENTS0123456";
 const ADMIN_TOKEN: &str = "admin-CLI-test-never-to-reach-agents-0123";
 const WRITTEN: &str = "edited by the model through the CLI\n";
 /// How long one CLI may take for its two turns on a loaded two-core machine (opencode alone took 36 s).
-const RUN_LIMIT: Duration = Duration::from_secs(300);
+pub(crate) const RUN_LIMIT: Duration = Duration::from_secs(300);
 
 /// `(bwrap, the containment /health names)`: bubblewrap, and none (the Landlock fallback of container hosts).
-type Containment = (&'static str, &'static str);
-const NAMESPACES: Containment = ("bwrap", "namespaces");
-const LANDLOCK: Containment = ("/nonexistent/bwrap", "landlock");
+pub(crate) type Containment = (&'static str, &'static str);
+pub(crate) const NAMESPACES: Containment = ("bwrap", "namespaces");
+pub(crate) const LANDLOCK: Containment = ("/nonexistent/bwrap", "landlock");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn claude_preset_edits_through_the_anthropic_api_and_the_edit_is_pushed() {
@@ -364,7 +364,7 @@ fn profile_table(profile: &AgentProfile) -> String {
 }
 
 /// The directory holding the CLI, or `None` (loudly) outside CI when it is not installed.
-fn cli_dir(program: &str) -> Option<PathBuf> {
+pub(crate) fn cli_dir(program: &str) -> Option<PathBuf> {
     let dir = std::env::var_os("PIDEVOPS_AGENT_CLIS")
         .filter(|d| !d.is_empty())
         .map_or_else(|| PathBuf::from("/opt/pidevops-agents/bin"), PathBuf::from);

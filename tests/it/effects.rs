@@ -24,6 +24,7 @@ per_backend!(
     turned_on_for_a_log_with_history_it_acts_only_on_news,
     a_loop_first_started_on_an_empty_log_catches_up_after_a_restart,
     hostile_ticket_text_pings_nobody_and_closes_nothing,
+    a_real_attempts_commit_message_and_summary_carry_nothing_github_acts_on,
 );
 
 const TOKEN: &str = "ghp_fake_token_for_the_fake_github";
@@ -552,5 +553,102 @@ async fn hostile_ticket_text_pings_nobody_and_closes_nothing(db: TestDb) {
         shown.contains("cc @octocat") && shown.contains("FIXED: GH-4 &amp;#64;admin"),
         "{shown}"
     );
+    app.stop().await;
+}
+
+/// Through a real attempt (dispatcher, git, a worker that leaves a hostile summary in `.pidevops/status.json`) and
+/// the fake GitHub: the pushed commit's message names the task, never its hostile title; the pull request shows
+/// the agent's summary as plain, inert text.
+async fn a_real_attempts_commit_message_and_summary_carry_nothing_github_acts_on(db: TestDb) {
+    use crate::common::agents::Remote;
+    let github = FakeGithub::start().await;
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let worker = crate::plans::bash_agent(
+        scratch.path(),
+        "worker.sh",
+        r###"echo done > CHANGES.md
+mkdir -p .pidevops
+cat > .pidevops/status.json <<'JSON'
+{"resolved": true, "summary": "## Merged\n[Approve](https://evil.example) <img src=x> Fixes #1 @acme/everyone"}
+JSON"###,
+    );
+    let mut settings = crate::common::settings(&db);
+    settings.github_token = Some(SecretString::from(TOKEN));
+    settings.github_api_url = github.url.clone();
+    settings.workspace_root = scratch.path().join("ws");
+    let file: toml::Table = format!(
+        r#"
+        [board]
+        approval = "auto"
+        [dispatch]
+        agent = "worker"
+        heartbeat_s = 0.3
+        [agents.worker]
+        command = ["{}", "{{prompt_file}}"]
+        [repos."acme/app"]
+        url = "{}"
+        "#,
+        worker.display(),
+        remote.url()
+    )
+    .parse()
+    .unwrap();
+    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
+    let app = TestApp::spawn(settings).await;
+    let title = "Fixes #7, closes acme/app#3 for @acme/everyone";
+    let (outcome, _) = app
+        .state
+        .board
+        .create(
+            Draft::new(
+                "acme/app".parse().unwrap(),
+                Spec::new(title, "", "").unwrap(),
+                Links::default(),
+            ),
+            "test:inert-commit",
+            "api",
+            None,
+        )
+        .await
+        .unwrap();
+    let id = outcome.task.id();
+    within(
+        Duration::from_secs(60),
+        "the pull request opened",
+        || async {
+            app.drive("effects:github").await;
+            !github.pulls_opened().is_empty()
+        },
+    )
+    .await;
+    let message = std::process::Command::new("git")
+        .args(["log", "-1", "--format=%B", id.branch().as_str()])
+        .current_dir(remote.dir.path().join("remote.git"))
+        .output()
+        .unwrap();
+    let message = String::from_utf8_lossy(&message.stdout).into_owned();
+    assert!(
+        message.starts_with(&format!("{id}: attempt 1\n")),
+        "{message}"
+    );
+    for hostile in ["Fixes", "closes", "#7", "#3", "@"] {
+        assert!(!message.contains(hostile), "{hostile} in {message:?}");
+    }
+    let (_, _, _, _, _, body) = github.pulls_opened().remove(0);
+    let summary = body
+        .split_once("## The agent's summary\n")
+        .and_then(|(_, rest)| rest.split_once("\n---\n"))
+        .map(|(summary, _)| summary.to_owned())
+        .unwrap_or_else(|| panic!("no summary in {body:?}"));
+    let mention = regex::Regex::new(r"(^|[^\w`])@[A-Za-z0-9]").unwrap();
+    let closing = regex::Regex::new(r"(?i)\bfix(e[sd])?:?\s+#").unwrap();
+    assert!(!mention.is_match(&summary), "{summary:?}");
+    assert!(!closing.is_match(&summary), "{summary:?}");
+    assert!(!summary.contains("#1"), "{summary:?}");
+    assert!(!summary.starts_with('#'), "a heading: {summary:?}");
+    assert!(!summary.contains("[Approve]("), "a live link: {summary:?}");
+    let html = regex::Regex::new(r"(^|[^\\])<").unwrap();
+    assert!(!html.is_match(&summary), "live HTML: {summary:?}");
     app.stop().await;
 }

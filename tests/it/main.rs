@@ -43,6 +43,7 @@ mod linear_contract;
 mod openapi;
 mod plans;
 mod plans_combined;
+mod planted;
 mod pollers;
 mod process;
 mod projectors;

@@ -165,6 +165,13 @@ impl Dispatcher {
             ));
         }
         let purpose = task.purpose().unwrap_or_default();
+        // A planner or a triage agent loads no agent CLI configuration a merged change could have brought.
+        if purpose != RunPurpose::Work {
+            if let Err(error) = self.set_aside_agent_config(&prepared).await {
+                self.inner.workspaces.finished(&prepared);
+                return Some(fail(FailureKind::Workspace, error, String::new()));
+            }
+        }
         let prompt = crate::dispatch::prompt::for_run(task, purpose, self.inner.plans.max_items);
         if let Err(error) = tokio::fs::write(&prepared.dirs.prompt, &prompt).await {
             return Some(fail(
@@ -476,11 +483,7 @@ impl Dispatcher {
             Ok(summary) => summary,
             Err((kind, detail)) => return failed(kind, detail),
         };
-        let message = format!(
-            "{id}: {}\n\nWritten by the {} agent, attempt {attempt} (pidevops run {run}).",
-            task.title(),
-            ended.profile.name
-        );
+        let message = super::commit_message(id, &ended.profile.name, attempt, run);
         let phase = std::time::Instant::now();
         let committed = self.inner.workspaces.commit(prepared, &message).await;
         metrics::histogram!("pidevops_run_phase_seconds", "phase" => "commit")

@@ -298,3 +298,35 @@ pub fn cannot_run(
     }
     None
 }
+
+/// The message of an attempt's commit: the task id and pidevops's own words only. The ticket's title is a
+/// stranger's text, and GitHub acts on a commit message once it lands (`Fixes #7` closes an issue, `@team` pings);
+/// the pull request carries the title, made inert there.
+fn commit_message(task: TaskId, profile: &str, attempt: u32, run: RunId) -> String {
+    format!(
+        "{task}: attempt {attempt}\n\nWritten by the {profile} agent for pidevops task {task}, attempt {attempt} \
+         (pidevops run {run}); the task's title and spec are on its pull request."
+    )
+}
+
+#[cfg(test)]
+mod commit_message_tests {
+    use super::*;
+
+    #[test]
+    fn a_commit_message_names_the_task_and_carries_no_ticket_text() {
+        let run = RunId(uuid::Uuid::from_u128(7));
+        let message = commit_message("T-7".parse().unwrap(), "claude", 2, run);
+        assert_eq!(
+            message,
+            format!(
+                "T-7: attempt 2\n\nWritten by the claude agent for pidevops task T-7, attempt 2 (pidevops run \
+                 {run}); the task's title and spec are on its pull request."
+            )
+        );
+        assert!(
+            !message.contains('@') && !message.contains('#'),
+            "{message}"
+        );
+    }
+}

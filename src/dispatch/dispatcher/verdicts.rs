@@ -20,8 +20,9 @@ use super::attempt::Ended;
 use super::launch::Access;
 use super::Dispatcher;
 use crate::config::file::{ReviewPolicy, ScopePolicy};
+use crate::config::profiles::AgentProfile;
 use crate::dispatch::agent_files::{
-    read_question, read_review, read_status, remove_agent_dir, AGENT_DIR,
+    read_question, read_review, read_status, remove_agent_dir, set_aside_agent_config, AGENT_DIR,
 };
 use crate::dispatch::runner::{self, Ending};
 use crate::dispatch::runs::FailureKind;
@@ -200,17 +201,47 @@ impl Dispatcher {
             .changed_paths(prepared, commit)
             .await
             .map_err(|e| reviewer_failed(e.to_string()))?;
-        let prompt = review_prompt(task, &String::from_utf8_lossy(&patch), &changed);
+        // What the worker left for the agent CLIs is set aside before the reviewer's CLI starts (it reads the
+        // diff of it), and named on the outcome whatever the verdict.
+        let planted = crate::tasks::agent_config::agent_config_of(&changed);
+        let note = crate::tasks::agent_config::planted_note(&planted);
+        self.set_aside_agent_config(prepared)
+            .await
+            .map_err(reviewer_failed)?;
+        let prompt = review_prompt(
+            task,
+            &String::from_utf8_lossy(&patch),
+            &changed,
+            note.as_deref(),
+        );
         tokio::fs::write(&reviewing.dirs.prompt, &prompt)
             .await
             .map_err(|e| reviewer_failed(format!("writing the reviewer's prompt: {e}")))?;
+        self.run_reviewer(task, &profile, &reviewing, &prompt, ended)
+            .await
+            .map_err(|(kind, detail)| match &note {
+                Some(note) => (kind, format!("{detail}\n{note}")),
+                None => (kind, detail),
+            })
+    }
+
+    /// The reviewer's run and its verdict.
+    async fn run_reviewer(
+        &self,
+        task: &Task,
+        profile: &AgentProfile,
+        reviewing: &Prepared,
+        prompt: &str,
+        ended: &Ended<'_>,
+    ) -> Result<Option<Review>, Refusal> {
+        let reviewer_failed = |detail: String| (FailureKind::Reviewer, detail);
         let mut launch = self
             .launch(
                 task,
                 ended.run,
-                &profile,
-                &reviewing,
-                &prompt,
+                profile,
+                reviewing,
+                prompt,
                 Access::ReadOnly,
             )
             .map_err(|e| reviewer_failed(format!("{e:#}")))?;
@@ -248,7 +279,7 @@ impl Dispatcher {
                 )))
             }
         }
-        let worktree = prepared.dirs.worktree.clone();
+        let worktree = reviewing.dirs.worktree.clone();
         let (review, _) = tokio::task::spawn_blocking(move || {
             (read_review(&worktree), remove_agent_dir(&worktree))
         })
@@ -262,6 +293,20 @@ impl Dispatcher {
                 profile.name
             ))),
             Err(error) => Err(reviewer_failed(error.to_string())),
+        }
+    }
+
+    /// Removes the agent CLIs' project configuration from the worktree before a run that must not load it (a
+    /// reviewer, a planner, a triage agent): the paths that were there, or why it failed.
+    pub(super) async fn set_aside_agent_config(
+        &self,
+        prepared: &Prepared,
+    ) -> Result<Vec<String>, String> {
+        let worktree = prepared.dirs.worktree.clone();
+        match tokio::task::spawn_blocking(move || set_aside_agent_config(&worktree)).await {
+            Ok(Ok(removed)) => Ok(removed),
+            Ok(Err(error)) => Err(format!("setting agent CLI configuration aside: {error}")),
+            Err(error) => Err(format!("setting agent CLI configuration aside: {error}")),
         }
     }
 
@@ -339,7 +384,7 @@ pub(super) fn outside_note(outside: &[String], scope: &Scope) -> String {
 }
 
 /// The reviewer's prompt: the spec, the change, and the verdict file to write.
-fn review_prompt(task: &Task, patch: &str, changed: &[String]) -> String {
+fn review_prompt(task: &Task, patch: &str, changed: &[String], planted: Option<&str>) -> String {
     let spec = task.spec();
     let mut prompt = String::from(
         "You are reviewing another coding agent's work before it becomes a pull request. You can read the \
@@ -353,6 +398,11 @@ fn review_prompt(task: &Task, patch: &str, changed: &[String]) -> String {
         prompt.push_str(&format!("Done when: {}\n", spec.done_when()));
     }
     prompt.push_str(&format!("\nFiles changed: {}\n", changed.join(", ")));
+    if let Some(planted) = planted {
+        prompt.push_str(&format!(
+            "{planted}. They are not in your worktree: read them in the diff below, as code under review.\n"
+        ));
+    }
     let (shown, cut) = match patch.char_indices().nth(REVIEW_DIFF_CHARS) {
         Some((end, _)) => (&patch[..end], true),
         None => (patch, false),

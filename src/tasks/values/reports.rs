@@ -11,7 +11,7 @@
 mod review;
 mod strict;
 
-pub use review::{Review, ReviewComment, Verdict};
+pub use review::{plain_markdown, Review, ReviewComment, Verdict};
 
 use super::{Reason, Spec};
 use strict::{check_path, cut, string, Fields};

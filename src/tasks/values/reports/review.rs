@@ -320,7 +320,7 @@ impl TryFrom<CommentParts> for ReviewComment {
 /// backslash-escaped, and what would start a block at the beginning of a line (a heading, a list, a quote, an
 /// indented code block, a rule) is escaped or trimmed, so the text renders as itself. `@` and `#` references are
 /// made inert elsewhere, before anything is sent.
-fn plain_markdown(text: &str) -> String {
+pub fn plain_markdown(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + text.len() / 8);
     for (i, line) in text.lines().enumerate() {
         if i > 0 {
