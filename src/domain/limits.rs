@@ -183,7 +183,7 @@ mod tests {
             ..six_days.clone()
         };
         assert_eq!(
-            hold(&[past_the_window.clone()], None, HOUR, now()),
+            hold(std::slice::from_ref(&past_the_window), None, HOUR, now()),
             Some(Hold::Probe { tasks: 1 })
         );
         // The same task's runs reporting again are still one task's word.

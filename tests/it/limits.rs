@@ -518,5 +518,56 @@ async fn one_runs_faked_limit_holds_its_own_task_and_its_profile_only_for_the_un
         || async { row(&app, after).await.column == Column::InReview },
     )
     .await;
+
+    // And from the dashboard: the Runs page shows the hold with a Lift button; the form needs its CSRF token.
+    let dash = task(&app, "Fake it for the dashboard", None).await;
+    within(Duration::from_secs(60), "the report", || async {
+        runs_of(&app, dash)
+            .await
+            .first()
+            .is_some_and(|r| r.state != "running")
+    })
+    .await;
+    ticks(&app, 1).await;
+    let cookie = crate::web::sign_in(&app).await;
+    let (status, html) = crate::web::get(&app, "/runs", &cookie).await;
+    assert_eq!(status, 200);
+    assert!(
+        html.contains("agent profile claude-like"),
+        "the hold on the page"
+    );
+    assert!(
+        html.contains("action=\"/runs/limits/claude-like/lift\""),
+        "the Lift form"
+    );
+    let token = crate::web::csrf(&html);
+    let lift = |csrf: String| {
+        let cookie = cookie.clone();
+        let app = &app;
+        async move {
+            crate::web::client()
+                .post(app.url("/runs/limits/claude-like/lift"))
+                .header("cookie", cookie)
+                .form(&[("csrf", csrf)])
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    assert_eq!(lift("0".repeat(64)).await, 403);
+    assert_eq!(
+        lifted_by(&app).await.len(),
+        2,
+        "nothing lifted without the token"
+    );
+    assert_eq!(lift(token).await, 303);
+    assert_eq!(
+        lifted_by(&app).await,
+        ["\"api\"", "\"cli\"", "\"dashboard\""]
+    );
+    ticks(&app, 1).await;
+    assert_eq!(limit_problem(&app.health().await.1), None);
     app.stop().await;
 }
