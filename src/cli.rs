@@ -501,10 +501,21 @@ pub enum DispatchCommand {
     Resume,
     /// Whether dispatch is paused, and why.
     Status,
+    /// Lifts an agent profile's pause by its provider's usage or rate limit (a `limits.lifted` event): the
+    /// limits its runs reported before count no more.
+    Lift {
+        /// The profile (`[agents.<name>]`).
+        profile: String,
+    },
 }
 
 pub async fn dispatch(settings: Settings, command: DispatchCommand) -> anyhow::Result<()> {
     use crate::board::pause::{pause_state, set_paused};
+    if let DispatchCommand::Lift { profile } = &command {
+        if settings.file.profiles.get(profile).is_none() {
+            anyhow::bail!("no agent profile {profile:?}");
+        }
+    }
     let core = crate::startup::Core::open_for_cli(settings).await?;
     let (store, log) = (core.store.clone(), core.log.clone());
     let result = async {
@@ -527,6 +538,10 @@ pub async fn dispatch(settings: Settings, command: DispatchCommand) -> anyhow::R
                 Some(why) => println!("paused: {why}"),
                 None => println!("running"),
             },
+            DispatchCommand::Lift { profile } => {
+                crate::board::pause::lift_limit(&log, &profile, "cli").await?;
+                println!("lifted the limit's pause of {profile}");
+            }
         }
         Ok(())
     }

@@ -453,6 +453,7 @@ impl Log {
             repo: run.repo.to_owned(),
             profile: run.profile.to_owned(),
             usage,
+            refused: None,
         });
         let tail = match run.failure {
             Some(FailureKind::Setup | FailureKind::Workspace) => format!(

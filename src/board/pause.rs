@@ -1,5 +1,6 @@
 //! Pausing new dispatch for every replica: `dispatch.paused` / `dispatch.resumed` events in the `dispatch` stream,
-//! appended at the stream's next version (a race is retried), read back as the last of them.
+//! appended at the stream's next version (a race is retried), read back as the last of them. And a person's lift
+//! of one profile's pause by its provider's limit: `limits.lifted` in the stream `limits` (`domain::limits`).
 
 use chrono::Utc;
 
@@ -67,4 +68,58 @@ pub async fn pause_state(store: &EventStore) -> anyhow::Result<Option<String>> {
         Some(reason) => format!("paused by {by}: {reason}"),
         None => format!("paused by {by}"),
     }))
+}
+
+/// Lifts `profile`'s pause by its provider's limit, as a person asks (`by`: api, cli, dashboard): every report
+/// of a limit on record before it counts no more, and the tasks those runs held may start.
+pub async fn lift_limit(
+    log: &EventLog,
+    profile: &str,
+    by: &str,
+) -> anyhow::Result<crate::domain::limits::Lifted> {
+    use crate::domain::limits::{Lifted, LIFTED, STREAM};
+    let lifted = Lifted {
+        at: Utc::now(),
+        profile: profile.to_owned(),
+        by: by.to_owned(),
+    };
+    let mut new = NewEvent::new(
+        Source::Pidevops,
+        EventType::from_stored(LIFTED.to_owned()),
+        format!("{STREAM}:lift:{}", uuid::Uuid::now_v7()),
+        "application/json",
+        bytes::Bytes::from(serde_json::to_vec(&lifted)?),
+    );
+    new.meta
+        .insert("actor".to_owned(), serde_json::Value::from(by));
+    for _ in 0..8 {
+        new.stream = Some((
+            STREAM.to_owned(),
+            log.store().stream_version(STREAM).await? + 1,
+        ));
+        match log.append(new.clone()).await {
+            Ok(_) => return Ok(lifted),
+            Err(AppendError::Conflict { .. }) => continue,
+            Err(error) => return Err(error.into()),
+        }
+    }
+    anyhow::bail!("the limits stream kept changing; try again")
+}
+
+/// The latest lift of each profile's pause.
+pub async fn limit_lifts(
+    store: &EventStore,
+) -> anyhow::Result<std::collections::BTreeMap<String, chrono::DateTime<Utc>>> {
+    use crate::domain::limits::{Lifted, LIFTED, STREAM};
+    let mut lifts = std::collections::BTreeMap::new();
+    for event in store.read_stream(STREAM).await? {
+        if event.event_type != LIFTED {
+            continue;
+        }
+        if let Ok(lifted) = serde_json::from_slice::<Lifted>(&event.body) {
+            let at = lifts.entry(lifted.profile).or_insert(lifted.at);
+            *at = (*at).max(lifted.at);
+        }
+    }
+    Ok(lifts)
 }

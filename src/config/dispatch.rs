@@ -84,6 +84,8 @@ pub struct DispatchConfig {
     pub limits: Limits,
     pub heartbeat: Duration,
     pub retry_backoff: Duration,
+    /// The longest one run's report of its provider's limit pauses its profile (`limit_unverified_s`).
+    pub limit_unverified: Duration,
     pub worktree_ttl: Duration,
     pub executor: Executor,
     pub repos: BTreeMap<RepoName, RepoSource>,
@@ -318,6 +320,7 @@ impl DispatchConfig {
             limits,
             heartbeat: seconds("heartbeat_s", dispatch.heartbeat_s, 1.0)?,
             retry_backoff: seconds("retry_backoff_s", dispatch.retry_backoff_s, 1.0)?,
+            limit_unverified: seconds("limit_unverified_s", dispatch.limit_unverified_s, 1.0)?,
             worktree_ttl: seconds("worktree_ttl_h", dispatch.worktree_ttl_h, 3600.0)?,
             executor: dispatch.executor,
             repos,

@@ -117,6 +117,8 @@ pub struct Finished {
 pub struct Said {
     pub limit: Option<crate::domain::usage::Limit>,
     pub error: Option<String>,
+    /// Why the meter refused a usage figure of the output (out of bounds, not a number): the run is over budget.
+    pub refused: Option<String>,
 }
 
 /// Runs the agent to its end. `output_bytes` is kept current for heartbeats.
@@ -133,6 +135,7 @@ pub async fn run(
                 Said {
                     limit: m.limit().cloned(),
                     error: m.ended_in_error().map(str::to_owned),
+                    refused: m.refused().map(str::to_owned),
                 }
             })
             .unwrap_or_default()

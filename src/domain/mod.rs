@@ -2,6 +2,7 @@
 
 pub mod effect;
 pub mod event;
+pub mod limits;
 pub mod runs;
 pub mod usage;
 

@@ -348,7 +348,8 @@ impl RunEvent {
 
     /// The outcome with what the run spent (nothing recorded when the agent reported nothing).
     pub fn with_usage(mut self, spent: Option<RunUsage>) -> Self {
-        let spent = spent.filter(|u| !u.usage.is_empty());
+        // A run whose figures were refused keeps its record of that, though it spent nothing readable.
+        let spent = spent.filter(|u| !u.usage.is_empty() || u.refused.is_some());
         match &mut self {
             RunEvent::Succeeded { usage, .. }
             | RunEvent::Failed { usage, .. }

@@ -26,6 +26,16 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// The most tokens of one kind a figure may say: per line, and a run's sum. An agent prints its own usage lines
+/// (a tool can write to its CLI's stdout), so every figure is a stranger's: past this it is refused, not summed.
+pub const MAX_TOKENS: u64 = 1_000_000_000;
+/// The most US dollars a cost may say, per line and a run's sum; a cost must also be finite and not negative.
+pub const MAX_COST_USD: f64 = 10_000.0;
+/// The most model turns a run may count.
+pub const MAX_TURNS: u32 = 1_000_000;
+/// The most Claude Code messages a run's estimate keeps apart (each repeats its usage per content block).
+pub const MAX_MESSAGES: usize = 100_000;
+
 /// The longest output line the meter reads; a longer one (a tool's huge output echoed in a transcript line) is
 /// skipped whole: usage lines are short.
 pub const MAX_LINE_BYTES: usize = 1 << 20;
@@ -74,6 +84,40 @@ impl Usage {
         self.turns = self.turns.saturating_add(other.turns);
     }
 
+    /// Why a figure is past the bounds ([`MAX_TOKENS`] of each kind, [`MAX_COST_USD`] finite and not negative,
+    /// [`MAX_TURNS`]): `None` while every one is within them.
+    pub fn out_of_bounds(&self) -> Option<String> {
+        if let Some((kind, n)) = self.by_kind().into_iter().find(|(_, n)| *n > MAX_TOKENS) {
+            return Some(format!("{n} {kind} tokens (at most {MAX_TOKENS})"));
+        }
+        if let Some(cost) = self
+            .cost_usd
+            .filter(|c| !(c.is_finite() && (0.0..=MAX_COST_USD).contains(c)))
+        {
+            return Some(format!("a cost of {cost} USD (at most {MAX_COST_USD})"));
+        }
+        if self.turns > MAX_TURNS {
+            return Some(format!("{} turns (at most {MAX_TURNS})", self.turns));
+        }
+        None
+    }
+
+    /// Each figure held to the bounds: what an outcome recorded before they existed (or by a stranger) counts for
+    /// at most. A cost that is not a number counts as none.
+    pub fn clamped(&self) -> Usage {
+        Usage {
+            input_tokens: self.input_tokens.min(MAX_TOKENS),
+            output_tokens: self.output_tokens.min(MAX_TOKENS),
+            cache_read_tokens: self.cache_read_tokens.min(MAX_TOKENS),
+            cache_write_tokens: self.cache_write_tokens.min(MAX_TOKENS),
+            cost_usd: self
+                .cost_usd
+                .filter(|c| !c.is_nan())
+                .map(|c| c.clamp(0.0, MAX_COST_USD)),
+            turns: self.turns.min(MAX_TURNS),
+        }
+    }
+
     /// The token counts by kind, as `/metrics` labels them.
     pub fn by_kind(&self) -> [(&'static str, u64); 4] {
         [
@@ -93,6 +137,10 @@ pub struct RunUsage {
     pub profile: String,
     #[serde(flatten)]
     pub usage: Usage,
+    /// Why the meter refused figures of the run's output (out of bounds, not numbers): they are not in `usage`,
+    /// and the run counted as over budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }
 
 /// A provider's limit the agent ran into.
@@ -193,25 +241,55 @@ impl UsagePattern {
         Ok(UsagePattern { regex })
     }
 
-    fn read(&self, line: &str) -> Option<Usage> {
+    /// The figures of a matching line; `Err` names one a stranger made up (not a number, out of bounds).
+    fn read(&self, line: &str) -> Option<Result<Usage, String>> {
         let captures = self.regex.captures(line)?;
-        let number = |name: &str| -> u64 {
-            captures
-                .name(name)
-                .and_then(|m| m.as_str().replace([',', '_'], "").parse().ok())
-                .unwrap_or(0)
+        let number = |name: &str| -> Result<u64, String> {
+            let Some(m) = captures.name(name) else {
+                return Ok(0);
+            };
+            m.as_str()
+                .replace([',', '_'], "")
+                .parse::<u64>()
+                .ok()
+                .filter(|n| *n <= MAX_TOKENS)
+                .ok_or_else(|| {
+                    format!(
+                        "{name} = {:?}: not a count from 0 to {MAX_TOKENS}",
+                        cut(m.as_str())
+                    )
+                })
         };
-        Some(Usage {
-            input_tokens: number("input"),
-            output_tokens: number("output"),
-            cache_read_tokens: number("cache_read"),
-            cache_write_tokens: number("cache_write"),
-            cost_usd: captures
-                .name("cost")
-                .and_then(|m| m.as_str().parse::<f64>().ok())
-                .filter(|c| c.is_finite() && *c >= 0.0),
-            turns: u32::try_from(number("turns")).unwrap_or(u32::MAX),
-        })
+        let read = || -> Result<Usage, String> {
+            let cost = match captures.name("cost") {
+                None => None,
+                Some(m) => Some(
+                    m.as_str()
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|c| c.is_finite() && (0.0..=MAX_COST_USD).contains(c))
+                        .ok_or_else(|| {
+                            format!(
+                                "cost = {:?}: not a number of US dollars from 0 to {MAX_COST_USD}",
+                                cut(m.as_str())
+                            )
+                        })?,
+                ),
+            };
+            let turns = number("turns")?;
+            Ok(Usage {
+                input_tokens: number("input")?,
+                output_tokens: number("output")?,
+                cache_read_tokens: number("cache_read")?,
+                cache_write_tokens: number("cache_write")?,
+                cost_usd: cost,
+                turns: u32::try_from(turns)
+                    .ok()
+                    .filter(|t| *t <= MAX_TURNS)
+                    .ok_or_else(|| format!("turns = {turns}: at most {MAX_TURNS}"))?,
+            })
+        };
+        Some(read())
     }
 }
 
@@ -238,11 +316,15 @@ pub struct UsageMeter {
     summed: Usage,
     /// Claude Code: each message's usage while it runs (its content blocks repeat it), by message id.
     messages: BTreeMap<String, Usage>,
+    /// The sum of `messages` (each within the bounds, so the sum of at most [`MAX_MESSAGES`] cannot overflow).
+    messages_sum: Usage,
     /// Claude Code's final `result` line: the whole run's usage, which replaces the streamed estimate.
     result: Option<Usage>,
     limit: Option<Limit>,
     /// The CLI's own last word was an error (pi in JSON mode exits 0 after a failed request).
     error: Option<String>,
+    /// The first figure refused (out of bounds, not a number), and why: the run counts as over budget.
+    refused: Option<String>,
 }
 
 impl UsageMeter {
@@ -253,9 +335,11 @@ impl UsageMeter {
             skipping: false,
             summed: Usage::default(),
             messages: BTreeMap::new(),
+            messages_sum: Usage::default(),
             result: None,
             limit: None,
             error: None,
+            refused: None,
         }
     }
 
@@ -285,18 +369,48 @@ impl UsageMeter {
     }
 
     /// The run's usage so far (its final usage once the output ended).
+    /// Held to the bounds: figures refused are not in it, and a sum past a bound stops there.
     pub fn usage(&self) -> Usage {
+        self.unclamped().clamped()
+    }
+
+    fn unclamped(&self) -> Usage {
         if let Some(result) = self.result {
             return result;
         }
         let mut usage = self.summed;
-        for message in self.messages.values() {
-            usage.add(message);
-        }
+        usage.add(&self.messages_sum);
         if !self.messages.is_empty() && usage.turns == 0 {
             usage.turns = u32::try_from(self.messages.len()).unwrap_or(u32::MAX);
         }
         usage
+    }
+
+    /// Why figures of the output were refused (the first one), if any were: the run counts as over budget.
+    pub fn refused(&self) -> Option<&str> {
+        self.refused.as_deref()
+    }
+
+    fn refuse(&mut self, why: String) {
+        self.refused.get_or_insert(why);
+    }
+
+    /// Adds a line's figures, or records why they are refused; then holds the run's sum to the bounds.
+    fn add_line(&mut self, figures: Result<Usage, String>) {
+        match figures.and_then(|usage| match usage.out_of_bounds() {
+            None => Ok(usage),
+            Some(why) => Err(why),
+        }) {
+            Ok(usage) => self.summed.add(&usage),
+            Err(why) => self.refuse(format!("a usage line said {why}")),
+        }
+        self.check_run();
+    }
+
+    fn check_run(&mut self) {
+        if let Some(why) = self.unclamped().out_of_bounds() {
+            self.refuse(format!("the run's usage adds up to {why}"));
+        }
     }
 
     /// The provider's limit the agent ran into, if its output said so and did not get through it afterwards.
@@ -334,8 +448,8 @@ impl UsageMeter {
         match &self.format {
             UsageFormat::None => {}
             UsageFormat::Pattern(pattern) => {
-                if let Some(usage) = pattern.read(text) {
-                    self.summed.add(&usage);
+                if let Some(figures) = pattern.read(text) {
+                    self.add_line(figures);
                 }
             }
             UsageFormat::Claude => {
@@ -368,13 +482,41 @@ impl UsageMeter {
                 let (Some(id), Some(usage)) = (message["id"].as_str(), message.get("usage")) else {
                     return;
                 };
-                self.messages.insert(id.to_owned(), claude_usage(usage));
+                let usage = match claude_usage(usage) {
+                    Ok(usage) => usage,
+                    Err(why) => return self.refuse(format!("a usage line said {why}")),
+                };
+                if !self.messages.contains_key(id) && self.messages.len() >= MAX_MESSAGES {
+                    return self.refuse(format!("more than {MAX_MESSAGES} messages"));
+                }
+                if let Some(old) = self.messages.insert(id.to_owned(), usage) {
+                    // Each within the bounds: exact, no overflow (see `messages_sum`).
+                    let sum = &mut self.messages_sum;
+                    sum.input_tokens -= old.input_tokens;
+                    sum.output_tokens -= old.output_tokens;
+                    sum.cache_read_tokens -= old.cache_read_tokens;
+                    sum.cache_write_tokens -= old.cache_write_tokens;
+                }
+                self.messages_sum.add(&usage);
+                self.check_run();
             }
             Some("result") => {
-                let mut usage = line.get("usage").map(claude_usage).unwrap_or_default();
-                usage.cost_usd = non_negative(&line["total_cost_usd"]);
-                usage.turns = count(&line["num_turns"]);
-                self.result = Some(usage);
+                let figures = line
+                    .get("usage")
+                    .map(claude_usage)
+                    .unwrap_or(Ok(Usage::default()))
+                    .and_then(|mut usage| {
+                        usage.cost_usd = cost(&line["total_cost_usd"], "total_cost_usd")?;
+                        usage.turns = turns(&line["num_turns"], "num_turns")?;
+                        Ok(usage)
+                    });
+                match figures {
+                    Ok(usage) => {
+                        self.result = Some(usage);
+                        self.check_run();
+                    }
+                    Err(why) => self.refuse(format!("a usage line said {why}")),
+                }
                 if line["is_error"].as_bool() == Some(true) {
                     let text = line["result"].as_str().unwrap_or("an error result");
                     self.error_text(Some(text));
@@ -405,16 +547,19 @@ impl UsageMeter {
                 self.error = None;
                 self.limit = None;
                 let usage = &line["usage"];
-                let input = count64(&usage["input_tokens"]);
-                let cached = count64(&usage["cached_input_tokens"]);
-                self.summed.add(&Usage {
-                    input_tokens: input.saturating_sub(cached),
-                    output_tokens: count64(&usage["output_tokens"]),
-                    cache_read_tokens: cached.min(input),
-                    cache_write_tokens: 0,
-                    cost_usd: None,
-                    turns: 1,
-                });
+                let figures = (|| -> Result<Usage, String> {
+                    let input = tokens(&usage["input_tokens"], "input_tokens")?;
+                    let cached = tokens(&usage["cached_input_tokens"], "cached_input_tokens")?;
+                    Ok(Usage {
+                        input_tokens: input.saturating_sub(cached),
+                        output_tokens: tokens(&usage["output_tokens"], "output_tokens")?,
+                        cache_read_tokens: cached.min(input),
+                        cache_write_tokens: 0,
+                        cost_usd: None,
+                        turns: 1,
+                    })
+                })();
+                self.add_line(figures);
             }
             Some("turn.failed") => self.error_text(line["error"]["message"].as_str()),
             Some("error") => self.error_text(line["message"].as_str()),
@@ -431,14 +576,17 @@ impl UsageMeter {
             return;
         }
         let usage = &message["usage"];
-        self.summed.add(&Usage {
-            input_tokens: count64(&usage["input"]),
-            output_tokens: count64(&usage["output"]),
-            cache_read_tokens: count64(&usage["cacheRead"]),
-            cache_write_tokens: count64(&usage["cacheWrite"]),
-            cost_usd: non_negative(&usage["cost"]["total"]),
-            turns: 1,
-        });
+        let figures = (|| -> Result<Usage, String> {
+            Ok(Usage {
+                input_tokens: tokens(&usage["input"], "input")?,
+                output_tokens: tokens(&usage["output"], "output")?,
+                cache_read_tokens: tokens(&usage["cacheRead"], "cacheRead")?,
+                cache_write_tokens: tokens(&usage["cacheWrite"], "cacheWrite")?,
+                cost_usd: cost(&usage["cost"]["total"], "cost.total")?,
+                turns: 1,
+            })
+        })();
+        self.add_line(figures);
         if message["stopReason"].as_str() == Some("error") {
             self.error_text(
                 message["errorMessage"]
@@ -457,17 +605,23 @@ impl UsageMeter {
                 self.error = None;
                 self.limit = None;
                 let part = &line["part"];
-                let tokens = &part["tokens"];
-                self.summed.add(&Usage {
-                    input_tokens: count64(&tokens["input"]),
-                    // Reasoning is billed as output.
-                    output_tokens: count64(&tokens["output"])
-                        .saturating_add(count64(&tokens["reasoning"])),
-                    cache_read_tokens: count64(&tokens["cache"]["read"]),
-                    cache_write_tokens: count64(&tokens["cache"]["write"]),
-                    cost_usd: non_negative(&part["cost"]),
-                    turns: 1,
-                });
+                let counts = &part["tokens"];
+                let figures = (|| -> Result<Usage, String> {
+                    Ok(Usage {
+                        input_tokens: tokens(&counts["input"], "tokens.input")?,
+                        // Reasoning is billed as output.
+                        output_tokens: tokens(&counts["output"], "tokens.output")?
+                            .saturating_add(tokens(&counts["reasoning"], "tokens.reasoning")?),
+                        cache_read_tokens: tokens(&counts["cache"]["read"], "tokens.cache.read")?,
+                        cache_write_tokens: tokens(
+                            &counts["cache"]["write"],
+                            "tokens.cache.write",
+                        )?,
+                        cost_usd: cost(&part["cost"], "cost")?,
+                        turns: 1,
+                    })
+                })();
+                self.add_line(figures);
             }
             Some("error") => {
                 let error = &line["error"];
@@ -498,27 +652,74 @@ fn json_line(text: &str) -> Option<Value> {
     serde_json::from_str(text).ok()
 }
 
-fn claude_usage(usage: &Value) -> Usage {
-    Usage {
-        input_tokens: count64(&usage["input_tokens"]),
-        output_tokens: count64(&usage["output_tokens"]),
-        cache_read_tokens: count64(&usage["cache_read_input_tokens"]),
-        cache_write_tokens: count64(&usage["cache_creation_input_tokens"]),
+fn claude_usage(usage: &Value) -> Result<Usage, String> {
+    Ok(Usage {
+        input_tokens: tokens(&usage["input_tokens"], "input_tokens")?,
+        output_tokens: tokens(&usage["output_tokens"], "output_tokens")?,
+        cache_read_tokens: tokens(&usage["cache_read_input_tokens"], "cache_read_input_tokens")?,
+        cache_write_tokens: tokens(
+            &usage["cache_creation_input_tokens"],
+            "cache_creation_input_tokens",
+        )?,
         cost_usd: None,
         turns: 0,
+    })
+}
+
+/// A token count as a line says it: absent (or null) is none; anything but a whole number from 0 to
+/// [`MAX_TOKENS`] is refused, named.
+fn tokens(value: &Value, what: &str) -> Result<u64, String> {
+    if value.is_null() {
+        return Ok(0);
     }
+    value.as_u64().filter(|n| *n <= MAX_TOKENS).ok_or_else(|| {
+        format!(
+            "{what} = {}: not a count from 0 to {MAX_TOKENS}",
+            cut(&value.to_string())
+        )
+    })
 }
 
-fn count64(value: &Value) -> u64 {
-    value.as_u64().unwrap_or(0)
+/// A run's turns, as [`tokens`], within [`MAX_TURNS`].
+fn turns(value: &Value, what: &str) -> Result<u32, String> {
+    if value.is_null() {
+        return Ok(0);
+    }
+    value
+        .as_u64()
+        .and_then(|n| u32::try_from(n).ok())
+        .filter(|n| *n <= MAX_TURNS)
+        .ok_or_else(|| {
+            format!(
+                "{what} = {}: not a count from 0 to {MAX_TURNS}",
+                cut(&value.to_string())
+            )
+        })
 }
 
-fn count(value: &Value) -> u32 {
-    u32::try_from(count64(value)).unwrap_or(u32::MAX)
+/// A cost in US dollars: absent (or null) is none; anything but a finite number from 0 to [`MAX_COST_USD`] is
+/// refused, named.
+fn cost(value: &Value, what: &str) -> Result<Option<f64>, String> {
+    if value.is_null() {
+        return Ok(None);
+    }
+    value
+        .as_f64()
+        .filter(|c| c.is_finite() && (0.0..=MAX_COST_USD).contains(c))
+        .map(Some)
+        .ok_or_else(|| {
+            format!(
+                "{what} = {}: not a number of US dollars from 0 to {MAX_COST_USD}",
+                cut(&value.to_string())
+            )
+        })
 }
 
-fn non_negative(value: &Value) -> Option<f64> {
-    value.as_f64().filter(|c| c.is_finite() && *c >= 0.0)
+/// A stranger's text quoted in a reason: its first 40 characters.
+fn cut(text: &str) -> &str {
+    text.char_indices()
+        .nth(40)
+        .map_or(text, |(at, _)| &text[..at])
 }
 
 /// A Unix time in seconds (or milliseconds, as some CLIs write it).

@@ -48,6 +48,7 @@ admin_routes! {
     GET "/api/dispatch" => super::dispatch::status,
     POST "/api/dispatch/pause" => super::dispatch::pause,
     POST "/api/dispatch/resume" => super::dispatch::resume,
+    POST "/api/dispatch/limits/{profile}/lift" => super::dispatch::lift_limit,
     GET "/api/runs" => super::dispatch::list,
     GET "/api/usage" => super::usage::report,
     GET "/api/budgets" => super::budgets::show,

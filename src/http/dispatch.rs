@@ -128,6 +128,43 @@ pub async fn resume(State(state): State<AppState>) -> Response {
     change(&state, false, None).await
 }
 
+/// `POST /api/dispatch/limits/{profile}/lift`: a person lifts a profile's pause by its provider's limit.
+#[utoipa::path(
+    post,
+    path = "/api/dispatch/limits/{profile}/lift",
+    operation_id = "lift_limit",
+    tag = "dispatch",
+    params(("profile" = String, Path, description = "An agent profile's name (`[agents.<name>]`)")),
+    responses(
+        (status = 200, description = "Lifted: the reports of a limit before it count no more (`limits.lifted` in the stream `limits`)", body = crate::domain::limits::Lifted),
+        (status = 404, description = "`unknown_profile`", body = ApiError),
+        (status = 503, description = "`store_unavailable`", body = ApiError),
+    )
+)]
+pub async fn lift_limit(
+    State(state): State<AppState>,
+    profile: Result<axum::extract::Path<String>, axum::extract::rejection::PathRejection>,
+) -> Response {
+    let Ok(axum::extract::Path(profile)) = profile else {
+        return error(StatusCode::BAD_REQUEST, "bad_profile", "missing profile");
+    };
+    if state.settings.file.profiles.get(&profile).is_none() {
+        return error(
+            StatusCode::NOT_FOUND,
+            "unknown_profile",
+            "no agent profile of that name",
+        );
+    }
+    match crate::board::pause::lift_limit(&state.log, &profile, "api").await {
+        Ok(lifted) => Json(lifted).into_response(),
+        Err(e) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store_unavailable",
+            format!("{e:#}"),
+        ),
+    }
+}
+
 async fn change(state: &AppState, paused: bool, reason: Option<&str>) -> Response {
     match set_paused(&state.log, paused, "api", reason).await {
         Ok(changed) => Json(DispatchChange { paused, changed }).into_response(),

@@ -128,20 +128,21 @@ fn budgets(report: &LoopReport) -> Option<String> {
     (!lines.is_empty()).then(|| lines.join("; "))
 }
 
-/// A profile paused by its provider's usage or rate limit: nothing is broken, and nothing on it moves until then.
+/// A profile paused by its provider's usage or rate limit (or on probation after one run's unverified report):
+/// nothing is broken, and nothing on it moves until then. Says whose word it is (`domain::limits::Hold`).
 fn limited_profiles(report: &LoopReport) -> Option<String> {
     let detail = report.detail.as_ref()?;
-    let paused = detail["limited_profiles"].as_object()?;
-    if paused.is_empty() {
+    let holds = detail["limit_holds"].as_object()?;
+    if holds.is_empty() {
         return None;
     }
-    let profiles: Vec<String> = paused
+    let profiles: Vec<String> = holds
         .iter()
-        .map(|(profile, until)| {
-            format!(
-                "agent profile {profile} is paused until {} by its provider's usage or rate limit",
-                until.as_str().unwrap_or("its reset")
-            )
+        .map(|(profile, hold)| {
+            match serde_json::from_value::<crate::domain::limits::Hold>(hold.clone()) {
+                Ok(hold) => hold.describe(profile),
+                Err(_) => format!("agent profile {profile} is held by its provider's limit"),
+            }
         })
         .collect();
     Some(format!(

@@ -48,6 +48,7 @@ const ADMIN_TOKEN: &str = "admin_token";
         super::dispatch::status,
         super::dispatch::pause,
         super::dispatch::resume,
+        super::dispatch::lift_limit,
         super::dispatch::list,
         super::usage::report,
         super::budgets::show,

@@ -358,12 +358,12 @@ pub async fn query(store: &EventStore, which: Which<'_>) -> Result<Vec<RunRow>, 
 }
 
 /// The runs that ended on their provider's limit since `since` and that no later success of the same profile
-/// has answered (a run of that profile that started after it and succeeded): `(profile, run id)`, newest first.
+/// has answered (a run of that profile that started after it and succeeded), newest first.
 pub async fn unanswered_limits(
     store: &EventStore,
     since: DateTime<Utc>,
-) -> Result<Vec<(String, String)>, StoreError> {
-    let sql = "SELECT r.profile, r.run_id FROM runs r
+) -> Result<Vec<LimitedRun>, StoreError> {
+    let sql = "SELECT r.profile, r.run_id, r.task_id, r.ended_at FROM runs r
         WHERE r.failure = 'limited' AND r.ended_at > $1 AND r.profile IS NOT NULL
           AND NOT EXISTS (SELECT 1 FROM runs s WHERE s.profile = r.profile AND s.state = 'succeeded'
                           AND s.started_at > r.ended_at)
@@ -372,7 +372,23 @@ pub async fn unanswered_limits(
         let rows = sqlx::query(sql).bind(since).fetch_all(pool).await?;
         Ok(rows
             .iter()
-            .map(|row| Ok((row.try_get("profile")?, row.try_get("run_id")?)))
+            .map(|row| {
+                Ok(LimitedRun {
+                    profile: row.try_get("profile")?,
+                    run_id: row.try_get("run_id")?,
+                    task_id: row.try_get("task_id")?,
+                    ended_at: row.try_get("ended_at")?,
+                })
+            })
             .collect::<Result<_, sqlx::Error>>()?)
     })
+}
+
+/// A run that ended on its provider's limit (`unanswered_limits`).
+#[derive(Clone, Debug)]
+pub struct LimitedRun {
+    pub profile: String,
+    pub run_id: String,
+    pub task_id: String,
+    pub ended_at: DateTime<Utc>,
 }

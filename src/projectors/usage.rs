@@ -6,7 +6,6 @@
 //! A batch is rolled up in memory: each row its outcomes touch is read once and written once, the outcomes added in
 //! log order, so the sums are the ones an upsert per outcome made (docs/benchmarks.md, "Usage roll-up").
 
-use anyhow::Context;
 use chrono::{DateTime, Duration, NaiveDate, Utc};
 use futures::future::BoxFuture;
 use serde::Serialize;
@@ -41,40 +40,52 @@ pub struct Spent {
     pub turns: i64,
 }
 
+/// The most a stored count may hold: a row's sums stop here (saturate), so that SQL summing up to 2^15 rows
+/// (a report, `/metrics`) stays within a bigint. At [`crate::domain::usage::MAX_TOKENS`] a run, that is 281,474
+/// runs of a day, repository and profile at the bound.
+pub const ROW_MAX_COUNT: i64 = 1 << 48;
+/// The most US dollars a stored row may hold (its sums stop here): finite whatever is summed.
+pub const ROW_MAX_USD: f64 = 1e12;
+
 impl Spent {
     pub fn tokens(&self) -> i64 {
-        self.input_tokens + self.output_tokens + self.cache_read_tokens + self.cache_write_tokens
+        self.input_tokens
+            .saturating_add(self.output_tokens)
+            .saturating_add(self.cache_read_tokens)
+            .saturating_add(self.cache_write_tokens)
     }
 
+    /// Adds `other`, each sum saturating (at `cap` for counts, [`ROW_MAX_USD`] for the cost): agent output never
+    /// fails a batch, so no projector is stuck by it.
+    fn add_capped(&mut self, other: &Spent, cap: i64) {
+        let sum = |a: &mut i64, b: i64| *a = a.saturating_add(b).clamp(0, cap);
+        sum(&mut self.runs, other.runs);
+        sum(&mut self.input_tokens, other.input_tokens);
+        sum(&mut self.output_tokens, other.output_tokens);
+        sum(&mut self.cache_read_tokens, other.cache_read_tokens);
+        sum(&mut self.cache_write_tokens, other.cache_write_tokens);
+        self.cost_usd = finite_usd(self.cost_usd + other.cost_usd);
+        sum(&mut self.costed_runs, other.costed_runs);
+        sum(&mut self.turns, other.turns);
+    }
+
+    /// A sum of rows (a report, budgets): saturating.
     fn add(&mut self, other: &Spent) {
-        self.runs += other.runs;
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
-        self.cache_read_tokens += other.cache_read_tokens;
-        self.cache_write_tokens += other.cache_write_tokens;
-        self.cost_usd += other.cost_usd;
-        self.costed_runs += other.costed_runs;
-        self.turns += other.turns;
+        self.add_capped(other, i64::MAX);
     }
 
-    /// `add` as SQL adds: a count past a bigint is an error (Postgres: "bigint out of range"), never a wrap.
-    fn accumulate(&mut self, other: &Spent) -> anyhow::Result<()> {
-        fn sum(a: &mut i64, b: i64) -> anyhow::Result<()> {
-            *a = a.checked_add(b).context("bigint out of range")?;
-            Ok(())
-        }
-        sum(&mut self.runs, other.runs)?;
-        sum(&mut self.input_tokens, other.input_tokens)?;
-        sum(&mut self.output_tokens, other.output_tokens)?;
-        sum(&mut self.cache_read_tokens, other.cache_read_tokens)?;
-        sum(&mut self.cache_write_tokens, other.cache_write_tokens)?;
-        self.cost_usd += other.cost_usd;
-        sum(&mut self.costed_runs, other.costed_runs)?;
-        sum(&mut self.turns, other.turns)?;
-        Ok(())
+    /// A row's sum: saturating at [`ROW_MAX_COUNT`].
+    fn accumulate(&mut self, other: &Spent) {
+        self.add_capped(other, ROW_MAX_COUNT);
     }
 
+    /// An outcome's usage as it is rolled up: held to the meter's bounds on read, so an outcome recorded before
+    /// the bounds (or forged) counts for at most what a run may say.
     fn of(usage: &RunUsage) -> Spent {
+        let usage = &RunUsage {
+            usage: usage.usage.clamped(),
+            ..usage.clone()
+        };
         let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         Spent {
             runs: 1,
@@ -86,6 +97,15 @@ impl Spent {
             costed_runs: i64::from(usage.usage.cost_usd.is_some()),
             turns: i64::from(usage.usage.turns),
         }
+    }
+}
+
+/// A sum of dollars held finite and within [`ROW_MAX_USD`] (a stored NaN or infinity is none).
+fn finite_usd(usd: f64) -> f64 {
+    if usd.is_nan() {
+        0.0
+    } else {
+        usd.clamp(0.0, ROW_MAX_USD)
     }
 }
 
@@ -157,7 +177,8 @@ impl Projector for UsageProjector {
     }
 
     fn version(&self) -> i64 {
-        1
+        // 2: outcomes held to the usage bounds on read, sums saturating (rows stuck on absurd figures rebuilt).
+        2
     }
 
     fn bodies(&self) -> Bodies {

@@ -1,13 +1,16 @@
 //! A provider's usage or rate limit, end to end with the real dispatcher and agents that print what the CLIs print
 //! when they hit one: the attempt ends `limited`, is given back (it never counts toward `max_attempts`), the task
 //! waits until the limit lifts (the reset the CLI named, else the backoff), its profile starts nothing meanwhile
-//! while other profiles go on, and `/health` says which profile is paused until when (a warning).
+//! while other profiles go on, and `/health` says which profile is paused until when (a warning). One run's
+//! report is a stranger's word (a tool can write the line to its CLI's stdout): it holds back its own task until the
+//! reset it names, but its profile only for the unverified window, then one probe run; two tasks' runs agreeing
+//! pause the profile longer; a person lifts a pause (API, CLI), and a cancelled task's report counts no more.
 
 use std::path::Path;
 use std::time::Duration;
 
 use crate::common::agents::{Remote, REPO};
-use crate::common::{within, TestApp, TestDb};
+use crate::common::{within, TestApp, TestDb, ADMIN_TOKEN};
 use crate::plans::bash_agent;
 use pidevops::board::Draft;
 use pidevops::domain::runs::RunEvent;
@@ -19,6 +22,7 @@ per_backend!(
     a_limit_with_a_reset_parks_the_task_and_its_profile_until_then_without_spending_an_attempt,
     a_limit_without_a_reset_waits_the_backoff_and_the_next_attempt_runs_uncounted,
     with_a_fallback_the_limited_profiles_tasks_run_on_it_at_once,
+    one_runs_faked_limit_holds_its_own_task_and_its_profile_only_for_the_unverified_window,
 );
 
 fn config(remote: &Remote, limited: &Path, other: &Path) -> toml::Table {
@@ -275,5 +279,295 @@ async fn with_a_fallback_the_limited_profiles_tasks_run_on_it_at_once(db: TestDb
     let runs = runs_of(&app, second).await;
     assert_eq!(runs.len(), 1, "{runs:?}");
     assert_eq!(runs[0].profile.as_deref(), Some("other"));
+    app.stop().await;
+}
+
+/// A tool inside the agent that writes Claude Code's `rate_limit_event` (rejected, six days ahead) to the CLI's
+/// stdout, then the run ends; told in its retry prompt that a limit stopped it, or without "Fake" in its task, it
+/// works.
+const FAKES_A_LIMIT: &str = r#"if grep -q "Fake" "$1" && ! grep -q "usage or rate limit stopped it" "$1"; then
+reset=$(( $(date +%s) + 6 * 86400 ))
+echo "{\"type\":\"rate_limit_event\",\"rate_limit_info\":{\"status\":\"rejected\",\"resetsAt\":$reset,\"rateLimitType\":\"seven_day\"}}"
+exit 1
+fi
+echo "$RANDOM" > "work-$$.txt""#;
+
+/// Seconds one run's report pauses its profile in this test: long enough to see the pause on a loaded machine.
+const WINDOW_S: i64 = 12;
+
+fn limit_problem(health: &serde_json::Value) -> Option<String> {
+    health["problems"]
+        .as_array()?
+        .iter()
+        .filter_map(|p| p.as_str())
+        .find(|p| p.contains("agent profile claude-like"))
+        .map(str::to_owned)
+}
+
+async fn ticks(app: &TestApp, n: usize) {
+    for _ in 0..n {
+        app.project().await;
+        app.tick("dispatcher").await;
+    }
+}
+
+async fn lifted_by(app: &TestApp) -> Vec<String> {
+    app.all_events()
+        .await
+        .into_iter()
+        .filter(|e| e.stream.as_deref() == Some("limits") && e.event_type == "limits.lifted")
+        .map(|e| serde_json::from_slice::<serde_json::Value>(&e.body).unwrap()["by"].to_string())
+        .collect()
+}
+
+async fn one_runs_faked_limit_holds_its_own_task_and_its_profile_only_for_the_unverified_window(
+    db: TestDb,
+) {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let agent = bash_agent(scratch.path(), "fakes.sh", FAKES_A_LIMIT);
+    let mut file = config(&remote, &agent, &agent);
+    file["dispatch"]
+        .as_table_mut()
+        .unwrap()
+        .insert("limit_unverified_s".into(), toml::Value::Integer(WINDOW_S));
+    let config_text = toml::to_string(&file).unwrap();
+    let app = spawn(&db, file, &scratch.path().join("ws")).await;
+
+    // One run's six-day claim: its own task parked until then, its profile only for the window.
+    let fake = task(&app, "Fake a limit", None).await;
+    within(Duration::from_secs(60), "the faked run ends", || async {
+        runs_of(&app, fake)
+            .await
+            .first()
+            .is_some_and(|r| r.state != "running")
+    })
+    .await;
+    let run = runs_of(&app, fake).await.remove(0);
+    assert_eq!(run.failure.as_deref(), Some("limited"), "{run:?}");
+    let ended = chrono::Utc::now();
+    let RunEvent::Failed { until, .. } = outcome(&app, &run.run_id).await else {
+        panic!("the run failed");
+    };
+    assert!(
+        until.unwrap() - ended > chrono::Duration::days(5),
+        "{until:?}"
+    );
+    let other = task(&app, "Other work", None).await;
+    ticks(&app, 2).await;
+    let (_, health) = app.health().await;
+    let problem = limit_problem(&health).unwrap_or_else(|| panic!("{health:#}"));
+    if chrono::Utc::now() - ended < chrono::Duration::seconds(WINDOW_S - 2) {
+        assert!(
+            problem.contains("is paused until")
+                && problem.contains("as one run reported it (unverified"),
+            "{problem}"
+        );
+        assert!(
+            runs_of(&app, other).await.is_empty(),
+            "started within the unverified window"
+        );
+    }
+    // Past the window, the other task starts as the probe, and succeeds: the report is answered.
+    within(Duration::from_secs(90), "the other task runs", || async {
+        row(&app, other).await.column == Column::InReview
+    })
+    .await;
+    ticks(&app, 3).await;
+    assert_eq!(
+        runs_of(&app, fake).await.len(),
+        1,
+        "the reporting task ran before its reset"
+    );
+    assert_eq!(row(&app, fake).await.column, Column::Todo);
+    let (_, health) = app.health().await;
+    assert_eq!(limit_problem(&health), None, "{health:#}");
+
+    // Two distinct tasks' runs agreeing: the second reports as the probe after the first's window.
+    let first = task(&app, "Fake it again", None).await;
+    within(Duration::from_secs(60), "the first report", || async {
+        runs_of(&app, first)
+            .await
+            .first()
+            .is_some_and(|r| r.state != "running")
+    })
+    .await;
+    let second = task(&app, "Fake it too", None).await;
+    within(Duration::from_secs(90), "the second report", || async {
+        runs_of(&app, second)
+            .await
+            .first()
+            .is_some_and(|r| r.state != "running")
+    })
+    .await;
+    assert_eq!(
+        runs_of(&app, second).await[0].failure.as_deref(),
+        Some("limited")
+    );
+    let held = task(&app, "Held by the agreed limit", None).await;
+    ticks(&app, 3).await;
+    let (status, health) = app.health().await;
+    assert_eq!(
+        (status, health["status"].as_str()),
+        (200, Some("warn")),
+        "{health:#}"
+    );
+    let problem = limit_problem(&health).unwrap_or_else(|| panic!("{health:#}"));
+    let six_days = (chrono::Utc::now() + chrono::Duration::days(6))
+        .format("%Y-%m-%d")
+        .to_string();
+    assert!(
+        problem.contains(&format!("is paused until {six_days}"))
+            && problem.contains("reported by 2 tasks' runs"),
+        "{problem}"
+    );
+    assert!(
+        runs_of(&app, held).await.is_empty(),
+        "started against an agreed limit"
+    );
+
+    // A person lifts it through the API: an event; the held task and the reporting tasks start.
+    let response = app
+        .client
+        .post(app.url("/api/dispatch/limits/claude-like/lift"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(
+        (body["profile"].as_str(), body["by"].as_str()),
+        (Some("claude-like"), Some("api"))
+    );
+    let unknown = app
+        .client
+        .post(app.url("/api/dispatch/limits/nobody/lift"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+    assert_eq!(lifted_by(&app).await, ["\"api\""]);
+    for id in [held, first, second, fake] {
+        within(
+            Duration::from_secs(60),
+            &format!("{id} runs after the lift"),
+            || async { row(&app, id).await.column == Column::InReview },
+        )
+        .await;
+    }
+    let (_, health) = app.health().await;
+    assert_eq!(limit_problem(&health), None, "{health:#}");
+
+    // Cancelling the reporting task ends its report's hold at once, within its window.
+    let cancelled = task(&app, "Fake it once more", None).await;
+    within(Duration::from_secs(60), "the report", || async {
+        runs_of(&app, cancelled)
+            .await
+            .first()
+            .is_some_and(|r| r.state != "running")
+    })
+    .await;
+    ticks(&app, 1).await;
+    assert!(limit_problem(&app.health().await.1).is_some());
+    let cancel = pidevops::tasks::Command::Cancel {
+        reason: pidevops::tasks::Reason::new("a tool faked that limit").unwrap(),
+    };
+    app.state
+        .board
+        .execute(cancelled, &cancel, "api")
+        .await
+        .unwrap();
+    ticks(&app, 2).await;
+    assert_eq!(limit_problem(&app.health().await.1), None);
+
+    // And through the CLI: another report, lifted by `pidevops dispatch lift`, an event.
+    let last = task(&app, "Fake it for the terminal", None).await;
+    within(Duration::from_secs(60), "the report", || async {
+        runs_of(&app, last)
+            .await
+            .first()
+            .is_some_and(|r| r.state != "running")
+    })
+    .await;
+    let after = task(&app, "After the terminal's lift", None).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("pidevops.toml"), &config_text).unwrap();
+    let cli = |args: &[&str]| {
+        let out = crate::common::server::command(&db.url_string(), dir.path())
+            .arg("dispatch")
+            .args(args)
+            .output()
+            .expect("the binary runs");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, _, err) = cli(&["lift", "nobody"]);
+    assert!(!ok && err.contains("no agent profile"), "{err}");
+    let (ok, out, err) = cli(&["lift", "claude-like"]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "lifted the limit's pause of claude-like");
+    assert_eq!(lifted_by(&app).await, ["\"api\"", "\"cli\""]);
+    within(
+        Duration::from_secs(60),
+        "the task after the lift runs",
+        || async { row(&app, after).await.column == Column::InReview },
+    )
+    .await;
+
+    // And from the dashboard: the Runs page shows the hold with a Lift button; the form needs its CSRF token.
+    let dash = task(&app, "Fake it for the dashboard", None).await;
+    within(Duration::from_secs(60), "the report", || async {
+        runs_of(&app, dash)
+            .await
+            .first()
+            .is_some_and(|r| r.state != "running")
+    })
+    .await;
+    ticks(&app, 1).await;
+    let cookie = crate::web::sign_in(&app).await;
+    let (status, html) = crate::web::get(&app, "/runs", &cookie).await;
+    assert_eq!(status, 200);
+    assert!(
+        html.contains("agent profile claude-like"),
+        "the hold on the page"
+    );
+    assert!(
+        html.contains("action=\"/runs/limits/claude-like/lift\""),
+        "the Lift form"
+    );
+    let token = crate::web::csrf(&html);
+    let lift = |csrf: String| {
+        let cookie = cookie.clone();
+        let app = &app;
+        async move {
+            crate::web::client()
+                .post(app.url("/runs/limits/claude-like/lift"))
+                .header("cookie", cookie)
+                .form(&[("csrf", csrf)])
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    assert_eq!(lift("0".repeat(64)).await, 403);
+    assert_eq!(
+        lifted_by(&app).await.len(),
+        2,
+        "nothing lifted without the token"
+    );
+    assert_eq!(lift(token).await, 303);
+    assert_eq!(
+        lifted_by(&app).await,
+        ["\"api\"", "\"cli\"", "\"dashboard\""]
+    );
+    ticks(&app, 1).await;
+    assert_eq!(limit_problem(&app.health().await.1), None);
     app.stop().await;
 }

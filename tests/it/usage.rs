@@ -2,7 +2,8 @@
 //! `result` line, Codex's `exec --json` events, a custom agent's line read by a pattern), the real dispatcher
 //! reads it from the output as it streams, the run's outcome records it exactly, the `usage` read model rolls it
 //! up per day, repository, profile and task, and `/api/usage` and `/metrics` show it. A failed attempt's spend
-//! counts too; a tool's output that imitates a usage line does not.
+//! counts too; a tool's output that imitates a usage line does not. A usage line past the bounds (u64::MAX
+//! tokens, 1.7e308 dollars twice) is refused: its run ends `budget`, and the read model and budgets go on counting.
 
 use std::path::Path;
 use std::time::Duration;
@@ -21,6 +22,7 @@ per_backend!(
     claude_and_codex_usage_is_recorded_exactly_rolled_up_and_in_metrics,
     a_failed_attempt_still_records_what_it_spent,
     the_roll_up_is_the_same_to_the_bit_whatever_the_batch,
+    overflowing_and_non_finite_usage_lines_are_refused_and_later_runs_are_still_counted_and_budgets_hold,
 );
 
 /// What Claude Code 2.x prints with `-p --output-format stream-json --verbose`: an init line, assistant messages
@@ -429,6 +431,7 @@ async fn the_roll_up_is_the_same_to_the_bit_whatever_the_batch(db: TestDb) {
                 cost_usd: cost,
                 turns: (i % 9) as u32,
             },
+            refused: None,
         });
         if let Some(c) = usage.as_ref().and_then(|u| u.usage.cost_usd) {
             *expected_cost.entry(task.to_string()).or_default() += c;
@@ -494,4 +497,157 @@ async fn the_roll_up_is_the_same_to_the_bit_whatever_the_batch(db: TestDb) {
         );
     }
     stop.cancel();
+}
+
+/// A Codex-like agent: with "Overflow" in its prompt, a `turn.completed` claiming u64::MAX input tokens; else what
+/// `codex exec --json` prints.
+const CODEX_OR_OVERFLOW: &str = r#"if grep -q "Overflow" "$1"; then
+echo '{"type":"turn.completed","usage":{"input_tokens":18446744073709551615,"cached_input_tokens":0,"output_tokens":1}}'
+else
+cat <<'STREAM'
+{"type":"thread.started","thread_id":"t"}
+{"type":"turn.completed","usage":{"input_tokens":24763,"cached_input_tokens":24448,"output_tokens":122}}
+STREAM
+fi
+echo "$RANDOM" > "hello-$$.txt""#;
+
+/// An OpenCode-like agent: with "Infinite" in its prompt, two steps of $1.7e308 each (their sum is +inf); else
+/// one step of 25 cents.
+const OPENCODE_OR_INFINITE: &str = r#"if grep -q "Infinite" "$1"; then
+for i in 1 2; do echo '{"type":"step_finish","part":{"tokens":{"input":1,"output":1,"reasoning":0,"cache":{"read":0,"write":0}},"cost":1.7e308}}'; done
+else
+echo '{"type":"step_finish","part":{"tokens":{"input":100,"output":20,"reasoning":0,"cache":{"read":0,"write":0}},"cost":0.25}}'
+fi
+echo "$RANDOM" > "hello-$$.txt""#;
+
+async fn ended(app: &TestApp, id: TaskId) -> RunEvent {
+    within(
+        Duration::from_secs(60),
+        &format!("{id}'s run ends"),
+        || async { !outcomes(app, id).await.is_empty() },
+    )
+    .await;
+    outcomes(app, id).await.remove(0)
+}
+
+async fn overflowing_and_non_finite_usage_lines_are_refused_and_later_runs_are_still_counted_and_budgets_hold(
+    db: TestDb,
+) {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let codex = bash_agent(scratch.path(), "codex.sh", CODEX_OR_OVERFLOW);
+    let opencode = bash_agent(scratch.path(), "opencode.sh", OPENCODE_OR_INFINITE);
+    let mut file = config(&remote, &codex, &codex, &opencode);
+    let custom = file["agents"]["custom"].as_table_mut().unwrap();
+    custom.remove("usage_pattern");
+    custom.insert("usage".into(), toml::Value::String("opencode".into()));
+    // The repository's day may spend 25,000 tokens: one normal Codex run (24,885) and a bit.
+    file.insert(
+        "budgets".into(),
+        toml::toml! { repo_daily_tokens = 25000 }.into(),
+    );
+    let app = spawn(&db, file, &scratch.path().join("ws")).await;
+
+    // The attacks: each run's figures refused, the run over budget (fail closed), its task flagged, nothing pushed.
+    let overflow = task(&app, "Overflow the books", "codex-like").await;
+    let infinite = task(&app, "Infinite cost", "custom").await;
+    for (id, says) in [(overflow, "18446744073709551615"), (infinite, "1.7e+308")] {
+        let outcome = ended(&app, id).await;
+        let RunEvent::Failed { kind, detail, .. } = &outcome else {
+            panic!("{id} failed: {outcome:?}");
+        };
+        assert_eq!(kind.as_str(), "budget", "{detail}");
+        assert!(
+            detail.contains("usage figures were refused") && detail.contains(says),
+            "{detail}"
+        );
+        let usage = outcome.usage().expect("what it spent is on the outcome");
+        assert!(
+            usage.refused.as_deref().is_some_and(|r| r.contains(says)),
+            "{usage:?}"
+        );
+        assert!(usage.usage.out_of_bounds().is_none(), "{usage:?}");
+        assert!(
+            remote.branch(&format!("pidevops/{id}")).is_none(),
+            "nothing pushed for {id}"
+        );
+        settled_flagged(&app, id).await;
+    }
+
+    // Later runs of the same profiles, the same day, are counted exactly.
+    let codex_run = task(&app, "Add hello", "codex-like").await;
+    settled(&app, codex_run, Column::InReview).await;
+    let opencode_run = task(&app, "Add hello too", "custom").await;
+    let outcome = ended(&app, opencode_run).await;
+    assert_eq!(
+        outcome.usage().unwrap().usage.cost_usd,
+        Some(0.25),
+        "{outcome:?}"
+    );
+    let report = usage_report(&app, "?days=1").await;
+    let row = |id: TaskId| {
+        report["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["task_id"] == id.to_string())
+            .cloned()
+            .unwrap_or_else(|| panic!("{id} in the report: {report:#}"))
+    };
+    assert_eq!(row(codex_run)["input_tokens"], 315);
+    assert_eq!(row(codex_run)["cache_read_tokens"], 24448);
+    assert_eq!(row(opencode_run)["cost_usd"], 0.25);
+    let day = |profile: &str| {
+        report["days"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["profile"] == profile)
+            .cloned()
+            .unwrap_or_else(|| panic!("{profile} in the report: {report:#}"))
+    };
+    // The refused runs count as runs that spent nothing readable; the cost is a number, never null.
+    assert_eq!(day("codex-like")["input_tokens"], 315, "{report:#}");
+    assert_eq!(day("codex-like")["runs"], 2, "{report:#}");
+    assert_eq!(day("custom")["cost_usd"], 0.25, "{report:#}");
+    assert_eq!(report["total"]["output_tokens"], 122 + 20, "{report:#}");
+    let metrics = app.metrics().await;
+    assert_eq!(
+        metric(
+            &metrics,
+            &format!("pidevops_agent_cost_usd_total{{repo=\"{REPO}\",profile=\"custom\"}}")
+        ),
+        Some(0.25),
+        "{metrics}"
+    );
+
+    // The budget holds: the repository's day is spent (24,885 + 120 tokens), the next task waits.
+    let held = task(&app, "Add hello again", "codex-like").await;
+    for _ in 0..3 {
+        app.project().await;
+        app.tick("dispatcher").await;
+    }
+    assert!(
+        outcomes(&app, held).await.is_empty(),
+        "started in a spent budget"
+    );
+    let (_, health) = app.health().await;
+    let problems = health["problems"].to_string();
+    assert!(problems.contains("budget"), "{problems}");
+    app.stop().await;
+}
+
+async fn settled_flagged(app: &TestApp, id: TaskId) {
+    within(
+        Duration::from_secs(60),
+        &format!("{id} flagged"),
+        || async {
+            app.project().await;
+            task_rows::get(app.state.log.store(), id)
+                .await
+                .unwrap()
+                .is_some_and(|row| row.needs_human)
+        },
+    )
+    .await;
 }

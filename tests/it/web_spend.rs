@@ -123,6 +123,7 @@ async fn run_spent(
         repo: repo.to_owned(),
         profile: profile.to_owned(),
         usage,
+        refused: None,
     }));
     for (version, event, key) in [
         (1, started, format!("run:{run}:1")),

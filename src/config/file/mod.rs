@@ -306,6 +306,8 @@ pub struct DispatchTable {
     pub heartbeat_s: f64,
     /// Seconds; fractions are accepted.
     pub retry_backoff_s: f64,
+    /// Seconds (fractions accepted): the longest one run's report of its provider's limit pauses its profile.
+    pub limit_unverified_s: f64,
     /// Hours; fractions are accepted.
     pub worktree_ttl_h: f64,
     pub executor: Executor,
@@ -343,6 +345,7 @@ impl Default for DispatchTable {
             per_repo: 1,
             heartbeat_s: 30.0,
             retry_backoff_s: 60.0,
+            limit_unverified_s: crate::domain::limits::UNVERIFIED_WINDOW_S,
             worktree_ttl_h: 24.0,
             executor: Executor::Local,
             containment: ContainmentPolicy::Required,

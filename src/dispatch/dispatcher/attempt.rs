@@ -263,9 +263,13 @@ impl Dispatcher {
         if heartbeat.lost.is_cancelled() {
             return None;
         }
-        let (usage, limit) = {
+        let (usage, limit, refused) = {
             let meter = meter.lock().unwrap_or_else(|e| e.into_inner());
-            (meter.usage(), meter.limit().cloned())
+            (
+                meter.usage(),
+                meter.limit().cloned(),
+                meter.refused().map(str::to_owned),
+            )
         };
         let mut outcome = outcome;
         if let RunEvent::Failed {
@@ -301,6 +305,7 @@ impl Dispatcher {
             repo: task.repo().to_string(),
             profile: profile.name.clone(),
             usage,
+            refused,
         })))
     }
 
@@ -657,6 +662,10 @@ pub(super) fn badly_ended(
     fail: &impl Fn(FailureKind, String, String) -> RunEvent,
 ) -> Option<RunEvent> {
     let failed = |kind, detail: String| Some(fail(kind, detail, finished.tail.clone()));
+    // Usage figures it made up (out of bounds, not numbers): fail closed, as over budget, whatever else it said.
+    if let Some(why) = &finished.said.refused {
+        return failed(FailureKind::Budget, refused_detail(why));
+    }
     // Its provider's limit, however the CLI then ended (some exit 0, some not): not the work's failure.
     if let Some(limit) = &finished.said.limit {
         if matches!(finished.ending, Ending::Exited(_) | Ending::Signaled(_)) {
@@ -720,6 +729,13 @@ pub(super) fn badly_ended(
         ),
         Ending::CannotStart(why) => failed(FailureKind::Workspace, why.clone()),
     }
+}
+
+/// A run whose usage figures were refused, in words.
+pub(super) fn refused_detail(why: &str) -> String {
+    format!(
+        "over budget: its output's usage figures were refused ({why}), so what it spent is unknown"
+    )
 }
 
 /// What a run that has ended needs to say how it ended.

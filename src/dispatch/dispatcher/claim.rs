@@ -42,6 +42,10 @@ pub struct DispatchStatus {
     /// them meanwhile (their tasks count in `limited`, not in `queue`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub limited_profiles: BTreeMap<String, DateTime<Utc>>,
+    /// What holds each of those profiles back, and whose word it is (`domain::limits`); a profile on probation
+    /// (one probe run may start) is here and not in `limited_profiles`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub limit_holds: BTreeMap<String, crate::domain::limits::Hold>,
     /// Tasks in `todo` waiting for their profile's limit to lift.
     pub limited: usize,
     /// Tasks in `todo` held back because a budget they fall under is spent.
@@ -105,8 +109,20 @@ impl Dispatcher {
         let waiting_on_dependencies = blocked.len();
         todo.retain(|row| !blocked.contains(&row.id));
         todo.extend(self.waiting_for_triage().await?);
-        let limited_profiles = self.limited_profiles(now).await?;
-        let mut limited = 0;
+        let holds = self.limit_holds(now).await?;
+        let (limited_profiles, lifts) = (holds.paused(), holds.lifts.clone());
+        // The profiles on probation with a run going (here or on the board) start no other.
+        let mut probes: HashSet<String> = in_progress
+            .iter()
+            .chain(
+                todo.iter()
+                    .filter(|row| self.local().running.contains_key(&row.id)),
+            )
+            .map(|row| self.profile_name_of(row))
+            .filter(|profile| holds.probing(profile))
+            .map(str::to_owned)
+            .collect();
+        let (mut limited, mut on_probation) = (0, 0);
         let candidates: Vec<Candidate> = todo
             .iter()
             .filter(|row| !row.needs_human && row.attempts < row.max_attempts)
@@ -124,10 +140,17 @@ impl Dispatcher {
             })
             .filter(|row| {
                 let ready = self
-                    .ready_at(row, &limited_profiles)
+                    .ready_at(row, &limited_profiles, &lifts)
                     .is_none_or(|at| at <= now);
                 backing_off += usize::from(!ready);
                 ready
+            })
+            // A profile on probation (one run's unverified limit, past its window): one run at a time.
+            .filter(|row| {
+                let profile = self.profile_name_of(row);
+                let waits = holds.probing(profile) && !probes.insert(profile.to_owned());
+                on_probation += usize::from(waits);
+                !waits
             })
             .filter_map(|row| {
                 Some(Candidate {
@@ -138,6 +161,7 @@ impl Dispatcher {
                 })
             })
             .collect();
+        let limited = limited + on_probation;
         let (candidates, over_budget, budgets) = self.within_budgets(candidates).await?;
         let slots = self.inner.config.limits.global;
         let mut status = DispatchStatus {
@@ -147,6 +171,7 @@ impl Dispatcher {
             backing_off,
             waiting_on_dependencies,
             limited_profiles,
+            limit_holds: holds.holds,
             limited,
             over_budget,
             budgets,
@@ -175,7 +200,9 @@ impl Dispatcher {
             }
             for id in picked {
                 let claiming = std::time::Instant::now();
-                let claimed = self.claim_and_start(id, &status.limited_profiles).await?;
+                let claimed = self
+                    .claim_and_start(id, &status.limited_profiles, &lifts)
+                    .await?;
                 metrics::histogram!("pidevops_run_phase_seconds", "phase" => "claim")
                     .record(claiming.elapsed().as_secs_f64());
                 if claimed {
@@ -370,44 +397,6 @@ impl Dispatcher {
         running
     }
 
-    /// The profiles waiting for their provider's limit to lift, and until when: the runs that ended `limited`
-    /// within the longest wait, not answered by a later success of the same profile, with the reset each
-    /// recorded. From the runs, not the tasks: the pause holds wherever the limited task went (its fallback, a
-    /// person's cancel). The latest reset wins.
-    async fn limited_profiles(
-        &self,
-        now: DateTime<Utc>,
-    ) -> anyhow::Result<BTreeMap<String, DateTime<Utc>>> {
-        let since = now - super::limits::MAX_LIMIT_WAIT_NAMED;
-        let limited = crate::projectors::runs::unanswered_limits(self.store(), since)
-            .await
-            .context("reading the runs that ended on a limit")?;
-        let mut paused: BTreeMap<String, DateTime<Utc>> = BTreeMap::new();
-        for (profile, run) in limited {
-            let run = match run.parse::<uuid::Uuid>() {
-                Ok(id) => RunId(id),
-                Err(_) => continue,
-            };
-            let events = self
-                .store()
-                .read_stream(&crate::domain::runs::stream(run))
-                .await
-                .with_context(|| format!("reading run {run}, which ended on a limit"))?;
-            let until = events
-                .iter()
-                .filter_map(|e| crate::projectors::runs::decode(e).ok())
-                .find_map(|e| match e {
-                    crate::domain::runs::RunEvent::Failed { until, .. } => until,
-                    _ => None,
-                });
-            if let Some(until) = until.filter(|until| *until > now) {
-                let entry = paused.entry(profile).or_insert(until);
-                *entry = (*entry).max(until);
-            }
-        }
-        Ok(paused)
-    }
-
     /// The candidates no spent budget holds back, how many were, and each budget spent or past its soft limit in
     /// words (for `/health`). Reads the usage read model per candidate: only when `[budgets]` sets a limit.
     async fn within_budgets(
@@ -517,9 +506,13 @@ impl Dispatcher {
         &self,
         row: &TaskRow,
         limited_profiles: &BTreeMap<String, DateTime<Utc>>,
+        lifts: &BTreeMap<String, DateTime<Utc>>,
     ) -> Option<DateTime<Utc>> {
         let failure: Failure =
             serde_json::from_value(row.state.get("last_failure")?.clone()).ok()?;
+        if lifted(&failure, lifts.get(self.profile_name_of(row))) {
+            return None;
+        }
         // Its profile's fallback runs it now, instead of its waiting for the limit.
         let fallback = matches!(failure.cause, RetryCause::Limited { .. })
             && self
@@ -577,6 +570,7 @@ impl Dispatcher {
         &self,
         id: TaskId,
         limited_profiles: &BTreeMap<String, DateTime<Utc>>,
+        lifts: &BTreeMap<String, DateTime<Utc>>,
     ) -> anyhow::Result<bool> {
         // The backoff is checked again on the task as the log has it: the read model the queue came from may be
         // behind a failure that just happened.
@@ -605,6 +599,9 @@ impl Dispatcher {
                 .filter(|p| limited_profiles.contains_key(*p) && purpose == RunPurpose::Work)
                 .and_then(|p| self.inner.profiles.fallback_for(p, limited_profiles));
             let waiting = task.last_failure().and_then(|failure| {
+                if lifted(failure, profile.as_ref().and_then(|p| lifts.get(p))) {
+                    return None;
+                }
                 self.failure_ready_at(id, task.attempts(), failure, fallback.is_some())
                     .filter(|ready| *ready > Utc::now())
             });
@@ -767,4 +764,9 @@ impl Dispatcher {
             }
         });
     }
+}
+
+/// Whether a person lifted the pause of the task's profile after its provider's limit held the task back.
+fn lifted(failure: &Failure, lift: Option<&DateTime<Utc>>) -> bool {
+    matches!(failure.cause, RetryCause::Limited { .. }) && lift.is_some_and(|at| *at > failure.at)
 }

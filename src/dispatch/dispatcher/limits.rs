@@ -1,8 +1,10 @@
 //! What holds an attempt back while it runs: its budgets, watched against the agent's streamed usage (the agent
-//! is stopped the moment one is spent), and, after a provider's usage limit stopped it, when it may run again.
+//! is stopped the moment one is spent), and, after a provider's usage limit stopped it, when it may run again and
+//! what that holds back of its profile (`domain::limits`: one run's word only for a short window).
 
 use std::sync::Arc;
 
+use anyhow::Context;
 use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 
@@ -42,10 +44,94 @@ pub(super) const MAX_LIMIT_WAIT_NAMED: chrono::Duration = chrono::Duration::days
 /// The longest wait when the provider named no reset.
 pub(super) const MAX_LIMIT_WAIT_UNKNOWN: chrono::Duration = chrono::Duration::hours(1);
 
+/// What a provider's limit holds back now: each profile's hold, and the latest lift of each profile's pause.
+pub(super) struct Holds {
+    pub holds: std::collections::BTreeMap<String, crate::domain::limits::Hold>,
+    pub lifts: std::collections::BTreeMap<String, chrono::DateTime<Utc>>,
+}
+
+impl Holds {
+    /// The profiles nothing starts on, and until when.
+    pub fn paused(&self) -> std::collections::BTreeMap<String, chrono::DateTime<Utc>> {
+        self.holds
+            .iter()
+            .filter_map(|(profile, hold)| Some((profile.clone(), hold.paused_until()?)))
+            .collect()
+    }
+
+    /// Whether `profile` is on probation: one run of it may start.
+    pub fn probing(&self, profile: &str) -> bool {
+        matches!(
+            self.holds.get(profile),
+            Some(crate::domain::limits::Hold::Probe { .. })
+        )
+    }
+}
+
 impl Dispatcher {
+    /// What holds each profile back now: the runs that ended `limited` within the longest wait, not answered by
+    /// a later success of the same profile, with the reset each recorded, its task, and whether that task was
+    /// cancelled; weighed by `domain::limits::hold` against the profile's last lift. From the runs, not the
+    /// tasks: the pause holds wherever the limited task went (its fallback).
+    pub(super) async fn limit_holds(&self, now: chrono::DateTime<Utc>) -> anyhow::Result<Holds> {
+        use crate::domain::limits::{hold, Report};
+        let since = now - MAX_LIMIT_WAIT_NAMED;
+        let limited = crate::projectors::runs::unanswered_limits(self.store(), since)
+            .await
+            .context("reading the runs that ended on a limit")?;
+        let lifts = crate::board::pause::limit_lifts(self.store())
+            .await
+            .context("reading the lifts of limits")?;
+        let mut reports: std::collections::BTreeMap<String, Vec<Report>> = Default::default();
+        for run in limited {
+            let Ok(id) = run.run_id.parse::<uuid::Uuid>() else {
+                continue;
+            };
+            let events = self
+                .store()
+                .read_stream(&crate::domain::runs::stream(crate::tasks::RunId(id)))
+                .await
+                .with_context(|| format!("reading run {id}, which ended on a limit"))?;
+            let until = events
+                .iter()
+                .filter_map(|e| crate::projectors::runs::decode(e).ok())
+                .find_map(|e| match e {
+                    crate::domain::runs::RunEvent::Failed { until, .. } => until,
+                    _ => None,
+                });
+            let Some(until) = until else {
+                continue;
+            };
+            let withdrawn = match run.task_id.parse() {
+                Ok(task) => crate::projectors::tasks::get(self.store(), task)
+                    .await
+                    .with_context(|| format!("reading {task}, whose run ended on a limit"))?
+                    .is_some_and(|row| row.column == crate::tasks::Column::Cancelled),
+                Err(_) => false,
+            };
+            reports.entry(run.profile).or_default().push(Report {
+                task: run.task_id,
+                ended_at: run.ended_at,
+                until,
+                withdrawn,
+            });
+        }
+        let window = chrono::Duration::from_std(self.inner.config.limit_unverified)
+            .unwrap_or(MAX_LIMIT_WAIT_UNKNOWN);
+        let holds = reports
+            .iter()
+            .filter_map(|(profile, reports)| {
+                let lifted = lifts.get(profile).copied();
+                Some((profile.clone(), hold(reports, lifted, window, now)?))
+            })
+            .collect();
+        Ok(Holds { holds, lifts })
+    }
+
     /// Watches the run's streamed usage against the budgets its task falls under, and stops the agent the moment
-    /// one is spent. `None` without `[budgets]` (or when they cannot be read: the dispatcher checked them before
-    /// the claim, and the next claim checks again).
+    /// one is spent, or the moment its meter refuses a usage figure (fail closed: what it spends is unknown).
+    /// `None` when its profile reads no usage and there are no `[budgets]`. Budgets that cannot be read are not
+    /// watched (the dispatcher checked them before the claim, and the next claim checks again).
     pub(super) async fn watch_budget(
         &self,
         task: &Task,
@@ -53,7 +139,11 @@ impl Dispatcher {
         agent_stop: &CancellationToken,
     ) -> Option<BudgetWatch> {
         let config = &self.inner.config.budgets;
-        if !config.any() {
+        let reads = meter
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .reads_anything();
+        if !config.any() && !reads {
             return None;
         }
         let standings = match crate::budgets::standings(
@@ -67,8 +157,8 @@ impl Dispatcher {
         {
             Ok(standings) => standings,
             Err(error) => {
-                tracing::warn!(task = %task.id(), %error, "the budgets cannot be read; this run is not watched");
-                return None;
+                tracing::warn!(task = %task.id(), %error, "the budgets cannot be read; this run's spend is not watched");
+                Vec::new()
             }
         };
         let exceeded = Arc::new(std::sync::Mutex::new(None));
@@ -87,7 +177,17 @@ impl Dispatcher {
                     () = stop.cancelled() => return,
                     () = tokio::time::sleep(BUDGET_WATCH) => {}
                 }
-                let usage = meter.lock().unwrap_or_else(|e| e.into_inner()).usage();
+                let (usage, refused) = {
+                    let meter = meter.lock().unwrap_or_else(|e| e.into_inner());
+                    (meter.usage(), meter.refused().map(str::to_owned))
+                };
+                if let Some(why) = refused {
+                    tracing::warn!(%why, "stopping the agent: its usage figures were refused");
+                    *seen.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some(super::attempt::refused_detail(&why));
+                    stop.cancel();
+                    return;
+                }
                 if let Some((scope, why)) = crate::budgets::first_over(&standings, &usage) {
                     tracing::warn!(%why, "stopping the agent: a budget is spent");
                     *seen.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());

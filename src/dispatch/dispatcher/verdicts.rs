@@ -249,7 +249,10 @@ impl Dispatcher {
         launch.meter = Some(meter.clone());
         let finished = runner::run(launch, ended.output.clone(), ended.agent_stop.clone()).await;
         // What it spent counts whatever its verdict: the attempt's outcome carries it.
-        let usage = meter.lock().unwrap_or_else(|e| e.into_inner()).usage();
+        let (usage, refused) = {
+            let meter = meter.lock().unwrap_or_else(|e| e.into_inner());
+            (meter.usage(), meter.refused().map(str::to_owned))
+        };
         *ended
             .reviewer_usage
             .lock()
@@ -257,7 +260,12 @@ impl Dispatcher {
             repo: task.repo().to_string(),
             profile: profile.name.clone(),
             usage,
+            refused: refused.clone(),
         });
+        // Its usage figures refused: fail closed, as over budget; nothing is pushed on its word.
+        if let Some(why) = refused {
+            return Err((FailureKind::Budget, super::attempt::refused_detail(&why)));
+        }
         match finished.ending {
             Ending::Exited(0) => {}
             Ending::Stopped if ended.stop.is_cancelled() => {

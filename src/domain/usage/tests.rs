@@ -282,6 +282,7 @@ fn usage_round_trips_and_leaves_out_an_unknown_cost() {
             cost_usd: None,
             turns: 1,
         },
+        refused: None,
     };
     let json = serde_json::to_value(&usage).unwrap();
     assert_eq!(json["input_tokens"], 1);
@@ -335,4 +336,171 @@ fn a_limit_the_cli_got_through_afterwards_is_no_limit() {
         "\n",
     );
     assert_eq!(meter(UsageFormat::Codex, retried).limit(), None);
+}
+
+/// Each format's usage line with `figure` in one token field (or the cost), as an agent could print it.
+fn lines_with(format: &str, tokens: &str, cost: &str) -> String {
+    match format {
+        "claude" => format!(
+            r#"{{"type":"result","subtype":"success","is_error":false,"num_turns":1,"result":"ok","total_cost_usd":{cost},"usage":{{"input_tokens":{tokens},"output_tokens":1}}}}"#
+        ),
+        "claude-message" => format!(
+            r#"{{"type":"assistant","message":{{"id":"m1","role":"assistant","content":[],"usage":{{"input_tokens":{tokens},"output_tokens":1}}}}}}"#
+        ),
+        "codex" => format!(
+            r#"{{"type":"turn.completed","usage":{{"input_tokens":{tokens},"cached_input_tokens":0,"output_tokens":1}}}}"#
+        ),
+        "pi" => format!(
+            r#"{{"type":"message_end","message":{{"role":"assistant","stopReason":"stop","usage":{{"input":{tokens},"output":1,"cacheRead":0,"cacheWrite":0,"cost":{{"total":{cost}}}}}}}}}"#
+        ),
+        "opencode" => format!(
+            r#"{{"type":"step_finish","part":{{"tokens":{{"input":{tokens},"output":1,"reasoning":0,"cache":{{"read":0,"write":0}}}},"cost":{cost}}}}}"#
+        ),
+        "pattern" => format!("spent {tokens} in, 1 out, ${cost}"),
+        other => panic!("no format {other}"),
+    }
+}
+
+fn format_named(name: &str) -> UsageFormat {
+    match name {
+        "claude" | "claude-message" => UsageFormat::Claude,
+        "pattern" => UsageFormat::Pattern(
+            UsagePattern::new(r"spent (?P<input>\S+) in, (?P<output>\d+) out, \$(?P<cost>\S+)")
+                .unwrap(),
+        ),
+        other => UsageFormat::named(other).unwrap(),
+    }
+}
+
+const FORMATS: [&str; 6] = [
+    "claude",
+    "claude-message",
+    "codex",
+    "pi",
+    "opencode",
+    "pattern",
+];
+
+#[test]
+fn every_format_refuses_token_counts_out_of_bounds_or_not_counts_and_sums_only_the_good_lines() {
+    let bad_tokens = [
+        "18446744073709551615",
+        "18446744073709551616",
+        "1000000001",
+        "-5",
+        "1.5",
+        "1e308",
+        r#""100""#,
+        "[1]",
+    ];
+    for format in FORMATS {
+        for bad in bad_tokens {
+            if format == "pattern" && bad.starts_with(['"', '[']) {
+                continue;
+            }
+            let good = lines_with(format, "100", "0.5");
+            let output = format!("{}\n{}\n", lines_with(format, bad, "0.5"), good);
+            let m = meter(format_named(format), &output);
+            let why = m
+                .refused()
+                .unwrap_or_else(|| panic!("{format} {bad}: refused"));
+            assert!(why.contains("not a count"), "{format} {bad}: {why}");
+            let usage = m.usage();
+            assert_eq!(
+                usage.input_tokens, 100,
+                "{format} {bad}: the good line counts, alone"
+            );
+            assert!(usage.out_of_bounds().is_none(), "{format} {bad}: {usage:?}");
+        }
+        // At the bound is a count.
+        let m = meter(
+            format_named(format),
+            &lines_with(format, "1000000000", "0.5"),
+        );
+        assert_eq!(
+            (m.refused(), m.usage().input_tokens),
+            (None, MAX_TOKENS),
+            "{format}"
+        );
+    }
+}
+
+#[test]
+fn every_format_with_a_cost_refuses_one_out_of_bounds_negative_or_not_finite() {
+    for format in ["claude", "pi", "opencode", "pattern"] {
+        for bad in ["1.7e308", "-0.5", "10000.01", r#""1""#, "inf", "NaN"] {
+            let json = format != "pattern";
+            // JSON has no infinity or NaN: a line that says so is no JSON line (read as nothing, not refused).
+            if json && matches!(bad, "inf" | "NaN") || !json && bad.starts_with('"') {
+                continue;
+            }
+            let m = meter(format_named(format), &lines_with(format, "1", bad));
+            let why = m
+                .refused()
+                .unwrap_or_else(|| panic!("{format} {bad}: refused"));
+            assert!(why.contains("US dollars"), "{format} {bad}: {why}");
+            assert!(
+                m.usage().cost_usd.is_none_or(|c| c <= MAX_COST_USD),
+                "{format} {bad}"
+            );
+        }
+    }
+}
+
+#[test]
+fn two_costs_of_1_7e308_never_make_infinity_and_a_run_past_the_bounds_is_refused() {
+    // Each line is over the bound: refused, nothing summed (the old meter summed them to +inf, stored as null).
+    let line = lines_with("pi", "1", "1.7e308");
+    let m = meter(UsageFormat::Pi, &format!("{line}\n{line}\n"));
+    assert!(m.refused().is_some());
+    assert_eq!(m.usage().cost_usd, None);
+    // Each line within the bounds, their sum not: refused, and the sum stops at the bound.
+    let line = lines_with("opencode", "600000000", "6000");
+    let m = meter(UsageFormat::Opencode, &format!("{line}\n{line}\n"));
+    let why = m.refused().expect("refused");
+    assert!(why.contains("the run's usage adds up to"), "{why}");
+    let usage = m.usage();
+    assert_eq!(usage.input_tokens, MAX_TOKENS);
+    assert!(usage.out_of_bounds().is_none(), "{usage:?}");
+    // Claude Code's messages summed past the bound too.
+    let messages: String = (0..3)
+        .map(|i| {
+            format!(
+                r#"{{"type":"assistant","message":{{"id":"m{i}","usage":{{"input_tokens":600000000}}}}}}"#
+            ) + "\n"
+        })
+        .collect();
+    let m = meter(UsageFormat::Claude, &messages);
+    assert!(m.refused().is_some_and(|w| w.contains("adds up to")));
+    assert_eq!(m.usage().input_tokens, MAX_TOKENS);
+}
+
+#[test]
+fn a_repeated_message_is_replaced_not_added_and_normal_output_is_refused_nothing() {
+    let m = meter(UsageFormat::Claude, &format!("{CLAUDE}{CLAUDE_RESULT}\n"));
+    assert_eq!(m.refused(), None);
+    let line = lines_with("claude-message", "600000000", "0");
+    let m = meter(UsageFormat::Claude, &format!("{line}\n{line}\n{line}\n"));
+    assert_eq!((m.refused(), m.usage().input_tokens), (None, 600_000_000));
+}
+
+#[test]
+fn an_old_outcome_past_the_bounds_is_clamped_on_read() {
+    let usage = Usage {
+        input_tokens: u64::MAX,
+        cost_usd: Some(f64::INFINITY),
+        turns: u32::MAX,
+        ..Usage::default()
+    };
+    assert!(usage.out_of_bounds().is_some());
+    let clamped = usage.clamped();
+    assert_eq!(
+        (clamped.input_tokens, clamped.cost_usd, clamped.turns),
+        (MAX_TOKENS, Some(MAX_COST_USD), MAX_TURNS)
+    );
+    let nan = Usage {
+        cost_usd: Some(f64::NAN),
+        ..Usage::default()
+    };
+    assert_eq!(nan.clamped().cost_usd, None);
 }

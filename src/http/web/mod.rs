@@ -80,6 +80,7 @@ pub fn router() -> Router<AppState> {
         .route("/tasks/{id}/answer", post(task_page::answer))
         .route("/tasks/{id}/{action}", post(task_action))
         .route("/runs", get(runs_page))
+        .route("/runs/limits/{profile}/lift", post(lift_limit))
         .route("/spend", get(spend_page::spend_page))
         .route("/spend/raise", post(spend_page::raise))
         .route("/status", get(health_page))
@@ -524,9 +525,36 @@ async fn runs_page(
                 running,
                 recent,
                 dispatcher,
+                csrf: session.csrf(&key),
             }),
         ),
     )
+}
+
+/// `POST /runs/limits/{profile}/lift`: a person lifts a profile's pause by its provider's limit from the runs
+/// page — the same `limits.lifted` event as the API's and the CLI's.
+async fn lift_limit(
+    State(state): State<AppState>,
+    Path(profile): Path<String>,
+    headers: HeaderMap,
+    body: bytes::Bytes,
+) -> Response {
+    let Some(form) = parse_form(&body, FORM_LIMIT) else {
+        return too_large();
+    };
+    if let Access::Denied(response) = require_post(&state, &headers, &form).await {
+        return response;
+    }
+    if state.settings.file.profiles.get(&profile).is_none() {
+        return page(
+            StatusCode::NOT_FOUND,
+            pages::message("Not lifted", "There is no agent profile of that name."),
+        );
+    }
+    match crate::board::pause::lift_limit(&state.log, &profile, "dashboard").await {
+        Ok(_) => axum::response::Redirect::to("/runs").into_response(),
+        Err(e) => unavailable(format!("{e:#}")),
+    }
 }
 
 async fn health_page(

@@ -454,6 +454,8 @@ pub struct RunsView {
     pub recent: Vec<RunRow>,
     /// The dispatcher's last report (slots, queue), as `/health` has it.
     pub dispatcher: Option<serde_json::Value>,
+    /// The session's CSRF token, for the forms that lift a profile's pause.
+    pub csrf: String,
 }
 
 pub fn runs(view: &RunsView) -> Markup {
@@ -466,6 +468,22 @@ pub fn runs(view: &RunsView) -> Markup {
                     " · queued " strong { (number(detail, "queue")) }
                     " · backing off " (number(detail, "backing_off"))
                     @if detail["paused"].as_bool() == Some(true) { " · " span.badge.warn { "paused" } }
+                }
+                @if let Some(holds) = detail["limit_holds"].as_object() {
+                    @for (profile, hold) in holds {
+                        p.limit {
+                            span.badge.warn { "limit" } " "
+                            @match serde_json::from_value::<crate::domain::limits::Hold>(hold.clone()) {
+                                Ok(hold) => (hold.describe(profile)),
+                                Err(_) => (format!("agent profile {profile} is held by its provider's limit")),
+                            }
+                            " "
+                            form.inline method="post" action=(format!("/runs/limits/{}/lift", form_urlencoded::byte_serialize(profile.as_bytes()).collect::<String>())) {
+                                input type="hidden" name="csrf" value=(view.csrf);
+                                button type="submit" { "Lift" }
+                            }
+                        }
+                    }
                 }
             }
             None => p.muted { "The dispatcher has not reported (dispatch is off, or it has not ticked yet)." },

@@ -76,17 +76,17 @@ impl<'a> Batch<'a> {
 
     /// Adds each outcome to its rows in log order: the additions an upsert per outcome made in SQL, in the same
     /// order, so the sums (the cost's doubles too) are the same to the bit whatever the batch size.
-    fn add(&mut self, entries: &[Entry]) -> anyhow::Result<()> {
+    fn add(&mut self, entries: &[Entry]) {
         for (e, &(day, task)) in entries.iter().zip(&self.slots) {
             let spent = Spent::of(&e.usage);
             match &mut self.days[day].1 {
-                Some(row) => row.accumulate(&spent)?,
+                Some(row) => row.accumulate(&spent),
                 none => *none = Some(spent.clone()),
             }
             match &mut self.tasks[task].1 {
                 // A task's repository is its first outcome's; `last_at` the latest outcome's.
                 Some(row) => {
-                    row.spent.accumulate(&spent)?;
+                    row.spent.accumulate(&spent);
                     if e.at > row.last_at {
                         row.last_at = e.at;
                     }
@@ -100,7 +100,6 @@ impl<'a> Batch<'a> {
                 }
             }
         }
-        Ok(())
     }
 }
 
@@ -118,7 +117,7 @@ pub(super) async fn roll_up(
     read_stored(tx, &mut batch)
         .await
         .context("reading the usage rows a batch adds to")?;
-    batch.add(&entries)?;
+    batch.add(&entries);
     write(tx, &batch)
         .await
         .context("writing the usage rows of a batch")?;
@@ -266,6 +265,7 @@ mod tests {
                     turns: 2,
                     ..Usage::default()
                 },
+                refused: None,
             },
         }
     }
@@ -304,7 +304,7 @@ mod tests {
         // Keys no entry has are not the batch's.
         batch.stored_day(("2026-11-30", "acme/api", "claude"), spent(9, 9, 9.0));
         batch.stored_task("T-9", batch.tasks[0].1.clone().unwrap());
-        batch.add(&entries).unwrap();
+        batch.add(&entries);
 
         // The very additions SQL made, in the same order: the doubles agree to the bit (summing the batch
         // first would not: 0.1 + (0.2 + 0.3 + 0.3) is another double).
@@ -339,17 +339,39 @@ mod tests {
     }
 
     #[test]
-    fn a_sum_past_a_bigint_fails_the_batch_as_the_database_would() {
-        let entries = [outcome("T-1", "acme/api", "2026-12-01T10:00:00Z", 0.2, 10)];
+    fn absurd_outcomes_and_stored_rows_saturate_and_never_fail_the_batch() {
+        use crate::domain::usage::{MAX_COST_USD, MAX_TOKENS};
+        use crate::projectors::usage::{ROW_MAX_COUNT, ROW_MAX_USD};
+        // An outcome recorded before the bounds (or forged): u64::MAX tokens, an infinite and a NaN cost.
+        let mut huge = outcome(
+            "T-1",
+            "acme/api",
+            "2026-12-01T10:00:00Z",
+            f64::INFINITY,
+            u64::MAX,
+        );
+        huge.usage.usage.output_tokens = u64::MAX;
+        let nan = outcome("T-1", "acme/api", "2026-12-01T11:00:00Z", f64::NAN, 10);
+        let normal = outcome("T-2", "acme/api", "2026-12-01T12:00:00Z", 0.5, 10);
+        let entries = [huge, nan, normal];
         let mut batch = Batch::new(&entries);
+        // A row that already holds a bigint's worth (stored by the old code).
         batch.stored_day(
             ("2026-12-01", "acme/api", "claude"),
-            spent(1, i64::MAX - 5, 0.1),
+            spent(1, i64::MAX - 5, f64::MAX),
         );
-        let error = batch.add(&entries).unwrap_err();
-        assert!(
-            format!("{error:#}").contains("bigint out of range"),
-            "{error:#}"
-        );
+        batch.add(&entries);
+        let day = batch.days[0].1.as_ref().unwrap();
+        assert_eq!(day.runs, 4);
+        assert_eq!(day.input_tokens, ROW_MAX_COUNT);
+        assert!(day.tokens() > 0, "{day:?}");
+        assert_eq!(day.cost_usd, ROW_MAX_USD);
+        let t1 = batch.tasks[0].1.as_ref().unwrap();
+        // Each outcome counts for at most what a run may say; the NaN cost for nothing.
+        assert_eq!(t1.spent.input_tokens, MAX_TOKENS as i64 + 10);
+        assert_eq!(t1.spent.output_tokens, MAX_TOKENS as i64);
+        assert_eq!(t1.spent.cost_usd, MAX_COST_USD);
+        let t2 = batch.tasks[1].1.as_ref().unwrap();
+        assert_eq!((t2.spent.input_tokens, t2.spent.cost_usd), (10, 0.5));
     }
 }
