@@ -16,6 +16,7 @@
 
 pub mod agent_files;
 pub mod dispatcher;
+pub mod egress;
 pub mod live;
 pub mod prompt;
 pub mod reaper;

@@ -61,6 +61,8 @@ pub struct ChildSetup {
     pub reaper: bool,
     /// Drop every capability (the service runs as root and no sandbox program drops them for us).
     pub drop_capabilities: bool,
+    /// The run's egress proxy: it lives as long as the launch (the process and the bridge reaching it).
+    pub egress: Option<Arc<super::egress::Proxy>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

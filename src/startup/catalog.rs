@@ -411,6 +411,8 @@ pub const CATALOG: &[Entry] = &[
                     let detail = serde_json::json!({
                         "containment": dispatcher.containment().kind(),
                         "confinement": dispatcher.confinement(),
+                        // The profiles that opted out of a network of their own.
+                        "network_host": dispatcher.on_host_network(),
                     });
                     let mut built = Built::ticking(
                         move || {

@@ -25,6 +25,7 @@ mod dispatch;
 mod dispatch_process;
 mod docs;
 mod effects;
+mod egress;
 mod eventlog;
 mod full_loop;
 mod fuzz;
