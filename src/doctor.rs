@@ -135,6 +135,17 @@ fn containment(out: &mut String, settings: &Settings) {
             "armed"
         };
         let _ = writeln!(out, "memory                     {state:<9} {memory}");
+        let host = settings.file.profiles.on_host_network();
+        let network = if host.is_empty() {
+            "proxy     every profile has a network of its own: egress through pidevops's proxy"
+                .to_owned()
+        } else {
+            format!(
+                "warn      network = \"host\" (the service's network, no egress proxy) for: {}",
+                host.join(", ")
+            )
+        };
+        let _ = writeln!(out, "agent network              {network}");
     }
 }
 

@@ -100,6 +100,8 @@ pub struct DispatchConfig {
     pub scope: BTreeMap<RepoName, ScopePolicy>,
     /// `[repos."o/n"] review` where set (default: off).
     pub review: BTreeMap<RepoName, ReviewPolicy>,
+    /// `[repos."o/n"] allow_hosts` where set: what its agents and hooks may reach through the egress proxy.
+    pub allow_hosts: BTreeMap<RepoName, AllowHosts>,
     /// `[budgets]`: what runs may spend.
     pub budgets: crate::config::budgets::BudgetsConfig,
     /// What one agent may take of the machine: memory, `/tmp`, output, and the disk left before a claim.
@@ -190,6 +192,11 @@ impl DispatchConfig {
         self.review.get(repo).copied().unwrap_or_default()
     }
 
+    /// What `repo`'s agents and hooks may reach besides the model API (nothing listed, for most).
+    pub fn allow_hosts(&self, repo: &RepoName) -> AllowHosts {
+        self.allow_hosts.get(repo).cloned().unwrap_or_default()
+    }
+
     /// What `repo`'s runs do besides the agent (nothing, for most).
     pub fn environment(&self, repo: &RepoName) -> Option<&RepoEnv> {
         self.environments.get(repo)
@@ -253,6 +260,7 @@ impl DispatchConfig {
         let mut repos = BTreeMap::new();
         let mut environments = BTreeMap::new();
         let mut scope = BTreeMap::new();
+        let mut allow_hosts = BTreeMap::new();
         let mut review = BTreeMap::new();
         for (name, repo) in &tables.repos {
             let key = format!("repos.\"{name}\"");
@@ -304,6 +312,9 @@ impl DispatchConfig {
             if let Some(policy) = repo.review {
                 review.insert(parsed.clone(), policy);
             }
+            if let Some(hosts) = &repo.allow_hosts {
+                allow_hosts.insert(parsed.clone(), AllowHosts::parse(&key, hosts)?);
+            }
             if url.is_some() || base.is_some() {
                 let default = Self::default_source(&parsed);
                 repos.insert(
@@ -330,6 +341,7 @@ impl DispatchConfig {
             environments,
             scope,
             review,
+            allow_hosts,
             budgets: crate::config::budgets::BudgetsConfig::from_tables(tables)?,
             bounds: AgentBounds::from_table(dispatch)?,
         })
@@ -340,6 +352,29 @@ impl DispatchConfig {
             url: format!("https://github.com/{}.git", repo.as_str()),
             base: Self::DEFAULT_BASE.to_owned(),
         }
+    }
+}
+
+/// `[repos."o/n"] allow_hosts`, read: the names, and whether it asked for the package registries.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllowHosts {
+    pub hosts: Vec<super::allow_hosts::HostRule>,
+    pub registries: bool,
+}
+
+impl AllowHosts {
+    fn parse(key: &str, hosts: &[String]) -> Result<Self, String> {
+        use super::allow_hosts::{HostRule, REGISTRIES};
+        let mut out = Self::default();
+        for host in hosts {
+            if host.trim() == REGISTRIES {
+                out.registries = true;
+                continue;
+            }
+            out.hosts
+                .push(HostRule::parse(host).map_err(|e| format!("{key}.allow_hosts: {e}"))?);
+        }
+        Ok(out)
     }
 }
 

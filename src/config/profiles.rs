@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::file::{AgentTable, DispatchTable, StdinMode, Tables};
-pub use super::file::{LiveInput, OnFollowUp};
+pub use super::file::{LiveInput, Network, OnFollowUp};
 use crate::domain::usage::{UsageFormat, UsagePattern};
 use crate::tasks::{AgentName, RepoName, RunPurpose, Task};
 
@@ -77,6 +77,8 @@ pub struct AgentProfile {
     pub usage: UsageFormat,
     /// The profile its tasks run with while its provider's limit holds (`fallback`).
     pub fallback: Option<String>,
+    /// What its processes may reach (`network`): its own network and the egress proxy, none, or the host's.
+    pub network: Network,
 }
 
 /// What a run fills the placeholders with.
@@ -138,6 +140,7 @@ pub fn presets() -> Vec<AgentProfile> {
             name: name.to_owned(),
             usage: guess_usage(command),
             fallback: None,
+            network: Network::Proxy,
             command: command.iter().map(|s| (*s).to_owned()).collect(),
             env: env.iter().map(|s| (*s).to_owned()).collect(),
             set_env: set_env
@@ -324,6 +327,15 @@ impl Profiles {
             reviewer,
             reviewer_by_repo,
         })
+    }
+
+    /// The profiles that keep the service's network (`network = "host"`): named in `/health` and `doctor`.
+    pub fn on_host_network(&self) -> Vec<String> {
+        self.profiles
+            .values()
+            .filter(|p| p.network == Network::Host)
+            .map(|p| p.name.clone())
+            .collect()
     }
 
     /// The planner's profile, when plans are configured.
@@ -528,6 +540,7 @@ fn profile(name: &str, table: &AgentTable, key: &str) -> Result<AgentProfile, St
         on_follow_up: table.on_follow_up,
         usage,
         fallback: table.fallback.clone(),
+        network: table.network,
     })
 }
 

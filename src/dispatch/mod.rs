@@ -22,6 +22,7 @@ pub mod agent_log;
 pub mod cgroup;
 pub mod disk;
 pub mod dispatcher;
+pub mod egress;
 pub mod live;
 pub mod prompt;
 pub mod reaper;

@@ -83,6 +83,8 @@ pub struct ChildSetup {
     pub drop_capabilities: bool,
     /// Its own cgroup with a memory limit, entered before anything else (`cgroup.rs`).
     pub cgroup: Option<Arc<super::cgroup::RunCgroup>>,
+    /// The run's egress proxy: it lives as long as the launch (the process and the bridge reaching it).
+    pub egress: Option<Arc<super::egress::Proxy>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -216,8 +216,24 @@ impl AgentView {
     }
 }
 
+/// The network a bubblewrap sandbox gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BwrapNet<'a> {
+    /// The host's (`network = "host"`).
+    Host,
+    /// Its own namespace, only loopback; with the egress proxy's socket bound in at
+    /// [`super::egress::SOCKET_IN_SANDBOX`] when there is one.
+    Own { proxy_socket: Option<&'a Path> },
+}
+
 /// The argv that runs `argv` inside a bubblewrap sandbox showing only `view`.
-pub fn bwrap_argv(bwrap: &Path, view: &AgentView, cwd: &Path, argv: &[String]) -> Vec<String> {
+pub fn bwrap_argv(
+    bwrap: &Path,
+    view: &AgentView,
+    cwd: &Path,
+    argv: &[String],
+    net: BwrapNet<'_>,
+) -> Vec<String> {
     let s = |p: &Path| p.to_string_lossy().into_owned();
     let mut out = vec![
         s(bwrap),
@@ -245,6 +261,9 @@ pub fn bwrap_argv(bwrap: &Path, view: &AgentView, cwd: &Path, argv: &[String]) -
     if view.drop_capabilities {
         out.extend(["--cap-drop".into(), "ALL".into()]);
     }
+    if let BwrapNet::Own { .. } = net {
+        out.push("--unshare-net".into());
+    }
     let mut bound: Vec<&Path> = Vec::new();
     for path in &view.readable {
         // Beneath something already bound (`/usr/local/bin` under `/usr`, `/bin` twice): nothing to add, and a
@@ -267,6 +286,16 @@ pub fn bwrap_argv(bwrap: &Path, view: &AgentView, cwd: &Path, argv: &[String]) -
     }
     for path in &view.scratch {
         tmpfs(&mut out, s(path));
+    }
+    if let BwrapNet::Own {
+        proxy_socket: Some(socket),
+    } = net
+    {
+        out.extend([
+            "--bind".into(),
+            s(socket),
+            super::egress::SOCKET_IN_SANDBOX.into(),
+        ]);
     }
     // The root that holds these mounts is bwrap's own tmpfs: read-only, so a write anywhere else fails loudly
     // rather than landing somewhere that vanishes.
@@ -323,6 +352,19 @@ struct RulesetAttr {
     scoped: u64,
 }
 
+/// ABI 4: TCP bind and connect, by port.
+const NET_BIND_TCP: u64 = 1 << 0;
+const NET_CONNECT_TCP: u64 = 1 << 1;
+const RULE_NET_PORT: u32 = 2;
+/// The first ABI with network rules.
+pub const NET_ABI: i64 = 4;
+
+#[repr(C)]
+struct NetPortAttr {
+    allowed_access: u64,
+    port: u64,
+}
+
 #[repr(C, packed)]
 struct PathBeneathAttr {
     allowed_access: u64,
@@ -351,11 +393,17 @@ pub struct Confinement {
 }
 
 impl Confinement {
-    /// `Ok(None)` when the kernel has no Landlock.
-    pub fn new(view: &AgentView) -> std::io::Result<Option<Self>> {
+    /// `Ok(None)` when the kernel has no Landlock. `connect_ports`: `None` leaves the network alone; `Some` refuses
+    /// every TCP bind and every TCP connect but to those ports (ABI 4; an older kernel is an error).
+    pub fn new(view: &AgentView, connect_ports: Option<&[u16]>) -> std::io::Result<Option<Self>> {
         let Some(abi) = abi() else {
             return Ok(None);
         };
+        if connect_ports.is_some() && abi < NET_ABI {
+            return Err(std::io::Error::other(format!(
+                "landlock abi {abi} has no network rules (they need abi {NET_ABI})"
+            )));
+        }
         let read = EXECUTE | READ_FILE | READ_DIR;
         let mut all = read | WRITE_FILE | CHANGE_DIRECTORY;
         if abi >= 2 {
@@ -369,13 +417,20 @@ impl Confinement {
         }
         let attr = RulesetAttr {
             handled_access_fs: all,
-            handled_access_net: 0,
+            handled_access_net: if connect_ports.is_some() {
+                NET_BIND_TCP | NET_CONNECT_TCP
+            } else {
+                0
+            },
             scoped: if abi >= 6 { SCOPE_SIGNAL } else { 0 },
         };
-        // Before ABI 4 the attribute ends after the file-system field; a larger size with zeros is refused by old
-        // kernels that do not know the fields, so pass only what they know.
+        // Before ABI 4 the attribute ends after the file-system field, before ABI 6 after the network one; a
+        // larger size with zeros is refused by old kernels that do not know the fields, so pass only what they
+        // know.
         let size = if abi >= 6 {
             std::mem::size_of::<RulesetAttr>()
+        } else if abi >= NET_ABI {
+            2 * std::mem::size_of::<u64>()
         } else {
             std::mem::size_of::<u64>()
         };
@@ -433,6 +488,28 @@ impl Confinement {
                 return Err(std::io::Error::other(format!(
                     "landlock rule for {}: {}",
                     path.display(),
+                    std::io::Error::last_os_error()
+                )));
+            }
+        }
+        for port in connect_ports.unwrap_or_default() {
+            let rule = NetPortAttr {
+                allowed_access: NET_CONNECT_TCP,
+                port: u64::from(*port),
+            };
+            // SAFETY: a valid fd and a rule of the documented layout.
+            let added = unsafe {
+                libc::syscall(
+                    libc::SYS_landlock_add_rule,
+                    ruleset.as_raw_fd(),
+                    RULE_NET_PORT,
+                    &rule as *const NetPortAttr,
+                    0u32,
+                )
+            };
+            if added < 0 {
+                return Err(std::io::Error::other(format!(
+                    "landlock rule for TCP port {port}: {}",
                     std::io::Error::last_os_error()
                 )));
             }
@@ -542,6 +619,7 @@ mod tests {
             &view,
             Path::new("/ws/runs/T-1/r/worktree"),
             &["agent".into(), "--flag".into()],
+            BwrapNet::Host,
         );
         let at = |needle: &str| argv.iter().position(|a| a == needle).unwrap();
         assert!(at("--ro-bind-try") < at("--bind"));
@@ -561,6 +639,39 @@ mod tests {
         assert_eq!(sized, ["/tmp", "/ws/runs/T-1/r/tmp"]);
         assert_eq!(argv.iter().filter(|a| *a == "--tmpfs").count(), 2);
         assert!(at("--bind") < argv.iter().rposition(|a| a == "--tmpfs").unwrap());
+        assert!(!argv.contains(&"--unshare-net".to_owned()));
+    }
+
+    #[test]
+    fn an_own_network_is_a_new_namespace_with_the_proxy_socket_bound_in() {
+        let view = AgentView::default();
+        let socket = Path::new("/ws/runs/T-1/r/egress-1.sock");
+        let argv = bwrap_argv(
+            Path::new("/usr/bin/bwrap"),
+            &view,
+            Path::new("/ws"),
+            &["agent".into()],
+            BwrapNet::Own {
+                proxy_socket: Some(socket),
+            },
+        );
+        assert!(argv.contains(&"--unshare-net".to_owned()));
+        let bind = argv
+            .windows(3)
+            .position(|w| w[0] == "--bind" && w[1] == socket.to_string_lossy())
+            .unwrap();
+        assert_eq!(argv[bind + 2], crate::dispatch::egress::SOCKET_IN_SANDBOX);
+        let none = bwrap_argv(
+            Path::new("/usr/bin/bwrap"),
+            &view,
+            Path::new("/ws"),
+            &["agent".into()],
+            BwrapNet::Own { proxy_socket: None },
+        );
+        assert!(none.contains(&"--unshare-net".to_owned()));
+        assert!(!none
+            .iter()
+            .any(|a| a == crate::dispatch::egress::SOCKET_IN_SANDBOX));
     }
 
     #[test]

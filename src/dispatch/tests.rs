@@ -167,7 +167,7 @@ fn bad_profiles_are_refused_with_the_key_named() {
         ),
         (
             "[agents.x]\ncommand = [\"a\", \"{prompt}\"]\nmodel = \"opus\"",
-            "[agents.x] model: unknown key (known: command, stdin, live_input, on_follow_up, env, set_env, timeout_s, no_output_timeout_s, usage, usage_pattern, fallback)",
+            "[agents.x] model: unknown key (known: command, stdin, live_input, on_follow_up, env, set_env, timeout_s, no_output_timeout_s, usage, usage_pattern, fallback, network)",
         ),
         (
             "[repos.\"acme/api\"]\nagent = \"ghost\"",

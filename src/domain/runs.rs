@@ -252,6 +252,14 @@ pub enum RunEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reviewer_usage: Option<RunUsage>,
     },
+    /// What the run's egress proxies refused (its agent, its hooks, its reviewer), by host and port: appended
+    /// once, before the outcome, when anything was refused.
+    EgressRefused {
+        at: DateTime<Utc>,
+        run: RunId,
+        task: TaskId,
+        refused: Vec<RefusedEgress>,
+    },
     /// A planner or triage run ended with what it was asked for: nothing pushed, a proposal for a person.
     Proposed {
         at: DateTime<Utc>,
@@ -265,6 +273,14 @@ pub enum RunEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         usage: Option<RunUsage>,
     },
+}
+
+/// One destination an agent's egress proxy refused during a run, and how often (dispatch/egress).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedEgress {
+    pub host: String,
+    pub port: u16,
+    pub count: u64,
 }
 
 /// What a planner or triage run proposes.
@@ -283,6 +299,7 @@ impl RunEvent {
             RunEvent::Succeeded { .. } => "run.succeeded",
             RunEvent::Failed { .. } => "run.failed",
             RunEvent::Proposed { .. } => "run.proposed",
+            RunEvent::EgressRefused { .. } => "run.egress_refused",
         }
     }
 
@@ -292,7 +309,8 @@ impl RunEvent {
             | RunEvent::Heartbeat { run, .. }
             | RunEvent::Succeeded { run, .. }
             | RunEvent::Failed { run, .. }
-            | RunEvent::Proposed { run, .. } => *run,
+            | RunEvent::Proposed { run, .. }
+            | RunEvent::EgressRefused { run, .. } => *run,
         }
     }
 
@@ -302,7 +320,8 @@ impl RunEvent {
             | RunEvent::Heartbeat { task, .. }
             | RunEvent::Succeeded { task, .. }
             | RunEvent::Failed { task, .. }
-            | RunEvent::Proposed { task, .. } => *task,
+            | RunEvent::Proposed { task, .. }
+            | RunEvent::EgressRefused { task, .. } => *task,
         }
     }
 
@@ -312,7 +331,8 @@ impl RunEvent {
             | RunEvent::Heartbeat { at, .. }
             | RunEvent::Succeeded { at, .. }
             | RunEvent::Failed { at, .. }
-            | RunEvent::Proposed { at, .. } => *at,
+            | RunEvent::Proposed { at, .. }
+            | RunEvent::EgressRefused { at, .. } => *at,
         }
     }
 
@@ -342,7 +362,9 @@ impl RunEvent {
             RunEvent::Succeeded { usage, .. }
             | RunEvent::Failed { usage, .. }
             | RunEvent::Proposed { usage, .. } => usage.as_ref(),
-            RunEvent::Started { .. } | RunEvent::Heartbeat { .. } => None,
+            RunEvent::Started { .. }
+            | RunEvent::Heartbeat { .. }
+            | RunEvent::EgressRefused { .. } => None,
         }
     }
 
@@ -354,7 +376,9 @@ impl RunEvent {
             RunEvent::Succeeded { usage, .. }
             | RunEvent::Failed { usage, .. }
             | RunEvent::Proposed { usage, .. } => *usage = spent,
-            RunEvent::Started { .. } | RunEvent::Heartbeat { .. } => {}
+            RunEvent::Started { .. }
+            | RunEvent::Heartbeat { .. }
+            | RunEvent::EgressRefused { .. } => {}
         }
         self
     }

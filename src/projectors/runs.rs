@@ -122,6 +122,8 @@ fn write_for(event: &StoredEvent, decoded: RunEvent) -> Write {
             started_at: Some(at),
             ..base
         },
+        // On the run's record in the log; the row does not show it.
+        RunEvent::EgressRefused { .. } => base,
         RunEvent::Heartbeat { output_bytes, .. } => Write {
             output_bytes: i64::try_from(output_bytes).unwrap_or(i64::MAX),
             ..base

@@ -184,7 +184,11 @@ fn pi() -> Case {
                     ("ANTHROPIC_API_KEY".into(), AGENT_KEY.into()),
                     ("PI_CODING_AGENT_DIR".into(), dir.display().to_string()),
                 ],
-                toml: format!("readable = [\"{}\"]\n", dir.display()),
+                toml: format!(
+                    "readable = [\"{}\"]\n{}",
+                    dir.display(),
+                    profile_table(&preset("pi"))
+                ),
             }
         }),
     }
@@ -229,7 +233,7 @@ fn opencode() -> Case {
                     .to_string(),
             ),
         ],
-        toml: String::new(),
+        toml: profile_table(&preset("opencode")),
     }
         }),
     }
@@ -341,6 +345,13 @@ async fn steered(mut case: Case) {
     scene.app.stop().await;
 }
 
+/// Whether the preset's CLI reads its model endpoint from a variable pidevops can point at the run's gateway
+/// (`ANTHROPIC_BASE_URL`: Claude Code). The others read it from their own configuration, which the tests point
+/// at the fake directly: those run with `network = "host"` (docs/agents.md, "The agent's network").
+fn through_gateway(profile: &AgentProfile) -> bool {
+    profile.name == "claude"
+}
+
 /// `[agents.<name>]` for a profile, as TOML.
 fn profile_table(profile: &AgentProfile) -> String {
     let strings =
@@ -350,7 +361,7 @@ fn profile_table(profile: &AgentProfile) -> String {
         set_env.insert(k.clone(), toml::Value::String(v.clone()));
     }
     format!(
-        "[agents.{}]\ncommand = {}\n{}\nenv = {}\nset_env = {}\n",
+        "[agents.{}]\ncommand = {}\n{}\nenv = {}\nset_env = {}\n{}",
         profile.name,
         strings(&profile.command),
         match profile.live_input {
@@ -359,7 +370,12 @@ fn profile_table(profile: &AgentProfile) -> String {
                 "live_input = \"claude-stream-json\"",
         },
         strings(&profile.env),
-        toml::Value::Table(set_env)
+        toml::Value::Table(set_env),
+        if through_gateway(profile) {
+            ""
+        } else {
+            "network = \"host\"\n"
+        }
     )
 }
 
@@ -677,11 +693,29 @@ async fn run(mut case: Case, containment: Containment) {
         .show(&branch, "agent-env.txt")
         .unwrap_or_else(|| panic!("the environment dump was not pushed\n{log}"));
     let profile = preset(case.preset);
-    assert!(
-        seen.lines().any(|l| l.ends_with(&format!("={AGENT_KEY}"))
-            && profile.env.iter().any(|v| l.starts_with(&format!("{v}=")))),
-        "the CLI did not get its key: {seen}"
-    );
+    if through_gateway(&profile) {
+        // The model key stays outside: the CLI holds a placeholder, its run's gateway sent the real key (above).
+        let placeholder = pidevops::dispatch::egress::gateway::PLACEHOLDER_KEY;
+        assert!(
+            seen.lines()
+                .any(|l| l == format!("ANTHROPIC_API_KEY={placeholder}")),
+            "the CLI did not get the placeholder: {seen}"
+        );
+        assert!(
+            !seen.contains(AGENT_KEY),
+            "the CLI saw the model key: {seen}"
+        );
+        assert!(
+            !log.contains(AGENT_KEY),
+            "the agent's log holds the model key"
+        );
+    } else {
+        assert!(
+            seen.lines().any(|l| l.ends_with(&format!("={AGENT_KEY}"))
+                && profile.env.iter().any(|v| l.starts_with(&format!("{v}=")))),
+            "the CLI did not get its key: {seen}"
+        );
+    }
     for (name, value) in &profile.set_env {
         assert!(
             seen.lines().any(|l| l == format!("{name}={value}")),

@@ -26,6 +26,7 @@ mod dispatch;
 mod dispatch_process;
 mod docs;
 mod effects;
+mod egress;
 mod eventlog;
 mod full_loop;
 mod fuzz;

@@ -171,6 +171,10 @@ pub struct RepoTable {
     /// The reviewer's profile for this repository. Default: `[dispatch] reviewer`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reviewer: Option<String>,
+    /// Host names (or `*.name`) this repository's agents and hooks may reach through the egress proxy, on 443
+    /// or 80; `"registries"` adds the package registries (which hooks get anyway). Default: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allow_hosts: Option<Vec<String>>,
     /// Who merges a task's pull request. Default: `manual` (people).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub land: Option<LandMode>,
@@ -396,6 +400,9 @@ pub struct AgentTable {
     /// their waiting.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fallback: Option<String>,
+    /// The agent's network: `proxy` (its own, egress through pidevops's proxy only), `none`, or `host` (the
+    /// service's network: an explicit opt-out, named in `/health` and `doctor`).
+    pub network: Network,
 }
 
 impl Default for AgentTable {
@@ -412,8 +419,23 @@ impl Default for AgentTable {
             usage: None,
             usage_pattern: None,
             fallback: None,
+            network: Network::Proxy,
         }
     }
+}
+
+/// `[agents.<name>] network`: what the agent's processes may reach (see dispatch/egress).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Network {
+    /// Its own network namespace (or Landlock's network rules) with only loopback; egress through a proxy of
+    /// pidevops's that allows the model API and the repository's `allow_hosts`, and holds the model key.
+    #[default]
+    Proxy,
+    /// No network at all.
+    None,
+    /// The service's own network, as before: an explicit opt-out.
+    Host,
 }
 
 /// `[agents.<name>] stdin`: whether the prompt is the agent's standard input.
@@ -698,6 +720,7 @@ impl Tables {
                     usage: Some(preset.usage.name().to_owned()),
                     usage_pattern: None,
                     fallback: None,
+                    network: preset.network,
                 });
         }
         for (poller, default) in [

@@ -263,6 +263,23 @@ impl Dispatcher {
         if heartbeat.lost.is_cancelled() {
             return None;
         }
+        let egress_refused = self.take_refusals(&prepared);
+        if !egress_refused.is_empty() {
+            let event = RunEvent::EgressRefused {
+                at: Utc::now(),
+                run,
+                task: id,
+                refused: egress_refused,
+            };
+            match writer.append(&event).await {
+                Ok(()) => {}
+                // Declared lost meanwhile: the recorded outcome stands.
+                Err(Written::Taken) => return None,
+                Err(Written::Failed(error)) => {
+                    tracing::warn!(task = %id, %run, error = format!("{error:#}"), "egress refusals not recorded");
+                }
+            }
+        }
         let (usage, limit, refused) = {
             let meter = meter.lock().unwrap_or_else(|e| e.into_inner());
             (

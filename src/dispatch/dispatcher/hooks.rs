@@ -149,8 +149,17 @@ impl Dispatcher {
         env.extend(secrets.iter().cloned());
         let who = format!("repository's {}", step.key());
         let writable = vec![dirs.worktree.clone(), home, tmp];
+        let net = self.hook_network(&cx.prepared.repo);
         let (wrapped, child) = self
-            .contain(&who, cx.prepared, argv.clone(), &env, writable, Vec::new())
+            .contain(
+                &who,
+                cx.prepared,
+                argv.clone(),
+                &mut env,
+                writable,
+                Vec::new(),
+                net,
+            )
             .map_err(|e| fail(step.failure(), format!("{e:#}"), String::new()))?;
         let timeout = if step.is_hook() {
             cx.env.hook_timeout

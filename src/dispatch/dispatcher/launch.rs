@@ -7,10 +7,13 @@ use anyhow::Context;
 
 use super::Dispatcher;
 use crate::config::dispatch::ContainmentPolicy;
-use crate::config::profiles::{AgentProfile, LiveInput, RunInputs};
+use crate::config::profiles::{AgentProfile, LiveInput, Network, RunInputs};
 use crate::dispatch::cgroup::{MemoryBound, RunCgroup};
+use crate::dispatch::egress::gateway::{Gateway, PLACEHOLDER_KEY};
+use crate::dispatch::egress::policy::{Policy, PACKAGE_REGISTRIES};
+use crate::dispatch::egress::{Endpoint, Proxy, Refusals};
 use crate::dispatch::runner::{ChildSetup, Launch};
-use crate::dispatch::sandbox::{AgentView, Confinement, Containment};
+use crate::dispatch::sandbox::{AgentView, BwrapNet, Confinement, Containment};
 use crate::dispatch::workspace::Prepared;
 use crate::tasks::{RunId, Task};
 
@@ -45,11 +48,18 @@ impl Dispatcher {
             task_id: &task.id().to_string(),
         });
         let mut env = self.neutral_env(&dirs.home, &dirs.tmp);
-        for name in &profile.env {
-            if let Some(value) = self.inner.env.get(name) {
-                env.push((name.clone(), value.to_owned()));
-            }
-        }
+        let passed: Vec<(String, String)> = profile
+            .env
+            .iter()
+            .filter_map(|name| {
+                self.inner
+                    .env
+                    .get(name)
+                    .map(|value| (name.clone(), value.to_owned()))
+            })
+            .collect();
+        env.extend(passed.iter().cloned());
+        let net = self.agent_network(profile, &passed, task.repo())?;
         // Fixed switches (`set_env`): `profiles` refuses PATH, HOME, TMPDIR and any name `env` passes.
         env.extend(
             profile
@@ -76,9 +86,10 @@ impl Dispatcher {
             &format!("agent profile {}", profile.name),
             prepared,
             argv,
-            &env,
+            &mut env,
             writable,
             readable,
+            net,
         )?;
         tracing::info!(task = %task.id(), %run, profile = %profile.name, program = %argv.first().map(String::as_str).unwrap_or(""), "starting the agent");
         Ok(Launch {
@@ -96,6 +107,52 @@ impl Dispatcher {
                 .then(|| crate::dispatch::live::channel(profile.live_input, prompt).1),
             output: (&self.inner.config.bounds).into(),
         })
+    }
+
+    /// An agent's network: its profile's `network`, and for `proxy` the model API its key is for (the gateway
+    /// holds the key; the agent gets a placeholder) and what its repository's `allow_hosts` lists.
+    fn agent_network(
+        &self,
+        profile: &AgentProfile,
+        passed: &[(String, String)],
+        repo: &crate::tasks::RepoName,
+    ) -> anyhow::Result<NetPlan> {
+        let gateway = match profile.network {
+            Network::Proxy => Gateway::for_profile(&profile.env, passed)
+                .map_err(|e| anyhow::anyhow!("agent profile {}: {e}", profile.name))?,
+            Network::None | Network::Host => None,
+        };
+        let allow = self.inner.config.allow_hosts(repo);
+        let mut allowed = allow.hosts;
+        if allow.registries {
+            allowed.extend(registries());
+        }
+        Ok(NetPlan {
+            network: profile.network,
+            policy: Policy {
+                model: match &gateway {
+                    Some(gateway) => Some(gateway.host()),
+                    None => Gateway::direct_model_host(passed),
+                },
+                allowed,
+            },
+            gateway,
+        })
+    }
+
+    /// A repository's hook: its own network and the proxy, with `allow_hosts` and the package registries, no
+    /// model API and no key.
+    pub(super) fn hook_network(&self, repo: &crate::tasks::RepoName) -> NetPlan {
+        let mut allowed = self.inner.config.allow_hosts(repo).hosts;
+        allowed.extend(registries());
+        NetPlan {
+            network: Network::Proxy,
+            policy: Policy {
+                model: None,
+                allowed,
+            },
+            gateway: None,
+        }
     }
 
     /// The variables every process of a run gets, and nothing else of ours: PATH and LANG (the service's, or
@@ -133,12 +190,17 @@ impl Dispatcher {
         who: &str,
         prepared: &Prepared,
         argv: Vec<String>,
-        env: &[(String, String)],
+        env: &mut Vec<(String, String)>,
         writable: Vec<std::path::PathBuf>,
         mut readable: Vec<std::path::PathBuf>,
+        net: NetPlan,
     ) -> anyhow::Result<(Vec<String>, ChildSetup)> {
         let dirs = &prepared.dirs;
         let root = self.inner.workspaces.root();
+        let proxy = self
+            .start_proxy(who, prepared, net.network, net.policy, net.gateway, env)?
+            .map(Arc::new);
+        let env: &[(String, String)] = env;
         let agent_path = env
             .iter()
             .find(|(k, _)| k == "PATH")
@@ -185,6 +247,31 @@ impl Dispatcher {
             }
             MemoryBound::NotBounded { .. } => None,
         };
+        // Inside its own network namespace the bridge (this binary) listens where the agent's proxy variables
+        // point and runs the agent.
+        let bridged = match (&self.inner.containment, proxy.as_deref()) {
+            (Containment::Namespaces { .. }, Some(proxy)) => {
+                let Endpoint::Unix(socket) = &proxy.endpoint else {
+                    anyhow::bail!("the egress proxy of a sandbox listens on a Unix socket");
+                };
+                let bridge = crate::dispatch::egress::bridge_program()
+                    .context("finding pidevops's own binary, the sandbox's bridge")?;
+                let canonical = bridge.canonicalize().ok();
+                readable.extend([Some(bridge.clone()), canonical].into_iter().flatten());
+                let mut wrapped = vec![
+                    bridge.to_string_lossy().into_owned(),
+                    "sandbox-bridge".to_owned(),
+                    "--socket".to_owned(),
+                    crate::dispatch::egress::SOCKET_IN_SANDBOX.to_owned(),
+                    "--port".to_owned(),
+                    crate::dispatch::egress::BRIDGE_PORT.to_string(),
+                    "--".to_owned(),
+                ];
+                wrapped.extend(argv.iter().cloned());
+                Some((wrapped, socket.clone()))
+            }
+            _ => None,
+        };
         let mut view = AgentView {
             writable,
             readable,
@@ -202,16 +289,32 @@ impl Dispatcher {
                     .writable
                     .extract_if(.., |p| tmpdir.is_some_and(|t| p.as_os_str() == t.as_str()))
                     .collect();
+                let (argv, net) = match (&bridged, net.network) {
+                    (Some((wrapped, socket)), _) => (
+                        wrapped,
+                        BwrapNet::Own {
+                            proxy_socket: Some(socket.as_path()),
+                        },
+                    ),
+                    (None, Network::Host) => (&argv, BwrapNet::Host),
+                    (None, _) => (&argv, BwrapNet::Own { proxy_socket: None }),
+                };
                 Ok((
-                    crate::dispatch::sandbox::bwrap_argv(bwrap, &view, &dirs.worktree, &argv),
+                    crate::dispatch::sandbox::bwrap_argv(bwrap, &view, &dirs.worktree, argv, net),
                     ChildSetup {
                         cgroup,
+                        egress: proxy,
                         ..ChildSetup::default()
                     },
                 ))
             }
             Containment::Landlock { .. } => {
-                let confinement = Confinement::new(&view)
+                let ports: Option<Vec<u16>> = match (net.network, proxy.as_deref()) {
+                    (Network::Host, _) => None,
+                    (_, Some(proxy)) => Some(vec![proxy.endpoint.agent_port()]),
+                    (_, None) => Some(Vec::new()),
+                };
+                let confinement = Confinement::new(&view, ports.as_deref())
                     .with_context(|| format!("preparing the Landlock rules of the {who}"))?
                     .map(Arc::new);
                 Ok((
@@ -221,6 +324,7 @@ impl Dispatcher {
                         reaper: true,
                         drop_capabilities: view.drop_capabilities,
                         cgroup,
+                        egress: proxy,
                     },
                 ))
             }
@@ -235,10 +339,104 @@ impl Dispatcher {
                     ChildSetup {
                         drop_capabilities: view.drop_capabilities,
                         cgroup,
+                        egress: proxy,
                         ..ChildSetup::default()
                     },
                 ))
             }
         }
     }
+
+    /// The run's egress proxy for `network = "proxy"` (none otherwise), and the variables that point the process
+    /// at it: the proxy variables, and for the model gateway the placeholder key and the gateway as base URL.
+    fn start_proxy(
+        &self,
+        who: &str,
+        prepared: &Prepared,
+        network: Network,
+        policy: Policy,
+        gateway: Option<Gateway>,
+        env: &mut Vec<(String, String)>,
+    ) -> anyhow::Result<Option<Proxy>> {
+        if network != Network::Proxy {
+            return Ok(None);
+        }
+        let socket = match &self.inner.containment {
+            Containment::Namespaces { .. } => {
+                static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Some(prepared.dirs.dir.join(format!("egress-{n}.sock")))
+            }
+            // Landlock lets the agent connect to one loopback port; uncontained, the proxy still keeps the key.
+            Containment::Landlock { .. } | Containment::None { .. } => None,
+        };
+        let replaces = gateway
+            .as_ref()
+            .map(|g| (g.key_var.clone(), g.provider.base_var.to_owned(), g.clone()));
+        let proxy = Proxy::start(
+            policy,
+            gateway,
+            socket.as_deref(),
+            self.refusals_of(prepared),
+        )
+        .with_context(|| format!("starting the egress proxy of the {who}"))?;
+        let url = proxy.endpoint.agent_url();
+        let mut set = |name: &str, value: String| {
+            env.retain(|(k, _)| k != name);
+            env.push((name.to_owned(), value));
+        };
+        for name in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"] {
+            set(name, url.clone());
+        }
+        // The gateway is on loopback: reached directly, not through the proxy.
+        for name in ["NO_PROXY", "no_proxy"] {
+            set(name, "127.0.0.1,localhost,::1".to_owned());
+        }
+        if let Some((key_var, base_var, gateway)) = replaces {
+            set(&key_var, PLACEHOLDER_KEY.to_owned());
+            set(&base_var, gateway.agent_base(&url));
+        }
+        Ok(Some(proxy))
+    }
+}
+
+impl Dispatcher {
+    /// The run's refusals, which every proxy of the run (agent, hooks, reviewer) adds to.
+    fn refusals_of(&self, prepared: &Prepared) -> Arc<Refusals> {
+        self.inner
+            .refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(prepared.dirs.dir.clone())
+            .or_default()
+            .clone()
+    }
+
+    /// What the run's proxies refused, once its processes are done (forgotten here).
+    pub(super) fn take_refusals(
+        &self,
+        prepared: &Prepared,
+    ) -> Vec<crate::domain::runs::RefusedEgress> {
+        self.inner
+            .refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&prepared.dirs.dir)
+            .map(|r| r.list())
+            .unwrap_or_default()
+    }
+}
+
+/// A contained process's network: what its profile asks for, what its proxy allows, and its model gateway.
+#[derive(Debug)]
+pub(super) struct NetPlan {
+    pub network: Network,
+    pub policy: Policy,
+    pub gateway: Option<Gateway>,
+}
+
+fn registries() -> impl Iterator<Item = crate::config::allow_hosts::HostRule> {
+    PACKAGE_REGISTRIES
+        .iter()
+        .map(|host| crate::config::allow_hosts::HostRule::Exact((*host).to_owned()))
 }

@@ -95,6 +95,8 @@ struct Inner {
     /// What bounds each agent's memory here (a cgroup v2 limit, or why nothing does).
     memory: super::cgroup::MemoryBound,
     local: Mutex<Local>,
+    /// Each run's egress refusals (by run directory) while it runs: dispatcher/launch.rs.
+    refused: Mutex<HashMap<std::path::PathBuf, Arc<crate::dispatch::egress::Refusals>>>,
     fill: tokio::sync::Mutex<()>,
     tracker: TaskTracker,
     shutdown: CancellationToken,
@@ -149,6 +151,7 @@ impl Dispatcher {
                 containment,
                 memory,
                 local: Mutex::default(),
+                refused: Mutex::default(),
                 fill: tokio::sync::Mutex::new(()),
                 tracker: parts.tracker,
                 shutdown: parts.shutdown,
@@ -181,6 +184,11 @@ impl Dispatcher {
     /// What bounds each agent's memory here, in words (`/health`, the dispatcher's detail).
     pub fn memory(&self) -> String {
         self.inner.memory.describe()
+    }
+
+    /// The profiles whose agents keep the service's network (`network = "host"`).
+    pub fn on_host_network(&self) -> Vec<String> {
+        self.inner.profiles.on_host_network()
     }
 }
 
@@ -252,6 +260,28 @@ pub fn cannot_run(
                 return Some(format!(
                     "agent profile {:?} ({whose} profile) runs {program:?}, which is not an executable on PATH",
                     profile.name
+                ));
+            }
+        }
+    }
+    if config.executor == Executor::Local {
+        if let Containment::Landlock { abi } =
+            super::sandbox::detect_cached(&config.bwrap, env.get("PATH"))
+        {
+            let hooks = config.environments.values().any(|e| !e.is_empty());
+            let networked = used
+                .iter()
+                .find(|(_, p)| p.network != crate::config::profiles::Network::Host);
+            if abi < super::sandbox::NET_ABI && (networked.is_some() || hooks) {
+                let whose = networked.map_or_else(
+                    || "a repository's hooks".to_owned(),
+                    |(whose, p)| format!("agent profile {:?} ({whose} profile)", p.name),
+                );
+                return Some(format!(
+                    "{whose} needs a network of its own, and here containment is landlock abi {abi}, which has no \
+                     network rules (abi {}); set network = \"host\" on the profile to run it with the service's \
+                     network",
+                    super::sandbox::NET_ABI
                 ));
             }
         }

@@ -229,6 +229,8 @@ pub struct TestApp {
 
 impl TestApp {
     pub async fn spawn(settings: Settings) -> Self {
+        // The dispatcher runs in this test binary: its sandboxes' network bridge is the real pidevops binary.
+        pidevops::dispatch::egress::pin_bridge_program(env!("CARGO_BIN_EXE_pidevops"));
         let app = pidevops::startup::build(settings)
             .await
             .expect("the app builds");

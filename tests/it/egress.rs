@@ -1,0 +1,331 @@
+//! An agent's network, through the real binary and the real dispatcher: the agent (a script, as ticket text could
+//! make any CLI run) tries the NATS server (127.0.0.1:4222), Postgres (127.0.0.1:5432), the service's own port and
+//! the cloud metadata address (169.254.169.254) directly, then the metadata address, NATS and an unlisted host
+//! through its proxy, and calls its model API through the gateway. It reaches nothing but the model: the direct
+//! connections fail (its own network namespace has only loopback; under Landlock only the proxy's port may be
+//! connected to), the proxy answers 403 and records each refusal on the run, and the model call works through the
+//! proxy, which adds the real key: the agent's environment, HOME, TMPDIR and worktree (what it pushes) hold only a
+//! placeholder. Run twice: bubblewrap, and bubblewrap absent (Landlock's network rules).
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::common::agents::{agent, Remote};
+use crate::common::fake_model::FakeModel;
+use crate::common::server::{read_log, Server};
+use serde_json::{json, Value};
+
+/// The model key in the service's environment: it must reach the model API and nothing the agent can read.
+const REAL_KEY: &str = "sk-ant-REAL-model-key-never-in-the-sandbox-0123456789";
+const ADMIN: &str = "admin-egress-test-token-0123456789abcdef";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_agent_reaches_only_its_model_through_the_proxy_with_namespaces() {
+    agent_reaches_only_its_model("bwrap", "namespaces").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_agent_reaches_only_its_model_through_the_proxy_with_landlock() {
+    agent_reaches_only_its_model("/nonexistent/bwrap", "landlock").await;
+}
+
+/// The probe: each line `<name> <http_connect> <http_code> exit=<curl's exit status>`.
+const PROBE: &str = r#"port=$(head -n 1 "$1" | sed 's/[^0-9]//g')
+probe() { name=$1; shift; codes=$(curl -s -o /dev/null -m 10 -w '%{http_connect} %{http_code}' "$@"); status=$?; printf '%s %s exit=%s\n' "$name" "$codes" "$status"; }
+{
+  probe direct-nats --noproxy '*' http://127.0.0.1:4222/
+  probe direct-postgres --noproxy '*' http://127.0.0.1:5432/
+  probe direct-service --noproxy '*' "http://127.0.0.1:$port/health/live"
+  probe direct-metadata --noproxy '*' http://169.254.169.254/latest/meta-data/
+  probe proxy-metadata --noproxy "" -x "$HTTP_PROXY" http://169.254.169.254/latest/meta-data/
+  probe proxy-metadata-tls --noproxy "" -x "$HTTPS_PROXY" https://169.254.169.254/
+  probe proxy-nats --noproxy "" -x "$HTTP_PROXY" http://127.0.0.1:4222/
+  probe proxy-service --noproxy "" -x "$HTTPS_PROXY" "https://127.0.0.1:$port/"
+  probe proxy-unlisted --noproxy "" -x "$HTTPS_PROXY" https://unlisted.example.com/
+} > probes.txt 2>&1
+curl -s -m 20 "$ANTHROPIC_BASE_URL/v1/messages" -H "x-api-key: $ANTHROPIC_API_KEY" \
+  -H 'anthropic-version: 2023-06-01' -H 'content-type: application/json' \
+  -d '{"model":"claude-test","max_tokens":16,"messages":[{"role":"user","content":"hello from the sandbox"}]}' > model-answer.txt 2>&1
+env > env-dump.txt
+cat "$HOME"/* "$TMPDIR"/* > home-and-tmp.txt 2>/dev/null
+echo probed"#;
+
+async fn agent_reaches_only_its_model(bwrap: &str, containment: &str) {
+    let scratch = crate::common::contained_scratch();
+    let agents = scratch.path().join("agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    let ws = scratch.path().join("ws");
+    let app = Remote::new();
+    let model = FakeModel::start(Vec::new()).await;
+    let script = agent(&agents, "prober.sh", PROBE);
+    let config = format!(
+        r#"
+[board]
+approval = "auto"
+
+[dispatch]
+agent = "prober"
+max_concurrent = 1
+heartbeat_s = 0.5
+retry_backoff_s = 0.05
+bwrap = "{bwrap}"
+
+[agents.prober]
+command = ["{script}", "{{prompt_file}}"]
+env = ["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"]
+
+[repos."acme/app"]
+url = "{app}"
+"#,
+        script = script.display(),
+        app = app.url(),
+    );
+    let config_path = scratch.path().join("pidevops.toml");
+    std::fs::write(&config_path, config).unwrap();
+    let db = scratch.path().join("data").join("pidevops.db");
+    std::fs::create_dir_all(db.parent().unwrap()).unwrap();
+    let server = Server::start_with(
+        &format!("sqlite://{}", db.display()),
+        &[
+            ("PIDEVOPS_CONFIG", config_path.to_str().unwrap()),
+            ("WORKSPACE_ROOT", ws.to_str().unwrap()),
+            ("PIDEVOPS_ADMIN_TOKEN", ADMIN),
+            ("ANTHROPIC_API_KEY", REAL_KEY),
+            ("ANTHROPIC_BASE_URL", &model.url),
+            ("GITHUB_API_URL", "http://127.0.0.1:9"),
+        ],
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let api = |path: &str| format!("{}{path}", server.base);
+    let health: Value = client
+        .get(api("/health"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        health
+            .to_string()
+            .contains(&format!("\"containment\":\"{containment}\"")),
+        "{health}"
+    );
+    let service_port = server.base.rsplit(':').next().unwrap().to_owned();
+    let created: Value = client
+        .post(api("/api/tasks"))
+        .bearer_auth(ADMIN)
+        .json(&json!({
+            "repo": "acme/app",
+            "spec": { "task": format!("probe {service_port}"), "scope": "everything", "done_when": "probed" }
+        }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["task"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{created}"))
+        .to_owned();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    let shown = loop {
+        let shown: Value = client
+            .get(api(&format!("/api/tasks/{id}")))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if shown["task"]["column"] == "in-review" {
+            break shown;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline && shown["task"]["needs_human"].is_null(),
+            "{id} not in review: {shown}\nagent logs: {}\nserver log: {}",
+            run_files(&ws, "agent.log"),
+            read_log(server.workdir.path())
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let branch = format!("pidevops/{id}");
+    let probes = app
+        .show(&branch, "probes.txt")
+        .expect("the probes were pushed");
+
+    // Nothing answered a direct connection: curl could not connect (exit 7) to anything.
+    for name in [
+        "direct-nats",
+        "direct-postgres",
+        "direct-service",
+        "direct-metadata",
+    ] {
+        let line = probes
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in {probes}"));
+        assert!(line.ends_with("exit=7"), "{name} was reached: {probes}");
+    }
+    // The proxy refused each, with a 403 (to the tunnel, or to the plain request).
+    for name in [
+        "proxy-metadata",
+        "proxy-metadata-tls",
+        "proxy-nats",
+        "proxy-service",
+        "proxy-unlisted",
+    ] {
+        let line = probes
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in {probes}"));
+        assert!(
+            line.contains("403"),
+            "{name} was not refused by the proxy: {probes}"
+        );
+    }
+
+    // The model answered through the gateway, which sent the real key; the agent sent only its placeholder.
+    let answer = app.show(&branch, "model-answer.txt").unwrap_or_default();
+    assert!(
+        answer.contains("message"),
+        "the model call failed: {answer}"
+    );
+    let received = model.received();
+    let call = received
+        .iter()
+        .find(|r| r.text.contains("hello from the sandbox"))
+        .unwrap_or_else(|| panic!("the model never got the call: {received:?}"));
+    assert_eq!(call.header("x-api-key"), Some(REAL_KEY));
+
+    // The agent's environment holds the placeholder and its proxy, never the key.
+    let dump = app.show(&branch, "env-dump.txt").unwrap();
+    assert!(
+        dump.contains(&format!(
+            "ANTHROPIC_API_KEY={}",
+            pidevops::dispatch::egress::gateway::PLACEHOLDER_KEY
+        )),
+        "{dump}"
+    );
+    assert!(dump.contains("HTTPS_PROXY=http://127.0.0.1:"), "{dump}");
+    assert!(
+        !dump.contains(&model.url),
+        "the agent knows the real model URL: {dump}"
+    );
+    // No file the agent could write or read holds the key: its branch, its worktree, HOME and TMPDIR, its log.
+    for file in files_on(&app, &branch) {
+        let content = app.show(&branch, &file).unwrap_or_default();
+        assert!(!content.contains(REAL_KEY), "{branch}:{file} holds the key");
+    }
+    let on_disk = all_run_files(&ws);
+    assert!(!on_disk.is_empty());
+    assert!(!on_disk.contains(REAL_KEY), "a run file holds the key");
+
+    // Every refusal is on the run, by host and port: its `run.egress_refused` event, before its outcome.
+    assert_eq!(shown["task"]["column"], "in-review");
+    let events: Value = client
+        .get(api("/api/events?after=0&limit=1000"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let list = events
+        .as_array()
+        .or_else(|| events["events"].as_array())
+        .unwrap();
+    let refused = list
+        .iter()
+        .find(|e| e["type"] == "run.egress_refused")
+        .unwrap_or_else(|| panic!("no run.egress_refused: {events}"))["data"]
+        .to_string();
+    assert!(!refused.contains(REAL_KEY));
+    for (host, port) in [
+        ("169.254.169.254", "80"),
+        ("169.254.169.254", "443"),
+        ("127.0.0.1", "4222"),
+        ("127.0.0.1", service_port.as_str()),
+        ("unlisted.example.com", "443"),
+    ] {
+        assert!(
+            refused.contains(&format!("\"host\":\"{host}\",\"port\":{port}")),
+            "{host}:{port} is not on the run: {refused}"
+        );
+    }
+    let metrics = client
+        .get(api("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("pidevops_agent_egress_refused_total{reason=\"ip_literal\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("pidevops_agent_egress_refused_total{reason=\"not_allowed\"}"),
+        "{metrics}"
+    );
+}
+
+/// Every file on a branch of the remote.
+fn files_on(remote: &Remote, branch: &str) -> Vec<String> {
+    let out = std::process::Command::new("git")
+        .args(["ls-tree", "-r", "--name-only", branch])
+        .current_dir(remote.dir.path().join("remote.git"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The named file of every run, concatenated.
+fn run_files(ws: &Path, name: &str) -> String {
+    let mut all = String::new();
+    for task in std::fs::read_dir(ws.join("runs"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        for run in std::fs::read_dir(task.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if let Ok(text) = std::fs::read_to_string(run.path().join(name)) {
+                all.push_str(&text);
+            }
+        }
+    }
+    all
+}
+
+/// Every regular file under the runs' directories (worktrees, HOMEs, TMPDIRs, logs), lossily, concatenated.
+fn all_run_files(ws: &Path) -> String {
+    let mut all = String::new();
+    let mut stack = vec![ws.join("runs")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_dir() {
+                stack.push(entry.path());
+            } else if kind.is_file() {
+                if let Ok(bytes) = std::fs::read(entry.path()) {
+                    all.push_str(&String::from_utf8_lossy(&bytes));
+                }
+            }
+        }
+    }
+    all
+}
