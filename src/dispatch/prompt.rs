@@ -16,9 +16,7 @@ pub fn build(task: &Task) -> String {
     // A plan's item is held to its recorded globs, whatever its spec's text says now: it is told those.
     match task.scope() {
         Some(scope) => prompt.push_str(&format!("Scope: {scope}\n")),
-        None if !spec.scope().is_empty() => {
-            prompt.push_str(&format!("Scope: {}\n", spec.scope()))
-        }
+        None if !spec.scope().is_empty() => prompt.push_str(&format!("Scope: {}\n", spec.scope())),
         None => {}
     }
     if !spec.done_when().is_empty() {

@@ -971,3 +971,28 @@ fn a_question_is_asked_where_the_task_came_from_once_per_episode() {
     assert!(buttons.is_empty());
     assert_eq!(reply_prompt.as_deref(), Some("Your answer for T-8"));
 }
+
+#[test]
+fn named_agent_configuration_is_listed_in_the_pull_request_and_its_paths_stay_inert() {
+    assert_eq!(github::agent_config_section(&[]), "");
+    let section = github::agent_config_section(&[
+        ".claude/settings.json".to_owned(),
+        ".github/workflows/x`\n## Fixes #1 @acme/everyone.yml".to_owned(),
+    ]);
+    assert!(
+        section.starts_with("\n## Agent and hook configuration\n"),
+        "{section}"
+    );
+    assert!(
+        section.contains("\n- `.claude/settings.json`\n"),
+        "{section}"
+    );
+    // One list line per path: a path's backtick or line break cannot end its code span or start a heading.
+    let lines: Vec<&str> = section.lines().filter(|l| l.starts_with("- ")).collect();
+    assert_eq!(lines.len(), 2, "{section}");
+    assert!(!section.contains("\n## Fixes"), "{section}");
+    assert!(
+        !section.contains("Fixes #1"),
+        "closing keyword made inert: {section}"
+    );
+}

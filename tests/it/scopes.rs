@@ -282,9 +282,11 @@ async fn agent_configuration_the_scope_names_is_pushed_and_called_out_in_the_pul
         .show(branch.as_str(), ".claude/settings.json")
         .is_some_and(|s| s.contains("hooks")));
     pull_request_of(&app, id).await;
-    within(Duration::from_secs(30), "the pull request opened", || async {
-        !github.pulls_opened().is_empty()
-    })
+    within(
+        Duration::from_secs(30),
+        "the pull request opened",
+        || async { !github.pulls_opened().is_empty() },
+    )
     .await;
     let opened = github.pulls_opened();
     let body = &opened[0].5;
@@ -293,6 +295,9 @@ async fn agent_configuration_the_scope_names_is_pushed_and_called_out_in_the_pul
             && body.contains("\n- `.claude/settings.json`\n"),
         "{body}"
     );
-    assert!(!body.contains("`src/a.rs`"), "only the configuration is called out: {body}");
+    assert!(
+        !body.contains("`src/a.rs`"),
+        "only the configuration is called out: {body}"
+    );
     app.stop().await;
 }

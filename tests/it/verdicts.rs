@@ -25,7 +25,12 @@ per_backend!(
     a_triage_agent_rewrites_the_ticket_and_the_approved_spec_is_what_runs,
 );
 
-pub(crate) fn config(remote: &Remote, worker: &Path, repo_extra: &str, dispatch_extra: &str) -> toml::Table {
+pub(crate) fn config(
+    remote: &Remote,
+    worker: &Path,
+    repo_extra: &str,
+    dispatch_extra: &str,
+) -> toml::Table {
     format!(
         r#"
         [board]

@@ -1,6 +1,7 @@
 //! What stands between an agent that exited 0 and a push: its own verdict (`.pidevops/status.json`, read as
 //! untrusted input, then removed so it is never committed), its scope (the files it changed, by our git, against
-//! the task's scope where that scope is paths: `[repos."o/n"] scope`), and, where `review = "agent"`, a reviewer
+//! a plan item's recorded globs or the task's scope where that scope is paths: `[repos."o/n"] scope`; and what no
+//! scope covers unless it names it: `tasks::plan::guard`), and, where `review = "agent"`, a reviewer
 //! agent that reads the work with the spec and may only write its verdict. Each says yes, or why not:
 //!
 //! | says | the attempt | the task |
@@ -9,6 +10,7 @@
 //! | status `needs_human` | `needs_human`, nothing pushed | flagged at once with the agent's summary |
 //! | status unresolved | `unresolved`, nothing pushed | retried: "Previously unresolved: …" |
 //! | files outside the scope | `scope`, nothing pushed (`warn`: pushed, named) | retried: "Previously unresolved: … (outside scope …)" |
+//! | agent or hook configuration, a link out, a gitlink, not named by the scope | `scope` under every policy, nothing pushed | retried: "Previously unresolved: refused …" |
 //! | reviewer `request_changes` | `review`, nothing pushed | retried with the review |
 //! | reviewer failed or silent | `reviewer`, nothing pushed | retried, the attempt given back |
 //!
@@ -153,7 +155,8 @@ impl Dispatcher {
         if !judged.refused.is_empty() {
             notes.push(refused_note(&judged.refused));
         }
-        if let Some((scope, outside)) = outside.as_ref().filter(|_| policy == ScopePolicy::Enforce) {
+        if let Some((scope, outside)) = outside.as_ref().filter(|_| policy == ScopePolicy::Enforce)
+        {
             notes.push(outside_note(outside, scope));
         }
         if !notes.is_empty() {

@@ -283,7 +283,10 @@ impl Workspaces {
         let cap = objects.len() * (LINK_TARGET_MAX + 128);
         let read = async {
             let mut kept = Vec::new();
-            (&mut stdout).take(cap as u64 + 1).read_to_end(&mut kept).await?;
+            (&mut stdout)
+                .take(cap as u64 + 1)
+                .read_to_end(&mut kept)
+                .await?;
             Ok::<_, std::io::Error>(kept)
         };
         let both = async { tokio::try_join!(write, read) };
@@ -484,7 +487,11 @@ fn parse_batch(mut bytes: &[u8], expected: usize) -> Result<Vec<Option<String>>,
             [_, "blob", size] => size
                 .parse()
                 .map_err(|_| format!("git cat-file printed {header:?}"))?,
-            _ => return Err(format!("a symbolic link's object is not a blob: {header:?}")),
+            _ => {
+                return Err(format!(
+                    "a symbolic link's object is not a blob: {header:?}"
+                ))
+            }
         };
         if bytes.len() < size + 1 {
             return Err("git cat-file's answer was cut".to_owned());

@@ -1,6 +1,6 @@
 //! What an attempt said of itself, on its task's page, pure: the agent's summary, the reviewer agent's verdict with
-//! its comments (file:line), and the files it changed outside its scope; and a failed run's kind in words. All of
-//! it is agent-written: escaped text, never a link or an attribute.
+//! its comments (file:line), the files it changed outside its scope and the agent or hook configuration its scope
+//! named; and a failed run's kind in words. All of it is agent-written: escaped text, never a link or an attribute.
 
 use maud::{html, Markup};
 
@@ -43,6 +43,10 @@ pub fn report_section(report: &AttemptReport) -> Markup {
                     h3 { "Files changed outside its scope" }
                     ul.outside-scope { @for path in &report.outside_scope { li { code { (path) } } } }
                 }
+                @if !report.agent_config.is_empty() {
+                    h3 { "Agent and hook configuration it changed (its scope names it)" }
+                    ul.agent-config { @for path in &report.agent_config { li { code { (path) } } } }
+                }
             }
         }
     }
@@ -55,5 +59,24 @@ pub fn failure(kind: &str) -> Markup {
             html! { span.failure data-failure=(kind) title=(kind) { (known.for_a_person()) } }
         }
         Err(_) => html! { span.failure data-failure=(kind) { (kind) } },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_agent_configuration_is_listed_escaped() {
+        let report = AttemptReport {
+            agent_config: vec![".claude/<script>alert(1)</script>.json".into()],
+            ..AttemptReport::default()
+        };
+        let html = report_section(&report).into_string();
+        assert!(html.contains("Agent and hook configuration"), "{html}");
+        assert!(
+            html.contains("<code>.claude/&lt;script&gt;alert(1)&lt;/script&gt;.json</code>"),
+            "{html}"
+        );
     }
 }

@@ -429,7 +429,10 @@ fn an_items_scope_is_recorded_at_creation_and_no_spec_edit_changes_it() {
     };
     assert_eq!(globs(&task), ["src/api/**", "docs/api.md"]);
     let stored = serde_json::to_value(&events[0]).unwrap();
-    assert_eq!(stored["scope"], serde_json::json!(["src/api/**", "docs/api.md"]));
+    assert_eq!(
+        stored["scope"],
+        serde_json::json!(["src/api/**", "docs/api.md"])
+    );
     // The event read back from the log gives the same task.
     let read: TaskEvent = serde_json::from_value(stored).unwrap();
     assert_eq!(evolve(None, &read).unwrap().scope(), task.scope());

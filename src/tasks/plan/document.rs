@@ -301,7 +301,8 @@ impl<'de> Deserialize<'de> for PlanDocument {
         let limits = PlanLimits {
             max_items: usize::MAX,
         };
-        validate::check(&value, &limits, validate::Reading::Stored).map_err(serde::de::Error::custom)
+        validate::check(&value, &limits, validate::Reading::Stored)
+            .map_err(serde::de::Error::custom)
     }
 }
 

@@ -163,9 +163,7 @@ pub fn judge(scope: Option<&Scope>, changes: &[Change]) -> Judged {
                     }
                 }
                 if !in_scope(&resolved) {
-                    judged
-                        .outside
-                        .push(format!("{path} (links to {resolved})"));
+                    judged.outside.push(format!("{path} (links to {resolved})"));
                 }
             }
         }
@@ -244,7 +242,10 @@ mod tests {
 
     #[test]
     fn a_protected_path_is_refused_unless_the_scope_names_it() {
-        let changes = [Change::file(".claude/settings.json"), Change::file("src/a.rs")];
+        let changes = [
+            Change::file(".claude/settings.json"),
+            Change::file("src/a.rs"),
+        ];
         for scope_text in ["**", "src/**, .c*/**", "*.json, src/**"] {
             let judged = judge(Some(&scope(scope_text)), &changes);
             assert_eq!(
@@ -256,7 +257,11 @@ mod tests {
         let unscoped = judge(None, &changes);
         assert_eq!(unscoped.refused.len(), 1);
         assert!(unscoped.outside.is_empty());
-        for naming in [".claude/**, src/**", ".claude, src", ".claude/settings.json, src/*.rs"] {
+        for naming in [
+            ".claude/**, src/**",
+            ".claude, src",
+            ".claude/settings.json, src/*.rs",
+        ] {
             let judged = judge(Some(&scope(naming)), &changes);
             assert!(judged.refused.is_empty(), "{naming}: {judged:?}");
             assert_eq!(judged.named, [".claude/settings.json"], "{naming}");
@@ -315,7 +320,10 @@ mod tests {
         );
         // Without a scope only the repository's bounds and the protected paths hold.
         let unscoped = judge(None, &[link("l", "../x"), link("docs/l", "../src/x")]);
-        assert_eq!(unscoped.refused, ["l (a symbolic link out of the repository)"]);
+        assert_eq!(
+            unscoped.refused,
+            ["l (a symbolic link out of the repository)"]
+        );
         assert!(unscoped.outside.is_empty());
     }
 

@@ -48,8 +48,31 @@ const PLACEHOLDERS: [&str; 6] = ["-", "—", "n/a", "none", "tbd", "any"];
 /// Words a planner writes for "no particular paths" rather than a path. A plan's scope entry that is one of them
 /// (any case, trimmed) is refused ([`Scope::placeholder`]); `docs/plans.md` lists them.
 pub const PLACEHOLDER_WORDS: [&str; 25] = [
-    "-", "--", "—", "–", "n/a", "na", "n.a.", "none", "nothing", "null", "nil", "tbd", "tba", "todo",
-    "unknown", "any", "anything", "all", "everything", "whatever", "various", "same", "...", "…", "?",
+    "-",
+    "--",
+    "—",
+    "–",
+    "n/a",
+    "na",
+    "n.a.",
+    "none",
+    "nothing",
+    "null",
+    "nil",
+    "tbd",
+    "tba",
+    "todo",
+    "unknown",
+    "any",
+    "anything",
+    "all",
+    "everything",
+    "whatever",
+    "various",
+    "same",
+    "...",
+    "…",
+    "?",
 ];
 
 impl Scope {
@@ -124,9 +147,7 @@ impl Scope {
         {
             return Some("is a placeholder, not a path");
         }
-        let wildcards_only = trimmed
-            .chars()
-            .all(|c| matches!(c, '*' | '?' | '/' | '.'));
+        let wildcards_only = trimmed.chars().all(|c| matches!(c, '*' | '?' | '/' | '.'));
         if wildcards_only {
             return Some("names no path: wildcards alone match every file");
         }
@@ -361,7 +382,10 @@ mod tests {
             serde_json::json!(["my docs"]),
             serde_json::json!("src/**"),
         ] {
-            assert!(serde_json::from_value::<Scope>(bad.clone()).is_err(), "{bad}");
+            assert!(
+                serde_json::from_value::<Scope>(bad.clone()).is_err(),
+                "{bad}"
+            );
         }
     }
 
@@ -370,15 +394,23 @@ mod tests {
         let scope = paths(".claude/**, src/**, *.json, .c*/x");
         assert!(scope.names(".claude/settings.json", ".claude"));
         assert!(!scope.names(".codex/x", ".codex"));
-        assert!(!scope.names(".mcp.json", ".mcp.json"), "*.json matches but names nothing");
+        assert!(
+            !scope.names(".mcp.json", ".mcp.json"),
+            "*.json matches but names nothing"
+        );
         assert!(paths(".mcp.json").names(".mcp.json", ".mcp.json"));
         assert!(!paths("**").names(".mcp.json", ".mcp.json"));
-        assert!(!paths(".claude/x").names(".claude/y", ".claude"), "must match too");
+        assert!(
+            !paths(".claude/x").names(".claude/y", ".claude"),
+            "must match too"
+        );
     }
 
     #[test]
     fn placeholders_and_bare_wildcards_name_no_path() {
-        for entry in ["", " ", "N/A", "none", "-", "tbd", "Any", "ALL", "*", "**", "?", "*/**", "**/*"] {
+        for entry in [
+            "", " ", "N/A", "none", "-", "tbd", "Any", "ALL", "*", "**", "?", "*/**", "**/*",
+        ] {
             assert!(Scope::placeholder(entry).is_some(), "{entry:?}");
         }
         for entry in ["src", "none.md", "*.md", "n/a/b", "a?", "docs/todo"] {

@@ -672,8 +672,27 @@ fn a_large_realistic_plan_is_compared_well_within_the_budget() {
 #[test]
 fn a_placeholder_scope_is_refused_naming_the_item_and_the_word() {
     for word in [
-        "n/a", "N/A", "na", "none", "None", "-", "—", "tbd", "TODO", "any", "all", "everything", "?", "*",
-        "**", "**/*", "*/**", "", "   ", "...", "nothing",
+        "n/a",
+        "N/A",
+        "na",
+        "none",
+        "None",
+        "-",
+        "—",
+        "tbd",
+        "TODO",
+        "any",
+        "all",
+        "everything",
+        "?",
+        "*",
+        "**",
+        "**/*",
+        "*/**",
+        "",
+        "   ",
+        "...",
+        "nothing",
     ] {
         let errors = refused(&plan(vec![
             item("api", &["src/api/**"], &[]),
@@ -681,7 +700,11 @@ fn a_placeholder_scope_is_refused_naming_the_item_and_the_word() {
         ]));
         let lines: Vec<&str> = errors.errors().iter().map(PlanError::line).collect();
         assert_eq!(errors.errors().len(), 1, "{word:?}: {lines:?}");
-        assert_eq!(errors.errors()[0].kind(), PlanErrorKind::Placeholder, "{word:?}: {lines:?}");
+        assert_eq!(
+            errors.errors()[0].kind(),
+            PlanErrorKind::Placeholder,
+            "{word:?}: {lines:?}"
+        );
         let quoted = format!("{word:?}");
         assert!(
             lines[0].starts_with("items[1] \"stray\": scope[1] ") && lines[0].contains(&quoted),
@@ -693,7 +716,11 @@ fn a_placeholder_scope_is_refused_naming_the_item_and_the_word() {
 #[test]
 fn paths_that_look_like_words_or_have_wildcards_with_a_name_are_scopes() {
     let document = parse(&plan(vec![
-        item("a", &["Makefile", "none.md", "*.md", "**/*.rs", "n/a/b"], &[]),
+        item(
+            "a",
+            &["Makefile", "none.md", "*.md", "**/*.rs", "n/a/b"],
+            &[],
+        ),
         item("b", &["docs/**/*.txt"], &[]),
     ]));
     assert!(document.is_ok(), "{document:?}");
