@@ -346,3 +346,19 @@ mod tests {
         assert_eq!(named, Judged::default());
     }
 }
+
+#[cfg(test)]
+mod agrees_with_agent_config {
+    /// The CLI configuration a reviewer never loads (`tasks::agent_config::PATHS`) is protected here too: a path
+    /// one list knows and the other does not would be set aside but pushed, or refused but loaded.
+    #[test]
+    fn every_agent_cli_configuration_path_is_protected() {
+        for path in crate::tasks::agent_config::PATHS {
+            let inside = format!("{path}/settings.json");
+            assert!(
+                super::protected_root(path).is_some() || super::protected_root(&inside).is_some(),
+                "{path} is CLI configuration but not protected"
+            );
+        }
+    }
+}
