@@ -323,14 +323,20 @@ async fn an_agent_filling_the_workspace_volume_while_it_runs_is_stopped_and_its_
         "{run:?}"
     );
     // Its worktree is gone, and with it what it wrote: the volume has room again, and says so.
-    within(Duration::from_secs(30), "the volume's room back", || async {
-        app.tick("dispatcher").await;
-        let (code, health) = app.health().await;
-        let detail = &health["loops"]["dispatcher"]["detail"];
-        code == 200
-            && detail["disk_low"].is_null()
-            && detail["workspace_free_bytes"].as_u64().is_some_and(|f| f > 64 << 20)
-    })
+    within(
+        Duration::from_secs(30),
+        "the volume's room back",
+        || async {
+            app.tick("dispatcher").await;
+            let (code, health) = app.health().await;
+            let detail = &health["loops"]["dispatcher"]["detail"];
+            code == 200
+                && detail["disk_low"].is_null()
+                && detail["workspace_free_bytes"]
+                    .as_u64()
+                    .is_some_and(|f| f > 64 << 20)
+        },
+    )
     .await;
     serving(&app).await;
     app.stop().await;

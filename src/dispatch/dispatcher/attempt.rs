@@ -393,8 +393,12 @@ impl Dispatcher {
         let lost = CancellationToken::new();
         let agent_stop = CancellationToken::new();
         let disk_full = CancellationToken::new();
-        let (beating, declared_lost, stopping, filled) =
-            (beats.clone(), lost.clone(), agent_stop.clone(), disk_full.clone());
+        let (beating, declared_lost, stopping, filled) = (
+            beats.clone(),
+            lost.clone(),
+            agent_stop.clone(),
+            disk_full.clone(),
+        );
         let interval = self.inner.config.heartbeat;
         let board = self.inner.board.clone();
         // A run that takes the workspace volume below half the claim's threshold is stopped: the claim keeps new
@@ -425,7 +429,9 @@ impl Dispatcher {
                         tracing::warn!(task = %id, %run, error = format!("{error:#}"), "heartbeat not recorded");
                     }
                 }
-                if floor > 0 && crate::dispatch::disk::free_bytes(&root).is_ok_and(|free| free < floor) {
+                if floor > 0
+                    && crate::dispatch::disk::free_bytes(&root).is_ok_and(|free| free < floor)
+                {
                     disk_full.cancel();
                     agent_stop.cancel();
                     break;
