@@ -1,6 +1,7 @@
 //! Free space on the workspace volume, before a claim. An agent writes into its worktree, HOME and log on the
 //! volume of `WORKSPACE_ROOT` (the SQLite log's too, by default); below `[dispatch] min_free_disk_mib` the
-//! dispatcher claims nothing, says why in `/health`, and starts again by itself once space returns.
+//! dispatcher claims nothing, says why in `/health`, and starts again by itself once space returns; below half of
+//! it, a running attempt's heartbeat stops its agent (`attempt.rs`).
 
 use std::path::Path;
 

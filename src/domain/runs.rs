@@ -82,8 +82,9 @@ pub enum FailureKind {
     /// It was stopped to start again with a follow-up that came while it ran (`on_follow_up = "restart"`): the
     /// attempt is given back.
     Restarted,
-    /// It printed more than `[dispatch] output_max_mib` and was stopped: the task is flagged for a person (an
-    /// agent that floods once floods again).
+    /// It printed more than `[dispatch] output_max_mib`, or the workspace volume fell below half of
+    /// `min_free_disk_mib` while it ran, and it was stopped: the task is flagged for a person (an agent that floods
+    /// once floods again).
     Flooded,
 }
 
@@ -170,7 +171,7 @@ impl FailureKind {
             FailureKind::Limited => "its provider's usage or rate limit (not counted)",
             FailureKind::Budget => "stopped: over its budget",
             FailureKind::Restarted => "stopped to start again with a follow-up (not counted)",
-            FailureKind::Flooded => "stopped: it printed more than its output budget",
+            FailureKind::Flooded => "stopped: its output or the disk it filled went past a bound",
         }
     }
 }

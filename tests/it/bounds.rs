@@ -281,3 +281,63 @@ async fn claims_wait_while_the_workspace_volume_is_below_its_free_space_and_resu
     assert_eq!(ended_runs(&app, id).await.len(), 1);
     app.stop().await;
 }
+
+#[tokio::test]
+async fn an_agent_filling_the_workspace_volume_while_it_runs_is_stopped_and_its_worktree_goes() {
+    let db = TestDb::sqlite();
+    let Some(volume) = Tmpfs::mount("96m") else {
+        return;
+    };
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    // 80 MiB into its worktree, on a 96 MiB volume, then waits to be stopped.
+    let script = agent(
+        scratch.path(),
+        "fills-disk.sh",
+        "head -c 83886080 /dev/zero > big.bin\necho filled\nsleep 60",
+    );
+    let ws = volume.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let app = spawn(
+        &db,
+        dispatch_file(&remote, &script, ""),
+        "min_free_disk_mib = 48",
+        &ws,
+    )
+    .await;
+    let id = create_task(&app, "Fill the volume").await;
+    within(
+        Duration::from_secs(60),
+        "the task flagged for a person",
+        || async { task_row(&app, id).await.is_some_and(|row| row.needs_human) },
+    )
+    .await;
+    let runs = ended_runs(&app, id).await;
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let run = &runs[0];
+    assert_eq!(run.failure.as_deref(), Some("flooded"), "{run:?}");
+    assert!(
+        run.detail
+            .as_deref()
+            .is_some_and(|d| d.contains("workspace volume fell below 24 MiB free")),
+        "{run:?}"
+    );
+    // Its worktree is gone, and with it what it wrote: the volume has room again, and says so.
+    within(
+        Duration::from_secs(30),
+        "the volume's room back",
+        || async {
+            app.tick("dispatcher").await;
+            let (code, health) = app.health().await;
+            let detail = &health["loops"]["dispatcher"]["detail"];
+            code == 200
+                && detail["disk_low"].is_null()
+                && detail["workspace_free_bytes"]
+                    .as_u64()
+                    .is_some_and(|f| f > 64 << 20)
+        },
+    )
+    .await;
+    serving(&app).await;
+    app.stop().await;
+}

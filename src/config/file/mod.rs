@@ -336,7 +336,8 @@ pub struct DispatchTable {
     pub output_max_mib: i64,
     /// MiB: `agent.log` keeps this much of the start and of the end of the output, and says what was cut.
     pub log_keep_mib: i64,
-    /// MiB: nothing is claimed while the workspace volume has less free than this.
+    /// MiB: nothing is claimed while the workspace volume has less free than this; a run that takes it below half
+    /// is stopped.
     pub min_free_disk_mib: i64,
 }
 

@@ -306,6 +306,17 @@ impl Dispatcher {
                     "stopped to start again with a follow-up that came while the agent ran".into();
             }
         }
+        // Stopped on a filling volume: a person looks (an agent that finished first keeps its outcome).
+        if heartbeat.disk_full.is_cancelled() {
+            if let RunEvent::Failed { kind, detail, .. } = &mut outcome {
+                *kind = FailureKind::Flooded;
+                *detail = format!(
+                    "stopped: the workspace volume fell below {} MiB free (half of dispatch.min_free_disk_mib) \
+                     while the agent ran",
+                    self.inner.config.bounds.min_free_disk >> 21
+                );
+            }
+        }
         // Stopped for a budget: say so (an agent that finished first keeps its outcome).
         if let Some(why) = budget.as_ref().and_then(BudgetWatch::exceeded) {
             if let RunEvent::Failed { kind, detail, .. } = &mut outcome {
@@ -410,9 +421,19 @@ impl Dispatcher {
         let beats = CancellationToken::new();
         let lost = CancellationToken::new();
         let agent_stop = CancellationToken::new();
-        let (beating, declared_lost, stopping) = (beats.clone(), lost.clone(), agent_stop.clone());
+        let disk_full = CancellationToken::new();
+        let (beating, declared_lost, stopping, filled) = (
+            beats.clone(),
+            lost.clone(),
+            agent_stop.clone(),
+            disk_full.clone(),
+        );
         let interval = self.inner.config.heartbeat;
         let board = self.inner.board.clone();
+        // A run that takes the workspace volume below half the claim's threshold is stopped: the claim keeps new
+        // runs off a filling volume, this keeps a running one from filling it (and the log beside it).
+        let root = self.inner.workspaces.root().to_owned();
+        let floor = self.inner.config.bounds.min_free_disk / 2;
         let version = tokio::spawn(async move {
             loop {
                 tokio::select! {
@@ -437,6 +458,13 @@ impl Dispatcher {
                         tracing::warn!(task = %id, %run, error = format!("{error:#}"), "heartbeat not recorded");
                     }
                 }
+                if floor > 0
+                    && crate::dispatch::disk::free_bytes(&root).is_ok_and(|free| free < floor)
+                {
+                    disk_full.cancel();
+                    agent_stop.cancel();
+                    break;
+                }
                 // A task cancelled (or otherwise moved on) while its agent works: stop spending on it. The
                 // read model may not show the claim yet (it lags the log), so only what can only come after
                 // the claim counts: a closed task, or another run in progress.
@@ -459,6 +487,7 @@ impl Dispatcher {
             beats: beating,
             lost: declared_lost,
             agent_stop: stopping,
+            disk_full: filled,
             version,
         }
     }
@@ -778,6 +807,8 @@ struct Heartbeat {
     lost: CancellationToken,
     /// Stops the agent.
     agent_stop: CancellationToken,
+    /// Cancelled by the heartbeat when the workspace volume fell below half of `min_free_disk_mib`.
+    disk_full: CancellationToken,
     /// The stream version the beats reached.
     version: tokio::task::JoinHandle<i64>,
 }
