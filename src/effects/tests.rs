@@ -493,7 +493,7 @@ fn the_agents_summary_in_a_pull_request_is_plain_and_inert() {
     let html = regex::Regex::new(r"(^|[^\\])<").unwrap();
     assert!(!html.is_match(section), "live HTML: {section:?}");
     // Still readable: the escapes taken out, the agent's words are all there.
-    let read = section.replace('\u{200B}', "").replace('\\', "");
+    let read = section.replace(['\u{200B}', '\\'], "");
     assert!(
         read.contains("[Approve here](https://evil.example)"),
         "{read}"

@@ -163,3 +163,97 @@ scope = "off"
     .await;
     app.stop().await;
 }
+
+/// A triage agent reads a repository whose default branch holds agent CLI configuration (as a merged change could
+/// have brought it): the files are not in its worktree, whatever its CLI; the worker's own run still sees them (a
+/// worker may have to edit them), and they stay on the branch it pushes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_triage_agent_starts_without_the_repositorys_agent_cli_configuration() {
+    let remote = Remote::new();
+    remote.commit_to_main(".mcp.json", "{\"mcpServers\": {}}\n");
+    remote.commit_to_main("opencode.json", "{}\n");
+    let scratch = tempfile::tempdir().unwrap();
+    let triager = bash_agent(
+        scratch.path(),
+        "triager.sh",
+        r#"[ -e README.md ] || { echo "no checkout"; exit 4; }
+if [ -e .mcp.json ] || [ -e opencode.json ]; then echo "agent CLI configuration in the worktree"; exit 3; fi
+mkdir -p .pidevops
+cat > .pidevops/spec.json <<'JSON'
+{"task": "Write the change down", "scope": "", "done_when": "it is written"}
+JSON"#,
+    );
+    let worker = bash_agent(
+        scratch.path(),
+        "worker.sh",
+        "[ -e .mcp.json ] && [ -e opencode.json ] && echo done > CHANGES.md",
+    );
+    let file = format!(
+        r#"
+[board]
+approval = "manual"
+
+[dispatch]
+agent = "worker"
+triage = "triager"
+heartbeat_s = 0.3
+retry_backoff_s = 0.05
+
+[agents.worker]
+command = ["{worker}", "{{prompt_file}}"]
+
+[agents.triager]
+command = ["{triager}", "{{prompt_file}}"]
+
+[repos."{REPO}"]
+url = "{url}"
+scope = "off"
+"#,
+        worker = worker.display(),
+        triager = triager.display(),
+        url = remote.url(),
+    );
+    let db = TestDb::sqlite();
+    let mut settings = crate::common::settings(&db);
+    settings.file = pidevops::config::FileConfig::try_from(file.parse::<toml::Table>().unwrap())
+        .unwrap_or_else(|e| panic!("{e}\n{file}"));
+    settings.workspace_root = scratch.path().join("ws");
+    let app = TestApp::spawn(settings).await;
+    let id = create_task_with(&app, "the change", None).await;
+    within(Duration::from_secs(60), "the spec proposed", || async {
+        app.project().await;
+        task_row(&app, id)
+            .await
+            .is_some_and(|row| row.state["triage"]["state"] == "proposed")
+    })
+    .await;
+    app.state
+        .board
+        .steer(
+            id,
+            pidevops::board::Steer::Approve,
+            None,
+            "in a test",
+            "test",
+        )
+        .await
+        .unwrap();
+    within(Duration::from_secs(60), "in review", || async {
+        app.project().await;
+        task_row(&app, id)
+            .await
+            .is_some_and(|row| row.column == pidevops::tasks::Column::InReview)
+    })
+    .await;
+    let branch = id.branch();
+    assert_eq!(
+        remote.show(branch.as_str(), "CHANGES.md").as_deref(),
+        Some("done\n")
+    );
+    assert_eq!(
+        remote.show(branch.as_str(), ".mcp.json").as_deref(),
+        Some("{\"mcpServers\": {}}\n"),
+        "the worker's checkout keeps the repository's files"
+    );
+    app.stop().await;
+}
