@@ -329,3 +329,48 @@ fn all_run_files(ws: &Path) -> String {
     }
     all
 }
+
+/// A task's page names what its attempt's proxy refused (host, port, how often), next to its log: through the real
+/// dispatcher in this process (bubblewrap where it works) and the dashboard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_task_page_shows_what_the_proxy_refused() {
+    use crate::common::{within, TestDb};
+    use crate::web::{get, sign_in};
+    let db = TestDb::sqlite();
+    let remote = Remote::new();
+    let scratch = crate::common::contained_scratch();
+    let script = agent(
+        scratch.path(),
+        "refused.sh",
+        r#"for i in 1 2; do curl -s -o /dev/null -m 10 --noproxy "" -x "$HTTPS_PROXY" https://169.254.169.254/; done
+echo done > refused.txt"#,
+    );
+    let (app, id) = crate::web::app_with_agent_task(
+        &db,
+        &remote,
+        &script,
+        scratch.path(),
+        "Probe the metadata service",
+        "test:egress-page",
+    )
+    .await;
+    let cookie = sign_in(&app).await;
+    let page = format!("/tasks/{id}");
+    within(
+        Duration::from_secs(60),
+        "the succeeded attempt on its page",
+        || async {
+            get(&app, &page, &cookie)
+                .await
+                .1
+                .contains(r#"data-state="succeeded">"#)
+        },
+    )
+    .await;
+    let (status, html) = get(&app, &page, &cookie).await;
+    assert_eq!(status, 200);
+    assert!(
+        html.contains("Network refused by its egress proxy: <code>169.254.169.254:443</code> ×2"),
+        "{html}"
+    );
+}

@@ -20,6 +20,8 @@ pub struct Attempt {
     pub diff: Option<Files<Diff>>,
     /// The attempt whose log opens by default (the running one, else the last).
     pub open: bool,
+    /// What its egress proxies refused (host, port, how often): nothing for most.
+    pub egress_refused: Vec<crate::domain::runs::RefusedEgress>,
 }
 
 impl Attempt {
@@ -31,6 +33,7 @@ impl Attempt {
             log: Files::Away(why()),
             run,
             open: false,
+            egress_refused: Vec::new(),
         }
     }
 }
@@ -75,6 +78,15 @@ fn section(attempt: &Attempt) -> Markup {
                 None => {}
                 Some(Files::Away(why)) => p.muted.diff-away { "Diff: " (why) }
                 Some(Files::Here(diff)) => (diff_view(id, diff)),
+            }
+            @if !attempt.egress_refused.is_empty() {
+                p.egress-refused {
+                    "Network refused by its egress proxy: "
+                    @for (i, refused) in attempt.egress_refused.iter().enumerate() {
+                        @if i > 0 { ", " }
+                        code { (refused.host) ":" (refused.port) } " ×" (refused.count)
+                    }
+                }
             }
             @match &attempt.log {
                 Files::Away(why) => p.muted.log-away { "Log: " (why) }

@@ -405,11 +405,16 @@ impl Here {
                 Err(why) => Files::Away(why.clone()),
             })
         };
+        let egress_refused = match &dir {
+            Ok(dir) => read_refused(dir).await,
+            Err(_) => Vec::new(),
+        };
         Attempt {
             run,
             log,
             diff,
             open,
+            egress_refused,
         }
     }
 }
@@ -441,6 +446,25 @@ async fn read_end(path: &Path, cap: u64) -> Option<(String, u64)> {
         bytes.drain(..start);
     }
     Some((String::from_utf8_lossy(&bytes).into_owned(), skipped))
+}
+
+/// What an attempt's egress proxies refused, as the dispatcher wrote it (capped; nothing when absent or unreadable).
+async fn read_refused(dir: &Path) -> Vec<crate::domain::runs::RefusedEgress> {
+    use tokio::io::AsyncReadExt;
+    let mut json = Vec::new();
+    let Ok(file) = tokio::fs::File::open(dir.join(crate::dispatch::egress::REFUSED_FILE)).await
+    else {
+        return Vec::new();
+    };
+    if file
+        .take(DIFF_JSON_BYTES)
+        .read_to_end(&mut json)
+        .await
+        .is_err()
+    {
+        return Vec::new();
+    }
+    serde_json::from_slice(&json).unwrap_or_default()
 }
 
 /// The recorded diff of an attempt, if it has one.
