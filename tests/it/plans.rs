@@ -111,6 +111,9 @@ pub(crate) fn config(remote: &Remote, planner: &Path, worker: &Path) -> toml::Ta
 
         [agents.worker]
         command = ["{worker}", "{{prompt_file}}"]
+        # The items meet at a TCP barrier on the host's loopback (a test device, not egress): the worker keeps
+        # the host's network.
+        network = "host"
 
         [agents.planner]
         command = ["{planner}", "{{prompt_file}}"]

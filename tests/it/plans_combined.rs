@@ -53,6 +53,9 @@ fn config(remote: &Remote, planner: &Path, worker: &Path, repo_extra: &str) -> t
 
         [agents.worker]
         command = ["{worker}", "{{prompt_file}}"]
+        # The items meet at a TCP barrier on the host's loopback (a test device, not egress): the worker keeps
+        # the host's network.
+        network = "host"
 
         [agents.planner]
         command = ["{planner}", "{{prompt_file}}"]

@@ -87,7 +87,8 @@ bwrap = "{bwrap}"
 [agents.worker]
 command = ["{worker}", "{{prompt_file}}"]
 
-# Not about scopes: whatever a scope says of these files, the reviewer must not run them.
+# Not about scopes: whatever a scope says of these files, the reviewer must not run them (the task's scope names
+# them, so the push reaches the reviewer).
 [repos."{REPO}"]
 url = "{url}"
 review = "agent"
@@ -116,7 +117,14 @@ scope = "off"
             .contains(&format!("\"containment\":\"{}\"", containment.1)),
         "{health}"
     );
-    let id = create_task_with(&app, "Write the change down", None).await;
+    // A person asked for the configuration (the scope names it), so the push is not refused before review
+    // (tests/it/scopes.rs holds that refusal): what is tested here is that the reviewer never runs it.
+    let id = crate::verdicts::task(
+        &app,
+        "Write the change down",
+        ".claude/**, .mcp.json, tools/**, CHANGES.md",
+    )
+    .await;
     within(RUN_LIMIT, &format!("{id}'s first run ends"), || async {
         app.project().await;
         runs_of(&app, id)
@@ -135,7 +143,7 @@ scope = "off"
     // The reviewer ran and talked to its model: the verdict is the model's, not a hook's.
     assert!(
         !fake.model_calls().is_empty(),
-        "the reviewer never called its model\n{log}"
+        "the reviewer never called its model\n{detail}\n{log}"
     );
     assert_eq!(
         (run.state.as_str(), run.failure.as_deref()),
