@@ -342,3 +342,32 @@ fn a_prompt_too_long_for_an_argument_is_refused_with_the_way_out() {
     );
     assert!(error("[agents.x]\ncommand = [\"a\"]").contains("stdin = \"prompt\""));
 }
+
+/// Landlock without network rules (ABI < 4) cannot give an agent a network of its own: the dispatcher is unarmed
+/// and says why, unless every profile it runs opted out with `network = "host"`.
+#[test]
+fn landlock_without_network_rules_leaves_the_dispatcher_unarmed_unless_the_profile_opts_out() {
+    let path = "/usr/bin:/bin";
+    crate::dispatch::sandbox::pin(
+        "bwrap-test-landlock-abi-3",
+        Some(path),
+        crate::dispatch::sandbox::Containment::Landlock { abi: 3 },
+    );
+    let why = |network: &str| {
+        let file: crate::config::FileConfig = format!(
+            "[dispatch]\nagent = \"sh\"\nbwrap = \"bwrap-test-landlock-abi-3\"\n\
+             [agents.sh]\ncommand = [\"sh\", \"{{prompt_file}}\"]\nnetwork = \"{network}\"\n"
+        )
+        .parse()
+        .unwrap();
+        let env = crate::config::Env::from_pairs([("PATH", path)]);
+        crate::dispatch::dispatcher::cannot_run(&file.dispatch, &file.profiles, &env, true, false)
+    };
+    let unarmed = why("proxy").expect("unarmed");
+    assert!(
+        unarmed.contains("landlock abi 3") && unarmed.contains("no network rules"),
+        "{unarmed}"
+    );
+    assert!(why("none").is_some());
+    assert_eq!(why("host"), None);
+}

@@ -374,3 +374,64 @@ echo done > refused.txt"#,
         "{html}"
     );
 }
+
+/// A repository's hook gets the same network as its agent: its setup (repository code, contained like the agent)
+/// reaches neither NATS directly nor the metadata address through its proxy, and what its proxy refused is on the
+/// run with the agent's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_repository_hook_gets_the_agents_network() {
+    use crate::common::{within, TestApp, TestDb};
+    let db = TestDb::sqlite();
+    let remote = Remote::new();
+    let scratch = crate::common::contained_scratch();
+    let script = agent(scratch.path(), "agent.sh", "echo x > CHANGES.md");
+    let setup = agent(
+        scratch.path(),
+        "setup.sh",
+        r#"curl -s -o /dev/null -m 10 --noproxy '*' http://127.0.0.1:4222/; echo "direct=$?" > hook-probe.txt
+curl -s -o /dev/null -m 10 --noproxy "" -x "$HTTPS_PROXY" https://169.254.169.254/; echo "proxy=$?" >> hook-probe.txt"#,
+    );
+    let mut file = crate::common::agents::dispatch_file(&remote, &script, "");
+    file["repos"][crate::common::agents::REPO]
+        .as_table_mut()
+        .unwrap()
+        .insert(
+            "setup".into(),
+            toml::Value::Array(vec![toml::Value::from(setup.display().to_string())]),
+        );
+    let mut settings = crate::common::settings(&db);
+    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
+    settings.workspace_root = scratch.path().join("ws");
+    let app = TestApp::spawn(settings).await;
+    let draft = pidevops::board::Draft::new(
+        crate::common::agents::REPO.parse().unwrap(),
+        pidevops::tasks::Spec::new("Set up and work", "", "").unwrap(),
+        pidevops::tasks::Links::default(),
+    );
+    let (outcome, _) = app
+        .state
+        .board
+        .create(draft, "test:egress-hook", "api", None)
+        .await
+        .unwrap();
+    let id = outcome.task.id();
+    let branch = format!("pidevops/{id}");
+    within(Duration::from_secs(60), "the attempt pushed", || async {
+        remote.branch(&branch).is_some()
+    })
+    .await;
+    let probe = remote
+        .show(&branch, "hook-probe.txt")
+        .expect("the hook's probe");
+    // curl: 7 = could not connect; 56 = the proxy answered the CONNECT with 403.
+    assert_eq!(probe, "direct=7\nproxy=56\n", "the hook reached something");
+    let refused = run_files(
+        &scratch.path().join("ws"),
+        pidevops::dispatch::egress::REFUSED_FILE,
+    );
+    assert!(
+        refused.contains(r#""host":"169.254.169.254","port":443"#),
+        "the hook's refusal is not on the run: {refused}"
+    );
+    app.stop().await;
+}

@@ -185,6 +185,7 @@ impl Dispatcher {
     /// The view of the machine of an agent, or of a repository's command run like one (`who`; see `hooks.rs`):
     /// `writable` (its own directories), `readable` (the prompt), its program, the read-only system; and how it is
     /// held to it here: the argv wrapped in bubblewrap, or Landlock rules and a reaper for the child.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn contain(
         &self,
         who: &str,

@@ -37,6 +37,7 @@ pub fn run(socket: &Path, port: u16, argv: &[OsString]) -> i32 {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
             }
             for client in listener.incoming().flatten() {
+                let _ = client.set_nodelay(true);
                 let socket = socket.to_owned();
                 std::thread::spawn(move || forward(client, &socket));
             }

@@ -231,7 +231,11 @@ async fn accept(listener: Listener, shared: Arc<Shared>) {
             accepted = async {
                 match &listener {
                     Listener::Unix(l) => l.accept().await.map(|(s, _)| Conn::Unix(s)),
-                    Listener::Tcp(l) => l.accept().await.map(|(s, _)| Conn::Tcp(s)),
+                    Listener::Tcp(l) => l.accept().await.map(|(s, _)| {
+                        // Small writes (a model's stream in pieces) must not wait for Nagle and delayed acks.
+                        let _ = s.set_nodelay(true);
+                        Conn::Tcp(s)
+                    }),
                 }
             } => match accepted {
                 Ok(conn) => {
@@ -536,10 +540,11 @@ async fn forward_to_model(
     loop {
         match response.chunk().await {
             Ok(Some(chunk)) => {
-                conn.write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
-                    .await?;
-                conn.write_all(&chunk).await?;
-                conn.write_all(b"\r\n").await?;
+                // One write per chunk: its size line, its bytes and its end together.
+                let mut framed = format!("{:x}\r\n", chunk.len()).into_bytes();
+                framed.extend_from_slice(&chunk);
+                framed.extend_from_slice(b"\r\n");
+                conn.write_all(&framed).await?;
                 conn.flush().await?;
             }
             Ok(None) => break,
