@@ -12,7 +12,9 @@
 //!    worktree, the agent's own repository, prompt, containment, spawn); todo → claim is polling (the projector
 //!    and dispatcher intervals). Each sample is taken twice, interleaved: by the app under test (containment as
 //!    detected here: `namespaces` with bubblewrap) and by a second app, on its own database and workspaces, whose
-//!    agents run uncontained — the containment's cost is the difference.
+//!    agents run uncontained — the containment's cost is the difference. With `--reference network`, the second
+//!    app's agents are contained the same way but keep the service's network (`network = "host"`): the difference
+//!    is what an agent's own network costs (the namespace, the per-run egress proxy and the bridge).
 //! 3. **Drain**: dispatch paused, `--drain` tasks queued, resumed; each agent sleeps `--agent-sleep-ms`. From
 //!    the agents' own start and end times: how long a slot stayed free while work waited.
 
@@ -60,6 +62,16 @@ struct Args {
     /// The tasks projector's and the dispatcher's interval.
     #[arg(long, default_value_t = 0.05)]
     interval_s: f64,
+    /// What the second app's agents run without: `containment` (uncontained) or `network` (contained, on the
+    /// service's network): the difference is that part's cost on the dispatch path.
+    #[arg(long, value_enum, default_value_t = Reference::Containment)]
+    reference: Reference,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Reference {
+    Containment,
+    Network,
 }
 
 const REPO: &str = "bench/monorepo";
@@ -227,10 +239,21 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
             why: "dispatchbench's uncontained reference".into(),
         },
     );
-    let settings_for =
-        |database: DatabaseUrl, root: &Path, bwrap: &str| -> anyhow::Result<Settings> {
-            let file: pidevops::config::FileConfig = format!(
-                r#"
+    // The sandbox's bridge is pidevops's own binary, built beside this one.
+    let bridge = std::env::current_exe()?.with_file_name("pidevops");
+    anyhow::ensure!(
+        bridge.is_file(),
+        "{} is missing: build it with this benchmark (cargo build --bins)",
+        bridge.display()
+    );
+    pidevops::dispatch::egress::pin_bridge_program(bridge);
+    let settings_for = |database: DatabaseUrl,
+                        root: &Path,
+                        bwrap: &str,
+                        network: &str|
+     -> anyhow::Result<Settings> {
+        let file: pidevops::config::FileConfig = format!(
+            r#"
             [board]
             approval = "auto"
             [dispatch]
@@ -243,23 +266,24 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
             readable = ["{sleep}"]
             [agents.bench]
             command = ["{agent}", "{{prompt_file}}"]
+            network = "{network}"
             [repos."{REPO}"]
             url = "{remote}"
             "#,
-                c = args.concurrency,
-                agent = agent.display(),
-                sleep = dir.join("sleep").display(),
-            )
-            .parse()
-            .map_err(|e| anyhow::anyhow!("the benchmark's pidevops.toml: {e}"))?;
-            let mut settings = Settings::for_tests(database);
-            settings.file = file;
-            settings.workspace_root = root.to_owned();
-            settings.projector_interval = Duration::from_secs_f64(args.interval_s);
-            settings.env = Env::from_pairs([("PATH", path.as_str())]);
-            Ok(settings)
-        };
-    let app = pidevops::startup::build(settings_for(database, &root, "bwrap")?).await?;
+            c = args.concurrency,
+            agent = agent.display(),
+            sleep = dir.join("sleep").display(),
+        )
+        .parse()
+        .map_err(|e| anyhow::anyhow!("the benchmark's pidevops.toml: {e}"))?;
+        let mut settings = Settings::for_tests(database);
+        settings.file = file;
+        settings.workspace_root = root.to_owned();
+        settings.projector_interval = Duration::from_secs_f64(args.interval_s);
+        settings.env = Env::from_pairs([("PATH", path.as_str())]);
+        Ok(settings)
+    };
+    let app = pidevops::startup::build(settings_for(database, &root, "bwrap", "proxy")?).await?;
     let state = app.state().clone();
     let shutdown = app.shutdown_token();
     let server = tokio::spawn(app.run());
@@ -274,16 +298,29 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
             &reference_db,
         )),
         &plain_root,
-        UNCONTAINED,
+        match args.reference {
+            Reference::Containment => UNCONTAINED,
+            Reference::Network => "bwrap",
+        },
+        match args.reference {
+            Reference::Containment => "proxy",
+            Reference::Network => "host",
+        },
     )?)
     .await?;
     let plain_state = plain_app.state().clone();
     let plain_shutdown = plain_app.shutdown_token();
     let plain_server = tokio::spawn(plain_app.run());
     println!(
-        "containment under test: {}; reference: {}",
+        "containment under test: {} with network = \"proxy\"; reference: {}",
         pidevops::dispatch::sandbox::detect_cached("bwrap", Some(path.as_str())).kind(),
-        pidevops::dispatch::sandbox::detect_cached(UNCONTAINED, Some(path.as_str())).kind()
+        match args.reference {
+            Reference::Containment => format!(
+                "{} (uncontained)",
+                pidevops::dispatch::sandbox::detect_cached(UNCONTAINED, Some(path.as_str())).kind()
+            ),
+            Reference::Network => "the same containment with network = \"host\"".to_owned(),
+        }
     );
     let repo: RepoName = REPO.parse()?;
     let mut number = 0;
@@ -407,9 +444,19 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
     println!();
     let (ref50, ref99) = summary("git worktree add alone (reference)", reference);
     let (pipe50, pipe99) = summary("dispatch path: claim -> agent started", pipeline);
-    let (plain50, plain99) = summary("the same, agents uncontained (reference)", uncontained);
+    let (plain50, plain99) = summary(
+        match args.reference {
+            Reference::Containment => "the same, agents uncontained (reference)",
+            Reference::Network => "the same, agents on the host's network (reference)",
+        },
+        uncontained,
+    );
     println!(
-        "containment's cost on the dispatch path:     p50 {:>8.1} ms   p99 {:>8.1} ms   (target: p99 <= 50 ms)",
+        "{}p50 {:>8.1} ms   p99 {:>8.1} ms   (target: p99 <= 50 ms)",
+        match args.reference {
+            Reference::Containment => "containment's cost on the dispatch path:     ",
+            Reference::Network => "an own network's cost on the dispatch path:  ",
+        },
         pipe50 - plain50,
         pipe99 - plain99
     );
