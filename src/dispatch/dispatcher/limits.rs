@@ -184,7 +184,7 @@ impl Dispatcher {
                 if let Some(why) = refused {
                     tracing::warn!(%why, "stopping the agent: its usage figures were refused");
                     *seen.lock().unwrap_or_else(|e| e.into_inner()) =
-                        Some(super::attempt::refused_detail(&why));
+                        Some(super::ending::refused_detail(&why));
                     stop.cancel();
                     return;
                 }

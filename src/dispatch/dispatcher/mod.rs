@@ -23,6 +23,7 @@
 
 mod attempt;
 mod claim;
+mod ending;
 mod gc;
 mod hooks;
 mod launch;

@@ -5,7 +5,8 @@
 
 use chrono::Utc;
 
-use super::attempt::{badly_ended, Ended};
+use super::attempt::Ended;
+use super::ending::badly_ended;
 use super::Dispatcher;
 use crate::dispatch::agent_files::{read_agent_file, read_spec};
 use crate::dispatch::runner;

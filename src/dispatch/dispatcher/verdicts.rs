@@ -267,7 +267,7 @@ impl Dispatcher {
         });
         // Its usage figures refused: fail closed, as over budget; nothing is pushed on its word.
         if let Some(why) = refused {
-            return Err((FailureKind::Budget, super::attempt::refused_detail(&why)));
+            return Err((FailureKind::Budget, super::ending::refused_detail(&why)));
         }
         match finished.ending {
             Ending::Exited(0) => {}
