@@ -319,6 +319,9 @@ echo x > CHANGES.md"#,
     let dispatch = file["dispatch"].as_table_mut().unwrap();
     dispatch.insert("executor".into(), toml::Value::from("workers"));
     dispatch.insert("max_concurrent".into(), toml::Value::from(3));
+    // Three processes on two loaded cores: a run is declared lost after three missed beats, and this test is about
+    // claims, not about noticing silence, so the beat is slow enough that a busy moment never looks like a death.
+    dispatch.insert("heartbeat_s".into(), toml::Value::from(2.0));
     let config = write_config(dir, &file);
     let nats = crate::common::nats_url();
     // The events stream of this test's own: the relay's, on a NATS other tests and other runs of the suite share.

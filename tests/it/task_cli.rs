@@ -319,16 +319,23 @@ async fn plans_from_a_terminal(db: TestDb) {
     let (ok, out, _) = plan_cli(&db, dir.path(), &["approve", "T-1"]);
     assert!(ok && out.starts_with("unchanged"), "{out}");
 
-    // The plans loop makes the items tasks; one of them waits for a person.
-    pidevops::plans::Plans::new(
+    // The plans loop makes the items tasks (ticked until it has: one tick hands back at its budget, which a
+    // loaded machine can reach first); one of them waits for a person.
+    let plans = pidevops::plans::Plans::new(
         log.clone(),
         board.clone(),
         pidevops::config::file::PlanLand::Separate,
-    )
-    .tick()
-    .await
-    .unwrap();
+    );
     let c: TaskId = "T-4".parse().unwrap();
+    crate::common::within(
+        std::time::Duration::from_secs(30),
+        "the plan's items made",
+        || async {
+            plans.tick().await.unwrap();
+            board.load(c).await.unwrap().is_some()
+        },
+    )
+    .await;
     board
         .execute(
             c,
