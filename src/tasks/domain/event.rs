@@ -1,0 +1,274 @@
+//! A task's facts: `TaskCreated`, the first of every task's stream, and `TaskEvent`, one fact each, with their kind
+//! and time.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::{AttemptReport, CombinedItem, CommitSha, FactName, Family, RetryCause, TriageOutcome};
+use crate::tasks::plan::PlanDocument;
+use crate::tasks::values::{
+    AgentName, ApprovalPolicy, BranchName, Column, FollowUpOrigin, FollowUpText, GithubRef, Links,
+    MaxAttempts, Priority, Reason, RepoName, RunId, RunPurpose, Spec, TaskId,
+};
+
+/// The first fact of every task's stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskCreated {
+    pub at: DateTime<Utc>,
+    pub id: TaskId,
+    pub repo: RepoName,
+    pub spec: Spec,
+    pub priority: Priority,
+    pub links: Links,
+    pub approval: ApprovalPolicy,
+    pub max_attempts: MaxAttempts,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ticket_version: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentName>,
+    #[serde(default, flatten)]
+    pub family: Family,
+}
+
+/// One fact about a task. The stream (one per task) says which task; `at` is when `decide` accepted it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum TaskEvent {
+    Created(Box<TaskCreated>),
+    Approved {
+        at: DateTime<Utc>,
+        /// True when the `auto` approval policy approved it at creation.
+        automatic: bool,
+    },
+    Rejected {
+        at: DateTime<Utc>,
+        reason: Reason,
+    },
+    Started {
+        at: DateTime<Utc>,
+        run: RunId,
+        /// The attempt it is; 0 for a triage run, which is not one.
+        attempt: u32,
+        #[serde(default, skip_serializing_if = "RunPurpose::is_work")]
+        purpose: RunPurpose,
+    },
+    SubmittedForReview {
+        at: DateTime<Utc>,
+        run: RunId,
+        branch: BranchName,
+        pr: Option<GithubRef>,
+        #[serde(default, skip_serializing_if = "AttemptReport::is_empty")]
+        report: Box<AttemptReport>,
+    },
+    Completed {
+        at: DateTime<Utc>,
+    },
+    Retried {
+        at: DateTime<Utc>,
+        cause: RetryCause,
+        reason: Reason,
+        /// The attempt that failed.
+        attempt: u32,
+    },
+    Cancelled {
+        at: DateTime<Utc>,
+        reason: Reason,
+    },
+    Archived {
+        at: DateTime<Utc>,
+    },
+    /// Opens a needs-human episode; the alert policy sends one alert per such event, asked as a question where
+    /// the task came from.
+    FlaggedNeedsHuman {
+        at: DateTime<Utc>,
+        reason: Reason,
+        /// The reason is the agent's own question.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        question: bool,
+    },
+    NeedsHumanCleared {
+        at: DateTime<Utc>,
+        /// The attempt budget from now on (raised by one when the budget was spent).
+        max_attempts: MaxAttempts,
+    },
+    SpecUpdated {
+        at: DateTime<Utc>,
+        spec: Spec,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ticket_version: Option<DateTime<Utc>>,
+    },
+    FollowUpAttached {
+        at: DateTime<Utc>,
+        text: FollowUpText,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        origin: Option<FollowUpOrigin>,
+        /// A person's answer to the question the task waited on.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        answer: bool,
+    },
+    /// These follow-ups (positions in the task's list, oldest first) were handed to attempt `attempt` of run
+    /// `run`: in its prompt when it started, or live while it ran.
+    FollowUpsDelivered {
+        at: DateTime<Utc>,
+        run: RunId,
+        attempt: u32,
+        indices: Vec<u32>,
+        live: bool,
+    },
+    /// A newer version of the source ticket was seen (`Command::NoteTicketVersion`, or a withdrawal's).
+    TicketSeen {
+        at: DateTime<Utc>,
+        ticket_version: DateTime<Utc>,
+    },
+    PriorityChanged {
+        at: DateTime<Utc>,
+        priority: Priority,
+    },
+    /// Only the links that were added.
+    LinksAttached {
+        at: DateTime<Utc>,
+        links: Links,
+    },
+    /// An interrupted attempt, or one whose setup failed, does not count: the budget grows by one (follows its
+    /// `retried`).
+    AttemptReturned {
+        at: DateTime<Utc>,
+        max_attempts: MaxAttempts,
+    },
+    AgentChosen {
+        at: DateTime<Utc>,
+        /// `None`: the repository's profile again.
+        agent: Option<AgentName>,
+    },
+    /// A triage run ended: its spec proposed, or why not.
+    TriageEnded {
+        at: DateTime<Utc>,
+        run: RunId,
+        outcome: TriageOutcome,
+    },
+    /// The planner's run proposed this plan; it waits in triage for approval.
+    PlanProposed {
+        at: DateTime<Utc>,
+        run: RunId,
+        plan: Box<PlanDocument>,
+    },
+    /// The proposed plan was approved as a whole: its items become tasks.
+    PlanApproved {
+        at: DateTime<Utc>,
+        /// True when the `auto` approval policy approved it as it was proposed.
+        automatic: bool,
+    },
+    /// The proposed plan was rejected with a comment: the planner runs again with it.
+    PlanRejected {
+        at: DateTime<Utc>,
+        reason: Reason,
+        /// The attempt budget from now on (raised by one when it was spent, so a person's "try again" works).
+        max_attempts: MaxAttempts,
+    },
+    /// The approved plan's items, as tasks.
+    ChildrenCreated {
+        at: DateTime<Utc>,
+        children: Vec<TaskId>,
+    },
+    /// The plan's column (or the items waiting for a person) changed with its items'.
+    RolledUp {
+        at: DateTime<Utc>,
+        column: Column,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        needs_human: Vec<TaskId>,
+    },
+    /// A check passed on `sha`; facts about another commit than the last ones start over.
+    CheckPassed {
+        at: DateTime<Utc>,
+        sha: CommitSha,
+        name: FactName,
+    },
+    ReviewApproved {
+        at: DateTime<Utc>,
+        sha: CommitSha,
+        by: FactName,
+    },
+    ApprovalWithdrawn {
+        at: DateTime<Utc>,
+        by: FactName,
+    },
+    /// The plan's items were merged into `commit`, pushed as `pidevops/<plan>` (`land = "combined"`): its one
+    /// pull request is opened from it, and facts about an earlier combination start over.
+    Combined {
+        at: DateTime<Utc>,
+        commit: CommitSha,
+        base: CommitSha,
+        items: Vec<CombinedItem>,
+    },
+}
+
+impl TaskEvent {
+    /// The event type in the log (`task.created`, …).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            TaskEvent::Created(_) => "task.created",
+            TaskEvent::Approved { .. } => "task.approved",
+            TaskEvent::Rejected { .. } => "task.rejected",
+            TaskEvent::Started { .. } => "task.started",
+            TaskEvent::SubmittedForReview { .. } => "task.submitted_for_review",
+            TaskEvent::Completed { .. } => "task.completed",
+            TaskEvent::Retried { .. } => "task.retried",
+            TaskEvent::Cancelled { .. } => "task.cancelled",
+            TaskEvent::Archived { .. } => "task.archived",
+            TaskEvent::FlaggedNeedsHuman { .. } => "task.flagged_needs_human",
+            TaskEvent::NeedsHumanCleared { .. } => "task.needs_human_cleared",
+            TaskEvent::SpecUpdated { .. } => "task.spec_updated",
+            TaskEvent::FollowUpAttached { .. } => "task.follow_up_attached",
+            TaskEvent::FollowUpsDelivered { .. } => "task.follow_ups_delivered",
+            TaskEvent::TicketSeen { .. } => "task.ticket_seen",
+            TaskEvent::PriorityChanged { .. } => "task.priority_changed",
+            TaskEvent::LinksAttached { .. } => "task.links_attached",
+            TaskEvent::AgentChosen { .. } => "task.agent_chosen",
+            TaskEvent::AttemptReturned { .. } => "task.attempt_returned",
+            TaskEvent::TriageEnded { .. } => "task.triage_ended",
+            TaskEvent::PlanProposed { .. } => "task.plan_proposed",
+            TaskEvent::PlanApproved { .. } => "task.plan_approved",
+            TaskEvent::PlanRejected { .. } => "task.plan_rejected",
+            TaskEvent::ChildrenCreated { .. } => "task.children_created",
+            TaskEvent::RolledUp { .. } => "task.rolled_up",
+            TaskEvent::CheckPassed { .. } => "task.check_passed",
+            TaskEvent::ReviewApproved { .. } => "task.review_approved",
+            TaskEvent::ApprovalWithdrawn { .. } => "task.approval_withdrawn",
+            TaskEvent::Combined { .. } => "task.combined",
+        }
+    }
+
+    pub fn at(&self) -> DateTime<Utc> {
+        match self {
+            TaskEvent::Created(created) => created.at,
+            TaskEvent::Approved { at, .. }
+            | TaskEvent::Rejected { at, .. }
+            | TaskEvent::Started { at, .. }
+            | TaskEvent::SubmittedForReview { at, .. }
+            | TaskEvent::Completed { at }
+            | TaskEvent::Retried { at, .. }
+            | TaskEvent::Cancelled { at, .. }
+            | TaskEvent::Archived { at }
+            | TaskEvent::FlaggedNeedsHuman { at, .. }
+            | TaskEvent::NeedsHumanCleared { at, .. }
+            | TaskEvent::SpecUpdated { at, .. }
+            | TaskEvent::FollowUpAttached { at, .. }
+            | TaskEvent::FollowUpsDelivered { at, .. }
+            | TaskEvent::TicketSeen { at, .. }
+            | TaskEvent::PriorityChanged { at, .. }
+            | TaskEvent::LinksAttached { at, .. }
+            | TaskEvent::AgentChosen { at, .. }
+            | TaskEvent::AttemptReturned { at, .. }
+            | TaskEvent::TriageEnded { at, .. }
+            | TaskEvent::PlanProposed { at, .. }
+            | TaskEvent::PlanApproved { at, .. }
+            | TaskEvent::PlanRejected { at, .. }
+            | TaskEvent::ChildrenCreated { at, .. }
+            | TaskEvent::RolledUp { at, .. }
+            | TaskEvent::CheckPassed { at, .. }
+            | TaskEvent::ReviewApproved { at, .. }
+            | TaskEvent::ApprovalWithdrawn { at, .. }
+            | TaskEvent::Combined { at, .. } => *at,
+        }
+    }
+}
