@@ -3,15 +3,19 @@
 use chrono::{DateTime, Utc};
 
 use super::super::values::{
-    AgentName, ApprovalPolicy, BranchName, Column, FollowUpOrigin, FollowUpText, GithubRef, Links,
-    MaxAttempts, Priority, Reason, RunId, RunPurpose, Spec, TaskId, TaskKind,
+    AgentName, ApprovalPolicy, BranchName, Column, GithubRef, Links, MaxAttempts, Priority, Reason,
+    RunId, RunPurpose, Spec, TaskId, TaskKind,
 };
 use super::family;
+
+mod conversation;
+mod retries;
 use super::{
     AttemptReport, Command, NewTask, RetryCause, Task, TaskCreated, TaskError, TaskEvent,
-    BEFORE_WORK, BETWEEN_ATTEMPTS, CLOSED, MAX_FOLLOW_UPS, OPEN, OSCILLATION_STARTS,
-    OSCILLATION_WINDOW_S,
+    BEFORE_WORK, BETWEEN_ATTEMPTS, CLOSED, OPEN,
 };
+use conversation::{answer, attach_follow_up, deliver_follow_ups, known_origin};
+use retries::retry;
 
 /// Decides what `command` means for `state` at `now`: the events to record, none (already so), or why not.
 pub fn decide(
@@ -312,144 +316,6 @@ fn then_send_back(
     Ok(events)
 }
 
-fn retry(
-    task: &Task,
-    command: &Command,
-    cause: &RetryCause,
-    reason: &Reason,
-    now: DateTime<Utc>,
-) -> Result<Vec<TaskEvent>, TaskError> {
-    let at = now;
-    match cause {
-        RetryCause::RunFailed { run }
-        | RetryCause::Interrupted { run }
-        | RetryCause::SetupFailed { run }
-        | RetryCause::AgentNeedsHuman { run }
-        | RetryCause::OverBudget { run }
-        | RetryCause::Restarted { run }
-        | RetryCause::AgentAsked { run }
-        | RetryCause::Limited { run, .. } => {
-            if task.column != Column::InProgress {
-                return Err(wrong_column(task, command, &[Column::InProgress]));
-            }
-            live_run(task, *run)?;
-            if task.purpose == Some(RunPurpose::Triage) {
-                let interrupted = matches!(
-                    cause,
-                    RetryCause::Interrupted { .. }
-                        | RetryCause::Limited { .. }
-                        | RetryCause::Restarted { .. }
-                );
-                return Ok(family::triage_failed(task, *run, interrupted, reason, now));
-            }
-        }
-        RetryCause::ChecksFailed | RetryCause::ChangesRequested | RetryCause::FollowUp => {
-            if task.column != Column::InReview {
-                return Err(wrong_column(task, command, &[Column::InReview]));
-            }
-        }
-    }
-    let mut events = vec![TaskEvent::Retried {
-        at,
-        cause: *cause,
-        reason: reason.clone(),
-        attempt: task.attempts,
-    }];
-    let mut given_back = false;
-    if matches!(
-        cause,
-        RetryCause::Interrupted { .. }
-            | RetryCause::SetupFailed { .. }
-            | RetryCause::Limited { .. }
-            | RetryCause::Restarted { .. }
-            | RetryCause::AgentAsked { .. }
-    ) {
-        // Given back when the budget can grow; at the cap it counts like any failure (so an agent that fakes its
-        // provider's limit forever still ends with a person).
-        if let Ok(max_attempts) = MaxAttempts::new(task.max_attempts.get() + 1) {
-            events.push(TaskEvent::AttemptReturned { at, max_attempts });
-            if matches!(
-                cause,
-                RetryCause::Interrupted { .. }
-                    | RetryCause::Limited { .. }
-                    | RetryCause::Restarted { .. }
-            ) {
-                return Ok(events);
-            }
-            given_back = true;
-        }
-    }
-    // The agent asked a question: it waits for a person's answer, whatever attempts remain.
-    if matches!(cause, RetryCause::AgentAsked { .. }) {
-        if task.needs_human.is_none() {
-            events.push(TaskEvent::FlaggedNeedsHuman {
-                at,
-                reason: reason.clone(),
-                question: true,
-            });
-        }
-        return Ok(events);
-    }
-    // The agent itself asked for a person, or a budget ran out: flagged at once, with why, whatever attempts remain.
-    if matches!(
-        cause,
-        RetryCause::AgentNeedsHuman { .. } | RetryCause::OverBudget { .. }
-    ) {
-        if task.needs_human.is_none() {
-            events.push(TaskEvent::FlaggedNeedsHuman {
-                at,
-                reason: reason.clone(),
-                question: false,
-            });
-        }
-        return Ok(events);
-    }
-    // The last attempt failed, or attempts keep bouncing back fast: a human must look. If one is already
-    // looking, this is the same episode. A setup failure's attempt was given back, so only the bounce rule
-    // applies to it: a setup that keeps failing is stopped there.
-    if task.needs_human.is_none() {
-        let why = if given_back {
-            bounced(task, task.max_attempts.get() + 1, reason, now)
-        } else {
-            needs_human_after_failure(task, reason, now)
-        };
-        if let Some(why) = why {
-            events.push(TaskEvent::FlaggedNeedsHuman {
-                at,
-                reason: Reason::summarize(&why),
-                question: false,
-            });
-        }
-    }
-    Ok(events)
-}
-
-/// Why a failed attempt needs a human: the budget is spent, or attempts keep bouncing back fast. `None`: retry.
-fn needs_human_after_failure(task: &Task, reason: &Reason, now: DateTime<Utc>) -> Option<String> {
-    if task.attempts >= task.max_attempts.get() {
-        Some(format!(
-            "attempt {} of {} failed: {reason}",
-            task.attempts,
-            task.max_attempts.get()
-        ))
-    } else {
-        bounced(task, task.max_attempts.get(), reason, now)
-    }
-}
-
-/// Why attempts that keep coming back fast need a human (`max`: the budget after this failure). `None`: retry.
-fn bounced(task: &Task, max: u32, reason: &Reason, now: DateTime<Utc>) -> Option<String> {
-    let bounced = task.starts_within_window(now);
-    (bounced >= OSCILLATION_STARTS).then(|| {
-        format!(
-            "bouncing between todo and in-progress: {bounced} attempts in {} minutes came back \
-             (attempt {} of {max}), flagged instead of starting another: {reason}",
-            OSCILLATION_WINDOW_S / 60,
-            task.attempts,
-        )
-    })
-}
-
 fn flag_needs_human(
     task: &Task,
     command: &Command,
@@ -506,117 +372,6 @@ fn update_spec(
         spec: spec.clone(),
         ticket_version,
     }])
-}
-
-fn attach_follow_up(
-    task: &Task,
-    command: &Command,
-    text: &FollowUpText,
-    origin: Option<&FollowUpOrigin>,
-    send_back: bool,
-    now: DateTime<Utc>,
-) -> Result<Vec<TaskEvent>, TaskError> {
-    if !task.column.is_open() {
-        return Err(wrong_column(task, command, OPEN));
-    }
-    if task.follow_ups.len() >= MAX_FOLLOW_UPS {
-        return Err(TaskError::TooManyFollowUps { id: task.id });
-    }
-    let attached = vec![TaskEvent::FollowUpAttached {
-        at: now,
-        text: text.clone(),
-        origin: origin.cloned(),
-        answer: false,
-    }];
-    if send_back {
-        then_send_back(task, attached, now)
-    } else {
-        Ok(attached)
-    }
-}
-
-/// Whether a follow-up with this origin's key is on record (a redelivered or edited message).
-fn known_origin(task: &Task, origin: Option<&FollowUpOrigin>) -> bool {
-    origin.is_some_and(|origin| {
-        task.follow_ups
-            .iter()
-            .filter_map(|f| f.origin.as_ref())
-            .any(|known| known.key() == origin.key())
-    })
-}
-
-fn deliver_follow_ups(
-    task: &Task,
-    command: &Command,
-    run: RunId,
-    indices: &[u32],
-    at: DateTime<Utc>,
-) -> Result<Vec<TaskEvent>, TaskError> {
-    if task.column != Column::InProgress {
-        return Err(wrong_column(task, command, &[Column::InProgress]));
-    }
-    live_run(task, run)?;
-    let pending = task.pending_follow_up_indices();
-    // Handed over already (a retried append): nothing to record again.
-    let fresh: Vec<u32> = indices
-        .iter()
-        .copied()
-        .filter(|i| {
-            task.follow_ups
-                .get(*i as usize)
-                .is_none_or(|f| f.delivered_to_attempt != Some(task.attempts))
-        })
-        .collect();
-    if fresh.is_empty() {
-        return Ok(Vec::new());
-    }
-    if pending.get(..fresh.len()) != Some(fresh.as_slice()) {
-        let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
-        return Err(TaskError::FollowUpOrder {
-            id: task.id,
-            indices: list(&fresh),
-            pending: list(&pending),
-        });
-    }
-    Ok(vec![TaskEvent::FollowUpsDelivered {
-        at,
-        run,
-        attempt: task.attempts,
-        indices: fresh,
-        live: true,
-    }])
-}
-
-fn answer(
-    task: &Task,
-    command: &Command,
-    text: &FollowUpText,
-    origin: Option<&FollowUpOrigin>,
-    now: DateTime<Utc>,
-) -> Result<Vec<TaskEvent>, TaskError> {
-    if known_origin(task, origin) {
-        return Ok(Vec::new());
-    }
-    if task.needs_human.is_none() {
-        return Err(TaskError::NoQuestion {
-            id: task.id,
-            command: command.name(),
-        });
-    }
-    if !task.column.is_open() {
-        return Err(wrong_column(task, command, OPEN));
-    }
-    if task.follow_ups.len() >= MAX_FOLLOW_UPS {
-        return Err(TaskError::TooManyFollowUps { id: task.id });
-    }
-    let mut events = vec![TaskEvent::FollowUpAttached {
-        at: now,
-        text: text.clone(),
-        origin: origin.cloned(),
-        answer: true,
-    }];
-    events.extend(clear_needs_human(task, now)?);
-    then_send_back(task, events, now)
 }
 
 fn reprioritize(
