@@ -5,6 +5,11 @@
 //!
 //! What has been spent is the `usage` read model's; the limit in force is the configured one plus the raises of
 //! that scope. A day's scopes end with the day (UTC): the next day starts from nothing.
+//!
+//! Fail closed: a run whose usage figures were refused (out of bounds, not numbers) spent an unknown amount, so a
+//! scope that holds one is over its limit, whatever else it spent, until a person raises that scope's limit (a
+//! raise recorded after the run's outcome; a later refused run holds it again) or, for a day's scopes, the day
+//! ends.
 
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
@@ -91,11 +96,29 @@ pub struct Standing {
     pub spent_tokens: u64,
     pub limit_usd: Option<f64>,
     pub limit_tokens: Option<u64>,
+    /// The scope's runs whose usage figures were refused (all of them, raised since or not).
+    pub refused_runs: u64,
+    /// Whether a run whose usage figures were refused is on record after the scope's last raise: what it spent is
+    /// unknown, so the scope is over its limit (fail closed) until a person raises it, or its day ends.
+    pub figures_refused: bool,
 }
 
 impl Standing {
     /// Why the scope is over its limit, with what `running` (a run not yet recorded) adds: `None` while under.
     pub fn over(&self, running: &Usage) -> Option<String> {
+        if self.figures_refused {
+            let until = match self.scope {
+                Scope::Task { .. } => "until a person raises it",
+                Scope::Repo { .. } | Scope::Day { .. } => {
+                    "until a person raises it or the day ends (UTC)"
+                }
+            };
+            return Some(format!(
+                "budget exceeded: usage figures refused for {}: a run printed figures out of bounds, so what it \
+                 spent is unknown; held {until}",
+                self.scope.describe()
+            ));
+        }
         let usd = self.spent_usd + running.cost_usd.unwrap_or(0.0);
         let tokens = self.spent_tokens.saturating_add(running.total_tokens());
         if let Some(limit) = self.limit_usd.filter(|limit| usd >= *limit) {
@@ -311,14 +334,36 @@ pub async fn notify(log: &crate::eventlog::EventLog, notice: &Notice) -> anyhow:
 
 /// Every raise on record.
 pub async fn raises(store: &EventStore) -> Result<Vec<Raised>, StoreError> {
+    Ok(raises_on_record(store)
+        .await?
+        .into_iter()
+        .map(|(_, raised)| raised)
+        .collect())
+}
+
+/// Every raise on record, with its position in the log.
+async fn raises_on_record(store: &EventStore) -> Result<Vec<(i64, Raised)>, StoreError> {
     let events = store.read_stream(STREAM).await?;
-    Ok(events.iter().filter_map(raise_of).collect())
+    Ok(events
+        .iter()
+        .filter_map(|e| Some((e.position, raise_of(e)?)))
+        .collect())
 }
 
 fn raise_of(event: &StoredEvent) -> Option<Raised> {
     (event.event_type == RAISED)
         .then(|| serde_json::from_slice(&event.body).ok())
         .flatten()
+}
+
+/// Whether `spent` holds a run whose figures were refused after the last raise of `scope` (by log position: a
+/// raise lifts what was on record before it, never what comes after).
+fn refused_since_raise(spent: &usage_rows::Spent, raises: &[(i64, Raised)], scope: &Scope) -> bool {
+    spent.refused_position.is_some_and(|refused| {
+        !raises
+            .iter()
+            .any(|(at, raise)| *at > refused && &raise.scope == scope)
+    })
 }
 
 /// What each scope of a task in `repo` has spent today and may spend (only scopes with a limit set).
@@ -332,17 +377,20 @@ pub async fn standings(
     if !config.any() {
         return Ok(Vec::new());
     }
-    let raises = raises(store).await?;
+    let on_record = raises_on_record(store).await?;
+    let raises: Vec<Raised> = on_record.iter().map(|(_, r)| r.clone()).collect();
     let mut out = Vec::new();
     if config.task.is_set() {
         let spent = usage_rows::task(store, &task.to_string())
             .await?
             .map(|row| row.spent)
             .unwrap_or_default();
+        let scope = Scope::task(task);
         out.push(standing(
-            Scope::task(task),
+            scope.clone(),
             &spent,
-            in_force(config.task, &raises, &Scope::task(task)),
+            in_force(config.task, &raises, &scope),
+            &on_record,
         ));
     }
     if config.repo_daily.is_set() || config.daily.is_set() {
@@ -368,6 +416,7 @@ pub async fn standings(
                 scope.clone(),
                 &spent,
                 in_force(config.repo_daily, &raises, &scope),
+                &on_record,
             ));
         }
         if config.daily.is_set() {
@@ -377,19 +426,28 @@ pub async fn standings(
                 scope.clone(),
                 &spent,
                 in_force(config.daily, &raises, &scope),
+                &on_record,
             ));
         }
     }
     Ok(out)
 }
 
-fn standing(scope: Scope, spent: &usage_rows::Spent, limit: Limit) -> Standing {
+/// A scope's standing from what its rows spent, its limit in force, and the raises on record (with positions).
+fn standing(
+    scope: Scope,
+    spent: &usage_rows::Spent,
+    limit: Limit,
+    raises: &[(i64, Raised)],
+) -> Standing {
     Standing {
+        figures_refused: refused_since_raise(spent, raises, &scope),
         scope,
         spent_usd: spent.cost_usd,
         spent_tokens: u64::try_from(spent.tokens()).unwrap_or(0),
         limit_usd: limit.usd,
         limit_tokens: limit.tokens,
+        refused_runs: u64::try_from(spent.refused_runs).unwrap_or(0),
     }
 }
 
@@ -453,6 +511,8 @@ mod tests {
             spent_tokens: 900,
             limit_usd: Some(0.50),
             limit_tokens: Some(1000),
+            refused_runs: 0,
+            figures_refused: false,
         };
         assert_eq!(standing.over(&Usage::default()), None);
         let costly = Usage {
@@ -473,6 +533,79 @@ mod tests {
         );
         assert!(standing.soft(0.5));
         assert!(!standing.soft(0.95));
+    }
+
+    fn refused_spent(position: i64) -> usage_rows::Spent {
+        usage_rows::Spent {
+            runs: 2,
+            refused_runs: 1,
+            refused_position: Some(position),
+            ..usage_rows::Spent::default()
+        }
+    }
+
+    #[test]
+    fn a_scope_holding_a_run_whose_figures_were_refused_is_over_whatever_it_spent_until_a_raise_after_it(
+    ) {
+        let repo = Scope::repo("acme/api", day());
+        let limit = limit(Some(50.0), Some(1_000_000));
+        // Nothing readable spent, far under both limits: over all the same (fail closed).
+        let held = standing(repo.clone(), &refused_spent(10), limit, &[]);
+        assert!(held.figures_refused && held.refused_runs == 1, "{held:?}");
+        assert_eq!(
+            held.over(&Usage::default()).as_deref(),
+            Some(
+                "budget exceeded: usage figures refused for acme/api on 2026-12-02: a run printed figures out of \
+                 bounds, so what it spent is unknown; held until a person raises it or the day ends (UTC)"
+            )
+        );
+        assert_eq!(
+            first_over(&[held], &Usage::default()).map(|(scope, _)| scope),
+            Some(repo.clone())
+        );
+        // A raise before the run, or of another scope (another day, everyone's), lifts nothing.
+        let before = [(5, raise(repo.clone(), Some(1.0), None))];
+        assert!(standing(repo.clone(), &refused_spent(10), limit, &before).figures_refused);
+        let elsewhere = [
+            (20, raise(Scope::day(day()), Some(1.0), None)),
+            (
+                21,
+                raise(
+                    Scope::repo("acme/api", day().succ_opt().unwrap()),
+                    None,
+                    Some(1),
+                ),
+            ),
+            (22, raise(Scope::repo("acme/web", day()), Some(1.0), None)),
+        ];
+        assert!(standing(repo.clone(), &refused_spent(10), limit, &elsewhere).figures_refused);
+        // A person's raise after it: the scope counts what it did read again, the run still on record.
+        let after = [(20, raise(repo.clone(), None, Some(1)))];
+        let lifted = standing(repo.clone(), &refused_spent(10), limit, &after);
+        assert!(
+            !lifted.figures_refused && lifted.refused_runs == 1,
+            "{lifted:?}"
+        );
+        assert_eq!(lifted.over(&Usage::default()), None);
+        // Another refused run after that raise holds it again.
+        assert!(standing(repo.clone(), &refused_spent(30), limit, &after).figures_refused);
+        // A task's scope has no day to end.
+        let task = standing(
+            Scope::task("T-5".parse().unwrap()),
+            &refused_spent(10),
+            limit,
+            &[],
+        );
+        let why = task.over(&Usage::default()).unwrap();
+        assert!(
+            why.starts_with("budget exceeded: usage figures refused for task T-5")
+                && why.ends_with("held until a person raises it"),
+            "{why}"
+        );
+        // No refused run: the ordinary limits alone.
+        let clean = standing(repo, &usage_rows::Spent::default(), limit, &[]);
+        assert!(!clean.figures_refused && clean.refused_runs == 0);
+        assert_eq!(clean.over(&Usage::default()), None);
     }
 
     #[test]

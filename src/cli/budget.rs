@@ -72,6 +72,9 @@ async fn run(
                         .map(|l| format!("{} of {l} tokens", s.spent_tokens))
                         .unwrap_or_else(|| format!("{} tokens (no limit)", s.spent_tokens));
                     let state = match s.over(&Default::default()) {
+                        Some(_) if s.figures_refused => {
+                            "  SPENT: figures refused (raise it to go on)"
+                        }
                         Some(_) => "  SPENT",
                         None => "",
                     };

@@ -111,5 +111,13 @@ fn spent(spent: &Spent) -> String {
         spent.output_tokens,
         spent.cache_read_tokens,
         spent.cache_write_tokens
-    )
+    ) + &refused(spent)
+}
+
+/// The runs whose usage figures were refused (what they spent is unknown), where there are any.
+fn refused(spent: &Spent) -> String {
+    match spent.refused_runs {
+        0 => String::new(),
+        n => format!("  figures refused for {n} run(s)"),
+    }
 }

@@ -38,6 +38,12 @@ pub struct Spent {
     pub cost_usd: f64,
     pub costed_runs: i64,
     pub turns: i64,
+    /// Runs whose usage figures were refused (out of bounds, not numbers): what they spent is unknown, so a budget
+    /// whose scope holds one is over its limit until a person raises it (`budgets`).
+    pub refused_runs: i64,
+    /// The log position of the last of those runs' outcomes: a raise recorded after it lifts the hold.
+    #[serde(skip)]
+    pub refused_position: Option<i64>,
 }
 
 /// The most a stored count may hold: a row's sums stop here (saturate), so that SQL summing up to 2^15 rows
@@ -67,6 +73,8 @@ impl Spent {
         self.cost_usd = finite_usd(self.cost_usd + other.cost_usd);
         sum(&mut self.costed_runs, other.costed_runs);
         sum(&mut self.turns, other.turns);
+        sum(&mut self.refused_runs, other.refused_runs);
+        self.refused_position = self.refused_position.max(other.refused_position);
     }
 
     /// A sum of rows (a report, budgets): saturating.
@@ -80,8 +88,10 @@ impl Spent {
     }
 
     /// An outcome's usage as it is rolled up: held to the meter's bounds on read, so an outcome recorded before
-    /// the bounds (or forged) counts for at most what a run may say.
-    fn of(usage: &RunUsage) -> Spent {
+    /// the bounds (or forged) counts for at most what a run may say, and is a run whose figures were refused (fail
+    /// closed) as one whose meter refused them. `position`: the outcome's in the log.
+    fn of(usage: &RunUsage, position: i64) -> Spent {
+        let refused = usage.refused.is_some() || usage.usage.out_of_bounds().is_some();
         let usage = &RunUsage {
             usage: usage.usage.clamped(),
             ..usage.clone()
@@ -96,6 +106,8 @@ impl Spent {
             cost_usd: usage.usage.cost_usd.unwrap_or(0.0),
             costed_runs: i64::from(usage.usage.cost_usd.is_some()),
             turns: i64::from(usage.usage.turns),
+            refused_runs: i64::from(refused),
+            refused_position: refused.then_some(position),
         }
     }
 }
@@ -135,6 +147,8 @@ struct Entry {
     day: String,
     task: String,
     at: DateTime<Utc>,
+    /// The outcome's position in the log.
+    position: i64,
     usage: RunUsage,
 }
 
@@ -161,6 +175,7 @@ fn entries_of(event: &StoredEvent) -> anyhow::Result<Vec<Entry>> {
             day: day_of(at),
             task: decoded.task().to_string(),
             at,
+            position: event.position,
             usage: usage.clone(),
         })
         .collect())
@@ -178,7 +193,8 @@ impl Projector for UsageProjector {
 
     fn version(&self) -> i64 {
         // 2: outcomes held to the usage bounds on read, sums saturating (rows stuck on absurd figures rebuilt).
-        2
+        // 3: the runs whose figures were refused counted (migration 13), so budgets see them.
+        3
     }
 
     fn bodies(&self) -> Bodies {
@@ -238,14 +254,15 @@ fn entries(events: &[StoredEvent]) -> Vec<anyhow::Result<Entry>> {
 
 const SPENT: &str =
     "runs, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd,
-    costed_runs, turns";
+    costed_runs, turns, refused_runs, refused_position";
 // Postgres sums bigints as numeric: cast back, so both backends decode an i64.
 const SUMMED: &str =
     "CAST(SUM(runs) AS bigint) AS runs, CAST(SUM(input_tokens) AS bigint) AS input_tokens,
     CAST(SUM(output_tokens) AS bigint) AS output_tokens,
     CAST(SUM(cache_read_tokens) AS bigint) AS cache_read_tokens,
     CAST(SUM(cache_write_tokens) AS bigint) AS cache_write_tokens, SUM(cost_usd) AS cost_usd,
-    CAST(SUM(costed_runs) AS bigint) AS costed_runs, CAST(SUM(turns) AS bigint) AS turns";
+    CAST(SUM(costed_runs) AS bigint) AS costed_runs, CAST(SUM(turns) AS bigint) AS turns,
+    CAST(SUM(refused_runs) AS bigint) AS refused_runs, MAX(refused_position) AS refused_position";
 
 fn spent<R>(row: &R) -> Result<Spent, sqlx::Error>
 where
@@ -253,6 +270,7 @@ where
     for<'r> &'r str: sqlx::ColumnIndex<R>,
     for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     for<'r> f64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> Option<i64>: sqlx::Decode<'r, R::Database>,
 {
     Ok(Spent {
         runs: row.try_get("runs")?,
@@ -263,6 +281,8 @@ where
         cost_usd: row.try_get("cost_usd")?,
         costed_runs: row.try_get("costed_runs")?,
         turns: row.try_get("turns")?,
+        refused_runs: row.try_get("refused_runs")?,
+        refused_position: row.try_get("refused_position")?,
     })
 }
 

@@ -1,7 +1,9 @@
 //! Budgets end to end, with the real dispatcher and agents that report their spend as they go: a hard limit stops
 //! the agent mid-stream (the run ends `budget`, the task is flagged with what was spent of what), nothing more
 //! starts in a spent budget (its tasks held, `/health` warns), and a person's raise (an event, through the API)
-//! lets them start again; a raise that names nothing to raise is refused and changes nothing.
+//! lets them start again; a raise that names nothing to raise is refused and changes nothing. A run whose usage
+//! figures were refused (u64::MAX tokens) counts as over budget for its repository's day too (fail closed): that
+//! repository's next task is held, another repository's runs, and a person's raise lets it run.
 
 use std::path::Path;
 use std::time::Duration;
@@ -18,7 +20,10 @@ use pidevops::projectors::tasks as task_rows;
 use pidevops::tasks::{Column, Links, RepoName, Spec, TaskId};
 use serde_json::{json, Value};
 
-per_backend!(a_spent_budget_stops_the_agent_mid_stream_holds_the_next_task_and_a_raise_lets_it_run,);
+per_backend!(
+    a_spent_budget_stops_the_agent_mid_stream_holds_the_next_task_and_a_raise_lets_it_run,
+    a_run_whose_figures_were_refused_holds_its_repositorys_day_until_a_person_raises_it,
+);
 
 /// Spends ten cents a tenth of a second for half a minute, unless its task is cheap.
 const SPENDER: &str = r#"if grep -q "Spend little" "$1"; then
@@ -165,8 +170,14 @@ async fn a_spent_budget_stops_the_agent_mid_stream_holds_the_next_task_and_a_rai
         remote.branch(&format!("pidevops/{costly}")).is_none(),
         "nothing pushed"
     );
+    // The run's outcome and the task's flag are two appends: wait for the second.
+    within(
+        Duration::from_secs(30),
+        "the costly task flagged",
+        || async { row(&app, costly).await.needs_human },
+    )
+    .await;
     let flagged = row(&app, costly).await;
-    assert!(flagged.needs_human, "{flagged:?}");
     assert!(
         flagged
             .needs_human_reason
@@ -348,5 +359,197 @@ async fn a_spent_budget_stops_the_agent_mid_stream_holds_the_next_task_and_a_rai
         raised[1]["scope"],
         json!({"kind": "task", "task": costly.to_string()})
     );
+    app.stop().await;
+}
+
+/// A Codex-like agent: with "Overflow" in its task, a `turn.completed` claiming u64::MAX input tokens; else 110
+/// tokens.
+const CODEX_OR_OVERFLOW: &str = r#"if grep -q "Overflow" "$1"; then
+echo '{"type":"turn.completed","usage":{"input_tokens":18446744073709551615,"cached_input_tokens":0,"output_tokens":1}}'
+else
+echo '{"type":"turn.completed","usage":{"input_tokens":100,"cached_input_tokens":0,"output_tokens":10}}'
+fi
+echo "$RANDOM" > "hello-$$.txt""#;
+
+/// The second repository of the refused-figures test.
+const OTHER: &str = "acme/web";
+
+async fn task_in(app: &TestApp, repo: &str, text: &str) -> TaskId {
+    let draft = Draft::new(
+        repo.parse::<RepoName>().unwrap(),
+        Spec::new(text, "", "it is written").unwrap(),
+        Links::default(),
+    );
+    let key = format!("test:{}", uuid::Uuid::now_v7());
+    app.state
+        .board
+        .create(draft, &key, "api", None)
+        .await
+        .unwrap()
+        .0
+        .task
+        .id()
+}
+
+async fn a_run_whose_figures_were_refused_holds_its_repositorys_day_until_a_person_raises_it(
+    db: TestDb,
+) {
+    let (remote, other) = (Remote::new(), Remote::new());
+    let scratch = tempfile::tempdir().unwrap();
+    let agent = bash_agent(scratch.path(), "codex.sh", CODEX_OR_OVERFLOW);
+    // Only the repositories' days are limited, far above what the agents read as spent.
+    let file: toml::Table = format!(
+        r#"
+        [board]
+        approval = "auto"
+        max_attempts = 1
+
+        [dispatch]
+        agent = "codex-like"
+        max_concurrent = 2
+        per_repo = 2
+        heartbeat_s = 0.3
+        retry_backoff_s = 0.05
+
+        [agents.codex-like]
+        command = ["{agent}", "{{prompt_file}}"]
+        usage = "codex"
+
+        [budgets]
+        repo_daily_tokens = 1000000
+
+        [repos."{REPO}"]
+        url = "{url}"
+
+        [repos."{OTHER}"]
+        url = "{other}"
+        "#,
+        agent = agent.display(),
+        url = remote.url(),
+        other = other.url(),
+    )
+    .parse()
+    .unwrap();
+    let config_text = toml::to_string(&file).unwrap();
+    let mut settings = crate::common::settings(&db);
+    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
+    settings.workspace_root = scratch.path().join("ws");
+    let app = TestApp::spawn(settings).await;
+
+    // The attack: u64::MAX tokens, refused; the run ends over budget, its task flagged.
+    let overflow = task(&app, "Overflow the books").await;
+    within(
+        Duration::from_secs(60),
+        "the overflowing run ends",
+        || async {
+            runs_of(&app, overflow)
+                .await
+                .first()
+                .is_some_and(|r| r.state != "running")
+        },
+    )
+    .await;
+    let run = runs_of(&app, overflow).await.remove(0);
+    assert_eq!(run.failure.as_deref(), Some("budget"), "{run:?}");
+    assert!(
+        run.detail
+            .as_deref()
+            .is_some_and(|d| d.contains("usage figures were refused")),
+        "{run:?}"
+    );
+
+    // The repository's day counts as spent (nothing readable was, far under its limit): its next task is held;
+    // another repository's runs.
+    let next = task(&app, "Add hello").await;
+    let elsewhere = task_in(&app, OTHER, "Add hello elsewhere").await;
+    within(
+        Duration::from_secs(60),
+        "the other repository's task in review",
+        || async { row(&app, elsewhere).await.column == Column::InReview },
+    )
+    .await;
+    for _ in 0..3 {
+        app.project().await;
+        app.tick("dispatcher").await;
+    }
+    assert!(
+        runs_of(&app, next).await.is_empty(),
+        "started in a day whose figures were refused"
+    );
+    assert_eq!(row(&app, next).await.column, Column::Todo);
+    let (_, health) = app.health().await;
+    assert_eq!(health["status"], "warn", "{health:#}");
+    let problems = health["problems"].to_string();
+    assert!(
+        problems.contains(&format!("usage figures refused for {REPO} on "))
+            && !problems.contains(&format!("for {OTHER} on")),
+        "{problems}"
+    );
+    assert_eq!(
+        health["loops"]["dispatcher"]["detail"]["over_budget"], 1,
+        "{health:#}"
+    );
+
+    // The API, the CLI and the spend page say so.
+    let budgets: Value = app
+        .client
+        .get(app.url(&format!("/api/budgets?task={next}")))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let standing = &budgets["standings"][0];
+    assert_eq!(
+        (
+            standing["scope"]["repo"].as_str(),
+            standing["figures_refused"].as_bool(),
+            standing["refused_runs"].as_u64()
+        ),
+        (Some(REPO), Some(true), Some(1)),
+        "{budgets:#}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("pidevops.toml"), &config_text).unwrap();
+    let cli = |args: &[&str]| {
+        let out = crate::common::server::command(&db.url_string(), dir.path())
+            .arg("budget")
+            .args(args)
+            .output()
+            .expect("the binary runs");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{args:?}: {stderr}");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let shown = cli(&["show", &next.to_string()]);
+    assert!(
+        shown.contains(&format!("{REPO} on "))
+            && shown.contains("SPENT: figures refused (raise it to go on)"),
+        "{shown}"
+    );
+    let cookie = crate::web::sign_in(&app).await;
+    let (status, html) = crate::web::get(&app, "/spend", &cookie).await;
+    assert_eq!(status, 200);
+    assert!(
+        html.contains("(1 figures refused)"),
+        "the refused run on the spend page"
+    );
+
+    // A person raises the repository's day (by the smallest amount): what it spent is counted again, the task runs.
+    let raised = cli(&["raise", "--repo", REPO, "--tokens", "1"]);
+    assert!(
+        raised.starts_with(&format!("raised {REPO} on ")),
+        "{raised}"
+    );
+    within(
+        Duration::from_secs(60),
+        "the held task in review after the raise",
+        || async { row(&app, next).await.column == Column::InReview },
+    )
+    .await;
+    let shown = cli(&["show", &next.to_string()]);
+    assert!(!shown.contains("SPENT"), "{shown}");
     app.stop().await;
 }

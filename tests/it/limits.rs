@@ -22,7 +22,8 @@ per_backend!(
     a_limit_with_a_reset_parks_the_task_and_its_profile_until_then_without_spending_an_attempt,
     a_limit_without_a_reset_waits_the_backoff_and_the_next_attempt_runs_uncounted,
     with_a_fallback_the_limited_profiles_tasks_run_on_it_at_once,
-    one_runs_faked_limit_holds_its_own_task_and_its_profile_only_for_the_unverified_window,
+    one_runs_faked_limit_holds_its_profile_within_the_window_until_a_person_lifts_it,
+    past_the_window_one_probe_runs_and_two_tasks_agreeing_pause_the_profile_longer,
 );
 
 fn config(remote: &Remote, limited: &Path, other: &Path) -> toml::Table {
@@ -292,9 +293,6 @@ exit 1
 fi
 echo "$RANDOM" > "work-$$.txt""#;
 
-/// Seconds one run's report pauses its profile in this test: long enough to see the pause on a loaded machine.
-const WINDOW_S: i64 = 12;
-
 fn limit_problem(health: &serde_json::Value) -> Option<String> {
     health["problems"]
         .as_array()?
@@ -320,92 +318,67 @@ async fn lifted_by(app: &TestApp) -> Vec<String> {
         .collect()
 }
 
-async fn one_runs_faked_limit_holds_its_own_task_and_its_profile_only_for_the_unverified_window(
+/// The app with one run's report holding its profile for `window_s` seconds, and its file's text (for the CLI).
+async fn faking(db: &TestDb, remote: &Remote, root: &Path, window_s: i64) -> (TestApp, String) {
+    let agent = bash_agent(root, "fakes.sh", FAKES_A_LIMIT);
+    let mut file = config(remote, &agent, &agent);
+    file["dispatch"]
+        .as_table_mut()
+        .unwrap()
+        .insert("limit_unverified_s".into(), toml::Value::Integer(window_s));
+    let text = toml::to_string(&file).unwrap();
+    (spawn(db, file, &root.join("ws")).await, text)
+}
+
+/// `id`'s first run, once it ended.
+async fn reported(app: &TestApp, id: TaskId) -> RunRow {
+    within(
+        Duration::from_secs(60),
+        &format!("{id}'s run ends"),
+        || async {
+            runs_of(app, id)
+                .await
+                .first()
+                .is_some_and(|r| r.state != "running")
+        },
+    )
+    .await;
+    runs_of(app, id).await.remove(0)
+}
+
+/// `id` stays in `todo` with no run across dispatcher ticks.
+async fn held(app: &TestApp, id: TaskId, why: &str) {
+    for _ in 0..4 {
+        ticks(app, 1).await;
+        assert!(runs_of(app, id).await.is_empty(), "{id} started: {why}");
+    }
+    assert_eq!(row(app, id).await.column, Column::Todo, "{why}");
+}
+
+/// One run's six-day claim with a window longer than the test (an hour): its own task parked until its reset, its
+/// profile held across dispatcher ticks, `/health` saying whose word it is; a person lifts it (API, CLI, dashboard)
+/// and a cancelled task's report ends at once. Nothing here waits for the window, so nothing depends on timing.
+async fn one_runs_faked_limit_holds_its_profile_within_the_window_until_a_person_lifts_it(
     db: TestDb,
 ) {
     let remote = Remote::new();
     let scratch = tempfile::tempdir().unwrap();
-    let agent = bash_agent(scratch.path(), "fakes.sh", FAKES_A_LIMIT);
-    let mut file = config(&remote, &agent, &agent);
-    file["dispatch"]
-        .as_table_mut()
-        .unwrap()
-        .insert("limit_unverified_s".into(), toml::Value::Integer(WINDOW_S));
-    let config_text = toml::to_string(&file).unwrap();
-    let app = spawn(&db, file, &scratch.path().join("ws")).await;
+    let (app, config_text) = faking(&db, &remote, scratch.path(), 3600).await;
 
-    // One run's six-day claim: its own task parked until then, its profile only for the window.
     let fake = task(&app, "Fake a limit", None).await;
-    within(Duration::from_secs(60), "the faked run ends", || async {
-        runs_of(&app, fake)
-            .await
-            .first()
-            .is_some_and(|r| r.state != "running")
-    })
-    .await;
-    let run = runs_of(&app, fake).await.remove(0);
+    let run = reported(&app, fake).await;
     assert_eq!(run.failure.as_deref(), Some("limited"), "{run:?}");
-    let ended = chrono::Utc::now();
     let RunEvent::Failed { until, .. } = outcome(&app, &run.run_id).await else {
         panic!("the run failed");
     };
+    let until = until.expect("a limited run says until when");
     assert!(
-        until.unwrap() - ended > chrono::Duration::days(5),
-        "{until:?}"
+        until - chrono::Utc::now() > chrono::Duration::days(5),
+        "its own task parked until the reset it named: {until}"
     );
+    // Its profile: paused for the window (an hour from the report, not the six days), one run's word.
     let other = task(&app, "Other work", None).await;
-    ticks(&app, 2).await;
-    let (_, health) = app.health().await;
-    let problem = limit_problem(&health).unwrap_or_else(|| panic!("{health:#}"));
-    if chrono::Utc::now() - ended < chrono::Duration::seconds(WINDOW_S - 2) {
-        assert!(
-            problem.contains("is paused until")
-                && problem.contains("as one run reported it (unverified"),
-            "{problem}"
-        );
-        assert!(
-            runs_of(&app, other).await.is_empty(),
-            "started within the unverified window"
-        );
-    }
-    // Past the window, the other task starts as the probe, and succeeds: the report is answered.
-    within(Duration::from_secs(90), "the other task runs", || async {
-        row(&app, other).await.column == Column::InReview
-    })
-    .await;
-    ticks(&app, 3).await;
-    assert_eq!(
-        runs_of(&app, fake).await.len(),
-        1,
-        "the reporting task ran before its reset"
-    );
-    assert_eq!(row(&app, fake).await.column, Column::Todo);
-    let (_, health) = app.health().await;
-    assert_eq!(limit_problem(&health), None, "{health:#}");
-
-    // Two distinct tasks' runs agreeing: the second reports as the probe after the first's window.
-    let first = task(&app, "Fake it again", None).await;
-    within(Duration::from_secs(60), "the first report", || async {
-        runs_of(&app, first)
-            .await
-            .first()
-            .is_some_and(|r| r.state != "running")
-    })
-    .await;
-    let second = task(&app, "Fake it too", None).await;
-    within(Duration::from_secs(90), "the second report", || async {
-        runs_of(&app, second)
-            .await
-            .first()
-            .is_some_and(|r| r.state != "running")
-    })
-    .await;
-    assert_eq!(
-        runs_of(&app, second).await[0].failure.as_deref(),
-        Some("limited")
-    );
-    let held = task(&app, "Held by the agreed limit", None).await;
-    ticks(&app, 3).await;
+    held(&app, other, "within the unverified window").await;
     let (status, health) = app.health().await;
     assert_eq!(
         (status, health["status"].as_str()),
@@ -413,20 +386,23 @@ async fn one_runs_faked_limit_holds_its_own_task_and_its_profile_only_for_the_un
         "{health:#}"
     );
     let problem = limit_problem(&health).unwrap_or_else(|| panic!("{health:#}"));
-    let six_days = (chrono::Utc::now() + chrono::Duration::days(6))
-        .format("%Y-%m-%d")
-        .to_string();
     assert!(
-        problem.contains(&format!("is paused until {six_days}"))
-            && problem.contains("reported by 2 tasks' runs"),
+        problem.contains("is paused until")
+            && problem.contains("as one run reported it (unverified: then one probe run)"),
         "{problem}"
     );
+    let paused_until = health["loops"]["dispatcher"]["detail"]["limited_profiles"]["claude-like"]
+        .as_str()
+        .and_then(|at| at.parse::<chrono::DateTime<chrono::Utc>>().ok())
+        .unwrap_or_else(|| panic!("{health:#}"));
     assert!(
-        runs_of(&app, held).await.is_empty(),
-        "started against an agreed limit"
+        paused_until <= chrono::Utc::now() + chrono::Duration::minutes(61)
+            && paused_until > chrono::Utc::now() + chrono::Duration::minutes(50),
+        "the window, not the claim: {paused_until}"
     );
+    assert_eq!(runs_of(&app, fake).await.len(), 1, "ran before its reset");
 
-    // A person lifts it through the API: an event; the held task and the reporting tasks start.
+    // A person lifts it through the API: an event; the held task and the reporting one start.
     let response = app
         .client
         .post(app.url("/api/dispatch/limits/claude-like/lift"))
@@ -449,7 +425,7 @@ async fn one_runs_faked_limit_holds_its_own_task_and_its_profile_only_for_the_un
         .unwrap();
     assert_eq!(unknown.status(), 404);
     assert_eq!(lifted_by(&app).await, ["\"api\""]);
-    for id in [held, first, second, fake] {
+    for id in [other, fake] {
         within(
             Duration::from_secs(60),
             &format!("{id} runs after the lift"),
@@ -462,13 +438,7 @@ async fn one_runs_faked_limit_holds_its_own_task_and_its_profile_only_for_the_un
 
     // Cancelling the reporting task ends its report's hold at once, within its window.
     let cancelled = task(&app, "Fake it once more", None).await;
-    within(Duration::from_secs(60), "the report", || async {
-        runs_of(&app, cancelled)
-            .await
-            .first()
-            .is_some_and(|r| r.state != "running")
-    })
-    .await;
+    reported(&app, cancelled).await;
     ticks(&app, 1).await;
     assert!(limit_problem(&app.health().await.1).is_some());
     let cancel = pidevops::tasks::Command::Cancel {
@@ -482,16 +452,11 @@ async fn one_runs_faked_limit_holds_its_own_task_and_its_profile_only_for_the_un
     ticks(&app, 2).await;
     assert_eq!(limit_problem(&app.health().await.1), None);
 
-    // And through the CLI: another report, lifted by `pidevops dispatch lift`, an event.
+    // And through the CLI: another report, its profile held, lifted by `pidevops dispatch lift`, an event.
     let last = task(&app, "Fake it for the terminal", None).await;
-    within(Duration::from_secs(60), "the report", || async {
-        runs_of(&app, last)
-            .await
-            .first()
-            .is_some_and(|r| r.state != "running")
-    })
-    .await;
+    reported(&app, last).await;
     let after = task(&app, "After the terminal's lift", None).await;
+    held(&app, after, "within the window, before the terminal's lift").await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("pidevops.toml"), &config_text).unwrap();
     let cli = |args: &[&str]| {
@@ -521,13 +486,7 @@ async fn one_runs_faked_limit_holds_its_own_task_and_its_profile_only_for_the_un
 
     // And from the dashboard: the Runs page shows the hold with a Lift button; the form needs its CSRF token.
     let dash = task(&app, "Fake it for the dashboard", None).await;
-    within(Duration::from_secs(60), "the report", || async {
-        runs_of(&app, dash)
-            .await
-            .first()
-            .is_some_and(|r| r.state != "running")
-    })
-    .await;
+    reported(&app, dash).await;
     ticks(&app, 1).await;
     let cookie = crate::web::sign_in(&app).await;
     let (status, html) = crate::web::get(&app, "/runs", &cookie).await;
@@ -569,5 +528,61 @@ async fn one_runs_faked_limit_holds_its_own_task_and_its_profile_only_for_the_un
     );
     ticks(&app, 1).await;
     assert_eq!(limit_problem(&app.health().await.1), None);
+    app.stop().await;
+}
+
+/// With a short window (1 s), what happens after it: one probe run of the profile starts and its success answers
+/// the report, while the reporting task stays parked until its own reset; two distinct tasks' runs agreeing pause
+/// the profile until the reset they name, held across ticks. Only what holds after the window is asserted, so a
+/// slow machine (a tick later than the window) changes nothing.
+async fn past_the_window_one_probe_runs_and_two_tasks_agreeing_pause_the_profile_longer(
+    db: TestDb,
+) {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let (app, _) = faking(&db, &remote, scratch.path(), 1).await;
+
+    let fake = task(&app, "Fake a limit", None).await;
+    let run = reported(&app, fake).await;
+    assert_eq!(run.failure.as_deref(), Some("limited"), "{run:?}");
+    // Past the window, the other task starts as the probe, and succeeds: the report is answered.
+    let other = task(&app, "Other work", None).await;
+    within(Duration::from_secs(90), "the other task runs", || async {
+        row(&app, other).await.column == Column::InReview
+    })
+    .await;
+    ticks(&app, 3).await;
+    assert_eq!(
+        runs_of(&app, fake).await.len(),
+        1,
+        "the reporting task ran before its reset"
+    );
+    assert_eq!(row(&app, fake).await.column, Column::Todo);
+    let (_, health) = app.health().await;
+    assert_eq!(limit_problem(&health), None, "{health:#}");
+
+    // Two distinct tasks' runs agreeing: the second reports as the probe after the first's window.
+    let first = task(&app, "Fake it again", None).await;
+    reported(&app, first).await;
+    let second = task(&app, "Fake it too", None).await;
+    let probe = reported(&app, second).await;
+    assert_eq!(probe.failure.as_deref(), Some("limited"), "{probe:?}");
+    let waiting = task(&app, "Held by the agreed limit", None).await;
+    held(&app, waiting, "against an agreed limit").await;
+    let (status, health) = app.health().await;
+    assert_eq!(
+        (status, health["status"].as_str()),
+        (200, Some("warn")),
+        "{health:#}"
+    );
+    let problem = limit_problem(&health).unwrap_or_else(|| panic!("{health:#}"));
+    let six_days = (chrono::Utc::now() + chrono::Duration::days(6))
+        .format("%Y-%m-%d")
+        .to_string();
+    assert!(
+        problem.contains(&format!("is paused until {six_days}"))
+            && problem.contains("reported by 2 tasks' runs"),
+        "{problem}"
+    );
     app.stop().await;
 }

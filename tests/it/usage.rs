@@ -3,7 +3,8 @@
 //! reads it from the output as it streams, the run's outcome records it exactly, the `usage` read model rolls it
 //! up per day, repository, profile and task, and `/api/usage` and `/metrics` show it. A failed attempt's spend
 //! counts too; a tool's output that imitates a usage line does not. A usage line past the bounds (u64::MAX
-//! tokens, 1.7e308 dollars twice) is refused: its run ends `budget`, and the read model and budgets go on counting.
+//! tokens, 1.7e308 dollars twice) is refused: its run ends `budget`, its repository's day is held until a person
+//! raises it, and the read model and budgets go on counting.
 
 use std::path::Path;
 use std::time::Duration;
@@ -548,34 +549,18 @@ async fn overflowing_and_non_finite_usage_lines_are_refused_and_later_runs_are_s
     );
     let app = spawn(&db, file, &scratch.path().join("ws")).await;
 
-    // The attacks: each run's figures refused, the run over budget (fail closed), its task flagged, nothing pushed.
+    // The attacks, one at a time: each run's figures refused, the run over budget (fail closed), its task flagged,
+    // nothing pushed; and the repository's day held (what it spent is unknown) until a person raises it. A raise
+    // lifts what was refused before it, not a refusal after it.
     let overflow = task(&app, "Overflow the books", "codex-like").await;
+    refused(&app, &remote, overflow, "18446744073709551615").await;
     let infinite = task(&app, "Infinite cost", "custom").await;
-    for (id, says) in [(overflow, "18446744073709551615"), (infinite, "1.7e+308")] {
-        let outcome = ended(&app, id).await;
-        let RunEvent::Failed { kind, detail, .. } = &outcome else {
-            panic!("{id} failed: {outcome:?}");
-        };
-        assert_eq!(kind.as_str(), "budget", "{detail}");
-        assert!(
-            detail.contains("usage figures were refused") && detail.contains(says),
-            "{detail}"
-        );
-        let usage = outcome.usage().expect("what it spent is on the outcome");
-        assert!(
-            usage.refused.as_deref().is_some_and(|r| r.contains(says)),
-            "{usage:?}"
-        );
-        assert!(usage.usage.out_of_bounds().is_none(), "{usage:?}");
-        assert!(
-            remote.branch(&format!("pidevops/{id}")).is_none(),
-            "nothing pushed for {id}"
-        );
-        settled_flagged(&app, id).await;
-    }
+    held_until_raised(&app, infinite).await;
+    refused(&app, &remote, infinite, "1.7e+308").await;
 
-    // Later runs of the same profiles, the same day, are counted exactly.
+    // Later runs of the same profiles, the same day, are counted exactly (once a person raised the day again).
     let codex_run = task(&app, "Add hello", "codex-like").await;
+    held_until_raised(&app, codex_run).await;
     settled(&app, codex_run, Column::InReview).await;
     let opencode_run = task(&app, "Add hello too", "custom").await;
     let outcome = ended(&app, opencode_run).await;
@@ -609,6 +594,11 @@ async fn overflowing_and_non_finite_usage_lines_are_refused_and_later_runs_are_s
     // The refused runs count as runs that spent nothing readable; the cost is a number, never null.
     assert_eq!(day("codex-like")["input_tokens"], 315, "{report:#}");
     assert_eq!(day("codex-like")["runs"], 2, "{report:#}");
+    // Each refused run is counted as one, so budgets hold its scope.
+    assert_eq!(day("codex-like")["refused_runs"], 1, "{report:#}");
+    assert_eq!(day("custom")["refused_runs"], 1, "{report:#}");
+    assert_eq!(report["total"]["refused_runs"], 2, "{report:#}");
+    assert_eq!(row(codex_run)["refused_runs"], 0, "{report:#}");
     assert_eq!(day("custom")["cost_usd"], 0.25, "{report:#}");
     assert_eq!(report["total"]["output_tokens"], 122 + 20, "{report:#}");
     let metrics = app.metrics().await;
@@ -621,7 +611,8 @@ async fn overflowing_and_non_finite_usage_lines_are_refused_and_later_runs_are_s
         "{metrics}"
     );
 
-    // The budget holds: the repository's day is spent (24,885 + 120 tokens), the next task waits.
+    // The budget holds: the repository's day is spent (24,885 + 120 tokens of 25,000 and the two raises' 2), the
+    // next task waits.
     let held = task(&app, "Add hello again", "codex-like").await;
     for _ in 0..3 {
         app.project().await;
@@ -635,6 +626,66 @@ async fn overflowing_and_non_finite_usage_lines_are_refused_and_later_runs_are_s
     let problems = health["problems"].to_string();
     assert!(problems.contains("budget"), "{problems}");
     app.stop().await;
+}
+
+/// `id`'s run ended over budget because its usage figures (`says`) were refused; its task is flagged.
+async fn refused(app: &TestApp, remote: &Remote, id: TaskId, says: &str) {
+    let outcome = ended(app, id).await;
+    let RunEvent::Failed { kind, detail, .. } = &outcome else {
+        panic!("{id} failed: {outcome:?}");
+    };
+    assert_eq!(kind.as_str(), "budget", "{detail}");
+    assert!(
+        detail.contains("usage figures were refused") && detail.contains(says),
+        "{detail}"
+    );
+    let usage = outcome.usage().expect("what it spent is on the outcome");
+    assert!(
+        usage.refused.as_deref().is_some_and(|r| r.contains(says)),
+        "{usage:?}"
+    );
+    assert!(usage.usage.out_of_bounds().is_none(), "{usage:?}");
+    assert!(
+        remote.branch(&format!("pidevops/{id}")).is_none(),
+        "nothing pushed for {id}"
+    );
+    settled_flagged(app, id).await;
+}
+
+/// `id` is held across dispatcher ticks because its repository's day holds a run whose figures were refused
+/// (`/health` says so), until a person raises that budget (by one token): then it starts.
+async fn held_until_raised(app: &TestApp, id: TaskId) {
+    for _ in 0..3 {
+        app.project().await;
+        app.tick("dispatcher").await;
+    }
+    assert!(
+        outcomes(app, id).await.is_empty(),
+        "{id} started in a day whose figures were refused"
+    );
+    let (_, health) = app.health().await;
+    let problems = health["problems"].to_string();
+    assert!(
+        problems.contains(&format!("usage figures refused for {REPO} on ")),
+        "{problems}"
+    );
+    let raised = app
+        .client
+        .post(app.url("/api/budgets/raise"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&serde_json::json!({"scope": "repo", "repo": REPO, "tokens": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(raised.status(), 200);
+    within(Duration::from_secs(60), &format!("{id} starts"), || async {
+        app.project().await;
+        task_rows::get(app.state.log.store(), id)
+            .await
+            .unwrap()
+            .is_some_and(|row| row.column != Column::Todo)
+    })
+    .await;
 }
 
 async fn settled_flagged(app: &TestApp, id: TaskId) {

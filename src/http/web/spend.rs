@@ -244,7 +244,15 @@ fn cost_cell(cost: Cost) -> Markup {
 /// The token and cost cells of some runs.
 fn spent_cells(spent: &Spent) -> Markup {
     html! {
-        td.n { (count(spent.runs)) }
+        td.n {
+            (count(spent.runs))
+            // What those runs spent is unknown: their budgets are held until a person raises them.
+            @if spent.refused_runs > 0 {
+                " " span.refused title="their usage figures were out of bounds: what they spent is unknown" {
+                    "(" (count(spent.refused_runs)) " figures refused)"
+                }
+            }
+        }
         td.n { (count(spent.input_tokens)) }
         td.n { (count(spent.output_tokens)) }
         td.n { (count(spent.cache_read_tokens)) }

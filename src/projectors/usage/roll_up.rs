@@ -78,7 +78,7 @@ impl<'a> Batch<'a> {
     /// order, so the sums (the cost's doubles too) are the same to the bit whatever the batch size.
     fn add(&mut self, entries: &[Entry]) {
         for (e, &(day, task)) in entries.iter().zip(&self.slots) {
-            let spent = Spent::of(&e.usage);
+            let spent = Spent::of(&e.usage, e.position);
             match &mut self.days[day].1 {
                 Some(row) => row.accumulate(&spent),
                 none => *none = Some(spent.clone()),
@@ -137,15 +137,18 @@ macro_rules! bind_spent {
             .bind(s.cost_usd)
             .bind(s.costed_runs)
             .bind(s.turns)
+            .bind(s.refused_runs)
+            .bind(s.refused_position)
     }};
 }
 
 /// The columns of `SPENT`, which `bind_spent!` binds in order.
-const SPENT_COUNT: usize = 8;
+const SPENT_COUNT: usize = 10;
 const SET_SPENT: &str = "runs = excluded.runs, input_tokens = excluded.input_tokens,
     output_tokens = excluded.output_tokens, cache_read_tokens = excluded.cache_read_tokens,
     cache_write_tokens = excluded.cache_write_tokens, cost_usd = excluded.cost_usd,
-    costed_runs = excluded.costed_runs, turns = excluded.turns";
+    costed_runs = excluded.costed_runs, turns = excluded.turns, refused_runs = excluded.refused_runs,
+    refused_position = excluded.refused_position";
 
 /// The stored rows of a batch's keys, into `batch`. Statements of as many keys as the parameter limit allows,
 /// their text varying with the count, so not kept prepared (as the tasks projector's writes).
@@ -256,6 +259,7 @@ mod tests {
             day: day_of(at),
             task: task.into(),
             at,
+            position: 1,
             usage: RunUsage {
                 repo: repo.into(),
                 profile: "claude".into(),
@@ -316,6 +320,7 @@ mod tests {
             (day.runs, day.input_tokens, day.costed_runs, day.turns),
             (4, 36, 4, 8)
         );
+        assert_eq!((day.refused_runs, day.refused_position), (0, None));
 
         let (task, t1) = (&batch.tasks[0].0, batch.tasks[0].1.as_ref().unwrap());
         assert_eq!(*task, "T-1");
@@ -351,7 +356,9 @@ mod tests {
             u64::MAX,
         );
         huge.usage.usage.output_tokens = u64::MAX;
-        let nan = outcome("T-1", "acme/api", "2026-12-01T11:00:00Z", f64::NAN, 10);
+        huge.position = 7;
+        let mut nan = outcome("T-1", "acme/api", "2026-12-01T11:00:00Z", f64::NAN, 10);
+        nan.position = 5;
         let normal = outcome("T-2", "acme/api", "2026-12-01T12:00:00Z", 0.5, 10);
         let entries = [huge, nan, normal];
         let mut batch = Batch::new(&entries);
@@ -373,5 +380,47 @@ mod tests {
         assert_eq!(t1.spent.cost_usd, MAX_COST_USD);
         let t2 = batch.tasks[1].1.as_ref().unwrap();
         assert_eq!((t2.spent.input_tokens, t2.spent.cost_usd), (10, 0.5));
+        // Fail closed: figures past the bounds make a run whose figures were refused, as the meter's refusal does;
+        // the row keeps the latest such outcome's position (a raise after it lifts the budgets' hold).
+        assert_eq!(
+            (t1.spent.refused_runs, t1.spent.refused_position),
+            (2, Some(7))
+        );
+        assert_eq!((day.refused_runs, day.refused_position), (2, Some(7)));
+        assert_eq!(
+            (t2.spent.refused_runs, t2.spent.refused_position),
+            (0, None)
+        );
+    }
+
+    #[test]
+    fn a_run_whose_meter_refused_its_figures_is_counted_with_its_position_and_what_it_spent_is_not()
+    {
+        let mut refused = outcome("T-3", "acme/api", "2026-12-01T10:00:00Z", 0.1, 10);
+        refused.usage.refused = Some("input_tokens = 18446744073709551615".into());
+        refused.position = 42;
+        let later = outcome("T-3", "acme/api", "2026-12-01T11:00:00Z", 0.2, 5);
+        let entries = [refused, later];
+        let mut batch = Batch::new(&entries);
+        // A stored row with an earlier refused run: the later position wins, the counts add.
+        batch.stored_day(
+            ("2026-12-01", "acme/api", "claude"),
+            Spent {
+                refused_runs: 1,
+                refused_position: Some(3),
+                ..spent(1, 1, 0.0)
+            },
+        );
+        batch.add(&entries);
+        let day = batch.days[0].1.as_ref().unwrap();
+        assert_eq!(
+            (day.runs, day.refused_runs, day.refused_position),
+            (3, 2, Some(42))
+        );
+        let t3 = batch.tasks[0].1.as_ref().unwrap();
+        assert_eq!((t3.spent.runs, t3.spent.refused_runs), (2, 1));
+        assert_eq!(t3.spent.refused_position, Some(42));
+        // The figures it did read count: only the refused one is not in `usage`.
+        assert_eq!(t3.spent.input_tokens, 15);
     }
 }
