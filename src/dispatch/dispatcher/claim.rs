@@ -10,13 +10,14 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::{resolves, run_of, Dispatcher, LocalRun, RunRequest, DISPATCHER};
+
+mod ready;
 use crate::board::BoardError;
 use crate::config::dispatch::Executor;
 use crate::dispatch::schedule::{self, Candidate};
 use crate::projectors::tasks::{self as task_rows, TaskFilter, TaskRow};
-use crate::tasks::{
-    Column, Command, Failure, Reason, RepoName, RetryCause, RunId, RunPurpose, Task, TaskId,
-};
+use crate::tasks::{Column, Command, Reason, RepoName, RunId, RunPurpose, Task, TaskId};
+use ready::lifted;
 
 /// How long a task sent back for a follow-up waits before it starts: GitHub sends a review and each of its line
 /// comments as separate webhooks in no promised order, and a person often writes twice in a row, so one run gets
@@ -397,174 +398,6 @@ impl Dispatcher {
         running
     }
 
-    /// The candidates no spent budget holds back, how many were, and each budget spent or past its soft limit in
-    /// words (for `/health`). Reads the usage read model per candidate: only when `[budgets]` sets a limit.
-    async fn within_budgets(
-        &self,
-        candidates: Vec<Candidate>,
-    ) -> anyhow::Result<(Vec<Candidate>, usize, Vec<String>)> {
-        let config = &self.inner.config.budgets;
-        if !config.any() {
-            return Ok((candidates, 0, Vec::new()));
-        }
-        let today = Utc::now().date_naive();
-        let mut kept = Vec::with_capacity(candidates.len());
-        let mut held = 0;
-        let mut words = std::collections::BTreeSet::new();
-        for candidate in candidates {
-            let standings = crate::budgets::standings(
-                self.store(),
-                config,
-                candidate.id,
-                candidate.repo.as_str(),
-                today,
-            )
-            .await
-            .with_context(|| format!("reading the budgets of {}", candidate.id))?;
-            for standing in &standings {
-                let notice = match standing.over(&Default::default()) {
-                    Some(why) => Some(("exceeded", why)),
-                    None if standing.soft(config.soft_at) => Some((
-                        "soft",
-                        format!(
-                            "{} has spent {:.0} % of a budget",
-                            standing.scope.describe(),
-                            config.soft_at * 100.0
-                        ),
-                    )),
-                    None => None,
-                };
-                if let Some((level, why)) = notice {
-                    if level == "soft" {
-                        words.insert(why.clone());
-                    }
-                    self.notice_once(level, &standing.scope, why).await?;
-                }
-            }
-            match crate::budgets::first_over(&standings, &Default::default()) {
-                Some((_, why)) => {
-                    held += 1;
-                    words.insert(why);
-                }
-                None => kept.push(candidate),
-            }
-        }
-        Ok((kept, held, words.into_iter().collect()))
-    }
-
-    /// A budget's notice at `level`, recorded once (the log's key makes it once across replicas and restarts; the
-    /// set spares this process the appends).
-    async fn notice_once(
-        &self,
-        level: &str,
-        scope: &crate::budgets::Scope,
-        words: String,
-    ) -> anyhow::Result<()> {
-        let key = crate::budgets::notice_key(level, scope);
-        if self.local().budget_notices.contains(&key) {
-            return Ok(());
-        }
-        let notice = crate::budgets::Notice {
-            at: Utc::now(),
-            level: level.to_owned(),
-            scope: scope.clone(),
-            words,
-        };
-        crate::budgets::notify(&self.inner.log, &notice)
-            .await
-            .context("recording a budget's notice")?;
-        self.local().budget_notices.insert(key);
-        Ok(())
-    }
-
-    /// The profile a queued task's next run would use, from its row (the claim checks it again on the task).
-    fn profile_name_of<'a>(&'a self, row: &'a TaskRow) -> &'a str {
-        let profiles = &self.inner.profiles;
-        if row.column == Column::Triage {
-            if let Some(triage) = profiles.triager() {
-                return &triage.name;
-            }
-        }
-        if row.is_plan() {
-            if let Some(planner) = profiles.planner() {
-                return &planner.name;
-            }
-        }
-        if let Some(agent) = row.state.get("agent").and_then(|a| a.as_str()) {
-            return agent;
-        }
-        match row.repo.parse::<RepoName>() {
-            Ok(repo) => &profiles.for_repo(&repo).name,
-            Err(_) => "",
-        }
-    }
-
-    /// When a task that failed may start again: its last failure plus the backoff for the next attempt, with a
-    /// jitter derived from the task and attempt (the same on every replica and after every restart); after its
-    /// provider's limit, when the limit lifts.
-    fn ready_at(
-        &self,
-        row: &TaskRow,
-        limited_profiles: &BTreeMap<String, DateTime<Utc>>,
-        lifts: &BTreeMap<String, DateTime<Utc>>,
-    ) -> Option<DateTime<Utc>> {
-        let failure: Failure =
-            serde_json::from_value(row.state.get("last_failure")?.clone()).ok()?;
-        if lifted(&failure, lifts.get(self.profile_name_of(row))) {
-            return None;
-        }
-        // Its profile's fallback runs it now, instead of its waiting for the limit.
-        let fallback = matches!(failure.cause, RetryCause::Limited { .. })
-            && self
-                .inner
-                .profiles
-                .fallback_for(self.profile_name_of(row), limited_profiles)
-                .is_some();
-        self.failure_ready_at(
-            row.id,
-            u32::try_from(row.attempts).ok()?,
-            &failure,
-            fallback,
-        )
-    }
-
-    /// When `task`, whose last attempt (of `attempts`) ended in `failure`, may start again. An interrupted
-    /// attempt, or one stopped to start again with a follow-up, was not the task's failure (no backoff); a person
-    /// asking for more waits only a moment for the rest of what they are sending; a provider's limit waits until
-    /// it lifts, unless a `fallback` profile runs the work.
-    fn failure_ready_at(
-        &self,
-        task: TaskId,
-        attempts: u32,
-        failure: &Failure,
-        fallback: bool,
-    ) -> Option<DateTime<Utc>> {
-        match failure.cause {
-            RetryCause::Interrupted { .. } | RetryCause::Restarted { .. } => None,
-            RetryCause::FollowUp => Some(failure.at + FOLLOW_UP_SETTLE),
-            RetryCause::Limited { .. } if fallback => None,
-            RetryCause::Limited { until, .. } => Some(until),
-            _ => self.after_backoff(task, attempts, failure.at),
-        }
-    }
-
-    /// When attempt `attempts + 1` of `task`, whose last attempt failed at `failed_at`, may start.
-    fn after_backoff(
-        &self,
-        task: TaskId,
-        attempts: u32,
-        failed_at: DateTime<Utc>,
-    ) -> Option<DateTime<Utc>> {
-        let next = attempts.saturating_add(1);
-        let jitter = {
-            use sha2::Digest;
-            let digest = sha2::Sha256::digest(format!("{task}:{next}"));
-            f64::from(digest[0]) / 255.0 * 0.2
-        };
-        let delay = self.inner.config.backoff(next, jitter);
-        Some(failed_at + chrono::Duration::from_std(delay).ok()?)
-    }
-
     /// Claims `id` (appends `task.started`) and starts its run. `false` when someone else got there first.
     async fn claim_and_start(
         &self,
@@ -764,9 +597,4 @@ impl Dispatcher {
             }
         });
     }
-}
-
-/// Whether a person lifted the pause of the task's profile after its provider's limit held the task back.
-fn lifted(failure: &Failure, lift: Option<&DateTime<Utc>>) -> bool {
-    matches!(failure.cause, RetryCause::Limited { .. }) && lift.is_some_and(|at| *at > failure.at)
 }
