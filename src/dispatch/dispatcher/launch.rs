@@ -527,3 +527,64 @@ fn registries() -> impl Iterator<Item = crate::config::allow_hosts::HostRule> {
         .iter()
         .map(|host| crate::config::allow_hosts::HostRule::Exact((*host).to_owned()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn passed(list: &[(&str, &std::path::Path)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(k, v)| ((*k).to_owned(), v.display().to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn the_operators_files_are_read_only_as_the_route_needs_them_and_bounded() {
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path();
+        std::fs::write(dir.join("models.json"), "{\"providers\":{}}").unwrap();
+        std::fs::write(dir.join("auth.json"), "{\"anthropic\":{\"key\":\"sk-x\"}}").unwrap();
+        let pi = operator_files(ModelRoute::PiModels, &passed(&[(PI_DIR_VAR, dir)])).unwrap();
+        assert_eq!(pi.pi_models.as_deref(), Some("{\"providers\":{}}"));
+        assert_eq!(pi.pi_settings, None, "a missing settings.json is no error");
+        assert_eq!(
+            operator_files(ModelRoute::CodexConfig, &passed(&[(PI_DIR_VAR, dir)])).unwrap(),
+            OperatorFiles::default()
+        );
+        // OPENCODE_CONFIG names a file OpenCode must read: a missing one is an error naming it.
+        let missing = dir.join("nope.json");
+        let refused = operator_files(
+            ModelRoute::OpencodeConfig,
+            &passed(&[(OPENCODE_FILE_VAR, &missing)]),
+        )
+        .unwrap_err();
+        assert!(format!("{refused:#}").contains("nope.json"), "{refused:#}");
+        let huge = dir.join("huge.json");
+        std::fs::write(&huge, vec![b' '; MAX_CONFIG_BYTES as usize + 1]).unwrap();
+        let refused = operator_files(
+            ModelRoute::OpencodeConfig,
+            &passed(&[(OPENCODE_FILE_VAR, &huge)]),
+        )
+        .unwrap_err();
+        assert!(format!("{refused:#}").contains("is over"), "{refused:#}");
+    }
+
+    #[test]
+    fn pis_directory_is_new_and_holds_only_the_files_given() {
+        let home = tempfile::tempdir().unwrap();
+        let files = [("models.json", "{}".to_owned())];
+        let first = pi_agent_dir(home.path(), &files).unwrap();
+        let second = pi_agent_dir(home.path(), &files).unwrap();
+        assert_ne!(first, second);
+        assert!(first.starts_with(home.path()));
+        let names: Vec<_> = std::fs::read_dir(&first)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("models.json")]);
+        assert_eq!(
+            std::fs::read_to_string(first.join("models.json")).unwrap(),
+            "{}"
+        );
+    }
+}
