@@ -14,6 +14,7 @@ use clap::Parser;
 
 use pidevops::dispatch::egress::gateway::{Gateway, PLACEHOLDER_KEY};
 use pidevops::dispatch::egress::policy::Policy;
+use pidevops::dispatch::egress::routes::{ModelRoute, OperatorFiles};
 use pidevops::dispatch::egress::{Proxy, Refusals};
 
 #[global_allocator]
@@ -90,9 +91,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
         ("ANTHROPIC_API_KEY".to_owned(), REAL_KEY.to_owned()),
         ("ANTHROPIC_BASE_URL".to_owned(), model_url.clone()),
     ];
-    let gateway = Gateway::for_profile(&names, &passed)
-        .map_err(|e| anyhow::anyhow!(e))?
-        .ok_or_else(|| anyhow::anyhow!("no gateway"))?;
+    let gateway = Gateway::for_run(
+        ModelRoute::BaseUrlVariable,
+        &names,
+        &passed,
+        &[],
+        &OperatorFiles::default(),
+    )
+    .map_err(|e| anyhow::anyhow!(e))?
+    .ok_or_else(|| anyhow::anyhow!("no gateway"))?;
     let policy = Policy {
         model: Some(gateway.host()),
         allowed: Vec::new(),

@@ -79,6 +79,35 @@ pub struct AgentProfile {
     pub fallback: Option<String>,
     /// What its processes may reach (`network`): its own network and the egress proxy, none, or the host's.
     pub network: Network,
+    /// How its CLI is pointed at its run's model gateway, so it holds only a placeholder key: the preset's, or
+    /// guessed from the command's program ([`guess_route`]).
+    pub model_route: ModelRoute,
+}
+
+/// How a CLI is pointed at its run's model gateway (`dispatch/egress/routes.rs` does it; docs/agents.md, "The
+/// agent's network"). Each preset names its own; a profile of your own gets its program's ([`guess_route`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModelRoute {
+    /// The provider's base-URL variable, when the profile's `env` names it (`ANTHROPIC_BASE_URL`: Claude Code).
+    BaseUrlVariable,
+    /// pi: a per-run agent directory (`PI_CODING_AGENT_DIR`) whose `models.json` points the provider there.
+    PiModels,
+    /// OpenCode: the provider's `options.baseURL` in `OPENCODE_CONFIG_CONTENT`.
+    OpencodeConfig,
+    /// Codex: `-c openai_base_url=…` on its command line (Codex reads no variable for it).
+    CodexConfig,
+}
+
+/// The route of a profile's program: `pi`, `opencode` and `codex` by their configuration, anything else by the
+/// provider's base-URL variable.
+pub fn guess_route(command: &[impl AsRef<str>]) -> ModelRoute {
+    let program = command.first().map(|p| p.as_ref()).unwrap_or_default();
+    match program.rsplit('/').next().unwrap_or(program) {
+        "pi" => ModelRoute::PiModels,
+        "opencode" => ModelRoute::OpencodeConfig,
+        "codex" => ModelRoute::CodexConfig,
+        _ => ModelRoute::BaseUrlVariable,
+    }
 }
 
 /// What a run fills the placeholders with.
@@ -132,8 +161,10 @@ impl AgentProfile {
 /// `opencode run` reads piped input as the message. Claude Code takes live input (`--input-format stream-json`):
 /// its prompt is the first JSON message on its standard input and each follow-up another while it runs (see
 /// docs/agents.md for why the others do not). Each passes its provider's key and the variables that point
-/// the CLI at another endpoint or configuration, and sets the switches that turn off what a run does not need
-/// (telemetry, update checks, downloads at start-up). tests/it/agent_clis.rs runs each against a scripted model.
+/// the CLI at another endpoint or configuration (read by pidevops, which points the CLI at its run's model
+/// gateway by its [`ModelRoute`] and gives it a placeholder key), and sets the switches that turn off what a run
+/// does not need (telemetry, update checks, downloads at start-up). tests/it/agent_clis.rs runs each against a
+/// scripted model.
 pub fn presets() -> Vec<AgentProfile> {
     let preset =
         |name: &str, command: &[&str], env: &[&str], set_env: &[(&str, &str)]| AgentProfile {
@@ -141,6 +172,7 @@ pub fn presets() -> Vec<AgentProfile> {
             usage: guess_usage(command),
             fallback: None,
             network: Network::Proxy,
+            model_route: guess_route(command),
             command: command.iter().map(|s| (*s).to_owned()).collect(),
             env: env.iter().map(|s| (*s).to_owned()).collect(),
             set_env: set_env
@@ -200,7 +232,8 @@ pub fn presets() -> Vec<AgentProfile> {
                 "json",
                 "--no-extensions",
             ],
-            // PI_CODING_AGENT_DIR: a directory with pi's models.json / settings.json (another endpoint, a model).
+            // PI_CODING_AGENT_DIR: a directory with pi's models.json / settings.json (another endpoint, a model),
+            // read by pidevops: the agent gets a directory of its own pointing pi at the run's gateway.
             &["ANTHROPIC_API_KEY", "PI_CODING_AGENT_DIR"],
             &[("PI_OFFLINE", "1"), ("PI_SKIP_VERSION_CHECK", "1")],
         ),
@@ -229,7 +262,8 @@ pub fn presets() -> Vec<AgentProfile> {
             "codex",
             // Codex's own sandbox cannot nest in pidevops's (its workspace-write mode fails to write inside it):
             // pidevops contains the agent, which is what the flag is for. `exec` reads CODEX_API_KEY, not
-            // OPENAI_API_KEY; another endpoint is `-c openai_base_url="…"` in a profile of your own.
+            // OPENAI_API_KEY. Codex reads no variable for its endpoint: pidevops adds `-c openai_base_url=…` (its
+            // run's gateway), which forwards to OPENAI_BASE_URL, else OpenAI's API.
             // `--json`: JSON events, each turn's token counts.
             &[
                 "codex",
@@ -240,7 +274,7 @@ pub fn presets() -> Vec<AgentProfile> {
                 "analytics.enabled=false",
                 "-",
             ],
-            &["CODEX_API_KEY"],
+            &["CODEX_API_KEY", "OPENAI_BASE_URL"],
             &[],
         ),
     ]
@@ -525,6 +559,7 @@ fn profile(name: &str, table: &AgentTable, key: &str) -> Result<AgentProfile, St
             ));
         }
     }
+    let model_route = guess_route(&command);
     Ok(AgentProfile {
         name: name.to_owned(),
         command,
@@ -541,6 +576,7 @@ fn profile(name: &str, table: &AgentTable, key: &str) -> Result<AgentProfile, St
         usage,
         fallback: table.fallback.clone(),
         network: table.network,
+        model_route,
     })
 }
 

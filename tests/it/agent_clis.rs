@@ -1,17 +1,23 @@
 //! The presets with the real agent CLIs (the pinned versions `deploy/install-runtime.sh` installs under
-//! /opt/pidevops-agents/bin, or `PIDEVOPS_AGENT_CLIS`), each run by the real dispatcher, contained, against a
-//! scripted model API on loopback (common::fake_model) that speaks the CLI's own protocol: the model asks the
-//! CLI's shell tool to dump its environment into the worktree, then its file tool to write CHANGES.md, then ends
-//! the turn. The test sees the edit committed on `pidevops/<task>` of the remote and the run succeed, which pins
-//! each preset's argv, input mode (the prompt on stdin), exit code and output; and, from the fake's record, that
-//! the prompt reached the model, the key arrived the way a deployment passes it, and every tool result came back.
+//! /opt/pidevops-agents/bin, or `PIDEVOPS_AGENT_CLIS`), each run by the real dispatcher, contained, on its own
+//! network (`network = "proxy"`, the default), against a scripted model API on loopback (common::fake_model) that
+//! speaks the CLI's own protocol: the model asks the CLI's shell tool to dump its environment and what it can read
+//! of its configuration into the worktree, then its file tool to write CHANGES.md, then ends the turn. The test
+//! sees the edit committed on `pidevops/<task>` of the remote and the run succeed, which pins each preset's argv,
+//! input mode (the prompt on stdin), exit code and output; and, from the fake's record, that the prompt reached the
+//! model, the real key arrived (added by the run's model gateway, where the deployment configured the endpoint the
+//! CLI's own way: a variable, pi's models.json, OpenCode's configuration, Codex's base-URL variable), and every
+//! tool result came back.
 //!
-//! The attack half: the model is whoever wrote the ticket (prompt injection), and here it runs `env` through the
-//! CLI. The dump is pushed, so whatever the CLI could see is on the branch: its own key and the preset's switches
-//! are there, and none of pidevops's secrets, which sit in the same service environment.
+//! The attack half: the model is whoever wrote the ticket (prompt injection), and here it runs `env`, reads the
+//! CLI's configuration and sends its key variable's value out through the CLI. The dump is pushed, so whatever the
+//! CLI could see is on the branch: the placeholder key and the preset's switches are there, never the real key, the
+//! real endpoint or pidevops's secrets, which sit in the same service environment; what it sent out carried the
+//! placeholder; no file of the run holds the key.
 //!
 //! The happy path runs twice: contained by bubblewrap, and with bubblewrap absent (Landlock and the reaper), as on
-//! container hosts that refuse user namespaces. A missing CLI fails under `CI` (naming it and the install script) and is skipped loudly elsewhere.
+//! container hosts that refuse user namespaces. A missing CLI fails under `CI` (naming it and the install script)
+//! and is skipped loudly elsewhere.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -20,10 +26,13 @@ use crate::common::agents::{Remote, REPO};
 use crate::common::fake_model::{FakeModel, ToolCall, FINAL_TEXT};
 use crate::common::{in_ci, within, TestApp, TestDb};
 use crate::dispatch::{create_task_with, runs_of, task_row};
+use key::probe;
 use pidevops::config::profiles::{presets, AgentProfile};
 use pidevops::projectors::runs::RunRow;
 use pidevops::tasks::{Column, TaskId};
 use serde_json::json;
+
+mod key;
 
 /// The agent's own provider key: it must reach the CLI (and the fake).
 const AGENT_KEY: &str = "sk-agent-key-for-the-fake-model-0123456789";
@@ -75,11 +84,12 @@ fn claude_waiting() -> Case {
 fn claude() -> Case {
     Case {
         preset: "claude",
+        key_var: "ANTHROPIC_API_KEY",
         wire: Wire::Anthropic,
         script: vec![
             ToolCall::function(
                 "Bash",
-                json!({ "command": "env > agent-env.txt", "description": "Dump the environment" }),
+                json!({ "command": probe("ANTHROPIC_API_KEY"), "description": "Dump the environment" }),
             ),
             ToolCall::function(
                 "Write",
@@ -91,7 +101,6 @@ fn claude() -> Case {
                 ("ANTHROPIC_API_KEY".into(), AGENT_KEY.into()),
                 ("ANTHROPIC_BASE_URL".into(), fake.to_owned()),
             ],
-            toml: String::new(),
         }),
     }
 }
@@ -114,36 +123,36 @@ async fn codex_preset_fails_the_attempt_when_the_model_api_refuses_the_account()
 // Codex's default model works through one freeform tool, `exec`, that runs JavaScript calling its tools.
 fn codex() -> Case {
     Case {
-    preset: "codex",
-    wire: Wire::Responses,
-    script: vec![
-        ToolCall::custom(
-            "exec",
-            "const r = await tools.exec_command({ cmd: \"env > agent-env.txt\" });\ntext(JSON.stringify(r));",
-        ),
-        ToolCall::custom(
-            "exec",
-            &format!(
-                "await tools.apply_patch({:?});\ntext(\"patched\");",
-                format!(
-                    "*** Begin Patch\n*** Add File: CHANGES.md\n+{}*** End Patch\n",
-                    WRITTEN
-                )
+        preset: "codex",
+        key_var: "CODEX_API_KEY",
+        wire: Wire::Responses,
+        script: vec![
+            ToolCall::custom(
+                "exec",
+                &format!(
+                    "const r = await tools.exec_command({{ cmd: {:?} }});\ntext(JSON.stringify(r));",
+                    probe("CODEX_API_KEY")
+                ),
             ),
-        ),
-    ],
-    setup: Box::new(|fake, _| {
-        // Codex reads no variable for its endpoint: a deployment behind a gateway replaces the preset with
-        // the same command and `-c openai_base_url=…`, as here (built from the preset, so it follows it).
-        let mut codex = preset("codex");
-        codex
-            .command
-            .splice(2..2, ["-c".into(), format!("openai_base_url=\"{fake}/v1\"")]);
-        Setup {
-            env: vec![("CODEX_API_KEY".into(), AGENT_KEY.into())],
-            toml: profile_table(&codex),
-        }
-    }),
+            ToolCall::custom(
+                "exec",
+                &format!(
+                    "await tools.apply_patch({:?});\ntext(\"patched\");",
+                    format!(
+                        "*** Begin Patch\n*** Add File: CHANGES.md\n+{}*** End Patch\n",
+                        WRITTEN
+                    )
+                ),
+            ),
+        ],
+        // The deployment's endpoint in OPENAI_BASE_URL (Codex itself reads no variable for it: pidevops points it
+        // at the gateway with `-c openai_base_url=…`).
+        setup: Box::new(|fake, _| Setup {
+            env: vec![
+                ("CODEX_API_KEY".into(), AGENT_KEY.into()),
+                ("OPENAI_BASE_URL".into(), format!("{fake}/v1")),
+            ],
+        }),
     }
 }
 
@@ -165,18 +174,27 @@ async fn pi_preset_fails_the_attempt_when_the_model_api_refuses_the_account() {
 fn pi() -> Case {
     Case {
         preset: "pi",
+        key_var: "ANTHROPIC_API_KEY",
         wire: Wire::Anthropic,
         script: vec![
-            ToolCall::function("bash", json!({ "command": "env > agent-env.txt" })),
+            ToolCall::function("bash", json!({ "command": probe("ANTHROPIC_API_KEY") })),
             ToolCall::function("write", json!({ "path": "CHANGES.md", "content": WRITTEN })),
         ],
         setup: Box::new(|fake, scratch| {
-            // pi takes its endpoint from models.json in its agent directory: the deployment's, read-only.
+            // pi takes its endpoint from models.json in its agent directory: the deployment's, which pidevops reads
+            // (the agent never gets it). This one also holds the key written in, and a pi login (auth.json): neither
+            // reaches the agent.
             let dir = scratch.join("pi-agent");
             std::fs::create_dir_all(&dir).unwrap();
             std::fs::write(
                 dir.join("models.json"),
-                json!({ "providers": { "anthropic": { "baseUrl": fake } } }).to_string(),
+                json!({ "providers": { "anthropic": { "baseUrl": fake, "apiKey": AGENT_KEY } } })
+                    .to_string(),
+            )
+            .unwrap();
+            std::fs::write(
+                dir.join("auth.json"),
+                json!({ "anthropic": { "type": "api_key", "key": AGENT_KEY } }).to_string(),
             )
             .unwrap();
             Setup {
@@ -184,11 +202,6 @@ fn pi() -> Case {
                     ("ANTHROPIC_API_KEY".into(), AGENT_KEY.into()),
                     ("PI_CODING_AGENT_DIR".into(), dir.display().to_string()),
                 ],
-                toml: format!(
-                    "readable = [\"{}\"]\n{}",
-                    dir.display(),
-                    profile_table(&preset("pi"))
-                ),
             }
         }),
     }
@@ -212,29 +225,31 @@ async fn opencode_preset_fails_the_attempt_when_the_model_api_refuses_the_accoun
 fn opencode() -> Case {
     Case {
         preset: "opencode",
+        key_var: "ANTHROPIC_API_KEY",
         wire: Wire::Anthropic,
         script: vec![
             ToolCall::function(
                 "bash",
-                json!({ "command": "env > agent-env.txt", "description": "Dump the environment" }),
+                json!({ "command": probe("ANTHROPIC_API_KEY"), "description": "Dump the environment" }),
             ),
             ToolCall::function(
                 "write",
                 json!({ "filePath": "CHANGES.md", "content": WRITTEN }),
             ),
         ],
-        setup: Box::new(|fake, _| {
-            Setup {
-        env: vec![
-            ("ANTHROPIC_API_KEY".into(), AGENT_KEY.into()),
-            (
-                "OPENCODE_CONFIG_CONTENT".into(),
-                json!({ "provider": { "anthropic": { "options": { "baseURL": format!("{fake}/v1") } } } })
+        // The deployment's endpoint in OpenCode's configuration (with the key written in too: it does not reach
+        // the agent), which pidevops merges its gateway into.
+        setup: Box::new(|fake, _| Setup {
+            env: vec![
+                ("ANTHROPIC_API_KEY".into(), AGENT_KEY.into()),
+                (
+                    "OPENCODE_CONFIG_CONTENT".into(),
+                    json!({ "provider": { "anthropic": { "options": {
+                        "baseURL": format!("{fake}/v1"), "apiKey": AGENT_KEY
+                    } } } })
                     .to_string(),
-            ),
-        ],
-        toml: profile_table(&preset("opencode")),
-    }
+                ),
+            ],
         }),
     }
 }
@@ -245,15 +260,15 @@ enum Wire {
     Responses,
 }
 
-/// What a deployment configures for one CLI: the service's environment (the agent's key, its endpoint) and
-/// TOML after `[dispatch]` (more `[dispatch]` keys, or a profile).
+/// What a deployment configures for one CLI: the service's environment (the agent's key, its endpoint).
 struct Setup {
     env: Vec<(String, String)>,
-    toml: String,
 }
 
 struct Case {
     preset: &'static str,
+    /// The variable its key is passed in.
+    key_var: &'static str,
     wire: Wire,
     script: Vec<ToolCall>,
     /// From the fake's URL and a scratch directory outside the workspaces.
@@ -345,40 +360,6 @@ async fn steered(mut case: Case) {
     scene.app.stop().await;
 }
 
-/// Whether the preset's CLI reads its model endpoint from a variable pidevops can point at the run's gateway
-/// (`ANTHROPIC_BASE_URL`: Claude Code). The others read it from their own configuration, which the tests point
-/// at the fake directly: those run with `network = "host"` (docs/agents.md, "The agent's network").
-fn through_gateway(profile: &AgentProfile) -> bool {
-    profile.name == "claude"
-}
-
-/// `[agents.<name>]` for a profile, as TOML.
-fn profile_table(profile: &AgentProfile) -> String {
-    let strings =
-        |v: &[String]| toml::Value::Array(v.iter().cloned().map(toml::Value::String).collect());
-    let mut set_env = toml::Table::new();
-    for (k, v) in &profile.set_env {
-        set_env.insert(k.clone(), toml::Value::String(v.clone()));
-    }
-    format!(
-        "[agents.{}]\ncommand = {}\n{}\nenv = {}\nset_env = {}\n{}",
-        profile.name,
-        strings(&profile.command),
-        match profile.live_input {
-            pidevops::config::profiles::LiveInput::None => "stdin = \"prompt\"",
-            pidevops::config::profiles::LiveInput::ClaudeStreamJson =>
-                "live_input = \"claude-stream-json\"",
-        },
-        strings(&profile.env),
-        toml::Value::Table(set_env),
-        if through_gateway(profile) {
-            ""
-        } else {
-            "network = \"host\"\n"
-        }
-    )
-}
-
 /// The directory holding the CLI, or `None` (loudly) outside CI when it is not installed.
 pub(crate) fn cli_dir(program: &str) -> Option<PathBuf> {
     let dir = std::env::var_os("PIDEVOPS_AGENT_CLIS")
@@ -437,7 +418,7 @@ agent = "{preset}"
 heartbeat_s = 1
 retry_backoff_s = 0.05
 bwrap = "{bwrap}"
-{toml}
+
 # Not about scopes: the scripted model writes its environment down beside the change.
 [repos."{REPO}"]
 url = "{url}"
@@ -445,7 +426,6 @@ scope = "off"
 "#,
         preset = case.preset,
         bwrap = containment.0,
-        toml = setup.toml,
         url = remote.url(),
     );
     let db = TestDb::sqlite();
@@ -628,7 +608,9 @@ async fn run(mut case: Case, containment: Containment) {
             // Codex tries a WebSocket first and falls back to HTTPS when it is refused.
             let websocket =
                 case.wire == Wire::Responses && r.method == "GET" && r.path == "/v1/responses";
-            !(model_call || websocket)
+            // The attack's request (below).
+            let exfil = r.path.ends_with("/exfil");
+            !(model_call || websocket || exfil)
         })
         .map(|r| format!("{} {}", r.method, r.path))
         .collect();
@@ -693,29 +675,17 @@ async fn run(mut case: Case, containment: Containment) {
         .show(&branch, "agent-env.txt")
         .unwrap_or_else(|| panic!("the environment dump was not pushed\n{log}"));
     let profile = preset(case.preset);
-    if through_gateway(&profile) {
-        // The model key stays outside: the CLI holds a placeholder, its run's gateway sent the real key (above).
-        let placeholder = pidevops::dispatch::egress::gateway::PLACEHOLDER_KEY;
-        assert!(
-            seen.lines()
-                .any(|l| l == format!("ANTHROPIC_API_KEY={placeholder}")),
-            "the CLI did not get the placeholder: {seen}"
-        );
-        assert!(
-            !seen.contains(AGENT_KEY),
-            "the CLI saw the model key: {seen}"
-        );
-        assert!(
-            !log.contains(AGENT_KEY),
-            "the agent's log holds the model key"
-        );
-    } else {
-        assert!(
-            seen.lines().any(|l| l.ends_with(&format!("={AGENT_KEY}"))
-                && profile.env.iter().any(|v| l.starts_with(&format!("{v}=")))),
-            "the CLI did not get its key: {seen}"
-        );
-    }
+    key::stays_outside(
+        &case,
+        &key::Seen {
+            env: &seen,
+            config: &remote.show(&branch, "agent-config.txt").unwrap_or_default(),
+            log: &log,
+            requests: &requests,
+            runs: &scene._scratch.path().join("ws").join("runs"),
+        },
+        &fake.url,
+    );
     for (name, value) in &profile.set_env {
         assert!(
             seen.lines().any(|l| l == format!("{name}={value}")),

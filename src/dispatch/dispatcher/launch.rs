@@ -7,10 +7,14 @@ use anyhow::Context;
 
 use super::Dispatcher;
 use crate::config::dispatch::ContainmentPolicy;
+use crate::config::profiles::ModelRoute;
 use crate::config::profiles::{AgentProfile, LiveInput, Network, RunInputs};
 use crate::dispatch::cgroup::{MemoryBound, RunCgroup};
-use crate::dispatch::egress::gateway::{Gateway, PLACEHOLDER_KEY};
+use crate::dispatch::egress::gateway::Gateway;
 use crate::dispatch::egress::policy::{Policy, PACKAGE_REGISTRIES};
+use crate::dispatch::egress::routes::{
+    OperatorFiles, MAX_CONFIG_BYTES, OPENCODE_FILE_VAR, PI_DIR_VAR,
+};
 use crate::dispatch::egress::{Endpoint, Proxy, Refusals};
 use crate::dispatch::runner::{ChildSetup, Launch};
 use crate::dispatch::sandbox::{AgentView, BwrapNet, Confinement, Containment};
@@ -110,7 +114,8 @@ impl Dispatcher {
     }
 
     /// An agent's network: its profile's `network`, and for `proxy` the model API its key is for (the gateway
-    /// holds the key; the agent gets a placeholder) and what its repository's `allow_hosts` lists.
+    /// holds the key; the agent gets a placeholder, pointed at the gateway by its profile's route) and what its
+    /// repository's `allow_hosts` lists.
     fn agent_network(
         &self,
         profile: &AgentProfile,
@@ -118,8 +123,18 @@ impl Dispatcher {
         repo: &crate::tasks::RepoName,
     ) -> anyhow::Result<NetPlan> {
         let gateway = match profile.network {
-            Network::Proxy => Gateway::for_profile(&profile.env, passed)
-                .map_err(|e| anyhow::anyhow!("agent profile {}: {e}", profile.name))?,
+            Network::Proxy => {
+                let operator = operator_files(profile.model_route, passed)
+                    .with_context(|| format!("agent profile {}", profile.name))?;
+                Gateway::for_run(
+                    profile.model_route,
+                    &profile.env,
+                    passed,
+                    &profile.command,
+                    &operator,
+                )
+                .map_err(|e| anyhow::anyhow!("agent profile {}: {e}", profile.name))?
+            }
             Network::None | Network::Host => None,
         };
         let allow = self.inner.config.allow_hosts(repo);
@@ -190,7 +205,7 @@ impl Dispatcher {
         &self,
         who: &str,
         prepared: &Prepared,
-        argv: Vec<String>,
+        mut argv: Vec<String>,
         env: &mut Vec<(String, String)>,
         writable: Vec<std::path::PathBuf>,
         mut readable: Vec<std::path::PathBuf>,
@@ -198,8 +213,9 @@ impl Dispatcher {
     ) -> anyhow::Result<(Vec<String>, ChildSetup)> {
         let dirs = &prepared.dirs;
         let root = self.inner.workspaces.root();
+        let network = net.network;
         let proxy = self
-            .start_proxy(who, prepared, net.network, net.policy, net.gateway, env)?
+            .start_proxy(who, prepared, net, env, &mut argv)?
             .map(Arc::new);
         let env: &[(String, String)] = env;
         let agent_path = env
@@ -290,7 +306,7 @@ impl Dispatcher {
                     .writable
                     .extract_if(.., |p| tmpdir.is_some_and(|t| p.as_os_str() == t.as_str()))
                     .collect();
-                let (argv, net) = match (&bridged, net.network) {
+                let (argv, net) = match (&bridged, network) {
                     (Some((wrapped, socket)), _) => (
                         wrapped,
                         BwrapNet::Own {
@@ -310,7 +326,7 @@ impl Dispatcher {
                 ))
             }
             Containment::Landlock { .. } => {
-                let ports: Option<Vec<u16>> = match (net.network, proxy.as_deref()) {
+                let ports: Option<Vec<u16>> = match (network, proxy.as_deref()) {
                     (Network::Host, _) => None,
                     (_, Some(proxy)) => Some(vec![proxy.endpoint.agent_port()]),
                     (_, None) => Some(Vec::new()),
@@ -348,18 +364,18 @@ impl Dispatcher {
         }
     }
 
-    /// The run's egress proxy for `network = "proxy"` (none otherwise), and the variables that point the process
-    /// at it: the proxy variables, and for the model gateway the placeholder key and the gateway as base URL.
+    /// The run's egress proxy for `network = "proxy"` (none otherwise), and what points the process at it: the
+    /// proxy variables, and for the model gateway the placeholder key and the gateway where its CLI reads its
+    /// endpoint (a variable, its configuration, pi's directory in its HOME, its command line).
     fn start_proxy(
         &self,
         who: &str,
         prepared: &Prepared,
-        network: Network,
-        policy: Policy,
-        gateway: Option<Gateway>,
+        net: NetPlan,
         env: &mut Vec<(String, String)>,
+        argv: &mut Vec<String>,
     ) -> anyhow::Result<Option<Proxy>> {
-        if network != Network::Proxy {
+        if net.network != Network::Proxy {
             return Ok(None);
         }
         let socket = match &self.inner.containment {
@@ -371,12 +387,10 @@ impl Dispatcher {
             // Landlock lets the agent connect to one loopback port; uncontained, the proxy still keeps the key.
             Containment::Landlock { .. } | Containment::None { .. } => None,
         };
-        let replaces = gateway
-            .as_ref()
-            .map(|g| (g.key_var.clone(), g.provider.base_var.to_owned(), g.clone()));
+        let gateway = net.gateway.clone();
         let proxy = Proxy::start(
-            policy,
-            gateway,
+            net.policy,
+            net.gateway,
             socket.as_deref(),
             self.refusals_of(prepared),
         )
@@ -393,12 +407,84 @@ impl Dispatcher {
         for name in ["NO_PROXY", "no_proxy"] {
             set(name, "127.0.0.1,localhost,::1".to_owned());
         }
-        if let Some((key_var, base_var, gateway)) = replaces {
-            set(&key_var, PLACEHOLDER_KEY.to_owned());
-            set(&base_var, gateway.agent_base(&url));
+        if let Some(gateway) = gateway {
+            let pointed = gateway.point(&url, argv);
+            for (name, value) in pointed.env {
+                set(&name, value);
+            }
+            if !pointed.pi_files.is_empty() {
+                let dir = pi_agent_dir(&prepared.dirs.home, &pointed.pi_files)
+                    .with_context(|| format!("writing pi's agent directory for the {who}"))?;
+                set(PI_DIR_VAR, dir.to_string_lossy().into_owned());
+            }
         }
         Ok(Some(proxy))
     }
+}
+
+/// The operator's CLI configuration a route reads the real endpoint from: the files the profile's passed
+/// variables name, read here by pidevops (the agent gets what routes.rs makes of them, never these files'
+/// keys), each at most [`MAX_CONFIG_BYTES`].
+fn operator_files(route: ModelRoute, passed: &[(String, String)]) -> anyhow::Result<OperatorFiles> {
+    let value = |name: &str| {
+        passed
+            .iter()
+            .find(|(n, v)| n == name && !v.trim().is_empty())
+            .map(|(_, v)| std::path::PathBuf::from(v.trim()))
+    };
+    let read = |path: &std::path::Path, required: bool| -> anyhow::Result<Option<String>> {
+        use std::io::Read;
+        let file = match std::fs::File::open(path) {
+            Err(e) if !required && e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            opened => opened.with_context(|| format!("reading {}", path.display()))?,
+        };
+        let mut text = String::new();
+        file.take(MAX_CONFIG_BYTES + 1)
+            .read_to_string(&mut text)
+            .with_context(|| format!("reading {} (UTF-8 text)", path.display()))?;
+        anyhow::ensure!(
+            text.len() as u64 <= MAX_CONFIG_BYTES,
+            "{} is over {MAX_CONFIG_BYTES} bytes",
+            path.display()
+        );
+        Ok(Some(text))
+    };
+    let mut files = OperatorFiles::default();
+    match route {
+        ModelRoute::PiModels => {
+            if let Some(dir) = value(PI_DIR_VAR) {
+                files.pi_models = read(&dir.join("models.json"), false)?;
+                files.pi_settings = read(&dir.join("settings.json"), false)?;
+            }
+        }
+        ModelRoute::OpencodeConfig => {
+            if let Some(path) = value(OPENCODE_FILE_VAR) {
+                files.opencode_file = read(&path, true)?;
+            }
+        }
+        ModelRoute::BaseUrlVariable | ModelRoute::CodexConfig => {}
+    }
+    Ok(files)
+}
+
+/// pi's agent directory for one process: a new directory in the run's HOME (made here, so nothing the agent left
+/// there is followed) with `files` (never an auth.json).
+fn pi_agent_dir(
+    home: &std::path::Path,
+    files: &[(&'static str, String)],
+) -> anyhow::Result<std::path::PathBuf> {
+    use std::io::Write;
+    let dir = home.join(format!(".pi-agent-{:016x}", rand::random::<u64>()));
+    std::fs::create_dir(&dir).with_context(|| format!("making {}", dir.display()))?;
+    for (name, text) in files {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(dir.join(name))
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .with_context(|| format!("writing {name} in {}", dir.display()))?;
+    }
+    Ok(dir)
 }
 
 impl Dispatcher {
@@ -440,4 +526,65 @@ fn registries() -> impl Iterator<Item = crate::config::allow_hosts::HostRule> {
     PACKAGE_REGISTRIES
         .iter()
         .map(|host| crate::config::allow_hosts::HostRule::Exact((*host).to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn passed(list: &[(&str, &std::path::Path)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(k, v)| ((*k).to_owned(), v.display().to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn the_operators_files_are_read_only_as_the_route_needs_them_and_bounded() {
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path();
+        std::fs::write(dir.join("models.json"), "{\"providers\":{}}").unwrap();
+        std::fs::write(dir.join("auth.json"), "{\"anthropic\":{\"key\":\"sk-x\"}}").unwrap();
+        let pi = operator_files(ModelRoute::PiModels, &passed(&[(PI_DIR_VAR, dir)])).unwrap();
+        assert_eq!(pi.pi_models.as_deref(), Some("{\"providers\":{}}"));
+        assert_eq!(pi.pi_settings, None, "a missing settings.json is no error");
+        assert_eq!(
+            operator_files(ModelRoute::CodexConfig, &passed(&[(PI_DIR_VAR, dir)])).unwrap(),
+            OperatorFiles::default()
+        );
+        // OPENCODE_CONFIG names a file OpenCode must read: a missing one is an error naming it.
+        let missing = dir.join("nope.json");
+        let refused = operator_files(
+            ModelRoute::OpencodeConfig,
+            &passed(&[(OPENCODE_FILE_VAR, &missing)]),
+        )
+        .unwrap_err();
+        assert!(format!("{refused:#}").contains("nope.json"), "{refused:#}");
+        let huge = dir.join("huge.json");
+        std::fs::write(&huge, vec![b' '; MAX_CONFIG_BYTES as usize + 1]).unwrap();
+        let refused = operator_files(
+            ModelRoute::OpencodeConfig,
+            &passed(&[(OPENCODE_FILE_VAR, &huge)]),
+        )
+        .unwrap_err();
+        assert!(format!("{refused:#}").contains("is over"), "{refused:#}");
+    }
+
+    #[test]
+    fn pis_directory_is_new_and_holds_only_the_files_given() {
+        let home = tempfile::tempdir().unwrap();
+        let files = [("models.json", "{}".to_owned())];
+        let first = pi_agent_dir(home.path(), &files).unwrap();
+        let second = pi_agent_dir(home.path(), &files).unwrap();
+        assert_ne!(first, second);
+        assert!(first.starts_with(home.path()));
+        let names: Vec<_> = std::fs::read_dir(&first)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("models.json")]);
+        assert_eq!(
+            std::fs::read_to_string(first.join("models.json")).unwrap(),
+            "{}"
+        );
+    }
 }

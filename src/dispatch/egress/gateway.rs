@@ -1,6 +1,7 @@
 //! The model gateway: the agent's model base URL points at its proxy, the agent holds a placeholder key, and the
 //! proxy forwards each request to the real API with the real key. Pure: which provider a profile talks to, read
-//! from the variables it passes, and what its agent gets instead.
+//! from the variables it passes and its CLI's configuration (by its route, routes.rs), and what its agent gets
+//! instead.
 //!
 //! | provider | key variables (the profile's `env`) | base URL variable | default base | key header |
 //! | --- | --- | --- | --- | --- |
@@ -8,6 +9,8 @@
 //! | OpenAI | `CODEX_API_KEY`, `OPENAI_API_KEY` | `OPENAI_BASE_URL` | `https://api.openai.com/v1` | `Authorization: Bearer` |
 
 use secrecy::SecretString;
+
+use super::routes::{self, ModelRoute, OperatorFiles, Pointed, Pointing};
 
 /// What the agent holds instead of its key: worth nothing anywhere but its own run's gateway, which replaces it.
 pub const PLACEHOLDER_KEY: &str = "pidevops-gateway-placeholder-key";
@@ -48,25 +51,33 @@ pub const PROVIDERS: [Provider; 2] = [
     },
 ];
 
-/// One run's gateway: where requests go, with which key, and which of the agent's variables it replaces.
+/// One run's gateway: where requests go, with which key, and how the agent is pointed at it instead.
 #[derive(Clone, Debug)]
 pub struct Gateway {
     pub provider: Provider,
     /// The real API base (scheme, host, port, path prefix).
     pub base: reqwest::Url,
     pub key: SecretString,
-    /// The variable that held the key (the agent gets [`PLACEHOLDER_KEY`] there).
-    pub key_var: String,
+    /// Every variable of the provider's keys the profile passes: the agent gets [`PLACEHOLDER_KEY`] in each.
+    pub key_vars: Vec<String>,
+    /// Whether the profile passes the provider's base-URL variable (the agent gets the gateway there).
+    pub base_var_passed: bool,
+    /// How its CLI is pointed at the gateway (routes.rs).
+    pub pointing: Pointing,
 }
 
 impl Gateway {
-    /// The gateway for a profile that names `names` in its `env` and so passes `passed` (name, value) from the
-    /// service's environment: the first provider whose key it passes with a value and whose base-URL variable it
-    /// names (the sign that its CLI reads that variable; a CLI that does not keeps its key, see docs/agents.md).
-    /// `Err` when the base URL is not an http(s) URL.
-    pub fn for_profile(
+    /// The gateway of a run of a profile whose CLI is pointed by `route`, that names `names` in its `env` and so
+    /// passes `passed` (name, value) from the service's environment, with the command `command` (as configured)
+    /// and the operator's CLI configuration `operator`: the first provider the route serves whose key it passes
+    /// with a value (for [`ModelRoute::BaseUrlVariable`], whose base-URL variable it also names: the sign that
+    /// its CLI reads it). `Err` when the operator's configuration is malformed or its base not an http(s) URL.
+    pub fn for_run(
+        route: ModelRoute,
         names: &[String],
         passed: &[(String, String)],
+        command: &[String],
+        operator: &OperatorFiles,
     ) -> Result<Option<Self>, String> {
         let value = |name: &str| {
             passed
@@ -75,18 +86,27 @@ impl Gateway {
                 .map(|(_, v)| v.trim().to_owned())
         };
         for provider in PROVIDERS {
-            if !names.iter().any(|n| n == provider.base_var) {
+            if !routes::serves(route, &provider)
+                || (route == ModelRoute::BaseUrlVariable
+                    && !names.iter().any(|n| n == provider.base_var))
+            {
                 continue;
             }
-            let Some((key_var, key)) = provider
+            let key_vars: Vec<String> = provider
                 .key_vars
                 .iter()
-                .find_map(|name| value(name).map(|key| ((*name).to_owned(), key)))
-            else {
+                .filter(|name| value(name).is_some())
+                .map(|name| (*name).to_owned())
+                .collect();
+            let Some(key) = key_vars.first().and_then(|name| value(name)) else {
                 continue;
             };
-            let base_text =
-                value(provider.base_var).unwrap_or_else(|| provider.default_base.to_owned());
+            let resolved =
+                routes::resolve(route, &provider, &key_vars[0], &value, command, operator)?;
+            let base_text = resolved
+                .base
+                .clone()
+                .unwrap_or_else(|| resolved.default_base.to_owned());
             let base = reqwest::Url::parse(&base_text)
                 .ok()
                 .filter(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some())
@@ -94,22 +114,41 @@ impl Gateway {
                 .ok_or_else(|| {
                     format!(
                         "{} is not an http(s) URL without credentials: the model gateway cannot forward to it",
-                        provider.base_var
+                        resolved.from
                     )
                 })?;
             return Ok(Some(Self {
                 provider,
                 base,
                 key: SecretString::from(key),
-                key_var,
+                key_vars,
+                base_var_passed: names.iter().any(|n| n == provider.base_var),
+                pointing: resolved.pointing,
             }));
         }
         Ok(None)
     }
 
-    /// The model host of a profile that passes a provider's key without a gateway (its CLI reads its endpoint
-    /// from its own configuration): that provider's default API host, or the host its passed base URL names. The
-    /// agent holds its key and may reach only that host (by `CONNECT`) with it.
+    /// What the agent gets once the gateway listens at `gateway` (`http://127.0.0.1:<port>`): the placeholder in
+    /// each key variable, the gateway in the base-URL variable it is passed, and its CLI's own pointing (which
+    /// may change `argv`).
+    pub fn point(&self, gateway: &str, argv: &mut Vec<String>) -> Pointed {
+        let base = self.agent_base(gateway);
+        let mut pointed = self.pointing.point(&base, argv);
+        pointed.env.extend(
+            self.key_vars
+                .iter()
+                .map(|name| (name.clone(), PLACEHOLDER_KEY.to_owned())),
+        );
+        if self.base_var_passed {
+            pointed.env.push((self.provider.base_var.to_owned(), base));
+        }
+        pointed
+    }
+
+    /// The model host of a profile that passes a provider's key without a gateway (a profile of your own pointed
+    /// by the base-URL variable that does not name it): that provider's default API host, or the host its passed
+    /// base URL names. The agent holds its key and may reach only that host (by `CONNECT`) with it.
     pub fn direct_model_host(passed: &[(String, String)]) -> Option<super::policy::ModelHost> {
         let value = |name: &str| {
             passed
@@ -168,10 +207,20 @@ mod tests {
         list.iter().map(|s| (*s).to_owned()).collect()
     }
 
+    fn variable(names: &[String], passed: &[(String, String)]) -> Result<Option<Gateway>, String> {
+        Gateway::for_run(
+            ModelRoute::BaseUrlVariable,
+            names,
+            passed,
+            &[],
+            &OperatorFiles::default(),
+        )
+    }
+
     #[test]
     fn a_profile_passing_a_providers_key_gets_that_providers_gateway() {
         let claude = names(&["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"]);
-        let g = Gateway::for_profile(&claude, &pairs(&[("ANTHROPIC_API_KEY", "sk-real")]))
+        let g = variable(&claude, &pairs(&[("ANTHROPIC_API_KEY", "sk-real")]))
             .unwrap()
             .unwrap();
         assert_eq!(g.provider.name, "anthropic");
@@ -185,18 +234,31 @@ mod tests {
             g.upstream("/v1/messages"),
             "https://api.anthropic.com/v1/messages"
         );
+        let mut argv = names(&["claude", "-p"]);
+        let pointed = g.point("http://127.0.0.1:3128", &mut argv);
+        assert_eq!(argv, names(&["claude", "-p"]));
+        assert_eq!(
+            pointed.env,
+            pairs(&[
+                ("ANTHROPIC_API_KEY", PLACEHOLDER_KEY),
+                ("ANTHROPIC_BASE_URL", "http://127.0.0.1:3128")
+            ])
+        );
 
-        let g = Gateway::for_profile(
-            &names(&["CODEX_API_KEY", "OPENAI_BASE_URL"]),
+        // Both of OpenAI's key variables passed: both get the placeholder, the first is the key.
+        let g = variable(
+            &names(&["CODEX_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL"]),
             &pairs(&[
                 ("CODEX_API_KEY", "sk-codex"),
+                ("OPENAI_API_KEY", "sk-openai"),
                 ("OPENAI_BASE_URL", "http://127.0.0.1:9999/v1"),
             ]),
         )
         .unwrap()
         .unwrap();
         assert_eq!(g.provider.header, KeyHeader::Bearer);
-        assert_eq!(g.key_var, "CODEX_API_KEY");
+        assert_eq!(g.key.expose_secret(), "sk-codex");
+        assert_eq!(g.key_vars, names(&["CODEX_API_KEY", "OPENAI_API_KEY"]));
         assert_eq!(
             g.agent_base("http://127.0.0.1:3128"),
             "http://127.0.0.1:3128/v1"
@@ -212,26 +274,24 @@ mod tests {
                 port: 9999
             }
         );
+        let pointed = g.point("http://127.0.0.1:3128", &mut Vec::new());
+        assert!(!format!("{pointed:?}").contains("sk-"), "{pointed:?}");
     }
 
     #[test]
     fn no_key_or_no_base_variable_no_gateway_and_a_bad_base_is_refused() {
         let claude = names(&["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"]);
-        assert!(
-            Gateway::for_profile(&claude, &pairs(&[("PI_CODING_AGENT_DIR", "/x")]))
-                .unwrap()
-                .is_none()
-        );
-        assert!(
-            Gateway::for_profile(&claude, &pairs(&[("ANTHROPIC_API_KEY", " ")]))
-                .unwrap()
-                .is_none()
-        );
-        // pi passes the key but reads its base URL from its own models.json: it keeps its key, and may reach
-        // its provider's host with it.
-        let pi = names(&["ANTHROPIC_API_KEY", "PI_CODING_AGENT_DIR"]);
+        assert!(variable(&claude, &pairs(&[("PI_CODING_AGENT_DIR", "/x")]))
+            .unwrap()
+            .is_none());
+        assert!(variable(&claude, &pairs(&[("ANTHROPIC_API_KEY", " ")]))
+            .unwrap()
+            .is_none());
+        // A script of your own that passes the key but not the base-URL variable keeps its key, and may reach its
+        // provider's host with it.
+        let script = names(&["ANTHROPIC_API_KEY"]);
         let passed = pairs(&[("ANTHROPIC_API_KEY", "k")]);
-        assert!(Gateway::for_profile(&pi, &passed).unwrap().is_none());
+        assert!(variable(&script, &passed).unwrap().is_none());
         assert_eq!(
             Gateway::direct_model_host(&passed),
             Some(super::super::policy::ModelHost {
@@ -244,13 +304,14 @@ mod tests {
             "api.anthropic.com",
             "https://u:p@api.anthropic.com",
         ] {
+            let refused = variable(
+                &claude,
+                &pairs(&[("ANTHROPIC_API_KEY", "k"), ("ANTHROPIC_BASE_URL", base)]),
+            )
+            .unwrap_err();
             assert!(
-                Gateway::for_profile(
-                    &claude,
-                    &pairs(&[("ANTHROPIC_API_KEY", "k"), ("ANTHROPIC_BASE_URL", base)])
-                )
-                .is_err(),
-                "{base}"
+                refused.starts_with("ANTHROPIC_BASE_URL is not an http(s) URL"),
+                "{refused}"
             );
         }
     }

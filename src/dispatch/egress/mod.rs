@@ -6,13 +6,14 @@
 //! The proxy speaks what `HTTPS_PROXY` / `HTTP_PROXY` clients send: `CONNECT host:port` (a tunnel for HTTPS) and
 //! absolute-form plain HTTP, each allowed only to the hosts of `policy.rs` and only once the name resolves to
 //! public addresses (it connects to the address it checked). Requests to the proxy itself are the model gateway
-//! (`gateway.rs`): forwarded to the real API with the real key, which the agent never holds. Everything refused
-//! gets a 403, is counted per (host, port) for the run's outcome, and counted in
-//! `pidevops_agent_egress_refused_total{reason}`.
+//! (`gateway.rs`): forwarded to the real API with the real key, which the agent never holds (`routes.rs`: how each
+//! CLI is pointed at it). Everything refused gets a 403, is counted per (host, port) for the run's outcome, and
+//! counted in `pidevops_agent_egress_refused_total{reason}`.
 
 pub mod bridge;
 pub mod gateway;
 pub mod policy;
+pub mod routes;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
