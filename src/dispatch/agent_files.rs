@@ -174,8 +174,8 @@ pub fn remove_agent_dir(worktree: &Path) -> Result<(), AgentFileError> {
 pub fn set_aside_agent_config(worktree: &Path) -> std::io::Result<Vec<String>> {
     let mut removed = Vec::new();
     for path in crate::tasks::agent_config::PATHS {
-        if remove_entry(&worktree.join(path))? {
-            removed.push(path.to_owned());
+        if remove_entry(&worktree.join(path.name()))? {
+            removed.push(path.name().to_owned());
         }
     }
     Ok(removed)

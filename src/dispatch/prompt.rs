@@ -106,8 +106,10 @@ pub fn plan(task: &Task, max_items: usize) -> String {
          Rules: `id` is 1 to 40 of a-z, 0-9, '-' and '_', starting with a letter or digit, unique. `title` is \
          one line. `scope` lists the paths or globs (`*`, `**`, `?`, `[a-z]`, `{{a,b}}`; a plain path covers \
          everything under it) the task may change: no file may be in the scope of two items, and an agent that \
-         changes files outside its scope has not finished. `depends_on` names the items that must be done \
-         first; no cycles. Every field but `summary` is required.\n",
+         changes files outside its scope has not finished. A scope may not name or cover agent, hook or CI \
+         configuration (`.github/workflows`, `.claude`, `.mcp.json`, git hooks and the like) unless the \
+         repository allows it. `depends_on` names the items that must be done first; no cycles. Every field but \
+         `summary` is required.\n",
         repo = task.repo().as_str(),
     ));
     if let Some(rejection) = task.plan().and_then(|p| p.rejection.as_ref()) {

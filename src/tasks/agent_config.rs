@@ -5,31 +5,53 @@
 //! (`dispatch::agent_files::set_aside_agent_config`). Instructions (`CLAUDE.md`, `AGENTS.md`) are not here: a
 //! model reads them as text, they run nothing. Pure; docs/agents.md has the table.
 
+/// A configuration path: a directory (with everything beneath it) or a file, one or more `/`-separated segments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigPath {
+    Dir(&'static str),
+    File(&'static str),
+}
+
+impl ConfigPath {
+    /// The path as written.
+    pub const fn name(&self) -> &'static str {
+        match self {
+            ConfigPath::Dir(name) | ConfigPath::File(name) => name,
+        }
+    }
+
+    pub const fn is_dir(&self) -> bool {
+        matches!(self, ConfigPath::Dir(_))
+    }
+}
+
 /// Each path, relative to the repository's root, where the CLIs look for it (they start in the worktree's root).
-pub const PATHS: [&str; 7] = [
+/// The one list: `tasks::plan::guard::PROTECTED` is built from it (and the hook and CI paths), so a CLI's path
+/// added here is also refused in a push unless a scope names it.
+pub const PATHS: &[ConfigPath] = &[
     // Claude Code: settings.json and settings.local.json (hooks, env, permissions, plugins, apiKeyHelper),
     // agents, commands, skills.
-    ".claude",
+    ConfigPath::Dir(".claude"),
     // Claude Code: project MCP servers (each a command it starts).
-    ".mcp.json",
+    ConfigPath::File(".mcp.json"),
     // Codex: config.toml (MCP servers, model provider), hooks, exec-policy rules.
-    ".codex",
+    ConfigPath::Dir(".codex"),
     // OpenCode: its config (MCP servers, providers, plugins) and .opencode/ (plugins run at start, agents,
     // commands, tools).
-    "opencode.json",
-    "opencode.jsonc",
-    ".opencode",
+    ConfigPath::File("opencode.json"),
+    ConfigPath::File("opencode.jsonc"),
+    ConfigPath::Dir(".opencode"),
     // pi: settings.json (shell path, command prefix, npm command, packages installed at start), extensions.
-    ".pi",
+    ConfigPath::Dir(".pi"),
 ];
 
-/// Whether `path` (relative to the repository's root, `/`-separated, as git names it) is, or is inside, one of
-/// [`PATHS`].
+/// Whether `path` (relative to the repository's root, `/`-separated, as git names it) is one of [`PATHS`] or,
+/// for a directory, inside it.
 pub fn is_agent_config(path: &str) -> bool {
     let path = path.strip_prefix("./").unwrap_or(path);
     PATHS.iter().any(|config| {
-        path.strip_prefix(config)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        path.strip_prefix(config.name())
+            .is_some_and(|rest| rest.is_empty() || (config.is_dir() && rest.starts_with('/')))
     })
 }
 

@@ -1,13 +1,15 @@
 //! Scopes are data, end to end with the real dispatcher, real git and real agent processes: a planner's placeholder
 //! scope is refused with the item and the word named; a plan's item is held to the globs recorded on it, not to
 //! its spec's text (which a person may edit); a symbolic link out of the repository or the scope, and a gitlink,
-//! are refused; agent and hook configuration is refused in any task's push unless its scope names it, and when
-//! it does, the pull request calls it out.
+//! are refused, each followed to its end through the commit's own links (a chain, a linked directory, a loop);
+//! agent and hook configuration is refused in any task's push unless its scope names it, and when it does, the
+//! pull request calls it out; a planner's scope that names it is refused unless the repository's
+//! `plans_may_name` lists it.
 
 use std::path::Path;
 use std::time::Duration;
 
-use crate::common::agents::Remote;
+use crate::common::agents::{git, Remote, REPO};
 use crate::common::fake_github::FakeGithub;
 use crate::common::read::prompt_of;
 use crate::common::{within, TestDb};
@@ -22,6 +24,9 @@ per_backend!(
     links_out_of_the_repository_or_the_scope_and_gitlinks_are_refused,
     agent_configuration_in_an_unscoped_tasks_push_is_refused,
     agent_configuration_the_scope_names_is_pushed_and_called_out_in_the_pull_request,
+    links_are_followed_to_their_end_through_the_commits_own_links,
+    a_planners_scope_naming_agent_or_ci_configuration_is_refused_and_nothing_is_dispatched,
+    a_repositorys_plans_may_name_lets_an_item_push_the_path_it_lists,
 );
 
 async fn a_placeholder_scope_in_a_planners_plan_is_refused_naming_the_item_and_the_word(
@@ -196,7 +201,7 @@ fi"#,
     assert_eq!(runs[0].commit_sha, None, "nothing pushed");
     let retry = prompt_of(&runs[1]);
     for expected in [
-        "src/api/passwd (a symbolic link out of the repository)",
+        "src/api/passwd (a symbolic link out of the repository: .. above its root)",
         "src/api/page.ts (links to src/web/page.ts)",
         "src/api/vendored (a gitlink: a submodule's commit)",
     ] {
@@ -298,6 +303,178 @@ async fn agent_configuration_the_scope_names_is_pushed_and_called_out_in_the_pul
     assert!(
         !body.contains("`src/a.rs`"),
         "only the configuration is called out: {body}"
+    );
+    app.stop().await;
+}
+
+/// Puts links on `main` before any task starts, as a teammate's merge would.
+fn links_on_main(remote: &Remote, links: &[(&str, &str)]) {
+    let seed = remote.dir.path().join("seed");
+    for (path, target) in links {
+        let at = seed.join(path);
+        std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(target, at).unwrap();
+    }
+    git(&seed, &["add", "."]);
+    git(&seed, &["commit", "--quiet", "-m", "links"]);
+    git(&seed, &["push", "--quiet", "../remote.git", "HEAD:main"]);
+}
+
+async fn links_are_followed_to_their_end_through_the_commits_own_links(db: TestDb) {
+    let remote = Remote::new();
+    // Harmless-looking on their own, and already on main: each new link below is judged by where they lead.
+    links_on_main(
+        &remote,
+        &[
+            ("src/api/b", "../../.github/workflows/ci.yml"),
+            ("src/api/d", "../web"),
+            ("src/api/e", "f"),
+            ("src/api/f", "e"),
+        ],
+    );
+    let scratch = tempfile::tempdir().unwrap();
+    let worker = bash_agent(
+        scratch.path(),
+        "worker.sh",
+        r#"mkdir -p src/api && echo api > src/api/orders.rs
+if ! grep -q 'Previously unresolved' "$1"; then
+  ln -s b src/api/a
+  ln -s d/page.ts src/api/c
+  ln -s e src/api/loop
+fi"#,
+    );
+    let app = spawn(
+        &db,
+        config(&remote, &worker, "", ""),
+        &scratch.path().join("ws"),
+    )
+    .await;
+    let id = task(&app, "Add the orders endpoint", "src/api/**").await;
+    in_review(&app, id).await;
+    let runs = runs_of(&app, id).await;
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[0].failure.as_deref(), Some("scope"));
+    assert_eq!(runs[0].commit_sha, None, "nothing pushed");
+    let retry = prompt_of(&runs[1]);
+    for expected in [
+        "src/api/a (a symbolic link to agent or hook configuration: .github/workflows/ci.yml, through src/api/b)",
+        "src/api/loop (a loop of symbolic links, through src/api/e -> src/api/f -> src/api/e",
+        "src/api/a (links to .github/workflows/ci.yml)",
+        "src/api/c (links to src/web/page.ts)",
+        "(outside scope src/api/**)",
+    ] {
+        assert!(retry.contains(expected), "{expected:?} in:\n{retry}");
+    }
+    let branch = id.branch();
+    for path in ["src/api/a", "src/api/c", "src/api/loop"] {
+        assert_eq!(remote.show(branch.as_str(), path), None, "{path}");
+    }
+    assert_eq!(
+        remote.show(branch.as_str(), "src/api/orders.rs").as_deref(),
+        Some("api\n")
+    );
+    app.stop().await;
+}
+
+async fn a_planners_scope_naming_agent_or_ci_configuration_is_refused_and_nothing_is_dispatched(
+    db: TestDb,
+) {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    // However often it is told, this planner gives its items CI and agent configuration.
+    let planner = plans::planner(
+        scratch.path(),
+        "planner.sh",
+        &json!({"version": 1, "items": [
+            item("api", &["src/api/**"], &[]),
+            item("ci", &[".github/workflows/**"], &[]),
+            item("hooks", &["docs/**", ".claude"], &[]),
+        ]}),
+    );
+    let ran = scratch.path().join("worker-ran");
+    let worker = bash_agent(
+        scratch.path(),
+        "worker.sh",
+        &format!("touch {}", ran.display()),
+    );
+    let mut file = plans::config(&remote, &planner, &worker);
+    // Another root listed does not let these through.
+    file["repos"][REPO].as_table_mut().unwrap().insert(
+        "plans_may_name".into(),
+        toml::Value::Array(vec![".husky".into()]),
+    );
+    let app = plans::spawn(&db, file, &scratch.path().join("ws"), None).await;
+    let plan = new_plan(&app, "Split the app").await;
+    within(Duration::from_secs(60), "the plan flagged", || async {
+        plans::row(&app, plan).await.needs_human
+    })
+    .await;
+    let runs = plans::runs_of(&app, plan).await;
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    assert!(
+        runs.iter().all(|r| r.failure.as_deref() == Some("invalid")),
+        "{runs:?}"
+    );
+    let retry = prompt_of(&runs[1]);
+    for expected in [
+        r#"items[1] "ci": scope[0] ".github/workflows/**" names .github/workflows, agent, hook or CI configuration"#,
+        r#"items[2] "hooks": scope[1] ".claude" names .claude, agent, hook or CI configuration"#,
+        "unless the repository lists them in plans_may_name",
+    ] {
+        assert!(retry.contains(expected), "{expected:?} in:\n{retry}");
+    }
+    let row = plans::row(&app, plan).await;
+    let reason = row.needs_human_reason.unwrap_or_default();
+    assert!(reason.contains(".github/workflows/**"), "{reason}");
+    let shown = plans::plan_of(&app, plan).await;
+    assert!(shown["plan"]["plan"]["proposal"].is_null(), "{shown}");
+    assert_eq!(shown["items"], json!([]), "{shown}");
+    assert!(!ran.exists(), "no worker ran");
+    app.stop().await;
+}
+
+async fn a_repositorys_plans_may_name_lets_an_item_push_the_path_it_lists(db: TestDb) {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let planner = plans::planner(
+        scratch.path(),
+        "planner.sh",
+        &json!({"version": 1, "items": [item("ci", &[".github/workflows/**"], &[])]}),
+    );
+    let worker = bash_agent(
+        scratch.path(),
+        "worker.sh",
+        "mkdir -p .github/workflows && echo 'on: push' > .github/workflows/ci.yml",
+    );
+    let mut file = plans::config(&remote, &planner, &worker);
+    file["repos"][REPO].as_table_mut().unwrap().insert(
+        "plans_may_name".into(),
+        toml::Value::Array(vec![".github/workflows".into()]),
+    );
+    let app = plans::spawn(&db, file, &scratch.path().join("ws"), None).await;
+    let plan = new_plan(&app, "Add CI").await;
+    let proposal = proposed(&app, plan).await;
+    assert_eq!(
+        proposal["plan"]["plan"]["proposal"]["items"][0]["scope"],
+        json!([".github/workflows/**"])
+    );
+    let (status, body) = api(
+        &app,
+        reqwest::Method::POST,
+        &format!("/api/tasks/{plan}/approve"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let id = items_of(&app, plan, 1).await[0];
+    in_review(&app, id).await;
+    let runs = runs_of(&app, id).await;
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(
+        remote
+            .show(id.branch().as_str(), ".github/workflows/ci.yml")
+            .as_deref(),
+        Some("on: push\n")
     );
     app.stop().await;
 }

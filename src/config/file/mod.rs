@@ -165,6 +165,10 @@ pub struct RepoTable {
     /// Whether an attempt's changed files must stay within its task's scope. Default: enforce.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scope: Option<ScopePolicy>,
+    /// Protected paths (`tasks::plan::guard::PROTECTED`, as `.github/workflows`) a planner may give a plan's item
+    /// to change. Default: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plans_may_name: Option<Vec<String>>,
     /// Whether a reviewer agent reads each successful attempt before its pull request. Default: off.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub review: Option<ReviewPolicy>,

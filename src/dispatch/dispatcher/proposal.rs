@@ -36,7 +36,8 @@ impl Dispatcher {
         let tail = finished.tail.clone();
         let invalid = |detail: String| fail(FailureKind::Invalid, detail, tail.clone());
         let worktree = prepared.dirs.worktree.clone();
-        let limits = self.inner.plans.limits();
+        // The repository's `plans_may_name`: the protected paths this plan's items may be given.
+        let limits = self.inner.plans.limits_for(task.repo());
         let read = tokio::task::spawn_blocking(move || match purpose {
             RunPurpose::Plan => {
                 let bytes = read_agent_file(&worktree, PLAN_FILE, MAX_PLAN_BYTES)

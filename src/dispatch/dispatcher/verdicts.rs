@@ -114,8 +114,9 @@ impl Dispatcher {
     /// (`tasks::plan::guard`): agent and hook configuration, symbolic links out of the repository or the scope,
     /// gitlinks. Those are refused under every policy; files outside the scope are `Err` under `enforce`, named
     /// under `warn`. A plan's item is held to the globs recorded on it, never to its spec's text; a task of a
-    /// person's is held to its spec's scope where that is paths. What git's objects of `commit` say is checked
-    /// (modes, link targets), not the worktree.
+    /// person's is held to its spec's scope where that is paths, and a plan's item names agent or hook
+    /// configuration only where `[repos."o/n"] plans_may_name` lets plans name it. What git's objects of `commit`
+    /// say is checked (modes, link targets followed to their ends), not the worktree.
     pub(super) async fn scope_verdict(
         &self,
         task: &Task,
@@ -137,13 +138,19 @@ impl Dispatcher {
             }
             Err(_) => None,
         };
-        let changes = self
+        let (changes, links) = self
             .inner
             .workspaces
             .changes(prepared, commit)
             .await
             .map_err(|e| (FailureKind::Workspace, e.to_string()))?;
-        let judged = guard::judge(scope.as_ref(), &changes);
+        // A plan's item's scope is a planner's word: it names protected paths only where the repository lets it.
+        let author = if task.parent().is_some() {
+            guard::Author::Planner(self.inner.plans.may_name(task.repo()))
+        } else {
+            guard::Author::Person
+        };
+        let judged = guard::judge(scope.as_ref(), author, &changes, &links);
         let outside = match (&scope, policy) {
             (Some(scope), ScopePolicy::Enforce | ScopePolicy::Warn) => {
                 Some((scope, judged.outside)).filter(|(_, outside)| !outside.is_empty())

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::AsyncReadExt;
 
 use super::{Prepared, WorkspaceError, Workspaces};
-use crate::tasks::plan::guard::{Change, Entry};
+use crate::tasks::plan::guard::{Change, Entry, Links};
 
 /// The files changed, in the run's directory.
 pub const DIFF_FILE: &str = "diff.json";
@@ -171,14 +171,15 @@ impl Workspaces {
     }
 
     /// Every path the attempt changed from `base_commit` to `commit`, with what it is in `commit` by its git mode:
-    /// a file (or gone), a symbolic link with its target read from its blob, or a gitlink. Read from git's objects
-    /// by our git on the mirror, never from the worktree; like [`Workspaces::changed_paths`] never cut (too long
-    /// a list, or more than [`MAX_LINKS`] links, is an error, so nothing escapes the check).
+    /// a file (or gone), a symbolic link with its target read from its blob, or a gitlink; and the commit's links
+    /// that following the changed links to their ends meets (`links.rs`). Read from git's objects by our git on
+    /// the mirror, never from the worktree; like [`Workspaces::changed_paths`] never cut (too long a list, or more
+    /// than [`MAX_LINKS`] links, is an error, so nothing escapes the check).
     pub async fn changes(
         &self,
         prepared: &Prepared,
         commit: &str,
-    ) -> Result<Vec<Change>, WorkspaceError> {
+    ) -> Result<(Vec<Change>, Links), WorkspaceError> {
         let failed = |detail: String| WorkspaceError::Git {
             what: "listing the attempt's changes".to_owned(),
             detail,
@@ -226,7 +227,7 @@ impl Workspaces {
             )));
         }
         let mut targets = self.link_targets(&git_dir, &links).await?.into_iter();
-        Ok(raw
+        let changes: Vec<Change> = raw
             .into_iter()
             .map(|r| {
                 let entry = match r.mode.as_str() {
@@ -239,12 +240,14 @@ impl Workspaces {
                     entry,
                 }
             })
-            .collect())
+            .collect();
+        let links = self.links_met(&git_dir, commit, &changes).await?;
+        Ok((changes, links))
     }
 
     /// The targets of these link blobs, in order, each `None` when it is not UTF-8 or too long to be a target: one
     /// `git cat-file --batch` for all of them.
-    async fn link_targets(
+    pub(super) async fn link_targets(
         &self,
         git_dir: &str,
         objects: &[&str],
@@ -432,7 +435,7 @@ mod tests {
 }
 
 /// git's mode of a symbolic link and of a gitlink (a submodule's commit).
-const LINK_MODE: &str = "120000";
+pub(super) const LINK_MODE: &str = "120000";
 const GITLINK_MODE: &str = "160000";
 
 fn is_object_id(id: &str) -> bool {

@@ -32,7 +32,8 @@
 //! - `worktree.rs`  a run's worktree: prepared on the task's branch (a spare, or a checkout), committed
 //! - `handoff.rs`   the agent's own repository in its worktree (`hand_to_agent`)
 //! - `spares.rs`    spare worktrees made ahead, and finished ones reset and reused in a new directory
-//! - `diff.rs`      an attempt's diff from its base to its commit, recorded next to its log (capped)
+//! - `diff.rs`      an attempt's diff from its base to its commit, recorded next to its log (capped); its changes
+//! - `links.rs`     the commit's symbolic links a changed link's chain meets, their targets read
 //! - `combine.rs`   a plan's items merged at their recorded commits into `pidevops/<plan>` and pushed
 //! - `gc.rs`        run directories past the TTL, a previous process's spares, worktree lists pruned
 
@@ -41,6 +42,7 @@ pub mod diff;
 mod gc;
 mod git;
 mod handoff;
+mod links;
 mod mirror;
 mod spares;
 mod worktree;

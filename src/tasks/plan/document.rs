@@ -23,11 +23,15 @@ pub use errors::{PlanError, PlanErrorKind, PlanErrors};
 /// Where a planner writes its plan, relative to its worktree.
 pub const PLAN_PATH: &str = ".pidevops/plan.json";
 
-/// Bounds configured by the operator; everything else about a plan is fixed by the version.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What the operator configured a plan to be held to; everything else about a plan is fixed by the version.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlanLimits {
     /// The most items a plan may have: each becomes a task running in parallel.
     pub max_items: usize,
+    /// The protected paths' protected parts (`.github/workflows`, `web/.claude`) an item's scope may name or
+    /// cover: the repository's `plans_may_name`. An entry reaching any other protected path
+    /// (`guard::PROTECTED`) is refused; a plan read back from the log is not held to it.
+    pub may_name: Vec<String>,
 }
 
 impl PlanLimits {
@@ -38,6 +42,7 @@ impl Default for PlanLimits {
     fn default() -> Self {
         PlanLimits {
             max_items: Self::DEFAULT_MAX_ITEMS,
+            may_name: Vec::new(),
         }
     }
 }
@@ -300,6 +305,7 @@ impl<'de> Deserialize<'de> for PlanDocument {
         let value = serde_json::Value::deserialize(deserializer)?;
         let limits = PlanLimits {
             max_items: usize::MAX,
+            may_name: Vec::new(),
         };
         validate::check(&value, &limits, validate::Reading::Stored)
             .map_err(serde::de::Error::custom)

@@ -1,34 +1,28 @@
 //! What an attempt's changes are held to before a push, beyond its scope's globs: paths that configure agents and
-//! hooks ([`PROTECTED`]), symbolic links (by where they point) and gitlinks (submodule entries). Pure: the caller
+//! hooks ([`PROTECTED`]), symbolic links (by where they end up) and gitlinks (submodule entries). Pure: the caller
 //! reads the changes from git's objects of the attempt's commit (modes 120000 and 160000, a link's target from
-//! its blob), never from the worktree or the agent's word.
+//! its blob, the commit's other links for a chain: [`Links`]), never from the worktree or the agent's word.
 //!
 //! The rules (`docs/plans.md`, "Where a scope is enforced"):
 //! - a protected path is refused unless the task's scope **names** it ([`Scope::names`]), whatever the scope
 //!   policy and whether or not the task has a scope: hooks and CLI settings run code on whoever checks the branch
-//!   out next (a reviewer, a later agent, CI with the repository's secrets);
-//! - a symbolic link whose target, resolved from the link's directory, leaves the repository (absolute, `..`
-//!   above the root, into `.git`) is refused; one that points at a protected path is refused unless the scope
-//!   names that path; for a scoped task, one that points outside the scope's globs is outside the scope;
+//!   out next (a reviewer, a later agent, CI with the repository's secrets). A plan's item, whose scope a planner
+//!   agent wrote, names one only where the repository lets plans name it ([`Author::Planner`]);
+//! - a symbolic link is followed to its end ([`links::resolve`]: chains, linked directories, `..`, at most
+//!   [`links::MAX_HOPS`] links); one that leaves the repository, loops or never ends is refused; one that ends at a
+//!   protected path is refused unless the scope names that path; for a scoped task, one that ends outside the
+//!   scope's globs is outside the scope;
 //! - a gitlink is refused unless the scope names its path.
 
-use super::scope::Scope;
+pub mod links;
 
-/// Configuration that agent CLIs, git hooks, editors or CI load and act on, matched at any depth (a CLI started in
-/// a subdirectory reads its own, and a vendored copy is just as live once checked out there). A directory entry
-/// covers everything beneath it; a file entry the file itself.
-pub const PROTECTED: &[Protected] = &[
-    // Claude Code: settings and hooks, commands, sub-agents; MCP servers.
-    Protected::Dir(".claude"),
-    Protected::File(".mcp.json"),
-    // Codex: project config.
-    Protected::Dir(".codex"),
-    // OpenCode: config, plugins, agents, commands.
-    Protected::Dir(".opencode"),
-    Protected::File("opencode.json"),
-    Protected::File("opencode.jsonc"),
-    // pi: project settings and extensions.
-    Protected::Dir(".pi"),
+pub use links::{Links, Resolution};
+
+use super::scope::Scope;
+pub use crate::tasks::agent_config::ConfigPath as Protected;
+
+/// Hook, CI and editor configuration: what git, CI or an editor runs on whoever checks the branch out.
+pub const HOOKS_AND_CI: &[Protected] = &[
     // Git hooks and their managers; submodule URLs.
     Protected::Dir(".githooks"),
     Protected::Dir(".husky"),
@@ -47,27 +41,27 @@ pub const PROTECTED: &[Protected] = &[
     Protected::File(".envrc"),
 ];
 
-/// One protected name: a directory (with everything beneath it) or a file, as one or two path segments.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Protected {
-    Dir(&'static str),
-    File(&'static str),
+/// Every protected path: the agent CLIs' project configuration (`tasks::agent_config::PATHS`, the one list of
+/// it, also what is set aside before a reviewer, planner or triage run) and [`HOOKS_AND_CI`]. Matched at any depth
+/// (a CLI started in a subdirectory reads its own, and a vendored copy is just as live once checked out there). A
+/// directory entry covers itself (a link or a file in its place) and everything beneath it; a file entry the file.
+pub const PROTECTED: [&[Protected]; 2] = [crate::tasks::agent_config::PATHS, HOOKS_AND_CI];
+
+/// Every entry of [`PROTECTED`].
+pub fn protected() -> impl Iterator<Item = &'static Protected> {
+    PROTECTED.iter().flat_map(|list| list.iter())
 }
 
-/// The part of `path` that makes it protected (`pkg/.claude` for `pkg/.claude/settings.json`, `.mcp.json` for
-/// itself), or `None` for an ordinary path.
+/// The part of `path` that makes it protected (`pkg/.claude` for `pkg/.claude/settings.json` and for a link
+/// named `pkg/.claude`, `.mcp.json` for itself), or `None` for an ordinary path.
 pub fn protected_root(path: &str) -> Option<&str> {
     let segments: Vec<&str> = path.split('/').collect();
-    for (start, _) in segments.iter().enumerate() {
-        for protected in PROTECTED {
-            let (name, is_dir) = match protected {
-                Protected::Dir(name) => (name, true),
-                Protected::File(name) => (name, false),
-            };
-            let wanted: Vec<&str> = name.split('/').collect();
+    for start in 0..segments.len() {
+        for protected in protected() {
+            let wanted: Vec<&str> = protected.name().split('/').collect();
             let end = start + wanted.len();
-            let fits = if is_dir {
-                end < segments.len()
+            let fits = if protected.is_dir() {
+                end <= segments.len()
             } else {
                 end == segments.len()
             };
@@ -78,6 +72,26 @@ pub fn protected_root(path: &str) -> Option<&str> {
         }
     }
     None
+}
+
+/// Who wrote a task's scope, which decides what it may name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Author<'a> {
+    /// A person (a ticket, the API, the CLI): a protected path its scope names is pushed, and called out.
+    Person,
+    /// A planner agent, a stranger's input (a plan's item): its scope names a protected path only when the path's
+    /// protected part is one of these (`[repos."o/n"] plans_may_name`).
+    Planner(&'a [String]),
+}
+
+impl Author<'_> {
+    /// Whether a scope of this author's may name the protected part `root` (`pkg/.claude`).
+    pub fn may_name(&self, root: &str) -> bool {
+        match self {
+            Author::Person => true,
+            Author::Planner(may_name) => may_name.iter().any(|allowed| allowed == root),
+        }
+    }
 }
 
 /// What one changed path is in the attempt's commit (by its git mode).
@@ -119,20 +133,23 @@ pub struct Judged {
 }
 
 /// Judges `changes` against `scope` (`None`: the task has no enforceable scope, so only [`PROTECTED`], links and
-/// gitlinks are held). Lists come sorted, without repeats.
-pub fn judge(scope: Option<&Scope>, changes: &[Change]) -> Judged {
+/// gitlinks are held), written by `author`; `links` are the commit's links, each one a resolution met read (see
+/// [`unread`]). Lists come sorted, without repeats.
+pub fn judge(scope: Option<&Scope>, author: Author, changes: &[Change], links: &Links) -> Judged {
     let names = |path: &str, root: &str| scope.is_some_and(|s| s.names(path, root));
+    let names_protected = |path: &str, root: &str| names(path, root) && author.may_name(root);
     let in_scope = |path: &str| scope.is_none_or(|s| s.matches(path));
     let mut judged = Judged::default();
     for change in changes {
         let path = change.path.as_str();
         if let Some(root) = protected_root(path) {
-            if names(path, root) {
+            if names_protected(path, root) {
                 judged.named.push(path.to_owned());
             } else {
-                judged
-                    .refused
-                    .push(format!("{path} (agent or hook configuration)"));
+                judged.refused.push(format!(
+                    "{path} ({})",
+                    why_protected(scope, author, path, root)
+                ));
             }
         }
         if !in_scope(path) {
@@ -148,17 +165,27 @@ pub fn judge(scope: Option<&Scope>, changes: &[Change]) -> Judged {
                 }
             }
             Entry::Symlink(target) => {
-                let resolved = target.as_deref().and_then(|t| resolve(path, t));
-                let Some(resolved) = resolved else {
-                    judged
-                        .refused
-                        .push(format!("{path} (a symbolic link out of the repository)"));
-                    continue;
+                let (resolved, through) = match links::resolve(path, target.as_deref(), links) {
+                    Resolution::Inside { path, through } => (path, through),
+                    Resolution::Refused { why, through } => {
+                        judged
+                            .refused
+                            .push(format!("{path} ({why}{})", chain(&through)));
+                        continue;
+                    }
+                    // The caller reads every link a resolution meets first (`unread`); fail closed if it did not.
+                    Resolution::Needs(at) => {
+                        judged.refused.push(format!(
+                            "{path} (a symbolic link through {at}, whose target was not read)"
+                        ));
+                        continue;
+                    }
                 };
                 if let Some(root) = protected_root(&resolved) {
-                    if !names(&resolved, root) {
+                    if !names_protected(&resolved, root) {
                         judged.refused.push(format!(
-                            "{path} (a symbolic link to agent or hook configuration: {resolved})"
+                            "{path} (a symbolic link to agent or hook configuration: {resolved}{})",
+                            chain(&through)
                         ));
                     }
                 }
@@ -175,190 +202,56 @@ pub fn judge(scope: Option<&Scope>, changes: &[Change]) -> Judged {
     judged
 }
 
-/// Where a link at `link` with `target` points, as a repository-relative path: the target joined to the link's
-/// directory, `.` and empty segments dropped, `..` taking one back. `None` when it leaves the repository: an
-/// absolute target, `..` above the root, the root itself, or a path into `.git`.
-pub fn resolve(link: &str, target: &str) -> Option<String> {
-    if target.starts_with('/') || target.contains('\0') {
-        return None;
+/// Why a protected path is refused: named by no scope, or named by a planner's scope that may not name it.
+fn why_protected(scope: Option<&Scope>, author: Author, path: &str, root: &str) -> String {
+    let named = scope.is_some_and(|s| s.names(path, root));
+    if named && !author.may_name(root) {
+        format!(
+            "agent or hook configuration: a plan's item may not name {root}; the repository's plans_may_name does \
+             not list it"
+        )
+    } else {
+        "agent or hook configuration".to_owned()
     }
-    let mut segments: Vec<&str> = link.split('/').collect();
-    segments.pop();
-    for segment in target.split('/') {
-        match segment {
-            "" | "." => {}
-            ".." => {
-                segments.pop()?;
+}
+
+/// `, through b -> c` for a chain's links after the first, or nothing.
+fn chain(through: &[String]) -> String {
+    const MAX_SHOWN: usize = 5;
+    if through.is_empty() {
+        return String::new();
+    }
+    let mut shown = through
+        .iter()
+        .take(MAX_SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(" -> ");
+    if through.len() > MAX_SHOWN {
+        shown.push_str(&format!(" -> … ({} links)", through.len()));
+    }
+    format!(", through {shown}")
+}
+
+/// The links that resolving `changes`' links meets whose targets `links` has not read: read them into `links` and
+/// ask again, until none is left (at most [`links::MAX_HOPS`] rounds: each round takes every chain a link further).
+pub fn unread(changes: &[Change], links: &Links) -> Vec<String> {
+    let mut needed: Vec<String> = changes
+        .iter()
+        .filter_map(|change| match &change.entry {
+            Entry::Symlink(target) => {
+                match links::resolve(&change.path, target.as_deref(), links) {
+                    Resolution::Needs(at) => Some(at),
+                    _ => None,
+                }
             }
-            other => segments.push(other),
-        }
-    }
-    if segments.is_empty() || segments.contains(&".git") {
-        return None;
-    }
-    Some(segments.join("/"))
+            _ => None,
+        })
+        .collect();
+    needed.sort();
+    needed.dedup();
+    needed
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::tasks::plan::ScopeText;
-
-    fn scope(text: &str) -> Scope {
-        match Scope::parse(text) {
-            ScopeText::Paths(scope) => scope,
-            other => panic!("{text}: {other:?}"),
-        }
-    }
-
-    fn link(path: &str, target: &str) -> Change {
-        Change {
-            path: path.to_owned(),
-            entry: Entry::Symlink(Some(target.to_owned())),
-        }
-    }
-
-    #[test]
-    fn protected_paths_are_found_at_any_depth_by_whole_segments() {
-        for (path, root) in [
-            (".claude/settings.json", Some(".claude")),
-            ("pkg/.claude/hooks/x.sh", Some("pkg/.claude")),
-            (".mcp.json", Some(".mcp.json")),
-            ("web/.mcp.json", Some("web/.mcp.json")),
-            (".github/workflows/planted.yml", Some(".github/workflows")),
-            (".github/CODEOWNERS", None),
-            (".github/workflows", None),
-            (".vscode/settings.json", Some(".vscode/settings.json")),
-            (".vscode/extensions.json", None),
-            ("opencode.jsonc", Some("opencode.jsonc")),
-            ("docs/.claude.md", None),
-            (".claudex/a", None),
-            (".husky/pre-commit", Some(".husky")),
-            ("src/main.rs", None),
-        ] {
-            assert_eq!(protected_root(path), root, "{path}");
-        }
-    }
-
-    #[test]
-    fn a_protected_path_is_refused_unless_the_scope_names_it() {
-        let changes = [
-            Change::file(".claude/settings.json"),
-            Change::file("src/a.rs"),
-        ];
-        for scope_text in ["**", "src/**, .c*/**", "*.json, src/**"] {
-            let judged = judge(Some(&scope(scope_text)), &changes);
-            assert_eq!(
-                judged.refused,
-                [".claude/settings.json (agent or hook configuration)"],
-                "{scope_text}"
-            );
-        }
-        let unscoped = judge(None, &changes);
-        assert_eq!(unscoped.refused.len(), 1);
-        assert!(unscoped.outside.is_empty());
-        for naming in [
-            ".claude/**, src/**",
-            ".claude, src",
-            ".claude/settings.json, src/*.rs",
-        ] {
-            let judged = judge(Some(&scope(naming)), &changes);
-            assert!(judged.refused.is_empty(), "{naming}: {judged:?}");
-            assert_eq!(judged.named, [".claude/settings.json"], "{naming}");
-            assert!(judged.outside.is_empty(), "{naming}");
-        }
-    }
-
-    #[test]
-    fn links_resolve_from_their_own_directory() {
-        assert_eq!(resolve("a/b/l", "c").as_deref(), Some("a/b/c"));
-        assert_eq!(resolve("a/b/l", "../c/./d").as_deref(), Some("a/c/d"));
-        assert_eq!(resolve("a/b/l", "../../c").as_deref(), Some("c"));
-        assert_eq!(resolve("l", "x//y/").as_deref(), Some("x/y"));
-        for (link, target) in [
-            ("a/b/l", "../../../etc/passwd"),
-            ("a/l", "/etc/passwd"),
-            ("l", ".."),
-            ("l", "."),
-            ("a/l", "../.git/config"),
-            ("a/l", "x\0y"),
-        ] {
-            assert_eq!(resolve(link, target), None, "{link} -> {target}");
-        }
-    }
-
-    #[test]
-    fn a_link_out_of_the_repository_or_the_scope_or_to_configuration_is_caught() {
-        let api = scope("src/api/**");
-        let judged = judge(
-            Some(&api),
-            &[
-                link("src/api/passwd", "../../../etc/passwd"),
-                link("src/api/web", "../web/page.ts"),
-                link("src/api/ok", "handlers.rs"),
-                link("src/api/hooks", "../../.claude/settings.json"),
-                Change {
-                    path: "src/api/bad".into(),
-                    entry: Entry::Symlink(None),
-                },
-            ],
-        );
-        assert_eq!(
-            judged.refused,
-            [
-                "src/api/bad (a symbolic link out of the repository)",
-                "src/api/hooks (a symbolic link to agent or hook configuration: .claude/settings.json)",
-                "src/api/passwd (a symbolic link out of the repository)",
-            ]
-        );
-        assert_eq!(
-            judged.outside,
-            [
-                "src/api/hooks (links to .claude/settings.json)",
-                "src/api/web (links to src/web/page.ts)",
-            ]
-        );
-        // Without a scope only the repository's bounds and the protected paths hold.
-        let unscoped = judge(None, &[link("l", "../x"), link("docs/l", "../src/x")]);
-        assert_eq!(
-            unscoped.refused,
-            ["l (a symbolic link out of the repository)"]
-        );
-        assert!(unscoped.outside.is_empty());
-    }
-
-    #[test]
-    fn a_gitlink_is_refused_unless_the_scope_names_its_path() {
-        let gitlink = Change {
-            path: "vendor/lib".into(),
-            entry: Entry::Gitlink,
-        };
-        for scope_text in ["vendor/**", "**", "vendor/*"] {
-            let judged = judge(Some(&scope(scope_text)), std::slice::from_ref(&gitlink));
-            assert_eq!(
-                judged.refused,
-                ["vendor/lib (a gitlink: a submodule's commit)"],
-                "{scope_text}"
-            );
-        }
-        assert_eq!(judge(None, std::slice::from_ref(&gitlink)).refused.len(), 1);
-        let named = judge(Some(&scope("vendor/lib")), std::slice::from_ref(&gitlink));
-        assert_eq!(named, Judged::default());
-    }
-}
-
-#[cfg(test)]
-mod agrees_with_agent_config {
-    /// The CLI configuration a reviewer never loads (`tasks::agent_config::PATHS`) is protected here too: a path
-    /// one list knows and the other does not would be set aside but pushed, or refused but loaded.
-    #[test]
-    fn every_agent_cli_configuration_path_is_protected() {
-        for path in crate::tasks::agent_config::PATHS {
-            let inside = format!("{path}/settings.json");
-            assert!(
-                super::protected_root(path).is_some() || super::protected_root(&inside).is_some(),
-                "{path} is CLI configuration but not protected"
-            );
-        }
-    }
-}
+mod tests;

@@ -21,7 +21,8 @@
 //! - [`glob`]: path globs, matching and overlap (one automaton for both).
 //! - [`scope`]: a task's scope text read as globs, prose or nothing; a scope stored as data.
 //! - [`guard`]: what a push is held to beyond the globs: agent and hook configuration ([`guard::PROTECTED`]),
-//!   symbolic links by where they point, gitlinks.
+//!   which a planner's scope names only where the repository allows it, symbolic links by where they end up
+//!   ([`guard::links`]), gitlinks.
 //! - [`document`]: the plan file, its checks and its errors.
 
 pub mod document;

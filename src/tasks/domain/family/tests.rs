@@ -37,7 +37,7 @@ fn document() -> PlanDocument {
         {"id": "db", "title": "Orders table", "task": "Add it", "scope": ["migrations/**"], "done_when": "migrates", "depends_on": []},
         {"id": "api", "title": "Orders API", "task": "Serve it", "scope": ["src/api/**"], "done_when": "served", "depends_on": ["db"]}
     ]}"#;
-    PlanDocument::parse(json, &PlanLimits { max_items: 20 }).expect("a valid plan")
+    PlanDocument::parse(json, &PlanLimits::default()).expect("a valid plan")
 }
 
 /// Decides `command` and applies what it decided.

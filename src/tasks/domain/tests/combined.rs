@@ -62,7 +62,7 @@ fn plan_in(column: Column) -> Task {
             {"id": "a", "title": "A", "task": "a", "scope": ["a/**"], "done_when": "a", "depends_on": []},
             {"id": "b", "title": "B", "task": "b", "scope": ["b/**"], "done_when": "b", "depends_on": []}
         ]}"#,
-        &PlanLimits { max_items: 20 },
+        &PlanLimits::default(),
     )
     .expect("a plan");
     let task = then(created, Command::Start { run: run(1) });

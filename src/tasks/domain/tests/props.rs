@@ -268,7 +268,7 @@ fn sha(n: u8) -> CommitSha {
 fn plan_document() -> crate::tasks::plan::PlanDocument {
     crate::tasks::plan::PlanDocument::parse(
         br#"{"version": 1, "items": [{"id": "a", "title": "A", "task": "do a", "scope": ["a/**"], "done_when": "a"}]}"#,
-        &crate::tasks::plan::PlanLimits { max_items: 20 },
+        &crate::tasks::plan::PlanLimits::default(),
     )
     .expect("a valid plan")
 }

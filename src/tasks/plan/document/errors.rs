@@ -30,6 +30,9 @@ pub enum PlanErrorKind {
     Glob,
     /// A scope entry that names no path: a placeholder word (`n/a`, `none`, `tbd`, …), blank, or wildcards alone.
     Placeholder,
+    /// A scope entry that names or covers agent, hook or CI configuration (`guard::PROTECTED`) the repository does
+    /// not let plans name (`plans_may_name`).
+    Protected,
     DependsOn,
     Overlap,
     Cycle,

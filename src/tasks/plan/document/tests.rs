@@ -191,7 +191,8 @@ fn the_item_limit_allows_exactly_max_items() {
             .map(|i| item(&format!("i{i}"), &[&format!("dir{i}")], &[]))
             .collect()
     };
-    let limits = PlanLimits { max_items: 3 };
+    let mut limits = limits();
+    limits.max_items = 3;
     let at = plan(items(3));
     assert_eq!(
         PlanDocument::parse(at.to_string().as_bytes(), &limits)

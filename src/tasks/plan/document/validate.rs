@@ -12,8 +12,10 @@ use super::{ItemId, PlanDocument, PlanItem, PlanLimits, PLAN_PATH};
 use crate::tasks::plan::glob::Glob;
 use crate::tasks::plan::scope::Scope;
 
+mod protected;
 mod relations;
 
+use protected::protected_scopes;
 use relations::{cycles, overlaps, unique_ids};
 
 pub(super) fn parse(bytes: &[u8], limits: &PlanLimits) -> Result<PlanDocument, PlanErrors> {
@@ -168,6 +170,9 @@ pub(super) fn check(
     if within_limit {
         overlaps(&drafts, &mut errors);
         cycles(&drafts, &ids, &mut errors);
+        if reading == Reading::File {
+            protected_scopes(&drafts, &limits.may_name, &mut errors);
+        }
     }
     let typed: Option<Vec<PlanItem>> = drafts.iter().map(Draft::finish).collect();
     match typed {
@@ -291,6 +296,8 @@ struct Draft {
     done_when: Option<String>,
     /// The valid entries, compared with other items' even when some entry is invalid.
     globs: Vec<Glob>,
+    /// Each valid entry's place in `scope`, for error lines.
+    glob_at: Vec<usize>,
     scope_ok: bool,
     /// `depends_on` entries that are strings, with their position; resolved against the ids once all are read.
     wanted: Vec<(usize, String)>,
@@ -308,6 +315,7 @@ impl Draft {
             task: None,
             done_when: None,
             globs: Vec::new(),
+            glob_at: Vec::new(),
             scope_ok: false,
             wanted: Vec::new(),
             depends_on: None,
@@ -448,7 +456,10 @@ impl Draft {
                     ok = false;
                 }
                 Value::String(text) => match text.parse::<Glob>() {
-                    Ok(glob) if Scope::holds(&glob) => self.globs.push(glob),
+                    Ok(glob) if Scope::holds(&glob) => {
+                        self.globs.push(glob);
+                        self.glob_at.push(j);
+                    }
                     Ok(_) => {
                         errors.push(
                             Kind::Scope,
