@@ -19,14 +19,12 @@
 //! 429 / 529, Codex's, pi's and OpenCode's error events saying the same.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use chrono::{DateTime, TimeZone, Utc};
-use regex::Regex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use figures::{cost, cut, tokens, turns};
+use figures::{cost, tokens, turns};
 pub use figures::{MAX_COST_USD, MAX_MESSAGES, MAX_TOKENS, MAX_TURNS};
 
 /// The longest output line the meter reads; a longer one (a tool's huge output echoed in a transcript line) is
@@ -199,104 +197,6 @@ impl PartialEq for UsageFormat {
 }
 
 impl Eq for UsageFormat {}
-
-/// A custom agent's usage line: a regex with named groups.
-#[derive(Clone, Debug)]
-pub struct UsagePattern {
-    regex: Regex,
-}
-
-impl UsagePattern {
-    pub const GROUPS: [&'static str; 6] = [
-        "input",
-        "output",
-        "cache_read",
-        "cache_write",
-        "cost",
-        "turns",
-    ];
-
-    pub fn new(pattern: &str) -> Result<Self, String> {
-        let regex = Regex::new(pattern).map_err(|e| format!("not a regex: {e}"))?;
-        let names: Vec<&str> = regex.capture_names().flatten().collect();
-        if let Some(unknown) = names.iter().find(|n| !Self::GROUPS.contains(n)) {
-            return Err(format!(
-                "unknown group (?P<{unknown}>…): the groups are {}",
-                Self::GROUPS.join(", ")
-            ));
-        }
-        if names.is_empty() {
-            return Err(format!(
-                "the regex names no group: name at least one of {}",
-                Self::GROUPS.join(", ")
-            ));
-        }
-        Ok(UsagePattern { regex })
-    }
-
-    /// The figures of a matching line; `Err` names one a stranger made up (not a number, out of bounds).
-    fn read(&self, line: &str) -> Option<Result<Usage, String>> {
-        let captures = self.regex.captures(line)?;
-        let number = |name: &str| -> Result<u64, String> {
-            let Some(m) = captures.name(name) else {
-                return Ok(0);
-            };
-            m.as_str()
-                .replace([',', '_'], "")
-                .parse::<u64>()
-                .ok()
-                .filter(|n| *n <= MAX_TOKENS)
-                .ok_or_else(|| {
-                    format!(
-                        "{name} = {:?}: not a count from 0 to {MAX_TOKENS}",
-                        cut(m.as_str())
-                    )
-                })
-        };
-        let read = || -> Result<Usage, String> {
-            let cost = match captures.name("cost") {
-                None => None,
-                Some(m) => Some(
-                    m.as_str()
-                        .parse::<f64>()
-                        .ok()
-                        .filter(|c| c.is_finite() && (0.0..=MAX_COST_USD).contains(c))
-                        .ok_or_else(|| {
-                            format!(
-                                "cost = {:?}: not a number of US dollars from 0 to {MAX_COST_USD}",
-                                cut(m.as_str())
-                            )
-                        })?,
-                ),
-            };
-            let turns = number("turns")?;
-            Ok(Usage {
-                input_tokens: number("input")?,
-                output_tokens: number("output")?,
-                cache_read_tokens: number("cache_read")?,
-                cache_write_tokens: number("cache_write")?,
-                cost_usd: cost,
-                turns: u32::try_from(turns)
-                    .ok()
-                    .filter(|t| *t <= MAX_TURNS)
-                    .ok_or_else(|| format!("turns = {turns}: at most {MAX_TURNS}"))?,
-            })
-        };
-        Some(read())
-    }
-}
-
-impl PartialEq for UsagePattern {
-    fn eq(&self, other: &Self) -> bool {
-        self.regex.as_str() == other.regex.as_str()
-    }
-}
-
-impl fmt::Display for UsagePattern {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.regex.as_str())
-    }
-}
 
 /// Reads an agent's output as it streams: whole lines, whatever the chunks.
 #[derive(Debug)]
@@ -711,5 +611,7 @@ fn status_code(text: &str, code: &str) -> bool {
 }
 
 mod figures;
+mod pattern;
+pub use pattern::UsagePattern;
 #[cfg(test)]
 mod tests;
