@@ -1,0 +1,121 @@
+//! A run's outcome applied to its task (a success submitted for review, a failure as its retry's cause, a
+//! proposal), and an outcome another writer recorded recovered from the run's stream.
+
+use chrono::Utc;
+
+use super::super::limits::MAX_LIMIT_WAIT_UNKNOWN;
+use super::super::{Dispatcher, DISPATCHER};
+use crate::board::BoardError;
+use crate::dispatch::runs::{self, FailureKind, Proposal, RunEvent};
+use crate::projectors::runs as run_rows;
+use crate::tasks::{Command, Reason, RetryCause, RunId, TaskError};
+
+impl Dispatcher {
+    /// Moves the task on after a run's outcome. Idempotent: a second application names a run that is no longer
+    /// live and the domain refuses it, which is the expected answer here.
+    pub(in crate::dispatch::dispatcher) async fn apply(&self, outcome: &RunEvent) {
+        let (task, command) = match outcome {
+            RunEvent::Succeeded {
+                task,
+                run,
+                branch,
+                report,
+                ..
+            } => (
+                *task,
+                Command::SubmitForReview {
+                    run: *run,
+                    branch: branch.clone(),
+                    pr: None,
+                    report: report.clone(),
+                },
+            ),
+            RunEvent::Failed {
+                task,
+                run,
+                kind,
+                until,
+                ..
+            } => (
+                *task,
+                Command::Retry {
+                    cause: match kind {
+                        FailureKind::Interrupted => RetryCause::Interrupted { run: *run },
+                        // The agent did not run: not its attempt (see `hooks.rs`). Nor is a reviewer's failure.
+                        FailureKind::Setup | FailureKind::Reviewer => {
+                            RetryCause::SetupFailed { run: *run }
+                        }
+                        FailureKind::NeedsHuman => RetryCause::AgentNeedsHuman { run: *run },
+                        FailureKind::Asked => RetryCause::AgentAsked { run: *run },
+                        // An output budget is a budget: an agent that floods once floods again, so a person looks.
+                        FailureKind::Budget | FailureKind::Flooded => {
+                            RetryCause::OverBudget { run: *run }
+                        }
+                        FailureKind::Restarted => RetryCause::Restarted { run: *run },
+                        FailureKind::Limited => RetryCause::Limited {
+                            run: *run,
+                            until: until.unwrap_or_else(|| Utc::now() + MAX_LIMIT_WAIT_UNKNOWN),
+                        },
+                        _ => RetryCause::RunFailed { run: *run },
+                    },
+                    // A question is the task's reason as the agent wrote it: it is asked where the task came from.
+                    reason: match (kind, outcome) {
+                        (FailureKind::Asked, RunEvent::Failed { detail, .. }) => {
+                            Reason::summarize(detail)
+                        }
+                        _ => outcome
+                            .failure_reason()
+                            .unwrap_or_else(|| Reason::summarize("the run failed")),
+                    },
+                },
+            ),
+            RunEvent::Proposed {
+                task,
+                run,
+                proposal,
+                ..
+            } => (
+                *task,
+                match proposal {
+                    Proposal::Plan { plan } => Command::ProposePlan {
+                        run: *run,
+                        plan: plan.clone(),
+                    },
+                    Proposal::Spec { spec } => Command::ProposeSpec {
+                        run: *run,
+                        spec: spec.clone(),
+                    },
+                },
+            ),
+            _ => return,
+        };
+        match self.inner.board.execute(task, &command, DISPATCHER).await {
+            Ok(_) => {}
+            Err(BoardError::Refused(
+                TaskError::StaleRun { .. }
+                | TaskError::WrongColumn { .. }
+                | TaskError::Archived { .. },
+            )) => {}
+            Err(error) => {
+                // Left for the watchdog, which applies a recorded outcome to a task still in progress.
+                tracing::warn!(%task, error = %error, "could not move the task on after its run");
+            }
+        }
+    }
+
+    /// Applies whatever outcome the run's stream holds (another writer's).
+    pub(in crate::dispatch::dispatcher) async fn recover(&self, run: RunId) {
+        match self.store().read_stream(&runs::stream(run)).await {
+            Ok(events) => {
+                if let Some(outcome) = events
+                    .iter()
+                    .filter_map(|e| run_rows::decode(e).ok())
+                    .find(RunEvent::is_terminal)
+                {
+                    self.apply(&outcome).await;
+                }
+            }
+            Err(error) => tracing::warn!(%run, %error, "cannot read the run's outcome"),
+        }
+    }
+}
