@@ -15,6 +15,8 @@ use crate::tasks::plan::PlanDocument;
 use crate::tasks::{AttemptReport, BranchName, Reason, RunId, Spec, TaskId};
 
 pub const RUN_STREAM_PREFIX: &str = "run:";
+/// The type of [`RunEvent::EgressRefused`] (the task page reads a run's by it).
+pub const EGRESS_REFUSED: &str = "run.egress_refused";
 
 /// Most bytes of an agent's output an event carries (the whole output is in the run's log file).
 pub const TAIL_BYTES: usize = 4096;
@@ -284,6 +286,28 @@ pub struct RefusedEgress {
     pub count: u64,
 }
 
+impl RefusedEgress {
+    /// A run's refusals from all its `EgressRefused` events, one line per (host, port), counts added (saturating:
+    /// the counts are ours, but a sum must never wrap), in host and port order.
+    pub fn merged<'a>(lists: impl IntoIterator<Item = &'a [RefusedEgress]>) -> Vec<RefusedEgress> {
+        let mut by_destination: std::collections::BTreeMap<(&str, u16), u64> = Default::default();
+        for refused in lists.into_iter().flatten() {
+            let count = by_destination
+                .entry((refused.host.as_str(), refused.port))
+                .or_default();
+            *count = count.saturating_add(refused.count);
+        }
+        by_destination
+            .into_iter()
+            .map(|((host, port), count)| RefusedEgress {
+                host: host.to_owned(),
+                port,
+                count,
+            })
+            .collect()
+    }
+}
+
 /// What a planner or triage run proposes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -300,7 +324,7 @@ impl RunEvent {
             RunEvent::Succeeded { .. } => "run.succeeded",
             RunEvent::Failed { .. } => "run.failed",
             RunEvent::Proposed { .. } => "run.proposed",
-            RunEvent::EgressRefused { .. } => "run.egress_refused",
+            RunEvent::EgressRefused { .. } => EGRESS_REFUSED,
         }
     }
 
@@ -493,6 +517,30 @@ mod tests {
         assert!(started.failure_reason().is_none());
         assert!(!started.is_terminal());
         assert!(failed("").is_terminal());
+    }
+
+    #[test]
+    fn refusals_merge_per_destination_and_never_wrap() {
+        let line = |host: &str, port, count| RefusedEgress {
+            host: host.to_owned(),
+            port,
+            count,
+        };
+        let agent = [line("b.example", 443, 2), line("a.example", 443, 1)];
+        let reviewer = [
+            line("b.example", 443, u64::MAX),
+            line("b.example", 80, 1),
+            line("a.example", 443, 4),
+        ];
+        assert_eq!(
+            RefusedEgress::merged([&agent[..], &reviewer[..]]),
+            vec![
+                line("a.example", 443, 5),
+                line("b.example", 80, 1),
+                line("b.example", 443, u64::MAX),
+            ]
+        );
+        assert!(RefusedEgress::merged(std::iter::empty()).is_empty());
     }
 
     #[test]

@@ -285,6 +285,24 @@ impl EventStore {
         })
     }
 
+    /// A domain stream's events of one type (a run's `run.egress_refused`, say, without its heartbeats), in
+    /// stream-version order.
+    pub async fn read_stream_of_type(
+        &self,
+        stream: &str,
+        event_type: &str,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        crate::on_store!(self, |pool, backend| {
+            let sql = format!("SELECT {} {}", backend::COLUMNS, sql::STREAM_EVENTS_OF_TYPE);
+            let rows = sqlx::query(&sql)
+                .bind(stream)
+                .bind(event_type)
+                .fetch_all(pool)
+                .await?;
+            rows.iter().map(backend::decode).collect()
+        })
+    }
+
     /// A domain stream's current version (its highest `stream_version`), 0 when it has no events.
     pub async fn stream_version(&self, stream: &str) -> Result<i64, StoreError> {
         crate::on_store!(self, |pool, backend| Ok(sqlx::query_scalar(

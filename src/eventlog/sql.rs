@@ -18,6 +18,11 @@ pub const EVENT_BY_ID: &str = "FROM events WHERE id = $1";
 pub const STREAM_EVENTS: &str =
     "FROM events WHERE stream = $1 AND stream IS NOT NULL ORDER BY stream_version";
 
+/// A domain stream's events of one type (`$1` the stream, `$2` the type), in stream-version order. Follows a
+/// column list.
+pub const STREAM_EVENTS_OF_TYPE: &str = "FROM events WHERE stream = $1 AND stream IS NOT NULL \
+     AND event_type = $2 ORDER BY stream_version";
+
 /// The event stored under a `(source, dedup_key)` (`$1`, `$2`). Follows a column list.
 pub const EVENT_BY_KEY: &str = "FROM events WHERE source = $1 AND dedup_key = $2";
 

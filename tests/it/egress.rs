@@ -367,12 +367,19 @@ echo done > refused.txt"#,
         },
     )
     .await;
+    let shown = "Network refused by its egress proxy: <code>169.254.169.254:443</code> ×2";
     let (status, html) = get(&app, &page, &cookie).await;
     assert_eq!(status, 200);
-    assert!(
-        html.contains("Network refused by its egress proxy: <code>169.254.169.254:443</code> ×2"),
-        "{html}"
-    );
+    assert!(html.contains(shown), "{html}");
+    // Read from the log, not from a file beside the run: still there once its run directory is gone (as after gc,
+    // or on another worker's page), and nothing a file there says is shown.
+    let runs = scratch.path().join("ws").join("runs");
+    assert!(runs.is_dir(), "the runs were not under {}", runs.display());
+    std::fs::remove_dir_all(&runs).unwrap();
+    let (status, html) = get(&app, &page, &cookie).await;
+    assert_eq!(status, 200);
+    assert!(html.contains("its run directory is gone"), "{html}");
+    assert!(html.contains(shown), "{html}");
 }
 
 /// A repository's hook gets the same network as its agent: its setup (repository code, contained like the agent)
@@ -425,10 +432,24 @@ curl -s -o /dev/null -m 10 --noproxy "" -x "$HTTPS_PROXY" https://169.254.169.25
         .expect("the hook's probe");
     // curl: 7 = could not connect; 56 = the proxy answered the CONNECT with 403.
     assert_eq!(probe, "direct=7\nproxy=56\n", "the hook reached something");
-    let refused = run_files(
-        &scratch.path().join("ws"),
-        pidevops::dispatch::egress::REFUSED_FILE,
-    );
+    // On the run: its `run.egress_refused` event in the log.
+    let store = app.state.log.store();
+    let recorded = || async {
+        store
+            .read_after(0, 10_000)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|e| e.event_type == pidevops::domain::runs::EGRESS_REFUSED)
+            .map(|e| String::from_utf8_lossy(&e.body).into_owned())
+    };
+    within(
+        Duration::from_secs(30),
+        "the run's refusals recorded",
+        || async { recorded().await.is_some() },
+    )
+    .await;
+    let refused = recorded().await.unwrap_or_default();
     assert!(
         refused.contains(r#""host":"169.254.169.254","port":443"#),
         "the hook's refusal is not on the run: {refused}"

@@ -264,15 +264,6 @@ impl Dispatcher {
         }
         let egress_refused = self.take_refusals(&prepared);
         if !egress_refused.is_empty() {
-            if let Ok(json) = serde_json::to_vec(&egress_refused) {
-                let file = prepared
-                    .dirs
-                    .dir
-                    .join(crate::dispatch::egress::REFUSED_FILE);
-                if let Err(error) = tokio::fs::write(&file, json).await {
-                    tracing::warn!(task = %id, %run, %error, "egress refusals not written for the task page");
-                }
-            }
             let event = RunEvent::EgressRefused {
                 at: Utc::now(),
                 run,

@@ -33,9 +33,6 @@ use policy::{Head, Policy, Refusal, Target, Verdict};
 pub const BRIDGE_PORT: u16 = 3128;
 /// Where the proxy's socket is bound inside the sandbox.
 pub const SOCKET_IN_SANDBOX: &str = "/run/pidevops/egress.sock";
-/// What a run's proxies refused, written by pidevops into the run's directory (which the agent cannot write) for
-/// the task page; the run's `run.egress_refused` event is the record.
-pub const REFUSED_FILE: &str = "egress-refused.json";
 
 /// Longest request head read; a longer one is refused.
 const MAX_HEAD: usize = 64 * 1024;

@@ -285,7 +285,12 @@ async fn render(
     let mut attempts = Vec::with_capacity(runs.len());
     for (i, run) in runs.iter().enumerate() {
         let attempt = if i + SHOWN_IN_FULL >= runs.len() {
-            here.attempt(run.clone(), open == Some(i)).await
+            let mut attempt = here.attempt(run.clone(), open == Some(i)).await;
+            attempt.egress_refused = match egress_refused(store, run).await {
+                Ok(refused) => refused,
+                Err(e) => return unavailable(format!("{e:#}")),
+            };
+            attempt
         } else {
             Attempt::summarized(run.clone(), SHOWN_IN_FULL)
         };
@@ -405,16 +410,12 @@ impl Here {
                 Err(why) => Files::Away(why.clone()),
             })
         };
-        let egress_refused = match &dir {
-            Ok(dir) => read_refused(dir).await,
-            Err(_) => Vec::new(),
-        };
         Attempt {
             run,
             log,
             diff,
             open,
-            egress_refused,
+            egress_refused: Vec::new(),
         }
     }
 }
@@ -448,23 +449,21 @@ async fn read_end(path: &Path, cap: u64) -> Option<(String, u64)> {
     Some((String::from_utf8_lossy(&bytes).into_owned(), skipped))
 }
 
-/// What an attempt's egress proxies refused, as the dispatcher wrote it (capped; nothing when absent or unreadable).
-async fn read_refused(dir: &Path) -> Vec<crate::domain::runs::RefusedEgress> {
-    use tokio::io::AsyncReadExt;
-    let mut json = Vec::new();
-    let Ok(file) = tokio::fs::File::open(dir.join(crate::dispatch::egress::REFUSED_FILE)).await
-    else {
-        return Vec::new();
-    };
-    if file
-        .take(DIFF_JSON_BYTES)
-        .read_to_end(&mut json)
-        .await
-        .is_err()
-    {
-        return Vec::new();
+/// What an attempt's egress proxies refused: its run's `run.egress_refused` events in the log (the record, on
+/// every machine and after its run directory is gone), merged per destination.
+async fn egress_refused(
+    store: &crate::eventlog::EventStore,
+    run: &RunRow,
+) -> anyhow::Result<Vec<crate::domain::runs::RefusedEgress>> {
+    use crate::domain::runs::{RefusedEgress, RunEvent, EGRESS_REFUSED, RUN_STREAM_PREFIX};
+    let stream = format!("{RUN_STREAM_PREFIX}{}", run.run_id);
+    let mut lists = Vec::new();
+    for stored in store.read_stream_of_type(&stream, EGRESS_REFUSED).await? {
+        if let RunEvent::EgressRefused { refused, .. } = runs::decode(&stored)? {
+            lists.push(refused);
+        }
     }
-    serde_json::from_slice(&json).unwrap_or_default()
+    Ok(RefusedEgress::merged(lists.iter().map(Vec::as_slice)))
 }
 
 /// The recorded diff of an attempt, if it has one.
