@@ -135,6 +135,14 @@ fn containment(out: &mut String, settings: &Settings) {
             "armed"
         };
         let _ = writeln!(out, "memory                     {state:<9} {memory}");
+        let bounds = &settings.file.dispatch.bounds;
+        let scratch = found.describe_scratch(bounds.tmp_size, bounds.home_size);
+        let state = if scratch.starts_with("not bounded") {
+            "warn"
+        } else {
+            "armed"
+        };
+        let _ = writeln!(out, "agent HOME and /tmp        {state:<9} {scratch}");
         let host = settings.file.profiles.on_host_network();
         let network = if host.is_empty() {
             "proxy     every profile has a network of its own: egress through pidevops's proxy"

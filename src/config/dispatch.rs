@@ -13,7 +13,8 @@
 //! containment = "required"    # agents must run contained (namespaces, else landlock); "best-effort" opts out
 //! bwrap = "bwrap"             # the bubblewrap program (a path, or a name on PATH)
 //! readable = ["/opt/tools"]   # more paths agents may read (and run), beyond the system and their own
-//! tmp_size_mib = 512          # each agent's private /tmp (a tmpfs under bubblewrap)
+//! tmp_size_mib = 512          # each agent's private /tmp and TMPDIR (each a tmpfs under bubblewrap)
+//! home_size_mib = 1024        # each agent's HOME (a tmpfs under bubblewrap)
 //! memory_max_mib = 4096       # each agent's memory, where cgroup v2 delegation lets pidevops set it
 //! output_max_mib = 256        # what an agent may print in one run; past it, stopped (`flooded`)
 //! log_keep_mib = 4            # agent.log keeps this much of the start and of the end of the output
@@ -111,8 +112,10 @@ pub struct DispatchConfig {
 /// What one agent may take of the machine, in bytes (`[dispatch]`'s `*_mib` keys).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AgentBounds {
-    /// The size of its private `/tmp` tmpfs.
+    /// The size of its private `/tmp` and of its TMPDIR, each a tmpfs.
     pub tmp_size: u64,
+    /// The size of its HOME tmpfs.
+    pub home_size: u64,
     /// Its memory limit, where a cgroup can hold it (see `dispatch::cgroup`).
     pub memory_max: u64,
     /// What it may print in one run before it is stopped.
@@ -127,6 +130,7 @@ impl Default for AgentBounds {
     fn default() -> Self {
         Self::from_table(&DispatchTable::default()).unwrap_or(Self {
             tmp_size: 512 << 20,
+            home_size: 1024 << 20,
             memory_max: 4096 << 20,
             output_max: 256 << 20,
             log_keep: 4 << 20,
@@ -147,6 +151,7 @@ impl AgentBounds {
         // Ceilings are sanity, not policy: 1 TiB of memory or /tmp, 64 GiB of output.
         let bounds = Self {
             tmp_size: mib("tmp_size_mib", dispatch.tmp_size_mib, 1, 1 << 20)?,
+            home_size: mib("home_size_mib", dispatch.home_size_mib, 1, 1 << 20)?,
             memory_max: mib("memory_max_mib", dispatch.memory_max_mib, 64, 1 << 20)?,
             output_max: mib("output_max_mib", dispatch.output_max_mib, 1, 1 << 16)?,
             log_keep: mib("log_keep_mib", dispatch.log_keep_mib, 1, 1024)?,
@@ -429,8 +434,11 @@ mod tests {
 
     #[test]
     fn an_agents_bounds_are_read_in_mebibytes_with_defaults() {
-        let config = parse("[dispatch]\ntmp_size_mib = 64\nmin_free_disk_mib = 0").unwrap();
+        let config =
+            parse("[dispatch]\ntmp_size_mib = 64\nhome_size_mib = 128\nmin_free_disk_mib = 0")
+                .unwrap();
         assert_eq!(config.bounds.tmp_size, 64 << 20);
+        assert_eq!(config.bounds.home_size, 128 << 20);
         assert_eq!(config.bounds.min_free_disk, 0);
         assert_eq!(config.bounds.output_max, 256 << 20);
         assert_eq!(config.bounds.log_keep, 4 << 20);
@@ -458,6 +466,7 @@ mod tests {
             ("[dispatch]\nreadable = [\"relative\"]", "dispatch.readable"),
             ("[dispatch]\nbwrap = \"\"", "dispatch.bwrap"),
             ("[dispatch]\ntmp_size_mib = 0", "dispatch.tmp_size_mib"),
+            ("[dispatch]\nhome_size_mib = 0", "dispatch.home_size_mib"),
             ("[dispatch]\nmemory_max_mib = 8", "dispatch.memory_max_mib"),
             ("[dispatch]\noutput_max_mib = -1", "dispatch.output_max_mib"),
             ("[dispatch]\nlog_keep_mib = 0", "dispatch.log_keep_mib"),

@@ -59,6 +59,29 @@ impl Containment {
             Self::None { why } => format!("none: {why}; agents run with the service's view of the machine"),
         }
     }
+
+    /// What bounds the memory and disk an agent's own directories take here (`/health`, doctor): sized tmpfs
+    /// under bubblewrap; otherwise "not bounded, because …" (directories on the workspace volume, which only
+    /// `min_free_disk_mib` watches).
+    pub fn describe_scratch(&self, tmp_size: u64, home_size: u64) -> String {
+        match self {
+            Self::Namespaces { .. } => format!(
+                "tmpfs per agent: /tmp and TMPDIR {} MiB each, HOME {} MiB",
+                tmp_size >> 20,
+                home_size >> 20
+            ),
+            Self::Landlock { .. } => {
+                "not bounded, because Landlock cannot mount a tmpfs: HOME and TMPDIR are \
+                 directories on the workspace volume (claims stop below min_free_disk_mib)"
+                    .to_owned()
+            }
+            Self::None { .. } => {
+                "not bounded, because nothing contains agents: HOME and TMPDIR are directories \
+                 on the workspace volume (claims stop below min_free_disk_mib)"
+                    .to_owned()
+            }
+        }
+    }
 }
 
 /// Finds what can contain agents here: bubblewrap if it can make a PID and mount namespace (tried for real: some
@@ -198,11 +221,20 @@ pub struct AgentView {
     pub readable: Vec<PathBuf>,
     /// Whether the service runs as root: then the agent gets no capabilities.
     pub drop_capabilities: bool,
-    /// Bytes of each tmpfs (`/tmp` and `scratch`) under bubblewrap: memory the agent may fill, so bounded.
+    /// Bytes of its private `/tmp` tmpfs under bubblewrap: memory the agent may fill, so bounded.
     pub tmp_size: Option<u64>,
-    /// Its own directories that need not outlive the process (TMPDIR): a tmpfs of `tmp_size` under bubblewrap
-    /// instead of a directory on the workspace volume.
-    pub scratch: Vec<PathBuf>,
+    /// Its own directories that need not outlive the process (TMPDIR, HOME): under bubblewrap each a tmpfs of its
+    /// size instead of a directory on the workspace volume. A writable path inside one (pi's agent directory,
+    /// written by pidevops into HOME) is bound on top of it.
+    pub scratch: Vec<Scratch>,
+}
+
+/// A directory of an agent's that is a sized tmpfs under bubblewrap.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Scratch {
+    pub path: PathBuf,
+    /// Bytes: what a write past fails with "no space left on device".
+    pub size: u64,
 }
 
 impl AgentView {
@@ -251,13 +283,13 @@ pub fn bwrap_argv(
         // First, so that the paths bound below (a worktree under /tmp) are mounted on top of it, not hidden.
         // Its own TMPDIR is in the run directory; this is for tools that write to /tmp regardless.
     ];
-    let tmpfs = |out: &mut Vec<String>, path: String| {
-        if let Some(size) = view.tmp_size {
+    let tmpfs = |out: &mut Vec<String>, path: String, size: Option<u64>| {
+        if let Some(size) = size {
             out.extend(["--size".into(), size.to_string()]);
         }
         out.extend(["--tmpfs".into(), path]);
     };
-    tmpfs(&mut out, "/tmp".into());
+    tmpfs(&mut out, "/tmp".into(), view.tmp_size);
     if view.drop_capabilities {
         out.extend(["--cap-drop".into(), "ALL".into()]);
     }
@@ -280,12 +312,22 @@ pub fn bwrap_argv(
             _ => out.extend(["--ro-bind-try".into(), s(path), s(path)]),
         }
     }
-    // Writable after readable: a worktree inside a readable directory is mounted over it, read-write.
-    for path in &view.writable {
+    // Writable after readable: a worktree inside a readable directory is mounted over it, read-write. A writable
+    // path inside a scratch tmpfs goes after that tmpfs, which would hide it.
+    let (inside_scratch, outside_scratch): (Vec<&PathBuf>, Vec<&PathBuf>) =
+        view.writable.iter().partition(|path| {
+            view.scratch
+                .iter()
+                .any(|scratch| path.starts_with(&scratch.path) && **path != scratch.path)
+        });
+    for path in outside_scratch {
         out.extend(["--bind".into(), s(path), s(path)]);
     }
-    for path in &view.scratch {
-        tmpfs(&mut out, s(path));
+    for scratch in &view.scratch {
+        tmpfs(&mut out, s(&scratch.path), Some(scratch.size));
+    }
+    for path in inside_scratch {
+        out.extend(["--bind".into(), s(path), s(path)]);
     }
     if let BwrapNet::Own {
         proxy_socket: Some(socket),
@@ -612,7 +654,10 @@ mod tests {
             readable: vec![PathBuf::from("/ws/prompt.md")],
             drop_capabilities: true,
             tmp_size: Some(64 << 20),
-            scratch: vec![PathBuf::from("/ws/runs/T-1/r/tmp")],
+            scratch: vec![Scratch {
+                path: PathBuf::from("/ws/runs/T-1/r/tmp"),
+                size: 64 << 20,
+            }],
         };
         let argv = bwrap_argv(
             Path::new("/usr/bin/bwrap"),
@@ -640,6 +685,65 @@ mod tests {
         assert_eq!(argv.iter().filter(|a| *a == "--tmpfs").count(), 2);
         assert!(at("--bind") < argv.iter().rposition(|a| a == "--tmpfs").unwrap());
         assert!(!argv.contains(&"--unshare-net".to_owned()));
+    }
+
+    #[test]
+    fn home_is_a_tmpfs_of_its_own_size_and_what_pidevops_put_inside_is_bound_on_top() {
+        let home = PathBuf::from("/ws/runs/T-1/r/home");
+        let pi = home.join(".pi-agent-0123");
+        let view = AgentView {
+            writable: vec![pi.clone(), PathBuf::from("/ws/runs/T-1/r/worktree")],
+            readable: Vec::new(),
+            drop_capabilities: false,
+            tmp_size: Some(64 << 20),
+            scratch: vec![
+                Scratch {
+                    path: PathBuf::from("/ws/runs/T-1/r/tmp"),
+                    size: 64 << 20,
+                },
+                Scratch {
+                    path: home.clone(),
+                    size: 256 << 20,
+                },
+            ],
+        };
+        let argv = bwrap_argv(
+            Path::new("/usr/bin/bwrap"),
+            &view,
+            Path::new("/ws/runs/T-1/r/worktree"),
+            &["agent".into()],
+            BwrapNet::Host,
+        );
+        let sized: Vec<(&str, &str)> = argv
+            .windows(4)
+            .filter(|w| w[0] == "--size" && w[2] == "--tmpfs")
+            .map(|w| (w[3].as_str(), w[1].as_str()))
+            .collect();
+        let (home_size, tmp_size) = ((256u64 << 20).to_string(), (64u64 << 20).to_string());
+        assert_eq!(
+            sized,
+            [
+                ("/tmp", tmp_size.as_str()),
+                ("/ws/runs/T-1/r/tmp", tmp_size.as_str()),
+                ("/ws/runs/T-1/r/home", home_size.as_str()),
+            ]
+        );
+        let bind = |path: &Path| {
+            argv.windows(3)
+                .position(|w| w[0] == "--bind" && w[1] == path.to_string_lossy() && w[1] == w[2])
+                .unwrap_or_else(|| panic!("{} is not bound: {argv:?}", path.display()))
+        };
+        let home_tmpfs = argv
+            .iter()
+            .position(|a| *a == home.to_string_lossy())
+            .unwrap();
+        // The worktree before the tmpfs (it is not inside one), pi's directory after HOME's (else hidden by it).
+        assert!(bind(Path::new("/ws/runs/T-1/r/worktree")) < home_tmpfs);
+        assert!(bind(&pi) > home_tmpfs);
+        // HOME itself is the tmpfs, not a bind of the directory on the workspace volume.
+        assert!(!argv
+            .windows(2)
+            .any(|w| w[0] == "--bind" && w[1] == home.to_string_lossy()));
     }
 
     #[test]

@@ -412,6 +412,7 @@ pub const CATALOG: &[Entry] = &[
                         "containment": dispatcher.containment().kind(),
                         "confinement": dispatcher.confinement(),
                         "memory": dispatcher.memory(),
+                        "scratch": dispatcher.scratch(),
                         // The profiles that opted out of a network of their own.
                         "network_host": dispatcher.on_host_network(),
                     });

@@ -1,11 +1,12 @@
 //! What one agent may take of the machine, through the real dispatcher and real contained processes: an agent
-//! that writes 1 GiB to `/tmp` (and to its TMPDIR) meets "no space left" at `tmp_size_mib`; an agent that
-//! prints 2 GiB is stopped at `output_max_mib` (`flooded`, flagged for a person) and its log keeps a head, a
-//! marker naming the bytes cut, and a tail; a workspace volume below `min_free_disk_mib` holds every claim back
-//! (the dispatcher warns, no attempt is spent) until space returns. `serve` answers `/health` throughout.
+//! that writes 1 GiB to `/tmp`, to its TMPDIR and to its HOME meets "no space left" at `tmp_size_mib` (HOME at
+//! `home_size_mib`); an agent that prints 2 GiB is stopped at `output_max_mib` (`flooded`, flagged for a person)
+//! and its log keeps a head, a marker naming the bytes cut, and a tail; a workspace volume below
+//! `min_free_disk_mib` holds every claim back (the dispatcher warns, no attempt is spent) until space returns.
+//! `serve` answers `/health` throughout.
 //!
 //! The sizes are an attacker's (1 GiB, 2 GiB); the bounds in the test's configuration are small (64 MiB of
-//! `/tmp`, 16 MiB of output), so the agent is stopped early and the tests stay cheap.
+//! `/tmp`, 96 MiB of HOME, 16 MiB of output), so the agent is stopped early and the tests stay cheap.
 
 use std::path::Path;
 use std::time::Duration;
@@ -69,7 +70,7 @@ async fn an_agent_writing_a_gibibyte_to_tmp_meets_the_size_of_its_tmpfs() {
     let script = agent(
         scratch.path(),
         "fills-tmp.sh",
-        r#"for dir in /tmp "$TMPDIR"; do
+        r#"for dir in /tmp "$TMPDIR" "$HOME"; do
   # Its error is captured, not written to the full tmpfs.
   if said=$(head -c 1073741824 /dev/zero 2>&1 > "$dir/big"); then said=wrote-it-all; else said="refused: $said"; fi
   echo "$dir $(stat -c %s "$dir/big") $said" >> CHANGES.md
@@ -79,11 +80,14 @@ done"#,
     let app = spawn(
         &db,
         dispatch_file(&remote, &script, ""),
-        "tmp_size_mib = 64",
+        "tmp_size_mib = 64\nhome_size_mib = 96",
         &scratch.path().join("ws"),
     )
     .await;
     let health = serving(&app).await;
+    let named = health["loops"]["dispatcher"]["detail"]["scratch"]
+        .as_str()
+        .unwrap_or_default();
     if health["loops"]["dispatcher"]["detail"]["containment"] != "namespaces" {
         assert!(
             !crate::common::in_ci(),
@@ -92,6 +96,10 @@ done"#,
         eprintln!("\n*** SKIPPED the /tmp bound: bubblewrap cannot run here.\n");
         return;
     }
+    assert_eq!(
+        named, "tmpfs per agent: /tmp and TMPDIR 64 MiB each, HOME 96 MiB",
+        "{health}"
+    );
     let id = create_task(&app, "Fill the disk").await;
     within(Duration::from_secs(60), "the task in review", || async {
         task_row(&app, id)
@@ -103,8 +111,8 @@ done"#,
         .show(&format!("pidevops/{id}"), "CHANGES.md")
         .expect("the agent wrote down what happened");
     let lines: Vec<&str> = said.lines().collect();
-    assert_eq!(lines.len(), 2, "{said}");
-    for line in lines {
+    assert_eq!(lines.len(), 3, "{said}");
+    for (line, size) in lines.into_iter().zip([64u64 << 20, 64 << 20, 96 << 20]) {
         let mut words = line.splitn(3, ' ');
         let (dir, landed, how) = (
             words.next().unwrap(),
@@ -115,9 +123,9 @@ done"#,
             how.starts_with("refused") && how.contains("No space left on device"),
             "{dir}: {line}"
         );
-        assert!(landed <= 64 << 20, "{dir}: {landed} bytes landed");
-        // Most of the tmpfs was there to be filled: the bound is the size, not something smaller by accident.
-        assert!(landed >= 32 << 20, "{dir}: only {landed} bytes landed");
+        assert!(landed <= size, "{dir}: {landed} bytes landed");
+        // Most of the tmpfs was there to be filled: the bound is its size, not something smaller by accident.
+        assert!(landed > size / 4 * 3, "{dir}: only {landed} bytes landed");
     }
     serving(&app).await;
     app.stop().await;

@@ -378,6 +378,69 @@ echo change >> CHANGES.md"#
 
 /// A secret the file names but the environment lacks fails the run closed, as `setup`, naming the variable:
 /// no hook runs without it, and the agent does not run either.
+/// The check runs the agent's work, but never with what the agent left in its HOME or TMPDIR (a `.gitconfig` whose
+/// aliases or hooks would run, an `.npmrc` pointing at another registry): it gets its own, under bubblewrap and
+/// under Landlock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_check_never_runs_with_what_the_agent_left_in_its_home() {
+    check_has_a_home_of_its_own("bwrap", "namespaces").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_check_never_runs_with_what_the_agent_left_in_its_home_under_landlock() {
+    check_has_a_home_of_its_own("/nonexistent/bwrap", "landlock").await;
+}
+
+async fn check_has_a_home_of_its_own(bwrap: &str, containment: &str) {
+    let db = TestDb::sqlite();
+    let remote = Remote::new();
+    let scratch = crate::common::contained_scratch();
+    let dir = scratch.path();
+    let script = agent(
+        dir,
+        "plants.sh",
+        r#"echo planted > "$HOME/.planted"; echo planted > "$TMPDIR/planted"
+printf '[core]\n\tpager = touch /tmp/PAGER-RAN\n' > "$HOME/.gitconfig"
+echo change >> CHANGES.md"#,
+    );
+    // Fails (the work goes back, nothing is pushed) if anything the agent planted is where the check looks.
+    let check = agent(
+        dir,
+        "check.sh",
+        r#"for f in "$HOME/.planted" "$HOME/.gitconfig" "$TMPDIR/planted"; do
+  if [ -e "$f" ]; then echo "the agent's $f is here"; exit 1; fi
+done
+echo "check-HOME=$HOME"; exit 0"#,
+    );
+    let mut file = file_with(
+        &remote,
+        &script,
+        &format!("check = [\"{}\"]", check.display()),
+    );
+    file["dispatch"]
+        .as_table_mut()
+        .unwrap()
+        .insert("bwrap".into(), bwrap.into());
+    let app = spawn_with(&db, file, dir, &[]).await;
+    let (_, health) = app.health().await;
+    assert_eq!(
+        health["loops"]["dispatcher"]["detail"]["containment"], containment,
+        "{health}"
+    );
+    let id = create_task(&app, "Plant configuration for the check").await;
+    in_review(&app, id).await;
+    let runs = runs_of(&app, id).await;
+    assert_eq!(
+        runs.len(),
+        1,
+        "the check failed on the agent's HOME: {runs:?}"
+    );
+    let log = log_of(&runs[0]);
+    assert!(log.contains("check-HOME="), "{log}");
+    assert!(!log.contains("is here"), "{log}");
+    app.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_missing_secret_fails_the_run_as_setup_and_names_it() {
     let db = TestDb::sqlite();

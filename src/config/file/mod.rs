@@ -335,8 +335,10 @@ pub struct DispatchTable {
     /// The profile that reviews attempts where `[repos."o/n"] review = "agent"`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reviewer: Option<String>,
-    /// MiB: the size of each agent's private `/tmp` (a tmpfs under bubblewrap).
+    /// MiB: the size of each agent's private `/tmp` and TMPDIR (each a tmpfs under bubblewrap).
     pub tmp_size_mib: i64,
+    /// MiB: the size of each agent's HOME (a tmpfs under bubblewrap).
+    pub home_size_mib: i64,
     /// MiB: the memory each agent (and each of its repository's commands) may use, where cgroup v2 lets
     /// pidevops set it.
     pub memory_max_mib: i64,
@@ -368,6 +370,7 @@ impl Default for DispatchTable {
             triage: None,
             reviewer: None,
             tmp_size_mib: 512,
+            home_size_mib: 1024,
             memory_max_mib: 4096,
             output_max_mib: 256,
             log_keep_mib: 4,

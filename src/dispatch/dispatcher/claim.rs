@@ -71,6 +71,8 @@ pub struct DispatchStatus {
     pub workspace_free_bytes: Option<u64>,
     /// What bounds each agent's memory here: a cgroup v2 limit, or "not bounded, because …".
     pub memory: String,
+    /// What bounds each agent's HOME, TMPDIR and /tmp here: sized tmpfs, or "not bounded, because …".
+    pub scratch: String,
 }
 
 impl Dispatcher {
@@ -188,6 +190,7 @@ impl Dispatcher {
             disk_low: None,
             workspace_free_bytes: None,
             memory: self.memory(),
+            scratch: self.scratch(),
         };
         if self.inner.config.executor == Executor::Local {
             (status.workspace_free_bytes, status.disk_low) = self.disk_room();

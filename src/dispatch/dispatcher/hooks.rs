@@ -10,7 +10,9 @@
 //!   (`hook-home/`, `hook-tmp/` in the run directory), which the agent never sees: a token `npm` caches in its
 //!   HOME stays out of the agent's reach. What a hook writes into the worktree, the agent (and the pushed branch)
 //!   sees; a hook that runs repository code hands its secret to that code.
-//! - **The check** gets no secret: it runs the agent's work, in the agent's own HOME and TMPDIR.
+//! - **The check** gets no secret: it runs the agent's work, with a HOME and TMPDIR of its own (`check-home/`,
+//!   `check-tmp/`), never the agent's, so configuration the agent left in its HOME (a `.gitconfig`, an `.npmrc`)
+//!   does not steer it.
 //!
 //! Their output goes into the run's log (framed by a line naming the step), with every secret value masked, and
 //! the end of it into the failure's detail that the next attempt's prompt shows.
@@ -130,10 +132,12 @@ impl Dispatcher {
         let fail =
             |kind: FailureKind, detail: String, tail: String| StepFailed { kind, detail, tail };
         let dirs = &cx.prepared.dirs;
+        // Never the agent's HOME or TMPDIR: the hooks' hold their secrets' traces, and the check (the agent's code)
+        // must not run with configuration the agent left there (a `.gitconfig`, an `.npmrc`).
         let (home, tmp) = if step.is_hook() {
             (dirs.dir.join("hook-home"), dirs.dir.join("hook-tmp"))
         } else {
-            (dirs.home.clone(), dirs.tmp.clone())
+            (dirs.dir.join("check-home"), dirs.dir.join("check-tmp"))
         };
         for dir in [&home, &tmp] {
             if let Err(error) = tokio::fs::create_dir_all(dir).await {
@@ -240,10 +244,10 @@ impl Dispatcher {
 }
 
 impl Dispatcher {
-    /// Removes the hooks' HOME and TMPDIR once the attempt is over: what a tool cached there (a token in an
-    /// `.npmrc`) does not wait on disk for the run directory's TTL.
+    /// Removes the hooks' and the check's HOME and TMPDIR once the attempt is over: what a tool cached there (a
+    /// token in an `.npmrc`) does not wait on disk for the run directory's TTL.
     pub(super) async fn forget_hook_dirs(&self, prepared: &Prepared) {
-        for dir in ["hook-home", "hook-tmp"] {
+        for dir in ["hook-home", "hook-tmp", "check-home", "check-tmp"] {
             let path = prepared.dirs.dir.join(dir);
             match tokio::fs::remove_dir_all(&path).await {
                 Ok(()) => {}

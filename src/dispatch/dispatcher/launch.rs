@@ -17,7 +17,7 @@ use crate::dispatch::egress::routes::{
 };
 use crate::dispatch::egress::{Endpoint, Proxy, Refusals};
 use crate::dispatch::runner::{ChildSetup, Launch};
-use crate::dispatch::sandbox::{AgentView, BwrapNet, Confinement, Containment};
+use crate::dispatch::sandbox::{AgentView, BwrapNet, Confinement, Containment, Scratch};
 use crate::dispatch::workspace::Prepared;
 use crate::tasks::{RunId, Task};
 
@@ -214,9 +214,15 @@ impl Dispatcher {
         let dirs = &prepared.dirs;
         let root = self.inner.workspaces.root();
         let network = net.network;
-        let proxy = self
-            .start_proxy(who, prepared, net, env, &mut argv)?
-            .map(Arc::new);
+        let mut writable = writable;
+        let proxy = match self.start_proxy(who, prepared, net, env, &mut argv)? {
+            Some((proxy, made)) => {
+                // What it made for the process (pi's agent directory in HOME) is the process's own.
+                writable.extend(made);
+                Some(Arc::new(proxy))
+            }
+            None => None,
+        };
         let env: &[(String, String)] = env;
         let agent_path = env
             .iter()
@@ -299,13 +305,19 @@ impl Dispatcher {
         };
         match &self.inner.containment {
             Containment::Namespaces { bwrap } => {
-                // TMPDIR is scratch nobody reads after the process: a sized tmpfs rather than the workspace
-                // volume. HOME stays a directory: the agent's CLI and the repository's check share it.
-                let tmpdir = env.iter().find(|(k, _)| k == "TMPDIR").map(|(_, v)| v);
-                view.scratch = view
-                    .writable
-                    .extract_if(.., |p| tmpdir.is_some_and(|t| p.as_os_str() == t.as_str()))
-                    .collect();
+                // TMPDIR and HOME are scratch nobody reads after the process: each a sized tmpfs rather than a
+                // directory on the workspace volume (memory the agent fills is bounded; the repository's check
+                // gets a HOME of its own, not one the agent left things in).
+                let bounds = &self.inner.config.bounds;
+                let var = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+                for (name, size) in [("TMPDIR", bounds.tmp_size), ("HOME", bounds.home_size)] {
+                    let Some(dir) = var(name) else { continue };
+                    view.scratch.extend(
+                        view.writable
+                            .extract_if(.., |p| p.as_os_str() == dir)
+                            .map(|path| Scratch { path, size }),
+                    );
+                }
                 let (argv, net) = match (&bridged, network) {
                     (Some((wrapped, socket)), _) => (
                         wrapped,
@@ -374,10 +386,11 @@ impl Dispatcher {
         net: NetPlan,
         env: &mut Vec<(String, String)>,
         argv: &mut Vec<String>,
-    ) -> anyhow::Result<Option<Proxy>> {
+    ) -> anyhow::Result<Option<(Proxy, Vec<std::path::PathBuf>)>> {
         if net.network != Network::Proxy {
             return Ok(None);
         }
+        let mut made = Vec::new();
         let socket = match &self.inner.containment {
             Containment::Namespaces { .. } => {
                 static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -416,9 +429,10 @@ impl Dispatcher {
                 let dir = pi_agent_dir(&prepared.dirs.home, &pointed.pi_files)
                     .with_context(|| format!("writing pi's agent directory for the {who}"))?;
                 set(PI_DIR_VAR, dir.to_string_lossy().into_owned());
+                made.push(dir);
             }
         }
-        Ok(Some(proxy))
+        Ok(Some((proxy, made)))
     }
 }
 

@@ -187,6 +187,14 @@ impl Dispatcher {
         self.inner.memory.describe()
     }
 
+    /// What bounds each agent's HOME, TMPDIR and /tmp here, in words (`/health`, the dispatcher's detail).
+    pub fn scratch(&self) -> String {
+        let bounds = &self.inner.config.bounds;
+        self.inner
+            .containment
+            .describe_scratch(bounds.tmp_size, bounds.home_size)
+    }
+
     /// The profiles whose agents keep the service's network (`network = "host"`).
     pub fn on_host_network(&self) -> Vec<String> {
         self.inner.profiles.on_host_network()
