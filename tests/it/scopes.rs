@@ -405,9 +405,17 @@ async fn a_planners_scope_naming_agent_or_ci_configuration_is_refused_and_nothin
     );
     let app = plans::spawn(&db, file, &scratch.path().join("ws"), None).await;
     let plan = new_plan(&app, "Split the app").await;
-    within(Duration::from_secs(60), "the plan flagged", || async {
-        plans::row(&app, plan).await.needs_human
-    })
+    // The runs read model follows the log on its own: wait for the three outcomes there too, not only the flag.
+    within(
+        Duration::from_secs(60),
+        "the plan flagged and its runs ended",
+        || async {
+            let runs = plans::runs_of(&app, plan).await;
+            plans::row(&app, plan).await.needs_human
+                && runs.len() >= 3
+                && runs.iter().all(|r| r.state != "running")
+        },
+    )
     .await;
     let runs = plans::runs_of(&app, plan).await;
     assert_eq!(runs.len(), 3, "{runs:?}");
