@@ -3,7 +3,8 @@
 //! webhook just created appears on the board without a reload; approve it with its button and see it move; its
 //! page shows the timeline; a plan's proposal approved with its button, its items appearing live; sign out and be
 //! refused. A finished attempt's diff and transcript on its task's page, collapsible; the health table's row of an
-//! unarmed loop in red, its JSON one click away. Screenshots go to `target/screenshots/`.
+//! unarmed loop in red, its JSON one click away. A flagged task in the needs-a-human lane with its reason, and the
+//! board at a phone's width. Screenshots go to `target/screenshots/`.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -530,6 +531,136 @@ async fn a_finished_attempts_diff_and_log_on_its_page_and_an_unarmed_loop_red_on
             png.display()
         );
     }
+    client.close().await.unwrap();
+    app.stop().await;
+}
+
+/// Trouble first, and on a phone too: a flagged task leaves the queue for the "needs a human" lane above the board,
+/// its card saying why with the reason's line breaks kept; at a phone's width the board is one column under
+/// another and nothing scrolls sideways, the sign-in page included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flagged_task_leads_the_board_with_its_reason_and_the_board_reads_on_a_phone() {
+    use pidevops::tasks::{Command as TaskCommand, Reason};
+    let _cores = crate::common::heavy().await;
+    let Some((driver, chromium)) = driver().await else {
+        return;
+    };
+    let db = TestDb::sqlite();
+    let mut settings = crate::common::settings(&db);
+    settings.file = "[intake]\nallow_repos = [\"acme/app\"]\n[dispatch]\nenabled = false"
+        .parse()
+        .unwrap();
+    let app = TestApp::spawn(settings).await;
+    let board = &app.state.board;
+    let mut ids = Vec::new();
+    for title in ["Queued work", "Stuck work"] {
+        let draft = pidevops::board::Draft::new(
+            "acme/app".parse().unwrap(),
+            pidevops::tasks::Spec::new(title, "", "").unwrap(),
+            pidevops::tasks::Links::default(),
+        );
+        let (outcome, _) = board
+            .create(draft, &format!("test:lane:{title}"), "api", None)
+            .await
+            .unwrap();
+        ids.push(outcome.task.id());
+    }
+    let (queued, stuck) = (ids[0], ids[1]);
+    board
+        .execute(
+            stuck,
+            &TaskCommand::FlagNeedsHuman {
+                reason: Reason::new(
+                    "the tests need a database\nand a key for the sandbox".to_owned(),
+                )
+                .unwrap(),
+            },
+            "test",
+        )
+        .await
+        .unwrap();
+    app.project().await;
+
+    let client = browser(&driver, &chromium).await;
+    client.goto(&app.url("/sign-in")).await.unwrap();
+    let source = client.source().await.unwrap();
+    assert!(
+        source.contains(r#"name="viewport" content="width=device-width, initial-scale=1""#),
+        "the sign-in page has no viewport: {source}"
+    );
+    let token = client
+        .find(Locator::Css("input[name=token]"))
+        .await
+        .unwrap();
+    token.send_keys(ADMIN_TOKEN).await.unwrap();
+    click(&client, "button[type=submit]").await;
+    wait_for(
+        &client,
+        ".lane.flagged",
+        Duration::from_secs(10),
+        "the needs-a-human lane",
+    )
+    .await;
+    let lane = format!(".lane.flagged article[data-task='{stuck}']");
+    // innerText keeps the reason's line break where the lane's CSS keeps it (white-space: pre-line).
+    let reason = text_of(&client, &format!("{lane} .reason")).await;
+    assert_eq!(
+        reason, "the tests need a database\nand a key for the sandbox",
+        "the card does not say why, line by line"
+    );
+    let in_a_column: Vec<_> = client
+        .find_all(Locator::Css(&format!(
+            "section.column article[data-task='{stuck}']"
+        )))
+        .await
+        .unwrap();
+    assert!(
+        in_a_column.is_empty(),
+        "the flagged task still sits among queued work"
+    );
+    wait_for(
+        &client,
+        &format!("section.column article[data-task='{queued}']"),
+        Duration::from_secs(5),
+        "the queued task in its column",
+    )
+    .await;
+    screenshot(&client, "board-flagged-lane.png").await;
+
+    // A phone's width: no sideways scrolling, the columns stacked.
+    client.set_window_size(390, 844).await.unwrap();
+    client.refresh().await.unwrap();
+    wait_for(
+        &client,
+        ".lane.flagged",
+        Duration::from_secs(10),
+        "the lane",
+    )
+    .await;
+    let widths: Value = client
+        .execute(
+            "const columns = [...document.querySelectorAll('section.column')].map(c => c.getBoundingClientRect());
+             return [document.documentElement.scrollWidth, document.documentElement.clientWidth,
+                     columns[0].left, columns[1].left, columns[1].top > columns[0].top];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(
+        widths[0].as_f64() <= widths[1].as_f64(),
+        "the board scrolls sideways on a phone: {widths}"
+    );
+    assert_eq!(
+        widths[2], widths[3],
+        "the columns are not stacked: {widths}"
+    );
+    assert_eq!(
+        widths[4],
+        json!(true),
+        "the columns are not stacked: {widths}"
+    );
+    screenshot(&client, "board-phone.png").await;
+    client.goto(&app.url("/sign-out")).await.unwrap();
     client.close().await.unwrap();
     app.stop().await;
 }

@@ -17,10 +17,21 @@ header.top form { margin-left: auto; }
 main { padding: 1em 1.2em; }
 h1 { font-size: 1.3em; margin: 0 0 .6em; } h2 { font-size: 1.1em; margin: 1.2em 0 .5em; }
 .board { display: grid; grid-template-columns: repeat(5, minmax(12em, 1fr)); gap: .8em; align-items: start; }
+/* A phone: one column under another, the header wrapping, wide tables scrolling inside themselves. */
+@media (max-width: 720px) {
+  .board { grid-template-columns: 1fr; }
+  header.top { flex-wrap: wrap; gap: .5em; padding: .5em .8em; } main { padding: .8em; }
+  table { display: block; overflow-x: auto; }
+}
 .column { background: var(--card); border: 1px solid var(--line); border-radius: 6px; padding: .5em; }
 .column h2 { margin: 0 0 .5em; font-size: 1em; display: flex; justify-content: space-between; }
 .card { border: 1px solid var(--line); border-radius: 5px; padding: .4em .5em; margin-bottom: .4em; background: var(--bg); }
 .card .meta, .muted { color: var(--muted); font-size: .9em; }
+.reason { white-space: pre-line; }
+.card .reason { margin: .3em 0 0; font-size: .9em; color: var(--bad); }
+.lane.flagged { background: var(--card); border: 1px solid var(--bad); border-radius: 6px; padding: .5em; margin-bottom: .8em; }
+.lane.flagged h2 { margin: 0 0 .5em; font-size: 1em; color: var(--bad); }
+.lane-cards { display: grid; grid-template-columns: repeat(auto-fill, minmax(16em, 1fr)); gap: .4em; }
 .badge { display: inline-block; padding: 0 .4em; border-radius: 3px; font-size: .85em; border: 1px solid var(--line); }
 .badge.bad, .status-fail { color: #fff; background: var(--bad); border-color: var(--bad); }
 .badge.warn, .status-warn { color: #fff; background: var(--warn); border-color: var(--warn); }

@@ -349,16 +349,47 @@ pub async fn board_view(
     filter: BoardFilter,
 ) -> Result<pages::BoardView, task_rows::TasksError> {
     let store = state.log.store();
+    // Trouble first: unless the filter asks for flagged tasks only, they leave their columns for a lane of their
+    // own above the board, each with its reason, instead of sitting among queued work.
+    let lane = !filter.needs_human;
     let base = TaskFilter {
         repo: filter.repo.clone(),
         source: filter.source.clone(),
-        needs_human: filter.needs_human.then_some(true),
+        needs_human: Some(false)
+            .filter(|_| lane)
+            .or(filter.needs_human.then_some(true)),
         ..TaskFilter::default()
     };
     let counts = task_rows::counts(store, &base).await?;
     let mut shown: Vec<Column> = pages::BOARD_COLUMNS.to_vec();
     if filter.archived {
         shown.extend([Column::Cancelled, Column::Archived]);
+    }
+    let mut flagged = pages::Lane::default();
+    if lane {
+        let only_flagged = TaskFilter {
+            needs_human: Some(true),
+            ..base.clone()
+        };
+        let flagged_counts = task_rows::counts(store, &only_flagged).await?;
+        for column in &shown {
+            let count = flagged_counts.get(column).copied().unwrap_or(0);
+            flagged.count += count;
+            let room = CARDS_PER_COLUMN.saturating_sub(flagged.rows.len());
+            if count > 0 && room > 0 {
+                flagged.rows.extend(
+                    task_rows::list(
+                        store,
+                        &TaskFilter {
+                            column: Some(*column),
+                            limit: Some(room as u32),
+                            ..only_flagged.clone()
+                        },
+                    )
+                    .await?,
+                );
+            }
+        }
     }
     let mut columns = Vec::new();
     for column in shown {
@@ -380,6 +411,7 @@ pub async fn board_view(
     // The plans' items and the items' dependencies the cards name, in one read for those not on the board.
     let mut related = plan::Related::default();
     let cards = || columns.iter().flat_map(|(_, rows)| rows);
+    let cards = || cards().chain(&flagged.rows);
     related.add(cards());
     let missing = related.missing(cards());
     if !missing.is_empty() {
@@ -388,6 +420,7 @@ pub async fn board_view(
     Ok(pages::BoardView {
         counts,
         columns,
+        flagged,
         filter,
         repos: task_rows::repos(store).await?,
         related,
@@ -526,6 +559,7 @@ async fn runs_page(
                 recent,
                 dispatcher,
                 csrf: session.csrf(&key),
+                now: Utc::now(),
             }),
         ),
     )
@@ -630,7 +664,7 @@ async fn events_page(
         StatusCode::OK,
         pages::layout(
             &frame(&key, &session, "Events", Nav::Events, None),
-            pages::events(&shown, &filter, older),
+            pages::events(&shown, &filter, older, Utc::now()),
         ),
     )
 }

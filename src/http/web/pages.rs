@@ -90,6 +90,7 @@ pub fn sign_in(next: &str, error: Option<&str>, closed: Option<&str>) -> Markup 
         html lang="en" {
             head {
                 meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
                 meta name="color-scheme" content="light dark";
                 title { "Sign in · pidevops" }
                 link rel="stylesheet" href="/assets/style.css";
@@ -128,11 +129,20 @@ pub struct BoardView {
     pub counts: BTreeMap<Column, usize>,
     /// The cards shown per column (at most [`super::CARDS_PER_COLUMN`]).
     pub columns: Vec<(Column, Vec<TaskRow>)>,
+    /// The tasks waiting for a person, out of their columns (empty when the filter shows only those).
+    pub flagged: Lane,
     pub filter: BoardFilter,
     pub repos: Vec<String>,
     /// The rows the cards' plans and items refer to (their items, their dependencies).
     pub related: Related,
     pub now: DateTime<Utc>,
+}
+
+/// The board's lane of tasks that need a person: the first cards, and how many there are.
+#[derive(Clone, Debug, Default)]
+pub struct Lane {
+    pub rows: Vec<TaskRow>,
+    pub count: usize,
 }
 
 pub fn board(view: &BoardView) -> Markup {
@@ -155,6 +165,17 @@ pub fn board(view: &BoardView) -> Markup {
             label { input type="checkbox" name="needs_human" value="1" checked[f.needs_human]; " needs a human" }
             label { input type="checkbox" name="archived" value="1" checked[f.archived]; " archived and cancelled" }
             button type="submit" { "Filter" }
+        }
+        @if view.flagged.count > 0 {
+            section.lane.flagged {
+                h2 { span { "needs a human" } " " span.count { (view.flagged.count) } }
+                div.lane-cards {
+                    @for row in &view.flagged.rows { (card(row, &view.related, view.now)) }
+                }
+                @if view.flagged.count > view.flagged.rows.len() {
+                    p.muted { "and " (view.flagged.count - view.flagged.rows.len()) " more" }
+                }
+            }
         }
         div.board {
             @for (column, rows) in &view.columns {
@@ -197,7 +218,11 @@ fn card(row: &TaskRow, related: &Related, now: DateTime<Utc>) -> Markup {
             }
             (card_family(row, related))
             @if row.needs_human {
-                div { span.badge.bad title=[row.needs_human_reason.as_deref()] { "needs a human" } }
+                div {
+                    span.badge.bad { "needs a human" } " "
+                    span.badge data-column=(row.column.as_str()) { (column_label(row.column)) }
+                }
+                @if let Some(reason) = &row.needs_human_reason { p.reason { (reason) } }
             }
         }
     }
@@ -304,12 +329,20 @@ fn answer_form(task: &crate::tasks::Task, csrf: &str) -> Markup {
     let Some(flag) = task.needs_human() else {
         return html! {};
     };
+    // Every flag is asked on every channel (a Linear elicitation, a Telegram reply prompt), so every flag takes an
+    // answer here too; it is called a question only when the agent asked one.
     html! {
-        section.question {
-            h2 { "Question" }
+        section.question data-asked=(flag.question) {
             @if flag.question {
+                h2 { "Question" }
                 p { "The agent asks:" }
-                blockquote.question-text { (flag.reason) }
+                blockquote.question-text.reason { (flag.reason) }
+            } @else {
+                h2 { "Your direction" }
+                p.muted {
+                    "The agent asked nothing; the reason above is pidevops's. "
+                    "What you write here is the next attempt's follow-up."
+                }
             }
             form.answer method="post" action={ "/tasks/" (task.id()) "/answer" } {
                 input type="hidden" name="csrf" value=(csrf);
@@ -336,7 +369,7 @@ pub fn task(view: &TaskView) -> Markup {
             (source_badge(&row.source)) " " (row.repo) " · created " (age(view.now - row.created_at)) " ago"
             " · attempt " (row.attempts) " of " (row.max_attempts)
         }
-        @if let Some(reason) = &row.needs_human_reason { p.error { "Needs a human: " (reason) } }
+        @if let Some(reason) = &row.needs_human_reason { p.error.reason { "Needs a human: " (reason) } }
         @if let Some(task) = &view.task { (answer_form(task, &view.csrf)) }
         @if let Some(task) = &view.task { (item_line(task, &view.related)) }
         @if !top_actions.is_empty() {
@@ -388,7 +421,7 @@ pub fn task(view: &TaskView) -> Markup {
             }
         }
         h2 { "Runs" }
-        (runs_table(&view.runs, false))
+        (runs_table(&view.runs, false, view.now))
         (super::attempt::attempts(&view.attempts))
         h2 { "Timeline" }
         table.timeline {
@@ -396,7 +429,7 @@ pub fn task(view: &TaskView) -> Markup {
             tbody {
                 @for entry in &view.timeline {
                     tr {
-                        td { time datetime=(entry.at.to_rfc3339()) { (entry.at.format("%Y-%m-%d %H:%M:%S")) } }
+                        td { (stamp(entry.at, view.now)) }
                         td { (entry.event_type) }
                         td { (entry.summary) }
                         td { (entry.actor.as_deref().unwrap_or("")) }
@@ -417,7 +450,7 @@ fn action_label(action: Steer) -> &'static str {
     }
 }
 
-fn runs_table(runs: &[RunRow], with_task: bool) -> Markup {
+fn runs_table(runs: &[RunRow], with_task: bool, now: DateTime<Utc>) -> Markup {
     html! {
         @if runs.is_empty() {
             p.muted { "No runs." }
@@ -434,7 +467,7 @@ fn runs_table(runs: &[RunRow], with_task: bool) -> Markup {
                             td { (run.attempt) }
                             td { (run.state) }
                             td { (run.profile.as_deref().unwrap_or("")) }
-                            td { @if let Some(at) = run.started_at { (at.format("%Y-%m-%d %H:%M:%S")) } }
+                            td { @if let Some(at) = run.started_at { (stamp(at, now)) } }
                             td { @if let Some(d) = run.duration_s { (format!("{d:.1} s")) } }
                             td {
                                 @if let Some(failure) = &run.failure { (super::report::failure(failure)) }
@@ -456,6 +489,7 @@ pub struct RunsView {
     pub dispatcher: Option<serde_json::Value>,
     /// The session's CSRF token, for the forms that lift a profile's pause.
     pub csrf: String,
+    pub now: DateTime<Utc>,
 }
 
 pub fn runs(view: &RunsView) -> Markup {
@@ -489,9 +523,9 @@ pub fn runs(view: &RunsView) -> Markup {
             None => p.muted { "The dispatcher has not reported (dispatch is off, or it has not ticked yet)." },
         }
         h2 { "Running" }
-        (runs_table(&view.running, true))
+        (runs_table(&view.running, true, view.now))
         h2 { "Recent" }
-        (runs_table(&view.recent, true))
+        (runs_table(&view.recent, true, view.now))
     }
 }
 
@@ -499,6 +533,14 @@ fn number(detail: &serde_json::Value, key: &str) -> String {
     match &detail[key] {
         serde_json::Value::Null => "?".to_owned(),
         value => value.to_string(),
+    }
+}
+
+/// A moment as people read it: the time with its zone, and how long ago.
+pub(super) fn stamp(at: DateTime<Utc>, now: DateTime<Utc>) -> Markup {
+    html! {
+        time datetime=(at.to_rfc3339()) { (at.format("%Y-%m-%d %H:%M:%S UTC")) }
+        " " span.muted.age { "(" (age(now - at)) " ago)" }
     }
 }
 
@@ -605,7 +647,12 @@ pub struct EventsFilter {
     pub event_type: Option<String>,
 }
 
-pub fn events(events: &[StoredEvent], filter: &EventsFilter, older: Option<i64>) -> Markup {
+pub fn events(
+    events: &[StoredEvent],
+    filter: &EventsFilter,
+    older: Option<i64>,
+    now: DateTime<Utc>,
+) -> Markup {
     html! {
         h1 { "Events" }
         form.filters method="get" action="/events" {
@@ -624,7 +671,7 @@ pub fn events(events: &[StoredEvent], filter: &EventsFilter, older: Option<i64>)
                 @for event in events {
                     tr {
                         td { a href={ "/events/" (event.position) } { (event.position) } }
-                        td { (event.recorded_at.format("%Y-%m-%d %H:%M:%S")) }
+                        td { (stamp(event.recorded_at, now)) }
                         td { (event.source) }
                         td { (event.event_type) }
                         td { (event.stream.as_deref().unwrap_or("")) }
@@ -646,8 +693,17 @@ pub fn event(event: &StoredEvent) -> Markup {
         h1 { "Event " (event.position) " " small.muted { (event.event_type) } }
         h2 { "Envelope" }
         pre.envelope { (envelope) }
-        h2 { "Stored body (exact bytes, " (event.body.len()) " bytes, " (event.content_type) ")" }
-        pre.body { (String::from_utf8_lossy(&event.body)) }
+        // JSON pretty-printed to read; the exact bytes (what a signature was checked against) one click away.
+        @if let Ok(json) = serde_json::from_slice::<serde_json::Value>(&event.body) {
+            details.body-pretty open {
+                summary { "Body (" (event.body.len()) " bytes, " (event.content_type) "), pretty-printed" }
+                pre.body { (serde_json::to_string_pretty(&json).unwrap_or_default()) }
+            }
+        }
+        details.body-exact {
+            summary { "Stored body (exact bytes, " (event.body.len()) " bytes, " (event.content_type) ")" }
+            pre.body { (String::from_utf8_lossy(&event.body)) }
+        }
     }
 }
 

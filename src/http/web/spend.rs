@@ -402,7 +402,7 @@ pub fn spend(view: &SpendView) -> Markup {
                                 @if let Some(title) = title { " " (title) }
                             }
                             td { (row.repo) } (spent_cells(&row.spent))
-                            td { time datetime=(row.last_at.to_rfc3339()) { (row.last_at.format("%Y-%m-%d %H:%M")) } }
+                            td { time datetime=(row.last_at.to_rfc3339()) { (row.last_at.format("%Y-%m-%d %H:%M UTC")) } }
                         }
                     }
                 }
