@@ -134,7 +134,15 @@ fn claude(event: &Value, items: &mut Vec<Item>) -> bool {
         Some("result") => {
             let ok = event["is_error"].as_bool() != Some(true)
                 && event["subtype"].as_str().is_none_or(|s| s == "success");
-            let mut parts = vec![str_of(&event["subtype"]).replace('_', " ")];
+            // Claude Code ends a refused call (no key, a bad one) with `subtype: success` and `is_error: true`:
+            // the words must say what the colour says.
+            let subtype = str_of(&event["subtype"]).replace('_', " ");
+            let head = match (ok, subtype.as_str()) {
+                (true, _) => subtype,
+                (false, "" | "success") => "error".to_owned(),
+                (false, other) => format!("error: {other}"),
+            };
+            let mut parts = vec![head];
             if let Some(turns) = event["num_turns"].as_u64() {
                 parts.push(format!("{turns} turns"));
             }
@@ -538,6 +546,23 @@ mod tests {
             ]
         );
         assert!(!is_structured(&render("plain output\nmore")));
+    }
+
+    #[test]
+    fn a_result_that_is_an_error_never_says_success() {
+        let line = r#"{"type":"result","subtype":"success","is_error":true,"duration_ms":120,"num_turns":1,"result":"Invalid API key · Please run /login"}"#;
+        let items = render(line);
+        let Some(Item::Ended { ok, summary, text }) = items.last() else {
+            panic!("{items:?}");
+        };
+        assert!(!ok);
+        assert_eq!(summary, "error · 1 turns · 0.1 s");
+        assert_eq!(text.as_deref(), Some("Invalid API key · Please run /login"));
+        let limit = r#"{"type":"result","subtype":"error_max_turns","is_error":true}"#;
+        let Some(Item::Ended { summary, .. }) = render(limit).pop() else {
+            panic!()
+        };
+        assert_eq!(summary, "error: error max turns");
     }
 
     #[test]
