@@ -246,6 +246,7 @@ async fn run(board: &Board, command: TaskCommand) -> anyhow::Result<()> {
                 repo,
                 source,
                 needs_human: needs_human.then_some(true),
+                q: None,
                 limit: None,
             };
             return list(board, &filter, json).await;

@@ -571,8 +571,8 @@ pub struct BoardProgress {
     params(TaskFilter),
     responses(
         (status = 200, description = "Tasks, most urgent first, then oldest first", body = TaskList),
-        (status = 400, description = "`bad_query`: unknown parameter or value, `limit` out of range",
-            body = ApiError),
+        (status = 400, description = "`bad_query`: unknown parameter or value, `limit` out of range, `q` over \
+            200 characters", body = ApiError),
         (status = 503, description = "`unavailable`: the store cannot be read", body = ApiError),
     )
 )]
@@ -592,6 +592,21 @@ pub async fn list(
             StatusCode::BAD_REQUEST,
             "bad_query",
             "limit must be between 1 and 1000",
+        );
+    }
+    if let Some(too_long) = filter
+        .q
+        .as_deref()
+        .filter(|q| q.chars().count() > tasks::MAX_SEARCH)
+    {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            format!(
+                "q is {} characters; a search takes at most {}",
+                too_long.chars().count(),
+                tasks::MAX_SEARCH
+            ),
         );
     }
     let store = state.log.store();

@@ -190,6 +190,9 @@ pub struct TimelineEntry {
     pub actor: Option<String>,
 }
 
+/// The longest search (`TaskFilter::q`) taken, in characters.
+pub const MAX_SEARCH: usize = 200;
+
 /// What `list` returns; every field narrows, `None` does not.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -201,6 +204,9 @@ pub struct TaskFilter {
     /// Where tasks came from: `linear`, `github`, `telegram` or `api`.
     pub source: Option<String>,
     pub needs_human: Option<bool>,
+    /// Text in the title or the spec (task, scope, done when), ignoring case; at most 200 characters.
+    #[param(max_length = 200)]
+    pub q: Option<String>,
     /// At most this many tasks (1 to 1000); all when absent.
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,

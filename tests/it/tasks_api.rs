@@ -15,6 +15,7 @@ per_backend!(
     the_board_lists_from_the_read_model_with_filters,
     a_task_picks_its_agent_at_creation_and_between_attempts,
     a_spec_is_edited_before_work_starts_and_every_bad_edit_is_refused_precisely,
+    search_finds_text_in_titles_and_specs_ignoring_case_and_taking_wildcards_literally,
 );
 
 async fn post(app: &TestApp, path: &str, body: Value, key: Option<&str>) -> (u16, Value) {
@@ -297,6 +298,73 @@ async fn the_board_lists_from_the_read_model_with_filters(db: TestDb) {
         let (status, body) = get(&app, &format!("/api/tasks{query}")).await;
         assert_eq!(status, 400, "{query}: {body}");
     }
+    app.stop().await;
+}
+
+/// `q` finds text in a task's title or spec (task, scope, done when), ignoring case; `%` and `_` are text, not
+/// wildcards; other JSON in the task's state (keys, follow-ups) never matches; the board's search box does the same.
+async fn search_finds_text_in_titles_and_specs_ignoring_case_and_taking_wildcards_literally(
+    db: TestDb,
+) {
+    let app = TestApp::spawn(allowing_acme(&db)).await;
+    let specs = [
+        json!({ "task": "Fix the Redirect loop", "scope": "src/auth/", "done_when": "tests pass" }),
+        json!({ "task": "Speed up the build", "scope": "ci/cache_dir", "done_when": "under 100% of today's time" }),
+        json!({ "task": "Write docs", "scope": "docs/", "done_when": "the REDIRECT section is clear" }),
+    ];
+    for spec in specs {
+        let (status, body) = post(
+            &app,
+            "/api/tasks",
+            json!({ "repo": "acme/api", "spec": spec }),
+            None,
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    app.project().await;
+    let found = |query: &'static str| {
+        let app = &app;
+        async move {
+            let (status, body) = get(app, &format!("/api/tasks?q={query}")).await;
+            assert_eq!(status, 200, "{query}: {body}");
+            let mut ids: Vec<String> = body["tasks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["id"].as_str().unwrap().to_owned())
+                .collect();
+            ids.sort();
+            ids
+        }
+    };
+    // The title (any case) and the done-when of another task.
+    assert_eq!(found("redirect").await, ["T-1", "T-3"]);
+    // The scope.
+    assert_eq!(found("cache_dir").await, ["T-2"]);
+    // `_` and `%` are the characters themselves: "cache_dir" is not "cacheXdir", "100%" not "100 anything".
+    assert!(found("src_auth").await.is_empty());
+    assert_eq!(found("100%25").await, ["T-2"]);
+    assert!(found("1%25s").await.is_empty());
+    // JSON keys and other parts of the stored state are not searched.
+    assert!(found("done_when").await.is_empty());
+    assert!(found("acme").await.is_empty());
+    let (status, body) = get(&app, &format!("/api/tasks?q={}", "x".repeat(201))).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("at most 200"),
+        "{body}"
+    );
+    // The board's search box: only the matching cards, and the counts are theirs.
+    let cookie = crate::web::sign_in(&app).await;
+    let (status, html) = crate::web::get(&app, "/?q=REDIRECT", &cookie).await;
+    assert_eq!(status, 200);
+    assert!(
+        html.contains(r#"data-task="T-1""#) && html.contains(r#"data-task="T-3""#),
+        "{html}"
+    );
+    assert!(!html.contains(r#"data-task="T-2""#), "{html}");
+    assert!(html.contains(r#"value="REDIRECT""#), "{html}");
     app.stop().await;
 }
 

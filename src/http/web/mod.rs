@@ -340,6 +340,7 @@ struct BoardQuery {
     source: Option<String>,
     needs_human: Option<String>,
     archived: Option<String>,
+    q: Option<String>,
     at: Option<i64>,
 }
 
@@ -355,6 +356,7 @@ pub async fn board_view(
     let base = TaskFilter {
         repo: filter.repo.clone(),
         source: filter.source.clone(),
+        q: filter.q.clone(),
         needs_human: Some(false)
             .filter(|_| lane)
             .or(filter.needs_human.then_some(true)),
@@ -441,6 +443,8 @@ async fn board(
         source: nonempty(query.source),
         needs_human: query.needs_human.is_some(),
         archived: query.archived.is_some(),
+        // Longer than a search takes: cut, not refused (a page, not an API; the box says what it searched).
+        q: nonempty(query.q).map(|q| q.chars().take(task_rows::MAX_SEARCH).collect()),
     };
     let head = match rendered_at(&state).await {
         Ok(at) => at,

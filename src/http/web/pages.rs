@@ -122,6 +122,8 @@ pub struct BoardFilter {
     pub source: Option<String>,
     pub needs_human: bool,
     pub archived: bool,
+    /// Text in a task's title or spec.
+    pub q: Option<String>,
 }
 
 pub struct BoardView {
@@ -150,6 +152,8 @@ pub fn board(view: &BoardView) -> Markup {
     html! {
         h1 { "Board" }
         form.filters method="get" action="/" {
+            input type="search" name="q" placeholder="search titles and specs" aria-label="search"
+                maxlength=(crate::projectors::tasks::MAX_SEARCH) value=[f.q.as_deref()];
             select name="repo" {
                 option value="" { "every repository" }
                 @for repo in &view.repos {

@@ -57,22 +57,49 @@ where
 }
 
 /// Tasks matching `filter`, most urgent first, then oldest first.
+/// The search's condition on parameter `$n`: the title or the spec holds the text, ignoring case.
+fn search(n: u8, spec_text: &str) -> String {
+    format!(
+        "(CAST(${n} AS text) IS NULL OR LOWER(title) LIKE ${n} ESCAPE '\\' \
+         OR LOWER({spec_text}) LIKE ${n} ESCAPE '\\')"
+    )
+}
+
+/// A search's text as the LIKE pattern [`search`] binds: lower case, its own `%`, `_` and `\` taken literally.
+pub(super) fn like_pattern(q: Option<&str>) -> Option<String> {
+    let q = q.map(str::trim).filter(|q| !q.is_empty())?;
+    let mut pattern = String::with_capacity(q.len() + 2);
+    pattern.push('%');
+    for c in q.to_lowercase().chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push('%');
+    Some(pattern)
+}
+
 pub async fn list(store: &EventStore, filter: &TaskFilter) -> Result<Vec<TaskRow>, TasksError> {
     let column = filter.column.map(|c| c.as_str());
-    // CAST(... AS text) rather than `$1::text`: the one spelling both accept, so a NULL filter matches all.
-    let sql = format!(
-        "SELECT {ROW_COLUMNS} FROM tasks
-         WHERE (CAST($1 AS text) IS NULL OR board_column = $1) AND (CAST($2 AS text) IS NULL OR repo = $2)
-           AND (CAST($3 AS text) IS NULL OR source = $3) AND (CAST($4 AS boolean) IS NULL OR needs_human = $4)
-         ORDER BY priority_rank, created_at, number {}",
-        if filter.limit.is_some() { "LIMIT $5" } else { "" }
-    );
+    let pattern = like_pattern(filter.q.as_deref());
     crate::on_store!(store, |pool, backend| {
+        // CAST(... AS text) rather than `$1::text`: the one spelling both accept, so a NULL filter matches all.
+        let sql = format!(
+            "SELECT {ROW_COLUMNS} FROM tasks
+             WHERE (CAST($1 AS text) IS NULL OR board_column = $1) AND (CAST($2 AS text) IS NULL OR repo = $2)
+               AND (CAST($3 AS text) IS NULL OR source = $3) AND (CAST($4 AS boolean) IS NULL OR needs_human = $4)
+               AND {}
+             ORDER BY priority_rank, created_at, number {}",
+            search(5, backend::TASK_SPEC_TEXT),
+            if filter.limit.is_some() { "LIMIT $6" } else { "" }
+        );
         let query = sqlx::query(&sql)
             .bind(column)
             .bind(&filter.repo)
             .bind(&filter.source)
-            .bind(filter.needs_human);
+            .bind(filter.needs_human)
+            .bind(&pattern);
         let query = match filter.limit {
             Some(limit) => query.bind(i64::from(limit)),
             None => query,
@@ -87,18 +114,22 @@ pub async fn counts(
     store: &EventStore,
     filter: &TaskFilter,
 ) -> Result<std::collections::BTreeMap<Column, usize>, TasksError> {
+    let pattern = like_pattern(filter.q.as_deref());
     let rows: Vec<(String, i64)> = crate::on_store!(store, |pool, backend| {
-        sqlx::query_as(
+        let sql = format!(
             "SELECT board_column, COUNT(*) FROM tasks
              WHERE (CAST($1 AS text) IS NULL OR repo = $1) AND (CAST($2 AS text) IS NULL OR source = $2)
-               AND (CAST($3 AS boolean) IS NULL OR needs_human = $3)
+               AND (CAST($3 AS boolean) IS NULL OR needs_human = $3) AND {}
              GROUP BY board_column",
-        )
-        .bind(&filter.repo)
-        .bind(&filter.source)
-        .bind(filter.needs_human)
-        .fetch_all(pool)
-        .await?
+            search(4, backend::TASK_SPEC_TEXT)
+        );
+        sqlx::query_as(&sql)
+            .bind(&filter.repo)
+            .bind(&filter.source)
+            .bind(filter.needs_human)
+            .bind(&pattern)
+            .fetch_all(pool)
+            .await?
     });
     rows.into_iter()
         .map(|(column, n)| {
@@ -255,4 +286,23 @@ pub async fn task_for_link(
         })
     })
     .transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::like_pattern;
+
+    #[test]
+    fn a_search_is_lower_case_text_with_its_wildcards_escaped() {
+        assert_eq!(
+            like_pattern(Some("  Redirect ")).as_deref(),
+            Some("%redirect%")
+        );
+        assert_eq!(
+            like_pattern(Some(r"50%_a\b")).as_deref(),
+            Some(r"%50\%\_a\\b%")
+        );
+        assert_eq!(like_pattern(Some("   ")), None);
+        assert_eq!(like_pattern(None), None);
+    }
 }
