@@ -159,8 +159,13 @@ pub enum ConfigFormat {
     Json,
 }
 
-/// `pidevops config check`: the effective configuration to print, or every error (one a line).
-pub fn config(env: crate::config::Env, command: ConfigCommand) -> Result<String, String> {
+/// `pidevops config check`: the effective configuration to print and the warnings (each profile it runs that
+/// cannot run here: `dispatch::preflight`; not errors, since the check may run on another machine than the
+/// service), or every error (one a line).
+pub fn config(
+    env: crate::config::Env,
+    command: ConfigCommand,
+) -> Result<(String, Vec<String>), String> {
     let ConfigCommand::Check { file, format } = command;
     let env = match &file {
         Some(path) => env.with("PIDEVOPS_CONFIG", &path.display().to_string()),
@@ -177,7 +182,8 @@ pub fn config(env: crate::config::Env, command: ConfigCommand) -> Result<String,
                 Some(path) => format!("{}: {error}", path.display()),
                 None => error,
             })?;
-            crate::config::effective(&settings, format == ConfigFormat::Json)
+            let effective = crate::config::effective(&settings, format == ConfigFormat::Json)?;
+            Ok((effective, config_warnings(&settings)))
         }
         Err(error) => {
             let mut errors = vec![error.to_string()];
@@ -198,8 +204,30 @@ pub fn config(env: crate::config::Env, command: ConfigCommand) -> Result<String,
     }
 }
 
+/// The profiles the configuration runs that fail their preflight here, when agents run on this machine.
+fn config_warnings(settings: &Settings) -> Vec<String> {
+    let dispatch = &settings.file.dispatch;
+    if dispatch.off.is_some() || dispatch.executor != crate::config::dispatch::Executor::Local {
+        return Vec::new();
+    }
+    crate::dispatch::preflight::unready_used(
+        dispatch,
+        &settings.file.profiles,
+        &settings.env,
+        &settings.workspace_root,
+    )
+    .into_iter()
+    .map(|(whose, why)| format!("{whose} cannot run here: {}", why.join("; ")))
+    .collect()
+}
+
 pub async fn task(settings: Settings, command: TaskCommand) -> anyhow::Result<()> {
-    let core = crate::startup::Core::open_for_cli(settings).await?;
+    // `list` and `show` only read: they create no database.
+    let core = if matches!(command, TaskCommand::List { .. } | TaskCommand::Show { .. }) {
+        crate::startup::Core::open_for_cli_reading(settings).await?
+    } else {
+        crate::startup::Core::open_for_cli(settings).await?
+    };
     let board = Board::new(core.log.clone(), core.settings.file.board.clone());
     let result = run(&board, command).await;
     core.close().await;

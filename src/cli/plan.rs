@@ -69,7 +69,12 @@ pub async fn plan(settings: Settings, command: PlanCommand) -> anyhow::Result<()
         let repo = repo.parse::<RepoName>()?;
         settings.file.board.allowed.check(&repo)?;
     }
-    let core = crate::startup::Core::open_for_cli(settings).await?;
+    // `show` only reads: it creates no database.
+    let core = if matches!(command, PlanCommand::Show { .. }) {
+        crate::startup::Core::open_for_cli_reading(settings).await?
+    } else {
+        crate::startup::Core::open_for_cli(settings).await?
+    };
     let board = Board::new(core.log.clone(), core.settings.file.board.clone());
     let result = run(&board, command).await;
     core.close().await;

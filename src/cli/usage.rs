@@ -33,7 +33,7 @@ pub async fn usage(settings: Settings, args: UsageArgs) -> anyhow::Result<()> {
     if !(0..=100).contains(&args.tasks) {
         anyhow::bail!("--tasks must be from 0 to 100");
     }
-    let core = crate::startup::Core::open_for_cli(settings).await?;
+    let core = crate::startup::Core::open_for_cli_reading(settings).await?;
     let store = core.log.store().clone();
     super::catch_up(&store, usage::NAME).await;
     let read = async {
