@@ -56,6 +56,16 @@ pub async fn diagnose_with(settings: &Settings, env_file: Option<&str>) -> (Stri
 /// The database answers (a probe: doctor never migrates or writes it), and where its log's head is.
 async fn database(out: &mut String, settings: &Settings) -> bool {
     let mut ok = true;
+    // Not made here: doctor runs before the first `serve` (README's tour), which makes it. A warning naming the
+    // path, so a mistyped one shows.
+    if let Err(missing) = crate::startup::must_exist(settings) {
+        let _ = writeln!(
+            out,
+            "database         warn      {}",
+            crate::telemetry::error_chain(&missing)
+        );
+        return ok;
+    }
     let started = Instant::now();
     let database = async {
         // A probe, not a Core: doctor never creates, migrates or writes the database it diagnoses.

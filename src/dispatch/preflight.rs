@@ -290,10 +290,32 @@ mod tests {
     #[test]
     fn a_workspace_under_a_directory_it_cannot_write_is_named() {
         assert_eq!(writable(&std::env::temp_dir().join("not-yet/made")), Ok(()));
-        // /proc is never writable, even by root.
-        let why = writable(Path::new("/proc/pidevops-ws")).unwrap_err();
+        // A directory this process may not write: by its mode, or (root may write any mode) a read-only mount.
+        let dir = tempfile::tempdir().unwrap();
+        let closed = dir.path().join("closed");
+        std::fs::create_dir(&closed).unwrap();
+        std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o555)).unwrap();
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let read_only = if unsafe { nix::libc::geteuid() } == 0 {
+            std::fs::read_to_string("/proc/self/mountinfo")
+                .unwrap()
+                .lines()
+                .filter_map(|line| {
+                    let fields: Vec<&str> = line.split(' ').collect();
+                    let ro = fields.get(5)?.split(',').any(|o| o == "ro");
+                    ro.then(|| std::path::PathBuf::from(fields.get(4)?))
+                })
+                .find(|point| point.is_dir())
+        } else {
+            Some(closed)
+        };
+        let Some(read_only) = read_only else {
+            eprintln!("no read-only mount here and running as root: the refusal is not exercised");
+            return;
+        };
+        let why = writable(&read_only.join("ws")).unwrap_err();
         assert!(
-            why.contains("/proc") && why.contains("not writable"),
+            why.contains(&read_only.display().to_string()) && why.contains("not writable"),
             "{why}"
         );
     }

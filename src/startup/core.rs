@@ -97,7 +97,8 @@ pub async fn connect_existing(settings: &Settings, connections: u32) -> anyhow::
     connect(settings, connections).await
 }
 
-fn must_exist(settings: &Settings) -> anyhow::Result<()> {
+/// An error naming the embedded database's file when it does not exist (nothing is made to find out).
+pub fn must_exist(settings: &Settings) -> anyhow::Result<()> {
     if let crate::eventlog::DatabaseUrl::Sqlite(url) = &settings.database {
         if let Some(file) = crate::eventlog::SqliteStore::file_of(url)? {
             if !file.exists() {

@@ -6,7 +6,7 @@ mod core;
 pub mod first_run;
 pub mod worker;
 
-pub use self::core::{connect, connect_existing, Core, CLI_CONNECTIONS};
+pub use self::core::{connect, connect_existing, must_exist, Core, CLI_CONNECTIONS};
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;

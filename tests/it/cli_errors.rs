@@ -35,7 +35,6 @@ fn a_read_only_command_on_a_mistyped_sqlite_path_is_an_error_and_creates_nothing
         &["events"],
         &["usage"],
         &["budget", "show", "T-1"],
-        &["doctor"],
     ] {
         let out = pidevops(dir.path(), &[("DATABASE_URL", &url)], args);
         let err = format!("{}{}", stderr(&out), String::from_utf8_lossy(&out.stdout));
