@@ -24,12 +24,15 @@ use crate::tasks::{
 pub enum TaskCommand {
     /// Create a task: `pidevops task new acme/api "Fix the login redirect"`.
     New {
+        /// The repository (owner/name).
         repo: String,
         /// What to do (the spec's Task).
         #[arg(required = true, num_args = 1..)]
         text: Vec<String>,
+        /// What it may change (the spec's Scope).
         #[arg(long, default_value = "")]
         scope: String,
+        /// How to tell it is done (the spec's Done when).
         #[arg(long, default_value = "")]
         done_when: String,
         /// urgent, high, normal or low.
@@ -41,6 +44,7 @@ pub enum TaskCommand {
         /// The agent profile to run it with (default: the repository's).
         #[arg(long)]
         agent: Option<AgentName>,
+        /// JSON instead of readable lines.
         #[arg(long)]
         json: bool,
     },
@@ -49,55 +53,73 @@ pub enum TaskCommand {
         /// triage, todo, in-progress, in-review, done, archived or cancelled.
         #[arg(long)]
         column: Option<crate::tasks::Column>,
+        /// The repository (owner/name).
         #[arg(long)]
         repo: Option<String>,
         /// linear, github, telegram or api.
         #[arg(long)]
         source: Option<String>,
+        /// Only tasks waiting for a person.
         #[arg(long)]
         needs_human: bool,
+        /// JSON instead of readable lines.
         #[arg(long)]
         json: bool,
     },
     /// One task with its timeline.
     Show {
+        /// The task (T-7).
         id: TaskId,
+        /// JSON instead of readable lines.
         #[arg(long)]
         json: bool,
     },
     /// Move a triage task to todo.
     Approve {
+        /// The task (T-7).
         id: TaskId,
+        /// JSON instead of readable lines.
         #[arg(long)]
         json: bool,
     },
     /// Refuse a triage task.
     Reject {
+        /// The task (T-7).
         id: TaskId,
+        /// Why, in words (kept on the timeline).
         #[arg(long)]
         reason: Option<String>,
+        /// JSON instead of readable lines.
         #[arg(long)]
         json: bool,
     },
     /// Give a flagged task another go, or send a task in review back for another attempt.
     Retry {
+        /// The task (T-7).
         id: TaskId,
+        /// Why, in words (kept on the timeline).
         #[arg(long)]
         reason: Option<String>,
+        /// JSON instead of readable lines.
         #[arg(long)]
         json: bool,
     },
     /// Cancel an open task.
     Cancel {
+        /// The task (T-7).
         id: TaskId,
+        /// Why, in words (kept on the timeline).
         #[arg(long)]
         reason: Option<String>,
+        /// JSON instead of readable lines.
         #[arg(long)]
         json: bool,
     },
     /// Archive a done or cancelled task.
     Archive {
+        /// The task (T-7).
         id: TaskId,
+        /// JSON instead of readable lines.
         #[arg(long)]
         json: bool,
     },
@@ -106,34 +128,45 @@ pub enum TaskCommand {
     #[command(group(clap::ArgGroup::new("part").required(true).multiple(true)
         .args(["task", "scope", "done_when"])))]
     Spec {
+        /// The task (T-7).
         id: TaskId,
         /// What to do (the spec's Task).
         #[arg(long)]
         task: Option<String>,
+        /// What it may change (the spec's Scope).
         #[arg(long)]
         scope: Option<String>,
+        /// How to tell it is done (the spec's Done when).
         #[arg(long)]
         done_when: Option<String>,
+        /// JSON instead of readable lines.
         #[arg(long)]
         json: bool,
     },
     /// Answer the question a task waits on (any needs-human): `pidevops task answer T-7 "use euros"`. The first
     /// answer from anywhere becomes the next attempt's follow-up; a later one is refused.
     Answer {
+        /// The task (T-7).
         id: TaskId,
+        /// The answer, in words.
         #[arg(required = true)]
         text: Vec<String>,
+        /// JSON instead of readable lines.
         #[arg(long)]
         json: bool,
     },
     /// Pick the agent profile of a task's next attempt: `pidevops task agent T-7 codex`, or `--default` for the
     /// repository's.
     Agent {
+        /// The task (T-7).
         id: TaskId,
+        /// The profile: a preset or one under [agents].
         #[arg(required_unless_present = "default", conflicts_with = "default")]
         name: Option<AgentName>,
+        /// The repository's profile again.
         #[arg(long)]
         default: bool,
+        /// JSON instead of readable lines.
         #[arg(long)]
         json: bool,
     },
@@ -522,6 +555,7 @@ fn age(since: chrono::DateTime<Utc>) -> String {
 pub enum DispatchCommand {
     /// No new runs start on any replica; running ones finish.
     Pause {
+        /// Why, in words (shown in /health and on the dashboard).
         #[arg(long)]
         reason: Option<String>,
     },

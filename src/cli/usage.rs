@@ -19,6 +19,7 @@ pub struct UsageArgs {
     /// How many of the tasks that spent most to list.
     #[arg(long, default_value_t = 10)]
     tasks: i64,
+    /// JSON instead of readable lines.
     #[arg(long)]
     json: bool,
 }

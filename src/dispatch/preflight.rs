@@ -62,9 +62,13 @@ pub fn check(profile: &AgentProfile, env: &Env, workspace_root: &Path) -> Vec<St
         .unwrap_or_default();
     let agent_path = env.get("PATH").unwrap_or(AGENT_DEFAULT_PATH);
     if find_program(program, Some(agent_path)).is_none() {
-        problems.push(format!(
-            "its command {program:?} is not an executable on the agents' PATH ({agent_path})"
-        ));
+        problems.push(if program.contains('/') {
+            format!("its command {program:?} is not an executable file")
+        } else {
+            format!(
+                "its command {program:?} is not an executable on the agents' PATH ({agent_path})"
+            )
+        });
     }
     if find_program("git", env.get("PATH")).is_none() {
         problems.push(format!(

@@ -549,7 +549,13 @@ async fn a_profile_that_cannot_run_here_holds_only_its_tasks_and_health_names_wh
         "{health}"
     );
     assert_eq!(health["loops"]["dispatcher"]["state"], "armed");
-    let problems = health["problems"].to_string();
+    let problems: Vec<&str> = health["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p.as_str())
+        .collect();
+    let problems = problems.join("\n");
     for says in [
         "agent profile keyless cannot run here: no credential: ANTHROPIC_API_KEY is not set"
             .to_owned(),
@@ -579,7 +585,9 @@ async fn a_profile_that_cannot_run_here_holds_only_its_tasks_and_health_names_wh
     assert_eq!(task_row(&app, without_key).await.unwrap().attempts, 0);
     app.stop().await;
 
-    // No git on the service's PATH: every profile waits, and says so.
+    // No git on the service's PATH: every profile waits, and says so (a database of its own: the keyless task
+    // still waits in this one).
+    let db = TestDb::sqlite();
     let mut settings = crate::common::settings(&db);
     settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
     settings.workspace_root = dir.join("ws");
@@ -595,9 +603,11 @@ async fn a_profile_that_cannot_run_here_holds_only_its_tasks_and_health_names_wh
     let app = TestApp::spawn(settings).await;
     let stranded = create_task_with(&app, "no git", None).await;
     within(Duration::from_secs(30), "held for git", || async {
-        app.health().await.1["problems"]
-            .to_string()
-            .contains("agent profile fake cannot run here: git is not on the service's PATH")
+        let health = app.health().await.1;
+        health["loops"]["dispatcher"]["detail"]["unready"] == 1
+            && health["problems"]
+                .to_string()
+                .contains("agent profile fake cannot run here: git is not on the service's PATH")
     })
     .await;
     let row = task_row(&app, stranded).await.unwrap();
