@@ -898,9 +898,11 @@ async fn a_task_runs_with_the_agent_it_asks_for_and_one_that_cannot_run_waits_fo
     let runs = ended_runs(&app, ghost).await;
     assert_eq!(runs.len(), 1, "{runs:?}");
     assert_eq!(runs[0].profile.as_deref(), Some("other"));
-    assert!(
-        task_row(&app, missing).await.unwrap().needs_human,
-        "still waiting"
+    let row = task_row(&app, missing).await.unwrap();
+    assert_eq!(
+        (row.attempts, row.column, row.needs_human),
+        (0, Column::Todo, false),
+        "still waiting, unflagged: {row:?}"
     );
     app.stop().await;
 }
