@@ -307,7 +307,8 @@ mod tests {
                 .filter_map(|line| {
                     let fields: Vec<&str> = line.split(' ').collect();
                     let ro = fields.get(5)?.split(',').any(|o| o == "ro");
-                    ro.then(|| std::path::PathBuf::from(fields.get(4)?))
+                    let point = fields.get(4)?;
+                    ro.then(|| std::path::PathBuf::from(point))
                 })
                 .find(|point| point.is_dir())
         } else {
