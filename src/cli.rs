@@ -24,12 +24,15 @@ use crate::tasks::{
 pub enum TaskCommand {
     /// Create a task: `pidevops task new acme/api "Fix the login redirect"`.
     New {
+        /// The repository (owner/name).
         repo: String,
         /// What to do (the spec's Task).
         #[arg(required = true, num_args = 1..)]
         text: Vec<String>,
+        /// What it may change (the spec's Scope).
         #[arg(long, default_value = "")]
         scope: String,
+        /// How to tell it is done (the spec's Done when).
         #[arg(long, default_value = "")]
         done_when: String,
         /// urgent, high, normal or low.
@@ -41,6 +44,7 @@ pub enum TaskCommand {
         /// The agent profile to run it with (default: the repository's).
         #[arg(long)]
         agent: Option<AgentName>,
+        /// JSON instead of readable lines.
         #[arg(long)]
         json: bool,
     },
@@ -49,55 +53,73 @@ pub enum TaskCommand {
         /// triage, todo, in-progress, in-review, done, archived or cancelled.
         #[arg(long)]
         column: Option<crate::tasks::Column>,
+        /// The repository (owner/name).
         #[arg(long)]
         repo: Option<String>,
         /// linear, github, telegram or api.
         #[arg(long)]
         source: Option<String>,
+        /// Only tasks waiting for a person.
         #[arg(long)]
         needs_human: bool,
+        /// JSON instead of readable lines.
         #[arg(long)]
         json: bool,
     },
     /// One task with its timeline.
     Show {
+        /// The task (T-7).
         id: TaskId,
+        /// JSON instead of readable lines.
         #[arg(long)]
         json: bool,
     },
     /// Move a triage task to todo.
     Approve {
+        /// The task (T-7).
         id: TaskId,
+        /// JSON instead of readable lines.
         #[arg(long)]
         json: bool,
     },
     /// Refuse a triage task.
     Reject {
+        /// The task (T-7).
         id: TaskId,
+        /// Why, in words (kept on the timeline).
         #[arg(long)]
         reason: Option<String>,
+        /// JSON instead of readable lines.
         #[arg(long)]
         json: bool,
     },
     /// Give a flagged task another go, or send a task in review back for another attempt.
     Retry {
+        /// The task (T-7).
         id: TaskId,
+        /// Why, in words (kept on the timeline).
         #[arg(long)]
         reason: Option<String>,
+        /// JSON instead of readable lines.
         #[arg(long)]
         json: bool,
     },
     /// Cancel an open task.
     Cancel {
+        /// The task (T-7).
         id: TaskId,
+        /// Why, in words (kept on the timeline).
         #[arg(long)]
         reason: Option<String>,
+        /// JSON instead of readable lines.
         #[arg(long)]
         json: bool,
     },
     /// Archive a done or cancelled task.
     Archive {
+        /// The task (T-7).
         id: TaskId,
+        /// JSON instead of readable lines.
         #[arg(long)]
         json: bool,
     },
@@ -106,34 +128,45 @@ pub enum TaskCommand {
     #[command(group(clap::ArgGroup::new("part").required(true).multiple(true)
         .args(["task", "scope", "done_when"])))]
     Spec {
+        /// The task (T-7).
         id: TaskId,
         /// What to do (the spec's Task).
         #[arg(long)]
         task: Option<String>,
+        /// What it may change (the spec's Scope).
         #[arg(long)]
         scope: Option<String>,
+        /// How to tell it is done (the spec's Done when).
         #[arg(long)]
         done_when: Option<String>,
+        /// JSON instead of readable lines.
         #[arg(long)]
         json: bool,
     },
     /// Answer the question a task waits on (any needs-human): `pidevops task answer T-7 "use euros"`. The first
     /// answer from anywhere becomes the next attempt's follow-up; a later one is refused.
     Answer {
+        /// The task (T-7).
         id: TaskId,
+        /// The answer, in words.
         #[arg(required = true)]
         text: Vec<String>,
+        /// JSON instead of readable lines.
         #[arg(long)]
         json: bool,
     },
     /// Pick the agent profile of a task's next attempt: `pidevops task agent T-7 codex`, or `--default` for the
     /// repository's.
     Agent {
+        /// The task (T-7).
         id: TaskId,
+        /// The profile: a preset or one under [agents].
         #[arg(required_unless_present = "default", conflicts_with = "default")]
         name: Option<AgentName>,
+        /// The repository's profile again.
         #[arg(long)]
         default: bool,
+        /// JSON instead of readable lines.
         #[arg(long)]
         json: bool,
     },
@@ -159,8 +192,13 @@ pub enum ConfigFormat {
     Json,
 }
 
-/// `pidevops config check`: the effective configuration to print, or every error (one a line).
-pub fn config(env: crate::config::Env, command: ConfigCommand) -> Result<String, String> {
+/// `pidevops config check`: the effective configuration to print and the warnings (each profile it runs that
+/// cannot run here: `dispatch::preflight`; not errors, since the check may run on another machine than the
+/// service), or every error (one a line).
+pub fn config(
+    env: crate::config::Env,
+    command: ConfigCommand,
+) -> Result<(String, Vec<String>), String> {
     let ConfigCommand::Check { file, format } = command;
     let env = match &file {
         Some(path) => env.with("PIDEVOPS_CONFIG", &path.display().to_string()),
@@ -177,7 +215,8 @@ pub fn config(env: crate::config::Env, command: ConfigCommand) -> Result<String,
                 Some(path) => format!("{}: {error}", path.display()),
                 None => error,
             })?;
-            crate::config::effective(&settings, format == ConfigFormat::Json)
+            let effective = crate::config::effective(&settings, format == ConfigFormat::Json)?;
+            Ok((effective, config_warnings(&settings)))
         }
         Err(error) => {
             let mut errors = vec![error.to_string()];
@@ -198,8 +237,30 @@ pub fn config(env: crate::config::Env, command: ConfigCommand) -> Result<String,
     }
 }
 
+/// The profiles the configuration runs that fail their preflight here, when agents run on this machine.
+fn config_warnings(settings: &Settings) -> Vec<String> {
+    let dispatch = &settings.file.dispatch;
+    if dispatch.off.is_some() || dispatch.executor != crate::config::dispatch::Executor::Local {
+        return Vec::new();
+    }
+    crate::dispatch::preflight::unready_used(
+        dispatch,
+        &settings.file.profiles,
+        &settings.env,
+        &settings.workspace_root,
+    )
+    .into_iter()
+    .map(|(whose, why)| format!("{whose} cannot run here: {}", why.join("; ")))
+    .collect()
+}
+
 pub async fn task(settings: Settings, command: TaskCommand) -> anyhow::Result<()> {
-    let core = crate::startup::Core::open_for_cli(settings).await?;
+    // `list` and `show` only read: they create no database.
+    let core = if matches!(command, TaskCommand::List { .. } | TaskCommand::Show { .. }) {
+        crate::startup::Core::open_for_cli_reading(settings).await?
+    } else {
+        crate::startup::Core::open_for_cli(settings).await?
+    };
     let board = Board::new(core.log.clone(), core.settings.file.board.clone());
     let result = run(&board, command).await;
     core.close().await;
@@ -495,6 +556,7 @@ fn age(since: chrono::DateTime<Utc>) -> String {
 pub enum DispatchCommand {
     /// No new runs start on any replica; running ones finish.
     Pause {
+        /// Why, in words (shown in /health and on the dashboard).
         #[arg(long)]
         reason: Option<String>,
     },

@@ -104,6 +104,135 @@ pub struct Settings {
     pub env: Env,
 }
 
+/// Every variable the settings are read from, with what it is: the one list, printed by `pidevops serve --help`
+/// and held by a test to what [`Settings::from_env`] reads (config/tests.rs).
+pub const VARIABLES: &[(&str, &str)] = &[
+    (
+        "PORT",
+        "the port to listen on (default 8080; 0: any free one)",
+    ),
+    (
+        "PIDEVOPS_BIND",
+        "the address to listen on (default [::], IPv4 and IPv6)",
+    ),
+    (
+        "DATABASE_URL",
+        "postgres://… or sqlite:… (default sqlite://./data/pidevops.db)",
+    ),
+    (
+        "PIDEVOPS_CONFIG",
+        "the configuration file (default ./pidevops.toml when present)",
+    ),
+    (
+        "PIDEVOPS_ADMIN_TOKEN",
+        "the dashboard's and /api's bearer token (at least 24 characters)",
+    ),
+    (
+        "NATS_URL",
+        "NATS JetStream (default: events fan out in-process)",
+    ),
+    ("PIDEVOPS_NATS_STREAM", "the JetStream stream's name"),
+    (
+        "PIDEVOPS_NATS_SUBJECT_PREFIX",
+        "the JetStream subjects' prefix",
+    ),
+    ("LOG_FORMAT", "pretty (default) or json"),
+    ("RUST_LOG", "the log filter (default info)"),
+    ("GITHUB_WEBHOOK_SECRET", "verifies POST /webhooks/github"),
+    ("LINEAR_WEBHOOK_SECRET", "verifies POST /webhooks/linear"),
+    (
+        "TELEGRAM_WEBHOOK_SECRET",
+        "verifies POST /webhooks/telegram",
+    ),
+    ("GITHUB_TOKEN", "clone and push, pull requests and comments"),
+    (
+        "GITHUB_API_URL",
+        "GitHub's API (default https://api.github.com)",
+    ),
+    (
+        "LINEAR_API_KEY",
+        "Linear's API: comments, states, the poller",
+    ),
+    ("LINEAR_API_URL", "Linear's GraphQL endpoint"),
+    ("TELEGRAM_BOT_TOKEN", "the bot pidevops speaks as"),
+    (
+        "TELEGRAM_API_URL",
+        "the Bot API (default https://api.telegram.org)",
+    ),
+    (
+        "TELEGRAM_ALLOWED_CHATS",
+        "chat ids whose /new makes tasks (comma-separated)",
+    ),
+    (
+        "TELEGRAM_ALLOWED_USERS",
+        "user ids who may command (comma-separated)",
+    ),
+    (
+        "WORKSPACE_ROOT",
+        "mirrors and worktrees (default ./data/workspaces)",
+    ),
+    (
+        "PIDEVOPS_DATA_DIR",
+        "what serve keeps of its own (default ./data)",
+    ),
+    ("PIDEVOPS_PAUSED", "1: no new agent runs start"),
+    (
+        "PIDEVOPS_INSTANCE_ID",
+        "this process's name in leases and /health",
+    ),
+    (
+        "RAILWAY_REPLICA_ID",
+        "Railway's replica id, part of the instance id",
+    ),
+    ("HOSTNAME", "part of the instance id"),
+    (
+        "PIDEVOPS_DB_MAX_CONNECTIONS",
+        "the database pool's size (default 10)",
+    ),
+    (
+        "PIDEVOPS_HEARTBEAT_INTERVAL_S",
+        "the database heartbeat's interval (default 15)",
+    ),
+    (
+        "PIDEVOPS_LOOP_STARTUP_DELAY_S",
+        "before loops' first ticks (default 1)",
+    ),
+    (
+        "PIDEVOPS_APPEND_TIMEOUT_S",
+        "how long a webhook waits for its commit (default 10)",
+    ),
+    (
+        "PIDEVOPS_RELAY_INTERVAL_S",
+        "the relay's interval (default 1)",
+    ),
+    (
+        "PIDEVOPS_PROJECTOR_INTERVAL_S",
+        "the projectors' interval (default 1)",
+    ),
+    (
+        "PIDEVOPS_LEASE_TTL_S",
+        "singleton loops' lease (default 15, at least 3)",
+    ),
+    (
+        "PATH",
+        "where agents' programs and git are found (agents get it too)",
+    ),
+];
+
+/// [`VARIABLES`] as `serve --help` prints them, with where agents' own variables are.
+pub fn variables_help() -> String {
+    let width = VARIABLES.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    let mut out =
+        String::from("Environment (pidevops.toml holds the rest; docs/configuration.md):\n");
+    for (name, what) in VARIABLES {
+        out.push_str(&format!("  {name:<width$}  {what}\n"));
+    }
+    out.push_str(
+        "  and each agent profile's env (docs/agents.md: the credential each CLI takes)\n",
+    );
+    out
+}
+
 /// The shortest `PIDEVOPS_ADMIN_TOKEN` accepted.
 pub const MIN_ADMIN_TOKEN_CHARS: usize = 24;
 
@@ -168,6 +297,39 @@ impl Env {
     /// A value, with empty strings treated as unset (Railway and `.env` files often leave blanks).
     pub fn get(&self, key: &str) -> Option<&str> {
         self.0.get(key).map(|v| v.trim()).filter(|v| !v.is_empty())
+    }
+
+    /// The same environment with a `.env` file's values over it, as `set -a && . ./.env && set +a` would leave
+    /// the shell that starts `serve` (`doctor` reads it so), and a line saying what was read.
+    pub fn with_env_file(mut self, path: &Path) -> (Self, String) {
+        match read_env_file(path) {
+            Ok(Some(pairs)) => {
+                let names: Vec<String> = pairs.iter().map(|(k, _)| k.clone()).collect();
+                self.0.extend(pairs);
+                let line = format!(
+                    "read {} ({} variable(s) over the environment: {}); serve reads no .env itself: start it \
+                     with the file sourced (set -a && . ./.env && set +a)",
+                    path.display(),
+                    names.len(),
+                    names.join(", ")
+                );
+                (self, line)
+            }
+            Ok(None) => (
+                self,
+                format!(
+                    "not read: there is no {} here; only the process environment counts",
+                    path.display()
+                ),
+            ),
+            Err(e) => (
+                self,
+                format!(
+                    "not read: {}: {e}; only the process environment counts",
+                    path.display()
+                ),
+            ),
+        }
     }
 
     /// The same environment with `key` set to `value` (`config check FILE` reads FILE as `PIDEVOPS_CONFIG`).
@@ -364,6 +526,27 @@ impl Settings {
             None => false,
         }
     }
+}
+
+/// `KEY=value` lines of a `.env` file, in order (comments and blank lines dropped, `export ` allowed): the one
+/// parser, for the file `init` writes and `doctor` reads. `Ok(None)` when there is no such file. `serve` reads
+/// none: it is started with the file sourced (`set -a && . ./.env && set +a`).
+pub fn read_env_file(path: &Path) -> std::io::Result<Option<Vec<(String, String)>>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(Some(
+        text.lines()
+            .filter_map(|line| {
+                let line = line.trim();
+                let line = line.strip_prefix("export ").unwrap_or(line);
+                let (key, value) = line.split_once('=')?;
+                (!line.starts_with('#')).then(|| (key.trim().to_owned(), value.trim().to_owned()))
+            })
+            .collect(),
+    ))
 }
 
 /// The file `serve` reads: `PIDEVOPS_CONFIG`, else `./pidevops.toml` if it exists, else none (every default).

@@ -6,7 +6,6 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use crate::config::Settings;
-use crate::eventlog::EventStore;
 use crate::loops::LoopState;
 pub use crate::startup::catalog::{plan, PlannedLoop};
 
@@ -14,10 +13,19 @@ mod workspace;
 
 /// Prints the truth about this configuration; returns the report and whether everything enabled can run.
 pub async fn diagnose(settings: &Settings) -> (String, bool) {
+    diagnose_with(settings, None).await
+}
+
+/// The same, saying what became of `.env` (`pidevops doctor` reads the one in the current directory:
+/// `config::Env::with_env_file`).
+pub async fn diagnose_with(settings: &Settings, env_file: Option<&str>) -> (String, bool) {
     let mut out = String::new();
     let _ = writeln!(out, "pidevops {} doctor", env!("CARGO_PKG_VERSION"));
     if let Some(path) = &settings.config_file {
         let _ = writeln!(out, "config file      {}", path.display());
+    }
+    if let Some(line) = env_file {
+        let _ = writeln!(out, ".env             {line}");
     }
 
     let mut ok = database(&mut out, settings).await;
@@ -25,6 +33,7 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
     containment(&mut out, settings);
     if settings.file.dispatch.off.is_none() {
         let _ = writeln!(out, "{}", workspace::line(&settings.workspace_root));
+        ok &= agent_profiles(&mut out, settings);
     }
     allowed_repos(&mut out, settings);
     webhooks(&mut out, settings);
@@ -47,14 +56,24 @@ pub async fn diagnose(settings: &Settings) -> (String, bool) {
 /// The database answers (a probe: doctor never migrates or writes it), and where its log's head is.
 async fn database(out: &mut String, settings: &Settings) -> bool {
     let mut ok = true;
+    // Not made here: doctor runs before the first `serve` (README's tour), which makes it. A warning naming the
+    // path, so a mistyped one shows.
+    if let Err(missing) = crate::startup::must_exist(settings) {
+        let _ = writeln!(
+            out,
+            "database         warn      {}",
+            crate::telemetry::error_chain(&missing)
+        );
+        return ok;
+    }
     let started = Instant::now();
     let database = async {
-        // A probe, not a Core: doctor never migrates or writes the database it diagnoses.
+        // A probe, not a Core: doctor never creates, migrates or writes the database it diagnoses.
         let store =
-            EventStore::connect(&settings.database, crate::startup::CLI_CONNECTIONS).await?;
+            crate::startup::connect_existing(settings, crate::startup::CLI_CONNECTIONS).await?;
         store.ping().await?;
         let head = store.head().await.ok();
-        Ok::<_, crate::eventlog::StoreError>(head)
+        Ok::<_, anyhow::Error>(head)
     };
     match tokio::time::timeout(Duration::from_secs(10), database).await {
         Ok(Ok(head)) => {
@@ -73,8 +92,8 @@ async fn database(out: &mut String, settings: &Settings) -> bool {
             ok = false;
             let _ = writeln!(
                 out,
-                "database         FAIL      {}: {e}",
-                settings.database.redacted()
+                "database         FAIL      {}",
+                crate::telemetry::error_chain(&e)
             );
         }
         Err(_) => {
@@ -155,6 +174,47 @@ fn containment(out: &mut String, settings: &Settings) {
         };
         let _ = writeln!(out, "agent network              {network}");
     }
+}
+
+/// Each profile this configuration runs, through its preflight (`dispatch::preflight`, the dispatcher's own
+/// check): its program, git, its credential, the workspace volume. One that fails is a failure: its tasks
+/// would wait.
+fn agent_profiles(out: &mut String, settings: &Settings) -> bool {
+    use crate::config::dispatch::Executor;
+    let config = &settings.file.dispatch;
+    if config.executor != Executor::Local {
+        let _ = writeln!(
+            out,
+            "agent profiles             workers   runs go to `pidevops worker`s, which check their own machine when they start"
+        );
+        return true;
+    }
+    let mut ok = true;
+    let mut seen = std::collections::BTreeSet::new();
+    for (whose, profile) in
+        crate::dispatch::preflight::used_profiles(config, &settings.file.profiles)
+    {
+        if !seen.insert(profile.name.clone()) {
+            continue;
+        }
+        let problems =
+            crate::dispatch::preflight::check(profile, &settings.env, &settings.workspace_root);
+        let label = format!("agent {}", profile.name);
+        if problems.is_empty() {
+            let _ = writeln!(
+                out,
+                "{label:<26} ready     {whose} profile: its command, git, its credential and the workspace volume"
+            );
+        } else {
+            ok = false;
+            let _ = writeln!(
+                out,
+                "{label:<26} FAIL      {whose} profile; its tasks would wait: {}",
+                problems.join("; ")
+            );
+        }
+    }
+    ok
 }
 
 /// A warning when no repository is allowed.

@@ -350,22 +350,11 @@ pub fn answers(
     })
 }
 
-/// `KEY=value` lines of an existing `.env`, in order (comments and blank lines dropped).
+/// `KEY=value` lines of an existing `.env`, in order (comments and blank lines dropped): `config::read_env_file`.
 fn read_env_file(path: &Path) -> anyhow::Result<Vec<(String, String)>> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
-    };
-    Ok(text
-        .lines()
-        .filter_map(|line| {
-            let line = line.trim();
-            let line = line.strip_prefix("export ").unwrap_or(line);
-            let (key, value) = line.split_once('=')?;
-            (!line.starts_with('#')).then(|| (key.trim().to_owned(), value.trim().to_owned()))
-        })
-        .collect())
+    Ok(crate::config::read_env_file(path)
+        .with_context(|| format!("reading {}", path.display()))?
+        .unwrap_or_default())
 }
 
 /// Writes `.env` with every secret `answers` wants: kept where it already has one, made where it has not. Mode

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use pidevops::config::Settings;
 use pidevops::{doctor, startup, telemetry};
@@ -85,13 +85,23 @@ enum Command {
     /// forward to the run's egress proxy, run the agent (dispatch/egress/bridge.rs).
     #[command(hide = true)]
     SandboxBridge {
+        /// The run's egress proxy's Unix socket.
         #[arg(long)]
         socket: std::path::PathBuf,
+        /// The loopback port the agent's proxy variables name.
         #[arg(long)]
         port: u16,
+        /// The agent's command line.
         #[arg(last = true, required = true)]
         command: Vec<std::ffi::OsString>,
     },
+}
+
+/// The command line, with `serve --help` listing the environment it reads (`config::VARIABLES`, declared once).
+fn command() -> clap::Command {
+    Cli::command().mut_subcommand("serve", |serve| {
+        serve.after_help(pidevops::config::variables_help())
+    })
 }
 
 /// mimalloc: glibc's malloc spent about half of a rebuild's CPU in fragmentation upkeep (docs/benchmarks.md,
@@ -100,7 +110,10 @@ enum Command {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::from_arg_matches(&command().get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     // Before any runtime or settings: it runs inside the sandbox, with the agent's environment.
     if let Command::SandboxBridge {
         socket,
@@ -136,7 +149,7 @@ async fn run(cli: Cli) -> ExitCode {
                 }
             }
             Err(e) => {
-                eprintln!("pidevops init: {e:#}");
+                eprintln!("pidevops init: {}", telemetry::error_chain(&e));
                 ExitCode::from(2)
             }
         };
@@ -144,8 +157,12 @@ async fn run(cli: Cli) -> ExitCode {
     if let Command::Config { command } = cli.command {
         // Before the settings are read: its job is to report what is wrong with them, all of it.
         return match pidevops::cli::config(pidevops::config::Env::from_process(), command) {
-            Ok(effective) => {
+            Ok((effective, warnings)) => {
                 print!("{effective}");
+                // Warnings, not errors: the check may run elsewhere than the service (exit 0 still).
+                for warning in warnings {
+                    eprintln!("warning: {warning}");
+                }
                 ExitCode::SUCCESS
             }
             Err(errors) => {
@@ -154,7 +171,16 @@ async fn run(cli: Cli) -> ExitCode {
             }
         };
     }
-    let settings = match Settings::from_process_env() {
+    // `doctor` predicts `serve` as README starts it, with ./.env sourced.
+    let (env, env_file) = match cli.command {
+        Command::Doctor => {
+            let (env, line) =
+                pidevops::config::Env::from_process().with_env_file(std::path::Path::new(".env"));
+            (env, Some(line))
+        }
+        _ => (pidevops::config::Env::from_process(), None),
+    };
+    let settings = match Settings::from_env(&env) {
         Ok(settings) => settings,
         Err(e) => {
             eprintln!("pidevops: configuration error: {e}");
@@ -184,7 +210,7 @@ async fn run(cli: Cli) -> ExitCode {
             pidevops::startup::worker::run(settings, shutdown).await
         }
         Command::Doctor => {
-            let (report, ok) = doctor::diagnose(&settings).await;
+            let (report, ok) = doctor::diagnose_with(&settings, env_file.as_deref()).await;
             print!("{report}");
             return if ok {
                 ExitCode::SUCCESS
@@ -209,9 +235,9 @@ async fn run(cli: Cli) -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // Said once, on stderr (not logged too: the log is stderr as well), each cause once.
         Err(e) => {
-            tracing::error!(error = format!("{e:#}"), "pidevops failed");
-            eprintln!("pidevops: {e:#}");
+            eprintln!("pidevops: {}", telemetry::error_chain(&e));
             ExitCode::FAILURE
         }
     }
@@ -225,6 +251,17 @@ async fn serve(mut settings: Settings) -> anyhow::Result<()> {
         eprintln!(
             "{}",
             startup::first_run::sign_in_line(app.local_addr(), &code, &token_file)
+        );
+    } else {
+        // What to open, and with what to sign in: the address a person types, not a socket's debug print.
+        let sign_in = if app.state().settings.admin_token.is_some() {
+            "sign in with PIDEVOPS_ADMIN_TOKEN"
+        } else {
+            "PIDEVOPS_ADMIN_TOKEN is not set, so the dashboard and /api refuse everyone"
+        };
+        eprintln!(
+            "pidevops: serving at {} ({sign_in})",
+            startup::url_of(app.local_addr())
         );
     }
     let shutdown = app.shutdown_token();
@@ -272,8 +309,9 @@ async fn events(
     limit: Option<u64>,
     follow: bool,
 ) -> anyhow::Result<()> {
-    // Read only: `events` never migrates (or writes) the database it is pointed at.
-    let store = pidevops::startup::connect(&settings, pidevops::startup::CLI_CONNECTIONS).await?;
+    // Read only: `events` never creates, migrates (or writes) the database it is pointed at.
+    let store =
+        pidevops::startup::connect_existing(&settings, pidevops::startup::CLI_CONNECTIONS).await?;
     let mut remaining = limit.or(if follow { None } else { Some(100) });
     let stdout = std::io::stdout();
     loop {
@@ -364,4 +402,36 @@ async fn replay(settings: Settings, name: Option<String>, all: bool) -> anyhow::
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every argument of every command says what it is in `--help` (clap's own checks run too).
+    #[test]
+    fn every_argument_has_a_description() {
+        let command = command();
+        command.clone().debug_assert();
+        let mut missing = Vec::new();
+        fn walk(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in command.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in command.get_subcommands() {
+                if sub.get_about().is_none() && sub.get_long_about().is_none() {
+                    missing.push(format!("{path} {} (the command)", sub.get_name()));
+                }
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        walk(&command, "pidevops", &mut missing);
+        assert!(missing.is_empty(), "without a description: {missing:#?}");
+    }
 }

@@ -52,3 +52,41 @@ pub fn metrics_handle() -> PrometheusHandle {
         })
         .clone()
 }
+
+/// An error and its causes on one line, each cause once: a cause whose words its parent already says (a
+/// `thiserror` variant that prints its source, as `StoreError::Database` does) is not said again. What `main`
+/// prints for a failed command.
+pub fn error_chain(error: &anyhow::Error) -> String {
+    let mut said: Vec<String> = Vec::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if said.last().is_some_and(|last| last.contains(text.as_str())) {
+            continue;
+        }
+        said.push(text);
+    }
+    said.join(": ")
+}
+
+#[cfg(test)]
+mod error_chain_tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("database error: {0}")]
+    struct Wraps(#[from] std::io::Error);
+
+    #[test]
+    fn each_cause_is_said_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused");
+        let error = anyhow::Error::from(Wraps(io)).context("connecting to postgres://db/x");
+        assert_eq!(
+            format!("{error:#}"),
+            "connecting to postgres://db/x: database error: Connection refused: Connection refused"
+        );
+        assert_eq!(
+            error_chain(&error),
+            "connecting to postgres://db/x: database error: Connection refused"
+        );
+    }
+}

@@ -12,23 +12,30 @@ use crate::tasks::TaskId;
 pub enum BudgetCommand {
     /// The budgets a task falls under: its own, its repository's today, everyone's today.
     Show {
+        /// The task (T-7).
         task: TaskId,
+        /// One JSON object instead of lines.
         #[arg(long)]
         json: bool,
     },
     /// Add to a budget's limit: `pidevops budget raise --repo acme/api --usd 20` (today's), `--task T-4`, `--day`.
     Raise {
+        /// The task's own budget (T-7).
         #[arg(long, conflicts_with_all = ["repo", "day"], required_unless_present_any = ["repo", "day"])]
         task: Option<String>,
+        /// A repository's budget, today (owner/name).
         #[arg(long, conflicts_with = "day")]
         repo: Option<String>,
         /// Every repository's budget, today.
         #[arg(long)]
         day: bool,
+        /// US dollars to add to its cost limit.
         #[arg(long)]
         usd: Option<f64>,
+        /// Tokens to add to its token limit.
         #[arg(long)]
         tokens: Option<u64>,
+        /// The raise as one JSON object instead of a line.
         #[arg(long)]
         json: bool,
     },
@@ -36,7 +43,12 @@ pub enum BudgetCommand {
 
 pub async fn budget(settings: Settings, command: BudgetCommand) -> anyhow::Result<()> {
     let config = settings.file.dispatch.budgets;
-    let core = crate::startup::Core::open_for_cli(settings).await?;
+    // `show` only reads: it creates no database.
+    let core = if matches!(command, BudgetCommand::Show { .. }) {
+        crate::startup::Core::open_for_cli_reading(settings).await?
+    } else {
+        crate::startup::Core::open_for_cli(settings).await?
+    };
     let result = run(&core, &config, command).await;
     core.close().await;
     result

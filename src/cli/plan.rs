@@ -15,6 +15,7 @@ pub enum PlanCommand {
     /// Ask for a plan: `pidevops plan new acme/api "Split billing into services"`. The planner
     /// (`[dispatch] planner`) proposes its tasks; the plan waits for approval as a whole.
     New {
+        /// The repository (owner/name).
         repo: String,
         /// What the plan as a whole achieves; the planner decomposes it.
         #[arg(required = true, num_args = 1..)]
@@ -31,27 +32,34 @@ pub enum PlanCommand {
         /// manual (a person approves the proposal) or auto (approved as proposed); default: pidevops.toml.
         #[arg(long)]
         approval: Option<ApprovalPolicy>,
+        /// JSON instead of readable lines.
         #[arg(long)]
         json: bool,
     },
     /// The plan, its proposal's items (scopes, dependencies), and its items as tasks.
     Show {
+        /// The plan (T-7).
         id: TaskId,
+        /// JSON instead of readable lines.
         #[arg(long)]
         json: bool,
     },
     /// Approve the proposal waiting for approval: its items become tasks.
     Approve {
+        /// The plan (T-7).
         id: TaskId,
+        /// JSON instead of readable lines.
         #[arg(long)]
         json: bool,
     },
     /// Reject the proposal: the planner plans again, with the comment.
     Reject {
+        /// The plan (T-7).
         id: TaskId,
         /// What to change: the planner's next prompt carries it.
         #[arg(long)]
         comment: String,
+        /// JSON instead of readable lines.
         #[arg(long)]
         json: bool,
     },
@@ -69,7 +77,12 @@ pub async fn plan(settings: Settings, command: PlanCommand) -> anyhow::Result<()
         let repo = repo.parse::<RepoName>()?;
         settings.file.board.allowed.check(&repo)?;
     }
-    let core = crate::startup::Core::open_for_cli(settings).await?;
+    // `show` only reads: it creates no database.
+    let core = if matches!(command, PlanCommand::Show { .. }) {
+        crate::startup::Core::open_for_cli_reading(settings).await?
+    } else {
+        crate::startup::Core::open_for_cli(settings).await?
+    };
     let board = Board::new(core.log.clone(), core.settings.file.board.clone());
     let result = run(&board, command).await;
     core.close().await;

@@ -19,6 +19,7 @@ pub struct UsageArgs {
     /// How many of the tasks that spent most to list.
     #[arg(long, default_value_t = 10)]
     tasks: i64,
+    /// JSON instead of readable lines.
     #[arg(long)]
     json: bool,
 }
@@ -33,7 +34,7 @@ pub async fn usage(settings: Settings, args: UsageArgs) -> anyhow::Result<()> {
     if !(0..=100).contains(&args.tasks) {
         anyhow::bail!("--tasks must be from 0 to 100");
     }
-    let core = crate::startup::Core::open_for_cli(settings).await?;
+    let core = crate::startup::Core::open_for_cli_reading(settings).await?;
     let store = core.log.store().clone();
     super::catch_up(&store, usage::NAME).await;
     let read = async {

@@ -131,3 +131,35 @@ fn bus_names_leases_and_instance_ids_are_validated() {
     let c = Settings::from_env(&Env::from_pairs([])).unwrap();
     assert!(a.instance_id != b.instance_id || b.instance_id != c.instance_id);
 }
+
+/// `serve --help` lists what the settings read: every variable named in a call in config.rs is in [`VARIABLES`],
+/// and so is every one `config check` prints.
+#[test]
+fn every_variable_the_settings_read_is_declared_for_serve_help() {
+    let source = include_str!("../config.rs");
+    let start = source.find("pub const VARIABLES").unwrap();
+    let end = start + source[start..].find("\n];").unwrap();
+    let outside = format!("{}{}", &source[..start], &source[end..]);
+    let called = regex::Regex::new(r#"\(\s*(?:env,\s*)?"([A-Z][A-Z0-9_]+)""#).unwrap();
+    let declared: Vec<&str> = VARIABLES.iter().map(|(name, _)| *name).collect();
+    let read: std::collections::BTreeSet<&str> = called
+        .captures_iter(&outside)
+        .map(|c| c.get(1).unwrap().as_str())
+        .collect();
+    assert!(read.len() > 25, "the scan finds the reads: {read:?}");
+    for name in &read {
+        assert!(
+            declared.contains(name),
+            "{name} is read but not in VARIABLES"
+        );
+    }
+    let settings = Settings::from_env(&Env::default()).unwrap();
+    for (name, _) in environment(&settings) {
+        assert!(
+            declared.contains(&name),
+            "{name} is printed by config check but not in VARIABLES"
+        );
+    }
+    let help = variables_help();
+    assert!(declared.iter().all(|name| help.contains(name)), "{help}");
+}

@@ -14,6 +14,7 @@
 //! - `agent_log.rs`  what the run's log keeps of the output: head, a marker with the bytes cut, tail (pure)
 //! - `cgroup.rs`     a memory limit per agent where cgroup v2 delegation exists (memory.max), else why not
 //! - `disk.rs`       free space on the workspace volume: claims wait below `min_free_disk_mib`
+//! - `preflight.rs`  whether a profile can run here (its program, git, its credential, the workspace volume)
 //! - `dispatcher/`   the dispatcher, watchdog and gc loops: claim, attempt, launch, watchdog, gc, pause
 //! - `worker.rs`     `pidevops worker`: runs pulled from JetStream
 
@@ -24,6 +25,7 @@ pub mod disk;
 pub mod dispatcher;
 pub mod egress;
 pub mod live;
+pub mod preflight;
 pub mod prompt;
 pub mod reaper;
 pub mod runner;

@@ -94,11 +94,29 @@ impl PostgresStore {
             .clone()
             .options([("plan_cache_mode", "force_custom_plan")]);
         // Short acquire timeouts, so a database outage turns into a prompt 503 rather than a hung webhook.
-        let pool = PgPoolOptions::new()
+        let pool = match PgPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(Duration::from_secs(3))
-            .connect_with(options)
-            .await?;
+            .connect_with(options.clone())
+            .await
+        {
+            Ok(pool) => pool,
+            // The pool retries a refused connection until its timeout, then says only that it timed out: one
+            // connection tried on its own says why (refused, no such host, a password refused).
+            Err(sqlx::Error::PoolTimedOut) => {
+                use sqlx::Connection as _;
+                let alone = tokio::time::timeout(
+                    Duration::from_secs(5),
+                    sqlx::PgConnection::connect_with(&options),
+                )
+                .await;
+                return Err(match alone {
+                    Ok(Err(cause)) => cause.into(),
+                    _ => sqlx::Error::PoolTimedOut.into(),
+                });
+            }
+            Err(error) => return Err(error.into()),
+        };
         let append_pool = PgPoolOptions::new()
             .max_connections(APPENDERS as u32)
             .acquire_timeout(Duration::from_secs(3))

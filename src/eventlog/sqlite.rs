@@ -69,6 +69,15 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
+    /// The file a URL names, `None` for an in-memory database.
+    pub fn file_of(url: &str) -> Result<Option<std::path::PathBuf>, StoreError> {
+        if url.contains(":memory:") || url.contains("mode=memory") {
+            return Ok(None);
+        }
+        let options = SqliteConnectOptions::from_str(url)?;
+        Ok(Some(options.get_filename().to_path_buf()))
+    }
+
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self, StoreError> {
         let options = SqliteConnectOptions::from_str(url)?
             .create_if_missing(true)

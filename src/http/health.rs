@@ -86,6 +86,7 @@ pub fn loop_status(name: &str, report: &LoopReport) -> (Status, Option<String>) 
         ),
         LoopState::Armed => match disk_low(report)
             .or_else(|| paused_with_work(report))
+            .or_else(|| unready_profiles(report))
             .or_else(|| limited_profiles(report))
             .or_else(|| budgets(report))
         {
@@ -126,6 +127,30 @@ fn budgets(report: &LoopReport) -> Option<String> {
         .filter_map(|l| l.as_str())
         .collect();
     (!lines.is_empty()).then(|| lines.join("; "))
+}
+
+/// A profile that fails its preflight (its program, git, its credential, the workspace volume): nothing on it
+/// starts, and its tasks wait with no attempt spent until the machine is fixed.
+fn unready_profiles(report: &LoopReport) -> Option<String> {
+    let detail = report.detail.as_ref()?;
+    let profiles = detail["unready_profiles"].as_object()?;
+    if profiles.is_empty() {
+        return None;
+    }
+    let lines: Vec<String> = profiles
+        .iter()
+        .map(|(profile, why)| {
+            format!(
+                "agent profile {profile} cannot run here: {}",
+                why.as_str().unwrap_or("its preflight failed")
+            )
+        })
+        .collect();
+    Some(format!(
+        "{} ({} task(s) waiting)",
+        lines.join("; "),
+        detail["unready"].as_u64().unwrap_or(0)
+    ))
 }
 
 /// A profile paused by its provider's usage or rate limit (or on probation after one run's unverified report):

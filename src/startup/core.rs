@@ -33,6 +33,12 @@ impl Core {
         Self::open_with(settings, connections).await
     }
 
+    /// The same for a command that only reads: the database must exist already ([`connect_existing`]).
+    pub async fn open_for_cli_reading(settings: Settings) -> anyhow::Result<Self> {
+        must_exist(&settings)?;
+        Self::open_with(settings, CLI_CONNECTIONS).await
+    }
+
     /// The same with a small pool: a CLI command does one thing and ends.
     pub async fn open_for_cli(settings: Settings) -> anyhow::Result<Self> {
         Self::open_with(settings, CLI_CONNECTIONS).await
@@ -83,6 +89,31 @@ impl Core {
 }
 
 /// Connects to the configured database without migrating: for readers that must not change it (`events`).
+/// Connects to a database that exists: a command that only reads (`task list`, `events`, `doctor`, …) never
+/// creates one, nor its directory; a missing embedded file is an error naming it (a mistyped `DATABASE_URL`
+/// would otherwise read an empty board).
+pub async fn connect_existing(settings: &Settings, connections: u32) -> anyhow::Result<EventStore> {
+    must_exist(settings)?;
+    connect(settings, connections).await
+}
+
+/// An error naming the embedded database's file when it does not exist (nothing is made to find out).
+pub fn must_exist(settings: &Settings) -> anyhow::Result<()> {
+    if let crate::eventlog::DatabaseUrl::Sqlite(url) = &settings.database {
+        if let Some(file) = crate::eventlog::SqliteStore::file_of(url)? {
+            if !file.exists() {
+                anyhow::bail!(
+                    "there is no database at {} (DATABASE_URL {}): a command that only reads creates none; \
+                     check the path, or start `pidevops serve` (or run `pidevops migrate`) to make it",
+                    file.display(),
+                    settings.database.redacted()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 pub async fn connect(settings: &Settings, connections: u32) -> anyhow::Result<EventStore> {
     EventStore::connect(&settings.database, connections)
         .await

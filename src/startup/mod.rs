@@ -6,7 +6,7 @@ mod core;
 pub mod first_run;
 pub mod worker;
 
-pub use self::core::{connect, Core, CLI_CONNECTIONS};
+pub use self::core::{connect, connect_existing, must_exist, Core, CLI_CONNECTIONS};
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -167,8 +167,7 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         }
     }
 
-    let listener = bind(settings.bind, settings.port)
-        .with_context(|| format!("binding port {} on {}", settings.port, settings.bind))?;
+    let listener = bind(settings.bind, settings.port).map_err(|e| listen_error(&settings, &e))?;
     let state = AppState {
         settings: Arc::new(settings),
         log,
@@ -398,6 +397,31 @@ pub fn run_queue_config(bus: &crate::bus::BusConfig) -> crate::bus::work::WorkQu
     }
 }
 
+/// Why `serve` cannot listen, in words: a port in use names `PORT`, the one variable that moves it.
+fn listen_error(settings: &Settings, error: &std::io::Error) -> anyhow::Error {
+    let (ip, port) = (settings.bind, settings.port);
+    if error.kind() == std::io::ErrorKind::AddrInUse {
+        let next = port.checked_add(1).unwrap_or(8081);
+        anyhow::anyhow!(
+            "port {port} is already in use on {ip} (another pidevops, or another server): set PORT to a free \
+             one (PORT={next} pidevops serve), or stop what listens there"
+        )
+    } else {
+        anyhow::anyhow!("cannot listen on port {port} of {ip} (PORT, PIDEVOPS_BIND): {error}")
+    }
+}
+
+/// The address to open in a browser for a listener at `addr`: `localhost` when it listens on every address.
+pub fn url_of(addr: SocketAddr) -> String {
+    match addr.ip() {
+        ip if ip.is_unspecified() || ip.is_loopback() => {
+            format!("http://localhost:{}/", addr.port())
+        }
+        IpAddr::V6(ip) => format!("http://[{ip}]:{}/", addr.port()),
+        IpAddr::V4(ip) => format!("http://{ip}:{}/", addr.port()),
+    }
+}
+
 /// Listens on IPv4 and IPv6 when given the unspecified IPv6 address (Railway's private network is IPv6), and
 /// falls back to IPv4 where the host has no IPv6.
 fn bind(ip: IpAddr, port: u16) -> std::io::Result<TcpListener> {
@@ -416,6 +440,8 @@ fn bind(ip: IpAddr, port: u16) -> std::io::Result<TcpListener> {
     };
     let std_listener = match open(SocketAddr::new(ip, port)) {
         Ok(l) => l,
+        // A port in use is in use on IPv4 too: said as it is, not blamed on IPv6.
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => return Err(e),
         Err(e) if ip.is_ipv6() && ip.is_unspecified() => {
             tracing::warn!(error = %e, "IPv6 is unavailable; listening on IPv4 only");
             open(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port))?
@@ -464,8 +490,8 @@ impl App {
             leases,
             armed: _,
         } = self;
-        let addr = listener.local_addr().ok();
-        tracing::info!(?addr, database = state.log.store().kind(), "serving");
+        let url = listener.local_addr().map(url_of).unwrap_or_default();
+        tracing::info!(%url, database = state.log.store().kind(), "serving");
         // The peer's address, for the dashboard's per-address sign-in throttle.
         let server = axum::serve(
             listener,

@@ -35,6 +35,19 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
     ) {
         anyhow::bail!("this worker cannot run agents: {why}");
     }
+    // The dispatcher on `serve` cannot see this machine: a profile that cannot run here stops the worker at once
+    // rather than failing each run it pulls.
+    if let Some((whose, why)) = crate::dispatch::preflight::unready_used(
+        &config,
+        &profiles,
+        &settings.env,
+        &settings.workspace_root,
+    )
+    .into_iter()
+    .next()
+    {
+        anyhow::bail!("this worker cannot run agents: {whose}: {}", why.join("; "));
+    }
     let slots = config.limits.global;
     let board = crate::board::Board::new(log.clone(), settings.file.board.clone());
     let tracker = TaskTracker::new();

@@ -505,27 +505,126 @@ async fn pausing_stops_new_runs_and_shows_in_health(db: TestDb) {
     app.stop().await;
 }
 
+/// A profile that cannot run here (its command missing, no credential its CLI takes, git missing from the
+/// service's PATH) holds its own tasks: no attempt spent, no run started, `/health` warns naming the profile and
+/// why; the other profiles run on; installing what was missing un-blocks it without a restart.
 #[tokio::test]
-async fn the_dispatcher_is_unarmed_when_no_agent_can_run_and_health_fails() {
+async fn a_profile_that_cannot_run_here_holds_only_its_tasks_and_health_names_why() {
     let remote = Remote::new();
     let scratch = tempfile::tempdir().unwrap();
-    let missing = scratch.path().join("no-such-agent");
+    let dir = scratch.path();
+    let default = agent(dir, "default.sh", "printf 'by default\\n' > CHANGES.md");
+    // A CLI pidevops knows by its name (it takes ANTHROPIC_API_KEY, CLAUDE_CODE_OAUTH_TOKEN, ANTHROPIC_AUTH_TOKEN),
+    // its key unset.
+    std::fs::create_dir(dir.join("bin")).unwrap();
+    let claude = agent(
+        &dir.join("bin"),
+        "claude",
+        "printf 'by claude\\n' > CHANGES.md",
+    );
+    let later = dir.join("later-agent");
+    let mut file = dispatch_file(&remote, &default, "");
+    let agents = file["agents"].as_table_mut().unwrap();
+    let mut keyless = toml::toml! { command = ["claude", "{prompt_file}"]
+    env = ["ANTHROPIC_API_KEY"] };
+    keyless["command"].as_array_mut().unwrap()[0] = claude.display().to_string().into();
+    agents.insert("keyless".into(), keyless.into());
+    let mut missing = toml::toml! { command = ["later", "{prompt_file}"] };
+    missing["command"].as_array_mut().unwrap()[0] = later.display().to_string().into();
+    agents.insert("later".into(), missing.into());
     let db = TestDb::sqlite();
-    let app = spawn(
-        &db,
-        dispatch_file(&remote, &missing, ""),
-        &scratch.path().join("ws"),
-    )
+    let app = spawn(&db, file.clone(), &dir.join("ws")).await;
+    let plain = create_task_with(&app, "plain", None).await;
+    let without_key = create_task_with(&app, "keyless", Some("keyless")).await;
+    let without_program = create_task_with(&app, "later", Some("later")).await;
+    in_review(&app, plain).await;
+    within(Duration::from_secs(30), "both held in /health", || async {
+        app.health().await.1["loops"]["dispatcher"]["detail"]["unready"] == 2
+    })
     .await;
     let (status, health) = app.health().await;
-    assert_eq!(status, 503, "{health}");
-    assert_eq!(health["loops"]["dispatcher"]["state"], "unarmed");
-    let reason = health["loops"]["dispatcher"]["reason"].as_str().unwrap();
-    assert!(reason.contains("no-such-agent"), "{reason}");
-    // The watchdog still runs: runs already in flight are still looked after.
-    assert_eq!(health["loops"]["watchdog"]["state"], "armed");
+    assert_eq!(
+        (status, health["status"].as_str()),
+        (200, Some("warn")),
+        "{health}"
+    );
+    assert_eq!(health["loops"]["dispatcher"]["state"], "armed");
+    let problems: Vec<&str> = health["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p.as_str())
+        .collect();
+    let problems = problems.join("\n");
+    for says in [
+        "agent profile keyless cannot run here: no credential: ANTHROPIC_API_KEY is not set"
+            .to_owned(),
+        format!(
+            "agent profile later cannot run here: its command {:?} is not an executable",
+            later.display().to_string()
+        ),
+        "(2 task(s) waiting)".to_owned(),
+    ] {
+        assert!(problems.contains(&says), "{says} in {problems}");
+    }
+    for id in [without_key, without_program] {
+        let row = task_row(&app, id).await.unwrap();
+        assert_eq!(
+            (row.attempts, row.column, row.needs_human),
+            (0, Column::Todo, false),
+            "{row:?}"
+        );
+        assert!(
+            runs_of(&app, id).await.is_empty(),
+            "no run started for {id}"
+        );
+    }
+    // The program installed: the task runs, no restart.
+    agent(dir, "later-agent", "printf 'later\\n' > CHANGES.md");
+    in_review(&app, without_program).await;
+    assert_eq!(task_row(&app, without_key).await.unwrap().attempts, 0);
     app.stop().await;
 
+    // No git on the service's PATH: every profile waits, and says so (a database of its own: the keyless task
+    // still waits in this one).
+    let db = TestDb::sqlite();
+    let mut settings = crate::common::settings(&db);
+    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
+    settings.workspace_root = dir.join("ws");
+    // The service's PATH: its containment (bwrap, where the machine has it) and no git.
+    let no_git = dir.join("no-git");
+    std::fs::create_dir(&no_git).unwrap();
+    if let Some(bwrap) =
+        pidevops::dispatch::sandbox::find_program("bwrap", std::env::var("PATH").ok().as_deref())
+    {
+        std::os::unix::fs::symlink(bwrap, no_git.join("bwrap")).unwrap();
+    }
+    settings.env = pidevops::config::Env::from_pairs([("PATH", no_git.to_str().unwrap())]);
+    let app = TestApp::spawn(settings).await;
+    let stranded = create_task_with(&app, "no git", None).await;
+    within(Duration::from_secs(30), "held for git", || async {
+        let health = app.health().await.1;
+        health["loops"]["dispatcher"]["detail"]["unready"] == 1
+            && health["problems"]
+                .to_string()
+                .contains("agent profile fake cannot run here: git is not on the service's PATH")
+    })
+    .await;
+    let row = task_row(&app, stranded).await.unwrap();
+    assert_eq!(
+        (row.attempts, row.column, row.needs_human),
+        (0, Column::Todo, false),
+        "{row:?}"
+    );
+    assert!(runs_of(&app, stranded).await.is_empty());
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn the_dispatcher_is_unarmed_when_a_repository_cannot_be_cloned_and_health_fails() {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let db = TestDb::sqlite();
     // A repository cloned from GitHub without GITHUB_TOKEN: unarmed, naming the repository.
     let script = agent(scratch.path(), "ok.sh", "echo x > CHANGES.md");
     let mut file = dispatch_file(&remote, &script, "");
@@ -690,8 +789,8 @@ async fn a_failed_attempt_is_retried_only_after_its_backoff() {
     app.stop().await;
 }
 
-/// A task's own pick of agent wins over the repository's; a pick that cannot run here (no such profile, or its
-/// program is missing) flags the task for a human without spending an attempt, and picking another one runs it.
+/// A task's own pick of agent wins over the repository's; a pick of no such profile flags the task for a human
+/// without spending an attempt, and picking another one runs it; a profile whose program is missing holds it.
 async fn a_task_runs_with_the_agent_it_asks_for_and_one_that_cannot_run_waits_for_a_human(
     db: TestDb,
 ) {
@@ -717,16 +816,10 @@ async fn a_task_runs_with_the_agent_it_asks_for_and_one_that_cannot_run_waits_fo
     let ghost = create_task_with(&app, "ghost", Some("ghost")).await;
     let missing = create_task_with(&app, "missing", Some("missing")).await;
 
-    for (id, says) in [
-        (
-            ghost,
-            "asks for the agent profile \"ghost\", which is neither a preset nor defined",
-        ),
-        (
-            missing,
-            "runs \"/nonexistent/agent\", not an executable on PATH",
-        ),
-    ] {
+    for (id, says) in [(
+        ghost,
+        "asks for the agent profile \"ghost\", which is neither a preset nor defined",
+    )] {
         within(
             Duration::from_secs(30),
             &format!("{id} flagged"),
@@ -745,6 +838,21 @@ async fn a_task_runs_with_the_agent_it_asks_for_and_one_that_cannot_run_waits_fo
         );
         assert!(runs_of(&app, id).await.is_empty());
     }
+    // A profile whose program is missing here is no reason to ask a person: the task waits, unflagged, with no
+    // attempt spent, until the machine has it (a_profile_that_cannot_run_here_holds_only_its_tasks_…).
+    within(Duration::from_secs(30), "missing held", || async {
+        app.health().await.1["loops"]["dispatcher"]["detail"]["unready_profiles"]["missing"]
+            .as_str()
+            .is_some_and(|why| why.contains("\"/nonexistent/agent\" is not an executable"))
+    })
+    .await;
+    let row = task_row(&app, missing).await.unwrap();
+    assert_eq!(
+        (row.attempts, row.column, row.needs_human),
+        (0, Column::Todo, false),
+        "{row:?}"
+    );
+    assert!(runs_of(&app, missing).await.is_empty());
     for (id, by, profile) in [
         (picked, "by other\n", "other"),
         (plain, "by default\n", "fake"),
@@ -790,9 +898,11 @@ async fn a_task_runs_with_the_agent_it_asks_for_and_one_that_cannot_run_waits_fo
     let runs = ended_runs(&app, ghost).await;
     assert_eq!(runs.len(), 1, "{runs:?}");
     assert_eq!(runs[0].profile.as_deref(), Some("other"));
-    assert!(
-        task_row(&app, missing).await.unwrap().needs_human,
-        "still waiting"
+    let row = task_row(&app, missing).await.unwrap();
+    assert_eq!(
+        (row.attempts, row.column, row.needs_human),
+        (0, Column::Todo, false),
+        "still waiting, unflagged: {row:?}"
     );
     app.stop().await;
 }

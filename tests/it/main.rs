@@ -17,6 +17,7 @@ mod bounds;
 mod browser;
 mod budgets;
 mod bus;
+mod cli_errors;
 mod comments;
 mod config;
 mod cron;

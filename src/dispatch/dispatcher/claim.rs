@@ -9,7 +9,7 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::{resolves, run_of, Dispatcher, LocalRun, RunRequest, DISPATCHER};
+use super::{run_of, Dispatcher, LocalRun, RunRequest, DISPATCHER};
 
 mod ready;
 use crate::board::BoardError;
@@ -49,6 +49,12 @@ pub struct DispatchStatus {
     pub limit_holds: BTreeMap<String, crate::domain::limits::Hold>,
     /// Tasks in `todo` waiting for their profile's limit to lift.
     pub limited: usize,
+    /// Profiles that cannot run here, and why (their preflight: `dispatch::preflight`): the configured ones and
+    /// those a waiting task asks for. Nothing starts on them; their tasks count in `unready`, not in `queue`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub unready_profiles: BTreeMap<String, String>,
+    /// Tasks in `todo` waiting for their profile (or their repository's reviewer) to pass its preflight.
+    pub unready: usize,
     /// Tasks in `todo` held back because a budget they fall under is spent.
     pub over_budget: usize,
     /// Each budget spent (nothing starts in it) or past its soft limit, in words.
@@ -125,11 +131,20 @@ impl Dispatcher {
             .filter(|profile| holds.probing(profile))
             .map(str::to_owned)
             .collect();
-        let (mut limited, mut on_probation) = (0, 0);
+        let (mut limited, mut on_probation, mut unready) = (0, 0, 0);
+        let mut unready_profiles = self.unready_used();
         let candidates: Vec<Candidate> = todo
             .iter()
             .filter(|row| !row.needs_human && row.attempts < row.max_attempts)
             .filter(|row| !self.local().running.contains_key(&row.id))
+            // A profile that cannot run here would only fail: its tasks wait, with no attempt spent.
+            .filter(|row| {
+                let blocked = self.unready_for(row);
+                let waits = !blocked.is_empty();
+                unready += usize::from(waits);
+                unready_profiles.extend(blocked);
+                !waits
+            })
             .filter(|row| {
                 let profile = self.profile_name_of(row);
                 let waits = limited_profiles.contains_key(profile)
@@ -176,6 +191,8 @@ impl Dispatcher {
             limited_profiles,
             limit_holds: holds.holds,
             limited,
+            unready_profiles,
+            unready,
             over_budget,
             budgets,
             running: running.values().sum(),
@@ -471,6 +488,12 @@ impl Dispatcher {
                     tracing::info!(task = %id, from = profile, to = %fallback.name, "its profile is limited: the fallback runs it");
                 }
             }
+            // Its profile fails its preflight (the read model's row may have named another): it waits.
+            if let Ok(profile) = self.inner.profiles.for_run(task, purpose) {
+                if self.unready(profile).is_some() {
+                    return Ok(false);
+                }
+            }
             // A task that asks for an agent this service cannot run would only burn its attempts: a person
             // must pick another (or fix the configuration) first.
             if let Some(why) = self.unrunnable(task) {
@@ -534,8 +557,9 @@ impl Dispatcher {
         Ok(true)
     }
 
-    /// Why `task` cannot run here, if it cannot: the agent profile it asks for does not exist, or (running
-    /// locally) its program is not on PATH. The configured defaults are checked at start-up (`cannot_run`).
+    /// Why `task` cannot run here until a person acts, if it cannot: the agent profile it asks for does not
+    /// exist, or its prompt cannot fit its command line. A profile that exists but cannot run here (its
+    /// preflight) holds the task without flagging it: fixing the machine un-blocks it.
     fn unrunnable(&self, task: &Task) -> Option<String> {
         let purpose = if task.column() == Column::Triage {
             RunPurpose::Triage
@@ -548,26 +572,41 @@ impl Dispatcher {
             Ok(profile) => profile,
             Err(why) => return Some(why),
         };
-        let program = profile
-            .command
-            .first()
-            .map(String::as_str)
-            .unwrap_or_default();
-        if self.inner.config.executor == Executor::Local
-            && !resolves(program, self.inner.env.get("PATH"))
-        {
-            return Some(format!(
-                "{} asks for the agent profile {:?}, which runs {program:?}, not an executable on PATH",
-                task.id(),
-                profile.name
-            ));
-        }
         // Every attempt would fail the same way (E2BIG): a person shortens the spec or changes the profile.
         profile.refuses_prompt(&crate::dispatch::prompt::for_run(
             task,
             purpose,
             self.inner.plans.max_items,
         ))
+    }
+
+    /// The configured profiles that fail their preflight, by name, with why.
+    fn unready_used(&self) -> BTreeMap<String, String> {
+        crate::dispatch::preflight::used_profiles(&self.inner.config, &self.inner.profiles)
+            .into_iter()
+            .filter_map(|(_, profile)| Some((profile.name.clone(), self.unready(profile)?)))
+            .collect()
+    }
+
+    /// The profiles `row` needs that fail their preflight: its own and, for work in a repository reviewed by an
+    /// agent, its reviewer.
+    fn unready_for(&self, row: &TaskRow) -> BTreeMap<String, String> {
+        let profiles = &self.inner.profiles;
+        let mut needed: Vec<&crate::config::profiles::AgentProfile> = Vec::new();
+        needed.extend(profiles.get(self.profile_name_of(row)));
+        if row.column != Column::Triage && !row.is_plan() {
+            if let Ok(repo) = row.repo.parse::<RepoName>() {
+                if self.inner.config.review_policy(&repo)
+                    == crate::config::file::ReviewPolicy::Agent
+                {
+                    needed.extend(profiles.reviewer_for(&repo));
+                }
+            }
+        }
+        needed
+            .into_iter()
+            .filter_map(|profile| Some((profile.name.clone(), self.unready(profile)?)))
+            .collect()
     }
 
     fn start_local(&self, task: Task, run: RunId, attempt: u32) {

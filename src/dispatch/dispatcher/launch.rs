@@ -184,7 +184,7 @@ impl Dispatcher {
                 self.inner
                     .env
                     .get("PATH")
-                    .unwrap_or("/usr/local/bin:/usr/bin:/bin")
+                    .unwrap_or(crate::dispatch::preflight::AGENT_DEFAULT_PATH)
                     .to_owned(),
             ),
             ("HOME".to_owned(), path(home)),

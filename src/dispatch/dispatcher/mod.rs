@@ -53,6 +53,10 @@ use crate::board::Board;
 use crate::config::dispatch::{ContainmentPolicy, DispatchConfig, Executor};
 use crate::config::plans::PlansConfig;
 use crate::config::profiles::{AgentProfile, Profiles};
+
+/// How long a profile's preflight answer is kept: a fixed environment (an installed CLI, a remounted volume)
+/// un-blocks its tasks within this, without a restart.
+pub const PREFLIGHT_TTL: std::time::Duration = std::time::Duration::from_secs(2);
 use crate::config::Env;
 use crate::eventlog::{EventLog, EventStore};
 use crate::projectors::tasks::TaskRow;
@@ -99,6 +103,8 @@ struct Inner {
     /// Each run's egress refusals (by run directory) while it runs: dispatcher/launch.rs.
     refused: Mutex<HashMap<std::path::PathBuf, Arc<crate::dispatch::egress::Refusals>>>,
     fill: tokio::sync::Mutex<()>,
+    /// Each profile's last preflight (`dispatch::preflight::check`): when, and why it cannot run (empty: it can).
+    preflight: Mutex<HashMap<String, (std::time::Instant, Vec<String>)>>,
     tracker: TaskTracker,
     shutdown: CancellationToken,
     work: Option<crate::bus::work::WorkQueue>,
@@ -154,6 +160,7 @@ impl Dispatcher {
                 local: Mutex::default(),
                 refused: Mutex::default(),
                 fill: tokio::sync::Mutex::new(()),
+                preflight: Mutex::default(),
                 tracker: parts.tracker,
                 shutdown: parts.shutdown,
                 work: parts.work,
@@ -195,6 +202,36 @@ impl Dispatcher {
             .describe_scratch(bounds.tmp_size, bounds.home_size)
     }
 
+    /// Why `profile` cannot run here, if it cannot (its preflight, at most [`PREFLIGHT_TTL`] old); `None` also when
+    /// runs go to workers, whose machines are their own (a worker checks itself when it starts).
+    pub fn unready(&self, profile: &AgentProfile) -> Option<String> {
+        if self.inner.config.executor != Executor::Local {
+            return None;
+        }
+        let mut cache = self
+            .inner
+            .preflight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let fresh = cache
+            .get(&profile.name)
+            .filter(|(at, _)| at.elapsed() < PREFLIGHT_TTL)
+            .map(|(_, problems)| problems.clone());
+        let problems = match fresh {
+            Some(problems) => problems,
+            None => {
+                let problems =
+                    super::preflight::check(profile, &self.inner.env, self.inner.workspaces.root());
+                cache.insert(
+                    profile.name.clone(),
+                    (std::time::Instant::now(), problems.clone()),
+                );
+                problems
+            }
+        };
+        (!problems.is_empty()).then(|| problems.join("; "))
+    }
+
     /// The profiles whose agents keep the service's network (`network = "host"`).
     pub fn on_host_network(&self) -> Vec<String> {
         self.inner.profiles.on_host_network()
@@ -216,7 +253,8 @@ pub fn resolves(program: &str, path: Option<&str>) -> bool {
     super::sandbox::find_program(program, path).is_some()
 }
 
-/// Why runs cannot happen under this configuration, if they cannot: the dispatcher is then `unarmed`.
+/// Why runs cannot happen under this configuration, if they cannot: the dispatcher is then `unarmed`. What one
+/// profile lacks (its program, its credential) is its preflight's, not this: the other profiles run on.
 pub fn cannot_run(
     config: &DispatchConfig,
     profiles: &Profiles,
@@ -236,43 +274,9 @@ pub fn cannot_run(
             ));
         }
     }
-    let mut used: Vec<(String, &AgentProfile)> = Vec::new();
-    for repo in config.repos.keys() {
-        used.push((format!("{repo}'s"), profiles.for_repo(repo)));
-    }
-    let default = profiles.default_profile();
-    used.push(("the default".to_owned(), default));
-    // The profiles with a role run too: a planner, triage agent or reviewer that cannot start would fail every
-    // plan, triage or review.
-    if let Some(planner) = profiles.planner() {
-        used.push(("the planner".to_owned(), planner));
-    }
-    if let Some(triager) = profiles.triager() {
-        used.push(("the triage".to_owned(), triager));
-    }
-    for (repo, review) in &config.review {
-        if *review != crate::config::file::ReviewPolicy::Agent {
-            continue;
-        }
-        if let Some(reviewer) = profiles.reviewer_for(repo) {
-            used.push((format!("{repo}'s reviewer"), reviewer));
-        }
-    }
-    if config.executor == Executor::Local {
-        for (whose, profile) in &used {
-            let program = profile
-                .command
-                .first()
-                .map(String::as_str)
-                .unwrap_or_default();
-            if !resolves(program, env.get("PATH")) {
-                return Some(format!(
-                    "agent profile {:?} ({whose} profile) runs {program:?}, which is not an executable on PATH",
-                    profile.name
-                ));
-            }
-        }
-    }
+    // Each profile's own program, git, credential and volume are its preflight (`dispatch::preflight`): a profile
+    // that fails it holds only its own tasks, and says why in `/health`.
+    let used = super::preflight::used_profiles(config, profiles);
     if config.executor == Executor::Local {
         if let Containment::Landlock { abi } =
             super::sandbox::detect_cached(&config.bwrap, env.get("PATH"))
