@@ -1001,3 +1001,51 @@ async fn a_long_spec_runs_on_stdin_and_an_argv_profile_refuses_it_without_spendi
     );
     app.stop().await;
 }
+
+/// `task new Local/Demo` for `[repos."local/demo"]`: GitHub ignores case, so the task is the configured
+/// repository's, stored under its configured spelling, and runs from its configured `url` (not github.com).
+#[tokio::test]
+async fn a_repository_named_in_another_case_runs_with_its_configured_settings() {
+    let db = TestDb::sqlite();
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let script = agent(
+        scratch.path(),
+        "edits.sh",
+        "printf 'done by the agent\\n' > CHANGES.md",
+    );
+    let app = spawn(
+        &db,
+        dispatch_file(&remote, &script, ""),
+        &scratch.path().join("ws"),
+    )
+    .await;
+    let shouted: RepoName = REPO.to_ascii_uppercase().parse().unwrap();
+    app.state.board.config().allowed.check(&shouted).unwrap();
+    let (outcome, _) = app
+        .state
+        .board
+        .create(
+            Draft::new(
+                shouted,
+                Spec::new("Write it down", "CHANGES.md", "written").unwrap(),
+                Links::default(),
+            ),
+            "test:shouted",
+            "cli",
+            None,
+        )
+        .await
+        .unwrap();
+    let id = outcome.task.id();
+    assert_eq!(outcome.task.repo().as_str(), REPO);
+    in_review(&app, id).await;
+    assert_eq!(
+        remote
+            .show(&format!("pidevops/{id}"), "CHANGES.md")
+            .as_deref(),
+        Some("done by the agent\n")
+    );
+    assert_eq!(task_row(&app, id).await.unwrap().repo, REPO);
+    app.stop().await;
+}
