@@ -103,6 +103,12 @@ impl AllowedRepos {
         repo.clone()
     }
 
+    /// The repositories named one by one (`[repos."o/n"]` tables, empty ones too, and `allow_repos` entries), as
+    /// configured.
+    pub fn repositories(&self) -> impl Iterator<Item = &RepoName> {
+        self.exact.values()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.exact.is_empty() && self.owners.is_empty()
     }

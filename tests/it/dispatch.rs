@@ -139,6 +139,12 @@ printf 'done by the agent\n' > CHANGES.md"#,
     let run = &runs[0];
     assert_eq!(run.state, "succeeded");
     assert_eq!(run.commit_sha.as_deref(), Some(pushed.as_str()));
+    // What it printed, counted to its end: a run shorter than one heartbeat interval too.
+    assert_eq!(
+        run.output_bytes,
+        "working on Task: Write the change down\n".len() as i64,
+        "{run:?}"
+    );
     assert!(run
         .tail
         .as_deref()
