@@ -15,7 +15,7 @@ BENCH_NATS=${BENCH_NATS:-nats://127.0.0.1:4222}
 BENCH_OUT=${BENCH_OUT:-target/bench}
 
 if [ -z "${BENCH_SKIP_BUILD:-}" ]; then
-    cargo build --release --bin relaybench >&2
+    cargo build --release --features bench-bins --bin relaybench >&2
 fi
 mkdir -p "$BENCH_OUT"
 {

@@ -147,7 +147,7 @@ rm -f "$OUT"/*.json "$OUT"/*.txt "$OUT"/*.err "$OUT"/*.prom "$OUT"/*.log
 
 if [ "${BENCH_SKIP_BUILD:-}" != 1 ]; then
     log "building release binaries"
-    cargo build --release --bins
+    cargo build --release --features bench-bins --bins
 fi
 PIDEVOPS=target/release/pidevops
 LOADGEN=target/release/loadgen

@@ -138,11 +138,26 @@ impl Standing {
 
     /// Whether the scope has reached `soft_at` of a limit (its one notice).
     pub fn soft(&self, soft_at: f64) -> bool {
-        self.limit_usd
-            .is_some_and(|limit| self.spent_usd >= limit * soft_at)
+        self.soft_with(&Usage::default(), soft_at)
+    }
+
+    /// Whether the scope, with what `running` (a run not yet recorded) adds, has reached `soft_at` of a limit.
+    pub fn soft_with(&self, running: &Usage, soft_at: f64) -> bool {
+        let usd = self.spent_usd + running.cost_usd.unwrap_or(0.0);
+        let tokens = self.spent_tokens.saturating_add(running.total_tokens());
+        self.limit_usd.is_some_and(|limit| usd >= limit * soft_at)
             || self
                 .limit_tokens
-                .is_some_and(|limit| self.spent_tokens as f64 >= limit as f64 * soft_at)
+                .is_some_and(|limit| tokens as f64 >= limit as f64 * soft_at)
+    }
+
+    /// The soft notice's words.
+    pub fn soft_words(&self, soft_at: f64) -> String {
+        format!(
+            "{} has spent {:.0} % of a budget",
+            self.scope.describe(),
+            soft_at * 100.0
+        )
     }
 }
 

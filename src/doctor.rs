@@ -428,12 +428,12 @@ fn report(out: &mut String, label: &str, url: &str, checked: Result<String, Stri
 /// For each configured repository, whether a webhook delivers to `/webhooks/github`. Reported, never failed: without
 /// one, `github_poller` still finds merges and CI failures, only later.
 async fn github_webhooks(out: &mut String, settings: &Settings, token: &secrecy::SecretString) {
-    let config = &settings.file.dispatch;
     let Ok(client) = crate::providers::github::GithubClient::new(&settings.github_api_url, token)
     else {
         return;
     };
-    for repo in config.repos.keys() {
+    // Every configured repository, an empty `[repos."o/n"]` (as `init` writes it) too.
+    for repo in settings.file.board.allowed.repositories() {
         let line = match within_10s(client.webhook_urls(repo)).await {
             Ok(urls) => match urls.iter().find(|u| u.ends_with("/webhooks/github")) {
                 Some(url) => format!("pass      delivers to {url}"),

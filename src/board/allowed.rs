@@ -1,8 +1,9 @@
 //! Which repositories tasks may be for: those configured under `[repos."owner/name"]` and those matching an
 //! `[intake] allow_repos` pattern (`"acme/app"` or `"acme/*"`). Pure; read by intake, the API, the CLI and the
-//! dispatcher, so a task is refused at every door by the same rule. Names compare as GitHub does, ignoring case.
+//! dispatcher, so a task is refused at every door by the same rule. Names compare as GitHub does, ignoring case,
+//! and a task is stored under the configured spelling (`spelling`), so every later comparison sees one name.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::config::file::Tables;
 use crate::tasks::RepoName;
@@ -10,8 +11,8 @@ use crate::tasks::RepoName;
 /// The allow-list; empty (nothing allowed) until configured.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AllowedRepos {
-    /// `owner/name`, lowercased.
-    exact: BTreeSet<String>,
+    /// `owner/name` as configured (`[repos]` first, then `allow_repos`); the key compares ignoring case.
+    exact: BTreeMap<RepoName, RepoName>,
     /// Owners whose every repository is allowed (`owner/*`), lowercased.
     owners: BTreeSet<String>,
 }
@@ -30,14 +31,24 @@ pub struct NotAllowed {
 impl AllowedRepos {
     /// The names under `[repos]` and the patterns in `[intake] allow_repos`.
     pub fn from_tables(tables: &Tables) -> Result<Self, String> {
+        let mut seen = BTreeMap::new();
         for name in tables.repos.keys() {
-            name.parse::<RepoName>()
+            let repo = name
+                .parse::<RepoName>()
                 .map_err(|e| format!("[repos.\"{name}\"]: {e}"))?;
+            // Two tables for one repository would each hold half its settings.
+            if let Some(first) = seen.insert(repo.clone(), repo) {
+                return Err(format!(
+                    "[repos.\"{name}\"] and [repos.\"{first}\"] name one repository (GitHub ignores case): keep one"
+                ));
+            }
         }
         let mut allowed = Self::new(tables.repos.keys().map(String::as_str))?;
         let more = Self::new(tables.intake.allow_repos.iter().map(String::as_str))
             .map_err(|e| format!("intake.allow_repos: {e}"))?;
-        allowed.exact.extend(more.exact);
+        for (key, spelling) in more.exact {
+            allowed.exact.entry(key).or_insert(spelling);
+        }
         allowed.owners.extend(more.owners);
         Ok(allowed)
     }
@@ -59,7 +70,7 @@ impl AllowedRepos {
                     let repo = pattern.parse::<RepoName>().map_err(|e| {
                         format!("{pattern:?} is not a pattern (\"owner/name\" or \"owner/*\"): {e}")
                     })?;
-                    allowed.exact.insert(repo.as_str().to_ascii_lowercase());
+                    allowed.exact.entry(repo.clone()).or_insert(repo);
                 }
             }
         }
@@ -67,15 +78,35 @@ impl AllowedRepos {
     }
 
     pub fn check(&self, repo: &RepoName) -> Result<(), NotAllowed> {
-        let name = repo.as_str().to_ascii_lowercase();
         let owner = repo.owner().to_ascii_lowercase();
-        if self.exact.contains(&name) || self.owners.contains(&owner) {
+        if self.exact.contains_key(repo) || self.owners.contains(&owner) {
             return Ok(());
         }
         Err(NotAllowed {
             repo: repo.as_str().to_owned(),
             owner: repo.owner().to_owned(),
         })
+    }
+
+    /// The one spelling a task for `repo` is stored under: the configured one (`[repos."o/n"]`, else an
+    /// `allow_repos` entry), else, for a repository an `owner/*` pattern allows, the name in lower case; a name
+    /// nothing allows stays as given.
+    pub fn spelling(&self, repo: &RepoName) -> RepoName {
+        if let Some(configured) = self.exact.get(repo) {
+            return configured.clone();
+        }
+        if self.owners.contains(&repo.owner().to_ascii_lowercase()) {
+            if let Ok(lower) = repo.key().parse() {
+                return lower;
+            }
+        }
+        repo.clone()
+    }
+
+    /// The repositories named one by one (`[repos."o/n"]` tables, empty ones too, and `allow_repos` entries), as
+    /// configured.
+    pub fn repositories(&self) -> impl Iterator<Item = &RepoName> {
+        self.exact.values()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -131,6 +162,28 @@ mod tests {
             );
             assert!(refused.contains("allow_repos"), "{refused}");
         }
+    }
+
+    #[test]
+    fn a_task_is_stored_under_the_configured_spelling() {
+        let allowed = file(
+            r#"
+            [repos."local/demo"]
+            [intake]
+            allow_repos = ["Solo/Tool", "acme/*"]
+            "#,
+        )
+        .unwrap();
+        for (given, stored) in [
+            ("Local/Demo", "local/demo"),
+            ("local/demo", "local/demo"),
+            ("solo/TOOL", "Solo/Tool"),
+            ("Acme/App", "acme/app"),
+        ] {
+            assert_eq!(allowed.spelling(&repo(given)).as_str(), stored, "{given}");
+        }
+        let twice = file("[repos.\"acme/api\"]\n[repos.\"Acme/API\"]").unwrap_err();
+        assert!(twice.contains("name one repository"), "{twice}");
     }
 
     #[test]

@@ -156,7 +156,7 @@ impl SpecEdit {
 pub struct BoardConfig {
     pub approval: ApprovalPolicy,
     pub max_attempts: MaxAttempts,
-    pub repos: std::collections::BTreeMap<String, ApprovalPolicy>,
+    pub repos: std::collections::BTreeMap<RepoName, ApprovalPolicy>,
     /// The repositories tasks may be for; intake, the API, the CLI and the dispatcher each check it.
     pub allowed: AllowedRepos,
     /// Each configured repository's landing rules, by its name in lower case (GitHub's names ignore case).
@@ -190,7 +190,10 @@ impl BoardConfig {
         };
         for (name, repo) in &tables.repos {
             if let Some(approval) = repo.approval {
-                config.repos.insert(name.clone(), approval);
+                let parsed = name
+                    .parse::<RepoName>()
+                    .map_err(|e| format!("[repos.\"{name}\"]: {e}"))?;
+                config.repos.insert(parsed, approval);
             }
             config
                 .land
@@ -208,10 +211,7 @@ impl BoardConfig {
     }
 
     pub fn approval_for(&self, repo: &RepoName) -> ApprovalPolicy {
-        self.repos
-            .get(&repo.to_string())
-            .copied()
-            .unwrap_or(self.approval)
+        self.repos.get(repo).copied().unwrap_or(self.approval)
     }
 }
 
@@ -462,6 +462,9 @@ impl Board {
         actor: &str,
         cause: Option<uuid::Uuid>,
     ) -> Result<(Outcome, bool), BoardError> {
+        // One spelling per repository from here on: the read models, streams and paths compare strings.
+        let mut draft = draft;
+        draft.repo = self.config.allowed.spelling(&draft.repo);
         let approval = draft
             .approval
             .unwrap_or_else(|| self.config.approval_for(&draft.repo));

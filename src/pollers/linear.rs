@@ -3,11 +3,15 @@
 //! version the log has not seen as a `linear.Issue.polled` event shaped like a webhook's, so intake treats it as
 //! it treats a delivery.
 //!
-//! Deduplication, in two layers: a version whose task already holds it (`ticket_version`: intake notes every
-//! version it sees, whatever the task's column, webhooks' and polls' alike) is skipped; every appended version has
-//! the dedup key `poll:<issue id>:<updatedAt>`,
+//! Deduplication, in three layers: a version whose task already holds it (`ticket_version`: intake notes every
+//! version it sees, whatever the task's column, webhooks' and polls' alike) is skipped; so is one in the log after
+//! intake's checkpoint (delivered, not yet read: the task trails the log by up to one intake tick, and a webhook's
+//! key is its delivery id, which names no version); every appended version has the dedup key
+//! `poll:<issue id>:<updatedAt>`,
 //! so two polls (or two replicas in a brief split-brain) append it once. The poll's start time is the
 //! checkpoint `linear_poller` (milliseconds), moved only when every page was read and appended.
+
+use std::collections::HashSet;
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
@@ -27,6 +31,10 @@ const OVERLAP: chrono::Duration = chrono::Duration::minutes(2);
 const FIRST_LOOKBACK: chrono::Duration = chrono::Duration::hours(24);
 /// A poll reads at most this many pages (a runaway cursor must not hold the loop).
 const MAX_PAGES: usize = 100;
+/// What intake has not read yet is read in pages of this many events, at most [`MAX_UNREAD_PAGES`] of them (intake
+/// trails by one tick; a longer backlog is intake down, and its versions on the tasks later are checked then).
+const UNREAD_PAGE: i64 = 500;
+const MAX_UNREAD_PAGES: usize = 20;
 
 /// What one poll did, for `/health`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -45,17 +53,63 @@ pub struct LinearPoller {
     log: EventLog,
     board: Board,
     label: String,
+    /// The checkpoint of the loop that reads what the poller appends (intake).
+    reader: &'static str,
 }
 
 impl LinearPoller {
-    /// `label`: the intake label (`[intake.linear] label`): only issues carrying it can become tasks.
-    pub fn new(client: LinearClient, log: EventLog, board: Board, label: String) -> Self {
+    /// `label`: the intake label (`[intake.linear] label`): only issues carrying it can become tasks. `reader`: the
+    /// checkpoint of intake, which reads what the poller appends.
+    pub fn new(
+        client: LinearClient,
+        log: EventLog,
+        board: Board,
+        label: String,
+        reader: &'static str,
+    ) -> Self {
         Self {
             client,
             log,
             board,
             label,
+            reader,
         }
+    }
+
+    /// The issue versions (id, `updatedAt`) in the log that intake has not read yet, webhooks' and polls' alike.
+    async fn unread_versions(&self) -> anyhow::Result<HashSet<(String, DateTime<Utc>)>> {
+        let store = self.log.store();
+        let mut after = store
+            .checkpoint(self.reader)
+            .await
+            .context("reading intake's checkpoint")?;
+        let mut versions = HashSet::new();
+        for _ in 0..MAX_UNREAD_PAGES {
+            let page = store
+                .read_after(after, UNREAD_PAGE)
+                .await
+                .context("reading what intake has not read")?;
+            for event in page.iter().filter(|e| {
+                e.source == Source::Linear.as_str() && e.event_type.starts_with("linear.Issue.")
+            }) {
+                let Ok(body) = serde_json::from_slice::<Value>(&event.body) else {
+                    continue;
+                };
+                if let (Some(id), Some(version)) = (
+                    body["data"]["id"].as_str(),
+                    body["data"]["updatedAt"]
+                        .as_str()
+                        .and_then(|v| DateTime::parse_from_rfc3339(v).ok()),
+                ) {
+                    versions.insert((id.to_owned(), version.with_timezone(&Utc)));
+                }
+            }
+            match page.last() {
+                Some(last) if page.len() as i64 == UNREAD_PAGE => after = last.position,
+                _ => break,
+            }
+        }
+        Ok(versions)
     }
 
     pub async fn tick(&self) -> anyhow::Result<LinearPollProgress> {
@@ -74,6 +128,7 @@ impl LinearPoller {
             since: since.to_rfc3339(),
             ..LinearPollProgress::default()
         };
+        let unread = self.unread_versions().await?;
         let mut after: Option<String> = None;
         for page in 0.. {
             anyhow::ensure!(
@@ -96,7 +151,7 @@ impl LinearPoller {
             for node in &issues.nodes {
                 progress.seen += 1;
                 let node = serde_json::to_value(node).context("a polled issue as JSON")?;
-                if self.append(&node).await? {
+                if self.append(&node, &unread).await? {
                     progress.appended += 1;
                 } else {
                     progress.known += 1;
@@ -116,14 +171,22 @@ impl LinearPoller {
         Ok(progress)
     }
 
-    /// Appends one issue version unless its task already has it; says whether it appended.
-    async fn append(&self, node: &Value) -> anyhow::Result<bool> {
+    /// Appends one issue version unless the log has it (`unread`, not yet read by intake) or its task does; says
+    /// whether it appended.
+    async fn append(
+        &self,
+        node: &Value,
+        unread: &HashSet<(String, DateTime<Utc>)>,
+    ) -> anyhow::Result<bool> {
         let (Some(id), Some(updated)) = (node["id"].as_str(), node["updatedAt"].as_str()) else {
             anyhow::bail!("Linear answered an issue without id or updatedAt: {node}");
         };
         let version = DateTime::parse_from_rfc3339(updated)
             .with_context(|| format!("issue {id}: updatedAt {updated:?} is not a time"))?
             .with_timezone(&Utc);
+        if unread.contains(&(id.to_owned(), version)) {
+            return Ok(false);
+        }
         if let Some(task) = self.board.task_for_key(&format!("linear:{id}")).await? {
             let known = self
                 .board

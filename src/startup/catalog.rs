@@ -476,6 +476,7 @@ pub const CATALOG: &[Entry] = &[
                         parts.log.clone(),
                         parts.board.clone(),
                         parts.intake.linear_label.clone(),
+                        crate::intake::INTAKE,
                     ))
                 },
                 |poller| async move { poller.tick().await },

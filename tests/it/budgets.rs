@@ -553,3 +553,51 @@ async fn a_run_whose_figures_were_refused_holds_its_repositorys_day_until_a_pers
     assert!(!shown.contains("SPENT"), "{shown}");
     app.stop().await;
 }
+
+/// A run that passes `soft_at` of its task's budget (4,200 of 5,000 tokens at 0.8) and ends in review: its task is
+/// no longer a candidate the claim checks, and still its budget gets its one "nearly spent" notice.
+#[tokio::test]
+async fn a_run_past_the_soft_limit_gets_one_nearly_spent_notice() {
+    let db = TestDb::sqlite();
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let agent = bash_agent(
+        scratch.path(),
+        "nearly.sh",
+        r#"echo "spent 4000 in, 200 out, \$0.00"; echo nearly > nearly.txt"#,
+    );
+    let mut file = config(&remote, &agent);
+    file["budgets"] = "[budgets]\ntask_tokens = 5000\nsoft_at = 0.8"
+        .parse::<toml::Table>()
+        .unwrap()["budgets"]
+        .clone();
+    let mut settings = crate::common::settings(&db);
+    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
+    settings.workspace_root = scratch.path().join("ws");
+    let app = TestApp::spawn(settings).await;
+    let id = task(&app, "Spend most").await;
+    within(Duration::from_secs(60), "the task in review", || async {
+        row(&app, id).await.column == Column::InReview
+    })
+    .await;
+    let notices = || async {
+        app.all_events()
+            .await
+            .into_iter()
+            .filter(|e| e.event_type == pidevops::budgets::NOTICE)
+            .map(|e| serde_json::from_slice::<pidevops::budgets::Notice>(&e.body).unwrap())
+            .collect::<Vec<_>>()
+    };
+    within(Duration::from_secs(30), "the soft notice", || async {
+        !notices().await.is_empty()
+    })
+    .await;
+    let notices = notices().await;
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert_eq!(notices[0].level, "soft");
+    assert_eq!(
+        notices[0].words,
+        format!("task {id} has spent 80 % of a budget")
+    );
+    app.stop().await;
+}

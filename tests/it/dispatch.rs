@@ -139,6 +139,12 @@ printf 'done by the agent\n' > CHANGES.md"#,
     let run = &runs[0];
     assert_eq!(run.state, "succeeded");
     assert_eq!(run.commit_sha.as_deref(), Some(pushed.as_str()));
+    // What it printed, counted to its end: a run shorter than one heartbeat interval too.
+    assert_eq!(
+        run.output_bytes,
+        "working on Task: Write the change down\n".len() as i64,
+        "{run:?}"
+    );
     assert!(run
         .tail
         .as_deref()
@@ -1109,5 +1115,53 @@ async fn a_long_spec_runs_on_stdin_and_an_argv_profile_refuses_it_without_spendi
         (0, Column::Todo),
         "no attempt spent"
     );
+    app.stop().await;
+}
+
+/// `task new Local/Demo` for `[repos."local/demo"]`: GitHub ignores case, so the task is the configured
+/// repository's, stored under its configured spelling, and runs from its configured `url` (not github.com).
+#[tokio::test]
+async fn a_repository_named_in_another_case_runs_with_its_configured_settings() {
+    let db = TestDb::sqlite();
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let script = agent(
+        scratch.path(),
+        "edits.sh",
+        "printf 'done by the agent\\n' > CHANGES.md",
+    );
+    let app = spawn(
+        &db,
+        dispatch_file(&remote, &script, ""),
+        &scratch.path().join("ws"),
+    )
+    .await;
+    let shouted: RepoName = REPO.to_ascii_uppercase().parse().unwrap();
+    app.state.board.config().allowed.check(&shouted).unwrap();
+    let (outcome, _) = app
+        .state
+        .board
+        .create(
+            Draft::new(
+                shouted,
+                Spec::new("Write it down", "CHANGES.md", "written").unwrap(),
+                Links::default(),
+            ),
+            "test:shouted",
+            "cli",
+            None,
+        )
+        .await
+        .unwrap();
+    let id = outcome.task.id();
+    assert_eq!(outcome.task.repo().as_str(), REPO);
+    in_review(&app, id).await;
+    assert_eq!(
+        remote
+            .show(&format!("pidevops/{id}"), "CHANGES.md")
+            .as_deref(),
+        Some("done by the agent\n")
+    );
+    assert_eq!(task_row(&app, id).await.unwrap().repo, REPO);
     app.stop().await;
 }

@@ -404,10 +404,13 @@ async fn doctor_proves_the_token_with_a_read_only_call(db: TestDb) {
         url = "file:///nowhere/app.git"
         [repos."acme/api"]
         url = "file:///nowhere/api.git"
+        # As `init` writes it: an empty table is a configured repository too.
+        [repos."acme/web"]
     "#
     .parse()
     .unwrap();
     github.add_hook("acme/app", "https://pidevops.example/webhooks/github");
+    github.add_hook("acme/web", "https://pidevops.example/webhooks/github");
     let (report, ok) = pidevops::doctor::diagnose(&settings).await;
     let hook = |repo: &str| {
         report
@@ -422,6 +425,10 @@ async fn doctor_proves_the_token_with_a_read_only_call(db: TestDb) {
     );
     assert!(
         hook("acme/api").contains("warn      no webhook"),
+        "{report}"
+    );
+    assert!(
+        hook("acme/web").contains("pass      delivers to https://pidevops.example/webhooks/github"),
         "{report}"
     );
     assert!(ok, "{report}");

@@ -285,6 +285,31 @@ async fn a_version_a_webhook_delivered_is_not_polled_again_whatever_the_tasks_co
             "the version delivered in {state} is not appended again"
         );
     }
+    // Delivered, and polled before intake's next tick reads it (its task does not hold it yet): the log has it, so
+    // the poll does not append it a second time.
+    ticket.title = "ENG-412: retry failed Stripe webhooks, with jitter and a cap".to_owned();
+    ticket.updated_at = seconds_ago(10);
+    linear.add_issue(ticket.clone());
+    assert_eq!(
+        app.post_linear(&webhook_of(&ticket, "update"))
+            .await
+            .status(),
+        200
+    );
+    app.tick("linear_poller").await;
+    app.drive("intake").await;
+    let versions = app
+        .all_events()
+        .await
+        .into_iter()
+        .filter(|e| e.event_type.starts_with("linear.Issue."))
+        .filter(|e| {
+            serde_json::from_slice::<Value>(&e.body).unwrap()["data"]["updatedAt"].as_str()
+                == Some(ticket.updated_at.as_str())
+        })
+        .map(|e| e.event_type)
+        .collect::<Vec<_>>();
+    assert_eq!(versions, ["linear.Issue.update"], "one event per version");
     app.project().await;
     let row = task_rows::get(app.state.log.store(), id)
         .await

@@ -351,6 +351,14 @@ mkdir -p migrations && echo 'create index' > migrations/001.sql"#,
     );
     assert_eq!(waiting.title, "Add an index on orders(customer_id)");
     assert_eq!(waiting.attempts, 0, "triage is not an attempt");
+    // Counted by what it ended in (the recorder is process-wide: at least ours).
+    let metrics = app.metrics().await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("pidevops_runs_total{outcome=\"proposed\"} ")),
+        "{metrics}"
+    );
     // The approver approves what the agent wrote; the worker gets it (its script fails on any other prompt).
     app.state
         .board

@@ -96,7 +96,11 @@ impl Dispatcher {
                 let label = match &outcome {
                     RunEvent::Succeeded { .. } => "succeeded",
                     RunEvent::Failed { kind, .. } => kind.as_str(),
-                    _ => "unknown",
+                    // A planner's or triage agent's run ends in what it proposed, not in "unknown".
+                    RunEvent::Proposed { .. } => "proposed",
+                    RunEvent::Started { .. }
+                    | RunEvent::Heartbeat { .. }
+                    | RunEvent::EgressRefused { .. } => "unknown",
                 };
                 metrics::counter!("pidevops_runs_total", "outcome" => label).increment(1);
                 metrics::histogram!("pidevops_run_duration_seconds").record(duration.as_secs_f64());
@@ -434,20 +438,27 @@ impl Dispatcher {
         let root = self.inner.workspaces.root().to_owned();
         let floor = self.inner.config.bounds.min_free_disk / 2;
         let version = tokio::spawn(async move {
+            let mut sent = 0;
             loop {
-                tokio::select! {
-                    () = beats.cancelled() => break,
+                let last = tokio::select! {
+                    () = beats.cancelled() => true,
                     () = stop.cancelled() => { agent_stop.cancel(); break; }
-                    () = tokio::time::sleep(interval) => {}
+                    () = tokio::time::sleep(interval) => false,
+                };
+                let bytes = output.load(std::sync::atomic::Ordering::Relaxed);
+                // The last beat, right before the outcome, carries what the agent printed since the one before:
+                // a run shorter than one interval would otherwise show 0 bytes on /api/runs.
+                if last && bytes == sent {
+                    break;
                 }
                 let beat = RunEvent::Heartbeat {
                     at: Utc::now(),
                     run,
                     task: id,
-                    output_bytes: output.load(std::sync::atomic::Ordering::Relaxed),
+                    output_bytes: bytes,
                 };
                 match beat_writer.append(&beat).await {
-                    Ok(()) => {}
+                    Ok(()) => sent = bytes,
                     Err(Written::Taken) => {
                         lost.cancel();
                         agent_stop.cancel();
@@ -456,6 +467,9 @@ impl Dispatcher {
                     Err(Written::Failed(error)) => {
                         tracing::warn!(task = %id, %run, error = format!("{error:#}"), "heartbeat not recorded");
                     }
+                }
+                if last {
+                    break;
                 }
                 if floor > 0
                     && crate::dispatch::disk::free_bytes(&root).is_ok_and(|free| free < floor)

@@ -161,6 +161,7 @@ impl Dispatcher {
                 Vec::new()
             }
         };
+        let soft_at = config.soft_at;
         let exceeded = Arc::new(std::sync::Mutex::new(None));
         let done = CancellationToken::new();
         let (meter, stop, seen, finished, log) = (
@@ -171,16 +172,41 @@ impl Dispatcher {
             self.inner.log.clone(),
         );
         tokio::spawn(async move {
+            let mut told = std::collections::BTreeSet::new();
             loop {
-                tokio::select! {
-                    () = finished.cancelled() => return,
-                    () = stop.cancelled() => return,
-                    () = tokio::time::sleep(BUDGET_WATCH) => {}
-                }
+                // Once more when the run ends: a run that passed `soft_at` of a budget says so though its task is
+                // no longer a candidate the claim would check (`within_budgets`).
+                let last = tokio::select! {
+                    () = finished.cancelled() => true,
+                    () = stop.cancelled() => true,
+                    () = tokio::time::sleep(BUDGET_WATCH) => false,
+                };
                 let (usage, refused) = {
                     let meter = meter.lock().unwrap_or_else(|e| e.into_inner());
                     (meter.usage(), meter.refused().map(str::to_owned))
                 };
+                for standing in &standings {
+                    if standing.over(&usage).is_none()
+                        && standing.soft_with(&usage, soft_at)
+                        && told.insert(standing.scope.key())
+                    {
+                        let notice = crate::budgets::Notice {
+                            at: Utc::now(),
+                            level: "soft".to_owned(),
+                            scope: standing.scope.clone(),
+                            words: standing.soft_words(soft_at),
+                        };
+                        if let Err(error) = crate::budgets::notify(&log, &notice).await {
+                            tracing::warn!(
+                                error = format!("{error:#}"),
+                                "the budget's notice was not recorded"
+                            );
+                        }
+                    }
+                }
+                if last {
+                    return;
+                }
                 if let Some(why) = refused {
                     tracing::warn!(%why, "stopping the agent: its usage figures were refused");
                     *seen.lock().unwrap_or_else(|e| e.into_inner()) =

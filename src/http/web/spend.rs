@@ -124,13 +124,16 @@ impl Cost {
     }
 }
 
-/// Dollars: cents from a dollar up, else four decimals (a short run costs a fraction of a cent).
+/// Dollars: cents from a dollar up, else four decimals, or as many as its first two significant digits need (a
+/// short run costs a fraction of a cent: $0.00042 is not $0.00).
 pub fn usd_text(usd: f64) -> String {
-    if usd == 0.0 || usd.abs() >= 1.0 {
-        format!("${usd:.2}")
-    } else {
-        format!("${usd:.4}")
+    if usd == 0.0 || !usd.is_finite() || usd.abs() >= 1.0 {
+        return format!("${usd:.2}");
     }
+    // 0.00042: log10 is -3.4, its first significant digit the 4th decimal, two of them need 5.
+    let first = (-usd.abs().log10().floor()) as usize;
+    let decimals = (first + 1).clamp(4, 12);
+    format!("${usd:.decimals$}")
 }
 
 /// A count with thousands separated: `1,234,567`.
@@ -461,6 +464,9 @@ mod tests {
         assert_eq!(usd_text(0.0187335), "$0.0187");
         assert_eq!(usd_text(12.345), "$12.35");
         assert_eq!(usd_text(0.0), "$0.00");
+        assert_eq!(usd_text(0.00042), "$0.00042");
+        assert_eq!(usd_text(0.0000071), "$0.0000071");
+        assert_eq!(usd_text(0.5), "$0.5000");
     }
 
     #[test]

@@ -150,7 +150,7 @@ fn claude(event: &Value, items: &mut Vec<Item>) -> bool {
                 parts.push(format!("{:.1} s", ms / 1000.0));
             }
             if let Some(cost) = event["total_cost_usd"].as_f64() {
-                parts.push(format!("${cost:.2}"));
+                parts.push(super::spend::usd_text(cost));
             }
             parts.retain(|p| !p.is_empty());
             items.push(Item::Ended {
@@ -461,9 +461,20 @@ mod tests {
             items[4],
             Item::Ended {
                 ok: true,
-                summary: "success · 7 turns · 41.2 s · $0.18".into(),
+                summary: "success · 7 turns · 41.2 s · $0.1834".into(),
                 text: Some("The redirect keeps the query string now.".into()),
             }
+        );
+    }
+
+    #[test]
+    fn a_run_that_spent_a_fraction_of_a_cent_shows_what_it_spent() {
+        let items = render(
+            r#"{"type":"result","subtype":"success","is_error":false,"num_turns":1,"result":"ok","total_cost_usd":0.00042}"#,
+        );
+        assert!(
+            matches!(&items[..], [Item::Ended { summary, .. }] if summary == "success · 1 turns · $0.00042"),
+            "{items:#?}"
         );
     }
 

@@ -85,13 +85,52 @@ impl From<TaskId> for String {
 }
 
 /// A GitHub repository, `owner/name`, checked against GitHub's own character rules so it can be used in URLs,
-/// paths under the workspace root and mirror names without escaping.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
+/// paths under the workspace root and mirror names without escaping. Two names compare (and hash and order) as
+/// GitHub compares them, ignoring ASCII case, so `Local/Demo` finds `[repos."local/demo"]` in every map; the
+/// spelling is kept for display, and the board stores the configured one (`AllowedRepos::spelling`).
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 #[serde(try_from = "String", into = "String")]
 #[schema(value_type = String, example = "acme/api")]
 pub struct RepoName(String);
 
+impl PartialEq for RepoName {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.eq_ignore_ascii_case(&other.0)
+    }
+}
+
+impl Eq for RepoName {}
+
+impl std::hash::Hash for RepoName {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        for b in self.0.bytes() {
+            state.write_u8(b.to_ascii_lowercase());
+        }
+        state.write_u8(0xff);
+    }
+}
+
+impl Ord for RepoName {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0
+            .bytes()
+            .map(|b| b.to_ascii_lowercase())
+            .cmp(other.0.bytes().map(|b| b.to_ascii_lowercase()))
+    }
+}
+
+impl PartialOrd for RepoName {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
 impl RepoName {
+    /// The name in lower case: the key a read model or a map of strings compares by.
+    pub fn key(&self) -> String {
+        self.0.to_ascii_lowercase()
+    }
+
     pub fn owner(&self) -> &str {
         self.0.split_once('/').map_or("", |(owner, _)| owner)
     }

@@ -180,6 +180,21 @@ fn agent_names_are_lower_case_words() {
 }
 
 #[test]
+fn repo_names_compare_hash_and_order_ignoring_case_and_keep_their_spelling() {
+    use std::collections::{BTreeMap, HashSet};
+    let configured: RepoName = "local/demo".parse().unwrap();
+    let typed: RepoName = "Local/Demo".parse().unwrap();
+    assert_eq!(configured, typed);
+    assert_eq!(typed.as_str(), "Local/Demo");
+    assert_eq!(typed.key(), "local/demo");
+    let map = BTreeMap::from([(configured.clone(), "settings")]);
+    assert_eq!(map.get(&typed), Some(&"settings"));
+    assert!(HashSet::from([configured]).contains(&typed));
+    let (a, b): (RepoName, RepoName) = ("Acme/B".parse().unwrap(), "acme/a".parse().unwrap());
+    assert!(b < a && a != b);
+}
+
+#[test]
 fn repo_names_follow_github_rules() {
     for ok in ["rust-lang/rust", "a/b", "o-1/x.y_z", "owner/github.io"] {
         let repo: RepoName = ok.parse().unwrap();

@@ -40,14 +40,9 @@ impl Dispatcher {
             for standing in &standings {
                 let notice = match standing.over(&Default::default()) {
                     Some(why) => Some(("exceeded", why)),
-                    None if standing.soft(config.soft_at) => Some((
-                        "soft",
-                        format!(
-                            "{} has spent {:.0} % of a budget",
-                            standing.scope.describe(),
-                            config.soft_at * 100.0
-                        ),
-                    )),
+                    None if standing.soft(config.soft_at) => {
+                        Some(("soft", standing.soft_words(config.soft_at)))
+                    }
                     None => None,
                 };
                 if let Some((level, why)) = notice {
