@@ -271,9 +271,11 @@ impl std::str::FromStr for Steer {
             "cancel" => Self::Cancel,
             "archive" => Self::Archive,
             "done" => Self::Done,
-            other => return Err(format!(
+            other => {
+                return Err(format!(
                 "no action {other:?}; one of approve, reject, retry, cancel, archive, done, land"
-            )),
+            ))
+            }
         })
     }
 }

@@ -37,6 +37,7 @@ mod ingress;
 mod init;
 mod intake;
 mod land;
+mod land_local;
 mod leases;
 mod limits;
 mod linear;
