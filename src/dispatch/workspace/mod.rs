@@ -36,8 +36,7 @@
 //! - `diff.rs`      an attempt's diff from its base to its commit, recorded next to its log (capped); its changes
 //! - `links.rs`     the commit's symbolic links a changed link's chain meets, their targets read
 //! - `combine.rs`   a plan's items merged at their recorded commits into `pidevops/<plan>` and pushed
-//! - `land.rs`      a task's recorded commit merged into the base (fast-forward, else a merge) and pushed with a
-//!                  lease, in a clean room of its own (repositories not on GitHub)
+//! - `land.rs`      a task's recorded commit merged into the base and pushed with a lease, in a clean room
 //! - `gc.rs`        run directories past the TTL, a previous process's spares, worktree lists pruned
 
 mod combine;
