@@ -1,7 +1,7 @@
 //! Landing without GitHub (`POST /api/tasks/{id}/land`, `land = "auto"` on a local remote), end to end: a real
 //! agent run pushes `pidevops/<task>` to a local bare repository, and pidevops's own git merges the commit it
 //! recorded into `main` there: a fast-forward, a merge commit naming the task when `main` moved, a conflict
-//! refused with nothing pushed, a second request (or a base that holds the commit already, as after a crash
+//! refused with nothing pushed, the task page's Land button (CSRF), a second request (or a base that holds the commit already, as after a crash
 //! between the push and its record) landing nothing twice, a GitHub repository refused. Per backend.
 
 use std::path::Path;
@@ -20,6 +20,7 @@ per_backend!(
     a_base_that_holds_the_commit_already_is_recorded_without_a_push,
     land_auto_lands_a_task_once_it_reaches_review,
     a_github_repository_is_refused,
+    the_task_pages_land_button_needs_the_csrf_token_and_lands_it,
 );
 
 async fn spawn(db: &TestDb, file: toml::Table, workspaces: &Path) -> TestApp {
@@ -249,4 +250,53 @@ async fn a_github_repository_is_refused(db: TestDb) {
         body["message"].as_str().unwrap().contains("pull request"),
         "{body}"
     );
+}
+
+async fn the_task_pages_land_button_needs_the_csrf_token_and_lands_it(db: TestDb) {
+    use crate::web::{client, csrf, get, sign_in};
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let app = app_with(&db, &remote, scratch.path(), None).await;
+    let id = create_task(&app, "Write the change down").await;
+    let pushed = in_review_pushed(&app, &remote, id).await;
+    let before = remote.branch("main").unwrap();
+    app.project().await;
+    let cookie = sign_in(&app).await;
+    let (status, html) = get(&app, &format!("/tasks/{id}"), &cookie).await;
+    assert_eq!(status, 200);
+    assert!(
+        html.contains(&format!("action=\"/tasks/{id}/land\"")),
+        "the Land button"
+    );
+    assert!(
+        html.contains("data-action=\"done\""),
+        "the Mark done button"
+    );
+    let url = app.url(&format!("/tasks/{id}/land"));
+
+    let no_token = client()
+        .post(&url)
+        .header("cookie", &cookie)
+        .form(&[("other", "x")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(no_token.status(), 403);
+    assert_eq!(remote.branch("main").as_deref(), Some(before.as_str()));
+
+    let token = csrf(&html);
+    let landed = client()
+        .post(&url)
+        .header("cookie", &cookie)
+        .form(&[("csrf", token.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(landed.status(), 303);
+    assert_eq!(remote.branch("main").as_deref(), Some(pushed.as_str()));
+    app.project().await;
+    assert_eq!(task_row(&app, id).await.unwrap().column, Column::Done);
+    // Done: no Land button any more.
+    let (_, html) = get(&app, &format!("/tasks/{id}"), &cookie).await;
+    assert!(!html.contains(&format!("action=\"/tasks/{id}/land\"")));
 }
