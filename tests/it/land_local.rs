@@ -1,8 +1,9 @@
-//! Landing without GitHub (`POST /api/tasks/{id}/land`, `land = "auto"` on a local remote), end to end: a real
-//! agent run pushes `pidevops/<task>` to a local bare repository, and pidevops's own git merges the commit it
-//! recorded into `main` there: a fast-forward, a merge commit naming the task when `main` moved, a conflict
-//! refused with nothing pushed, the task page's Land button (CSRF), a second request (or a base that holds the commit already, as after a crash
-//! between the push and its record) landing nothing twice, a GitHub repository refused. Per backend.
+//! Landing without GitHub (`POST /api/tasks/{id}/land`, the task page's Land button, `land = "auto"` on a local
+//! remote), end to end: a real agent run pushes `pidevops/<task>` to a local bare repository, and pidevops's own
+//! git merges the commit it recorded into `main` there: a fast-forward, a merge commit naming the task when `main`
+//! moved, a conflict refused with nothing pushed, the button refused without its CSRF token, a second request (or
+//! a base that holds the commit already, as after a crash between the push and its record) landing nothing twice,
+//! a GitHub repository refused. Per backend.
 
 use std::path::Path;
 use std::time::Duration;
