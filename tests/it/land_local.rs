@@ -22,6 +22,7 @@ per_backend!(
     land_auto_lands_a_task_once_it_reaches_review,
     a_github_repository_is_refused,
     the_task_pages_land_button_needs_the_csrf_token_and_lands_it,
+    a_base_moved_under_the_push_is_never_overwritten_and_the_landing_starts_again_from_it,
 );
 
 async fn spawn(db: &TestDb, file: toml::Table, workspaces: &Path) -> TestApp {
@@ -300,4 +301,45 @@ async fn the_task_pages_land_button_needs_the_csrf_token_and_lands_it(db: TestDb
     // Done: no Land button any more.
     let (_, html) = get(&app, &format!("/tasks/{id}"), &cookie).await;
     assert!(!html.contains(&format!("action=\"/tasks/{id}/land\"")));
+}
+
+async fn a_base_moved_under_the_push_is_never_overwritten_and_the_landing_starts_again_from_it(
+    db: TestDb,
+) {
+    use std::os::unix::fs::PermissionsExt;
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let app = app_with(&db, &remote, scratch.path(), None).await;
+    let id = create_task(&app, "Write the change down").await;
+    let pushed = in_review_pushed(&app, &remote, id).await;
+    // A teammate's commit on main, waiting on a side branch: the remote's hook puts it on main while refusing
+    // pidevops's first push, as if the teammate had pushed between pidevops's fetch and its push.
+    let seed = remote.dir.path().join("seed");
+    crate::common::agents::git(&seed, &["checkout", "--quiet", "-b", "teammate", "main"]);
+    std::fs::write(seed.join("OTHER.md"), "a teammate's change\n").unwrap();
+    crate::common::agents::git(&seed, &["add", "."]);
+    crate::common::agents::git(&seed, &["commit", "--quiet", "-m", "teammate"]);
+    crate::common::agents::git(&seed, &["push", "--quiet", "../remote.git", "teammate"]);
+    let teammate = remote.branch("teammate").unwrap();
+    let hook = remote.dir.path().join("remote.git/hooks/pre-receive");
+    std::fs::write(
+        &hook,
+        format!(
+            "#!/bin/sh\ncat >/dev/null\n[ -e moved ] && exit 0\ntouch moved\n\
+             env -u GIT_QUARANTINE_PATH git update-ref refs/heads/main {teammate}\nexit 1\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let (status, body) = land(&app, id).await;
+    assert_eq!(status, 200, "{body}");
+    let main = remote.branch("main").unwrap();
+    let parents = in_remote(&remote, &["rev-list", "--parents", "-n", "1", &main]);
+    assert_eq!(
+        parents,
+        format!("{main} {teammate} {pushed}"),
+        "merged onto the teammate's push, which stays"
+    );
+    assert_eq!(body["onto"], main.as_str());
 }
