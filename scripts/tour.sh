@@ -82,8 +82,12 @@ for task in T-1 T-2 T-3; do
     git -C "$playground/demo.git" rev-parse --verify --quiet "refs/heads/pidevops/$task" >/dev/null ||
         { echo "tour: no branch pidevops/$task was pushed" >&2; exit 1; }
 done
-[ "$(pidevops task list --json | jq '[.[] | select(.column == "in-review")] | length')" = 3 ] ||
-    { echo "tour: expected three tasks in review" >&2; pidevops task list >&2; exit 1; }
+[ "$(pidevops task list --json | jq '[.[] | select(.column == "in-review")] | length')" = 2 ] ||
+    { echo "tour: expected two tasks in review" >&2; pidevops task list >&2; exit 1; }
+[ "$(pidevops task show T-1 --json | jq -r .task.column)" = done ] ||
+    { echo "tour: T-1 was not landed" >&2; pidevops task show T-1 >&2; exit 1; }
+git -C "$playground/demo.git" merge-base --is-ancestor refs/heads/pidevops/T-1 refs/heads/main ||
+    { echo "tour: main does not hold T-1's commit" >&2; exit 1; }
 [ "$(curl -s "localhost:$port/health" | jq -r .status)" = pass ] || { echo "tour: /health does not pass" >&2; exit 1; }
 pid=$(cat "$serve_pid")
 : >"$serve_pid"

@@ -115,6 +115,20 @@ pub enum TaskCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Mark a task in review done without landing it (merged by hand, or kept as it is); `cancel` closes it
+    /// without calling it done.
+    Done {
+        id: TaskId,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Land a task in review on a repository not on GitHub: its pushed commit merged into the base (fast-forward,
+    /// else a merge commit) and pushed, then the task is done. A GitHub repository's pull request lands it.
+    Land {
+        id: TaskId,
+        #[arg(long)]
+        json: bool,
+    },
     /// Archive a done or cancelled task.
     Archive {
         /// The task (T-7).
@@ -262,7 +276,19 @@ pub async fn task(settings: Settings, command: TaskCommand) -> anyhow::Result<()
         crate::startup::Core::open_for_cli(settings).await?
     };
     let board = Board::new(core.log.clone(), core.settings.file.board.clone());
-    let result = run(&board, command).await;
+    let result = match command {
+        TaskCommand::Land { id, json } => {
+            let lander = crate::landing::Lander::new(
+                board.clone(),
+                core.log.clone(),
+                core.settings.workspace_root.clone(),
+                core.settings.github_token.clone(),
+                core.settings.file.dispatch.clone(),
+            );
+            land(&lander, id, json).await
+        }
+        command => run(&board, command).await,
+    };
     core.close().await;
     result
 }
@@ -321,6 +347,9 @@ async fn run(board: &Board, command: TaskCommand) -> anyhow::Result<()> {
         }
         TaskCommand::Approve { id, json } => (id, Steer::Approve, None, json),
         TaskCommand::Archive { id, json } => (id, Steer::Archive, None, json),
+        TaskCommand::Done { id, json } => (id, Steer::Done, None, json),
+        // Handled by `task` (it needs the workspace root); here only for the match to be whole.
+        TaskCommand::Land { .. } => anyhow::bail!("task land needs the lander"),
         TaskCommand::Reject { id, reason, json } => (id, Steer::Reject, reason, json),
         TaskCommand::Retry { id, reason, json } => (id, Steer::Retry, reason, json),
         TaskCommand::Cancel { id, reason, json } => (id, Steer::Cancel, reason, json),
@@ -359,6 +388,20 @@ async fn run(board: &Board, command: TaskCommand) -> anyhow::Result<()> {
     };
     let steered = board.steer(id, steer, reason, "from the CLI", "cli").await;
     print_outcome(id, steered, json)
+}
+
+/// `pidevops task land`: `landed onto <commit>`, `unchanged (already landed)`, or why not (exit status 1).
+async fn land(lander: &crate::landing::Lander, id: TaskId, json: bool) -> anyhow::Result<()> {
+    let landed = lander.land(id, "cli").await?;
+    let what = match &landed.onto {
+        None => "unchanged (already done)".to_owned(),
+        Some((onto, _)) if landed.outcome.appended.is_empty() => {
+            format!("unchanged (already landed at {})", onto.short())
+        }
+        Some((onto, true)) => format!("landed onto {}", onto.short()),
+        Some((onto, false)) => format!("landed (the base held it already, at {})", onto.short()),
+    };
+    print_task(&landed.outcome.task, json, &what)
 }
 
 /// What a command did to a task: `updated`, or `unchanged` when the task already was so.

@@ -75,6 +75,7 @@ pub mod http;
 pub mod ingress;
 pub mod init;
 pub mod intake;
+pub mod landing;
 pub mod loops;
 pub mod plans;
 pub mod pollers;

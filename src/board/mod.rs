@@ -257,6 +257,8 @@ pub enum Steer {
     Retry,
     Cancel,
     Archive,
+    /// Mark a task in review done without landing it (merged by hand, or not to be merged at all).
+    Done,
 }
 
 impl std::str::FromStr for Steer {
@@ -268,10 +270,11 @@ impl std::str::FromStr for Steer {
             "retry" => Self::Retry,
             "cancel" => Self::Cancel,
             "archive" => Self::Archive,
+            "done" => Self::Done,
             other => {
                 return Err(format!(
-                    "no action {other:?}; one of approve, reject, retry, cancel, archive"
-                ))
+                "no action {other:?}; one of approve, reject, retry, cancel, archive, done, land"
+            ))
             }
         })
     }
@@ -285,6 +288,7 @@ impl Steer {
             Self::Retry => "retry",
             Self::Cancel => "cancel",
             Self::Archive => "archive",
+            Self::Done => "done",
         }
     }
 
@@ -301,6 +305,7 @@ impl Steer {
         Ok(match self {
             Self::Approve => Command::Approve,
             Self::Archive => Command::Archive,
+            Self::Done => Command::Complete,
             Self::Reject => Command::Reject {
                 reason: reason("rejected")?,
             },

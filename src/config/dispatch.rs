@@ -67,6 +67,16 @@ impl RepoSource {
         let url = self.url.to_ascii_lowercase();
         url.starts_with("https://github.com/") || url.starts_with("http://github.com/")
     }
+
+    /// Whether the remote is GitHub (https, ssh or `git@github.com:`): its tasks land through their pull
+    /// requests; any other remote (a path, `file://`, another host) is landed by pidevops's own git.
+    pub fn on_github(&self) -> bool {
+        let url = self.url.to_ascii_lowercase();
+        let rest = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
+        let authority = rest.split(['/', ':']).next().unwrap_or_default();
+        let host = authority.rsplit('@').next().unwrap_or_default();
+        host == "github.com"
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -387,6 +397,34 @@ impl AllowHosts {
 mod tests {
     use super::*;
 
+    #[test]
+    fn github_remotes_are_told_from_the_others() {
+        let on_github = |url: &str| {
+            RepoSource {
+                url: url.to_owned(),
+                base: "main".to_owned(),
+            }
+            .on_github()
+        };
+        for url in [
+            "https://github.com/acme/api.git",
+            "git@github.com:acme/api.git",
+            "ssh://git@github.com/acme/api.git",
+            "https://x-access-token@GitHub.com/acme/api",
+        ] {
+            assert!(on_github(url), "{url}");
+        }
+        for url in [
+            "file:///srv/git/api.git",
+            "/srv/git/api.git",
+            "https://git.example.com/github.com/api.git",
+            "git@gitlab.com:acme/api.git",
+            "https://github.com.example.org/acme/api.git",
+        ] {
+            assert!(!on_github(url), "{url}");
+        }
+    }
+
     fn parse(text: &str) -> Result<DispatchConfig, String> {
         text.parse::<crate::config::FileConfig>()
             .map(|file| file.dispatch)
@@ -428,6 +466,8 @@ mod tests {
         assert!(!config.source(&api).needs_github_token());
         assert_eq!(config.source(&web).url, "https://github.com/acme/web.git");
         assert!(config.source(&web).needs_github_token());
+        assert!(config.source(&web).on_github());
+        assert!(!config.source(&api).on_github());
         assert_eq!(config.heartbeat, Duration::from_millis(500));
         assert_eq!(config.lost_after(), Duration::from_millis(1500));
     }

@@ -42,6 +42,7 @@ admin_routes! {
     POST "/api/tasks/{id}/agent" => super::tasks::choose_agent,
     POST "/api/tasks/{id}/spec" => super::tasks::edit_spec,
     POST "/api/tasks/{id}/answer" => super::tasks::answer,
+    POST "/api/tasks/{id}/land" => super::landing::land,
     POST "/api/tasks/{id}/{action}" => super::tasks::command,
     POST "/api/plans" => super::plans::create,
     GET "/api/plans/{id}" => super::plans::show,

@@ -5,6 +5,7 @@ mod api;
 mod budgets;
 mod dispatch;
 pub mod health;
+mod landing;
 pub mod openapi;
 mod plans;
 pub(crate) mod stream;
@@ -46,6 +47,8 @@ pub struct AppState {
     pub shutdown: tokio_util::sync::CancellationToken,
     /// The board's command side.
     pub board: crate::board::Board,
+    /// Lands tasks in review on repositories not on GitHub (`POST /api/tasks/{id}/land`, the Land button).
+    pub lander: crate::landing::Lander,
     /// Dashboard sign-ins with a wrong token being answered now, per client address (see `web`).
     pub sign_ins: Arc<web::SignInThrottle>,
     /// The first run's sign-in link (see `startup::first_run`): a code that signs in once.

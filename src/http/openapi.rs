@@ -42,6 +42,7 @@ const ADMIN_TOKEN: &str = "admin_token";
         super::tasks::choose_agent,
         super::tasks::edit_spec,
         super::tasks::answer,
+        super::landing::land,
         super::tasks::command,
         super::plans::create,
         super::plans::show,

@@ -218,7 +218,7 @@ pub struct CommandBody {
     reason: Option<String>,
 }
 
-/// Steer a task: approve, reject, retry, cancel or archive.
+/// Steer a task: approve, reject, retry, cancel, archive, or done (a task in review marked done without landing).
 #[utoipa::path(
     post,
     path = "/api/tasks/{id}/{action}",

@@ -19,8 +19,8 @@ use builds::{
     effects, github_effects, heartbeat, linear_effects, poller_entry, telegram_effects, RelayJob,
 };
 use plans::{
-    combine_plan, cron_plan, dispatch_loops, github_effects_plan, linear_effects_plan, poller_loop,
-    telegram_effects_plan, telegram_updates,
+    combine_plan, cron_plan, dispatch_loops, github_effects_plan, land_plan, linear_effects_plan,
+    poller_loop, telegram_effects_plan, telegram_updates,
 };
 
 use crate::config::Settings;
@@ -316,6 +316,31 @@ pub const CATALOG: &[Entry] = &[
                 move || {
                     let combine = combine.clone();
                     async move { combine.tick().await }
+                },
+                |p| Pace::again_if(p.out_of_time),
+            )
+            .at_head())
+        },
+    },
+    Entry {
+        plan: land_plan,
+        build: |parts, _| {
+            let s = parts.settings;
+            let lander = crate::landing::Lander::new(
+                parts.board.clone(),
+                parts.log.clone(),
+                s.workspace_root.clone(),
+                s.github_token.clone(),
+                s.file.dispatch.clone(),
+            );
+            let land = Arc::new(crate::landing::auto::AutoLand::new(
+                parts.log.clone(),
+                lander,
+            ));
+            Ok(Built::ticking(
+                move || {
+                    let land = land.clone();
+                    async move { land.tick().await }
                 },
                 |p| Pace::again_if(p.out_of_time),
             )

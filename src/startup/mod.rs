@@ -168,7 +168,15 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
     }
 
     let listener = bind(settings.bind, settings.port).map_err(|e| listen_error(&settings, &e))?;
+    let lander = crate::landing::Lander::new(
+        board.clone(),
+        log.clone(),
+        settings.workspace_root.clone(),
+        settings.github_token.clone(),
+        settings.file.dispatch.clone(),
+    );
     let state = AppState {
+        lander,
         settings: Arc::new(settings),
         log,
         loops: registry,

@@ -109,6 +109,9 @@ pub struct Task {
     /// What passed and who approved on the head commit while in review (auto-land's facts).
     #[serde(skip_serializing_if = "Landing::is_empty")]
     landing: Landing,
+    /// The run whose push is in review (set by its submission): what `pidevops task land` merges.
+    #[serde(skip)]
+    reviewed_run: Option<RunId>,
 }
 
 /// What an attempt submitted for review says of itself, for its pull request and its page: the agent's own
@@ -213,6 +216,10 @@ impl Task {
     /// The branch of the last submission for review.
     pub fn branch(&self) -> Option<&BranchName> {
         self.branch.as_ref()
+    }
+    /// The run whose push put the task in review (the last submission's).
+    pub fn reviewed_run(&self) -> Option<RunId> {
+        self.reviewed_run
     }
     pub fn last_failure(&self) -> Option<&Failure> {
         self.last_failure.as_ref()
@@ -509,6 +516,15 @@ pub enum Command {
         base: CommitSha,
         items: Vec<CombinedItem>,
     },
+    /// pidevops merged `commit`, what run `run` pushed for review, into the base (now `onto`) and pushed it: the
+    /// task is done. Refused unless `run` is the run that put the task in review (a newer attempt's work is not
+    /// what landed); in `done` already, nothing to do.
+    RecordLanded {
+        run: RunId,
+        commit: CommitSha,
+        onto: CommitSha,
+        fast_forward: bool,
+    },
 }
 
 impl Command {
@@ -544,6 +560,7 @@ impl Command {
             Command::RecordApproval { .. } => "record-approval",
             Command::WithdrawApproval { .. } => "withdraw-approval",
             Command::RecordCombined { .. } => "record-combined",
+            Command::RecordLanded { .. } => "record-landed",
         }
     }
 }

@@ -38,6 +38,7 @@ mod ingress;
 mod init;
 mod intake;
 mod land;
+mod land_local;
 mod leases;
 mod limits;
 mod linear;

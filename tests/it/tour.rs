@@ -1,5 +1,5 @@
 //! The README's five-minute local tour, run as written (`scripts/tour.sh` takes its ```sh blocks verbatim, in
-//! order, and checks what the tour promises: three tasks run, pushed and in review, `/health` passing, a clean
+//! order, and checks what the tour promises: three tasks run and pushed, T-1 landed on `main` and two in review, `/health` passing, a clean
 //! SIGTERM), against the binary this test run built.
 
 use std::path::Path;

@@ -306,7 +306,7 @@ impl Workspaces {
             .is_ok_and(|changed| !changed.is_empty())
     }
 
-    async fn has_commit(&self, git_dir: &str, commit: &str) -> bool {
+    pub(super) async fn has_commit(&self, git_dir: &str, commit: &str) -> bool {
         let object = format!("{commit}^{{commit}}");
         self.run_git(
             "looking for a commit",
@@ -347,9 +347,9 @@ impl Workspaces {
     }
 }
 
-/// Removes the worktree directories of a plan's earlier combinations that a crash left (old enough not to be one
+/// Removes the worktree directories of a plan's earlier combinations (or a task's landings) that a crash left (old enough not to be one
 /// under way); the mirror's worktree list forgets them at the next prune.
-async fn remove_leftovers(plan_dir: &Path) {
+pub(super) async fn remove_leftovers(plan_dir: &Path) {
     let Ok(mut entries) = tokio::fs::read_dir(plan_dir).await else {
         return;
     };

@@ -9,6 +9,7 @@
 //! <root>/runs/<task>/<run>/prompt.md         the prompt, for `{prompt_file}`
 //! <root>/runs/<task>/<run>/diff.json, .patch what the attempt changed (`diff.rs`), for the task's page
 //! <root>/combine/<plan>/<uuid>/worktree/     pidevops's own worktree merging a plan's items (`combine.rs`)
+//! <root>/land/<task>/<uuid>/repo.git         pidevops's own clean room landing a task on its base (`land.rs`)
 //! ```
 //!
 //! Every path is built from a validated `RepoName`, `TaskId` and `RunId`, none of which can hold `..` or `/`
@@ -35,6 +36,7 @@
 //! - `diff.rs`      an attempt's diff from its base to its commit, recorded next to its log (capped); its changes
 //! - `links.rs`     the commit's symbolic links a changed link's chain meets, their targets read
 //! - `combine.rs`   a plan's items merged at their recorded commits into `pidevops/<plan>` and pushed
+//! - `land.rs`      a task's recorded commit merged into the base and pushed with a lease, in a clean room
 //! - `gc.rs`        run directories past the TTL, a previous process's spares, worktree lists pruned
 
 mod combine;
@@ -42,6 +44,7 @@ pub mod diff;
 mod gc;
 mod git;
 mod handoff;
+mod land;
 mod links;
 mod mirror;
 mod spares;
@@ -49,6 +52,7 @@ mod worktree;
 
 pub use combine::{CombineRequest, Combined, Combiner};
 pub use gc::GcReport;
+pub use land::{LandRequest, LandResult};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -78,6 +78,7 @@ pub fn router() -> Router<AppState> {
         .route("/tasks/{id}", get(task_page::task_page))
         .route("/tasks/{id}/spec", post(task_page::edit_spec))
         .route("/tasks/{id}/answer", post(task_page::answer))
+        .route("/tasks/{id}/land", post(task_page::land))
         .route("/tasks/{id}/{action}", post(task_action))
         .route("/runs", get(runs_page))
         .route("/runs/limits/{profile}/lift", post(lift_limit))
@@ -482,7 +483,7 @@ async fn task_action(
             StatusCode::NOT_FOUND,
             pages::message(
                 "No such action",
-                "Tasks take approve, reject, retry, cancel or archive.",
+                "Tasks take approve, reject, retry, cancel, archive, done or land.",
             ),
         );
     };

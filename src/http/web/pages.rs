@@ -279,6 +279,8 @@ pub struct TaskView {
     /// Each run's diff and log, as this machine has them.
     pub attempts: Vec<super::attempt::Attempt>,
     pub actions: Vec<Steer>,
+    /// In review on a repository not on GitHub: the Land button (pidevops merges its commit into the base).
+    pub landable: bool,
     /// A plan's items' rows, in the plan's order; empty for a task.
     pub items: Vec<TaskRow>,
     /// The rows the page refers to: a plan's items, an item's dependencies.
@@ -376,8 +378,15 @@ pub fn task(view: &TaskView) -> Markup {
         @if let Some(reason) = &row.needs_human_reason { p.error.reason { "Needs a human: " (reason) } }
         @if let Some(task) = &view.task { (answer_form(task, &view.csrf)) }
         @if let Some(task) = &view.task { (item_line(task, &view.related)) }
-        @if !top_actions.is_empty() {
+        @if !top_actions.is_empty() || view.landable {
             div.actions {
+                @if view.landable {
+                    form.inline method="post" action={ "/tasks/" (row.id) "/land" } {
+                        input type="hidden" name="csrf" value=(view.csrf);
+                        button type="submit" data-action="land" title="merge its commit into the base and push it" { "Land" }
+                    }
+                    " "
+                }
                 @for action in &top_actions {
                     form.inline method="post" action={ "/tasks/" (row.id) "/" (action.name()) } {
                         input type="hidden" name="csrf" value=(view.csrf);
@@ -451,6 +460,7 @@ fn action_label(action: Steer) -> &'static str {
         Steer::Retry => "Retry",
         Steer::Cancel => "Cancel",
         Steer::Archive => "Archive",
+        Steer::Done => "Mark done",
     }
 }
 

@@ -44,6 +44,7 @@ fn allowed_actions(task: &crate::tasks::Task) -> Vec<Steer> {
         Steer::Retry,
         Steer::Cancel,
         Steer::Archive,
+        Steer::Done,
     ]
     .into_iter()
     .filter(|steer| {
@@ -168,6 +169,40 @@ pub(super) async fn edit_spec(
             ),
         ),
         Err(error) => steered_response(id, Err(error)),
+    }
+}
+
+/// `POST /tasks/{id}/land`: pidevops merges the task's recorded commit into its repository's base and pushes it
+/// (repositories not on GitHub; see `crate::landing`). Back to the page once it is recorded; a refusal (a
+/// conflict, a GitHub repository, not in review) is shown with why, and nothing changed.
+pub(super) async fn land(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    UrlPath(id): UrlPath<String>,
+    body: bytes::Bytes,
+) -> Response {
+    let Some(form) = parse_form(&body, SPEC_FORM_LIMIT) else {
+        return page(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            pages::message("Too large", "The Land form sends only its token."),
+        );
+    };
+    if let Access::Denied(response) = require_post(&state, &headers, &form).await {
+        return response;
+    }
+    let Ok(id) = id.parse::<TaskId>() else {
+        return page(
+            StatusCode::NOT_FOUND,
+            pages::message("No such task", "Task ids look like T-42."),
+        );
+    };
+    match state.lander.land(id, "dashboard").await {
+        Ok(landed) => steered_response(id, Ok(landed.outcome)),
+        Err(crate::landing::LandError::Board(error)) => steered_response(id, Err(error)),
+        Err(error) => page(
+            StatusCode::CONFLICT,
+            pages::message("Not landed", &error.to_string()),
+        ),
     }
 }
 
@@ -296,8 +331,14 @@ async fn render(
         };
         attempts.push(attempt);
     }
+    let landable = task.as_ref().is_some_and(|task| {
+        task.column() == crate::tasks::Column::InReview
+            && !task.is_plan()
+            && !state.lander.on_github(task)
+    });
     let view = pages::TaskView {
         actions: task.as_ref().map(allowed_actions).unwrap_or_default(),
+        landable,
         row,
         task,
         timeline,

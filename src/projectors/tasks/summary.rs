@@ -176,6 +176,22 @@ pub fn summarize(event: &TaskEvent) -> String {
                 .collect();
             format!("items combined at {}: {}", commit.short(), ids.join(", "))
         }
+        TaskEvent::Landed {
+            commit,
+            onto,
+            fast_forward,
+            ..
+        } => {
+            if *fast_forward {
+                format!("landed: the base fast-forwarded to {}", commit.short())
+            } else {
+                format!(
+                    "landed: {} merged into the base as {}",
+                    commit.short(),
+                    onto.short()
+                )
+            }
+        }
         TaskEvent::LinksAttached { links, .. } => {
             let keys: Vec<String> = link_keys(links)
                 .into_iter()

@@ -220,6 +220,41 @@ pub(super) fn combine_plan(settings: &Settings) -> Vec<PlannedLoop> {
     )]
 }
 
+/// The `land` loop: armed when a repository not on GitHub has `land = "auto"` (GitHub's auto-land is
+/// `effects:github`'s merge of the pull request).
+pub(super) fn land_plan(settings: &Settings) -> Vec<PlannedLoop> {
+    use crate::tasks::{LandMode, RepoName};
+    let name = crate::landing::auto::LAND;
+    let interval = settings.projector_interval;
+    let auto: Vec<&String> = settings
+        .file
+        .board
+        .land
+        .iter()
+        .filter(|(_, rules)| rules.mode == LandMode::Auto)
+        .map(|(repo, _)| repo)
+        .filter(|repo| {
+            repo.parse::<RepoName>()
+                .is_ok_and(|repo| !settings.file.dispatch.source(&repo).on_github())
+        })
+        .collect();
+    if auto.is_empty() {
+        return vec![PlannedLoop::off(
+            name,
+            true,
+            LoopState::Disabled,
+            "no repository off GitHub has land = \"auto\"".into(),
+            interval,
+        )];
+    }
+    vec![PlannedLoop::armed(
+        name,
+        true,
+        interval,
+        "lands tasks of land = \"auto\" repositories not on GitHub once in review: their commit merged into the base and pushed, then done",
+    )]
+}
+
 pub(super) fn dispatch_loops(settings: &Settings) -> Vec<PlannedLoop> {
     use crate::dispatch::dispatcher::{cannot_run, watchdog_interval, DISPATCHER, GC, WATCHDOG};
     let (config, profiles) = (&settings.file.dispatch, &settings.file.profiles);

@@ -189,6 +189,31 @@ pub fn decide(
             base,
             items,
         } => super::combined::decide(task, command, commit, base, items, at),
+        Command::RecordLanded {
+            run,
+            commit,
+            onto,
+            fast_forward,
+        } => match column {
+            Column::InReview if task.reviewed_run == Some(*run) => Ok(vec![
+                TaskEvent::Landed {
+                    at,
+                    run: *run,
+                    commit: commit.clone(),
+                    onto: onto.clone(),
+                    fast_forward: *fast_forward,
+                },
+                TaskEvent::Completed { at },
+            ]),
+            Column::InReview => Err(TaskError::StaleRun {
+                id: task.id,
+                run: *run,
+                current: task.reviewed_run,
+            }),
+            // Landed already (a retried request, a restart between the push and the record), or done by a person.
+            Column::Done => none,
+            _ => Err(wrong(&[Column::InReview])),
+        },
     }
 }
 

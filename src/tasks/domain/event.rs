@@ -200,6 +200,17 @@ pub enum TaskEvent {
         base: CommitSha,
         items: Vec<CombinedItem>,
     },
+    /// pidevops merged `commit` (what run `run` pushed for review) into the repository's base and pushed it
+    /// (`pidevops task land`, or `land = "auto"` on a repository that is not on GitHub): the base is now `onto`.
+    /// Always followed by `completed`.
+    Landed {
+        at: DateTime<Utc>,
+        run: RunId,
+        commit: CommitSha,
+        onto: CommitSha,
+        /// The base moved to `commit` itself; otherwise `onto` is a merge commit (or the base held it already).
+        fast_forward: bool,
+    },
 }
 
 impl TaskEvent {
@@ -235,6 +246,7 @@ impl TaskEvent {
             TaskEvent::ReviewApproved { .. } => "task.review_approved",
             TaskEvent::ApprovalWithdrawn { .. } => "task.approval_withdrawn",
             TaskEvent::Combined { .. } => "task.combined",
+            TaskEvent::Landed { .. } => "task.landed",
         }
     }
 
@@ -268,7 +280,8 @@ impl TaskEvent {
             | TaskEvent::CheckPassed { at, .. }
             | TaskEvent::ReviewApproved { at, .. }
             | TaskEvent::ApprovalWithdrawn { at, .. }
-            | TaskEvent::Combined { at, .. } => *at,
+            | TaskEvent::Combined { at, .. }
+            | TaskEvent::Landed { at, .. } => *at,
         }
     }
 }

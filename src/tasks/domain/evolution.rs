@@ -63,7 +63,11 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
             purpose,
         } => started(task, event, *at, *run, *attempt, *purpose)?,
         TaskEvent::SubmittedForReview {
-            branch, pr, report, ..
+            run,
+            branch,
+            pr,
+            report,
+            ..
         } => {
             require(task, event, &[Column::InProgress])?;
             task.column = Column::InReview;
@@ -71,6 +75,7 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
             task.purpose = None;
             task.report = (**report).clone();
             task.branch = Some(branch.clone());
+            task.reviewed_run = Some(*run);
             // A new push: approvals and checks of the code before it do not count.
             super::landing::evolve(task, event)?;
             // A newer pull request supersedes the old one; no submission removes a link.
@@ -137,6 +142,8 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
         | TaskEvent::ReviewApproved { .. }
         | TaskEvent::ApprovalWithdrawn { .. } => super::landing::evolve(task, event)?,
         TaskEvent::Combined { .. } => super::combined::apply(task, event)?,
+        // Its `completed` follows and closes the task.
+        TaskEvent::Landed { .. } => require(task, event, &[Column::InReview])?,
     }
     Ok(())
 }
@@ -436,6 +443,7 @@ impl Task {
             max_attempts: created.max_attempts,
             run: None,
             branch: None,
+            reviewed_run: None,
             last_failure: None,
             closed_reason: None,
             follow_ups: Vec::new(),

@@ -201,7 +201,34 @@ fn every_command() -> Vec<(&'static str, Command)> {
                 agent: Some(agent("codex")),
             },
         ),
+        ("landed", landed(run(1))),
     ]
+}
+
+fn landed(run_id: RunId) -> Command {
+    Command::RecordLanded {
+        run: run_id,
+        commit: CommitSha::new(&"a".repeat(40)).expect("a commit"),
+        onto: CommitSha::new(&"b".repeat(40)).expect("a commit"),
+        fast_forward: false,
+    }
+}
+
+#[test]
+fn landing_records_the_landed_commit_then_completes_and_only_for_the_reviewed_run() {
+    let in_review = task_in(Column::InReview);
+    assert_eq!(in_review.reviewed_run(), Some(run(1)));
+    let (done, events) = step(Some(in_review.clone()), &landed(run(1)), 5);
+    let kinds: Vec<&str> = events.iter().map(TaskEvent::kind).collect();
+    assert_eq!(kinds, ["task.landed", "task.completed"]);
+    assert_eq!(done.column(), Column::Done);
+    // A commit of another run than the one in review is not what was reviewed.
+    assert!(matches!(
+        decide(Some(&in_review), &landed(run(2)), at(5)),
+        Err(TaskError::StaleRun { .. })
+    ));
+    // Landed already: a retried request or a restart records nothing more.
+    assert_eq!(decide(Some(&done), &landed(run(1)), at(6)), Ok(Vec::new()));
 }
 
 fn agent(name: &str) -> AgentName {
@@ -232,6 +259,7 @@ const TABLE: &[(&str, [&str; 7])] = &[
     ("reprioritize", ["=",        "=",           "=",         "=",         "=",        "final",  "="]),
     ("links",        ["=",        "=",           "=",         "=",         "=",        "final",  "="]),
     ("agent",        ["=",        "=",           "wrong",     "=",         "wrong",    "final",  "wrong"]),
+    ("landed",       ["wrong",    "wrong",       "wrong",     "done",      "noop",     "final",  "wrong"]),
 ];
 
 #[test]

@@ -1,0 +1,229 @@
+//! Landing a task in review on a repository that is not on GitHub (its remote a path, `file://` or another git
+//! host): `pidevops task land`, `POST /api/tasks/{id}/land`, the task page's Land button, and the `land` loop
+//! (`land = "auto"`, `auto.rs`). A GitHub repository's tasks land through their pull requests; this refuses them.
+//!
+//! What lands is the commit pidevops recorded for the run that put the task in review (its `run.succeeded`),
+//! never the remote branch's head (anyone with push access could move `pidevops/<task>`). The git work is
+//! `dispatch::workspace::land` (a clean room of our own, fast-forward else a merge commit, the push leased on the
+//! base it merged onto); the result is recorded as `task.landed` then `task.completed` (`Command::RecordLanded`).
+//!
+//! Exactly once: the git step is idempotent (a base that holds the commit already is "landed", nothing pushed),
+//! and the record is a no-op on a done task. A retried request, two racing ones, or a restart between the push and
+//! the record all end with one landing on the base and one `task.landed`: the loser of a race finds its lease
+//! refused, fetches the new base, finds the commit in it, and records what is there.
+
+pub mod auto;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use secrecy::SecretString;
+
+use crate::board::{Board, BoardError, Outcome};
+use crate::config::dispatch::DispatchConfig;
+use crate::dispatch::runs::{self, RunEvent};
+use crate::dispatch::workspace::{LandRequest, LandResult, WorkspaceError, Workspaces};
+use crate::eventlog::EventLog;
+use crate::tasks::{Column, Command, CommitSha, GithubRef, RunId, Task, TaskId};
+
+/// Why a task was not landed.
+#[derive(Debug, thiserror::Error)]
+pub enum LandError {
+    #[error("there is no task {0}")]
+    NotFound(TaskId),
+    #[error(
+        "{id}'s repository is on GitHub: its pull request lands it ({}), not pidevops's git; merge it there, or set \
+         land = \"auto\" for the repository",
+        pr.as_ref().map_or_else(|| "none is open yet".to_owned(), |pr| format!("pull request {pr}"))
+    )]
+    OnGithub { id: TaskId, pr: Option<GithubRef> },
+    #[error("{0} is a plan: its items land, each on its own")]
+    Plan(TaskId),
+    #[error("{id} is {column}: only a task in review is landed")]
+    NotInReview { id: TaskId, column: Column },
+    #[error(
+        "{0} is in review but pidevops recorded no pushed commit for it: send it back (retry)"
+    )]
+    NoCommit(TaskId),
+    #[error(
+        "{id}'s commit {commit} does not merge with the base at {base} in {files}; nothing was pushed and it stays \
+         in review. Send it back (retry) with what to change, or merge it by hand and mark it done"
+    )]
+    Conflict {
+        id: TaskId,
+        commit: String,
+        base: String,
+        files: String,
+    },
+    #[error(
+        "{id}'s recorded commit {commit} is neither on its branch nor on the remote (its branch was moved); nothing \
+         was pushed. Send it back (retry) for a new attempt"
+    )]
+    Missing { id: TaskId, commit: String },
+    #[error(transparent)]
+    Board(#[from] BoardError),
+    #[error("landing {id}: {source}")]
+    Git { id: TaskId, source: WorkspaceError },
+    #[error("landing {id}: {message}")]
+    Store { id: TaskId, message: String },
+}
+
+/// What a landing did.
+#[derive(Clone, Debug)]
+pub struct Landed {
+    /// The task's command outcome: `appended` empty when it was landed (or done) already.
+    pub outcome: Outcome,
+    /// The base's commit that holds the task's, and whether pidevops pushed it now; `None`: the task was done
+    /// already.
+    pub onto: Option<(CommitSha, bool)>,
+}
+
+/// Lands tasks: the board, the log (the runs' recorded commits) and where each repository comes from.
+#[derive(Clone)]
+pub struct Lander {
+    board: Board,
+    log: EventLog,
+    root: PathBuf,
+    token: Option<SecretString>,
+    sources: Arc<DispatchConfig>,
+}
+
+impl std::fmt::Debug for Lander {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lander")
+            .field("root", &self.root)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Lander {
+    /// `root`: `WORKSPACE_ROOT` (the clean rooms go under `land/`; the mirrors lend their objects).
+    pub fn new(
+        board: Board,
+        log: EventLog,
+        root: PathBuf,
+        token: Option<SecretString>,
+        sources: DispatchConfig,
+    ) -> Self {
+        Self {
+            board,
+            log,
+            root,
+            token,
+            sources: Arc::new(sources),
+        }
+    }
+
+    /// Whether `task`'s repository lands through GitHub (its pull request) rather than pidevops's git.
+    pub fn on_github(&self, task: &Task) -> bool {
+        self.sources.source(task.repo()).on_github()
+    }
+
+    /// Lands task `id` (see the module doc); `actor` is recorded on its events.
+    pub async fn land(&self, id: TaskId, actor: &str) -> Result<Landed, LandError> {
+        let loaded = self.board.load(id).await?.ok_or(LandError::NotFound(id))?;
+        let task = &loaded.task;
+        if self.on_github(task) {
+            return Err(LandError::OnGithub {
+                id,
+                pr: task.links().github_pr.clone(),
+            });
+        }
+        if task.is_plan() {
+            return Err(LandError::Plan(id));
+        }
+        match task.column() {
+            Column::InReview => {}
+            // Landed already (or done by a person): nothing to do, said so.
+            Column::Done => {
+                return Ok(Landed {
+                    outcome: Outcome {
+                        task: loaded.task,
+                        appended: Vec::new(),
+                    },
+                    onto: None,
+                })
+            }
+            column => return Err(LandError::NotInReview { id, column }),
+        }
+        let run = task.reviewed_run().ok_or(LandError::NoCommit(id))?;
+        let commit = self
+            .recorded_commit(run)
+            .await
+            .map_err(|e| LandError::Store {
+                id,
+                message: format!("{e:#}"),
+            })?
+            .ok_or(LandError::NoCommit(id))?;
+        let source = self.sources.source(task.repo());
+        let request = LandRequest {
+            repo: task.repo().clone(),
+            task: id,
+            branch: id.branch(),
+            commit: commit.as_str().to_owned(),
+        };
+        let git = |source| LandError::Git { id, source };
+        let workspaces = Workspaces::new(&self.root, self.token.clone()).map_err(git)?;
+        let (onto, fast_forward, pushed) =
+            match workspaces.land(&request, &source).await.map_err(git)? {
+                LandResult::Landed {
+                    onto,
+                    fast_forward,
+                    pushed,
+                } => (onto, fast_forward, pushed),
+                LandResult::Conflict { base, files, total } => {
+                    let mut named = files.join(", ");
+                    if total > files.len() {
+                        named.push_str(&format!(" and {} more", total - files.len()));
+                    }
+                    return Err(LandError::Conflict {
+                        id,
+                        commit: commit.short().to_owned(),
+                        base: base.chars().take(7).collect(),
+                        files: named,
+                    });
+                }
+                LandResult::Missing => {
+                    return Err(LandError::Missing {
+                        id,
+                        commit: commit.short().to_owned(),
+                    })
+                }
+            };
+        let onto = CommitSha::new(&onto).map_err(|e| LandError::Store {
+            id,
+            message: format!("git named the base {e}"),
+        })?;
+        if pushed {
+            tracing::info!(task = %id, onto = onto.short(), fast_forward, "task landed");
+        }
+        let command = Command::RecordLanded {
+            run,
+            commit,
+            onto: onto.clone(),
+            fast_forward,
+        };
+        let outcome = self.board.execute(id, &command, actor).await?;
+        Ok(Landed {
+            outcome,
+            onto: Some((onto, pushed)),
+        })
+    }
+
+    /// The commit pidevops recorded for run `run` (its `run.succeeded`), from the log.
+    async fn recorded_commit(&self, run: RunId) -> anyhow::Result<Option<CommitSha>> {
+        let stream = self
+            .log
+            .store()
+            .read_stream(&runs::stream(run))
+            .await
+            .with_context(|| format!("reading run {run}"))?;
+        Ok(stream.iter().rev().find_map(|recorded| {
+            match serde_json::from_slice::<RunEvent>(&recorded.body) {
+                Ok(RunEvent::Succeeded { commit, .. }) => CommitSha::new(&commit).ok(),
+                _ => None,
+            }
+        }))
+    }
+}

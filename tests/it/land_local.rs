@@ -1,0 +1,345 @@
+//! Landing without GitHub (`POST /api/tasks/{id}/land`, the task page's Land button, `land = "auto"` on a local
+//! remote), end to end: a real agent run pushes `pidevops/<task>` to a local bare repository, and pidevops's own
+//! git merges the commit it recorded into `main` there: a fast-forward, a merge commit naming the task when `main`
+//! moved, a conflict refused with nothing pushed, the button refused without its CSRF token, a second request (or
+//! a base that holds the commit already, as after a crash between the push and its record) landing nothing twice,
+//! a GitHub repository refused. Per backend.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::common::agents::{agent, dispatch_file, Remote, REPO};
+use crate::common::{within, TestApp, TestDb, ADMIN_TOKEN};
+use crate::dispatch::{create_task, in_review, task_row};
+use pidevops::tasks::{Column, TaskId};
+use serde_json::Value;
+
+per_backend!(
+    a_task_in_review_lands_by_fast_forward_and_a_second_request_lands_nothing,
+    when_main_moved_a_merge_commit_naming_the_task_is_pushed,
+    a_conflict_is_refused_nothing_is_pushed_and_the_task_stays_in_review,
+    a_base_that_holds_the_commit_already_is_recorded_without_a_push,
+    land_auto_lands_a_task_once_it_reaches_review,
+    a_github_repository_is_refused,
+    the_task_pages_land_button_needs_the_csrf_token_and_lands_it,
+    a_base_moved_under_the_push_is_never_overwritten_and_the_landing_starts_again_from_it,
+);
+
+async fn spawn(db: &TestDb, file: toml::Table, workspaces: &Path) -> TestApp {
+    let mut settings = crate::common::settings(db);
+    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
+    settings.workspace_root = workspaces.to_owned();
+    TestApp::spawn(settings).await
+}
+
+/// An app dispatching to `remote` with an agent that writes CHANGES.md; `land` sets the repository's `land`.
+async fn app_with(db: &TestDb, remote: &Remote, scratch: &Path, land: Option<&str>) -> TestApp {
+    let script = agent(
+        scratch,
+        "edits.sh",
+        r#"printf 'done by the agent\n' > CHANGES.md"#,
+    );
+    let mut file = dispatch_file(remote, &script, "");
+    if let Some(land) = land {
+        file["repos"][REPO]
+            .as_table_mut()
+            .unwrap()
+            .insert("land".into(), land.into());
+    }
+    spawn(db, file, &scratch.join("ws")).await
+}
+
+async fn land(app: &TestApp, id: TaskId) -> (u16, Value) {
+    let response = app
+        .client
+        .post(app.url(&format!("/api/tasks/{id}/land")))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap())
+}
+
+/// `git` in the remote, its output.
+fn in_remote(remote: &Remote, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(args)
+        .current_dir(remote.dir.path().join("remote.git"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// The event types of `id`'s stream, in order.
+async fn task_events(app: &TestApp, id: TaskId) -> Vec<String> {
+    app.all_events()
+        .await
+        .into_iter()
+        .filter(|e| e.stream.as_deref() == Some(id.stream().as_str()))
+        .map(|e| e.event_type)
+        .collect()
+}
+
+async fn in_review_pushed(app: &TestApp, remote: &Remote, id: TaskId) -> String {
+    in_review(app, id).await;
+    remote
+        .branch(&format!("pidevops/{id}"))
+        .expect("the branch is pushed")
+}
+
+async fn a_task_in_review_lands_by_fast_forward_and_a_second_request_lands_nothing(db: TestDb) {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let app = app_with(&db, &remote, scratch.path(), None).await;
+    let id = create_task(&app, "Write the change down").await;
+    let pushed = in_review_pushed(&app, &remote, id).await;
+
+    let (status, body) = land(&app, id).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["changed"], true);
+    assert_eq!(body["pushed"], true);
+    assert_eq!(body["task"]["column"], "done");
+    assert_eq!(body["onto"], pushed.as_str());
+    assert_eq!(remote.branch("main").as_deref(), Some(pushed.as_str()));
+    assert_eq!(
+        remote.show("main", "CHANGES.md").as_deref(),
+        Some("done by the agent\n")
+    );
+
+    // Again: nothing more is merged, pushed or recorded.
+    let (status, again) = land(&app, id).await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["changed"], false);
+    assert_eq!(again["pushed"], false);
+    assert_eq!(remote.branch("main").as_deref(), Some(pushed.as_str()));
+    let events = task_events(&app, id).await;
+    assert_eq!(
+        events.iter().filter(|e| *e == "task.landed").count(),
+        1,
+        "{events:?}"
+    );
+    assert_eq!(events.last().map(String::as_str), Some("task.completed"));
+    app.project().await;
+    assert_eq!(task_row(&app, id).await.unwrap().column, Column::Done);
+}
+
+async fn when_main_moved_a_merge_commit_naming_the_task_is_pushed(db: TestDb) {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let app = app_with(&db, &remote, scratch.path(), None).await;
+    let id = create_task(&app, "Write the change down").await;
+    let pushed = in_review_pushed(&app, &remote, id).await;
+    remote.commit_to_main("OTHER.md", "a teammate's change\n");
+    let moved = remote.branch("main").unwrap();
+
+    let (status, body) = land(&app, id).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["pushed"], true);
+    let main = remote.branch("main").unwrap();
+    assert_eq!(body["onto"], main.as_str());
+    let parents = in_remote(&remote, &["rev-list", "--parents", "-n", "1", &main]);
+    assert_eq!(parents, format!("{main} {moved} {pushed}"));
+    let message = in_remote(&remote, &["log", "-1", "--format=%s%n%b", &main]);
+    assert!(message.starts_with(&format!("Land {id}")), "{message}");
+    assert!(
+        !message.contains("Write the change down"),
+        "no ticket text in a commit message: {message}"
+    );
+    let who = in_remote(&remote, &["log", "-1", "--format=%an %ae / %cn", &main]);
+    assert_eq!(who, "pidevops pidevops@localhost / pidevops");
+    assert_eq!(
+        remote.show("main", "OTHER.md").as_deref(),
+        Some("a teammate's change\n")
+    );
+    assert_eq!(
+        remote.show("main", "CHANGES.md").as_deref(),
+        Some("done by the agent\n")
+    );
+    assert_eq!(body["task"]["column"], "done");
+}
+
+async fn a_conflict_is_refused_nothing_is_pushed_and_the_task_stays_in_review(db: TestDb) {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let app = app_with(&db, &remote, scratch.path(), None).await;
+    let id = create_task(&app, "Write the change down").await;
+    in_review_pushed(&app, &remote, id).await;
+    remote.commit_to_main("CHANGES.md", "someone else's words\n");
+    let before = remote.branch("main").unwrap();
+
+    let (status, body) = land(&app, id).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"], "conflict");
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains("CHANGES.md") && message.contains("nothing was pushed"),
+        "{message}"
+    );
+    assert_eq!(remote.branch("main").as_deref(), Some(before.as_str()));
+    let events = task_events(&app, id).await;
+    assert!(!events.iter().any(|e| e == "task.landed"), "{events:?}");
+    app.project().await;
+    assert_eq!(task_row(&app, id).await.unwrap().column, Column::InReview);
+    // Nothing of the clean room is left behind.
+    let land_dir = scratch.path().join("ws").join("land");
+    assert!(
+        !land_dir.exists() || std::fs::read_dir(&land_dir).unwrap().next().is_none(),
+        "the landing's clean room is removed"
+    );
+}
+
+async fn a_base_that_holds_the_commit_already_is_recorded_without_a_push(db: TestDb) {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let app = app_with(&db, &remote, scratch.path(), None).await;
+    let id = create_task(&app, "Write the change down").await;
+    let pushed = in_review_pushed(&app, &remote, id).await;
+    // As if pidevops had pushed and died before recording it.
+    in_remote(&remote, &["update-ref", "refs/heads/main", &pushed]);
+
+    let (status, body) = land(&app, id).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["changed"], true);
+    assert_eq!(body["pushed"], false);
+    assert_eq!(body["task"]["column"], "done");
+    assert_eq!(remote.branch("main").as_deref(), Some(pushed.as_str()));
+}
+
+async fn land_auto_lands_a_task_once_it_reaches_review(db: TestDb) {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let app = app_with(&db, &remote, scratch.path(), Some("auto")).await;
+    let (_, health) = app.health().await;
+    assert_eq!(health["loops"]["land"]["state"], "armed", "{health}");
+    let id = create_task(&app, "Write the change down").await;
+
+    within(Duration::from_secs(60), "the task landed", || async {
+        app.project().await;
+        task_row(&app, id)
+            .await
+            .is_some_and(|row| row.column == Column::Done)
+    })
+    .await;
+    let pushed = remote.branch(&format!("pidevops/{id}")).unwrap();
+    assert_eq!(remote.branch("main").as_deref(), Some(pushed.as_str()));
+    let events = task_events(&app, id).await;
+    assert_eq!(
+        events.iter().filter(|e| *e == "task.landed").count(),
+        1,
+        "{events:?}"
+    );
+}
+
+async fn a_github_repository_is_refused(db: TestDb) {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let script = agent(scratch.path(), "idle.sh", "true");
+    // Dispatch cannot run here (no GITHUB_TOKEN): the task waits in todo, and landing is refused before its column.
+    let mut file = dispatch_file(&remote, &script, "");
+    file["repos"][REPO]
+        .as_table_mut()
+        .unwrap()
+        .insert("url".into(), "https://github.com/acme/app.git".into());
+    let app = spawn(&db, file, &scratch.path().join("ws")).await;
+    let id = create_task(&app, "Write the change down").await;
+
+    let (status, body) = land(&app, id).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"], "on_github");
+    assert!(
+        body["message"].as_str().unwrap().contains("pull request"),
+        "{body}"
+    );
+}
+
+async fn the_task_pages_land_button_needs_the_csrf_token_and_lands_it(db: TestDb) {
+    use crate::web::{client, csrf, get, sign_in};
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let app = app_with(&db, &remote, scratch.path(), None).await;
+    let id = create_task(&app, "Write the change down").await;
+    let pushed = in_review_pushed(&app, &remote, id).await;
+    let before = remote.branch("main").unwrap();
+    app.project().await;
+    let cookie = sign_in(&app).await;
+    let (status, html) = get(&app, &format!("/tasks/{id}"), &cookie).await;
+    assert_eq!(status, 200);
+    assert!(
+        html.contains(&format!("action=\"/tasks/{id}/land\"")),
+        "the Land button"
+    );
+    assert!(
+        html.contains("data-action=\"done\""),
+        "the Mark done button"
+    );
+    let url = app.url(&format!("/tasks/{id}/land"));
+
+    let no_token = client()
+        .post(&url)
+        .header("cookie", &cookie)
+        .form(&[("other", "x")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(no_token.status(), 403);
+    assert_eq!(remote.branch("main").as_deref(), Some(before.as_str()));
+
+    let token = csrf(&html);
+    let landed = client()
+        .post(&url)
+        .header("cookie", &cookie)
+        .form(&[("csrf", token.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(landed.status(), 303);
+    assert_eq!(remote.branch("main").as_deref(), Some(pushed.as_str()));
+    app.project().await;
+    assert_eq!(task_row(&app, id).await.unwrap().column, Column::Done);
+    // Done: no Land button any more.
+    let (_, html) = get(&app, &format!("/tasks/{id}"), &cookie).await;
+    assert!(!html.contains(&format!("action=\"/tasks/{id}/land\"")));
+}
+
+async fn a_base_moved_under_the_push_is_never_overwritten_and_the_landing_starts_again_from_it(
+    db: TestDb,
+) {
+    use std::os::unix::fs::PermissionsExt;
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let app = app_with(&db, &remote, scratch.path(), None).await;
+    let id = create_task(&app, "Write the change down").await;
+    let pushed = in_review_pushed(&app, &remote, id).await;
+    // A teammate's commit on main, waiting on a side branch: the remote's hook puts it on main while refusing
+    // pidevops's first push, as if the teammate had pushed between pidevops's fetch and its push.
+    let seed = remote.dir.path().join("seed");
+    crate::common::agents::git(&seed, &["checkout", "--quiet", "-b", "teammate", "main"]);
+    std::fs::write(seed.join("OTHER.md"), "a teammate's change\n").unwrap();
+    crate::common::agents::git(&seed, &["add", "."]);
+    crate::common::agents::git(&seed, &["commit", "--quiet", "-m", "teammate"]);
+    crate::common::agents::git(&seed, &["push", "--quiet", "../remote.git", "teammate"]);
+    let teammate = remote.branch("teammate").unwrap();
+    let hook = remote.dir.path().join("remote.git/hooks/pre-receive");
+    std::fs::write(
+        &hook,
+        format!(
+            "#!/bin/sh\ncat >/dev/null\n[ -e moved ] && exit 0\ntouch moved\n\
+             env -u GIT_QUARANTINE_PATH git update-ref refs/heads/main {teammate}\nexit 1\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let (status, body) = land(&app, id).await;
+    assert_eq!(status, 200, "{body}");
+    let main = remote.branch("main").unwrap();
+    let parents = in_remote(&remote, &["rev-list", "--parents", "-n", "1", &main]);
+    assert_eq!(
+        parents,
+        format!("{main} {teammate} {pushed}"),
+        "merged onto the teammate's push, which stays"
+    );
+    assert_eq!(body["onto"], main.as_str());
+}
