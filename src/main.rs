@@ -81,17 +81,6 @@ enum Command {
         #[arg(long)]
         all: bool,
     },
-    /// Inside an agent's sandbox (started by the dispatcher, not by people): listen on the sandbox's loopback,
-    /// forward to the run's egress proxy, run the agent (dispatch/egress/bridge.rs).
-    #[command(hide = true)]
-    SandboxBridge {
-        #[arg(long)]
-        socket: std::path::PathBuf,
-        #[arg(long)]
-        port: u16,
-        #[arg(last = true, required = true)]
-        command: Vec<std::ffi::OsString>,
-    },
 }
 
 /// mimalloc: glibc's malloc spent about half of a rebuild's CPU in fragmentation upkeep (docs/benchmarks.md,
@@ -101,16 +90,6 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // Before any runtime or settings: it runs inside the sandbox, with the agent's environment.
-    if let Command::SandboxBridge {
-        socket,
-        port,
-        command,
-    } = &cli.command
-    {
-        let code = pidevops::dispatch::egress::bridge::run(socket, *port, command);
-        return ExitCode::from(u8::try_from(code).unwrap_or(1));
-    }
     match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -203,7 +182,7 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Dispatch { command } => pidevops::cli::dispatch(settings, command).await,
         Command::Usage(args) => pidevops::cli::usage(settings, args).await,
         Command::Budget { command } => pidevops::cli::budget(settings, command).await,
-        Command::Config { .. } | Command::Init(_) | Command::SandboxBridge { .. } => {
+        Command::Config { .. } | Command::Init(_) => {
             unreachable!("handled before the settings are read")
         }
     };
