@@ -523,22 +523,29 @@ fn the_bridge_refuses_bad_arguments_by_name_with_its_exit_code() {
             "pidevops-bridge: --port: \"http\" is not a port number (1-65535)".into(),
         ),
         (
-            vec!["--port", &port, "--", "true"],
+            vec!["--port", port.as_str(), "--", "true"],
             126,
             "pidevops-bridge: --socket is missing".into(),
         ),
         (
-            vec!["--socket", "/s", "--prot", &port, "--", "true"],
+            vec!["--socket", "/s", "--prot", port.as_str(), "--", "true"],
             126,
             "pidevops-bridge: unexpected argument \"--prot\"".into(),
         ),
         (
-            vec!["--socket", "/s", "--port", &port, "--"],
+            vec!["--socket", "/s", "--port", port.as_str(), "--"],
             127,
             "pidevops-bridge: no command after `--`".into(),
         ),
         (
-            vec!["--socket", "/s", "--port", &taken_port, "--", "true"],
+            vec![
+                "--socket",
+                "/s",
+                "--port",
+                taken_port.as_str(),
+                "--",
+                "true",
+            ],
             126,
             format!("pidevops-bridge: cannot listen on 127.0.0.1:{taken_port}: "),
         ),
@@ -547,7 +554,7 @@ fn the_bridge_refuses_bad_arguments_by_name_with_its_exit_code() {
                 "--socket",
                 "/s",
                 "--port",
-                &port,
+                port.as_str(),
                 "--",
                 "/nonexistent/agent",
             ],
@@ -591,7 +598,7 @@ fn without_the_bridge_beside_pidevops_the_dispatcher_is_unarmed_naming_the_file(
     std::fs::write(
         &config,
         format!(
-            "[dispatch]\nagent = \"a\"\nbwrap = \"bwrap\"\n[agents.a]\ncommand = [\"{}\"]\n\
+            "[dispatch]\nagent = \"a\"\nbwrap = \"bwrap\"\n[agents.a]\ncommand = [\"{}\", \"{{prompt_file}}\"]\n\
              [repos.\"acme/app\"]\nurl = \"file:///nonexistent\"\n",
             script.display()
         ),
@@ -611,7 +618,11 @@ fn without_the_bridge_beside_pidevops_the_dispatcher_is_unarmed_naming_the_file(
         let (_, output) = output_within_a_minute(cmd);
         (
             output.status.code(),
-            String::from_utf8_lossy(&output.stdout).into_owned(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ),
         )
     };
     let missing = pidevops.with_file_name("pidevops-bridge");
