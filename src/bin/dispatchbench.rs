@@ -764,24 +764,35 @@ fn sandbox_start(args: &Args, dir: &Path) -> anyhow::Result<()> {
         }
     }
     println!(
-        "sandbox start ({}), {} samples per variant, interleaved:",
+        "sandbox start ({}), {} samples per variant, interleaved; ms",
         bwrap.display(),
         args.samples
     );
+    println!(
+        "{:<42} {:>22} {:>22} {:>16}",
+        "variant (spawn -> first instruction; -> exit)",
+        "start p50 / p99",
+        "exit p50 / p99",
+        "added p50 / p99"
+    );
     let mut host = (f64::NAN, f64::NAN);
-    for ((name, _), (start, total)) in variants.iter().zip(times) {
-        let (p50, p99) = summary(&format!("{name}: spawn -> first instruction"), start);
-        summary(&format!("{name}: spawn -> exit"), total);
+    for ((name, _), (mut start, mut total)) in variants.iter().zip(times) {
+        start.sort_by(f64::total_cmp);
+        total.sort_by(f64::total_cmp);
+        let p = |v: &[f64]| (percentile(v, 0.5), percentile(v, 0.99));
+        let ((s50, s99), (t50, t99)) = (p(&start), p(&total));
         if host.0.is_nan() {
-            host = (p50, p99);
-        } else {
-            println!(
-                "{:<44} p50 {:>8.1} ms   p99 {:>8.1} ms",
-                format!("{name}: added to the start"),
-                p50 - host.0,
-                p99 - host.1
-            );
+            host = (s50, s99);
         }
+        println!(
+            "{name:<42} {:>13.1} / {:>6.1} {:>13.1} / {:>6.1} {:>7.1} / {:>6.1}",
+            s50,
+            s99,
+            t50,
+            t99,
+            s50 - host.0,
+            s99 - host.1
+        );
     }
     Ok(())
 }
