@@ -1,8 +1,8 @@
 //! An agent's network: a proxy pidevops runs and owns, one per run, in this process. With `namespaces` the
 //! agent's sandbox has its own network namespace with only loopback, and `pidevops-bridge` (a binary of its own,
 //! src/bin/pidevops-bridge.rs, shipped beside `pidevops`) forwards a loopback port inside it to the proxy's Unix
-//! socket in the run's directory; under `landlock` the
-//! proxy listens on a loopback TCP port of the host, the one port Landlock lets the agent connect to.
+//! socket in the run's directory; under `landlock` the proxy listens on a loopback TCP port of the host, the one
+//! port Landlock lets the agent connect to.
 //!
 //! The proxy speaks what `HTTPS_PROXY` / `HTTP_PROXY` clients send: `CONNECT host:port` (a tunnel for HTTPS) and
 //! absolute-form plain HTTP, each allowed only to the hosts of `policy.rs` and only once the name resolves to
