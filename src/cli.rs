@@ -118,14 +118,18 @@ pub enum TaskCommand {
     /// Mark a task in review done without landing it (merged by hand, or kept as it is); `cancel` closes it
     /// without calling it done.
     Done {
+        /// The task (T-7).
         id: TaskId,
+        /// JSON instead of readable lines.
         #[arg(long)]
         json: bool,
     },
     /// Land a task in review on a repository not on GitHub: its pushed commit merged into the base (fast-forward,
     /// else a merge commit) and pushed, then the task is done. A GitHub repository's pull request lands it.
     Land {
+        /// The task (T-7).
         id: TaskId,
+        /// JSON instead of readable lines.
         #[arg(long)]
         json: bool,
     },

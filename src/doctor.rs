@@ -173,6 +173,20 @@ fn containment(out: &mut String, settings: &Settings) {
             )
         };
         let _ = writeln!(out, "agent network              {network}");
+        if let crate::dispatch::sandbox::Containment::Namespaces { .. } = found {
+            // Under bubblewrap every sandbox with a network of its own starts through it.
+            let bridge = match crate::dispatch::egress::bridge_missing() {
+                None => crate::dispatch::egress::bridge_program().map_or_else(
+                    |_| "armed".to_owned(),
+                    |p| format!("armed     {}: each sandbox's proxy port, forwarded", p.display()),
+                ),
+                Some(missing) => format!(
+                    "warn      {missing}: no agent with network = \"proxy\" (nor a repository's hook) can \
+                     start (it ships beside pidevops)"
+                ),
+            };
+            let _ = writeln!(out, "network bridge             {bridge}");
+        }
     }
 }
 

@@ -81,20 +81,6 @@ enum Command {
         #[arg(long)]
         all: bool,
     },
-    /// Inside an agent's sandbox (started by the dispatcher, not by people): listen on the sandbox's loopback,
-    /// forward to the run's egress proxy, run the agent (dispatch/egress/bridge.rs).
-    #[command(hide = true)]
-    SandboxBridge {
-        /// The run's egress proxy's Unix socket.
-        #[arg(long)]
-        socket: std::path::PathBuf,
-        /// The loopback port the agent's proxy variables name.
-        #[arg(long)]
-        port: u16,
-        /// The agent's command line.
-        #[arg(last = true, required = true)]
-        command: Vec<std::ffi::OsString>,
-    },
 }
 
 /// The command line, with `serve --help` listing the environment it reads (`config::VARIABLES`, declared once).
@@ -114,16 +100,6 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
-    // Before any runtime or settings: it runs inside the sandbox, with the agent's environment.
-    if let Command::SandboxBridge {
-        socket,
-        port,
-        command,
-    } = &cli.command
-    {
-        let code = pidevops::dispatch::egress::bridge::run(socket, *port, command);
-        return ExitCode::from(u8::try_from(code).unwrap_or(1));
-    }
     match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -229,7 +205,7 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Dispatch { command } => pidevops::cli::dispatch(settings, command).await,
         Command::Usage(args) => pidevops::cli::usage(settings, args).await,
         Command::Budget { command } => pidevops::cli::budget(settings, command).await,
-        Command::Config { .. } | Command::Init(_) | Command::SandboxBridge { .. } => {
+        Command::Config { .. } | Command::Init(_) => {
             unreachable!("handled before the settings are read")
         }
     };

@@ -8,15 +8,23 @@
 //! 1. **Reference**: `git worktree add` from the warm mirror, alone, `--samples` times (each removed, untimed).
 //! 2. **Dispatch latency**: `--samples` tasks created one at a time (approval `auto`, so created in `todo`); for
 //!    each, the times of: the `todo` commit, the claim (`task.started`), and the agent's own first instruction
-//!    (it writes `date +%s%N` into its HOME). Claim → agent is the dispatch path (claim, run event, fetch,
+//!    (a bash script whose first line prints bash's own clock, `$EPOCHREALTIME`, into its log: no program is
+//!    started to read the time). Claim → agent is the dispatch path (claim, run event, fetch,
 //!    worktree, the agent's own repository, prompt, containment, spawn); todo → claim is polling (the projector
 //!    and dispatcher intervals). Each sample is taken twice, interleaved: by the app under test (containment as
 //!    detected here: `namespaces` with bubblewrap) and by a second app, on its own database and workspaces, whose
 //!    agents run uncontained — the containment's cost is the difference. With `--reference network`, the second
 //!    app's agents are contained the same way but keep the service's network (`network = "host"`): the difference
-//!    is what an agent's own network costs (the namespace, the per-run egress proxy and the bridge).
+//!    is what an agent's own network costs (the namespace, the per-run egress proxy and the bridge). With
+//!    `--reference same` the second app is identical to the first (an A/A run): the difference is the benchmark's
+//!    own noise, measured the same way.
 //! 3. **Drain**: dispatch paused, `--drain` tasks queued, resumed; each agent sleeps `--agent-sleep-ms`. From
 //!    the agents' own start and end times: how long a slot stayed free while work waited.
+//!
+//! `--sandbox-start` measures only what starting a sandbox costs, without the service (and exits): the same
+//! bubblewrap argv the dispatcher builds, run `--samples` times per variant, interleaved: the host's network, a
+//! network of its own without a bridge, with `pidevops-bridge`, and (`--old-bridge <pidevops>`) with an older
+//! `pidevops` binary's `sandbox-bridge` subcommand. Spawn -> the agent's first instruction, and spawn -> exit.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -64,14 +72,22 @@ struct Args {
     interval_s: f64,
     /// What the second app's agents run without: `containment` (uncontained) or `network` (contained, on the
     /// service's network): the difference is that part's cost on the dispatch path.
+    /// `same`: the second app is identical to the first (an A/A run: the benchmark's own noise).
     #[arg(long, value_enum, default_value_t = Reference::Containment)]
     reference: Reference,
+    /// Measure only a sandbox's start, per network and bridge (see the module's documentation), and exit.
+    #[arg(long)]
+    sandbox_start: bool,
+    /// With --sandbox-start: an older `pidevops` binary whose `sandbox-bridge` subcommand was the bridge.
+    #[arg(long)]
+    old_bridge: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum Reference {
     Containment,
     Network,
+    Same,
 }
 
 const REPO: &str = "bench/monorepo";
@@ -151,19 +167,30 @@ fn summary(name: &str, mut ms: Vec<f64>) -> (f64, f64) {
     (p50, p99)
 }
 
+/// bash's `$EPOCHREALTIME` (`seconds.microseconds`, the separator the locale's).
+fn epoch_realtime(text: &str) -> Option<DateTime<Utc>> {
+    let (seconds, micros) = text.trim().split_once(['.', ','])?;
+    DateTime::from_timestamp(seconds.parse().ok()?, micros.parse::<u32>().ok()? * 1000)
+}
+
 /// The agent's recorded start (and end) times, in the run directories of `task`.
 fn agent_times(root: &Path, task: TaskId) -> Vec<(DateTime<Utc>, Option<DateTime<Utc>>)> {
     let mut times = Vec::new();
     let Ok(runs) = std::fs::read_dir(root.join("runs").join(task.to_string())) else {
         return times;
     };
-    let read = |p: PathBuf| -> Option<DateTime<Utc>> {
-        let nanos: i64 = std::fs::read_to_string(p).ok()?.trim().parse().ok()?;
-        Some(DateTime::from_timestamp_nanos(nanos))
-    };
+    // The agent prints its clock: its HOME and TMPDIR are tmpfs of its own, gone with it; its log stays.
     for run in runs.flatten() {
-        if let Some(start) = read(run.path().join("home/started")) {
-            times.push((start, read(run.path().join("home/ended"))));
+        let Ok(log) = std::fs::read_to_string(run.path().join("agent.log")) else {
+            continue;
+        };
+        let at = |mark: &str| {
+            log.lines()
+                .find_map(|line| line.strip_prefix(mark))
+                .and_then(epoch_realtime)
+        };
+        if let Some(start) = at("bench-started ") {
+            times.push((start, at("bench-ended ")));
         }
     }
     times
@@ -172,7 +199,11 @@ fn agent_times(root: &Path, task: TaskId) -> Vec<(DateTime<Utc>, Option<DateTime
 async fn run(args: Args) -> anyhow::Result<()> {
     let scratch = std::env::temp_dir().join(format!("dispatchbench-{}", uuid::Uuid::now_v7()));
     std::fs::create_dir_all(&scratch)?;
-    let result = bench(&args, &scratch).await;
+    let result = if args.sandbox_start {
+        sandbox_start(&args, &scratch)
+    } else {
+        bench(&args, &scratch).await
+    };
     let _ = std::fs::remove_dir_all(&scratch);
     result
 }
@@ -218,7 +249,8 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
     std::fs::write(
         &agent,
         format!(
-            "#!/bin/sh\ndate +%s%N > \"$HOME/started\"\nsleep $(cat {sleep})\necho x > CHANGES.md\ndate +%s%N > \"$HOME/ended\"\n",
+            "#!/bin/bash\nprintf 'bench-started %s\\n' \"$EPOCHREALTIME\"\nsleep $(cat {sleep})\necho x > CHANGES.md\n\
+             printf 'bench-ended %s\\n' \"$EPOCHREALTIME\"\n",
             sleep = dir.join("sleep").display()
         ),
     )?;
@@ -239,14 +271,8 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
             why: "dispatchbench's uncontained reference".into(),
         },
     );
-    // The sandbox's bridge is pidevops's own binary, built beside this one.
-    let bridge = std::env::current_exe()?.with_file_name("pidevops");
-    anyhow::ensure!(
-        bridge.is_file(),
-        "{} is missing: build it with this benchmark (cargo build --bins)",
-        bridge.display()
-    );
-    pidevops::dispatch::egress::pin_bridge_program(bridge);
+    // The sandbox's bridge, built beside this one.
+    pidevops::dispatch::egress::pin_bridge_program(bridge_beside()?);
     let settings_for = |database: DatabaseUrl,
                         root: &Path,
                         bwrap: &str,
@@ -300,10 +326,10 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
         &plain_root,
         match args.reference {
             Reference::Containment => UNCONTAINED,
-            Reference::Network => "bwrap",
+            Reference::Network | Reference::Same => "bwrap",
         },
         match args.reference {
-            Reference::Containment => "proxy",
+            Reference::Containment | Reference::Same => "proxy",
             Reference::Network => "host",
         },
     )?)
@@ -320,6 +346,7 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
                 pidevops::dispatch::sandbox::detect_cached(UNCONTAINED, Some(path.as_str())).kind()
             ),
             Reference::Network => "the same containment with network = \"host\"".to_owned(),
+            Reference::Same => "an identical app (A/A: the benchmark's noise)".to_owned(),
         }
     );
     let repo: RepoName = REPO.parse()?;
@@ -448,6 +475,7 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
         match args.reference {
             Reference::Containment => "the same, agents uncontained (reference)",
             Reference::Network => "the same, agents on the host's network (reference)",
+            Reference::Same => "the same, an identical app (A/A reference)",
         },
         uncontained,
     );
@@ -456,6 +484,7 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
         match args.reference {
             Reference::Containment => "containment's cost on the dispatch path:     ",
             Reference::Network => "an own network's cost on the dispatch path:  ",
+            Reference::Same => "A/A difference (the benchmark's noise):      ",
         },
         pipe50 - plain50,
         pipe99 - plain99
@@ -599,5 +628,195 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
 
     shutdown.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(20), server).await;
+    Ok(())
+}
+
+/// `pidevops-bridge`, built beside this binary.
+fn bridge_beside() -> anyhow::Result<PathBuf> {
+    let bridge = std::env::current_exe()?.with_file_name(pidevops::dispatch::egress::BRIDGE_NAME);
+    anyhow::ensure!(
+        bridge.is_file(),
+        "{} is missing: build it with this benchmark (cargo build --bins)",
+        bridge.display()
+    );
+    Ok(bridge)
+}
+
+/// `--sandbox-start`: the dispatcher's bubblewrap argv (its view of the system, a worktree, HOME and TMPDIR as
+/// tmpfs), for an agent whose first instruction writes bash's clock, per variant, interleaved.
+fn sandbox_start(args: &Args, dir: &Path) -> anyhow::Result<()> {
+    use pidevops::dispatch::egress::{BRIDGE_PORT, SOCKET_IN_SANDBOX};
+    use pidevops::dispatch::sandbox::{
+        bwrap_argv, detect, AgentView, BwrapNet, Containment, Scratch,
+    };
+    let path = std::env::var("PATH").unwrap_or_default();
+    let Containment::Namespaces { bwrap } = detect("bwrap", Some(&path)) else {
+        anyhow::bail!("--sandbox-start needs bubblewrap that works here");
+    };
+    let bridge = bridge_beside()?;
+    let (worktree, home, tmp) = (dir.join("worktree"), dir.join("home"), dir.join("tmp"));
+    for d in [&worktree, &home, &tmp] {
+        std::fs::create_dir_all(d)?;
+    }
+    // The run's proxy socket, bound in as the dispatcher binds it; nothing connects in this measurement.
+    let socket = dir.join("egress.sock");
+    let _proxy = std::os::unix::net::UnixListener::bind(&socket)?;
+    let agent = dir.join("agent.sh");
+    std::fs::write(
+        &agent,
+        "#!/bin/bash\nprintf '%s\\n' \"$EPOCHREALTIME\" > \"$PWD/started\"\n",
+    )?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755))?;
+    }
+    let mut readable = AgentView::system_readable();
+    readable.push(agent.clone());
+    for program in std::iter::once(&bridge).chain(args.old_bridge.as_ref()) {
+        readable.push(program.clone());
+        readable.extend(program.canonicalize().ok());
+    }
+    let tmp_size = pidevops::config::FileConfig::default()
+        .dispatch
+        .bounds
+        .tmp_size;
+    let home_size = pidevops::config::FileConfig::default()
+        .dispatch
+        .bounds
+        .home_size;
+    // As the dispatcher makes it: HOME and TMPDIR each a sized tmpfs; the clock goes into the worktree, which
+    // outlives the process.
+    let view = AgentView {
+        writable: vec![worktree.clone()],
+        readable,
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        drop_capabilities: unsafe { nix::libc::geteuid() } == 0,
+        tmp_size: Some(tmp_size),
+        scratch: vec![
+            Scratch {
+                path: tmp.clone(),
+                size: tmp_size,
+            },
+            Scratch {
+                path: home.clone(),
+                size: home_size,
+            },
+        ],
+    };
+    let agent_argv = vec![agent.display().to_string()];
+    let bridged = |program: &Path, subcommand: Option<&str>| {
+        let mut argv = vec![program.display().to_string()];
+        argv.extend(subcommand.map(str::to_owned));
+        argv.extend([
+            "--socket".to_owned(),
+            SOCKET_IN_SANDBOX.to_owned(),
+            "--port".to_owned(),
+            BRIDGE_PORT.to_string(),
+            "--".to_owned(),
+        ]);
+        argv.extend(agent_argv.iter().cloned());
+        argv
+    };
+    let own = BwrapNet::Own {
+        proxy_socket: Some(socket.as_path()),
+    };
+    let mut variants: Vec<(&str, Vec<String>)> = vec![
+        (
+            "host network",
+            bwrap_argv(&bwrap, &view, &worktree, &agent_argv, BwrapNet::Host),
+        ),
+        (
+            "own network, no bridge",
+            bwrap_argv(
+                &bwrap,
+                &view,
+                &worktree,
+                &agent_argv,
+                BwrapNet::Own { proxy_socket: None },
+            ),
+        ),
+        (
+            "own network, pidevops-bridge",
+            bwrap_argv(&bwrap, &view, &worktree, &bridged(&bridge, None), own),
+        ),
+    ];
+    if let Some(old) = &args.old_bridge {
+        variants.push((
+            "own network, pidevops sandbox-bridge (old)",
+            bwrap_argv(
+                &bwrap,
+                &view,
+                &worktree,
+                &bridged(old, Some("sandbox-bridge")),
+                own,
+            ),
+        ));
+    }
+    let started = worktree.join("started");
+    let once = |argv: &[String]| -> anyhow::Result<(f64, f64)> {
+        let _ = std::fs::remove_file(&started);
+        let (wall, clock) = (Utc::now(), Instant::now());
+        let status = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .env_clear()
+            .env("PATH", &path)
+            .env("LANG", "C.UTF-8")
+            .env("HOME", &home)
+            .env("TMPDIR", &tmp)
+            .stdin(std::process::Stdio::null())
+            .status()?;
+        let total = clock.elapsed().as_secs_f64() * 1000.0;
+        anyhow::ensure!(status.success(), "{argv:?}: {status}");
+        let first =
+            epoch_realtime(&std::fs::read_to_string(&started)?).context("the agent's clock")?;
+        let start = (first - wall).num_microseconds().unwrap_or(0) as f64 / 1000.0;
+        Ok((start, total))
+    };
+    for (_, argv) in &variants {
+        for _ in 0..5 {
+            once(argv)?;
+        }
+    }
+    let mut times: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); variants.len()];
+    for i in 0..args.samples {
+        // Each variant in a rotating order, so none always follows the same one.
+        for k in 0..variants.len() {
+            let v = (i + k) % variants.len();
+            let (start, total) = once(&variants[v].1)?;
+            times[v].0.push(start);
+            times[v].1.push(total);
+        }
+    }
+    println!(
+        "sandbox start ({}), {} samples per variant, interleaved; ms",
+        bwrap.display(),
+        args.samples
+    );
+    println!(
+        "{:<42} {:>22} {:>22} {:>16}",
+        "variant (spawn -> first instruction; -> exit)",
+        "start p50 / p99",
+        "exit p50 / p99",
+        "added p50 / p99"
+    );
+    let mut host = (f64::NAN, f64::NAN);
+    for ((name, _), (mut start, mut total)) in variants.iter().zip(times) {
+        start.sort_by(f64::total_cmp);
+        total.sort_by(f64::total_cmp);
+        let p = |v: &[f64]| (percentile(v, 0.5), percentile(v, 0.99));
+        let ((s50, s99), (t50, t99)) = (p(&start), p(&total));
+        if host.0.is_nan() {
+            host = (s50, s99);
+        }
+        println!(
+            "{name:<42} {:>13.1} / {:>6.1} {:>13.1} / {:>6.1} {:>7.1} / {:>6.1}",
+            s50,
+            s99,
+            t50,
+            t99,
+            s50 - host.0,
+            s99 - host.1
+        );
+    }
     Ok(())
 }

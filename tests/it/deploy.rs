@@ -196,6 +196,31 @@ fn user(lines: &[&str]) -> Option<u32> {
     last.trim().split(':').next()?.parse().ok()
 }
 
+/// Both images ship pidevops-bridge beside pidevops (the dispatcher looks for it there; without it every sandbox
+/// with a network of its own fails), built in the builder stage.
+#[test]
+fn both_images_ship_the_bridge_beside_pidevops() {
+    let dockerfile = std::fs::read_to_string(root().join("deploy/Dockerfile")).unwrap();
+    let stages = stages(&dockerfile);
+    let builder = lineage(&stages, "builder");
+    assert!(
+        builder
+            .iter()
+            .any(|l| l.starts_with("RUN rm -rf")
+                && l.ends_with("--bin pidevops --bin pidevops-bridge")),
+        "the builder's last build makes both binaries: {builder:#?}"
+    );
+    for image in ["slim", "runtime"] {
+        let lines = lineage(&stages, image);
+        assert!(
+            lines.contains(
+                &"COPY --from=builder /build/target/release/pidevops /build/target/release/pidevops-bridge /usr/local/bin/"
+            ),
+            "{image}: {lines:#?}"
+        );
+    }
+}
+
 #[test]
 fn the_dockerfile_installs_through_the_script_with_its_pins_as_build_arguments() {
     let dockerfile = std::fs::read_to_string(root().join("deploy/Dockerfile")).unwrap();

@@ -456,3 +456,234 @@ curl -s -o /dev/null -m 10 --noproxy "" -x "$HTTPS_PROXY" https://169.254.169.25
     );
     app.stop().await;
 }
+
+/// The bridge exec'd first inside every sandbox with its own network (src/bin/pidevops-bridge.rs).
+const BRIDGE: &str = env!("CARGO_BIN_EXE_pidevops-bridge");
+
+/// Runs `command`, its output within a minute (a forwarder outliving its command would hold the pipes open).
+fn output_within_a_minute(mut command: std::process::Command) -> (u32, std::process::Output) {
+    use std::process::Stdio;
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the bridge starts");
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let output = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the bridge (or its forwarder) outlived its command")
+        .unwrap();
+    (pid, output)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The bridge listens on its port before the command starts (the command's first connection is forwarded, never
+/// refused), forwards the connection to the Unix socket both ways, and becomes the command: the same process (its
+/// pid), its output, its exit status.
+#[test]
+fn the_bridge_forwards_its_port_to_the_socket_and_becomes_the_command() {
+    use std::io::{BufRead, BufReader, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("egress.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let proxy = std::thread::spawn(move || {
+        let (conn, _) = listener.accept().unwrap();
+        let mut line = String::new();
+        BufReader::new(conn.try_clone().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        (&conn)
+            .write_all(format!("proxy saw {line}").as_bytes())
+            .unwrap();
+        line
+    });
+    let port = free_port();
+    let mut bridge = std::process::Command::new(BRIDGE);
+    bridge
+        .args(["--socket", socket.to_str().unwrap()])
+        .args(["--port", &port.to_string(), "--", "bash", "-c"])
+        .arg(
+            r#"exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 90
+echo "hello from $$" >&3
+read -r answer <&3
+echo "$answer"
+exit 7"#,
+        )
+        .args(["agent", &port.to_string()]);
+    let (pid, output) = output_within_a_minute(bridge);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(7), "{stdout}{stderr}");
+    assert_eq!(stdout, format!("proxy saw hello from {pid}\n"), "{stderr}");
+    assert_eq!(proxy.join().unwrap(), format!("hello from {pid}\n"));
+}
+
+/// A bad command line, a port already taken and a command that cannot be exec'd each end the bridge at once
+/// with a line naming what is wrong, and the exit code `env` would give (126: cannot run it, 127: no command).
+#[test]
+fn the_bridge_refuses_bad_arguments_by_name_with_its_exit_code() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port().to_string();
+    let port = free_port().to_string();
+    let cases: Vec<(Vec<&str>, i32, String)> = vec![
+        (
+            vec!["--socket", "/s", "--port", "http", "--", "true"],
+            126,
+            "pidevops-bridge: --port: \"http\" is not a port number (1-65535)".into(),
+        ),
+        (
+            vec!["--port", port.as_str(), "--", "true"],
+            126,
+            "pidevops-bridge: --socket is missing".into(),
+        ),
+        (
+            vec!["--socket", "/s", "--prot", port.as_str(), "--", "true"],
+            126,
+            "pidevops-bridge: unexpected argument \"--prot\"".into(),
+        ),
+        (
+            vec!["--socket", "/s", "--port", port.as_str(), "--"],
+            127,
+            "pidevops-bridge: no command after `--`".into(),
+        ),
+        (
+            vec![
+                "--socket",
+                "/s",
+                "--port",
+                taken_port.as_str(),
+                "--",
+                "true",
+            ],
+            126,
+            format!("pidevops-bridge: cannot listen on 127.0.0.1:{taken_port}: "),
+        ),
+        (
+            vec![
+                "--socket",
+                "/s",
+                "--port",
+                port.as_str(),
+                "--",
+                "/nonexistent/agent",
+            ],
+            127,
+            "pidevops-bridge: cannot start \"/nonexistent/agent\": ".into(),
+        ),
+    ];
+    for (args, code, first_line) in cases {
+        let mut bridge = std::process::Command::new(BRIDGE);
+        bridge.args(&args);
+        let (_, output) = output_within_a_minute(bridge);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(
+            stderr
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .starts_with(&first_line),
+            "{args:?}: {stderr}"
+        );
+        assert!(output.stdout.is_empty(), "{args:?}");
+    }
+    drop(taken);
+}
+
+/// pidevops finds the bridge beside its own executable. Without it there, and an agent that needs a network of
+/// its own under bubblewrap, the dispatcher is unarmed naming the missing file, and doctor says so and fails: a
+/// clear error at start-up rather than every run failing.
+#[test]
+fn without_the_bridge_beside_pidevops_the_dispatcher_is_unarmed_naming_the_file() {
+    use crate::common::server::BIN;
+    let scratch = crate::common::contained_scratch();
+    // A link of the binary alone in a directory of its own (its running path is this one, not cargo's target
+    // directory, where the bridge is), on the same file system as the binary.
+    let lone = tempfile::tempdir_in(Path::new(BIN).parent().unwrap()).unwrap();
+    let pidevops = lone.path().join("pidevops");
+    std::fs::hard_link(BIN, &pidevops).unwrap();
+    let script = agent(scratch.path(), "agent.sh", "echo x > CHANGES.md");
+    let config = scratch.path().join("pidevops.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[dispatch]\nagent = \"a\"\nbwrap = \"bwrap\"\n[agents.a]\ncommand = [\"{}\", \"{{prompt_file}}\"]\n\
+             [repos.\"acme/app\"]\nurl = \"file:///nonexistent\"\n",
+            script.display()
+        ),
+    )
+    .unwrap();
+    let db = format!("sqlite://{}/doctor.db", scratch.path().display());
+    let run = |program: &Path| {
+        let mut cmd = std::process::Command::new(program);
+        cmd.env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("DATABASE_URL", &db)
+            .env("RUST_LOG", "warn")
+            .env("PIDEVOPS_CONFIG", &config)
+            .env("WORKSPACE_ROOT", scratch.path().join("ws"))
+            .current_dir(scratch.path())
+            .arg("doctor");
+        let (_, output) = output_within_a_minute(cmd);
+        (
+            output.status.code(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ),
+        )
+    };
+    let missing = pidevops.with_file_name("pidevops-bridge");
+    let (code, report) = run(&pidevops);
+    assert_ne!(code, Some(0), "{report}");
+    assert!(
+        report.contains("containment                namespaces"),
+        "{report}"
+    );
+    let dispatcher = report
+        .lines()
+        .find(|l| l.starts_with("loop dispatcher "))
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(
+        dispatcher.contains("unarmed")
+            && dispatcher.contains(&format!("{} is missing", missing.display())),
+        "{dispatcher}"
+    );
+    assert!(
+        report.contains(&format!(
+            "network bridge             warn      {} is missing",
+            missing.display()
+        )),
+        "{report}"
+    );
+    // Beside cargo's own binary the bridge is there: the same configuration arms the dispatcher.
+    let (_, report) = run(Path::new(BIN));
+    let dispatcher = report
+        .lines()
+        .find(|l| l.starts_with("loop dispatcher "))
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(
+        dispatcher.contains("armed") && !dispatcher.contains("unarmed"),
+        "{dispatcher}"
+    );
+    assert!(
+        report.contains(&format!(
+            "network bridge             armed     {}",
+            Path::new(BIN).with_file_name("pidevops-bridge").display()
+        )),
+        "{report}"
+    );
+}

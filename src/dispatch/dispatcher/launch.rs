@@ -270,20 +270,22 @@ impl Dispatcher {
             }
             MemoryBound::NotBounded { .. } => None,
         };
-        // Inside its own network namespace the bridge (this binary) listens where the agent's proxy variables
+        // Inside its own network namespace the bridge (pidevops-bridge) listens where the agent's proxy variables
         // point and runs the agent.
         let bridged = match (&self.inner.containment, proxy.as_deref()) {
             (Containment::Namespaces { .. }, Some(proxy)) => {
                 let Endpoint::Unix(socket) = &proxy.endpoint else {
                     anyhow::bail!("the egress proxy of a sandbox listens on a Unix socket");
                 };
+                if let Some(why) = crate::dispatch::egress::bridge_missing() {
+                    anyhow::bail!("the sandbox's network bridge cannot run: {why}");
+                }
                 let bridge = crate::dispatch::egress::bridge_program()
-                    .context("finding pidevops's own binary, the sandbox's bridge")?;
+                    .context("finding pidevops-bridge, the sandbox's bridge")?;
                 let canonical = bridge.canonicalize().ok();
                 readable.extend([Some(bridge.clone()), canonical].into_iter().flatten());
                 let mut wrapped = vec![
                     bridge.to_string_lossy().into_owned(),
-                    "sandbox-bridge".to_owned(),
                     "--socket".to_owned(),
                     crate::dispatch::egress::SOCKET_IN_SANDBOX.to_owned(),
                     "--port".to_owned(),

@@ -300,6 +300,11 @@ pub fn cannot_run(
         }
     }
     if config.executor == Executor::Local {
+        if let Some(why) = bridge_missing(config, &used, env) {
+            return Some(why);
+        }
+    }
+    if config.executor == Executor::Local {
         // A repository's command that cannot start would fail every attempt of it (a `check` charged to the
         // agent): said here, once, instead.
         for (repo, commands) in &config.environments {
@@ -340,6 +345,39 @@ pub fn cannot_run(
         }
     }
     None
+}
+
+/// Under bubblewrap a network of its own is a namespace with only loopback, and pidevops-bridge, exec'd first
+/// inside, is the way to its proxy: without it every run of a profile with `network = "proxy"` (and every
+/// repository hook) would fail, so the dispatcher is unarmed instead, naming the missing file.
+fn bridge_missing(
+    config: &DispatchConfig,
+    used: &[(String, &AgentProfile)],
+    env: &Env,
+) -> Option<String> {
+    let Containment::Namespaces { .. } =
+        super::sandbox::detect_cached(&config.bwrap, env.get("PATH"))
+    else {
+        return None;
+    };
+    let hooks = config.environments.values().any(|e| !e.is_empty());
+    let proxied = used
+        .iter()
+        .find(|(_, p)| p.network == crate::config::profiles::Network::Proxy);
+    if proxied.is_none() && !hooks {
+        return None;
+    }
+    let missing = crate::dispatch::egress::bridge_missing()?;
+    let whose = proxied.map_or_else(
+        || "a repository's hooks".to_owned(),
+        |(whose, p)| format!("agent profile {:?} ({whose} profile)", p.name),
+    );
+    Some(format!(
+        "{whose} needs a network of its own, which under bubblewrap goes through {}, and {missing}: install it \
+         beside pidevops (`cargo build` builds both, deploy/Dockerfile ships both), or set network = \"host\" on \
+         the profile",
+        crate::dispatch::egress::BRIDGE_NAME
+    ))
 }
 
 /// The message of an attempt's commit: the task id and pidevops's own words only. The ticket's title is a

@@ -1,7 +1,8 @@
 //! An agent's network: a proxy pidevops runs and owns, one per run, in this process. With `namespaces` the
-//! agent's sandbox has its own network namespace with only loopback, and `pidevops sandbox-bridge` (bridge.rs)
-//! forwards a loopback port inside it to the proxy's Unix socket in the run's directory; under `landlock` the
-//! proxy listens on a loopback TCP port of the host, the one port Landlock lets the agent connect to.
+//! agent's sandbox has its own network namespace with only loopback, and `pidevops-bridge` (a binary of its own,
+//! src/bin/pidevops-bridge.rs, shipped beside `pidevops`) forwards a loopback port inside it to the proxy's Unix
+//! socket in the run's directory; under `landlock` the proxy listens on a loopback TCP port of the host, the one
+//! port Landlock lets the agent connect to.
 //!
 //! The proxy speaks what `HTTPS_PROXY` / `HTTP_PROXY` clients send: `CONNECT host:port` (a tunnel for HTTPS) and
 //! absolute-form plain HTTP, each allowed only to the hosts of `policy.rs` and only once the name resolves to
@@ -10,7 +11,6 @@
 //! CLI is pointed at it). Everything refused gets a 403, is counted per (host, port) for the run's outcome, and
 //! counted in `pidevops_agent_egress_refused_total{reason}`.
 
-pub mod bridge;
 pub mod gateway;
 pub mod policy;
 pub mod routes;
@@ -47,17 +47,44 @@ pub const OTHER_HOSTS: &str = "(other hosts)";
 
 static BRIDGE_PROGRAM: OnceLock<PathBuf> = OnceLock::new();
 
-/// Fixes which program is `pidevops sandbox-bridge` (this binary unless pinned): the integration tests run the
-/// dispatcher inside the test harness, whose own executable is not pidevops. Configuration cannot reach this.
+/// The bridge's file name: it is installed beside `pidevops` (deploy/Dockerfile; `cargo build` builds it there).
+pub const BRIDGE_NAME: &str = "pidevops-bridge";
+
+/// Fixes which program is the sandbox's bridge (else [`BRIDGE_NAME`] beside this executable): the integration
+/// tests run the dispatcher inside the test harness, whose own executable lives elsewhere, and the benchmarks
+/// measure one of their choosing. Configuration cannot reach this.
 pub fn pin_bridge_program(program: impl Into<PathBuf>) {
     let _ = BRIDGE_PROGRAM.set(program.into());
 }
 
-/// The `pidevops` binary that bridges a sandbox's loopback to its proxy.
+/// The `pidevops-bridge` binary that bridges a sandbox's loopback to its proxy: the pinned one, else the one beside
+/// the running executable. It may not exist: [`bridge_missing`] says so.
 pub fn bridge_program() -> std::io::Result<PathBuf> {
     match BRIDGE_PROGRAM.get() {
         Some(program) => Ok(program.clone()),
-        None => std::env::current_exe(),
+        None => {
+            let exe = std::env::current_exe()?;
+            Ok(exe.with_file_name(BRIDGE_NAME))
+        }
+    }
+}
+
+/// Why the bridge cannot run (every sandbox with `network = "proxy"` under bubblewrap needs it), naming the file;
+/// `None` when it is an executable file.
+pub fn bridge_missing() -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let program = match bridge_program() {
+        Ok(program) => program,
+        Err(e) => {
+            return Some(format!(
+                "cannot find the running executable, beside which {BRIDGE_NAME} lies: {e}"
+            ))
+        }
+    };
+    match std::fs::metadata(&program) {
+        Ok(meta) if meta.is_file() && meta.permissions().mode() & 0o111 != 0 => None,
+        Ok(_) => Some(format!("{} is not an executable file", program.display())),
+        Err(e) => Some(format!("{} is missing ({e})", program.display())),
     }
 }
 

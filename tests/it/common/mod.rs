@@ -229,8 +229,9 @@ pub struct TestApp {
 
 impl TestApp {
     pub async fn spawn(settings: Settings) -> Self {
-        // The dispatcher runs in this test binary: its sandboxes' network bridge is the real pidevops binary.
-        pidevops::dispatch::egress::pin_bridge_program(env!("CARGO_BIN_EXE_pidevops"));
+        // The dispatcher runs in this test binary, not beside the bridge: its sandboxes' network bridge is the real
+        // pidevops-bridge binary, built with the tests.
+        pidevops::dispatch::egress::pin_bridge_program(env!("CARGO_BIN_EXE_pidevops-bridge"));
         let app = pidevops::startup::build(settings)
             .await
             .expect("the app builds");
