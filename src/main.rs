@@ -228,8 +228,9 @@ async fn serve(mut settings: Settings) -> anyhow::Result<()> {
             "{}",
             startup::first_run::sign_in_line(app.local_addr(), &code, &token_file)
         );
-    } else {
-        // What to open, and with what to sign in: the address a person types, not a socket's debug print.
+    } else if app.state().settings.log_format != pidevops::config::LogFormat::Json {
+        // What to open, and with what to sign in: the address a person types, not a socket's debug print. Not
+        // with LOG_FORMAT=json, whose stderr is JSON lines only (the start-up log line has the `url`).
         let sign_in = if app.state().settings.admin_token.is_some() {
             "sign in with PIDEVOPS_ADMIN_TOKEN"
         } else {

@@ -58,6 +58,8 @@ impl Limits {
 pub struct RepoSource {
     pub url: String,
     pub base: String,
+    /// `[repos."o/n"] forge` where set; else read from the URL.
+    pub forge: Option<super::file::Forge>,
 }
 
 impl RepoSource {
@@ -68,9 +70,15 @@ impl RepoSource {
         url.starts_with("https://github.com/") || url.starts_with("http://github.com/")
     }
 
-    /// Whether the remote is GitHub (https, ssh or `git@github.com:`): its tasks land through their pull
-    /// requests; any other remote (a path, `file://`, another host) is landed by pidevops's own git.
+    /// Whether the remote is GitHub: `forge = "github"`, or unset and a github.com URL (https, ssh or
+    /// `git@github.com:`). Its tasks land through their pull requests; any other remote (a path, `file://`,
+    /// another host) is landed by pidevops's own git.
     pub fn on_github(&self) -> bool {
+        match self.forge {
+            Some(super::file::Forge::Github) => return true,
+            Some(super::file::Forge::Git) => return false,
+            None => {}
+        }
         let url = self.url.to_ascii_lowercase();
         let rest = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
         let authority = rest.split(['/', ':']).next().unwrap_or_default();
@@ -330,13 +338,14 @@ impl DispatchConfig {
             if let Some(hosts) = &repo.allow_hosts {
                 allow_hosts.insert(parsed.clone(), AllowHosts::parse(&key, hosts)?);
             }
-            if url.is_some() || base.is_some() {
+            if url.is_some() || base.is_some() || repo.forge.is_some() {
                 let default = Self::default_source(&parsed);
                 repos.insert(
                     parsed,
                     RepoSource {
                         url: url.unwrap_or(default.url),
                         base: base.unwrap_or(default.base),
+                        forge: repo.forge,
                     },
                 );
             }
@@ -366,6 +375,7 @@ impl DispatchConfig {
         RepoSource {
             url: format!("https://github.com/{}.git", repo.as_str()),
             base: Self::DEFAULT_BASE.to_owned(),
+            forge: None,
         }
     }
 }
@@ -403,6 +413,7 @@ mod tests {
             RepoSource {
                 url: url.to_owned(),
                 base: "main".to_owned(),
+                forge: None,
             }
             .on_github()
         };
@@ -423,6 +434,22 @@ mod tests {
         ] {
             assert!(!on_github(url), "{url}");
         }
+        // Said outright, `forge` wins over the URL: a local stand-in for GitHub, an Enterprise host, a github.com
+        // mirror landed by pidevops's git.
+        let config = parse(
+            "[repos.\"acme/ghe\"]\nurl = \"https://git.corp.example/acme/ghe.git\"\nforge = \"github\"\n\
+             [repos.\"acme/mirror\"]\nurl = \"https://github.com/acme/mirror.git\"\nforge = \"git\"\n\
+             [repos.\"acme/default\"]\nforge = \"github\"",
+        )
+        .unwrap();
+        assert!(config.source(&"acme/ghe".parse().unwrap()).on_github());
+        assert!(!config.source(&"acme/mirror".parse().unwrap()).on_github());
+        let default = config.source(&"acme/default".parse().unwrap());
+        assert!(default.on_github());
+        assert_eq!(default.url, "https://github.com/acme/default.git");
+        assert!(parse("[repos.\"acme/x\"]\nforge = \"gitlab\"")
+            .unwrap_err()
+            .contains("forge"));
     }
 
     fn parse(text: &str) -> Result<DispatchConfig, String> {

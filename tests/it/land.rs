@@ -38,6 +38,8 @@ const MANUAL_REPO: &str = "acme/site";
 fn config(remote: &Remote, script: &std::path::Path, manual: Option<&Remote>) -> toml::Table {
     let mut file = dispatch_file(remote, script, "");
     let rules = |table: &mut toml::Table, land: &str| {
+        // A local remote stands in for GitHub (the fake API opens the pull requests): said outright.
+        table.insert("forge".into(), "github".into());
         table.insert("land".into(), land.into());
         table.insert("approvals".into(), 1.into());
         table.insert(

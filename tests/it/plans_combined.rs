@@ -62,6 +62,8 @@ fn config(remote: &Remote, planner: &Path, worker: &Path, repo_extra: &str) -> t
 
         [repos."{REPO}"]
         url = "{url}"
+        # A local remote stands in for GitHub (the fake API holds the pull requests).
+        forge = "github"
         {repo_extra}
         "#,
         worker = worker.display(),

@@ -139,6 +139,9 @@ pub struct RepoTable {
     /// Default: `main`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub base: Option<String>,
+    /// Where its tasks land. Default: `github` for a github.com URL, else `git`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forge: Option<Forge>,
     /// Default: `[dispatch] per_repo`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_concurrent: Option<i64>,
@@ -195,6 +198,16 @@ pub struct RepoTable {
     /// Default: the repository's allowed method (squash, else merge, else rebase).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub merge_method: Option<MergeMethod>,
+}
+
+/// `[repos."o/n"] forge`: where a repository's tasks land.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Forge {
+    /// Through their pull requests on GitHub (github.com, or the Enterprise server `GITHUB_API_URL` names).
+    Github,
+    /// By pidevops's own git on the configured remote (`task land`, `land = "auto"`).
+    Git,
 }
 
 /// `[repos."o/n"] scope`: what happens when an attempt changes files outside its task's scope.

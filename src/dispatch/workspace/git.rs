@@ -163,6 +163,7 @@ mod tests {
         let source = RepoSource {
             url: "https://github.com/acme/app.git".to_owned(),
             base: "main".to_owned(),
+            forge: None,
         };
         let command = workspaces.git(Some(&source));
         let env: HashMap<String, String> = command
@@ -191,6 +192,7 @@ mod tests {
         let local = RepoSource {
             url: "file:///srv/git/app.git".to_owned(),
             base: "main".to_owned(),
+            forge: None,
         };
         let command = workspaces.git(Some(&local));
         assert!(!command
