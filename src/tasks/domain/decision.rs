@@ -323,7 +323,9 @@ fn then_send_back(
     let Some(last) = pending.last() else {
         return Ok(events);
     };
-    if after.column != Column::InReview {
+    // An approved plan in review is its items' roll-up: its items hold the work and take their own follow-ups, so
+    // the plan keeps the note and is not sent back (its `Retry` is refused for the same reason).
+    if after.column != Column::InReview || after.is_approved_plan() {
         return Ok(events);
     }
     let reason = Reason::summarize(&format!(

@@ -395,6 +395,29 @@ fn a_plan_rolls_up_with_its_items_until_it_closes() {
 }
 
 #[test]
+fn a_follow_up_on_a_plan_in_review_stays_with_the_plan_and_sends_nothing_back() {
+    let task = then(
+        approved(),
+        Command::RollUp {
+            column: Column::InReview,
+            needs_human: vec![],
+        },
+    );
+    let task = then(
+        task,
+        Command::AttachFollowUp {
+            text: crate::tasks::FollowUpText::new("one more thing").unwrap(),
+            origin: None,
+            send_back: true,
+        },
+    );
+    // Its items hold the work: the plan stays their roll-up instead of going back to todo as a work task would.
+    assert_eq!(task.column(), Column::InReview);
+    assert_eq!(task.follow_ups().len(), 1);
+    assert_eq!(task.attempts(), approved().attempts());
+}
+
+#[test]
 fn roll_up_follows_the_items() {
     let child = |n, column, needs_human| ChildView {
         id: t(n),
