@@ -48,6 +48,8 @@ pub struct LandedTask {
         (status = 502, description = "`git`: fetching or pushing failed (the base moved twice, the remote \
             refused); nothing was recorded", body = ApiError),
         (status = 503, description = "`unavailable`: the store cannot be read or written", body = ApiError),
+        (status = 504, description = "`timeout`: fetching, merging and pushing took over 45 s and were stopped; \
+            nothing was recorded (a push that got through is found and recorded by the next request)", body = ApiError),
     )
 )]
 pub async fn land(
@@ -86,6 +88,7 @@ pub async fn land(
                 | LandError::Missing { .. } => (StatusCode::CONFLICT, "refused"),
                 LandError::Git { .. } => (StatusCode::BAD_GATEWAY, "git"),
                 LandError::Store { .. } => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+                LandError::TimedOut { .. } => (StatusCode::GATEWAY_TIMEOUT, "timeout"),
             };
             error(status, code, message)
         }

@@ -9,8 +9,6 @@
 //! twice. A conflict, a missing commit or a failed fetch or push flags the task for a person with what happened
 //! (it stays in review); a person lands it by hand, sends it back, or clears the flag to have it tried again.
 
-use std::time::Duration;
-
 use anyhow::Context;
 
 use super::{LandError, Lander};
@@ -25,8 +23,6 @@ use crate::tasks::{Column, Command, LandMode, Reason, TaskId};
 pub const LAND: &str = "land";
 /// Who the loop's commands are from.
 const ACTOR: &str = "land";
-/// The longest one landing may take (fetches, a merge, the push): well inside the loop's stale threshold.
-pub const LAND_TIMEOUT: Duration = Duration::from_secs(45);
 
 /// What one tick did, for `/health`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -101,27 +97,22 @@ impl AutoLand {
         {
             return Ok(());
         }
-        let landing = tokio::time::timeout(LAND_TIMEOUT, self.lander.land(id, ACTOR));
-        let why = match landing.await {
-            Ok(Ok(landed)) => {
+        let why = match self.lander.land(id, ACTOR).await {
+            Ok(landed) => {
                 if !landed.outcome.appended.is_empty() {
                     progress.landed += 1;
                 }
                 return Ok(());
             }
             // The task moved on meanwhile (sent back, cancelled): nothing to land now.
-            Ok(Err(LandError::Board(BoardError::Refused(refused)))) => {
+            Err(LandError::Board(BoardError::Refused(refused))) => {
                 tracing::info!(task = %id, %refused, "landing not recorded");
                 return Ok(());
             }
-            Ok(Err(LandError::Board(error))) => {
+            Err(LandError::Board(error)) => {
                 return Err(error).with_context(|| format!("landing {id}"))
             }
-            Ok(Err(error)) => format!("land = \"auto\" could not land it: {error}"),
-            Err(_) => format!(
-                "land = \"auto\" could not land it: it took over {} s (fetches, merge, push); stopped",
-                LAND_TIMEOUT.as_secs()
-            ),
+            Err(error) => format!("land = \"auto\" could not land it: {error}"),
         };
         tracing::warn!(task = %id, why, "a landing needs a person");
         let command = Command::FlagNeedsHuman {

@@ -16,6 +16,7 @@ pub mod auto;
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use secrecy::SecretString;
@@ -67,7 +68,18 @@ pub enum LandError {
     Git { id: TaskId, source: WorkspaceError },
     #[error("landing {id}: {message}")]
     Store { id: TaskId, message: String },
+    #[error(
+        "landing {id} took over {} s (fetches, merge, push) and was stopped; nothing was recorded and it stays in \
+         review. Try again, or look at the remote",
+        after.as_secs()
+    )]
+    TimedOut { id: TaskId, after: Duration },
 }
+
+/// The longest one landing may take (fetches, a merge, the push) from any door: the CLI, the API and the `land`
+/// loop (well inside its stale threshold). Its git processes are killed when it is stopped; what it pushed before
+/// is found and recorded by the next landing.
+pub const LAND_TIMEOUT: Duration = Duration::from_secs(45);
 
 /// What a landing did.
 #[derive(Clone, Debug)]
@@ -87,6 +99,7 @@ pub struct Lander {
     root: PathBuf,
     token: Option<SecretString>,
     sources: Arc<DispatchConfig>,
+    timeout: Duration,
 }
 
 impl std::fmt::Debug for Lander {
@@ -112,7 +125,14 @@ impl Lander {
             root,
             token,
             sources: Arc::new(sources),
+            timeout: LAND_TIMEOUT,
         }
+    }
+
+    /// The same lander, stopping a landing after `timeout` instead of [`LAND_TIMEOUT`].
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
     }
 
     /// Whether `task`'s repository lands through GitHub (its pull request) rather than pidevops's git.
@@ -120,8 +140,18 @@ impl Lander {
         self.sources.source(task.repo()).on_github()
     }
 
-    /// Lands task `id` (see the module doc); `actor` is recorded on its events.
+    /// Lands task `id` (see the module doc); `actor` is recorded on its events. Stopped after the lander's
+    /// timeout ([`LandError::TimedOut`]), its git processes killed (they are `kill_on_drop`).
     pub async fn land(&self, id: TaskId, actor: &str) -> Result<Landed, LandError> {
+        tokio::time::timeout(self.timeout, self.land_untimed(id, actor))
+            .await
+            .unwrap_or(Err(LandError::TimedOut {
+                id,
+                after: self.timeout,
+            }))
+    }
+
+    async fn land_untimed(&self, id: TaskId, actor: &str) -> Result<Landed, LandError> {
         let loaded = self.board.load(id).await?.ok_or(LandError::NotFound(id))?;
         let task = &loaded.task;
         if self.on_github(task) {

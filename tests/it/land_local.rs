@@ -23,6 +23,7 @@ per_backend!(
     a_github_repository_is_refused,
     the_task_pages_land_button_needs_the_csrf_token_and_lands_it,
     a_base_moved_under_the_push_is_never_overwritten_and_the_landing_starts_again_from_it,
+    a_landing_that_hangs_is_stopped_records_nothing_and_the_next_one_lands,
 );
 
 async fn spawn(db: &TestDb, file: toml::Table, workspaces: &Path) -> TestApp {
@@ -342,4 +343,71 @@ async fn a_base_moved_under_the_push_is_never_overwritten_and_the_landing_starts
         "merged onto the teammate's push, which stays"
     );
     assert_eq!(body["onto"], main.as_str());
+}
+
+/// A remote whose push hangs (a pre-receive hook waiting for the test): the landing is stopped at its timeout with
+/// its git killed, nothing is recorded, and once the remote answers again the next landing lands it, once.
+async fn a_landing_that_hangs_is_stopped_records_nothing_and_the_next_one_lands(db: TestDb) {
+    use pidevops::landing::LandError;
+    use std::os::unix::fs::PermissionsExt;
+
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let app = app_with(&db, &remote, scratch.path(), None).await;
+    let id = create_task(&app, "Write the change down").await;
+    let pushed = in_review_pushed(&app, &remote, id).await;
+    let before = remote.branch("main").unwrap();
+
+    // The hook holds the push (for 30 s at most, so code without the timeout fails instead of hanging) and then
+    // refuses it, so nothing it held ever reaches the base.
+    let signals = scratch.path().join("signals");
+    std::fs::create_dir(&signals).unwrap();
+    let hook = remote.dir.path().join("remote.git/hooks/pre-receive");
+    std::fs::create_dir_all(hook.parent().unwrap()).unwrap();
+    std::fs::write(
+        &hook,
+        format!(
+            "#!/bin/sh\ncd '{dir}' || exit 1\ntouch entered\nn=0\nwhile [ ! -e release ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n+1)); done\ntouch left\nexit 1\n",
+            dir = signals.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let lander = app
+        .state
+        .lander
+        .clone()
+        .with_timeout(Duration::from_secs(2));
+    let stopped = lander.land(id, "test").await;
+    assert!(
+        matches!(stopped, Err(LandError::TimedOut { .. })),
+        "{stopped:?}"
+    );
+    assert!(
+        !signals.join("left").exists(),
+        "the landing was stopped while the push hung, not after the remote answered"
+    );
+    let message = stopped.unwrap_err().to_string();
+    assert!(
+        message.contains("took over 2 s") && message.contains("nothing was recorded"),
+        "{message}"
+    );
+    assert_eq!(remote.branch("main").as_deref(), Some(before.as_str()));
+    let events = task_events(&app, id).await;
+    assert!(!events.iter().any(|e| e == "task.landed"), "{events:?}");
+
+    // The remote answers again: the next landing lands it, and only once.
+    std::fs::write(signals.join("release"), "").unwrap();
+    std::fs::remove_file(&hook).unwrap();
+    let (status, body) = land(&app, id).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["task"]["column"], "done");
+    assert_eq!(remote.branch("main").as_deref(), Some(pushed.as_str()));
+    let events = task_events(&app, id).await;
+    assert_eq!(
+        events.iter().filter(|e| *e == "task.landed").count(),
+        1,
+        "{events:?}"
+    );
 }

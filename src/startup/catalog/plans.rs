@@ -187,9 +187,6 @@ pub(super) fn poller_loop(
     }
 }
 
-/// The dispatcher, watchdog and gc: all three run when dispatch is on; the dispatcher is `unarmed` when it is on
-/// but nothing could run (no containment, a repository needing `GITHUB_TOKEN` without it, …); a profile that cannot
-/// run here holds only its own tasks (`dispatch::preflight`, in the dispatcher's detail).
 /// The `combine` loop: armed with `[plans] land = "combined"` where this process dispatches (its mirrors).
 pub(super) fn combine_plan(settings: &Settings) -> Vec<PlannedLoop> {
     use crate::config::file::PlanLand;
@@ -255,6 +252,9 @@ pub(super) fn land_plan(settings: &Settings) -> Vec<PlannedLoop> {
     )]
 }
 
+/// The dispatcher, watchdog and gc: all three run when dispatch is on; the dispatcher is `unarmed` when it is on
+/// but nothing could run (no containment, a repository needing `GITHUB_TOKEN` without it, …); a profile that cannot
+/// run here holds only its own tasks (`dispatch::preflight`, in the dispatcher's detail).
 pub(super) fn dispatch_loops(settings: &Settings) -> Vec<PlannedLoop> {
     use crate::dispatch::dispatcher::{cannot_run, watchdog_interval, DISPATCHER, GC, WATCHDOG};
     let (config, profiles) = (&settings.file.dispatch, &settings.file.profiles);
