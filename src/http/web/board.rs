@@ -64,7 +64,10 @@ pub struct Lane {
 pub fn board(view: &BoardView) -> Markup {
     let f = &view.filter;
     html! {
-        h1 { "Board" }
+        div.heading {
+            h1 { "Board" }
+            a.button data-action="new-task" href="/tasks/new" { "New task" }
+        }
         form.filters method="get" action="/" {
             input type="search" name="q" placeholder="search titles and specs" aria-label="search"
                 maxlength=(crate::projectors::tasks::MAX_SEARCH) value=[f.q.as_deref()];

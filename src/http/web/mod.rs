@@ -9,6 +9,7 @@ pub mod assets;
 pub mod attempt;
 pub mod board;
 pub mod follow_ups;
+pub mod new_task;
 pub mod pages;
 pub mod plan;
 pub mod report;
@@ -74,6 +75,10 @@ pub fn router() -> Router<AppState> {
         .route("/sign-in", get(sign_in_page).post(sign_in))
         .route("/sign-in/once", get(sign_in_once))
         .route("/sign-out", post(sign_out))
+        .route(
+            "/tasks/new",
+            get(new_task::new_task_page).post(new_task::create),
+        )
         .route("/tasks/{id}", get(task_page::task_page))
         .route("/tasks/{id}/spec", post(task_page::edit_spec))
         .route("/tasks/{id}/answer", post(task_page::answer))
