@@ -12,6 +12,7 @@ per_backend!(
     the_form_creates_exactly_the_task_it_was_given_once,
     bad_input_is_refused_precisely_and_creates_nothing,
     the_form_without_a_session_or_csrf_token_creates_nothing,
+    an_owner_pattern_lets_any_repository_of_its_owner_be_typed,
 );
 
 /// Two repositories named, one of them approving its tasks itself.
@@ -314,6 +315,49 @@ async fn the_form_without_a_session_or_csrf_token_creates_nothing(db: TestDb) {
     // With both, it goes through.
     let (status, _, body) = post(&app, Some(&cookie), &form).await;
     assert_eq!(status, 303, "{body}");
+    assert_eq!(created(&app).await, 1);
+    app.stop().await;
+}
+
+async fn an_owner_pattern_lets_any_repository_of_its_owner_be_typed(db: TestDb) {
+    let mut settings = crate::common::settings(&db);
+    settings.file =
+        "[intake]\nallow_repos = [\"acme/app\", \"Tools/*\"]\n[dispatch]\nenabled = false"
+            .parse()
+            .unwrap();
+    let app = TestApp::spawn(settings).await;
+    let cookie = sign_in(&app).await;
+    let (_, page) = get(&app, "/tasks/new", &cookie).await;
+    // A name to type, the named repositories offered, and the owner said.
+    assert!(
+        page.contains(r#"<input id="new-repo" type="text" name="repo" list="new-repos""#)
+            && page.contains(r#"<option value="acme/app">"#)
+            && page.contains("<code>tools/*</code>"),
+        "{page}"
+    );
+    let form = with(&with(&filled(&page), "repo", "Tools/Lint"), "approval", "");
+    let (status, location, body) = post(&app, Some(&cookie), &form).await;
+    assert_eq!(status, 303, "{body}");
+    let id: TaskId = location
+        .trim_start_matches("/tasks/")
+        .split('?')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let task = app.state.board.load(id).await.unwrap().unwrap().task;
+    assert_eq!(
+        task.repo().as_str(),
+        "tools/lint",
+        "stored under the one spelling"
+    );
+    // Another owner is still refused, typed or not.
+    let (status, _, body) = post(&app, Some(&cookie), &with(&form, "repo", "toolsmith/lint")).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.contains("toolsmith/lint is not an allowed repository"),
+        "{body}"
+    );
     assert_eq!(created(&app).await, 1);
     app.stop().await;
 }
