@@ -2,7 +2,8 @@
 //! said (repository, title and details, scope, done when, approval), through the same board command as the API and
 //! the CLI; a resubmitted form makes nothing twice; a repository outside the allow-list (posted by hand), an empty
 //! title, an oversized field, a bad approval and a body too large are each refused precisely, the form shown again
-//! with what was typed (inert) and nothing created; without a session or its CSRF token nothing happens. Per backend.
+//! with what was typed (inert) and nothing created; without a session or its CSRF token nothing happens; with an
+//! `owner/*` pattern any repository of that owner may be typed, and no other. Per backend.
 
 use crate::common::{TestApp, TestDb};
 use crate::web::{client, csrf, get, redacted, sign_in};
