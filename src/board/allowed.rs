@@ -109,6 +109,11 @@ impl AllowedRepos {
         self.exact.values()
     }
 
+    /// The owners every repository of which is allowed (`owner/*` patterns), in lower case.
+    pub fn owners(&self) -> impl Iterator<Item = &str> {
+        self.owners.iter().map(String::as_str)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.exact.is_empty() && self.owners.is_empty()
     }

@@ -4,7 +4,8 @@
 //! page shows the timeline; a plan's proposal approved with its button, its items appearing live; sign out and be
 //! refused. A finished attempt's diff and transcript on its task's page, collapsible; the health table's row of an
 //! unarmed loop in red, its JSON one click away. A flagged task in the needs-a-human lane with its reason, and the
-//! board at a phone's width. Screenshots go to `target/screenshots/`.
+//! board at a phone's width. A task made with the new-task form, at a desk's width and a phone's (`new_task.rs`).
+//! Screenshots go to `target/screenshots/`.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -13,6 +14,8 @@ use std::time::Duration;
 use crate::common::{TestApp, TestDb, ADMIN_TOKEN};
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{json, Value};
+
+mod new_task;
 
 /// chromedriver on a free loopback port, killed with the test.
 struct Driver {
@@ -157,6 +160,35 @@ async fn screenshot(client: &Client, name: &str) -> PathBuf {
     path
 }
 
+/// Signs in with the admin token from the sign-in page (opened first unless the browser is on it already, sent there by
+/// a page it asked for) and waits for the board it lands on.
+async fn sign_in(client: &Client, app: &TestApp) {
+    if !client
+        .current_url()
+        .await
+        .unwrap()
+        .path()
+        .starts_with("/sign-in")
+    {
+        client.goto(&app.url("/sign-in")).await.unwrap();
+    }
+    client
+        .find(Locator::Css("input[name=token]"))
+        .await
+        .unwrap()
+        .send_keys(ADMIN_TOKEN)
+        .await
+        .unwrap();
+    click(client, "button[type=submit]").await;
+    wait_for(
+        client,
+        "section[data-column]",
+        Duration::from_secs(10),
+        "the board",
+    )
+    .await;
+}
+
 /// The `issues.opened` fixture, labeled for pidevops.
 fn issue_opened() -> Vec<u8> {
     let mut body: Value = serde_json::from_str(
@@ -193,19 +225,7 @@ async fn sign_in_watch_a_task_arrive_approve_it_read_its_story_and_sign_out() {
         .unwrap()
         .path()
         .starts_with("/sign-in"));
-    let token = client
-        .find(Locator::Css("input[name=token]"))
-        .await
-        .unwrap();
-    token.send_keys(ADMIN_TOKEN).await.unwrap();
-    click(&client, "button[type=submit]").await;
-    wait_for(
-        &client,
-        "section[data-column=triage]",
-        Duration::from_secs(10),
-        "the board",
-    )
-    .await;
+    sign_in(&client, &app).await;
     assert_eq!(client.current_url().await.unwrap().path(), "/");
     // The session cookie is out of the page's reach.
     let visible: Value = client
@@ -409,22 +429,7 @@ async fn a_finished_attempts_diff_and_log_on_its_page_and_an_unarmed_loop_red_on
         .unwrap();
     let id = outcome.task.id();
     let client = browser(&driver, &chromium).await;
-    client.goto(&app.url("/sign-in")).await.unwrap();
-    client
-        .find(Locator::Css("input[name=token]"))
-        .await
-        .unwrap()
-        .send_keys(ADMIN_TOKEN)
-        .await
-        .unwrap();
-    click(&client, "button[type=submit]").await;
-    wait_for(
-        &client,
-        "section[data-column]",
-        Duration::from_secs(10),
-        "the board",
-    )
-    .await;
+    sign_in(&client, &app).await;
 
     // The task's page follows the attempt live until it has succeeded, then shows its diff and its log.
     client
@@ -588,12 +593,7 @@ async fn a_flagged_task_leads_the_board_with_its_reason_and_the_board_reads_on_a
         source.contains(r#"name="viewport" content="width=device-width, initial-scale=1""#),
         "the sign-in page has no viewport: {source}"
     );
-    let token = client
-        .find(Locator::Css("input[name=token]"))
-        .await
-        .unwrap();
-    token.send_keys(ADMIN_TOKEN).await.unwrap();
-    click(&client, "button[type=submit]").await;
+    sign_in(&client, &app).await;
     wait_for(
         &client,
         ".lane.flagged",

@@ -69,6 +69,7 @@ mod usage;
 mod verdicts;
 mod web;
 mod web_attempts;
+mod web_new_task;
 mod web_plans;
 mod web_spend;
 mod work;

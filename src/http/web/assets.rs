@@ -41,6 +41,12 @@ th, td { text-align: left; padding: .3em .5em; border-bottom: 1px solid var(--li
 pre { background: var(--card); border: 1px solid var(--line); padding: .6em; overflow: auto; max-height: 32em; white-space: pre-wrap; word-break: break-word; }
 form.inline { display: inline; } button { font: inherit; padding: .2em .7em; cursor: pointer; }
 .filters { margin-bottom: .8em; } .filters * { margin-right: .4em; }
+.heading { display: flex; gap: 1em; align-items: baseline; flex-wrap: wrap; }
+a.button { border: 1px solid var(--accent); border-radius: 4px; padding: .1em .7em; }
+form.new-task { display: flex; flex-direction: column; gap: .3em; max-width: 60em; }
+form.new-task input[type=text], form.new-task select { font: inherit; width: 100%; padding: .4em; background: var(--card); color: var(--fg); border: 1px solid var(--line); border-radius: 4px; }
+form.new-task fieldset { border: 1px solid var(--line); border-radius: 4px; } form.new-task fieldset label { display: block; }
+form.new-task button { align-self: flex-start; }
 .signin { max-width: 24em; margin: 4em auto; background: var(--card); border: 1px solid var(--line); padding: 1.5em; border-radius: 6px; }
 .signin input { width: 100%; padding: .4em; margin: .4em 0 .8em; }
 .error { color: var(--bad); }

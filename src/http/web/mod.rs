@@ -7,7 +7,9 @@
 
 pub mod assets;
 pub mod attempt;
+pub mod board;
 pub mod follow_ups;
+pub mod new_task;
 pub mod pages;
 pub mod plan;
 pub mod report;
@@ -44,13 +46,11 @@ use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::StoreError;
 use crate::http::AppState;
 use crate::projectors::runs::{self, Which};
-use crate::projectors::tasks::{self as task_rows, TaskFilter};
-use crate::tasks::{Column, TaskId};
-use pages::{BoardFilter, EventsFilter, Frame, Nav};
+use crate::projectors::tasks as task_rows;
+use crate::tasks::TaskId;
+use pages::{EventsFilter, Frame, Nav};
 use session::{Key, Session, COOKIE};
 
-/// Cards shown per column; the header counts them all.
-pub const CARDS_PER_COLUMN: usize = 60;
 /// Events per page of the events view.
 const EVENTS_PER_PAGE: usize = 100;
 /// The longest form body accepted (a token, a CSRF token, a path, a comment of 2,000 characters however encoded).
@@ -69,12 +69,16 @@ const MAX_FAILING_ADDRESSES: usize = 4096;
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/", get(board))
+        .route("/", get(board::board_page))
         .route("/assets/style.css", get(style))
         .route("/assets/app.js", get(script))
         .route("/sign-in", get(sign_in_page).post(sign_in))
         .route("/sign-in/once", get(sign_in_once))
         .route("/sign-out", post(sign_out))
+        .route(
+            "/tasks/new",
+            get(new_task::new_task_page).post(new_task::create),
+        )
         .route("/tasks/{id}", get(task_page::task_page))
         .route("/tasks/{id}/spec", post(task_page::edit_spec))
         .route("/tasks/{id}/answer", post(task_page::answer))
@@ -333,137 +337,6 @@ async fn script() -> Response {
         assets::SCRIPT,
     )
         .into_response()
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct BoardQuery {
-    repo: Option<String>,
-    source: Option<String>,
-    needs_human: Option<String>,
-    archived: Option<String>,
-    q: Option<String>,
-    at: Option<i64>,
-}
-
-/// The board's data: counts per column and the first cards of each, from the tasks read model.
-pub async fn board_view(
-    state: &AppState,
-    filter: BoardFilter,
-) -> Result<pages::BoardView, task_rows::TasksError> {
-    let store = state.log.store();
-    // Trouble first: unless the filter asks for flagged tasks only, they leave their columns for a lane of their
-    // own above the board, each with its reason, instead of sitting among queued work.
-    let lane = !filter.needs_human;
-    let base = TaskFilter {
-        repo: filter.repo.clone(),
-        source: filter.source.clone(),
-        q: filter.q.clone(),
-        needs_human: Some(false)
-            .filter(|_| lane)
-            .or(filter.needs_human.then_some(true)),
-        ..TaskFilter::default()
-    };
-    let counts = task_rows::counts(store, &base).await?;
-    let mut shown: Vec<Column> = pages::BOARD_COLUMNS.to_vec();
-    if filter.archived {
-        shown.extend([Column::Cancelled, Column::Archived]);
-    }
-    let mut flagged = pages::Lane::default();
-    if lane {
-        let only_flagged = TaskFilter {
-            needs_human: Some(true),
-            ..base.clone()
-        };
-        let flagged_counts = task_rows::counts(store, &only_flagged).await?;
-        for column in &shown {
-            let count = flagged_counts.get(column).copied().unwrap_or(0);
-            flagged.count += count;
-            let room = CARDS_PER_COLUMN.saturating_sub(flagged.rows.len());
-            if count > 0 && room > 0 {
-                flagged.rows.extend(
-                    task_rows::list(
-                        store,
-                        &TaskFilter {
-                            column: Some(*column),
-                            limit: Some(room as u32),
-                            ..only_flagged.clone()
-                        },
-                    )
-                    .await?,
-                );
-            }
-        }
-    }
-    let mut columns = Vec::new();
-    for column in shown {
-        let rows = if counts.get(&column).copied().unwrap_or(0) == 0 {
-            Vec::new()
-        } else {
-            task_rows::list(
-                store,
-                &TaskFilter {
-                    column: Some(column),
-                    limit: Some(CARDS_PER_COLUMN as u32),
-                    ..base.clone()
-                },
-            )
-            .await?
-        };
-        columns.push((column, rows));
-    }
-    // The plans' items and the items' dependencies the cards name, in one read for those not on the board.
-    let mut related = plan::Related::default();
-    let cards = || columns.iter().flat_map(|(_, rows)| rows);
-    let cards = || cards().chain(&flagged.rows);
-    related.add(cards());
-    let missing = related.missing(cards());
-    if !missing.is_empty() {
-        related.add(&task_rows::get_many(store, &missing).await?);
-    }
-    Ok(pages::BoardView {
-        counts,
-        columns,
-        flagged,
-        filter,
-        repos: task_rows::repos(store).await?,
-        related,
-        now: Utc::now(),
-    })
-}
-
-async fn board(
-    State(state): State<AppState>,
-    SignedIn { key, session }: SignedIn,
-    Query(query): Query<BoardQuery>,
-) -> Response {
-    caught_up(&state, query.at).await;
-    let started = std::time::Instant::now();
-    let nonempty = |v: Option<String>| v.filter(|v| !v.trim().is_empty());
-    let filter = BoardFilter {
-        repo: nonempty(query.repo),
-        source: nonempty(query.source),
-        needs_human: query.needs_human.is_some(),
-        archived: query.archived.is_some(),
-        // Longer than a search takes: cut, not refused (a page, not an API; the box says what it searched).
-        q: nonempty(query.q).map(|q| q.chars().take(task_rows::MAX_SEARCH).collect()),
-    };
-    let head = match rendered_at(&state).await {
-        Ok(at) => at,
-        Err(e) => return unavailable(e),
-    };
-    match board_view(&state, filter).await {
-        Ok(view) => timed(
-            started,
-            page(
-                StatusCode::OK,
-                pages::layout(
-                    &frame(&key, &session, "Board", Nav::Board, Some(head)),
-                    pages::board(&view),
-                ),
-            ),
-        ),
-        Err(e) => unavailable(e),
-    }
 }
 
 async fn task_action(

@@ -2,8 +2,6 @@
 //! webhook body with `<script>` in it is text on the page). Handlers gather the values; tests render from seeded
 //! ones.
 
-use std::collections::BTreeMap;
-
 use chrono::{DateTime, Utc};
 use maud::{html, Markup, DOCTYPE};
 
@@ -11,21 +9,12 @@ use crate::board::Steer;
 use crate::eventlog::StoredEvent;
 use crate::http::health::{loop_status, HealthBody, Status};
 
-use super::plan::{card_family, item_line, plan_section, PlanView, Related};
+use super::plan::{item_line, plan_section, PlanView, Related};
 use super::report::report_section;
 use super::triage::{spec_form, spec_text, triage_note, SpecDraft};
 use crate::projectors::runs::RunRow;
 use crate::projectors::tasks::{link_keys, TaskRow, TimelineEntry};
-use crate::tasks::{Column, Links, Task};
-
-/// The columns the board shows, in order; archived and cancelled are behind the filter.
-pub const BOARD_COLUMNS: [Column; 5] = [
-    Column::Triage,
-    Column::Todo,
-    Column::InProgress,
-    Column::InReview,
-    Column::Done,
-];
+use crate::tasks::{Column, Task};
 
 /// Which page the navigation marks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,87 +104,6 @@ pub fn sign_in(next: &str, error: Option<&str>, closed: Option<&str>) -> Markup 
     }
 }
 
-/// What the board's filters ask for.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct BoardFilter {
-    pub repo: Option<String>,
-    pub source: Option<String>,
-    pub needs_human: bool,
-    pub archived: bool,
-    /// Text in a task's title or spec.
-    pub q: Option<String>,
-}
-
-pub struct BoardView {
-    /// Tasks per column (under the filters), for the headers.
-    pub counts: BTreeMap<Column, usize>,
-    /// The cards shown per column (at most [`super::CARDS_PER_COLUMN`]).
-    pub columns: Vec<(Column, Vec<TaskRow>)>,
-    /// The tasks waiting for a person, out of their columns (empty when the filter shows only those).
-    pub flagged: Lane,
-    pub filter: BoardFilter,
-    pub repos: Vec<String>,
-    /// The rows the cards' plans and items refer to (their items, their dependencies).
-    pub related: Related,
-    pub now: DateTime<Utc>,
-}
-
-/// The board's lane of tasks that need a person: the first cards, and how many there are.
-#[derive(Clone, Debug, Default)]
-pub struct Lane {
-    pub rows: Vec<TaskRow>,
-    pub count: usize,
-}
-
-pub fn board(view: &BoardView) -> Markup {
-    let f = &view.filter;
-    html! {
-        h1 { "Board" }
-        form.filters method="get" action="/" {
-            input type="search" name="q" placeholder="search titles and specs" aria-label="search"
-                maxlength=(crate::projectors::tasks::MAX_SEARCH) value=[f.q.as_deref()];
-            select name="repo" {
-                option value="" { "every repository" }
-                @for repo in &view.repos {
-                    option value=(repo) selected[f.repo.as_deref() == Some(repo.as_str())] { (repo) }
-                }
-            }
-            select name="source" {
-                option value="" { "every source" }
-                @for source in ["github", "linear", "telegram", "api", "cli", "cron"] {
-                    option value=(source) selected[f.source.as_deref() == Some(source)] { (source) }
-                }
-            }
-            label { input type="checkbox" name="needs_human" value="1" checked[f.needs_human]; " needs a human" }
-            label { input type="checkbox" name="archived" value="1" checked[f.archived]; " archived and cancelled" }
-            button type="submit" { "Filter" }
-        }
-        @if view.flagged.count > 0 {
-            section.lane.flagged {
-                h2 { span { "needs a human" } " " span.count { (view.flagged.count) } }
-                div.lane-cards {
-                    @for row in &view.flagged.rows { (card(row, &view.related, view.now)) }
-                }
-                @if view.flagged.count > view.flagged.rows.len() {
-                    p.muted { "and " (view.flagged.count - view.flagged.rows.len()) " more" }
-                }
-            }
-        }
-        div.board {
-            @for (column, rows) in &view.columns {
-                @let count = view.counts.get(column).copied().unwrap_or(0);
-                section.column data-column=(column.as_str()) {
-                    h2 { span { (column_label(*column)) } span.count { (count) } }
-                    @for row in rows { (card(row, &view.related, view.now)) }
-                    @if count > rows.len() {
-                        p.muted { "and " (count - rows.len()) " more" }
-                    }
-                }
-            }
-        }
-    }
-}
-
 pub(super) fn column_label(column: Column) -> &'static str {
     match column {
         Column::Triage => "triage",
@@ -208,31 +116,7 @@ pub(super) fn column_label(column: Column) -> &'static str {
     }
 }
 
-fn card(row: &TaskRow, related: &Related, now: DateTime<Utc>) -> Markup {
-    html! {
-        article.card data-task=(row.id) {
-            div {
-                a href={ "/tasks/" (row.id) } { strong { (row.id) } } " " (row.title)
-            }
-            div.meta {
-                (source_badge(&row.source)) " " (row.repo)
-                " · " (age(now - row.created_at))
-                " · attempt " (row.attempts) "/" (row.max_attempts)
-                @if let Some(link) = source_link(&row.links) { " · " (link) }
-            }
-            (card_family(row, related))
-            @if row.needs_human {
-                div {
-                    span.badge.bad { "needs a human" } " "
-                    span.badge data-column=(row.column.as_str()) { (column_label(row.column)) }
-                }
-                @if let Some(reason) = &row.needs_human_reason { p.reason { (reason) } }
-            }
-        }
-    }
-}
-
-fn source_badge(source: &str) -> Markup {
+pub(super) fn source_badge(source: &str) -> Markup {
     let icon = match source {
         "github" => "⬤ GitHub",
         "linear" => "◆ Linear",
@@ -241,22 +125,6 @@ fn source_badge(source: &str) -> Markup {
         other => other,
     };
     html! { span.badge.source title={ "from " (source) } { (icon) } }
-}
-
-/// The ticket the task came from, linked where the address is known.
-fn source_link(links: &Links) -> Option<Markup> {
-    if let Some(issue) = &links.github_issue {
-        return Some(html! {
-            a href={ "https://github.com/" (issue.repo) "/issues/" (issue.number) } { (issue.to_string()) }
-        });
-    }
-    if let Some(linear) = &links.linear_issue {
-        return Some(html! { span { (linear.identifier()) } });
-    }
-    links
-        .telegram
-        .as_ref()
-        .map(|t| html! { span { "Telegram " (t.to_string()) } })
 }
 
 /// "3 min", "2 h", "5 d".
