@@ -13,6 +13,7 @@ per_backend!(
     a_finished_attempt_shows_its_diff_and_transcript_inert,
     a_giant_diff_and_log_are_cut_and_the_page_says_so,
     a_run_elsewhere_or_outside_the_workspace_root_is_not_read,
+    stdout_and_stderr_are_shown_in_the_order_written_each_line_whole,
 );
 
 /// A task's page shows what its attempt changed (files with +/−, the patch by line kind) and what its agent said
@@ -279,3 +280,79 @@ async fn a_run_elsewhere_or_outside_the_workspace_root_is_not_read(db: TestDb) {
     );
     app.stop().await;
 }
+
+/// An agent that alternates stdout and stderr, and writes lines in parts with the other stream's lines between the
+/// parts, is shown line by line in the order its lines were completed: each line whole, stderr's marked as such.
+/// The agent (Python, through the real dispatcher) waits after each write until pidevops has read its pipe, so the
+/// order written is an order a reader of two pipes can know.
+async fn stdout_and_stderr_are_shown_in_the_order_written_each_line_whole(db: TestDb) {
+    use crate::common::agents::{agent, Remote};
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let script = agent(
+        scratch.path(),
+        "two-streams.sh",
+        r#"exec /usr/bin/python3 - <<'PY'
+import fcntl, os, struct, termios, time
+def write(fd, text):
+    os.write(fd, text.encode())
+    # Flushed, then read by pidevops: nothing left in the pipe.
+    while struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]:
+        time.sleep(0.001)
+for n in (1, 2, 3):
+    write(1, "out %d\n" % n)
+    write(2, "err %d\n" % n)
+write(1, "out par")
+write(2, "err 4\n")
+write(1, "tial\n")
+write(2, "err par")
+write(1, "out 5\n")
+write(2, "tial\n")
+write(1, "out last, no newline")
+open("order.txt", "w").write("written\n")
+PY"#,
+    );
+    let (app, id) = crate::web::app_with_agent_task(
+        &db,
+        &remote,
+        &script,
+        scratch.path(),
+        "Write in two streams",
+        "test:order",
+    )
+    .await;
+    let cookie = sign_in(&app).await;
+    let page = format!("/tasks/{id}");
+    within(Duration::from_secs(60), "the succeeded attempt", || async {
+        get(&app, &page, &cookie)
+            .await
+            .1
+            .contains(r#"data-state="succeeded">"#)
+    })
+    .await;
+    let (status, html) = get(&app, &page, &cookie).await;
+    assert_eq!(status, 200);
+    let log = html
+        .split("<pre class=\"log\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</pre>").next())
+        .unwrap_or_else(|| panic!("the log as printed: {html}"));
+    let err = |text: &str| format!(r#"<span class="stderr">{text}</span>"#);
+    let expected = [
+        "out 1".to_owned(),
+        err("err 1"),
+        "out 2".to_owned(),
+        err("err 2"),
+        "out 3".to_owned(),
+        err("err 3"),
+        err("err 4"),
+        "out partial".to_owned(),
+        "out 5".to_owned(),
+        err("err partial"),
+        "out last, no newline".to_owned(),
+    ];
+    let shown: Vec<&str> = log.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(shown, expected, "{log}");
+    app.stop().await;
+}
+
