@@ -14,6 +14,7 @@ per_backend!(
     a_giant_diff_and_log_are_cut_and_the_page_says_so,
     a_run_elsewhere_or_outside_the_workspace_root_is_not_read,
     stdout_and_stderr_are_shown_in_the_order_written_each_line_whole,
+    a_failed_runs_timeline_entry_reads_as_its_error_the_json_collapsed,
 );
 
 /// A task's page shows what its attempt changed (files with +/−, the patch by line kind) and what its agent said
@@ -356,3 +357,71 @@ PY"#,
     app.stop().await;
 }
 
+/// A run that fails as a missing key fails (Claude Code's `result` with `is_error` and "Invalid API key", exit 1):
+/// its timeline entry says what failed and the CLI's error in words; the JSON it printed is not dumped in the
+/// entry but kept inside a collapsed `<details>`.
+async fn a_failed_runs_timeline_entry_reads_as_its_error_the_json_collapsed(db: TestDb) {
+    use crate::common::agents::{agent, Remote};
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let script = agent(
+        scratch.path(),
+        "no-key.sh",
+        r#"echo '{"type":"system","subtype":"init","cwd":"/work","session_id":"s","tools":["Bash"],"model":"claude-sonnet-4-5","apiKeySource":"none"}'
+echo '{"type":"result","subtype":"success","is_error":true,"duration_ms":120,"num_turns":1,"result":"Invalid API key · Please run /login <script>alert(1)</script>","session_id":"s","total_cost_usd":0,"usage":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0},"permission_denials":[],"uuid":"0f3c"}'
+exit 1"#,
+    );
+    let (app, id) = crate::web::app_with_agent_profile_task(
+        &db,
+        &remote,
+        (&script, r#"usage = "claude""#),
+        scratch.path(),
+        "Fail without a key",
+        "test:no-key",
+    )
+    .await;
+    let cookie = sign_in(&app).await;
+    let page = format!("/tasks/{id}");
+    let row = |html: &str| {
+        html.split("<table class=\"timeline\">")
+            .nth(1)
+            .and_then(|t| t.split("</table>").next())
+            .and_then(|t| {
+                t.split("<tr>")
+                    .find(|r| r.contains("task.retried"))
+                    .map(str::to_owned)
+            })
+    };
+    within(
+        Duration::from_secs(60),
+        "the failed attempt on the timeline",
+        || async { row(&get(&app, &page, &cookie).await.1).is_some() },
+    )
+    .await;
+    let (status, html) = get(&app, &page, &cookie).await;
+    assert_eq!(status, 200);
+    let row = row(&html).unwrap();
+    let (shown, collapsed) = row
+        .split_once("<details class=\"raw-output\">")
+        .unwrap_or_else(|| panic!("the output collapsed: {row}"));
+    assert!(
+        shown.contains("the agent exited with status 1: its CLI said: Invalid API key"),
+        "{row}"
+    );
+    assert!(
+        shown.contains("<li>error · 1 turns · 0.1 s"),
+        "the readable line: {row}"
+    );
+    assert!(!shown.contains("&quot;type&quot;"), "no JSON inline: {row}");
+    assert!(!shown.contains("session_id"), "no JSON inline: {row}");
+    assert!(
+        collapsed.contains("{&quot;type&quot;:&quot;result&quot;"),
+        "{row}"
+    );
+    assert!(!row.contains("<script>"), "{row}");
+    assert!(
+        row.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{row}"
+    );
+    app.stop().await;
+}
