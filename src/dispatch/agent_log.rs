@@ -1,8 +1,51 @@
 //! What a run's log keeps of an agent's output: the first `keep` bytes as they come, and the last `keep` bytes,
 //! written after a line that says how many bytes were cut between. An agent prints whatever it likes, as much as
 //! it likes; the log on the workspace volume stays under `2 × keep` plus one line. Pure: the runner writes.
+//!
+//! The log holds whole lines, in the order the runner read them from the agent's two pipes (each stream's lines
+//! are assembled on their own, so a partial line of one stream is never cut by a line of the other). A line the
+//! agent wrote to stderr begins with [`STDERR_MARK`] (the ASCII record separator, which no agent's text needs); a
+//! line of stdout that begins with it has it dropped, so stdout cannot pass for stderr.
 
 use std::collections::VecDeque;
+
+/// The byte that begins each line of stderr in a run's log.
+pub const STDERR_MARK: u8 = 0x1e;
+
+/// One whole line of output (its newline included, if it had one) as the log holds it: marked when it came from
+/// stderr, a stray mark at the start of a stdout line dropped.
+pub fn logged_line(stderr: bool, line: &[u8]) -> Vec<u8> {
+    let text = match line.first() {
+        Some(&STDERR_MARK) => &line[1..],
+        _ => line,
+    };
+    let mut out = Vec::with_capacity(text.len() + 1);
+    if stderr {
+        out.push(STDERR_MARK);
+    }
+    out.extend_from_slice(text);
+    out
+}
+
+/// Whole lines (each with its newline) as the log holds them, each as [`logged_line`] makes it.
+pub fn logged_lines(stderr: bool, lines: &[u8]) -> Vec<u8> {
+    if !stderr && !lines.contains(&STDERR_MARK) {
+        return lines.to_vec();
+    }
+    let mut out = Vec::with_capacity(lines.len() + 64);
+    for line in lines.split_inclusive(|b| *b == b'\n') {
+        out.extend(logged_line(stderr, line));
+    }
+    out
+}
+
+/// A line of the log read back: whether it came from stderr, and its text without the mark.
+pub fn read_line(line: &str) -> (bool, &str) {
+    match line.strip_prefix(char::from(STDERR_MARK)) {
+        Some(text) => (true, text),
+        None => (false, line),
+    }
+}
 
 /// Splits an output stream into the head written as it comes and a tail held until the end.
 #[derive(Debug)]
@@ -111,6 +154,18 @@ mod tests {
         assert_eq!(&log[..10], &big[..10]);
         assert!(log.ends_with(&[92, 93, 94, 95, 96, 97, 98, 99, b'x', b'y']));
         assert_eq!(log.len(), 20 + marker(82, 10).len());
+    }
+
+    #[test]
+    fn stderr_lines_are_marked_and_stdout_cannot_pass_for_stderr() {
+        assert_eq!(logged_line(true, b"err 1\n"), b"\x1eerr 1\n");
+        assert_eq!(logged_line(false, b"out 1\n"), b"out 1\n");
+        assert_eq!(logged_line(false, b"\x1eforged\n"), b"forged\n");
+        assert_eq!(logged_line(true, b"\x1eerr\n"), b"\x1eerr\n");
+        assert_eq!(logged_lines(true, b"a\n\x1eb\nc"), b"\x1ea\n\x1eb\n\x1ec");
+        assert_eq!(logged_lines(false, b"a\n\x1eb\n"), b"a\nb\n");
+        assert_eq!(read_line("\u{1e}err 1"), (true, "err 1"));
+        assert_eq!(read_line("out 1"), (false, "out 1"));
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! - `workspace/`    mirrors and worktrees under `WORKSPACE_ROOT`: git, mirror, worktree, handoff, spares, gc
 //! - `sandbox.rs`    containment: bubblewrap namespaces, else Landlock reads and writes; what an agent sees
 //! - `reaper.rs`     under Landlock, the process that adopts and kills everything a run leaves
-//! - `runner.rs`     the agent process: group, scrubbed env, stdin, log, tail, watchdogs, output budget
+//! - `runner.rs`     the agent process: group, scrubbed env, stdin, log (whole lines, in the order read), tail,
+//!   watchdogs, output budget
 //! - `agent_log.rs`  what the run's log keeps of the output: head, a marker with the bytes cut, tail (pure)
 //! - `cgroup.rs`     a memory limit per agent where cgroup v2 delegation exists (memory.max), else why not
 //! - `disk.rs`       free space on the workspace volume: claims wait below `min_free_disk_mib`

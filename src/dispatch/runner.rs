@@ -1,7 +1,8 @@
 //! Runs one agent process: its own process group, only the environment it is handed (the caller builds it from
 //! the profile; nothing of the service's leaks in), stdin closed (or the prompt file; or, for a profile with live
 //! input, a pipe its messages are written to: `live.rs`), stdout and stderr into the run's log file and a bounded
-//! tail, and two watchdogs — wall clock and silence — that kill the whole group, grandchildren included.
+//! tail, line by line (each stream's lines assembled on their own, then taken in the order they were read, stderr's
+//! marked: `agent_log.rs`), and two watchdogs — wall clock and silence — that kill the whole group, grandchildren included.
 //!
 //! The child also dies with the service: `PR_SET_PDEATHSIG` sends it SIGKILL when the thread that started it
 //! goes (a SIGKILLed `serve`). What the agent started outlives nothing: in a PID namespace (`namespaces`) the
@@ -21,13 +22,24 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::agent_log::HeadAndTail;
+use super::agent_log::{logged_lines, HeadAndTail};
 use super::runs::TAIL_BYTES;
 use super::sandbox::Confinement;
 use crate::domain::usage::UsageMeter;
 
 /// How long a killed agent gets between SIGTERM and SIGKILL.
 const TERM_GRACE: Duration = Duration::from_secs(3);
+
+/// The longest line held back for its end: a longer one is taken in pieces of this size, each as a line.
+const LINE_MAX: usize = 1024 * 1024;
+
+/// What a pump read from one of the agent's pipes: how many bytes, and the whole lines they completed (each with
+/// its newline; none while a line is still being written).
+struct Read {
+    stdout: bool,
+    bytes: usize,
+    lines: Vec<u8>,
+}
 
 pub struct Launch {
     pub argv: Vec<String>,
@@ -190,14 +202,8 @@ pub async fn run(
         _ => (None, None),
     };
 
-    let (chunks, mut received) = mpsc::channel::<(bool, Vec<u8>)>(64);
-    if let Some(stdout) = child.stdout.take() {
-        tokio::spawn(pump(stdout, true, chunks.clone()));
-    }
-    if let Some(stderr) = child.stderr.take() {
-        tokio::spawn(pump(stderr, false, chunks.clone()));
-    }
-    drop(chunks);
+    let (chunks, mut received) = mpsc::channel::<Read>(64);
+    tokio::spawn(pump(child.stdout.take(), child.stderr.take(), chunks));
 
     let mut output = Output {
         log,
@@ -226,8 +232,8 @@ pub async fn run(
         let _ = killpg(group, Signal::SIGKILL);
     }
     let drain = async {
-        while let Some((_, chunk)) = received.recv().await {
-            output.take(&chunk).await;
+        while let Some(read) = received.recv().await {
+            output.take(&read).await;
         }
     };
     let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
@@ -323,15 +329,23 @@ struct Output<'a> {
 }
 
 impl Output<'_> {
-    async fn take(&mut self, chunk: &[u8]) {
-        let head = self.kept.take(chunk);
+    /// Counts what was read, and takes the whole lines it completed: into the log (stderr's marked), the meter and
+    /// the tail.
+    async fn take(&mut self, read: &Read) {
+        self.printed = self.printed.saturating_add(read.bytes as u64);
+        self.bytes.fetch_add(read.bytes as u64, Ordering::Relaxed);
+        let chunk = &read.lines[..];
+        if chunk.is_empty() {
+            return;
+        }
+        // One write for the read's lines (a write per line would make a chatty agent wait on the file).
+        let logged = logged_lines(!read.stdout, chunk);
+        let head = self.kept.take(&logged);
         if !head.is_empty() {
             if let Err(e) = self.log.write_all(head).await {
                 self.log_error.get_or_insert(e);
             }
         }
-        self.printed = self.printed.saturating_add(chunk.len() as u64);
-        self.bytes.fetch_add(chunk.len() as u64, Ordering::Relaxed);
         if let Some(meter) = self.meter {
             // A poisoned meter still holds what it read: a panic elsewhere must not lose the run's usage.
             meter.lock().unwrap_or_else(|e| e.into_inner()).feed(chunk);
@@ -351,7 +365,7 @@ async fn watch(
     launch: &Launch,
     child: &mut tokio::process::Child,
     group: Option<Pid>,
-    received: &mut mpsc::Receiver<(bool, Vec<u8>)>,
+    received: &mut mpsc::Receiver<Read>,
     (output, mut turns): (&mut Output<'_>, Option<&mut super::live::TurnWatch>),
     stop: &CancellationToken,
 ) -> Ending {
@@ -370,15 +384,15 @@ async fn watch(
                     Err(e) => Ending::CannotStart(format!("waiting for the agent failed: {e}")),
                 };
             }
-            Some((stdout, chunk)) = received.recv() => {
+            Some(read) = received.recv() => {
                 last_output = tokio::time::Instant::now();
-                output.take(&chunk).await;
+                output.take(&read).await;
                 if output.printed > launch.output.max {
                     terminate(group, reaped, child).await;
                     break Ending::Flooded { limit: launch.output.max };
                 }
-                if let (true, Some(turns)) = (stdout, turns.as_deref_mut()) {
-                    turns.feed(&chunk);
+                if let (true, Some(turns)) = (read.stdout, turns.as_deref_mut()) {
+                    turns.feed(&read.lines);
                 }
             }
             () = tokio::time::sleep_until(deadline) => {
@@ -397,17 +411,96 @@ async fn watch(
     }
 }
 
-async fn pump(mut from: impl AsyncRead + Unpin, stdout: bool, to: mpsc::Sender<(bool, Vec<u8>)>) {
-    let mut buffer = vec![0u8; 16 * 1024];
-    loop {
-        match from.read(&mut buffer).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => {
-                if to.send((stdout, buffer[..n].to_vec())).await.is_err() {
-                    return;
+/// Reads the agent's two pipes in one task, sending on every read its size and the whole lines it completed, in
+/// the order they were read: a line written to one pipe after the other's was read comes after it. A line still
+/// being written is held back (so the other stream's lines never cut it), to [`LINE_MAX`]; a last one without its
+/// newline goes, given one, when its pipe closes.
+async fn pump(
+    mut stdout: Option<tokio::process::ChildStdout>,
+    mut stderr: Option<tokio::process::ChildStderr>,
+    to: mpsc::Sender<Read>,
+) {
+    let (mut out_buffer, mut err_buffer) = (vec![0u8; 16 * 1024], vec![0u8; 16 * 1024]);
+    let (mut out_lines, mut err_lines) = (Lines::default(), Lines::default());
+    while stdout.is_some() || stderr.is_some() {
+        // Both reads are cancel-safe: the one not chosen read nothing.
+        let (is_stdout, result) = tokio::select! {
+            read = read_from(&mut stdout, &mut out_buffer), if stdout.is_some() => (true, read),
+            read = read_from(&mut stderr, &mut err_buffer), if stderr.is_some() => (false, read),
+        };
+        let (lines, buffer) = match is_stdout {
+            true => (&mut out_lines, &out_buffer),
+            false => (&mut err_lines, &err_buffer),
+        };
+        let (bytes, whole) = match result {
+            Ok(0) | Err(_) => {
+                if is_stdout {
+                    stdout = None;
+                } else {
+                    stderr = None;
                 }
+                (0, lines.end())
             }
+            Ok(n) => (n, lines.take(&buffer[..n])),
+        };
+        if bytes == 0 && whole.is_empty() {
+            continue;
         }
+        let read = Read {
+            stdout: is_stdout,
+            bytes,
+            lines: whole,
+        };
+        if to.send(read).await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn read_from(
+    pipe: &mut Option<impl AsyncRead + Unpin>,
+    buffer: &mut [u8],
+) -> std::io::Result<usize> {
+    match pipe {
+        Some(pipe) => pipe.read(buffer).await,
+        None => Ok(0),
+    }
+}
+
+/// One stream's bytes as whole lines: what a read completed, the rest held for the next.
+#[derive(Default)]
+struct Lines {
+    held: Vec<u8>,
+}
+
+impl Lines {
+    /// The whole lines `read` completes (each with its newline), in order; a line past [`LINE_MAX`] in pieces.
+    fn take(&mut self, read: &[u8]) -> Vec<u8> {
+        let (whole, rest) = match read.iter().rposition(|b| *b == b'\n') {
+            Some(end) => {
+                let mut whole = std::mem::take(&mut self.held);
+                whole.extend_from_slice(&read[..=end]);
+                (whole, &read[end + 1..])
+            }
+            None => (Vec::new(), read),
+        };
+        self.held.extend_from_slice(rest);
+        let mut whole = whole;
+        while self.held.len() >= LINE_MAX {
+            let piece: Vec<u8> = self.held.drain(..LINE_MAX).collect();
+            whole.extend_from_slice(&piece);
+            whole.push(b'\n');
+        }
+        whole
+    }
+
+    /// The stream ended: a last line without its newline, given one.
+    fn end(&mut self) -> Vec<u8> {
+        let mut last = std::mem::take(&mut self.held);
+        if !last.is_empty() {
+            last.push(b'\n');
+        }
+        last
     }
 }
 
@@ -430,4 +523,32 @@ async fn terminate(group: Option<Pid>, reaped: bool, child: &mut tokio::process:
     }
     let _ = killpg(group, Signal::SIGKILL);
     let _ = child.wait().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_is_taken_in_whole_lines_a_partial_one_held_to_its_end() {
+        let mut lines = Lines::default();
+        assert_eq!(lines.take(b"out 1\nout par"), b"out 1\n");
+        assert_eq!(lines.take(b"ti"), b"");
+        assert_eq!(lines.take(b"al\nout 3\nlast"), b"out partial\nout 3\n");
+        assert_eq!(lines.end(), b"last\n");
+        assert_eq!(lines.end(), b"");
+    }
+
+    #[test]
+    fn a_line_longer_than_the_most_held_is_taken_in_pieces() {
+        let mut lines = Lines::default();
+        let long = vec![b'x'; LINE_MAX + 10];
+        let whole = lines.take(&long);
+        assert_eq!(whole.len(), LINE_MAX + 1);
+        assert_eq!(whole.last(), Some(&b'\n'));
+        assert_eq!(
+            lines.take(b"y\n"),
+            [vec![b'x'; 10], b"y\n".to_vec()].concat()
+        );
+    }
 }

@@ -370,9 +370,9 @@ impl RunEvent {
         }
     }
 
-    /// The outcome with what its reviewer spent (nothing recorded when it reported nothing).
+    /// The outcome with what its reviewer spent: `Some` for a reviewer that ran, though it reported nothing (its
+    /// run is counted, its cost unknown), `None` for none.
     pub fn with_reviewer_usage(mut self, spent: Option<RunUsage>) -> Self {
-        let spent = spent.filter(|u| !u.usage.is_empty());
         match &mut self {
             RunEvent::Succeeded { reviewer_usage, .. }
             | RunEvent::Failed { reviewer_usage, .. } => *reviewer_usage = spent,
@@ -393,10 +393,9 @@ impl RunEvent {
         }
     }
 
-    /// The outcome with what the run spent (nothing recorded when the agent reported nothing).
+    /// The outcome with what the run spent: `Some` for a run whose agent ran, though it reported nothing (the
+    /// usage read model counts the run, its cost unknown) or only figures refused; `None` where no agent ran.
     pub fn with_usage(mut self, spent: Option<RunUsage>) -> Self {
-        // A run whose figures were refused keeps its record of that, though it spent nothing readable.
-        let spent = spent.filter(|u| !u.usage.is_empty() || u.refused.is_some());
         match &mut self {
             RunEvent::Succeeded { usage, .. }
             | RunEvent::Failed { usage, .. }

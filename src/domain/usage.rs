@@ -218,6 +218,8 @@ pub struct UsageMeter {
     error: Option<String>,
     /// The first figure refused (out of bounds, not a number), and why: the run counts as over budget.
     refused: Option<String>,
+    /// The output it read ended ([`Self::finish`]): its process ran, whatever it reported.
+    ran: bool,
 }
 
 impl UsageMeter {
@@ -233,6 +235,7 @@ impl UsageMeter {
             limit: None,
             error: None,
             refused: None,
+            ran: false,
         }
     }
 
@@ -256,9 +259,15 @@ impl UsageMeter {
 
     /// The output ended: a last line without a newline still counts.
     pub fn finish(&mut self) {
+        self.ran = true;
         if !self.line.is_empty() {
             self.end_line();
         }
+    }
+
+    /// Whether the process it read ran (its output ended), reported usage or not: the run is counted.
+    pub fn ran(&self) -> bool {
+        self.ran
     }
 
     /// The run's usage so far (its final usage once the output ended).

@@ -880,9 +880,23 @@ pub(crate) async fn app_with_agent_task(
     title: &str,
     key: &str,
 ) -> (TestApp, TaskId) {
+    app_with_agent_profile_task(db, remote, (script, ""), scratch, title, key).await
+}
+
+/// [`app_with_agent_task`] with more of the agent's profile (`profile_extra`: TOML lines of `[agents.fake]`).
+pub(crate) async fn app_with_agent_profile_task(
+    db: &TestDb,
+    remote: &crate::common::agents::Remote,
+    (script, profile_extra): (&std::path::Path, &str),
+    scratch: &std::path::Path,
+    title: &str,
+    key: &str,
+) -> (TestApp, TaskId) {
     let mut settings = crate::common::settings(db);
     settings.file = pidevops::config::FileConfig::try_from(crate::common::agents::dispatch_file(
-        remote, script, "",
+        remote,
+        script,
+        profile_extra,
     ))
     .unwrap();
     settings.workspace_root = scratch.join("ws");

@@ -13,6 +13,8 @@ per_backend!(
     a_finished_attempt_shows_its_diff_and_transcript_inert,
     a_giant_diff_and_log_are_cut_and_the_page_says_so,
     a_run_elsewhere_or_outside_the_workspace_root_is_not_read,
+    stdout_and_stderr_are_shown_in_the_order_written_each_line_whole,
+    a_failed_runs_timeline_entry_reads_as_its_error_the_json_collapsed,
 );
 
 /// A task's page shows what its attempt changed (files with +/−, the patch by line kind) and what its agent said
@@ -276,6 +278,150 @@ async fn a_run_elsewhere_or_outside_the_workspace_root_is_not_read(db: TestDb) {
         html.contains("is not under this machine&#39;s workspace root; not read")
             || html.contains("is not under this machine's workspace root; not read"),
         "{html}"
+    );
+    app.stop().await;
+}
+
+/// An agent that alternates stdout and stderr, and writes lines in parts with the other stream's lines between the
+/// parts, is shown line by line in the order its lines were completed: each line whole, stderr's marked as such.
+/// The agent (Python, through the real dispatcher) waits after each write until pidevops has read its pipe, so the
+/// order written is an order a reader of two pipes can know.
+async fn stdout_and_stderr_are_shown_in_the_order_written_each_line_whole(db: TestDb) {
+    use crate::common::agents::{agent, Remote};
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let script = agent(
+        scratch.path(),
+        "two-streams.sh",
+        r#"exec /usr/bin/python3 - <<'PY'
+import fcntl, os, struct, termios, time
+def write(fd, text):
+    os.write(fd, text.encode())
+    # Flushed, then read by pidevops: nothing left in the pipe.
+    while struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]:
+        time.sleep(0.001)
+for n in (1, 2, 3):
+    write(1, "out %d\n" % n)
+    write(2, "err %d\n" % n)
+write(1, "out par")
+write(2, "err 4\n")
+write(1, "tial\n")
+write(2, "err par")
+write(1, "out 5\n")
+write(2, "tial\n")
+write(1, "out last, no newline")
+open("order.txt", "w").write("written\n")
+PY"#,
+    );
+    let (app, id) = crate::web::app_with_agent_task(
+        &db,
+        &remote,
+        &script,
+        scratch.path(),
+        "Write in two streams",
+        "test:order",
+    )
+    .await;
+    let cookie = sign_in(&app).await;
+    let page = format!("/tasks/{id}");
+    within(Duration::from_secs(60), "the succeeded attempt", || async {
+        get(&app, &page, &cookie)
+            .await
+            .1
+            .contains(r#"data-state="succeeded">"#)
+    })
+    .await;
+    let (status, html) = get(&app, &page, &cookie).await;
+    assert_eq!(status, 200);
+    let log = html
+        .split("<pre class=\"log\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</pre>").next())
+        .unwrap_or_else(|| panic!("the log as printed: {html}"));
+    let err = |text: &str| format!(r#"<span class="stderr">{text}</span>"#);
+    let expected = [
+        "out 1".to_owned(),
+        err("err 1"),
+        "out 2".to_owned(),
+        err("err 2"),
+        "out 3".to_owned(),
+        err("err 3"),
+        err("err 4"),
+        "out partial".to_owned(),
+        "out 5".to_owned(),
+        err("err partial"),
+        "out last, no newline".to_owned(),
+    ];
+    let shown: Vec<&str> = log.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(shown, expected, "{log}");
+    app.stop().await;
+}
+
+/// A run that fails as a missing key fails (Claude Code's `result` with `is_error` and "Invalid API key", exit 1):
+/// its timeline entry says what failed and the CLI's error in words; the JSON it printed is not dumped in the
+/// entry but kept inside a collapsed `<details>`.
+async fn a_failed_runs_timeline_entry_reads_as_its_error_the_json_collapsed(db: TestDb) {
+    use crate::common::agents::{agent, Remote};
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let script = agent(
+        scratch.path(),
+        "no-key.sh",
+        r#"echo '{"type":"system","subtype":"init","cwd":"/work","session_id":"s","tools":["Bash"],"model":"claude-sonnet-4-5","apiKeySource":"none"}'
+echo '{"type":"result","subtype":"success","is_error":true,"duration_ms":120,"num_turns":1,"result":"Invalid API key · Please run /login <script>alert(1)</script>","session_id":"s","total_cost_usd":0,"usage":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0},"permission_denials":[],"uuid":"0f3c"}'
+exit 1"#,
+    );
+    let (app, id) = crate::web::app_with_agent_profile_task(
+        &db,
+        &remote,
+        (&script, r#"usage = "claude""#),
+        scratch.path(),
+        "Fail without a key",
+        "test:no-key",
+    )
+    .await;
+    let cookie = sign_in(&app).await;
+    let page = format!("/tasks/{id}");
+    let row = |html: &str| {
+        html.split("<table class=\"timeline\">")
+            .nth(1)
+            .and_then(|t| t.split("</table>").next())
+            .and_then(|t| {
+                t.split("<tr>")
+                    .find(|r| r.contains("task.retried"))
+                    .map(str::to_owned)
+            })
+    };
+    within(
+        Duration::from_secs(60),
+        "the failed attempt on the timeline",
+        || async { row(&get(&app, &page, &cookie).await.1).is_some() },
+    )
+    .await;
+    let (status, html) = get(&app, &page, &cookie).await;
+    assert_eq!(status, 200);
+    let row = row(&html).unwrap();
+    let (shown, collapsed) = row
+        .split_once("<details class=\"raw-output\">")
+        .unwrap_or_else(|| panic!("the output collapsed: {row}"));
+    assert!(
+        shown.contains("the agent exited with status 1: its CLI said: Invalid API key"),
+        "{row}"
+    );
+    assert!(
+        shown.contains("<li>error · 1 turns · 0.1 s"),
+        "the readable line: {row}"
+    );
+    assert!(!shown.contains("&quot;type&quot;"), "no JSON inline: {row}");
+    assert!(!shown.contains("session_id"), "no JSON inline: {row}");
+    assert!(
+        collapsed.contains("{&quot;type&quot;:&quot;result&quot;"),
+        "{row}"
+    );
+    assert!(!row.contains("<script>"), "{row}");
+    assert!(
+        row.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{row}"
     );
     app.stop().await;
 }

@@ -25,6 +25,7 @@ per_backend!(
     the_spend_page_shows_the_read_models_numbers_and_the_cost_per_merged_pull_request,
     markup_in_a_repository_or_profile_name_is_inert_and_bad_queries_are_refused,
     ninety_days_of_many_repositories_stay_under_the_page_budget,
+    every_run_that_ran_is_counted_one_that_reported_nothing_too,
 );
 
 async fn task_in(app: &TestApp, repo: &str, title: &str) -> TaskId {
@@ -587,5 +588,96 @@ async fn ninety_days_of_many_repositories_stay_under_the_page_budget(db: TestDb)
     let total_row = table_row(&html, r#"data-total="">"#);
     assert!(total_row.contains(&cells(&all)), "{total_row}");
     eprintln!("spend page, 540 rows: {} bytes, {timing}", html.len());
+    app.stop().await;
+}
+
+/// The spend page counts the runs that happened: through the real dispatcher, a Claude-format agent that reports
+/// its usage and cost (one run, in review) and one that reports nothing and fails until its task is flagged (each
+/// attempt a run). Every one of them is a run on the page; the cost, which only one reported, is "at least" its
+/// figure, not the exact sum. A run whose agent reported nothing was left out before, and the cost said exact.
+async fn every_run_that_ran_is_counted_one_that_reported_nothing_too(db: TestDb) {
+    use crate::common::agents::{agent, dispatch_file, Remote, REPO};
+    use crate::common::within;
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let script = agent(
+        scratch.path(),
+        "claude-or-silent.sh",
+        r#"if grep -q silent "$1"; then echo "no key: nothing reported" >&2; exit 1; fi
+echo '{"type":"result","subtype":"success","is_error":false,"num_turns":2,"result":"Done.","total_cost_usd":0.05,"usage":{"input_tokens":10,"output_tokens":5}}'
+echo done > done.txt"#,
+    );
+    let mut file = dispatch_file(&remote, &script, r#"usage = "claude""#);
+    file["board"]
+        .as_table_mut()
+        .unwrap()
+        .insert("max_attempts".into(), toml::Value::Integer(2));
+    let mut settings = crate::common::settings(&db);
+    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
+    settings.workspace_root = scratch.path().join("ws");
+    let app = TestApp::spawn(settings).await;
+    let mut ids = Vec::new();
+    for (title, key) in [
+        ("Report usage", "test:reports"),
+        ("Stay silent", "test:silent"),
+    ] {
+        let draft = Draft::new(
+            REPO.parse().unwrap(),
+            Spec::new(title, "", "").unwrap(),
+            Links::default(),
+        );
+        let (outcome, _) = app
+            .state
+            .board
+            .create(draft, key, "api", None)
+            .await
+            .unwrap();
+        ids.push(outcome.task.id());
+    }
+    let (reports, silent) = (ids[0], ids[1]);
+    within(
+        std::time::Duration::from_secs(90),
+        "one in review, the silent one flagged",
+        || async {
+            app.project().await;
+            let store = app.state.log.store();
+            let reported = task_rows::get(store, reports).await.unwrap().unwrap();
+            let silenced = task_rows::get(store, silent).await.unwrap().unwrap();
+            reported.column == pidevops::tasks::Column::InReview && silenced.needs_human
+        },
+    )
+    .await;
+    app.project().await;
+    let mut ran = Vec::new();
+    for id in [reports, silent] {
+        let rows = pidevops::projectors::runs::query(
+            app.state.log.store(),
+            pidevops::projectors::runs::Which::Task(&id.to_string()),
+        )
+        .await
+        .unwrap();
+        ran.push(rows.len() as i64);
+    }
+    assert_eq!(ran, [1, 2], "the runs that happened");
+    let (by_repo, _) = read_model(&app, 7).await;
+    let spent = by_repo.get(REPO).cloned().unwrap_or_default();
+    assert_eq!(
+        (
+            spent.runs,
+            spent.costed_runs,
+            spent.input_tokens,
+            spent.output_tokens
+        ),
+        (3, 1, 10, 5),
+        "every run counted, one of them costed: {spent:?}"
+    );
+    let cookie = sign_in(&app).await;
+    let (status, html) = get(&app, "/spend?days=7", &cookie).await;
+    assert_eq!(status, 200);
+    assert!(html.contains(&cells(&spent)), "{html}");
+    assert!(
+        html.contains("1 of 3 runs reported a cost: the others' is unknown\">≥ $0.0500"),
+        "{html}"
+    );
     app.stop().await;
 }

@@ -283,12 +283,13 @@ impl Dispatcher {
                 }
             }
         }
-        let (usage, limit, refused) = {
+        let (usage, limit, refused, ran) = {
             let meter = meter.lock().unwrap_or_else(|e| e.into_inner());
             (
                 meter.usage(),
                 meter.limit().cloned(),
                 meter.refused().map(str::to_owned),
+                meter.ran(),
             )
         };
         let mut outcome = outcome;
@@ -332,12 +333,15 @@ impl Dispatcher {
             .unwrap_or_else(|e| e.into_inner())
             .take();
         let outcome = outcome.with_reviewer_usage(reviewer_usage);
-        Some(outcome.with_usage(Some(RunUsage {
+        // Every run whose agent ran is counted, a run that reported nothing too (its cost unknown); one whose
+        // agent never started (its setup failed) is not.
+        let spent = (ran || !usage.is_empty() || refused.is_some()).then(|| RunUsage {
             repo: task.repo().to_string(),
             profile: profile.name.clone(),
             usage,
             refused,
-        })))
+        });
+        Some(outcome.with_usage(spent))
     }
 
     /// The agent and the repository's commands around it: setup and before_run, the agent, then after_run and

@@ -43,9 +43,15 @@ pub(super) fn badly_ended(
                 format!("the agent exited 0, but its CLI's output ended in an error: {error}"),
             )
         }),
+        // Its CLI's own word on why (a refused key, a failed request), bounded by the meter, beside the status.
         Ending::Exited(code) => failed(
             FailureKind::Exit,
-            format!("the agent exited with status {code}"),
+            match &finished.said.error {
+                Some(error) => {
+                    format!("the agent exited with status {code}: its CLI said: {error}")
+                }
+                None => format!("the agent exited with status {code}"),
+            },
         ),
         Ending::Signaled(signal) => failed(
             FailureKind::Exit,

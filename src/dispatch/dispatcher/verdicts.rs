@@ -259,19 +259,25 @@ impl Dispatcher {
         launch.meter = Some(meter.clone());
         let finished = runner::run(launch, ended.output.clone(), ended.agent_stop.clone()).await;
         // What it spent counts whatever its verdict: the attempt's outcome carries it.
-        let (usage, refused) = {
+        let (usage, refused, ran) = {
             let meter = meter.lock().unwrap_or_else(|e| e.into_inner());
-            (meter.usage(), meter.refused().map(str::to_owned))
+            (
+                meter.usage(),
+                meter.refused().map(str::to_owned),
+                meter.ran(),
+            )
         };
+        // A reviewer that ran is counted, though it reported nothing (its cost unknown) or only figures refused.
         *ended
             .reviewer_usage
             .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(crate::domain::usage::RunUsage {
-            repo: task.repo().to_string(),
-            profile: profile.name.clone(),
-            usage,
-            refused: refused.clone(),
-        });
+            .unwrap_or_else(|e| e.into_inner()) = (ran || !usage.is_empty() || refused.is_some())
+            .then(|| crate::domain::usage::RunUsage {
+                repo: task.repo().to_string(),
+                profile: profile.name.clone(),
+                usage,
+                refused: refused.clone(),
+            });
         // Its usage figures refused: fail closed, as over budget; nothing is pushed on its word.
         if let Some(why) = refused {
             return Err((FailureKind::Budget, super::ending::refused_detail(&why)));

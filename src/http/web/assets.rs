@@ -69,6 +69,8 @@ pre.patch .hunk { color: var(--accent); } pre.patch .meta { color: var(--muted);
 .transcript details.thought { color: var(--muted); font-style: italic; } .transcript pre { max-height: 20em; margin: .3em 0; }
 .transcript .ended { padding: .4em .6em; border-radius: 4px; white-space: pre-wrap; }
 .transcript .ended.ok { border: 1px solid var(--good); } .transcript .ended.bad { border: 1px solid var(--bad); }
+.timeline ul.last-output { margin: .2em 0; padding-left: 1.2em; } .timeline details.raw-output pre { max-height: 12em; }
+.transcript pre.stderr, pre.log .stderr { color: var(--bad); } .transcript pre.stderr { border-left: 3px solid var(--bad); padding-left: .5em; }
 .badge.plan { border-color: var(--accent); color: var(--accent); } .badge.good { color: #fff; background: var(--good); border-color: var(--good); }
 .card .family, p.family { font-size: .9em; } .waits { color: var(--warn); }
 .plan ol.proposal { padding-left: 1.4em; } .plan ol.proposal > li { margin-bottom: .6em; }

@@ -164,7 +164,15 @@ fn log_view(run: &str, log: &Log, open: bool, running: bool) -> Markup {
             @if transcript::is_structured(&items) {
                 div.transcript { @for (i, item) in items.iter().enumerate() { (item_view(run, i, item)) } }
             } @else {
-                pre.log { (log.text) }
+                // Every line as printed, in order; stderr's marked.
+                pre.log {
+                    @for line in log.text.lines() {
+                        @match crate::dispatch::agent_log::read_line(line) {
+                            (true, text) => { span.stderr { (text) } "\n" }
+                            (false, text) => { (text) "\n" }
+                        }
+                    }
+                }
             }
         }
     }
@@ -192,6 +200,7 @@ fn item_view(run: &str, index: usize, item: &Item) -> Markup {
                 }
             },
             Item::Raw(lines) => pre.raw { @for line in lines { (line) "\n" } },
+            Item::Stderr(lines) => pre.stderr { @for line in lines { (line) "\n" } },
         }
     }
 }

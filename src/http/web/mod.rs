@@ -18,6 +18,7 @@ mod sign_in;
 pub mod spend;
 mod spend_page;
 mod task_page;
+pub mod timeline;
 pub mod transcript;
 pub mod triage;
 

@@ -312,7 +312,7 @@ pub fn task(view: &TaskView) -> Markup {
                     tr {
                         td { (stamp(entry.at, view.now)) }
                         td { (entry.event_type) }
-                        td { (entry.summary) }
+                        td { (super::timeline::what(&entry.summary)) }
                         td { (entry.actor.as_deref().unwrap_or("")) }
                     }
                 }

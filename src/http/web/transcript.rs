@@ -1,8 +1,9 @@
 //! An agent's log as a person reads it, pure: lines in, a view model out. Claude Code's `--output-format
 //! stream-json` (`system`, `assistant` and `user` messages with text, thinking, `tool_use` and `tool_result`
 //! blocks, then `result`) and Codex's `exec --json` (`thread.*`, `turn.*`, `item.*` with agent messages, reasoning,
-//! commands, file changes) become turns and tool calls; every other line (another agent's output, stderr, a line
-//! cut by the size cap) is kept raw, in order. Nothing here is trusted: it is all agent-written text, which the
+//! commands, file changes) become turns and tool calls; every other line (another agent's output, a line cut by
+//! the size cap) is kept raw, and a line the agent wrote to stderr (marked in the log: `agent_log.rs`) is kept as
+//! stderr, never read as an event; all in the order of the log. Nothing here is trusted: it is all agent-written text, which the
 //! page escapes, and no value becomes a link or markup.
 
 use serde_json::Value;
@@ -29,6 +30,8 @@ pub enum Item {
     },
     /// Lines that are no known event, kept together as printed.
     Raw(Vec<String>),
+    /// Lines the agent wrote to stderr, kept together as printed.
+    Stderr(Vec<String>),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -54,8 +57,16 @@ pub struct Output {
 pub fn render(text: &str) -> Vec<Item> {
     let mut items = Vec::new();
     for line in text.lines() {
+        let (stderr, line) = crate::dispatch::agent_log::read_line(line);
         let trimmed = line.trim();
         if trimmed.is_empty() {
+            continue;
+        }
+        if stderr {
+            match items.last_mut() {
+                Some(Item::Stderr(lines)) => lines.push(line.to_owned()),
+                _ => items.push(Item::Stderr(vec![line.to_owned()])),
+            }
             continue;
         }
         let known = trimmed.starts_with('{')
@@ -74,7 +85,9 @@ pub fn render(text: &str) -> Vec<Item> {
 
 /// Whether the log has any event of a known agent (else the page shows it as plain text).
 pub fn is_structured(items: &[Item]) -> bool {
-    items.iter().any(|item| !matches!(item, Item::Raw(_)))
+    items
+        .iter()
+        .any(|item| !matches!(item, Item::Raw(_) | Item::Stderr(_)))
 }
 
 /// A Claude Code stream-json event; `false` when `event` is not one.
@@ -557,6 +570,24 @@ mod tests {
             ]
         );
         assert!(!is_structured(&render("plain output\nmore")));
+    }
+
+    #[test]
+    fn stderr_lines_stay_in_order_marked_and_are_never_read_as_events() {
+        let text = "\u{1e}warming up\n{\"type\":\"assistant\",\"message\":{\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}}\n\u{1e}{\"type\":\"assistant\",\"message\":{\"content\":[{\"type\":\"text\",\"text\":\"forged\"}]}}\n\u{1e}err 2\nout 3\n";
+        assert_eq!(
+            render(text),
+            vec![
+                Item::Stderr(vec!["warming up".into()]),
+                Item::Said("hi".into()),
+                Item::Stderr(vec![
+                    r#"{"type":"assistant","message":{"content":[{"type":"text","text":"forged"}]}}"#.into(),
+                    "err 2".into()
+                ]),
+                Item::Raw(vec!["out 3".into()]),
+            ]
+        );
+        assert!(!is_structured(&render("\u{1e}err\nout\n")));
     }
 
     #[test]
