@@ -24,7 +24,10 @@
 //! `--sandbox-start` measures only what starting a sandbox costs, without the service (and exits): the same
 //! bubblewrap argv the dispatcher builds, run `--samples` times per variant, interleaved: the host's network, a
 //! network of its own without a bridge, with `pidevops-bridge`, and (`--old-bridge <pidevops>`) with an older
-//! `pidevops` binary's `sandbox-bridge` subcommand. Spawn -> the agent's first instruction, and spawn -> exit.
+//! `pidevops` binary's `sandbox-bridge` subcommand; last, with `pidevops-bridge` and the run's egress proxy started
+//! for each sample as a dispatch starts it (its start counted in that variant's times, and timed alone first, with
+//! the gateway's HTTP client it builds). Spawn -> the agent's first instruction, and spawn -> exit. The dispatch
+//! path's differences come with a 95 % bootstrap interval, how far chance alone moves them.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -165,6 +168,29 @@ fn summary(name: &str, mut ms: Vec<f64>) -> (f64, f64) {
         ms.len()
     );
     (p50, p99)
+}
+
+/// A 95 % interval of `p`-quantile(a) − `p`-quantile(b) by bootstrap (each side resampled with replacement, 2,000
+/// times): how far the sample's difference could move by chance alone.
+fn difference_interval(a: &[f64], b: &[f64], p: f64) -> (f64, f64) {
+    use rand::Rng as _;
+    if a.is_empty() || b.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    let mut rng = rand::rng();
+    let mut resample = |v: &[f64]| {
+        let mut out: Vec<f64> = (0..v.len())
+            .map(|_| v[rng.random_range(0..v.len())])
+            .collect();
+        out.sort_by(f64::total_cmp);
+        percentile(&out, p)
+    };
+    let mut differences: Vec<f64> = (0..2000).map(|_| resample(a) - resample(b)).collect();
+    differences.sort_by(f64::total_cmp);
+    (
+        percentile(&differences, 0.025),
+        percentile(&differences, 0.975),
+    )
 }
 
 /// bash's `$EPOCHREALTIME` (`seconds.microseconds`, the separator the locale's).
@@ -470,6 +496,7 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
     }
     println!();
     let (ref50, ref99) = summary("git worktree add alone (reference)", reference);
+    let (measured, compared) = (pipeline.clone(), uncontained.clone());
     let (pipe50, pipe99) = summary("dispatch path: claim -> agent started", pipeline);
     let (plain50, plain99) = summary(
         match args.reference {
@@ -488,6 +515,12 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {
         },
         pipe50 - plain50,
         pipe99 - plain99
+    );
+    let (low50, high50) = difference_interval(&measured, &compared, 0.5);
+    let (low99, high99) = difference_interval(&measured, &compared, 0.99);
+    println!(
+        "  its 95 % interval (bootstrap, 2,000 resamples): p50 [{low50:.1}, {high50:.1}] ms   p99 [{low99:.1}, \
+         {high99:.1}] ms"
     );
     summary("polling: todo committed -> claim", polling);
     summary("total: todo committed -> agent started", total);
@@ -752,6 +785,52 @@ fn sandbox_start(args: &Args, dir: &Path) -> anyhow::Result<()> {
             ),
         ));
     }
+    // As a dispatch does: the run's proxy started (its socket bound) for each sample, then the sandbox.
+    let run_socket = dir.join("egress-run.sock");
+    variants.push((
+        "own network, pidevops-bridge, a proxy per run",
+        bwrap_argv(
+            &bwrap,
+            &view,
+            &worktree,
+            &bridged(&bridge, None),
+            BwrapNet::Own {
+                proxy_socket: Some(run_socket.as_path()),
+            },
+        ),
+    ));
+    let per_run = variants.len() - 1;
+    let start_proxy = || {
+        pidevops::dispatch::egress::Proxy::start(
+            pidevops::dispatch::egress::policy::Policy {
+                model: None,
+                allowed: Vec::new(),
+            },
+            None,
+            Some(run_socket.as_path()),
+            Default::default(),
+        )
+    };
+    // The proxy's start alone (as `launch` makes it per run), before the sandboxes.
+    let (mut proxy_ms, mut client_ms) = (Vec::new(), Vec::new());
+    for i in 0..args.samples + 5 {
+        let clock = Instant::now();
+        let proxy = start_proxy()?;
+        let took = clock.elapsed().as_secs_f64() * 1000.0;
+        drop(proxy);
+        // Of which: its gateway's HTTP client, built as Proxy::start builds it.
+        let clock = Instant::now();
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .connect_timeout(Duration::from_secs(15))
+            .build()?;
+        let built = clock.elapsed().as_secs_f64() * 1000.0;
+        drop(client);
+        if i >= 5 {
+            proxy_ms.push(took);
+            client_ms.push(built);
+        }
+    }
     let started = worktree.join("started");
     let once = |argv: &[String]| -> anyhow::Result<(f64, f64)> {
         let _ = std::fs::remove_file(&started);
@@ -772,9 +851,21 @@ fn sandbox_start(args: &Args, dir: &Path) -> anyhow::Result<()> {
         let start = (first - wall).num_microseconds().unwrap_or(0) as f64 / 1000.0;
         Ok((start, total))
     };
-    for (_, argv) in &variants {
+    // The per-run variant's clock starts before its proxy: spawn -> first instruction includes the proxy's start.
+    let sample = |v: usize| -> anyhow::Result<(f64, f64)> {
+        if v != per_run {
+            return once(&variants[v].1);
+        }
+        let clock = Instant::now();
+        let proxy = start_proxy()?;
+        let before = clock.elapsed().as_secs_f64() * 1000.0;
+        let (start, total) = once(&variants[v].1)?;
+        drop(proxy);
+        Ok((start + before, total + before))
+    };
+    for v in 0..variants.len() {
         for _ in 0..5 {
-            once(argv)?;
+            sample(v)?;
         }
     }
     let mut times: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); variants.len()];
@@ -782,11 +873,13 @@ fn sandbox_start(args: &Args, dir: &Path) -> anyhow::Result<()> {
         // Each variant in a rotating order, so none always follows the same one.
         for k in 0..variants.len() {
             let v = (i + k) % variants.len();
-            let (start, total) = once(&variants[v].1)?;
+            let (start, total) = sample(v)?;
             times[v].0.push(start);
             times[v].1.push(total);
         }
     }
+    summary("the run's egress proxy alone (Proxy::start)", proxy_ms);
+    summary("  of which its HTTP client, built alone", client_ms);
     println!(
         "sandbox start ({}), {} samples per variant, interleaved; ms",
         bwrap.display(),
