@@ -24,11 +24,6 @@ pub(crate) const COLUMNS: &str =
      recorded_at, action, repository, number, reference, content_type, body, meta::text AS meta";
 
 /// The same columns without the body, for readers that do not need it (most projectors): no detoasting.
-/// A task's spec as one text (task, scope, done when) from the tasks read model's `state` (the task as JSON): what
-/// the board's search reads besides the title.
-pub(crate) const TASK_SPEC_TEXT: &str = "concat_ws(' ', state::json #>> '{spec,task}', \
-     state::json #>> '{spec,scope}', state::json #>> '{spec,done_when}')";
-
 pub(crate) const HEADER_COLUMNS: &str =
     "position, id, source, event_type, dedup_key, stream, stream_version, occurred_at, \
      recorded_at, action, repository, number, reference, content_type, '\\x'::bytea AS body, meta::text AS meta";

@@ -22,11 +22,6 @@ pub(crate) const COLUMNS: &str =
      recorded_at, action, repository, number, reference, content_type, body, meta";
 
 /// The same columns without the body, for readers that do not need it (most projectors).
-/// A task's spec as one text (task, scope, done when) from the tasks read model's `state` (the task as JSON): what
-/// the board's search reads besides the title.
-pub(crate) const TASK_SPEC_TEXT: &str = "(coalesce(json_extract(state, '$.spec.task'), '') || ' ' || \
-     coalesce(json_extract(state, '$.spec.scope'), '') || ' ' || coalesce(json_extract(state, '$.spec.done_when'), ''))";
-
 pub(crate) const HEADER_COLUMNS: &str =
     "position, id, source, event_type, dedup_key, stream, stream_version, occurred_at, \
      recorded_at, action, repository, number, reference, content_type, X'' AS body, meta";

@@ -342,9 +342,9 @@ impl Projector for TasksProjector {
         NAME
     }
 
-    /// 2: the stored state carries the ticket version (`ticket_version`). 3: `task_merges`.
+    /// 2: the stored state carries the ticket version (`ticket_version`). 3: `task_merges`. 4: `search_text`.
     fn version(&self) -> i64 {
-        3
+        4
     }
 
     fn bodies(&self) -> Bodies {

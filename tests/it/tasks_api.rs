@@ -301,7 +301,7 @@ async fn the_board_lists_from_the_read_model_with_filters(db: TestDb) {
     app.stop().await;
 }
 
-/// `q` finds text in a task's title or spec (task, scope, done when), ignoring case; `%` and `_` are text, not
+/// `q` finds text in a task's title or spec (task, scope, done when), ignoring case (Unicode's); `%` and `_` are text, not
 /// wildcards; other JSON in the task's state (keys, follow-ups) never matches; the board's search box does the same.
 async fn search_finds_text_in_titles_and_specs_ignoring_case_and_taking_wildcards_literally(
     db: TestDb,
@@ -311,6 +311,7 @@ async fn search_finds_text_in_titles_and_specs_ignoring_case_and_taking_wildcard
         json!({ "task": "Fix the Redirect loop", "scope": "src/auth/", "done_when": "tests pass" }),
         json!({ "task": "Speed up the build", "scope": "ci/cache_dir", "done_when": "under 100% of today's time" }),
         json!({ "task": "Write docs", "scope": "docs/", "done_when": "the REDIRECT section is clear" }),
+        json!({ "task": "Rename the Übersicht page", "scope": "web/", "done_when": "ÄRGER gone" }),
     ];
     for spec in specs {
         let (status, body) = post(
@@ -346,6 +347,9 @@ async fn search_finds_text_in_titles_and_specs_ignoring_case_and_taking_wildcard
     assert!(found("src_auth").await.is_empty());
     assert_eq!(found("100%25").await, ["T-2"]);
     assert!(found("1%25s").await.is_empty());
+    // Case is ignored beyond ASCII, on both backends ("übersicht" finds "Übersicht", "ärger" finds "ÄRGER").
+    assert_eq!(found("%C3%BCbersicht").await, ["T-4"]);
+    assert_eq!(found("%C3%A4rger").await, ["T-4"]);
     // JSON keys and other parts of the stored state are not searched.
     assert!(found("done_when").await.is_empty());
     assert!(found("acme").await.is_empty());

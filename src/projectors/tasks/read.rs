@@ -57,12 +57,10 @@ where
 }
 
 /// Tasks matching `filter`, most urgent first, then oldest first.
-/// The search's condition on parameter `$n`: the title or the spec holds the text, ignoring case.
-fn search(n: u8, spec_text: &str) -> String {
-    format!(
-        "(CAST(${n} AS text) IS NULL OR LOWER(title) LIKE ${n} ESCAPE '\\' \
-         OR LOWER({spec_text}) LIKE ${n} ESCAPE '\\')"
-    )
+/// The search's condition on parameter `$n`: the task's search text (its title and spec, lower case, written by
+/// the projector: `write::search_text`) holds the text.
+fn search(n: u8) -> String {
+    format!("(CAST(${n} AS text) IS NULL OR search_text LIKE ${n} ESCAPE '\\')")
 }
 
 /// A search's text as the LIKE pattern [`search`] binds: lower case, its own `%`, `_` and `\` taken literally.
@@ -91,7 +89,7 @@ pub async fn list(store: &EventStore, filter: &TaskFilter) -> Result<Vec<TaskRow
                AND (CAST($3 AS text) IS NULL OR source = $3) AND (CAST($4 AS boolean) IS NULL OR needs_human = $4)
                AND {}
              ORDER BY priority_rank, created_at, number {}",
-            search(5, backend::TASK_SPEC_TEXT),
+            search(5),
             if filter.limit.is_some() { "LIMIT $6" } else { "" }
         );
         let query = sqlx::query(&sql)
@@ -121,7 +119,7 @@ pub async fn counts(
              WHERE (CAST($1 AS text) IS NULL OR repo = $1) AND (CAST($2 AS text) IS NULL OR source = $2)
                AND (CAST($3 AS boolean) IS NULL OR needs_human = $3) AND {}
              GROUP BY board_column",
-            search(4, backend::TASK_SPEC_TEXT)
+            search(4)
         );
         sqlx::query_as(&sql)
             .bind(&filter.repo)

@@ -37,6 +37,7 @@ struct RowValues {
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
     state: String,
+    search_text: String,
 }
 
 fn row_values(task: &Task) -> anyhow::Result<RowValues> {
@@ -57,7 +58,22 @@ fn row_values(task: &Task) -> anyhow::Result<RowValues> {
         created_at: task.created_at(),
         updated_at: task.updated_at(),
         state: serde_json::to_string(task)?,
+        search_text: search_text(task),
     })
+}
+
+/// What the board's search reads (`read::search`): the title, then the spec's task, scope and done-when, one per
+/// line, lower case as the search's pattern is. Never the state's JSON, whose keys would match.
+pub(super) fn search_text(task: &Task) -> String {
+    let spec = task.spec();
+    [
+        task.title().as_str(),
+        spec.task(),
+        spec.scope(),
+        spec.done_when(),
+    ]
+    .join("\n")
+    .to_lowercase()
 }
 
 /// `source`, `number` and `created_at` are fixed at creation, so an update leaves them.
@@ -66,13 +82,15 @@ const UPSERT_SET: &str = "ON CONFLICT (task_id) DO UPDATE SET
     priority = excluded.priority, priority_rank = excluded.priority_rank, needs_human = excluded.needs_human,
     needs_human_reason = excluded.needs_human_reason, attempts = excluded.attempts,
     max_attempts = excluded.max_attempts, links = excluded.links, updated_at = excluded.updated_at,
-    version = excluded.version, last_position = excluded.last_position, state = excluded.state";
+    version = excluded.version, last_position = excluded.last_position, state = excluded.state,
+    search_text = excluded.search_text";
 
 /// The `tasks` columns a write sets, in the order `write_tasks` binds them (and `write_postgres_tasks` lists its
 /// arrays).
 const TASK_COLUMNS: &str = "task_id, number, board_column, title, repo, priority, priority_rank, needs_human,
-    needs_human_reason, attempts, max_attempts, source, links, created_at, updated_at, version, last_position, state";
-const TASK_COLUMN_COUNT: usize = 18;
+    needs_human_reason, attempts, max_attempts, source, links, created_at, updated_at, version, last_position, state,
+    search_text";
+const TASK_COLUMN_COUNT: usize = 19;
 
 /// The batch's task rows (one per task: `BatchWrites` folds a task's events) and its new links.
 pub(super) async fn write(tx: &mut ProjectorTx, w: &BatchWrites) -> anyhow::Result<()> {
@@ -156,7 +174,8 @@ async fn write_tasks(
                 .bind(r.updated_at)
                 .bind(t.version)
                 .bind(t.last_position)
-                .bind(r.state.as_str());
+                .bind(r.state.as_str())
+                .bind(r.search_text.as_str());
         }
         query.execute(conn).await.map(|_| ())
     })
@@ -226,6 +245,7 @@ async fn write_postgres_tasks(
     let mut version = Vec::with_capacity(n);
     let mut last_position = Vec::with_capacity(n);
     let mut state = Vec::with_capacity(n);
+    let mut search_text = Vec::with_capacity(n);
     for t in tasks {
         let r = row_values(&t.task)?;
         id.push(r.id);
@@ -247,12 +267,13 @@ async fn write_postgres_tasks(
         version.push(t.version);
         last_position.push(t.last_position);
         state.push(r.state);
+        search_text.push(r.search_text);
     }
     sqlx::query(&format!(
         "INSERT INTO tasks ({TASK_COLUMNS})
          SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], $6::text[],
             $7::int2[], $8::bool[], $9::text[], $10::int8[], $11::int8[], $12::text[], $13::text[],
-            $14::timestamptz[], $15::timestamptz[], $16::int8[], $17::int8[], $18::text[])
+            $14::timestamptz[], $15::timestamptz[], $16::int8[], $17::int8[], $18::text[], $19::text[])
          {UPSERT_SET}"
     ))
     .bind(id)
@@ -273,6 +294,7 @@ async fn write_postgres_tasks(
     .bind(version)
     .bind(last_position)
     .bind(state)
+    .bind(search_text)
     .execute(&mut **tx)
     .await
     .context("writing tasks")?;
