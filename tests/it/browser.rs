@@ -5,6 +5,7 @@
 //! refused. A finished attempt's diff and transcript on its task's page, collapsible; the health table's row of an
 //! unarmed loop in red, its JSON one click away. A flagged task in the needs-a-human lane with its reason, and the
 //! board at a phone's width. A task made with the new-task form, at a desk's width and a phone's (`new_task.rs`).
+//! The search box narrowing the board, and the events page paging back to the first event (`search_and_events.rs`).
 //! Screenshots go to `target/screenshots/`.
 
 use std::path::PathBuf;
@@ -16,6 +17,7 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{json, Value};
 
 mod new_task;
+mod search_and_events;
 
 /// chromedriver on a free loopback port, killed with the test.
 struct Driver {

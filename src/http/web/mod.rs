@@ -520,6 +520,7 @@ async fn events_page(
             Ok(events) => events,
             Err(e) => return unavailable(e),
         };
+        let mut filled = false;
         for event in page_events.into_iter().rev() {
             before = event.position;
             let source_ok = filter.source.as_deref().is_none_or(|s| s == event.source);
@@ -530,11 +531,14 @@ async fn events_page(
             if source_ok && type_ok {
                 shown.push(event);
                 if shown.len() >= EVENTS_PER_PAGE {
+                    filled = true;
                     break;
                 }
             }
         }
-        if from == 0 {
+        // Read down to the log's start: nothing older, unless the page filled up before its end (then the
+        // events under the last one shown are still to page back to).
+        if from == 0 && !filled {
             before = 1;
         }
     }
