@@ -117,7 +117,24 @@ impl Plans {
             | TaskEvent::Archived { .. }
             | TaskEvent::FlaggedNeedsHuman { .. }
             | TaskEvent::NeedsHumanCleared { .. } => self.news_of_item(id, progress).await,
-            _ => Ok(()),
+            TaskEvent::SpecUpdated { .. }
+            | TaskEvent::FollowUpAttached { .. }
+            | TaskEvent::FollowUpsDelivered { .. }
+            | TaskEvent::TicketSeen { .. }
+            | TaskEvent::PriorityChanged { .. }
+            | TaskEvent::LinksAttached { .. }
+            | TaskEvent::AttemptReturned { .. }
+            | TaskEvent::AgentChosen { .. }
+            | TaskEvent::TriageEnded { .. }
+            | TaskEvent::PlanProposed { .. }
+            | TaskEvent::PlanRejected { .. }
+            | TaskEvent::ChildrenCreated { .. }
+            | TaskEvent::RolledUp { .. }
+            | TaskEvent::CheckPassed { .. }
+            | TaskEvent::ReviewApproved { .. }
+            | TaskEvent::ApprovalWithdrawn { .. }
+            | TaskEvent::Combined { .. }
+            | TaskEvent::Landed { .. } => Ok(()),
         }
     }
 
