@@ -231,8 +231,12 @@ impl DispatchConfig {
         if next <= 1 {
             return Duration::ZERO;
         }
-        let doublings = (next - 2).min(10);
-        let base = self.retry_backoff.saturating_mul(1 << doublings);
+        let base = crate::domain::backoff::Backoff {
+            first: self.retry_backoff,
+            max_doublings: 10,
+            cap: Duration::MAX,
+        }
+        .after(next - 1);
         base.mul_f64(1.0 + jitter.clamp(0.0, 0.2))
     }
 

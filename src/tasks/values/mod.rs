@@ -5,6 +5,7 @@ mod board;
 mod ids;
 mod links;
 mod reports;
+pub mod suggest;
 mod text;
 
 pub use board::{ApprovalPolicy, Column, MaxAttempts, Priority, RunPurpose, TaskKind};
