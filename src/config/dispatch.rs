@@ -122,7 +122,7 @@ pub struct DispatchConfig {
     /// `[repos."o/n"] allow_hosts` where set: what its agents and hooks may reach through the egress proxy.
     pub allow_hosts: BTreeMap<RepoName, AllowHosts>,
     /// `[budgets]`: what runs may spend.
-    pub budgets: crate::config::budgets::BudgetsConfig,
+    pub budgets: crate::budgets::BudgetsConfig,
     /// What one agent may take of the machine: memory, `/tmp`, output, and the disk left before a claim.
     pub bounds: AgentBounds,
 }
@@ -370,7 +370,7 @@ impl DispatchConfig {
             scope,
             review,
             allow_hosts,
-            budgets: crate::config::budgets::BudgetsConfig::from_tables(tables)?,
+            budgets: super::file::budgets_config(tables)?,
             bounds: AgentBounds::from_table(dispatch)?,
         })
     }

@@ -589,16 +589,6 @@ pub fn digest(
     fit(&text)
 }
 
-/// The Telegram cooldown from `[telegram] cooldown_s` (default 600).
-pub fn telegram_cooldown(tables: &crate::config::file::Tables) -> Result<chrono::Duration, String> {
-    Some(tables.telegram.cooldown_s)
-        .filter(|s| (0..=86_400).contains(s))
-        .map(chrono::Duration::seconds)
-        .ok_or_else(|| {
-            "telegram.cooldown_s must be a whole number of seconds from 0 to 86400".to_owned()
-        })
-}
-
 /// Whether the notice for the task event at `position` is a repeat inside the cooldown: of the same kind as one
 /// sent less than `cooldown` before it. Pure and decided from the task's own history (its events' kinds and
 /// times, in order), so a replay decides the same; a notice held back does not restart the cooldown.

@@ -23,7 +23,7 @@ mod family;
 pub mod landing;
 mod ticket;
 
-pub use combined::{Combination, CombinedItem};
+pub use combined::{Combination, CombinedItem, PlanLand};
 pub use creation::{Family, NewTask};
 pub use decision::decide;
 use error::join;

@@ -604,9 +604,7 @@ impl Dispatcher {
         needed.extend(profiles.get(self.profile_name_of(row)));
         if row.column != Column::Triage && !row.is_plan() {
             if let Ok(repo) = row.repo.parse::<RepoName>() {
-                if self.inner.config.review_policy(&repo)
-                    == crate::config::file::ReviewPolicy::Agent
-                {
+                if self.inner.config.review_policy(&repo) == crate::tasks::ReviewPolicy::Agent {
                     needed.extend(profiles.reviewer_for(&repo));
                 }
             }
