@@ -68,6 +68,8 @@ pub struct Settings {
     pub config_file: Option<PathBuf>,
     /// `pidevops.toml`, parsed and checked once: its tables and the domain values built from them.
     pub file: FileConfig,
+    /// The clock the time-driven loops (cron) read: the system's; tests advance it instead of waiting.
+    pub clock: crate::domain::clock::Clock,
     /// The JetStream stream and subject prefix (tests use their own).
     pub bus: crate::bus::BusConfig,
     /// How often the relay looks for newly committed events.
@@ -322,6 +324,7 @@ impl Settings {
         }
 
         Ok(Self {
+            clock: crate::domain::clock::Clock::system(),
             bind,
             port,
             database,

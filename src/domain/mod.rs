@@ -1,6 +1,7 @@
 //! Pure domain values. No I/O lives here.
 
 pub mod backoff;
+pub mod clock;
 pub mod effect;
 pub mod event;
 pub mod limits;

@@ -28,7 +28,11 @@ mod tests {
         assert_eq!(closest("maxConcurrent", &known), Some("max_concurrent"));
         assert_eq!(closest("needsHuman", &known), Some("needs_human"));
         assert_eq!(closest("retrys", &known), Some("retries"));
-        assert_eq!(closest("retry", &known), None, "three edits from retries: too far");
+        assert_eq!(
+            closest("retry", &known),
+            None,
+            "three edits from retries: too far"
+        );
         assert_eq!(closest("scoep", &known), Some("scope"));
         assert_eq!(closest("bananas", &known), None);
         assert_eq!(closest("", &known), None);
