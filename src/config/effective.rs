@@ -174,9 +174,8 @@ fn mask_secrets(settings: &Settings, mut text: String) -> String {
         .names()
         .filter_map(|name| settings.file.profiles.get(name))
         .flat_map(|profile| profile.env.clone());
-    for name in profiles::NEVER_PASSED
-        .iter()
-        .map(|n| (*n).to_owned())
+    for name in profiles::never_passed()
+        .map(str::to_owned)
         .chain(profile_env)
     {
         if let Some(value) = settings.env.get(&name) {

@@ -3,6 +3,7 @@
 pub mod effect;
 pub mod event;
 pub mod limits;
+pub mod registry;
 pub mod runs;
 pub mod usage;
 
