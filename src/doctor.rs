@@ -247,12 +247,12 @@ fn allowed_repos(out: &mut String, settings: &Settings) {
 fn webhooks(out: &mut String, settings: &Settings) {
     let secrets = crate::domain::registry::PROVIDERS
         .iter()
-        .filter_map(|p| Some((p.name, settings.webhook_secret(p.source)?)));
-    for (name, secret) in secrets {
+        .filter_map(|p| Some((p.name, p.webhook_route, settings.webhook_secret(p.source)?)));
+    for (name, route, secret) in secrets {
         let (state, detail) = if secret.is_set() {
             (
                 "armed",
-                format!("POST /webhooks/{name} verifies with {}", secret.variable),
+                format!("POST {route} verifies with {}", secret.variable),
             )
         } else {
             (
