@@ -69,12 +69,38 @@ impl ProviderPolicy for GithubPolicy {
     }
 
     fn notifies(&self, event: &TaskEvent) -> bool {
-        matches!(
-            event,
+        match event {
             TaskEvent::SubmittedForReview { .. }
-                | TaskEvent::Combined { .. }
-                | TaskEvent::FlaggedNeedsHuman { .. }
-        ) || may_land(event)
+            | TaskEvent::Combined { .. }
+            | TaskEvent::FlaggedNeedsHuman { .. } => true,
+            TaskEvent::Created(_)
+            | TaskEvent::Approved { .. }
+            | TaskEvent::Rejected { .. }
+            | TaskEvent::Started { .. }
+            | TaskEvent::Completed { .. }
+            | TaskEvent::Retried { .. }
+            | TaskEvent::Cancelled { .. }
+            | TaskEvent::Archived { .. }
+            | TaskEvent::NeedsHumanCleared { .. }
+            | TaskEvent::SpecUpdated { .. }
+            | TaskEvent::FollowUpAttached { .. }
+            | TaskEvent::FollowUpsDelivered { .. }
+            | TaskEvent::TicketSeen { .. }
+            | TaskEvent::PriorityChanged { .. }
+            | TaskEvent::LinksAttached { .. }
+            | TaskEvent::AttemptReturned { .. }
+            | TaskEvent::AgentChosen { .. }
+            | TaskEvent::TriageEnded { .. }
+            | TaskEvent::PlanProposed { .. }
+            | TaskEvent::PlanApproved { .. }
+            | TaskEvent::PlanRejected { .. }
+            | TaskEvent::ChildrenCreated { .. }
+            | TaskEvent::RolledUp { .. }
+            | TaskEvent::CheckPassed { .. }
+            | TaskEvent::ReviewApproved { .. }
+            | TaskEvent::ApprovalWithdrawn { .. }
+            | TaskEvent::Landed { .. } => may_land(event),
+        }
     }
 
     async fn requests(
@@ -221,7 +247,36 @@ pub fn github(event: &TaskEvent, task: &Task, config: &PolicyConfig) -> Vec<Requ
                 body: pull_request_body(task),
             },
         }],
-        _ => Vec::new(),
+        // Nothing else is GitHub's to announce: its pull request is the task's story there.
+        TaskEvent::Created(_)
+        | TaskEvent::Approved { .. }
+        | TaskEvent::Rejected { .. }
+        | TaskEvent::Started { .. }
+        | TaskEvent::Completed { .. }
+        | TaskEvent::Retried { .. }
+        | TaskEvent::Cancelled { .. }
+        | TaskEvent::Archived { .. }
+        | TaskEvent::FlaggedNeedsHuman { .. }
+        | TaskEvent::NeedsHumanCleared { .. }
+        | TaskEvent::SpecUpdated { .. }
+        | TaskEvent::FollowUpAttached { .. }
+        | TaskEvent::FollowUpsDelivered { .. }
+        | TaskEvent::TicketSeen { .. }
+        | TaskEvent::PriorityChanged { .. }
+        | TaskEvent::LinksAttached { .. }
+        | TaskEvent::AttemptReturned { .. }
+        | TaskEvent::AgentChosen { .. }
+        | TaskEvent::TriageEnded { .. }
+        | TaskEvent::PlanProposed { .. }
+        | TaskEvent::PlanApproved { .. }
+        | TaskEvent::PlanRejected { .. }
+        | TaskEvent::ChildrenCreated { .. }
+        | TaskEvent::RolledUp { .. }
+        | TaskEvent::CheckPassed { .. }
+        | TaskEvent::ReviewApproved { .. }
+        | TaskEvent::ApprovalWithdrawn { .. }
+        | TaskEvent::Combined { .. }
+        | TaskEvent::Landed { .. } => Vec::new(),
     }
 }
 
@@ -233,7 +288,31 @@ fn may_land(event: &TaskEvent) -> bool {
         | TaskEvent::CheckPassed { .. }
         | TaskEvent::ReviewApproved { .. }
         | TaskEvent::NeedsHumanCleared { .. } => true,
-        _ => false,
+        TaskEvent::Created(_)
+        | TaskEvent::Approved { .. }
+        | TaskEvent::Rejected { .. }
+        | TaskEvent::Started { .. }
+        | TaskEvent::Completed { .. }
+        | TaskEvent::Retried { .. }
+        | TaskEvent::Cancelled { .. }
+        | TaskEvent::Archived { .. }
+        | TaskEvent::FlaggedNeedsHuman { .. }
+        | TaskEvent::SpecUpdated { .. }
+        | TaskEvent::FollowUpAttached { .. }
+        | TaskEvent::FollowUpsDelivered { .. }
+        | TaskEvent::TicketSeen { .. }
+        | TaskEvent::PriorityChanged { .. }
+        | TaskEvent::AttemptReturned { .. }
+        | TaskEvent::AgentChosen { .. }
+        | TaskEvent::TriageEnded { .. }
+        | TaskEvent::PlanProposed { .. }
+        | TaskEvent::PlanApproved { .. }
+        | TaskEvent::PlanRejected { .. }
+        | TaskEvent::ChildrenCreated { .. }
+        | TaskEvent::RolledUp { .. }
+        | TaskEvent::ApprovalWithdrawn { .. }
+        | TaskEvent::Combined { .. }
+        | TaskEvent::Landed { .. } => false,
     }
 }
 

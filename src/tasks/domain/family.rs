@@ -524,7 +524,31 @@ pub(super) fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError>
                 _ => task.column = *column,
             }
         }
-        _ => {
+        // `evolve` routes only the plan and triage events here.
+        TaskEvent::Created(_)
+        | TaskEvent::Approved { .. }
+        | TaskEvent::Rejected { .. }
+        | TaskEvent::Started { .. }
+        | TaskEvent::SubmittedForReview { .. }
+        | TaskEvent::Completed { .. }
+        | TaskEvent::Retried { .. }
+        | TaskEvent::Cancelled { .. }
+        | TaskEvent::Archived { .. }
+        | TaskEvent::FlaggedNeedsHuman { .. }
+        | TaskEvent::NeedsHumanCleared { .. }
+        | TaskEvent::SpecUpdated { .. }
+        | TaskEvent::FollowUpAttached { .. }
+        | TaskEvent::FollowUpsDelivered { .. }
+        | TaskEvent::TicketSeen { .. }
+        | TaskEvent::PriorityChanged { .. }
+        | TaskEvent::LinksAttached { .. }
+        | TaskEvent::AttemptReturned { .. }
+        | TaskEvent::AgentChosen { .. }
+        | TaskEvent::CheckPassed { .. }
+        | TaskEvent::ReviewApproved { .. }
+        | TaskEvent::ApprovalWithdrawn { .. }
+        | TaskEvent::Combined { .. }
+        | TaskEvent::Landed { .. } => {
             return Err(inapplicable(
                 Some(task),
                 event,
