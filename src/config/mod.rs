@@ -254,6 +254,17 @@ impl Env {
 }
 
 impl Settings {
+    /// A provider's webhook secret (the provider table names its variable); `None` for pidevops's own source.
+    pub fn webhook_secret(&self, source: crate::domain::Source) -> Option<&SourceSecret> {
+        use crate::domain::Source;
+        match source {
+            Source::Github => Some(&self.github_webhook_secret),
+            Source::Linear => Some(&self.linear_webhook_secret),
+            Source::Telegram => Some(&self.telegram_webhook_secret),
+            Source::Pidevops => None,
+        }
+    }
+
     pub fn from_process_env() -> Result<Self, ConfigError> {
         Self::from_env(&Env::from_process())
     }

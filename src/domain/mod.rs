@@ -5,6 +5,7 @@ pub mod clock;
 pub mod effect;
 pub mod event;
 pub mod limits;
+pub mod registry;
 pub mod runs;
 pub mod usage;
 

@@ -13,6 +13,7 @@ use serde::Deserialize;
 use super::pages::{self, age, column_label, source_badge, Nav};
 use super::plan::{self, card_family, Related};
 use super::{caught_up, frame, page, rendered_at, timed, unavailable, SignedIn};
+use crate::domain::registry;
 use crate::http::AppState;
 use crate::projectors::tasks::{self as task_rows, TaskFilter, TaskRow};
 use crate::tasks::{Column, Links};
@@ -79,7 +80,7 @@ pub fn board(view: &BoardView) -> Markup {
             }
             select name="source" {
                 option value="" { "every source" }
-                @for source in ["github", "linear", "telegram", "api", "cli", "cron"] {
+                @for source in registry::names().chain(["api", "cli", "cron"]) {
                     option value=(source) selected[f.source.as_deref() == Some(source)] { (source) }
                 }
             }
