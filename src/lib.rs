@@ -9,10 +9,10 @@
 //! job; the arrows below are the only doors.
 //!
 //! ```text
-//! main.rs          thin clap front: init | serve | migrate | doctor | config check | events | replay | task | plan |
-//!                  dispatch | worker
-//! cli/             `pidevops task …` (the board in a terminal), `pidevops plan …` (cli/plan.rs) and
-//!                  `pidevops dispatch pause|resume|status`
+//! main.rs          thin clap front: init | serve | migrate | doctor | events | task | plan | budget | usage |
+//!                  dispatch | worker | config check | replay
+//! cli/             `pidevops task …` (the board in a terminal), `pidevops plan …` (cli/plan.rs), `pidevops budget`,
+//!                  `pidevops usage` and `pidevops dispatch pause|resume|status`
 //! startup/         build(Settings) -> App: the one constructor for main and for tests (port 0 in tests)
 //!   catalog.rs     THE list of loops: each one's plan (armed / disabled / unarmed and why) and its builder;
 //!                  doctor, /health, /metrics and start-up all read it
