@@ -19,7 +19,8 @@
 //! config/          Settings from the environment; config/file/: pidevops.toml typed, unknown keys refused, and
 //!                  each area's domain values assembled from the tables (board.rs, budgets.rs, cron.rs, …): the
 //!                  modules below take those values and none reads `Tables`; config/dispatch.rs, profiles.rs:
-//!                  dispatch and agent profiles typed; secret.rs: constant-time compare
+//!                  dispatch and agent profiles typed; presets.rs: the agent presets, one entry each; secret.rs:
+//!                  constant-time compare
 //! telemetry.rs     tracing (json | pretty) and the Prometheus recorder
 //! init/            `pidevops init`: pidevops.toml and .env of fresh secrets from a few answers
 //! doctor/          `pidevops doctor`: the loop plan, containment, webhooks, each provider's API

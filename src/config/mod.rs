@@ -12,6 +12,7 @@ pub mod allow_hosts;
 pub mod dispatch;
 pub mod file;
 pub mod plans;
+pub mod presets;
 pub mod profiles;
 pub mod repo_env;
 pub mod secret;

@@ -104,12 +104,7 @@ pub enum ModelRoute {
 /// provider's base-URL variable.
 pub fn guess_route(command: &[impl AsRef<str>]) -> ModelRoute {
     let program = command.first().map(|p| p.as_ref()).unwrap_or_default();
-    match program.rsplit('/').next().unwrap_or(program) {
-        "pi" => ModelRoute::PiModels,
-        "opencode" => ModelRoute::OpencodeConfig,
-        "codex" => ModelRoute::CodexConfig,
-        _ => ModelRoute::BaseUrlVariable,
-    }
+    super::presets::by_program(program).map_or(ModelRoute::BaseUrlVariable, |p| p.model_route)
 }
 
 /// What a run fills the placeholders with.
@@ -168,118 +163,32 @@ impl AgentProfile {
 /// does not need (telemetry, update checks, downloads at start-up). tests/it/agent_clis.rs runs each against a
 /// scripted model.
 pub fn presets() -> Vec<AgentProfile> {
-    let preset =
-        |name: &str, command: &[&str], env: &[&str], set_env: &[(&str, &str)]| AgentProfile {
-            name: name.to_owned(),
-            usage: guess_usage(command),
+    super::presets::PRESETS
+        .iter()
+        .map(|preset| AgentProfile {
+            name: preset.name.to_owned(),
+            usage: guess_usage(preset.command),
             fallback: None,
             network: Network::Proxy,
-            model_route: guess_route(command),
-            command: command.iter().map(|s| (*s).to_owned()).collect(),
-            env: env.iter().map(|s| (*s).to_owned()).collect(),
-            set_env: set_env
+            model_route: preset.model_route,
+            command: preset.command.iter().map(|s| (*s).to_owned()).collect(),
+            env: preset.env.iter().map(|s| (*s).to_owned()).collect(),
+            set_env: preset
+                .set_env
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
             timeout: DEFAULT_TIMEOUT,
             no_output_timeout: DEFAULT_NO_OUTPUT_TIMEOUT,
-            prompt_on_stdin: true,
-            live_input: LiveInput::None,
+            prompt_on_stdin: !preset.live_input,
+            live_input: if preset.live_input {
+                LiveInput::ClaudeStreamJson
+            } else {
+                LiveInput::None
+            },
             on_follow_up: OnFollowUp::Queue,
-        };
-    let live = |profile: AgentProfile| AgentProfile {
-        prompt_on_stdin: false,
-        live_input: LiveInput::ClaudeStreamJson,
-        ..profile
-    };
-    vec![
-        live(preset(
-            "claude",
-            &[
-                "claude",
-                "-p",
-                "--input-format",
-                "stream-json",
-                "--output-format",
-                "stream-json",
-                "--verbose",
-                "--replay-user-messages",
-                "--dangerously-skip-permissions",
-                // No project settings (`.claude/settings*.json`: hooks, env, plugins) and no `.mcp.json`: only
-                // the run's own HOME (fresh) and the flags here configure it (docs/agents.md, "Planted
-                // configuration").
-                "--setting-sources",
-                "user",
-                "--strict-mcp-config",
-            ],
-            &["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"],
-            &[
-                ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
-                ("DISABLE_AUTOUPDATER", "1"),
-                // Claude Code refuses --dangerously-skip-permissions as root unless it is told it runs in a
-                // sandbox: it does (pidevops contains it), and a service in a container often runs as root.
-                ("IS_SANDBOX", "1"),
-            ],
-        )),
-        preset(
-            "pi",
-            // No session file: pidevops never resumes one, and the run's log holds the transcript. JSON events:
-            // each assistant message's usage and cost.
-            // No extensions discovered (`.pi/extensions/` would run at start).
-            &[
-                "pi",
-                "-p",
-                "--no-session",
-                "--mode",
-                "json",
-                "--no-extensions",
-            ],
-            // PI_CODING_AGENT_DIR: a directory with pi's models.json / settings.json (another endpoint, a model),
-            // read by pidevops: the agent gets a directory of its own pointing pi at the run's gateway.
-            &["ANTHROPIC_API_KEY", "PI_CODING_AGENT_DIR"],
-            &[("PI_OFFLINE", "1"), ("PI_SKIP_VERSION_CHECK", "1")],
-        ),
-        preset(
-            "opencode",
-            // JSON events: each step's tokens and cost.
-            &["opencode", "run", "--format", "json"],
-            &[
-                "ANTHROPIC_API_KEY",
-                "OPENCODE_CONFIG",
-                "OPENCODE_CONFIG_CONTENT",
-            ],
-            &[
-                ("OPENCODE_DISABLE_AUTOUPDATE", "1"),
-                ("OPENCODE_DISABLE_SHARE", "1"),
-                // Its bundled model list instead of a download at each start.
-                ("OPENCODE_DISABLE_MODELS_FETCH", "1"),
-                // Else it installs its default plugins from the npm registry at each start (a fresh HOME).
-                ("OPENCODE_DISABLE_DEFAULT_PLUGINS", "1"),
-                ("OPENCODE_DISABLE_LSP_DOWNLOAD", "1"),
-                // No opencode.json or .opencode/ of the project (its MCP servers, plugins, agents, commands).
-                ("OPENCODE_DISABLE_PROJECT_CONFIG", "1"),
-            ],
-        ),
-        preset(
-            "codex",
-            // Codex's own sandbox cannot nest in pidevops's (its workspace-write mode fails to write inside it):
-            // pidevops contains the agent, which is what the flag is for. `exec` reads CODEX_API_KEY, not
-            // OPENAI_API_KEY. Codex reads no variable for its endpoint: pidevops adds `-c openai_base_url=…` (its
-            // run's gateway), which forwards to OPENAI_BASE_URL, else OpenAI's API.
-            // `--json`: JSON events, each turn's token counts.
-            &[
-                "codex",
-                "exec",
-                "--json",
-                "--dangerously-bypass-approvals-and-sandbox",
-                "-c",
-                "analytics.enabled=false",
-                "-",
-            ],
-            &["CODEX_API_KEY", "OPENAI_BASE_URL"],
-            &[],
-        ),
-    ]
+        })
+        .collect()
 }
 
 /// Every profile, the default, each repository's pick, and the profiles with a role of their own.
@@ -593,23 +502,16 @@ fn live_input_name(live: LiveInput) -> &'static str {
 /// reports usage. Anything else reads nothing.
 pub fn guess_usage(command: &[impl AsRef<str>]) -> UsageFormat {
     let args: Vec<&str> = command.iter().map(|a| a.as_ref()).collect();
-    let Some(program) = args.first() else {
+    let Some(preset) = args
+        .first()
+        .and_then(|program| super::presets::by_program(program))
+    else {
         return UsageFormat::None;
     };
-    let program = program.rsplit('/').next().unwrap_or(program);
-    let has = |flag: &str, value: &str| {
-        args.windows(2).any(|w| w[0] == flag && w[1] == value)
-            || args.iter().any(|a| *a == format!("{flag}={value}"))
-    };
-    match program {
-        "claude" if has("--output-format", "stream-json") => UsageFormat::Claude,
-        "codex" if args.contains(&"--json") || args.contains(&"--experimental-json") => {
-            UsageFormat::Codex
-        }
-        "pi" if has("--mode", "json") => UsageFormat::Pi,
-        "opencode" if has("--format", "json") => UsageFormat::Opencode,
-        _ => UsageFormat::None,
+    if !preset.reports_usage(&args) {
+        return UsageFormat::None;
     }
+    UsageFormat::named(preset.usage).unwrap_or_default()
 }
 
 /// `usage` and `usage_pattern`: one format, named or a regex; neither, guessed from the command.

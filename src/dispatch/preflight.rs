@@ -20,29 +20,14 @@ use crate::dispatch::sandbox::find_program;
 /// An agent's PATH when the service has none (`launch.rs` `neutral_env`).
 pub const AGENT_DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
-/// The variables each CLI accepts a credential from, by its program's name; `None`: a CLI pidevops does not know,
-/// whose credentials it cannot judge. pi and OpenCode take their provider's key (any of the providers they
-/// support), so for them it is any variable the profile passes whose name says it is one ([`provider_key`]).
-pub fn credential_variables(program: &str) -> Option<Credentials> {
-    match program.rsplit('/').next().unwrap_or(program) {
-        "claude" => Some(Credentials::AnyOf(&[
-            "ANTHROPIC_API_KEY",
-            "CLAUDE_CODE_OAUTH_TOKEN",
-            "ANTHROPIC_AUTH_TOKEN",
-        ])),
-        "codex" => Some(Credentials::AnyOf(&["CODEX_API_KEY", "OPENAI_API_KEY"])),
-        "pi" | "opencode" => Some(Credentials::ProviderKey),
-        _ => None,
-    }
-}
+pub use crate::config::presets::Credentials;
 
-/// What a CLI accepts as its credential.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Credentials {
-    /// One of these variables.
-    AnyOf(&'static [&'static str]),
-    /// Any provider's key variable ([`provider_key`]).
-    ProviderKey,
+/// The variables each CLI accepts a credential from, by its program's name (the presets' table); `None`: a CLI
+/// pidevops does not know, whose credentials it cannot judge. pi and OpenCode take their provider's key (any of the
+/// providers they support), so for them it is any variable the profile passes whose name says it is one
+/// ([`provider_key`]).
+pub fn credential_variables(program: &str) -> Option<Credentials> {
+    crate::config::presets::by_program(program).map(|p| p.credentials)
 }
 
 /// Whether a variable's name says it holds a provider's key (`ANTHROPIC_API_KEY`, `OPENAI_API_KEY`,

@@ -293,9 +293,13 @@ pub fn answers(
                 .collect();
         }
         if agent.is_none() {
+            let presets: Vec<&str> = crate::config::presets::PRESETS
+                .iter()
+                .map(|p| p.name)
+                .collect();
             agent = Some(ask(
                 input,
-                "Agent (claude, pi, opencode, codex, or a command)",
+                &format!("Agent ({}, or a command)", presets.join(", ")),
                 "claude",
             )?);
         }
