@@ -71,6 +71,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(webhooks)
         .merge(api::router(state.clone()))
+        .merge(openapi::router())
         .merge(web::router())
         .fallback(not_found)
         .layer(TraceLayer::new_for_http())
