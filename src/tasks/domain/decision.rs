@@ -17,32 +17,9 @@ use super::{
 use conversation::{answer, attach_follow_up, deliver_follow_ups, known_origin};
 use retries::retry;
 
-/// Decides what `command` means for `state` at `now`: the events to record, none (already so), or why not.
-pub fn decide(
-    state: Option<&Task>,
-    command: &Command,
-    now: DateTime<Utc>,
-) -> Result<Vec<TaskEvent>, TaskError> {
-    let task = match (state, command) {
-        (None, Command::Create(new)) => return Ok(create(new, now)),
-        (Some(task), Command::Create(_)) => return Err(TaskError::AlreadyExists { id: task.id }),
-        (None, other) => {
-            return Err(TaskError::NotFound {
-                command: other.name(),
-            })
-        }
-        (Some(task), _) => task,
-    };
-    if task.column == Column::Archived {
-        return Err(TaskError::Archived {
-            id: task.id,
-            command: command.name(),
-        });
-    }
-    let wrong = |allowed: &'static [Column]| wrong_column(task, command, allowed);
-    let column = task.column;
-    let at = now;
-    let none = Ok(Vec::new());
+/// Commands a task refuses whatever its column, for what it is doing: a triage agent rewriting its ticket, or
+/// an approved plan's items doing its work.
+fn not_now(task: &Task, command: &Command) -> Result<(), TaskError> {
     // While a triage agent rewrites the ticket, the approver waits for it (or cancels).
     if task.purpose == Some(RunPurpose::Triage)
         && matches!(
@@ -71,6 +48,36 @@ pub fn decide(
             command: command.name(),
         });
     }
+    Ok(())
+}
+
+/// Decides what `command` means for `state` at `now`: the events to record, none (already so), or why not.
+pub fn decide(
+    state: Option<&Task>,
+    command: &Command,
+    now: DateTime<Utc>,
+) -> Result<Vec<TaskEvent>, TaskError> {
+    let task = match (state, command) {
+        (None, Command::Create(new)) => return Ok(create(new, now)),
+        (Some(task), Command::Create(_)) => return Err(TaskError::AlreadyExists { id: task.id }),
+        (None, other) => {
+            return Err(TaskError::NotFound {
+                command: other.name(),
+            })
+        }
+        (Some(task), _) => task,
+    };
+    if task.column == Column::Archived {
+        return Err(TaskError::Archived {
+            id: task.id,
+            command: command.name(),
+        });
+    }
+    let wrong = |allowed: &'static [Column]| wrong_column(task, command, allowed);
+    let column = task.column;
+    let at = now;
+    let none = Ok(Vec::new());
+    not_now(task, command)?;
     match command {
         Command::Create(_) => Err(TaskError::AlreadyExists { id: task.id }),
 
