@@ -1,5 +1,5 @@
-//! The HTTP surface: health, metrics, webhooks, the admin API and the dashboard (`web`). `router(state)` is all of it, so tests can
-//! drive it with `oneshot` or through a real socket.
+//! The HTTP surface: health, metrics, webhooks, the admin API and the dashboard (`web`). `router(state)` is all of it, so tests
+//! drive it through a real socket (`TestApp`, port 0).
 
 mod api;
 mod budgets;
