@@ -11,17 +11,19 @@
 //! ```text
 //! main.rs          thin clap front: init | serve | migrate | doctor | config check | events | replay | task | plan |
 //!                  dispatch | worker
-//! cli.rs           `pidevops task …` (the board in a terminal), `pidevops plan …` (cli/plan.rs) and
+//! cli/             `pidevops task …` (the board in a terminal), `pidevops plan …` (cli/plan.rs) and
 //!                  `pidevops dispatch pause|resume|status`
 //! startup/         build(Settings) -> App: the one constructor for main and for tests (port 0 in tests)
 //!   catalog.rs     THE list of loops: each one's plan (armed / disabled / unarmed and why) and its builder;
 //!                  doctor, /health, /metrics and start-up all read it
-//! config.rs        Settings from the environment; config/file/: pidevops.toml typed, unknown keys refused;
-//!                  config/dispatch.rs, profiles.rs: dispatch and agent profiles typed; secret.rs: constant-time compare
+//! config/          Settings from the environment; config/file/: pidevops.toml typed, unknown keys refused, and
+//!                  each area's domain values assembled from the tables (board.rs, budgets.rs, cron.rs, …): the
+//!                  modules below take those values and none reads `Tables`; config/dispatch.rs, profiles.rs:
+//!                  dispatch and agent profiles typed; secret.rs: constant-time compare
 //! telemetry.rs     tracing (json | pretty) and the Prometheus recorder
-//! init.rs          `pidevops init`: pidevops.toml and .env of fresh secrets from a few answers
-//! doctor.rs        `pidevops doctor`: the loop plan, containment, webhooks, each provider's API
-//! budgets          what runs may spend, raised by events, from the usage read model
+//! init/            `pidevops init`: pidevops.toml and .env of fresh secrets from a few answers
+//! doctor/          `pidevops doctor`: the loop plan, containment, webhooks, each provider's API
+//! budgets/         what runs may spend, raised by events, from the usage read model
 //! domain/          pure values: Source, event types, NewEvent; runs.rs, a run's events; usage.rs, what a run
 //!                  spent, read from its agent's output
 //! eventlog/        the only writer of the events table: appender tasks (group commit) over two backends

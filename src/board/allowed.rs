@@ -5,7 +5,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::config::file::Tables;
 use crate::tasks::RepoName;
 
 /// The allow-list; empty (nothing allowed) until configured.
@@ -29,30 +28,6 @@ pub struct NotAllowed {
 }
 
 impl AllowedRepos {
-    /// The names under `[repos]` and the patterns in `[intake] allow_repos`.
-    pub fn from_tables(tables: &Tables) -> Result<Self, String> {
-        let mut seen = BTreeMap::new();
-        for name in tables.repos.keys() {
-            let repo = name
-                .parse::<RepoName>()
-                .map_err(|e| format!("[repos.\"{name}\"]: {e}"))?;
-            // Two tables for one repository would each hold half its settings.
-            if let Some(first) = seen.insert(repo.clone(), repo) {
-                return Err(format!(
-                    "[repos.\"{name}\"] and [repos.\"{first}\"] name one repository (GitHub ignores case): keep one"
-                ));
-            }
-        }
-        let mut allowed = Self::new(tables.repos.keys().map(String::as_str))?;
-        let more = Self::new(tables.intake.allow_repos.iter().map(String::as_str))
-            .map_err(|e| format!("intake.allow_repos: {e}"))?;
-        for (key, spelling) in more.exact {
-            allowed.exact.entry(key).or_insert(spelling);
-        }
-        allowed.owners.extend(more.owners);
-        Ok(allowed)
-    }
-
     /// From patterns: `owner/name` or `owner/*`; anything wider (`*`, `*/*`, `acme/ap*`) is refused.
     pub fn new<'a>(patterns: impl IntoIterator<Item = &'a str>) -> Result<Self, String> {
         let mut allowed = Self::default();
@@ -75,6 +50,14 @@ impl AllowedRepos {
             }
         }
         Ok(allowed)
+    }
+
+    /// `more`'s repositories and owners added; a repository already here keeps its spelling.
+    pub fn extend(&mut self, more: AllowedRepos) {
+        for (key, spelling) in more.exact {
+            self.exact.entry(key).or_insert(spelling);
+        }
+        self.owners.extend(more.owners);
     }
 
     pub fn check(&self, repo: &RepoName) -> Result<(), NotAllowed> {

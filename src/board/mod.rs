@@ -151,7 +151,8 @@ impl SpecEdit {
     }
 }
 
-/// The approval gate and attempt budget: global defaults, overridable per repository (`pidevops.toml`).
+/// The approval gate and attempt budget: global defaults, overridable per repository (`pidevops.toml`, read by
+/// config).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BoardConfig {
     pub approval: ApprovalPolicy,
@@ -177,31 +178,6 @@ impl Default for BoardConfig {
 }
 
 impl BoardConfig {
-    /// `[board] approval`, `[board] max_attempts`, `[repos."owner/name"] approval` and the allow-list.
-    pub fn from_tables(tables: &crate::config::file::Tables) -> Result<Self, String> {
-        let max_attempts = u32::try_from(tables.board.max_attempts)
-            .map_err(|_| "board.max_attempts must be a whole number".to_owned())?;
-        let mut config = Self {
-            approval: tables.board.approval,
-            max_attempts: MaxAttempts::new(max_attempts)
-                .map_err(|e| format!("board.max_attempts: {e}"))?,
-            allowed: AllowedRepos::from_tables(tables)?,
-            ..Self::default()
-        };
-        for (name, repo) in &tables.repos {
-            if let Some(approval) = repo.approval {
-                let parsed = name
-                    .parse::<RepoName>()
-                    .map_err(|e| format!("[repos.\"{name}\"]: {e}"))?;
-                config.repos.insert(parsed, approval);
-            }
-            config
-                .land
-                .insert(name.to_ascii_lowercase(), land_config(name, repo)?);
-        }
-        Ok(config)
-    }
-
     /// The repository's landing rules; a repository without a table is landed by people.
     pub fn land_for(&self, repo: &RepoName) -> LandConfig {
         self.land
@@ -213,39 +189,6 @@ impl BoardConfig {
     pub fn approval_for(&self, repo: &RepoName) -> ApprovalPolicy {
         self.repos.get(repo).copied().unwrap_or(self.approval)
     }
-}
-
-/// `[repos."o/n"]` `land`, `approvals`, `required_checks` and `merge_method`, checked.
-fn land_config(name: &str, repo: &crate::config::file::RepoTable) -> Result<LandConfig, String> {
-    use crate::tasks::landing::{MAX_NAME_CHARS, MAX_REQUIRED_APPROVALS};
-    let key = format!("repos.\"{name}\"");
-    let approvals = match repo.approvals {
-        None => 1,
-        Some(n) => u8::try_from(n)
-            .ok()
-            .filter(|n| *n <= MAX_REQUIRED_APPROVALS)
-            .ok_or_else(|| {
-                format!("{key}.approvals must be a whole number from 0 to {MAX_REQUIRED_APPROVALS}")
-            })?,
-    };
-    let mut required_checks: Vec<String> = Vec::new();
-    for check in repo.required_checks.iter().flatten() {
-        let check = check.trim();
-        if check.is_empty() || check.chars().count() > MAX_NAME_CHARS {
-            return Err(format!(
-                "{key}.required_checks names a check that is empty or longer than {MAX_NAME_CHARS} characters"
-            ));
-        }
-        if !required_checks.iter().any(|c| c == check) {
-            required_checks.push(check.to_owned());
-        }
-    }
-    Ok(LandConfig {
-        mode: repo.land.unwrap_or_default(),
-        approvals,
-        required_checks,
-        merge_method: repo.merge_method,
-    })
 }
 
 /// What a person can ask of a task from the API, the CLI (and later Telegram and the dashboard).

@@ -56,7 +56,7 @@ pub async fn budget(settings: Settings, command: BudgetCommand) -> anyhow::Resul
 
 async fn run(
     core: &crate::startup::Core,
-    config: &crate::config::budgets::BudgetsConfig,
+    config: &budgets::BudgetsConfig,
     command: BudgetCommand,
 ) -> anyhow::Result<()> {
     let store = core.log.store();

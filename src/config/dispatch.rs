@@ -122,7 +122,7 @@ pub struct DispatchConfig {
     /// `[repos."o/n"] allow_hosts` where set: what its agents and hooks may reach through the egress proxy.
     pub allow_hosts: BTreeMap<RepoName, AllowHosts>,
     /// `[budgets]`: what runs may spend.
-    pub budgets: crate::config::budgets::BudgetsConfig,
+    pub budgets: crate::budgets::BudgetsConfig,
     /// What one agent may take of the machine: memory, `/tmp`, output, and the disk left before a claim.
     pub bounds: AgentBounds,
 }
@@ -231,8 +231,12 @@ impl DispatchConfig {
         if next <= 1 {
             return Duration::ZERO;
         }
-        let doublings = (next - 2).min(10);
-        let base = self.retry_backoff.saturating_mul(1 << doublings);
+        let base = crate::domain::backoff::Backoff {
+            first: self.retry_backoff,
+            max_doublings: 10,
+            cap: Duration::MAX,
+        }
+        .after(next - 1);
         base.mul_f64(1.0 + jitter.clamp(0.0, 0.2))
     }
 
@@ -366,7 +370,7 @@ impl DispatchConfig {
             scope,
             review,
             allow_hosts,
-            budgets: crate::config::budgets::BudgetsConfig::from_tables(tables)?,
+            budgets: super::file::budgets_config(tables)?,
             bounds: AgentBounds::from_table(dispatch)?,
         })
     }

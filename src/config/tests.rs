@@ -133,12 +133,12 @@ fn bus_names_leases_and_instance_ids_are_validated() {
     assert!(a.instance_id != b.instance_id || b.instance_id != c.instance_id);
 }
 
-/// `serve --help` lists what the settings read: every variable named in a call in config.rs is in [`VARIABLES`],
+/// `serve --help` lists what the settings read: every variable named in a call in config/mod.rs is in [`VARIABLES`],
 /// and so is every one `config check` prints.
 #[test]
 fn every_variable_the_settings_read_is_declared_for_serve_help() {
-    // The list itself is in config/variables.rs: config.rs holds the reads, effective.rs what `config check` prints.
-    let outside = concat!(include_str!("../config.rs"), include_str!("effective.rs"));
+    // The list itself is in config/variables.rs: config/mod.rs holds the reads, effective.rs what `config check` prints.
+    let outside = concat!(include_str!("mod.rs"), include_str!("effective.rs"));
     let called = regex::Regex::new(r#"\(\s*(?:env,\s*)?"([A-Z][A-Z0-9_]+)""#).unwrap();
     let declared: Vec<&str> = VARIABLES.iter().map(|(name, _)| *name).collect();
     let read: std::collections::BTreeSet<&str> = called

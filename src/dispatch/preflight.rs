@@ -165,7 +165,7 @@ pub fn used_profiles<'a>(
         used.push(("the triage".to_owned(), triager));
     }
     for (repo, review) in &config.review {
-        if *review != crate::config::file::ReviewPolicy::Agent {
+        if *review != crate::tasks::ReviewPolicy::Agent {
             continue;
         }
         if let Some(reviewer) = profiles.reviewer_for(repo) {

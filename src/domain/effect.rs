@@ -1,5 +1,6 @@
 //! Names of effects and their streams, shared by the effects that write them and the loops that look them up
-//! without importing `effects` (intake asks whether a task's notice went to a chat).
+//! without importing `effects` (intake asks whether a task's notice went to a chat); and the Linear states
+//! `effects:linear` moves issues to, which intake reads as at work.
 
 /// The stream of one effect: `effect:<key>`.
 pub const EFFECT_STREAM_PREFIX: &str = "effect:";
@@ -11,4 +12,41 @@ pub fn stream(key: &str) -> String {
 /// The key of the Telegram notice to `chat` about the task event stored as `event_id`.
 pub fn telegram_notice_key(chat: i64, event_id: &str) -> String {
     format!("telegram:notify:{chat}:{event_id}")
+}
+
+/// The Linear workflow states pidevops moves an issue through, each a list of names tried in order (the first
+/// the team has wins) and the state type used when the team has none of them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinearStates {
+    pub in_progress: Vec<String>,
+    pub in_review: Vec<String>,
+    pub done: Vec<String>,
+    pub blocked: Vec<String>,
+}
+
+impl Default for LinearStates {
+    fn default() -> Self {
+        let names = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect();
+        Self {
+            in_progress: names(&["Pi-Dev: In Progress", "In Progress"]),
+            in_review: names(&["In Review"]),
+            done: names(&["Done"]),
+            blocked: names(&["Pi-Dev: Blocked", "Blocked"]),
+        }
+    }
+}
+
+impl LinearStates {
+    /// Every state name, `in_progress`'s to `blocked`'s.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        [
+            &self.in_progress,
+            &self.in_review,
+            &self.done,
+            &self.blocked,
+        ]
+        .into_iter()
+        .flatten()
+        .map(String::as_str)
+    }
 }

@@ -1,5 +1,6 @@
 //! Pure domain values. No I/O lives here.
 
+pub mod backoff;
 pub mod effect;
 pub mod event;
 pub mod limits;

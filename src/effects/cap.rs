@@ -73,21 +73,6 @@ impl EffectCap {
     pub fn limit(self) -> Option<u32> {
         self.0.map(NonZeroU32::get)
     }
-
-    /// `[effects] max_per_task_per_hour`: a whole number from 0 (no cap) to [`MAX_PER_HOUR`].
-    pub fn from_tables(tables: &crate::config::file::Tables) -> Result<Self, String> {
-        let calls = tables.effects.max_per_task_per_hour;
-        u32::try_from(calls)
-            .ok()
-            .filter(|c| i64::from(*c) <= MAX_PER_HOUR)
-            .map(Self::per_hour)
-            .ok_or_else(|| {
-                format!(
-                    "effects.max_per_task_per_hour must be a whole number from 0 (no cap) to {MAX_PER_HOUR}, \
-                     not {calls}"
-                )
-            })
-    }
 }
 
 /// One fact in a task's `outbound:<task>` stream.
@@ -321,32 +306,6 @@ mod tests {
         );
         assert_eq!(EffectCap::per_hour(0), EffectCap::off());
         assert_eq!(EffectCap::default().limit(), Some(DEFAULT_PER_HOUR));
-    }
-
-    #[test]
-    fn the_configured_cap_is_checked() {
-        let tables = |calls: i64| {
-            let mut tables = crate::config::file::Tables::default();
-            tables.effects.max_per_task_per_hour = calls;
-            tables
-        };
-        assert_eq!(
-            EffectCap::from_tables(&crate::config::file::Tables::default()),
-            Ok(EffectCap::per_hour(20))
-        );
-        assert_eq!(EffectCap::from_tables(&tables(0)), Ok(EffectCap::off()));
-        assert_eq!(
-            EffectCap::from_tables(&tables(3600)),
-            Ok(EffectCap::per_hour(3600))
-        );
-        for bad in [-1, 3601, i64::MAX] {
-            assert_eq!(
-                EffectCap::from_tables(&tables(bad)),
-                Err(format!(
-                    "effects.max_per_task_per_hour must be a whole number from 0 (no cap) to 3600, not {bad}"
-                ))
-            );
-        }
     }
 
     #[test]

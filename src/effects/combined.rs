@@ -5,7 +5,7 @@
 use super::github::inert;
 use super::policy::PolicyConfig;
 use super::{Action, Request};
-use crate::config::file::PlanLand;
+use crate::tasks::PlanLand;
 use crate::tasks::{Combination, Task, TaskId};
 
 /// The most characters of one item's section in the plan's pull request body.

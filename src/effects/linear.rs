@@ -293,12 +293,13 @@ fn session_in(event: &StoredEvent) -> Option<String> {
 
 /// The run of a task's latest start, from its events.
 fn last_run(events: &[StoredEvent]) -> Option<RunId> {
-    events.iter().rev().find_map(
-        |e| match serde_json::from_slice::<TaskEvent>(&e.body).ok()? {
-            TaskEvent::Started { run, .. } => Some(run),
-            _ => None,
-        },
-    )
+    events.iter().rev().find_map(|e| {
+        let TaskEvent::Started { run, .. } = serde_json::from_slice::<TaskEvent>(&e.body).ok()?
+        else {
+            return None;
+        };
+        Some(run)
+    })
 }
 
 mod requests;

@@ -212,7 +212,7 @@ mod tests {
                 {"id": "a", "title": " Part A ", "task": "a", "scope": ["a/**"], "done_when": "a", "depends_on": []},
                 {"id": "b", "title": "Part B", "task": "b", "scope": ["b/**"], "done_when": "b", "depends_on": ["a"]}
             ]}"#,
-            &crate::config::plans::PlansConfig::default().limits(),
+            &crate::tasks::plan::PlanLimits::default(),
         )
         .expect("a valid plan");
         let started = after(Some(plan), Command::Start { run });

@@ -349,8 +349,12 @@ pub fn retry_at(
     if attempts >= MAX_ATTEMPTS {
         return None;
     }
-    let backoff = std::time::Duration::from_secs(2u64 << attempts.saturating_sub(1).min(9))
-        .min(std::time::Duration::from_secs(600));
+    let backoff = crate::domain::backoff::Backoff {
+        first: std::time::Duration::from_secs(2),
+        max_doublings: 9,
+        cap: std::time::Duration::from_secs(600),
+    }
+    .after(attempts);
     let wait = retry_after.unwrap_or(backoff);
     Some(now + chrono::Duration::from_std(wait).ok()?)
 }

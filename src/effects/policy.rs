@@ -15,8 +15,9 @@ pub use super::linear::{
     linear, linear_notifies, linear_pull_request, linear_session_opened, linear_session_refused,
 };
 pub use super::telegram::{
-    digest, repeat_in_cooldown, telegram, telegram_cooldown, telegram_notifies, telegram_proposal,
+    digest, repeat_in_cooldown, telegram, telegram_notifies, telegram_proposal,
 };
+pub use crate::domain::effect::LinearStates;
 use crate::tasks::RepoName;
 
 /// What the policy needs to know of the deployment.
@@ -39,49 +40,7 @@ pub struct PolicyConfig {
     /// pidevops's own GitHub account (`[intake.github] bot_login`): a question on an issue says to mention it.
     pub github_bot_login: Option<String>,
     /// `[plans] land`: with `combined`, a plan's items open no pull request; the plan's combination opens one.
-    pub plan_land: crate::config::file::PlanLand,
-}
-
-/// The Linear workflow states pidevops moves an issue through, each a list of names tried in order (the first
-/// the team has wins) and the state type used when the team has none of them.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LinearStates {
-    pub in_progress: Vec<String>,
-    pub in_review: Vec<String>,
-    pub done: Vec<String>,
-    pub blocked: Vec<String>,
-}
-
-impl Default for LinearStates {
-    fn default() -> Self {
-        let names = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect();
-        Self {
-            in_progress: names(&["Pi-Dev: In Progress", "In Progress"]),
-            in_review: names(&["In Review"]),
-            done: names(&["Done"]),
-            blocked: names(&["Pi-Dev: Blocked", "Blocked"]),
-        }
-    }
-}
-
-impl LinearStates {
-    /// `[linear.states]`: `in_progress`, `in_review`, `done`, `blocked`, each a name or a list of names.
-    pub fn from_tables(tables: &crate::config::file::Tables) -> Result<Self, String> {
-        let table = &tables.linear.states;
-        let mut states = Self::default();
-        for (key, names, into) in [
-            ("in_progress", &table.in_progress, &mut states.in_progress),
-            ("in_review", &table.in_review, &mut states.in_review),
-            ("done", &table.done, &mut states.done),
-            ("blocked", &table.blocked, &mut states.blocked),
-        ] {
-            if names.0.is_empty() || names.0.iter().any(|n| n.trim().is_empty()) {
-                return Err(format!("linear.states.{key} names an empty state"));
-            }
-            into.clone_from(&names.0);
-        }
-        Ok(states)
-    }
+    pub plan_land: crate::tasks::PlanLand,
 }
 
 impl PolicyConfig {

@@ -308,15 +308,38 @@ impl ProviderPolicy for TelegramPolicy {
 
 /// Whether a task event is news for Telegram (checked before the task is loaded).
 pub fn telegram_notifies(event: &TaskEvent) -> bool {
-    matches!(
-        event,
+    match event {
         TaskEvent::FlaggedNeedsHuman { .. }
-            | TaskEvent::SubmittedForReview { .. }
-            | TaskEvent::Completed { .. }
-            | TaskEvent::Cancelled { .. }
-            | TaskEvent::Created(_)
-            | TaskEvent::PlanProposed { .. }
-    )
+        | TaskEvent::SubmittedForReview { .. }
+        | TaskEvent::Completed { .. }
+        | TaskEvent::Cancelled { .. }
+        | TaskEvent::Created(_)
+        | TaskEvent::PlanProposed { .. } => true,
+        TaskEvent::Approved { .. }
+        | TaskEvent::Rejected { .. }
+        | TaskEvent::Started { .. }
+        | TaskEvent::Retried { .. }
+        | TaskEvent::Archived { .. }
+        | TaskEvent::NeedsHumanCleared { .. }
+        | TaskEvent::SpecUpdated { .. }
+        | TaskEvent::FollowUpAttached { .. }
+        | TaskEvent::FollowUpsDelivered { .. }
+        | TaskEvent::TicketSeen { .. }
+        | TaskEvent::PriorityChanged { .. }
+        | TaskEvent::LinksAttached { .. }
+        | TaskEvent::AttemptReturned { .. }
+        | TaskEvent::AgentChosen { .. }
+        | TaskEvent::TriageEnded { .. }
+        | TaskEvent::PlanApproved { .. }
+        | TaskEvent::PlanRejected { .. }
+        | TaskEvent::ChildrenCreated { .. }
+        | TaskEvent::RolledUp { .. }
+        | TaskEvent::CheckPassed { .. }
+        | TaskEvent::ReviewApproved { .. }
+        | TaskEvent::ApprovalWithdrawn { .. }
+        | TaskEvent::Combined { .. }
+        | TaskEvent::Landed { .. } => false,
+    }
 }
 
 /// One message per chat for each state change people act on: a task waiting for approval, in review, done,
@@ -375,15 +398,42 @@ pub fn telegram(event: &TaskEvent, task: &Task, event_id: &str, chats: &[i64]) -
         TaskEvent::Cancelled { reason, .. } => {
             format!("✖️ {head}\ncancelled: {}", escape(reason.as_str()))
         }
-        _ => return Vec::new(),
+        // Approved at creation (the `auto` policy): the next news is its start, not announced either.
+        TaskEvent::Created(_) => return Vec::new(),
+        TaskEvent::Approved { .. }
+        | TaskEvent::Rejected { .. }
+        | TaskEvent::Started { .. }
+        | TaskEvent::Retried { .. }
+        | TaskEvent::Archived { .. }
+        | TaskEvent::NeedsHumanCleared { .. }
+        | TaskEvent::SpecUpdated { .. }
+        | TaskEvent::FollowUpAttached { .. }
+        | TaskEvent::FollowUpsDelivered { .. }
+        | TaskEvent::TicketSeen { .. }
+        | TaskEvent::PriorityChanged { .. }
+        | TaskEvent::LinksAttached { .. }
+        | TaskEvent::AttemptReturned { .. }
+        | TaskEvent::AgentChosen { .. }
+        | TaskEvent::TriageEnded { .. }
+        | TaskEvent::PlanProposed { .. }
+        | TaskEvent::PlanApproved { .. }
+        | TaskEvent::PlanRejected { .. }
+        | TaskEvent::ChildrenCreated { .. }
+        | TaskEvent::RolledUp { .. }
+        | TaskEvent::CheckPassed { .. }
+        | TaskEvent::ReviewApproved { .. }
+        | TaskEvent::ApprovalWithdrawn { .. }
+        | TaskEvent::Combined { .. }
+        | TaskEvent::Landed { .. } => return Vec::new(),
     };
     let html = fit(&text);
     // Callback data stays far under Telegram's 64 bytes: a verb and a task id.
     let button = |label: &str, verb: &str| (label.to_owned(), format!("{verb}:{}", task.id()));
-    let buttons = match event {
-        TaskEvent::Created(_) if task.is_plan() => Vec::new(),
-        TaskEvent::Created(_) => vec![button("Approve", "approve"), button("Reject", "reject")],
-        _ => Vec::new(),
+    // Only a task that waits for approval gets buttons (a plan's are on its proposal).
+    let buttons = if matches!(event, TaskEvent::Created(_)) && !task.is_plan() {
+        vec![button("Approve", "approve"), button("Reject", "reject")]
+    } else {
+        Vec::new()
     };
     // A needs-human notice asks: Telegram shows a reply box under it (no buttons then: one markup per message).
     let reply_prompt = matches!(event, TaskEvent::FlaggedNeedsHuman { .. })
@@ -537,16 +587,6 @@ pub fn digest(
         }
     }
     fit(&text)
-}
-
-/// The Telegram cooldown from `[telegram] cooldown_s` (default 600).
-pub fn telegram_cooldown(tables: &crate::config::file::Tables) -> Result<chrono::Duration, String> {
-    Some(tables.telegram.cooldown_s)
-        .filter(|s| (0..=86_400).contains(s))
-        .map(chrono::Duration::seconds)
-        .ok_or_else(|| {
-            "telegram.cooldown_s must be a whole number of seconds from 0 to 86400".to_owned()
-        })
 }
 
 /// Whether the notice for the task event at `position` is a repeat inside the cooldown: of the same kind as one

@@ -11,6 +11,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::AppState;
+use crate::dispatch::dispatcher::DispatchStatus;
 use crate::loops::{LoopReport, LoopState};
 
 const DATABASE_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
@@ -84,11 +85,8 @@ pub fn loop_status(name: &str, report: &LoopReport) -> (Status, Option<String>) 
             Status::Warn,
             Some(format!("loop {name}: its last tick failed{}", last_error())),
         ),
-        LoopState::Armed => match disk_low(report)
-            .or_else(|| paused_with_work(report))
-            .or_else(|| unready_profiles(report))
-            .or_else(|| limited_profiles(report))
-            .or_else(|| budgets(report))
+        LoopState::Armed => match DispatchStatus::of(report.detail.as_ref())
+            .and_then(|status| dispatcher_warning(&status))
         {
             Some(problem) => (Status::Warn, Some(format!("loop {name}: {problem}"))),
             None => (Status::Pass, None),
@@ -97,83 +95,70 @@ pub fn loop_status(name: &str, report: &LoopReport) -> (Status, Option<String>) 
     }
 }
 
+/// What the dispatcher's status warns of, the first that holds: nothing is broken, and nothing (or not all)
+/// starts. Read typed, so a renamed field fails to compile here instead of quietly dropping a warning.
+fn dispatcher_warning(status: &DispatchStatus) -> Option<String> {
+    disk_low(status)
+        .or_else(|| paused_with_work(status))
+        .or_else(|| unready_profiles(status))
+        .or_else(|| limited_profiles(status))
+        .or_else(|| budgets(status))
+}
+
 /// A deliberate pause is not a fault, but with work waiting behind it nothing moves: that is worth a warning.
-fn paused_with_work(report: &LoopReport) -> Option<String> {
-    let detail = report.detail.as_ref()?;
-    let queued =
-        detail["queue"].as_u64().unwrap_or(0) + detail["backing_off"].as_u64().unwrap_or(0);
-    (detail["paused"].as_bool() == Some(true) && queued > 0).then(|| {
+fn paused_with_work(status: &DispatchStatus) -> Option<String> {
+    let queued = status.queue + status.backing_off;
+    (status.paused && queued > 0).then(|| {
         format!(
             "dispatch is paused ({}) with {queued} task(s) waiting",
-            detail["paused_reason"]
-                .as_str()
-                .unwrap_or("no reason given")
+            status.paused_reason.as_deref().unwrap_or("no reason given")
         )
     })
 }
 
 /// Claims held back for lack of disk on the workspace volume: nothing is broken yet, and nothing starts.
-fn disk_low(report: &LoopReport) -> Option<String> {
-    report.detail.as_ref()?["disk_low"]
-        .as_str()
-        .map(str::to_owned)
+fn disk_low(status: &DispatchStatus) -> Option<String> {
+    status.disk_low.clone()
 }
 
 /// A budget spent (nothing starts in it) or past its soft limit: a person decides whether to raise it.
-fn budgets(report: &LoopReport) -> Option<String> {
-    let lines: Vec<&str> = report.detail.as_ref()?["budgets"]
-        .as_array()?
-        .iter()
-        .filter_map(|l| l.as_str())
-        .collect();
-    (!lines.is_empty()).then(|| lines.join("; "))
+fn budgets(status: &DispatchStatus) -> Option<String> {
+    (!status.budgets.is_empty()).then(|| status.budgets.join("; "))
 }
 
 /// A profile that fails its preflight (its program, git, its credential, the workspace volume): nothing on it
 /// starts, and its tasks wait with no attempt spent until the machine is fixed.
-fn unready_profiles(report: &LoopReport) -> Option<String> {
-    let detail = report.detail.as_ref()?;
-    let profiles = detail["unready_profiles"].as_object()?;
-    if profiles.is_empty() {
+fn unready_profiles(status: &DispatchStatus) -> Option<String> {
+    if status.unready_profiles.is_empty() {
         return None;
     }
-    let lines: Vec<String> = profiles
+    let lines: Vec<String> = status
+        .unready_profiles
         .iter()
-        .map(|(profile, why)| {
-            format!(
-                "agent profile {profile} cannot run here: {}",
-                why.as_str().unwrap_or("its preflight failed")
-            )
-        })
+        .map(|(profile, why)| format!("agent profile {profile} cannot run here: {why}"))
         .collect();
     Some(format!(
         "{} ({} task(s) waiting)",
         lines.join("; "),
-        detail["unready"].as_u64().unwrap_or(0)
+        status.unready
     ))
 }
 
 /// A profile paused by its provider's usage or rate limit (or on probation after one run's unverified report):
 /// nothing is broken, and nothing on it moves until then. Says whose word it is (`domain::limits::Hold`).
-fn limited_profiles(report: &LoopReport) -> Option<String> {
-    let detail = report.detail.as_ref()?;
-    let holds = detail["limit_holds"].as_object()?;
-    if holds.is_empty() {
+fn limited_profiles(status: &DispatchStatus) -> Option<String> {
+    if status.limit_holds.is_empty() {
         return None;
     }
-    let profiles: Vec<String> = holds
+    let profiles: Vec<String> = status
+        .limit_holds
         .iter()
-        .map(|(profile, hold)| {
-            match serde_json::from_value::<crate::domain::limits::Hold>(hold.clone()) {
-                Ok(hold) => hold.describe(profile),
-                Err(_) => format!("agent profile {profile} is held by its provider's limit"),
-            }
-        })
+        .map(|(profile, hold)| hold.describe(profile))
         .collect();
     Some(format!(
         "{} ({} task(s) waiting)",
         profiles.join("; "),
-        detail["limited"].as_u64().unwrap_or(0)
+        status.limited
     ))
 }
 
@@ -437,12 +422,14 @@ mod tests {
 
     #[test]
     fn a_pause_warns_only_with_work_waiting() {
-        let dispatcher = |paused: bool, queue: u64, backing_off: u64| {
-            let mut r = report(LoopState::Armed, false, false);
-            r.detail = Some(
-                json!({ "paused": paused, "paused_reason": "paused by api: deploy",
-                                    "queue": queue, "backing_off": backing_off }),
-            );
+        let dispatcher = |paused: bool, queue: usize, backing_off: usize| {
+            let r = dispatcher_report(DispatchStatus {
+                paused,
+                paused_reason: Some("paused by api: deploy".to_owned()),
+                queue,
+                backing_off,
+                ..DispatchStatus::default()
+            });
             BTreeMap::from([("dispatcher".to_owned(), r)])
         };
         assert_eq!(
@@ -464,8 +451,10 @@ mod tests {
 
     #[test]
     fn a_full_workspace_volume_warns_with_its_reason() {
-        let mut r = report(LoopState::Armed, false, false);
-        r.detail = Some(json!({ "paused": false, "queue": 0, "disk_low": "claims wait: low" }));
+        let r = dispatcher_report(DispatchStatus {
+            disk_low: Some("claims wait: low".to_owned()),
+            ..DispatchStatus::default()
+        });
         let loops = BTreeMap::from([("dispatcher".to_owned(), r)]);
         assert_eq!(
             overall(true, &loops),
@@ -474,5 +463,86 @@ mod tests {
                 vec!["loop dispatcher: claims wait: low".to_owned()]
             )
         );
+    }
+
+    /// The dispatcher's loop reports its status as its detail (JSON), as `startup` stores it.
+    fn dispatcher_report(status: DispatchStatus) -> LoopReport {
+        let mut r = report(LoopState::Armed, false, false);
+        r.detail = Some(serde_json::to_value(status).expect("encodes"));
+        r
+    }
+
+    /// The warnings read the detail back typed: every field must survive the round trip, or a warning would
+    /// vanish with no error (a `skip_serializing` without its `default`, a field that cannot be read back).
+    #[test]
+    fn the_dispatcher_status_reads_back_whole_and_every_warning_shows() {
+        let hold = crate::domain::limits::Hold::Paused {
+            until: chrono::DateTime::from_timestamp(1_900_000_000, 0).expect("a time"),
+            tasks: 2,
+            verified: true,
+        };
+        let status = DispatchStatus {
+            paused: true,
+            paused_reason: Some("paused by api: deploy".to_owned()),
+            queue: 1,
+            backing_off: 2,
+            waiting_on_dependencies: 3,
+            limited_profiles: BTreeMap::from([("claude".to_owned(), chrono::DateTime::UNIX_EPOCH)]),
+            limit_holds: BTreeMap::from([("claude".to_owned(), hold)]),
+            limited: 4,
+            unready_profiles: BTreeMap::from([(
+                "codex".to_owned(),
+                "codex is not installed".to_owned(),
+            )]),
+            unready: 5,
+            over_budget: 6,
+            budgets: vec!["budget team spent".to_owned()],
+            running: 7,
+            slots: 8,
+            started: 9,
+            executor: "local".to_owned(),
+            containment: "namespaces".to_owned(),
+            confinement: "bubblewrap".to_owned(),
+            disk_low: Some("claims wait: low".to_owned()),
+            workspace_free_bytes: Some(10),
+            memory: "4 GiB".to_owned(),
+            scratch: "512 MiB".to_owned(),
+        };
+        let detail = serde_json::to_value(&status).expect("encodes");
+        assert_eq!(DispatchStatus::of(Some(&detail)), Some(status.clone()));
+        // Empty maps and lists are left out of the JSON: they must read back empty.
+        let quiet = DispatchStatus::default();
+        let detail = serde_json::to_value(&quiet).expect("encodes");
+        assert_eq!(DispatchStatus::of(Some(&detail)), Some(quiet));
+        assert_eq!(
+            DispatchStatus::of(Some(&json!({ "lag": 3 }))),
+            None,
+            "another loop's detail"
+        );
+        assert_eq!(DispatchStatus::of(None), None);
+        // Each warning in turn, the first that holds first.
+        let mut status = status;
+        let warning = |s: &DispatchStatus| dispatcher_warning(s);
+        assert_eq!(warning(&status).as_deref(), Some("claims wait: low"));
+        status.disk_low = None;
+        assert_eq!(
+            warning(&status).as_deref(),
+            Some("dispatch is paused (paused by api: deploy) with 3 task(s) waiting")
+        );
+        status.paused = false;
+        assert_eq!(
+            warning(&status).as_deref(),
+            Some("agent profile codex cannot run here: codex is not installed (5 task(s) waiting)")
+        );
+        status.unready_profiles.clear();
+        let held = warning(&status).expect("a limit warning");
+        assert!(
+            held.starts_with("agent profile claude") && held.ends_with("(4 task(s) waiting)"),
+            "{held}"
+        );
+        status.limit_holds.clear();
+        assert_eq!(warning(&status).as_deref(), Some("budget team spent"));
+        status.budgets.clear();
+        assert_eq!(warning(&status), None);
     }
 }

@@ -14,7 +14,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use crate::board::{AllowedRepos, Draft};
-use crate::config::file::Tables;
 use crate::eventlog::StoredEvent;
 use crate::tasks::{AgentName, LinearIssue, Links, Priority, RepoName, Spec, ValueError};
 
@@ -26,7 +25,7 @@ use github_issue::github_issue;
 pub use telegram::{read_update, telegram_refusal, user_id, user_name};
 use telegram::{telegram_ids, telegram_message};
 use withdrawal::{github_withdrawal, linear_removed, ticket_time, WorkState};
-pub use withdrawal::{Withdrawal, DELEGATED_KEY_PREFIX, SESSION_STREAM_PREFIX};
+pub use withdrawal::{work_states, Withdrawal, DELEGATED_KEY_PREFIX, SESSION_STREAM_PREFIX};
 
 /// What intake does with one event.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,7 +80,8 @@ pub enum Decision {
 /// A decision key naming a Linear agent session rather than its issue: `linear-session:<session id>`.
 pub const SESSION_KEY_PREFIX: &str = "linear-session:";
 
-/// Intake settings from `pidevops.toml` (`[intake.github]`, `[intake.linear]`) and `TELEGRAM_ALLOWED_CHATS`.
+/// Intake settings from `pidevops.toml` (`[intake.github]`, `[intake.linear]`; config reads them) and
+/// `TELEGRAM_ALLOWED_CHATS`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IntakeConfig {
     pub github_label: String,
@@ -120,9 +120,7 @@ impl Default for IntakeConfig {
             github_bot_login: None,
             linear_state: "Ready for Pi-Dev".to_owned(),
             linear_label: "pi-dev:autonomous".to_owned(),
-            linear_work_states: withdrawal::work_states(
-                &crate::config::file::LinearStatesTable::default(),
-            ),
+            linear_work_states: work_states(crate::domain::effect::LinearStates::default().names()),
             linear_skip_labels: ["no-code", "manual-action", "legal"]
                 .into_iter()
                 .map(str::to_owned)
@@ -139,43 +137,6 @@ impl Default for IntakeConfig {
 }
 
 impl IntakeConfig {
-    /// `[intake]`, `[intake.github]`, `[intake.linear]` (and `.teams`) and the allow-list; the Telegram chats and
-    /// users come from the environment (`with_telegram`).
-    pub fn from_tables(tables: &Tables) -> Result<Self, String> {
-        let intake = &tables.intake;
-        let mut config = Self {
-            allowed_repos: AllowedRepos::from_tables(tables)?,
-            ..Self::default()
-        };
-        if let Some(repo) = &intake.default_repo {
-            config.default_repo = Some(repo_value(repo, "intake.default_repo")?);
-        }
-        config.github_label = string(&intake.github.label, "intake.github.label")?;
-        config.github_associations = intake
-            .github
-            .associations
-            .iter()
-            .map(|s| s.to_ascii_uppercase())
-            .collect();
-        if let Some(login) = &intake.github.bot_login {
-            config.github_bot_login = Some(string(login, "intake.github.bot_login")?);
-        }
-        config.linear_state = string(&intake.linear.state, "intake.linear.state")?;
-        config.linear_label = string(&intake.linear.label, "intake.linear.label")?;
-        config.linear_skip_labels = intake.linear.skip_labels.iter().cloned().collect();
-        config.linear_work_states = withdrawal::work_states(&tables.linear.states);
-        for (team, repo) in &intake.linear.teams {
-            let repo = repo_value(repo, &format!("intake.linear.teams.{team}"))?;
-            config.linear_teams.insert(team.clone(), repo);
-        }
-        config.plan_label = string(tables.plans.label.trim(), "plans.label")?;
-        config.planner = tables
-            .dispatch
-            .as_ref()
-            .is_some_and(|dispatch| dispatch.planner.is_some());
-        Ok(config)
-    }
-
     /// The allowed Telegram chats and users (`TELEGRAM_ALLOWED_CHATS`, `TELEGRAM_ALLOWED_USERS`, comma-separated
     /// ids).
     pub fn with_telegram(
@@ -192,19 +153,6 @@ impl IntakeConfig {
         }
         Ok(self)
     }
-}
-
-fn string(value: &str, field: &str) -> Result<String, String> {
-    Some(value)
-        .filter(|s| !s.trim().is_empty())
-        .map(str::to_owned)
-        .ok_or_else(|| format!("{field} must be a non-empty string"))
-}
-
-fn repo_value(value: &str, field: &str) -> Result<RepoName, String> {
-    let text = string(value, field)?;
-    text.parse::<RepoName>()
-        .map_err(|e| format!("{field}: {e}"))
 }
 
 /// Decides what intake does with `event`.

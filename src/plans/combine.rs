@@ -125,7 +125,34 @@ impl Combine {
                         },
                         None => return Ok(()),
                     },
-                    _ => return Ok(()),
+                    TaskEvent::RolledUp { .. } => return Ok(()),
+                    TaskEvent::Created(_)
+                    | TaskEvent::Approved { .. }
+                    | TaskEvent::Rejected { .. }
+                    | TaskEvent::Started { .. }
+                    | TaskEvent::SubmittedForReview { .. }
+                    | TaskEvent::Completed { .. }
+                    | TaskEvent::Retried { .. }
+                    | TaskEvent::Archived { .. }
+                    | TaskEvent::FlaggedNeedsHuman { .. }
+                    | TaskEvent::SpecUpdated { .. }
+                    | TaskEvent::FollowUpAttached { .. }
+                    | TaskEvent::FollowUpsDelivered { .. }
+                    | TaskEvent::TicketSeen { .. }
+                    | TaskEvent::PriorityChanged { .. }
+                    | TaskEvent::LinksAttached { .. }
+                    | TaskEvent::AttemptReturned { .. }
+                    | TaskEvent::AgentChosen { .. }
+                    | TaskEvent::TriageEnded { .. }
+                    | TaskEvent::PlanProposed { .. }
+                    | TaskEvent::PlanApproved { .. }
+                    | TaskEvent::PlanRejected { .. }
+                    | TaskEvent::ChildrenCreated { .. }
+                    | TaskEvent::CheckPassed { .. }
+                    | TaskEvent::ReviewApproved { .. }
+                    | TaskEvent::ApprovalWithdrawn { .. }
+                    | TaskEvent::Combined { .. }
+                    | TaskEvent::Landed { .. } => return Ok(()),
                 }
             }
             _ => return Ok(()),

@@ -23,12 +23,12 @@ pub mod combine;
 use anyhow::Context;
 
 use crate::board::{Board, BoardError, Draft};
-use crate::config::file::PlanLand;
 use crate::domain::Source;
 use crate::eventlog::{EventLog, StoredEvent};
 use crate::loops::follow::{AsStored, Follow, Follower, Next};
 use crate::tasks::plan::Scope;
 use crate::tasks::values::TASK_STREAM_PREFIX;
+use crate::tasks::PlanLand;
 use crate::tasks::{
     roll_up, ApprovalPolicy, ChildView, Command, Family, Reason, TaskEvent, TaskId, TaskKind,
 };
@@ -117,7 +117,24 @@ impl Plans {
             | TaskEvent::Archived { .. }
             | TaskEvent::FlaggedNeedsHuman { .. }
             | TaskEvent::NeedsHumanCleared { .. } => self.news_of_item(id, progress).await,
-            _ => Ok(()),
+            TaskEvent::SpecUpdated { .. }
+            | TaskEvent::FollowUpAttached { .. }
+            | TaskEvent::FollowUpsDelivered { .. }
+            | TaskEvent::TicketSeen { .. }
+            | TaskEvent::PriorityChanged { .. }
+            | TaskEvent::LinksAttached { .. }
+            | TaskEvent::AttemptReturned { .. }
+            | TaskEvent::AgentChosen { .. }
+            | TaskEvent::TriageEnded { .. }
+            | TaskEvent::PlanProposed { .. }
+            | TaskEvent::PlanRejected { .. }
+            | TaskEvent::ChildrenCreated { .. }
+            | TaskEvent::RolledUp { .. }
+            | TaskEvent::CheckPassed { .. }
+            | TaskEvent::ReviewApproved { .. }
+            | TaskEvent::ApprovalWithdrawn { .. }
+            | TaskEvent::Combined { .. }
+            | TaskEvent::Landed { .. } => Ok(()),
         }
     }
 

@@ -8,7 +8,8 @@ pub mod linear;
 
 use std::time::Duration;
 
-/// `[pollers.<name>]` in `pidevops.toml`: `enabled` (default true once the table is there) and `interval_s`.
+/// `[pollers.<name>]` in `pidevops.toml` (config reads it): `enabled` (default true once the table is there) and
+/// `interval_s`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PollerConfig {
     /// The table is there (the operator asked for the poller).
@@ -21,39 +22,6 @@ pub struct PollerConfig {
 pub const LINEAR_INTERVAL: Duration = Duration::from_secs(300);
 /// `github_poller`'s interval unless `[pollers.github] interval_s` says otherwise.
 pub const GITHUB_INTERVAL: Duration = Duration::from_secs(120);
-
-impl PollerConfig {
-    /// `[pollers.<name>]`, if the file has it.
-    pub fn from_table(
-        table: Option<&crate::config::file::PollerTable>,
-        name: &str,
-        default: Duration,
-    ) -> Result<Self, String> {
-        let Some(table) = table else {
-            return Ok(Self {
-                configured: false,
-                enabled: true,
-                interval: default,
-            });
-        };
-        let interval = match table.interval_s {
-            None => default,
-            Some(seconds) => Some(seconds)
-                .filter(|s| s.is_finite() && *s >= 0.1 && *s <= 86_400.0)
-                .map(Duration::from_secs_f64)
-                .ok_or_else(|| {
-                    format!(
-                        "pollers.{name}.interval_s must be a number of seconds from 0.1 to 86400"
-                    )
-                })?,
-        };
-        Ok(Self {
-            configured: true,
-            enabled: table.enabled,
-            interval,
-        })
-    }
-}
 
 #[cfg(test)]
 mod tests {

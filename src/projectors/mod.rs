@@ -607,9 +607,12 @@ impl Projection {
 }
 
 fn backoff(failures: u32) -> Duration {
-    FIRST_BACKOFF
-        .saturating_mul(1u32 << failures.saturating_sub(1).min(16))
-        .min(MAX_BACKOFF)
+    crate::domain::backoff::Backoff {
+        first: FIRST_BACKOFF,
+        max_doublings: 16,
+        cap: MAX_BACKOFF,
+    }
+    .after(failures)
 }
 
 #[cfg(test)]

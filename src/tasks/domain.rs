@@ -23,12 +23,12 @@ mod family;
 pub mod landing;
 mod ticket;
 
-pub use combined::{Combination, CombinedItem};
+pub use combined::{Combination, CombinedItem, PlanLand};
 pub use creation::{Family, NewTask};
 pub use decision::decide;
 use error::join;
 pub use error::TaskError;
-pub use event::{TaskCreated, TaskEvent};
+pub use event::{TaskCreated, TaskEvent, TaskEventKind};
 pub use evolution::{evolve, replay};
 pub use family::{roll_up, ChildView, PlanState, RollUp, TriageOutcome, TriageState};
 pub use landing::{CommitSha, FactName, LandConfig, LandMode, Landing, MergeMethod, Readiness};

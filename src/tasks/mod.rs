@@ -19,7 +19,7 @@ pub mod values;
 
 pub use domain::{
     decide, evolve, replay, roll_up, AttemptReport, ChildView, Combination, CombinedItem, Command,
-    Failure, Family, FollowUp, NeedsHuman, NewTask, PlanState, RetryCause, RollUp, Task,
+    Failure, Family, FollowUp, NeedsHuman, NewTask, PlanLand, PlanState, RetryCause, RollUp, Task,
     TaskCreated, TaskError, TaskEvent, TriageOutcome, TriageState, MAX_FOLLOW_UPS,
     OSCILLATION_STARTS, OSCILLATION_WINDOW_S,
 };
@@ -28,6 +28,6 @@ pub use domain::{
 };
 pub use values::{
     AgentName, ApprovalPolicy, BranchName, Column, FollowUpOrigin, FollowUpText, GithubRef,
-    LinearIssue, Links, MaxAttempts, Priority, Reason, RepoName, RunId, RunPurpose, Spec,
-    SpecParts, TaskId, TaskKind, TelegramMessage, ValueError,
+    LinearIssue, Links, MaxAttempts, Priority, Reason, RepoName, ReviewPolicy, RunId, RunPurpose,
+    ScopePolicy, Spec, SpecParts, TaskId, TaskKind, TelegramMessage, ValueError,
 };

@@ -43,7 +43,7 @@ const LAYERS: &[(&str, &[&str])] = &[
 const KNOWN_FOLDER_CYCLES: &[(&str, &[&str], &str)] = &[
     (
         "config",
-        &["budgets", "dispatch", "file", "plans", "profiles", "repo_env"],
+        &["dispatch", "file", "plans", "profiles", "repo_env"],
         "file/ reads pidevops.toml into the typed values the others define, and they are built from file's tables",
     ),
     (

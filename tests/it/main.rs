@@ -33,6 +33,7 @@ mod docs;
 mod effects;
 mod egress;
 mod eventlog;
+mod exhaustive;
 mod full_loop;
 mod fuzz;
 mod github_contract;

@@ -1,6 +1,9 @@
-//! The checked file: the tables and the domain values, built once.
+//! The checked file: the tables and the domain values, built once (each area's by its own file here: `board.rs`,
+//! `budgets.rs`, `cron.rs`, `effects.rs`, `intake.rs`, `pollers.rs`; `[dispatch]`, `[agents.*]` and `[plans]` by
+//! `config/dispatch.rs`, `profiles.rs`, `plans.rs`), so nothing below config reads the tables.
 
 use super::*;
+use super::{board, cron, effects, intake, pollers};
 
 /// `pidevops.toml`, parsed and checked once at start: every table, and the domain values built from them.
 #[derive(Clone, Debug)]
@@ -46,23 +49,17 @@ impl FileConfig {
                 }
             }
         }
-        let board = keep(&mut errors, BoardConfig::from_tables(&tables));
+        let board = keep(&mut errors, board::board_config(&tables));
         let dispatch = keep(&mut errors, DispatchConfig::from_tables(&tables));
         let profiles = keep(&mut errors, Profiles::from_tables(&tables));
-        let intake = keep(&mut errors, IntakeConfig::from_tables(&tables));
-        let schedules = keep(&mut errors, crate::cron::schedules(&tables));
-        let linear_states = keep(&mut errors, LinearStates::from_tables(&tables));
-        let telegram_cooldown = keep(
-            &mut errors,
-            crate::effects::policy::telegram_cooldown(&tables),
-        );
-        let effect_cap = keep(
-            &mut errors,
-            crate::effects::cap::EffectCap::from_tables(&tables),
-        );
+        let intake = keep(&mut errors, intake::intake_config(&tables));
+        let schedules = keep(&mut errors, cron::schedules(&tables));
+        let linear_states = keep(&mut errors, effects::linear_states(&tables));
+        let telegram_cooldown = keep(&mut errors, effects::telegram_cooldown(&tables));
+        let effect_cap = keep(&mut errors, effects::effect_cap(&tables));
         let linear_poller = keep(
             &mut errors,
-            PollerConfig::from_table(
+            pollers::poller_config(
                 tables.pollers.linear.as_ref(),
                 "linear",
                 crate::pollers::LINEAR_INTERVAL,
@@ -70,7 +67,7 @@ impl FileConfig {
         );
         let github_poller = keep(
             &mut errors,
-            PollerConfig::from_table(
+            pollers::poller_config(
                 tables.pollers.github.as_ref(),
                 "github",
                 crate::pollers::GITHUB_INTERVAL,

@@ -130,16 +130,8 @@ impl fmt::Display for FileErrors {
 
 impl std::error::Error for FileErrors {}
 
-/// The known key closest to `key`, if one is close enough to be what was meant (a typo, a missing `s`, `_s`).
-pub(super) fn closest<'k>(key: &str, known: &[&'k str]) -> Option<&'k str> {
-    let key = key.to_ascii_lowercase();
-    known
-        .iter()
-        .map(|k| (strsim::damerau_levenshtein(&key, k), *k))
-        .filter(|(distance, k)| *distance <= (k.len() / 3).clamp(1, 3))
-        .min_by_key(|(distance, _)| *distance)
-        .map(|(_, k)| k)
-}
+/// The known key closest to `key`, if one is close enough to be what was meant (the one did-you-mean).
+pub(super) use crate::tasks::values::suggest::closest;
 
 pub(super) fn bare(key: &str) -> bool {
     !key.is_empty()

@@ -10,7 +10,9 @@
 //! reports every mistake instead of the first. `docs/configuration.md` lists every key; a test holds it to these
 //! structs.
 //!
-//! Here: the tables (`agent_table.rs`: `[agents.*]`; `schedule_table.rs`: `[[schedules]]`). `build.rs`: [`FileConfig`], the domain values built from them. `reader.rs`: the deserializer.
+//! Here: the tables (`agent_table.rs`: `[agents.*]`; `schedule_table.rs`: `[[schedules]]`). `build.rs`: [`FileConfig`], the domain values built from them,
+//! each area's by its own file (`board.rs`, `budgets.rs`, `cron.rs`, `effects.rs`, `intake.rs`, `pollers.rs`): the
+//! domains take those values and never read the tables. `reader.rs`: the deserializer.
 //! `errors.rs`: a key path and what is wrong there. `schema.rs`: each table's keys, from serde.
 
 use std::cell::RefCell;
@@ -28,10 +30,18 @@ use crate::effects::policy::LinearStates;
 use crate::intake::IntakeConfig;
 use crate::pollers::PollerConfig;
 use crate::tasks::{ApprovalPolicy, LandMode, MaxAttempts, MergeMethod};
+// The tables' value types the domains decide with (re-exported: the tables name them).
+pub use crate::tasks::{PlanLand, ReviewPolicy, ScopePolicy};
 
 mod agent_table;
+mod board;
+mod budgets;
 mod build;
+mod cron;
+mod effects;
 mod errors;
+mod intake;
+mod pollers;
 mod reader;
 mod schedule_table;
 mod schema;
@@ -39,6 +49,7 @@ mod schema;
 mod tests;
 
 pub use agent_table::*;
+pub use budgets::budgets_config;
 pub use build::*;
 pub use errors::*;
 use reader::*;
@@ -75,7 +86,7 @@ pub struct Tables {
     pub budgets: BudgetsTable,
 }
 
-/// `[budgets]`: spending limits (`config::budgets`); an unset key limits nothing.
+/// `[budgets]`: spending limits (`budgets::BudgetsConfig`, read by `budgets.rs`); an unset key limits nothing.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct BudgetsTable {
@@ -210,29 +221,6 @@ pub enum Forge {
     Git,
 }
 
-/// `[repos."o/n"] scope`: what happens when an attempt changes files outside its task's scope.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ScopePolicy {
-    /// The attempt is unresolved: nothing is pushed, and it is retried with the files named.
-    #[default]
-    Enforce,
-    /// The attempt goes on; the files outside are named on the run and in the pull request.
-    Warn,
-    Off,
-}
-
-/// `[repos."o/n"] review`: who reads an attempt's work before its pull request.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ReviewPolicy {
-    /// Nobody before the pull request (people review it there).
-    #[default]
-    Off,
-    /// The reviewer profile reads the diff with the spec: changes requested are another attempt.
-    Agent,
-}
-
 /// `[plans]`: goals decomposed into tasks by a planner agent.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -253,17 +241,6 @@ impl Default for PlansTable {
             land: PlanLand::Separate,
         }
     }
-}
-
-/// `[plans] land`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PlanLand {
-    /// One pull request per item.
-    #[default]
-    Separate,
-    /// The items' branches merged into one `pidevops/<plan>` branch and one pull request.
-    Combined,
 }
 
 /// `[intake]`: which tickets become tasks, and for which repositories.

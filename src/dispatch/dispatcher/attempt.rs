@@ -17,7 +17,6 @@ use super::steering::FollowUpWatch;
 use super::{run_of, Dispatcher};
 
 mod outcome;
-use crate::config::file::ReviewPolicy;
 use crate::config::profiles::{AgentProfile, LiveInput, OnFollowUp};
 use crate::config::repo_env::RepoEnv;
 use crate::dispatch::live;
@@ -26,6 +25,7 @@ use crate::dispatch::runs::{FailureKind, RunEvent};
 use crate::dispatch::workspace::Prepared;
 use crate::domain::usage::RunUsage;
 use crate::projectors::tasks as task_rows;
+use crate::tasks::ReviewPolicy;
 use crate::tasks::{AttemptReport, Column, RunId, RunPurpose, Task, TaskId};
 
 impl Dispatcher {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{run_of, Dispatcher, LocalRun, RunRequest, DISPATCHER};
 
@@ -27,11 +27,12 @@ pub const FOLLOW_UP_SETTLE: chrono::Duration = chrono::Duration::seconds(5);
 /// Most `todo` tasks one tick considers; the rest wait for the next (most urgent and oldest first).
 const QUEUE_WINDOW: u32 = 1000;
 
-/// What `/health` shows of the dispatcher.
-#[derive(Clone, Debug, Default, Serialize)]
+/// What `/health` shows of the dispatcher. It is the loop's detail (JSON) and is read back typed
+/// (`DispatchStatus::of`) by `/health`'s warnings and the Runs page, so a renamed field is a compile error there.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct DispatchStatus {
     pub paused: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused_reason: Option<String>,
     /// Tasks ready to start, waiting for a slot.
     pub queue: usize,
@@ -41,44 +42,51 @@ pub struct DispatchStatus {
     pub waiting_on_dependencies: usize,
     /// Profiles whose provider's usage or rate limit stopped an attempt, and when it lifts: nothing starts on
     /// them meanwhile (their tasks count in `limited`, not in `queue`).
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub limited_profiles: BTreeMap<String, DateTime<Utc>>,
     /// What holds each of those profiles back, and whose word it is (`domain::limits`); a profile on probation
     /// (one probe run may start) is here and not in `limited_profiles`.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub limit_holds: BTreeMap<String, crate::domain::limits::Hold>,
     /// Tasks in `todo` waiting for their profile's limit to lift.
     pub limited: usize,
     /// Profiles that cannot run here, and why (their preflight: `dispatch::preflight`): the configured ones and
     /// those a waiting task asks for. Nothing starts on them; their tasks count in `unready`, not in `queue`.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub unready_profiles: BTreeMap<String, String>,
     /// Tasks in `todo` waiting for their profile (or their repository's reviewer) to pass its preflight.
     pub unready: usize,
     /// Tasks in `todo` held back because a budget they fall under is spent.
     pub over_budget: usize,
     /// Each budget spent (nothing starts in it) or past its soft limit, in words.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub budgets: Vec<String>,
     pub running: usize,
     pub slots: usize,
     pub started: usize,
-    pub executor: &'static str,
+    pub executor: String,
     /// What contains agents here: `namespaces`, `landlock` or `none`.
-    pub containment: &'static str,
+    pub containment: String,
     /// The same, in words.
     pub confinement: String,
     /// Why nothing is claimed now for lack of disk: the workspace volume has less free than
     /// `dispatch.min_free_disk_mib` (a local executor's only; workers' volumes are their own).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_low: Option<String>,
     /// Bytes free on the workspace volume at this tick, where it could be read.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace_free_bytes: Option<u64>,
     /// What bounds each agent's memory here: a cgroup v2 limit, or "not bounded, because …".
     pub memory: String,
     /// What bounds each agent's HOME, TMPDIR and /tmp here: sized tmpfs, or "not bounded, because …".
     pub scratch: String,
+}
+
+impl DispatchStatus {
+    /// The dispatcher's status from its loop's detail; `None` for another loop's detail (or none).
+    pub fn of(detail: Option<&serde_json::Value>) -> Option<Self> {
+        serde_json::from_value(detail?.clone()).ok()
+    }
 }
 
 impl Dispatcher {
@@ -180,10 +188,10 @@ impl Dispatcher {
             slots,
             started: 0,
             executor: match self.inner.config.executor {
-                Executor::Local => "local",
-                Executor::Workers => "workers",
+                Executor::Local => "local".to_owned(),
+                Executor::Workers => "workers".to_owned(),
             },
-            containment: self.inner.containment.kind(),
+            containment: self.inner.containment.kind().to_owned(),
             confinement: self.confinement(),
             disk_low: None,
             workspace_free_bytes: None,
@@ -602,9 +610,7 @@ impl Dispatcher {
         needed.extend(profiles.get(self.profile_name_of(row)));
         if row.column != Column::Triage && !row.is_plan() {
             if let Ok(repo) = row.repo.parse::<RepoName>() {
-                if self.inner.config.review_policy(&repo)
-                    == crate::config::file::ReviewPolicy::Agent
-                {
+                if self.inner.config.review_policy(&repo) == crate::tasks::ReviewPolicy::Agent {
                     needed.extend(profiles.reviewer_for(&repo));
                 }
             }

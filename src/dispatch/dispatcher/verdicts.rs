@@ -21,7 +21,6 @@
 use super::attempt::Ended;
 use super::launch::Access;
 use super::Dispatcher;
-use crate::config::file::{ReviewPolicy, ScopePolicy};
 use crate::config::profiles::AgentProfile;
 use crate::dispatch::agent_files::{
     read_question, read_review, read_status, remove_agent_dir, set_aside_agent_config, AGENT_DIR,
@@ -32,6 +31,7 @@ use crate::dispatch::workspace::{diff::PATCH_FILE, Prepared};
 use crate::tasks::plan::{guard, Scope, ScopeText};
 use crate::tasks::values::{Review, Verdict};
 use crate::tasks::Task;
+use crate::tasks::{ReviewPolicy, ScopePolicy};
 
 /// Why the attempt stops here: its failure kind and what the task's retry (and the next prompt) says.
 pub(super) type Refusal = (FailureKind, String);

@@ -9,21 +9,39 @@ use crate::tasks::{Reason, RetryCause, RunId, Task, TaskEvent};
 
 /// Whether a task event is news for Linear (checked before the task is loaded).
 pub fn linear_notifies(event: &TaskEvent) -> bool {
-    matches!(
-        event,
+    match event {
         TaskEvent::Started { .. }
-            | TaskEvent::SubmittedForReview { .. }
-            | TaskEvent::Retried { .. }
-            | TaskEvent::FlaggedNeedsHuman { .. }
-            | TaskEvent::Completed { .. }
-            | TaskEvent::Cancelled { .. }
-            // A plan's proposal, approval and roll-up (and its items' news above) move its session's checklist.
-            | TaskEvent::PlanProposed { .. }
-            | TaskEvent::PlanApproved { .. }
-            | TaskEvent::PlanRejected { .. }
-            | TaskEvent::ChildrenCreated { .. }
-            | TaskEvent::RolledUp { .. }
-    )
+        | TaskEvent::SubmittedForReview { .. }
+        | TaskEvent::Retried { .. }
+        | TaskEvent::FlaggedNeedsHuman { .. }
+        | TaskEvent::Completed { .. }
+        | TaskEvent::Cancelled { .. }
+        // A plan's proposal, approval and roll-up (and its items' news above) move its session's checklist.
+        | TaskEvent::PlanProposed { .. }
+        | TaskEvent::PlanApproved { .. }
+        | TaskEvent::PlanRejected { .. }
+        | TaskEvent::ChildrenCreated { .. }
+        | TaskEvent::RolledUp { .. } => true,
+        TaskEvent::Created(_)
+        | TaskEvent::Approved { .. }
+        | TaskEvent::Rejected { .. }
+        | TaskEvent::Archived { .. }
+        | TaskEvent::NeedsHumanCleared { .. }
+        | TaskEvent::SpecUpdated { .. }
+        | TaskEvent::FollowUpAttached { .. }
+        | TaskEvent::FollowUpsDelivered { .. }
+        | TaskEvent::TicketSeen { .. }
+        | TaskEvent::PriorityChanged { .. }
+        | TaskEvent::LinksAttached { .. }
+        | TaskEvent::AttemptReturned { .. }
+        | TaskEvent::AgentChosen { .. }
+        | TaskEvent::TriageEnded { .. }
+        | TaskEvent::CheckPassed { .. }
+        | TaskEvent::ReviewApproved { .. }
+        | TaskEvent::ApprovalWithdrawn { .. }
+        | TaskEvent::Combined { .. }
+        | TaskEvent::Landed { .. } => false,
+    }
 }
 
 /// What Linear hears of a task from one of its events: comments and state moves on the issue, or, when an agent
@@ -97,7 +115,28 @@ pub fn linear(
             let proposed = task.plan().is_some_and(|p| p.proposal.is_some());
             vec![news.cancelled(reason, last_run.filter(|_| !proposed))]
         }
-        _ => Vec::new(),
+        // The checklist's news (see `linear_notifies`) is `linear_plan`'s; the rest is not told to Linear.
+        TaskEvent::Created(_)
+        | TaskEvent::Approved { .. }
+        | TaskEvent::Rejected { .. }
+        | TaskEvent::Archived { .. }
+        | TaskEvent::NeedsHumanCleared { .. }
+        | TaskEvent::SpecUpdated { .. }
+        | TaskEvent::FollowUpAttached { .. }
+        | TaskEvent::FollowUpsDelivered { .. }
+        | TaskEvent::TicketSeen { .. }
+        | TaskEvent::PriorityChanged { .. }
+        | TaskEvent::LinksAttached { .. }
+        | TaskEvent::AttemptReturned { .. }
+        | TaskEvent::AgentChosen { .. }
+        | TaskEvent::TriageEnded { .. }
+        | TaskEvent::PlanApproved { .. }
+        | TaskEvent::ChildrenCreated { .. }
+        | TaskEvent::CheckPassed { .. }
+        | TaskEvent::ReviewApproved { .. }
+        | TaskEvent::ApprovalWithdrawn { .. }
+        | TaskEvent::Combined { .. }
+        | TaskEvent::Landed { .. } => Vec::new(),
     }
 }
 

@@ -187,7 +187,7 @@ fn a_plans_proposal_is_one_message_per_chat_and_revision_escaped_with_approve_an
             {"id": "a", "title": "<b>A</b>", "task": "a", "scope": ["a/**"], "done_when": "a", "depends_on": []},
             {"id": "b", "title": "B", "task": "b", "scope": ["b/**"], "done_when": "b", "depends_on": ["a"]}
         ]}"#,
-        &crate::config::plans::PlansConfig::default().limits(),
+        &crate::tasks::plan::PlanLimits::default(),
     )
     .unwrap();
     let requests =

@@ -428,7 +428,7 @@ async fn runs_page(
         .loops
         .report()
         .get(crate::dispatch::dispatcher::DISPATCHER)
-        .and_then(|r| r.detail.clone());
+        .and_then(|r| crate::dispatch::dispatcher::DispatchStatus::of(r.detail.as_ref()));
     page(
         StatusCode::OK,
         pages::layout(

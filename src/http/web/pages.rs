@@ -368,7 +368,7 @@ pub struct RunsView {
     pub running: Vec<RunRow>,
     pub recent: Vec<RunRow>,
     /// The dispatcher's last report (slots, queue), as `/health` has it.
-    pub dispatcher: Option<serde_json::Value>,
+    pub dispatcher: Option<crate::dispatch::dispatcher::DispatchStatus>,
     /// The session's CSRF token, for the forms that lift a profile's pause.
     pub csrf: String,
     pub now: DateTime<Utc>,
@@ -378,28 +378,23 @@ pub fn runs(view: &RunsView) -> Markup {
     html! {
         h1 { "Runs" }
         @match &view.dispatcher {
-            Some(detail) => {
+            Some(status) => {
                 p.dispatcher {
-                    "slots in use " strong { (number(detail, "running")) } " of " (number(detail, "slots"))
-                    " · queued " strong { (number(detail, "queue")) }
-                    " · backing off " (number(detail, "backing_off"))
-                    @if detail["paused"].as_bool() == Some(true) { " · " span.badge.warn { "paused" } }
+                    "slots in use " strong { (status.running) } " of " (status.slots)
+                    " · queued " strong { (status.queue) }
+                    " · backing off " (status.backing_off)
+                    @if status.paused { " · " span.badge.warn { "paused" } }
                 }
-                @if let Some(holds) = detail["limit_holds"].as_object() {
-                    @for (profile, hold) in holds {
+                @for (profile, hold) in &status.limit_holds {
                         p.limit {
                             span.badge.warn { "limit" } " "
-                            @match serde_json::from_value::<crate::domain::limits::Hold>(hold.clone()) {
-                                Ok(hold) => (hold.describe(profile)),
-                                Err(_) => (format!("agent profile {profile} is held by its provider's limit")),
-                            }
+                            (hold.describe(profile))
                             " "
                             form.inline method="post" action=(format!("/runs/limits/{}/lift", form_urlencoded::byte_serialize(profile.as_bytes()).collect::<String>())) {
                                 input type="hidden" name="csrf" value=(view.csrf);
                                 button type="submit" { "Lift" }
                             }
                         }
-                    }
                 }
             }
             None => p.muted { "The dispatcher has not reported (dispatch is off, or it has not ticked yet)." },
@@ -408,13 +403,6 @@ pub fn runs(view: &RunsView) -> Markup {
         (runs_table(&view.running, true, view.now))
         h2 { "Recent" }
         (runs_table(&view.recent, true, view.now))
-    }
-}
-
-fn number(detail: &serde_json::Value, key: &str) -> String {
-    match &detail[key] {
-        serde_json::Value::Null => "?".to_owned(),
-        value => value.to_string(),
     }
 }
 

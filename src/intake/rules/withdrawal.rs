@@ -20,7 +20,6 @@ use serde_json::Value;
 
 use super::github_issue::IssuesEvent;
 use super::{Decision, IntakeConfig};
-use crate::config::file::LinearStatesTable;
 use crate::tasks::RepoName;
 
 /// Why a ticket no longer asks for its work.
@@ -145,17 +144,10 @@ pub(super) fn work_state(state: &Value, config: &IntakeConfig) -> WorkState {
 }
 
 /// Every state name of `[linear.states]`, as [`work_state`] compares them (Linear matches names so too).
-pub(super) fn work_states(table: &LinearStatesTable) -> std::collections::BTreeSet<String> {
-    [
-        &table.in_progress,
-        &table.in_review,
-        &table.done,
-        &table.blocked,
-    ]
-    .into_iter()
-    .flat_map(|names| names.0.iter())
-    .map(|name| normal(name))
-    .collect()
+pub fn work_states<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+) -> std::collections::BTreeSet<String> {
+    names.into_iter().map(normal).collect()
 }
 
 fn normal(name: &str) -> String {

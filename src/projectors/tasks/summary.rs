@@ -240,7 +240,34 @@ pub(super) fn links_of(event: &TaskEvent) -> Vec<(LinkKind, String)> {
         TaskEvent::SubmittedForReview { pr: Some(pr), .. } => {
             vec![(LinkKind::GithubPr, pr.to_string())]
         }
-        _ => Vec::new(),
+        TaskEvent::SubmittedForReview { pr: None, .. } => Vec::new(),
+        TaskEvent::Approved { .. }
+        | TaskEvent::Rejected { .. }
+        | TaskEvent::Started { .. }
+        | TaskEvent::Completed { .. }
+        | TaskEvent::Retried { .. }
+        | TaskEvent::Cancelled { .. }
+        | TaskEvent::Archived { .. }
+        | TaskEvent::FlaggedNeedsHuman { .. }
+        | TaskEvent::NeedsHumanCleared { .. }
+        | TaskEvent::SpecUpdated { .. }
+        | TaskEvent::FollowUpAttached { .. }
+        | TaskEvent::FollowUpsDelivered { .. }
+        | TaskEvent::TicketSeen { .. }
+        | TaskEvent::PriorityChanged { .. }
+        | TaskEvent::AttemptReturned { .. }
+        | TaskEvent::AgentChosen { .. }
+        | TaskEvent::TriageEnded { .. }
+        | TaskEvent::PlanProposed { .. }
+        | TaskEvent::PlanApproved { .. }
+        | TaskEvent::PlanRejected { .. }
+        | TaskEvent::ChildrenCreated { .. }
+        | TaskEvent::RolledUp { .. }
+        | TaskEvent::CheckPassed { .. }
+        | TaskEvent::ReviewApproved { .. }
+        | TaskEvent::ApprovalWithdrawn { .. }
+        | TaskEvent::Combined { .. }
+        | TaskEvent::Landed { .. } => Vec::new(),
     }
 }
 

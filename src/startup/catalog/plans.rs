@@ -189,7 +189,7 @@ pub(super) fn poller_loop(
 
 /// The `combine` loop: armed with `[plans] land = "combined"` where this process dispatches (its mirrors).
 pub(super) fn combine_plan(settings: &Settings) -> Vec<PlannedLoop> {
-    use crate::config::file::PlanLand;
+    use crate::tasks::PlanLand;
     let name = crate::plans::combine::COMBINE;
     let interval = settings.projector_interval;
     let off = |reason: String| {

@@ -15,6 +15,17 @@ use super::super::values::{Column, TaskId, TaskKind};
 use super::landing::CommitSha;
 use super::{Command, Task, TaskError, TaskEvent};
 
+/// How a plan's items land (`[plans] land`): a pull request each, or combined into one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlanLand {
+    /// One pull request per item.
+    #[default]
+    Separate,
+    /// The items' branches merged into one `pidevops/<plan>` branch and one pull request.
+    Combined,
+}
+
 /// One item in a combination: its task and the commit pidevops recorded for its last successful attempt.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct CombinedItem {

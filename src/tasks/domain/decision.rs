@@ -21,28 +21,14 @@ use retries::retry;
 /// an approved plan's items doing its work.
 fn not_now(task: &Task, command: &Command) -> Result<(), TaskError> {
     // While a triage agent rewrites the ticket, the approver waits for it (or cancels).
-    if task.purpose == Some(RunPurpose::Triage)
-        && matches!(
-            command,
-            Command::Approve | Command::Reject { .. } | Command::UpdateSpec { .. }
-        )
-    {
+    if task.purpose == Some(RunPurpose::Triage) && waits_for_triage(command) {
         return Err(TaskError::Triaging {
             id: task.id,
             command: command.name(),
         });
     }
     // An approved plan's items do the work: the commands that report or ask for work are theirs.
-    if task.is_approved_plan()
-        && matches!(
-            command,
-            Command::Start { .. }
-                | Command::SubmitForReview { .. }
-                | Command::Complete
-                | Command::Retry { .. }
-                | Command::ChooseAgent { .. }
-        )
-    {
+    if task.is_approved_plan() && is_plan_work(command) {
         return Err(TaskError::PlanWork {
             id: task.id,
             command: command.name(),
@@ -525,4 +511,74 @@ pub(super) fn new_links(
         github_pr: pick(id, "github_pr", &existing.github_pr, &proposed.github_pr)?,
         telegram: pick(id, "telegram", &existing.telegram, &proposed.telegram)?,
     })
+}
+
+/// The commands that wait while a triage agent rewrites the ticket (the approver waits for it, or cancels).
+fn waits_for_triage(command: &Command) -> bool {
+    match command {
+        Command::Approve | Command::Reject { .. } | Command::UpdateSpec { .. } => true,
+        Command::Create(_)
+        | Command::Start { .. }
+        | Command::SubmitForReview { .. }
+        | Command::Complete
+        | Command::Retry { .. }
+        | Command::Cancel { .. }
+        | Command::Archive
+        | Command::FlagNeedsHuman { .. }
+        | Command::ClearNeedsHuman
+        | Command::AttachFollowUp { .. }
+        | Command::DeliverFollowUps { .. }
+        | Command::Answer { .. }
+        | Command::WithdrawTicket { .. }
+        | Command::NoteTicketVersion { .. }
+        | Command::Reprioritize { .. }
+        | Command::AttachLinks { .. }
+        | Command::ChooseAgent { .. }
+        | Command::StartTriage { .. }
+        | Command::ProposeSpec { .. }
+        | Command::ProposePlan { .. }
+        | Command::AdoptChildren { .. }
+        | Command::RollUp { .. }
+        | Command::RecordCheckPassed { .. }
+        | Command::RecordApproval { .. }
+        | Command::WithdrawApproval { .. }
+        | Command::RecordCombined { .. }
+        | Command::RecordLanded { .. } => false,
+    }
+}
+
+/// The commands that report or ask for work: an approved plan's items take them, not the plan.
+fn is_plan_work(command: &Command) -> bool {
+    match command {
+        Command::Start { .. }
+        | Command::SubmitForReview { .. }
+        | Command::Complete
+        | Command::Retry { .. }
+        | Command::ChooseAgent { .. } => true,
+        Command::Create(_)
+        | Command::Approve
+        | Command::Reject { .. }
+        | Command::Cancel { .. }
+        | Command::Archive
+        | Command::FlagNeedsHuman { .. }
+        | Command::ClearNeedsHuman
+        | Command::UpdateSpec { .. }
+        | Command::AttachFollowUp { .. }
+        | Command::DeliverFollowUps { .. }
+        | Command::Answer { .. }
+        | Command::WithdrawTicket { .. }
+        | Command::NoteTicketVersion { .. }
+        | Command::Reprioritize { .. }
+        | Command::AttachLinks { .. }
+        | Command::StartTriage { .. }
+        | Command::ProposeSpec { .. }
+        | Command::ProposePlan { .. }
+        | Command::AdoptChildren { .. }
+        | Command::RollUp { .. }
+        | Command::RecordCheckPassed { .. }
+        | Command::RecordApproval { .. }
+        | Command::WithdrawApproval { .. }
+        | Command::RecordCombined { .. }
+        | Command::RecordLanded { .. } => false,
+    }
 }

@@ -205,7 +205,38 @@ pub(super) fn decide(
         Command::WithdrawApproval { by } if landing.approved_by.contains(by) => {
             vec![TaskEvent::ApprovalWithdrawn { at, by: by.clone() }]
         }
-        _ => Vec::new(),
+        // Already so (or over the bound): nothing new to record.
+        Command::RecordCheckPassed { .. }
+        | Command::RecordApproval { .. }
+        | Command::WithdrawApproval { .. } => Vec::new(),
+        // Not a landing command: `decide` routes only the three above here.
+        Command::Create(_)
+        | Command::Approve
+        | Command::Reject { .. }
+        | Command::Start { .. }
+        | Command::SubmitForReview { .. }
+        | Command::Complete
+        | Command::Retry { .. }
+        | Command::Cancel { .. }
+        | Command::Archive
+        | Command::FlagNeedsHuman { .. }
+        | Command::ClearNeedsHuman
+        | Command::UpdateSpec { .. }
+        | Command::AttachFollowUp { .. }
+        | Command::DeliverFollowUps { .. }
+        | Command::Answer { .. }
+        | Command::WithdrawTicket { .. }
+        | Command::NoteTicketVersion { .. }
+        | Command::Reprioritize { .. }
+        | Command::AttachLinks { .. }
+        | Command::ChooseAgent { .. }
+        | Command::StartTriage { .. }
+        | Command::ProposeSpec { .. }
+        | Command::ProposePlan { .. }
+        | Command::AdoptChildren { .. }
+        | Command::RollUp { .. }
+        | Command::RecordCombined { .. }
+        | Command::RecordLanded { .. } => Vec::new(),
     })
 }
 
@@ -242,7 +273,31 @@ pub(super) fn evolve(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError
             in_review(task)?;
             task.landing.approved_by.remove(by);
         }
-        _ => {}
+        TaskEvent::Created(_)
+        | TaskEvent::Approved { .. }
+        | TaskEvent::Rejected { .. }
+        | TaskEvent::Started { .. }
+        | TaskEvent::Completed { .. }
+        | TaskEvent::Retried { .. }
+        | TaskEvent::Cancelled { .. }
+        | TaskEvent::Archived { .. }
+        | TaskEvent::FlaggedNeedsHuman { .. }
+        | TaskEvent::NeedsHumanCleared { .. }
+        | TaskEvent::SpecUpdated { .. }
+        | TaskEvent::FollowUpAttached { .. }
+        | TaskEvent::FollowUpsDelivered { .. }
+        | TaskEvent::TicketSeen { .. }
+        | TaskEvent::PriorityChanged { .. }
+        | TaskEvent::LinksAttached { .. }
+        | TaskEvent::AttemptReturned { .. }
+        | TaskEvent::AgentChosen { .. }
+        | TaskEvent::TriageEnded { .. }
+        | TaskEvent::PlanProposed { .. }
+        | TaskEvent::PlanApproved { .. }
+        | TaskEvent::PlanRejected { .. }
+        | TaskEvent::ChildrenCreated { .. }
+        | TaskEvent::RolledUp { .. }
+        | TaskEvent::Landed { .. } => {}
     }
     Ok(())
 }

@@ -490,3 +490,46 @@ fn a_created_event_from_before_scopes_were_recorded_replays_without_one() {
     broken["scope"] = serde_json::json!([]);
     assert!(serde_json::from_value::<TaskEvent>(broken).is_err());
 }
+
+/// The log's event types are derived from the variants (`TaskEventKind`); stored logs name them, so the whole list
+/// is written out here: renaming a variant fails this test before it orphans every stored event of that type.
+#[test]
+fn every_event_type_is_derived_and_none_changed() {
+    use strum::IntoEnumIterator;
+    let kinds: Vec<&'static str> = TaskEventKind::iter().map(Into::into).collect();
+    assert_eq!(
+        kinds,
+        [
+            "task.created",
+            "task.approved",
+            "task.rejected",
+            "task.started",
+            "task.submitted_for_review",
+            "task.completed",
+            "task.retried",
+            "task.cancelled",
+            "task.archived",
+            "task.flagged_needs_human",
+            "task.needs_human_cleared",
+            "task.spec_updated",
+            "task.follow_up_attached",
+            "task.follow_ups_delivered",
+            "task.ticket_seen",
+            "task.priority_changed",
+            "task.links_attached",
+            "task.attempt_returned",
+            "task.agent_chosen",
+            "task.triage_ended",
+            "task.plan_proposed",
+            "task.plan_approved",
+            "task.plan_rejected",
+            "task.children_created",
+            "task.rolled_up",
+            "task.check_passed",
+            "task.review_approved",
+            "task.approval_withdrawn",
+            "task.combined",
+            "task.landed",
+        ]
+    );
+}

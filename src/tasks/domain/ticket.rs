@@ -43,7 +43,35 @@ pub(super) fn decide(
             }
             events
         }
-        _ => Vec::new(),
+        // Not a ticket command: `decide` routes only the two above here.
+        Command::Create(_)
+        | Command::Approve
+        | Command::Reject { .. }
+        | Command::Start { .. }
+        | Command::SubmitForReview { .. }
+        | Command::Complete
+        | Command::Retry { .. }
+        | Command::Cancel { .. }
+        | Command::Archive
+        | Command::FlagNeedsHuman { .. }
+        | Command::ClearNeedsHuman
+        | Command::UpdateSpec { .. }
+        | Command::AttachFollowUp { .. }
+        | Command::DeliverFollowUps { .. }
+        | Command::Answer { .. }
+        | Command::Reprioritize { .. }
+        | Command::AttachLinks { .. }
+        | Command::ChooseAgent { .. }
+        | Command::StartTriage { .. }
+        | Command::ProposeSpec { .. }
+        | Command::ProposePlan { .. }
+        | Command::AdoptChildren { .. }
+        | Command::RollUp { .. }
+        | Command::RecordCheckPassed { .. }
+        | Command::RecordApproval { .. }
+        | Command::WithdrawApproval { .. }
+        | Command::RecordCombined { .. }
+        | Command::RecordLanded { .. } => Vec::new(),
     })
 }
 

@@ -105,6 +105,30 @@ impl FromStr for ApprovalPolicy {
     }
 }
 
+/// What happens when an attempt changes files outside its task's scope (`[repos."o/n"] scope`; the dispatcher
+/// decides with it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScopePolicy {
+    /// The attempt is unresolved: nothing is pushed, and it is retried with the files named.
+    #[default]
+    Enforce,
+    /// The attempt goes on; the files outside are named on the run and in the pull request.
+    Warn,
+    Off,
+}
+
+/// Who reads an attempt's work before its pull request (`[repos."o/n"] review`; the dispatcher decides with it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReviewPolicy {
+    /// Nobody before the pull request (people review it there).
+    #[default]
+    Off,
+    /// The reviewer profile reads the diff with the spec: changes requested are another attempt.
+    Agent,
+}
+
 /// How many runs a task gets before it needs a human. A cap keeps a misconfiguration from burning money.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema,

@@ -5,9 +5,12 @@ mod board;
 mod ids;
 mod links;
 mod reports;
+pub mod suggest;
 mod text;
 
-pub use board::{ApprovalPolicy, Column, MaxAttempts, Priority, RunPurpose, TaskKind};
+pub use board::{
+    ApprovalPolicy, Column, MaxAttempts, Priority, ReviewPolicy, RunPurpose, ScopePolicy, TaskKind,
+};
 pub use ids::{AgentName, BranchName, RepoName, RunId, TaskId, TASK_STREAM_PREFIX};
 pub use links::{GithubRef, LinearIssue, LinearIssueParts, Links, TelegramMessage, TelegramParts};
 pub use reports::*;

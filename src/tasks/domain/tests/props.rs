@@ -672,6 +672,15 @@ fn generated_sequences_reach_every_column_and_event() {
         let mut state = None;
         for event in &log {
             kinds.insert(event.kind());
+            // The derived type is the serde tag with the log's prefix: what is stored is what is read back.
+            let json = serde_json::to_value(event).expect("encodes");
+            assert_eq!(
+                Some(event.kind()),
+                json["type"]
+                    .as_str()
+                    .map(|t| format!("task.{t}"))
+                    .as_deref()
+            );
             let task = evolve(state, event).expect("applies");
             columns.insert(task.column());
             state = Some(task);

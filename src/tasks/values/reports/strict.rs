@@ -2,6 +2,7 @@
 //! (with the field probably meant), each field's type and text checked with its path (`comments[3].line`) in the
 //! error.
 
+use crate::tasks::values::suggest::closest;
 use serde::{de, Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
@@ -222,26 +223,6 @@ fn shown_key(key: &str) -> String {
         (_, true) => format!("{:?}…", key.chars().take(MAX).collect::<String>()),
         (false, false) => format!("{key:?}"),
     }
-}
-
-/// The known field an unknown one probably meant: the same up to case and `_` (`needsHuman`), or a typo.
-fn closest<'k>(key: &str, known: &[&'k str]) -> Option<&'k str> {
-    let squash = |s: &str| s.to_ascii_lowercase().replace(['_', '-'], "");
-    let key_squashed = squash(key);
-    if let Some(k) = known.iter().find(|k| squash(k) == key_squashed) {
-        return Some(k);
-    }
-    known
-        .iter()
-        .map(|k| {
-            (
-                strsim::damerau_levenshtein(&key.to_ascii_lowercase(), k),
-                *k,
-            )
-        })
-        .filter(|(distance, k)| *distance <= (k.len() / 3).clamp(1, 3))
-        .min_by_key(|(distance, _)| *distance)
-        .map(|(_, k)| k)
 }
 
 /// Cuts `text` to at most `max` characters, marking the cut with `…`.

@@ -14,11 +14,51 @@
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::config::budgets::{BudgetsConfig, Limit};
 use crate::domain::usage::Usage;
 use crate::eventlog::{EventStore, StoreError, StoredEvent};
 use crate::projectors::usage::{self as usage_rows, UsageFilter};
 use crate::tasks::TaskId;
+
+/// A limit in money and/or tokens; unset parts do not limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Limit {
+    pub usd: Option<f64>,
+    pub tokens: Option<u64>,
+}
+
+impl Limit {
+    pub fn is_set(&self) -> bool {
+        self.usd.is_some() || self.tokens.is_some()
+    }
+}
+
+/// `[budgets]`: the configured limits (config reads them); unset parts limit nothing.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BudgetsConfig {
+    pub task: Limit,
+    pub repo_daily: Limit,
+    pub daily: Limit,
+    /// The fraction of a limit at which one notice goes out.
+    pub soft_at: f64,
+}
+
+impl Default for BudgetsConfig {
+    fn default() -> Self {
+        Self {
+            task: Limit::default(),
+            repo_daily: Limit::default(),
+            daily: Limit::default(),
+            soft_at: 0.8,
+        }
+    }
+}
+
+impl BudgetsConfig {
+    /// Whether any limit is set (none: nothing is checked, nothing is watched).
+    pub fn any(&self) -> bool {
+        self.task.is_set() || self.repo_daily.is_set() || self.daily.is_set()
+    }
+}
 
 /// The stream of raises.
 pub const STREAM: &str = "budget";

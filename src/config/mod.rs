@@ -9,7 +9,6 @@ use std::time::Duration;
 use secrecy::{ExposeSecret, SecretString};
 
 pub mod allow_hosts;
-pub mod budgets;
 pub mod dispatch;
 pub mod file;
 pub mod plans;

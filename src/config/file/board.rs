@@ -1,0 +1,87 @@
+//! `[board]`, `[repos."o/n"]` (approval and landing rules) and the allow-list (`[repos]` with `[intake]
+//! allow_repos`), read into `board::BoardConfig`.
+
+use std::collections::BTreeMap;
+
+use super::{RepoTable, Tables};
+use crate::board::{AllowedRepos, BoardConfig};
+use crate::tasks::{LandConfig, MaxAttempts, RepoName};
+
+/// `[board] approval`, `[board] max_attempts`, `[repos."owner/name"] approval` and the allow-list.
+pub fn board_config(tables: &Tables) -> Result<BoardConfig, String> {
+    let max_attempts = u32::try_from(tables.board.max_attempts)
+        .map_err(|_| "board.max_attempts must be a whole number".to_owned())?;
+    let mut config = BoardConfig {
+        approval: tables.board.approval,
+        max_attempts: MaxAttempts::new(max_attempts)
+            .map_err(|e| format!("board.max_attempts: {e}"))?,
+        allowed: allowed_repos(tables)?,
+        ..BoardConfig::default()
+    };
+    for (name, repo) in &tables.repos {
+        if let Some(approval) = repo.approval {
+            let parsed = name
+                .parse::<RepoName>()
+                .map_err(|e| format!("[repos.\"{name}\"]: {e}"))?;
+            config.repos.insert(parsed, approval);
+        }
+        config
+            .land
+            .insert(name.to_ascii_lowercase(), land_config(name, repo)?);
+    }
+    Ok(config)
+}
+
+/// The names under `[repos]` and the patterns in `[intake] allow_repos`.
+pub fn allowed_repos(tables: &Tables) -> Result<AllowedRepos, String> {
+    let mut seen = BTreeMap::new();
+    for name in tables.repos.keys() {
+        let repo = name
+            .parse::<RepoName>()
+            .map_err(|e| format!("[repos.\"{name}\"]: {e}"))?;
+        // Two tables for one repository would each hold half its settings.
+        if let Some(first) = seen.insert(repo.clone(), repo) {
+            return Err(format!(
+                "[repos.\"{name}\"] and [repos.\"{first}\"] name one repository (GitHub ignores case): keep one"
+            ));
+        }
+    }
+    let mut allowed = AllowedRepos::new(tables.repos.keys().map(String::as_str))?;
+    let more = AllowedRepos::new(tables.intake.allow_repos.iter().map(String::as_str))
+        .map_err(|e| format!("intake.allow_repos: {e}"))?;
+    allowed.extend(more);
+    Ok(allowed)
+}
+
+/// `[repos."o/n"]` `land`, `approvals`, `required_checks` and `merge_method`, checked.
+fn land_config(name: &str, repo: &RepoTable) -> Result<LandConfig, String> {
+    use crate::tasks::landing::{MAX_NAME_CHARS, MAX_REQUIRED_APPROVALS};
+    let key = format!("repos.\"{name}\"");
+    let approvals = match repo.approvals {
+        None => 1,
+        Some(n) => u8::try_from(n)
+            .ok()
+            .filter(|n| *n <= MAX_REQUIRED_APPROVALS)
+            .ok_or_else(|| {
+                format!("{key}.approvals must be a whole number from 0 to {MAX_REQUIRED_APPROVALS}")
+            })?,
+    };
+    let mut required_checks: Vec<String> = Vec::new();
+    for check in repo.required_checks.iter().flatten() {
+        let check = check.trim();
+        if check.is_empty() || check.chars().count() > MAX_NAME_CHARS {
+            return Err(format!(
+                "{key}.required_checks names a check that is empty or longer than {MAX_NAME_CHARS} characters"
+            ));
+        }
+        if !required_checks.iter().any(|c| c == check) {
+            required_checks.push(check.to_owned());
+        }
+    }
+    Ok(LandConfig {
+        mode: repo.land.unwrap_or_default(),
+        approvals,
+        required_checks,
+        merge_method: repo.merge_method,
+    })
+}
