@@ -60,11 +60,6 @@ const KNOWN_FOLDER_CYCLES: &[(&str, &[&str], &str)] = &[
          their pure builders",
     ),
     (
-        "http/web",
-        &["follow_ups", "pages", "plan", "triage"],
-        "pages.rs lays out the sections the others render, and they share its `age` and `column_label`",
-    ),
-    (
         "tasks/domain",
         &["combined", "decision", "event", "evolution", "family", "landing", "ticket"],
         "one aggregate split by topic: decide and evolve read every part's events and facts, and each part's \

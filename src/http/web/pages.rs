@@ -12,6 +12,7 @@ use crate::http::health::{loop_status, HealthBody, Status};
 use super::plan::{item_line, plan_section, PlanView, Related};
 use super::report::report_section;
 use super::triage::{spec_form, spec_text, triage_note, SpecDraft};
+use super::words::{age, column_label};
 use crate::projectors::runs::RunRow;
 use crate::projectors::tasks::{link_keys, TaskRow, TimelineEntry};
 use crate::tasks::{Column, Task};
@@ -104,18 +105,6 @@ pub fn sign_in(next: &str, error: Option<&str>, closed: Option<&str>) -> Markup 
     }
 }
 
-pub(super) fn column_label(column: Column) -> &'static str {
-    match column {
-        Column::Triage => "triage",
-        Column::Todo => "todo",
-        Column::InProgress => "in progress",
-        Column::InReview => "in review",
-        Column::Done => "done",
-        Column::Archived => "archived",
-        Column::Cancelled => "cancelled",
-    }
-}
-
 pub(super) fn source_badge(source: &str) -> Markup {
     let icon = match source {
         "github" => "⬤ GitHub",
@@ -125,17 +114,6 @@ pub(super) fn source_badge(source: &str) -> Markup {
         other => other,
     };
     html! { span.badge.source title={ "from " (source) } { (icon) } }
-}
-
-/// "3 min", "2 h", "5 d".
-pub fn age(elapsed: chrono::Duration) -> String {
-    let s = elapsed.num_seconds().max(0);
-    match s {
-        0..60 => format!("{s} s"),
-        60..3600 => format!("{} min", s / 60),
-        3600..86400 => format!("{} h", s / 3600),
-        _ => format!("{} d", s / 86400),
-    }
 }
 
 pub struct TaskView {
