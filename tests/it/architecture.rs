@@ -47,11 +47,6 @@ const KNOWN_FOLDER_CYCLES: &[(&str, &[&str], &str)] = &[
         "file/ reads pidevops.toml into the typed values the others define, and they are built from file's tables",
     ),
     (
-        "dispatch/egress",
-        &["gateway", "routes"],
-        "gateway resolves each CLI's route; routes reads gateway's provider table and placeholder key",
-    ),
-    (
         "effects",
         &[
             "bot", "combined", "github", "linear", "linear_plan", "policy", "provider", "runner", "telegram",
