@@ -9,10 +9,10 @@
 //! job; the arrows below are the only doors.
 //!
 //! ```text
-//! main.rs          thin clap front: init | serve | migrate | doctor | config check | events | replay | task | plan |
-//!                  dispatch | worker
-//! cli/             `pidevops task …` (the board in a terminal), `pidevops plan …` (cli/plan.rs) and
-//!                  `pidevops dispatch pause|resume|status`
+//! main.rs          thin clap front: init | serve | migrate | doctor | events | task | plan | budget | usage |
+//!                  dispatch | worker | config check | replay
+//! cli/             `pidevops task …` (the board in a terminal), `pidevops plan …` (cli/plan.rs), `pidevops budget`,
+//!                  `pidevops usage` and `pidevops dispatch pause|resume|status`
 //! startup/         build(Settings) -> App: the one constructor for main and for tests (port 0 in tests)
 //!   catalog.rs     THE list of loops: each one's plan (armed / disabled / unarmed and why) and its builder;
 //!                  doctor, /health, /metrics and start-up all read it
@@ -25,12 +25,13 @@
 //! doctor/          `pidevops doctor`: the loop plan, containment, webhooks, each provider's API
 //! budgets/         what runs may spend, raised by events, from the usage read model
 //! domain/          pure values: Source, event types, NewEvent; runs.rs, a run's events; usage.rs, what a run
-//!                  spent, read from its agent's output
+//!                  spent, read from its agent's output; registry.rs, THE provider table (PROVIDERS)
 //! eventlog/        the only writer of the events table: appender tasks (group commit) over two backends
 //!   sql.rs         the statements both backends run (`$N`), and `on_store!` to run one body on either pool
 //!   postgres.rs    what differs on Postgres: the append (`pidevops_append`, advisory lock), body columns
 //!   sqlite.rs      embedded default (`./data/pidevops.db`): `plan_batch` (plan.rs) under BEGIN IMMEDIATE
-//! ingress/         webhooks: raw bytes in, verified and parsed NewEvent out, appended, then 2xx
+//! ingress/         webhooks: raw bytes in, verified and parsed NewEvent out, appended, then 2xx; one handler
+//!                  (`receive`) over each provider's `Webhook` (verify + parse), one route per provider
 //! bus/             fan-out: Bus (JetStream | in-process), relay.rs (log → bus, exactly once), work.rs (work queues),
 //!                  credentials.rs (NATS_URL's credentials to the client; is it open to strangers?)
 //! loops/           the do-while runner and the health registry (stale rule); follow.rs, the one driver for

@@ -6,6 +6,7 @@ use std::time::Duration;
 use secrecy::ExposeSecret;
 
 use super::{profiles, redact_password, LogFormat, Settings};
+use crate::domain::registry;
 
 /// `pidevops config check`: the configuration the service would run with, as TOML (a valid `pidevops.toml`,
 /// the environment in comments) or JSON. No secret's value is ever in it: secrets show as set or unset, URLs
@@ -51,7 +52,7 @@ pub(super) fn environment(settings: &Settings) -> Vec<(&'static str, String)> {
     let secret = |set: bool| if set { "set (redacted)" } else { "unset" }.to_owned();
     let or_unset = |value: Option<&String>| value.cloned().unwrap_or_else(|| "unset".to_owned());
     let seconds = |d: Duration| d.as_secs_f64().to_string();
-    vec![
+    let first = [
         ("PORT", settings.port.to_string()),
         ("PIDEVOPS_BIND", settings.bind.to_string()),
         ("DATABASE_URL", settings.database.redacted()),
@@ -127,18 +128,15 @@ pub(super) fn environment(settings: &Settings) -> Vec<(&'static str, String)> {
             "TELEGRAM_API_URL",
             redact_password(&settings.telegram_api_url),
         ),
-        (
-            "GITHUB_WEBHOOK_SECRET",
-            secret(settings.github_webhook_secret.is_set()),
-        ),
-        (
-            "LINEAR_WEBHOOK_SECRET",
-            secret(settings.linear_webhook_secret.is_set()),
-        ),
-        (
-            "TELEGRAM_WEBHOOK_SECRET",
-            secret(settings.telegram_webhook_secret.is_set()),
-        ),
+    ];
+    // Each provider's webhook secret (the provider table), where the list always had them.
+    let webhook_secrets = registry::PROVIDERS.iter().map(|p| {
+        let set = settings
+            .webhook_secret(p.source)
+            .is_some_and(|s| s.is_set());
+        (p.webhook_secret, secret(set))
+    });
+    let rest = [
         (
             "PIDEVOPS_ADMIN_TOKEN",
             secret(settings.admin_token.is_some()),
@@ -149,16 +147,21 @@ pub(super) fn environment(settings: &Settings) -> Vec<(&'static str, String)> {
             "TELEGRAM_BOT_TOKEN",
             secret(settings.telegram_bot_token.is_some()),
         ),
-    ]
+    ];
+    first
+        .into_iter()
+        .chain(webhook_secrets)
+        .chain(rest)
+        .collect()
 }
 
 /// The last guard: any secret of the environment (ours, those no agent may get, those profiles pass on) that
 /// still appears in `text` (a token pasted into the file, say) is replaced by `***`.
 fn mask_secrets(settings: &Settings, mut text: String) -> String {
+    let webhook_secrets = registry::PROVIDERS
+        .iter()
+        .filter_map(|p| settings.webhook_secret(p.source)?.value.as_ref());
     let mut secrets: Vec<String> = [
-        &settings.github_webhook_secret.value,
-        &settings.linear_webhook_secret.value,
-        &settings.telegram_webhook_secret.value,
         &settings.admin_token,
         &settings.github_token,
         &settings.linear_api_key,
@@ -166,6 +169,7 @@ fn mask_secrets(settings: &Settings, mut text: String) -> String {
     ]
     .into_iter()
     .flatten()
+    .chain(webhook_secrets)
     .map(|s| s.expose_secret().to_owned())
     .collect();
     let profile_env = settings
@@ -174,9 +178,8 @@ fn mask_secrets(settings: &Settings, mut text: String) -> String {
         .names()
         .filter_map(|name| settings.file.profiles.get(name))
         .flat_map(|profile| profile.env.clone());
-    for name in profiles::NEVER_PASSED
-        .iter()
-        .map(|n| (*n).to_owned())
+    for name in profiles::never_passed()
+        .map(str::to_owned)
         .chain(profile_env)
     {
         if let Some(value) = settings.env.get(&name) {

@@ -68,6 +68,8 @@ pub struct Settings {
     pub config_file: Option<PathBuf>,
     /// `pidevops.toml`, parsed and checked once: its tables and the domain values built from them.
     pub file: FileConfig,
+    /// The clock the time-driven loops (cron) read: the system's; tests advance it instead of waiting.
+    pub clock: crate::domain::clock::Clock,
     /// The JetStream stream and subject prefix (tests use their own).
     pub bus: crate::bus::BusConfig,
     /// How often the relay looks for newly committed events.
@@ -252,6 +254,17 @@ impl Env {
 }
 
 impl Settings {
+    /// A provider's webhook secret (the provider table names its variable); `None` for pidevops's own source.
+    pub fn webhook_secret(&self, source: crate::domain::Source) -> Option<&SourceSecret> {
+        use crate::domain::Source;
+        match source {
+            Source::Github => Some(&self.github_webhook_secret),
+            Source::Linear => Some(&self.linear_webhook_secret),
+            Source::Telegram => Some(&self.telegram_webhook_secret),
+            Source::Pidevops => None,
+        }
+    }
+
     pub fn from_process_env() -> Result<Self, ConfigError> {
         Self::from_env(&Env::from_process())
     }
@@ -322,6 +335,7 @@ impl Settings {
         }
 
         Ok(Self {
+            clock: crate::domain::clock::Clock::system(),
             bind,
             port,
             database,

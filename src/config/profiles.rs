@@ -28,19 +28,21 @@ use crate::tasks::{AgentName, RepoName, RunPurpose, Task};
 /// What a command template may name; anything else in braces is refused at start-up.
 pub const PLACEHOLDERS: [&str; 4] = ["{prompt}", "{prompt_file}", "{workspace}", "{task_id}"];
 
-/// The service's own secrets and connection strings: a profile can never pass these to an agent.
-pub const NEVER_PASSED: [&str; 10] = [
-    "DATABASE_URL",
-    "NATS_URL",
-    "PIDEVOPS_ADMIN_TOKEN",
-    "GITHUB_TOKEN",
-    "GITHUB_WEBHOOK_SECRET",
-    "GITHUB_APP_PRIVATE_KEY",
-    "LINEAR_API_KEY",
-    "LINEAR_WEBHOOK_SECRET",
-    "TELEGRAM_BOT_TOKEN",
-    "TELEGRAM_WEBHOOK_SECRET",
-];
+/// The service's own secrets and connection strings; with every provider's (the provider table), a profile can
+/// never pass these to an agent.
+const OWN_SECRETS: [&str; 3] = ["DATABASE_URL", "NATS_URL", "PIDEVOPS_ADMIN_TOKEN"];
+
+/// Every variable no agent (nor a repository's hook) is ever handed.
+pub fn never_passed() -> impl Iterator<Item = &'static str> {
+    OWN_SECRETS
+        .into_iter()
+        .chain(crate::domain::registry::agent_secrets())
+}
+
+/// Whether `var` is one of [`never_passed`].
+pub fn is_never_passed(var: &str) -> bool {
+    never_passed().any(|name| name == var)
+}
 
 /// The longest argument `{prompt}` may make. Linux refuses a single argument over 128 KiB (`E2BIG`), whatever the
 /// total; a longer prompt needs `{prompt_file}` or `stdin = "prompt"`.
@@ -635,7 +637,7 @@ fn variable(var: &str, key: &str) -> Result<(), String> {
     if var.is_empty() || !var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
         return Err(format!("{key}: {var:?} is not a variable name"));
     }
-    if NEVER_PASSED.contains(&var) || var.starts_with("PIDEVOPS_") {
+    if is_never_passed(var) || var.starts_with("PIDEVOPS_") {
         return Err(format!(
             "{key} lists {var}, one of pidevops's own secrets or settings: an agent never gets those"
         ));

@@ -19,7 +19,7 @@
 use std::time::Duration;
 
 use super::file::RepoTable;
-use super::profiles::NEVER_PASSED;
+use super::profiles::is_never_passed;
 
 /// What a repository's runs do besides the agent. `Default`: nothing.
 #[derive(Clone, Debug, PartialEq)]
@@ -109,7 +109,7 @@ impl RepoEnv {
                     "{key}.secrets[{i}]: {var:?} is not an environment variable name"
                 ));
             }
-            if NEVER_PASSED.contains(&var.as_str()) || var.starts_with("PIDEVOPS_") {
+            if is_never_passed(var) || var.starts_with("PIDEVOPS_") {
                 return Err(format!(
                     "{key}.secrets[{i}] is {var}, one of pidevops's own secrets or settings: a repository's \
                      commands never get those"

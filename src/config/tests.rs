@@ -162,3 +162,36 @@ fn every_variable_the_settings_read_is_declared_for_serve_help() {
     let help = variables_help();
     assert!(declared.iter().all(|name| help.contains(name)), "{help}");
 }
+
+#[test]
+fn each_provider_reads_its_webhook_secret_and_keeps_its_secrets_from_agents() {
+    let settings = Settings::from_env(&Env::default()).unwrap();
+    for provider in &crate::domain::registry::PROVIDERS {
+        let secret = settings.webhook_secret(provider.source).unwrap();
+        assert_eq!(secret.variable, provider.webhook_secret);
+        assert!(VARIABLES
+            .iter()
+            .any(|(name, _)| *name == provider.webhook_secret));
+        for name in provider.agent_secrets {
+            assert!(profiles::is_never_passed(name), "{name}");
+        }
+    }
+    // The service's own, and every provider's: the list as it was before the provider table.
+    let mut never: Vec<_> = profiles::never_passed().collect();
+    never.sort_unstable();
+    assert_eq!(
+        never,
+        [
+            "DATABASE_URL",
+            "GITHUB_APP_PRIVATE_KEY",
+            "GITHUB_TOKEN",
+            "GITHUB_WEBHOOK_SECRET",
+            "LINEAR_API_KEY",
+            "LINEAR_WEBHOOK_SECRET",
+            "NATS_URL",
+            "PIDEVOPS_ADMIN_TOKEN",
+            "TELEGRAM_BOT_TOKEN",
+            "TELEGRAM_WEBHOOK_SECRET",
+        ]
+    );
+}

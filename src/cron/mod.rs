@@ -155,14 +155,21 @@ pub struct CronLoop {
     log: EventLog,
     board: Board,
     schedules: std::sync::Arc<Vec<Schedule>>,
+    clock: crate::domain::clock::Clock,
 }
 
 impl CronLoop {
-    pub fn new(log: EventLog, board: Board, schedules: Vec<Schedule>) -> Self {
+    pub fn new(
+        log: EventLog,
+        board: Board,
+        schedules: Vec<Schedule>,
+        clock: crate::domain::clock::Clock,
+    ) -> Self {
         Self {
             log,
             board,
             schedules: std::sync::Arc::new(schedules),
+            clock,
         }
     }
 
@@ -191,7 +198,7 @@ impl CronLoop {
             .collect::<Result<_, _>>()
             .with_context(|| format!("{stream} holds an event that is not a cron event"))?;
         let mut version = i64::try_from(events.len()).unwrap_or(i64::MAX);
-        let now = Utc::now();
+        let now = self.clock.now();
         let mut armed = None;
         let mut last = None;
         for event in &events {

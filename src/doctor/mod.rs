@@ -245,15 +245,14 @@ fn allowed_repos(out: &mut String, settings: &Settings) {
 
 /// Which webhooks verify deliveries, and whether the API is served.
 fn webhooks(out: &mut String, settings: &Settings) {
-    for (name, secret) in [
-        ("github", &settings.github_webhook_secret),
-        ("linear", &settings.linear_webhook_secret),
-        ("telegram", &settings.telegram_webhook_secret),
-    ] {
+    let secrets = crate::domain::registry::PROVIDERS
+        .iter()
+        .filter_map(|p| Some((p.name, p.webhook_route, settings.webhook_secret(p.source)?)));
+    for (name, route, secret) in secrets {
         let (state, detail) = if secret.is_set() {
             (
                 "armed",
-                format!("POST /webhooks/{name} verifies with {}", secret.variable),
+                format!("POST {route} verifies with {}", secret.variable),
             )
         } else {
             (

@@ -71,20 +71,7 @@ pub fn plan_pull_request_body(plan: &Task, combination: &Combination, items: &[T
     }
     let mut body = clip(&body, MAX_BODY_CHARS);
     let links = plan.links();
-    let mut from = Vec::new();
-    if let Some(issue) = &links.github_issue {
-        if &issue.repo == plan.repo() {
-            from.push(format!("Closes #{}", issue.number));
-        } else {
-            from.push(format!("{issue}"));
-        }
-    }
-    if let Some(linear) = &links.linear_issue {
-        from.push(format!("Linear {}", linear.identifier()));
-    }
-    if let Some(telegram) = &links.telegram {
-        from.push(format!("Telegram message {telegram}"));
-    }
+    let from = crate::domain::registry::from_lines(links, plan.repo());
     body.push_str("\n---\n");
     if !from.is_empty() {
         body.push_str(&format!("From: {}\n", from.join(", ")));

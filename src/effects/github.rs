@@ -591,21 +591,7 @@ pub fn pull_request_body(task: &Task) -> String {
     }
     body.push_str(&agent_config_section(&report.agent_config));
     let links = task.links();
-    let mut from = Vec::new();
-    if let Some(issue) = &links.github_issue {
-        // `Closes` only works within the repository; elsewhere it is a plain reference.
-        if &issue.repo == task.repo() {
-            from.push(format!("Closes #{}", issue.number));
-        } else {
-            from.push(format!("{issue}"));
-        }
-    }
-    if let Some(linear) = &links.linear_issue {
-        from.push(format!("Linear {}", linear.identifier()));
-    }
-    if let Some(telegram) = &links.telegram {
-        from.push(format!("Telegram message {telegram}"));
-    }
+    let from = crate::domain::registry::from_lines(links, task.repo());
     body.push_str("\n---\n");
     if !from.is_empty() {
         body.push_str(&format!("From: {}\n", from.join(", ")));

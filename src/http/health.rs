@@ -202,12 +202,9 @@ pub async fn snapshot(state: &AppState) -> HealthBody {
     }
 
     let settings = &state.settings;
-    let webhooks: serde_json::Map<String, serde_json::Value> = [
-        ("github", &settings.github_webhook_secret),
-        ("linear", &settings.linear_webhook_secret),
-        ("telegram", &settings.telegram_webhook_secret),
-    ]
-    .into_iter()
+    let webhooks: serde_json::Map<String, serde_json::Value> = crate::domain::registry::PROVIDERS
+        .iter()
+        .filter_map(|p| Some((p.name, settings.webhook_secret(p.source)?)))
     .map(|(name, secret)| {
         let value = if secret.is_set() {
             json!({ "configured": true })

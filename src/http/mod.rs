@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::{Json, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Serialize;
@@ -60,11 +60,9 @@ pub struct AppState {
 }
 
 pub fn router(state: AppState) -> Router {
-    let webhooks = Router::new()
-        // Each handler reads its body itself, within its limit and the unverified-bytes budget.
-        .route("/webhooks/github", post(ingress::github))
-        .route("/webhooks/linear", post(ingress::linear))
-        .route("/webhooks/telegram", post(ingress::telegram))
+    // One route per provider (the provider table); each reads its body itself, within its limit and the
+    // unverified-bytes budget.
+    let webhooks = ingress::router()
         // A client that trickles its body must not hold a connection (and a batch slot) forever.
         .layer(RequestBodyTimeoutLayer::new(Duration::from_secs(30)));
 

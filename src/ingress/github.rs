@@ -38,6 +38,32 @@ struct Numbered {
 }
 
 /// Turns a verified delivery into an event. Pure: no I/O.
+/// GitHub's webhook: HMAC-SHA256 in `X-Hub-Signature-256`; `X-GitHub-Delivery` names one payload (a redelivery
+/// carries the same bytes), so the event is pinned.
+pub struct Delivery;
+
+impl super::Webhook for Delivery {
+    const SOURCE: Source = Source::Github;
+    const BODY_LIMIT: usize = super::GITHUB_BODY_LIMIT;
+
+    fn verify(
+        secret: &str,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<(), super::verify::SignatureError> {
+        let signature = headers.get(super::verify::GITHUB_SIGNATURE_HEADER);
+        super::verify::verify_github(secret.as_bytes(), body, signature.map(|v| v.as_bytes()))
+    }
+
+    fn parse(
+        _: &crate::config::Settings,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<NewEvent, super::IngressError> {
+        Ok(parse(headers, body)?.pinned())
+    }
+}
+
 pub fn parse(headers: &HeaderMap, body: Bytes) -> Result<NewEvent, Malformed> {
     let event_name = header_str(headers, "x-github-event")?
         .filter(|name| !name.is_empty())

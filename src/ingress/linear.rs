@@ -22,6 +22,35 @@ pub enum LinearError {
     Stale { skew_ms: i64, limit_ms: i64 },
 }
 
+/// Linear's webhook: HMAC-SHA256 in `Linear-Signature`, and its `webhookTimestamp` within a minute. Not pinned:
+/// Linear's retries carry a fresh `webhookTimestamp` to pass that rule, so differ in bytes.
+pub struct Delivery;
+
+impl super::Webhook for Delivery {
+    const SOURCE: Source = Source::Linear;
+    const BODY_LIMIT: usize = super::DEFAULT_BODY_LIMIT;
+
+    fn verify(
+        secret: &str,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<(), super::verify::SignatureError> {
+        let signature = headers.get(super::verify::LINEAR_SIGNATURE_HEADER);
+        super::verify::verify_linear(secret.as_bytes(), body, signature.map(|v| v.as_bytes()))
+    }
+
+    fn parse(
+        _: &crate::config::Settings,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<NewEvent, super::IngressError> {
+        parse(headers, body, Utc::now()).map_err(|e| match e {
+            LinearError::Malformed(m) => super::IngressError::Malformed(m),
+            stale @ LinearError::Stale { .. } => super::IngressError::Stale(stale.to_string()),
+        })
+    }
+}
+
 /// Turns a verified delivery into an event. `now` is passed in so the freshness rule is testable.
 pub fn parse(
     headers: &HeaderMap,

@@ -16,19 +16,19 @@ pub mod verify;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{FromRef, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::routing::{post, MethodRouter};
+use axum::{Json, Router};
 use bytes::Bytes;
-use chrono::Utc;
 use futures::StreamExt;
 use secrecy::ExposeSecret;
 use serde_json::json;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::config::{Settings, SourceSecret};
-use crate::domain::{NewEvent, Source};
+use crate::config::Settings;
+use crate::domain::{registry, NewEvent, Source};
 use crate::eventlog::{AppendError, Appended, EventLog};
 
 /// GitHub caps deliveries at 25 MiB; Linear and Telegram bodies are small.
@@ -309,14 +309,14 @@ fn respond(source: Source, result: Result<Appended, IngressError>) -> Response {
     }
 }
 
-fn secret(source: Source, configured: &SourceSecret) -> Result<&str, IngressError> {
+fn secret(source: Source, settings: &Settings) -> Result<&str, IngressError> {
+    let configured = settings.webhook_secret(source);
     configured
-        .value
-        .as_ref()
+        .and_then(|c| c.value.as_ref())
         .map(|s| s.expose_secret())
         .ok_or(IngressError::NotConfigured {
             provider: source,
-            variable: configured.variable,
+            variable: configured.map_or("", |c| c.variable),
         })
 }
 
@@ -370,75 +370,72 @@ fn conflict_record(refused: &AppendError) -> Option<NewEvent> {
     Some(record)
 }
 
-pub async fn github(State(state): State<Webhooks>, headers: HeaderMap, raw: Body) -> Response {
-    let source = Source::Github;
+/// What one provider's webhook does with a delivery of its own: check it is authentic, and read it into its
+/// event. Everything around them (the secret, the body budget, the append, the answer) is [`receive`]'s, the
+/// same for every provider. Each provider's module implements it; [`router`] mounts one route per entry of the
+/// provider table.
+pub trait Webhook {
+    const SOURCE: Source;
+    /// The largest body accepted.
+    const BODY_LIMIT: usize;
+    /// Whether the delivery is signed (or carries the token) with `secret`.
+    fn verify(secret: &str, headers: &HeaderMap, body: &[u8])
+        -> Result<(), verify::SignatureError>;
+    /// The verified delivery as its event (pinned when its delivery id names one payload).
+    fn parse(
+        settings: &Settings,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<NewEvent, IngressError>;
+}
+
+/// The one webhook handler: configured, read within the budget, verified, parsed, appended, answered.
+pub async fn receive<W: Webhook>(
+    State(state): State<Webhooks>,
+    headers: HeaderMap,
+    raw: Body,
+) -> Response {
+    let source = W::SOURCE;
     let result = async {
-        let secret = secret(source, &state.settings.github_webhook_secret)?;
+        let secret = secret(source, &state.settings)?;
         let (body, _held) = state
             .budget
-            .read(source, &headers, raw, GITHUB_BODY_LIMIT)
+            .read(source, &headers, raw, W::BODY_LIMIT)
             .await?;
-        verify::verify_github(
-            secret.as_bytes(),
-            &body,
-            headers
-                .get(verify::GITHUB_SIGNATURE_HEADER)
-                .map(|v| v.as_bytes()),
-        )?;
-        // X-GitHub-Delivery names one payload: a redelivery carries the same bytes.
-        let event = github::parse(&headers, body)?.pinned();
+        W::verify(secret, &headers, &body)?;
+        let event = W::parse(&state.settings, &headers, body)?;
         append(&state, event).await
     }
     .await;
     respond(source, result)
 }
 
-pub async fn linear(State(state): State<Webhooks>, headers: HeaderMap, raw: Body) -> Response {
-    let source = Source::Linear;
-    let result = async {
-        let secret = secret(source, &state.settings.linear_webhook_secret)?;
-        let (body, _held) = state
-            .budget
-            .read(source, &headers, raw, DEFAULT_BODY_LIMIT)
-            .await?;
-        verify::verify_linear(
-            secret.as_bytes(),
-            &body,
-            headers
-                .get(verify::LINEAR_SIGNATURE_HEADER)
-                .map(|v| v.as_bytes()),
-        )?;
-        let event = linear::parse(&headers, body, Utc::now()).map_err(|e| match e {
-            linear::LinearError::Malformed(m) => IngressError::Malformed(m),
-            stale @ linear::LinearError::Stale { .. } => IngressError::Stale(stale.to_string()),
-        })?;
-        append(&state, event).await
-    }
-    .await;
-    respond(source, result)
+/// Every provider's webhook route (`PROVIDERS[..].webhook_route`), for the HTTP router to mount.
+pub fn router<S>() -> Router<S>
+where
+    Webhooks: FromRef<S>,
+    S: Clone + Send + Sync + 'static,
+{
+    registry::PROVIDERS
+        .iter()
+        .filter_map(|p| Some((p.webhook_route, handler(p.source)?)))
+        .fold(Router::new(), |router, (route, handler)| {
+            router.route(route, handler)
+        })
 }
 
-pub async fn telegram(State(state): State<Webhooks>, headers: HeaderMap, raw: Body) -> Response {
-    let source = Source::Telegram;
-    let result = async {
-        let secret = secret(source, &state.settings.telegram_webhook_secret)?;
-        let (body, _held) = state
-            .budget
-            .read(source, &headers, raw, DEFAULT_BODY_LIMIT)
-            .await?;
-        verify::verify_token(
-            secret,
-            headers
-                .get(verify::TELEGRAM_TOKEN_HEADER)
-                .map(|v| v.as_bytes()),
-        )?;
-        // An update id names one update. (Not pinned: the getUpdates loop, which re-encodes what it pulls, and
-        // Linear, whose retries must carry a fresh webhookTimestamp to pass the 60 s rule, so differ in bytes.)
-        let event = telegram::parse(body, state.settings.telegram_bot_id.as_deref())?.pinned();
-        append(&state, event).await
+/// The handler of a provider's webhook; `None` for pidevops's own source, which has none.
+fn handler<S>(source: Source) -> Option<MethodRouter<S>>
+where
+    Webhooks: FromRef<S>,
+    S: Clone + Send + Sync + 'static,
+{
+    match source {
+        Source::Github => Some(post(receive::<github::Delivery>)),
+        Source::Linear => Some(post(receive::<linear::Delivery>)),
+        Source::Telegram => Some(post(receive::<telegram::Delivery>)),
+        Source::Pidevops => None,
     }
-    .await;
-    respond(source, result)
 }
 
 /// A header as text; a header that is present but not visible ASCII is malformed, not absent.

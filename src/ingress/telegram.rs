@@ -8,6 +8,32 @@ use serde_json::Value;
 use super::Malformed;
 use crate::domain::{EventType, NewEvent, Source, Subject};
 
+/// Telegram's webhook: the secret token in `X-Telegram-Bot-Api-Secret-Token`. An update id names one update, so
+/// the event is pinned (the getUpdates loop, which re-encodes what it pulls, does not pin).
+pub struct Delivery;
+
+impl super::Webhook for Delivery {
+    const SOURCE: Source = Source::Telegram;
+    const BODY_LIMIT: usize = super::DEFAULT_BODY_LIMIT;
+
+    fn verify(
+        secret: &str,
+        headers: &axum::http::HeaderMap,
+        _: &[u8],
+    ) -> Result<(), super::verify::SignatureError> {
+        let token = headers.get(super::verify::TELEGRAM_TOKEN_HEADER);
+        super::verify::verify_token(secret, token.map(|v| v.as_bytes()))
+    }
+
+    fn parse(
+        settings: &crate::config::Settings,
+        _: &axum::http::HeaderMap,
+        body: Bytes,
+    ) -> Result<NewEvent, super::IngressError> {
+        Ok(parse(body, settings.telegram_bot_id.as_deref())?.pinned())
+    }
+}
+
 /// Turns a verified update into an event. `bot_id` comes from `TELEGRAM_BOT_TOKEN` when it is set.
 pub fn parse(body: Bytes, bot_id: Option<&str>) -> Result<NewEvent, Malformed> {
     super::check_depth(&body)?;

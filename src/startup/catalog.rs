@@ -385,6 +385,7 @@ pub const CATALOG: &[Entry] = &[
                 parts.log.clone(),
                 parts.board.clone(),
                 parts.schedules.to_vec(),
+                parts.settings.clock.clone(),
             ));
             Ok(Built::ticking(
                 move || {

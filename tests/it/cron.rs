@@ -72,11 +72,12 @@ async fn a_schedule_creates_its_task_on_time_and_after_downtime_fires_once(db: T
     );
     app.stop().await;
 
-    // Down for long enough to miss three slots.
+    // Down for long enough to miss three slots: the restarted service's clock is 7 s ahead (no waiting for it).
     let last = fired_after_stop(&db).await;
-    tokio::time::sleep(Duration::from_secs(7)).await;
-    let restarted_at = Utc::now();
-    let app = TestApp::spawn(settings(&db)).await;
+    let restarted = settings(&db);
+    restarted.clock.advance(chrono::Duration::seconds(7));
+    let restarted_at = restarted.clock.now();
+    let app = TestApp::spawn(restarted).await;
     within(
         Duration::from_secs(10),
         "a firing after the restart",

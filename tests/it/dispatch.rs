@@ -260,8 +260,9 @@ esac"#,
         "{}",
         row.state
     );
-    // No fourth attempt, however long we wait.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // No fourth attempt: the board at the log's head and the dispatcher driven until it rests.
+    app.project().await;
+    app.drive(pidevops::dispatch::dispatcher::DISPATCHER).await;
     for id in [exits, hangs, silent, no_change] {
         assert_eq!(runs_of(&app, id).await.len(), 3, "{id}");
     }
@@ -445,7 +446,8 @@ async fn pausing_stops_new_runs_and_shows_in_health(db: TestDb) {
         health["loops"]["dispatcher"]["detail"]["paused_reason"],
         "paused by test: deploy freeze"
     );
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    app.project().await;
+    app.drive(pidevops::dispatch::dispatcher::DISPATCHER).await;
     assert!(
         runs_of(&app, id).await.is_empty(),
         "nothing starts while paused"
@@ -937,7 +939,8 @@ async fn attempts_bouncing_back_fast_are_flagged_before_the_budget_is_spent(db: 
         "{reason}"
     );
     assert!(reason.contains("exited with status 139"), "{reason}");
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    app.project().await;
+    app.drive(pidevops::dispatch::dispatcher::DISPATCHER).await;
     let runs = runs_of(&app, id).await;
     assert_eq!(runs.len(), 3, "no fourth attempt: {runs:?}");
     assert_eq!(task_row(&app, id).await.unwrap().attempts, 3);

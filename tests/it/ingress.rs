@@ -345,6 +345,34 @@ async fn a_source_without_its_secret_refuses_every_delivery(db: TestDb) {
         health["checks"]["webhooks"]["sources"]["github"]["configured"],
         false
     );
+    // The provider table and its readers agree: /health lists each provider, and each has its route.
+    let providers = &pidevops::domain::registry::PROVIDERS;
+    let listed: Vec<&str> = health["checks"]["webhooks"]["sources"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let mut names: Vec<&str> = providers.iter().map(|p| p.name).collect();
+    names.sort_unstable();
+    assert_eq!(listed, names);
+    for provider in providers {
+        let response = reqwest::Client::new()
+            .post(app.url(provider.webhook_route))
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        let (status, refused) = json(response).await;
+        assert_eq!(status, 503, "{}: {refused}", provider.name);
+        assert!(
+            refused["message"]
+                .as_str()
+                .unwrap()
+                .contains(provider.webhook_secret),
+            "{refused}"
+        );
+    }
     app.stop().await;
 }
 

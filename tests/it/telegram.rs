@@ -120,7 +120,8 @@ async fn state_changes_reach_the_chats_once_escaped_and_paced(db: TestDb) {
         || async { telegram.sent().len() >= 4 },
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Driven to rest, not waited for: anything more it would send is sent by then.
+    app.drive("effects:telegram").await;
     let sent = telegram.sent();
     assert_eq!(
         sent.len(),
@@ -253,7 +254,8 @@ async fn commands_from_allowed_chats_are_answered_once_and_strangers_are_refused
         || async { telegram.sent().len() >= 9 },
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Driven to rest, not waited for: anything more it would send is sent by then.
+    app.drive("effects:telegram").await;
     let sent = telegram.sent();
     assert_eq!(sent.len(), 9, "{sent:#?}");
     let menu = telegram.menu().expect("setMyCommands at start-up");

@@ -14,6 +14,7 @@ use super::pages::{self, source_badge, Nav};
 use super::plan::{self, card_family, Related};
 use super::words::{age, column_label};
 use super::{caught_up, frame, page, rendered_at, timed, unavailable, SignedIn};
+use crate::domain::registry;
 use crate::http::AppState;
 use crate::projectors::tasks::{self as task_rows, TaskFilter, TaskRow};
 use crate::tasks::{Column, Links};
@@ -80,7 +81,7 @@ pub fn board(view: &BoardView) -> Markup {
             }
             select name="source" {
                 option value="" { "every source" }
-                @for source in ["github", "linear", "telegram", "api", "cli", "cron"] {
+                @for source in registry::names().chain(["api", "cli", "cron"]) {
                     option value=(source) selected[f.source.as_deref() == Some(source)] { (source) }
                 }
             }

@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use maud::{html, Markup, DOCTYPE};
 
 use crate::board::Steer;
+use crate::domain::registry;
 use crate::eventlog::StoredEvent;
 use crate::http::health::{loop_status, HealthBody, Status};
 
@@ -106,12 +107,10 @@ pub fn sign_in(next: &str, error: Option<&str>, closed: Option<&str>) -> Markup 
 }
 
 pub(super) fn source_badge(source: &str) -> Markup {
-    let icon = match source {
-        "github" => "⬤ GitHub",
-        "linear" => "◆ Linear",
-        "telegram" => "✈ Telegram",
-        "cron" => "⏱ cron",
-        other => other,
+    let icon = match (registry::provider(source), source) {
+        (Some(provider), _) => provider.label,
+        (None, "cron") => "⏱ cron",
+        (None, other) => other,
     };
     html! { span.badge.source title={ "from " (source) } { (icon) } }
 }
@@ -506,7 +505,7 @@ pub fn events(
         form.filters method="get" action="/events" {
             select name="source" {
                 option value="" { "every source" }
-                @for source in ["github", "linear", "telegram", "pidevops"] {
+                @for source in registry::names().chain(["pidevops"]) {
                     option value=(source) selected[filter.source.as_deref() == Some(source)] { (source) }
                 }
             }

@@ -1,6 +1,7 @@
 //! What a task event says, in one line a person can read, and which links and source it brings.
 
 use super::{link_keys, LinkKind};
+use crate::domain::registry;
 use crate::tasks::{
     Column, CommitSha, Links, RetryCause, RunPurpose, TaskCreated, TaskEvent, TaskId, TaskKind,
     TriageOutcome,
@@ -273,20 +274,11 @@ pub(super) fn links_of(event: &TaskEvent) -> Vec<(LinkKind, String)> {
 
 /// Where a task came from: the creating actor when it names a channel, else its first link, else the API.
 pub fn source_of(actor: Option<&str>, links: &Links) -> &'static str {
-    match actor {
-        Some("linear") => return "linear",
-        Some("github") => return "github",
-        Some("telegram") => return "telegram",
-        Some("api") => return "api",
-        _ => {}
+    if let Some(provider) = actor.and_then(registry::provider) {
+        return provider.name;
     }
-    if links.linear_issue.is_some() {
-        "linear"
-    } else if links.github_issue.is_some() {
-        "github"
-    } else if links.telegram.is_some() {
-        "telegram"
-    } else {
-        "api"
+    if actor == Some("api") {
+        return "api";
     }
+    registry::origin(links).map_or("api", |provider| provider.name)
 }

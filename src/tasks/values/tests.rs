@@ -371,3 +371,22 @@ fn links_are_validated() {
         "unset links stay out of events"
     );
 }
+
+/// The stored shape of links, pinned: events already in logs must read back, and write out byte for byte the
+/// same, whatever `Links` becomes (a map keyed by provider, say).
+#[test]
+fn stored_links_read_back_and_write_out_byte_for_byte() {
+    const STORED: &str = r#"{"type":"links_attached","at":"2026-01-02T03:04:05Z","links":{"linear_issue":{"id":"8f1c2b0e-5d3a-4c1e-9b7a-0a1b2c3d4e5f","identifier":"ENG-42"},"github_issue":{"repo":"acme/api","number":7},"github_pr":{"repo":"acme/api","number":9},"telegram":{"chat":-100123,"message":55}}}"#;
+    let event: crate::tasks::TaskEvent = serde_json::from_str(STORED).unwrap();
+    let crate::tasks::TaskEvent::LinksAttached { links, .. } = &event else {
+        panic!("{event:?}");
+    };
+    assert_eq!(links.linear_issue.as_ref().unwrap().identifier(), "ENG-42");
+    assert_eq!(links.github_pr.as_ref().unwrap().to_string(), "acme/api#9");
+    assert_eq!(links.telegram.unwrap().message(), 55);
+    assert_eq!(serde_json::to_string(&event).unwrap(), STORED);
+    // One link: the others stay out.
+    const ONE: &str = r#"{"telegram":{"chat":5,"message":1}}"#;
+    let one: Links = serde_json::from_str(ONE).unwrap();
+    assert_eq!(serde_json::to_string(&one).unwrap(), ONE);
+}

@@ -1,0 +1,185 @@
+//! THE provider table: each chat or ticket provider pidevops hears from, registered once. The webhook routes,
+//! `/health`'s and doctor's webhook lists, the secrets kept from agents, the dashboard's source lists and badges,
+//! where a task came from and a pull request's "From:" line all read it; adding a provider is adding an entry
+//! (and its parser in ingress, its policy in effects: AGENTS.md, "Adding a provider").
+
+use super::Source;
+use crate::tasks::{Links, RepoName};
+
+/// One provider, whole.
+#[derive(Debug)]
+pub struct ProviderEntry {
+    /// `github`: the event source's name, the actor its tasks are created by, the dashboard's filter value.
+    pub name: &'static str,
+    pub source: Source,
+    /// The dashboard's badge.
+    pub label: &'static str,
+    /// `POST /webhooks/<name>`.
+    pub webhook_route: &'static str,
+    /// The variable holding the secret its deliveries are verified with (`Settings::webhook_secret` reads it).
+    pub webhook_secret: &'static str,
+    /// Its variables no agent profile or repository hook may be handed (its API token, its webhook secret).
+    pub agent_secrets: &'static [&'static str],
+    /// When a task's links name several providers and its creator names none, the lowest rank is where it came
+    /// from (a Linear issue over a GitHub issue over a Telegram message).
+    pub origin_rank: u8,
+    /// Whether a task's links say it came from here.
+    pub came_from: fn(&Links) -> bool,
+    /// The pull request body's "From:" part for a task (or plan) of `repo` with these links.
+    pub from_line: fn(&Links, &RepoName) -> Option<String>,
+}
+
+/// Every provider, in the order lists show them.
+pub const PROVIDERS: [ProviderEntry; 3] = [
+    ProviderEntry {
+        name: "github",
+        source: Source::Github,
+        label: "⬤ GitHub",
+        webhook_route: "/webhooks/github",
+        webhook_secret: "GITHUB_WEBHOOK_SECRET",
+        agent_secrets: &[
+            "GITHUB_TOKEN",
+            "GITHUB_WEBHOOK_SECRET",
+            "GITHUB_APP_PRIVATE_KEY",
+        ],
+        origin_rank: 1,
+        came_from: |links| links.github_issue.is_some(),
+        from_line: |links, repo| {
+            // `Closes` only works within the repository; elsewhere it is a plain reference.
+            links.github_issue.as_ref().map(|issue| {
+                if &issue.repo == repo {
+                    format!("Closes #{}", issue.number)
+                } else {
+                    format!("{issue}")
+                }
+            })
+        },
+    },
+    ProviderEntry {
+        name: "linear",
+        source: Source::Linear,
+        label: "◆ Linear",
+        webhook_route: "/webhooks/linear",
+        webhook_secret: "LINEAR_WEBHOOK_SECRET",
+        agent_secrets: &["LINEAR_API_KEY", "LINEAR_WEBHOOK_SECRET"],
+        origin_rank: 0,
+        came_from: |links| links.linear_issue.is_some(),
+        from_line: |links, _| {
+            links
+                .linear_issue
+                .as_ref()
+                .map(|issue| format!("Linear {}", issue.identifier()))
+        },
+    },
+    ProviderEntry {
+        name: "telegram",
+        source: Source::Telegram,
+        label: "✈ Telegram",
+        webhook_route: "/webhooks/telegram",
+        webhook_secret: "TELEGRAM_WEBHOOK_SECRET",
+        agent_secrets: &["TELEGRAM_BOT_TOKEN", "TELEGRAM_WEBHOOK_SECRET"],
+        origin_rank: 2,
+        came_from: |links| links.telegram.is_some(),
+        from_line: |links, _| {
+            links
+                .telegram
+                .map(|message| format!("Telegram message {message}"))
+        },
+    },
+];
+
+/// The provider named `name` (an event source, an actor, a filter value).
+pub fn provider(name: &str) -> Option<&'static ProviderEntry> {
+    PROVIDERS.iter().find(|p| p.name == name)
+}
+
+/// The provider an event source is, if it is one (`pidevops` is not).
+pub fn of_source(source: Source) -> Option<&'static ProviderEntry> {
+    PROVIDERS.iter().find(|p| p.source == source)
+}
+
+/// Every provider's name, in the table's order.
+pub fn names() -> impl Iterator<Item = &'static str> {
+    PROVIDERS.iter().map(|p| p.name)
+}
+
+/// Where a task came from by its links alone: the provider of lowest `origin_rank` its links name.
+pub fn origin(links: &Links) -> Option<&'static ProviderEntry> {
+    PROVIDERS
+        .iter()
+        .filter(|p| (p.came_from)(links))
+        .min_by_key(|p| p.origin_rank)
+}
+
+/// A pull request body's "From:" parts, in the table's order.
+pub fn from_lines(links: &Links, repo: &RepoName) -> Vec<String> {
+    PROVIDERS
+        .iter()
+        .filter_map(|p| (p.from_line)(links, repo))
+        .collect()
+}
+
+/// Every provider's variables kept from agents.
+pub fn agent_secrets() -> impl Iterator<Item = &'static str> {
+    PROVIDERS
+        .iter()
+        .flat_map(|p| p.agent_secrets.iter().copied())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    #[test]
+    fn each_entry_is_whole_and_agrees_with_its_source() {
+        let mut names = BTreeSet::new();
+        let mut ranks = BTreeSet::new();
+        for p in &PROVIDERS {
+            assert!(names.insert(p.name), "{} twice", p.name);
+            assert!(ranks.insert(p.origin_rank), "{}'s rank is taken", p.name);
+            assert_eq!(p.source.as_str(), p.name);
+            assert_eq!(p.webhook_route, format!("/webhooks/{}", p.name));
+            assert_eq!(
+                p.webhook_secret,
+                format!("{}_WEBHOOK_SECRET", p.name.to_uppercase())
+            );
+            assert!(p.agent_secrets.contains(&p.webhook_secret), "{}", p.name);
+            assert!(!p.label.is_empty());
+            assert_eq!(provider(p.name).map(|e| e.source), Some(p.source));
+            assert_eq!(of_source(p.source).map(|e| e.name), Some(p.name));
+        }
+        // Every source but pidevops's own is a provider.
+        let sources: BTreeSet<_> = Source::ALL
+            .into_iter()
+            .filter(|s| *s != Source::Pidevops)
+            .collect();
+        assert_eq!(sources, PROVIDERS.iter().map(|p| p.source).collect());
+        assert!(of_source(Source::Pidevops).is_none());
+    }
+
+    #[test]
+    fn origin_prefers_linear_then_github_then_telegram() {
+        let repo: RepoName = "o/n".parse().unwrap();
+        let mut links = Links::default();
+        assert!(origin(&links).is_none());
+        links.telegram = Some(crate::tasks::TelegramMessage::new(5, 7).unwrap());
+        assert_eq!(origin(&links).map(|p| p.name), Some("telegram"));
+        links.github_issue = Some(crate::tasks::GithubRef::new(repo.clone(), 3).unwrap());
+        assert_eq!(origin(&links).map(|p| p.name), Some("github"));
+        links.linear_issue =
+            Some(crate::tasks::LinearIssue::new(uuid::Uuid::nil(), "ENG-1").unwrap());
+        assert_eq!(origin(&links).map(|p| p.name), Some("linear"));
+        assert_eq!(
+            from_lines(&links, &repo),
+            [
+                "Closes #3",
+                "Linear ENG-1",
+                "Telegram message chat 5 message 7"
+            ]
+        );
+        let other: RepoName = "o/other".parse().unwrap();
+        assert_eq!(from_lines(&links, &other)[0], "o/n#3");
+    }
+}
