@@ -61,6 +61,22 @@
 //! bench.rs         setup the benchmark binaries share; not used by the service
 //! ```
 //!
+//! The layers, lowest first (AGENTS.md, "Layers"; held by tests/it/architecture.rs): a module imports only its own
+//! layer or a lower one, and no import cycle closes.
+//!
+//! ```text
+//!  1 foundation: tasks, domain, telemetry
+//!  2 infrastructure: eventlog, providers, loops, bus
+//!  3 read models: projectors
+//!  4 command side: board
+//!  5 policies: budgets, cron, intake, pollers, effects
+//!  6 configuration: config
+//!  7 workers: dispatch, ingress, plans, reactions, landing
+//!  8 surfaces: http, init
+//!  9 start-up: startup
+//! 10 front ends: doctor, cli, bench
+//! ```
+//!
 //! Where a rule is decided (retries, staleness, leases, effects, intake): AGENTS.md, "Where things are decided".
 
 pub mod bench;

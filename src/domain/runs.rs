@@ -10,6 +10,7 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::tail_chars;
 use super::usage::RunUsage;
 use crate::tasks::plan::PlanDocument;
 use crate::tasks::{AttemptReport, BranchName, Reason, RunId, Spec, TaskId};
@@ -439,18 +440,6 @@ impl RunEvent {
     }
 }
 
-/// The last `max` bytes of `text`, cut on a character boundary.
-pub fn tail_chars(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut start = text.len() - max;
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    &text[start..]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -549,13 +538,5 @@ mod tests {
         assert_eq!(json["type"], "failed");
         assert_eq!(json["kind"], "exit");
         assert_eq!(serde_json::from_value::<RunEvent>(json).unwrap(), event);
-    }
-
-    #[test]
-    fn tail_chars_cuts_on_a_boundary() {
-        assert_eq!(tail_chars("abc", 10), "abc");
-        assert_eq!(tail_chars("aé", 1), "");
-        assert_eq!(tail_chars("aéb", 2), "b");
-        assert_eq!(tail_chars("aéb", 3), "éb");
     }
 }

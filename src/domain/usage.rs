@@ -543,7 +543,7 @@ impl UsageMeter {
         if let Some(limit) = limit_in_text(text) {
             self.limit.get_or_insert(limit);
         }
-        self.error = Some(crate::domain::runs::tail_chars(text.trim(), 500).to_owned());
+        self.error = Some(super::tail_chars(text.trim(), 500).to_owned());
     }
 }
 
@@ -605,7 +605,7 @@ pub fn limit_in_text(text: &str) -> Option<Limit> {
         .and_then(|n| epoch(&Value::from(n)));
     Some(Limit {
         resets_at,
-        message: crate::domain::runs::tail_chars(text.trim(), 300).to_owned(),
+        message: super::tail_chars(text.trim(), 300).to_owned(),
     })
 }
 

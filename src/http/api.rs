@@ -1,5 +1,5 @@
 //! The admin API behind `PIDEVOPS_ADMIN_TOKEN`. With no token configured every request is refused (fail closed).
-//! Only its OpenAPI document (`openapi.rs`, `GET /api/openapi.json`) is public.
+//! Only its OpenAPI document (`openapi.rs`, `GET /api/openapi.json`, mounted by openapi.rs's own router) is public.
 
 use axum::body::Body;
 use axum::extract::rejection::{PathRejection, QueryRejection};
@@ -7,14 +7,14 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, on, MethodFilter, MethodRouter};
+use axum::routing::{on, MethodFilter, MethodRouter};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
-use super::{error, openapi, ApiError, AppState};
+use super::{error, ApiError, AppState};
 use crate::eventlog::Envelope;
 
 pub const MAX_PAGE: i64 = 1000;
@@ -63,16 +63,13 @@ pub fn router(state: AppState) -> Router<AppState> {
             router.route(path, handler)
         })
         .route_layer(middleware::from_fn_with_state(state, require_admin))
-        // After the layer, so public: the document describes the API and holds no data.
-        .route(openapi::PATH, get(openapi::serve))
 }
 
-/// Every `/api` route the router mounts, as (method, path template), the public document included.
-pub fn routes() -> Vec<(Method, &'static str)> {
+/// Every route behind the admin token, as (method, path template); `openapi::routes` adds the public document.
+pub fn admin_route_list() -> Vec<(Method, &'static str)> {
     admin_routes()
         .into_iter()
         .map(|(method, path, _)| (method, path))
-        .chain([(Method::GET, openapi::PATH)])
         .collect()
 }
 

@@ -1,5 +1,5 @@
-//! The HTTP surface: health, metrics, webhooks, the admin API and the dashboard (`web`). `router(state)` is all of it, so tests can
-//! drive it with `oneshot` or through a real socket.
+//! The HTTP surface: health, metrics, webhooks, the admin API and the dashboard (`web`). `router(state)` is all of it, so tests
+//! drive it through a real socket (`TestApp`, port 0).
 
 mod api;
 mod budgets;
@@ -69,6 +69,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(webhooks)
         .merge(api::router(state.clone()))
+        .merge(openapi::router())
         .merge(web::router())
         .fallback(not_found)
         .layer(TraceLayer::new_for_http())

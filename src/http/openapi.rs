@@ -4,8 +4,10 @@
 
 use std::sync::LazyLock;
 
-use axum::http::{header, StatusCode};
+use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
 use bytes::Bytes;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::openapi::{
@@ -13,12 +15,24 @@ use utoipa::openapi::{
 };
 use utoipa::{Modify, OpenApi};
 
-pub use super::api::routes;
-use super::ApiError;
+use super::{ApiError, AppState};
 use crate::board::Steer;
 use crate::tasks::TaskId;
 
 pub const PATH: &str = "/api/openapi.json";
+
+/// The document's route, public (the document describes the API and holds no data): merged beside `api::router`,
+/// outside its token layer. Here rather than in api.rs, so api.rs (which this document lists) needs nothing of it.
+pub fn router() -> Router<AppState> {
+    Router::new().route(PATH, get(serve))
+}
+
+/// Every `/api` route the router mounts, as (method, path template), the public document included.
+pub fn routes() -> Vec<(Method, &'static str)> {
+    let mut routes = super::api::admin_route_list();
+    routes.push((Method::GET, PATH));
+    routes
+}
 
 /// The name of the bearer-token security scheme in the document (also spelled out in `ApiDoc`'s `security`).
 const ADMIN_TOKEN: &str = "admin_token";

@@ -139,51 +139,11 @@ impl Dispatcher {
             until: None,
             reviewer_usage: None,
         };
-        let source = self.inner.config.source(task.repo());
-        let phase = std::time::Instant::now();
-        let prepared = self
-            .inner
-            .workspaces
-            .prepare(task.repo(), &source, id, run)
-            .await;
-        metrics::histogram!("pidevops_run_phase_seconds", "phase" => "prepare")
-            .record(phase.elapsed().as_secs_f64());
-        let prepared = match prepared {
-            Ok(prepared) => prepared,
-            Err(error) => {
-                return Some(fail(
-                    FailureKind::Workspace,
-                    error.to_string(),
-                    String::new(),
-                ))
-            }
-        };
-        let launching = std::time::Instant::now();
-        if let Err(error) = self.inner.workspaces.hand_to_agent(&prepared).await {
-            self.inner.workspaces.finished(&prepared);
-            return Some(fail(
-                FailureKind::Workspace,
-                error.to_string(),
-                String::new(),
-            ));
-        }
         let purpose = task.purpose().unwrap_or_default();
-        // A planner or a triage agent loads no agent CLI configuration a merged change could have brought.
-        if purpose != RunPurpose::Work {
-            if let Err(error) = self.set_aside_agent_config(&prepared).await {
-                self.inner.workspaces.finished(&prepared);
-                return Some(fail(FailureKind::Workspace, error, String::new()));
-            }
-        }
-        let prompt = crate::dispatch::prompt::for_run(task, purpose, self.inner.plans.max_items);
-        if let Err(error) = tokio::fs::write(&prepared.dirs.prompt, &prompt).await {
-            return Some(fail(
-                FailureKind::Workspace,
-                format!("cannot write the prompt file: {error}"),
-                String::new(),
-            ));
-        }
-        let handed = launching.elapsed();
+        let (prepared, prompt, handed) = match self.worktree_for(task, run, purpose).await {
+            Ok(ready) => ready,
+            Err(detail) => return Some(fail(FailureKind::Workspace, detail, String::new())),
+        };
         let output = Arc::new(AtomicU64::new(0));
         // Beats from before the repository's setup: an `npm ci` may take longer than the watchdog's bound.
         let heartbeat = self.heartbeat(id, run, writer.clone(), output.clone(), stop.clone());
@@ -266,22 +226,8 @@ impl Dispatcher {
         if heartbeat.lost.is_cancelled() {
             return None;
         }
-        let egress_refused = self.take_refusals(&prepared);
-        if !egress_refused.is_empty() {
-            let event = RunEvent::EgressRefused {
-                at: Utc::now(),
-                run,
-                task: id,
-                refused: egress_refused,
-            };
-            match writer.append(&event).await {
-                Ok(()) => {}
-                // Declared lost meanwhile: the recorded outcome stands.
-                Err(Written::Taken) => return None,
-                Err(Written::Failed(error)) => {
-                    tracing::warn!(task = %id, %run, error = format!("{error:#}"), "egress refusals not recorded");
-                }
-            }
+        if !self.record_refusals(writer, run, id, &prepared).await {
+            return None;
         }
         let (usage, limit, refused, ran) = {
             let meter = meter.lock().unwrap_or_else(|e| e.into_inner());
@@ -293,41 +239,12 @@ impl Dispatcher {
             )
         };
         let mut outcome = outcome;
-        if let RunEvent::Failed {
-            kind: FailureKind::Limited,
-            until,
-            ..
-        } = &mut outcome
-        {
-            *until = Some(self.limit_lifts(limit.as_ref(), attempt, Utc::now()));
-        }
-        // Stopped to start again with a follow-up: given back (an agent that finished first keeps its outcome, and
-        // the task goes round again for the follow-up after it).
-        if restarted {
-            if let RunEvent::Failed { kind, detail, .. } = &mut outcome {
-                *kind = FailureKind::Restarted;
-                *detail =
-                    "stopped to start again with a follow-up that came while the agent ran".into();
-            }
-        }
-        // Stopped on a filling volume: a person looks (an agent that finished first keeps its outcome).
-        if heartbeat.disk_full.is_cancelled() {
-            if let RunEvent::Failed { kind, detail, .. } = &mut outcome {
-                *kind = FailureKind::Flooded;
-                *detail = format!(
-                    "stopped: the workspace volume fell below {} MiB free (half of dispatch.min_free_disk_mib) \
-                     while the agent ran",
-                    self.inner.config.bounds.min_free_disk >> 21
-                );
-            }
-        }
-        // Stopped for a budget: say so (an agent that finished first keeps its outcome).
-        if let Some(why) = budget.as_ref().and_then(BudgetWatch::exceeded) {
-            if let RunEvent::Failed { kind, detail, .. } = &mut outcome {
-                *kind = FailureKind::Budget;
-                *detail = why;
-            }
-        }
+        let stopped_for = StoppedFor {
+            restarted,
+            disk_full: heartbeat.disk_full.is_cancelled(),
+            budget: budget.as_ref().and_then(BudgetWatch::exceeded),
+        };
+        self.stopped_why(&mut outcome, limit.as_ref(), attempt, stopped_for);
         let reviewer_usage = reviewer_usage
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -342,6 +259,118 @@ impl Dispatcher {
             refused,
         });
         Some(outcome.with_usage(spent))
+    }
+
+    /// The attempt's worktree prepared and handed to the agent, with its prompt written: the worktree, the
+    /// prompt, and how long the hand-over took. `Err`: why not (a workspace failure).
+    async fn worktree_for(
+        &self,
+        task: &Task,
+        run: RunId,
+        purpose: RunPurpose,
+    ) -> Result<(Prepared, String, std::time::Duration), String> {
+        let source = self.inner.config.source(task.repo());
+        let phase = std::time::Instant::now();
+        let prepared = self
+            .inner
+            .workspaces
+            .prepare(task.repo(), &source, task.id(), run)
+            .await;
+        metrics::histogram!("pidevops_run_phase_seconds", "phase" => "prepare")
+            .record(phase.elapsed().as_secs_f64());
+        let prepared = prepared.map_err(|error| error.to_string())?;
+        let launching = std::time::Instant::now();
+        if let Err(error) = self.inner.workspaces.hand_to_agent(&prepared).await {
+            self.inner.workspaces.finished(&prepared);
+            return Err(error.to_string());
+        }
+        // A planner or a triage agent loads no agent CLI configuration a merged change could have brought.
+        if purpose != RunPurpose::Work {
+            if let Err(error) = self.set_aside_agent_config(&prepared).await {
+                self.inner.workspaces.finished(&prepared);
+                return Err(error);
+            }
+        }
+        let prompt = crate::dispatch::prompt::for_run(task, purpose, self.inner.plans.max_items);
+        if let Err(error) = tokio::fs::write(&prepared.dirs.prompt, &prompt).await {
+            return Err(format!("cannot write the prompt file: {error}"));
+        }
+        Ok((prepared, prompt, launching.elapsed()))
+    }
+
+    /// The hosts the agent's egress proxy refused, recorded on its run. `false`: the run was declared lost
+    /// meanwhile (its recorded outcome stands).
+    async fn record_refusals(
+        &self,
+        writer: &mut RunWriter,
+        run: RunId,
+        id: TaskId,
+        prepared: &Prepared,
+    ) -> bool {
+        let refused = self.take_refusals(prepared);
+        if refused.is_empty() {
+            return true;
+        }
+        let event = RunEvent::EgressRefused {
+            at: Utc::now(),
+            run,
+            task: id,
+            refused,
+        };
+        match writer.append(&event).await {
+            Ok(()) => true,
+            Err(Written::Taken) => false,
+            Err(Written::Failed(error)) => {
+                tracing::warn!(task = %id, %run, error = format!("{error:#}"), "egress refusals not recorded");
+                true
+            }
+        }
+    }
+
+    /// A failed run's kind and words where it was stopped rather than failing by itself: a provider's limit (and
+    /// until when), a follow-up's restart, a filling volume, a budget. An agent that finished first keeps its
+    /// outcome.
+    fn stopped_why(
+        &self,
+        outcome: &mut RunEvent,
+        limit: Option<&crate::domain::usage::Limit>,
+        attempt: u32,
+        stopped_for: StoppedFor,
+    ) {
+        if let RunEvent::Failed {
+            kind: FailureKind::Limited,
+            until,
+            ..
+        } = outcome
+        {
+            *until = Some(self.limit_lifts(limit, attempt, Utc::now()));
+        }
+        // Stopped to start again with a follow-up: given back (the task goes round again for the follow-up).
+        if stopped_for.restarted {
+            if let RunEvent::Failed { kind, detail, .. } = outcome {
+                *kind = FailureKind::Restarted;
+                *detail =
+                    "stopped to start again with a follow-up that came while the agent ran".into();
+            }
+        }
+        // Stopped on a filling volume: a person looks.
+        if stopped_for.disk_full {
+            if let RunEvent::Failed { kind, detail, .. } = outcome {
+                *kind = FailureKind::Flooded;
+                *detail = format!(
+                    "stopped: the workspace volume fell below {} MiB free (half of dispatch.min_free_disk_mib) \
+                     while the agent ran",
+                    self.inner.config.bounds.min_free_disk >> 21
+                );
+            }
+        }
+        // Stopped for a budget: say so.
+        if let Some(why) = stopped_for.budget {
+            if let RunEvent::Failed { kind, detail, .. } = outcome {
+                *kind = FailureKind::Budget;
+                *detail = why;
+            }
+        }
     }
 
     /// The agent and the repository's commands around it: setup and before_run, the agent, then after_run and
@@ -625,6 +654,14 @@ pub(super) struct Ended<'a> {
 }
 
 /// An attempt's heartbeat task and the tokens between the two (see `Dispatcher::heartbeat`).
+/// What stopped an attempt's agent besides itself, for `stopped_why`.
+struct StoppedFor {
+    restarted: bool,
+    disk_full: bool,
+    /// A budget it went over, in words.
+    budget: Option<String>,
+}
+
 struct Heartbeat {
     /// Cancelled by the attempt once it has its outcome: no more beats.
     beats: CancellationToken,

@@ -94,26 +94,7 @@ impl Dispatcher {
     pub async fn tick(&self) -> anyhow::Result<DispatchStatus> {
         let selecting = std::time::Instant::now();
         let _one_at_a_time = self.inner.fill.lock().await;
-        let store = self.store();
-        let todo = task_rows::list(
-            store,
-            &TaskFilter {
-                column: Some(Column::Todo),
-                limit: Some(QUEUE_WINDOW),
-                ..TaskFilter::default()
-            },
-        )
-        .await
-        .context("listing todo tasks")?;
-        let in_progress = task_rows::list(
-            store,
-            &TaskFilter {
-                column: Some(Column::InProgress),
-                ..TaskFilter::default()
-            },
-        )
-        .await
-        .context("listing tasks in progress")?;
+        let (todo, in_progress) = self.todo_and_in_progress().await?;
         // After the listing, not before: a task created after a pause was committed is listed only if that pause
         // is seen here too (read first, a tick could miss the pause and still list the task: seen starting it).
         let paused = self.paused().await.context("reading the pause state")?;
@@ -253,6 +234,31 @@ impl Dispatcher {
         metrics::gauge!("pidevops_dispatch_slots").set(slots as f64);
         metrics::gauge!("pidevops_dispatch_paused").set(if status.paused { 1.0 } else { 0.0 });
         Ok(status)
+    }
+
+    /// The board's todo column (its first `QUEUE_WINDOW` rows) and the tasks in progress.
+    async fn todo_and_in_progress(&self) -> anyhow::Result<(Vec<TaskRow>, Vec<TaskRow>)> {
+        let store = self.store();
+        let todo = task_rows::list(
+            store,
+            &TaskFilter {
+                column: Some(Column::Todo),
+                limit: Some(QUEUE_WINDOW),
+                ..TaskFilter::default()
+            },
+        )
+        .await
+        .context("listing todo tasks")?;
+        let in_progress = task_rows::list(
+            store,
+            &TaskFilter {
+                column: Some(Column::InProgress),
+                ..TaskFilter::default()
+            },
+        )
+        .await
+        .context("listing tasks in progress")?;
+        Ok((todo, in_progress))
     }
 
     /// The workspace volume's free bytes, and why nothing may be claimed on it, if nothing may. A volume whose

@@ -272,31 +272,7 @@ impl Dispatcher {
         };
         // Inside its own network namespace the bridge (pidevops-bridge) listens where the agent's proxy variables
         // point and runs the agent.
-        let bridged = match (&self.inner.containment, proxy.as_deref()) {
-            (Containment::Namespaces { .. }, Some(proxy)) => {
-                let Endpoint::Unix(socket) = &proxy.endpoint else {
-                    anyhow::bail!("the egress proxy of a sandbox listens on a Unix socket");
-                };
-                if let Some(why) = crate::dispatch::egress::bridge_missing() {
-                    anyhow::bail!("the sandbox's network bridge cannot run: {why}");
-                }
-                let bridge = crate::dispatch::egress::bridge_program()
-                    .context("finding pidevops-bridge, the sandbox's bridge")?;
-                let canonical = bridge.canonicalize().ok();
-                readable.extend([Some(bridge.clone()), canonical].into_iter().flatten());
-                let mut wrapped = vec![
-                    bridge.to_string_lossy().into_owned(),
-                    "--socket".to_owned(),
-                    crate::dispatch::egress::SOCKET_IN_SANDBOX.to_owned(),
-                    "--port".to_owned(),
-                    crate::dispatch::egress::BRIDGE_PORT.to_string(),
-                    "--".to_owned(),
-                ];
-                wrapped.extend(argv.iter().cloned());
-                Some((wrapped, socket.clone()))
-            }
-            _ => None,
-        };
+        let bridged = self.bridged(proxy.as_deref(), &argv, &mut readable)?;
         let mut view = AgentView {
             writable,
             readable,
@@ -381,6 +357,39 @@ impl Dispatcher {
     /// The run's egress proxy for `network = "proxy"` (none otherwise), and what points the process at it: the
     /// proxy variables, and for the model gateway the placeholder key and the gateway where its CLI reads its
     /// endpoint (a variable, its configuration, pi's directory in its HOME, its command line).
+    /// In a sandbox with its own network and an egress proxy: the argv that runs the bridge (made readable),
+    /// which then runs `argv`, and the proxy's socket it forwards to.
+    fn bridged(
+        &self,
+        proxy: Option<&Proxy>,
+        argv: &[String],
+        readable: &mut Vec<std::path::PathBuf>,
+    ) -> anyhow::Result<Option<(Vec<String>, std::path::PathBuf)>> {
+        let (Containment::Namespaces { .. }, Some(proxy)) = (&self.inner.containment, proxy) else {
+            return Ok(None);
+        };
+        let Endpoint::Unix(socket) = &proxy.endpoint else {
+            anyhow::bail!("the egress proxy of a sandbox listens on a Unix socket");
+        };
+        if let Some(why) = crate::dispatch::egress::bridge_missing() {
+            anyhow::bail!("the sandbox's network bridge cannot run: {why}");
+        }
+        let bridge = crate::dispatch::egress::bridge_program()
+            .context("finding pidevops-bridge, the sandbox's bridge")?;
+        let canonical = bridge.canonicalize().ok();
+        readable.extend([Some(bridge.clone()), canonical].into_iter().flatten());
+        let mut wrapped = vec![
+            bridge.to_string_lossy().into_owned(),
+            "--socket".to_owned(),
+            crate::dispatch::egress::SOCKET_IN_SANDBOX.to_owned(),
+            "--port".to_owned(),
+            crate::dispatch::egress::BRIDGE_PORT.to_string(),
+            "--".to_owned(),
+        ];
+        wrapped.extend(argv.iter().cloned());
+        Ok(Some((wrapped, socket.clone())))
+    }
+
     fn start_proxy(
         &self,
         who: &str,

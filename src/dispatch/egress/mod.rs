@@ -12,6 +12,7 @@
 //! counted in `pidevops_agent_egress_refused_total{reason}`.
 
 pub mod gateway;
+pub mod models;
 pub mod policy;
 pub mod routes;
 

@@ -12,7 +12,7 @@
 
 use serde_json::{Map, Value};
 
-use super::gateway::{Provider, PLACEHOLDER_KEY};
+use super::models::{Provider, PLACEHOLDER_KEY};
 pub use crate::config::profiles::ModelRoute;
 
 /// The largest configuration file pidevops reads for a route (models.json, settings.json, OPENCODE_CONFIG's).

@@ -10,8 +10,9 @@ use chrono::{DateTime, Utc};
 use maud::{html, Markup};
 use serde::Deserialize;
 
-use super::pages::{self, age, column_label, source_badge, Nav};
+use super::pages::{self, source_badge, Nav};
 use super::plan::{self, card_family, Related};
+use super::words::{age, column_label};
 use super::{caught_up, frame, page, rendered_at, timed, unavailable, SignedIn};
 use crate::domain::registry;
 use crate::http::AppState;

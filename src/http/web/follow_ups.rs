@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use maud::{html, Markup};
 
-use super::pages::age;
+use super::words::age;
 use crate::tasks::{FollowUp, Task};
 
 pub fn follow_ups_section(task: &Task, now: DateTime<Utc>) -> Markup {

@@ -21,6 +21,7 @@ mod task_page;
 pub mod timeline;
 pub mod transcript;
 pub mod triage;
+mod words;
 
 use sign_in::*;
 pub use sign_in::{OneTimeSignIn, SignInThrottle};

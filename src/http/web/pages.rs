@@ -13,6 +13,7 @@ use crate::http::health::{loop_status, HealthBody, Status};
 use super::plan::{item_line, plan_section, PlanView, Related};
 use super::report::report_section;
 use super::triage::{spec_form, spec_text, triage_note, SpecDraft};
+use super::words::{age, column_label};
 use crate::projectors::runs::RunRow;
 use crate::projectors::tasks::{link_keys, TaskRow, TimelineEntry};
 use crate::tasks::{Column, Task};
@@ -105,18 +106,6 @@ pub fn sign_in(next: &str, error: Option<&str>, closed: Option<&str>) -> Markup 
     }
 }
 
-pub(super) fn column_label(column: Column) -> &'static str {
-    match column {
-        Column::Triage => "triage",
-        Column::Todo => "todo",
-        Column::InProgress => "in progress",
-        Column::InReview => "in review",
-        Column::Done => "done",
-        Column::Archived => "archived",
-        Column::Cancelled => "cancelled",
-    }
-}
-
 pub(super) fn source_badge(source: &str) -> Markup {
     let icon = match (registry::provider(source), source) {
         (Some(provider), _) => provider.label,
@@ -124,17 +113,6 @@ pub(super) fn source_badge(source: &str) -> Markup {
         (None, other) => other,
     };
     html! { span.badge.source title={ "from " (source) } { (icon) } }
-}
-
-/// "3 min", "2 h", "5 d".
-pub fn age(elapsed: chrono::Duration) -> String {
-    let s = elapsed.num_seconds().max(0);
-    match s {
-        0..60 => format!("{s} s"),
-        60..3600 => format!("{} min", s / 60),
-        3600..86400 => format!("{} h", s / 3600),
-        _ => format!("{} d", s / 86400),
-    }
 }
 
 pub struct TaskView {

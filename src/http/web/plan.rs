@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use maud::{html, Markup};
 
-use super::pages::{age, column_label};
+use super::words::{age, column_label};
 use crate::board::Steer;
 use crate::projectors::tasks::TaskRow;
 use crate::tasks::plan::PlanDocument;

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use maud::{html, Markup};
 
-use super::pages::age;
+use super::words::age;
 use crate::tasks::{Spec, Task, TriageState};
 
 /// A refused edit, shown again in the form with why.

@@ -2,29 +2,15 @@
 
 use super::{link_keys, LinkKind};
 use crate::domain::registry;
-use crate::tasks::{Links, RetryCause, RunPurpose, TaskEvent, TaskKind, TriageOutcome};
+use crate::tasks::{
+    Column, CommitSha, Links, RetryCause, RunPurpose, TaskCreated, TaskEvent, TaskId, TaskKind,
+    TriageOutcome,
+};
 
 /// One line a person can read: what happened.
 pub fn summarize(event: &TaskEvent) -> String {
     match event {
-        TaskEvent::Created(c) => {
-            let what = match (c.family.kind, c.family.parent) {
-                (TaskKind::Plan, _) => "plan created".to_owned(),
-                (TaskKind::Task, Some(parent)) => format!("created as an item of plan {parent}"),
-                (TaskKind::Task, None) => "created".to_owned(),
-            };
-            let mut line = format!("{what} in {}: {}", c.repo, c.spec.title());
-            if !c.family.depends_on.is_empty() {
-                let ids: Vec<String> = c
-                    .family
-                    .depends_on
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect();
-                line.push_str(&format!(" (after {})", ids.join(", ")));
-            }
-            line
-        }
+        TaskEvent::Created(c) => created(c),
         TaskEvent::Approved { automatic, .. } => {
             if *automatic {
                 "approved automatically".into()
@@ -53,22 +39,10 @@ pub fn summarize(event: &TaskEvent) -> String {
             reason,
             attempt,
             ..
-        } => {
-            let cause = match cause {
-                RetryCause::RunFailed { .. } => "run failed",
-                RetryCause::Interrupted { .. } => "interrupted",
-                RetryCause::SetupFailed { .. } => "setup failed",
-                RetryCause::AgentNeedsHuman { .. } => "the agent asked for a person",
-                RetryCause::Limited { .. } => "its provider's limit",
-                RetryCause::OverBudget { .. } => "over budget",
-                RetryCause::ChecksFailed => "checks failed",
-                RetryCause::ChangesRequested => "changes requested",
-                RetryCause::Restarted { .. } => "restarted for a follow-up",
-                RetryCause::AgentAsked { .. } => "the agent asked a question",
-                RetryCause::FollowUp => "a follow-up came",
-            };
-            format!("attempt {attempt} failed ({cause}): {reason}")
-        }
+        } => format!(
+            "attempt {attempt} failed ({}): {reason}",
+            retry_cause(cause)
+        ),
         TaskEvent::Cancelled { reason, .. } => format!("cancelled: {reason}"),
         TaskEvent::Archived { .. } => "archived".into(),
         TaskEvent::FlaggedNeedsHuman {
@@ -106,15 +80,7 @@ pub fn summarize(event: &TaskEvent) -> String {
             attempt,
             live,
             ..
-        } => {
-            let n = indices.len();
-            let plural = if n == 1 { "" } else { "s" };
-            if *live {
-                format!("{n} follow-up{plural} handed to the running agent (attempt {attempt})")
-            } else {
-                format!("{n} follow-up{plural} in attempt {attempt}'s prompt")
-            }
-        }
+        } => delivered(indices.len(), *attempt, *live),
         TaskEvent::PriorityChanged { priority, .. } => format!("priority {priority}"),
         TaskEvent::TicketSeen { ticket_version, .. } => format!(
             "source ticket seen as of {}",
@@ -154,17 +120,7 @@ pub fn summarize(event: &TaskEvent) -> String {
             column,
             needs_human,
             ..
-        } => {
-            if needs_human.is_empty() {
-                format!("plan {column} with its items")
-            } else {
-                let ids: Vec<String> = needs_human.iter().map(ToString::to_string).collect();
-                format!(
-                    "plan {column} with its items; waiting for a human: {}",
-                    ids.join(", ")
-                )
-            }
-        }
+        } => rolled_up(column, needs_human),
         TaskEvent::CheckPassed { sha, name, .. } => {
             format!("check {name} passed on {}", sha.short())
         }
@@ -182,17 +138,7 @@ pub fn summarize(event: &TaskEvent) -> String {
             onto,
             fast_forward,
             ..
-        } => {
-            if *fast_forward {
-                format!("landed: the base fast-forwarded to {}", commit.short())
-            } else {
-                format!(
-                    "landed: {} merged into the base as {}",
-                    commit.short(),
-                    onto.short()
-                )
-            }
-        }
+        } => landed(commit, onto, *fast_forward),
         TaskEvent::LinksAttached { links, .. } => {
             let keys: Vec<String> = link_keys(links)
                 .into_iter()
@@ -200,6 +146,79 @@ pub fn summarize(event: &TaskEvent) -> String {
                 .collect();
             format!("linked {}", keys.join(", "))
         }
+    }
+}
+
+/// A task made: as what, where, its title, and what it waits for.
+fn created(c: &TaskCreated) -> String {
+    let what = match (c.family.kind, c.family.parent) {
+        (TaskKind::Plan, _) => "plan created".to_owned(),
+        (TaskKind::Task, Some(parent)) => format!("created as an item of plan {parent}"),
+        (TaskKind::Task, None) => "created".to_owned(),
+    };
+    let mut line = format!("{what} in {}: {}", c.repo, c.spec.title());
+    if !c.family.depends_on.is_empty() {
+        let ids: Vec<String> = c
+            .family
+            .depends_on
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        line.push_str(&format!(" (after {})", ids.join(", ")));
+    }
+    line
+}
+
+/// Why an attempt was retried, in a few words.
+fn retry_cause(cause: &RetryCause) -> &'static str {
+    match cause {
+        RetryCause::RunFailed { .. } => "run failed",
+        RetryCause::Interrupted { .. } => "interrupted",
+        RetryCause::SetupFailed { .. } => "setup failed",
+        RetryCause::AgentNeedsHuman { .. } => "the agent asked for a person",
+        RetryCause::Limited { .. } => "its provider's limit",
+        RetryCause::OverBudget { .. } => "over budget",
+        RetryCause::ChecksFailed => "checks failed",
+        RetryCause::ChangesRequested => "changes requested",
+        RetryCause::Restarted { .. } => "restarted for a follow-up",
+        RetryCause::AgentAsked { .. } => "the agent asked a question",
+        RetryCause::FollowUp => "a follow-up came",
+    }
+}
+
+/// `n` follow-ups handed over: live to the running agent, or in the attempt's prompt.
+fn delivered(n: usize, attempt: u32, live: bool) -> String {
+    let plural = if n == 1 { "" } else { "s" };
+    if live {
+        format!("{n} follow-up{plural} handed to the running agent (attempt {attempt})")
+    } else {
+        format!("{n} follow-up{plural} in attempt {attempt}'s prompt")
+    }
+}
+
+/// A plan rolled up from its items: its column, and the items waiting for a person.
+fn rolled_up(column: &Column, needs_human: &[TaskId]) -> String {
+    if needs_human.is_empty() {
+        format!("plan {column} with its items")
+    } else {
+        let ids: Vec<String> = needs_human.iter().map(ToString::to_string).collect();
+        format!(
+            "plan {column} with its items; waiting for a human: {}",
+            ids.join(", ")
+        )
+    }
+}
+
+/// A task's commit landed: fast-forwarded, or merged as another commit.
+fn landed(commit: &CommitSha, onto: &CommitSha, fast_forward: bool) -> String {
+    if fast_forward {
+        format!("landed: the base fast-forwarded to {}", commit.short())
+    } else {
+        format!(
+            "landed: {} merged into the base as {}",
+            commit.short(),
+            onto.short()
+        )
     }
 }
 

@@ -17,6 +17,26 @@ use super::{
 use conversation::{answer, attach_follow_up, deliver_follow_ups, known_origin};
 use retries::retry;
 
+/// Commands a task refuses whatever its column, for what it is doing: a triage agent rewriting its ticket, or
+/// an approved plan's items doing its work.
+fn not_now(task: &Task, command: &Command) -> Result<(), TaskError> {
+    // While a triage agent rewrites the ticket, the approver waits for it (or cancels).
+    if task.purpose == Some(RunPurpose::Triage) && waits_for_triage(command) {
+        return Err(TaskError::Triaging {
+            id: task.id,
+            command: command.name(),
+        });
+    }
+    // An approved plan's items do the work: the commands that report or ask for work are theirs.
+    if task.is_approved_plan() && is_plan_work(command) {
+        return Err(TaskError::PlanWork {
+            id: task.id,
+            command: command.name(),
+        });
+    }
+    Ok(())
+}
+
 /// Decides what `command` means for `state` at `now`: the events to record, none (already so), or why not.
 pub fn decide(
     state: Option<&Task>,
@@ -43,20 +63,7 @@ pub fn decide(
     let column = task.column;
     let at = now;
     let none = Ok(Vec::new());
-    // While a triage agent rewrites the ticket, the approver waits for it (or cancels).
-    if task.purpose == Some(RunPurpose::Triage) && waits_for_triage(command) {
-        return Err(TaskError::Triaging {
-            id: task.id,
-            command: command.name(),
-        });
-    }
-    // An approved plan's items do the work: the commands that report or ask for work are theirs.
-    if task.is_approved_plan() && is_plan_work(command) {
-        return Err(TaskError::PlanWork {
-            id: task.id,
-            command: command.name(),
-        });
-    }
+    not_now(task, command)?;
     match command {
         Command::Create(_) => Err(TaskError::AlreadyExists { id: task.id }),
 

@@ -397,6 +397,44 @@ fn require_plan<'a>(task: &'a mut Task, event: &TaskEvent) -> Result<&'a mut Pla
     Ok(task.plan.get_or_insert_with(PlanState::default))
 }
 
+/// A plan rolled up from its items: to an open column, or closed (then no item waits for a person any more).
+fn apply_roll_up(
+    task: &mut Task,
+    event: &TaskEvent,
+    column: Column,
+    needs_human: &[TaskId],
+) -> Result<(), TaskError> {
+    use super::evolution::{inapplicable, require};
+    require(task, event, super::OPEN)?;
+    if !ROLLED_UP.contains(&column) {
+        return Err(inapplicable(
+            Some(task),
+            event,
+            format!("a plan does not roll up to {column}"),
+        ));
+    }
+    let state = require_plan(task, event)?;
+    if state.approved_at.is_none() {
+        return Err(inapplicable(
+            Some(task),
+            event,
+            "it is not an approved plan".into(),
+        ));
+    }
+    state.children_needing_human = needs_human.to_vec();
+    super::combined::rolled_up(state, column);
+    match column {
+        Column::Done | Column::Cancelled => {
+            task.close(column, None);
+            if let Some(state) = task.plan.as_mut() {
+                state.children_needing_human.clear();
+            }
+        }
+        _ => task.column = column,
+    }
+    Ok(())
+}
+
 pub(super) fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
     use super::evolution::{inapplicable, require};
     match event {
@@ -495,35 +533,7 @@ pub(super) fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError>
             column,
             needs_human,
             ..
-        } => {
-            require(task, event, super::OPEN)?;
-            if !ROLLED_UP.contains(column) {
-                return Err(inapplicable(
-                    Some(task),
-                    event,
-                    format!("a plan does not roll up to {column}"),
-                ));
-            }
-            let state = require_plan(task, event)?;
-            if state.approved_at.is_none() {
-                return Err(inapplicable(
-                    Some(task),
-                    event,
-                    "it is not an approved plan".into(),
-                ));
-            }
-            state.children_needing_human = needs_human.clone();
-            super::combined::rolled_up(state, *column);
-            match column {
-                Column::Done | Column::Cancelled => {
-                    task.close(*column, None);
-                    if let Some(state) = task.plan.as_mut() {
-                        state.children_needing_human.clear();
-                    }
-                }
-                _ => task.column = *column,
-            }
-        }
+        } => apply_roll_up(task, event, *column, needs_human)?,
         // `evolve` routes only the plan and triage events here.
         TaskEvent::Created(_)
         | TaskEvent::Approved { .. }

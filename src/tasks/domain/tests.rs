@@ -9,6 +9,7 @@ use uuid::Uuid;
 mod attempts;
 mod conversation;
 mod props;
+mod records;
 
 pub(super) fn at(seconds: i64) -> DateTime<Utc> {
     Utc.timestamp_opt(1_750_000_000 + seconds, 0)

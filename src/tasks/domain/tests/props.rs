@@ -360,6 +360,8 @@ fn check_state(task: &Task) -> Result<(), TestCaseError> {
 }
 
 /// What holds of every accepted step from `before` to `after`.
+// One property a paragraph, each a few lines: read as one list of what every step keeps.
+#[allow(clippy::too_many_lines)]
 fn check_step(
     before: &Task,
     after: &Task,
