@@ -5,7 +5,19 @@
 //! script's pins (a test holds `deploy/install-runtime.sh` to them) all read it: a new preset is one entry here.
 //! Why each flag and variable is there: docs/agents.md and the comments below.
 
-use super::profiles::ModelRoute;
+/// How a CLI is pointed at its run's model gateway (`dispatch/egress/routes.rs` does it; docs/agents.md, "The
+/// agent's network"). Each preset names its own; a profile of your own gets its program's (`profiles::guess_route`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModelRoute {
+    /// The provider's base-URL variable, when the profile's `env` names it (`ANTHROPIC_BASE_URL`: Claude Code).
+    BaseUrlVariable,
+    /// pi: a per-run agent directory (`PI_CODING_AGENT_DIR`) whose `models.json` points the provider there.
+    PiModels,
+    /// OpenCode: the provider's `options.baseURL` in `OPENCODE_CONFIG_CONTENT`.
+    OpencodeConfig,
+    /// Codex: `-c openai_base_url=…` on its command line (Codex reads no variable for it).
+    CodexConfig,
+}
 
 /// What a CLI accepts as its credential.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -86,19 +86,7 @@ pub struct AgentProfile {
     pub model_route: ModelRoute,
 }
 
-/// How a CLI is pointed at its run's model gateway (`dispatch/egress/routes.rs` does it; docs/agents.md, "The
-/// agent's network"). Each preset names its own; a profile of your own gets its program's ([`guess_route`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ModelRoute {
-    /// The provider's base-URL variable, when the profile's `env` names it (`ANTHROPIC_BASE_URL`: Claude Code).
-    BaseUrlVariable,
-    /// pi: a per-run agent directory (`PI_CODING_AGENT_DIR`) whose `models.json` points the provider there.
-    PiModels,
-    /// OpenCode: the provider's `options.baseURL` in `OPENCODE_CONFIG_CONTENT`.
-    OpencodeConfig,
-    /// Codex: `-c openai_base_url=…` on its command line (Codex reads no variable for it).
-    CodexConfig,
-}
+pub use super::presets::ModelRoute;
 
 /// The route of a profile's program: `pi`, `opencode` and `codex` by their configuration, anything else by the
 /// provider's base-URL variable.
