@@ -5,7 +5,7 @@
 //! script's pins (a test holds `deploy/install-runtime.sh` to them) all read it: a new preset is one entry here.
 //! Why each flag and variable is there: docs/agents.md and the comments below.
 
-/// How a CLI is pointed at its run's model gateway (`dispatch/egress/routes.rs` does it; docs/agents.md, "The
+/// How a CLI is pointed at its run's model gateway (`dispatch/egress/routes/mod.rs` does it; docs/agents.md, "The
 /// agent's network"). Each preset names its own; a profile of your own gets its program's (`profiles::guess_route`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ModelRoute {

@@ -59,3 +59,38 @@ fn the_check_sees_a_long_file() {
         [(MAX_LINES + 1, "a/long.rs".to_owned())]
     );
 }
+
+/// One module style: a module with children is `x/mod.rs`, never `x.rs` beside a folder `x/` (the two styles
+/// mixed make a reader look in two places). The files named `x.rs` that have a folder `x/` beside them.
+fn mixed_style(src: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let mut mixed: Vec<String> = files
+        .iter()
+        .filter(|f| f.with_extension("").is_dir())
+        .map(|f| f.strip_prefix(src).unwrap().display().to_string())
+        .collect();
+    mixed.sort();
+    mixed
+}
+
+#[test]
+fn every_module_with_children_is_a_folder_with_its_mod_rs() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mixed = mixed_style(&src);
+    assert!(
+        mixed.is_empty(),
+        "move each to its folder's mod.rs (git mv x.rs x/mod.rs; its include_str! paths lose one level): {mixed:?}"
+    );
+}
+
+#[test]
+fn the_style_check_sees_a_file_beside_its_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("a/b")).unwrap();
+    std::fs::write(dir.path().join("a/b.rs"), "mod c;\n").unwrap();
+    std::fs::write(dir.path().join("a/b/c.rs"), "\n").unwrap();
+    std::fs::create_dir_all(dir.path().join("d")).unwrap();
+    std::fs::write(dir.path().join("d/mod.rs"), "\n").unwrap();
+    assert_eq!(mixed_style(dir.path()), ["a/b.rs"]);
+}

@@ -77,7 +77,7 @@ fn github_payload(
     association: &str,
 ) -> Value {
     let mut body: Value = serde_json::from_str(include_str!(
-        "../../../tests/fixtures/github/issues/opened.payload.json"
+        "../../../../tests/fixtures/github/issues/opened.payload.json"
     ))
     .unwrap();
     body["action"] = serde_json::json!(action);

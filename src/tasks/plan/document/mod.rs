@@ -324,7 +324,7 @@ mod schema_tests {
     use super::*;
 
     fn schema() -> Value {
-        serde_json::from_str(include_str!("../../../docs/plan.schema.json"))
+        serde_json::from_str(include_str!("../../../../docs/plan.schema.json"))
             .expect("docs/plan.schema.json is JSON")
     }
 

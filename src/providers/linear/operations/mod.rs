@@ -23,38 +23,32 @@ pub type UUID = String;
 
 /// Every operation's file name and text, for the tests that validate them all.
 pub const DOCUMENTS: &[(&str, &str)] = &[
-    ("viewer.graphql", include_str!("operations/viewer.graphql")),
+    ("viewer.graphql", include_str!("viewer.graphql")),
     (
         "comment_create.graphql",
-        include_str!("operations/comment_create.graphql"),
+        include_str!("comment_create.graphql"),
     ),
     (
         "comment_by_id.graphql",
-        include_str!("operations/comment_by_id.graphql"),
+        include_str!("comment_by_id.graphql"),
     ),
     (
         "agent_activity_create.graphql",
-        include_str!("operations/agent_activity_create.graphql"),
+        include_str!("agent_activity_create.graphql"),
     ),
     (
         "agent_activity_by_id.graphql",
-        include_str!("operations/agent_activity_by_id.graphql"),
+        include_str!("agent_activity_by_id.graphql"),
     ),
     (
         "agent_session_update.graphql",
-        include_str!("operations/agent_session_update.graphql"),
+        include_str!("agent_session_update.graphql"),
     ),
-    (
-        "issue_states.graphql",
-        include_str!("operations/issue_states.graphql"),
-    ),
-    (
-        "issue_update.graphql",
-        include_str!("operations/issue_update.graphql"),
-    ),
+    ("issue_states.graphql", include_str!("issue_states.graphql")),
+    ("issue_update.graphql", include_str!("issue_update.graphql")),
     (
         "changed_issues.graphql",
-        include_str!("operations/changed_issues.graphql"),
+        include_str!("changed_issues.graphql"),
     ),
 ];
 
