@@ -414,7 +414,19 @@ async fn a_stop_signal_halts_the_running_agent_and_ends_the_attempt_once(db: Tes
 async fn linear_failures_are_retried_and_a_permanent_one_asks_a_human(db: TestDb) {
     let linear = FakeLinear::start().await;
     linear.add_issue(issue_412());
-    let app = spawn(&db, &linear, auto_approval("acme/billing")).await;
+    // The failures below are for the effects' calls: the poller, asking Linear for changed issues on its own
+    // schedule, would take one of them whenever its tick fell in between (seen once in CI: a 500 on `issues`).
+    let mut file = auto_approval("acme/billing");
+    file.insert(
+        "pollers".to_owned(),
+        toml::toml! { [linear] enabled = false }.into(),
+    );
+    let app = spawn(&db, &linear, file).await;
+    let (_, health) = app.health().await;
+    assert_eq!(
+        health["loops"]["linear_poller"]["state"], "disabled",
+        "{health}"
+    );
     let r = app
         .post_linear(&crate::common::linear_body_at(
             &fixture("issue.create.json"),
