@@ -300,8 +300,21 @@ where
     .await;
     assert_eq!(fakes.github.pulls_opened().len(), 1, "one pull request");
     assert_eq!(row(store, id).await.attempts, 2);
-    // Let anything late settle, then count.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Count once nothing is left to do: every effects loop has handled the whole log (a call made twice would be
+    // made by then).
+    within(
+        Duration::from_secs(30),
+        "every effects loop at the log's head",
+        || async {
+            let head = store.head().await.unwrap();
+            let mut at_head = true;
+            for name in ["effects:github", "effects:linear", "effects:telegram"] {
+                at_head &= store.checkpoint(name).await.unwrap() >= head;
+            }
+            at_head
+        },
+    )
+    .await;
 }
 
 /// Every call that creates something on a fake was made once.
