@@ -35,7 +35,7 @@ const STREAM_BODY_COLUMNS: &str =
      recorded_at, action, repository, number, reference, content_type, \
      CASE WHEN source = $3 AND starts_with(stream, $4) THEN body ELSE '\\x'::bytea END AS body, meta::text AS meta";
 
-const COLUMN_LISTS: super::sql::ColumnLists = super::sql::ColumnLists {
+const COLUMN_LISTS: super::ColumnLists = super::ColumnLists {
     all: COLUMNS,
     header: HEADER_COLUMNS,
     stream_bodies: STREAM_BODY_COLUMNS,
@@ -48,7 +48,7 @@ pub(crate) async fn read_after_on(
     limit: i64,
     bodies: Bodies,
 ) -> Result<Vec<StoredEvent>, StoreError> {
-    let (sql, filter) = super::sql::read_after(&COLUMN_LISTS, bodies);
+    let (sql, filter) = super::read_after(&COLUMN_LISTS, bodies);
     let mut query = sqlx::query(&sql).bind(after).bind(limit);
     if let Some((source, prefix)) = filter {
         query = query.bind(source).bind(prefix);

@@ -10,31 +10,6 @@
 /// Events after a position, in order: `$1` the position, `$2` the page size. Follows a column list.
 pub const EVENTS_AFTER: &str = "FROM events WHERE position > $1 ORDER BY position LIMIT $2";
 
-/// A backend's three column lists: every column, the header without the body, and the body only for the events a
-/// [`Bodies::Streams`] reader wants (`$3` the source, `$4` the stream prefix).
-pub struct ColumnLists {
-    pub all: &'static str,
-    pub header: &'static str,
-    pub stream_bodies: &'static str,
-}
-
-/// The statement reading events after `$1`, at most `$2`, with the bodies asked for, and the source and stream
-/// prefix to bind as `$3` and `$4` when the bodies are filtered.
-pub fn read_after(
-    lists: &ColumnLists,
-    bodies: super::Bodies,
-) -> (String, Option<(&'static str, &'static str)>) {
-    let (columns, filter) = match bodies {
-        super::Bodies::None => (lists.header, None),
-        super::Bodies::All => (lists.all, None),
-        super::Bodies::Streams {
-            source,
-            stream_prefix,
-        } => (lists.stream_bodies, Some((source, stream_prefix))),
-    };
-    (format!("SELECT {columns} {EVENTS_AFTER}"), filter)
-}
-
 /// One event by id (`$1`). Follows a column list.
 pub const EVENT_BY_ID: &str = "FROM events WHERE id = $1";
 
