@@ -7,6 +7,8 @@ use super::super::values::{
     Spec, TaskKind,
 };
 use super::decision::new_links;
+use super::family::{self, FamilyEvent};
+use super::landing::{self, LandingFact};
 use super::{
     join, Failure, FollowUp, NeedsHuman, RetryCause, Task, TaskCreated, TaskError, TaskEvent,
     BEFORE_WORK, BETWEEN_ATTEMPTS, CLOSED, NOT_ARCHIVED, OPEN, OSCILLATION_STARTS,
@@ -77,7 +79,7 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
             task.branch = Some(branch.clone());
             task.reviewed_run = Some(*run);
             // A new push: approvals and checks of the code before it do not count.
-            super::landing::evolve(task, event)?;
+            landing::evolve(task, event, LandingFact::NewPush)?;
             // A newer pull request supersedes the old one; no submission removes a link.
             if let Some(pr) = pr {
                 task.links.github_pr = Some(pr.clone());
@@ -132,15 +134,57 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
         TaskEvent::AttemptReturned { max_attempts, .. } => {
             attempt_returned(task, event, *max_attempts)?
         }
-        TaskEvent::TriageEnded { .. }
-        | TaskEvent::PlanProposed { .. }
-        | TaskEvent::PlanApproved { .. }
-        | TaskEvent::PlanRejected { .. }
-        | TaskEvent::ChildrenCreated { .. }
-        | TaskEvent::RolledUp { .. } => super::family::apply(task, event)?,
-        TaskEvent::CheckPassed { .. }
-        | TaskEvent::ReviewApproved { .. }
-        | TaskEvent::ApprovalWithdrawn { .. } => super::landing::evolve(task, event)?,
+        TaskEvent::TriageEnded { at, run, outcome } => family::apply(
+            task,
+            event,
+            FamilyEvent::TriageEnded {
+                at: *at,
+                run: *run,
+                outcome,
+            },
+        )?,
+        TaskEvent::PlanProposed { run, plan, .. } => {
+            family::apply(task, event, FamilyEvent::PlanProposed { run: *run, plan })?
+        }
+        TaskEvent::PlanApproved { at, .. } => {
+            family::apply(task, event, FamilyEvent::PlanApproved { at: *at })?
+        }
+        TaskEvent::PlanRejected {
+            reason,
+            max_attempts,
+            ..
+        } => family::apply(
+            task,
+            event,
+            FamilyEvent::PlanRejected {
+                reason,
+                max_attempts: *max_attempts,
+            },
+        )?,
+        TaskEvent::ChildrenCreated { children, .. } => {
+            family::apply(task, event, FamilyEvent::ChildrenCreated { children })?
+        }
+        TaskEvent::RolledUp {
+            column,
+            needs_human,
+            ..
+        } => family::apply(
+            task,
+            event,
+            FamilyEvent::RolledUp {
+                column: *column,
+                needs_human,
+            },
+        )?,
+        TaskEvent::CheckPassed { sha, name, .. } => {
+            landing::evolve(task, event, LandingFact::CheckPassed { sha, name })?
+        }
+        TaskEvent::ReviewApproved { sha, by, .. } => {
+            landing::evolve(task, event, LandingFact::Approved { sha, by })?
+        }
+        TaskEvent::ApprovalWithdrawn { by, .. } => {
+            landing::evolve(task, event, LandingFact::Withdrawn { by })?
+        }
         TaskEvent::Combined { .. } => super::combined::apply(task, event)?,
         // Its `completed` follows and closes the task.
         TaskEvent::Landed { .. } => require(task, event, &[Column::InReview])?,

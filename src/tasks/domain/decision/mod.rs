@@ -7,6 +7,11 @@ use super::super::values::{
     RunId, RunPurpose, Spec, TaskId, TaskKind,
 };
 use super::family;
+use super::landing::{self, LandingCommand};
+use super::ticket::{
+    self,
+    TicketCommand::{Seen, Withdrawn},
+};
 
 mod conversation;
 mod retries;
@@ -152,8 +157,12 @@ pub fn decide(
 
         Command::Answer { text, origin } => answer(task, command, text, origin.as_ref(), now),
 
-        Command::WithdrawTicket { .. } | Command::NoteTicketVersion { .. } => {
-            super::ticket::decide(task, command, at)
+        Command::WithdrawTicket {
+            reason,
+            ticket_version,
+        } => ticket::decide(task, Withdrawn(reason, ticket_version), at),
+        Command::NoteTicketVersion { ticket_version } => {
+            ticket::decide(task, Seen(ticket_version), at)
         }
 
         Command::Reprioritize { priority } => reprioritize(task, *priority, at),
@@ -174,9 +183,15 @@ pub fn decide(
             column,
             needs_human,
         } => family::roll_up_plan(task, command, *column, needs_human, at),
-        Command::RecordCheckPassed { .. }
-        | Command::RecordApproval { .. }
-        | Command::WithdrawApproval { .. } => super::landing::decide(task, command, at),
+        Command::RecordCheckPassed { sha, name } => {
+            landing::decide(task, command, LandingCommand::CheckPassed { sha, name }, at)
+        }
+        Command::RecordApproval { by, sha } => {
+            landing::decide(task, command, LandingCommand::Approval { by, sha }, at)
+        }
+        Command::WithdrawApproval { by } => {
+            landing::decide(task, command, LandingCommand::Withdrawal { by }, at)
+        }
         Command::RecordCombined {
             commit,
             base,
