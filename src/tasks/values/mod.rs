@@ -3,6 +3,7 @@
 
 mod board;
 mod ids;
+mod link_map;
 mod links;
 mod reports;
 pub mod suggest;
@@ -12,7 +13,9 @@ pub use board::{
     ApprovalPolicy, Column, MaxAttempts, Priority, ReviewPolicy, RunPurpose, ScopePolicy, TaskKind,
 };
 pub use ids::{AgentName, BranchName, RepoName, RunId, TaskId, TASK_STREAM_PREFIX};
-pub use links::{GithubRef, LinearIssue, LinearIssueParts, Links, TelegramMessage, TelegramParts};
+pub use link_map::{KnownLink, LinkConflict, LinkKey, Links};
+// Whole: a link type or `LinkKey` declared there is `tasks::values::…` with no edit here.
+pub use links::*;
 pub use reports::*;
 pub use text::{FollowUpOrigin, FollowUpText, Reason, Spec, SpecParts};
 
