@@ -8,8 +8,6 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::fmt;
-use std::marker::PhantomData;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
@@ -17,50 +15,8 @@ use serde_json::Value;
 use utoipa::openapi::schema::{AdditionalProperties, ObjectBuilder, OneOfBuilder, Schema, Type};
 use utoipa::openapi::{Ref, RefOr};
 
+use super::link_key::LinkKey;
 use super::links::KNOWN_LINKS;
-
-/// The typed name of one kind of link: what its value is (`T`) and whether a later value may replace a set one.
-/// Declared once, as a constant, by whoever owns the link.
-pub struct LinkKey<T> {
-    name: &'static str,
-    replaceable: bool,
-    _t: PhantomData<fn() -> T>,
-}
-
-// Not derived: a derive would ask `T: Clone`, and a key is a name whatever its value type.
-impl<T> Clone for LinkKey<T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<T> Copy for LinkKey<T> {}
-
-impl<T> fmt::Debug for LinkKey<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "LinkKey({})", self.name)
-    }
-}
-
-impl<T> LinkKey<T> {
-    /// `replaceable`: a later value may replace a set one ([`Links::set`]); otherwise a link, once set, stays.
-    pub const fn new(name: &'static str, replaceable: bool) -> Self {
-        LinkKey {
-            name,
-            replaceable,
-            _t: PhantomData,
-        }
-    }
-
-    /// The key in the stored JSON object.
-    pub const fn name(self) -> &'static str {
-        self.name
-    }
-
-    pub const fn is_replaceable(self) -> bool {
-        self.replaceable
-    }
-}
 
 /// A link that is set and refused a different value: its key and both values as stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -110,7 +66,7 @@ impl<'de> Deserialize<'de> for Links {
 impl Links {
     /// The link under `key`, if set and it reads as `T`; a stored value that does not is absent.
     pub fn get<T: DeserializeOwned>(&self, key: LinkKey<T>) -> Option<T> {
-        let raw = self.0.get(key.name)?;
+        let raw = self.0.get(key.name())?;
         T::deserialize(raw).ok()
     }
 
@@ -125,14 +81,14 @@ impl Links {
         let Ok(proposed) = serde_json::to_value(value) else {
             return Ok(());
         };
-        match self.0.get(key.name) {
-            Some(existing) if *existing != proposed && !key.replaceable => Err(LinkConflict {
-                link: key.name.to_owned(),
+        match self.0.get(key.name()) {
+            Some(existing) if *existing != proposed && !key.is_replaceable() => Err(LinkConflict {
+                link: key.name().to_owned(),
                 existing: existing.clone(),
                 proposed,
             }),
             _ => {
-                self.0.insert(key.name.to_owned(), proposed);
+                self.0.insert(key.name().to_owned(), proposed);
                 Ok(())
             }
         }
@@ -143,7 +99,7 @@ impl Links {
     #[must_use]
     pub fn with<T: Serialize>(mut self, key: LinkKey<T>, value: &T) -> Self {
         if let Ok(value) = serde_json::to_value(value) {
-            self.0.insert(key.name.to_owned(), value);
+            self.0.insert(key.name().to_owned(), value);
         }
         self
     }
@@ -202,41 +158,6 @@ impl Links {
     /// Every link as stored: its name and raw value, in name order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
         self.0.iter().map(|(name, value)| (name.as_str(), value))
-    }
-}
-
-/// A link key's value type, erased: what the conflict message and the OpenAPI schema need of a known key.
-pub trait KnownLink: Sync {
-    fn name(&self) -> &'static str;
-    /// The raw value read as the key's type and shown with its `Display`; `None` if it does not read.
-    fn show(&self, raw: &Value) -> Option<String>;
-    /// Whether the raw value reads as the key's type; `Err`: why not.
-    fn check(&self, raw: &Value) -> Result<(), String>;
-    /// The value type's schema name, and its schema with the ones it references.
-    fn schema_name(&self) -> Cow<'static, str>;
-    fn schemas(&self, schemas: &mut Vec<(String, RefOr<Schema>)>);
-}
-
-impl<T: DeserializeOwned + fmt::Display + utoipa::ToSchema + 'static> KnownLink for LinkKey<T> {
-    fn name(&self) -> &'static str {
-        self.name
-    }
-
-    fn show(&self, raw: &Value) -> Option<String> {
-        T::deserialize(raw).ok().map(|value| value.to_string())
-    }
-
-    fn check(&self, raw: &Value) -> Result<(), String> {
-        T::deserialize(raw).map(drop).map_err(|e| e.to_string())
-    }
-
-    fn schema_name(&self) -> Cow<'static, str> {
-        T::name()
-    }
-
-    fn schemas(&self, schemas: &mut Vec<(String, RefOr<Schema>)>) {
-        schemas.push((T::name().into_owned(), T::schema()));
-        T::schemas(schemas);
     }
 }
 

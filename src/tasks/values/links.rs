@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::link_map::{KnownLink, LinkKey};
+use super::link_key::{KnownLink, LinkKey};
 use super::{RepoName, ValueError};
 
 /// A Linear issue: the stable id (webhooks and the API key on it) and the identifier people read (`ENG-123`),

@@ -3,6 +3,7 @@
 
 mod board;
 mod ids;
+mod link_key;
 mod link_map;
 mod links;
 mod reports;
@@ -13,7 +14,8 @@ pub use board::{
     ApprovalPolicy, Column, MaxAttempts, Priority, ReviewPolicy, RunPurpose, ScopePolicy, TaskKind,
 };
 pub use ids::{AgentName, BranchName, RepoName, RunId, TaskId, TASK_STREAM_PREFIX};
-pub use link_map::{KnownLink, LinkConflict, LinkKey, Links};
+pub use link_key::{KnownLink, LinkKey};
+pub use link_map::{LinkConflict, Links};
 // Whole: a link type or `LinkKey` declared there is `tasks::values::…` with no edit here.
 pub use links::*;
 pub use reports::*;
