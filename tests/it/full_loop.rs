@@ -20,7 +20,7 @@ use pidevops::eventlog::EventStore;
 use pidevops::ingress::verify::{sign_github, sign_linear};
 use pidevops::projectors::runs::{self, RunRow, Which};
 use pidevops::projectors::tasks as task_rows;
-use pidevops::tasks::{Column, TaskId};
+use pidevops::tasks::{Column, TaskId, GITHUB_PR, LINEAR_ISSUE};
 use secrecy::SecretString;
 use serde_json::{json, Value};
 
@@ -126,8 +126,7 @@ async fn task_of_issue(store: &EventStore) -> Option<TaskId> {
     rows.into_iter()
         .find(|r| {
             r.links
-                .linear_issue
-                .as_ref()
+                .get(LINEAR_ISSUE)
                 .is_some_and(|l| l.id().to_string() == ISSUE)
         })
         .map(|r| r.id)
@@ -190,7 +189,7 @@ where
         "the first attempt in review with its pull request",
         || async {
             let row = row(store, id).await;
-            row.column == Column::InReview && row.links.github_pr.is_some()
+            row.column == Column::InReview && row.links.has(GITHUB_PR)
         },
     )
     .await;

@@ -9,6 +9,7 @@ use pidevops::board::Draft;
 use pidevops::projectors::tasks as task_rows;
 use pidevops::tasks::{
     Column, Command, FollowUpOrigin, FollowUpText, GithubRef, Links, Reason, RunId, Spec, TaskId,
+    GITHUB_ISSUE,
 };
 use serde_json::json;
 
@@ -147,10 +148,7 @@ async fn every_page_renders_from_the_read_models(db: TestDb) {
     let flagged = task(
         &app,
         "Tame the flaky test",
-        Links {
-            github_issue: Some(issue),
-            ..Links::default()
-        },
+        Links::default().with(GITHUB_ISSUE, &issue),
     )
     .await;
     board

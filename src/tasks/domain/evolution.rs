@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 
 use super::super::values::{
     AgentName, Column, FollowUpOrigin, FollowUpText, Links, MaxAttempts, Reason, RunId, RunPurpose,
-    Spec, TaskKind,
+    Spec, TaskKind, GITHUB_PR,
 };
 use super::decision::new_links;
 use super::family::{self, FamilyEvent};
@@ -82,7 +82,10 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
             landing::evolve(task, event, LandingFact::NewPush)?;
             // A newer pull request supersedes the old one; no submission removes a link.
             if let Some(pr) = pr {
-                task.links.github_pr = Some(pr.clone());
+                // GITHUB_PR is replaceable: setting it never conflicts.
+                task.links
+                    .set(GITHUB_PR, pr)
+                    .map_err(|conflict| TaskError::link_conflict(task.id, conflict))?;
             }
         }
         TaskEvent::Completed { .. } => {
@@ -413,13 +416,7 @@ fn follow_ups_delivered(
 fn links_attached(task: &mut Task, event: &TaskEvent, links: &Links) -> Result<(), TaskError> {
     require(task, event, NOT_ARCHIVED)?;
     let added = new_links(task.id, &task.links, links)?;
-    let merged = Links {
-        linear_issue: task.links.linear_issue.take().or(added.linear_issue),
-        github_issue: task.links.github_issue.take().or(added.github_issue),
-        github_pr: task.links.github_pr.take().or(added.github_pr),
-        telegram: task.links.telegram.take().or(added.telegram),
-    };
-    task.links = merged;
+    task.links.add_missing(added);
     Ok(())
 }
 

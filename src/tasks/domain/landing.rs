@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::super::values::{Column, TaskKind};
+use super::super::values::{Column, TaskKind, GITHUB_PR};
 use super::decision::wrong_column;
 use super::{Command, Task, TaskError, TaskEvent};
 
@@ -353,8 +353,7 @@ pub fn readiness(task: &Task, land: &LandConfig) -> Readiness {
     }
     let pr = task
         .links
-        .github_pr
-        .as_ref()
+        .get(GITHUB_PR)
         .filter(|pr| pr.repo.as_str().eq_ignore_ascii_case(task.repo.as_str()));
     let Some(pr) = pr else {
         return Readiness::Waiting("its pull request is not open yet".into());

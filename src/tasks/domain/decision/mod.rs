@@ -426,7 +426,7 @@ fn attach_links(
     at: DateTime<Utc>,
 ) -> Result<Vec<TaskEvent>, TaskError> {
     let added = new_links(task.id, &task.links, links)?;
-    if added == Links::default() {
+    if added.is_empty() {
         return Ok(Vec::new());
     }
     Ok(vec![TaskEvent::LinksAttached { at, links: added }])
@@ -493,39 +493,9 @@ pub(super) fn new_links(
     existing: &Links,
     proposed: &Links,
 ) -> Result<Links, TaskError> {
-    fn pick<T: Clone + PartialEq + std::fmt::Display>(
-        id: TaskId,
-        link: &'static str,
-        existing: &Option<T>,
-        proposed: &Option<T>,
-    ) -> Result<Option<T>, TaskError> {
-        match (existing, proposed) {
-            (Some(have), Some(want)) if have != want => Err(TaskError::LinkConflict {
-                id,
-                link,
-                existing: have.to_string(),
-                proposed: want.to_string(),
-            }),
-            (None, Some(want)) => Ok(Some(want.clone())),
-            _ => Ok(None),
-        }
-    }
-    Ok(Links {
-        linear_issue: pick(
-            id,
-            "linear_issue",
-            &existing.linear_issue,
-            &proposed.linear_issue,
-        )?,
-        github_issue: pick(
-            id,
-            "github_issue",
-            &existing.github_issue,
-            &proposed.github_issue,
-        )?,
-        github_pr: pick(id, "github_pr", &existing.github_pr, &proposed.github_pr)?,
-        telegram: pick(id, "telegram", &existing.telegram, &proposed.telegram)?,
-    })
+    existing
+        .missing_from(proposed)
+        .map_err(|conflict| TaskError::link_conflict(id, conflict))
 }
 
 /// The commands that wait while a triage agent rewrites the ticket (the approver waits for it, or cancels).
