@@ -12,19 +12,17 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::common::agents::{agent, dispatch_file, Remote};
+use crate::common::board;
 use crate::common::{within, TestApp, TestDb};
 use crate::disk_full::Tmpfs;
-use crate::dispatch::{create_task, ended_runs, task_row};
+use crate::dispatch::{create_task, ended_runs};
 use pidevops::tasks::Column;
 
 async fn spawn(db: &TestDb, mut file: toml::Table, bounds: &str, workspaces: &Path) -> TestApp {
     let bounds: toml::Table = bounds.parse().unwrap();
     let dispatch = file["dispatch"].as_table_mut().unwrap();
     dispatch.extend(bounds);
-    let mut settings = crate::common::settings(db);
-    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
-    settings.workspace_root = workspaces.to_owned();
-    TestApp::spawn(settings).await
+    TestApp::dispatching(db, file, workspaces).await
 }
 
 /// Whether this host mounts a cgroup2 hierarchy at all (without one, no memory limit can be in force).
@@ -102,7 +100,7 @@ done"#,
     );
     let id = create_task(&app, "Fill the disk").await;
     within(Duration::from_secs(60), "the task in review", || async {
-        task_row(&app, id)
+        board::row_now(&app, id)
             .await
             .is_some_and(|row| row.column == Column::InReview)
     })
@@ -155,7 +153,11 @@ echo x > CHANGES.md"#,
     within(
         Duration::from_secs(60),
         "the task flagged for a person",
-        || async { task_row(&app, id).await.is_some_and(|row| row.needs_human) },
+        || async {
+            board::row_now(&app, id)
+                .await
+                .is_some_and(|row| row.needs_human)
+        },
     )
     .await;
     serving(&app).await;
@@ -170,7 +172,7 @@ echo x > CHANGES.md"#,
         detail.contains(&format!("output budget of {} bytes", 16u64 << 20)),
         "{detail}"
     );
-    let row = task_row(&app, id).await.unwrap();
+    let row = board::row_now(&app, id).await.unwrap();
     assert_eq!(row.column, Column::Todo);
     assert_eq!(row.attempts, 1);
     assert!(
@@ -259,11 +261,11 @@ async fn claims_wait_while_the_workspace_volume_is_below_its_free_space_and_resu
         app.tick("dispatcher").await;
     }
     app.project().await;
-    let row = task_row(&app, id).await.unwrap();
+    let row = board::row_now(&app, id).await.unwrap();
     assert_eq!(row.column, Column::Todo);
     assert_eq!(row.attempts, 0);
     assert!(!row.needs_human);
-    assert!(crate::dispatch::runs_of(&app, id).await.is_empty());
+    assert!(board::runs_now(&app, id).await.is_empty());
     let (_, health) = app.health().await;
     let detail = &health["loops"]["dispatcher"]["detail"];
     assert_eq!(detail["queue"], 1, "the task waits in the queue: {detail}");
@@ -275,7 +277,7 @@ async fn claims_wait_while_the_workspace_volume_is_below_its_free_space_and_resu
     // Space returns: the next tick claims, with no restart and no person.
     std::fs::remove_file(&filler).unwrap();
     within(Duration::from_secs(30), "the task in review", || async {
-        task_row(&app, id)
+        board::row_now(&app, id)
             .await
             .is_some_and(|row| row.column == Column::InReview)
     })
@@ -317,7 +319,11 @@ async fn an_agent_filling_the_workspace_volume_while_it_runs_is_stopped_and_its_
     within(
         Duration::from_secs(60),
         "the task flagged for a person",
-        || async { task_row(&app, id).await.is_some_and(|row| row.needs_human) },
+        || async {
+            board::row_now(&app, id)
+                .await
+                .is_some_and(|row| row.needs_human)
+        },
     )
     .await;
     let runs = ended_runs(&app, id).await;

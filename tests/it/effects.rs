@@ -572,7 +572,7 @@ async fn a_real_attempts_commit_message_and_summary_carry_nothing_github_acts_on
     let github = FakeGithub::start().await;
     let remote = Remote::new();
     let scratch = tempfile::tempdir().unwrap();
-    let worker = crate::plans::bash_agent(
+    let worker = crate::common::agents::bash_agent(
         scratch.path(),
         "worker.sh",
         r###"echo done > CHANGES.md

@@ -410,18 +410,11 @@ curl -s -o /dev/null -m 10 --noproxy "" -x "$HTTPS_PROXY" https://169.254.169.25
     settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
     settings.workspace_root = scratch.path().join("ws");
     let app = TestApp::spawn(settings).await;
-    let draft = pidevops::board::Draft::new(
-        crate::common::agents::REPO.parse().unwrap(),
-        pidevops::tasks::Spec::new("Set up and work", "", "").unwrap(),
-        pidevops::tasks::Links::default(),
-    );
-    let (outcome, _) = app
-        .state
-        .board
-        .create(draft, "test:egress-hook", "api", None)
-        .await
-        .unwrap();
-    let id = outcome.task.id();
+    let id = crate::common::board::new_task("Set up and work")
+        .done_when("")
+        .key("test:egress-hook")
+        .create(&app)
+        .await;
     let branch = format!("pidevops/{id}");
     within(Duration::from_secs(60), "the attempt pushed", || async {
         remote.branch(&branch).is_some()

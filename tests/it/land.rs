@@ -10,13 +10,13 @@
 use std::time::Duration;
 
 use crate::common::agents::{agent, dispatch_file, Remote, REPO};
+use crate::common::board;
 use crate::common::fake_github::FakeGithub;
 use crate::common::server::{read_log, Server};
 use crate::common::{within, TestApp, TestDb, ADMIN_TOKEN, GITHUB_SECRET};
 use pidevops::eventlog::EventStore;
 use pidevops::ingress::verify::sign_github;
 use pidevops::projectors::runs::{self, Which};
-use pidevops::projectors::tasks as task_rows;
 use pidevops::tasks::{Column, TaskId};
 use secrecy::SecretString;
 use serde_json::{json, Value};
@@ -192,10 +192,6 @@ fn merged(task: TaskId, number: u64) -> Value {
     body
 }
 
-async fn row(store: &EventStore, id: TaskId) -> Option<task_rows::TaskRow> {
-    task_rows::get(store, id).await.unwrap()
-}
-
 /// Waits until `id` is in review with its pull request linked and `attempts` runs ended; returns the pull
 /// request's number and the commit the last run pushed.
 async fn in_review(store: &EventStore, id: TaskId, attempts: usize) -> (u64, String) {
@@ -209,7 +205,7 @@ async fn in_review(store: &EventStore, id: TaskId, attempts: usize) -> (u64, Str
                 .iter()
                 .filter(|r| r.state != "running")
                 .count();
-            row(store, id).await.is_some_and(|r| {
+            board::row_in(store, id).await.is_some_and(|r| {
                 r.column == Column::InReview
                     && r.links.github_pr.is_some()
                     && r.attempts == attempts as i64
@@ -217,7 +213,7 @@ async fn in_review(store: &EventStore, id: TaskId, attempts: usize) -> (u64, Str
         },
     )
     .await;
-    let row = row(store, id).await.unwrap();
+    let row = board::row_in(store, id).await.unwrap();
     let number = row.links.github_pr.unwrap().number.get();
     let runs = runs::query(store, Which::Task(&id.to_string()))
         .await
@@ -339,7 +335,10 @@ async fn a_passing_check_and_a_trusted_approval_merge_the_pull_request_once(db: 
     // GitHub's webhook of the merge completes the task, once.
     post(&base, "pull_request", "closed-1", &merged(id, number)).await;
     settle(&app).await;
-    assert_eq!(row(&store, id).await.unwrap().column, Column::Done);
+    assert_eq!(
+        board::row_in(&store, id).await.unwrap().column,
+        Column::Done
+    );
     let completions = app
         .all_events()
         .await
@@ -672,7 +671,7 @@ async fn sigkill_between_the_merge_and_its_record_merges_once_and_records_it(db:
     )
     .await;
     within(Duration::from_secs(30), "the task done", || async move {
-        row(store, id)
+        board::row_in(store, id)
             .await
             .is_some_and(|r| r.column == Column::Done)
     })

@@ -9,8 +9,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::common::agents::{agent, dispatch_file, Remote, REPO};
+use crate::common::board;
 use crate::common::{within, TestApp, TestDb, ADMIN_TOKEN};
-use crate::dispatch::{create_task, in_review, task_row};
+use crate::dispatch::{create_task, in_review};
 use pidevops::tasks::{Column, TaskId};
 use serde_json::Value;
 
@@ -26,13 +27,6 @@ per_backend!(
     a_landing_that_hangs_is_stopped_records_nothing_and_the_next_one_lands,
 );
 
-async fn spawn(db: &TestDb, file: toml::Table, workspaces: &Path) -> TestApp {
-    let mut settings = crate::common::settings(db);
-    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
-    settings.workspace_root = workspaces.to_owned();
-    TestApp::spawn(settings).await
-}
-
 /// An app dispatching to `remote` with an agent that writes CHANGES.md; `land` sets the repository's `land`.
 async fn app_with(db: &TestDb, remote: &Remote, scratch: &Path, land: Option<&str>) -> TestApp {
     let script = agent(
@@ -47,7 +41,7 @@ async fn app_with(db: &TestDb, remote: &Remote, scratch: &Path, land: Option<&st
             .unwrap()
             .insert("land".into(), land.into());
     }
-    spawn(db, file, &scratch.join("ws")).await
+    TestApp::dispatching(db, file, &scratch.join("ws")).await
 }
 
 async fn land(app: &TestApp, id: TaskId) -> (u16, Value) {
@@ -123,7 +117,7 @@ async fn a_task_in_review_lands_by_fast_forward_and_a_second_request_lands_nothi
     );
     assert_eq!(events.last().map(String::as_str), Some("task.completed"));
     app.project().await;
-    assert_eq!(task_row(&app, id).await.unwrap().column, Column::Done);
+    assert_eq!(board::row_now(&app, id).await.unwrap().column, Column::Done);
 }
 
 async fn when_main_moved_a_merge_commit_naming_the_task_is_pushed(db: TestDb) {
@@ -182,7 +176,10 @@ async fn a_conflict_is_refused_nothing_is_pushed_and_the_task_stays_in_review(db
     let events = task_events(&app, id).await;
     assert!(!events.iter().any(|e| e == "task.landed"), "{events:?}");
     app.project().await;
-    assert_eq!(task_row(&app, id).await.unwrap().column, Column::InReview);
+    assert_eq!(
+        board::row_now(&app, id).await.unwrap().column,
+        Column::InReview
+    );
     // Nothing of the clean room is left behind.
     let land_dir = scratch.path().join("ws").join("land");
     assert!(
@@ -218,7 +215,7 @@ async fn land_auto_lands_a_task_once_it_reaches_review(db: TestDb) {
 
     within(Duration::from_secs(60), "the task landed", || async {
         app.project().await;
-        task_row(&app, id)
+        board::row_now(&app, id)
             .await
             .is_some_and(|row| row.column == Column::Done)
     })
@@ -243,7 +240,7 @@ async fn a_github_repository_is_refused(db: TestDb) {
         .as_table_mut()
         .unwrap()
         .insert("url".into(), "https://github.com/acme/app.git".into());
-    let app = spawn(&db, file, &scratch.path().join("ws")).await;
+    let app = TestApp::dispatching(&db, file, &scratch.path().join("ws")).await;
     let id = create_task(&app, "Write the change down").await;
 
     let (status, body) = land(&app, id).await;
@@ -298,7 +295,7 @@ async fn the_task_pages_land_button_needs_the_csrf_token_and_lands_it(db: TestDb
     assert_eq!(landed.status(), 303);
     assert_eq!(remote.branch("main").as_deref(), Some(pushed.as_str()));
     app.project().await;
-    assert_eq!(task_row(&app, id).await.unwrap().column, Column::Done);
+    assert_eq!(board::row_now(&app, id).await.unwrap().column, Column::Done);
     // Done: no Land button any more.
     let (_, html) = get(&app, &format!("/tasks/{id}"), &cookie).await;
     assert!(!html.contains(&format!("action=\"/tasks/{id}/land\"")));

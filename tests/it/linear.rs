@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use crate::common::agents::{agent, dispatch_file, Remote};
 use crate::common::fake_linear::{default_states, FakeLinear, Issue, LINEAR_KEY};
 use crate::common::{within, TestApp, TestDb};
 use pidevops::effects::{EffectEvent, Provider};
@@ -347,20 +346,11 @@ async fn an_agent_session_gets_a_thought_at_once_and_one_end_per_attempt(db: Tes
 async fn a_stop_signal_halts_the_running_agent_and_ends_the_attempt_once(db: TestDb) {
     let linear = FakeLinear::start().await;
     linear.add_issue(issue_412());
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let script = agent(scratch.path(), "slow.sh", "echo working; sleep 600");
-    let mut file = dispatch_file(&remote, &script, "");
-    file.insert(
-        "intake".to_owned(),
-        toml::Value::Table(r#"default_repo = "acme/app""#.parse::<toml::Table>().unwrap()),
-    );
-    let mut settings = crate::common::settings(&db);
-    settings.linear_api_key = Some(SecretString::from(LINEAR_KEY));
-    settings.linear_api_url = linear.url.clone();
-    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
-    settings.workspace_root = scratch.path().join("ws");
-    let app = TestApp::spawn(settings).await;
+    let (app, _rig) = TestApp::with_agent("slow.sh", "echo working; sleep 600")
+        .config(r#"intake.default_repo = "acme/app""#)
+        .linear(&linear)
+        .spawn(&db)
+        .await;
     let r = app
         .post_linear(&delivery("agent_session.created.json", |_| {}))
         .await;

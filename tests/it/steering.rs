@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::common::agents::{agent, dispatch_file, Remote};
+use crate::common::board;
 use crate::common::{within, TestApp, TestDb};
-use crate::dispatch::{create_task, ended_runs, in_review, task_row};
+use crate::dispatch::{create_task, ended_runs, in_review};
 use pidevops::tasks::{Column, Command, FollowUpOrigin, FollowUpText, MaxAttempts, TaskId};
 
 per_backend!(
@@ -214,7 +215,7 @@ async fn follow_ups_reach_a_live_agent_in_order_once_and_the_task_does_not_go_ro
     assert_eq!(runs.len(), 1, "{runs:?}");
     assert_eq!(runs[0].state, "succeeded");
     app.project().await;
-    let row = task_row(&app, id).await.unwrap();
+    let row = board::row_now(&app, id).await.unwrap();
     assert_eq!((row.column, row.attempts), (Column::InReview, 1));
     app.stop().await;
 }
@@ -284,7 +285,7 @@ async fn a_queued_follow_up_sends_the_task_round_again_after_the_run(db: TestDb)
         Duration::from_secs(60),
         "two runs, the second in review",
         || async {
-            let row = task_row(&app, id).await.unwrap();
+            let row = board::row_now(&app, id).await.unwrap();
             row.column == Column::InReview && row.attempts == 2
         },
     )

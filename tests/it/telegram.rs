@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::common::board::new_task;
 use crate::common::fake_telegram::FakeTelegram;
 use crate::common::{within, TestApp, TestDb};
 use pidevops::board::{Draft, Steer};
@@ -503,18 +504,11 @@ async fn a_digest_schedule_sends_the_board_to_every_chat_once_per_slot(db: TestD
     .parse()
     .unwrap();
     let app = TestApp::spawn(settings).await;
-    let draft = Draft::new(
-        "acme/app".parse().unwrap(),
-        Spec::new("Tame <the> flaky test", "", "").unwrap(),
-        Links::default(),
-    );
-    let (outcome, _) = app
-        .state
-        .board
-        .create(draft, "test:digest", "api", None)
-        .await
-        .unwrap();
-    let id = outcome.task.id();
+    let id = new_task("Tame <the> flaky test")
+        .done_when("")
+        .key("test:digest")
+        .create(&app)
+        .await;
     app.state
         .board
         .execute(

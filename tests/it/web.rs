@@ -4,11 +4,10 @@
 
 use std::time::Duration;
 
+use crate::common::board::{self, new_task};
 use crate::common::{within, TestApp, TestDb, ADMIN_TOKEN};
-use pidevops::board::Draft;
-use pidevops::projectors::tasks as task_rows;
 use pidevops::tasks::{
-    Column, Command, FollowUpOrigin, FollowUpText, GithubRef, Links, Reason, RunId, Spec, TaskId,
+    Column, Command, FollowUpOrigin, FollowUpText, GithubRef, Links, Reason, RunId, TaskId,
 };
 use serde_json::json;
 
@@ -72,23 +71,15 @@ pub(crate) fn csrf(html: &str) -> String {
     html[at..at + 64].to_owned()
 }
 
+/// A task on `acme/app` made once per title (its intake key is `test:<title>`).
 pub(crate) async fn task(app: &TestApp, title: &str, links: Links) -> TaskId {
-    let draft = Draft::new(
-        "acme/app".parse().unwrap(),
-        Spec::new(title, "src/auth", "the tests pass").unwrap(),
-        links,
-    );
-    let (outcome, _) = app
-        .state
-        .board
-        .create(draft, &format!("test:{title}"), "api", None)
+    new_task(title)
+        .scope("src/auth")
+        .done_when("the tests pass")
+        .links(links)
+        .key(&format!("test:{title}"))
+        .create(app)
         .await
-        .unwrap();
-    outcome.task.id()
-}
-
-pub(crate) async fn row(app: &TestApp, id: TaskId) -> Option<task_rows::TaskRow> {
-    task_rows::get(app.state.log.store(), id).await.unwrap()
 }
 
 /// Redacts what changes from run to run: times, ages, positions, tokens, ids, durations.
@@ -218,8 +209,10 @@ async fn every_page_renders_from_the_read_models(db: TestDb) {
         .await
         .unwrap();
     app.project().await;
-    assert!(row(&app, waiting).await.is_some());
-    assert!(row(&app, flagged).await.is_some_and(|r| r.needs_human));
+    assert!(board::row_now(&app, waiting).await.is_some());
+    assert!(board::row_now(&app, flagged)
+        .await
+        .is_some_and(|r| r.needs_human));
     let cookie = sign_in(&app).await;
 
     let (status, board_html) = get(&app, "/", &cookie).await;
@@ -367,7 +360,7 @@ async fn actions_without_a_session_or_csrf_token_are_refused_and_change_nothing(
     let app = TestApp::spawn(crate::common::settings(&db)).await;
     let id = task(&app, "Needs approval", Links::default()).await;
     app.project().await;
-    assert!(row(&app, id)
+    assert!(board::row_now(&app, id)
         .await
         .is_some_and(|r| r.column == Column::Triage));
     let cookie = sign_in(&app).await;
@@ -472,7 +465,7 @@ async fn a_stored_script_renders_as_text(db: TestDb) {
         .unwrap();
     let id = task(&app, "<script>alert('title')</script>", Links::default()).await;
     app.project().await;
-    assert!(row(&app, id).await.is_some());
+    assert!(board::row_now(&app, id).await.is_some());
     let cookie = sign_in(&app).await;
     for path in [
         format!("/events/{position}"),
@@ -804,7 +797,7 @@ async fn a_copied_cookie_is_refused_after_sign_out_on_every_replica(db: TestDb) 
     let other = TestApp::spawn(crate::common::settings(&db)).await;
     let id = task(&app, "Still in triage", Links::default()).await;
     app.project().await;
-    assert!(row(&app, id)
+    assert!(board::row_now(&app, id)
         .await
         .is_some_and(|r| r.column == Column::Triage));
     let cookie = sign_in(&app).await;
@@ -849,7 +842,7 @@ async fn a_copied_cookie_is_refused_after_sign_out_on_every_replica(db: TestDb) 
             .unwrap();
         assert_eq!(action.status(), 401, "an action with the copied cookie");
     }
-    let row = row(&app, id).await.unwrap();
+    let row = board::row_now(&app, id).await.unwrap();
     assert_eq!(row.column, Column::Triage, "nothing changed");
 
     // The sign-out is on the record, by the session's id: nothing in it makes a cookie.
@@ -892,26 +885,8 @@ pub(crate) async fn app_with_agent_profile_task(
     title: &str,
     key: &str,
 ) -> (TestApp, TaskId) {
-    let mut settings = crate::common::settings(db);
-    settings.file = pidevops::config::FileConfig::try_from(crate::common::agents::dispatch_file(
-        remote,
-        script,
-        profile_extra,
-    ))
-    .unwrap();
-    settings.workspace_root = scratch.join("ws");
-    let app = TestApp::spawn(settings).await;
-    let draft = Draft::new(
-        crate::common::agents::REPO.parse().unwrap(),
-        Spec::new(title, "", "").unwrap(),
-        Links::default(),
-    );
-    let (outcome, _) = app
-        .state
-        .board
-        .create(draft, key, "api", None)
-        .await
-        .unwrap();
-    let id = outcome.task.id();
+    let file = crate::common::agents::dispatch_file(remote, script, profile_extra);
+    let app = TestApp::dispatching(db, file, &scratch.join("ws")).await;
+    let id = new_task(title).done_when("").key(key).create(&app).await;
     (app, id)
 }

@@ -596,43 +596,25 @@ async fn ninety_days_of_many_repositories_stay_under_the_page_budget(db: TestDb)
 /// attempt a run). Every one of them is a run on the page; the cost, which only one reported, is "at least" its
 /// figure, not the exact sum. A run whose agent reported nothing was left out before, and the cost said exact.
 async fn every_run_that_ran_is_counted_one_that_reported_nothing_too(db: TestDb) {
-    use crate::common::agents::{agent, dispatch_file, Remote, REPO};
+    use crate::common::agents::REPO;
+    use crate::common::board::new_task;
     use crate::common::within;
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let script = agent(
-        scratch.path(),
+    let (app, _rig) = TestApp::with_agent(
         "claude-or-silent.sh",
         r#"if grep -q silent "$1"; then echo "no key: nothing reported" >&2; exit 1; fi
 echo '{"type":"result","subtype":"success","is_error":false,"num_turns":2,"result":"Done.","total_cost_usd":0.05,"usage":{"input_tokens":10,"output_tokens":5}}'
 echo done > done.txt"#,
-    );
-    let mut file = dispatch_file(&remote, &script, r#"usage = "claude""#);
-    file["board"]
-        .as_table_mut()
-        .unwrap()
-        .insert("max_attempts".into(), toml::Value::Integer(2));
-    let mut settings = crate::common::settings(&db);
-    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
-    settings.workspace_root = scratch.path().join("ws");
-    let app = TestApp::spawn(settings).await;
+    )
+    .profile(r#"usage = "claude""#)
+    .config("board.max_attempts = 2")
+    .spawn(&db)
+    .await;
     let mut ids = Vec::new();
     for (title, key) in [
         ("Report usage", "test:reports"),
         ("Stay silent", "test:silent"),
     ] {
-        let draft = Draft::new(
-            REPO.parse().unwrap(),
-            Spec::new(title, "", "").unwrap(),
-            Links::default(),
-        );
-        let (outcome, _) = app
-            .state
-            .board
-            .create(draft, key, "api", None)
-            .await
-            .unwrap();
-        ids.push(outcome.task.id());
+        ids.push(new_task(title).done_when("").key(key).create(&app).await);
     }
     let (reports, silent) = (ids[0], ids[1]);
     within(
