@@ -14,9 +14,8 @@ use crate::common::board::{self, new_task};
 use crate::common::fake_linear::{default_states, FakeLinear, Issue, LINEAR_KEY};
 use crate::common::fake_telegram::FakeTelegram;
 use crate::common::{within, TestApp, TestDb, ADMIN_TOKEN};
-use pidevops::board::Draft;
 use pidevops::domain::runs::RunEvent;
-use pidevops::tasks::{Column, Links, RepoName, Spec, TaskId};
+use pidevops::tasks::{Column, Links};
 use serde_json::{json, Value};
 
 per_backend!(
@@ -334,23 +333,6 @@ echo "$RANDOM" > "hello-$$.txt""#;
 /// The second repository of the refused-figures test.
 const OTHER: &str = "acme/web";
 
-async fn task_in(app: &TestApp, repo: &str, text: &str) -> TaskId {
-    let draft = Draft::new(
-        repo.parse::<RepoName>().unwrap(),
-        Spec::new(text, "", "it is written").unwrap(),
-        Links::default(),
-    );
-    let key = format!("test:{}", uuid::Uuid::now_v7());
-    app.state
-        .board
-        .create(draft, &key, "api", None)
-        .await
-        .unwrap()
-        .0
-        .task
-        .id()
-}
-
 async fn a_run_whose_figures_were_refused_holds_its_repositorys_day_until_a_person_raises_it(
     db: TestDb,
 ) {
@@ -410,7 +392,10 @@ async fn a_run_whose_figures_were_refused_holds_its_repositorys_day_until_a_pers
     // The repository's day counts as spent (nothing readable was, far under its limit): its next task is held;
     // another repository's runs.
     let next = new_task("Add hello").create(&app).await;
-    let elsewhere = task_in(&app, OTHER, "Add hello elsewhere").await;
+    let elsewhere = new_task("Add hello elsewhere")
+        .repo(OTHER)
+        .create(&app)
+        .await;
     within(
         Duration::from_secs(60),
         "the other repository's task in review",

@@ -4,13 +4,14 @@
 
 use std::time::Duration;
 
+use crate::common::board::new_task;
 use crate::common::fake_github::{Failure, FakeGithub};
 use crate::common::{within, TestApp, TestDb};
 use axum::http::Method;
 use pidevops::board::Draft;
 use pidevops::effects::{EffectEvent, Provider};
 use pidevops::projectors::tasks as task_rows;
-use pidevops::tasks::{ApprovalPolicy, Command, Links, RunId, Spec, TaskId};
+use pidevops::tasks::{ApprovalPolicy, Links, Spec, TaskId};
 use secrecy::SecretString;
 
 mod cap;
@@ -43,37 +44,15 @@ async fn task_in_review(app: &TestApp, title: &str) -> TaskId {
 
 async fn task_in_review_from(app: &TestApp, title: &str, links: Links) -> TaskId {
     let board = &app.state.board;
-    let draft = Draft {
-        approval: Some(ApprovalPolicy::Auto),
-        ..Draft::new(
-            "acme/app".parse().unwrap(),
-            Spec::new(title, "src/", "the tests pass").unwrap(),
-            links,
-        )
-    };
-    let (outcome, _) = board
-        .create(draft, &format!("test:{title}"), "api", None)
-        .await
-        .unwrap();
-    let id = outcome.task.id();
-    let run = RunId(uuid::Uuid::now_v7());
-    board
-        .execute(id, &Command::Start { run }, "test")
-        .await
-        .unwrap();
-    board
-        .execute(
-            id,
-            &Command::SubmitForReview {
-                run,
-                branch: id.branch(),
-                pr: None,
-                report: Default::default(),
-            },
-            "test",
-        )
-        .await
-        .unwrap();
+    let id = new_task(title)
+        .scope("src/")
+        .done_when("the tests pass")
+        .links(links)
+        .approval(ApprovalPolicy::Auto)
+        .key(&format!("test:{title}"))
+        .create_on(board)
+        .await;
+    crate::common::board::to_review(app, id, None).await;
     id
 }
 
@@ -508,24 +487,7 @@ async fn hostile_ticket_text_pings_nobody_and_closes_nothing(db: TestDb) {
         .await
         .unwrap();
     let id = outcome.task.id();
-    let run = RunId(uuid::Uuid::now_v7());
-    board
-        .execute(id, &Command::Start { run }, "test")
-        .await
-        .unwrap();
-    board
-        .execute(
-            id,
-            &Command::SubmitForReview {
-                run,
-                branch: id.branch(),
-                pr: None,
-                report: Default::default(),
-            },
-            "test",
-        )
-        .await
-        .unwrap();
+    crate::common::board::to_review(&app, id, None).await;
     app.drive("effects:github").await;
     assert_eq!(github.pulls_opened().len(), 1, "the pull request opened");
     let (_, _, _, _, title, body) = github.pulls_opened().remove(0);

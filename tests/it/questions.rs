@@ -9,12 +9,12 @@
 use std::time::Duration;
 
 use crate::common::agents::{agent, dispatch_file, Remote, REPO};
+use crate::common::board::new_task;
 use crate::common::fake_github::FakeGithub;
 use crate::common::fake_linear::{default_states, FakeLinear, Issue};
 use crate::common::fake_telegram::{FakeTelegram, Sent};
 use crate::common::{within, TestApp, TestDb, ADMIN_TOKEN};
-use pidevops::board::Draft;
-use pidevops::tasks::{Column, Command, Links, Reason, RepoName, Spec, TaskId};
+use pidevops::tasks::{Column, Command, Reason, TaskId};
 use secrecy::SecretString;
 use serde_json::{json, Value};
 
@@ -101,27 +101,6 @@ async fn scene(
     }
     let (app, rig) = app.spawn(db).await;
     Scene { app, rig }
-}
-
-async fn create_task(app: &TestApp, title: &str) -> TaskId {
-    let draft = Draft::new(
-        REPO.parse::<RepoName>().unwrap(),
-        Spec::new(title, "", "").unwrap(),
-        Links::default(),
-    );
-    let (outcome, created) = app
-        .state
-        .board
-        .create(
-            draft,
-            &format!("test:{}", uuid::Uuid::now_v7()),
-            "api",
-            None,
-        )
-        .await
-        .unwrap();
-    assert!(created);
-    outcome.task.id()
 }
 
 /// Waits until the task waits for a person with `question` (the agent's own words) or any reason.
@@ -300,7 +279,10 @@ async fn a_question_reaches_telegram_with_a_reply_prompt_and_only_an_allowed_rep
     let telegram = FakeTelegram::start().await;
     let scene = scene(&db, ASKING_AGENT, "", None, Some(&telegram)).await;
     let app = &scene.app;
-    let id = create_task(app, "Refund in the right currency").await;
+    let id = new_task("Refund in the right currency")
+        .done_when("")
+        .create(app)
+        .await;
     wait_for_question(app, id, true).await;
     // Recorded under its own name, so a reply finds its task.
     let question = notice(app, &telegram, "the agent asks").await;
@@ -484,7 +466,7 @@ async fn a_task_flagged_for_another_reason_is_asked_the_same_way_and_the_dashboa
 
 async fn the_api_answers_once_per_request_and_refuses_a_second_answer(db: TestDb) {
     let app = TestApp::spawn(crate::common::settings(&db)).await;
-    let id = create_task(&app, "Answer me").await;
+    let id = new_task("Answer me").done_when("").create(&app).await;
     let answer = |body: Value| {
         let client = app.client.clone();
         let url = app.url(&format!("/api/tasks/{id}/answer"));
@@ -669,7 +651,10 @@ async fn a_reply_to_an_earlier_question_does_not_answer_a_later_one(db: TestDb) 
     settings.telegram_api_url = telegram.url.clone();
     settings.telegram_allowed_chats = Some("-100".to_owned());
     let app = TestApp::spawn(settings).await;
-    let id = create_task(&app, "Refund in the right currency").await;
+    let id = new_task("Refund in the right currency")
+        .done_when("")
+        .create(&app)
+        .await;
     let flag = |reason: &str| Command::FlagNeedsHuman {
         reason: Reason::new(reason).unwrap(),
     };

@@ -10,10 +10,9 @@ use std::time::Duration;
 use crate::common::agents::REPO;
 use crate::common::board::new_task;
 use crate::common::{within, TestApp, TestDb};
-use pidevops::board::Draft;
 use pidevops::projectors::runs::{self, Which};
 use pidevops::projectors::tasks as task_rows;
-use pidevops::tasks::{ApprovalPolicy, Column, Command, GithubRef, Links, RunId, Spec, TaskId};
+use pidevops::tasks::{ApprovalPolicy, Column, Command, GithubRef, Links, TaskId};
 use serde_json::{json, Value};
 
 per_backend!(
@@ -194,37 +193,13 @@ async fn ci_failures_and_reviews_send_the_task_back_with_what_was_said_and_a_mer
 async fn closing_without_merging_cancels_and_other_branches_are_left_alone(db: TestDb) {
     let app = TestApp::spawn(crate::common::settings(&db)).await;
     let board = &app.state.board;
-    let draft = Draft {
-        approval: Some(ApprovalPolicy::Auto),
-        ..Draft::new(
-            REPO.parse().unwrap(),
-            Spec::new("Try an approach", "", "").unwrap(),
-            Links::default(),
-        )
-    };
-    let (outcome, _) = board
-        .create(draft, "test:close", "api", None)
-        .await
-        .unwrap();
-    let id = outcome.task.id();
-    let run = RunId(uuid::Uuid::now_v7());
-    board
-        .execute(id, &Command::Start { run }, "test")
-        .await
-        .unwrap();
-    board
-        .execute(
-            id,
-            &Command::SubmitForReview {
-                run,
-                branch: id.branch(),
-                pr: our_pr().github_pr,
-                report: Default::default(),
-            },
-            "test",
-        )
-        .await
-        .unwrap();
+    let id = new_task("Try an approach")
+        .done_when("")
+        .approval(ApprovalPolicy::Auto)
+        .key("test:close")
+        .create_on(board)
+        .await;
+    crate::common::board::to_review(&app, id, our_pr().github_pr).await;
     wait_column(&app, id, Column::InReview, "in review").await;
 
     let mut other = fixture("pull_request/closed.payload.json");
@@ -257,38 +232,14 @@ async fn closing_without_merging_cancels_and_other_branches_are_left_alone(db: T
 async fn forks_strangers_and_other_repositories_change_nothing_and_are_recorded(db: TestDb) {
     let app = TestApp::spawn(crate::common::settings(&db)).await;
     let board = &app.state.board;
-    let draft = Draft {
-        approval: Some(ApprovalPolicy::Auto),
-        ..Draft::new(
-            REPO.parse().unwrap(),
-            Spec::new("Harden the login", "", "").unwrap(),
-            Links::default(),
-        )
-    };
-    let (outcome, _) = board
-        .create(draft, "test:trust", "api", None)
-        .await
-        .unwrap();
-    let id = outcome.task.id();
+    let id = new_task("Harden the login")
+        .done_when("")
+        .approval(ApprovalPolicy::Auto)
+        .key("test:trust")
+        .create_on(board)
+        .await;
     let branch = id.branch().as_str().to_owned();
-    let run = RunId(uuid::Uuid::now_v7());
-    board
-        .execute(id, &Command::Start { run }, "test")
-        .await
-        .unwrap();
-    board
-        .execute(
-            id,
-            &Command::SubmitForReview {
-                run,
-                branch: id.branch(),
-                pr: our_pr().github_pr,
-                report: Default::default(),
-            },
-            "test",
-        )
-        .await
-        .unwrap();
+    crate::common::board::to_review(&app, id, our_pr().github_pr).await;
     wait_column(&app, id, Column::InReview, "in review").await;
     let before = board.load(id).await.unwrap().unwrap().events.len();
 

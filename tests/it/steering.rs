@@ -398,20 +398,13 @@ async fn a_worker_hands_follow_ups_to_its_live_agent() {
     let (log, _appender) =
         pidevops::eventlog::EventLog::start(store.clone(), Duration::from_secs(5), stop.clone());
     let board = pidevops::board::Board::new(log, pidevops::board::BoardConfig::default());
-    let draft = pidevops::board::Draft {
-        approval: Some(pidevops::tasks::ApprovalPolicy::Auto),
-        ..pidevops::board::Draft::new(
-            crate::common::agents::REPO.parse().unwrap(),
-            pidevops::tasks::Spec::new("Write the change down", "CHANGES.md", "written down")
-                .unwrap(),
-            pidevops::tasks::Links::default(),
-        )
-    };
-    let (created, _) = board
-        .create(draft, "test:steer-worker", "api", None)
-        .await
-        .unwrap();
-    let id = created.task.id();
+    let id = crate::common::board::new_task("Write the change down")
+        .scope("CHANGES.md")
+        .done_when("written down")
+        .approval(pidevops::tasks::ApprovalPolicy::Auto)
+        .key("test:steer-worker")
+        .create_on(&board)
+        .await;
 
     running(&ws, id, None).await;
     for n in 1..=2 {

@@ -10,16 +10,16 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, Utc};
 
+use crate::common::board::new_task;
 use crate::common::{TestApp, TestDb};
 use crate::web::{client, get, redacted, sign_in};
-use pidevops::board::Draft;
 use pidevops::domain::runs::{self as run_events, RunEvent};
 use pidevops::domain::usage::{RunUsage, Usage};
 use pidevops::domain::{EventType, NewEvent, Source};
 use pidevops::projectors::tasks as task_rows;
 use pidevops::projectors::usage::{self, total, Spent, UsageFilter};
 use pidevops::projectors::{tasks::TasksProjector, Projection};
-use pidevops::tasks::{AttemptReport, Command, GithubRef, Links, RepoName, RunId, Spec, TaskId};
+use pidevops::tasks::{AttemptReport, Command, GithubRef, RunId, TaskId};
 
 per_backend!(
     the_spend_page_shows_the_read_models_numbers_and_the_cost_per_merged_pull_request,
@@ -29,18 +29,12 @@ per_backend!(
 );
 
 async fn task_in(app: &TestApp, repo: &str, title: &str) -> TaskId {
-    let draft = Draft::new(
-        repo.parse::<RepoName>().unwrap(),
-        Spec::new(title, "", "it is done").unwrap(),
-        Links::default(),
-    );
-    let (outcome, _) = app
-        .state
-        .board
-        .create(draft, &format!("test:{title}"), "api", None)
+    new_task(title)
+        .repo(repo)
+        .done_when("it is done")
+        .key(&format!("test:{title}"))
+        .create(app)
         .await
-        .unwrap();
-    outcome.task.id()
 }
 
 /// Starts `id`'s attempt `run` as the dispatcher does.
@@ -597,7 +591,6 @@ async fn ninety_days_of_many_repositories_stay_under_the_page_budget(db: TestDb)
 /// figure, not the exact sum. A run whose agent reported nothing was left out before, and the cost said exact.
 async fn every_run_that_ran_is_counted_one_that_reported_nothing_too(db: TestDb) {
     use crate::common::agents::REPO;
-    use crate::common::board::new_task;
     use crate::common::within;
     let (app, _rig) = TestApp::with_agent(
         "claude-or-silent.sh",

@@ -5,12 +5,14 @@
 
 use std::time::Duration;
 
-use pidevops::board::Draft;
+use pidevops::board::{Board, Draft};
 use pidevops::domain::runs::RunEvent;
 use pidevops::eventlog::{EventStore, StoredEvent};
 use pidevops::projectors::runs::{self, RunRow, Which};
 use pidevops::projectors::tasks::{self as task_rows, TaskRow};
-use pidevops::tasks::{AgentName, Links, RepoName, Spec, TaskId};
+use pidevops::tasks::{
+    AgentName, ApprovalPolicy, Command, GithubRef, Links, RepoName, RunId, Spec, TaskId,
+};
 
 use super::agents::REPO;
 use super::{within, TestApp};
@@ -25,6 +27,7 @@ pub struct NewTask {
     done_when: String,
     links: Links,
     agent: Option<String>,
+    approval: Option<ApprovalPolicy>,
     key: Option<String>,
 }
 
@@ -37,6 +40,7 @@ pub fn new_task(title: &str) -> NewTask {
         done_when: "it is written".to_owned(),
         links: Links::default(),
         agent: None,
+        approval: None,
         key: None,
     }
 }
@@ -68,6 +72,12 @@ impl NewTask {
         self
     }
 
+    /// Its approval policy (default: the repository's).
+    pub fn approval(mut self, approval: ApprovalPolicy) -> Self {
+        self.approval = Some(approval);
+        self
+    }
+
     /// Its intake key (default: a fresh `test:<uuid>`). Making a task twice with one key makes it once.
     pub fn key(mut self, key: &str) -> Self {
         self.key = Some(key.to_owned());
@@ -81,6 +91,7 @@ impl NewTask {
                 .agent
                 .as_deref()
                 .map(|a| a.parse::<AgentName>().unwrap()),
+            approval: self.approval,
             ..Draft::new(
                 self.repo.parse::<RepoName>().unwrap(),
                 Spec::new(&self.title, &self.scope, &self.done_when).unwrap(),
@@ -89,24 +100,45 @@ impl NewTask {
         }
     }
 
-    /// Makes it through the board (as the API does) and returns its id. With a fresh key, asserts it is new.
+    /// Makes it through the app's board (as the API does) and returns its id. With a fresh key, asserts it is
+    /// new.
     pub async fn create(self, app: &TestApp) -> TaskId {
+        self.create_on(&app.state.board).await
+    }
+
+    /// [`NewTask::create`] on a board of the test's own (no [`TestApp`]).
+    pub async fn create_on(self, board: &Board) -> TaskId {
         let key = self
             .key
             .clone()
             .unwrap_or_else(|| format!("test:{}", uuid::Uuid::now_v7()));
-        let (outcome, created) = app
-            .state
-            .board
-            .create(self.draft(), &key, "api", None)
-            .await
-            .unwrap();
+        let (outcome, created) = board.create(self.draft(), &key, "api", None).await.unwrap();
         assert!(
             created || self.key.is_some(),
             "{key} made a new task: {outcome:?}"
         );
         outcome.task.id()
     }
+}
+
+/// Takes `id` to review as an attempt would, with no agent: `Start`, then `SubmitForReview` of its branch with
+/// `pr` and an empty report (both by "test"). Returns the run.
+pub async fn to_review(app: &TestApp, id: TaskId, pr: Option<GithubRef>) -> RunId {
+    let run = RunId(uuid::Uuid::now_v7());
+    let submit = Command::SubmitForReview {
+        run,
+        branch: id.branch(),
+        pr,
+        report: Default::default(),
+    };
+    for command in [Command::Start { run }, submit] {
+        app.state
+            .board
+            .execute(id, &command, "test")
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", command.name()));
+    }
+    run
 }
 
 /// The task's row, the read models brought to the log's head first (the row of a task just made may lag); it
