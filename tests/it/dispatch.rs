@@ -66,20 +66,14 @@ pub async fn ended_runs(app: &TestApp, id: TaskId) -> Vec<RunRow> {
 }
 
 async fn a_successful_run_pushes_its_branch_and_the_task_goes_to_review(db: TestDb) {
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let script = agent(
-        scratch.path(),
+    let (app, rig) = TestApp::with_agent(
         "edits.sh",
         r#"echo "working on $(head -n 1 "$1")"
 printf 'done by the agent\n' > CHANGES.md"#,
-    );
-    let app = TestApp::dispatching(
-        &db,
-        dispatch_file(&remote, &script, ""),
-        &scratch.path().join("ws"),
     )
+    .spawn(&db)
     .await;
+    let remote = &rig.remote;
     let id = create_task(&app, "Write the change down").await;
 
     within(Duration::from_secs(30), "the task in review", || async {
@@ -159,12 +153,8 @@ printf 'done by the agent\n' > CHANGES.md"#,
 }
 
 async fn each_failure_kind_gives_its_reason_and_the_third_failure_asks_a_human(db: TestDb) {
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let dir = scratch.path();
     // One script that behaves by task title, so one configuration covers every kind.
-    let script = agent(
-        dir,
+    let (app, _rig) = TestApp::with_agent(
         "kinds.sh",
         r#"title=$(head -n 1 "$1")
 case "$title" in
@@ -173,9 +163,10 @@ case "$title" in
   *silent*) sleep 30 ;;
   *no-change*) echo "looked, nothing to do" ;;
 esac"#,
-    );
-    let file = dispatch_file(&remote, &script, "timeout_s = 2\nno_output_timeout_s = 1");
-    let app = TestApp::dispatching(&db, file, &dir.join("ws")).await;
+    )
+    .profile("timeout_s = 2\nno_output_timeout_s = 1")
+    .spawn(&db)
+    .await;
     let exits = create_task(&app, "exits-1").await;
     let hangs = create_task(&app, "hangs").await;
     let silent = create_task(&app, "silent").await;
@@ -881,16 +872,10 @@ async fn a_task_runs_with_the_agent_it_asks_for_and_one_that_cannot_run_waits_fo
 
 /// With attempts to spare, runs that keep failing fast are stopped after three and a person is asked.
 async fn attempts_bouncing_back_fast_are_flagged_before_the_budget_is_spent(db: TestDb) {
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let dir = scratch.path();
-    let script = agent(dir, "fails.sh", "echo 'segfault at 0x0' >&2; exit 139");
-    let mut file = dispatch_file(&remote, &script, "");
-    file["board"]
-        .as_table_mut()
-        .unwrap()
-        .insert("max_attempts".into(), 10.into());
-    let app = TestApp::dispatching(&db, file, &dir.join("ws")).await;
+    let (app, _rig) = TestApp::with_agent("fails.sh", "echo 'segfault at 0x0' >&2; exit 139")
+        .config("board.max_attempts = 10")
+        .spawn(&db)
+        .await;
     let id = create_task(&app, "crashes at once").await;
     within(Duration::from_secs(60), "the task flagged", || async {
         board::row_now(&app, id)
