@@ -34,6 +34,7 @@ impl TestApp {
             body: body.to_owned(),
             bash: false,
             contained: false,
+            workspaces: None,
             profile: String::new(),
             edits: Vec::new(),
             settings: Vec::new(),
@@ -56,6 +57,7 @@ pub struct WithAgent {
     body: String,
     bash: bool,
     contained: bool,
+    workspaces: Option<PathBuf>,
     profile: String,
     edits: Vec<FileEdit>,
     settings: Vec<SettingsEdit>,
@@ -72,6 +74,12 @@ impl WithAgent {
     /// are seen ([`super::contained_scratch`]).
     pub fn contained(mut self) -> Self {
         self.contained = true;
+        self
+    }
+
+    /// The workspaces under `root` (a volume of the test's own) instead of `<scratch>/ws`.
+    pub fn workspaces(mut self, root: &Path) -> Self {
+        self.workspaces = Some(root.to_owned());
         self
     }
 
@@ -122,7 +130,8 @@ impl WithAgent {
         })
     }
 
-    /// Writes the script, builds the file and starts the app, its workspaces in `<scratch>/ws`. Bind the
+    /// Writes the script, builds the file and starts the app, its workspaces in `<scratch>/ws` unless
+    /// [`WithAgent::workspaces`] said elsewhere. Bind the
     /// [`Rig`] for the whole test (`let (app, _rig) = …`, never `_`): the remote and the folder go with it.
     pub async fn spawn(self, db: &TestDb) -> (TestApp, Rig) {
         let remote = Remote::new();
@@ -147,7 +156,7 @@ impl WithAgent {
         let mut settings = super::settings(db);
         settings.file = pidevops::config::FileConfig::try_from(file.clone())
             .unwrap_or_else(|e| panic!("{e}\n{file}"));
-        settings.workspace_root = scratch.path().join("ws");
+        settings.workspace_root = self.workspaces.unwrap_or_else(|| scratch.path().join("ws"));
         for edit in self.settings {
             edit(&mut settings);
         }
