@@ -155,10 +155,7 @@ async fn a_spent_budget_stops_the_agent_mid_stream_holds_the_next_task_and_a_rai
 
     // The repository's day is spent too: the next task waits, and /health says why.
     let cheap = new_task("Spend little").create(&app).await;
-    for _ in 0..3 {
-        app.project().await;
-        app.tick("dispatcher").await;
-    }
+    board::dispatcher_ticks(&app, 3).await;
     assert!(
         board::runs(&app, cheap).await.is_empty(),
         "started in a spent budget"
@@ -402,10 +399,7 @@ async fn a_run_whose_figures_were_refused_holds_its_repositorys_day_until_a_pers
         || async { board::row(&app, elsewhere).await.column == Column::InReview },
     )
     .await;
-    for _ in 0..3 {
-        app.project().await;
-        app.tick("dispatcher").await;
-    }
+    board::dispatcher_ticks(&app, 3).await;
     assert!(
         board::runs(&app, next).await.is_empty(),
         "started in a day whose figures were refused"

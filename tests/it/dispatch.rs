@@ -76,12 +76,7 @@ printf 'done by the agent\n' > CHANGES.md"#,
     let remote = &rig.remote;
     let id = create_task(&app, "Write the change down").await;
 
-    within(Duration::from_secs(30), "the task in review", || async {
-        board::row_now(&app, id)
-            .await
-            .is_some_and(|row| row.column == Column::InReview)
-    })
-    .await;
+    in_review(&app, id).await;
 
     let branch = format!("pidevops/{id}");
     let pushed = remote.branch(&branch).expect("the branch is pushed");
@@ -289,12 +284,7 @@ git add CHANGES.md && git -c user.name=agent -c user.email=agent@localhost commi
     ]);
     let app = TestApp::spawn(settings).await;
     let id = create_task(&app, "Snoop around").await;
-    within(Duration::from_secs(30), "the task in review", || async {
-        board::row_now(&app, id)
-            .await
-            .is_some_and(|row| row.column == Column::InReview)
-    })
-    .await;
+    in_review(&app, id).await;
 
     let branch = format!("pidevops/{id}");
     let dump = remote

@@ -18,7 +18,6 @@ use pidevops::eventlog::EventStore;
 use pidevops::ingress::verify::sign_github;
 use pidevops::projectors::runs::{self, Which};
 use pidevops::tasks::{Column, TaskId};
-use secrecy::SecretString;
 use serde_json::{json, Value};
 
 per_backend!(
@@ -27,7 +26,7 @@ per_backend!(
     sigkill_between_the_merge_and_its_record_merges_once_and_records_it,
 );
 
-const GITHUB_TOKEN: &str = "ghp_fake_token_for_the_fake_github";
+use crate::common::dispatching::GITHUB_TOKEN;
 /// pidevops's own GitHub account (`[intake.github] bot_login`).
 const BOT: &str = "pidevops-bot";
 /// A second repository, landed by people.
@@ -72,12 +71,7 @@ async fn app(
     file: toml::Table,
     scratch: &std::path::Path,
 ) -> TestApp {
-    let mut settings = crate::common::settings(db);
-    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
-    settings.workspace_root = scratch.join("ws");
-    settings.github_token = Some(SecretString::from(GITHUB_TOKEN));
-    settings.github_api_url = fake.url.clone();
-    TestApp::spawn(settings).await
+    TestApp::dispatching_github(db, file, &scratch.join("ws"), Some(fake)).await
 }
 
 fn edits(scratch: &std::path::Path) -> std::path::PathBuf {

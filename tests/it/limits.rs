@@ -121,10 +121,7 @@ async fn a_limit_with_a_reset_parks_the_task_and_its_profile_until_then_without_
         || async { board::row(&app, elsewhere).await.column == Column::InReview },
     )
     .await;
-    for _ in 0..3 {
-        app.project().await;
-        app.tick("dispatcher").await;
-    }
+    board::dispatcher_ticks(&app, 3).await;
     assert!(
         board::runs(&app, second).await.is_empty(),
         "started against the limit"

@@ -14,7 +14,6 @@ use crate::common::{within, TestApp, TestDb, ADMIN_TOKEN, GITHUB_SECRET};
 use pidevops::eventlog::StoredEvent;
 use pidevops::ingress::verify::sign_github;
 use pidevops::tasks::{Column, TaskId};
-use secrecy::SecretString;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -24,8 +23,6 @@ per_backend!(
     a_rejected_plan_is_planned_again_with_the_comment,
     a_cancelled_item_flags_the_items_that_depend_on_it,
 );
-
-pub(crate) const GITHUB_TOKEN: &str = "ghp_fake_token_for_the_fake_github";
 
 /// A planner that writes `plan` as `.pidevops/plan.json`.
 pub(crate) fn planner(dir: &Path, name: &str, plan: &Value) -> PathBuf {
@@ -125,14 +122,7 @@ pub(crate) async fn spawn(
     root: &Path,
     github: Option<&FakeGithub>,
 ) -> TestApp {
-    let mut settings = crate::common::settings(db);
-    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
-    settings.workspace_root = root.to_owned();
-    if let Some(github) = github {
-        settings.github_token = Some(SecretString::from(GITHUB_TOKEN));
-        settings.github_api_url = github.url.clone();
-    }
-    TestApp::spawn(settings).await
+    TestApp::dispatching_github(db, file, root, github).await
 }
 
 pub(crate) async fn api(

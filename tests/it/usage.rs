@@ -593,10 +593,7 @@ async fn overflowing_and_non_finite_usage_lines_are_refused_and_later_runs_are_s
         .agent("codex-like")
         .create(&app)
         .await;
-    for _ in 0..3 {
-        app.project().await;
-        app.tick("dispatcher").await;
-    }
+    board::dispatcher_ticks(&app, 3).await;
     assert!(
         board::outcomes(&app, held).await.is_empty(),
         "started in a spent budget"
@@ -634,10 +631,7 @@ async fn refused(app: &TestApp, remote: &Remote, id: TaskId, says: &str) {
 /// `id` is held across dispatcher ticks because its repository's day holds a run whose figures were refused
 /// (`/health` says so), until a person raises that budget (by one token): then it starts.
 async fn held_until_raised(app: &TestApp, id: TaskId) {
-    for _ in 0..3 {
-        app.project().await;
-        app.tick("dispatcher").await;
-    }
+    board::dispatcher_ticks(app, 3).await;
     assert!(
         board::outcomes(app, id).await.is_empty(),
         "{id} started in a day whose figures were refused"

@@ -141,6 +141,15 @@ pub async fn to_review(app: &TestApp, id: TaskId, pr: Option<GithubRef>) -> RunI
     run
 }
 
+/// Runs `times` ticks of the dispatcher, the read models brought to the log's head before each: what it would
+/// claim, it has claimed after (for a test that asserts a task was held back).
+pub async fn dispatcher_ticks(app: &TestApp, times: usize) {
+    for _ in 0..times {
+        app.project().await;
+        app.tick("dispatcher").await;
+    }
+}
+
 /// The task's row, the read models brought to the log's head first (the row of a task just made may lag); it
 /// must be on the board.
 pub async fn row(app: &TestApp, id: TaskId) -> TaskRow {

@@ -20,9 +20,22 @@ pub const GITHUB_TOKEN: &str = "ghp_fake_token_for_the_fake_github";
 impl TestApp {
     /// The app with `file` as its `pidevops.toml` and its workspaces under `root`.
     pub async fn dispatching(db: &TestDb, file: toml::Table, root: &Path) -> TestApp {
+        TestApp::dispatching_github(db, file, root, None).await
+    }
+
+    /// [`TestApp::dispatching`], calling GitHub's API at the fake (with [`GITHUB_TOKEN`]) when one is given.
+    pub async fn dispatching_github(
+        db: &TestDb,
+        file: toml::Table,
+        root: &Path,
+        github: Option<&FakeGithub>,
+    ) -> TestApp {
         let mut settings = super::settings(db);
         settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
         settings.workspace_root = root.to_owned();
+        if let Some(github) = github {
+            use_github(&mut settings, github);
+        }
         TestApp::spawn(settings).await
     }
 
@@ -114,11 +127,8 @@ impl WithAgent {
 
     /// Calls GitHub's API at the fake, with [`GITHUB_TOKEN`].
     pub fn github(self, github: &FakeGithub) -> Self {
-        let url = github.url.clone();
-        self.settings(move |s| {
-            s.github_token = Some(SecretString::from(GITHUB_TOKEN));
-            s.github_api_url = url;
-        })
+        let github = github.clone();
+        self.settings(move |s| use_github(s, &github))
     }
 
     /// Calls Linear's API at the fake, with its key.
@@ -171,6 +181,12 @@ impl WithAgent {
             },
         )
     }
+}
+
+/// The settings call GitHub's API at the fake, with [`GITHUB_TOKEN`].
+pub fn use_github(settings: &mut Settings, github: &FakeGithub) {
+    settings.github_token = Some(SecretString::from(GITHUB_TOKEN));
+    settings.github_api_url = github.url.clone();
 }
 
 /// A table's keys into the table of that name, any other value set.
