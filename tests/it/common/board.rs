@@ -1,6 +1,7 @@
 //! The task board as tests make and read it, shared by the areas instead of a copy in each: a task made through
-//! the board ([`NewTask`]), its row and its runs in the read models (brought to the log's head first, or as they
-//! are now), and the events of a stream or a run. Reading waits for nothing (a test that waits polls these inside
+//! the board ([`NewTask`]) and taken to review without an agent ([`to_review`]), its row and its runs in the read
+//! models (brought to the log's head first, or as they are now), the events of a stream or a run, and dispatcher
+//! ticks driven by hand ([`dispatcher_ticks`]). Reading waits for nothing (a test that waits polls these inside
 //! `within` / `eventually`) but [`first_run_ended`], which waits on its condition.
 
 use std::time::Duration;
