@@ -543,19 +543,12 @@ async fn the_health_page_turns_red_when_health_fails(db: TestDb) {
 }
 
 async fn a_running_attempt_shows_its_log_tail_on_its_page(db: TestDb) {
-    use crate::common::agents::{agent, Remote};
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let script = agent(
-        scratch.path(),
-        "talks.sh",
-        "echo 'reading the <code> & thinking'; sleep 600",
-    );
-    let (app, id) = crate::web::app_with_agent_task(
+    let (app, _rig, id) = crate::web::app_with_agent_task(
         &db,
-        &remote,
-        &script,
-        scratch.path(),
+        TestApp::with_agent(
+            "talks.sh",
+            "echo 'reading the <code> & thinking'; sleep 600",
+        ),
         "Think out loud",
         "test:tail",
     )
@@ -864,29 +857,14 @@ async fn a_copied_cookie_is_refused_after_sign_out_on_every_replica(db: TestDb) 
     app.stop().await;
 }
 
-/// An app whose dispatcher runs `script` against `remote` (workspaces under `scratch`), and a task it will run.
+/// The app running `agent` with one task, `title` under intake key `key`, made at once; the rig it runs on.
 pub(crate) async fn app_with_agent_task(
     db: &TestDb,
-    remote: &crate::common::agents::Remote,
-    script: &std::path::Path,
-    scratch: &std::path::Path,
+    agent: crate::common::dispatching::WithAgent,
     title: &str,
     key: &str,
-) -> (TestApp, TaskId) {
-    app_with_agent_profile_task(db, remote, (script, ""), scratch, title, key).await
-}
-
-/// [`app_with_agent_task`] with more of the agent's profile (`profile_extra`: TOML lines of `[agents.fake]`).
-pub(crate) async fn app_with_agent_profile_task(
-    db: &TestDb,
-    remote: &crate::common::agents::Remote,
-    (script, profile_extra): (&std::path::Path, &str),
-    scratch: &std::path::Path,
-    title: &str,
-    key: &str,
-) -> (TestApp, TaskId) {
-    let file = crate::common::agents::dispatch_file(remote, script, profile_extra);
-    let app = TestApp::dispatching(db, file, &scratch.join("ws")).await;
+) -> (TestApp, crate::common::dispatching::Rig, TaskId) {
+    let (app, rig) = agent.spawn(db).await;
     let id = new_task(title).done_when("").key(key).create(&app).await;
-    (app, id)
+    (app, rig, id)
 }

@@ -42,9 +42,23 @@ impl TestApp {
     /// An app dispatching to a local remote with one agent profile, `fake`, running the script `name` whose body
     /// is `body` (`/bin/sh`; [`WithAgent::bash`] for bash): see [`WithAgent`] for what can be added.
     pub fn with_agent(name: &str, body: &str) -> WithAgent {
+        let (name, body) = (name.to_owned(), body.to_owned());
+        Self::with_agent_from(move |dir, bash| {
+            if bash {
+                bash_agent(dir, &name, &body)
+            } else {
+                agent(dir, &name, &body)
+            }
+        })
+    }
+
+    /// [`TestApp::with_agent`] with the script written by `write` into the scratch folder (given the folder and
+    /// whether [`WithAgent::bash`] was asked for): [`super::agents::claude_like_agent`], say.
+    pub fn with_agent_from(
+        write: impl FnOnce(&Path, bool) -> PathBuf + Send + 'static,
+    ) -> WithAgent {
         WithAgent {
-            name: name.to_owned(),
-            body: body.to_owned(),
+            write: Box::new(write),
             bash: false,
             contained: false,
             workspaces: None,
@@ -55,6 +69,7 @@ impl TestApp {
     }
 }
 
+type ScriptWriter = Box<dyn FnOnce(&Path, bool) -> PathBuf + Send>;
 type FileEdit = Box<dyn FnOnce(&mut toml::Table, &Scene<'_>) + Send>;
 type SettingsEdit = Box<dyn FnOnce(&mut Settings) + Send>;
 
@@ -66,8 +81,7 @@ pub struct Scene<'a> {
 
 /// The builder [`TestApp::with_agent`] returns; [`WithAgent::spawn`] starts the app.
 pub struct WithAgent {
-    name: String,
-    body: String,
+    write: ScriptWriter,
     bash: bool,
     contained: bool,
     workspaces: Option<PathBuf>,
@@ -150,11 +164,7 @@ impl WithAgent {
         } else {
             tempfile::tempdir().unwrap()
         };
-        let script = if self.bash {
-            bash_agent(scratch.path(), &self.name, &self.body)
-        } else {
-            agent(scratch.path(), &self.name, &self.body)
-        };
+        let script = (self.write)(scratch.path(), self.bash);
         let mut file = dispatch_file(&remote, &script, &self.profile);
         let scene = Scene {
             remote: &remote,
