@@ -23,9 +23,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::common::agents::{Remote, REPO};
+use crate::common::board;
 use crate::common::fake_model::{FakeModel, ToolCall, FINAL_TEXT};
 use crate::common::{in_ci, within, TestApp, TestDb};
-use crate::dispatch::{create_task_with, runs_of, task_row};
+use crate::dispatch::create_task_with;
 use key::probe;
 use pidevops::config::profiles::{presets, AgentProfile};
 use pidevops::projectors::runs::RunRow;
@@ -349,7 +350,7 @@ async fn steered(mut case: Case) {
     let last = calls.last().unwrap();
     assert_eq!(last.text.matches(MARKER).count(), 1, "{}", last.text);
     within(Duration::from_secs(30), "in review", || async {
-        task_row(app, id)
+        board::row_now(app, id)
             .await
             .is_some_and(|row| row.column == Column::InReview)
     })
@@ -469,15 +470,7 @@ scope = "off"
 /// The task's first run, once it ended (read from the read model, brought to the log's head), and its log.
 async fn first_run(scene: &Scene) -> (RunRow, String) {
     let (app, id) = (&scene.app, scene.id);
-    within(RUN_LIMIT, &format!("{id}'s first run ends"), || async {
-        app.project().await;
-        runs_of(app, id)
-            .await
-            .first()
-            .is_some_and(|r| r.state != "running")
-    })
-    .await;
-    let run = runs_of(app, id).await.remove(0);
+    let run = board::first_run_ended(app, id, RUN_LIMIT).await;
     let log = run
         .log_path
         .as_deref()
@@ -556,7 +549,7 @@ async fn run(mut case: Case, containment: Containment) {
         Duration::from_secs(30),
         &format!("{id} in review"),
         || async {
-            task_row(app, id)
+            board::row_now(app, id)
                 .await
                 .is_some_and(|row| row.column == Column::InReview)
         },

@@ -8,24 +8,13 @@
 //! The sizes are an attacker's (1 GiB, 2 GiB); the bounds in the test's configuration are small (64 MiB of
 //! `/tmp`, 96 MiB of HOME, 16 MiB of output), so the agent is stopped early and the tests stay cheap.
 
-use std::path::Path;
 use std::time::Duration;
 
-use crate::common::agents::{agent, dispatch_file, Remote};
+use crate::common::board;
 use crate::common::{within, TestApp, TestDb};
 use crate::disk_full::Tmpfs;
-use crate::dispatch::{create_task, ended_runs, task_row};
+use crate::dispatch::{create_task, ended_runs};
 use pidevops::tasks::Column;
-
-async fn spawn(db: &TestDb, mut file: toml::Table, bounds: &str, workspaces: &Path) -> TestApp {
-    let bounds: toml::Table = bounds.parse().unwrap();
-    let dispatch = file["dispatch"].as_table_mut().unwrap();
-    dispatch.extend(bounds);
-    let mut settings = crate::common::settings(db);
-    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
-    settings.workspace_root = workspaces.to_owned();
-    TestApp::spawn(settings).await
-}
 
 /// Whether this host mounts a cgroup2 hierarchy at all (without one, no memory limit can be in force).
 pub fn host_has_cgroup2() -> bool {
@@ -64,25 +53,16 @@ async fn serving(app: &TestApp) -> serde_json::Value {
 #[tokio::test]
 async fn an_agent_writing_a_gibibyte_to_tmp_meets_the_size_of_its_tmpfs() {
     let db = TestDb::sqlite();
-    let remote = Remote::new();
-    let scratch = crate::common::contained_scratch();
     // Tries 1 GiB in /tmp and in its TMPDIR, and writes down how each ended and how much landed.
-    let script = agent(
-        scratch.path(),
-        "fills-tmp.sh",
-        r#"for dir in /tmp "$TMPDIR" "$HOME"; do
+    let (app, rig) = TestApp::with_agent("fills-tmp.sh", r#"for dir in /tmp "$TMPDIR" "$HOME"; do
   # Its error is captured, not written to the full tmpfs.
   if said=$(head -c 1073741824 /dev/zero 2>&1 > "$dir/big"); then said=wrote-it-all; else said="refused: $said"; fi
   echo "$dir $(stat -c %s "$dir/big") $said" >> CHANGES.md
   rm -f "$dir/big"
-done"#,
-    );
-    let app = spawn(
-        &db,
-        dispatch_file(&remote, &script, ""),
-        "tmp_size_mib = 64\nhome_size_mib = 96",
-        &scratch.path().join("ws"),
-    )
+done"#)
+    .contained()
+    .config("[dispatch]\ntmp_size_mib = 64\nhome_size_mib = 96")
+    .spawn(&db)
     .await;
     let health = serving(&app).await;
     let named = health["loops"]["dispatcher"]["detail"]["scratch"]
@@ -102,12 +82,13 @@ done"#,
     );
     let id = create_task(&app, "Fill the disk").await;
     within(Duration::from_secs(60), "the task in review", || async {
-        task_row(&app, id)
+        board::row_now(&app, id)
             .await
             .is_some_and(|row| row.column == Column::InReview)
     })
     .await;
-    let said = remote
+    let said = rig
+        .remote
         .show(&format!("pidevops/{id}"), "CHANGES.md")
         .expect("the agent wrote down what happened");
     let lines: Vec<&str> = said.lines().collect();
@@ -135,27 +116,21 @@ done"#,
 async fn an_agent_printing_two_gibibytes_is_stopped_at_its_output_budget_and_its_log_is_bounded() {
     let _cores = crate::common::heavy().await;
     let db = TestDb::sqlite();
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let script = agent(
-        scratch.path(),
-        "floods.sh",
-        r#"echo "FIRST LINE of the flood"
+    let (app, rig) = TestApp::with_agent("floods.sh", r#"echo "FIRST LINE of the flood"
 yes "flood flood flood flood flood flood flood flood flood flood flood flood flood flood" | head -c 2147483648
-echo x > CHANGES.md"#,
-    );
-    let app = spawn(
-        &db,
-        dispatch_file(&remote, &script, ""),
-        "output_max_mib = 16\nlog_keep_mib = 1",
-        &scratch.path().join("ws"),
-    )
+echo x > CHANGES.md"#)
+    .config("[dispatch]\noutput_max_mib = 16\nlog_keep_mib = 1")
+    .spawn(&db)
     .await;
     let id = create_task(&app, "Print everything").await;
     within(
         Duration::from_secs(60),
         "the task flagged for a person",
-        || async { task_row(&app, id).await.is_some_and(|row| row.needs_human) },
+        || async {
+            board::row_now(&app, id)
+                .await
+                .is_some_and(|row| row.needs_human)
+        },
     )
     .await;
     serving(&app).await;
@@ -170,7 +145,7 @@ echo x > CHANGES.md"#,
         detail.contains(&format!("output budget of {} bytes", 16u64 << 20)),
         "{detail}"
     );
-    let row = task_row(&app, id).await.unwrap();
+    let row = board::row_now(&app, id).await.unwrap();
     assert_eq!(row.column, Column::Todo);
     assert_eq!(row.attempts, 1);
     assert!(
@@ -180,7 +155,7 @@ echo x > CHANGES.md"#,
         "{row:?}"
     );
     assert!(
-        remote.branch(&format!("pidevops/{id}")).is_none(),
+        rig.remote.branch(&format!("pidevops/{id}")).is_none(),
         "nothing is pushed"
     );
 
@@ -218,21 +193,16 @@ async fn claims_wait_while_the_workspace_volume_is_below_its_free_space_and_resu
     let Some(volume) = Tmpfs::mount("96m") else {
         return;
     };
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let script = agent(scratch.path(), "edits.sh", "echo x > CHANGES.md");
     let ws = volume.path().join("ws");
     std::fs::create_dir(&ws).unwrap();
     // 64 MiB of the 96 taken: 32 left, below the 48 the configuration asks for.
     let filler = volume.path().join("filler");
     std::fs::write(&filler, vec![0xA5u8; 64 << 20]).unwrap();
-    let app = spawn(
-        &db,
-        dispatch_file(&remote, &script, ""),
-        "min_free_disk_mib = 48",
-        &ws,
-    )
-    .await;
+    let (app, _rig) = TestApp::with_agent("edits.sh", "echo x > CHANGES.md")
+        .config("[dispatch]\nmin_free_disk_mib = 48")
+        .workspaces(&ws)
+        .spawn(&db)
+        .await;
     let id = create_task(&app, "Wait for room").await;
     // The dispatcher sees the task: nothing but the volume holds it back.
     app.project().await;
@@ -259,11 +229,11 @@ async fn claims_wait_while_the_workspace_volume_is_below_its_free_space_and_resu
         app.tick("dispatcher").await;
     }
     app.project().await;
-    let row = task_row(&app, id).await.unwrap();
+    let row = board::row_now(&app, id).await.unwrap();
     assert_eq!(row.column, Column::Todo);
     assert_eq!(row.attempts, 0);
     assert!(!row.needs_human);
-    assert!(crate::dispatch::runs_of(&app, id).await.is_empty());
+    assert!(board::runs_now(&app, id).await.is_empty());
     let (_, health) = app.health().await;
     let detail = &health["loops"]["dispatcher"]["detail"];
     assert_eq!(detail["queue"], 1, "the task waits in the queue: {detail}");
@@ -275,7 +245,7 @@ async fn claims_wait_while_the_workspace_volume_is_below_its_free_space_and_resu
     // Space returns: the next tick claims, with no restart and no person.
     std::fs::remove_file(&filler).unwrap();
     within(Duration::from_secs(30), "the task in review", || async {
-        task_row(&app, id)
+        board::row_now(&app, id)
             .await
             .is_some_and(|row| row.column == Column::InReview)
     })
@@ -296,28 +266,26 @@ async fn an_agent_filling_the_workspace_volume_while_it_runs_is_stopped_and_its_
     let Some(volume) = Tmpfs::mount("96m") else {
         return;
     };
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
     // 80 MiB into its worktree, on a 96 MiB volume, then waits to be stopped.
-    let script = agent(
-        scratch.path(),
-        "fills-disk.sh",
-        "head -c 83886080 /dev/zero > big.bin\necho filled\nsleep 60",
-    );
     let ws = volume.path().join("ws");
     std::fs::create_dir(&ws).unwrap();
-    let app = spawn(
-        &db,
-        dispatch_file(&remote, &script, ""),
-        "min_free_disk_mib = 48",
-        &ws,
+    let (app, _rig) = TestApp::with_agent(
+        "fills-disk.sh",
+        "head -c 83886080 /dev/zero > big.bin\necho filled\nsleep 60",
     )
+    .config("[dispatch]\nmin_free_disk_mib = 48")
+    .workspaces(&ws)
+    .spawn(&db)
     .await;
     let id = create_task(&app, "Fill the volume").await;
     within(
         Duration::from_secs(60),
         "the task flagged for a person",
-        || async { task_row(&app, id).await.is_some_and(|row| row.needs_human) },
+        || async {
+            board::row_now(&app, id)
+                .await
+                .is_some_and(|row| row.needs_human)
+        },
     )
     .await;
     let runs = ended_runs(&app, id).await;

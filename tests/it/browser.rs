@@ -396,7 +396,7 @@ async fn displayed(client: &Client, css: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_finished_attempts_diff_and_log_on_its_page_and_an_unarmed_loop_red_on_health() {
-    use crate::common::agents::{claude_like_agent, dispatch_file, Remote, REPO};
+    use crate::common::agents::{claude_like_agent, dispatch_file, Remote};
     let _cores = crate::common::heavy().await;
     let Some((driver, chromium)) = driver().await else {
         return;
@@ -418,18 +418,11 @@ async fn a_finished_attempts_diff_and_log_on_its_page_and_an_unarmed_loop_red_on
     settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
     settings.workspace_root = scratch.path().join("ws");
     let app = TestApp::spawn(settings).await;
-    let draft = pidevops::board::Draft::new(
-        REPO.parse().unwrap(),
-        pidevops::tasks::Spec::new("Keep the query string", "", "").unwrap(),
-        pidevops::tasks::Links::default(),
-    );
-    let (outcome, _) = app
-        .state
-        .board
-        .create(draft, "test:browser-diff", "api", None)
-        .await
-        .unwrap();
-    let id = outcome.task.id();
+    let id = crate::common::board::new_task("Keep the query string")
+        .done_when("")
+        .key("test:browser-diff")
+        .create(&app)
+        .await;
     let client = browser(&driver, &chromium).await;
     sign_in(&client, &app).await;
 

@@ -5,19 +5,18 @@
 //! figures were refused (u64::MAX tokens) counts as over budget for its repository's day too (fail closed): that
 //! repository's next task is held, another repository's runs, and a person's raise lets it run.
 
+use pidevops::tasks::LINEAR_ISSUE;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::common::agents::bash_agent;
 use crate::common::agents::{Remote, REPO};
+use crate::common::board::{self, new_task};
 use crate::common::fake_linear::{default_states, FakeLinear, Issue, LINEAR_KEY};
 use crate::common::fake_telegram::FakeTelegram;
 use crate::common::{within, TestApp, TestDb, ADMIN_TOKEN};
-use crate::plans::bash_agent;
-use pidevops::board::Draft;
 use pidevops::domain::runs::RunEvent;
-use pidevops::projectors::runs::{self, RunRow, Which};
-use pidevops::projectors::tasks as task_rows;
-use pidevops::tasks::{Column, Links, RepoName, Spec, TaskId, LINEAR_ISSUE};
+use pidevops::tasks::{Column, Links};
 use serde_json::{json, Value};
 
 per_backend!(
@@ -61,42 +60,6 @@ fn config(remote: &Remote, agent: &Path) -> toml::Table {
     )
     .parse()
     .unwrap()
-}
-
-async fn task(app: &TestApp, text: &str) -> TaskId {
-    task_with(app, text, Links::default()).await
-}
-
-async fn task_with(app: &TestApp, text: &str, links: Links) -> TaskId {
-    let draft = Draft::new(
-        REPO.parse::<RepoName>().unwrap(),
-        Spec::new(text, "", "it is written").unwrap(),
-        links,
-    );
-    let key = format!("test:{}", uuid::Uuid::now_v7());
-    app.state
-        .board
-        .create(draft, &key, "api", None)
-        .await
-        .unwrap()
-        .0
-        .task
-        .id()
-}
-
-async fn row(app: &TestApp, id: TaskId) -> task_rows::TaskRow {
-    app.project().await;
-    task_rows::get(app.state.log.store(), id)
-        .await
-        .unwrap()
-        .unwrap_or_else(|| panic!("{id} is on the board"))
-}
-
-async fn runs_of(app: &TestApp, id: TaskId) -> Vec<RunRow> {
-    app.project().await;
-    runs::query(app.state.log.store(), Which::Task(&id.to_string()))
-        .await
-        .unwrap()
 }
 
 async fn raise(app: &TestApp, body: Value) -> (u16, Value) {
@@ -146,15 +109,8 @@ async fn a_spent_budget_stops_the_agent_mid_stream_holds_the_next_task_and_a_rai
         LINEAR_ISSUE,
         &pidevops::tasks::LinearIssue::new(issue, "ENG-7").unwrap(),
     );
-    let costly = task_with(&app, "Spend a lot", links).await;
-    within(Duration::from_secs(60), "the costly run ends", || async {
-        runs_of(&app, costly)
-            .await
-            .first()
-            .is_some_and(|r| r.state != "running")
-    })
-    .await;
-    let run = runs_of(&app, costly).await.remove(0);
+    let costly = new_task("Spend a lot").links(links).create(&app).await;
+    let run = board::first_run_ended(&app, costly, Duration::from_secs(60)).await;
     assert_eq!(run.failure.as_deref(), Some("budget"), "{run:?}");
     let detail = run.detail.clone().unwrap_or_default();
     assert!(
@@ -174,10 +130,10 @@ async fn a_spent_budget_stops_the_agent_mid_stream_holds_the_next_task_and_a_rai
     within(
         Duration::from_secs(30),
         "the costly task flagged",
-        || async { row(&app, costly).await.needs_human },
+        || async { board::row(&app, costly).await.needs_human },
     )
     .await;
-    let flagged = row(&app, costly).await;
+    let flagged = board::row(&app, costly).await;
     assert!(
         flagged
             .needs_human_reason
@@ -199,13 +155,10 @@ async fn a_spent_budget_stops_the_agent_mid_stream_holds_the_next_task_and_a_rai
     assert!((0.35..3.0).contains(&cost), "{cost}");
 
     // The repository's day is spent too: the next task waits, and /health says why.
-    let cheap = task(&app, "Spend little").await;
-    for _ in 0..3 {
-        app.project().await;
-        app.tick("dispatcher").await;
-    }
+    let cheap = new_task("Spend little").create(&app).await;
+    board::dispatcher_ticks(&app, 3).await;
     assert!(
-        runs_of(&app, cheap).await.is_empty(),
+        board::runs(&app, cheap).await.is_empty(),
         "started in a spent budget"
     );
     let (_, health) = app.health().await;
@@ -306,7 +259,7 @@ async fn a_spent_budget_stops_the_agent_mid_stream_holds_the_next_task_and_a_rai
     within(
         Duration::from_secs(60),
         "the cheap task in review",
-        || async { row(&app, cheap).await.column == Column::InReview },
+        || async { board::row(&app, cheap).await.column == Column::InReview },
     )
     .await;
 
@@ -378,23 +331,6 @@ echo "$RANDOM" > "hello-$$.txt""#;
 /// The second repository of the refused-figures test.
 const OTHER: &str = "acme/web";
 
-async fn task_in(app: &TestApp, repo: &str, text: &str) -> TaskId {
-    let draft = Draft::new(
-        repo.parse::<RepoName>().unwrap(),
-        Spec::new(text, "", "it is written").unwrap(),
-        Links::default(),
-    );
-    let key = format!("test:{}", uuid::Uuid::now_v7());
-    app.state
-        .board
-        .create(draft, &key, "api", None)
-        .await
-        .unwrap()
-        .0
-        .task
-        .id()
-}
-
 async fn a_run_whose_figures_were_refused_holds_its_repositorys_day_until_a_person_raises_it(
     db: TestDb,
 ) {
@@ -441,19 +377,8 @@ async fn a_run_whose_figures_were_refused_holds_its_repositorys_day_until_a_pers
     let app = TestApp::spawn(settings).await;
 
     // The attack: u64::MAX tokens, refused; the run ends over budget, its task flagged.
-    let overflow = task(&app, "Overflow the books").await;
-    within(
-        Duration::from_secs(60),
-        "the overflowing run ends",
-        || async {
-            runs_of(&app, overflow)
-                .await
-                .first()
-                .is_some_and(|r| r.state != "running")
-        },
-    )
-    .await;
-    let run = runs_of(&app, overflow).await.remove(0);
+    let overflow = new_task("Overflow the books").create(&app).await;
+    let run = board::first_run_ended(&app, overflow, Duration::from_secs(60)).await;
     assert_eq!(run.failure.as_deref(), Some("budget"), "{run:?}");
     assert!(
         run.detail
@@ -464,23 +389,23 @@ async fn a_run_whose_figures_were_refused_holds_its_repositorys_day_until_a_pers
 
     // The repository's day counts as spent (nothing readable was, far under its limit): its next task is held;
     // another repository's runs.
-    let next = task(&app, "Add hello").await;
-    let elsewhere = task_in(&app, OTHER, "Add hello elsewhere").await;
+    let next = new_task("Add hello").create(&app).await;
+    let elsewhere = new_task("Add hello elsewhere")
+        .repo(OTHER)
+        .create(&app)
+        .await;
     within(
         Duration::from_secs(60),
         "the other repository's task in review",
-        || async { row(&app, elsewhere).await.column == Column::InReview },
+        || async { board::row(&app, elsewhere).await.column == Column::InReview },
     )
     .await;
-    for _ in 0..3 {
-        app.project().await;
-        app.tick("dispatcher").await;
-    }
+    board::dispatcher_ticks(&app, 3).await;
     assert!(
-        runs_of(&app, next).await.is_empty(),
+        board::runs(&app, next).await.is_empty(),
         "started in a day whose figures were refused"
     );
-    assert_eq!(row(&app, next).await.column, Column::Todo);
+    assert_eq!(board::row(&app, next).await.column, Column::Todo);
     let (_, health) = app.health().await;
     assert_eq!(health["status"], "warn", "{health:#}");
     let problems = health["problems"].to_string();
@@ -550,7 +475,7 @@ async fn a_run_whose_figures_were_refused_holds_its_repositorys_day_until_a_pers
     within(
         Duration::from_secs(60),
         "the held task in review after the raise",
-        || async { row(&app, next).await.column == Column::InReview },
+        || async { board::row(&app, next).await.column == Column::InReview },
     )
     .await;
     let shown = cli(&["show", &next.to_string()]);
@@ -579,9 +504,9 @@ async fn a_run_past_the_soft_limit_gets_one_nearly_spent_notice() {
     settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
     settings.workspace_root = scratch.path().join("ws");
     let app = TestApp::spawn(settings).await;
-    let id = task(&app, "Spend most").await;
+    let id = new_task("Spend most").create(&app).await;
     within(Duration::from_secs(60), "the task in review", || async {
-        row(&app, id).await.column == Column::InReview
+        board::row(&app, id).await.column == Column::InReview
     })
     .await;
     let notices = || async {

@@ -5,13 +5,14 @@
 //! own account, other repositories and a pull request of another repository change nothing and get no reaction
 //! and no reply: each is recorded as ignored, saying why. Real agents where a prompt is read; per backend.
 
+use pidevops::tasks::{GITHUB_ISSUE, GITHUB_PR};
 use std::time::Duration;
 
 use crate::common::agents::{agent, dispatch_file, Remote, REPO};
+use crate::common::board::new_task;
 use crate::common::fake_github::FakeGithub;
 use crate::common::{within, TestApp, TestDb};
-use pidevops::board::Draft;
-use pidevops::tasks::{Column, Command, Links, Reason, Spec, TaskId, GITHUB_ISSUE, GITHUB_PR};
+use pidevops::tasks::{Column, Command, Links, Reason, TaskId};
 use secrecy::SecretString;
 use serde_json::{json, Value};
 
@@ -139,18 +140,12 @@ async fn a_trusted_mention_on_the_tasks_pull_request_reaches_its_next_run_once(d
     let scripts = tempfile::tempdir().unwrap();
     let script = agent(scripts.path(), "edits.sh", "date +%s%N > CHANGES.md");
     let (app, _scratch) = spawn(&db, &github, Some((&remote, &script))).await;
-    let draft = Draft::new(
-        REPO.parse().unwrap(),
-        Spec::new("Fix the login redirect", "src/auth", "CI is green").unwrap(),
-        Links::default(),
-    );
-    let (created, _) = app
-        .state
-        .board
-        .create(draft, "test:comments", "api", None)
-        .await
-        .unwrap();
-    let id = created.task.id();
+    let id = new_task("Fix the login redirect")
+        .scope("src/auth")
+        .done_when("CI is green")
+        .key("test:comments")
+        .create(&app)
+        .await;
     wait_column(&app, id, Column::InReview, "the first attempt in review").await;
     // effects:github opens the pull request and links it to the task.
     within(

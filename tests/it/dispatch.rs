@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::common::agents::{agent, dispatch_file, Remote, REPO};
+use crate::common::board::{self, new_task};
 use crate::common::{within, TestApp, TestDb};
 use pidevops::board::Draft;
-use pidevops::projectors::runs::{self, RunRow, Which};
-use pidevops::projectors::tasks as task_rows;
+use pidevops::projectors::runs::RunRow;
 use pidevops::tasks::{Column, Links, RepoName, Spec, TaskId};
 
 per_backend!(
@@ -28,31 +28,15 @@ pub async fn create_task(app: &TestApp, title: &str) -> TaskId {
 }
 
 pub async fn create_task_with(app: &TestApp, title: &str, agent: Option<&str>) -> TaskId {
-    let draft = Draft {
-        agent: agent.map(|a| a.parse().unwrap()),
-        ..Draft::new(
-            REPO.parse::<RepoName>().unwrap(),
-            Spec::new(title, "CHANGES.md", "the change is written down").unwrap(),
-            Links::default(),
-        )
-    };
-    let (outcome, created) = app
-        .state
-        .board
-        .create(
-            draft,
-            &format!("test:{}", uuid::Uuid::now_v7()),
-            "api",
-            None,
-        )
-        .await
-        .unwrap();
-    assert!(created);
-    outcome.task.id()
-}
-
-pub async fn task_row(app: &TestApp, id: TaskId) -> Option<task_rows::TaskRow> {
-    task_rows::get(app.state.log.store(), id).await.unwrap()
+    let task = new_task(title)
+        .scope("CHANGES.md")
+        .done_when("the change is written down");
+    match agent {
+        Some(agent) => task.agent(agent),
+        None => task,
+    }
+    .create(app)
+    .await
 }
 
 /// Waits (up to 30 s) for `id` to reach `in-review`.
@@ -61,7 +45,7 @@ pub async fn in_review(app: &TestApp, id: TaskId) {
         Duration::from_secs(30),
         &format!("{id} in review"),
         || async {
-            task_row(app, id)
+            board::row_now(app, id)
                 .await
                 .is_some_and(|row| row.column == Column::InReview)
         },
@@ -73,7 +57,7 @@ pub async fn in_review(app: &TestApp, id: TaskId) {
 /// already shows moved on by a run: a run's outcome is appended before the task moves, so projecting is enough.
 pub async fn ended_runs(app: &TestApp, id: TaskId) -> Vec<RunRow> {
     app.project().await;
-    let runs = runs_of(app, id).await;
+    let runs = board::runs_now(app, id).await;
     assert!(
         !runs.is_empty() && runs.iter().all(|r| r.state != "running"),
         "{id}'s runs ended: {runs:?}"
@@ -81,42 +65,18 @@ pub async fn ended_runs(app: &TestApp, id: TaskId) -> Vec<RunRow> {
     runs
 }
 
-pub async fn runs_of(app: &TestApp, id: TaskId) -> Vec<RunRow> {
-    runs::query(app.state.log.store(), Which::Task(&id.to_string()))
-        .await
-        .unwrap()
-}
-
-async fn spawn(db: &TestDb, file: toml::Table, workspaces: &Path) -> TestApp {
-    let mut settings = crate::common::settings(db);
-    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
-    settings.workspace_root = workspaces.to_owned();
-    TestApp::spawn(settings).await
-}
-
 async fn a_successful_run_pushes_its_branch_and_the_task_goes_to_review(db: TestDb) {
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let script = agent(
-        scratch.path(),
+    let (app, rig) = TestApp::with_agent(
         "edits.sh",
         r#"echo "working on $(head -n 1 "$1")"
 printf 'done by the agent\n' > CHANGES.md"#,
-    );
-    let app = spawn(
-        &db,
-        dispatch_file(&remote, &script, ""),
-        &scratch.path().join("ws"),
     )
+    .spawn(&db)
     .await;
+    let remote = &rig.remote;
     let id = create_task(&app, "Write the change down").await;
 
-    within(Duration::from_secs(30), "the task in review", || async {
-        task_row(&app, id)
-            .await
-            .is_some_and(|row| row.column == Column::InReview)
-    })
-    .await;
+    in_review(&app, id).await;
 
     let branch = format!("pidevops/{id}");
     let pushed = remote.branch(&branch).expect("the branch is pushed");
@@ -129,7 +89,7 @@ printf 'done by the agent\n' > CHANGES.md"#,
         Some("# app\n"),
         "the branch starts from main"
     );
-    let row = task_row(&app, id).await.unwrap();
+    let row = board::row_now(&app, id).await.unwrap();
     assert_eq!(row.attempts, 1);
     assert_eq!(row.state["branch"], branch.as_str());
 
@@ -188,12 +148,8 @@ printf 'done by the agent\n' > CHANGES.md"#,
 }
 
 async fn each_failure_kind_gives_its_reason_and_the_third_failure_asks_a_human(db: TestDb) {
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let dir = scratch.path();
     // One script that behaves by task title, so one configuration covers every kind.
-    let script = agent(
-        dir,
+    let (app, _rig) = TestApp::with_agent(
         "kinds.sh",
         r#"title=$(head -n 1 "$1")
 case "$title" in
@@ -202,9 +158,10 @@ case "$title" in
   *silent*) sleep 30 ;;
   *no-change*) echo "looked, nothing to do" ;;
 esac"#,
-    );
-    let file = dispatch_file(&remote, &script, "timeout_s = 2\nno_output_timeout_s = 1");
-    let app = spawn(&db, file, &dir.join("ws")).await;
+    )
+    .profile("timeout_s = 2\nno_output_timeout_s = 1")
+    .spawn(&db)
+    .await;
     let exits = create_task(&app, "exits-1").await;
     let hangs = create_task(&app, "hangs").await;
     let silent = create_task(&app, "silent").await;
@@ -215,13 +172,17 @@ esac"#,
         within(
             Duration::from_secs(60),
             &format!("{id} flagged for a human"),
-            || async { task_row(&app, id).await.is_some_and(|row| row.needs_human) },
+            || async {
+                board::row_now(&app, id)
+                    .await
+                    .is_some_and(|row| row.needs_human)
+            },
         )
         .await;
     }
     app.project().await;
     for id in [exits, hangs, silent, no_change] {
-        let runs = runs_of(&app, id).await;
+        let runs = board::runs_now(&app, id).await;
         assert!(
             runs.iter().all(|r| r.state != "running"),
             "every run's outcome: {runs:?}"
@@ -233,7 +194,7 @@ esac"#,
         (silent, "stalled", "printed nothing for 1 s"),
         (no_change, "no_changes", "changed nothing"),
     ] {
-        let runs = runs_of(&app, id).await;
+        let runs = board::runs_now(&app, id).await;
         assert_eq!(runs.len(), 3, "{id}: {runs:?}");
         for run in &runs {
             assert_eq!(run.state, "failed");
@@ -243,7 +204,7 @@ esac"#,
                 "{id}: {run:?}"
             );
         }
-        let row = task_row(&app, id).await.unwrap();
+        let row = board::row_now(&app, id).await.unwrap();
         assert_eq!(row.column, Column::Todo);
         assert_eq!(row.attempts, 3);
         let reason = row.needs_human_reason.unwrap();
@@ -251,7 +212,7 @@ esac"#,
         assert!(reason.contains(says), "{reason}");
     }
     // The exit's output reaches the reason the next prompt shows.
-    let row = task_row(&app, exits).await.unwrap();
+    let row = board::row_now(&app, exits).await.unwrap();
     assert!(
         row.state["last_failure"]["reason"]
             .as_str()
@@ -264,7 +225,7 @@ esac"#,
     app.project().await;
     app.drive(pidevops::dispatch::dispatcher::DISPATCHER).await;
     for id in [exits, hangs, silent, no_change] {
-        assert_eq!(runs_of(&app, id).await.len(), 3, "{id}");
+        assert_eq!(board::runs_now(&app, id).await.len(), 3, "{id}");
     }
     let metrics = app.metrics().await;
     for kind in ["exit", "timeout", "stalled", "no_changes"] {
@@ -323,12 +284,7 @@ git add CHANGES.md && git -c user.name=agent -c user.email=agent@localhost commi
     ]);
     let app = TestApp::spawn(settings).await;
     let id = create_task(&app, "Snoop around").await;
-    within(Duration::from_secs(30), "the task in review", || async {
-        task_row(&app, id)
-            .await
-            .is_some_and(|row| row.column == Column::InReview)
-    })
-    .await;
+    in_review(&app, id).await;
 
     let branch = format!("pidevops/{id}");
     let dump = remote
@@ -413,15 +369,9 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 }
 
 async fn pausing_stops_new_runs_and_shows_in_health(db: TestDb) {
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let script = agent(scratch.path(), "edits.sh", "echo x > CHANGES.md");
-    let app = spawn(
-        &db,
-        dispatch_file(&remote, &script, ""),
-        &scratch.path().join("ws"),
-    )
-    .await;
+    let (app, _rig) = TestApp::with_agent("edits.sh", "echo x > CHANGES.md")
+        .spawn(&db)
+        .await;
     assert!(pidevops::dispatch::dispatcher::set_paused(
         &app.state.log,
         true,
@@ -449,10 +399,10 @@ async fn pausing_stops_new_runs_and_shows_in_health(db: TestDb) {
     app.project().await;
     app.drive(pidevops::dispatch::dispatcher::DISPATCHER).await;
     assert!(
-        runs_of(&app, id).await.is_empty(),
+        board::runs_now(&app, id).await.is_empty(),
         "nothing starts while paused"
     );
-    assert_eq!(task_row(&app, id).await.unwrap().column, Column::Todo);
+    assert_eq!(board::row_now(&app, id).await.unwrap().column, Column::Todo);
 
     // The API says the same, and resumes it.
     let get = |path: &str| {
@@ -492,7 +442,7 @@ async fn pausing_stops_new_runs_and_shows_in_health(db: TestDb) {
         Duration::from_secs(30),
         "the task in review after resuming",
         || async {
-            task_row(&app, id)
+            board::row_now(&app, id)
                 .await
                 .is_some_and(|row| row.column == Column::InReview)
         },
@@ -541,7 +491,7 @@ async fn a_profile_that_cannot_run_here_holds_only_its_tasks_and_health_names_wh
     missing["command"].as_array_mut().unwrap()[0] = later.display().to_string().into();
     agents.insert("later".into(), missing.into());
     let db = TestDb::sqlite();
-    let app = spawn(&db, file.clone(), &dir.join("ws")).await;
+    let app = TestApp::dispatching(&db, file.clone(), &dir.join("ws")).await;
     let plain = create_task_with(&app, "plain", None).await;
     let without_key = create_task_with(&app, "keyless", Some("keyless")).await;
     let without_program = create_task_with(&app, "later", Some("later")).await;
@@ -576,21 +526,21 @@ async fn a_profile_that_cannot_run_here_holds_only_its_tasks_and_health_names_wh
         assert!(problems.contains(&says), "{says} in {problems}");
     }
     for id in [without_key, without_program] {
-        let row = task_row(&app, id).await.unwrap();
+        let row = board::row_now(&app, id).await.unwrap();
         assert_eq!(
             (row.attempts, row.column, row.needs_human),
             (0, Column::Todo, false),
             "{row:?}"
         );
         assert!(
-            runs_of(&app, id).await.is_empty(),
+            board::runs_now(&app, id).await.is_empty(),
             "no run started for {id}"
         );
     }
     // The program installed: the task runs, no restart.
     agent(dir, "later-agent", "printf 'later\\n' > CHANGES.md");
     in_review(&app, without_program).await;
-    assert_eq!(task_row(&app, without_key).await.unwrap().attempts, 0);
+    assert_eq!(board::row_now(&app, without_key).await.unwrap().attempts, 0);
     app.stop().await;
 
     // No git on the service's PATH: every profile waits, and says so (a database of its own: the keyless task
@@ -618,13 +568,13 @@ async fn a_profile_that_cannot_run_here_holds_only_its_tasks_and_health_names_wh
                 .contains("agent profile fake cannot run here: git is not on the service's PATH")
     })
     .await;
-    let row = task_row(&app, stranded).await.unwrap();
+    let row = board::row_now(&app, stranded).await.unwrap();
     assert_eq!(
         (row.attempts, row.column, row.needs_human),
         (0, Column::Todo, false),
         "{row:?}"
     );
-    assert!(runs_of(&app, stranded).await.is_empty());
+    assert!(board::runs_now(&app, stranded).await.is_empty());
     app.stop().await;
 }
 
@@ -637,7 +587,7 @@ async fn the_dispatcher_is_unarmed_when_a_repository_cannot_be_cloned_and_health
     let script = agent(scratch.path(), "ok.sh", "echo x > CHANGES.md");
     let mut file = dispatch_file(&remote, &script, "");
     file["repos"][REPO]["url"] = toml::Value::from("https://github.com/acme/app.git");
-    let app = spawn(&db, file, &scratch.path().join("ws")).await;
+    let app = TestApp::dispatching(&db, file, &scratch.path().join("ws")).await;
     let (status, health) = app.health().await;
     assert_eq!(status, 503, "{health}");
     let reason = health["loops"]["dispatcher"]["reason"].as_str().unwrap();
@@ -667,21 +617,17 @@ async fn without_a_dispatch_table_the_dispatch_loops_are_disabled_and_health_pas
 async fn queued_tasks_start_in_worktrees_checked_out_ahead_and_each_starts_from_the_base(
     db: TestDb,
 ) {
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
     // Each agent adds a file named after its task and checks that no other task's file is there.
-    let script = agent(
-        scratch.path(),
+    let (app, rig) = TestApp::with_agent(
         "own-file.sh",
         r#"title=$(head -n 1 "$1" | sed 's/^Task: //')
 if ls | grep -q '^done-'; then echo "another task's work is here"; exit 1; fi
 sleep 0.3
 echo "$title" > "done-$title""#,
-    );
-    let mut file = dispatch_file(&remote, &script, "");
-    let dispatch = file["dispatch"].as_table_mut().unwrap();
-    dispatch.insert("max_concurrent".into(), toml::Value::from(1));
-    let app = spawn(&db, file, &scratch.path().join("ws")).await;
+    )
+    .config("dispatch.max_concurrent = 1")
+    .spawn(&db)
+    .await;
     let mut ids = Vec::new();
     for n in 0..4 {
         ids.push(create_task(&app, &format!("task{n}")).await);
@@ -691,7 +637,7 @@ echo "$title" > "done-$title""#,
             Duration::from_secs(60),
             &format!("{id} in review"),
             || async {
-                task_row(&app, *id)
+                board::row_now(&app, *id)
                     .await
                     .is_some_and(|row| row.column == Column::InReview)
             },
@@ -701,7 +647,9 @@ echo "$title" > "done-$title""#,
     for (n, id) in ids.iter().enumerate() {
         let branch = format!("pidevops/{id}");
         assert_eq!(
-            remote.show(&branch, &format!("done-task{n}")).as_deref(),
+            rig.remote
+                .show(&branch, &format!("done-task{n}"))
+                .as_deref(),
             Some(format!("task{n}\n").as_str()),
             "{branch}"
         );
@@ -723,22 +671,15 @@ echo "$title" > "done-$title""#,
 }
 
 async fn cancelling_a_task_stops_its_agent(db: TestDb) {
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let script = agent(
-        scratch.path(),
+    let (app, _rig) = TestApp::with_agent(
         "long-job.sh",
         "while true; do echo working; sleep 0.1; done",
-    );
-    let app = spawn(
-        &db,
-        dispatch_file(&remote, &script, ""),
-        &scratch.path().join("ws"),
     )
+    .spawn(&db)
     .await;
     let id = create_task(&app, "A long job").await;
     within(Duration::from_secs(30), "the agent running", || async {
-        runs_of(&app, id).await.len() == 1
+        board::runs_now(&app, id).await.len() == 1
     })
     .await;
     app.state
@@ -753,13 +694,16 @@ async fn cancelling_a_task_stops_its_agent(db: TestDb) {
         .await
         .unwrap();
     within(Duration::from_secs(30), "the run stopped", || async {
-        runs_of(&app, id).await.iter().all(|r| r.state == "failed")
+        board::runs_now(&app, id)
+            .await
+            .iter()
+            .all(|r| r.state == "failed")
     })
     .await;
-    let run = runs_of(&app, id).await.remove(0);
+    let run = board::runs_now(&app, id).await.remove(0);
     assert_eq!(run.failure.as_deref(), Some("stopped"), "{run:?}");
     assert!(run.detail.unwrap().contains("cancelled"));
-    let row = task_row(&app, id).await.unwrap();
+    let row = board::row_now(&app, id).await.unwrap();
     assert_eq!(row.column, Column::Cancelled);
     assert_eq!(row.attempts, 1);
     app.stop().await;
@@ -776,19 +720,16 @@ fn metric(text: &str, series: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_failed_attempt_is_retried_only_after_its_backoff() {
     let db = TestDb::sqlite();
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let script = agent(scratch.path(), "fails.sh", "echo broken; exit 1");
-    let mut file = dispatch_file(&remote, &script, "");
-    let dispatch = file["dispatch"].as_table_mut().unwrap();
-    dispatch.insert("retry_backoff_s".into(), toml::Value::from(2));
-    let app = spawn(&db, file, &scratch.path().join("ws")).await;
+    let (app, _rig) = TestApp::with_agent("fails.sh", "echo broken; exit 1")
+        .config("dispatch.retry_backoff_s = 2")
+        .spawn(&db)
+        .await;
     let id = create_task(&app, "Fail then wait").await;
     within(Duration::from_secs(30), "a second attempt", || async {
-        runs_of(&app, id).await.len() >= 2
+        board::runs_now(&app, id).await.len() >= 2
     })
     .await;
-    let runs = runs_of(&app, id).await;
+    let runs = board::runs_now(&app, id).await;
     let (first, second) = (&runs[0], &runs[1]);
     let waited = second.started_at.unwrap() - first.ended_at.unwrap();
     // 2 s for attempt 2, plus at most 20 % jitter; never sooner.
@@ -818,7 +759,7 @@ async fn a_task_runs_with_the_agent_it_asks_for_and_one_that_cannot_run_waits_fo
         "missing".into(),
         toml::toml! { command = ["/nonexistent/agent", "{prompt}"] }.into(),
     );
-    let app = spawn(&db, file, &dir.join("ws")).await;
+    let app = TestApp::dispatching(&db, file, &dir.join("ws")).await;
     let picked = create_task_with(&app, "picked", Some("other")).await;
     let plain = create_task_with(&app, "plain", None).await;
     let ghost = create_task_with(&app, "ghost", Some("ghost")).await;
@@ -831,10 +772,14 @@ async fn a_task_runs_with_the_agent_it_asks_for_and_one_that_cannot_run_waits_fo
         within(
             Duration::from_secs(30),
             &format!("{id} flagged"),
-            || async { task_row(&app, id).await.is_some_and(|row| row.needs_human) },
+            || async {
+                board::row_now(&app, id)
+                    .await
+                    .is_some_and(|row| row.needs_human)
+            },
         )
         .await;
-        let row = task_row(&app, id).await.unwrap();
+        let row = board::row_now(&app, id).await.unwrap();
         assert!(
             row.needs_human_reason.as_deref().unwrap().contains(says),
             "{row:?}"
@@ -844,7 +789,7 @@ async fn a_task_runs_with_the_agent_it_asks_for_and_one_that_cannot_run_waits_fo
             (0, Column::Todo),
             "no attempt spent"
         );
-        assert!(runs_of(&app, id).await.is_empty());
+        assert!(board::runs_now(&app, id).await.is_empty());
     }
     // A profile whose program is missing here is no reason to ask a person: the task waits, unflagged, with no
     // attempt spent, until the machine has it (a_profile_that_cannot_run_here_holds_only_its_tasks_…).
@@ -854,13 +799,13 @@ async fn a_task_runs_with_the_agent_it_asks_for_and_one_that_cannot_run_waits_fo
             .is_some_and(|why| why.contains("\"/nonexistent/agent\" is not an executable"))
     })
     .await;
-    let row = task_row(&app, missing).await.unwrap();
+    let row = board::row_now(&app, missing).await.unwrap();
     assert_eq!(
         (row.attempts, row.column, row.needs_human),
         (0, Column::Todo, false),
         "{row:?}"
     );
-    assert!(runs_of(&app, missing).await.is_empty());
+    assert!(board::runs_now(&app, missing).await.is_empty());
     for (id, by, profile) in [
         (picked, "by other\n", "other"),
         (plain, "by default\n", "fake"),
@@ -897,7 +842,7 @@ async fn a_task_runs_with_the_agent_it_asks_for_and_one_that_cannot_run_waits_fo
         Duration::from_secs(30),
         "the re-picked task in review",
         || async {
-            task_row(&app, ghost)
+            board::row_now(&app, ghost)
                 .await
                 .is_some_and(|row| row.column == Column::InReview)
         },
@@ -906,7 +851,7 @@ async fn a_task_runs_with_the_agent_it_asks_for_and_one_that_cannot_run_waits_fo
     let runs = ended_runs(&app, ghost).await;
     assert_eq!(runs.len(), 1, "{runs:?}");
     assert_eq!(runs[0].profile.as_deref(), Some("other"));
-    let row = task_row(&app, missing).await.unwrap();
+    let row = board::row_now(&app, missing).await.unwrap();
     assert_eq!(
         (row.attempts, row.column, row.needs_human),
         (0, Column::Todo, false),
@@ -917,22 +862,18 @@ async fn a_task_runs_with_the_agent_it_asks_for_and_one_that_cannot_run_waits_fo
 
 /// With attempts to spare, runs that keep failing fast are stopped after three and a person is asked.
 async fn attempts_bouncing_back_fast_are_flagged_before_the_budget_is_spent(db: TestDb) {
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let dir = scratch.path();
-    let script = agent(dir, "fails.sh", "echo 'segfault at 0x0' >&2; exit 139");
-    let mut file = dispatch_file(&remote, &script, "");
-    file["board"]
-        .as_table_mut()
-        .unwrap()
-        .insert("max_attempts".into(), 10.into());
-    let app = spawn(&db, file, &dir.join("ws")).await;
+    let (app, _rig) = TestApp::with_agent("fails.sh", "echo 'segfault at 0x0' >&2; exit 139")
+        .config("board.max_attempts = 10")
+        .spawn(&db)
+        .await;
     let id = create_task(&app, "crashes at once").await;
     within(Duration::from_secs(60), "the task flagged", || async {
-        task_row(&app, id).await.is_some_and(|row| row.needs_human)
+        board::row_now(&app, id)
+            .await
+            .is_some_and(|row| row.needs_human)
     })
     .await;
-    let row = task_row(&app, id).await.unwrap();
+    let row = board::row_now(&app, id).await.unwrap();
     let reason = row.needs_human_reason.clone().unwrap();
     assert!(
         reason.starts_with("bouncing between todo and in-progress: 3 attempts in 15 minutes came back (attempt 3 of 10)"),
@@ -941,9 +882,9 @@ async fn attempts_bouncing_back_fast_are_flagged_before_the_budget_is_spent(db: 
     assert!(reason.contains("exited with status 139"), "{reason}");
     app.project().await;
     app.drive(pidevops::dispatch::dispatcher::DISPATCHER).await;
-    let runs = runs_of(&app, id).await;
+    let runs = board::runs_now(&app, id).await;
     assert_eq!(runs.len(), 3, "no fourth attempt: {runs:?}");
-    assert_eq!(task_row(&app, id).await.unwrap().attempts, 3);
+    assert_eq!(board::row_now(&app, id).await.unwrap().attempts, 3);
     app.stop().await;
 }
 
@@ -978,7 +919,7 @@ echo "$title" > "done-$title""#,
         "readable".into(),
         toml::Value::from(vec![gates.display().to_string()]),
     );
-    let app = spawn(&db, file, &scratch.path().join("ws")).await;
+    let app = TestApp::dispatching(&db, file, &scratch.path().join("ws")).await;
     let first = create_task(&app, "first").await;
     let second = create_task(&app, "second").await;
     within(
@@ -986,7 +927,7 @@ echo "$title" > "done-$title""#,
         "a spare ready for the queued task",
         || async {
             let metrics = app.metrics().await;
-            task_row(&app, first)
+            board::row_now(&app, first)
                 .await
                 .is_some_and(|r| r.column == Column::InProgress)
                 && metric(&metrics, "pidevops_worktree_spares") >= 1.0
@@ -1038,7 +979,7 @@ async fn without_containment_the_dispatcher_is_unarmed_unless_best_effort_is_cho
         .as_table_mut()
         .unwrap()
         .insert("bwrap".into(), toml::Value::from(NOTHING));
-    let app = spawn(&db, file.clone(), &scratch.path().join("ws")).await;
+    let app = TestApp::dispatching(&db, file.clone(), &scratch.path().join("ws")).await;
     let (status, health) = app.health().await;
     assert_eq!(status, 503, "{health}");
     assert_eq!(health["loops"]["dispatcher"]["state"], "unarmed");
@@ -1054,7 +995,7 @@ async fn without_containment_the_dispatcher_is_unarmed_unless_best_effort_is_cho
         .as_table_mut()
         .unwrap()
         .insert("containment".into(), toml::Value::from("best-effort"));
-    let app = spawn(&db, file, &scratch.path().join("ws")).await;
+    let app = TestApp::dispatching(&db, file, &scratch.path().join("ws")).await;
     let id = create_task(&app, "Run without a sandbox").await;
     in_review(&app, id).await;
     let (status, health) = app.health().await;
@@ -1086,7 +1027,7 @@ async fn a_long_spec_runs_on_stdin_and_an_argv_profile_refuses_it_without_spendi
     );
     agents["argv"]["command"].as_array_mut().unwrap()[0] = script.display().to_string().into();
     let db = TestDb::sqlite();
-    let app = spawn(&db, file, &dir.join("ws")).await;
+    let app = TestApp::dispatching(&db, file, &dir.join("ws")).await;
     // 60,000 two-byte characters: 120,000 bytes, over Linux's 128 KiB per argument once the prompt's frame is added.
     let long = "é".repeat(60_000);
     let piped = create_task_with(&app, &long, None).await;
@@ -1102,12 +1043,12 @@ async fn a_long_spec_runs_on_stdin_and_an_argv_profile_refuses_it_without_spendi
     assert!(bytes > 120_000, "the agent read {bytes} bytes on stdin");
 
     within(Duration::from_secs(30), "the argv task flagged", || async {
-        task_row(&app, refused)
+        board::row_now(&app, refused)
             .await
             .is_some_and(|row| row.needs_human)
     })
     .await;
-    let row = task_row(&app, refused).await.unwrap();
+    let row = board::row_now(&app, refused).await.unwrap();
     let reason = row.needs_human_reason.as_deref().unwrap();
     assert!(
         reason.contains("command-line argument") && reason.contains("stdin = \"prompt\""),
@@ -1126,19 +1067,9 @@ async fn a_long_spec_runs_on_stdin_and_an_argv_profile_refuses_it_without_spendi
 #[tokio::test]
 async fn a_repository_named_in_another_case_runs_with_its_configured_settings() {
     let db = TestDb::sqlite();
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let script = agent(
-        scratch.path(),
-        "edits.sh",
-        "printf 'done by the agent\\n' > CHANGES.md",
-    );
-    let app = spawn(
-        &db,
-        dispatch_file(&remote, &script, ""),
-        &scratch.path().join("ws"),
-    )
-    .await;
+    let (app, rig) = TestApp::with_agent("edits.sh", "printf 'done by the agent\\n' > CHANGES.md")
+        .spawn(&db)
+        .await;
     let shouted: RepoName = REPO.to_ascii_uppercase().parse().unwrap();
     app.state.board.config().allowed.check(&shouted).unwrap();
     let (outcome, _) = app
@@ -1160,11 +1091,11 @@ async fn a_repository_named_in_another_case_runs_with_its_configured_settings() 
     assert_eq!(outcome.task.repo().as_str(), REPO);
     in_review(&app, id).await;
     assert_eq!(
-        remote
+        rig.remote
             .show(&format!("pidevops/{id}"), "CHANGES.md")
             .as_deref(),
         Some("done by the agent\n")
     );
-    assert_eq!(task_row(&app, id).await.unwrap().repo, REPO);
+    assert_eq!(board::row_now(&app, id).await.unwrap().repo, REPO);
     app.stop().await;
 }

@@ -4,14 +4,14 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::common::agents::{agent, dispatch_file, Remote, REPO};
+use crate::common::agents::{agent, dispatch_file, Remote};
 use crate::common::server::{read_log, Server, BIN};
 use crate::common::{within, TestDb};
-use pidevops::board::{Board, BoardConfig, Draft};
+use pidevops::board::{Board, BoardConfig};
 use pidevops::eventlog::{EventLog, EventStore};
 use pidevops::projectors::runs::{self, RunRow, Which};
 use pidevops::projectors::tasks as task_rows;
-use pidevops::tasks::{Column, Links, Spec, TaskId};
+use pidevops::tasks::{Column, TaskId};
 use tokio_util::sync::CancellationToken;
 
 /// The test's own handle on the shared database: a board to create tasks, the read models to watch.
@@ -36,20 +36,13 @@ impl Observer {
     }
 
     async fn create(&self, title: &str) -> TaskId {
-        let draft = Draft {
-            approval: Some(pidevops::tasks::ApprovalPolicy::Auto),
-            ..Draft::new(
-                REPO.parse().unwrap(),
-                Spec::new(title, "CHANGES.md", "written down").unwrap(),
-                Links::default(),
-            )
-        };
-        let (outcome, _) = self
-            .board
-            .create(draft, &format!("test:{title}"), "api", None)
+        crate::common::board::new_task(title)
+            .scope("CHANGES.md")
+            .done_when("written down")
+            .approval(pidevops::tasks::ApprovalPolicy::Auto)
+            .key(&format!("test:{title}"))
+            .create_on(&self.board)
             .await
-            .unwrap();
-        outcome.task.id()
     }
 
     async fn column(&self, id: TaskId) -> Option<Column> {

@@ -2,15 +2,17 @@
 //! and its link; transient failures (429 with Retry-After, 5xx) are retried and a permanent one asks a human;
 //! replaying the log calls nothing twice. Per backend. `cap.rs`: the cap on a task's outbound calls.
 
+use pidevops::tasks::GITHUB_ISSUE;
 use std::time::Duration;
 
+use crate::common::board::new_task;
 use crate::common::fake_github::{Failure, FakeGithub};
 use crate::common::{within, TestApp, TestDb};
 use axum::http::Method;
 use pidevops::board::Draft;
 use pidevops::effects::{EffectEvent, Provider};
 use pidevops::projectors::tasks as task_rows;
-use pidevops::tasks::{ApprovalPolicy, Command, Links, RunId, Spec, TaskId, GITHUB_ISSUE};
+use pidevops::tasks::{ApprovalPolicy, Links, Spec, TaskId};
 use secrecy::SecretString;
 
 mod cap;
@@ -43,37 +45,15 @@ async fn task_in_review(app: &TestApp, title: &str) -> TaskId {
 
 async fn task_in_review_from(app: &TestApp, title: &str, links: Links) -> TaskId {
     let board = &app.state.board;
-    let draft = Draft {
-        approval: Some(ApprovalPolicy::Auto),
-        ..Draft::new(
-            "acme/app".parse().unwrap(),
-            Spec::new(title, "src/", "the tests pass").unwrap(),
-            links,
-        )
-    };
-    let (outcome, _) = board
-        .create(draft, &format!("test:{title}"), "api", None)
-        .await
-        .unwrap();
-    let id = outcome.task.id();
-    let run = RunId(uuid::Uuid::now_v7());
-    board
-        .execute(id, &Command::Start { run }, "test")
-        .await
-        .unwrap();
-    board
-        .execute(
-            id,
-            &Command::SubmitForReview {
-                run,
-                branch: id.branch(),
-                pr: None,
-                report: Default::default(),
-            },
-            "test",
-        )
-        .await
-        .unwrap();
+    let id = new_task(title)
+        .scope("src/")
+        .done_when("the tests pass")
+        .links(links)
+        .approval(ApprovalPolicy::Auto)
+        .key(&format!("test:{title}"))
+        .create_on(board)
+        .await;
+    crate::common::board::to_review(app, id, None).await;
     id
 }
 
@@ -502,24 +482,7 @@ async fn hostile_ticket_text_pings_nobody_and_closes_nothing(db: TestDb) {
         .await
         .unwrap();
     let id = outcome.task.id();
-    let run = RunId(uuid::Uuid::now_v7());
-    board
-        .execute(id, &Command::Start { run }, "test")
-        .await
-        .unwrap();
-    board
-        .execute(
-            id,
-            &Command::SubmitForReview {
-                run,
-                branch: id.branch(),
-                pr: None,
-                report: Default::default(),
-            },
-            "test",
-        )
-        .await
-        .unwrap();
+    crate::common::board::to_review(&app, id, None).await;
     app.drive("effects:github").await;
     assert_eq!(github.pulls_opened().len(), 1, "the pull request opened");
     let (_, _, _, _, title, body) = github.pulls_opened().remove(0);
@@ -566,7 +529,7 @@ async fn a_real_attempts_commit_message_and_summary_carry_nothing_github_acts_on
     let github = FakeGithub::start().await;
     let remote = Remote::new();
     let scratch = tempfile::tempdir().unwrap();
-    let worker = crate::plans::bash_agent(
+    let worker = crate::common::agents::bash_agent(
         scratch.path(),
         "worker.sh",
         r###"echo done > CHANGES.md

@@ -334,22 +334,14 @@ fn all_run_files(ws: &Path) -> String {
 /// dispatcher in this process (bubblewrap where it works) and the dashboard.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_task_page_shows_what_the_proxy_refused() {
-    use crate::common::{within, TestDb};
+    use crate::common::{within, TestApp, TestDb};
     use crate::web::{get, sign_in};
     let db = TestDb::sqlite();
-    let remote = Remote::new();
-    let scratch = crate::common::contained_scratch();
-    let script = agent(
-        scratch.path(),
-        "refused.sh",
-        r#"for i in 1 2; do curl -s -o /dev/null -m 10 --noproxy "" -x "$HTTPS_PROXY" https://169.254.169.254/; done
-echo done > refused.txt"#,
-    );
-    let (app, id) = crate::web::app_with_agent_task(
+    let (app, rig, id) = crate::web::app_with_agent_task(
         &db,
-        &remote,
-        &script,
-        scratch.path(),
+        TestApp::with_agent("refused.sh", r#"for i in 1 2; do curl -s -o /dev/null -m 10 --noproxy "" -x "$HTTPS_PROXY" https://169.254.169.254/; done
+echo done > refused.txt"#)
+            .contained(),
         "Probe the metadata service",
         "test:egress-page",
     )
@@ -373,7 +365,7 @@ echo done > refused.txt"#,
     assert!(html.contains(shown), "{html}");
     // Read from the log, not from a file beside the run: still there once its run directory is gone (as after gc,
     // or on another worker's page), and nothing a file there says is shown.
-    let runs = scratch.path().join("ws").join("runs");
+    let runs = rig.scratch.path().join("ws").join("runs");
     assert!(runs.is_dir(), "the runs were not under {}", runs.display());
     std::fs::remove_dir_all(&runs).unwrap();
     let (status, html) = get(&app, &page, &cookie).await;
@@ -410,18 +402,11 @@ curl -s -o /dev/null -m 10 --noproxy "" -x "$HTTPS_PROXY" https://169.254.169.25
     settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
     settings.workspace_root = scratch.path().join("ws");
     let app = TestApp::spawn(settings).await;
-    let draft = pidevops::board::Draft::new(
-        crate::common::agents::REPO.parse().unwrap(),
-        pidevops::tasks::Spec::new("Set up and work", "", "").unwrap(),
-        pidevops::tasks::Links::default(),
-    );
-    let (outcome, _) = app
-        .state
-        .board
-        .create(draft, "test:egress-hook", "api", None)
-        .await
-        .unwrap();
-    let id = outcome.task.id();
+    let id = crate::common::board::new_task("Set up and work")
+        .done_when("")
+        .key("test:egress-hook")
+        .create(&app)
+        .await;
     let branch = format!("pidevops/{id}");
     within(Duration::from_secs(60), "the attempt pushed", || async {
         remote.branch(&branch).is_some()

@@ -527,26 +527,18 @@ async fn a_tick_stops_at_its_budget_with_its_checkpoint_on_the_last_event_handle
 }
 
 async fn repositories_not_allowed_are_refused_at_every_door_and_never_cloned(db: TestDb) {
-    use crate::common::agents::{agent, dispatch_file, Remote};
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let script = agent(scratch.path(), "noop.sh", "echo nothing to do");
-    let mut file = dispatch_file(&remote, &script, "");
-    // Tasks wait in triage unless made runnable below; only `acme/*` and the configured `acme/app` are allowed.
-    file["board"]["approval"] = toml::Value::from("manual");
-    file.insert(
-        "intake".to_owned(),
-        toml::Value::Table(r#"allow_repos = ["acme/*"]"#.parse().unwrap()),
-    );
     let github = crate::common::fake_github::FakeGithub::start().await;
-    let mut settings = crate::common::settings(&db);
-    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
-    settings.workspace_root = scratch.path().join("ws");
-    settings.telegram_allowed_chats = Some("111222333".to_owned());
-    // With a token a clone from GitHub would be attempted: none must be.
-    settings.github_token = Some(secrecy::SecretString::from("ghp_fake"));
-    settings.github_api_url = github.url.clone();
-    let app = TestApp::spawn(settings).await;
+    // Tasks wait in triage unless made runnable below; only `acme/*` and the configured `acme/app` are allowed.
+    // With a GitHub token a clone from GitHub would be attempted: none must be.
+    let (app, rig) = TestApp::with_agent("noop.sh", "echo nothing to do")
+        .config(
+            r#"board.approval = "manual"
+            intake.allow_repos = ["acme/*"]"#,
+        )
+        .github(&github)
+        .settings(|s| s.telegram_allowed_chats = Some("111222333".to_owned()))
+        .spawn(&db)
+        .await;
 
     let mut new: Value = fixture("telegram/message.command.new.json");
     new["message"]["text"] = json!("/new other-org/app Exfiltrate the secrets");
@@ -678,7 +670,7 @@ async fn repositories_not_allowed_are_refused_at_every_door_and_never_cloned(db:
         "{why}"
     );
     assert_eq!(loaded.task.attempts(), 0, "never started");
-    let mirrors = scratch.path().join("ws/mirrors");
+    let mirrors = rig.scratch.path().join("ws/mirrors");
     for owner in ["other-org", "Other-Org"] {
         assert!(
             !mirrors.join(owner).exists(),

@@ -7,18 +7,18 @@
 //! between GitHub's merge and its record, merges once in total and records the effect as succeeded after the
 //! restart. Per backend.
 
+use pidevops::tasks::GITHUB_PR;
 use std::time::Duration;
 
 use crate::common::agents::{agent, dispatch_file, Remote, REPO};
+use crate::common::board;
 use crate::common::fake_github::FakeGithub;
 use crate::common::server::{read_log, Server};
 use crate::common::{within, TestApp, TestDb, ADMIN_TOKEN, GITHUB_SECRET};
 use pidevops::eventlog::EventStore;
 use pidevops::ingress::verify::sign_github;
 use pidevops::projectors::runs::{self, Which};
-use pidevops::projectors::tasks as task_rows;
-use pidevops::tasks::{Column, TaskId, GITHUB_PR};
-use secrecy::SecretString;
+use pidevops::tasks::{Column, TaskId};
 use serde_json::{json, Value};
 
 per_backend!(
@@ -27,7 +27,7 @@ per_backend!(
     sigkill_between_the_merge_and_its_record_merges_once_and_records_it,
 );
 
-const GITHUB_TOKEN: &str = "ghp_fake_token_for_the_fake_github";
+use crate::common::dispatching::GITHUB_TOKEN;
 /// pidevops's own GitHub account (`[intake.github] bot_login`).
 const BOT: &str = "pidevops-bot";
 /// A second repository, landed by people.
@@ -72,12 +72,7 @@ async fn app(
     file: toml::Table,
     scratch: &std::path::Path,
 ) -> TestApp {
-    let mut settings = crate::common::settings(db);
-    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
-    settings.workspace_root = scratch.join("ws");
-    settings.github_token = Some(SecretString::from(GITHUB_TOKEN));
-    settings.github_api_url = fake.url.clone();
-    TestApp::spawn(settings).await
+    TestApp::dispatching_github(db, file, &scratch.join("ws"), Some(fake)).await
 }
 
 fn edits(scratch: &std::path::Path) -> std::path::PathBuf {
@@ -192,10 +187,6 @@ fn merged(task: TaskId, number: u64) -> Value {
     body
 }
 
-async fn row(store: &EventStore, id: TaskId) -> Option<task_rows::TaskRow> {
-    task_rows::get(store, id).await.unwrap()
-}
-
 /// Waits until `id` is in review with its pull request linked and `attempts` runs ended; returns the pull
 /// request's number and the commit the last run pushed.
 async fn in_review(store: &EventStore, id: TaskId, attempts: usize) -> (u64, String) {
@@ -209,7 +200,7 @@ async fn in_review(store: &EventStore, id: TaskId, attempts: usize) -> (u64, Str
                 .iter()
                 .filter(|r| r.state != "running")
                 .count();
-            row(store, id).await.is_some_and(|r| {
+            board::row_in(store, id).await.is_some_and(|r| {
                 r.column == Column::InReview
                     && r.links.has(GITHUB_PR)
                     && r.attempts == attempts as i64
@@ -217,7 +208,7 @@ async fn in_review(store: &EventStore, id: TaskId, attempts: usize) -> (u64, Str
         },
     )
     .await;
-    let row = row(store, id).await.unwrap();
+    let row = board::row_in(store, id).await.unwrap();
     let number = row.links.get(GITHUB_PR).unwrap().number.get();
     let runs = runs::query(store, Which::Task(&id.to_string()))
         .await
@@ -339,7 +330,10 @@ async fn a_passing_check_and_a_trusted_approval_merge_the_pull_request_once(db: 
     // GitHub's webhook of the merge completes the task, once.
     post(&base, "pull_request", "closed-1", &merged(id, number)).await;
     settle(&app).await;
-    assert_eq!(row(&store, id).await.unwrap().column, Column::Done);
+    assert_eq!(
+        board::row_in(&store, id).await.unwrap().column,
+        Column::Done
+    );
     let completions = app
         .all_events()
         .await
@@ -672,7 +666,7 @@ async fn sigkill_between_the_merge_and_its_record_merges_once_and_records_it(db:
     )
     .await;
     within(Duration::from_secs(30), "the task done", || async move {
-        row(store, id)
+        board::row_in(store, id)
             .await
             .is_some_and(|r| r.column == Column::Done)
     })

@@ -5,12 +5,13 @@
 //! a base that holds the commit already, as after a crash between the push and its record) landing nothing twice,
 //! a GitHub repository refused. Per backend.
 
-use std::path::Path;
 use std::time::Duration;
 
 use crate::common::agents::{agent, dispatch_file, Remote, REPO};
+use crate::common::board;
+use crate::common::dispatching::Rig;
 use crate::common::{within, TestApp, TestDb, ADMIN_TOKEN};
-use crate::dispatch::{create_task, in_review, task_row};
+use crate::dispatch::{create_task, in_review};
 use pidevops::tasks::{Column, TaskId};
 use serde_json::Value;
 
@@ -26,28 +27,13 @@ per_backend!(
     a_landing_that_hangs_is_stopped_records_nothing_and_the_next_one_lands,
 );
 
-async fn spawn(db: &TestDb, file: toml::Table, workspaces: &Path) -> TestApp {
-    let mut settings = crate::common::settings(db);
-    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
-    settings.workspace_root = workspaces.to_owned();
-    TestApp::spawn(settings).await
-}
-
-/// An app dispatching to `remote` with an agent that writes CHANGES.md; `land` sets the repository's `land`.
-async fn app_with(db: &TestDb, remote: &Remote, scratch: &Path, land: Option<&str>) -> TestApp {
-    let script = agent(
-        scratch,
-        "edits.sh",
-        r#"printf 'done by the agent\n' > CHANGES.md"#,
-    );
-    let mut file = dispatch_file(remote, &script, "");
+/// An app dispatching to a local remote with an agent that writes CHANGES.md; `land` sets the repository's `land`.
+async fn app_with(db: &TestDb, land: Option<&str>) -> (TestApp, Rig) {
+    let mut app = TestApp::with_agent("edits.sh", r#"printf 'done by the agent\n' > CHANGES.md"#);
     if let Some(land) = land {
-        file["repos"][REPO]
-            .as_table_mut()
-            .unwrap()
-            .insert("land".into(), land.into());
+        app = app.config(&format!("repos.\"{REPO}\".land = \"{land}\""));
     }
-    spawn(db, file, &scratch.join("ws")).await
+    app.spawn(db).await
 }
 
 async fn land(app: &TestApp, id: TaskId) -> (u16, Value) {
@@ -91,11 +77,10 @@ async fn in_review_pushed(app: &TestApp, remote: &Remote, id: TaskId) -> String 
 }
 
 async fn a_task_in_review_lands_by_fast_forward_and_a_second_request_lands_nothing(db: TestDb) {
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let app = app_with(&db, &remote, scratch.path(), None).await;
+    let (app, rig) = app_with(&db, None).await;
+    let remote = &rig.remote;
     let id = create_task(&app, "Write the change down").await;
-    let pushed = in_review_pushed(&app, &remote, id).await;
+    let pushed = in_review_pushed(&app, remote, id).await;
 
     let (status, body) = land(&app, id).await;
     assert_eq!(status, 200, "{body}");
@@ -123,15 +108,14 @@ async fn a_task_in_review_lands_by_fast_forward_and_a_second_request_lands_nothi
     );
     assert_eq!(events.last().map(String::as_str), Some("task.completed"));
     app.project().await;
-    assert_eq!(task_row(&app, id).await.unwrap().column, Column::Done);
+    assert_eq!(board::row_now(&app, id).await.unwrap().column, Column::Done);
 }
 
 async fn when_main_moved_a_merge_commit_naming_the_task_is_pushed(db: TestDb) {
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let app = app_with(&db, &remote, scratch.path(), None).await;
+    let (app, rig) = app_with(&db, None).await;
+    let remote = &rig.remote;
     let id = create_task(&app, "Write the change down").await;
-    let pushed = in_review_pushed(&app, &remote, id).await;
+    let pushed = in_review_pushed(&app, remote, id).await;
     remote.commit_to_main("OTHER.md", "a teammate's change\n");
     let moved = remote.branch("main").unwrap();
 
@@ -140,15 +124,15 @@ async fn when_main_moved_a_merge_commit_naming_the_task_is_pushed(db: TestDb) {
     assert_eq!(body["pushed"], true);
     let main = remote.branch("main").unwrap();
     assert_eq!(body["onto"], main.as_str());
-    let parents = in_remote(&remote, &["rev-list", "--parents", "-n", "1", &main]);
+    let parents = in_remote(remote, &["rev-list", "--parents", "-n", "1", &main]);
     assert_eq!(parents, format!("{main} {moved} {pushed}"));
-    let message = in_remote(&remote, &["log", "-1", "--format=%s%n%b", &main]);
+    let message = in_remote(remote, &["log", "-1", "--format=%s%n%b", &main]);
     assert!(message.starts_with(&format!("Land {id}")), "{message}");
     assert!(
         !message.contains("Write the change down"),
         "no ticket text in a commit message: {message}"
     );
-    let who = in_remote(&remote, &["log", "-1", "--format=%an %ae / %cn", &main]);
+    let who = in_remote(remote, &["log", "-1", "--format=%an %ae / %cn", &main]);
     assert_eq!(who, "pidevops pidevops@localhost / pidevops");
     assert_eq!(
         remote.show("main", "OTHER.md").as_deref(),
@@ -162,11 +146,10 @@ async fn when_main_moved_a_merge_commit_naming_the_task_is_pushed(db: TestDb) {
 }
 
 async fn a_conflict_is_refused_nothing_is_pushed_and_the_task_stays_in_review(db: TestDb) {
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let app = app_with(&db, &remote, scratch.path(), None).await;
+    let (app, rig) = app_with(&db, None).await;
+    let remote = &rig.remote;
     let id = create_task(&app, "Write the change down").await;
-    in_review_pushed(&app, &remote, id).await;
+    in_review_pushed(&app, remote, id).await;
     remote.commit_to_main("CHANGES.md", "someone else's words\n");
     let before = remote.branch("main").unwrap();
 
@@ -182,9 +165,12 @@ async fn a_conflict_is_refused_nothing_is_pushed_and_the_task_stays_in_review(db
     let events = task_events(&app, id).await;
     assert!(!events.iter().any(|e| e == "task.landed"), "{events:?}");
     app.project().await;
-    assert_eq!(task_row(&app, id).await.unwrap().column, Column::InReview);
+    assert_eq!(
+        board::row_now(&app, id).await.unwrap().column,
+        Column::InReview
+    );
     // Nothing of the clean room is left behind.
-    let land_dir = scratch.path().join("ws").join("land");
+    let land_dir = rig.scratch.path().join("ws").join("land");
     assert!(
         !land_dir.exists() || std::fs::read_dir(&land_dir).unwrap().next().is_none(),
         "the landing's clean room is removed"
@@ -192,13 +178,12 @@ async fn a_conflict_is_refused_nothing_is_pushed_and_the_task_stays_in_review(db
 }
 
 async fn a_base_that_holds_the_commit_already_is_recorded_without_a_push(db: TestDb) {
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let app = app_with(&db, &remote, scratch.path(), None).await;
+    let (app, rig) = app_with(&db, None).await;
+    let remote = &rig.remote;
     let id = create_task(&app, "Write the change down").await;
-    let pushed = in_review_pushed(&app, &remote, id).await;
+    let pushed = in_review_pushed(&app, remote, id).await;
     // As if pidevops had pushed and died before recording it.
-    in_remote(&remote, &["update-ref", "refs/heads/main", &pushed]);
+    in_remote(remote, &["update-ref", "refs/heads/main", &pushed]);
 
     let (status, body) = land(&app, id).await;
     assert_eq!(status, 200, "{body}");
@@ -209,16 +194,15 @@ async fn a_base_that_holds_the_commit_already_is_recorded_without_a_push(db: Tes
 }
 
 async fn land_auto_lands_a_task_once_it_reaches_review(db: TestDb) {
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let app = app_with(&db, &remote, scratch.path(), Some("auto")).await;
+    let (app, rig) = app_with(&db, Some("auto")).await;
+    let remote = &rig.remote;
     let (_, health) = app.health().await;
     assert_eq!(health["loops"]["land"]["state"], "armed", "{health}");
     let id = create_task(&app, "Write the change down").await;
 
     within(Duration::from_secs(60), "the task landed", || async {
         app.project().await;
-        task_row(&app, id)
+        board::row_now(&app, id)
             .await
             .is_some_and(|row| row.column == Column::Done)
     })
@@ -243,7 +227,7 @@ async fn a_github_repository_is_refused(db: TestDb) {
         .as_table_mut()
         .unwrap()
         .insert("url".into(), "https://github.com/acme/app.git".into());
-    let app = spawn(&db, file, &scratch.path().join("ws")).await;
+    let app = TestApp::dispatching(&db, file, &scratch.path().join("ws")).await;
     let id = create_task(&app, "Write the change down").await;
 
     let (status, body) = land(&app, id).await;
@@ -257,11 +241,10 @@ async fn a_github_repository_is_refused(db: TestDb) {
 
 async fn the_task_pages_land_button_needs_the_csrf_token_and_lands_it(db: TestDb) {
     use crate::web::{client, csrf, get, sign_in};
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let app = app_with(&db, &remote, scratch.path(), None).await;
+    let (app, rig) = app_with(&db, None).await;
+    let remote = &rig.remote;
     let id = create_task(&app, "Write the change down").await;
-    let pushed = in_review_pushed(&app, &remote, id).await;
+    let pushed = in_review_pushed(&app, remote, id).await;
     let before = remote.branch("main").unwrap();
     app.project().await;
     let cookie = sign_in(&app).await;
@@ -298,7 +281,7 @@ async fn the_task_pages_land_button_needs_the_csrf_token_and_lands_it(db: TestDb
     assert_eq!(landed.status(), 303);
     assert_eq!(remote.branch("main").as_deref(), Some(pushed.as_str()));
     app.project().await;
-    assert_eq!(task_row(&app, id).await.unwrap().column, Column::Done);
+    assert_eq!(board::row_now(&app, id).await.unwrap().column, Column::Done);
     // Done: no Land button any more.
     let (_, html) = get(&app, &format!("/tasks/{id}"), &cookie).await;
     assert!(!html.contains(&format!("action=\"/tasks/{id}/land\"")));
@@ -308,11 +291,10 @@ async fn a_base_moved_under_the_push_is_never_overwritten_and_the_landing_starts
     db: TestDb,
 ) {
     use std::os::unix::fs::PermissionsExt;
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let app = app_with(&db, &remote, scratch.path(), None).await;
+    let (app, rig) = app_with(&db, None).await;
+    let remote = &rig.remote;
     let id = create_task(&app, "Write the change down").await;
-    let pushed = in_review_pushed(&app, &remote, id).await;
+    let pushed = in_review_pushed(&app, remote, id).await;
     // A teammate's commit on main, waiting on a side branch: the remote's hook puts it on main while refusing
     // pidevops's first push, as if the teammate had pushed between pidevops's fetch and its push.
     let seed = remote.dir.path().join("seed");
@@ -336,7 +318,7 @@ async fn a_base_moved_under_the_push_is_never_overwritten_and_the_landing_starts
     let (status, body) = land(&app, id).await;
     assert_eq!(status, 200, "{body}");
     let main = remote.branch("main").unwrap();
-    let parents = in_remote(&remote, &["rev-list", "--parents", "-n", "1", &main]);
+    let parents = in_remote(remote, &["rev-list", "--parents", "-n", "1", &main]);
     assert_eq!(
         parents,
         format!("{main} {teammate} {pushed}"),
@@ -351,16 +333,15 @@ async fn a_landing_that_hangs_is_stopped_records_nothing_and_the_next_one_lands(
     use pidevops::landing::LandError;
     use std::os::unix::fs::PermissionsExt;
 
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let app = app_with(&db, &remote, scratch.path(), None).await;
+    let (app, rig) = app_with(&db, None).await;
+    let remote = &rig.remote;
     let id = create_task(&app, "Write the change down").await;
-    let pushed = in_review_pushed(&app, &remote, id).await;
+    let pushed = in_review_pushed(&app, remote, id).await;
     let before = remote.branch("main").unwrap();
 
     // The hook holds the push (for 30 s at most, so code without the timeout fails instead of hanging) and then
     // refuses it, so nothing it held ever reaches the base.
-    let signals = scratch.path().join("signals");
+    let signals = rig.scratch.path().join("signals");
     std::fs::create_dir(&signals).unwrap();
     let hook = remote.dir.path().join("remote.git/hooks/pre-receive");
     std::fs::create_dir_all(hook.parent().unwrap()).unwrap();

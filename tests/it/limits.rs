@@ -9,14 +9,13 @@
 use std::path::Path;
 use std::time::Duration;
 
+use crate::common::agents::bash_agent;
 use crate::common::agents::{Remote, REPO};
+use crate::common::board::{self, new_task};
 use crate::common::{within, TestApp, TestDb, ADMIN_TOKEN};
-use crate::plans::bash_agent;
-use pidevops::board::Draft;
 use pidevops::domain::runs::RunEvent;
-use pidevops::projectors::runs::{self, RunRow, Which};
-use pidevops::projectors::tasks as task_rows;
-use pidevops::tasks::{AgentName, Column, Links, RepoName, Spec, TaskId};
+use pidevops::projectors::runs::RunRow;
+use pidevops::tasks::{Column, TaskId};
 
 per_backend!(
     a_limit_with_a_reset_parks_the_task_and_its_profile_until_then_without_spending_an_attempt,
@@ -58,56 +57,6 @@ fn config(remote: &Remote, limited: &Path, other: &Path) -> toml::Table {
     .unwrap()
 }
 
-async fn spawn(db: &TestDb, file: toml::Table, root: &Path) -> TestApp {
-    let mut settings = crate::common::settings(db);
-    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
-    settings.workspace_root = root.to_owned();
-    TestApp::spawn(settings).await
-}
-
-async fn task(app: &TestApp, text: &str, agent: Option<&str>) -> TaskId {
-    let mut draft = Draft::new(
-        REPO.parse::<RepoName>().unwrap(),
-        Spec::new(text, "", "it is written").unwrap(),
-        Links::default(),
-    );
-    draft.agent = agent.map(|a| a.parse::<AgentName>().unwrap());
-    let key = format!("test:{}", uuid::Uuid::now_v7());
-    app.state
-        .board
-        .create(draft, &key, "api", None)
-        .await
-        .unwrap()
-        .0
-        .task
-        .id()
-}
-
-async fn row(app: &TestApp, id: TaskId) -> task_rows::TaskRow {
-    app.project().await;
-    task_rows::get(app.state.log.store(), id)
-        .await
-        .unwrap()
-        .unwrap_or_else(|| panic!("{id} is on the board"))
-}
-
-async fn runs_of(app: &TestApp, id: TaskId) -> Vec<RunRow> {
-    app.project().await;
-    runs::query(app.state.log.store(), Which::Task(&id.to_string()))
-        .await
-        .unwrap()
-}
-
-async fn outcome(app: &TestApp, run: &str) -> RunEvent {
-    app.all_events()
-        .await
-        .into_iter()
-        .filter(|e| e.stream.as_deref() == Some(&format!("run:{run}")))
-        .filter_map(|e| serde_json::from_slice::<RunEvent>(&e.body).ok())
-        .find(RunEvent::is_terminal)
-        .unwrap_or_else(|| panic!("run {run} has an outcome"))
-}
-
 /// Claude Code at its five-hour limit: the `rate_limit_event` it streams with the reset, then the error result.
 const AT_THE_LIMIT: &str = r#"reset=$(( $(date +%s) + 3600 ))
 echo '{"type":"system","subtype":"init","session_id":"s","tools":[],"model":"claude-sonnet-4-5"}'
@@ -126,27 +75,16 @@ async fn a_limit_with_a_reset_parks_the_task_and_its_profile_until_then_without_
         "other.sh",
         r#"echo "$RANDOM" > "other-$$.txt""#,
     );
-    let app = spawn(
+    let app = TestApp::dispatching(
         &db,
         config(&remote, &limited, &other),
         &scratch.path().join("ws"),
     )
     .await;
-    let first = task(&app, "Hit the wall", None).await;
-    within(
-        Duration::from_secs(60),
-        "the first attempt ends",
-        || async {
-            runs_of(&app, first)
-                .await
-                .first()
-                .is_some_and(|r| r.state != "running")
-        },
-    )
-    .await;
-    let run = runs_of(&app, first).await.remove(0);
+    let first = new_task("Hit the wall").create(&app).await;
+    let run = board::first_run_ended(&app, first, Duration::from_secs(60)).await;
     assert_eq!(run.failure.as_deref(), Some("limited"), "{run:?}");
-    let RunEvent::Failed { until, detail, .. } = outcome(&app, &run.run_id).await else {
+    let RunEvent::Failed { until, detail, .. } = board::outcome(&app, &run.run_id).await else {
         panic!("the run failed");
     };
     let until = until.expect("a limited run says until when");
@@ -161,39 +99,39 @@ async fn a_limit_with_a_reset_parks_the_task_and_its_profile_until_then_without_
     within(
         Duration::from_secs(30),
         "the first task back in todo",
-        || async { row(&app, first).await.column == Column::Todo },
+        || async { board::row(&app, first).await.column == Column::Todo },
     )
     .await;
     // The retry and the attempt given back are one append, which the projector may split across two pages:
     // drive it to the log's head before reading the row.
     app.project().await;
-    let parked = row(&app, first).await;
+    let parked = board::row(&app, first).await;
     assert!(!parked.needs_human, "{:?}", parked.needs_human_reason);
     assert_eq!((parked.attempts, parked.max_attempts), (1, 2));
 
     // A second task on the same profile is not started while the limit holds; one on another profile is.
-    let second = task(&app, "Would hit the same wall", None).await;
-    let elsewhere = task(&app, "Another provider", Some("other")).await;
+    let second = new_task("Would hit the same wall").create(&app).await;
+    let elsewhere = new_task("Another provider")
+        .agent("other")
+        .create(&app)
+        .await;
     within(
         Duration::from_secs(60),
         "the other profile's task runs",
-        || async { row(&app, elsewhere).await.column == Column::InReview },
+        || async { board::row(&app, elsewhere).await.column == Column::InReview },
     )
     .await;
-    for _ in 0..3 {
-        app.project().await;
-        app.tick("dispatcher").await;
-    }
+    board::dispatcher_ticks(&app, 3).await;
     assert!(
-        runs_of(&app, second).await.is_empty(),
+        board::runs(&app, second).await.is_empty(),
         "started against the limit"
     );
     assert_eq!(
-        runs_of(&app, first).await.len(),
+        board::runs(&app, first).await.len(),
         1,
         "ran again before the reset"
     );
-    assert_eq!(row(&app, second).await.column, Column::Todo);
+    assert_eq!(board::row(&app, second).await.column, Column::Todo);
 
     // /health: a warning that names the profile and until when.
     let (status, health) = app.health().await;
@@ -223,17 +161,17 @@ exit 1"#,
     );
     let mut file = config(&remote, &codex, &codex);
     file["agents"]["claude-like"]["usage"] = toml::Value::String("codex".into());
-    let app = spawn(&db, file, &scratch.path().join("ws")).await;
-    let id = task(&app, "Wait it out", None).await;
+    let app = TestApp::dispatching(&db, file, &scratch.path().join("ws")).await;
+    let id = new_task("Wait it out").create(&app).await;
     within(Duration::from_secs(60), "in review", || async {
-        row(&app, id).await.column == Column::InReview
+        board::row(&app, id).await.column == Column::InReview
     })
     .await;
-    let runs = runs_of(&app, id).await;
+    let runs = board::runs(&app, id).await;
     assert_eq!(runs.len(), 2, "{runs:?}");
     assert_eq!(runs[0].failure.as_deref(), Some("limited"));
     assert_eq!(runs[1].state, "succeeded");
-    let done = row(&app, id).await;
+    let done = board::row(&app, id).await;
     // max_attempts = 1 in the file: the second attempt ran because the first was given back.
     assert_eq!((done.attempts, done.max_attempts), (2, 2));
     app.stop().await;
@@ -253,31 +191,33 @@ async fn with_a_fallback_the_limited_profiles_tasks_run_on_it_at_once(db: TestDb
         .as_table_mut()
         .unwrap()
         .insert("fallback".into(), toml::Value::String("other".into()));
-    let app = spawn(&db, file, &scratch.path().join("ws")).await;
-    let first = task(&app, "Hit the wall, then go around it", None).await;
+    let app = TestApp::dispatching(&db, file, &scratch.path().join("ws")).await;
+    let first = new_task("Hit the wall, then go around it")
+        .create(&app)
+        .await;
     within(
         Duration::from_secs(60),
         "the first task in review",
-        || async { row(&app, first).await.column == Column::InReview },
+        || async { board::row(&app, first).await.column == Column::InReview },
     )
     .await;
-    let runs = runs_of(&app, first).await;
+    let runs = board::runs(&app, first).await;
     assert_eq!(runs.len(), 2, "{runs:?}");
     assert_eq!(runs[0].failure.as_deref(), Some("limited"));
     assert_eq!(runs[0].profile.as_deref(), Some("claude-like"));
     // Not the hour the limit named: its fallback ran it at once, the attempt given back.
     assert_eq!(runs[1].profile.as_deref(), Some("other"));
     assert_eq!(runs[1].state, "succeeded");
-    assert_eq!(row(&app, first).await.state["agent"], "other");
+    assert_eq!(board::row(&app, first).await.state["agent"], "other");
     // A new task of the limited profile goes to the fallback too, while the limit holds.
-    let second = task(&app, "Would hit the same wall", None).await;
+    let second = new_task("Would hit the same wall").create(&app).await;
     within(
         Duration::from_secs(60),
         "the second task in review",
-        || async { row(&app, second).await.column == Column::InReview },
+        || async { board::row(&app, second).await.column == Column::InReview },
     )
     .await;
-    let runs = runs_of(&app, second).await;
+    let runs = board::runs(&app, second).await;
     assert_eq!(runs.len(), 1, "{runs:?}");
     assert_eq!(runs[0].profile.as_deref(), Some("other"));
     app.stop().await;
@@ -327,32 +267,21 @@ async fn faking(db: &TestDb, remote: &Remote, root: &Path, window_s: i64) -> (Te
         .unwrap()
         .insert("limit_unverified_s".into(), toml::Value::Integer(window_s));
     let text = toml::to_string(&file).unwrap();
-    (spawn(db, file, &root.join("ws")).await, text)
+    (TestApp::dispatching(db, file, &root.join("ws")).await, text)
 }
 
 /// `id`'s first run, once it ended.
 async fn reported(app: &TestApp, id: TaskId) -> RunRow {
-    within(
-        Duration::from_secs(60),
-        &format!("{id}'s run ends"),
-        || async {
-            runs_of(app, id)
-                .await
-                .first()
-                .is_some_and(|r| r.state != "running")
-        },
-    )
-    .await;
-    runs_of(app, id).await.remove(0)
+    board::first_run_ended(app, id, Duration::from_secs(60)).await
 }
 
 /// `id` stays in `todo` with no run across dispatcher ticks.
 async fn held(app: &TestApp, id: TaskId, why: &str) {
     for _ in 0..4 {
         ticks(app, 1).await;
-        assert!(runs_of(app, id).await.is_empty(), "{id} started: {why}");
+        assert!(board::runs(app, id).await.is_empty(), "{id} started: {why}");
     }
-    assert_eq!(row(app, id).await.column, Column::Todo, "{why}");
+    assert_eq!(board::row(app, id).await.column, Column::Todo, "{why}");
 }
 
 /// One run's six-day claim with a window longer than the test (an hour): its own task parked until its reset, its
@@ -365,10 +294,10 @@ async fn one_runs_faked_limit_holds_its_profile_within_the_window_until_a_person
     let scratch = tempfile::tempdir().unwrap();
     let (app, config_text) = faking(&db, &remote, scratch.path(), 3600).await;
 
-    let fake = task(&app, "Fake a limit", None).await;
+    let fake = new_task("Fake a limit").create(&app).await;
     let run = reported(&app, fake).await;
     assert_eq!(run.failure.as_deref(), Some("limited"), "{run:?}");
-    let RunEvent::Failed { until, .. } = outcome(&app, &run.run_id).await else {
+    let RunEvent::Failed { until, .. } = board::outcome(&app, &run.run_id).await else {
         panic!("the run failed");
     };
     let until = until.expect("a limited run says until when");
@@ -377,7 +306,7 @@ async fn one_runs_faked_limit_holds_its_profile_within_the_window_until_a_person
         "its own task parked until the reset it named: {until}"
     );
     // Its profile: paused for the window (an hour from the report, not the six days), one run's word.
-    let other = task(&app, "Other work", None).await;
+    let other = new_task("Other work").create(&app).await;
     held(&app, other, "within the unverified window").await;
     let (status, health) = app.health().await;
     assert_eq!(
@@ -400,7 +329,11 @@ async fn one_runs_faked_limit_holds_its_profile_within_the_window_until_a_person
             && paused_until > chrono::Utc::now() + chrono::Duration::minutes(50),
         "the window, not the claim: {paused_until}"
     );
-    assert_eq!(runs_of(&app, fake).await.len(), 1, "ran before its reset");
+    assert_eq!(
+        board::runs(&app, fake).await.len(),
+        1,
+        "ran before its reset"
+    );
 
     // A person lifts it through the API: an event; the held task and the reporting one start.
     let response = app
@@ -429,7 +362,7 @@ async fn one_runs_faked_limit_holds_its_profile_within_the_window_until_a_person
         within(
             Duration::from_secs(60),
             &format!("{id} runs after the lift"),
-            || async { row(&app, id).await.column == Column::InReview },
+            || async { board::row(&app, id).await.column == Column::InReview },
         )
         .await;
     }
@@ -437,7 +370,7 @@ async fn one_runs_faked_limit_holds_its_profile_within_the_window_until_a_person
     assert_eq!(limit_problem(&health), None, "{health:#}");
 
     // Cancelling the reporting task ends its report's hold at once, within its window.
-    let cancelled = task(&app, "Fake it once more", None).await;
+    let cancelled = new_task("Fake it once more").create(&app).await;
     reported(&app, cancelled).await;
     ticks(&app, 1).await;
     assert!(limit_problem(&app.health().await.1).is_some());
@@ -453,9 +386,9 @@ async fn one_runs_faked_limit_holds_its_profile_within_the_window_until_a_person
     assert_eq!(limit_problem(&app.health().await.1), None);
 
     // And through the CLI: another report, its profile held, lifted by `pidevops dispatch lift`, an event.
-    let last = task(&app, "Fake it for the terminal", None).await;
+    let last = new_task("Fake it for the terminal").create(&app).await;
     reported(&app, last).await;
-    let after = task(&app, "After the terminal's lift", None).await;
+    let after = new_task("After the terminal's lift").create(&app).await;
     held(&app, after, "within the window, before the terminal's lift").await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("pidevops.toml"), &config_text).unwrap();
@@ -480,12 +413,12 @@ async fn one_runs_faked_limit_holds_its_profile_within_the_window_until_a_person
     within(
         Duration::from_secs(60),
         "the task after the lift runs",
-        || async { row(&app, after).await.column == Column::InReview },
+        || async { board::row(&app, after).await.column == Column::InReview },
     )
     .await;
 
     // And from the dashboard: the Runs page shows the hold with a Lift button; the form needs its CSRF token.
-    let dash = task(&app, "Fake it for the dashboard", None).await;
+    let dash = new_task("Fake it for the dashboard").create(&app).await;
     reported(&app, dash).await;
     ticks(&app, 1).await;
     let cookie = crate::web::sign_in(&app).await;
@@ -542,32 +475,32 @@ async fn past_the_window_one_probe_runs_and_two_tasks_agreeing_pause_the_profile
     let scratch = tempfile::tempdir().unwrap();
     let (app, _) = faking(&db, &remote, scratch.path(), 1).await;
 
-    let fake = task(&app, "Fake a limit", None).await;
+    let fake = new_task("Fake a limit").create(&app).await;
     let run = reported(&app, fake).await;
     assert_eq!(run.failure.as_deref(), Some("limited"), "{run:?}");
     // Past the window, the other task starts as the probe, and succeeds: the report is answered.
-    let other = task(&app, "Other work", None).await;
+    let other = new_task("Other work").create(&app).await;
     within(Duration::from_secs(90), "the other task runs", || async {
-        row(&app, other).await.column == Column::InReview
+        board::row(&app, other).await.column == Column::InReview
     })
     .await;
     ticks(&app, 3).await;
     assert_eq!(
-        runs_of(&app, fake).await.len(),
+        board::runs(&app, fake).await.len(),
         1,
         "the reporting task ran before its reset"
     );
-    assert_eq!(row(&app, fake).await.column, Column::Todo);
+    assert_eq!(board::row(&app, fake).await.column, Column::Todo);
     let (_, health) = app.health().await;
     assert_eq!(limit_problem(&health), None, "{health:#}");
 
     // Two distinct tasks' runs agreeing: the second reports as the probe after the first's window.
-    let first = task(&app, "Fake it again", None).await;
+    let first = new_task("Fake it again").create(&app).await;
     reported(&app, first).await;
-    let second = task(&app, "Fake it too", None).await;
+    let second = new_task("Fake it too").create(&app).await;
     let probe = reported(&app, second).await;
     assert_eq!(probe.failure.as_deref(), Some("limited"), "{probe:?}");
-    let waiting = task(&app, "Held by the agreed limit", None).await;
+    let waiting = new_task("Held by the agreed limit").create(&app).await;
     held(&app, waiting, "against an agreed limit").await;
     let (status, health) = app.health().await;
     assert_eq!(

@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use crate::common::agents::{agent, dispatch_file, Remote};
 use crate::common::fake_linear::{default_states, FakeLinear, Issue, LINEAR_KEY};
 use crate::common::{within, TestApp, TestDb};
 use pidevops::effects::{EffectEvent, Provider};
@@ -347,20 +346,11 @@ async fn an_agent_session_gets_a_thought_at_once_and_one_end_per_attempt(db: Tes
 async fn a_stop_signal_halts_the_running_agent_and_ends_the_attempt_once(db: TestDb) {
     let linear = FakeLinear::start().await;
     linear.add_issue(issue_412());
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let script = agent(scratch.path(), "slow.sh", "echo working; sleep 600");
-    let mut file = dispatch_file(&remote, &script, "");
-    file.insert(
-        "intake".to_owned(),
-        toml::Value::Table(r#"default_repo = "acme/app""#.parse::<toml::Table>().unwrap()),
-    );
-    let mut settings = crate::common::settings(&db);
-    settings.linear_api_key = Some(SecretString::from(LINEAR_KEY));
-    settings.linear_api_url = linear.url.clone();
-    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
-    settings.workspace_root = scratch.path().join("ws");
-    let app = TestApp::spawn(settings).await;
+    let (app, _rig) = TestApp::with_agent("slow.sh", "echo working; sleep 600")
+        .config(r#"intake.default_repo = "acme/app""#)
+        .linear(&linear)
+        .spawn(&db)
+        .await;
     let r = app
         .post_linear(&delivery("agent_session.created.json", |_| {}))
         .await;
@@ -414,19 +404,9 @@ async fn a_stop_signal_halts_the_running_agent_and_ends_the_attempt_once(db: Tes
 async fn linear_failures_are_retried_and_a_permanent_one_asks_a_human(db: TestDb) {
     let linear = FakeLinear::start().await;
     linear.add_issue(issue_412());
-    // The failures below are for the effects' calls: the poller, asking Linear for changed issues on its own
-    // schedule, would take one of them whenever its tick fell in between (seen once in CI: a 500 on `issues`).
-    let mut file = auto_approval("acme/billing");
-    file.insert(
-        "pollers".to_owned(),
-        toml::toml! { [linear] enabled = false }.into(),
-    );
-    let app = spawn(&db, &linear, file).await;
-    let (_, health) = app.health().await;
-    assert_eq!(
-        health["loops"]["linear_poller"]["state"], "disabled",
-        "{health}"
-    );
+    // The failures below are the state move's alone (`fail_next_op`): the poller, asking Linear for changed
+    // issues (`issues`) on its own schedule, cannot take one of them (it did once in CI when they were any call's).
+    let app = spawn(&db, &linear, auto_approval("acme/billing")).await;
     let r = app
         .post_linear(&crate::common::linear_body_at(
             &fixture("issue.create.json"),
@@ -438,8 +418,9 @@ async fn linear_failures_are_retried_and_a_permanent_one_asks_a_human(db: TestDb
     // Whatever the task's creation asks of Linear is done first (on a loaded machine the loop's first tick may
     // come late): the failures below are the start's alone.
     app.drive("effects:linear").await;
-    // The state move and the comment of the start meet a 500, a 429 (Retry-After: 1) and RATELIMITED.
-    linear.fail_next(&[500, 429, 400]);
+    // The state move of the start (its look-up of the issue's states, `issue`) meets a 500, a 429
+    // (Retry-After: 1) and RATELIMITED; the comment's calls answer as usual.
+    linear.fail_next_op("issue", &[500, 429, 400]);
     let run = RunId(uuid::Uuid::now_v7());
     execute(&app, id, Command::Start { run }).await;
     within(

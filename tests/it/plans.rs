@@ -4,18 +4,17 @@
 //! scopes, a cycle) is a failed attempt whose retry prompt says why; a rejection re-plans with the comment; a
 //! cancelled dependency flags its dependents; a triage agent's spec is what the approver approves.
 
+use pidevops::tasks::GITHUB_PR;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::common::agents::{Remote, REPO};
+use crate::common::agents::{bash_agent, Remote, REPO};
+use crate::common::board;
 use crate::common::fake_github::FakeGithub;
 use crate::common::{within, TestApp, TestDb, ADMIN_TOKEN, GITHUB_SECRET};
 use pidevops::eventlog::StoredEvent;
 use pidevops::ingress::verify::sign_github;
-use pidevops::projectors::runs::{self, RunRow, Which};
-use pidevops::projectors::tasks as task_rows;
-use pidevops::tasks::{Column, TaskId, GITHUB_PR};
-use secrecy::SecretString;
+use pidevops::tasks::{Column, TaskId};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -25,17 +24,6 @@ per_backend!(
     a_rejected_plan_is_planned_again_with_the_comment,
     a_cancelled_item_flags_the_items_that_depend_on_it,
 );
-
-pub(crate) const GITHUB_TOKEN: &str = "ghp_fake_token_for_the_fake_github";
-
-/// Writes an executable bash script (the worker needs bash's `/dev/tcp` for the barrier).
-pub fn bash_agent(dir: &Path, name: &str, body: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let path = dir.join(name);
-    std::fs::write(&path, format!("#!/bin/bash\nset -eu\n{body}\n")).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path
-}
 
 /// A planner that writes `plan` as `.pidevops/plan.json`.
 pub(crate) fn planner(dir: &Path, name: &str, plan: &Value) -> PathBuf {
@@ -135,14 +123,7 @@ pub(crate) async fn spawn(
     root: &Path,
     github: Option<&FakeGithub>,
 ) -> TestApp {
-    let mut settings = crate::common::settings(db);
-    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
-    settings.workspace_root = root.to_owned();
-    if let Some(github) = github {
-        settings.github_token = Some(SecretString::from(GITHUB_TOKEN));
-        settings.github_api_url = github.url.clone();
-    }
-    TestApp::spawn(settings).await
+    TestApp::dispatching_github(db, file, root, github).await
 }
 
 pub(crate) async fn api(
@@ -179,21 +160,6 @@ pub(crate) async fn plan_of(app: &TestApp, id: TaskId) -> Value {
     let (status, body) = api(app, reqwest::Method::GET, &format!("/api/plans/{id}"), None).await;
     assert_eq!(status, 200, "{body}");
     body
-}
-
-/// The task's row, the read models brought to the log's head first (the row of a task just made may lag).
-pub(crate) async fn row(app: &TestApp, id: TaskId) -> task_rows::TaskRow {
-    app.project().await;
-    task_rows::get(app.state.log.store(), id)
-        .await
-        .unwrap()
-        .unwrap_or_else(|| panic!("{id} is on the board"))
-}
-
-pub(crate) async fn runs_of(app: &TestApp, id: TaskId) -> Vec<RunRow> {
-    runs::query(app.state.log.store(), Which::Task(&id.to_string()))
-        .await
-        .unwrap()
 }
 
 /// Waits until the plan's proposal waits in triage, and returns the plan.
@@ -273,10 +239,10 @@ pub(crate) async fn pull_request_of(app: &TestApp, id: TaskId) -> u64 {
     within(
         Duration::from_secs(30),
         &format!("{id}'s pull request linked"),
-        || async { row(app, id).await.links.has(GITHUB_PR) },
+        || async { board::row(app, id).await.links.has(GITHUB_PR) },
     )
     .await;
-    row(app, id)
+    board::row(app, id)
         .await
         .links
         .get(GITHUB_PR)
@@ -349,36 +315,39 @@ mkdir -p "$part" && echo done > "$part/done.txt""#
     let items = items_of(&app, plan, 3).await;
     let (a, b, c) = (items[0], items[1], items[2]);
     for (item, title) in [(a, "Part A"), (b, "Part B"), (c, "Part C")] {
-        let item_row = row(&app, item).await;
+        let item_row = board::row(&app, item).await;
         assert_eq!(item_row.title, title);
         assert_eq!(item_row.state["parent"], plan.to_string());
     }
     assert_eq!(
-        row(&app, c).await.state["depends_on"],
+        board::row(&app, c).await.state["depends_on"],
         json!([a.to_string(), b.to_string()])
     );
 
     // A and B run together (each waits at the barrier for the other), and C waits for both.
     let in_review = |id: TaskId| {
         let app = &app;
-        async move { row(app, id).await.column == Column::InReview }
+        async move { board::row(app, id).await.column == Column::InReview }
     };
     within(Duration::from_secs(90), "A and B in review", || async {
         in_review(a).await && in_review(b).await
     })
     .await;
     app.project().await;
-    let (run_a, run_b) = (&runs_of(&app, a).await[0], &runs_of(&app, b).await[0]);
+    let (run_a, run_b) = (
+        &board::runs_now(&app, a).await[0],
+        &board::runs_now(&app, b).await[0],
+    );
     let overlap = run_a.started_at.unwrap() < run_b.ended_at.unwrap()
         && run_b.started_at.unwrap() < run_a.ended_at.unwrap();
     assert!(overlap, "the two runs overlap: {run_a:?} {run_b:?}");
     app.tick("dispatcher").await;
     assert_eq!(
-        row(&app, c).await.column,
+        board::row(&app, c).await.column,
         Column::Todo,
         "C waits for A and B"
     );
-    assert!(runs_of(&app, c).await.is_empty());
+    assert!(board::runs_now(&app, c).await.is_empty());
     let (_, health) = app.health().await;
     assert_eq!(
         health["loops"]["dispatcher"]["detail"]["waiting_on_dependencies"], 1,
@@ -389,11 +358,15 @@ mkdir -p "$part" && echo done > "$part/done.txt""#
     // One of the two merged: C still waits.
     merge(&app, a.branch().as_str(), pull_request_of(&app, a).await).await;
     within(Duration::from_secs(30), "A done", || async {
-        row(&app, a).await.column == Column::Done
+        board::row(&app, a).await.column == Column::Done
     })
     .await;
     app.tick("dispatcher").await;
-    assert_eq!(row(&app, c).await.column, Column::Todo, "C waits for B too");
+    assert_eq!(
+        board::row(&app, c).await.column,
+        Column::Todo,
+        "C waits for B too"
+    );
 
     // Both merged: C runs, and the plan follows it.
     merge(&app, b.branch().as_str(), pull_request_of(&app, b).await).await;
@@ -455,7 +428,7 @@ async fn a_plan_with_overlapping_scopes_and_a_cycle_is_refused_with_the_reasons_
     let plan = new_plan(&app, "Split the app").await;
     proposed(&app, plan).await;
     app.project().await;
-    let runs = runs_of(&app, plan).await;
+    let runs = board::runs_now(&app, plan).await;
     assert_eq!(runs.len(), 2, "{runs:?}");
     assert_eq!(runs[0].state, "failed");
     assert_eq!(runs[0].failure.as_deref(), Some("invalid"));
@@ -477,7 +450,7 @@ async fn a_plan_with_overlapping_scopes_and_a_cycle_is_refused_with_the_reasons_
             "{expected:?} in:\n{retry_prompt}"
         );
     }
-    let plan_row = row(&app, plan).await;
+    let plan_row = board::row(&app, plan).await;
     assert_eq!((plan_row.attempts, plan_row.needs_human), (2, false));
     app.stop().await;
 }
@@ -509,7 +482,7 @@ async fn a_rejected_plan_is_planned_again_with_the_comment(db: TestDb) {
     })
     .await;
     app.project().await;
-    let runs = runs_of(&app, plan).await;
+    let runs = board::runs_now(&app, plan).await;
     let prompt = std::fs::read_to_string(
         Path::new(runs[1].log_path.as_deref().unwrap()).with_file_name("prompt.md"),
     )
@@ -539,7 +512,7 @@ async fn a_cancelled_item_flags_the_items_that_depend_on_it(db: TestDb) {
     let items = items_of(&app, plan, 3).await;
     let (a, c) = (items[0], items[2]);
     within(Duration::from_secs(60), "A in progress", || async {
-        row(&app, a).await.column == Column::InProgress
+        board::row(&app, a).await.column == Column::InProgress
     })
     .await;
     let (status, body) = api(
@@ -551,10 +524,10 @@ async fn a_cancelled_item_flags_the_items_that_depend_on_it(db: TestDb) {
     .await;
     assert_eq!(status, 200, "{body}");
     within(Duration::from_secs(30), "C flagged", || async {
-        row(&app, c).await.needs_human
+        board::row(&app, c).await.needs_human
     })
     .await;
-    let reason = row(&app, c).await.needs_human_reason.unwrap();
+    let reason = board::row(&app, c).await.needs_human_reason.unwrap();
     assert!(
         reason.contains(&format!("depends on {a}, which was cancelled")),
         "{reason}"
@@ -580,7 +553,7 @@ async fn a_cancelled_item_flags_the_items_that_depend_on_it(db: TestDb) {
     within(Duration::from_secs(30), "every item cancelled", || async {
         let mut all = true;
         for item in &items {
-            all &= row(&app, *item).await.column == Column::Cancelled;
+            all &= board::row(&app, *item).await.column == Column::Cancelled;
         }
         all
     })

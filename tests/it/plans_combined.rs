@@ -8,12 +8,11 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::common::agents::{git, Remote, REPO};
+use crate::common::agents::{bash_agent, git, Remote, REPO};
+use crate::common::board;
 use crate::common::fake_github::FakeGithub;
 use crate::common::{within, TestApp, TestDb, GITHUB_SECRET};
-use crate::plans::{
-    bash_agent, item, items_of, merge, new_plan, plan_of, planner, pull_request_of, row, spawn,
-};
+use crate::plans::{item, items_of, merge, new_plan, plan_of, planner, pull_request_of, spawn};
 use pidevops::ingress::verify::sign_github;
 use pidevops::tasks::{Column, TaskId};
 use serde_json::{json, Value};
@@ -222,7 +221,7 @@ async fn a_combined_plan_gets_one_pull_request_holding_both_items_and_its_merge_
     let combination = combined(&app, plan).await;
     app.project().await;
     for id in [a, b] {
-        assert_eq!(row(&app, id).await.column, Column::InReview);
+        assert_eq!(board::row(&app, id).await.column, Column::InReview);
     }
     let commit = combination["commit"].as_str().unwrap().to_owned();
     assert_eq!(
@@ -316,7 +315,7 @@ async fn a_combined_plan_gets_one_pull_request_holding_both_items_and_its_merge_
     .await;
     app.project().await;
     for id in [a, b] {
-        assert_eq!(row(&app, id).await.column, Column::Done);
+        assert_eq!(board::row(&app, id).await.column, Column::Done);
     }
     app.stop().await;
 }
@@ -347,7 +346,7 @@ mkdir -p "$part" && echo done > "$part/done.txt""#
     let items = items_of(&app, plan, 2).await;
     let (a, b) = (items[0], items[1]);
     within(Duration::from_secs(60), "A in review", || async {
-        row(&app, a).await.column == Column::InReview
+        board::row(&app, a).await.column == Column::InReview
     })
     .await;
     let recorded = recorded_commit(&app, a).await;
@@ -412,7 +411,7 @@ mkdir -p "$part" && echo done > "$part/done.txt""#
     deliver(&app, "pull_request_review", &stranger).await;
     app.drive("reactions").await;
     app.project().await;
-    assert!(!row(&app, plan).await.needs_human);
+    assert!(!board::row(&app, plan).await.needs_human);
     let ignored = app.all_events().await;
     assert!(
         ignored.iter().any(|e| e.event_type == "reactions.ignored"
@@ -438,13 +437,13 @@ mkdir -p "$part" && echo done > "$part/done.txt""#
     closed["sender"]["login"] = json!("bob");
     deliver(&app, "pull_request", &closed).await;
     within(Duration::from_secs(30), "the plan flagged", || async {
-        row(&app, plan).await.needs_human
+        board::row(&app, plan).await.needs_human
     })
     .await;
-    let reason = row(&app, plan).await.needs_human_reason.unwrap();
+    let reason = board::row(&app, plan).await.needs_human_reason.unwrap();
     assert!(reason.contains("closed without merging by bob"), "{reason}");
     for id in [a, b] {
-        assert_eq!(row(&app, id).await.column, Column::InReview);
+        assert_eq!(board::row(&app, id).await.column, Column::InReview);
     }
     // The person clears the flag (the pull request reopened): nothing to combine again, the items are as they were.
     let (status, body) = crate::plans::api(
@@ -457,7 +456,7 @@ mkdir -p "$part" && echo done > "$part/done.txt""#
     assert_eq!(status, 200, "{body}");
     app.drive("combine").await;
     app.project().await;
-    assert!(!row(&app, plan).await.needs_human);
+    assert!(!board::row(&app, plan).await.needs_human);
     assert_eq!(remote.branch(branch.as_str()), Some(commit.clone()));
     let combinations = app
         .all_events()
@@ -477,10 +476,10 @@ mkdir -p "$part" && echo done > "$part/done.txt""#
     )
     .await;
     within(Duration::from_secs(30), "the plan flagged", || async {
-        row(&app, plan).await.needs_human
+        board::row(&app, plan).await.needs_human
     })
     .await;
-    let reason = row(&app, plan).await.needs_human_reason.unwrap();
+    let reason = board::row(&app, plan).await.needs_human_reason.unwrap();
     assert!(
         reason.contains(&format!(
             "CI failed on its combined commit {}",
@@ -489,7 +488,11 @@ mkdir -p "$part" && echo done > "$part/done.txt""#
         "{reason}"
     );
     for id in [a, b] {
-        assert_eq!(row(&app, id).await.column, Column::InReview, "items wait");
+        assert_eq!(
+            board::row(&app, id).await.column,
+            Column::InReview,
+            "items wait"
+        );
     }
     assert_eq!(github.pulls_opened().len(), 1);
     assert_eq!(pull_request_of(&app, plan).await, number);
@@ -513,10 +516,10 @@ async fn items_that_conflict_flag_the_plan_and_nothing_is_pushed(db: TestDb) {
     let items = items_of(&app, plan, 2).await;
     let (a, b) = (items[0], items[1]);
     within(Duration::from_secs(90), "the plan flagged", || async {
-        row(&app, plan).await.needs_human
+        board::row(&app, plan).await.needs_human
     })
     .await;
-    let reason = row(&app, plan).await.needs_human_reason.unwrap();
+    let reason = board::row(&app, plan).await.needs_human_reason.unwrap();
     for expected in [
         "conflict",
         &format!("{b} does not merge with {a}"),
@@ -526,7 +529,7 @@ async fn items_that_conflict_flag_the_plan_and_nothing_is_pushed(db: TestDb) {
         assert!(reason.contains(expected), "{expected:?} in {reason}");
     }
     for id in [a, b] {
-        assert_eq!(row(&app, id).await.column, Column::InReview);
+        assert_eq!(board::row(&app, id).await.column, Column::InReview);
     }
     assert!(plan_of(&app, plan).await["plan"]["plan"]["combined"].is_null());
     assert_eq!(

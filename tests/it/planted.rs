@@ -9,11 +9,12 @@
 use std::time::Duration;
 
 use crate::agent_clis::{cli_dir, Containment, LANDLOCK, NAMESPACES, RUN_LIMIT};
+use crate::common::agents::bash_agent;
 use crate::common::agents::{Remote, REPO};
+use crate::common::board::{self, new_task};
 use crate::common::fake_model::{FakeModel, ToolCall};
 use crate::common::{within, TestApp, TestDb};
-use crate::dispatch::{create_task_with, runs_of, task_row};
-use crate::plans::bash_agent;
+use crate::dispatch::create_task_with;
 use serde_json::json;
 
 const AGENT_KEY: &str = "sk-reviewer-key-for-the-fake-model-0123456789";
@@ -119,21 +120,11 @@ scope = "off"
     );
     // A person asked for the configuration (the scope names it), so the push is not refused before review
     // (tests/it/scopes.rs holds that refusal): what is tested here is that the reviewer never runs it.
-    let id = crate::verdicts::task(
-        &app,
-        "Write the change down",
-        ".claude/**, .mcp.json, tools/**, CHANGES.md",
-    )
-    .await;
-    within(RUN_LIMIT, &format!("{id}'s first run ends"), || async {
-        app.project().await;
-        runs_of(&app, id)
-            .await
-            .first()
-            .is_some_and(|r| r.state != "running")
-    })
-    .await;
-    let run = runs_of(&app, id).await.remove(0);
+    let id = new_task("Write the change down")
+        .scope(".claude/**, .mcp.json, tools/**, CHANGES.md")
+        .create(&app)
+        .await;
+    let run = board::first_run_ended(&app, id, RUN_LIMIT).await;
     let log = run
         .log_path
         .as_deref()
@@ -166,7 +157,9 @@ scope = "off"
     // One attempt allowed: the task waits for a person, with the review as its reason.
     within(Duration::from_secs(30), "the task flagged", || async {
         app.project().await;
-        task_row(&app, id).await.is_some_and(|row| row.needs_human)
+        board::row_now(&app, id)
+            .await
+            .is_some_and(|row| row.needs_human)
     })
     .await;
     app.stop().await;
@@ -230,7 +223,7 @@ scope = "off"
     let id = create_task_with(&app, "the change", None).await;
     within(Duration::from_secs(60), "the spec proposed", || async {
         app.project().await;
-        task_row(&app, id)
+        board::row_now(&app, id)
             .await
             .is_some_and(|row| row.state["triage"]["state"] == "proposed")
     })
@@ -248,7 +241,7 @@ scope = "off"
         .unwrap();
     within(Duration::from_secs(60), "in review", || async {
         app.project().await;
-        task_row(&app, id)
+        board::row_now(&app, id)
             .await
             .is_some_and(|row| row.column == pidevops::tasks::Column::InReview)
     })

@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use crate::common::agents::{agent, dispatch_file, Remote, REPO};
+use crate::common::agents::REPO;
+use crate::common::board::new_task;
 use crate::common::fake_github::FakeGithub;
 use crate::common::fake_linear::{default_states, FakeLinear, Issue, LINEAR_KEY};
 use crate::common::{within, TestApp, TestDb};
@@ -318,32 +319,17 @@ async fn a_version_a_webhook_delivered_is_not_polled_again_whatever_the_tasks_co
 
 async fn a_merge_and_a_ci_failure_whose_webhooks_never_came_are_found_on_github(db: TestDb) {
     let github = FakeGithub::start().await;
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let script = agent(scratch.path(), "edits.sh", "date +%s%N > CHANGES.md");
-    let mut file = dispatch_file(&remote, &script, "");
-    file.insert(
-        "pollers".to_owned(),
-        toml::Value::Table("[github]\ninterval_s = 0.5".parse::<toml::Table>().unwrap()),
-    );
-    let mut settings = crate::common::settings(&db);
-    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
-    settings.workspace_root = scratch.path().join("ws");
-    settings.github_token = Some(SecretString::from("ghp_fake_token_for_the_fake_github"));
-    settings.github_api_url = github.url.clone();
-    let app = TestApp::spawn(settings).await;
-    let draft = pidevops::board::Draft::new(
-        REPO.parse().unwrap(),
-        pidevops::tasks::Spec::new("Fix the login redirect", "src/auth", "CI is green").unwrap(),
-        pidevops::tasks::Links::default(),
-    );
-    let (outcome, _) = app
-        .state
-        .board
-        .create(draft, "test:poller", "api", None)
-        .await
-        .unwrap();
-    let id = outcome.task.id();
+    let (app, _rig) = TestApp::with_agent("edits.sh", "date +%s%N > CHANGES.md")
+        .config("[pollers.github]\ninterval_s = 0.5")
+        .github(&github)
+        .spawn(&db)
+        .await;
+    let id = new_task("Fix the login redirect")
+        .scope("src/auth")
+        .done_when("CI is green")
+        .key("test:poller")
+        .create(&app)
+        .await;
     let branch = id.branch().as_str().to_owned();
     within(
         Duration::from_secs(60),
@@ -440,25 +426,12 @@ async fn a_merge_and_a_ci_failure_whose_webhooks_never_came_are_found_on_github(
 async fn a_github_issue_closed_while_its_webhook_was_missed_stops_its_run(db: TestDb) {
     let github = FakeGithub::start().await;
     github.set_issue(REPO, 12, "open", &["pidevops"], "2026-11-29T10:00:00Z");
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let script = agent(scratch.path(), "works.sh", "echo working; sleep 600");
-    let mut file = dispatch_file(&remote, &script, "");
     // A long interval: after its first tick the poller runs when the test drives it.
-    file.insert(
-        "pollers".to_owned(),
-        toml::Value::Table(
-            "[github]\ninterval_s = 3600"
-                .parse::<toml::Table>()
-                .unwrap(),
-        ),
-    );
-    let mut settings = crate::common::settings(&db);
-    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
-    settings.workspace_root = scratch.path().join("ws");
-    settings.github_token = Some(SecretString::from("ghp_fake_token_for_the_fake_github"));
-    settings.github_api_url = github.url.clone();
-    let app = TestApp::spawn(settings).await;
+    let (app, _rig) = TestApp::with_agent("works.sh", "echo working; sleep 600")
+        .config("[pollers.github]\ninterval_s = 3600")
+        .github(&github)
+        .spawn(&db)
+        .await;
     let mut opened: Value = serde_json::from_slice(
         &std::fs::read(crate::common::fixtures_dir().join("github/issues/opened.payload.json"))
             .unwrap(),

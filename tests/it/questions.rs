@@ -9,12 +9,12 @@
 use std::time::Duration;
 
 use crate::common::agents::{agent, dispatch_file, Remote, REPO};
+use crate::common::board::new_task;
 use crate::common::fake_github::FakeGithub;
-use crate::common::fake_linear::{default_states, FakeLinear, Issue, LINEAR_KEY};
+use crate::common::fake_linear::{default_states, FakeLinear, Issue};
 use crate::common::fake_telegram::{FakeTelegram, Sent};
 use crate::common::{within, TestApp, TestDb, ADMIN_TOKEN};
-use pidevops::board::Draft;
-use pidevops::tasks::{Column, Command, Links, Reason, RepoName, Spec, TaskId};
+use pidevops::tasks::{Column, Command, Reason, TaskId};
 use secrecy::SecretString;
 use serde_json::{json, Value};
 
@@ -74,8 +74,7 @@ fn linear_delivery(name: &str, edit: impl FnOnce(&mut Value)) -> Vec<u8> {
 
 struct Scene {
     app: TestApp,
-    remote: Remote,
-    _scratch: tempfile::TempDir,
+    rig: crate::common::dispatching::Rig,
 }
 
 /// The app with the dispatcher running `body` as its agent, `extra` TOML tables merged into the file, and the
@@ -87,58 +86,21 @@ async fn scene(
     linear: Option<&FakeLinear>,
     telegram: Option<&FakeTelegram>,
 ) -> Scene {
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let script = agent(scratch.path(), "asks.sh", body);
-    let mut file = dispatch_file(&remote, &script, "");
-    let extra: toml::Table = extra.parse().unwrap();
-    for (key, value) in extra {
-        match (file.get_mut(&key), value) {
-            (Some(toml::Value::Table(into)), toml::Value::Table(from)) => into.extend(from),
-            (_, value) => {
-                file.insert(key, value);
-            }
-        }
-    }
-    let mut settings = crate::common::settings(db);
+    let mut app = TestApp::with_agent("asks.sh", body).config(extra);
     if let Some(linear) = linear {
-        settings.linear_api_key = Some(SecretString::from(LINEAR_KEY));
-        settings.linear_api_url = linear.url.clone();
+        app = app.linear(linear);
     }
     if let Some(telegram) = telegram {
-        settings.telegram_bot_token = Some(SecretString::from(BOT_TOKEN));
-        settings.telegram_api_url = telegram.url.clone();
-        settings.telegram_allowed_chats = Some("-100".to_owned());
-        settings.telegram_allowed_users = Some("5".to_owned());
+        let url = telegram.url.clone();
+        app = app.settings(move |settings| {
+            settings.telegram_bot_token = Some(SecretString::from(BOT_TOKEN));
+            settings.telegram_api_url = url;
+            settings.telegram_allowed_chats = Some("-100".to_owned());
+            settings.telegram_allowed_users = Some("5".to_owned());
+        });
     }
-    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
-    settings.workspace_root = scratch.path().join("ws");
-    Scene {
-        app: TestApp::spawn(settings).await,
-        remote,
-        _scratch: scratch,
-    }
-}
-
-async fn create_task(app: &TestApp, title: &str) -> TaskId {
-    let draft = Draft::new(
-        REPO.parse::<RepoName>().unwrap(),
-        Spec::new(title, "", "").unwrap(),
-        Links::default(),
-    );
-    let (outcome, created) = app
-        .state
-        .board
-        .create(
-            draft,
-            &format!("test:{}", uuid::Uuid::now_v7()),
-            "api",
-            None,
-        )
-        .await
-        .unwrap();
-    assert!(created);
-    outcome.task.id()
+    let (app, rig) = app.spawn(db).await;
+    Scene { app, rig }
 }
 
 /// Waits until the task waits for a person with `question` (the agent's own words) or any reason.
@@ -156,10 +118,10 @@ async fn wait_for_question(app: &TestApp, id: TaskId, question: bool) {
 async fn answered_prompt(scene: &Scene, id: TaskId) -> String {
     let branch = format!("pidevops/{id}");
     within(WAIT, "the answered run's branch", || async {
-        scene.remote.show(&branch, "PROMPT.md").is_some()
+        scene.rig.remote.show(&branch, "PROMPT.md").is_some()
     })
     .await;
-    scene.remote.show(&branch, "PROMPT.md").unwrap()
+    scene.rig.remote.show(&branch, "PROMPT.md").unwrap()
 }
 
 fn answers(task: &pidevops::tasks::Task) -> Vec<String> {
@@ -206,7 +168,7 @@ async fn a_question_reaches_linear_as_an_elicitation_and_the_prompt_answers_it_o
     );
     assert_eq!(asked.column(), Column::Todo, "given back, waiting");
     assert_eq!(
-        scene.remote.branch(&format!("pidevops/{id}")),
+        scene.rig.remote.branch(&format!("pidevops/{id}")),
         None,
         "nothing of the asking run is pushed"
     );
@@ -249,6 +211,7 @@ async fn a_question_reaches_linear_as_an_elicitation_and_the_prompt_answers_it_o
     assert!(prompt.contains("The order's currency."), "{prompt}");
     assert!(
         scene
+            .rig
             .remote
             .show(&format!("pidevops/{id}"), "HALF.md")
             .is_none(),
@@ -316,7 +279,10 @@ async fn a_question_reaches_telegram_with_a_reply_prompt_and_only_an_allowed_rep
     let telegram = FakeTelegram::start().await;
     let scene = scene(&db, ASKING_AGENT, "", None, Some(&telegram)).await;
     let app = &scene.app;
-    let id = create_task(app, "Refund in the right currency").await;
+    let id = new_task("Refund in the right currency")
+        .done_when("")
+        .create(app)
+        .await;
     wait_for_question(app, id, true).await;
     // Recorded under its own name, so a reply finds its task.
     let question = notice(app, &telegram, "the agent asks").await;
@@ -500,7 +466,7 @@ async fn a_task_flagged_for_another_reason_is_asked_the_same_way_and_the_dashboa
 
 async fn the_api_answers_once_per_request_and_refuses_a_second_answer(db: TestDb) {
     let app = TestApp::spawn(crate::common::settings(&db)).await;
-    let id = create_task(&app, "Answer me").await;
+    let id = new_task("Answer me").done_when("").create(&app).await;
     let answer = |body: Value| {
         let client = app.client.clone();
         let url = app.url(&format!("/api/tasks/{id}/answer"));
@@ -685,7 +651,10 @@ async fn a_reply_to_an_earlier_question_does_not_answer_a_later_one(db: TestDb) 
     settings.telegram_api_url = telegram.url.clone();
     settings.telegram_allowed_chats = Some("-100".to_owned());
     let app = TestApp::spawn(settings).await;
-    let id = create_task(&app, "Refund in the right currency").await;
+    let id = new_task("Refund in the right currency")
+        .done_when("")
+        .create(&app)
+        .await;
     let flag = |reason: &str| Command::FlagNeedsHuman {
         reason: Reason::new(reason).unwrap(),
     };

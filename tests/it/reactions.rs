@@ -5,16 +5,15 @@
 //! `pidevops/T-n` branch, a stranger's review or the same branch in another repository is recorded as ignored
 //! with the reason and changes nothing. Real git and real agent processes; per backend.
 
+use pidevops::tasks::GITHUB_PR;
 use std::time::Duration;
 
-use crate::common::agents::{agent, dispatch_file, Remote, REPO};
+use crate::common::agents::REPO;
+use crate::common::board::new_task;
 use crate::common::{within, TestApp, TestDb};
-use pidevops::board::Draft;
 use pidevops::projectors::runs::{self, Which};
 use pidevops::projectors::tasks as task_rows;
-use pidevops::tasks::{
-    ApprovalPolicy, Column, Command, GithubRef, Links, RunId, Spec, TaskId, GITHUB_PR,
-};
+use pidevops::tasks::{ApprovalPolicy, Column, Command, GithubRef, Links, TaskId};
 use serde_json::{json, Value};
 
 per_backend!(
@@ -81,33 +80,25 @@ fn check_suite(branch: &str, sha: &str, conclusion: &str) -> Value {
 async fn ci_failures_and_reviews_send_the_task_back_with_what_was_said_and_a_merge_completes_it(
     db: TestDb,
 ) {
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
     // Each attempt leaves a different change, so each push is a new commit.
-    let script = agent(scratch.path(), "edits.sh", "date +%s%N > CHANGES.md");
-    let mut settings = crate::common::settings(&db);
-    settings.file =
-        pidevops::config::FileConfig::try_from(dispatch_file(&remote, &script, "")).unwrap();
-    settings.workspace_root = scratch.path().join("ws");
-    let app = TestApp::spawn(settings).await;
-    let draft = Draft::new(
-        REPO.parse().unwrap(),
-        Spec::new("Fix the login redirect", "src/auth", "CI is green").unwrap(),
-        Links::default(),
-    );
-    let (outcome, _) = app
-        .state
-        .board
-        .create(draft, "test:reactions", "api", None)
-        .await
-        .unwrap();
-    let id = outcome.task.id();
+    let (app, rig) = TestApp::with_agent("edits.sh", "date +%s%N > CHANGES.md")
+        .spawn(&db)
+        .await;
+    let id = new_task("Fix the login redirect")
+        .scope("src/auth")
+        .done_when("CI is green")
+        .key("test:reactions")
+        .create(&app)
+        .await;
     let branch = id.branch().as_str().to_owned();
 
     wait_column(&app, id, Column::InReview, "the first attempt in review").await;
     let first = ended_runs(&app, id, 1).await;
     let first_sha = first[0].commit_sha.clone().unwrap();
-    assert_eq!(remote.branch(&branch).as_deref(), Some(first_sha.as_str()));
+    assert_eq!(
+        rig.remote.branch(&branch).as_deref(),
+        Some(first_sha.as_str())
+    );
     // What effects:github records once it opens the pull request (not armed here).
     app.state
         .board
@@ -203,37 +194,13 @@ async fn ci_failures_and_reviews_send_the_task_back_with_what_was_said_and_a_mer
 async fn closing_without_merging_cancels_and_other_branches_are_left_alone(db: TestDb) {
     let app = TestApp::spawn(crate::common::settings(&db)).await;
     let board = &app.state.board;
-    let draft = Draft {
-        approval: Some(ApprovalPolicy::Auto),
-        ..Draft::new(
-            REPO.parse().unwrap(),
-            Spec::new("Try an approach", "", "").unwrap(),
-            Links::default(),
-        )
-    };
-    let (outcome, _) = board
-        .create(draft, "test:close", "api", None)
-        .await
-        .unwrap();
-    let id = outcome.task.id();
-    let run = RunId(uuid::Uuid::now_v7());
-    board
-        .execute(id, &Command::Start { run }, "test")
-        .await
-        .unwrap();
-    board
-        .execute(
-            id,
-            &Command::SubmitForReview {
-                run,
-                branch: id.branch(),
-                pr: our_pr().get(GITHUB_PR),
-                report: Default::default(),
-            },
-            "test",
-        )
-        .await
-        .unwrap();
+    let id = new_task("Try an approach")
+        .done_when("")
+        .approval(ApprovalPolicy::Auto)
+        .key("test:close")
+        .create_on(board)
+        .await;
+    crate::common::board::to_review(&app, id, our_pr().get(GITHUB_PR)).await;
     wait_column(&app, id, Column::InReview, "in review").await;
 
     let mut other = fixture("pull_request/closed.payload.json");
@@ -266,38 +233,14 @@ async fn closing_without_merging_cancels_and_other_branches_are_left_alone(db: T
 async fn forks_strangers_and_other_repositories_change_nothing_and_are_recorded(db: TestDb) {
     let app = TestApp::spawn(crate::common::settings(&db)).await;
     let board = &app.state.board;
-    let draft = Draft {
-        approval: Some(ApprovalPolicy::Auto),
-        ..Draft::new(
-            REPO.parse().unwrap(),
-            Spec::new("Harden the login", "", "").unwrap(),
-            Links::default(),
-        )
-    };
-    let (outcome, _) = board
-        .create(draft, "test:trust", "api", None)
-        .await
-        .unwrap();
-    let id = outcome.task.id();
+    let id = new_task("Harden the login")
+        .done_when("")
+        .approval(ApprovalPolicy::Auto)
+        .key("test:trust")
+        .create_on(board)
+        .await;
     let branch = id.branch().as_str().to_owned();
-    let run = RunId(uuid::Uuid::now_v7());
-    board
-        .execute(id, &Command::Start { run }, "test")
-        .await
-        .unwrap();
-    board
-        .execute(
-            id,
-            &Command::SubmitForReview {
-                run,
-                branch: id.branch(),
-                pr: our_pr().get(GITHUB_PR),
-                report: Default::default(),
-            },
-            "test",
-        )
-        .await
-        .unwrap();
+    crate::common::board::to_review(&app, id, our_pr().get(GITHUB_PR)).await;
     wait_column(&app, id, Column::InReview, "in review").await;
     let before = board.load(id).await.unwrap().unwrap().events.len();
 
@@ -391,26 +334,15 @@ fn line_comment(
 }
 
 async fn an_inline_review_with_two_comments_is_one_retry_with_both_where_they_are(db: TestDb) {
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let script = agent(scratch.path(), "edits.sh", "date +%s%N > CHANGES.md");
-    let mut settings = crate::common::settings(&db);
-    settings.file =
-        pidevops::config::FileConfig::try_from(dispatch_file(&remote, &script, "")).unwrap();
-    settings.workspace_root = scratch.path().join("ws");
-    let app = TestApp::spawn(settings).await;
-    let draft = Draft::new(
-        REPO.parse().unwrap(),
-        Spec::new("Handle the empty list", "src", "tests pass").unwrap(),
-        Links::default(),
-    );
-    let (outcome, _) = app
-        .state
-        .board
-        .create(draft, "test:inline-review", "api", None)
-        .await
-        .unwrap();
-    let id = outcome.task.id();
+    let (app, _rig) = TestApp::with_agent("edits.sh", "date +%s%N > CHANGES.md")
+        .spawn(&db)
+        .await;
+    let id = new_task("Handle the empty list")
+        .scope("src")
+        .done_when("tests pass")
+        .key("test:inline-review")
+        .create(&app)
+        .await;
     let branch = id.branch().as_str().to_owned();
     wait_column(&app, id, Column::InReview, "the first attempt in review").await;
     ended_runs(&app, id, 1).await;

@@ -5,8 +5,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::common::agents::{agent, dispatch_file, Remote, REPO};
+use crate::common::board;
 use crate::common::{within, TestApp, TestDb};
-use crate::dispatch::{create_task, ended_runs, in_review, runs_of, task_row};
+use crate::dispatch::{create_task, ended_runs, in_review};
 use pidevops::tasks::Command;
 
 per_backend!(
@@ -65,7 +66,9 @@ async fn a_failing_setup_is_not_an_agent_attempt(db: TestDb) {
     let app = spawn_with(&db, file, dir, &[]).await;
     let id = create_task(&app, "Needs its dependencies").await;
     within(Duration::from_secs(60), "the task flagged", || async {
-        task_row(&app, id).await.is_some_and(|row| row.needs_human)
+        board::row_now(&app, id)
+            .await
+            .is_some_and(|row| row.needs_human)
     })
     .await;
     let runs = ended_runs(&app, id).await;
@@ -89,7 +92,7 @@ async fn a_failing_setup_is_not_an_agent_attempt(db: TestDb) {
             "the agent ran after a failed setup: {log}"
         );
     }
-    let row = task_row(&app, id).await.unwrap();
+    let row = board::row_now(&app, id).await.unwrap();
     // Three attempts started, none of them charged: the budget of one grew with each.
     assert_eq!((row.attempts, row.max_attempts), (3, 4), "{row:?}");
     let reason = row.needs_human_reason.unwrap();
@@ -136,7 +139,9 @@ echo "running 3 tests"; echo "CHECK-SAYS: CHANGES.md is not fixed (it says $(cat
     let app = spawn_with(&db, file, dir, &[]).await;
     let id = create_task(&app, "Fix the changes file").await;
     within(Duration::from_secs(60), "the task flagged", || async {
-        task_row(&app, id).await.is_some_and(|row| row.needs_human)
+        board::row_now(&app, id)
+            .await
+            .is_some_and(|row| row.needs_human)
     })
     .await;
     let branch = format!("pidevops/{id}");
@@ -157,7 +162,7 @@ echo "running 3 tests"; echo "CHECK-SAYS: CHANGES.md is not fixed (it says $(cat
         runs[0]
     );
     assert!(runs[0].commit_sha.is_none());
-    let row = task_row(&app, id).await.unwrap();
+    let row = board::row_now(&app, id).await.unwrap();
     assert_eq!(
         (row.attempts, row.max_attempts),
         (1, 1),
@@ -429,7 +434,7 @@ echo "check-HOME=$HOME"; exit 0"#,
     );
     let id = create_task(&app, "Plant configuration for the check").await;
     in_review(&app, id).await;
-    let runs = runs_of(&app, id).await;
+    let runs = board::runs_now(&app, id).await;
     assert_eq!(
         runs.len(),
         1,
@@ -468,10 +473,13 @@ async fn a_missing_secret_fails_the_run_as_setup_and_names_it() {
     let id = create_task(&app, "Install with a private registry").await;
     within(Duration::from_secs(30), "a failed run", || async {
         app.project().await;
-        runs_of(&app, id).await.iter().any(|r| r.state == "failed")
+        board::runs_now(&app, id)
+            .await
+            .iter()
+            .any(|r| r.state == "failed")
     })
     .await;
-    let run = runs_of(&app, id)
+    let run = board::runs_now(&app, id)
         .await
         .into_iter()
         .find(|r| r.state == "failed")
@@ -513,10 +521,13 @@ async fn a_setup_that_runs_too_long_is_killed_and_recorded_as_setup() {
     let id = create_task(&app, "Install forever").await;
     within(Duration::from_secs(30), "a failed run", || async {
         app.project().await;
-        runs_of(&app, id).await.iter().any(|r| r.state == "failed")
+        board::runs_now(&app, id)
+            .await
+            .iter()
+            .any(|r| r.state == "failed")
     })
     .await;
-    let run = runs_of(&app, id)
+    let run = board::runs_now(&app, id)
         .await
         .into_iter()
         .find(|r| r.state == "failed")
@@ -539,7 +550,7 @@ async fn a_setup_that_runs_too_long_is_killed_and_recorded_as_setup() {
         Duration::from_secs(30),
         "the attempt given back",
         || async {
-            task_row(&app, id)
+            board::row_now(&app, id)
                 .await
                 .is_some_and(|row| row.max_attempts > 3)
         },

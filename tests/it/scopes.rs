@@ -9,12 +9,13 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::common::agents::{git, Remote, REPO};
+use crate::common::agents::{bash_agent, git, Remote, REPO};
+use crate::common::board::{self, new_task};
 use crate::common::fake_github::FakeGithub;
 use crate::common::read::prompt_of;
-use crate::common::{within, TestDb};
-use crate::plans::{self, api, bash_agent, item, items_of, new_plan, proposed, pull_request_of};
-use crate::verdicts::{config, in_review, runs_of, spawn, task};
+use crate::common::{within, TestApp, TestDb};
+use crate::plans::{self, api, item, items_of, new_plan, proposed, pull_request_of};
+use crate::verdicts::{config, in_review};
 use pidevops::tasks::{Command, Spec};
 use serde_json::json;
 
@@ -58,7 +59,7 @@ async fn a_placeholder_scope_in_a_planners_plan_is_refused_naming_the_item_and_t
     let plan = new_plan(&app, "Split the app").await;
     let proposal = proposed(&app, plan).await;
     app.project().await;
-    let runs = plans::runs_of(&app, plan).await;
+    let runs = board::runs_now(&app, plan).await;
     assert_eq!(runs.len(), 2, "{runs:?}");
     assert_eq!(runs[0].failure.as_deref(), Some("invalid"));
     let retry = prompt_of(&runs[1]);
@@ -122,7 +123,7 @@ fi"#,
     assert_eq!(status, 200, "{body}");
     let id = items_of(&app, plan, 1).await[0];
     assert_eq!(
-        plans::row(&app, id).await.state["scope"],
+        board::row(&app, id).await.state["scope"],
         json!(["src/api/**"])
     );
     app.state
@@ -137,14 +138,14 @@ fi"#,
         )
         .await
         .unwrap();
-    assert_eq!(plans::row(&app, id).await.state["spec"]["scope"], "n/a");
+    assert_eq!(board::row(&app, id).await.state["spec"]["scope"], "n/a");
     assert!(
         pidevops::dispatch::dispatcher::set_paused(&app.state.log, false, "test", None)
             .await
             .unwrap()
     );
     in_review(&app, id).await;
-    let runs = runs_of(&app, id).await;
+    let runs = board::runs(&app, id).await;
     assert_eq!(runs.len(), 2, "{runs:?}");
     assert_eq!(runs[0].failure.as_deref(), Some("scope"));
     assert_eq!(runs[0].commit_sha, None, "nothing pushed");
@@ -187,15 +188,18 @@ if ! grep -q 'Previously unresolved' "$1"; then
   git -C src/api/vendored -c user.name=a -c user.email=a@localhost commit -q --allow-empty -m planted
 fi"#,
     );
-    let app = spawn(
+    let app = TestApp::dispatching(
         &db,
         config(&remote, &worker, "", ""),
         &scratch.path().join("ws"),
     )
     .await;
-    let id = task(&app, "Add the orders endpoint", "src/api/**").await;
+    let id = new_task("Add the orders endpoint")
+        .scope("src/api/**")
+        .create(&app)
+        .await;
     in_review(&app, id).await;
-    let runs = runs_of(&app, id).await;
+    let runs = board::runs(&app, id).await;
     assert_eq!(runs.len(), 2, "{runs:?}");
     assert_eq!(runs[0].failure.as_deref(), Some("scope"));
     assert_eq!(runs[0].commit_sha, None, "nothing pushed");
@@ -235,16 +239,16 @@ async fn agent_configuration_in_an_unscoped_tasks_push_is_refused(db: TestDb) {
     let remote = Remote::new();
     let scratch = tempfile::tempdir().unwrap();
     let worker = planting_worker(scratch.path());
-    let app = spawn(
+    let app = TestApp::dispatching(
         &db,
         config(&remote, &worker, "", ""),
         &scratch.path().join("ws"),
     )
     .await;
     // No scope at all: nothing else is held, but the settings are.
-    let id = task(&app, "Write src/a.rs", "").await;
+    let id = new_task("Write src/a.rs").scope("").create(&app).await;
     in_review(&app, id).await;
-    let runs = runs_of(&app, id).await;
+    let runs = board::runs(&app, id).await;
     assert_eq!(runs.len(), 2, "{runs:?}");
     assert_eq!(runs[0].failure.as_deref(), Some("scope"));
     assert_eq!(runs[0].commit_sha, None, "nothing pushed");
@@ -278,9 +282,12 @@ async fn agent_configuration_the_scope_names_is_pushed_and_called_out_in_the_pul
         Some(&github),
     )
     .await;
-    let id = task(&app, "Set up the Claude hooks", ".claude/**, src/**").await;
+    let id = new_task("Set up the Claude hooks")
+        .scope(".claude/**, src/**")
+        .create(&app)
+        .await;
     in_review(&app, id).await;
-    let runs = runs_of(&app, id).await;
+    let runs = board::runs(&app, id).await;
     assert_eq!(runs.len(), 1, "{runs:?}");
     let branch = id.branch();
     assert!(remote
@@ -343,15 +350,18 @@ if ! grep -q 'Previously unresolved' "$1"; then
   ln -s e src/api/loop
 fi"#,
     );
-    let app = spawn(
+    let app = TestApp::dispatching(
         &db,
         config(&remote, &worker, "", ""),
         &scratch.path().join("ws"),
     )
     .await;
-    let id = task(&app, "Add the orders endpoint", "src/api/**").await;
+    let id = new_task("Add the orders endpoint")
+        .scope("src/api/**")
+        .create(&app)
+        .await;
     in_review(&app, id).await;
-    let runs = runs_of(&app, id).await;
+    let runs = board::runs(&app, id).await;
     assert_eq!(runs.len(), 2, "{runs:?}");
     assert_eq!(runs[0].failure.as_deref(), Some("scope"));
     assert_eq!(runs[0].commit_sha, None, "nothing pushed");
@@ -410,14 +420,14 @@ async fn a_planners_scope_naming_agent_or_ci_configuration_is_refused_and_nothin
         Duration::from_secs(60),
         "the plan flagged and its runs ended",
         || async {
-            let runs = plans::runs_of(&app, plan).await;
-            plans::row(&app, plan).await.needs_human
+            let runs = board::runs_now(&app, plan).await;
+            board::row(&app, plan).await.needs_human
                 && runs.len() >= 3
                 && runs.iter().all(|r| r.state != "running")
         },
     )
     .await;
-    let runs = plans::runs_of(&app, plan).await;
+    let runs = board::runs_now(&app, plan).await;
     assert_eq!(runs.len(), 3, "{runs:?}");
     assert!(
         runs.iter().all(|r| r.failure.as_deref() == Some("invalid")),
@@ -431,7 +441,7 @@ async fn a_planners_scope_naming_agent_or_ci_configuration_is_refused_and_nothin
     ] {
         assert!(retry.contains(expected), "{expected:?} in:\n{retry}");
     }
-    let row = plans::row(&app, plan).await;
+    let row = board::row(&app, plan).await;
     let reason = row.needs_human_reason.unwrap_or_default();
     assert!(reason.contains(".github/workflows/**"), "{reason}");
     let shown = plans::plan_of(&app, plan).await;
@@ -476,7 +486,7 @@ async fn a_repositorys_plans_may_name_lets_an_item_push_the_path_it_lists(db: Te
     assert_eq!(status, 200, "{body}");
     let id = items_of(&app, plan, 1).await[0];
     in_review(&app, id).await;
-    let runs = runs_of(&app, id).await;
+    let runs = board::runs(&app, id).await;
     assert_eq!(runs.len(), 1, "{runs:?}");
     assert_eq!(
         remote

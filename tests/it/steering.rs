@@ -9,8 +9,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::common::agents::{agent, dispatch_file, Remote};
+use crate::common::board;
+use crate::common::dispatching::{Rig, WithAgent};
 use crate::common::{within, TestApp, TestDb};
-use crate::dispatch::{create_task, ended_runs, in_review, task_row};
+use crate::dispatch::{create_task, ended_runs, in_review};
 use pidevops::tasks::{Column, Command, FollowUpOrigin, FollowUpText, MaxAttempts, TaskId};
 
 per_backend!(
@@ -44,22 +46,23 @@ echo '{"subtype":"success","is_error":false,"result":"done","type":"result"}'
 while IFS= read -r extra; do printf '%s\n' "$extra" >> got.jsonl; done
 printf 'steered\n' > CHANGES.md"#;
 
-async fn spawn(db: &TestDb, remote: &Remote, script: &Path, extra: &str, ws: &Path) -> TestApp {
-    spawn_with(db, dispatch_file(remote, script, extra), ws).await
-}
-
-async fn spawn_with(db: &TestDb, file: toml::Table, ws: &Path) -> TestApp {
-    let mut settings = crate::common::settings(db);
-    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
-    settings.workspace_root = ws.to_owned();
-    settings.github_token = Some(SECRET_TOKEN.to_owned().into());
-    let path = std::env::var("PATH").unwrap();
-    settings.env = pidevops::config::Env::from_pairs([
-        ("PATH", path.as_str()),
-        ("GITHUB_TOKEN", SECRET_TOKEN),
-        ("PIDEVOPS_ADMIN_TOKEN", SECRET_ADMIN),
-    ]);
-    TestApp::spawn(settings).await
+/// The app with the agent `name` running `body`, GITHUB_TOKEN and an admin token in pidevops's own environment
+/// (for the agent never to see); the workspaces' folder.
+async fn spawn(db: &TestDb, agent: WithAgent) -> (TestApp, Rig, PathBuf) {
+    let (app, rig) = agent
+        .settings(|settings| {
+            settings.github_token = Some(SECRET_TOKEN.to_owned().into());
+            let path = std::env::var("PATH").unwrap();
+            settings.env = pidevops::config::Env::from_pairs([
+                ("PATH", path.as_str()),
+                ("GITHUB_TOKEN", SECRET_TOKEN),
+                ("PIDEVOPS_ADMIN_TOKEN", SECRET_ADMIN),
+            ]);
+        })
+        .spawn(db)
+        .await;
+    let ws = rig.scratch.path().join("ws");
+    (app, rig, ws)
 }
 
 /// The live profile (the agent ignores the prompt file it is also given: its prompt is its first message).
@@ -149,11 +152,11 @@ fn messages(got: &str) -> Vec<String> {
 async fn follow_ups_reach_a_live_agent_in_order_once_and_the_task_does_not_go_round_again(
     db: TestDb,
 ) {
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let script = agent(scratch.path(), "live.sh", LIVE_AGENT);
-    let ws = scratch.path().join("ws");
-    let app = spawn(&db, &remote, &script, LIVE, &ws).await;
+    let (app, rig, ws) = spawn(
+        &db,
+        TestApp::with_agent("live.sh", LIVE_AGENT).profile(LIVE),
+    )
+    .await;
     let id = create_task(&app, "Write the change down").await;
 
     running(&ws, id, None).await;
@@ -161,7 +164,8 @@ async fn follow_ups_reach_a_live_agent_in_order_once_and_the_task_does_not_go_ro
     follow_up(&app, id, 2, "second: and log it").await;
     in_review(&app, id).await;
 
-    let got = remote
+    let got = rig
+        .remote
         .show(&format!("pidevops/{id}"), "got.jsonl")
         .expect("the agent's record is pushed");
     let texts = messages(&got);
@@ -214,7 +218,7 @@ async fn follow_ups_reach_a_live_agent_in_order_once_and_the_task_does_not_go_ro
     assert_eq!(runs.len(), 1, "{runs:?}");
     assert_eq!(runs[0].state, "succeeded");
     app.project().await;
-    let row = task_row(&app, id).await.unwrap();
+    let row = board::row_now(&app, id).await.unwrap();
     assert_eq!((row.column, row.attempts), (Column::InReview, 1));
     app.stop().await;
 }
@@ -228,17 +232,11 @@ rm -f go running
 cat "$1" > CHANGES.md"#;
 
 async fn a_follow_up_restarts_a_run_whose_profile_says_restart(db: TestDb) {
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let script = agent(scratch.path(), "waits.sh", WAITING_AGENT);
-    let ws = scratch.path().join("ws");
     // A backoff no test waits out: a restarted run starts again at once.
-    let mut file = dispatch_file(&remote, &script, "on_follow_up = \"restart\"");
-    file["dispatch"]
-        .as_table_mut()
-        .unwrap()
-        .insert("retry_backoff_s".into(), toml::Value::from(600.0));
-    let app = spawn_with(&db, file, &ws).await;
+    let agent = TestApp::with_agent("waits.sh", WAITING_AGENT)
+        .profile("on_follow_up = \"restart\"")
+        .config("dispatch.retry_backoff_s = 600.0");
+    let (app, rig, ws) = spawn(&db, agent).await;
     let id = create_task(&app, "Write the change down").await;
 
     running(&ws, id, None).await;
@@ -251,7 +249,8 @@ async fn a_follow_up_restarts_a_run_whose_profile_says_restart(db: TestDb) {
     assert_eq!(first.state, "failed", "{runs:?}");
     assert_eq!(first.failure.as_deref(), Some("restarted"), "{runs:?}");
     assert_eq!(second.state, "succeeded", "{runs:?}");
-    let work = remote
+    let work = rig
+        .remote
         .show(&format!("pidevops/{id}"), "CHANGES.md")
         .unwrap();
     assert!(
@@ -268,11 +267,7 @@ async fn a_follow_up_restarts_a_run_whose_profile_says_restart(db: TestDb) {
 }
 
 async fn a_queued_follow_up_sends_the_task_round_again_after_the_run(db: TestDb) {
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let script = agent(scratch.path(), "waits.sh", WAITING_AGENT);
-    let ws = scratch.path().join("ws");
-    let app = spawn(&db, &remote, &script, "", &ws).await;
+    let (app, rig, ws) = spawn(&db, TestApp::with_agent("waits.sh", WAITING_AGENT)).await;
     let id = create_task(&app, "Write the change down").await;
 
     let worktree = running(&ws, id, None).await;
@@ -284,7 +279,7 @@ async fn a_queued_follow_up_sends_the_task_round_again_after_the_run(db: TestDb)
         Duration::from_secs(60),
         "two runs, the second in review",
         || async {
-            let row = task_row(&app, id).await.unwrap();
+            let row = board::row_now(&app, id).await.unwrap();
             row.column == Column::InReview && row.attempts == 2
         },
     )
@@ -292,7 +287,8 @@ async fn a_queued_follow_up_sends_the_task_round_again_after_the_run(db: TestDb)
     let runs = ended_runs(&app, id).await;
     assert_eq!(runs.len(), 2, "{runs:?}");
     assert!(runs.iter().all(|r| r.state == "succeeded"), "{runs:?}");
-    let work = remote
+    let work = rig
+        .remote
         .show(&format!("pidevops/{id}"), "CHANGES.md")
         .unwrap();
     assert!(
@@ -304,11 +300,11 @@ async fn a_queued_follow_up_sends_the_task_round_again_after_the_run(db: TestDb)
 }
 
 async fn a_follow_up_cannot_break_the_framing_nor_read_pidevopss_environment(db: TestDb) {
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let script = agent(scratch.path(), "live.sh", LIVE_AGENT);
-    let ws = scratch.path().join("ws");
-    let app = spawn(&db, &remote, &script, LIVE, &ws).await;
+    let (app, rig, ws) = spawn(
+        &db,
+        TestApp::with_agent("live.sh", LIVE_AGENT).profile(LIVE),
+    )
+    .await;
     let id = create_task(&app, "Write the change down").await;
 
     running(&ws, id, None).await;
@@ -318,12 +314,18 @@ async fn a_follow_up_cannot_break_the_framing_nor_read_pidevopss_environment(db:
     follow_up(&app, id, 2, "the real second").await;
     in_review(&app, id).await;
 
-    let got = remote.show(&format!("pidevops/{id}"), "got.jsonl").unwrap();
+    let got = rig
+        .remote
+        .show(&format!("pidevops/{id}"), "got.jsonl")
+        .unwrap();
     let texts = messages(&got);
     assert_eq!(texts.len(), 3, "{got}");
     assert_eq!(texts[1], format!("From tester on the dashboard: {forged}"));
     assert_eq!(texts[2], "From tester on the dashboard: the real second");
-    let env = remote.show(&format!("pidevops/{id}"), "env.txt").unwrap();
+    let env = rig
+        .remote
+        .show(&format!("pidevops/{id}"), "env.txt")
+        .unwrap();
     for secret in [
         SECRET_TOKEN,
         SECRET_ADMIN,
@@ -397,20 +399,13 @@ async fn a_worker_hands_follow_ups_to_its_live_agent() {
     let (log, _appender) =
         pidevops::eventlog::EventLog::start(store.clone(), Duration::from_secs(5), stop.clone());
     let board = pidevops::board::Board::new(log, pidevops::board::BoardConfig::default());
-    let draft = pidevops::board::Draft {
-        approval: Some(pidevops::tasks::ApprovalPolicy::Auto),
-        ..pidevops::board::Draft::new(
-            crate::common::agents::REPO.parse().unwrap(),
-            pidevops::tasks::Spec::new("Write the change down", "CHANGES.md", "written down")
-                .unwrap(),
-            pidevops::tasks::Links::default(),
-        )
-    };
-    let (created, _) = board
-        .create(draft, "test:steer-worker", "api", None)
-        .await
-        .unwrap();
-    let id = created.task.id();
+    let id = crate::common::board::new_task("Write the change down")
+        .scope("CHANGES.md")
+        .done_when("written down")
+        .approval(pidevops::tasks::ApprovalPolicy::Auto)
+        .key("test:steer-worker")
+        .create_on(&board)
+        .await;
 
     running(&ws, id, None).await;
     for n in 1..=2 {

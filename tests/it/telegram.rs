@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::common::board::new_task;
 use crate::common::fake_telegram::FakeTelegram;
 use crate::common::{within, TestApp, TestDb};
 use pidevops::board::{Draft, Steer};
@@ -39,16 +40,11 @@ async fn state_changes_reach_the_chats_once_escaped_and_paced(db: TestDb) {
     telegram.rate_limit_next(1);
     let app = spawn(&db, &telegram, Some("-100, 77")).await;
     let board = &app.state.board;
-    let draft = Draft::new(
-        "acme/app".parse().unwrap(),
-        Spec::new("Fix <script> & the redirect", "", "").unwrap(),
-        Links::default(),
-    );
-    let (outcome, _) = board
-        .create(draft, "test:telegram", "api", None)
-        .await
-        .unwrap();
-    let id = outcome.task.id();
+    let id = new_task("Fix <script> & the redirect")
+        .done_when("")
+        .key("test:telegram")
+        .create_on(board)
+        .await;
     within(
         Duration::from_secs(20),
         "the approval request in both chats",
@@ -429,16 +425,11 @@ async fn a_button_press_steers_the_task_and_every_press_is_answered(db: TestDb) 
     let telegram = FakeTelegram::start().await;
     let app = spawn(&db, &telegram, Some("-100")).await;
     let board = &app.state.board;
-    let draft = Draft::new(
-        "acme/app".parse().unwrap(),
-        Spec::new("Retry failed Stripe webhooks", "", "").unwrap(),
-        Links::default(),
-    );
-    let (outcome, _) = board
-        .create(draft, "test:button", "api", None)
-        .await
-        .unwrap();
-    let id = outcome.task.id();
+    let id = new_task("Retry failed Stripe webhooks")
+        .done_when("")
+        .key("test:button")
+        .create_on(board)
+        .await;
     // The first message to the chat, so not held back by the pacing: driven, not waited for.
     app.drive(&Provider::Telegram.loop_name()).await;
     assert!(!telegram.sent().is_empty(), "the approval request");
@@ -511,18 +502,11 @@ async fn a_digest_schedule_sends_the_board_to_every_chat_once_per_slot(db: TestD
     .parse()
     .unwrap();
     let app = TestApp::spawn(settings).await;
-    let draft = Draft::new(
-        "acme/app".parse().unwrap(),
-        Spec::new("Tame <the> flaky test", "", "").unwrap(),
-        Links::default(),
-    );
-    let (outcome, _) = app
-        .state
-        .board
-        .create(draft, "test:digest", "api", None)
-        .await
-        .unwrap();
-    let id = outcome.task.id();
+    let id = new_task("Tame <the> flaky test")
+        .done_when("")
+        .key("test:digest")
+        .create(&app)
+        .await;
     app.state
         .board
         .execute(
@@ -622,16 +606,11 @@ async fn with_allowed_users_other_group_members_cannot_command_or_press(db: Test
     settings.telegram_allowed_users = Some("5, 12".into());
     let app = TestApp::spawn(settings).await;
     let board = &app.state.board;
-    let draft = Draft::new(
-        "acme/app".parse().unwrap(),
-        Spec::new("Rotate the signing keys", "", "").unwrap(),
-        Links::default(),
-    );
-    let (outcome, _) = board
-        .create(draft, "test:users", "api", None)
-        .await
-        .unwrap();
-    let id = outcome.task.id();
+    let id = new_task("Rotate the signing keys")
+        .done_when("")
+        .key("test:users")
+        .create_on(board)
+        .await;
     app.drive(&Provider::Telegram.loop_name()).await;
     assert!(
         telegram.sent().iter().any(|s| s.chat == -100),

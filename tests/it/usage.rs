@@ -9,14 +9,14 @@
 use std::path::Path;
 use std::time::Duration;
 
+use crate::common::agents::bash_agent;
 use crate::common::agents::{Remote, REPO};
+use crate::common::board::{self, new_task};
 use crate::common::{within, TestApp, TestDb, ADMIN_TOKEN};
-use crate::plans::bash_agent;
-use pidevops::board::Draft;
 use pidevops::domain::runs::RunEvent;
 use pidevops::domain::usage::Usage;
 use pidevops::projectors::tasks as task_rows;
-use pidevops::tasks::{AgentName, Column, Links, RepoName, Spec, TaskId};
+use pidevops::tasks::{Column, TaskId};
 use serde_json::Value;
 
 per_backend!(
@@ -97,31 +97,6 @@ fn printing_agent(dir: &Path, name: &str, stream: &str, status: i32) -> std::pat
     )
 }
 
-async fn spawn(db: &TestDb, file: toml::Table, root: &Path) -> TestApp {
-    let mut settings = crate::common::settings(db);
-    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
-    settings.workspace_root = root.to_owned();
-    TestApp::spawn(settings).await
-}
-
-async fn task(app: &TestApp, text: &str, agent: &str) -> TaskId {
-    let mut draft = Draft::new(
-        REPO.parse::<RepoName>().unwrap(),
-        Spec::new(text, "", "it is written").unwrap(),
-        Links::default(),
-    );
-    draft.agent = Some(agent.parse::<AgentName>().unwrap());
-    let key = format!("test:{}", uuid::Uuid::now_v7());
-    app.state
-        .board
-        .create(draft, &key, "api", None)
-        .await
-        .unwrap()
-        .0
-        .task
-        .id()
-}
-
 async fn settled(app: &TestApp, id: TaskId, column: Column) {
     within(
         Duration::from_secs(60),
@@ -135,20 +110,6 @@ async fn settled(app: &TestApp, id: TaskId, column: Column) {
         },
     )
     .await;
-}
-
-/// The outcome events of a task's runs.
-async fn outcomes(app: &TestApp, id: TaskId) -> Vec<RunEvent> {
-    app.all_events()
-        .await
-        .into_iter()
-        .filter(|e| {
-            e.event_type.starts_with("run.")
-                && e.stream.as_deref().is_some_and(|s| s.starts_with("run:"))
-        })
-        .filter_map(|e| serde_json::from_slice::<RunEvent>(&e.body).ok())
-        .filter(|e| e.task() == id && e.is_terminal())
-        .collect()
 }
 
 async fn usage_report(app: &TestApp, query: &str) -> Value {
@@ -180,22 +141,31 @@ async fn claude_and_codex_usage_is_recorded_exactly_rolled_up_and_in_metrics(db:
         "working\nspent 100 in, 7 out, $0.25\nspent 1 in, 1 out, $0.5\n",
         0,
     );
-    let app = spawn(
+    let app = TestApp::dispatching(
         &db,
         config(&remote, &claude, &codex, &custom),
         &scratch.path().join("ws"),
     )
     .await;
-    let by_claude = task(&app, "Add hello with claude", "claude-like").await;
-    let by_codex = task(&app, "Add hello with codex", "codex-like").await;
-    let by_custom = task(&app, "Add hello with a custom agent", "custom").await;
+    let by_claude = new_task("Add hello with claude")
+        .agent("claude-like")
+        .create(&app)
+        .await;
+    let by_codex = new_task("Add hello with codex")
+        .agent("codex-like")
+        .create(&app)
+        .await;
+    let by_custom = new_task("Add hello with a custom agent")
+        .agent("custom")
+        .create(&app)
+        .await;
     for id in [by_claude, by_codex, by_custom] {
         settled(&app, id, Column::InReview).await;
     }
 
     // The outcome records what the CLI said, exactly: Claude's result line (not the per-message estimate, not
     // the tool's imitation), Codex's turn with cached input counted as cache reads.
-    let claude_usage = outcomes(&app, by_claude).await;
+    let claude_usage = board::outcomes(&app, by_claude).await;
     assert_eq!(claude_usage.len(), 1);
     let recorded = claude_usage[0].usage().expect("usage on the outcome");
     assert_eq!(
@@ -213,7 +183,7 @@ async fn claude_and_codex_usage_is_recorded_exactly_rolled_up_and_in_metrics(db:
             turns: 2,
         }
     );
-    let codex_usage = outcomes(&app, by_codex).await;
+    let codex_usage = board::outcomes(&app, by_codex).await;
     assert_eq!(
         codex_usage[0].usage().unwrap().usage,
         Usage {
@@ -225,7 +195,7 @@ async fn claude_and_codex_usage_is_recorded_exactly_rolled_up_and_in_metrics(db:
             turns: 1,
         }
     );
-    let custom_usage = outcomes(&app, by_custom).await;
+    let custom_usage = board::outcomes(&app, by_custom).await;
     assert_eq!(
         custom_usage[0].usage().unwrap().usage,
         Usage {
@@ -317,18 +287,21 @@ async fn a_failed_attempt_still_records_what_it_spent(db: TestDb) {
     let remote = Remote::new();
     let scratch = tempfile::tempdir().unwrap();
     let claude = printing_agent(scratch.path(), "claude.sh", CLAUDE_STREAM, 3);
-    let app = spawn(
+    let app = TestApp::dispatching(
         &db,
         config(&remote, &claude, &claude, &claude),
         &scratch.path().join("ws"),
     )
     .await;
-    let id = task(&app, "Fail but spend", "claude-like").await;
+    let id = new_task("Fail but spend")
+        .agent("claude-like")
+        .create(&app)
+        .await;
     within(Duration::from_secs(60), "the attempt failed", || async {
-        !outcomes(&app, id).await.is_empty()
+        !board::outcomes(&app, id).await.is_empty()
     })
     .await;
-    let outcome = outcomes(&app, id).await.remove(0);
+    let outcome = board::outcomes(&app, id).await.remove(0);
     assert!(matches!(outcome, RunEvent::Failed { .. }), "{outcome:?}");
     assert_eq!(outcome.usage().unwrap().usage.cost_usd, Some(0.0187335));
     let report = usage_report(&app, "?days=1").await;
@@ -525,10 +498,10 @@ async fn ended(app: &TestApp, id: TaskId) -> RunEvent {
     within(
         Duration::from_secs(60),
         &format!("{id}'s run ends"),
-        || async { !outcomes(app, id).await.is_empty() },
+        || async { !board::outcomes(app, id).await.is_empty() },
     )
     .await;
-    outcomes(app, id).await.remove(0)
+    board::outcomes(app, id).await.remove(0)
 }
 
 async fn overflowing_and_non_finite_usage_lines_are_refused_and_later_runs_are_still_counted_and_budgets_hold(
@@ -547,22 +520,25 @@ async fn overflowing_and_non_finite_usage_lines_are_refused_and_later_runs_are_s
         "budgets".into(),
         toml::toml! { repo_daily_tokens = 25000 }.into(),
     );
-    let app = spawn(&db, file, &scratch.path().join("ws")).await;
+    let app = TestApp::dispatching(&db, file, &scratch.path().join("ws")).await;
 
     // The attacks, one at a time: each run's figures refused, the run over budget (fail closed), its task flagged,
     // nothing pushed; and the repository's day held (what it spent is unknown) until a person raises it. A raise
     // lifts what was refused before it, not a refusal after it.
-    let overflow = task(&app, "Overflow the books", "codex-like").await;
+    let overflow = new_task("Overflow the books")
+        .agent("codex-like")
+        .create(&app)
+        .await;
     refused(&app, &remote, overflow, "18446744073709551615").await;
-    let infinite = task(&app, "Infinite cost", "custom").await;
+    let infinite = new_task("Infinite cost").agent("custom").create(&app).await;
     held_until_raised(&app, infinite).await;
     refused(&app, &remote, infinite, "1.7e+308").await;
 
     // Later runs of the same profiles, the same day, are counted exactly (once a person raised the day again).
-    let codex_run = task(&app, "Add hello", "codex-like").await;
+    let codex_run = new_task("Add hello").agent("codex-like").create(&app).await;
     held_until_raised(&app, codex_run).await;
     settled(&app, codex_run, Column::InReview).await;
-    let opencode_run = task(&app, "Add hello too", "custom").await;
+    let opencode_run = new_task("Add hello too").agent("custom").create(&app).await;
     let outcome = ended(&app, opencode_run).await;
     assert_eq!(
         outcome.usage().unwrap().usage.cost_usd,
@@ -613,13 +589,13 @@ async fn overflowing_and_non_finite_usage_lines_are_refused_and_later_runs_are_s
 
     // The budget holds: the repository's day is spent (24,885 + 120 tokens of 25,000 and the two raises' 2), the
     // next task waits.
-    let held = task(&app, "Add hello again", "codex-like").await;
-    for _ in 0..3 {
-        app.project().await;
-        app.tick("dispatcher").await;
-    }
+    let held = new_task("Add hello again")
+        .agent("codex-like")
+        .create(&app)
+        .await;
+    board::dispatcher_ticks(&app, 3).await;
     assert!(
-        outcomes(&app, held).await.is_empty(),
+        board::outcomes(&app, held).await.is_empty(),
         "started in a spent budget"
     );
     let (_, health) = app.health().await;
@@ -655,12 +631,9 @@ async fn refused(app: &TestApp, remote: &Remote, id: TaskId, says: &str) {
 /// `id` is held across dispatcher ticks because its repository's day holds a run whose figures were refused
 /// (`/health` says so), until a person raises that budget (by one token): then it starts.
 async fn held_until_raised(app: &TestApp, id: TaskId) {
-    for _ in 0..3 {
-        app.project().await;
-        app.tick("dispatcher").await;
-    }
+    board::dispatcher_ticks(app, 3).await;
     assert!(
-        outcomes(app, id).await.is_empty(),
+        board::outcomes(app, id).await.is_empty(),
         "{id} started in a day whose figures were refused"
     );
     let (_, health) = app.health().await;

@@ -7,13 +7,11 @@
 use std::path::Path;
 use std::time::Duration;
 
+use crate::common::agents::bash_agent;
 use crate::common::agents::{Remote, REPO};
+use crate::common::board::{self, new_task};
 use crate::common::{within, TestApp, TestDb};
-use crate::plans::bash_agent;
-use pidevops::board::Draft;
-use pidevops::projectors::runs::{self, RunRow, Which};
-use pidevops::projectors::tasks as task_rows;
-use pidevops::tasks::{Column, Links, RepoName, Spec, TaskId};
+use pidevops::tasks::{Column, TaskId};
 
 use crate::common::read::prompt_of;
 
@@ -58,53 +56,13 @@ pub(crate) fn config(
     .unwrap()
 }
 
-pub(crate) async fn spawn(db: &TestDb, file: toml::Table, root: &Path) -> TestApp {
-    let mut settings = crate::common::settings(db);
-    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
-    settings.workspace_root = root.to_owned();
-    TestApp::spawn(settings).await
-}
-
-pub(crate) async fn task(app: &TestApp, text: &str, scope: &str) -> TaskId {
-    let draft = Draft::new(
-        REPO.parse::<RepoName>().unwrap(),
-        Spec::new(text, scope, "it is written").unwrap(),
-        Links::default(),
-    );
-    let key = format!("test:{}", uuid::Uuid::now_v7());
-    app.state
-        .board
-        .create(draft, &key, "api", None)
-        .await
-        .unwrap()
-        .0
-        .task
-        .id()
-}
-
-/// The task's row, the read models brought to the log's head first (the row of a task just made may lag).
-pub(crate) async fn row(app: &TestApp, id: TaskId) -> task_rows::TaskRow {
-    app.project().await;
-    task_rows::get(app.state.log.store(), id)
-        .await
-        .unwrap()
-        .unwrap_or_else(|| panic!("{id} is on the board"))
-}
-
 pub(crate) async fn in_review(app: &TestApp, id: TaskId) {
     within(
         Duration::from_secs(60),
         &format!("{id} in review"),
-        || async { row(app, id).await.column == Column::InReview },
+        || async { board::row(app, id).await.column == Column::InReview },
     )
     .await;
-}
-
-pub(crate) async fn runs_of(app: &TestApp, id: TaskId) -> Vec<RunRow> {
-    app.project().await;
-    runs::query(app.state.log.store(), Which::Task(&id.to_string()))
-        .await
-        .unwrap()
 }
 
 async fn files_outside_the_scope_make_the_attempt_unresolved_and_the_retry_names_them(db: TestDb) {
@@ -118,15 +76,18 @@ async fn files_outside_the_scope_make_the_attempt_unresolved_and_the_retry_names
 echo api > src/api/orders.rs
 if ! grep -q 'Previously unresolved' "$1"; then echo stray > docs/notes.md; echo stray > README.md; fi"#,
     );
-    let app = spawn(
+    let app = TestApp::dispatching(
         &db,
         config(&remote, &worker, "", ""),
         &scratch.path().join("ws"),
     )
     .await;
-    let id = task(&app, "Add the orders endpoint", "src/api/**").await;
+    let id = new_task("Add the orders endpoint")
+        .scope("src/api/**")
+        .create(&app)
+        .await;
     in_review(&app, id).await;
-    let runs = runs_of(&app, id).await;
+    let runs = board::runs(&app, id).await;
     assert_eq!(runs.len(), 2, "{runs:?}");
     assert_eq!(runs[0].failure.as_deref(), Some("scope"));
     assert_eq!(
@@ -160,17 +121,20 @@ async fn under_warn_files_outside_the_scope_are_pushed_and_named(db: TestDb) {
         "worker.sh",
         "mkdir -p src/api && echo api > src/api/orders.rs && echo stray > stray.txt",
     );
-    let app = spawn(
+    let app = TestApp::dispatching(
         &db,
         config(&remote, &worker, r#"scope = "warn""#, ""),
         &scratch.path().join("ws"),
     )
     .await;
-    let id = task(&app, "Add the orders endpoint", "src/api").await;
+    let id = new_task("Add the orders endpoint")
+        .scope("src/api")
+        .create(&app)
+        .await;
     in_review(&app, id).await;
-    assert_eq!(runs_of(&app, id).await.len(), 1);
+    assert_eq!(board::runs(&app, id).await.len(), 1);
     assert_eq!(
-        row(&app, id).await.state["report"]["outside_scope"],
+        board::row(&app, id).await.state["report"]["outside_scope"],
         serde_json::json!(["stray.txt"])
     );
     assert_eq!(
@@ -192,18 +156,18 @@ cat > .pidevops/status.json <<'JSON'
 {"resolved": false, "needs_human": true, "summary": "Which database should orders live in, Postgres or Redis?"}
 JSON"#,
     );
-    let app = spawn(
+    let app = TestApp::dispatching(
         &db,
         config(&remote, &worker, "", ""),
         &scratch.path().join("ws"),
     )
     .await;
-    let id = task(&app, "Store the orders", "").await;
+    let id = new_task("Store the orders").scope("").create(&app).await;
     within(Duration::from_secs(60), "the task flagged", || async {
-        row(&app, id).await.needs_human
+        board::row(&app, id).await.needs_human
     })
     .await;
-    let flagged = row(&app, id).await;
+    let flagged = board::row(&app, id).await;
     let reason = flagged.needs_human_reason.unwrap();
     assert!(
         reason.contains("Which database should orders live in"),
@@ -215,12 +179,12 @@ JSON"#,
         "flagged at once, not after the budget"
     );
     assert_eq!(flagged.column, Column::Todo);
-    let runs = runs_of(&app, id).await;
+    let runs = board::runs(&app, id).await;
     assert_eq!(runs[0].failure.as_deref(), Some("needs_human"));
     assert_eq!(remote.branch(id.branch().as_str()), None, "nothing pushed");
     // The flag holds: no second attempt starts while a person is needed.
     app.tick("dispatcher").await;
-    assert_eq!(runs_of(&app, id).await.len(), 1);
+    assert_eq!(board::runs(&app, id).await.len(), 1);
     app.stop().await;
 }
 
@@ -252,7 +216,7 @@ cat > .pidevops/review.json <<JSON
 JSON
 fi"#,
     );
-    let app = spawn(
+    let app = TestApp::dispatching(
         &db,
         config(
             &remote,
@@ -267,9 +231,12 @@ fi"#,
         &scratch.path().join("ws"),
     )
     .await;
-    let id = task(&app, "Write the change down", "CHANGES.md").await;
+    let id = new_task("Write the change down")
+        .scope("CHANGES.md")
+        .create(&app)
+        .await;
     in_review(&app, id).await;
-    let runs = runs_of(&app, id).await;
+    let runs = board::runs(&app, id).await;
     assert_eq!(runs.len(), 2, "{runs:?}");
     assert_eq!(runs[0].failure.as_deref(), Some("review"));
     assert_eq!(
@@ -285,7 +252,7 @@ fi"#,
         remote.show(id.branch().as_str(), "CHANGES.md").as_deref(),
         Some("v2\n")
     );
-    let review = &row(&app, id).await.state["report"]["review"];
+    let review = &board::row(&app, id).await.state["report"]["review"];
     assert_eq!(review["verdict"], "approve", "{review}");
     // The reviewer's spend is the attempt's too, under its own profile: two reviews.
     let day = pidevops::projectors::usage::days(
@@ -337,13 +304,13 @@ mkdir -p migrations && echo 'create index' > migrations/001.sql"#,
         ),
     );
     file["board"]["approval"] = "manual".into();
-    let app = spawn(&db, file, &scratch.path().join("ws")).await;
-    let id = task(&app, "orders are slow", "").await;
+    let app = TestApp::dispatching(&db, file, &scratch.path().join("ws")).await;
+    let id = new_task("orders are slow").scope("").create(&app).await;
     within(Duration::from_secs(60), "the spec proposed", || async {
-        row(&app, id).await.state["triage"]["state"] == "proposed"
+        board::row(&app, id).await.state["triage"]["state"] == "proposed"
     })
     .await;
-    let waiting = row(&app, id).await;
+    let waiting = board::row(&app, id).await;
     assert_eq!(
         waiting.column,
         Column::Triage,

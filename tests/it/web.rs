@@ -2,14 +2,13 @@
 //! volatile values redacted, the same snapshot for both backends), sign-in and sessions, CSRF, and stored webhook
 //! bodies rendered inert. Per backend.
 
+use pidevops::tasks::GITHUB_ISSUE;
 use std::time::Duration;
 
+use crate::common::board::{self, new_task};
 use crate::common::{within, TestApp, TestDb, ADMIN_TOKEN};
-use pidevops::board::Draft;
-use pidevops::projectors::tasks as task_rows;
 use pidevops::tasks::{
-    Column, Command, FollowUpOrigin, FollowUpText, GithubRef, Links, Reason, RunId, Spec, TaskId,
-    GITHUB_ISSUE,
+    Column, Command, FollowUpOrigin, FollowUpText, GithubRef, Links, Reason, RunId, TaskId,
 };
 use serde_json::json;
 
@@ -73,23 +72,15 @@ pub(crate) fn csrf(html: &str) -> String {
     html[at..at + 64].to_owned()
 }
 
+/// A task on `acme/app` made once per title (its intake key is `test:<title>`).
 pub(crate) async fn task(app: &TestApp, title: &str, links: Links) -> TaskId {
-    let draft = Draft::new(
-        "acme/app".parse().unwrap(),
-        Spec::new(title, "src/auth", "the tests pass").unwrap(),
-        links,
-    );
-    let (outcome, _) = app
-        .state
-        .board
-        .create(draft, &format!("test:{title}"), "api", None)
+    new_task(title)
+        .scope("src/auth")
+        .done_when("the tests pass")
+        .links(links)
+        .key(&format!("test:{title}"))
+        .create(app)
         .await
-        .unwrap();
-    outcome.task.id()
-}
-
-pub(crate) async fn row(app: &TestApp, id: TaskId) -> Option<task_rows::TaskRow> {
-    task_rows::get(app.state.log.store(), id).await.unwrap()
 }
 
 /// Redacts what changes from run to run: times, ages, positions, tokens, ids, durations.
@@ -216,8 +207,10 @@ async fn every_page_renders_from_the_read_models(db: TestDb) {
         .await
         .unwrap();
     app.project().await;
-    assert!(row(&app, waiting).await.is_some());
-    assert!(row(&app, flagged).await.is_some_and(|r| r.needs_human));
+    assert!(board::row_now(&app, waiting).await.is_some());
+    assert!(board::row_now(&app, flagged)
+        .await
+        .is_some_and(|r| r.needs_human));
     let cookie = sign_in(&app).await;
 
     let (status, board_html) = get(&app, "/", &cookie).await;
@@ -365,7 +358,7 @@ async fn actions_without_a_session_or_csrf_token_are_refused_and_change_nothing(
     let app = TestApp::spawn(crate::common::settings(&db)).await;
     let id = task(&app, "Needs approval", Links::default()).await;
     app.project().await;
-    assert!(row(&app, id)
+    assert!(board::row_now(&app, id)
         .await
         .is_some_and(|r| r.column == Column::Triage));
     let cookie = sign_in(&app).await;
@@ -470,7 +463,7 @@ async fn a_stored_script_renders_as_text(db: TestDb) {
         .unwrap();
     let id = task(&app, "<script>alert('title')</script>", Links::default()).await;
     app.project().await;
-    assert!(row(&app, id).await.is_some());
+    assert!(board::row_now(&app, id).await.is_some());
     let cookie = sign_in(&app).await;
     for path in [
         format!("/events/{position}"),
@@ -548,19 +541,12 @@ async fn the_health_page_turns_red_when_health_fails(db: TestDb) {
 }
 
 async fn a_running_attempt_shows_its_log_tail_on_its_page(db: TestDb) {
-    use crate::common::agents::{agent, Remote};
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let script = agent(
-        scratch.path(),
-        "talks.sh",
-        "echo 'reading the <code> & thinking'; sleep 600",
-    );
-    let (app, id) = crate::web::app_with_agent_task(
+    let (app, _rig, id) = crate::web::app_with_agent_task(
         &db,
-        &remote,
-        &script,
-        scratch.path(),
+        TestApp::with_agent(
+            "talks.sh",
+            "echo 'reading the <code> & thinking'; sleep 600",
+        ),
         "Think out loud",
         "test:tail",
     )
@@ -808,7 +794,7 @@ async fn a_copied_cookie_is_refused_after_sign_out_on_every_replica(db: TestDb) 
     let other = TestApp::spawn(crate::common::settings(&db)).await;
     let id = task(&app, "Still in triage", Links::default()).await;
     app.project().await;
-    assert!(row(&app, id)
+    assert!(board::row_now(&app, id)
         .await
         .is_some_and(|r| r.column == Column::Triage));
     let cookie = sign_in(&app).await;
@@ -853,7 +839,7 @@ async fn a_copied_cookie_is_refused_after_sign_out_on_every_replica(db: TestDb) 
             .unwrap();
         assert_eq!(action.status(), 401, "an action with the copied cookie");
     }
-    let row = row(&app, id).await.unwrap();
+    let row = board::row_now(&app, id).await.unwrap();
     assert_eq!(row.column, Column::Triage, "nothing changed");
 
     // The sign-out is on the record, by the session's id: nothing in it makes a cookie.
@@ -875,47 +861,14 @@ async fn a_copied_cookie_is_refused_after_sign_out_on_every_replica(db: TestDb) 
     app.stop().await;
 }
 
-/// An app whose dispatcher runs `script` against `remote` (workspaces under `scratch`), and a task it will run.
+/// The app running `agent` with one task, `title` under intake key `key`, made at once; the rig it runs on.
 pub(crate) async fn app_with_agent_task(
     db: &TestDb,
-    remote: &crate::common::agents::Remote,
-    script: &std::path::Path,
-    scratch: &std::path::Path,
+    agent: crate::common::dispatching::WithAgent,
     title: &str,
     key: &str,
-) -> (TestApp, TaskId) {
-    app_with_agent_profile_task(db, remote, (script, ""), scratch, title, key).await
-}
-
-/// [`app_with_agent_task`] with more of the agent's profile (`profile_extra`: TOML lines of `[agents.fake]`).
-pub(crate) async fn app_with_agent_profile_task(
-    db: &TestDb,
-    remote: &crate::common::agents::Remote,
-    (script, profile_extra): (&std::path::Path, &str),
-    scratch: &std::path::Path,
-    title: &str,
-    key: &str,
-) -> (TestApp, TaskId) {
-    let mut settings = crate::common::settings(db);
-    settings.file = pidevops::config::FileConfig::try_from(crate::common::agents::dispatch_file(
-        remote,
-        script,
-        profile_extra,
-    ))
-    .unwrap();
-    settings.workspace_root = scratch.join("ws");
-    let app = TestApp::spawn(settings).await;
-    let draft = Draft::new(
-        crate::common::agents::REPO.parse().unwrap(),
-        Spec::new(title, "", "").unwrap(),
-        Links::default(),
-    );
-    let (outcome, _) = app
-        .state
-        .board
-        .create(draft, key, "api", None)
-        .await
-        .unwrap();
-    let id = outcome.task.id();
-    (app, id)
+) -> (TestApp, crate::common::dispatching::Rig, TaskId) {
+    let (app, rig) = agent.spawn(db).await;
+    let id = new_task(title).done_when("").key(key).create(&app).await;
+    (app, rig, id)
 }

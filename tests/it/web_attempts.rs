@@ -21,15 +21,9 @@ per_backend!(
 /// (Claude's stream-json as turns and tool calls), all of it agent-written and all of it inert: no `<script>`, no
 /// element from a file name, no `javascript:` link.
 async fn a_finished_attempt_shows_its_diff_and_transcript_inert(db: TestDb) {
-    use crate::common::agents::{claude_like_agent, Remote};
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let script = claude_like_agent(scratch.path());
-    let (app, id) = crate::web::app_with_agent_task(
+    let (app, rig, id) = crate::web::app_with_agent_task(
         &db,
-        &remote,
-        &script,
-        scratch.path(),
+        TestApp::with_agent_from(|dir, _| crate::common::agents::claude_like_agent(dir)),
         "Keep the query string",
         "test:diff",
     )
@@ -66,7 +60,7 @@ async fn a_finished_attempt_shows_its_diff_and_transcript_inert(db: TestDb) {
     let record: pidevops::dispatch::workspace::diff::DiffRecord =
         serde_json::from_slice(&std::fs::read(dir.join("diff.json")).unwrap()).unwrap();
     assert_eq!(record.commit, commit);
-    assert_eq!(Some(record.base.clone()), remote.branch("main"));
+    assert_eq!(Some(record.base.clone()), rig.remote.branch("main"));
     assert!(
         html.contains(&format!("{}..{}", &record.base[..7], &commit[..7])),
         "{html}"
@@ -127,19 +121,9 @@ async fn a_finished_attempt_shows_its_diff_and_transcript_inert(db: TestDb) {
 /// An agent that writes megabytes (a generated file, a chatty build) costs the page a bounded read: the patch is
 /// kept to its cap and the log to its end, and the page says what it left out.
 async fn a_giant_diff_and_log_are_cut_and_the_page_says_so(db: TestDb) {
-    use crate::common::agents::{agent, Remote};
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let script = agent(
-        scratch.path(),
-        "chatty.sh",
-        "seq 1 200000; seq 1 300000 > numbers.txt",
-    );
-    let (app, id) = crate::web::app_with_agent_task(
+    let (app, _rig, id) = crate::web::app_with_agent_task(
         &db,
-        &remote,
-        &script,
-        scratch.path(),
+        TestApp::with_agent("chatty.sh", "seq 1 200000; seq 1 300000 > numbers.txt"),
         "Generate the numbers",
         "test:giant",
     )
@@ -287,13 +271,11 @@ async fn a_run_elsewhere_or_outside_the_workspace_root_is_not_read(db: TestDb) {
 /// The agent (Python, through the real dispatcher) waits after each write until pidevops has read its pipe, so the
 /// order written is an order a reader of two pipes can know.
 async fn stdout_and_stderr_are_shown_in_the_order_written_each_line_whole(db: TestDb) {
-    use crate::common::agents::{agent, Remote};
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let script = agent(
-        scratch.path(),
-        "two-streams.sh",
-        r#"exec /usr/bin/python3 - <<'PY'
+    let (app, _rig, id) = crate::web::app_with_agent_task(
+        &db,
+        TestApp::with_agent(
+            "two-streams.sh",
+            r#"exec /usr/bin/python3 - <<'PY'
 import fcntl, os, struct, termios, time
 def write(fd, text):
     os.write(fd, text.encode())
@@ -312,12 +294,7 @@ write(2, "tial\n")
 write(1, "out last, no newline")
 open("order.txt", "w").write("written\n")
 PY"#,
-    );
-    let (app, id) = crate::web::app_with_agent_task(
-        &db,
-        &remote,
-        &script,
-        scratch.path(),
+        ),
         "Write in two streams",
         "test:order",
     )
@@ -361,21 +338,12 @@ PY"#,
 /// its timeline entry says what failed and the CLI's error in words; the JSON it printed is not dumped in the
 /// entry but kept inside a collapsed `<details>`.
 async fn a_failed_runs_timeline_entry_reads_as_its_error_the_json_collapsed(db: TestDb) {
-    use crate::common::agents::{agent, Remote};
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let script = agent(
-        scratch.path(),
-        "no-key.sh",
-        r#"echo '{"type":"system","subtype":"init","cwd":"/work","session_id":"s","tools":["Bash"],"model":"claude-sonnet-4-5","apiKeySource":"none"}'
-echo '{"type":"result","subtype":"success","is_error":true,"duration_ms":120,"num_turns":1,"result":"Invalid API key · Please run /login <script>alert(1)</script>","session_id":"s","total_cost_usd":0,"usage":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0},"permission_denials":[],"uuid":"0f3c"}'
-exit 1"#,
-    );
-    let (app, id) = crate::web::app_with_agent_profile_task(
+    let (app, _rig, id) = crate::web::app_with_agent_task(
         &db,
-        &remote,
-        (&script, r#"usage = "claude""#),
-        scratch.path(),
+        TestApp::with_agent("no-key.sh", r#"echo '{"type":"system","subtype":"init","cwd":"/work","session_id":"s","tools":["Bash"],"model":"claude-sonnet-4-5","apiKeySource":"none"}'
+echo '{"type":"result","subtype":"success","is_error":true,"duration_ms":120,"num_turns":1,"result":"Invalid API key · Please run /login <script>alert(1)</script>","session_id":"s","total_cost_usd":0,"usage":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0},"permission_denials":[],"uuid":"0f3c"}'
+exit 1"#)
+            .profile(r#"usage = "claude""#),
         "Fail without a key",
         "test:no-key",
     )

@@ -8,8 +8,9 @@
 use std::time::Duration;
 
 use crate::common::agents::Remote;
+use crate::common::board;
 use crate::common::{within, TestApp, TestDb};
-use crate::web::{client, csrf, get, redacted, row, sign_in, task};
+use crate::web::{client, csrf, get, redacted, sign_in, task};
 use pidevops::board::Draft;
 use pidevops::domain::runs::{self as run_events, FailureKind, RunEvent};
 use pidevops::domain::{EventType, NewEvent, Source};
@@ -429,7 +430,10 @@ async fn plan_and_spec_forms_without_a_session_or_csrf_token_change_nothing(db: 
         "nothing appended"
     );
     app.project().await;
-    assert_eq!(row(&app, waiting).await.unwrap().column, Column::Triage);
+    assert_eq!(
+        board::row_now(&app, waiting).await.unwrap().column,
+        Column::Triage
+    );
     app.stop().await;
 }
 
@@ -881,9 +885,8 @@ async fn the_last_attempts_report_and_its_runs_failures_read_well(db: TestDb) {
 }
 
 async fn a_planner_agents_plan_is_approved_from_the_dashboard(db: TestDb) {
-    use crate::plans::{
-        bash_agent, config, items_of, new_plan, planner, proposed, spawn, three_items,
-    };
+    use crate::common::agents::bash_agent;
+    use crate::plans::{config, items_of, new_plan, planner, proposed, spawn, three_items};
     let remote = Remote::new();
     let scratch = tempfile::tempdir().unwrap();
     let planner = planner(scratch.path(), "planner.sh", &three_items());
@@ -927,7 +930,10 @@ mkdir -p "$part" && echo done > "$part/done.txt""#,
     let (a, b, c) = (items[0], items[1], items[2]);
     // A and B run; C waits for both (neither is merged), on the plan's page and on the board.
     within(Duration::from_secs(60), "A and B in review", || async {
-        let (a, b) = (row(&app, a).await.unwrap(), row(&app, b).await.unwrap());
+        let (a, b) = (
+            board::row_now(&app, a).await.unwrap(),
+            board::row_now(&app, b).await.unwrap(),
+        );
         a.column == Column::InReview && b.column == Column::InReview
     })
     .await;

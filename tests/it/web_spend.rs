@@ -10,16 +10,16 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, Utc};
 
+use crate::common::board::new_task;
 use crate::common::{TestApp, TestDb};
 use crate::web::{client, get, redacted, sign_in};
-use pidevops::board::Draft;
 use pidevops::domain::runs::{self as run_events, RunEvent};
 use pidevops::domain::usage::{RunUsage, Usage};
 use pidevops::domain::{EventType, NewEvent, Source};
 use pidevops::projectors::tasks as task_rows;
 use pidevops::projectors::usage::{self, total, Spent, UsageFilter};
 use pidevops::projectors::{tasks::TasksProjector, Projection};
-use pidevops::tasks::{AttemptReport, Command, GithubRef, Links, RepoName, RunId, Spec, TaskId};
+use pidevops::tasks::{AttemptReport, Command, GithubRef, RunId, TaskId};
 
 per_backend!(
     the_spend_page_shows_the_read_models_numbers_and_the_cost_per_merged_pull_request,
@@ -29,18 +29,12 @@ per_backend!(
 );
 
 async fn task_in(app: &TestApp, repo: &str, title: &str) -> TaskId {
-    let draft = Draft::new(
-        repo.parse::<RepoName>().unwrap(),
-        Spec::new(title, "", "it is done").unwrap(),
-        Links::default(),
-    );
-    let (outcome, _) = app
-        .state
-        .board
-        .create(draft, &format!("test:{title}"), "api", None)
+    new_task(title)
+        .repo(repo)
+        .done_when("it is done")
+        .key(&format!("test:{title}"))
+        .create(app)
         .await
-        .unwrap();
-    outcome.task.id()
 }
 
 /// Starts `id`'s attempt `run` as the dispatcher does.
@@ -596,43 +590,24 @@ async fn ninety_days_of_many_repositories_stay_under_the_page_budget(db: TestDb)
 /// attempt a run). Every one of them is a run on the page; the cost, which only one reported, is "at least" its
 /// figure, not the exact sum. A run whose agent reported nothing was left out before, and the cost said exact.
 async fn every_run_that_ran_is_counted_one_that_reported_nothing_too(db: TestDb) {
-    use crate::common::agents::{agent, dispatch_file, Remote, REPO};
+    use crate::common::agents::REPO;
     use crate::common::within;
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let script = agent(
-        scratch.path(),
+    let (app, _rig) = TestApp::with_agent(
         "claude-or-silent.sh",
         r#"if grep -q silent "$1"; then echo "no key: nothing reported" >&2; exit 1; fi
 echo '{"type":"result","subtype":"success","is_error":false,"num_turns":2,"result":"Done.","total_cost_usd":0.05,"usage":{"input_tokens":10,"output_tokens":5}}'
 echo done > done.txt"#,
-    );
-    let mut file = dispatch_file(&remote, &script, r#"usage = "claude""#);
-    file["board"]
-        .as_table_mut()
-        .unwrap()
-        .insert("max_attempts".into(), toml::Value::Integer(2));
-    let mut settings = crate::common::settings(&db);
-    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
-    settings.workspace_root = scratch.path().join("ws");
-    let app = TestApp::spawn(settings).await;
+    )
+    .profile(r#"usage = "claude""#)
+    .config("board.max_attempts = 2")
+    .spawn(&db)
+    .await;
     let mut ids = Vec::new();
     for (title, key) in [
         ("Report usage", "test:reports"),
         ("Stay silent", "test:silent"),
     ] {
-        let draft = Draft::new(
-            REPO.parse().unwrap(),
-            Spec::new(title, "", "").unwrap(),
-            Links::default(),
-        );
-        let (outcome, _) = app
-            .state
-            .board
-            .create(draft, key, "api", None)
-            .await
-            .unwrap();
-        ids.push(outcome.task.id());
+        ids.push(new_task(title).done_when("").key(key).create(&app).await);
     }
     let (reports, silent) = (ids[0], ids[1]);
     within(

@@ -95,28 +95,17 @@ fn a_repeated_notice_inside_the_cooldown_is_held_back_and_does_not_restart_it() 
 
 #[test]
 fn linear_hears_each_step_as_comments_or_as_session_activities() {
-    use crate::tasks::{
-        ApprovalPolicy, Command, LinearIssue, Links, MaxAttempts, NewTask, Priority, Reason, RunId,
-        Spec,
-    };
-    let new = NewTask {
-        id: "T-4".parse().unwrap(),
-        repo: "acme/app".parse().unwrap(),
-        spec: Spec::new("Fix it", "", "").unwrap(),
-        priority: Priority::Normal,
-        links: Links::default().with(
+    use crate::tasks::{Command, LinearIssue, Links, Reason, RunId, Spec};
+    let (task, started) = started_task(
+        "T-4",
+        Spec::new("Fix it", "", "").unwrap(),
+        Links::default().with(
             LINEAR_ISSUE,
             &LinearIssue::new(uuid::Uuid::from_u128(5), "ENG-4").unwrap(),
         ),
-        approval: ApprovalPolicy::Auto,
-        max_attempts: MaxAttempts::new(3).unwrap(),
-        ticket_version: None,
-        agent: None,
-        family: Default::default(),
-    };
-    let (task, _) = apply(None, Command::Create(Box::new(new)));
+        1,
+    );
     let run = RunId(uuid::Uuid::from_u128(1));
-    let (task, started) = apply(Some(task), Command::Start { run });
     let config = policy::PolicyConfig::default();
     let keys =
         |requests: Vec<Request>| -> Vec<String> { requests.into_iter().map(|r| r.key).collect() };
@@ -229,30 +218,21 @@ fn a_plans_proposal_is_one_message_per_chat_and_revision_escaped_with_approve_an
 #[test]
 fn a_question_is_asked_where_the_task_came_from_once_per_episode() {
     use crate::tasks::{
-        ApprovalPolicy, Command, GithubRef, LinearIssue, Links, MaxAttempts, NewTask, Priority,
-        Reason, RetryCause, RunId, Spec, TaskEvent,
+        Command, GithubRef, LinearIssue, Links, Reason, RetryCause, RunId, Spec, TaskEvent,
     };
     let repo: crate::tasks::RepoName = "acme/app".parse().unwrap();
-    let new = NewTask {
-        id: "T-8".parse().unwrap(),
-        repo: repo.clone(),
-        spec: Spec::new("Refund in the right currency", "", "").unwrap(),
-        priority: Priority::Normal,
-        links: Links::default()
+    let (task, _) = started_task(
+        "T-8",
+        Spec::new("Refund in the right currency", "", "").unwrap(),
+        Links::default()
             .with(GITHUB_ISSUE, &GithubRef::new(repo.clone(), 31).unwrap())
             .with(
                 LINEAR_ISSUE,
                 &LinearIssue::new(uuid::Uuid::from_u128(6), "ENG-8").unwrap(),
             ),
-        approval: ApprovalPolicy::Auto,
-        max_attempts: MaxAttempts::new(3).unwrap(),
-        ticket_version: None,
-        agent: None,
-        family: Default::default(),
-    };
-    let (task, _) = apply(None, Command::Create(Box::new(new)));
+        2,
+    );
     let run = RunId(uuid::Uuid::from_u128(2));
-    let (task, _) = apply(Some(task), Command::Start { run });
     let (task, asked) = apply(
         Some(task),
         Command::Retry {

@@ -62,6 +62,32 @@ fn apply(
     (task.unwrap(), events)
 }
 
+/// Task `id` on `acme/app` as intake makes one (normal priority, auto approval, three attempts), then started by
+/// run `run` (`RunId(Uuid::from_u128(run))`): the task and the events of its start.
+fn started_task(
+    id: &str,
+    spec: crate::tasks::Spec,
+    links: crate::tasks::Links,
+    run: u128,
+) -> (crate::tasks::Task, Vec<crate::tasks::TaskEvent>) {
+    use crate::tasks::{ApprovalPolicy, Command, MaxAttempts, NewTask, Priority, RunId};
+    let new = NewTask {
+        id: id.parse().unwrap(),
+        repo: "acme/app".parse().unwrap(),
+        spec,
+        priority: Priority::Normal,
+        links,
+        approval: ApprovalPolicy::Auto,
+        max_attempts: MaxAttempts::new(3).unwrap(),
+        ticket_version: None,
+        agent: None,
+        family: Default::default(),
+    };
+    let (task, _) = apply(None, Command::Create(Box::new(new)));
+    let run = RunId(uuid::Uuid::from_u128(run));
+    apply(Some(task), Command::Start { run })
+}
+
 #[test]
 fn an_effects_state_follows_its_stream() {
     assert_eq!(state(&[]), State::Unknown);

@@ -5,31 +5,20 @@ use crate::tasks::{GITHUB_ISSUE, LINEAR_ISSUE};
 
 #[test]
 fn a_task_in_review_asks_for_one_pull_request_to_its_repositorys_base() {
-    use crate::tasks::{
-        ApprovalPolicy, Command, GithubRef, LinearIssue, Links, MaxAttempts, NewTask, Priority,
-        RunId, Spec,
-    };
+    use crate::tasks::{Command, GithubRef, LinearIssue, Links, RunId, Spec};
     let repo: crate::tasks::RepoName = "acme/app".parse().unwrap();
-    let new = NewTask {
-        id: "T-9".parse().unwrap(),
-        repo: repo.clone(),
-        spec: Spec::new("Fix the login redirect", "src/auth", "the e2e test passes").unwrap(),
-        priority: Priority::Normal,
-        links: Links::default()
+    let (task, started) = started_task(
+        "T-9",
+        Spec::new("Fix the login redirect", "src/auth", "the e2e test passes").unwrap(),
+        Links::default()
             .with(GITHUB_ISSUE, &GithubRef::new(repo.clone(), 12).unwrap())
             .with(
                 LINEAR_ISSUE,
                 &LinearIssue::new(uuid::Uuid::from_u128(5), "ENG-4").unwrap(),
             ),
-        approval: ApprovalPolicy::Auto,
-        max_attempts: MaxAttempts::new(3).unwrap(),
-        ticket_version: None,
-        agent: None,
-        family: Default::default(),
-    };
-    let (task, _) = apply(None, Command::Create(Box::new(new)));
+        1,
+    );
     let run = RunId(uuid::Uuid::from_u128(1));
-    let (task, started) = apply(Some(task), Command::Start { run });
     let config = policy::PolicyConfig {
         bases: [(repo.clone(), "develop".to_owned())].into_iter().collect(),
         telegram_chats: vec![-100],
@@ -208,24 +197,14 @@ fn ticket_text_cannot_ping_or_close_anything_on_github_and_stays_readable() {
 /// link, image, HTML, heading or mention it wrote takes effect.
 #[test]
 fn the_agents_summary_in_a_pull_request_is_plain_and_inert() {
-    use crate::tasks::{
-        ApprovalPolicy, AttemptReport, Command, Links, MaxAttempts, NewTask, Priority, RunId, Spec,
-    };
-    let new = NewTask {
-        id: "T-9".parse().unwrap(),
-        repo: "acme/app".parse().unwrap(),
-        spec: Spec::new("Fix the login redirect", "", "").unwrap(),
-        priority: Priority::Normal,
-        links: Links::default(),
-        approval: ApprovalPolicy::Auto,
-        max_attempts: MaxAttempts::new(3).unwrap(),
-        ticket_version: None,
-        agent: None,
-        family: Default::default(),
-    };
-    let (task, _) = apply(None, Command::Create(Box::new(new)));
+    use crate::tasks::{AttemptReport, Command, Links, RunId, Spec};
+    let (task, _) = started_task(
+        "T-9",
+        Spec::new("Fix the login redirect", "", "").unwrap(),
+        Links::default(),
+        1,
+    );
     let run = RunId(uuid::Uuid::from_u128(1));
-    let (task, _) = apply(Some(task), Command::Start { run });
     let summary = "# Done\n[Approve here](https://evil.example) <img src=x onerror=alert(1)> ![p](https://evil.example/p.png)\nFixes #1, cc @acme/everyone";
     let (task, submitted) = apply(
         Some(task),
@@ -266,31 +245,20 @@ fn the_agents_summary_in_a_pull_request_is_plain_and_inert() {
 
 #[test]
 fn a_pull_request_from_hostile_ticket_text_has_no_live_mention_or_closing_keyword() {
-    use crate::tasks::{
-        ApprovalPolicy, Command, GithubRef, Links, MaxAttempts, NewTask, Priority, RepoName, RunId,
-        Spec,
-    };
+    use crate::tasks::{Command, GithubRef, Links, RepoName, RunId, Spec};
     let repo: RepoName = "acme/app".parse().unwrap();
-    let new = NewTask {
-        id: "T-9".parse().unwrap(),
-        repo: repo.clone(),
-        spec: Spec::new(
+    let (task, _) = started_task(
+        "T-9",
+        Spec::new(
             "Fixes #1 for @acme/everyone",
             "closes acme/app#2, cc @octocat",
             "Resolved: GH-3 &#64;admin",
         )
         .unwrap(),
-        priority: Priority::Normal,
-        links: Links::default().with(GITHUB_ISSUE, &GithubRef::new(repo.clone(), 12).unwrap()),
-        approval: ApprovalPolicy::Auto,
-        max_attempts: MaxAttempts::new(3).unwrap(),
-        ticket_version: None,
-        agent: None,
-        family: Default::default(),
-    };
-    let (task, _) = apply(None, Command::Create(Box::new(new)));
+        Links::default().with(GITHUB_ISSUE, &GithubRef::new(repo.clone(), 12).unwrap()),
+        1,
+    );
     let run = RunId(uuid::Uuid::from_u128(1));
-    let (task, _) = apply(Some(task), Command::Start { run });
     let (task, submitted) = apply(
         Some(task),
         Command::SubmitForReview {
@@ -320,25 +288,16 @@ fn a_pull_request_from_hostile_ticket_text_has_no_live_mention_or_closing_keywor
 #[test]
 fn a_ready_task_asks_for_one_merge_of_its_head_and_a_waiting_one_for_none() {
     use crate::tasks::{
-        ApprovalPolicy, Command, CommitSha, FactName, GithubRef, LandConfig, LandMode, MaxAttempts,
-        MergeMethod, NewTask, Priority, RunId, Spec,
+        Command, CommitSha, FactName, GithubRef, LandConfig, LandMode, MergeMethod, RunId, Spec,
     };
     let repo: crate::tasks::RepoName = "acme/app".parse().unwrap();
-    let new = NewTask {
-        id: "T-9".parse().unwrap(),
-        repo: repo.clone(),
-        spec: Spec::new("Fix the login redirect", "src/auth", "CI is green").unwrap(),
-        priority: Priority::Normal,
-        links: Default::default(),
-        approval: ApprovalPolicy::Auto,
-        max_attempts: MaxAttempts::new(3).unwrap(),
-        ticket_version: None,
-        agent: None,
-        family: Default::default(),
-    };
+    let (task, _) = started_task(
+        "T-9",
+        Spec::new("Fix the login redirect", "src/auth", "CI is green").unwrap(),
+        Default::default(),
+        1,
+    );
     let run = RunId(uuid::Uuid::from_u128(1));
-    let (task, _) = apply(None, Command::Create(Box::new(new)));
-    let (task, _) = apply(Some(task), Command::Start { run });
     let (task, _) = apply(
         Some(task),
         Command::SubmitForReview {

@@ -96,6 +96,15 @@ pub fn agent(dir: &Path, name: &str, body: &str) -> PathBuf {
     path
 }
 
+/// Writes an executable bash script with `set -eu`: a fake coding agent that needs bash (its `/dev/tcp`, say).
+pub fn bash_agent(dir: &Path, name: &str, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/bash\nset -eu\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
 /// `pidevops.toml` for dispatch to `remote` with the agent at `script`.
 pub fn dispatch_file(remote: &Remote, script: &Path, profile_extra: &str) -> toml::Table {
     format!(

@@ -8,7 +8,7 @@
 //! the fake's bug: 500 `FAKE_ANSWER_DOES_NOT_FIT`, and recorded in [`FakeLinear::misfits`]). Operations are
 //! recognised by their root field, as the validated document names it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use axum::extract::State;
@@ -63,8 +63,10 @@ struct Inner {
     /// Every `plan` each session was given, in order (Linear keeps the last; the test reads the history).
     session_plans: BTreeMap<String, Vec<Value>>,
     calls: Vec<Call>,
-    /// Answers for the next calls, in order: an HTTP status (500, 429) or 400 for `RATELIMITED`.
-    failures: Vec<u16>,
+    /// Answers for the next calls of an operation (its root field), in order: an HTTP status (500, 429) or 400
+    /// for `RATELIMITED`. Scoped like the fake GitHub's by method: a call of another operation (the poller's own
+    /// `issues` query, on its own schedule) never takes a failure meant for this one.
+    failures: BTreeMap<String, VecDeque<u16>>,
     /// Every `issues` query fails with this status until cleared.
     issues_fail: Option<u16>,
     /// Answers of the fake's own that did not fit the schema (its bugs), and requests that did not validate.
@@ -169,13 +171,16 @@ impl FakeLinear {
         self.inner.lock().unwrap().calls.clone()
     }
 
-    /// The next calls are answered with these statuses (500, 429; 400 means Linear's `RATELIMITED`).
-    pub fn fail_next(&self, statuses: &[u16]) {
+    /// The next calls of operation `op` (its root field: `issue`, `commentCreate`, …) are answered with these
+    /// statuses, in order (500, 429; 400 means Linear's `RATELIMITED`); other operations answer as usual.
+    pub fn fail_next_op(&self, op: &str, statuses: &[u16]) {
         self.inner
             .lock()
             .unwrap()
             .failures
-            .extend_from_slice(statuses);
+            .entry(op.to_owned())
+            .or_default()
+            .extend(statuses);
     }
 
     /// Answers the fake made that do not fit Linear's schema (each one a bug in the fake).
@@ -259,8 +264,7 @@ async fn graphql(
             );
         }
     }
-    if !inner.failures.is_empty() {
-        let status = inner.failures.remove(0);
+    if let Some(status) = inner.failures.get_mut(op).and_then(VecDeque::pop_front) {
         return match status {
             400 => error(
                 StatusCode::BAD_REQUEST,

@@ -5,6 +5,8 @@
 #![allow(dead_code)]
 
 pub mod agents;
+pub mod board;
+pub mod dispatching;
 pub mod fake_github;
 pub mod fake_linear;
 pub mod fake_model;

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use crate::common::fake_telegram::FakeTelegram;
 use crate::common::{within, TestApp, TestDb};
-use pidevops::board::{Draft, Steer};
+use pidevops::board::Steer;
 use pidevops::effects::cap::OutboundEvent;
 use pidevops::effects::EffectEvent;
-use pidevops::tasks::{ApprovalPolicy, Command, Links, Reason, RetryCause, RunId, Spec, TaskId};
+use pidevops::tasks::{ApprovalPolicy, Command, Reason, RetryCause, TaskId};
 use secrecy::SecretString;
 
 per_backend!(
@@ -38,21 +38,13 @@ async fn spawn(db: &TestDb, telegram: &FakeTelegram, chats: &str, cap: u32) -> T
 }
 
 async fn new_task(app: &TestApp, title: &str) -> TaskId {
-    let draft = Draft {
-        approval: Some(ApprovalPolicy::Auto),
-        ..Draft::new(
-            "acme/app".parse().unwrap(),
-            Spec::new(title, "src/", "the tests pass").unwrap(),
-            Links::default(),
-        )
-    };
-    let (outcome, _) = app
-        .state
-        .board
-        .create(draft, &format!("test:{title}"), "api", None)
+    crate::common::board::new_task(title)
+        .scope("src/")
+        .done_when("the tests pass")
+        .approval(ApprovalPolicy::Auto)
+        .key(&format!("test:{title}"))
+        .create(app)
         .await
-        .unwrap();
-    outcome.task.id()
 }
 
 async fn execute(app: &TestApp, id: TaskId, command: Command) {
@@ -65,15 +57,7 @@ async fn execute(app: &TestApp, id: TaskId, command: Command) {
 
 /// An attempt that goes to review: one "ready for review" notice per chat.
 async fn to_review(app: &TestApp, id: TaskId) {
-    let run = RunId(uuid::Uuid::now_v7());
-    execute(app, id, Command::Start { run }).await;
-    let submit = Command::SubmitForReview {
-        run,
-        branch: id.branch(),
-        pr: None,
-        report: Default::default(),
-    };
-    execute(app, id, submit).await;
+    crate::common::board::to_review(app, id, None).await;
 }
 
 /// A reviewer sends it back for another attempt (no notice).

@@ -9,13 +9,12 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::common::agents::{agent, dispatch_file, Remote, REPO};
-use crate::common::fake_linear::{default_states, FakeLinear, Issue, LINEAR_KEY};
+use crate::common::agents::REPO;
+use crate::common::board;
+use crate::common::fake_linear::{default_states, FakeLinear, Issue};
 use crate::common::{within, TestApp, TestDb};
-use pidevops::projectors::runs::{self as run_rows, RunRow, Which};
-use pidevops::projectors::tasks as task_rows;
+use pidevops::projectors::runs::RunRow;
 use pidevops::tasks::{Column, TaskId};
-use secrecy::SecretString;
 use serde_json::{json, Value};
 
 per_backend!(
@@ -33,31 +32,17 @@ const DELEGATED: &str = "4c2d1f3e-5b6a-4c7d-8e9f-0a1b2c3d4e5f";
 /// The real app dispatching to a local git remote, with an agent that prints a line and works until stopped.
 struct Rig {
     app: TestApp,
-    _remote: Remote,
-    _scratch: tempfile::TempDir,
+    _rig: crate::common::dispatching::Rig,
 }
 
 async fn rig(db: &TestDb, linear: Option<&FakeLinear>) -> Rig {
-    let remote = Remote::new();
-    let scratch = tempfile::tempdir().unwrap();
-    let script = agent(scratch.path(), "works.sh", "echo working; sleep 600");
-    let mut file = dispatch_file(&remote, &script, "");
-    file.insert(
-        "intake".to_owned(),
-        toml::Value::Table(format!("default_repo = \"{REPO}\"").parse().unwrap()),
-    );
-    let mut settings = crate::common::settings(db);
+    let mut app = TestApp::with_agent("works.sh", "echo working; sleep 600")
+        .config(&format!("intake.default_repo = \"{REPO}\""));
     if let Some(linear) = linear {
-        settings.linear_api_key = Some(SecretString::from(LINEAR_KEY));
-        settings.linear_api_url = linear.url.clone();
+        app = app.linear(linear);
     }
-    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
-    settings.workspace_root = scratch.path().join("ws");
-    Rig {
-        app: TestApp::spawn(settings).await,
-        _remote: remote,
-        _scratch: scratch,
-    }
+    let (app, rig) = app.spawn(db).await;
+    Rig { app, _rig: rig }
 }
 
 /// An intake-only app (no dispatch): tasks wait in triage.
@@ -134,29 +119,16 @@ async fn task_of(app: &TestApp, key: &str) -> TaskId {
         .unwrap_or_else(|| panic!("the task of {key}"))
 }
 
-async fn row(app: &TestApp, id: TaskId) -> task_rows::TaskRow {
-    task_rows::get(app.state.log.store(), id)
-        .await
-        .unwrap()
-        .unwrap()
-}
-
-async fn runs_of(app: &TestApp, id: TaskId) -> Vec<RunRow> {
-    run_rows::query(app.state.log.store(), Which::Task(&id.to_string()))
-        .await
-        .unwrap()
-}
-
 /// Waits until the task's agent is at work (its run running, a line printed), and returns its worktree.
 async fn at_work(app: &TestApp, id: TaskId) -> PathBuf {
     within(Duration::from_secs(60), "the agent at work", || async {
-        runs_of(app, id)
+        board::runs_now(app, id)
             .await
             .first()
             .is_some_and(|r| r.state == "running" && r.output_bytes > 0)
     })
     .await;
-    let runs = runs_of(app, id).await;
+    let runs = board::runs_now(app, id).await;
     let log = PathBuf::from(runs[0].log_path.clone().unwrap());
     let worktree = log.with_file_name("worktree");
     assert!(
@@ -178,10 +150,13 @@ async fn settle(app: &TestApp) {
 async fn assert_stopped(app: &TestApp, id: TaskId, worktree: &std::path::Path, why: &str) {
     within(Duration::from_secs(30), "the run stopped", || async {
         app.project().await;
-        runs_of(app, id).await.iter().all(|r| r.state == "failed")
+        board::runs_now(app, id)
+            .await
+            .iter()
+            .all(|r| r.state == "failed")
     })
     .await;
-    let runs = runs_of(app, id).await;
+    let runs = board::runs_now(app, id).await;
     assert_eq!(runs.len(), 1, "one attempt, stopped: {runs:#?}");
     assert_eq!(runs[0].failure.as_deref(), Some("stopped"), "{runs:#?}");
     let failed: Vec<Value> = app
@@ -194,7 +169,7 @@ async fn assert_stopped(app: &TestApp, id: TaskId, worktree: &std::path::Path, w
         .collect();
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0]["kind"], "stopped", "{}", failed[0]);
-    let task = row(app, id).await;
+    let task = board::row_now(app, id).await.unwrap();
     assert_eq!(task.column, Column::Cancelled);
     let reason = task.state["closed_reason"].as_str().unwrap_or_default();
     assert!(reason.contains(why), "{reason}");
@@ -263,8 +238,8 @@ async fn an_issue_closed_or_cancelled_mid_run_stops_the_run_cancels_the_task_and
     .await;
     // Nothing starts again for them.
     app.drive("dispatcher").await;
-    assert_eq!(runs_of(app, github).await.len(), 1);
-    assert_eq!(runs_of(app, linear).await.len(), 1);
+    assert_eq!(board::runs_now(app, github).await.len(), 1);
+    assert_eq!(board::runs_now(app, linear).await.len(), 1);
     rig.app.stop().await;
 }
 
@@ -332,7 +307,7 @@ async fn an_old_withdrawal_delivered_after_a_newer_relabelling_changes_nothing(d
     let github = task_of(&app, &format!("github:{REPO}#12")).await;
     let linear = task_of(&app, &format!("linear:{ISSUE}")).await;
     for id in [github, linear] {
-        let task = row(&app, id).await;
+        let task = board::row_now(&app, id).await.unwrap();
         assert_eq!(task.column, Column::Triage, "{id}: {task:#?}");
     }
     let loaded = app.state.board.load(github).await.unwrap().unwrap();
@@ -358,8 +333,14 @@ async fn an_old_withdrawal_delivered_after_a_newer_relabelling_changes_nothing(d
     )
     .await;
     settle(&app).await;
-    assert_eq!(row(&app, github).await.column, Column::Cancelled);
-    assert_eq!(row(&app, linear).await.column, Column::Cancelled);
+    assert_eq!(
+        board::row_now(&app, github).await.unwrap().column,
+        Column::Cancelled
+    );
+    assert_eq!(
+        board::row_now(&app, linear).await.unwrap().column,
+        Column::Cancelled
+    );
     app.stop().await;
 }
 
@@ -436,7 +417,7 @@ async fn pidevops_moving_its_linear_issue_to_in_progress_does_not_cancel_its_tas
     post_linear(app, &moved(&linear.issue(DELEGATED).unwrap(), &[])).await;
     settle(app).await;
     for (id, issue) in [(labelled, ISSUE), (delegated, DELEGATED)] {
-        let task = row(app, id).await;
+        let task = board::row_now(app, id).await.unwrap();
         assert_eq!(task.column, Column::InProgress, "{issue}: {task:#?}");
         let loaded = app.state.board.load(id).await.unwrap().unwrap();
         let version: chrono::DateTime<chrono::Utc> =
@@ -449,14 +430,14 @@ async fn pidevops_moving_its_linear_issue_to_in_progress_does_not_cancel_its_tas
     }
     // The agents go on: still running after the next heartbeats, never stopped.
     let beats = |runs: Vec<RunRow>| runs[0].last_seen_at;
-    let seen = beats(runs_of(app, labelled).await);
+    let seen = beats(board::runs_now(app, labelled).await);
     within(Duration::from_secs(30), "another heartbeat", || async {
         app.project().await;
-        beats(runs_of(app, labelled).await) > seen
+        beats(board::runs_now(app, labelled).await) > seen
     })
     .await;
     for id in [labelled, delegated] {
-        let runs = runs_of(app, id).await;
+        let runs = board::runs_now(app, id).await;
         assert_eq!(runs.len(), 1);
         assert_eq!(runs[0].state, "running", "{runs:#?}");
     }
@@ -541,8 +522,12 @@ async fn a_withdrawal_naming_another_ticket_changes_nothing(db: TestDb) {
     settle(app).await;
 
     for id in [github, linear] {
-        assert_eq!(row(app, id).await.column, Column::InProgress, "{id}");
-        let runs = runs_of(app, id).await;
+        assert_eq!(
+            board::row_now(app, id).await.unwrap().column,
+            Column::InProgress,
+            "{id}"
+        );
+        let runs = board::runs_now(app, id).await;
         assert_eq!(runs.len(), 1);
         assert_eq!(runs[0].state, "running", "{runs:#?}");
     }
