@@ -3,7 +3,7 @@
 //! keyed `github:pr:<plan>` like a task's (a later combination force-pushes the same branch, which updates it).
 
 use super::github::inert;
-use super::policy::PolicyConfig;
+use super::policy_config::PolicyConfig;
 use super::{Action, Request};
 use crate::tasks::PlanLand;
 use crate::tasks::{Combination, Task, TaskId};

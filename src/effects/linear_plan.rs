@@ -10,7 +10,7 @@
 
 use anyhow::Context;
 
-use super::runner::Effects;
+use super::handle::Handle;
 use super::{stream, Action, Request};
 use crate::providers::linear::{PlanStep, PlanStepStatus};
 use crate::tasks::{Column, Task};
@@ -20,7 +20,7 @@ const MAX_CONTENT: usize = 200;
 
 /// The request that brings the checklist of `task`'s plan (the task itself, or its parent) up to date in the
 /// plan's agent session; `None` when there is no plan, no session, no proposal yet, or nothing changed.
-pub(super) async fn checklist(fx: &Effects, task: &Task) -> anyhow::Result<Option<Request>> {
+pub(super) async fn checklist(fx: &impl Handle, task: &Task) -> anyhow::Result<Option<Request>> {
     let plan = if task.is_plan() {
         task.clone()
     } else {
@@ -116,7 +116,7 @@ fn step_status(task: &Task) -> PlanStepStatus {
 }
 
 /// The number of the session's last checklist asked for (0: none) and what it said.
-async fn latest(fx: &Effects, session: &str) -> anyhow::Result<(u64, Option<Vec<PlanStep>>)> {
+async fn latest(fx: &impl Handle, session: &str) -> anyhow::Result<(u64, Option<Vec<PlanStep>>)> {
     let store = fx.log().store();
     let asked = |n: u64| {
         let name = stream(&key(session, n));

@@ -48,11 +48,15 @@ const KNOWN_FOLDER_CYCLES: &[(&str, &[&str], &str)] = &[
     ),
     (
         "effects",
-        &[
-            "bot", "combined", "github", "linear", "linear_plan", "policy", "provider", "runner", "telegram",
-        ],
-        "each policy takes `fx: &Effects` from runner.rs, and runner builds the policies; policy.rs re-exports \
-         their pure builders",
+        &["combined", "github"],
+        "the GitHub policy opens a combined plan's pull request, and combined.rs writes its body with github's \
+         inert text and agent-configuration section",
+    ),
+    (
+        "effects",
+        &["linear", "linear_plan"],
+        "the Linear policy asks linear_plan.rs for a plan's checklist, which looks up the plan's session with \
+         linear's session_of",
     ),
     (
         "tasks/domain",

@@ -12,9 +12,9 @@ mod inert;
 pub use inert::inert;
 
 use super::combined::{after_plan_pull_request, lands_with_its_plan, plan_pull_request};
-use super::policy::PolicyConfig;
+use super::handle::{EffectsProgress, Handle, Settled, ACTOR};
+use super::policy_config::PolicyConfig;
 use super::provider::{not_mine, OpenedPullRequest, ProviderPolicy};
-use super::runner::{Effects, EffectsProgress, Settled, ACTOR};
 use super::{Action, Produced, Provider, Request};
 use crate::board::{BoardError, Loaded};
 use crate::domain::Source;
@@ -48,7 +48,7 @@ impl ProviderPolicy for GithubPolicy {
     /// A comment addressed to pidevops, as intake recorded it: its reaction, then its reply.
     async fn own_event(
         &self,
-        fx: &Effects,
+        fx: &impl Handle,
         event: &StoredEvent,
         progress: &mut EffectsProgress,
     ) -> anyhow::Result<Option<Settled>> {
@@ -109,7 +109,7 @@ impl ProviderPolicy for GithubPolicy {
 
     async fn requests(
         &self,
-        fx: &Effects,
+        fx: &impl Handle,
         event: &StoredEvent,
         task_event: &TaskEvent,
         loaded: &Loaded,
@@ -159,7 +159,7 @@ impl ProviderPolicy for GithubPolicy {
     /// The pull request becomes the task's link, and the issue it came from hears of it.
     async fn pull_request_opened(
         &self,
-        fx: &Effects,
+        fx: &impl Handle,
         opened: &OpenedPullRequest<'_>,
     ) -> anyhow::Result<Vec<Request>> {
         let task = opened.task;

@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use crate::effects::policy::PolicyConfig;
+use crate::effects::policy_config::PolicyConfig;
 use crate::effects::{Action, Request};
 use crate::tasks::{Reason, RetryCause, RunId, Task, TaskEvent};
 
@@ -270,7 +270,7 @@ impl IssueNews<'_> {
     fn rolled_up(
         &self,
         column: crate::tasks::Column,
-        states: &crate::effects::policy::LinearStates,
+        states: &crate::domain::effect::LinearStates,
     ) -> Vec<Request> {
         use crate::tasks::Column;
         let id = self.task.id();
