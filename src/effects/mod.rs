@@ -34,7 +34,6 @@ mod combined;
 mod github;
 mod handle;
 mod linear;
-mod linear_plan;
 pub mod policy;
 mod policy_config;
 mod provider;

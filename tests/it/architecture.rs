@@ -53,12 +53,6 @@ const KNOWN_FOLDER_CYCLES: &[(&str, &[&str], &str)] = &[
          inert text and agent-configuration section",
     ),
     (
-        "effects",
-        &["linear", "linear_plan"],
-        "the Linear policy asks linear_plan.rs for a plan's checklist, which looks up the plan's session with \
-         linear's session_of",
-    ),
-    (
         "tasks/domain",
         &["combined", "decision", "event", "evolution", "family", "landing", "ticket"],
         "one aggregate split by topic: decide and evolve read every part's events and facts, and each part's \

@@ -73,7 +73,7 @@ impl ProviderPolicy for LinearPolicy {
             &event.id.to_string(),
             &self.config,
         );
-        requests.extend(super::linear_plan::checklist(fx, &loaded.task).await?);
+        requests.extend(plan::checklist(fx, &loaded.task).await?);
         Ok(requests)
     }
 
@@ -269,7 +269,7 @@ async fn budget_notice(
 }
 
 /// The agent session that has the task's Linear issue now, if one does.
-pub(super) async fn session_of(fx: &impl Handle, task: &Task) -> anyhow::Result<Option<String>> {
+async fn session_of(fx: &impl Handle, task: &Task) -> anyhow::Result<Option<String>> {
     let Some(issue) = &task.links().linear_issue else {
         return Ok(None);
     };
@@ -302,6 +302,7 @@ fn last_run(events: &[StoredEvent]) -> Option<RunId> {
     })
 }
 
+mod plan;
 mod requests;
 pub use requests::{
     linear, linear_notifies, linear_pull_request, linear_session_opened, linear_session_refused,

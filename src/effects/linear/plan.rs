@@ -10,8 +10,8 @@
 
 use anyhow::Context;
 
-use super::handle::Handle;
-use super::{stream, Action, Request};
+use crate::effects::handle::Handle;
+use crate::effects::{stream, Action, EffectEvent, Request};
 use crate::providers::linear::{PlanStep, PlanStepStatus};
 use crate::tasks::{Column, Task};
 
@@ -32,7 +32,7 @@ pub(super) async fn checklist(fx: &impl Handle, task: &Task) -> anyhow::Result<O
             None => return Ok(None),
         }
     };
-    let Some(session) = super::linear::session_of(fx, &plan).await? else {
+    let Some(session) = super::session_of(fx, &plan).await? else {
         return Ok(None);
     };
     let mut items = Vec::new();
@@ -150,15 +150,16 @@ async fn latest(fx: &impl Handle, session: &str) -> anyhow::Result<(u64, Option<
         .read_stream(&name)
         .await
         .with_context(|| format!("reading {name}"))?;
-    let sent = events.iter().find_map(|e| {
-        match serde_json::from_slice::<super::EffectEvent>(&e.body).ok()? {
-            super::EffectEvent::Requested {
-                action: Action::LinearSessionPlan { plan, .. },
-                ..
-            } => Some(plan),
-            _ => None,
-        }
-    });
+    let sent =
+        events.iter().find_map(
+            |e| match serde_json::from_slice::<EffectEvent>(&e.body).ok()? {
+                EffectEvent::Requested {
+                    action: Action::LinearSessionPlan { plan, .. },
+                    ..
+                } => Some(plan),
+                _ => None,
+            },
+        );
     Ok((low, sent))
 }
 
