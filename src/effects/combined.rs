@@ -2,7 +2,7 @@
 //! of their own, and its combination (`task.combined`) opens the plan's one pull request from `pidevops/<plan>`,
 //! keyed `github:pr:<plan>` like a task's (a later combination force-pushes the same branch, which updates it).
 
-use super::github::inert;
+use super::inert::inert;
 use super::policy_config::PolicyConfig;
 use super::{Action, Request};
 use crate::tasks::PlanLand;

@@ -33,6 +33,7 @@ pub mod cap;
 mod combined;
 mod github;
 mod handle;
+mod inert;
 mod linear;
 pub mod policy;
 mod policy_config;

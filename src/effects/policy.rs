@@ -8,8 +8,9 @@ pub use super::combined::{
     after_plan_pull_request, lands_with_its_plan, plan_pull_request, plan_pull_request_body,
 };
 pub use super::github::{
-    after_pull_request, github, github_question, inert, land, merge_key, pull_request_body,
+    after_pull_request, github, github_question, land, merge_key, pull_request_body,
 };
+pub use super::inert::inert;
 pub use super::linear::{
     linear, linear_notifies, linear_pull_request, linear_session_opened, linear_session_refused,
 };

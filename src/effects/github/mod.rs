@@ -7,12 +7,9 @@
 use anyhow::Context;
 use chrono::Utc;
 
-mod inert;
-
-pub use inert::inert;
-
 use super::combined::{after_plan_pull_request, lands_with_its_plan, plan_pull_request};
 use super::handle::{EffectsProgress, Handle, Settled, ACTOR};
+use super::inert::inert;
 use super::policy_config::PolicyConfig;
 use super::provider::{not_mine, OpenedPullRequest, ProviderPolicy};
 use super::{Action, Produced, Provider, Request};
