@@ -49,7 +49,8 @@
 //!                  `effects:<provider>` follower), provider.rs (the ProviderPolicy shape), handle.rs (the narrow
 //!                  handle a policy gets instead of the runner), github/, linear/, telegram.rs + bot.rs (one
 //!                  policy each, pure builders inside; linear/plan.rs: a plan's checklist in its Linear session),
-//!                  policy_config.rs (PolicyConfig), policy.rs (re-exports)
+//!                  pull_request.rs (both pull requests' one description writer), policy_config.rs
+//!                  (PolicyConfig), policy.rs (re-exports)
 //! providers/       the GitHub, Linear and Telegram API clients (effects, pollers, ingress and doctor call them)
 //! pollers/         `linear_poller`, `github_poller`: what a missed webhook would have said, in its shape
 //! cron/            [[schedules]] and the `cron` loop: after downtime the latest slot fires once

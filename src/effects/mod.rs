@@ -12,7 +12,9 @@
 //! the log, the loops; an effect requested or driven now) it asks the narrow `handle::Handle` it is handed, which
 //! the runner implements. `handle.rs`, `provider.rs` and `policy_config.rs` (`PolicyConfig`: what the policies know
 //! of the deployment) sit below both, so the runner builds the policies (`runner/policies.rs`) and no import goes
-//! back up. Their request builders are pure (re-exported in `policy`).
+//! back up. Their request builders are pure (re-exported in `policy`). Both pull requests pidevops opens, a task's
+//! (`github/`) and a combined plan's (`combined.rs`), are described by one writer (`pull_request.rs`), with every
+//! untrusted text made inert (`inert.rs`).
 //!
 //! Each request has an idempotency key (`github:pr:T-7`) and its own stream `effect:<key>`:
 //! `effect.requested` (version 1, deduplicated on the key), then per attempt `effect.started` and its outcome.
@@ -38,6 +40,7 @@ mod linear;
 pub mod policy;
 mod policy_config;
 mod provider;
+mod pull_request;
 pub mod runner;
 mod telegram;
 

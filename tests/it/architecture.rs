@@ -47,12 +47,6 @@ const KNOWN_FOLDER_CYCLES: &[(&str, &[&str], &str)] = &[
         "file/ reads pidevops.toml into the typed values the others define, and they are built from file's tables",
     ),
     (
-        "effects",
-        &["combined", "github"],
-        "the GitHub policy opens a combined plan's pull request, and combined.rs writes its body with github's \
-         inert text and agent-configuration section",
-    ),
-    (
         "tasks/domain",
         &["combined", "decision", "event", "evolution", "family", "landing", "ticket"],
         "one aggregate split by topic: decide and evolve read every part's events and facts, and each part's \
