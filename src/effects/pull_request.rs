@@ -197,6 +197,77 @@ fn clip(text: &str, max: usize) -> String {
 mod tests {
     use super::*;
 
+    /// The same report, written as a body's sections and as an item's lines of a plan's body: the one place the
+    /// two differ. Every text an agent or a ticket wrote is inert in both.
+    #[test]
+    fn a_report_is_sections_in_a_body_and_bold_lines_in_an_items_section() {
+        let review = serde_json::from_str(
+            r#"{"verdict": "approve", "summary": "Fine, @dev", "comments": []}"#,
+        )
+        .expect("a review");
+        let report = AttemptReport {
+            summary: Some("Fixed #4 for @dev".to_owned()),
+            review: Some(review),
+            outside_scope: vec!["README.md".to_owned()],
+            agent_config: vec!["CLAUDE.md".to_owned()],
+        };
+        let id = |n: &str| n.parse::<TaskId>().expect("an id");
+        let repo: RepoName = "acme/app".parse().expect("a repo");
+        let mut task = PullRequestBody::new("Task", "Fix it");
+        task.part("Scope", "src/**")
+            .part("Done when", "")
+            .report(&report);
+        let task = task.footer(
+            &Links::default(),
+            &repo,
+            OpenedFor::Task {
+                task: id("T-9"),
+                attempt: 1,
+                max: 3,
+            },
+        );
+        let mut item = PullRequestBody::item(id("T-2"), "Part @a", "ccccccc", "Do a");
+        item.part("Scope", "a/**").report(&report);
+        let mut plan = PullRequestBody::new("Goal", "Ship it");
+        plan.own("Items", "Merged in this order:").sections(
+            [item, PullRequestBody::item_not_loaded(id("T-3"), "ddddddd")],
+            6_000,
+        );
+        let plan = plan.footer(
+            &Links::default(),
+            &repo,
+            OpenedFor::Plan {
+                plan: id("T-1"),
+                items: &[id("T-2"), id("T-3")],
+            },
+        );
+        let zw = '\u{200B}';
+        let summary = format!("F{zw}ixed #{zw}4 for @{zw}dev");
+        let review = format!("**Review: approved**\n\nFine, @{zw}dev");
+        let config = "\n## Agent and hook configuration\nThis change touches files that agent CLIs, git hooks, \
+                      editors or CI load and run; the task's scope names them. Read them before merging:\n\
+                      - `CLAUDE.md`\n";
+        assert_eq!(
+            task,
+            format!(
+                "## Task\nFix it\n\n## Scope\nsrc/**\n\n## The agent's summary\n{summary}\n\n\
+                 ## Review (reviewer agent)\n{review}\n\n## Outside the scope\nThis change also touches files \
+                 outside the task's scope: README.md\n{config}\n---\nOpened by pidevops for T-9 after attempt 1 \
+                 of 3.\n"
+            )
+        );
+        assert_eq!(
+            plan,
+            format!(
+                "## Goal\nShip it\n\n## Items\nMerged in this order:\n\n### T-2: Part @{zw}a (commit ccccccc)\n\
+                 Do a\n\n**Scope:** a/**\n\n**The agent's summary:** {summary}\n\n\
+                 **Review (reviewer agent):**\n{review}\n\n**Outside the scope:** README.md\n{config}\n\
+                 ### T-3 (commit ddddddd)\n\n---\nOpened by pidevops for plan T-1, combining T-2, T-3. Merging \
+                 it completes every item.\n"
+            )
+        );
+    }
+
     #[test]
     fn a_body_too_long_for_github_is_cut_and_says_so() {
         let long = "x".repeat(100);
