@@ -11,15 +11,20 @@ pg_host="${hostport%%:*}"
 pg_port="${hostport##*:}"
 [ "$pg_port" = "$hostport" ] && pg_port=5432
 
+# What a missing service costs, counted from the tests themselves so the banner cannot go stale: each area that runs
+# on both backends declares it with `per_backend!`.
+both_backends=$(grep -l 'per_backend!' tests/it/*.rs | wc -l)
 if (exec 3<>"/dev/tcp/${pg_host}/${pg_port}") 2>/dev/null; then
-    echo "test: Postgres reachable at ${pg_host}:${pg_port}; running every suite against Postgres and SQLite."
+    echo "test: Postgres reachable at ${pg_host}:${pg_port}; ${both_backends} areas run against Postgres and SQLite."
 else
     cat >&2 <<MSG
 
 ************************************************************************************************
 *  Postgres is NOT reachable at ${pg_host}:${pg_port}.
-*  The Postgres halves of the eventlog, ingress, health and process suites will be SKIPPED
-*  (they fail instead when CI is set). The SQLite and in-process suites still run.
+*  The Postgres half of each of the ${both_backends} areas run on both backends, and the tests that
+*  run pidevops's processes on Postgres (replicas, leases, steering, disk-full...), will be
+*  SKIPPED, each saying so in its output (they fail instead when CI is set). SQLite and
+*  in-process tests still run.
 *  To run everything:
 *      docker compose -f deploy/docker-compose.yml up -d postgres nats
 *      export PIDEVOPS_TEST_DATABASE_URL=postgres://postgres:\$POSTGRES_PASSWORD@127.0.0.1:5432/postgres
@@ -33,14 +38,17 @@ nats_hostport="${nats_url#*://}"
 nats_hostport="${nats_hostport%%/*}"
 nats_hostport="${nats_hostport##*@}"
 if (exec 3<>"/dev/tcp/${nats_hostport%%:*}/${nats_hostport##*:}") 2>/dev/null; then
-    echo "test: NATS reachable at ${nats_hostport}; running the bus suite against JetStream and the in-process bus."
+    echo "test: NATS reachable at ${nats_hostport}; the bus and work suites run against JetStream and in process."
 else
     cat >&2 <<MSG
 
 ************************************************************************************************
 *  NATS is NOT reachable at ${nats_hostport}.
-*  The JetStream half of the bus suite will be SKIPPED (it fails instead when CI is set).
-*  To run it:  docker compose -f deploy/docker-compose.yml up -d nats
+*  The JetStream halves of the bus and work suites and the three-replica test will be SKIPPED
+*  (they fail instead when CI is set); the tests that start pidevops processes with NATS_URL
+*  (dispatch_process, steering) FAIL. The relay's and the deployment's tests start a
+*  nats-server of their own and need only the binary (nats-server on PATH or in /usr/sbin).
+*  To run them:  docker compose -f deploy/docker-compose.yml up -d nats
 *              (or nats-server -js) and PIDEVOPS_TEST_NATS_URL=nats://127.0.0.1:4222
 *              (with compose's users: nats://pidevops:\$NATS_SERVE_PASSWORD@127.0.0.1:4222)
 ************************************************************************************************

@@ -25,7 +25,7 @@ use pidevops::projectors::{Projection, REPLAY_BATCH};
 use pidevops::tasks::{
     decide, evolve, ApprovalPolicy, BranchName, Command, FollowUpText, GithubRef, LinearIssue,
     Links, MaxAttempts, NewTask, Priority, Reason, RetryCause, RunId, Spec, Task, TaskEvent,
-    TaskId, TelegramMessage,
+    TaskId, TelegramMessage, GITHUB_ISSUE, LINEAR_ISSUE, TELEGRAM,
 };
 
 /// Events per task: the scenario below makes exactly this many.
@@ -129,21 +129,18 @@ fn task_events(i: u64, at: impl Fn(usize) -> DateTime<Utc>) -> anyhow::Result<Ve
     let id = TaskId::new(std::num::NonZeroU64::new(i).context("task numbers start at 1")?);
     let repo = format!("acme/repo-{}", i % 10).parse()?;
     let links = match i % 4 {
-        0 => Links {
-            linear_issue: Some(LinearIssue::new(
-                Uuid::from_u128(u128::from(i)),
-                &format!("ENG-{i}"),
-            )?),
-            ..Links::default()
-        },
-        1 => Links {
-            github_issue: Some(GithubRef::new(format!("acme/repo-{}", i % 10).parse()?, i)?),
-            ..Links::default()
-        },
-        2 => Links {
-            telegram: Some(TelegramMessage::new(-1_000_000 - (i % 7) as i64, i as i64)?),
-            ..Links::default()
-        },
+        0 => Links::default().with(
+            LINEAR_ISSUE,
+            &LinearIssue::new(Uuid::from_u128(u128::from(i)), &format!("ENG-{i}"))?,
+        ),
+        1 => Links::default().with(
+            GITHUB_ISSUE,
+            &GithubRef::new(format!("acme/repo-{}", i % 10).parse()?, i)?,
+        ),
+        2 => Links::default().with(
+            TELEGRAM,
+            &TelegramMessage::new(-1_000_000 - (i % 7) as i64, i as i64)?,
+        ),
         _ => Links::default(),
     };
     let run = |k: u64| RunId(Uuid::from_u128(u128::from(i) * 16 + u128::from(k)));

@@ -71,7 +71,8 @@ pub struct Draft {
     pub spec: Spec,
     #[serde(default)]
     pub priority: Option<Priority>,
-    #[serde(default)]
+    // A caller's links: the known keys only, each read as its type (as when `Links` had a field per link).
+    #[serde(default, deserialize_with = "Links::deserialize_given")]
     pub links: Links,
     #[serde(default)]
     pub approval: Option<ApprovalPolicy>,

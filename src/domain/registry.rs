@@ -4,7 +4,7 @@
 //! (and its parser in ingress, its policy in effects: AGENTS.md, "Adding a provider").
 
 use super::Source;
-use crate::tasks::{Links, RepoName};
+use crate::tasks::{Links, RepoName, GITHUB_ISSUE, LINEAR_ISSUE, TELEGRAM};
 
 /// One provider, whole.
 #[derive(Debug)]
@@ -43,10 +43,10 @@ pub const PROVIDERS: [ProviderEntry; 3] = [
             "GITHUB_APP_PRIVATE_KEY",
         ],
         origin_rank: 1,
-        came_from: |links| links.github_issue.is_some(),
+        came_from: |links| links.has(GITHUB_ISSUE),
         from_line: |links, repo| {
             // `Closes` only works within the repository; elsewhere it is a plain reference.
-            links.github_issue.as_ref().map(|issue| {
+            links.get(GITHUB_ISSUE).map(|issue| {
                 if &issue.repo == repo {
                     format!("Closes #{}", issue.number)
                 } else {
@@ -63,11 +63,10 @@ pub const PROVIDERS: [ProviderEntry; 3] = [
         webhook_secret: "LINEAR_WEBHOOK_SECRET",
         agent_secrets: &["LINEAR_API_KEY", "LINEAR_WEBHOOK_SECRET"],
         origin_rank: 0,
-        came_from: |links| links.linear_issue.is_some(),
+        came_from: |links| links.has(LINEAR_ISSUE),
         from_line: |links, _| {
             links
-                .linear_issue
-                .as_ref()
+                .get(LINEAR_ISSUE)
                 .map(|issue| format!("Linear {}", issue.identifier()))
         },
     },
@@ -79,10 +78,10 @@ pub const PROVIDERS: [ProviderEntry; 3] = [
         webhook_secret: "TELEGRAM_WEBHOOK_SECRET",
         agent_secrets: &["TELEGRAM_BOT_TOKEN", "TELEGRAM_WEBHOOK_SECRET"],
         origin_rank: 2,
-        came_from: |links| links.telegram.is_some(),
+        came_from: |links| links.has(TELEGRAM),
         from_line: |links, _| {
             links
-                .telegram
+                .get(TELEGRAM)
                 .map(|message| format!("Telegram message {message}"))
         },
     },
@@ -162,14 +161,19 @@ mod tests {
     #[test]
     fn origin_prefers_linear_then_github_then_telegram() {
         let repo: RepoName = "o/n".parse().unwrap();
-        let mut links = Links::default();
+        let links = Links::default();
         assert!(origin(&links).is_none());
-        links.telegram = Some(crate::tasks::TelegramMessage::new(5, 7).unwrap());
+        let links = links.with(TELEGRAM, &crate::tasks::TelegramMessage::new(5, 7).unwrap());
         assert_eq!(origin(&links).map(|p| p.name), Some("telegram"));
-        links.github_issue = Some(crate::tasks::GithubRef::new(repo.clone(), 3).unwrap());
+        let links = links.with(
+            GITHUB_ISSUE,
+            &crate::tasks::GithubRef::new(repo.clone(), 3).unwrap(),
+        );
         assert_eq!(origin(&links).map(|p| p.name), Some("github"));
-        links.linear_issue =
-            Some(crate::tasks::LinearIssue::new(uuid::Uuid::nil(), "ENG-1").unwrap());
+        let links = links.with(
+            LINEAR_ISSUE,
+            &crate::tasks::LinearIssue::new(uuid::Uuid::nil(), "ENG-1").unwrap(),
+        );
         assert_eq!(origin(&links).map(|p| p.name), Some("linear"));
         assert_eq!(
             from_lines(&links, &repo),

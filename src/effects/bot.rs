@@ -21,7 +21,7 @@ use crate::loops::{LoopRegistry, LoopState};
 use crate::projectors::runs::{self, Which};
 use crate::projectors::tasks::{self as task_rows, TaskFilter};
 use crate::providers::telegram::{escape, fit};
-use crate::tasks::{Column, TaskId};
+use crate::tasks::{Column, TaskId, GITHUB_PR};
 
 pub const HELP: &str = "/status — loops, queue, pause
 /tasks [column] — the board (triage, todo, in-progress, in-review, done)
@@ -466,7 +466,7 @@ async fn task(store: &crate::eventlog::EventStore, id: TaskId) -> anyhow::Result
     if let Some(reason) = &r.needs_human_reason {
         let _ = write!(out, "\n⚠️ needs a human: {}", escape(reason));
     }
-    if let Some(pr) = &r.links.github_pr {
+    if let Some(pr) = r.links.get(GITHUB_PR) {
         let _ = write!(out, "\npull request {}", escape(&pr.to_string()));
     }
     Ok(out)

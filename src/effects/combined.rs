@@ -7,7 +7,7 @@ use super::policy_config::PolicyConfig;
 use super::pull_request::{OpenedFor, PullRequestBody};
 use super::{Action, Request};
 use crate::tasks::PlanLand;
-use crate::tasks::{Combination, Task, TaskId};
+use crate::tasks::{Combination, Task, TaskId, GITHUB_ISSUE};
 
 /// The most characters of one item's section in the plan's pull request body.
 const MAX_ITEM_CHARS: usize = 6_000;
@@ -89,7 +89,7 @@ pub fn after_plan_pull_request(
     url: &str,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Vec<Request> {
-    let Some(issue) = &plan.links().github_issue else {
+    let Some(issue) = plan.links().get(GITHUB_ISSUE) else {
         return Vec::new();
     };
     let key = format!("github:comment:{}:pull-request", plan.id());

@@ -51,6 +51,31 @@ pub enum Bodies {
     },
 }
 
+/// A backend's three column lists: every column, the header without the body, and the body only for the events a
+/// [`Bodies::Streams`] reader wants (`$3` the source, `$4` the stream prefix).
+pub struct ColumnLists {
+    pub all: &'static str,
+    pub header: &'static str,
+    pub stream_bodies: &'static str,
+}
+
+/// The statement reading events after `$1`, at most `$2`, with the bodies asked for, and the source and stream
+/// prefix to bind as `$3` and `$4` when the bodies are filtered.
+pub fn read_after(
+    lists: &ColumnLists,
+    bodies: Bodies,
+) -> (String, Option<(&'static str, &'static str)>) {
+    let (columns, filter) = match bodies {
+        Bodies::None => (lists.header, None),
+        Bodies::All => (lists.all, None),
+        Bodies::Streams {
+            source,
+            stream_prefix,
+        } => (lists.stream_bodies, Some((source, stream_prefix))),
+    };
+    (format!("SELECT {columns} {}", sql::EVENTS_AFTER), filter)
+}
+
 /// What an append returns: the event's place in the log, or the place of the event it duplicates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct Appended {

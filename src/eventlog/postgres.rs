@@ -35,6 +35,12 @@ const STREAM_BODY_COLUMNS: &str =
      recorded_at, action, repository, number, reference, content_type, \
      CASE WHEN source = $3 AND starts_with(stream, $4) THEN body ELSE '\\x'::bytea END AS body, meta::text AS meta";
 
+const COLUMN_LISTS: super::ColumnLists = super::ColumnLists {
+    all: COLUMNS,
+    header: HEADER_COLUMNS,
+    stream_bodies: STREAM_BODY_COLUMNS,
+};
+
 /// Events after `after` on a caller's connection (a projector's transaction), with the bodies asked for.
 pub(crate) async fn read_after_on(
     conn: &mut sqlx::PgConnection,
@@ -42,16 +48,7 @@ pub(crate) async fn read_after_on(
     limit: i64,
     bodies: Bodies,
 ) -> Result<Vec<StoredEvent>, StoreError> {
-    let (columns, filter) = match bodies {
-        Bodies::None => (HEADER_COLUMNS, None),
-        Bodies::All => (COLUMNS, None),
-        Bodies::Streams {
-            source,
-            stream_prefix,
-        } => (STREAM_BODY_COLUMNS, Some((source, stream_prefix))),
-    };
-    let sql =
-        format!("SELECT {columns} FROM events WHERE position > $1 ORDER BY position LIMIT $2");
+    let (sql, filter) = super::read_after(&COLUMN_LISTS, bodies);
     let mut query = sqlx::query(&sql).bind(after).bind(limit);
     if let Some((source, prefix)) = filter {
         query = query.bind(source).bind(prefix);

@@ -1,15 +1,14 @@
 //! `POST /api/tasks/{id}/land`: pidevops lands a task in review on a repository not on GitHub (see
 //! `crate::landing`).
 
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::tasks::{board_error, task_id};
+use super::tasks::{board_error, TaskIdPath};
 use super::{error, ApiError, AppState};
 use crate::eventlog::Appended;
 use crate::landing::LandError;
@@ -52,14 +51,7 @@ pub struct LandedTask {
             nothing was recorded (a push that got through is found and recorded by the next request)", body = ApiError),
     )
 )]
-pub async fn land(
-    State(state): State<AppState>,
-    id: Result<Path<String>, PathRejection>,
-) -> Response {
-    let id = match task_id(id) {
-        Ok(id) => id,
-        Err(why) => return error(StatusCode::BAD_REQUEST, "bad_id", why),
-    };
+pub async fn land(State(state): State<AppState>, TaskIdPath(id): TaskIdPath) -> Response {
     match state.lander.land(id, "api").await {
         Ok(landed) => {
             let (onto, pushed) = match landed.onto {

@@ -2,15 +2,15 @@
 //! timeline, its commands): it is approved or rejected (with a comment, which the planner gets) through
 //! `/api/tasks/{id}/approve` and `/reject`.
 
-use axum::extract::rejection::{JsonRejection, PathRejection};
-use axum::extract::{Path, State};
+use axum::extract::rejection::JsonRejection;
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::tasks::{board_error, created, idempotency_key, task_id, TaskCreation};
+use super::tasks::{board_error, created, idempotency_key, TaskCreation, TaskIdPath};
 use super::{error, ApiError, AppState};
 use crate::board::Draft;
 use crate::projectors::tasks::TaskRow;
@@ -129,14 +129,7 @@ pub struct PlanDetail {
         (status = 503, description = "`unavailable`: the store cannot be read", body = ApiError),
     )
 )]
-pub async fn show(
-    State(state): State<AppState>,
-    id: Result<Path<String>, PathRejection>,
-) -> Response {
-    let id = match task_id(id) {
-        Ok(id) => id,
-        Err(why) => return error(StatusCode::BAD_REQUEST, "bad_id", why),
-    };
+pub async fn show(State(state): State<AppState>, TaskIdPath(id): TaskIdPath) -> Response {
     let loaded = match state.board.load(id).await {
         Ok(Some(loaded)) => loaded,
         Ok(None) => return error(StatusCode::NOT_FOUND, "not_found", format!("no task {id}")),

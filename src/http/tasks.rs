@@ -192,14 +192,7 @@ pub struct TimelineItem {
         (status = 503, description = "`unavailable`: the store cannot be read", body = ApiError),
     )
 )]
-pub async fn show(
-    State(state): State<AppState>,
-    id: Result<Path<String>, PathRejection>,
-) -> Response {
-    let id = match task_id(id) {
-        Ok(id) => id,
-        Err(why) => return error(StatusCode::BAD_REQUEST, "bad_id", why),
-    };
+pub async fn show(State(state): State<AppState>, TaskIdPath(id): TaskIdPath) -> Response {
     match state.board.load(id).await {
         Ok(Some(loaded)) => {
             let rules = state.board.config().land_for(loaded.task.repo());
@@ -324,13 +317,9 @@ pub struct AgentChoice {
 )]
 pub async fn choose_agent(
     State(state): State<AppState>,
-    id: Result<Path<String>, PathRejection>,
+    TaskIdPath(id): TaskIdPath,
     body: Result<Json<serde_json::Value>, JsonRejection>,
 ) -> Response {
-    let id = match task_id(id) {
-        Ok(id) => id,
-        Err(why) => return error(StatusCode::BAD_REQUEST, "bad_id", why),
-    };
     let usage =
         "expected {\"agent\": \"<profile>\"} or {\"agent\": null} for the repository's profile";
     let body = match body {
@@ -384,13 +373,9 @@ pub async fn choose_agent(
 )]
 pub async fn edit_spec(
     State(state): State<AppState>,
-    id: Result<Path<String>, PathRejection>,
+    TaskIdPath(id): TaskIdPath,
     body: Result<Json<SpecEdit>, JsonRejection>,
 ) -> Response {
-    let id = match task_id(id) {
-        Ok(id) => id,
-        Err(why) => return error(StatusCode::BAD_REQUEST, "bad_id", why),
-    };
     let edit = match body {
         Ok(Json(edit)) => edit,
         Err(rejection) => return error(StatusCode::BAD_REQUEST, "bad_spec", rejection.body_text()),
@@ -447,13 +432,9 @@ pub struct AnswerBody {
 )]
 pub async fn answer(
     State(state): State<AppState>,
-    id: Result<Path<String>, PathRejection>,
+    TaskIdPath(id): TaskIdPath,
     body: Result<Json<AnswerBody>, JsonRejection>,
 ) -> Response {
-    let id = match task_id(id) {
-        Ok(id) => id,
-        Err(why) => return error(StatusCode::BAD_REQUEST, "bad_id", why),
-    };
     let body = match body {
         Ok(Json(body)) => body,
         Err(rejection) => {
@@ -492,11 +473,23 @@ pub async fn answer(
 }
 
 /// The task id in the path, or what is wrong with it (a `400 bad_id`).
-pub(super) fn task_id(id: Result<Path<String>, PathRejection>) -> Result<TaskId, String> {
-    let Ok(Path(id)) = id else {
-        return Err("missing task id".to_owned());
-    };
-    id.parse::<TaskId>().map_err(|e| e.to_string())
+/// The task id in a route's path (`/api/tasks/{id}`…), or `400 bad_id` saying what is wrong with it.
+pub(super) struct TaskIdPath(pub TaskId);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for TaskIdPath {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Response> {
+        let Ok(Path(id)) = Path::<String>::from_request_parts(parts, state).await else {
+            return Err(error(StatusCode::BAD_REQUEST, "bad_id", "missing task id"));
+        };
+        id.parse::<TaskId>()
+            .map(TaskIdPath)
+            .map_err(|e| error(StatusCode::BAD_REQUEST, "bad_id", e.to_string()))
+    }
 }
 
 fn task_detail(loaded: Loaded, rules: &LandConfig) -> TaskDetail {

@@ -15,7 +15,9 @@ use crate::board::{BoardError, Steer};
 use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::{AppendError, StoredEvent};
 use crate::projectors::tasks::{self as task_rows, LinkKind};
-use crate::tasks::{Column, Command, FollowUpOrigin, FollowUpText, RepoName, TaskError, TaskId};
+use crate::tasks::{
+    Column, Command, FollowUpOrigin, FollowUpText, RepoName, TaskError, TaskId, GITHUB_PR,
+};
 
 /// The type of a comment's record.
 pub const RECORD: &str = "conversation.github_comment";
@@ -185,8 +187,7 @@ impl Intake {
         let ours = same(task.repo())
             && task
                 .links()
-                .github_pr
-                .as_ref()
+                .get(GITHUB_PR)
                 .is_some_and(|pr| same(&pr.repo) && pr.number.get() == comment.number);
         Ok(ours.then_some(id))
     }
@@ -372,7 +373,7 @@ impl Intake {
             attempts: task.attempts(),
             max_attempts: task.max_attempts().get(),
             needs_human: task.needs_human().map(|n| n.reason.as_str().to_owned()),
-            pull_request: task.links().github_pr.as_ref().map(ToString::to_string),
+            pull_request: task.links().get(GITHUB_PR).map(|pr| pr.to_string()),
         })
     }
 }

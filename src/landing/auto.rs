@@ -16,7 +16,6 @@ use crate::board::BoardError;
 use crate::domain::Source;
 use crate::eventlog::{EventLog, StoredEvent};
 use crate::loops::follow::{AsStored, Follow, Follower, Next};
-use crate::tasks::values::TASK_STREAM_PREFIX;
 use crate::tasks::{Column, Command, LandMode, Reason, TaskId};
 
 /// The loop's name and its checkpoint's.
@@ -75,12 +74,7 @@ impl AutoLand {
         {
             return Ok(());
         }
-        let Some(id) = event
-            .stream
-            .as_deref()
-            .and_then(|s| s.strip_prefix(TASK_STREAM_PREFIX))
-            .and_then(|id| id.parse::<TaskId>().ok())
-        else {
+        let Some(id) = event.stream.as_deref().and_then(TaskId::from_stream) else {
             return Ok(());
         };
         let board = &self.lander.board;

@@ -26,7 +26,7 @@ use crate::config::dispatch::DispatchConfig;
 use crate::dispatch::runs::{self, RunEvent};
 use crate::dispatch::workspace::{LandRequest, LandResult, WorkspaceError, Workspaces};
 use crate::eventlog::EventLog;
-use crate::tasks::{Column, Command, CommitSha, GithubRef, RunId, Task, TaskId};
+use crate::tasks::{Column, Command, CommitSha, GithubRef, RunId, Task, TaskId, GITHUB_PR};
 
 /// Why a task was not landed.
 #[derive(Debug, thiserror::Error)]
@@ -157,7 +157,7 @@ impl Lander {
         if self.on_github(task) {
             return Err(LandError::OnGithub {
                 id,
-                pr: task.links().github_pr.clone(),
+                pr: task.links().get(GITHUB_PR),
             });
         }
         if task.is_plan() {

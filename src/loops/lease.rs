@@ -112,6 +112,22 @@ impl LeaseHandle {
     }
 }
 
+/// Taking a lease, on either backend after its own `VALUES` (the clocks differ): the holder renews it (the same
+/// token), anyone takes an expired one (the token + 1), and the row as the statement left it is returned.
+macro_rules! take_or_renew {
+    () => {
+        " ON CONFLICT (name) DO UPDATE SET
+            holder = excluded.holder,
+            token = CASE WHEN l.holder = excluded.holder THEN l.token ELSE l.token + 1 END,
+            acquired_at = CASE WHEN l.holder = excluded.holder THEN l.acquired_at
+                               ELSE excluded.acquired_at END,
+            renewed_at = excluded.renewed_at,
+            expires_at = excluded.expires_at
+         WHERE l.holder = excluded.holder OR l.expires_at < excluded.renewed_at
+         RETURNING holder, token, expires_at"
+    };
+}
+
 impl Leases {
     pub fn new(store: EventStore, holder: impl Into<String>, ttl: Duration) -> Self {
         Self {
@@ -252,19 +268,12 @@ impl Leases {
         match &self.store {
             EventStore::Postgres(s) => {
                 // clock_timestamp(): the database's clock at this statement, shared by every replica.
-                let won: Option<(String, i64, DateTime<Utc>)> = sqlx::query_as(
+                let won: Option<(String, i64, DateTime<Utc>)> = sqlx::query_as(concat!(
                     "INSERT INTO leases AS l (name, holder, token, acquired_at, renewed_at, expires_at)
                      VALUES ($1, $2, 1, clock_timestamp(), clock_timestamp(),
-                             clock_timestamp() + $3 * interval '1 millisecond')
-                     ON CONFLICT (name) DO UPDATE SET
-                        holder = excluded.holder,
-                        token = CASE WHEN l.holder = excluded.holder THEN l.token ELSE l.token + 1 END,
-                        acquired_at = CASE WHEN l.holder = excluded.holder THEN l.acquired_at
-                                           ELSE excluded.acquired_at END,
-                        renewed_at = excluded.renewed_at,
-                        expires_at = excluded.expires_at
-                     WHERE l.holder = excluded.holder OR l.expires_at < excluded.renewed_at
-                     RETURNING holder, token, expires_at",
+                             clock_timestamp() + $3 * interval '1 millisecond')",
+                    take_or_renew!()
+                ),
                 )
                 .bind(name)
                 .bind(&self.holder)
@@ -291,18 +300,11 @@ impl Leases {
             EventStore::Sqlite(s) => {
                 // One machine, one clock.
                 let now = Utc::now().timestamp_millis();
-                let won: Option<(String, i64, i64)> = sqlx::query_as(
+                let won: Option<(String, i64, i64)> = sqlx::query_as(concat!(
                     "INSERT INTO leases AS l (name, holder, token, acquired_at, renewed_at, expires_at)
-                     VALUES (?1, ?2, 1, ?3, ?3, ?3 + ?4)
-                     ON CONFLICT (name) DO UPDATE SET
-                        holder = excluded.holder,
-                        token = CASE WHEN l.holder = excluded.holder THEN l.token ELSE l.token + 1 END,
-                        acquired_at = CASE WHEN l.holder = excluded.holder THEN l.acquired_at
-                                           ELSE excluded.acquired_at END,
-                        renewed_at = excluded.renewed_at,
-                        expires_at = excluded.expires_at
-                     WHERE l.holder = excluded.holder OR l.expires_at < excluded.renewed_at
-                     RETURNING holder, token, expires_at",
+                     VALUES (?1, ?2, 1, ?3, ?3, ?3 + ?4)",
+                    take_or_renew!()
+                ),
                 )
                 .bind(name)
                 .bind(&self.holder)

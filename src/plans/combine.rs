@@ -27,7 +27,6 @@ use crate::dispatch::workspace::{CombineRequest, Combined, Combiner};
 use crate::domain::Source;
 use crate::eventlog::{EventLog, StoredEvent};
 use crate::loops::follow::{AsStored, Follow, Follower, Next};
-use crate::tasks::values::TASK_STREAM_PREFIX;
 use crate::tasks::{Column, CombinedItem, Command, CommitSha, Reason, TaskEvent, TaskId};
 
 /// The loop's name and its checkpoint's.
@@ -95,12 +94,7 @@ impl Combine {
         if event.source != Source::Pidevops.as_str() {
             return Ok(());
         }
-        let Some(id) = event
-            .stream
-            .as_deref()
-            .and_then(|s| s.strip_prefix(TASK_STREAM_PREFIX))
-            .and_then(|id| id.parse::<TaskId>().ok())
-        else {
+        let Some(id) = event.stream.as_deref().and_then(TaskId::from_stream) else {
             return Ok(());
         };
         let plan = match event.event_type.as_str() {

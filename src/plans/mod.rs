@@ -27,7 +27,6 @@ use crate::domain::Source;
 use crate::eventlog::{EventLog, StoredEvent};
 use crate::loops::follow::{AsStored, Follow, Follower, Next};
 use crate::tasks::plan::Scope;
-use crate::tasks::values::TASK_STREAM_PREFIX;
 use crate::tasks::PlanLand;
 use crate::tasks::{
     roll_up, ApprovalPolicy, ChildView, Command, Family, Reason, TaskEvent, TaskId, TaskKind,
@@ -90,12 +89,7 @@ impl Plans {
         if event.source != Source::Pidevops.as_str() {
             return Ok(());
         }
-        let Some(id) = event
-            .stream
-            .as_deref()
-            .and_then(|s| s.strip_prefix(TASK_STREAM_PREFIX))
-            .and_then(|id| id.parse::<TaskId>().ok())
-        else {
+        let Some(id) = event.stream.as_deref().and_then(TaskId::from_stream) else {
             return Ok(());
         };
         let task_event: TaskEvent = serde_json::from_slice(&event.body).with_context(|| {

@@ -24,7 +24,7 @@ use crate::eventlog::EventLog;
 use crate::projectors::tasks::{self as task_rows, TaskFilter};
 use crate::providers::github::{Answer, GithubClient};
 use crate::providers::CallError;
-use crate::tasks::Column;
+use crate::tasks::{Column, GITHUB_ISSUE, GITHUB_PR};
 
 pub const GITHUB_POLLER: &str = "github_poller";
 /// Conclusions reactions act on (the same as theirs).
@@ -70,7 +70,7 @@ impl GithubPoller {
         .context("listing the tasks in review")?;
         let mut progress = GithubPollProgress::default();
         for row in rows {
-            let Some(pr) = &row.links.github_pr else {
+            let Some(pr) = row.links.get(GITHUB_PR) else {
                 continue;
             };
             progress.pull_requests += 1;
@@ -168,7 +168,7 @@ impl GithubPoller {
             .await
             .with_context(|| format!("listing the tasks in {column}"))?;
             for row in rows {
-                let Some(issue_ref) = &row.links.github_issue else {
+                let Some(issue_ref) = row.links.get(GITHUB_ISSUE) else {
                     continue;
                 };
                 progress.issues += 1;

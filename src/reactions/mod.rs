@@ -33,7 +33,7 @@ use crate::eventlog::{EventLog, StoredEvent};
 use crate::loops::follow::{AsStored, Follow, Follower, Next};
 use crate::tasks::{
     Column, Command, CommitSha, FactName, FollowUpOrigin, FollowUpText, Reason, RetryCause, RunId,
-    Task, TaskEvent, TaskId,
+    Task, TaskEvent, TaskId, GITHUB_PR,
 };
 pub use rules::Reaction;
 
@@ -109,8 +109,7 @@ impl Reactions {
                 let task = &loaded.task;
                 let pr = task
                     .links()
-                    .github_pr
-                    .as_ref()
+                    .get(GITHUB_PR)
                     .filter(|pr| pr.repo.as_str().eq_ignore_ascii_case(task.repo().as_str()))
                     .map(|pr| pr.number.get());
                 let expected = rules::Expected {

@@ -28,6 +28,7 @@ pub use domain::{
 };
 pub use values::{
     AgentName, ApprovalPolicy, BranchName, Column, FollowUpOrigin, FollowUpText, GithubRef,
-    LinearIssue, Links, MaxAttempts, Priority, Reason, RepoName, ReviewPolicy, RunId, RunPurpose,
-    ScopePolicy, Spec, SpecParts, TaskId, TaskKind, TelegramMessage, ValueError,
+    LinearIssue, LinkConflict, LinkKey, Links, MaxAttempts, Priority, Reason, RepoName,
+    ReviewPolicy, RunId, RunPurpose, ScopePolicy, Spec, SpecParts, TaskId, TaskKind,
+    TelegramMessage, ValueError, GITHUB_ISSUE, GITHUB_PR, KNOWN_LINKS, LINEAR_ISSUE, TELEGRAM,
 };

@@ -17,7 +17,7 @@ use pidevops::board::Draft;
 use pidevops::domain::runs::RunEvent;
 use pidevops::projectors::runs::{self, RunRow, Which};
 use pidevops::projectors::tasks as task_rows;
-use pidevops::tasks::{Column, Links, RepoName, Spec, TaskId};
+use pidevops::tasks::{Column, Links, RepoName, Spec, TaskId, LINEAR_ISSUE};
 use serde_json::{json, Value};
 
 per_backend!(
@@ -142,10 +142,10 @@ async fn a_spent_budget_stops_the_agent_mid_stream_holds_the_next_task_and_a_rai
     let app = TestApp::spawn(settings).await;
 
     // The agent is stopped the moment its streamed spend reaches the task's $0.35, long before its loop ends.
-    let links = Links {
-        linear_issue: Some(pidevops::tasks::LinearIssue::new(issue, "ENG-7").unwrap()),
-        ..Links::default()
-    };
+    let links = Links::default().with(
+        LINEAR_ISSUE,
+        &pidevops::tasks::LinearIssue::new(issue, "ENG-7").unwrap(),
+    );
     let costly = task_with(&app, "Spend a lot", links).await;
     within(Duration::from_secs(60), "the costly run ends", || async {
         runs_of(&app, costly)

@@ -11,7 +11,7 @@ use crate::common::agents::{agent, dispatch_file, Remote, REPO};
 use crate::common::fake_github::FakeGithub;
 use crate::common::{within, TestApp, TestDb};
 use pidevops::board::Draft;
-use pidevops::tasks::{Column, Command, Links, Reason, Spec, TaskId};
+use pidevops::tasks::{Column, Command, Links, Reason, Spec, TaskId, GITHUB_ISSUE, GITHUB_PR};
 use secrecy::SecretString;
 use serde_json::{json, Value};
 
@@ -156,10 +156,10 @@ async fn a_trusted_mention_on_the_tasks_pull_request_reaches_its_next_run_once(d
     within(
         Duration::from_secs(60),
         "the pull request linked",
-        || async { load(&app, id).await.links().github_pr.is_some() },
+        || async { load(&app, id).await.links().has(GITHUB_PR) },
     )
     .await;
-    let pr = load(&app, id).await.links().github_pr.clone().unwrap();
+    let pr = load(&app, id).await.links().get(GITHUB_PR).unwrap();
     assert_eq!(pr.repo.as_str(), REPO);
     app.project().await;
 
@@ -308,10 +308,10 @@ async fn our_own_account_other_repositories_and_plain_comments_change_nothing(db
     post(&app, "issues", &labeled_issue()).await;
     let id = issue_task(&app).await;
     // The task's pull request, as effects:github would have linked it.
-    let links = Links {
-        github_pr: Some(pidevops::tasks::GithubRef::new(REPO.parse().unwrap(), 3).unwrap()),
-        ..Links::default()
-    };
+    let links = Links::default().with(
+        GITHUB_PR,
+        &pidevops::tasks::GithubRef::new(REPO.parse().unwrap(), 3).unwrap(),
+    );
     app.state
         .board
         .execute(id, &Command::AttachLinks { links }, "test")
@@ -471,10 +471,7 @@ async fn a_mention_on_an_issue_without_a_task_makes_one_and_a_later_label_no_sec
 
     let task = load(&app, id).await;
     assert_eq!(task.spec().task(), "Fix the login redirect");
-    assert_eq!(
-        task.links().github_issue.as_ref().unwrap().number.get(),
-        ISSUE
-    );
+    assert_eq!(task.links().get(GITHUB_ISSUE).unwrap().number.get(), ISSUE);
     let pending: Vec<&str> = task.pending_follow_ups().map(|f| f.text.as_str()).collect();
     assert_eq!(pending, vec![said]);
     let created = app

@@ -10,7 +10,7 @@ use axum::http::Method;
 use pidevops::board::Draft;
 use pidevops::effects::{EffectEvent, Provider};
 use pidevops::projectors::tasks as task_rows;
-use pidevops::tasks::{ApprovalPolicy, Command, Links, RunId, Spec, TaskId};
+use pidevops::tasks::{ApprovalPolicy, Command, Links, RunId, Spec, TaskId, GITHUB_ISSUE};
 use secrecy::SecretString;
 
 mod cap;
@@ -96,10 +96,7 @@ async fn a_task_in_review_gets_one_pull_request_and_its_link(db: TestDb) {
     let id = task_in_review_from(
         &app,
         "Fix the login redirect",
-        Links {
-            github_issue: Some(issue),
-            ..Links::default()
-        },
+        Links::default().with(GITHUB_ISSUE, &issue),
     )
     .await;
 
@@ -497,10 +494,7 @@ async fn hostile_ticket_text_pings_nobody_and_closes_nothing(db: TestDb) {
                 "FIXED: GH-4 &#64;admin",
             )
             .unwrap(),
-            Links {
-                github_issue: Some(issue),
-                ..Links::default()
-            },
+            Links::default().with(GITHUB_ISSUE, &issue),
         )
     };
     let (outcome, _) = board

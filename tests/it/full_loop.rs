@@ -20,7 +20,7 @@ use pidevops::eventlog::EventStore;
 use pidevops::ingress::verify::{sign_github, sign_linear};
 use pidevops::projectors::runs::{self, RunRow, Which};
 use pidevops::projectors::tasks as task_rows;
-use pidevops::tasks::{Column, TaskId};
+use pidevops::tasks::{Column, TaskId, GITHUB_PR, LINEAR_ISSUE};
 use secrecy::SecretString;
 use serde_json::{json, Value};
 
@@ -126,8 +126,7 @@ async fn task_of_issue(store: &EventStore) -> Option<TaskId> {
     rows.into_iter()
         .find(|r| {
             r.links
-                .linear_issue
-                .as_ref()
+                .get(LINEAR_ISSUE)
                 .is_some_and(|l| l.id().to_string() == ISSUE)
         })
         .map(|r| r.id)
@@ -190,7 +189,7 @@ where
         "the first attempt in review with its pull request",
         || async {
             let row = row(store, id).await;
-            row.column == Column::InReview && row.links.github_pr.is_some()
+            row.column == Column::InReview && row.links.has(GITHUB_PR)
         },
     )
     .await;
@@ -300,8 +299,21 @@ where
     .await;
     assert_eq!(fakes.github.pulls_opened().len(), 1, "one pull request");
     assert_eq!(row(store, id).await.attempts, 2);
-    // Let anything late settle, then count.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Count once nothing is left to do: every effects loop has handled the whole log (a call made twice would be
+    // made by then).
+    within(
+        Duration::from_secs(30),
+        "every effects loop at the log's head",
+        || async {
+            let head = store.head().await.unwrap();
+            let mut at_head = true;
+            for name in ["effects:github", "effects:linear", "effects:telegram"] {
+                at_head &= store.checkpoint(name).await.unwrap() >= head;
+            }
+            at_head
+        },
+    )
+    .await;
 }
 
 /// Every call that creates something on a fake was made once.

@@ -17,7 +17,7 @@ use pidevops::eventlog::EventStore;
 use pidevops::ingress::verify::sign_github;
 use pidevops::projectors::runs::{self, Which};
 use pidevops::projectors::tasks as task_rows;
-use pidevops::tasks::{Column, TaskId};
+use pidevops::tasks::{Column, TaskId, GITHUB_PR};
 use secrecy::SecretString;
 use serde_json::{json, Value};
 
@@ -211,14 +211,14 @@ async fn in_review(store: &EventStore, id: TaskId, attempts: usize) -> (u64, Str
                 .count();
             row(store, id).await.is_some_and(|r| {
                 r.column == Column::InReview
-                    && r.links.github_pr.is_some()
+                    && r.links.has(GITHUB_PR)
                     && r.attempts == attempts as i64
             }) && ended == attempts
         },
     )
     .await;
     let row = row(store, id).await.unwrap();
-    let number = row.links.github_pr.unwrap().number.get();
+    let number = row.links.get(GITHUB_PR).unwrap().number.get();
     let runs = runs::query(store, Which::Task(&id.to_string()))
         .await
         .unwrap();

@@ -14,7 +14,7 @@ use pidevops::eventlog::StoredEvent;
 use pidevops::ingress::verify::sign_github;
 use pidevops::projectors::runs::{self, RunRow, Which};
 use pidevops::projectors::tasks as task_rows;
-use pidevops::tasks::{Column, TaskId};
+use pidevops::tasks::{Column, TaskId, GITHUB_PR};
 use secrecy::SecretString;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -273,10 +273,16 @@ pub(crate) async fn pull_request_of(app: &TestApp, id: TaskId) -> u64 {
     within(
         Duration::from_secs(30),
         &format!("{id}'s pull request linked"),
-        || async { row(app, id).await.links.github_pr.is_some() },
+        || async { row(app, id).await.links.has(GITHUB_PR) },
     )
     .await;
-    row(app, id).await.links.github_pr.unwrap().number.get()
+    row(app, id)
+        .await
+        .links
+        .get(GITHUB_PR)
+        .unwrap()
+        .number
+        .get()
 }
 
 /// The log position of the first `event_type` in `id`'s stream.

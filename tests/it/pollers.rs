@@ -11,7 +11,7 @@ use crate::common::fake_linear::{default_states, FakeLinear, Issue, LINEAR_KEY};
 use crate::common::{within, TestApp, TestDb};
 use pidevops::projectors::runs::{self, Which};
 use pidevops::projectors::tasks as task_rows;
-use pidevops::tasks::{Column, TaskId};
+use pidevops::tasks::{Column, TaskId, GITHUB_PR, LINEAR_ISSUE};
 use secrecy::SecretString;
 use serde_json::{json, Value};
 
@@ -150,10 +150,7 @@ async fn a_missed_linear_issue_is_picked_up_once_and_a_delivered_one_is_not_appe
         .unwrap()
         .unwrap();
     assert_eq!(row.repo, "acme/billing");
-    assert_eq!(
-        row.links.linear_issue.as_ref().unwrap().identifier(),
-        "ENG-413"
-    );
+    assert_eq!(row.links.get(LINEAR_ISSUE).unwrap().identifier(), "ENG-413");
     // Since the last success, less an overlap: never the whole history again.
     let issue_queries: Vec<Value> = linear
         .calls()
@@ -355,7 +352,7 @@ async fn a_merge_and_a_ci_failure_whose_webhooks_never_came_are_found_on_github(
             task_rows::get(app.state.log.store(), id)
                 .await
                 .unwrap()
-                .is_some_and(|row| row.column == Column::InReview && row.links.github_pr.is_some())
+                .is_some_and(|row| row.column == Column::InReview && row.links.has(GITHUB_PR))
         },
     )
     .await;

@@ -12,7 +12,9 @@ use crate::common::{within, TestApp, TestDb};
 use pidevops::board::Draft;
 use pidevops::projectors::runs::{self, Which};
 use pidevops::projectors::tasks as task_rows;
-use pidevops::tasks::{ApprovalPolicy, Column, Command, GithubRef, Links, RunId, Spec, TaskId};
+use pidevops::tasks::{
+    ApprovalPolicy, Column, Command, GithubRef, Links, RunId, Spec, TaskId, GITHUB_PR,
+};
 use serde_json::{json, Value};
 
 per_backend!(
@@ -38,10 +40,10 @@ fn ours(mut body: Value, branch: &str) -> Value {
 }
 
 fn our_pr() -> Links {
-    Links {
-        github_pr: Some(GithubRef::new(REPO.parse().unwrap(), PR).unwrap()),
-        ..Links::default()
-    }
+    Links::default().with(
+        GITHUB_PR,
+        &GithubRef::new(REPO.parse().unwrap(), PR).unwrap(),
+    )
 }
 
 use crate::common::gh_fixture as fixture;
@@ -225,7 +227,7 @@ async fn closing_without_merging_cancels_and_other_branches_are_left_alone(db: T
             &Command::SubmitForReview {
                 run,
                 branch: id.branch(),
-                pr: our_pr().github_pr,
+                pr: our_pr().get(GITHUB_PR),
                 report: Default::default(),
             },
             "test",
@@ -289,7 +291,7 @@ async fn forks_strangers_and_other_repositories_change_nothing_and_are_recorded(
             &Command::SubmitForReview {
                 run,
                 branch: id.branch(),
-                pr: our_pr().github_pr,
+                pr: our_pr().get(GITHUB_PR),
                 report: Default::default(),
             },
             "test",

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common::server::Server;
-use crate::common::{TestDb, GITHUB_SECRET};
+use crate::common::{within, TestDb, GITHUB_SECRET};
 use pidevops::bus::{Bus, BusConfig, JetstreamBus};
 use pidevops::eventlog::EventStore;
 use pidevops::ingress::verify::sign_github;
@@ -169,7 +169,19 @@ async fn three_replicas_one_holder_failover_within_the_ttl_and_exactly_once_resu
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Mid-load: deliveries are being acknowledged by the replicas.
+    let acked_at_least = |n: usize| {
+        let acked = acked.clone();
+        within(
+            Duration::from_secs(60),
+            "deliveries acknowledged",
+            move || {
+                let acked = acked.clone();
+                async move { acked.lock().unwrap().len() >= n }
+            },
+        )
+    };
+    acked_at_least(50).await;
 
     // SIGKILL the relay's holder mid-load. The failover is timed by the database's clock, which stamps each
     // lease's `acquired_at`: from just before the kill to the takeover, without the latency of watching it happen
@@ -207,7 +219,9 @@ async fn three_replicas_one_holder_failover_within_the_ttl_and_exactly_once_resu
             "{name}: failover took {failover:?}, longer than the {TTL_S} s TTL"
         );
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The survivors go on acknowledging under the same load before it stops.
+    let before_stop = acked.lock().unwrap().len();
+    acked_at_least(before_stop + 50).await;
     stop.store(true, Ordering::SeqCst);
     for s in senders {
         s.await.unwrap();

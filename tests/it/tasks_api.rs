@@ -205,6 +205,15 @@ async fn refusals_are_precise_and_change_nothing(db: TestDb) {
         ("/api/tasks/T-1/archive", json!({}), 409, "refused"),
         ("/api/tasks/T-9/approve", json!({}), 404, "not_found"),
         ("/api/tasks/X-1/approve", json!({}), 400, "bad_id"),
+        (
+            "/api/tasks/X-1/agent",
+            json!({"agent": "claude"}),
+            400,
+            "bad_id",
+        ),
+        ("/api/tasks/T-0/spec", json!({"task": "x"}), 400, "bad_id"),
+        ("/api/tasks/t-1/answer", json!({"text": "x"}), 400, "bad_id"),
+        ("/api/tasks/X-1/land", json!({}), 400, "bad_id"),
         ("/api/tasks/T-1/launch", json!({}), 404, "not_found"),
         (
             "/api/tasks/T-1/reject",
@@ -229,6 +238,15 @@ async fn refusals_are_precise_and_change_nothing(db: TestDb) {
         let (got, response) = post(&app, path, body.clone(), None).await;
         assert_eq!(got, status, "{path} {body}: {response}");
         assert_eq!(response["error"], code, "{path} {body}: {response}");
+    }
+    for path in ["/api/tasks/X-1", "/api/plans/T-x"] {
+        let (status, body) = get(&app, path).await;
+        assert_eq!(status, 400, "{path}: {body}");
+        assert_eq!(body["error"], "bad_id", "{path}: {body}");
+        assert!(
+            !body["message"].as_str().unwrap().is_empty(),
+            "{path}: {body}"
+        );
     }
     let (_, refused) = post(&app, "/api/tasks/T-1/archive", json!({}), None).await;
     assert!(

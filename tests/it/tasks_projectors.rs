@@ -19,7 +19,7 @@ use pidevops::projectors::{Bodies, Projection, Projector, ProjectorTx, Step};
 use pidevops::tasks::{
     decide, replay, ApprovalPolicy, BranchName, Column, Command, GithubRef, LinearIssue, Links,
     MaxAttempts, NewTask, Priority, Reason, RepoName, RetryCause, RunId, Spec, Task, TaskEvent,
-    TaskId, TelegramMessage,
+    TaskId, TelegramMessage, GITHUB_ISSUE, LINEAR_ISSUE, TELEGRAM,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -183,18 +183,20 @@ fn reason(text: &str) -> Reason {
 
 /// Part one of the scenario: eight tasks created from every channel, some moving along.
 async fn part_one(board: &mut Board, log: &EventLog) {
-    let linear = |n: u128, ident: &str| Links {
-        linear_issue: Some(LinearIssue::new(uuid::Uuid::from_u128(n), ident).unwrap()),
-        ..Links::default()
+    let linear = |n: u128, ident: &str| {
+        Links::default().with(
+            LINEAR_ISSUE,
+            &LinearIssue::new(uuid::Uuid::from_u128(n), ident).unwrap(),
+        )
     };
-    let github = |n: u64| Links {
-        github_issue: Some(GithubRef::new("acme/web".parse().unwrap(), n).unwrap()),
-        ..Links::default()
+    let github = |n: u64| {
+        Links::default().with(
+            GITHUB_ISSUE,
+            &GithubRef::new("acme/web".parse().unwrap(), n).unwrap(),
+        )
     };
-    let telegram = |m: i64| Links {
-        telegram: Some(TelegramMessage::new(-100, m).unwrap()),
-        ..Links::default()
-    };
+    let telegram =
+        |m: i64| Links::default().with(TELEGRAM, &TelegramMessage::new(-100, m).unwrap());
     use ApprovalPolicy::{Auto, Manual};
     let creations = [
         (1, Priority::Normal, linear(1, "ENG-1"), Manual, "linear"),
@@ -294,10 +296,10 @@ async fn part_two(board: &mut Board, log: &EventLog) {
             log,
             id(6),
             Command::AttachLinks {
-                links: Links {
-                    github_issue: Some(GithubRef::new("acme/api".parse().unwrap(), 66).unwrap()),
-                    ..Links::default()
-                },
+                links: Links::default().with(
+                    GITHUB_ISSUE,
+                    &GithubRef::new("acme/api".parse().unwrap(), 66).unwrap(),
+                ),
             },
             27,
         )
@@ -544,13 +546,18 @@ async fn a_batch_wider_than_one_statement_is_written_whole(db: TestDb) {
     const TASKS: u64 = 3_000;
     let _cores = crate::common::heavy().await;
     let (store, log, stop) = open(&db).await;
-    let links = |n: u64| Links {
-        linear_issue: Some(
-            LinearIssue::new(uuid::Uuid::from_u128(u128::from(n)), &format!("ENG-{n}")).unwrap(),
-        ),
-        github_issue: Some(GithubRef::new(repo(n), n).unwrap()),
-        telegram: Some(TelegramMessage::new(-100, i64::try_from(n).unwrap()).unwrap()),
-        ..Links::default()
+    let links = |n: u64| {
+        Links::default()
+            .with(
+                LINEAR_ISSUE,
+                &LinearIssue::new(uuid::Uuid::from_u128(u128::from(n)), &format!("ENG-{n}"))
+                    .unwrap(),
+            )
+            .with(GITHUB_ISSUE, &GithubRef::new(repo(n), n).unwrap())
+            .with(
+                TELEGRAM,
+                &TelegramMessage::new(-100, i64::try_from(n).unwrap()).unwrap(),
+            )
     };
     let append_all =
         |version: i64, command: &dyn Fn(u64) -> Command, state: &mut HashMap<TaskId, Task>| {

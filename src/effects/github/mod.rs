@@ -22,6 +22,7 @@ use crate::providers::github::GithubClient;
 use crate::providers::CallError;
 use crate::tasks::{
     landing, Command, CommitSha, GithubRef, LandConfig, Links, Readiness, Task, TaskEvent, TaskId,
+    GITHUB_ISSUE, GITHUB_PR,
 };
 
 /// The `effects:github` policy: pull requests and issue comments.
@@ -160,10 +161,10 @@ impl ProviderPolicy for GithubPolicy {
         opened: &OpenedPullRequest<'_>,
     ) -> anyhow::Result<Vec<Request>> {
         let task = opened.task;
-        let links = Links {
-            github_pr: Some(GithubRef::new(opened.repo.clone(), opened.number)?),
-            ..Links::default()
-        };
+        let links = Links::default().with(
+            GITHUB_PR,
+            &GithubRef::new(opened.repo.clone(), opened.number)?,
+        );
         let linked = match fx
             .board()
             .execute(task, &Command::AttachLinks { links }, ACTOR)
@@ -284,7 +285,7 @@ pub fn github(event: &TaskEvent, task: &Task, config: &PolicyConfig) -> Vec<Requ
 /// Whether `event` can make a task ready to land (or its readiness worth a look again).
 fn may_land(event: &TaskEvent) -> bool {
     match event {
-        TaskEvent::LinksAttached { links, .. } => links.github_pr.is_some(),
+        TaskEvent::LinksAttached { links, .. } => links.has(GITHUB_PR),
         TaskEvent::SubmittedForReview { .. }
         | TaskEvent::CheckPassed { .. }
         | TaskEvent::ReviewApproved { .. }
@@ -333,7 +334,7 @@ pub fn land(task: &Task, rules: &LandConfig) -> Option<Request> {
 /// The merge request of the task's current head and pull request, ready or not (to settle one asked before).
 fn merge_asked_before(task: &Task, rules: &LandConfig) -> Option<Request> {
     let sha = task.landing().head()?;
-    let pr = task.links().github_pr.as_ref()?;
+    let pr = task.links().get(GITHUB_PR)?;
     pr.repo
         .as_str()
         .eq_ignore_ascii_case(task.repo().as_str())
@@ -361,7 +362,7 @@ pub fn after_pull_request(
     url: &str,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Vec<Request> {
-    let Some(issue) = &task.links().github_issue else {
+    let Some(issue) = task.links().get(GITHUB_ISSUE) else {
         return Vec::new();
     };
     let key = format!("github:comment:{}:pull-request", task.id());
@@ -520,7 +521,7 @@ pub fn github_question(
     bot_login: Option<&str>,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Option<Request> {
-    let issue = task.links().github_issue.as_ref()?;
+    let issue = task.links().get(GITHUB_ISSUE)?;
     let id = task.id();
     let key = format!("github:comment:{id}:ask:{event_id}");
     let asked = if question {

@@ -14,7 +14,7 @@ use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::{AppendError, StoredEvent};
 use crate::providers::linear::LinearClient;
 use crate::providers::CallError;
-use crate::tasks::{RunId, Task, TaskEvent};
+use crate::tasks::{RunId, Task, TaskEvent, LINEAR_ISSUE};
 
 /// The stream that lists the agent sessions opened on a Linear issue: `linear-session:<issue id>`.
 pub const LINEAR_SESSION_PREFIX: &str = "linear-session:";
@@ -242,7 +242,7 @@ async fn budget_notice(
     else {
         return Ok(Settled::Yes);
     };
-    let Some(issue) = loaded.task.links().linear_issue.as_ref().map(|l| l.id()) else {
+    let Some(issue) = loaded.task.links().get(LINEAR_ISSUE).map(|l| l.id()) else {
         return Ok(Settled::Yes);
     };
     let body = format!(
@@ -270,7 +270,7 @@ async fn budget_notice(
 
 /// The agent session that has the task's Linear issue now, if one does.
 async fn session_of(fx: &impl Handle, task: &Task) -> anyhow::Result<Option<String>> {
-    let Some(issue) = &task.links().linear_issue else {
+    let Some(issue) = task.links().get(LINEAR_ISSUE) else {
         return Ok(None);
     };
     let stream_name = format!("{LINEAR_SESSION_PREFIX}{}", issue.id());

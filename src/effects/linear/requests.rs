@@ -5,7 +5,7 @@ use serde_json::json;
 
 use crate::effects::policy_config::PolicyConfig;
 use crate::effects::{Action, Request};
-use crate::tasks::{Reason, RetryCause, RunId, Task, TaskEvent};
+use crate::tasks::{Reason, RetryCause, RunId, Task, TaskEvent, GITHUB_PR, LINEAR_ISSUE};
 
 /// Whether a task event is news for Linear (checked before the task is loaded).
 pub fn linear_notifies(event: &TaskEvent) -> bool {
@@ -57,7 +57,7 @@ pub fn linear(
     event_id: &str,
     config: &PolicyConfig,
 ) -> Vec<Request> {
-    let Some(issue) = task.links().linear_issue.as_ref().map(|l| l.id()) else {
+    let Some(issue) = task.links().get(LINEAR_ISSUE).map(|l| l.id()) else {
         return Vec::new();
     };
     let news = IssueNews {
@@ -89,7 +89,7 @@ pub fn linear(
             let mut requests = vec![news.move_to(&states.in_review, "started")];
             // The pull request is known (an earlier attempt opened it), or none will be opened: this attempt's
             // end is now. Otherwise it is when the pull request opens (see `linear_pull_request`).
-            let known = pr.clone().or_else(|| task.links().github_pr.clone());
+            let known = pr.clone().or_else(|| task.links().get(GITHUB_PR));
             if known.is_some() || !config.github_prs {
                 let place = known.map_or_else(
                     || format!("branch `{branch}`"),
@@ -379,8 +379,7 @@ impl IssueNews<'_> {
             let pr = self
                 .task
                 .links()
-                .github_pr
-                .as_ref()
+                .get(GITHUB_PR)
                 .map_or_else(String::new, |pr| format!(": {pr} was merged"));
             requests.push(self.comment(
                 format!("linear:comment:{}", self.event_id),
@@ -415,7 +414,7 @@ fn review_notice(
     place: &str,
     of: &str,
 ) -> Vec<Request> {
-    let Some(issue) = task.links().linear_issue.as_ref().map(|l| l.id()) else {
+    let Some(issue) = task.links().get(LINEAR_ISSUE).map(|l| l.id()) else {
         return Vec::new();
     };
     let id = task.id();

@@ -2,6 +2,7 @@
 //! proposal, a question asked where its task came from.
 
 use super::*;
+use crate::tasks::{GITHUB_ISSUE, LINEAR_ISSUE};
 
 #[test]
 fn a_message_fits_telegram_and_never_ends_inside_an_escape() {
@@ -103,10 +104,10 @@ fn linear_hears_each_step_as_comments_or_as_session_activities() {
         repo: "acme/app".parse().unwrap(),
         spec: Spec::new("Fix it", "", "").unwrap(),
         priority: Priority::Normal,
-        links: Links {
-            linear_issue: Some(LinearIssue::new(uuid::Uuid::from_u128(5), "ENG-4").unwrap()),
-            ..Links::default()
-        },
+        links: Links::default().with(
+            LINEAR_ISSUE,
+            &LinearIssue::new(uuid::Uuid::from_u128(5), "ENG-4").unwrap(),
+        ),
         approval: ApprovalPolicy::Auto,
         max_attempts: MaxAttempts::new(3).unwrap(),
         ticket_version: None,
@@ -237,11 +238,12 @@ fn a_question_is_asked_where_the_task_came_from_once_per_episode() {
         repo: repo.clone(),
         spec: Spec::new("Refund in the right currency", "", "").unwrap(),
         priority: Priority::Normal,
-        links: Links {
-            github_issue: Some(GithubRef::new(repo.clone(), 31).unwrap()),
-            linear_issue: Some(LinearIssue::new(uuid::Uuid::from_u128(6), "ENG-8").unwrap()),
-            ..Links::default()
-        },
+        links: Links::default()
+            .with(GITHUB_ISSUE, &GithubRef::new(repo.clone(), 31).unwrap())
+            .with(
+                LINEAR_ISSUE,
+                &LinearIssue::new(uuid::Uuid::from_u128(6), "ENG-8").unwrap(),
+            ),
         approval: ApprovalPolicy::Auto,
         max_attempts: MaxAttempts::new(3).unwrap(),
         ticket_version: None,

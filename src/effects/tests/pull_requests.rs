@@ -1,6 +1,7 @@
 //! What the GitHub policy asks for: pull requests (their text inert), merges, replies to comments.
 
 use super::*;
+use crate::tasks::{GITHUB_ISSUE, LINEAR_ISSUE};
 
 #[test]
 fn a_task_in_review_asks_for_one_pull_request_to_its_repositorys_base() {
@@ -14,11 +15,12 @@ fn a_task_in_review_asks_for_one_pull_request_to_its_repositorys_base() {
         repo: repo.clone(),
         spec: Spec::new("Fix the login redirect", "src/auth", "the e2e test passes").unwrap(),
         priority: Priority::Normal,
-        links: Links {
-            github_issue: Some(GithubRef::new(repo.clone(), 12).unwrap()),
-            linear_issue: Some(LinearIssue::new(uuid::Uuid::from_u128(5), "ENG-4").unwrap()),
-            ..Links::default()
-        },
+        links: Links::default()
+            .with(GITHUB_ISSUE, &GithubRef::new(repo.clone(), 12).unwrap())
+            .with(
+                LINEAR_ISSUE,
+                &LinearIssue::new(uuid::Uuid::from_u128(5), "ENG-4").unwrap(),
+            ),
         approval: ApprovalPolicy::Auto,
         max_attempts: MaxAttempts::new(3).unwrap(),
         ticket_version: None,
@@ -279,10 +281,7 @@ fn a_pull_request_from_hostile_ticket_text_has_no_live_mention_or_closing_keywor
         )
         .unwrap(),
         priority: Priority::Normal,
-        links: Links {
-            github_issue: Some(GithubRef::new(repo.clone(), 12).unwrap()),
-            ..Links::default()
-        },
+        links: Links::default().with(GITHUB_ISSUE, &GithubRef::new(repo.clone(), 12).unwrap()),
         approval: ApprovalPolicy::Auto,
         max_attempts: MaxAttempts::new(3).unwrap(),
         ticket_version: None,

@@ -17,7 +17,7 @@ use super::{caught_up, frame, page, rendered_at, timed, unavailable, SignedIn};
 use crate::domain::registry;
 use crate::http::AppState;
 use crate::projectors::tasks::{self as task_rows, TaskFilter, TaskRow};
-use crate::tasks::{Column, Links};
+use crate::tasks::{Column, Links, GITHUB_ISSUE, LINEAR_ISSUE, TELEGRAM};
 
 /// Cards shown per column; the header counts them all.
 pub const CARDS_PER_COLUMN: usize = 60;
@@ -141,17 +141,16 @@ fn card(row: &TaskRow, related: &Related, now: DateTime<Utc>) -> Markup {
 
 /// The ticket the task came from, linked where the address is known.
 fn source_link(links: &Links) -> Option<Markup> {
-    if let Some(issue) = &links.github_issue {
+    if let Some(issue) = links.get(GITHUB_ISSUE) {
         return Some(html! {
             a href={ "https://github.com/" (issue.repo) "/issues/" (issue.number) } { (issue.to_string()) }
         });
     }
-    if let Some(linear) = &links.linear_issue {
+    if let Some(linear) = links.get(LINEAR_ISSUE) {
         return Some(html! { span { (linear.identifier()) } });
     }
     links
-        .telegram
-        .as_ref()
+        .get(TELEGRAM)
         .map(|t| html! { span { "Telegram " (t.to_string()) } })
 }
 

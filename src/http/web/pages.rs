@@ -16,7 +16,7 @@ use super::triage::{spec_form, spec_text, triage_note, SpecDraft};
 use super::words::{age, column_label};
 use crate::projectors::runs::RunRow;
 use crate::projectors::tasks::{link_keys, TaskRow, TimelineEntry};
-use crate::tasks::{Column, Task};
+use crate::tasks::{Column, Task, GITHUB_ISSUE, GITHUB_PR, LINEAR_ISSUE, TELEGRAM};
 
 /// Which page the navigation marks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -267,14 +267,14 @@ pub fn task(view: &TaskView) -> Markup {
         @if !row.is_plan() || !link_keys(&row.links).is_empty() {
             h2 { "Links" }
             ul {
-                @if let Some(linear) = &row.links.linear_issue { li { "Linear " (linear.identifier()) } }
-                @if let Some(issue) = &row.links.github_issue {
+                @if let Some(linear) = row.links.get(LINEAR_ISSUE) { li { "Linear " (linear.identifier()) } }
+                @if let Some(issue) = row.links.get(GITHUB_ISSUE) {
                     li { "Issue " a href={ "https://github.com/" (issue.repo) "/issues/" (issue.number) } { (issue.to_string()) } }
                 }
-                @if let Some(pr) = &row.links.github_pr {
+                @if let Some(pr) = row.links.get(GITHUB_PR) {
                     li { "Pull request " a href={ "https://github.com/" (pr.repo) "/pull/" (pr.number) } { (pr.to_string()) } }
                 }
-                @if let Some(telegram) = &row.links.telegram { li { "Telegram message " (telegram.to_string()) } }
+                @if let Some(telegram) = row.links.get(TELEGRAM) { li { "Telegram message " (telegram.to_string()) } }
                 @if !row.is_plan() { li { "Branch " code { "pidevops/" (row.id) } } }
             }
         }

@@ -268,6 +268,7 @@ fn word_char(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tasks::GITHUB_ISSUE;
     use serde_json::json;
 
     const BOT: Option<&str> = Some("pidevops-bot");
@@ -463,7 +464,7 @@ mod tests {
         assert_eq!(draft.spec.task(), "Fix the login redirect");
         assert_eq!(draft.spec.done_when(), "it keeps it");
         assert_eq!(draft.spec.scope(), "The redirect drops the query.");
-        assert!(draft.links.github_issue.is_some());
+        assert!(draft.links.has(GITHUB_ISSUE));
     }
 
     #[test]

@@ -18,7 +18,7 @@ use super::{
     IntakeConfig, DONE_WHEN,
 };
 use crate::board::Draft;
-use crate::tasks::{GithubRef, Links, RepoName, Spec, ValueError};
+use crate::tasks::{GithubRef, Links, RepoName, Spec, ValueError, GITHUB_ISSUE};
 
 /// An `issues` event (`opened`, `labeled`, `closed`, …; the action comes from the event's type).
 #[derive(Clone, Debug, Deserialize)]
@@ -146,10 +146,7 @@ pub(super) fn github_issue_draft(
         let body = issue.body.as_deref().unwrap_or_default();
         let (done_when, scope) = take_line(body, DONE_WHEN);
         let spec = Spec::new(&issue.title, scope, done_when.unwrap_or_default())?;
-        let links = Links {
-            github_issue: Some(GithubRef::new(repo.clone(), number)?),
-            ..Links::default()
-        };
+        let links = Links::default().with(GITHUB_ISSUE, &GithubRef::new(repo.clone(), number)?);
         let key = format!("github:{repo}#{number}");
         let draft = ticket_draft(plan, agent, repo, spec, links);
         // GitHub's clock for this version of the issue (whole seconds): deliveries arrive out of order.

@@ -15,7 +15,9 @@ use serde_json::Value;
 
 use crate::board::{AllowedRepos, Draft};
 use crate::eventlog::StoredEvent;
-use crate::tasks::{AgentName, LinearIssue, Links, Priority, RepoName, Spec, ValueError};
+use crate::tasks::{
+    AgentName, LinearIssue, Links, Priority, RepoName, Spec, ValueError, LINEAR_ISSUE,
+};
 
 pub mod github_comment;
 mod github_issue;
@@ -442,10 +444,7 @@ fn linear_draft(
         .map(|p| Priority::from_linear(u8::try_from(p).unwrap_or(0)));
     // Linear's own clock for this version of the issue: deliveries and polls can arrive out of order.
     let ticket_version = ticket_time(&issue["updatedAt"]);
-    let links = Links {
-        linear_issue: Some(linear),
-        ..Links::default()
-    };
+    let links = Links::default().with(LINEAR_ISSUE, &linear);
     let draft = ticket_draft(plan, agent, repo, spec, links);
     Ok((
         format!("linear:{id}"),
@@ -551,10 +550,7 @@ fn agent_session_created(data: &Value, config: &IntakeConfig) -> Decision {
             linear_scope(&description),
             done_when(&description).unwrap_or_default(),
         )?;
-        let links = Links {
-            linear_issue: Some(linear),
-            ..Links::default()
-        };
+        let links = Links::default().with(LINEAR_ISSUE, &linear);
         Ok(if plan {
             Draft::plan(repo, spec, links)
         } else {

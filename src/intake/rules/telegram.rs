@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::{ignore, no_planner, Decision, IntakeConfig};
 use crate::board::Draft;
-use crate::tasks::{Links, RepoName, Spec, TelegramMessage, ValueError};
+use crate::tasks::{Links, RepoName, Spec, TelegramMessage, ValueError, TELEGRAM};
 
 pub(super) fn telegram_ids(
     list: &str,
@@ -122,10 +122,7 @@ pub(super) fn telegram_message(data: &Value, config: &IntakeConfig) -> Decision 
         let repo: RepoName = repo.parse()?;
         let message_id = i64::from(message.message_id);
         let spec = Spec::new(what, "", "")?;
-        let links = Links {
-            telegram: Some(TelegramMessage::new(chat, message_id)?),
-            ..Links::default()
-        };
+        let links = Links::default().with(TELEGRAM, &TelegramMessage::new(chat, message_id)?);
         let draft = super::ticket_draft(plan, None, repo, spec, links);
         Ok((format!("telegram:{chat}:{message_id}"), draft))
     })();

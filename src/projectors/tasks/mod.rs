@@ -39,7 +39,8 @@ use write::write;
 use super::{Bodies, Projector, ProjectorTx};
 use crate::eventlog::{sql, StoreError, StoredEvent};
 use crate::tasks::{
-    evolve, Column, GithubRef, Links, Priority, Task, TaskError, TaskEvent, TaskId,
+    evolve, Column, GithubRef, Links, Priority, Task, TaskError, TaskEvent, TaskId, GITHUB_ISSUE,
+    GITHUB_PR, LINEAR_ISSUE, TELEGRAM,
 };
 
 pub const NAME: &str = "tasks";
@@ -83,16 +84,16 @@ impl LinkKind {
 /// The lookup keys of a set of links, as `task_links` stores them.
 pub fn link_keys(links: &Links) -> Vec<(LinkKind, String)> {
     let mut keys = Vec::new();
-    if let Some(issue) = &links.linear_issue {
+    if let Some(issue) = links.get(LINEAR_ISSUE) {
         keys.push((LinkKind::LinearIssue, issue.id().to_string()));
     }
-    if let Some(issue) = &links.github_issue {
+    if let Some(issue) = links.get(GITHUB_ISSUE) {
         keys.push((LinkKind::GithubIssue, issue.to_string()));
     }
-    if let Some(pr) = &links.github_pr {
+    if let Some(pr) = links.get(GITHUB_PR) {
         keys.push((LinkKind::GithubPr, pr.to_string()));
     }
-    if let Some(message) = &links.telegram {
+    if let Some(message) = links.get(TELEGRAM) {
         keys.push((
             LinkKind::TelegramMessage,
             format!("{}:{}", message.chat(), message.message()),
@@ -473,7 +474,7 @@ impl TasksProjector {
                     task: d.task,
                     repo: task.repo().as_str().to_owned(),
                     pull_request: merged_pull_request(
-                        task.links().github_pr.as_ref(),
+                        task.links().get(GITHUB_PR).as_ref(),
                         task.parent(),
                         task.id(),
                     ),

@@ -1,17 +1,19 @@
 use super::write::priority_rank;
 use super::*;
-use crate::tasks::{GithubRef, LinearIssue, RepoName, TelegramMessage};
+use crate::tasks::{
+    GithubRef, LinearIssue, RepoName, TelegramMessage, GITHUB_ISSUE, GITHUB_PR, LINEAR_ISSUE,
+    TELEGRAM,
+};
 
 #[test]
 fn link_keys_are_stable_strings() {
     let repo: RepoName = "acme/api".parse().unwrap();
     let id = uuid::Uuid::nil();
-    let links = Links {
-        linear_issue: Some(LinearIssue::new(id, "ENG-1").unwrap()),
-        github_issue: Some(GithubRef::new(repo.clone(), 7).unwrap()),
-        github_pr: Some(GithubRef::new(repo, 9).unwrap()),
-        telegram: Some(TelegramMessage::new(-100, 5).unwrap()),
-    };
+    let links = Links::default()
+        .with(LINEAR_ISSUE, &LinearIssue::new(id, "ENG-1").unwrap())
+        .with(GITHUB_ISSUE, &GithubRef::new(repo.clone(), 7).unwrap())
+        .with(GITHUB_PR, &GithubRef::new(repo, 9).unwrap())
+        .with(TELEGRAM, &TelegramMessage::new(-100, 5).unwrap());
     let keys: Vec<(&str, String)> = link_keys(&links)
         .into_iter()
         .map(|(k, v)| (k.as_str(), v))
@@ -29,10 +31,10 @@ fn link_keys_are_stable_strings() {
 
 #[test]
 fn the_source_is_the_creating_channel_else_the_first_link() {
-    let mut links = Links::default();
+    let links = Links::default();
     assert_eq!(source_of(None, &links), "api");
     assert_eq!(source_of(Some("cli"), &links), "api");
-    links.telegram = Some(TelegramMessage::new(1, 1).unwrap());
+    let links = links.with(TELEGRAM, &TelegramMessage::new(1, 1).unwrap());
     assert_eq!(source_of(None, &links), "telegram");
     assert_eq!(source_of(Some("github"), &links), "github");
 }

@@ -141,7 +141,7 @@ pub(super) fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError>
         current: true,
     });
     task.branch = Some(id.branch());
-    super::landing::evolve(task, event)
+    super::landing::evolve(task, event, super::landing::LandingFact::NewPush)
 }
 
 /// The plan rolled up to `column`: anywhere but review, an item left review, so its combination is stale.

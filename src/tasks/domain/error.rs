@@ -1,6 +1,6 @@
 //! Why a command was refused or an event could not be applied.
 
-use super::super::values::{Column, Reason, RunId, RunPurpose, TaskId, TaskKind};
+use super::super::values::{Column, LinkConflict, Reason, RunId, RunPurpose, TaskId, TaskKind};
 use super::MAX_FOLLOW_UPS;
 
 /// Why a command was refused or an event could not be applied. Each message names the task, what was asked and
@@ -35,7 +35,7 @@ pub enum TaskError {
     #[error("{id} is already linked to {link} {existing}; refusing {proposed}")]
     LinkConflict {
         id: TaskId,
-        link: &'static str,
+        link: String,
         existing: String,
         proposed: String,
     },
@@ -91,4 +91,16 @@ pub enum TaskError {
 pub(super) fn join(columns: &[Column]) -> String {
     let names: Vec<&str> = columns.iter().map(|c| c.as_str()).collect();
     names.join(" or ")
+}
+
+impl TaskError {
+    /// A link of task `id` refused a different value.
+    pub fn link_conflict(id: TaskId, conflict: LinkConflict) -> Self {
+        TaskError::LinkConflict {
+            id,
+            existing: conflict.existing_shown(),
+            proposed: conflict.proposed_shown(),
+            link: conflict.link,
+        }
+    }
 }

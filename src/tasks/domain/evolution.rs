@@ -4,9 +4,11 @@ use chrono::{DateTime, Utc};
 
 use super::super::values::{
     AgentName, Column, FollowUpOrigin, FollowUpText, Links, MaxAttempts, Reason, RunId, RunPurpose,
-    Spec, TaskKind,
+    Spec, TaskKind, GITHUB_PR,
 };
 use super::decision::new_links;
+use super::family::{self, FamilyEvent};
+use super::landing::{self, LandingFact};
 use super::{
     join, Failure, FollowUp, NeedsHuman, RetryCause, Task, TaskCreated, TaskError, TaskEvent,
     BEFORE_WORK, BETWEEN_ATTEMPTS, CLOSED, NOT_ARCHIVED, OPEN, OSCILLATION_STARTS,
@@ -77,10 +79,13 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
             task.branch = Some(branch.clone());
             task.reviewed_run = Some(*run);
             // A new push: approvals and checks of the code before it do not count.
-            super::landing::evolve(task, event)?;
+            landing::evolve(task, event, LandingFact::NewPush)?;
             // A newer pull request supersedes the old one; no submission removes a link.
             if let Some(pr) = pr {
-                task.links.github_pr = Some(pr.clone());
+                // GITHUB_PR is replaceable: setting it never conflicts.
+                task.links
+                    .set(GITHUB_PR, pr)
+                    .map_err(|conflict| TaskError::link_conflict(task.id, conflict))?;
             }
         }
         TaskEvent::Completed { .. } => {
@@ -132,15 +137,57 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
         TaskEvent::AttemptReturned { max_attempts, .. } => {
             attempt_returned(task, event, *max_attempts)?
         }
-        TaskEvent::TriageEnded { .. }
-        | TaskEvent::PlanProposed { .. }
-        | TaskEvent::PlanApproved { .. }
-        | TaskEvent::PlanRejected { .. }
-        | TaskEvent::ChildrenCreated { .. }
-        | TaskEvent::RolledUp { .. } => super::family::apply(task, event)?,
-        TaskEvent::CheckPassed { .. }
-        | TaskEvent::ReviewApproved { .. }
-        | TaskEvent::ApprovalWithdrawn { .. } => super::landing::evolve(task, event)?,
+        TaskEvent::TriageEnded { at, run, outcome } => family::apply(
+            task,
+            event,
+            FamilyEvent::TriageEnded {
+                at: *at,
+                run: *run,
+                outcome,
+            },
+        )?,
+        TaskEvent::PlanProposed { run, plan, .. } => {
+            family::apply(task, event, FamilyEvent::PlanProposed { run: *run, plan })?
+        }
+        TaskEvent::PlanApproved { at, .. } => {
+            family::apply(task, event, FamilyEvent::PlanApproved { at: *at })?
+        }
+        TaskEvent::PlanRejected {
+            reason,
+            max_attempts,
+            ..
+        } => family::apply(
+            task,
+            event,
+            FamilyEvent::PlanRejected {
+                reason,
+                max_attempts: *max_attempts,
+            },
+        )?,
+        TaskEvent::ChildrenCreated { children, .. } => {
+            family::apply(task, event, FamilyEvent::ChildrenCreated { children })?
+        }
+        TaskEvent::RolledUp {
+            column,
+            needs_human,
+            ..
+        } => family::apply(
+            task,
+            event,
+            FamilyEvent::RolledUp {
+                column: *column,
+                needs_human,
+            },
+        )?,
+        TaskEvent::CheckPassed { sha, name, .. } => {
+            landing::evolve(task, event, LandingFact::CheckPassed { sha, name })?
+        }
+        TaskEvent::ReviewApproved { sha, by, .. } => {
+            landing::evolve(task, event, LandingFact::Approved { sha, by })?
+        }
+        TaskEvent::ApprovalWithdrawn { by, .. } => {
+            landing::evolve(task, event, LandingFact::Withdrawn { by })?
+        }
         TaskEvent::Combined { .. } => super::combined::apply(task, event)?,
         // Its `completed` follows and closes the task.
         TaskEvent::Landed { .. } => require(task, event, &[Column::InReview])?,
@@ -369,13 +416,7 @@ fn follow_ups_delivered(
 fn links_attached(task: &mut Task, event: &TaskEvent, links: &Links) -> Result<(), TaskError> {
     require(task, event, NOT_ARCHIVED)?;
     let added = new_links(task.id, &task.links, links)?;
-    let merged = Links {
-        linear_issue: task.links.linear_issue.take().or(added.linear_issue),
-        github_issue: task.links.github_issue.take().or(added.github_issue),
-        github_pr: task.links.github_pr.take().or(added.github_pr),
-        telegram: task.links.telegram.take().or(added.telegram),
-    };
-    task.links = merged;
+    task.links.add_missing(added);
     Ok(())
 }
 

@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::super::values::{Column, TaskKind};
+use super::super::values::{Column, TaskKind, GITHUB_PR};
 use super::decision::wrong_column;
 use super::{Command, Task, TaskError, TaskEvent};
 
@@ -174,10 +174,26 @@ impl Landing {
 // decide and evolve for the landing commands and events (called from `decision.rs` and `evolution.rs`).
 // ---------------------------------------------------------------------------------------------------------------
 
+/// A landing command's fields: `decide` routes the three here by variant, so nothing else can arrive.
+pub(super) enum LandingCommand<'a> {
+    CheckPassed {
+        sha: &'a CommitSha,
+        name: &'a FactName,
+    },
+    Approval {
+        by: &'a FactName,
+        sha: &'a CommitSha,
+    },
+    Withdrawal {
+        by: &'a FactName,
+    },
+}
+
 /// `RecordCheckPassed`, `RecordApproval`, `WithdrawApproval`: the events to record, none (already so), or why not.
 pub(super) fn decide(
     task: &Task,
     command: &Command,
+    landing_command: LandingCommand<'_>,
     at: DateTime<Utc>,
 ) -> Result<Vec<TaskEvent>, TaskError> {
     if task.column != Column::InReview {
@@ -187,61 +203,54 @@ pub(super) fn decide(
     let fresh = |sha: &CommitSha, set: &BTreeSet<FactName>, name: &FactName| {
         !landing.is_about(sha) || (!set.contains(name) && set.len() < MAX_FACTS)
     };
-    Ok(match command {
-        Command::RecordCheckPassed { sha, name } if fresh(sha, &landing.checks_passed, name) => {
+    Ok(match landing_command {
+        LandingCommand::CheckPassed { sha, name } if fresh(sha, &landing.checks_passed, name) => {
             vec![TaskEvent::CheckPassed {
                 at,
                 sha: sha.clone(),
                 name: name.clone(),
             }]
         }
-        Command::RecordApproval { by, sha } if fresh(sha, &landing.approved_by, by) => {
+        LandingCommand::Approval { by, sha } if fresh(sha, &landing.approved_by, by) => {
             vec![TaskEvent::ReviewApproved {
                 at,
                 sha: sha.clone(),
                 by: by.clone(),
             }]
         }
-        Command::WithdrawApproval { by } if landing.approved_by.contains(by) => {
+        LandingCommand::Withdrawal { by } if landing.approved_by.contains(by) => {
             vec![TaskEvent::ApprovalWithdrawn { at, by: by.clone() }]
         }
         // Already so (or over the bound): nothing new to record.
-        Command::RecordCheckPassed { .. }
-        | Command::RecordApproval { .. }
-        | Command::WithdrawApproval { .. } => Vec::new(),
-        // Not a landing command: `decide` routes only the three above here.
-        Command::Create(_)
-        | Command::Approve
-        | Command::Reject { .. }
-        | Command::Start { .. }
-        | Command::SubmitForReview { .. }
-        | Command::Complete
-        | Command::Retry { .. }
-        | Command::Cancel { .. }
-        | Command::Archive
-        | Command::FlagNeedsHuman { .. }
-        | Command::ClearNeedsHuman
-        | Command::UpdateSpec { .. }
-        | Command::AttachFollowUp { .. }
-        | Command::DeliverFollowUps { .. }
-        | Command::Answer { .. }
-        | Command::WithdrawTicket { .. }
-        | Command::NoteTicketVersion { .. }
-        | Command::Reprioritize { .. }
-        | Command::AttachLinks { .. }
-        | Command::ChooseAgent { .. }
-        | Command::StartTriage { .. }
-        | Command::ProposeSpec { .. }
-        | Command::ProposePlan { .. }
-        | Command::AdoptChildren { .. }
-        | Command::RollUp { .. }
-        | Command::RecordCombined { .. }
-        | Command::RecordLanded { .. } => Vec::new(),
+        LandingCommand::CheckPassed { .. }
+        | LandingCommand::Approval { .. }
+        | LandingCommand::Withdrawal { .. } => Vec::new(),
     })
 }
 
-/// Applies a landing event, or starts over on a new submission (a new push); other events change nothing here.
-pub(super) fn evolve(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
+/// What a landing event says, routed here by variant (`evolve`, `combined::apply`).
+pub(super) enum LandingFact<'a> {
+    /// A new push (an attempt's, or a plan's combination): facts about the code before it do not count.
+    NewPush,
+    CheckPassed {
+        sha: &'a CommitSha,
+        name: &'a FactName,
+    },
+    Approved {
+        sha: &'a CommitSha,
+        by: &'a FactName,
+    },
+    Withdrawn {
+        by: &'a FactName,
+    },
+}
+
+/// Applies a landing fact of `event`, or starts over on a new submission (a new push).
+pub(super) fn evolve(
+    task: &mut Task,
+    event: &TaskEvent,
+    fact: LandingFact<'_>,
+) -> Result<(), TaskError> {
     let in_review = |task: &Task| {
         if task.column == Column::InReview {
             Ok(())
@@ -253,51 +262,23 @@ pub(super) fn evolve(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError
             })
         }
     };
-    match event {
-        // A new push (an attempt's, or a plan's combination): facts about the code before it do not count.
-        TaskEvent::SubmittedForReview { .. } | TaskEvent::Combined { .. } => {
-            task.landing = Landing::default()
-        }
-        TaskEvent::CheckPassed { sha, name, .. } => {
+    match fact {
+        LandingFact::NewPush => task.landing = Landing::default(),
+        LandingFact::CheckPassed { sha, name } => {
             in_review(task)?;
             task.landing
                 .for_head(sha)
                 .checks_passed
                 .insert(name.clone());
         }
-        TaskEvent::ReviewApproved { sha, by, .. } => {
+        LandingFact::Approved { sha, by } => {
             in_review(task)?;
             task.landing.for_head(sha).approved_by.insert(by.clone());
         }
-        TaskEvent::ApprovalWithdrawn { by, .. } => {
+        LandingFact::Withdrawn { by } => {
             in_review(task)?;
             task.landing.approved_by.remove(by);
         }
-        TaskEvent::Created(_)
-        | TaskEvent::Approved { .. }
-        | TaskEvent::Rejected { .. }
-        | TaskEvent::Started { .. }
-        | TaskEvent::Completed { .. }
-        | TaskEvent::Retried { .. }
-        | TaskEvent::Cancelled { .. }
-        | TaskEvent::Archived { .. }
-        | TaskEvent::FlaggedNeedsHuman { .. }
-        | TaskEvent::NeedsHumanCleared { .. }
-        | TaskEvent::SpecUpdated { .. }
-        | TaskEvent::FollowUpAttached { .. }
-        | TaskEvent::FollowUpsDelivered { .. }
-        | TaskEvent::TicketSeen { .. }
-        | TaskEvent::PriorityChanged { .. }
-        | TaskEvent::LinksAttached { .. }
-        | TaskEvent::AttemptReturned { .. }
-        | TaskEvent::AgentChosen { .. }
-        | TaskEvent::TriageEnded { .. }
-        | TaskEvent::PlanProposed { .. }
-        | TaskEvent::PlanApproved { .. }
-        | TaskEvent::PlanRejected { .. }
-        | TaskEvent::ChildrenCreated { .. }
-        | TaskEvent::RolledUp { .. }
-        | TaskEvent::Landed { .. } => {}
     }
     Ok(())
 }
@@ -372,8 +353,7 @@ pub fn readiness(task: &Task, land: &LandConfig) -> Readiness {
     }
     let pr = task
         .links
-        .github_pr
-        .as_ref()
+        .get(GITHUB_PR)
         .filter(|pr| pr.repo.as_str().eq_ignore_ascii_case(task.repo.as_str()));
     let Some(pr) = pr else {
         return Readiness::Waiting("its pull request is not open yet".into());

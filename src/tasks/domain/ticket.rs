@@ -10,27 +10,32 @@
 
 use chrono::{DateTime, Utc};
 
-use super::super::values::Column;
+use super::super::values::{Column, Reason};
 use super::evolution::require;
-use super::{Command, Task, TaskError, TaskEvent, NOT_ARCHIVED};
+use super::{Task, TaskError, TaskEvent, NOT_ARCHIVED};
 
 /// Where a withdrawn ticket cancels its task.
 pub(super) const WITHDRAWN_FROM: &[Column] = &[Column::Triage, Column::Todo, Column::InProgress];
 
+/// A ticket command's fields: `decide` routes the two here by variant, so nothing else can arrive.
+pub(super) enum TicketCommand<'a> {
+    /// `NoteTicketVersion`: the version seen.
+    Seen(&'a DateTime<Utc>),
+    /// `WithdrawTicket`: why, and the version withdrawn at when the source has one.
+    Withdrawn(&'a Reason, &'a Option<DateTime<Utc>>),
+}
+
 /// `WithdrawTicket`, `NoteTicketVersion`: the events to record, or none (stale, or already so).
 pub(super) fn decide(
     task: &Task,
-    command: &Command,
+    command: TicketCommand<'_>,
     at: DateTime<Utc>,
 ) -> Result<Vec<TaskEvent>, TaskError> {
     Ok(match command {
-        Command::NoteTicketVersion { ticket_version } => {
+        TicketCommand::Seen(ticket_version) => {
             seen(task, Some(*ticket_version), at).into_iter().collect()
         }
-        Command::WithdrawTicket {
-            reason,
-            ticket_version,
-        } => {
+        TicketCommand::Withdrawn(reason, ticket_version) => {
             if is_stale(task, *ticket_version) {
                 return Ok(Vec::new());
             }
@@ -43,35 +48,6 @@ pub(super) fn decide(
             }
             events
         }
-        // Not a ticket command: `decide` routes only the two above here.
-        Command::Create(_)
-        | Command::Approve
-        | Command::Reject { .. }
-        | Command::Start { .. }
-        | Command::SubmitForReview { .. }
-        | Command::Complete
-        | Command::Retry { .. }
-        | Command::Cancel { .. }
-        | Command::Archive
-        | Command::FlagNeedsHuman { .. }
-        | Command::ClearNeedsHuman
-        | Command::UpdateSpec { .. }
-        | Command::AttachFollowUp { .. }
-        | Command::DeliverFollowUps { .. }
-        | Command::Answer { .. }
-        | Command::Reprioritize { .. }
-        | Command::AttachLinks { .. }
-        | Command::ChooseAgent { .. }
-        | Command::StartTriage { .. }
-        | Command::ProposeSpec { .. }
-        | Command::ProposePlan { .. }
-        | Command::AdoptChildren { .. }
-        | Command::RollUp { .. }
-        | Command::RecordCheckPassed { .. }
-        | Command::RecordApproval { .. }
-        | Command::WithdrawApproval { .. }
-        | Command::RecordCombined { .. }
-        | Command::RecordLanded { .. } => Vec::new(),
     })
 }
 

@@ -1,4 +1,5 @@
-//! Where a task came from and what it produced: Linear issues, GitHub references, Telegram messages.
+//! Where a task came from and what it produced: Linear issues, GitHub references, Telegram messages, and the
+//! [`LinkKey`]s a task's [`super::Links`] holds them under.
 
 use std::fmt;
 use std::num::NonZeroU64;
@@ -7,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use super::link_key::{KnownLink, LinkKey};
 use super::{RepoName, ValueError};
 
 /// A Linear issue: the stable id (webhooks and the API key on it) and the identifier people read (`ENG-123`),
@@ -130,16 +132,15 @@ impl TryFrom<TelegramParts> for TelegramMessage {
     }
 }
 
-/// Where a task came from and what it produced. A link, once set, stays set; only `github_pr` may be replaced,
-/// by a later submission's pull request.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct Links {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub linear_issue: Option<LinearIssue>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub github_issue: Option<GithubRef>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub github_pr: Option<GithubRef>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub telegram: Option<TelegramMessage>,
-}
+/// A task's Linear issue (where it came from, or the issue a plan's item is filed under).
+pub const LINEAR_ISSUE: LinkKey<LinearIssue> = LinkKey::new("linear_issue", false);
+/// The GitHub issue a task came from.
+pub const GITHUB_ISSUE: LinkKey<GithubRef> = LinkKey::new("github_issue", false);
+/// A task's pull request: the one link a later submission's pull request replaces.
+pub const GITHUB_PR: LinkKey<GithubRef> = LinkKey::new("github_pr", true);
+/// The Telegram message a task came from.
+pub const TELEGRAM: LinkKey<TelegramMessage> = LinkKey::new("telegram", false);
+
+/// The keys this build knows: the OpenAPI schema documents them and a conflict shows their values with `Display`.
+/// A key left out still works (read, set, kept); its values show as JSON and the schema does not name it.
+pub static KNOWN_LINKS: [&dyn KnownLink; 4] = [&LINEAR_ISSUE, &GITHUB_ISSUE, &GITHUB_PR, &TELEGRAM];

@@ -3,6 +3,8 @@
 
 mod board;
 mod ids;
+mod link_key;
+mod link_map;
 mod links;
 mod reports;
 pub mod suggest;
@@ -12,7 +14,10 @@ pub use board::{
     ApprovalPolicy, Column, MaxAttempts, Priority, ReviewPolicy, RunPurpose, ScopePolicy, TaskKind,
 };
 pub use ids::{AgentName, BranchName, RepoName, RunId, TaskId, TASK_STREAM_PREFIX};
-pub use links::{GithubRef, LinearIssue, LinearIssueParts, Links, TelegramMessage, TelegramParts};
+pub use link_key::{KnownLink, LinkKey};
+pub use link_map::{LinkConflict, Links};
+// Whole: a link type or `LinkKey` declared there is `tasks::values::…` with no edit here.
+pub use links::*;
 pub use reports::*;
 pub use text::{FollowUpOrigin, FollowUpText, Reason, Spec, SpecParts};
 

@@ -372,21 +372,172 @@ fn links_are_validated() {
     );
 }
 
-/// The stored shape of links, pinned: events already in logs must read back, and write out byte for byte the
-/// same, whatever `Links` becomes (a map keyed by provider, say).
+/// The stored shape of links, pinned: events already in logs read back unchanged whatever `Links` is. Written
+/// out, a `Links` map orders its keys (and a value's fields) by name: the same JSON value, deterministic bytes.
 #[test]
-fn stored_links_read_back_and_write_out_byte_for_byte() {
+fn stored_links_read_back_and_write_out_the_same_value_in_key_order() {
     const STORED: &str = r#"{"type":"links_attached","at":"2026-01-02T03:04:05Z","links":{"linear_issue":{"id":"8f1c2b0e-5d3a-4c1e-9b7a-0a1b2c3d4e5f","identifier":"ENG-42"},"github_issue":{"repo":"acme/api","number":7},"github_pr":{"repo":"acme/api","number":9},"telegram":{"chat":-100123,"message":55}}}"#;
+    const WRITTEN: &str = r#"{"type":"links_attached","at":"2026-01-02T03:04:05Z","links":{"github_issue":{"number":7,"repo":"acme/api"},"github_pr":{"number":9,"repo":"acme/api"},"linear_issue":{"id":"8f1c2b0e-5d3a-4c1e-9b7a-0a1b2c3d4e5f","identifier":"ENG-42"},"telegram":{"chat":-100123,"message":55}}}"#;
     let event: crate::tasks::TaskEvent = serde_json::from_str(STORED).unwrap();
     let crate::tasks::TaskEvent::LinksAttached { links, .. } = &event else {
         panic!("{event:?}");
     };
-    assert_eq!(links.linear_issue.as_ref().unwrap().identifier(), "ENG-42");
-    assert_eq!(links.github_pr.as_ref().unwrap().to_string(), "acme/api#9");
-    assert_eq!(links.telegram.unwrap().message(), 55);
-    assert_eq!(serde_json::to_string(&event).unwrap(), STORED);
+    let linear = links.get(LINEAR_ISSUE).unwrap();
+    assert_eq!(linear.identifier(), "ENG-42");
+    assert_eq!(
+        linear.id().to_string(),
+        "8f1c2b0e-5d3a-4c1e-9b7a-0a1b2c3d4e5f"
+    );
+    assert_eq!(links.get(GITHUB_ISSUE).unwrap().to_string(), "acme/api#7");
+    assert_eq!(links.get(GITHUB_PR).unwrap().to_string(), "acme/api#9");
+    assert_eq!(links.get(TELEGRAM).unwrap().message(), 55);
+    assert_eq!(links.get(TELEGRAM).unwrap().chat(), -100_123);
+    let written = serde_json::to_string(&event).unwrap();
+    let value = |json: &str| serde_json::from_str::<serde_json::Value>(json).unwrap();
+    assert_eq!(value(&written), value(STORED), "the same JSON value");
+    assert_eq!(written, WRITTEN, "keys in name order");
+    let again: crate::tasks::TaskEvent = serde_json::from_str(&written).unwrap();
+    assert_eq!(again, event);
+    assert_eq!(
+        serde_json::to_string(&again).unwrap(),
+        written,
+        "the same bytes every time"
+    );
     // One link: the others stay out.
     const ONE: &str = r#"{"telegram":{"chat":5,"message":1}}"#;
     let one: Links = serde_json::from_str(ONE).unwrap();
     assert_eq!(serde_json::to_string(&one).unwrap(), ONE);
+}
+
+fn pr(number: u64) -> GithubRef {
+    GithubRef::new("acme/api".parse().unwrap(), number).unwrap()
+}
+
+#[test]
+fn a_link_is_set_once_and_only_a_replaceable_one_is_replaced() {
+    let mut links = Links::default();
+    assert!(!links.has(GITHUB_ISSUE));
+    assert_eq!(links.get(GITHUB_ISSUE), None);
+    links.set(GITHUB_ISSUE, &pr(7)).unwrap();
+    assert_eq!(links.get(GITHUB_ISSUE), Some(pr(7)));
+    // The same value again changes nothing; another is refused, naming both.
+    links.set(GITHUB_ISSUE, &pr(7)).unwrap();
+    let refused = links.set(GITHUB_ISSUE, &pr(8)).unwrap_err();
+    assert_eq!(refused.link, "github_issue");
+    assert_eq!(refused.existing_shown(), "acme/api#7");
+    assert_eq!(refused.proposed_shown(), "acme/api#8");
+    assert_eq!(links.get(GITHUB_ISSUE), Some(pr(7)));
+    // The pull request is replaceable; the same type under another key is another link.
+    links.set(GITHUB_PR, &pr(9)).unwrap();
+    links.set(GITHUB_PR, &pr(10)).unwrap();
+    assert_eq!(links.get(GITHUB_PR), Some(pr(10)));
+    assert_eq!(links.get(GITHUB_ISSUE), Some(pr(7)));
+    assert!(GITHUB_PR.is_replaceable());
+    assert!(!GITHUB_ISSUE.is_replaceable() && !LINEAR_ISSUE.is_replaceable());
+    assert!(!TELEGRAM.is_replaceable());
+}
+
+#[test]
+fn attached_links_add_what_is_missing_and_refuse_a_different_value() {
+    let have = Links::default().with(GITHUB_ISSUE, &pr(7));
+    let proposed = Links::default()
+        .with(GITHUB_ISSUE, &pr(7))
+        .with(TELEGRAM, &TelegramMessage::new(5, 1).unwrap());
+    let added = have.missing_from(&proposed).unwrap();
+    assert_eq!(
+        added,
+        Links::default().with(TELEGRAM, &TelegramMessage::new(5, 1).unwrap())
+    );
+    let mut merged = have.clone();
+    merged.add_missing(added);
+    assert_eq!(merged, proposed);
+    assert!(have.missing_from(&have).unwrap().is_empty());
+    // Attaching never replaces, not even the replaceable pull request: only a submission does.
+    let with_pr = Links::default().with(GITHUB_PR, &pr(9));
+    let conflict = with_pr
+        .missing_from(&Links::default().with(GITHUB_PR, &pr(10)))
+        .unwrap_err();
+    assert_eq!(conflict.link, "github_pr");
+}
+
+/// A key this build does not know (a newer provider's link) reads back and is written back, not dropped.
+#[test]
+fn unknown_links_are_kept() {
+    const STORED: &str = r#"{"github_pr":{"number":9,"repo":"acme/api"},"slack_thread":{"channel":"C1","ts":"17.5"}}"#;
+    let links: Links = serde_json::from_str(STORED).unwrap();
+    assert_eq!(links.get(GITHUB_PR), Some(pr(9)));
+    assert_eq!(serde_json::to_string(&links).unwrap(), STORED);
+    let names: Vec<&str> = links.iter().map(|(name, _)| name).collect();
+    assert_eq!(names, ["github_pr", "slack_thread"]);
+    // A provider's own key reads it typed, with no change to `Links`.
+    #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct Thread {
+        channel: String,
+        ts: String,
+    }
+    const SLACK: LinkKey<Thread> = LinkKey::new("slack_thread", false);
+    assert_eq!(links.get(SLACK).unwrap().channel, "C1");
+    // Its conflicts show its JSON, as no `Display` is known for it.
+    let other = Links::default().with(
+        SLACK,
+        &Thread {
+            channel: "C2".into(),
+            ts: "1".into(),
+        },
+    );
+    let conflict = links.missing_from(&other).unwrap_err();
+    assert_eq!(conflict.existing_shown(), r#"{"channel":"C1","ts":"17.5"}"#);
+}
+
+/// A stored value that does not read as its key's type is absent, never a panic; `null` is absent too.
+#[test]
+fn a_link_that_does_not_parse_is_absent() {
+    let links: Links = serde_json::from_str(
+        r#"{"github_pr":{"repo":"not a repo","number":0},"telegram":"55","linear_issue":null}"#,
+    )
+    .unwrap();
+    assert_eq!(links.get(GITHUB_PR), None);
+    assert!(!links.has(GITHUB_PR));
+    assert_eq!(links.get(TELEGRAM), None);
+    assert_eq!(links.get(LINEAR_ISSUE), None);
+    assert_eq!(
+        links.iter().count(),
+        2,
+        "null is absent; the others are kept as stored"
+    );
+    assert_eq!(
+        serde_json::to_string(&links).unwrap(),
+        r#"{"github_pr":{"number":0,"repo":"not a repo"},"telegram":"55"}"#
+    );
+    // A task's conflict message shows it as stored.
+    let conflict = links
+        .missing_from(&Links::default().with(GITHUB_PR, &pr(1)))
+        .unwrap_err();
+    assert_eq!(
+        conflict.existing_shown(),
+        r#"{"number":0,"repo":"not a repo"}"#
+    );
+}
+
+/// A caller's links (`POST /api/tasks`) are read as strictly as typed fields were: a known key's bad value is
+/// refused by name, an unknown key dropped.
+#[test]
+fn given_links_are_known_keys_read_as_their_types() {
+    #[derive(Debug, serde::Deserialize)]
+    struct Given {
+        #[serde(deserialize_with = "Links::deserialize_given")]
+        links: Links,
+    }
+    let given: Given = serde_json::from_str(
+        r#"{"links":{"github_issue":{"repo":"acme/api","number":7},"made_up":{"x":1},"telegram":null}}"#,
+    )
+    .unwrap();
+    assert_eq!(given.links, Links::default().with(GITHUB_ISSUE, &pr(7)));
+    let refused = serde_json::from_str::<Given>(
+        r#"{"links":{"linear_issue":{"id":"8f1c2b0e-5d3a-4c1e-9b7a-0a1b2c3d4e5f","identifier":"eng 4"}}}"#,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(refused.contains("links.linear_issue"), "{refused}");
+    assert!(refused.contains("is not TEAM-<n>"), "{refused}");
 }

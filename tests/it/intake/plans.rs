@@ -4,7 +4,7 @@
 //! author's plan label makes nothing, and without a planner nothing is made and intake says why.
 
 use crate::common::{TestApp, TestDb};
-use pidevops::tasks::{Column, TaskId, TaskKind};
+use pidevops::tasks::{Column, TaskId, TaskKind, GITHUB_ISSUE, LINEAR_ISSUE};
 use serde_json::{json, Value};
 
 async fn reasons(app: &TestApp) -> Vec<String> {
@@ -119,8 +119,7 @@ async fn issues_and_sessions_with_the_plan_label_become_one_plan_each(db: TestDb
     assert_eq!(
         from_github
             .links()
-            .github_issue
-            .as_ref()
+            .get(GITHUB_ISSUE)
             .map(|i| i.number.get()),
         Some(12)
     );
@@ -130,8 +129,7 @@ async fn issues_and_sessions_with_the_plan_label_become_one_plan_each(db: TestDb
     assert_eq!(
         from_linear
             .links()
-            .linear_issue
-            .as_ref()
+            .get(LINEAR_ISSUE)
             .map(|l| l.identifier().to_owned()),
         Some("ENG-412".to_owned())
     );

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::common::fake_telegram::FakeTelegram;
 use crate::common::{within, TestApp, TestDb, TELEGRAM_SECRET};
 use pidevops::effects::Provider;
-use pidevops::tasks::{Column, TaskId};
+use pidevops::tasks::{Column, TaskId, TELEGRAM};
 use secrecy::SecretString;
 use serde_json::{json, Value};
 
@@ -129,7 +129,7 @@ async fn a_plan_from_telegram_is_proposed_with_buttons_rejected_with_a_comment_a
     let loaded = board.load(plan).await.unwrap().unwrap();
     assert!(loaded.task.is_plan());
     assert_eq!(
-        loaded.task.links().telegram.as_ref().map(|t| t.chat()),
+        loaded.task.links().get(TELEGRAM).map(|t| t.chat()),
         Some(-100)
     );
     assert!(

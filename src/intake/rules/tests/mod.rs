@@ -1,4 +1,5 @@
 use super::*;
+use crate::tasks::GITHUB_ISSUE;
 
 fn config(text: &str) -> Result<IntakeConfig, String> {
     let file = text
@@ -272,7 +273,7 @@ fn the_plan_label_makes_a_plan_where_a_task_would_be_made_and_only_with_a_planne
     assert_eq!(draft.spec.task(), "Split billing into services");
     assert_eq!(draft.spec.done_when(), "each deploys alone");
     assert_eq!(draft.agent, None, "a plan's agent is the planner");
-    assert!(draft.links.github_issue.is_some());
+    assert!(draft.links.has(GITHUB_ISSUE));
     // The same issue without the plan label is a task; the plan label alone is not intake's business.
     let (_, task) = created(github_issue(&issue(&["pidevops"], "MEMBER"), &planner));
     assert_eq!(task.family.kind, crate::tasks::TaskKind::Task);

@@ -7,6 +7,11 @@ use super::super::values::{
     RunId, RunPurpose, Spec, TaskId, TaskKind,
 };
 use super::family;
+use super::landing::{self, LandingCommand};
+use super::ticket::{
+    self,
+    TicketCommand::{Seen, Withdrawn},
+};
 
 mod conversation;
 mod retries;
@@ -152,8 +157,12 @@ pub fn decide(
 
         Command::Answer { text, origin } => answer(task, command, text, origin.as_ref(), now),
 
-        Command::WithdrawTicket { .. } | Command::NoteTicketVersion { .. } => {
-            super::ticket::decide(task, command, at)
+        Command::WithdrawTicket {
+            reason,
+            ticket_version,
+        } => ticket::decide(task, Withdrawn(reason, ticket_version), at),
+        Command::NoteTicketVersion { ticket_version } => {
+            ticket::decide(task, Seen(ticket_version), at)
         }
 
         Command::Reprioritize { priority } => reprioritize(task, *priority, at),
@@ -174,9 +183,15 @@ pub fn decide(
             column,
             needs_human,
         } => family::roll_up_plan(task, command, *column, needs_human, at),
-        Command::RecordCheckPassed { .. }
-        | Command::RecordApproval { .. }
-        | Command::WithdrawApproval { .. } => super::landing::decide(task, command, at),
+        Command::RecordCheckPassed { sha, name } => {
+            landing::decide(task, command, LandingCommand::CheckPassed { sha, name }, at)
+        }
+        Command::RecordApproval { by, sha } => {
+            landing::decide(task, command, LandingCommand::Approval { by, sha }, at)
+        }
+        Command::WithdrawApproval { by } => {
+            landing::decide(task, command, LandingCommand::Withdrawal { by }, at)
+        }
         Command::RecordCombined {
             commit,
             base,
@@ -411,7 +426,7 @@ fn attach_links(
     at: DateTime<Utc>,
 ) -> Result<Vec<TaskEvent>, TaskError> {
     let added = new_links(task.id, &task.links, links)?;
-    if added == Links::default() {
+    if added.is_empty() {
         return Ok(Vec::new());
     }
     Ok(vec![TaskEvent::LinksAttached { at, links: added }])
@@ -478,39 +493,9 @@ pub(super) fn new_links(
     existing: &Links,
     proposed: &Links,
 ) -> Result<Links, TaskError> {
-    fn pick<T: Clone + PartialEq + std::fmt::Display>(
-        id: TaskId,
-        link: &'static str,
-        existing: &Option<T>,
-        proposed: &Option<T>,
-    ) -> Result<Option<T>, TaskError> {
-        match (existing, proposed) {
-            (Some(have), Some(want)) if have != want => Err(TaskError::LinkConflict {
-                id,
-                link,
-                existing: have.to_string(),
-                proposed: want.to_string(),
-            }),
-            (None, Some(want)) => Ok(Some(want.clone())),
-            _ => Ok(None),
-        }
-    }
-    Ok(Links {
-        linear_issue: pick(
-            id,
-            "linear_issue",
-            &existing.linear_issue,
-            &proposed.linear_issue,
-        )?,
-        github_issue: pick(
-            id,
-            "github_issue",
-            &existing.github_issue,
-            &proposed.github_issue,
-        )?,
-        github_pr: pick(id, "github_pr", &existing.github_pr, &proposed.github_pr)?,
-        telegram: pick(id, "telegram", &existing.telegram, &proposed.telegram)?,
-    })
+    existing
+        .missing_from(proposed)
+        .map_err(|conflict| TaskError::link_conflict(id, conflict))
 }
 
 /// The commands that wait while a triage agent rewrites the ticket (the approver waits for it, or cancels).

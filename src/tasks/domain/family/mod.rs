@@ -435,12 +435,44 @@ fn apply_roll_up(
     Ok(())
 }
 
-pub(super) fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
+/// A plan or triage event's fields: `evolve` routes the six here by variant, so nothing else can arrive.
+pub(super) enum FamilyEvent<'a> {
+    TriageEnded {
+        at: DateTime<Utc>,
+        run: RunId,
+        outcome: &'a TriageOutcome,
+    },
+    PlanProposed {
+        run: RunId,
+        plan: &'a PlanDocument,
+    },
+    PlanApproved {
+        at: DateTime<Utc>,
+    },
+    PlanRejected {
+        reason: &'a Reason,
+        max_attempts: MaxAttempts,
+    },
+    ChildrenCreated {
+        children: &'a [TaskId],
+    },
+    RolledUp {
+        column: Column,
+        needs_human: &'a [TaskId],
+    },
+}
+
+/// Applies a plan or triage event (`event` names it in errors).
+pub(super) fn apply(
+    task: &mut Task,
+    event: &TaskEvent,
+    family_event: FamilyEvent<'_>,
+) -> Result<(), TaskError> {
     use super::evolution::{inapplicable, require};
-    match event {
-        TaskEvent::TriageEnded { at, run, outcome } => {
+    match family_event {
+        FamilyEvent::TriageEnded { at, run, outcome } => {
             require(task, event, &[Column::InProgress])?;
-            if task.run != Some(*run) || task.purpose != Some(RunPurpose::Triage) {
+            if task.run != Some(run) || task.purpose != Some(RunPurpose::Triage) {
                 return Err(inapplicable(
                     Some(task),
                     event,
@@ -453,18 +485,18 @@ pub(super) fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError>
             task.triage = match outcome {
                 TriageOutcome::Proposed { spec } => {
                     task.spec = spec.clone();
-                    Some(TriageState::Proposed { at: *at })
+                    Some(TriageState::Proposed { at })
                 }
                 TriageOutcome::Failed { reason } => Some(TriageState::Failed {
-                    at: *at,
+                    at,
                     reason: reason.clone(),
                 }),
                 TriageOutcome::Interrupted => None,
             };
         }
-        TaskEvent::PlanProposed { run, plan, .. } => {
+        FamilyEvent::PlanProposed { run, plan } => {
             require(task, event, &[Column::InProgress])?;
-            if task.run != Some(*run) || task.purpose != Some(RunPurpose::Plan) {
+            if task.run != Some(run) || task.purpose != Some(RunPurpose::Plan) {
                 return Err(inapplicable(
                     Some(task),
                     event,
@@ -475,11 +507,11 @@ pub(super) fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError>
             task.run = None;
             task.purpose = None;
             let state = require_plan(task, event)?;
-            state.proposal = Some(plan.clone());
+            state.proposal = Some(Box::new(plan.clone()));
             state.revision += 1;
             state.rejection = None;
         }
-        TaskEvent::PlanApproved { at, .. } => {
+        FamilyEvent::PlanApproved { at } => {
             require(task, event, &[Column::Triage])?;
             let state = require_plan(task, event)?;
             if state.proposal.is_none() || state.approved_at.is_some() {
@@ -489,23 +521,22 @@ pub(super) fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError>
                     "it has no proposal waiting".into(),
                 ));
             }
-            state.approved_at = Some(*at);
+            state.approved_at = Some(at);
             task.column = Column::InProgress;
         }
-        TaskEvent::PlanRejected {
+        FamilyEvent::PlanRejected {
             reason,
             max_attempts,
-            ..
         } => {
             require(task, event, &[Column::Triage])?;
-            if *max_attempts < task.max_attempts {
+            if max_attempts < task.max_attempts {
                 return Err(inapplicable(
                     Some(task),
                     event,
                     "the budget would shrink".into(),
                 ));
             }
-            task.max_attempts = *max_attempts;
+            task.max_attempts = max_attempts;
             let state = require_plan(task, event)?;
             if state.proposal.is_none() || state.approved_at.is_some() {
                 return Err(inapplicable(
@@ -518,7 +549,7 @@ pub(super) fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError>
             state.rejection = Some(reason.clone());
             task.column = Column::Todo;
         }
-        TaskEvent::ChildrenCreated { children, .. } => {
+        FamilyEvent::ChildrenCreated { children } => {
             let state = require_plan(task, event)?;
             if state.approved_at.is_none() || !state.children.is_empty() {
                 return Err(inapplicable(
@@ -527,44 +558,12 @@ pub(super) fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError>
                     "it is not an approved plan without items".into(),
                 ));
             }
-            state.children = children.clone();
+            state.children = children.to_vec();
         }
-        TaskEvent::RolledUp {
+        FamilyEvent::RolledUp {
             column,
             needs_human,
-            ..
-        } => apply_roll_up(task, event, *column, needs_human)?,
-        // `evolve` routes only the plan and triage events here.
-        TaskEvent::Created(_)
-        | TaskEvent::Approved { .. }
-        | TaskEvent::Rejected { .. }
-        | TaskEvent::Started { .. }
-        | TaskEvent::SubmittedForReview { .. }
-        | TaskEvent::Completed { .. }
-        | TaskEvent::Retried { .. }
-        | TaskEvent::Cancelled { .. }
-        | TaskEvent::Archived { .. }
-        | TaskEvent::FlaggedNeedsHuman { .. }
-        | TaskEvent::NeedsHumanCleared { .. }
-        | TaskEvent::SpecUpdated { .. }
-        | TaskEvent::FollowUpAttached { .. }
-        | TaskEvent::FollowUpsDelivered { .. }
-        | TaskEvent::TicketSeen { .. }
-        | TaskEvent::PriorityChanged { .. }
-        | TaskEvent::LinksAttached { .. }
-        | TaskEvent::AttemptReturned { .. }
-        | TaskEvent::AgentChosen { .. }
-        | TaskEvent::CheckPassed { .. }
-        | TaskEvent::ReviewApproved { .. }
-        | TaskEvent::ApprovalWithdrawn { .. }
-        | TaskEvent::Combined { .. }
-        | TaskEvent::Landed { .. } => {
-            return Err(inapplicable(
-                Some(task),
-                event,
-                "not a plan or triage event".into(),
-            ))
-        }
+        } => apply_roll_up(task, event, column, needs_human)?,
     }
     Ok(())
 }

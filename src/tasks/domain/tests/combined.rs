@@ -6,7 +6,7 @@ use super::super::{decide as decide_task, evolve, Family, NewTask};
 use super::*;
 use crate::tasks::plan::{PlanDocument, PlanLimits};
 use crate::tasks::values::{ApprovalPolicy, GithubRef, Links, MaxAttempts, Priority, Spec};
-use crate::tasks::{landing, FactName, LandConfig, LandMode, Readiness};
+use crate::tasks::{landing, FactName, LandConfig, LandMode, Readiness, GITHUB_PR};
 
 const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
@@ -218,10 +218,7 @@ fn auto_land_merges_a_plan_only_at_its_current_combination_with_the_facts_about_
         then(
             plan,
             Command::AttachLinks {
-                links: Links {
-                    github_pr: Some(GithubRef::new(repo(), 8).expect("a pr")),
-                    ..Links::default()
-                },
+                links: Links::default().with(GITHUB_PR, &GithubRef::new(repo(), 8).expect("a pr")),
             },
         )
     };

@@ -3,6 +3,7 @@
 //! for a follow-up given back, and a question answered once.
 
 use super::*;
+use crate::tasks::GITHUB_PR;
 
 fn origin(key: &str) -> Option<FollowUpOrigin> {
     Some(FollowUpOrigin::new(key, "alice on GitHub").expect("a valid origin"))
@@ -141,7 +142,7 @@ fn a_follow_up_queued_during_a_run_sends_it_round_again_after_its_submission() {
     ));
     assert_eq!(task.column(), Column::Todo);
     assert_eq!(
-        task.links().github_pr,
+        task.links().get(GITHUB_PR),
         Some(pr(3)),
         "the pull request stays"
     );

@@ -313,10 +313,10 @@ fn only_an_unflagged_task_in_review_with_its_own_pull_request_lands() {
     let linked = then(
         bare,
         Command::AttachLinks {
-            links: crate::tasks::Links {
-                github_pr: Some(GithubRef::new(elsewhere, 9).expect("a pr")),
-                ..Default::default()
-            },
+            links: crate::tasks::Links::default().with(
+                crate::tasks::GITHUB_PR,
+                &GithubRef::new(elsewhere, 9).expect("a pr"),
+            ),
         },
     );
     assert!(!ready(&linked));

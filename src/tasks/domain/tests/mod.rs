@@ -1,8 +1,8 @@
 //! The transition table, case by case, and property tests over arbitrary command sequences.
 
 use super::*;
-use crate::tasks::plan;
 use crate::tasks::values::{LinearIssue, TelegramMessage};
+use crate::tasks::{plan, GITHUB_ISSUE, LINEAR_ISSUE, TELEGRAM};
 use chrono::{TimeZone, Utc};
 use uuid::Uuid;
 
@@ -44,13 +44,15 @@ pub(super) fn new_task(approval: ApprovalPolicy, max_attempts: u32) -> Command {
         )
         .expect("a valid spec"),
         priority: Priority::High,
-        links: Links {
-            linear_issue: Some(
-                LinearIssue::new(Uuid::from_u128(99), "ENG-12").expect("a valid issue"),
+        links: Links::default()
+            .with(
+                LINEAR_ISSUE,
+                &LinearIssue::new(Uuid::from_u128(99), "ENG-12").expect("a valid issue"),
+            )
+            .with(
+                TELEGRAM,
+                &TelegramMessage::new(-100, 5).expect("a valid message"),
             ),
-            telegram: Some(TelegramMessage::new(-100, 5).expect("a valid message")),
-            ..Links::default()
-        },
         approval,
         max_attempts: MaxAttempts::new(max_attempts).expect("a valid budget"),
         ticket_version: None,
@@ -190,10 +192,7 @@ fn every_command() -> Vec<(&'static str, Command)> {
         (
             "links",
             Command::AttachLinks {
-                links: Links {
-                    github_issue: Some(pr(11)),
-                    ..Links::default()
-                },
+                links: Links::default().with(GITHUB_ISSUE, &pr(11)),
             },
         ),
         (

@@ -4,6 +4,7 @@ use super::super::*;
 use super::{at, new_task, reason, repo, run};
 use crate::tasks::domain::landing::{CommitSha, FactName};
 use crate::tasks::values::{LinearIssue, TelegramMessage};
+use crate::tasks::{GITHUB_ISSUE, GITHUB_PR, LINEAR_ISSUE, TELEGRAM};
 use proptest::prelude::*;
 use uuid::Uuid;
 
@@ -228,24 +229,15 @@ fn command(op: &Op, state: Option<&Task>, step: u128) -> Command {
         },
         Op::AttachLinks(n) => Command::AttachLinks {
             links: match n {
-                0 => Links {
-                    github_issue: Some(GithubRef::new(repo(), 5).expect("valid")),
-                    ..Links::default()
-                },
-                1 => Links {
-                    linear_issue: Some(
-                        LinearIssue::new(Uuid::from_u128(1), "ENG-1").expect("valid"),
-                    ),
-                    ..Links::default()
-                },
-                2 => Links {
-                    telegram: Some(TelegramMessage::new(42, 1).expect("valid")),
-                    ..Links::default()
-                },
-                _ => Links {
-                    github_pr: Some(GithubRef::new(repo(), 9).expect("valid")),
-                    ..Links::default()
-                },
+                0 => {
+                    Links::default().with(GITHUB_ISSUE, &GithubRef::new(repo(), 5).expect("valid"))
+                }
+                1 => Links::default().with(
+                    LINEAR_ISSUE,
+                    &LinearIssue::new(Uuid::from_u128(1), "ENG-1").expect("valid"),
+                ),
+                2 => Links::default().with(TELEGRAM, &TelegramMessage::new(42, 1).expect("valid")),
+                _ => Links::default().with(GITHUB_PR, &GithubRef::new(repo(), 9).expect("valid")),
             },
         },
     }
@@ -447,16 +439,17 @@ fn check_step(
     }
     // Links only grow; only a submission may replace the pull request.
     let (b, a) = (before.links(), after.links());
-    prop_assert!(b.linear_issue.is_none() || a.linear_issue == b.linear_issue);
-    prop_assert!(b.github_issue.is_none() || a.github_issue == b.github_issue);
-    prop_assert!(b.telegram.is_none() || a.telegram == b.telegram);
-    prop_assert!(b.github_pr.is_none() || a.github_pr.is_some());
-    if a.github_pr != b.github_pr && b.github_pr.is_some() {
-        prop_assert!(
-            matches!(command, Command::SubmitForReview { .. }),
-            "changed by {}",
-            command.name()
-        );
+    // A set link stays; only a replaceable one (the pull request) changes, and only by a submission.
+    for (name, value) in b.iter() {
+        let now = a.iter().find(|(n, _)| *n == name).map(|(_, v)| v);
+        prop_assert!(now.is_some(), "{} lost {name}", command.name());
+        if now != Some(value) {
+            prop_assert!(
+                name == GITHUB_PR.name() && matches!(command, Command::SubmitForReview { .. }),
+                "{name} changed by {}",
+                command.name()
+            );
+        }
     }
     if matches!(command, Command::Start { .. }) {
         prop_assert!(before.can_start());

@@ -1,11 +1,12 @@
 //! Links, specs, closing, and the events' shape: what a task's record keeps and how it is written.
 
 use super::*;
+use crate::tasks::{GITHUB_ISSUE, GITHUB_PR, LINEAR_ISSUE};
 
 #[test]
 fn links_only_grow_and_a_newer_pull_request_supersedes() {
     let task = task_in(Column::InReview);
-    assert_eq!(task.links().github_pr, Some(pr(3)));
+    assert_eq!(task.links().get(GITHUB_PR), Some(pr(3)));
     let before = task.links().clone();
     let task = then(
         task,
@@ -24,17 +25,14 @@ fn links_only_grow_and_a_newer_pull_request_supersedes() {
     let task = then(task, run_failed_in_review());
     let task = then(task, Command::Start { run: run(3) });
     let task = then(task, submit(run(3), Some(8)));
-    assert_eq!(task.links().github_pr, Some(pr(8)));
-    assert_eq!(task.links().linear_issue, before.linear_issue);
+    assert_eq!(task.links().get(GITHUB_PR), Some(pr(8)));
+    assert_eq!(task.links().get(LINEAR_ISSUE), before.get(LINEAR_ISSUE));
 
     let other_issue = LinearIssue::new(Uuid::from_u128(1), "ENG-99").expect("valid");
     let conflict = decide(
         Some(&task),
         &Command::AttachLinks {
-            links: Links {
-                linear_issue: Some(other_issue),
-                ..Links::default()
-            },
+            links: Links::default().with(LINEAR_ISSUE, &other_issue),
         },
         at(5),
     )
@@ -231,10 +229,7 @@ fn events_serialize_tagged_and_their_kind_matches_the_tag() {
     let script = [
         new_task(ApprovalPolicy::Manual, 1),
         Command::AttachLinks {
-            links: Links {
-                github_issue: Some(pr(2)),
-                ..Links::default()
-            },
+            links: Links::default().with(GITHUB_ISSUE, &pr(2)),
         },
         Command::Reprioritize {
             priority: Priority::Urgent,

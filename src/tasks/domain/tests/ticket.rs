@@ -1,7 +1,7 @@
 //! A ticket's versions and withdrawals, over every column and every order of versions.
 
 use super::super::tests::{at, reason, task_in, then};
-use super::super::{decide as decide_task, evolve};
+use super::super::{decide as decide_task, evolve, Command};
 use super::*;
 
 const COLUMNS: [Column; 7] = [
