@@ -45,10 +45,12 @@
 //!                  trusted GitHub comments addressed to pidevops into follow-ups, answers and commands (comments.rs)
 //! plans/           the follower that makes an approved plan's items tasks and rolls the plan up from them
 //! reactions/       the follower that turns GitHub events on pidevops branches into task commands (pure rules)
-//! effects/         outbound calls, each recorded in `effect:<key>` and made once: runner.rs (the one
-//!                  `effects:<provider>` follower), provider.rs (the ProviderPolicy shape), github.rs, linear.rs,
-//!                  telegram.rs + bot.rs (one policy each, pure builders inside), linear_plan.rs (a plan's
-//!                  checklist in its Linear session), policy.rs (config, re-exports)
+//! effects/         outbound calls, each recorded in `effect:<key>` and made once: runner/ (the one
+//!                  `effects:<provider>` follower), provider.rs (the ProviderPolicy shape), handle.rs (the narrow
+//!                  handle a policy gets instead of the runner), github/, linear/, telegram.rs + bot.rs (one
+//!                  policy each, pure builders inside; linear/plan.rs: a plan's checklist in its Linear session),
+//!                  pull_request.rs (both pull requests' one description writer), policy_config.rs
+//!                  (PolicyConfig), policy.rs (re-exports)
 //! providers/       the GitHub, Linear and Telegram API clients (effects, pollers, ingress and doctor call them)
 //! pollers/         `linear_poller`, `github_poller`: what a missed webhook would have said, in its shape
 //! cron/            [[schedules]] and the `cron` loop: after downtime the latest slot fires once

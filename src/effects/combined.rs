@@ -2,8 +2,9 @@
 //! of their own, and its combination (`task.combined`) opens the plan's one pull request from `pidevops/<plan>`,
 //! keyed `github:pr:<plan>` like a task's (a later combination force-pushes the same branch, which updates it).
 
-use super::github::inert;
-use super::policy::PolicyConfig;
+use super::inert::inert;
+use super::policy_config::PolicyConfig;
+use super::pull_request::{OpenedFor, PullRequestBody};
 use super::{Action, Request};
 use crate::tasks::PlanLand;
 use crate::tasks::{Combination, Task, TaskId, GITHUB_ISSUE};
@@ -40,90 +41,44 @@ pub fn plan_pull_request(
 }
 
 /// The plan's pull request description: the goal, then each item combined (its spec, the commit merged, what its
-/// agent said of it), where the plan came from. Every text from a ticket or an agent is made inert.
+/// agent said of it), where the plan came from (`pull_request.rs` writes it). Every text from a ticket or an agent
+/// is made inert.
 pub fn plan_pull_request_body(plan: &Task, combination: &Combination, items: &[Task]) -> String {
     let spec = plan.spec();
-    let mut body = format!("## Goal\n{}\n", inert(spec.task()));
-    if !spec.done_when().is_empty() {
-        body.push_str(&format!("\n## Done when\n{}\n", inert(spec.done_when())));
-    }
-    body.push_str(&format!(
-        "\n## Items\nMerged into `{}` in this order, each at the commit pidevops recorded for its last attempt:\n",
-        plan.id().branch().as_str()
-    ));
-    let mut sections = Vec::new();
-    for combined in &combination.items {
-        let Some(item) = items.iter().find(|i| i.id() == combined.task) else {
-            sections.push(format!(
-                "\n### {} (commit {})\n",
-                combined.task,
-                combined.commit.short()
-            ));
-            continue;
-        };
-        sections.push(clip(
-            &item_section(item, combined.commit.short()),
-            MAX_ITEM_CHARS,
-        ));
-    }
-    for section in sections {
-        body.push_str(&section);
-    }
-    let mut body = clip(&body, MAX_BODY_CHARS);
-    let links = plan.links();
-    let from = crate::domain::registry::from_lines(links, plan.repo());
-    body.push_str("\n---\n");
-    if !from.is_empty() {
-        body.push_str(&format!("From: {}\n", from.join(", ")));
-    }
-    let ids: Vec<String> = combination
-        .items
-        .iter()
-        .map(|i| i.task.to_string())
-        .collect();
-    body.push_str(&format!(
-        "Opened by pidevops for plan {}, combining {}. Merging it completes every item.\n",
-        plan.id(),
-        ids.join(", ")
-    ));
-    body
+    let mut body = PullRequestBody::new("Goal", spec.task());
+    body.part("Done when", spec.done_when()).own(
+        "Items",
+        &format!(
+            "Merged into `{}` in this order, each at the commit pidevops recorded for its last attempt:",
+            plan.id().branch().as_str()
+        ),
+    );
+    let sections = combination.items.iter().map(|combined| {
+        match items.iter().find(|i| i.id() == combined.task) {
+            Some(item) => item_section(item, combined.commit.short()),
+            None => PullRequestBody::item_not_loaded(combined.task, combined.commit.short()),
+        }
+    });
+    body.sections(sections, MAX_ITEM_CHARS).clip(MAX_BODY_CHARS);
+    let ids: Vec<TaskId> = combination.items.iter().map(|i| i.task).collect();
+    body.footer(
+        plan.links(),
+        plan.repo(),
+        OpenedFor::Plan {
+            plan: plan.id(),
+            items: &ids,
+        },
+    )
 }
 
 /// One item's section: its title, the commit merged, its spec and what its attempt said of itself.
-fn item_section(item: &Task, commit: &str) -> String {
+fn item_section(item: &Task, commit: &str) -> PullRequestBody {
     let spec = item.spec();
-    let mut section = format!(
-        "\n### {}: {} (commit {commit})\n{}\n",
-        item.id(),
-        inert(&item.title()),
-        inert(spec.task())
-    );
-    if !spec.scope().is_empty() {
-        section.push_str(&format!("\n**Scope:** {}\n", inert(spec.scope())));
-    }
-    if !spec.done_when().is_empty() {
-        section.push_str(&format!("\n**Done when:** {}\n", inert(spec.done_when())));
-    }
-    let report = item.report();
-    if let Some(summary) = &report.summary {
-        section.push_str(&format!(
-            "\n**The agent's summary:** {}\n",
-            inert(&crate::tasks::values::plain_markdown(summary))
-        ));
-    }
-    if let Some(review) = &report.review {
-        section.push_str(&format!(
-            "\n**Review (reviewer agent):**\n{}\n",
-            inert(&review.as_markdown())
-        ));
-    }
-    if !report.outside_scope.is_empty() {
-        section.push_str(&format!(
-            "\n**Outside the scope:** {}\n",
-            inert(&report.outside_scope.join(", "))
-        ));
-    }
-    section.push_str(&super::github::agent_config_section(&report.agent_config));
+    let mut section = PullRequestBody::item(item.id(), &item.title(), commit, spec.task());
+    section
+        .part("Scope", spec.scope())
+        .part("Done when", spec.done_when())
+        .report(item.report());
     section
 }
 
@@ -163,14 +118,6 @@ pub fn after_plan_pull_request(
             since: now - chrono::Duration::minutes(10),
         },
     }]
-}
-
-/// `text` cut to at most `max` characters, saying so.
-fn clip(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((end, _)) => format!("{}\n\n… (cut: over {max} characters)\n", &text[..end]),
-        None => text.to_owned(),
-    }
 }
 
 #[cfg(test)]
@@ -273,13 +220,5 @@ mod tests {
             panic!("a pull request");
         };
         assert_eq!((head.as_str(), base.as_str()), ("pidevops/T-1", "main"));
-    }
-
-    #[test]
-    fn a_body_too_long_for_github_is_cut_and_says_so() {
-        let long = "x".repeat(100);
-        assert_eq!(clip(&long, 200), long);
-        let cut = clip(&long, 10);
-        assert!(cut.starts_with("xxxxxxxxxx\n") && cut.contains("cut: over 10"));
     }
 }

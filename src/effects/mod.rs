@@ -6,9 +6,15 @@
 //!                                              requested, started…                      └─► commands (links, flags)
 //! ```
 //!
-//! One runner (`runner.rs`) follows the log for every provider; what differs is the policy it holds (`provider.rs`:
-//! which events concern the provider, what requests they produce, its calls), one file each: `github.rs`,
-//! `linear.rs`, `telegram.rs` with the bot (`bot.rs`). Their request builders are pure (`policy`).
+//! One runner (`runner/`) follows the log for every provider; what differs is the policy it holds (`provider.rs`:
+//! which events concern the provider, what requests they produce, its calls), one each: `github/`, `linear/`,
+//! `telegram.rs` with the bot (`bot.rs`). A policy never sees the runner: what it needs of the loop (the board,
+//! the log, the loops; an effect requested or driven now) it asks the narrow `handle::Handle` it is handed, which
+//! the runner implements. `handle.rs`, `provider.rs` and `policy_config.rs` (`PolicyConfig`: what the policies know
+//! of the deployment) sit below both, so the runner builds the policies (`runner/policies.rs`) and no import goes
+//! back up. Their request builders are pure (re-exported in `policy`). Both pull requests pidevops opens, a task's
+//! (`github/`) and a combined plan's (`combined.rs`), are described by one writer (`pull_request.rs`), with every
+//! untrusted text made inert (`inert.rs`).
 //!
 //! Each request has an idempotency key (`github:pr:T-7`) and its own stream `effect:<key>`:
 //! `effect.requested` (version 1, deduplicated on the key), then per attempt `effect.started` and its outcome.
@@ -28,10 +34,13 @@ pub mod bot;
 pub mod cap;
 mod combined;
 mod github;
+mod handle;
+mod inert;
 mod linear;
-mod linear_plan;
 pub mod policy;
+mod policy_config;
 mod provider;
+mod pull_request;
 pub mod runner;
 mod telegram;
 

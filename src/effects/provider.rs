@@ -1,14 +1,12 @@
 //! The one shape every provider's policy has. The runner follows the log and makes each call once; a policy says
 //! which events concern its provider, what requests they produce, and makes its provider's calls. Each one is
 //! in its own file (`github.rs`, `linear.rs`, `telegram.rs`: the Telegram bot is that policy's), built from the
-//! pure request builders next to it; what it needs from the log or the board it asks the runner for.
+//! pure request builders next to it; what it needs from the log or the board it asks the [`Handle`] it is given
+//! (`handle.rs`: the runner, seen that narrowly). The runner holds one of them (`runner/policies.rs`).
 
 use chrono::{DateTime, Utc};
 
-use super::github::GithubPolicy;
-use super::linear::LinearPolicy;
-use super::runner::{Effects, EffectsProgress, Settled};
-use super::telegram::TelegramPolicy;
+use super::handle::{EffectsProgress, Handle, Settled};
 use super::{Action, Produced, Provider, Request};
 use crate::board::Loaded;
 use crate::eventlog::StoredEvent;
@@ -22,7 +20,7 @@ pub(crate) trait ProviderPolicy {
     fn provider(&self) -> Provider;
 
     /// Work due before the tick reads the log (the bot's command menu).
-    async fn prepare(&self, _fx: &Effects) -> anyhow::Result<()> {
+    async fn prepare(&self, _fx: &impl Handle) -> anyhow::Result<()> {
         Ok(())
     }
 
@@ -30,7 +28,7 @@ pub(crate) trait ProviderPolicy {
     /// digest): how it stands once handled. `None`: the shared path decides (effect follow-ups, task events).
     async fn own_event(
         &self,
-        _fx: &Effects,
+        _fx: &impl Handle,
         _event: &StoredEvent,
         _progress: &mut EffectsProgress,
     ) -> anyhow::Result<Option<Settled>> {
@@ -43,7 +41,7 @@ pub(crate) trait ProviderPolicy {
     /// The requests a task event (`task_event`, stored as `event`) asks for, the task loaded.
     async fn requests(
         &self,
-        fx: &Effects,
+        fx: &impl Handle,
         event: &StoredEvent,
         task_event: &TaskEvent,
         loaded: &Loaded,
@@ -52,7 +50,7 @@ pub(crate) trait ProviderPolicy {
     /// What the task's pull request opening (`github:pr:<task>` succeeded) asks of this provider.
     async fn pull_request_opened(
         &self,
-        _fx: &Effects,
+        _fx: &impl Handle,
         _opened: &OpenedPullRequest<'_>,
     ) -> anyhow::Result<Vec<Request>> {
         Ok(Vec::new())
@@ -82,77 +80,5 @@ pub(crate) struct OpenedPullRequest<'a> {
 pub(super) fn not_mine(provider: Provider, action: &Action) -> CallError {
     CallError::Permanent {
         message: format!("{} does not make {}", provider.loop_name(), action.name()),
-    }
-}
-
-/// One of the policies, chosen when the loop is built: the runner holds one and never asks which.
-#[derive(Clone, Debug)]
-pub(crate) enum Policy {
-    Github(GithubPolicy),
-    Linear(LinearPolicy),
-    Telegram(TelegramPolicy),
-}
-
-/// Calls the same method on whichever policy it is.
-macro_rules! each {
-    ($self:ident, $p:ident => $call:expr) => {
-        match $self {
-            Policy::Github($p) => $call,
-            Policy::Linear($p) => $call,
-            Policy::Telegram($p) => $call,
-        }
-    };
-}
-
-impl ProviderPolicy for Policy {
-    fn provider(&self) -> Provider {
-        each!(self, p => p.provider())
-    }
-
-    async fn prepare(&self, fx: &Effects) -> anyhow::Result<()> {
-        each!(self, p => p.prepare(fx).await)
-    }
-
-    async fn own_event(
-        &self,
-        fx: &Effects,
-        event: &StoredEvent,
-        progress: &mut EffectsProgress,
-    ) -> anyhow::Result<Option<Settled>> {
-        each!(self, p => p.own_event(fx, event, progress).await)
-    }
-
-    fn notifies(&self, event: &TaskEvent) -> bool {
-        each!(self, p => p.notifies(event))
-    }
-
-    async fn requests(
-        &self,
-        fx: &Effects,
-        event: &StoredEvent,
-        task_event: &TaskEvent,
-        loaded: &Loaded,
-    ) -> anyhow::Result<Vec<Request>> {
-        each!(self, p => p.requests(fx, event, task_event, loaded).await)
-    }
-
-    async fn pull_request_opened(
-        &self,
-        fx: &Effects,
-        opened: &OpenedPullRequest<'_>,
-    ) -> anyhow::Result<Vec<Request>> {
-        each!(self, p => p.pull_request_opened(fx, opened).await)
-    }
-
-    fn not_before(&self, action: &Action) -> Option<DateTime<Utc>> {
-        each!(self, p => p.not_before(action))
-    }
-
-    fn sent(&self, action: &Action) {
-        each!(self, p => p.sent(action))
-    }
-
-    async fn call(&self, key: &str, action: &Action) -> Result<Produced, CallError> {
-        each!(self, p => p.call(key, action).await)
     }
 }

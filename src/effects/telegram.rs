@@ -10,9 +10,9 @@ use anyhow::Context;
 use chrono::Utc;
 
 use super::bot;
-use super::policy::PolicyConfig;
+use super::handle::{EffectsProgress, Handle, Settled};
+use super::policy_config::PolicyConfig;
 use super::provider::{not_mine, ProviderPolicy};
-use super::runner::{Effects, EffectsProgress, Settled};
 use super::{Action, Produced, Provider, Request};
 use crate::board::Loaded;
 use crate::domain::Source;
@@ -51,7 +51,7 @@ impl TelegramPolicy {
 
     /// The bot's command menu, once per menu (its key names the menu's content): a changed menu is set again
     /// after a deploy, the same one never. Does not hold back the tick: a failure is retried on its own schedule.
-    async fn set_menu(&self, fx: &Effects) -> anyhow::Result<()> {
+    async fn set_menu(&self, fx: &impl Handle) -> anyhow::Result<()> {
         let commands = bot::menu();
         let digest = {
             use sha2::Digest;
@@ -73,7 +73,7 @@ impl TelegramPolicy {
     /// A digest schedule fired: the board, once per chat and slot.
     async fn digest(
         &self,
-        fx: &Effects,
+        fx: &impl Handle,
         event: &StoredEvent,
         progress: &mut EffectsProgress,
     ) -> anyhow::Result<Settled> {
@@ -133,7 +133,7 @@ impl TelegramPolicy {
     /// A budget's notice (soft limit reached, or spent), to every chat, once each.
     async fn budget_notice(
         &self,
-        fx: &Effects,
+        fx: &impl Handle,
         event: &StoredEvent,
         progress: &mut EffectsProgress,
     ) -> anyhow::Result<Settled> {
@@ -175,7 +175,7 @@ impl ProviderPolicy for TelegramPolicy {
         Provider::Telegram
     }
 
-    async fn prepare(&self, fx: &Effects) -> anyhow::Result<()> {
+    async fn prepare(&self, fx: &impl Handle) -> anyhow::Result<()> {
         if !self.menu_settled.load(Ordering::Relaxed) {
             self.set_menu(fx).await?;
         }
@@ -185,7 +185,7 @@ impl ProviderPolicy for TelegramPolicy {
     /// The bot's messages and button presses, and digests.
     async fn own_event(
         &self,
-        fx: &Effects,
+        fx: &impl Handle,
         event: &StoredEvent,
         progress: &mut EffectsProgress,
     ) -> anyhow::Result<Option<Settled>> {
@@ -212,7 +212,7 @@ impl ProviderPolicy for TelegramPolicy {
 
     async fn requests(
         &self,
-        _fx: &Effects,
+        _fx: &impl Handle,
         event: &StoredEvent,
         task_event: &TaskEvent,
         loaded: &Loaded,

@@ -47,14 +47,6 @@ const KNOWN_FOLDER_CYCLES: &[(&str, &[&str], &str)] = &[
         "file/ reads pidevops.toml into the typed values the others define, and they are built from file's tables",
     ),
     (
-        "effects",
-        &[
-            "bot", "combined", "github", "linear", "linear_plan", "policy", "provider", "runner", "telegram",
-        ],
-        "each policy takes `fx: &Effects` from runner.rs, and runner builds the policies; policy.rs re-exports \
-         their pure builders",
-    ),
-    (
         "tasks/domain",
         &["combined", "decision", "event", "evolution", "family", "landing", "ticket"],
         "one aggregate split by topic: decide and evolve read every part's events and facts, and each part's \

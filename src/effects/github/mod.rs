@@ -7,14 +7,12 @@
 use anyhow::Context;
 use chrono::Utc;
 
-mod inert;
-
-pub use inert::inert;
-
 use super::combined::{after_plan_pull_request, lands_with_its_plan, plan_pull_request};
-use super::policy::PolicyConfig;
+use super::handle::{EffectsProgress, Handle, Settled, ACTOR};
+use super::inert::inert;
+use super::policy_config::PolicyConfig;
 use super::provider::{not_mine, OpenedPullRequest, ProviderPolicy};
-use super::runner::{Effects, EffectsProgress, Settled, ACTOR};
+use super::pull_request::{OpenedFor, PullRequestBody};
 use super::{Action, Produced, Provider, Request};
 use crate::board::{BoardError, Loaded};
 use crate::domain::Source;
@@ -22,7 +20,6 @@ use crate::eventlog::StoredEvent;
 use crate::intake::{CommentOutcome, CommentRecord, COMMENT_RECORD};
 use crate::providers::github::GithubClient;
 use crate::providers::CallError;
-use crate::tasks::values::plain_markdown;
 use crate::tasks::{
     landing, Command, CommitSha, GithubRef, LandConfig, Links, Readiness, Task, TaskEvent, TaskId,
     GITHUB_ISSUE, GITHUB_PR,
@@ -49,7 +46,7 @@ impl ProviderPolicy for GithubPolicy {
     /// A comment addressed to pidevops, as intake recorded it: its reaction, then its reply.
     async fn own_event(
         &self,
-        fx: &Effects,
+        fx: &impl Handle,
         event: &StoredEvent,
         progress: &mut EffectsProgress,
     ) -> anyhow::Result<Option<Settled>> {
@@ -110,7 +107,7 @@ impl ProviderPolicy for GithubPolicy {
 
     async fn requests(
         &self,
-        fx: &Effects,
+        fx: &impl Handle,
         event: &StoredEvent,
         task_event: &TaskEvent,
         loaded: &Loaded,
@@ -160,7 +157,7 @@ impl ProviderPolicy for GithubPolicy {
     /// The pull request becomes the task's link, and the issue it came from hears of it.
     async fn pull_request_opened(
         &self,
-        fx: &Effects,
+        fx: &impl Handle,
         opened: &OpenedPullRequest<'_>,
     ) -> anyhow::Result<Vec<Request>> {
         let task = opened.task;
@@ -559,66 +556,22 @@ pub fn github_question(
     })
 }
 
-/// The pull request's description: the spec, where the task came from, and how many attempts it took.
+/// The pull request's description: the spec, what the attempt said of itself, where the task came from, and how
+/// many attempts it took (`pull_request.rs` writes it).
 pub fn pull_request_body(task: &Task) -> String {
     let spec = task.spec();
-    // Ticket text is untrusted: only the "From" line below may reference the source issue.
-    let mut body = format!("## Task\n{}\n", inert(spec.task()));
-    if !spec.scope().is_empty() {
-        body.push_str(&format!("\n## Scope\n{}\n", inert(spec.scope())));
-    }
-    if !spec.done_when().is_empty() {
-        body.push_str(&format!("\n## Done when\n{}\n", inert(spec.done_when())));
-    }
-    // What the attempt says of itself: the agent's words and the reviewer's are untrusted like the ticket's.
-    let report = task.report();
-    if let Some(summary) = &report.summary {
-        body.push_str(&format!(
-            "\n## The agent's summary\n{}\n",
-            inert(&plain_markdown(summary))
-        ));
-    }
-    if let Some(review) = &report.review {
-        body.push_str(&format!(
-            "\n## Review (reviewer agent)\n{}\n",
-            inert(&review.as_markdown())
-        ));
-    }
-    if !report.outside_scope.is_empty() {
-        body.push_str(&format!(
-            "\n## Outside the scope\nThis change also touches files outside the task's scope: {}\n",
-            inert(&report.outside_scope.join(", "))
-        ));
-    }
-    body.push_str(&agent_config_section(&report.agent_config));
-    let links = task.links();
-    let from = crate::domain::registry::from_lines(links, task.repo());
-    body.push_str("\n---\n");
-    if !from.is_empty() {
-        body.push_str(&format!("From: {}\n", from.join(", ")));
-    }
-    body.push_str(&format!(
-        "Opened by pidevops for {} after attempt {} of {}.\n",
-        task.id(),
-        task.attempts(),
-        task.max_attempts().get()
-    ));
-    body
-}
-
-/// The pull request's call-out of agent and hook configuration the change touches (named by the task's scope, or it
-/// would not have been pushed): a heading and the paths as a list; empty when there are none.
-pub fn agent_config_section(paths: &[String]) -> String {
-    if paths.is_empty() {
-        return String::new();
-    }
-    let listed: String = paths
-        .iter()
-        // A path is the agent's choice of bytes: no backtick or line break may end its code span.
-        .map(|path| format!("- `{}`\n", inert(&path.replace(['`', '\n', '\r'], "?"))))
-        .collect();
-    format!(
-        "\n## Agent and hook configuration\nThis change touches files that agent CLIs, git hooks, editors or CI \
-         load and run; the task's scope names them. Read them before merging:\n{listed}"
+    // Ticket text is untrusted: only the "From" line of the footer may reference the source issue.
+    let mut body = PullRequestBody::new("Task", spec.task());
+    body.part("Scope", spec.scope())
+        .part("Done when", spec.done_when())
+        .report(task.report());
+    body.footer(
+        task.links(),
+        task.repo(),
+        OpenedFor::Task {
+            task: task.id(),
+            attempt: task.attempts(),
+            max: task.max_attempts().get(),
+        },
     )
 }

@@ -5,9 +5,9 @@
 use anyhow::Context;
 use serde_json::json;
 
-use super::policy::PolicyConfig;
+use super::handle::{EffectsProgress, Handle, Settled, ACTOR};
+use super::policy_config::PolicyConfig;
 use super::provider::{not_mine, OpenedPullRequest, ProviderPolicy};
-use super::runner::{Effects, EffectsProgress, Settled, ACTOR};
 use super::{Action, Produced, Provider, Request};
 use crate::board::Loaded;
 use crate::domain::{EventType, NewEvent, Source};
@@ -39,7 +39,7 @@ impl ProviderPolicy for LinearPolicy {
 
     async fn own_event(
         &self,
-        fx: &Effects,
+        fx: &impl Handle,
         event: &StoredEvent,
         progress: &mut EffectsProgress,
     ) -> anyhow::Result<Option<Settled>> {
@@ -59,7 +59,7 @@ impl ProviderPolicy for LinearPolicy {
 
     async fn requests(
         &self,
-        fx: &Effects,
+        fx: &impl Handle,
         event: &StoredEvent,
         task_event: &TaskEvent,
         loaded: &Loaded,
@@ -73,14 +73,14 @@ impl ProviderPolicy for LinearPolicy {
             &event.id.to_string(),
             &self.config,
         );
-        requests.extend(super::linear_plan::checklist(fx, &loaded.task).await?);
+        requests.extend(plan::checklist(fx, &loaded.task).await?);
         Ok(requests)
     }
 
     /// The attempt's end, now that its pull request is open.
     async fn pull_request_opened(
         &self,
-        fx: &Effects,
+        fx: &impl Handle,
         opened: &OpenedPullRequest<'_>,
     ) -> anyhow::Result<Vec<Request>> {
         let Some(loaded) = fx.board().load(opened.task).await? else {
@@ -121,7 +121,7 @@ impl ProviderPolicy for LinearPolicy {
 /// current session (`linear-session:<issue id>`, newest last: re-delegating opens a new one), and answered
 /// at once with a thought, as Linear expects within 10 s.
 async fn session_opened(
-    fx: &Effects,
+    fx: &impl Handle,
     event: &StoredEvent,
     progress: &mut EffectsProgress,
 ) -> anyhow::Result<Settled> {
@@ -146,7 +146,7 @@ async fn session_opened(
 
 /// Appends `linear.session_opened` to the issue's session stream, unless that session is there already.
 async fn remember_session(
-    fx: &Effects,
+    fx: &impl Handle,
     event: &StoredEvent,
     id: &str,
     issue: &str,
@@ -184,7 +184,7 @@ async fn remember_session(
 /// Intake refused an agent session (no repository, a skip label, …): the session ends with an `error` saying
 /// why, instead of waiting for work that will never start.
 async fn session_refused(
-    fx: &Effects,
+    fx: &impl Handle,
     event: &StoredEvent,
     progress: &mut EffectsProgress,
 ) -> anyhow::Result<Settled> {
@@ -221,7 +221,7 @@ async fn session_refused(
 /// A task's budget notice (its soft limit reached, or spent), once, where the task came from Linear: a thought in
 /// its agent session, else a comment on its issue. A repository's or a day's budget has no issue: Telegram's.
 async fn budget_notice(
-    fx: &Effects,
+    fx: &impl Handle,
     event: &StoredEvent,
     progress: &mut EffectsProgress,
 ) -> anyhow::Result<Settled> {
@@ -269,7 +269,7 @@ async fn budget_notice(
 }
 
 /// The agent session that has the task's Linear issue now, if one does.
-pub(super) async fn session_of(fx: &Effects, task: &Task) -> anyhow::Result<Option<String>> {
+async fn session_of(fx: &impl Handle, task: &Task) -> anyhow::Result<Option<String>> {
     let Some(issue) = task.links().get(LINEAR_ISSUE) else {
         return Ok(None);
     };
@@ -302,6 +302,7 @@ fn last_run(events: &[StoredEvent]) -> Option<RunId> {
     })
 }
 
+mod plan;
 mod requests;
 pub use requests::{
     linear, linear_notifies, linear_pull_request, linear_session_opened, linear_session_refused,

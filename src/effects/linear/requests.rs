@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use crate::effects::policy::PolicyConfig;
+use crate::effects::policy_config::PolicyConfig;
 use crate::effects::{Action, Request};
 use crate::tasks::{Reason, RetryCause, RunId, Task, TaskEvent, GITHUB_PR, LINEAR_ISSUE};
 
@@ -115,7 +115,7 @@ pub fn linear(
             let proposed = task.plan().is_some_and(|p| p.proposal.is_some());
             vec![news.cancelled(reason, last_run.filter(|_| !proposed))]
         }
-        // The checklist's news (see `linear_notifies`) is `linear_plan`'s; the rest is not told to Linear.
+        // The checklist's news (see `linear_notifies`) is `plan.rs`'s; the rest is not told to Linear.
         TaskEvent::Created(_)
         | TaskEvent::Approved { .. }
         | TaskEvent::Rejected { .. }
@@ -229,7 +229,7 @@ impl IssueNews<'_> {
     }
 
     /// The planner's run ended with a plan: it waits for a person (the session asks, or a comment on a plain
-    /// issue), or was approved as proposed. In a session its checklist is the session's `plan` (`linear_plan`).
+    /// issue), or was approved as proposed. In a session its checklist is the session's `plan` (`plan.rs`).
     fn proposed(&self, run: RunId, items: usize) -> Option<Request> {
         let id = self.task.id();
         if self.task.approval() != crate::tasks::ApprovalPolicy::Manual {
@@ -270,7 +270,7 @@ impl IssueNews<'_> {
     fn rolled_up(
         &self,
         column: crate::tasks::Column,
-        states: &crate::effects::policy::LinearStates,
+        states: &crate::domain::effect::LinearStates,
     ) -> Vec<Request> {
         use crate::tasks::Column;
         let id = self.task.id();

@@ -15,9 +15,10 @@ use chrono::Utc;
 
 use super::cap::EffectCap;
 use super::github::GithubPolicy;
+use super::handle::{Handle, Settled, ACTOR};
 use super::linear::LinearPolicy;
-use super::policy::PolicyConfig;
-use super::provider::{OpenedPullRequest, Policy, ProviderPolicy};
+use super::policy_config::PolicyConfig;
+use super::provider::{OpenedPullRequest, ProviderPolicy};
 use super::telegram::TelegramPolicy;
 use super::{
     retry_at, state, stream, Action, EffectEvent, Produced, Request, State, EFFECT_STREAM_PREFIX,
@@ -34,34 +35,12 @@ use crate::providers::CallError;
 use crate::tasks::values::TASK_STREAM_PREFIX;
 use crate::tasks::{Command, Reason, TaskEvent, TaskId};
 
+pub use super::handle::EffectsProgress;
 pub use super::linear::LINEAR_SESSION_PREFIX;
+use policies::Policy;
 
 mod admit;
-
-/// Who the effects loops' events and commands are from.
-pub(super) const ACTOR: &str = "effects";
-
-/// What one tick did, for `/health`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct EffectsProgress {
-    pub position: i64,
-    pub succeeded: u64,
-    pub failed: u64,
-    /// Effects held back by the cap on their task's outbound calls.
-    pub withheld: u64,
-    /// An effect waits for its retry time (the checkpoint stays before its cause until then).
-    pub waiting: Option<String>,
-    /// The tick handed back with events left (the loop goes again at once).
-    #[serde(skip)]
-    pub out_of_time: bool,
-}
-
-/// How an effect stands after this tick looked at it.
-pub(crate) enum Settled {
-    Yes,
-    /// Not before this time.
-    Waiting(chrono::DateTime<Utc>),
-}
+mod policies;
 
 #[derive(Clone, Debug)]
 pub struct Effects {
@@ -148,18 +127,6 @@ impl Effects {
     pub fn with_tick_budget(mut self, budget: std::time::Duration) -> Self {
         self.follow = self.follow.with_budget(budget);
         self
-    }
-
-    pub(super) fn board(&self) -> &Board {
-        &self.board
-    }
-
-    pub(super) fn log(&self) -> &EventLog {
-        &self.log
-    }
-
-    pub(super) fn loops(&self) -> Option<&LoopRegistry> {
-        self.loops.as_ref()
     }
 
     /// Handles what was committed since the checkpoint, up to the first effect that must wait (see
@@ -258,116 +225,6 @@ impl Effects {
             url,
         };
         self.policy.pull_request_opened(self, &opened).await
-    }
-
-    /// Whether effect `key` was ever requested (its stream has anything).
-    pub(super) async fn requested(&self, key: &str) -> anyhow::Result<bool> {
-        let events = self
-            .log
-            .store()
-            .read_stream(&stream(key))
-            .await
-            .with_context(|| format!("reading {}", stream(key)))?;
-        Ok(!events.is_empty())
-    }
-
-    /// Records the request (once per key), then makes its next attempt if that is due.
-    pub(super) async fn ask(
-        &self,
-        request: &Request,
-        cause: i64,
-        progress: &mut EffectsProgress,
-    ) -> anyhow::Result<Settled> {
-        self.request(request, cause).await?;
-        self.drive(request, progress).await
-    }
-
-    /// Records the request (once per key: a repeat is a duplicate of the first).
-    pub(super) async fn request(&self, request: &Request, cause: i64) -> anyhow::Result<()> {
-        let event = EffectEvent::Requested {
-            at: Utc::now(),
-            key: request.key.clone(),
-            task: request.task,
-            action: request.action.clone(),
-            cause_position: cause,
-        };
-        self.append(&request.key, request.task, 1, &event)
-            .await
-            .with_context(|| format!("requesting {}", request.key))?;
-        Ok(())
-    }
-
-    /// Makes the next attempt of the effect if it is due; says whether it is settled.
-    pub(super) async fn drive(
-        &self,
-        request: &Request,
-        progress: &mut EffectsProgress,
-    ) -> anyhow::Result<Settled> {
-        let recorded = self
-            .log
-            .store()
-            .read_stream(&stream(&request.key))
-            .await
-            .with_context(|| format!("reading {}", stream(&request.key)))?;
-        let events: Vec<EffectEvent> = recorded
-            .iter()
-            .map(|e| serde_json::from_slice(&e.body))
-            .collect::<Result<_, _>>()
-            .with_context(|| {
-                format!("{} holds an event that is not an effect event", request.key)
-            })?;
-        let version = i64::try_from(recorded.len()).unwrap_or(i64::MAX);
-        // The action as first requested: a later request (a retried task) asks for the same thing.
-        let action = events
-            .iter()
-            .find_map(|e| match e {
-                EffectEvent::Requested { action, .. } => Some(action.clone()),
-                _ => None,
-            })
-            .unwrap_or_else(|| request.action.clone());
-        if action.provider() != self.policy.provider() {
-            // Another provider's loop makes this call.
-            return Ok(Settled::Yes);
-        }
-        let now = Utc::now();
-        let attempt = match state(&events) {
-            State::Succeeded | State::Failed | State::Withheld | State::Unknown => {
-                return Ok(Settled::Yes)
-            }
-            State::Pending { due: Some(due), .. } if due > now => return Ok(Settled::Waiting(due)),
-            State::Pending { attempts, .. } => attempts + 1,
-            State::InDoubt { attempt } if !action.safe_to_repeat() => {
-                let failed = EffectEvent::Failed {
-                    at: now,
-                    key: request.key.clone(),
-                    attempt,
-                    error: "in doubt: the call was cut off (a crash) and is not safe to repeat"
-                        .into(),
-                    retry_at: None,
-                };
-                self.append(&request.key, request.task, version + 1, &failed)
-                    .await
-                    .context("recording an attempt in doubt")?;
-                progress.failed += 1;
-                return Ok(Settled::Yes);
-            }
-            State::InDoubt { attempt } => attempt + 1,
-        };
-        if let Some(free) = self.policy.not_before(&action) {
-            // A call the cap holds back anyway does not wait for the provider's pace.
-            return Ok(self
-                .admit(request, &action, version, false, progress)
-                .await?
-                .unwrap_or(Settled::Waiting(free)));
-        }
-        if let Some(held) = self
-            .admit(request, &action, version, true, progress)
-            .await?
-        {
-            return Ok(held);
-        }
-        self.attempt(request, &action, attempt, version, now, progress)
-            .await
     }
 
     /// Attempt `attempt` of the effect, its stream at `version` when read at `now`: `started` claims it, then
@@ -495,7 +352,7 @@ impl Effects {
 
     /// Appends `event` as version `version` of the effect's stream. `Ok(false)`: that version is taken (someone
     /// else wrote it, or this very write was made before a crash).
-    pub(super) async fn append(
+    async fn append(
         &self,
         key: &str,
         task: Option<TaskId>,
@@ -509,7 +366,7 @@ impl Effects {
     }
 
     /// Appends one of the effects loops' events as version `version` of stream `name` (keyed by both).
-    pub(super) async fn append_to(
+    async fn append_to(
         &self,
         name: &str,
         version: i64,
@@ -535,6 +392,117 @@ impl Effects {
             Err(AppendError::Conflict { .. }) => Ok(false),
             Err(error) => Err(error),
         }
+    }
+}
+
+/// What the policies get of the runner: the board, the log, the loops, and an effect recorded or driven.
+impl Handle for Effects {
+    fn board(&self) -> &Board {
+        &self.board
+    }
+
+    fn log(&self) -> &EventLog {
+        &self.log
+    }
+
+    fn loops(&self) -> Option<&LoopRegistry> {
+        self.loops.as_ref()
+    }
+
+    async fn requested(&self, key: &str) -> anyhow::Result<bool> {
+        let events = self
+            .log
+            .store()
+            .read_stream(&stream(key))
+            .await
+            .with_context(|| format!("reading {}", stream(key)))?;
+        Ok(!events.is_empty())
+    }
+
+    async fn request(&self, request: &Request, cause: i64) -> anyhow::Result<()> {
+        let event = EffectEvent::Requested {
+            at: Utc::now(),
+            key: request.key.clone(),
+            task: request.task,
+            action: request.action.clone(),
+            cause_position: cause,
+        };
+        self.append(&request.key, request.task, 1, &event)
+            .await
+            .with_context(|| format!("requesting {}", request.key))?;
+        Ok(())
+    }
+
+    async fn drive(
+        &self,
+        request: &Request,
+        progress: &mut EffectsProgress,
+    ) -> anyhow::Result<Settled> {
+        let recorded = self
+            .log
+            .store()
+            .read_stream(&stream(&request.key))
+            .await
+            .with_context(|| format!("reading {}", stream(&request.key)))?;
+        let events: Vec<EffectEvent> = recorded
+            .iter()
+            .map(|e| serde_json::from_slice(&e.body))
+            .collect::<Result<_, _>>()
+            .with_context(|| {
+                format!("{} holds an event that is not an effect event", request.key)
+            })?;
+        let version = i64::try_from(recorded.len()).unwrap_or(i64::MAX);
+        // The action as first requested: a later request (a retried task) asks for the same thing.
+        let action = events
+            .iter()
+            .find_map(|e| match e {
+                EffectEvent::Requested { action, .. } => Some(action.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| request.action.clone());
+        if action.provider() != self.policy.provider() {
+            // Another provider's loop makes this call.
+            return Ok(Settled::Yes);
+        }
+        let now = Utc::now();
+        let attempt = match state(&events) {
+            State::Succeeded | State::Failed | State::Withheld | State::Unknown => {
+                return Ok(Settled::Yes)
+            }
+            State::Pending { due: Some(due), .. } if due > now => return Ok(Settled::Waiting(due)),
+            State::Pending { attempts, .. } => attempts + 1,
+            State::InDoubt { attempt } if !action.safe_to_repeat() => {
+                let failed = EffectEvent::Failed {
+                    at: now,
+                    key: request.key.clone(),
+                    attempt,
+                    error: "in doubt: the call was cut off (a crash) and is not safe to repeat"
+                        .into(),
+                    retry_at: None,
+                };
+                self.append(&request.key, request.task, version + 1, &failed)
+                    .await
+                    .context("recording an attempt in doubt")?;
+                progress.failed += 1;
+                return Ok(Settled::Yes);
+            }
+            State::InDoubt { attempt } => attempt + 1,
+        };
+        if let Some(free) = self.policy.not_before(&action) {
+            // A call the cap holds back anyway does not wait for the provider's pace.
+            return Ok(self
+                .admit(request, &action, version, false, progress)
+                .await?
+                .unwrap_or(Settled::Waiting(free)));
+        }
+        if let Some(held) = self
+            .admit(request, &action, version, true, progress)
+            .await?
+        {
+            return Ok(held);
+        }
+        self.attempt(request, &action, attempt, version, now, progress)
+            .await
     }
 }
 

@@ -454,8 +454,8 @@ mod github_comments {
 
 #[test]
 fn named_agent_configuration_is_listed_in_the_pull_request_and_its_paths_stay_inert() {
-    assert_eq!(github::agent_config_section(&[]), "");
-    let section = github::agent_config_section(&[
+    assert_eq!(pull_request::agent_config_section(&[]), "");
+    let section = pull_request::agent_config_section(&[
         ".claude/settings.json".to_owned(),
         ".github/workflows/x`\n## Fixes #1 @acme/everyone.yml".to_owned(),
     ]);

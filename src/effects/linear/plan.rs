@@ -10,8 +10,8 @@
 
 use anyhow::Context;
 
-use super::runner::Effects;
-use super::{stream, Action, Request};
+use crate::effects::handle::Handle;
+use crate::effects::{stream, Action, EffectEvent, Request};
 use crate::providers::linear::{PlanStep, PlanStepStatus};
 use crate::tasks::{Column, Task};
 
@@ -20,7 +20,7 @@ const MAX_CONTENT: usize = 200;
 
 /// The request that brings the checklist of `task`'s plan (the task itself, or its parent) up to date in the
 /// plan's agent session; `None` when there is no plan, no session, no proposal yet, or nothing changed.
-pub(super) async fn checklist(fx: &Effects, task: &Task) -> anyhow::Result<Option<Request>> {
+pub(super) async fn checklist(fx: &impl Handle, task: &Task) -> anyhow::Result<Option<Request>> {
     let plan = if task.is_plan() {
         task.clone()
     } else {
@@ -32,7 +32,7 @@ pub(super) async fn checklist(fx: &Effects, task: &Task) -> anyhow::Result<Optio
             None => return Ok(None),
         }
     };
-    let Some(session) = super::linear::session_of(fx, &plan).await? else {
+    let Some(session) = super::session_of(fx, &plan).await? else {
         return Ok(None);
     };
     let mut items = Vec::new();
@@ -116,7 +116,7 @@ fn step_status(task: &Task) -> PlanStepStatus {
 }
 
 /// The number of the session's last checklist asked for (0: none) and what it said.
-async fn latest(fx: &Effects, session: &str) -> anyhow::Result<(u64, Option<Vec<PlanStep>>)> {
+async fn latest(fx: &impl Handle, session: &str) -> anyhow::Result<(u64, Option<Vec<PlanStep>>)> {
     let store = fx.log().store();
     let asked = |n: u64| {
         let name = stream(&key(session, n));
@@ -150,15 +150,16 @@ async fn latest(fx: &Effects, session: &str) -> anyhow::Result<(u64, Option<Vec<
         .read_stream(&name)
         .await
         .with_context(|| format!("reading {name}"))?;
-    let sent = events.iter().find_map(|e| {
-        match serde_json::from_slice::<super::EffectEvent>(&e.body).ok()? {
-            super::EffectEvent::Requested {
-                action: Action::LinearSessionPlan { plan, .. },
-                ..
-            } => Some(plan),
-            _ => None,
-        }
-    });
+    let sent =
+        events.iter().find_map(
+            |e| match serde_json::from_slice::<EffectEvent>(&e.body).ok()? {
+                EffectEvent::Requested {
+                    action: Action::LinearSessionPlan { plan, .. },
+                    ..
+                } => Some(plan),
+                _ => None,
+            },
+        );
     Ok((low, sent))
 }
 

@@ -1,0 +1,74 @@
+//! What a policy may ask of the loop that holds it, and no more: the board, the log and the loops to read (and
+//! the board to steer), whether an effect was ever requested, and an effect recorded or driven now (an event that
+//! is the policy's own: a bot command, a digest, an agent session). The runner (`runner/`) implements
+//! [`Handle`] and hands itself down as one; the policies name this module, never the runner, so the runner may
+//! build them.
+
+use crate::board::Board;
+use crate::eventlog::EventLog;
+use crate::loops::LoopRegistry;
+
+use super::Request;
+
+/// Who the effects loops' events and commands are from.
+pub(crate) const ACTOR: &str = "effects";
+
+/// What one tick did, for `/health`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct EffectsProgress {
+    pub position: i64,
+    pub succeeded: u64,
+    pub failed: u64,
+    /// Effects held back by the cap on their task's outbound calls.
+    pub withheld: u64,
+    /// An effect waits for its retry time (the checkpoint stays before its cause until then).
+    pub waiting: Option<String>,
+    /// The tick handed back with events left (the loop goes again at once).
+    #[serde(skip)]
+    pub out_of_time: bool,
+}
+
+/// How an effect stands after this tick looked at it.
+pub(crate) enum Settled {
+    Yes,
+    /// Not before this time.
+    Waiting(chrono::DateTime<chrono::Utc>),
+}
+
+/// The narrow handle a policy gets instead of the runner. Crate-private for the reason `ProviderPolicy` is: the
+/// runner needs the futures of its `async fn`s to be `Send`, which only the concrete implementation promises.
+pub(crate) trait Handle {
+    /// The board: tasks loaded, commands executed, its `[board]` configuration.
+    fn board(&self) -> &Board;
+
+    /// The log: streams read, a policy's own records appended.
+    fn log(&self) -> &EventLog;
+
+    /// The loops the bot's `/status` reports on, if the loop was given them.
+    fn loops(&self) -> Option<&LoopRegistry>;
+
+    /// Whether effect `key` was ever requested (its stream has anything).
+    async fn requested(&self, key: &str) -> anyhow::Result<bool>;
+
+    /// Records the request, caused by the event at position `cause` (once per key: a repeat is a duplicate of
+    /// the first).
+    async fn request(&self, request: &Request, cause: i64) -> anyhow::Result<()>;
+
+    /// Makes the next attempt of the effect if it is due (its cap asked first); says whether it is settled.
+    async fn drive(
+        &self,
+        request: &Request,
+        progress: &mut EffectsProgress,
+    ) -> anyhow::Result<Settled>;
+
+    /// Records the request (once per key), then makes its next attempt if that is due.
+    async fn ask(
+        &self,
+        request: &Request,
+        cause: i64,
+        progress: &mut EffectsProgress,
+    ) -> anyhow::Result<Settled> {
+        self.request(request, cause).await?;
+        self.drive(request, progress).await
+    }
+}
