@@ -32,7 +32,6 @@ use crate::providers::github::GithubClient;
 use crate::providers::linear::LinearClient;
 use crate::providers::telegram::{message_stream, SentMessage, TelegramClient, MESSAGE_SENT};
 use crate::providers::CallError;
-use crate::tasks::values::TASK_STREAM_PREFIX;
 use crate::tasks::{Command, Reason, TaskEvent, TaskId};
 
 pub use super::handle::EffectsProgress;
@@ -163,10 +162,7 @@ impl Effects {
             }
             return Ok(Settled::Yes);
         }
-        let Some(id) = stream
-            .strip_prefix(TASK_STREAM_PREFIX)
-            .and_then(|id| id.parse::<TaskId>().ok())
-        else {
+        let Some(id) = TaskId::from_stream(stream) else {
             return Ok(Settled::Yes);
         };
         let task_event: TaskEvent = serde_json::from_slice(&event.body).with_context(|| {
