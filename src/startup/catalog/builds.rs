@@ -8,7 +8,7 @@ use anyhow::Context;
 use futures::future::BoxFuture;
 use serde::Serialize;
 
-use super::{rest, Built, LoopJob, Parts, Ticked};
+use super::{rest, Built, LoopJob, Ticked};
 use crate::eventlog::EventLog;
 use crate::loops::Pace;
 
@@ -68,92 +68,6 @@ where
         credential.with_context(|| format!("the loop plan arms {name} without {variable}"))?;
     let poller = Arc::new(make(credential)?);
     Ok(Built::ticking(move || tick(poller.clone()), rest))
-}
-
-/// The `effects:github` loop's worker: GitHub at `GITHUB_API_URL` with `GITHUB_TOKEN`, pull requests to each
-/// repository's base branch.
-pub(super) fn github_effects(parts: &Parts<'_>) -> anyhow::Result<crate::effects::runner::Effects> {
-    let settings = parts.settings;
-    let token = settings
-        .github_token
-        .as_ref()
-        .context("the loop plan arms effects:github without GITHUB_TOKEN")?;
-    let client = crate::providers::github::GithubClient::new(&settings.github_api_url, token)
-        .map_err(|e| anyhow::anyhow!(e))?;
-    let bases = settings
-        .file
-        .dispatch
-        .repos
-        .iter()
-        .map(|(repo, source)| (repo.clone(), source.base.clone()))
-        .collect();
-    Ok(crate::effects::runner::Effects::github(
-        parts.log.clone(),
-        parts.board.clone(),
-        client,
-        crate::effects::policy::PolicyConfig {
-            bases,
-            plan_land: settings.file.plans.land,
-            github_bot_login: parts.intake.github_bot_login.clone(),
-            ..Default::default()
-        },
-    )
-    .with_cap(settings.file.effect_cap))
-}
-
-/// The `effects:telegram` loop's worker: the Bot API at `TELEGRAM_API_URL`, notifications to the allowed chats.
-pub(super) fn telegram_effects(
-    parts: &Parts<'_>,
-) -> anyhow::Result<crate::effects::runner::Effects> {
-    let settings = parts.settings;
-    let token = settings
-        .telegram_bot_token
-        .as_ref()
-        .context("the loop plan arms effects:telegram without TELEGRAM_BOT_TOKEN")?;
-    let client = crate::providers::telegram::TelegramClient::new(&settings.telegram_api_url, token)
-        .map_err(|e| anyhow::anyhow!(e))?;
-    Ok(crate::effects::runner::Effects::telegram(
-        parts.log.clone(),
-        parts.board.clone(),
-        client,
-        crate::effects::policy::PolicyConfig {
-            telegram_chats: parts
-                .intake
-                .telegram_allowed_chats
-                .iter()
-                .copied()
-                .collect(),
-            telegram_users: parts.intake.telegram_allowed_users.clone(),
-            telegram_cooldown: settings.file.telegram_cooldown,
-            ..Default::default()
-        },
-    )
-    .with_cap(settings.file.effect_cap)
-    .with_loops(parts.registry.clone()))
-}
-
-/// The `effects:linear` loop's worker: Linear's GraphQL API at `LINEAR_API_URL` with `LINEAR_API_KEY`, issues
-/// moved through `[linear.states]`.
-pub(super) fn linear_effects(parts: &Parts<'_>) -> anyhow::Result<crate::effects::runner::Effects> {
-    let settings = parts.settings;
-    let key = settings
-        .linear_api_key
-        .as_ref()
-        .context("the loop plan arms effects:linear without LINEAR_API_KEY")?;
-    let client = crate::providers::linear::LinearClient::new(&settings.linear_api_url, key)
-        .map_err(|e| anyhow::anyhow!(e))?;
-    let linear_states = settings.file.linear_states.clone();
-    Ok(crate::effects::runner::Effects::linear(
-        parts.log.clone(),
-        parts.board.clone(),
-        client,
-        crate::effects::policy::PolicyConfig {
-            linear_states,
-            github_prs: settings.github_token.is_some(),
-            ..Default::default()
-        },
-    )
-    .with_cap(settings.file.effect_cap))
 }
 
 pub(super) async fn heartbeat(log: &EventLog) -> anyhow::Result<()> {

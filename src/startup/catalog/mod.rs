@@ -13,15 +13,11 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 
 mod builds;
+mod effects;
 mod plans;
 
-use builds::{
-    effects, github_effects, heartbeat, linear_effects, poller_entry, telegram_effects, RelayJob,
-};
-use plans::{
-    combine_plan, cron_plan, dispatch_loops, github_effects_plan, land_plan, linear_effects_plan,
-    poller_loop, telegram_effects_plan, telegram_updates,
-};
+use builds::{heartbeat, poller_entry, RelayJob};
+use plans::{combine_plan, cron_plan, dispatch_loops, land_plan, poller_loop, telegram_updates};
 
 use crate::config::Settings;
 use crate::eventlog::{EventLog, EventStore};
@@ -375,10 +371,6 @@ pub const CATALOG: &[Entry] = &[
         },
     },
     Entry {
-        plan: |s| vec![telegram_effects_plan(s)],
-        build: |parts, _| Ok(effects(telegram_effects(parts)?)),
-    },
-    Entry {
         plan: |s| vec![cron_plan(s)],
         build: |parts, _| {
             let cron = Arc::new(crate::cron::CronLoop::new(
@@ -470,12 +462,8 @@ pub const CATALOG: &[Entry] = &[
         },
     },
     Entry {
-        plan: |s| vec![github_effects_plan(s)],
-        build: |parts, _| Ok(effects(github_effects(parts)?)),
-    },
-    Entry {
-        plan: |s| vec![linear_effects_plan(s)],
-        build: |parts, _| Ok(effects(linear_effects(parts)?)),
+        plan: effects::plan,
+        build: effects::build,
     },
     Entry {
         plan: |s| {

@@ -41,36 +41,6 @@ pub(super) fn telegram_chats(s: &Settings) -> bool {
         .is_some_and(|c| c.split(',').any(|c| !c.trim().is_empty()))
 }
 
-pub(super) fn telegram_effects_plan(s: &Settings) -> PlannedLoop {
-    let name = crate::effects::Provider::Telegram.loop_name();
-    match (&s.telegram_bot_token, telegram_chats(s)) {
-        (Some(_), true) => PlannedLoop::armed(
-            &name,
-            true,
-            s.projector_interval,
-            if s.telegram_allowed_users.is_some() {
-                "tells TELEGRAM_ALLOWED_CHATS when a task waits for approval, needs a human, is in review, done or cancelled; only TELEGRAM_ALLOWED_USERS can command"
-            } else {
-                "tells TELEGRAM_ALLOWED_CHATS when a task waits for approval, needs a human, is in review, done or cancelled; any member of an allowed group can command (TELEGRAM_ALLOWED_USERS is not set)"
-            },
-        ),
-        (None, _) => PlannedLoop::off(
-            &name,
-            true,
-            LoopState::Disabled,
-            "TELEGRAM_BOT_TOKEN is not set: no Telegram messages".to_owned(),
-            s.projector_interval,
-        ),
-        (Some(_), false) => PlannedLoop::off(
-            &name,
-            true,
-            LoopState::Disabled,
-            "TELEGRAM_ALLOWED_CHATS is not set: no chat to tell".to_owned(),
-            s.projector_interval,
-        ),
-    }
-}
-
 pub(super) fn cron_plan(s: &Settings) -> PlannedLoop {
     use crate::cron::CRON;
     let digests_without_telegram = |list: &[crate::cron::Schedule]| {
@@ -105,44 +75,6 @@ pub(super) fn cron_plan(s: &Settings) -> PlannedLoop {
                 "no [[schedules]] in pidevops.toml".to_owned(),
                 s.projector_interval,
             ),
-    }
-}
-
-pub(super) fn github_effects_plan(s: &Settings) -> PlannedLoop {
-    let name = crate::effects::Provider::Github.loop_name();
-    match s.github_token {
-        Some(_) => PlannedLoop::armed(
-            &name,
-            true,
-            s.projector_interval,
-            "opens each task's pull request when it goes to review (GITHUB_API_URL), once, recorded",
-        ),
-        None => PlannedLoop::off(
-            &name,
-            true,
-            LoopState::Disabled,
-            "GITHUB_TOKEN is not set: no pull requests are opened".to_owned(),
-            s.projector_interval,
-        ),
-    }
-}
-
-pub(super) fn linear_effects_plan(s: &Settings) -> PlannedLoop {
-    let name = crate::effects::Provider::Linear.loop_name();
-    match &s.linear_api_key {
-        Some(_) => PlannedLoop::armed(
-            &name,
-            true,
-            s.projector_interval,
-            "comments on and moves the tasks' Linear issues, and speaks in Linear agent sessions (LINEAR_API_URL)",
-        ),
-        None => PlannedLoop::off(
-            &name,
-            true,
-            LoopState::Disabled,
-            "LINEAR_API_KEY is not set: Linear hears nothing back".to_owned(),
-            s.projector_interval,
-        ),
     }
 }
 

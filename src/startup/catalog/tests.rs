@@ -26,3 +26,31 @@ fn every_loop_is_planned_once() {
         );
     }
 }
+
+#[test]
+fn every_provider_has_one_effects_loop() {
+    use crate::effects::Provider;
+    // Exhaustive: a new provider fails to compile here until it is listed, then fails below until it has its loop.
+    let every = |p: Provider| match p {
+        Provider::Github | Provider::Linear | Provider::Telegram => p,
+    };
+    for provider in [Provider::Github, Provider::Linear, Provider::Telegram].map(every) {
+        let entries = effects::EFFECTS_LOOPS
+            .iter()
+            .filter(|e| e.provider == provider)
+            .count();
+        assert_eq!(entries, 1, "{provider:?} has {entries} effects loops");
+    }
+    let settings = Settings::for_tests(crate::config::DatabaseUrl::Sqlite(
+        "sqlite://unused.db".to_owned(),
+    ));
+    let planned: Vec<String> = effects::plan(&settings)
+        .into_iter()
+        .map(|p| p.name)
+        .collect();
+    assert_eq!(
+        planned,
+        ["effects:github", "effects:linear", "effects:telegram"],
+        "each entry plans its own provider's loop"
+    );
+}

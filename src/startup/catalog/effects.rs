@@ -1,0 +1,207 @@
+//! The `effects:<provider>` loops, one entry each: why this configuration arms or disables the loop, and its
+//! runner built from the service's parts. Adding a provider's effects loop is adding its entry to
+//! [`EFFECTS_LOOPS`] (its policy lives in `crate::effects`); the catalog plans and builds them all through one
+//! [`super::Entry`].
+
+use anyhow::Context;
+
+use super::plans::telegram_chats;
+use super::{builds, Built, Parts, PlannedLoop};
+use crate::config::Settings;
+use crate::effects::runner::Effects;
+use crate::effects::Provider;
+use crate::loops::LoopState;
+
+/// One provider's effects loop.
+pub(super) struct EffectsLoop {
+    pub provider: Provider,
+    /// Armed, or why not.
+    pub plan: fn(&Settings) -> PlannedLoop,
+    /// Its runner, once the plan armed it.
+    pub runner: fn(&Parts<'_>) -> anyhow::Result<Effects>,
+}
+
+/// Every provider's effects loop, in the order `doctor` prints them.
+pub(super) const EFFECTS_LOOPS: &[EffectsLoop] = &[
+    EffectsLoop {
+        provider: Provider::Github,
+        plan: github_effects_plan,
+        runner: github_effects,
+    },
+    EffectsLoop {
+        provider: Provider::Linear,
+        plan: linear_effects_plan,
+        runner: linear_effects,
+    },
+    EffectsLoop {
+        provider: Provider::Telegram,
+        plan: telegram_effects_plan,
+        runner: telegram_effects,
+    },
+];
+
+/// The catalog entry's plan: each provider's loop.
+pub(super) fn plan(s: &Settings) -> Vec<PlannedLoop> {
+    EFFECTS_LOOPS.iter().map(|e| (e.plan)(s)).collect()
+}
+
+/// The catalog entry's build: the runner of the provider whose loop this is.
+pub(super) fn build(parts: &Parts<'_>, planned: &PlannedLoop) -> anyhow::Result<Built> {
+    let entry = EFFECTS_LOOPS
+        .iter()
+        .find(|e| e.provider.loop_name() == planned.name)
+        .with_context(|| format!("{} is not an effects loop", planned.name))?;
+    Ok(builds::effects((entry.runner)(parts)?))
+}
+
+fn github_effects_plan(s: &Settings) -> PlannedLoop {
+    let name = Provider::Github.loop_name();
+    match s.github_token {
+        Some(_) => PlannedLoop::armed(
+            &name,
+            true,
+            s.projector_interval,
+            "opens each task's pull request when it goes to review (GITHUB_API_URL), once, recorded",
+        ),
+        None => PlannedLoop::off(
+            &name,
+            true,
+            LoopState::Disabled,
+            "GITHUB_TOKEN is not set: no pull requests are opened".to_owned(),
+            s.projector_interval,
+        ),
+    }
+}
+
+/// The `effects:github` loop's worker: GitHub at `GITHUB_API_URL` with `GITHUB_TOKEN`, pull requests to each
+/// repository's base branch.
+fn github_effects(parts: &Parts<'_>) -> anyhow::Result<Effects> {
+    let settings = parts.settings;
+    let token = settings
+        .github_token
+        .as_ref()
+        .context("the loop plan arms effects:github without GITHUB_TOKEN")?;
+    let client = crate::providers::github::GithubClient::new(&settings.github_api_url, token)
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let bases = settings
+        .file
+        .dispatch
+        .repos
+        .iter()
+        .map(|(repo, source)| (repo.clone(), source.base.clone()))
+        .collect();
+    Ok(Effects::github(
+        parts.log.clone(),
+        parts.board.clone(),
+        client,
+        crate::effects::policy::PolicyConfig {
+            bases,
+            plan_land: settings.file.plans.land,
+            github_bot_login: parts.intake.github_bot_login.clone(),
+            ..Default::default()
+        },
+    )
+    .with_cap(settings.file.effect_cap))
+}
+
+fn linear_effects_plan(s: &Settings) -> PlannedLoop {
+    let name = Provider::Linear.loop_name();
+    match &s.linear_api_key {
+        Some(_) => PlannedLoop::armed(
+            &name,
+            true,
+            s.projector_interval,
+            "comments on and moves the tasks' Linear issues, and speaks in Linear agent sessions (LINEAR_API_URL)",
+        ),
+        None => PlannedLoop::off(
+            &name,
+            true,
+            LoopState::Disabled,
+            "LINEAR_API_KEY is not set: Linear hears nothing back".to_owned(),
+            s.projector_interval,
+        ),
+    }
+}
+
+/// The `effects:linear` loop's worker: Linear's GraphQL API at `LINEAR_API_URL` with `LINEAR_API_KEY`, issues
+/// moved through `[linear.states]`.
+fn linear_effects(parts: &Parts<'_>) -> anyhow::Result<Effects> {
+    let settings = parts.settings;
+    let key = settings
+        .linear_api_key
+        .as_ref()
+        .context("the loop plan arms effects:linear without LINEAR_API_KEY")?;
+    let client = crate::providers::linear::LinearClient::new(&settings.linear_api_url, key)
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let linear_states = settings.file.linear_states.clone();
+    Ok(Effects::linear(
+        parts.log.clone(),
+        parts.board.clone(),
+        client,
+        crate::effects::policy::PolicyConfig {
+            linear_states,
+            github_prs: settings.github_token.is_some(),
+            ..Default::default()
+        },
+    )
+    .with_cap(settings.file.effect_cap))
+}
+
+fn telegram_effects_plan(s: &Settings) -> PlannedLoop {
+    let name = Provider::Telegram.loop_name();
+    match (&s.telegram_bot_token, telegram_chats(s)) {
+        (Some(_), true) => PlannedLoop::armed(
+            &name,
+            true,
+            s.projector_interval,
+            if s.telegram_allowed_users.is_some() {
+                "tells TELEGRAM_ALLOWED_CHATS when a task waits for approval, needs a human, is in review, done or cancelled; only TELEGRAM_ALLOWED_USERS can command"
+            } else {
+                "tells TELEGRAM_ALLOWED_CHATS when a task waits for approval, needs a human, is in review, done or cancelled; any member of an allowed group can command (TELEGRAM_ALLOWED_USERS is not set)"
+            },
+        ),
+        (None, _) => PlannedLoop::off(
+            &name,
+            true,
+            LoopState::Disabled,
+            "TELEGRAM_BOT_TOKEN is not set: no Telegram messages".to_owned(),
+            s.projector_interval,
+        ),
+        (Some(_), false) => PlannedLoop::off(
+            &name,
+            true,
+            LoopState::Disabled,
+            "TELEGRAM_ALLOWED_CHATS is not set: no chat to tell".to_owned(),
+            s.projector_interval,
+        ),
+    }
+}
+
+/// The `effects:telegram` loop's worker: the Bot API at `TELEGRAM_API_URL`, notifications to the allowed chats.
+fn telegram_effects(parts: &Parts<'_>) -> anyhow::Result<Effects> {
+    let settings = parts.settings;
+    let token = settings
+        .telegram_bot_token
+        .as_ref()
+        .context("the loop plan arms effects:telegram without TELEGRAM_BOT_TOKEN")?;
+    let client = crate::providers::telegram::TelegramClient::new(&settings.telegram_api_url, token)
+        .map_err(|e| anyhow::anyhow!(e))?;
+    Ok(Effects::telegram(
+        parts.log.clone(),
+        parts.board.clone(),
+        client,
+        crate::effects::policy::PolicyConfig {
+            telegram_chats: parts
+                .intake
+                .telegram_allowed_chats
+                .iter()
+                .copied()
+                .collect(),
+            telegram_users: parts.intake.telegram_allowed_users.clone(),
+            telegram_cooldown: settings.file.telegram_cooldown,
+            ..Default::default()
+        },
+    )
+    .with_cap(settings.file.effect_cap)
+    .with_loops(parts.registry.clone()))
+}
