@@ -1,7 +1,7 @@
 //! Typed settings. The environment comes first (Railway injects `PORT` and `DATABASE_URL`), then an optional
 //! `pidevops.toml` for structured settings. Secrets are wrapped so they never reach a log line or a `Debug` print.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -45,6 +45,37 @@ impl SourceSecret {
     }
 }
 
+/// Every provider's webhook secret, keyed by provider name (`github`).
+#[derive(Clone, Debug)]
+pub struct WebhookSecrets(BTreeMap<&'static str, SourceSecret>);
+
+impl WebhookSecrets {
+    fn from_env(env: &Env) -> Self {
+        let secrets = crate::domain::registry::PROVIDERS
+            .iter()
+            .map(|p| (p.name, SourceSecret::from_env(env, p.webhook_secret)));
+        Self(secrets.collect())
+    }
+
+    /// Sets (or, with `None`, unsets) the webhook secret of the provider named `provider`; `false` when no
+    /// provider has that name.
+    #[must_use]
+    pub fn set(&mut self, provider: &str, value: Option<SecretString>) -> bool {
+        match self.0.iter_mut().find(|(name, _)| **name == provider) {
+            Some((_, secret)) => {
+                secret.value = value;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether the provider named `provider` has its webhook secret set.
+    pub fn is_set(&self, provider: &str) -> bool {
+        self.0.get(provider).is_some_and(SourceSecret::is_set)
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Settings {
     /// Address to listen on. Default `[::]` (dual-stack: IPv4 and IPv6), tests use `127.0.0.1`.
@@ -53,9 +84,9 @@ pub struct Settings {
     pub port: u16,
     pub database: DatabaseUrl,
     pub nats_url: Option<String>,
-    pub github_webhook_secret: SourceSecret,
-    pub linear_webhook_secret: SourceSecret,
-    pub telegram_webhook_secret: SourceSecret,
+    /// Each provider's webhook secret, read from the variable the provider table names
+    /// (`domain::registry::PROVIDERS`): a new provider's is read with no field here.
+    pub webhook_secrets: WebhookSecrets,
     pub admin_token: Option<SecretString>,
     /// The numeric bot id from `TELEGRAM_BOT_TOKEN` (the part before `:`), used to scope `update_id` dedup.
     pub telegram_bot_id: Option<String>,
@@ -257,13 +288,8 @@ impl Env {
 impl Settings {
     /// A provider's webhook secret (the provider table names its variable); `None` for pidevops's own source.
     pub fn webhook_secret(&self, source: crate::domain::Source) -> Option<&SourceSecret> {
-        use crate::domain::Source;
-        match source {
-            Source::Github => Some(&self.github_webhook_secret),
-            Source::Linear => Some(&self.linear_webhook_secret),
-            Source::Telegram => Some(&self.telegram_webhook_secret),
-            Source::Pidevops => None,
-        }
+        let provider = crate::domain::registry::of_source(source)?;
+        self.webhook_secrets.0.get(provider.name)
     }
 
     pub fn from_process_env() -> Result<Self, ConfigError> {
@@ -341,9 +367,7 @@ impl Settings {
             port,
             database,
             nats_url: env.get("NATS_URL").map(str::to_owned),
-            github_webhook_secret: SourceSecret::from_env(env, "GITHUB_WEBHOOK_SECRET"),
-            linear_webhook_secret: SourceSecret::from_env(env, "LINEAR_WEBHOOK_SECRET"),
-            telegram_webhook_secret: SourceSecret::from_env(env, "TELEGRAM_WEBHOOK_SECRET"),
+            webhook_secrets: WebhookSecrets::from_env(env),
             admin_token,
             telegram_bot_id,
             log_format,

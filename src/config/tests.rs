@@ -9,7 +9,7 @@ fn defaults_are_the_embedded_database_and_port_8080() {
         s.database,
         DatabaseUrl::Sqlite(DatabaseUrl::EMBEDDED_DEFAULT.into())
     );
-    assert!(!s.github_webhook_secret.is_set());
+    assert!(!s.webhook_secrets.is_set("github"));
     assert!(s.admin_token.is_none());
 }
 
@@ -67,7 +67,7 @@ fn blank_values_count_as_unset() {
         ("DATABASE_URL", ""),
     ]))
     .unwrap();
-    assert!(!s.github_webhook_secret.is_set());
+    assert!(!s.webhook_secrets.is_set("github"));
     assert_eq!(s.database.kind(), "sqlite");
 }
 
@@ -165,10 +165,22 @@ fn every_variable_the_settings_read_is_declared_for_serve_help() {
 
 #[test]
 fn each_provider_reads_its_webhook_secret_and_keeps_its_secrets_from_agents() {
-    let settings = Settings::from_env(&Env::default()).unwrap();
+    let mut settings = Settings::from_env(&Env::default()).unwrap();
+    assert!(
+        !settings.webhook_secrets.set("no-such-provider", None),
+        "only a provider in the table has a webhook secret"
+    );
+    assert!(settings
+        .webhook_secret(crate::domain::Source::Pidevops)
+        .is_none());
     for provider in &crate::domain::registry::PROVIDERS {
         let secret = settings.webhook_secret(provider.source).unwrap();
         assert_eq!(secret.variable, provider.webhook_secret);
+        assert!(!secret.is_set());
+        assert!(settings
+            .webhook_secrets
+            .set(provider.name, Some("s".into())));
+        assert!(settings.webhook_secrets.is_set(provider.name));
         assert!(VARIABLES
             .iter()
             .any(|(name, _)| *name == provider.webhook_secret));

@@ -368,7 +368,7 @@ async fn telegram_api(out: &mut String, settings: &Settings) -> bool {
                 Ok(client) => match within_10s(client.get_me()).await {
                     Err(e) => Err(e),
                     Ok(bot) => within_10s(client.webhook_url()).await.map(|url| {
-                        let mode = match (url.is_empty(), settings.telegram_webhook_secret.is_set()) {
+                        let mode = match (url.is_empty(), settings.webhook_secrets.is_set("telegram")) {
                             (true, false) => "no webhook: telegram_updates long-polls".to_owned(),
                             (true, true) => "no webhook registered, though TELEGRAM_WEBHOOK_SECRET is set: register one (setWebhook with the secret)".to_owned(),
                             (false, _) => format!("webhook registered at {url}"),

@@ -307,9 +307,9 @@ async fn every_telegram_fixture_is_stored_once_and_wrong_tokens_are_refused(db: 
 
 async fn a_source_without_its_secret_refuses_every_delivery(db: TestDb) {
     let mut settings = crate::common::settings(&db);
-    settings.github_webhook_secret.value = None;
-    settings.linear_webhook_secret.value = None;
-    settings.telegram_webhook_secret.value = None;
+    for provider in pidevops::domain::registry::names() {
+        assert!(settings.webhook_secrets.set(provider, None), "{provider}");
+    }
     let app = TestApp::spawn(settings).await;
     let body = br#"{"zen":"z"}"#;
     let (status, refused) = json(app.post_github("ping", "x", body).await).await;

@@ -354,7 +354,7 @@ async fn without_a_webhook_updates_are_long_polled_into_the_log_once(db: TestDb)
     settings.telegram_bot_token = Some(SecretString::from(BOT_TOKEN));
     settings.telegram_api_url = telegram.url.clone();
     settings.telegram_allowed_chats = Some("-100".into());
-    settings.telegram_webhook_secret.value = None;
+    assert!(settings.webhook_secrets.set("telegram", None));
     let app = TestApp::spawn(settings.clone()).await;
     within(
         Duration::from_secs(20),

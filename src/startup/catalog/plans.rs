@@ -9,7 +9,7 @@ use crate::loops::LoopState;
 
 pub(super) fn telegram_updates(s: &Settings) -> PlannedLoop {
     use crate::ingress::telegram_updates::TELEGRAM_UPDATES;
-    match (&s.telegram_bot_token, s.telegram_webhook_secret.is_set()) {
+    match (&s.telegram_bot_token, s.webhook_secrets.is_set("telegram")) {
         (Some(_), false) => PlannedLoop::armed(
             TELEGRAM_UPDATES,
             true,

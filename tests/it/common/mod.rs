@@ -209,9 +209,15 @@ pub use pidevops::bench::with_database;
 /// Test settings with every secret configured.
 pub fn settings(db: &TestDb) -> Settings {
     let mut s = Settings::for_tests(db.url.clone());
-    s.github_webhook_secret.value = Some(SecretString::from(GITHUB_SECRET));
-    s.linear_webhook_secret.value = Some(SecretString::from(LINEAR_SECRET));
-    s.telegram_webhook_secret.value = Some(SecretString::from(TELEGRAM_SECRET));
+    for (provider, secret) in [
+        ("github", GITHUB_SECRET),
+        ("linear", LINEAR_SECRET),
+        ("telegram", TELEGRAM_SECRET),
+    ] {
+        assert!(s
+            .webhook_secrets
+            .set(provider, Some(SecretString::from(secret))));
+    }
     s.admin_token = Some(SecretString::from(ADMIN_TOKEN));
     s.telegram_bot_id = Some("4242".to_owned());
     s
