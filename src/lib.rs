@@ -14,8 +14,9 @@
 //! cli/             `pidevops task …` (the board in a terminal), `pidevops plan …` (cli/plan.rs), `pidevops budget`,
 //!                  `pidevops usage` and `pidevops dispatch pause|resume|status`
 //! startup/         build(Settings) -> App: the one constructor for main and for tests (port 0 in tests)
-//!   catalog.rs     THE list of loops: each one's plan (armed / disabled / unarmed and why) and its builder;
-//!                  doctor, /health, /metrics and start-up all read it
+//!   catalog/       THE list of loops: each one's plan (armed / disabled / unarmed and why) and its builder;
+//!                  doctor, /health, /metrics and start-up all read it; effects.rs: one entry per provider's
+//!                  effects loop
 //! config/          Settings from the environment; config/file/: pidevops.toml typed, unknown keys refused, and
 //!                  each area's domain values assembled from the tables (board.rs, budgets.rs, cron.rs, …): the
 //!                  modules below take those values and none reads `Tables`; config/dispatch.rs, profiles.rs:
