@@ -4,7 +4,7 @@
 //! (and its parser in ingress, its policy in effects: AGENTS.md, "Adding a provider").
 
 use super::Source;
-use crate::tasks::{Links, RepoName, GITHUB_ISSUE, LINEAR_ISSUE, TELEGRAM};
+use crate::tasks::{Links, RepoName, GITHUB_ISSUE, GITHUB_PR, LINEAR_ISSUE, TELEGRAM};
 
 /// One provider, whole.
 #[derive(Debug)]
@@ -27,6 +27,27 @@ pub struct ProviderEntry {
     pub came_from: fn(&Links) -> bool,
     /// The pull request body's "From:" part for a task (or plan) of `repo` with these links.
     pub from_line: fn(&Links, &RepoName) -> Option<String>,
+    /// The ticket a board card names as where the task came from (the first provider in the table with one).
+    pub card_link: fn(&Links) -> Option<LinkLine>,
+    /// The task page's lines for this provider's links (listed by `origin_rank`).
+    pub page_links: fn(&Links) -> Vec<LinkLine>,
+}
+
+/// A link as the dashboard shows it: `label text`, the text linked to `url` where the address is known.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinkLine {
+    /// `Issue`; empty on a board card.
+    pub label: &'static str,
+    pub text: String,
+    pub url: Option<String>,
+}
+
+/// A GitHub issue's or pull request's page (`kind`: `issues` or `pull`).
+fn github_url(reference: &crate::tasks::GithubRef, kind: &str) -> String {
+    format!(
+        "https://github.com/{}/{kind}/{}",
+        reference.repo, reference.number
+    )
 }
 
 /// Every provider, in the order lists show them.
@@ -54,6 +75,26 @@ pub const PROVIDERS: [ProviderEntry; 3] = [
                 }
             })
         },
+        card_link: |links| {
+            links.get(GITHUB_ISSUE).map(|issue| LinkLine {
+                label: "",
+                text: issue.to_string(),
+                url: Some(github_url(&issue, "issues")),
+            })
+        },
+        page_links: |links| {
+            let issue = links.get(GITHUB_ISSUE).map(|issue| LinkLine {
+                label: "Issue",
+                text: issue.to_string(),
+                url: Some(github_url(&issue, "issues")),
+            });
+            let pr = links.get(GITHUB_PR).map(|pr| LinkLine {
+                label: "Pull request",
+                text: pr.to_string(),
+                url: Some(github_url(&pr, "pull")),
+            });
+            issue.into_iter().chain(pr).collect()
+        },
     },
     ProviderEntry {
         name: "linear",
@@ -69,6 +110,21 @@ pub const PROVIDERS: [ProviderEntry; 3] = [
                 .get(LINEAR_ISSUE)
                 .map(|issue| format!("Linear {}", issue.identifier()))
         },
+        card_link: |links| {
+            links.get(LINEAR_ISSUE).map(|issue| LinkLine {
+                label: "",
+                text: issue.identifier().to_owned(),
+                url: None,
+            })
+        },
+        page_links: |links| {
+            let issue = links.get(LINEAR_ISSUE).map(|issue| LinkLine {
+                label: "Linear",
+                text: issue.identifier().to_owned(),
+                url: None,
+            });
+            issue.into_iter().collect()
+        },
     },
     ProviderEntry {
         name: "telegram",
@@ -83,6 +139,21 @@ pub const PROVIDERS: [ProviderEntry; 3] = [
             links
                 .get(TELEGRAM)
                 .map(|message| format!("Telegram message {message}"))
+        },
+        card_link: |links| {
+            links.get(TELEGRAM).map(|message| LinkLine {
+                label: "",
+                text: format!("Telegram {message}"),
+                url: None,
+            })
+        },
+        page_links: |links| {
+            let message = links.get(TELEGRAM).map(|message| LinkLine {
+                label: "Telegram message",
+                text: message.to_string(),
+                url: None,
+            });
+            message.into_iter().collect()
         },
     },
 ];
@@ -115,6 +186,21 @@ pub fn from_lines(links: &Links, repo: &RepoName) -> Vec<String> {
     PROVIDERS
         .iter()
         .filter_map(|p| (p.from_line)(links, repo))
+        .collect()
+}
+
+/// The ticket a board card names: the first provider in the table with one.
+pub fn card_link(links: &Links) -> Option<LinkLine> {
+    PROVIDERS.iter().find_map(|p| (p.card_link)(links))
+}
+
+/// The task page's link lines, the providers by `origin_rank` (where a task usually comes from first).
+pub fn page_links(links: &Links) -> Vec<LinkLine> {
+    let mut providers: Vec<_> = PROVIDERS.iter().collect();
+    providers.sort_by_key(|p| p.origin_rank);
+    providers
+        .into_iter()
+        .flat_map(|p| (p.page_links)(links))
         .collect()
 }
 
@@ -185,5 +271,50 @@ mod tests {
         );
         let other: RepoName = "o/other".parse().unwrap();
         assert_eq!(from_lines(&links, &other)[0], "o/n#3");
+    }
+
+    #[test]
+    fn the_dashboard_shows_each_link_and_names_the_first_providers_ticket() {
+        use crate::tasks::{GithubRef, LinearIssue, TelegramMessage};
+        let repo: RepoName = "o/n".parse().unwrap();
+        let telegram = Links::default().with(TELEGRAM, &TelegramMessage::new(-100, 7).unwrap());
+        let linear = telegram.clone().with(
+            LINEAR_ISSUE,
+            &LinearIssue::new(uuid::Uuid::from_u128(5), "ENG-4").unwrap(),
+        );
+        let all = linear
+            .clone()
+            .with(GITHUB_ISSUE, &GithubRef::new(repo.clone(), 3).unwrap())
+            .with(GITHUB_PR, &GithubRef::new(repo, 9).unwrap());
+        let line = |label, text: &str, url: Option<&str>| LinkLine {
+            label,
+            text: text.to_owned(),
+            url: url.map(str::to_owned),
+        };
+        assert_eq!(
+            page_links(&all),
+            [
+                line("Linear", "ENG-4", None),
+                line("Issue", "o/n#3", Some("https://github.com/o/n/issues/3")),
+                line(
+                    "Pull request",
+                    "o/n#9",
+                    Some("https://github.com/o/n/pull/9")
+                ),
+                line("Telegram message", "chat -100 message 7", None),
+            ]
+        );
+        // A card names one ticket: a GitHub issue over a Linear issue over a Telegram message.
+        assert_eq!(
+            card_link(&all),
+            Some(line("", "o/n#3", Some("https://github.com/o/n/issues/3")))
+        );
+        assert_eq!(card_link(&linear), Some(line("", "ENG-4", None)));
+        assert_eq!(
+            card_link(&telegram),
+            Some(line("", "Telegram chat -100 message 7", None))
+        );
+        assert_eq!(card_link(&Links::default()), None);
+        assert!(page_links(&Links::default()).is_empty());
     }
 }

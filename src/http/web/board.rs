@@ -17,7 +17,7 @@ use super::{caught_up, frame, page, rendered_at, timed, unavailable, SignedIn};
 use crate::domain::registry;
 use crate::http::AppState;
 use crate::projectors::tasks::{self as task_rows, TaskFilter, TaskRow};
-use crate::tasks::{Column, Links, GITHUB_ISSUE, LINEAR_ISSUE, TELEGRAM};
+use crate::tasks::{Column, Links};
 
 /// Cards shown per column; the header counts them all.
 pub const CARDS_PER_COLUMN: usize = 60;
@@ -139,19 +139,12 @@ fn card(row: &TaskRow, related: &Related, now: DateTime<Utc>) -> Markup {
     }
 }
 
-/// The ticket the task came from, linked where the address is known.
+/// The ticket the task came from, linked where the address is known (the provider table's `card_link`).
 fn source_link(links: &Links) -> Option<Markup> {
-    if let Some(issue) = links.get(GITHUB_ISSUE) {
-        return Some(html! {
-            a href={ "https://github.com/" (issue.repo) "/issues/" (issue.number) } { (issue.to_string()) }
-        });
-    }
-    if let Some(linear) = links.get(LINEAR_ISSUE) {
-        return Some(html! { span { (linear.identifier()) } });
-    }
-    links
-        .get(TELEGRAM)
-        .map(|t| html! { span { "Telegram " (t.to_string()) } })
+    registry::card_link(links).map(|line| match line.url {
+        Some(url) => html! { a href=(url) { (line.text) } },
+        None => html! { span { (line.text) } },
+    })
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -16,7 +16,7 @@ use super::triage::{spec_form, spec_text, triage_note, SpecDraft};
 use super::words::{age, column_label};
 use crate::projectors::runs::RunRow;
 use crate::projectors::tasks::{link_keys, TaskRow, TimelineEntry};
-use crate::tasks::{Column, Task, GITHUB_ISSUE, GITHUB_PR, LINEAR_ISSUE, TELEGRAM};
+use crate::tasks::{Column, Task};
 
 /// Which page the navigation marks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -267,14 +267,12 @@ pub fn task(view: &TaskView) -> Markup {
         @if !row.is_plan() || !link_keys(&row.links).is_empty() {
             h2 { "Links" }
             ul {
-                @if let Some(linear) = row.links.get(LINEAR_ISSUE) { li { "Linear " (linear.identifier()) } }
-                @if let Some(issue) = row.links.get(GITHUB_ISSUE) {
-                    li { "Issue " a href={ "https://github.com/" (issue.repo) "/issues/" (issue.number) } { (issue.to_string()) } }
+                @for line in registry::page_links(&row.links) {
+                    li {
+                        (line.label) " "
+                        @if let Some(url) = &line.url { a href=(url) { (line.text) } } @else { (line.text) }
+                    }
                 }
-                @if let Some(pr) = row.links.get(GITHUB_PR) {
-                    li { "Pull request " a href={ "https://github.com/" (pr.repo) "/pull/" (pr.number) } { (pr.to_string()) } }
-                }
-                @if let Some(telegram) = row.links.get(TELEGRAM) { li { "Telegram message " (telegram.to_string()) } }
                 @if !row.is_plan() { li { "Branch " code { "pidevops/" (row.id) } } }
             }
         }
