@@ -48,8 +48,9 @@
 //! reactions/       the follower that turns GitHub events on pidevops branches into task commands (pure rules)
 //! effects/         outbound calls, each recorded in `effect:<key>` and made once: runner/ (the one
 //!                  `effects:<provider>` follower), provider.rs (the ProviderPolicy shape), handle.rs (the narrow
-//!                  handle a policy gets instead of the runner), github/, linear/, telegram.rs + bot.rs (one
-//!                  policy each, pure builders inside; linear/plan.rs: a plan's checklist in its Linear session),
+//!                  handle a policy gets instead of the runner), github/, linear/, telegram/ (one policy each,
+//!                  its own action type and pure builders inside; linear/plan.rs: a plan's checklist in its
+//!                  Linear session; github/combined.rs: a combined plan's pull request; telegram/bot.rs),
 //!                  pull_request.rs (both pull requests' one description writer), policy_config.rs
 //!                  (PolicyConfig), policy.rs (re-exports)
 //! providers/       the GitHub, Linear and Telegram API clients (effects, pollers, ingress and doctor call them)

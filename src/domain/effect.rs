@@ -9,6 +9,19 @@ pub fn stream(key: &str) -> String {
     format!("{EFFECT_STREAM_PREFIX}{key}")
 }
 
+/// The key of the effect that opens task `task`'s pull request (a plan's combined one too): `github:pr:<task>`.
+/// Its success is news for every provider's policy (Linear links the pull request, Telegram says so).
+pub fn pull_request_key(task: &str) -> String {
+    format!("{PULL_REQUEST_KEY_PREFIX}{task}")
+}
+
+/// The task whose pull request effect `key` opens, if it is one.
+pub fn pull_request_task(key: &str) -> Option<crate::tasks::TaskId> {
+    key.strip_prefix(PULL_REQUEST_KEY_PREFIX)?.parse().ok()
+}
+
+const PULL_REQUEST_KEY_PREFIX: &str = "github:pr:";
+
 /// The key of the Telegram notice to `chat` about the task event stored as `event_id`.
 pub fn telegram_notice_key(chat: i64, event_id: &str) -> String {
     format!("telegram:notify:{chat}:{event_id}")

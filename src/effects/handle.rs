@@ -4,11 +4,13 @@
 //! [`Handle`] and hands itself down as one; the policies name this module, never the runner, so the runner may
 //! build them.
 
+use std::future::Future;
+
 use crate::board::Board;
 use crate::eventlog::EventLog;
 use crate::loops::LoopRegistry;
 
-use super::Request;
+use super::{ProviderAction, Request};
 
 /// Who the effects loops' events and commands are from.
 pub(crate) const ACTOR: &str = "effects";
@@ -29,15 +31,18 @@ pub struct EffectsProgress {
 }
 
 /// How an effect stands after this tick looked at it.
-pub(crate) enum Settled {
+pub enum Settled {
     Yes,
     /// Not before this time.
     Waiting(chrono::DateTime<chrono::Utc>),
 }
 
-/// The narrow handle a policy gets instead of the runner. Crate-private for the reason `ProviderPolicy` is: the
-/// runner needs the futures of its `async fn`s to be `Send`, which only the concrete implementation promises.
-pub(crate) trait Handle {
+/// The narrow handle a policy gets instead of the runner. Its futures are `Send` (the loop runs on any thread),
+/// and a policy's futures, which hold it, are too.
+pub trait Handle: Sync {
+    /// The actions of the provider whose loop this is.
+    type Action: ProviderAction;
+
     /// The board: tasks loaded, commands executed, its `[board]` configuration.
     fn board(&self) -> &Board;
 
@@ -48,27 +53,33 @@ pub(crate) trait Handle {
     fn loops(&self) -> Option<&LoopRegistry>;
 
     /// Whether effect `key` was ever requested (its stream has anything).
-    async fn requested(&self, key: &str) -> anyhow::Result<bool>;
+    fn requested(&self, key: &str) -> impl Future<Output = anyhow::Result<bool>> + Send;
 
     /// Records the request, caused by the event at position `cause` (once per key: a repeat is a duplicate of
     /// the first).
-    async fn request(&self, request: &Request, cause: i64) -> anyhow::Result<()>;
+    fn request(
+        &self,
+        request: &Request<Self::Action>,
+        cause: i64,
+    ) -> impl Future<Output = anyhow::Result<()>> + Send;
 
     /// Makes the next attempt of the effect if it is due (its cap asked first); says whether it is settled.
-    async fn drive(
+    fn drive(
         &self,
-        request: &Request,
+        request: &Request<Self::Action>,
         progress: &mut EffectsProgress,
-    ) -> anyhow::Result<Settled>;
+    ) -> impl Future<Output = anyhow::Result<Settled>> + Send;
 
     /// Records the request (once per key), then makes its next attempt if that is due.
-    async fn ask(
+    fn ask(
         &self,
-        request: &Request,
+        request: &Request<Self::Action>,
         cause: i64,
         progress: &mut EffectsProgress,
-    ) -> anyhow::Result<Settled> {
-        self.request(request, cause).await?;
-        self.drive(request, progress).await
+    ) -> impl Future<Output = anyhow::Result<Settled>> + Send {
+        async move {
+            self.request(request, cause).await?;
+            self.drive(request, progress).await
+        }
     }
 }

@@ -6,15 +6,16 @@
 //!                                              requested, started…                      └─► commands (links, flags)
 //! ```
 //!
-//! One runner (`runner/`) follows the log for every provider; what differs is the policy it holds (`provider.rs`:
-//! which events concern the provider, what requests they produce, its calls), one each: `github/`, `linear/`,
-//! `telegram.rs` with the bot (`bot.rs`). A policy never sees the runner: what it needs of the loop (the board,
-//! the log, the loops; an effect requested or driven now) it asks the narrow `handle::Handle` it is handed, which
-//! the runner implements. `handle.rs`, `provider.rs` and `policy_config.rs` (`PolicyConfig`: what the policies know
-//! of the deployment) sit below both, so the runner builds the policies (`runner/policies.rs`) and no import goes
-//! back up. Their request builders are pure (re-exported in `policy`). Both pull requests pidevops opens, a task's
-//! (`github/`) and a combined plan's (`combined.rs`), are described by one writer (`pull_request.rs`), with every
-//! untrusted text made inert (`inert.rs`).
+//! One runner (`runner/`, `Effects<P>`) follows the log for every provider; what differs is the policy `P` it
+//! is built with (`provider.rs`, `ProviderPolicy`: which events concern the provider, what requests they produce,
+//! its own action type, its calls), one each: `github/` (with a combined plan's pull request, `combined.rs`),
+//! `linear/`, `telegram/` (with the bot, `bot.rs`). The runner names none of them: start-up builds each loop with
+//! its policy. A policy never sees the runner: what it needs of the loop (the board, the log, the loops; an effect
+//! requested or driven now) it asks the narrow `handle::Handle` it is handed. Each provider's actions are its own
+//! enum, stored tagged (`"action": "github_comment"`); what reads effects without making them reads any
+//! provider's as a `StoredAction`. Their request builders are pure (re-exported in `policy`). Both pull requests
+//! pidevops opens are described by one writer (`pull_request.rs`), with every untrusted text made inert
+//! (`inert.rs`).
 //!
 //! Each request has an idempotency key (`github:pr:T-7`) and its own stream `effect:<key>`:
 //! `effect.requested` (version 1, deduplicated on the key), then per attempt `effect.started` and its outcome.
@@ -30,201 +31,80 @@
 //! A task's calls are capped (`cap.rs`: `[effects] max_per_task_per_hour`, counted from the log): past the cap an
 //! effect is recorded as `effect.withheld` with the reason instead of being made, and the task is flagged.
 
-pub mod bot;
 pub mod cap;
-mod combined;
 mod github;
-mod handle;
+pub mod handle;
 mod inert;
 mod linear;
 pub mod policy;
 mod policy_config;
-mod provider;
+pub mod provider;
 mod pull_request;
 pub mod runner;
 mod telegram;
 
 use chrono::{DateTime, Utc};
+
 use serde::{Deserialize, Serialize};
 
-use crate::tasks::{BranchName, CommitSha, MergeMethod, RepoName, TaskId};
+use crate::tasks::TaskId;
 
 pub use crate::domain::effect::{stream, EFFECT_STREAM_PREFIX};
+pub use github::{GithubAction, GithubPolicy};
+pub use linear::{LinearAction, LinearPolicy};
+pub use provider::{loop_name, ProviderPolicy};
+pub use telegram::{TelegramAction, TelegramPolicy};
 /// Attempts of one effect before it is recorded as failed for good.
 pub const MAX_ATTEMPTS: u32 = 8;
 
-/// Which API an effect calls; each has its own loop (`effects:github`, …), so one provider being down never holds
-/// back another's calls.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Provider {
-    Github,
-    Linear,
-    Telegram,
-}
-
-impl Provider {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Provider::Github => "github",
-            Provider::Linear => "linear",
-            Provider::Telegram => "telegram",
-        }
-    }
-
-    /// The loop that makes this provider's calls.
-    pub fn loop_name(self) -> String {
-        format!("effects:{}", self.as_str())
-    }
-}
-
-/// What to do. Everything the call needs is in the request, so the call is the same whoever makes it, whenever.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "action", rename_all = "snake_case")]
-pub enum Action {
-    /// Opens the task's pull request from `head` to `base`, or finds the one already open.
-    GithubOpenPullRequest {
-        repo: RepoName,
-        head: BranchName,
-        base: String,
-        title: String,
-        body: String,
-    },
-    /// Comments on an issue (or pull request). The body carries a hidden marker naming the effect, so a repeat
-    /// finds the comment it made instead of posting it again.
-    GithubComment {
-        repo: RepoName,
-        number: u64,
-        body: String,
-        /// Comments updated since this time are searched for the marker (the request's time, less a margin).
-        since: DateTime<Utc>,
-    },
-    /// Reacts to an issue or pull request comment (`eyes`: pidevops has it). GitHub keeps one reaction per account
-    /// and content, so a repeat changes nothing.
-    GithubReaction {
-        repo: RepoName,
-        comment: u64,
-        content: String,
-    },
-    /// Merges the task's pull request at commit `sha` (auto-land), with `method` or the repository's allowed one.
-    GithubMergePullRequest {
-        repo: RepoName,
-        number: u64,
-        sha: CommitSha,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        method: Option<MergeMethod>,
-    },
-    /// A comment on a Linear issue (Markdown), created under an id derived from the key so it is made once.
-    LinearComment { issue: uuid::Uuid, body: String },
-    /// Moves a Linear issue to the first of `states` its team has, else to its team's first state of type
-    /// `fallback` (`started`, `completed`, …).
-    LinearMoveIssue {
-        issue: uuid::Uuid,
-        states: Vec<String>,
-        fallback: String,
-    },
-    /// An agent activity in a Linear agent session: `content` is Linear's (`{"type": "thought", "body": …}`).
-    LinearActivity {
-        session: String,
-        content: serde_json::Value,
-    },
-    /// The links a Linear agent session shows (label, address).
-    LinearSessionUrls {
-        session: String,
-        urls: Vec<(String, String)>,
-    },
-    /// The checklist a Linear agent session shows: a plan's items and where each stands (replaces the last).
-    LinearSessionPlan {
-        session: String,
-        plan: Vec<crate::providers::linear::PlanStep>,
-    },
-    /// A message to a Telegram chat, in Telegram's HTML (escaped when it was built), with inline buttons (label,
-    /// callback data of at most 64 bytes) in one row, or, with `reply_prompt`, a reply prompt instead (Telegram's
-    /// `force_reply`, the prompt its input field's placeholder): a question whose reply is its answer.
-    TelegramSend {
-        chat: i64,
-        html: String,
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        buttons: Vec<(String, String)>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        reply_prompt: Option<String>,
-    },
-    /// The answer every button press gets (Telegram shows it briefly; without one the button spins).
-    TelegramAnswerCallback { callback: String, text: String },
-    /// The bot's command menu (`setMyCommands`): name and description of each.
-    TelegramSetCommands { commands: Vec<(String, String)> },
-}
-
-impl Action {
-    pub fn provider(&self) -> Provider {
-        match self {
-            Action::GithubOpenPullRequest { .. }
-            | Action::GithubComment { .. }
-            | Action::GithubReaction { .. }
-            | Action::GithubMergePullRequest { .. } => Provider::Github,
-            Action::TelegramSend { .. }
-            | Action::TelegramSetCommands { .. }
-            | Action::TelegramAnswerCallback { .. } => Provider::Telegram,
-            Action::LinearComment { .. }
-            | Action::LinearMoveIssue { .. }
-            | Action::LinearActivity { .. }
-            | Action::LinearSessionUrls { .. }
-            | Action::LinearSessionPlan { .. } => Provider::Linear,
-        }
-    }
-
-    pub fn name(&self) -> &'static str {
-        match self {
-            Action::GithubOpenPullRequest { .. } => "github_open_pull_request",
-            Action::GithubComment { .. } => "github_comment",
-            Action::GithubReaction { .. } => "github_reaction",
-            Action::GithubMergePullRequest { .. } => "github_merge_pull_request",
-            Action::LinearComment { .. } => "linear_comment",
-            Action::LinearMoveIssue { .. } => "linear_move_issue",
-            Action::LinearActivity { .. } => "linear_activity",
-            Action::LinearSessionUrls { .. } => "linear_session_urls",
-            Action::LinearSessionPlan { .. } => "linear_session_plan",
-            Action::TelegramSend { .. } => "telegram_send",
-            Action::TelegramSetCommands { .. } => "telegram_set_commands",
-            Action::TelegramAnswerCallback { .. } => "telegram_answer_callback",
-        }
-    }
+/// What every provider's action says of itself. Each provider's actions are its own enum (`GithubAction`, …),
+/// tagged `action` with names that start with the provider's (`github_comment`): the runner of that provider's
+/// loop reads them back typed, and everything else reads any of them as a [`StoredAction`].
+pub trait ProviderAction:
+    Clone
+    + std::fmt::Debug
+    + PartialEq
+    + Serialize
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+    /// Its name in the log and in `/metrics` (`github_open_pull_request`).
+    fn name(&self) -> &'static str;
 
     /// Whether an attempt cut off mid-call may be made again without a second visible result.
-    pub fn safe_to_repeat(&self) -> bool {
-        match self {
-            // Looks for the open pull request of the branch before it opens one.
-            Action::GithubOpenPullRequest { .. } => true,
-            // Looks for its marker among the issue's recent comments before it posts.
-            Action::GithubComment { .. } => true,
-            // GitHub answers a repeated reaction with the one there.
-            Action::GithubReaction { .. } => true,
-            // Reads the pull request first: one already merged (by the attempt cut off) is a success, not a merge.
-            Action::GithubMergePullRequest { .. } => true,
-            // Created under an id derived from the key: a repeat finds the first.
-            Action::LinearComment { .. } | Action::LinearActivity { .. } => true,
-            // Moving to the state it is in, or setting the same links or checklist, changes nothing (and a
-            // checklist's next state is asked for only once this one settled, so a repeat is never stale).
-            Action::LinearMoveIssue { .. }
-            | Action::LinearSessionUrls { .. }
-            | Action::LinearSessionPlan { .. } => true,
-            // Telegram cannot tell whether a message was delivered: one cut off is recorded, never sent twice.
-            Action::TelegramSend { .. } => false,
-            // Setting the same menu twice leaves one menu.
-            Action::TelegramSetCommands { .. } => true,
-            // A second answer to one press is refused by Telegram, not shown twice.
-            Action::TelegramAnswerCallback { .. } => true,
-        }
+    fn safe_to_repeat(&self) -> bool;
+}
+
+/// An action as the log holds it, whichever provider's: its fields, `action` naming it. What reads effects
+/// without making them (the cap, the pages, a replay) reads this.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct StoredAction(serde_json::Map<String, serde_json::Value>);
+
+impl StoredAction {
+    /// Its name (`github_comment`); empty when the stored object has none.
+    pub fn name(&self) -> &str {
+        self.0
+            .get("action")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+    }
+
+    /// Its fields, `action` among them.
+    pub fn fields(&self) -> &serde_json::Map<String, serde_json::Value> {
+        &self.0
     }
 }
 
-/// An effect a policy asks for.
+/// An effect a policy asks for: one of its provider's actions (`A`), under an idempotency key.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Request {
+pub struct Request<A> {
     pub key: String,
     /// The task it is about; `None` for a bot reply to a command about no task.
     pub task: Option<TaskId>,
-    pub action: Action,
+    pub action: A,
 }
 
 /// What a call produced: the providers' answers, kept here under their old path.
@@ -235,17 +115,18 @@ pub fn marker(key: &str) -> String {
     format!("<!-- pidevops:{key} -->")
 }
 
-/// One fact about an effect, in its stream.
+/// One fact about an effect, in its stream. `A`: its action as the provider's loop reads it, or any provider's
+/// as stored.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub enum EffectEvent {
+pub enum EffectEvent<A = StoredAction> {
     Requested {
         at: DateTime<Utc>,
         key: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         task: Option<TaskId>,
         #[serde(flatten)]
-        action: Action,
+        action: A,
         /// The event whose handling asked for it.
         cause_position: i64,
     },
@@ -276,7 +157,7 @@ pub enum EffectEvent {
     },
 }
 
-impl EffectEvent {
+impl<A> EffectEvent<A> {
     pub fn kind(&self) -> &'static str {
         match self {
             EffectEvent::Requested { .. } => "effect.requested",
@@ -319,7 +200,7 @@ pub enum State {
 }
 
 /// Folds an effect's events into its state. Pure.
-pub fn state(events: &[EffectEvent]) -> State {
+pub fn state<A>(events: &[EffectEvent<A>]) -> State {
     let mut state = State::Unknown;
     for event in events {
         state = match (state, event) {

@@ -4,7 +4,7 @@
 //! and answers with requests (each with its idempotency key); none calls out. Nothing in `effects/` imports this
 //! file: it is the façade for readers and tests.
 
-pub use super::combined::{
+pub use super::github::combined::{
     after_plan_pull_request, lands_with_its_plan, plan_pull_request, plan_pull_request_body,
 };
 pub use super::github::{

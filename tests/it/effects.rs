@@ -10,7 +10,7 @@ use crate::common::fake_github::{Failure, FakeGithub};
 use crate::common::{within, TestApp, TestDb};
 use axum::http::Method;
 use pidevops::board::Draft;
-use pidevops::effects::{EffectEvent, Provider};
+use pidevops::effects::EffectEvent;
 use pidevops::projectors::tasks as task_rows;
 use pidevops::tasks::{ApprovalPolicy, Links, Spec, TaskId};
 use secrecy::SecretString;
@@ -138,12 +138,14 @@ async fn a_task_in_review_gets_one_pull_request_and_its_link(db: TestDb) {
 
     // A second reader over the whole log (a rebuild, a lost checkpoint) settles everything from the effects'
     // streams: no call, no new effect event.
-    let replay = pidevops::effects::runner::Effects::github(
+    let replay = pidevops::effects::runner::Effects::new(
+        pidevops::effects::GithubPolicy::new(
+            pidevops::providers::github::GithubClient::new(&github.url, &SecretString::from(TOKEN))
+                .unwrap(),
+            Default::default(),
+        ),
         app.state.log.clone(),
         app.state.board.clone(),
-        pidevops::providers::github::GithubClient::new(&github.url, &SecretString::from(TOKEN))
-            .unwrap(),
-        Default::default(),
     )
     .with_checkpoint("effects:github:replay")
     .with_tick_budget(crate::common::WHOLE_TICK);
@@ -172,7 +174,7 @@ async fn a_task_in_review_gets_one_pull_request_and_its_link(db: TestDb) {
         .await
         .unwrap();
     assert_eq!(
-        health["loops"][Provider::Github.loop_name()]["state"],
+        health["loops"][pidevops::effects::loop_name("github")]["state"],
         "armed",
         "{health}"
     );
@@ -272,7 +274,7 @@ async fn without_a_token_the_loop_is_disabled_and_says_why(db: TestDb) {
         .json()
         .await
         .unwrap();
-    let effects = &health["loops"][Provider::Github.loop_name()];
+    let effects = &health["loops"][pidevops::effects::loop_name("github")];
     assert_eq!(effects["state"], "disabled", "{health}");
     assert!(
         effects["reason"]
@@ -290,12 +292,14 @@ async fn a_call_cut_off_after_github_acted_is_not_made_twice(db: TestDb) {
     let github = FakeGithub::start().await;
     // No token for the app: its own loop stays off, and this test drives the worker tick by tick.
     let app = TestApp::spawn(crate::common::settings(&db)).await;
-    let effects = pidevops::effects::runner::Effects::github(
+    let effects = pidevops::effects::runner::Effects::new(
+        pidevops::effects::GithubPolicy::new(
+            pidevops::providers::github::GithubClient::new(&github.url, &SecretString::from(TOKEN))
+                .unwrap(),
+            Default::default(),
+        ),
         app.state.log.clone(),
         app.state.board.clone(),
-        pidevops::providers::github::GithubClient::new(&github.url, &SecretString::from(TOKEN))
-            .unwrap(),
-        Default::default(),
     )
     .with_tick_budget(crate::common::WHOLE_TICK);
     let id = task_in_review(&app, "Open it exactly once").await;

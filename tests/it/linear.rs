@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::common::fake_linear::{default_states, FakeLinear, Issue, LINEAR_KEY};
 use crate::common::{within, TestApp, TestDb};
-use pidevops::effects::{EffectEvent, Provider};
+use pidevops::effects::EffectEvent;
 use pidevops::projectors::tasks as task_rows;
 use pidevops::tasks::{Column, Command, Reason, RetryCause, RunId, TaskId};
 use secrecy::SecretString;
@@ -207,15 +207,17 @@ async fn an_issue_hears_when_work_starts_goes_to_review_needs_a_human_and_is_don
 
     // Read the whole log again from the start: every effect is settled, nothing is called again.
     let calls = linear.calls().len();
-    let replay = pidevops::effects::runner::Effects::linear(
+    let replay = pidevops::effects::runner::Effects::new(
+        pidevops::effects::LinearPolicy::new(
+            pidevops::providers::linear::LinearClient::new(
+                &linear.url,
+                &SecretString::from(LINEAR_KEY),
+            )
+            .unwrap(),
+            Default::default(),
+        ),
         app.state.log.clone(),
         app.state.board.clone(),
-        pidevops::providers::linear::LinearClient::new(
-            &linear.url,
-            &SecretString::from(LINEAR_KEY),
-        )
-        .unwrap(),
-        Default::default(),
     )
     .with_checkpoint("effects:linear:replay")
     .with_tick_budget(crate::common::WHOLE_TICK);
@@ -229,7 +231,7 @@ async fn an_issue_hears_when_work_starts_goes_to_review_needs_a_human_and_is_don
     let (status, health) = app.health().await;
     assert_eq!(status, 200, "{health}");
     assert_eq!(
-        health["loops"][Provider::Linear.loop_name()]["state"],
+        health["loops"][pidevops::effects::loop_name("linear")]["state"],
         "armed"
     );
     app.stop().await;

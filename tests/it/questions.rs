@@ -590,8 +590,7 @@ async fn a_question_from_a_github_issue_is_asked_there_once_saying_how_to_answer
         .unwrap()
         .expect("the issue's task");
     wait_for_question(&app, id, true).await;
-    app.drive(&pidevops::effects::Provider::Github.loop_name())
-        .await;
+    app.drive(&pidevops::effects::loop_name("github")).await;
     let comments: Vec<(String, u64, String)> = github
         .comments()
         .into_iter()
@@ -603,8 +602,7 @@ async fn a_question_from_a_github_issue_is_asked_there_once_saying_how_to_answer
     assert!(body.contains(&format!("> {QUESTION}")), "{body}");
     assert!(body.contains("mentioning @pidevops-bot"), "{body}");
     // Read again, nothing is posted twice.
-    app.drive(&pidevops::effects::Provider::Github.loop_name())
-        .await;
+    app.drive(&pidevops::effects::loop_name("github")).await;
     assert_eq!(
         github
             .comments()

@@ -8,7 +8,7 @@ use crate::common::board::new_task;
 use crate::common::fake_telegram::FakeTelegram;
 use crate::common::{within, TestApp, TestDb};
 use pidevops::board::{Draft, Steer};
-use pidevops::effects::{EffectEvent, Provider};
+use pidevops::effects::EffectEvent;
 use pidevops::tasks::{Command, Links, Reason, Spec};
 use secrecy::SecretString;
 
@@ -151,7 +151,7 @@ async fn without_chats_or_a_token_the_loop_says_why(db: TestDb) {
     let telegram = FakeTelegram::start().await;
     let app = spawn(&db, &telegram, None).await;
     let (_, health) = app.health().await;
-    let state = &health["loops"][Provider::Telegram.loop_name()];
+    let state = &health["loops"][pidevops::effects::loop_name("telegram")];
     assert_eq!(state["state"], "disabled", "{health}");
     assert!(state["reason"]
         .as_str()
@@ -160,7 +160,7 @@ async fn without_chats_or_a_token_the_loop_says_why(db: TestDb) {
     app.stop().await;
     let app = TestApp::spawn(crate::common::settings(&db)).await;
     let (_, health) = app.health().await;
-    let state = &health["loops"][Provider::Telegram.loop_name()];
+    let state = &health["loops"][pidevops::effects::loop_name("telegram")];
     assert!(
         state["reason"]
             .as_str()
@@ -199,7 +199,7 @@ async fn commands_from_allowed_chats_are_answered_once_and_strangers_are_refused
     let (outcome, _) = board.create(draft, "test:bot", "api", None).await.unwrap();
     let id = outcome.task.id();
     // The first message to the chat, so not held back by the pacing: driven, not waited for.
-    app.drive(&Provider::Telegram.loop_name()).await;
+    app.drive(&pidevops::effects::loop_name("telegram")).await;
     assert!(!telegram.sent().is_empty(), "the approval request");
 
     let script: [(&str, i64); 9] = [
@@ -314,18 +314,20 @@ async fn commands_from_allowed_chats_are_answered_once_and_strangers_are_refused
     );
 
     // Replaying the log (a second reader from position 0) answers nothing again and steers nothing.
-    let replay = pidevops::effects::runner::Effects::telegram(
+    let replay = pidevops::effects::runner::Effects::new(
+        pidevops::effects::TelegramPolicy::new(
+            pidevops::providers::telegram::TelegramClient::new(
+                &telegram.url,
+                &SecretString::from(BOT_TOKEN),
+            )
+            .unwrap(),
+            pidevops::effects::policy::PolicyConfig {
+                telegram_chats: vec![-100],
+                ..Default::default()
+            },
+        ),
         app.state.log.clone(),
         app.state.board.clone(),
-        pidevops::providers::telegram::TelegramClient::new(
-            &telegram.url,
-            &SecretString::from(BOT_TOKEN),
-        )
-        .unwrap(),
-        pidevops::effects::policy::PolicyConfig {
-            telegram_chats: vec![-100],
-            ..Default::default()
-        },
     )
     .with_checkpoint("effects:telegram:replay")
     .with_tick_budget(crate::common::WHOLE_TICK);
@@ -431,7 +433,7 @@ async fn a_button_press_steers_the_task_and_every_press_is_answered(db: TestDb) 
         .create_on(board)
         .await;
     // The first message to the chat, so not held back by the pacing: driven, not waited for.
-    app.drive(&Provider::Telegram.loop_name()).await;
+    app.drive(&pidevops::effects::loop_name("telegram")).await;
     assert!(!telegram.sent().is_empty(), "the approval request");
     let request = &telegram.sent()[0];
     assert_eq!(
@@ -462,7 +464,7 @@ async fn a_button_press_steers_the_task_and_every_press_is_answered(db: TestDb) 
         assert_eq!(r.status(), 200);
     }
     // Answers to presses are not paced: driven, not waited for.
-    app.drive(&Provider::Telegram.loop_name()).await;
+    app.drive(&pidevops::effects::loop_name("telegram")).await;
     let answers = telegram.answers();
     assert_eq!(
         answers[0],
@@ -611,7 +613,7 @@ async fn with_allowed_users_other_group_members_cannot_command_or_press(db: Test
         .key("test:users")
         .create_on(board)
         .await;
-    app.drive(&Provider::Telegram.loop_name()).await;
+    app.drive(&pidevops::effects::loop_name("telegram")).await;
     assert!(
         telegram.sent().iter().any(|s| s.chat == -100),
         "the approval request in the group"
@@ -670,7 +672,7 @@ async fn with_allowed_users_other_group_members_cannot_command_or_press(db: Test
     };
     // Nothing here sends a message (nothing paced): intake and the bot are driven to rest, not waited for.
     app.drive("intake").await;
-    app.drive(&Provider::Telegram.loop_name()).await;
+    app.drive(&pidevops::effects::loop_name("telegram")).await;
     assert_eq!(recorded("telegram.command_refused").await.len(), 2);
     assert_eq!(recorded("intake.ignored").await.len(), 1);
     for body in recorded("telegram.command_refused").await {
@@ -712,7 +714,7 @@ async fn with_allowed_users_other_group_members_cannot_command_or_press(db: Test
         .post_telegram(&press(4, 12, "q-listed"), crate::common::TELEGRAM_SECRET)
         .await;
     assert_eq!(r.status(), 200);
-    app.drive(&Provider::Telegram.loop_name()).await;
+    app.drive(&pidevops::effects::loop_name("telegram")).await;
     assert_eq!(
         telegram.answers()[1],
         ("q-listed".into(), format!("{id}: approve — now todo."))

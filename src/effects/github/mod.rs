@@ -7,13 +7,17 @@
 use anyhow::Context;
 use chrono::Utc;
 
-use super::combined::{after_plan_pull_request, lands_with_its_plan, plan_pull_request};
 use super::handle::{EffectsProgress, Handle, Settled, ACTOR};
 use super::inert::inert;
 use super::policy_config::PolicyConfig;
-use super::provider::{not_mine, OpenedPullRequest, ProviderPolicy};
+use super::provider::{OpenedPullRequest, ProviderPolicy};
 use super::pull_request::{OpenedFor, PullRequestBody};
-use super::{Action, Produced, Provider, Request};
+use super::{Produced, Request};
+pub use action::GithubAction;
+use combined::{after_plan_pull_request, lands_with_its_plan, plan_pull_request};
+
+mod action;
+pub(super) mod combined;
 use crate::board::{BoardError, Loaded};
 use crate::domain::Source;
 use crate::eventlog::StoredEvent;
@@ -27,26 +31,28 @@ use crate::tasks::{
 
 /// The `effects:github` policy: pull requests and issue comments.
 #[derive(Clone, Debug)]
-pub(crate) struct GithubPolicy {
+pub struct GithubPolicy {
     client: GithubClient,
     config: PolicyConfig,
 }
 
 impl GithubPolicy {
-    pub(crate) fn new(client: GithubClient, config: PolicyConfig) -> Self {
+    pub fn new(client: GithubClient, config: PolicyConfig) -> Self {
         Self { client, config }
     }
 }
 
 impl ProviderPolicy for GithubPolicy {
-    fn provider(&self) -> Provider {
-        Provider::Github
+    type Action = GithubAction;
+
+    fn provider(&self) -> &'static str {
+        "github"
     }
 
     /// A comment addressed to pidevops, as intake recorded it: its reaction, then its reply.
     async fn own_event(
         &self,
-        fx: &impl Handle,
+        fx: &impl Handle<Action = GithubAction>,
         event: &StoredEvent,
         progress: &mut EffectsProgress,
     ) -> anyhow::Result<Option<Settled>> {
@@ -107,11 +113,11 @@ impl ProviderPolicy for GithubPolicy {
 
     async fn requests(
         &self,
-        fx: &impl Handle,
+        fx: &impl Handle<Action = GithubAction>,
         event: &StoredEvent,
         task_event: &TaskEvent,
         loaded: &Loaded,
-    ) -> anyhow::Result<Vec<Request>> {
+    ) -> anyhow::Result<Vec<Request<GithubAction>>> {
         let task = &loaded.task;
         let mut requests = github(task_event, task, &self.config);
         if let TaskEvent::FlaggedNeedsHuman {
@@ -157,9 +163,9 @@ impl ProviderPolicy for GithubPolicy {
     /// The pull request becomes the task's link, and the issue it came from hears of it.
     async fn pull_request_opened(
         &self,
-        fx: &impl Handle,
+        fx: &impl Handle<Action = GithubAction>,
         opened: &OpenedPullRequest<'_>,
-    ) -> anyhow::Result<Vec<Request>> {
+    ) -> anyhow::Result<Vec<Request<GithubAction>>> {
         let task = opened.task;
         let links = Links::default().with(
             GITHUB_PR,
@@ -188,9 +194,9 @@ impl ProviderPolicy for GithubPolicy {
         })
     }
 
-    async fn call(&self, _key: &str, action: &Action) -> Result<Produced, CallError> {
+    async fn call(&self, _key: &str, action: &GithubAction) -> Result<Produced, CallError> {
         match action {
-            Action::GithubOpenPullRequest {
+            GithubAction::OpenPullRequest {
                 repo,
                 head,
                 base,
@@ -201,7 +207,7 @@ impl ProviderPolicy for GithubPolicy {
                     .open_pull_request(repo, head, base, title, body)
                     .await
             }
-            Action::GithubComment {
+            GithubAction::Comment {
                 repo,
                 number,
                 body,
@@ -212,12 +218,12 @@ impl ProviderPolicy for GithubPolicy {
                     .comment(repo, *number, body, marker, *since)
                     .await
             }
-            Action::GithubReaction {
+            GithubAction::Reaction {
                 repo,
                 comment,
                 content,
             } => self.client.react_to_comment(repo, *comment, content).await,
-            Action::GithubMergePullRequest {
+            GithubAction::MergePullRequest {
                 repo,
                 number,
                 sha,
@@ -227,21 +233,20 @@ impl ProviderPolicy for GithubPolicy {
                     .merge_pull_request(repo, *number, sha.as_str(), *method)
                     .await
             }
-            other => Err(not_mine(Provider::Github, other)),
         }
     }
 }
 
 /// The GitHub requests `event` (one of `task`'s events) asks for.
-pub fn github(event: &TaskEvent, task: &Task, config: &PolicyConfig) -> Vec<Request> {
+pub fn github(event: &TaskEvent, task: &Task, config: &PolicyConfig) -> Vec<Request<GithubAction>> {
     match event {
         // A combined plan's item lands with its plan: the plan's combination opens one pull request for all.
         TaskEvent::SubmittedForReview { .. } if lands_with_its_plan(task, config) => Vec::new(),
         // One pull request per task: a later attempt pushes to the same branch, which updates it.
         TaskEvent::SubmittedForReview { branch, .. } => vec![Request {
-            key: format!("github:pr:{}", task.id()),
+            key: crate::domain::effect::pull_request_key(&task.id().to_string()),
             task: Some(task.id()),
-            action: Action::GithubOpenPullRequest {
+            action: GithubAction::OpenPullRequest {
                 repo: task.repo().clone(),
                 head: branch.clone(),
                 base: config.base_for(task.repo()),
@@ -324,7 +329,7 @@ pub fn merge_key(task: TaskId, sha: &CommitSha) -> String {
 }
 
 /// Auto-land: the merge of the task's pull request when [`landing::readiness`] says it is ready under `rules`.
-pub fn land(task: &Task, rules: &LandConfig) -> Option<Request> {
+pub fn land(task: &Task, rules: &LandConfig) -> Option<Request<GithubAction>> {
     match landing::readiness(task, rules) {
         Readiness::Ready { sha, number } => Some(merge_request(task, &sha, number, rules)),
         Readiness::Waiting(_) => None,
@@ -332,7 +337,7 @@ pub fn land(task: &Task, rules: &LandConfig) -> Option<Request> {
 }
 
 /// The merge request of the task's current head and pull request, ready or not (to settle one asked before).
-fn merge_asked_before(task: &Task, rules: &LandConfig) -> Option<Request> {
+fn merge_asked_before(task: &Task, rules: &LandConfig) -> Option<Request<GithubAction>> {
     let sha = task.landing().head()?;
     let pr = task.links().get(GITHUB_PR)?;
     pr.repo
@@ -341,11 +346,16 @@ fn merge_asked_before(task: &Task, rules: &LandConfig) -> Option<Request> {
         .then(|| merge_request(task, sha, pr.number.get(), rules))
 }
 
-fn merge_request(task: &Task, sha: &CommitSha, number: u64, rules: &LandConfig) -> Request {
+fn merge_request(
+    task: &Task,
+    sha: &CommitSha,
+    number: u64,
+    rules: &LandConfig,
+) -> Request<GithubAction> {
     Request {
         key: merge_key(task.id(), sha),
         task: Some(task.id()),
-        action: Action::GithubMergePullRequest {
+        action: GithubAction::MergePullRequest {
             repo: task.repo().clone(),
             number,
             sha: sha.clone(),
@@ -361,7 +371,7 @@ pub fn after_pull_request(
     number: u64,
     url: &str,
     now: chrono::DateTime<chrono::Utc>,
-) -> Vec<Request> {
+) -> Vec<Request<GithubAction>> {
     let Some(issue) = task.links().get(GITHUB_ISSUE) else {
         return Vec::new();
     };
@@ -374,7 +384,7 @@ pub fn after_pull_request(
     vec![Request {
         key: key.clone(),
         task: Some(task.id()),
-        action: Action::GithubComment {
+        action: GithubAction::Comment {
             repo: issue.repo.clone(),
             number: issue.number.get(),
             body: format!(
@@ -391,7 +401,10 @@ pub fn after_pull_request(
 
 /// A comment addressed to pidevops: `eyes` on it (pidevops has it), then a reply saying what came of it, each
 /// once per comment (keyed by its repository and id).
-pub fn comment_answered(record: &CommentRecord, now: chrono::DateTime<Utc>) -> Vec<Request> {
+pub fn comment_answered(
+    record: &CommentRecord,
+    now: chrono::DateTime<Utc>,
+) -> Vec<Request<GithubAction>> {
     let at = format!(
         "{}:{}",
         record.repo.as_str().to_ascii_lowercase(),
@@ -402,7 +415,7 @@ pub fn comment_answered(record: &CommentRecord, now: chrono::DateTime<Utc>) -> V
         Request {
             key: format!("github:reaction:{at}"),
             task: record.task,
-            action: Action::GithubReaction {
+            action: GithubAction::Reaction {
                 repo: record.repo.clone(),
                 comment: record.comment,
                 content: "eyes".to_owned(),
@@ -411,7 +424,7 @@ pub fn comment_answered(record: &CommentRecord, now: chrono::DateTime<Utc>) -> V
         Request {
             key: reply_key.clone(),
             task: record.task,
-            action: Action::GithubComment {
+            action: GithubAction::Comment {
                 repo: record.repo.clone(),
                 number: record.number,
                 body: format!("{}\n\n{}", comment_reply(record), super::marker(&reply_key)),
@@ -520,7 +533,7 @@ pub fn github_question(
     event_id: &str,
     bot_login: Option<&str>,
     now: chrono::DateTime<chrono::Utc>,
-) -> Option<Request> {
+) -> Option<Request<GithubAction>> {
     let issue = task.links().get(GITHUB_ISSUE)?;
     let id = task.id();
     let key = format!("github:comment:{id}:ask:{event_id}");
@@ -543,7 +556,7 @@ pub fn github_question(
     Some(Request {
         key: key.clone(),
         task: Some(id),
-        action: Action::GithubComment {
+        action: GithubAction::Comment {
             repo: issue.repo.clone(),
             number: issue.number.get(),
             body: format!(

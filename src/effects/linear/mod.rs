@@ -7,39 +7,42 @@ use serde_json::json;
 
 use super::handle::{EffectsProgress, Handle, Settled, ACTOR};
 use super::policy_config::PolicyConfig;
-use super::provider::{not_mine, OpenedPullRequest, ProviderPolicy};
-use super::{Action, Produced, Provider, Request};
+use super::provider::{OpenedPullRequest, ProviderPolicy};
+use super::{Produced, Request};
 use crate::board::Loaded;
 use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::{AppendError, StoredEvent};
 use crate::providers::linear::LinearClient;
 use crate::providers::CallError;
 use crate::tasks::{RunId, Task, TaskEvent, LINEAR_ISSUE};
+pub use action::LinearAction;
 
 /// The stream that lists the agent sessions opened on a Linear issue: `linear-session:<issue id>`.
 pub const LINEAR_SESSION_PREFIX: &str = "linear-session:";
 
 /// The `effects:linear` policy: comments, state moves and agent activities on the tasks' Linear issues.
 #[derive(Clone, Debug)]
-pub(crate) struct LinearPolicy {
+pub struct LinearPolicy {
     client: LinearClient,
     config: PolicyConfig,
 }
 
 impl LinearPolicy {
-    pub(crate) fn new(client: LinearClient, config: PolicyConfig) -> Self {
+    pub fn new(client: LinearClient, config: PolicyConfig) -> Self {
         Self { client, config }
     }
 }
 
 impl ProviderPolicy for LinearPolicy {
-    fn provider(&self) -> Provider {
-        Provider::Linear
+    type Action = LinearAction;
+
+    fn provider(&self) -> &'static str {
+        "linear"
     }
 
     async fn own_event(
         &self,
-        fx: &impl Handle,
+        fx: &impl Handle<Action = LinearAction>,
         event: &StoredEvent,
         progress: &mut EffectsProgress,
     ) -> anyhow::Result<Option<Settled>> {
@@ -59,11 +62,11 @@ impl ProviderPolicy for LinearPolicy {
 
     async fn requests(
         &self,
-        fx: &impl Handle,
+        fx: &impl Handle<Action = LinearAction>,
         event: &StoredEvent,
         task_event: &TaskEvent,
         loaded: &Loaded,
-    ) -> anyhow::Result<Vec<Request>> {
+    ) -> anyhow::Result<Vec<Request<LinearAction>>> {
         let session = session_of(fx, &loaded.task).await?;
         let mut requests = linear(
             task_event,
@@ -80,9 +83,9 @@ impl ProviderPolicy for LinearPolicy {
     /// The attempt's end, now that its pull request is open.
     async fn pull_request_opened(
         &self,
-        fx: &impl Handle,
+        fx: &impl Handle<Action = LinearAction>,
         opened: &OpenedPullRequest<'_>,
-    ) -> anyhow::Result<Vec<Request>> {
+    ) -> anyhow::Result<Vec<Request<LinearAction>>> {
         let Some(loaded) = fx.board().load(opened.task).await? else {
             return Ok(Vec::new());
         };
@@ -95,24 +98,23 @@ impl ProviderPolicy for LinearPolicy {
         ))
     }
 
-    async fn call(&self, key: &str, action: &Action) -> Result<Produced, CallError> {
+    async fn call(&self, key: &str, action: &LinearAction) -> Result<Produced, CallError> {
         match action {
-            Action::LinearComment { issue, body } => self.client.comment(key, *issue, body).await,
-            Action::LinearActivity { session, content } => {
+            LinearAction::Comment { issue, body } => self.client.comment(key, *issue, body).await,
+            LinearAction::Activity { session, content } => {
                 self.client.activity(key, session, content).await
             }
-            Action::LinearMoveIssue {
+            LinearAction::MoveIssue {
                 issue,
                 states,
                 fallback,
             } => self.client.move_issue(*issue, states, fallback).await,
-            Action::LinearSessionUrls { session, urls } => {
+            LinearAction::SessionUrls { session, urls } => {
                 self.client.session_urls(session, urls).await
             }
-            Action::LinearSessionPlan { session, plan } => {
+            LinearAction::SessionPlan { session, plan } => {
                 self.client.session_plan(session, plan).await
             }
-            other => Err(not_mine(Provider::Linear, other)),
         }
     }
 }
@@ -121,7 +123,7 @@ impl ProviderPolicy for LinearPolicy {
 /// current session (`linear-session:<issue id>`, newest last: re-delegating opens a new one), and answered
 /// at once with a thought, as Linear expects within 10 s.
 async fn session_opened(
-    fx: &impl Handle,
+    fx: &impl Handle<Action = LinearAction>,
     event: &StoredEvent,
     progress: &mut EffectsProgress,
 ) -> anyhow::Result<Settled> {
@@ -146,7 +148,7 @@ async fn session_opened(
 
 /// Appends `linear.session_opened` to the issue's session stream, unless that session is there already.
 async fn remember_session(
-    fx: &impl Handle,
+    fx: &impl Handle<Action = LinearAction>,
     event: &StoredEvent,
     id: &str,
     issue: &str,
@@ -184,7 +186,7 @@ async fn remember_session(
 /// Intake refused an agent session (no repository, a skip label, …): the session ends with an `error` saying
 /// why, instead of waiting for work that will never start.
 async fn session_refused(
-    fx: &impl Handle,
+    fx: &impl Handle<Action = LinearAction>,
     event: &StoredEvent,
     progress: &mut EffectsProgress,
 ) -> anyhow::Result<Settled> {
@@ -221,7 +223,7 @@ async fn session_refused(
 /// A task's budget notice (its soft limit reached, or spent), once, where the task came from Linear: a thought in
 /// its agent session, else a comment on its issue. A repository's or a day's budget has no issue: Telegram's.
 async fn budget_notice(
-    fx: &impl Handle,
+    fx: &impl Handle<Action = LinearAction>,
     event: &StoredEvent,
     progress: &mut EffectsProgress,
 ) -> anyhow::Result<Settled> {
@@ -254,7 +256,7 @@ async fn budget_notice(
         Some(session) => Request {
             key,
             task: Some(id),
-            action: Action::LinearActivity {
+            action: LinearAction::Activity {
                 session,
                 content: json!({ "type": "thought", "body": body }),
             },
@@ -262,14 +264,17 @@ async fn budget_notice(
         None => Request {
             key,
             task: Some(id),
-            action: Action::LinearComment { issue, body },
+            action: LinearAction::Comment { issue, body },
         },
     };
     fx.ask(&request, event.position, progress).await
 }
 
 /// The agent session that has the task's Linear issue now, if one does.
-async fn session_of(fx: &impl Handle, task: &Task) -> anyhow::Result<Option<String>> {
+async fn session_of(
+    fx: &impl Handle<Action = LinearAction>,
+    task: &Task,
+) -> anyhow::Result<Option<String>> {
     let Some(issue) = task.links().get(LINEAR_ISSUE) else {
         return Ok(None);
     };
@@ -302,6 +307,7 @@ fn last_run(events: &[StoredEvent]) -> Option<RunId> {
     })
 }
 
+mod action;
 mod plan;
 mod requests;
 pub use requests::{

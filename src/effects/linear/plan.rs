@@ -10,8 +10,9 @@
 
 use anyhow::Context;
 
+use super::LinearAction;
 use crate::effects::handle::Handle;
-use crate::effects::{stream, Action, EffectEvent, Request};
+use crate::effects::{stream, EffectEvent, Request};
 use crate::providers::linear::{PlanStep, PlanStepStatus};
 use crate::tasks::{Column, Task};
 
@@ -20,7 +21,10 @@ const MAX_CONTENT: usize = 200;
 
 /// The request that brings the checklist of `task`'s plan (the task itself, or its parent) up to date in the
 /// plan's agent session; `None` when there is no plan, no session, no proposal yet, or nothing changed.
-pub(super) async fn checklist(fx: &impl Handle, task: &Task) -> anyhow::Result<Option<Request>> {
+pub(super) async fn checklist(
+    fx: &impl Handle<Action = LinearAction>,
+    task: &Task,
+) -> anyhow::Result<Option<Request<LinearAction>>> {
     let plan = if task.is_plan() {
         task.clone()
     } else {
@@ -58,7 +62,7 @@ pub(super) async fn checklist(fx: &impl Handle, task: &Task) -> anyhow::Result<O
         key: key(&session, number),
         // A checklist Linear refuses is recorded, and flags nobody: the plan's work does not depend on it.
         task: None,
-        action: Action::LinearSessionPlan {
+        action: LinearAction::SessionPlan {
             session,
             plan: steps,
         },
@@ -116,7 +120,10 @@ fn step_status(task: &Task) -> PlanStepStatus {
 }
 
 /// The number of the session's last checklist asked for (0: none) and what it said.
-async fn latest(fx: &impl Handle, session: &str) -> anyhow::Result<(u64, Option<Vec<PlanStep>>)> {
+async fn latest(
+    fx: &impl Handle<Action = LinearAction>,
+    session: &str,
+) -> anyhow::Result<(u64, Option<Vec<PlanStep>>)> {
     let store = fx.log().store();
     let asked = |n: u64| {
         let name = stream(&key(session, n));
@@ -150,16 +157,15 @@ async fn latest(fx: &impl Handle, session: &str) -> anyhow::Result<(u64, Option<
         .read_stream(&name)
         .await
         .with_context(|| format!("reading {name}"))?;
-    let sent =
-        events.iter().find_map(
-            |e| match serde_json::from_slice::<EffectEvent>(&e.body).ok()? {
-                EffectEvent::Requested {
-                    action: Action::LinearSessionPlan { plan, .. },
-                    ..
-                } => Some(plan),
-                _ => None,
-            },
-        );
+    let sent = events.iter().find_map(|e| {
+        match serde_json::from_slice::<EffectEvent<LinearAction>>(&e.body).ok()? {
+            EffectEvent::Requested {
+                action: LinearAction::SessionPlan { plan, .. },
+                ..
+            } => Some(plan),
+            _ => None,
+        }
+    });
     Ok((low, sent))
 }
 

@@ -3,8 +3,9 @@
 
 use serde_json::json;
 
+use super::LinearAction;
 use crate::effects::policy_config::PolicyConfig;
-use crate::effects::{Action, Request};
+use crate::effects::Request;
 use crate::tasks::{Reason, RetryCause, RunId, Task, TaskEvent, GITHUB_PR, LINEAR_ISSUE};
 
 /// Whether a task event is news for Linear (checked before the task is loaded).
@@ -56,7 +57,7 @@ pub fn linear(
     last_run: Option<RunId>,
     event_id: &str,
     config: &PolicyConfig,
-) -> Vec<Request> {
+) -> Vec<Request<LinearAction>> {
     let Some(issue) = task.links().get(LINEAR_ISSUE).map(|l| l.id()) else {
         return Vec::new();
     };
@@ -149,7 +150,7 @@ struct IssueNews<'a> {
 }
 
 impl IssueNews<'_> {
-    fn request(&self, key: String, action: Action) -> Request {
+    fn request(&self, key: String, action: LinearAction) -> Request<LinearAction> {
         Request {
             key,
             task: Some(self.task.id()),
@@ -157,10 +158,10 @@ impl IssueNews<'_> {
         }
     }
 
-    fn move_to(&self, names: &[String], fallback: &str) -> Request {
+    fn move_to(&self, names: &[String], fallback: &str) -> Request<LinearAction> {
         self.request(
             format!("linear:state:{}", self.event_id),
-            Action::LinearMoveIssue {
+            LinearAction::MoveIssue {
                 issue: self.issue,
                 states: names.to_vec(),
                 fallback: fallback.to_owned(),
@@ -168,17 +169,17 @@ impl IssueNews<'_> {
         )
     }
 
-    fn comment(&self, key: String, body: String) -> Request {
+    fn comment(&self, key: String, body: String) -> Request<LinearAction> {
         let issue = self.issue;
-        self.request(key, Action::LinearComment { issue, body })
+        self.request(key, LinearAction::Comment { issue, body })
     }
 
     /// An activity in the issue's agent session; `None` when no session has the issue.
-    fn activity(&self, key: String, content: serde_json::Value) -> Option<Request> {
+    fn activity(&self, key: String, content: serde_json::Value) -> Option<Request<LinearAction>> {
         self.session.map(|session| {
             self.request(
                 key,
-                Action::LinearActivity {
+                LinearAction::Activity {
                     session: session.to_owned(),
                     content,
                 },
@@ -186,7 +187,12 @@ impl IssueNews<'_> {
         })
     }
 
-    fn started(&self, run: RunId, attempt: u32, in_progress: &[String]) -> Vec<Request> {
+    fn started(
+        &self,
+        run: RunId,
+        attempt: u32,
+        in_progress: &[String],
+    ) -> Vec<Request<LinearAction>> {
         let (task, id) = (self.task, self.task.id());
         let mut requests = vec![self.move_to(in_progress, "started")];
         let agent = task
@@ -215,7 +221,12 @@ impl IssueNews<'_> {
     }
 
     /// A plan's planner at work: the issue in progress, and the session told it is planning (not coding).
-    fn planning(&self, run: RunId, attempt: u32, in_progress: &[String]) -> Vec<Request> {
+    fn planning(
+        &self,
+        run: RunId,
+        attempt: u32,
+        in_progress: &[String],
+    ) -> Vec<Request<LinearAction>> {
         let mut requests = vec![self.move_to(in_progress, "started")];
         requests.extend(self.activity(
             format!("linear:activity:{run}:started"),
@@ -230,7 +241,7 @@ impl IssueNews<'_> {
 
     /// The planner's run ended with a plan: it waits for a person (the session asks, or a comment on a plain
     /// issue), or was approved as proposed. In a session its checklist is the session's `plan` (`plan.rs`).
-    fn proposed(&self, run: RunId, items: usize) -> Option<Request> {
+    fn proposed(&self, run: RunId, items: usize) -> Option<Request<LinearAction>> {
         let id = self.task.id();
         if self.task.approval() != crate::tasks::ApprovalPolicy::Manual {
             let body = format!("**{id}**: a plan of {items} task(s), approved as proposed.");
@@ -255,7 +266,7 @@ impl IssueNews<'_> {
     }
 
     /// A person rejected the plan with a comment: the planner runs again with it.
-    fn replanning(&self, reason: &Reason) -> Option<Request> {
+    fn replanning(&self, reason: &Reason) -> Option<Request<LinearAction>> {
         self.activity(
             format!("linear:activity:{}", self.event_id),
             json!({
@@ -271,7 +282,7 @@ impl IssueNews<'_> {
         &self,
         column: crate::tasks::Column,
         states: &crate::domain::effect::LinearStates,
-    ) -> Vec<Request> {
+    ) -> Vec<Request<LinearAction>> {
         use crate::tasks::Column;
         let id = self.task.id();
         let (text, mut requests) = match column {
@@ -297,7 +308,12 @@ impl IssueNews<'_> {
         requests
     }
 
-    fn retried(&self, cause: &RetryCause, reason: &Reason, attempt: u32) -> Option<Request> {
+    fn retried(
+        &self,
+        cause: &RetryCause,
+        reason: &Reason,
+        attempt: u32,
+    ) -> Option<Request<LinearAction>> {
         match cause {
             // A thought, not an error: Linear ends a session at an error, and a failed attempt either goes again
             // or flags the task, whose elicitation then asks a person (the session waits for the answer).
@@ -341,7 +357,12 @@ impl IssueNews<'_> {
     /// A needs-human episode asks its question where the task lives: an `elicitation` in the session (it waits
     /// for the person's reply without ending; the reply is the answer), else a comment on the issue. Once per
     /// episode: the domain records one flag per episode, and the key is that event's.
-    fn flagged(&self, reason: &Reason, question: bool, blocked: &[String]) -> Vec<Request> {
+    fn flagged(
+        &self,
+        reason: &Reason,
+        question: bool,
+        blocked: &[String],
+    ) -> Vec<Request<LinearAction>> {
         let id = self.task.id();
         let event_id = self.event_id;
         let asked = if question {
@@ -371,7 +392,7 @@ impl IssueNews<'_> {
         vec![self.move_to(blocked, "started"), ask]
     }
 
-    fn completed(&self, done: &[String]) -> Vec<Request> {
+    fn completed(&self, done: &[String]) -> Vec<Request<LinearAction>> {
         let id = self.task.id();
         let mut requests = vec![self.move_to(done, "completed")];
         // A session already ended with its last attempt's response; another activity would reopen it.
@@ -389,7 +410,7 @@ impl IssueNews<'_> {
         requests
     }
 
-    fn cancelled(&self, reason: &Reason, last_run: Option<RunId>) -> Request {
+    fn cancelled(&self, reason: &Reason, last_run: Option<RunId>) -> Request<LinearAction> {
         let event_id = self.event_id;
         let text = format!("**{}** was cancelled: {}", self.task.id(), reason.as_str());
         // The attempt under way (a stop signal) ends here; one that ended already keeps its end (same key).
@@ -413,7 +434,7 @@ fn review_notice(
     run: RunId,
     place: &str,
     of: &str,
-) -> Vec<Request> {
+) -> Vec<Request<LinearAction>> {
     let Some(issue) = task.links().get(LINEAR_ISSUE).map(|l| l.id()) else {
         return Vec::new();
     };
@@ -423,7 +444,7 @@ fn review_notice(
         Some(session) => vec![Request {
             key: format!("linear:activity:{run}:end"),
             task: Some(id),
-            action: Action::LinearActivity {
+            action: LinearAction::Activity {
                 session: session.to_owned(),
                 content: json!({ "type": "response", "body": text }),
             },
@@ -431,7 +452,7 @@ fn review_notice(
         None => vec![Request {
             key: format!("linear:comment:{id}:review"),
             task: Some(id),
-            action: Action::LinearComment { issue, body: text },
+            action: LinearAction::Comment { issue, body: text },
         }],
     }
 }
@@ -451,7 +472,7 @@ pub fn linear_pull_request(
     session: Option<&str>,
     last_run: Option<RunId>,
     url: &str,
-) -> Vec<Request> {
+) -> Vec<Request<LinearAction>> {
     let Some(run) = last_run else {
         return Vec::new();
     };
@@ -467,7 +488,7 @@ pub fn linear_pull_request(
         requests.push(Request {
             key: format!("linear:session-urls:{session}:{}", task.id()),
             task: Some(task.id()),
-            action: Action::LinearSessionUrls {
+            action: LinearAction::SessionUrls {
                 session: session.to_owned(),
                 urls: vec![("Pull request".to_owned(), url.to_owned())],
             },
@@ -477,11 +498,11 @@ pub fn linear_pull_request(
 }
 
 /// An agent session pidevops will not work on (intake said why): ended with an `error` naming the reason.
-pub fn linear_session_refused(session: &str, reason: &str) -> Request {
+pub fn linear_session_refused(session: &str, reason: &str) -> Request<LinearAction> {
     Request {
         key: format!("linear:activity:{session}:refused"),
         task: None,
-        action: Action::LinearActivity {
+        action: LinearAction::Activity {
             session: session.to_owned(),
             content: json!({
                 "type": "error",
@@ -493,11 +514,11 @@ pub fn linear_session_refused(session: &str, reason: &str) -> Request {
 
 /// The first word in a newly opened agent session, so Linear shows it is being handled (it expects one within
 /// 10 s of `created`).
-pub fn linear_session_opened(session: &str, identifier: &str) -> Request {
+pub fn linear_session_opened(session: &str, identifier: &str) -> Request<LinearAction> {
     Request {
         key: format!("linear:activity:{session}:ack"),
         task: None,
-        action: Action::LinearActivity {
+        action: LinearAction::Activity {
             session: session.to_owned(),
             content: json!({
                 "type": "thought",

@@ -8,13 +8,13 @@ use super::{Effects, EffectsProgress, Settled, ACTOR};
 use crate::board::{BoardError, Loaded};
 use crate::effects::cap::{self, OutboundEvent, Verdict};
 use crate::effects::provider::ProviderPolicy;
-use crate::effects::{Action, EffectEvent, Request};
+use crate::effects::{EffectEvent, ProviderAction, Request};
 use crate::tasks::{Command, Reason, TaskId};
 
 /// How many times a call's count is decided again after another loop counted a call of the same task first.
 const CAP_RACES: usize = 8;
 
-impl Effects {
+impl<P: ProviderPolicy> Effects<P> {
     /// Whether the cap on the task's outbound calls lets this call go (`cap::verdict` decides, from the task's
     /// `outbound:<task>` stream and its last clearing). `None`: it may go, and with `count` it was counted
     /// (`outbound.call` at that stream's next version; a race lost to another loop is decided again on the
@@ -23,8 +23,8 @@ impl Effects {
     /// An effect of no task is never capped.
     pub(super) async fn admit(
         &self,
-        request: &Request,
-        action: &Action,
+        request: &Request<P::Action>,
+        action: &P::Action,
         version: i64,
         count: bool,
         progress: &mut EffectsProgress,
@@ -98,8 +98,8 @@ impl Effects {
     /// keeps its state), then `effect.withheld` with the reason, so what was held back is on record.
     async fn withhold(
         &self,
-        request: &Request,
-        action: &Action,
+        request: &Request<P::Action>,
+        action: &P::Action,
         version: i64,
         loaded: Option<&Loaded>,
         reason: &str,
@@ -130,7 +130,7 @@ impl Effects {
             // Another loop moved this effect on meanwhile: its stream says what became of it.
             return Ok(Settled::Waiting(now + chrono::Duration::seconds(1)));
         }
-        metrics::counter!("pidevops_effects_total", "provider" => self.policy.provider().as_str(), "action" => action.name(), "outcome" => "withheld")
+        metrics::counter!("pidevops_effects_total", "provider" => self.policy.provider(), "action" => action.name(), "outcome" => "withheld")
             .increment(1);
         tracing::info!(key = %request.key, %reason, "effect withheld");
         progress.withheld += 1;

@@ -14,36 +14,28 @@ use anyhow::Context;
 use chrono::Utc;
 
 use super::cap::EffectCap;
-use super::github::GithubPolicy;
 use super::handle::{Handle, Settled, ACTOR};
-use super::linear::LinearPolicy;
-use super::policy_config::PolicyConfig;
-use super::provider::{OpenedPullRequest, ProviderPolicy};
-use super::telegram::TelegramPolicy;
+use super::provider::{loop_name, OpenedPullRequest, OwnRecord, ProviderPolicy};
 use super::{
-    retry_at, state, stream, Action, EffectEvent, Produced, Request, State, EFFECT_STREAM_PREFIX,
+    retry_at, state, stream, EffectEvent, Produced, ProviderAction, Request, State,
+    EFFECT_STREAM_PREFIX,
 };
 use crate::board::{Board, BoardError};
 use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::{AppendError, EventLog, StoredEvent};
 use crate::loops::follow::{AsStored, Follow, Follower, Next};
 use crate::loops::LoopRegistry;
-use crate::providers::github::GithubClient;
-use crate::providers::linear::LinearClient;
-use crate::providers::telegram::{message_stream, SentMessage, TelegramClient, MESSAGE_SENT};
 use crate::providers::CallError;
 use crate::tasks::{Command, Reason, TaskEvent, TaskId};
 
 pub use super::handle::EffectsProgress;
-pub use super::linear::LINEAR_SESSION_PREFIX;
-use policies::Policy;
 
 mod admit;
-mod policies;
 
+/// One provider's effects loop: the shared runner around its policy `P` (`GithubPolicy`, …).
 #[derive(Clone, Debug)]
-pub struct Effects {
-    policy: Policy,
+pub struct Effects<P> {
+    policy: P,
     log: EventLog,
     board: Board,
     /// The checkpoint's name: the loop's, unless [`Self::with_checkpoint`] says otherwise.
@@ -55,10 +47,11 @@ pub struct Effects {
     cap: EffectCap,
 }
 
-impl Effects {
-    fn new(policy: Policy, log: EventLog, board: Board) -> Self {
+impl<P: ProviderPolicy> Effects<P> {
+    /// The loop of `policy`'s provider (`effects:<name>`), reading `log` and steering `board`.
+    pub fn new(policy: P, log: EventLog, board: Board) -> Self {
         Self {
-            checkpoint: policy.provider().loop_name(),
+            checkpoint: loop_name(policy.provider()),
             policy,
             log,
             board,
@@ -66,38 +59,6 @@ impl Effects {
             loops: None,
             cap: EffectCap::default(),
         }
-    }
-
-    /// The `effects:github` worker: pull requests and issue comments.
-    pub fn github(log: EventLog, board: Board, github: GithubClient, config: PolicyConfig) -> Self {
-        Self::new(
-            Policy::Github(GithubPolicy::new(github, config)),
-            log,
-            board,
-        )
-    }
-
-    /// The `effects:telegram` worker: notifications to `config.telegram_chats`, digests, and the bot.
-    pub fn telegram(
-        log: EventLog,
-        board: Board,
-        telegram: TelegramClient,
-        config: PolicyConfig,
-    ) -> Self {
-        Self::new(
-            Policy::Telegram(TelegramPolicy::new(telegram, config)),
-            log,
-            board,
-        )
-    }
-
-    /// The `effects:linear` worker: comments, state moves and agent activities on the tasks' Linear issues.
-    pub fn linear(log: EventLog, board: Board, linear: LinearClient, config: PolicyConfig) -> Self {
-        Self::new(
-            Policy::Linear(LinearPolicy::new(linear, config)),
-            log,
-            board,
-        )
     }
 
     /// The loops the bot's `/status` reports on.
@@ -188,7 +149,7 @@ impl Effects {
     /// Asks for each request in order, stopping at the first that must wait.
     async fn ask_each(
         &self,
-        requests: &[Request],
+        requests: &[Request<P::Action>],
         cause: i64,
         progress: &mut EffectsProgress,
     ) -> anyhow::Result<Settled> {
@@ -201,17 +162,18 @@ impl Effects {
     }
 
     /// What a success asks for next: the task's pull request opening is news for the policy.
-    async fn follow_up(&self, key: &str, produced: &Produced) -> anyhow::Result<Vec<Request>> {
+    async fn follow_up(
+        &self,
+        key: &str,
+        produced: &Produced,
+    ) -> anyhow::Result<Vec<Request<P::Action>>> {
         let Produced::PullRequest {
             repo, number, url, ..
         } = produced
         else {
             return Ok(Vec::new());
         };
-        let Some(task) = key
-            .strip_prefix("github:pr:")
-            .and_then(|id| id.parse::<TaskId>().ok())
-        else {
+        let Some(task) = crate::domain::effect::pull_request_task(key) else {
             return Ok(Vec::new());
         };
         let opened = OpenedPullRequest {
@@ -228,8 +190,8 @@ impl Effects {
     /// task).
     async fn attempt(
         &self,
-        request: &Request,
-        action: &Action,
+        request: &Request<P::Action>,
+        action: &P::Action,
         attempt: u32,
         version: i64,
         now: chrono::DateTime<Utc>,
@@ -255,9 +217,12 @@ impl Effects {
             Err(CallError::Transient { .. }) => "transient",
             Err(CallError::Permanent { .. }) => "permanent",
         };
-        metrics::counter!("pidevops_effects_total", "provider" => self.policy.provider().as_str(), "action" => action.name(), "outcome" => label)
+        metrics::counter!("pidevops_effects_total", "provider" => self.policy.provider(), "action" => action.name(), "outcome" => label)
             .increment(1);
-        let sent = sent_message(request, action, &outcome);
+        let own_record = match &outcome {
+            Ok(produced) => self.policy.record_of(request, produced),
+            Err(_) => None,
+        };
         let (recorded, settled) = match outcome {
             Ok(produced) => {
                 progress.succeeded += 1;
@@ -298,34 +263,32 @@ impl Effects {
         self.append(&request.key, request.task, version + 2, &recorded)
             .await
             .context("recording the attempt's outcome")?;
-        if let Some(sent) = sent {
-            self.record_sent(&sent).await?;
+        if let Some(record) = own_record {
+            self.record(record).await?;
         }
         Ok(settled)
     }
 
-    /// Records which task a Telegram message was about, under the message's own name, so that a reply to it
-    /// reaches the task. Once per message (the stream's first version); a crash just before it loses only that
-    /// link: the message was sent and is not sent again.
-    async fn record_sent(&self, sent: &SentMessage) -> anyhow::Result<()> {
-        let body = serde_json::to_vec(sent).context("encoding a sent message")?;
+    /// Appends the provider's own record of a call, once (its stream's first version); a crash just before it
+    /// loses only that record: the call was made and is not made again.
+    async fn record(&self, record: OwnRecord) -> anyhow::Result<()> {
         self.append_to(
-            &message_stream(sent.chat, sent.message_id),
+            &record.stream,
             1,
-            MESSAGE_SENT,
+            record.kind,
             Utc::now(),
-            Some(sent.task),
-            body,
+            record.task,
+            record.body,
         )
         .await
-        .context("recording a sent Telegram message")?;
+        .with_context(|| format!("recording {} in {}", record.kind, record.stream))?;
         Ok(())
     }
 
     /// A permanent failure is the task's business: a person must look.
     async fn surface(
         &self,
-        request: &Request,
+        request: &Request<P::Action>,
         error: &CallError,
         attempt: u32,
     ) -> anyhow::Result<()> {
@@ -353,7 +316,7 @@ impl Effects {
         key: &str,
         task: Option<TaskId>,
         version: i64,
-        event: &EffectEvent,
+        event: &EffectEvent<P::Action>,
     ) -> Result<bool, AppendError> {
         let body = serde_json::to_vec(event)
             .map_err(|e| AppendError::Unavailable(format!("encoding {}: {e}", event.kind())))?;
@@ -392,7 +355,9 @@ impl Effects {
 }
 
 /// What the policies get of the runner: the board, the log, the loops, and an effect recorded or driven.
-impl Handle for Effects {
+impl<P: ProviderPolicy> Handle for Effects<P> {
+    type Action = P::Action;
+
     fn board(&self) -> &Board {
         &self.board
     }
@@ -415,7 +380,7 @@ impl Handle for Effects {
         Ok(!events.is_empty())
     }
 
-    async fn request(&self, request: &Request, cause: i64) -> anyhow::Result<()> {
+    async fn request(&self, request: &Request<P::Action>, cause: i64) -> anyhow::Result<()> {
         let event = EffectEvent::Requested {
             at: Utc::now(),
             key: request.key.clone(),
@@ -431,7 +396,7 @@ impl Handle for Effects {
 
     async fn drive(
         &self,
-        request: &Request,
+        request: &Request<P::Action>,
         progress: &mut EffectsProgress,
     ) -> anyhow::Result<Settled> {
         let recorded = self
@@ -440,12 +405,16 @@ impl Handle for Effects {
             .read_stream(&stream(&request.key))
             .await
             .with_context(|| format!("reading {}", stream(&request.key)))?;
-        let events: Vec<EffectEvent> = recorded
+        let events: Vec<EffectEvent<P::Action>> = recorded
             .iter()
             .map(|e| serde_json::from_slice(&e.body))
             .collect::<Result<_, _>>()
             .with_context(|| {
-                format!("{} holds an event that is not an effect event", request.key)
+                format!(
+                    "{} holds an event that is not an effect event of {}",
+                    request.key,
+                    self.policy.provider()
+                )
             })?;
         let version = i64::try_from(recorded.len()).unwrap_or(i64::MAX);
         // The action as first requested: a later request (a retried task) asks for the same thing.
@@ -456,10 +425,6 @@ impl Handle for Effects {
                 _ => None,
             })
             .unwrap_or_else(|| request.action.clone());
-        if action.provider() != self.policy.provider() {
-            // Another provider's loop makes this call.
-            return Ok(Settled::Yes);
-        }
         let now = Utc::now();
         let attempt = match state(&events) {
             State::Succeeded | State::Failed | State::Withheld | State::Unknown => {
@@ -502,7 +467,7 @@ impl Handle for Effects {
     }
 }
 
-impl Follower for Effects {
+impl<P: ProviderPolicy> Follower for Effects<P> {
     type Prepare = AsStored;
     type Tally = EffectsProgress;
 
@@ -531,28 +496,4 @@ impl Follower for Effects {
             )),
         })
     }
-}
-
-/// A Telegram message about a task, once sent: what a reply to it needs to find the task.
-fn sent_message(
-    request: &Request,
-    action: &Action,
-    outcome: &Result<Produced, CallError>,
-) -> Option<SentMessage> {
-    let (Ok(Produced::Message { chat, message_id }), Action::TelegramSend { reply_prompt, .. }) =
-        (outcome, action)
-    else {
-        return None;
-    };
-    // Telegram always names the message; a reply could not be matched to one it did not.
-    if *message_id == 0 {
-        return None;
-    }
-    Some(SentMessage {
-        chat: *chat,
-        message_id: *message_id,
-        task: request.task?,
-        key: request.key.clone(),
-        question: reply_prompt.is_some(),
-    })
 }

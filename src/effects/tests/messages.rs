@@ -26,7 +26,7 @@ fn a_message_fits_telegram_and_never_ends_inside_an_escape() {
 
 #[test]
 fn bot_commands_parse_with_or_without_the_bot_name() {
-    use super::bot::{parse, BotCommand};
+    use super::telegram::bot::{parse, BotCommand};
     use crate::board::Steer;
     use crate::tasks::Column;
     let t1: crate::tasks::TaskId = "T-1".parse().unwrap();
@@ -107,8 +107,9 @@ fn linear_hears_each_step_as_comments_or_as_session_activities() {
     );
     let run = RunId(uuid::Uuid::from_u128(1));
     let config = policy::PolicyConfig::default();
-    let keys =
-        |requests: Vec<Request>| -> Vec<String> { requests.into_iter().map(|r| r.key).collect() };
+    let keys = |requests: Vec<Request<LinearAction>>| -> Vec<String> {
+        requests.into_iter().map(|r| r.key).collect()
+    };
     let linear = |event, session| policy::linear(event, &task, session, Some(run), "e-1", &config);
 
     assert_eq!(
@@ -184,7 +185,7 @@ fn a_plans_proposal_is_one_message_per_chat_and_revision_escaped_with_approve_an
         policy::telegram_proposal(&document, &plan(ApprovalPolicy::Manual), 2, &[-100, 7]);
     let keys: Vec<&str> = requests.iter().map(|r| r.key.as_str()).collect();
     assert_eq!(keys, ["telegram:plan:-100:T-3:2", "telegram:plan:7:T-3:2"]);
-    let Action::TelegramSend { html, buttons, .. } = &requests[0].action else {
+    let TelegramAction::Send { html, buttons, .. } = &requests[0].action else {
         panic!("a message: {:?}", requests[0].action)
     };
     assert_eq!(
@@ -205,7 +206,7 @@ fn a_plans_proposal_is_one_message_per_chat_and_revision_escaped_with_approve_an
     assert!(buttons.iter().all(|(_, data)| data.len() <= 64));
     // Approved as proposed: said, with nothing to press.
     let auto = policy::telegram_proposal(&document, &plan(ApprovalPolicy::Auto), 1, &[-100]);
-    let Action::TelegramSend { html, buttons, .. } = &auto[0].action else {
+    let TelegramAction::Send { html, buttons, .. } = &auto[0].action else {
         panic!("a message")
     };
     assert!(
@@ -259,7 +260,7 @@ fn a_question_is_asked_where_the_task_came_from_once_per_episode() {
     let ask = linear
         .iter()
         .find_map(|r| match &r.action {
-            Action::LinearActivity { content, .. } => Some((r.key.clone(), content.clone())),
+            LinearAction::Activity { content, .. } => Some((r.key.clone(), content.clone())),
             _ => None,
         })
         .expect("an activity");
@@ -283,7 +284,7 @@ fn a_question_is_asked_where_the_task_came_from_once_per_episode() {
     )
     .expect("a comment on the issue");
     assert_eq!(github.key, "github:comment:T-8:ask:e-2");
-    let Action::GithubComment { number, body, .. } = &github.action else {
+    let GithubAction::Comment { number, body, .. } = &github.action else {
         panic!("{github:?}")
     };
     assert_eq!(*number, 31);
@@ -298,7 +299,7 @@ fn a_question_is_asked_where_the_task_came_from_once_per_episode() {
     // Telegram: the question with a reply prompt (no buttons: one markup per message).
     let telegram = policy::telegram(flag, &task, "e-2", &config.telegram_chats);
     assert_eq!(telegram.len(), 1);
-    let Action::TelegramSend {
+    let TelegramAction::Send {
         html,
         buttons,
         reply_prompt,

@@ -15,12 +15,12 @@ fn at(seconds: i64) -> DateTime<Utc> {
         .expect("a valid time")
 }
 
-fn requested() -> EffectEvent {
+fn requested() -> EffectEvent<GithubAction> {
     EffectEvent::Requested {
         at: at(0),
         key: "github:pr:T-1".into(),
         task: Some("T-1".parse().unwrap()),
-        action: Action::GithubOpenPullRequest {
+        action: GithubAction::OpenPullRequest {
             repo: "acme/app".parse().unwrap(),
             head: "pidevops/T-1".parse().unwrap(),
             base: "main".into(),
@@ -31,7 +31,7 @@ fn requested() -> EffectEvent {
     }
 }
 
-fn started(attempt: u32) -> EffectEvent {
+fn started(attempt: u32) -> EffectEvent<GithubAction> {
     EffectEvent::Started {
         at: at(1),
         key: "github:pr:T-1".into(),
@@ -39,7 +39,7 @@ fn started(attempt: u32) -> EffectEvent {
     }
 }
 
-fn failed(attempt: u32, retry_at: Option<DateTime<Utc>>) -> EffectEvent {
+fn failed(attempt: u32, retry_at: Option<DateTime<Utc>>) -> EffectEvent<GithubAction> {
     EffectEvent::Failed {
         at: at(2),
         key: "github:pr:T-1".into(),
@@ -90,7 +90,7 @@ fn started_task(
 
 #[test]
 fn an_effects_state_follows_its_stream() {
-    assert_eq!(state(&[]), State::Unknown);
+    assert_eq!(state::<GithubAction>(&[]), State::Unknown);
     assert_eq!(
         state(&[requested()]),
         State::Pending {
@@ -161,8 +161,25 @@ fn an_effects_state_follows_its_stream() {
     ] {
         let json = serde_json::to_value(&event).unwrap();
         assert_eq!(json["type"], event.kind().trim_start_matches("effect."));
-        assert_eq!(serde_json::from_value::<EffectEvent>(json).unwrap(), event);
+        assert_eq!(
+            serde_json::from_value::<EffectEvent<GithubAction>>(json.clone()).unwrap(),
+            event
+        );
+        // Read as any provider's (the cap, the pages): the same value back.
+        let stored = serde_json::from_value::<EffectEvent>(json.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&stored).unwrap(), json);
     }
+    // The bytes the log holds, as they were when every provider's actions were one enum.
+    assert_eq!(
+        serde_json::to_string(&requested()).unwrap(),
+        r###"{"type":"requested","at":"2025-06-15T15:06:40Z","key":"github:pr:T-1","task":"T-1","action":"github_open_pull_request","repo":"acme/app","head":"pidevops/T-1","base":"main","title":"T-1: Fix it","body":"## Task\nFix it\n","cause_position":42}"###
+    );
+    let EffectEvent::Requested { action, .. } =
+        serde_json::from_value::<EffectEvent>(serde_json::to_value(requested()).unwrap()).unwrap()
+    else {
+        panic!("a request reads as one");
+    };
+    assert_eq!(action.name(), "github_open_pull_request");
     let json = serde_json::to_value(requested()).unwrap();
     assert_eq!(json["action"], "github_open_pull_request");
     assert_eq!(json["head"], "pidevops/T-1");

@@ -43,7 +43,7 @@ fn a_task_in_review_asks_for_one_pull_request_to_its_repositorys_base() {
         requests[0].key, "github:pr:T-9",
         "one pull request per task, whatever the attempt"
     );
-    let Action::GithubOpenPullRequest {
+    let GithubAction::OpenPullRequest {
         head,
         base,
         title,
@@ -66,7 +66,7 @@ fn a_task_in_review_asks_for_one_pull_request_to_its_repositorys_base() {
         policy::after_pull_request(&task, 31, "https://github.com/acme/app/pull/31", at(5));
     assert_eq!(comments.len(), 1);
     assert_eq!(comments[0].key, "github:comment:T-9:pull-request");
-    let Action::GithubComment {
+    let GithubAction::Comment {
         repo: on,
         number,
         body,
@@ -94,7 +94,7 @@ fn a_task_in_review_asks_for_one_pull_request_to_its_repositorys_base() {
     assert_eq!(told[0].key, "telegram:notify:-100:e-1");
     assert_eq!(
         told[0].action,
-        Action::TelegramSend {
+        TelegramAction::Send {
             chat: -100,
             html: "👀 <b>T-9</b> Fix the login redirect <i>(acme/app)</i>\nready for review on \
                    <code>pidevops/T-9</code> (attempt 1 of 3)"
@@ -219,7 +219,7 @@ fn the_agents_summary_in_a_pull_request_is_plain_and_inert() {
         },
     );
     let requests = policy::github(&submitted[0], &task, &policy::PolicyConfig::default());
-    let Action::GithubOpenPullRequest { body, .. } = &requests[0].action else {
+    let GithubAction::OpenPullRequest { body, .. } = &requests[0].action else {
         panic!("a pull request: {requests:?}");
     };
     let section = body
@@ -269,7 +269,7 @@ fn a_pull_request_from_hostile_ticket_text_has_no_live_mention_or_closing_keywor
         },
     );
     let requests = policy::github(&submitted[0], &task, &policy::PolicyConfig::default());
-    let Action::GithubOpenPullRequest { title, body, .. } = &requests[0].action else {
+    let GithubAction::OpenPullRequest { title, body, .. } = &requests[0].action else {
         panic!("a pull request: {requests:?}");
     };
     assert_eq!(live_for_github(title), None, "{title:?}");
@@ -279,7 +279,7 @@ fn a_pull_request_from_hostile_ticket_text_has_no_live_mention_or_closing_keywor
     assert!(ours.contains("From: Closes #12\n"), "{ours:?}");
     let comments =
         policy::after_pull_request(&task, 31, "https://github.com/acme/app/pull/31", at(5));
-    let Action::GithubComment { body, .. } = &comments[0].action else {
+    let GithubAction::Comment { body, .. } = &comments[0].action else {
         panic!("a comment: {comments:?}");
     };
     assert!(!body.contains("@") && !body.contains("Fixes"), "{body:?}");
@@ -334,7 +334,7 @@ fn a_ready_task_asks_for_one_merge_of_its_head_and_a_waiting_one_for_none() {
     assert_eq!(merge.key, policy::merge_key(task.id(), &sha));
     assert_eq!(
         merge.action,
-        Action::GithubMergePullRequest {
+        GithubAction::MergePullRequest {
             repo,
             number: 4,
             sha,
@@ -345,7 +345,7 @@ fn a_ready_task_asks_for_one_merge_of_its_head_and_a_waiting_one_for_none() {
         merge.action.safe_to_repeat(),
         "it reads the pull request first"
     );
-    assert_eq!(merge.action.provider(), Provider::Github);
+    assert_eq!(merge.action.name(), "github_merge_pull_request");
     let manual = LandConfig {
         mode: LandMode::Manual,
         ..rules
@@ -385,13 +385,13 @@ mod github_comments {
             .all(|r| r.task == Some("T-7".parse().unwrap())));
         assert_eq!(
             requests[0].action,
-            Action::GithubReaction {
+            GithubAction::Reaction {
                 repo: "Acme/App".parse().unwrap(),
                 comment: 991,
                 content: "eyes".into()
             }
         );
-        let Action::GithubComment { number, body, .. } = &requests[1].action else {
+        let GithubAction::Comment { number, body, .. } = &requests[1].action else {
             panic!("a reply: {:?}", requests[1].action);
         };
         assert_eq!(*number, 12);
@@ -399,7 +399,7 @@ mod github_comments {
             body.ends_with("<!-- pidevops:github:reply:acme/app:991 -->"),
             "{body}"
         );
-        assert!(Action::GithubReaction {
+        assert!(GithubAction::Reaction {
             repo: "acme/app".parse().unwrap(),
             comment: 1,
             content: "eyes".into()

@@ -37,7 +37,9 @@ impl LoopJob for RelayJob {
 }
 
 /// An `effects:<provider>` loop: acts on news only.
-pub(super) fn effects(worker: crate::effects::runner::Effects) -> Built {
+pub(super) fn effects<P: crate::effects::ProviderPolicy + 'static>(
+    worker: crate::effects::runner::Effects<P>,
+) -> Built {
     let worker = Arc::new(worker);
     Built::ticking(
         move || {

@@ -9,32 +9,33 @@ use super::plans::telegram_chats;
 use super::{builds, Built, Parts, PlannedLoop};
 use crate::config::Settings;
 use crate::effects::runner::Effects;
-use crate::effects::Provider;
+use crate::effects::{loop_name, GithubPolicy, LinearPolicy, TelegramPolicy};
 use crate::loops::LoopState;
 
 /// One provider's effects loop.
 pub(super) struct EffectsLoop {
-    pub provider: Provider,
+    /// Its provider's name (`domain::registry::PROVIDERS`).
+    pub provider: &'static str,
     /// Armed, or why not.
     pub plan: fn(&Settings) -> PlannedLoop,
     /// Its runner, once the plan armed it.
-    pub runner: fn(&Parts<'_>) -> anyhow::Result<Effects>,
+    pub runner: fn(&Parts<'_>) -> anyhow::Result<Built>,
 }
 
 /// Every provider's effects loop, in the order `doctor` prints them.
 pub(super) const EFFECTS_LOOPS: &[EffectsLoop] = &[
     EffectsLoop {
-        provider: Provider::Github,
+        provider: "github",
         plan: github_effects_plan,
         runner: github_effects,
     },
     EffectsLoop {
-        provider: Provider::Linear,
+        provider: "linear",
         plan: linear_effects_plan,
         runner: linear_effects,
     },
     EffectsLoop {
-        provider: Provider::Telegram,
+        provider: "telegram",
         plan: telegram_effects_plan,
         runner: telegram_effects,
     },
@@ -49,13 +50,13 @@ pub(super) fn plan(s: &Settings) -> Vec<PlannedLoop> {
 pub(super) fn build(parts: &Parts<'_>, planned: &PlannedLoop) -> anyhow::Result<Built> {
     let entry = EFFECTS_LOOPS
         .iter()
-        .find(|e| e.provider.loop_name() == planned.name)
+        .find(|e| loop_name(e.provider) == planned.name)
         .with_context(|| format!("{} is not an effects loop", planned.name))?;
-    Ok(builds::effects((entry.runner)(parts)?))
+    (entry.runner)(parts)
 }
 
 fn github_effects_plan(s: &Settings) -> PlannedLoop {
-    let name = Provider::Github.loop_name();
+    let name = loop_name("github");
     match s.github_token {
         Some(_) => PlannedLoop::armed(
             &name,
@@ -75,7 +76,7 @@ fn github_effects_plan(s: &Settings) -> PlannedLoop {
 
 /// The `effects:github` loop's worker: GitHub at `GITHUB_API_URL` with `GITHUB_TOKEN`, pull requests to each
 /// repository's base branch.
-fn github_effects(parts: &Parts<'_>) -> anyhow::Result<Effects> {
+fn github_effects(parts: &Parts<'_>) -> anyhow::Result<Built> {
     let settings = parts.settings;
     let token = settings
         .github_token
@@ -90,9 +91,7 @@ fn github_effects(parts: &Parts<'_>) -> anyhow::Result<Effects> {
         .iter()
         .map(|(repo, source)| (repo.clone(), source.base.clone()))
         .collect();
-    Ok(Effects::github(
-        parts.log.clone(),
-        parts.board.clone(),
+    let policy = GithubPolicy::new(
         client,
         crate::effects::policy::PolicyConfig {
             bases,
@@ -100,12 +99,15 @@ fn github_effects(parts: &Parts<'_>) -> anyhow::Result<Effects> {
             github_bot_login: parts.intake.github_bot_login.clone(),
             ..Default::default()
         },
-    )
-    .with_cap(settings.file.effect_cap))
+    );
+    Ok(builds::effects(
+        Effects::new(policy, parts.log.clone(), parts.board.clone())
+            .with_cap(settings.file.effect_cap),
+    ))
 }
 
 fn linear_effects_plan(s: &Settings) -> PlannedLoop {
-    let name = Provider::Linear.loop_name();
+    let name = loop_name("linear");
     match &s.linear_api_key {
         Some(_) => PlannedLoop::armed(
             &name,
@@ -125,7 +127,7 @@ fn linear_effects_plan(s: &Settings) -> PlannedLoop {
 
 /// The `effects:linear` loop's worker: Linear's GraphQL API at `LINEAR_API_URL` with `LINEAR_API_KEY`, issues
 /// moved through `[linear.states]`.
-fn linear_effects(parts: &Parts<'_>) -> anyhow::Result<Effects> {
+fn linear_effects(parts: &Parts<'_>) -> anyhow::Result<Built> {
     let settings = parts.settings;
     let key = settings
         .linear_api_key
@@ -134,21 +136,22 @@ fn linear_effects(parts: &Parts<'_>) -> anyhow::Result<Effects> {
     let client = crate::providers::linear::LinearClient::new(&settings.linear_api_url, key)
         .map_err(|e| anyhow::anyhow!(e))?;
     let linear_states = settings.file.linear_states.clone();
-    Ok(Effects::linear(
-        parts.log.clone(),
-        parts.board.clone(),
+    let policy = LinearPolicy::new(
         client,
         crate::effects::policy::PolicyConfig {
             linear_states,
             github_prs: settings.github_token.is_some(),
             ..Default::default()
         },
-    )
-    .with_cap(settings.file.effect_cap))
+    );
+    Ok(builds::effects(
+        Effects::new(policy, parts.log.clone(), parts.board.clone())
+            .with_cap(settings.file.effect_cap),
+    ))
 }
 
 fn telegram_effects_plan(s: &Settings) -> PlannedLoop {
-    let name = Provider::Telegram.loop_name();
+    let name = loop_name("telegram");
     match (&s.telegram_bot_token, telegram_chats(s)) {
         (Some(_), true) => PlannedLoop::armed(
             &name,
@@ -178,7 +181,7 @@ fn telegram_effects_plan(s: &Settings) -> PlannedLoop {
 }
 
 /// The `effects:telegram` loop's worker: the Bot API at `TELEGRAM_API_URL`, notifications to the allowed chats.
-fn telegram_effects(parts: &Parts<'_>) -> anyhow::Result<Effects> {
+fn telegram_effects(parts: &Parts<'_>) -> anyhow::Result<Built> {
     let settings = parts.settings;
     let token = settings
         .telegram_bot_token
@@ -186,9 +189,7 @@ fn telegram_effects(parts: &Parts<'_>) -> anyhow::Result<Effects> {
         .context("the loop plan arms effects:telegram without TELEGRAM_BOT_TOKEN")?;
     let client = crate::providers::telegram::TelegramClient::new(&settings.telegram_api_url, token)
         .map_err(|e| anyhow::anyhow!(e))?;
-    Ok(Effects::telegram(
-        parts.log.clone(),
-        parts.board.clone(),
+    let policy = TelegramPolicy::new(
         client,
         crate::effects::policy::PolicyConfig {
             telegram_chats: parts
@@ -201,7 +202,10 @@ fn telegram_effects(parts: &Parts<'_>) -> anyhow::Result<Effects> {
             telegram_cooldown: settings.file.telegram_cooldown,
             ..Default::default()
         },
-    )
-    .with_cap(settings.file.effect_cap)
-    .with_loops(parts.registry.clone()))
+    );
+    Ok(builds::effects(
+        Effects::new(policy, parts.log.clone(), parts.board.clone())
+            .with_cap(settings.file.effect_cap)
+            .with_loops(parts.registry.clone()),
+    ))
 }

@@ -29,18 +29,19 @@ fn every_loop_is_planned_once() {
 
 #[test]
 fn every_provider_has_one_effects_loop() {
-    use crate::effects::Provider;
-    // Exhaustive: a new provider fails to compile here until it is listed, then fails below until it has its loop.
-    let every = |p: Provider| match p {
-        Provider::Github | Provider::Linear | Provider::Telegram => p,
-    };
-    for provider in [Provider::Github, Provider::Linear, Provider::Telegram].map(every) {
+    // Every provider in the table: a new one fails here until it has its loop.
+    for provider in crate::domain::registry::PROVIDERS.iter().map(|p| p.name) {
         let entries = effects::EFFECTS_LOOPS
             .iter()
             .filter(|e| e.provider == provider)
             .count();
-        assert_eq!(entries, 1, "{provider:?} has {entries} effects loops");
+        assert_eq!(entries, 1, "{provider} has {entries} effects loops");
     }
+    assert_eq!(
+        effects::EFFECTS_LOOPS.len(),
+        crate::domain::registry::PROVIDERS.len(),
+        "an effects loop for a provider not in the table"
+    );
     let settings = Settings::for_tests(crate::config::DatabaseUrl::Sqlite(
         "sqlite://unused.db".to_owned(),
     ));

@@ -77,10 +77,12 @@ async fn withheld(app: &TestApp, id: TaskId) -> Vec<(String, String)> {
         .filter(|e| {
             e.event_type == "effect.withheld" && e.reference.as_deref() == Some(&id.to_string())
         })
-        .map(|e| match serde_json::from_slice(&e.body).unwrap() {
-            EffectEvent::Withheld { key, reason, .. } => (key, reason),
-            other => panic!("effect.withheld holds {other:?}"),
-        })
+        .map(
+            |e| match serde_json::from_slice::<EffectEvent>(&e.body).unwrap() {
+                EffectEvent::Withheld { key, reason, .. } => (key, reason),
+                other => panic!("effect.withheld holds {other:?}"),
+            },
+        )
         .collect()
 }
 
@@ -305,18 +307,20 @@ async fn two_followers_at_once_never_pass_the_cap_together(db: TestDb) {
     // The app's own effects:telegram is off (no token): only the two followers below call out.
     let app = TestApp::spawn(crate::common::settings(&db)).await;
     let follower = |name: &str, chats: Vec<i64>| {
-        pidevops::effects::runner::Effects::telegram(
+        pidevops::effects::runner::Effects::new(
+            pidevops::effects::TelegramPolicy::new(
+                pidevops::providers::telegram::TelegramClient::new(
+                    &telegram.url,
+                    &SecretString::from(BOT_TOKEN),
+                )
+                .unwrap(),
+                pidevops::effects::policy::PolicyConfig {
+                    telegram_chats: chats,
+                    ..Default::default()
+                },
+            ),
             app.state.log.clone(),
             app.state.board.clone(),
-            pidevops::providers::telegram::TelegramClient::new(
-                &telegram.url,
-                &SecretString::from(BOT_TOKEN),
-            )
-            .unwrap(),
-            pidevops::effects::policy::PolicyConfig {
-                telegram_chats: chats,
-                ..Default::default()
-            },
         )
         .with_checkpoint(name)
         .with_cap(pidevops::effects::cap::EffectCap::per_hour(4))

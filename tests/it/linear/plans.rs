@@ -218,15 +218,17 @@ async fn an_agent_sessions_plan_checklist_follows_the_plan_and_its_items(db: Tes
 
     // Read again from the start: every state is settled, nothing is sent twice or out of order.
     let calls = linear.calls().len();
-    let replay = pidevops::effects::runner::Effects::linear(
+    let replay = pidevops::effects::runner::Effects::new(
+        pidevops::effects::LinearPolicy::new(
+            pidevops::providers::linear::LinearClient::new(
+                &linear.url,
+                &SecretString::from(crate::common::fake_linear::LINEAR_KEY),
+            )
+            .unwrap(),
+            Default::default(),
+        ),
         app.state.log.clone(),
         app.state.board.clone(),
-        pidevops::providers::linear::LinearClient::new(
-            &linear.url,
-            &SecretString::from(crate::common::fake_linear::LINEAR_KEY),
-        )
-        .unwrap(),
-        Default::default(),
     )
     .with_checkpoint("effects:linear:replay")
     .with_tick_budget(crate::common::WHOLE_TICK);

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use crate::common::fake_telegram::FakeTelegram;
 use crate::common::{within, TestApp, TestDb, TELEGRAM_SECRET};
-use pidevops::effects::Provider;
 use pidevops::tasks::{Column, TaskId, TELEGRAM};
 use secrecy::SecretString;
 use serde_json::{json, Value};
@@ -56,12 +55,12 @@ async fn post(app: &TestApp, body: &[u8]) {
 /// Intake and the bot driven to rest, then the paced messages waited for until there are `n`.
 async fn sent_to(app: &TestApp, telegram: &FakeTelegram, n: usize) -> Vec<String> {
     app.drive("intake").await;
-    app.drive(&Provider::Telegram.loop_name()).await;
+    app.drive(&pidevops::effects::loop_name("telegram")).await;
     within(
         Duration::from_secs(30),
         &format!("{n} messages"),
         || async {
-            app.drive(&Provider::Telegram.loop_name()).await;
+            app.drive(&pidevops::effects::loop_name("telegram")).await;
             telegram.sent().len() >= n
         },
     )
@@ -188,7 +187,7 @@ async fn a_plan_from_telegram_is_proposed_with_buttons_rejected_with_a_comment_a
     ] {
         post(&app, &press(n, chat, query, data)).await;
     }
-    app.drive(&Provider::Telegram.loop_name()).await;
+    app.drive(&pidevops::effects::loop_name("telegram")).await;
     let answers = telegram.answers();
     assert_eq!(
         answers,
@@ -258,7 +257,7 @@ async fn a_plan_from_telegram_is_proposed_with_buttons_rejected_with_a_comment_a
         sent[7]
     );
     post(&app, &press(5, -100, "q-approve", "approve:T-1")).await;
-    app.drive(&Provider::Telegram.loop_name()).await;
+    app.drive(&pidevops::effects::loop_name("telegram")).await;
     assert_eq!(
         telegram.answers()[4],
         (
@@ -280,19 +279,21 @@ async fn a_plan_from_telegram_is_proposed_with_buttons_rejected_with_a_comment_a
     // Read again from the start (the plans loop's items made first, so nothing else appends meanwhile): every
     // message and answer is settled, nothing is sent or steered twice.
     app.drive("plans").await;
-    app.drive(&Provider::Telegram.loop_name()).await;
-    let replay = pidevops::effects::runner::Effects::telegram(
+    app.drive(&pidevops::effects::loop_name("telegram")).await;
+    let replay = pidevops::effects::runner::Effects::new(
+        pidevops::effects::TelegramPolicy::new(
+            pidevops::providers::telegram::TelegramClient::new(
+                &telegram.url,
+                &SecretString::from(super::BOT_TOKEN),
+            )
+            .unwrap(),
+            pidevops::effects::policy::PolicyConfig {
+                telegram_chats: vec![-100],
+                ..Default::default()
+            },
+        ),
         app.state.log.clone(),
         app.state.board.clone(),
-        pidevops::providers::telegram::TelegramClient::new(
-            &telegram.url,
-            &SecretString::from(super::BOT_TOKEN),
-        )
-        .unwrap(),
-        pidevops::effects::policy::PolicyConfig {
-            telegram_chats: vec![-100],
-            ..Default::default()
-        },
     )
     .with_checkpoint("effects:telegram:replay")
     .with_tick_budget(crate::common::WHOLE_TICK);

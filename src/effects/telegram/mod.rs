@@ -9,22 +9,25 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use chrono::Utc;
 
-use super::bot;
-use super::handle::{EffectsProgress, Handle, Settled};
-use super::policy_config::PolicyConfig;
-use super::provider::{not_mine, ProviderPolicy};
-use super::{Action, Produced, Provider, Request};
+use crate::effects::handle::{EffectsProgress, Handle, Settled};
+use crate::effects::policy_config::PolicyConfig;
+use crate::effects::provider::{OwnRecord, ProviderPolicy};
+use crate::effects::{Produced, Request};
+pub use action::TelegramAction;
+
+mod action;
+pub(super) mod bot;
 use crate::board::Loaded;
 use crate::domain::Source;
 use crate::eventlog::StoredEvent;
-use crate::providers::telegram::TelegramClient;
+use crate::providers::telegram::{message_stream, SentMessage, TelegramClient, MESSAGE_SENT};
 use crate::providers::CallError;
 use crate::tasks::plan::PlanDocument;
 use crate::tasks::{Task, TaskEvent};
 
 /// The `effects:telegram` policy: notifications to `config.telegram_chats`, digests, and the bot.
 #[derive(Clone, Debug)]
-pub(crate) struct TelegramPolicy {
+pub struct TelegramPolicy {
     client: TelegramClient,
     config: PolicyConfig,
     /// When this process last sent to each Telegram chat, and at all (Telegram's rate limits).
@@ -40,7 +43,7 @@ struct Sent {
 }
 
 impl TelegramPolicy {
-    pub(crate) fn new(client: TelegramClient, config: PolicyConfig) -> Self {
+    pub fn new(client: TelegramClient, config: PolicyConfig) -> Self {
         Self {
             client,
             config,
@@ -51,7 +54,7 @@ impl TelegramPolicy {
 
     /// The bot's command menu, once per menu (its key names the menu's content): a changed menu is set again
     /// after a deploy, the same one never. Does not hold back the tick: a failure is retried on its own schedule.
-    async fn set_menu(&self, fx: &impl Handle) -> anyhow::Result<()> {
+    async fn set_menu(&self, fx: &impl Handle<Action = TelegramAction>) -> anyhow::Result<()> {
         let commands = bot::menu();
         let digest = {
             use sha2::Digest;
@@ -61,7 +64,7 @@ impl TelegramPolicy {
         let request = Request {
             key: format!("telegram:set-my-commands:{digest}"),
             task: None,
-            action: Action::TelegramSetCommands { commands },
+            action: TelegramAction::SetCommands { commands },
         };
         let mut progress = EffectsProgress::default();
         if let Settled::Yes = fx.ask(&request, 0, &mut progress).await? {
@@ -73,7 +76,7 @@ impl TelegramPolicy {
     /// A digest schedule fired: the board, once per chat and slot.
     async fn digest(
         &self,
-        fx: &impl Handle,
+        fx: &impl Handle<Action = TelegramAction>,
         event: &StoredEvent,
         progress: &mut EffectsProgress,
     ) -> anyhow::Result<Settled> {
@@ -111,7 +114,7 @@ impl TelegramPolicy {
             let request = Request {
                 key,
                 task: None,
-                action: Action::TelegramSend {
+                action: TelegramAction::Send {
                     chat: *chat,
                     html: text,
                     buttons: Vec::new(),
@@ -133,7 +136,7 @@ impl TelegramPolicy {
     /// A budget's notice (soft limit reached, or spent), to every chat, once each.
     async fn budget_notice(
         &self,
-        fx: &impl Handle,
+        fx: &impl Handle<Action = TelegramAction>,
         event: &StoredEvent,
         progress: &mut EffectsProgress,
     ) -> anyhow::Result<Settled> {
@@ -152,7 +155,7 @@ impl TelegramPolicy {
             let request = Request {
                 key: format!("telegram:budget:{}:{chat}", event.id),
                 task: None,
-                action: Action::TelegramSend {
+                action: TelegramAction::Send {
                     chat: *chat,
                     html: html.clone(),
                     buttons: Vec::new(),
@@ -171,11 +174,13 @@ impl TelegramPolicy {
 }
 
 impl ProviderPolicy for TelegramPolicy {
-    fn provider(&self) -> Provider {
-        Provider::Telegram
+    type Action = TelegramAction;
+
+    fn provider(&self) -> &'static str {
+        "telegram"
     }
 
-    async fn prepare(&self, fx: &impl Handle) -> anyhow::Result<()> {
+    async fn prepare(&self, fx: &impl Handle<Action = TelegramAction>) -> anyhow::Result<()> {
         if !self.menu_settled.load(Ordering::Relaxed) {
             self.set_menu(fx).await?;
         }
@@ -185,7 +190,7 @@ impl ProviderPolicy for TelegramPolicy {
     /// The bot's messages and button presses, and digests.
     async fn own_event(
         &self,
-        fx: &impl Handle,
+        fx: &impl Handle<Action = TelegramAction>,
         event: &StoredEvent,
         progress: &mut EffectsProgress,
     ) -> anyhow::Result<Option<Settled>> {
@@ -212,11 +217,11 @@ impl ProviderPolicy for TelegramPolicy {
 
     async fn requests(
         &self,
-        _fx: &impl Handle,
+        _fx: &impl Handle<Action = TelegramAction>,
         event: &StoredEvent,
         task_event: &TaskEvent,
         loaded: &Loaded,
-    ) -> anyhow::Result<Vec<Request>> {
+    ) -> anyhow::Result<Vec<Request<TelegramAction>>> {
         let history: Vec<(i64, chrono::DateTime<Utc>, &str)> = loaded
             .events
             .iter()
@@ -258,8 +263,8 @@ impl ProviderPolicy for TelegramPolicy {
 
     /// Telegram allows a bot about one message a second per chat and 30 a second in all: when the next message
     /// would break that, the time it may go.
-    fn not_before(&self, action: &Action) -> Option<chrono::DateTime<Utc>> {
-        let Action::TelegramSend { chat, .. } = action else {
+    fn not_before(&self, action: &TelegramAction) -> Option<chrono::DateTime<Utc>> {
+        let TelegramAction::Send { chat, .. } = action else {
             return None;
         };
         let sent = self.sent.lock().unwrap_or_else(|p| p.into_inner());
@@ -276,8 +281,8 @@ impl ProviderPolicy for TelegramPolicy {
             .then(|| Utc::now() + chrono::Duration::from_std(free - now).unwrap_or_default())
     }
 
-    fn sent(&self, action: &Action) {
-        if let Action::TelegramSend { chat, .. } = action {
+    fn sent(&self, action: &TelegramAction) {
+        if let TelegramAction::Send { chat, .. } = action {
             let mut sent = self.sent.lock().unwrap_or_else(|p| p.into_inner());
             let now = Instant::now();
             sent.per_chat.insert(*chat, now);
@@ -285,13 +290,43 @@ impl ProviderPolicy for TelegramPolicy {
         }
     }
 
-    async fn call(&self, _key: &str, action: &Action) -> Result<Produced, CallError> {
+    /// A message about a task, once sent: which task it was about, so that a reply to it reaches the task.
+    fn record_of(
+        &self,
+        request: &Request<TelegramAction>,
+        produced: &Produced,
+    ) -> Option<OwnRecord> {
+        let (Produced::Message { chat, message_id }, TelegramAction::Send { reply_prompt, .. }) =
+            (produced, &request.action)
+        else {
+            return None;
+        };
+        // Telegram always names the message; a reply could not be matched to one it did not.
+        if *message_id == 0 {
+            return None;
+        }
+        let sent = SentMessage {
+            chat: *chat,
+            message_id: *message_id,
+            task: request.task?,
+            key: request.key.clone(),
+            question: reply_prompt.is_some(),
+        };
+        Some(OwnRecord {
+            stream: message_stream(sent.chat, sent.message_id),
+            kind: MESSAGE_SENT,
+            task: Some(sent.task),
+            body: serde_json::to_vec(&sent).ok()?,
+        })
+    }
+
+    async fn call(&self, _key: &str, action: &TelegramAction) -> Result<Produced, CallError> {
         match action {
-            Action::TelegramSetCommands { commands } => self.client.set_my_commands(commands).await,
-            Action::TelegramAnswerCallback { callback, text } => {
+            TelegramAction::SetCommands { commands } => self.client.set_my_commands(commands).await,
+            TelegramAction::AnswerCallback { callback, text } => {
                 self.client.answer_callback(callback, text).await
             }
-            Action::TelegramSend {
+            TelegramAction::Send {
                 chat,
                 html,
                 buttons,
@@ -301,7 +336,6 @@ impl ProviderPolicy for TelegramPolicy {
                     .send_message(*chat, html, buttons, reply_prompt.as_deref())
                     .await
             }
-            other => Err(not_mine(Provider::Telegram, other)),
         }
     }
 }
@@ -347,7 +381,12 @@ pub fn telegram_notifies(event: &TaskEvent) -> bool {
 /// flagged is not announced again), asked as a question with a reply prompt: a reply to that message from an
 /// allowed chat is the answer (`intake`, through the message's record `telegram-message:<chat>:<id>`). Keyed by
 /// the event, so a replay sends nothing twice.
-pub fn telegram(event: &TaskEvent, task: &Task, event_id: &str, chats: &[i64]) -> Vec<Request> {
+pub fn telegram(
+    event: &TaskEvent,
+    task: &Task,
+    event_id: &str,
+    chats: &[i64],
+) -> Vec<Request<TelegramAction>> {
     use crate::providers::telegram::{escape, fit};
     let head = format!(
         "<b>{}</b> {} <i>({})</i>",
@@ -443,7 +482,7 @@ pub fn telegram(event: &TaskEvent, task: &Task, event_id: &str, chats: &[i64]) -
         .map(|chat| Request {
             key: crate::domain::effect::telegram_notice_key(*chat, event_id),
             task: Some(task.id()),
-            action: Action::TelegramSend {
+            action: TelegramAction::Send {
                 chat: *chat,
                 html: html.clone(),
                 buttons: buttons.clone(),
@@ -462,7 +501,7 @@ pub fn telegram_proposal(
     task: &Task,
     revision: u32,
     chats: &[i64],
-) -> Vec<Request> {
+) -> Vec<Request<TelegramAction>> {
     use crate::providers::telegram::{escape, fit};
     let id = task.id();
     let waits = task.approval() == crate::tasks::ApprovalPolicy::Manual;
@@ -525,7 +564,7 @@ pub fn telegram_proposal(
         .map(|chat| Request {
             key: format!("telegram:plan:{chat}:{id}:{revision}"),
             task: Some(id),
-            action: Action::TelegramSend {
+            action: TelegramAction::Send {
                 chat: *chat,
                 html: html.clone(),
                 buttons: buttons.clone(),

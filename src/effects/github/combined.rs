@@ -2,10 +2,11 @@
 //! of their own, and its combination (`task.combined`) opens the plan's one pull request from `pidevops/<plan>`,
 //! keyed `github:pr:<plan>` like a task's (a later combination force-pushes the same branch, which updates it).
 
-use super::inert::inert;
-use super::policy_config::PolicyConfig;
-use super::pull_request::{OpenedFor, PullRequestBody};
-use super::{Action, Request};
+use super::GithubAction;
+use crate::effects::inert::inert;
+use crate::effects::policy_config::PolicyConfig;
+use crate::effects::pull_request::{OpenedFor, PullRequestBody};
+use crate::effects::Request;
 use crate::tasks::PlanLand;
 use crate::tasks::{Combination, Task, TaskId, GITHUB_ISSUE};
 
@@ -26,11 +27,11 @@ pub fn plan_pull_request(
     combination: &Combination,
     items: &[Task],
     config: &PolicyConfig,
-) -> Request {
+) -> Request<GithubAction> {
     Request {
-        key: format!("github:pr:{}", plan.id()),
+        key: crate::domain::effect::pull_request_key(&plan.id().to_string()),
         task: Some(plan.id()),
-        action: Action::GithubOpenPullRequest {
+        action: GithubAction::OpenPullRequest {
             repo: plan.repo().clone(),
             head: plan.id().branch(),
             base: config.base_for(plan.repo()),
@@ -88,7 +89,7 @@ pub fn after_plan_pull_request(
     number: u64,
     url: &str,
     now: chrono::DateTime<chrono::Utc>,
-) -> Vec<Request> {
+) -> Vec<Request<GithubAction>> {
     let Some(issue) = plan.links().get(GITHUB_ISSUE) else {
         return Vec::new();
     };
@@ -105,7 +106,7 @@ pub fn after_plan_pull_request(
     vec![Request {
         key: key.clone(),
         task: Some(plan.id()),
-        action: Action::GithubComment {
+        action: GithubAction::Comment {
             repo: issue.repo.clone(),
             number: issue.number.get(),
             body: format!(
@@ -113,7 +114,7 @@ pub fn after_plan_pull_request(
                  combined.\n\n{}",
                 plan.id(),
                 items.join(", "),
-                super::marker(&key)
+                crate::effects::marker(&key)
             ),
             since: now - chrono::Duration::minutes(10),
         },
@@ -216,7 +217,7 @@ mod tests {
         }
         let request = plan_pull_request(&plan, &combination, &[item], &PolicyConfig::default());
         assert_eq!(request.key, "github:pr:T-1");
-        let Action::GithubOpenPullRequest { head, base, .. } = request.action else {
+        let GithubAction::OpenPullRequest { head, base, .. } = request.action else {
             panic!("a pull request");
         };
         assert_eq!((head.as_str(), base.as_str()), ("pidevops/T-1", "main"));

@@ -10,11 +10,12 @@ use frankenstein::types::{MaybeInaccessibleMessage, Message, User};
 use frankenstein::updates::UpdateContent;
 use serde_json::Value;
 
-use super::handle::{EffectsProgress, Handle, Settled, ACTOR};
-use super::policy_config::PolicyConfig;
-use super::{Action, Request};
+use super::TelegramAction;
 use crate::board::{Board, BoardError, Steer};
 use crate::domain::{EventType, NewEvent, Source};
+use crate::effects::handle::{EffectsProgress, Handle, Settled, ACTOR};
+use crate::effects::policy_config::PolicyConfig;
+use crate::effects::Request;
 use crate::eventlog::StoredEvent;
 use crate::intake::rules::{read_update, telegram_refusal, user_id, user_name};
 use crate::loops::{LoopRegistry, LoopState};
@@ -124,7 +125,7 @@ pub fn parse(text: &str) -> Option<Result<BotCommand, String>> {
 /// A bot command in a message: answered once (the reply effect's stream says whether it was), only in the
 /// allowed chats; anything else is refused and recorded.
 pub(super) async fn command(
-    fx: &impl Handle,
+    fx: &impl Handle<Action = TelegramAction>,
     config: &PolicyConfig,
     event: &StoredEvent,
     progress: &mut EffectsProgress,
@@ -183,7 +184,7 @@ pub(super) async fn command(
     let request = Request {
         key,
         task: None,
-        action: Action::TelegramSend {
+        action: TelegramAction::Send {
             chat,
             html,
             buttons: Vec::new(),
@@ -199,7 +200,7 @@ pub(super) async fn command(
 /// A button press (`approve:T-7`, …): steered like the command, from an allowed chat only; every press is
 /// answered (a refusal too), once — the answer effect's stream says whether it was.
 pub(super) async fn button(
-    fx: &impl Handle,
+    fx: &impl Handle<Action = TelegramAction>,
     config: &PolicyConfig,
     event: &StoredEvent,
     progress: &mut EffectsProgress,
@@ -233,7 +234,7 @@ pub(super) async fn button(
     let request = Request {
         key,
         task: None,
-        action: Action::TelegramAnswerCallback {
+        action: TelegramAction::AnswerCallback {
             callback: callback.to_owned(),
             text,
         },
@@ -246,7 +247,11 @@ pub(super) async fn button(
 
 /// What an allowed press of button `data` (`verb:T-n`) does, as the short plain notice Telegram shows. Only data
 /// of exactly that shape is a button: anything else in a callback was not sent by pidevops's own keyboards.
-async fn pressed(fx: &impl Handle, data: &str, who: &str) -> anyhow::Result<String> {
+async fn pressed(
+    fx: &impl Handle<Action = TelegramAction>,
+    data: &str,
+    who: &str,
+) -> anyhow::Result<String> {
     let command = data
         .split_once(':')
         .filter(|_| !data.contains(char::is_whitespace))
@@ -295,7 +300,7 @@ fn content(event: &StoredEvent) -> Option<UpdateContent> {
 
 /// A command from a chat or a user that is not allowed: recorded (once per message), not answered.
 async fn refused(
-    fx: &impl Handle,
+    fx: &impl Handle<Action = TelegramAction>,
     event: &StoredEvent,
     chat: i64,
     who: &str,
@@ -551,7 +556,7 @@ enum IntakeSaid {
 /// Intake's decision about `/new` or `/plan` in `event`, once it has made one: the task of the message's intake
 /// key, or its `intake.ignored` record (keyed by the event).
 async fn intake_said(
-    fx: &impl Handle,
+    fx: &impl Handle<Action = TelegramAction>,
     event: &StoredEvent,
     message: &Message,
 ) -> anyhow::Result<Option<IntakeSaid>> {
