@@ -33,7 +33,8 @@
 //!   postgres.rs    what differs on Postgres: the append (`pidevops_append`, advisory lock), body columns
 //!   sqlite.rs      embedded default (`./data/pidevops.db`): `plan_batch` (plan.rs) under BEGIN IMMEDIATE
 //! ingress/         webhooks: raw bytes in, verified and parsed NewEvent out, appended, then 2xx; one handler
-//!                  (`receive`) over each provider's `Webhook` (verify + parse), one route per provider
+//!                  (`receive`) over each provider's `Webhook` (verify + parse, in the provider's folder), one
+//!                  route per provider
 //! bus/             fan-out: Bus (JetStream | in-process), relay.rs (log → bus, exactly once), work.rs (work queues),
 //!                  credentials.rs (NATS_URL's credentials to the client; is it open to strangers?)
 //! loops/           the do-while runner and the health registry (stale rule); follow.rs, the one driver for
@@ -47,14 +48,13 @@
 //! plans/           the follower that makes an approved plan's items tasks and rolls the plan up from them
 //! reactions/       the follower that turns GitHub events on pidevops branches into task commands (pure rules)
 //! effects/         outbound calls, each recorded in `effect:<key>` and made once: runner/ (the one
-//!                  `effects:<provider>` follower), provider.rs (the ProviderPolicy shape), handle.rs (the narrow
-//!                  handle a policy gets instead of the runner), github/, linear/, telegram/ (one policy each,
-//!                  its own action type and pure builders inside; linear/plan.rs: a plan's checklist in its
-//!                  Linear session; github/combined.rs: a combined plan's pull request; telegram/bot.rs),
-//!                  pull_request.rs (both pull requests' one description writer), policy_config.rs
-//!                  (PolicyConfig), policy.rs (re-exports)
-//! providers/       the GitHub, Linear and Telegram API clients (effects, pollers, ingress and doctor call them)
-//! pollers/         `linear_poller`, `github_poller`: what a missed webhook would have said, in its shape
+//!                  `effects:<provider>` follower, generic over its policy), provider.rs (the ProviderPolicy
+//!                  shape), handle.rs (the narrow handle a policy gets instead of the runner), call.rs (CallError,
+//!                  Produced), pull_request.rs (both pull requests' one description writer), policy_config.rs
+//! providers/       one folder per provider, whole (github/, linear/, telegram/): its client, its webhook
+//!                  (`ingress::Webhook`), its poller, its effects policy and actions (`effects::ProviderPolicy`);
+//!                  above the layers it plugs into, which name no provider
+//! pollers/         what the pollers share; each poller lives in its provider's folder
 //! cron/            [[schedules]] and the `cron` loop: after downtime the latest slot fires once
 //! dispatch/        attempts with coding agents: pure config / profiles / prompt / schedule; dispatcher/ (claim,
 //!                  attempt, steering, launch, watchdog, gc, pause), workspace/ (mirrors, worktrees, hand-off,
@@ -70,15 +70,16 @@
 //!
 //! ```text
 //!  1 foundation: tasks, domain, telemetry
-//!  2 infrastructure: eventlog, providers, loops, bus
+//!  2 infrastructure: eventlog, loops, bus
 //!  3 read models: projectors
 //!  4 command side: board
 //!  5 policies: budgets, cron, intake, pollers, effects
 //!  6 configuration: config
 //!  7 workers: dispatch, ingress, plans, reactions, landing
-//!  8 surfaces: http, init
-//!  9 start-up: startup
-//! 10 front ends: doctor, cli, bench
+//!  8 providers: providers
+//!  9 surfaces: http, init
+//! 10 start-up: startup
+//! 11 front ends: doctor, cli, bench
 //! ```
 //!
 //! Where a rule is decided (retries, staleness, leases, effects, intake): AGENTS.md, "Where things are decided".

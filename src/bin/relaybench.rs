@@ -264,7 +264,7 @@ async fn fill(store: &EventStore, args: &Args, body: Bytes) -> anyhow::Result<()
                 );
                 headers.insert("x-github-delivery", format!("relaybench-{i}").parse()?);
                 headers.insert("content-type", "application/json".parse()?);
-                let event = pidevops::ingress::github::parse(&headers, body)
+                let event = pidevops::providers::github::webhook::parse(&headers, body)
                     .map_err(|e| anyhow::anyhow!("the payload is not a GitHub delivery: {e}"))?;
                 log.append(event).await.context("appending")?;
                 anyhow::Ok(())

@@ -250,7 +250,7 @@ impl Env {
     /// `GITHUB_API_URL`, else GitHub's public API; `serve` and `init` read it so.
     pub fn github_api_url(&self) -> String {
         self.get("GITHUB_API_URL")
-            .unwrap_or(crate::providers::github::DEFAULT_API_URL)
+            .unwrap_or("https://api.github.com")
             .trim_end_matches('/')
             .to_owned()
     }

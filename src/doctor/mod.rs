@@ -415,7 +415,7 @@ async fn bus(out: &mut String, settings: &Settings) {
 
 /// A provider's read-only check, bounded: a hung API is a failed check, not a hung doctor.
 async fn within_10s<T>(
-    call: impl std::future::Future<Output = Result<T, crate::providers::CallError>>,
+    call: impl std::future::Future<Output = Result<T, crate::effects::CallError>>,
 ) -> Result<T, String> {
     match tokio::time::timeout(Duration::from_secs(10), call).await {
         Ok(Ok(value)) => Ok(value),

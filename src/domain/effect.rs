@@ -27,6 +27,28 @@ pub fn telegram_notice_key(chat: i64, event_id: &str) -> String {
     format!("telegram:notify:{chat}:{event_id}")
 }
 
+/// The stream recording one message pidevops sent about a task, named by the message:
+/// `telegram-message:<chat>:<message id>`, so that a reply to it (`reply_to_message`) finds its task.
+pub const MESSAGE_STREAM_PREFIX: &str = "telegram-message:";
+/// The event type of that record.
+pub const MESSAGE_SENT: &str = "telegram.message_sent";
+
+pub fn message_stream(chat: i64, message_id: i64) -> String {
+    format!("{MESSAGE_STREAM_PREFIX}{chat}:{message_id}")
+}
+
+/// What pidevops sent as message `message_id` to `chat`: about which task, as which effect, and whether it asked a
+/// question (its reply is then the answer).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SentMessage {
+    pub chat: i64,
+    pub message_id: i64,
+    pub task: crate::tasks::TaskId,
+    pub key: String,
+    #[serde(default)]
+    pub question: bool,
+}
+
 /// The Linear workflow states pidevops moves an issue through, each a list of names tried in order (the first
 /// the team has wins) and the state type used when the team has none of them.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -31,17 +31,14 @@
 //! A task's calls are capped (`cap.rs`: `[effects] max_per_task_per_hour`, counted from the log): past the cap an
 //! effect is recorded as `effect.withheld` with the reason instead of being made, and the task is flagged.
 
+mod call;
 pub mod cap;
-mod github;
 pub mod handle;
-mod inert;
-mod linear;
-pub mod policy;
-mod policy_config;
+pub(crate) mod inert;
+pub mod policy_config;
 pub mod provider;
-mod pull_request;
+pub(crate) mod pull_request;
 pub mod runner;
-mod telegram;
 
 use chrono::{DateTime, Utc};
 
@@ -50,10 +47,8 @@ use serde::{Deserialize, Serialize};
 use crate::tasks::TaskId;
 
 pub use crate::domain::effect::{stream, EFFECT_STREAM_PREFIX};
-pub use github::{GithubAction, GithubPolicy};
-pub use linear::{LinearAction, LinearPolicy};
+pub use policy_config::PolicyConfig;
 pub use provider::{loop_name, ProviderPolicy};
-pub use telegram::{TelegramAction, TelegramPolicy};
 /// Attempts of one effect before it is recorded as failed for good.
 pub const MAX_ATTEMPTS: u32 = 8;
 
@@ -108,7 +103,7 @@ pub struct Request<A> {
 }
 
 /// What a call produced: the providers' answers, kept here under their old path.
-pub use crate::providers::Produced;
+pub use call::{CallError, Produced};
 
 /// The hidden line that marks a comment as effect `key`'s.
 pub fn marker(key: &str) -> String {

@@ -9,10 +9,10 @@ use std::future::Future;
 use chrono::{DateTime, Utc};
 
 use super::handle::{EffectsProgress, Handle, Settled};
+use super::CallError;
 use super::{Produced, ProviderAction, Request};
 use crate::board::Loaded;
 use crate::eventlog::StoredEvent;
-use crate::providers::CallError;
 use crate::tasks::{RepoName, TaskEvent, TaskId};
 
 /// What a provider's policy answers the runner. Its futures are `Send`: the runner is generic over the policy and

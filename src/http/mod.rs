@@ -62,7 +62,7 @@ pub struct AppState {
 pub fn router(state: AppState) -> Router {
     // One route per provider (the provider table); each reads its body itself, within its limit and the
     // unverified-bytes budget.
-    let webhooks = ingress::router()
+    let webhooks = ingress::router(crate::providers::webhook)
         // A client that trickles its body must not hold a connection (and a batch slot) forever.
         .layer(RequestBodyTimeoutLayer::new(Duration::from_secs(30)));
 

@@ -7,10 +7,6 @@
 //! with the event's position.
 //! Ingress never calls an outbound API.
 
-pub mod github;
-pub mod linear;
-pub mod telegram;
-pub mod telegram_updates;
 pub mod verify;
 
 use std::sync::Arc;
@@ -410,8 +406,10 @@ pub async fn receive<W: Webhook>(
     respond(source, result)
 }
 
-/// Every provider's webhook route (`PROVIDERS[..].webhook_route`), for the HTTP router to mount.
-pub fn router<S>() -> Router<S>
+/// Every provider's webhook route (`PROVIDERS[..].webhook_route`), for the HTTP router to mount: `handler` says
+/// which [`Webhook`] receives a source's deliveries (the providers' registration, `providers::webhook`); ingress
+/// names no provider.
+pub fn router<S>(handler: fn(Source) -> Option<MethodRouter<S>>) -> Router<S>
 where
     Webhooks: FromRef<S>,
     S: Clone + Send + Sync + 'static,
@@ -424,18 +422,13 @@ where
         })
 }
 
-/// The handler of a provider's webhook; `None` for pidevops's own source, which has none.
-fn handler<S>(source: Source) -> Option<MethodRouter<S>>
+/// The handler of webhook `W`: read within budget, verified, parsed, appended (see [`receive`]).
+pub fn handler<W: Webhook + 'static, S>() -> MethodRouter<S>
 where
     Webhooks: FromRef<S>,
     S: Clone + Send + Sync + 'static,
 {
-    match source {
-        Source::Github => Some(post(receive::<github::Delivery>)),
-        Source::Linear => Some(post(receive::<linear::Delivery>)),
-        Source::Telegram => Some(post(receive::<telegram::Delivery>)),
-        Source::Pidevops => None,
-    }
+    post(receive::<W>)
 }
 
 /// A header as text; a header that is present but not visible ASCII is malformed, not absent.

@@ -39,7 +39,7 @@ pub struct CommentRecord {
     pub cause_event_id: uuid::Uuid,
 }
 
-/// What a comment did, in facts the reply is worded from (`effects/github/mod.rs`).
+/// What a comment did, in facts the reply is worded from (`providers/github/effects/mod.rs`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum CommentOutcome {

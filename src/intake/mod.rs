@@ -413,7 +413,7 @@ impl Intake {
         refusal: Option<String>,
         event: &StoredEvent,
     ) -> anyhow::Result<()> {
-        use crate::providers::telegram::{message_stream, SentMessage};
+        use crate::domain::effect::{message_stream, SentMessage};
         let stream = message_stream(chat, to);
         let records = self
             .log
@@ -454,10 +454,7 @@ impl Intake {
     /// Whether the task waits for a person again, in a needs-human episode later than the one `sent` asked about,
     /// and that later one was asked in `sent`'s chat too (its notice requested there: a notice held back by the
     /// cooldown leaves `sent` the latest message to answer).
-    async fn asked_again(
-        &self,
-        sent: &crate::providers::telegram::SentMessage,
-    ) -> anyhow::Result<bool> {
+    async fn asked_again(&self, sent: &crate::domain::effect::SentMessage) -> anyhow::Result<bool> {
         use crate::domain::effect::{stream, telegram_notice_key};
         let Some(loaded) = self.board.load(sent.task).await? else {
             return Ok(false);

@@ -3,9 +3,6 @@
 //! if it had arrived. Each is a singleton loop (one replica polls), ticks at once on start, and is `unarmed`
 //! when configured without its credential.
 
-pub mod github;
-pub mod linear;
-
 use std::time::Duration;
 
 /// `[pollers.<name>]` in `pidevops.toml` (config reads it): `enabled` (default true once the table is there) and

@@ -1,68 +1,35 @@
-//! The clients of the three third-party APIs pidevops talks to: GitHub (octocrab), Linear (GraphQL) and the
-//! Telegram Bot API. Each takes its base URL from configuration (`GITHUB_API_URL`, `LINEAR_API_URL`,
-//! `TELEGRAM_API_URL`; tests point them at local fakes), bounds every call with a timeout, and says how a call
-//! failed as a [`CallError`]: transient (worth another attempt) or permanent.
+//! The third-party APIs pidevops talks to, one folder each, whole: GitHub, Linear, Telegram. A provider's
+//! folder holds its client, its webhook, its poller and its effects policy; each part implements the narrow
+//! trait of the layer it plugs into (`ingress::Webhook`, `effects::ProviderPolicy`, `effects::ProviderAction`),
+//! and those layers name no provider. This layer sits above them and below the surfaces and start-up, which
+//! reach a provider through here.
 //!
-//! The clients only make calls. What to call, when, how often and what it means is decided elsewhere: by the
-//! effects policies and runner (`effects/`), the pollers (`pollers/`), the Telegram updates ingress and doctor.
+//! A provider is registered twice, both here in the house: its data in `domain::registry::PROVIDERS` (name,
+//! route, secret, badge, links: what every list of providers reads) and its parts in its folder, mounted by
+//! [`webhook`] and built by start-up's catalog (`startup/catalog/effects.rs`, its pollers' entries). Each client
+//! takes its base URL from configuration (tests point them at local fakes) and bounds every call with a timeout.
 
 pub mod github;
 pub mod linear;
+pub mod policy;
 pub mod telegram;
 
-use serde::{Deserialize, Serialize};
+use axum::extract::FromRef;
+use axum::routing::MethodRouter;
 
-use crate::tasks::RepoName;
+use crate::domain::Source;
+use crate::ingress::{handler, Webhooks};
 
-/// Why a call failed, as the provider client sees it.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum CallError {
-    /// Worth another attempt: 5xx, a timeout, a refused connection, 429 or a rate limit. `retry_after`: what
-    /// the provider asked for.
-    #[error("{message}")]
-    Transient {
-        message: String,
-        retry_after: Option<std::time::Duration>,
-    },
-    /// Another attempt would fail the same way: a 4xx other than 429, a missing credential.
-    #[error("{message}")]
-    Permanent { message: String },
-}
-
-/// What a successful call produced, for the policies that act on it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Produced {
-    PullRequest {
-        repo: RepoName,
-        number: u64,
-        url: String,
-        /// False when it was already open (a repeat, or a human opened it).
-        opened: bool,
-    },
-    Comment {
-        url: String,
-        /// False when a repeat found the comment already there.
-        posted: bool,
-    },
-    Message {
-        chat: i64,
-        message_id: i64,
-    },
-    /// A pull request merged: `merged` false when it already was (a repeat after a crash, or a person merged
-    /// it first); `sha` the merge commit, when GitHub names one.
-    Merge {
-        number: u64,
-        merged: bool,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        sha: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        method: Option<String>,
-    },
-    /// A Linear issue's state after the call; `moved` false when it was there already.
-    State {
-        name: String,
-        moved: bool,
-    },
-    Done,
+/// The webhook that receives `source`'s deliveries, for `ingress::router`; `None` for pidevops's own source.
+pub fn webhook<S>(source: Source) -> Option<MethodRouter<S>>
+where
+    Webhooks: FromRef<S>,
+    S: Clone + Send + Sync + 'static,
+{
+    match source {
+        Source::Github => Some(handler::<github::webhook::Delivery, S>()),
+        Source::Linear => Some(handler::<linear::webhook::Delivery, S>()),
+        Source::Telegram => Some(handler::<telegram::webhook::Delivery, S>()),
+        Source::Pidevops => None,
+    }
 }

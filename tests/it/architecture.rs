@@ -21,7 +21,7 @@ use syn::visit::{self, Visit};
 /// The layers, lowest first: a top-level module imports only modules of its own layer or a lower one.
 const LAYERS: &[(&str, &[&str])] = &[
     ("foundation", &["tasks", "domain", "telemetry"]),
-    ("infrastructure", &["eventlog", "providers", "loops", "bus"]),
+    ("infrastructure", &["eventlog", "loops", "bus"]),
     ("read models", &["projectors"]),
     ("command side", &["board"]),
     (
@@ -33,6 +33,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "workers",
         &["dispatch", "ingress", "plans", "reactions", "landing"],
     ),
+    ("providers", &["providers"]),
     ("surfaces", &["http", "init"]),
     ("start-up", &["startup"]),
     ("front ends", &["doctor", "cli", "bench"]),

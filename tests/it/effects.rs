@@ -139,7 +139,7 @@ async fn a_task_in_review_gets_one_pull_request_and_its_link(db: TestDb) {
     // A second reader over the whole log (a rebuild, a lost checkpoint) settles everything from the effects'
     // streams: no call, no new effect event.
     let replay = pidevops::effects::runner::Effects::new(
-        pidevops::effects::GithubPolicy::new(
+        pidevops::providers::github::effects::GithubPolicy::new(
             pidevops::providers::github::GithubClient::new(&github.url, &SecretString::from(TOKEN))
                 .unwrap(),
             Default::default(),
@@ -293,7 +293,7 @@ async fn a_call_cut_off_after_github_acted_is_not_made_twice(db: TestDb) {
     // No token for the app: its own loop stays off, and this test drives the worker tick by tick.
     let app = TestApp::spawn(crate::common::settings(&db)).await;
     let effects = pidevops::effects::runner::Effects::new(
-        pidevops::effects::GithubPolicy::new(
+        pidevops::providers::github::effects::GithubPolicy::new(
             pidevops::providers::github::GithubClient::new(&github.url, &SecretString::from(TOKEN))
                 .unwrap(),
             Default::default(),

@@ -4,7 +4,9 @@ use crate::common::{TestApp, TestDb};
 use axum::http::{HeaderMap, HeaderValue};
 use bytes::Bytes;
 use chrono::Utc;
-use pidevops::ingress::{github, linear, telegram};
+use pidevops::providers::{
+    github::webhook as github, linear::webhook as linear, telegram::webhook as telegram,
+};
 use proptest::prelude::*;
 
 fn arbitrary_json_ish() -> impl Strategy<Value = Vec<u8>> {

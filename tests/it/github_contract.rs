@@ -397,8 +397,8 @@ async fn the_fake_githubs_answers_round_trip_through_octocrabs_models() {
 /// JSON kept beside it is GitHub's answer as it came.
 #[tokio::test]
 async fn the_client_reads_every_answer_of_the_fake_through_octocrabs_models() {
+    use pidevops::effects::Produced;
     use pidevops::providers::github::GithubClient;
-    use pidevops::providers::Produced;
     use pidevops::tasks::{BranchName, MergeMethod, RepoName};
     let fake = FakeGithub::start().await;
     let client = GithubClient::new(&fake.url, &"test-token".to_owned().into()).unwrap();
@@ -447,7 +447,7 @@ async fn the_client_reads_every_answer_of_the_fake_through_octocrabs_models() {
     );
     let refused = client.react_to_comment(&repo, 5000, "shrug").await;
     assert!(
-        matches!(&refused, Err(pidevops::providers::CallError::Permanent { message }) if message.contains("shrug")),
+        matches!(&refused, Err(pidevops::effects::CallError::Permanent { message }) if message.contains("shrug")),
         "{refused:?}"
     );
     assert_eq!(

@@ -208,7 +208,7 @@ async fn an_issue_hears_when_work_starts_goes_to_review_needs_a_human_and_is_don
     // Read the whole log again from the start: every effect is settled, nothing is called again.
     let calls = linear.calls().len();
     let replay = pidevops::effects::runner::Effects::new(
-        pidevops::effects::LinearPolicy::new(
+        pidevops::providers::linear::effects::LinearPolicy::new(
             pidevops::providers::linear::LinearClient::new(
                 &linear.url,
                 &SecretString::from(LINEAR_KEY),
@@ -536,7 +536,7 @@ async fn a_comment_or_activity_repeated_after_a_crash_is_found_not_made_twice() 
     let refused = wrong.viewer().await.unwrap_err();
     assert!(matches!(
         refused,
-        pidevops::providers::CallError::Permanent { .. }
+        pidevops::effects::CallError::Permanent { .. }
     ));
     assert!(!refused.to_string().contains("lin_api_wrong"));
     assert_eq!(client.viewer().await.unwrap(), "pidevops bot");

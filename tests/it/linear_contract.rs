@@ -21,7 +21,7 @@ fn every_operation_validates_against_linears_schema() {
     // Every document beside the client is one of them (a new one cannot skip this test).
     let dir = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/src/providers/linear/operations"
+        "/src/providers/linear/client/operations"
     );
     let mut files: Vec<String> = std::fs::read_dir(dir)
         .unwrap()

@@ -315,13 +315,13 @@ async fn commands_from_allowed_chats_are_answered_once_and_strangers_are_refused
 
     // Replaying the log (a second reader from position 0) answers nothing again and steers nothing.
     let replay = pidevops::effects::runner::Effects::new(
-        pidevops::effects::TelegramPolicy::new(
+        pidevops::providers::telegram::effects::TelegramPolicy::new(
             pidevops::providers::telegram::TelegramClient::new(
                 &telegram.url,
                 &SecretString::from(BOT_TOKEN),
             )
             .unwrap(),
-            pidevops::effects::policy::PolicyConfig {
+            pidevops::effects::PolicyConfig {
                 telegram_chats: vec![-100],
                 ..Default::default()
             },

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use frankenstein::methods::SendMessageParams;
 use frankenstein::updates::Update;
+use pidevops::effects::CallError;
 use pidevops::providers::telegram::{message_params, TelegramClient};
-use pidevops::providers::CallError;
 use serde_json::{json, Value};
 
 use crate::common::fake_telegram::{fits_method, FakeTelegram};

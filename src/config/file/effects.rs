@@ -1,8 +1,8 @@
 //! `[linear.states]`, `[telegram]` and `[effects]`: what the `effects:<provider>` loops are told of the file.
 
 use super::Tables;
+use crate::domain::effect::LinearStates;
 use crate::effects::cap::{EffectCap, MAX_PER_HOUR};
-use crate::effects::policy::LinearStates;
 
 /// `[linear.states]`: `in_progress`, `in_review`, `done`, `blocked`, each a name or a list of names.
 pub fn linear_states(tables: &Tables) -> Result<LinearStates, String> {

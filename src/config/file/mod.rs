@@ -26,7 +26,7 @@ use super::dispatch::{ContainmentPolicy, DispatchConfig, Executor};
 use super::profiles::Profiles;
 use crate::board::BoardConfig;
 use crate::cron::Schedule;
-use crate::effects::policy::LinearStates;
+use crate::domain::effect::LinearStates;
 use crate::intake::IntakeConfig;
 use crate::pollers::PollerConfig;
 use crate::tasks::{ApprovalPolicy, LandMode, MaxAttempts, MergeMethod};

@@ -16,6 +16,7 @@ use chrono::Utc;
 use super::cap::EffectCap;
 use super::handle::{Handle, Settled, ACTOR};
 use super::provider::{loop_name, OpenedPullRequest, OwnRecord, ProviderPolicy};
+use super::CallError;
 use super::{
     retry_at, state, stream, EffectEvent, Produced, ProviderAction, Request, State,
     EFFECT_STREAM_PREFIX,
@@ -25,7 +26,6 @@ use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::{AppendError, EventLog, StoredEvent};
 use crate::loops::follow::{AsStored, Follow, Follower, Next};
 use crate::loops::LoopRegistry;
-use crate::providers::CallError;
 use crate::tasks::{Command, Reason, TaskEvent, TaskId};
 
 pub use super::handle::EffectsProgress;

@@ -26,8 +26,8 @@ fn a_message_fits_telegram_and_never_ends_inside_an_escape() {
 
 #[test]
 fn bot_commands_parse_with_or_without_the_bot_name() {
-    use super::telegram::bot::{parse, BotCommand};
     use crate::board::Steer;
+    use crate::providers::telegram::effects::bot::{parse, BotCommand};
     use crate::tasks::Column;
     let t1: crate::tasks::TaskId = "T-1".parse().unwrap();
     assert_eq!(parse("hello"), None, "not a command");

@@ -3,6 +3,11 @@ use std::time::Duration;
 use chrono::{TimeZone, Utc};
 
 use super::*;
+// The providers' policies, tested here beside the runner's rules they rely on.
+use crate::providers::github::effects::GithubAction;
+use crate::providers::linear::effects::LinearAction;
+use crate::providers::policy;
+use crate::providers::telegram::effects::TelegramAction;
 
 // By topic: what reaches GitHub (pull requests, merges, comments), and what reaches people in Telegram and
 // Linear (messages, questions, plans).

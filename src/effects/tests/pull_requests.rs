@@ -354,9 +354,9 @@ fn a_ready_task_asks_for_one_merge_of_its_head_and_a_waiting_one_for_none() {
 }
 
 mod github_comments {
-    use super::github::{comment_answered, comment_reply};
     use super::*;
     use crate::intake::{CommentOutcome, CommentRecord};
+    use crate::providers::github::effects::{comment_answered, comment_reply};
     use crate::tasks::Column;
 
     fn record(outcome: CommentOutcome) -> CommentRecord {

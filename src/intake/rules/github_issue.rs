@@ -4,7 +4,7 @@
 //! not read so is refused with serde's reason, never guessed at.
 //!
 //! Read by name, on purpose: the repository and the sender, which octocrab keeps outside its payload models
-//! (`WebhookEvent`), and which the GitHub poller's bodies (`pollers/github.rs`) carry as their names only; and the
+//! (`WebhookEvent`), and which the GitHub poller's bodies (`providers/github/poller.rs`) carry as their names only; and the
 //! label an `unlabeled` event took off, of which the poller knows only the name. Those are the fields intake needs
 //! from them, and nothing else of theirs is read.
 

@@ -8,9 +8,12 @@ use anyhow::Context;
 use super::plans::telegram_chats;
 use super::{builds, Built, Parts, PlannedLoop};
 use crate::config::Settings;
+use crate::effects::loop_name;
 use crate::effects::runner::Effects;
-use crate::effects::{loop_name, GithubPolicy, LinearPolicy, TelegramPolicy};
 use crate::loops::LoopState;
+use crate::providers::github::effects::GithubPolicy;
+use crate::providers::linear::effects::LinearPolicy;
+use crate::providers::telegram::effects::TelegramPolicy;
 
 /// One provider's effects loop.
 pub(super) struct EffectsLoop {
@@ -93,7 +96,7 @@ fn github_effects(parts: &Parts<'_>) -> anyhow::Result<Built> {
         .collect();
     let policy = GithubPolicy::new(
         client,
-        crate::effects::policy::PolicyConfig {
+        crate::effects::PolicyConfig {
             bases,
             plan_land: settings.file.plans.land,
             github_bot_login: parts.intake.github_bot_login.clone(),
@@ -138,7 +141,7 @@ fn linear_effects(parts: &Parts<'_>) -> anyhow::Result<Built> {
     let linear_states = settings.file.linear_states.clone();
     let policy = LinearPolicy::new(
         client,
-        crate::effects::policy::PolicyConfig {
+        crate::effects::PolicyConfig {
             linear_states,
             github_prs: settings.github_token.is_some(),
             ..Default::default()
@@ -191,7 +194,7 @@ fn telegram_effects(parts: &Parts<'_>) -> anyhow::Result<Built> {
         .map_err(|e| anyhow::anyhow!(e))?;
     let policy = TelegramPolicy::new(
         client,
-        crate::effects::policy::PolicyConfig {
+        crate::effects::PolicyConfig {
             telegram_chats: parts
                 .intake
                 .telegram_allowed_chats

@@ -354,7 +354,7 @@ pub const CATALOG: &[Entry] = &[
             let client =
                 crate::providers::telegram::TelegramClient::new(&s.telegram_api_url, token)
                     .map_err(|e| anyhow::anyhow!(e))?;
-            let updates = Arc::new(crate::ingress::telegram_updates::TelegramUpdates::new(
+            let updates = Arc::new(crate::providers::telegram::updates::TelegramUpdates::new(
                 client,
                 parts.log.clone(),
                 s.telegram_bot_id.clone(),
@@ -468,7 +468,7 @@ pub const CATALOG: &[Entry] = &[
     Entry {
         plan: |s| {
             vec![poller_loop(
-                crate::pollers::linear::LINEAR_POLLER,
+                crate::providers::linear::poller::LINEAR_POLLER,
                 &s.file.linear_poller,
                 s.linear_api_key.is_some(),
                 "LINEAR_API_KEY",
@@ -478,14 +478,14 @@ pub const CATALOG: &[Entry] = &[
         build: |parts, _| {
             let s = parts.settings;
             poller_entry(
-                crate::pollers::linear::LINEAR_POLLER,
+                crate::providers::linear::poller::LINEAR_POLLER,
                 "LINEAR_API_KEY",
                 s.linear_api_key.as_ref(),
                 |key| {
                     let client =
                         crate::providers::linear::LinearClient::new(&s.linear_api_url, key)
                             .map_err(|e| anyhow::anyhow!(e))?;
-                    Ok(crate::pollers::linear::LinearPoller::new(
+                    Ok(crate::providers::linear::poller::LinearPoller::new(
                         client,
                         parts.log.clone(),
                         parts.board.clone(),
@@ -500,7 +500,7 @@ pub const CATALOG: &[Entry] = &[
     Entry {
         plan: |s| {
             vec![poller_loop(
-                crate::pollers::github::GITHUB_POLLER,
+                crate::providers::github::poller::GITHUB_POLLER,
                 &s.file.github_poller,
                 s.github_token.is_some(),
                 "GITHUB_TOKEN",
@@ -510,14 +510,14 @@ pub const CATALOG: &[Entry] = &[
         build: |parts, _| {
             let s = parts.settings;
             poller_entry(
-                crate::pollers::github::GITHUB_POLLER,
+                crate::providers::github::poller::GITHUB_POLLER,
                 "GITHUB_TOKEN",
                 s.github_token.as_ref(),
                 |token| {
                     let client =
                         crate::providers::github::GithubClient::new(&s.github_api_url, token)
                             .map_err(|e| anyhow::anyhow!(e))?;
-                    Ok(crate::pollers::github::GithubPoller::new(
+                    Ok(crate::providers::github::poller::GithubPoller::new(
                         client,
                         parts.log.clone(),
                         parts.intake.github_label.clone(),

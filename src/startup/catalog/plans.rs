@@ -8,7 +8,7 @@ use crate::config::Settings;
 use crate::loops::LoopState;
 
 pub(super) fn telegram_updates(s: &Settings) -> PlannedLoop {
-    use crate::ingress::telegram_updates::TELEGRAM_UPDATES;
+    use crate::providers::telegram::updates::TELEGRAM_UPDATES;
     match (&s.telegram_bot_token, s.webhook_secrets.is_set("telegram")) {
         (Some(_), false) => PlannedLoop::armed(
             TELEGRAM_UPDATES,

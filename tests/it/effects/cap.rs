@@ -308,13 +308,13 @@ async fn two_followers_at_once_never_pass_the_cap_together(db: TestDb) {
     let app = TestApp::spawn(crate::common::settings(&db)).await;
     let follower = |name: &str, chats: Vec<i64>| {
         pidevops::effects::runner::Effects::new(
-            pidevops::effects::TelegramPolicy::new(
+            pidevops::providers::telegram::effects::TelegramPolicy::new(
                 pidevops::providers::telegram::TelegramClient::new(
                     &telegram.url,
                     &SecretString::from(BOT_TOKEN),
                 )
                 .unwrap(),
-                pidevops::effects::policy::PolicyConfig {
+                pidevops::effects::PolicyConfig {
                     telegram_chats: chats,
                     ..Default::default()
                 },

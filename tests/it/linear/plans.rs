@@ -219,7 +219,7 @@ async fn an_agent_sessions_plan_checklist_follows_the_plan_and_its_items(db: Tes
     // Read again from the start: every state is settled, nothing is sent twice or out of order.
     let calls = linear.calls().len();
     let replay = pidevops::effects::runner::Effects::new(
-        pidevops::effects::LinearPolicy::new(
+        pidevops::providers::linear::effects::LinearPolicy::new(
             pidevops::providers::linear::LinearClient::new(
                 &linear.url,
                 &SecretString::from(crate::common::fake_linear::LINEAR_KEY),

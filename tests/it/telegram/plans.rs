@@ -281,13 +281,13 @@ async fn a_plan_from_telegram_is_proposed_with_buttons_rejected_with_a_comment_a
     app.drive("plans").await;
     app.drive(&pidevops::effects::loop_name("telegram")).await;
     let replay = pidevops::effects::runner::Effects::new(
-        pidevops::effects::TelegramPolicy::new(
+        pidevops::providers::telegram::effects::TelegramPolicy::new(
             pidevops::providers::telegram::TelegramClient::new(
                 &telegram.url,
                 &SecretString::from(super::BOT_TOKEN),
             )
             .unwrap(),
-            pidevops::effects::policy::PolicyConfig {
+            pidevops::effects::PolicyConfig {
                 telegram_chats: vec![-100],
                 ..Default::default()
             },

@@ -5,38 +5,38 @@ use bytes::Bytes;
 use chrono::{TimeZone, Utc};
 use serde_json::Value;
 
-use super::Malformed;
 use crate::domain::{EventType, NewEvent, Source, Subject};
+use crate::ingress::Malformed;
 
 /// Telegram's webhook: the secret token in `X-Telegram-Bot-Api-Secret-Token`. An update id names one update, so
 /// the event is pinned (the getUpdates loop, which re-encodes what it pulls, does not pin).
 pub struct Delivery;
 
-impl super::Webhook for Delivery {
+impl crate::ingress::Webhook for Delivery {
     const SOURCE: Source = Source::Telegram;
-    const BODY_LIMIT: usize = super::DEFAULT_BODY_LIMIT;
+    const BODY_LIMIT: usize = crate::ingress::DEFAULT_BODY_LIMIT;
 
     fn verify(
         secret: &str,
         headers: &axum::http::HeaderMap,
         _: &[u8],
-    ) -> Result<(), super::verify::SignatureError> {
-        let token = headers.get(super::verify::TELEGRAM_TOKEN_HEADER);
-        super::verify::verify_token(secret, token.map(|v| v.as_bytes()))
+    ) -> Result<(), crate::ingress::verify::SignatureError> {
+        let token = headers.get(crate::ingress::verify::TELEGRAM_TOKEN_HEADER);
+        crate::ingress::verify::verify_token(secret, token.map(|v| v.as_bytes()))
     }
 
     fn parse(
         settings: &crate::config::Settings,
         _: &axum::http::HeaderMap,
         body: Bytes,
-    ) -> Result<NewEvent, super::IngressError> {
+    ) -> Result<NewEvent, crate::ingress::IngressError> {
         Ok(parse(body, settings.telegram_bot_id.as_deref())?.pinned())
     }
 }
 
 /// Turns a verified update into an event. `bot_id` comes from `TELEGRAM_BOT_TOKEN` when it is set.
 pub fn parse(body: Bytes, bot_id: Option<&str>) -> Result<NewEvent, Malformed> {
-    super::check_depth(&body)?;
+    crate::ingress::check_depth(&body)?;
     let value: Value = serde_json::from_slice(&body)
         .map_err(|e| Malformed::new(format!("the body is not valid JSON: {e}")))?;
     let object = value

@@ -5,15 +5,15 @@
 use anyhow::Context;
 use serde_json::json;
 
-use super::handle::{EffectsProgress, Handle, Settled, ACTOR};
-use super::policy_config::PolicyConfig;
-use super::provider::{OpenedPullRequest, ProviderPolicy};
-use super::{Produced, Request};
 use crate::board::Loaded;
 use crate::domain::{EventType, NewEvent, Source};
+use crate::effects::handle::{EffectsProgress, Handle, Settled, ACTOR};
+use crate::effects::policy_config::PolicyConfig;
+use crate::effects::provider::{OpenedPullRequest, ProviderPolicy};
+use crate::effects::CallError;
+use crate::effects::{Produced, Request};
 use crate::eventlog::{AppendError, StoredEvent};
 use crate::providers::linear::LinearClient;
-use crate::providers::CallError;
 use crate::tasks::{RunId, Task, TaskEvent, LINEAR_ISSUE};
 pub use action::LinearAction;
 

@@ -12,12 +12,9 @@ use octocrab::models::IssueState;
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 
-use super::CallError;
-use super::Produced;
+use crate::effects::{CallError, Produced};
 use crate::tasks::{BranchName, MergeMethod, RepoName};
 
-/// GitHub's public API; tests and GitHub Enterprise set `GITHUB_API_URL`.
-pub const DEFAULT_API_URL: &str = "https://api.github.com";
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// The longest wait a rate limit may impose before we try anyway (and are told again).

@@ -20,10 +20,10 @@ use octocrab::models::IssueState;
 use serde_json::{json, Value};
 
 use crate::domain::{EventType, NewEvent, Source};
+use crate::effects::CallError;
 use crate::eventlog::EventLog;
 use crate::projectors::tasks::{self as task_rows, TaskFilter};
 use crate::providers::github::{Answer, GithubClient};
-use crate::providers::CallError;
 use crate::tasks::{Column, GITHUB_ISSUE, GITHUB_PR};
 
 pub const GITHUB_POLLER: &str = "github_poller";
@@ -294,7 +294,7 @@ mod tests {
     /// GitHub's issue (the `issues.labeled` fixture's) in this state, with these labels, at this version.
     fn issue(state: &str, labels: &[&str], updated_at: &str) -> Answer<Issue> {
         let fixture: Value = serde_json::from_str(include_str!(
-            "../../tests/fixtures/github/issues/labeled.payload.json"
+            "../../../tests/fixtures/github/issues/labeled.payload.json"
         ))
         .unwrap();
         let mut issue = fixture["issue"].clone();

@@ -7,8 +7,8 @@ use chrono::{DateTime, TimeZone, Utc};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::{header_str, Malformed};
 use crate::domain::{EventType, NewEvent, Source, Subject};
+use crate::ingress::{header_str, Malformed};
 
 pub const MAX_CLOCK_SKEW_MS: i64 = 60_000;
 
@@ -26,27 +26,33 @@ pub enum LinearError {
 /// Linear's retries carry a fresh `webhookTimestamp` to pass that rule, so differ in bytes.
 pub struct Delivery;
 
-impl super::Webhook for Delivery {
+impl crate::ingress::Webhook for Delivery {
     const SOURCE: Source = Source::Linear;
-    const BODY_LIMIT: usize = super::DEFAULT_BODY_LIMIT;
+    const BODY_LIMIT: usize = crate::ingress::DEFAULT_BODY_LIMIT;
 
     fn verify(
         secret: &str,
         headers: &HeaderMap,
         body: &[u8],
-    ) -> Result<(), super::verify::SignatureError> {
-        let signature = headers.get(super::verify::LINEAR_SIGNATURE_HEADER);
-        super::verify::verify_linear(secret.as_bytes(), body, signature.map(|v| v.as_bytes()))
+    ) -> Result<(), crate::ingress::verify::SignatureError> {
+        let signature = headers.get(crate::ingress::verify::LINEAR_SIGNATURE_HEADER);
+        crate::ingress::verify::verify_linear(
+            secret.as_bytes(),
+            body,
+            signature.map(|v| v.as_bytes()),
+        )
     }
 
     fn parse(
         _: &crate::config::Settings,
         headers: &HeaderMap,
         body: Bytes,
-    ) -> Result<NewEvent, super::IngressError> {
+    ) -> Result<NewEvent, crate::ingress::IngressError> {
         parse(headers, body, Utc::now()).map_err(|e| match e {
-            LinearError::Malformed(m) => super::IngressError::Malformed(m),
-            stale @ LinearError::Stale { .. } => super::IngressError::Stale(stale.to_string()),
+            LinearError::Malformed(m) => crate::ingress::IngressError::Malformed(m),
+            stale @ LinearError::Stale { .. } => {
+                crate::ingress::IngressError::Stale(stale.to_string())
+            }
         })
     }
 }
@@ -57,7 +63,7 @@ pub fn parse(
     body: Bytes,
     now: DateTime<Utc>,
 ) -> Result<NewEvent, LinearError> {
-    super::check_depth(&body)?;
+    crate::ingress::check_depth(&body)?;
     let value: Value = serde_json::from_slice(&body)
         .map_err(|e| Malformed::new(format!("the body is not valid JSON: {e}")))?;
     let object = value
@@ -95,7 +101,7 @@ pub fn parse(
         .and_then(Value::as_str);
     let dedup_key = match header_str(headers, "linear-delivery")? {
         Some(delivery) => {
-            super::check_key("Linear-Delivery", delivery)?;
+            crate::ingress::check_key("Linear-Delivery", delivery)?;
             delivery.to_owned()
         }
         // Without a delivery id, the entity and its version identify the change; `action` keeps a create and a
@@ -130,7 +136,7 @@ pub fn parse(
         body,
     );
     event.occurred_at = occurred_at;
-    event.meta = super::kept_headers(headers, KEPT_HEADERS);
+    event.meta = crate::ingress::kept_headers(headers, KEPT_HEADERS);
     event.subject = Subject {
         action: Some(action.to_owned()),
         repository: None,

@@ -4,18 +4,18 @@
 //! and answers with requests (each with its idempotency key); none calls out. Nothing in `effects/` imports this
 //! file: it is the façade for readers and tests.
 
-pub use super::github::combined::{
+pub use super::github::effects::combined::{
     after_plan_pull_request, lands_with_its_plan, plan_pull_request, plan_pull_request_body,
 };
-pub use super::github::{
+pub use super::github::effects::{
     after_pull_request, github, github_question, land, merge_key, pull_request_body,
 };
-pub use super::inert::inert;
-pub use super::linear::{
+pub use super::linear::effects::{
     linear, linear_notifies, linear_pull_request, linear_session_opened, linear_session_refused,
 };
-pub use super::policy_config::PolicyConfig;
-pub use super::telegram::{
+pub use super::telegram::effects::{
     digest, repeat_in_cooldown, telegram, telegram_notifies, telegram_proposal,
 };
 pub use crate::domain::effect::LinearStates;
+pub use crate::effects::inert::inert;
+pub use crate::effects::PolicyConfig;

@@ -18,8 +18,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::CallError;
-use super::Produced;
+use crate::effects::{CallError, Produced};
 
 /// Telegram refuses messages longer than this many characters.
 pub const MAX_MESSAGE: usize = 4096;
@@ -271,24 +270,4 @@ pub fn fit(html: &str) -> String {
     format!("{}\n…", &cut[..end])
 }
 
-/// The stream recording one message pidevops sent about a task, named by the message:
-/// `telegram-message:<chat>:<message id>`, so that a reply to it (`reply_to_message`) finds its task.
-pub const MESSAGE_STREAM_PREFIX: &str = "telegram-message:";
-/// The event type of that record.
-pub const MESSAGE_SENT: &str = "telegram.message_sent";
-
-pub fn message_stream(chat: i64, message_id: i64) -> String {
-    format!("{MESSAGE_STREAM_PREFIX}{chat}:{message_id}")
-}
-
-/// What pidevops sent as message `message_id` to `chat`: about which task, as which effect, and whether it asked a
-/// question (its reply is then the answer).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct SentMessage {
-    pub chat: i64,
-    pub message_id: i64,
-    pub task: crate::tasks::TaskId,
-    pub key: String,
-    #[serde(default)]
-    pub question: bool,
-}
+pub use crate::domain::effect::{message_stream, SentMessage, MESSAGE_SENT, MESSAGE_STREAM_PREFIX};

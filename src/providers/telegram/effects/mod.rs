@@ -16,12 +16,12 @@ use crate::effects::{Produced, Request};
 pub use action::TelegramAction;
 
 mod action;
-pub(super) mod bot;
+pub(crate) mod bot;
 use crate::board::Loaded;
 use crate::domain::Source;
+use crate::effects::CallError;
 use crate::eventlog::StoredEvent;
 use crate::providers::telegram::{message_stream, SentMessage, TelegramClient, MESSAGE_SENT};
-use crate::providers::CallError;
 use crate::tasks::plan::PlanDocument;
 use crate::tasks::{Task, TaskEvent};
 

@@ -72,7 +72,7 @@ impl TelegramUpdates {
                 continue;
             };
             let body = Bytes::from(serde_json::to_vec(&update)?);
-            let event = super::telegram::parse(body, self.bot_id.as_deref())
+            let event = super::webhook::parse(body, self.bot_id.as_deref())
                 .map_err(|e| anyhow::anyhow!("update {id}: {}", e.0))?;
             self.log
                 .append(event)

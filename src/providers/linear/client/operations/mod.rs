@@ -55,7 +55,7 @@ pub const DOCUMENTS: &[(&str, &str)] = &[
 #[derive(GraphQLQuery)]
 #[graphql(
     schema_path = "schemas/linear/schema.graphql",
-    query_path = "src/providers/linear/operations/viewer.graphql",
+    query_path = "src/providers/linear/client/operations/viewer.graphql",
     response_derives = "Debug, Clone",
     variables_derives = "Debug, Clone, Default",
     skip_serializing_none
@@ -65,7 +65,7 @@ pub struct Viewer;
 #[derive(GraphQLQuery)]
 #[graphql(
     schema_path = "schemas/linear/schema.graphql",
-    query_path = "src/providers/linear/operations/comment_create.graphql",
+    query_path = "src/providers/linear/client/operations/comment_create.graphql",
     response_derives = "Debug, Clone",
     variables_derives = "Debug, Clone, Default",
     skip_serializing_none
@@ -75,7 +75,7 @@ pub struct CommentCreate;
 #[derive(GraphQLQuery)]
 #[graphql(
     schema_path = "schemas/linear/schema.graphql",
-    query_path = "src/providers/linear/operations/comment_by_id.graphql",
+    query_path = "src/providers/linear/client/operations/comment_by_id.graphql",
     response_derives = "Debug, Clone",
     variables_derives = "Debug, Clone, Default",
     skip_serializing_none
@@ -85,7 +85,7 @@ pub struct CommentById;
 #[derive(GraphQLQuery)]
 #[graphql(
     schema_path = "schemas/linear/schema.graphql",
-    query_path = "src/providers/linear/operations/agent_activity_create.graphql",
+    query_path = "src/providers/linear/client/operations/agent_activity_create.graphql",
     response_derives = "Debug, Clone",
     variables_derives = "Debug, Clone, Default",
     skip_serializing_none
@@ -95,7 +95,7 @@ pub struct AgentActivityCreate;
 #[derive(GraphQLQuery)]
 #[graphql(
     schema_path = "schemas/linear/schema.graphql",
-    query_path = "src/providers/linear/operations/agent_activity_by_id.graphql",
+    query_path = "src/providers/linear/client/operations/agent_activity_by_id.graphql",
     response_derives = "Debug, Clone",
     variables_derives = "Debug, Clone, Default",
     skip_serializing_none
@@ -105,7 +105,7 @@ pub struct AgentActivityById;
 #[derive(GraphQLQuery)]
 #[graphql(
     schema_path = "schemas/linear/schema.graphql",
-    query_path = "src/providers/linear/operations/agent_session_update.graphql",
+    query_path = "src/providers/linear/client/operations/agent_session_update.graphql",
     response_derives = "Debug, Clone",
     variables_derives = "Debug, Clone, Default",
     skip_serializing_none
@@ -115,7 +115,7 @@ pub struct AgentSessionUpdate;
 #[derive(GraphQLQuery)]
 #[graphql(
     schema_path = "schemas/linear/schema.graphql",
-    query_path = "src/providers/linear/operations/issue_states.graphql",
+    query_path = "src/providers/linear/client/operations/issue_states.graphql",
     response_derives = "Debug, Clone",
     variables_derives = "Debug, Clone, Default",
     skip_serializing_none
@@ -125,7 +125,7 @@ pub struct IssueStates;
 #[derive(GraphQLQuery)]
 #[graphql(
     schema_path = "schemas/linear/schema.graphql",
-    query_path = "src/providers/linear/operations/issue_update.graphql",
+    query_path = "src/providers/linear/client/operations/issue_update.graphql",
     response_derives = "Debug, Clone",
     variables_derives = "Debug, Clone, Default",
     skip_serializing_none
@@ -135,7 +135,7 @@ pub struct IssueUpdate;
 #[derive(GraphQLQuery)]
 #[graphql(
     schema_path = "schemas/linear/schema.graphql",
-    query_path = "src/providers/linear/operations/changed_issues.graphql",
+    query_path = "src/providers/linear/client/operations/changed_issues.graphql",
     response_derives = "Debug, Clone, serde::Serialize",
     variables_derives = "Debug, Clone, Default",
     skip_serializing_none

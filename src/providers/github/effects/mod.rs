@@ -7,23 +7,23 @@
 use anyhow::Context;
 use chrono::Utc;
 
-use super::handle::{EffectsProgress, Handle, Settled, ACTOR};
-use super::inert::inert;
-use super::policy_config::PolicyConfig;
-use super::provider::{OpenedPullRequest, ProviderPolicy};
-use super::pull_request::{OpenedFor, PullRequestBody};
-use super::{Produced, Request};
+use crate::effects::handle::{EffectsProgress, Handle, Settled, ACTOR};
+use crate::effects::inert::inert;
+use crate::effects::policy_config::PolicyConfig;
+use crate::effects::provider::{OpenedPullRequest, ProviderPolicy};
+use crate::effects::pull_request::{OpenedFor, PullRequestBody};
+use crate::effects::{Produced, Request};
 pub use action::GithubAction;
 use combined::{after_plan_pull_request, lands_with_its_plan, plan_pull_request};
 
 mod action;
-pub(super) mod combined;
+pub mod combined;
 use crate::board::{BoardError, Loaded};
 use crate::domain::Source;
+use crate::effects::CallError;
 use crate::eventlog::StoredEvent;
 use crate::intake::{CommentOutcome, CommentRecord, COMMENT_RECORD};
 use crate::providers::github::GithubClient;
-use crate::providers::CallError;
 use crate::tasks::{
     landing, Command, CommitSha, GithubRef, LandConfig, Links, Readiness, Task, TaskEvent, TaskId,
     GITHUB_ISSUE, GITHUB_PR,
@@ -392,7 +392,7 @@ pub fn after_pull_request(
                 task.id(),
                 task.attempts(),
                 task.max_attempts().get(),
-                super::marker(&key)
+                crate::effects::marker(&key)
             ),
             since: now - chrono::Duration::minutes(10),
         },
@@ -427,7 +427,11 @@ pub fn comment_answered(
             action: GithubAction::Comment {
                 repo: record.repo.clone(),
                 number: record.number,
-                body: format!("{}\n\n{}", comment_reply(record), super::marker(&reply_key)),
+                body: format!(
+                    "{}\n\n{}",
+                    comment_reply(record),
+                    crate::effects::marker(&reply_key)
+                ),
                 since: now - chrono::Duration::minutes(10),
             },
         },
@@ -562,7 +566,7 @@ pub fn github_question(
             body: format!(
                 "{asked}\n\nTo answer, {how}: the first answer from a maintainer goes to the next attempt. The \
                  dashboard and `pidevops task answer {id} \"…\"` answer too.\n\n{}",
-                super::marker(&key)
+                crate::effects::marker(&key)
             ),
             since: now - chrono::Duration::minutes(10),
         },

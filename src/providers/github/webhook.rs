@@ -5,8 +5,8 @@ use axum::http::HeaderMap;
 use bytes::Bytes;
 use serde::Deserialize;
 
-use super::{header_str, Malformed};
 use crate::domain::{EventType, NewEvent, Source, Subject};
+use crate::ingress::{header_str, Malformed};
 
 /// Headers worth keeping with the event; none of them carries a secret.
 const KEPT_HEADERS: &[&str] = &[
@@ -42,24 +42,28 @@ struct Numbered {
 /// carries the same bytes), so the event is pinned.
 pub struct Delivery;
 
-impl super::Webhook for Delivery {
+impl crate::ingress::Webhook for Delivery {
     const SOURCE: Source = Source::Github;
-    const BODY_LIMIT: usize = super::GITHUB_BODY_LIMIT;
+    const BODY_LIMIT: usize = crate::ingress::GITHUB_BODY_LIMIT;
 
     fn verify(
         secret: &str,
         headers: &HeaderMap,
         body: &[u8],
-    ) -> Result<(), super::verify::SignatureError> {
-        let signature = headers.get(super::verify::GITHUB_SIGNATURE_HEADER);
-        super::verify::verify_github(secret.as_bytes(), body, signature.map(|v| v.as_bytes()))
+    ) -> Result<(), crate::ingress::verify::SignatureError> {
+        let signature = headers.get(crate::ingress::verify::GITHUB_SIGNATURE_HEADER);
+        crate::ingress::verify::verify_github(
+            secret.as_bytes(),
+            body,
+            signature.map(|v| v.as_bytes()),
+        )
     }
 
     fn parse(
         _: &crate::config::Settings,
         headers: &HeaderMap,
         body: Bytes,
-    ) -> Result<NewEvent, super::IngressError> {
+    ) -> Result<NewEvent, crate::ingress::IngressError> {
         Ok(parse(headers, body)?.pinned())
     }
 }
@@ -70,7 +74,7 @@ pub fn parse(headers: &HeaderMap, body: Bytes) -> Result<NewEvent, Malformed> {
         .ok_or_else(|| Malformed::new("the X-GitHub-Event header is missing or empty"))?;
     let delivery = header_str(headers, "x-github-delivery")?
         .ok_or_else(|| Malformed::new("the X-GitHub-Delivery header is missing"))?;
-    super::check_key("X-GitHub-Delivery", delivery)?;
+    crate::ingress::check_key("X-GitHub-Delivery", delivery)?;
     let content_type = header_str(headers, "content-type")?
         .unwrap_or("application/json")
         .to_owned();
@@ -85,7 +89,7 @@ pub fn parse(headers: &HeaderMap, body: Bytes) -> Result<NewEvent, Malformed> {
         } else {
             std::borrow::Cow::Borrowed(&body[..])
         };
-    super::check_depth(&json)?;
+    crate::ingress::check_depth(&json)?;
     let subject = probe(&json)?;
 
     let mut tokens = vec![event_name];
@@ -94,7 +98,7 @@ pub fn parse(headers: &HeaderMap, body: Bytes) -> Result<NewEvent, Malformed> {
     }
     let event_type = EventType::new(Source::Github, &tokens);
     let mut event = NewEvent::new(Source::Github, event_type, delivery, content_type, body);
-    event.meta = super::kept_headers(headers, KEPT_HEADERS);
+    event.meta = crate::ingress::kept_headers(headers, KEPT_HEADERS);
     event.subject = subject;
     Ok(event)
 }

@@ -1,0 +1,18 @@
+//! GitHub, whole: everything pidevops knows of it that is GitHub's alone, each part implementing the narrow trait
+//! of the layer it plugs into.
+//!
+//! - `client.rs`: the API client (octocrab) at `GITHUB_API_URL`, answering in `effects::CallError`/`Produced`;
+//! - `webhook.rs`: `X-GitHub-Event` deliveries (`ingress::Webhook`: the signature, the parse);
+//! - `poller.rs`: `github_poller`, what a missed delivery would have said, in its shape;
+//! - `effects/`: the `effects:github` policy (`effects::ProviderPolicy`), its actions (`GithubAction`), its pure
+//!   request builders, and a combined plan's one pull request (`combined.rs`).
+//!
+//! Its entry in `domain::registry::PROVIDERS` names it to everything that lists providers; start-up builds its
+//! loops, and `providers::webhook` mounts its webhook.
+
+mod client;
+pub mod effects;
+pub mod poller;
+pub mod webhook;
+
+pub use client::*;
