@@ -43,8 +43,10 @@
 //! board/           the command side: load a task's stream, decide, append at its version; allow-list; pause
 //! tasks/           the task board's domain, pure: typed values, decide(state, command) → events, evolve; plans and
 //!                  triage (domain/family.rs), auto-land's facts (landing.rs), the plan file (plan/)
-//! intake/          the follower that turns qualifying webhook events into tasks or plans (rules.rs is pure), and
-//!                  trusted GitHub comments addressed to pidevops into follow-ups, answers and commands (comments.rs)
+//! intake/          the follower that turns qualifying webhook events into tasks or plans (rules/ is pure: the
+//!                  decision, its configuration and the shared helpers; each provider's rules are in its folder),
+//!                  and trusted GitHub comments addressed to pidevops into follow-ups, answers and commands
+//!                  (comments.rs)
 //! plans/           the follower that makes an approved plan's items tasks and rolls the plan up from them
 //! reactions/       the follower that turns GitHub events on pidevops branches into task commands (pure rules)
 //! effects/         outbound calls, each recorded in `effect:<key>` and made once: runner/ (the one
@@ -52,7 +54,8 @@
 //!                  shape), handle.rs (the narrow handle a policy gets instead of the runner), call.rs (CallError,
 //!                  Produced), pull_request.rs (both pull requests' one description writer), policy_config.rs
 //! providers/       one folder per provider, whole (github/, linear/, telegram/): its client, its webhook
-//!                  (`ingress::Webhook`), its poller, its effects policy and actions (`effects::ProviderPolicy`);
+//!                  (`ingress::Webhook`), its poller, its intake rules (`intake::rules::SourceRules`, listed in
+//!                  `INTAKE_RULES`), its effects policy and actions (`effects::ProviderPolicy`);
 //!                  above the layers it plugs into, which name no provider
 //! pollers/         what the pollers share; each poller lives in its provider's folder
 //! cron/            [[schedules]] and the `cron` loop: after downtime the latest slot fires once

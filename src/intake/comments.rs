@@ -1,4 +1,4 @@
-//! GitHub comments addressed to pidevops, intake's side with I/O (the pure rule is `rules/github_comment.rs`): the
+//! GitHub comments addressed to pidevops, intake's side with I/O (the pure rule is GitHub's, `providers/github/intake/comment.rs`): the
 //! comment's task is the issue's (its intake key) or the pull request's (the task whose recorded `github_pr` it
 //! is), never one the comment names; free text becomes a follow-up, or the answer when the task waits on a human;
 //! an issue with no task yet becomes one; `/pidevops retry | cancel | approve` steers the board as Telegram's
@@ -9,7 +9,7 @@
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use super::rules::github_comment::{comment_stream, Ask, CommentCommand, GithubComment};
+use super::rules::comment::{comment_stream, Ask, CommentCommand, GithubComment};
 use super::{Intake, IntakeProgress, INTAKE};
 use crate::board::{BoardError, Steer};
 use crate::domain::{EventType, NewEvent, Source};

@@ -1,5 +1,6 @@
 //! Intake: the policy that turns qualifying webhook events into tasks. A singleton loop reads the log after its
-//! checkpoint; for each event the pure `rules::decide` says create, ignore (recorded as an `intake.ignored` event
+//! checkpoint; for each event the pure `rules::decide` (by the rules of the event's source, each provider's own,
+//! handed in by start-up) says create, ignore (recorded as an `intake.ignored` event
 //! that names the event and the reason, so a refusal is visible) or not intake's business. Creation is idempotent
 //! by the ticket's intake key and the ignore record by its cause, so a crash before the checkpoint moves only
 //! repeats work that changes nothing.
@@ -41,15 +42,24 @@ pub struct Intake {
     log: EventLog,
     board: Board,
     config: std::sync::Arc<IntakeConfig>,
+    /// Each source's rules (`providers::INTAKE_RULES`).
+    rules: &'static [rules::SourceRules],
     follow: Follow<StoredEvent>,
 }
 
 impl Intake {
-    pub fn new(log: EventLog, board: Board, config: IntakeConfig) -> Self {
+    /// The loop over `log`, deciding each event by the rules of its source (`rules`: `providers::INTAKE_RULES`).
+    pub fn new(
+        log: EventLog,
+        board: Board,
+        config: IntakeConfig,
+        rules: &'static [rules::SourceRules],
+    ) -> Self {
         Self {
             log,
             board,
             config: std::sync::Arc::new(config),
+            rules,
             follow: Follow::default(),
         }
     }
@@ -81,7 +91,7 @@ impl Intake {
         if event.source == Source::Pidevops.as_str() {
             return Ok(());
         }
-        match rules::decide(event, &self.config) {
+        match rules::decide(event, &self.config, self.rules) {
             Decision::NotIntake => Ok(()),
             Decision::Withdraw {
                 key,

@@ -492,8 +492,13 @@ async fn a_tick_stops_at_its_budget_with_its_checkpoint_on_the_last_event_handle
         allowed_repos: pidevops::board::AllowedRepos::new(["Codertocat/Hello-World"]).unwrap(),
         ..Default::default()
     };
-    let intake =
-        pidevops::intake::Intake::new(log.clone(), board, config).with_tick_budget(Duration::ZERO);
+    let intake = pidevops::intake::Intake::new(
+        log.clone(),
+        board,
+        config,
+        pidevops::providers::INTAKE_RULES,
+    )
+    .with_tick_budget(Duration::ZERO);
     let mut positions = Vec::new();
     loop {
         let progress = intake.tick().await.unwrap();

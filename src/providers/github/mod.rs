@@ -4,6 +4,8 @@
 //! - `client.rs`: the API client (octocrab) at `GITHUB_API_URL`, answering in `effects::CallError`/`Produced`;
 //! - `webhook.rs`: `X-GitHub-Event` deliveries (`ingress::Webhook`: the signature, the parse);
 //! - `poller.rs`: `github_poller`, what a missed delivery would have said, in its shape;
+//! - `intake/`: its intake rules (`intake::rules::SourceRules`): an issue labeled for pidevops, its withdrawal
+//!   (`mod.rs`, `issue.rs`), a comment addressed to pidevops (`comment.rs`);
 //! - `effects/`: the `effects:github` policy (`effects::ProviderPolicy`), its actions (`GithubAction`), its pure
 //!   request builders, and a combined plan's one pull request (`combined.rs`).
 //!
@@ -12,6 +14,7 @@
 
 mod client;
 pub mod effects;
+pub mod intake;
 pub mod poller;
 pub mod webhook;
 

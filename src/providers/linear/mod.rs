@@ -5,6 +5,8 @@
 //!   published schema), answering in `effects::CallError`/`Produced`;
 //! - `webhook.rs`: signed `Linear-Delivery`s (`ingress::Webhook`: the signature, the clock skew, the parse);
 //! - `poller.rs`: `linear_poller`, what a missed delivery would have said, in its shape;
+//! - `intake.rs`: its intake rules (`intake::rules::SourceRules`): an issue ready for pidevops, its withdrawal, an
+//!   agent session's delegation, follow-ups and stop signal;
 //! - `effects/`: the `effects:linear` policy (`effects::ProviderPolicy`), its actions (`LinearAction`), its pure
 //!   request builders (`requests.rs`) and a plan's checklist in its agent session (`plan.rs`).
 //!
@@ -13,6 +15,7 @@
 
 mod client;
 pub mod effects;
+pub mod intake;
 pub mod poller;
 pub mod webhook;
 

@@ -5,6 +5,8 @@
 //! - `webhook.rs`: updates pushed to the webhook (`ingress::Webhook`: the secret token, the parse);
 //! - `updates.rs`: the long poll (`telegram_updates`) for a machine with no public address: a poller, so
 //!   ingress itself never calls out;
+//! - `intake.rs`: its intake rules (`intake::rules::SourceRules`): `/new`, `/plan`, replies to pidevops's
+//!   questions, and who may command (shared with the bot);
 //! - `effects/`: the `effects:telegram` policy (`effects::ProviderPolicy`), its actions (`TelegramAction`), its
 //!   pure request builders and the bot's commands and buttons (`bot.rs`).
 //!
@@ -13,6 +15,7 @@
 
 mod client;
 pub mod effects;
+pub mod intake;
 pub mod updates;
 pub mod webhook;
 

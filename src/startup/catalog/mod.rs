@@ -262,6 +262,7 @@ pub const CATALOG: &[Entry] = &[
                 parts.log.clone(),
                 parts.board.clone(),
                 parts.intake.clone(),
+                crate::providers::INTAKE_RULES,
             ));
             Ok(Built::ticking(
                 move || {

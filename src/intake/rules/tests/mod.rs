@@ -1,5 +1,15 @@
 use super::*;
+use crate::providers::github::intake::{
+    github_withdrawal, issue as github_issue, issue::github_issue,
+};
+use crate::providers::linear::intake::{agent_session_created, done_when, linear_scope};
+use crate::providers::telegram::intake::{read_update, telegram_message, telegram_refusal};
 use crate::tasks::GITHUB_ISSUE;
+
+/// `decide` as intake calls it, with every provider's rules.
+fn decide(event: &StoredEvent, config: &IntakeConfig) -> Decision {
+    super::decide(event, config, crate::providers::INTAKE_RULES)
+}
 
 fn config(text: &str) -> Result<IntakeConfig, String> {
     let file = text
@@ -155,10 +165,8 @@ fn an_issue_that_does_not_read_as_githubs_is_refused_saying_why_and_makes_nothin
     // A withdrawal is never guessed from an unreadable body either.
     let mut closed = github_payload("closed", "acme/app", 7, &["pidevops"], "OWNER");
     closed["issue"]["updated_at"] = serde_json::json!("yesterday");
-    assert!(
-        reason(withdrawal::github_withdrawal("closed", &closed, &config))
-            .contains("does not read as GitHub's issues event")
-    );
+    assert!(reason(github_withdrawal("closed", &closed, &config))
+        .contains("does not read as GitHub's issues event"));
 }
 
 #[test]

@@ -509,7 +509,7 @@ pub fn comment_reply(record: &CommentRecord) -> String {
             words
         }
         CommentOutcome::Unknown { given } => {
-            let listed = crate::intake::rules::github_comment::CommentCommand::listed();
+            let listed = crate::intake::rules::comment::CommentCommand::listed();
             if given.is_empty() {
                 format!(
                     "Say what to do after the mention, or `/pidevops <command>`: one of {listed}."

@@ -17,10 +17,10 @@ use crate::effects::handle::{EffectsProgress, Handle, Settled, ACTOR};
 use crate::effects::policy_config::PolicyConfig;
 use crate::effects::Request;
 use crate::eventlog::StoredEvent;
-use crate::intake::rules::{read_update, telegram_refusal, user_id, user_name};
 use crate::loops::{LoopRegistry, LoopState};
 use crate::projectors::runs::{self, Which};
 use crate::projectors::tasks::{self as task_rows, TaskFilter};
+use crate::providers::telegram::intake::{read_update, telegram_refusal, user_id, user_name};
 use crate::providers::telegram::{escape, fit};
 use crate::tasks::{Column, TaskId, GITHUB_PR};
 

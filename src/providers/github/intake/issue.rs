@@ -13,16 +13,16 @@ use octocrab::models::AuthorAssociation;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{
+use crate::board::Draft;
+use crate::intake::rules::{
     agent_label, asks_for_plan, ignore, no_planner_reason, take_line, ticket_draft, Decision,
     IntakeConfig, DONE_WHEN,
 };
-use crate::board::Draft;
 use crate::tasks::{GithubRef, Links, RepoName, Spec, ValueError, GITHUB_ISSUE};
 
 /// An `issues` event (`opened`, `labeled`, `closed`, …; the action comes from the event's type).
 #[derive(Clone, Debug, Deserialize)]
-pub(super) struct IssuesEvent {
+pub struct IssuesEvent {
     pub issue: Issue,
     /// The label an `unlabeled` (or `labeled`) event is about, by name.
     #[serde(default)]
@@ -33,17 +33,17 @@ pub(super) struct IssuesEvent {
 }
 
 #[derive(Clone, Debug, Deserialize)]
-pub(super) struct Named {
+pub struct Named {
     pub name: String,
 }
 
 #[derive(Clone, Debug, Deserialize)]
-pub(super) struct Repository {
+pub struct Repository {
     pub full_name: String,
 }
 
 #[derive(Clone, Debug, Deserialize)]
-pub(super) struct Login {
+pub struct Login {
     pub login: String,
 }
 
@@ -69,7 +69,7 @@ fn names_label(data: &Value, label: &str) -> bool {
 
 /// GitHub's own spelling of an author association (`MEMBER`), as `[intake.github] associations` lists it; none
 /// given reads as `NONE`.
-pub(super) fn association_name(association: Option<&AuthorAssociation>) -> String {
+pub fn association_name(association: Option<&AuthorAssociation>) -> String {
     association
         .and_then(|a| serde_json::to_value(a).ok())
         .and_then(|a| a.as_str().map(str::to_owned))
@@ -77,7 +77,7 @@ pub(super) fn association_name(association: Option<&AuthorAssociation>) -> Strin
 }
 
 /// `, `-joined associations tasks may come from, for a refusal.
-pub(super) fn trusted(config: &IntakeConfig) -> String {
+pub fn trusted(config: &IntakeConfig) -> String {
     config
         .github_associations
         .iter()
@@ -88,7 +88,7 @@ pub(super) fn trusted(config: &IntakeConfig) -> String {
 
 /// `github.issues.opened`, `labeled`, `reopened`: the task (or plan) an issue labeled for pidevops by a trusted
 /// author becomes, or why not.
-pub(super) fn github_issue(data: &Value, config: &IntakeConfig) -> Decision {
+pub fn github_issue(data: &Value, config: &IntakeConfig) -> Decision {
     let event = match IssuesEvent::read(data) {
         Ok(event) => event,
         // Refused, saying why, when it names the intake label; any other unreadable body is no more intake's
@@ -132,7 +132,7 @@ pub(super) fn github_issue(data: &Value, config: &IntakeConfig) -> Decision {
 /// The task (or plan) `issue` of `repo` becomes, under its intake key `github:owner/name#12`, or why it cannot:
 /// its labels (`agent:`, `[plans] label`), title and body, the repository allowed. Who asked is the caller's
 /// business (the issue's author for a label, the commenter for a comment).
-pub(super) fn github_issue_draft(
+pub fn github_issue_draft(
     repo: &str,
     issue: &Issue,
     config: &IntakeConfig,

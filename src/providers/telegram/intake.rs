@@ -1,6 +1,8 @@
-//! Telegram's side of intake: who may command pidevops from a chat, and the two commands that make work, `/new`
+//! Telegram's intake rules: who may command pidevops from a chat, and the two commands that make work, `/new`
 //! (a task) and `/plan` (a plan: a planner splits the goal into tasks), and replies to pidevops's questions. Pure,
-//! like the rest of the rules. Updates are read as the Bot API's `Update` (frankenstein's types).
+//! like the rest of the rules; registered in `providers::INTAKE_RULES` ([`RULES`]). Updates are read as the Bot
+//! API's `Update` (frankenstein's types), here for the bot too (`effects/bot.rs`). The allow-lists are
+//! `IntakeConfig`'s (`intake::rules`, which reads them).
 
 use std::collections::BTreeSet;
 
@@ -9,23 +11,25 @@ use frankenstein::updates::{Update, UpdateContent};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{ignore, no_planner, Decision, IntakeConfig};
 use crate::board::Draft;
+use crate::domain::Source;
+use crate::intake::rules::{
+    ignore, no_planner, ticket_draft, Decision, IntakeConfig, Payload, SourceRules,
+};
 use crate::tasks::{Links, RepoName, Spec, TelegramMessage, ValueError, TELEGRAM};
 
-pub(super) fn telegram_ids(
-    list: &str,
-    variable: &str,
-    what: &str,
-) -> Result<BTreeSet<i64>, String> {
-    list.split(',')
-        .map(str::trim)
-        .filter(|id| !id.is_empty())
-        .map(|id| {
-            id.parse::<i64>()
-                .map_err(|_| format!("{variable}: {id:?} is not a {what} id (a whole number)"))
-        })
-        .collect()
+/// Telegram's entry in `providers::INTAKE_RULES`.
+pub const RULES: SourceRules = SourceRules {
+    source: Source::Telegram,
+    decide,
+};
+
+/// Decides what intake does with Telegram's event `event_type` (`telegram.message`; any other is not intake's).
+pub fn decide(event_type: &str, data: &Payload<'_>, config: &IntakeConfig) -> Decision {
+    match event_type {
+        "telegram.message" => telegram_message(&data.read(), config),
+        _ => Decision::NotIntake,
+    }
 }
 
 /// Who may command pidevops from Telegram (commands, `/new`, `/plan` and button presses): someone in an allowed
@@ -78,7 +82,7 @@ pub fn user_id(user: Option<&User>) -> Option<i64> {
 /// `/new owner/repo what to do` makes a task, `/plan owner/repo the goal` a plan; both keyed by the message
 /// (`telegram:<chat>:<message>`), so a redelivered update makes nothing twice. An update that does not read as
 /// the Bot API's is refused, saying why, when its text asks for work; otherwise it is not intake's business.
-pub(super) fn telegram_message(data: &Value, config: &IntakeConfig) -> Decision {
+pub fn telegram_message(data: &Value, config: &IntakeConfig) -> Decision {
     let message = match read_update(data) {
         Ok(Update {
             content: UpdateContent::Message(message),
@@ -123,7 +127,7 @@ pub(super) fn telegram_message(data: &Value, config: &IntakeConfig) -> Decision 
         let message_id = i64::from(message.message_id);
         let spec = Spec::new(what, "", "")?;
         let links = Links::default().with(TELEGRAM, &TelegramMessage::new(chat, message_id)?);
-        let draft = super::ticket_draft(plan, None, repo, spec, links);
+        let draft = ticket_draft(plan, None, repo, spec, links);
         Ok((format!("telegram:{chat}:{message_id}"), draft))
     })();
     match built {
