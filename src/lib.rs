@@ -24,7 +24,7 @@
 //!                  constant-time compare
 //! telemetry.rs     tracing (json | pretty) and the Prometheus recorder
 //! init/            `pidevops init`: pidevops.toml and .env of fresh secrets from a few answers
-//! doctor/          `pidevops doctor`: the loop plan, containment, webhooks, each provider's API
+//! doctor/          `pidevops doctor`: the loop plan, containment, webhooks, each provider's API (its own check)
 //! budgets/         what runs may spend, raised by events, from the usage read model
 //! domain/          pure values: Source, event types, NewEvent; runs.rs, a run's events; usage.rs, what a run
 //!                  spent, read from its agent's output; registry.rs, THE provider table (PROVIDERS)

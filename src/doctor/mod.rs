@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::Settings;
 use crate::loops::LoopState;
+use crate::providers::CheckState;
 pub use crate::startup::catalog::{plan, PlannedLoop};
 
 mod workspace;
@@ -37,9 +38,16 @@ pub async fn diagnose_with(settings: &Settings, env_file: Option<&str>) -> (Stri
     }
     allowed_repos(&mut out, settings);
     webhooks(&mut out, settings);
-    ok &= github_api(&mut out, settings).await;
-    ok &= linear_api(&mut out, settings).await;
-    ok &= telegram_api(&mut out, settings).await;
+    for line in crate::providers::api_checks(settings).await {
+        ok &= !matches!(line.state, CheckState::Fail);
+        let _ = writeln!(
+            out,
+            "{:<26} {:<9} {}",
+            line.label,
+            line.state.as_str(),
+            line.detail
+        );
+    }
     bus(&mut out, settings).await;
     let _ = writeln!(
         out,
@@ -275,114 +283,6 @@ fn webhooks(out: &mut String, settings: &Settings) {
     let _ = writeln!(out, "api                        {state:<9} {detail}");
 }
 
-/// GitHub's API with `GITHUB_TOKEN`, and then the repositories' webhooks.
-async fn github_api(out: &mut String, settings: &Settings) -> bool {
-    let mut ok = true;
-    match &settings.github_token {
-        None => {
-            let _ = writeln!(
-                out,
-                "github api                 disabled  GITHUB_TOKEN is not set; no pull requests or comments"
-            );
-        }
-        Some(token) => {
-            let checked = match crate::providers::github::GithubClient::new(
-                &settings.github_api_url,
-                token,
-            ) {
-                Err(e) => Err(e),
-                Ok(client) => {
-                    match tokio::time::timeout(Duration::from_secs(10), client.whoami()).await {
-                        Ok(Ok(login)) => Ok(login),
-                        Ok(Err(e)) => Err(e.to_string()),
-                        Err(_) => Err("no answer within 10 s".to_owned()),
-                    }
-                }
-            };
-            match checked {
-                Ok(login) => {
-                    let _ = writeln!(
-                        out,
-                        "github api                 pass      {} answers; GITHUB_TOKEN is {login}'s",
-                        settings.github_api_url
-                    );
-                    github_webhooks(out, settings, token).await;
-                }
-                Err(e) => {
-                    ok = false;
-                    let _ = writeln!(
-                        out,
-                        "github api                 FAIL      {}: {e}",
-                        settings.github_api_url
-                    );
-                }
-            }
-        }
-    }
-    ok
-}
-
-/// Linear's API with `LINEAR_API_KEY`.
-async fn linear_api(out: &mut String, settings: &Settings) -> bool {
-    let mut ok = true;
-    match &settings.linear_api_key {
-        None => {
-            let _ = writeln!(
-                out,
-                "linear api                 disabled  LINEAR_API_KEY is not set; Linear hears nothing back and is not polled"
-            );
-        }
-        Some(key) => {
-            let checked =
-                match crate::providers::linear::LinearClient::new(&settings.linear_api_url, key) {
-                    Err(e) => Err(e),
-                    Ok(client) => within_10s(client.viewer()).await,
-                };
-            ok &= report(
-                out,
-                "linear api",
-                &settings.linear_api_url,
-                checked.map(|name| format!("LINEAR_API_KEY acts as {name}")),
-            );
-        }
-    }
-    ok
-}
-
-/// The Bot API with `TELEGRAM_BOT_TOKEN`, and how updates arrive.
-async fn telegram_api(out: &mut String, settings: &Settings) -> bool {
-    let mut ok = true;
-    match &settings.telegram_bot_token {
-        None => {
-            let _ = writeln!(
-                out,
-                "telegram api               disabled  TELEGRAM_BOT_TOKEN is not set; no bot"
-            );
-        }
-        Some(token) => {
-            let checked = match crate::providers::telegram::TelegramClient::new(
-                &settings.telegram_api_url,
-                token,
-            ) {
-                Err(e) => Err(e),
-                Ok(client) => match within_10s(client.get_me()).await {
-                    Err(e) => Err(e),
-                    Ok(bot) => within_10s(client.webhook_url()).await.map(|url| {
-                        let mode = match (url.is_empty(), settings.webhook_secrets.is_set("telegram")) {
-                            (true, false) => "no webhook: telegram_updates long-polls".to_owned(),
-                            (true, true) => "no webhook registered, though TELEGRAM_WEBHOOK_SECRET is set: register one (setWebhook with the secret)".to_owned(),
-                            (false, _) => format!("webhook registered at {url}"),
-                        };
-                        format!("the bot is @{bot}; {mode}")
-                    }),
-                },
-            };
-            ok &= report(out, "telegram api", &settings.telegram_api_url, checked);
-        }
-    }
-    ok
-}
-
 /// The bus: JetStream at `NATS_URL`, or in-process.
 async fn bus(out: &mut String, settings: &Settings) {
     match &settings.nats_url {
@@ -410,50 +310,5 @@ async fn bus(out: &mut String, settings: &Settings) {
         None => {
             let _ = writeln!(out, "bus                        memory    NATS_URL is not set; events fan out in-process");
         }
-    }
-}
-
-/// A provider's read-only check, bounded: a hung API is a failed check, not a hung doctor.
-async fn within_10s<T>(
-    call: impl std::future::Future<Output = Result<T, crate::effects::CallError>>,
-) -> Result<T, String> {
-    match tokio::time::timeout(Duration::from_secs(10), call).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("no answer within 10 s".to_owned()),
-    }
-}
-
-/// One provider line of the report; says whether it passed.
-fn report(out: &mut String, label: &str, url: &str, checked: Result<String, String>) -> bool {
-    match checked {
-        Ok(detail) => {
-            let _ = writeln!(out, "{label:<26} pass      {url} answers; {detail}");
-            true
-        }
-        Err(e) => {
-            let _ = writeln!(out, "{label:<26} FAIL      {url}: {e}");
-            false
-        }
-    }
-}
-
-/// For each configured repository, whether a webhook delivers to `/webhooks/github`. Reported, never failed: without
-/// one, `github_poller` still finds merges and CI failures, only later.
-async fn github_webhooks(out: &mut String, settings: &Settings, token: &secrecy::SecretString) {
-    let Ok(client) = crate::providers::github::GithubClient::new(&settings.github_api_url, token)
-    else {
-        return;
-    };
-    // Every configured repository, an empty `[repos."o/n"]` (as `init` writes it) too.
-    for repo in settings.file.board.allowed.repositories() {
-        let line = match within_10s(client.webhook_urls(repo)).await {
-            Ok(urls) => match urls.iter().find(|u| u.ends_with("/webhooks/github")) {
-                Some(url) => format!("pass      delivers to {url}"),
-                None => "warn      no webhook delivers to …/webhooks/github: GitHub events arrive only through github_poller".to_owned(),
-            },
-            Err(e) => format!("warn      cannot list webhooks ({e}); the token needs Webhooks: read"),
-        };
-        let _ = writeln!(out, "{:<26} {line}", format!("github webhook {repo}"));
     }
 }

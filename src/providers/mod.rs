@@ -42,3 +42,72 @@ where
         Source::Pidevops => None,
     }
 }
+
+/// Where one of doctor's provider lines stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckState {
+    Pass,
+    /// Enabled and cannot run: doctor fails.
+    Fail,
+    /// Works, with something an operator should see (a webhook missing: the poller covers it, later).
+    Warn,
+    /// Not configured: said why, never a failure.
+    Disabled,
+}
+
+impl CheckState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckState::Pass => "pass",
+            CheckState::Fail => "FAIL",
+            CheckState::Warn => "warn",
+            CheckState::Disabled => "disabled",
+        }
+    }
+}
+
+/// One line of doctor's report about a provider: its label (`github api`), where it stands, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckLine {
+    pub label: String,
+    pub state: CheckState,
+    pub detail: String,
+}
+
+impl CheckLine {
+    fn new(label: impl Into<String>, state: CheckState, detail: impl Into<String>) -> Self {
+        Self {
+            label: label.into(),
+            state,
+            detail: detail.into(),
+        }
+    }
+
+    /// A read-only call's outcome at `url`: it answered (`detail` says what), or why not.
+    fn answered(label: &str, url: &str, checked: Result<String, String>) -> Self {
+        match checked {
+            Ok(detail) => Self::new(label, CheckState::Pass, format!("{url} answers; {detail}")),
+            Err(e) => Self::new(label, CheckState::Fail, format!("{url}: {e}")),
+        }
+    }
+}
+
+/// Every provider's read-only API check for `doctor`, in the table's order: each provider's own (`doctor.rs` in
+/// its folder), with its credential from `settings`; a provider without one is `disabled`, saying why.
+pub async fn api_checks(settings: &crate::config::Settings) -> Vec<CheckLine> {
+    let mut lines = github::doctor::check(settings).await;
+    lines.extend(linear::doctor::check(settings).await);
+    lines.extend(telegram::doctor::check(settings).await);
+    lines
+}
+
+/// A provider's read-only check, bounded: a hung API is a failed check, not a hung doctor.
+async fn within_10s<T>(
+    call: impl std::future::Future<Output = Result<T, crate::effects::CallError>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(std::time::Duration::from_secs(10), call).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("no answer within 10 s".to_owned()),
+    }
+}

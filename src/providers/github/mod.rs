@@ -6,6 +6,7 @@
 //! - `poller.rs`: `github_poller`, what a missed delivery would have said, in its shape;
 //! - `intake/`: its intake rules (`intake::rules::SourceRules`): an issue labeled for pidevops, its withdrawal
 //!   (`mod.rs`, `issue.rs`), a comment addressed to pidevops (`comment.rs`);
+//! - `doctor.rs`: its lines in `doctor` (the API with `GITHUB_TOKEN`, each repository's webhook);
 //! - `effects/`: the `effects:github` policy (`effects::ProviderPolicy`), its actions (`GithubAction`), its pure
 //!   request builders, and a combined plan's one pull request (`combined.rs`).
 //!
@@ -13,6 +14,7 @@
 //! loops, and `providers::webhook` mounts its webhook.
 
 mod client;
+pub mod doctor;
 pub mod effects;
 pub mod intake;
 pub mod poller;

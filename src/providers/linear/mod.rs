@@ -7,6 +7,7 @@
 //! - `poller.rs`: `linear_poller`, what a missed delivery would have said, in its shape;
 //! - `intake.rs`: its intake rules (`intake::rules::SourceRules`): an issue ready for pidevops, its withdrawal, an
 //!   agent session's delegation, follow-ups and stop signal;
+//! - `doctor.rs`: its line in `doctor` (the API with `LINEAR_API_KEY`);
 //! - `effects/`: the `effects:linear` policy (`effects::ProviderPolicy`), its actions (`LinearAction`), its pure
 //!   request builders (`requests.rs`) and a plan's checklist in its agent session (`plan.rs`).
 //!
@@ -14,6 +15,7 @@
 //! loops, and `providers::webhook` mounts its webhook.
 
 mod client;
+pub mod doctor;
 pub mod effects;
 pub mod intake;
 pub mod poller;

@@ -7,6 +7,7 @@
 //!   ingress itself never calls out;
 //! - `intake.rs`: its intake rules (`intake::rules::SourceRules`): `/new`, `/plan`, replies to pidevops's
 //!   questions, and who may command (shared with the bot);
+//! - `doctor.rs`: its line in `doctor` (the Bot API, and how updates arrive);
 //! - `effects/`: the `effects:telegram` policy (`effects::ProviderPolicy`), its actions (`TelegramAction`), its
 //!   pure request builders and the bot's commands and buttons (`bot.rs`).
 //!
@@ -14,6 +15,7 @@
 //! loops, and `providers::webhook` mounts its webhook.
 
 mod client;
+pub mod doctor;
 pub mod effects;
 pub mod intake;
 pub mod updates;

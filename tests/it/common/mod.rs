@@ -208,6 +208,9 @@ pub use pidevops::bench::with_database;
 
 /// Test settings with every secret configured.
 pub fn settings(db: &TestDb) -> Settings {
+    // What reads the containment (doctor, the dispatcher) finds the real bridge built with the tests, whether or
+    // not an app was spawned first in this process: a test run alone sees what the whole suite sees.
+    pidevops::dispatch::egress::pin_bridge_program(env!("CARGO_BIN_EXE_pidevops-bridge"));
     let mut s = Settings::for_tests(db.url.clone());
     for (provider, secret) in [
         ("github", GITHUB_SECRET),
