@@ -3,7 +3,7 @@
 //! `Retry-After`) when told to.
 //! Its pull request bodies are GitHub's own (the `pull_request.opened` fixture), so the real client parses them.
 //! Merging (the repository's merge methods, the merge itself, a merge held until a test lets it answer) is in
-//! `fake_github/merge.rs`.
+//! `fake/merge.rs`.
 
 pub mod merge;
 
@@ -357,7 +357,7 @@ fn failure_response(failure: Failure) -> Response {
     }
 }
 
-pub use super::github::gh_fixture as fixture;
+pub use super::gh_fixture as fixture;
 
 /// A GitHub user as the API sends one (every field octocrab's `Author` reads): `like`'s, named `login`.
 pub fn user_json(like: &Value, login: &str) -> Value {
