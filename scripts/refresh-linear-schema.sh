@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Refreshes schemas/linear/schema.graphql from Linear's public repository and records where it came from in
 # schemas/linear/SOURCE.md. Usage: scripts/refresh-linear-schema.sh [<commit or branch>] (default: master).
-# Then `git diff schemas/linear` shows what changed; `cargo build` and `cargo test --test it linear_contract::`
+# Then `git diff schemas/linear` shows what changed; `cargo build` and `cargo test --test it providers::linear::contract::`
 # say whether pidevops's operations still fit.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -12,8 +12,9 @@ pg_port="${hostport##*:}"
 [ "$pg_port" = "$hostport" ] && pg_port=5432
 
 # What a missing service costs, counted from the tests themselves so the banner cannot go stale: each area that runs
-# on both backends declares it with `per_backend!`.
-both_backends=$(grep -l 'per_backend!' tests/it/*.rs | wc -l)
+# on both backends declares it with `per_backend!` (an area is a module of tests/it/main.rs, or a provider's suite,
+# tests/it/providers/<name>/suite/mod.rs).
+both_backends=$(grep -l 'per_backend!' tests/it/*.rs tests/it/providers/*/suite/mod.rs | wc -l)
 if (exec 3<>"/dev/tcp/${pg_host}/${pg_port}") 2>/dev/null; then
     echo "test: Postgres reachable at ${pg_host}:${pg_port}; ${both_backends} areas run against Postgres and SQLite."
 else

@@ -66,7 +66,7 @@ async fn replay_all_gives_exactly_the_incremental_read_models(db: TestDb) {
             // A labeled issue from a member (a task via intake), a stranger's (a recorded refusal), a ping.
             let mut body = issue.clone();
             body["issue"]["number"] = json!(1000 + i);
-            body["issue"]["labels"] = crate::common::gh_labels(&["pidevops"]);
+            body["issue"]["labels"] = crate::providers::github::gh_labels(&["pidevops"]);
             body["issue"]["author_association"] = json!(if i % 5 == 0 { "NONE" } else { "MEMBER" });
             let r = app
                 .post_github("issues", &format!("issue-{i}"), body.to_string().as_bytes())

@@ -200,7 +200,7 @@ fn issue_opened() -> Vec<u8> {
         .unwrap(),
     )
     .unwrap();
-    body["issue"]["labels"] = crate::common::gh_labels(&["pidevops"]);
+    body["issue"]["labels"] = crate::providers::github::gh_labels(&["pidevops"]);
     body["issue"]["title"] = json!("Make the <b>redirect</b> keep the query string");
     serde_json::to_vec(&body).unwrap()
 }

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use crate::common::agents::{agent, dispatch_file, Remote, REPO};
 use crate::common::board::new_task;
-use crate::common::fake_github::FakeGithub;
 use crate::common::{within, TestApp, TestDb};
+use crate::providers::github::fake::FakeGithub;
 use pidevops::tasks::{Column, Command, Links, Reason, TaskId};
 use secrecy::SecretString;
 use serde_json::{json, Value};
@@ -28,10 +28,10 @@ const BOT: &str = "pidevops-bot";
 /// The issue the tests' tasks come from, in `REPO`.
 const ISSUE: u64 = 12;
 
-use crate::common::gh_fixture as fixture;
+use crate::providers::github::gh_fixture as fixture;
 
-use crate::common::gh_post as post;
 use crate::common::read::{ended_runs, prompt_of, task as load, wait_column};
+use crate::providers::github::gh_post as post;
 
 async fn ignored(app: &TestApp) -> Vec<String> {
     crate::common::read::reasons(app, "intake.ignored").await
@@ -102,9 +102,9 @@ fn labeled_issue() -> Value {
     body["issue"]["number"] = json!(ISSUE);
     body["issue"]["title"] = json!("Fix the login redirect");
     body["issue"]["body"] = json!("The redirect drops the query string.");
-    body["issue"]["labels"] = crate::common::gh_labels(&["pidevops"]);
+    body["issue"]["labels"] = crate::providers::github::gh_labels(&["pidevops"]);
     body["issue"]["author_association"] = json!("MEMBER");
-    body["label"] = crate::common::gh_label("pidevops");
+    body["label"] = crate::providers::github::gh_label("pidevops");
     body
 }
 

@@ -6,8 +6,8 @@ use pidevops::tasks::GITHUB_ISSUE;
 use std::time::Duration;
 
 use crate::common::board::new_task;
-use crate::common::fake_github::{Failure, FakeGithub};
 use crate::common::{within, TestApp, TestDb};
+use crate::providers::github::fake::{Failure, FakeGithub};
 use axum::http::Method;
 use pidevops::board::Draft;
 use pidevops::effects::EffectEvent;

@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use crate::common::agents::{agent, dispatch_file, Remote, REPO};
 use crate::common::board;
-use crate::common::fake_github::{Failure, FakeGithub};
-use crate::common::fake_linear::{default_states, FakeLinear, Issue, LINEAR_KEY};
-use crate::common::fake_telegram::FakeTelegram;
 use crate::common::server::{read_log, Server};
 use crate::common::{within, TestApp, TestDb, GITHUB_SECRET, LINEAR_SECRET, TELEGRAM_SECRET};
+use crate::providers::github::fake::{Failure, FakeGithub};
+use crate::providers::linear::fake::{default_states, FakeLinear, Issue, LINEAR_KEY};
+use crate::providers::telegram::fake::FakeTelegram;
 use axum::http::Method;
 use pidevops::eventlog::EventStore;
 use pidevops::ingress::verify::{sign_github, sign_linear};

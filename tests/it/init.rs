@@ -165,8 +165,8 @@ mod hooks {
     //! the token nor the secret ever printed.
 
     use super::env_file;
-    use crate::common::fake_github::{Failure, FakeGithub};
     use crate::common::server::command;
+    use crate::providers::github::fake::{Failure, FakeGithub};
 
     const TOKEN: &str = "ghp_init_hooks_token_never_printed_0123456789";
     const HOOK_URL: &str = "https://ops.example/webhooks/github";

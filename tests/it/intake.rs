@@ -81,7 +81,7 @@ async fn post_github(app: &TestApp, event: &str, delivery: &str, body: &Value) {
 }
 
 fn labeled(mut body: Value, label: &str, association: &str) -> Value {
-    body["issue"]["labels"] = crate::common::gh_labels(&[label]);
+    body["issue"]["labels"] = crate::providers::github::gh_labels(&[label]);
     body["issue"]["author_association"] = json!(association);
     body
 }
@@ -102,7 +102,7 @@ async fn a_labeled_github_issue_from_a_member_becomes_one_task(db: TestDb) {
         "pidevops",
         "MEMBER",
     );
-    again["label"] = crate::common::gh_label("pidevops");
+    again["label"] = crate::providers::github::gh_label("pidevops");
     post_github(&app, "issues", "d-3", &again).await;
     settle(&app).await;
 
@@ -177,7 +177,7 @@ async fn github_issues_from_strangers_or_our_own_bot_make_no_task_and_say_why(db
 /// An `agent:<name>` label picks the task's agent profile; a bad or ambiguous one makes no task and says why.
 async fn an_agent_label_picks_the_tasks_agent_profile(db: TestDb) {
     let app = app(&db).await;
-    let labels = crate::common::gh_labels;
+    let labels = crate::providers::github::gh_labels;
     let mut picked = labeled(
         fixture("github/issues/opened.payload.json"),
         "pidevops",
@@ -532,7 +532,7 @@ async fn a_tick_stops_at_its_budget_with_its_checkpoint_on_the_last_event_handle
 }
 
 async fn repositories_not_allowed_are_refused_at_every_door_and_never_cloned(db: TestDb) {
-    let github = crate::common::fake_github::FakeGithub::start().await;
+    let github = crate::providers::github::fake::FakeGithub::start().await;
     // Tasks wait in triage unless made runnable below; only `acme/*` and the configured `acme/app` are allowed.
     // With a GitHub token a clone from GitHub would be attempted: none must be.
     let (app, rig) = TestApp::with_agent("noop.sh", "echo nothing to do")

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use crate::common::agents::{agent, dispatch_file, Remote, REPO};
 use crate::common::board;
-use crate::common::fake_github::FakeGithub;
 use crate::common::server::{read_log, Server};
 use crate::common::{within, TestApp, TestDb, ADMIN_TOKEN, GITHUB_SECRET};
+use crate::providers::github::fake::FakeGithub;
 use pidevops::eventlog::EventStore;
 use pidevops::ingress::verify::sign_github;
 use pidevops::projectors::runs::{self, Which};
@@ -122,7 +122,7 @@ async fn create_task(base: &str, repo: &str) -> TaskId {
     created["task"]["id"].as_str().unwrap().parse().unwrap()
 }
 
-use crate::common::gh_fixture as fixture;
+use crate::providers::github::gh_fixture as fixture;
 
 /// `check_run.completed` for check `name` on `sha` of `task`'s branch in `repo`.
 fn check_run(repo: &str, task: TaskId, sha: &str, name: &str, conclusion: &str) -> Value {

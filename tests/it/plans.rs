@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use crate::common::agents::{bash_agent, Remote, REPO};
 use crate::common::board;
-use crate::common::fake_github::FakeGithub;
 use crate::common::{within, TestApp, TestDb, ADMIN_TOKEN, GITHUB_SECRET};
+use crate::providers::github::fake::FakeGithub;
 use pidevops::eventlog::StoredEvent;
 use pidevops::ingress::verify::sign_github;
 use pidevops::tasks::{Column, TaskId};

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use crate::common::agents::{bash_agent, git, Remote, REPO};
 use crate::common::board;
-use crate::common::fake_github::FakeGithub;
 use crate::common::{within, TestApp, TestDb, GITHUB_SECRET};
 use crate::plans::{item, items_of, merge, new_plan, plan_of, planner, pull_request_of, spawn};
+use crate::providers::github::fake::FakeGithub;
 use pidevops::ingress::verify::sign_github;
 use pidevops::tasks::{Column, TaskId};
 use serde_json::{json, Value};

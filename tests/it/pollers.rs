@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use crate::common::agents::REPO;
 use crate::common::board::new_task;
-use crate::common::fake_github::FakeGithub;
-use crate::common::fake_linear::{default_states, FakeLinear, Issue, LINEAR_KEY};
 use crate::common::{within, TestApp, TestDb};
+use crate::providers::github::fake::FakeGithub;
+use crate::providers::linear::fake::{default_states, FakeLinear, Issue, LINEAR_KEY};
 use pidevops::projectors::runs::{self, Which};
 use pidevops::projectors::tasks as task_rows;
 use pidevops::tasks::{Column, TaskId, GITHUB_PR, LINEAR_ISSUE};
@@ -439,7 +439,7 @@ async fn a_github_issue_closed_while_its_webhook_was_missed_stops_its_run(db: Te
     .unwrap();
     opened["repository"]["full_name"] = json!(REPO);
     opened["issue"]["number"] = json!(12);
-    opened["issue"]["labels"] = crate::common::gh_labels(&["pidevops"]);
+    opened["issue"]["labels"] = crate::providers::github::gh_labels(&["pidevops"]);
     opened["issue"]["author_association"] = json!("MEMBER");
     opened["issue"]["updated_at"] = json!("2026-11-29T10:00:00Z");
     let r = app

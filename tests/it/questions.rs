@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use crate::common::agents::{agent, dispatch_file, Remote, REPO};
 use crate::common::board::new_task;
-use crate::common::fake_github::FakeGithub;
-use crate::common::fake_linear::{default_states, FakeLinear, Issue};
-use crate::common::fake_telegram::{FakeTelegram, Sent};
 use crate::common::{within, TestApp, TestDb, ADMIN_TOKEN};
+use crate::providers::github::fake::FakeGithub;
+use crate::providers::linear::fake::{default_states, FakeLinear, Issue};
+use crate::providers::telegram::fake::{FakeTelegram, Sent};
 use pidevops::tasks::{Column, Command, Reason, TaskId};
 use secrecy::SecretString;
 use serde_json::{json, Value};
@@ -573,7 +573,8 @@ async fn a_question_from_a_github_issue_is_asked_there_once_saying_how_to_answer
     settings.github_token = Some(SecretString::from("ghp_fake_token_for_the_fake_github"));
     settings.github_api_url = github.url.clone();
     let app = TestApp::spawn(settings).await;
-    let mut issue = crate::common::gh_issue_event("labeled", REPO, 12, &["pidevops"], "OWNER");
+    let mut issue =
+        crate::providers::github::gh_issue_event("labeled", REPO, 12, &["pidevops"], "OWNER");
     issue["issue"]["title"] = json!("Refund in the right currency");
     issue["issue"]["body"] = json!("Refunds use the wrong currency.");
     issue["issue"]["updated_at"] = json!("2026-11-29T10:15:03Z");

@@ -45,10 +45,10 @@ fn our_pr() -> Links {
     )
 }
 
-use crate::common::gh_fixture as fixture;
+use crate::providers::github::gh_fixture as fixture;
 
-use crate::common::gh_post as post;
 use crate::common::read::{ended_runs, prompt_of, wait_column};
+use crate::providers::github::gh_post as post;
 
 /// The reasons recorded for GitHub events reactions refused, in log order.
 async fn ignored(app: &TestApp) -> Vec<String> {

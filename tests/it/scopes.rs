@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use crate::common::agents::{bash_agent, git, Remote, REPO};
 use crate::common::board::{self, new_task};
-use crate::common::fake_github::FakeGithub;
 use crate::common::read::prompt_of;
 use crate::common::{within, TestApp, TestDb};
 use crate::plans::{self, api, item, items_of, new_plan, proposed, pull_request_of};
+use crate::providers::github::fake::FakeGithub;
 use crate::verdicts::{config, in_review};
 use pidevops::tasks::{Command, Spec};
 use serde_json::json;

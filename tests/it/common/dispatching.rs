@@ -10,9 +10,9 @@ use pidevops::config::Settings;
 use secrecy::SecretString;
 
 use super::agents::{agent, bash_agent, dispatch_file, Remote};
-use super::fake_github::FakeGithub;
-use super::fake_linear::{FakeLinear, LINEAR_KEY};
 use super::{TestApp, TestDb};
+use crate::providers::github::fake::FakeGithub;
+use crate::providers::linear::fake::{FakeLinear, LINEAR_KEY};
 
 /// The token the app is given for the fake GitHub.
 pub const GITHUB_TOKEN: &str = "ghp_fake_token_for_the_fake_github";

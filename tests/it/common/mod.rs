@@ -7,17 +7,10 @@
 pub mod agents;
 pub mod board;
 pub mod dispatching;
-pub mod fake_github;
-pub mod fake_linear;
 pub mod fake_model;
-pub mod fake_telegram;
-pub mod github;
-pub mod linear_schema;
 pub mod nats_server;
 pub mod read;
 pub mod server;
-
-pub use github::{gh_fixture, gh_issue_event, gh_label, gh_labels, gh_post};
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

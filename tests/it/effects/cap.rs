@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use crate::common::fake_telegram::FakeTelegram;
 use crate::common::{within, TestApp, TestDb};
+use crate::providers::telegram::fake::FakeTelegram;
 use pidevops::board::Steer;
 use pidevops::effects::cap::OutboundEvent;
 use pidevops::effects::EffectEvent;

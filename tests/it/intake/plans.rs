@@ -43,7 +43,7 @@ fn labels(names: &[&str]) -> Value {
 fn github_issue(number: u64, names: &[&str], association: &str) -> Value {
     let mut body = super::fixture("github/issues/opened.payload.json");
     body["issue"]["number"] = json!(number);
-    body["issue"]["labels"] = crate::common::gh_labels(names);
+    body["issue"]["labels"] = crate::providers::github::gh_labels(names);
     body["issue"]["author_association"] = json!(association);
     body
 }
@@ -77,7 +77,7 @@ async fn issues_and_sessions_with_the_plan_label_become_one_plan_each(db: TestDb
     super::post_github(&app, "issues", "p-2", &plan).await;
     let mut labeled = plan.clone();
     labeled["action"] = json!("labeled");
-    labeled["label"] = crate::common::gh_label("pidevops:plan");
+    labeled["label"] = crate::providers::github::gh_label("pidevops:plan");
     super::post_github(&app, "issues", "p-3", &labeled).await;
     // An untrusted author's plan label, and the plan label without the intake label.
     super::post_github(

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use crate::common::agents::REPO;
 use crate::common::board;
-use crate::common::fake_linear::{default_states, FakeLinear, Issue};
 use crate::common::{within, TestApp, TestDb};
+use crate::providers::linear::fake::{default_states, FakeLinear, Issue};
 use pidevops::projectors::runs::RunRow;
 use pidevops::tasks::{Column, TaskId};
 use serde_json::{json, Value};
@@ -67,7 +67,7 @@ fn github_issue(action: &str, repo: &str, number: u64, labels: &[&str], updated_
     body["action"] = json!(action);
     body["repository"]["full_name"] = json!(repo);
     body["issue"]["number"] = json!(number);
-    body["issue"]["labels"] = crate::common::gh_labels(labels);
+    body["issue"]["labels"] = crate::providers::github::gh_labels(labels);
     body["issue"]["author_association"] = json!("MEMBER");
     body["issue"]["updated_at"] = json!(updated_at);
     if action == "closed" {
@@ -254,10 +254,10 @@ async fn an_old_withdrawal_delivered_after_a_newer_relabelling_changes_nothing(d
     )
     .await;
     let mut relabelled = github_issue("labeled", REPO, 12, &["pidevops"], "2026-11-29T10:02:00Z");
-    relabelled["label"] = crate::common::gh_label("pidevops");
+    relabelled["label"] = crate::providers::github::gh_label("pidevops");
     post_github(&app, "g-3", &relabelled).await;
     let mut unlabelled = github_issue("unlabeled", REPO, 12, &[], "2026-11-29T10:01:00Z");
-    unlabelled["label"] = crate::common::gh_label("pidevops");
+    unlabelled["label"] = crate::providers::github::gh_label("pidevops");
     post_github(&app, "g-2", &unlabelled).await;
     post_github(&app, "g-2", &unlabelled).await;
     post_github(&app, "g-2-again", &unlabelled).await;
@@ -484,7 +484,7 @@ async fn a_withdrawal_naming_another_ticket_changes_nothing(db: TestDb) {
     .await;
     let mut other_label =
         github_issue("unlabeled", REPO, 12, &["pidevops"], "2026-11-29T10:05:00Z");
-    other_label["label"] = crate::common::gh_label("bug");
+    other_label["label"] = crate::providers::github::gh_label("bug");
     post_github(app, "other-label", &other_label).await;
     // The right issue closed, but not signed by GitHub's secret: refused, never stored.
     let forged =

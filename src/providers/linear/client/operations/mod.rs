@@ -1,7 +1,7 @@
 //! Every operation pidevops sends to Linear, each a `.graphql` document beside this file, typed against Linear's
 //! published schema (`schemas/linear/schema.graphql`, where it came from in `schemas/linear/SOURCE.md`) by
 //! `graphql_client` at build time: a field, argument or input type Linear does not have fails the build, and the
-//! variables and answers are Rust types generated from the schema. `tests/it/linear_contract.rs` validates the
+//! variables and answers are Rust types generated from the schema. `tests/it/providers/linear/contract.rs` validates the
 //! same documents with another implementation (apollo-compiler), and the fake Linear refuses any request that does
 //! not validate.
 

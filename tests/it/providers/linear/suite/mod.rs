@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use crate::common::fake_linear::{default_states, FakeLinear, Issue, LINEAR_KEY};
 use crate::common::{within, TestApp, TestDb};
+use crate::providers::linear::fake::{default_states, FakeLinear, Issue, LINEAR_KEY};
 use pidevops::effects::EffectEvent;
 use pidevops::projectors::tasks as task_rows;
 use pidevops::tasks::{Column, Command, Reason, RetryCause, RunId, TaskId};
@@ -548,7 +548,7 @@ async fn a_comment_or_activity_repeated_after_a_crash_is_found_not_made_twice() 
 async fn doctor_checks_linear_and_the_telegram_bot_with_read_only_calls() {
     let db = TestDb::sqlite();
     let linear = FakeLinear::start().await;
-    let telegram = crate::common::fake_telegram::FakeTelegram::start().await;
+    let telegram = crate::providers::telegram::fake::FakeTelegram::start().await;
     let bot_token = "4242:doctor-bot-secret";
     let mut settings = crate::common::settings(&db);
     settings.linear_api_key = Some(SecretString::from(LINEAR_KEY));

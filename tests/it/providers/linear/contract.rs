@@ -8,8 +8,8 @@ use pidevops::providers::linear::operations::DOCUMENTS;
 use pidevops::providers::linear::{LinearClient, PlanStep, PlanStepStatus};
 use serde_json::json;
 
-use crate::common::fake_linear::{default_states, FakeLinear, Issue, LINEAR_KEY};
-use crate::common::linear_schema::{validate, validate_request};
+use crate::providers::linear::fake::{default_states, FakeLinear, Issue, LINEAR_KEY};
+use crate::providers::linear::schema::{validate, validate_request};
 
 #[test]
 fn every_operation_validates_against_linears_schema() {

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use crate::common::fake_telegram::FakeTelegram;
 use crate::common::{within, TestApp, TestDb, TELEGRAM_SECRET};
+use crate::providers::telegram::fake::FakeTelegram;
 use pidevops::tasks::{Column, TaskId, TELEGRAM};
 use secrecy::SecretString;
 use serde_json::{json, Value};

@@ -4,8 +4,8 @@
 //! state per change, in order, even when it returns to a state it had; the plan done ends the session. A replay
 //! sends nothing again.
 
-use crate::common::fake_linear::FakeLinear;
 use crate::common::{TestApp, TestDb};
+use crate::providers::linear::fake::FakeLinear;
 use pidevops::board::Steer;
 use pidevops::tasks::{Command, Reason, RetryCause, RunId, TaskId};
 use secrecy::SecretString;
@@ -222,7 +222,7 @@ async fn an_agent_sessions_plan_checklist_follows_the_plan_and_its_items(db: Tes
         pidevops::providers::linear::effects::LinearPolicy::new(
             pidevops::providers::linear::LinearClient::new(
                 &linear.url,
-                &SecretString::from(crate::common::fake_linear::LINEAR_KEY),
+                &SecretString::from(crate::providers::linear::fake::LINEAR_KEY),
             )
             .unwrap(),
             Default::default(),

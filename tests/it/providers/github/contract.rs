@@ -8,7 +8,7 @@ use octocrab::models::webhook_events::{WebhookEvent, WebhookEventPayload};
 use pidevops::reactions::rules::{decide, Reaction};
 use serde_json::{json, Value};
 
-use crate::common::fake_github::FakeGithub;
+use crate::providers::github::fake::FakeGithub;
 
 const FAMILIES: [&str; 8] = [
     "issues",
@@ -288,7 +288,7 @@ async fn the_fake_githubs_answers_round_trip_through_octocrabs_models() {
     assert_eq!(merged.merge_commit_sha, merge.sha);
     assert_eq!(
         merged.merged_by.map(|a| a.login),
-        Some(crate::common::fake_github::merge::MERGER.to_owned())
+        Some(crate::providers::github::fake::merge::MERGER.to_owned())
     );
     // One merged by a person on GitHub.
     answer::<pulls::PullRequest>(

@@ -10,7 +10,7 @@ use pidevops::effects::CallError;
 use pidevops::providers::telegram::{message_params, TelegramClient};
 use serde_json::{json, Value};
 
-use crate::common::fake_telegram::{fits_method, FakeTelegram};
+use crate::providers::telegram::fake::{fits_method, FakeTelegram};
 
 #[test]
 fn every_update_fixture_round_trips_through_the_bot_apis_update() {

@@ -1,11 +1,16 @@
-//! GitHub payloads for tests, whole as GitHub sends them: intake and reactions read issues, labels and users
-//! through octocrab's models, which read nothing less. Built from the octokit fixtures, changed where a test says.
+//! GitHub's test kit: the fake REST API (`fake`), the contract tests (`contract`), and here GitHub payloads for
+//! tests, whole as GitHub sends them: intake and reactions read issues, labels and users through octocrab's models,
+//! which read nothing less. Built from the octokit fixtures, changed where a test says.
+
+mod contract;
+#[allow(dead_code)]
+pub mod fake;
 
 use serde_json::{json, Value};
 
 /// A fixture under `tests/fixtures/github/` (`issues/opened.payload.json`).
 pub fn gh_fixture(path: &str) -> Value {
-    let path = super::fixtures_dir().join("github").join(path);
+    let path = crate::common::fixtures_dir().join("github").join(path);
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 
@@ -51,7 +56,7 @@ pub fn gh_issue_event(
 }
 
 /// Delivers `body` as GitHub's `event` under a fresh delivery id, signed; the answer must be 200.
-pub async fn gh_post(app: &super::TestApp, event: &str, body: &Value) {
+pub async fn gh_post(app: &crate::common::TestApp, event: &str, body: &Value) {
     let delivery = uuid::Uuid::new_v4().to_string();
     let r = app
         .post_github(event, &delivery, body.to_string().as_bytes())

@@ -2,7 +2,7 @@
 //! activities, session links and every checklist (`plan`) a session was given; records every operation; refuses a
 //! wrong API key; and answers 500, 429 or Linear's `RATELIMITED` error when told to.
 //!
-//! It holds every request to Linear's published schema (`common::linear_schema`): an operation that does not
+//! It holds every request to Linear's published schema (`providers::linear::schema`): an operation that does not
 //! validate, or variables that do not coerce to its input types, is refused as Linear refuses it (400,
 //! `GRAPHQL_VALIDATION_FAILED`), and every answer it gives is checked to fit the operation's selection (a misfit is
 //! the fake's bug: 500 `FAKE_ANSWER_DOES_NOT_FIT`, and recorded in [`FakeLinear::misfits`]). Operations are
@@ -230,7 +230,7 @@ async fn graphql(
 ) -> Response {
     let query = body["query"].as_str().unwrap_or_default().to_owned();
     let variables = body["variables"].clone();
-    let document = super::linear_schema::validate_request(&query, &variables);
+    let document = super::schema::validate_request(&query, &variables);
     let op = match &document {
         Ok(document) => root_field(document),
         Err(_) => "invalid".to_owned(),
@@ -440,7 +440,7 @@ async fn graphql(
             )
         }
     };
-    if let Err(misfit) = super::linear_schema::fits(&document, &data) {
+    if let Err(misfit) = super::schema::fits(&document, &data) {
         inner.misfits.push(misfit.clone());
         return error(
             StatusCode::INTERNAL_SERVER_ERROR,

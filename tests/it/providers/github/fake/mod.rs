@@ -3,8 +3,9 @@
 //! `Retry-After`) when told to.
 //! Its pull request bodies are GitHub's own (the `pull_request.opened` fixture), so the real client parses them.
 //! Merging (the repository's merge methods, the merge itself, a merge held until a test lets it answer) is in
-//! `fake_github/merge.rs`.
+//! `fake/merge.rs`; repository webhooks in `fake/hooks.rs`.
 
+pub mod hooks;
 pub mod merge;
 
 use std::collections::VecDeque;
@@ -55,7 +56,7 @@ struct Inner {
     /// Check suites: (repo, sha, suite).
     suites: Vec<(String, String, Value)>,
     /// Repository webhooks, ids from 1 in creation order.
-    hooks: Vec<Hook>,
+    hooks: Vec<hooks::Hook>,
     /// Repository settings a test changed (`allow_squash_merge`, …), by repository.
     repo_settings: std::collections::BTreeMap<String, serde_json::Map<String, Value>>,
     /// Merge commits of the pull requests merged through the API: (repo, number) → sha.
@@ -66,61 +67,6 @@ struct Inner {
     issues: std::collections::BTreeMap<(String, u64), Value>,
     /// Reactions on issue comments: (repo, comment id, content), one per content as GitHub keeps them.
     reactions: Vec<(String, u64, String)>,
-}
-
-/// A repository webhook as the fake keeps it: its secret as it was given (GitHub answers `********` instead).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Hook {
-    pub id: u64,
-    pub repo: String,
-    pub url: String,
-    pub content_type: String,
-    pub secret: Option<String>,
-    pub events: Vec<String>,
-    pub active: bool,
-}
-
-impl Hook {
-    /// As GitHub's REST API shows it.
-    fn json(&self) -> Value {
-        let mut config =
-            json!({ "url": self.url, "content_type": self.content_type, "insecure_ssl": "0" });
-        if self.secret.is_some() {
-            config["secret"] = json!("********");
-        }
-        json!({
-            "type": "Repository",
-            "id": self.id,
-            "name": "web",
-            "active": self.active,
-            "events": self.events,
-            "config": config,
-            "url": format!("https://api.github.com/repos/{}/hooks/{}", self.repo, self.id),
-        })
-    }
-
-    /// `config` and `events`/`active` of a create or update body, over what the hook had.
-    fn apply(&mut self, body: &Value) {
-        let config = &body["config"];
-        if let Some(url) = config["url"].as_str() {
-            self.url = url.to_owned();
-        }
-        if let Some(kind) = config["content_type"].as_str() {
-            self.content_type = kind.to_owned();
-        }
-        if let Some(secret) = config["secret"].as_str() {
-            self.secret = Some(secret.to_owned());
-        }
-        if let Some(events) = body["events"].as_array() {
-            self.events = events
-                .iter()
-                .filter_map(|e| e.as_str().map(str::to_owned))
-                .collect();
-        }
-        if let Some(active) = body["active"].as_bool() {
-            self.active = active;
-        }
-    }
 }
 
 #[derive(Clone, Default)]
@@ -147,11 +93,11 @@ impl FakeGithub {
             )
             .route(
                 "/repos/{owner}/{repo}/hooks",
-                get(list_hooks).post(create_hook),
+                get(hooks::list_hooks).post(hooks::create_hook),
             )
             .route(
                 "/repos/{owner}/{repo}/hooks/{id}",
-                axum::routing::patch(update_hook),
+                axum::routing::patch(hooks::update_hook),
             )
             .route("/repos/{owner}/{repo}/pulls/{number}", get(get_pull))
             .route("/repos/{owner}/{repo}/issues/{number}", get(get_issue))
@@ -216,32 +162,6 @@ impl FakeGithub {
             .unwrap()
             .failures
             .push_back((method, failure));
-    }
-
-    /// The repository has a webhook delivering to `url` (every event, no secret).
-    pub fn add_hook(&self, repo: &str, url: &str) {
-        let mut inner = self.inner.lock().unwrap();
-        let id = inner.hooks.len() as u64 + 1;
-        inner.hooks.push(Hook {
-            id,
-            repo: repo.to_owned(),
-            url: url.to_owned(),
-            content_type: "form".to_owned(),
-            secret: None,
-            events: vec!["*".to_owned()],
-            active: true,
-        });
-    }
-
-    /// The repository's webhooks, as kept (secrets included).
-    pub fn hooks(&self, repo: &str) -> Vec<Hook> {
-        let inner = self.inner.lock().unwrap();
-        inner
-            .hooks
-            .iter()
-            .filter(|h| h.repo == repo)
-            .cloned()
-            .collect()
     }
 
     /// The pull request is merged by `by` on GitHub (its webhook is for the test to send, or not).
@@ -357,7 +277,7 @@ fn failure_response(failure: Failure) -> Response {
     }
 }
 
-pub use super::github::gh_fixture as fixture;
+pub use super::gh_fixture as fixture;
 
 /// A GitHub user as the API sends one (every field octocrab's `Author` reads): `like`'s, named `login`.
 pub fn user_json(like: &Value, login: &str) -> Value {
@@ -693,99 +613,10 @@ async fn check_suites(
     Json(json!({ "total_count": suites.len(), "check_suites": suites })).into_response()
 }
 
-/// `GET /repos/{o}/{r}/hooks`: the repository's webhooks.
-async fn list_hooks(
-    State(fake): State<FakeGithub>,
-    Path((owner, repo)): Path<(String, String)>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-) -> Response {
-    if let Some(failure) = fake.record(&method, &uri, &headers, Value::Null) {
-        return failure_response(failure);
-    }
-    let full = format!("{owner}/{repo}");
-    let inner = fake.inner.lock().unwrap();
-    let hooks: Vec<Value> = inner
-        .hooks
-        .iter()
-        .filter(|h| h.repo == full)
-        .map(Hook::json)
-        .collect();
-    Json(Value::Array(hooks)).into_response()
-}
-
 fn validation_failed(message: &str) -> Response {
     (
         StatusCode::UNPROCESSABLE_ENTITY,
         Json(json!({ "message": "Validation Failed", "errors": [{ "resource": "Hook", "code": "custom", "message": message }] })),
     )
         .into_response()
-}
-
-/// `POST /repos/{o}/{r}/hooks`: a new webhook; like GitHub, 422 for a second one with the same URL.
-async fn create_hook(
-    State(fake): State<FakeGithub>,
-    Path((owner, repo)): Path<(String, String)>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    Json(body): Json<Value>,
-) -> Response {
-    if let Some(failure) = fake.record(&method, &uri, &headers, body.clone()) {
-        return failure_response(failure);
-    }
-    let full = format!("{owner}/{repo}");
-    let Some(url) = body["config"]["url"].as_str().filter(|u| !u.is_empty()) else {
-        return validation_failed("config.url is missing");
-    };
-    if body["name"] != json!("web") {
-        return validation_failed("name must be \"web\"");
-    }
-    let mut inner = fake.inner.lock().unwrap();
-    if inner.hooks.iter().any(|h| h.repo == full && h.url == url) {
-        return validation_failed("Hook already exists on this repository");
-    }
-    let mut hook = Hook {
-        id: inner.hooks.len() as u64 + 1,
-        repo: full,
-        url: String::new(),
-        content_type: "form".to_owned(),
-        secret: None,
-        events: vec!["push".to_owned()],
-        active: true,
-    };
-    hook.apply(&body);
-    let shown = hook.json();
-    inner.hooks.push(hook);
-    (StatusCode::CREATED, Json(shown)).into_response()
-}
-
-/// `PATCH /repos/{o}/{r}/hooks/{id}`: the given fields of one webhook of that repository, else 404.
-async fn update_hook(
-    State(fake): State<FakeGithub>,
-    Path((owner, repo, id)): Path<(String, String, u64)>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    Json(body): Json<Value>,
-) -> Response {
-    if let Some(failure) = fake.record(&method, &uri, &headers, body.clone()) {
-        return failure_response(failure);
-    }
-    let full = format!("{owner}/{repo}");
-    let mut inner = fake.inner.lock().unwrap();
-    let Some(hook) = inner
-        .hooks
-        .iter_mut()
-        .find(|h| h.repo == full && h.id == id)
-    else {
-        return (
-            StatusCode::NOT_FOUND,
-            Json(json!({ "message": "Not Found" })),
-        )
-            .into_response();
-    };
-    hook.apply(&body);
-    Json(hook.json()).into_response()
 }

@@ -1,0 +1,7 @@
+//! Telegram's test kit: the fake Bot API (`fake`), the contract tests (`contract`) and the suite through the real
+//! app (`suite`).
+
+mod contract;
+#[allow(dead_code)]
+pub mod fake;
+mod suite;
