@@ -15,19 +15,19 @@ pub mod linear;
 pub mod policy;
 pub mod telegram;
 
-/// Each provider's intake rules, one entry per source, for `intake::Intake` (start-up hands it these).
-pub const INTAKE_RULES: &[SourceRules] = &[
-    github::intake::RULES,
-    linear::intake::RULES,
-    telegram::intake::RULES,
-];
-
 use axum::extract::FromRef;
 use axum::routing::MethodRouter;
 
 use crate::domain::Source;
 use crate::ingress::{handler, Webhooks};
 use crate::intake::rules::SourceRules;
+
+/// Each provider's intake rules, one entry per source, for `intake::Intake` (start-up hands it these).
+pub const INTAKE_RULES: &[SourceRules] = &[
+    github::intake::RULES,
+    linear::intake::RULES,
+    telegram::intake::RULES,
+];
 
 /// The webhook that receives `source`'s deliveries, for `ingress::router`; `None` for pidevops's own source.
 pub fn webhook<S>(source: Source) -> Option<MethodRouter<S>>
@@ -109,5 +109,37 @@ async fn within_10s<T>(
         Ok(Ok(value)) => Ok(value),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("no answer within 10 s".to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::registry::PROVIDERS;
+
+    #[test]
+    fn every_provider_in_the_table_has_its_webhook_and_its_intake_rules_once() {
+        for provider in PROVIDERS {
+            assert!(
+                webhook::<Webhooks>(provider.source).is_some(),
+                "{} has no webhook in providers::webhook",
+                provider.name
+            );
+            let rules = INTAKE_RULES
+                .iter()
+                .filter(|r| r.source == provider.source)
+                .count();
+            assert_eq!(
+                rules, 1,
+                "{} has {rules} entries in INTAKE_RULES",
+                provider.name
+            );
+        }
+        assert_eq!(
+            INTAKE_RULES.len(),
+            PROVIDERS.len(),
+            "INTAKE_RULES names a source that is not in the provider table"
+        );
+        assert!(webhook::<Webhooks>(Source::Pidevops).is_none());
     }
 }
