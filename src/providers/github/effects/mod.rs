@@ -7,20 +7,15 @@
 use anyhow::Context;
 use chrono::Utc;
 
+use crate::board::{BoardError, Loaded};
+use crate::domain::Source;
 use crate::effects::handle::{EffectsProgress, Handle, Settled, ACTOR};
 use crate::effects::inert::inert;
 use crate::effects::policy_config::PolicyConfig;
 use crate::effects::provider::{OpenedPullRequest, ProviderPolicy};
 use crate::effects::pull_request::{OpenedFor, PullRequestBody};
-use crate::effects::{Produced, Request};
-pub use action::GithubAction;
-use combined::{after_plan_pull_request, lands_with_its_plan, plan_pull_request};
-
-mod action;
-pub mod combined;
-use crate::board::{BoardError, Loaded};
-use crate::domain::Source;
 use crate::effects::CallError;
+use crate::effects::{Produced, Request};
 use crate::eventlog::StoredEvent;
 use crate::intake::{CommentOutcome, CommentRecord, COMMENT_RECORD};
 use crate::providers::github::GithubClient;
@@ -28,6 +23,12 @@ use crate::tasks::{
     landing, Command, CommitSha, GithubRef, LandConfig, Links, Readiness, Task, TaskEvent, TaskId,
     GITHUB_ISSUE, GITHUB_PR,
 };
+use combined::{after_plan_pull_request, lands_with_its_plan, plan_pull_request};
+
+pub use action::GithubAction;
+
+mod action;
+pub mod combined;
 
 /// The `effects:github` policy: pull requests and issue comments.
 #[derive(Clone, Debug)]

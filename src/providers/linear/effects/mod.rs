@@ -15,6 +15,7 @@ use crate::effects::{Produced, Request};
 use crate::eventlog::{AppendError, StoredEvent};
 use crate::providers::linear::LinearClient;
 use crate::tasks::{RunId, Task, TaskEvent, LINEAR_ISSUE};
+
 pub use action::LinearAction;
 
 /// The stream that lists the agent sessions opened on a Linear issue: `linear-session:<issue id>`.

@@ -9,21 +9,22 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use chrono::Utc;
 
+use crate::board::Loaded;
+use crate::domain::Source;
 use crate::effects::handle::{EffectsProgress, Handle, Settled};
 use crate::effects::policy_config::PolicyConfig;
 use crate::effects::provider::{OwnRecord, ProviderPolicy};
-use crate::effects::{Produced, Request};
-pub use action::TelegramAction;
-
-mod action;
-pub(crate) mod bot;
-use crate::board::Loaded;
-use crate::domain::Source;
 use crate::effects::CallError;
+use crate::effects::{Produced, Request};
 use crate::eventlog::StoredEvent;
 use crate::providers::telegram::{message_stream, SentMessage, TelegramClient, MESSAGE_SENT};
 use crate::tasks::plan::PlanDocument;
 use crate::tasks::{Task, TaskEvent};
+
+pub use action::TelegramAction;
+
+mod action;
+pub(crate) mod bot;
 
 /// The `effects:telegram` policy: notifications to `config.telegram_chats`, digests, and the bot.
 #[derive(Clone, Debug)]
