@@ -11,7 +11,7 @@ pub fn stream(key: &str) -> String {
 
 /// The key of the effect that opens task `task`'s pull request (a plan's combined one too): `github:pr:<task>`.
 /// Its success is news for every provider's policy (Linear links the pull request, Telegram says so).
-pub fn pull_request_key(task: &str) -> String {
+pub fn pull_request_key(task: crate::tasks::TaskId) -> String {
     format!("{PULL_REQUEST_KEY_PREFIX}{task}")
 }
 

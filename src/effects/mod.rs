@@ -86,11 +86,6 @@ impl StoredAction {
             .and_then(serde_json::Value::as_str)
             .unwrap_or_default()
     }
-
-    /// Its fields, `action` among them.
-    pub fn fields(&self) -> &serde_json::Map<String, serde_json::Value> {
-        &self.0
-    }
 }
 
 /// An effect a policy asks for: one of its provider's actions (`A`), under an idempotency key.

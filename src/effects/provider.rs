@@ -83,7 +83,7 @@ pub trait ProviderPolicy: Send + Sync {
         None
     }
 
-    /// Makes the call. Only this provider's actions get here (the runner leaves the others to their loops).
+    /// Makes the call: one of this provider's own actions (its type says so; another provider's are its loop's).
     fn call(
         &self,
         key: &str,

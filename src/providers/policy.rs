@@ -1,8 +1,7 @@
 //! Which effects an event asks for, in one place: what the policies need to know of the deployment
-//! (`PolicyConfig`, from `policy_config.rs`), and the pure request builders of each provider's policy
-//! (`github.rs`, `linear.rs`, `telegram.rs`, re-exported here). Each takes the event and the task as the log has it
-//! and answers with requests (each with its idempotency key); none calls out. Nothing in `effects/` imports this
-//! file: it is the façade for readers and tests.
+//! (`effects::PolicyConfig`), and the pure request builders of each provider's policy (`<name>/effects/`,
+//! re-exported here). Each takes the event and the task as the log has it and answers with requests (each with its
+//! idempotency key); none calls out. No policy imports this file: it is the façade for readers and tests.
 
 pub use super::github::effects::combined::{
     after_plan_pull_request, lands_with_its_plan, plan_pull_request, plan_pull_request_body,

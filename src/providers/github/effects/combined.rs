@@ -29,7 +29,7 @@ pub fn plan_pull_request(
     config: &PolicyConfig,
 ) -> Request<GithubAction> {
     Request {
-        key: crate::domain::effect::pull_request_key(&plan.id().to_string()),
+        key: crate::domain::effect::pull_request_key(plan.id()),
         task: Some(plan.id()),
         action: GithubAction::OpenPullRequest {
             repo: plan.repo().clone(),

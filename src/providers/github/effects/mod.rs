@@ -245,7 +245,7 @@ pub fn github(event: &TaskEvent, task: &Task, config: &PolicyConfig) -> Vec<Requ
         TaskEvent::SubmittedForReview { .. } if lands_with_its_plan(task, config) => Vec::new(),
         // One pull request per task: a later attempt pushes to the same branch, which updates it.
         TaskEvent::SubmittedForReview { branch, .. } => vec![Request {
-            key: crate::domain::effect::pull_request_key(&task.id().to_string()),
+            key: crate::domain::effect::pull_request_key(task.id()),
             task: Some(task.id()),
             action: GithubAction::OpenPullRequest {
                 repo: task.repo().clone(),
