@@ -6,7 +6,7 @@ use std::time::Duration;
 use secrecy::ExposeSecret;
 
 use super::{profiles, redact_password, LogFormat, Settings};
-use crate::domain::registry;
+use crate::domain::registry::{self, VariableKind};
 
 /// `pidevops config check`: the configuration the service would run with, as TOML (a valid `pidevops.toml`,
 /// the environment in comments) or JSON. No secret's value is ever in it: secrets show as set or unset, URLs
@@ -114,21 +114,19 @@ pub(super) fn environment(settings: &Settings) -> Vec<(&'static str, String)> {
             settings.workspace_root.display().to_string(),
         ),
         ("PIDEVOPS_DATA_DIR", settings.data_dir.display().to_string()),
-        (
-            "TELEGRAM_ALLOWED_CHATS",
-            or_unset(settings.telegram_allowed_chats.as_ref()),
-        ),
-        (
-            "TELEGRAM_ALLOWED_USERS",
-            or_unset(settings.telegram_allowed_users.as_ref()),
-        ),
-        ("GITHUB_API_URL", redact_password(&settings.github_api_url)),
-        ("LINEAR_API_URL", redact_password(&settings.linear_api_url)),
-        (
-            "TELEGRAM_API_URL",
-            redact_password(&settings.telegram_api_url),
-        ),
     ];
+    // Each provider's plain variables (the provider table), as they were read.
+    let provider_plain = registry::PROVIDERS
+        .iter()
+        .flat_map(|p| p.variables)
+        .filter_map(|v| {
+            let value = settings.providers.get(v.name);
+            match v.kind {
+                VariableKind::Secret => None,
+                VariableKind::Url { .. } => Some((v.name, redact_password(value.unwrap_or("")))),
+                VariableKind::Text => Some((v.name, or_unset(value.map(str::to_owned).as_ref()))),
+            }
+        });
     // Each provider's webhook secret (the provider table), where the list always had them.
     let webhook_secrets = registry::PROVIDERS.iter().map(|p| {
         let set = settings
@@ -136,22 +134,21 @@ pub(super) fn environment(settings: &Settings) -> Vec<(&'static str, String)> {
             .is_some_and(|s| s.is_set());
         (p.webhook_secret, secret(set))
     });
-    let rest = [
-        (
-            "PIDEVOPS_ADMIN_TOKEN",
-            secret(settings.admin_token.is_some()),
-        ),
-        ("GITHUB_TOKEN", secret(settings.github_token.is_some())),
-        ("LINEAR_API_KEY", secret(settings.linear_api_key.is_some())),
-        (
-            "TELEGRAM_BOT_TOKEN",
-            secret(settings.telegram_bot_token.is_some()),
-        ),
-    ];
+    let rest = [(
+        "PIDEVOPS_ADMIN_TOKEN",
+        secret(settings.admin_token.is_some()),
+    )];
+    let provider_secrets = registry::PROVIDERS
+        .iter()
+        .flat_map(|p| p.variables)
+        .filter(|v| v.kind == VariableKind::Secret)
+        .map(|v| (v.name, secret(settings.providers.is_set(v.name))));
     first
         .into_iter()
+        .chain(provider_plain)
         .chain(webhook_secrets)
         .chain(rest)
+        .chain(provider_secrets)
         .collect()
 }
 
@@ -161,17 +158,13 @@ fn mask_secrets(settings: &Settings, mut text: String) -> String {
     let webhook_secrets = registry::PROVIDERS
         .iter()
         .filter_map(|p| settings.webhook_secret(p.source)?.value.as_ref());
-    let mut secrets: Vec<String> = [
-        &settings.admin_token,
-        &settings.github_token,
-        &settings.linear_api_key,
-        &settings.telegram_bot_token,
-    ]
-    .into_iter()
-    .flatten()
-    .chain(webhook_secrets)
-    .map(|s| s.expose_secret().to_owned())
-    .collect();
+    let mut secrets: Vec<String> = settings
+        .admin_token
+        .iter()
+        .chain(webhook_secrets)
+        .map(|s| s.expose_secret().to_owned())
+        .chain(settings.providers.secrets().map(str::to_owned))
+        .collect();
     let profile_env = settings
         .file
         .profiles

@@ -14,10 +14,12 @@ pub mod file;
 pub mod plans;
 pub mod presets;
 pub mod profiles;
+pub mod provider_env;
 pub mod repo_env;
 pub mod secret;
 
 pub use file::FileConfig;
+pub use provider_env::ProviderEnv;
 
 /// Where the event log lives: declared with the log, which connects to it.
 pub use crate::eventlog::url::{redact_password, DatabaseUrl};
@@ -88,8 +90,6 @@ pub struct Settings {
     /// (`domain::registry::PROVIDERS`): a new provider's is read with no field here.
     pub webhook_secrets: WebhookSecrets,
     pub admin_token: Option<SecretString>,
-    /// The numeric bot id from `TELEGRAM_BOT_TOKEN` (the part before `:`), used to scope `update_id` dedup.
-    pub telegram_bot_id: Option<String>,
     pub log_format: LogFormat,
     pub heartbeat_interval: Duration,
     /// Delay before a loop's first tick; short so a fresh start reports quickly.
@@ -110,28 +110,16 @@ pub struct Settings {
     pub projector_interval: Duration,
     /// The failover bound for singleton loops: a dead holder's loops resume on another replica within this.
     pub lease_ttl: Duration,
-    /// `TELEGRAM_ALLOWED_CHATS`: chat ids whose `/new` creates tasks (comma-separated); checked by intake.
-    pub telegram_allowed_chats: Option<String>,
-    /// `TELEGRAM_ALLOWED_USERS`: when set, only these user ids may command (comma-separated), in any allowed chat.
-    pub telegram_allowed_users: Option<String>,
     /// This process's name in leases and `/health` (`PIDEVOPS_INSTANCE_ID`, else host, pid and a random tag).
     pub instance_id: String,
     /// `WORKSPACE_ROOT`: mirrors and per-attempt worktrees (default `./data/workspaces`).
     pub workspace_root: PathBuf,
     /// `PIDEVOPS_DATA_DIR`: what `serve` keeps of its own (the first run's admin token; default `./data`).
     pub data_dir: PathBuf,
-    /// `GITHUB_TOKEN`: clone and push over https, and the GitHub API (pull requests).
-    pub github_token: Option<SecretString>,
-    /// `GITHUB_API_URL`: GitHub's API (default `https://api.github.com`; tests point it at a fake).
-    pub github_api_url: String,
-    /// `LINEAR_API_KEY`: Linear's GraphQL API (comments, states, agent activities, the poller).
-    pub linear_api_key: Option<SecretString>,
-    /// `LINEAR_API_URL`: the GraphQL endpoint (default `https://api.linear.app/graphql`; tests point it at a fake).
-    pub linear_api_url: String,
-    /// `TELEGRAM_BOT_TOKEN`: the bot pidevops speaks as (its id, the part before `:`, is `telegram_bot_id`).
-    pub telegram_bot_token: Option<SecretString>,
-    /// `TELEGRAM_API_URL`: the Bot API (default `https://api.telegram.org`; tests point it at a fake).
-    pub telegram_api_url: String,
+    /// Each provider's own variables (its credential, its API's address, who may command), read and checked as
+    /// the provider table declares them; each provider's folder makes its typed settings of them
+    /// (`providers/<name>/settings.rs`). Tests point the API addresses at fakes.
+    pub providers: ProviderEnv,
     /// `PIDEVOPS_PAUSED=1`: no new runs start (running ones finish).
     pub paused: bool,
     /// The process environment, for the variables an agent profile passes through (and `PATH`).
@@ -140,7 +128,7 @@ pub struct Settings {
 
 mod effective;
 mod variables;
-pub use variables::{variables_help, VARIABLES};
+pub use variables::{variables, variables_help};
 
 /// The shortest `PIDEVOPS_ADMIN_TOKEN` accepted.
 pub const MIN_ADMIN_TOKEN_CHARS: usize = 24;
@@ -247,14 +235,6 @@ impl Env {
         self
     }
 
-    /// `GITHUB_API_URL`, else GitHub's public API; `serve` and `init` read it so.
-    pub fn github_api_url(&self) -> String {
-        self.get("GITHUB_API_URL")
-            .unwrap_or("https://api.github.com")
-            .trim_end_matches('/')
-            .to_owned()
-    }
-
     fn secret(&self, key: &str) -> Option<SecretString> {
         self.get(key).map(|v| SecretString::from(v.to_owned()))
     }
@@ -319,20 +299,6 @@ impl Settings {
                 })
             }
         };
-        let telegram_bot_id = match env.get("TELEGRAM_BOT_TOKEN") {
-            None => None,
-            Some(token) => {
-                let id = token.split(':').next().unwrap_or_default();
-                if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) {
-                    // Never echo the token itself.
-                    return Err(ConfigError::Invalid {
-                        field: "TELEGRAM_BOT_TOKEN",
-                        reason: "expected <bot id>:<secret> as issued by @BotFather".into(),
-                    });
-                }
-                Some(id.to_owned())
-            }
-        };
         let max_db_connections = env
             .parse::<u32>("PIDEVOPS_DB_MAX_CONNECTIONS")?
             .unwrap_or(10);
@@ -369,7 +335,6 @@ impl Settings {
             nats_url: env.get("NATS_URL").map(str::to_owned),
             webhook_secrets: WebhookSecrets::from_env(env),
             admin_token,
-            telegram_bot_id,
             log_format,
             heartbeat_interval: env.seconds("PIDEVOPS_HEARTBEAT_INTERVAL_S", 15.0)?,
             loop_startup_delay: env.seconds("PIDEVOPS_LOOP_STARTUP_DELAY_S", 1.0)?,
@@ -382,23 +347,9 @@ impl Settings {
             projector_interval: env.seconds("PIDEVOPS_PROJECTOR_INTERVAL_S", 1.0)?,
             lease_ttl: lease_ttl(env)?,
             instance_id: instance_id(env),
-            telegram_allowed_chats: env.get("TELEGRAM_ALLOWED_CHATS").map(str::to_owned),
-            telegram_allowed_users: env.get("TELEGRAM_ALLOWED_USERS").map(str::to_owned),
             workspace_root: PathBuf::from(env.get("WORKSPACE_ROOT").unwrap_or("./data/workspaces")),
             data_dir: PathBuf::from(env.get("PIDEVOPS_DATA_DIR").unwrap_or("./data")),
-            github_token: env.secret("GITHUB_TOKEN"),
-            telegram_bot_token: env.secret("TELEGRAM_BOT_TOKEN"),
-            linear_api_key: env.secret("LINEAR_API_KEY"),
-            linear_api_url: env
-                .get("LINEAR_API_URL")
-                .unwrap_or("https://api.linear.app/graphql")
-                .to_owned(),
-            telegram_api_url: env
-                .get("TELEGRAM_API_URL")
-                .unwrap_or("https://api.telegram.org")
-                .trim_end_matches('/')
-                .to_owned(),
-            github_api_url: env.github_api_url(),
+            providers: ProviderEnv::from_env(env)?,
             paused: match env.get("PIDEVOPS_PAUSED") {
                 None | Some("0") | Some("false") => false,
                 Some("1") | Some("true") => true,

@@ -43,7 +43,69 @@ fn a_bad_bot_token_is_refused_without_echoing_it() {
     assert!(err.starts_with("TELEGRAM_BOT_TOKEN is invalid"), "{err}");
     assert!(!err.contains("sekrit"), "{err}");
     let ok = Settings::from_env(&Env::from_pairs([("TELEGRAM_BOT_TOKEN", "12345:abc")])).unwrap();
-    assert_eq!(ok.telegram_bot_id.as_deref(), Some("12345"));
+    assert!(ok.providers.secret("TELEGRAM_BOT_TOKEN").is_some());
+    assert_eq!(
+        ok.providers.get("TELEGRAM_BOT_TOKEN"),
+        None,
+        "a secret is not read as text"
+    );
+}
+
+/// A provider's variables are read as the provider table declares them: checked (naming the variable, not the
+/// value of a secret), URLs defaulted and trimmed, and set by tests through the same check.
+#[test]
+fn provider_variables_are_read_checked_and_set_as_the_table_declares() {
+    let err = Settings::from_env(&Env::from_pairs([("TELEGRAM_ALLOWED_CHATS", "-100, chat")]))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        "TELEGRAM_ALLOWED_CHATS is invalid: \"chat\" is not a chat id (a whole number)"
+    );
+    let mut settings = Settings::from_env(&Env::from_pairs([
+        ("GITHUB_API_URL", "http://127.0.0.1:9/api/"),
+        ("LINEAR_API_KEY", "lin_api_sekrit"),
+        ("TELEGRAM_ALLOWED_USERS", " 5, 12 "),
+    ]))
+    .unwrap();
+    let vars = &settings.providers;
+    assert_eq!(vars.get("GITHUB_API_URL"), Some("http://127.0.0.1:9/api"));
+    assert_eq!(
+        vars.get("TELEGRAM_API_URL"),
+        Some("https://api.telegram.org")
+    );
+    assert_eq!(vars.get("TELEGRAM_ALLOWED_USERS"), Some("5, 12"));
+    assert_eq!(vars.get("TELEGRAM_ALLOWED_CHATS"), None);
+    assert!(vars.is_set("LINEAR_API_KEY") && !vars.is_set("GITHUB_TOKEN"));
+    assert!(!format!("{vars:?}").contains("sekrit"), "{vars:?}");
+    assert_eq!(vars.secrets().collect::<Vec<_>>(), ["lin_api_sekrit"]);
+
+    let before = format!("{:?}", settings.providers);
+    let unknown = settings
+        .providers
+        .set("DATABASE_URL", Some("x"))
+        .unwrap_err();
+    assert!(
+        unknown.to_string().contains("no provider's variable"),
+        "{unknown}"
+    );
+    let refused = settings
+        .providers
+        .set("TELEGRAM_BOT_TOKEN", Some("no-id-sekrit"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.starts_with("TELEGRAM_BOT_TOKEN is invalid"),
+        "{refused}"
+    );
+    assert!(!refused.contains("sekrit"), "{refused}");
+    assert_eq!(
+        format!("{:?}", settings.providers),
+        before,
+        "a refusal changes nothing"
+    );
+    settings.providers.set("LINEAR_API_KEY", None).unwrap();
+    assert!(!settings.providers.is_set("LINEAR_API_KEY"));
 }
 
 #[test]
@@ -133,6 +195,33 @@ fn bus_names_leases_and_instance_ids_are_validated() {
     assert!(a.instance_id != b.instance_id || b.instance_id != c.instance_id);
 }
 
+/// Config names no provider's variable: each provider declares its own in the provider table, and config reads
+/// them from there, so adding a provider edits nothing here.
+#[test]
+fn config_names_no_providers_variable() {
+    let sources = [
+        ("mod.rs", include_str!("mod.rs")),
+        ("variables.rs", include_str!("variables.rs")),
+        ("effective.rs", include_str!("effective.rs")),
+        ("provider_env.rs", include_str!("provider_env.rs")),
+    ];
+    for provider in &crate::domain::registry::PROVIDERS {
+        for variable in provider.variables {
+            for (file, text) in sources {
+                assert!(
+                    !text.contains(&format!("\"{}\"", variable.name)),
+                    "config/{file} names {}: declare it in the provider table instead",
+                    variable.name
+                );
+            }
+        }
+    }
+}
+
+fn declared_in_help(name: &str) -> bool {
+    variables().iter().any(|(n, _)| *n == name) && variables_help().contains(name)
+}
+
 /// `serve --help` lists what the settings read: every variable named in a call in config/mod.rs is in [`VARIABLES`],
 /// and so is every one `config check` prints.
 #[test]
@@ -140,12 +229,14 @@ fn every_variable_the_settings_read_is_declared_for_serve_help() {
     // The list itself is in config/variables.rs: config/mod.rs holds the reads, effective.rs what `config check` prints.
     let outside = concat!(include_str!("mod.rs"), include_str!("effective.rs"));
     let called = regex::Regex::new(r#"\(\s*(?:env,\s*)?"([A-Z][A-Z0-9_]+)""#).unwrap();
-    let declared: Vec<&str> = VARIABLES.iter().map(|(name, _)| *name).collect();
+    let variables = variables();
+    let declared: Vec<&str> = variables.iter().map(|(name, _)| *name).collect();
     let read: std::collections::BTreeSet<&str> = called
         .captures_iter(outside)
         .map(|c| c.get(1).unwrap().as_str())
         .collect();
-    assert!(read.len() > 25, "the scan finds the reads: {read:?}");
+    // The service's own: each provider's are read from the provider table, by no name here.
+    assert!(read.len() > 20, "the scan finds the reads: {read:?}");
     for name in &read {
         assert!(
             declared.contains(name),
@@ -181,9 +272,19 @@ fn each_provider_reads_its_webhook_secret_and_keeps_its_secrets_from_agents() {
             .webhook_secrets
             .set(provider.name, Some("s".into())));
         assert!(settings.webhook_secrets.is_set(provider.name));
-        assert!(VARIABLES
+        assert!(variables()
             .iter()
             .any(|(name, _)| *name == provider.webhook_secret));
+        for variable in provider.variables {
+            assert!(declared_in_help(variable.name), "{}", variable.name);
+            if variable.kind == crate::domain::registry::VariableKind::Secret {
+                assert!(
+                    provider.agent_secrets.contains(&variable.name),
+                    "{}",
+                    variable.name
+                );
+            }
+        }
         for name in provider.agent_secrets {
             assert!(profiles::is_never_passed(name), "{name}");
         }

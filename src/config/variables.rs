@@ -1,8 +1,35 @@
-//! The environment variables `Settings` are read from, declared once: `serve --help` prints them.
+//! The environment variables `Settings` are read from, declared once: `serve --help` prints them. The service's
+//! own are listed here; each provider's come from the provider table (`domain::registry`), which declares them.
+
+use crate::domain::registry::PROVIDERS;
 
 /// Every variable the settings are read from, with what it is: the one list, printed by `pidevops serve --help`
-/// and held by a test to what [`Settings::from_env`] reads (config/tests.rs).
-pub const VARIABLES: &[(&str, &str)] = &[
+/// and held by a test to what [`Settings::from_env`] reads (config/tests.rs). The service's own come first, then
+/// each provider's webhook secret and variables, then the rest of the service's.
+pub fn variables() -> Vec<(&'static str, String)> {
+    let own = |list: &[(&'static str, &str)]| -> Vec<(&'static str, String)> {
+        list.iter().map(|(n, w)| (*n, (*w).to_owned())).collect()
+    };
+    let webhook_secrets = PROVIDERS.iter().map(|p| {
+        (
+            p.webhook_secret,
+            format!("verifies POST {}", p.webhook_route),
+        )
+    });
+    let provider_variables = PROVIDERS
+        .iter()
+        .flat_map(|p| p.variables)
+        .map(|v| (v.name, v.help.to_owned()));
+    own(SERVICE_HEAD)
+        .into_iter()
+        .chain(webhook_secrets)
+        .chain(provider_variables)
+        .chain(own(SERVICE_TAIL))
+        .collect()
+}
+
+/// The service's own variables listed before the providers'.
+const SERVICE_HEAD: &[(&str, &str)] = &[
     (
         "PORT",
         "the port to listen on (default 8080; 0: any free one)",
@@ -34,35 +61,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ),
     ("LOG_FORMAT", "pretty (default) or json"),
     ("RUST_LOG", "the log filter (default info)"),
-    ("GITHUB_WEBHOOK_SECRET", "verifies POST /webhooks/github"),
-    ("LINEAR_WEBHOOK_SECRET", "verifies POST /webhooks/linear"),
-    (
-        "TELEGRAM_WEBHOOK_SECRET",
-        "verifies POST /webhooks/telegram",
-    ),
-    ("GITHUB_TOKEN", "clone and push, pull requests and comments"),
-    (
-        "GITHUB_API_URL",
-        "GitHub's API (default https://api.github.com)",
-    ),
-    (
-        "LINEAR_API_KEY",
-        "Linear's API: comments, states, the poller",
-    ),
-    ("LINEAR_API_URL", "Linear's GraphQL endpoint"),
-    ("TELEGRAM_BOT_TOKEN", "the bot pidevops speaks as"),
-    (
-        "TELEGRAM_API_URL",
-        "the Bot API (default https://api.telegram.org)",
-    ),
-    (
-        "TELEGRAM_ALLOWED_CHATS",
-        "chat ids whose /new makes tasks (comma-separated)",
-    ),
-    (
-        "TELEGRAM_ALLOWED_USERS",
-        "user ids who may command (comma-separated)",
-    ),
+];
+
+/// The service's own variables listed after the providers'.
+const SERVICE_TAIL: &[(&str, &str)] = &[
     (
         "WORKSPACE_ROOT",
         "mirrors and worktrees (default ./data/workspaces)",
@@ -115,12 +117,13 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ),
 ];
 
-/// [`VARIABLES`] as `serve --help` prints them, with where agents' own variables are.
+/// [`variables`] as `serve --help` prints them, with where agents' own variables are.
 pub fn variables_help() -> String {
-    let width = VARIABLES.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    let variables = variables();
+    let width = variables.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
     let mut out =
         String::from("Environment (pidevops.toml holds the rest; docs/configuration.md):\n");
-    for (name, what) in VARIABLES {
+    for (name, what) in &variables {
         out.push_str(&format!("  {name:<width$}  {what}\n"));
     }
     out.push_str(

@@ -20,6 +20,10 @@ pub struct ProviderEntry {
     pub webhook_secret: &'static str,
     /// Its variables no agent profile or repository hook may be handed (its API token, its webhook secret).
     pub agent_secrets: &'static [&'static str],
+    /// Its own environment variables besides the webhook secret (its credential, its API's address, who may
+    /// command): config reads and checks them, `serve --help` and `config check` list them, and its folder's
+    /// `settings.rs` makes its typed settings of them.
+    pub variables: &'static [ProviderVariable],
     /// When a task's links name several providers and its creator names none, the lowest rank is where it came
     /// from (a Linear issue over a GitHub issue over a Telegram message).
     pub origin_rank: u8,
@@ -31,6 +35,53 @@ pub struct ProviderEntry {
     pub card_link: fn(&Links) -> Option<LinkLine>,
     /// The task page's lines for this provider's links (listed by `origin_rank`).
     pub page_links: fn(&Links) -> Vec<LinkLine>,
+}
+
+/// One of a provider's environment variables.
+#[derive(Debug)]
+pub struct ProviderVariable {
+    pub name: &'static str,
+    /// What `serve --help` says of it.
+    pub help: &'static str,
+    pub kind: VariableKind,
+    /// Refuses a value the provider could not use, saying why (never echoing the value of a secret); config
+    /// runs it when it reads the variable, so a bad value stops the start.
+    pub check: Option<VariableCheck>,
+}
+
+/// A provider variable's check: `Err` says why a value is refused.
+pub type VariableCheck = fn(&str) -> Result<(), String>;
+
+/// How config keeps a provider's variable and how `config check` prints it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VariableKind {
+    /// A credential: kept wrapped, printed as set or unset, masked wherever it would appear.
+    Secret,
+    /// An API's base address (a trailing `/` dropped), `default` when unset; printed with any password redacted.
+    Url { default: &'static str },
+    /// Plain text (a list of ids, say); printed as it is, or unset.
+    Text,
+}
+
+/// Whole numbers separated by commas (`TELEGRAM_ALLOWED_CHATS`), or which one is not; `what` names an item.
+pub fn id_list(list: &str, what: &str) -> Result<std::collections::BTreeSet<i64>, String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|id| !id.is_empty())
+        .map(|id| {
+            id.parse::<i64>()
+                .map_err(|_| format!("{id:?} is not a {what} id (a whole number)"))
+        })
+        .collect()
+}
+
+/// A Telegram bot's numeric id: the part of its token before `:` (never the secret after it).
+pub fn telegram_bot_id(token: &str) -> Result<&str, String> {
+    let id = token.split(':').next().unwrap_or_default();
+    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) {
+        return Err("expected <bot id>:<secret> as issued by @BotFather".into());
+    }
+    Ok(id)
 }
 
 /// A link as the dashboard shows it: `label text`, the text linked to `url` where the address is known.
@@ -62,6 +113,22 @@ pub const PROVIDERS: [ProviderEntry; 3] = [
             "GITHUB_TOKEN",
             "GITHUB_WEBHOOK_SECRET",
             "GITHUB_APP_PRIVATE_KEY",
+        ],
+        variables: &[
+            ProviderVariable {
+                name: "GITHUB_TOKEN",
+                help: "clone and push, pull requests and comments",
+                kind: VariableKind::Secret,
+                check: None,
+            },
+            ProviderVariable {
+                name: "GITHUB_API_URL",
+                help: "GitHub's API (default https://api.github.com)",
+                kind: VariableKind::Url {
+                    default: "https://api.github.com",
+                },
+                check: None,
+            },
         ],
         origin_rank: 1,
         came_from: |links| links.has(GITHUB_ISSUE),
@@ -103,6 +170,22 @@ pub const PROVIDERS: [ProviderEntry; 3] = [
         webhook_route: "/webhooks/linear",
         webhook_secret: "LINEAR_WEBHOOK_SECRET",
         agent_secrets: &["LINEAR_API_KEY", "LINEAR_WEBHOOK_SECRET"],
+        variables: &[
+            ProviderVariable {
+                name: "LINEAR_API_KEY",
+                help: "Linear's API: comments, states, the poller",
+                kind: VariableKind::Secret,
+                check: None,
+            },
+            ProviderVariable {
+                name: "LINEAR_API_URL",
+                help: "Linear's GraphQL endpoint",
+                kind: VariableKind::Url {
+                    default: "https://api.linear.app/graphql",
+                },
+                check: None,
+            },
+        ],
         origin_rank: 0,
         came_from: |links| links.has(LINEAR_ISSUE),
         from_line: |links, _| {
@@ -133,6 +216,34 @@ pub const PROVIDERS: [ProviderEntry; 3] = [
         webhook_route: "/webhooks/telegram",
         webhook_secret: "TELEGRAM_WEBHOOK_SECRET",
         agent_secrets: &["TELEGRAM_BOT_TOKEN", "TELEGRAM_WEBHOOK_SECRET"],
+        variables: &[
+            ProviderVariable {
+                name: "TELEGRAM_BOT_TOKEN",
+                help: "the bot pidevops speaks as",
+                kind: VariableKind::Secret,
+                check: Some(|token| telegram_bot_id(token).map(|_| ())),
+            },
+            ProviderVariable {
+                name: "TELEGRAM_API_URL",
+                help: "the Bot API (default https://api.telegram.org)",
+                kind: VariableKind::Url {
+                    default: "https://api.telegram.org",
+                },
+                check: None,
+            },
+            ProviderVariable {
+                name: "TELEGRAM_ALLOWED_CHATS",
+                help: "chat ids whose /new makes tasks (comma-separated)",
+                kind: VariableKind::Text,
+                check: Some(|list| id_list(list, "chat").map(|_| ())),
+            },
+            ProviderVariable {
+                name: "TELEGRAM_ALLOWED_USERS",
+                help: "user ids who may command (comma-separated)",
+                kind: VariableKind::Text,
+                check: Some(|list| id_list(list, "user").map(|_| ())),
+            },
+        ],
         origin_rank: 2,
         came_from: |links| links.has(TELEGRAM),
         from_line: |links, _| {
@@ -202,6 +313,13 @@ pub fn page_links(links: &Links) -> Vec<LinkLine> {
         .into_iter()
         .flat_map(|p| (p.page_links)(links))
         .collect()
+}
+
+/// The provider variable named `name`, with its provider.
+pub fn variable(name: &str) -> Option<(&'static ProviderEntry, &'static ProviderVariable)> {
+    PROVIDERS
+        .iter()
+        .find_map(|p| p.variables.iter().find(|v| v.name == name).map(|v| (p, v)))
 }
 
 /// Every provider's variables kept from agents.

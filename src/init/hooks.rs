@@ -37,11 +37,16 @@ pub struct GithubAccess {
 
 impl GithubAccess {
     pub fn from_env(env: &Env) -> Self {
+        use crate::providers::github::settings::{GithubSettings, API_URL, TOKEN};
+        // Read as `serve` reads them; neither has a check that could refuse it.
+        let mut vars = crate::config::ProviderEnv::default();
+        for name in [TOKEN, API_URL] {
+            let _ = vars.set(name, env.get(name));
+        }
+        let github = GithubSettings::from_vars(&vars);
         Self {
-            api_url: env.github_api_url(),
-            token: env
-                .get("GITHUB_TOKEN")
-                .map(|t| SecretString::from(t.to_owned())),
+            api_url: github.api_url,
+            token: github.token,
         }
     }
 }

@@ -31,6 +31,7 @@ use crate::eventlog::{EventLog, EventStore};
 use crate::http::{router, AppState};
 use crate::loops::lease::{while_held, LeaseHandle, Leases};
 use crate::loops::{self, LoopSpec, LoopState, Pace};
+use crate::providers::github::settings::GithubSettings;
 use crate::telemetry;
 use catalog::{Armed, ArmedLoops};
 
@@ -102,15 +103,12 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
             .await?,
         ),
     };
-    let intake_config = settings
-        .file
-        .intake
-        .clone()
-        .with_telegram(
-            settings.telegram_allowed_chats.as_deref(),
-            settings.telegram_allowed_users.as_deref(),
-        )
-        .map_err(|e| anyhow::anyhow!("intake configuration: {e}"))?;
+    let telegram = crate::providers::telegram::settings::TelegramSettings::of(&settings);
+    let intake_config = crate::intake::IntakeConfig {
+        telegram_allowed_chats: telegram.allowed_chats,
+        telegram_allowed_users: telegram.allowed_users,
+        ..settings.file.intake.clone()
+    };
     let schedules = settings.file.schedules.clone();
     let parts = catalog::Parts {
         settings: &settings,
@@ -172,7 +170,7 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         board.clone(),
         log.clone(),
         settings.workspace_root.clone(),
-        settings.github_token.clone(),
+        GithubSettings::of(&settings).token,
         settings.file.dispatch.clone(),
     );
     let state = AppState {
@@ -346,7 +344,7 @@ pub async fn dispatcher(
     tracker: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<Dispatcher> {
-    let workspaces = Workspaces::new(&settings.workspace_root, settings.github_token.clone())
+    let workspaces = Workspaces::new(&settings.workspace_root, GithubSettings::of(settings).token)
         .with_context(|| {
             format!(
                 "WORKSPACE_ROOT {} cannot be used",

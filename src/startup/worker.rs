@@ -30,7 +30,9 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         },
         &profiles,
         &settings.env,
-        settings.github_token.is_some(),
+        crate::providers::github::settings::GithubSettings::of(settings)
+            .token
+            .is_some(),
         true,
     ) {
         anyhow::bail!("this worker cannot run agents: {why}");

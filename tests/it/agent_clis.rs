@@ -434,7 +434,10 @@ scope = "off"
     settings.file = pidevops::config::FileConfig::try_from(file.parse::<toml::Table>().unwrap())
         .unwrap_or_else(|e| panic!("{e}\n{file}"));
     settings.workspace_root = scratch.path().join("ws");
-    settings.github_token = Some(GITHUB_TOKEN.to_owned().into());
+    settings
+        .providers
+        .set("GITHUB_TOKEN", Some(GITHUB_TOKEN))
+        .unwrap();
     let path = format!("{}:/usr/local/bin:/usr/bin:/bin", dir.display());
     let db_url = db.url_string();
     let mut env: Vec<(&str, &str)> = vec![

@@ -84,12 +84,27 @@ async fn a_spent_budget_stops_the_agent_mid_stream_holds_the_next_task_and_a_rai
     let mut settings = crate::common::settings(&db);
     settings.file = pidevops::config::FileConfig::try_from(config(&remote, &agent)).unwrap();
     settings.workspace_root = scratch.path().join("ws");
-    settings.telegram_bot_token = Some(secrecy::SecretString::from("123:budget-bot"));
-    settings.telegram_api_url = telegram.url.clone();
-    settings.telegram_allowed_chats = Some("11, 22".to_owned());
+    settings
+        .providers
+        .set("TELEGRAM_BOT_TOKEN", Some("123:budget-bot"))
+        .unwrap();
+    settings
+        .providers
+        .set("TELEGRAM_API_URL", Some(&telegram.url))
+        .unwrap();
+    settings
+        .providers
+        .set("TELEGRAM_ALLOWED_CHATS", Some("11, 22"))
+        .unwrap();
     let linear = FakeLinear::start().await;
-    settings.linear_api_key = Some(secrecy::SecretString::from(LINEAR_KEY));
-    settings.linear_api_url = linear.url.clone();
+    settings
+        .providers
+        .set("LINEAR_API_KEY", Some(LINEAR_KEY))
+        .unwrap();
+    settings
+        .providers
+        .set("LINEAR_API_URL", Some(&linear.url))
+        .unwrap();
     let issue = uuid::Uuid::now_v7();
     linear.add_issue(Issue {
         id: issue.to_string(),

@@ -103,7 +103,7 @@ fn serve_help_lists_the_environment_it_reads() {
     let out = pidevops(dir.path(), &[], &["serve", "--help"]);
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", stderr(&out));
-    for (name, _) in pidevops::config::VARIABLES {
+    for (name, _) in pidevops::config::variables() {
         assert!(help.contains(name), "{name} in {help}");
     }
 }

@@ -13,7 +13,6 @@ use crate::common::board::new_task;
 use crate::common::{within, TestApp, TestDb};
 use crate::providers::github::fake::FakeGithub;
 use pidevops::tasks::{Column, Command, Links, Reason, TaskId};
-use secrecy::SecretString;
 use serde_json::{json, Value};
 
 per_backend!(
@@ -60,8 +59,14 @@ async fn spawn(
     let mut settings = crate::common::settings(db);
     settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
     settings.workspace_root = scratch.path().join("ws");
-    settings.github_token = Some(SecretString::from("ghp_comments"));
-    settings.github_api_url = github.url.clone();
+    settings
+        .providers
+        .set("GITHUB_TOKEN", Some("ghp_comments"))
+        .unwrap();
+    settings
+        .providers
+        .set("GITHUB_API_URL", Some(&github.url))
+        .unwrap();
     (TestApp::spawn(settings).await, scratch)
 }
 

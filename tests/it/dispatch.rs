@@ -272,7 +272,10 @@ git add CHANGES.md && git -c user.name=agent -c user.email=agent@localhost commi
     settings.file =
         pidevops::config::FileConfig::try_from(dispatch_file(&remote, &script, "")).unwrap();
     settings.workspace_root = dir.join("ws");
-    settings.github_token = Some(SECRET_TOKEN.to_owned().into());
+    settings
+        .providers
+        .set("GITHUB_TOKEN", Some(SECRET_TOKEN))
+        .unwrap();
     // The service's own environment holds the secrets, as on Railway.
     let path = std::env::var("PATH").unwrap();
     let db_url = db.url_string();

@@ -33,8 +33,11 @@ const TOKEN: &str = "ghp_fake_token_for_the_fake_github";
 
 async fn spawn(db: &TestDb, github: &FakeGithub) -> TestApp {
     let mut settings = crate::common::settings(db);
-    settings.github_token = Some(SecretString::from(TOKEN));
-    settings.github_api_url = github.url.clone();
+    settings.providers.set("GITHUB_TOKEN", Some(TOKEN)).unwrap();
+    settings
+        .providers
+        .set("GITHUB_API_URL", Some(&github.url))
+        .unwrap();
     TestApp::spawn(settings).await
 }
 
@@ -143,6 +146,7 @@ async fn a_task_in_review_gets_one_pull_request_and_its_link(db: TestDb) {
             pidevops::providers::github::GithubClient::new(&github.url, &SecretString::from(TOKEN))
                 .unwrap(),
             Default::default(),
+            None,
         ),
         app.state.log.clone(),
         app.state.board.clone(),
@@ -297,6 +301,7 @@ async fn a_call_cut_off_after_github_acted_is_not_made_twice(db: TestDb) {
             pidevops::providers::github::GithubClient::new(&github.url, &SecretString::from(TOKEN))
                 .unwrap(),
             Default::default(),
+            None,
         ),
         app.state.log.clone(),
         app.state.board.clone(),
@@ -349,8 +354,11 @@ async fn a_call_cut_off_after_github_acted_is_not_made_twice(db: TestDb) {
 async fn doctor_proves_the_token_with_a_read_only_call(db: TestDb) {
     let github = FakeGithub::start().await;
     let mut settings = crate::common::settings(&db);
-    settings.github_token = Some(SecretString::from(TOKEN));
-    settings.github_api_url = github.url.clone();
+    settings.providers.set("GITHUB_TOKEN", Some(TOKEN)).unwrap();
+    settings
+        .providers
+        .set("GITHUB_API_URL", Some(&github.url))
+        .unwrap();
     let (report, ok) = pidevops::doctor::diagnose(&settings).await;
     let line = report
         .lines()
@@ -415,7 +423,7 @@ async fn doctor_proves_the_token_with_a_read_only_call(db: TestDb) {
     );
     assert!(ok, "{report}");
 
-    settings.github_token = None;
+    settings.providers.set("GITHUB_TOKEN", None).unwrap();
     let (report, _) = pidevops::doctor::diagnose(&settings).await;
     assert!(
         report.contains("github api                 disabled  GITHUB_TOKEN is not set"),
@@ -543,8 +551,11 @@ cat > .pidevops/status.json <<'JSON'
 JSON"###,
     );
     let mut settings = crate::common::settings(&db);
-    settings.github_token = Some(SecretString::from(TOKEN));
-    settings.github_api_url = github.url.clone();
+    settings.providers.set("GITHUB_TOKEN", Some(TOKEN)).unwrap();
+    settings
+        .providers
+        .set("GITHUB_API_URL", Some(&github.url))
+        .unwrap();
     settings.workspace_root = scratch.path().join("ws");
     let file: toml::Table = format!(
         r#"

@@ -22,7 +22,6 @@ use pidevops::ingress::verify::{sign_github, sign_linear};
 use pidevops::projectors::runs::{self, RunRow, Which};
 use pidevops::projectors::tasks as task_rows;
 use pidevops::tasks::{Column, TaskId, GITHUB_PR, LINEAR_ISSUE};
-use secrecy::SecretString;
 use serde_json::{json, Value};
 
 per_backend!(a_linear_issue_becomes_a_merged_pull_request_and_everyone_hears);
@@ -365,13 +364,34 @@ async fn a_linear_issue_becomes_a_merged_pull_request_and_everyone_hears(db: Tes
     settings.file =
         pidevops::config::FileConfig::try_from(dispatch_file(&remote, &script, "")).unwrap();
     settings.workspace_root = scratch.path().join("ws");
-    settings.github_token = Some(SecretString::from(GITHUB_TOKEN));
-    settings.github_api_url = fakes.github.url.clone();
-    settings.linear_api_key = Some(SecretString::from(LINEAR_KEY));
-    settings.linear_api_url = fakes.linear.url.clone();
-    settings.telegram_bot_token = Some(SecretString::from(BOT_TOKEN));
-    settings.telegram_api_url = fakes.telegram.url.clone();
-    settings.telegram_allowed_chats = Some(CHAT.to_string());
+    settings
+        .providers
+        .set("GITHUB_TOKEN", Some(GITHUB_TOKEN))
+        .unwrap();
+    settings
+        .providers
+        .set("GITHUB_API_URL", Some(&fakes.github.url))
+        .unwrap();
+    settings
+        .providers
+        .set("LINEAR_API_KEY", Some(LINEAR_KEY))
+        .unwrap();
+    settings
+        .providers
+        .set("LINEAR_API_URL", Some(&fakes.linear.url))
+        .unwrap();
+    settings
+        .providers
+        .set("TELEGRAM_BOT_TOKEN", Some(BOT_TOKEN))
+        .unwrap();
+    settings
+        .providers
+        .set("TELEGRAM_API_URL", Some(&fakes.telegram.url))
+        .unwrap();
+    settings
+        .providers
+        .set("TELEGRAM_ALLOWED_CHATS", Some(&CHAT.to_string()))
+        .unwrap();
     let app = TestApp::spawn(settings).await;
     let base = app.url("");
     let store = app.state.log.store().clone();

@@ -248,7 +248,13 @@ async fn every_linear_fixture_is_stored_once_and_stale_ones_are_refused(db: Test
 }
 
 async fn every_telegram_fixture_is_stored_once_and_wrong_tokens_are_refused(db: TestDb) {
-    let app = TestApp::spawn(crate::common::settings(&db)).await;
+    let mut settings = crate::common::settings(&db);
+    // Its webhook secret is set, so the bot's token arms no long poll: it only scopes the update ids.
+    settings
+        .providers
+        .set("TELEGRAM_BOT_TOKEN", Some("4242:ingress-bot-secret"))
+        .unwrap();
+    let app = TestApp::spawn(settings).await;
     let files = crate::common::fixture_files("telegram");
     assert!(files.len() >= 7);
     for path in &files {

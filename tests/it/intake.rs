@@ -31,7 +31,10 @@ fn fixture(path: &str) -> Value {
 
 async fn app(db: &TestDb) -> TestApp {
     let mut settings = crate::common::settings(db);
-    settings.telegram_allowed_chats = Some("111222333, -100200300".to_owned());
+    settings
+        .providers
+        .set("TELEGRAM_ALLOWED_CHATS", Some("111222333, -100200300"))
+        .unwrap();
     settings.file = r#"
         [intake]
         allow_repos = ["acme/*", "Codertocat/Hello-World"]
@@ -541,7 +544,11 @@ async fn repositories_not_allowed_are_refused_at_every_door_and_never_cloned(db:
             intake.allow_repos = ["acme/*"]"#,
         )
         .github(&github)
-        .settings(|s| s.telegram_allowed_chats = Some("111222333".to_owned()))
+        .settings(|s| {
+            s.providers
+                .set("TELEGRAM_ALLOWED_CHATS", Some("111222333"))
+                .unwrap()
+        })
         .spawn(&db)
         .await;
 

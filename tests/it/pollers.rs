@@ -13,7 +13,6 @@ use crate::providers::linear::fake::{default_states, FakeLinear, Issue, LINEAR_K
 use pidevops::projectors::runs::{self, Which};
 use pidevops::projectors::tasks as task_rows;
 use pidevops::tasks::{Column, TaskId, GITHUB_PR, LINEAR_ISSUE};
-use secrecy::SecretString;
 use serde_json::{json, Value};
 
 per_backend!(
@@ -74,8 +73,14 @@ async fn a_missed_linear_issue_is_picked_up_once_and_a_delivered_one_is_not_appe
     // Linear is down at first: every poll fails.
     linear.fail_issue_queries(Some(500));
     let mut settings = crate::common::settings(&db);
-    settings.linear_api_key = Some(SecretString::from(LINEAR_KEY));
-    settings.linear_api_url = linear.url.clone();
+    settings
+        .providers
+        .set("LINEAR_API_KEY", Some(LINEAR_KEY))
+        .unwrap();
+    settings
+        .providers
+        .set("LINEAR_API_URL", Some(&linear.url))
+        .unwrap();
     settings.file = r#"
         [board]
         approval = "auto"
@@ -199,8 +204,14 @@ async fn a_version_a_webhook_delivered_is_not_polled_again_whatever_the_tasks_co
     let mut ticket = issue(DELIVERED, "ENG-412", &seconds_ago(90));
     linear.add_issue(ticket.clone());
     let mut settings = crate::common::settings(&db);
-    settings.linear_api_key = Some(SecretString::from(LINEAR_KEY));
-    settings.linear_api_url = linear.url.clone();
+    settings
+        .providers
+        .set("LINEAR_API_KEY", Some(LINEAR_KEY))
+        .unwrap();
+    settings
+        .providers
+        .set("LINEAR_API_URL", Some(&linear.url))
+        .unwrap();
     // A long interval: after its first tick the poller runs when the test drives it.
     settings.file = r#"
         [board]
@@ -525,8 +536,14 @@ async fn a_poller_that_fails_every_tick_fails_health_after_its_threshold_and_rec
     let linear = FakeLinear::start().await;
     linear.fail_issue_queries(Some(500));
     let mut settings = crate::common::settings(&db);
-    settings.linear_api_key = Some(SecretString::from(LINEAR_KEY));
-    settings.linear_api_url = linear.url.clone();
+    settings
+        .providers
+        .set("LINEAR_API_KEY", Some(LINEAR_KEY))
+        .unwrap();
+    settings
+        .providers
+        .set("LINEAR_API_URL", Some(&linear.url))
+        .unwrap();
     settings.file = r#"
         [pollers.linear]
         interval_s = 0.2

@@ -15,7 +15,6 @@ use crate::providers::github::fake::FakeGithub;
 use crate::providers::linear::fake::{default_states, FakeLinear, Issue};
 use crate::providers::telegram::fake::{FakeTelegram, Sent};
 use pidevops::tasks::{Column, Command, Reason, TaskId};
-use secrecy::SecretString;
 use serde_json::{json, Value};
 
 use crate::common::read::task;
@@ -93,10 +92,22 @@ async fn scene(
     if let Some(telegram) = telegram {
         let url = telegram.url.clone();
         app = app.settings(move |settings| {
-            settings.telegram_bot_token = Some(SecretString::from(BOT_TOKEN));
-            settings.telegram_api_url = url;
-            settings.telegram_allowed_chats = Some("-100".to_owned());
-            settings.telegram_allowed_users = Some("5".to_owned());
+            settings
+                .providers
+                .set("TELEGRAM_BOT_TOKEN", Some(BOT_TOKEN))
+                .unwrap();
+            settings
+                .providers
+                .set("TELEGRAM_API_URL", Some(&url))
+                .unwrap();
+            settings
+                .providers
+                .set("TELEGRAM_ALLOWED_CHATS", Some("-100"))
+                .unwrap();
+            settings
+                .providers
+                .set("TELEGRAM_ALLOWED_USERS", Some("5"))
+                .unwrap();
         });
     }
     let (app, rig) = app.spawn(db).await;
@@ -570,8 +581,14 @@ async fn a_question_from_a_github_issue_is_asked_there_once_saying_how_to_answer
     let mut settings = crate::common::settings(&db);
     settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
     settings.workspace_root = scratch.path().join("ws");
-    settings.github_token = Some(SecretString::from("ghp_fake_token_for_the_fake_github"));
-    settings.github_api_url = github.url.clone();
+    settings
+        .providers
+        .set("GITHUB_TOKEN", Some("ghp_fake_token_for_the_fake_github"))
+        .unwrap();
+    settings
+        .providers
+        .set("GITHUB_API_URL", Some(&github.url))
+        .unwrap();
     let app = TestApp::spawn(settings).await;
     let mut issue =
         crate::providers::github::gh_issue_event("labeled", REPO, 12, &["pidevops"], "OWNER");
@@ -646,9 +663,18 @@ async fn a_reply_to_an_earlier_question_does_not_answer_a_later_one(db: TestDb) 
     let file = "[board]\napproval = \"manual\"\n[telegram]\ncooldown_s = 0";
     settings.file =
         pidevops::config::FileConfig::try_from(file.parse::<toml::Table>().unwrap()).unwrap();
-    settings.telegram_bot_token = Some(SecretString::from(BOT_TOKEN));
-    settings.telegram_api_url = telegram.url.clone();
-    settings.telegram_allowed_chats = Some("-100".to_owned());
+    settings
+        .providers
+        .set("TELEGRAM_BOT_TOKEN", Some(BOT_TOKEN))
+        .unwrap();
+    settings
+        .providers
+        .set("TELEGRAM_API_URL", Some(&telegram.url))
+        .unwrap();
+    settings
+        .providers
+        .set("TELEGRAM_ALLOWED_CHATS", Some("-100"))
+        .unwrap();
     let app = TestApp::spawn(settings).await;
     let id = new_task("Refund in the right currency")
         .done_when("")

@@ -51,7 +51,10 @@ printf 'steered\n' > CHANGES.md"#;
 async fn spawn(db: &TestDb, agent: WithAgent) -> (TestApp, Rig, PathBuf) {
     let (app, rig) = agent
         .settings(|settings| {
-            settings.github_token = Some(SECRET_TOKEN.to_owned().into());
+            settings
+                .providers
+                .set("GITHUB_TOKEN", Some(SECRET_TOKEN))
+                .unwrap();
             let path = std::env::var("PATH").unwrap();
             settings.env = pidevops::config::Env::from_pairs([
                 ("PATH", path.as_str()),

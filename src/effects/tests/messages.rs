@@ -110,7 +110,17 @@ fn linear_hears_each_step_as_comments_or_as_session_activities() {
     let keys = |requests: Vec<Request<LinearAction>>| -> Vec<String> {
         requests.into_iter().map(|r| r.key).collect()
     };
-    let linear = |event, session| policy::linear(event, &task, session, Some(run), "e-1", &config);
+    let linear = |event, session| {
+        policy::linear(
+            event,
+            &task,
+            session,
+            Some(run),
+            "e-1",
+            &config,
+            &policy::LinearStates::default(),
+        )
+    };
 
     assert_eq!(
         keys(linear(&started[0], None)),
@@ -131,7 +141,15 @@ fn linear_hears_each_step_as_comments_or_as_session_activities() {
             reason: Reason::summarize("stuck"),
         },
     );
-    let asks = policy::linear(&flagged[0], &flagged_task, None, Some(run), "e-2", &config);
+    let asks = policy::linear(
+        &flagged[0],
+        &flagged_task,
+        None,
+        Some(run),
+        "e-2",
+        &config,
+        &policy::LinearStates::default(),
+    );
     assert_eq!(keys(asks), ["linear:state:e-2", "linear:comment:e-2"]);
     let (cancelled_task, cancelled) = apply(
         Some(task.clone()),
@@ -146,6 +164,7 @@ fn linear_hears_each_step_as_comments_or_as_session_activities() {
         Some(run),
         "e-3",
         &config,
+        &policy::LinearStates::default(),
     );
     assert_eq!(
         keys(ends),
@@ -249,14 +268,29 @@ fn a_question_is_asked_where_the_task_came_from_once_per_episode() {
         .iter()
         .find(|e| matches!(e, TaskEvent::Retried { .. }))
         .unwrap();
-    let config = policy::PolicyConfig {
-        telegram_chats: vec![-100],
-        ..Default::default()
-    };
+    let config = policy::PolicyConfig::default();
+    let telegram_chats = [-100];
 
     // Linear: the retry ends nothing (no `error`); the flag is one elicitation saying how to answer.
-    assert!(policy::linear(retried, &task, Some("s-1"), Some(run), "e-1", &config).is_empty());
-    let linear = policy::linear(flag, &task, Some("s-1"), Some(run), "e-2", &config);
+    assert!(policy::linear(
+        retried,
+        &task,
+        Some("s-1"),
+        Some(run),
+        "e-1",
+        &config,
+        &policy::LinearStates::default()
+    )
+    .is_empty());
+    let linear = policy::linear(
+        flag,
+        &task,
+        Some("s-1"),
+        Some(run),
+        "e-2",
+        &config,
+        &policy::LinearStates::default(),
+    );
     let ask = linear
         .iter()
         .find_map(|r| match &r.action {
@@ -297,7 +331,7 @@ fn a_question_is_asked_where_the_task_came_from_once_per_episode() {
     assert!(body.ends_with(&marker(&github.key)), "{body}");
 
     // Telegram: the question with a reply prompt (no buttons: one markup per message).
-    let telegram = policy::telegram(flag, &task, "e-2", &config.telegram_chats);
+    let telegram = policy::telegram(flag, &task, "e-2", &telegram_chats);
     assert_eq!(telegram.len(), 1);
     let TelegramAction::Send {
         html,

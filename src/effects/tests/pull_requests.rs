@@ -21,9 +21,9 @@ fn a_task_in_review_asks_for_one_pull_request_to_its_repositorys_base() {
     let run = RunId(uuid::Uuid::from_u128(1));
     let config = policy::PolicyConfig {
         bases: [(repo.clone(), "develop".to_owned())].into_iter().collect(),
-        telegram_chats: vec![-100],
         ..Default::default()
     };
+    let telegram_chats = [-100];
     assert!(
         policy::github(&started[0], &task, &config).is_empty(),
         "a start asks for nothing"
@@ -89,7 +89,7 @@ fn a_task_in_review_asks_for_one_pull_request_to_its_repositorys_base() {
         !policy::telegram_notifies(&started[0]),
         "a start is not news"
     );
-    let told = policy::telegram(&submitted[0], &task, "e-1", &config.telegram_chats);
+    let told = policy::telegram(&submitted[0], &task, "e-1", &telegram_chats);
     assert_eq!(told.len(), 1);
     assert_eq!(told[0].key, "telegram:notify:-100:e-1");
     assert_eq!(

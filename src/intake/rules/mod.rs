@@ -140,25 +140,6 @@ impl Default for IntakeConfig {
     }
 }
 
-impl IntakeConfig {
-    /// The allowed Telegram chats and users (`TELEGRAM_ALLOWED_CHATS`, `TELEGRAM_ALLOWED_USERS`, comma-separated
-    /// ids).
-    pub fn with_telegram(
-        mut self,
-        allowed_chats: Option<&str>,
-        allowed_users: Option<&str>,
-    ) -> Result<Self, String> {
-        if let Some(chats) = allowed_chats {
-            self.telegram_allowed_chats = telegram_ids(chats, "TELEGRAM_ALLOWED_CHATS", "chat")?;
-        }
-        if let Some(users) = allowed_users {
-            self.telegram_allowed_users =
-                Some(telegram_ids(users, "TELEGRAM_ALLOWED_USERS", "user")?);
-        }
-        Ok(self)
-    }
-}
-
 /// One source's intake rules: what intake does with an event of `source` (its type, its body read on demand).
 /// Each provider registers one in `providers::INTAKE_RULES`.
 #[derive(Clone, Copy, Debug)]
@@ -186,18 +167,6 @@ pub fn decide(event: &StoredEvent, config: &IntakeConfig, rules: &[SourceRules])
         Some(rules) => (rules.decide)(&event.event_type, &Payload { event }, config),
         None => Decision::NotIntake,
     }
-}
-
-/// The ids in `list` (comma-separated, for `variable`), or which one is not a whole number.
-fn telegram_ids(list: &str, variable: &str, what: &str) -> Result<BTreeSet<i64>, String> {
-    list.split(',')
-        .map(str::trim)
-        .filter(|id| !id.is_empty())
-        .map(|id| {
-            id.parse::<i64>()
-                .map_err(|_| format!("{variable}: {id:?} is not a {what} id (a whole number)"))
-        })
-        .collect()
 }
 
 /// A refusal: the candidate is recorded with `reason`, so it is visible.

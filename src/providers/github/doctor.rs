@@ -10,14 +10,15 @@ use crate::providers::{within_10s, CheckLine, CheckState};
 /// GitHub's API with `GITHUB_TOKEN`, and then the repositories' webhooks.
 pub async fn check(settings: &Settings) -> Vec<CheckLine> {
     let label = "github api";
-    let Some(token) = &settings.github_token else {
+    let github = super::settings::GithubSettings::of(settings);
+    let Some(token) = &github.token else {
         return vec![CheckLine::new(
             label,
             CheckState::Disabled,
             "GITHUB_TOKEN is not set; no pull requests or comments",
         )];
     };
-    let url = &settings.github_api_url;
+    let url = &github.api_url;
     let checked = match GithubClient::new(url, token) {
         Err(e) => Err(e),
         Ok(client) => within_10s(client.whoami()).await,
@@ -39,7 +40,8 @@ pub async fn check(settings: &Settings) -> Vec<CheckLine> {
 /// For each configured repository, whether a webhook delivers to `/webhooks/github`. Reported, never failed: without
 /// one, `github_poller` still finds merges and CI failures, only later.
 async fn webhooks(settings: &Settings, token: &SecretString) -> Vec<CheckLine> {
-    let Ok(client) = GithubClient::new(&settings.github_api_url, token) else {
+    let api_url = super::settings::GithubSettings::of(settings).api_url;
+    let Ok(client) = GithubClient::new(&api_url, token) else {
         return Vec::new();
     };
     let mut lines = Vec::new();

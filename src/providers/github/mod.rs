@@ -18,6 +18,7 @@ pub mod doctor;
 pub mod effects;
 pub mod intake;
 pub mod poller;
+pub mod settings;
 pub mod webhook;
 
 pub use client::*;

@@ -7,14 +7,15 @@ use crate::providers::{within_10s, CheckLine, CheckState};
 /// Linear's API with `LINEAR_API_KEY`.
 pub async fn check(settings: &Settings) -> Vec<CheckLine> {
     let label = "linear api";
-    let Some(key) = &settings.linear_api_key else {
+    let linear = super::settings::LinearSettings::of(settings);
+    let Some(key) = &linear.api_key else {
         return vec![CheckLine::new(
             label,
             CheckState::Disabled,
             "LINEAR_API_KEY is not set; Linear hears nothing back and is not polled",
         )];
     };
-    let url = &settings.linear_api_url;
+    let url = &linear.api_url;
     let checked = match LinearClient::new(url, key) {
         Err(e) => Err(e),
         Ok(client) => within_10s(client.viewer()).await,

@@ -19,6 +19,7 @@ pub mod doctor;
 pub mod effects;
 pub mod intake;
 pub mod poller;
+pub mod settings;
 pub mod webhook;
 
 pub use client::*;

@@ -8,14 +8,15 @@ use crate::providers::{within_10s, CheckLine, CheckState};
 /// The Bot API with `TELEGRAM_BOT_TOKEN`, and how updates arrive.
 pub async fn check(settings: &Settings) -> Vec<CheckLine> {
     let label = "telegram api";
-    let Some(token) = &settings.telegram_bot_token else {
+    let telegram = super::settings::TelegramSettings::of(settings);
+    let Some(token) = &telegram.bot_token else {
         return vec![CheckLine::new(
             label,
             CheckState::Disabled,
             "TELEGRAM_BOT_TOKEN is not set; no bot",
         )];
     };
-    let url = &settings.telegram_api_url;
+    let url = &telegram.api_url;
     let checked = match TelegramClient::new(url, token) {
         Err(e) => Err(e),
         Ok(client) => match within_10s(client.get_me()).await {

@@ -18,6 +18,7 @@ mod client;
 pub mod doctor;
 pub mod effects;
 pub mod intake;
+pub mod settings;
 pub mod updates;
 pub mod webhook;
 

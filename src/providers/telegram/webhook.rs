@@ -30,7 +30,8 @@ impl crate::ingress::Webhook for Delivery {
         _: &axum::http::HeaderMap,
         body: Bytes,
     ) -> Result<NewEvent, crate::ingress::IngressError> {
-        Ok(parse(body, settings.telegram_bot_id.as_deref())?.pinned())
+        let bot_id = super::settings::bot_id(&settings.providers);
+        Ok(parse(body, bot_id.as_deref())?.pinned())
     }
 }
 

@@ -5,7 +5,6 @@
 
 use anyhow::Context;
 
-use super::plans::telegram_chats;
 use super::{builds, Built, Parts, PlannedLoop};
 use crate::config::Settings;
 use crate::effects::loop_name;
@@ -14,6 +13,10 @@ use crate::loops::LoopState;
 use crate::providers::github::effects::GithubPolicy;
 use crate::providers::linear::effects::LinearPolicy;
 use crate::providers::telegram::effects::TelegramPolicy;
+use crate::providers::{
+    github::settings::GithubSettings, linear::settings::LinearSettings,
+    telegram::settings::TelegramSettings,
+};
 
 /// One provider's effects loop.
 pub(super) struct EffectsLoop {
@@ -60,7 +63,7 @@ pub(super) fn build(parts: &Parts<'_>, planned: &PlannedLoop) -> anyhow::Result<
 
 fn github_effects_plan(s: &Settings) -> PlannedLoop {
     let name = loop_name("github");
-    match s.github_token {
+    match GithubSettings::of(s).token {
         Some(_) => PlannedLoop::armed(
             &name,
             true,
@@ -81,11 +84,12 @@ fn github_effects_plan(s: &Settings) -> PlannedLoop {
 /// repository's base branch.
 fn github_effects(parts: &Parts<'_>) -> anyhow::Result<Built> {
     let settings = parts.settings;
-    let token = settings
-        .github_token
+    let github = GithubSettings::of(settings);
+    let token = github
+        .token
         .as_ref()
         .context("the loop plan arms effects:github without GITHUB_TOKEN")?;
-    let client = crate::providers::github::GithubClient::new(&settings.github_api_url, token)
+    let client = crate::providers::github::GithubClient::new(&github.api_url, token)
         .map_err(|e| anyhow::anyhow!(e))?;
     let bases = settings
         .file
@@ -99,9 +103,9 @@ fn github_effects(parts: &Parts<'_>) -> anyhow::Result<Built> {
         crate::effects::PolicyConfig {
             bases,
             plan_land: settings.file.plans.land,
-            github_bot_login: parts.intake.github_bot_login.clone(),
             ..Default::default()
         },
+        github.intake.bot_login.clone(),
     );
     Ok(builds::effects(
         Effects::new(policy, parts.log.clone(), parts.board.clone())
@@ -111,7 +115,7 @@ fn github_effects(parts: &Parts<'_>) -> anyhow::Result<Built> {
 
 fn linear_effects_plan(s: &Settings) -> PlannedLoop {
     let name = loop_name("linear");
-    match &s.linear_api_key {
+    match &LinearSettings::of(s).api_key {
         Some(_) => PlannedLoop::armed(
             &name,
             true,
@@ -132,20 +136,20 @@ fn linear_effects_plan(s: &Settings) -> PlannedLoop {
 /// moved through `[linear.states]`.
 fn linear_effects(parts: &Parts<'_>) -> anyhow::Result<Built> {
     let settings = parts.settings;
-    let key = settings
-        .linear_api_key
+    let linear = LinearSettings::of(settings);
+    let key = linear
+        .api_key
         .as_ref()
         .context("the loop plan arms effects:linear without LINEAR_API_KEY")?;
-    let client = crate::providers::linear::LinearClient::new(&settings.linear_api_url, key)
+    let client = crate::providers::linear::LinearClient::new(&linear.api_url, key)
         .map_err(|e| anyhow::anyhow!(e))?;
-    let linear_states = settings.file.linear_states.clone();
     let policy = LinearPolicy::new(
         client,
         crate::effects::PolicyConfig {
-            linear_states,
-            github_prs: settings.github_token.is_some(),
+            pull_requests: github_effects_plan(settings).state == LoopState::Armed,
             ..Default::default()
         },
+        linear.states,
     );
     Ok(builds::effects(
         Effects::new(policy, parts.log.clone(), parts.board.clone())
@@ -155,12 +159,13 @@ fn linear_effects(parts: &Parts<'_>) -> anyhow::Result<Built> {
 
 fn telegram_effects_plan(s: &Settings) -> PlannedLoop {
     let name = loop_name("telegram");
-    match (&s.telegram_bot_token, telegram_chats(s)) {
+    let telegram = TelegramSettings::of(s);
+    match (&telegram.bot_token, !telegram.allowed_chats.is_empty()) {
         (Some(_), true) => PlannedLoop::armed(
             &name,
             true,
             s.projector_interval,
-            if s.telegram_allowed_users.is_some() {
+            if telegram.allowed_users.is_some() {
                 "tells TELEGRAM_ALLOWED_CHATS when a task waits for approval, needs a human, is in review, done or cancelled; only TELEGRAM_ALLOWED_USERS can command"
             } else {
                 "tells TELEGRAM_ALLOWED_CHATS when a task waits for approval, needs a human, is in review, done or cancelled; any member of an allowed group can command (TELEGRAM_ALLOWED_USERS is not set)"
@@ -186,26 +191,14 @@ fn telegram_effects_plan(s: &Settings) -> PlannedLoop {
 /// The `effects:telegram` loop's worker: the Bot API at `TELEGRAM_API_URL`, notifications to the allowed chats.
 fn telegram_effects(parts: &Parts<'_>) -> anyhow::Result<Built> {
     let settings = parts.settings;
-    let token = settings
-        .telegram_bot_token
+    let telegram = TelegramSettings::of(settings);
+    let token = telegram
+        .bot_token
         .as_ref()
         .context("the loop plan arms effects:telegram without TELEGRAM_BOT_TOKEN")?;
-    let client = crate::providers::telegram::TelegramClient::new(&settings.telegram_api_url, token)
+    let client = crate::providers::telegram::TelegramClient::new(&telegram.api_url, token)
         .map_err(|e| anyhow::anyhow!(e))?;
-    let policy = TelegramPolicy::new(
-        client,
-        crate::effects::PolicyConfig {
-            telegram_chats: parts
-                .intake
-                .telegram_allowed_chats
-                .iter()
-                .copied()
-                .collect(),
-            telegram_users: parts.intake.telegram_allowed_users.clone(),
-            telegram_cooldown: settings.file.telegram_cooldown,
-            ..Default::default()
-        },
-    );
+    let policy = TelegramPolicy::new(client, telegram);
     Ok(builds::effects(
         Effects::new(policy, parts.log.clone(), parts.board.clone())
             .with_cap(settings.file.effect_cap)

@@ -23,6 +23,9 @@ use crate::config::Settings;
 use crate::eventlog::{EventLog, EventStore};
 use crate::loops::lease::LEASES_LOOP;
 use crate::loops::{LoopRegistry, LoopState, Pace};
+use crate::providers::github::settings::GithubSettings;
+use crate::providers::linear::settings::LinearSettings;
+use crate::providers::telegram::settings::TelegramSettings;
 
 pub const HEARTBEAT_LOOP: &str = "database_heartbeat";
 pub const METRICS_UPKEEP_LOOP: &str = "metrics_upkeep";
@@ -327,7 +330,7 @@ pub const CATALOG: &[Entry] = &[
                 parts.board.clone(),
                 parts.log.clone(),
                 s.workspace_root.clone(),
-                s.github_token.clone(),
+                GithubSettings::of(s).token,
                 s.file.dispatch.clone(),
             );
             let land = Arc::new(crate::landing::auto::AutoLand::new(
@@ -347,18 +350,17 @@ pub const CATALOG: &[Entry] = &[
     Entry {
         plan: |s| vec![telegram_updates(s)],
         build: |parts, _| {
-            let s = parts.settings;
-            let token = s
-                .telegram_bot_token
+            let telegram = TelegramSettings::of(parts.settings);
+            let token = telegram
+                .bot_token
                 .as_ref()
                 .context("the loop plan arms telegram_updates without TELEGRAM_BOT_TOKEN")?;
-            let client =
-                crate::providers::telegram::TelegramClient::new(&s.telegram_api_url, token)
-                    .map_err(|e| anyhow::anyhow!(e))?;
+            let client = crate::providers::telegram::TelegramClient::new(&telegram.api_url, token)
+                .map_err(|e| anyhow::anyhow!(e))?;
             let updates = Arc::new(crate::providers::telegram::updates::TelegramUpdates::new(
                 client,
                 parts.log.clone(),
-                s.telegram_bot_id.clone(),
+                telegram.bot_id.clone(),
                 TELEGRAM_LONG_POLL_S,
             ));
             // A long poll: it returns when there is news or after its wait, and polls again at once.
@@ -471,21 +473,20 @@ pub const CATALOG: &[Entry] = &[
             vec![poller_loop(
                 crate::providers::linear::poller::LINEAR_POLLER,
                 &s.file.linear_poller,
-                s.linear_api_key.is_some(),
+                LinearSettings::of(s).api_key.is_some(),
                 "LINEAR_API_KEY",
                 "asks Linear for labeled issues changed since the last poll and appends what the webhook missed",
             )]
         },
         build: |parts, _| {
-            let s = parts.settings;
+            let linear = LinearSettings::of(parts.settings);
             poller_entry(
                 crate::providers::linear::poller::LINEAR_POLLER,
                 "LINEAR_API_KEY",
-                s.linear_api_key.as_ref(),
+                linear.api_key.as_ref(),
                 |key| {
-                    let client =
-                        crate::providers::linear::LinearClient::new(&s.linear_api_url, key)
-                            .map_err(|e| anyhow::anyhow!(e))?;
+                    let client = crate::providers::linear::LinearClient::new(&linear.api_url, key)
+                        .map_err(|e| anyhow::anyhow!(e))?;
                     Ok(crate::providers::linear::poller::LinearPoller::new(
                         client,
                         parts.log.clone(),
@@ -503,20 +504,20 @@ pub const CATALOG: &[Entry] = &[
             vec![poller_loop(
                 crate::providers::github::poller::GITHUB_POLLER,
                 &s.file.github_poller,
-                s.github_token.is_some(),
+                GithubSettings::of(s).token.is_some(),
                 "GITHUB_TOKEN",
                 "checks the pull requests of tasks in review (merged, closed, failed checks) and the issues of tasks not yet in review (closed, unlabeled) for missed webhooks",
             )]
         },
         build: |parts, _| {
-            let s = parts.settings;
+            let github = GithubSettings::of(parts.settings);
             poller_entry(
                 crate::providers::github::poller::GITHUB_POLLER,
                 "GITHUB_TOKEN",
-                s.github_token.as_ref(),
+                github.token.as_ref(),
                 |token| {
                     let client =
-                        crate::providers::github::GithubClient::new(&s.github_api_url, token)
+                        crate::providers::github::GithubClient::new(&github.api_url, token)
                             .map_err(|e| anyhow::anyhow!(e))?;
                     Ok(crate::providers::github::poller::GithubPoller::new(
                         client,

@@ -6,10 +6,14 @@ use std::time::Duration;
 use super::{PlannedLoop, TELEGRAM_POLL};
 use crate::config::Settings;
 use crate::loops::LoopState;
+use crate::providers::telegram::settings::TelegramSettings;
 
 pub(super) fn telegram_updates(s: &Settings) -> PlannedLoop {
     use crate::providers::telegram::updates::TELEGRAM_UPDATES;
-    match (&s.telegram_bot_token, s.webhook_secrets.is_set("telegram")) {
+    match (
+        &TelegramSettings::of(s).bot_token,
+        s.webhook_secrets.is_set("telegram"),
+    ) {
         (Some(_), false) => PlannedLoop::armed(
             TELEGRAM_UPDATES,
             true,
@@ -34,20 +38,14 @@ pub(super) fn telegram_updates(s: &Settings) -> PlannedLoop {
     }
 }
 
-/// Some chat is allowed in `TELEGRAM_ALLOWED_CHATS`.
-pub(super) fn telegram_chats(s: &Settings) -> bool {
-    s.telegram_allowed_chats
-        .as_deref()
-        .is_some_and(|c| c.split(',').any(|c| !c.trim().is_empty()))
-}
-
 pub(super) fn cron_plan(s: &Settings) -> PlannedLoop {
     use crate::cron::CRON;
     let digests_without_telegram = |list: &[crate::cron::Schedule]| {
         let digest = list
             .iter()
             .find(|s| s.action == crate::cron::ScheduleAction::Digest)?;
-        let missing = match (&s.telegram_bot_token, telegram_chats(s)) {
+        let telegram = TelegramSettings::of(s);
+        let missing = match (&telegram.bot_token, !telegram.allowed_chats.is_empty()) {
             (None, _) => "TELEGRAM_BOT_TOKEN is not set",
             (Some(_), false) => "TELEGRAM_ALLOWED_CHATS is not set",
             (Some(_), true) => return None,
@@ -221,7 +219,9 @@ pub(super) fn dispatch_loops(settings: &Settings) -> Vec<PlannedLoop> {
         config,
         profiles,
         &settings.env,
-        settings.github_token.is_some(),
+        crate::providers::github::settings::GithubSettings::of(settings)
+            .token
+            .is_some(),
         settings.nats_url.is_some(),
     ) {
         loops[0].state = LoopState::Unarmed;

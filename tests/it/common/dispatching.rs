@@ -7,7 +7,6 @@
 use std::path::{Path, PathBuf};
 
 use pidevops::config::Settings;
-use secrecy::SecretString;
 
 use super::agents::{agent, bash_agent, dispatch_file, Remote};
 use super::{TestApp, TestDb};
@@ -149,8 +148,8 @@ impl WithAgent {
     pub fn linear(self, linear: &FakeLinear) -> Self {
         let url = linear.url.clone();
         self.settings(move |s| {
-            s.linear_api_key = Some(SecretString::from(LINEAR_KEY));
-            s.linear_api_url = url;
+            s.providers.set("LINEAR_API_KEY", Some(LINEAR_KEY)).unwrap();
+            s.providers.set("LINEAR_API_URL", Some(&url)).unwrap();
         })
     }
 
@@ -195,8 +194,14 @@ impl WithAgent {
 
 /// The settings call GitHub's API at the fake, with [`GITHUB_TOKEN`].
 pub fn use_github(settings: &mut Settings, github: &FakeGithub) {
-    settings.github_token = Some(SecretString::from(GITHUB_TOKEN));
-    settings.github_api_url = github.url.clone();
+    settings
+        .providers
+        .set("GITHUB_TOKEN", Some(GITHUB_TOKEN))
+        .unwrap();
+    settings
+        .providers
+        .set("GITHUB_API_URL", Some(&github.url))
+        .unwrap();
 }
 
 /// A table's keys into the table of that name, any other value set.

@@ -215,7 +215,6 @@ pub fn settings(db: &TestDb) -> Settings {
             .set(provider, Some(SecretString::from(secret))));
     }
     s.admin_token = Some(SecretString::from(ADMIN_TOKEN));
-    s.telegram_bot_id = Some("4242".to_owned());
     s
 }
 

@@ -26,9 +26,18 @@ const LOOP: &str = "effects:telegram";
 /// The app with Telegram telling `chats`, every notice sent (no cooldown), and at most `cap` calls per task.
 async fn spawn(db: &TestDb, telegram: &FakeTelegram, chats: &str, cap: u32) -> TestApp {
     let mut settings = crate::common::settings(db);
-    settings.telegram_bot_token = Some(SecretString::from(BOT_TOKEN));
-    settings.telegram_api_url = telegram.url.clone();
-    settings.telegram_allowed_chats = Some(chats.to_owned());
+    settings
+        .providers
+        .set("TELEGRAM_BOT_TOKEN", Some(BOT_TOKEN))
+        .unwrap();
+    settings
+        .providers
+        .set("TELEGRAM_API_URL", Some(&telegram.url))
+        .unwrap();
+    settings
+        .providers
+        .set("TELEGRAM_ALLOWED_CHATS", Some(chats))
+        .unwrap();
     settings.file = format!(
         "[board]\nmax_attempts = 10\n[telegram]\ncooldown_s = 0\n[effects]\nmax_per_task_per_hour = {cap}\n"
     )
@@ -314,9 +323,11 @@ async fn two_followers_at_once_never_pass_the_cap_together(db: TestDb) {
                     &SecretString::from(BOT_TOKEN),
                 )
                 .unwrap(),
-                pidevops::effects::PolicyConfig {
-                    telegram_chats: chats,
-                    ..Default::default()
+                pidevops::providers::telegram::settings::TelegramSettings {
+                    allowed_chats: chats.into_iter().collect(),
+                    ..pidevops::providers::telegram::settings::TelegramSettings::of(
+                        &app.state.settings,
+                    )
                 },
             ),
             app.state.log.clone(),

@@ -15,7 +15,10 @@ fn config(text: &str) -> Result<IntakeConfig, String> {
     let file = text
         .parse::<crate::config::FileConfig>()
         .map_err(|e| e.to_string())?;
-    file.intake.with_telegram(Some("-100, 7"), None)
+    Ok(IntakeConfig {
+        telegram_allowed_chats: [-100, 7].into(),
+        ..file.intake
+    })
 }
 
 /// A message as the Bot API sends one: `id` in `chat` (a group when negative), from `user` (@ada), saying `text`.
@@ -209,9 +212,12 @@ fn telegram_commands_need_an_allowed_chat_and_when_listed_an_allowed_user() {
         let refused = telegram_refusal(&chats, Some(&users), chat, user).unwrap();
         assert!(refused.contains(why), "{refused}");
     }
-    let error = IntakeConfig::default()
-        .with_telegram(None, Some("5, ada"))
-        .unwrap_err();
+    let error = crate::config::Settings::from_env(&crate::config::Env::from_pairs([(
+        "TELEGRAM_ALLOWED_USERS",
+        "5, ada",
+    )]))
+    .unwrap_err()
+    .to_string();
     assert!(
         error.contains("TELEGRAM_ALLOWED_USERS") && error.contains("ada"),
         "{error}"

@@ -35,11 +35,17 @@ pub mod combined;
 pub struct GithubPolicy {
     client: GithubClient,
     config: PolicyConfig,
+    /// pidevops's own GitHub account (`[intake.github] bot_login`): a question on an issue says to mention it.
+    bot_login: Option<String>,
 }
 
 impl GithubPolicy {
-    pub fn new(client: GithubClient, config: PolicyConfig) -> Self {
-        Self { client, config }
+    pub fn new(client: GithubClient, config: PolicyConfig, bot_login: Option<String>) -> Self {
+        Self {
+            client,
+            config,
+            bot_login,
+        }
     }
 }
 
@@ -130,7 +136,7 @@ impl ProviderPolicy for GithubPolicy {
                 reason,
                 *question,
                 &event.id.to_string(),
-                self.config.github_bot_login.as_deref(),
+                self.bot_login.as_deref(),
                 event.occurred_at,
             ));
         }

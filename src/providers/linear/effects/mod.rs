@@ -6,6 +6,7 @@ use anyhow::Context;
 use serde_json::json;
 
 use crate::board::Loaded;
+use crate::domain::effect::LinearStates;
 use crate::domain::{EventType, NewEvent, Source};
 use crate::effects::handle::{EffectsProgress, Handle, Settled, ACTOR};
 use crate::effects::policy_config::PolicyConfig;
@@ -26,11 +27,17 @@ pub const LINEAR_SESSION_PREFIX: &str = "linear-session:";
 pub struct LinearPolicy {
     client: LinearClient,
     config: PolicyConfig,
+    /// Where its issues move (`[linear.states]`).
+    states: LinearStates,
 }
 
 impl LinearPolicy {
-    pub fn new(client: LinearClient, config: PolicyConfig) -> Self {
-        Self { client, config }
+    pub fn new(client: LinearClient, config: PolicyConfig, states: LinearStates) -> Self {
+        Self {
+            client,
+            config,
+            states,
+        }
     }
 }
 
@@ -76,6 +83,7 @@ impl ProviderPolicy for LinearPolicy {
             last_run(&loaded.events),
             &event.id.to_string(),
             &self.config,
+            &self.states,
         );
         requests.extend(plan::checklist(fx, &loaded.task).await?);
         Ok(requests)

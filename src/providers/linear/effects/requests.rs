@@ -4,6 +4,7 @@
 use serde_json::json;
 
 use super::LinearAction;
+use crate::domain::effect::LinearStates;
 use crate::effects::policy_config::PolicyConfig;
 use crate::effects::Request;
 use crate::tasks::{Reason, RetryCause, RunId, Task, TaskEvent, GITHUB_PR, LINEAR_ISSUE};
@@ -57,6 +58,7 @@ pub fn linear(
     last_run: Option<RunId>,
     event_id: &str,
     config: &PolicyConfig,
+    states: &LinearStates,
 ) -> Vec<Request<LinearAction>> {
     let Some(issue) = task.links().get(LINEAR_ISSUE).map(|l| l.id()) else {
         return Vec::new();
@@ -67,7 +69,6 @@ pub fn linear(
         session,
         event_id,
     };
-    let states = &config.linear_states;
     match event {
         TaskEvent::Started {
             run,
@@ -91,7 +92,7 @@ pub fn linear(
             // The pull request is known (an earlier attempt opened it), or none will be opened: this attempt's
             // end is now. Otherwise it is when the pull request opens (see `linear_pull_request`).
             let known = pr.clone().or_else(|| task.links().get(GITHUB_PR));
-            if known.is_some() || !config.github_prs {
+            if known.is_some() || !config.pull_requests {
                 let place = known.map_or_else(
                     || format!("branch `{branch}`"),
                     |pr| format!("pull request {pr}"),

@@ -14,13 +14,13 @@ use super::TelegramAction;
 use crate::board::{Board, BoardError, Steer};
 use crate::domain::{EventType, NewEvent, Source};
 use crate::effects::handle::{EffectsProgress, Handle, Settled, ACTOR};
-use crate::effects::policy_config::PolicyConfig;
 use crate::effects::Request;
 use crate::eventlog::StoredEvent;
 use crate::loops::{LoopRegistry, LoopState};
 use crate::projectors::runs::{self, Which};
 use crate::projectors::tasks::{self as task_rows, TaskFilter};
 use crate::providers::telegram::intake::{read_update, telegram_refusal, user_id, user_name};
+use crate::providers::telegram::settings::TelegramSettings;
 use crate::providers::telegram::{escape, fit};
 use crate::tasks::{Column, TaskId, GITHUB_PR};
 
@@ -126,7 +126,7 @@ pub fn parse(text: &str) -> Option<Result<BotCommand, String>> {
 /// allowed chats; anything else is refused and recorded.
 pub(super) async fn command(
     fx: &impl Handle<Action = TelegramAction>,
-    config: &PolicyConfig,
+    settings: &TelegramSettings,
     event: &StoredEvent,
     progress: &mut EffectsProgress,
 ) -> anyhow::Result<Settled> {
@@ -140,7 +140,7 @@ pub(super) async fn command(
     let chat = message.chat.id;
     let from = message.from.as_deref();
     let who = user_name(from);
-    if let Some(why) = may_command(config, chat, from) {
+    if let Some(why) = may_command(settings, chat, from) {
         // `/new` and `/plan` from a stranger are intake's to record; every other command is recorded here.
         if !matches!(parsed, Ok(BotCommand::New | BotCommand::Plan)) {
             refused(fx, event, chat, &who, text, &why).await?;
@@ -201,7 +201,7 @@ pub(super) async fn command(
 /// answered (a refusal too), once — the answer effect's stream says whether it was.
 pub(super) async fn button(
     fx: &impl Handle<Action = TelegramAction>,
-    config: &PolicyConfig,
+    settings: &TelegramSettings,
     event: &StoredEvent,
     progress: &mut EffectsProgress,
 ) -> anyhow::Result<Settled> {
@@ -221,7 +221,7 @@ pub(super) async fn button(
     let handled = fx.requested(&key).await?;
     let text = if handled {
         String::new()
-    } else if let Some(why) = may_command(config, chat, Some(&query.from)) {
+    } else if let Some(why) = may_command(settings, chat, Some(&query.from)) {
         refused(fx, event, chat, &who, data, &why).await?;
         if why.contains("TELEGRAM_ALLOWED_USERS") {
             "You are not allowed to steer pidevops.".to_owned()
@@ -277,9 +277,13 @@ async fn pressed(
 }
 
 /// Why `from` may not command pidevops in `chat`; `None` when they may (intake's rule for `/new`, too).
-fn may_command(config: &PolicyConfig, chat: i64, from: Option<&User>) -> Option<String> {
-    let chats = config.telegram_chats.iter().copied().collect();
-    telegram_refusal(&chats, config.telegram_users.as_ref(), chat, user_id(from))
+fn may_command(settings: &TelegramSettings, chat: i64, from: Option<&User>) -> Option<String> {
+    telegram_refusal(
+        &settings.allowed_chats,
+        settings.allowed_users.as_ref(),
+        chat,
+        user_id(from),
+    )
 }
 
 /// The event's update, read as the Bot API's (intake's reading). One that does not read is logged and left

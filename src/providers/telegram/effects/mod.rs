@@ -12,11 +12,11 @@ use chrono::Utc;
 use crate::board::Loaded;
 use crate::domain::Source;
 use crate::effects::handle::{EffectsProgress, Handle, Settled};
-use crate::effects::policy_config::PolicyConfig;
 use crate::effects::provider::{OwnRecord, ProviderPolicy};
 use crate::effects::CallError;
 use crate::effects::{Produced, Request};
 use crate::eventlog::StoredEvent;
+use crate::providers::telegram::settings::TelegramSettings;
 use crate::providers::telegram::{message_stream, SentMessage, TelegramClient, MESSAGE_SENT};
 use crate::tasks::plan::PlanDocument;
 use crate::tasks::{Task, TaskEvent};
@@ -26,11 +26,14 @@ pub use action::TelegramAction;
 mod action;
 pub(crate) mod bot;
 
-/// The `effects:telegram` policy: notifications to `config.telegram_chats`, digests, and the bot.
+/// The `effects:telegram` policy: notifications to the allowed chats, digests, and the bot.
 #[derive(Clone, Debug)]
 pub struct TelegramPolicy {
     client: TelegramClient,
-    config: PolicyConfig,
+    /// Who is told and who may command (`TELEGRAM_ALLOWED_CHATS`, `TELEGRAM_ALLOWED_USERS`), and the cooldown.
+    settings: TelegramSettings,
+    /// The allowed chats, in order: each notice goes to each.
+    chats: Vec<i64>,
     /// When this process last sent to each Telegram chat, and at all (Telegram's rate limits).
     sent: Arc<Mutex<Sent>>,
     /// The command menu is settled for this process (set, or failed for good).
@@ -44,10 +47,11 @@ struct Sent {
 }
 
 impl TelegramPolicy {
-    pub fn new(client: TelegramClient, config: PolicyConfig) -> Self {
+    pub fn new(client: TelegramClient, settings: TelegramSettings) -> Self {
         Self {
             client,
-            config,
+            chats: settings.allowed_chats.iter().copied().collect(),
+            settings,
             sent: Default::default(),
             menu_settled: Default::default(),
         }
@@ -95,7 +99,7 @@ impl TelegramPolicy {
             .to_owned();
         // Written once, when first asked for: a replay drives what was recorded and never rewrites it.
         let mut html: Option<String> = None;
-        for chat in &self.config.telegram_chats {
+        for chat in &self.chats {
             let key = format!("telegram:digest:{schedule}:{}:{chat}", slot.to_rfc3339());
             let fresh = !fx.requested(&key).await?;
             let text = if !fresh {
@@ -152,7 +156,7 @@ impl TelegramPolicy {
             "<b>{heading}</b>: {}\nRaise it with <code>pidevops budget raise</code> or the API.",
             crate::providers::telegram::escape(&notice.words)
         );
-        for chat in &self.config.telegram_chats {
+        for chat in &self.chats {
             let request = Request {
                 key: format!("telegram:budget:{}:{chat}", event.id),
                 task: None,
@@ -197,8 +201,10 @@ impl ProviderPolicy for TelegramPolicy {
     ) -> anyhow::Result<Option<Settled>> {
         if event.source == Source::Telegram.as_str() {
             let settled = match event.event_type.as_str() {
-                "telegram.message" => bot::command(fx, &self.config, event, progress).await?,
-                "telegram.callback_query" => bot::button(fx, &self.config, event, progress).await?,
+                "telegram.message" => bot::command(fx, &self.settings, event, progress).await?,
+                "telegram.callback_query" => {
+                    bot::button(fx, &self.settings, event, progress).await?
+                }
                 _ => Settled::Yes,
             };
             return Ok(Some(settled));
@@ -233,8 +239,7 @@ impl ProviderPolicy for TelegramPolicy {
             task_event,
             TaskEvent::FlaggedNeedsHuman { question: true, .. }
         );
-        if !question && repeat_in_cooldown(&history, event.position, self.config.telegram_cooldown)
-        {
+        if !question && repeat_in_cooldown(&history, event.position, self.settings.cooldown) {
             tracing::debug!(
                 position = event.position,
                 "a repeat inside the cooldown: not sent"
@@ -251,14 +256,14 @@ impl ProviderPolicy for TelegramPolicy {
                 plan,
                 &loaded.task,
                 u32::try_from(revision).unwrap_or(u32::MAX),
-                &self.config.telegram_chats,
+                &self.chats,
             ));
         }
         Ok(telegram(
             task_event,
             &loaded.task,
             &event.id.to_string(),
-            &self.config.telegram_chats,
+            &self.chats,
         ))
     }
 

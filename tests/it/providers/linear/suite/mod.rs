@@ -56,8 +56,14 @@ fn delivery(name: &str, edit: impl FnOnce(&mut Value)) -> Vec<u8> {
 
 async fn spawn(db: &TestDb, linear: &FakeLinear, file: toml::Table) -> TestApp {
     let mut settings = crate::common::settings(db);
-    settings.linear_api_key = Some(SecretString::from(LINEAR_KEY));
-    settings.linear_api_url = linear.url.clone();
+    settings
+        .providers
+        .set("LINEAR_API_KEY", Some(LINEAR_KEY))
+        .unwrap();
+    settings
+        .providers
+        .set("LINEAR_API_URL", Some(&linear.url))
+        .unwrap();
     settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
     TestApp::spawn(settings).await
 }
@@ -214,6 +220,7 @@ async fn an_issue_hears_when_work_starts_goes_to_review_needs_a_human_and_is_don
                 &SecretString::from(LINEAR_KEY),
             )
             .unwrap(),
+            Default::default(),
             Default::default(),
         ),
         app.state.log.clone(),
@@ -551,10 +558,22 @@ async fn doctor_checks_linear_and_the_telegram_bot_with_read_only_calls() {
     let telegram = crate::providers::telegram::fake::FakeTelegram::start().await;
     let bot_token = "4242:doctor-bot-secret";
     let mut settings = crate::common::settings(&db);
-    settings.linear_api_key = Some(SecretString::from(LINEAR_KEY));
-    settings.linear_api_url = linear.url.clone();
-    settings.telegram_bot_token = Some(SecretString::from(bot_token));
-    settings.telegram_api_url = telegram.url.clone();
+    settings
+        .providers
+        .set("LINEAR_API_KEY", Some(LINEAR_KEY))
+        .unwrap();
+    settings
+        .providers
+        .set("LINEAR_API_URL", Some(&linear.url))
+        .unwrap();
+    settings
+        .providers
+        .set("TELEGRAM_BOT_TOKEN", Some(bot_token))
+        .unwrap();
+    settings
+        .providers
+        .set("TELEGRAM_API_URL", Some(&telegram.url))
+        .unwrap();
     let (report, ok) = pidevops::doctor::diagnose(&settings).await;
     let line = |name: &str| {
         report
@@ -579,7 +598,10 @@ async fn doctor_checks_linear_and_the_telegram_bot_with_read_only_calls() {
     assert_eq!(calls_of(&linear, "viewer"), 1);
     assert_eq!(telegram.methods(), ["getMe", "getWebhookInfo"]);
 
-    settings.linear_api_key = Some(SecretString::from("lin_api_refused"));
+    settings
+        .providers
+        .set("LINEAR_API_KEY", Some("lin_api_refused"))
+        .unwrap();
     let (report, ok) = pidevops::doctor::diagnose(&settings).await;
     assert!(!ok, "a refused key fails doctor: {report}");
     let refused = report

@@ -226,6 +226,7 @@ async fn an_agent_sessions_plan_checklist_follows_the_plan_and_its_items(db: Tes
             )
             .unwrap(),
             Default::default(),
+            Default::default(),
         ),
         app.state.log.clone(),
         app.state.board.clone(),

@@ -4,7 +4,6 @@
 use crate::common::board::new_task;
 use crate::common::{TestApp, TestDb};
 use crate::providers::telegram::fake::FakeTelegram;
-use secrecy::SecretString;
 
 use super::BOT_TOKEN;
 
@@ -15,10 +14,22 @@ per_backend!(with_allowed_users_other_group_members_cannot_command_or_press);
 async fn with_allowed_users_other_group_members_cannot_command_or_press(db: TestDb) {
     let telegram = FakeTelegram::start().await;
     let mut settings = crate::common::settings(&db);
-    settings.telegram_bot_token = Some(SecretString::from(BOT_TOKEN));
-    settings.telegram_api_url = telegram.url.clone();
-    settings.telegram_allowed_chats = Some("-100".into());
-    settings.telegram_allowed_users = Some("5, 12".into());
+    settings
+        .providers
+        .set("TELEGRAM_BOT_TOKEN", Some(BOT_TOKEN))
+        .unwrap();
+    settings
+        .providers
+        .set("TELEGRAM_API_URL", Some(&telegram.url))
+        .unwrap();
+    settings
+        .providers
+        .set("TELEGRAM_ALLOWED_CHATS", Some("-100"))
+        .unwrap();
+    settings
+        .providers
+        .set("TELEGRAM_ALLOWED_USERS", Some("5, 12"))
+        .unwrap();
     let app = TestApp::spawn(settings).await;
     let board = &app.state.board;
     let id = new_task("Rotate the signing keys")

@@ -28,9 +28,18 @@ const BOT_TOKEN: &str = "4242:fake-bot-secret";
 
 async fn spawn(db: &TestDb, telegram: &FakeTelegram, chats: Option<&str>) -> TestApp {
     let mut settings = crate::common::settings(db);
-    settings.telegram_bot_token = Some(SecretString::from(BOT_TOKEN));
-    settings.telegram_api_url = telegram.url.clone();
-    settings.telegram_allowed_chats = chats.map(str::to_owned);
+    settings
+        .providers
+        .set("TELEGRAM_BOT_TOKEN", Some(BOT_TOKEN))
+        .unwrap();
+    settings
+        .providers
+        .set("TELEGRAM_API_URL", Some(&telegram.url))
+        .unwrap();
+    settings
+        .providers
+        .set("TELEGRAM_ALLOWED_CHATS", chats)
+        .unwrap();
     TestApp::spawn(settings).await
 }
 
@@ -321,10 +330,7 @@ async fn commands_from_allowed_chats_are_answered_once_and_strangers_are_refused
                 &SecretString::from(BOT_TOKEN),
             )
             .unwrap(),
-            pidevops::effects::PolicyConfig {
-                telegram_chats: vec![-100],
-                ..Default::default()
-            },
+            pidevops::providers::telegram::settings::TelegramSettings::of(&app.state.settings),
         ),
         app.state.log.clone(),
         app.state.board.clone(),
@@ -353,9 +359,18 @@ async fn without_a_webhook_updates_are_long_polled_into_the_log_once(db: TestDb)
     telegram.queue_update(update(1, "/help"));
     telegram.queue_update(update(2, "/runs"));
     let mut settings = crate::common::settings(&db);
-    settings.telegram_bot_token = Some(SecretString::from(BOT_TOKEN));
-    settings.telegram_api_url = telegram.url.clone();
-    settings.telegram_allowed_chats = Some("-100".into());
+    settings
+        .providers
+        .set("TELEGRAM_BOT_TOKEN", Some(BOT_TOKEN))
+        .unwrap();
+    settings
+        .providers
+        .set("TELEGRAM_API_URL", Some(&telegram.url))
+        .unwrap();
+    settings
+        .providers
+        .set("TELEGRAM_ALLOWED_CHATS", Some("-100"))
+        .unwrap();
     assert!(settings.webhook_secrets.set("telegram", None));
     let app = TestApp::spawn(settings.clone()).await;
     within(
@@ -490,9 +505,18 @@ async fn a_button_press_steers_the_task_and_every_press_is_answered(db: TestDb) 
 async fn a_digest_schedule_sends_the_board_to_every_chat_once_per_slot(db: TestDb) {
     let telegram = FakeTelegram::start().await;
     let mut settings = crate::common::settings(&db);
-    settings.telegram_bot_token = Some(SecretString::from(BOT_TOKEN));
-    settings.telegram_api_url = telegram.url.clone();
-    settings.telegram_allowed_chats = Some("-100,-200".to_owned());
+    settings
+        .providers
+        .set("TELEGRAM_BOT_TOKEN", Some(BOT_TOKEN))
+        .unwrap();
+    settings
+        .providers
+        .set("TELEGRAM_API_URL", Some(&telegram.url))
+        .unwrap();
+    settings
+        .providers
+        .set("TELEGRAM_ALLOWED_CHATS", Some("-100,-200"))
+        .unwrap();
     settings.file = r#"
         [board]
         approval = "auto"

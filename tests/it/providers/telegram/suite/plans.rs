@@ -15,9 +15,18 @@ per_backend!(a_plan_from_telegram_is_proposed_with_buttons_rejected_with_a_comme
 
 async fn spawn(db: &TestDb, telegram: &FakeTelegram, file: &str) -> TestApp {
     let mut settings = crate::common::settings(db);
-    settings.telegram_bot_token = Some(SecretString::from(super::BOT_TOKEN));
-    settings.telegram_api_url = telegram.url.clone();
-    settings.telegram_allowed_chats = Some("-100".to_owned());
+    settings
+        .providers
+        .set("TELEGRAM_BOT_TOKEN", Some(super::BOT_TOKEN))
+        .unwrap();
+    settings
+        .providers
+        .set("TELEGRAM_API_URL", Some(&telegram.url))
+        .unwrap();
+    settings
+        .providers
+        .set("TELEGRAM_ALLOWED_CHATS", Some("-100"))
+        .unwrap();
     settings.file = file.parse().unwrap();
     TestApp::spawn(settings).await
 }
@@ -287,10 +296,7 @@ async fn a_plan_from_telegram_is_proposed_with_buttons_rejected_with_a_comment_a
                 &SecretString::from(super::BOT_TOKEN),
             )
             .unwrap(),
-            pidevops::effects::PolicyConfig {
-                telegram_chats: vec![-100],
-                ..Default::default()
-            },
+            pidevops::providers::telegram::settings::TelegramSettings::of(&app.state.settings),
         ),
         app.state.log.clone(),
         app.state.board.clone(),
