@@ -45,8 +45,8 @@
 //!                  triage (domain/family.rs), auto-land's facts (landing.rs), the plan file (plan/)
 //! intake/          the follower that turns qualifying webhook events into tasks or plans (rules/ is pure: the
 //!                  decision, its configuration and the shared helpers; each provider's rules are in its folder),
-//!                  and trusted GitHub comments addressed to pidevops into follow-ups, answers and commands
-//!                  (comments.rs)
+//!                  replies to pidevops's messages into answers and follow-ups, and trusted comments on a code
+//!                  host (GitHub's) addressed to pidevops into follow-ups, answers and commands (comments.rs)
 //! plans/           the follower that makes an approved plan's items tasks and rolls the plan up from them
 //! reactions/       the follower that turns GitHub events on pidevops branches into task commands (pure rules)
 //! effects/         outbound calls, each recorded in `effect:<key>` and made once: runner/ (the one

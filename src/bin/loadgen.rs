@@ -183,7 +183,7 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
         "the payload {} is empty",
         args.payload.display()
     );
-    let signature = pidevops::ingress::verify::sign_github(secret.as_bytes(), &body);
+    let signature = pidevops::providers::github::webhook::sign_github(secret.as_bytes(), &body);
 
     let mut headers = HeaderMap::new();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -1,5 +1,6 @@
 //! Names of effects and their streams, shared by the effects that write them and the loops that look them up
-//! without importing `effects` (intake asks whether a task's notice went to a chat); and the Linear states
+//! without importing `effects` (intake asks whether a task's notice went to a conversation, and which task a
+//! message pidevops sent was about); and the Linear states
 //! `effects:linear` moves issues to, which intake reads as at work.
 
 /// The stream of one effect: `effect:<key>`.
@@ -22,27 +23,45 @@ pub fn pull_request_task(key: &str) -> Option<crate::tasks::TaskId> {
 
 const PULL_REQUEST_KEY_PREFIX: &str = "github:pr:";
 
-/// The key of the Telegram notice to `chat` about the task event stored as `event_id`.
-pub fn telegram_notice_key(chat: i64, event_id: &str) -> String {
-    format!("telegram:notify:{chat}:{event_id}")
+/// The key of the notice to `conversation` on `provider` about the task event stored as `event_id`:
+/// `<provider>:notify:<conversation>:<event id>` (Telegram's: `telegram:notify:<chat>:<event id>`).
+pub fn notice_key(provider: &str, conversation: &str, event_id: &str) -> String {
+    format!("{provider}:notify:{conversation}:{event_id}")
 }
 
 /// The stream recording one message pidevops sent about a task, named by the message:
-/// `telegram-message:<chat>:<message id>`, so that a reply to it (`reply_to_message`) finds its task.
-pub const MESSAGE_STREAM_PREFIX: &str = "telegram-message:";
-/// The event type of that record.
-pub const MESSAGE_SENT: &str = "telegram.message_sent";
-
-pub fn message_stream(chat: i64, message_id: i64) -> String {
-    format!("{MESSAGE_STREAM_PREFIX}{chat}:{message_id}")
+/// `<provider>-message:<conversation>:<message>` (Telegram's: `telegram-message:<chat>:<message id>`), so that a
+/// reply to it finds its task.
+pub fn message_stream(provider: &str, conversation: &str, message: &str) -> String {
+    format!("{provider}-message:{conversation}:{message}")
 }
 
-/// What pidevops sent as message `message_id` to `chat`: about which task, as which effect, and whether it asked a
-/// question (its reply is then the answer).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// A message pidevops sent, as its provider names it: the provider, the conversation it is in and the message,
+/// both opaque to everyone but the provider (Telegram's: the chat's id and the message's, as the numbers print).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MessageRef {
+    pub source: super::Source,
+    pub conversation: String,
+    pub message: String,
+}
+
+impl MessageRef {
+    /// The stream of its record ([`message_stream`]).
+    pub fn stream(&self) -> String {
+        message_stream(self.source.as_str(), &self.conversation, &self.message)
+    }
+
+    /// The key of the notice about the task event `event_id` in this message's conversation ([`notice_key`]).
+    pub fn notice_key(&self, event_id: &str) -> String {
+        notice_key(self.source.as_str(), &self.conversation, event_id)
+    }
+}
+
+/// What every provider's record of a message it sent says (the first event of the message's stream, of type
+/// `<provider>.message_sent`; the rest of its body is the provider's own, Telegram's names the chat and the
+/// message): about which task, as which effect, and whether it asked a question (a reply is then the answer).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
 pub struct SentMessage {
-    pub chat: i64,
-    pub message_id: i64,
     pub task: crate::tasks::TaskId,
     pub key: String,
     #[serde(default)]

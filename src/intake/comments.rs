@@ -1,35 +1,32 @@
-//! GitHub comments addressed to pidevops, intake's side with I/O (the pure rule is GitHub's, `providers/github/intake/comment.rs`): the
-//! comment's task is the issue's (its intake key) or the pull request's (the task whose recorded `github_pr` it
-//! is), never one the comment names; free text becomes a follow-up, or the answer when the task waits on a human;
-//! an issue with no task yet becomes one; `/pidevops retry | cancel | approve` steers the board as Telegram's
-//! buttons do, `/pidevops status` says where the task is. What was done is recorded once per comment
-//! (`conversation.github_comment` at version 1 of `github-comment:<repo>:<id>`): a redelivered comment runs
-//! nothing twice, and the GitHub policy reacts (`eyes`) and replies from that record.
+//! Comments addressed to pidevops on a code host, intake's side with I/O (the pure rule is the host's, GitHub's
+//! in `providers/github/intake/comment.rs`): the comment's task is the issue's (its intake key) or the pull
+//! request's (the task whose recorded pull request it is: the host's link, GitHub's `github_pr`), never one the
+//! comment names; free text becomes a follow-up, or the answer when the task waits on a human; an issue with no
+//! task yet becomes one; `/pidevops retry | cancel | approve` steers the board as Telegram's buttons do,
+//! `/pidevops status` says where the task is. What was done is recorded once per comment (the host's record type
+//! at version 1 of its stream, GitHub's `conversation.github_comment` in `github-comment:<repo>:<id>`): a
+//! redelivered comment runs nothing twice, and the host's policy reacts (`eyes`) and replies from that record.
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use super::rules::comment::{comment_stream, Ask, CommentCommand, GithubComment};
+use super::rules::comment::{Ask, CodeHost, Comment, CommentCommand};
 use super::{Intake, IntakeProgress, INTAKE};
 use crate::board::{BoardError, Steer};
 use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::{AppendError, StoredEvent};
-use crate::projectors::tasks::{self as task_rows, LinkKind};
-use crate::tasks::{
-    Column, Command, FollowUpOrigin, FollowUpText, RepoName, TaskError, TaskId, GITHUB_PR,
-};
+use crate::projectors::tasks as task_rows;
+use crate::tasks::{Column, Command, FollowUpOrigin, FollowUpText, RepoName, TaskError, TaskId};
 
-/// The type of a comment's record.
-pub const RECORD: &str = "conversation.github_comment";
-
-/// What pidevops did with a comment addressed to it: the body of its `conversation.github_comment`.
+/// What pidevops did with a comment addressed to it: the body of its record (`CodeHost::record`, GitHub's
+/// `conversation.github_comment`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommentRecord {
     pub repo: RepoName,
     /// The issue's or pull request's number.
     pub number: u64,
     pub pull_request: bool,
-    /// GitHub's id of the comment.
+    /// The host's id of the comment.
     pub comment: u64,
     pub login: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -39,7 +36,7 @@ pub struct CommentRecord {
     pub cause_event_id: uuid::Uuid,
 }
 
-/// What a comment did, in facts the reply is worded from (`providers/github/effects/mod.rs`).
+/// What a comment did, in facts the reply is worded from (the host's policy: `providers/github/effects/mod.rs`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum CommentOutcome {
@@ -70,13 +67,13 @@ pub enum CommentOutcome {
 
 impl Intake {
     /// Runs an addressed comment once: a comment with a record was run already (a redelivery), and says so.
-    pub(super) async fn github_comment(
+    pub(super) async fn comment(
         &self,
-        comment: &GithubComment,
+        comment: &Comment,
         event: &StoredEvent,
         progress: &mut IntakeProgress,
     ) -> anyhow::Result<()> {
-        let stream = comment_stream(&comment.repo, comment.id);
+        let stream = comment.stream();
         if let Some(first) = self.comment_record(&stream).await? {
             if first.cause_event_id == event.id {
                 // Recorded before a crash moved the checkpoint: done.
@@ -110,7 +107,7 @@ impl Intake {
         };
         let mut new = NewEvent::new(
             Source::Pidevops,
-            EventType::from_stored(RECORD.to_owned()),
+            EventType::from_stored(comment.host.record.to_owned()),
             stream.clone(),
             "application/json",
             bytes::Bytes::from(serde_json::to_vec(&record)?),
@@ -131,7 +128,7 @@ impl Intake {
     }
 
     /// An edited comment never runs again; the record says whether it ran when it was created.
-    pub(super) async fn github_comment_edited(
+    pub(super) async fn comment_edited(
         &self,
         stream: &str,
         id: u64,
@@ -168,12 +165,13 @@ impl Intake {
 
     /// The comment's task: the issue's (its intake key), or the pull request's (the task whose recorded pull
     /// request it is, in the task's own repository).
-    async fn comment_task(&self, comment: &GithubComment) -> anyhow::Result<Option<TaskId>> {
+    async fn comment_task(&self, comment: &Comment) -> anyhow::Result<Option<TaskId>> {
         if !comment.pull_request {
             return Ok(self.board.task_for_key(&comment.issue_key()).await?);
         }
         let value = format!("{}#{}", comment.repo, comment.number);
-        let found = task_rows::task_for_link(self.log.store(), LinkKind::GithubPr, &value)
+        let host = comment.host;
+        let found = task_rows::task_for_link(self.log.store(), host.pull_request_kind, &value)
             .await
             .context("looking up the pull request's task")?;
         let Some(id) = found else {
@@ -187,14 +185,14 @@ impl Intake {
         let ours = same(task.repo())
             && task
                 .links()
-                .get(GITHUB_PR)
+                .get(host.pull_request)
                 .is_some_and(|pr| same(&pr.repo) && pr.number.get() == comment.number);
         Ok(ours.then_some(id))
     }
 
     async fn run_comment(
         &self,
-        comment: &GithubComment,
+        comment: &Comment,
         task: Option<TaskId>,
         event: &StoredEvent,
     ) -> anyhow::Result<(Option<TaskId>, CommentOutcome)> {
@@ -224,7 +222,7 @@ impl Intake {
     /// first follow-up.
     async fn create_from(
         &self,
-        comment: &GithubComment,
+        comment: &Comment,
         text: &str,
         event: &StoredEvent,
     ) -> anyhow::Result<(Option<TaskId>, CommentOutcome)> {
@@ -279,7 +277,7 @@ impl Intake {
     /// review round again). Keyed by the comment, so a repeat attaches nothing.
     async fn follow_up_from(
         &self,
-        comment: &GithubComment,
+        comment: &Comment,
         id: TaskId,
         text: &str,
     ) -> anyhow::Result<CommentOutcome> {
@@ -297,13 +295,14 @@ impl Intake {
         let Some(loaded) = self.board.load(id).await? else {
             return Ok(refused(format!("{id} does not exist")));
         };
+        let actor = comment.host.source.as_str();
         let before = loaded.task.column();
         if loaded.task.needs_human().is_some() {
             let answer = Command::Answer {
                 text: text.clone(),
                 origin: origin.clone(),
             };
-            match self.board.execute(id, &answer, "github").await {
+            match self.board.execute(id, &answer, actor).await {
                 Ok(_) => return Ok(CommentOutcome::Answered),
                 // Answered meanwhile: a follow-up like any other.
                 Err(BoardError::Refused(TaskError::NoQuestion { .. })) => {}
@@ -316,7 +315,7 @@ impl Intake {
             origin,
             send_back: true,
         };
-        match self.board.execute(id, &attach, "github").await {
+        match self.board.execute(id, &attach, actor).await {
             Ok(outcome) => Ok(CommentOutcome::Queued {
                 sent_back: before == Column::InReview && outcome.task.column() != Column::InReview,
             }),
@@ -328,23 +327,24 @@ impl Intake {
     /// `/pidevops <command>` on task `id`: the board's command as Telegram's would be, or where it stands.
     async fn command_from(
         &self,
-        comment: &GithubComment,
+        comment: &Comment,
         id: TaskId,
         command: CommentCommand,
         reason: Option<String>,
     ) -> anyhow::Result<CommentOutcome> {
         let steer = match command {
-            CommentCommand::Status => return self.status_of(id).await,
+            CommentCommand::Status => return self.status_of(id, comment.host).await,
             CommentCommand::Retry => Steer::Retry,
             CommentCommand::Cancel => Steer::Cancel,
             CommentCommand::Approve => Steer::Approve,
         };
         let via = format!(
-            "by {} on GitHub ({}#{})",
-            comment.login, comment.repo, comment.number
+            "by {} on {} ({}#{})",
+            comment.login, comment.host.name, comment.repo, comment.number
         );
         let name = command.name().to_owned();
-        match self.board.steer(id, steer, reason, &via, "github").await {
+        let actor = comment.host.source.as_str();
+        match self.board.steer(id, steer, reason, &via, actor).await {
             Ok(outcome) => Ok(CommentOutcome::Steered {
                 command: name,
                 column: outcome.task.column(),
@@ -361,7 +361,7 @@ impl Intake {
         }
     }
 
-    async fn status_of(&self, id: TaskId) -> anyhow::Result<CommentOutcome> {
+    async fn status_of(&self, id: TaskId, host: &CodeHost) -> anyhow::Result<CommentOutcome> {
         let Some(loaded) = self.board.load(id).await? else {
             return Ok(CommentOutcome::NoTask {
                 why: format!("{id} does not exist"),
@@ -373,7 +373,7 @@ impl Intake {
             attempts: task.attempts(),
             max_attempts: task.max_attempts().get(),
             needs_human: task.needs_human().map(|n| n.reason.as_str().to_owned()),
-            pull_request: task.links().get(GITHUB_PR).map(|pr| pr.to_string()),
+            pull_request: task.links().get(host.pull_request).map(|pr| pr.to_string()),
         })
     }
 }

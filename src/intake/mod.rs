@@ -19,7 +19,7 @@ use crate::board::{Board, BoardError};
 use crate::domain::Source;
 use crate::eventlog::{EventLog, StoredEvent};
 use crate::loops::follow::{AsStored, Follow, Follower, Next};
-pub use comments::{CommentOutcome, CommentRecord, RECORD as COMMENT_RECORD};
+pub use comments::{CommentOutcome, CommentRecord};
 pub use rules::{Decision, IntakeConfig};
 
 /// The loop's name and its checkpoint's.
@@ -117,23 +117,20 @@ impl Intake {
                 };
                 self.reply(id, &text, origin, true, event).await
             }
-            Decision::TelegramReply {
-                chat,
+            Decision::Reply {
                 to,
                 text,
                 origin,
                 refusal,
             } => {
-                self.telegram_reply(chat, to, &text, origin, refusal, event)
+                self.reply_to_message(&to, &text, origin, refusal, event)
                     .await
             }
             Decision::Stop { key, reason } => self.stop(&key, &reason, event).await,
-            Decision::GithubComment(comment) => {
-                self.github_comment(&comment, event, progress).await
-            }
-            Decision::GithubCommentEdited { stream, id } => {
+            Decision::Comment(comment) => self.comment(&comment, event, progress).await,
+            Decision::CommentEdited { stream, id } => {
                 progress.ignored += 1;
-                self.github_comment_edited(&stream, id, event).await
+                self.comment_edited(&stream, id, event).await
             }
             Decision::Ignore { reason } => {
                 progress.ignored += 1;
@@ -410,21 +407,21 @@ impl Intake {
         }
     }
 
-    /// A Telegram reply to message `to` of `chat`: when pidevops sent that message about a task (its record,
-    /// `telegram-message:<chat>:<to>`), the reply answers the task's question, or is a follow-up when the message
-    /// asked none. A reply to anything else is none of intake's business; one from a sender who may not command
-    /// changes nothing and is recorded.
-    async fn telegram_reply(
+    /// A reply to `to`, a message pidevops sent (Telegram's: a message replying to another): when pidevops sent
+    /// that message about a task (its record, the first event of `to.stream()`, Telegram's
+    /// `telegram-message:<chat>:<message id>`), the reply answers the task's question, or is a follow-up when the
+    /// message asked none. A reply to anything else is none of intake's business; one from a sender who may not
+    /// command changes nothing and is recorded.
+    async fn reply_to_message(
         &self,
-        chat: i64,
-        to: i64,
+        to: &crate::domain::effect::MessageRef,
         text: &str,
         origin: crate::tasks::FollowUpOrigin,
         refusal: Option<String>,
         event: &StoredEvent,
     ) -> anyhow::Result<()> {
-        use crate::domain::effect::{message_stream, SentMessage};
-        let stream = message_stream(chat, to);
+        use crate::domain::effect::SentMessage;
+        let stream = to.stream();
         let records = self
             .log
             .store()
@@ -445,7 +442,7 @@ impl Intake {
                 )
                 .await;
         }
-        if sent.question && self.asked_again(&sent).await? {
+        if sent.question && self.asked_again(to, &sent).await? {
             return self
                 .record_ignored(
                     event,
@@ -461,11 +458,15 @@ impl Intake {
             .await
     }
 
-    /// Whether the task waits for a person again, in a needs-human episode later than the one `sent` asked about,
-    /// and that later one was asked in `sent`'s chat too (its notice requested there: a notice held back by the
-    /// cooldown leaves `sent` the latest message to answer).
-    async fn asked_again(&self, sent: &crate::domain::effect::SentMessage) -> anyhow::Result<bool> {
-        use crate::domain::effect::{stream, telegram_notice_key};
+    /// Whether the task waits for a person again, in a needs-human episode later than the one `sent` (message
+    /// `to`) asked about, and that later one was asked in `to`'s conversation too (its notice requested there: a
+    /// notice held back by the cooldown leaves `sent` the latest message to answer).
+    async fn asked_again(
+        &self,
+        to: &crate::domain::effect::MessageRef,
+        sent: &crate::domain::effect::SentMessage,
+    ) -> anyhow::Result<bool> {
+        use crate::domain::effect::stream;
         let Some(loaded) = self.board.load(sent.task).await? else {
             return Ok(false);
         };
@@ -481,7 +482,7 @@ impl Intake {
         else {
             return Ok(false);
         };
-        let latest_key = telegram_notice_key(sent.chat, &latest.id.to_string());
+        let latest_key = to.notice_key(&latest.id.to_string());
         if latest_key == sent.key {
             return Ok(false);
         }

@@ -18,9 +18,10 @@ use crate::providers::linear::fake::{default_states, FakeLinear, Issue, LINEAR_K
 use crate::providers::telegram::fake::FakeTelegram;
 use axum::http::Method;
 use pidevops::eventlog::EventStore;
-use pidevops::ingress::verify::{sign_github, sign_linear};
 use pidevops::projectors::runs::{self, RunRow, Which};
 use pidevops::projectors::tasks as task_rows;
+use pidevops::providers::github::webhook::sign_github;
+use pidevops::providers::linear::webhook::sign_linear;
 use pidevops::tasks::{Column, TaskId, GITHUB_PR, LINEAR_ISSUE};
 use serde_json::{json, Value};
 

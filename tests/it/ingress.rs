@@ -2,7 +2,7 @@
 
 use crate::common::{TestApp, TestDb, ADMIN_TOKEN, GITHUB_SECRET, TELEGRAM_SECRET};
 use pidevops::domain::Source;
-use pidevops::ingress::verify::sign_github;
+use pidevops::providers::github::webhook::sign_github;
 use serde_json::Value;
 
 per_backend!(
@@ -211,7 +211,7 @@ async fn every_linear_fixture_is_stored_once_and_stale_ones_are_refused(db: Test
             .post(app.url("/webhooks/linear"))
             .header(
                 "linear-signature",
-                pidevops::ingress::verify::sign_linear(
+                pidevops::providers::linear::webhook::sign_linear(
                     crate::common::LINEAR_SECRET.as_bytes(),
                     &body,
                 ),

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::process::Stdio;
 
 use crate::common::server::{command, read_log, Server};
-use pidevops::ingress::verify::sign_github;
+use pidevops::providers::github::webhook::sign_github;
 
 fn env_file(path: &std::path::Path) -> BTreeMap<String, String> {
     std::fs::read_to_string(path)

@@ -16,8 +16,8 @@ use crate::common::server::{read_log, Server};
 use crate::common::{within, TestApp, TestDb, ADMIN_TOKEN, GITHUB_SECRET};
 use crate::providers::github::fake::FakeGithub;
 use pidevops::eventlog::EventStore;
-use pidevops::ingress::verify::sign_github;
 use pidevops::projectors::runs::{self, Which};
+use pidevops::providers::github::webhook::sign_github;
 use pidevops::tasks::{Column, TaskId};
 use serde_json::{json, Value};
 

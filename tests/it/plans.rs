@@ -13,7 +13,7 @@ use crate::common::board;
 use crate::common::{within, TestApp, TestDb, ADMIN_TOKEN, GITHUB_SECRET};
 use crate::providers::github::fake::FakeGithub;
 use pidevops::eventlog::StoredEvent;
-use pidevops::ingress::verify::sign_github;
+use pidevops::providers::github::webhook::sign_github;
 use pidevops::tasks::{Column, TaskId};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};

@@ -13,7 +13,7 @@ use crate::common::board;
 use crate::common::{within, TestApp, TestDb, GITHUB_SECRET};
 use crate::plans::{item, items_of, merge, new_plan, plan_of, planner, pull_request_of, spawn};
 use crate::providers::github::fake::FakeGithub;
-use pidevops::ingress::verify::sign_github;
+use pidevops::providers::github::webhook::sign_github;
 use pidevops::tasks::{Column, TaskId};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};

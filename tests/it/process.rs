@@ -11,7 +11,7 @@ use crate::common::server::{command, read_log, Server, BIN};
 use crate::common::{TestDb, GITHUB_SECRET};
 use pidevops::domain::{EventType, NewEvent, Source};
 use pidevops::eventlog::{EventLog, EventStore};
-use pidevops::ingress::verify::sign_github;
+use pidevops::providers::github::webhook::sign_github;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 

@@ -311,8 +311,10 @@ struct Senders {
 impl Senders {
     fn start(app: &crate::common::TestApp, concurrency: usize, body: Bytes) -> Self {
         let stop = CancellationToken::new();
-        let signature =
-            pidevops::ingress::verify::sign_github(crate::common::GITHUB_SECRET.as_bytes(), &body);
+        let signature = pidevops::providers::github::webhook::sign_github(
+            crate::common::GITHUB_SECRET.as_bytes(),
+            &body,
+        );
         let tasks = (0..concurrency)
             .map(|worker| {
                 let (stop, client, url) = (

@@ -11,8 +11,8 @@ use crate::common::server::Server;
 use crate::common::{within, TestDb, GITHUB_SECRET};
 use pidevops::bus::{Bus, BusConfig, JetstreamBus};
 use pidevops::eventlog::EventStore;
-use pidevops::ingress::verify::sign_github;
 use pidevops::projectors::sources;
+use pidevops::providers::github::webhook::sign_github;
 use serde_json::Value;
 
 const TTL_S: u64 = 6;

@@ -61,22 +61,25 @@ pub enum Decision {
         text: String,
         origin: Option<crate::tasks::FollowUpOrigin>,
     },
-    /// A Telegram message replying to message `to` of `chat`: when pidevops sent that message about a task, the
-    /// reply is that task's answer (to a question) or follow-up; `refusal` says why its sender may not.
-    TelegramReply {
-        chat: i64,
-        to: i64,
+    /// A reply to `to`, a message pidevops sent (Telegram's: a message replying to another, its chat and message
+    /// ids as they print): when pidevops sent that message about a task (its record, the first event of
+    /// `to.stream()`), the reply is that task's answer (to a question) or follow-up; `refusal` says why its sender
+    /// may not. A provider with threads (Slack's replies to pidevops's messages) decides one the same way.
+    Reply {
+        /// Boxed: the other decisions are smaller.
+        to: Box<crate::domain::effect::MessageRef>,
         text: String,
         origin: crate::tasks::FollowUpOrigin,
         refusal: Option<String>,
     },
     /// Stop the task of `key` now, its run too (a Linear agent session's `stop` signal).
     Stop { key: String, reason: String },
-    /// A comment addressed to pidevops by a trusted author (`providers/github/intake/comment.rs`): intake finds its task by
-    /// the issue or pull request it is on, and records what it did in the comment's stream, once.
-    GithubComment(Box<comment::GithubComment>),
+    /// A comment addressed to pidevops by a trusted author on a code host (GitHub's, read by
+    /// `providers/github/intake/comment.rs`): intake finds its task by the issue or pull request it is on, and
+    /// records what it did in the comment's stream, once.
+    Comment(Box<comment::Comment>),
     /// An edited comment: never run again; intake records whether it ran when it was created (its `stream`).
-    GithubCommentEdited { stream: String, id: u64 },
+    CommentEdited { stream: String, id: u64 },
     /// Not something intake looks at (a push, a ping, our own events).
     NotIntake,
 }

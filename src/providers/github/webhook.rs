@@ -6,7 +6,32 @@ use bytes::Bytes;
 use serde::Deserialize;
 
 use crate::domain::{EventType, NewEvent, Source, Subject};
+use crate::ingress::verify::{hmac_hex, verify_hex_hmac, SignatureError};
 use crate::ingress::{header_str, Malformed};
+
+pub const GITHUB_SIGNATURE_HEADER: &str = "x-hub-signature-256";
+
+/// GitHub: `X-Hub-Signature-256: sha256=<hex HMAC-SHA256(secret, raw body)>`.
+pub fn verify_github(
+    secret: &[u8],
+    body: &[u8],
+    header: Option<&[u8]>,
+) -> Result<(), SignatureError> {
+    let name = "X-Hub-Signature-256";
+    let header = header.ok_or(SignatureError::Missing(name))?;
+    let hex_digest = header
+        .strip_prefix(b"sha256=")
+        .ok_or(SignatureError::Malformed {
+            header: name,
+            reason: "expected sha256=<64 hex digits>",
+        })?;
+    verify_hex_hmac(name, secret, body, hex_digest)
+}
+
+/// `sha256=<hex>` as GitHub would send it; for tests, the load generator and fakes.
+pub fn sign_github(secret: &[u8], body: &[u8]) -> String {
+    format!("sha256={}", hmac_hex(secret, body))
+}
 
 /// Headers worth keeping with the event; none of them carries a secret.
 const KEPT_HEADERS: &[&str] = &[
@@ -46,17 +71,9 @@ impl crate::ingress::Webhook for Delivery {
     const SOURCE: Source = Source::Github;
     const BODY_LIMIT: usize = crate::ingress::GITHUB_BODY_LIMIT;
 
-    fn verify(
-        secret: &str,
-        headers: &HeaderMap,
-        body: &[u8],
-    ) -> Result<(), crate::ingress::verify::SignatureError> {
-        let signature = headers.get(crate::ingress::verify::GITHUB_SIGNATURE_HEADER);
-        crate::ingress::verify::verify_github(
-            secret.as_bytes(),
-            body,
-            signature.map(|v| v.as_bytes()),
-        )
+    fn verify(secret: &str, headers: &HeaderMap, body: &[u8]) -> Result<(), SignatureError> {
+        let signature = headers.get(GITHUB_SIGNATURE_HEADER);
+        verify_github(secret.as_bytes(), body, signature.map(|v| v.as_bytes()))
     }
 
     fn parse(
@@ -223,5 +240,93 @@ mod tests {
             .unwrap_err()
             .0
             .contains("payload="));
+    }
+
+    mod signature {
+        use super::super::{sign_github, verify_github};
+        use crate::ingress::verify::SignatureError;
+        use proptest::prelude::*;
+
+        const VECTOR_SECRET: &[u8] = b"It's a Secret to Everybody";
+        const VECTOR_BODY: &[u8] = b"Hello, World!";
+        const VECTOR_SIGNATURE: &str =
+            "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";
+
+        #[test]
+        fn github_published_test_vector() {
+            assert_eq!(sign_github(VECTOR_SECRET, VECTOR_BODY), VECTOR_SIGNATURE);
+            assert_eq!(
+                verify_github(
+                    VECTOR_SECRET,
+                    VECTOR_BODY,
+                    Some(VECTOR_SIGNATURE.as_bytes())
+                ),
+                Ok(())
+            );
+        }
+
+        #[test]
+        fn github_rejects_missing_malformed_and_wrong_signatures() {
+            assert_eq!(
+                verify_github(VECTOR_SECRET, VECTOR_BODY, None),
+                Err(SignatureError::Missing("X-Hub-Signature-256"))
+            );
+            let sha1 = b"sha1=0123456789012345678901234567890123456789";
+            assert!(matches!(
+                verify_github(VECTOR_SECRET, VECTOR_BODY, Some(sha1)),
+                Err(SignatureError::Malformed { .. })
+            ));
+            let uppercase_prefix = VECTOR_SIGNATURE.replace("sha256=", "SHA256=");
+            assert!(verify_github(
+                VECTOR_SECRET,
+                VECTOR_BODY,
+                Some(uppercase_prefix.as_bytes())
+            )
+            .is_err());
+            assert_eq!(
+                verify_github(
+                    b"another secret",
+                    VECTOR_BODY,
+                    Some(VECTOR_SIGNATURE.as_bytes())
+                ),
+                Err(SignatureError::Mismatch("X-Hub-Signature-256"))
+            );
+            assert_eq!(
+                verify_github(
+                    VECTOR_SECRET,
+                    b"Hello, World?",
+                    Some(VECTOR_SIGNATURE.as_bytes())
+                ),
+                Err(SignatureError::Mismatch("X-Hub-Signature-256"))
+            );
+            let truncated = &VECTOR_SIGNATURE[..VECTOR_SIGNATURE.len() - 2];
+            assert!(verify_github(VECTOR_SECRET, VECTOR_BODY, Some(truncated.as_bytes())).is_err());
+        }
+
+        proptest! {
+            // Arbitrary bytes never panic and never pass.
+            #[test]
+            fn arbitrary_github_headers_never_pass(body in proptest::collection::vec(any::<u8>(), 0..256),
+                                                   header in proptest::collection::vec(any::<u8>(), 0..80)) {
+                prop_assert!(verify_github(b"secret", &body, Some(&header)).is_err());
+            }
+
+            #[test]
+            fn arbitrary_hex_signatures_never_pass(body in proptest::collection::vec(any::<u8>(), 0..256),
+                                                   digest in "[0-9a-f]{64}") {
+                let header = format!("sha256={digest}");
+                prop_assume!(header != sign_github(b"secret", &body));
+                prop_assert!(verify_github(b"secret", &body, Some(header.as_bytes())).is_err());
+            }
+
+            #[test]
+            fn a_changed_body_never_passes(body in proptest::collection::vec(any::<u8>(), 1..256), flip in any::<usize>()) {
+                let signature = sign_github(b"secret", &body);
+                let mut tampered = body.clone();
+                let i = flip % tampered.len();
+                tampered[i] ^= 0x01;
+                prop_assert!(verify_github(b"secret", &tampered, Some(signature.as_bytes())).is_err());
+            }
+        }
     }
 }

@@ -8,11 +8,30 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::domain::{EventType, NewEvent, Source, Subject};
+use crate::ingress::verify::{hmac_hex, verify_hex_hmac, SignatureError};
 use crate::ingress::{header_str, Malformed};
 
 pub const MAX_CLOCK_SKEW_MS: i64 = 60_000;
 
 const KEPT_HEADERS: &[&str] = &["linear-delivery", "linear-event", "user-agent"];
+
+pub const LINEAR_SIGNATURE_HEADER: &str = "linear-signature";
+
+/// Linear: `Linear-Signature: <hex HMAC-SHA256(secret, raw body)>`, no prefix.
+pub fn verify_linear(
+    secret: &[u8],
+    body: &[u8],
+    header: Option<&[u8]>,
+) -> Result<(), SignatureError> {
+    let name = "Linear-Signature";
+    let header = header.ok_or(SignatureError::Missing(name))?;
+    verify_hex_hmac(name, secret, body, header)
+}
+
+/// The `Linear-Signature` value for a body.
+pub fn sign_linear(secret: &[u8], body: &[u8]) -> String {
+    hmac_hex(secret, body)
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum LinearError {
@@ -30,17 +49,9 @@ impl crate::ingress::Webhook for Delivery {
     const SOURCE: Source = Source::Linear;
     const BODY_LIMIT: usize = crate::ingress::DEFAULT_BODY_LIMIT;
 
-    fn verify(
-        secret: &str,
-        headers: &HeaderMap,
-        body: &[u8],
-    ) -> Result<(), crate::ingress::verify::SignatureError> {
-        let signature = headers.get(crate::ingress::verify::LINEAR_SIGNATURE_HEADER);
-        crate::ingress::verify::verify_linear(
-            secret.as_bytes(),
-            body,
-            signature.map(|v| v.as_bytes()),
-        )
+    fn verify(secret: &str, headers: &HeaderMap, body: &[u8]) -> Result<(), SignatureError> {
+        let signature = headers.get(LINEAR_SIGNATURE_HEADER);
+        verify_linear(secret.as_bytes(), body, signature.map(|v| v.as_bytes()))
     }
 
     fn parse(
@@ -207,6 +218,33 @@ mod tests {
                 ),
                 "{bad:?}"
             );
+        }
+    }
+
+    mod signature {
+        use super::super::{sign_linear, verify_linear};
+        use crate::ingress::verify::SignatureError;
+        use proptest::prelude::*;
+
+        #[test]
+        fn linear_signature_has_no_prefix() {
+            let sig = sign_linear(b"lin", b"{}");
+            assert_eq!(verify_linear(b"lin", b"{}", Some(sig.as_bytes())), Ok(()));
+            let prefixed = format!("sha256={sig}");
+            assert!(verify_linear(b"lin", b"{}", Some(prefixed.as_bytes())).is_err());
+            assert_eq!(
+                verify_linear(b"lin", b"{}", None),
+                Err(SignatureError::Missing("Linear-Signature"))
+            );
+        }
+
+        proptest! {
+            #[test]
+            fn arbitrary_hex_signatures_never_pass(body in proptest::collection::vec(any::<u8>(), 0..256),
+                                                   digest in "[0-9a-f]{64}") {
+                prop_assume!(digest != sign_linear(b"secret", &body));
+                prop_assert!(verify_linear(b"secret", &body, Some(digest.as_bytes())).is_err());
+            }
         }
     }
 }

@@ -269,5 +269,3 @@ pub fn fit(html: &str) -> String {
     }
     format!("{}\n…", &cut[..end])
 }
-
-pub use crate::domain::effect::{message_stream, SentMessage, MESSAGE_SENT, MESSAGE_STREAM_PREFIX};

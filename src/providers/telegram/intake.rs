@@ -182,9 +182,11 @@ fn telegram_reply(message: &Message, config: &IntakeConfig) -> Decision {
         chat,
         user_id(from),
     );
-    Decision::TelegramReply {
-        chat,
-        to: i64::from(to.message_id),
+    Decision::Reply {
+        to: Box::new(crate::providers::telegram::messages::message_ref(
+            chat,
+            i64::from(to.message_id),
+        )),
         text: text.to_owned(),
         origin,
         refusal,

@@ -7,6 +7,8 @@
 //!   ingress itself never calls out;
 //! - `intake.rs`: its intake rules (`intake::rules::SourceRules`): `/new`, `/plan`, replies to pidevops's
 //!   questions, and who may command (shared with the bot);
+//! - `messages.rs`: its record of a message pidevops sent about a task (`telegram-message:<chat>:<id>`), which a
+//!   reply finds, and a notice's key;
 //! - `doctor.rs`: its line in `doctor` (the Bot API, and how updates arrive);
 //! - `effects/`: the `effects:telegram` policy (`effects::ProviderPolicy`), its actions (`TelegramAction`), its
 //!   pure request builders and the bot's commands and buttons (`bot.rs`).
@@ -18,8 +20,10 @@ mod client;
 pub mod doctor;
 pub mod effects;
 pub mod intake;
+pub mod messages;
 pub mod settings;
 pub mod updates;
 pub mod webhook;
 
 pub use client::*;
+pub use messages::{message_stream, SentMessage, MESSAGE_SENT};

@@ -6,7 +6,15 @@ use chrono::{TimeZone, Utc};
 use serde_json::Value;
 
 use crate::domain::{EventType, NewEvent, Source, Subject};
+use crate::ingress::verify::{verify_token, SignatureError};
 use crate::ingress::Malformed;
+
+pub const TELEGRAM_TOKEN_HEADER: &str = "x-telegram-bot-api-secret-token";
+
+/// Telegram sends the webhook's secret token back verbatim.
+pub fn verify_telegram(expected: &str, header: Option<&[u8]>) -> Result<(), SignatureError> {
+    verify_token("X-Telegram-Bot-Api-Secret-Token", expected, header)
+}
 
 /// Telegram's webhook: the secret token in `X-Telegram-Bot-Api-Secret-Token`. An update id names one update, so
 /// the event is pinned (the getUpdates loop, which re-encodes what it pulls, does not pin).
@@ -20,9 +28,9 @@ impl crate::ingress::Webhook for Delivery {
         secret: &str,
         headers: &axum::http::HeaderMap,
         _: &[u8],
-    ) -> Result<(), crate::ingress::verify::SignatureError> {
-        let token = headers.get(crate::ingress::verify::TELEGRAM_TOKEN_HEADER);
-        crate::ingress::verify::verify_token(secret, token.map(|v| v.as_bytes()))
+    ) -> Result<(), SignatureError> {
+        let token = headers.get(TELEGRAM_TOKEN_HEADER);
+        verify_telegram(secret, token.map(|v| v.as_bytes()))
     }
 
     fn parse(
@@ -113,6 +121,32 @@ mod tests {
     fn updates_without_an_id_are_malformed() {
         for bad in [&b"{}"[..], br#"{"update_id":"7"}"#, b"[]", b"nope"] {
             assert!(parse(Bytes::copy_from_slice(bad), None).is_err(), "{bad:?}");
+        }
+    }
+
+    mod signature {
+        use super::super::verify_telegram;
+        use crate::ingress::verify::SignatureError;
+        use proptest::prelude::*;
+
+        #[test]
+        fn telegram_token_must_match_exactly() {
+            assert_eq!(verify_telegram("s3cret", Some(b"s3cret")), Ok(()));
+            assert!(verify_telegram("s3cret", Some(b"s3cre")).is_err());
+            assert!(verify_telegram("s3cret", Some(b"s3cret ")).is_err());
+            assert!(verify_telegram("s3cret", Some(b"")).is_err());
+            assert_eq!(
+                verify_telegram("s3cret", None),
+                Err(SignatureError::Missing("X-Telegram-Bot-Api-Secret-Token"))
+            );
+        }
+
+        proptest! {
+            #[test]
+            fn arbitrary_tokens_never_pass(token in proptest::collection::vec(any::<u8>(), 0..64)) {
+                prop_assume!(token != b"the-real-token");
+                prop_assert!(verify_telegram("the-real-token", Some(&token)).is_err());
+            }
         }
     }
 }

@@ -27,6 +27,15 @@ impl<T> Clone for LinkKey<T> {
 
 impl<T> Copy for LinkKey<T> {}
 
+// Not derived either: a key is equal to another by its name and rule, whatever its value type.
+impl<T> PartialEq for LinkKey<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name && self.replaceable == other.replaceable
+    }
+}
+
+impl<T> Eq for LinkKey<T> {}
+
 impl<T> fmt::Debug for LinkKey<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "LinkKey({})", self.name)

@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use pidevops::config::{DatabaseUrl, Settings};
 use pidevops::http::AppState;
-use pidevops::ingress::verify::{sign_github, sign_linear};
+use pidevops::providers::github::webhook::sign_github;
+use pidevops::providers::linear::webhook::sign_linear;
 use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
 

@@ -494,7 +494,10 @@ async fn a_withdrawal_naming_another_ticket_changes_nothing(db: TestDb) {
             "issues",
             "forged",
             forged.as_bytes(),
-            &pidevops::ingress::verify::sign_github(b"not the secret", forged.as_bytes()),
+            &pidevops::providers::github::webhook::sign_github(
+                b"not the secret",
+                forged.as_bytes(),
+            ),
         )
         .await;
     assert_eq!(r.status(), 401);

@@ -390,8 +390,7 @@ fn a_telegram_reply_names_the_message_it_answers_and_who_may_not() {
         }
         telegram_message(&telegram_update(message), &config)
     };
-    let Decision::TelegramReply {
-        chat,
+    let Decision::Reply {
         to,
         text,
         origin,
@@ -401,13 +400,20 @@ fn a_telegram_reply_names_the_message_it_answers_and_who_may_not() {
         panic!("a reply")
     };
     assert_eq!(
-        (chat, to, text.as_str()),
-        (-100, 12, "The order's currency.")
+        (
+            to.source,
+            to.conversation.as_str(),
+            to.message.as_str(),
+            text.as_str()
+        ),
+        (Source::Telegram, "-100", "12", "The order's currency.")
     );
+    assert_eq!(to.stream(), "telegram-message:-100:12");
+    assert_eq!(to.notice_key("e-1"), "telegram:notify:-100:e-1");
     assert_eq!(origin.key(), "telegram:-100:40");
     assert_eq!(origin.from(), "@ada in Telegram");
     assert_eq!(refusal, None);
-    let Decision::TelegramReply { refusal, .. } = reply(-999, 5, "x", Some(12)) else {
+    let Decision::Reply { refusal, .. } = reply(-999, 5, "x", Some(12)) else {
         panic!("a reply")
     };
     assert!(refusal.unwrap().contains("TELEGRAM_ALLOWED_CHATS"));

@@ -17,7 +17,8 @@ use crate::effects::pull_request::{OpenedFor, PullRequestBody};
 use crate::effects::CallError;
 use crate::effects::{Produced, Request};
 use crate::eventlog::StoredEvent;
-use crate::intake::{CommentOutcome, CommentRecord, COMMENT_RECORD};
+use crate::intake::{CommentOutcome, CommentRecord};
+use crate::providers::github::intake::comment::HOST;
 use crate::providers::github::GithubClient;
 use crate::tasks::{
     landing, Command, CommitSha, GithubRef, LandConfig, Links, Readiness, Task, TaskEvent, TaskId,
@@ -63,7 +64,7 @@ impl ProviderPolicy for GithubPolicy {
         event: &StoredEvent,
         progress: &mut EffectsProgress,
     ) -> anyhow::Result<Option<Settled>> {
-        if event.event_type != COMMENT_RECORD || event.source != Source::Pidevops.as_str() {
+        if event.event_type != HOST.record || event.source != Source::Pidevops.as_str() {
             return Ok(None);
         }
         let record: CommentRecord = match serde_json::from_slice(&event.body) {

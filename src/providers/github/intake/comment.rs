@@ -13,15 +13,29 @@ use serde_json::Value;
 
 use super::issue::{association_name, github_issue_draft, trusted};
 use crate::board::Draft;
-use crate::intake::rules::comment::{comment_stream, Ask, CommentCommand, GithubComment, PREFIX};
+use crate::domain::Source;
+use crate::intake::rules::comment::{Ask, CodeHost, Comment, CommentCommand, PREFIX};
 use crate::intake::rules::{ignore, Decision, IntakeConfig};
-use crate::tasks::RepoName;
+use crate::projectors::tasks::LinkKind;
+use crate::tasks::{RepoName, GITHUB_PR};
+
+/// GitHub as intake's comments know it: what a comment does is done as `github`, said to be `on GitHub`, recorded
+/// as `conversation.github_comment` in `github-comment:<repo>:<id>`, and a comment on a pull request finds the task
+/// whose `github_pr` it is. Stored names: they never change.
+pub static HOST: CodeHost = CodeHost {
+    source: Source::Github,
+    name: "GitHub",
+    record: "conversation.github_comment",
+    stream_prefix: "github-comment:",
+    pull_request: GITHUB_PR,
+    pull_request_kind: LinkKind::GithubPr,
+};
 
 /// `github.issue_comment.created`: a comment for pidevops, or why not (recorded, never answered: a stranger must
 /// not be able to make pidevops noisy).
 pub fn created(data: &Value, config: &IntakeConfig) -> Decision {
     match addressed(data, config) {
-        Ok(comment) => Decision::GithubComment(Box::new(comment)),
+        Ok(comment) => Decision::Comment(Box::new(comment)),
         Err(reason) => ignore(reason),
     }
 }
@@ -32,8 +46,8 @@ pub fn edited(data: &Value) -> Decision {
         .as_str()
         .and_then(|r| r.parse::<RepoName>().ok());
     match (repo, data["comment"]["id"].as_u64()) {
-        (Some(repo), Some(id)) => Decision::GithubCommentEdited {
-            stream: comment_stream(&repo, id),
+        (Some(repo), Some(id)) => Decision::CommentEdited {
+            stream: HOST.comment_stream(&repo, id),
             id,
         },
         _ => ignore("an edited comment without a repository or an id"),
@@ -42,7 +56,7 @@ pub fn edited(data: &Value) -> Decision {
 
 /// The comment, if it passes every gate; otherwise the reason it does not. The comment and its issue are read
 /// through octocrab's model of the event (the repository, which octocrab keeps beside it, by name).
-fn addressed(data: &Value, config: &IntakeConfig) -> Result<GithubComment, String> {
+fn addressed(data: &Value, config: &IntakeConfig) -> Result<Comment, String> {
     let event = IssueCommentWebhookEventPayload::deserialize(data).map_err(|e| {
         format!("a comment that does not read as GitHub's issue_comment event: {e}")
     })?;
@@ -85,7 +99,8 @@ fn addressed(data: &Value, config: &IntakeConfig) -> Result<GithubComment, Strin
     }
     let pull_request = event.issue.pull_request.is_some();
     let draft = (!pull_request).then(|| issue_draft(&repo, &event.issue, config));
-    Ok(GithubComment {
+    Ok(Comment {
+        host: &HOST,
         repo,
         number,
         pull_request,
@@ -349,9 +364,9 @@ mod tests {
         payload
     }
 
-    fn comment(decision: Decision) -> GithubComment {
+    fn comment(decision: Decision) -> Comment {
         match decision {
-            Decision::GithubComment(c) => *c,
+            Decision::Comment(c) => *c,
             other => panic!("not a comment: {other:?}"),
         }
     }
@@ -372,7 +387,9 @@ mod tests {
         assert_eq!(c.repo.as_str(), "acme/api");
         assert_eq!((c.number, c.id, c.pull_request), (12, 991, false));
         assert_eq!(c.ask, Ask::Text("go".into()));
+        assert_eq!(c.host, &HOST);
         assert_eq!(c.origin_key(), "github:comment:991");
+        assert_eq!(c.stream(), "github-comment:acme/api:991");
         assert_eq!(c.from(), "ada on acme/api#12");
         let (key, draft) = c.draft.clone().unwrap().unwrap();
         assert_eq!(key, "github:acme/api#12");
@@ -439,15 +456,19 @@ mod tests {
         let edit = edited(&payload("@pidevops-bot go", "OWNER", "ada"));
         assert_eq!(
             edit,
-            Decision::GithubCommentEdited {
+            Decision::CommentEdited {
                 stream: "github-comment:acme/api:991".to_owned(),
                 id: 991
             }
         );
         assert!(matches!(edited(&json!({})), Decision::Ignore { .. }));
         assert_eq!(
-            comment_stream(&"Acme/API".parse().unwrap(), 7),
+            HOST.comment_stream(&"Acme/API".parse().unwrap(), 7),
             "github-comment:acme/api:7"
         );
+        // Stored: the record's type and the actor of what a comment does.
+        assert_eq!(HOST.record, "conversation.github_comment");
+        assert_eq!(HOST.source.as_str(), "github");
+        assert_eq!(HOST.pull_request.name(), "github_pr");
     }
 }

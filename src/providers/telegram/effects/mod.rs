@@ -486,7 +486,7 @@ pub fn telegram(
     chats
         .iter()
         .map(|chat| Request {
-            key: crate::domain::effect::telegram_notice_key(*chat, event_id),
+            key: crate::providers::telegram::messages::notice_key(*chat, event_id),
             task: Some(task.id()),
             action: TelegramAction::Send {
                 chat: *chat,
