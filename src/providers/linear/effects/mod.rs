@@ -15,7 +15,7 @@ use crate::effects::CallError;
 use crate::effects::{Produced, Request};
 use crate::eventlog::{AppendError, StoredEvent};
 use crate::providers::linear::LinearClient;
-use crate::tasks::{RunId, Task, TaskEvent, LINEAR_ISSUE};
+use crate::tasks::{RunId, Task, TaskEvent, GITHUB_PR, LINEAR_ISSUE};
 
 pub use action::LinearAction;
 
@@ -76,8 +76,9 @@ impl ProviderPolicy for LinearPolicy {
         loaded: &Loaded,
     ) -> anyhow::Result<Vec<Request<LinearAction>>> {
         let session = session_of(fx, &loaded.task).await?;
+        let task_event = as_submitted(task_event, &loaded.events, event.position);
         let mut requests = linear(
-            task_event,
+            &task_event,
             &loaded.task,
             session.as_deref(),
             last_run(&loaded.events),
@@ -306,6 +307,25 @@ fn session_in(event: &StoredEvent) -> Option<String> {
 }
 
 /// The run of a task's latest start, from its events.
+/// A submission as it stood when it was made: its pull request is the one linked before it (an earlier attempt
+/// opened it), never one linked since. What Linear is told then does not depend on how far behind this loop
+/// reads: a pull request this attempt opens is told when it opens (`pull_request_opened`), with its address.
+fn as_submitted(task_event: &TaskEvent, events: &[StoredEvent], position: i64) -> TaskEvent {
+    let mut task_event = task_event.clone();
+    if let TaskEvent::SubmittedForReview { pr: pr @ None, .. } = &mut task_event {
+        *pr = events
+            .iter()
+            .filter(|e| e.position < position)
+            .filter_map(|e| serde_json::from_slice::<TaskEvent>(&e.body).ok())
+            .fold(None, |known, earlier| match earlier {
+                TaskEvent::LinksAttached { links, .. } => links.get(GITHUB_PR).or(known),
+                TaskEvent::SubmittedForReview { pr: Some(pr), .. } => Some(pr),
+                _ => known,
+            });
+    }
+    task_event
+}
+
 fn last_run(events: &[StoredEvent]) -> Option<RunId> {
     events.iter().rev().find_map(|e| {
         let TaskEvent::Started { run, .. } = serde_json::from_slice::<TaskEvent>(&e.body).ok()?
@@ -322,3 +342,68 @@ mod requests;
 pub use requests::{
     linear, linear_notifies, linear_pull_request, linear_session_opened, linear_session_refused,
 };
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+
+    use super::*;
+    use crate::tasks::{BranchName, GithubRef, Links};
+
+    fn stored(position: i64, event: &TaskEvent) -> StoredEvent {
+        StoredEvent {
+            position,
+            id: uuid::Uuid::now_v7(),
+            source: "pidevops".into(),
+            event_type: event.kind().into(),
+            dedup_key: position.to_string(),
+            stream: Some("task:T-1".into()),
+            stream_version: Some(position),
+            occurred_at: Utc::now(),
+            recorded_at: Utc::now(),
+            action: None,
+            repository: None,
+            number: None,
+            reference: None,
+            content_type: "application/json".into(),
+            body: serde_json::to_vec(event).unwrap(),
+            meta: Default::default(),
+        }
+    }
+
+    /// Whether Linear hears of a review at the submission or when the pull request opens follows from the
+    /// task's history up to the submission, not from a link attached after it (the loop reading late): the
+    /// full flow failed on a loop that read the submission after the new pull request was linked.
+    #[test]
+    fn a_submission_knows_only_the_pull_request_linked_before_it() {
+        let pr = GithubRef::new("acme/app".parse().unwrap(), 7).unwrap();
+        let submitted = TaskEvent::SubmittedForReview {
+            at: Utc::now(),
+            run: RunId(uuid::Uuid::from_u128(1)),
+            branch: "pidevops/T-1".parse::<BranchName>().unwrap(),
+            pr: None,
+            report: Default::default(),
+        };
+        let linked = TaskEvent::LinksAttached {
+            at: Utc::now(),
+            links: Links::default().with(GITHUB_PR, &pr),
+        };
+        let known = |event: &TaskEvent| match event {
+            TaskEvent::SubmittedForReview { pr, .. } => pr.clone(),
+            _ => None,
+        };
+        let after = [stored(5, &submitted), stored(6, &linked)];
+        assert_eq!(known(&as_submitted(&submitted, &after, 5)), None);
+        let before = [stored(3, &linked), stored(5, &submitted)];
+        assert_eq!(
+            known(&as_submitted(&submitted, &before, 5)),
+            Some(pr.clone())
+        );
+        let mut earlier_submission = submitted.clone();
+        if let TaskEvent::SubmittedForReview { pr: known, .. } = &mut earlier_submission {
+            *known = Some(pr.clone());
+        }
+        let resubmitted = [stored(2, &earlier_submission), stored(5, &submitted)];
+        assert_eq!(known(&as_submitted(&submitted, &resubmitted, 5)), Some(pr));
+    }
+}

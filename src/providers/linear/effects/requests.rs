@@ -89,9 +89,10 @@ pub fn linear(
             run, branch, pr, ..
         } => {
             let mut requests = vec![news.move_to(&states.in_review, "started")];
-            // The pull request is known (an earlier attempt opened it), or none will be opened: this attempt's
-            // end is now. Otherwise it is when the pull request opens (see `linear_pull_request`).
-            let known = pr.clone().or_else(|| task.links().get(GITHUB_PR));
+            // The pull request was known when it was submitted (an earlier attempt opened it: the policy reads
+            // that from the task's history, not its links now), or none will be opened: this attempt's end is
+            // now. Otherwise it is when the pull request opens (see `linear_pull_request`).
+            let known = pr.clone();
             if known.is_some() || !config.pull_requests {
                 let place = known.map_or_else(
                     || format!("branch `{branch}`"),
