@@ -42,24 +42,24 @@ pub struct Intake {
     log: EventLog,
     board: Board,
     config: std::sync::Arc<IntakeConfig>,
-    /// Each source's rules (`providers::INTAKE_RULES`).
-    rules: &'static [rules::SourceRules],
+    /// Each source's rules, built by its provider (`providers::intake_rules`).
+    rules: std::sync::Arc<[Box<dyn rules::SourceRules>]>,
     follow: Follow<StoredEvent>,
 }
 
 impl Intake {
-    /// The loop over `log`, deciding each event by the rules of its source (`rules`: `providers::INTAKE_RULES`).
+    /// The loop over `log`, deciding each event by the rules of its source (`rules`: `providers::intake_rules`).
     pub fn new(
         log: EventLog,
         board: Board,
         config: IntakeConfig,
-        rules: &'static [rules::SourceRules],
+        rules: Vec<Box<dyn rules::SourceRules>>,
     ) -> Self {
         Self {
             log,
             board,
             config: std::sync::Arc::new(config),
-            rules,
+            rules: rules.into(),
             follow: Follow::default(),
         }
     }
@@ -91,7 +91,7 @@ impl Intake {
         if event.source == Source::Pidevops.as_str() {
             return Ok(());
         }
-        match rules::decide(event, &self.config, self.rules) {
+        match rules::decide(event, &self.config, &self.rules) {
             Decision::NotIntake => Ok(()),
             Decision::Withdraw {
                 key,

@@ -1,12 +1,12 @@
 //! The third-party APIs pidevops talks to, one folder each, whole: GitHub, Linear, Telegram. A provider's
-//! folder holds its client, its webhook, its poller, its intake rules and its effects policy; each part implements
-//! the narrow trait of the layer it plugs into (`ingress::Webhook`, `intake::rules::SourceRules`,
+//! folder holds its client, its webhook, its settings, its poller, its intake rules and its effects policy; each
+//! part implements the narrow trait of the layer it plugs into (`ingress::Webhook`, `intake::rules::SourceRules`,
 //! `effects::ProviderPolicy`, `effects::ProviderAction`), and those layers name no provider. This layer sits above
 //! them and below the surfaces and start-up, which reach a provider through here.
 //!
 //! A provider is registered twice, both here in the house: its data in `domain::registry::PROVIDERS` (name,
 //! route, secret, badge, links: what every list of providers reads) and its parts in its folder, mounted by
-//! [`webhook`], its intake rules listed in [`INTAKE_RULES`], and built by start-up's catalog
+//! [`webhook`], its intake rules built by [`intake_rules`] with its settings, and built by start-up's catalog
 //! (`startup/catalog/effects.rs`, its pollers' entries). Each client takes its base URL from configuration (tests
 //! point them at local fakes) and bounds every call with a timeout.
 
@@ -22,12 +22,21 @@ use crate::domain::Source;
 use crate::ingress::{handler, Webhooks};
 use crate::intake::rules::SourceRules;
 
-/// Each provider's intake rules, one entry per source, for `intake::Intake` (start-up hands it these).
-pub const INTAKE_RULES: &[SourceRules] = &[
-    github::intake::RULES,
-    linear::intake::RULES,
-    telegram::intake::RULES,
-];
+/// Each provider's intake rules, one per source, each with its provider's own settings, for `intake::Intake`
+/// (start-up hands it these).
+pub fn intake_rules(settings: &crate::config::Settings) -> Vec<Box<dyn SourceRules>> {
+    vec![
+        Box::new(github::intake::Rules(
+            github::settings::GithubSettings::of(settings).intake,
+        )),
+        Box::new(linear::intake::Rules(
+            linear::settings::LinearSettings::of(settings).intake,
+        )),
+        Box::new(telegram::intake::Rules(
+            telegram::settings::TelegramSettings::of(settings),
+        )),
+    ]
+}
 
 /// The webhook that receives `source`'s deliveries, for `ingress::router`; `None` for pidevops's own source.
 pub fn webhook<S>(source: Source) -> Option<MethodRouter<S>>
@@ -119,26 +128,29 @@ mod tests {
 
     #[test]
     fn every_provider_in_the_table_has_its_webhook_and_its_intake_rules_once() {
+        let all_rules = intake_rules(&crate::config::Settings::for_tests(
+            crate::config::DatabaseUrl::Sqlite(":memory:".into()),
+        ));
         for provider in PROVIDERS {
             assert!(
                 webhook::<Webhooks>(provider.source).is_some(),
                 "{} has no webhook in providers::webhook",
                 provider.name
             );
-            let rules = INTAKE_RULES
+            let rules = all_rules
                 .iter()
-                .filter(|r| r.source == provider.source)
+                .filter(|r| r.source() == provider.source)
                 .count();
             assert_eq!(
                 rules, 1,
-                "{} has {rules} entries in INTAKE_RULES",
+                "{} has {rules} entries in intake_rules",
                 provider.name
             );
         }
         assert_eq!(
-            INTAKE_RULES.len(),
+            all_rules.len(),
             PROVIDERS.len(),
-            "INTAKE_RULES names a source that is not in the provider table"
+            "intake_rules names a source that is not in the provider table"
         );
         assert!(webhook::<Webhooks>(Source::Pidevops).is_none());
     }

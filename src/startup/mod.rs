@@ -103,12 +103,7 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
             .await?,
         ),
     };
-    let telegram = crate::providers::telegram::settings::TelegramSettings::of(&settings);
-    let intake_config = crate::intake::IntakeConfig {
-        telegram_allowed_chats: telegram.allowed_chats,
-        telegram_allowed_users: telegram.allowed_users,
-        ..settings.file.intake.clone()
-    };
+    let intake_config = settings.file.intake.clone();
     let schedules = settings.file.schedules.clone();
     let parts = catalog::Parts {
         settings: &settings,

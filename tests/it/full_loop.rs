@@ -198,8 +198,10 @@ where
         || async { fakes.linear.state_of(ISSUE).as_deref() == Some("In Review") },
     )
     .await;
+    // Told when the pull request's opening is recorded: after a SIGKILL, by the restarted serve once GitHub's late
+    // answer is settled, as the Telegram notice below.
     within(
-        Duration::from_secs(20),
+        Duration::from_secs(60),
         "Linear told of the pull request",
         || async {
             fakes

@@ -499,7 +499,9 @@ async fn a_tick_stops_at_its_budget_with_its_checkpoint_on_the_last_event_handle
         log.clone(),
         board,
         config,
-        pidevops::providers::INTAKE_RULES,
+        pidevops::providers::intake_rules(&pidevops::config::Settings::for_tests(
+            pidevops::config::DatabaseUrl::Sqlite(":memory:".into()),
+        )),
     )
     .with_tick_budget(Duration::ZERO);
     let mut positions = Vec::new();

@@ -1,13 +1,11 @@
-//! `[intake]`, `[intake.github]`, `[intake.linear]` and what intake needs of `[linear.states]`, `[plans]` and
-//! `[dispatch]`, read into `intake::IntakeConfig`.
+//! `[intake]` and what intake needs of `[plans]` and `[dispatch]`, read into `intake::IntakeConfig`; `[intake.github]`
+//! and `[intake.linear]` checked here and typed by their providers' settings.
 
 use super::Tables;
-use crate::intake::rules::work_states;
 use crate::intake::IntakeConfig;
 use crate::tasks::RepoName;
 
-/// `[intake]`, `[intake.github]`, `[intake.linear]` (and `.teams`) and the allow-list; the Telegram chats and
-/// users come from the environment (`IntakeConfig::with_telegram`).
+/// `[intake]` and the allow-list, with `[intake.github]` and `[intake.linear]` (and `.teams`) checked.
 pub fn intake_config(tables: &Tables) -> Result<IntakeConfig, String> {
     let intake = &tables.intake;
     let mut config = IntakeConfig {
@@ -17,33 +15,16 @@ pub fn intake_config(tables: &Tables) -> Result<IntakeConfig, String> {
     if let Some(repo) = &intake.default_repo {
         config.default_repo = Some(repo_value(repo, "intake.default_repo")?);
     }
-    config.github_label = string(&intake.github.label, "intake.github.label")?;
-    config.github_associations = intake
-        .github
-        .associations
-        .iter()
-        .map(|s| s.to_ascii_uppercase())
-        .collect();
+    // The providers' sections are checked here, where the file is read, and typed by each provider's
+    // settings.rs (`GithubIntake`, `LinearIntake`).
+    string(&intake.github.label, "intake.github.label")?;
     if let Some(login) = &intake.github.bot_login {
-        config.github_bot_login = Some(string(login, "intake.github.bot_login")?);
+        string(login, "intake.github.bot_login")?;
     }
-    config.linear_state = string(&intake.linear.state, "intake.linear.state")?;
-    config.linear_label = string(&intake.linear.label, "intake.linear.label")?;
-    config.linear_skip_labels = intake.linear.skip_labels.iter().cloned().collect();
-    let states = &tables.linear.states;
-    config.linear_work_states = work_states(
-        [
-            &states.in_progress,
-            &states.in_review,
-            &states.done,
-            &states.blocked,
-        ]
-        .into_iter()
-        .flat_map(|names| names.0.iter().map(String::as_str)),
-    );
+    string(&intake.linear.state, "intake.linear.state")?;
+    string(&intake.linear.label, "intake.linear.label")?;
     for (team, repo) in &intake.linear.teams {
-        let repo = repo_value(repo, &format!("intake.linear.teams.{team}"))?;
-        config.linear_teams.insert(team.clone(), repo);
+        repo_value(repo, &format!("intake.linear.teams.{team}"))?;
     }
     config.plan_label = string(tables.plans.label.trim(), "plans.label")?;
     config.planner = tables

@@ -1,7 +1,7 @@
 //! Which webhook events become tasks (or plans), and why the others do not. Pure: an event and the configuration
 //! in, a decision out. Each provider's rules live in its folder (`providers/<name>/intake.rs` or `intake/`) and
-//! are handed to intake as [`SourceRules`], one entry per source (`providers::INTAKE_RULES`); intake itself names
-//! no provider's events. What stays here is what intake consumes: the [`Decision`], the [`IntakeConfig`], the
+//! are handed to intake as [`SourceRules`], one per source, each built with its provider's own settings
+//! (`providers::intake_rules`); intake itself names no provider's events. What stays here is what intake consumes: the [`Decision`], the [`IntakeConfig`], the
 //! comment it acts on (`comment.rs`), the terms of a withdrawal (`withdrawal.rs`) and the pure helpers every
 //! provider's rules share.
 //!
@@ -14,8 +14,6 @@
 //! A ticket that no longer asks for the work (closed, cancelled, deleted, its label removed, moved out of the ready
 //! state) is a withdrawal, and one that still does from where its work goes on is a version seen: both carry the
 //! ticket's own clock, which the task follows (`rules/withdrawal.rs`).
-
-use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
@@ -87,26 +85,12 @@ pub enum Decision {
 /// A decision key naming a Linear agent session rather than its issue: `linear-session:<session id>`.
 pub const SESSION_KEY_PREFIX: &str = "linear-session:";
 
-/// Intake settings from `pidevops.toml` (`[intake.github]`, `[intake.linear]`; config reads them) and
-/// `TELEGRAM_ALLOWED_CHATS`.
+/// Intake's own settings, which every provider's rules share (`[intake]`, `[repos]`, `[plans]`, `[dispatch]`;
+/// config reads them). A provider's own intake settings (its labels, who may command) are its own, held by its
+/// rules ([`SourceRules`]) and handed to them with these as a [`RuleConfig`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IntakeConfig {
-    pub github_label: String,
-    pub github_associations: BTreeSet<String>,
-    /// pidevops's own GitHub account: what it causes never creates work.
-    pub github_bot_login: Option<String>,
-    pub linear_state: String,
-    pub linear_label: String,
-    /// The states pidevops moves Linear issues to (`[linear.states]`, every name, trimmed and lower case): an
-    /// issue there has not been withdrawn, whoever moved it.
-    pub linear_work_states: BTreeSet<String>,
-    pub linear_skip_labels: BTreeSet<String>,
-    /// Linear team key → repository.
-    pub linear_teams: BTreeMap<String, RepoName>,
     pub default_repo: Option<RepoName>,
-    pub telegram_allowed_chats: BTreeSet<i64>,
-    /// `TELEGRAM_ALLOWED_USERS`: when set, only these users may command; unset, anyone in an allowed chat may.
-    pub telegram_allowed_users: Option<BTreeSet<i64>>,
     /// `[repos]` and `[intake] allow_repos`: a ticket for any other repository is refused.
     pub allowed_repos: AllowedRepos,
     /// `[plans] label`: an issue that would become a task becomes a plan when it also carries this label.
@@ -119,23 +103,7 @@ pub struct IntakeConfig {
 impl Default for IntakeConfig {
     fn default() -> Self {
         Self {
-            github_label: "pidevops".to_owned(),
-            github_associations: ["OWNER", "MEMBER", "COLLABORATOR"]
-                .into_iter()
-                .map(str::to_owned)
-                .collect(),
-            github_bot_login: None,
-            linear_state: "Ready for Pi-Dev".to_owned(),
-            linear_label: "pi-dev:autonomous".to_owned(),
-            linear_work_states: work_states(crate::domain::effect::LinearStates::default().names()),
-            linear_skip_labels: ["no-code", "manual-action", "legal"]
-                .into_iter()
-                .map(str::to_owned)
-                .collect(),
-            linear_teams: BTreeMap::new(),
             default_repo: None,
-            telegram_allowed_chats: BTreeSet::new(),
-            telegram_allowed_users: None,
             allowed_repos: AllowedRepos::default(),
             plan_label: "pidevops:plan".to_owned(),
             planner: false,
@@ -143,12 +111,30 @@ impl Default for IntakeConfig {
     }
 }
 
-/// One source's intake rules: what intake does with an event of `source` (its type, its body read on demand).
-/// Each provider registers one in `providers::INTAKE_RULES`.
+/// One source's intake rules, built by its provider from its own settings (`providers::intake_rules`): what
+/// intake does with an event of [`Self::source`] (its type, its body read on demand).
+pub trait SourceRules: Send + Sync + std::fmt::Debug {
+    /// The source whose events these rules decide.
+    fn source(&self) -> Source;
+
+    /// What intake does with an event of this source.
+    fn decide(&self, event_type: &str, data: &Payload<'_>, config: &IntakeConfig) -> Decision;
+}
+
+/// What one provider's rules decide with: intake's shared settings (reached through it, as a `&IntakeConfig`)
+/// and the provider's own (`own`).
 #[derive(Clone, Copy, Debug)]
-pub struct SourceRules {
-    pub source: Source,
-    pub decide: fn(event_type: &str, data: &Payload<'_>, config: &IntakeConfig) -> Decision,
+pub struct RuleConfig<'a, T> {
+    pub shared: &'a IntakeConfig,
+    pub own: &'a T,
+}
+
+impl<T> std::ops::Deref for RuleConfig<'_, T> {
+    type Target = IntakeConfig;
+
+    fn deref(&self) -> &IntakeConfig {
+        self.shared
+    }
 }
 
 /// An event's body, read as JSON only when a rule asks for it: most events are no rule's business.
@@ -165,9 +151,13 @@ impl Payload<'_> {
 
 /// Decides what intake does with `event`: the rules of its source, or [`Decision::NotIntake`] when none are
 /// registered for it.
-pub fn decide(event: &StoredEvent, config: &IntakeConfig, rules: &[SourceRules]) -> Decision {
-    match rules.iter().find(|r| r.source.as_str() == event.source) {
-        Some(rules) => (rules.decide)(&event.event_type, &Payload { event }, config),
+pub fn decide(
+    event: &StoredEvent,
+    config: &IntakeConfig,
+    rules: &[Box<dyn SourceRules>],
+) -> Decision {
+    match rules.iter().find(|r| r.source().as_str() == event.source) {
+        Some(rules) => rules.decide(&event.event_type, &Payload { event }, config),
         None => Decision::NotIntake,
     }
 }

@@ -19,8 +19,6 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::IntakeConfig;
-
 /// Why a ticket no longer asks for its work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Withdrawal {
@@ -68,10 +66,10 @@ pub enum WorkState {
 }
 
 /// What `state` (a webhook's `state`: `name`, `type`) is, for an issue not in the ready state.
-pub fn work_state(state: &Value, config: &IntakeConfig) -> WorkState {
+pub fn work_state(state: &Value, work_states: &std::collections::BTreeSet<String>) -> WorkState {
     let named = state["name"]
         .as_str()
-        .is_some_and(|name| config.linear_work_states.contains(&normal(name)));
+        .is_some_and(|name| work_states.contains(&normal(name)));
     let kind = state["type"].as_str().unwrap_or_default();
     if named || matches!(kind, "started" | "completed") {
         WorkState::AtWork

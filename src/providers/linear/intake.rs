@@ -1,5 +1,5 @@
 //! Linear's intake rules, pure: which of its webhook events become tasks (or plans), withdraw one, follow one up or
-//! stop it, and why the others do not. Registered in `providers::INTAKE_RULES` ([`RULES`]); intake calls them for
+//! stop it, and why the others do not. Built with its settings by `providers::intake_rules` ([`Rules`]); intake calls them for
 //! every event of source `linear` and acts on the [`Decision`].
 //!
 //! - `Issue` events: the task an issue in the ready state with the intake label becomes (its repository from a
@@ -15,21 +15,37 @@ use crate::board::Draft;
 use crate::domain::Source;
 use crate::intake::rules::{
     agent_label, asks_for_plan, ignore, line_value, no_planner, take_line, ticket_draft,
-    ticket_time, work_state, Decision, IntakeConfig, Payload, SourceRules, Withdrawal, WorkState,
-    DONE_WHEN, SESSION_KEY_PREFIX,
+    ticket_time, work_state, Decision, IntakeConfig, Payload, RuleConfig, SourceRules, Withdrawal,
+    WorkState, DONE_WHEN, SESSION_KEY_PREFIX,
 };
+use crate::providers::linear::settings::LinearIntake;
 use crate::tasks::{
     AgentName, LinearIssue, Links, Priority, RepoName, Spec, ValueError, LINEAR_ISSUE,
 };
 
-/// Linear's entry in `providers::INTAKE_RULES`.
-pub const RULES: SourceRules = SourceRules {
-    source: Source::Linear,
-    decide,
-};
+/// What Linear's rules decide with: intake's shared settings and `[intake.linear]`.
+pub type Config<'a> = RuleConfig<'a, LinearIntake>;
+
+/// Linear's intake rules, with its `[intake.linear]` (`providers::intake_rules` builds them).
+#[derive(Clone, Debug, Default)]
+pub struct Rules(pub LinearIntake);
+
+impl SourceRules for Rules {
+    fn source(&self) -> Source {
+        Source::Linear
+    }
+
+    fn decide(&self, event_type: &str, data: &Payload<'_>, config: &IntakeConfig) -> Decision {
+        let config = Config {
+            shared: config,
+            own: &self.0,
+        };
+        decide(event_type, data, &config)
+    }
+}
 
 /// Decides what intake does with Linear's event `event_type` (`linear.Issue.update`, …).
-pub fn decide(event_type: &str, data: &Payload<'_>, config: &IntakeConfig) -> Decision {
+pub fn decide(event_type: &str, data: &Payload<'_>, config: &Config<'_>) -> Decision {
     match event_type {
         t if t.starts_with("linear.Issue.") && t.ends_with(".remove") => {
             linear_removed(&data.read())
@@ -43,7 +59,7 @@ pub fn decide(event_type: &str, data: &Payload<'_>, config: &IntakeConfig) -> De
 
 /// `linear.Issue.create`, `update`: the task (or plan) an issue in the ready state with the intake label becomes,
 /// its withdrawal, a version seen, or why not.
-pub fn linear_issue(data: &Value, config: &IntakeConfig) -> Decision {
+pub fn linear_issue(data: &Value, config: &Config<'_>) -> Decision {
     let issue = &data["data"];
     let labels: Vec<&str> = issue["labels"]
         .as_array()
@@ -67,14 +83,14 @@ pub fn linear_issue(data: &Value, config: &IntakeConfig) -> Decision {
             format!("{identifier} was cancelled in Linear"),
         );
     }
-    if !labels.contains(&config.linear_label.as_str()) {
+    if !labels.contains(&config.own.label.as_str()) {
         // Never handed to pidevops (the common case), or the label was taken away: a task made for it is
         // withdrawn; without one this changes nothing.
         return withdraw(
             Withdrawal::Unasked,
             format!(
                 "{identifier} no longer carries the {:?} label",
-                config.linear_label
+                config.own.label
             ),
         );
     }
@@ -82,8 +98,12 @@ pub fn linear_issue(data: &Value, config: &IntakeConfig) -> Decision {
     let Some(state) = issue["state"]["name"].as_str() else {
         return Decision::NotIntake;
     };
-    if state != config.linear_state {
-        return match (work_state(&issue["state"], config), &key, ticket_version) {
+    if state != config.own.state {
+        return match (
+            work_state(&issue["state"], &config.own.work_states),
+            &key,
+            ticket_version,
+        ) {
             // Where pidevops moves its issues (or a person who works on it): the ticket still asks.
             (WorkState::AtWork, Some(key), Some(version)) => Decision::Seen {
                 key: key.clone(),
@@ -95,15 +115,12 @@ pub fn linear_issue(data: &Value, config: &IntakeConfig) -> Decision {
                 Withdrawal::Unasked,
                 format!(
                     "{identifier} was moved to {state:?}, out of {:?}",
-                    config.linear_state
+                    config.own.state
                 ),
             ),
         };
     }
-    if let Some(skip) = labels
-        .iter()
-        .find(|l| config.linear_skip_labels.contains(**l))
-    {
+    if let Some(skip) = labels.iter().find(|l| config.own.skip_labels.contains(**l)) {
         return ignore(format!("{identifier} carries the skip label {skip:?}"));
     }
     let agent = match agent_label(&labels) {
@@ -137,7 +154,7 @@ fn linear_repo(
     issue: &Value,
     labels: &[&str],
     description: &str,
-    config: &IntakeConfig,
+    config: &Config<'_>,
     identifier: &str,
 ) -> Result<RepoName, Decision> {
     let repo = labels
@@ -149,7 +166,7 @@ fn linear_repo(
         .or_else(|| {
             issue["team"]["key"]
                 .as_str()
-                .and_then(|team| config.linear_teams.get(team))
+                .and_then(|team| config.own.teams.get(team))
                 .cloned()
                 .map(Ok)
         })
@@ -238,7 +255,7 @@ pub fn linear_scope(description: &str) -> String {
 
 /// A Linear agent session (someone delegated an issue to pidevops): the issue's task, made now if the issue
 /// webhook has not made it already. Both use the issue's key, so they meet on one task.
-pub fn agent_session_created(data: &Value, config: &IntakeConfig) -> Decision {
+pub fn agent_session_created(data: &Value, config: &Config<'_>) -> Decision {
     let session = &data["agentSession"];
     let issue = &session["issue"];
     let Some(issue_id) = session["issueId"].as_str().or_else(|| issue["id"].as_str()) else {

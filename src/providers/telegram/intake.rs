@@ -1,6 +1,6 @@
 //! Telegram's intake rules: who may command pidevops from a chat, and the two commands that make work, `/new`
 //! (a task) and `/plan` (a plan: a planner splits the goal into tasks), and replies to pidevops's questions. Pure,
-//! like the rest of the rules; registered in `providers::INTAKE_RULES` ([`RULES`]). Updates are read as the Bot
+//! like the rest of the rules; built with its settings by `providers::intake_rules` ([`Rules`]). Updates are read as the Bot
 //! API's `Update` (frankenstein's types), here for the bot too (`effects/bot.rs`). The allow-lists are
 //! `IntakeConfig`'s (`intake::rules`, which reads them).
 
@@ -14,18 +14,34 @@ use serde_json::Value;
 use crate::board::Draft;
 use crate::domain::Source;
 use crate::intake::rules::{
-    ignore, no_planner, ticket_draft, Decision, IntakeConfig, Payload, SourceRules,
+    ignore, no_planner, ticket_draft, Decision, IntakeConfig, Payload, RuleConfig, SourceRules,
 };
+use crate::providers::telegram::settings::TelegramSettings;
 use crate::tasks::{Links, RepoName, Spec, TelegramMessage, ValueError, TELEGRAM};
 
-/// Telegram's entry in `providers::INTAKE_RULES`.
-pub const RULES: SourceRules = SourceRules {
-    source: Source::Telegram,
-    decide,
-};
+/// What Telegram's rules decide with: intake's shared settings and its own (who may command).
+pub type Config<'a> = RuleConfig<'a, TelegramSettings>;
+
+/// Telegram's intake rules, with its settings (`providers::intake_rules` builds them).
+#[derive(Clone, Debug)]
+pub struct Rules(pub TelegramSettings);
+
+impl SourceRules for Rules {
+    fn source(&self) -> Source {
+        Source::Telegram
+    }
+
+    fn decide(&self, event_type: &str, data: &Payload<'_>, config: &IntakeConfig) -> Decision {
+        let config = Config {
+            shared: config,
+            own: &self.0,
+        };
+        decide(event_type, data, &config)
+    }
+}
 
 /// Decides what intake does with Telegram's event `event_type` (`telegram.message`; any other is not intake's).
-pub fn decide(event_type: &str, data: &Payload<'_>, config: &IntakeConfig) -> Decision {
+pub fn decide(event_type: &str, data: &Payload<'_>, config: &Config<'_>) -> Decision {
     match event_type {
         "telegram.message" => telegram_message(&data.read(), config),
         _ => Decision::NotIntake,
@@ -82,7 +98,7 @@ pub fn user_id(user: Option<&User>) -> Option<i64> {
 /// `/new owner/repo what to do` makes a task, `/plan owner/repo the goal` a plan; both keyed by the message
 /// (`telegram:<chat>:<message>`), so a redelivered update makes nothing twice. An update that does not read as
 /// the Bot API's is refused, saying why, when its text asks for work; otherwise it is not intake's business.
-pub fn telegram_message(data: &Value, config: &IntakeConfig) -> Decision {
+pub fn telegram_message(data: &Value, config: &Config<'_>) -> Decision {
     let message = match read_update(data) {
         Ok(Update {
             content: UpdateContent::Message(message),
@@ -107,8 +123,8 @@ pub fn telegram_message(data: &Value, config: &IntakeConfig) -> Decision {
     let chat = message.chat.id;
     let from = message.from.as_deref();
     if let Some(why) = telegram_refusal(
-        &config.telegram_allowed_chats,
-        config.telegram_allowed_users.as_ref(),
+        &config.own.allowed_chats,
+        config.own.allowed_users.as_ref(),
         chat,
         user_id(from),
     ) {
@@ -156,7 +172,7 @@ fn command_args<'a>(text: &'a str, command: &str) -> Option<&'a str> {
 /// A message that replies to another (`reply_to_message`) and is no command: perhaps an answer to a question
 /// pidevops asked there. Keyed by the reply itself (`telegram:<chat>:<message>`); intake looks up what the
 /// replied-to message was. Who may answer is who may command.
-fn telegram_reply(message: &Message, config: &IntakeConfig) -> Decision {
+fn telegram_reply(message: &Message, config: &Config<'_>) -> Decision {
     let Some(to) = message.reply_to_message.as_deref() else {
         return Decision::NotIntake;
     };
@@ -177,8 +193,8 @@ fn telegram_reply(message: &Message, config: &IntakeConfig) -> Decision {
         return Decision::NotIntake;
     };
     let refusal = telegram_refusal(
-        &config.telegram_allowed_chats,
-        config.telegram_allowed_users.as_ref(),
+        &config.own.allowed_chats,
+        config.own.allowed_users.as_ref(),
         chat,
         user_id(from),
     );

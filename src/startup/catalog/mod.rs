@@ -265,7 +265,7 @@ pub const CATALOG: &[Entry] = &[
                 parts.log.clone(),
                 parts.board.clone(),
                 parts.intake.clone(),
-                crate::providers::INTAKE_RULES,
+                crate::providers::intake_rules(parts.settings),
             ));
             Ok(Built::ticking(
                 move || {
@@ -401,11 +401,12 @@ pub const CATALOG: &[Entry] = &[
             )]
         },
         build: |parts, _| {
+            let github = GithubSettings::of(parts.settings);
             let reactions = Arc::new(crate::reactions::Reactions::new(
                 parts.log.clone(),
                 parts.board.clone(),
-                parts.intake.github_bot_login.clone(),
-                parts.intake.github_associations.clone(),
+                github.intake.bot_login,
+                github.intake.associations,
             ));
             Ok(Built::ticking(
                 move || {
@@ -491,7 +492,7 @@ pub const CATALOG: &[Entry] = &[
                         client,
                         parts.log.clone(),
                         parts.board.clone(),
-                        parts.intake.linear_label.clone(),
+                        linear.intake.label.clone(),
                         crate::intake::INTAKE,
                     ))
                 },
@@ -522,7 +523,7 @@ pub const CATALOG: &[Entry] = &[
                     Ok(crate::providers::github::poller::GithubPoller::new(
                         client,
                         parts.log.clone(),
-                        parts.intake.github_label.clone(),
+                        github.intake.label.clone(),
                     ))
                 },
                 |poller| async move { poller.tick().await },

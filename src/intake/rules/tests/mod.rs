@@ -1,23 +1,82 @@
+use std::collections::BTreeSet;
+
 use super::*;
 use crate::providers::github::intake::{
     github_withdrawal, issue as github_issue, issue::github_issue,
 };
+use crate::providers::github::settings::{GithubIntake, GithubSettings};
 use crate::providers::linear::intake::{agent_session_created, done_when, linear_scope};
+use crate::providers::linear::settings::{LinearIntake, LinearSettings};
 use crate::providers::telegram::intake::{read_update, telegram_message, telegram_refusal};
+use crate::providers::telegram::settings::TelegramSettings;
 use crate::tasks::GITHUB_ISSUE;
 
-/// `decide` as intake calls it, with every provider's rules.
-fn decide(event: &StoredEvent, config: &IntakeConfig) -> Decision {
-    super::decide(event, config, crate::providers::INTAKE_RULES)
+/// `decide` as intake calls it, with every provider's rules as start-up builds them.
+fn decide(event: &StoredEvent, config: &Rig) -> Decision {
+    super::decide(event, &config.shared, &config.rules())
 }
 
-fn config(text: &str) -> Result<IntakeConfig, String> {
-    let file = text
+/// Intake's shared settings and each provider's own, as start-up makes them of a `pidevops.toml` (and
+/// `TELEGRAM_ALLOWED_CHATS=-100,7`).
+#[derive(Clone, Debug)]
+pub(super) struct Rig {
+    shared: IntakeConfig,
+    github: GithubIntake,
+    linear: LinearIntake,
+    telegram: TelegramSettings,
+    settings: crate::config::Settings,
+}
+
+impl Rig {
+    fn github(&self) -> crate::providers::github::intake::Config<'_> {
+        RuleConfig {
+            shared: &self.shared,
+            own: &self.github,
+        }
+    }
+
+    fn linear(&self) -> crate::providers::linear::intake::Config<'_> {
+        RuleConfig {
+            shared: &self.shared,
+            own: &self.linear,
+        }
+    }
+
+    fn telegram(&self) -> crate::providers::telegram::intake::Config<'_> {
+        RuleConfig {
+            shared: &self.shared,
+            own: &self.telegram,
+        }
+    }
+
+    /// Every provider's rules with these settings (`providers::intake_rules`, from the same settings).
+    fn rules(&self) -> Vec<Box<dyn SourceRules>> {
+        crate::providers::intake_rules(&self.settings)
+    }
+}
+
+impl Default for Rig {
+    fn default() -> Self {
+        config("").unwrap()
+    }
+}
+
+fn config(text: &str) -> Result<Rig, String> {
+    let mut settings =
+        crate::config::Settings::for_tests(crate::config::DatabaseUrl::Sqlite(":memory:".into()));
+    settings.file = text
         .parse::<crate::config::FileConfig>()
         .map_err(|e| e.to_string())?;
-    Ok(IntakeConfig {
-        telegram_allowed_chats: [-100, 7].into(),
-        ..file.intake
+    settings
+        .providers
+        .set("TELEGRAM_ALLOWED_CHATS", Some("-100, 7"))
+        .map_err(|e| e.to_string())?;
+    Ok(Rig {
+        shared: settings.file.intake.clone(),
+        github: GithubSettings::of(&settings).intake,
+        linear: LinearSettings::of(&settings).intake,
+        telegram: TelegramSettings::of(&settings),
+        settings,
     })
 }
 
@@ -53,14 +112,14 @@ fn every_telegram_fixture_reads_as_the_bot_apis_update_and_a_cut_one_asking_for_
         5,
         "/new acme/app Fix the redirect",
     ));
-    let (key, _) = created(telegram_message(&whole, &config));
+    let (key, _) = created(telegram_message(&whole, &config.telegram()));
     assert_eq!(key, "telegram:-100:31");
     // Without the Bot API's `date` and the chat's `type`: not Telegram's message, said so, nothing made.
     let cut = serde_json::json!({ "update_id": 7002, "message": {
         "message_id": 32, "chat": { "id": -100 }, "from": { "id": 5, "is_bot": false, "first_name": "Ada" },
         "text": "/new acme/app Fix the redirect",
     } });
-    let refused = reason(telegram_message(&cut, &config));
+    let refused = reason(telegram_message(&cut, &config.telegram()));
     assert!(
         refused.starts_with("an update that does not read as the Bot API's Update:")
             && refused.contains("missing field"),
@@ -69,7 +128,10 @@ fn every_telegram_fixture_reads_as_the_bot_apis_update_and_a_cut_one_asking_for_
     // Unreadable chatter that asks for nothing is not intake's business.
     let mut chatter = cut.clone();
     chatter["message"]["text"] = serde_json::json!("hello");
-    assert_eq!(telegram_message(&chatter, &config), Decision::NotIntake);
+    assert_eq!(
+        telegram_message(&chatter, &config.telegram()),
+        Decision::NotIntake
+    );
 }
 
 /// A whole label as GitHub sends one (octocrab's model reads nothing less).
@@ -139,7 +201,7 @@ fn every_issues_fixture_reads_through_octocrabs_model_of_the_issue() {
 fn an_issue_that_does_not_read_as_githubs_is_refused_saying_why_and_makes_nothing() {
     let config = config("[intake]\nallow_repos = [\"acme/*\"]").unwrap();
     let whole = github_payload("labeled", "acme/app", 7, &["pidevops"], "OWNER");
-    let (key, _) = created(github_issue::github_issue(&whole, &config));
+    let (key, _) = created(github_issue::github_issue(&whole, &config.github()));
     assert_eq!(key, "github:acme/app#7");
     // A hand-made body with only the fields a by-name reader would look at: not GitHub's issue.
     let short = serde_json::json!({
@@ -147,7 +209,7 @@ fn an_issue_that_does_not_read_as_githubs_is_refused_saying_why_and_makes_nothin
         "issue": { "number": 7, "title": "Add a CHANGELOG", "labels": [{ "name": "pidevops" }],
                    "author_association": "OWNER", "user": { "login": "me" } },
     });
-    let refused = reason(github_issue::github_issue(&short, &config));
+    let refused = reason(github_issue::github_issue(&short, &config.github()));
     assert!(
         refused.starts_with(
             "an issues event that does not read as GitHub's issues event: missing field"
@@ -158,18 +220,20 @@ fn an_issue_that_does_not_read_as_githubs_is_refused_saying_why_and_makes_nothin
     let mut unasked = short.clone();
     unasked["issue"]["labels"] = serde_json::json!([{ "name": "bug" }]);
     assert_eq!(
-        github_issue::github_issue(&unasked, &config),
+        github_issue::github_issue(&unasked, &config.github()),
         Decision::NotIntake
     );
     // A label GitHub would send whole, cut to its name: refused too, naming what is missing.
     let mut cut = whole.clone();
     cut["issue"]["labels"] = serde_json::json!([{ "name": "pidevops" }]);
-    assert!(reason(github_issue::github_issue(&cut, &config)).contains("missing field"));
+    assert!(reason(github_issue::github_issue(&cut, &config.github())).contains("missing field"));
     // A withdrawal is never guessed from an unreadable body either.
     let mut closed = github_payload("closed", "acme/app", 7, &["pidevops"], "OWNER");
     closed["issue"]["updated_at"] = serde_json::json!("yesterday");
-    assert!(reason(github_withdrawal("closed", &closed, &config))
-        .contains("does not read as GitHub's issues event"));
+    assert!(
+        reason(github_withdrawal("closed", &closed, &config.github()))
+            .contains("does not read as GitHub's issues event")
+    );
 }
 
 #[test]
@@ -191,7 +255,11 @@ fn unknown_intake_keys_are_refused_naming_them() {
         assert_eq!(config(text).unwrap_err(), refusal);
     }
     let ok = config("[intake]\nallow_repos = [\"acme/*\"]\ndefault_repo = \"acme/api\"").unwrap();
-    assert!(ok.allowed_repos.check(&"acme/web".parse().unwrap()).is_ok());
+    assert!(ok
+        .shared
+        .allowed_repos
+        .check(&"acme/web".parse().unwrap())
+        .is_ok());
 }
 
 #[test]
@@ -268,7 +336,7 @@ fn the_plan_label_makes_a_plan_where_a_task_would_be_made_and_only_with_a_planne
     let planner =
         config("[dispatch]\nplanner = \"claude\"\n[intake]\nallow_repos = [\"acme/*\"]").unwrap();
     let without = config("[intake]\nallow_repos = [\"acme/*\"]").unwrap();
-    assert!(planner.planner && !without.planner);
+    assert!(planner.shared.planner && !without.shared.planner);
     let issue = |labels: &[&str], association: &str| {
         let mut body = github_payload("labeled", "acme/billing", 12, labels, association);
         body["issue"]["title"] = serde_json::json!("Split billing into services");
@@ -277,7 +345,7 @@ fn the_plan_label_makes_a_plan_where_a_task_would_be_made_and_only_with_a_planne
     };
     let (key, draft) = created(github_issue(
         &issue(&["pidevops", "pidevops:plan", "agent:codex"], "MEMBER"),
-        &planner,
+        &planner.github(),
     ));
     assert_eq!(
         key, "github:acme/billing#12",
@@ -289,21 +357,24 @@ fn the_plan_label_makes_a_plan_where_a_task_would_be_made_and_only_with_a_planne
     assert_eq!(draft.agent, None, "a plan's agent is the planner");
     assert!(draft.links.has(GITHUB_ISSUE));
     // The same issue without the plan label is a task; the plan label alone is not intake's business.
-    let (_, task) = created(github_issue(&issue(&["pidevops"], "MEMBER"), &planner));
+    let (_, task) = created(github_issue(
+        &issue(&["pidevops"], "MEMBER"),
+        &planner.github(),
+    ));
     assert_eq!(task.family.kind, crate::tasks::TaskKind::Task);
     assert_eq!(
-        github_issue(&issue(&["pidevops:plan"], "OWNER"), &planner),
+        github_issue(&issue(&["pidevops:plan"], "OWNER"), &planner.github()),
         Decision::NotIntake
     );
     // A stranger's plan label is refused like a stranger's task, and without a planner nothing is made.
     assert!(reason(github_issue(
         &issue(&["pidevops", "pidevops:plan"], "NONE"),
-        &planner
+        &planner.github()
     ))
     .contains("NONE"));
     let refused = reason(github_issue(
         &issue(&["pidevops", "pidevops:plan"], "MEMBER"),
-        &without,
+        &without.github(),
     ));
     assert!(
         refused.contains("no planner profile is configured")
@@ -323,18 +394,18 @@ fn the_plan_label_makes_a_plan_where_a_task_would_be_made_and_only_with_a_planne
     };
     let (key, draft) = created(agent_session_created(
         &session("<labels><label>bug</label><label>pidevops:plan</label></labels>"),
-        &planner,
+        &planner.linear(),
     ));
     assert_eq!(key, "linear:9c2d1f3e-5b6a-4c7d-8e9f-0a1b2c3d4e5f");
     assert_eq!(draft.family.kind, crate::tasks::TaskKind::Plan);
     let (_, task) = created(agent_session_created(
         &session("<labels><label>bug</label></labels>"),
-        &planner,
+        &planner.linear(),
     ));
     assert_eq!(task.family.kind, crate::tasks::TaskKind::Task);
     assert!(reason(agent_session_created(
         &session("<labels><label>pidevops:plan</label></labels>"),
-        &without
+        &without.linear()
     ))
     .contains("no planner profile"));
 }
@@ -350,32 +421,33 @@ fn telegram_plan_makes_a_plan_keyed_by_its_message_and_says_why_not() {
             -100,
             "/plan@pidevops_bot acme/app Split the app into three services",
         ),
-        &planner,
+        &planner.telegram(),
     ));
     assert_eq!(key, "telegram:-100:31");
     assert_eq!(draft.family.kind, crate::tasks::TaskKind::Plan);
     assert_eq!(draft.spec.task(), "Split the app into three services");
     let stranger = reason(telegram_message(
         &message(-999, "/plan acme/app x"),
-        &planner,
+        &planner.telegram(),
     ));
     assert!(stranger.contains("/plan from ada") && stranger.contains("TELEGRAM_ALLOWED_CHATS"));
     assert!(reason(telegram_message(
         &message(-100, "/plan acme/app x"),
-        &without
+        &without.telegram()
     ))
     .contains("no planner"));
     assert!(reason(telegram_message(
         &message(-100, "/plan other/app x"),
-        &planner
+        &planner.telegram()
     ))
     .contains("other/app is not an allowed repository"));
-    assert!(
-        reason(telegram_message(&message(-100, "/plan acme/app"), &planner))
-            .starts_with("usage: /plan")
-    );
+    assert!(reason(telegram_message(
+        &message(-100, "/plan acme/app"),
+        &planner.telegram()
+    ))
+    .starts_with("usage: /plan"));
     assert_eq!(
-        telegram_message(&message(-100, "/planet acme/app x"), &planner),
+        telegram_message(&message(-100, "/planet acme/app x"), &planner.telegram()),
         Decision::NotIntake
     );
 }
@@ -388,7 +460,7 @@ fn a_telegram_reply_names_the_message_it_answers_and_who_may_not() {
         if let Some(to) = to {
             message["reply_to_message"] = telegram_message_json(to, chat, 4242, "the question");
         }
-        telegram_message(&telegram_update(message), &config)
+        telegram_message(&telegram_update(message), &config.telegram())
     };
     let Decision::Reply {
         to,
@@ -449,7 +521,7 @@ fn a_linear_prompt_carries_its_activity_as_the_answers_origin() {
         body: serde_json::to_vec(&body).unwrap(),
         meta: Default::default(),
     };
-    let Decision::FollowUp { key, text, origin } = decide(&event, &IntakeConfig::default()) else {
+    let Decision::FollowUp { key, text, origin } = decide(&event, &Rig::default()) else {
         panic!("a follow-up")
     };
     assert_eq!(

@@ -1,6 +1,8 @@
 //! Withdrawals and versions seen: every GitHub action and every kind of Linear state, with and without the intake
 //! label, through `decide` as the follower calls it.
 
+use std::collections::BTreeSet;
+
 use super::*;
 use chrono::TimeZone;
 use serde_json::json;
@@ -36,7 +38,7 @@ fn time(text: &str) -> chrono::DateTime<chrono::Utc> {
         .with_timezone(&chrono::Utc)
 }
 
-fn allowed() -> IntakeConfig {
+fn allowed() -> Rig {
     config("[intake]\nallow_repos = [\"acme/*\"]\ndefault_repo = \"acme/billing\"").unwrap()
 }
 
@@ -352,7 +354,7 @@ fn the_states_pidevops_moves_issues_to_come_from_linear_states() {
         .into_iter()
         .map(str::to_owned)
         .collect();
-    assert_eq!(config.linear_work_states, expected);
+    assert_eq!(config.linear.work_states, expected);
     // An own state of a type before work ("Waiting", unstarted) is not a withdrawal.
     assert!(matches!(
         decide(
@@ -375,5 +377,5 @@ fn the_states_pidevops_moves_issues_to_come_from_linear_states() {
         "blocked"
     ]
     .iter()
-    .all(|s| IntakeConfig::default().linear_work_states.contains(*s)));
+    .all(|s| Rig::default().linear.work_states.contains(*s)));
 }

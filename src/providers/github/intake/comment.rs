@@ -33,7 +33,7 @@ pub static HOST: CodeHost = CodeHost {
 
 /// `github.issue_comment.created`: a comment for pidevops, or why not (recorded, never answered: a stranger must
 /// not be able to make pidevops noisy).
-pub fn created(data: &Value, config: &IntakeConfig) -> Decision {
+pub fn created(data: &Value, config: &super::Config<'_>) -> Decision {
     match addressed(data, config) {
         Ok(comment) => Decision::Comment(Box::new(comment)),
         Err(reason) => ignore(reason),
@@ -56,7 +56,7 @@ pub fn edited(data: &Value) -> Decision {
 
 /// The comment, if it passes every gate; otherwise the reason it does not. The comment and its issue are read
 /// through octocrab's model of the event (the repository, which octocrab keeps beside it, by name).
-fn addressed(data: &Value, config: &IntakeConfig) -> Result<Comment, String> {
+fn addressed(data: &Value, config: &super::Config<'_>) -> Result<Comment, String> {
     let event = IssueCommentWebhookEventPayload::deserialize(data).map_err(|e| {
         format!("a comment that does not read as GitHub's issue_comment event: {e}")
     })?;
@@ -64,7 +64,7 @@ fn addressed(data: &Value, config: &IntakeConfig) -> Result<Comment, String> {
     let id = comment.id.0;
     let number = event.issue.number;
     let login = comment.user.login.as_str();
-    let bot = config.github_bot_login.as_deref();
+    let bot = config.own.bot_login.as_deref();
     if bot.is_some_and(|bot| bot.eq_ignore_ascii_case(login)) {
         return Err(format!(
             "comment {id} is by pidevops's own account {login}; it never answers itself"
@@ -90,7 +90,7 @@ fn addressed(data: &Value, config: &IntakeConfig) -> Result<Comment, String> {
     }
     // GitHub's own spelling (`MEMBER`), as the configuration lists it.
     let association = association_name(comment.author_association.as_ref());
-    if !config.github_associations.contains(&association) {
+    if !config.own.associations.contains(&association) {
         return Err(format!(
             "comment {id} on {repo}#{number}: {login} is {association} on the repository; pidevops takes \
              comments only from {}",
@@ -325,7 +325,7 @@ mod tests {
         );
     }
 
-    fn config() -> IntakeConfig {
+    fn config() -> super::super::Config<'static> {
         let file: crate::config::FileConfig = r#"
             [intake]
             allow_repos = ["acme/*"]
@@ -334,7 +334,11 @@ mod tests {
             "#
         .parse()
         .unwrap();
-        file.intake
+        let own = crate::providers::github::settings::GithubIntake::from_tables(file.tables());
+        super::super::Config {
+            shared: Box::leak(Box::new(file.intake)),
+            own: Box::leak(Box::new(own)),
+        }
     }
 
     /// GitHub's own `issue_comment.created` (a fixture), made a comment by `login` with `association` on

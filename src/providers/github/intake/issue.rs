@@ -77,9 +77,10 @@ pub fn association_name(association: Option<&AuthorAssociation>) -> String {
 }
 
 /// `, `-joined associations tasks may come from, for a refusal.
-pub fn trusted(config: &IntakeConfig) -> String {
+pub fn trusted(config: &super::Config<'_>) -> String {
     config
-        .github_associations
+        .own
+        .associations
         .iter()
         .cloned()
         .collect::<Vec<_>>()
@@ -88,22 +89,23 @@ pub fn trusted(config: &IntakeConfig) -> String {
 
 /// `github.issues.opened`, `labeled`, `reopened`: the task (or plan) an issue labeled for pidevops by a trusted
 /// author becomes, or why not.
-pub fn github_issue(data: &Value, config: &IntakeConfig) -> Decision {
+pub fn github_issue(data: &Value, config: &super::Config<'_>) -> Decision {
     let event = match IssuesEvent::read(data) {
         Ok(event) => event,
         // Refused, saying why, when it names the intake label; any other unreadable body is no more intake's
         // business than any other unlabeled issue.
-        Err(reason) if names_label(data, &config.github_label) => return ignore(reason),
+        Err(reason) if names_label(data, &config.own.label) => return ignore(reason),
         Err(_) => return Decision::NotIntake,
     };
     let labels = event.labels();
-    if !labels.contains(&config.github_label.as_str()) {
+    if !labels.contains(&config.own.label.as_str()) {
         // Most issues are not meant for an agent; that is not worth an audit record.
         return Decision::NotIntake;
     }
     let sender = event.sender.as_ref().map_or("", |s| s.login.as_str());
     if config
-        .github_bot_login
+        .own
+        .bot_login
         .as_deref()
         .is_some_and(|bot| bot.eq_ignore_ascii_case(sender))
     {
@@ -113,7 +115,7 @@ pub fn github_issue(data: &Value, config: &IntakeConfig) -> Decision {
         return ignore(format!("the issue cannot become a task: {e}"));
     }
     let association = association_name(event.issue.author_association.as_ref());
-    if !config.github_associations.contains(&association) {
+    if !config.own.associations.contains(&association) {
         return ignore(format!(
             "{} is {association} on the repository; tasks come only from {}",
             event.issue.user.login,

@@ -1,5 +1,5 @@
 //! GitHub's intake rules, pure: which of its events become tasks (or plans), withdraw one, or address pidevops in a
-//! comment, and why the others do not. Registered in `providers::INTAKE_RULES` ([`RULES`]); intake calls them for
+//! comment, and why the others do not. Built with its settings by `providers::intake_rules` ([`Rules`]); intake calls them for
 //! every event of source `github` and acts on the [`Decision`].
 //!
 //! - `issue.rs`: `issues` `opened`, `labeled`, `reopened`: the task an issue labeled for pidevops becomes;
@@ -12,18 +12,36 @@ pub mod issue;
 use serde_json::Value;
 
 use crate::domain::Source;
-use crate::intake::rules::{ignore, Decision, IntakeConfig, Payload, SourceRules, Withdrawal};
+use crate::intake::rules::{
+    ignore, Decision, IntakeConfig, Payload, RuleConfig, SourceRules, Withdrawal,
+};
+use crate::providers::github::settings::GithubIntake;
 use crate::tasks::RepoName;
 use issue::{github_issue, IssuesEvent};
 
-/// GitHub's entry in `providers::INTAKE_RULES`.
-pub const RULES: SourceRules = SourceRules {
-    source: Source::Github,
-    decide,
-};
+/// What GitHub's rules decide with: intake's shared settings and `[intake.github]`.
+pub type Config<'a> = RuleConfig<'a, GithubIntake>;
+
+/// GitHub's intake rules, with its `[intake.github]` (`providers::intake_rules` builds them).
+#[derive(Clone, Debug, Default)]
+pub struct Rules(pub GithubIntake);
+
+impl SourceRules for Rules {
+    fn source(&self) -> Source {
+        Source::Github
+    }
+
+    fn decide(&self, event_type: &str, data: &Payload<'_>, config: &IntakeConfig) -> Decision {
+        let config = Config {
+            shared: config,
+            own: &self.0,
+        };
+        decide(event_type, data, &config)
+    }
+}
 
 /// Decides what intake does with GitHub's event `event_type` (`github.issues.opened`, …).
-pub fn decide(event_type: &str, data: &Payload<'_>, config: &IntakeConfig) -> Decision {
+pub fn decide(event_type: &str, data: &Payload<'_>, config: &Config<'_>) -> Decision {
     match event_type {
         "github.issues.opened" | "github.issues.labeled" | "github.issues.reopened" => {
             github_issue(&data.read(), config)
@@ -42,7 +60,7 @@ pub fn decide(event_type: &str, data: &Payload<'_>, config: &IntakeConfig) -> De
 /// task was made (`github:owner/name#n`), or not intake's business. An event that does not read as GitHub's is
 /// refused, saying why: a withdrawal is never guessed from a payload that cannot be read. Its clock:
 /// `issue.updated_at`.
-pub fn github_withdrawal(action: &str, data: &Value, config: &IntakeConfig) -> Decision {
+pub fn github_withdrawal(action: &str, data: &Value, config: &Config<'_>) -> Decision {
     let event = match IssuesEvent::read(data) {
         Ok(event) => event,
         Err(reason) => return ignore(reason),
@@ -54,7 +72,7 @@ pub fn github_withdrawal(action: &str, data: &Value, config: &IntakeConfig) -> D
     if number == 0 {
         return Decision::NotIntake;
     }
-    let label = config.github_label.as_str();
+    let label = config.own.label.as_str();
     let (why, reason) = match action {
         "closed" => (
             Withdrawal::Closed,

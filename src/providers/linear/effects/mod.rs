@@ -317,10 +317,15 @@ fn as_submitted(task_event: &TaskEvent, events: &[StoredEvent], position: i64) -
             .iter()
             .filter(|e| e.position < position)
             .filter_map(|e| serde_json::from_slice::<TaskEvent>(&e.body).ok())
-            .fold(None, |known, earlier| match earlier {
-                TaskEvent::LinksAttached { links, .. } => links.get(GITHUB_PR).or(known),
-                TaskEvent::SubmittedForReview { pr: Some(pr), .. } => Some(pr),
-                _ => known,
+            .fold(None, |known, earlier| {
+                // Only a link or an earlier submission's pull request says which one it was.
+                if let TaskEvent::LinksAttached { links, .. } = &earlier {
+                    return links.get(GITHUB_PR).or(known);
+                }
+                if let TaskEvent::SubmittedForReview { pr: Some(pr), .. } = earlier {
+                    return Some(pr);
+                }
+                known
             });
     }
     task_event
