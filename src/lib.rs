@@ -54,8 +54,8 @@
 //!                  shape), handle.rs (the narrow handle a policy gets instead of the runner), call.rs (CallError,
 //!                  Produced), pull_request.rs (both pull requests' one description writer), policy_config.rs
 //! providers/       one folder per provider, whole (github/, linear/, telegram/): its client, its webhook
-//!                  (`ingress::Webhook`), its settings (settings.rs), its poller, its intake rules (`intake::rules::SourceRules`, built by
-//!                  `intake_rules`), its effects policy and actions (`effects::ProviderPolicy`);
+//!                  (`ingress::Webhook`), its settings (settings.rs), its poller, its intake rules
+//!                  (`intake::rules::SourceRules`, built by `intake_rules`), its effects policy and actions (`effects::ProviderPolicy`);
 //!                  above the layers it plugs into, which name no provider
 //! pollers/         what the pollers share; each poller lives in its provider's folder
 //! cron/            [[schedules]] and the `cron` loop: after downtime the latest slot fires once

@@ -26,13 +26,13 @@ use crate::intake::rules::SourceRules;
 /// (start-up hands it these).
 pub fn intake_rules(settings: &crate::config::Settings) -> Vec<Box<dyn SourceRules>> {
     vec![
-        Box::new(github::intake::Rules(
+        Box::new(github::intake::rules(
             github::settings::GithubSettings::of(settings).intake,
         )),
-        Box::new(linear::intake::Rules(
+        Box::new(linear::intake::rules(
             linear::settings::LinearSettings::of(settings).intake,
         )),
-        Box::new(telegram::intake::Rules(
+        Box::new(telegram::intake::rules(
             telegram::settings::TelegramSettings::of(settings),
         )),
     ]

@@ -1,8 +1,8 @@
 //! Which webhook events become tasks (or plans), and why the others do not. Pure: an event and the configuration
 //! in, a decision out. Each provider's rules live in its folder (`providers/<name>/intake.rs` or `intake/`) and
 //! are handed to intake as [`SourceRules`], one per source, each built with its provider's own settings
-//! (`providers::intake_rules`); intake itself names no provider's events. What stays here is what intake consumes: the [`Decision`], the [`IntakeConfig`], the
-//! comment it acts on (`comment.rs`), the terms of a withdrawal (`withdrawal.rs`) and the pure helpers every
+//! (`providers::intake_rules`); intake itself names no provider's events. What stays here is what intake
+//! consumes: the [`Decision`], the [`IntakeConfig`] (its shared settings), the comment it acts on (`comment.rs`), the terms of a withdrawal (`withdrawal.rs`) and the pure helpers every
 //! provider's rules share.
 //!
 //! The intake key of a decision names the external ticket (`github:acme/api#12`, `linear:<issue id>`,
@@ -127,6 +127,28 @@ pub trait SourceRules: Send + Sync + std::fmt::Debug {
 pub struct RuleConfig<'a, T> {
     pub shared: &'a IntakeConfig,
     pub own: &'a T,
+}
+
+/// A provider's rules: its `decide`, with its own settings. The one [`SourceRules`] every provider registers.
+#[derive(Clone, Debug)]
+pub struct ProviderRules<T> {
+    pub source: Source,
+    pub own: T,
+    pub decide: fn(event_type: &str, data: &Payload<'_>, config: &RuleConfig<'_, T>) -> Decision,
+}
+
+impl<T: Send + Sync + std::fmt::Debug> SourceRules for ProviderRules<T> {
+    fn source(&self) -> Source {
+        self.source
+    }
+
+    fn decide(&self, event_type: &str, data: &Payload<'_>, config: &IntakeConfig) -> Decision {
+        let config = RuleConfig {
+            shared: config,
+            own: &self.own,
+        };
+        (self.decide)(event_type, data, &config)
+    }
 }
 
 impl<T> std::ops::Deref for RuleConfig<'_, T> {

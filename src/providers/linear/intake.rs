@@ -1,6 +1,6 @@
 //! Linear's intake rules, pure: which of its webhook events become tasks (or plans), withdraw one, follow one up or
-//! stop it, and why the others do not. Built with its settings by `providers::intake_rules` ([`Rules`]); intake calls them for
-//! every event of source `linear` and acts on the [`Decision`].
+//! stop it, and why the others do not. Built with its settings by `providers::intake_rules` ([`rules`]); intake
+//! calls them for every event of source `linear` and acts on the [`Decision`].
 //!
 //! - `Issue` events: the task an issue in the ready state with the intake label becomes (its repository from a
 //!   `repo:` label or line, its team, else `intake.default_repo`); cancelled, deleted, unlabeled or moved back, its
@@ -15,8 +15,8 @@ use crate::board::Draft;
 use crate::domain::Source;
 use crate::intake::rules::{
     agent_label, asks_for_plan, ignore, line_value, no_planner, take_line, ticket_draft,
-    ticket_time, work_state, Decision, IntakeConfig, Payload, RuleConfig, SourceRules, Withdrawal,
-    WorkState, DONE_WHEN, SESSION_KEY_PREFIX,
+    ticket_time, work_state, Decision, Payload, ProviderRules, RuleConfig, Withdrawal, WorkState,
+    DONE_WHEN, SESSION_KEY_PREFIX,
 };
 use crate::providers::linear::settings::LinearIntake;
 use crate::tasks::{
@@ -27,20 +27,11 @@ use crate::tasks::{
 pub type Config<'a> = RuleConfig<'a, LinearIntake>;
 
 /// Linear's intake rules, with its `[intake.linear]` (`providers::intake_rules` builds them).
-#[derive(Clone, Debug, Default)]
-pub struct Rules(pub LinearIntake);
-
-impl SourceRules for Rules {
-    fn source(&self) -> Source {
-        Source::Linear
-    }
-
-    fn decide(&self, event_type: &str, data: &Payload<'_>, config: &IntakeConfig) -> Decision {
-        let config = Config {
-            shared: config,
-            own: &self.0,
-        };
-        decide(event_type, data, &config)
+pub fn rules(own: LinearIntake) -> ProviderRules<LinearIntake> {
+    ProviderRules {
+        source: Source::Linear,
+        own,
+        decide,
     }
 }
 

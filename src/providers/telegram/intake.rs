@@ -1,8 +1,8 @@
 //! Telegram's intake rules: who may command pidevops from a chat, and the two commands that make work, `/new`
 //! (a task) and `/plan` (a plan: a planner splits the goal into tasks), and replies to pidevops's questions. Pure,
-//! like the rest of the rules; built with its settings by `providers::intake_rules` ([`Rules`]). Updates are read as the Bot
-//! API's `Update` (frankenstein's types), here for the bot too (`effects/bot.rs`). The allow-lists are
-//! `IntakeConfig`'s (`intake::rules`, which reads them).
+//! like the rest of the rules; built with its settings by `providers::intake_rules` ([`rules`]). Updates are read
+//! as the Bot API's `Update` (frankenstein's types), here for the bot too (`effects/bot.rs`). The allow-lists are
+//! its settings' (`settings.rs`: `TELEGRAM_ALLOWED_CHATS`, `TELEGRAM_ALLOWED_USERS`).
 
 use std::collections::BTreeSet;
 
@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::board::Draft;
 use crate::domain::Source;
 use crate::intake::rules::{
-    ignore, no_planner, ticket_draft, Decision, IntakeConfig, Payload, RuleConfig, SourceRules,
+    ignore, no_planner, ticket_draft, Decision, Payload, ProviderRules, RuleConfig,
 };
 use crate::providers::telegram::settings::TelegramSettings;
 use crate::tasks::{Links, RepoName, Spec, TelegramMessage, ValueError, TELEGRAM};
@@ -23,20 +23,11 @@ use crate::tasks::{Links, RepoName, Spec, TelegramMessage, ValueError, TELEGRAM}
 pub type Config<'a> = RuleConfig<'a, TelegramSettings>;
 
 /// Telegram's intake rules, with its settings (`providers::intake_rules` builds them).
-#[derive(Clone, Debug)]
-pub struct Rules(pub TelegramSettings);
-
-impl SourceRules for Rules {
-    fn source(&self) -> Source {
-        Source::Telegram
-    }
-
-    fn decide(&self, event_type: &str, data: &Payload<'_>, config: &IntakeConfig) -> Decision {
-        let config = Config {
-            shared: config,
-            own: &self.0,
-        };
-        decide(event_type, data, &config)
+pub fn rules(own: TelegramSettings) -> ProviderRules<TelegramSettings> {
+    ProviderRules {
+        source: Source::Telegram,
+        own,
+        decide,
     }
 }
 

@@ -1,6 +1,6 @@
 //! GitHub's intake rules, pure: which of its events become tasks (or plans), withdraw one, or address pidevops in a
-//! comment, and why the others do not. Built with its settings by `providers::intake_rules` ([`Rules`]); intake calls them for
-//! every event of source `github` and acts on the [`Decision`].
+//! comment, and why the others do not. Built with its settings by `providers::intake_rules` ([`rules`]); intake
+//! calls them for every event of source `github` and acts on the [`Decision`].
 //!
 //! - `issue.rs`: `issues` `opened`, `labeled`, `reopened`: the task an issue labeled for pidevops becomes;
 //! - `closed`, `deleted`, `unlabeled` (here): the withdrawal of its task (`intake/rules/withdrawal.rs`'s terms);
@@ -12,9 +12,7 @@ pub mod issue;
 use serde_json::Value;
 
 use crate::domain::Source;
-use crate::intake::rules::{
-    ignore, Decision, IntakeConfig, Payload, RuleConfig, SourceRules, Withdrawal,
-};
+use crate::intake::rules::{ignore, Decision, Payload, ProviderRules, RuleConfig, Withdrawal};
 use crate::providers::github::settings::GithubIntake;
 use crate::tasks::RepoName;
 use issue::{github_issue, IssuesEvent};
@@ -22,21 +20,12 @@ use issue::{github_issue, IssuesEvent};
 /// What GitHub's rules decide with: intake's shared settings and `[intake.github]`.
 pub type Config<'a> = RuleConfig<'a, GithubIntake>;
 
-/// GitHub's intake rules, with its `[intake.github]` (`providers::intake_rules` builds them).
-#[derive(Clone, Debug, Default)]
-pub struct Rules(pub GithubIntake);
-
-impl SourceRules for Rules {
-    fn source(&self) -> Source {
-        Source::Github
-    }
-
-    fn decide(&self, event_type: &str, data: &Payload<'_>, config: &IntakeConfig) -> Decision {
-        let config = Config {
-            shared: config,
-            own: &self.0,
-        };
-        decide(event_type, data, &config)
+/// Github's intake rules, with its `[intake.github]` (`providers::intake_rules` builds them).
+pub fn rules(own: GithubIntake) -> ProviderRules<GithubIntake> {
+    ProviderRules {
+        source: Source::Github,
+        own,
+        decide,
     }
 }
 
