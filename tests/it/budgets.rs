@@ -84,27 +84,13 @@ async fn a_spent_budget_stops_the_agent_mid_stream_holds_the_next_task_and_a_rai
     let mut settings = crate::common::settings(&db);
     settings.file = pidevops::config::FileConfig::try_from(config(&remote, &agent)).unwrap();
     settings.workspace_root = scratch.path().join("ws");
-    settings
-        .providers
-        .set("TELEGRAM_BOT_TOKEN", Some("123:budget-bot"))
-        .unwrap();
-    settings
-        .providers
-        .set("TELEGRAM_API_URL", Some(&telegram.url))
-        .unwrap();
+    telegram.point_settings(&mut settings, "123:budget-bot");
     settings
         .providers
         .set("TELEGRAM_ALLOWED_CHATS", Some("11, 22"))
         .unwrap();
     let linear = FakeLinear::start().await;
-    settings
-        .providers
-        .set("LINEAR_API_KEY", Some(LINEAR_KEY))
-        .unwrap();
-    settings
-        .providers
-        .set("LINEAR_API_URL", Some(&linear.url))
-        .unwrap();
+    linear.point_settings(&mut settings, LINEAR_KEY);
     let issue = uuid::Uuid::now_v7();
     linear.add_issue(Issue {
         id: issue.to_string(),

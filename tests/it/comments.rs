@@ -59,14 +59,7 @@ async fn spawn(
     let mut settings = crate::common::settings(db);
     settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
     settings.workspace_root = scratch.path().join("ws");
-    settings
-        .providers
-        .set("GITHUB_TOKEN", Some("ghp_comments"))
-        .unwrap();
-    settings
-        .providers
-        .set("GITHUB_API_URL", Some(&github.url))
-        .unwrap();
+    github.point_settings(&mut settings, "ghp_comments");
     (TestApp::spawn(settings).await, scratch)
 }
 

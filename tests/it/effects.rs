@@ -33,11 +33,7 @@ const TOKEN: &str = "ghp_fake_token_for_the_fake_github";
 
 async fn spawn(db: &TestDb, github: &FakeGithub) -> TestApp {
     let mut settings = crate::common::settings(db);
-    settings.providers.set("GITHUB_TOKEN", Some(TOKEN)).unwrap();
-    settings
-        .providers
-        .set("GITHUB_API_URL", Some(&github.url))
-        .unwrap();
+    github.point_settings(&mut settings, TOKEN);
     TestApp::spawn(settings).await
 }
 
@@ -354,11 +350,7 @@ async fn a_call_cut_off_after_github_acted_is_not_made_twice(db: TestDb) {
 async fn doctor_proves_the_token_with_a_read_only_call(db: TestDb) {
     let github = FakeGithub::start().await;
     let mut settings = crate::common::settings(&db);
-    settings.providers.set("GITHUB_TOKEN", Some(TOKEN)).unwrap();
-    settings
-        .providers
-        .set("GITHUB_API_URL", Some(&github.url))
-        .unwrap();
+    github.point_settings(&mut settings, TOKEN);
     let (report, ok) = pidevops::doctor::diagnose(&settings).await;
     let line = report
         .lines()
@@ -551,11 +543,7 @@ cat > .pidevops/status.json <<'JSON'
 JSON"###,
     );
     let mut settings = crate::common::settings(&db);
-    settings.providers.set("GITHUB_TOKEN", Some(TOKEN)).unwrap();
-    settings
-        .providers
-        .set("GITHUB_API_URL", Some(&github.url))
-        .unwrap();
+    github.point_settings(&mut settings, TOKEN);
     settings.workspace_root = scratch.path().join("ws");
     let file: toml::Table = format!(
         r#"

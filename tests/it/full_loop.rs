@@ -367,30 +367,9 @@ async fn a_linear_issue_becomes_a_merged_pull_request_and_everyone_hears(db: Tes
     settings.file =
         pidevops::config::FileConfig::try_from(dispatch_file(&remote, &script, "")).unwrap();
     settings.workspace_root = scratch.path().join("ws");
-    settings
-        .providers
-        .set("GITHUB_TOKEN", Some(GITHUB_TOKEN))
-        .unwrap();
-    settings
-        .providers
-        .set("GITHUB_API_URL", Some(&fakes.github.url))
-        .unwrap();
-    settings
-        .providers
-        .set("LINEAR_API_KEY", Some(LINEAR_KEY))
-        .unwrap();
-    settings
-        .providers
-        .set("LINEAR_API_URL", Some(&fakes.linear.url))
-        .unwrap();
-    settings
-        .providers
-        .set("TELEGRAM_BOT_TOKEN", Some(BOT_TOKEN))
-        .unwrap();
-    settings
-        .providers
-        .set("TELEGRAM_API_URL", Some(&fakes.telegram.url))
-        .unwrap();
+    fakes.github.point_settings(&mut settings, GITHUB_TOKEN);
+    fakes.linear.point_settings(&mut settings, LINEAR_KEY);
+    fakes.telegram.point_settings(&mut settings, BOT_TOKEN);
     settings
         .providers
         .set("TELEGRAM_ALLOWED_CHATS", Some(&CHAT.to_string()))

@@ -73,14 +73,7 @@ async fn a_missed_linear_issue_is_picked_up_once_and_a_delivered_one_is_not_appe
     // Linear is down at first: every poll fails.
     linear.fail_issue_queries(Some(500));
     let mut settings = crate::common::settings(&db);
-    settings
-        .providers
-        .set("LINEAR_API_KEY", Some(LINEAR_KEY))
-        .unwrap();
-    settings
-        .providers
-        .set("LINEAR_API_URL", Some(&linear.url))
-        .unwrap();
+    linear.point_settings(&mut settings, LINEAR_KEY);
     settings.file = r#"
         [board]
         approval = "auto"
@@ -204,14 +197,7 @@ async fn a_version_a_webhook_delivered_is_not_polled_again_whatever_the_tasks_co
     let mut ticket = issue(DELIVERED, "ENG-412", &seconds_ago(90));
     linear.add_issue(ticket.clone());
     let mut settings = crate::common::settings(&db);
-    settings
-        .providers
-        .set("LINEAR_API_KEY", Some(LINEAR_KEY))
-        .unwrap();
-    settings
-        .providers
-        .set("LINEAR_API_URL", Some(&linear.url))
-        .unwrap();
+    linear.point_settings(&mut settings, LINEAR_KEY);
     // A long interval: after its first tick the poller runs when the test drives it.
     settings.file = r#"
         [board]
@@ -536,14 +522,7 @@ async fn a_poller_that_fails_every_tick_fails_health_after_its_threshold_and_rec
     let linear = FakeLinear::start().await;
     linear.fail_issue_queries(Some(500));
     let mut settings = crate::common::settings(&db);
-    settings
-        .providers
-        .set("LINEAR_API_KEY", Some(LINEAR_KEY))
-        .unwrap();
-    settings
-        .providers
-        .set("LINEAR_API_URL", Some(&linear.url))
-        .unwrap();
+    linear.point_settings(&mut settings, LINEAR_KEY);
     settings.file = r#"
         [pollers.linear]
         interval_s = 0.2

@@ -581,14 +581,7 @@ async fn a_question_from_a_github_issue_is_asked_there_once_saying_how_to_answer
     let mut settings = crate::common::settings(&db);
     settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
     settings.workspace_root = scratch.path().join("ws");
-    settings
-        .providers
-        .set("GITHUB_TOKEN", Some("ghp_fake_token_for_the_fake_github"))
-        .unwrap();
-    settings
-        .providers
-        .set("GITHUB_API_URL", Some(&github.url))
-        .unwrap();
+    github.point_settings(&mut settings, "ghp_fake_token_for_the_fake_github");
     let app = TestApp::spawn(settings).await;
     let mut issue =
         crate::providers::github::gh_issue_event("labeled", REPO, 12, &["pidevops"], "OWNER");
@@ -663,14 +656,7 @@ async fn a_reply_to_an_earlier_question_does_not_answer_a_later_one(db: TestDb) 
     let file = "[board]\napproval = \"manual\"\n[telegram]\ncooldown_s = 0";
     settings.file =
         pidevops::config::FileConfig::try_from(file.parse::<toml::Table>().unwrap()).unwrap();
-    settings
-        .providers
-        .set("TELEGRAM_BOT_TOKEN", Some(BOT_TOKEN))
-        .unwrap();
-    settings
-        .providers
-        .set("TELEGRAM_API_URL", Some(&telegram.url))
-        .unwrap();
+    telegram.point_settings(&mut settings, BOT_TOKEN);
     settings
         .providers
         .set("TELEGRAM_ALLOWED_CHATS", Some("-100"))

@@ -194,14 +194,7 @@ impl WithAgent {
 
 /// The settings call GitHub's API at the fake, with [`GITHUB_TOKEN`].
 pub fn use_github(settings: &mut Settings, github: &FakeGithub) {
-    settings
-        .providers
-        .set("GITHUB_TOKEN", Some(GITHUB_TOKEN))
-        .unwrap();
-    settings
-        .providers
-        .set("GITHUB_API_URL", Some(&github.url))
-        .unwrap();
+    github.point_settings(settings, GITHUB_TOKEN);
 }
 
 /// A table's keys into the table of that name, any other value set.

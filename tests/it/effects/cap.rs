@@ -26,14 +26,7 @@ const LOOP: &str = "effects:telegram";
 /// The app with Telegram telling `chats`, every notice sent (no cooldown), and at most `cap` calls per task.
 async fn spawn(db: &TestDb, telegram: &FakeTelegram, chats: &str, cap: u32) -> TestApp {
     let mut settings = crate::common::settings(db);
-    settings
-        .providers
-        .set("TELEGRAM_BOT_TOKEN", Some(BOT_TOKEN))
-        .unwrap();
-    settings
-        .providers
-        .set("TELEGRAM_API_URL", Some(&telegram.url))
-        .unwrap();
+    telegram.point_settings(&mut settings, BOT_TOKEN);
     settings
         .providers
         .set("TELEGRAM_ALLOWED_CHATS", Some(chats))

@@ -462,3 +462,14 @@ fn root_field(document: &apollo_compiler::ExecutableDocument) -> String {
         .map(|field| field.name.to_string())
         .unwrap_or_else(|| "unknown".to_owned())
 }
+
+impl FakeLinear {
+    /// Points `settings` at this fake, with the API key `key`: its two variables, set as an operator would.
+    pub fn point_settings(&self, settings: &mut pidevops::config::Settings, key: &str) {
+        settings.providers.set("LINEAR_API_KEY", Some(key)).unwrap();
+        settings
+            .providers
+            .set("LINEAR_API_URL", Some(&self.url))
+            .unwrap();
+    }
+}

@@ -246,3 +246,17 @@ pub fn fits_method(method: &str, body: &Value) -> Result<(), String> {
         other => Err(format!("{other} is not a method pidevops calls")),
     }
 }
+
+impl FakeTelegram {
+    /// Points `settings` at this fake, with the bot `token` (`<id>:<secret>`): its two variables, set as an operator would.
+    pub fn point_settings(&self, settings: &mut pidevops::config::Settings, token: &str) {
+        settings
+            .providers
+            .set("TELEGRAM_BOT_TOKEN", Some(token))
+            .unwrap();
+        settings
+            .providers
+            .set("TELEGRAM_API_URL", Some(&self.url))
+            .unwrap();
+    }
+}

@@ -620,3 +620,14 @@ fn validation_failed(message: &str) -> Response {
     )
         .into_response()
 }
+
+impl FakeGithub {
+    /// Points `settings` at this fake, with the token `token`: its two variables, set as an operator would.
+    pub fn point_settings(&self, settings: &mut pidevops::config::Settings, token: &str) {
+        settings.providers.set("GITHUB_TOKEN", Some(token)).unwrap();
+        settings
+            .providers
+            .set("GITHUB_API_URL", Some(&self.url))
+            .unwrap();
+    }
+}

@@ -56,14 +56,7 @@ fn delivery(name: &str, edit: impl FnOnce(&mut Value)) -> Vec<u8> {
 
 async fn spawn(db: &TestDb, linear: &FakeLinear, file: toml::Table) -> TestApp {
     let mut settings = crate::common::settings(db);
-    settings
-        .providers
-        .set("LINEAR_API_KEY", Some(LINEAR_KEY))
-        .unwrap();
-    settings
-        .providers
-        .set("LINEAR_API_URL", Some(&linear.url))
-        .unwrap();
+    linear.point_settings(&mut settings, LINEAR_KEY);
     settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
     TestApp::spawn(settings).await
 }
@@ -558,22 +551,8 @@ async fn doctor_checks_linear_and_the_telegram_bot_with_read_only_calls() {
     let telegram = crate::providers::telegram::fake::FakeTelegram::start().await;
     let bot_token = "4242:doctor-bot-secret";
     let mut settings = crate::common::settings(&db);
-    settings
-        .providers
-        .set("LINEAR_API_KEY", Some(LINEAR_KEY))
-        .unwrap();
-    settings
-        .providers
-        .set("LINEAR_API_URL", Some(&linear.url))
-        .unwrap();
-    settings
-        .providers
-        .set("TELEGRAM_BOT_TOKEN", Some(bot_token))
-        .unwrap();
-    settings
-        .providers
-        .set("TELEGRAM_API_URL", Some(&telegram.url))
-        .unwrap();
+    linear.point_settings(&mut settings, LINEAR_KEY);
+    telegram.point_settings(&mut settings, bot_token);
     let (report, ok) = pidevops::doctor::diagnose(&settings).await;
     let line = |name: &str| {
         report

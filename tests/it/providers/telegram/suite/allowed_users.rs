@@ -14,14 +14,7 @@ per_backend!(with_allowed_users_other_group_members_cannot_command_or_press);
 async fn with_allowed_users_other_group_members_cannot_command_or_press(db: TestDb) {
     let telegram = FakeTelegram::start().await;
     let mut settings = crate::common::settings(&db);
-    settings
-        .providers
-        .set("TELEGRAM_BOT_TOKEN", Some(BOT_TOKEN))
-        .unwrap();
-    settings
-        .providers
-        .set("TELEGRAM_API_URL", Some(&telegram.url))
-        .unwrap();
+    telegram.point_settings(&mut settings, BOT_TOKEN);
     settings
         .providers
         .set("TELEGRAM_ALLOWED_CHATS", Some("-100"))

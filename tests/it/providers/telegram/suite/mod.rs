@@ -28,14 +28,7 @@ const BOT_TOKEN: &str = "4242:fake-bot-secret";
 
 async fn spawn(db: &TestDb, telegram: &FakeTelegram, chats: Option<&str>) -> TestApp {
     let mut settings = crate::common::settings(db);
-    settings
-        .providers
-        .set("TELEGRAM_BOT_TOKEN", Some(BOT_TOKEN))
-        .unwrap();
-    settings
-        .providers
-        .set("TELEGRAM_API_URL", Some(&telegram.url))
-        .unwrap();
+    telegram.point_settings(&mut settings, BOT_TOKEN);
     settings
         .providers
         .set("TELEGRAM_ALLOWED_CHATS", chats)
@@ -359,14 +352,7 @@ async fn without_a_webhook_updates_are_long_polled_into_the_log_once(db: TestDb)
     telegram.queue_update(update(1, "/help"));
     telegram.queue_update(update(2, "/runs"));
     let mut settings = crate::common::settings(&db);
-    settings
-        .providers
-        .set("TELEGRAM_BOT_TOKEN", Some(BOT_TOKEN))
-        .unwrap();
-    settings
-        .providers
-        .set("TELEGRAM_API_URL", Some(&telegram.url))
-        .unwrap();
+    telegram.point_settings(&mut settings, BOT_TOKEN);
     settings
         .providers
         .set("TELEGRAM_ALLOWED_CHATS", Some("-100"))
@@ -505,14 +491,7 @@ async fn a_button_press_steers_the_task_and_every_press_is_answered(db: TestDb) 
 async fn a_digest_schedule_sends_the_board_to_every_chat_once_per_slot(db: TestDb) {
     let telegram = FakeTelegram::start().await;
     let mut settings = crate::common::settings(&db);
-    settings
-        .providers
-        .set("TELEGRAM_BOT_TOKEN", Some(BOT_TOKEN))
-        .unwrap();
-    settings
-        .providers
-        .set("TELEGRAM_API_URL", Some(&telegram.url))
-        .unwrap();
+    telegram.point_settings(&mut settings, BOT_TOKEN);
     settings
         .providers
         .set("TELEGRAM_ALLOWED_CHATS", Some("-100,-200"))

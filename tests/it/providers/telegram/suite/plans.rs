@@ -15,14 +15,7 @@ per_backend!(a_plan_from_telegram_is_proposed_with_buttons_rejected_with_a_comme
 
 async fn spawn(db: &TestDb, telegram: &FakeTelegram, file: &str) -> TestApp {
     let mut settings = crate::common::settings(db);
-    settings
-        .providers
-        .set("TELEGRAM_BOT_TOKEN", Some(super::BOT_TOKEN))
-        .unwrap();
-    settings
-        .providers
-        .set("TELEGRAM_API_URL", Some(&telegram.url))
-        .unwrap();
+    telegram.point_settings(&mut settings, super::BOT_TOKEN);
     settings
         .providers
         .set("TELEGRAM_ALLOWED_CHATS", Some("-100"))
