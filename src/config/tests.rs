@@ -303,6 +303,9 @@ fn each_provider_reads_its_webhook_secret_and_keeps_its_secrets_from_agents() {
             "LINEAR_WEBHOOK_SECRET",
             "NATS_URL",
             "PIDEVOPS_ADMIN_TOKEN",
+            "SLACK_APP_TOKEN",
+            "SLACK_BOT_TOKEN",
+            "SLACK_SIGNING_SECRET",
             "TELEGRAM_BOT_TOKEN",
             "TELEGRAM_WEBHOOK_SECRET",
         ]

@@ -51,6 +51,17 @@ impl MessageRef {
         message_stream(self.source.as_str(), &self.conversation, &self.message)
     }
 
+    /// The intake key of a task this message asked for (`<source>:<conversation>:<message>`: a Telegram `/new`,
+    /// a Slack mention), so that a reply to the asking message (in its Slack thread) is about that task.
+    pub fn asked_key(&self) -> String {
+        format!(
+            "{}:{}:{}",
+            self.source.as_str(),
+            self.conversation,
+            self.message
+        )
+    }
+
     /// The key of the notice about the task event `event_id` in this message's conversation ([`notice_key`]).
     pub fn notice_key(&self, event_id: &str) -> String {
         notice_key(self.source.as_str(), &self.conversation, event_id)

@@ -12,15 +12,17 @@ pub enum Source {
     Github,
     Linear,
     Telegram,
+    Slack,
     /// Events pidevops itself decides (tasks, runs, effects).
     Pidevops,
 }
 
 impl Source {
-    pub const ALL: [Source; 4] = [
+    pub const ALL: [Source; 5] = [
         Source::Github,
         Source::Linear,
         Source::Telegram,
+        Source::Slack,
         Source::Pidevops,
     ];
 
@@ -29,6 +31,7 @@ impl Source {
             Source::Github => "github",
             Source::Linear => "linear",
             Source::Telegram => "telegram",
+            Source::Slack => "slack",
             Source::Pidevops => "pidevops",
         }
     }

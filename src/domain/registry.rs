@@ -4,7 +4,9 @@
 //! (and its parser in ingress, its policy in effects: AGENTS.md, "Adding a provider").
 
 use super::Source;
-use crate::tasks::{Links, RepoName, GITHUB_ISSUE, GITHUB_PR, LINEAR_ISSUE, TELEGRAM};
+use crate::tasks::{
+    is_slack_id, Links, RepoName, GITHUB_ISSUE, GITHUB_PR, LINEAR_ISSUE, SLACK_THREAD, TELEGRAM,
+};
 
 /// One provider, whole.
 #[derive(Debug)]
@@ -75,6 +77,34 @@ pub fn id_list(list: &str, what: &str) -> Result<std::collections::BTreeSet<i64>
         .collect()
 }
 
+/// Slack ids separated by commas (`SLACK_ALLOWED_USERS`: `U024BE7LH, U0G9QF9C6`), or which one is not; `what`
+/// names an item.
+pub fn slack_id_list(list: &str, what: &str) -> Result<std::collections::BTreeSet<String>, String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|id| !id.is_empty())
+        .map(|id| {
+            if is_slack_id(id) {
+                Ok(id.to_owned())
+            } else {
+                Err(format!(
+                    "{id:?} is not a Slack {what} id (upper-case letters and digits, as U024BE7LH)"
+                ))
+            }
+        })
+        .collect()
+}
+
+/// A Slack token of kind `prefix` (`xoxb-`: a bot token; `xapp-`: an app-level token), or what it should be
+/// (never echoing it).
+pub fn slack_token(token: &str, prefix: &str, what: &str) -> Result<(), String> {
+    if token.starts_with(prefix) && token.len() > prefix.len() {
+        Ok(())
+    } else {
+        Err(format!("expected {what} ({prefix}…)"))
+    }
+}
+
 /// A Telegram bot's numeric id: the part of its token before `:` (never the secret after it).
 pub fn telegram_bot_id(token: &str) -> Result<&str, String> {
     let id = token.split(':').next().unwrap_or_default();
@@ -102,7 +132,7 @@ fn github_url(reference: &crate::tasks::GithubRef, kind: &str) -> String {
 }
 
 /// Every provider, in the order lists show them.
-pub const PROVIDERS: [ProviderEntry; 3] = [
+pub const PROVIDERS: [ProviderEntry; 4] = [
     ProviderEntry {
         name: "github",
         source: Source::Github,
@@ -267,6 +297,75 @@ pub const PROVIDERS: [ProviderEntry; 3] = [
             message.into_iter().collect()
         },
     },
+    ProviderEntry {
+        name: "slack",
+        source: Source::Slack,
+        label: "# Slack",
+        webhook_route: "/webhooks/slack",
+        // Slack calls it the signing secret: every request it sends is signed with it.
+        webhook_secret: "SLACK_SIGNING_SECRET",
+        agent_secrets: &[
+            "SLACK_BOT_TOKEN",
+            "SLACK_APP_TOKEN",
+            "SLACK_SIGNING_SECRET",
+        ],
+        variables: &[
+            ProviderVariable {
+                name: "SLACK_BOT_TOKEN",
+                help: "the bot pidevops posts as (xoxb-…)",
+                kind: VariableKind::Secret,
+                check: Some(|token| slack_token(token, "xoxb-", "a bot token")),
+            },
+            ProviderVariable {
+                name: "SLACK_APP_TOKEN",
+                help: "Socket Mode's app-level token (xapp-…): events over a websocket, no public URL",
+                kind: VariableKind::Secret,
+                check: Some(|token| slack_token(token, "xapp-", "an app-level token")),
+            },
+            ProviderVariable {
+                name: "SLACK_API_URL",
+                help: "Slack's Web API (default https://slack.com/api)",
+                kind: VariableKind::Url {
+                    default: "https://slack.com/api",
+                },
+                check: None,
+            },
+            ProviderVariable {
+                name: "SLACK_ALLOWED_USERS",
+                help: "Slack user ids who may command (comma-separated); unset: no one",
+                kind: VariableKind::Text,
+                check: Some(|list| slack_id_list(list, "user").map(|_| ())),
+            },
+            ProviderVariable {
+                name: "SLACK_ALLOWED_CHANNELS",
+                help: "channel ids where a mention makes a task (comma-separated; [slack.channels] adds)",
+                kind: VariableKind::Text,
+                check: Some(|list| slack_id_list(list, "channel").map(|_| ())),
+            },
+        ],
+        origin_rank: 3,
+        came_from: |links| links.has(SLACK_THREAD),
+        from_line: |links, _| {
+            links
+                .get(SLACK_THREAD)
+                .map(|thread| format!("Slack {thread}"))
+        },
+        card_link: |links| {
+            links.get(SLACK_THREAD).map(|thread| LinkLine {
+                label: "",
+                text: format!("Slack {}", thread.channel()),
+                url: None,
+            })
+        },
+        page_links: |links| {
+            let thread = links.get(SLACK_THREAD).map(|thread| LinkLine {
+                label: "Slack",
+                text: thread.to_string(),
+                url: None,
+            });
+            thread.into_iter().collect()
+        },
+    },
 ];
 
 /// The provider named `name` (an event source, an actor, a filter value).
@@ -344,9 +443,12 @@ mod tests {
             assert!(ranks.insert(p.origin_rank), "{}'s rank is taken", p.name);
             assert_eq!(p.source.as_str(), p.name);
             assert_eq!(p.webhook_route, format!("/webhooks/{}", p.name));
-            assert_eq!(
-                p.webhook_secret,
-                format!("{}_WEBHOOK_SECRET", p.name.to_uppercase())
+            // `<NAME>_WEBHOOK_SECRET`, or the name the provider's own console gives it (Slack's signing secret).
+            let prefix = format!("{}_", p.name.to_uppercase());
+            assert!(
+                p.webhook_secret.starts_with(&prefix) && p.webhook_secret.ends_with("_SECRET"),
+                "{}",
+                p.webhook_secret
             );
             assert!(p.agent_secrets.contains(&p.webhook_secret), "{}", p.name);
             assert!(!p.label.is_empty());

@@ -4,7 +4,8 @@
 //! source configured (503) → body within its limit (413) and the unverified-bytes budget (503 busy) → signature
 //! (401) → nesting depth, shape and freshness (400/401) → durable append (503 if the store cannot commit; 409,
 //! recorded as `ingress.conflict`, if a GitHub or Telegram delivery id is already stored with another body) → 200
-//! with the event's position.
+//! with the event's position (or what the provider's webhook tells its sender: a slash command's answer). A
+//! provider's handshake (Slack's `url_verification`) is answered once verified, and never stored.
 //! Ingress never calls an outbound API.
 
 pub mod verify;
@@ -265,17 +266,24 @@ impl IngressError {
     }
 }
 
-fn respond(source: Source, result: Result<Appended, IngressError>) -> Response {
+fn respond(source: Source, result: Result<Answer, IngressError>) -> Response {
     match result {
-        Ok(appended) => {
-            let outcome = if appended.duplicate {
-                "duplicate"
-            } else {
-                "accepted"
+        Ok(answer) => {
+            let outcome = match &answer {
+                Answer::Stored(appended) | Answer::Told(appended, _) if appended.duplicate => {
+                    "duplicate"
+                }
+                Answer::Stored(_) | Answer::Told(..) => "accepted",
+                Answer::Handshake(_) => "handshake",
             };
             metrics::counter!("pidevops_webhook_requests_total", "source" => source.as_str(), "outcome" => outcome)
                 .increment(1);
-            (StatusCode::OK, Json(appended)).into_response()
+            match answer {
+                Answer::Stored(appended) => (StatusCode::OK, Json(appended)).into_response(),
+                Answer::Told(_, told) | Answer::Handshake(told) => {
+                    (StatusCode::OK, Json(told)).into_response()
+                }
+            }
         }
         Err(error) => {
             metrics::counter!("pidevops_webhook_requests_total", "source" => source.as_str(), "outcome" => error.outcome())
@@ -383,6 +391,19 @@ pub trait Webhook {
         headers: &HeaderMap,
         body: Bytes,
     ) -> Result<NewEvent, IngressError>;
+    /// A verified delivery answered at once with this JSON and never stored: a provider's handshake (Slack's
+    /// `url_verification`, which must echo its challenge). `Ok(None)` for every other delivery.
+    fn handshake(
+        _headers: &HeaderMap,
+        _body: &[u8],
+    ) -> Result<Option<serde_json::Value>, IngressError> {
+        Ok(None)
+    }
+    /// What the sender is told once `event` is stored, instead of its position (Slack shows a slash command's
+    /// answer to whoever typed it). A duplicate is told the same.
+    fn acknowledgement(_event: &NewEvent) -> Option<serde_json::Value> {
+        None
+    }
 }
 
 /// The one webhook handler: configured, read within the budget, verified, parsed, appended, answered.
@@ -399,11 +420,29 @@ pub async fn receive<W: Webhook>(
             .read(source, &headers, raw, W::BODY_LIMIT)
             .await?;
         W::verify(secret, &headers, &body)?;
+        if let Some(answer) = W::handshake(&headers, &body)? {
+            return Ok(Answer::Handshake(answer));
+        }
         let event = W::parse(&state.settings, &headers, body)?;
-        append(&state, event).await
+        let acknowledgement = W::acknowledgement(&event);
+        let appended = append(&state, event).await?;
+        Ok(match acknowledgement {
+            Some(told) => Answer::Told(appended, told),
+            None => Answer::Stored(appended),
+        })
     }
     .await;
     respond(source, result)
+}
+
+/// What a verified delivery is answered with.
+enum Answer {
+    /// Stored: its position.
+    Stored(Appended),
+    /// Stored, and the sender is told this instead ([`Webhook::acknowledgement`]).
+    Told(Appended, serde_json::Value),
+    /// A handshake, answered and not stored ([`Webhook::handshake`]).
+    Handshake(serde_json::Value),
 }
 
 /// Every provider's webhook route (`PROVIDERS[..].webhook_route`), for the HTTP router to mount: `handler` says

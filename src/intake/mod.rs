@@ -428,11 +428,21 @@ impl Intake {
             .read_stream(&stream)
             .await
             .with_context(|| format!("reading {stream}"))?;
-        let Some(sent) = records
+        let recorded = records
             .first()
-            .and_then(|e| serde_json::from_slice::<SentMessage>(&e.body).ok())
-        else {
-            return Ok(());
+            .and_then(|e| serde_json::from_slice::<SentMessage>(&e.body).ok());
+        let sent = match recorded {
+            Some(sent) => sent,
+            // No record yet (a reply in a Slack thread before pidevops first spoke there): the message replied
+            // to may be the one that asked for a task.
+            None => match self.task_for(&to.asked_key()).await? {
+                Some(task) => SentMessage {
+                    task,
+                    key: to.asked_key(),
+                    question: false,
+                },
+                None => return Ok(()),
+            },
         };
         if let Some(why) = refusal {
             return self

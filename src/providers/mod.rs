@@ -1,4 +1,4 @@
-//! The third-party APIs pidevops talks to, one folder each, whole: GitHub, Linear, Telegram. A provider's
+//! The third-party APIs pidevops talks to, one folder each, whole: GitHub, Linear, Telegram, Slack. A provider's
 //! folder holds its client, its webhook, its settings, its poller, its intake rules and its effects policy; each
 //! part implements the narrow trait of the layer it plugs into (`ingress::Webhook`, `intake::rules::SourceRules`,
 //! `effects::ProviderPolicy`, `effects::ProviderAction`), and those layers name no provider. This layer sits above
@@ -13,6 +13,7 @@
 pub mod github;
 pub mod linear;
 pub mod policy;
+pub mod slack;
 pub mod telegram;
 
 use axum::extract::FromRef;
@@ -35,6 +36,9 @@ pub fn intake_rules(settings: &crate::config::Settings) -> Vec<Box<dyn SourceRul
         Box::new(telegram::intake::rules(
             telegram::settings::TelegramSettings::of(settings),
         )),
+        Box::new(slack::intake::rules(
+            slack::settings::SlackSettings::of(settings).intake,
+        )),
     ]
 }
 
@@ -48,6 +52,7 @@ where
         Source::Github => Some(handler::<github::webhook::Delivery, S>()),
         Source::Linear => Some(handler::<linear::webhook::Delivery, S>()),
         Source::Telegram => Some(handler::<telegram::webhook::Delivery, S>()),
+        Source::Slack => Some(handler::<slack::webhook::Delivery, S>()),
         Source::Pidevops => None,
     }
 }

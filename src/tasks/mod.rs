@@ -27,8 +27,9 @@ pub use domain::{
     landing, CommitSha, FactName, LandConfig, LandMode, Landing, MergeMethod, Readiness,
 };
 pub use values::{
-    AgentName, ApprovalPolicy, BranchName, Column, FollowUpOrigin, FollowUpText, GithubRef,
-    LinearIssue, LinkConflict, LinkKey, Links, MaxAttempts, Priority, Reason, RepoName,
-    ReviewPolicy, RunId, RunPurpose, ScopePolicy, Spec, SpecParts, TaskId, TaskKind,
-    TelegramMessage, ValueError, GITHUB_ISSUE, GITHUB_PR, KNOWN_LINKS, LINEAR_ISSUE, TELEGRAM,
+    is_slack_id, is_slack_ts, AgentName, ApprovalPolicy, BranchName, Column, FollowUpOrigin,
+    FollowUpText, GithubRef, LinearIssue, LinkConflict, LinkKey, Links, MaxAttempts, Priority,
+    Reason, RepoName, ReviewPolicy, RunId, RunPurpose, ScopePolicy, SlackThread, Spec, SpecParts,
+    TaskId, TaskKind, TelegramMessage, ValueError, GITHUB_ISSUE, GITHUB_PR, KNOWN_LINKS,
+    LINEAR_ISSUE, SLACK_THREAD, TELEGRAM,
 };

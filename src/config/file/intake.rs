@@ -1,5 +1,5 @@
 //! `[intake]` and what intake needs of `[plans]` and `[dispatch]`, read into `intake::IntakeConfig`; `[intake.github]`
-//! and `[intake.linear]` checked here and typed by their providers' settings.
+//! and `[intake.linear]` (and `[slack.channels]`) checked here and typed by their providers' settings.
 
 use super::Tables;
 use crate::intake::IntakeConfig;
@@ -25,6 +25,20 @@ pub fn intake_config(tables: &Tables) -> Result<IntakeConfig, String> {
     string(&intake.linear.label, "intake.linear.label")?;
     for (team, repo) in &intake.linear.teams {
         repo_value(repo, &format!("intake.linear.teams.{team}"))?;
+    }
+    for (channel, table) in &tables.slack.channels {
+        if !crate::tasks::is_slack_id(channel) {
+            return Err(format!(
+                "slack.channels.{channel:?} is not a Slack channel id (upper-case letters and digits, as C0123ABCD)"
+            ));
+        }
+        if let Some(repo) = &table.repo {
+            let repo = repo_value(repo, &format!("slack.channels.{channel}.repo"))?;
+            config
+                .allowed_repos
+                .check(&repo)
+                .map_err(|e| format!("slack.channels.{channel}.repo: {e}"))?;
+        }
     }
     config.plan_label = string(tables.plans.label.trim(), "plans.label")?;
     config.planner = tables

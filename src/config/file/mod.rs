@@ -78,6 +78,7 @@ pub struct Tables {
     pub digest: DigestTable,
     pub linear: LinearTable,
     pub telegram: TelegramTable,
+    pub slack: SlackTable,
     pub effects: EffectsTable,
     pub pollers: PollersTable,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -409,6 +410,22 @@ impl Default for TelegramTable {
     fn default() -> Self {
         Self { cooldown_s: 600 }
     }
+}
+
+/// `[slack]`: the channels a mention makes work in, each with its repository (`[slack.channels."C0123ABCD"]`).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SlackTable {
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub channels: BTreeMap<String, SlackChannelTable>,
+}
+
+/// `[slack.channels."C…"]`: an allowed channel and the repository its tasks are for when a mention names none.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SlackChannelTable {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repo: Option<String>,
 }
 
 /// `[effects]`: the outbound calls of the `effects:<provider>` loops.

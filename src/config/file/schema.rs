@@ -74,6 +74,10 @@ pub fn schema() -> Vec<(&'static str, Vec<&'static str>)> {
         ("[digest]", keys_of::<DigestTable>().to_vec()),
         ("[linear.states]", keys_of::<LinearStatesTable>().to_vec()),
         ("[telegram]", keys_of::<TelegramTable>().to_vec()),
+        (
+            "[slack.channels.<id>]",
+            keys_of::<SlackChannelTable>().to_vec(),
+        ),
         ("[effects]", keys_of::<EffectsTable>().to_vec()),
         ("[pollers.<name>]", keys_of::<PollerTable>().to_vec()),
         ("[loops.<name>]", keys_of::<LoopTable>().to_vec()),

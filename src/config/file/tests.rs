@@ -88,7 +88,7 @@ fn an_unknown_key_in_any_table_is_refused_with_the_closest_known_one() {
         (
             "verbose = true",
             "verbose: unknown key (known: board, repos, intake, dispatch, agents, schedules, digest, linear, \
-             telegram, effects, pollers, loops, plans, budgets)",
+             telegram, slack, effects, pollers, loops, plans, budgets)",
         ),
     ] {
         assert_eq!(errors(text), refusal, "{text}");
@@ -363,6 +363,7 @@ fn the_documented_defaults_are_the_defaults() {
         ("[digest]", value(DigestTable::default())),
         ("[linear.states]", value(LinearStatesTable::default())),
         ("[telegram]", value(TelegramTable::default())),
+        ("[slack.channels.<id>]", value(SlackChannelTable::default())),
         ("[effects]", value(EffectsTable::default())),
         ("[pollers.<name>]", value(PollerTable::default())),
         ("[loops.<name>]", value(LoopTable::default())),
@@ -480,6 +481,7 @@ fn the_documented_complete_file_is_accepted_and_sets_every_key() {
         ("[digest]", at(&["digest"])),
         ("[linear.states]", at(&["linear", "states"])),
         ("[telegram]", at(&["telegram"])),
+        ("[slack.channels.<id>]", first(&table["slack"]["channels"])),
         ("[effects]", at(&["effects"])),
         ("[pollers.<name>]", at(&["pollers", "linear"])),
         ("[loops.<name>]", first(&table["loops"])),

@@ -132,6 +132,84 @@ impl TryFrom<TelegramParts> for TelegramMessage {
     }
 }
 
+/// A Slack conversation a task belongs to: its channel (a channel, a group or a direct message's id) and the
+/// thread's root message, by its `ts` (`1700000000.000100`). No `thread`: pidevops starts the thread itself (a
+/// `/pidevops` command is no message to reply to).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(try_from = "SlackParts")]
+pub struct SlackThread {
+    channel: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thread: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlackParts {
+    pub channel: String,
+    #[serde(default)]
+    pub thread: Option<String>,
+}
+
+impl SlackThread {
+    /// A channel id is Slack's (`C…`, `G…`, `D…`: upper-case letters and digits) and a `ts` is seconds, a dot and
+    /// microseconds: what is kept is what Slack could have sent, nothing a stranger's text could smuggle in.
+    pub fn new(channel: &str, thread: Option<&str>) -> Result<Self, ValueError> {
+        if !is_slack_id(channel) || thread.is_some_and(|ts| !is_slack_ts(ts)) {
+            return Err(ValueError::Slack);
+        }
+        Ok(SlackThread {
+            channel: channel.to_owned(),
+            thread: thread.map(str::to_owned),
+        })
+    }
+
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    /// The thread's root message, unless pidevops starts the thread.
+    pub fn thread(&self) -> Option<&str> {
+        self.thread.as_deref()
+    }
+}
+
+/// A Slack id (`C0123ABCD`, `U024BE7LH`): 2 to 32 upper-case letters and digits.
+pub fn is_slack_id(id: &str) -> bool {
+    (2..=32).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+}
+
+/// A Slack message `ts` (`1700000000.000100`): digits, one dot, digits.
+pub fn is_slack_ts(ts: &str) -> bool {
+    let Some((seconds, micros)) = ts.split_once('.') else {
+        return false;
+    };
+    (1..=12).contains(&seconds.len())
+        && (1..=9).contains(&micros.len())
+        && seconds
+            .bytes()
+            .chain(micros.bytes())
+            .all(|b| b.is_ascii_digit())
+}
+
+impl fmt::Display for SlackThread {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.thread {
+            Some(ts) => write!(f, "channel {} thread {ts}", self.channel),
+            None => write!(f, "channel {}", self.channel),
+        }
+    }
+}
+
+impl TryFrom<SlackParts> for SlackThread {
+    type Error = ValueError;
+    fn try_from(parts: SlackParts) -> Result<Self, Self::Error> {
+        SlackThread::new(&parts.channel, parts.thread.as_deref())
+    }
+}
+
 /// A task's Linear issue (where it came from, or the issue a plan's item is filed under).
 pub const LINEAR_ISSUE: LinkKey<LinearIssue> = LinkKey::new("linear_issue", false);
 /// The GitHub issue a task came from.
@@ -140,7 +218,15 @@ pub const GITHUB_ISSUE: LinkKey<GithubRef> = LinkKey::new("github_issue", false)
 pub const GITHUB_PR: LinkKey<GithubRef> = LinkKey::new("github_pr", true);
 /// The Telegram message a task came from.
 pub const TELEGRAM: LinkKey<TelegramMessage> = LinkKey::new("telegram", false);
+/// The Slack conversation a task came from (and is told about, in its thread).
+pub const SLACK_THREAD: LinkKey<SlackThread> = LinkKey::new("slack_thread", false);
 
 /// The keys this build knows: the OpenAPI schema documents them and a conflict shows their values with `Display`.
 /// A key left out still works (read, set, kept); its values show as JSON and the schema does not name it.
-pub static KNOWN_LINKS: [&dyn KnownLink; 4] = [&LINEAR_ISSUE, &GITHUB_ISSUE, &GITHUB_PR, &TELEGRAM];
+pub static KNOWN_LINKS: [&dyn KnownLink; 5] = [
+    &LINEAR_ISSUE,
+    &GITHUB_ISSUE,
+    &GITHUB_PR,
+    &TELEGRAM,
+    &SLACK_THREAD,
+];

@@ -36,6 +36,8 @@ pub enum ValueError {
     GithubNumber,
     #[error("Telegram chat id must not be 0 and message id must be at least 1")]
     Telegram,
+    #[error("a Slack conversation is a channel id (upper-case letters and digits) and, for a thread, its root message's ts (seconds.micros)")]
+    Slack,
     #[error("{field} must not be empty")]
     Empty { field: &'static str },
     #[error("{field} is {chars} characters; at most {max} allowed")]

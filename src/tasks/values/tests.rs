@@ -463,23 +463,23 @@ fn attached_links_add_what_is_missing_and_refuse_a_different_value() {
 /// A key this build does not know (a newer provider's link) reads back and is written back, not dropped.
 #[test]
 fn unknown_links_are_kept() {
-    const STORED: &str = r#"{"github_pr":{"number":9,"repo":"acme/api"},"slack_thread":{"channel":"C1","ts":"17.5"}}"#;
+    const STORED: &str = r#"{"github_pr":{"number":9,"repo":"acme/api"},"zulip_thread":{"channel":"C1","ts":"17.5"}}"#;
     let links: Links = serde_json::from_str(STORED).unwrap();
     assert_eq!(links.get(GITHUB_PR), Some(pr(9)));
     assert_eq!(serde_json::to_string(&links).unwrap(), STORED);
     let names: Vec<&str> = links.iter().map(|(name, _)| name).collect();
-    assert_eq!(names, ["github_pr", "slack_thread"]);
+    assert_eq!(names, ["github_pr", "zulip_thread"]);
     // A provider's own key reads it typed, with no change to `Links`.
     #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
     struct Thread {
         channel: String,
         ts: String,
     }
-    const SLACK: LinkKey<Thread> = LinkKey::new("slack_thread", false);
-    assert_eq!(links.get(SLACK).unwrap().channel, "C1");
+    const ZULIP: LinkKey<Thread> = LinkKey::new("zulip_thread", false);
+    assert_eq!(links.get(ZULIP).unwrap().channel, "C1");
     // Its conflicts show its JSON, as no `Display` is known for it.
     let other = Links::default().with(
-        SLACK,
+        ZULIP,
         &Thread {
             channel: "C2".into(),
             ts: "1".into(),
