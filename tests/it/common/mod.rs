@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 pub const GITHUB_SECRET: &str = "gh-test-secret";
 pub const LINEAR_SECRET: &str = "lin-test-secret";
 pub const TELEGRAM_SECRET: &str = "tg-test-secret";
+pub const SLACK_SECRET: &str = "slack-test-signing-secret";
 pub const ADMIN_TOKEN: &str = "admin-test-token-of-24-chars-or-more";
 
 pub fn postgres_admin_url() -> String {
@@ -210,6 +211,7 @@ pub fn settings(db: &TestDb) -> Settings {
         ("github", GITHUB_SECRET),
         ("linear", LINEAR_SECRET),
         ("telegram", TELEGRAM_SECRET),
+        ("slack", SLACK_SECRET),
     ] {
         assert!(s
             .webhook_secrets
@@ -347,6 +349,41 @@ impl TestApp {
                 "linear-signature",
                 sign_linear(LINEAR_SECRET.as_bytes(), body),
             )
+            .body(body.to_vec())
+            .send()
+            .await
+            .expect("the request completes")
+    }
+
+    /// A Slack request signed with the test's signing secret, dated now (`content_type`: JSON for the Events
+    /// API, a form for interactivity and slash commands).
+    pub async fn post_slack(&self, body: &[u8], content_type: &str) -> reqwest::Response {
+        let now = chrono::Utc::now().timestamp().to_string();
+        self.post_slack_signed(body, content_type, &now, SLACK_SECRET, &[])
+            .await
+    }
+
+    /// A Slack request dated `timestamp`, signed with `secret`, with more headers (`X-Slack-Retry-Num`).
+    pub async fn post_slack_signed(
+        &self,
+        body: &[u8],
+        content_type: &str,
+        timestamp: &str,
+        secret: &str,
+        more: &[(&str, &str)],
+    ) -> reqwest::Response {
+        let signature =
+            pidevops::providers::slack::webhook::sign_slack(secret.as_bytes(), timestamp, body);
+        let mut request = self
+            .client
+            .post(self.url("/webhooks/slack"))
+            .header("content-type", content_type)
+            .header("x-slack-request-timestamp", timestamp)
+            .header("x-slack-signature", signature);
+        for (name, value) in more {
+            request = request.header(*name, *value);
+        }
+        request
             .body(body.to_vec())
             .send()
             .await

@@ -1,0 +1,3 @@
+//! Slack: its signed webhook and intake through the real app.
+
+pub mod webhook;
