@@ -1,9 +1,12 @@
-//! `loadgen`: a bounded load generator for `POST /webhooks/github`, used by `scripts/bench.sh` and described in
-//! `docs/benchmarks.md`.
+//! `loadgen`: a bounded load generator for `POST /webhooks/github` (or `/webhooks/slack`), used by
+//! `scripts/bench.sh` and `scripts/bench-sources.sh` and described in `docs/benchmarks.md`.
 //!
 //! N concurrent senders post the same signed body (signed once: the bytes never change), each with a fresh UUIDv4
-//! `X-GitHub-Delivery`, so every request is a new event that must be durably committed before its 2xx. It stops by
-//! itself after `--duration` seconds or `--requests` requests, then reports accepted/s and latency percentiles.
+//! `X-GitHub-Delivery`, so every request is a new event that must be durably committed before its 2xx. With
+//! `--source slack` each request is an Events API callback with a fresh `event_id` and the current
+//! `X-Slack-Request-Timestamp`, signed as Slack signs it (`v0:<timestamp>:<body>`), so the signing is per request,
+//! as Slack's is. It stops by itself after `--duration` seconds or `--requests` requests, then reports accepted/s
+//! and latency percentiles.
 //! Requests started during `--warmup` are sent but left out of the figures.
 //!
 //! Load tests only ever hit this machine: any host that is not loopback (127.0.0.0/8, ::1, localhost) is refused
@@ -28,6 +31,16 @@ const DEFAULT_PAYLOAD: &str = "tests/fixtures/github/pull_request/opened.payload
 const DEFAULT_DURATION_S: f64 = 20.0;
 const DELIVERY_HEADER: HeaderName = HeaderName::from_static("x-github-delivery");
 
+/// Whose deliveries are sent.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    Github,
+    Slack,
+}
+
+/// The placeholder `event_id` a Slack body is given once; each request writes its own over it, same length.
+const SLACK_EVENT_ID: &str = "Ev00000000000000000000000000000000";
+
 #[derive(Parser, Debug)]
 #[command(
     name = "loadgen",
@@ -37,10 +50,14 @@ struct Args {
     /// Base URL of the server; requests go to <url>/webhooks/github. Loopback only unless --allow-remote.
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     url: String,
-    /// The server's GITHUB_WEBHOOK_SECRET, used to sign the body.
+    /// Whose deliveries: GitHub's (`/webhooks/github`) or Slack's (`/webhooks/slack`, an Events API callback).
+    #[arg(long, value_enum, default_value = "github")]
+    source: Source,
+    /// The server's GITHUB_WEBHOOK_SECRET (or SLACK_SIGNING_SECRET with --source slack), used to sign the body.
     #[arg(long, env = "GITHUB_WEBHOOK_SECRET", hide_env_values = true)]
     secret: Option<String>,
-    /// The request body, sent verbatim.
+    /// The request body, sent verbatim (with --source slack: an Events API callback whose `event_id` each request
+    /// replaces).
     #[arg(long, default_value = DEFAULT_PAYLOAD)]
     payload: PathBuf,
     /// The X-GitHub-Event header.
@@ -97,6 +114,8 @@ fn main() -> ExitCode {
 struct Plan {
     endpoint: Url,
     body: Bytes,
+    /// With --source slack: the secret each request is signed with, and where its `event_id` is in `body`.
+    slack: Option<SlackSigning>,
     headers: HeaderMap,
     concurrency: usize,
     warmup: Duration,
@@ -110,10 +129,13 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let client = client(&args, &plan)?;
 
     eprintln!(
-        "loadgen: POST {} ({} bytes, X-GitHub-Event: {}), {} senders, {} after {:.1} s warmup",
+        "loadgen: POST {} ({} bytes, {}), {} senders, {} after {:.1} s warmup",
         plan.endpoint,
         plan.body.len(),
-        args.event,
+        match args.source {
+            Source::Github => format!("X-GitHub-Event: {}", args.event),
+            Source::Slack => "a signed Slack event_callback, a fresh event_id each".to_owned(),
+        },
         plan.concurrency,
         match (plan.duration, plan.requests) {
             (Some(d), Some(n)) => format!("{:.1} s or {n} requests", d.as_secs_f64()),
@@ -129,6 +151,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         client,
         endpoint: plan.endpoint.clone(),
         body: plan.body.clone(),
+        slack: plan.slack.clone(),
         headers: plan.headers.clone(),
         warmup_end: started + plan.warmup,
         deadline: plan.duration.map(|d| started + plan.warmup + d),
@@ -162,7 +185,11 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
         )?;
 
     let base = args.url.trim_end_matches('/');
-    let endpoint = Url::parse(&format!("{base}/webhooks/github"))
+    let route = match args.source {
+        Source::Github => "github",
+        Source::Slack => "slack",
+    };
+    let endpoint = Url::parse(&format!("{base}/webhooks/{route}"))
         .with_context(|| format!("--url {:?} is not a valid URL", args.url))?;
     ensure!(
         matches!(endpoint.scheme(), "http" | "https"),
@@ -183,6 +210,18 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
         "the payload {} is empty",
         args.payload.display()
     );
+    let (body, slack) = match args.source {
+        Source::Github => (body, None),
+        Source::Slack => {
+            let (body, at) = slack_template(&body)
+                .with_context(|| format!("the payload {}", args.payload.display()))?;
+            let signing = SlackSigning {
+                secret: secret.to_owned(),
+                event_id_at: at,
+            };
+            (body, Some(signing))
+        }
+    };
     let signature = pidevops::providers::github::webhook::sign_github(secret.as_bytes(), &body);
 
     let mut headers = HeaderMap::new();
@@ -216,15 +255,67 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
     };
     seconds("timeout", args.timeout, false)?;
 
+    if slack.is_some() {
+        headers.remove("x-github-event");
+        headers.remove("x-hub-signature-256");
+        headers.insert(USER_AGENT, HeaderValue::from_static("Slackbot 1.0 (loadgen)"));
+    }
+
     Ok(Plan {
         endpoint,
         body: Bytes::from(body),
+        slack,
         headers,
         concurrency: usize::try_from(args.concurrency).context("--concurrency does not fit")?,
         warmup: seconds("warmup", args.warmup, true)?,
         duration,
         requests: args.requests,
     })
+}
+
+/// How each Slack request is made its own: a fresh `event_id` written at `event_id_at`, signed with `secret`.
+#[derive(Clone)]
+struct SlackSigning {
+    secret: String,
+    event_id_at: usize,
+}
+
+/// The payload with its `event_id` set to [`SLACK_EVENT_ID`], and where that value starts in the bytes.
+fn slack_template(body: &[u8]) -> anyhow::Result<(Vec<u8>, usize)> {
+    let mut value: serde_json::Value =
+        serde_json::from_slice(body).context("is not JSON (an Events API callback)")?;
+    let object = value
+        .as_object_mut()
+        .context("is not a JSON object (an Events API callback)")?;
+    ensure!(
+        object.get("type").and_then(serde_json::Value::as_str) == Some("event_callback"),
+        "is not an event_callback"
+    );
+    object.insert("event_id".to_owned(), SLACK_EVENT_ID.into());
+    let bytes = serde_json::to_vec(&value)?;
+    let needle = format!("\"{SLACK_EVENT_ID}\"");
+    let at = bytes
+        .windows(needle.len())
+        .position(|w| w == needle.as_bytes())
+        .context("its event_id could not be placed")?;
+    Ok((bytes, at + 1))
+}
+
+/// A Slack request's body (a fresh `event_id`) and its signing headers, dated now.
+fn slack_request(shared: &Shared, signing: &SlackSigning) -> (Bytes, HeaderMap) {
+    let mut body = shared.body.to_vec();
+    let id = uuid::Uuid::new_v4().simple().to_string().to_ascii_uppercase();
+    let slot = &mut body[signing.event_id_at + 2..signing.event_id_at + SLACK_EVENT_ID.len()];
+    slot.copy_from_slice(&id.as_bytes()[..slot.len()]);
+    let now = chrono::Utc::now().timestamp().to_string();
+    let signature =
+        pidevops::providers::slack::webhook::sign_slack(signing.secret.as_bytes(), &now, &body);
+    let mut headers = HeaderMap::new();
+    if let (Ok(at), Ok(signed)) = (HeaderValue::from_str(&now), HeaderValue::from_str(&signature)) {
+        headers.insert(HeaderName::from_static("x-slack-request-timestamp"), at);
+        headers.insert(HeaderName::from_static("x-slack-signature"), signed);
+    }
+    (Bytes::from(body), headers)
 }
 
 /// 127.0.0.0/8, ::1 (also as ::ffff:127.x.y.z) or the name localhost.
@@ -266,6 +357,7 @@ struct Shared {
     client: reqwest::Client,
     endpoint: Url,
     body: Bytes,
+    slack: Option<SlackSigning>,
     headers: HeaderMap,
     warmup_end: Instant,
     deadline: Option<Instant>,
@@ -379,12 +471,20 @@ async fn send(shared: &Shared) -> Result<(), (String, String)> {
             format!("the delivery id is not a header value: {e}"),
         )
     })?;
-    let response = shared
+    let request = shared
         .client
         .post(shared.endpoint.clone())
-        .headers(shared.headers.clone())
-        .header(DELIVERY_HEADER, delivery)
-        .body(shared.body.clone())
+        .headers(shared.headers.clone());
+    let request = match &shared.slack {
+        Some(signing) => {
+            let (body, signed) = slack_request(shared, signing);
+            request.headers(signed).body(body)
+        }
+        None => request
+            .header(DELIVERY_HEADER, delivery)
+            .body(shared.body.clone()),
+    };
+    let response = request
         .send()
         .await
         .map_err(transport)?;
@@ -481,7 +581,10 @@ impl Summary {
         });
         Self {
             url: plan.endpoint.to_string(),
-            event: args.event.clone(),
+            event: match args.source {
+                Source::Github => args.event.clone(),
+                Source::Slack => "slack event_callback".to_owned(),
+            },
             payload_bytes: plan.body.len(),
             concurrency: plan.concurrency,
             warmup_s: plan.warmup.as_secs_f64(),
@@ -509,7 +612,7 @@ impl Summary {
             out.push('\n');
         };
         line(format!(
-            "target       {} (X-GitHub-Event: {}, {} byte body)",
+            "target       {} (event: {}, {} byte body)",
             self.url, self.event, self.payload_bytes
         ));
         line(format!("concurrency  {}", self.concurrency));
