@@ -258,7 +258,10 @@ fn plan(args: &Args) -> anyhow::Result<Plan> {
     if slack.is_some() {
         headers.remove("x-github-event");
         headers.remove("x-hub-signature-256");
-        headers.insert(USER_AGENT, HeaderValue::from_static("Slackbot 1.0 (loadgen)"));
+        headers.insert(
+            USER_AGENT,
+            HeaderValue::from_static("Slackbot 1.0 (loadgen)"),
+        );
     }
 
     Ok(Plan {
@@ -304,14 +307,20 @@ fn slack_template(body: &[u8]) -> anyhow::Result<(Vec<u8>, usize)> {
 /// A Slack request's body (a fresh `event_id`) and its signing headers, dated now.
 fn slack_request(shared: &Shared, signing: &SlackSigning) -> (Bytes, HeaderMap) {
     let mut body = shared.body.to_vec();
-    let id = uuid::Uuid::new_v4().simple().to_string().to_ascii_uppercase();
+    let id = uuid::Uuid::new_v4()
+        .simple()
+        .to_string()
+        .to_ascii_uppercase();
     let slot = &mut body[signing.event_id_at + 2..signing.event_id_at + SLACK_EVENT_ID.len()];
     slot.copy_from_slice(&id.as_bytes()[..slot.len()]);
     let now = chrono::Utc::now().timestamp().to_string();
     let signature =
         pidevops::providers::slack::webhook::sign_slack(signing.secret.as_bytes(), &now, &body);
     let mut headers = HeaderMap::new();
-    if let (Ok(at), Ok(signed)) = (HeaderValue::from_str(&now), HeaderValue::from_str(&signature)) {
+    if let (Ok(at), Ok(signed)) = (
+        HeaderValue::from_str(&now),
+        HeaderValue::from_str(&signature),
+    ) {
         headers.insert(HeaderName::from_static("x-slack-request-timestamp"), at);
         headers.insert(HeaderName::from_static("x-slack-signature"), signed);
     }
@@ -484,10 +493,7 @@ async fn send(shared: &Shared) -> Result<(), (String, String)> {
             .header(DELIVERY_HEADER, delivery)
             .body(shared.body.clone()),
     };
-    let response = request
-        .send()
-        .await
-        .map_err(transport)?;
+    let response = request.send().await.map_err(transport)?;
     let status = response.status();
     let body = response.bytes().await.map_err(transport)?;
     if !status.is_success() {

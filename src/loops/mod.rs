@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use rand::Rng;
 use serde::Serialize;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -348,7 +349,14 @@ pub struct LoopSpec {
     pub jitter: f64,
     /// Stale after this long without a successful tick; `None`: the configured or default threshold.
     pub fail_after: Option<Duration>,
+    /// A loop that follows the log rests until this process commits something new (or its interval passes):
+    /// a mention reaches intake and then its thread in milliseconds, not one interval per hop.
+    pub wake: Option<watch::Receiver<i64>>,
 }
+
+/// After a commit wakes a resting loop, how long it waits for the commits that come with it: a burst is read as
+/// one page, not one tick per event.
+pub const WAKE_COALESCE: Duration = Duration::from_millis(20);
 
 impl LoopSpec {
     pub fn new(name: impl Into<String>, interval: Duration, startup_delay: Duration) -> Self {
@@ -358,7 +366,14 @@ impl LoopSpec {
             startup_delay,
             jitter: 0.1,
             fail_after: None,
+            wake: None,
         }
+    }
+
+    /// Woken early by each change of `committed` (the log's commits), besides its interval.
+    pub fn woken_by(mut self, committed: watch::Receiver<i64>) -> Self {
+        self.wake = Some(committed);
+        self
     }
 
     /// A threshold of its own (tests use short ones).
@@ -384,12 +399,17 @@ pub fn spawn<F, Fut>(
         registry.set_fail_after(&spec.name, fail_after);
     }
     let registry = registry.clone();
+    let mut wake = spec.wake.clone();
     tracker.spawn(async move {
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(spec.startup_delay) => {}
         }
         loop {
+            // What is committed from here on is news to this tick or wakes the rest after it.
+            if let Some(committed) = wake.as_mut() {
+                committed.borrow_and_update();
+            }
             // The tick runs in its own task so a panic is caught here and the loop goes on.
             let handle = tokio::spawn(tick());
             let abort = handle.abort_handle();
@@ -423,12 +443,31 @@ pub fn spawn<F, Fut>(
             } else {
                 Duration::ZERO
             };
+            let woken = tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(spec.interval + jitter) => false,
+                _ = committed_since(wake.as_mut()) => true,
+            };
+            if !woken {
+                continue;
+            }
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(spec.interval + jitter) => {}
+                _ = tokio::time::sleep(WAKE_COALESCE) => {}
             }
         }
     });
+}
+
+/// Resolves when something is committed after the last look; never when there is nothing to watch or the log's
+/// writer is gone (shutting down: the interval alone wakes the loop then).
+async fn committed_since(wake: Option<&mut watch::Receiver<i64>>) {
+    if let Some(committed) = wake {
+        if committed.changed().await.is_ok() {
+            return;
+        }
+    }
+    std::future::pending::<()>().await;
 }
 
 fn panic_message(error: tokio::task::JoinError) -> String {

@@ -285,3 +285,36 @@ fn fail_after_is_read_per_loop_and_bad_entries_are_refused() {
     );
     assert!(parse("loops = 3").is_err());
 }
+
+/// A loop that follows the log rests until something is committed, not its whole interval: with an hour's
+/// interval, each commit brings a tick; after the log's writer is gone, it rests on its interval (no spin).
+#[tokio::test]
+async fn a_commit_wakes_a_resting_follower_and_a_closed_log_does_not_spin_it() {
+    let registry = LoopRegistry::default();
+    let tracker = TaskTracker::new();
+    let cancel = CancellationToken::new();
+    let (committed, watching) = watch::channel(0i64);
+    spawn(
+        &registry,
+        &tracker,
+        cancel.clone(),
+        LoopSpec::new("follower", Duration::from_secs(3600), Duration::ZERO).woken_by(watching),
+        || async { Ok(Pace::Rest) },
+    );
+    wait_for(&registry, "follower", |r| r.ticks == 1).await;
+    for position in 1..=3 {
+        committed.send_replace(position);
+        wait_for(&registry, "follower", |r| r.ticks == 1 + position as u64).await;
+    }
+    drop(committed);
+    // Closed: no more ticks for an hour. A spin would make thousands in this time.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let ticks = registry.report()["follower"].ticks;
+    assert!(
+        ticks <= 5,
+        "the loop spun after the log closed: {ticks} ticks"
+    );
+    cancel.cancel();
+    tracker.close();
+    tracker.wait().await;
+}

@@ -139,7 +139,10 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
                 if built.starts_at_head {
                     start_at_head(&store, &name).await?;
                 }
-                let spec = LoopSpec::new(&name, planned.interval, settings.loop_startup_delay);
+                let mut spec = LoopSpec::new(&name, planned.interval, settings.loop_startup_delay);
+                if built.woken_by_commits {
+                    spec = spec.woken_by(log.committed());
+                }
                 let job = Arc::new(Armed::new(built.job));
                 let lease = planned.singleton.then(|| leases.register(&name));
                 let detail = built.detail;

@@ -58,7 +58,7 @@ pub(super) fn build(parts: &Parts<'_>, planned: &PlannedLoop) -> anyhow::Result<
         .iter()
         .find(|e| loop_name(e.provider) == planned.name)
         .with_context(|| format!("{} is not an effects loop", planned.name))?;
-    (entry.runner)(parts)
+    (entry.runner)(parts).map(Built::follows_log)
 }
 
 fn github_effects_plan(s: &Settings) -> PlannedLoop {

@@ -102,6 +102,8 @@ pub struct Built {
     pub starts_at_head: bool,
     /// Shown in `/health` before the first tick.
     pub detail: Option<serde_json::Value>,
+    /// The loop follows the log: this process's commits wake it from its rest (`LoopSpec::woken_by`).
+    pub woken_by_commits: bool,
 }
 
 impl Built {
@@ -110,6 +112,7 @@ impl Built {
             job: Arc::new(job),
             starts_at_head: false,
             detail: None,
+            woken_by_commits: false,
         }
     }
 
@@ -133,6 +136,12 @@ impl Built {
 
     fn at_head(mut self) -> Self {
         self.starts_at_head = true;
+        self
+    }
+
+    /// A follower of the log, woken by its commits.
+    pub(super) fn follows_log(mut self) -> Self {
+        self.woken_by_commits = true;
         self
     }
 }
@@ -215,7 +224,7 @@ pub const CATALOG: &[Entry] = &[
                 ),
             }]
         },
-        build: |parts, _| Ok(Built::new(RelayJob(parts.relay.clone()))),
+        build: |parts, _| Ok(Built::new(RelayJob(parts.relay.clone())).follows_log()),
     },
     Entry {
         plan: |_| {
@@ -257,7 +266,7 @@ pub const CATALOG: &[Entry] = &[
                 crate::intake::INTAKE,
                 true,
                 s.projector_interval,
-                "turns qualifying GitHub issues, Linear issues and Telegram /new into tasks, and records why others do not",
+                "turns qualifying GitHub issues, Linear issues, Telegram /new and Slack asks into tasks, and records why others do not",
             )]
         },
         build: |parts, _| {
@@ -273,7 +282,8 @@ pub const CATALOG: &[Entry] = &[
                     async move { intake.tick().await }
                 },
                 |p| Pace::again_if(p.out_of_time),
-            ))
+            )
+            .follows_log())
         },
     },
     Entry {
@@ -298,7 +308,8 @@ pub const CATALOG: &[Entry] = &[
                 },
                 |p| Pace::again_if(p.out_of_time),
             )
-            .at_head())
+            .at_head()
+            .follows_log())
         },
     },
     Entry {
@@ -415,7 +426,8 @@ pub const CATALOG: &[Entry] = &[
                 },
                 |p| Pace::again_if(p.out_of_time),
             )
-            .at_head())
+            .at_head()
+            .follows_log())
         },
     },
     Entry {
@@ -446,7 +458,8 @@ pub const CATALOG: &[Entry] = &[
                         rest,
                     );
                     built.detail = Some(detail);
-                    built
+                    // A task that became ready starts now, not at the next interval.
+                    built.follows_log()
                 }
                 WATCHDOG => Built::ticking(
                     move || {
@@ -559,7 +572,8 @@ pub const CATALOG: &[Entry] = &[
                     async move { projection.tick().await }
                 },
                 |status| Pace::again_if(status.out_of_time),
-            ))
+            )
+            .follows_log())
         },
     },
 ];
