@@ -29,6 +29,7 @@ use tokio_tungstenite::tungstenite::Message;
 use super::webhook;
 use crate::eventlog::EventLog;
 use crate::ingress::Webhook;
+use crate::loops::LoopRegistry;
 
 pub const SLACK_SOCKET: &str = "slack_socket";
 /// Envelopes by outcome: stored, duplicate, malformed, not_stored (the append failed: not acked).
@@ -181,6 +182,8 @@ pub struct SlackSocket {
     timing: Timing,
     session: tokio::sync::Mutex<Session>,
     progress: Arc<Mutex<SocketProgress>>,
+    /// Where each change of the progress goes at once: a tick is a whole window, and `/health` should not lag it.
+    registry: Option<LoopRegistry>,
 }
 
 impl SlackSocket {
@@ -198,7 +201,14 @@ impl SlackSocket {
             timing,
             session: tokio::sync::Mutex::default(),
             progress: Arc::default(),
+            registry: None,
         })
+    }
+
+    /// Reports every change of the progress to `registry` as the loop's detail, as it happens.
+    pub fn reporting_to(mut self, registry: LoopRegistry) -> Self {
+        self.registry = Some(registry);
+        self
     }
 
     pub fn with_timing(mut self, timing: Timing) -> Self {
@@ -216,7 +226,14 @@ impl SlackSocket {
     }
 
     fn report(&self, update: impl FnOnce(&mut SocketProgress)) {
-        update(&mut self.progress.lock().unwrap_or_else(|p| p.into_inner()));
+        let now = {
+            let mut progress = self.progress.lock().unwrap_or_else(|p| p.into_inner());
+            update(&mut progress);
+            progress.clone()
+        };
+        if let (Some(registry), Ok(detail)) = (&self.registry, serde_json::to_value(now)) {
+            registry.set_detail(SLACK_SOCKET, detail);
+        }
     }
 
     /// Opens the socket if there is none (after the backoff), then reads one window of envelopes.

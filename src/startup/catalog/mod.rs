@@ -392,7 +392,8 @@ pub const CATALOG: &[Entry] = &[
                 token,
                 parts.log.clone(),
             )
-            .map_err(|e| anyhow::anyhow!(e))?;
+            .map_err(|e| anyhow::anyhow!(e))?
+            .reporting_to(parts.registry.clone());
             Ok(Built::new(SlackSocketJob(Arc::new(socket))))
         },
     },
