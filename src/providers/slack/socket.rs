@@ -282,7 +282,8 @@ impl SlackSocket {
             }
             Ok(Window::Refresh(reason)) => {
                 tracing::info!(r#loop = SLACK_SOCKET, %reason, "Slack asked to reconnect");
-                let _ = live.link.close(None).await;
+                // Bounded: a peer that stopped reading must not hold the reconnect.
+                let _ = tokio::time::timeout(Duration::from_secs(1), live.link.close(None)).await;
                 session.failures = 0;
                 self.reconnecting(format!("Slack asked to reconnect: {reason}"));
                 Ok(())

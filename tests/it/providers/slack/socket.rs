@@ -32,6 +32,8 @@ const WAIT: Duration = Duration::from_secs(30);
 struct Acked {
     envelope: String,
     stored_first: Option<bool>,
+    /// What the ack carried besides its id (a slash command's reply).
+    payload: Value,
 }
 
 /// An envelope Slack would send: its frame and the dedup key its event has (`None`: none is stored).
@@ -46,6 +48,8 @@ enum Command {
     Send(String),
     /// Send, then drop the TCP connection at once (no close frame, no ack read).
     SendThenDrop(String),
+    /// Go silent: read nothing, answer no ping, send nothing, keep the TCP connection open.
+    Freeze,
 }
 
 #[derive(Default)]
@@ -147,6 +151,10 @@ impl FakeSlack {
                         let _ = ws.send(Message::text(frame)).await;
                         return; // dropped: TCP gone, no close handshake
                     }
+                    Some(Command::Freeze) => {
+                        // `ws` stays open in this frame, never read again.
+                        std::future::pending::<()>().await;
+                    }
                     None => return,
                 },
                 frame = ws.next() => match frame {
@@ -189,17 +197,20 @@ impl FakeSlack {
         inner.acks.push(Acked {
             envelope: id,
             stored_first,
+            payload: value["payload"].clone(),
         });
     }
 
     fn command(&self, command: Command) {
         let mut inner = self.inner.lock().unwrap();
-        let frame = match &command {
-            Command::Send(frame) | Command::SendThenDrop(frame) => frame,
+        let id = match &command {
+            Command::Send(frame) | Command::SendThenDrop(frame) => {
+                serde_json::from_str::<Value>(frame).unwrap()["envelope_id"]
+                    .as_str()
+                    .map(str::to_owned)
+            }
+            Command::Freeze => None,
         };
-        let id = serde_json::from_str::<Value>(frame).unwrap()["envelope_id"]
-            .as_str()
-            .map(str::to_owned);
         if let Some(current) = &inner.current {
             if current.send(command).is_ok() {
                 inner.sent.extend(id);
@@ -305,6 +316,25 @@ fn mention(n: u32) -> Envelope {
     }
 }
 
+/// A `slash_commands` envelope: `/pidevops` typed in C1.
+fn slash_command(n: u32) -> Envelope {
+    let id = format!("cmd-{n}");
+    let trigger = format!("{n}.8.7");
+    let frame = json!({
+        "envelope_id": id, "type": "slash_commands", "accepts_response_payload": true,
+        "payload": {
+            "token": "verification-token", "team_id": "T1", "channel_id": "C1", "user_id": "U1",
+            "command": "/pidevops", "text": "o/n fix it", "trigger_id": trigger,
+            "response_url": "https://hooks.slack.com/commands/T1/1/secret",
+        },
+    });
+    Envelope {
+        id,
+        frame: frame.to_string(),
+        key: Some(format!("command:T1:{trigger}")),
+    }
+}
+
 /// An `events_api` envelope whose callback has no `event_id`: malformed.
 fn malformed(n: u32) -> Envelope {
     let id = format!("bad-{n}");
@@ -365,7 +395,8 @@ async fn an_envelope_is_stored_once_and_acked_only_after(db: TestDb) {
         fake.acks(),
         [Acked {
             envelope: "env-1".into(),
-            stored_first: Some(true)
+            stored_first: Some(true),
+            payload: Value::Null,
         }],
         "acked before its event was stored"
     );
@@ -542,6 +573,76 @@ async fn without_an_app_token_the_loop_is_listed_not_armed(db: TestDb) {
     app.stop().await;
 }
 
+/// A slash command over the socket: stored as the webhook stores it (no response URL), and its ack carries the
+/// ephemeral reply the webhook would answer with.
+async fn a_slash_commands_ack_carries_the_webhooks_reply(db: TestDb) {
+    let fake = FakeSlack::start().await;
+    let app = spawn(&db, &fake, APP_TOKEN).await;
+    fake.push(&slash_command(1));
+    wait_acked(&fake, &["cmd-1"]).await;
+    let ack = &fake.acks()[0];
+    assert_eq!(ack.stored_first, Some(true));
+    assert_eq!(ack.payload["response_type"], "ephemeral", "{ack:?}");
+    assert!(ack.payload["text"]
+        .as_str()
+        .is_some_and(|t| t.contains("pidevops has it")));
+    let events: Vec<_> = app
+        .all_events()
+        .await
+        .into_iter()
+        .filter(|e| e.source == "slack")
+        .collect();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].event_type, "slack.slash_command");
+    let body: Value = serde_json::from_slice(&events[0].body).unwrap();
+    assert!(
+        body.get("response_url").is_none() && body.get("token").is_none(),
+        "{body}"
+    );
+    app.stop().await;
+}
+
+/// A socket that goes silent (no envelope, no pong to the loop's ping) is dead after the read timeout, and the
+/// next tick opens another. The loop is driven here, a tick at a time, with short timings.
+async fn a_silent_socket_is_dropped_after_the_read_timeout(db: TestDb) {
+    use pidevops::providers::slack::socket::{LinkState, SlackSocket, Timing};
+    let fake = FakeSlack::start().await;
+    // The app without an app token: only this test's socket talks to the fake.
+    let app = TestApp::spawn(crate::common::settings(&db)).await;
+    let socket = SlackSocket::new(
+        &fake.api,
+        &secrecy::SecretString::from(APP_TOKEN),
+        app.state.log.clone(),
+    )
+    .unwrap()
+    .with_timing(Timing {
+        window: Duration::from_millis(300),
+        ping_after: Duration::from_millis(200),
+        read_timeout: Duration::from_millis(800),
+        backoff_first: Duration::from_millis(50),
+        backoff_max: Duration::from_millis(200),
+        connect_timeout: Duration::from_secs(5),
+    });
+    socket.tick().await.unwrap();
+    assert_eq!(socket.progress().state, LinkState::Connected);
+    fake.command(Command::Freeze);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while socket.progress().state != LinkState::Reconnecting {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{:?}",
+            socket.progress()
+        );
+        socket.tick().await.unwrap();
+    }
+    let reason = socket.progress().reason.unwrap_or_default();
+    assert!(reason.contains("not even a pong"), "{reason}");
+    socket.tick().await.unwrap();
+    assert_eq!(fake.connections(), 2);
+    assert_eq!(socket.progress().state, LinkState::Connected);
+    app.stop().await;
+}
+
 crate::per_backend!(
     an_envelope_is_stored_once_and_acked_only_after,
     a_dropped_socket_reconnects_and_loses_or_doubles_nothing,
@@ -549,4 +650,6 @@ crate::per_backend!(
     an_envelope_whose_append_fails_is_not_acked,
     a_wrong_app_token_shows_in_health_without_the_token,
     without_an_app_token_the_loop_is_listed_not_armed,
+    a_slash_commands_ack_carries_the_webhooks_reply,
+    a_silent_socket_is_dropped_after_the_read_timeout,
 );
