@@ -272,6 +272,13 @@ impl SlackSocket {
                 // A socket that lived through a whole window is not flapping.
                 session.failures = 0;
                 session.live = Some(live);
+                // A window with no failed append ends what a failed one reported.
+                self.report(|p| {
+                    if p.state == LinkState::Failing {
+                        p.state = LinkState::Connected;
+                        p.reason = None;
+                    }
+                });
                 Ok(())
             }
             Ok(Window::Dropped(reason)) => {

@@ -533,6 +533,10 @@ async fn an_envelope_whose_append_fails_is_not_acked(db: TestDb) {
     fake.redeliver();
     wait_acked(&fake, &["env-1"]).await;
     assert_eq!(slack_keys(&app).await, ["event:T1:Ev0001"]);
+    within(WAIT, "connected again in /health", || async {
+        socket_health(&app).await["detail"]["state"] == "connected"
+    })
+    .await;
     app.stop().await;
 }
 
