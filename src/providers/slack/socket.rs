@@ -239,7 +239,7 @@ impl SlackSocket {
     /// Opens the socket if there is none (after the backoff), then reads one window of envelopes.
     pub async fn tick(&self) -> anyhow::Result<()> {
         let mut session = self.session.lock().await;
-        let live = match session.live.take() {
+        let mut live = match session.live.take() {
             Some(live) => live,
             None => {
                 tokio::time::sleep(self.timing.backoff(session.failures)).await;
@@ -266,7 +266,6 @@ impl SlackSocket {
                 }
             }
         };
-        let mut live = live;
         match self.read_window(&mut live).await {
             Ok(Window::Open) => {
                 // A socket that lived through a whole window is not flapping.
