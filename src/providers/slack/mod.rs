@@ -8,7 +8,9 @@
 //! - `intake.rs`: its intake rules (`intake::rules::SourceRules`): a mention, a direct message or `/pidevops`
 //!   makes a task; a reply in a task's thread is its answer or a follow-up;
 //! - `messages.rs`: its record of a thread it speaks in about a task (`slack-message:<channel>:<ts>`), which a
-//!   reply in the thread finds, and a notice's key.
+//!   reply in the thread finds, and a notice's key;
+//! - `socket.rs`: the `slack_socket` loop, Socket Mode for a pidevops with no public URL (`SLACK_APP_TOKEN`):
+//!   each envelope's event appended, the same event as the webhook's, before its ack.
 //!
 //! Its entry in `domain::registry::PROVIDERS` names it to everything that lists providers; `providers::webhook`
 //! mounts its webhook.
@@ -16,4 +18,5 @@
 pub mod intake;
 pub mod messages;
 pub mod settings;
+pub mod socket;
 pub mod webhook;

@@ -36,6 +36,20 @@ impl LoopJob for RelayJob {
     }
 }
 
+/// The `slack_socket` loop: its detail (connected, reconnecting, failing and why; envelopes by outcome) is reported
+/// even when a tick fails, since then it says why.
+pub(super) struct SlackSocketJob(pub(super) Arc<crate::providers::slack::socket::SlackSocket>);
+
+impl LoopJob for SlackSocketJob {
+    fn tick(&self) -> BoxFuture<'_, Ticked> {
+        Box::pin(async move {
+            // Each tick is one window of reading; the next one reads on at once.
+            let result = self.0.tick().await.map(|()| Pace::Again);
+            (serde_json::to_value(self.0.progress()).ok(), result)
+        })
+    }
+}
+
 /// An `effects:<provider>` loop: acts on news only.
 pub(super) fn effects<P: crate::effects::ProviderPolicy + 'static>(
     worker: crate::effects::runner::Effects<P>,

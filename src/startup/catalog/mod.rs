@@ -16,8 +16,10 @@ mod builds;
 mod effects;
 mod plans;
 
-use builds::{heartbeat, poller_entry, RelayJob};
-use plans::{combine_plan, cron_plan, dispatch_loops, land_plan, poller_loop, telegram_updates};
+use builds::{heartbeat, poller_entry, RelayJob, SlackSocketJob};
+use plans::{
+    combine_plan, cron_plan, dispatch_loops, land_plan, poller_loop, slack_socket, telegram_updates,
+};
 
 use crate::config::Settings;
 use crate::eventlog::{EventLog, EventStore};
@@ -25,6 +27,7 @@ use crate::loops::lease::LEASES_LOOP;
 use crate::loops::{LoopRegistry, LoopState, Pace};
 use crate::providers::github::settings::GithubSettings;
 use crate::providers::linear::settings::LinearSettings;
+use crate::providers::slack::settings::SlackSettings;
 use crate::providers::telegram::settings::TelegramSettings;
 
 pub const HEARTBEAT_LOOP: &str = "database_heartbeat";
@@ -36,6 +39,9 @@ pub const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 pub const TELEGRAM_POLL: Duration = Duration::from_secs(5);
 /// How long one `getUpdates` waits for news.
 pub const TELEGRAM_LONG_POLL_S: u64 = 10;
+/// The `slack_socket` loop's wait after a failed tick (a refused connect, an envelope not stored); its ticks are
+/// windows of reading the socket, one after another, and a connect's own backoff is the socket's.
+pub const SLACK_SOCKET_INTERVAL: Duration = Duration::from_secs(2);
 
 /// A loop as this configuration plans it.
 #[derive(Clone, Debug, PartialEq)]
@@ -382,6 +388,24 @@ pub const CATALOG: &[Entry] = &[
                 },
                 |_| Pace::Again,
             ))
+        },
+    },
+    Entry {
+        plan: |s| vec![slack_socket(s)],
+        build: |parts, _| {
+            let slack = SlackSettings::of(parts.settings);
+            let token = slack
+                .app_token
+                .as_ref()
+                .context("the loop plan arms slack_socket without SLACK_APP_TOKEN")?;
+            let socket = crate::providers::slack::socket::SlackSocket::new(
+                &slack.api_url,
+                token,
+                parts.log.clone(),
+            )
+            .map_err(|e| anyhow::anyhow!(e))?
+            .reporting_to(parts.registry.clone());
+            Ok(Built::new(SlackSocketJob(Arc::new(socket))))
         },
     },
     Entry {

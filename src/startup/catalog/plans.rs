@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
-use super::{PlannedLoop, TELEGRAM_POLL};
+use super::{PlannedLoop, SLACK_SOCKET_INTERVAL, TELEGRAM_POLL};
 use crate::config::Settings;
 use crate::loops::LoopState;
+use crate::providers::slack::settings::SlackSettings;
 use crate::providers::telegram::settings::TelegramSettings;
 
 pub(super) fn telegram_updates(s: &Settings) -> PlannedLoop {
@@ -34,6 +35,29 @@ pub(super) fn telegram_updates(s: &Settings) -> PlannedLoop {
             LoopState::Disabled,
             "TELEGRAM_BOT_TOKEN is not set".to_owned(),
             TELEGRAM_POLL,
+        ),
+    }
+}
+
+/// The `slack_socket` loop: armed with an app-level token; without one Slack's events come to the signed webhook.
+pub(super) fn slack_socket(s: &Settings) -> PlannedLoop {
+    use crate::providers::slack::socket::SLACK_SOCKET;
+    // Not a singleton: Slack spreads an app's envelopes over its open sockets (up to ten) and the dedup key keeps
+    // each event once, while a socket open on a replica that lost a lease would swallow envelopes until Slack
+    // gave up on their acks.
+    match SlackSettings::of(s).app_token {
+        Some(_) => PlannedLoop::armed(
+            SLACK_SOCKET,
+            false,
+            SLACK_SOCKET_INTERVAL,
+            "keeps Slack's Socket Mode websocket open (SLACK_APP_TOKEN) and appends each envelope's event before acking it",
+        ),
+        None => PlannedLoop::off(
+            SLACK_SOCKET,
+            false,
+            LoopState::Disabled,
+            "SLACK_APP_TOKEN is not set: Slack's events arrive at /webhooks/slack".to_owned(),
+            SLACK_SOCKET_INTERVAL,
         ),
     }
 }

@@ -1,3 +1,5 @@
-//! Slack: its signed webhook and intake through the real app.
+//! Slack through the real app: its signed webhook and intake (`webhook.rs`), Socket Mode against a fake socket
+//! (`socket.rs`).
 
+pub mod socket;
 pub mod webhook;
