@@ -13,7 +13,10 @@
 //! Its entry in `domain::registry::PROVIDERS` names it to everything that lists providers; `providers::webhook`
 //! mounts its webhook.
 
+mod client;
 pub mod intake;
 pub mod messages;
 pub mod settings;
 pub mod webhook;
+
+pub use client::*;
