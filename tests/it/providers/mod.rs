@@ -4,4 +4,5 @@
 
 pub mod github;
 pub mod linear;
+pub mod slack;
 pub mod telegram;
