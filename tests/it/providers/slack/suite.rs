@@ -95,6 +95,25 @@ fn press(trigger: &str, user: &str, value: &str) -> Vec<u8> {
 
 const FORM: &str = "application/x-www-form-urlencoded";
 
+/// The loop as a restart would run it: a second reader of the whole log from position 0, with a fresh policy.
+/// It must call nothing and append nothing: every request is keyed, and each key's stream says it was made.
+async fn replay_changes_nothing(app: &TestApp, slack: &FakeSlack) {
+    use pidevops::providers::slack::{effects::SlackPolicy, settings::SlackSettings, SlackClient};
+    let client = SlackClient::new(&slack.url, &TOKEN.to_owned().into()).unwrap();
+    let replay = pidevops::effects::runner::Effects::new(
+        SlackPolicy::new(client, SlackSettings::of(&app.state.settings)),
+        app.state.log.clone(),
+        app.state.board.clone(),
+    )
+    .with_checkpoint("effects:slack:replay")
+    .with_tick_budget(crate::common::WHOLE_TICK);
+    let calls = slack.calls().len();
+    let events = app.all_events().await.len();
+    replay.tick().await.unwrap();
+    assert_eq!(slack.calls().len(), calls, "a replay called Slack again");
+    assert_eq!(app.all_events().await.len(), events, "a replay acted again");
+}
+
 /// The first record of the thread `slack-message:C1:<root>`, if there is one.
 async fn thread_record(app: &TestApp, root: &str) -> Option<Value> {
     let stream = format!("slack-message:C1:{root}");
@@ -131,8 +150,9 @@ async fn a_mention_from_an_allowed_user_is_told_in_its_thread_once(db: TestDb) {
         .unwrap()
         .expect("intake made the task");
     app.drive(LOOP).await;
-    // Driven again, as a restart would: nothing is said twice.
+    // Driven again, and read again from the start as a restart would: nothing is said twice.
     app.drive(LOOP).await;
+    replay_changes_nothing(&app, &slack).await;
     let posts = slack.calls_of("chat.postMessage");
     assert_eq!(posts.len(), 1, "one story message so far: {posts:#?}");
     let story = &posts[0].body;
@@ -299,7 +319,25 @@ async fn a_strangers_press_changes_nothing_and_an_allowed_users_approves(db: Tes
         "{}",
         answers[2].body
     );
+    // The approval is news in the thread, after its channel's pause.
+    crate::common::within(
+        std::time::Duration::from_secs(10),
+        "the approval in the thread",
+        || async {
+            app.drive(LOOP).await;
+            slack.calls_of("chat.postMessage").len() >= 2
+        },
+    )
+    .await;
+    let posts = slack.calls_of("chat.postMessage");
+    assert_eq!(posts.len(), 2, "{posts:#?}");
+    assert!(posts[1].body["text"]
+        .as_str()
+        .unwrap()
+        .contains("approved: on it"));
     assert_eq!(slack.refused(), Vec::<String>::new());
+    // Read again from the start: no press answered or steered twice.
+    replay_changes_nothing(&app, &slack).await;
     app.stop().await;
 }
 
