@@ -23,6 +23,13 @@ pub enum SlackAction {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         question: bool,
     },
+    /// Message `ts` of `channel` rewritten (`chat.update`): a task's live status, its buttons gone.
+    #[serde(rename = "slack_update")]
+    Update {
+        channel: String,
+        ts: String,
+        text: String,
+    },
     /// A message shown to `user` alone (`chat.postEphemeral`): the answer to a button press.
     #[serde(rename = "slack_ephemeral")]
     Ephemeral {
@@ -43,6 +50,7 @@ impl ProviderAction for SlackAction {
     fn name(&self) -> &'static str {
         match self {
             SlackAction::Post { .. } => "slack_post",
+            SlackAction::Update { .. } => "slack_update",
             SlackAction::Ephemeral { .. } => "slack_ephemeral",
             SlackAction::React { .. } => "slack_react",
         }
@@ -52,8 +60,9 @@ impl ProviderAction for SlackAction {
         match self {
             // Slack has no idempotency key for a post: one cut off is recorded in doubt, never posted twice.
             SlackAction::Post { .. } | SlackAction::Ephemeral { .. } => false,
-            // A second reaction is `already_reacted`, which the client counts as done.
-            SlackAction::React { .. } => true,
+            // A second reaction is `already_reacted`, which the client counts as done; an edit made twice
+            // leaves the same message.
+            SlackAction::React { .. } | SlackAction::Update { .. } => true,
         }
     }
 }

@@ -4,7 +4,7 @@
 //! proposal. A task asked for by `/pidevops` has no thread yet: its root message is posted first
 //! (`slack:root:<task>`), and its `ts`, read back from that effect's success, roots the rest. The thread is
 //! recorded (`slack-message:<channel>:<root>`) so intake finds the task from a reply in it. Button presses are
-//! `buttons.rs`'s. The request builders are pure; [`SlackPolicy`] is the `effects:slack` loop's side of
+//! `buttons.rs`'s; the first message about a task is kept saying where it stands (`status.rs`). The request builders are pure; [`SlackPolicy`] is the `effects:slack` loop's side of
 //! [`ProviderPolicy`], and keeps to Slack's pace (about a message a second per channel).
 
 use std::collections::HashMap;
@@ -32,6 +32,9 @@ pub use action::SlackAction;
 
 mod action;
 mod buttons;
+mod status;
+
+pub use status::slack_status;
 
 /// The emoji put on the message that asked for a task: seen, and taken.
 pub const SEEN: &str = "eyes";
@@ -162,6 +165,12 @@ impl ProviderPolicy for SlackPolicy {
             Root::Waiting(request) => return Ok(vec![request]),
             Root::None => return Ok(requests),
         };
+        // The status message first: it is not paced, and says where the task stands even while a post waits.
+        if let Some(update) =
+            status::update(fx, loaded, &thread, task_event, &event.id.to_string()).await?
+        {
+            requests.push(update);
+        }
         if let TaskEvent::PlanProposed { plan, .. } = task_event {
             // Its revision as of this event: the proposals in the task's stream up to it.
             let revision = loaded
@@ -280,6 +289,9 @@ impl ProviderPolicy for SlackPolicy {
                 self.client
                     .post_message(channel, thread.as_deref(), text, buttons)
                     .await
+            }
+            SlackAction::Update { channel, ts, text } => {
+                self.client.update_message(channel, ts, text).await
             }
             SlackAction::Ephemeral {
                 channel,

@@ -1,3 +1,4 @@
+use crate::effects::ProviderAction;
 use chrono::{TimeZone, Utc};
 
 use super::*;
@@ -118,4 +119,52 @@ fn a_slash_commands_thread_is_rooted_by_pidevops_and_recorded_from_its_post() {
     let pr = slack_pull_request(&task, "C1", "1.2", 9, "https://github.com/acme/app/pull/9");
     assert_eq!(pr.key, "slack:pr:T-7:9");
     assert!(post(&pr).2.contains("https://github.com/acme/app/pull/9"));
+}
+
+#[test]
+fn the_status_says_where_the_task_stands_and_a_post_records_its_thread() {
+    let (task, _) = created(ApprovalPolicy::Manual, "Fix <it>");
+    let status = slack_status(&task, "C1", "1.3", "e-9");
+    assert_eq!(status.key, "slack:status:T-7:e-9");
+    let SlackAction::Update { channel, ts, text } = &status.action else {
+        panic!("an update: {status:?}");
+    };
+    assert_eq!((channel.as_str(), ts.as_str()), ("C1", "1.3"));
+    assert!(
+        text.starts_with("*T-7* Fix &lt;it&gt; _(acme/app)_\nnow: "),
+        "{text}"
+    );
+    assert!(status.action.safe_to_repeat());
+
+    let settings = SlackSettings {
+        bot_token: None,
+        app_token: None,
+        api_url: "http://127.0.0.1:9".into(),
+        intake: Default::default(),
+    };
+    let client = SlackClient::new("http://127.0.0.1:9", &"xoxb-t".to_owned().into()).unwrap();
+    let policy = SlackPolicy::new(client, settings);
+    let posted = |ts: &str| Produced::Posted {
+        conversation: "C1".into(),
+        message: ts.into(),
+    };
+    // A post in a thread records the thread's root; a root post records itself.
+    let (_, events) = created(ApprovalPolicy::Auto, "Fix it");
+    let in_thread = slack(&events[0], &task, "C1", "1.2", "e-1", None).remove(0);
+    let record = policy.record_of(&in_thread, &posted("1.5")).unwrap();
+    assert_eq!(record.stream, "slack-message:C1:1.2");
+    assert_eq!(record.kind, MESSAGE_SENT);
+    let root = slack_root(&task, "C1");
+    let record = policy.record_of(&root, &posted("1.4")).unwrap();
+    assert_eq!(record.stream, "slack-message:C1:1.4");
+    let sent: SentMessage = serde_json::from_slice(&record.body).unwrap();
+    assert_eq!(
+        (sent.task, sent.key.as_str()),
+        (task.id(), "slack:root:T-7")
+    );
+    // Nothing else is a thread.
+    assert!(policy
+        .record_of(&slack_seen(task.id(), "C1", "1.2"), &Produced::Done)
+        .is_none());
+    assert!(policy.record_of(&status, &posted("1.3")).is_none());
 }

@@ -335,6 +335,23 @@ async fn a_strangers_press_changes_nothing_and_an_allowed_users_approves(db: Tes
         .as_str()
         .unwrap()
         .contains("approved: on it"));
+    // The first message, which carried the buttons, now says where the task stands, its buttons gone.
+    let updates = slack.calls_of("chat.update");
+    assert_eq!(updates.len(), 1, "{updates:#?}");
+    assert_eq!(updates[0].body["ts"], posts[0].ts.clone().unwrap().as_str());
+    assert!(
+        updates[0].body["text"]
+            .as_str()
+            .unwrap()
+            .contains("now: todo"),
+        "{}",
+        updates[0].body
+    );
+    assert!(
+        updates[0].body.get("blocks").is_none(),
+        "{}",
+        updates[0].body
+    );
     assert_eq!(slack.refused(), Vec::<String>::new());
     // Read again from the start: no press answered or steered twice.
     replay_changes_nothing(&app, &slack).await;
