@@ -17,6 +17,7 @@ use crate::domain::{EventType, NewEvent, Source};
 use crate::effects::handle::{EffectsProgress, Handle, Settled, ACTOR};
 use crate::effects::Request;
 use crate::eventlog::StoredEvent;
+use crate::providers::slack::escape;
 use crate::providers::slack::settings::SlackSettings;
 use crate::tasks::TaskId;
 
@@ -143,8 +144,8 @@ async fn steered(
 ) -> anyhow::Result<String> {
     let Some((steer, id)) = parse_value(value) else {
         return Ok(format!(
-            "Unknown button {:?}: nothing was changed.",
-            value.chars().take(40).collect::<String>()
+            "Unknown button {}: nothing was changed.",
+            escape(&format!("{:?}", value.chars().take(40).collect::<String>()))
         ));
     };
     let board = fx.board();
@@ -162,8 +163,10 @@ async fn steered(
             format!("{id} was already so ({}).", outcome.task.column())
         }
         Ok(outcome) => format!("{id}: {} — now {}.", steer.name(), outcome.task.column()),
-        Err(BoardError::Refused(refused)) => refused.to_string(),
-        Err(BoardError::Invalid(invalid)) => invalid.to_string(),
+        // The board's words may quote a title: escaped like any other text pidevops posts.
+        Err(BoardError::Refused(refused)) => escape(&refused.to_string()),
+        // What the person pressed (a comment too long): theirs to fix, not a failure to retry.
+        Err(BoardError::Invalid(invalid)) => escape(&invalid.to_string()),
         Err(error) => return Err(error).with_context(|| format!("steering {id} from Slack")),
     })
 }
