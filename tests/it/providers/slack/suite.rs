@@ -1,7 +1,7 @@
 //! Slack through the real app and a fake Web API on loopback: a signed mention from an allowed user becomes a
 //! task whose story is told in the mention's thread, once however often the loop runs; `/pidevops` gets a thread
-//! pidevops starts; a button press steers only for an allowed user, and every press is answered to its presser
-//! alone, once. Per backend.
+//! pidevops starts, recorded so a reply in it reaches the task (a stranger's does not); a button press steers
+//! only for an allowed user, and every press is answered to its presser alone, once. Per backend.
 
 use crate::common::board::new_task;
 use crate::common::{TestApp, TestDb, SLACK_SECRET};
@@ -239,6 +239,32 @@ async fn a_slash_commands_story_goes_in_the_thread_pidevops_starts(db: TestDb) {
         .await
         .expect("the thread's record");
     assert_eq!(record["task"], id.to_string());
+    // A reply in that thread reaches the task through the record; a stranger's changes nothing.
+    for (event_id, user, ts) in [
+        ("Ev8", "U9", "1764400050.000100"),
+        ("Ev9", "U1", "1764400050.000200"),
+    ] {
+        let reply = json!({
+            "token": "verification", "team_id": "T1", "api_app_id": "A1", "type": "event_callback",
+            "event_id": event_id, "event_time": chrono::Utc::now().timestamp(),
+            "event": {
+                "type": "message", "channel": "C1", "channel_type": "channel", "user": user,
+                "text": format!("also the footer, says {user}"), "ts": ts, "thread_ts": root
+            }
+        });
+        let r = post_slack(&app, reply.to_string().as_bytes(), "application/json").await;
+        assert_eq!(r.status(), 200);
+    }
+    app.drive("intake").await;
+    let loaded = app.state.board.load(id).await.unwrap().unwrap();
+    let follow_ups: Vec<String> = loaded
+        .events
+        .iter()
+        .filter(|e| e.event_type == "task.follow_up_attached")
+        .map(|e| String::from_utf8_lossy(&e.body).into_owned())
+        .collect();
+    assert_eq!(follow_ups.len(), 1, "{follow_ups:#?}");
+    assert!(follow_ups[0].contains("says U1"), "{}", follow_ups[0]);
     app.stop().await;
 }
 
