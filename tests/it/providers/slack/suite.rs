@@ -15,6 +15,7 @@ per_backend!(
     a_slash_commands_story_goes_in_the_thread_pidevops_starts,
     a_strangers_press_changes_nothing_and_an_allowed_users_approves,
     without_a_bot_token_the_loop_says_why,
+    a_rate_limit_waits_what_slack_asked_and_a_refusal_flags_the_task,
 );
 
 const TOKEN: &str = "xoxb-suite-secret";
@@ -396,5 +397,106 @@ async fn without_a_bot_token_the_loop_says_why(db: TestDb) {
             .contains("SLACK_BOT_TOKEN is not set"),
         "{health}"
     );
+    app.stop().await;
+}
+
+/// A 429 waits what `Retry-After` asked and the post goes once after it; a channel pidevops is not in is a
+/// refusal for good, named, which flags the task instead of retrying.
+async fn a_rate_limit_waits_what_slack_asked_and_a_refusal_flags_the_task(db: TestDb) {
+    use pidevops::effects::EffectEvent;
+    let slack = FakeSlack::start(TOKEN).await;
+    let app = spawn(&db, &slack).await;
+    slack.rate_limit_next("chat.postMessage", 1);
+    let thread = SlackThread::new("C1", Some(ASKED)).unwrap();
+    new_task("Tidy the changelog")
+        .links(Links::default().with(SLACK_THREAD, &thread))
+        .key("test:slack-429")
+        .create_on(&app.state.board)
+        .await;
+    app.drive(LOOP).await;
+    crate::common::within(
+        std::time::Duration::from_secs(10),
+        "the post after the wait",
+        || async {
+            app.drive(LOOP).await;
+            slack.calls_of("chat.postMessage").len() >= 2
+        },
+    )
+    .await;
+    let posts = slack.calls_of("chat.postMessage");
+    assert_eq!(posts.len(), 2, "the refused call and the post: {posts:#?}");
+    let waited = posts[1].at.duration_since(posts[0].at);
+    assert!(
+        waited >= std::time::Duration::from_millis(950),
+        "{waited:?}"
+    );
+    let failed: Vec<EffectEvent> = app
+        .all_events()
+        .await
+        .into_iter()
+        .filter(|e| e.event_type == "effect.failed")
+        .map(|e| serde_json::from_slice(&e.body).unwrap())
+        .collect();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    let EffectEvent::Failed {
+        at,
+        retry_at,
+        error,
+        ..
+    } = &failed[0]
+    else {
+        unreachable!()
+    };
+    let wait = (retry_at.unwrap() - *at).num_milliseconds();
+    assert!(
+        (900..=1100).contains(&wait),
+        "waits what Slack asked: {wait} ms"
+    );
+    assert!(error.contains("429"), "{error}");
+
+    // Not in the channel: permanent, named, never retried, and the task is flagged for a person (whose flag is
+    // then told in the thread, once Slack takes posts again).
+    slack.refuse_next("chat.postMessage", "not_in_channel", None);
+    let second = new_task("Tidy the readme")
+        .links(Links::default().with(SLACK_THREAD, &thread))
+        .key("test:slack-refused")
+        .create_on(&app.state.board)
+        .await;
+    crate::common::within(
+        std::time::Duration::from_secs(10),
+        "the refusal and the flag's post",
+        || async {
+            app.drive(LOOP).await;
+            slack.calls_of("chat.postMessage").len() >= 4
+        },
+    )
+    .await;
+    app.drive(LOOP).await;
+    let gave_up: Vec<String> = app
+        .all_events()
+        .await
+        .into_iter()
+        .filter(|e| e.event_type == "effect.failed")
+        .map(|e| String::from_utf8_lossy(&e.body).into_owned())
+        .filter(|body| body.contains("not_in_channel"))
+        .collect();
+    assert_eq!(gave_up.len(), 1, "{gave_up:#?}");
+    let flagged = app.state.board.load(second).await.unwrap().unwrap();
+    let reason = flagged
+        .task
+        .needs_human()
+        .map(|n| n.reason.as_str().to_owned());
+    assert!(
+        reason
+            .as_deref()
+            .is_some_and(|r| r.contains("not_in_channel")),
+        "{reason:?}"
+    );
+    let posts = slack.calls_of("chat.postMessage");
+    assert_eq!(posts.len(), 4, "never retried: {posts:#?}");
+    assert!(posts[3].body["text"]
+        .as_str()
+        .unwrap()
+        .contains("not_in_channel"));
     app.stop().await;
 }
