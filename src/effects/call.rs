@@ -51,6 +51,12 @@ pub enum Produced {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         method: Option<String>,
     },
+    /// A message posted where a provider names it by its conversation and its own id (Slack: the channel and
+    /// the message's `ts`, which a thread's replies name as their root).
+    Posted {
+        conversation: String,
+        message: String,
+    },
     /// A Linear issue's state after the call; `moved` false when it was there already.
     State {
         name: String,

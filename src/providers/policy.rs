@@ -12,6 +12,9 @@ pub use super::github::effects::{
 pub use super::linear::effects::{
     linear, linear_notifies, linear_pull_request, linear_session_opened, linear_session_refused,
 };
+pub use super::slack::effects::{
+    slack, slack_notifies, slack_proposal, slack_pull_request, slack_root, slack_seen, slack_status,
+};
 pub use super::telegram::effects::{
     digest, repeat_in_cooldown, telegram, telegram_notifies, telegram_proposal,
 };

@@ -12,6 +12,8 @@ use crate::effects::runner::Effects;
 use crate::loops::LoopState;
 use crate::providers::github::effects::GithubPolicy;
 use crate::providers::linear::effects::LinearPolicy;
+use crate::providers::slack::effects::SlackPolicy;
+use crate::providers::slack::settings::SlackSettings;
 use crate::providers::telegram::effects::TelegramPolicy;
 use crate::providers::{
     github::settings::GithubSettings, linear::settings::LinearSettings,
@@ -44,6 +46,11 @@ pub(super) const EFFECTS_LOOPS: &[EffectsLoop] = &[
         provider: "telegram",
         plan: telegram_effects_plan,
         runner: telegram_effects,
+    },
+    EffectsLoop {
+        provider: "slack",
+        plan: slack_effects_plan,
+        runner: slack_effects,
     },
 ];
 
@@ -203,5 +210,41 @@ fn telegram_effects(parts: &Parts<'_>) -> anyhow::Result<Built> {
         Effects::new(policy, parts.log.clone(), parts.board.clone())
             .with_cap(settings.file.effect_cap)
             .with_loops(parts.registry.clone()),
+    ))
+}
+
+fn slack_effects_plan(s: &Settings) -> PlannedLoop {
+    let name = loop_name("slack");
+    match SlackSettings::of(s).bot_token {
+        Some(_) => PlannedLoop::armed(
+            &name,
+            true,
+            s.projector_interval,
+            "tells each Slack task's story in its thread (SLACK_API_URL); only SLACK_ALLOWED_USERS may press its buttons",
+        ),
+        None => PlannedLoop::off(
+            &name,
+            true,
+            LoopState::Disabled,
+            "SLACK_BOT_TOKEN is not set: Slack hears nothing back".to_owned(),
+            s.projector_interval,
+        ),
+    }
+}
+
+/// The `effects:slack` loop's worker: the Web API at `SLACK_API_URL` with `SLACK_BOT_TOKEN`.
+fn slack_effects(parts: &Parts<'_>) -> anyhow::Result<Built> {
+    let settings = parts.settings;
+    let slack = SlackSettings::of(settings);
+    let token = slack
+        .bot_token
+        .as_ref()
+        .context("the loop plan arms effects:slack without SLACK_BOT_TOKEN")?;
+    let client = crate::providers::slack::SlackClient::new(&slack.api_url, token)
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let policy = SlackPolicy::new(client, slack);
+    Ok(builds::effects(
+        Effects::new(policy, parts.log.clone(), parts.board.clone())
+            .with_cap(settings.file.effect_cap),
     ))
 }
