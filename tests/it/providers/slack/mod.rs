@@ -5,6 +5,7 @@
 mod contract;
 #[allow(dead_code)]
 pub mod fake;
+mod flow;
 pub mod socket;
 mod suite;
 pub mod webhook;
