@@ -118,8 +118,10 @@ async fn a_slack_mention_becomes_a_merged_pull_request_told_in_its_thread(db: Te
         Duration::from_secs(60),
         "the first attempt in review with its pull request",
         || async {
-            let row = board::row_in(&store, id).await.unwrap();
-            row.column == Column::InReview && row.links.has(GITHUB_PR)
+            // The board's read model may not hold the task yet.
+            board::row_in(&store, id)
+                .await
+                .is_some_and(|row| row.column == Column::InReview && row.links.has(GITHUB_PR))
         },
     )
     .await;
