@@ -1,5 +1,6 @@
 //! Which repositories tasks may be for: those configured under `[repos."owner/name"]` and those matching an
-//! `[intake] allow_repos` pattern (`"acme/app"` or `"acme/*"`). Pure; read by intake, the API, the CLI and the
+//! `[intake] allow_repos` pattern (`"acme/app"` or `"acme/*"`; a GitLab group's `"group/sub/*"` allows the
+//! projects directly in `group/sub`, not its subgroups': a deeper group is named by its own pattern). Pure; read by intake, the API, the CLI and the
 //! dispatcher, so a task is refused at every door by the same rule. Names compare as GitHub does, ignoring case,
 //! and a task is stored under the configured spelling (`spelling`), so every later comparison sees one name.
 
@@ -12,7 +13,8 @@ use crate::tasks::RepoName;
 pub struct AllowedRepos {
     /// `owner/name` as configured (`[repos]` first, then `allow_repos`); the key compares ignoring case.
     exact: BTreeMap<RepoName, RepoName>,
-    /// Owners whose every repository is allowed (`owner/*`), lowercased.
+    /// Namespaces (an owner, a group path) whose every repository directly in them is allowed (`owner/*`,
+    /// `group/sub/*`), lowercased.
     owners: BTreeSet<String>,
 }
 
@@ -28,14 +30,15 @@ pub struct NotAllowed {
 }
 
 impl AllowedRepos {
-    /// From patterns: `owner/name` or `owner/*`; anything wider (`*`, `*/*`, `acme/ap*`) is refused.
+    /// From patterns: `owner/name` or `owner/*` (`group/sub/name`, `group/sub/*`); anything wider (`*`, `*/*`,
+    /// `acme/ap*`, `group/*/x`) is refused.
     pub fn new<'a>(patterns: impl IntoIterator<Item = &'a str>) -> Result<Self, String> {
         let mut allowed = Self::default();
         for pattern in patterns {
             let pattern = pattern.trim();
             match pattern.strip_suffix("/*") {
                 Some(owner) => {
-                    // An owner is valid when `owner/x` is a valid repository name.
+                    // A namespace is valid when `namespace/x` is a valid repository name.
                     format!("{owner}/x").parse::<RepoName>().map_err(|_| {
                         format!("{pattern:?} is not a pattern: use \"owner/name\" or \"owner/*\"")
                     })?;
@@ -61,13 +64,14 @@ impl AllowedRepos {
     }
 
     pub fn check(&self, repo: &RepoName) -> Result<(), NotAllowed> {
-        let owner = repo.owner().to_ascii_lowercase();
+        // The whole namespace, never its first segment: `group/*` does not reach `group/other/x`.
+        let owner = repo.namespace().to_ascii_lowercase();
         if self.exact.contains_key(repo) || self.owners.contains(&owner) {
             return Ok(());
         }
         Err(NotAllowed {
             repo: repo.as_str().to_owned(),
-            owner: repo.owner().to_owned(),
+            owner: repo.namespace().to_owned(),
         })
     }
 
@@ -78,7 +82,7 @@ impl AllowedRepos {
         if let Some(configured) = self.exact.get(repo) {
             return configured.clone();
         }
-        if self.owners.contains(&repo.owner().to_ascii_lowercase()) {
+        if self.owners.contains(&repo.namespace().to_ascii_lowercase()) {
             if let Ok(lower) = repo.key().parse() {
                 return lower;
             }
@@ -209,5 +213,51 @@ mod tests {
         assert!(file("[repos.\"not a repo\"]")
             .unwrap_err()
             .contains("[repos."));
+    }
+
+    #[test]
+    fn a_group_pattern_allows_only_the_projects_directly_in_it() {
+        let allowed = file(
+            r#"
+            [intake]
+            allow_repos = ["group/sub/*", "Group/Exact/app", "flat/*"]
+            "#,
+        )
+        .unwrap();
+        for name in [
+            "group/sub/app",
+            "GROUP/Sub/other",
+            "group/exact/APP",
+            "flat/x",
+        ] {
+            assert_eq!(allowed.check(&repo(name)), Ok(()), "{name}");
+        }
+        // Neither a subgroup of an allowed group nor a sibling: `group/sub/*` is one namespace, not a tree.
+        for name in [
+            "group/sub/deeper/app",
+            "group/app",
+            "group/exact/other",
+            "flat/sub/x",
+            "group/subx/app",
+        ] {
+            let refused = allowed.check(&repo(name)).unwrap_err().to_string();
+            let namespace = name.rsplit_once('/').unwrap().0;
+            assert!(
+                refused.contains(&format!("\"{namespace}/*\"")),
+                "the pattern offered names the whole namespace: {refused}"
+            );
+        }
+        assert_eq!(
+            allowed.spelling(&repo("Group/Sub/App")).as_str(),
+            "group/sub/app"
+        );
+        for bad in [
+            r#"allow_repos = ["group/*/app"]"#,
+            r#"allow_repos = ["group/../*"]"#,
+            r#"allow_repos = ["group/.sub/*"]"#,
+        ] {
+            let error = file(&format!("[intake]\n{bad}")).unwrap_err();
+            assert!(error.contains("intake.allow_repos"), "{bad}: {error}");
+        }
     }
 }

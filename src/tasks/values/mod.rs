@@ -26,7 +26,7 @@ pub use text::{FollowUpOrigin, FollowUpText, Reason, Spec, SpecParts};
 pub enum ValueError {
     #[error("task id {0:?} is not T-<n> with n a positive integer without leading zeros")]
     TaskId(String),
-    #[error("repository {value:?} is not owner/name: {why}")]
+    #[error("repository {value:?} is not owner/name or group/…/name: {why}")]
     Repo { value: String, why: &'static str },
     #[error("branch name {value:?} is not a safe git branch name: {why}")]
     Branch { value: String, why: &'static str },
