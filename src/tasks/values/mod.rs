@@ -34,6 +34,8 @@ pub enum ValueError {
     LinearIdentifier(String),
     #[error("GitHub issue or pull request number must be at least 1")]
     GithubNumber,
+    #[error("a GitLab issue's iid must be at least 1")]
+    GitlabIid,
     #[error("Telegram chat id must not be 0 and message id must be at least 1")]
     Telegram,
     #[error("a Slack conversation is a channel id (upper-case letters and digits) and, for a thread, its root message's ts (seconds.micros)")]

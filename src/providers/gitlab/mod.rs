@@ -1,0 +1,17 @@
+//! GitLab as a code host, its first part: ingress, repository names (`group/sub/name`) and intake. Its effects
+//! (a note on the issue, merge requests, pipelines, auto-land) are not built yet.
+//!
+//! - `settings.rs`: its variables (`GITLAB_TOKEN`, `GITLAB_URL`) and `[intake.gitlab]`, typed;
+//! - `webhook.rs`: the token-checked route (`ingress::Webhook`: `X-Gitlab-Token`, constant time), the event's
+//!   type from `object_kind`, deduplicated by `X-Gitlab-Event-UUID` and the body's digest;
+//! - `models.rs`: GitLab's webhook payloads as typed structs, the fields pidevops reads;
+//! - `intake.rs`: its intake rules (`intake::rules::SourceRules`): a labeled issue of a trusted author, its
+//!   withdrawal, a trusted note's follow-up.
+//!
+//! Its entry in `domain::registry::PROVIDERS` names it to everything that lists providers; `providers::webhook`
+//! mounts its webhook.
+
+pub mod intake;
+pub mod models;
+pub mod settings;
+pub mod webhook;
