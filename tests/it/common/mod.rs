@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 pub const GITHUB_SECRET: &str = "gh-test-secret";
 pub const LINEAR_SECRET: &str = "lin-test-secret";
 pub const TELEGRAM_SECRET: &str = "tg-test-secret";
+pub const GITLAB_SECRET: &str = "gl-test-secret";
 pub const ADMIN_TOKEN: &str = "admin-test-token-of-24-chars-or-more";
 
 pub fn postgres_admin_url() -> String {
@@ -210,6 +211,7 @@ pub fn settings(db: &TestDb) -> Settings {
         ("github", GITHUB_SECRET),
         ("linear", LINEAR_SECRET),
         ("telegram", TELEGRAM_SECRET),
+        ("gitlab", GITLAB_SECRET),
     ] {
         assert!(s
             .webhook_secrets

@@ -3,5 +3,6 @@
 //! suite through the real app.
 
 pub mod github;
+pub mod gitlab;
 pub mod linear;
 pub mod telegram;
