@@ -40,13 +40,30 @@ pub fn rules(own: GitlabIntake) -> ProviderRules<GitlabIntake> {
     }
 }
 
+/// The event types intake reads; every other is not intake's, and its body is never parsed.
+const INTAKE_TYPES: &[&str] = &[
+    "gitlab.issue.open",
+    "gitlab.issue.reopen",
+    "gitlab.issue.update",
+    "gitlab.issue.close",
+    "gitlab.note",
+];
+
 /// Decides what intake does with GitLab's event `event_type` (`gitlab.issue.open`, …).
 pub fn decide(event_type: &str, data: &Payload<'_>, config: &Config<'_>) -> Decision {
+    if !INTAKE_TYPES.contains(&event_type) {
+        return Decision::NotIntake;
+    }
+    decide_json(event_type, &data.read(), config)
+}
+
+/// [`decide`] over the body as JSON.
+fn decide_json(event_type: &str, data: &Value, config: &Config<'_>) -> Decision {
     match event_type {
-        "gitlab.issue.open" | "gitlab.issue.reopen" => issue(&data.read(), config),
-        "gitlab.issue.update" => update(&data.read(), config),
-        "gitlab.issue.close" => withdrawal(&data.read(), Withdrawal::Closed, config),
-        "gitlab.note" => note(&data.read(), config),
+        "gitlab.issue.open" | "gitlab.issue.reopen" => issue(data, config),
+        "gitlab.issue.update" => update(data, config),
+        "gitlab.issue.close" => withdrawal(data, Withdrawal::Closed, config),
+        "gitlab.note" => note(data, config),
         _ => Decision::NotIntake,
     }
 }

@@ -549,7 +549,10 @@ fn a_github_issue_makes_no_work_for_a_gitlab_repository_of_the_same_name() {
     let Decision::Ignore { reason } = refused else {
         panic!("{refused:?}")
     };
-    assert!(reason.contains("acme/app is a gitlab repository"), "{reason}");
+    assert!(
+        reason.contains("acme/app is a gitlab repository"),
+        "{reason}"
+    );
     let made = github_issue(
         &github_payload("opened", "acme/web", 7, &["pidevops"], "MEMBER"),
         &rig.github(),

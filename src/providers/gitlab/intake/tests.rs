@@ -35,14 +35,7 @@ fn decide_with(
     shared: &IntakeConfig,
     own: &GitlabIntake,
 ) -> Decision {
-    let config = Config { shared, own };
-    match event_type {
-        "gitlab.issue.open" | "gitlab.issue.reopen" => issue(data, &config),
-        "gitlab.issue.update" => update(data, &config),
-        "gitlab.issue.close" => withdrawal(data, Withdrawal::Closed, &config),
-        "gitlab.note" => note(data, &config),
-        _ => Decision::NotIntake,
-    }
+    decide_json(event_type, data, &Config { shared, own })
 }
 
 fn decide_on(event_type: &str, data: &Value) -> Decision {
