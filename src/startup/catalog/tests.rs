@@ -51,7 +51,12 @@ fn every_provider_has_one_effects_loop() {
         .collect();
     assert_eq!(
         planned,
-        ["effects:github", "effects:linear", "effects:telegram"],
+        [
+            "effects:github",
+            "effects:linear",
+            "effects:telegram",
+            "effects:gitlab"
+        ],
         "each entry plans its own provider's loop"
     );
 }

@@ -1,6 +1,7 @@
-//! GitLab's test kit: its fixtures as GitLab sends them (`tests/fixtures/gitlab/`), and its suite through the real
-//! app (`suite`). No fake yet: GitLab's effects, its only outbound calls, are not built.
+//! GitLab's test kit: its fixtures as GitLab sends them (`tests/fixtures/gitlab/`), its fake REST API on loopback
+//! (`fake`), and its suite through the real app (`suite`).
 
+pub mod fake;
 mod suite;
 
 use serde_json::Value;

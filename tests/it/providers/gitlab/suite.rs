@@ -1,7 +1,7 @@
 //! GitLab through the real app, per backend: deliveries checked by their token and stored once; a labeled issue
 //! of a trusted author in a GitLab repository becomes one task; a wrong token is refused (401) and nothing stored;
 //! a stranger's note is recorded as ignored and changes nothing; a trusted note is the task's follow-up once;
-//! closing the issue withdraws its task.
+//! closing the issue withdraws its task; `effects:gitlab` notes the task on its issue once, through the fake.
 
 use crate::common::{board, TestApp, TestDb, GITLAB_SECRET};
 use pidevops::tasks::{Column, TaskId};
@@ -14,6 +14,7 @@ per_backend!(
     a_wrong_or_missing_token_is_refused_and_nothing_is_stored,
     a_stranger_s_note_changes_nothing_and_a_trusted_one_is_a_follow_up_once,
     closing_the_issue_withdraws_its_task,
+    the_task_made_of_an_issue_is_said_once_in_a_note_on_it,
 );
 
 const REPO: &str = "acme/platform/api";
@@ -200,5 +201,51 @@ async fn closing_the_issue_withdraws_its_task(db: TestDb) {
     assert_eq!(status, 200);
     settle(&app).await;
     assert_eq!(board::row(&app, id).await.column, Column::Cancelled);
+    app.stop().await;
+}
+
+async fn the_task_made_of_an_issue_is_said_once_in_a_note_on_it(db: TestDb) {
+    let fake = super::fake::FakeGitlab::start().await;
+    let mut settings = crate::common::settings(&db);
+    fake.point_settings(&mut settings, "glpat-test-token");
+    settings.file = format!(
+        "[repos.\"{REPO}\"]\nprovider = \"gitlab\"\nurl = \"https://gitlab.example.com/{REPO}.git\"\n\
+         [intake.gitlab]\ntrusted_users = [\"alice\"]\n"
+    )
+    .parse()
+    .unwrap();
+    let app = TestApp::spawn(settings).await;
+    post(
+        &app,
+        Some(GITLAB_SECRET),
+        "uuid-1",
+        &gl_fixture("issue_open"),
+    )
+    .await;
+    settle(&app).await;
+    app.drive("effects:gitlab").await;
+    let notes = fake.notes();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert_eq!(
+        notes[0].project, REPO,
+        "the nested path, one encoded segment"
+    );
+    assert_eq!(notes[0].iid, 23);
+    assert_eq!(notes[0].token, "glpat-test-token");
+    assert!(notes[0].body.contains("T-1"), "{}", notes[0].body);
+    assert!(notes[0]
+        .body
+        .contains("<!-- pidevops:gitlab:note:T-1:created -->"));
+    // Driven again, and the same issue delivered anew: still one note.
+    post(
+        &app,
+        Some(GITLAB_SECRET),
+        "uuid-2",
+        &gl_fixture("issue_update_label"),
+    )
+    .await;
+    settle(&app).await;
+    app.drive("effects:gitlab").await;
+    assert_eq!(fake.notes().len(), 1);
     app.stop().await;
 }

@@ -1,0 +1,89 @@
+//! The GitLab policy: a note on a task's GitLab issue when the task is made and when it is done. The request
+//! builder is pure; [`GitlabPolicy`] is the `effects:gitlab` loop's side of [`ProviderPolicy`]. Merge requests,
+//! pipelines and auto-land are not built yet.
+
+mod action;
+
+use crate::board::Loaded;
+use crate::effects::handle::Handle;
+use crate::effects::provider::ProviderPolicy;
+use crate::effects::{CallError, Produced, Request};
+use crate::eventlog::StoredEvent;
+use crate::providers::gitlab::client::GitlabClient;
+use crate::tasks::{Task, TaskEvent, GITLAB_ISSUE};
+
+pub use action::GitlabAction;
+
+/// The `effects:gitlab` policy.
+#[derive(Clone, Debug)]
+pub struct GitlabPolicy {
+    client: GitlabClient,
+}
+
+impl GitlabPolicy {
+    pub fn new(client: GitlabClient) -> Self {
+        Self { client }
+    }
+}
+
+impl ProviderPolicy for GitlabPolicy {
+    type Action = GitlabAction;
+
+    fn provider(&self) -> &'static str {
+        "gitlab"
+    }
+
+    fn notifies(&self, event: &TaskEvent) -> bool {
+        matches!(event, TaskEvent::Created(_)) || matches!(event, TaskEvent::Completed { .. })
+    }
+
+    async fn requests(
+        &self,
+        _fx: &impl Handle<Action = GitlabAction>,
+        _event: &StoredEvent,
+        task_event: &TaskEvent,
+        loaded: &Loaded,
+    ) -> anyhow::Result<Vec<Request<GitlabAction>>> {
+        Ok(gitlab(task_event, &loaded.task))
+    }
+
+    async fn call(&self, key: &str, action: &GitlabAction) -> Result<Produced, CallError> {
+        match action {
+            GitlabAction::Note { project, iid, body } => {
+                self.client.note(key, project, *iid, body).await
+            }
+        }
+    }
+}
+
+/// What a task event asks of GitLab, pure: a note on the task's GitLab issue when the task is made
+/// (`gitlab:note:<task>:created`) and when it is done (`gitlab:note:<task>:done`); nothing for a task from
+/// elsewhere. Only pidevops's own words: no text of the issue is echoed back.
+pub fn gitlab(event: &TaskEvent, task: &Task) -> Vec<Request<GitlabAction>> {
+    let Some(issue) = task.links().get(GITLAB_ISSUE) else {
+        return Vec::new();
+    };
+    let id = task.id();
+    let (suffix, body) = if let TaskEvent::Created(_) = event {
+        (
+            "created",
+            format!("pidevops made this issue its task {id}."),
+        )
+    } else if let TaskEvent::Completed { .. } = event {
+        (
+            "done",
+            format!("pidevops's task {id} for this issue is done."),
+        )
+    } else {
+        return Vec::new();
+    };
+    vec![Request {
+        key: format!("gitlab:note:{id}:{suffix}"),
+        task: Some(id),
+        action: GitlabAction::Note {
+            project: issue.project.clone(),
+            iid: issue.iid.get(),
+            body,
+        },
+    }]
+}
