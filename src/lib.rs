@@ -53,7 +53,7 @@
 //!                  `effects:<provider>` follower, generic over its policy), provider.rs (the ProviderPolicy
 //!                  shape), handle.rs (the narrow handle a policy gets instead of the runner), call.rs (CallError,
 //!                  Produced), pull_request.rs (both pull requests' one description writer), policy_config.rs
-//! providers/       one folder per provider, whole (github/, linear/, telegram/; slack/ and gitlab/ without a client or
+//! providers/       one folder per provider, whole (github/, linear/, telegram/, gitlab/; slack/ without a client or
 //!                  effects yet): its client, its webhook
 //!                  (`ingress::Webhook`), its settings (settings.rs), its poller, its intake rules
 //!                  (`intake::rules::SourceRules`, built by `intake_rules`), its effects policy and actions (`effects::ProviderPolicy`);

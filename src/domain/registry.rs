@@ -378,7 +378,7 @@ pub const PROVIDERS: [ProviderEntry; 5] = [
         variables: &[
             ProviderVariable {
                 name: "GITLAB_TOKEN",
-                help: "GitLab's API (not used yet: GitLab's effects come later)",
+                help: "GitLab's REST API: notes on the tasks' issues",
                 kind: VariableKind::Secret,
                 check: None,
             },

@@ -42,6 +42,19 @@ impl FakeGitlab {
         fake
     }
 
+    /// A note already on `project#iid` (one a cut-off attempt made before its answer was recorded).
+    pub fn seed(&self, project: &str, iid: u64, body: &str) {
+        let mut notes = self.notes.lock().unwrap();
+        let id = 5000 + notes.len() as u64;
+        notes.push(Made {
+            project: project.to_owned(),
+            iid,
+            token: String::new(),
+            body: body.to_owned(),
+            id,
+        });
+    }
+
     pub fn notes(&self) -> Vec<Made> {
         self.notes.lock().unwrap().clone()
     }

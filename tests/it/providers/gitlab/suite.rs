@@ -15,6 +15,7 @@ per_backend!(
     a_stranger_s_note_changes_nothing_and_a_trusted_one_is_a_follow_up_once,
     closing_the_issue_withdraws_its_task,
     the_task_made_of_an_issue_is_said_once_in_a_note_on_it,
+    a_note_a_cut_off_attempt_made_is_found_not_made_again,
 );
 
 const REPO: &str = "acme/platform/api";
@@ -201,6 +202,42 @@ async fn closing_the_issue_withdraws_its_task(db: TestDb) {
     assert_eq!(status, 200);
     settle(&app).await;
     assert_eq!(board::row(&app, id).await.column, Column::Cancelled);
+    app.stop().await;
+}
+
+async fn noting_app(db: &TestDb, fake: &super::fake::FakeGitlab) -> TestApp {
+    let mut settings = crate::common::settings(db);
+    fake.point_settings(&mut settings, "glpat-test-token");
+    settings.file = format!(
+        "[repos.\"{REPO}\"]\nprovider = \"gitlab\"\nurl = \"https://gitlab.example.com/{REPO}.git\"\n\
+         [intake.gitlab]\ntrusted_users = [\"alice\"]\n"
+    )
+    .parse()
+    .unwrap();
+    TestApp::spawn(settings).await
+}
+
+async fn a_note_a_cut_off_attempt_made_is_found_not_made_again(db: TestDb) {
+    let fake = super::fake::FakeGitlab::start().await;
+    fake.seed(
+        REPO,
+        23,
+        "pidevops made this issue its task T-1.\n\n<!-- pidevops:gitlab:note:T-1:created -->",
+    );
+    let app = noting_app(&db, &fake).await;
+    post(
+        &app,
+        Some(GITLAB_SECRET),
+        "uuid-1",
+        &gl_fixture("issue_open"),
+    )
+    .await;
+    settle(&app).await;
+    app.drive("effects:gitlab").await;
+    assert_eq!(fake.notes().len(), 1, "the marker's note is the one");
+    let succeeded = board::events_of_type(&app, "effect.succeeded").await;
+    let body: Value = serde_json::from_slice(&succeeded[0].body).unwrap();
+    assert_eq!(body["produced"]["posted"], false, "{body}");
     app.stop().await;
 }
 
