@@ -243,15 +243,7 @@ async fn a_note_a_cut_off_attempt_made_is_found_not_made_again(db: TestDb) {
 
 async fn the_task_made_of_an_issue_is_said_once_in_a_note_on_it(db: TestDb) {
     let fake = super::fake::FakeGitlab::start().await;
-    let mut settings = crate::common::settings(&db);
-    fake.point_settings(&mut settings, "glpat-test-token");
-    settings.file = format!(
-        "[repos.\"{REPO}\"]\nprovider = \"gitlab\"\nurl = \"https://gitlab.example.com/{REPO}.git\"\n\
-         [intake.gitlab]\ntrusted_users = [\"alice\"]\n"
-    )
-    .parse()
-    .unwrap();
-    let app = TestApp::spawn(settings).await;
+    let app = noting_app(&db, &fake).await;
     post(
         &app,
         Some(GITLAB_SECRET),
