@@ -87,3 +87,55 @@ pub fn gitlab(event: &TaskEvent, task: &Task) -> Vec<Request<GitlabAction>> {
         },
     }]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tasks::{
+        decide, evolve, Command, GitlabIssueRef, Links, MaxAttempts, NewTask, Priority, Spec,
+    };
+
+    fn task(links: Links) -> (Task, Vec<TaskEvent>) {
+        let events = decide(
+            None,
+            &Command::Create(Box::new(NewTask {
+                id: "T-4".parse().expect("an id"),
+                repo: "acme/platform/api".parse().expect("a repo"),
+                spec: Spec::new("Paginate", "", "").expect("a spec"),
+                priority: Priority::Normal,
+                links,
+                approval: crate::tasks::ApprovalPolicy::Auto,
+                max_attempts: MaxAttempts::new(3).expect("a budget"),
+                ticket_version: None,
+                agent: None,
+                family: Default::default(),
+            })),
+            chrono::Utc::now(),
+        )
+        .expect("created");
+        let task = events
+            .iter()
+            .try_fold(None, |t, e| evolve(t, e).map(Some))
+            .expect("applied")
+            .expect("a task");
+        (task, events)
+    }
+
+    #[test]
+    fn a_task_of_a_gitlab_issue_is_noted_on_it_when_made_and_done_and_no_other_is() {
+        let issue = GitlabIssueRef::new("acme/platform/api".parse().unwrap(), 23).unwrap();
+        let (ours, events) = task(Links::default().with(GITLAB_ISSUE, &issue));
+        let made = gitlab(&events[0], &ours);
+        assert_eq!(made.len(), 1);
+        assert_eq!(made[0].key, "gitlab:note:T-4:created");
+        let GitlabAction::Note { project, iid, body } = &made[0].action;
+        assert_eq!((project.as_str(), *iid), ("acme/platform/api", 23));
+        assert!(body.contains("T-4"));
+        let done = TaskEvent::Completed {
+            at: chrono::Utc::now(),
+        };
+        assert_eq!(gitlab(&done, &ours)[0].key, "gitlab:note:T-4:done");
+        let started_elsewhere = task(Links::default());
+        assert!(gitlab(&events[0], &started_elsewhere.0).is_empty());
+    }
+}
