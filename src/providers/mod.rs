@@ -117,6 +117,7 @@ pub async fn api_checks(settings: &crate::config::Settings) -> Vec<CheckLine> {
     let mut lines = github::doctor::check(settings).await;
     lines.extend(linear::doctor::check(settings).await);
     lines.extend(telegram::doctor::check(settings).await);
+    lines.extend(gitlab::doctor::check(settings).await);
     lines
 }
 

@@ -100,6 +100,21 @@ impl GitlabClient {
         })
     }
 
+    /// Who `GITLAB_TOKEN` is (`GET /api/v4/user`): `doctor`'s read-only proof that the API answers it.
+    pub async fn username(&self) -> Result<String, CallError> {
+        #[derive(Deserialize)]
+        struct User {
+            username: String,
+        }
+        let user: User = self
+            .send(
+                "reading the token's user",
+                self.http.get(format!("{}/api/v4/user", self.url)),
+            )
+            .await?;
+        Ok(user.username)
+    }
+
     async fn send<T: serde::de::DeserializeOwned>(
         &self,
         what: &str,

@@ -6,6 +6,7 @@
 //!   type from `object_kind`, deduplicated by `X-Gitlab-Event-UUID` and the body's digest;
 //! - `models.rs`: GitLab's webhook payloads as typed structs, the fields pidevops reads;
 //! - `client.rs`: its REST API (`<GITLAB_URL>/api/v4`, `PRIVATE-TOKEN`), bounded: a note on an issue, once;
+//! - `doctor.rs`: its line in `doctor` (`GET /api/v4/user`, bounded);
 //! - `effects/`: the `effects:gitlab` policy: a note when the issue's task is made and when it is done;
 //! - `intake/`: its intake rules (`intake::rules::SourceRules`): a labeled issue of a trusted author, its
 //!   withdrawal, a trusted note's follow-up.
@@ -14,6 +15,7 @@
 //! mounts its webhook.
 
 pub mod client;
+pub mod doctor;
 pub mod effects;
 pub mod intake;
 pub mod models;

@@ -33,6 +33,7 @@ impl FakeGitlab {
                 "/api/v4/projects/{project}/issues/{iid}/notes",
                 get(list).post(create),
             )
+            .route("/api/v4/user", get(user))
             .with_state(fake.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         fake.url = format!("http://{}", listener.local_addr().unwrap());
@@ -66,6 +67,19 @@ impl FakeGitlab {
             .providers
             .set("GITLAB_URL", Some(&self.url))
             .unwrap();
+    }
+}
+
+async fn user(headers: HeaderMap) -> (StatusCode, Json<Value>) {
+    match headers.get("private-token") {
+        Some(_) => (
+            StatusCode::OK,
+            Json(json!({ "id": 99, "username": "pidevops-bot" })),
+        ),
+        None => (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({ "message": "401 Unauthorized" })),
+        ),
     }
 }
 

@@ -278,3 +278,32 @@ async fn the_task_made_of_an_issue_is_said_once_in_a_note_on_it(db: TestDb) {
     assert_eq!(fake.notes().len(), 1);
     app.stop().await;
 }
+
+/// `doctor` proves `GITLAB_TOKEN` with a read-only call and never prints it; unset, the line says so.
+#[tokio::test]
+async fn doctor_proves_the_gitlab_token_with_a_read_only_call() {
+    let db = TestDb::sqlite();
+    let fake = super::fake::FakeGitlab::start().await;
+    let mut settings = crate::common::settings(&db);
+    let (report, _) = pidevops::doctor::diagnose(&settings).await;
+    let line = |report: &str| {
+        report
+            .lines()
+            .find(|l| l.starts_with("gitlab api"))
+            .unwrap_or_else(|| panic!("{report}"))
+            .to_owned()
+    };
+    assert!(
+        line(&report).contains("GITLAB_TOKEN is not set"),
+        "{report}"
+    );
+    fake.point_settings(&mut settings, "glpat-doctor-secret");
+    let (report, _) = pidevops::doctor::diagnose(&settings).await;
+    let checked = line(&report);
+    assert!(
+        checked.contains("pass") && checked.contains("the token is @pidevops-bot's"),
+        "{checked}"
+    );
+    assert!(!report.contains("glpat-doctor-secret"));
+    assert!(fake.notes().is_empty(), "doctor makes nothing");
+}
