@@ -135,6 +135,10 @@ fn issue(data: &Value, config: &Config<'_>) -> Decision {
             user.username, issue.author_id
         ));
     }
+    if issue.state != "opened" {
+        // The label added to a closed issue asks for nothing: the issue is over.
+        return ignore(format!("the issue is {}", issue.state));
+    }
     if issue.confidential {
         return ignore("a confidential issue is not made a task: the board would show its text");
     }

@@ -161,6 +161,9 @@ fn pidevops_s_own_account_a_confidential_issue_and_an_unreadable_one_make_nothin
     let mut confidential = fixture("issue_open");
     confidential["object_attributes"]["confidential"] = true.into();
     assert!(reason(decide_on("gitlab.issue.open", &confidential)).contains("confidential"));
+    let mut closed = fixture("issue_update_label");
+    closed["object_attributes"]["state"] = "closed".into();
+    assert!(reason(decide_on("gitlab.issue.update", &closed)).contains("the issue is closed"));
     let mut broken = fixture("issue_open");
     broken["object_attributes"]["iid"] = "twenty-three".into();
     assert!(reason(decide_on("gitlab.issue.open", &broken)).contains("does not read as GitLab's"));
