@@ -53,7 +53,8 @@
 //!                  `effects:<provider>` follower, generic over its policy), provider.rs (the ProviderPolicy
 //!                  shape), handle.rs (the narrow handle a policy gets instead of the runner), call.rs (CallError,
 //!                  Produced), pull_request.rs (both pull requests' one description writer), policy_config.rs
-//! providers/       one folder per provider, whole (github/, linear/, telegram/, slack/): its client, its webhook
+//! providers/       one folder per provider, whole (github/, linear/, telegram/, slack/, gitlab/): its client, its
+//!                  webhook
 //!                  (`ingress::Webhook`), its settings (settings.rs), its poller, its intake rules
 //!                  (`intake::rules::SourceRules`, built by `intake_rules`), its effects policy and actions (`effects::ProviderPolicy`);
 //!                  above the layers it plugs into, which name no provider

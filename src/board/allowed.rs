@@ -1,5 +1,7 @@
 //! Which repositories tasks may be for: those configured under `[repos."owner/name"]` and those matching an
-//! `[intake] allow_repos` pattern (`"acme/app"` or `"acme/*"`). Pure; read by intake, the API, the CLI and the
+//! `[intake] allow_repos` pattern (`"acme/app"` or `"acme/*"`). A namespace pattern allows the repositories directly
+//! in it at any depth (`"group/sub/*"`: not `group/sub/deeper/x`), though config takes only GitHub-shaped patterns
+//! for now: a GitLab project is allowed by its own `[repos]` table. Pure; read by intake, the API, the CLI and the
 //! dispatcher, so a task is refused at every door by the same rule. Names compare as GitHub does, ignoring case,
 //! and a task is stored under the configured spelling (`spelling`), so every later comparison sees one name.
 
@@ -12,7 +14,8 @@ use crate::tasks::RepoName;
 pub struct AllowedRepos {
     /// `owner/name` as configured (`[repos]` first, then `allow_repos`); the key compares ignoring case.
     exact: BTreeMap<RepoName, RepoName>,
-    /// Owners whose every repository is allowed (`owner/*`), lowercased.
+    /// Namespaces (an owner, a group path) whose every repository directly in them is allowed (`owner/*`,
+    /// `group/sub/*`), lowercased.
     owners: BTreeSet<String>,
 }
 
@@ -28,14 +31,15 @@ pub struct NotAllowed {
 }
 
 impl AllowedRepos {
-    /// From patterns: `owner/name` or `owner/*`; anything wider (`*`, `*/*`, `acme/ap*`) is refused.
+    /// From patterns: `owner/name` or `owner/*` (`group/sub/name`, `group/sub/*`); anything wider (`*`, `*/*`,
+    /// `acme/ap*`, `group/*/x`) is refused.
     pub fn new<'a>(patterns: impl IntoIterator<Item = &'a str>) -> Result<Self, String> {
         let mut allowed = Self::default();
         for pattern in patterns {
             let pattern = pattern.trim();
             match pattern.strip_suffix("/*") {
                 Some(owner) => {
-                    // An owner is valid when `owner/x` is a valid repository name.
+                    // A namespace is valid when `namespace/x` is a valid repository name.
                     format!("{owner}/x").parse::<RepoName>().map_err(|_| {
                         format!("{pattern:?} is not a pattern: use \"owner/name\" or \"owner/*\"")
                     })?;
@@ -61,13 +65,14 @@ impl AllowedRepos {
     }
 
     pub fn check(&self, repo: &RepoName) -> Result<(), NotAllowed> {
-        let owner = repo.owner().to_ascii_lowercase();
+        // The whole namespace, never its first segment: `group/*` does not reach `group/other/x`.
+        let owner = repo.namespace().to_ascii_lowercase();
         if self.exact.contains_key(repo) || self.owners.contains(&owner) {
             return Ok(());
         }
         Err(NotAllowed {
             repo: repo.as_str().to_owned(),
-            owner: repo.owner().to_owned(),
+            owner: repo.namespace().to_owned(),
         })
     }
 
@@ -78,7 +83,7 @@ impl AllowedRepos {
         if let Some(configured) = self.exact.get(repo) {
             return configured.clone();
         }
-        if self.owners.contains(&repo.owner().to_ascii_lowercase()) {
+        if self.owners.contains(&repo.namespace().to_ascii_lowercase()) {
             if let Ok(lower) = repo.key().parse() {
                 return lower;
             }
@@ -209,5 +214,45 @@ mod tests {
         assert!(file("[repos.\"not a repo\"]")
             .unwrap_err()
             .contains("[repos."));
+    }
+
+    #[test]
+    fn a_group_pattern_allows_only_the_projects_directly_in_it() {
+        // The primitive: config allows only GitHub-shaped patterns today (a GitLab project is named by its
+        // table), but a namespace pattern means the same at any depth.
+        let allowed = AllowedRepos::new(["group/sub/*", "Group/Exact/app", "flat/*"]).unwrap();
+        for name in [
+            "group/sub/app",
+            "GROUP/Sub/other",
+            "group/exact/APP",
+            "flat/x",
+        ] {
+            assert_eq!(allowed.check(&repo(name)), Ok(()), "{name}");
+        }
+        // Neither a subgroup of an allowed group nor a sibling: `group/sub/*` is one namespace, not a tree.
+        for name in [
+            "group/sub/deeper/app",
+            "group/app",
+            "group/exact/other",
+            "flat/sub/x",
+            "group/subx/app",
+        ] {
+            let refused = allowed.check(&repo(name)).unwrap_err().to_string();
+            let namespace = name.rsplit_once('/').unwrap().0;
+            assert!(
+                refused.contains(&format!("\"{namespace}/*\"")),
+                "the pattern offered names the whole namespace: {refused}"
+            );
+        }
+        assert_eq!(
+            allowed.spelling(&repo("Group/Sub/App")).as_str(),
+            "group/sub/app"
+        );
+        for bad in ["group/*/app", "group/../*", "group/.sub/*", "group/sub/**"] {
+            assert!(AllowedRepos::new([bad]).is_err(), "{bad}");
+        }
+        // In the file, a pattern GitHub could not hold is refused, saying how a GitLab project is allowed.
+        let error = file("[intake]\nallow_repos = [\"group/sub/*\"]").unwrap_err();
+        assert!(error.contains("provider = \"gitlab\""), "{error}");
     }
 }

@@ -299,6 +299,8 @@ fn each_provider_reads_its_webhook_secret_and_keeps_its_secrets_from_agents() {
             "GITHUB_APP_PRIVATE_KEY",
             "GITHUB_TOKEN",
             "GITHUB_WEBHOOK_SECRET",
+            "GITLAB_TOKEN",
+            "GITLAB_WEBHOOK_SECRET",
             "LINEAR_API_KEY",
             "LINEAR_WEBHOOK_SECRET",
             "NATS_URL",

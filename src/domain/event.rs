@@ -13,16 +13,18 @@ pub enum Source {
     Linear,
     Telegram,
     Slack,
+    Gitlab,
     /// Events pidevops itself decides (tasks, runs, effects).
     Pidevops,
 }
 
 impl Source {
-    pub const ALL: [Source; 5] = [
+    pub const ALL: [Source; 6] = [
         Source::Github,
         Source::Linear,
         Source::Telegram,
         Source::Slack,
+        Source::Gitlab,
         Source::Pidevops,
     ];
 
@@ -32,6 +34,7 @@ impl Source {
             Source::Linear => "linear",
             Source::Telegram => "telegram",
             Source::Slack => "slack",
+            Source::Gitlab => "gitlab",
             Source::Pidevops => "pidevops",
         }
     }
@@ -209,6 +212,6 @@ mod tests {
         for source in Source::ALL {
             assert_eq!(source.as_str().parse::<Source>().unwrap(), source);
         }
-        assert!("gitlab".parse::<Source>().is_err());
+        assert!("gitea".parse::<Source>().is_err());
     }
 }

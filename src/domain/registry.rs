@@ -5,7 +5,8 @@
 
 use super::Source;
 use crate::tasks::{
-    is_slack_id, Links, RepoName, GITHUB_ISSUE, GITHUB_PR, LINEAR_ISSUE, SLACK_THREAD, TELEGRAM,
+    is_slack_id, Links, RepoName, GITHUB_ISSUE, GITHUB_PR, GITLAB_ISSUE, LINEAR_ISSUE,
+    SLACK_THREAD, TELEGRAM,
 };
 
 /// One provider, whole.
@@ -132,7 +133,7 @@ fn github_url(reference: &crate::tasks::GithubRef, kind: &str) -> String {
 }
 
 /// Every provider, in the order lists show them.
-pub const PROVIDERS: [ProviderEntry; 4] = [
+pub const PROVIDERS: [ProviderEntry; 5] = [
     ProviderEntry {
         name: "github",
         source: Source::Github,
@@ -364,6 +365,55 @@ pub const PROVIDERS: [ProviderEntry; 4] = [
                 url: None,
             });
             thread.into_iter().collect()
+        },
+    },
+    ProviderEntry {
+        name: "gitlab",
+        source: Source::Gitlab,
+        label: "◣ GitLab",
+        webhook_route: "/webhooks/gitlab",
+        // GitLab calls it the secret token: sent as it is in `X-Gitlab-Token`, not a signature.
+        webhook_secret: "GITLAB_WEBHOOK_SECRET",
+        agent_secrets: &["GITLAB_TOKEN", "GITLAB_WEBHOOK_SECRET"],
+        variables: &[
+            ProviderVariable {
+                name: "GITLAB_TOKEN",
+                help: "GitLab's REST API: notes on the tasks' issues",
+                kind: VariableKind::Secret,
+                check: None,
+            },
+            ProviderVariable {
+                name: "GITLAB_URL",
+                help: "the GitLab instance (default https://gitlab.com; a self-managed one's address)",
+                kind: VariableKind::Url {
+                    default: "https://gitlab.com",
+                },
+                check: None,
+            },
+        ],
+        origin_rank: 4,
+        came_from: |links| links.has(GITLAB_ISSUE),
+        // A plain reference: `Closes` would be GitLab's word, and the pull request is GitHub's.
+        from_line: |links, _| {
+            links
+                .get(GITLAB_ISSUE)
+                .map(|issue| format!("GitLab {issue}"))
+        },
+        // No address: the instance is GITLAB_URL, which the table does not read.
+        card_link: |links| {
+            links.get(GITLAB_ISSUE).map(|issue| LinkLine {
+                label: "",
+                text: format!("GitLab {issue}"),
+                url: None,
+            })
+        },
+        page_links: |links| {
+            let issue = links.get(GITLAB_ISSUE).map(|issue| LinkLine {
+                label: "GitLab issue",
+                text: issue.to_string(),
+                url: None,
+            });
+            issue.into_iter().collect()
         },
     },
 ];

@@ -1,4 +1,4 @@
-//! The third-party APIs pidevops talks to, one folder each, whole: GitHub, Linear, Telegram, Slack. A provider's
+//! The third-party APIs pidevops talks to, one folder each, whole: GitHub, Linear, Telegram, Slack, GitLab. A provider's
 //! folder holds its client, its webhook, its settings, its poller, its intake rules and its effects policy; each
 //! part implements the narrow trait of the layer it plugs into (`ingress::Webhook`, `intake::rules::SourceRules`,
 //! `effects::ProviderPolicy`, `effects::ProviderAction`), and those layers name no provider. This layer sits above
@@ -11,6 +11,7 @@
 //! point them at local fakes) and bounds every call with a timeout.
 
 pub mod github;
+pub mod gitlab;
 pub mod linear;
 pub mod policy;
 pub mod slack;
@@ -39,6 +40,9 @@ pub fn intake_rules(settings: &crate::config::Settings) -> Vec<Box<dyn SourceRul
         Box::new(slack::intake::rules(
             slack::settings::SlackSettings::of(settings).intake,
         )),
+        Box::new(gitlab::intake::rules(
+            gitlab::settings::GitlabSettings::of(settings).intake,
+        )),
     ]
 }
 
@@ -53,6 +57,7 @@ where
         Source::Linear => Some(handler::<linear::webhook::Delivery, S>()),
         Source::Telegram => Some(handler::<telegram::webhook::Delivery, S>()),
         Source::Slack => Some(handler::<slack::webhook::Delivery, S>()),
+        Source::Gitlab => Some(handler::<gitlab::webhook::Delivery, S>()),
         Source::Pidevops => None,
     }
 }
@@ -113,6 +118,7 @@ pub async fn api_checks(settings: &crate::config::Settings) -> Vec<CheckLine> {
     lines.extend(linear::doctor::check(settings).await);
     lines.extend(telegram::doctor::check(settings).await);
     lines.extend(slack::doctor::check(settings).await);
+    lines.extend(gitlab::doctor::check(settings).await);
     lines
 }
 

@@ -49,6 +49,26 @@ pub fn allowed_repos(tables: &Tables) -> Result<AllowedRepos, String> {
     let mut allowed = AllowedRepos::new(tables.repos.keys().map(String::as_str))?;
     let more = AllowedRepos::new(tables.intake.allow_repos.iter().map(String::as_str))
         .map_err(|e| format!("intake.allow_repos: {e}"))?;
+    // A repository allowed by a pattern alone is GitHub's (`[repos] provider`'s default), so a pattern GitHub
+    // could not hold would allow names no host makes work for: a GitLab project is named by its own table.
+    for pattern in &tables.intake.allow_repos {
+        let pattern = pattern.trim();
+        let name = match pattern.strip_suffix("/*") {
+            Some(namespace) => format!("{namespace}/x"),
+            None => pattern.to_owned(),
+        };
+        if name
+            .parse::<RepoName>()
+            .ok()
+            .and_then(|r| r.github_parts().map(|_| ()))
+            .is_none()
+        {
+            return Err(format!(
+                "intake.allow_repos: {pattern:?} is not a GitHub name (owner/name or owner/*); a GitLab project \
+                 is allowed by its [repos.\"group/…/name\"] table with provider = \"gitlab\""
+            ));
+        }
+    }
     allowed.extend(more);
     Ok(allowed)
 }

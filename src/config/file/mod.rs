@@ -154,6 +154,9 @@ pub struct RepoTable {
     /// Where its tasks land. Default: `github` for a github.com URL, else `git`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub forge: Option<Forge>,
+    /// Its code host: where its issues are taken from (and, later, its merge requests go). Default: `github`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider: Option<CodeHost>,
     /// Default: `[dispatch] per_repo`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_concurrent: Option<i64>,
@@ -222,6 +225,27 @@ pub enum Forge {
     Git,
 }
 
+/// `[repos."o/n"] provider`: the code host a repository lives on. Its issues become tasks only from there.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CodeHost {
+    /// `owner/name` on GitHub (github.com, or the Enterprise server `GITHUB_API_URL` names).
+    #[default]
+    Github,
+    /// `group/…/name` on GitLab (`GITLAB_URL`: gitlab.com or a self-managed instance).
+    Gitlab,
+}
+
+impl CodeHost {
+    /// The provider's name in `domain::registry::PROVIDERS`.
+    pub fn provider(self) -> &'static str {
+        match self {
+            CodeHost::Github => "github",
+            CodeHost::Gitlab => "gitlab",
+        }
+    }
+}
+
 /// `[plans]`: goals decomposed into tasks by a planner agent.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -253,6 +277,7 @@ pub struct IntakeTable {
     pub allow_repos: Vec<String>,
     pub github: IntakeGithubTable,
     pub linear: IntakeLinearTable,
+    pub gitlab: IntakeGitlabTable,
 }
 
 /// `[intake.github]`.
@@ -271,6 +296,27 @@ impl Default for IntakeGithubTable {
             label: "pidevops".to_owned(),
             associations: strings(&["OWNER", "MEMBER", "COLLABORATOR"]),
             bot_login: None,
+        }
+    }
+}
+
+/// `[intake.gitlab]`: GitLab's webhooks carry no access level, so who is trusted is named here.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IntakeGitlabTable {
+    pub label: String,
+    /// GitLab usernames whose issues and notes may ask pidevops; empty: no one.
+    pub trusted_users: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bot_username: Option<String>,
+}
+
+impl Default for IntakeGitlabTable {
+    fn default() -> Self {
+        Self {
+            label: "pidevops".to_owned(),
+            trusted_users: Vec::new(),
+            bot_username: None,
         }
     }
 }

@@ -57,9 +57,10 @@ pub fn schema() -> Vec<(&'static str, Vec<&'static str>)> {
         ("[repos.\"owner/name\"]", keys_of::<RepoTable>().to_vec()),
         (
             "[intake]",
-            without(keys_of::<IntakeTable>(), &["github", "linear"]),
+            without(keys_of::<IntakeTable>(), &["github", "linear", "gitlab"]),
         ),
         ("[intake.github]", keys_of::<IntakeGithubTable>().to_vec()),
+        ("[intake.gitlab]", keys_of::<IntakeGitlabTable>().to_vec()),
         (
             "[intake.linear]",
             without(keys_of::<IntakeLinearTable>(), &["teams"]),

@@ -355,6 +355,7 @@ fn the_documented_defaults_are_the_defaults() {
         ("[repos.\"owner/name\"]", value(RepoTable::default())),
         ("[intake]", value(IntakeTable::default())),
         ("[intake.github]", value(IntakeGithubTable::default())),
+        ("[intake.gitlab]", value(IntakeGitlabTable::default())),
         ("[intake.linear]", value(IntakeLinearTable::default())),
         ("[dispatch]", value(DispatchTable::default())),
         ("[agents.<name>]", value(AgentTable::default())),
@@ -466,6 +467,7 @@ fn the_documented_complete_file_is_accepted_and_sets_every_key() {
         ("[repos.\"owner/name\"]", first(&table["repos"])),
         ("[intake]", at(&["intake"])),
         ("[intake.github]", at(&["intake", "github"])),
+        ("[intake.gitlab]", at(&["intake", "gitlab"])),
         ("[intake.linear]", at(&["intake", "linear"])),
         ("[dispatch]", at(&["dispatch"])),
         ("[agents.<name>]", first(&table["agents"])),
@@ -501,4 +503,50 @@ fn the_documented_complete_file_is_accepted_and_sets_every_key() {
         }
     }
     assert_eq!(file.schedules.len(), 2, "weekly-deps and the daily digest");
+}
+
+#[test]
+fn a_repository_s_code_host_is_checked_and_kept_for_intake() {
+    let file: FileConfig = "[repos.\"acme/platform/api\"]\nprovider = \"gitlab\"\n\
+         url = \"https://gitlab.example.com/acme/platform/api.git\"\n\
+         [repos.\"acme/web\"]\n\
+         [intake.gitlab]\ntrusted_users = [\"alice\"]\nbot_username = \"pidevops-bot\""
+        .parse()
+        .unwrap();
+    let gitlab: crate::tasks::RepoName = "Acme/Platform/API".parse().unwrap();
+    let github: crate::tasks::RepoName = "acme/web".parse().unwrap();
+    assert_eq!(
+        file.intake.hosted_on(&gitlab),
+        crate::domain::Source::Gitlab
+    );
+    assert_eq!(
+        file.intake.hosted_on(&github),
+        crate::domain::Source::Github
+    );
+    assert!(file.board.allowed.check(&gitlab).is_ok());
+    for (text, refusal) in [
+        (
+            "[repos.\"group/sub/app\"]\nurl = \"git@gitlab.com:group/sub/app.git\"",
+            "a GitHub repository is owner/name",
+        ),
+        ("[repos.\"my_group/app\"]", "provider = \"gitlab\""),
+        (
+            "[repos.\"group/sub/app\"]\nprovider = \"gitlab\"",
+            "repos.\"group/sub/app\".url: a GitLab repository names its clone URL",
+        ),
+        (
+            "[repos.\"group/sub/app\"]\nprovider = \"gitlab\"\nurl = \"git@gitlab.com:g/s/a.git\"\nforge = \"github\"",
+            "does not land through GitHub's pull requests",
+        ),
+        (
+            "[repos.\"group/sub/app\"]\nprovider = \"gitea\"",
+            "provider",
+        ),
+        ("[intake.gitlab]\ntrusted_users = [\"-x\"]", "is not a GitLab username"),
+        ("[intake.gitlab]\nbot_username = \"a b\"", "is not a GitLab username"),
+        ("[intake.gitlab]\nlabel = \" \"", "intake.gitlab.label"),
+    ] {
+        let error = errors(text);
+        assert!(error.contains(refusal), "{text}: {error}");
+    }
 }

@@ -104,12 +104,10 @@ impl Workspaces {
                 if !repo.path().join("HEAD").exists() {
                     continue;
                 }
-                let name = format!(
-                    "{}/{}",
-                    owner.file_name().to_string_lossy(),
-                    repo.file_name().to_string_lossy().trim_end_matches(".git")
-                );
-                let Ok(name) = name.parse::<RepoName>() else {
+                let Some(name) = RepoName::from_dirs(
+                    &owner.file_name().to_string_lossy(),
+                    repo.file_name().to_string_lossy().trim_end_matches(".git"),
+                ) else {
                     continue;
                 };
                 let state = self.state(&name);

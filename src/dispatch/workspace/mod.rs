@@ -160,10 +160,12 @@ impl Workspaces {
         &self.root
     }
 
+    /// `mirrors/<namespace>/<name>.git`, two levels whatever the namespace's depth (`group+sub`), so gc finds
+    /// every mirror where it looks and no name's directory is inside another's.
     pub fn mirror_path(&self, repo: &RepoName) -> PathBuf {
         self.root
             .join("mirrors")
-            .join(repo.owner())
+            .join(repo.namespace_dir())
             .join(format!("{}.git", repo.name()))
     }
 
@@ -197,5 +199,41 @@ async fn remove_any(path: &Path) -> std::io::Result<()> {
         Err(e) => Err(e),
         Ok(meta) if meta.is_dir() => tokio::fs::remove_dir_all(path).await,
         Ok(_) => tokio::fs::remove_file(path).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nested_group_s_mirror_and_spares_stay_at_the_depth_gc_walks() {
+        let dir = tempfile::tempdir().unwrap();
+        let workspaces = Workspaces::new(dir.path(), None).unwrap();
+        let root = workspaces.root().to_owned();
+        let github: RepoName = "acme/api".parse().unwrap();
+        assert_eq!(
+            workspaces.mirror_path(&github),
+            root.join("mirrors/acme/api.git"),
+            "GitHub's mirrors stay where they were"
+        );
+        let nested: RepoName = "group/sub/api".parse().unwrap();
+        let mirror = workspaces.mirror_path(&nested);
+        assert_eq!(mirror, root.join("mirrors/group+sub/api.git"));
+        // `group/sub`'s project `api` and `group`'s project `sub` never share a directory.
+        let sibling: RepoName = "group/sub".parse().unwrap();
+        assert!(!mirror.starts_with(workspaces.mirror_path(&sibling)));
+        let spare = workspaces.new_spare_path(&nested);
+        assert_eq!(
+            spare.parent(),
+            Some(root.join("spares/group+sub/api").as_path())
+        );
+        for path in [&mirror, &spare] {
+            assert!(path.starts_with(&root));
+            assert!(path.components().all(|c| matches!(
+                c,
+                std::path::Component::Normal(_) | std::path::Component::RootDir
+            )));
+        }
     }
 }

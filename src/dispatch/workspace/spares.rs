@@ -280,11 +280,12 @@ impl Workspaces {
         })
     }
 
-    /// Where a new spare worktree of `repo` goes: `<root>/spares/<owner>/<name>/<uuid>`.
-    fn new_spare_path(&self, repo: &RepoName) -> PathBuf {
+    /// Where a new spare worktree of `repo` goes: `<root>/spares/<namespace>/<name>/<uuid>`, three levels as gc
+    /// walks them whatever the namespace's depth (`group+sub`): `spares/group/sub/name` would be read as a spare.
+    pub(super) fn new_spare_path(&self, repo: &RepoName) -> PathBuf {
         self.root
             .join("spares")
-            .join(repo.owner())
+            .join(repo.namespace_dir())
             .join(repo.name())
             .join(uuid::Uuid::now_v7().to_string())
     }

@@ -42,13 +42,13 @@ pub fn query(days: Option<&str>, repo: Option<&str>) -> Result<SpendQuery, Strin
             .filter(|d| RANGES.contains(d))
             .ok_or_else(|| "days must be 7, 30 or 90.".to_owned())?,
     };
-    let repo = match repo {
-        None | Some("") => None,
-        Some(text) => Some(
-            text.parse::<RepoName>()
-                .map_err(|e| format!("repo must be a repository, owner/name: {e}."))?,
-        ),
-    };
+    let repo =
+        match repo {
+            None | Some("") => None,
+            Some(text) => Some(text.parse::<RepoName>().map_err(|e| {
+                format!("repo must be a repository, owner/name or group/…/name: {e}.")
+            })?),
+        };
     Ok(SpendQuery { days, repo })
 }
 
@@ -442,7 +442,9 @@ mod tests {
         for bad in ["8", "0", "-7", "365", "abc", "", "7.0", " 7"] {
             assert!(query(Some(bad), None).is_err(), "{bad:?}");
         }
-        for bad in ["acme", "a b/c", "<script>/x", "acme/app/x", "/app"] {
+        let nested = query(None, Some("group/sub/app")).unwrap();
+        assert_eq!(nested.repo.unwrap().as_str(), "group/sub/app");
+        for bad in ["acme", "a b/c", "<script>/x", "acme/../x", "/app"] {
             let refused = query(None, Some(bad)).unwrap_err();
             assert!(refused.starts_with("repo must be"), "{bad:?}: {refused}");
         }

@@ -98,6 +98,9 @@ pub struct IntakeConfig {
     /// Whether `[dispatch] planner` names a profile: without a planner, a plan asked for is refused, saying why,
     /// rather than made to wait for a run that can never start.
     pub planner: bool,
+    /// `[repos."…"] provider` where it names a code host other than GitHub: a repository's issues become tasks
+    /// only from its own host, so a GitHub issue cannot make work for a GitLab project of the same name.
+    pub code_hosts: std::collections::BTreeMap<RepoName, Source>,
 }
 
 impl Default for IntakeConfig {
@@ -107,7 +110,25 @@ impl Default for IntakeConfig {
             allowed_repos: AllowedRepos::default(),
             plan_label: "pidevops:plan".to_owned(),
             planner: false,
+            code_hosts: std::collections::BTreeMap::new(),
         }
+    }
+}
+
+impl IntakeConfig {
+    /// The code host `repo` lives on: its `[repos] provider`, GitHub when it names none.
+    pub fn hosted_on(&self, repo: &RepoName) -> Source {
+        self.code_hosts.get(repo).copied().unwrap_or(Source::Github)
+    }
+
+    /// Why an issue of `host` cannot make work for `repo`, if it cannot: `repo` lives on another host.
+    pub fn host_refusal(&self, repo: &RepoName, host: Source) -> Option<String> {
+        let home = self.hosted_on(repo);
+        (home != host).then(|| {
+            format!(
+                "{repo} is a {home} repository ([repos] provider): its issues are taken from {home} only, not {host}"
+            )
+        })
     }
 }
 

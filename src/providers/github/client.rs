@@ -20,6 +20,14 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// The longest wait a rate limit may impose before we try anyway (and are told again).
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 
+/// `repo`'s GitHub owner and name, or a permanent refusal: a GitLab group path (`group/sub/name`) is no GitHub
+/// route, and its segments must never be spliced into one.
+fn parts(repo: &RepoName) -> Result<(&str, &str), CallError> {
+    repo.github_parts().ok_or_else(|| CallError::Permanent {
+        message: format!("{repo} is not a GitHub repository (owner/name)"),
+    })
+}
+
 #[derive(Clone)]
 pub struct GithubClient {
     api: octocrab::Octocrab,
@@ -54,11 +62,14 @@ impl GithubClient {
         title: &str,
         body: &str,
     ) -> Result<Produced, CallError> {
-        let pulls = self.api.pulls(repo.owner(), repo.name());
+        let pulls = {
+            let (owner, name) = parts(repo)?;
+            self.api.pulls(owner, name)
+        };
         let open = pulls
             .list()
             .state(octocrab::params::State::Open)
-            .head(format!("{}:{}", repo.owner(), head.as_str()))
+            .head(format!("{}:{}", parts(repo)?.0, head.as_str()))
             .per_page(1u8)
             .send()
             .await
@@ -116,7 +127,10 @@ impl GithubClient {
         marker: &str,
         since: chrono::DateTime<chrono::Utc>,
     ) -> Result<Produced, CallError> {
-        let issues = self.api.issues(repo.owner(), repo.name());
+        let issues = {
+            let (owner, name) = parts(repo)?;
+            self.api.issues(owner, name)
+        };
         let recent = issues
             .list_comments(number)
             .since(since)
@@ -158,8 +172,9 @@ impl GithubClient {
             serde_json::from_value(Value::from(content)).map_err(|_| CallError::Permanent {
                 message: format!("{content:?} is not one of GitHub's reactions"),
             })?;
+        let (owner, name) = parts(repo)?;
         self.api
-            .issues(repo.owner(), repo.name())
+            .issues(owner, name)
             .create_comment_reaction(comment, content)
             .await
             .map_err(|e| classify("reacting to the comment", e))?;
@@ -172,7 +187,8 @@ impl GithubClient {
         repo: &RepoName,
         number: u64,
     ) -> Result<Answer<PullRequest>, CallError> {
-        let route = format!("/repos/{}/{}/pulls/{number}", repo.owner(), repo.name());
+        let (owner, name) = parts(repo)?;
+        let route = format!("/repos/{owner}/{name}/pulls/{number}");
         let json = self
             .api
             .get::<Value, _, ()>(route, None)
@@ -183,7 +199,8 @@ impl GithubClient {
 
     /// An issue (`state`, `labels`, `updated_at`, …), for the poller.
     pub async fn issue(&self, repo: &RepoName, number: u64) -> Result<Answer<Issue>, CallError> {
-        let route = format!("/repos/{}/{}/issues/{number}", repo.owner(), repo.name());
+        let (owner, name) = parts(repo)?;
+        let route = format!("/repos/{owner}/{name}/issues/{number}");
         let json = self
             .api
             .get::<Value, _, ()>(route, None)
@@ -204,9 +221,10 @@ impl GithubClient {
 
     /// The repository's webhooks. GitHub allows 20 per event, so one page of 100 is all.
     async fn webhooks(&self, repo: &RepoName) -> Result<Vec<Hook>, CallError> {
+        let (owner, name) = parts(repo)?;
         let page = self
             .api
-            .repos(repo.owner(), repo.name())
+            .repos(owner, name)
             .hooks()
             .list()
             .per_page(100u8)
@@ -243,7 +261,7 @@ impl GithubClient {
             .await?
             .into_iter()
             .find(|hook| hook.config.url == url);
-        let (owner, name) = (repo.owner(), repo.name());
+        let (owner, name) = parts(repo)?;
         match existing {
             Some(Hook { id, .. }) => {
                 self.api
@@ -274,11 +292,8 @@ impl GithubClient {
         sha: &str,
     ) -> Result<Vec<Answer<CheckSuite>>, CallError> {
         const WHAT: &str = "reading the commit's check suites";
-        let route = format!(
-            "/repos/{}/{}/commits/{sha}/check-suites",
-            repo.owner(),
-            repo.name()
-        );
+        let (owner, name) = parts(repo)?;
+        let route = format!("/repos/{owner}/{name}/commits/{sha}/check-suites");
         let json = self
             .api
             .get::<Value, _, ()>(route, None)
@@ -349,9 +364,10 @@ impl GithubClient {
         };
         // An answer that does not read as octocrab's `Merge` is transient (`classify`): the repeat reads the
         // pull request first and finds it merged.
+        let (owner, name) = parts(repo)?;
         let merged = self
             .api
-            .pulls(repo.owner(), repo.name())
+            .pulls(owner, name)
             .merge(number)
             .sha(sha)
             .method(match method {
@@ -374,9 +390,10 @@ impl GithubClient {
     /// `GET /repos/{o}/{r}`). A flag GitHub leaves out (a token that may not see it) is not a refusal: GitHub
     /// itself refuses a method it does not allow, with a message that names it.
     async fn allowed_method(&self, repo: &RepoName) -> Result<MergeMethod, CallError> {
+        let (owner, name) = parts(repo)?;
         let settings = self
             .api
-            .repos(repo.owner(), repo.name())
+            .repos(owner, name)
             .get()
             .await
             .map_err(|e| classify("reading the repository's merge methods", e))?;
@@ -502,5 +519,23 @@ fn classify(what: &str, error: octocrab::Error) -> CallError {
             message: format!("{what}: no answer from GitHub: {other}"),
             retry_after: None,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_github_route_is_built_from_a_gitlab_group_path() {
+        let github: RepoName = "acme/api".parse().unwrap();
+        assert_eq!(parts(&github).unwrap(), ("acme", "api"));
+        for nested in ["group/sub/api", "my_group/api"] {
+            let repo: RepoName = nested.parse().unwrap();
+            assert!(
+                matches!(parts(&repo), Err(CallError::Permanent { .. })),
+                "{nested}"
+            );
+        }
     }
 }

@@ -11,6 +11,8 @@ use crate::effects::loop_name;
 use crate::effects::runner::Effects;
 use crate::loops::LoopState;
 use crate::providers::github::effects::GithubPolicy;
+use crate::providers::gitlab::effects::GitlabPolicy;
+use crate::providers::gitlab::settings::GitlabSettings;
 use crate::providers::linear::effects::LinearPolicy;
 use crate::providers::slack::effects::SlackPolicy;
 use crate::providers::slack::settings::SlackSettings;
@@ -52,7 +54,51 @@ pub(super) const EFFECTS_LOOPS: &[EffectsLoop] = &[
         plan: slack_effects_plan,
         runner: slack_effects,
     },
+    EffectsLoop {
+        provider: "gitlab",
+        plan: gitlab_effects_plan,
+        runner: gitlab_effects,
+    },
 ];
+
+fn gitlab_effects_plan(s: &Settings) -> PlannedLoop {
+    let name = loop_name("gitlab");
+    match GitlabSettings::of(s).token {
+        Some(_) => PlannedLoop::armed(
+            &name,
+            true,
+            s.projector_interval,
+            "notes on the tasks' GitLab issues when they are made and done (GITLAB_URL), once, recorded",
+        ),
+        None => PlannedLoop::off(
+            &name,
+            true,
+            LoopState::Disabled,
+            "GITLAB_TOKEN is not set: GitLab hears nothing back".to_owned(),
+            s.projector_interval,
+        ),
+    }
+}
+
+/// The `effects:gitlab` loop's worker: GitLab's REST API at `GITLAB_URL` with `GITLAB_TOKEN`.
+fn gitlab_effects(parts: &Parts<'_>) -> anyhow::Result<Built> {
+    let settings = parts.settings;
+    let gitlab = GitlabSettings::of(settings);
+    let token = gitlab
+        .token
+        .as_ref()
+        .context("the loop plan arms effects:gitlab without GITLAB_TOKEN")?;
+    let client = crate::providers::gitlab::client::GitlabClient::new(&gitlab.url, token)
+        .map_err(|e| anyhow::anyhow!(e))?;
+    Ok(builds::effects(
+        Effects::new(
+            GitlabPolicy::new(client),
+            parts.log.clone(),
+            parts.board.clone(),
+        )
+        .with_cap(settings.file.effect_cap),
+    ))
+}
 
 /// The catalog entry's plan: each provider's loop.
 pub(super) fn plan(s: &Settings) -> Vec<PlannedLoop> {

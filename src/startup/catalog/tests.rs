@@ -55,7 +55,8 @@ fn every_provider_has_one_effects_loop() {
             "effects:github",
             "effects:linear",
             "effects:telegram",
-            "effects:slack"
+            "effects:slack",
+            "effects:gitlab"
         ],
         "each entry plans its own provider's loop"
     );

@@ -84,10 +84,14 @@ impl From<TaskId> for String {
     }
 }
 
-/// A GitHub repository, `owner/name`, checked against GitHub's own character rules so it can be used in URLs,
-/// paths under the workspace root and mirror names without escaping. Two names compare (and hash and order) as
-/// GitHub compares them, ignoring ASCII case, so `Local/Demo` finds `[repos."local/demo"]` in every map; the
-/// spelling is kept for display, and the board stores the configured one (`AllowedRepos::spelling`).
+/// A repository: GitHub's `owner/name`, or GitLab's `group/subgroup/…/name` (a namespace of up to
+/// [`RepoName::MAX_NAMESPACE_DEPTH`] groups). Every `/`-separated segment is checked against the hosts' own
+/// character rules and can never climb, hide or split a path (no `..`, no leading `.` or `-`), so the name is safe
+/// in URLs, paths under the workspace root and mirror names without escaping. Two names compare (and hash and
+/// order) as the hosts compare them, ignoring ASCII case, so `Local/Demo` finds `[repos."local/demo"]` in every
+/// map; the spelling is kept for display, and the board stores the configured one (`AllowedRepos::spelling`).
+/// GitHub's narrower rules (exactly two segments, an owner of letters, digits and `-`) are
+/// [`RepoName::github_parts`]'s: where a name reaches GitHub, that is what is asked.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 #[serde(try_from = "String", into = "String")]
 #[schema(value_type = String, example = "acme/api")]
@@ -125,23 +129,93 @@ impl PartialOrd for RepoName {
     }
 }
 
+/// What joins a namespace's groups in one directory name (`group+sub`): a character no segment may hold, so
+/// the directory names one namespace and a name's mirror stays two levels under `mirrors/`, as GitHub's.
+const NAMESPACE_DIR_JOIN: char = '+';
+
 impl RepoName {
+    /// GitLab's limit on nested groups: a project's namespace is at most 20 groups deep.
+    pub const MAX_NAMESPACE_DEPTH: usize = 20;
+
     /// The name in lower case: the key a read model or a map of strings compares by.
     pub fn key(&self) -> String {
         self.0.to_ascii_lowercase()
     }
 
-    pub fn owner(&self) -> &str {
-        self.0.split_once('/').map_or("", |(owner, _)| owner)
+    /// Everything before the last `/`: GitHub's owner, GitLab's group path (`group/subgroup`).
+    pub fn namespace(&self) -> &str {
+        self.0
+            .rsplit_once('/')
+            .map_or("", |(namespace, _)| namespace)
     }
 
+    /// The last segment: the repository's own name.
     pub fn name(&self) -> &str {
-        self.0.split_once('/').map_or("", |(_, name)| name)
+        self.0.rsplit_once('/').map_or("", |(_, name)| name)
+    }
+
+    /// The `/`-separated segments, each one safe as a path segment.
+    pub fn segments(&self) -> impl Iterator<Item = &str> {
+        self.0.split('/')
+    }
+
+    /// The namespace as one directory name (`group+sub`; a GitHub owner as it is), for paths under the workspace
+    /// root: `mirrors/<this>/<name>.git`. Never holds `/`, never `.` or `..`.
+    pub fn namespace_dir(&self) -> String {
+        self.namespace()
+            .replace('/', &NAMESPACE_DIR_JOIN.to_string())
+    }
+
+    /// The name `namespace_dir` and `name` were made of (gc reads mirrors' directories back), if it is one.
+    pub fn from_dirs(namespace_dir: &str, name: &str) -> Option<Self> {
+        format!("{}/{name}", namespace_dir.replace(NAMESPACE_DIR_JOIN, "/"))
+            .parse()
+            .ok()
+    }
+
+    /// `(owner, name)` when this is a GitHub repository name: two segments, the owner 1 to 39 of letters,
+    /// digits and `-`, not starting with `-`. `None` for a GitLab namespace GitHub could not hold, so nothing
+    /// builds a GitHub route from it.
+    pub fn github_parts(&self) -> Option<(&str, &str)> {
+        let (owner, name) = self.0.split_once('/')?;
+        let owner_ok = (1..=39).contains(&owner.len())
+            && owner
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !owner.starts_with('-');
+        (owner_ok && !name.contains('/')).then_some((owner, name))
     }
 
     pub fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// Why one `/`-separated segment is not a path segment a host allows, if it is not; `last`: the repository's
+/// own name (GitLab's `.git` / `.atom` rule is its namespaces').
+fn segment_refusal(segment: &str, last: bool) -> Option<&'static str> {
+    // Letters, digits, '.', '_' and '-', 1 to 100 of them: GitHub's repository names, GitLab's paths.
+    if segment.is_empty() || segment.len() > 100 {
+        return Some("each segment must be 1 to 100 characters");
+    }
+    if !segment
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return Some("a segment may hold only letters, digits, '.', '_' and '-'");
+    }
+    // The dot rules keep `..` and hidden names out of paths.
+    if segment.starts_with('.') || segment.starts_with('-') {
+        return Some("a segment must not start with '.' or '-'");
+    }
+    if segment.contains("..") {
+        return Some("a segment must not contain '..'");
+    }
+    let lower = segment.to_ascii_lowercase();
+    if !last && (lower.ends_with(".git") || lower.ends_with(".atom")) {
+        return Some("a group must not end in '.git' or '.atom'");
+    }
+    None
 }
 
 impl FromStr for RepoName {
@@ -151,37 +225,18 @@ impl FromStr for RepoName {
             value: s.to_owned(),
             why,
         };
-        let (owner, name) = s.split_once('/').ok_or_else(|| refuse("no '/'"))?;
-        // GitHub logins: 1-39 of [A-Za-z0-9-], not starting with '-'.
-        if owner.is_empty() || owner.len() > 39 {
-            return Err(refuse("owner must be 1 to 39 characters"));
+        let segments: Vec<&str> = s.split('/').collect();
+        if segments.len() < 2 {
+            return Err(refuse("no '/'"));
         }
-        if !owner
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        {
-            return Err(refuse("owner may hold only letters, digits and '-'"));
+        if segments.len() > Self::MAX_NAMESPACE_DEPTH + 1 {
+            return Err(refuse("a namespace is at most 20 groups deep"));
         }
-        if owner.starts_with('-') {
-            return Err(refuse("owner must not start with '-'"));
-        }
-        // Repository names: 1-100 of [A-Za-z0-9._-]. The dot rules keep `..` and hidden names out of paths.
-        if name.is_empty() || name.len() > 100 {
-            return Err(refuse("name must be 1 to 100 characters"));
-        }
-        if !name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-        {
-            return Err(refuse(
-                "name may hold only letters, digits, '.', '_' and '-'",
-            ));
-        }
-        if name.starts_with('.') || name.starts_with('-') {
-            return Err(refuse("name must not start with '.' or '-'"));
-        }
-        if name.contains("..") {
-            return Err(refuse("name must not contain '..'"));
+        let last = segments.len() - 1;
+        for (i, segment) in segments.iter().enumerate() {
+            if let Some(why) = segment_refusal(segment, i == last) {
+                return Err(refuse(why));
+            }
         }
         Ok(RepoName(s.to_owned()))
     }

@@ -88,6 +88,28 @@ impl fmt::Display for GithubRef {
     }
 }
 
+/// A GitLab issue: its project's full path and its `iid` (the number people read, unique per project):
+/// `group/sub/app#12`. The path is a [`RepoName`], so it is safe in a URL and a key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+pub struct GitlabIssueRef {
+    pub project: RepoName,
+    #[schema(value_type = u64, minimum = 1)]
+    pub iid: NonZeroU64,
+}
+
+impl GitlabIssueRef {
+    pub fn new(project: RepoName, iid: u64) -> Result<Self, ValueError> {
+        let iid = NonZeroU64::new(iid).ok_or(ValueError::GitlabIid)?;
+        Ok(GitlabIssueRef { project, iid })
+    }
+}
+
+impl fmt::Display for GitlabIssueRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}#{}", self.project, self.iid)
+    }
+}
+
 /// A Telegram message: the chat it is in and its id there (message ids are only unique per chat).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(try_from = "TelegramParts")]
@@ -221,12 +243,16 @@ pub const TELEGRAM: LinkKey<TelegramMessage> = LinkKey::new("telegram", false);
 /// The Slack conversation a task came from (and is told about, in its thread).
 pub const SLACK_THREAD: LinkKey<SlackThread> = LinkKey::new("slack_thread", false);
 
+/// The GitLab issue a task came from.
+pub const GITLAB_ISSUE: LinkKey<GitlabIssueRef> = LinkKey::new("gitlab_issue", false);
+
 /// The keys this build knows: the OpenAPI schema documents them and a conflict shows their values with `Display`.
 /// A key left out still works (read, set, kept); its values show as JSON and the schema does not name it.
-pub static KNOWN_LINKS: [&dyn KnownLink; 5] = [
+pub static KNOWN_LINKS: [&dyn KnownLink; 6] = [
     &LINEAR_ISSUE,
     &GITHUB_ISSUE,
     &GITHUB_PR,
     &TELEGRAM,
     &SLACK_THREAD,
+    &GITLAB_ISSUE,
 ];

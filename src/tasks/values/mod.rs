@@ -26,7 +26,7 @@ pub use text::{FollowUpOrigin, FollowUpText, Reason, Spec, SpecParts};
 pub enum ValueError {
     #[error("task id {0:?} is not T-<n> with n a positive integer without leading zeros")]
     TaskId(String),
-    #[error("repository {value:?} is not owner/name: {why}")]
+    #[error("repository {value:?} is not owner/name or group/…/name: {why}")]
     Repo { value: String, why: &'static str },
     #[error("branch name {value:?} is not a safe git branch name: {why}")]
     Branch { value: String, why: &'static str },
@@ -34,6 +34,8 @@ pub enum ValueError {
     LinearIdentifier(String),
     #[error("GitHub issue or pull request number must be at least 1")]
     GithubNumber,
+    #[error("a GitLab issue's iid must be at least 1")]
+    GitlabIid,
     #[error("Telegram chat id must not be 0 and message id must be at least 1")]
     Telegram,
     #[error("a Slack conversation is a channel id (upper-case letters and digits) and, for a thread, its root message's ts (seconds.micros)")]

@@ -93,14 +93,21 @@ proptest! {
         }
     }
 
-    /// Whatever RepoName accepts is two safe path segments (dots allowed in the name, never as `..`).
+    /// Whatever RepoName accepts is safe path segments (dots allowed, never as `..` or a leading one), and its
+    /// namespace one directory name.
     #[test]
-    fn repo_names_are_safe_path_segments(s in "[a-zA-Z0-9._/ -]{0,30}") {
+    fn repo_names_are_safe_path_segments(s in "[a-zA-Z0-9._/+ -]{0,40}") {
         if let Ok(repo) = s.parse::<RepoName>() {
-            prop_assert!(!repo.owner().is_empty() && !repo.name().is_empty());
+            prop_assert!(!repo.namespace().is_empty() && !repo.name().is_empty());
             prop_assert!(!repo.name().contains('/'));
-            prop_assert!(!repo.name().starts_with('.') && !repo.name().contains(".."));
-            prop_assert_eq!(format!("{}/{}", repo.owner(), repo.name()), s);
+            for segment in repo.segments() {
+                prop_assert!(!segment.is_empty() && !segment.starts_with('.') && !segment.starts_with('-'));
+                prop_assert!(!segment.contains("..") && !segment.contains('+'));
+            }
+            let dir = repo.namespace_dir();
+            prop_assert!(!dir.contains('/') && !dir.starts_with('.') && !dir.contains(".."));
+            prop_assert_eq!(format!("{}/{}", repo.namespace(), repo.name()), s.clone());
+            prop_assert_eq!(RepoName::from_dirs(&dir, repo.name()).map(|r| r.as_str().to_owned()), Some(s));
         }
     }
 }
@@ -195,31 +202,63 @@ fn repo_names_compare_hash_and_order_ignoring_case_and_keep_their_spelling() {
 }
 
 #[test]
-fn repo_names_follow_github_rules() {
-    for ok in ["rust-lang/rust", "a/b", "o-1/x.y_z", "owner/github.io"] {
+fn repo_names_follow_the_hosts_rules() {
+    for ok in [
+        "rust-lang/rust",
+        "a/b",
+        "o-1/x.y_z",
+        "owner/github.io",
+        "group/sub/name",
+        "my_group/sub.team/app",
+    ] {
         let repo: RepoName = ok.parse().unwrap();
         assert_eq!(repo.as_str(), ok);
     }
     let repo: RepoName = "acme/web.app".parse().unwrap();
-    assert_eq!((repo.owner(), repo.name()), ("acme", "web.app"));
+    assert_eq!((repo.namespace(), repo.name()), ("acme", "web.app"));
+    let nested: RepoName = "group/sub/deeper/app".parse().unwrap();
+    assert_eq!(
+        (nested.namespace(), nested.name()),
+        ("group/sub/deeper", "app")
+    );
+    assert_eq!(
+        nested.segments().collect::<Vec<_>>(),
+        ["group", "sub", "deeper", "app"]
+    );
+    let deepest = format!("{}/app", vec!["g"; 20].join("/"));
+    assert!(deepest.parse::<RepoName>().is_ok(), "20 groups deep");
     for (bad, why) in [
         ("", "no '/'"),
         ("acme", "no '/'"),
-        ("/x", "owner must be 1 to 39 characters"),
-        ("acme/", "name must be 1 to 100 characters"),
+        ("/x", "each segment must be 1 to 100 characters"),
+        ("acme/", "each segment must be 1 to 100 characters"),
+        ("a//b", "each segment must be 1 to 100 characters"),
+        ("group/sub/", "each segment must be 1 to 100 characters"),
+        ("-acme/x", "a segment must not start with '.' or '-'"),
+        ("acme/.x", "a segment must not start with '.' or '-'"),
+        ("acme/-x", "a segment must not start with '.' or '-'"),
+        ("acme/..", "a segment must not start with '.' or '-'"),
+        ("group/../x", "a segment must not start with '.' or '-'"),
         (
-            "acme/a/b",
-            "name may hold only letters, digits, '.', '_' and '-'",
+            "group/.hidden/x",
+            "a segment must not start with '.' or '-'",
         ),
-        ("-acme/x", "owner must not start with '-'"),
-        ("ac_me/x", "owner may hold only letters, digits and '-'"),
-        ("acme/.x", "name must not start with '.' or '-'"),
-        ("acme/-x", "name must not start with '.' or '-'"),
-        ("acme/..", "name must not start with '.' or '-'"),
-        ("acme/a..b", "name must not contain '..'"),
+        ("group/-sub/x", "a segment must not start with '.' or '-'"),
+        ("acme/a..b", "a segment must not contain '..'"),
+        ("gr..oup/sub/x", "a segment must not contain '..'"),
+        ("group.git/x", "a group must not end in '.git' or '.atom'"),
+        ("g/sub.ATOM/x", "a group must not end in '.git' or '.atom'"),
         (
             "acme/a b",
-            "name may hold only letters, digits, '.', '_' and '-'",
+            "a segment may hold only letters, digits, '.', '_' and '-'",
+        ),
+        (
+            "group/s+b/x",
+            "a segment may hold only letters, digits, '.', '_' and '-'",
+        ),
+        (
+            "group\\sub/x",
+            "a segment may hold only letters, digits, '.', '_' and '-'",
         ),
     ] {
         assert_eq!(
@@ -231,11 +270,49 @@ fn repo_names_follow_github_rules() {
             "{bad:?}"
         );
     }
-    assert!(format!("{}/x", "a".repeat(40)).parse::<RepoName>().is_err());
+    let too_deep = format!("{}/app", vec!["g"; 21].join("/"));
+    assert_eq!(
+        too_deep.parse::<RepoName>(),
+        Err(ValueError::Repo {
+            value: too_deep.clone(),
+            why: "a namespace is at most 20 groups deep"
+        })
+    );
     assert!(format!("a/{}", "x".repeat(101))
         .parse::<RepoName>()
         .is_err());
     assert!(serde_json::from_str::<RepoName>("\"a/..\"").is_err());
+    assert!(serde_json::from_str::<RepoName>("\"a/b/../c\"").is_err());
+}
+
+#[test]
+fn only_a_two_segment_name_with_a_github_owner_has_github_parts() {
+    let repo: RepoName = "rust-lang/rust".parse().unwrap();
+    assert_eq!(repo.github_parts(), Some(("rust-lang", "rust")));
+    // GitLab-valid, not GitHub-valid: no GitHub route is ever built from these.
+    for not_github in [
+        "group/sub/name",
+        "ac_me/x",
+        "my.group/x",
+        &format!("{}/x", "a".repeat(40)),
+    ] {
+        let repo: RepoName = not_github.parse().unwrap();
+        assert_eq!(repo.github_parts(), None, "{not_github}");
+    }
+}
+
+#[test]
+fn a_namespace_is_one_directory_and_reads_back() {
+    let github: RepoName = "acme/api".parse().unwrap();
+    assert_eq!(github.namespace_dir(), "acme");
+    let nested: RepoName = "Group/Sub/app".parse().unwrap();
+    assert_eq!(nested.namespace_dir(), "Group+Sub");
+    assert_eq!(RepoName::from_dirs("Group+Sub", "app"), Some(nested));
+    assert_eq!(RepoName::from_dirs("acme", "api"), Some(github));
+    // A directory no name makes reads back as nothing, never as a climbing path.
+    for (dir, name) in [("..", "x"), ("a+..", "x"), ("a++b", "x"), ("a", "..")] {
+        assert_eq!(RepoName::from_dirs(dir, name), None, "{dir} {name}");
+    }
 }
 
 #[test]

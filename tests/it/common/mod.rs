@@ -27,6 +27,7 @@ pub const GITHUB_SECRET: &str = "gh-test-secret";
 pub const LINEAR_SECRET: &str = "lin-test-secret";
 pub const TELEGRAM_SECRET: &str = "tg-test-secret";
 pub const SLACK_SECRET: &str = "slack-test-signing-secret";
+pub const GITLAB_SECRET: &str = "gl-test-secret";
 pub const ADMIN_TOKEN: &str = "admin-test-token-of-24-chars-or-more";
 
 pub fn postgres_admin_url() -> String {
@@ -212,6 +213,7 @@ pub fn settings(db: &TestDb) -> Settings {
         ("linear", LINEAR_SECRET),
         ("telegram", TELEGRAM_SECRET),
         ("slack", SLACK_SECRET),
+        ("gitlab", GITLAB_SECRET),
     ] {
         assert!(s
             .webhook_secrets

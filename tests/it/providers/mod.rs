@@ -3,6 +3,7 @@
 //! suite through the real app.
 
 pub mod github;
+pub mod gitlab;
 pub mod linear;
 pub mod slack;
 pub mod telegram;

@@ -534,3 +534,28 @@ fn a_linear_prompt_carries_its_activity_as_the_answers_origin() {
 }
 
 mod withdrawals;
+
+#[test]
+fn a_github_issue_makes_no_work_for_a_gitlab_repository_of_the_same_name() {
+    let rig = config(
+        "[repos.\"acme/app\"]\nprovider = \"gitlab\"\nurl = \"https://gitlab.example.com/acme/app.git\"\n\
+         [repos.\"acme/web\"]",
+    )
+    .unwrap();
+    let refused = github_issue(
+        &github_payload("opened", "acme/app", 7, &["pidevops"], "MEMBER"),
+        &rig.github(),
+    );
+    let Decision::Ignore { reason } = refused else {
+        panic!("{refused:?}")
+    };
+    assert!(
+        reason.contains("acme/app is a gitlab repository"),
+        "{reason}"
+    );
+    let made = github_issue(
+        &github_payload("opened", "acme/web", 7, &["pidevops"], "MEMBER"),
+        &rig.github(),
+    );
+    assert!(matches!(made, Decision::Create { .. }), "{made:?}");
+}

@@ -161,6 +161,10 @@ pub fn github_issue_draft(
         ))
     })();
     let (key, draft) = built.map_err(|e| format!("the issue cannot become a task: {e}"))?;
+    // A GitLab project of the same name is not this repository: its work comes from GitLab alone.
+    if let Some(refusal) = config.host_refusal(&draft.repo, crate::domain::Source::Github) {
+        return Err(format!("the issue cannot become a task: {refusal}"));
+    }
     match config.allowed_repos.check(&draft.repo) {
         Ok(()) if plan && !config.planner => {
             Err(no_planner_reason("the issue cannot become a plan"))

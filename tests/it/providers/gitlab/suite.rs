@@ -1,0 +1,309 @@
+//! GitLab through the real app, per backend: deliveries checked by their token and stored once; a labeled issue
+//! of a trusted author in a GitLab repository becomes one task; a wrong token is refused (401) and nothing stored;
+//! a stranger's note is recorded as ignored and changes nothing; a trusted note is the task's follow-up once;
+//! closing the issue withdraws its task; `effects:gitlab` notes the task on its issue once, through the fake.
+
+use crate::common::{board, TestApp, TestDb, GITLAB_SECRET};
+use pidevops::tasks::{Column, TaskId};
+use serde_json::Value;
+
+use super::gl_fixture;
+
+per_backend!(
+    a_token_checked_delivery_is_stored_once_and_a_labeled_issue_becomes_one_task,
+    a_wrong_or_missing_token_is_refused_and_nothing_is_stored,
+    a_stranger_s_note_changes_nothing_and_a_trusted_one_is_a_follow_up_once,
+    closing_the_issue_withdraws_its_task,
+    the_task_made_of_an_issue_is_said_once_in_a_note_on_it,
+    a_note_a_cut_off_attempt_made_is_found_not_made_again,
+);
+
+const REPO: &str = "acme/platform/api";
+
+async fn app(db: &TestDb) -> TestApp {
+    let mut settings = crate::common::settings(db);
+    settings.file = format!(
+        "[repos.\"{REPO}\"]\nprovider = \"gitlab\"\nurl = \"https://gitlab.example.com/{REPO}.git\"\n\
+         [intake.gitlab]\ntrusted_users = [\"alice\"]\nbot_username = \"pidevops-bot\"\n"
+    )
+    .parse()
+    .unwrap();
+    TestApp::spawn(settings).await
+}
+
+async fn post(app: &TestApp, token: Option<&str>, uuid: &str, body: &Value) -> (u16, Value) {
+    let mut request = app
+        .client
+        .post(app.url("/webhooks/gitlab"))
+        .header("content-type", "application/json")
+        .header("x-gitlab-event", "Issue Hook")
+        .header("x-gitlab-event-uuid", uuid)
+        .body(body.to_string());
+    if let Some(token) = token {
+        request = request.header("x-gitlab-token", token);
+    }
+    let response = request.send().await.expect("the request completes");
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+async fn gitlab_events(app: &TestApp) -> Vec<pidevops::eventlog::StoredEvent> {
+    app.all_events()
+        .await
+        .into_iter()
+        .filter(|e| e.source == "gitlab")
+        .collect()
+}
+
+async fn settle(app: &TestApp) {
+    app.drive("intake").await;
+    app.project().await;
+}
+
+fn reasons(events: &[pidevops::eventlog::StoredEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| e.event_type == "intake.ignored")
+        .map(|e| {
+            serde_json::from_slice::<Value>(&e.body).unwrap()["reason"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect()
+}
+
+async fn a_token_checked_delivery_is_stored_once_and_a_labeled_issue_becomes_one_task(db: TestDb) {
+    let app = app(&db).await;
+    let opened = gl_fixture("issue_open");
+    let (status, first) = post(&app, Some(GITLAB_SECRET), "uuid-1", &opened).await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["duplicate"], false);
+    // Resent by GitLab: the same UUID and bytes are the same event.
+    let (status, again) = post(&app, Some(GITLAB_SECRET), "uuid-1", &opened).await;
+    assert_eq!(status, 200);
+    assert_eq!(again["duplicate"], true);
+    assert_eq!(again["event_id"], first["event_id"]);
+    // The label added later by its author asks for the same issue: still one task.
+    let (status, _) = post(
+        &app,
+        Some(GITLAB_SECRET),
+        "uuid-2",
+        &gl_fixture("issue_update_label"),
+    )
+    .await;
+    assert_eq!(status, 200);
+    settle(&app).await;
+
+    let stored = gitlab_events(&app).await;
+    assert_eq!(stored.len(), 2, "one event per delivery, the resend none");
+    assert_eq!(stored[0].event_type, "gitlab.issue.open");
+    assert!(
+        stored[0].meta.get("x-gitlab-token").is_none(),
+        "the token is never stored"
+    );
+    let task = board::row(&app, TaskId::new(1.try_into().unwrap())).await;
+    assert_eq!(task.repo, REPO);
+    assert_eq!(task.column, Column::Triage);
+    let created = board::events_of_type(&app, "task.created").await;
+    assert_eq!(created.len(), 1, "one issue, one task");
+    assert_eq!(created[0].meta.text("actor").as_deref(), Some("gitlab"));
+    let body: Value = serde_json::from_slice(&created[0].body).unwrap();
+    assert_eq!(body["links"]["gitlab_issue"]["project"], REPO);
+    assert_eq!(body["links"]["gitlab_issue"]["iid"], 23);
+    app.stop().await;
+}
+
+async fn a_wrong_or_missing_token_is_refused_and_nothing_is_stored(db: TestDb) {
+    let app = app(&db).await;
+    let opened = gl_fixture("issue_open");
+    for (token, uuid) in [
+        (Some("wrong-token"), "bad-1"),
+        (Some(&GITLAB_SECRET[..GITLAB_SECRET.len() - 1]), "bad-2"),
+        (None, "bad-3"),
+    ] {
+        let (status, refused) = post(&app, token, uuid, &opened).await;
+        assert_eq!(status, 401, "{token:?}: {refused}");
+    }
+    settle(&app).await;
+    assert!(
+        gitlab_events(&app).await.is_empty(),
+        "nothing refused is stored"
+    );
+    assert!(board::events_of_type(&app, "task.created").await.is_empty());
+    app.stop().await;
+}
+
+async fn a_stranger_s_note_changes_nothing_and_a_trusted_one_is_a_follow_up_once(db: TestDb) {
+    let app = app(&db).await;
+    post(
+        &app,
+        Some(GITLAB_SECRET),
+        "uuid-1",
+        &gl_fixture("issue_open"),
+    )
+    .await;
+    settle(&app).await;
+    let id = TaskId::new(1.try_into().unwrap());
+    let mut stranger = gl_fixture("note_issue");
+    stranger["user"]["username"] = "mallory".into();
+    stranger["user"]["id"] = 66.into();
+    stranger["object_attributes"]["author_id"] = 66.into();
+    stranger["object_attributes"]["id"] = 1300.into();
+    let (status, _) = post(&app, Some(GITLAB_SECRET), "uuid-2", &stranger).await;
+    assert_eq!(status, 200, "stored: what it asked is intake's to refuse");
+    settle(&app).await;
+    let stream = id.stream();
+    let attached = |events: &[pidevops::eventlog::StoredEvent]| {
+        events
+            .iter()
+            .filter(|e| e.event_type == "task.follow_up_attached")
+            .count()
+    };
+    assert_eq!(attached(&board::events_in(&app, &stream).await), 0);
+    let all = app.all_events().await;
+    assert!(
+        reasons(&all)
+            .iter()
+            .any(|r| r.contains("mallory is not in [intake.gitlab] trusted_users")),
+        "{:?}",
+        reasons(&all)
+    );
+
+    let note = gl_fixture("note_issue");
+    post(&app, Some(GITLAB_SECRET), "uuid-3", &note).await;
+    // Delivered again under another UUID (a recursive hook, say): the note's id attaches it once.
+    post(&app, Some(GITLAB_SECRET), "uuid-4", &note).await;
+    settle(&app).await;
+    let events = board::events_in(&app, &stream).await;
+    assert_eq!(attached(&events), 1, "one note, one follow-up");
+    app.stop().await;
+}
+
+async fn closing_the_issue_withdraws_its_task(db: TestDb) {
+    let app = app(&db).await;
+    post(
+        &app,
+        Some(GITLAB_SECRET),
+        "uuid-1",
+        &gl_fixture("issue_open"),
+    )
+    .await;
+    settle(&app).await;
+    let id = TaskId::new(1.try_into().unwrap());
+    assert_eq!(board::row(&app, id).await.column, Column::Triage);
+    let (status, _) = post(
+        &app,
+        Some(GITLAB_SECRET),
+        "uuid-2",
+        &gl_fixture("issue_close"),
+    )
+    .await;
+    assert_eq!(status, 200);
+    settle(&app).await;
+    assert_eq!(board::row(&app, id).await.column, Column::Cancelled);
+    app.stop().await;
+}
+
+async fn noting_app(db: &TestDb, fake: &super::fake::FakeGitlab) -> TestApp {
+    let mut settings = crate::common::settings(db);
+    fake.point_settings(&mut settings, "glpat-test-token");
+    settings.file = format!(
+        "[repos.\"{REPO}\"]\nprovider = \"gitlab\"\nurl = \"https://gitlab.example.com/{REPO}.git\"\n\
+         [intake.gitlab]\ntrusted_users = [\"alice\"]\n"
+    )
+    .parse()
+    .unwrap();
+    TestApp::spawn(settings).await
+}
+
+async fn a_note_a_cut_off_attempt_made_is_found_not_made_again(db: TestDb) {
+    let fake = super::fake::FakeGitlab::start().await;
+    fake.seed(
+        REPO,
+        23,
+        "pidevops made this issue its task T-1.\n\n<!-- pidevops:gitlab:note:T-1:created -->",
+    );
+    let app = noting_app(&db, &fake).await;
+    post(
+        &app,
+        Some(GITLAB_SECRET),
+        "uuid-1",
+        &gl_fixture("issue_open"),
+    )
+    .await;
+    settle(&app).await;
+    app.drive("effects:gitlab").await;
+    assert_eq!(fake.notes().len(), 1, "the marker's note is the one");
+    let succeeded = board::events_of_type(&app, "effect.succeeded").await;
+    let body: Value = serde_json::from_slice(&succeeded[0].body).unwrap();
+    assert_eq!(body["produced"]["posted"], false, "{body}");
+    app.stop().await;
+}
+
+async fn the_task_made_of_an_issue_is_said_once_in_a_note_on_it(db: TestDb) {
+    let fake = super::fake::FakeGitlab::start().await;
+    let app = noting_app(&db, &fake).await;
+    post(
+        &app,
+        Some(GITLAB_SECRET),
+        "uuid-1",
+        &gl_fixture("issue_open"),
+    )
+    .await;
+    settle(&app).await;
+    app.drive("effects:gitlab").await;
+    let notes = fake.notes();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert_eq!(
+        notes[0].project, REPO,
+        "the nested path, one encoded segment"
+    );
+    assert_eq!(notes[0].iid, 23);
+    assert_eq!(notes[0].token, "glpat-test-token");
+    assert!(notes[0].body.contains("T-1"), "{}", notes[0].body);
+    assert!(notes[0]
+        .body
+        .contains("<!-- pidevops:gitlab:note:T-1:created -->"));
+    // Driven again, and the same issue delivered anew: still one note.
+    post(
+        &app,
+        Some(GITLAB_SECRET),
+        "uuid-2",
+        &gl_fixture("issue_update_label"),
+    )
+    .await;
+    settle(&app).await;
+    app.drive("effects:gitlab").await;
+    assert_eq!(fake.notes().len(), 1);
+    app.stop().await;
+}
+
+/// `doctor` proves `GITLAB_TOKEN` with a read-only call and never prints it; unset, the line says so.
+#[tokio::test]
+async fn doctor_proves_the_gitlab_token_with_a_read_only_call() {
+    let db = TestDb::sqlite();
+    let fake = super::fake::FakeGitlab::start().await;
+    let mut settings = crate::common::settings(&db);
+    let (report, _) = pidevops::doctor::diagnose(&settings).await;
+    let line = |report: &str| {
+        report
+            .lines()
+            .find(|l| l.starts_with("gitlab api"))
+            .unwrap_or_else(|| panic!("{report}"))
+            .to_owned()
+    };
+    assert!(
+        line(&report).contains("GITLAB_TOKEN is not set"),
+        "{report}"
+    );
+    fake.point_settings(&mut settings, "glpat-doctor-secret");
+    let (report, _) = pidevops::doctor::diagnose(&settings).await;
+    let checked = line(&report);
+    assert!(
+        checked.contains("pass") && checked.contains("the token is @pidevops-bot's"),
+        "{checked}"
+    );
+    assert!(!report.contains("glpat-doctor-secret"));
+    assert!(fake.notes().is_empty(), "doctor makes nothing");
+}
