@@ -165,7 +165,7 @@ async fn a_source_filter_and_bad_requests(db: TestDb) {
     for (query, last, token, status, code) in [
         ("", Some("nope"), true, 400, "bad_last_event_id"),
         ("", Some("-3"), true, 400, "bad_last_event_id"),
-        ("?source=gitlab", None, true, 400, "bad_query"),
+        ("?source=jira", None, true, 400, "bad_query"),
         ("?after=-1", None, true, 400, "bad_query"),
         ("?colour=red", None, true, 400, "bad_query"),
         ("", None, false, 401, "unauthorized"),

@@ -507,7 +507,7 @@ async fn markup_in_a_repository_or_profile_name_is_inert_and_bad_queries_are_ref
         "days=-7",
         "days=7&days=30",
         "repo=acme",
-        "repo=acme/app/x",
+        "repo=acme/../x",
         "repo=%3Cscript%3Ealert(4)%3C/script%3E/x",
         "repo=acme/app&repo=acme/lib",
         "tasks=5",
