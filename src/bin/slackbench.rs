@@ -4,7 +4,8 @@
 //! Slack does and notes when each arrives), runs `pidevops serve` (the binary given, on a fresh SQLite file, with
 //! `SLACK_API_URL` pointing at the fake), then sends `--mentions` signed `app_mention` callbacks from an allowed
 //! user, each in its own channel (Slack paces posts per channel; one channel per mention measures the path, not
-//! the pacing), `--rate` a second. For each it measures from the request's send to the fake receiving the first
+//! the pacing), `--rate` a second, after `--warmup` mentions answered one by one and left out (the loops' first
+//! ticks are start-up, not the path). For each it measures from the request's send to the fake receiving the first
 //! `chat.postMessage` in that mention's thread, and reports the percentiles. Loopback only; it stops by itself.
 //!
 //! ```text
@@ -44,6 +45,10 @@ struct Args {
     /// How long to wait for a mention's thread message before counting it lost.
     #[arg(long, default_value_t = 10.0)]
     timeout: f64,
+    /// Mentions sent first, one at a time, each answered before the next, and left out of the figures: the
+    /// service's first ticks (the loops' start delay, their leases) are start-up, not the path.
+    #[arg(long, default_value_t = 5)]
+    warmup: u32,
 }
 
 const SECRET: &str = "slackbench-signing-secret";
@@ -117,22 +122,14 @@ fn mention(n: u32, ts: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    ensure!(
-        args.rate.is_finite() && args.rate > 0.0,
-        "--rate must be positive"
-    );
-    let fake = Fake::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let fake_addr: SocketAddr = listener.local_addr()?;
-    let app = Router::new()
-        .route("/{method}", post(method))
-        .with_state(fake.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-
-    let dir = Scratch::new()?;
+/// `pidevops serve` on a fresh SQLite file in `dir`, its Slack pointed at the fake, answering `/health`; its base
+/// URL and a client for it.
+async fn start_server(
+    args: &Args,
+    dir: &Scratch,
+    fake_addr: SocketAddr,
+    total: u32,
+) -> anyhow::Result<(tokio::process::Child, String, reqwest::Client)> {
     let config = dir.path().join("pidevops.toml");
     std::fs::write(
         &config,
@@ -142,7 +139,7 @@ async fn main() -> anyhow::Result<()> {
         let probe = std::net::TcpListener::bind("127.0.0.1:0")?;
         probe.local_addr()?.port()
     };
-    let channels: Vec<String> = (0..args.mentions).map(channel).collect();
+    let channels: Vec<String> = (0..total).map(channel).collect();
     let mut server = tokio::process::Command::new(&args.pidevops)
         .arg("serve")
         .env_clear()
@@ -184,38 +181,81 @@ async fn main() -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    Ok((server, base, client))
+}
 
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    ensure!(
+        args.rate.is_finite() && args.rate > 0.0,
+        "--rate must be positive"
+    );
+    let fake = Fake::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let fake_addr: SocketAddr = listener.local_addr()?;
+    let app = Router::new()
+        .route("/{method}", post(method))
+        .with_state(fake.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let dir = Scratch::new()?;
+    let total = args.warmup + args.mentions;
+    let (mut server, base, client) = start_server(&args, &dir, fake_addr, total).await?;
+
+    let send = |n: u32| {
+        let (client, base) = (client.clone(), base.clone());
+        async move {
+            let ts = format!("1700000000.{:06}", n + 1);
+            let body = mention(n, &ts);
+            let now = chrono::Utc::now().timestamp().to_string();
+            let signature =
+                pidevops::providers::slack::webhook::sign_slack(SECRET.as_bytes(), &now, &body);
+            let at = Instant::now();
+            let response = client
+                .post(format!("{base}/webhooks/slack"))
+                .header("content-type", "application/json")
+                .header("x-slack-request-timestamp", now)
+                .header("x-slack-signature", signature)
+                .body(body)
+                .send()
+                .await?;
+            ensure!(
+                response.status().is_success(),
+                "mention {n}: {}",
+                response.status()
+            );
+            anyhow::Ok((format!("{}:{ts}", channel(n)), at))
+        }
+    };
+    for n in 0..args.warmup {
+        let (key, _) = send(n).await?;
+        let deadline = Instant::now() + Duration::from_secs_f64(args.timeout);
+        while !fake
+            .first_post
+            .lock()
+            .map(|m| m.contains_key(&key))
+            .unwrap_or(false)
+        {
+            ensure!(
+                Instant::now() < deadline,
+                "warm-up mention {n} was never answered in its thread"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
     let gap = Duration::from_secs_f64(1.0 / args.rate);
     let mut sent: Vec<(String, Instant)> = Vec::new();
     let mut next = Instant::now();
-    for n in 0..args.mentions {
+    for n in args.warmup..total {
         tokio::time::sleep_until(next.into()).await;
         next += gap;
-        let ts = format!("1700000000.{:06}", n + 1);
-        let body = mention(n, &ts);
-        let now = chrono::Utc::now().timestamp().to_string();
-        let signature =
-            pidevops::providers::slack::webhook::sign_slack(SECRET.as_bytes(), &now, &body);
-        let at = Instant::now();
-        let response = client
-            .post(format!("{base}/webhooks/slack"))
-            .header("content-type", "application/json")
-            .header("x-slack-request-timestamp", now)
-            .header("x-slack-signature", signature)
-            .body(body)
-            .send()
-            .await?;
-        ensure!(
-            response.status().is_success(),
-            "mention {n}: {}",
-            response.status()
-        );
-        sent.push((format!("{}:{ts}", channel(n)), at));
+        sent.push(send(n).await?);
     }
     let deadline = Instant::now() + Duration::from_secs_f64(args.timeout);
     loop {
         let answered = fake.first_post.lock().map(|m| m.len()).unwrap_or(0);
-        if answered >= sent.len() || Instant::now() > deadline {
+        if answered >= sent.len() + args.warmup as usize || Instant::now() > deadline {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
