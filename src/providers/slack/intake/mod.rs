@@ -51,6 +51,16 @@ struct Said<'a> {
     mention: bool,
 }
 
+impl Said<'_> {
+    /// Whether it was said in a direct message to the bot (its channel type `im`).
+    fn direct(&self) -> bool {
+        self.origin
+            .channel_type
+            .as_ref()
+            .is_some_and(|t| t.0 == "im")
+    }
+}
+
 fn message(event_type: &str, data: &Value, config: &Config<'_>) -> Decision {
     let callback = match SlackPushEvent::deserialize(data) {
         Ok(SlackPushEvent::EventCallback(callback)) => callback,
@@ -97,11 +107,7 @@ fn message(event_type: &str, data: &Value, config: &Config<'_>) -> Decision {
     if let Some(root) = thread.filter(|root| *root != ts) {
         return reply(&said, root, config);
     }
-    let direct = said
-        .origin
-        .channel_type
-        .as_ref()
-        .is_some_and(|t| t.0 == "im");
+    let direct = said.direct();
     // In a channel only a mention asks; a channel's other messages are its people's (the `app_mention` event
     // carries the mention; its `message` twin is not a second ask).
     if !said.mention && !direct {
@@ -142,11 +148,7 @@ fn reply(said: &Said<'_>, root: &str, config: &Config<'_>) -> Decision {
     ) else {
         return Decision::NotIntake;
     };
-    let direct = said
-        .origin
-        .channel_type
-        .as_ref()
-        .is_some_and(|t| t.0 == "im");
+    let direct = said.direct();
     Decision::Reply {
         to: Box::new(message_ref(said.channel, root)),
         text,

@@ -60,19 +60,6 @@ async fn settle(app: &TestApp) {
     app.project().await;
 }
 
-fn reasons(events: &[pidevops::eventlog::StoredEvent]) -> Vec<String> {
-    events
-        .iter()
-        .filter(|e| e.event_type == "intake.ignored")
-        .map(|e| {
-            serde_json::from_slice::<Value>(&e.body).unwrap()["reason"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        })
-        .collect()
-}
-
 async fn a_token_checked_delivery_is_stored_once_and_a_labeled_issue_becomes_one_task(db: TestDb) {
     let app = app(&db).await;
     let opened = gl_fixture("issue_open");
@@ -161,13 +148,12 @@ async fn a_stranger_s_note_changes_nothing_and_a_trusted_one_is_a_follow_up_once
             .count()
     };
     assert_eq!(attached(&board::events_in(&app, &stream).await), 0);
-    let all = app.all_events().await;
+    let ignored = crate::common::read::reasons(&app, "intake.ignored").await;
     assert!(
-        reasons(&all)
+        ignored
             .iter()
             .any(|r| r.contains("mallory is not in [intake.gitlab] trusted_users")),
-        "{:?}",
-        reasons(&all)
+        "{ignored:?}"
     );
 
     let note = gl_fixture("note_issue");

@@ -4,9 +4,8 @@
 //! only for an allowed user, and every press is answered to its presser alone, once. Per backend.
 
 use crate::common::board::new_task;
-use crate::common::{TestApp, TestDb, SLACK_SECRET};
+use crate::common::{TestApp, TestDb};
 use crate::providers::slack::fake::FakeSlack;
-use pidevops::providers::slack::webhook::sign_slack;
 use pidevops::tasks::{ApprovalPolicy, Links, SlackThread, SLACK_THREAD};
 use serde_json::{json, Value};
 
@@ -39,23 +38,6 @@ async fn spawn(db: &TestDb, slack: &FakeSlack) -> TestApp {
         .unwrap();
     settings.file = pidevops::config::file::FileConfig::from_table(&file).unwrap();
     TestApp::spawn(settings).await
-}
-
-/// Posts `body` to Slack's route as Slack signs it, now.
-async fn post_slack(app: &TestApp, body: &[u8], content_type: &str) -> reqwest::Response {
-    let now = chrono::Utc::now().timestamp().to_string();
-    app.client
-        .post(app.url("/webhooks/slack"))
-        .header("content-type", content_type)
-        .header("x-slack-request-timestamp", &now)
-        .header(
-            "x-slack-signature",
-            sign_slack(SLACK_SECRET.as_bytes(), &now, body),
-        )
-        .body(body.to_vec())
-        .send()
-        .await
-        .expect("the request completes")
 }
 
 fn mention(event_id: &str, user: &str, text: &str) -> Vec<u8> {
@@ -128,19 +110,19 @@ async fn a_mention_from_an_allowed_user_is_told_in_its_thread_once(db: TestDb) {
     let slack = FakeSlack::start(TOKEN).await;
     let app = spawn(&db, &slack).await;
     // A stranger's mention first: no task, nothing said in Slack.
-    let r = post_slack(
-        &app,
-        &mention("Ev0", "U9", "<@U0BOT> acme/app drop the tables"),
-        "application/json",
-    )
-    .await;
+    let r = app
+        .post_slack(
+            &mention("Ev0", "U9", "<@U0BOT> acme/app drop the tables"),
+            "application/json",
+        )
+        .await;
     assert_eq!(r.status(), 200);
-    let r = post_slack(
-        &app,
-        &mention("Ev1", "U1", "<@U0BOT> acme/app fix the login redirect"),
-        "application/json",
-    )
-    .await;
+    let r = app
+        .post_slack(
+            &mention("Ev1", "U1", "<@U0BOT> acme/app fix the login redirect"),
+            "application/json",
+        )
+        .await;
     assert_eq!(r.status(), 200);
     app.drive("intake").await;
     let id = app
@@ -193,7 +175,7 @@ async fn a_slash_commands_story_goes_in_the_thread_pidevops_starts(db: TestDb) {
     let body = "token=verification&team_id=T1&team_domain=acme&channel_id=C1&channel_name=dev&user_id=U1\
                 &user_name=ada&command=%2Fpidevops&text=acme%2Fapp+warm+the+cache\
                 &response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1%2F1%2Fsecret&trigger_id=77.88.99&api_app_id=A1";
-    let r = post_slack(&app, body.as_bytes(), FORM).await;
+    let r = app.post_slack(body.as_bytes(), FORM).await;
     assert_eq!(r.status(), 200);
     app.drive("intake").await;
     let id = app
@@ -253,7 +235,9 @@ async fn a_slash_commands_story_goes_in_the_thread_pidevops_starts(db: TestDb) {
                 "text": format!("also the footer, says {user}"), "ts": ts, "thread_ts": root
             }
         });
-        let r = post_slack(&app, reply.to_string().as_bytes(), "application/json").await;
+        let r = app
+            .post_slack(reply.to_string().as_bytes(), "application/json")
+            .await;
         assert_eq!(r.status(), 200);
     }
     app.drive("intake").await;
@@ -299,7 +283,7 @@ async fn a_strangers_press_changes_nothing_and_an_allowed_users_approves(db: Tes
         ("1.1.stranger", "U9", format!("approve:{id}")),
         ("1.2.odd", "U1", format!("approve:{id} now")),
     ] {
-        let r = post_slack(&app, &press(trigger, user, &value), FORM).await;
+        let r = app.post_slack(&press(trigger, user, &value), FORM).await;
         assert_eq!(r.status(), 200);
     }
     app.drive(LOOP).await;
@@ -326,12 +310,9 @@ async fn a_strangers_press_changes_nothing_and_an_allowed_users_approves(db: Tes
     assert_eq!(refused.len(), 1, "the stranger's press is recorded");
 
     // The allowed user's Approve.
-    let r = post_slack(
-        &app,
-        &press("1.3.ada", "U1", &format!("approve:{id}")),
-        FORM,
-    )
-    .await;
+    let r = app
+        .post_slack(&press("1.3.ada", "U1", &format!("approve:{id}")), FORM)
+        .await;
     assert_eq!(r.status(), 200);
     app.drive(LOOP).await;
     app.drive(LOOP).await;
