@@ -28,8 +28,8 @@ pub use domain::{
 };
 pub use values::{
     is_slack_id, is_slack_ts, AgentName, ApprovalPolicy, BranchName, Column, FollowUpOrigin,
-    FollowUpText, GithubRef, GitlabIssueRef, LinearIssue, LinkConflict, LinkKey, Links,
-    MaxAttempts, Priority, Reason, RepoName, ReviewPolicy, RunId, RunPurpose, ScopePolicy,
+    FollowUpText, GithubRef, GitlabIssueRef, GitlabMrRef, LinearIssue, LinkConflict, LinkKey,
+    Links, MaxAttempts, Priority, Reason, RepoName, ReviewPolicy, RunId, RunPurpose, ScopePolicy,
     SlackThread, Spec, SpecParts, TaskId, TaskKind, TelegramMessage, ValueError, GITHUB_ISSUE,
-    GITHUB_PR, GITLAB_ISSUE, KNOWN_LINKS, LINEAR_ISSUE, SLACK_THREAD, TELEGRAM,
+    GITHUB_PR, GITLAB_ISSUE, GITLAB_MR, KNOWN_LINKS, LINEAR_ISSUE, SLACK_THREAD, TELEGRAM,
 };

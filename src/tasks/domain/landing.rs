@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::super::values::{Column, TaskKind, GITHUB_PR};
+use super::super::values::{Column, TaskKind};
 use super::decision::wrong_column;
 use super::{Command, Task, TaskError, TaskEvent};
 
@@ -333,7 +333,7 @@ pub struct LandConfig {
 /// Whether pidevops may merge the task's pull request now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Readiness {
-    /// Merge pull request `number` (in the task's repository) at commit `sha`.
+    /// Merge pull request (or GitLab merge request) `number` in the task's repository at commit `sha`.
     Ready { sha: CommitSha, number: u64 },
     /// Not now, and why, in words a person reads ("1 of 2 approvals; check lint has not passed").
     Waiting(String),
@@ -351,11 +351,7 @@ pub fn readiness(task: &Task, land: &LandConfig) -> Readiness {
     if let Some(flag) = &task.needs_human {
         return Readiness::Waiting(format!("it needs a human: {}", flag.reason));
     }
-    let pr = task
-        .links
-        .get(GITHUB_PR)
-        .filter(|pr| pr.repo.as_str().eq_ignore_ascii_case(task.repo.as_str()));
-    let Some(pr) = pr else {
+    let Some(number) = task.review_request() else {
         return Readiness::Waiting("its pull request is not open yet".into());
     };
     // A plan's pull request is its combined branch: only the combination of its items as they stand may land.
@@ -374,7 +370,7 @@ pub fn readiness(task: &Task, land: &LandConfig) -> Readiness {
         )),
         Ok(sha) => Readiness::Ready {
             sha: sha.clone(),
-            number: pr.number.get(),
+            number,
         },
         Err(missing) => Readiness::Waiting(missing.join("; ")),
     }

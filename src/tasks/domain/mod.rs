@@ -193,6 +193,21 @@ impl Task {
     pub fn links(&self) -> &Links {
         &self.links
     }
+    /// The number of the task's review request in its own repository: its GitHub pull request, or its GitLab
+    /// merge request's iid. A link to another repository's is not the task's (auto-land and reactions hold to it).
+    pub fn review_request(&self) -> Option<u64> {
+        let same = |repo: &RepoName| repo.as_str().eq_ignore_ascii_case(self.repo.as_str());
+        self.links
+            .get(super::values::GITHUB_PR)
+            .filter(|pr| same(&pr.repo))
+            .map(|pr| pr.number.get())
+            .or_else(|| {
+                self.links
+                    .get(super::values::GITLAB_MR)
+                    .filter(|mr| same(&mr.project))
+                    .map(|mr| mr.iid.get())
+            })
+    }
     pub fn column(&self) -> Column {
         self.column
     }

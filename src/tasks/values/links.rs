@@ -110,6 +110,27 @@ impl fmt::Display for GitlabIssueRef {
     }
 }
 
+/// A GitLab merge request: its project's full path and its `iid`: `group/sub/app!7`, as GitLab writes it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+pub struct GitlabMrRef {
+    pub project: RepoName,
+    #[schema(value_type = u64, minimum = 1)]
+    pub iid: NonZeroU64,
+}
+
+impl GitlabMrRef {
+    pub fn new(project: RepoName, iid: u64) -> Result<Self, ValueError> {
+        let iid = NonZeroU64::new(iid).ok_or(ValueError::GitlabIid)?;
+        Ok(GitlabMrRef { project, iid })
+    }
+}
+
+impl fmt::Display for GitlabMrRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}!{}", self.project, self.iid)
+    }
+}
+
 /// A Telegram message: the chat it is in and its id there (message ids are only unique per chat).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(try_from = "TelegramParts")]
@@ -245,14 +266,17 @@ pub const SLACK_THREAD: LinkKey<SlackThread> = LinkKey::new("slack_thread", fals
 
 /// The GitLab issue a task came from.
 pub const GITLAB_ISSUE: LinkKey<GitlabIssueRef> = LinkKey::new("gitlab_issue", false);
+/// A task's merge request on GitLab: like [`GITHUB_PR`], the one a later submission's merge request replaces.
+pub const GITLAB_MR: LinkKey<GitlabMrRef> = LinkKey::new("gitlab_mr", true);
 
 /// The keys this build knows: the OpenAPI schema documents them and a conflict shows their values with `Display`.
 /// A key left out still works (read, set, kept); its values show as JSON and the schema does not name it.
-pub static KNOWN_LINKS: [&dyn KnownLink; 6] = [
+pub static KNOWN_LINKS: [&dyn KnownLink; 7] = [
     &LINEAR_ISSUE,
     &GITHUB_ISSUE,
     &GITHUB_PR,
     &TELEGRAM,
     &SLACK_THREAD,
     &GITLAB_ISSUE,
+    &GITLAB_MR,
 ];
