@@ -15,7 +15,7 @@
 //! enum, stored tagged (`"action": "github_comment"`); what reads effects without making them reads any
 //! provider's as a `StoredAction`. Their request builders are pure (re-exported in `policy`). Both pull requests
 //! pidevops opens are described by one writer (`pull_request.rs`), with every untrusted text made inert
-//! (`inert.rs`).
+//! (`inert.rs`); a comment addressed to pidevops on either code host is answered in one set of words (`reply.rs`).
 //!
 //! Each request has an idempotency key (`github:pr:T-7`) and its own stream `effect:<key>`:
 //! `effect.requested` (version 1, deduplicated on the key), then per attempt `effect.started` and its outcome.
@@ -38,6 +38,7 @@ pub(crate) mod inert;
 pub mod policy_config;
 pub mod provider;
 pub(crate) mod pull_request;
+pub mod reply;
 pub mod runner;
 
 use chrono::{DateTime, Utc};

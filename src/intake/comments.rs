@@ -183,10 +183,8 @@ impl Intake {
         let task = &loaded.task;
         let same = |repo: &RepoName| repo.as_str().eq_ignore_ascii_case(comment.repo.as_str());
         let ours = same(task.repo())
-            && task
-                .links()
-                .get(host.pull_request)
-                .is_some_and(|pr| same(&pr.repo) && pr.number.get() == comment.number);
+            && (host.pull_request)(task.links())
+                .is_some_and(|pr| same(&pr.repo) && pr.number == comment.number);
         Ok(ours.then_some(id))
     }
 
@@ -373,7 +371,7 @@ impl Intake {
             attempts: task.attempts(),
             max_attempts: task.max_attempts().get(),
             needs_human: task.needs_human().map(|n| n.reason.as_str().to_owned()),
-            pull_request: task.links().get(host.pull_request).map(|pr| pr.to_string()),
+            pull_request: (host.pull_request)(task.links()).map(|pr| pr.shown),
         })
     }
 }

@@ -409,7 +409,7 @@ mod github_comments {
 
     #[test]
     fn replies_say_what_came_of_it_and_quote_nothing_live() {
-        let reply = |outcome| comment_reply(&record(outcome));
+        let reply = |outcome| comment_reply(&record(outcome), "Pull request");
         assert_eq!(
             reply(CommentOutcome::Queued { sent_back: false }),
             "Queued for T-7's next run."

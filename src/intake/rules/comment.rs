@@ -6,7 +6,7 @@
 use crate::board::Draft;
 use crate::domain::Source;
 use crate::projectors::tasks::LinkKind;
-use crate::tasks::{GithubRef, LinkKey, RepoName};
+use crate::tasks::{Links, RepoName};
 
 /// The command prefix; a comment starting with it is for pidevops even when no bot login is configured.
 pub const PREFIX: &str = "/pidevops";
@@ -14,7 +14,7 @@ pub const PREFIX: &str = "/pidevops";
 /// What intake needs to know of the code host a comment is on. Each host's rules declare theirs (GitHub's:
 /// `providers/github/intake/comment.rs` `HOST`) and hand it over with every comment; the names and streams are
 /// stored, so a host's never change.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct CodeHost {
     /// Its source: the actor of what a comment does to a task, and the prefix of its intake and origin keys.
     pub source: Source,
@@ -24,10 +24,30 @@ pub struct CodeHost {
     pub record: &'static str,
     /// The prefix of a comment's record stream (GitHub's: `github-comment:`), see [`CodeHost::comment_stream`].
     pub stream_prefix: &'static str,
-    /// The link a task records its pull request under (GitHub's: `github_pr`), and the read model's index of it:
-    /// a comment on a pull request finds its task by it.
-    pub pull_request: LinkKey<GithubRef>,
+    /// The task's pull request (merge request) on this host, read from its links (GitHub's: `github_pr`): a
+    /// comment on one must be on the task's own, and `status` names it.
+    pub pull_request: fn(&Links) -> Option<ReviewRequest>,
+    /// The read model's index of that link (its value `owner/name#12`): a comment on a pull request finds its
+    /// task by it.
     pub pull_request_kind: LinkKind,
+}
+
+/// Hosts are the same when their records are: the one name each stores.
+impl PartialEq for CodeHost {
+    fn eq(&self, other: &Self) -> bool {
+        self.record == other.record
+    }
+}
+
+impl Eq for CodeHost {}
+
+/// A task's pull request (or merge request), as a comment's host reads it from the task's links.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReviewRequest {
+    pub repo: RepoName,
+    pub number: u64,
+    /// As people write it: `owner/name#12`, `group/app!7`.
+    pub shown: String,
 }
 
 impl CodeHost {
@@ -129,4 +149,77 @@ impl Comment {
     pub fn stream(&self) -> String {
         self.host.comment_stream(&self.repo, self.id)
     }
+}
+
+/// What `body` asks of pidevops, if it is addressed to it: a `/pidevops` command at its start (after a mention,
+/// if any), or the text around a whole-word `@<bot>` mention. `None`: not for pidevops.
+pub fn ask(body: &str, bot: Option<&str>) -> Option<Ask> {
+    let mentioned = bot.and_then(|bot| strip_mentions(body, bot));
+    let text = mentioned.as_deref().unwrap_or(body).trim();
+    if let Some(rest) = command_rest(text) {
+        return Some(command(rest));
+    }
+    // A bare mention asks nothing: the reply lists what it could ask.
+    mentioned.map(|text| match text.trim() {
+        "" => Ask::Unknown(String::new()),
+        text => Ask::Text(text.to_owned()),
+    })
+}
+
+/// The text after a leading `/pidevops` (a whole word), if the text starts with it.
+fn command_rest(text: &str) -> Option<&str> {
+    let head = text.get(..PREFIX.len())?;
+    if !head.eq_ignore_ascii_case(PREFIX) {
+        return None;
+    }
+    let rest = &text[PREFIX.len()..];
+    (rest.is_empty() || rest.starts_with(char::is_whitespace)).then_some(rest)
+}
+
+fn command(rest: &str) -> Ask {
+    let line = rest.lines().next().unwrap_or_default().trim();
+    let (word, reason) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+    let reason = Some(reason.trim().to_owned()).filter(|r| !r.is_empty());
+    match CommentCommand::ALL
+        .into_iter()
+        .find(|c| c.name().eq_ignore_ascii_case(word))
+    {
+        Some(command) => Ask::Command { command, reason },
+        None => Ask::Unknown(word.to_owned()),
+    }
+}
+
+/// `body` without its whole-word `@<bot>` mentions (any case), and a `,` or `:` right after one; `None` when it
+/// has none.
+pub fn strip_mentions(body: &str, bot: &str) -> Option<String> {
+    let needle = format!("@{}", bot.to_ascii_lowercase());
+    let lower = body.to_ascii_lowercase();
+    let mut out = String::with_capacity(body.len());
+    let (mut from, mut found) = (0, false);
+    let mut search = 0;
+    while let Some(at) = lower[search..].find(&needle).map(|i| i + search) {
+        let end = at + needle.len();
+        let before = body[..at].chars().next_back();
+        let after = body[end..].chars().next();
+        search = end;
+        if before.is_some_and(word_char) || after.is_some_and(|c| word_char(c) || c == '/') {
+            continue;
+        }
+        found = true;
+        out.push_str(&body[from..at]);
+        from = end;
+        if matches!(after, Some(',' | ':')) {
+            from += 1;
+        }
+    }
+    if !found {
+        return None;
+    }
+    out.push_str(&body[from..]);
+    Some(out.trim().to_owned())
+}
+
+/// A character a login (GitHub's, GitLab's username, or an address around one) continues with.
+fn word_char(c: char) -> bool {
+    c.is_alphanumeric() || matches!(c, '-' | '_')
 }

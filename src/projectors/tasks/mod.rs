@@ -40,7 +40,7 @@ use super::{Bodies, Projector, ProjectorTx};
 use crate::eventlog::{sql, StoreError, StoredEvent};
 use crate::tasks::{
     evolve, Column, GithubRef, Links, Priority, Task, TaskError, TaskEvent, TaskId, GITHUB_ISSUE,
-    GITHUB_PR, LINEAR_ISSUE, TELEGRAM,
+    GITHUB_PR, GITLAB_MR, LINEAR_ISSUE, TELEGRAM,
 };
 
 pub const NAME: &str = "tasks";
@@ -68,6 +68,8 @@ pub enum LinkKind {
     GithubPr,
     /// Value: `<chat>:<message>`.
     TelegramMessage,
+    /// Value: `group/sub/name#7` (the merge request's iid, written as the pull request's number is).
+    GitlabMr,
 }
 
 impl LinkKind {
@@ -77,6 +79,7 @@ impl LinkKind {
             LinkKind::GithubIssue => "github_issue",
             LinkKind::GithubPr => "github_pr",
             LinkKind::TelegramMessage => "telegram_message",
+            LinkKind::GitlabMr => "gitlab_mr",
         }
     }
 }
@@ -92,6 +95,9 @@ pub fn link_keys(links: &Links) -> Vec<(LinkKind, String)> {
     }
     if let Some(pr) = links.get(GITHUB_PR) {
         keys.push((LinkKind::GithubPr, pr.to_string()));
+    }
+    if let Some(mr) = links.get(GITLAB_MR) {
+        keys.push((LinkKind::GitlabMr, format!("{}#{}", mr.project, mr.iid)));
     }
     if let Some(message) = links.get(TELEGRAM) {
         keys.push((

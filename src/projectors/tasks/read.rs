@@ -267,7 +267,12 @@ pub async fn task_for_link(
     .bind(value)
     .fetch_optional(pool)
     .await?);
-    if id.is_none() && matches!(kind, LinkKind::GithubIssue | LinkKind::GithubPr) {
+    if id.is_none()
+        && matches!(
+            kind,
+            LinkKind::GithubIssue | LinkKind::GithubPr | LinkKind::GitlabMr
+        )
+    {
         id = crate::on_store!(store, |pool, _backend| sqlx::query_scalar(
             "SELECT task_id FROM task_links WHERE kind = $1 AND lower(value) = lower($2) \
              ORDER BY position LIMIT 1"

@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::issue::{association_name, github_issue_draft, trusted};
 use crate::board::Draft;
 use crate::domain::Source;
-use crate::intake::rules::comment::{Ask, CodeHost, Comment, CommentCommand, PREFIX};
+use crate::intake::rules::comment::{ask, CodeHost, Comment, ReviewRequest, PREFIX};
 use crate::intake::rules::{ignore, Decision, IntakeConfig};
 use crate::projectors::tasks::LinkKind;
 use crate::tasks::{RepoName, GITHUB_PR};
@@ -27,7 +27,13 @@ pub static HOST: CodeHost = CodeHost {
     name: "GitHub",
     record: "conversation.github_comment",
     stream_prefix: "github-comment:",
-    pull_request: GITHUB_PR,
+    pull_request: |links| {
+        links.get(GITHUB_PR).map(|pr| ReviewRequest {
+            shown: pr.to_string(),
+            repo: pr.repo,
+            number: pr.number.get(),
+        })
+    },
     pull_request_kind: LinkKind::GithubPr,
 };
 
@@ -123,82 +129,10 @@ fn issue_draft(
     github_issue_draft(repo.as_str(), issue, config).map(|(key, draft)| (key, Box::new(draft)))
 }
 
-/// What `body` asks of pidevops, if it is addressed to it: a `/pidevops` command at its start (after a mention,
-/// if any), or the text around a whole-word `@<bot>` mention. `None`: not for pidevops.
-pub fn ask(body: &str, bot: Option<&str>) -> Option<Ask> {
-    let mentioned = bot.and_then(|bot| strip_mentions(body, bot));
-    let text = mentioned.as_deref().unwrap_or(body).trim();
-    if let Some(rest) = command_rest(text) {
-        return Some(command(rest));
-    }
-    // A bare mention asks nothing: the reply lists what it could ask.
-    mentioned.map(|text| match text.trim() {
-        "" => Ask::Unknown(String::new()),
-        text => Ask::Text(text.to_owned()),
-    })
-}
-
-/// The text after a leading `/pidevops` (a whole word), if the text starts with it.
-fn command_rest(text: &str) -> Option<&str> {
-    let head = text.get(..PREFIX.len())?;
-    if !head.eq_ignore_ascii_case(PREFIX) {
-        return None;
-    }
-    let rest = &text[PREFIX.len()..];
-    (rest.is_empty() || rest.starts_with(char::is_whitespace)).then_some(rest)
-}
-
-fn command(rest: &str) -> Ask {
-    let line = rest.lines().next().unwrap_or_default().trim();
-    let (word, reason) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
-    let reason = Some(reason.trim().to_owned()).filter(|r| !r.is_empty());
-    match CommentCommand::ALL
-        .into_iter()
-        .find(|c| c.name().eq_ignore_ascii_case(word))
-    {
-        Some(command) => Ask::Command { command, reason },
-        None => Ask::Unknown(word.to_owned()),
-    }
-}
-
-/// `body` without its whole-word `@<bot>` mentions (any case), and a `,` or `:` right after one; `None` when it
-/// has none.
-pub fn strip_mentions(body: &str, bot: &str) -> Option<String> {
-    let needle = format!("@{}", bot.to_ascii_lowercase());
-    let lower = body.to_ascii_lowercase();
-    let mut out = String::with_capacity(body.len());
-    let (mut from, mut found) = (0, false);
-    let mut search = 0;
-    while let Some(at) = lower[search..].find(&needle).map(|i| i + search) {
-        let end = at + needle.len();
-        let before = body[..at].chars().next_back();
-        let after = body[end..].chars().next();
-        search = end;
-        if before.is_some_and(word_char) || after.is_some_and(|c| word_char(c) || c == '/') {
-            continue;
-        }
-        found = true;
-        out.push_str(&body[from..at]);
-        from = end;
-        if matches!(after, Some(',' | ':')) {
-            from += 1;
-        }
-    }
-    if !found {
-        return None;
-    }
-    out.push_str(&body[from..]);
-    Some(out.trim().to_owned())
-}
-
-/// A character a GitHub login (or an address around one) continues with.
-fn word_char(c: char) -> bool {
-    c.is_alphanumeric() || matches!(c, '-' | '_')
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::intake::rules::comment::{Ask, CommentCommand};
     use crate::tasks::GITHUB_ISSUE;
     use serde_json::json;
 
@@ -473,6 +407,6 @@ mod tests {
         // Stored: the record's type and the actor of what a comment does.
         assert_eq!(HOST.record, "conversation.github_comment");
         assert_eq!(HOST.source.as_str(), "github");
-        assert_eq!(HOST.pull_request.name(), "github_pr");
+        assert_eq!(HOST.pull_request_kind.as_str(), "github_pr");
     }
 }

@@ -1,6 +1,7 @@
 //! The GitLab client effects call through: its REST API (`<GITLAB_URL>/api/v4`) with `GITLAB_TOKEN` in
 //! `PRIVATE-TOKEN`, every call bounded. It only makes calls and says how they failed; what to call, when, and what
-//! it means is the policy's. One call so far: a note on an issue, made once (its marker looked for first).
+//! it means is the policy's. Here: a note on an issue or a merge request, made once (its marker looked for first),
+//! and an emoji award on a note; each other area of the API has its own file beside this one.
 
 use std::time::Duration;
 
@@ -8,6 +9,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
 use crate::effects::{marker, CallError, Produced};
+use crate::providers::gitlab::effects::Noteable;
 use crate::tasks::RepoName;
 
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -48,30 +50,36 @@ impl GitlabClient {
         })
     }
 
-    /// `…/api/v4/projects/<path, its '/' encoded>/issues/<iid>/notes`. A [`RepoName`]'s segments hold only
-    /// letters, digits, `.`, `_` and `-`, so `/` is all there is to encode.
-    fn notes_url(&self, project: &RepoName, iid: u64) -> String {
+    /// `…/api/v4/projects/<path, its '/' encoded>`. A [`RepoName`]'s segments hold only letters, digits, `.`,
+    /// `_` and `-`, so `/` is all there is to encode.
+    pub(crate) fn project_url(&self, project: &RepoName) -> String {
         format!(
-            "{}/api/v4/projects/{}/issues/{iid}/notes",
+            "{}/api/v4/projects/{}",
             self.url,
             project.as_str().replace('/', "%2F")
         )
     }
 
-    /// A note on `project#iid` saying `body`, made once for `key`: a note already carrying the key's marker (a
-    /// repeat after a crash mid-call) is found first and not made again.
+    /// `…/projects/<path>/<issues|merge_requests>/<iid>/notes`.
+    fn notes_url(&self, project: &RepoName, on: Noteable, iid: u64) -> String {
+        format!("{}/{}/{iid}/notes", self.project_url(project), on.path())
+    }
+
+    /// A note on `project`'s issue or merge request `iid` saying `body`, made once for `key`: a note already
+    /// carrying the key's marker (a repeat after a crash mid-call) is found first and not made again.
     pub async fn note(
         &self,
         key: &str,
         project: &RepoName,
+        on: Noteable,
         iid: u64,
         body: &str,
     ) -> Result<Produced, CallError> {
-        let url = self.notes_url(project, iid);
+        let url = self.notes_url(project, on, iid);
         let marker = marker(key);
         let recent: Vec<Note> = self
             .send(
-                "reading the issue's notes",
+                "reading the notes",
                 self.http.get(&url).query(&[
                     ("sort", "desc"),
                     ("order_by", "created_at"),
@@ -79,7 +87,13 @@ impl GitlabClient {
                 ]),
             )
             .await?;
-        let page = |id: u64| format!("{}/{project}/-/issues/{iid}#note_{id}", self.url);
+        let page = |id: u64| {
+            let kind = match on {
+                Noteable::Issue => "issues",
+                Noteable::MergeRequest => "merge_requests",
+            };
+            format!("{}/{project}/-/{kind}/{iid}#note_{id}", self.url)
+        };
         if let Some(found) = recent.iter().find(|n| n.body.contains(&marker)) {
             return Ok(Produced::Comment {
                 url: page(found.id),
@@ -98,6 +112,44 @@ impl GitlabClient {
             url: page(made.id),
             posted: true,
         })
+    }
+
+    /// Awards `name` (an emoji, `eyes`) to note `note` on `project`'s issue or merge request `iid`. GitLab refuses
+    /// the same award twice; that answer is the award already given (a repeat after a crash), so done.
+    pub async fn award(
+        &self,
+        project: &RepoName,
+        on: Noteable,
+        iid: u64,
+        note: u64,
+        name: &str,
+    ) -> Result<Produced, CallError> {
+        let url = format!("{}/{note}/award_emoji", self.notes_url(project, on, iid));
+        let response = self
+            .http
+            .post(&url)
+            .header("PRIVATE-TOKEN", self.token.expose_secret())
+            .json(&serde_json::json!({ "name": name }))
+            .send()
+            .await
+            .map_err(|e| CallError::Transient {
+                message: format!(
+                    "awarding {name}: no answer from GitLab: {}",
+                    e.without_url()
+                ),
+                retry_after: None,
+            })?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(Produced::Done);
+        }
+        // Bounded: the answer is only searched for GitLab's words.
+        let text = response.text().await.unwrap_or_default();
+        let text = text.get(..2000).unwrap_or(&text);
+        if matches!(status.as_u16(), 400 | 404 | 409 | 422) && text.contains("already been taken") {
+            return Ok(Produced::Done);
+        }
+        Err(refusal(&format!("awarding {name}"), status, None))
     }
 
     /// Who `GITLAB_TOKEN` is (`GET /api/v4/user`): `doctor`'s read-only proof that the API answers it.
@@ -144,15 +196,20 @@ impl GitlabClient {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok())
             .map(|s| Duration::from_secs(s.min(3600)));
-        let message = format!("{what}: GitLab answered {status}");
-        if status.is_server_error() || status.as_u16() == 429 {
-            Err(CallError::Transient {
-                message,
-                retry_after,
-            })
-        } else {
-            Err(CallError::Permanent { message })
+        Err(refusal(what, status, retry_after))
+    }
+}
+
+/// A call GitLab answered with `status`: worth trying again (5xx, 429, after `retry_after`) or not.
+fn refusal(what: &str, status: reqwest::StatusCode, retry_after: Option<Duration>) -> CallError {
+    let message = format!("{what}: GitLab answered {status}");
+    if status.is_server_error() || status.as_u16() == 429 {
+        CallError::Transient {
+            message,
+            retry_after,
         }
+    } else {
+        CallError::Permanent { message }
     }
 }
 
@@ -166,7 +223,7 @@ mod tests {
             GitlabClient::new("https://gitlab.example.com/", &SecretString::from("t")).unwrap();
         let project: RepoName = "acme/platform/api".parse().unwrap();
         assert_eq!(
-            client.notes_url(&project, 23),
+            client.notes_url(&project, Noteable::Issue, 23),
             "https://gitlab.example.com/api/v4/projects/acme%2Fplatform%2Fapi/issues/23/notes"
         );
     }

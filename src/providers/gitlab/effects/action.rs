@@ -1,5 +1,5 @@
-//! What `effects:gitlab` can be asked to do. Stored in `effect.requested` under `action` (`gitlab_note`): the
-//! names are the log's, so they never change.
+//! What `effects:gitlab` can be asked to do. Stored in `effect.requested` under `action` (`gitlab_note`,
+//! `gitlab_award`): the names are the log's, so they never change.
 
 use serde::{Deserialize, Serialize};
 
@@ -10,19 +10,50 @@ use crate::tasks::RepoName;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "action")]
 pub enum GitlabAction {
-    /// A note on a GitLab issue (Markdown), carrying its key's marker so it is made once.
+    /// A note on a GitLab issue or merge request (Markdown), carrying its key's marker so it is made once.
     #[serde(rename = "gitlab_note")]
     Note {
         project: RepoName,
+        /// Recorded before merge requests were noted on: an issue.
+        #[serde(default)]
+        on: Noteable,
         iid: u64,
         body: String,
     },
+    /// An emoji award on a note (`eyes`: pidevops has it), as GitHub's reaction on a comment.
+    #[serde(rename = "gitlab_award")]
+    Award {
+        project: RepoName,
+        on: Noteable,
+        iid: u64,
+        note: u64,
+        name: String,
+    },
+}
+
+/// What a note is on: the part of its API path (`issues`, `merge_requests`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Noteable {
+    #[default]
+    Issue,
+    MergeRequest,
+}
+
+impl Noteable {
+    pub fn path(self) -> &'static str {
+        match self {
+            Noteable::Issue => "issues",
+            Noteable::MergeRequest => "merge_requests",
+        }
+    }
 }
 
 impl ProviderAction for GitlabAction {
     fn name(&self) -> &'static str {
         match self {
             GitlabAction::Note { .. } => "gitlab_note",
+            GitlabAction::Award { .. } => "gitlab_award",
         }
     }
 
@@ -30,6 +61,8 @@ impl ProviderAction for GitlabAction {
         match self {
             // The client looks for the key's marker among the issue's notes before making one.
             GitlabAction::Note { .. } => true,
+            // An award already given is answered as done (GitLab refuses the same award twice).
+            GitlabAction::Award { .. } => true,
         }
     }
 }

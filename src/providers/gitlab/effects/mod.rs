@@ -1,18 +1,22 @@
-//! The GitLab policy: a note on a task's GitLab issue when the task is made and when it is done. The request
-//! builder is pure; [`GitlabPolicy`] is the `effects:gitlab` loop's side of [`ProviderPolicy`]. Merge requests,
-//! pipelines and auto-land are not built yet.
+//! The GitLab policy: a note on a task's GitLab issue when the task is made and when it is done, and the answer
+//! to a note addressed to pidevops (👀 on it, then a reply saying what came of it). The request builders are
+//! pure; [`GitlabPolicy`] is the `effects:gitlab` loop's side of [`ProviderPolicy`].
 
 mod action;
 
 use crate::board::Loaded;
-use crate::effects::handle::Handle;
+use crate::domain::Source;
+use crate::effects::handle::{EffectsProgress, Handle, Settled};
 use crate::effects::provider::ProviderPolicy;
+use crate::effects::reply::comment_reply;
 use crate::effects::{CallError, Produced, Request};
 use crate::eventlog::StoredEvent;
+use crate::intake::CommentRecord;
 use crate::providers::gitlab::client::GitlabClient;
+use crate::providers::gitlab::intake::HOST;
 use crate::tasks::{Task, TaskEvent, GITLAB_ISSUE};
 
-pub use action::GitlabAction;
+pub use action::{GitlabAction, Noteable};
 
 /// The `effects:gitlab` policy.
 #[derive(Clone, Debug)]
@@ -33,6 +37,33 @@ impl ProviderPolicy for GitlabPolicy {
         "gitlab"
     }
 
+    /// A note addressed to pidevops, as intake recorded it: its award, then its reply.
+    async fn own_event(
+        &self,
+        fx: &impl Handle<Action = GitlabAction>,
+        event: &StoredEvent,
+        progress: &mut EffectsProgress,
+    ) -> anyhow::Result<Option<Settled>> {
+        if event.event_type != HOST.record || event.source != Source::Pidevops.as_str() {
+            return Ok(None);
+        }
+        let record: CommentRecord = match serde_json::from_slice(&event.body) {
+            Ok(record) => record,
+            Err(e) => {
+                tracing::warn!(position = event.position, error = %e, "a note record that cannot be read");
+                return Ok(Some(Settled::Yes));
+            }
+        };
+        for request in note_answered(&record) {
+            if let waiting @ Settled::Waiting(_) =
+                fx.ask(&request, event.position, progress).await?
+            {
+                return Ok(Some(waiting));
+            }
+        }
+        Ok(Some(Settled::Yes))
+    }
+
     fn notifies(&self, event: &TaskEvent) -> bool {
         matches!(event, TaskEvent::Created(_)) || matches!(event, TaskEvent::Completed { .. })
     }
@@ -49,9 +80,19 @@ impl ProviderPolicy for GitlabPolicy {
 
     async fn call(&self, key: &str, action: &GitlabAction) -> Result<Produced, CallError> {
         match action {
-            GitlabAction::Note { project, iid, body } => {
-                self.client.note(key, project, *iid, body).await
-            }
+            GitlabAction::Note {
+                project,
+                on,
+                iid,
+                body,
+            } => self.client.note(key, project, *on, *iid, body).await,
+            GitlabAction::Award {
+                project,
+                on,
+                iid,
+                note,
+                name,
+            } => self.client.award(project, *on, *iid, *note, name).await,
         }
     }
 }
@@ -82,10 +123,49 @@ pub fn gitlab(event: &TaskEvent, task: &Task) -> Vec<Request<GitlabAction>> {
         task: Some(id),
         action: GitlabAction::Note {
             project: issue.project.clone(),
+            on: Noteable::Issue,
             iid: issue.iid.get(),
             body,
         },
     }]
+}
+
+/// A note addressed to pidevops: `eyes` awarded to it (pidevops has it), then a reply saying what came of it
+/// (`effects::reply`'s words), each once per note (keyed by its project and id). Pure.
+pub fn note_answered(record: &CommentRecord) -> Vec<Request<GitlabAction>> {
+    let at = format!(
+        "{}:{}",
+        record.repo.as_str().to_ascii_lowercase(),
+        record.comment
+    );
+    let on = if record.pull_request {
+        Noteable::MergeRequest
+    } else {
+        Noteable::Issue
+    };
+    vec![
+        Request {
+            key: format!("gitlab:award:{at}"),
+            task: record.task,
+            action: GitlabAction::Award {
+                project: record.repo.clone(),
+                on,
+                iid: record.number,
+                note: record.comment,
+                name: "eyes".to_owned(),
+            },
+        },
+        Request {
+            key: format!("gitlab:reply:{at}"),
+            task: record.task,
+            action: GitlabAction::Note {
+                project: record.repo.clone(),
+                on,
+                iid: record.number,
+                body: comment_reply(record, "Merge request"),
+            },
+        },
+    ]
 }
 
 #[cfg(test)]
@@ -128,8 +208,19 @@ mod tests {
         let made = gitlab(&events[0], &ours);
         assert_eq!(made.len(), 1);
         assert_eq!(made[0].key, "gitlab:note:T-4:created");
-        let GitlabAction::Note { project, iid, body } = &made[0].action;
-        assert_eq!((project.as_str(), *iid), ("acme/platform/api", 23));
+        let GitlabAction::Note {
+            project,
+            on,
+            iid,
+            body,
+        } = &made[0].action
+        else {
+            panic!("a note: {:?}", made[0].action)
+        };
+        assert_eq!(
+            (project.as_str(), *on, *iid),
+            ("acme/platform/api", Noteable::Issue, 23)
+        );
         assert!(body.contains("T-4"));
         let done = TaskEvent::Completed {
             at: chrono::Utc::now(),
@@ -137,5 +228,80 @@ mod tests {
         assert_eq!(gitlab(&done, &ours)[0].key, "gitlab:note:T-4:done");
         let started_elsewhere = task(Links::default());
         assert!(gitlab(&events[0], &started_elsewhere.0).is_empty());
+    }
+
+    #[test]
+    fn a_note_for_pidevops_gets_eyes_then_one_reply_on_what_it_is_on() {
+        use crate::intake::CommentOutcome;
+        let record = CommentRecord {
+            repo: "Acme/Platform/API".parse().unwrap(),
+            number: 7,
+            pull_request: true,
+            comment: 1300,
+            login: "alice".into(),
+            task: Some("T-4".parse().unwrap()),
+            outcome: CommentOutcome::Status {
+                column: crate::tasks::Column::InReview,
+                attempts: 1,
+                max_attempts: 3,
+                needs_human: None,
+                pull_request: Some("acme/platform/api!7".into()),
+            },
+            cause_event_id: uuid::Uuid::nil(),
+        };
+        let asked = note_answered(&record);
+        let keys: Vec<&str> = asked.iter().map(|r| r.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "gitlab:award:acme/platform/api:1300",
+                "gitlab:reply:acme/platform/api:1300"
+            ]
+        );
+        assert_eq!(
+            asked[0].action,
+            GitlabAction::Award {
+                project: record.repo.clone(),
+                on: Noteable::MergeRequest,
+                iid: 7,
+                note: 1300,
+                name: "eyes".into(),
+            }
+        );
+        let GitlabAction::Note { on, iid, body, .. } = &asked[1].action else {
+            panic!("a reply: {:?}", asked[1].action)
+        };
+        assert_eq!((*on, *iid), (Noteable::MergeRequest, 7));
+        assert!(
+            body.contains("T-4 is in review, attempt 1 of 3. Merge request: acme/platform/api!7."),
+            "{body}"
+        );
+        let on_issue = CommentRecord {
+            pull_request: false,
+            ..record
+        };
+        assert!(matches!(
+            note_answered(&on_issue)[1].action,
+            GitlabAction::Note {
+                on: Noteable::Issue,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_note_recorded_before_merge_requests_were_noted_on_reads_as_an_issue_s() {
+        let stored = serde_json::json!({
+            "action": "gitlab_note", "project": "acme/platform/api", "iid": 23, "body": "made"
+        });
+        let action: GitlabAction = serde_json::from_value(stored).unwrap();
+        assert!(matches!(
+            action,
+            GitlabAction::Note {
+                on: Noteable::Issue,
+                iid: 23,
+                ..
+            }
+        ));
     }
 }

@@ -8,28 +8,28 @@
 //!   trusted person labels for a stranger is refused, as GitHub refuses a stranger's issue;
 //! - `gitlab.issue.close`, and `update` taking the label off: the withdrawal of its task (`Withdrawal`'s terms,
 //!   GitHub's too), by the issue's clock (`updated_at`);
-//! - `gitlab.note` on an issue, `/pidevops …` or an @-mention of `bot_username` by a trusted user: a follow-up for
-//!   the issue's task, keyed by the note's id; a stranger's is recorded as ignored. Notes on merge requests, and
-//!   `/pidevops retry | cancel | approve | status`, are not taken from GitLab yet (they come with its effects).
+//! - `gitlab.note` on an issue or a merge request, `/pidevops …` or an @-mention of `bot_username` by a trusted
+//!   user: intake's comment ([`HOST`]), as GitHub's comments are: a follow-up or an answer for the issue's task (or
+//!   the merge request's, when it is the one pidevops recorded for it), or `/pidevops retry | cancel | approve |
+//!   status`, run once per note and answered by `effects:gitlab`; a stranger's is recorded as ignored.
 
 use serde_json::Value;
 
 use crate::domain::Source;
-use crate::intake::rules::comment::CommentCommand;
+use crate::intake::rules::comment::{
+    strip_mentions, Ask, CodeHost, Comment, CommentCommand, ReviewRequest,
+};
 use crate::intake::rules::{
     agent_label, asks_for_plan, ignore, no_planner_reason, take_line, ticket_draft, Decision,
     Payload, ProviderRules, RuleConfig, Withdrawal, DONE_WHEN,
 };
-use crate::providers::github::intake::comment::strip_mentions;
+use crate::projectors::tasks::LinkKind;
 use crate::providers::gitlab::models::{IssueEvent, NoteEvent};
 use crate::providers::gitlab::settings::GitlabIntake;
-use crate::tasks::{FollowUpOrigin, GitlabIssueRef, Links, RepoName, Spec, GITLAB_ISSUE};
+use crate::tasks::{GitlabIssueRef, Links, RepoName, Spec, GITLAB_ISSUE, GITLAB_MR};
 
 /// What GitLab's rules decide with: intake's shared settings and `[intake.gitlab]`.
 pub type Config<'a> = RuleConfig<'a, GitlabIntake>;
-
-/// The command prefix: a note starting with it is for pidevops even when no bot username is configured.
-const PREFIX: &str = "/pidevops";
 
 /// GitLab's intake rules, with its `[intake.gitlab]`.
 pub fn rules(own: GitlabIntake) -> ProviderRules<GitlabIntake> {
@@ -220,6 +220,27 @@ fn withdrawal(data: &Value, why: Withdrawal, config: &Config<'_>) -> Decision {
     }
 }
 
+/// GitLab as intake's comments know it: what a note does is done as `gitlab`, said to be `on GitLab`, recorded as
+/// `conversation.gitlab_note` in `gitlab-note:<project>:<note id>`, and a note on a merge request finds the task
+/// whose `gitlab_mr` it is. Stored names: they never change.
+pub static HOST: CodeHost = CodeHost {
+    source: Source::Gitlab,
+    name: "GitLab",
+    record: "conversation.gitlab_note",
+    stream_prefix: "gitlab-note:",
+    pull_request: |links| {
+        links.get(GITLAB_MR).map(|mr| ReviewRequest {
+            shown: mr.to_string(),
+            repo: mr.project,
+            number: mr.iid.get(),
+        })
+    },
+    pull_request_kind: LinkKind::GitlabMr,
+};
+
+/// The command prefix: a note starting with it is for pidevops even when no bot username is configured.
+const PREFIX: &str = "/pidevops";
+
 /// What a note addressed to pidevops says: the text after a leading `/pidevops`, or around an @-mention of the
 /// bot. `None`: not for pidevops.
 pub fn addressed(note: &str, bot: Option<&str>) -> Option<String> {
@@ -236,7 +257,31 @@ pub fn addressed(note: &str, bot: Option<&str>) -> Option<String> {
     mentioned
 }
 
-/// A note on an issue, addressed to pidevops by a trusted user: a follow-up for the issue's task; else why not.
+/// What an addressed note asks: a command when its first word names one (`retry`, `cancel`, `approve`,
+/// `status`; the rest of its line the reason), else its words (a follow-up or an answer); nothing after the
+/// prefix or mention asks nothing, and the reply lists the commands.
+pub fn asked(note: &str, bot: Option<&str>) -> Option<Ask> {
+    let text = addressed(note, bot)?;
+    let line = text.lines().next().unwrap_or_default().trim();
+    let (word, reason) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+    if let Some(command) = CommentCommand::ALL
+        .into_iter()
+        .find(|c| c.name().eq_ignore_ascii_case(word))
+    {
+        let reason = Some(reason.trim().to_owned()).filter(|r| !r.is_empty());
+        return Some(Ask::Command { command, reason });
+    }
+    Some(if text.is_empty() {
+        Ask::Unknown(String::new())
+    } else {
+        Ask::Text(text)
+    })
+}
+
+/// A note on an issue or a merge request, addressed to pidevops (`/pidevops …` or an @-mention of
+/// `bot_username`) by a trusted user: intake's comment (a follow-up, the answer to a question, or
+/// `/pidevops retry | cancel | approve | status`); else why not. Notes not addressed to pidevops are not intake's
+/// (a review note on pidevops's own merge request is the reactions' to read).
 fn note(data: &Value, config: &Config<'_>) -> Decision {
     let own = config.own;
     let bot = own.bot_username.as_deref();
@@ -256,7 +301,7 @@ fn note(data: &Value, config: &Config<'_>) -> Decision {
     if attributes.system {
         return Decision::NotIntake;
     }
-    let Some(text) = addressed(&attributes.note, bot) else {
+    let Some(asked) = asked(&attributes.note, bot) else {
         return Decision::NotIntake;
     };
     let user = &event.user;
@@ -266,15 +311,18 @@ fn note(data: &Value, config: &Config<'_>) -> Decision {
     if attributes.action.as_deref().is_some_and(|a| a != "create") {
         return ignore("an edited note is never run again");
     }
-    let Some(issue) = event
-        .issue
-        .as_ref()
-        .filter(|_| attributes.noteable_type == "Issue")
-    else {
-        return ignore(format!(
-            "a note on a {} is not taken from GitLab yet (merge requests come with GitLab's effects)",
-            attributes.noteable_type
-        ));
+    let (number, pull_request) = match (
+        attributes.noteable_type.as_str(),
+        &event.issue,
+        &event.merge_request,
+    ) {
+        ("Issue", Some(issue), _) => (issue.iid, false),
+        ("MergeRequest", _, Some(mr)) => (mr.iid, true),
+        (other, _, _) => {
+            return ignore(format!(
+                "a note on a {other} is not for pidevops: only issues and merge requests are"
+            ))
+        }
     };
     if !own.trusts(&user.username) || attributes.author_id != user.id {
         return ignore(format!(
@@ -286,30 +334,24 @@ fn note(data: &Value, config: &Config<'_>) -> Decision {
         Ok(repo) => repo,
         Err(reason) => return ignore(format!("the note cannot reach a task: {reason}")),
     };
-    let word = text.split_whitespace().next().unwrap_or_default();
-    if let Some(command) = CommentCommand::ALL
-        .into_iter()
-        .find(|c| c.name().eq_ignore_ascii_case(word))
-    {
-        return ignore(format!(
-            "/pidevops {} is not taken from GitLab yet (its commands come with GitLab's effects)",
-            command.name()
-        ));
-    }
-    if text.is_empty() {
-        return ignore("the note asks nothing");
-    }
-    let Ok(origin) = FollowUpOrigin::new(
-        format!("gitlab:note:{}", attributes.id),
-        format!("{} on GitLab", user.username),
-    ) else {
-        return ignore("the note's author cannot be named");
-    };
-    Decision::FollowUp {
-        key: issue_key(&repo, issue.iid),
-        text,
-        origin: Some(origin),
-    }
+    // A GitLab issue becomes a task by its label; a note never makes one (the note's hook carries too little of
+    // the issue to draft it from, and a stranger's label must not be bypassed).
+    let draft = (!pull_request).then(|| {
+        Err(format!(
+            "a GitLab issue becomes a task when its trusted author labels it {:?}",
+            own.label
+        ))
+    });
+    Decision::Comment(Box::new(Comment {
+        host: &HOST,
+        repo,
+        number,
+        pull_request,
+        id: attributes.id,
+        login: user.username.clone(),
+        ask: asked,
+        draft,
+    }))
 }
 
 #[cfg(test)]

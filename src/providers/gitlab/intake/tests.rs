@@ -192,22 +192,73 @@ fn closing_or_taking_the_label_off_withdraws_the_issue_s_task() {
     assert_eq!(why, Withdrawal::Unasked);
 }
 
+/// The comment a decision hands intake, or a panic saying what it was instead.
+fn comment(decision: Decision) -> crate::intake::rules::comment::Comment {
+    match decision {
+        Decision::Comment(comment) => *comment,
+        other => panic!("not a comment: {other:?}"),
+    }
+}
+
 #[test]
-fn a_trusted_note_on_the_issue_is_a_follow_up_keyed_by_its_id() {
-    let decision = decide_on("gitlab.note", &fixture("note_issue"));
-    let Decision::FollowUp { key, text, origin } = decision else {
-        panic!("{decision:?}")
-    };
-    assert_eq!(key, "gitlab:acme/platform/api#23");
-    assert_eq!(text, "keep the old cursor format working too");
-    let origin = origin.unwrap();
-    assert_eq!(origin.key(), "gitlab:note:1241");
+fn a_trusted_note_on_the_issue_is_intake_s_comment_keyed_by_its_id() {
+    let note = comment(decide_on("gitlab.note", &fixture("note_issue")));
+    assert_eq!(note.host, &HOST);
+    assert_eq!(note.issue_key(), "gitlab:acme/platform/api#23");
+    assert_eq!(
+        note.ask,
+        Ask::Text("keep the old cursor format working too".into())
+    );
+    assert_eq!(note.origin_key(), "gitlab:comment:1241");
+    assert_eq!(note.stream(), "gitlab-note:acme/platform/api:1241");
+    assert!(!note.pull_request);
+    assert!(
+        matches!(&note.draft, Some(Err(why)) if why.contains("labels it")),
+        "a note never makes a task: {:?}",
+        note.draft
+    );
     let mut mention = fixture("note_issue");
     mention["object_attributes"]["note"] = "@pidevops-bot: also cover the CLI".into();
-    let Decision::FollowUp { text, .. } = decide_on("gitlab.note", &mention) else {
-        panic!("a mention is addressed")
-    };
-    assert_eq!(text, "also cover the CLI");
+    let note = comment(decide_on("gitlab.note", &mention));
+    assert_eq!(note.ask, Ask::Text("also cover the CLI".into()));
+}
+
+#[test]
+fn a_trusted_note_on_a_merge_request_or_a_command_is_intake_s_too() {
+    let mut on_mr = fixture("note_issue");
+    on_mr["object_attributes"]["noteable_type"] = "MergeRequest".into();
+    on_mr["merge_request"] = serde_json::json!({"iid": 7});
+    on_mr.as_object_mut().unwrap().remove("issue");
+    let note = comment(decide_on("gitlab.note", &on_mr));
+    assert!(note.pull_request);
+    assert_eq!(note.number, 7);
+    assert_eq!(note.draft, None, "a merge request is never made a task");
+    for (text, command, reason) in [
+        (
+            "/pidevops cancel not needed",
+            CommentCommand::Cancel,
+            Some("not needed"),
+        ),
+        ("@pidevops-bot retry", CommentCommand::Retry, None),
+        ("/PIDEVOPS Status", CommentCommand::Status, None),
+    ] {
+        let mut said = fixture("note_issue");
+        said["object_attributes"]["note"] = text.into();
+        assert_eq!(
+            comment(decide_on("gitlab.note", &said)).ask,
+            Ask::Command {
+                command,
+                reason: reason.map(str::to_owned)
+            },
+            "{text}"
+        );
+    }
+    let mut bare = fixture("note_issue");
+    bare["object_attributes"]["note"] = "/pidevops".into();
+    assert_eq!(
+        comment(decide_on("gitlab.note", &bare)).ask,
+        Ask::Unknown(String::new())
+    );
 }
 
 #[test]
@@ -224,21 +275,16 @@ fn a_stranger_s_note_is_recorded_as_ignored_and_changes_nothing() {
 }
 
 #[test]
-fn notes_not_for_pidevops_or_not_intake_s_yet_are_said_so() {
+fn notes_not_for_pidevops_are_said_so() {
     let mut chat = fixture("note_issue");
     chat["object_attributes"]["note"] = "looks good to me".into();
     assert_eq!(decide_on("gitlab.note", &chat), Decision::NotIntake);
     let mut system = fixture("note_issue");
     system["object_attributes"]["system"] = true.into();
     assert_eq!(decide_on("gitlab.note", &system), Decision::NotIntake);
-    let mut on_mr = fixture("note_issue");
-    on_mr["object_attributes"]["noteable_type"] = "MergeRequest".into();
-    on_mr["merge_request"] = serde_json::json!({"iid": 7});
-    on_mr.as_object_mut().unwrap().remove("issue");
-    assert!(reason(decide_on("gitlab.note", &on_mr)).contains("MergeRequest is not taken"));
-    let mut command = fixture("note_issue");
-    command["object_attributes"]["note"] = "/pidevops cancel".into();
-    assert!(reason(decide_on("gitlab.note", &command)).contains("not taken from GitLab yet"));
+    let mut on_commit = fixture("note_issue");
+    on_commit["object_attributes"]["noteable_type"] = "Commit".into();
+    assert!(reason(decide_on("gitlab.note", &on_commit)).contains("only issues and merge requests"));
     let mut edited = fixture("note_issue");
     edited["object_attributes"]["action"] = "update".into();
     assert!(reason(decide_on("gitlab.note", &edited)).contains("edited"));
