@@ -1,5 +1,7 @@
-//! A fake GitLab REST API on loopback: the issue notes' list and create (`/api/v4/projects/:id/issues/:iid/notes`),
-//! recording each note made with the project as the path decoded it and the `PRIVATE-TOKEN` it carried.
+//! A fake GitLab REST API on loopback: the notes' list and create on issues and merge requests
+//! (`/api/v4/projects/:id/issues/:iid/notes`, `…/merge_requests/:iid/notes`), recording each note made with the
+//! project as the path decoded it and the `PRIVATE-TOKEN` it carried; emoji awards on notes, refusing the same
+//! award twice as GitLab does.
 
 use std::sync::{Arc, Mutex};
 
@@ -13,15 +15,21 @@ use serde_json::{json, Value};
 pub struct Made {
     /// The project id as the route read it: a full path, its `/` decoded.
     pub project: String,
+    /// `issues` or `merge_requests`: what the note is on.
+    pub on: &'static str,
     pub iid: u64,
     pub token: String,
     pub body: String,
     pub id: u64,
 }
 
+/// An emoji awarded to a note: `(project, on, iid, note, name)`.
+pub type Award = (String, String, u64, u64, String);
+
 #[derive(Clone, Default)]
 pub struct FakeGitlab {
     notes: Arc<Mutex<Vec<Made>>>,
+    awards: Arc<Mutex<Vec<Award>>>,
     pub url: String,
 }
 
@@ -31,7 +39,15 @@ impl FakeGitlab {
         let router = Router::new()
             .route(
                 "/api/v4/projects/{project}/issues/{iid}/notes",
-                get(list).post(create),
+                get(list_on_issue).post(create_on_issue),
+            )
+            .route(
+                "/api/v4/projects/{project}/merge_requests/{iid}/notes",
+                get(list_on_merge_request).post(create_on_merge_request),
+            )
+            .route(
+                "/api/v4/projects/{project}/{on}/{iid}/notes/{note}/award_emoji",
+                axum::routing::post(award),
             )
             .route("/api/v4/user", get(user))
             .with_state(fake.clone());
@@ -49,6 +65,7 @@ impl FakeGitlab {
         let id = 5000 + notes.len() as u64;
         notes.push(Made {
             project: project.to_owned(),
+            on: "issues",
             iid,
             token: String::new(),
             body: body.to_owned(),
@@ -58,6 +75,10 @@ impl FakeGitlab {
 
     pub fn notes(&self) -> Vec<Made> {
         self.notes.lock().unwrap().clone()
+    }
+
+    pub fn awards(&self) -> Vec<Award> {
+        self.awards.lock().unwrap().clone()
     }
 
     /// Points a test's settings at this fake, as an operator would: its token and address.
@@ -83,26 +104,54 @@ async fn user(headers: HeaderMap) -> (StatusCode, Json<Value>) {
     }
 }
 
-async fn list(
+async fn list_on_issue(fake: State<FakeGitlab>, path: Path<(String, u64)>) -> Json<Value> {
+    list(fake, path, "issues")
+}
+
+async fn list_on_merge_request(fake: State<FakeGitlab>, path: Path<(String, u64)>) -> Json<Value> {
+    list(fake, path, "merge_requests")
+}
+
+fn list(
     State(fake): State<FakeGitlab>,
     Path((project, iid)): Path<(String, u64)>,
+    on: &'static str,
 ) -> Json<Value> {
     let notes = fake.notes.lock().unwrap();
     Json(
         notes
             .iter()
             .rev()
-            .filter(|n| n.project == project && n.iid == iid)
+            .filter(|n| n.project == project && n.iid == iid && n.on == on)
             .map(|n| json!({ "id": n.id, "body": n.body, "system": false }))
             .collect(),
     )
 }
 
-async fn create(
+async fn create_on_issue(
+    fake: State<FakeGitlab>,
+    path: Path<(String, u64)>,
+    headers: HeaderMap,
+    body: Json<Value>,
+) -> (StatusCode, Json<Value>) {
+    create(fake, path, headers, body, "issues")
+}
+
+async fn create_on_merge_request(
+    fake: State<FakeGitlab>,
+    path: Path<(String, u64)>,
+    headers: HeaderMap,
+    body: Json<Value>,
+) -> (StatusCode, Json<Value>) {
+    create(fake, path, headers, body, "merge_requests")
+}
+
+fn create(
     State(fake): State<FakeGitlab>,
     Path((project, iid)): Path<(String, u64)>,
     headers: HeaderMap,
     Json(body): Json<Value>,
+    on: &'static str,
 ) -> (StatusCode, Json<Value>) {
     let Some(text) = body["body"].as_str() else {
         return (
@@ -114,6 +163,7 @@ async fn create(
     let id = 5000 + notes.len() as u64;
     notes.push(Made {
         project,
+        on,
         iid,
         token: headers
             .get("private-token")
@@ -125,6 +175,43 @@ async fn create(
     });
     (
         StatusCode::CREATED,
-        Json(json!({ "id": id, "body": text, "noteable_type": "Issue", "system": false })),
+        Json(json!({ "id": id, "body": text, "system": false })),
     )
+}
+
+/// `POST …/<issues|merge_requests>/:iid/notes/:note/award_emoji {name}`: the same award twice is refused with
+/// GitLab's words.
+async fn award(
+    State(fake): State<FakeGitlab>,
+    Path((project, on, iid, note)): Path<(String, String, u64, u64)>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> (StatusCode, Json<Value>) {
+    if headers.get("private-token").is_none() {
+        return (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({ "message": "401 Unauthorized" })),
+        );
+    }
+    let (Some(name), true) = (
+        body["name"].as_str(),
+        matches!(on.as_str(), "issues" | "merge_requests"),
+    ) else {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"message": "name is missing"})),
+        );
+    };
+    let mut awards = fake.awards.lock().unwrap();
+    let given = (project, on, iid, note, name.to_owned());
+    if awards.contains(&given) {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(
+                json!({"message": {"name": ["has already been taken"]}, "error": "Award Emoji has already been taken"}),
+            ),
+        );
+    }
+    awards.push(given);
+    (StatusCode::CREATED, Json(json!({ "id": 1, "name": name })))
 }

@@ -1,7 +1,9 @@
 //! GitLab through the real app, per backend: deliveries checked by their token and stored once; a labeled issue
 //! of a trusted author in a GitLab repository becomes one task; a wrong token is refused (401) and nothing stored;
 //! a stranger's note is recorded as ignored and changes nothing; a trusted note is the task's follow-up once;
-//! closing the issue withdraws its task; `effects:gitlab` notes the task on its issue once, through the fake.
+//! closing the issue withdraws its task; `effects:gitlab` notes the task on its issue once, through the fake; a
+//! note addressed to pidevops gets 👀 and one reply, and a command on a merge request steers only the task whose
+//! recorded merge request it is.
 
 use crate::common::{board, TestApp, TestDb, GITLAB_SECRET};
 use pidevops::tasks::{Column, TaskId};
@@ -16,6 +18,7 @@ per_backend!(
     closing_the_issue_withdraws_its_task,
     the_task_made_of_an_issue_is_said_once_in_a_note_on_it,
     a_note_a_cut_off_attempt_made_is_found_not_made_again,
+    a_note_for_pidevops_is_answered_once_and_steers_only_its_own_merge_request_s_task,
 );
 
 const REPO: &str = "acme/platform/api";
@@ -196,7 +199,7 @@ async fn noting_app(db: &TestDb, fake: &super::fake::FakeGitlab) -> TestApp {
     fake.point_settings(&mut settings, "glpat-test-token");
     settings.file = format!(
         "[repos.\"{REPO}\"]\nprovider = \"gitlab\"\nurl = \"https://gitlab.example.com/{REPO}.git\"\n\
-         [intake.gitlab]\ntrusted_users = [\"alice\"]\n"
+         [intake.gitlab]\ntrusted_users = [\"alice\"]\nbot_username = \"pidevops-bot\"\n"
     )
     .parse()
     .unwrap();
@@ -292,4 +295,115 @@ async fn doctor_proves_the_gitlab_token_with_a_read_only_call() {
     );
     assert!(!report.contains("glpat-doctor-secret"));
     assert!(fake.notes().is_empty(), "doctor makes nothing");
+}
+
+/// A note of alice's on the fixture's issue (or, with `mr`, on that merge request) saying `text`.
+fn note_saying(id: u64, text: &str, mr: Option<u64>) -> Value {
+    let mut note = gl_fixture("note_issue");
+    note["object_attributes"]["id"] = id.into();
+    note["object_attributes"]["note"] = text.into();
+    if let Some(iid) = mr {
+        note["object_attributes"]["noteable_type"] = "MergeRequest".into();
+        note["merge_request"] = serde_json::json!({ "iid": iid });
+        note.as_object_mut().unwrap().remove("issue");
+    }
+    note
+}
+
+async fn a_note_for_pidevops_is_answered_once_and_steers_only_its_own_merge_request_s_task(
+    db: TestDb,
+) {
+    let fake = super::fake::FakeGitlab::start().await;
+    let app = noting_app(&db, &fake).await;
+    post(
+        &app,
+        Some(GITLAB_SECRET),
+        "uuid-1",
+        &gl_fixture("issue_open"),
+    )
+    .await;
+    settle(&app).await;
+    let id = TaskId::new(1.try_into().unwrap());
+
+    // `/pidevops status` on the issue: 👀 on the note and one reply saying where the task is; delivered again
+    // (another UUID), nothing more.
+    let status = note_saying(1250, "/pidevops status", None);
+    post(&app, Some(GITLAB_SECRET), "uuid-2", &status).await;
+    post(&app, Some(GITLAB_SECRET), "uuid-3", &status).await;
+    settle(&app).await;
+    app.drive("effects:gitlab").await;
+    assert_eq!(
+        fake.awards(),
+        vec![(
+            REPO.to_owned(),
+            "issues".to_owned(),
+            23,
+            1250,
+            "eyes".to_owned()
+        )]
+    );
+    let replies = |fake: &super::fake::FakeGitlab| {
+        fake.notes()
+            .into_iter()
+            .filter(|n| n.body.contains("pidevops:gitlab:reply:"))
+            .collect::<Vec<_>>()
+    };
+    let said = replies(&fake);
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert_eq!((said[0].on, said[0].iid), ("issues", 23));
+    assert!(
+        said[0].body.contains("T-1 is in triage"),
+        "{}",
+        said[0].body
+    );
+
+    // The task's merge request is recorded as !7. `/pidevops cancel` on !8 (no task's) changes nothing and says
+    // so; on !7 it cancels the task, answered on the merge request.
+    let mr = pidevops::tasks::GitlabMrRef::new(REPO.parse().unwrap(), 7).unwrap();
+    app.state
+        .board
+        .execute(
+            id,
+            &pidevops::tasks::Command::AttachLinks {
+                links: pidevops::tasks::Links::default().with(pidevops::tasks::GITLAB_MR, &mr),
+            },
+            "test",
+        )
+        .await
+        .unwrap();
+    post(
+        &app,
+        Some(GITLAB_SECRET),
+        "uuid-4",
+        &note_saying(1260, "/pidevops cancel", Some(8)),
+    )
+    .await;
+    settle(&app).await;
+    assert_eq!(board::row(&app, id).await.column, Column::Triage);
+    post(
+        &app,
+        Some(GITLAB_SECRET),
+        "uuid-5",
+        &note_saying(1270, "@pidevops-bot cancel not needed after all", Some(7)),
+    )
+    .await;
+    settle(&app).await;
+    assert_eq!(board::row(&app, id).await.column, Column::Cancelled);
+    app.drive("effects:gitlab").await;
+    let said = replies(&fake);
+    let on_mr: Vec<_> = said.iter().filter(|n| n.on == "merge_requests").collect();
+    assert_eq!(on_mr.len(), 2, "{said:?}");
+    assert!(
+        on_mr
+            .iter()
+            .any(|n| n.iid == 8 && n.body.contains("No task")),
+        "{on_mr:?}"
+    );
+    assert!(
+        on_mr
+            .iter()
+            .any(|n| n.iid == 7 && n.body.contains("T-1 cancelled")),
+        "{on_mr:?}"
+    );
+    app.stop().await;
 }
