@@ -92,7 +92,7 @@ fn gitlab_effects(parts: &Parts<'_>) -> anyhow::Result<Built> {
         .map_err(|e| anyhow::anyhow!(e))?;
     Ok(builds::effects(
         Effects::new(
-            GitlabPolicy::new(client),
+            GitlabPolicy::new(client).with_bot(gitlab.intake.bot_username.clone()),
             parts.log.clone(),
             parts.board.clone(),
         )

@@ -104,7 +104,7 @@ impl GitlabClient {
             .send(
                 "making the note",
                 self.http.post(&url).json(&serde_json::json!({
-                    "body": format!("{body}\n\n{marker}"),
+                    "body": format!("{}\n\n{marker}", without_quick_actions(body)),
                 })),
             )
             .await?;
@@ -200,6 +200,24 @@ impl GitlabClient {
     }
 }
 
+/// `text` with no line GitLab would run as a quick action: GitLab runs `/close`, `/merge`, `/approve`, … at the
+/// start of a line of a note or a new merge request's description, as the account that posted it (pidevops's,
+/// with Developer access), and what pidevops posts quotes agents and people it has never met. A zero-width space
+/// before such a line's `/` keeps it readable and inert.
+pub(crate) fn without_quick_actions(text: &str) -> String {
+    text.split('\n')
+        .map(|line| {
+            let indent = line.len() - line.trim_start().len();
+            if line[indent..].starts_with('/') {
+                format!("{}\u{200B}{}", &line[..indent], &line[indent..])
+            } else {
+                line.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// A call GitLab answered with `status`: worth trying again (5xx, 429, after `retry_after`) or not.
 fn refusal(what: &str, status: reqwest::StatusCode, retry_after: Option<Duration>) -> CallError {
     let message = format!("{what}: GitLab answered {status}");
@@ -216,6 +234,16 @@ fn refusal(what: &str, status: reqwest::StatusCode, retry_after: Option<Duration
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_line_pidevops_posts_runs_as_a_quick_action() {
+        let said = without_quick_actions("Done.\n/close\n  /merge\n> /approve\nsee a/b");
+        assert_eq!(
+            said,
+            "Done.\n\u{200B}/close\n  \u{200B}/merge\n> /approve\nsee a/b"
+        );
+        assert!(said.lines().all(|l| !l.trim_start().starts_with('/')));
+    }
 
     #[test]
     fn a_nested_project_is_one_encoded_path_segment() {

@@ -1,8 +1,9 @@
-//! The GitLab policy: a note on a task's GitLab issue when the task is made and when it is done, and the answer
-//! to a note addressed to pidevops (👀 on it, then a reply saying what came of it). The request builders are
+//! The GitLab policy: a note on a task's GitLab issue when the task is made, when it needs a human (its question,
+//! `question.rs`) and when it is done, and the answer to a note addressed to pidevops (👀 on it, then a reply saying what came of it). The request builders are
 //! pure; [`GitlabPolicy`] is the `effects:gitlab` loop's side of [`ProviderPolicy`].
 
 mod action;
+mod question;
 
 use crate::board::Loaded;
 use crate::domain::Source;
@@ -17,16 +18,24 @@ use crate::providers::gitlab::intake::HOST;
 use crate::tasks::{Task, TaskEvent, GITLAB_ISSUE};
 
 pub use action::{GitlabAction, Noteable};
+pub use question::gitlab_question;
 
 /// The `effects:gitlab` policy.
 #[derive(Clone, Debug)]
 pub struct GitlabPolicy {
     client: GitlabClient,
+    /// pidevops's own GitLab account (`[intake.gitlab] bot_username`): a question on an issue says to mention it.
+    bot: Option<String>,
 }
 
 impl GitlabPolicy {
     pub fn new(client: GitlabClient) -> Self {
-        Self { client }
+        Self { client, bot: None }
+    }
+
+    pub fn with_bot(mut self, bot: Option<String>) -> Self {
+        self.bot = bot;
+        self
     }
 }
 
@@ -65,17 +74,32 @@ impl ProviderPolicy for GitlabPolicy {
     }
 
     fn notifies(&self, event: &TaskEvent) -> bool {
-        matches!(event, TaskEvent::Created(_)) || matches!(event, TaskEvent::Completed { .. })
+        matches!(event, TaskEvent::FlaggedNeedsHuman { .. })
+            || matches!(event, TaskEvent::Created(_))
+            || matches!(event, TaskEvent::Completed { .. })
     }
 
     async fn requests(
         &self,
         _fx: &impl Handle<Action = GitlabAction>,
-        _event: &StoredEvent,
+        event: &StoredEvent,
         task_event: &TaskEvent,
         loaded: &Loaded,
     ) -> anyhow::Result<Vec<Request<GitlabAction>>> {
-        Ok(gitlab(task_event, &loaded.task))
+        let mut requests = gitlab(task_event, &loaded.task);
+        if let TaskEvent::FlaggedNeedsHuman {
+            reason, question, ..
+        } = task_event
+        {
+            requests.extend(gitlab_question(
+                &loaded.task,
+                reason,
+                *question,
+                &event.id.to_string(),
+                self.bot.as_deref(),
+            ));
+        }
+        Ok(requests)
     }
 
     async fn call(&self, key: &str, action: &GitlabAction) -> Result<Produced, CallError> {
@@ -175,7 +199,7 @@ mod tests {
         decide, evolve, Command, GitlabIssueRef, Links, MaxAttempts, NewTask, Priority, Spec,
     };
 
-    fn task(links: Links) -> (Task, Vec<TaskEvent>) {
+    pub(super) fn task(links: Links) -> (Task, Vec<TaskEvent>) {
         let events = decide(
             None,
             &Command::Create(Box::new(NewTask {

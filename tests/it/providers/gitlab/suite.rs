@@ -19,6 +19,7 @@ per_backend!(
     the_task_made_of_an_issue_is_said_once_in_a_note_on_it,
     a_note_a_cut_off_attempt_made_is_found_not_made_again,
     a_note_for_pidevops_is_answered_once_and_steers_only_its_own_merge_request_s_task,
+    a_task_that_needs_a_human_asks_on_its_issue_and_a_trusted_note_answers_it,
 );
 
 const REPO: &str = "acme/platform/api";
@@ -404,6 +405,78 @@ async fn a_note_for_pidevops_is_answered_once_and_steers_only_its_own_merge_requ
             .iter()
             .any(|n| n.iid == 7 && n.body.contains("T-1 cancelled")),
         "{on_mr:?}"
+    );
+    app.stop().await;
+}
+
+async fn a_task_that_needs_a_human_asks_on_its_issue_and_a_trusted_note_answers_it(db: TestDb) {
+    let fake = super::fake::FakeGitlab::start().await;
+    let app = noting_app(&db, &fake).await;
+    post(
+        &app,
+        Some(GITLAB_SECRET),
+        "uuid-1",
+        &gl_fixture("issue_open"),
+    )
+    .await;
+    settle(&app).await;
+    let id = TaskId::new(1.try_into().unwrap());
+    let flag = pidevops::tasks::Command::FlagNeedsHuman {
+        reason: pidevops::tasks::Reason::new("which cursor format: v1 or v2?\n/close").unwrap(),
+    };
+    app.state.board.execute(id, &flag, "test").await.unwrap();
+    app.drive("effects:gitlab").await;
+    let asked: Vec<_> = fake
+        .notes()
+        .into_iter()
+        .filter(|n| n.body.contains(":ask:"))
+        .collect();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!((asked[0].on, asked[0].iid), ("issues", 23));
+    assert!(
+        asked[0]
+            .body
+            .contains("T-1 needs a human: which cursor format"),
+        "{}",
+        asked[0].body
+    );
+    assert!(
+        asked[0].body.contains("mentioning @pidevops-bot"),
+        "{}",
+        asked[0].body
+    );
+    assert!(
+        asked[0]
+            .body
+            .lines()
+            .all(|l| !l.trim_start().starts_with('/')),
+        "nothing pidevops posts runs as a quick action: {}",
+        asked[0].body
+    );
+
+    post(
+        &app,
+        Some(GITLAB_SECRET),
+        "uuid-2",
+        &note_saying(1280, "@pidevops-bot v2, keep v1 readable", None),
+    )
+    .await;
+    settle(&app).await;
+    let events = board::events_in(&app, &id.stream()).await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.event_type == "task.needs_human_cleared"),
+        "the note answered it: {:?}",
+        events.iter().map(|e| &e.event_type).collect::<Vec<_>>()
+    );
+    app.drive("effects:gitlab").await;
+    assert!(
+        fake.notes()
+            .iter()
+            .any(|n| n.body.contains("That answers what T-1 was waiting on")),
+        "{:?}",
+        fake.notes()
     );
     app.stop().await;
 }
