@@ -1,6 +1,16 @@
 //! The GitLab client effects call through: its REST API (`<GITLAB_URL>/api/v4`) with `GITLAB_TOKEN` in
 //! `PRIVATE-TOKEN`, every call bounded. It only makes calls and says how they failed; what to call, when, and what
-//! it means is the policy's. One call so far: a note on an issue, made once (its marker looked for first).
+//! it means is the policy's: a note on an issue, made once (its marker looked for first), here; each other area of
+//! the API in its own file: `poll.rs` (merge requests changed since a time, for `gitlab_poller`), `hooks.rs` (a
+//! project's webhook, for `init --gitlab`), `members.rs` (a member's access level, for `doctor`).
+
+mod hooks;
+mod members;
+mod poll;
+
+pub use hooks::{EnsuredHook, EVENTS as HOOK_EVENTS};
+pub use members::{Access, DEVELOPER};
+pub use poll::{MergeRequest, MergeRequestPage};
 
 use std::time::Duration;
 
@@ -48,14 +58,9 @@ impl GitlabClient {
         })
     }
 
-    /// `…/api/v4/projects/<path, its '/' encoded>/issues/<iid>/notes`. A [`RepoName`]'s segments hold only
-    /// letters, digits, `.`, `_` and `-`, so `/` is all there is to encode.
+    /// `…/api/v4/projects/<path, its '/' encoded>/issues/<iid>/notes`.
     fn notes_url(&self, project: &RepoName, iid: u64) -> String {
-        format!(
-            "{}/api/v4/projects/{}/issues/{iid}/notes",
-            self.url,
-            project.as_str().replace('/', "%2F")
-        )
+        format!("{}/issues/{iid}/notes", self.project_url(project))
     }
 
     /// A note on `project#iid` saying `body`, made once for `key`: a note already carrying the key's marker (a
@@ -100,26 +105,20 @@ impl GitlabClient {
         })
     }
 
-    /// Who `GITLAB_TOKEN` is (`GET /api/v4/user`): `doctor`'s read-only proof that the API answers it.
-    pub async fn username(&self) -> Result<String, CallError> {
-        #[derive(Deserialize)]
-        struct User {
-            username: String,
-        }
-        let user: User = self
-            .send(
-                "reading the token's user",
-                self.http.get(format!("{}/api/v4/user", self.url)),
-            )
-            .await?;
-        Ok(user.username)
-    }
-
     async fn send<T: serde::de::DeserializeOwned>(
         &self,
         what: &str,
         request: reqwest::RequestBuilder,
     ) -> Result<T, CallError> {
+        read_json(what, self.answer(what, request).await?).await
+    }
+
+    /// The response to `request` with the token, if GitLab answered it with a success; else how it failed.
+    async fn answer(
+        &self,
+        what: &str,
+        request: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, CallError> {
         let response = request
             .header("PRIVATE-TOKEN", self.token.expose_secret())
             .send()
@@ -130,13 +129,7 @@ impl GitlabClient {
             })?;
         let status = response.status();
         if status.is_success() {
-            return response
-                .json::<T>()
-                .await
-                .map_err(|e| CallError::Transient {
-                    message: format!("{what}: GitLab's answer does not read: {}", e.without_url()),
-                    retry_after: None,
-                });
+            return Ok(response);
         }
         let retry_after = response
             .headers()
@@ -154,6 +147,30 @@ impl GitlabClient {
             Err(CallError::Permanent { message })
         }
     }
+
+    /// `…/api/v4/projects/<path, its '/' encoded>`. A [`RepoName`]'s segments hold only letters, digits, `.`, `_`
+    /// and `-`, so `/` is all there is to encode.
+    fn project_url(&self, project: &RepoName) -> String {
+        format!(
+            "{}/api/v4/projects/{}",
+            self.url,
+            project.as_str().replace('/', "%2F")
+        )
+    }
+}
+
+/// A successful answer's body as `T`.
+async fn read_json<T: serde::de::DeserializeOwned>(
+    what: &str,
+    response: reqwest::Response,
+) -> Result<T, CallError> {
+    response
+        .json::<T>()
+        .await
+        .map_err(|e| CallError::Transient {
+            message: format!("{what}: GitLab's answer does not read: {}", e.without_url()),
+            retry_after: None,
+        })
 }
 
 #[cfg(test)]
