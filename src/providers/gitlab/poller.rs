@@ -284,7 +284,10 @@ mod tests {
         assert_eq!((a.source_project_id, a.target_project_id), (42, 42));
         assert_eq!(merged["object_attributes"]["last_commit"]["id"], "abc123");
         let closed = webhook_shaped(&project, &mr("closed"), "close");
-        assert_eq!(closed["user"]["username"], "pidevops-bot", "no closer: its author");
+        assert_eq!(
+            closed["user"]["username"], "pidevops-bot",
+            "no closer: its author"
+        );
         assert_eq!(terminal_action("merged"), Some("merge"));
         assert_eq!(terminal_action("closed"), Some("close"));
         assert_eq!(terminal_action("opened"), None);

@@ -45,9 +45,7 @@ impl GitlabClient {
         let hooks: Vec<Hook> = self
             .send(
                 "listing the project's webhooks",
-                self.http
-                    .get(&hooks_url)
-                    .query(&[("per_page", "100")]),
+                self.http.get(&hooks_url).query(&[("per_page", "100")]),
             )
             .await?;
         let mut body = json!({

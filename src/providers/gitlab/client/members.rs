@@ -58,7 +58,10 @@ impl GitlabClient {
     /// `user`'s access to `project`, inherited ones included; `None`: not a member.
     pub async fn member(&self, project: &RepoName, user: u64) -> Result<Option<Access>, CallError> {
         let url = format!("{}/members/all/{user}", self.project_url(project));
-        match self.send("reading a member's access", self.http.get(url)).await {
+        match self
+            .send("reading a member's access", self.http.get(url))
+            .await
+        {
             Ok(access) => Ok(Some(access)),
             Err(CallError::Permanent { message }) if message.ends_with("404 Not Found") => Ok(None),
             Err(e) => Err(e),

@@ -1,7 +1,8 @@
 //! GitLab's test kit: its fixtures as GitLab sends them (`tests/fixtures/gitlab/`), its fake REST API on loopback
-//! (`fake`), and its suite through the real app (`suite`).
+//! (`fake`), its suite through the real app (`suite`) and `gitlab_poller` through it (`poller`).
 
 pub mod fake;
+mod poller;
 mod suite;
 
 use serde_json::Value;
