@@ -226,14 +226,26 @@ impl FakeGitlab {
             .collect()
     }
 
-    /// `username` (id `id`) a member of `project` at `level` (30 Developer, 20 Reporter).
+    /// `username` (id `id`) a member of `project` at `level` (30 Developer, 20 Reporter); replaces their level.
     pub fn add_member(&self, project: &str, id: u64, username: &str, level: u32) {
         let mut polled = self.polled.lock().unwrap();
-        polled.members.entry(project.to_owned()).or_default().push((
+        let members = polled.members.entry(project.to_owned()).or_default();
+        members.retain(|(known, _, _)| *known != id);
+        members.push((id, username.to_owned(), level));
+    }
+
+    /// A hook someone else made on `project`, delivering to `url`.
+    pub fn add_hook(&self, project: &str, url: &str) {
+        let mut polled = self.polled.lock().unwrap();
+        let id = polled.hooks.len() as u64 + 1;
+        polled.hooks.push(Hook {
             id,
-            username.to_owned(),
-            level,
-        ));
+            project: project.to_owned(),
+            url: url.to_owned(),
+            token: String::new(),
+            events: vec!["push_events".to_owned()],
+            ssl: true,
+        });
     }
 }
 
