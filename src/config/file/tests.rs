@@ -280,7 +280,7 @@ fn the_effective_configuration_is_a_valid_file_that_means_the_same() {
 #[test]
 fn keys_come_from_serde_itself() {
     assert_eq!(keys_of::<BoardTable>(), ["approval", "max_attempts"]);
-    assert_eq!(keys_of::<PollersTable>(), ["linear", "github"]);
+    assert_eq!(keys_of::<PollersTable>(), ["linear", "github", "gitlab"]);
     assert_eq!(keys_of::<LinearTable>(), ["states"]);
 }
 

@@ -376,26 +376,26 @@ async fn list_hooks(
     Json(Value::from(hooks)).into_response()
 }
 
-/// A hook's fields from a create or update body; refused without a URL and a token.
-fn hook_fields(body: &Value) -> Result<(String, String, Vec<String>, bool), Response> {
+/// A hook's fields from a create or update body (url, token, events, SSL verification); `None` without a URL and
+/// a token, which the fake refuses.
+fn hook_fields(body: &Value) -> Option<(String, String, Vec<String>, bool)> {
     let (Some(url), Some(token)) = (body["url"].as_str(), body["token"].as_str()) else {
-        return Err(refused(
-            StatusCode::BAD_REQUEST,
-            "url and token are required here",
-        ));
+        return None;
     };
     let events = HOOK_EVENTS
         .iter()
         .filter(|e| body[**e].as_bool() == Some(true))
         .map(|e| (*e).to_owned())
         .collect();
-    Ok((
+    Some((
         url.to_owned(),
         token.to_owned(),
         events,
         body["enable_ssl_verification"].as_bool().unwrap_or(true),
     ))
 }
+
+const HOOK_REFUSED: &str = "url and token are required here";
 
 async fn create_hook(
     State(fake): State<FakeGitlab>,
@@ -406,9 +406,8 @@ async fn create_hook(
     if !authorized(&headers) {
         return refused(StatusCode::UNAUTHORIZED, "401 Unauthorized");
     }
-    let (url, token, events, ssl) = match hook_fields(&body) {
-        Ok(fields) => fields,
-        Err(refusal) => return refusal,
+    let Some((url, token, events, ssl)) = hook_fields(&body) else {
+        return refused(StatusCode::BAD_REQUEST, HOOK_REFUSED);
     };
     let mut polled = fake.polled.lock().unwrap();
     let hook = Hook {
@@ -432,9 +431,8 @@ async fn update_hook(
     if !authorized(&headers) {
         return refused(StatusCode::UNAUTHORIZED, "401 Unauthorized");
     }
-    let (url, token, events, ssl) = match hook_fields(&body) {
-        Ok(fields) => fields,
-        Err(refusal) => return refusal,
+    let Some((url, token, events, ssl)) = hook_fields(&body) else {
+        return refused(StatusCode::BAD_REQUEST, HOOK_REFUSED);
     };
     let mut polled = fake.polled.lock().unwrap();
     let Some(hook) = polled
