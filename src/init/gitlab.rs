@@ -55,13 +55,7 @@ pub fn answers(
             url = Some(ask(input, "The GitLab instance", DEFAULT_URL)?);
         }
     }
-    let projects = projects
-        .iter()
-        .map(|p| {
-            p.parse::<RepoName>()
-                .map_err(|e| anyhow::anyhow!("--gitlab-project {p:?}: {e}"))
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let projects = super::repo_names(&projects, "--gitlab-project")?;
     if projects.is_empty() {
         anyhow::bail!("--gitlab: name the projects with --gitlab-project group/…/name");
     }

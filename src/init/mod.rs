@@ -285,6 +285,17 @@ fn ask(input: &mut impl BufRead, question: &str, default: &str) -> anyhow::Resul
     })
 }
 
+/// Repository names as given (`flag` names them in an error).
+fn repo_names(names: &[String], flag: &str) -> anyhow::Result<Vec<RepoName>> {
+    names
+        .iter()
+        .map(|r| {
+            r.parse::<RepoName>()
+                .map_err(|e| anyhow::anyhow!("{flag} {r:?}: {e}"))
+        })
+        .collect()
+}
+
 fn yes(answer: &str) -> bool {
     matches!(answer.to_ascii_lowercase().as_str(), "y" | "yes")
 }
@@ -343,13 +354,7 @@ pub fn answers(
         // Scripted: GitHub repositories want GitHub's webhooks unless another provider was named.
         github = true;
     }
-    let repos = repos
-        .iter()
-        .map(|r| {
-            r.parse::<RepoName>()
-                .map_err(|e| anyhow::anyhow!("--repo {r:?}: {e}"))
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let repos = repo_names(&repos, "--repo")?;
     let local = args.local.as_deref().map(local_repo).transpose()?;
     let gitlab = gitlab::answers(args, input, interactive)?;
     if repos.is_empty() && local.is_none() && gitlab.is_none() {
