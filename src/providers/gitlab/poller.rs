@@ -10,6 +10,10 @@
 //! `poll:merge_request:<project>!<iid>:<state>`; and never when the log already has that merge request's merge
 //! or close (its webhook came, or an earlier poll's: `EventStore::types_about`).
 //!
+//! And for every task made from a GitLab issue not yet in review, it reads the issue: one closed, or without the
+//! intake label, is appended as `gitlab.issue.close` / `gitlab.issue.update` (the label taken off) unless the task
+//! already holds that version (`ticket_version`: the webhook came), so intake withdraws the task as on the webhook.
+//!
 //! The cursor, per project, is the checkpoint `gitlab_poller:<project>`: the newest `updated_at` seen (in
 //! milliseconds), or, after a poll that read every page, the poll's start less [`SKEW`] when that is newer (so a
 //! quiet project is not asked about the same day again and again). It survives restarts; a first poll looks
@@ -21,9 +25,11 @@ use serde_json::{json, Value};
 
 use crate::board::Board;
 use crate::domain::{EventType, NewEvent, Source};
+use crate::effects::CallError;
 use crate::eventlog::EventLog;
-use crate::providers::gitlab::client::{GitlabClient, MergeRequest};
-use crate::tasks::{RepoName, TaskId, GITLAB_MR};
+use crate::projectors::tasks::{self as task_rows, TaskFilter};
+use crate::providers::gitlab::client::{GitlabClient, Issue, MergeRequest};
+use crate::tasks::{Column, RepoName, TaskId, GITLAB_ISSUE, GITLAB_MR};
 
 pub const GITLAB_POLLER: &str = "gitlab_poller";
 /// Changes this close before the cursor are asked for again (GitLab's indexing and clocks lag).
@@ -36,6 +42,11 @@ const FIRST_LOOKBACK: chrono::Duration = chrono::Duration::hours(24);
 /// on from the newest change read.
 pub const MAX_PAGES: usize = 20;
 
+/// Where a withdrawn issue's task is cancelled (the domain's `WithdrawTicket`): the tasks whose issues are read.
+const WITHDRAWABLE: [Column; 3] = [Column::Triage, Column::Todo, Column::InProgress];
+/// At most this many tasks' issues per column and poll (one request each).
+const ISSUES_PER_COLUMN: u32 = 200;
+
 /// What one poll did, for `/health`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct GitlabPollProgress {
@@ -47,6 +58,8 @@ pub struct GitlabPollProgress {
     pub known: u64,
     /// Projects whose poll stopped at [`MAX_PAGES`].
     pub capped: u64,
+    /// Issues of tasks not yet in review that were read.
+    pub issues: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -55,15 +68,24 @@ pub struct GitlabPoller {
     log: EventLog,
     board: Board,
     projects: Vec<RepoName>,
+    /// The intake label (`[intake.gitlab] label`): an issue without it no longer asks for its task.
+    label: String,
 }
 
 impl GitlabPoller {
-    pub fn new(client: GitlabClient, log: EventLog, board: Board, projects: Vec<RepoName>) -> Self {
+    pub fn new(
+        client: GitlabClient,
+        log: EventLog,
+        board: Board,
+        projects: Vec<RepoName>,
+        label: String,
+    ) -> Self {
         Self {
             client,
             log,
             board,
             projects,
+            label,
         }
     }
 
@@ -80,6 +102,7 @@ impl GitlabPoller {
                 .await
                 .with_context(|| format!("polling {project}"))?;
         }
+        self.issues(&mut progress).await?;
         metrics::counter!("pidevops_poller_appended_total", "poller" => GITLAB_POLLER)
             .increment(progress.appended);
         Ok(progress)
@@ -141,6 +164,79 @@ impl GitlabPoller {
                 .advance_checkpoint(&name, moved.timestamp_millis())
                 .await
                 .context("saving the cursor")?;
+        }
+        Ok(())
+    }
+
+    /// The issues of tasks not yet in review: one closed, or without the intake label, whose webhook never came
+    /// (the task holds an older version) is appended as `gitlab.issue.close` / `gitlab.issue.update` (the label
+    /// taken off) in the hook's shape, so intake withdraws the task as it would on the webhook.
+    async fn issues(&self, progress: &mut GitlabPollProgress) -> anyhow::Result<()> {
+        for column in WITHDRAWABLE {
+            let rows = task_rows::list(
+                self.log.store(),
+                &TaskFilter {
+                    column: Some(column),
+                    limit: Some(ISSUES_PER_COLUMN),
+                    ..TaskFilter::default()
+                },
+            )
+            .await
+            .with_context(|| format!("listing the tasks in {column}"))?;
+            for row in rows {
+                let Some(link) = row.links.get(GITLAB_ISSUE) else {
+                    continue;
+                };
+                progress.issues += 1;
+                let issue = match self.client.issue(&link.project, link.iid.get()).await {
+                    Ok(issue) => issue,
+                    Err(CallError::Permanent { message }) => {
+                        tracing::info!(task = %row.id, issue = %link, %message, "the poller cannot read the task's issue");
+                        continue;
+                    }
+                    Err(error) => {
+                        return Err(anyhow::anyhow!(error))
+                            .with_context(|| format!("{} ({link})", row.id))
+                    }
+                };
+                let held = row.state["ticket_version"]
+                    .as_str()
+                    .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+                    .map(|t| t.with_timezone(&Utc));
+                let Some((event_type, body)) =
+                    missed_withdrawal(&link.project, &issue, held, &self.label)
+                else {
+                    continue;
+                };
+                let action = body["object_attributes"]["action"]
+                    .as_str()
+                    .unwrap_or("close");
+                let updated = issue
+                    .updated_at
+                    .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+                let mut event = NewEvent::new(
+                    Source::Gitlab,
+                    EventType::from_stored(event_type.to_owned()),
+                    format!("poll:issue:{}:{action}:{updated}", link),
+                    "application/json",
+                    bytes::Bytes::from(serde_json::to_vec(&body)?),
+                );
+                event.occurred_at = issue.updated_at;
+                event.subject.action = Some(action.to_owned());
+                event.subject.repository = Some(link.project.as_str().to_owned());
+                event.subject.number = i64::try_from(issue.iid).ok();
+                event
+                    .meta
+                    .insert("poller".to_owned(), Value::from(GITLAB_POLLER));
+                let appended = self
+                    .log
+                    .append(event)
+                    .await
+                    .with_context(|| format!("appending {link}"))?;
+                if !appended.duplicate {
+                    progress.appended += 1;
+                }
+            }
         }
         Ok(())
     }
@@ -251,6 +347,65 @@ pub fn webhook_shaped(project: &RepoName, mr: &MergeRequest, action: &str) -> Va
     })
 }
 
+/// The withdrawal `issue` shows, as the hook GitLab would have sent (its type and body), unless its task already
+/// holds that version (`held`: the webhook came) or it still asks for the work (open, with `label`).
+pub fn missed_withdrawal(
+    project: &RepoName,
+    issue: &Issue,
+    held: Option<DateTime<Utc>>,
+    label: &str,
+) -> Option<(&'static str, Value)> {
+    if held.is_some_and(|held| held >= issue.updated_at) {
+        return None;
+    }
+    let labelled = issue.labels.iter().any(|l| l == label);
+    let titled = |names: &mut dyn Iterator<Item = &String>| -> Vec<Value> {
+        names.map(|name| json!({ "title": name })).collect()
+    };
+    let labels = titled(&mut issue.labels.iter());
+    let (event_type, action, by, changes) = match (issue.state.as_str(), labelled) {
+        ("closed", _) => (
+            "gitlab.issue.close",
+            "close",
+            issue.closed_by.as_ref().unwrap_or(&issue.author),
+            Value::Null,
+        ),
+        (_, false) => {
+            let mut previous = issue.labels.clone();
+            previous.push(label.to_owned());
+            (
+                "gitlab.issue.update",
+                "update",
+                &issue.author,
+                json!({ "labels": { "previous": titled(&mut previous.iter()), "current": labels } }),
+            )
+        }
+        _ => return None,
+    };
+    let mut body = json!({
+        "object_kind": "issue",
+        "event_type": "issue",
+        "user": { "id": by.id, "username": by.username },
+        "project": { "id": issue.project_id, "path_with_namespace": project.as_str() },
+        "object_attributes": {
+            "id": issue.id,
+            "iid": issue.iid,
+            "title": issue.title,
+            "description": issue.description,
+            "author_id": issue.author.id,
+            "state": issue.state,
+            "action": action,
+            "updated_at": issue.updated_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            "confidential": issue.confidential,
+            "labels": labels,
+        },
+    });
+    if !changes.is_null() {
+        body["changes"] = changes;
+    }
+    Some((event_type, body))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -295,5 +450,49 @@ mod tests {
         assert_eq!(task_of_branch("pidevops/T-3"), Some("T-3".parse().unwrap()));
         assert_eq!(task_of_branch("feature/T-3"), None);
         assert_eq!(task_of_branch("pidevops/T-3/x"), None);
+    }
+
+    fn issue(state: &str, labels: &[&str]) -> Issue {
+        serde_json::from_value(json!({
+            "id": 301, "iid": 23, "project_id": 42, "title": "Paginate", "description": null,
+            "state": state, "labels": labels, "updated_at": "2026-12-05T10:40:02Z", "confidential": false,
+            "author": { "id": 51, "username": "alice" }, "closed_by": { "id": 7, "username": "bob" },
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_closed_or_unlabeled_issue_is_a_missed_withdrawal_unless_its_task_holds_that_version() {
+        use crate::providers::gitlab::models::IssueEvent;
+        let project: RepoName = "acme/platform/api".parse().unwrap();
+        let at = |t: &str| Some(t.parse::<DateTime<Utc>>().unwrap());
+        let older = at("2026-12-05T10:00:00Z");
+        let (kind, closed) =
+            missed_withdrawal(&project, &issue("closed", &["pidevops"]), older, "pidevops")
+                .unwrap();
+        assert_eq!(kind, "gitlab.issue.close");
+        let event = IssueEvent::read(&closed).unwrap();
+        assert_eq!(event.user.username, "bob", "who closed it");
+        assert_eq!(event.object_attributes.iid, 23);
+        assert_eq!(event.project.path_with_namespace, "acme/platform/api");
+        let (kind, unlabeled) =
+            missed_withdrawal(&project, &issue("opened", &["bug"]), None, "pidevops").unwrap();
+        assert_eq!(kind, "gitlab.issue.update");
+        let event = IssueEvent::read(&unlabeled).unwrap();
+        let change = event.changes.unwrap().labels.unwrap();
+        assert!(change.previous.iter().any(|l| l.title == "pidevops"));
+        assert!(!change.current.iter().any(|l| l.title == "pidevops"));
+        // Still asking: open with the label.
+        assert!(
+            missed_withdrawal(&project, &issue("opened", &["pidevops"]), None, "pidevops")
+                .is_none()
+        );
+        // The task holds this version (its webhook came) or a newer one.
+        for held in ["2026-12-05T10:40:02Z", "2026-12-05T10:41:00Z"] {
+            assert!(
+                missed_withdrawal(&project, &issue("closed", &[]), at(held), "pidevops").is_none(),
+                "{held}"
+            );
+        }
     }
 }

@@ -102,6 +102,7 @@ pub(super) fn gitlab_poller(parts: &super::Parts<'_>) -> anyhow::Result<Built> {
                 parts.log.clone(),
                 parts.board.clone(),
                 gitlab.projects.clone(),
+                gitlab.intake.label.clone(),
             ))
         },
         |poller| async move { poller.tick().await },

@@ -10,7 +10,7 @@ mod poll;
 
 pub use hooks::{EnsuredHook, EVENTS as HOOK_EVENTS};
 pub use members::{Access, DEVELOPER};
-pub use poll::{MergeRequest, MergeRequestPage};
+pub use poll::{Issue, MergeRequest, MergeRequestPage};
 
 use std::time::Duration;
 

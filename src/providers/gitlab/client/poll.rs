@@ -42,6 +42,28 @@ pub struct MergeRequest {
     pub closed_by: Option<User>,
 }
 
+/// An issue as the API answers one: the fields the poller decides on and builds the hook's shape from.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Issue {
+    pub id: u64,
+    pub iid: u64,
+    pub project_id: u64,
+    pub title: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    /// `opened`, `closed`.
+    pub state: String,
+    /// Label names (the API lists names; hooks list `{title}` objects).
+    #[serde(default)]
+    pub labels: Vec<String>,
+    pub updated_at: DateTime<Utc>,
+    pub author: User,
+    #[serde(default)]
+    pub closed_by: Option<User>,
+    #[serde(default)]
+    pub confidential: bool,
+}
+
 /// One page of merge requests, and the address of the next one if GitLab named one.
 #[derive(Debug)]
 pub struct MergeRequestPage {
@@ -106,6 +128,18 @@ impl GitlabClient {
             merge_requests,
             next,
         })
+    }
+}
+
+impl GitlabClient {
+    /// `project#iid` as GitLab has it now.
+    pub async fn issue(&self, project: &RepoName, iid: u64) -> Result<Issue, CallError> {
+        self.send(
+            "reading the issue",
+            self.http
+                .get(format!("{}/issues/{iid}", self.project_url(project))),
+        )
+        .await
     }
 }
 

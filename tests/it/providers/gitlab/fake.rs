@@ -155,6 +155,7 @@ struct Polled {
     /// Each list call's `updated_after` and whether it carried a cursor.
     calls: Vec<(String, bool)>,
     hooks: Vec<Hook>,
+    issues: BTreeMap<(String, u64), Value>,
     members: BTreeMap<String, Vec<(u64, String, u32)>>,
 }
 
@@ -204,6 +205,30 @@ impl FakeGitlab {
         let list = polled.merge_requests.entry(project.to_owned()).or_default();
         list.retain(|m| m["iid"] != iid);
         list.push(mr);
+    }
+
+    /// Issue `project#iid` as the API answers it: in `state` (`opened`, `closed`) with `labels`, changed at
+    /// `updated_at`, written by alice (id 51).
+    pub fn put_issue(
+        &self,
+        project: &str,
+        iid: u64,
+        state: &str,
+        labels: &[&str],
+        updated_at: &str,
+    ) {
+        let issue = json!({
+            "id": 300 + iid, "iid": iid, "project_id": 42, "title": "Paginate /v1/items past the last page",
+            "description": "The endpoint answers 500.", "state": state, "labels": labels,
+            "updated_at": updated_at, "confidential": false,
+            "author": { "id": 51, "username": "alice" },
+            "closed_by": if state == "closed" { json!({ "id": 51, "username": "alice" }) } else { Value::Null },
+        });
+        self.polled
+            .lock()
+            .unwrap()
+            .issues
+            .insert((project.to_owned(), iid), issue);
     }
 
     /// Serves at most `size` merge requests a page.
@@ -261,6 +286,7 @@ fn poll_routes() -> Router<FakeGitlab> {
             get(list_hooks).post(create_hook),
         )
         .route("/api/v4/projects/{project}/hooks/{id}", put(update_hook))
+        .route("/api/v4/projects/{project}/issues/{iid}", get(issue))
         .route("/api/v4/projects/{project}/members/all", get(members))
         .route("/api/v4/projects/{project}/members/all/{user}", get(member))
 }
@@ -500,5 +526,19 @@ async fn member(
     {
         Some(found) => Json(member_json(found)).into_response(),
         None => refused(StatusCode::NOT_FOUND, "404 Not Found"),
+    }
+}
+
+async fn issue(
+    State(fake): State<FakeGitlab>,
+    Path((project, iid)): Path<(String, u64)>,
+    headers: HeaderMap,
+) -> Response {
+    if !authorized(&headers) {
+        return refused(StatusCode::UNAUTHORIZED, "401 Unauthorized");
+    }
+    match fake.polled.lock().unwrap().issues.get(&(project, iid)) {
+        Some(issue) => Json(issue.clone()).into_response(),
+        None => refused(StatusCode::NOT_FOUND, "404 Issue Not Found"),
     }
 }

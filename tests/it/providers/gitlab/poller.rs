@@ -7,7 +7,7 @@
 use crate::common::board::new_task;
 use crate::common::{TestApp, TestDb, GITLAB_SECRET};
 use pidevops::eventlog::StoredEvent;
-use pidevops::tasks::{GitlabMrRef, Links, TaskId, GITLAB_MR};
+use pidevops::tasks::{Column, GitlabMrRef, Links, TaskId, GITLAB_MR};
 use serde_json::Value;
 
 use super::fake::FakeGitlab;
@@ -17,6 +17,7 @@ per_backend!(
     a_merge_the_webhook_missed_is_appended_once_and_strangers_merges_not_at_all,
     a_merge_whose_webhook_came_is_not_appended_again,
     pages_are_followed_and_the_cursor_moves_on,
+    an_issue_closed_or_unlabeled_while_its_webhook_was_missed_withdraws_its_task,
 );
 
 const REPO: &str = "acme/platform/api";
@@ -231,4 +232,72 @@ async fn the_loop_is_not_armed_without_a_token_or_a_gitlab_repository() {
             .is_some_and(|r| r.contains("no GitLab repository")),
         "{no_repo:?}"
     );
+}
+
+async fn post_issue(app: &TestApp, uuid: &str, body: &Value) {
+    let response = app
+        .client
+        .post(app.url("/webhooks/gitlab"))
+        .header("content-type", "application/json")
+        .header("x-gitlab-event", "Issue Hook")
+        .header("x-gitlab-event-uuid", uuid)
+        .header("x-gitlab-token", GITLAB_SECRET)
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}
+
+async fn an_issue_closed_or_unlabeled_while_its_webhook_was_missed_withdraws_its_task(db: TestDb) {
+    let fake = FakeGitlab::start().await;
+    let app = app(&db, &fake).await;
+    // Two issues, each a task by its webhook.
+    post_issue(&app, "open-23", &gl_fixture("issue_open")).await;
+    let mut other = gl_fixture("issue_open");
+    other["object_attributes"]["iid"] = 24.into();
+    other["object_attributes"]["id"] = 302.into();
+    post_issue(&app, "open-24", &other).await;
+    app.drive("intake").await;
+    app.project().await;
+    let first = TaskId::new(1.try_into().unwrap());
+    let second = TaskId::new(2.try_into().unwrap());
+    // Still asking (open, labeled): nothing to say.
+    fake.put_issue(REPO, 23, "opened", &["pidevops"], &seconds_ago(20));
+    fake.put_issue(REPO, 24, "opened", &["pidevops"], &seconds_ago(20));
+    app.tick(POLLER).await;
+    assert!(polled_issues(&app).await.is_empty());
+
+    // #23 closed and #24's label taken off; neither webhook comes.
+    fake.put_issue(REPO, 23, "closed", &["pidevops"], &seconds_ago(10));
+    fake.put_issue(REPO, 24, "opened", &["bug"], &seconds_ago(10));
+    app.tick(POLLER).await;
+    app.tick(POLLER).await;
+    let polled = polled_issues(&app).await;
+    assert_eq!(
+        polled
+            .iter()
+            .map(|e| e.event_type.as_str())
+            .collect::<Vec<_>>(),
+        ["gitlab.issue.close", "gitlab.issue.update"],
+        "each once: {polled:#?}"
+    );
+    app.drive("intake").await;
+    app.project().await;
+    for id in [first, second] {
+        assert_eq!(
+            crate::common::board::row(&app, id).await.column,
+            Column::Cancelled,
+            "{id}"
+        );
+    }
+    app.stop().await;
+}
+
+async fn polled_issues(app: &TestApp) -> Vec<StoredEvent> {
+    app.all_events()
+        .await
+        .into_iter()
+        .filter(|e| e.event_type.starts_with("gitlab.issue.") && e.meta.get("poller").is_some())
+        .collect()
 }
