@@ -127,6 +127,8 @@ impl GitlabPoller {
         let mut newest: Option<DateTime<Utc>> = None;
         let mut next: Option<String> = None;
         let mut complete = false;
+        // The project the first page (asked by its path) is about: a later page under another id is not it.
+        let mut target: Option<u64> = None;
         for _ in 0..MAX_PAGES {
             let page = self
                 .client
@@ -134,6 +136,10 @@ impl GitlabPoller {
                 .await
                 .map_err(|e| anyhow::anyhow!(e))?;
             for mr in &page.merge_requests {
+                if *target.get_or_insert(mr.project_id) != mr.project_id {
+                    tracing::warn!(%project, iid = mr.iid, "a page of another project's merge requests: skipped");
+                    continue;
+                }
                 progress.merge_requests += 1;
                 newest = newest.max(Some(mr.updated_at));
                 match self.missed(project, mr).await? {

@@ -1,7 +1,9 @@
 //! What `gitlab_poller` asks: a project's merge requests changed since a time, oldest change first, a page at a
 //! time with keyset pagination (GitLab's `Link: <…>; rel="next"`). The next page's address is GitLab's to give,
-//! so it is a stranger's input: followed only when it is this project's merge request list on this instance
-//! (anything else would carry `GITLAB_TOKEN` elsewhere).
+//! so it is a stranger's input: followed only when it is a project's merge request list on this instance (this
+//! project's path, or a numeric project id, which GitLab may write instead; anything else would carry
+//! `GITLAB_TOKEN` elsewhere). A page under another id lists another project's merge requests: the poller holds
+//! each to the first page's project id.
 
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
@@ -87,7 +89,7 @@ impl GitlabClient {
         let list = format!("{}/merge_requests", self.project_url(project));
         let request = match next {
             Some(next) => {
-                if !next_is_ours(next, &list) {
+                if !next_is_ours(next, &list, &format!("{}/api/v4/projects/", self.url)) {
                     return Err(CallError::Permanent {
                         message: format!(
                             "{what}: GitLab's next page is not {project}'s merge requests on {}",
@@ -160,11 +162,17 @@ fn next_link(header: &str) -> Option<String> {
     })
 }
 
-/// Whether `next` is `list` (this project's merge requests on this instance) with a query: the only page a
-/// poll follows.
-fn next_is_ours(next: &str, list: &str) -> bool {
-    next.strip_prefix(list)
-        .is_some_and(|rest| rest.starts_with('?') && !rest.contains('#'))
+/// Whether `next` is `list` (this project's merge requests on this instance), or the same list under a numeric
+/// project id (`projects`: the instance's `…/api/v4/projects/`), with a query: the only pages a poll follows.
+fn next_is_ours(next: &str, list: &str, projects: &str) -> bool {
+    let query = |rest: &str| rest.starts_with('?') && !rest.contains('#');
+    next.strip_prefix(list).is_some_and(query)
+        || next.strip_prefix(projects).is_some_and(|rest| {
+            rest.split_once("/merge_requests")
+                .is_some_and(|(id, rest)| {
+                    !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()) && query(rest)
+                })
+        })
 }
 
 #[cfg(test)]
@@ -179,15 +187,25 @@ mod tests {
         assert!(next.ends_with("cursor=eyJ9&per_page=2"), "{next}");
         assert_eq!(next_link("<https://x/a>; rel=\"prev\""), None);
         let list = "https://gitlab.example.com/api/v4/projects/acme%2Fapi/merge_requests";
-        assert!(next_is_ours(&next, list));
+        let projects = "https://gitlab.example.com/api/v4/projects/";
+        assert!(next_is_ours(&next, list, projects));
+        assert!(next_is_ours(
+            "https://gitlab.example.com/api/v4/projects/42/merge_requests?cursor=x",
+            list,
+            projects
+        ));
         for elsewhere in [
             "https://evil.example/api/v4/projects/acme%2Fapi/merge_requests?cursor=x",
             "https://gitlab.example.com.evil.example/api/v4/projects/acme%2Fapi/merge_requests?c=x",
             "https://gitlab.example.com/api/v4/projects/acme%2Fother/merge_requests?cursor=x",
             "https://gitlab.example.com/api/v4/projects/acme%2Fapi/merge_requests/../../user?x",
             "https://gitlab.example.com/api/v4/projects/acme%2Fapi/merge_requests",
+            "https://gitlab.example.com/api/v4/projects/42/issues?x",
+            "https://gitlab.example.com/api/v4/projects/42x/merge_requests?x",
+            "https://gitlab.example.com/api/v4/projects//merge_requests?x",
+            "https://gitlab.example.com/api/v4/projects/42/merge_requests/../../../user?x",
         ] {
-            assert!(!next_is_ours(elsewhere, list), "{elsewhere}");
+            assert!(!next_is_ours(elsewhere, list, projects), "{elsewhere}");
         }
     }
 }
