@@ -328,6 +328,24 @@ impl EventStore {
         })
     }
 
+    /// The types of `source`'s events about `repository`'s `number` (a merge request's webhooks, its polls), in log
+    /// order, at most 100.
+    pub async fn types_about(
+        &self,
+        source: Source,
+        repository: &str,
+        number: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        crate::on_store!(self, |pool, backend| Ok(sqlx::query_scalar(
+            sql::TYPES_ABOUT
+        )
+        .bind(source.as_str())
+        .bind(repository)
+        .bind(number)
+        .fetch_all(pool)
+        .await?))
+    }
+
     /// A domain stream's current version (its highest `stream_version`), 0 when it has no events.
     pub async fn stream_version(&self, stream: &str) -> Result<i64, StoreError> {
         crate::on_store!(self, |pool, backend| Ok(sqlx::query_scalar(

@@ -26,6 +26,13 @@ pub const STREAM_EVENTS_OF_TYPE: &str = "FROM events WHERE stream = $1 AND strea
 /// The event stored under a `(source, dedup_key)` (`$1`, `$2`). Follows a column list.
 pub const EVENT_BY_KEY: &str = "FROM events WHERE source = $1 AND dedup_key = $2";
 
+/// The types of a source's events about one subject (`$1` the source, `$2` the repository, `$3` the number),
+/// served by the partial index on (repository, number), in log order, at most 100 (a subject's terminal news is
+/// among its first hundred events, and a busy one must not make the query unbounded).
+pub const TYPES_ABOUT: &str =
+    "SELECT event_type FROM events WHERE repository = $2 AND number = $3 \
+     AND source = $1 ORDER BY position LIMIT 100";
+
 pub const COUNT_BY_KEY: &str = "SELECT count(*) FROM events WHERE source = $1 AND dedup_key = $2";
 
 pub const STREAM_VERSION: &str =

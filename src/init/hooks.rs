@@ -51,12 +51,14 @@ impl GithubAccess {
     }
 }
 
-/// The URL GitHub would deliver to, if `public_url` is one GitHub can be given (not the `https://<host>`
-/// placeholder).
-fn delivery_url(public_url: &str) -> Option<String> {
+/// The URL a provider (`github`, `gitlab`) would deliver to, if `public_url` is one it can be given (not the
+/// `https://<host>` placeholder).
+pub fn delivery_url(public_url: &str, provider: &str) -> Option<String> {
     let url = reqwest::Url::parse(public_url.trim_end_matches('/')).ok()?;
-    (matches!(url.scheme(), "https" | "http") && url.host_str().is_some())
-        .then(|| format!("{}/webhooks/github", public_url.trim_end_matches('/')))
+    (matches!(url.scheme(), "https" | "http")
+        && url.host_str().is_some()
+        && url.host_str() != Some("<host>"))
+    .then(|| format!("{}/webhooks/{provider}", public_url.trim_end_matches('/')))
 }
 
 /// Whether to create the hooks, and where they deliver; refused (before anything is written) when asked for
@@ -96,7 +98,7 @@ pub fn wanted(
     if !create {
         return Ok(None);
     }
-    match delivery_url(&answers.public_url) {
+    match delivery_url(&answers.public_url, "github") {
         Some(url) => Ok(Some(url)),
         None => bail!(
             "creating webhooks needs the URL GitHub delivers to: pass --public-url https://<your host> (got {:?})",

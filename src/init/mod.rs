@@ -4,8 +4,10 @@
 //! The rendering is pure ([`render_toml`], [`instructions`]); the file checks that what it renders reads as a valid
 //! configuration before anything is written. Secrets go to `.env` only (mode 0600) and are never printed: an
 //! existing `.env` keeps every value it has (a webhook may already be signed with it) and gains what it lacks.
-//! With `GITHUB_TOKEN` set it can also create each repository's GitHub webhook ([`hooks`]).
+//! With `GITHUB_TOKEN` set it can also create each repository's GitHub webhook ([`hooks`]); with `--gitlab`, the
+//! GitLab projects and, with `GITLAB_TOKEN`, their webhooks ([`gitlab`]).
 
+pub mod gitlab;
 pub mod hooks;
 
 use std::collections::BTreeMap;
@@ -37,6 +39,16 @@ pub struct InitArgs {
     /// Receive GitHub webhooks (a secret is made).
     #[arg(long)]
     pub github: bool,
+    /// Work on GitLab projects and receive their webhooks (a secret is made; with GITLAB_TOKEN and --public-url,
+    /// each project's webhook is made or updated).
+    #[arg(long)]
+    pub gitlab: bool,
+    /// A GitLab project to work on (`group/…/name`); repeat for more.
+    #[arg(long = "gitlab-project", value_name = "GROUP/…/NAME")]
+    pub gitlab_projects: Vec<String>,
+    /// The GitLab instance (default: GITLAB_URL, else https://gitlab.com).
+    #[arg(long, value_name = "URL")]
+    pub gitlab_url: Option<String>,
     /// Receive Linear webhooks (a secret is made).
     #[arg(long)]
     pub linear: bool,
@@ -72,6 +84,7 @@ pub struct Answers {
     pub telegram: bool,
     pub public_url: String,
     pub auto_approve: bool,
+    pub gitlab: Option<gitlab::GitlabAnswers>,
 }
 
 /// A repository on this machine, named `local/<directory>`.
@@ -144,6 +157,9 @@ pub fn render_toml(answers: &Answers) -> String {
     for repo in &answers.repos {
         out.push_str(&format!("[repos.{}]\n\n", quoted(repo.as_str())));
     }
+    if let Some(gitlab) = &answers.gitlab {
+        out.push_str(&gitlab::render(gitlab));
+    }
     if let Some(local) = &answers.local {
         out.push_str(&format!(
             "[repos.{}]\nurl = {}\nbase = {}\n\n",
@@ -164,6 +180,7 @@ pub fn wanted_secrets(answers: &Answers) -> Vec<&'static str> {
         (answers.github, GITHUB_SECRET),
         (answers.linear, LINEAR_SECRET),
         (answers.telegram, TELEGRAM_SECRET),
+        (answers.gitlab.is_some(), gitlab::SECRET),
     ] {
         if on {
             names.push(name);
@@ -193,6 +210,9 @@ pub fn instructions(answers: &Answers, dir: &Path) -> String {
              resources    Issues, Comments (and Agent session events for the agent app); its signing secret \
              goes in .env as LINEAR_WEBHOOK_SECRET\n"
         ));
+    }
+    if answers.gitlab.is_some() {
+        out.push_str(&gitlab::instructions(url));
     }
     if answers.telegram {
         out.push_str(&format!(
@@ -265,6 +285,17 @@ fn ask(input: &mut impl BufRead, question: &str, default: &str) -> anyhow::Resul
     })
 }
 
+/// Repository names as given (`flag` names them in an error).
+fn repo_names(names: &[String], flag: &str) -> anyhow::Result<Vec<RepoName>> {
+    names
+        .iter()
+        .map(|r| {
+            r.parse::<RepoName>()
+                .map_err(|e| anyhow::anyhow!("{flag} {r:?}: {e}"))
+        })
+        .collect()
+}
+
 fn yes(answer: &str) -> bool {
     matches!(answer.to_ascii_lowercase().as_str(), "y" | "yes")
 }
@@ -323,17 +354,13 @@ pub fn answers(
         // Scripted: GitHub repositories want GitHub's webhooks unless another provider was named.
         github = true;
     }
-    let repos = repos
-        .iter()
-        .map(|r| {
-            r.parse::<RepoName>()
-                .map_err(|e| anyhow::anyhow!("--repo {r:?}: {e}"))
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let repos = repo_names(&repos, "--repo")?;
     let local = args.local.as_deref().map(local_repo).transpose()?;
-    if repos.is_empty() && local.is_none() {
+    let gitlab = gitlab::answers(args, input, interactive)?;
+    if repos.is_empty() && local.is_none() && gitlab.is_none() {
         bail!(
-            "no repository: name one with --repo owner/name, or --local <path to a git repository>"
+            "no repository: name one with --repo owner/name, --gitlab-project group/…/name, or --local <path to \
+             a git repository>"
         );
     }
     let auto_approve = match args.approval.as_deref() {
@@ -351,6 +378,7 @@ pub fn answers(
         telegram,
         public_url: public_url.unwrap_or_else(|| "https://<host>".to_owned()),
         auto_approve,
+        gitlab,
     })
 }
 
@@ -380,6 +408,14 @@ fn write_env(path: &Path, answers: &Answers) -> anyhow::Result<Vec<&'static str>
             made.push(name);
         }
     }
+    // Not a secret, but what `serve` must read to reach a self-managed instance.
+    if let Some(gitlab) = answers
+        .gitlab
+        .as_ref()
+        .filter(|g| g.url != gitlab::DEFAULT_URL && !have.contains_key("GITLAB_URL"))
+    {
+        lines.push(format!("GITLAB_URL={}", gitlab.url));
+    }
     let temporary = path.with_extension("pidevops-init");
     let mut file = std::fs::OpenOptions::new()
         .write(true)
@@ -408,6 +444,11 @@ pub async fn run(args: &InitArgs, process_env: &crate::config::Env) -> anyhow::R
     if interactive && !std::io::stdin().is_terminal() {
         bail!("stdin is not a terminal: pass --yes with the flags (pidevops init --help)");
     }
+    let mut args = args.clone();
+    if args.gitlab_url.is_none() {
+        args.gitlab_url = process_env.get("GITLAB_URL").map(str::to_owned);
+    }
+    let args = &args;
     let answers = answers(args, &mut std::io::stdin().lock(), interactive)?;
     let github = hooks::GithubAccess::from_env(process_env);
     // Asked and checked before anything is written.
@@ -468,6 +509,19 @@ pub async fn run(args: &InitArgs, process_env: &crate::config::Env) -> anyhow::R
         let (text, all) = hooks::create(&answers, &github, &url, &secret).await;
         out.push_str(&text);
         complete = all;
+    }
+    let gitlab_token = process_env
+        .get("GITLAB_TOKEN")
+        .map(|t| secrecy::SecretString::from(t.to_owned()));
+    if let (Some(gitlab), Some(token), Some(url)) = (
+        &answers.gitlab,
+        &gitlab_token,
+        hooks::delivery_url(&answers.public_url, "gitlab"),
+    ) {
+        let secret = gitlab::secret_of(&read_env_file(&env)?)?;
+        let (text, all) = gitlab::create_hooks(gitlab, token, &url, &secret).await;
+        out.push_str(&text);
+        complete &= all;
     }
     out.push('\n');
     out.push_str(&instructions(&answers, &args.dir));

@@ -19,6 +19,8 @@ pub struct PollerConfig {
 pub const LINEAR_INTERVAL: Duration = Duration::from_secs(300);
 /// `github_poller`'s interval unless `[pollers.github] interval_s` says otherwise.
 pub const GITHUB_INTERVAL: Duration = Duration::from_secs(120);
+/// `gitlab_poller`'s interval unless `[pollers.gitlab] interval_s` says otherwise.
+pub const GITLAB_INTERVAL: Duration = Duration::from_secs(120);
 
 #[cfg(test)]
 mod tests {

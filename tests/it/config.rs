@@ -196,7 +196,7 @@ fn config_check_prints_every_mistake_and_fails() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("mine.toml"),
-        format!("{TYPOS}\n[pollers.gitlab]\ninterval_s = 60\n[telegram]\ncooldown_s = \"soon\"\n"),
+        format!("{TYPOS}\n[pollers.githab]\ninterval_s = 60\n[telegram]\ncooldown_s = \"soon\"\n"),
     )
     .unwrap();
     let out = run(pidevops(dir.path(), &[], &["config", "check", "mine.toml"]));
@@ -208,7 +208,7 @@ fn config_check_prints_every_mistake_and_fails() {
         [
             "mine.toml: [board] max_attemps: unknown key; did you mean max_attempts?",
             "mine.toml: [dispatch] max_concurent: unknown key; did you mean max_concurrent?",
-            "mine.toml: [pollers.gitlab]: unknown table; did you mean [pollers.github]?",
+            "mine.toml: [pollers.githab]: unknown table; did you mean [pollers.github]?",
             "mine.toml: [telegram] cooldown_s: expected a whole number, found the string \"soon\"",
         ]
     );

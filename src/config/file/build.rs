@@ -23,6 +23,7 @@ pub struct FileConfig {
     pub effect_cap: crate::effects::cap::EffectCap,
     pub linear_poller: PollerConfig,
     pub github_poller: PollerConfig,
+    pub gitlab_poller: PollerConfig,
     /// `[loops.<name>] fail_after_s`: stale thresholds by loop name (checked against the loop plan at start).
     pub loop_fail_after: BTreeMap<String, std::time::Duration>,
     /// `[plans]`.
@@ -73,6 +74,14 @@ impl FileConfig {
                 crate::pollers::GITHUB_INTERVAL,
             ),
         );
+        let gitlab_poller = keep(
+            &mut errors,
+            pollers::poller_config(
+                tables.pollers.gitlab.as_ref(),
+                "gitlab",
+                crate::pollers::GITLAB_INTERVAL,
+            ),
+        );
         let loop_fail_after = keep(
             &mut errors,
             crate::loops::fail_after_overrides(
@@ -98,6 +107,7 @@ impl FileConfig {
             effect_cap,
             linear_poller,
             github_poller,
+            gitlab_poller,
             loop_fail_after,
         ) {
             (
@@ -112,6 +122,7 @@ impl FileConfig {
                 Some(effect_cap),
                 Some(linear_poller),
                 Some(github_poller),
+                Some(gitlab_poller),
                 Some(loop_fail_after),
             ) => Ok(Self {
                 tables,
@@ -125,6 +136,7 @@ impl FileConfig {
                 effect_cap,
                 linear_poller,
                 github_poller,
+                gitlab_poller,
                 loop_fail_after,
                 plans,
             }),

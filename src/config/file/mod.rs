@@ -498,6 +498,8 @@ pub struct PollersTable {
     pub linear: Option<PollerTable>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub github: Option<PollerTable>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gitlab: Option<PollerTable>,
 }
 
 /// `[pollers.<name>]`.
@@ -505,7 +507,7 @@ pub struct PollersTable {
 #[serde(default, deny_unknown_fields)]
 pub struct PollerTable {
     pub enabled: bool,
-    /// Seconds, fractions accepted; default: the poller's own (linear 300, github 120).
+    /// Seconds, fractions accepted; default: the poller's own (linear 300, github 120, gitlab 120).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub interval_s: Option<f64>,
 }
@@ -628,6 +630,7 @@ impl Tables {
         for (poller, default) in [
             (&mut out.pollers.linear, crate::pollers::LINEAR_INTERVAL),
             (&mut out.pollers.github, crate::pollers::GITHUB_INTERVAL),
+            (&mut out.pollers.gitlab, crate::pollers::GITLAB_INTERVAL),
         ] {
             if let Some(poller) = poller {
                 poller.interval_s.get_or_insert(default.as_secs_f64());

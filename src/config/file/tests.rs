@@ -66,8 +66,8 @@ fn an_unknown_key_in_any_table_is_refused_with_the_closest_known_one() {
             "[telegram] cooldown: unknown key; did you mean cooldown_s?",
         ),
         (
-            "[pollers.gitlab]\ninterval_s = 60",
-            "[pollers.gitlab]: unknown table; did you mean [pollers.github]?",
+            "[pollers.githab]\ninterval_s = 60",
+            "[pollers.githab]: unknown table; did you mean [pollers.github]?",
         ),
         (
             "[pollers.linear]\nenable = false",
@@ -201,6 +201,7 @@ fn the_empty_file_is_every_default() {
     for (poller, interval) in [
         (&file.linear_poller, crate::pollers::LINEAR_INTERVAL),
         (&file.github_poller, crate::pollers::GITHUB_INTERVAL),
+        (&file.gitlab_poller, crate::pollers::GITLAB_INTERVAL),
     ] {
         assert!(!poller.configured && poller.enabled);
         assert_eq!(poller.interval, interval);
@@ -279,7 +280,7 @@ fn the_effective_configuration_is_a_valid_file_that_means_the_same() {
 #[test]
 fn keys_come_from_serde_itself() {
     assert_eq!(keys_of::<BoardTable>(), ["approval", "max_attempts"]);
-    assert_eq!(keys_of::<PollersTable>(), ["linear", "github"]);
+    assert_eq!(keys_of::<PollersTable>(), ["linear", "github", "gitlab"]);
     assert_eq!(keys_of::<LinearTable>(), ["states"]);
 }
 

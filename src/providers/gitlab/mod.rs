@@ -1,12 +1,16 @@
-//! GitLab as a code host, its first part: ingress, repository names (`group/sub/name`), intake, and a note on the
-//! task's issue. Merge requests, pipelines and auto-land are not built yet.
+//! GitLab as a code host: ingress, repository names (`group/sub/name`), intake, a note on the task's issue, and
+//! the poller that finds a task's merge request merged or closed when its webhook was missed.
 //!
 //! - `settings.rs`: its variables (`GITLAB_TOKEN`, `GITLAB_URL`) and `[intake.gitlab]`, typed;
 //! - `webhook.rs`: the token-checked route (`ingress::Webhook`: `X-Gitlab-Token`, constant time), the event's
 //!   type from `object_kind`, deduplicated by `X-Gitlab-Event-UUID` and the body's digest;
 //! - `models.rs`: GitLab's webhook payloads as typed structs, the fields pidevops reads;
-//! - `client.rs`: its REST API (`<GITLAB_URL>/api/v4`, `PRIVATE-TOKEN`), bounded: a note on an issue, once;
-//! - `doctor.rs`: its line in `doctor` (`GET /api/v4/user`, bounded);
+//! - `client/`: its REST API (`<GITLAB_URL>/api/v4`, `PRIVATE-TOKEN`), bounded: a note on an issue, once
+//!   (`mod.rs`); merge requests changed since a time (`poll.rs`); a project's webhook (`hooks.rs`, for
+//!   `init --gitlab`); members' access (`members.rs`);
+//! - `doctor.rs`: its lines in `doctor` (`GET /api/v4/user`; the token's and the trusted users' access to each
+//!   project, bounded);
+//! - `poller.rs`: `gitlab_poller`, a task's merge request merged or closed whose webhook never came, in its shape;
 //! - `effects/`: the `effects:gitlab` policy: a note when the issue's task is made and when it is done;
 //! - `intake/`: its intake rules (`intake::rules::SourceRules`): a labeled issue of a trusted author, its
 //!   withdrawal, a trusted note's follow-up.
@@ -19,5 +23,6 @@ pub mod doctor;
 pub mod effects;
 pub mod intake;
 pub mod models;
+pub mod poller;
 pub mod settings;
 pub mod webhook;

@@ -20,6 +20,8 @@ pub struct GitlabSettings {
     pub token: Option<SecretString>,
     pub url: String,
     pub intake: GitlabIntake,
+    /// The `[repos]` entries with `provider = "gitlab"`: the projects pidevops works on there.
+    pub projects: Vec<crate::tasks::RepoName>,
 }
 
 /// Who and what may make work from GitLab (`[intake.gitlab]`, checked by config when it read the file).
@@ -28,7 +30,7 @@ pub struct GitlabIntake {
     /// The label that asks pidevops for an issue.
     pub label: String,
     /// Usernames trusted to ask, lower case (GitLab's usernames ignore case). GitLab's hooks carry no access
-    /// level, so trust is named here until the API's Developer-access check comes with GitLab's effects.
+    /// level, so trust is named here; `doctor` warns of a name without Developer access to a project.
     pub trusted_users: BTreeSet<String>,
     /// pidevops's own GitLab account: a note mentioning it is for pidevops; its own notes make nothing.
     pub bot_username: Option<String>,
@@ -75,6 +77,14 @@ impl GitlabSettings {
             token: vars.secret(TOKEN).cloned(),
             url: vars.get(URL).unwrap_or_default().to_owned(),
             intake: GitlabIntake::from_tables(settings.file.tables()),
+            projects: settings
+                .file
+                .intake
+                .code_hosts
+                .iter()
+                .filter(|(_, host)| **host == crate::domain::Source::Gitlab)
+                .map(|(repo, _)| repo.clone())
+                .collect(),
         }
     }
 }

@@ -86,6 +86,29 @@ where
     Ok(Built::ticking(move || tick(poller.clone()), rest))
 }
 
+/// The `gitlab_poller` loop, over the GitLab projects of `[repos]`.
+pub(super) fn gitlab_poller(parts: &super::Parts<'_>) -> anyhow::Result<Built> {
+    use crate::providers::gitlab::poller::{GitlabPoller, GITLAB_POLLER};
+    let gitlab = crate::providers::gitlab::settings::GitlabSettings::of(parts.settings);
+    poller_entry(
+        GITLAB_POLLER,
+        "GITLAB_TOKEN",
+        gitlab.token.as_ref(),
+        |token| {
+            let client = crate::providers::gitlab::client::GitlabClient::new(&gitlab.url, token)
+                .map_err(|e| anyhow::anyhow!(e))?;
+            Ok(GitlabPoller::new(
+                client,
+                parts.log.clone(),
+                parts.board.clone(),
+                gitlab.projects.clone(),
+                gitlab.intake.label.clone(),
+            ))
+        },
+        |poller| async move { poller.tick().await },
+    )
+}
+
 pub(super) async fn heartbeat(log: &EventLog) -> anyhow::Result<()> {
     let started = Instant::now();
     let result = tokio::time::timeout(Duration::from_secs(5), log.store().ping()).await;

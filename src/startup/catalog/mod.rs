@@ -568,6 +568,10 @@ pub const CATALOG: &[Entry] = &[
         },
     },
     Entry {
+        plan: |s| vec![plans::gitlab_poller(s)],
+        build: |parts, _| builds::gitlab_poller(parts),
+    },
+    Entry {
         plan: |s| {
             crate::projectors::all()
                 .into_iter()

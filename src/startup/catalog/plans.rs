@@ -141,6 +141,31 @@ pub(super) fn poller_loop(
     }
 }
 
+/// The `gitlab_poller` loop: a poller like the others (`GITLAB_TOKEN`), and only when pidevops works on a GitLab
+/// project: without one there is nothing to ask about.
+pub(super) fn gitlab_poller(s: &Settings) -> PlannedLoop {
+    use crate::providers::gitlab::poller::GITLAB_POLLER;
+    use crate::providers::gitlab::settings::GitlabSettings;
+    let gitlab = GitlabSettings::of(s);
+    let config = &s.file.gitlab_poller;
+    if config.enabled && gitlab.projects.is_empty() {
+        return PlannedLoop::off(
+            GITLAB_POLLER,
+            true,
+            LoopState::Disabled,
+            "no GitLab repository: no [repos] entry has provider = \"gitlab\"".to_owned(),
+            config.interval,
+        );
+    }
+    poller_loop(
+        GITLAB_POLLER,
+        config,
+        gitlab.token.is_some(),
+        "GITLAB_TOKEN",
+        "asks GitLab for each project's merge requests changed since the last poll and appends a task's merge or close the webhook missed",
+    )
+}
+
 /// The `combine` loop: armed with `[plans] land = "combined"` where this process dispatches (its mirrors).
 pub(super) fn combine_plan(settings: &Settings) -> Vec<PlannedLoop> {
     use crate::tasks::PlanLand;

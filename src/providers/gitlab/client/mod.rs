@@ -1,7 +1,17 @@
 //! The GitLab client effects call through: its REST API (`<GITLAB_URL>/api/v4`) with `GITLAB_TOKEN` in
 //! `PRIVATE-TOKEN`, every call bounded. It only makes calls and says how they failed; what to call, when, and what
-//! it means is the policy's. Here: a note on an issue or a merge request, made once (its marker looked for first),
-//! and an emoji award on a note; each other area of the API has its own file beside this one.
+//! it means is the policy's: here, a note on an issue or a merge request, made once (its marker looked for first),
+//! and an emoji award on a note; each other area of the API in its own file: `poll.rs` (merge requests changed
+//! since a time, for `gitlab_poller`), `hooks.rs` (a project's webhook, for `init --gitlab`), `members.rs` (a
+//! member's access level, for `doctor`).
+
+mod hooks;
+mod members;
+mod poll;
+
+pub use hooks::{EnsuredHook, EVENTS as HOOK_EVENTS};
+pub use members::{Access, DEVELOPER};
+pub use poll::{Issue, MergeRequest, MergeRequestPage};
 
 use std::time::Duration;
 
@@ -152,26 +162,20 @@ impl GitlabClient {
         Err(refusal(&format!("awarding {name}"), status, None))
     }
 
-    /// Who `GITLAB_TOKEN` is (`GET /api/v4/user`): `doctor`'s read-only proof that the API answers it.
-    pub async fn username(&self) -> Result<String, CallError> {
-        #[derive(Deserialize)]
-        struct User {
-            username: String,
-        }
-        let user: User = self
-            .send(
-                "reading the token's user",
-                self.http.get(format!("{}/api/v4/user", self.url)),
-            )
-            .await?;
-        Ok(user.username)
-    }
-
     async fn send<T: serde::de::DeserializeOwned>(
         &self,
         what: &str,
         request: reqwest::RequestBuilder,
     ) -> Result<T, CallError> {
+        read_json(what, self.answer(what, request).await?).await
+    }
+
+    /// The response to `request` with the token, if GitLab answered it with a success; else how it failed.
+    async fn answer(
+        &self,
+        what: &str,
+        request: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, CallError> {
         let response = request
             .header("PRIVATE-TOKEN", self.token.expose_secret())
             .send()
@@ -182,13 +186,7 @@ impl GitlabClient {
             })?;
         let status = response.status();
         if status.is_success() {
-            return response
-                .json::<T>()
-                .await
-                .map_err(|e| CallError::Transient {
-                    message: format!("{what}: GitLab's answer does not read: {}", e.without_url()),
-                    retry_after: None,
-                });
+            return Ok(response);
         }
         let retry_after = response
             .headers()
@@ -198,6 +196,20 @@ impl GitlabClient {
             .map(|s| Duration::from_secs(s.min(3600)));
         Err(refusal(what, status, retry_after))
     }
+}
+
+/// A successful answer's body as `T`.
+async fn read_json<T: serde::de::DeserializeOwned>(
+    what: &str,
+    response: reqwest::Response,
+) -> Result<T, CallError> {
+    response
+        .json::<T>()
+        .await
+        .map_err(|e| CallError::Transient {
+            message: format!("{what}: GitLab's answer does not read: {}", e.without_url()),
+            retry_after: None,
+        })
 }
 
 /// `text` with no line GitLab would run as a quick action: GitLab runs `/close`, `/merge`, `/approve`, … at the

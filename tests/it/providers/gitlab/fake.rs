@@ -1,7 +1,9 @@
 //! A fake GitLab REST API on loopback: the notes' list and create on issues and merge requests
 //! (`/api/v4/projects/:id/issues/:iid/notes`, `…/merge_requests/:iid/notes`), recording each note made with the
 //! project as the path decoded it and the `PRIVATE-TOKEN` it carried; emoji awards on notes, refusing the same
-//! award twice as GitLab does.
+//! award twice as GitLab does; and, in their own block below, a project's merge requests changed since a time
+//! (keyset pagination: a `Link` rel=next, `updated_after` honoured), its webhooks (list, create, update) and its
+//! members (`members/all`).
 
 use std::sync::{Arc, Mutex};
 
@@ -30,6 +32,7 @@ pub type Award = (String, String, u64, u64, String);
 pub struct FakeGitlab {
     notes: Arc<Mutex<Vec<Made>>>,
     awards: Arc<Mutex<Vec<Award>>>,
+    polled: Arc<Mutex<Polled>>,
     pub url: String,
 }
 
@@ -50,9 +53,12 @@ impl FakeGitlab {
                 axum::routing::post(award),
             )
             .route("/api/v4/user", get(user))
+            .merge(poll_routes())
             .with_state(fake.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         fake.url = format!("http://{}", listener.local_addr().unwrap());
+        // The router's copy was cloned before the address was known: its next-page links read it here.
+        fake.polled.lock().unwrap().base = fake.url.clone();
         tokio::spawn(async move {
             axum::serve(listener, router).await.unwrap();
         });
@@ -214,4 +220,412 @@ async fn award(
     }
     awards.push(given);
     (StatusCode::CREATED, Json(json!({ "id": 1, "name": name })))
+}
+
+// ---- Merge requests (keyset pagination), webhooks and members: what gitlab_poller, `init --gitlab` and doctor's
+// access check call. Each refuses a request shaped unlike GitLab's API wants it (400), or without a token (401).
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Query, RawQuery};
+use axum::response::{IntoResponse, Response};
+
+/// The token's user, as `/api/v4/user` answers.
+pub const BOT_ID: u64 = 99;
+
+#[derive(Default)]
+struct Polled {
+    base: String,
+    merge_requests: BTreeMap<String, Vec<Value>>,
+    /// The page size the fake serves (GitLab's `per_page`, capped here to force pages in a test).
+    page: Option<usize>,
+    /// Each list call's `updated_after` and whether it carried a cursor.
+    calls: Vec<(String, bool)>,
+    hooks: Vec<Hook>,
+    issues: BTreeMap<(String, u64), Value>,
+    members: BTreeMap<String, Vec<(u64, String, u32)>>,
+}
+
+/// A project's webhook as the fake keeps it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hook {
+    pub id: u64,
+    pub project: String,
+    pub url: String,
+    pub token: String,
+    pub events: Vec<String>,
+    pub ssl: bool,
+}
+
+const HOOK_EVENTS: [&str; 6] = [
+    "push_events",
+    "issues_events",
+    "note_events",
+    "merge_requests_events",
+    "pipeline_events",
+    "job_events",
+];
+
+impl FakeGitlab {
+    /// A merge request of `project` as the API lists it (`iid`, from `pidevops/<task>` unless `source_branch`
+    /// says otherwise), in `state`, changed at `updated_at`; replaces one with the same iid.
+    pub fn put_merge_request(
+        &self,
+        project: &str,
+        iid: u64,
+        source_branch: &str,
+        state: &str,
+        updated_at: &str,
+        source_project_id: u64,
+    ) {
+        let mr = json!({
+            "id": 10_000 + iid, "iid": iid, "project_id": 42, "source_project_id": source_project_id,
+            "target_project_id": 42, "source_branch": source_branch, "target_branch": "main",
+            "state": state, "updated_at": updated_at, "sha": format!("{iid:040}"), "merge_commit_sha": null,
+            "title": format!("{source_branch}: the work"),
+            "web_url": format!("{}/{project}/-/merge_requests/{iid}", self.url),
+            "author": { "id": BOT_ID, "username": "pidevops-bot" },
+            "merged_by": if state == "merged" { json!({ "id": 5, "username": "alice" }) } else { Value::Null },
+            "closed_by": if state == "closed" { json!({ "id": 5, "username": "alice" }) } else { Value::Null },
+        });
+        let mut polled = self.polled.lock().unwrap();
+        let list = polled.merge_requests.entry(project.to_owned()).or_default();
+        list.retain(|m| m["iid"] != iid);
+        list.push(mr);
+    }
+
+    /// Issue `project#iid` as the API answers it: in `state` (`opened`, `closed`) with `labels`, changed at
+    /// `updated_at`, written by alice (id 51).
+    pub fn put_issue(
+        &self,
+        project: &str,
+        iid: u64,
+        state: &str,
+        labels: &[&str],
+        updated_at: &str,
+    ) {
+        let issue = json!({
+            "id": 300 + iid, "iid": iid, "project_id": 42, "title": "Paginate /v1/items past the last page",
+            "description": "The endpoint answers 500.", "state": state, "labels": labels,
+            "updated_at": updated_at, "confidential": false,
+            "author": { "id": 51, "username": "alice" },
+            "closed_by": if state == "closed" { json!({ "id": 51, "username": "alice" }) } else { Value::Null },
+        });
+        self.polled
+            .lock()
+            .unwrap()
+            .issues
+            .insert((project.to_owned(), iid), issue);
+    }
+
+    /// Serves at most `size` merge requests a page.
+    pub fn page_size(&self, size: usize) {
+        self.polled.lock().unwrap().page = Some(size);
+    }
+
+    /// Each merge request list call: its `updated_after`, and whether it followed a cursor.
+    pub fn list_calls(&self) -> Vec<(String, bool)> {
+        self.polled.lock().unwrap().calls.clone()
+    }
+
+    pub fn hooks(&self, project: &str) -> Vec<Hook> {
+        let polled = self.polled.lock().unwrap();
+        polled
+            .hooks
+            .iter()
+            .filter(|h| h.project == project)
+            .cloned()
+            .collect()
+    }
+
+    /// `username` (id `id`) a member of `project` at `level` (30 Developer, 20 Reporter); replaces their level.
+    pub fn add_member(&self, project: &str, id: u64, username: &str, level: u32) {
+        let mut polled = self.polled.lock().unwrap();
+        let members = polled.members.entry(project.to_owned()).or_default();
+        members.retain(|(known, _, _)| *known != id);
+        members.push((id, username.to_owned(), level));
+    }
+
+    /// A hook someone else made on `project`, delivering to `url`.
+    pub fn add_hook(&self, project: &str, url: &str) {
+        let mut polled = self.polled.lock().unwrap();
+        let id = polled.hooks.len() as u64 + 1;
+        polled.hooks.push(Hook {
+            id,
+            project: project.to_owned(),
+            url: url.to_owned(),
+            token: String::new(),
+            events: vec!["push_events".to_owned()],
+            ssl: true,
+        });
+    }
+}
+
+fn poll_routes() -> Router<FakeGitlab> {
+    use axum::routing::put;
+    Router::new()
+        .route(
+            "/api/v4/projects/{project}/merge_requests",
+            get(merge_requests),
+        )
+        .route(
+            "/api/v4/projects/{project}/hooks",
+            get(list_hooks).post(create_hook),
+        )
+        .route("/api/v4/projects/{project}/hooks/{id}", put(update_hook))
+        .route("/api/v4/projects/{project}/issues/{iid}", get(issue))
+        .route("/api/v4/projects/{project}/members/all", get(members))
+        .route("/api/v4/projects/{project}/members/all/{user}", get(member))
+}
+
+fn refused(status: StatusCode, message: &str) -> Response {
+    (status, Json(json!({ "message": message }))).into_response()
+}
+
+fn authorized(headers: &HeaderMap) -> bool {
+    headers.get("private-token").is_some_and(|t| !t.is_empty())
+}
+
+async fn merge_requests(
+    State(fake): State<FakeGitlab>,
+    Path(project): Path<String>,
+    Query(query): Query<BTreeMap<String, String>>,
+    RawQuery(raw): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    if !authorized(&headers) {
+        return refused(StatusCode::UNAUTHORIZED, "401 Unauthorized");
+    }
+    for (key, wanted) in [
+        ("order_by", "updated_at"),
+        ("sort", "asc"),
+        ("pagination", "keyset"),
+    ] {
+        if query.get(key).map(String::as_str) != Some(wanted) {
+            return refused(StatusCode::BAD_REQUEST, &format!("{key} must be {wanted}"));
+        }
+    }
+    let Some(after) = query
+        .get("updated_after")
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+    else {
+        return refused(
+            StatusCode::BAD_REQUEST,
+            "updated_after is missing or not a time",
+        );
+    };
+    let Some(per_page) = query
+        .get("per_page")
+        .and_then(|p| p.parse::<usize>().ok())
+        .filter(|p| (1..=100).contains(p))
+    else {
+        return refused(StatusCode::BAD_REQUEST, "per_page must be 1 to 100");
+    };
+    let cursor = match query.get("cursor").map(|c| c.parse::<usize>()) {
+        None => 0,
+        Some(Ok(c)) => c,
+        Some(Err(_)) => return refused(StatusCode::BAD_REQUEST, "cursor is not one of ours"),
+    };
+    let mut polled = fake.polled.lock().unwrap();
+    polled
+        .calls
+        .push((query["updated_after"].clone(), query.contains_key("cursor")));
+    let size = polled.page.unwrap_or(per_page).min(per_page);
+    let mut changed: Vec<Value> = polled
+        .merge_requests
+        .get(&project)
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|m| {
+            chrono::DateTime::parse_from_rfc3339(m["updated_at"].as_str().unwrap()).unwrap() > after
+        })
+        .collect();
+    changed.sort_by_key(|m| m["updated_at"].as_str().unwrap().to_owned());
+    let page: Vec<Value> = changed.iter().skip(cursor).take(size).cloned().collect();
+    let mut response = Json(Value::from(page)).into_response();
+    if cursor + size < changed.len() {
+        let rest: Vec<&str> = raw
+            .as_deref()
+            .unwrap_or_default()
+            .split('&')
+            .filter(|p| !p.starts_with("cursor="))
+            .collect();
+        let link = format!(
+            "<{}/api/v4/projects/{}/merge_requests?cursor={}&{}>; rel=\"next\"",
+            polled.base,
+            project.replace('/', "%2F"),
+            cursor + size,
+            rest.join("&")
+        );
+        response.headers_mut().insert("link", link.parse().unwrap());
+    }
+    response
+}
+
+fn hook_json(hook: &Hook) -> Value {
+    let mut out = json!({ "id": hook.id, "url": hook.url, "enable_ssl_verification": hook.ssl });
+    for event in HOOK_EVENTS {
+        out[event] = json!(hook.events.iter().any(|e| e == event));
+    }
+    out
+}
+
+async fn list_hooks(
+    State(fake): State<FakeGitlab>,
+    Path(project): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if !authorized(&headers) {
+        return refused(StatusCode::UNAUTHORIZED, "401 Unauthorized");
+    }
+    let polled = fake.polled.lock().unwrap();
+    let hooks: Vec<Value> = polled
+        .hooks
+        .iter()
+        .filter(|h| h.project == project)
+        .map(hook_json)
+        .collect();
+    Json(Value::from(hooks)).into_response()
+}
+
+/// A hook's fields from a create or update body (url, token, events, SSL verification); `None` without a URL and
+/// a token, which the fake refuses.
+fn hook_fields(body: &Value) -> Option<(String, String, Vec<String>, bool)> {
+    let (Some(url), Some(token)) = (body["url"].as_str(), body["token"].as_str()) else {
+        return None;
+    };
+    let events = HOOK_EVENTS
+        .iter()
+        .filter(|e| body[**e].as_bool() == Some(true))
+        .map(|e| (*e).to_owned())
+        .collect();
+    Some((
+        url.to_owned(),
+        token.to_owned(),
+        events,
+        body["enable_ssl_verification"].as_bool().unwrap_or(true),
+    ))
+}
+
+const HOOK_REFUSED: &str = "url and token are required here";
+
+async fn create_hook(
+    State(fake): State<FakeGitlab>,
+    Path(project): Path<String>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    if !authorized(&headers) {
+        return refused(StatusCode::UNAUTHORIZED, "401 Unauthorized");
+    }
+    let Some((url, token, events, ssl)) = hook_fields(&body) else {
+        return refused(StatusCode::BAD_REQUEST, HOOK_REFUSED);
+    };
+    let mut polled = fake.polled.lock().unwrap();
+    let hook = Hook {
+        id: polled.hooks.len() as u64 + 1,
+        project,
+        url,
+        token,
+        events,
+        ssl,
+    };
+    polled.hooks.push(hook.clone());
+    (StatusCode::CREATED, Json(hook_json(&hook))).into_response()
+}
+
+async fn update_hook(
+    State(fake): State<FakeGitlab>,
+    Path((project, id)): Path<(String, u64)>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    if !authorized(&headers) {
+        return refused(StatusCode::UNAUTHORIZED, "401 Unauthorized");
+    }
+    let Some((url, token, events, ssl)) = hook_fields(&body) else {
+        return refused(StatusCode::BAD_REQUEST, HOOK_REFUSED);
+    };
+    let mut polled = fake.polled.lock().unwrap();
+    let Some(hook) = polled
+        .hooks
+        .iter_mut()
+        .find(|h| h.id == id && h.project == project)
+    else {
+        return refused(StatusCode::NOT_FOUND, "404 Not Found");
+    };
+    *hook = Hook {
+        id,
+        project,
+        url,
+        token,
+        events,
+        ssl,
+    };
+    Json(hook_json(hook)).into_response()
+}
+
+fn member_json((id, username, level): &(u64, String, u32)) -> Value {
+    json!({ "id": id, "username": username, "access_level": level, "state": "active" })
+}
+
+async fn members(
+    State(fake): State<FakeGitlab>,
+    Path(project): Path<String>,
+    Query(query): Query<BTreeMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    if !authorized(&headers) {
+        return refused(StatusCode::UNAUTHORIZED, "401 Unauthorized");
+    }
+    let needle = query
+        .get("query")
+        .map(|q| q.to_ascii_lowercase())
+        .unwrap_or_default();
+    let polled = fake.polled.lock().unwrap();
+    let found: Vec<Value> = polled
+        .members
+        .get(&project)
+        .into_iter()
+        .flatten()
+        .filter(|(_, name, _)| name.to_ascii_lowercase().contains(&needle))
+        .map(member_json)
+        .collect();
+    Json(Value::from(found)).into_response()
+}
+
+async fn member(
+    State(fake): State<FakeGitlab>,
+    Path((project, user)): Path<(String, u64)>,
+    headers: HeaderMap,
+) -> Response {
+    if !authorized(&headers) {
+        return refused(StatusCode::UNAUTHORIZED, "401 Unauthorized");
+    }
+    let polled = fake.polled.lock().unwrap();
+    match polled
+        .members
+        .get(&project)
+        .into_iter()
+        .flatten()
+        .find(|(id, _, _)| *id == user)
+    {
+        Some(found) => Json(member_json(found)).into_response(),
+        None => refused(StatusCode::NOT_FOUND, "404 Not Found"),
+    }
+}
+
+async fn issue(
+    State(fake): State<FakeGitlab>,
+    Path((project, iid)): Path<(String, u64)>,
+    headers: HeaderMap,
+) -> Response {
+    if !authorized(&headers) {
+        return refused(StatusCode::UNAUTHORIZED, "401 Unauthorized");
+    }
+    match fake.polled.lock().unwrap().issues.get(&(project, iid)) {
+        Some(issue) => Json(issue.clone()).into_response(),
+        None => refused(StatusCode::NOT_FOUND, "404 Issue Not Found"),
+    }
 }

@@ -1,7 +1,10 @@
 //! GitLab's test kit: its fixtures as GitLab sends them (`tests/fixtures/gitlab/`), its fake REST API on loopback
-//! (`fake`), and its suite through the real app (`suite`).
+//! (`fake`), its suite through the real app (`suite`), `gitlab_poller` through it (`poller`), and `init --gitlab`
+//! and doctor's access lines (`setup`).
 
 pub mod fake;
+mod poller;
+mod setup;
 mod suite;
 
 use serde_json::Value;
