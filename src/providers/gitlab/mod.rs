@@ -1,15 +1,19 @@
-//! GitLab as a code host, its first part: ingress, repository names (`group/sub/name`), intake, and a note on the
-//! task's issue. Merge requests, pipelines and auto-land are not built yet.
+//! GitLab as a code host: ingress, repository names (`group/sub/name`), intake, a note on the task's issue, and
+//! reactions to its merge request's pipelines, approvals, notes, merge and close.
 //!
 //! - `settings.rs`: its variables (`GITLAB_TOKEN`, `GITLAB_URL`) and `[intake.gitlab]`, typed;
 //! - `webhook.rs`: the token-checked route (`ingress::Webhook`: `X-Gitlab-Token`, constant time), the event's
 //!   type from `object_kind`, deduplicated by `X-Gitlab-Event-UUID` and the body's digest;
 //! - `models.rs`: GitLab's webhook payloads as typed structs, the fields pidevops reads;
-//! - `client.rs`: its REST API (`<GITLAB_URL>/api/v4`, `PRIVATE-TOKEN`), bounded: a note on an issue, once;
+//! - `client/`: its REST API (`<GITLAB_URL>/api/v4`, `PRIVATE-TOKEN`), bounded: a note on an issue, once;
+//!   `jobs.rs`: a CI job's log tail;
 //! - `doctor.rs`: its line in `doctor` (`GET /api/v4/user`, bounded);
 //! - `effects/`: the `effects:gitlab` policy: a note when the issue's task is made and when it is done;
 //! - `intake/`: its intake rules (`intake::rules::SourceRules`): a labeled issue of a trusted author, its
 //!   withdrawal, a trusted note's follow-up.
+//! - `reactions/`: its reactions (`reactions::rules::HostRules`): a pipeline or job on a `pidevops/<task>` branch,
+//!   its merge request approved, unapproved, merged or closed, a trusted note on it; held to the task's project,
+//!   its merge request (`GITLAB_MR`), not a fork's.
 //!
 //! Its entry in `domain::registry::PROVIDERS` names it to everything that lists providers; `providers::webhook`
 //! mounts its webhook.
@@ -19,5 +23,6 @@ pub mod doctor;
 pub mod effects;
 pub mod intake;
 pub mod models;
+pub mod reactions;
 pub mod settings;
 pub mod webhook;

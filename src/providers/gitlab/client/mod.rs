@@ -10,6 +10,8 @@ use serde::Deserialize;
 use crate::effects::{marker, CallError, Produced};
 use crate::tasks::RepoName;
 
+mod jobs;
+
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
