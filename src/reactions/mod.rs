@@ -140,7 +140,10 @@ impl Reactions {
                     event,
                     payload: &payload,
                 };
-                (task, self.checks_failed(&failed, task, &sha, &summary).await?)
+                (
+                    task,
+                    self.checks_failed(&failed, task, &sha, &summary).await?,
+                )
             }
             Reaction::ChecksPassed { task, sha, name } => {
                 let verdict = match FactName::new("check name", &name) {

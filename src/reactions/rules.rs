@@ -159,8 +159,12 @@ pub trait HostRules: Send + Sync + std::fmt::Debug {
     /// Whether an event `decide` tied to a task may move it: from the task's repository, about its own review
     /// request (never a fork's), and a review or comment by someone trusted. `Err` says why not. CI results are
     /// held to the task's last pushed commit by the loop.
-    fn admit(&self, event_type: &str, payload: &Value, expected: &Expected<'_>)
-        -> Result<(), String>;
+    fn admit(
+        &self,
+        event_type: &str,
+        payload: &Value,
+        expected: &Expected<'_>,
+    ) -> Result<(), String>;
 
     /// What a failure's event leaves out and the host must be asked for (GitLab's failed jobs' log tails), added
     /// to its summary; asked only for a failure that moves its task, in `repo` (what pidevops recorded). Never an

@@ -277,8 +277,9 @@ pub struct PipelineJob {
 
 impl PipelineEvent {
     pub fn read(data: &serde_json::Value) -> Result<Self, String> {
-        Self::deserialize(data)
-            .map_err(|e| format!("a pipeline event that does not read as GitLab's pipeline event: {e}"))
+        Self::deserialize(data).map_err(|e| {
+            format!("a pipeline event that does not read as GitLab's pipeline event: {e}")
+        })
     }
 
     /// The jobs that failed the pipeline (failed and not allowed to), in its order.

@@ -163,7 +163,10 @@ mod tests {
         let log: String = (1..=100).map(|n| format!("line {n}\n")).collect();
         let kept = tail(&log);
         assert_eq!(kept.lines().count(), TAIL_LINES);
-        assert!(kept.starts_with("line 71\n") && kept.ends_with("line 100"), "{kept}");
+        assert!(
+            kept.starts_with("line 71\n") && kept.ends_with("line 100"),
+            "{kept}"
+        );
         let long = format!("{}\nthe end", "é".repeat(10_000));
         let kept = tail(&long);
         assert!(kept.len() <= TAIL_BYTES, "{}", kept.len());

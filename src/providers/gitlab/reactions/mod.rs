@@ -146,7 +146,10 @@ pub fn details(tails: &[(&str, Result<String, String>)]) -> String {
     let parts: Vec<String> = tails
         .iter()
         .map(|(name, tail)| match tail {
-            Ok(tail) => format!("{name} log (its end):\n{}", last_chars(tail.trim_end(), share)),
+            Ok(tail) => format!(
+                "{name} log (its end):\n{}",
+                last_chars(tail.trim_end(), share)
+            ),
             Err(why) => format!("{name}: log unavailable: {why}"),
         })
         .collect();
@@ -184,7 +187,10 @@ fn unread(reason: &str) -> Reaction {
 
 /// A pipeline finished: failed sends the task back naming the jobs that failed it, success is a passing check.
 fn pipeline(payload: &Value) -> Reaction {
-    let Some(task) = payload["object_attributes"]["ref"].as_str().and_then(task_of) else {
+    let Some(task) = payload["object_attributes"]["ref"]
+        .as_str()
+        .and_then(task_of)
+    else {
         return Reaction::None;
     };
     let event = match PipelineEvent::read(payload) {
@@ -387,11 +393,15 @@ pub fn admit(
     };
     if let Some(author_id) = author {
         let user = payload["user"]["username"].as_str().unwrap_or("someone");
-        // The hook's `user` is who acted; a note names its author by id too, and both must agree.
-        let same = author_id.as_u64().is_some() && *author_id == payload["user"]["id"];
-        if !own.trusts(user) || !same {
+        if !own.trusts(user) {
             return Err(format!(
                 "{user} is not in [intake.gitlab] trusted_users: only they move a task"
+            ));
+        }
+        // The hook's `user` is who acted; a note names its author by id too, and both must agree.
+        if author_id.as_u64().is_none() || *author_id != payload["user"]["id"] {
+            return Err(format!(
+                "the note's author (id {author_id}) is not {user}, whom the hook names"
             ));
         }
     }
