@@ -1,5 +1,6 @@
 //! A fake GitLab REST API on loopback: the issue notes' list and create (`/api/v4/projects/:id/issues/:iid/notes`),
-//! recording each note made with the project as the path decoded it and the `PRIVATE-TOKEN` it carried.
+//! recording each note made with the project as the path decoded it and the `PRIVATE-TOKEN` it carried; a job's
+//! log (`/api/v4/projects/:id/jobs/:job_id/trace`, plain text) as a test seeded it, each read recorded.
 
 use std::sync::{Arc, Mutex};
 
@@ -22,6 +23,7 @@ pub struct Made {
 #[derive(Clone, Default)]
 pub struct FakeGitlab {
     notes: Arc<Mutex<Vec<Made>>>,
+    jobs: Jobs,
     pub url: String,
 }
 
@@ -34,6 +36,10 @@ impl FakeGitlab {
                 get(list).post(create),
             )
             .route("/api/v4/user", get(user))
+            .route(
+                "/api/v4/projects/{project}/jobs/{job}/trace",
+                get(job_trace),
+            )
             .with_state(fake.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         fake.url = format!("http://{}", listener.local_addr().unwrap());
@@ -127,4 +133,45 @@ async fn create(
         StatusCode::CREATED,
         Json(json!({ "id": id, "body": text, "noteable_type": "Issue", "system": false })),
     )
+}
+
+// Jobs' logs: what reactions read of a failed pipeline.
+
+/// The logs a test seeded, by job id, and each read: the project as the path decoded it, the job.
+#[derive(Clone, Default)]
+struct Jobs {
+    logs: Arc<Mutex<std::collections::HashMap<u64, String>>>,
+    reads: Arc<Mutex<Vec<(String, u64)>>>,
+}
+
+impl FakeGitlab {
+    /// Job `job`'s log, as GitLab's runner wrote it (escapes and all).
+    pub fn seed_log(&self, job: u64, log: &str) {
+        self.jobs.logs.lock().unwrap().insert(job, log.to_owned());
+    }
+
+    /// Each log read, in order: the project as the path decoded it, and the job.
+    pub fn log_reads(&self) -> Vec<(String, u64)> {
+        self.jobs.reads.lock().unwrap().clone()
+    }
+}
+
+/// `GET …/jobs/:job_id/trace`: the seeded log as plain text; 401 without `PRIVATE-TOKEN`, 404 for a job never
+/// seeded, 400 for a job id that is not a number (as GitLab answers).
+async fn job_trace(
+    State(fake): State<FakeGitlab>,
+    Path((project, job)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> (StatusCode, String) {
+    if headers.get("private-token").is_none() {
+        return (StatusCode::UNAUTHORIZED, "401 Unauthorized".into());
+    }
+    let Ok(job) = job.parse::<u64>() else {
+        return (StatusCode::BAD_REQUEST, "job_id is invalid".into());
+    };
+    fake.jobs.reads.lock().unwrap().push((project, job));
+    match fake.jobs.logs.lock().unwrap().get(&job) {
+        Some(log) => (StatusCode::OK, log.clone()),
+        None => (StatusCode::NOT_FOUND, "404 Not found".into()),
+    }
 }

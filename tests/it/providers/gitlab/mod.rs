@@ -1,7 +1,8 @@
 //! GitLab's test kit: its fixtures as GitLab sends them (`tests/fixtures/gitlab/`), its fake REST API on loopback
-//! (`fake`), and its suite through the real app (`suite`).
+//! (`fake`), its suite through the real app (`suite`) and its reactions (`reactions`).
 
 pub mod fake;
+mod reactions;
 mod suite;
 
 use serde_json::Value;
