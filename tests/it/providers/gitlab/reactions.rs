@@ -2,8 +2,8 @@
 //! (a push recorded, its merge request `GITLAB_MR` !7) move it. A failed pipeline sends it back naming the job
 //! that failed with its log's end, read through the fake API (its own job event sends nothing back twice); a
 //! trusted approval, a passing pipeline and a passing job are its landing facts; a merge completes it. A
-//! stranger's note or approval, a fork's merge request and another merge request's event change nothing and are
-//! recorded as ignored with the reason; a trusted note is a follow-up that sends it back.
+//! stranger's note or approval, a fork's merge request, another merge request's event and another project's
+//! pipeline change nothing and are recorded as ignored with the reason; a trusted note is a follow-up that sends it back.
 
 use crate::common::board::{new_task, pushed, to_review};
 use crate::common::{TestApp, TestDb, GITLAB_SECRET};
@@ -246,9 +246,14 @@ async fn strangers_forks_and_other_merge_requests_change_nothing_and_are_recorde
     other["object_attributes"]["iid"] = json!(9);
     deliver(&app, "Merge Request Hook", &other).await;
 
+    // The same branch's pipeline in another project, failed.
+    let mut elsewhere = ours(gl_fixture("pipeline_failed"), id);
+    elsewhere["project"]["path_with_namespace"] = json!("other-group/api");
+    deliver(&app, "Pipeline Hook", &elsewhere).await;
+
     let task = reacted(&app, id).await;
     let reasons = ignored(&app).await;
-    assert_eq!(reasons.len(), 4, "four refusals recorded: {reasons:?}");
+    assert_eq!(reasons.len(), 5, "five refusals recorded: {reasons:?}");
     assert!(
         reasons[0].contains("mallory is not in [intake.gitlab] trusted_users"),
         "{reasons:?}"
@@ -259,6 +264,8 @@ async fn strangers_forks_and_other_merge_requests_change_nothing_and_are_recorde
         "{reasons:?}"
     );
     assert!(reasons[3].contains("!9, not the task's !7"), "{reasons:?}");
+    assert!(reasons[4].contains("from other-group/api"), "{reasons:?}");
+    assert!(fake.log_reads().is_empty(), "nothing refused costs a call");
     assert_eq!(task.column(), Column::InReview);
     assert!(task.landing().approved_by().is_empty());
     assert_eq!(
@@ -288,6 +295,6 @@ async fn strangers_forks_and_other_merge_requests_change_nothing_and_are_recorde
     let origin = follow_ups[0].origin.as_ref().expect("an origin");
     assert_eq!(origin.key(), "gitlab:note:1250");
     assert_eq!(origin.from(), format!("alice on {REPO}!{MR}"));
-    assert_eq!(ignored(&app).await.len(), 4);
+    assert_eq!(ignored(&app).await.len(), 5);
     app.stop().await;
 }
