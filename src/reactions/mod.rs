@@ -127,6 +127,19 @@ impl Reactions {
                 }
             }
         }
+        self.react(host, event, &payload, reaction, progress).await
+    }
+
+    /// What an admitted `reaction` (or one about no task on the board) does to its task.
+    async fn react(
+        &self,
+        host: &dyn HostRules,
+        event: &StoredEvent,
+        payload: &serde_json::Value,
+        reaction: Reaction,
+        progress: &mut ReactionsProgress,
+    ) -> anyhow::Result<Next> {
+        let actor = host.source().as_str();
         let (task, verdict) = match reaction {
             Reaction::None => return Ok(Next::Done),
             Reaction::Ignore { task, why } => {
@@ -138,7 +151,7 @@ impl Reactions {
                 let failed = Failed {
                     host,
                     event,
-                    payload: &payload,
+                    payload,
                 };
                 (
                     task,
@@ -202,7 +215,7 @@ impl Reactions {
                     follow_up(
                         &text,
                         host.review_key(review),
-                        &format!("{by} on {}", host.place(&payload)),
+                        &format!("{by} on {}", host.place(payload)),
                         true,
                     ),
                 )
@@ -212,7 +225,7 @@ impl Reactions {
                 follow_up(
                     &comment.text(),
                     host.comment_key(comment.id),
-                    &format!("{} on {}", comment.by, host.place(&payload)),
+                    &format!("{} on {}", comment.by, host.place(payload)),
                     // A comment outside any review sends the task back itself.
                     comment.review.is_none(),
                 ),
