@@ -188,6 +188,21 @@ pub trait HostRules: Send + Sync + std::fmt::Debug {
     fn place(&self, payload: &Value) -> String;
 }
 
+/// Whether review request `number` is the one pidevops opened for the task (`ours`, `Expected::pr`); `Err` says
+/// why not, naming them as `kind` does: `pull request #` (`pull request #9, not the task's #2`), `merge request !`.
+pub fn own_request(ours: Option<u64>, number: u64, kind: &str) -> Result<(), String> {
+    let sigil = kind.chars().last().unwrap_or('#');
+    match ours {
+        None => Err(format!(
+            "{kind}{number}, but pidevops opened none for this task"
+        )),
+        Some(ours) if ours != number => {
+            Err(format!("{kind}{number}, not the task's {sigil}{ours}"))
+        }
+        Some(_) => Ok(()),
+    }
+}
+
 /// The task whose branch this is: `pidevops/T-7` → T-7; any other branch → none.
 pub fn task_of(branch: &str) -> Option<TaskId> {
     branch.strip_prefix("pidevops/")?.parse().ok()

@@ -375,17 +375,7 @@ pub fn admit(event_type: &str, payload: &Value, expected: &Expected<'_>) -> Resu
         return Ok(());
     }
     let number = pr["number"].as_u64().unwrap_or(0);
-    match expected.pr {
-        None => {
-            return Err(format!(
-                "pull request #{number}, but pidevops opened none for this task"
-            ))
-        }
-        Some(ours) if ours != number => {
-            return Err(format!("pull request #{number}, not the task's #{ours}"))
-        }
-        Some(_) => {}
-    }
+    rules::own_request(expected.pr, number, "pull request #")?;
     let head = &pr["head"]["repo"]["full_name"];
     let base = name(&pr["base"]["repo"]["full_name"]);
     if head.is_null()

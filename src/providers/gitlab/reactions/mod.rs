@@ -26,7 +26,9 @@ use crate::providers::gitlab::client::GitlabClient;
 use crate::providers::gitlab::intake::addressed;
 use crate::providers::gitlab::models::{JobEvent, MergeRequestEvent, NoteEvent, PipelineEvent};
 use crate::providers::gitlab::settings::{GitlabIntake, GitlabSettings};
-use crate::reactions::rules::{clip, task_of, Expected, HostRules, LineComment, Reaction};
+use crate::reactions::rules::{
+    clip, own_request, task_of, Expected, HostRules, LineComment, Reaction,
+};
 use crate::tasks::RepoName;
 
 /// At most this many failed jobs' logs are fetched for one pipeline (the first ones, in its order).
@@ -374,17 +376,7 @@ pub fn admit(
         _ => return Ok(()),
     };
     let iid = merge_request["iid"].as_u64().unwrap_or(0);
-    match expected.pr {
-        None => {
-            return Err(format!(
-                "merge request !{iid}, but pidevops opened none for this task"
-            ))
-        }
-        Some(ours) if ours != iid => {
-            return Err(format!("merge request !{iid}, not the task's !{ours}"))
-        }
-        Some(_) => {}
-    }
+    own_request(expected.pr, iid, "merge request !")?;
     not_a_fork(merge_request, project_id)?;
     let author = match event_type {
         "gitlab.note" => Some(&payload["object_attributes"]["author_id"]),
