@@ -48,7 +48,8 @@
 //!                  replies to pidevops's messages into answers and follow-ups, and trusted comments on a code
 //!                  host (GitHub's) addressed to pidevops into follow-ups, answers and commands (comments.rs)
 //! plans/           the follower that makes an approved plan's items tasks and rolls the plan up from them
-//! reactions/       the follower that turns GitHub events on pidevops branches into task commands (pure rules)
+//! reactions/       the follower that turns code hosts' events on pidevops branches into task commands (each
+//!                  host's pure rules, `HostRules`, in its provider's folder)
 //! effects/         outbound calls, each recorded in `effect:<key>` and made once: runner/ (the one
 //!                  `effects:<provider>` follower, generic over its policy), provider.rs (the ProviderPolicy
 //!                  shape), handle.rs (the narrow handle a policy gets instead of the runner), call.rs (CallError,

@@ -6,7 +6,8 @@
 //!
 //! A provider is registered twice, both here in the house: its data in `domain::registry::PROVIDERS` (name,
 //! route, secret, badge, links: what every list of providers reads) and its parts in its folder, mounted by
-//! [`webhook`], its intake rules built by [`intake_rules`] with its settings, and built by start-up's catalog
+//! [`webhook`], its intake rules built by [`intake_rules`] with its settings, a code host's reactions by
+//! [`reaction_rules`], and built by start-up's catalog
 //! (`startup/catalog/effects.rs`, its pollers' entries). Each client takes its base URL from configuration (tests
 //! point them at local fakes) and bounds every call with a timeout.
 
@@ -23,6 +24,8 @@ use axum::routing::MethodRouter;
 use crate::domain::Source;
 use crate::ingress::{handler, Webhooks};
 use crate::intake::rules::SourceRules;
+use crate::reactions::HostRules;
+use std::sync::Arc;
 
 /// Each provider's intake rules, one per source, each with its provider's own settings, for `intake::Intake`
 /// (start-up hands it these).
@@ -42,6 +45,21 @@ pub fn intake_rules(settings: &crate::config::Settings) -> Vec<Box<dyn SourceRul
         )),
         Box::new(gitlab::intake::rules(
             gitlab::settings::GitlabSettings::of(settings).intake,
+        )),
+    ]
+}
+
+/// Each code host's reactions, one per source, each with its provider's own settings (whom it trusts, its own
+/// account, its client), for `reactions::Reactions` (start-up hands it these).
+pub fn reaction_rules(settings: &crate::config::Settings) -> Vec<Arc<dyn HostRules>> {
+    let github = github::settings::GithubSettings::of(settings).intake;
+    vec![
+        Arc::new(github::reactions::GithubReactions {
+            bot_login: github.bot_login,
+            trusted: github.associations,
+        }),
+        Arc::new(gitlab::reactions::GitlabReactions::new(
+            gitlab::settings::GitlabSettings::of(settings),
         )),
     ]
 }

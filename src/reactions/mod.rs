@@ -1,19 +1,22 @@
-//! Reactions: the policy that turns GitHub events on pidevops branches into commands on their tasks. A failed
-//! check or workflow sends the task back to `todo` with what failed (an attempt, so CI cannot loop forever);
-//! a trusted review (changes requested, or comments) is a follow-up that sends the task back once, and each of
-//! its line comments (file, lines, the end of its diff hunk) a follow-up the same run gets, all keyed by their
-//! GitHub ids so a redelivery attaches nothing twice (the dispatcher's `FOLLOW_UP_SETTLE` lets the parts of a
-//! review, which GitHub sends in no promised order, arrive before the run starts); a merge completes the
-//! task and closing without merging cancels it. A passing check and a trusted approval are recorded as the task's
-//! landing facts (auto-land, `tasks::landing`), a dismissed review withdraws its approval.
+//! Reactions: the policy that turns a code host's events on pidevops branches into commands on their tasks. A
+//! failed check, workflow or pipeline sends the task back to `todo` with what failed (an attempt, so CI cannot loop
+//! forever); a trusted review (changes requested, or comments, or a note) is a follow-up that sends the task back
+//! once, and each of its line comments (file, lines, the end of its diff hunk) a follow-up the same run gets, all
+//! keyed by their host's ids so a redelivery attaches nothing twice (the dispatcher's `FOLLOW_UP_SETTLE` lets the
+//! parts of a review, which GitHub sends in no promised order, arrive before the run starts); a merge completes
+//! the task and closing without merging cancels it. A passing check and a trusted approval are recorded as the
+//! task's landing facts (auto-land, `tasks::landing`), a dismissed review withdraws its approval.
 //!
-//! A singleton loop reads the log after its checkpoint; `rules::decide` (pure) says what an event means. A CI
-//! result counts only for the commit pidevops last pushed for the task: a late result for an older attempt, or a
-//! result for a commit somebody else pushed, changes nothing. Commands are idempotent or refused by the task's
-//! state, so a crash before the checkpoint moves repeats nothing that matters.
+//! A singleton loop reads the log after its checkpoint; each host's rules (`rules::HostRules`, one per source,
+//! in its provider's folder, handed in by start-up) say what an event means, purely. A CI result counts only for
+//! the commit pidevops last pushed for the task: a late result for an older attempt, or a result for a commit
+//! somebody else pushed, changes nothing. A failure that moves its task may first be completed by its host
+//! (`HostRules::failure_details`: GitLab's failed jobs' log tails). Commands are idempotent or refused by the
+//! task's state, so a crash before the checkpoint moves repeats nothing that matters.
 //!
-//! Before anything moves, `rules::admit` holds the event to what pidevops recorded for the task (its repository,
-//! its pull request, not a fork, a trusted reviewer); a refusal is recorded as `reactions.ignored` with the reason.
+//! Before anything moves, `HostRules::admit` holds the event to what pidevops recorded for the task (its
+//! repository, its review request: `Task::review_request`, not a fork, a trusted reviewer); a refusal is recorded
+//! as `reactions.ignored` with the reason.
 //!
 //! A plan's pull request (`[plans] land = "combined"`, branch `pidevops/<plan>`) is held to the same, and its
 //! results count only for the plan's last combined commit (`plan.rs`): merged completes each item combined (and
@@ -23,19 +26,20 @@
 mod plan;
 pub mod rules;
 
+use std::sync::Arc;
+
 use anyhow::Context;
 use chrono::Utc;
 
 use crate::board::{Board, BoardError, Loaded};
 use crate::dispatch::runs::{self, RunEvent};
-use crate::domain::Source;
 use crate::eventlog::{EventLog, StoredEvent};
 use crate::loops::follow::{AsStored, Follow, Follower, Next};
 use crate::tasks::{
     Column, Command, CommitSha, FactName, FollowUpOrigin, FollowUpText, Reason, RetryCause, RunId,
-    Task, TaskEvent, TaskId, GITHUB_PR,
+    Task, TaskEvent, TaskId,
 };
-pub use rules::Reaction;
+pub use rules::{HostRules, Reaction};
 
 /// The loop's name and its checkpoint's.
 pub const REACTIONS: &str = "reactions";
@@ -59,24 +63,17 @@ pub struct ReactionsProgress {
 pub struct Reactions {
     log: EventLog,
     board: Board,
-    bot_login: Option<String>,
-    /// Author associations whose reviews and comments count (intake's).
-    trusted: std::collections::BTreeSet<String>,
+    /// Each code host's rules, one per source; an event of any other source is not reactions'.
+    hosts: Vec<Arc<dyn HostRules>>,
     follow: Follow<StoredEvent>,
 }
 
 impl Reactions {
-    pub fn new(
-        log: EventLog,
-        board: Board,
-        bot_login: Option<String>,
-        trusted: std::collections::BTreeSet<String>,
-    ) -> Self {
+    pub fn new(log: EventLog, board: Board, hosts: Vec<Arc<dyn HostRules>>) -> Self {
         Self {
             log,
             board,
-            bot_login,
-            trusted,
+            hosts,
             follow: Follow::default(),
         }
     }
@@ -98,45 +95,68 @@ impl Reactions {
         event: &StoredEvent,
         progress: &mut ReactionsProgress,
     ) -> anyhow::Result<Next> {
-        if event.source != Source::Github.as_str() {
+        let Some(host) = self
+            .hosts
+            .iter()
+            .find(|h| h.source().as_str() == event.source)
+        else {
             return Ok(Next::Done);
-        }
+        };
+        let host = host.as_ref();
+        let actor = host.source().as_str();
         let payload: serde_json::Value =
             serde_json::from_str(event.data_json().get()).unwrap_or_default();
-        let reaction = rules::decide(&event.event_type, &payload, self.bot_login.as_deref());
+        let reaction = host.decide(&event.event_type, &payload);
         if let Some(id) = reaction.acting_on() {
             if let Some(loaded) = self.board.load(id).await? {
                 let task = &loaded.task;
-                let pr = task
-                    .links()
-                    .get(GITHUB_PR)
-                    .filter(|pr| pr.repo.as_str().eq_ignore_ascii_case(task.repo().as_str()))
-                    .map(|pr| pr.number.get());
                 let expected = rules::Expected {
                     repo: task.repo(),
-                    pr,
-                    trusted: &self.trusted,
+                    pr: task.review_request(),
                 };
-                if let Err(why) = rules::admit(&event.event_type, &payload, &expected) {
+                if let Err(why) = host.admit(&event.event_type, &payload, &expected) {
                     progress.ignored += 1;
                     self.record_ignored(event, id, &why).await?;
                     return Ok(Next::Done);
                 }
                 // A plan's pull request (`land = "combined"`): its items do the work, a person decides.
                 if loaded.task.is_plan() {
-                    return self.plan_reaction(event, &loaded, reaction, progress).await;
+                    return self
+                        .plan_reaction(event, &loaded, reaction, actor, progress)
+                        .await;
                 }
             }
         }
+        self.react(host, event, &payload, reaction, progress).await
+    }
+
+    /// What an admitted `reaction` (or one about no task on the board) does to its task.
+    async fn react(
+        &self,
+        host: &dyn HostRules,
+        event: &StoredEvent,
+        payload: &serde_json::Value,
+        reaction: Reaction,
+        progress: &mut ReactionsProgress,
+    ) -> anyhow::Result<Next> {
+        let actor = host.source().as_str();
         let (task, verdict) = match reaction {
             Reaction::None => return Ok(Next::Done),
             Reaction::Ignore { task, why } => {
-                tracing::debug!(%task, why, "GitHub event changes nothing");
+                tracing::debug!(%task, why, source = actor, "a code host's event changes nothing");
                 progress.ignored += 1;
                 return Ok(Next::Done);
             }
             Reaction::ChecksFailed { task, sha, summary } => {
-                (task, self.checks_failed(event, task, &sha, &summary).await?)
+                let failed = Failed {
+                    host,
+                    event,
+                    payload,
+                };
+                (
+                    task,
+                    self.checks_failed(&failed, task, &sha, &summary).await?,
+                )
             }
             Reaction::ChecksPassed { task, sha, name } => {
                 let verdict = match FactName::new("check name", &name) {
@@ -194,23 +214,21 @@ impl Reactions {
                     task,
                     follow_up(
                         &text,
-                        format!("github:review:{review}"),
-                        &by,
-                        &payload,
+                        host.review_key(review),
+                        &format!("{by} on {}", host.place(payload)),
                         true,
-                    )?,
+                    ),
                 )
             }
             Reaction::ReviewComment { task, comment } => (
                 task,
                 follow_up(
                     &comment.text(),
-                    format!("github:review-comment:{}", comment.id),
-                    &comment.by,
-                    &payload,
+                    host.comment_key(comment.id),
+                    &format!("{} on {}", comment.by, host.place(payload)),
                     // A comment outside any review sends the task back itself.
                     comment.review.is_none(),
-                )?,
+                ),
             ),
             Reaction::Merged { task, .. } => (task, Verdict::Apply(Command::Complete)),
             Reaction::ClosedUnmerged { task, by } => (
@@ -235,16 +253,16 @@ impl Reactions {
             }
             Verdict::Wait(why) => return Ok(Next::Wait(why)),
         };
-        match self.board.execute(task, &command, "github").await {
+        match self.board.execute(task, &command, actor).await {
             Ok(outcome) => {
                 if !outcome.appended.is_empty() {
                     progress.applied += 1;
-                    tracing::info!(%task, command = command.name(), "reacted to GitHub");
+                    tracing::info!(%task, command = command.name(), source = actor, "reacted to a code host");
                 }
             }
             // The task has moved on (or never existed here): the event is history, not an instruction.
             Err(BoardError::Refused(refused)) => {
-                tracing::info!(%task, %refused, "GitHub event changes nothing");
+                tracing::info!(%task, %refused, source = actor, "a code host's event changes nothing");
                 progress.ignored += 1;
             }
             Err(error) => return Err(error).context("applying a reaction"),
@@ -254,10 +272,11 @@ impl Reactions {
 
     /// What a failed CI result on `sha` means now: a retry when `sha` is the commit pidevops last pushed for a
     /// task in review; a follow-up when that task was already sent back for this very commit (another check of
-    /// it failing too); nothing for an older attempt's commit or one pidevops never pushed.
+    /// it failing too); nothing for an older attempt's commit or one pidevops never pushed. Only a failure that
+    /// may move the task asks its host for details (a log tail), so nothing else costs a call.
     async fn checks_failed(
         &self,
-        event: &StoredEvent,
+        failed: &Failed<'_>,
         id: TaskId,
         sha: &str,
         summary: &str,
@@ -273,9 +292,24 @@ impl Reactions {
                 tracing::info!(%id, sha = short, "CI result for an earlier attempt's commit: ignored");
                 return Ok(Verdict::Nothing);
             }
-            Pushed::Unknown => return Ok(unknown_commit(event, task, short)),
+            Pushed::Unknown => return Ok(unknown_commit(failed.event, task, short)),
         }
-        let reason = format!("CI failed on {short}: {summary}");
+        let moves = match task.column() {
+            Column::InReview => true,
+            Column::Todo => already_sent_back(task, short),
+            _ => false,
+        };
+        if !moves {
+            return Ok(Verdict::Nothing);
+        }
+        let details = failed
+            .host
+            .failure_details(task.repo(), &failed.event.event_type, failed.payload)
+            .await;
+        let reason = match details {
+            Some(details) => format!("CI failed on {short}: {summary}\n{details}"),
+            None => format!("CI failed on {short}: {summary}"),
+        };
         Ok(Verdict::Apply(match task.column() {
             Column::InReview => Command::Retry {
                 cause: RetryCause::ChecksFailed,
@@ -360,7 +394,7 @@ impl Reactions {
         self.log
             .append(record)
             .await
-            .context("recording an ignored GitHub event")?;
+            .context("recording an ignored code host's event")?;
         Ok(())
     }
 
@@ -416,34 +450,28 @@ impl Follower for Reactions {
     }
 }
 
-/// A follow-up from GitHub, keyed by `key`, from `by` on the event's pull request.
-fn follow_up(
-    text: &str,
-    key: String,
-    by: &str,
-    payload: &serde_json::Value,
-    send_back: bool,
-) -> anyhow::Result<Verdict> {
-    let place = format!(
-        "{by} on {}#{}",
-        payload["repository"]["full_name"]
-            .as_str()
-            .unwrap_or("GitHub"),
-        payload["pull_request"]["number"].as_u64().unwrap_or(0)
-    );
+/// A follow-up from a code host, keyed by `key` (its host's id for it), said at `place` (`who on acme/app#2`).
+fn follow_up(text: &str, key: String, place: &str, send_back: bool) -> Verdict {
     let origin = match FollowUpOrigin::new(key, place) {
         Ok(origin) => origin,
-        Err(error) => return Ok(Verdict::Refused(error.to_string())),
+        Err(error) => return Verdict::Refused(error.to_string()),
     };
     let text = match FollowUpText::new(text) {
         Ok(text) => text,
-        Err(error) => return Ok(Verdict::Refused(error.to_string())),
+        Err(error) => return Verdict::Refused(error.to_string()),
     };
-    Ok(Verdict::Apply(Command::AttachFollowUp {
+    Verdict::Apply(Command::AttachFollowUp {
         text,
         origin: Some(origin),
         send_back,
-    }))
+    })
+}
+
+/// A failed CI result as its host sent it: what its details are asked with.
+struct Failed<'a> {
+    host: &'a dyn HostRules,
+    event: &'a StoredEvent,
+    payload: &'a serde_json::Value,
 }
 
 /// The task's last failure is this very report.
@@ -484,12 +512,12 @@ enum Pushed {
     Unknown,
 }
 
-/// What a GitHub event comes to for its task.
+/// What a code host's event comes to for its task.
 enum Verdict {
     Apply(Command),
     /// Changes nothing (history, or not about pidevops's commits).
     Nothing,
-    /// Changes nothing, and is recorded as `reactions.ignored` with the reason (a value GitHub should not send).
+    /// Changes nothing, and is recorded as `reactions.ignored` with the reason (a value its host should not send).
     Refused(String),
     /// Look again on the next tick.
     Wait(String),

@@ -1,5 +1,5 @@
 //! Reactions on a plan's pull request (`[plans] land = "combined"`, branch `pidevops/<plan>`), already admitted
-//! (`rules::admit`: its repository, the plan's pull request, not a fork, a trusted reviewer).
+//! (`HostRules::admit`: its repository, the plan's pull request, not a fork, a trusted reviewer).
 //!
 //! - merged: each item of the last combination is completed, and the plan follows them (the plans loop's
 //!   roll-up); an item that could not be (sent back meanwhile) flags the plan, naming it.
@@ -23,9 +23,6 @@ use crate::eventlog::StoredEvent;
 use crate::loops::follow::Next;
 use crate::tasks::{Column, Command, CommitSha, FactName, Reason, Task, TaskEvent, TaskId};
 
-/// Who the commands are from (as for tasks).
-const ACTOR: &str = "github";
-
 /// Where a commit stands among those pidevops combined for the plan.
 enum Combined {
     Latest,
@@ -40,6 +37,7 @@ impl Reactions {
         event: &StoredEvent,
         loaded: &Loaded,
         reaction: Reaction,
+        actor: &str,
         progress: &mut ReactionsProgress,
     ) -> anyhow::Result<Next> {
         let plan = &loaded.task;
@@ -49,7 +47,9 @@ impl Reactions {
                 progress.ignored += 1;
                 return Ok(Next::Done);
             }
-            Reaction::Merged { by, .. } => return self.plan_merged(loaded, &by, progress).await,
+            Reaction::Merged { by, .. } => {
+                return self.plan_merged(loaded, &by, actor, progress).await
+            }
             Reaction::ClosedUnmerged { by, .. } => flag(format!(
                 "its pull request was closed without merging by {by}; its items wait in review. Reopen it, or \
                  cancel the plan (and its items with it)"
@@ -103,7 +103,7 @@ impl Reactions {
                 }
             },
         };
-        self.run(id, &command, progress).await?;
+        self.run(id, &command, actor, progress).await?;
         Ok(Next::Done)
     }
 
@@ -135,11 +135,12 @@ impl Reactions {
         })
     }
 
-    /// The plan's pull request merged: its combined items are done.
+    /// The plan's pull request merged: its combined items are done (the commands by `actor`, its host).
     async fn plan_merged(
         &self,
         loaded: &Loaded,
         by: &str,
+        actor: &str,
         progress: &mut ReactionsProgress,
     ) -> anyhow::Result<Next> {
         let plan = &loaded.task;
@@ -148,14 +149,14 @@ impl Reactions {
                 "its pull request was merged by {by}, but pidevops recorded no combination of its items: a person \
                  completes or cancels them"
             ));
-            self.run(plan.id(), &command, progress).await?;
+            self.run(plan.id(), &command, actor, progress).await?;
             return Ok(Next::Done);
         };
         let mut not_done: Vec<TaskId> = Vec::new();
         for item in &combination.items {
             match self
                 .board
-                .execute(item.task, &Command::Complete, ACTOR)
+                .execute(item.task, &Command::Complete, actor)
                 .await
             {
                 Ok(outcome) => {
@@ -180,30 +181,31 @@ impl Reactions {
                  combined): a person decides what is left to do",
                 ids.join(", ")
             ));
-            self.run(plan.id(), &command, progress).await?;
+            self.run(plan.id(), &command, actor, progress).await?;
         }
         Ok(Next::Done)
     }
 
-    /// Runs `command` on `id`; a refusal (the plan moved on) is not an error.
+    /// Runs `command` on `id` as `actor` (the event's host); a refusal (the plan moved on) is not an error.
     async fn run(
         &self,
         id: TaskId,
         command: &Command,
+        actor: &str,
         progress: &mut ReactionsProgress,
     ) -> anyhow::Result<()> {
-        match self.board.execute(id, command, ACTOR).await {
+        match self.board.execute(id, command, actor).await {
             Ok(outcome) => {
                 if !outcome.appended.is_empty() {
                     progress.applied += 1;
-                    tracing::info!(plan = %id, command = command.name(), "reacted to GitHub");
+                    tracing::info!(plan = %id, command = command.name(), source = actor, "reacted to a code host");
                 } else {
                     progress.ignored += 1;
                 }
                 Ok(())
             }
             Err(BoardError::Refused(refused)) => {
-                tracing::info!(plan = %id, %refused, "GitHub event changes nothing");
+                tracing::info!(plan = %id, %refused, source = actor, "a code host's event changes nothing");
                 progress.ignored += 1;
                 Ok(())
             }

@@ -1,5 +1,6 @@
 //! GitLab as a code host: ingress, repository names (`group/sub/name`), intake, a note on the task's issue, and
-//! the poller that finds a task's merge request merged or closed when its webhook was missed.
+//! the poller that finds a task's merge request merged or closed when its webhook was missed, and the reactions to
+//! its merge request's pipelines, approvals, notes, merge and close.
 //!
 //! - `settings.rs`: its variables (`GITLAB_TOKEN`, `GITLAB_URL`) and `[intake.gitlab]`, typed;
 //! - `webhook.rs`: the token-checked route (`ingress::Webhook`: `X-Gitlab-Token`, constant time), the event's
@@ -7,13 +8,16 @@
 //! - `models.rs`: GitLab's webhook payloads as typed structs, the fields pidevops reads;
 //! - `client/`: its REST API (`<GITLAB_URL>/api/v4`, `PRIVATE-TOKEN`), bounded: a note on an issue, once
 //!   (`mod.rs`); merge requests changed since a time (`poll.rs`); a project's webhook (`hooks.rs`, for
-//!   `init --gitlab`); members' access (`members.rs`);
+//!   `init --gitlab`); members' access (`members.rs`); a CI job's log tail (`jobs.rs`);
 //! - `doctor.rs`: its lines in `doctor` (`GET /api/v4/user`; the token's and the trusted users' access to each
 //!   project, bounded);
 //! - `poller.rs`: `gitlab_poller`, a task's merge request merged or closed whose webhook never came, in its shape;
 //! - `effects/`: the `effects:gitlab` policy: a note when the issue's task is made and when it is done;
 //! - `intake/`: its intake rules (`intake::rules::SourceRules`): a labeled issue of a trusted author, its
 //!   withdrawal, a trusted note's follow-up.
+//! - `reactions/`: its reactions (`reactions::rules::HostRules`): a pipeline or job on a `pidevops/<task>` branch,
+//!   its merge request approved, unapproved, merged or closed, a trusted note on it; held to the task's project,
+//!   its merge request (`GITLAB_MR`), not a fork's.
 //!
 //! Its entry in `domain::registry::PROVIDERS` names it to everything that lists providers; `providers::webhook`
 //! mounts its webhook.
@@ -24,5 +28,6 @@ pub mod effects;
 pub mod intake;
 pub mod models;
 pub mod poller;
+pub mod reactions;
 pub mod settings;
 pub mod webhook;

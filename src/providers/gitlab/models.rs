@@ -119,6 +119,60 @@ pub struct NoteAttributes {
     /// `create` or `update` (newer instances); absent: created.
     #[serde(default)]
     pub action: Option<String>,
+    /// Where a diff note is (`type: DiffNote`): absent on a note on the merge request as a whole.
+    #[serde(default)]
+    pub position: Option<NotePosition>,
+}
+
+/// A diff note's place in the merge request's diff.
+#[derive(Clone, Debug, Deserialize)]
+pub struct NotePosition {
+    #[serde(default)]
+    pub old_path: Option<String>,
+    #[serde(default)]
+    pub new_path: Option<String>,
+    /// The line in the new file; none on a removed line.
+    #[serde(default)]
+    pub new_line: Option<u64>,
+    /// The line in the old file; none on an added line.
+    #[serde(default)]
+    pub old_line: Option<u64>,
+    /// A note on several lines: where it starts and ends.
+    #[serde(default)]
+    pub line_range: Option<LineRange>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct LineRange {
+    pub start: LinePoint,
+    pub end: LinePoint,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct LinePoint {
+    #[serde(default)]
+    pub new_line: Option<u64>,
+    #[serde(default)]
+    pub old_line: Option<u64>,
+}
+
+impl NotePosition {
+    /// The file: the new path, or the old one of a removed file.
+    pub fn path(&self) -> Option<&str> {
+        self.new_path.as_deref().or(self.old_path.as_deref())
+    }
+
+    /// The first and last line, in the new file where there is one: a range's ends, else the one line.
+    pub fn lines(&self) -> Option<(u64, u64)> {
+        let line = |p: &LinePoint| p.new_line.or(p.old_line);
+        if let Some(range) = &self.line_range {
+            if let (Some(start), Some(end)) = (line(&range.start), line(&range.end)) {
+                return Some((start.min(end), end.max(start)));
+            }
+        }
+        let one = self.new_line.or(self.old_line)?;
+        Some((one, one))
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -127,9 +181,17 @@ pub struct NotedIssue {
     pub state: String,
 }
 
+/// The merge request a note or a pipeline is about; hooks send its attributes whole, the branch and both
+/// projects read here (a fork's merge request has a source project of its own).
 #[derive(Clone, Debug, Deserialize)]
 pub struct NotedMergeRequest {
     pub iid: u64,
+    #[serde(default)]
+    pub source_branch: Option<String>,
+    #[serde(default)]
+    pub source_project_id: Option<u64>,
+    #[serde(default)]
+    pub target_project_id: Option<u64>,
 }
 
 impl NoteEvent {
@@ -139,7 +201,7 @@ impl NoteEvent {
     }
 }
 
-/// `object_kind: "merge_request"`. Read by ingress for its columns; what it does comes with GitLab's effects.
+/// `object_kind: "merge_request"`: what reactions read of a merge request opened, approved, merged, closed, ….
 #[derive(Clone, Debug, Deserialize)]
 pub struct MergeRequestEvent {
     pub user: User,
@@ -155,9 +217,25 @@ pub struct MergeRequestAttributes {
     pub source_project_id: u64,
     pub target_project_id: u64,
     pub state: String,
-    /// `open`, `update`, `merge`, `close`, `reopen`, `approved`, …
+    /// `open`, `update`, `merge`, `close`, `reopen`, `approved`, `unapproved`, …
     #[serde(default)]
     pub action: Option<String>,
+    /// The merge request's head commit: what an approval approved.
+    #[serde(default)]
+    pub last_commit: Option<Commit>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct Commit {
+    pub id: String,
+}
+
+impl MergeRequestEvent {
+    pub fn read(data: &serde_json::Value) -> Result<Self, String> {
+        Self::deserialize(data).map_err(|e| {
+            format!("a merge request event that does not read as GitLab's merge request event: {e}")
+        })
+    }
 }
 
 /// `object_kind: "pipeline"`.
@@ -167,6 +245,9 @@ pub struct PipelineEvent {
     pub object_attributes: PipelineAttributes,
     #[serde(default)]
     pub merge_request: Option<NotedMergeRequest>,
+    /// Its jobs (GitLab calls them builds).
+    #[serde(default)]
+    pub builds: Vec<PipelineJob>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -177,6 +258,36 @@ pub struct PipelineAttributes {
     pub sha: String,
     /// `pending`, `running`, `success`, `failed`, `canceled`, …
     pub status: String,
+    /// Its page.
+    #[serde(default)]
+    pub url: Option<String>,
+}
+
+/// One of a pipeline's jobs, as its hook lists them.
+#[derive(Clone, Debug, Deserialize)]
+pub struct PipelineJob {
+    pub id: u64,
+    pub name: String,
+    /// `created`, `running`, `success`, `failed`, `skipped`, `canceled`, `manual`, …
+    pub status: String,
+    /// A job allowed to fail fails no pipeline.
+    #[serde(default)]
+    pub allow_failure: bool,
+}
+
+impl PipelineEvent {
+    pub fn read(data: &serde_json::Value) -> Result<Self, String> {
+        Self::deserialize(data).map_err(|e| {
+            format!("a pipeline event that does not read as GitLab's pipeline event: {e}")
+        })
+    }
+
+    /// The jobs that failed the pipeline (failed and not allowed to), in its order.
+    pub fn failed_jobs(&self) -> impl Iterator<Item = &PipelineJob> {
+        self.builds
+            .iter()
+            .filter(|j| j.status == "failed" && !j.allow_failure)
+    }
 }
 
 /// `object_kind: "build"`: a job.
@@ -193,6 +304,13 @@ pub struct JobEvent {
     /// Newer instances send the whole project; older ones only `project_name` (`group / name`, spaced).
     #[serde(default)]
     pub project: Option<Project>,
+}
+
+impl JobEvent {
+    pub fn read(data: &serde_json::Value) -> Result<Self, String> {
+        Self::deserialize(data)
+            .map_err(|e| format!("a job event that does not read as GitLab's job event: {e}"))
+    }
 }
 
 /// A GitLab hook's time: RFC 3339 (`2013-12-03T17:15:43Z`) or `2015-05-17 17:06:40 UTC`.

@@ -436,12 +436,10 @@ pub const CATALOG: &[Entry] = &[
             )]
         },
         build: |parts, _| {
-            let github = GithubSettings::of(parts.settings);
             let reactions = Arc::new(crate::reactions::Reactions::new(
                 parts.log.clone(),
                 parts.board.clone(),
-                github.intake.bot_login,
-                github.intake.associations,
+                crate::providers::reaction_rules(parts.settings),
             ));
             Ok(Built::ticking(
                 move || {

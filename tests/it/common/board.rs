@@ -142,6 +142,50 @@ pub async fn to_review(app: &TestApp, id: TaskId, pr: Option<GithubRef>) -> RunI
     run
 }
 
+/// Records that `run` (started by [`to_review`]) pushed `commit` for `id`, as a worker records a run's start and
+/// its success: what reactions hold a CI result or an approval to (the commit pidevops last pushed).
+pub async fn pushed(app: &TestApp, id: TaskId, run: RunId, commit: &str) {
+    use pidevops::domain::runs as run_events;
+    use pidevops::domain::{EventType, NewEvent, Source};
+    let at = chrono::Utc::now();
+    let started = RunEvent::Started {
+        at,
+        run,
+        task: id,
+        attempt: 1,
+        profile: "claude".into(),
+        worker: "worker-test".into(),
+        log: format!("/srv/pidevops/runs/{id}/{run}/agent.log"),
+    };
+    let succeeded = RunEvent::Succeeded {
+        at,
+        run,
+        task: id,
+        attempt: 1,
+        branch: id.branch(),
+        commit: commit.into(),
+        duration_s: 1.0,
+        tail: String::new(),
+        report: Box::default(),
+        usage: None,
+        reviewer_usage: None,
+    };
+    for (version, event, key) in [
+        (1, started, format!("run:{run}:1")),
+        (2, succeeded, run_events::end_key(run)),
+    ] {
+        let mut new = NewEvent::new(
+            Source::Pidevops,
+            EventType::from_stored(event.kind().to_owned()),
+            key,
+            "application/json",
+            bytes::Bytes::from(serde_json::to_vec(&event).unwrap()),
+        );
+        new.stream = Some((run_events::stream(run), version));
+        app.state.log.append(new).await.unwrap();
+    }
+}
+
 /// Runs `times` ticks of the dispatcher, the read models brought to the log's head before each: what it would
 /// claim, it has claimed after (for a test that asserts a task was held back).
 pub async fn dispatcher_ticks(app: &TestApp, times: usize) {

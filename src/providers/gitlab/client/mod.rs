@@ -22,6 +22,8 @@ use crate::effects::{marker, CallError, Produced};
 use crate::providers::gitlab::effects::Noteable;
 use crate::tasks::RepoName;
 
+mod jobs;
+
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
 

@@ -2,10 +2,11 @@
 //! (issues, issue comments, pull requests, reviews, review comments, check suites and runs, workflow runs)
 //! deserializes as its family's typed event, and what pidevops's own reading of a payload takes from it agrees with
 //! the typed model's fields. octocrab models check suites, check runs and workflow runs' bodies as free JSON, so
-//! pidevops reads those fields by name (`reactions::rules`).
+//! pidevops reads those fields by name (`providers::github::reactions`).
 
 use octocrab::models::webhook_events::{WebhookEvent, WebhookEventPayload};
-use pidevops::reactions::rules::{decide, Reaction};
+use pidevops::providers::github::reactions::decide;
+use pidevops::reactions::Reaction;
 use serde_json::{json, Value};
 
 use crate::providers::github::fake::FakeGithub;

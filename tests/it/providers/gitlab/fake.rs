@@ -1,7 +1,8 @@
 //! A fake GitLab REST API on loopback: the notes' list and create on issues and merge requests
 //! (`/api/v4/projects/:id/issues/:iid/notes`, `…/merge_requests/:iid/notes`), recording each note made with the
 //! project as the path decoded it and the `PRIVATE-TOKEN` it carried; emoji awards on notes, refusing the same
-//! award twice as GitLab does; and, in their own block below, a project's merge requests changed since a time
+//! award twice as GitLab does; a job's log (`/api/v4/projects/:id/jobs/:job_id/trace`, plain text) as a test
+//! seeded it, each read recorded; and, in their own block below, a project's merge requests changed since a time
 //! (keyset pagination: a `Link` rel=next, `updated_after` honoured), its webhooks (list, create, update) and its
 //! members (`members/all`).
 
@@ -33,6 +34,7 @@ pub struct FakeGitlab {
     notes: Arc<Mutex<Vec<Made>>>,
     awards: Arc<Mutex<Vec<Award>>>,
     polled: Arc<Mutex<Polled>>,
+    jobs: Jobs,
     pub url: String,
 }
 
@@ -54,6 +56,10 @@ impl FakeGitlab {
             )
             .route("/api/v4/user", get(user))
             .merge(poll_routes())
+            .route(
+                "/api/v4/projects/{project}/jobs/{job}/trace",
+                get(job_trace),
+            )
             .with_state(fake.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         fake.url = format!("http://{}", listener.local_addr().unwrap());
@@ -627,5 +633,46 @@ async fn issue(
     match fake.polled.lock().unwrap().issues.get(&(project, iid)) {
         Some(issue) => Json(issue.clone()).into_response(),
         None => refused(StatusCode::NOT_FOUND, "404 Issue Not Found"),
+    }
+}
+
+// ---- Jobs' logs: what reactions read of a failed pipeline.
+
+/// The logs a test seeded, by job id, and each read: the project as the path decoded it, the job.
+#[derive(Clone, Default)]
+struct Jobs {
+    logs: Arc<Mutex<std::collections::HashMap<u64, String>>>,
+    reads: Arc<Mutex<Vec<(String, u64)>>>,
+}
+
+impl FakeGitlab {
+    /// Job `job`'s log, as GitLab's runner wrote it (escapes and all).
+    pub fn seed_log(&self, job: u64, log: &str) {
+        self.jobs.logs.lock().unwrap().insert(job, log.to_owned());
+    }
+
+    /// Each log read, in order: the project as the path decoded it, and the job.
+    pub fn log_reads(&self) -> Vec<(String, u64)> {
+        self.jobs.reads.lock().unwrap().clone()
+    }
+}
+
+/// `GET …/jobs/:job_id/trace`: the seeded log as plain text; 401 without `PRIVATE-TOKEN`, 404 for a job never
+/// seeded, 400 for a job id that is not a number (as GitLab answers).
+async fn job_trace(
+    State(fake): State<FakeGitlab>,
+    Path((project, job)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> (StatusCode, String) {
+    if headers.get("private-token").is_none() {
+        return (StatusCode::UNAUTHORIZED, "401 Unauthorized".into());
+    }
+    let Ok(job) = job.parse::<u64>() else {
+        return (StatusCode::BAD_REQUEST, "job_id is invalid".into());
+    };
+    fake.jobs.reads.lock().unwrap().push((project, job));
+    match fake.jobs.logs.lock().unwrap().get(&job) {
+        Some(log) => (StatusCode::OK, log.clone()),
+        None => (StatusCode::NOT_FOUND, "404 Not found".into()),
     }
 }

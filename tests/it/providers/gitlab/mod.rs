@@ -1,9 +1,10 @@
 //! GitLab's test kit: its fixtures as GitLab sends them (`tests/fixtures/gitlab/`), its fake REST API on loopback
 //! (`fake`), its suite through the real app (`suite`), `gitlab_poller` through it (`poller`), and `init --gitlab`
-//! and doctor's access lines (`setup`).
+//! and doctor's access lines (`setup`), and its reactions (`reactions`).
 
 pub mod fake;
 mod poller;
+mod reactions;
 mod setup;
 mod suite;
 

@@ -1,7 +1,7 @@
-//! What a GitHub event on a pidevops branch means for its task. Pure: event type and payload in, a reaction out.
-//! The task is the branch's (`pidevops/T-7` is T-7's), so no lookup is needed and no other branch is touched.
-//! A branch name proves nothing (anyone can push `pidevops/T-1` to a fork), so [`admit`] then checks the event
-//! against what pidevops recorded for that task before it may move it.
+//! GitHub's reactions (`reactions::rules::HostRules`): what a GitHub event on a pidevops branch means for its
+//! task. Pure: event type and payload in, a reaction out. A branch name proves nothing (anyone can push
+//! `pidevops/T-1` to a fork), so [`admit`] then checks the event against what pidevops recorded for that task (its
+//! repository, its pull request, not a fork) and `[intake.github] associations` before it may move it.
 
 use std::collections::BTreeSet;
 
@@ -12,126 +12,58 @@ use octocrab::models::webhook_events::payload::{
 };
 use serde_json::Value;
 
+use crate::domain::Source;
+use crate::reactions::rules::{self, clip, task_of, HostRules, LineComment, Reaction, HUNK_LINES};
 use crate::tasks::{RepoName, TaskId};
 
-/// Longest CI summary or review text carried into a retry's reason (the prompt shows it).
-const MAX_TEXT: usize = 1500;
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Reaction {
-    /// Not about a pidevops branch, or not a kind of event reactions care about.
-    None,
-    /// About a pidevops branch, but nothing to do, and why (our own account, a passing check, …).
-    Ignore {
-        task: TaskId,
-        why: String,
-    },
-    /// A check (run, suite or workflow) concluded `success` on commit `sha` of the task's branch: a landing fact
-    /// if `sha` is the commit pidevops last pushed.
-    ChecksPassed {
-        task: TaskId,
-        sha: String,
-        name: String,
-    },
-    /// Someone other than pidevops approved the task's pull request at commit `sha` (a landing fact, once
-    /// `admit` found them trusted and `sha` is the commit pidevops last pushed).
-    Approved {
-        task: TaskId,
-        by: String,
-        sha: String,
-    },
-    /// `by`'s review was dismissed: an approval of theirs no longer counts.
-    ReviewDismissed {
-        task: TaskId,
-        by: String,
-    },
-    /// CI failed on commit `sha` of the task's branch.
-    ChecksFailed {
-        task: TaskId,
-        sha: String,
-        summary: String,
-    },
-    /// A review that asks for more: changes requested, or comments (its line comments come as their own
-    /// events, in no promised order). One review sends the task back once, with its body and its line comments.
-    Reviewed {
-        task: TaskId,
-        review: u64,
-        by: String,
-        changes_requested: bool,
-        body: String,
-    },
-    /// A reviewer's line comment, with where it is: handed to the next attempt, which its review sends back.
-    ReviewComment {
-        task: TaskId,
-        comment: LineComment,
-    },
-    Merged {
-        task: TaskId,
-        by: String,
-    },
-    ClosedUnmerged {
-        task: TaskId,
-        by: String,
-    },
+/// GitHub's reactions, with `[intake.github]`'s own account and trusted associations.
+#[derive(Clone, Debug)]
+pub struct GithubReactions {
+    /// pidevops's own account, whose reviews and comments never send a task back (they would loop).
+    pub bot_login: Option<String>,
+    /// Author associations whose reviews and comments count (intake's).
+    pub trusted: BTreeSet<String>,
 }
 
-impl Reaction {
-    /// The task a reaction would move; none for `None` and `Ignore`.
-    pub fn acting_on(&self) -> Option<TaskId> {
-        match self {
-            Self::None | Self::Ignore { .. } => None,
-            Self::ChecksFailed { task, .. }
-            | Self::ChecksPassed { task, .. }
-            | Self::Approved { task, .. }
-            | Self::ReviewDismissed { task, .. }
-            | Self::Reviewed { task, .. }
-            | Self::ReviewComment { task, .. }
-            | Self::Merged { task, .. }
-            | Self::ClosedUnmerged { task, .. } => Some(*task),
-        }
-    }
-}
-
-/// A reviewer's comment on a line of the task's pull request, with the diff it is on.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LineComment {
-    pub id: u64,
-    /// The review it belongs to; every comment GitHub sends today has one.
-    pub review: Option<u64>,
-    pub by: String,
-    pub path: String,
-    /// The line (or `start_line`-`line` range) in the file as the reviewer saw it; none on an outdated diff.
-    pub lines: Option<(u64, u64)>,
-    pub body: String,
-    /// The end of the diff hunk the comment is on (its last lines, which end at the commented line).
-    pub hunk: String,
-}
-
-/// At most this many of a hunk's last lines go into a prompt: they end at the line commented on.
-const HUNK_LINES: usize = 20;
-
-impl LineComment {
-    /// Where it is: `src/a.rs:12` or `src/a.rs:10-12`.
-    pub fn place(&self) -> String {
-        match self.lines {
-            Some((start, end)) if start != end => format!("{}:{start}-{end}", self.path),
-            Some((_, line)) => format!("{}:{line}", self.path),
-            None => format!("{} (an outdated line)", self.path),
-        }
+impl HostRules for GithubReactions {
+    fn source(&self) -> Source {
+        Source::Github
     }
 
-    /// The follow-up an agent reads: who, where, what, and the diff it is on.
-    pub fn text(&self) -> String {
-        let mut text = format!(
-            "Line comment by {} on {}:\n{}",
-            self.by,
-            self.place(),
-            clip(&self.body)
-        );
-        if !self.hunk.trim().is_empty() {
-            text.push_str(&format!("\nOn this diff:\n```diff\n{}\n```", self.hunk));
-        }
-        text
+    fn decide(&self, event_type: &str, payload: &Value) -> Reaction {
+        decide(event_type, payload, self.bot_login.as_deref())
+    }
+
+    fn admit(
+        &self,
+        event_type: &str,
+        payload: &Value,
+        expected: &rules::Expected<'_>,
+    ) -> Result<(), String> {
+        let expected = Expected {
+            repo: expected.repo,
+            pr: expected.pr,
+            trusted: &self.trusted,
+        };
+        admit(event_type, payload, &expected)
+    }
+
+    fn review_key(&self, review: u64) -> String {
+        format!("github:review:{review}")
+    }
+
+    fn comment_key(&self, comment: u64) -> String {
+        format!("github:review-comment:{comment}")
+    }
+
+    fn place(&self, payload: &Value) -> String {
+        format!(
+            "{}#{}",
+            payload["repository"]["full_name"]
+                .as_str()
+                .unwrap_or("GitHub"),
+            payload["pull_request"]["number"].as_u64().unwrap_or(0)
+        )
     }
 }
 
@@ -406,7 +338,8 @@ fn pull_request_closed(payload: &Value) -> Reaction {
     }
 }
 
-/// What pidevops recorded of a task, which an event about it must match.
+/// What pidevops recorded of a task (`reactions::rules::Expected`) with whom GitHub's rules trust: what an event
+/// about it must match.
 #[derive(Clone, Copy, Debug)]
 pub struct Expected<'a> {
     pub repo: &'a RepoName,
@@ -442,17 +375,7 @@ pub fn admit(event_type: &str, payload: &Value, expected: &Expected<'_>) -> Resu
         return Ok(());
     }
     let number = pr["number"].as_u64().unwrap_or(0);
-    match expected.pr {
-        None => {
-            return Err(format!(
-                "pull request #{number}, but pidevops opened none for this task"
-            ))
-        }
-        Some(ours) if ours != number => {
-            return Err(format!("pull request #{number}, not the task's #{ours}"))
-        }
-        Some(_) => {}
-    }
+    rules::own_request(expected.pr, number, "pull request #")?;
     let head = &pr["head"]["repo"]["full_name"];
     let base = name(&pr["base"]["repo"]["full_name"]);
     if head.is_null()
@@ -487,22 +410,9 @@ pub fn admit(event_type: &str, payload: &Value, expected: &Expected<'_>) -> Resu
     Ok(())
 }
 
-/// The task whose branch this is: `pidevops/T-7` → T-7; any other branch → none.
-fn task_of(branch: &str) -> Option<TaskId> {
-    branch.strip_prefix("pidevops/")?.parse().ok()
-}
-
 /// [`task_of`] a branch read by name from free JSON.
 fn task_of_value(branch: &Value) -> Option<TaskId> {
     task_of(branch.as_str()?)
-}
-
-fn clip(text: &str) -> String {
-    let text = text.trim();
-    match text.char_indices().nth(MAX_TEXT) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.to_owned(),
-    }
 }
 
 #[cfg(test)]
