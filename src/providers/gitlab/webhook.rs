@@ -224,6 +224,63 @@ mod tests {
                 "acme/platform/api",
                 None,
             ),
+            // What reactions read.
+            (
+                "merge_request_approved",
+                "Merge Request Hook",
+                "gitlab.merge_request.approved",
+                "acme/platform/api",
+                Some(7),
+            ),
+            (
+                "merge_request_unapproved",
+                "Merge Request Hook",
+                "gitlab.merge_request.unapproved",
+                "acme/platform/api",
+                Some(7),
+            ),
+            (
+                "merge_request_close",
+                "Merge Request Hook",
+                "gitlab.merge_request.close",
+                "acme/platform/api",
+                Some(7),
+            ),
+            (
+                "merge_request_fork_merge",
+                "Merge Request Hook",
+                "gitlab.merge_request.merge",
+                "acme/platform/api",
+                Some(8),
+            ),
+            (
+                "note_merge_request",
+                "Note Hook",
+                "gitlab.note",
+                "acme/platform/api",
+                Some(7),
+            ),
+            (
+                "note_merge_request_diff",
+                "Note Hook",
+                "gitlab.note",
+                "acme/platform/api",
+                Some(7),
+            ),
+            (
+                "pipeline_success",
+                "Pipeline Hook",
+                "gitlab.pipeline",
+                "acme/platform/api",
+                Some(31),
+            ),
+            (
+                "job_success",
+                "Job Hook",
+                "gitlab.build",
+                "acme/platform/api",
+                None,
+            ),
         ] {
             let e = parse(&headers(event, "e-1"), fixture(name)).unwrap();
             assert_eq!(e.event_type.as_str(), expected, "{name}");
