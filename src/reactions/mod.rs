@@ -30,6 +30,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use chrono::Utc;
+use std::collections::BTreeMap;
 
 use crate::board::{Board, BoardError, Loaded};
 use crate::dispatch::runs::{self, RunEvent};
@@ -65,6 +66,8 @@ pub struct Reactions {
     board: Board,
     /// Each code host's rules, one per source; an event of any other source is not reactions'.
     hosts: Vec<Arc<dyn HostRules>>,
+    /// Repositories on a code host other than GitHub ([`Reactions::with_code_hosts`]).
+    code_hosts: BTreeMap<crate::tasks::RepoName, crate::domain::Source>,
     follow: Follow<StoredEvent>,
 }
 
@@ -74,8 +77,27 @@ impl Reactions {
             log,
             board,
             hosts,
+            code_hosts: BTreeMap::new(),
             follow: Follow::default(),
         }
+    }
+
+    /// Each repository's code host that is not GitHub (`[repos."…"] provider`, intake's `code_hosts`): an event
+    /// from another host never moves its tasks, even about a repository of the same name there.
+    pub fn with_code_hosts(
+        mut self,
+        code_hosts: BTreeMap<crate::tasks::RepoName, crate::domain::Source>,
+    ) -> Self {
+        self.code_hosts = code_hosts;
+        self
+    }
+
+    /// The code host of `repo` (GitHub unless configured otherwise), its name matched in any case.
+    fn host_of(&self, repo: &crate::tasks::RepoName) -> crate::domain::Source {
+        self.code_hosts
+            .iter()
+            .find(|(name, _)| name.as_str().eq_ignore_ascii_case(repo.as_str()))
+            .map_or(crate::domain::Source::Github, |(_, host)| *host)
     }
 
     /// Handles what was committed since the checkpoint, up to a CI result that must wait (see
@@ -110,6 +132,19 @@ impl Reactions {
         if let Some(id) = reaction.acting_on() {
             if let Some(loaded) = self.board.load(id).await? {
                 let task = &loaded.task;
+                let home = self.host_of(task.repo());
+                if home != host.source() {
+                    progress.ignored += 1;
+                    let why = format!(
+                        "from {}, but {}'s repository {} is on {}",
+                        host.source().as_str(),
+                        task.id(),
+                        task.repo(),
+                        home.as_str()
+                    );
+                    self.record_ignored(event, id, &why).await?;
+                    return Ok(Next::Done);
+                }
                 let expected = rules::Expected {
                     repo: task.repo(),
                     pr: task.review_request(),

@@ -436,11 +436,14 @@ pub const CATALOG: &[Entry] = &[
             )]
         },
         build: |parts, _| {
-            let reactions = Arc::new(crate::reactions::Reactions::new(
-                parts.log.clone(),
-                parts.board.clone(),
-                crate::providers::reaction_rules(parts.settings),
-            ));
+            let reactions = Arc::new(
+                crate::reactions::Reactions::new(
+                    parts.log.clone(),
+                    parts.board.clone(),
+                    crate::providers::reaction_rules(parts.settings),
+                )
+                .with_code_hosts(parts.settings.file.intake.code_hosts.clone()),
+            );
             Ok(Built::ticking(
                 move || {
                     let reactions = reactions.clone();

@@ -19,6 +19,7 @@ per_backend!(
     a_failed_pipeline_sends_the_task_back_naming_its_job_with_the_end_of_its_log,
     an_approval_and_passing_ci_are_landing_facts_and_a_merge_completes_the_task,
     strangers_forks_and_other_merge_requests_change_nothing_and_are_recorded,
+    a_github_event_about_a_repository_of_the_same_name_never_moves_a_gitlab_task,
 );
 
 const REPO: &str = "acme/platform/api";
@@ -296,5 +297,65 @@ async fn strangers_forks_and_other_merge_requests_change_nothing_and_are_recorde
     assert_eq!(origin.key(), "gitlab:note:1250");
     assert_eq!(origin.from(), format!("alice on {REPO}!{MR}"));
     assert_eq!(ignored(&app).await.len(), 5);
+    app.stop().await;
+}
+
+/// `acme/api` is a GitLab project here; GitHub has a repository of that name too, whose pull request #7 from a
+/// `pidevops/T-1` branch merges: the GitLab task (its merge request also !7) is not GitHub's to move.
+async fn a_github_event_about_a_repository_of_the_same_name_never_moves_a_gitlab_task(db: TestDb) {
+    const TWIN: &str = "acme/api";
+    let mut settings = crate::common::settings(&db);
+    settings.file = format!(
+        "[repos.\"{TWIN}\"]\nprovider = \"gitlab\"\nurl = \"https://gitlab.example.com/{TWIN}.git\"\n"
+    )
+    .parse()
+    .unwrap();
+    let app = TestApp::spawn(settings).await;
+    let id = new_task("Paginate /v1/items past the last page")
+        .repo(TWIN)
+        .done_when("")
+        .approval(ApprovalPolicy::Auto)
+        .create(&app)
+        .await;
+    let run = to_review(&app, id, None).await;
+    pushed(&app, id, run, SHA).await;
+    let mr = GitlabMrRef::new(TWIN.parse().unwrap(), MR).unwrap();
+    app.state
+        .board
+        .execute(
+            id,
+            &Command::AttachLinks {
+                links: Links::default().with(GITLAB_MR, &mr),
+            },
+            "test",
+        )
+        .await
+        .unwrap();
+    let path = crate::common::fixtures_dir().join("github/pull_request/closed.payload.json");
+    let mut merged: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    merged["pull_request"]["head"]["ref"] = json!(id.branch().as_str());
+    merged["pull_request"]["merged"] = json!(true);
+    merged["pull_request"]["number"] = json!(MR);
+    for side in ["head", "base"] {
+        merged["pull_request"][side]["repo"]["full_name"] = json!(TWIN);
+    }
+    merged["repository"]["full_name"] = json!(TWIN);
+    let response = app
+        .post_github("pull_request", "twin-1", merged.to_string().as_bytes())
+        .await;
+    assert_eq!(response.status(), 200);
+    let task = reacted(&app, id).await;
+    assert_eq!(
+        task.column(),
+        Column::InReview,
+        "GitHub cannot merge a GitLab task"
+    );
+    let ignored = ignored(&app).await;
+    assert!(
+        ignored
+            .iter()
+            .any(|r| r.contains("from github, but T-1's repository acme/api is on gitlab")),
+        "{ignored:?}"
+    );
     app.stop().await;
 }
