@@ -347,7 +347,8 @@ pub fn webhook_shaped(project: &RepoName, mr: &MergeRequest, action: &str) -> Va
             "action": action,
             "updated_at": mr.updated_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             "merge_commit_sha": mr.merge_commit_sha,
-            "last_commit": { "id": mr.sha },
+            // Reactions read `last_commit.id` as a string: no head known, no `last_commit`.
+            "last_commit": mr.sha.as_ref().map(|sha| json!({ "id": sha })),
             "url": mr.web_url,
         },
     })
@@ -444,6 +445,13 @@ mod tests {
         assert_eq!(a.source_branch, "pidevops/T-3");
         assert_eq!((a.source_project_id, a.target_project_id), (42, 42));
         assert_eq!(merged["object_attributes"]["last_commit"]["id"], "abc123");
+        let mut headless = mr("merged");
+        headless.sha = None;
+        let without = webhook_shaped(&project, &headless, "merge");
+        assert!(
+            without["object_attributes"]["last_commit"].is_null(),
+            "{without}"
+        );
         let closed = webhook_shaped(&project, &mr("closed"), "close");
         assert_eq!(
             closed["user"]["username"], "pidevops-bot",
