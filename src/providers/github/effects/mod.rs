@@ -13,7 +13,6 @@ use crate::effects::handle::{EffectsProgress, Handle, Settled, ACTOR};
 use crate::effects::inert::inert;
 use crate::effects::policy_config::PolicyConfig;
 use crate::effects::provider::{OpenedPullRequest, ProviderPolicy};
-use crate::effects::pull_request::{OpenedFor, PullRequestBody};
 use crate::effects::CallError;
 use crate::effects::{Produced, Request};
 use crate::eventlog::StoredEvent;
@@ -141,9 +140,11 @@ impl ProviderPolicy for GithubPolicy {
                 event.occurred_at,
             ));
         }
-        if let (TaskEvent::Combined { .. }, Some(combination)) =
-            (task_event, task.plan().and_then(|p| p.combined.as_ref()))
-        {
+        if let (TaskEvent::Combined { .. }, Some(combination), Source::Github) = (
+            task_event,
+            task.plan().and_then(|p| p.combined.as_ref()),
+            self.config.host_of(task.repo()),
+        ) {
             // The plan's one pull request, described with its items as they are now.
             let mut items = Vec::with_capacity(combination.items.len());
             for item in &combination.items {
@@ -153,7 +154,8 @@ impl ProviderPolicy for GithubPolicy {
             }
             requests.push(plan_pull_request(task, combination, &items, &self.config));
         }
-        if may_land(task_event) {
+        // A GitLab-hosted repository's task lands through its merge request: nothing of GitHub's to merge.
+        if may_land(task_event) && self.config.host_of(task.repo()) == Source::Github {
             let rules = fx.board().config().land_for(task.repo());
             if let Some(merge) = land(task, &rules) {
                 requests.push(merge);
@@ -174,6 +176,10 @@ impl ProviderPolicy for GithubPolicy {
         fx: &impl Handle<Action = GithubAction>,
         opened: &OpenedPullRequest<'_>,
     ) -> anyhow::Result<Vec<Request<GithubAction>>> {
+        // A GitLab merge request is GitLab's policy's to link.
+        if opened.host != Source::Github {
+            return Ok(Vec::new());
+        }
         let task = opened.task;
         let links = Links::default().with(
             GITHUB_PR,
@@ -250,6 +256,10 @@ pub fn github(event: &TaskEvent, task: &Task, config: &PolicyConfig) -> Vec<Requ
     match event {
         // A combined plan's item lands with its plan: the plan's combination opens one pull request for all.
         TaskEvent::SubmittedForReview { .. } if lands_with_its_plan(task, config) => Vec::new(),
+        // A GitLab-hosted repository's task opens a merge request there (GitLab's policy), no pull request here.
+        TaskEvent::SubmittedForReview { .. } if config.host_of(task.repo()) != Source::Github => {
+            Vec::new()
+        }
         // One pull request per task: a later attempt pushes to the same branch, which updates it.
         TaskEvent::SubmittedForReview { branch, .. } => vec![Request {
             key: crate::domain::effect::pull_request_key(task.id()),
@@ -581,22 +591,8 @@ pub fn github_question(
     })
 }
 
-/// The pull request's description: the spec, what the attempt said of itself, where the task came from, and how
-/// many attempts it took (`pull_request.rs` writes it).
+/// The pull request's description: the shared writer's (`effects::pull_request::task_body`), as a GitLab merge
+/// request's is.
 pub fn pull_request_body(task: &Task) -> String {
-    let spec = task.spec();
-    // Ticket text is untrusted: only the "From" line of the footer may reference the source issue.
-    let mut body = PullRequestBody::new("Task", spec.task());
-    body.part("Scope", spec.scope())
-        .part("Done when", spec.done_when())
-        .report(task.report());
-    body.footer(
-        task.links(),
-        task.repo(),
-        OpenedFor::Task {
-            task: task.id(),
-            attempt: task.attempts(),
-            max: task.max_attempts().get(),
-        },
-    )
+    crate::effects::pull_request::task_body(task)
 }

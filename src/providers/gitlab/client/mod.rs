@@ -1,11 +1,14 @@
 //! The GitLab client effects call through: its REST API (`<GITLAB_URL>/api/v4`) with `GITLAB_TOKEN` in
 //! `PRIVATE-TOKEN`, every call bounded. It only makes calls and says how they failed; what to call, when, and what
-//! it means is the policy's. One call so far: a note on an issue, made once (its marker looked for first).
+//! it means is the policy's: a note on an issue, made once (its marker looked for first); merge requests, opened
+//! and merged (`merge_requests.rs`).
 
 use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
+
+mod merge_requests;
 
 use crate::effects::{marker, CallError, Produced};
 use crate::tasks::RepoName;

@@ -1,16 +1,22 @@
-//! The GitLab policy: a note on a task's GitLab issue when the task is made and when it is done. The request
-//! builder is pure; [`GitlabPolicy`] is the `effects:gitlab` loop's side of [`ProviderPolicy`]. Merge requests,
-//! pipelines and auto-land are not built yet.
+//! The GitLab policy: a note on a task's GitLab issue when the task is made and when it is done; a GitLab-hosted
+//! task's merge request, opened when it goes to review, linked and pointed at from its issue, and merged under
+//! `land = "auto"` once `tasks::landing` says it is ready (`merge_request.rs`). The request builders are pure;
+//! [`GitlabPolicy`] is the `effects:gitlab` loop's side of [`ProviderPolicy`].
 
 mod action;
+pub mod merge_request;
 
-use crate::board::Loaded;
-use crate::effects::handle::Handle;
-use crate::effects::provider::ProviderPolicy;
+use anyhow::Context;
+
+use crate::board::{BoardError, Loaded};
+use crate::domain::Source;
+use crate::effects::handle::{Handle, ACTOR};
+use crate::effects::policy_config::PolicyConfig;
+use crate::effects::provider::{OpenedPullRequest, ProviderPolicy};
 use crate::effects::{CallError, Produced, Request};
 use crate::eventlog::StoredEvent;
 use crate::providers::gitlab::client::GitlabClient;
-use crate::tasks::{Task, TaskEvent, GITLAB_ISSUE};
+use crate::tasks::{Command, GitlabMrRef, Links, Task, TaskEvent, GITLAB_ISSUE, GITLAB_MR};
 
 pub use action::GitlabAction;
 
@@ -18,11 +24,12 @@ pub use action::GitlabAction;
 #[derive(Clone, Debug)]
 pub struct GitlabPolicy {
     client: GitlabClient,
+    config: PolicyConfig,
 }
 
 impl GitlabPolicy {
-    pub fn new(client: GitlabClient) -> Self {
-        Self { client }
+    pub fn new(client: GitlabClient, config: PolicyConfig) -> Self {
+        Self { client, config }
     }
 }
 
@@ -34,23 +41,93 @@ impl ProviderPolicy for GitlabPolicy {
     }
 
     fn notifies(&self, event: &TaskEvent) -> bool {
-        matches!(event, TaskEvent::Created(_)) || matches!(event, TaskEvent::Completed { .. })
+        matches!(event, TaskEvent::Created(_))
+            || matches!(event, TaskEvent::Completed { .. })
+            || merge_request::may_land(event)
     }
 
     async fn requests(
         &self,
-        _fx: &impl Handle<Action = GitlabAction>,
+        fx: &impl Handle<Action = GitlabAction>,
         _event: &StoredEvent,
         task_event: &TaskEvent,
         loaded: &Loaded,
     ) -> anyhow::Result<Vec<Request<GitlabAction>>> {
-        Ok(gitlab(task_event, &loaded.task))
+        let task = &loaded.task;
+        let mut requests = gitlab(task_event, task);
+        requests.extend(merge_request::merge_request(task_event, task, &self.config));
+        if merge_request::may_land(task_event) && merge_request::hosted_here(task, &self.config) {
+            let rules = fx.board().config().land_for(task.repo());
+            if let Some(merge) = merge_request::land(task, &rules, &self.config) {
+                requests.push(merge);
+            } else if let Some(merge) = merge_request::merge_asked_before(task, &self.config) {
+                // The task moved on since (a merge, a flag), but a merge of this head was asked for: an attempt cut
+                // off by a crash still has to be settled (asking again is a no-op for its key).
+                if fx.requested(&merge.key).await? {
+                    requests.push(merge);
+                }
+            }
+        }
+        Ok(requests)
+    }
+
+    /// A GitLab merge request becomes the task's link, and the GitLab issue it came from hears of it.
+    async fn pull_request_opened(
+        &self,
+        fx: &impl Handle<Action = GitlabAction>,
+        opened: &OpenedPullRequest<'_>,
+    ) -> anyhow::Result<Vec<Request<GitlabAction>>> {
+        if opened.host != Source::Gitlab {
+            return Ok(Vec::new());
+        }
+        let links = Links::default().with(
+            GITLAB_MR,
+            &GitlabMrRef::new(opened.repo.clone(), opened.number)?,
+        );
+        let task = match fx
+            .board()
+            .execute(opened.task, &Command::AttachLinks { links }, ACTOR)
+            .await
+        {
+            Ok(outcome) => outcome.task,
+            // Closed and archived tasks, and a task already linked to another merge request, keep what they have.
+            Err(BoardError::Refused(refused)) => {
+                tracing::info!(task = %opened.task, %refused, "merge request not linked");
+                match fx.board().load(opened.task).await? {
+                    Some(loaded) => loaded.task,
+                    None => return Ok(Vec::new()),
+                }
+            }
+            Err(error) => return Err(error).context("linking the merge request to its task"),
+        };
+        Ok(
+            merge_request::after_merge_request(&task, opened.number, opened.url)
+                .into_iter()
+                .collect(),
+        )
     }
 
     async fn call(&self, key: &str, action: &GitlabAction) -> Result<Produced, CallError> {
         match action {
             GitlabAction::Note { project, iid, body } => {
                 self.client.note(key, project, *iid, body).await
+            }
+            GitlabAction::OpenMergeRequest {
+                project,
+                source_branch,
+                target_branch,
+                title,
+                description,
+                draft: _,
+            } => {
+                self.client
+                    .open_merge_request(project, source_branch, target_branch, title, description)
+                    .await
+            }
+            GitlabAction::MergeMergeRequest { project, iid, sha } => {
+                self.client
+                    .merge_merge_request(project, *iid, sha.as_str())
+                    .await
             }
         }
     }
@@ -128,7 +205,9 @@ mod tests {
         let made = gitlab(&events[0], &ours);
         assert_eq!(made.len(), 1);
         assert_eq!(made[0].key, "gitlab:note:T-4:created");
-        let GitlabAction::Note { project, iid, body } = &made[0].action;
+        let GitlabAction::Note { project, iid, body } = &made[0].action else {
+            panic!("a note: {:?}", made[0].action);
+        };
         assert_eq!((project.as_str(), *iid), ("acme/platform/api", 23));
         assert!(body.contains("T-4"));
         let done = TaskEvent::Completed {
