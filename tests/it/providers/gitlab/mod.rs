@@ -2,6 +2,7 @@
 //! (`fake`), and its suite through the real app (`suite`).
 
 pub mod fake;
+mod merge_requests;
 mod suite;
 
 use serde_json::Value;
