@@ -9,8 +9,8 @@ use crate::common::board::{self, new_task};
 use crate::common::{TestApp, TestDb};
 use crate::providers::github::fake::FakeGithub;
 use pidevops::tasks::{
-    ApprovalPolicy, Command, CommitSha, FactName, GitlabIssueRef, Links, TaskId, GITLAB_ISSUE,
-    GITLAB_MR,
+    ApprovalPolicy, Command, CommitSha, FactName, GitlabIssueRef, Links, TaskId, GITHUB_PR,
+    GITLAB_ISSUE, GITLAB_MR,
 };
 use serde_json::Value;
 
@@ -87,8 +87,13 @@ async fn a_submitted_gitlab_task_gets_one_merge_request_linked_and_noted_and_no_
         .contains(&format!("Opened by pidevops for {id}")));
     assert_eq!(mr.remove_source_branch, Some(false));
     assert_eq!(mr.token, TOKEN);
-    let linked = task_links(&app, id).await.get(GITLAB_MR).expect("linked");
+    let links = task_links(&app, id).await;
+    let linked = links.get(GITLAB_MR).expect("linked");
     assert_eq!((linked.project.as_str(), linked.iid.get()), (REPO, mr.iid));
+    assert!(
+        links.get(GITHUB_PR).is_none(),
+        "GitHub's policy links no merge request as its pull request: {links:?}"
+    );
     let pointing: Vec<_> = gitlab
         .notes()
         .into_iter()
@@ -101,6 +106,27 @@ async fn a_submitted_gitlab_task_gets_one_merge_request_linked_and_noted_and_no_
         github.pulls_opened().is_empty(),
         "GitHub opens nothing for it"
     );
+    assert!(
+        board::events_in(&app, &format!("effect:github:pr:{id}"))
+            .await
+            .is_empty(),
+        "effects:github asks for no pull request"
+    );
+
+    // A GitHub repository's task is GitHub's: its pull request, no merge request, and nothing of it linked as one.
+    let on_github = new_task("Fix the header")
+        .repo("acme/app")
+        .approval(ApprovalPolicy::Auto)
+        .create(&app)
+        .await;
+    board::to_review(&app, on_github, None).await;
+    app.drive("effects:github").await;
+    app.drive("effects:gitlab").await;
+    assert_eq!(github.pulls_opened().len(), 1);
+    let links = task_links(&app, on_github).await;
+    assert!(links.get(GITHUB_PR).is_some(), "{links:?}");
+    assert!(links.get(GITLAB_MR).is_none(), "{links:?}");
+    assert_eq!(gitlab.merge_requests().len(), 1);
 
     // The effect's stream driven again, and the same submission's event re-read: nothing twice.
     app.drive("effects:gitlab").await;
@@ -208,6 +234,14 @@ async fn auto_land_merges_the_merge_request_at_the_checked_head_once(db: TestDb)
         github.calls().iter().all(|c| !c.path.contains("/merge")),
         "GitHub merges nothing for it"
     );
+    let asked_github: Vec<String> = app
+        .all_events()
+        .await
+        .into_iter()
+        .filter_map(|e| e.stream)
+        .filter(|s| s.starts_with("effect:github:"))
+        .collect();
+    assert!(asked_github.is_empty(), "{asked_github:?}");
     // Driven again: the merge was made once for this head.
     app.drive("effects:gitlab").await;
     assert_eq!(gitlab.merges().len(), 1);
