@@ -20,6 +20,7 @@ per_backend!(
     a_submitted_gitlab_task_gets_one_merge_request_linked_and_noted_and_no_pull_request,
     a_merge_request_already_open_is_found_and_a_fork_s_is_never_taken,
     auto_land_merges_the_merge_request_at_the_checked_head_once,
+    a_merge_request_whose_head_moved_is_never_merged_and_its_task_is_flagged,
 );
 
 const REPO: &str = "acme/platform/api";
@@ -181,6 +182,46 @@ async fn a_merge_request_already_open_is_found_and_a_fork_s_is_never_taken(db: T
     app.stop().await;
 }
 
+/// Records a passed `test` check and alice's approval on `sha` for task `id`.
+async fn facts(app: &TestApp, id: TaskId, sha: &str) {
+    let sha = CommitSha::new(sha).unwrap();
+    for command in [
+        Command::RecordCheckPassed {
+            sha: sha.clone(),
+            name: FactName::new("check", "test").unwrap(),
+        },
+        Command::RecordApproval {
+            by: FactName::new("login", "alice").unwrap(),
+            sha: sha.clone(),
+        },
+    ] {
+        app.state.board.execute(id, &command, "test").await.unwrap();
+    }
+}
+
+async fn a_merge_request_whose_head_moved_is_never_merged_and_its_task_is_flagged(db: TestDb) {
+    let gitlab = FakeGitlab::start().await;
+    let github = FakeGithub::start().await;
+    let app = app(&db, &gitlab, &github, "auto").await;
+    let id = submitted(&app).await;
+    app.drive("effects:gitlab").await;
+    let iid = task_links(&app, id)
+        .await
+        .get(GITLAB_MR)
+        .expect("linked")
+        .iid
+        .get();
+    // Someone pushed to the branch after the checks and the approval of pidevops's commit.
+    gitlab.set_head(REPO, iid, "ffffffffffffffffffffffffffffffffffffffff");
+    facts(&app, id, "0123456789abcdef0123456789abcdef01234567").await;
+    app.drive("effects:gitlab").await;
+    assert!(gitlab.merges().is_empty(), "{:?}", gitlab.merges());
+    let task = app.state.board.load(id).await.unwrap().unwrap().task;
+    let flag = task.needs_human().expect("flagged").reason.to_string();
+    assert!(flag.contains("the branch moved"), "{flag}");
+    app.stop().await;
+}
+
 async fn auto_land_merges_the_merge_request_at_the_checked_head_once(db: TestDb) {
     let gitlab = FakeGitlab::start().await;
     let github = FakeGithub::start().await;
@@ -242,6 +283,25 @@ async fn auto_land_merges_the_merge_request_at_the_checked_head_once(db: TestDb)
         .filter(|s| s.starts_with("effect:github:"))
         .collect();
     assert!(asked_github.is_empty(), "{asked_github:?}");
+    // pidevops's own git never lands it: its merge request does.
+    let refused = app
+        .client
+        .post(app.url(&format!("/api/tasks/{id}/land")))
+        .bearer_auth(crate::common::ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 409);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"], "on_gitlab", "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("merge request {REPO}!{iid}")),
+        "{body}"
+    );
+
     // Driven again: the merge was made once for this head.
     app.drive("effects:gitlab").await;
     assert_eq!(gitlab.merges().len(), 1);
