@@ -34,7 +34,7 @@ struct MergeRequest {
 
 impl MergeRequest {
     /// From the project's own branch: a fork's merge request into it is a stranger's.
-    fn from_the_project_itself(&self) -> bool {
+    fn is_the_project_s_own(&self) -> bool {
         self.source_project_id == self.target_project_id
     }
 }
@@ -92,7 +92,7 @@ impl GitlabClient {
                 ]),
             )
             .await?;
-        if let Some(found) = open.iter().find(|mr| mr.from_the_project_itself()) {
+        if let Some(found) = open.iter().find(|mr| mr.is_the_project_s_own()) {
             return Self::produced(project, found, false);
         }
         let made: MergeRequest = self
@@ -142,7 +142,7 @@ impl GitlabClient {
                 ),
             });
         }
-        if !mr.from_the_project_itself() {
+        if !mr.is_the_project_s_own() {
             return Err(CallError::Permanent {
                 message: format!("merge request !{iid} is from another project (a fork): pidevops does not merge it"),
             });
