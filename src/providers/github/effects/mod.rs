@@ -114,7 +114,7 @@ impl ProviderPolicy for GithubPolicy {
             | TaskEvent::CheckPassed { .. }
             | TaskEvent::ReviewApproved { .. }
             | TaskEvent::ApprovalWithdrawn { .. }
-            | TaskEvent::Landed { .. } => may_land(event),
+            | TaskEvent::Landed { .. } => landing::may_land(event),
         }
     }
 
@@ -155,7 +155,7 @@ impl ProviderPolicy for GithubPolicy {
             requests.push(plan_pull_request(task, combination, &items, &self.config));
         }
         // A GitLab-hosted repository's task lands through its merge request: nothing of GitHub's to merge.
-        if may_land(task_event) && self.config.host_of(task.repo()) == Source::Github {
+        if landing::may_land(task_event) && self.config.host_of(task.repo()) == Source::Github {
             let rules = fx.board().config().land_for(task.repo());
             if let Some(merge) = land(task, &rules) {
                 requests.push(merge);
@@ -302,42 +302,6 @@ pub fn github(event: &TaskEvent, task: &Task, config: &PolicyConfig) -> Vec<Requ
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
         | TaskEvent::Landed { .. } => Vec::new(),
-    }
-}
-
-/// Whether `event` can make a task ready to land (or its readiness worth a look again).
-fn may_land(event: &TaskEvent) -> bool {
-    match event {
-        TaskEvent::LinksAttached { links, .. } => links.has(GITHUB_PR),
-        TaskEvent::SubmittedForReview { .. }
-        | TaskEvent::CheckPassed { .. }
-        | TaskEvent::ReviewApproved { .. }
-        | TaskEvent::NeedsHumanCleared { .. } => true,
-        TaskEvent::Created(_)
-        | TaskEvent::Approved { .. }
-        | TaskEvent::Rejected { .. }
-        | TaskEvent::Started { .. }
-        | TaskEvent::Completed { .. }
-        | TaskEvent::Retried { .. }
-        | TaskEvent::Cancelled { .. }
-        | TaskEvent::Archived { .. }
-        | TaskEvent::FlaggedNeedsHuman { .. }
-        | TaskEvent::SpecUpdated { .. }
-        | TaskEvent::FollowUpAttached { .. }
-        | TaskEvent::FollowUpsDelivered { .. }
-        | TaskEvent::TicketSeen { .. }
-        | TaskEvent::PriorityChanged { .. }
-        | TaskEvent::AttemptReturned { .. }
-        | TaskEvent::AgentChosen { .. }
-        | TaskEvent::TriageEnded { .. }
-        | TaskEvent::PlanProposed { .. }
-        | TaskEvent::PlanApproved { .. }
-        | TaskEvent::PlanRejected { .. }
-        | TaskEvent::ChildrenCreated { .. }
-        | TaskEvent::RolledUp { .. }
-        | TaskEvent::ApprovalWithdrawn { .. }
-        | TaskEvent::Combined { .. }
-        | TaskEvent::Landed { .. } => false,
     }
 }
 

@@ -51,42 +51,6 @@ pub fn merge_request(
     })
 }
 
-/// Whether `event` can make a task ready to land (or its readiness worth a look again).
-pub fn may_land(event: &TaskEvent) -> bool {
-    match event {
-        TaskEvent::LinksAttached { links, .. } => links.has(GITLAB_MR),
-        TaskEvent::SubmittedForReview { .. }
-        | TaskEvent::CheckPassed { .. }
-        | TaskEvent::ReviewApproved { .. }
-        | TaskEvent::NeedsHumanCleared { .. } => true,
-        TaskEvent::Created(_)
-        | TaskEvent::Approved { .. }
-        | TaskEvent::Rejected { .. }
-        | TaskEvent::Started { .. }
-        | TaskEvent::Completed { .. }
-        | TaskEvent::Retried { .. }
-        | TaskEvent::Cancelled { .. }
-        | TaskEvent::Archived { .. }
-        | TaskEvent::FlaggedNeedsHuman { .. }
-        | TaskEvent::SpecUpdated { .. }
-        | TaskEvent::FollowUpAttached { .. }
-        | TaskEvent::FollowUpsDelivered { .. }
-        | TaskEvent::TicketSeen { .. }
-        | TaskEvent::PriorityChanged { .. }
-        | TaskEvent::AttemptReturned { .. }
-        | TaskEvent::AgentChosen { .. }
-        | TaskEvent::TriageEnded { .. }
-        | TaskEvent::PlanProposed { .. }
-        | TaskEvent::PlanApproved { .. }
-        | TaskEvent::PlanRejected { .. }
-        | TaskEvent::ChildrenCreated { .. }
-        | TaskEvent::RolledUp { .. }
-        | TaskEvent::ApprovalWithdrawn { .. }
-        | TaskEvent::Combined { .. }
-        | TaskEvent::Landed { .. } => false,
-    }
-}
-
 /// The key of the merge of `task`'s merge request at `sha`: once per task and head commit.
 pub fn merge_key(task: TaskId, sha: &CommitSha) -> String {
     format!("gitlab:merge:{task}:{sha}")

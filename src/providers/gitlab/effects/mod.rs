@@ -43,7 +43,7 @@ impl ProviderPolicy for GitlabPolicy {
     fn notifies(&self, event: &TaskEvent) -> bool {
         matches!(event, TaskEvent::Created(_))
             || matches!(event, TaskEvent::Completed { .. })
-            || merge_request::may_land(event)
+            || crate::tasks::landing::may_land(event)
     }
 
     async fn requests(
@@ -56,7 +56,9 @@ impl ProviderPolicy for GitlabPolicy {
         let task = &loaded.task;
         let mut requests = gitlab(task_event, task);
         requests.extend(merge_request::merge_request(task_event, task, &self.config));
-        if merge_request::may_land(task_event) && merge_request::hosted_here(task, &self.config) {
+        if crate::tasks::landing::may_land(task_event)
+            && merge_request::hosted_here(task, &self.config)
+        {
             let rules = fx.board().config().land_for(task.repo());
             if let Some(merge) = merge_request::land(task, &rules, &self.config) {
                 requests.push(merge);
