@@ -286,7 +286,7 @@ pub async fn task(settings: Settings, command: TaskCommand) -> anyhow::Result<()
                 board.clone(),
                 core.log.clone(),
                 core.settings.workspace_root.clone(),
-                crate::providers::github::settings::GithubSettings::of(&core.settings).token,
+                crate::startup::git_credentials(&core.settings),
                 core.settings.file.dispatch.clone(),
             );
             land(&lander, id, json).await

@@ -60,6 +60,8 @@ pub struct RepoSource {
     pub base: String,
     /// `[repos."o/n"] forge` where set; else read from the URL.
     pub forge: Option<super::file::Forge>,
+    /// `[repos."o/n"] provider`: the code host its reviews go to (GitHub's pull requests, GitLab's merge requests).
+    pub host: super::file::CodeHost,
 }
 
 impl RepoSource {
@@ -67,13 +69,30 @@ impl RepoSource {
     /// self-hosted mirrors) and ssh URLs (the machine's own keys) do not.
     pub fn needs_github_token(&self) -> bool {
         let url = self.url.to_ascii_lowercase();
-        url.starts_with("https://github.com/") || url.starts_with("http://github.com/")
+        self.host == super::file::CodeHost::Github
+            && (url.starts_with("https://github.com/") || url.starts_with("http://github.com/"))
+    }
+
+    /// Whether cloning and pushing need `GITLAB_TOKEN`: a GitLab-hosted repository's http(s) URL (ssh uses the
+    /// machine's own keys; the token goes only to `GITLAB_URL`'s host, see `dispatch::workspace::git`).
+    pub fn needs_gitlab_token(&self) -> bool {
+        let url = self.url.to_ascii_lowercase();
+        self.on_gitlab() && (url.starts_with("https://") || url.starts_with("http://"))
+    }
+
+    /// Whether the repository is GitLab-hosted (`provider = "gitlab"`): its tasks land through their merge
+    /// requests, never by pidevops's own git, and never through GitHub.
+    pub fn on_gitlab(&self) -> bool {
+        self.host == super::file::CodeHost::Gitlab
     }
 
     /// Whether the remote is GitHub: `forge = "github"`, or unset and a github.com URL (https, ssh or
     /// `git@github.com:`). Its tasks land through their pull requests; any other remote (a path, `file://`,
     /// another host) is landed by pidevops's own git.
     pub fn on_github(&self) -> bool {
+        if self.on_gitlab() {
+            return false;
+        }
         match self.forge {
             Some(super::file::Forge::Github) => return true,
             Some(super::file::Forge::Git) => return false,
@@ -342,7 +361,7 @@ impl DispatchConfig {
             if let Some(hosts) = &repo.allow_hosts {
                 allow_hosts.insert(parsed.clone(), AllowHosts::parse(&key, hosts)?);
             }
-            if url.is_some() || base.is_some() || repo.forge.is_some() {
+            if url.is_some() || base.is_some() || repo.forge.is_some() || repo.provider.is_some() {
                 let default = Self::default_source(&parsed);
                 repos.insert(
                     parsed,
@@ -350,6 +369,7 @@ impl DispatchConfig {
                         url: url.unwrap_or(default.url),
                         base: base.unwrap_or(default.base),
                         forge: repo.forge,
+                        host: repo.provider.unwrap_or_default(),
                     },
                 );
             }
@@ -380,6 +400,7 @@ impl DispatchConfig {
             url: format!("https://github.com/{}.git", repo.as_str()),
             base: Self::DEFAULT_BASE.to_owned(),
             forge: None,
+            host: super::file::CodeHost::Github,
         }
     }
 }
@@ -418,6 +439,7 @@ mod tests {
                 url: url.to_owned(),
                 base: "main".to_owned(),
                 forge: None,
+                host: crate::config::file::CodeHost::Github,
             }
             .on_github()
         };
@@ -454,6 +476,19 @@ mod tests {
         assert!(parse("[repos.\"acme/x\"]\nforge = \"gitlab\"")
             .unwrap_err()
             .contains("forge"));
+        // A GitLab-hosted repository lands through its merge request: neither GitHub's nor pidevops's git.
+        let config = parse(
+            "[repos.\"g/s/app\"]\nprovider = \"gitlab\"\nurl = \"https://gitlab.example.com/g/s/app.git\"\n\
+             [repos.\"g/s/ssh\"]\nprovider = \"gitlab\"\nurl = \"git@gitlab.example.com:g/s/ssh.git\"",
+        )
+        .unwrap();
+        let gitlab = config.source(&"g/s/app".parse().unwrap());
+        assert!(gitlab.on_gitlab() && !gitlab.on_github());
+        assert!(gitlab.needs_gitlab_token() && !gitlab.needs_github_token());
+        assert!(!config
+            .source(&"g/s/ssh".parse().unwrap())
+            .needs_gitlab_token());
+        assert!(!config.source(&"acme/ghe".parse().unwrap()).on_gitlab());
     }
 
     fn parse(text: &str) -> Result<DispatchConfig, String> {

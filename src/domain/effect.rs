@@ -16,12 +16,32 @@ pub fn pull_request_key(task: crate::tasks::TaskId) -> String {
     format!("{PULL_REQUEST_KEY_PREFIX}{task}")
 }
 
-/// The task whose pull request effect `key` opens, if it is one.
+/// The key of the effect that opens task `task`'s GitLab merge request: `gitlab:mr:<task>`. Like
+/// [`pull_request_key`]'s, its success is news for every provider's policy.
+pub fn merge_request_key(task: crate::tasks::TaskId) -> String {
+    format!("{MERGE_REQUEST_KEY_PREFIX}{task}")
+}
+
+/// The task whose review request (GitHub pull request, GitLab merge request) effect `key` opens, if it is one.
 pub fn pull_request_task(key: &str) -> Option<crate::tasks::TaskId> {
-    key.strip_prefix(PULL_REQUEST_KEY_PREFIX)?.parse().ok()
+    review_request_of(key).map(|(_, task)| task)
+}
+
+/// The code host and the task of the review request effect `key` opens, if it is one.
+pub fn review_request_of(key: &str) -> Option<(super::Source, crate::tasks::TaskId)> {
+    let (host, task) = if let Some(task) = key.strip_prefix(PULL_REQUEST_KEY_PREFIX) {
+        (super::Source::Github, task)
+    } else {
+        (
+            super::Source::Gitlab,
+            key.strip_prefix(MERGE_REQUEST_KEY_PREFIX)?,
+        )
+    };
+    Some((host, task.parse().ok()?))
 }
 
 const PULL_REQUEST_KEY_PREFIX: &str = "github:pr:";
+const MERGE_REQUEST_KEY_PREFIX: &str = "gitlab:mr:";
 
 /// The key of the notice to `conversation` on `provider` about the task event stored as `event_id`:
 /// `<provider>:notify:<conversation>:<event id>` (Telegram's: `telegram:notify:<chat>:<event id>`).
@@ -113,5 +133,32 @@ impl LinearStates {
         .into_iter()
         .flatten()
         .map(String::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_code_hosts_review_request_keys_name_their_task() {
+        let task: crate::tasks::TaskId = "T-7".parse().unwrap();
+        assert_eq!(pull_request_task(&pull_request_key(task)), Some(task));
+        assert_eq!(pull_request_task(&merge_request_key(task)), Some(task));
+        assert_eq!(
+            review_request_of("gitlab:mr:T-7"),
+            Some((super::super::Source::Gitlab, task))
+        );
+        assert_eq!(
+            review_request_of("github:pr:T-7"),
+            Some((super::super::Source::Github, task))
+        );
+        for other in [
+            "gitlab:note:T-7:created",
+            "github:merge:T-7:abc",
+            "gitlab:mr:x",
+        ] {
+            assert_eq!(pull_request_task(other), None, "{other}");
+        }
     }
 }

@@ -1,8 +1,9 @@
 //! What every policy may need to know of the deployment, built by start-up from the configuration; what only one
 //! provider's policy needs is that provider's settings (`providers/<name>/settings.rs`), handed to it alone.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
+use crate::domain::Source;
 use crate::tasks::RepoName;
 
 /// What the policy needs to know of the deployment.
@@ -15,6 +16,12 @@ pub struct PolicyConfig {
     pub pull_requests: bool,
     /// `[plans] land`: with `combined`, a plan's items open no pull request; the plan's combination opens one.
     pub plan_land: crate::tasks::PlanLand,
+    /// `[repos."…"] provider` where it names a code host other than GitHub (`IntakeConfig::code_hosts`): where
+    /// each repository's review requests go. GitHub's policy opens and merges nothing for a GitLab-hosted
+    /// repository, and GitLab's nothing for any other.
+    pub hosts: BTreeMap<RepoName, Source>,
+    /// `[repos."…"] draft = true`: the repositories whose merge requests open as drafts.
+    pub drafts: BTreeSet<RepoName>,
 }
 
 impl PolicyConfig {
@@ -23,5 +30,15 @@ impl PolicyConfig {
             .get(repo)
             .cloned()
             .unwrap_or_else(|| "main".to_owned())
+    }
+
+    /// The code host `repo`'s reviews go to: its `[repos] provider`, GitHub when it names none.
+    pub fn host_of(&self, repo: &RepoName) -> Source {
+        self.hosts.get(repo).copied().unwrap_or(Source::Github)
+    }
+
+    /// Whether `repo`'s merge requests open as drafts.
+    pub fn draft(&self, repo: &RepoName) -> bool {
+        self.drafts.contains(repo)
     }
 }

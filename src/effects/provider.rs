@@ -56,7 +56,8 @@ pub trait ProviderPolicy: Send + Sync {
         loaded: &Loaded,
     ) -> impl Future<Output = anyhow::Result<Vec<Request<Self::Action>>>> + Send;
 
-    /// What the task's pull request opening (`github:pr:<task>` succeeded) asks of this provider.
+    /// What the task's review request opening (`github:pr:<task>` or `gitlab:mr:<task>` succeeded) asks of this
+    /// provider.
     fn pull_request_opened(
         &self,
         _fx: &impl Handle<Action = Self::Action>,
@@ -91,9 +92,11 @@ pub trait ProviderPolicy: Send + Sync {
     ) -> impl Future<Output = Result<Produced, CallError>> + Send;
 }
 
-/// The task's pull request, as its opening effect produced it.
+/// The task's pull request (or GitLab merge request: `number` is its iid), as its opening effect produced it.
 pub struct OpenedPullRequest<'a> {
     pub task: TaskId,
+    /// The code host it was opened on (its effect's key says which).
+    pub host: crate::domain::Source,
     pub repo: &'a RepoName,
     pub number: u64,
     pub url: &'a str,

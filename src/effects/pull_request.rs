@@ -1,4 +1,5 @@
-//! The one writer of the description of a pull request pidevops opens. A task's (`github/`: `pull_request_body`)
+//! The one writer of the description of a pull request (or GitLab merge request) pidevops opens. A task's
+//! ([`task_body`], GitHub's and GitLab's alike)
 //! and a combined plan's (`combined.rs`: `plan_pull_request_body`, each item a section of it) are built from the
 //! same parts, written the same way: the spec's parts, what the attempt said of itself (the agent's summary, the
 //! reviewer's verdict, files outside the scope, agent configuration touched), and the footer (where it came from,
@@ -6,7 +7,27 @@
 
 use super::inert::inert;
 use crate::tasks::values::plain_markdown;
-use crate::tasks::{AttemptReport, Links, RepoName, TaskId};
+use crate::tasks::{AttemptReport, Links, RepoName, Task, TaskId};
+
+/// A task's pull request (or merge request) description: the spec, what the attempt said of itself, where the
+/// task came from, and how many attempts it took.
+pub fn task_body(task: &Task) -> String {
+    let spec = task.spec();
+    // Ticket text is untrusted: only the "From" line of the footer may reference the source issue.
+    let mut body = PullRequestBody::new("Task", spec.task());
+    body.part("Scope", spec.scope())
+        .part("Done when", spec.done_when())
+        .report(task.report());
+    body.footer(
+        task.links(),
+        task.repo(),
+        OpenedFor::Task {
+            task: task.id(),
+            attempt: task.attempts(),
+            max: task.max_attempts().get(),
+        },
+    )
+}
 
 /// How a body's parts are headed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

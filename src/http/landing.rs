@@ -40,7 +40,8 @@ pub struct LandedTask {
         (status = 200, description = "Landed, or landed already (`changed: false`)", body = LandedTask),
         (status = 400, description = "`bad_id`: not a task id", body = ApiError),
         (status = 404, description = "`not_found`: no such task", body = ApiError),
-        (status = 409, description = "`on_github`: its pull request lands it; `conflict`: it does not merge with \
+        (status = 409, description = "`on_github`: its pull request lands it; `on_gitlab`: its merge request lands \
+            it; `conflict`: it does not merge with \
             the base (nothing pushed, still in review); `refused`: not in review, a plan, no recorded commit, or \
             its commit is gone; `contended`", body = ApiError),
         (status = 500, description = "`corrupt`: the task's stream cannot be read back", body = ApiError),
@@ -73,6 +74,7 @@ pub async fn land(State(state): State<AppState>, TaskIdPath(id): TaskIdPath) -> 
                 LandError::Board(board) => return board_error(board),
                 LandError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
                 LandError::OnGithub { .. } => (StatusCode::CONFLICT, "on_github"),
+                LandError::OnGitlab { .. } => (StatusCode::CONFLICT, "on_gitlab"),
                 LandError::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
                 LandError::Plan(_)
                 | LandError::NotInReview { .. }

@@ -84,7 +84,7 @@ impl AutoLand {
         let task = &loaded.task;
         let auto = board.config().land_for(task.repo()).mode == LandMode::Auto;
         if !auto
-            || self.lander.on_github(task)
+            || self.lander.lands_by_review(task)
             || task.is_plan()
             || task.column() != Column::InReview
             || task.needs_human().is_some()

@@ -1,6 +1,7 @@
 //! Landing a task in review on a repository that is not on GitHub (its remote a path, `file://` or another git
 //! host): `pidevops task land`, `POST /api/tasks/{id}/land`, the task page's Land button, and the `land` loop
-//! (`land = "auto"`, `auto.rs`). A GitHub repository's tasks land through their pull requests; this refuses them.
+//! (`land = "auto"`, `auto.rs`). A GitHub repository's tasks land through their pull requests, a GitLab-hosted
+//! one's through their merge requests; this refuses both.
 //!
 //! What lands is the commit pidevops recorded for the run that put the task in review (its `run.succeeded`),
 //! never the remote branch's head (anyone with push access could move `pidevops/<task>`). The git work is
@@ -18,15 +19,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
-use secrecy::SecretString;
-
 use crate::board::{Board, BoardError, Outcome};
 use crate::config::dispatch::DispatchConfig;
 use crate::dispatch::runs::{self, RunEvent};
-use crate::dispatch::workspace::{LandRequest, LandResult, WorkspaceError, Workspaces};
+use crate::dispatch::workspace::{
+    GitCredentials, LandRequest, LandResult, WorkspaceError, Workspaces,
+};
 use crate::eventlog::EventLog;
-use crate::tasks::{Column, Command, CommitSha, GithubRef, RunId, Task, TaskId, GITHUB_PR};
+use crate::tasks::{
+    Column, Command, CommitSha, GithubRef, GitlabMrRef, RunId, Task, TaskId, GITHUB_PR, GITLAB_MR,
+};
+use anyhow::Context;
 
 /// Why a task was not landed.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +42,12 @@ pub enum LandError {
         pr.as_ref().map_or_else(|| "none is open yet".to_owned(), |pr| format!("pull request {pr}"))
     )]
     OnGithub { id: TaskId, pr: Option<GithubRef> },
+    #[error(
+        "{id}'s repository is on GitLab: its merge request lands it ({}), not pidevops's git; merge it there, or set \
+         land = \"auto\" for the repository",
+        mr.as_ref().map_or_else(|| "none is open yet".to_owned(), |mr| format!("merge request {mr}"))
+    )]
+    OnGitlab { id: TaskId, mr: Option<GitlabMrRef> },
     #[error("{0} is a plan: its items land, each on its own")]
     Plan(TaskId),
     #[error("{id} is {column}: only a task in review is landed")]
@@ -97,7 +106,7 @@ pub struct Lander {
     board: Board,
     log: EventLog,
     root: PathBuf,
-    token: Option<SecretString>,
+    credentials: GitCredentials,
     sources: Arc<DispatchConfig>,
     timeout: Duration,
 }
@@ -116,14 +125,14 @@ impl Lander {
         board: Board,
         log: EventLog,
         root: PathBuf,
-        token: Option<SecretString>,
+        credentials: GitCredentials,
         sources: DispatchConfig,
     ) -> Self {
         Self {
             board,
             log,
             root,
-            token,
+            credentials,
             sources: Arc::new(sources),
             timeout: LAND_TIMEOUT,
         }
@@ -138,6 +147,13 @@ impl Lander {
     /// Whether `task`'s repository lands through GitHub (its pull request) rather than pidevops's git.
     pub fn on_github(&self, task: &Task) -> bool {
         self.sources.source(task.repo()).on_github()
+    }
+
+    /// Whether `task`'s repository lands through its code host's review request (a GitHub pull request, a
+    /// GitLab merge request) rather than pidevops's git.
+    pub fn lands_by_review(&self, task: &Task) -> bool {
+        let source = self.sources.source(task.repo());
+        source.on_github() || source.on_gitlab()
     }
 
     /// Lands task `id` (see the module doc); `actor` is recorded on its events. Stopped after the lander's
@@ -158,6 +174,12 @@ impl Lander {
             return Err(LandError::OnGithub {
                 id,
                 pr: task.links().get(GITHUB_PR),
+            });
+        }
+        if self.sources.source(task.repo()).on_gitlab() {
+            return Err(LandError::OnGitlab {
+                id,
+                mr: task.links().get(GITLAB_MR),
             });
         }
         if task.is_plan() {
@@ -194,7 +216,7 @@ impl Lander {
             commit: commit.as_str().to_owned(),
         };
         let git = |source| LandError::Git { id, source };
-        let workspaces = Workspaces::new(&self.root, self.token.clone()).map_err(git)?;
+        let workspaces = Workspaces::new(&self.root, self.credentials.clone()).map_err(git)?;
         let (onto, fast_forward, pushed) =
             match workspaces.land(&request, &source).await.map_err(git)? {
                 LandResult::Landed {

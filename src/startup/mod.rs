@@ -168,7 +168,7 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
         board.clone(),
         log.clone(),
         settings.workspace_root.clone(),
-        GithubSettings::of(&settings).token,
+        git_credentials(&settings),
         settings.file.dispatch.clone(),
     );
     let state = AppState {
@@ -331,6 +331,21 @@ fn standby_detail(initial: Option<&serde_json::Value>) -> serde_json::Value {
     serde_json::Value::Object(detail)
 }
 
+/// What pidevops's own git presents (`dispatch::workspace::GitCredentials`): `GITHUB_TOKEN`, and `GITLAB_TOKEN`
+/// for `GITLAB_URL`'s host; the dispatcher, the lander and the combiner all push with it.
+pub fn git_credentials(settings: &Settings) -> crate::dispatch::workspace::GitCredentials {
+    let gitlab = crate::providers::gitlab::settings::GitlabSettings::of(settings);
+    crate::dispatch::workspace::GitCredentials {
+        github: GithubSettings::of(settings).token,
+        gitlab: gitlab
+            .token
+            .map(|token| crate::dispatch::workspace::GitlabCredential {
+                url: gitlab.url,
+                token,
+            }),
+    }
+}
+
 /// The dispatcher of a `serve` (or a `worker`): its workspaces under `WORKSPACE_ROOT`, and with
 /// `executor = "workers"` the JetStream work queue runs are handed to.
 pub async fn dispatcher(
@@ -342,7 +357,7 @@ pub async fn dispatcher(
     tracker: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<Dispatcher> {
-    let workspaces = Workspaces::new(&settings.workspace_root, GithubSettings::of(settings).token)
+    let workspaces = Workspaces::new(&settings.workspace_root, git_credentials(settings))
         .with_context(|| {
             format!(
                 "WORKSPACE_ROOT {} cannot be used",

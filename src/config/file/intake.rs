@@ -72,6 +72,11 @@ fn code_hosts(
             .map_err(|e| format!("[{key}]: {e}"))?;
         match repo.provider.unwrap_or_default() {
             CodeHost::Github => {
+                if repo.draft.is_some() {
+                    return Err(format!(
+                        "{key}.draft: only a GitLab repository's merge requests open as drafts (provider = \"gitlab\")"
+                    ));
+                }
                 if parsed.github_parts().is_none() {
                     return Err(format!(
                         "[{key}]: a GitHub repository is owner/name (letters, digits and '-' in the owner); \

@@ -157,6 +157,9 @@ pub struct RepoTable {
     /// Its code host: where its issues are taken from (and, later, its merge requests go). Default: `github`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub provider: Option<CodeHost>,
+    /// Whether its merge requests open as drafts (GitLab-hosted repositories only). Default: false.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draft: Option<bool>,
     /// Default: `[dispatch] per_repo`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_concurrent: Option<i64>,

@@ -465,7 +465,17 @@ fn the_documented_complete_file_is_accepted_and_sets_every_key() {
     let schedule = first(&table["schedules"]);
     let tables: Vec<(&str, toml::Table)> = vec![
         ("[board]", at(&["board"])),
-        ("[repos.\"owner/name\"]", first(&table["repos"])),
+        // A GitHub repository's table and a GitLab one's (`draft` is GitLab's) together.
+        (
+            "[repos.\"owner/name\"]",
+            table["repos"]
+                .as_table()
+                .into_iter()
+                .flat_map(|repos| repos.values())
+                .filter_map(|repo| repo.as_table())
+                .flat_map(|repo| repo.clone())
+                .collect(),
+        ),
         ("[intake]", at(&["intake"])),
         ("[intake.github]", at(&["intake", "github"])),
         ("[intake.gitlab]", at(&["intake", "gitlab"])),
@@ -538,6 +548,10 @@ fn a_repository_s_code_host_is_checked_and_kept_for_intake() {
         (
             "[repos.\"group/sub/app\"]\nprovider = \"gitlab\"\nurl = \"git@gitlab.com:g/s/a.git\"\nforge = \"github\"",
             "does not land through GitHub's pull requests",
+        ),
+        (
+            "[repos.\"acme/app\"]\ndraft = true",
+            "repos.\"acme/app\".draft: only a GitLab repository's merge requests open as drafts",
         ),
         (
             "[repos.\"group/sub/app\"]\nprovider = \"gitea\"",

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Stdio;
 
 use base64::Engine as _;
-use secrecy::ExposeSecret;
+use secrecy::{ExposeSecret, SecretString};
 use tokio::process::Command;
 
 use super::{WorkspaceError, Workspaces};
@@ -39,26 +39,22 @@ impl Workspaces {
             ])
             .stdin(Stdio::null())
             .kill_on_drop(true);
-        // Callers check `needs_github_token` against a missing token first (`check_token`), with the repository
-        // to name in the error.
-        if let (Some(source), Some(token)) =
-            (source.filter(|s| s.needs_github_token()), &self.token)
-        {
+        // Callers check a needed token against a missing one first (`check_token`), with the repository to name
+        // in the error.
+        if let Some((origin, user, token)) = source.and_then(|s| self.credential(s)) {
             // Scoped to the configured remote's origin: a redirect or a rewritten URL to any other host gets
             // no credential.
-            if let Some(origin) = http_origin(&source.url) {
-                let basic = base64::engine::general_purpose::STANDARD
-                    .encode(format!("x-access-token:{}", token.expose_secret()));
-                command
-                    .env("GIT_CONFIG_COUNT", "2")
-                    .env("GIT_CONFIG_KEY_0", format!("http.{origin}/.extraHeader"))
-                    .env(
-                        "GIT_CONFIG_VALUE_0",
-                        format!("Authorization: Basic {basic}"),
-                    )
-                    .env("GIT_CONFIG_KEY_1", "http.followRedirects")
-                    .env("GIT_CONFIG_VALUE_1", "false");
-            }
+            let basic = base64::engine::general_purpose::STANDARD
+                .encode(format!("{user}:{}", token.expose_secret()));
+            command
+                .env("GIT_CONFIG_COUNT", "2")
+                .env("GIT_CONFIG_KEY_0", format!("http.{origin}/.extraHeader"))
+                .env(
+                    "GIT_CONFIG_VALUE_0",
+                    format!("Authorization: Basic {basic}"),
+                )
+                .env("GIT_CONFIG_KEY_1", "http.followRedirects")
+                .env("GIT_CONFIG_VALUE_1", "false");
         }
         command
     }
@@ -79,18 +75,45 @@ impl Workspaces {
         self.run_git(what, None, &all, Some(worktree)).await
     }
 
+    /// The credential `source`'s remote gets, if any: the origin it is scoped to, the user GitHub or GitLab
+    /// reads over HTTPS (`x-access-token`; `oauth2` for a GitLab personal access token) and the token. GitHub's
+    /// only for a GitHub repository on github.com; GitLab's only for a GitLab-hosted repository whose remote is
+    /// on `GITLAB_URL`'s origin (another host, a mirror say, gets nothing).
+    fn credential(&self, source: &RepoSource) -> Option<(String, &'static str, &SecretString)> {
+        let origin = http_origin(&source.url)?;
+        if source.needs_github_token() {
+            return Some((origin, "x-access-token", self.credentials.github.as_ref()?));
+        }
+        if source.needs_gitlab_token() {
+            let gitlab = self.credentials.gitlab.as_ref()?;
+            let ours = http_origin(gitlab.url.trim_end_matches('/'))?;
+            return ours
+                .eq_ignore_ascii_case(&origin)
+                .then_some((origin, "oauth2", &gitlab.token));
+        }
+        None
+    }
+
     pub(super) fn check_token(
         &self,
         repo: &RepoName,
         source: &RepoSource,
     ) -> Result<(), WorkspaceError> {
-        if source.needs_github_token() && self.token.is_none() {
-            return Err(WorkspaceError::NoToken {
+        let missing = if source.needs_github_token() && self.credentials.github.is_none() {
+            Some("GITHUB_TOKEN")
+        } else if source.needs_gitlab_token() && self.credentials.gitlab.is_none() {
+            Some("GITLAB_TOKEN")
+        } else {
+            None
+        };
+        match missing {
+            Some(variable) => Err(WorkspaceError::NoToken {
                 repo: repo.clone(),
                 url: source.url.clone(),
-            });
+                variable,
+            }),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     pub(super) async fn run_git(
@@ -139,6 +162,7 @@ fn http_origin(url: &str) -> Option<String> {
 mod tests {
     use super::*;
 
+    use crate::config::file::CodeHost;
     use std::collections::HashMap;
     #[test]
     fn the_credential_is_scoped_to_the_configured_origin() {
@@ -158,12 +182,19 @@ mod tests {
     #[test]
     fn our_git_reads_no_global_or_system_config_and_sends_the_token_only_to_its_host() {
         let root = tempfile::tempdir().unwrap();
-        let workspaces =
-            Workspaces::new(root.path(), Some("ghp_secret".to_owned().into())).unwrap();
+        let workspaces = Workspaces::new(
+            root.path(),
+            super::super::GitCredentials {
+                github: Some("ghp_secret".to_owned().into()),
+                gitlab: None,
+            },
+        )
+        .unwrap();
         let source = RepoSource {
             url: "https://github.com/acme/app.git".to_owned(),
             base: "main".to_owned(),
             forge: None,
+            host: CodeHost::Github,
         };
         let command = workspaces.git(Some(&source));
         let env: HashMap<String, String> = command
@@ -193,11 +224,109 @@ mod tests {
             url: "file:///srv/git/app.git".to_owned(),
             base: "main".to_owned(),
             forge: None,
+            host: CodeHost::Github,
         };
-        let command = workspaces.git(Some(&local));
-        assert!(!command
+        assert!(env_of(&workspaces.git(Some(&local))).is_empty());
+    }
+
+    /// The `GIT_CONFIG_*` of a command: what credential it carries, and to which origin.
+    fn env_of(command: &Command) -> HashMap<String, String> {
+        command
             .as_std()
             .get_envs()
-            .any(|(k, _)| k.to_string_lossy().starts_with("GIT_CONFIG_KEY")));
+            .filter_map(|(k, v)| Some((k.to_str()?.to_owned(), v?.to_str()?.to_owned())))
+            .filter(|(k, _)| k.starts_with("GIT_CONFIG_KEY") || k.starts_with("GIT_CONFIG_VALUE"))
+            .collect()
+    }
+
+    fn source(url: &str, host: CodeHost) -> RepoSource {
+        RepoSource {
+            url: url.to_owned(),
+            base: "main".to_owned(),
+            forge: None,
+            host,
+        }
+    }
+
+    #[test]
+    fn the_gitlab_token_goes_only_to_its_host_for_a_gitlab_repository_never_to_github() {
+        let root = tempfile::tempdir().unwrap();
+        let workspaces = Workspaces::new(
+            root.path(),
+            super::super::GitCredentials {
+                github: Some("ghp_secret".to_owned().into()),
+                gitlab: Some(super::super::GitlabCredential {
+                    url: "https://gitlab.example.com/".to_owned(),
+                    token: "glpat-secret".to_owned().into(),
+                }),
+            },
+        )
+        .unwrap();
+        let basic = |user: &str, token: &str| {
+            format!(
+                "Authorization: Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{token}"))
+            )
+        };
+        // A GitLab repository on GITLAB_URL's host: GitLab's token, as oauth2, to that origin only.
+        let gitlab = env_of(&workspaces.git(Some(&source(
+            "https://gitlab.example.com/acme/platform/api.git",
+            CodeHost::Gitlab,
+        ))));
+        assert_eq!(
+            gitlab["GIT_CONFIG_KEY_0"],
+            "http.https://gitlab.example.com/.extraHeader"
+        );
+        assert_eq!(
+            gitlab["GIT_CONFIG_VALUE_0"],
+            basic("oauth2", "glpat-secret")
+        );
+        assert_eq!(gitlab["GIT_CONFIG_VALUE_1"], "false", "no redirects");
+        // GitHub's repositories get GitHub's token, never GitLab's.
+        let github = env_of(&workspaces.git(Some(&source(
+            "https://github.com/acme/app.git",
+            CodeHost::Github,
+        ))));
+        assert_eq!(
+            github["GIT_CONFIG_VALUE_0"],
+            basic("x-access-token", "ghp_secret")
+        );
+        // A GitLab repository elsewhere than GITLAB_URL (a mirror), or cloned over ssh: nothing.
+        for elsewhere in [
+            "https://git.other.example/acme/platform/api.git",
+            "git@gitlab.example.com:acme/platform/api.git",
+        ] {
+            assert!(
+                env_of(&workspaces.git(Some(&source(elsewhere, CodeHost::Gitlab)))).is_empty(),
+                "{elsewhere}"
+            );
+        }
+        // A repository not on GitLab, even on GITLAB_URL's host: no GitLab token.
+        let not_gitlab = env_of(&workspaces.git(Some(&source(
+            "https://gitlab.example.com/acme/platform/api.git",
+            CodeHost::Github,
+        ))));
+        assert!(not_gitlab.is_empty(), "{not_gitlab:?}");
+        // No GITLAB_TOKEN: a GitLab https remote is refused with the variable named.
+        let without =
+            Workspaces::new(root.path(), super::super::GitCredentials::default()).unwrap();
+        let repo: RepoName = "acme/platform/api".parse().unwrap();
+        let refused = without
+            .check_token(
+                &repo,
+                &source(
+                    "https://gitlab.example.com/acme/platform/api.git",
+                    CodeHost::Gitlab,
+                ),
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("needs GITLAB_TOKEN"), "{refused}");
+        assert!(without
+            .check_token(
+                &repo,
+                &source("git@gitlab.example.com:a/b.git", CodeHost::Gitlab)
+            )
+            .is_ok());
     }
 }

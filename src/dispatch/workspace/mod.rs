@@ -74,8 +74,12 @@ pub enum WorkspaceError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{repo} is cloned from {url}, which needs GITHUB_TOKEN, and it is not set")]
-    NoToken { repo: RepoName, url: String },
+    #[error("{repo} is cloned from {url}, which needs {variable}, and it is not set")]
+    NoToken {
+        repo: RepoName,
+        url: String,
+        variable: &'static str,
+    },
 }
 
 /// The directories of one attempt.
@@ -105,10 +109,35 @@ pub struct Prepared {
     pub admin: PathBuf,
 }
 
+/// What pidevops's own git may present, each credential to its own host only, in git's environment (never an
+/// agent's): `GITHUB_TOKEN` to github.com remotes, `GITLAB_TOKEN` to GitLab-hosted repositories' remotes on
+/// `GITLAB_URL`'s host. Start-up builds it from the providers' settings.
+#[derive(Clone, Default)]
+pub struct GitCredentials {
+    pub github: Option<SecretString>,
+    pub gitlab: Option<GitlabCredential>,
+}
+
+/// `GITLAB_TOKEN`, and the instance it is for (`GITLAB_URL`): sent to that instance's origin only.
+#[derive(Clone)]
+pub struct GitlabCredential {
+    pub url: String,
+    pub token: SecretString,
+}
+
+impl std::fmt::Debug for GitCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GitCredentials")
+            .field("github", &self.github.is_some())
+            .field("gitlab", &self.gitlab.as_ref().map(|g| g.url.as_str()))
+            .finish()
+    }
+}
+
 #[derive(Clone)]
 pub struct Workspaces {
     root: PathBuf,
-    token: Option<SecretString>,
+    credentials: GitCredentials,
     repos: Arc<std::sync::Mutex<HashMap<RepoName, Arc<RepoState>>>>,
 }
 
@@ -140,7 +169,7 @@ struct Spare {
 
 impl Workspaces {
     /// Creates the root if needed. The root is made absolute so a worktree's paths never depend on a cwd.
-    pub fn new(root: &Path, token: Option<SecretString>) -> Result<Self, WorkspaceError> {
+    pub fn new(root: &Path, credentials: GitCredentials) -> Result<Self, WorkspaceError> {
         let io = |source| WorkspaceError::Io {
             path: root.to_owned(),
             source,
@@ -151,7 +180,7 @@ impl Workspaces {
         let root = root.canonicalize().map_err(io)?;
         Ok(Self {
             root,
-            token,
+            credentials,
             repos: Arc::default(),
         })
     }
@@ -209,7 +238,7 @@ mod tests {
     #[test]
     fn a_nested_group_s_mirror_and_spares_stay_at_the_depth_gc_walks() {
         let dir = tempfile::tempdir().unwrap();
-        let workspaces = Workspaces::new(dir.path(), None).unwrap();
+        let workspaces = Workspaces::new(dir.path(), GitCredentials::default()).unwrap();
         let root = workspaces.root().to_owned();
         let github: RepoName = "acme/api".parse().unwrap();
         assert_eq!(

@@ -173,11 +173,12 @@ impl<P: ProviderPolicy> Effects<P> {
         else {
             return Ok(Vec::new());
         };
-        let Some(task) = crate::domain::effect::pull_request_task(key) else {
+        let Some((host, task)) = crate::domain::effect::review_request_of(key) else {
             return Ok(Vec::new());
         };
         let opened = OpenedPullRequest {
             task,
+            host,
             repo,
             number: *number,
             url,

@@ -334,7 +334,7 @@ async fn render(
     let landable = task.as_ref().is_some_and(|task| {
         task.column() == crate::tasks::Column::InReview
             && !task.is_plan()
-            && !state.lander.on_github(task)
+            && !state.lander.lands_by_review(task)
     });
     let view = pages::TaskView {
         actions: task.as_ref().map(allowed_actions).unwrap_or_default(),

@@ -9,7 +9,7 @@ use secrecy::SecretString;
 use crate::config::file::Tables;
 use crate::config::Settings;
 
-/// The API token: `effects:gitlab`'s notes.
+/// The API token: `effects:gitlab`'s notes and merge requests, and pidevops's own git's push to `GITLAB_URL`.
 pub const TOKEN: &str = "GITLAB_TOKEN";
 /// The instance: gitlab.com or a self-managed one (or a test's fake).
 pub const URL: &str = "GITLAB_URL";

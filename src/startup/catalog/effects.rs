@@ -68,7 +68,8 @@ fn gitlab_effects_plan(s: &Settings) -> PlannedLoop {
             &name,
             true,
             s.projector_interval,
-            "notes on the tasks' GitLab issues when they are made and done (GITLAB_URL), once, recorded",
+            "opens each GitLab-hosted task's merge request when it goes to review, merges it under land = \"auto\", \
+             and notes on the tasks' GitLab issues (GITLAB_URL), once, recorded",
         ),
         None => PlannedLoop::off(
             &name,
@@ -92,12 +93,37 @@ fn gitlab_effects(parts: &Parts<'_>) -> anyhow::Result<Built> {
         .map_err(|e| anyhow::anyhow!(e))?;
     Ok(builds::effects(
         Effects::new(
-            GitlabPolicy::new(client).with_bot(gitlab.intake.bot_username.clone()),
+            GitlabPolicy::new(client, policy_config(settings))
+                .with_bot(gitlab.intake.bot_username.clone()),
             parts.log.clone(),
             parts.board.clone(),
         )
         .with_cap(settings.file.effect_cap),
     ))
+}
+
+/// What the code hosts' policies know of the deployment: each repository's base, code host and draft setting,
+/// and how plans land.
+fn policy_config(settings: &Settings) -> crate::effects::PolicyConfig {
+    let file = &settings.file;
+    crate::effects::PolicyConfig {
+        bases: file
+            .dispatch
+            .repos
+            .iter()
+            .map(|(repo, source)| (repo.clone(), source.base.clone()))
+            .collect(),
+        plan_land: file.plans.land,
+        hosts: file.intake.code_hosts.clone(),
+        drafts: file
+            .tables()
+            .repos
+            .iter()
+            .filter(|(_, table)| table.draft == Some(true))
+            .filter_map(|(name, _)| name.parse().ok())
+            .collect(),
+        ..Default::default()
+    }
 }
 
 /// The catalog entry's plan: each provider's loop.
@@ -144,20 +170,9 @@ fn github_effects(parts: &Parts<'_>) -> anyhow::Result<Built> {
         .context("the loop plan arms effects:github without GITHUB_TOKEN")?;
     let client = crate::providers::github::GithubClient::new(&github.api_url, token)
         .map_err(|e| anyhow::anyhow!(e))?;
-    let bases = settings
-        .file
-        .dispatch
-        .repos
-        .iter()
-        .map(|(repo, source)| (repo.clone(), source.base.clone()))
-        .collect();
     let policy = GithubPolicy::new(
         client,
-        crate::effects::PolicyConfig {
-            bases,
-            plan_land: settings.file.plans.land,
-            ..Default::default()
-        },
+        policy_config(settings),
         github.intake.bot_login.clone(),
     );
     Ok(builds::effects(

@@ -347,7 +347,7 @@ pub const CATALOG: &[Entry] = &[
                 parts.board.clone(),
                 parts.log.clone(),
                 s.workspace_root.clone(),
-                GithubSettings::of(s).token,
+                crate::startup::git_credentials(s),
                 s.file.dispatch.clone(),
             );
             let land = Arc::new(crate::landing::auto::AutoLand::new(

@@ -210,8 +210,10 @@ pub(super) fn land_plan(settings: &Settings) -> Vec<PlannedLoop> {
         .filter(|(_, rules)| rules.mode == LandMode::Auto)
         .map(|(repo, _)| repo)
         .filter(|repo| {
-            repo.parse::<RepoName>()
-                .is_ok_and(|repo| !settings.file.dispatch.source(&repo).on_github())
+            repo.parse::<RepoName>().is_ok_and(|repo| {
+                let source = settings.file.dispatch.source(&repo);
+                !source.on_github() && !source.on_gitlab()
+            })
         })
         .collect();
     if auto.is_empty() {

@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::super::values::{Column, TaskKind};
+use super::super::values::{Column, TaskKind, GITHUB_PR, GITLAB_MR};
 use super::decision::wrong_column;
 use super::{Command, Task, TaskError, TaskEvent};
 
@@ -373,6 +373,43 @@ pub fn readiness(task: &Task, land: &LandConfig) -> Readiness {
             number,
         },
         Err(missing) => Readiness::Waiting(missing.join("; ")),
+    }
+}
+
+/// Whether `event` can make a task ready to land (or its readiness worth a look again): each code host's policy
+/// asks [`readiness`] on these (a link to either host's review request among them).
+pub fn may_land(event: &TaskEvent) -> bool {
+    match event {
+        TaskEvent::LinksAttached { links, .. } => links.has(GITHUB_PR) || links.has(GITLAB_MR),
+        TaskEvent::SubmittedForReview { .. }
+        | TaskEvent::CheckPassed { .. }
+        | TaskEvent::ReviewApproved { .. }
+        | TaskEvent::NeedsHumanCleared { .. } => true,
+        TaskEvent::Created(_)
+        | TaskEvent::Approved { .. }
+        | TaskEvent::Rejected { .. }
+        | TaskEvent::Started { .. }
+        | TaskEvent::Completed { .. }
+        | TaskEvent::Retried { .. }
+        | TaskEvent::Cancelled { .. }
+        | TaskEvent::Archived { .. }
+        | TaskEvent::FlaggedNeedsHuman { .. }
+        | TaskEvent::SpecUpdated { .. }
+        | TaskEvent::FollowUpAttached { .. }
+        | TaskEvent::FollowUpsDelivered { .. }
+        | TaskEvent::TicketSeen { .. }
+        | TaskEvent::PriorityChanged { .. }
+        | TaskEvent::AttemptReturned { .. }
+        | TaskEvent::AgentChosen { .. }
+        | TaskEvent::TriageEnded { .. }
+        | TaskEvent::PlanProposed { .. }
+        | TaskEvent::PlanApproved { .. }
+        | TaskEvent::PlanRejected { .. }
+        | TaskEvent::ChildrenCreated { .. }
+        | TaskEvent::RolledUp { .. }
+        | TaskEvent::ApprovalWithdrawn { .. }
+        | TaskEvent::Combined { .. }
+        | TaskEvent::Landed { .. } => false,
     }
 }
 

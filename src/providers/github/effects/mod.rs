@@ -13,7 +13,6 @@ use crate::effects::handle::{EffectsProgress, Handle, Settled, ACTOR};
 use crate::effects::inert::inert;
 use crate::effects::policy_config::PolicyConfig;
 use crate::effects::provider::{OpenedPullRequest, ProviderPolicy};
-use crate::effects::pull_request::{OpenedFor, PullRequestBody};
 pub use crate::effects::reply::comment_reply;
 use crate::effects::CallError;
 use crate::effects::{Produced, Request};
@@ -116,7 +115,7 @@ impl ProviderPolicy for GithubPolicy {
             | TaskEvent::CheckPassed { .. }
             | TaskEvent::ReviewApproved { .. }
             | TaskEvent::ApprovalWithdrawn { .. }
-            | TaskEvent::Landed { .. } => may_land(event),
+            | TaskEvent::Landed { .. } => landing::may_land(event),
         }
     }
 
@@ -142,9 +141,11 @@ impl ProviderPolicy for GithubPolicy {
                 event.occurred_at,
             ));
         }
-        if let (TaskEvent::Combined { .. }, Some(combination)) =
-            (task_event, task.plan().and_then(|p| p.combined.as_ref()))
-        {
+        if let (TaskEvent::Combined { .. }, Some(combination), Source::Github) = (
+            task_event,
+            task.plan().and_then(|p| p.combined.as_ref()),
+            self.config.host_of(task.repo()),
+        ) {
             // The plan's one pull request, described with its items as they are now.
             let mut items = Vec::with_capacity(combination.items.len());
             for item in &combination.items {
@@ -154,7 +155,8 @@ impl ProviderPolicy for GithubPolicy {
             }
             requests.push(plan_pull_request(task, combination, &items, &self.config));
         }
-        if may_land(task_event) {
+        // A GitLab-hosted repository's task lands through its merge request: nothing of GitHub's to merge.
+        if landing::may_land(task_event) && self.config.host_of(task.repo()) == Source::Github {
             let rules = fx.board().config().land_for(task.repo());
             if let Some(merge) = land(task, &rules) {
                 requests.push(merge);
@@ -175,6 +177,10 @@ impl ProviderPolicy for GithubPolicy {
         fx: &impl Handle<Action = GithubAction>,
         opened: &OpenedPullRequest<'_>,
     ) -> anyhow::Result<Vec<Request<GithubAction>>> {
+        // A GitLab merge request is GitLab's policy's to link.
+        if opened.host != Source::Github {
+            return Ok(Vec::new());
+        }
         let task = opened.task;
         let links = Links::default().with(
             GITHUB_PR,
@@ -251,6 +257,10 @@ pub fn github(event: &TaskEvent, task: &Task, config: &PolicyConfig) -> Vec<Requ
     match event {
         // A combined plan's item lands with its plan: the plan's combination opens one pull request for all.
         TaskEvent::SubmittedForReview { .. } if lands_with_its_plan(task, config) => Vec::new(),
+        // A GitLab-hosted repository's task opens a merge request there (GitLab's policy), no pull request here.
+        TaskEvent::SubmittedForReview { .. } if config.host_of(task.repo()) != Source::Github => {
+            Vec::new()
+        }
         // One pull request per task: a later attempt pushes to the same branch, which updates it.
         TaskEvent::SubmittedForReview { branch, .. } => vec![Request {
             key: crate::domain::effect::pull_request_key(task.id()),
@@ -293,42 +303,6 @@ pub fn github(event: &TaskEvent, task: &Task, config: &PolicyConfig) -> Vec<Requ
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
         | TaskEvent::Landed { .. } => Vec::new(),
-    }
-}
-
-/// Whether `event` can make a task ready to land (or its readiness worth a look again).
-fn may_land(event: &TaskEvent) -> bool {
-    match event {
-        TaskEvent::LinksAttached { links, .. } => links.has(GITHUB_PR),
-        TaskEvent::SubmittedForReview { .. }
-        | TaskEvent::CheckPassed { .. }
-        | TaskEvent::ReviewApproved { .. }
-        | TaskEvent::NeedsHumanCleared { .. } => true,
-        TaskEvent::Created(_)
-        | TaskEvent::Approved { .. }
-        | TaskEvent::Rejected { .. }
-        | TaskEvent::Started { .. }
-        | TaskEvent::Completed { .. }
-        | TaskEvent::Retried { .. }
-        | TaskEvent::Cancelled { .. }
-        | TaskEvent::Archived { .. }
-        | TaskEvent::FlaggedNeedsHuman { .. }
-        | TaskEvent::SpecUpdated { .. }
-        | TaskEvent::FollowUpAttached { .. }
-        | TaskEvent::FollowUpsDelivered { .. }
-        | TaskEvent::TicketSeen { .. }
-        | TaskEvent::PriorityChanged { .. }
-        | TaskEvent::AttemptReturned { .. }
-        | TaskEvent::AgentChosen { .. }
-        | TaskEvent::TriageEnded { .. }
-        | TaskEvent::PlanProposed { .. }
-        | TaskEvent::PlanApproved { .. }
-        | TaskEvent::PlanRejected { .. }
-        | TaskEvent::ChildrenCreated { .. }
-        | TaskEvent::RolledUp { .. }
-        | TaskEvent::ApprovalWithdrawn { .. }
-        | TaskEvent::Combined { .. }
-        | TaskEvent::Landed { .. } => false,
     }
 }
 
@@ -494,22 +468,8 @@ pub fn github_question(
     })
 }
 
-/// The pull request's description: the spec, what the attempt said of itself, where the task came from, and how
-/// many attempts it took (`pull_request.rs` writes it).
+/// The pull request's description: the shared writer's (`effects::pull_request::task_body`), as a GitLab merge
+/// request's is.
 pub fn pull_request_body(task: &Task) -> String {
-    let spec = task.spec();
-    // Ticket text is untrusted: only the "From" line of the footer may reference the source issue.
-    let mut body = PullRequestBody::new("Task", spec.task());
-    body.part("Scope", spec.scope())
-        .part("Done when", spec.done_when())
-        .report(task.report());
-    body.footer(
-        task.links(),
-        task.repo(),
-        OpenedFor::Task {
-            task: task.id(),
-            attempt: task.attempts(),
-            max: task.max_attempts().get(),
-        },
-    )
+    crate::effects::pull_request::task_body(task)
 }

@@ -3,10 +3,13 @@
 //! it means is the policy's: here, a note on an issue or a merge request, made once (its marker looked for first),
 //! and an emoji award on a note; each other area of the API in its own file: `poll.rs` (merge requests changed
 //! since a time, for `gitlab_poller`), `hooks.rs` (a project's webhook, for `init --gitlab`), `members.rs` (a
-//! member's access level, for `doctor`).
+//! member's access level, for `doctor`), `merge_requests.rs` (a task's merge request, opened
+//! and merged), `jobs.rs` (a CI job's log tail, for reactions).
 
 mod hooks;
+mod jobs;
 mod members;
+mod merge_requests;
 mod poll;
 
 pub use hooks::{EnsuredHook, EVENTS as HOOK_EVENTS};
@@ -18,11 +21,11 @@ use std::time::Duration;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
+
 use crate::effects::{marker, CallError, Produced};
 use crate::providers::gitlab::effects::Noteable;
 use crate::tasks::RepoName;
 
-mod jobs;
 
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const READ_TIMEOUT: Duration = Duration::from_secs(30);

@@ -1,10 +1,11 @@
 //! What `effects:gitlab` can be asked to do. Stored in `effect.requested` under `action` (`gitlab_note`,
-//! `gitlab_award`): the names are the log's, so they never change.
+//! `gitlab_award`, `gitlab_open_merge_request`, `gitlab_merge_merge_request`): the names are the log's, so they
+//! never change.
 
 use serde::{Deserialize, Serialize};
 
 use crate::effects::ProviderAction;
-use crate::tasks::RepoName;
+use crate::tasks::{BranchName, CommitSha, RepoName};
 
 /// A GitLab call. Everything the call needs is in it, so the call is the same whoever makes it, whenever.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -19,6 +20,25 @@ pub enum GitlabAction {
         on: Noteable,
         iid: u64,
         body: String,
+    },
+    /// Opens the task's merge request from `source_branch` to `target_branch` in `project` (a draft when
+    /// `draft`), or finds the one already open from that branch of the project itself.
+    #[serde(rename = "gitlab_open_merge_request")]
+    OpenMergeRequest {
+        project: RepoName,
+        source_branch: BranchName,
+        target_branch: String,
+        title: String,
+        description: String,
+        #[serde(default)]
+        draft: bool,
+    },
+    /// Merges the task's merge request `iid` at commit `sha` (auto-land): GitLab refuses if its head moved.
+    #[serde(rename = "gitlab_merge_merge_request")]
+    MergeMergeRequest {
+        project: RepoName,
+        iid: u64,
+        sha: CommitSha,
     },
     /// An emoji award on a note (`eyes`: pidevops has it), as GitHub's reaction on a comment.
     #[serde(rename = "gitlab_award")]
@@ -54,6 +74,8 @@ impl ProviderAction for GitlabAction {
         match self {
             GitlabAction::Note { .. } => "gitlab_note",
             GitlabAction::Award { .. } => "gitlab_award",
+            GitlabAction::OpenMergeRequest { .. } => "gitlab_open_merge_request",
+            GitlabAction::MergeMergeRequest { .. } => "gitlab_merge_merge_request",
         }
     }
 
@@ -63,6 +85,10 @@ impl ProviderAction for GitlabAction {
             GitlabAction::Note { .. } => true,
             // An award already given is answered as done (GitLab refuses the same award twice).
             GitlabAction::Award { .. } => true,
+            // Looks for the open merge request of the branch before it opens one.
+            GitlabAction::OpenMergeRequest { .. } => true,
+            // Reads the merge request first: one already merged (by the attempt cut off) is a success.
+            GitlabAction::MergeMergeRequest { .. } => true,
         }
     }
 }

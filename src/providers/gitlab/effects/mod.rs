@@ -1,21 +1,27 @@
 //! The GitLab policy: a note on a task's GitLab issue when the task is made, when it needs a human (its question,
-//! `question.rs`) and when it is done, and the answer to a note addressed to pidevops (👀 on it, then a reply saying what came of it). The request builders are
-//! pure; [`GitlabPolicy`] is the `effects:gitlab` loop's side of [`ProviderPolicy`].
+//! `question.rs`) and when it is done; the answer to a note addressed to pidevops (👀 on it, then a reply saying
+//! what came of it); a GitLab-hosted task's merge request, opened when it goes to review, linked and pointed at
+//! from its issue, and merged under `land = "auto"` once `tasks::landing` says it is ready (`merge_request.rs`).
+//! The request builders are pure; [`GitlabPolicy`] is the `effects:gitlab` loop's side of [`ProviderPolicy`].
 
 mod action;
+pub mod merge_request;
 mod question;
 
-use crate::board::Loaded;
+use anyhow::Context;
+
+use crate::board::{BoardError, Loaded};
 use crate::domain::Source;
-use crate::effects::handle::{EffectsProgress, Handle, Settled};
-use crate::effects::provider::ProviderPolicy;
+use crate::effects::handle::{EffectsProgress, Handle, Settled, ACTOR};
+use crate::effects::policy_config::PolicyConfig;
+use crate::effects::provider::{OpenedPullRequest, ProviderPolicy};
 use crate::effects::reply::comment_reply;
 use crate::effects::{CallError, Produced, Request};
 use crate::eventlog::StoredEvent;
 use crate::intake::CommentRecord;
 use crate::providers::gitlab::client::GitlabClient;
 use crate::providers::gitlab::intake::HOST;
-use crate::tasks::{Task, TaskEvent, GITLAB_ISSUE};
+use crate::tasks::{Command, GitlabMrRef, Links, Task, TaskEvent, GITLAB_ISSUE, GITLAB_MR};
 
 pub use action::{GitlabAction, Noteable};
 pub use question::gitlab_question;
@@ -24,13 +30,18 @@ pub use question::gitlab_question;
 #[derive(Clone, Debug)]
 pub struct GitlabPolicy {
     client: GitlabClient,
+    config: PolicyConfig,
     /// pidevops's own GitLab account (`[intake.gitlab] bot_username`): a question on an issue says to mention it.
     bot: Option<String>,
 }
 
 impl GitlabPolicy {
-    pub fn new(client: GitlabClient) -> Self {
-        Self { client, bot: None }
+    pub fn new(client: GitlabClient, config: PolicyConfig) -> Self {
+        Self {
+            client,
+            config,
+            bot: None,
+        }
     }
 
     pub fn with_bot(mut self, bot: Option<String>) -> Self {
@@ -77,29 +88,82 @@ impl ProviderPolicy for GitlabPolicy {
         matches!(event, TaskEvent::FlaggedNeedsHuman { .. })
             || matches!(event, TaskEvent::Created(_))
             || matches!(event, TaskEvent::Completed { .. })
+            || crate::tasks::landing::may_land(event)
     }
 
     async fn requests(
         &self,
-        _fx: &impl Handle<Action = GitlabAction>,
+        fx: &impl Handle<Action = GitlabAction>,
         event: &StoredEvent,
         task_event: &TaskEvent,
         loaded: &Loaded,
     ) -> anyhow::Result<Vec<Request<GitlabAction>>> {
-        let mut requests = gitlab(task_event, &loaded.task);
+        let task = &loaded.task;
+        let mut requests = gitlab(task_event, task);
+        requests.extend(merge_request::merge_request(task_event, task, &self.config));
         if let TaskEvent::FlaggedNeedsHuman {
             reason, question, ..
         } = task_event
         {
             requests.extend(gitlab_question(
-                &loaded.task,
+                task,
                 reason,
                 *question,
                 &event.id.to_string(),
                 self.bot.as_deref(),
             ));
         }
+        if crate::tasks::landing::may_land(task_event)
+            && merge_request::hosted_here(task, &self.config)
+        {
+            let rules = fx.board().config().land_for(task.repo());
+            if let Some(merge) = merge_request::land(task, &rules, &self.config) {
+                requests.push(merge);
+            } else if let Some(merge) = merge_request::merge_asked_before(task, &self.config) {
+                // The task moved on since (a merge, a flag), but a merge of this head was asked for: an attempt cut
+                // off by a crash still has to be settled (asking again is a no-op for its key).
+                if fx.requested(&merge.key).await? {
+                    requests.push(merge);
+                }
+            }
+        }
         Ok(requests)
+    }
+
+    /// A GitLab merge request becomes the task's link, and the GitLab issue it came from hears of it.
+    async fn pull_request_opened(
+        &self,
+        fx: &impl Handle<Action = GitlabAction>,
+        opened: &OpenedPullRequest<'_>,
+    ) -> anyhow::Result<Vec<Request<GitlabAction>>> {
+        if opened.host != Source::Gitlab {
+            return Ok(Vec::new());
+        }
+        let links = Links::default().with(
+            GITLAB_MR,
+            &GitlabMrRef::new(opened.repo.clone(), opened.number)?,
+        );
+        let task = match fx
+            .board()
+            .execute(opened.task, &Command::AttachLinks { links }, ACTOR)
+            .await
+        {
+            Ok(outcome) => outcome.task,
+            // Closed and archived tasks, and a task already linked to another merge request, keep what they have.
+            Err(BoardError::Refused(refused)) => {
+                tracing::info!(task = %opened.task, %refused, "merge request not linked");
+                match fx.board().load(opened.task).await? {
+                    Some(loaded) => loaded.task,
+                    None => return Ok(Vec::new()),
+                }
+            }
+            Err(error) => return Err(error).context("linking the merge request to its task"),
+        };
+        Ok(
+            merge_request::after_merge_request(&task, opened.number, opened.url)
+                .into_iter()
+                .collect(),
+        )
     }
 
     async fn call(&self, key: &str, action: &GitlabAction) -> Result<Produced, CallError> {
@@ -117,6 +181,23 @@ impl ProviderPolicy for GitlabPolicy {
                 note,
                 name,
             } => self.client.award(project, *on, *iid, *note, name).await,
+            GitlabAction::OpenMergeRequest {
+                project,
+                source_branch,
+                target_branch,
+                title,
+                description,
+                draft: _,
+            } => {
+                self.client
+                    .open_merge_request(project, source_branch, target_branch, title, description)
+                    .await
+            }
+            GitlabAction::MergeMergeRequest { project, iid, sha } => {
+                self.client
+                    .merge_merge_request(project, *iid, sha.as_str())
+                    .await
+            }
         }
     }
 }

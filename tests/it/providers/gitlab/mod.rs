@@ -3,6 +3,7 @@
 //! and doctor's access lines (`setup`), and its reactions (`reactions`).
 
 pub mod fake;
+mod merge_requests;
 mod poller;
 mod reactions;
 mod setup;
