@@ -3,7 +3,8 @@
 //! the task as `gitlab_mr` and pointed at from its GitLab issue once; a repeat (the effect driven again, or the
 //! merge request already open) opens none twice, while a fork's merge request of the same branch name is never
 //! taken for it; the fake GitHub, armed, gets no pull request. With `land = "auto"` and the landing facts
-//! recorded, the merge call carries the checked head once.
+//! recorded, the merge call carries the checked head once, and a head moved since is never merged. And
+//! pidevops's own git, against a loopback git host, sends `GITLAB_TOKEN` only to `GITLAB_URL`'s host.
 
 use crate::common::board::{self, new_task};
 use crate::common::{TestApp, TestDb};
@@ -306,4 +307,94 @@ async fn auto_land_merges_the_merge_request_at_the_checked_head_once(db: TestDb)
     app.drive("effects:gitlab").await;
     assert_eq!(gitlab.merges().len(), 1);
     app.stop().await;
+}
+
+/// pidevops's own git, against a git HTTP server on loopback that records what each request carried: a GitLab
+/// repository on `GITLAB_URL`'s host gets `GITLAB_TOKEN` as `oauth2` Basic; the same repository on another host,
+/// and a GitHub repository on GitLab's host, get nothing (and GitHub's token never goes there).
+#[tokio::test]
+async fn our_git_sends_the_gitlab_token_only_to_gitlab_s_host_for_a_gitlab_repository() {
+    use base64::Engine as _;
+    use pidevops::config::dispatch::RepoSource;
+    use pidevops::config::file::CodeHost;
+    use pidevops::dispatch::workspace::{GitCredentials, GitlabCredential, Workspaces};
+    use std::sync::{Arc, Mutex};
+
+    async fn git_host() -> (String, Arc<Mutex<Vec<Option<String>>>>) {
+        let seen: Arc<Mutex<Vec<Option<String>>>> = Arc::default();
+        let kept = seen.clone();
+        let router = axum::Router::new().fallback(move |headers: axum::http::HeaderMap| {
+            let kept = kept.clone();
+            async move {
+                kept.lock().unwrap().push(
+                    headers
+                        .get("authorization")
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned),
+                );
+                axum::http::StatusCode::NOT_FOUND
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+        (url, seen)
+    }
+    let (gitlab_url, at_gitlab) = git_host().await;
+    let (other_url, at_other) = git_host().await;
+    let root = tempfile::tempdir().unwrap();
+    let workspaces = Workspaces::new(
+        root.path(),
+        GitCredentials {
+            github: Some("ghp-never-to-gitlab".to_owned().into()),
+            gitlab: Some(GitlabCredential {
+                url: gitlab_url.clone(),
+                token: "glpat-push".to_owned().into(),
+            }),
+        },
+    )
+    .unwrap();
+    let source = |url: &str, host: CodeHost| RepoSource {
+        url: format!("{url}/{REPO}.git"),
+        base: "main".to_owned(),
+        forge: None,
+        host,
+    };
+    let repo = REPO.parse().unwrap();
+    // Each fetch fails (the fake has no repository): what matters is what its requests carried.
+    let _ = workspaces
+        .refresh_mirror(&repo, &source(&gitlab_url, CodeHost::Gitlab))
+        .await;
+    let expected = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("oauth2:glpat-push")
+    );
+    let carried = at_gitlab.lock().unwrap().clone();
+    assert!(!carried.is_empty(), "git asked GitLab's host");
+    assert!(
+        carried
+            .iter()
+            .all(|h| h.as_deref() == Some(expected.as_str())),
+        "{carried:?}"
+    );
+    let _ = workspaces
+        .refresh_mirror(&repo, &source(&other_url, CodeHost::Gitlab))
+        .await;
+    let _ = workspaces
+        .refresh_mirror(
+            &"acme/app".parse().unwrap(),
+            &source(&gitlab_url, CodeHost::Github),
+        )
+        .await;
+    let elsewhere = at_other.lock().unwrap().clone();
+    assert!(
+        !elsewhere.is_empty() && elsewhere.iter().all(Option::is_none),
+        "{elsewhere:?}"
+    );
+    let at_gitlab_now = at_gitlab.lock().unwrap().clone();
+    assert!(
+        at_gitlab_now[carried.len()..].iter().all(Option::is_none),
+        "a GitHub repository gets no GitLab token: {at_gitlab_now:?}"
+    );
+    assert!(at_gitlab_now.len() > carried.len(), "git asked again");
 }
