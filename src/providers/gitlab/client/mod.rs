@@ -21,11 +21,9 @@ use std::time::Duration;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
-
 use crate::effects::{marker, CallError, Produced};
 use crate::providers::gitlab::effects::Noteable;
 use crate::tasks::RepoName;
-
 
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const READ_TIMEOUT: Duration = Duration::from_secs(30);

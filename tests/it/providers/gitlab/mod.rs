@@ -3,6 +3,7 @@
 //! and doctor's access lines (`setup`), and its reactions (`reactions`).
 
 pub mod fake;
+mod flow;
 mod merge_requests;
 mod poller;
 mod reactions;
