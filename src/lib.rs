@@ -46,7 +46,8 @@
 //! intake/          the follower that turns qualifying webhook events into tasks or plans (rules/ is pure: the
 //!                  decision, its configuration and the shared helpers; each provider's rules are in its folder),
 //!                  replies to pidevops's messages into answers and follow-ups, and trusted comments on a code
-//!                  host (GitHub's) addressed to pidevops into follow-ups, answers and commands (comments.rs)
+//!                  host (GitHub's comments, GitLab's notes) addressed to pidevops into follow-ups, answers and
+//!                  commands (comments.rs)
 //! plans/           the follower that makes an approved plan's items tasks and rolls the plan up from them
 //! reactions/       the follower that turns code hosts' events on pidevops branches into task commands (each
 //!                  host's pure rules, `HostRules`, in its provider's folder)

@@ -91,6 +91,8 @@ struct Gated {
     /// Holds the agent, the configuration and the workspaces for as long as the test runs.
     _scratch: tempfile::TempDir,
     go: std::path::PathBuf,
+    /// The agent's path: unique to this test run, so a process scan finds this run's agent, never another's.
+    script: String,
     config: String,
     workspaces: String,
 }
@@ -125,6 +127,7 @@ echo x > CHANGES.md"#,
             remote,
             _scratch: scratch,
             go,
+            script: script.display().to_string(),
             config,
             workspaces,
         }
@@ -162,7 +165,7 @@ async fn a_run_interrupted_by_sigkill_is_recovered_after_restart_and_never_runs_
         Duration::from_secs(30),
         "the first attempt's agent running",
         || async {
-            observer.runs(id).await.len() == 1 && !processes_running("waits-for-go.sh").is_empty()
+            observer.runs(id).await.len() == 1 && !processes_running(&gated.script).is_empty()
         },
     )
     .await;
@@ -174,7 +177,7 @@ async fn a_run_interrupted_by_sigkill_is_recovered_after_restart_and_never_runs_
     within(
         Duration::from_secs(5),
         "the orphaned agent to die with serve",
-        || async { processes_running("waits-for-go.sh").is_empty() },
+        || async { processes_running(&gated.script).is_empty() },
     )
     .await;
     // From the log itself: the read model may not have caught up with the claim before serve died.
@@ -234,7 +237,7 @@ async fn a_run_interrupted_by_sigterm_does_not_count_as_an_attempt() {
     let mut server = Server::start_with(&db.url_string(), &env).await;
     let id = observer.create("Survive a deploy").await;
     within(Duration::from_secs(30), "the agent running", || async {
-        observer.runs(id).await.len() == 1 && !processes_running("waits-for-go-term.sh").is_empty()
+        observer.runs(id).await.len() == 1 && !processes_running(&gated.script).is_empty()
     })
     .await;
 
@@ -247,7 +250,7 @@ async fn a_run_interrupted_by_sigterm_does_not_count_as_an_attempt() {
         read_log(server.workdir.path())
     );
     assert!(
-        processes_running("waits-for-go-term.sh").is_empty(),
+        processes_running(&gated.script).is_empty(),
         "the agent was stopped"
     );
     // Read from the log itself: no projector runs while serve is down.

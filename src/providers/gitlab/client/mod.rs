@@ -19,11 +19,28 @@ pub use poll::{Issue, MergeRequest, MergeRequestPage};
 use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::effects::{marker, CallError, Produced};
-use crate::providers::gitlab::effects::Noteable;
 use crate::tasks::RepoName;
+
+/// What a note is on: the part of its API path (`issues`, `merge_requests`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Noteable {
+    #[default]
+    Issue,
+    MergeRequest,
+}
+
+impl Noteable {
+    pub fn path(self) -> &'static str {
+        match self {
+            Noteable::Issue => "issues",
+            Noteable::MergeRequest => "merge_requests",
+        }
+    }
+}
 
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const READ_TIMEOUT: Duration = Duration::from_secs(30);

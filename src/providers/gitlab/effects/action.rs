@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::effects::ProviderAction;
+pub use crate::providers::gitlab::client::Noteable;
 use crate::tasks::{BranchName, CommitSha, RepoName};
 
 /// A GitLab call. Everything the call needs is in it, so the call is the same whoever makes it, whenever.
@@ -49,24 +50,6 @@ pub enum GitlabAction {
         note: u64,
         name: String,
     },
-}
-
-/// What a note is on: the part of its API path (`issues`, `merge_requests`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Noteable {
-    #[default]
-    Issue,
-    MergeRequest,
-}
-
-impl Noteable {
-    pub fn path(self) -> &'static str {
-        match self {
-            Noteable::Issue => "issues",
-            Noteable::MergeRequest => "merge_requests",
-        }
-    }
 }
 
 impl ProviderAction for GitlabAction {
