@@ -29,7 +29,7 @@ use crate::providers::gitlab::settings::{GitlabIntake, GitlabSettings};
 use crate::reactions::rules::{
     clip, own_request, task_of, Expected, HostRules, LineComment, Reaction,
 };
-use crate::tasks::RepoName;
+use crate::tasks::{RepoName, TaskId};
 
 /// At most this many failed jobs' logs are fetched for one pipeline (the first ones, in its order).
 pub const MAX_JOBS: usize = 3;
@@ -117,7 +117,11 @@ impl HostRules for GitlabReactions {
     }
 
     fn review_key(&self, review: u64) -> String {
-        note_key(review)
+        if review & SUBMISSION != 0 {
+            format!("gitlab:review:{}", review & !SUBMISSION)
+        } else {
+            note_key(review)
+        }
     }
 
     fn comment_key(&self, comment: u64) -> String {
@@ -282,12 +286,55 @@ fn merge_request(action: &str, payload: &Value) -> Reaction {
                 .unwrap_or_default(),
         },
         "unapproved" => Reaction::ReviewDismissed { task, by },
+        "update" => requested_changes(task, by, payload),
         "merge" => Reaction::Merged { task, by },
         "close" => Reaction::ClosedUnmerged { task, by },
         other => Reaction::Ignore {
             task,
             why: format!("a merge request's {other}"),
         },
+    }
+}
+
+/// The top bit of a [`Reaction::Reviewed`]'s `review` marks a review submission (not a note): its follow-up key
+/// is `gitlab:review:…`, never a note's.
+const SUBMISSION: u64 = 1 << 63;
+
+/// A review submitted with "Request changes": the hook (`update`) shows, in `changes.reviewers`, the acting
+/// reviewer's state turned `requested_changes`. The task goes back once per submission (keyed by the reviewer and
+/// the merge request's `updated_at`); its notes, sent as their own events, are its words. Any other update is not
+/// reactions'.
+fn requested_changes(task: TaskId, by: String, payload: &Value) -> Reaction {
+    let reviewers = &payload["changes"]["reviewers"];
+    let state_in = |side: &str, id: &Value| {
+        reviewers[side]
+            .as_array()
+            .and_then(|all| all.iter().find(|r| &r["id"] == id))
+            .and_then(|r| r["state"].as_str())
+            .map(str::to_owned)
+    };
+    let acting = &payload["user"]["id"];
+    let turned = state_in("current", acting).as_deref() == Some("requested_changes")
+        && state_in("previous", acting).as_deref() != Some("requested_changes");
+    if !turned || acting.as_u64().is_none() {
+        return Reaction::Ignore {
+            task,
+            why: "a merge request's update".to_owned(),
+        };
+    }
+    let at = payload["object_attributes"]["updated_at"]
+        .as_str()
+        .and_then(crate::providers::gitlab::models::parse_time)
+        .map_or(0, |t| t.timestamp().unsigned_abs());
+    // Reviewer and second: one submission, however often it is delivered.
+    let submission =
+        (acting.as_u64().unwrap_or(0) % 1_000_000_000) * 10_000_000_000 + at % 10_000_000_000;
+    Reaction::Reviewed {
+        task,
+        review: SUBMISSION | submission,
+        by,
+        changes_requested: true,
+        body: String::new(),
     }
 }
 
@@ -380,7 +427,9 @@ pub fn admit(
     not_a_fork(merge_request, project_id)?;
     let author = match event_type {
         "gitlab.note" => Some(&payload["object_attributes"]["author_id"]),
-        "gitlab.merge_request.approved" => Some(&payload["user"]["id"]),
+        "gitlab.merge_request.approved" | "gitlab.merge_request.update" => {
+            Some(&payload["user"]["id"])
+        }
         _ => None,
     };
     if let Some(author_id) = author {

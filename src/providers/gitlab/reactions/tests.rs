@@ -498,3 +498,77 @@ async fn without_a_token_a_failure_still_says_which_jobs_and_why_no_log() {
     );
     assert_eq!(rules.review_key(1250), "gitlab:note:1250");
 }
+
+/// `merge_request_approved` made into the hook GitLab sends when `bob` submits a review with "Request changes":
+/// action `update`, his state in `changes.reviewers` turned `requested_changes`.
+fn changes_requested_by_bob() -> Value {
+    let mut hook = fixture("merge_request_approved");
+    hook["object_attributes"]["action"] = json!("update");
+    hook["object_attributes"]["updated_at"] = json!("2026-12-05 11:20:00 UTC");
+    hook["changes"] = json!({ "reviewers": {
+        "previous": [{ "id": 52, "username": "bob", "state": "unreviewed" }],
+        "current": [{ "id": 52, "username": "bob", "state": "requested_changes" }]
+    }});
+    hook
+}
+
+#[test]
+fn a_review_submitted_with_request_changes_sends_the_task_back_once_by_a_trusted_reviewer() {
+    let own = own();
+    let rules = GitlabReactions::new(GitlabSettings {
+        token: None,
+        url: "https://gitlab.example.com".into(),
+        intake: own.clone(),
+        projects: Vec::new(),
+    });
+    let hook = changes_requested_by_bob();
+    let Reaction::Reviewed {
+        task,
+        review,
+        by,
+        changes_requested,
+        body,
+    } = decide("gitlab.merge_request.update", &hook, &own)
+    else {
+        panic!("a review asking for changes")
+    };
+    assert_eq!(
+        (task, by.as_str(), changes_requested, body.as_str()),
+        (t12(), "bob", true, "")
+    );
+    // Delivered again: the same key, so it attaches once; never a note's key.
+    let again = decide("gitlab.merge_request.update", &hook, &own);
+    assert!(matches!(again, Reaction::Reviewed { review: r, .. } if r == review));
+    let key = rules.review_key(review);
+    assert!(key.starts_with("gitlab:review:"), "{key}");
+    assert_ne!(key, rules.review_key(1241));
+
+    // Any other update, or a state someone else's: nothing.
+    let mut edited = hook.clone();
+    edited["changes"] = json!({ "title": { "previous": "a", "current": "b" } });
+    assert!(matches!(
+        decide("gitlab.merge_request.update", &edited, &own),
+        Reaction::Ignore { .. }
+    ));
+    let mut already = hook.clone();
+    already["changes"]["reviewers"]["previous"][0]["state"] = json!("requested_changes");
+    assert!(matches!(
+        decide("gitlab.merge_request.update", &already, &own),
+        Reaction::Ignore { .. }
+    ));
+
+    // Only a trusted reviewer's counts.
+    let repo: RepoName = "acme/platform/api".parse().unwrap();
+    let expected = Expected {
+        repo: &repo,
+        pr: Some(7),
+    };
+    assert_eq!(
+        admit("gitlab.merge_request.update", &hook, &expected, &own),
+        Ok(())
+    );
+    let mut stranger = hook.clone();
+    stranger["user"]["username"] = json!("mallory");
+    let refused = admit("gitlab.merge_request.update", &stranger, &expected, &own).unwrap_err();
+    assert!(refused.contains("mallory is not in"), "{refused}");
+}

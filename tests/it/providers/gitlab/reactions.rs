@@ -20,6 +20,7 @@ per_backend!(
     an_approval_and_passing_ci_are_landing_facts_and_a_merge_completes_the_task,
     strangers_forks_and_other_merge_requests_change_nothing_and_are_recorded,
     a_github_event_about_a_repository_of_the_same_name_never_moves_a_gitlab_task,
+    a_review_requesting_changes_sends_the_task_back_once,
 );
 
 const REPO: &str = "acme/platform/api";
@@ -357,5 +358,32 @@ async fn a_github_event_about_a_repository_of_the_same_name_never_moves_a_gitlab
             .any(|r| r.contains("from github, but T-1's repository acme/api is on gitlab")),
         "{ignored:?}"
     );
+    app.stop().await;
+}
+
+/// `bob` submits a review with "Request changes": GitLab's `update` hook with his reviewer state turned
+/// `requested_changes`. The task goes back once, however often the hook comes.
+async fn a_review_requesting_changes_sends_the_task_back_once(db: TestDb) {
+    let fake = FakeGitlab::start().await;
+    let app = app(&db, &fake).await;
+    let id = in_review(&app).await;
+    let mut hook = ours(gl_fixture("merge_request_approved"), id);
+    hook["object_attributes"]["action"] = json!("update");
+    hook["changes"] = json!({ "reviewers": {
+        "previous": [{ "id": 52, "username": "bob", "state": "unreviewed" }],
+        "current": [{ "id": 52, "username": "bob", "state": "requested_changes" }]
+    }});
+    deliver(&app, "Merge Request Hook", &hook).await;
+    deliver(&app, "Merge Request Hook", &hook).await;
+    let task = reacted(&app, id).await;
+    assert_eq!(task.column(), Column::Todo);
+    assert_eq!(retried(&app, id).await, 1);
+    let said: Vec<String> = task
+        .follow_ups()
+        .iter()
+        .map(|f| f.text.as_str().to_owned())
+        .collect();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].contains("bob requested changes"), "{said:?}");
     app.stop().await;
 }
