@@ -83,3 +83,25 @@ pub trait Handle: Sync {
         }
     }
 }
+
+/// The task's review request (`links`: its pull or merge request) attached as the task's link, and the task as it
+/// is after. A closed or archived task, or one already linked to another, keeps what it has (logged, not an
+/// error); `None` when the task does not exist here.
+pub async fn link_review_request(
+    board: &Board,
+    task: crate::tasks::TaskId,
+    links: crate::tasks::Links,
+) -> anyhow::Result<Option<crate::tasks::Task>> {
+    use anyhow::Context;
+    match board
+        .execute(task, &crate::tasks::Command::AttachLinks { links }, ACTOR)
+        .await
+    {
+        Ok(outcome) => Ok(Some(outcome.task)),
+        Err(crate::board::BoardError::Refused(refused)) => {
+            tracing::info!(%task, %refused, "review request not linked");
+            Ok(board.load(task).await?.map(|loaded| loaded.task))
+        }
+        Err(error) => Err(error).context("linking the review request to its task"),
+    }
+}

@@ -5,6 +5,49 @@
 
 use std::time::Duration;
 
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+
+use crate::eventlog::EventStore;
+use crate::projectors::tasks::{self as task_rows, TaskFilter, TaskRow};
+use crate::tasks::Column;
+
+/// Where a withdrawn ticket's task is cancelled (the domain's `WithdrawTicket`): the tasks whose tickets the
+/// code hosts' pollers read.
+const WITHDRAWABLE: [Column; 3] = [Column::Triage, Column::Todo, Column::InProgress];
+/// At most this many tasks' tickets per column and poll (one request each).
+const TICKETS_PER_COLUMN: u32 = 200;
+
+/// The tasks a missed withdrawal could still cancel (triage, todo, in progress), at most
+/// [`TICKETS_PER_COLUMN`] of each column.
+pub async fn withdrawable_tasks(store: &EventStore) -> anyhow::Result<Vec<TaskRow>> {
+    let mut rows = Vec::new();
+    for column in WITHDRAWABLE {
+        rows.extend(
+            task_rows::list(
+                store,
+                &TaskFilter {
+                    column: Some(column),
+                    limit: Some(TICKETS_PER_COLUMN),
+                    ..TaskFilter::default()
+                },
+            )
+            .await
+            .with_context(|| format!("listing the tasks in {column}"))?,
+        );
+    }
+    Ok(rows)
+}
+
+/// The ticket version `row`'s task holds (intake notes every version it sees): one as old or older is news
+/// already told.
+pub fn held_version(row: &TaskRow) -> Option<DateTime<Utc>> {
+    row.state["ticket_version"]
+        .as_str()
+        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.with_timezone(&Utc))
+}
+
 /// `[pollers.<name>]` in `pidevops.toml` (config reads it): `enabled` (default true once the table is there) and
 /// `interval_s`.
 #[derive(Clone, Debug, PartialEq)]

@@ -92,12 +92,13 @@ impl Reactions {
         self
     }
 
-    /// The code host of `repo` (GitHub unless configured otherwise), its name matched in any case.
+    /// The code host of `repo` (GitHub unless configured otherwise; names compare in any case), as intake's
+    /// `IntakeConfig::hosted_on` reads it.
     fn host_of(&self, repo: &crate::tasks::RepoName) -> crate::domain::Source {
         self.code_hosts
-            .iter()
-            .find(|(name, _)| name.as_str().eq_ignore_ascii_case(repo.as_str()))
-            .map_or(crate::domain::Source::Github, |(_, host)| *host)
+            .get(repo)
+            .copied()
+            .unwrap_or(crate::domain::Source::Github)
     }
 
     /// Handles what was committed since the checkpoint, up to a CI result that must wait (see

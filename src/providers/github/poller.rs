@@ -29,10 +29,6 @@ use crate::tasks::{Column, GITHUB_ISSUE, GITHUB_PR};
 pub const GITHUB_POLLER: &str = "github_poller";
 /// Conclusions reactions act on (the same as theirs).
 const FAILED: [&str; 3] = ["failure", "timed_out", "startup_failure"];
-/// Where a withdrawn issue's task is cancelled (the domain's `WithdrawTicket`): the tasks whose issues are read.
-const WITHDRAWABLE: [Column; 3] = [Column::Triage, Column::Todo, Column::InProgress];
-/// At most this many tasks' issues per column and poll (one request each).
-const ISSUES_PER_COLUMN: u32 = 200;
 
 /// What one poll did, for `/health`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -156,55 +152,40 @@ impl GithubPoller {
 
     /// The issues of tasks not yet in review: a closed or unlabeled one whose webhook never came is appended.
     async fn issues(&self, progress: &mut GithubPollProgress) -> anyhow::Result<()> {
-        for column in WITHDRAWABLE {
-            let rows = task_rows::list(
-                self.log.store(),
-                &TaskFilter {
-                    column: Some(column),
-                    limit: Some(ISSUES_PER_COLUMN),
-                    ..TaskFilter::default()
-                },
-            )
-            .await
-            .with_context(|| format!("listing the tasks in {column}"))?;
-            for row in rows {
-                let Some(issue_ref) = row.links.get(GITHUB_ISSUE) else {
+        for row in crate::pollers::withdrawable_tasks(self.log.store()).await? {
+            let Some(issue_ref) = row.links.get(GITHUB_ISSUE) else {
+                continue;
+            };
+            progress.issues += 1;
+            let number = issue_ref.number.get();
+            let issue = match self.client.issue(&issue_ref.repo, number).await {
+                Ok(issue) => issue,
+                Err(CallError::Permanent { message }) => {
+                    tracing::info!(task = %row.id, issue = %issue_ref, %message, "the poller cannot read the task's issue");
                     continue;
-                };
-                progress.issues += 1;
-                let number = issue_ref.number.get();
-                let issue = match self.client.issue(&issue_ref.repo, number).await {
-                    Ok(issue) => issue,
-                    Err(CallError::Permanent { message }) => {
-                        tracing::info!(task = %row.id, issue = %issue_ref, %message, "the poller cannot read the task's issue");
-                        continue;
-                    }
-                    Err(error) => {
-                        return Err(anyhow::anyhow!(error))
-                            .with_context(|| format!("{} ({issue_ref})", row.id))
-                    }
-                };
-                let held = row.state["ticket_version"]
-                    .as_str()
-                    .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-                    .map(|t| t.with_timezone(&chrono::Utc));
-                let Some(missed) =
-                    missed_withdrawal(&issue, held, issue_ref.repo.as_str(), &self.label)
-                else {
-                    continue;
-                };
-                if self
-                    .append(
-                        missed.event_type,
-                        missed.dedup_key,
-                        &missed.body,
-                        issue_ref.repo.as_str(),
-                        number,
-                    )
-                    .await?
-                {
-                    progress.appended += 1;
                 }
+                Err(error) => {
+                    return Err(anyhow::anyhow!(error))
+                        .with_context(|| format!("{} ({issue_ref})", row.id))
+                }
+            };
+            let held = crate::pollers::held_version(&row);
+            let Some(missed) =
+                missed_withdrawal(&issue, held, issue_ref.repo.as_str(), &self.label)
+            else {
+                continue;
+            };
+            if self
+                .append(
+                    missed.event_type,
+                    missed.dedup_key,
+                    &missed.body,
+                    issue_ref.repo.as_str(),
+                    number,
+                )
+                .await?
+            {
+                progress.appended += 1;
             }
         }
         Ok(())

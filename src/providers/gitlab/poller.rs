@@ -27,9 +27,8 @@ use crate::board::Board;
 use crate::domain::{EventType, NewEvent, Source};
 use crate::effects::CallError;
 use crate::eventlog::EventLog;
-use crate::projectors::tasks::{self as task_rows, TaskFilter};
 use crate::providers::gitlab::client::{GitlabClient, Issue, MergeRequest};
-use crate::tasks::{Column, RepoName, TaskId, GITLAB_ISSUE, GITLAB_MR};
+use crate::tasks::{RepoName, TaskId, GITLAB_ISSUE, GITLAB_MR};
 
 pub const GITLAB_POLLER: &str = "gitlab_poller";
 /// Changes this close before the cursor are asked for again (GitLab's indexing and clocks lag).
@@ -41,11 +40,6 @@ const FIRST_LOOKBACK: chrono::Duration = chrono::Duration::hours(24);
 /// A project's poll reads at most this many pages (a runaway cursor must not hold the loop); the next poll goes
 /// on from the newest change read.
 pub const MAX_PAGES: usize = 20;
-
-/// Where a withdrawn issue's task is cancelled (the domain's `WithdrawTicket`): the tasks whose issues are read.
-const WITHDRAWABLE: [Column; 3] = [Column::Triage, Column::Todo, Column::InProgress];
-/// At most this many tasks' issues per column and poll (one request each).
-const ISSUES_PER_COLUMN: u32 = 200;
 
 /// What one poll did, for `/health`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -178,70 +172,55 @@ impl GitlabPoller {
     /// (the task holds an older version) is appended as `gitlab.issue.close` / `gitlab.issue.update` (the label
     /// taken off) in the hook's shape, so intake withdraws the task as it would on the webhook.
     async fn issues(&self, progress: &mut GitlabPollProgress) -> anyhow::Result<()> {
-        for column in WITHDRAWABLE {
-            let rows = task_rows::list(
-                self.log.store(),
-                &TaskFilter {
-                    column: Some(column),
-                    limit: Some(ISSUES_PER_COLUMN),
-                    ..TaskFilter::default()
-                },
-            )
-            .await
-            .with_context(|| format!("listing the tasks in {column}"))?;
-            for row in rows {
-                let Some(link) = row.links.get(GITLAB_ISSUE) else {
+        for row in crate::pollers::withdrawable_tasks(self.log.store()).await? {
+            let Some(link) = row.links.get(GITLAB_ISSUE) else {
+                continue;
+            };
+            progress.issues += 1;
+            let issue = match self.client.issue(&link.project, link.iid.get()).await {
+                Ok(issue) => issue,
+                Err(CallError::Permanent { message }) => {
+                    tracing::info!(task = %row.id, issue = %link, %message, "the poller cannot read the task's issue");
                     continue;
-                };
-                progress.issues += 1;
-                let issue = match self.client.issue(&link.project, link.iid.get()).await {
-                    Ok(issue) => issue,
-                    Err(CallError::Permanent { message }) => {
-                        tracing::info!(task = %row.id, issue = %link, %message, "the poller cannot read the task's issue");
-                        continue;
-                    }
-                    Err(error) => {
-                        return Err(anyhow::anyhow!(error))
-                            .with_context(|| format!("{} ({link})", row.id))
-                    }
-                };
-                let held = row.state["ticket_version"]
-                    .as_str()
-                    .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-                    .map(|t| t.with_timezone(&Utc));
-                let Some((event_type, body)) =
-                    missed_withdrawal(&link.project, &issue, held, &self.label)
-                else {
-                    continue;
-                };
-                let action = body["object_attributes"]["action"]
-                    .as_str()
-                    .unwrap_or("close");
-                let updated = issue
-                    .updated_at
-                    .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-                let mut event = NewEvent::new(
-                    Source::Gitlab,
-                    EventType::from_stored(event_type.to_owned()),
-                    format!("poll:issue:{}:{action}:{updated}", link),
-                    "application/json",
-                    bytes::Bytes::from(serde_json::to_vec(&body)?),
-                );
-                event.occurred_at = issue.updated_at;
-                event.subject.action = Some(action.to_owned());
-                event.subject.repository = Some(link.project.as_str().to_owned());
-                event.subject.number = i64::try_from(issue.iid).ok();
-                event
-                    .meta
-                    .insert("poller".to_owned(), Value::from(GITLAB_POLLER));
-                let appended = self
-                    .log
-                    .append(event)
-                    .await
-                    .with_context(|| format!("appending {link}"))?;
-                if !appended.duplicate {
-                    progress.appended += 1;
                 }
+                Err(error) => {
+                    return Err(anyhow::anyhow!(error))
+                        .with_context(|| format!("{} ({link})", row.id))
+                }
+            };
+            let held = crate::pollers::held_version(&row);
+            let Some((event_type, body)) =
+                missed_withdrawal(&link.project, &issue, held, &self.label)
+            else {
+                continue;
+            };
+            let action = body["object_attributes"]["action"]
+                .as_str()
+                .unwrap_or("close");
+            let updated = issue
+                .updated_at
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+            let mut event = NewEvent::new(
+                Source::Gitlab,
+                EventType::from_stored(event_type.to_owned()),
+                format!("poll:issue:{}:{action}:{updated}", link),
+                "application/json",
+                bytes::Bytes::from(serde_json::to_vec(&body)?),
+            );
+            event.occurred_at = issue.updated_at;
+            event.subject.action = Some(action.to_owned());
+            event.subject.repository = Some(link.project.as_str().to_owned());
+            event.subject.number = i64::try_from(issue.iid).ok();
+            event
+                .meta
+                .insert("poller".to_owned(), Value::from(GITLAB_POLLER));
+            let appended = self
+                .log
+                .append(event)
+                .await
+                .with_context(|| format!("appending {link}"))?;
+            if !appended.duplicate {
+                progress.appended += 1;
             }
         }
         Ok(())

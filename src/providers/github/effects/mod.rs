@@ -4,12 +4,11 @@
 //! request (`combined.rs`), merged by auto-land the same way once the facts about its combined commit are in.
 //! The request builders are pure; [`GithubPolicy`] is the `effects:github` loop's side of [`ProviderPolicy`].
 
-use anyhow::Context;
 use chrono::Utc;
 
-use crate::board::{BoardError, Loaded};
+use crate::board::Loaded;
 use crate::domain::Source;
-use crate::effects::handle::{EffectsProgress, Handle, Settled, ACTOR};
+use crate::effects::handle::{link_review_request, EffectsProgress, Handle, Settled};
 use crate::effects::inert::inert;
 use crate::effects::policy_config::PolicyConfig;
 use crate::effects::provider::{OpenedPullRequest, ProviderPolicy};
@@ -21,7 +20,7 @@ use crate::intake::CommentRecord;
 use crate::providers::github::intake::comment::HOST;
 use crate::providers::github::GithubClient;
 use crate::tasks::{
-    landing, Command, CommitSha, GithubRef, LandConfig, Links, Readiness, Task, TaskEvent, TaskId,
+    landing, CommitSha, GithubRef, LandConfig, Links, Readiness, Task, TaskEvent, TaskId,
     GITHUB_ISSUE, GITHUB_PR,
 };
 use combined::{after_plan_pull_request, lands_with_its_plan, plan_pull_request};
@@ -186,21 +185,8 @@ impl ProviderPolicy for GithubPolicy {
             GITHUB_PR,
             &GithubRef::new(opened.repo.clone(), opened.number)?,
         );
-        let linked = match fx
-            .board()
-            .execute(task, &Command::AttachLinks { links }, ACTOR)
-            .await
-        {
-            Ok(outcome) => outcome.task,
-            // Closed and archived tasks, and a task already linked to another pull request, keep what they have.
-            Err(BoardError::Refused(refused)) => {
-                tracing::info!(%task, %refused, "pull request not linked");
-                match fx.board().load(task).await? {
-                    Some(loaded) => loaded.task,
-                    None => return Ok(Vec::new()),
-                }
-            }
-            Err(error) => return Err(error).context("linking the pull request to its task"),
+        let Some(linked) = link_review_request(fx.board(), task, links).await? else {
+            return Ok(Vec::new());
         };
         Ok(if linked.is_plan() {
             after_plan_pull_request(&linked, opened.number, opened.url, Utc::now())

@@ -8,11 +8,9 @@ mod action;
 pub mod merge_request;
 mod question;
 
-use anyhow::Context;
-
-use crate::board::{BoardError, Loaded};
+use crate::board::Loaded;
 use crate::domain::Source;
-use crate::effects::handle::{EffectsProgress, Handle, Settled, ACTOR};
+use crate::effects::handle::{link_review_request, EffectsProgress, Handle, Settled};
 use crate::effects::policy_config::PolicyConfig;
 use crate::effects::provider::{OpenedPullRequest, ProviderPolicy};
 use crate::effects::reply::comment_reply;
@@ -21,7 +19,7 @@ use crate::eventlog::StoredEvent;
 use crate::intake::CommentRecord;
 use crate::providers::gitlab::client::GitlabClient;
 use crate::providers::gitlab::intake::HOST;
-use crate::tasks::{Command, GitlabMrRef, Links, Task, TaskEvent, GITLAB_ISSUE, GITLAB_MR};
+use crate::tasks::{GitlabMrRef, Links, Task, TaskEvent, GITLAB_ISSUE, GITLAB_MR};
 
 pub use action::{GitlabAction, Noteable};
 pub use question::gitlab_question;
@@ -143,21 +141,8 @@ impl ProviderPolicy for GitlabPolicy {
             GITLAB_MR,
             &GitlabMrRef::new(opened.repo.clone(), opened.number)?,
         );
-        let task = match fx
-            .board()
-            .execute(opened.task, &Command::AttachLinks { links }, ACTOR)
-            .await
-        {
-            Ok(outcome) => outcome.task,
-            // Closed and archived tasks, and a task already linked to another merge request, keep what they have.
-            Err(BoardError::Refused(refused)) => {
-                tracing::info!(task = %opened.task, %refused, "merge request not linked");
-                match fx.board().load(opened.task).await? {
-                    Some(loaded) => loaded.task,
-                    None => return Ok(Vec::new()),
-                }
-            }
-            Err(error) => return Err(error).context("linking the merge request to its task"),
+        let Some(task) = link_review_request(fx.board(), opened.task, links).await? else {
+            return Ok(Vec::new());
         };
         Ok(
             merge_request::after_merge_request(&task, opened.number, opened.url)
