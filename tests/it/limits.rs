@@ -410,10 +410,14 @@ async fn one_runs_faked_limit_holds_its_profile_within_the_window_until_a_person
     assert!(ok, "{err}");
     assert_eq!(out, "lifted the limit's pause of claude-like");
     assert_eq!(lifted_by(&app).await, ["\"api\"", "\"cli\""]);
+    // Another process's commit does not wake this one's dispatcher (it wakes at its interval): drive it.
     within(
         Duration::from_secs(60),
         "the task after the lift runs",
-        || async { board::row(&app, after).await.column == Column::InReview },
+        || async {
+            ticks(&app, 1).await;
+            board::row(&app, after).await.column == Column::InReview
+        },
     )
     .await;
 

@@ -77,6 +77,16 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // A failing test shows what its server said last (the log goes with the working directory).
+        if std::thread::panicking() {
+            let log = read_log(self.workdir.path());
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(80)..].join("\n");
+            eprintln!(
+                "--- the last lines of {}'s server log ---\n{tail}",
+                self.base
+            );
+        }
     }
 }
 
