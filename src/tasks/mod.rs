@@ -25,6 +25,7 @@ pub use domain::{
 };
 pub use domain::{
     landing, CommitSha, FactName, LandConfig, LandMode, Landing, MergeMethod, Readiness,
+    RefreshMode,
 };
 pub use values::{
     is_slack_id, is_slack_ts, AgentName, ApprovalPolicy, BranchName, Column, FollowUpOrigin,

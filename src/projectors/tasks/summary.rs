@@ -139,6 +139,7 @@ pub fn summarize(event: &TaskEvent) -> String {
             fast_forward,
             ..
         } => landed(commit, onto, *fast_forward),
+        TaskEvent::Refreshed { .. } => refreshed(event),
         TaskEvent::LinksAttached { links, .. } => {
             let keys: Vec<String> = link_keys(links)
                 .into_iter()
@@ -222,6 +223,26 @@ fn landed(commit: &CommitSha, onto: &CommitSha, fast_forward: bool) -> String {
     }
 }
 
+fn refreshed(event: &TaskEvent) -> String {
+    let TaskEvent::Refreshed {
+        from,
+        to,
+        base,
+        strategy,
+        ..
+    } = event
+    else {
+        return String::new();
+    };
+    format!(
+        "refreshed: {} brought onto the base at {} by {} as {}",
+        from.short(),
+        base.short(),
+        strategy.as_str(),
+        to.short()
+    )
+}
+
 fn first_line(text: &str) -> String {
     const MAX: usize = 120;
     let line = text.lines().next().unwrap_or_default();
@@ -268,7 +289,8 @@ pub(super) fn links_of(event: &TaskEvent) -> Vec<(LinkKind, String)> {
         | TaskEvent::ReviewApproved { .. }
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
-        | TaskEvent::Landed { .. } => Vec::new(),
+        | TaskEvent::Landed { .. }
+        | TaskEvent::Refreshed { .. } => Vec::new(),
     }
 }
 

@@ -4,7 +4,10 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{AttemptReport, CombinedItem, CommitSha, FactName, Family, RetryCause, TriageOutcome};
+use super::{
+    AttemptReport, CombinedItem, CommitSha, FactName, Family, RefreshMode, RetryCause,
+    TriageOutcome,
+};
 use crate::tasks::plan::PlanDocument;
 use crate::tasks::values::{
     AgentName, ApprovalPolicy, BranchName, Column, FollowUpOrigin, FollowUpText, GithubRef, Links,
@@ -219,6 +222,16 @@ pub enum TaskEvent {
         /// The base moved to `commit` itself; otherwise `onto` is a merge commit (or the base held it already).
         fast_forward: bool,
     },
+    /// pidevops brought the task's branch up to date with its base by its own git (`[repos."o/n"] refresh`):
+    /// `from`, the commit it had pushed, rebased onto (or merged with) the base at `base`, is `to`, pushed with a
+    /// lease on `from`. The landing facts start over: checks run again on `to`.
+    Refreshed {
+        at: DateTime<Utc>,
+        from: CommitSha,
+        to: CommitSha,
+        base: CommitSha,
+        strategy: RefreshMode,
+    },
 }
 
 impl TaskEvent {
@@ -258,7 +271,8 @@ impl TaskEvent {
             | TaskEvent::ReviewApproved { at, .. }
             | TaskEvent::ApprovalWithdrawn { at, .. }
             | TaskEvent::Combined { at, .. }
-            | TaskEvent::Landed { at, .. } => *at,
+            | TaskEvent::Landed { at, .. }
+            | TaskEvent::Refreshed { at, .. } => *at,
         }
     }
 }

@@ -191,6 +191,9 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
         TaskEvent::Combined { .. } => super::combined::apply(task, event)?,
         // Its `completed` follows and closes the task.
         TaskEvent::Landed { .. } => require(task, event, &[Column::InReview])?,
+        TaskEvent::Refreshed { to, .. } => {
+            landing::evolve(task, event, LandingFact::Refreshed { to })?
+        }
     }
     Ok(())
 }
@@ -485,6 +488,7 @@ impl Task {
             run: None,
             branch: None,
             reviewed_run: None,
+            refreshed: None,
             last_failure: None,
             closed_reason: None,
             follow_ups: Vec::new(),

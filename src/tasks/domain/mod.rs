@@ -31,7 +31,9 @@ pub use error::TaskError;
 pub use event::{TaskCreated, TaskEvent, TaskEventKind};
 pub use evolution::{evolve, replay};
 pub use family::{roll_up, ChildView, PlanState, RollUp, TriageOutcome, TriageState};
-pub use landing::{CommitSha, FactName, LandConfig, LandMode, Landing, MergeMethod, Readiness};
+pub use landing::{
+    CommitSha, FactName, LandConfig, LandMode, Landing, MergeMethod, Readiness, RefreshMode,
+};
 
 use super::plan::{PlanDocument, Scope};
 use super::values::{
@@ -112,6 +114,10 @@ pub struct Task {
     /// The run whose push is in review (set by its submission): what `pidevops task land` merges.
     #[serde(skip)]
     reviewed_run: Option<RunId>,
+    /// The commit pidevops's last refresh pushed for the review in progress; `None`: the reviewed run's own
+    /// commit is the branch's head. A new submission for review clears it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refreshed: Option<CommitSha>,
 }
 
 /// What an attempt submitted for review says of itself, for its pull request and its page: the agent's own
@@ -235,6 +241,11 @@ impl Task {
     /// The run whose push put the task in review (the last submission's).
     pub fn reviewed_run(&self) -> Option<RunId> {
         self.reviewed_run
+    }
+
+    /// The commit pidevops's last refresh of the review in progress pushed, if any.
+    pub fn refreshed(&self) -> Option<&CommitSha> {
+        self.refreshed.as_ref()
     }
     pub fn last_failure(&self) -> Option<&Failure> {
         self.last_failure.as_ref()
@@ -540,6 +551,13 @@ pub enum Command {
         onto: CommitSha,
         fast_forward: bool,
     },
+    /// pidevops pushed `to`, its branch's `from` brought up to date with the base at `base` (the `refresh` loop).
+    RecordRefresh {
+        from: CommitSha,
+        to: CommitSha,
+        base: CommitSha,
+        strategy: RefreshMode,
+    },
 }
 
 impl Command {
@@ -576,6 +594,7 @@ impl Command {
             Command::WithdrawApproval { .. } => "withdraw-approval",
             Command::RecordCombined { .. } => "record-combined",
             Command::RecordLanded { .. } => "record-landed",
+            Command::RecordRefresh { .. } => "record-refresh",
         }
     }
 }

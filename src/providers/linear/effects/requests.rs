@@ -42,7 +42,8 @@ pub fn linear_notifies(event: &TaskEvent) -> bool {
         | TaskEvent::ReviewApproved { .. }
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
-        | TaskEvent::Landed { .. } => false,
+        | TaskEvent::Landed { .. }
+        | TaskEvent::Refreshed { .. } => false,
     }
 }
 
@@ -139,7 +140,8 @@ pub fn linear(
         | TaskEvent::ReviewApproved { .. }
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
-        | TaskEvent::Landed { .. } => Vec::new(),
+        | TaskEvent::Landed { .. }
+        | TaskEvent::Refreshed { .. } => Vec::new(),
     }
 }
 

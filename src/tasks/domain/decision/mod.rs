@@ -222,6 +222,7 @@ pub fn decide(
             Column::Done => none,
             _ => Err(wrong(&[Column::InReview])),
         },
+        Command::RecordRefresh { .. } => landing::decide_refresh(task, command, at),
     }
 }
 
@@ -528,7 +529,8 @@ fn waits_for_triage(command: &Command) -> bool {
         | Command::RecordApproval { .. }
         | Command::WithdrawApproval { .. }
         | Command::RecordCombined { .. }
-        | Command::RecordLanded { .. } => false,
+        | Command::RecordLanded { .. }
+        | Command::RecordRefresh { .. } => false,
     }
 }
 
@@ -564,6 +566,7 @@ fn is_plan_work(command: &Command) -> bool {
         | Command::RecordApproval { .. }
         | Command::WithdrawApproval { .. }
         | Command::RecordCombined { .. }
-        | Command::RecordLanded { .. } => false,
+        | Command::RecordLanded { .. }
+        | Command::RecordRefresh { .. } => false,
     }
 }
