@@ -11,7 +11,9 @@ use pidevops::tasks::{Column, TaskId};
 use serde_json::{json, Value};
 
 use crate::common::agents::{agent, git, Remote, REPO};
-use crate::common::{board, TestApp, TestDb};
+use crate::common::dispatching::GITHUB_TOKEN;
+use crate::common::server::{read_log, Server};
+use crate::common::{board, within, TestApp, TestDb, ADMIN_TOKEN};
 use crate::land::{app, check_run, config, create_task, in_review, post, settle};
 use crate::providers::github::fake::FakeGithub;
 use crate::providers::github::gh_fixture as fixture;
@@ -19,6 +21,7 @@ use crate::providers::github::gh_fixture as fixture;
 per_backend!(
     a_moved_base_refreshes_the_branch_once_and_auto_land_merges_the_refreshed_head_after_its_checks,
     a_conflict_flags_the_task_with_its_files_and_a_persons_push_is_never_overwritten,
+    sigkill_between_a_refreshs_push_and_its_record_pushes_once_and_records_it,
 );
 
 /// Thirty numbered lines: the file both the agent and a teammate edit, in different places or the same.
@@ -260,4 +263,117 @@ async fn a_conflict_flags_the_task_with_its_files_and_a_persons_push_is_never_ov
     assert!(flag.contains("someone else pushed"), "{flag}");
     assert_eq!(remote.branch(second.branch().as_str()), Some(theirs));
     assert!(refreshes(&store, second).await.is_empty());
+}
+
+/// The real binary, SIGKILLed by the remote the moment its refresh's push lands (before `task.refreshed`), and the
+/// base moved again while it was down: the restarted serve finds its own push by the intent it recorded, records
+/// it, and refreshes once more onto the new base; nothing is pushed twice and no person is asked.
+async fn sigkill_between_a_refreshs_push_and_its_record_pushes_once_and_records_it(db: TestDb) {
+    use std::os::unix::fs::PermissionsExt;
+    use std::time::Duration;
+    let fake = FakeGithub::start().await;
+    let remote = Remote::new();
+    remote.commit_to_main("shared.txt", &shared(&[]));
+    let scratch = tempfile::tempdir().unwrap();
+    let script = "sed -i 's/^line 25$/line 25 by the agent/' shared.txt";
+    let path = scratch.path().join("pidevops.toml");
+    let table = file(&remote, scratch.path(), script);
+    std::fs::write(&path, toml::to_string(&table).unwrap()).unwrap();
+    let workspaces = scratch.path().join("ws").display().to_string();
+    let path = path.display().to_string();
+    let env: Vec<(&str, &str)> = vec![
+        ("PIDEVOPS_CONFIG", &path),
+        ("WORKSPACE_ROOT", &workspaces),
+        ("PIDEVOPS_ADMIN_TOKEN", ADMIN_TOKEN),
+        ("PIDEVOPS_LOOP_STARTUP_DELAY_S", "0.05"),
+        ("PIDEVOPS_PROJECTOR_INTERVAL_S", "0.2"),
+        ("GITHUB_TOKEN", GITHUB_TOKEN),
+        ("GITHUB_API_URL", &fake.url),
+    ];
+    let store = &EventStore::connect(&db.url, 4).await.unwrap();
+    let mut first = Server::start_with(&db.url_string(), &env).await;
+    let id = create_task(&first.base, REPO).await;
+    let (_, sha) = in_review(store, id, 1).await;
+    let branch = format!("refs/heads/{}", id.branch());
+
+    // The remote records each push and, once armed, SIGKILLs serve as soon as the branch's update is in.
+    let dir = remote.dir.path();
+    let (pid, armed) = (dir.join("serve.pid"), dir.join("armed"));
+    std::fs::write(&pid, first.child.id().to_string()).unwrap();
+    std::fs::write(&armed, "").unwrap();
+    let hook = dir.join("remote.git/hooks/post-receive");
+    std::fs::write(
+        &hook,
+        format!(
+            "#!/bin/sh\nwhile read old new ref; do\n  echo \"$ref $new\" >> '{log}'\n  if [ \"$ref\" = '{branch}' ] && [ -f '{armed}' ]; then rm '{armed}'; kill -9 \"$(cat '{pid}')\"; fi\ndone\n",
+            log = dir.join("pushes.log").display(),
+            armed = armed.display(),
+            pid = pid.display(),
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    remote.commit_to_main("shared.txt", &shared(&[(2, "line 2 by a teammate")]));
+    post(
+        &first.base,
+        "push",
+        "main-1",
+        &push(REPO, "refs/heads/main"),
+    )
+    .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while first.child.try_wait().unwrap().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the refresh's push never came"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let log = read_log(first.workdir.path());
+    assert!(!log.contains("panicked"), "{log}");
+    let killed_at = remote.branch(id.branch().as_str()).unwrap();
+    assert_ne!(killed_at, sha, "the push landed before the kill");
+    assert!(
+        refreshes(store, id).await.is_empty(),
+        "cut off before its record"
+    );
+
+    // While serve is down the base moves again; the restarted serve handles both pushes.
+    remote.commit_to_main("elsewhere.txt", "apart\n");
+    let second = Server::start_with(&db.url_string(), &env).await;
+    post(
+        &second.base,
+        "push",
+        "main-2",
+        &push(REPO, "refs/heads/main"),
+    )
+    .await;
+    within(
+        Duration::from_secs(90),
+        "both refreshes recorded",
+        || async { refreshes(store, id).await.len() == 2 },
+    )
+    .await;
+    let recorded = refreshes(store, id).await;
+    assert_eq!(recorded[0]["from"], json!(sha));
+    assert_eq!(
+        recorded[0]["to"],
+        json!(killed_at),
+        "its own push, found and recorded"
+    );
+    let now = remote.branch(id.branch().as_str()).unwrap();
+    assert_eq!(recorded[1]["from"], json!(killed_at));
+    assert_eq!(recorded[1]["to"], json!(now));
+    assert_eq!(recorded[1]["base"], json!(remote.branch("main").unwrap()));
+    let pushed = pushes(&remote, &branch);
+    assert_eq!(
+        pushed,
+        [format!("{branch} {killed_at}"), format!("{branch} {now}")],
+        "each refresh pushed once"
+    );
+    let row = board::row_in(store, id).await.unwrap();
+    assert!(!row.needs_human, "{row:?}");
+    assert_eq!(row.column, Column::InReview);
+    drop(second);
 }
