@@ -332,7 +332,13 @@ async fn a_merge_and_a_ci_failure_whose_webhooks_never_came_are_found_on_github(
         Duration::from_secs(60),
         "the pull request linked",
         || async {
-            task_rows::get(app.state.log.store(), id)
+            // Two read models, each with its own projector: the run's commit may come after the row.
+            let ran = runs::query(app.state.log.store(), Which::Task(&id.to_string()))
+                .await
+                .unwrap()
+                .first()
+                .is_some_and(|run| run.commit_sha.is_some());
+            ran && task_rows::get(app.state.log.store(), id)
                 .await
                 .unwrap()
                 .is_some_and(|row| row.column == Column::InReview && row.links.has(GITHUB_PR))
