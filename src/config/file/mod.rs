@@ -216,6 +216,10 @@ pub struct RepoTable {
     /// Default: the repository's allowed method (squash, else merge, else rebase).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub merge_method: Option<MergeMethod>,
+    /// Whether pidevops deletes its own branch (`pidevops/<task>`) once the task's pull or merge request merged or
+    /// the task was cancelled, and only while its head is a commit pidevops pushed. Default: true.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delete_branch: Option<bool>,
 }
 
 /// `[repos."o/n"] forge`: where a repository's tasks land.
