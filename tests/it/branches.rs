@@ -247,11 +247,7 @@ async fn a_merged_pull_request_deletes_its_branch_once_and_a_fork_s_deletes_noth
         json!(true),
         "{recorded:#?}"
     );
-    assert_eq!(
-        recorded[0]["commits"],
-        json!([sha]),
-        "{recorded:#?}"
-    );
+    assert_eq!(recorded[0]["commits"], json!([sha]), "{recorded:#?}");
 
     // The merge delivered again (a redelivery under a new id, as a missed-webhook poll would append it):
     // nothing more is asked or deleted.

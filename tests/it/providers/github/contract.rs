@@ -9,7 +9,7 @@ use pidevops::providers::github::reactions::decide;
 use pidevops::reactions::Reaction;
 use serde_json::{json, Value};
 
-use crate::providers::github::fake::FakeGithub;
+use crate::providers::github::fake::{Failure, FakeGithub};
 
 const FAMILIES: [&str; 8] = [
     "issues",
@@ -572,4 +572,22 @@ async fn the_client_reads_every_answer_of_the_fake_through_octocrabs_models() {
     }
     assert!(!fake.has_branch("acme/app", "pidevops/T-1"));
     assert_eq!(fake.delete_ref_calls().len(), 1);
+    // Gone between the read and the delete (a person, GitHub's own "delete head branches"): GitHub's 422
+    // "Reference does not exist" is a success, not a failure.
+    fake.set_branch("acme/app", "pidevops/T-1", &sha);
+    fake.fail_next(axum::http::Method::DELETE, Failure::Status(422));
+    let raced = client
+        .delete_branch(&repo, &head, std::slice::from_ref(&ours))
+        .await;
+    assert!(
+        matches!(
+            raced,
+            Ok(Produced::Branch {
+                deleted: false,
+                kept: None,
+                ..
+            })
+        ),
+        "{raced:?}"
+    );
 }
