@@ -87,7 +87,8 @@ async fn a_submitted_gitlab_task_gets_one_merge_request_linked_and_noted_and_no_
     assert!(mr
         .description
         .contains(&format!("Opened by pidevops for {id}")));
-    assert_eq!(mr.remove_source_branch, Some(false));
+    // `[repos] delete_branch` unset (true): GitLab deletes the branch when the merge request merges.
+    assert_eq!(mr.remove_source_branch, Some(true));
     assert_eq!(mr.token, TOKEN);
     let links = task_links(&app, id).await;
     let linked = links.get(GITLAB_MR).expect("linked");
