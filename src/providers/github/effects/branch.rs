@@ -23,12 +23,46 @@ pub fn delete_branch_key(task: TaskId) -> String {
 /// or cancelled, its repository's branches live on GitHub (not GitLab, not a remote pidevops's git lands), and
 /// the repository did not say `delete_branch = false`.
 pub fn may_delete(event: &TaskEvent, task: &Task, config: &PolicyConfig) -> bool {
-    matches!(
-        event,
-        TaskEvent::Completed { .. } | TaskEvent::Cancelled { .. }
-    ) && config.host_of(task.repo()) == Source::Github
+    ends_its_branch(event)
+        && config.host_of(task.repo()) == Source::Github
         && !config.landed_by_git.contains(task.repo())
         && config.deletes_branches(task.repo())
+}
+
+/// Whether `event` leaves the task's branch with nothing more to do: the task done (its pull request merged, or
+/// a person said so) or cancelled. A task archived was one of those first.
+fn ends_its_branch(event: &TaskEvent) -> bool {
+    match event {
+        TaskEvent::Completed { .. } | TaskEvent::Cancelled { .. } => true,
+        TaskEvent::Created(_)
+        | TaskEvent::Approved { .. }
+        | TaskEvent::Rejected { .. }
+        | TaskEvent::Started { .. }
+        | TaskEvent::SubmittedForReview { .. }
+        | TaskEvent::Retried { .. }
+        | TaskEvent::Archived { .. }
+        | TaskEvent::FlaggedNeedsHuman { .. }
+        | TaskEvent::NeedsHumanCleared { .. }
+        | TaskEvent::SpecUpdated { .. }
+        | TaskEvent::FollowUpAttached { .. }
+        | TaskEvent::FollowUpsDelivered { .. }
+        | TaskEvent::TicketSeen { .. }
+        | TaskEvent::PriorityChanged { .. }
+        | TaskEvent::LinksAttached { .. }
+        | TaskEvent::AttemptReturned { .. }
+        | TaskEvent::AgentChosen { .. }
+        | TaskEvent::TriageEnded { .. }
+        | TaskEvent::PlanProposed { .. }
+        | TaskEvent::PlanApproved { .. }
+        | TaskEvent::PlanRejected { .. }
+        | TaskEvent::ChildrenCreated { .. }
+        | TaskEvent::RolledUp { .. }
+        | TaskEvent::CheckPassed { .. }
+        | TaskEvent::ReviewApproved { .. }
+        | TaskEvent::ApprovalWithdrawn { .. }
+        | TaskEvent::Combined { .. }
+        | TaskEvent::Landed { .. } => false,
+    }
 }
 
 /// The deletion of `task`'s branch that `event` asks for, given `commits` (what pidevops recorded for the
