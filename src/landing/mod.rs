@@ -21,9 +21,10 @@ use std::time::Duration;
 
 use crate::board::{Board, BoardError, Outcome};
 use crate::config::dispatch::DispatchConfig;
+use crate::config::dispatch::RepoSource;
 use crate::dispatch::runs::{self, RunEvent};
 use crate::dispatch::workspace::{
-    GitCredentials, LandRequest, LandResult, WorkspaceError, Workspaces,
+    BranchLeft, GitCredentials, LandRequest, LandResult, WorkspaceError, Workspaces,
 };
 use crate::eventlog::EventLog;
 use crate::tasks::{
@@ -257,6 +258,10 @@ impl Lander {
             fast_forward,
         };
         let outcome = self.board.execute(id, &command, actor).await?;
+        if !source.keeps_branches {
+            // Recorded first: the branch is only ever deleted once its commit is on the base and the task done.
+            delete_branch(&workspaces, &request, &source).await;
+        }
         Ok(Landed {
             outcome,
             onto: Some((onto, pushed)),
@@ -277,5 +282,29 @@ impl Lander {
                 _ => None,
             }
         }))
+    }
+}
+
+/// `pidevops/<task>` deleted on the remote once the task landed, leased on the recorded commit
+/// (`Workspaces::delete_landed_branch`); what became of it is logged, and a failure never undoes the landing (the
+/// branch stays, as with `delete_branch = false`).
+async fn delete_branch(workspaces: &Workspaces, request: &LandRequest, source: &RepoSource) {
+    let branch = request.branch.as_str();
+    match workspaces.delete_landed_branch(request, source).await {
+        Ok(BranchLeft::Deleted) => {
+            tracing::info!(task = %request.task, branch, "landed branch deleted")
+        }
+        Ok(BranchLeft::Gone) => {
+            tracing::info!(task = %request.task, branch, "landed branch gone already")
+        }
+        Ok(BranchLeft::Kept { head }) => tracing::warn!(
+            task = %request.task,
+            branch,
+            head = %head,
+            "landed branch kept: its head is not the commit pidevops recorded (someone pushed to it)"
+        ),
+        Err(error) => {
+            tracing::warn!(task = %request.task, branch, error = %error, "landed branch not deleted")
+        }
     }
 }

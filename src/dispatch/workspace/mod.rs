@@ -52,7 +52,7 @@ mod worktree;
 
 pub use combine::{CombineRequest, Combined, Combiner};
 pub use gc::GcReport;
-pub use land::{LandRequest, LandResult};
+pub use land::{BranchLeft, LandRequest, LandResult};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

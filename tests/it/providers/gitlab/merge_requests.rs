@@ -360,6 +360,7 @@ async fn our_git_sends_the_gitlab_token_only_to_gitlab_s_host_for_a_gitlab_repos
         base: "main".to_owned(),
         forge: None,
         host,
+        keeps_branches: false,
     };
     let repo = REPO.parse().unwrap();
     // Each fetch fails (the fake has no repository): what matters is what its requests carried.
