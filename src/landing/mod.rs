@@ -8,6 +8,10 @@
 //! `dispatch::workspace::land` (a clean room of our own, fast-forward else a merge commit, the push leased on the
 //! base it merged onto); the result is recorded as `task.landed` then `task.completed` (`Command::RecordLanded`).
 //!
+//! Once recorded, `pidevops/<task>` is deleted on the remote (unless `[repos] delete_branch = false`), only while
+//! its head is the recorded commit, by a push leased on it (`Workspaces::delete_landed_branch`); what became of it
+//! is logged, and a failure never undoes the landing.
+//!
 //! Exactly once: the git step is idempotent (a base that holds the commit already is "landed", nothing pushed),
 //! and the record is a no-op on a done task. A retried request, two racing ones, or a restart between the push and
 //! the record all end with one landing on the base and one `task.landed`: the loser of a race finds its lease
