@@ -3,7 +3,8 @@
 //! task's own `pidevops/<task>` (`TaskId::branch`) in the task's own repository, never a branch a webhook named.
 //! The call deletes it only while its head is a commit pidevops recorded for the task (its runs' pushes, a
 //! combined plan's combinations); anything else on it is someone's work, kept, and the effect says why.
-//! A combined plan's branch is the plan's own `pidevops/<plan>`, deleted the same way when the plan completes.
+//! A combined plan's branch is the plan's own `pidevops/<plan>`, deleted the same way when the plan rolls up to
+//! done or cancelled.
 
 use anyhow::Context;
 
@@ -12,7 +13,7 @@ use crate::domain::{runs, Source};
 use crate::effects::policy_config::PolicyConfig;
 use crate::effects::Request;
 use crate::eventlog::{EventLog, StoredEvent};
-use crate::tasks::{CommitSha, Task, TaskEvent, TaskId, GITHUB_PR};
+use crate::tasks::{Column, CommitSha, Task, TaskEvent, TaskId, GITHUB_PR};
 
 /// The key of the deletion of `task`'s branch: once per task.
 pub fn delete_branch_key(task: TaskId) -> String {
@@ -30,10 +31,12 @@ pub fn may_delete(event: &TaskEvent, task: &Task, config: &PolicyConfig) -> bool
 }
 
 /// Whether `event` leaves the task's branch with nothing more to do: the task done (its pull request merged, or
-/// a person said so) or cancelled. A task archived was one of those first.
-fn ends_its_branch(event: &TaskEvent) -> bool {
+/// a person said so) or cancelled, or a plan rolled up to done or cancelled (its combined branch). A task archived
+/// was one of those first.
+pub fn ends_its_branch(event: &TaskEvent) -> bool {
     match event {
         TaskEvent::Completed { .. } | TaskEvent::Cancelled { .. } => true,
+        TaskEvent::RolledUp { column, .. } => matches!(column, Column::Done | Column::Cancelled),
         TaskEvent::Created(_)
         | TaskEvent::Approved { .. }
         | TaskEvent::Rejected { .. }
@@ -56,7 +59,6 @@ fn ends_its_branch(event: &TaskEvent) -> bool {
         | TaskEvent::PlanApproved { .. }
         | TaskEvent::PlanRejected { .. }
         | TaskEvent::ChildrenCreated { .. }
-        | TaskEvent::RolledUp { .. }
         | TaskEvent::CheckPassed { .. }
         | TaskEvent::ReviewApproved { .. }
         | TaskEvent::ApprovalWithdrawn { .. }
@@ -229,5 +231,18 @@ mod tests {
             purpose: Default::default(),
         };
         assert!(delete_branch(&started, &task, vec![sha(1)], &PolicyConfig::default()).is_none());
+    }
+
+    #[test]
+    fn a_plan_s_branch_ends_when_it_rolls_up_done_or_cancelled_only() {
+        let rolled = |column| TaskEvent::RolledUp {
+            at: chrono::Utc::now(),
+            column,
+            needs_human: Vec::new(),
+        };
+        assert!(ends_its_branch(&rolled(Column::Done)));
+        assert!(ends_its_branch(&rolled(Column::Cancelled)));
+        assert!(!ends_its_branch(&rolled(Column::InReview)));
+        assert!(!ends_its_branch(&rolled(Column::InProgress)));
     }
 }

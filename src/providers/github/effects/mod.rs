@@ -89,9 +89,10 @@ impl ProviderPolicy for GithubPolicy {
             TaskEvent::SubmittedForReview { .. }
             | TaskEvent::Combined { .. }
             | TaskEvent::FlaggedNeedsHuman { .. }
-            // Its branch, deleted once the task is done or cancelled (`branch.rs`).
+            // Its branch, deleted once the task is done or cancelled, a plan's once it rolls up so (`branch.rs`).
             | TaskEvent::Completed { .. }
-            | TaskEvent::Cancelled { .. } => true,
+            | TaskEvent::Cancelled { .. }
+            | TaskEvent::RolledUp { .. } => true,
             TaskEvent::Created(_)
             | TaskEvent::Approved { .. }
             | TaskEvent::Rejected { .. }
@@ -112,7 +113,6 @@ impl ProviderPolicy for GithubPolicy {
             | TaskEvent::PlanApproved { .. }
             | TaskEvent::PlanRejected { .. }
             | TaskEvent::ChildrenCreated { .. }
-            | TaskEvent::RolledUp { .. }
             | TaskEvent::CheckPassed { .. }
             | TaskEvent::ReviewApproved { .. }
             | TaskEvent::ApprovalWithdrawn { .. }
