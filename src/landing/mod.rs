@@ -10,7 +10,7 @@
 //!
 //! Once recorded, `pidevops/<task>` is deleted on the remote (unless `[repos] delete_branch = false`), only while
 //! its head is the recorded commit, by a push leased on it (`Workspaces::delete_landed_branch`); what became of it
-//! is logged, and a failure never undoes the landing.
+//! is logged, and a failure (or its own timeout) never undoes the landing nor counts against its timeout.
 //!
 //! Exactly once: the git step is idempotent (a base that holds the commit already is "landed", nothing pushed),
 //! and the record is a no-op on a done task. A retried request, two racing ones, or a restart between the push and
@@ -163,16 +163,38 @@ impl Lander {
 
     /// Lands task `id` (see the module doc); `actor` is recorded on its events. Stopped after the lander's
     /// timeout ([`LandError::TimedOut`]), its git processes killed (they are `kill_on_drop`).
+    /// Once recorded, the task's branch is deleted under a timeout of its own: a slow remote there never turns a
+    /// recorded landing into a timed-out one.
     pub async fn land(&self, id: TaskId, actor: &str) -> Result<Landed, LandError> {
-        tokio::time::timeout(self.timeout, self.land_untimed(id, actor))
+        let (landed, branch) = tokio::time::timeout(self.timeout, self.land_untimed(id, actor))
             .await
             .unwrap_or(Err(LandError::TimedOut {
                 id,
                 after: self.timeout,
-            }))
+            }))?;
+        if let Some((request, source)) = branch {
+            let deleted = async {
+                match Workspaces::new(&self.root, self.credentials.clone()) {
+                    Ok(workspaces) => delete_branch(&workspaces, &request, &source).await,
+                    Err(error) => {
+                        tracing::warn!(task = %id, error = %error, "landed branch not deleted")
+                    }
+                }
+            };
+            if tokio::time::timeout(self.timeout, deleted).await.is_err() {
+                tracing::warn!(task = %id, "landed branch not deleted: timed out");
+            }
+        }
+        Ok(landed)
     }
 
-    async fn land_untimed(&self, id: TaskId, actor: &str) -> Result<Landed, LandError> {
+    /// The landing, and the branch to delete once it is recorded (none when nothing was landed now, or the
+    /// repository keeps its branches).
+    async fn land_untimed(
+        &self,
+        id: TaskId,
+        actor: &str,
+    ) -> Result<(Landed, Option<(LandRequest, RepoSource)>), LandError> {
         let loaded = self.board.load(id).await?.ok_or(LandError::NotFound(id))?;
         let task = &loaded.task;
         if self.on_github(task) {
@@ -194,13 +216,16 @@ impl Lander {
             Column::InReview => {}
             // Landed already (or done by a person): nothing to do, said so.
             Column::Done => {
-                return Ok(Landed {
-                    outcome: Outcome {
-                        task: loaded.task,
-                        appended: Vec::new(),
+                return Ok((
+                    Landed {
+                        outcome: Outcome {
+                            task: loaded.task,
+                            appended: Vec::new(),
+                        },
+                        onto: None,
                     },
-                    onto: None,
-                })
+                    None,
+                ))
             }
             column => return Err(LandError::NotInReview { id, column }),
         }
@@ -262,14 +287,15 @@ impl Lander {
             fast_forward,
         };
         let outcome = self.board.execute(id, &command, actor).await?;
-        if !source.keeps_branches {
-            // Recorded first: the branch is only ever deleted once its commit is on the base and the task done.
-            delete_branch(&workspaces, &request, &source).await;
-        }
-        Ok(Landed {
-            outcome,
-            onto: Some((onto, pushed)),
-        })
+        // Recorded first: the branch is only ever deleted once its commit is on the base and the task done.
+        let branch = (!source.keeps_branches).then_some((request, source));
+        Ok((
+            Landed {
+                outcome,
+                onto: Some((onto, pushed)),
+            },
+            branch,
+        ))
     }
 
     /// The commit pidevops recorded for run `run` (its `run.succeeded`), from the log.
