@@ -62,6 +62,8 @@ pub struct RepoSource {
     pub forge: Option<super::file::Forge>,
     /// `[repos."o/n"] provider`: the code host its reviews go to (GitHub's pull requests, GitLab's merge requests).
     pub host: super::file::CodeHost,
+    /// `[repos."o/n"] delete_branch = false`: pidevops's git keeps `pidevops/<task>` once it landed the task.
+    pub keeps_branches: bool,
 }
 
 impl RepoSource {
@@ -370,6 +372,7 @@ impl DispatchConfig {
                         base: base.unwrap_or(default.base),
                         forge: repo.forge,
                         host: repo.provider.unwrap_or_default(),
+                        keeps_branches: repo.delete_branch == Some(false),
                     },
                 );
             }
@@ -401,6 +404,7 @@ impl DispatchConfig {
             base: Self::DEFAULT_BASE.to_owned(),
             forge: None,
             host: super::file::CodeHost::Github,
+            keeps_branches: false,
         }
     }
 }
@@ -440,6 +444,7 @@ mod tests {
                 base: "main".to_owned(),
                 forge: None,
                 host: crate::config::file::CodeHost::Github,
+                keeps_branches: false,
             }
             .on_github()
         };

@@ -62,5 +62,14 @@ pub enum Produced {
         name: String,
         moved: bool,
     },
+    /// A branch of pidevops's (`pidevops/<task>`) after its deletion was asked for: `deleted` false when it was
+    /// gone already, or kept (`kept` says why: its head is not a commit pidevops pushed, so someone else's work
+    /// is on it).
+    Branch {
+        branch: String,
+        deleted: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kept: Option<String>,
+    },
     Done,
 }

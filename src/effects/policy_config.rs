@@ -22,6 +22,12 @@ pub struct PolicyConfig {
     pub hosts: BTreeMap<RepoName, Source>,
     /// `[repos."…"] draft = true`: the repositories whose merge requests open as drafts.
     pub drafts: BTreeSet<RepoName>,
+    /// `[repos."…"] delete_branch = false`: the repositories whose `pidevops/<task>` branches pidevops keeps once
+    /// their task is done or cancelled (every other repository's are deleted, while ours).
+    pub kept_branches: BTreeSet<RepoName>,
+    /// The repositories landed by pidevops's own git (neither on GitHub nor GitLab-hosted: `forge = "git"`, a
+    /// path, another host): no code host's API holds their branches.
+    pub landed_by_git: BTreeSet<RepoName>,
 }
 
 impl PolicyConfig {
@@ -35,6 +41,12 @@ impl PolicyConfig {
     /// The code host `repo`'s reviews go to: its `[repos] provider`, GitHub when it names none.
     pub fn host_of(&self, repo: &RepoName) -> Source {
         self.hosts.get(repo).copied().unwrap_or(Source::Github)
+    }
+
+    /// Whether pidevops deletes `repo`'s `pidevops/<task>` branches once their task is done or cancelled
+    /// (`[repos."…"] delete_branch`, default true).
+    pub fn deletes_branches(&self, repo: &RepoName) -> bool {
+        !self.kept_branches.contains(repo)
     }
 
     /// Whether `repo`'s merge requests open as drafts.

@@ -8,6 +8,10 @@
 //! `dispatch::workspace::land` (a clean room of our own, fast-forward else a merge commit, the push leased on the
 //! base it merged onto); the result is recorded as `task.landed` then `task.completed` (`Command::RecordLanded`).
 //!
+//! Once recorded, `pidevops/<task>` is deleted on the remote (unless `[repos] delete_branch = false`), only while
+//! its head is the recorded commit, by a push leased on it (`Workspaces::delete_landed_branch`); what became of it
+//! is logged, and a failure (or its own timeout) never undoes the landing nor counts against its timeout.
+//!
 //! Exactly once: the git step is idempotent (a base that holds the commit already is "landed", nothing pushed),
 //! and the record is a no-op on a done task. A retried request, two racing ones, or a restart between the push and
 //! the record all end with one landing on the base and one `task.landed`: the loser of a race finds its lease
@@ -22,9 +26,10 @@ use std::time::Duration;
 
 use crate::board::{Board, BoardError, Outcome};
 use crate::config::dispatch::DispatchConfig;
+use crate::config::dispatch::RepoSource;
 use crate::dispatch::runs::{self, RunEvent};
 use crate::dispatch::workspace::{
-    GitCredentials, LandRequest, LandResult, WorkspaceError, Workspaces,
+    BranchLeft, GitCredentials, LandRequest, LandResult, WorkspaceError, Workspaces,
 };
 use crate::eventlog::EventLog;
 use crate::tasks::{
@@ -159,16 +164,38 @@ impl Lander {
 
     /// Lands task `id` (see the module doc); `actor` is recorded on its events. Stopped after the lander's
     /// timeout ([`LandError::TimedOut`]), its git processes killed (they are `kill_on_drop`).
+    /// Once recorded, the task's branch is deleted under a timeout of its own: a slow remote there never turns a
+    /// recorded landing into a timed-out one.
     pub async fn land(&self, id: TaskId, actor: &str) -> Result<Landed, LandError> {
-        tokio::time::timeout(self.timeout, self.land_untimed(id, actor))
+        let (landed, branch) = tokio::time::timeout(self.timeout, self.land_untimed(id, actor))
             .await
             .unwrap_or(Err(LandError::TimedOut {
                 id,
                 after: self.timeout,
-            }))
+            }))?;
+        if let Some((request, source)) = branch {
+            let deleted = async {
+                match Workspaces::new(&self.root, self.credentials.clone()) {
+                    Ok(workspaces) => delete_branch(&workspaces, &request, &source).await,
+                    Err(error) => {
+                        tracing::warn!(task = %id, error = %error, "landed branch not deleted")
+                    }
+                }
+            };
+            if tokio::time::timeout(self.timeout, deleted).await.is_err() {
+                tracing::warn!(task = %id, "landed branch not deleted: timed out");
+            }
+        }
+        Ok(landed)
     }
 
-    async fn land_untimed(&self, id: TaskId, actor: &str) -> Result<Landed, LandError> {
+    /// The landing, and the branch to delete once it is recorded (none when nothing was landed now, or the
+    /// repository keeps its branches).
+    async fn land_untimed(
+        &self,
+        id: TaskId,
+        actor: &str,
+    ) -> Result<(Landed, Option<(LandRequest, RepoSource)>), LandError> {
         let loaded = self.board.load(id).await?.ok_or(LandError::NotFound(id))?;
         let task = &loaded.task;
         if self.on_github(task) {
@@ -190,13 +217,16 @@ impl Lander {
             Column::InReview => {}
             // Landed already (or done by a person): nothing to do, said so.
             Column::Done => {
-                return Ok(Landed {
-                    outcome: Outcome {
-                        task: loaded.task,
-                        appended: Vec::new(),
+                return Ok((
+                    Landed {
+                        outcome: Outcome {
+                            task: loaded.task,
+                            appended: Vec::new(),
+                        },
+                        onto: None,
                     },
-                    onto: None,
-                })
+                    None,
+                ))
             }
             column => return Err(LandError::NotInReview { id, column }),
         }
@@ -258,10 +288,15 @@ impl Lander {
             fast_forward,
         };
         let outcome = self.board.execute(id, &command, actor).await?;
-        Ok(Landed {
-            outcome,
-            onto: Some((onto, pushed)),
-        })
+        // Recorded first: the branch is only ever deleted once its commit is on the base and the task done.
+        let branch = (!source.keeps_branches).then_some((request, source));
+        Ok((
+            Landed {
+                outcome,
+                onto: Some((onto, pushed)),
+            },
+            branch,
+        ))
     }
 
     /// The commit pidevops recorded for run `run` (its `run.succeeded`), from the log.
@@ -278,5 +313,29 @@ impl Lander {
                 _ => None,
             }
         }))
+    }
+}
+
+/// `pidevops/<task>` deleted on the remote once the task landed, leased on the recorded commit
+/// (`Workspaces::delete_landed_branch`); what became of it is logged, and a failure never undoes the landing (the
+/// branch stays, as with `delete_branch = false`).
+async fn delete_branch(workspaces: &Workspaces, request: &LandRequest, source: &RepoSource) {
+    let branch = request.branch.as_str();
+    match workspaces.delete_landed_branch(request, source).await {
+        Ok(BranchLeft::Deleted) => {
+            tracing::info!(task = %request.task, branch, "landed branch deleted")
+        }
+        Ok(BranchLeft::Gone) => {
+            tracing::info!(task = %request.task, branch, "landed branch gone already")
+        }
+        Ok(BranchLeft::Kept { head }) => tracing::warn!(
+            task = %request.task,
+            branch,
+            head = %head,
+            "landed branch kept: its head is not the commit pidevops recorded (someone pushed to it)"
+        ),
+        Err(error) => {
+            tracing::warn!(task = %request.task, branch, error = %error, "landed branch not deleted")
+        }
     }
 }

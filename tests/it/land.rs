@@ -185,7 +185,7 @@ impl Review<'_> {
 }
 
 /// GitHub's `pull_request.closed` for the merged pull request `number` of `task`.
-fn merged(task: TaskId, number: u64) -> Value {
+pub(crate) fn merged(task: TaskId, number: u64) -> Value {
     let mut body = fixture("pull_request/closed.payload.json");
     let pr = &mut body["pull_request"];
     pr["number"] = json!(number);

@@ -3,7 +3,8 @@
 //! git merges the commit it recorded into `main` there: a fast-forward, a merge commit naming the task when `main`
 //! moved, a conflict refused with nothing pushed, the button refused without its CSRF token, a second request (or
 //! a base that holds the commit already, as after a crash between the push and its record) landing nothing twice,
-//! a GitHub repository refused. Per backend.
+//! a GitHub repository refused; `pidevops/<task>` deleted once landed, leased on the recorded commit, and kept
+//! when someone pushed to it or the repository says `delete_branch = false`. Per backend.
 
 use std::time::Duration;
 
@@ -25,6 +26,7 @@ per_backend!(
     the_task_pages_land_button_needs_the_csrf_token_and_lands_it,
     a_base_moved_under_the_push_is_never_overwritten_and_the_landing_starts_again_from_it,
     a_landing_that_hangs_is_stopped_records_nothing_and_the_next_one_lands,
+    a_branch_someone_pushed_to_is_kept_and_delete_branch_false_keeps_it,
 );
 
 /// An app dispatching to a local remote with an agent that writes CHANGES.md; `land` sets the repository's `land`.
@@ -92,6 +94,11 @@ async fn a_task_in_review_lands_by_fast_forward_and_a_second_request_lands_nothi
     assert_eq!(
         remote.show("main", "CHANGES.md").as_deref(),
         Some("done by the agent\n")
+    );
+    assert_eq!(
+        remote.branch(&format!("pidevops/{id}")),
+        None,
+        "the landed branch is deleted"
     );
 
     // Again: nothing more is merged, pushed or recorded.
@@ -207,8 +214,11 @@ async fn land_auto_lands_a_task_once_it_reaches_review(db: TestDb) {
             .is_some_and(|row| row.column == Column::Done)
     })
     .await;
-    let pushed = remote.branch(&format!("pidevops/{id}")).unwrap();
-    assert_eq!(remote.branch("main").as_deref(), Some(pushed.as_str()));
+    assert_eq!(
+        remote.show("main", "CHANGES.md").as_deref(),
+        Some("done by the agent\n")
+    );
+    assert_eq!(remote.branch(&format!("pidevops/{id}")), None);
     let events = task_events(&app, id).await;
     assert_eq!(
         events.iter().filter(|e| *e == "task.landed").count(),
@@ -390,5 +400,61 @@ async fn a_landing_that_hangs_is_stopped_records_nothing_and_the_next_one_lands(
         events.iter().filter(|e| *e == "task.landed").count(),
         1,
         "{events:?}"
+    );
+}
+
+async fn a_branch_someone_pushed_to_is_kept_and_delete_branch_false_keeps_it(db: TestDb) {
+    let (app, rig) = app_with(&db, None).await;
+    let remote = &rig.remote;
+    let id = create_task(&app, "Write the change down").await;
+    let pushed = in_review_pushed(&app, remote, id).await;
+    // A teammate pushes a commit on top of pidevops's to its branch.
+    let branch = format!("pidevops/{id}");
+    let theirs = in_remote(
+        remote,
+        &[
+            "-c",
+            "user.name=teammate",
+            "-c",
+            "user.email=t@example.com",
+            "commit-tree",
+            &format!("{pushed}^{{tree}}"),
+            "-p",
+            &pushed,
+            "-m",
+            "a teammate's commit",
+        ],
+    );
+    in_remote(
+        remote,
+        &["update-ref", &format!("refs/heads/{branch}"), &theirs],
+    );
+
+    let (status, body) = land(&app, id).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(remote.branch("main").as_deref(), Some(pushed.as_str()));
+    assert_eq!(
+        remote.branch(&branch).as_deref(),
+        Some(theirs.as_str()),
+        "someone else's push is never deleted"
+    );
+    app.stop().await;
+
+    // Another app on the same log, its repository keeping its branches.
+    let (app, rig) =
+        TestApp::with_agent("edits.sh", r#"printf 'done by the agent\n' > CHANGES.md"#)
+            .config(&format!("repos.\"{REPO}\".delete_branch = false"))
+            .spawn(&db)
+            .await;
+    let remote = &rig.remote;
+    let id = create_task(&app, "Write the change down").await;
+    let pushed = in_review_pushed(&app, remote, id).await;
+    let (status, body) = land(&app, id).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(remote.branch("main").as_deref(), Some(pushed.as_str()));
+    assert_eq!(
+        remote.branch(&format!("pidevops/{id}")).as_deref(),
+        Some(pushed.as_str()),
+        "delete_branch = false keeps it"
     );
 }

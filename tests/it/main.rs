@@ -18,6 +18,7 @@ mod agent_clis;
 mod architecture;
 mod board_replay;
 mod bounds;
+mod branches;
 mod browser;
 mod budgets;
 mod bus;

@@ -307,6 +307,17 @@ async fn a_combined_plan_gets_one_pull_request_holding_both_items_and_its_merge_
     .await;
     assert_eq!(github.merge_calls().len(), 1);
 
+    // The branches as GitHub holds them (pidevops pushed them to the test's remote): the plan's at its
+    // combination, each item's at its recorded commit.
+    github.set_branch(REPO, branch.as_str(), &commit);
+    for item in [a, b] {
+        github.set_branch(
+            REPO,
+            item.branch().as_str(),
+            &recorded_commit(&app, item).await,
+        );
+    }
+
     // GitHub says it merged: each item is done, and the plan with them.
     merge(&app, branch.as_str(), number).await;
     within(Duration::from_secs(30), "the plan done", || async {
@@ -317,6 +328,15 @@ async fn a_combined_plan_gets_one_pull_request_holding_both_items_and_its_merge_
     for id in [a, b] {
         assert_eq!(board::row(&app, id).await.column, Column::Done);
     }
+    // Done, each branch is deleted: the plan's combined one and each item's, once each.
+    app.drive("effects:github").await;
+    for id in [plan, a, b] {
+        assert!(
+            !github.has_branch(REPO, id.branch().as_str()),
+            "{id}'s branch deleted"
+        );
+    }
+    assert_eq!(github.delete_ref_calls().len(), 3);
     app.stop().await;
 }
 

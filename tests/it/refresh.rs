@@ -14,7 +14,7 @@ use crate::common::agents::{agent, git, Remote, REPO};
 use crate::common::dispatching::GITHUB_TOKEN;
 use crate::common::server::{read_log, Server};
 use crate::common::{board, within, TestApp, TestDb, ADMIN_TOKEN};
-use crate::land::{app, check_run, config, create_task, in_review, post, settle};
+use crate::land::{app, check_run, config, create_task, in_review, merged, post, settle};
 use crate::providers::github::fake::FakeGithub;
 use crate::providers::github::gh_fixture as fixture;
 
@@ -195,6 +195,17 @@ async fn a_moved_base_refreshes_the_branch_once_and_auto_land_merges_the_refresh
     assert_eq!(calls[0].body["sha"], json!(to));
     let row = board::row_in(&store, id).await.unwrap();
     assert!(!row.needs_human, "no person involved: {row:?}");
+
+    // Merged: done, and its branch, at the refreshed head pidevops pushed, deleted once.
+    fake.set_branch(REPO, id.branch().as_str(), &to);
+    post(&base, "pull_request", "merged", &merged(id, number)).await;
+    settle(&app).await;
+    assert_eq!(
+        board::row_in(&store, id).await.unwrap().column,
+        Column::Done
+    );
+    assert_eq!(fake.delete_ref_calls().len(), 1);
+    assert!(!fake.has_branch(REPO, id.branch().as_str()));
 }
 
 async fn a_conflict_flags_the_task_with_its_files_and_a_persons_push_is_never_overwritten(

@@ -220,6 +220,10 @@ pub struct RepoTable {
     /// `merge` or `off`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refresh: Option<RefreshMode>,
+    /// Whether pidevops deletes its own branch (`pidevops/<task>`) once the task's pull or merge request merged or
+    /// the task was cancelled, and only while its head is a commit pidevops pushed. Default: true.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delete_branch: Option<bool>,
 }
 
 /// `[repos."o/n"] forge`: where a repository's tasks land.

@@ -195,6 +195,7 @@ mod tests {
             base: "main".to_owned(),
             forge: None,
             host: CodeHost::Github,
+            keeps_branches: false,
         };
         let command = workspaces.git(Some(&source));
         let env: HashMap<String, String> = command
@@ -225,6 +226,7 @@ mod tests {
             base: "main".to_owned(),
             forge: None,
             host: CodeHost::Github,
+            keeps_branches: false,
         };
         assert!(env_of(&workspaces.git(Some(&local))).is_empty());
     }
@@ -245,6 +247,7 @@ mod tests {
             base: "main".to_owned(),
             forge: None,
             host,
+            keeps_branches: false,
         }
     }
 

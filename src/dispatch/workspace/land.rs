@@ -57,7 +57,96 @@ pub enum LandResult {
     Missing,
 }
 
+/// What became of a landed task's branch on the remote ([`Workspaces::delete_landed_branch`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BranchLeft {
+    /// Deleted: its head was the commit pidevops recorded.
+    Deleted,
+    /// Not there (deleted already: a repeat, or a person).
+    Gone,
+    /// Kept: its head is `head`, not the recorded commit (someone pushed to it), or it moved under the delete.
+    Kept { head: String },
+}
+
 impl Workspaces {
+    /// Deletes `request`'s branch on `source`'s remote once its task landed, only while its head is the recorded
+    /// commit: `ls-remote` reads it, and the delete is a push leased on that commit
+    /// (`--force-with-lease=refs/heads/<branch>:<commit>`), so a person's push, even one made between the read
+    /// and the delete, is never deleted. From an empty repository of its own under `land/` (a delete sends no
+    /// objects). Safe to repeat: a branch gone is [`BranchLeft::Gone`].
+    pub async fn delete_landed_branch(
+        &self,
+        request: &LandRequest,
+        source: &RepoSource,
+    ) -> Result<BranchLeft, WorkspaceError> {
+        self.check_token(&request.repo, source)?;
+        let branch_ref = format!("refs/heads/{}", request.branch.as_str());
+        let listed = self
+            .run_git(
+                &format!("reading {}", request.branch.as_str()),
+                Some(source),
+                &["ls-remote", "--", &source.url, &branch_ref],
+                None,
+            )
+            .await?;
+        let Some(head) = listed
+            .lines()
+            .find_map(|line| line.split_once('\t').filter(|(_, r)| *r == branch_ref))
+            .map(|(sha, _)| sha.to_owned())
+        else {
+            return Ok(BranchLeft::Gone);
+        };
+        if !head.eq_ignore_ascii_case(&request.commit) {
+            return Ok(BranchLeft::Kept { head });
+        }
+        let task_dir = self.root.join("land").join(request.task.to_string());
+        let dir = task_dir.join(uuid::Uuid::now_v7().to_string());
+        let repo = dir.join("delete.git");
+        let repo_str = repo.to_string_lossy().into_owned();
+        let made = self
+            .run_git(
+                "making the delete's repository",
+                None,
+                &["init", "--bare", "--quiet", &repo_str],
+                None,
+            )
+            .await;
+        let lease = format!("--force-with-lease={branch_ref}:{}", request.commit);
+        let refspec = format!(":{branch_ref}");
+        let pushed = match made {
+            Ok(_) => {
+                self.run_git(
+                    &format!("deleting {}", request.branch.as_str()),
+                    Some(source),
+                    &[
+                        &format!("--git-dir={repo_str}"),
+                        "push",
+                        "--quiet",
+                        &lease,
+                        "--",
+                        &source.url,
+                        &refspec,
+                    ],
+                    None,
+                )
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        let _ = tokio::fs::remove_dir_all(&dir).await;
+        let _ = tokio::fs::remove_dir(&task_dir).await;
+        match pushed {
+            Ok(_) => Ok(BranchLeft::Deleted),
+            // The lease refused it: the branch moved (or went) between the read and the delete.
+            Err(WorkspaceError::Git { detail, .. }) if detail.contains("stale info") => {
+                Ok(BranchLeft::Kept {
+                    head: "moved during the delete".to_owned(),
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Lands `request`'s commit on `source`'s base (see the module doc).
     pub async fn land(
         &self,

@@ -55,7 +55,7 @@ mod worktree;
 
 pub use combine::{CombineRequest, Combined, Combiner};
 pub use gc::GcReport;
-pub use land::{LandRequest, LandResult};
+pub use land::{BranchLeft, LandRequest, LandResult};
 pub use refresh::{RefreshRequest, RefreshResult};
 
 use std::collections::HashMap;

@@ -13,7 +13,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 
 use crate::effects::{CallError, Produced};
-use crate::tasks::{BranchName, MergeMethod, RepoName};
+use crate::tasks::{BranchName, CommitSha, MergeMethod, RepoName};
 
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -413,6 +413,74 @@ impl GithubClient {
     }
 }
 
+impl GithubClient {
+    /// Deletes `branch` of `repo` if its head is one of `ours` (the commits pidevops pushed for it): the branch
+    /// is read first (`GET …/git/ref/heads/<branch>`), and one whose head is anything else (a person pushed to
+    /// it) is kept, the answer saying why. Gone already (404 on the read; 404 or GitHub's 422 "Reference does
+    /// not exist" on the delete) is a success, so a repeat after a crash deletes nothing more. GitHub's delete
+    /// takes no lease: a push between the read and the delete is the one window this cannot close.
+    pub async fn delete_branch(
+        &self,
+        repo: &RepoName,
+        branch: &BranchName,
+        ours: &[CommitSha],
+    ) -> Result<Produced, CallError> {
+        use octocrab::models::repos::Object;
+        use octocrab::params::repos::Reference;
+        let gone = || Produced::Branch {
+            branch: branch.as_str().to_owned(),
+            deleted: false,
+            kept: None,
+        };
+        let reference = Reference::Branch(branch.as_str().to_owned());
+        let (owner, name) = parts(repo)?;
+        let repos = self.api.repos(owner, name);
+        let head = match repos.get_ref(&reference).await {
+            Ok(found) => found.object,
+            Err(e) if status_of(&e) == Some(404) => return Ok(gone()),
+            Err(e) => return Err(classify("reading the branch", e)),
+        };
+        let sha = match &head {
+            Object::Commit { sha, .. } => Some(sha.as_str()),
+            _ => None,
+        };
+        let Some(sha) = sha.filter(|sha| ours.iter().any(|c| c.as_str().eq_ignore_ascii_case(sha)))
+        else {
+            let what = sha.map_or_else(
+                || "is not a commit".to_owned(),
+                |sha| format!("is {}", short(sha)),
+            );
+            return Ok(Produced::Branch {
+                branch: branch.as_str().to_owned(),
+                deleted: false,
+                kept: Some(format!(
+                    "its head {what}, not a commit pidevops pushed for the task: someone else's work is on it"
+                )),
+            });
+        };
+        match repos.delete_ref(&reference).await {
+            Ok(()) => {
+                tracing::info!(%repo, branch = branch.as_str(), head = short(sha), "branch deleted");
+                Ok(Produced::Branch {
+                    branch: branch.as_str().to_owned(),
+                    deleted: true,
+                    kept: None,
+                })
+            }
+            Err(e) if matches!(status_of(&e), Some(404 | 422)) => Ok(gone()),
+            Err(e) => Err(classify("deleting the branch", e)),
+        }
+    }
+}
+
+/// The HTTP status GitHub answered with, when it answered.
+fn status_of(error: &octocrab::Error) -> Option<u16> {
+    match error {
+        octocrab::Error::GitHub { source, .. } => Some(source.status_code.as_u16()),
+        _ => None,
+    }
+}
+
 /// What GitHub answered, read as octocrab's model, with its JSON as it came: callers decide on the model's fields
 /// and record the JSON (an event appended "as the webhook would have said" keeps what GitHub said, field for
 /// field, which is what reactions and intake read back, including what octocrab's models leave out).
@@ -455,10 +523,7 @@ pub struct Webhook {
 /// [`classify`], with what a 404 or 403 on a repository's hooks means: GitHub answers 404 (not 403) to a token
 /// that may read the repository but not administer it, and to one that cannot see it at all.
 fn hook_error(repo: &RepoName, what: &str, error: octocrab::Error) -> CallError {
-    let status = match &error {
-        octocrab::Error::GitHub { source, .. } => Some(source.status_code.as_u16()),
-        _ => None,
-    };
+    let status = status_of(&error);
     match classify(what, error) {
         CallError::Permanent { message } if matches!(status, Some(403 | 404)) => CallError::Permanent {
             message: format!(

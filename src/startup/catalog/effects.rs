@@ -102,8 +102,8 @@ fn gitlab_effects(parts: &Parts<'_>) -> anyhow::Result<Built> {
     ))
 }
 
-/// What the code hosts' policies know of the deployment: each repository's base, code host and draft setting,
-/// and how plans land.
+/// What the code hosts' policies know of the deployment: each repository's base, code host, draft and
+/// delete_branch settings, which ones pidevops's git lands, and how plans land.
 fn policy_config(settings: &Settings) -> crate::effects::PolicyConfig {
     let file = &settings.file;
     crate::effects::PolicyConfig {
@@ -121,6 +121,20 @@ fn policy_config(settings: &Settings) -> crate::effects::PolicyConfig {
             .iter()
             .filter(|(_, table)| table.draft == Some(true))
             .filter_map(|(name, _)| name.parse().ok())
+            .collect(),
+        kept_branches: file
+            .tables()
+            .repos
+            .iter()
+            .filter(|(_, table)| table.delete_branch == Some(false))
+            .filter_map(|(name, _)| name.parse().ok())
+            .collect(),
+        landed_by_git: file
+            .dispatch
+            .repos
+            .iter()
+            .filter(|(_, source)| !source.on_github() && !source.on_gitlab())
+            .map(|(repo, _)| repo.clone())
             .collect(),
         ..Default::default()
     }

@@ -47,6 +47,15 @@ pub enum GithubAction {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         method: Option<MergeMethod>,
     },
+    /// Deletes pidevops's own branch of a task done or cancelled (`branch`, always the task's `pidevops/<task>`,
+    /// in the task's own repository), only while its head is one of `commits`: the commits pidevops recorded for
+    /// the task (its runs' pushes, a plan's combinations). A head that is anything else is kept, and why is said.
+    #[serde(rename = "github_delete_branch")]
+    DeleteBranch {
+        repo: RepoName,
+        branch: BranchName,
+        commits: Vec<CommitSha>,
+    },
 }
 
 impl ProviderAction for GithubAction {
@@ -56,6 +65,7 @@ impl ProviderAction for GithubAction {
             GithubAction::Comment { .. } => "github_comment",
             GithubAction::Reaction { .. } => "github_reaction",
             GithubAction::MergePullRequest { .. } => "github_merge_pull_request",
+            GithubAction::DeleteBranch { .. } => "github_delete_branch",
         }
     }
 
@@ -69,6 +79,8 @@ impl ProviderAction for GithubAction {
             GithubAction::Reaction { .. } => true,
             // Reads the pull request first: one already merged (by the attempt cut off) is a success, not a merge.
             GithubAction::MergePullRequest { .. } => true,
+            // Reads the branch first: one gone already (deleted by the attempt cut off) is a success.
+            GithubAction::DeleteBranch { .. } => true,
         }
     }
 }

@@ -28,6 +28,7 @@ use combined::{after_plan_pull_request, lands_with_its_plan, plan_pull_request};
 pub use action::GithubAction;
 
 mod action;
+pub mod branch;
 pub mod combined;
 
 /// The `effects:github` policy: pull requests and issue comments.
@@ -87,14 +88,16 @@ impl ProviderPolicy for GithubPolicy {
         match event {
             TaskEvent::SubmittedForReview { .. }
             | TaskEvent::Combined { .. }
-            | TaskEvent::FlaggedNeedsHuman { .. } => true,
+            | TaskEvent::FlaggedNeedsHuman { .. }
+            // Its branch, deleted once the task is done or cancelled, a plan's once it rolls up so (`branch.rs`).
+            | TaskEvent::Completed { .. }
+            | TaskEvent::Cancelled { .. }
+            | TaskEvent::RolledUp { .. } => true,
             TaskEvent::Created(_)
             | TaskEvent::Approved { .. }
             | TaskEvent::Rejected { .. }
             | TaskEvent::Started { .. }
-            | TaskEvent::Completed { .. }
             | TaskEvent::Retried { .. }
-            | TaskEvent::Cancelled { .. }
             | TaskEvent::Archived { .. }
             | TaskEvent::NeedsHumanCleared { .. }
             | TaskEvent::SpecUpdated { .. }
@@ -110,7 +113,6 @@ impl ProviderPolicy for GithubPolicy {
             | TaskEvent::PlanApproved { .. }
             | TaskEvent::PlanRejected { .. }
             | TaskEvent::ChildrenCreated { .. }
-            | TaskEvent::RolledUp { .. }
             | TaskEvent::CheckPassed { .. }
             | TaskEvent::ReviewApproved { .. }
             | TaskEvent::ApprovalWithdrawn { .. }
@@ -154,6 +156,15 @@ impl ProviderPolicy for GithubPolicy {
                 }
             }
             requests.push(plan_pull_request(task, combination, &items, &self.config));
+        }
+        if branch::may_delete(task_event, task, &self.config) {
+            let commits = branch::recorded_commits(fx.log(), &loaded.events).await?;
+            requests.extend(branch::delete_branch(
+                task_event,
+                task,
+                commits,
+                &self.config,
+            ));
         }
         // A GitLab-hosted repository's task lands through its merge request: nothing of GitHub's to merge.
         if landing::may_land(task_event) && self.config.host_of(task.repo()) == Source::Github {
@@ -235,6 +246,11 @@ impl ProviderPolicy for GithubPolicy {
                     .merge_pull_request(repo, *number, sha.as_str(), *method)
                     .await
             }
+            GithubAction::DeleteBranch {
+                repo,
+                branch,
+                commits,
+            } => self.client.delete_branch(repo, branch, commits).await,
         }
     }
 }

@@ -72,7 +72,7 @@ impl GitlabClient {
 
     /// The task's merge request from `source_branch` into `target_branch`: the one already open from the
     /// project's own branch (`GET …/merge_requests?source_branch=…&state=opened`), else a new one (`POST`,
-    /// `remove_source_branch` false).
+    /// `remove_source_branch` as asked: GitLab deletes the branch when the merge request merges).
     pub async fn open_merge_request(
         &self,
         project: &RepoName,
@@ -80,6 +80,7 @@ impl GitlabClient {
         target_branch: &str,
         title: &str,
         description: &str,
+        remove_source_branch: bool,
     ) -> Result<Produced, CallError> {
         let url = self.merge_requests_url(project);
         let open: Vec<MergeRequest> = self
@@ -103,7 +104,7 @@ impl GitlabClient {
                     "target_branch": target_branch,
                     "title": title,
                     "description": super::without_quick_actions(description),
-                    "remove_source_branch": false,
+                    "remove_source_branch": remove_source_branch,
                 })),
             )
             .await?;
@@ -114,8 +115,9 @@ impl GitlabClient {
     /// `merged` false; one not open, from a fork, or whose head is not `sha` is refused for good. A draft is marked
     /// ready first (auto-land's rules, its checks and approvals, are what the repository asked for). The merge
     /// asks `merge_when_pipeline_succeeds` (a pipeline still running on the head merges it when it passes) with
-    /// `sha`; GitLab's 405, 406, 409 and 422 (not mergeable, conflicts, head moved) are permanent: the task is
-    /// flagged.
+    /// `sha`, and leaves the source branch to the merge request's own setting (ours when opened: `[repos]
+    /// delete_branch`); GitLab's 405, 406, 409 and 422 (not mergeable, conflicts, head moved) are permanent: the
+    /// task is flagged.
     pub async fn merge_merge_request(
         &self,
         project: &RepoName,
@@ -176,7 +178,6 @@ impl GitlabClient {
                     .json(&serde_json::json!({
                         "sha": sha,
                         "merge_when_pipeline_succeeds": true,
-                        "should_remove_source_branch": false,
                     })),
             )
             .await?;

@@ -33,6 +33,10 @@ pub enum GitlabAction {
         description: String,
         #[serde(default)]
         draft: bool,
+        /// GitLab deletes the source branch when the merge request merges (`[repos] delete_branch`, default
+        /// true); a request recorded before the key existed kept it.
+        #[serde(default)]
+        remove_source_branch: bool,
     },
     /// Merges the task's merge request `iid` at commit `sha` (auto-land): GitLab refuses if its head moved.
     #[serde(rename = "gitlab_merge_merge_request")]

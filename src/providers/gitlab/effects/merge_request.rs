@@ -19,7 +19,8 @@ pub fn hosted_here(task: &Task, config: &PolicyConfig) -> bool {
 
 /// The merge request a GitLab-hosted task's submission for review asks for: from `pidevops/<task>` to the
 /// repository's base, titled `<task>: <title>` (made inert), described by the shared writer, a draft when the
-/// repository says `draft = true`. One per task: a later attempt pushes to the same branch, which updates it.
+/// repository says `draft = true`, GitLab deleting its branch when it merges unless the repository says
+/// `delete_branch = false`. One per task: a later attempt pushes to the same branch, which updates it.
 pub fn merge_request(
     event: &TaskEvent,
     task: &Task,
@@ -47,6 +48,7 @@ pub fn merge_request(
             },
             description: crate::effects::pull_request::task_body(task),
             draft,
+            remove_source_branch: config.deletes_branches(task.repo()),
         },
     })
 }
@@ -208,10 +210,12 @@ mod tests {
             title,
             description,
             draft,
+            remove_source_branch,
         } = &asked.action
         else {
             panic!("{asked:?}");
         };
+        assert!(remove_source_branch, "delete_branch is on by default");
         assert_eq!(project.as_str(), PROJECT);
         assert_eq!(
             (source_branch.as_str(), target_branch.as_str()),
@@ -247,6 +251,24 @@ mod tests {
         };
         assert!(draft);
         assert!(title.starts_with("Draft: T-4: "), "{title}");
+    }
+
+    #[test]
+    fn delete_branch_false_keeps_the_source_branch() {
+        let (task, submitted) = in_review(PROJECT);
+        let keeps = PolicyConfig {
+            kept_branches: [PROJECT.parse().unwrap()].into(),
+            ..config(false)
+        };
+        let asked = merge_request(&submitted, &task, &keeps).expect("a merge request");
+        let GitlabAction::OpenMergeRequest {
+            remove_source_branch,
+            ..
+        } = &asked.action
+        else {
+            panic!("{asked:?}");
+        };
+        assert!(!remove_source_branch);
     }
 
     #[test]

@@ -173,9 +173,17 @@ impl ProviderPolicy for GitlabPolicy {
                 title,
                 description,
                 draft: _,
+                remove_source_branch,
             } => {
                 self.client
-                    .open_merge_request(project, source_branch, target_branch, title, description)
+                    .open_merge_request(
+                        project,
+                        source_branch,
+                        target_branch,
+                        title,
+                        description,
+                        *remove_source_branch,
+                    )
                     .await
             }
             GitlabAction::MergeMergeRequest { project, iid, sha } => {

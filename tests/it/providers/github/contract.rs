@@ -9,7 +9,7 @@ use pidevops::providers::github::reactions::decide;
 use pidevops::reactions::Reaction;
 use serde_json::{json, Value};
 
-use crate::providers::github::fake::FakeGithub;
+use crate::providers::github::fake::{Failure, FakeGithub};
 
 const FAMILIES: [&str; 8] = [
     "issues",
@@ -392,6 +392,49 @@ async fn the_fake_githubs_answers_round_trip_through_octocrabs_models() {
     assert_eq!(suites.check_suites[0].head_sha, sha);
 
     answer::<Author>(&fake, Method::GET, "/user", None).await;
+
+    fake.set_branch("acme/app", "pidevops/T-1", &sha);
+    let (status, branch) = answer::<octocrab::models::repos::Ref>(
+        &fake,
+        Method::GET,
+        "/repos/acme/app/git/ref/heads/pidevops/T-1",
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(branch.ref_field, "refs/heads/pidevops/T-1");
+    assert!(
+        matches!(&branch.object, octocrab::models::repos::Object::Commit { sha: at, .. } if *at == sha),
+        "{branch:?}"
+    );
+    let deleted = reqwest::Client::new()
+        .delete(format!(
+            "{}/repos/acme/app/git/refs/heads/pidevops/T-1",
+            fake.url
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
+    let (status, gone) = answer::<Value>(
+        &fake,
+        Method::DELETE,
+        "/repos/acme/app/git/refs/heads/pidevops/T-1",
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, gone["message"].as_str()),
+        (422, Some("Reference does not exist"))
+    );
+    let (status, _) = answer::<Value>(
+        &fake,
+        Method::GET,
+        "/repos/acme/app/git/ref/heads/pidevops/T-1",
+        None,
+    )
+    .await;
+    assert_eq!(status, 404);
 }
 
 /// pidevops's GitHub client against the fake: every call reads its answer through octocrab's model, and the
@@ -494,4 +537,57 @@ async fn the_client_reads_every_answer_of_the_fake_through_octocrabs_models() {
         panic!("merged twice");
     };
     assert_eq!(fake.merge_calls().len(), 1);
+
+    // pidevops's branch: kept while its head is not ours, deleted when it is, gone on a repeat.
+    let ours = pidevops::tasks::CommitSha::new(&sha).unwrap();
+    fake.set_branch("acme/app", "pidevops/T-1", &"c".repeat(40));
+    let kept = client
+        .delete_branch(&repo, &head, std::slice::from_ref(&ours))
+        .await
+        .unwrap();
+    let Produced::Branch {
+        deleted: false,
+        kept: Some(why),
+        ..
+    } = &kept
+    else {
+        panic!("{kept:?}");
+    };
+    assert!(why.contains("ccccccc"), "{why}");
+    assert!(fake.has_branch("acme/app", "pidevops/T-1"));
+    fake.set_branch("acme/app", "pidevops/T-1", &sha);
+    for deleted in [true, false] {
+        let answered = client
+            .delete_branch(&repo, &head, std::slice::from_ref(&ours))
+            .await
+            .unwrap();
+        assert_eq!(
+            answered,
+            Produced::Branch {
+                branch: "pidevops/T-1".to_owned(),
+                deleted,
+                kept: None
+            }
+        );
+    }
+    assert!(!fake.has_branch("acme/app", "pidevops/T-1"));
+    assert_eq!(fake.delete_ref_calls().len(), 1);
+    // Gone between the read and the delete (a person, GitHub's own "delete head branches"): GitHub's 422
+    // "Reference does not exist" is a success, not a failure.
+    fake.set_branch("acme/app", "pidevops/T-1", &sha);
+    fake.fail_next(axum::http::Method::DELETE, Failure::Status(422));
+    let raced = client
+        .delete_branch(&repo, &head, std::slice::from_ref(&ours))
+        .await;
+    assert!(
+        matches!(
+            raced,
+            Ok(Produced::Branch {
+                deleted: false,
+                kept: None,
+                ..
+            })
+        ),
+        "{raced:?}"
+    );
 }

@@ -87,7 +87,8 @@ async fn a_submitted_gitlab_task_gets_one_merge_request_linked_and_noted_and_no_
     assert!(mr
         .description
         .contains(&format!("Opened by pidevops for {id}")));
-    assert_eq!(mr.remove_source_branch, Some(false));
+    // `[repos] delete_branch` unset (true): GitLab deletes the branch when the merge request merges.
+    assert_eq!(mr.remove_source_branch, Some(true));
     assert_eq!(mr.token, TOKEN);
     let links = task_links(&app, id).await;
     let linked = links.get(GITLAB_MR).expect("linked");
@@ -359,6 +360,7 @@ async fn our_git_sends_the_gitlab_token_only_to_gitlab_s_host_for_a_gitlab_repos
         base: "main".to_owned(),
         forge: None,
         host,
+        keeps_branches: false,
     };
     let repo = REPO.parse().unwrap();
     // Each fetch fails (the fake has no repository): what matters is what its requests carried.

@@ -3,10 +3,11 @@
 //! `Retry-After`) when told to.
 //! Its pull request bodies are GitHub's own (the `pull_request.opened` fixture), so the real client parses them.
 //! Merging (the repository's merge methods, the merge itself, a merge held until a test lets it answer) is in
-//! `fake/merge.rs`; repository webhooks in `fake/hooks.rs`.
+//! `fake/merge.rs`; repository webhooks in `fake/hooks.rs`; branches (git refs: read, deleted) in `fake/refs.rs`.
 
 pub mod hooks;
 pub mod merge;
+pub mod refs;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -67,6 +68,8 @@ struct Inner {
     issues: std::collections::BTreeMap<(String, u64), Value>,
     /// Reactions on issue comments: (repo, comment id, content), one per content as GitHub keeps them.
     reactions: Vec<(String, u64, String)>,
+    /// Branches a test set: (repo, branch) → head commit.
+    branches: std::collections::BTreeMap<(String, String), String>,
 }
 
 #[derive(Clone, Default)]
@@ -109,6 +112,14 @@ impl FakeGithub {
             .route(
                 "/repos/{owner}/{repo}/commits/{sha}/check-suites",
                 get(check_suites),
+            )
+            .route(
+                "/repos/{owner}/{repo}/git/ref/{*reference}",
+                get(refs::get_ref),
+            )
+            .route(
+                "/repos/{owner}/{repo}/git/refs/{*reference}",
+                axum::routing::delete(refs::delete_ref),
             )
             .route("/user", get(current_user))
             .with_state(fake.clone());
