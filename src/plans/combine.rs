@@ -146,7 +146,8 @@ impl Combine {
                     | TaskEvent::ReviewApproved { .. }
                     | TaskEvent::ApprovalWithdrawn { .. }
                     | TaskEvent::Combined { .. }
-                    | TaskEvent::Landed { .. } => return Ok(()),
+                    | TaskEvent::Landed { .. }
+                    | TaskEvent::WentStale { .. } => return Ok(()),
                 }
             }
             _ => return Ok(()),

@@ -128,7 +128,8 @@ impl Plans {
             | TaskEvent::ReviewApproved { .. }
             | TaskEvent::ApprovalWithdrawn { .. }
             | TaskEvent::Combined { .. }
-            | TaskEvent::Landed { .. } => Ok(()),
+            | TaskEvent::Landed { .. }
+            | TaskEvent::WentStale { .. } => Ok(()),
         }
     }
 

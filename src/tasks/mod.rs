@@ -26,6 +26,7 @@ pub use domain::{
 pub use domain::{
     landing, CommitSha, FactName, LandConfig, LandMode, Landing, MergeMethod, Readiness,
 };
+pub use domain::{stale, StaleAction, StaleRule};
 pub use values::{
     is_slack_id, is_slack_ts, AgentName, ApprovalPolicy, BranchName, Column, FollowUpOrigin,
     FollowUpText, GithubRef, GitlabIssueRef, GitlabMrRef, LinearIssue, LinkConflict, LinkKey,

@@ -139,6 +139,16 @@ pub fn summarize(event: &TaskEvent) -> String {
             fast_forward,
             ..
         } => landed(commit, onto, *fast_forward),
+        TaskEvent::WentStale {
+            after_h, action, ..
+        } => match action {
+            crate::tasks::StaleAction::Remind => {
+                format!("no activity in review for {after_h} h: a reminder sent where it came from")
+            }
+            crate::tasks::StaleAction::Close => {
+                format!("no activity in review for {after_h} h: its pull request closed")
+            }
+        },
         TaskEvent::LinksAttached { links, .. } => {
             let keys: Vec<String> = link_keys(links)
                 .into_iter()
@@ -268,7 +278,8 @@ pub(super) fn links_of(event: &TaskEvent) -> Vec<(LinkKind, String)> {
         | TaskEvent::ReviewApproved { .. }
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
-        | TaskEvent::Landed { .. } => Vec::new(),
+        | TaskEvent::Landed { .. }
+        | TaskEvent::WentStale { .. } => Vec::new(),
     }
 }
 

@@ -4,7 +4,10 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{AttemptReport, CombinedItem, CommitSha, FactName, Family, RetryCause, TriageOutcome};
+use super::{
+    AttemptReport, CombinedItem, CommitSha, FactName, Family, RetryCause, StaleAction,
+    TriageOutcome,
+};
 use crate::tasks::plan::PlanDocument;
 use crate::tasks::values::{
     AgentName, ApprovalPolicy, BranchName, Column, FollowUpOrigin, FollowUpText, GithubRef, Links,
@@ -219,6 +222,13 @@ pub enum TaskEvent {
         /// The base moved to `commit` itself; otherwise `onto` is a merge commit (or the base held it already).
         fast_forward: bool,
     },
+    /// In review with no activity for `after_h` hours (`[repos."o/n"] stale_after_h`), once per review episode:
+    /// its source is reminded (`remind`), or its pull request is closed and `cancelled` follows (`close`).
+    WentStale {
+        at: DateTime<Utc>,
+        after_h: u32,
+        action: StaleAction,
+    },
 }
 
 impl TaskEvent {
@@ -258,7 +268,8 @@ impl TaskEvent {
             | TaskEvent::ReviewApproved { at, .. }
             | TaskEvent::ApprovalWithdrawn { at, .. }
             | TaskEvent::Combined { at, .. }
-            | TaskEvent::Landed { at, .. } => *at,
+            | TaskEvent::Landed { at, .. }
+            | TaskEvent::WentStale { at, .. } => *at,
         }
     }
 }

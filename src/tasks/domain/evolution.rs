@@ -78,6 +78,7 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
             task.report = (**report).clone();
             task.branch = Some(branch.clone());
             task.reviewed_run = Some(*run);
+            task.stale_since = None;
             // A new push: approvals and checks of the code before it do not count.
             landing::evolve(task, event, LandingFact::NewPush)?;
             // A newer pull request supersedes the old one; no submission removes a link.
@@ -191,6 +192,7 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
         TaskEvent::Combined { .. } => super::combined::apply(task, event)?,
         // Its `completed` follows and closes the task.
         TaskEvent::Landed { .. } => require(task, event, &[Column::InReview])?,
+        TaskEvent::WentStale { at, .. } => super::stale::evolve(task, event, *at)?,
     }
     Ok(())
 }
@@ -485,6 +487,7 @@ impl Task {
             run: None,
             branch: None,
             reviewed_run: None,
+            stale_since: None,
             last_failure: None,
             closed_reason: None,
             follow_ups: Vec::new(),

@@ -409,7 +409,8 @@ pub fn may_land(event: &TaskEvent) -> bool {
         | TaskEvent::RolledUp { .. }
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
-        | TaskEvent::Landed { .. } => false,
+        | TaskEvent::Landed { .. }
+        | TaskEvent::WentStale { .. } => false,
     }
 }
 

@@ -21,6 +21,7 @@ mod event;
 mod evolution;
 mod family;
 pub mod landing;
+pub mod stale;
 mod ticket;
 
 pub use combined::{Combination, CombinedItem, PlanLand};
@@ -32,6 +33,7 @@ pub use event::{TaskCreated, TaskEvent, TaskEventKind};
 pub use evolution::{evolve, replay};
 pub use family::{roll_up, ChildView, PlanState, RollUp, TriageOutcome, TriageState};
 pub use landing::{CommitSha, FactName, LandConfig, LandMode, Landing, MergeMethod, Readiness};
+pub use stale::{StaleAction, StaleRule};
 
 use super::plan::{PlanDocument, Scope};
 use super::values::{
@@ -112,6 +114,9 @@ pub struct Task {
     /// The run whose push is in review (set by its submission): what `pidevops task land` merges.
     #[serde(skip)]
     reviewed_run: Option<RunId>,
+    /// When this review episode went stale (`went_stale`); cleared by the next submission for review.
+    #[serde(skip)]
+    stale_since: Option<DateTime<Utc>>,
 }
 
 /// What an attempt submitted for review says of itself, for its pull request and its page: the agent's own
@@ -272,6 +277,10 @@ impl Task {
     /// The agent profile the task asked for, if it asked.
     pub fn agent(&self) -> Option<&AgentName> {
         self.agent.as_ref()
+    }
+    /// When this review episode went stale, if it did (see [`stale`]).
+    pub fn stale_since(&self) -> Option<DateTime<Utc>> {
+        self.stale_since
     }
     /// What passed and who approved on the head commit since the last submission for review.
     pub fn landing(&self) -> &Landing {
@@ -540,6 +549,14 @@ pub enum Command {
         onto: CommitSha,
         fast_forward: bool,
     },
+    /// The loop `stale_reviews` saw the task in review untouched since `last_activity` for `after_h` hours:
+    /// `went_stale` (and, under `close`, its cancellation), unless it was touched since or marked already in this
+    /// review episode (then nothing). See `stale.rs`.
+    MarkStale {
+        after_h: u32,
+        action: StaleAction,
+        last_activity: DateTime<Utc>,
+    },
 }
 
 impl Command {
@@ -576,6 +593,7 @@ impl Command {
             Command::WithdrawApproval { .. } => "withdraw-approval",
             Command::RecordCombined { .. } => "record-combined",
             Command::RecordLanded { .. } => "record-landed",
+            Command::MarkStale { .. } => "mark-stale",
         }
     }
 }

@@ -114,7 +114,8 @@ impl ProviderPolicy for GithubPolicy {
             | TaskEvent::CheckPassed { .. }
             | TaskEvent::ReviewApproved { .. }
             | TaskEvent::ApprovalWithdrawn { .. }
-            | TaskEvent::Landed { .. } => landing::may_land(event),
+            | TaskEvent::Landed { .. }
+            | TaskEvent::WentStale { .. } => landing::may_land(event),
         }
     }
 
@@ -288,7 +289,8 @@ pub fn github(event: &TaskEvent, task: &Task, config: &PolicyConfig) -> Vec<Requ
         | TaskEvent::ReviewApproved { .. }
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
-        | TaskEvent::Landed { .. } => Vec::new(),
+        | TaskEvent::Landed { .. }
+        | TaskEvent::WentStale { .. } => Vec::new(),
     }
 }
 

@@ -365,7 +365,8 @@ pub fn slack_notifies(event: &TaskEvent) -> bool {
         | TaskEvent::ReviewApproved { .. }
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
-        | TaskEvent::Landed { .. } => false,
+        | TaskEvent::Landed { .. }
+        | TaskEvent::WentStale { .. } => false,
     }
 }
 
@@ -480,7 +481,8 @@ pub fn slack(
         | TaskEvent::ReviewApproved { .. }
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
-        | TaskEvent::Landed { .. } => return Vec::new(),
+        | TaskEvent::Landed { .. }
+        | TaskEvent::WentStale { .. } => return Vec::new(),
     };
     vec![Request {
         key: notice_key(channel, event_id),

@@ -378,7 +378,8 @@ pub fn telegram_notifies(event: &TaskEvent) -> bool {
         | TaskEvent::ReviewApproved { .. }
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
-        | TaskEvent::Landed { .. } => false,
+        | TaskEvent::Landed { .. }
+        | TaskEvent::WentStale { .. } => false,
     }
 }
 
@@ -469,7 +470,9 @@ pub fn telegram(
         | TaskEvent::ReviewApproved { .. }
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
-        | TaskEvent::Landed { .. } => return Vec::new(),
+        | TaskEvent::Landed { .. }
+
+        | TaskEvent::WentStale { .. } => return Vec::new(),
     };
     let html = fit(&text);
     // Callback data stays far under Telegram's 64 bytes: a verb and a task id.

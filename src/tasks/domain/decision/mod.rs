@@ -222,6 +222,11 @@ pub fn decide(
             Column::Done => none,
             _ => Err(wrong(&[Column::InReview])),
         },
+        Command::MarkStale {
+            after_h,
+            action,
+            last_activity,
+        } => super::stale::decide(task, *after_h, *action, *last_activity, at),
     }
 }
 
@@ -528,7 +533,8 @@ fn waits_for_triage(command: &Command) -> bool {
         | Command::RecordApproval { .. }
         | Command::WithdrawApproval { .. }
         | Command::RecordCombined { .. }
-        | Command::RecordLanded { .. } => false,
+        | Command::RecordLanded { .. }
+        | Command::MarkStale { .. } => false,
     }
 }
 
@@ -564,6 +570,7 @@ fn is_plan_work(command: &Command) -> bool {
         | Command::RecordApproval { .. }
         | Command::WithdrawApproval { .. }
         | Command::RecordCombined { .. }
-        | Command::RecordLanded { .. } => false,
+        | Command::RecordLanded { .. }
+        | Command::MarkStale { .. } => false,
     }
 }
