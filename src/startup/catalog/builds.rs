@@ -126,3 +126,21 @@ pub(super) async fn heartbeat(log: &EventLog) -> anyhow::Result<()> {
         Err(_) => anyhow::bail!("database round trip took longer than 5 s"),
     }
 }
+
+/// The `stale_reviews` loop, judging ages by the service's clock.
+pub(super) fn stale_reviews(
+    parts: &super::Parts<'_>,
+    _: &super::PlannedLoop,
+) -> anyhow::Result<Built> {
+    let stale = Arc::new(crate::landing::stale::StaleReviews::new(
+        parts.board.clone(),
+        parts.settings.clock.clone(),
+    ));
+    Ok(Built::ticking(
+        move || {
+            let stale = stale.clone();
+            async move { stale.tick().await }
+        },
+        rest,
+    ))
+}

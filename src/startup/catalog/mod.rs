@@ -16,9 +16,10 @@ mod builds;
 mod effects;
 mod plans;
 
-use builds::{heartbeat, poller_entry, RelayJob, SlackSocketJob};
+use builds::{heartbeat, poller_entry, stale_reviews, RelayJob, SlackSocketJob};
 use plans::{
-    combine_plan, cron_plan, dispatch_loops, land_plan, poller_loop, slack_socket, telegram_updates,
+    combine_plan, cron_plan, dispatch_loops, land_plan, poller_loop, slack_socket, stale_plan,
+    telegram_updates,
 };
 
 use crate::config::Settings;
@@ -363,6 +364,10 @@ pub const CATALOG: &[Entry] = &[
             )
             .at_head())
         },
+    },
+    Entry {
+        plan: stale_plan,
+        build: stale_reviews,
     },
     Entry {
         plan: |s| vec![telegram_updates(s)],
