@@ -47,6 +47,9 @@ pub enum GithubAction {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         method: Option<MergeMethod>,
     },
+    /// Closes the task's pull request unmerged (`stale_action = "close"`).
+    #[serde(rename = "github_close_pull_request")]
+    ClosePullRequest { repo: RepoName, number: u64 },
 }
 
 impl ProviderAction for GithubAction {
@@ -56,6 +59,7 @@ impl ProviderAction for GithubAction {
             GithubAction::Comment { .. } => "github_comment",
             GithubAction::Reaction { .. } => "github_reaction",
             GithubAction::MergePullRequest { .. } => "github_merge_pull_request",
+            GithubAction::ClosePullRequest { .. } => "github_close_pull_request",
         }
     }
 
@@ -69,6 +73,8 @@ impl ProviderAction for GithubAction {
             GithubAction::Reaction { .. } => true,
             // Reads the pull request first: one already merged (by the attempt cut off) is a success, not a merge.
             GithubAction::MergePullRequest { .. } => true,
+            // Reads the pull request first: one closed already is left as it is.
+            GithubAction::ClosePullRequest { .. } => true,
         }
     }
 }

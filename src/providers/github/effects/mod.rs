@@ -29,6 +29,7 @@ pub use action::GithubAction;
 
 mod action;
 pub mod combined;
+pub mod stale;
 
 /// The `effects:github` policy: pull requests and issue comments.
 #[derive(Clone, Debug)]
@@ -87,7 +88,8 @@ impl ProviderPolicy for GithubPolicy {
         match event {
             TaskEvent::SubmittedForReview { .. }
             | TaskEvent::Combined { .. }
-            | TaskEvent::FlaggedNeedsHuman { .. } => true,
+            | TaskEvent::FlaggedNeedsHuman { .. }
+            | TaskEvent::WentStale { .. } => true,
             TaskEvent::Created(_)
             | TaskEvent::Approved { .. }
             | TaskEvent::Rejected { .. }
@@ -114,8 +116,7 @@ impl ProviderPolicy for GithubPolicy {
             | TaskEvent::CheckPassed { .. }
             | TaskEvent::ReviewApproved { .. }
             | TaskEvent::ApprovalWithdrawn { .. }
-            | TaskEvent::Landed { .. }
-            | TaskEvent::WentStale { .. } => landing::may_land(event),
+            | TaskEvent::Landed { .. } => landing::may_land(event),
         }
     }
 
@@ -138,6 +139,19 @@ impl ProviderPolicy for GithubPolicy {
                 *question,
                 &event.id.to_string(),
                 self.bot_login.as_deref(),
+                event.occurred_at,
+            ));
+        }
+        if let TaskEvent::WentStale {
+            after_h, action, ..
+        } = task_event
+        {
+            requests.extend(stale::github_stale(
+                task,
+                *after_h,
+                *action,
+                &event.id.to_string(),
+                &self.config,
                 event.occurred_at,
             ));
         }
@@ -234,6 +248,9 @@ impl ProviderPolicy for GithubPolicy {
                 self.client
                     .merge_pull_request(repo, *number, sha.as_str(), *method)
                     .await
+            }
+            GithubAction::ClosePullRequest { repo, number } => {
+                self.client.close_pull_request(repo, *number).await
             }
         }
     }
