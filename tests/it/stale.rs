@@ -5,8 +5,9 @@
 //! reason on it. Per backend.
 
 use crate::common::board::{events_of_type, new_task};
-use crate::common::{TestApp, TestDb};
+use crate::common::{within, TestApp, TestDb};
 use crate::providers::github::fake::FakeGithub;
+use crate::providers::telegram::fake::FakeTelegram;
 use pidevops::domain::clock::Clock;
 use pidevops::projectors::tasks as task_rows;
 use pidevops::tasks::{ApprovalPolicy, Column, GithubRef, Links, TaskId, GITHUB_ISSUE};
@@ -15,6 +16,7 @@ per_backend!(
     a_review_past_its_age_reminds_its_issue_once,
     without_stale_after_h_nothing_is_reminded_and_health_says_why,
     close_closes_its_pull_request_once_and_cancels_the_task,
+    a_telegram_task_s_chat_hears_once,
 );
 
 const TOKEN: &str = "ghp_fake_token_for_the_fake_github";
@@ -218,5 +220,60 @@ async fn close_closes_its_pull_request_once_and_cancels_the_task(db: TestDb) {
     tick_and_settle(&app, 2).await;
     assert_eq!(github.pulls_closed().len(), 1);
     assert_eq!(events_of_type(&app, "task.went_stale").await.len(), 1);
+    app.stop().await;
+}
+
+/// A task from Telegram: its chat hears of the stale review once, in pidevops's words, beside its other news.
+async fn a_telegram_task_s_chat_hears_once(db: TestDb) {
+    let telegram = FakeTelegram::start().await;
+    let mut settings = crate::common::settings(&db);
+    telegram.point_settings(&mut settings, "4242:fake-bot-secret");
+    settings
+        .providers
+        .set("TELEGRAM_ALLOWED_CHATS", Some("-100"))
+        .unwrap();
+    settings.file = "[repos.\"acme/app\"]\nstale_after_h = 5\n".parse().unwrap();
+    let clock = settings.clock.clone();
+    let app = TestApp::spawn(settings).await;
+    let id = new_task("Fix the login redirect")
+        .scope("src/")
+        .done_when("the tests pass")
+        .approval(ApprovalPolicy::Auto)
+        .key("test:stale-telegram")
+        .create_on(&app.state.board)
+        .await;
+    let pr = GithubRef::new("acme/app".parse().unwrap(), 7).unwrap();
+    crate::common::board::to_review(&app, id, Some(pr)).await;
+    app.project().await;
+    within(
+        std::time::Duration::from_secs(20),
+        "the review notice",
+        || async { !telegram.sent().is_empty() },
+    )
+    .await;
+    clock.advance(chrono::Duration::hours(6));
+    for _ in 0..3 {
+        app.tick("stale_reviews").await;
+        app.project().await;
+    }
+    within(
+        std::time::Duration::from_secs(20),
+        "the reminder",
+        || async { telegram.sent().len() >= 2 },
+    )
+    .await;
+    app.drive("effects:telegram").await;
+    app.tick("stale_reviews").await;
+    app.drive("effects:telegram").await;
+    let sent = telegram.sent();
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert_eq!(sent[1].chat, -100);
+    assert!(
+        sent[1].text.starts_with(&format!(
+            "⏰ <b>{id}</b> Fix the login redirect <i>(acme/app)</i>\nin review for 5 h without activity"
+        )),
+        "{}",
+        sent[1].text
+    );
     app.stop().await;
 }
