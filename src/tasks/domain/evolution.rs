@@ -192,7 +192,11 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
         TaskEvent::Combined { .. } => super::combined::apply(task, event)?,
         // Its `completed` follows and closes the task.
         TaskEvent::Landed { .. } => require(task, event, &[Column::InReview])?,
-        TaskEvent::WentStale { at, .. } => super::stale::evolve(task, event, *at)?,
+        // Ends the review episode until the next submission (`stale.rs`).
+        TaskEvent::WentStale { at, .. } => {
+            require(task, event, &[Column::InReview])?;
+            task.stale_since = Some(*at);
+        }
     }
     Ok(())
 }

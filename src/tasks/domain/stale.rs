@@ -5,13 +5,16 @@
 //! "Touched" is the task's own stream: its last event's time ([`Task::updated_at`]). Everything pidevops records
 //! about a task in review is there: a passing check, an approval, a comment addressed to pidevops, a follow-up,
 //! a link. What a code host says that pidevops does not record (a stranger's comment, a push by hand) is not.
+//!
+//! `decide` records it (`Command::MarkStale`, `decision/mod.rs`) and `evolve` ends the episode; this module names
+//! no other part of the aggregate, so it closes no cycle among them.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::super::values::{Column, Reason, TaskKind};
-use super::{Command, Task, TaskError, TaskEvent};
+use super::{Command, Task};
 
 /// The longest age a repository may set: a year.
 pub const MAX_STALE_AFTER_H: u32 = 24 * 366;
@@ -65,37 +68,6 @@ impl StaleRule {
     }
 }
 
-/// `Command::MarkStale`: nothing unless the task is still in review, not marked in this episode, and untouched
-/// since `last_activity` (what the loop saw when it judged the age); then `went_stale`, and under `close` its
-/// cancellation with the reason a person reads on its page.
-pub(super) fn decide(
-    task: &Task,
-    after_h: u32,
-    action: StaleAction,
-    last_activity: DateTime<Utc>,
-    at: DateTime<Utc>,
-) -> Result<Vec<TaskEvent>, TaskError> {
-    if task.column != Column::InReview
-        || task.kind != TaskKind::Task
-        || task.stale_since.is_some()
-        || task.updated_at != last_activity
-    {
-        return Ok(Vec::new());
-    }
-    let mut events = vec![TaskEvent::WentStale {
-        at,
-        after_h,
-        action,
-    }];
-    if action == StaleAction::Close {
-        events.push(TaskEvent::Cancelled {
-            at,
-            reason: close_reason(task, after_h),
-        });
-    }
-    Ok(events)
-}
-
 /// Why a stale task was cancelled: on its page, in its source's notice and in its pull request's comment.
 pub fn close_reason(task: &Task, after_h: u32) -> Reason {
     let what = task
@@ -104,17 +76,6 @@ pub fn close_reason(task: &Task, after_h: u32) -> Reason {
     Reason::summarize(&format!(
         "no activity in review for {after_h} h: {what} closed (stale_action = \"close\")"
     ))
-}
-
-/// `went_stale` needs the task in review; it ends the episode until the next submission.
-pub(super) fn evolve(
-    task: &mut Task,
-    event: &TaskEvent,
-    at: DateTime<Utc>,
-) -> Result<(), TaskError> {
-    super::evolution::require(task, event, &[Column::InReview])?;
-    task.stale_since = Some(at);
-    Ok(())
 }
 
 #[cfg(test)]
