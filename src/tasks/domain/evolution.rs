@@ -192,12 +192,15 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
         TaskEvent::Combined { .. } => super::combined::apply(task, event)?,
         // Its `completed` follows and closes the task.
         TaskEvent::Landed { .. } => require(task, event, &[Column::InReview])?,
-        // Ends the review episode until the next submission (`stale.rs`).
-        TaskEvent::WentStale { at, .. } => {
-            require(task, event, &[Column::InReview])?;
-            task.stale_since = Some(*at);
-        }
+        TaskEvent::WentStale { at, .. } => went_stale(task, event, *at)?,
     }
+    Ok(())
+}
+
+/// `went_stale` ends the review episode until the next submission (`stale.rs`).
+fn went_stale(task: &mut Task, event: &TaskEvent, at: DateTime<Utc>) -> Result<(), TaskError> {
+    require(task, event, &[Column::InReview])?;
+    task.stale_since = Some(at);
     Ok(())
 }
 
