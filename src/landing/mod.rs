@@ -14,6 +14,7 @@
 //! refused, fetches the new base, finds the commit in it, and records what is there.
 
 pub mod auto;
+pub mod refresh;
 pub mod stale;
 
 use std::path::PathBuf;

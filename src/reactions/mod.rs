@@ -435,12 +435,19 @@ impl Reactions {
     }
 
     /// The commits pidevops pushed for the task with the runs that pushed them, oldest first, from its runs'
-    /// streams in the log.
+    /// streams in the log; a refresh's commit (`task.refreshed`) counts as its run's latest push.
     async fn pushed_commits(&self, events: &[StoredEvent]) -> anyhow::Result<Vec<(RunId, String)>> {
-        let mut commits = Vec::new();
+        let mut commits: Vec<(RunId, String)> = Vec::new();
         for event in events {
-            let Ok(TaskEvent::Started { run, .. }) = serde_json::from_slice(&event.body) else {
-                continue;
+            let run = match serde_json::from_slice(&event.body) {
+                Ok(TaskEvent::Started { run, .. }) => run,
+                Ok(TaskEvent::Refreshed { to, .. }) => {
+                    if let Some(run) = commits.last().map(|(run, _)| *run) {
+                        commits.push((run, to.as_str().to_owned()));
+                    }
+                    continue;
+                }
+                _ => continue,
             };
             let stream = self
                 .log

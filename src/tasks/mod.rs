@@ -25,6 +25,7 @@ pub use domain::{
 };
 pub use domain::{
     landing, CommitSha, FactName, LandConfig, LandMode, Landing, MergeMethod, Readiness,
+    RefreshMode,
 };
 pub use domain::{stale, StaleAction, StaleRule};
 pub use values::{

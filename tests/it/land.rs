@@ -35,7 +35,11 @@ const MANUAL_REPO: &str = "acme/site";
 
 /// `pidevops.toml`: dispatch to `remote` with an agent that changes a file each run, `REPO` landed by pidevops
 /// after one approval and the `ci` check, and (with `manual`) `MANUAL_REPO` at `manual` with the same rules.
-fn config(remote: &Remote, script: &std::path::Path, manual: Option<&Remote>) -> toml::Table {
+pub(crate) fn config(
+    remote: &Remote,
+    script: &std::path::Path,
+    manual: Option<&Remote>,
+) -> toml::Table {
     let mut file = dispatch_file(remote, script, "");
     let rules = |table: &mut toml::Table, land: &str| {
         // A local remote stands in for GitHub (the fake API opens the pull requests): said outright.
@@ -66,7 +70,7 @@ fn config(remote: &Remote, script: &std::path::Path, manual: Option<&Remote>) ->
 }
 
 /// The app with the fake GitHub and the agent; the workspace and the agent script live in `scratch`.
-async fn app(
+pub(crate) async fn app(
     db: &TestDb,
     fake: &FakeGithub,
     file: toml::Table,
@@ -75,12 +79,12 @@ async fn app(
     TestApp::dispatching_github(db, file, &scratch.join("ws"), Some(fake)).await
 }
 
-fn edits(scratch: &std::path::Path) -> std::path::PathBuf {
+pub(crate) fn edits(scratch: &std::path::Path) -> std::path::PathBuf {
     agent(scratch, "edits.sh", "date +%s%N > CHANGES.md")
 }
 
 /// A signed GitHub webhook to the server at `base`; `delivery` names it (the same one is a redelivery).
-async fn post(base: &str, event: &str, delivery: &str, body: &Value) -> Value {
+pub(crate) async fn post(base: &str, event: &str, delivery: &str, body: &Value) -> Value {
     let bytes = body.to_string().into_bytes();
     let response = reqwest::Client::new()
         .post(format!("{base}/webhooks/github"))
@@ -99,7 +103,12 @@ async fn post(base: &str, event: &str, delivery: &str, body: &Value) -> Value {
     response.json().await.unwrap()
 }
 
-async fn api(base: &str, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+pub(crate) async fn api(
+    base: &str,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> Value {
     let mut request = reqwest::Client::new()
         .request(method, format!("{base}{path}"))
         .bearer_auth(ADMIN_TOKEN);
@@ -116,7 +125,7 @@ async fn api(base: &str, method: reqwest::Method, path: &str, body: Option<Value
 }
 
 /// A task for `repo` through the API (`[board] approval = "auto"`: straight to the dispatcher).
-async fn create_task(base: &str, repo: &str) -> TaskId {
+pub(crate) async fn create_task(base: &str, repo: &str) -> TaskId {
     let body = json!({ "repo": repo, "spec": { "task": "Fix the login redirect", "scope": "src/auth", "done_when": "CI is green" } });
     let created = api(base, reqwest::Method::POST, "/api/tasks", Some(body)).await;
     created["task"]["id"].as_str().unwrap().parse().unwrap()
@@ -125,7 +134,13 @@ async fn create_task(base: &str, repo: &str) -> TaskId {
 use crate::providers::github::gh_fixture as fixture;
 
 /// `check_run.completed` for check `name` on `sha` of `task`'s branch in `repo`.
-fn check_run(repo: &str, task: TaskId, sha: &str, name: &str, conclusion: &str) -> Value {
+pub(crate) fn check_run(
+    repo: &str,
+    task: TaskId,
+    sha: &str,
+    name: &str,
+    conclusion: &str,
+) -> Value {
     let mut body = fixture("check_run/completed.payload.json");
     body["check_run"]["check_suite"]["head_branch"] = json!(task.branch().as_str());
     body["check_run"]["check_suite"]["head_sha"] = json!(sha);
@@ -189,7 +204,7 @@ fn merged(task: TaskId, number: u64) -> Value {
 
 /// Waits until `id` is in review with its pull request linked and `attempts` runs ended; returns the pull
 /// request's number and the commit the last run pushed.
-async fn in_review(store: &EventStore, id: TaskId, attempts: usize) -> (u64, String) {
+pub(crate) async fn in_review(store: &EventStore, id: TaskId, attempts: usize) -> (u64, String) {
     within(
         Duration::from_secs(90),
         &format!("{id} in review after attempt {attempts}, its pull request linked"),
@@ -222,7 +237,7 @@ async fn in_review(store: &EventStore, id: TaskId, attempts: usize) -> (u64, Str
 }
 
 /// Reactions, then effects:github, each until it has handled the whole log.
-async fn settle(app: &TestApp) {
+pub(crate) async fn settle(app: &TestApp) {
     app.drive("reactions").await;
     app.drive("effects:github").await;
     app.project().await;

@@ -55,6 +55,7 @@ mod projectors;
 mod providers;
 mod questions;
 mod reactions;
+mod refresh;
 mod relay;
 mod replicas;
 mod repo_env;

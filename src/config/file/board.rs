@@ -76,7 +76,7 @@ pub fn allowed_repos(tables: &Tables) -> Result<AllowedRepos, String> {
     Ok(allowed)
 }
 
-/// `[repos."o/n"]` `land`, `approvals`, `required_checks` and `merge_method`, checked.
+/// `[repos."o/n"]` `land`, `approvals`, `required_checks`, `merge_method` and `refresh`, checked.
 fn land_config(name: &str, repo: &RepoTable) -> Result<LandConfig, String> {
     use crate::tasks::landing::{MAX_NAME_CHARS, MAX_REQUIRED_APPROVALS};
     let key = format!("repos.\"{name}\"");
@@ -106,6 +106,7 @@ fn land_config(name: &str, repo: &RepoTable) -> Result<LandConfig, String> {
         approvals,
         required_checks,
         merge_method: repo.merge_method,
+        refresh: repo.refresh.unwrap_or_default(),
     })
 }
 

@@ -29,7 +29,7 @@ use crate::cron::Schedule;
 use crate::domain::effect::LinearStates;
 use crate::intake::IntakeConfig;
 use crate::pollers::PollerConfig;
-use crate::tasks::{ApprovalPolicy, LandMode, MaxAttempts, MergeMethod, StaleAction};
+use crate::tasks::{ApprovalPolicy, LandMode, MaxAttempts, MergeMethod, RefreshMode, StaleAction};
 // The tables' value types the domains decide with (re-exported: the tables name them).
 pub use crate::tasks::{PlanLand, ReviewPolicy, ScopePolicy};
 
@@ -216,6 +216,10 @@ pub struct RepoTable {
     /// Default: the repository's allowed method (squash, else merge, else rebase).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub merge_method: Option<MergeMethod>,
+    /// How pidevops brings its pull request's branch up to date when the base moves: `rebase` (default),
+    /// `merge` or `off`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refresh: Option<RefreshMode>,
     /// Hours a task may stay in review without activity before `stale_action`, 1 to 8784. Default: off (0 too).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stale_after_h: Option<i64>,

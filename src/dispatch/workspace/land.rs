@@ -220,7 +220,7 @@ impl Workspaces {
     }
 
     /// Whether `ancestor` is `commit` or in its history.
-    async fn is_ancestor(
+    pub(super) async fn is_ancestor(
         &self,
         git_dir: &str,
         ancestor: &str,

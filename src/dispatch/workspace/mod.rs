@@ -10,6 +10,7 @@
 //! <root>/runs/<task>/<run>/diff.json, .patch what the attempt changed (`diff.rs`), for the task's page
 //! <root>/combine/<plan>/<uuid>/worktree/     pidevops's own worktree merging a plan's items (`combine.rs`)
 //! <root>/land/<task>/<uuid>/repo.git         pidevops's own clean room landing a task on its base (`land.rs`)
+//! <root>/refresh/<task>/<uuid>/repo.git      pidevops's own clean room refreshing a task's branch (`refresh.rs`)
 //! ```
 //!
 //! Every path is built from a validated `RepoName`, `TaskId` and `RunId`, none of which can hold `..` or `/`
@@ -37,6 +38,7 @@
 //! - `links.rs`     the commit's symbolic links a changed link's chain meets, their targets read
 //! - `combine.rs`   a plan's items merged at their recorded commits into `pidevops/<plan>` and pushed
 //! - `land.rs`      a task's recorded commit merged into the base and pushed with a lease, in a clean room
+//! - `refresh.rs`   a task's pushed commit rebased onto (merged with) a moved base, pushed leased on that commit
 //! - `gc.rs`        run directories past the TTL, a previous process's spares, worktree lists pruned
 
 mod combine;
@@ -47,12 +49,14 @@ mod handoff;
 mod land;
 mod links;
 mod mirror;
+mod refresh;
 mod spares;
 mod worktree;
 
 pub use combine::{CombineRequest, Combined, Combiner};
 pub use gc::GcReport;
 pub use land::{LandRequest, LandResult};
+pub use refresh::{RefreshRequest, RefreshResult};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

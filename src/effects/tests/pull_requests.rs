@@ -320,6 +320,7 @@ fn a_ready_task_asks_for_one_merge_of_its_head_and_a_waiting_one_for_none() {
         approvals: 1,
         required_checks: vec!["ci".into()],
         merge_method: Some(MergeMethod::Rebase),
+        refresh: Default::default(),
     };
     assert_eq!(policy::land(&task, &rules), None, "an approval is missing");
     let (task, _) = apply(

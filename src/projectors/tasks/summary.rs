@@ -139,6 +139,7 @@ pub fn summarize(event: &TaskEvent) -> String {
             fast_forward,
             ..
         } => landed(commit, onto, *fast_forward),
+        TaskEvent::Refreshed { .. } => refreshed(event),
         TaskEvent::WentStale {
             after_h, action, ..
         } => match action {
@@ -232,6 +233,26 @@ fn landed(commit: &CommitSha, onto: &CommitSha, fast_forward: bool) -> String {
     }
 }
 
+fn refreshed(event: &TaskEvent) -> String {
+    let TaskEvent::Refreshed {
+        from,
+        to,
+        base,
+        strategy,
+        ..
+    } = event
+    else {
+        return String::new();
+    };
+    format!(
+        "refreshed: {} brought onto the base at {} by {} as {}",
+        from.short(),
+        base.short(),
+        strategy.as_str(),
+        to.short()
+    )
+}
+
 fn first_line(text: &str) -> String {
     const MAX: usize = 120;
     let line = text.lines().next().unwrap_or_default();
@@ -279,6 +300,7 @@ pub(super) fn links_of(event: &TaskEvent) -> Vec<(LinkKind, String)> {
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
         | TaskEvent::Landed { .. }
+        | TaskEvent::Refreshed { .. }
         | TaskEvent::WentStale { .. } => Vec::new(),
     }
 }

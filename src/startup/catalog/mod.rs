@@ -18,8 +18,8 @@ mod plans;
 
 use builds::{heartbeat, poller_entry, stale_reviews, RelayJob, SlackSocketJob};
 use plans::{
-    combine_plan, cron_plan, dispatch_loops, land_plan, poller_loop, slack_socket, stale_plan,
-    telegram_updates,
+    combine_plan, cron_plan, dispatch_loops, land_plan, poller_loop, refresh_plan, slack_socket,
+    stale_plan, telegram_updates,
 };
 
 use crate::config::Settings;
@@ -359,6 +359,33 @@ pub const CATALOG: &[Entry] = &[
                 move || {
                     let land = land.clone();
                     async move { land.tick().await }
+                },
+                |p| Pace::again_if(p.out_of_time),
+            )
+            .at_head())
+        },
+    },
+    Entry {
+        plan: refresh_plan,
+        build: |parts, _| {
+            let s = parts.settings;
+            let lander = crate::landing::Lander::new(
+                parts.board.clone(),
+                parts.log.clone(),
+                s.workspace_root.clone(),
+                crate::startup::git_credentials(s),
+                s.file.dispatch.clone(),
+            );
+            let combined = s.file.plans.land == crate::tasks::PlanLand::Combined;
+            let refresh = Arc::new(crate::landing::refresh::Refresher::new(
+                parts.log.clone(),
+                lander,
+                combined,
+            ));
+            Ok(Built::ticking(
+                move || {
+                    let refresh = refresh.clone();
+                    async move { refresh.tick().await }
                 },
                 |p| Pace::again_if(p.out_of_time),
             )

@@ -196,6 +196,45 @@ pub(super) fn combine_plan(settings: &Settings) -> Vec<PlannedLoop> {
     )]
 }
 
+/// The `refresh` loop: armed when dispatch is on and GitHub pushes can be made (`GITHUB_TOKEN`), unless every
+/// configured repository sets `refresh = "off"` or lives elsewhere; a repository not configured is on GitHub and
+/// refreshes (the defaults).
+pub(super) fn refresh_plan(settings: &Settings) -> Vec<PlannedLoop> {
+    use crate::tasks::RefreshMode;
+    let name = crate::landing::refresh::REFRESH;
+    let interval = settings.projector_interval;
+    let off = |state, reason: String| vec![PlannedLoop::off(name, true, state, reason, interval)];
+    if let Some(why) = &settings.file.dispatch.off {
+        return off(LoopState::Disabled, format!("dispatch is off: {why}"));
+    }
+    let configured = &settings.file.dispatch.repos;
+    let any = configured.is_empty()
+        || configured.iter().any(|(repo, source)| {
+            source.on_github() && settings.file.board.land_for(repo).refresh != RefreshMode::Off
+        });
+    if !any {
+        return off(
+            LoopState::Disabled,
+            "no repository on GitHub refreshes its pull requests (each is refresh = \"off\" or elsewhere)".into(),
+        );
+    }
+    let token = crate::providers::github::settings::GithubSettings::of(settings)
+        .token
+        .is_some();
+    if !token {
+        return off(
+            LoopState::Unarmed,
+            "GITHUB_TOKEN is not set: pidevops cannot push a refreshed branch".into(),
+        );
+    }
+    vec![PlannedLoop::armed(
+        name,
+        true,
+        interval,
+        "when a repository's base branch moves, brings pidevops's pull requests on it up to date by its own git (rebase or merge, pushed with a lease) so their checks run again on what would land",
+    )]
+}
+
 /// The `land` loop: armed when a repository not on GitHub has `land = "auto"` (GitHub's auto-land is
 /// `effects:github`'s merge of the pull request).
 pub(super) fn land_plan(settings: &Settings) -> Vec<PlannedLoop> {

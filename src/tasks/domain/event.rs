@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    AttemptReport, CombinedItem, CommitSha, FactName, Family, RetryCause, StaleAction,
+    AttemptReport, CombinedItem, CommitSha, FactName, Family, RefreshMode, RetryCause, StaleAction,
     TriageOutcome,
 };
 use crate::tasks::plan::PlanDocument;
@@ -222,6 +222,16 @@ pub enum TaskEvent {
         /// The base moved to `commit` itself; otherwise `onto` is a merge commit (or the base held it already).
         fast_forward: bool,
     },
+    /// pidevops brought the task's branch up to date with its base by its own git (`[repos."o/n"] refresh`):
+    /// `from`, the commit it had pushed, rebased onto (or merged with) the base at `base`, is `to`, pushed with a
+    /// lease on `from`. The landing facts start over: checks run again on `to`.
+    Refreshed {
+        at: DateTime<Utc>,
+        from: CommitSha,
+        to: CommitSha,
+        base: CommitSha,
+        strategy: RefreshMode,
+    },
     /// In review with no activity for `after_h` hours (`[repos."o/n"] stale_after_h`), once per review episode:
     /// its source is reminded (`remind`), or its pull request is closed and `cancelled` follows (`close`).
     WentStale {
@@ -269,6 +279,7 @@ impl TaskEvent {
             | TaskEvent::ApprovalWithdrawn { at, .. }
             | TaskEvent::Combined { at, .. }
             | TaskEvent::Landed { at, .. }
+            | TaskEvent::Refreshed { at, .. }
             | TaskEvent::WentStale { at, .. } => *at,
         }
     }

@@ -192,9 +192,16 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
         TaskEvent::Combined { .. } => super::combined::apply(task, event)?,
         // Its `completed` follows and closes the task.
         TaskEvent::Landed { .. } => require(task, event, &[Column::InReview])?,
+        TaskEvent::Refreshed { to, .. } => refreshed(task, event, to)?,
         TaskEvent::WentStale { at, .. } => went_stale(task, event, *at)?,
     }
     Ok(())
+}
+
+/// A refresh is a new push: the landing facts start over, and so does the review episode for staleness.
+fn refreshed(task: &mut Task, event: &TaskEvent, to: &super::CommitSha) -> Result<(), TaskError> {
+    task.stale_since = None;
+    landing::evolve(task, event, LandingFact::Refreshed { to })
 }
 
 /// `went_stale` ends the review episode until the next submission (`stale.rs`).
@@ -494,6 +501,7 @@ impl Task {
             run: None,
             branch: None,
             reviewed_run: None,
+            refreshed: None,
             stale_since: None,
             last_failure: None,
             closed_reason: None,

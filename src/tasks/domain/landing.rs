@@ -228,10 +228,43 @@ pub(super) fn decide(
     })
 }
 
+/// `RecordRefresh`: `task.refreshed` in review, nothing when that commit is recorded already (a restart between
+/// the push and its record), else why not.
+pub(super) fn decide_refresh(
+    task: &Task,
+    command: &Command,
+    at: DateTime<Utc>,
+) -> Result<Vec<TaskEvent>, TaskError> {
+    let Command::RecordRefresh {
+        from,
+        to,
+        base,
+        strategy,
+    } = command
+    else {
+        return Ok(Vec::new());
+    };
+    match task.column {
+        Column::InReview if task.refreshed.as_ref() == Some(to) => Ok(Vec::new()),
+        Column::InReview => Ok(vec![TaskEvent::Refreshed {
+            at,
+            from: from.clone(),
+            to: to.clone(),
+            base: base.clone(),
+            strategy: *strategy,
+        }]),
+        _ => Err(wrong_column(task, command, &[Column::InReview])),
+    }
+}
+
 /// What a landing event says, routed here by variant (`evolve`, `combined::apply`).
 pub(super) enum LandingFact<'a> {
     /// A new push (an attempt's, or a plan's combination): facts about the code before it do not count.
     NewPush,
+    /// pidevops's refresh pushed `to`: a new push too, and the branch's head until the next submission.
+    Refreshed {
+        to: &'a CommitSha,
+    },
     CheckPassed {
         sha: &'a CommitSha,
         name: &'a FactName,
@@ -263,7 +296,15 @@ pub(super) fn evolve(
         }
     };
     match fact {
-        LandingFact::NewPush => task.landing = Landing::default(),
+        LandingFact::NewPush => {
+            task.landing = Landing::default();
+            task.refreshed = None;
+        }
+        LandingFact::Refreshed { to } => {
+            in_review(task)?;
+            task.refreshed = Some(to.clone());
+            task.landing = Landing::default();
+        }
         LandingFact::CheckPassed { sha, name } => {
             in_review(task)?;
             task.landing
@@ -317,7 +358,32 @@ impl MergeMethod {
     }
 }
 
-/// A repository's landing rules (`[repos."o/n"]` `land`, `approvals`, `required_checks`, `merge_method`).
+/// `[repos."o/n"] refresh`: how pidevops brings its branch up to date when the base moved under a pull request
+/// in review.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RefreshMode {
+    /// Its commits replayed on the new base (a linear history; the branch is pushed with a lease).
+    #[default]
+    Rebase,
+    /// The new base merged into the branch (its commits untouched).
+    Merge,
+    /// Never: a stale pull request waits for a person.
+    Off,
+}
+
+impl RefreshMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefreshMode::Rebase => "rebase",
+            RefreshMode::Merge => "merge",
+            RefreshMode::Off => "off",
+        }
+    }
+}
+
+/// A repository's landing rules (`[repos."o/n"]` `land`, `approvals`, `required_checks`, `merge_method`,
+/// `refresh`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LandConfig {
     pub mode: LandMode,
@@ -328,6 +394,8 @@ pub struct LandConfig {
     pub required_checks: Vec<String>,
     /// `None`: the repository's allowed method, as GitHub reports it when merging.
     pub merge_method: Option<MergeMethod>,
+    /// How a stale branch is brought up to date.
+    pub refresh: RefreshMode,
 }
 
 /// Whether pidevops may merge the task's pull request now.
@@ -411,6 +479,8 @@ pub fn may_land(event: &TaskEvent) -> bool {
         | TaskEvent::Combined { .. }
         | TaskEvent::Landed { .. }
         | TaskEvent::WentStale { .. } => false,
+        // Its checks run again on the refreshed head: nothing is ready until they pass there.
+        TaskEvent::Refreshed { .. } => false,
     }
 }
 

@@ -32,7 +32,9 @@ pub use error::TaskError;
 pub use event::{TaskCreated, TaskEvent, TaskEventKind};
 pub use evolution::{evolve, replay};
 pub use family::{roll_up, ChildView, PlanState, RollUp, TriageOutcome, TriageState};
-pub use landing::{CommitSha, FactName, LandConfig, LandMode, Landing, MergeMethod, Readiness};
+pub use landing::{
+    CommitSha, FactName, LandConfig, LandMode, Landing, MergeMethod, Readiness, RefreshMode,
+};
 pub use stale::{StaleAction, StaleRule};
 
 use super::plan::{PlanDocument, Scope};
@@ -114,6 +116,10 @@ pub struct Task {
     /// The run whose push is in review (set by its submission): what `pidevops task land` merges.
     #[serde(skip)]
     reviewed_run: Option<RunId>,
+    /// The commit pidevops's last refresh pushed for the review in progress; `None`: the reviewed run's own
+    /// commit is the branch's head. A new submission for review clears it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refreshed: Option<CommitSha>,
     /// When this review episode went stale (`went_stale`); cleared by the next submission for review.
     #[serde(skip)]
     stale_since: Option<DateTime<Utc>>,
@@ -240,6 +246,11 @@ impl Task {
     /// The run whose push put the task in review (the last submission's).
     pub fn reviewed_run(&self) -> Option<RunId> {
         self.reviewed_run
+    }
+
+    /// The commit pidevops's last refresh of the review in progress pushed, if any.
+    pub fn refreshed(&self) -> Option<&CommitSha> {
+        self.refreshed.as_ref()
     }
     pub fn last_failure(&self) -> Option<&Failure> {
         self.last_failure.as_ref()
@@ -549,6 +560,13 @@ pub enum Command {
         onto: CommitSha,
         fast_forward: bool,
     },
+    /// pidevops pushed `to`, its branch's `from` brought up to date with the base at `base` (the `refresh` loop).
+    RecordRefresh {
+        from: CommitSha,
+        to: CommitSha,
+        base: CommitSha,
+        strategy: RefreshMode,
+    },
     /// The loop `stale_reviews` saw the task in review untouched since `last_activity` for `after_h` hours:
     /// `went_stale` (and, under `close`, its cancellation), unless it was touched since or marked already in this
     /// review episode (then nothing). See `stale.rs`.
@@ -593,6 +611,7 @@ impl Command {
             Command::WithdrawApproval { .. } => "withdraw-approval",
             Command::RecordCombined { .. } => "record-combined",
             Command::RecordLanded { .. } => "record-landed",
+            Command::RecordRefresh { .. } => "record-refresh",
             Command::MarkStale { .. } => "mark-stale",
         }
     }

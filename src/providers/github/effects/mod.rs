@@ -116,7 +116,8 @@ impl ProviderPolicy for GithubPolicy {
             | TaskEvent::CheckPassed { .. }
             | TaskEvent::ReviewApproved { .. }
             | TaskEvent::ApprovalWithdrawn { .. }
-            | TaskEvent::Landed { .. } => landing::may_land(event),
+            | TaskEvent::Landed { .. }
+            | TaskEvent::Refreshed { .. } => landing::may_land(event),
         }
     }
 
@@ -307,6 +308,7 @@ pub fn github(event: &TaskEvent, task: &Task, config: &PolicyConfig) -> Vec<Requ
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
         | TaskEvent::Landed { .. }
+        | TaskEvent::Refreshed { .. }
         | TaskEvent::WentStale { .. } => Vec::new(),
     }
 }

@@ -43,7 +43,8 @@ pub fn linear_notifies(event: &TaskEvent) -> bool {
         | TaskEvent::ReviewApproved { .. }
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
-        | TaskEvent::Landed { .. } => false,
+        | TaskEvent::Landed { .. }
+        | TaskEvent::Refreshed { .. } => false,
     }
 }
 
@@ -153,7 +154,8 @@ pub fn linear(
         | TaskEvent::ReviewApproved { .. }
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
-        | TaskEvent::Landed { .. } => Vec::new(),
+        | TaskEvent::Landed { .. }
+        | TaskEvent::Refreshed { .. } => Vec::new(),
     }
 }
 

@@ -366,7 +366,8 @@ pub fn slack_notifies(event: &TaskEvent) -> bool {
         | TaskEvent::ReviewApproved { .. }
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
-        | TaskEvent::Landed { .. } => false,
+        | TaskEvent::Landed { .. }
+        | TaskEvent::Refreshed { .. } => false,
     }
 }
 
@@ -490,7 +491,8 @@ pub fn slack(
         | TaskEvent::ReviewApproved { .. }
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
-        | TaskEvent::Landed { .. } => return Vec::new(),
+        | TaskEvent::Landed { .. }
+        | TaskEvent::Refreshed { .. } => return Vec::new(),
     };
     vec![Request {
         key: notice_key(channel, event_id),

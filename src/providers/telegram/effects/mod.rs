@@ -379,7 +379,8 @@ pub fn telegram_notifies(event: &TaskEvent) -> bool {
         | TaskEvent::ReviewApproved { .. }
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
-        | TaskEvent::Landed { .. } => false,
+        | TaskEvent::Landed { .. }
+        | TaskEvent::Refreshed { .. } => false,
     }
 }
 
@@ -479,7 +480,8 @@ pub fn telegram(
         | TaskEvent::ReviewApproved { .. }
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
-        | TaskEvent::Landed { .. } => return Vec::new(),
+        | TaskEvent::Landed { .. }
+        | TaskEvent::Refreshed { .. } => return Vec::new(),
     };
     let html = fit(&text);
     // Callback data stays far under Telegram's 64 bytes: a verb and a task id.

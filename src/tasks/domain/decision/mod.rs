@@ -222,6 +222,7 @@ pub fn decide(
             Column::Done => none,
             _ => Err(wrong(&[Column::InReview])),
         },
+        Command::RecordRefresh { .. } => landing::decide_refresh(task, command, at),
         Command::MarkStale { .. } => mark_stale(task, command, at),
     }
 }
@@ -567,6 +568,7 @@ fn waits_for_triage(command: &Command) -> bool {
         | Command::WithdrawApproval { .. }
         | Command::RecordCombined { .. }
         | Command::RecordLanded { .. }
+        | Command::RecordRefresh { .. }
         | Command::MarkStale { .. } => false,
     }
 }
@@ -604,6 +606,7 @@ fn is_plan_work(command: &Command) -> bool {
         | Command::WithdrawApproval { .. }
         | Command::RecordCombined { .. }
         | Command::RecordLanded { .. }
+        | Command::RecordRefresh { .. }
         | Command::MarkStale { .. } => false,
     }
 }

@@ -209,6 +209,7 @@ fn auto_land_merges_a_plan_only_at_its_current_combination_with_the_facts_about_
         approvals: 0,
         required_checks: Vec::new(),
         merge_method: None,
+        refresh: Default::default(),
     };
     let check = |s: &str| Command::RecordCheckPassed {
         sha: sha(s),

@@ -75,6 +75,7 @@ fn rules(approvals: u8, required: &[&str]) -> LandConfig {
         approvals,
         required_checks: required.iter().map(|s| (*s).to_owned()).collect(),
         merge_method: None,
+        refresh: Default::default(),
     }
 }
 
@@ -320,4 +321,57 @@ fn only_an_unflagged_task_in_review_with_its_own_pull_request_lands() {
         },
     );
     assert!(!ready(&linked));
+}
+
+fn refresh(from: &str, to: &str) -> Command {
+    Command::RecordRefresh {
+        from: sha(from),
+        to: sha(to),
+        base: sha("cccccccccccccccccccccccccccccccccccccccc"),
+        strategy: RefreshMode::Rebase,
+    }
+}
+
+#[test]
+fn a_refresh_is_a_new_push_recorded_once_in_review_only_and_a_new_submission_forgets_it() {
+    let passed = then(then(in_review(), check(A, "ci")), approval("octocat", A));
+    assert!(!passed.landing.is_empty());
+    let (refreshed, count) = apply(Some(passed), &refresh(A, B)).expect("recorded");
+    assert_eq!(count, 1);
+    assert_eq!(refreshed.refreshed(), Some(&sha(B)));
+    assert!(
+        refreshed.landing.is_empty(),
+        "the old head's check and approval count no more"
+    );
+    assert!(matches!(
+        readiness(&refreshed, &rules(0, &["ci"])),
+        Readiness::Waiting(_)
+    ));
+    // The same refresh again (a restart between its push and its record): nothing more.
+    let (again, count) = apply(Some(refreshed.clone()), &refresh(A, B)).expect("already so");
+    assert_eq!((count, again.refreshed()), (0, Some(&sha(B))));
+    // Checks on the refreshed head make it ready at that head.
+    let ready = then(refreshed.clone(), check(B, "ci"));
+    assert_eq!(
+        readiness(&ready, &rules(0, &["ci"])),
+        Readiness::Ready {
+            sha: sha(B),
+            number: 3
+        }
+    );
+    // Only in review.
+    assert!(apply(Some(in_progress()), &refresh(A, B)).is_err());
+    // Sent back and submitted again: the new attempt's push is the head, the refresh forgotten.
+    let retried = then(
+        refreshed,
+        Command::Retry {
+            cause: RetryCause::ChangesRequested,
+            reason: reason("again"),
+        },
+    );
+    let resubmitted = then(
+        then(retried, Command::Start { run: run(2) }),
+        submit(2, Some(3)),
+    );
+    assert_eq!(resubmitted.refreshed(), None);
 }

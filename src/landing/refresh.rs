@@ -1,0 +1,463 @@
+//! The `refresh` loop: when a repository's base branch moves, pidevops's pull requests on it are brought up to
+//! date by pidevops's own git (`[repos."o/n"] refresh = "rebase" | "merge" | "off"`), so they stay mergeable and
+//! their checks run again on what would land.
+//!
+//! A singleton reads the log after its checkpoint. A GitHub `push` to a repository's configured base branch
+//! (only the configured repository, only its base; the webhook is only the signal: what the base holds is
+//! fetched from the configured remote, never taken from the payload) refreshes each of its tasks in review,
+//! one at a time (`dispatch::workspace::refresh`):
+//! - current already: nothing;
+//! - brought up to date: the new commit pushed with a lease on the commit pidevops recorded, then
+//!   `task.refreshed`, which starts the landing facts over (auto-land waits for the checks on the new head);
+//! - a conflict, a branch someone else pushed to, a commit gone: the task is flagged for a person with what
+//!   happened and the files named; nothing is pushed.
+//!
+//! Exactly once: before its push, a refresh records what it is about to push (`refresh.pushing` in the stream
+//! `refresh:<task>`); the commit it makes is the same when made again (dated by the base push). A restart
+//! between the push and `task.refreshed` handles the same base push again and finds the branch at the commit it
+//! recorded it would push: that is recorded, nothing is pushed twice. Items of a plan whose pull request is
+//! the plan's combination (`[plans] land = "combined"`) are not refreshed on their own.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::Lander;
+use crate::board::BoardError;
+use crate::dispatch::workspace::{RefreshRequest, RefreshResult, Workspaces};
+use crate::domain::{EventType, NewEvent, Source};
+use crate::eventlog::{AppendError, EventLog, StoredEvent};
+use crate::loops::follow::{AsStored, Follow, Follower, Next};
+use crate::projectors::tasks::{self as task_rows, TaskFilter};
+use crate::tasks::{Column, Command, CommitSha, Reason, RefreshMode, RepoName, Task, TaskId};
+
+/// The loop's name and its checkpoint's.
+pub const REFRESH: &str = "refresh";
+/// Who the loop's commands are from.
+const ACTOR: &str = "refresh";
+/// What a refresh is about to push, recorded before the push.
+pub const PUSHING: &str = "refresh.pushing";
+/// The longest one refresh may take (fetches, the rebase or merge, the push).
+const REFRESH_TIMEOUT: Duration = Duration::from_secs(45);
+
+/// The stream of task `id`'s refresh intents.
+pub fn stream(id: TaskId) -> String {
+    format!("refresh:{id}")
+}
+
+/// `refresh.pushing`: the refresh of `task` from `from` onto `base` is about to push `to`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pushing {
+    pub at: DateTime<Utc>,
+    pub task: TaskId,
+    pub from: CommitSha,
+    pub to: CommitSha,
+    pub base: CommitSha,
+    pub strategy: RefreshMode,
+}
+
+/// What one tick did, for `/health`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RefreshProgress {
+    pub position: i64,
+    /// Branches brought up to date and recorded.
+    pub refreshed: u64,
+    /// Branches that were current already.
+    pub current: u64,
+    /// Tasks flagged: a conflict, someone else's push, a commit gone.
+    pub flagged: u64,
+    #[serde(skip)]
+    pub out_of_time: bool,
+}
+
+/// How one task's refresh ended (the metric's `outcome`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ended {
+    Refreshed,
+    Current,
+    Conflicted,
+    Moved,
+    Missing,
+    /// Not a task to refresh now (not in review, a plan, waiting for a person, another host).
+    Skipped,
+}
+
+impl Ended {
+    fn as_str(self) -> &'static str {
+        match self {
+            Ended::Refreshed => "refreshed",
+            Ended::Current => "current",
+            Ended::Conflicted => "conflicted",
+            Ended::Moved => "moved",
+            Ended::Missing => "missing",
+            Ended::Skipped => "skipped",
+        }
+    }
+}
+
+/// The `refresh` loop (see the module doc).
+#[derive(Clone, Debug)]
+pub struct Refresher {
+    log: EventLog,
+    lander: Lander,
+    /// `[plans] land = "combined"`: a plan's items land in the plan's pull request, not refreshed alone.
+    combined_plans: bool,
+    follow: Follow<StoredEvent>,
+}
+
+/// The parts of a GitHub `push` the loop reads.
+#[derive(Deserialize)]
+struct Push {
+    #[serde(rename = "ref")]
+    reference: String,
+    #[serde(default)]
+    deleted: bool,
+    repository: PushRepository,
+}
+
+#[derive(Deserialize)]
+struct PushRepository {
+    full_name: String,
+}
+
+impl Refresher {
+    pub fn new(log: EventLog, lander: Lander, combined_plans: bool) -> Self {
+        Self {
+            log,
+            lander,
+            combined_plans,
+            follow: Follow::default(),
+        }
+    }
+
+    /// Handles what was committed since the checkpoint (see [`crate::loops::follow`]).
+    pub async fn tick(&self) -> anyhow::Result<RefreshProgress> {
+        let followed = self.follow.tick(self.log.store(), self).await?;
+        Ok(RefreshProgress {
+            position: followed.position,
+            out_of_time: followed.out_of_time,
+            ..followed.tally
+        })
+    }
+
+    /// The repository whose base `event` moved, if it is a push to a configured repository's base branch on
+    /// GitHub that refreshes.
+    fn base_push(&self, event: &StoredEvent) -> Option<RepoName> {
+        if event.source != Source::Github.as_str() || event.event_type != "github.push" {
+            return None;
+        }
+        let push: Push = serde_json::from_slice(&event.body).ok()?;
+        let repo: RepoName = push.repository.full_name.parse().ok()?;
+        let source = self.lander.sources.source(&repo);
+        let base = format!("refs/heads/{}", source.base);
+        let refreshes = self.lander.board.config().land_for(&repo).refresh != RefreshMode::Off;
+        (source.on_github() && refreshes && !push.deleted && push.reference == base).then_some(repo)
+    }
+
+    async fn handle_event(
+        &self,
+        event: &StoredEvent,
+        progress: &mut RefreshProgress,
+    ) -> anyhow::Result<()> {
+        let Some(repo) = self.base_push(event) else {
+            return Ok(());
+        };
+        let filter = TaskFilter {
+            column: Some(Column::InReview),
+            repo: Some(repo.as_str().to_owned()),
+            ..TaskFilter::default()
+        };
+        let rows = task_rows::list(self.log.store(), &filter)
+            .await
+            .with_context(|| format!("listing {repo}'s tasks in review"))?;
+        // The push's own time dates the commits a refresh makes (the same again after a restart).
+        let stamp = event.recorded_at.timestamp();
+        for row in rows {
+            let ended = self.refresh(row.id, stamp, progress).await?;
+            metrics::counter!("pidevops_refreshes_total", "outcome" => ended.as_str()).increment(1);
+        }
+        let lag = (Utc::now() - event.recorded_at)
+            .to_std()
+            .unwrap_or_default();
+        metrics::histogram!("pidevops_refresh_catch_up_seconds").record(lag.as_secs_f64());
+        Ok(())
+    }
+
+    /// Refreshes task `id` (see the module doc): once, and once more when a refresh cut off by a restart is
+    /// found pushed and recorded first.
+    async fn refresh(
+        &self,
+        id: TaskId,
+        stamp: i64,
+        progress: &mut RefreshProgress,
+    ) -> anyhow::Result<Ended> {
+        for _ in 0..2 {
+            let board = &self.lander.board;
+            let Some(loaded) = board.load(id).await? else {
+                return Ok(Ended::Skipped);
+            };
+            let task = &loaded.task;
+            if !self.refreshes(task) {
+                return Ok(Ended::Skipped);
+            }
+            let Some(commit) = self.head(task).await? else {
+                return Ok(Ended::Skipped);
+            };
+            let source = self.lander.sources.source(task.repo());
+            let mode = board.config().land_for(task.repo()).refresh;
+            let request = RefreshRequest {
+                repo: task.repo().clone(),
+                task: id,
+                branch: id.branch(),
+                commit: commit.as_str().to_owned(),
+                mode,
+                stamp,
+            };
+            let workspaces = Workspaces::new(&self.lander.root, self.lander.credentials.clone())
+                .context("the workspace root")?;
+            let intent = |to: String, base: String| self.intend(id, &commit, to, base, mode);
+            let result = tokio::time::timeout(
+                REFRESH_TIMEOUT,
+                workspaces.refresh(&request, &source, intent),
+            )
+            .await
+            .with_context(|| format!("refreshing {id} took over {REFRESH_TIMEOUT:?}"))?
+            .with_context(|| format!("refreshing {id}"))?;
+            match result {
+                RefreshResult::Current { .. } => {
+                    progress.current += 1;
+                    return Ok(Ended::Current);
+                }
+                RefreshResult::Refreshed { base, to, pushed } => {
+                    if pushed {
+                        tracing::info!(task = %id, from = commit.short(), to = &to[..7], "branch refreshed");
+                    }
+                    self.record(id, &commit, &to, &base, mode, progress).await?;
+                    return Ok(Ended::Refreshed);
+                }
+                RefreshResult::Moved { found } => {
+                    // Ours, pushed before a restart cut off its record: recorded now, then refreshed again.
+                    if let Some(pushing) = self.intended(id, &commit, &found).await? {
+                        self.record(
+                            id,
+                            &pushing.from,
+                            pushing.to.as_str(),
+                            pushing.base.as_str(),
+                            pushing.strategy,
+                            progress,
+                        )
+                        .await?;
+                        continue;
+                    }
+                    let why = format!(
+                        "someone else pushed to {} (it is at {}, not at {} that pidevops pushed); pidevops did not \
+                         push over it, so its pull request is not brought up to date with the base. Send it back \
+                         (retry), or bring the branch up to date by hand",
+                        id.branch(),
+                        short(&found),
+                        commit.short()
+                    );
+                    self.flag(id, &why, progress).await?;
+                    return Ok(Ended::Moved);
+                }
+                RefreshResult::Conflict {
+                    base, files, total, ..
+                } => {
+                    let mut named = files.join(", ");
+                    if total > files.len() {
+                        named.push_str(&format!(" and {} more", total - files.len()));
+                    }
+                    let why = format!(
+                        "the base moved (now {}) and {} at {} conflicts with it in {named}; nothing was pushed. \
+                         Send it back (retry) with what to keep, or resolve it on the branch by hand",
+                        short(&base),
+                        id.branch(),
+                        commit.short()
+                    );
+                    self.flag(id, &why, progress).await?;
+                    return Ok(Ended::Conflicted);
+                }
+                RefreshResult::Missing => {
+                    let why = format!(
+                        "the base moved, and the commit pidevops pushed for {} ({}) is neither on its branch nor \
+                         on the remote; nothing was pushed. Send it back (retry) for a new attempt",
+                        id,
+                        commit.short()
+                    );
+                    self.flag(id, &why, progress).await?;
+                    return Ok(Ended::Missing);
+                }
+            }
+        }
+        Ok(Ended::Refreshed)
+    }
+
+    /// Whether `task` is one this loop refreshes now.
+    fn refreshes(&self, task: &Task) -> bool {
+        task.column() == Column::InReview
+            && task.needs_human().is_none()
+            && !task.is_plan()
+            && !(self.combined_plans && task.parent().is_some())
+            && self.lander.on_github(task)
+    }
+
+    /// The commit pidevops last pushed for the review in progress: its last refresh's, else the reviewed run's.
+    async fn head(&self, task: &Task) -> anyhow::Result<Option<CommitSha>> {
+        if let Some(refreshed) = task.refreshed() {
+            return Ok(Some(refreshed.clone()));
+        }
+        let Some(run) = task.reviewed_run() else {
+            return Ok(None);
+        };
+        self.lander.recorded_commit(run).await
+    }
+
+    /// Records that the refresh of `id` from `from` onto `base` is about to push `to` (before the push).
+    async fn intend(
+        &self,
+        id: TaskId,
+        from: &CommitSha,
+        to: String,
+        base: String,
+        strategy: RefreshMode,
+    ) -> Result<(), String> {
+        let pushing = Pushing {
+            at: Utc::now(),
+            task: id,
+            from: from.clone(),
+            to: CommitSha::new(&to).map_err(|e| e.to_string())?,
+            base: CommitSha::new(&base).map_err(|e| e.to_string())?,
+            strategy,
+        };
+        let body = serde_json::to_vec(&pushing).map_err(|e| e.to_string())?;
+        let stream = stream(id);
+        let mut new = NewEvent::new(
+            Source::Pidevops,
+            EventType::from_stored(PUSHING.to_owned()),
+            format!("{stream}:{from}:{to}"),
+            "application/json",
+            bytes::Bytes::from(body),
+        );
+        for _ in 0..8 {
+            let version = self
+                .log
+                .store()
+                .stream_version(&stream)
+                .await
+                .map_err(|e| e.to_string())?;
+            new.stream = Some((stream.clone(), version + 1));
+            match self.log.append(new.clone()).await {
+                Ok(_) => return Ok(()),
+                Err(AppendError::Conflict { .. }) => continue,
+                Err(error) => return Err(error.to_string()),
+            }
+        }
+        Err(format!("the stream {stream} kept changing"))
+    }
+
+    /// The intent recorded for a refresh of `id` from `from` that pushed `found`, if any.
+    async fn intended(
+        &self,
+        id: TaskId,
+        from: &CommitSha,
+        found: &str,
+    ) -> anyhow::Result<Option<Pushing>> {
+        let recorded = self
+            .log
+            .store()
+            .read_stream(&stream(id))
+            .await
+            .with_context(|| format!("reading {id}'s refreshes"))?;
+        Ok(recorded.iter().rev().find_map(|event| {
+            let pushing = serde_json::from_slice::<Pushing>(&event.body).ok()?;
+            (pushing.from == *from && pushing.to.as_str().eq_ignore_ascii_case(found))
+                .then_some(pushing)
+        }))
+    }
+
+    async fn record(
+        &self,
+        id: TaskId,
+        from: &CommitSha,
+        to: &str,
+        base: &str,
+        strategy: RefreshMode,
+        progress: &mut RefreshProgress,
+    ) -> anyhow::Result<()> {
+        let command = Command::RecordRefresh {
+            from: from.clone(),
+            to: CommitSha::new(to).context("git named the refreshed commit")?,
+            base: CommitSha::new(base).context("git named the base")?,
+            strategy,
+        };
+        match self.lander.board.execute(id, &command, ACTOR).await {
+            Ok(outcome) => {
+                if !outcome.appended.is_empty() {
+                    progress.refreshed += 1;
+                }
+                Ok(())
+            }
+            // The task moved on meanwhile (merged, sent back, cancelled): its refreshed branch is not recorded.
+            Err(BoardError::Refused(refused)) => {
+                tracing::info!(task = %id, %refused, "refresh not recorded");
+                Ok(())
+            }
+            Err(error) => Err(error).with_context(|| format!("recording {id}'s refresh")),
+        }
+    }
+
+    async fn flag(
+        &self,
+        id: TaskId,
+        why: &str,
+        progress: &mut RefreshProgress,
+    ) -> anyhow::Result<()> {
+        tracing::warn!(task = %id, why, "a refresh needs a person");
+        let command = Command::FlagNeedsHuman {
+            reason: Reason::summarize(why),
+        };
+        match self.lander.board.execute(id, &command, ACTOR).await {
+            Ok(outcome) => {
+                if !outcome.appended.is_empty() {
+                    progress.flagged += 1;
+                }
+                Ok(())
+            }
+            Err(BoardError::Refused(refused)) => {
+                tracing::info!(task = %id, %refused, "task not flagged");
+                Ok(())
+            }
+            Err(error) => Err(error).with_context(|| format!("flagging {id}")),
+        }
+    }
+}
+
+fn short(sha: &str) -> &str {
+    sha.get(..7).unwrap_or(sha)
+}
+
+impl Follower for Refresher {
+    type Prepare = AsStored;
+    type Tally = RefreshProgress;
+
+    fn checkpoint(&self) -> &str {
+        REFRESH
+    }
+
+    fn prepare(&self) -> AsStored {
+        AsStored
+    }
+
+    async fn handle(
+        &self,
+        event: &StoredEvent,
+        progress: &mut RefreshProgress,
+    ) -> anyhow::Result<Next> {
+        self.handle_event(event, progress)
+            .await
+            .with_context(|| format!("refresh: event {} ({})", event.position, event.event_type))?;
+        Ok(Next::Done)
+    }
+}

@@ -1,0 +1,263 @@
+//! The `refresh` loop through the real app, real git and the fake GitHub: a push to the repository's base brings
+//! pidevops's pull requests on it up to date by its own git, pushed once with a lease on the commit pidevops
+//! recorded; auto-land then waits for the checks on the refreshed head and merges that head. A conflict flags a
+//! person with the files named and pushes nothing; a person's push to the branch is never overwritten; a fork's
+//! push or a push to another branch moves nothing. Per backend.
+
+use std::path::Path;
+
+use pidevops::eventlog::EventStore;
+use pidevops::tasks::{Column, TaskId};
+use serde_json::{json, Value};
+
+use crate::common::agents::{agent, git, Remote, REPO};
+use crate::common::{board, TestApp, TestDb};
+use crate::land::{app, check_run, config, create_task, in_review, post, settle};
+use crate::providers::github::fake::FakeGithub;
+use crate::providers::github::gh_fixture as fixture;
+
+per_backend!(
+    a_moved_base_refreshes_the_branch_once_and_auto_land_merges_the_refreshed_head_after_its_checks,
+    a_conflict_flags_the_task_with_its_files_and_a_persons_push_is_never_overwritten,
+);
+
+/// Thirty numbered lines: the file both the agent and a teammate edit, in different places or the same.
+fn shared(changed: &[(usize, &str)]) -> String {
+    (1..=30)
+        .map(|n| {
+            changed
+                .iter()
+                .find(|(line, _)| *line == n)
+                .map_or_else(|| format!("line {n}\n"), |(_, text)| format!("{text}\n"))
+        })
+        .collect()
+}
+
+/// A GitHub `push` of `reference` in `repo`.
+fn push(repo: &str, reference: &str) -> Value {
+    let mut body = fixture("push/payload.json");
+    body["ref"] = json!(reference);
+    body["deleted"] = json!(false);
+    body["repository"]["full_name"] = json!(repo);
+    body
+}
+
+/// Every ref update the remote received, as `<ref> <new commit>` lines (its `post-receive` hook's record).
+fn pushes(remote: &Remote, reference: &str) -> Vec<String> {
+    let log = remote.dir.path().join("pushes.log");
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|line| line.starts_with(reference))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Makes the remote record every ref update it receives.
+fn record_pushes(remote: &Remote) {
+    use std::os::unix::fs::PermissionsExt;
+    let hook = remote.dir.path().join("remote.git/hooks/post-receive");
+    let log = remote.dir.path().join("pushes.log");
+    std::fs::write(
+        &hook,
+        format!(
+            "#!/bin/sh\nwhile read old new ref; do echo \"$ref $new\" >> '{}'; done\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// The bodies of `id`'s `task.refreshed` events.
+async fn refreshes(store: &EventStore, id: TaskId) -> Vec<Value> {
+    store
+        .read_stream(&format!("task:{id}"))
+        .await
+        .unwrap()
+        .iter()
+        .filter(|e| e.event_type == "task.refreshed")
+        .map(|e| serde_json::from_slice(&e.body).unwrap())
+        .collect()
+}
+
+/// Every `refresh` loop's tick until it has handled the whole log.
+async fn refresh(app: &TestApp) {
+    app.project().await;
+    app.drive("refresh").await;
+    app.project().await;
+}
+
+/// `land = "auto"` on `REPO` with no approvals needed (the `ci` check only), an agent running `script`.
+fn file(remote: &Remote, scratch: &Path, script: &str) -> toml::Table {
+    let agent = agent(scratch, "agent.sh", script);
+    let mut file = config(remote, &agent, None);
+    let repo = file["repos"][REPO].as_table_mut().unwrap();
+    repo.insert("approvals".into(), 0.into());
+    file
+}
+
+async fn a_moved_base_refreshes_the_branch_once_and_auto_land_merges_the_refreshed_head_after_its_checks(
+    db: TestDb,
+) {
+    let fake = FakeGithub::start().await;
+    let remote = Remote::new();
+    remote.commit_to_main("shared.txt", &shared(&[]));
+    record_pushes(&remote);
+    let scratch = tempfile::tempdir().unwrap();
+    // The agent edits line 25; a teammate's merge edits line 2: apart, so the refresh is clean.
+    let script = "sed -i 's/^line 25$/line 25 by the agent/' shared.txt; date +%s%N > \"note-$(date +%s%N).md\"";
+    let app = app(
+        &db,
+        &fake,
+        file(&remote, scratch.path(), script),
+        scratch.path(),
+    )
+    .await;
+    let (base, store) = (app.url(""), app.state.log.store().clone());
+    let id = create_task(&base, REPO).await;
+    let (number, sha) = in_review(&store, id, 1).await;
+    fake.set_head(REPO, number, &sha);
+    let branch = format!("refs/heads/{}", id.branch());
+    assert_eq!(pushes(&remote, &branch).len(), 1, "the attempt's push");
+
+    // Strangers' signals move nothing: a fork's push to its main, a push to another branch of ours.
+    remote.commit_to_main("shared.txt", &shared(&[(2, "line 2 by a teammate")]));
+    post(
+        &base,
+        "push",
+        "fork",
+        &push("stranger/app", "refs/heads/main"),
+    )
+    .await;
+    post(&base, "push", "other", &push(REPO, "refs/heads/feature")).await;
+    post(&base, "push", "ours", &push(REPO, &branch)).await;
+    refresh(&app).await;
+    assert!(refreshes(&store, id).await.is_empty());
+    assert_eq!(pushes(&remote, &branch).len(), 1, "no refresh pushed");
+
+    // The base moved: the branch is rebased onto it and pushed once, with a lease on the recorded commit.
+    post(&base, "push", "main-1", &push(REPO, "refs/heads/main")).await;
+    refresh(&app).await;
+    let recorded = refreshes(&store, id).await;
+    assert_eq!(recorded.len(), 1, "{recorded:#?}");
+    let to = remote.branch(id.branch().as_str()).unwrap();
+    let main = remote.branch("main").unwrap();
+    assert_eq!(recorded[0]["from"], json!(sha));
+    assert_eq!(recorded[0]["to"], json!(to));
+    assert_eq!(recorded[0]["base"], json!(main));
+    assert_eq!(recorded[0]["strategy"], json!("rebase"));
+    let both = shared(&[(2, "line 2 by a teammate"), (25, "line 25 by the agent")]);
+    assert_eq!(
+        remote.show(id.branch().as_str(), "shared.txt").as_deref(),
+        Some(both.as_str())
+    );
+    let pushed = pushes(&remote, &branch);
+    assert_eq!(
+        pushed,
+        [format!("{branch} {sha}"), format!("{branch} {to}")]
+    );
+
+    // Told again (a redelivery, a second push with nothing new): current, nothing pushed, nothing recorded.
+    post(&base, "push", "main-1", &push(REPO, "refs/heads/main")).await;
+    post(&base, "push", "main-2", &push(REPO, "refs/heads/main")).await;
+    refresh(&app).await;
+    assert_eq!(refreshes(&store, id).await.len(), 1);
+    assert_eq!(pushes(&remote, &branch).len(), 2);
+
+    // The old head's check counts no more; the refreshed head's does, and that head is merged, once.
+    fake.set_head(REPO, number, &to);
+    post(
+        &base,
+        "check_run",
+        "ci-old",
+        &check_run(REPO, id, &sha, "ci", "success"),
+    )
+    .await;
+    settle(&app).await;
+    assert!(
+        fake.merge_calls().is_empty(),
+        "merged on the old head's check"
+    );
+    post(
+        &base,
+        "check_run",
+        "ci-new",
+        &check_run(REPO, id, &to, "ci", "success"),
+    )
+    .await;
+    settle(&app).await;
+    let calls = fake.merge_calls();
+    assert_eq!(calls.len(), 1, "{calls:#?}");
+    assert_eq!(calls[0].body["sha"], json!(to));
+    let row = board::row_in(&store, id).await.unwrap();
+    assert!(!row.needs_human, "no person involved: {row:?}");
+}
+
+async fn a_conflict_flags_the_task_with_its_files_and_a_persons_push_is_never_overwritten(
+    db: TestDb,
+) {
+    let fake = FakeGithub::start().await;
+    let remote = Remote::new();
+    remote.commit_to_main("shared.txt", &shared(&[]));
+    record_pushes(&remote);
+    let scratch = tempfile::tempdir().unwrap();
+    let script = "sed -i 's/^line 25$/line 25 by the agent/' shared.txt; date +%s%N > \"note-$(date +%s%N).md\"";
+    let app = app(
+        &db,
+        &fake,
+        file(&remote, scratch.path(), script),
+        scratch.path(),
+    )
+    .await;
+    let (base, store) = (app.url(""), app.state.log.store().clone());
+    let first = create_task(&base, REPO).await;
+    let (_, first_sha) = in_review(&store, first, 1).await;
+
+    // A teammate changed the same line: the refresh conflicts, the task is flagged with the file, nothing pushed.
+    remote.commit_to_main("shared.txt", &shared(&[(25, "line 25 by a teammate")]));
+    post(&base, "push", "main-1", &push(REPO, "refs/heads/main")).await;
+    refresh(&app).await;
+    let row = board::row_in(&store, first).await.unwrap();
+    let flag = row.needs_human_reason.clone().expect("flagged");
+    assert!(
+        flag.contains("conflicts") && flag.contains("shared.txt"),
+        "{flag}"
+    );
+    assert_eq!(row.column, Column::InReview);
+    assert_eq!(remote.branch(first.branch().as_str()), Some(first_sha));
+    assert!(refreshes(&store, first).await.is_empty());
+    let first_branch = format!("refs/heads/{}", first.branch());
+    assert_eq!(
+        pushes(&remote, &first_branch).len(),
+        1,
+        "only the attempt's"
+    );
+
+    // A second task whose branch a person pushed to after pidevops: the lease refuses, the person's push stays.
+    let second = create_task(&base, REPO).await;
+    let (_, second_sha) = in_review(&store, second, 1).await;
+    let clone = remote.dir.path().join("person");
+    git(
+        remote.dir.path(),
+        &["clone", "--quiet", "remote.git", clone.to_str().unwrap()],
+    );
+    git(&clone, &["checkout", "--quiet", second.branch().as_str()]);
+    std::fs::write(clone.join("theirs.txt"), "a person's change\n").unwrap();
+    git(&clone, &["add", "."]);
+    git(&clone, &["commit", "--quiet", "-m", "a person's change"]);
+    git(
+        &clone,
+        &["push", "--quiet", "origin", second.branch().as_str()],
+    );
+    let theirs = remote.branch(second.branch().as_str()).unwrap();
+    assert_ne!(theirs, second_sha);
+    remote.commit_to_main("elsewhere.txt", "apart\n");
+    post(&base, "push", "main-2", &push(REPO, "refs/heads/main")).await;
+    refresh(&app).await;
+    let row = board::row_in(&store, second).await.unwrap();
+    let flag = row.needs_human_reason.clone().expect("flagged");
+    assert!(flag.contains("someone else pushed"), "{flag}");
+    assert_eq!(remote.branch(second.branch().as_str()), Some(theirs));
+    assert!(refreshes(&store, second).await.is_empty());
+}
