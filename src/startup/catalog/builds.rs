@@ -144,3 +144,27 @@ pub(super) fn stale_reviews(
         rest,
     ))
 }
+
+/// The `land` loop: its own Lander over the service's parts.
+pub(super) fn land_loop(parts: &super::Parts<'_>, _: &super::PlannedLoop) -> anyhow::Result<Built> {
+    let s = parts.settings;
+    let lander = crate::landing::Lander::new(
+        parts.board.clone(),
+        parts.log.clone(),
+        s.workspace_root.clone(),
+        crate::startup::git_credentials(s),
+        s.file.dispatch.clone(),
+    );
+    let land = Arc::new(crate::landing::auto::AutoLand::new(
+        parts.log.clone(),
+        lander,
+    ));
+    Ok(Built::ticking(
+        move || {
+            let land = land.clone();
+            async move { land.tick().await }
+        },
+        |p| Pace::again_if(p.out_of_time),
+    )
+    .at_head())
+}
