@@ -53,7 +53,14 @@ impl StaleRule {
         task.column == Column::InReview
             && task.kind == TaskKind::Task
             && task.stale_since.is_none()
-            && task.review_request().is_some()
+            && match self.action {
+                StaleAction::Remind => task.review_request().is_some(),
+                // Only `effects:github` closes: a GitLab merge request is left open, so its task is not cancelled.
+                StaleAction::Close => task
+                    .links
+                    .get(super::super::values::GITHUB_PR)
+                    .is_some_and(|pr| pr.repo.as_str().eq_ignore_ascii_case(task.repo.as_str())),
+            }
             && now.signed_duration_since(task.updated_at)
                 >= chrono::Duration::hours(i64::from(self.after_h))
     }

@@ -137,3 +137,19 @@ fn the_action_reads_and_writes_as_configured() {
     assert_eq!(StaleAction::default(), StaleAction::Remind);
     assert_eq!(StaleAction::Remind.as_str(), "remind");
 }
+
+#[test]
+fn close_waits_only_on_a_github_pull_request_a_reminder_on_any_review_request() {
+    use crate::tasks::values::{GitlabMrRef, Links, GITLAB_MR};
+    let mut on_gitlab = task_in(Column::InReview);
+    let mr = GitlabMrRef::new(on_gitlab.repo().clone(), 4).expect("an iid");
+    on_gitlab.links = Links::default().with(GITLAB_MR, &mr);
+    let later = hours_after(&on_gitlab, 10);
+    assert!(rule(1, StaleAction::Remind).is_due(&on_gitlab, later));
+    assert!(
+        !rule(1, StaleAction::Close).is_due(&on_gitlab, later),
+        "nothing would close it"
+    );
+    let on_github = task_in(Column::InReview);
+    assert!(rule(1, StaleAction::Close).is_due(&on_github, hours_after(&on_github, 10)));
+}
