@@ -19,7 +19,8 @@ use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::{AppendError, Appended, EventLog, StoreError, StoredEvent};
 use crate::tasks::{
     decide, evolve, AgentName, ApprovalPolicy, Command, Family, LandConfig, Links, MaxAttempts,
-    NewTask, Priority, Reason, RepoName, RetryCause, Spec, Task, TaskError, TaskEvent, TaskId,
+    NewTask, Priority, Reason, RepoName, RetryCause, Spec, StaleRule, Task, TaskError, TaskEvent,
+    TaskId,
 };
 pub use allowed::{AllowedRepos, NotAllowed};
 
@@ -163,6 +164,9 @@ pub struct BoardConfig {
     pub allowed: AllowedRepos,
     /// Each configured repository's landing rules, by its name in lower case (GitHub's names ignore case).
     pub land: std::collections::BTreeMap<String, LandConfig>,
+    /// The repositories with `stale_after_h`: their rule for a review left without activity, by name in lower
+    /// case.
+    pub stale: std::collections::BTreeMap<String, StaleRule>,
 }
 
 impl Default for BoardConfig {
@@ -174,6 +178,7 @@ impl Default for BoardConfig {
             repos: Default::default(),
             allowed: AllowedRepos::default(),
             land: Default::default(),
+            stale: Default::default(),
         }
     }
 }
@@ -185,6 +190,11 @@ impl BoardConfig {
             .get(&repo.as_str().to_ascii_lowercase())
             .cloned()
             .unwrap_or_default()
+    }
+
+    /// The repository's rule for a stale review; `None`: off (no `stale_after_h`, or 0).
+    pub fn stale_for(&self, repo: &RepoName) -> Option<StaleRule> {
+        self.stale.get(&repo.as_str().to_ascii_lowercase()).copied()
     }
 
     pub fn approval_for(&self, repo: &RepoName) -> ApprovalPolicy {

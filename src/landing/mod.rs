@@ -19,6 +19,7 @@
 
 pub mod auto;
 pub mod refresh;
+pub mod stale;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -147,7 +147,8 @@ impl Combine {
                     | TaskEvent::ApprovalWithdrawn { .. }
                     | TaskEvent::Combined { .. }
                     | TaskEvent::Landed { .. }
-                    | TaskEvent::Refreshed { .. } => return Ok(()),
+                    | TaskEvent::Refreshed { .. }
+                    | TaskEvent::WentStale { .. } => return Ok(()),
                 }
             }
             _ => return Ok(()),

@@ -129,7 +129,8 @@ impl Plans {
             | TaskEvent::ApprovalWithdrawn { .. }
             | TaskEvent::Combined { .. }
             | TaskEvent::Landed { .. }
-            | TaskEvent::Refreshed { .. } => Ok(()),
+            | TaskEvent::Refreshed { .. }
+            | TaskEvent::WentStale { .. } => Ok(()),
         }
     }
 

@@ -63,6 +63,7 @@ mod repo_env;
 mod runs_projector;
 mod scopes;
 mod sizes;
+mod stale;
 mod steering;
 mod stream;
 mod task_cli;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::{RepoTable, Tables};
 use crate::board::{AllowedRepos, BoardConfig};
-use crate::tasks::{LandConfig, MaxAttempts, RepoName};
+use crate::tasks::{LandConfig, MaxAttempts, RepoName, StaleRule};
 
 /// `[board] approval`, `[board] max_attempts`, `[repos."owner/name"] approval` and the allow-list.
 pub fn board_config(tables: &Tables) -> Result<BoardConfig, String> {
@@ -28,6 +28,9 @@ pub fn board_config(tables: &Tables) -> Result<BoardConfig, String> {
         config
             .land
             .insert(name.to_ascii_lowercase(), land_config(name, repo)?);
+        if let Some(rule) = stale_rule(name, repo)? {
+            config.stale.insert(name.to_ascii_lowercase(), rule);
+        }
     }
     Ok(config)
 }
@@ -105,4 +108,33 @@ fn land_config(name: &str, repo: &RepoTable) -> Result<LandConfig, String> {
         merge_method: repo.merge_method,
         refresh: repo.refresh.unwrap_or_default(),
     })
+}
+
+/// `[repos."o/n"]` `stale_after_h` and `stale_action`: `None` when off (absent or 0).
+fn stale_rule(name: &str, repo: &RepoTable) -> Result<Option<StaleRule>, String> {
+    use crate::tasks::stale::MAX_STALE_AFTER_H;
+    let key = format!("repos.\"{name}\"");
+    let after_h = match repo.stale_after_h {
+        None | Some(0) => {
+            if let Some(action) = repo.stale_action {
+                return Err(format!(
+                    "{key}.stale_action = \"{}\" does nothing without stale_after_h (hours, 1 to {MAX_STALE_AFTER_H})",
+                    action.as_str()
+                ));
+            }
+            return Ok(None);
+        }
+        Some(h) => u32::try_from(h)
+            .ok()
+            .filter(|h| *h <= MAX_STALE_AFTER_H)
+            .ok_or_else(|| {
+                format!(
+                    "{key}.stale_after_h must be a whole number of hours from 0 (off) to {MAX_STALE_AFTER_H}, not {h}"
+                )
+            })?,
+    };
+    Ok(Some(StaleRule {
+        after_h,
+        action: repo.stale_action.unwrap_or_default(),
+    }))
 }

@@ -29,7 +29,7 @@ use crate::cron::Schedule;
 use crate::domain::effect::LinearStates;
 use crate::intake::IntakeConfig;
 use crate::pollers::PollerConfig;
-use crate::tasks::{ApprovalPolicy, LandMode, MaxAttempts, MergeMethod, RefreshMode};
+use crate::tasks::{ApprovalPolicy, LandMode, MaxAttempts, MergeMethod, RefreshMode, StaleAction};
 // The tables' value types the domains decide with (re-exported: the tables name them).
 pub use crate::tasks::{PlanLand, ReviewPolicy, ScopePolicy};
 
@@ -224,6 +224,13 @@ pub struct RepoTable {
     /// the task was cancelled, and only while its head is a commit pidevops pushed. Default: true.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delete_branch: Option<bool>,
+    /// Hours a task may stay in review without activity before `stale_action`, 1 to 8784. Default: off (0 too).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stale_after_h: Option<i64>,
+    /// What a review left without activity past `stale_after_h` gets: `remind` (its source, once) or `close` (its
+    /// pull request, and the task cancelled). Default: remind.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stale_action: Option<StaleAction>,
 }
 
 /// `[repos."o/n"] forge`: where a repository's tasks land.

@@ -565,3 +565,48 @@ fn a_repository_s_code_host_is_checked_and_kept_for_intake() {
         assert!(error.contains(refusal), "{text}: {error}");
     }
 }
+
+#[test]
+fn a_repository_s_stale_review_rule_is_bounded_and_off_by_default() {
+    use crate::tasks::{StaleAction, StaleRule};
+    let file: FileConfig = "[repos.\"acme/app\"]\nstale_after_h = 72\n\
+         [repos.\"acme/web\"]\nstale_after_h = 1\nstale_action = \"close\"\n\
+         [repos.\"acme/off\"]\nstale_after_h = 0\n[repos.\"acme/quiet\"]"
+        .parse()
+        .unwrap();
+    let rule = |name: &str| file.board.stale_for(&name.parse().unwrap());
+    assert_eq!(
+        rule("Acme/App"),
+        Some(StaleRule {
+            after_h: 72,
+            action: StaleAction::Remind
+        })
+    );
+    assert_eq!(
+        rule("acme/web"),
+        Some(StaleRule {
+            after_h: 1,
+            action: StaleAction::Close
+        })
+    );
+    assert_eq!(rule("acme/off"), None);
+    assert_eq!(rule("acme/quiet"), None);
+    for (text, refusal) in [
+        (
+            "[repos.\"acme/app\"]\nstale_after_h = -1",
+            "repos.\"acme/app\".stale_after_h must be a whole number of hours from 0 (off) to 8784, not -1",
+        ),
+        (
+            "[repos.\"acme/app\"]\nstale_after_h = 9000",
+            "repos.\"acme/app\".stale_after_h must be a whole number of hours from 0 (off) to 8784, not 9000",
+        ),
+        (
+            "[repos.\"acme/app\"]\nstale_action = \"close\"",
+            "repos.\"acme/app\".stale_action = \"close\" does nothing without stale_after_h",
+        ),
+        ("[repos.\"acme/app\"]\nstale_after_h = 2\nstale_action = \"nag\"", "stale_action"),
+    ] {
+        let error = errors(text);
+        assert!(error.contains(refusal), "{text}: {error}");
+    }
+}

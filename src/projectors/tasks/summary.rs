@@ -140,6 +140,16 @@ pub fn summarize(event: &TaskEvent) -> String {
             ..
         } => landed(commit, onto, *fast_forward),
         TaskEvent::Refreshed { .. } => refreshed(event),
+        TaskEvent::WentStale {
+            after_h, action, ..
+        } => match action {
+            crate::tasks::StaleAction::Remind => {
+                format!("no activity in review for {after_h} h: a reminder sent where it came from")
+            }
+            crate::tasks::StaleAction::Close => {
+                format!("no activity in review for {after_h} h: its pull request closed")
+            }
+        },
         TaskEvent::LinksAttached { links, .. } => {
             let keys: Vec<String> = link_keys(links)
                 .into_iter()
@@ -290,7 +300,8 @@ pub(super) fn links_of(event: &TaskEvent) -> Vec<(LinkKind, String)> {
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
         | TaskEvent::Landed { .. }
-        | TaskEvent::Refreshed { .. } => Vec::new(),
+        | TaskEvent::Refreshed { .. }
+        | TaskEvent::WentStale { .. } => Vec::new(),
     }
 }
 

@@ -386,6 +386,28 @@ impl GithubClient {
         })
     }
 
+    /// Closes pull request `number` without merging it (a stale review under `stale_action = "close"`). Reads it
+    /// first: one merged or closed already (a repeat after a crash, a person first) is left as it is.
+    pub async fn close_pull_request(
+        &self,
+        repo: &RepoName,
+        number: u64,
+    ) -> Result<Produced, CallError> {
+        let pull = self.pull(repo, number).await?.model;
+        if pull.state != Some(IssueState::Open) {
+            return Ok(Produced::Done);
+        }
+        let (owner, name) = parts(repo)?;
+        self.api
+            .pulls(owner, name)
+            .update(number)
+            .state(octocrab::params::pulls::State::Closed)
+            .send()
+            .await
+            .map_err(|e| classify("closing the pull request", e))?;
+        Ok(Produced::Done)
+    }
+
     /// The first merge method the repository allows, of squash, merge and rebase (`allow_*_merge` of
     /// `GET /repos/{o}/{r}`). A flag GitHub leaves out (a token that may not see it) is not a refusal: GitHub
     /// itself refuses a method it does not allow, with a message that names it.

@@ -126,3 +126,45 @@ pub(super) async fn heartbeat(log: &EventLog) -> anyhow::Result<()> {
         Err(_) => anyhow::bail!("database round trip took longer than 5 s"),
     }
 }
+
+/// The `stale_reviews` loop, judging ages by the service's clock.
+pub(super) fn stale_reviews(
+    parts: &super::Parts<'_>,
+    _: &super::PlannedLoop,
+) -> anyhow::Result<Built> {
+    let stale = Arc::new(crate::landing::stale::StaleReviews::new(
+        parts.board.clone(),
+        parts.settings.clock.clone(),
+    ));
+    Ok(Built::ticking(
+        move || {
+            let stale = stale.clone();
+            async move { stale.tick().await }
+        },
+        rest,
+    ))
+}
+
+/// The `land` loop: its own Lander over the service's parts.
+pub(super) fn land_loop(parts: &super::Parts<'_>, _: &super::PlannedLoop) -> anyhow::Result<Built> {
+    let s = parts.settings;
+    let lander = crate::landing::Lander::new(
+        parts.board.clone(),
+        parts.log.clone(),
+        s.workspace_root.clone(),
+        crate::startup::git_credentials(s),
+        s.file.dispatch.clone(),
+    );
+    let land = Arc::new(crate::landing::auto::AutoLand::new(
+        parts.log.clone(),
+        lander,
+    ));
+    Ok(Built::ticking(
+        move || {
+            let land = land.clone();
+            async move { land.tick().await }
+        },
+        |p| Pace::again_if(p.out_of_time),
+    )
+    .at_head())
+}

@@ -16,10 +16,10 @@ mod builds;
 mod effects;
 mod plans;
 
-use builds::{heartbeat, poller_entry, RelayJob, SlackSocketJob};
+use builds::{heartbeat, land_loop, poller_entry, stale_reviews, RelayJob, SlackSocketJob};
 use plans::{
     combine_plan, cron_plan, dispatch_loops, land_plan, poller_loop, refresh_plan, slack_socket,
-    telegram_updates,
+    stale_plan, telegram_updates,
 };
 
 use crate::config::Settings;
@@ -342,28 +342,7 @@ pub const CATALOG: &[Entry] = &[
     },
     Entry {
         plan: land_plan,
-        build: |parts, _| {
-            let s = parts.settings;
-            let lander = crate::landing::Lander::new(
-                parts.board.clone(),
-                parts.log.clone(),
-                s.workspace_root.clone(),
-                crate::startup::git_credentials(s),
-                s.file.dispatch.clone(),
-            );
-            let land = Arc::new(crate::landing::auto::AutoLand::new(
-                parts.log.clone(),
-                lander,
-            ));
-            Ok(Built::ticking(
-                move || {
-                    let land = land.clone();
-                    async move { land.tick().await }
-                },
-                |p| Pace::again_if(p.out_of_time),
-            )
-            .at_head())
-        },
+        build: land_loop,
     },
     Entry {
         plan: refresh_plan,
@@ -391,6 +370,10 @@ pub const CATALOG: &[Entry] = &[
             )
             .at_head())
         },
+    },
+    Entry {
+        plan: stale_plan,
+        build: stale_reviews,
     },
     Entry {
         plan: |s| vec![telegram_updates(s)],

@@ -319,3 +319,26 @@ pub(super) fn dispatch_loops(settings: &Settings) -> Vec<PlannedLoop> {
     }
     loops
 }
+
+/// How often `stale_reviews` looks: ages are hours, so a minute late is nothing.
+pub(super) const STALE_REVIEWS_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The `stale_reviews` loop: armed when a repository sets `stale_after_h`.
+pub(super) fn stale_plan(settings: &Settings) -> Vec<PlannedLoop> {
+    let name = crate::landing::stale::STALE_REVIEWS;
+    if settings.file.board.stale.is_empty() {
+        return vec![PlannedLoop::off(
+            name,
+            true,
+            LoopState::Disabled,
+            "no repository sets stale_after_h".into(),
+            STALE_REVIEWS_INTERVAL,
+        )];
+    }
+    vec![PlannedLoop::armed(
+        name,
+        true,
+        STALE_REVIEWS_INTERVAL,
+        "reminds a task's source once, or closes its pull request, when it stays in review without activity past its repository's stale_after_h",
+    )]
+}

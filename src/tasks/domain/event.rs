@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    AttemptReport, CombinedItem, CommitSha, FactName, Family, RefreshMode, RetryCause,
+    AttemptReport, CombinedItem, CommitSha, FactName, Family, RefreshMode, RetryCause, StaleAction,
     TriageOutcome,
 };
 use crate::tasks::plan::PlanDocument;
@@ -232,6 +232,13 @@ pub enum TaskEvent {
         base: CommitSha,
         strategy: RefreshMode,
     },
+    /// In review with no activity for `after_h` hours (`[repos."o/n"] stale_after_h`), once per review episode:
+    /// its source is reminded (`remind`), or its pull request is closed and `cancelled` follows (`close`).
+    WentStale {
+        at: DateTime<Utc>,
+        after_h: u32,
+        action: StaleAction,
+    },
 }
 
 impl TaskEvent {
@@ -272,7 +279,8 @@ impl TaskEvent {
             | TaskEvent::ApprovalWithdrawn { at, .. }
             | TaskEvent::Combined { at, .. }
             | TaskEvent::Landed { at, .. }
-            | TaskEvent::Refreshed { at, .. } => *at,
+            | TaskEvent::Refreshed { at, .. }
+            | TaskEvent::WentStale { at, .. } => *at,
         }
     }
 }

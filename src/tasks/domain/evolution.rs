@@ -78,6 +78,7 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
             task.report = (**report).clone();
             task.branch = Some(branch.clone());
             task.reviewed_run = Some(*run);
+            task.stale_since = None;
             // A new push: approvals and checks of the code before it do not count.
             landing::evolve(task, event, LandingFact::NewPush)?;
             // A newer pull request supersedes the old one; no submission removes a link.
@@ -191,10 +192,22 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
         TaskEvent::Combined { .. } => super::combined::apply(task, event)?,
         // Its `completed` follows and closes the task.
         TaskEvent::Landed { .. } => require(task, event, &[Column::InReview])?,
-        TaskEvent::Refreshed { to, .. } => {
-            landing::evolve(task, event, LandingFact::Refreshed { to })?
-        }
+        TaskEvent::Refreshed { to, .. } => refreshed(task, event, to)?,
+        TaskEvent::WentStale { at, .. } => went_stale(task, event, *at)?,
     }
+    Ok(())
+}
+
+/// A refresh is a new push: the landing facts start over, and so does the review episode for staleness.
+fn refreshed(task: &mut Task, event: &TaskEvent, to: &super::CommitSha) -> Result<(), TaskError> {
+    task.stale_since = None;
+    landing::evolve(task, event, LandingFact::Refreshed { to })
+}
+
+/// `went_stale` ends the review episode until the next submission (`stale.rs`).
+fn went_stale(task: &mut Task, event: &TaskEvent, at: DateTime<Utc>) -> Result<(), TaskError> {
+    require(task, event, &[Column::InReview])?;
+    task.stale_since = Some(at);
     Ok(())
 }
 
@@ -489,6 +502,7 @@ impl Task {
             branch: None,
             reviewed_run: None,
             refreshed: None,
+            stale_since: None,
             last_failure: None,
             closed_reason: None,
             follow_ups: Vec::new(),

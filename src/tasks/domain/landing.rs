@@ -477,7 +477,8 @@ pub fn may_land(event: &TaskEvent) -> bool {
         | TaskEvent::RolledUp { .. }
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
-        | TaskEvent::Landed { .. } => false,
+        | TaskEvent::Landed { .. }
+        | TaskEvent::WentStale { .. } => false,
         // Its checks run again on the refreshed head: nothing is ready until they pass there.
         TaskEvent::Refreshed { .. } => false,
     }

@@ -21,6 +21,7 @@ mod event;
 mod evolution;
 mod family;
 pub mod landing;
+pub mod stale;
 mod ticket;
 
 pub use combined::{Combination, CombinedItem, PlanLand};
@@ -34,6 +35,7 @@ pub use family::{roll_up, ChildView, PlanState, RollUp, TriageOutcome, TriageSta
 pub use landing::{
     CommitSha, FactName, LandConfig, LandMode, Landing, MergeMethod, Readiness, RefreshMode,
 };
+pub use stale::{StaleAction, StaleRule};
 
 use super::plan::{PlanDocument, Scope};
 use super::values::{
@@ -118,6 +120,9 @@ pub struct Task {
     /// commit is the branch's head. A new submission for review clears it.
     #[serde(skip_serializing_if = "Option::is_none")]
     refreshed: Option<CommitSha>,
+    /// When this review episode went stale (`went_stale`); cleared by the next submission for review.
+    #[serde(skip)]
+    stale_since: Option<DateTime<Utc>>,
 }
 
 /// What an attempt submitted for review says of itself, for its pull request and its page: the agent's own
@@ -283,6 +288,10 @@ impl Task {
     /// The agent profile the task asked for, if it asked.
     pub fn agent(&self) -> Option<&AgentName> {
         self.agent.as_ref()
+    }
+    /// When this review episode went stale, if it did (see [`stale`]).
+    pub fn stale_since(&self) -> Option<DateTime<Utc>> {
+        self.stale_since
     }
     /// What passed and who approved on the head commit since the last submission for review.
     pub fn landing(&self) -> &Landing {
@@ -558,6 +567,14 @@ pub enum Command {
         base: CommitSha,
         strategy: RefreshMode,
     },
+    /// The loop `stale_reviews` saw the task in review untouched since `last_activity` for `after_h` hours:
+    /// `went_stale` (and, under `close`, its cancellation), unless it was touched since or marked already in this
+    /// review episode (then nothing). See `stale.rs`.
+    MarkStale {
+        after_h: u32,
+        action: StaleAction,
+        last_activity: DateTime<Utc>,
+    },
 }
 
 impl Command {
@@ -595,6 +612,7 @@ impl Command {
             Command::RecordCombined { .. } => "record-combined",
             Command::RecordLanded { .. } => "record-landed",
             Command::RecordRefresh { .. } => "record-refresh",
+            Command::MarkStale { .. } => "mark-stale",
         }
     }
 }

@@ -56,6 +56,9 @@ pub enum GithubAction {
         branch: BranchName,
         commits: Vec<CommitSha>,
     },
+    /// Closes the task's pull request unmerged (`stale_action = "close"`).
+    #[serde(rename = "github_close_pull_request")]
+    ClosePullRequest { repo: RepoName, number: u64 },
 }
 
 impl ProviderAction for GithubAction {
@@ -66,6 +69,7 @@ impl ProviderAction for GithubAction {
             GithubAction::Reaction { .. } => "github_reaction",
             GithubAction::MergePullRequest { .. } => "github_merge_pull_request",
             GithubAction::DeleteBranch { .. } => "github_delete_branch",
+            GithubAction::ClosePullRequest { .. } => "github_close_pull_request",
         }
     }
 
@@ -81,6 +85,8 @@ impl ProviderAction for GithubAction {
             GithubAction::MergePullRequest { .. } => true,
             // Reads the branch first: one gone already (deleted by the attempt cut off) is a success.
             GithubAction::DeleteBranch { .. } => true,
+            // Reads the pull request first: one closed already is left as it is.
+            GithubAction::ClosePullRequest { .. } => true,
         }
     }
 }

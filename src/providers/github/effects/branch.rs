@@ -64,7 +64,8 @@ pub fn ends_its_branch(event: &TaskEvent) -> bool {
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
         | TaskEvent::Landed { .. }
-        | TaskEvent::Refreshed { .. } => false,
+        | TaskEvent::Refreshed { .. }
+        | TaskEvent::WentStale { .. } => false,
     }
 }
 

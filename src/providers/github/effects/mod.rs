@@ -30,6 +30,7 @@ pub use action::GithubAction;
 mod action;
 pub mod branch;
 pub mod combined;
+pub mod stale;
 
 /// The `effects:github` policy: pull requests and issue comments.
 #[derive(Clone, Debug)]
@@ -92,7 +93,8 @@ impl ProviderPolicy for GithubPolicy {
             // Its branch, deleted once the task is done or cancelled, a plan's once it rolls up so (`branch.rs`).
             | TaskEvent::Completed { .. }
             | TaskEvent::Cancelled { .. }
-            | TaskEvent::RolledUp { .. } => true,
+            | TaskEvent::RolledUp { .. }
+            | TaskEvent::WentStale { .. } => true,
             TaskEvent::Created(_)
             | TaskEvent::Approved { .. }
             | TaskEvent::Rejected { .. }
@@ -140,6 +142,19 @@ impl ProviderPolicy for GithubPolicy {
                 *question,
                 &event.id.to_string(),
                 self.bot_login.as_deref(),
+                event.occurred_at,
+            ));
+        }
+        if let TaskEvent::WentStale {
+            after_h, action, ..
+        } = task_event
+        {
+            requests.extend(stale::github_stale(
+                task,
+                *after_h,
+                *action,
+                &event.id.to_string(),
+                &self.config,
                 event.occurred_at,
             ));
         }
@@ -251,6 +266,9 @@ impl ProviderPolicy for GithubPolicy {
                 branch,
                 commits,
             } => self.client.delete_branch(repo, branch, commits).await,
+            GithubAction::ClosePullRequest { repo, number } => {
+                self.client.close_pull_request(repo, *number).await
+            }
         }
     }
 }
@@ -306,7 +324,8 @@ pub fn github(event: &TaskEvent, task: &Task, config: &PolicyConfig) -> Vec<Requ
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
         | TaskEvent::Landed { .. }
-        | TaskEvent::Refreshed { .. } => Vec::new(),
+        | TaskEvent::Refreshed { .. }
+        | TaskEvent::WentStale { .. } => Vec::new(),
     }
 }
 

@@ -411,4 +411,68 @@ mod tests {
         let resubmitted = [stored(2, &earlier_submission), stored(5, &submitted)];
         assert_eq!(known(&as_submitted(&submitted, &resubmitted, 5)), Some(pr));
     }
+
+    /// A stale review is one comment on its issue, keyed by the event; a close is told by its cancellation.
+    #[test]
+    fn a_stale_review_is_one_comment_on_its_issue() {
+        use crate::tasks::{
+            Command, LinearIssue, MaxAttempts, NewTask, Priority, Spec, StaleAction,
+        };
+        let issue = LinearIssue::new(uuid::Uuid::from_u128(9), "ENG-9").unwrap();
+        let new = NewTask {
+            id: "T-1".parse().unwrap(),
+            repo: "acme/app".parse().unwrap(),
+            spec: Spec::new("Fix the redirect", "", "").unwrap(),
+            priority: Priority::Normal,
+            links: Links::default().with(LINEAR_ISSUE, &issue),
+            approval: crate::tasks::ApprovalPolicy::Auto,
+            max_attempts: MaxAttempts::new(3).unwrap(),
+            ticket_version: None,
+            agent: None,
+            family: Default::default(),
+        };
+        let events =
+            crate::tasks::decide(None, &Command::Create(Box::new(new)), Utc::now()).unwrap();
+        let task = events
+            .iter()
+            .try_fold(None, |t, e| crate::tasks::evolve(t, e).map(Some))
+            .unwrap()
+            .unwrap();
+        let (config, states) = (PolicyConfig::default(), LinearStates::default());
+        let went = |action| TaskEvent::WentStale {
+            at: Utc::now(),
+            after_h: 48,
+            action,
+        };
+        assert!(linear_notifies(&went(StaleAction::Remind)));
+        let requests = linear(
+            &went(StaleAction::Remind),
+            &task,
+            None,
+            None,
+            "e-4",
+            &config,
+            &states,
+        );
+        assert_eq!(requests.len(), 1, "{requests:?}");
+        assert_eq!(requests[0].key, "linear:comment:e-4");
+        let LinearAction::Comment { issue: to, body } = &requests[0].action else {
+            panic!("a comment: {requests:?}");
+        };
+        assert_eq!(*to, issue.id());
+        assert!(
+            body.contains("has waited in review for 48 h without activity"),
+            "{body}"
+        );
+        assert!(linear(
+            &went(StaleAction::Close),
+            &task,
+            None,
+            None,
+            "e-5",
+            &config,
+            &states
+        )
+        .is_empty());
+    }
 }

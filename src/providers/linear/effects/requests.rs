@@ -23,7 +23,8 @@ pub fn linear_notifies(event: &TaskEvent) -> bool {
         | TaskEvent::PlanApproved { .. }
         | TaskEvent::PlanRejected { .. }
         | TaskEvent::ChildrenCreated { .. }
-        | TaskEvent::RolledUp { .. } => true,
+        | TaskEvent::RolledUp { .. }
+        | TaskEvent::WentStale { .. } => true,
         TaskEvent::Created(_)
         | TaskEvent::Approved { .. }
         | TaskEvent::Rejected { .. }
@@ -119,6 +120,19 @@ pub fn linear(
             let proposed = task.plan().is_some_and(|p| p.proposal.is_some());
             vec![news.cancelled(reason, last_run.filter(|_| !proposed))]
         }
+        TaskEvent::WentStale {
+            after_h,
+            action: crate::tasks::StaleAction::Remind,
+            ..
+        } => vec![news.comment(
+            format!("linear:comment:{event_id}"),
+            format!(
+                "**{}** has waited in review for {after_h} h without activity: its pull request needs a reviewer.",
+                task.id()
+            ),
+        )],
+        // Closed: its cancellation, which follows, says why.
+        TaskEvent::WentStale { .. } => Vec::new(),
         // The checklist's news (see `linear_notifies`) is `plan.rs`'s; the rest is not told to Linear.
         TaskEvent::Created(_)
         | TaskEvent::Approved { .. }

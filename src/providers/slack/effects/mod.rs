@@ -342,7 +342,8 @@ pub fn slack_notifies(event: &TaskEvent) -> bool {
         | TaskEvent::SubmittedForReview { .. }
         | TaskEvent::Completed { .. }
         | TaskEvent::Cancelled { .. }
-        | TaskEvent::PlanProposed { .. } => true,
+        | TaskEvent::PlanProposed { .. }
+        | TaskEvent::WentStale { .. } => true,
         TaskEvent::Rejected { .. }
         | TaskEvent::Started { .. }
         | TaskEvent::Retried { .. }
@@ -454,6 +455,15 @@ pub fn slack(
         TaskEvent::Cancelled { reason, .. } => {
             format!("✖️ {head}\ncancelled: {}", escape(reason.as_str()))
         }
+        TaskEvent::WentStale {
+            after_h,
+            action: crate::tasks::StaleAction::Remind,
+            ..
+        } => format!(
+            "⏰ {head}\nin review for {after_h} h without activity: its pull request waits for a reviewer"
+        ),
+        // Closed: its cancellation, which follows, says why.
+        TaskEvent::WentStale { .. } => return Vec::new(),
         // Its automatic approval follows its creation, already told as "on it".
         TaskEvent::Approved {
             automatic: true, ..

@@ -168,3 +168,34 @@ fn the_status_says_where_the_task_stands_and_a_post_records_its_thread() {
         .is_none());
     assert!(policy.record_of(&status, &posted("1.3")).is_none());
 }
+
+#[test]
+fn a_stale_review_is_told_once_in_its_thread_and_a_close_by_its_cancellation() {
+    use crate::tasks::StaleAction;
+    let (task, _) = created(ApprovalPolicy::Auto, "Fix the redirect");
+    let at = Utc.timestamp_opt(1_750_000_000, 0).single().unwrap();
+    let remind = TaskEvent::WentStale {
+        at,
+        after_h: 72,
+        action: StaleAction::Remind,
+    };
+    assert!(slack_notifies(&remind));
+    let requests = slack(&remind, &task, "C1", "1.2", "e-9", None);
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].key, "slack:notify:C1:e-9", "keyed by the event");
+    let (channel, thread, text, buttons, _) = post(&requests[0]);
+    assert_eq!((channel, thread), ("C1", Some("1.2")));
+    assert!(
+        text.ends_with(
+            "in review for 72 h without activity: its pull request waits for a reviewer"
+        ),
+        "{text}"
+    );
+    assert!(buttons.is_empty());
+    let close = TaskEvent::WentStale {
+        at,
+        after_h: 72,
+        action: StaleAction::Close,
+    };
+    assert!(slack(&close, &task, "C1", "1.2", "e-10", None).is_empty());
+}

@@ -354,7 +354,8 @@ pub fn telegram_notifies(event: &TaskEvent) -> bool {
         | TaskEvent::Completed { .. }
         | TaskEvent::Cancelled { .. }
         | TaskEvent::Created(_)
-        | TaskEvent::PlanProposed { .. } => true,
+        | TaskEvent::PlanProposed { .. }
+        | TaskEvent::WentStale { .. } => true,
         TaskEvent::Approved { .. }
         | TaskEvent::Rejected { .. }
         | TaskEvent::Started { .. }
@@ -444,6 +445,15 @@ pub fn telegram(
         TaskEvent::Cancelled { reason, .. } => {
             format!("✖️ {head}\ncancelled: {}", escape(reason.as_str()))
         }
+        TaskEvent::WentStale {
+            after_h,
+            action: crate::tasks::StaleAction::Remind,
+            ..
+        } => format!(
+            "⏰ {head}\nin review for {after_h} h without activity: its pull request waits for a reviewer"
+        ),
+        // Closed: its cancellation, which follows, says why.
+        TaskEvent::WentStale { .. } => return Vec::new(),
         // Approved at creation (the `auto` policy): the next news is its start, not announced either.
         TaskEvent::Created(_) => return Vec::new(),
         TaskEvent::Approved { .. }

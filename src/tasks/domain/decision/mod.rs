@@ -223,7 +223,45 @@ pub fn decide(
             _ => Err(wrong(&[Column::InReview])),
         },
         Command::RecordRefresh { .. } => landing::decide_refresh(task, command, at),
+        Command::MarkStale { .. } => mark_stale(task, command, at),
     }
+}
+
+/// `Command::MarkStale`: nothing unless the task is still in review, not marked in this episode, and untouched
+/// since `last_activity` (what the loop saw when it judged the age); then `went_stale`, and under `close` its
+/// cancellation with the reason a person reads on its page.
+fn mark_stale(
+    task: &Task,
+    command: &Command,
+    at: DateTime<Utc>,
+) -> Result<Vec<TaskEvent>, TaskError> {
+    let Command::MarkStale {
+        after_h,
+        action,
+        last_activity,
+    } = *command
+    else {
+        return Ok(Vec::new());
+    };
+    if task.column != Column::InReview
+        || task.kind != TaskKind::Task
+        || task.stale_since.is_some()
+        || task.updated_at != last_activity
+    {
+        return Ok(Vec::new());
+    }
+    let mut events = vec![TaskEvent::WentStale {
+        at,
+        after_h,
+        action,
+    }];
+    if action == super::stale::StaleAction::Close {
+        events.push(TaskEvent::Cancelled {
+            at,
+            reason: super::stale::close_reason(task, after_h),
+        });
+    }
+    Ok(events)
 }
 
 /// `command` needs the task in one of `allowed`, and it is not.
@@ -530,7 +568,8 @@ fn waits_for_triage(command: &Command) -> bool {
         | Command::WithdrawApproval { .. }
         | Command::RecordCombined { .. }
         | Command::RecordLanded { .. }
-        | Command::RecordRefresh { .. } => false,
+        | Command::RecordRefresh { .. }
+        | Command::MarkStale { .. } => false,
     }
 }
 
@@ -567,6 +606,7 @@ fn is_plan_work(command: &Command) -> bool {
         | Command::WithdrawApproval { .. }
         | Command::RecordCombined { .. }
         | Command::RecordLanded { .. }
-        | Command::RecordRefresh { .. } => false,
+        | Command::RecordRefresh { .. }
+        | Command::MarkStale { .. } => false,
     }
 }

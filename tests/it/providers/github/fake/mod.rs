@@ -102,7 +102,10 @@ impl FakeGithub {
                 "/repos/{owner}/{repo}/hooks/{id}",
                 axum::routing::patch(hooks::update_hook),
             )
-            .route("/repos/{owner}/{repo}/pulls/{number}", get(get_pull))
+            .route(
+                "/repos/{owner}/{repo}/pulls/{number}",
+                get(get_pull).patch(update_pull),
+            )
             .route("/repos/{owner}/{repo}/issues/{number}", get(get_issue))
             .route(
                 "/repos/{owner}/{repo}/pulls/{number}/merge",
@@ -219,6 +222,22 @@ impl FakeGithub {
             .unwrap()
             .suites
             .push((repo.to_owned(), sha.to_owned(), suite));
+    }
+
+    /// The pull requests closed through the API (`PATCH … state=closed`), in order: (repo, number).
+    pub fn pulls_closed(&self) -> Vec<(String, u64)> {
+        self.calls()
+            .iter()
+            .filter(|c| {
+                c.method == "PATCH" && c.path.contains("/pulls/") && c.body["state"] == "closed"
+            })
+            .filter_map(|c| {
+                let mut parts = c.path.trim_start_matches("/repos/").splitn(4, '/');
+                let (owner, repo, _, number) =
+                    (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+                Some((format!("{owner}/{repo}"), number.parse().ok()?))
+            })
+            .collect()
     }
 
     /// The comments posted: (repo, issue number, body).
@@ -599,6 +618,42 @@ async fn get_pull(
     if let Some(sha) = inner.heads.get(&(full, number)) {
         pr["head"]["sha"] = json!(sha);
     }
+    Json(pr).into_response()
+}
+
+/// `PATCH /repos/{o}/{r}/pulls/{n}`: `state` (`closed`, `open`) changes it; the pull request as it is after.
+async fn update_pull(
+    State(fake): State<FakeGithub>,
+    Path((owner, repo, number)): Path<(String, String, u64)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    if let Some(failure) = fake.record(&method, &uri, &headers, body.clone()) {
+        return failure_response(failure);
+    }
+    let full = format!("{owner}/{repo}");
+    let mut inner = fake.inner.lock().unwrap();
+    let Some(pull) = inner
+        .pulls
+        .iter_mut()
+        .find(|p| p.0 == full && p.1 == number)
+    else {
+        return (
+            StatusCode::NOT_FOUND,
+            Json(json!({ "message": "Not Found" })),
+        )
+            .into_response();
+    };
+    match body["state"].as_str() {
+        Some("closed") => pull.6 = false,
+        Some("open") => pull.6 = true,
+        _ => {}
+    }
+    let (r, n, h, b, t, text, open) = pull.clone();
+    let mut pr = pull_json(&r, n, &h, &b, &t, &text);
+    pr["state"] = json!(if open { "open" } else { "closed" });
     Json(pr).into_response()
 }
 
