@@ -79,6 +79,7 @@ enum Ended {
     Current,
     Conflicted,
     Moved,
+    Gone,
     Missing,
     /// Not a task to refresh now (not in review, a plan, waiting for a person, another host).
     Skipped,
@@ -91,6 +92,7 @@ impl Ended {
             Ended::Current => "current",
             Ended::Conflicted => "conflicted",
             Ended::Moved => "moved",
+            Ended::Gone => "gone",
             Ended::Missing => "missing",
             Ended::Skipped => "skipped",
         }
@@ -278,6 +280,16 @@ impl Refresher {
                     );
                     self.flag(id, &why, progress).await?;
                     return Ok(Ended::Conflicted);
+                }
+                RefreshResult::Gone => {
+                    let why = format!(
+                        "the base moved, and {}'s branch {} is gone from the remote (deleted by someone); pidevops \
+                         did not push it again. Send it back (retry) for a new attempt, or cancel it",
+                        id,
+                        id.branch()
+                    );
+                    self.flag(id, &why, progress).await?;
+                    return Ok(Ended::Gone);
                 }
                 RefreshResult::Missing => {
                     let why = format!(

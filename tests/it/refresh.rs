@@ -274,6 +274,27 @@ async fn a_conflict_flags_the_task_with_its_files_and_a_persons_push_is_never_ov
     assert!(flag.contains("someone else pushed"), "{flag}");
     assert_eq!(remote.branch(second.branch().as_str()), Some(theirs));
     assert!(refreshes(&store, second).await.is_empty());
+
+    // A third whose branch a person deleted: flagged, never pushed again, and the loop goes on (not stuck on it).
+    let third = create_task(&base, REPO).await;
+    in_review(&store, third, 1).await;
+    git(
+        &clone,
+        &[
+            "push",
+            "--quiet",
+            "origin",
+            "--delete",
+            third.branch().as_str(),
+        ],
+    );
+    remote.commit_to_main("later.txt", "apart\n");
+    post(&base, "push", "main-3", &push(REPO, "refs/heads/main")).await;
+    refresh(&app).await;
+    let row = board::row_in(&store, third).await.unwrap();
+    let flag = row.needs_human_reason.clone().expect("flagged");
+    assert!(flag.contains("is gone"), "{flag}");
+    assert_eq!(remote.branch(third.branch().as_str()), None);
 }
 
 /// The real binary, SIGKILLed by the remote the moment its refresh's push lands (before `task.refreshed`), and the

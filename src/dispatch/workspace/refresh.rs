@@ -64,6 +64,8 @@ pub enum RefreshResult {
     /// Someone else pushed to the branch: it is at `found`, not at the commit pidevops recorded. Nothing was
     /// pushed over it.
     Moved { found: String },
+    /// The branch is gone from the remote (a person deleted it): nothing was pushed.
+    Gone,
     /// The recorded commit is neither on the branch nor to be had by its id: nothing was pushed.
     Missing,
 }
@@ -176,6 +178,10 @@ impl Workspaces {
             Ok(_) => Some(self.rev_parse(&git_dir, "refs/refresh/branch").await?),
             Err(_) => None,
         };
+        // Deleted by someone: recreating it would undo what a person did.
+        let Some(found) = found else {
+            return Ok(RefreshResult::Gone);
+        };
         if !self.has_commit(&git_dir, &commit).await {
             let _ = fetch("fetching the recorded commit".into(), commit.clone()).await;
             if !self.has_commit(&git_dir, &commit).await {
@@ -198,21 +204,16 @@ impl Workspaces {
             Ok(to) => to,
             Err(conflict) => return Ok(conflict),
         };
-        match found.as_deref() {
+        if found == to {
             // Pushed by this very refresh before a crash cut off its record.
-            Some(found) if found == to => {
-                return Ok(RefreshResult::Refreshed {
-                    base,
-                    to,
-                    pushed: false,
-                })
-            }
-            Some(found) if found != commit => {
-                return Ok(RefreshResult::Moved {
-                    found: found.to_owned(),
-                })
-            }
-            _ => {}
+            return Ok(RefreshResult::Refreshed {
+                base,
+                to,
+                pushed: false,
+            });
+        }
+        if found != commit {
+            return Ok(RefreshResult::Moved { found });
         }
         intend(to.clone(), base.clone())
             .await
