@@ -182,49 +182,10 @@ impl Workspaces {
         request: &LandRequest,
         source: &RepoSource,
     ) -> Result<LandResult, WorkspaceError> {
-        let repo = dir.join("repo.git");
-        let repo_str = repo.to_string_lossy().into_owned();
-        self.run_git(
-            "making the landing's repository",
-            None,
-            &["init", "--bare", "--quiet", &repo_str],
-            None,
-        )
-        .await?;
-        let mirror_objects = self.mirror_path(&request.repo).join("objects");
-        if mirror_objects.is_dir() {
-            let alternates = repo.join("objects").join("info").join("alternates");
-            let line = format!("{}\n", mirror_objects.to_string_lossy());
-            tokio::fs::write(&alternates, line)
-                .await
-                .map_err(|source| WorkspaceError::Io {
-                    path: alternates,
-                    source,
-                })?;
-        }
-        let git_dir = format!("--git-dir={repo_str}");
+        let git_dir = self.clean_room(dir, &request.repo).await?;
         let commit = request.commit.as_str();
-        let fetch = |what: String, refspec: String| {
-            let git_dir = git_dir.clone();
-            async move {
-                self.run_git(
-                    &what,
-                    Some(source),
-                    &[
-                        &git_dir,
-                        "fetch",
-                        "--quiet",
-                        "--no-tags",
-                        "--no-write-fetch-head",
-                        "--",
-                        &source.url,
-                        &refspec,
-                    ],
-                    None,
-                )
-                .await
-            }
-        };
+        let fetch =
+            |what: String, refspec: String| self.fetch_into(&git_dir, source, what, refspec);
         // The branch as pushed brings the commit; if it was moved since, the commit is asked for by its id.
         let branch = request.branch.as_str();
         let _ = fetch(
@@ -308,6 +269,62 @@ impl Workspaces {
         })
     }
 
+    /// A bare repository of pidevops's own at `dir/repo.git`, borrowing `repo`'s mirror's objects when there is a
+    /// mirror (so only what is missing is fetched); its `--git-dir=` argument. For a landing and a refresh.
+    pub(super) async fn clean_room(
+        &self,
+        dir: &Path,
+        repo: &RepoName,
+    ) -> Result<String, WorkspaceError> {
+        let bare = dir.join("repo.git");
+        let bare_str = bare.to_string_lossy().into_owned();
+        self.run_git(
+            "making a clean room's repository",
+            None,
+            &["init", "--bare", "--quiet", &bare_str],
+            None,
+        )
+        .await?;
+        let mirror_objects = self.mirror_path(repo).join("objects");
+        if mirror_objects.is_dir() {
+            let alternates = bare.join("objects").join("info").join("alternates");
+            let line = format!("{}\n", mirror_objects.to_string_lossy());
+            tokio::fs::write(&alternates, line)
+                .await
+                .map_err(|source| WorkspaceError::Io {
+                    path: alternates,
+                    source,
+                })?;
+        }
+        Ok(format!("--git-dir={bare_str}"))
+    }
+
+    /// Fetches `refspec` from `source`'s configured URL into the clean room `git_dir`.
+    pub(super) async fn fetch_into(
+        &self,
+        git_dir: &str,
+        source: &RepoSource,
+        what: String,
+        refspec: String,
+    ) -> Result<String, WorkspaceError> {
+        self.run_git(
+            &what,
+            Some(source),
+            &[
+                git_dir,
+                "fetch",
+                "--quiet",
+                "--no-tags",
+                "--no-write-fetch-head",
+                "--",
+                &source.url,
+                &refspec,
+            ],
+            None,
+        )
+        .await
+    }
+
     /// Whether `ancestor` is `commit` or in its history.
     pub(super) async fn is_ancestor(
         &self,
@@ -385,12 +402,7 @@ impl Workspaces {
                 let files: Vec<String> = unmerged
                     .split('\0')
                     .filter(|f| !f.is_empty())
-                    // Paths are the agents' to choose: a control character is shown as `?`, never a new line.
-                    .map(|f| {
-                        f.chars()
-                            .map(|c| if c.is_control() { '?' } else { c })
-                            .collect()
-                    })
+                    .map(super::refresh::printable)
                     .collect();
                 if files.is_empty() {
                     return Err(error);

@@ -123,51 +123,12 @@ impl Workspaces {
         F: FnOnce(String, String) -> Fut,
         Fut: std::future::Future<Output = Result<(), String>>,
     {
-        let repo = dir.join("repo.git");
-        let repo_str = repo.to_string_lossy().into_owned();
-        self.run_git(
-            "making the refresh's repository",
-            None,
-            &["init", "--bare", "--quiet", &repo_str],
-            None,
-        )
-        .await?;
-        let mirror_objects = self.mirror_path(&request.repo).join("objects");
-        if mirror_objects.is_dir() {
-            let alternates = repo.join("objects").join("info").join("alternates");
-            let line = format!("{}\n", mirror_objects.to_string_lossy());
-            tokio::fs::write(&alternates, line)
-                .await
-                .map_err(|source| WorkspaceError::Io {
-                    path: alternates,
-                    source,
-                })?;
-        }
-        let git_dir = format!("--git-dir={repo_str}");
+        let git_dir = self.clean_room(dir, &request.repo).await?;
         let commit = request.commit.to_ascii_lowercase();
         let branch = request.branch.as_str();
         let branch_ref = format!("refs/heads/{branch}");
-        let fetch = |what: String, refspec: String| {
-            let git_dir = git_dir.clone();
-            async move {
-                self.run_git(
-                    &what,
-                    Some(source),
-                    &[
-                        &git_dir,
-                        "fetch",
-                        "--quiet",
-                        "--no-tags",
-                        "--no-write-fetch-head",
-                        "--",
-                        &source.url,
-                        &refspec,
-                    ],
-                    None,
-                )
-                .await
-            }
-        };
+        let fetch =
+            |what: String, refspec: String| self.fetch_into(&git_dir, source, what, refspec);
         // The branch as it is on the remote now: ours, someone else's, or gone.
         let found = match fetch(
             format!("fetching {branch}"),
@@ -421,7 +382,7 @@ impl Workspaces {
 }
 
 /// Paths are the agents' to choose: a control character is shown as `?`, never a new line.
-fn printable(path: &str) -> String {
+pub(super) fn printable(path: &str) -> String {
     path.chars()
         .map(|c| if c.is_control() { '?' } else { c })
         .collect()
