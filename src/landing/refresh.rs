@@ -12,6 +12,12 @@
 //! - a conflict, a branch someone else pushed to, a commit gone: the task is flagged for a person with what
 //!   happened and the files named; nothing is pushed.
 //!
+//! A base push whose webhook was lost is caught by the GitHub poller: it reads the base branch's head of each
+//! repository with a task in review and, for a head this loop has not handled, appends a `github.push` shaped like
+//! the webhook's (`poll:push:<repo>:<base>:<sha>`). Once a base push is handled, `refresh.base_handled` is
+//! recorded under a key naming its head (`refresh-base:<repo>:<base>:<sha>`): a second report of the same head
+//! (the webhook and the poller both, in either order) refreshes nothing again.
+//!
 //! Exactly once: before its push, a refresh records what it is about to push (`refresh.pushing` in the stream
 //! `refresh:<task>`); the commit it makes is the same when made again (dated by the base push). A restart
 //! between the push and `task.refreshed` handles the same base push again and finds the branch at the commit it
@@ -39,12 +45,43 @@ pub const REFRESH: &str = "refresh";
 const ACTOR: &str = "refresh";
 /// What a refresh is about to push, recorded before the push.
 pub const PUSHING: &str = "refresh.pushing";
+/// A base head handled: its webhook's or the poller's push refreshed every task in review.
+pub const BASE_HANDLED: &str = "refresh.base_handled";
 /// The longest one refresh may take (fetches, the rebase or merge, the push).
 const REFRESH_TIMEOUT: Duration = Duration::from_secs(45);
 
 /// The stream of task `id`'s refresh intents.
 pub fn stream(id: TaskId) -> String {
     format!("refresh:{id}")
+}
+
+/// The key of `refresh.base_handled` for `repo`'s base branch `base` at `head`.
+pub fn base_key(repo: &RepoName, base: &str, head: &str) -> String {
+    format!(
+        "refresh-base:{}:{base}:{}",
+        repo.as_str().to_ascii_lowercase(),
+        head.to_ascii_lowercase()
+    )
+}
+
+/// The base branch of `repo` whose pushes refresh its pull requests: only a GitHub repository whose `refresh` is
+/// on. The refresh loop and the GitHub poller's backstop read the same rule.
+pub fn refreshed_base(
+    board: &crate::board::BoardConfig,
+    sources: &crate::config::dispatch::DispatchConfig,
+    repo: &RepoName,
+) -> Option<String> {
+    let source = sources.source(repo);
+    (source.on_github() && board.land_for(repo).refresh != RefreshMode::Off).then_some(source.base)
+}
+
+/// `refresh.base_handled`: the push of `head` to `repo`'s `base` was handled (event `position`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BaseHandled {
+    pub repo: RepoName,
+    pub base: String,
+    pub head: String,
+    pub position: i64,
 }
 
 /// `refresh.pushing`: the refresh of `task` from `from` onto `base` is about to push `to`.
@@ -68,6 +105,8 @@ pub struct RefreshProgress {
     pub current: u64,
     /// Tasks flagged: a conflict, someone else's push, a commit gone.
     pub flagged: u64,
+    /// Base pushes of a head handled already (its webhook and the poller both told of it): nothing done again.
+    pub repeated: u64,
     #[serde(skip)]
     pub out_of_time: bool,
 }
@@ -116,7 +155,18 @@ struct Push {
     reference: String,
     #[serde(default)]
     deleted: bool,
+    /// The new head, when there is one: only the key that keeps a head from being handled twice (what the base
+    /// holds is fetched from the remote).
+    #[serde(default)]
+    after: Option<String>,
     repository: PushRepository,
+}
+
+/// A push to a repository's base that refreshes: the repository, its base and the head the push names.
+struct BasePush {
+    repo: RepoName,
+    base: String,
+    head: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -146,16 +196,21 @@ impl Refresher {
 
     /// The repository whose base `event` moved, if it is a push to a configured repository's base branch on
     /// GitHub that refreshes.
-    fn base_push(&self, event: &StoredEvent) -> Option<RepoName> {
+    fn base_push(&self, event: &StoredEvent) -> Option<BasePush> {
         if event.source != Source::Github.as_str() || event.event_type != "github.push" {
             return None;
         }
         let push: Push = serde_json::from_slice(&event.body).ok()?;
         let repo: RepoName = push.repository.full_name.parse().ok()?;
-        let source = self.lander.sources.source(&repo);
-        let base = format!("refs/heads/{}", source.base);
-        let refreshes = self.lander.board.config().land_for(&repo).refresh != RefreshMode::Off;
-        (source.on_github() && refreshes && !push.deleted && push.reference == base).then_some(repo)
+        let base = refreshed_base(self.lander.board.config(), &self.lander.sources, &repo)?;
+        if push.deleted || push.reference != format!("refs/heads/{base}") {
+            return None;
+        }
+        // GitHub's all-zero `after` names no commit (a deletion): no key, as for a head not given.
+        let head = push
+            .after
+            .filter(|sha| CommitSha::new(sha).is_ok() && sha.bytes().any(|b| b != b'0'));
+        Some(BasePush { repo, base, head })
     }
 
     async fn handle_event(
@@ -163,9 +218,22 @@ impl Refresher {
         event: &StoredEvent,
         progress: &mut RefreshProgress,
     ) -> anyhow::Result<()> {
-        let Some(repo) = self.base_push(event) else {
+        let Some(BasePush { repo, base, head }) = self.base_push(event) else {
             return Ok(());
         };
+        let key = head.as_deref().map(|head| base_key(&repo, &base, head));
+        if let Some(key) = &key {
+            let handled = self
+                .log
+                .store()
+                .find_by_key(Source::Pidevops, key)
+                .await
+                .with_context(|| format!("reading {key}"))?;
+            if handled.is_some() {
+                progress.repeated += 1;
+                return Ok(());
+            }
+        }
         let filter = TaskFilter {
             column: Some(Column::InReview),
             repo: Some(repo.as_str().to_owned()),
@@ -184,6 +252,39 @@ impl Refresher {
             .to_std()
             .unwrap_or_default();
         metrics::histogram!("pidevops_refresh_catch_up_seconds").record(lag.as_secs_f64());
+        if let (Some(key), Some(head)) = (key, head) {
+            self.handled(key, repo, base, head, event.position).await?;
+        }
+        Ok(())
+    }
+
+    /// Records that the push of `head` to `repo`'s `base` was handled (after its refreshes: a restart before this
+    /// handles the push again, which finds each branch current or its push recorded).
+    async fn handled(
+        &self,
+        key: String,
+        repo: RepoName,
+        base: String,
+        head: String,
+        position: i64,
+    ) -> anyhow::Result<()> {
+        let body = BaseHandled {
+            repo,
+            base,
+            head,
+            position,
+        };
+        let new = NewEvent::new(
+            Source::Pidevops,
+            EventType::from_stored(BASE_HANDLED.to_owned()),
+            key.clone(),
+            "application/json",
+            bytes::Bytes::from(serde_json::to_vec(&body)?),
+        );
+        self.log
+            .append(new)
+            .await
+            .with_context(|| format!("recording {key}"))?;
         Ok(())
     }
 

@@ -25,7 +25,7 @@ per_backend!(
 );
 
 /// Thirty numbered lines: the file both the agent and a teammate edit, in different places or the same.
-fn shared(changed: &[(usize, &str)]) -> String {
+pub(crate) fn shared(changed: &[(usize, &str)]) -> String {
     (1..=30)
         .map(|n| {
             changed
@@ -37,7 +37,7 @@ fn shared(changed: &[(usize, &str)]) -> String {
 }
 
 /// A GitHub `push` of `reference` in `repo`.
-fn push(repo: &str, reference: &str) -> Value {
+pub(crate) fn push(repo: &str, reference: &str) -> Value {
     let mut body = fixture("push/payload.json");
     body["ref"] = json!(reference);
     body["deleted"] = json!(false);
@@ -46,7 +46,7 @@ fn push(repo: &str, reference: &str) -> Value {
 }
 
 /// Every ref update the remote received, as `<ref> <new commit>` lines (its `post-receive` hook's record).
-fn pushes(remote: &Remote, reference: &str) -> Vec<String> {
+pub(crate) fn pushes(remote: &Remote, reference: &str) -> Vec<String> {
     let log = remote.dir.path().join("pushes.log");
     std::fs::read_to_string(log)
         .unwrap_or_default()
@@ -57,7 +57,7 @@ fn pushes(remote: &Remote, reference: &str) -> Vec<String> {
 }
 
 /// Makes the remote record every ref update it receives.
-fn record_pushes(remote: &Remote) {
+pub(crate) fn record_pushes(remote: &Remote) {
     use std::os::unix::fs::PermissionsExt;
     let hook = remote.dir.path().join("remote.git/hooks/post-receive");
     let log = remote.dir.path().join("pushes.log");
@@ -73,7 +73,7 @@ fn record_pushes(remote: &Remote) {
 }
 
 /// The bodies of `id`'s `task.refreshed` events.
-async fn refreshes(store: &EventStore, id: TaskId) -> Vec<Value> {
+pub(crate) async fn refreshes(store: &EventStore, id: TaskId) -> Vec<Value> {
     store
         .read_stream(&format!("task:{id}"))
         .await
@@ -85,14 +85,14 @@ async fn refreshes(store: &EventStore, id: TaskId) -> Vec<Value> {
 }
 
 /// Every `refresh` loop's tick until it has handled the whole log.
-async fn refresh(app: &TestApp) {
+pub(crate) async fn refresh(app: &TestApp) {
     app.project().await;
     app.drive("refresh").await;
     app.project().await;
 }
 
 /// `land = "auto"` on `REPO` with no approvals needed (the `ci` check only), an agent running `script`.
-fn file(remote: &Remote, scratch: &Path, script: &str) -> toml::Table {
+pub(crate) fn file(remote: &Remote, scratch: &Path, script: &str) -> toml::Table {
     let agent = agent(scratch, "agent.sh", script);
     let mut file = config(remote, &agent, None);
     let repo = file["repos"][REPO].as_table_mut().unwrap();

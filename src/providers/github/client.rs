@@ -495,6 +495,29 @@ impl GithubClient {
     }
 }
 
+impl GithubClient {
+    /// The commit branch `branch` of `repo` is at (`GET …/git/ref/heads/<branch>`), `None` when GitHub has no such
+    /// branch (404) or it is not a commit; for the poller's backstop of a base push.
+    pub async fn branch_head(
+        &self,
+        repo: &RepoName,
+        branch: &str,
+    ) -> Result<Option<String>, CallError> {
+        use octocrab::models::repos::Object;
+        use octocrab::params::repos::Reference;
+        let (owner, name) = parts(repo)?;
+        let reference = Reference::Branch(branch.to_owned());
+        match self.api.repos(owner, name).get_ref(&reference).await {
+            Ok(found) => Ok(match found.object {
+                Object::Commit { sha, .. } => Some(sha),
+                _ => None,
+            }),
+            Err(e) if status_of(&e) == Some(404) => Ok(None),
+            Err(e) => Err(classify("reading the base branch", e)),
+        }
+    }
+}
+
 /// The HTTP status GitHub answered with, when it answered.
 fn status_of(error: &octocrab::Error) -> Option<u16> {
     match error {

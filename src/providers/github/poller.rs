@@ -6,6 +6,11 @@
 //! closed, or without the intake label, is appended as `github.issues.closed` / `github.issues.unlabeled`, so
 //! intake withdraws the task (a running agent is stopped) as it would on the webhook.
 //!
+//! And for every repository with a task in review whose base pushes refresh (`landing::refresh`), reads the base
+//! branch's head: one the refresh loop has not handled (its webhook lost, or not yet come) is appended as a
+//! `github.push` of that head (`poll:push:<repo>:<base>:<sha>`), which the refresh loop handles as the webhook's;
+//! it records each head it handled, so the webhook and the poller never refresh for the same head twice.
+//!
 //! Each appended fact has a dedup key naming it (`poll:pull_request:<repo>#<n>:closed`,
 //! `poll:check_suite:<id>:<conclusion>`, `poll:issues:<repo>#<n>:closed:<updated_at>`), so polls append it once.
 //! When the webhook did arrive, the task has usually left review before the poller looks; if both land, reactions
@@ -14,17 +19,23 @@
 //! never appended: that webhook came. An issue GitHub no longer answers for (deleted, transferred) is left to its
 //! webhook.
 
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
 use anyhow::Context;
 use octocrab::models::issues::Issue;
 use octocrab::models::IssueState;
 use serde_json::{json, Value};
 
+use crate::board::BoardConfig;
+use crate::config::dispatch::DispatchConfig;
 use crate::domain::{EventType, NewEvent, Source};
 use crate::effects::CallError;
 use crate::eventlog::EventLog;
+use crate::landing::refresh;
 use crate::projectors::tasks::{self as task_rows, TaskFilter};
 use crate::providers::github::{Answer, GithubClient};
-use crate::tasks::{Column, GITHUB_ISSUE, GITHUB_PR};
+use crate::tasks::{Column, CommitSha, RepoName, GITHUB_ISSUE, GITHUB_PR};
 
 pub const GITHUB_POLLER: &str = "github_poller";
 /// Conclusions reactions act on (the same as theirs).
@@ -38,6 +49,8 @@ pub struct GithubPollProgress {
     pub issues: u64,
     /// Facts the log did not have.
     pub appended: u64,
+    /// Base branches read (repositories with a task in review that refresh).
+    pub bases: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -46,11 +59,26 @@ pub struct GithubPoller {
     log: EventLog,
     /// The intake label (`[intake.github] label`): an issue without it no longer asks for its task.
     label: String,
+    /// Which repositories' base pushes refresh, and their bases (`landing::refresh::refreshed_base`).
+    board: Arc<BoardConfig>,
+    sources: Arc<DispatchConfig>,
 }
 
 impl GithubPoller {
-    pub fn new(client: GithubClient, log: EventLog, label: String) -> Self {
-        Self { client, log, label }
+    pub fn new(
+        client: GithubClient,
+        log: EventLog,
+        label: String,
+        board: BoardConfig,
+        sources: DispatchConfig,
+    ) -> Self {
+        Self {
+            client,
+            log,
+            label,
+            board: Arc::new(board),
+            sources: Arc::new(sources),
+        }
     }
 
     pub async fn tick(&self) -> anyhow::Result<GithubPollProgress> {
@@ -65,6 +93,7 @@ impl GithubPoller {
         .await
         .context("listing the tasks in review")?;
         let mut progress = GithubPollProgress::default();
+        self.bases(&rows, &mut progress).await?;
         for row in rows {
             let Some(pr) = row.links.get(GITHUB_PR) else {
                 continue;
@@ -100,7 +129,7 @@ impl GithubPoller {
                         format!("poll:pull_request:{pr}:closed"),
                         &body,
                         pr.repo.as_str(),
-                        number,
+                        Some(number),
                     )
                     .await?
                 {
@@ -136,7 +165,7 @@ impl GithubPoller {
                         format!("poll:check_suite:{id}:{conclusion}"),
                         &body,
                         pr.repo.as_str(),
-                        number,
+                        Some(number),
                     )
                     .await?
                 {
@@ -181,8 +210,75 @@ impl GithubPoller {
                     missed.dedup_key,
                     &missed.body,
                     issue_ref.repo.as_str(),
-                    number,
+                    Some(number),
                 )
+                .await?
+            {
+                progress.appended += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// The base branch of each repository with a task in review that refreshes: a head the refresh loop has not
+    /// handled is appended as the push its webhook would have been.
+    async fn bases(
+        &self,
+        rows: &[task_rows::TaskRow],
+        progress: &mut GithubPollProgress,
+    ) -> anyhow::Result<()> {
+        let repos: BTreeSet<RepoName> = rows
+            .iter()
+            .filter_map(|row| row.repo.parse().ok())
+            .collect();
+        for repo in &repos {
+            let Some(base) = refresh::refreshed_base(&self.board, &self.sources, repo) else {
+                continue;
+            };
+            progress.bases += 1;
+            let head = match self.client.branch_head(repo, &base).await {
+                Ok(Some(head)) => head,
+                Ok(None) => continue,
+                Err(CallError::Permanent { message }) => {
+                    tracing::info!(%repo, %base, %message, "the poller cannot read the base branch");
+                    continue;
+                }
+                Err(error) => {
+                    return Err(anyhow::anyhow!(error))
+                        .with_context(|| format!("{repo}'s base {base}"))
+                }
+            };
+            if CommitSha::new(&head).is_err() {
+                continue;
+            }
+            let handled = refresh::base_key(repo, &base, &head);
+            if self
+                .log
+                .store()
+                .find_by_key(Source::Pidevops, &handled)
+                .await
+                .with_context(|| format!("reading {handled}"))?
+                .is_some()
+            {
+                continue;
+            }
+            // As GitHub's webhook has it (the parts the refresh loop reads, and who: GitHub itself).
+            let body = json!({
+                "ref": format!("refs/heads/{base}"),
+                "after": head,
+                "created": false,
+                "deleted": false,
+                "forced": false,
+                "repository": { "full_name": repo.as_str() },
+                "sender": { "login": "github" },
+            });
+            let key = format!(
+                "poll:push:{}:{base}:{}",
+                repo.as_str(),
+                head.to_ascii_lowercase()
+            );
+            if self
+                .append("github.push", key, &body, repo.as_str(), None)
                 .await?
             {
                 progress.appended += 1;
@@ -197,7 +293,7 @@ impl GithubPoller {
         dedup_key: String,
         body: &Value,
         repo: &str,
-        number: u64,
+        number: Option<u64>,
     ) -> anyhow::Result<bool> {
         let mut event = NewEvent::new(
             Source::Github,
@@ -208,7 +304,7 @@ impl GithubPoller {
         );
         event.subject.action = body["action"].as_str().map(str::to_owned);
         event.subject.repository = Some(repo.to_owned());
-        event.subject.number = i64::try_from(number).ok();
+        event.subject.number = number.and_then(|n| i64::try_from(n).ok());
         event
             .meta
             .insert("poller".to_owned(), Value::from(GITHUB_POLLER));

@@ -573,6 +573,8 @@ pub const CATALOG: &[Entry] = &[
                         client,
                         parts.log.clone(),
                         github.intake.label.clone(),
+                        parts.board.config().clone(),
+                        parts.settings.file.dispatch.clone(),
                     ))
                 },
                 |poller| async move { poller.tick().await },

@@ -1,0 +1,164 @@
+//! The refresh loop's backstop and its strangers, through the real app, real git and the fake GitHub: a base push
+//! whose webhook was lost is caught by the GitHub poller (it reads the base branch's head) and refreshes the
+//! task once; the webhook and the poller reporting the same head refresh it once. A push webhook that lies about
+//! the base (the remote did not move) and a fork's pull request named like pidevops's branch move nothing.
+//! Per backend.
+
+use pidevops::domain::Source;
+use pidevops::tasks::Column;
+use serde_json::{json, Value};
+
+use crate::common::agents::{Remote, REPO};
+use crate::common::{board, TestDb};
+use crate::land::{app, create_task, in_review, post, settle};
+use crate::providers::github::fake::FakeGithub;
+use crate::providers::github::gh_fixture as fixture;
+use crate::refresh::{file, push, pushes, record_pushes, refresh, refreshes, shared};
+
+per_backend!(
+    a_lost_base_push_is_caught_by_the_poller_and_a_head_told_twice_is_refreshed_once,
+    a_lying_base_push_and_a_forks_pull_request_named_like_ours_move_nothing,
+);
+
+const SCRIPT: &str = "sed -i 's/^line 25$/line 25 by the agent/' shared.txt";
+
+/// A GitHub `push` of `repo`'s main whose new head is `after`.
+fn base_push(repo: &str, after: &str) -> Value {
+    let mut body = push(repo, "refs/heads/main");
+    body["after"] = json!(after);
+    body
+}
+
+async fn a_lost_base_push_is_caught_by_the_poller_and_a_head_told_twice_is_refreshed_once(
+    db: TestDb,
+) {
+    let fake = FakeGithub::start().await;
+    let remote = Remote::new();
+    remote.commit_to_main("shared.txt", &shared(&[]));
+    record_pushes(&remote);
+    let scratch = tempfile::tempdir().unwrap();
+    let app = app(
+        &db,
+        &fake,
+        file(&remote, scratch.path(), SCRIPT),
+        scratch.path(),
+    )
+    .await;
+    let (base, store) = (app.url(""), app.state.log.store().clone());
+    let id = create_task(&base, REPO).await;
+    let (number, sha) = in_review(&store, id, 1).await;
+    fake.set_head(REPO, number, &sha);
+    let branch = format!("refs/heads/{}", id.branch());
+    fake.set_branch(REPO, "main", &remote.branch("main").unwrap());
+    // The base where the task started: the poller's first look finds the branch current, nothing pushed.
+    app.drive("github_poller").await;
+    refresh(&app).await;
+    assert!(refreshes(&store, id).await.is_empty());
+    assert_eq!(pushes(&remote, &branch).len(), 1, "the attempt's push");
+
+    // The base moves and its webhook is lost: the poller reads the new head and the task is refreshed onto it.
+    remote.commit_to_main("shared.txt", &shared(&[(2, "line 2 by a teammate")]));
+    let main_1 = remote.branch("main").unwrap();
+    fake.set_branch(REPO, "main", &main_1);
+    app.drive("github_poller").await;
+    refresh(&app).await;
+    let recorded = refreshes(&store, id).await;
+    assert_eq!(recorded.len(), 1, "{recorded:#?}");
+    assert_eq!(recorded[0]["from"], json!(sha));
+    assert_eq!(recorded[0]["base"], json!(main_1));
+    assert_eq!(pushes(&remote, &branch).len(), 2);
+    // The base moves and its webhook comes and is handled: the poller appends nothing for that head.
+    remote.commit_to_main("elsewhere.txt", "apart\n");
+    let main_2 = remote.branch("main").unwrap();
+    fake.set_branch(REPO, "main", &main_2);
+    post(&base, "push", "main-2", &base_push(REPO, &main_2)).await;
+    refresh(&app).await;
+    app.drive("github_poller").await;
+    let key = format!("poll:push:{REPO}:main:{main_2}");
+    assert_eq!(store.count_by_key(Source::Github, &key).await.unwrap(), 0);
+    assert_eq!(refreshes(&store, id).await.len(), 2);
+    assert_eq!(pushes(&remote, &branch).len(), 3);
+
+    // The base moves and both tell of it, the poller first: the head is refreshed once, pushed once.
+    remote.commit_to_main("later.txt", "apart\n");
+    let main_3 = remote.branch("main").unwrap();
+    fake.set_branch(REPO, "main", &main_3);
+    app.drive("github_poller").await;
+    post(&base, "push", "main-3", &base_push(REPO, &main_3)).await;
+    refresh(&app).await;
+    let key = format!("poll:push:{REPO}:main:{main_3}");
+    assert_eq!(store.count_by_key(Source::Github, &key).await.unwrap(), 1);
+    let handled = format!("refresh-base:{REPO}:main:{main_3}");
+    assert_eq!(
+        store
+            .count_by_key(Source::Pidevops, &handled)
+            .await
+            .unwrap(),
+        1
+    );
+    let recorded = refreshes(&store, id).await;
+    assert_eq!(recorded.len(), 3, "{recorded:#?}");
+    assert_eq!(recorded[2]["base"], json!(main_3));
+    assert_eq!(pushes(&remote, &branch).len(), 4, "one push per head");
+    let row = board::row_in(&store, id).await.unwrap();
+    assert!(!row.needs_human, "{row:?}");
+}
+
+async fn a_lying_base_push_and_a_forks_pull_request_named_like_ours_move_nothing(db: TestDb) {
+    let fake = FakeGithub::start().await;
+    let remote = Remote::new();
+    remote.commit_to_main("shared.txt", &shared(&[]));
+    record_pushes(&remote);
+    let scratch = tempfile::tempdir().unwrap();
+    let app = app(
+        &db,
+        &fake,
+        file(&remote, scratch.path(), SCRIPT),
+        scratch.path(),
+    )
+    .await;
+    let (base, store) = (app.url(""), app.state.log.store().clone());
+    let id = create_task(&base, REPO).await;
+    let (number, sha) = in_review(&store, id, 1).await;
+    fake.set_head(REPO, number, &sha);
+    let branch = format!("refs/heads/{}", id.branch());
+    let before = board::row_in(&store, id).await.unwrap();
+
+    // A push of the configured base whose payload lies (a new head, commits): the remote did not move.
+    let mut lie = base_push(REPO, &"b".repeat(40));
+    lie["head_commit"]["id"] = json!("b".repeat(40));
+    lie["head_commit"]["message"] = json!("trust me");
+    post(&base, "push", "lie", &lie).await;
+    // A push of a branch named like the base in another repository.
+    post(
+        &base,
+        "push",
+        "elsewhere",
+        &base_push("stranger/app", &"c".repeat(40)),
+    )
+    .await;
+    // A fork's pull request from a branch named like pidevops's, on the repository: opened, then updated.
+    for action in ["opened", "synchronize"] {
+        let mut fork = fixture("pull_request/opened.payload.json");
+        fork["action"] = json!(action);
+        let pr = &mut fork["pull_request"];
+        pr["number"] = json!(number + 50);
+        pr["head"]["ref"] = json!(id.branch().as_str());
+        pr["head"]["sha"] = json!("d".repeat(40));
+        pr["head"]["repo"]["full_name"] = json!("stranger/app");
+        pr["base"]["repo"]["full_name"] = json!(REPO);
+        fork["repository"]["full_name"] = json!(REPO);
+        post(&base, "pull_request", &format!("fork-{action}"), &fork).await;
+    }
+    refresh(&app).await;
+    settle(&app).await;
+
+    assert!(refreshes(&store, id).await.is_empty());
+    assert_eq!(pushes(&remote, &branch).len(), 1, "only the attempt's push");
+    assert_eq!(remote.branch(id.branch().as_str()), Some(sha));
+    assert!(fake.merge_calls().is_empty());
+    let row = board::row_in(&store, id).await.unwrap();
+    assert_eq!(row.column, Column::InReview);
+    assert!(!row.needs_human, "{row:?}");
+    assert_eq!(row.version, before.version, "the task is untouched");
+}
