@@ -137,18 +137,25 @@ async fn a_lying_base_push_and_a_forks_pull_request_named_like_ours_move_nothing
         &base_push("stranger/app", &"c".repeat(40)),
     )
     .await;
-    // A fork's pull request from a branch named like pidevops's, on the repository: opened, then updated.
-    for action in ["opened", "synchronize"] {
-        let mut fork = fixture("pull_request/opened.payload.json");
-        fork["action"] = json!(action);
-        let pr = &mut fork["pull_request"];
-        pr["number"] = json!(number + 50);
-        pr["head"]["ref"] = json!(id.branch().as_str());
-        pr["head"]["sha"] = json!("d".repeat(40));
-        pr["head"]["repo"]["full_name"] = json!("stranger/app");
-        pr["base"]["repo"]["full_name"] = json!(REPO);
-        fork["repository"]["full_name"] = json!(REPO);
-        post(&base, "pull_request", &format!("fork-{action}"), &fork).await;
+    // A fork's pull request from a branch named like pidevops's, on the repository, numbered apart from the
+    // task's and as the task's own: opened, updated, then closed as merged.
+    for n in [number + 50, number] {
+        for action in ["opened", "synchronize", "closed"] {
+            let mut fork = fixture("pull_request/opened.payload.json");
+            fork["action"] = json!(action);
+            let pr = &mut fork["pull_request"];
+            pr["number"] = json!(n);
+            pr["head"]["ref"] = json!(id.branch().as_str());
+            pr["head"]["sha"] = json!("d".repeat(40));
+            pr["head"]["repo"]["full_name"] = json!("stranger/app");
+            pr["base"]["repo"]["full_name"] = json!(REPO);
+            if action == "closed" {
+                pr["state"] = json!("closed");
+                pr["merged"] = json!(true);
+            }
+            fork["repository"]["full_name"] = json!(REPO);
+            post(&base, "pull_request", &format!("fork-{n}-{action}"), &fork).await;
+        }
     }
     refresh(&app).await;
     settle(&app).await;
