@@ -556,7 +556,7 @@ pub const CATALOG: &[Entry] = &[
                 &s.file.github_poller,
                 GithubSettings::of(s).token.is_some(),
                 "GITHUB_TOKEN",
-                "checks the pull requests of tasks in review (merged, closed, failed checks) and the issues of tasks not yet in review (closed, unlabeled) for missed webhooks",
+                "checks the pull requests of tasks in review (merged, closed, failed checks) the base branches they refresh on (moved) and the issues of tasks not yet in review (closed, unlabeled) for missed webhooks",
             )]
         },
         build: |parts, _| {
