@@ -18,6 +18,9 @@
 //! recorded under a key naming its head (`refresh-base:<repo>:<base>:<sha>`): a second report of the same head
 //! (the webhook and the poller both, in either order) refreshes nothing again.
 //!
+//! The poller also reads each pull request's `mergeable_state`: one GitHub finds `behind` its base or `dirty` is
+//! appended as `refresh.due` for its task, which this loop refreshes alone (a conflict then flags it, files named).
+//!
 //! Exactly once: before its push, a refresh records what it is about to push (`refresh.pushing` in the stream
 //! `refresh:<task>`); the commit it makes is the same when made again (dated by the base push). A restart
 //! between the push and `task.refreshed` handles the same base push again and finds the branch at the commit it
@@ -47,6 +50,9 @@ const ACTOR: &str = "refresh";
 pub const PUSHING: &str = "refresh.pushing";
 /// A base head handled: its webhook's or the poller's push refreshed every task in review.
 pub const BASE_HANDLED: &str = "refresh.base_handled";
+/// A task's pull request GitHub finds `behind` its base or `dirty` (conflicting), read by the GitHub poller: the
+/// task is refreshed as on a base push.
+pub const DUE: &str = "refresh.due";
 /// The longest one refresh may take (fetches, the rebase or merge, the push).
 const REFRESH_TIMEOUT: Duration = Duration::from_secs(45);
 
@@ -82,6 +88,28 @@ pub struct BaseHandled {
     pub base: String,
     pub head: String,
     pub position: i64,
+}
+
+/// `refresh.due`: GitHub said pull request `number` of `task` (at `head`) is `state` (`behind`, `dirty`). Keyed
+/// `refresh-due:<task>:<head>:<state>` (once per head and state).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Due {
+    pub task: TaskId,
+    pub repo: RepoName,
+    pub number: u64,
+    pub head: String,
+    pub state: String,
+}
+
+impl Due {
+    pub fn key(&self) -> String {
+        format!(
+            "refresh-due:{}:{}:{}",
+            self.task,
+            self.head.to_ascii_lowercase(),
+            self.state
+        )
+    }
 }
 
 /// `refresh.pushing`: the refresh of `task` from `from` onto `base` is about to push `to`.
@@ -218,6 +246,16 @@ impl Refresher {
         event: &StoredEvent,
         progress: &mut RefreshProgress,
     ) -> anyhow::Result<()> {
+        if event.source == Source::Pidevops.as_str() && event.event_type == DUE {
+            // Only the poller writes it, from what GitHub said of the task's pull request: the task's own head
+            // and base are what the refresh reads.
+            let due: Due = serde_json::from_slice(&event.body).context("reading refresh.due")?;
+            let ended = self
+                .refresh(due.task, event.recorded_at.timestamp(), progress)
+                .await?;
+            metrics::counter!("pidevops_refreshes_total", "outcome" => ended.as_str()).increment(1);
+            return Ok(());
+        }
         let Some(BasePush { repo, base, head }) = self.base_push(event) else {
             return Ok(());
         };

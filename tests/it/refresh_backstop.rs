@@ -1,7 +1,9 @@
 //! The refresh loop's backstop and its strangers, through the real app, real git and the fake GitHub: a base push
 //! whose webhook was lost is caught by the GitHub poller (it reads the base branch's head) and refreshes the
 //! task once; the webhook and the poller reporting the same head refresh it once. A push webhook that lies about
-//! the base (the remote did not move) and a fork's pull request named like pidevops's branch move nothing.
+//! the base (the remote did not move) and a fork's pull request named like pidevops's branch move nothing. A pull
+//! request GitHub finds `behind` (its `mergeable_state`) is refreshed; one it finds `dirty` flags its conflict, and
+//! GitHub (the fake, as GitHub does) refuses to merge it.
 //! Per backend.
 
 use pidevops::domain::Source;
@@ -18,6 +20,7 @@ use crate::refresh::{file, push, pushes, record_pushes, refresh, refreshes, shar
 per_backend!(
     a_lost_base_push_is_caught_by_the_poller_and_a_head_told_twice_is_refreshed_once,
     a_lying_base_push_and_a_forks_pull_request_named_like_ours_move_nothing,
+    a_pull_request_github_finds_behind_is_refreshed_and_one_it_finds_dirty_flags_its_conflict,
 );
 
 const SCRIPT: &str = "sed -i 's/^line 25$/line 25 by the agent/' shared.txt";
@@ -168,4 +171,98 @@ async fn a_lying_base_push_and_a_forks_pull_request_named_like_ours_move_nothing
     assert_eq!(row.column, Column::InReview);
     assert!(!row.needs_human, "{row:?}");
     assert_eq!(row.version, before.version, "the task is untouched");
+}
+
+async fn a_pull_request_github_finds_behind_is_refreshed_and_one_it_finds_dirty_flags_its_conflict(
+    db: TestDb,
+) {
+    let fake = FakeGithub::start().await;
+    let remote = Remote::new();
+    remote.commit_to_main("shared.txt", &shared(&[]));
+    record_pushes(&remote);
+    let scratch = tempfile::tempdir().unwrap();
+    let app = app(
+        &db,
+        &fake,
+        file(&remote, scratch.path(), SCRIPT),
+        scratch.path(),
+    )
+    .await;
+    let (base, store) = (app.url(""), app.state.log.store().clone());
+    let id = create_task(&base, REPO).await;
+    let (number, sha) = in_review(&store, id, 1).await;
+    fake.set_head(REPO, number, &sha);
+    let branch = format!("refs/heads/{}", id.branch());
+    // The base moves; neither its webhook nor the base's head on GitHub (the fake has no main) tells of it.
+    remote.commit_to_main("shared.txt", &shared(&[(2, "line 2 by a teammate")]));
+
+    // What GitHub says that asks for nothing: clean, blocked, unknown.
+    for state in ["clean", "blocked", "unknown"] {
+        fake.set_mergeable_state(REPO, number, state);
+        app.drive("github_poller").await;
+        refresh(&app).await;
+    }
+    assert!(refreshes(&store, id).await.is_empty());
+    assert_eq!(pushes(&remote, &branch).len(), 1);
+
+    // Behind: the task is refreshed onto the base, once, however often the poller reads it.
+    fake.set_mergeable_state(REPO, number, "behind");
+    app.drive("github_poller").await;
+    app.drive("github_poller").await;
+    refresh(&app).await;
+    let recorded = refreshes(&store, id).await;
+    assert_eq!(recorded.len(), 1, "{recorded:#?}");
+    assert_eq!(recorded[0]["base"], json!(remote.branch("main").unwrap()));
+    let to = remote.branch(id.branch().as_str()).unwrap();
+    assert_eq!(pushes(&remote, &branch).len(), 2);
+    let due = format!("refresh-due:{id}:{sha}:behind");
+    assert_eq!(store.count_by_key(Source::Pidevops, &due).await.unwrap(), 1);
+
+    // A teammate changes the agent's line; GitHub finds the refreshed head dirty: flagged with the file, nothing
+    // pushed, and GitHub refuses to merge it (405), as it refuses a sha that is not the head (409).
+    remote.commit_to_main(
+        "shared.txt",
+        &shared(&[(2, "line 2 by a teammate"), (25, "line 25 by a teammate")]),
+    );
+    fake.set_head(REPO, number, &to);
+    fake.set_mergeable_state(REPO, number, "dirty");
+    app.drive("github_poller").await;
+    refresh(&app).await;
+    let row = board::row_in(&store, id).await.unwrap();
+    let flag = row.needs_human_reason.clone().expect("flagged");
+    assert!(
+        flag.contains("conflicts") && flag.contains("shared.txt"),
+        "{flag}"
+    );
+    assert_eq!(refreshes(&store, id).await.len(), 1);
+    assert_eq!(pushes(&remote, &branch).len(), 2);
+    let merge = |sha: String| {
+        let url = format!("{}/repos/{REPO}/pulls/{number}/merge", fake.url);
+        async move {
+            let answer = reqwest::Client::new()
+                .put(url)
+                .json(&json!({ "sha": sha }))
+                .send()
+                .await
+                .unwrap();
+            let status = answer.status().as_u16();
+            let body: Value = answer.json().await.unwrap();
+            (
+                status,
+                body["message"].as_str().unwrap_or_default().to_owned(),
+            )
+        }
+    };
+    assert_eq!(
+        merge(to.clone()).await,
+        (405, "Pull Request is not mergeable".to_owned())
+    );
+    fake.set_mergeable_state(REPO, number, "clean");
+    assert_eq!(
+        merge(sha.clone()).await,
+        (
+            409,
+            "Head branch was modified. Review and try the merge again.".to_owned()
+        )
+    );
 }

@@ -11,6 +11,10 @@
 //! `github.push` of that head (`poll:push:<repo>:<base>:<sha>`), which the refresh loop handles as the webhook's;
 //! it records each head it handled, so the webhook and the poller never refresh for the same head twice.
 //!
+//! A pull request GitHub finds `behind` its base or `dirty` (its `mergeable_state`, read, not guessed) on such a
+//! repository is appended as `refresh.due` for its task (`refresh-due:<task>:<head>:<state>`), unless its base's
+//! push was appended in the same poll (that refreshes every task of the repository).
+//!
 //! Each appended fact has a dedup key naming it (`poll:pull_request:<repo>#<n>:closed`,
 //! `poll:check_suite:<id>:<conclusion>`, `poll:issues:<repo>#<n>:closed:<updated_at>`), so polls append it once.
 //! When the webhook did arrive, the task has usually left review before the poller looks; if both land, reactions
@@ -24,6 +28,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use octocrab::models::issues::Issue;
+use octocrab::models::pulls::{MergeableState, PullRequest};
 use octocrab::models::IssueState;
 use serde_json::{json, Value};
 
@@ -35,7 +40,7 @@ use crate::eventlog::EventLog;
 use crate::landing::refresh;
 use crate::projectors::tasks::{self as task_rows, TaskFilter};
 use crate::providers::github::{Answer, GithubClient};
-use crate::tasks::{Column, CommitSha, RepoName, GITHUB_ISSUE, GITHUB_PR};
+use crate::tasks::{Column, CommitSha, RepoName, TaskId, GITHUB_ISSUE, GITHUB_PR};
 
 pub const GITHUB_POLLER: &str = "github_poller";
 /// Conclusions reactions act on (the same as theirs).
@@ -93,7 +98,7 @@ impl GithubPoller {
         .await
         .context("listing the tasks in review")?;
         let mut progress = GithubPollProgress::default();
-        self.bases(&rows, &mut progress).await?;
+        let pushed = self.bases(&rows, &mut progress).await?;
         for row in rows {
             let Some(pr) = row.links.get(GITHUB_PR) else {
                 continue;
@@ -136,6 +141,10 @@ impl GithubPoller {
                     progress.appended += 1;
                 }
                 continue;
+            }
+            if !pushed.contains(&pr.repo) && !row.needs_human {
+                self.behind(row.id, pr.repo.clone(), number, &pull.model, &mut progress)
+                    .await?;
             }
             let suites = self
                 .client
@@ -220,13 +229,62 @@ impl GithubPoller {
         Ok(())
     }
 
+    /// A pull request GitHub finds `behind` its base or `dirty` (read, not guessed) on a repository that refreshes:
+    /// `refresh.due` for its task, once per head and state.
+    async fn behind(
+        &self,
+        task: TaskId,
+        repo: RepoName,
+        number: u64,
+        pull: &PullRequest,
+        progress: &mut GithubPollProgress,
+    ) -> anyhow::Result<()> {
+        let state = match pull.mergeable_state {
+            Some(MergeableState::Behind) => "behind",
+            Some(MergeableState::Dirty) => "dirty",
+            _ => return Ok(()),
+        };
+        if refresh::refreshed_base(&self.board, &self.sources, &repo).is_none() {
+            return Ok(());
+        }
+        let due = refresh::Due {
+            task,
+            repo,
+            number,
+            head: pull.head.sha.clone(),
+            state: state.to_owned(),
+        };
+        let key = due.key();
+        let mut event = NewEvent::new(
+            Source::Pidevops,
+            EventType::from_stored(refresh::DUE.to_owned()),
+            key.clone(),
+            "application/json",
+            bytes::Bytes::from(serde_json::to_vec(&due)?),
+        );
+        event
+            .meta
+            .insert("poller".to_owned(), Value::from(GITHUB_POLLER));
+        let appended = self
+            .log
+            .append(event)
+            .await
+            .with_context(|| format!("appending {key}"))?;
+        if !appended.duplicate {
+            progress.appended += 1;
+        }
+        Ok(())
+    }
+
     /// The base branch of each repository with a task in review that refreshes: a head the refresh loop has not
-    /// handled is appended as the push its webhook would have been.
+    /// handled is appended as the push its webhook would have been. Returns the repositories whose push it
+    /// appended (their tasks are all refreshed: no pull request of theirs is due on its own).
     async fn bases(
         &self,
         rows: &[task_rows::TaskRow],
         progress: &mut GithubPollProgress,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<BTreeSet<RepoName>> {
+        let mut pushed = BTreeSet::new();
         let repos: BTreeSet<RepoName> = rows
             .iter()
             .filter_map(|row| row.repo.parse().ok())
@@ -282,9 +340,10 @@ impl GithubPoller {
                 .await?
             {
                 progress.appended += 1;
+                pushed.insert(repo.clone());
             }
         }
-        Ok(())
+        Ok(pushed)
     }
 
     async fn append(

@@ -1,5 +1,6 @@
 //! Repository webhooks on the fake GitHub, shaped like GitHub's REST API: `GET /repos/{o}/{r}/hooks`, `POST` one
-//! (422 for a second with the same URL) and `PATCH /repos/{o}/{r}/hooks/{id}`.
+//! (422 for a second with the same URL) and `PATCH /repos/{o}/{r}/hooks/{id}`; and pidevops's settings pointed at
+//! the fake.
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
@@ -179,4 +180,15 @@ pub(super) async fn update_hook(
     };
     hook.apply(&body);
     Json(hook.json()).into_response()
+}
+
+impl FakeGithub {
+    /// Points `settings` at this fake, with the token `token`: its two variables, set as an operator would.
+    pub fn point_settings(&self, settings: &mut pidevops::config::Settings, token: &str) {
+        settings.providers.set("GITHUB_TOKEN", Some(token)).unwrap();
+        settings
+            .providers
+            .set("GITHUB_API_URL", Some(&self.url))
+            .unwrap();
+    }
 }

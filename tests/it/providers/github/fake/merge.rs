@@ -1,7 +1,9 @@
 //! Merging on the fake GitHub, shaped like GitHub's REST API: `GET /repos/{o}/{r}` with the repository's
 //! `allow_*` merge settings, and `PUT /repos/{o}/{r}/pulls/{n}/merge`, which answers 200
 //! `{sha, merged, message}`, 405 for a pull request that cannot be merged (merged or closed already, a method
-//! the repository does not allow) and 409 when `sha` is not the head. A test can hold the next merge's answer
+//! the repository does not allow, or one GitHub finds `dirty`: it conflicts with its base) and 409 when `sha` is
+//! not the head. A pull request says `mergeable` / `mergeable_state` as GitHub does: `clean` unless a test set
+//! another ([`FakeGithub::set_mergeable_state`]: `behind`, `dirty`, `blocked`, `unknown`, …). A test can hold the next merge's answer
 //! after the merge is made ([`FakeGithub::hold_next_merge`]), to kill its caller in between.
 
 use axum::extract::{Path, State};
@@ -42,6 +44,15 @@ impl FakeGithub {
         settings.insert("allow_rebase_merge".into(), json!(rebase));
     }
 
+    /// GitHub finds pull request `number` of `repo` `state` (`clean`, `behind`, `dirty`, `blocked`, `unknown`).
+    pub fn set_mergeable_state(&self, repo: &str, number: u64, state: &str) {
+        self.inner
+            .lock()
+            .unwrap()
+            .mergeable
+            .insert((repo.to_owned(), number), state.to_owned());
+    }
+
     /// The next merge through the API merges, says so on `merged`, and answers only once `release` fires.
     pub fn hold_next_merge(&self) -> HeldMerge {
         let (merged_tx, merged_rx) = oneshot::channel();
@@ -72,6 +83,29 @@ impl FakeGithub {
             .merged
             .contains_key(&(repo.to_owned(), number))
     }
+}
+
+/// `mergeable` and `mergeable_state` of pull request `number` of `repo` as GitHub answers them: an open one is
+/// `clean` unless a test said otherwise; `dirty` cannot merge, `unknown` is not computed yet (`mergeable: null`); a
+/// closed one is neither.
+pub(super) fn mergeable(
+    states: &std::collections::BTreeMap<(String, u64), String>,
+    repo: &str,
+    number: u64,
+    open: bool,
+    pr: &mut Value,
+) {
+    let state = match states.get(&(repo.to_owned(), number)) {
+        Some(state) => state.as_str(),
+        None if open => "clean",
+        None => "unknown",
+    };
+    pr["mergeable_state"] = json!(state);
+    pr["mergeable"] = match state {
+        "unknown" => Value::Null,
+        "dirty" => json!(false),
+        _ => json!(true),
+    };
 }
 
 fn github_error(status: StatusCode, message: &str) -> Response {
@@ -144,6 +178,12 @@ pub(super) async fn merge_pull(
         };
         let key = (full.clone(), number);
         if inner.merged.contains_key(&key) || !pull.6 {
+            return github_error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "Pull Request is not mergeable",
+            );
+        }
+        if inner.mergeable.get(&key).map(String::as_str) == Some("dirty") {
             return github_error(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "Pull Request is not mergeable",

@@ -70,6 +70,8 @@ struct Inner {
     reactions: Vec<(String, u64, String)>,
     /// Branches a test set: (repo, branch) → head commit.
     branches: std::collections::BTreeMap<(String, String), String>,
+    /// A pull request's `mergeable_state` a test set (else `clean`): (repo, number) → state.
+    mergeable: std::collections::BTreeMap<(String, u64), String>,
 }
 
 #[derive(Clone, Default)]
@@ -615,6 +617,7 @@ async fn get_pull(
         .merge_commits
         .get(&(full.clone(), number))
         .map_or(Value::Null, |sha| json!(sha));
+    merge::mergeable(&inner.mergeable, &full, number, open, &mut pr);
     if let Some(sha) = inner.heads.get(&(full, number)) {
         pr["head"]["sha"] = json!(sha);
     }
@@ -685,15 +688,4 @@ fn validation_failed(message: &str) -> Response {
         Json(json!({ "message": "Validation Failed", "errors": [{ "resource": "Hook", "code": "custom", "message": message }] })),
     )
         .into_response()
-}
-
-impl FakeGithub {
-    /// Points `settings` at this fake, with the token `token`: its two variables, set as an operator would.
-    pub fn point_settings(&self, settings: &mut pidevops::config::Settings, token: &str) {
-        settings.providers.set("GITHUB_TOKEN", Some(token)).unwrap();
-        settings
-            .providers
-            .set("GITHUB_API_URL", Some(&self.url))
-            .unwrap();
-    }
 }
