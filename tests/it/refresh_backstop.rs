@@ -70,6 +70,21 @@ async fn a_lost_base_push_is_caught_by_the_poller_and_a_head_told_twice_is_refre
     assert_eq!(recorded[0]["from"], json!(sha));
     assert_eq!(recorded[0]["base"], json!(main_1));
     assert_eq!(pushes(&remote, &branch).len(), 2);
+    // The task page lists the refresh: from → to, onto which base, how, and GitHub's comparison of the two.
+    let to = recorded[0]["to"].as_str().unwrap().to_owned();
+    let cookie = crate::web::sign_in(&app).await;
+    let (status, page) = crate::web::get(&app, &format!("/tasks/{id}"), &cookie).await;
+    assert_eq!(status, 200);
+    let section = &page[page
+        .find("<h2>Refreshes</h2>")
+        .expect("a Refreshes section")..];
+    for shown in [
+        format!("<code>{}</code> → <code>{}</code>", &sha[..7], &to[..7]),
+        format!("<td><code>{}</code></td><td>rebase</td>", &main_1[..7]),
+        format!("https://github.com/{REPO}/compare/{sha}...{to}"),
+    ] {
+        assert!(section.contains(&shown), "{shown} in {section}");
+    }
     // The base moves and its webhook comes and is handled: the poller appends nothing for that head.
     remote.commit_to_main("elsewhere.txt", "apart\n");
     let main_2 = remote.branch("main").unwrap();

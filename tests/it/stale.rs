@@ -106,6 +106,16 @@ async fn a_review_past_its_age_reminds_its_issue_once(db: TestDb) {
         Column::InReview,
         "a reminder leaves it in review"
     );
+    // The board and the task page mark the stale review.
+    let cookie = crate::web::sign_in(&app).await;
+    let (_, board) = crate::web::get(&app, "/", &cookie).await;
+    let card = &board[board
+        .find(&format!(r#"data-task="{id}""#))
+        .expect("its card")..];
+    let card = &card[..card.find("</article>").unwrap()];
+    assert!(card.contains(r#"data-stale="1""#), "{card}");
+    let (_, page) = crate::web::get(&app, &format!("/tasks/{id}"), &cookie).await;
+    assert!(page.contains(r#"data-stale="1""#));
     // Days later, still untouched: the episode had its reminder.
     clock.advance(chrono::Duration::hours(48));
     tick_and_settle(&app, 2).await;

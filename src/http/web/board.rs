@@ -128,6 +128,13 @@ fn card(row: &TaskRow, related: &Related, now: DateTime<Utc>) -> Markup {
                 @if let Some(link) = source_link(&row.links) { " · " (link) }
             }
             (card_family(row, related))
+            @if let Some(since) = row.stale_since() {
+                div {
+                    span.badge.warn data-stale="1" title={ "no activity in review since " (since.format("%Y-%m-%d %H:%M UTC")) } {
+                        "stale"
+                    }
+                }
+            }
             @if row.needs_human {
                 div {
                     span.badge.bad { "needs a human" } " "

@@ -12,6 +12,7 @@ pub mod follow_ups;
 pub mod new_task;
 pub mod pages;
 pub mod plan;
+pub mod refreshes;
 pub mod report;
 pub mod session;
 mod sign_in;

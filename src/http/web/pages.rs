@@ -134,6 +134,8 @@ pub struct TaskView {
     pub draft: Option<SpecDraft>,
     pub csrf: String,
     pub now: DateTime<Utc>,
+    /// Each refresh of its branch onto a moved base.
+    pub refreshes: Vec<super::refreshes::Refresh>,
 }
 
 /// What the page's spec is: a plan's goal, a triage task's form, or text.
@@ -215,6 +217,7 @@ pub fn task(view: &TaskView) -> Markup {
             span.badge data-column=(row.column.as_str()) { (column_label(row.column)) }
             @if row.is_plan() { " " span.badge.plan { "plan" } }
             @if row.needs_human { " " span.badge.bad { "needs a human" } }
+            @if row.stale_since().is_some() { " " span.badge.warn data-stale="1" { "stale" } }
         }
         p.muted {
             (source_badge(&row.source)) " " (row.repo) " · created " (age(view.now - row.created_at)) " ago"
@@ -279,6 +282,7 @@ pub fn task(view: &TaskView) -> Markup {
         h2 { "Runs" }
         (runs_table(&view.runs, false, view.now))
         (super::attempt::attempts(&view.attempts))
+        (super::refreshes::section(&view.refreshes, &row.repo, view.now))
         h2 { "Timeline" }
         table.timeline {
             thead { tr { th { "at" } th { "event" } th { "what" } th { "by" } } }

@@ -304,13 +304,15 @@ async fn render(
         Ok(found) => found,
         Err(e) => return unavailable(e),
     };
-    let (timeline, runs) = match (
+    let (timeline, runs, refreshes) = match (
         task_rows::timeline(store, id).await,
         runs::query(store, Which::Task(&id.to_string())).await,
+        super::refreshes::of(store, id).await,
     ) {
-        (Ok(timeline), Ok(runs)) => (timeline, runs),
-        (Err(e), _) => return unavailable(e),
-        (_, Err(e)) => return unavailable(e),
+        (Ok(timeline), Ok(runs), Ok(refreshes)) => (timeline, runs, refreshes),
+        (Err(e), _, _) => return unavailable(e),
+        (_, Err(e), _) => return unavailable(e),
+        (_, _, Err(e)) => return unavailable(e),
     };
     let here = Here::of(state).await;
     let open = runs
@@ -349,6 +351,7 @@ async fn render(
         draft,
         csrf: session.csrf(key),
         now: Utc::now(),
+        refreshes,
     };
     page(
         status,

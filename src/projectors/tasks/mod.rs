@@ -149,6 +149,11 @@ impl TaskRow {
             .unwrap_or_default()
     }
 
+    /// When its review went stale (`task.went_stale`), until its next push (a submission or a refresh).
+    pub fn stale_since(&self) -> Option<DateTime<Utc>> {
+        self.state.get("stale_since")?.as_str()?.parse().ok()
+    }
+
     /// The tasks that must be done before this one may start.
     pub fn depends_on(&self) -> Vec<TaskId> {
         self.ids_at("/depends_on")
@@ -351,7 +356,8 @@ impl Projector for TasksProjector {
 
     /// 2: the stored state carries the ticket version (`ticket_version`). 3: `task_merges`. 4: `search_text`.
     fn version(&self) -> i64 {
-        4
+        // 5: a stale review's `stale_since` is in the row's state.
+        5
     }
 
     fn bodies(&self) -> Bodies {

@@ -120,8 +120,9 @@ pub struct Task {
     /// commit is the branch's head. A new submission for review clears it.
     #[serde(skip_serializing_if = "Option::is_none")]
     refreshed: Option<CommitSha>,
-    /// When this review episode went stale (`went_stale`); cleared by the next submission for review.
-    #[serde(skip)]
+    /// When this review episode went stale (`went_stale`); cleared by the next submission for review or refresh.
+    /// Kept in the row's state: the board marks a stale pull request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     stale_since: Option<DateTime<Utc>>,
 }
 
