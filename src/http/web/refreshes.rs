@@ -57,7 +57,10 @@ pub fn section(refreshes: &[Refresh], repo: &str, now: DateTime<Utc>) -> Markup 
                 tbody {
                     @for refresh in refreshes {
                         tr {
-                            td { (super::pages::stamp(refresh.at, now)) }
+                            td {
+                                time datetime=(refresh.at.to_rfc3339()) { (refresh.at.format("%Y-%m-%d %H:%M:%S UTC")) }
+                                " " span.muted.age { "(" (super::words::age(now - refresh.at)) " ago)" }
+                            }
                             td { code { (refresh.from.short()) } " → " code { (refresh.to.short()) } }
                             td { code { (refresh.base.short()) } }
                             td { (refresh.strategy.as_str()) }
