@@ -6,7 +6,7 @@
 //! closed, or without the intake label, is appended as `github.issues.closed` / `github.issues.unlabeled`, so
 //! intake withdraws the task (a running agent is stopped) as it would on the webhook.
 //!
-//! And for every repository with a task in review whose base pushes refresh (`landing::refresh`), reads the base
+//! And for every repository with a task's pull request in review whose base pushes refresh (`landing::refresh`), reads the base
 //! branch's head: one the refresh loop has not handled (its webhook lost, or not yet come) is appended as a
 //! `github.push` of that head (`poll:push:<repo>:<base>:<sha>`), which the refresh loop handles as the webhook's;
 //! it records each head it handled, so the webhook and the poller never refresh for the same head twice.
@@ -276,7 +276,7 @@ impl GithubPoller {
         Ok(())
     }
 
-    /// The base branch of each repository with a task in review that refreshes: a head the refresh loop has not
+    /// The base branch of each repository with a pull request in review that refreshes: a head the refresh loop has not
     /// handled is appended as the push its webhook would have been. Returns the repositories whose push it
     /// appended (their tasks are all refreshed: no pull request of theirs is due on its own).
     async fn bases(
@@ -285,9 +285,10 @@ impl GithubPoller {
         progress: &mut GithubPollProgress,
     ) -> anyhow::Result<BTreeSet<RepoName>> {
         let mut pushed = BTreeSet::new();
+        // The repositories of pidevops's pull requests in review: what they stand on.
         let repos: BTreeSet<RepoName> = rows
             .iter()
-            .filter_map(|row| row.repo.parse().ok())
+            .filter_map(|row| Some(row.links.get(GITHUB_PR)?.repo))
             .collect();
         for repo in &repos {
             let Some(base) = refresh::refreshed_base(&self.board, &self.sources, repo) else {
