@@ -118,6 +118,30 @@ async fn a_lost_base_push_is_caught_by_the_poller_and_a_head_told_twice_is_refre
     assert_eq!(recorded.len(), 3, "{recorded:#?}");
     assert_eq!(recorded[2]["base"], json!(main_3));
     assert_eq!(pushes(&remote, &branch).len(), 4, "one push per head");
+    // Either report handled again (a replay, a lost checkpoint) is a repeat: no refresh runs, not even one that
+    // would find the branch current.
+    let again = pidevops::landing::refresh::Refresher::new(
+        app.state.log.clone(),
+        app.state.lander.clone(),
+        false,
+    );
+    let webhook = store
+        .find_by_key(Source::Github, "main-3")
+        .await
+        .unwrap()
+        .unwrap();
+    let polled = store
+        .find_by_key(Source::Github, &key)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut tally = pidevops::landing::refresh::RefreshProgress::default();
+    for event in [&webhook, &polled] {
+        pidevops::loops::follow::Follower::handle(&again, event, &mut tally)
+            .await
+            .unwrap();
+    }
+    assert_eq!((tally.current, tally.refreshed, tally.repeated), (0, 0, 2));
     let row = board::row_in(&store, id).await.unwrap();
     assert!(!row.needs_human, "{row:?}");
 }
