@@ -9,8 +9,11 @@
 //! - current already: nothing;
 //! - brought up to date: the new commit pushed with a lease on the commit pidevops recorded, then
 //!   `task.refreshed`, which starts the landing facts over (auto-land waits for the checks on the new head);
-//! - a conflict, a branch someone else pushed to, a commit gone: the task is flagged for a person with what
-//!   happened and the files named; nothing is pushed.
+//! - a conflict: handed to an agent (`Command::ResolveConflict`: an attempt of its own kind that merges the base
+//!   and resolves the markers, `tasks::domain::conflict`); the same conflict again, or one the agent could not
+//!   resolve, flags a person with the files named;
+//! - a branch someone else pushed to, a commit gone: the task is flagged for a person with what happened;
+//!   nothing is pushed.
 //!
 //! Exactly once: before its push, a refresh records what it is about to push (`refresh.pushing` in the stream
 //! `refresh:<task>`); the commit it makes is the same when made again (dated by the base push). A restart
@@ -31,7 +34,9 @@ use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::{AppendError, EventLog, StoredEvent};
 use crate::loops::follow::{AsStored, Follow, Follower, Next};
 use crate::projectors::tasks::{self as task_rows, TaskFilter};
-use crate::tasks::{Column, Command, CommitSha, Reason, RefreshMode, RepoName, Task, TaskId};
+use crate::tasks::{
+    Column, Command, CommitSha, Conflict, Reason, RefreshMode, RepoName, Task, TaskId,
+};
 
 /// The loop's name and its checkpoint's.
 pub const REFRESH: &str = "refresh";
@@ -66,8 +71,10 @@ pub struct RefreshProgress {
     pub refreshed: u64,
     /// Branches that were current already.
     pub current: u64,
-    /// Tasks flagged: a conflict, someone else's push, a commit gone.
+    /// Tasks flagged: a conflict not for an agent, someone else's push, a commit gone.
     pub flagged: u64,
+    /// Conflicts handed to an agent (a conflict attempt each).
+    pub resolving: u64,
     #[serde(skip)]
     pub out_of_time: bool,
 }
@@ -265,20 +272,19 @@ impl Refresher {
                     return Ok(Ended::Moved);
                 }
                 RefreshResult::Conflict {
-                    base, files, total, ..
+                    base,
+                    files,
+                    total,
+                    hunks,
                 } => {
-                    let mut named = files.join(", ");
-                    if total > files.len() {
-                        named.push_str(&format!(" and {} more", total - files.len()));
-                    }
-                    let why = format!(
-                        "the base moved (now {}) and {} at {} conflicts with it in {named}; nothing was pushed. \
-                         Send it back (retry) with what to keep, or resolve it on the branch by hand",
-                        short(&base),
-                        id.branch(),
-                        commit.short()
+                    let conflict = Conflict::new(
+                        commit.clone(),
+                        CommitSha::new(&base).context("git named the base")?,
+                        &files,
+                        total,
+                        &hunks,
                     );
-                    self.flag(id, &why, progress).await?;
+                    self.hand_over(id, conflict, progress).await?;
                     return Ok(Ended::Conflicted);
                 }
                 RefreshResult::Gone => {
@@ -417,6 +423,37 @@ impl Refresher {
                 Ok(())
             }
             Err(error) => Err(error).with_context(|| format!("recording {id}'s refresh")),
+        }
+    }
+
+    /// A conflict handed to an agent (`Command::ResolveConflict`): an attempt of its own kind, or, when this very
+    /// conflict was handed over before or no attempt can be added, a person flagged with the files named.
+    async fn hand_over(
+        &self,
+        id: TaskId,
+        conflict: Conflict,
+        progress: &mut RefreshProgress,
+    ) -> anyhow::Result<()> {
+        let command = Command::ResolveConflict {
+            conflict: Box::new(conflict),
+        };
+        match self.lander.board.execute(id, &command, ACTOR).await {
+            Ok(outcome) if outcome.appended.is_empty() => Ok(()),
+            Ok(outcome) => {
+                if outcome.task.conflict().is_some() {
+                    tracing::info!(task = %id, "a refresh conflicted: an agent resolves it");
+                    progress.resolving += 1;
+                } else if let Some(flag) = outcome.task.needs_human() {
+                    tracing::warn!(task = %id, why = flag.reason.as_str(), "a refresh needs a person");
+                    progress.flagged += 1;
+                }
+                Ok(())
+            }
+            Err(BoardError::Refused(refused)) => {
+                tracing::info!(task = %id, %refused, "conflict not handed over");
+                Ok(())
+            }
+            Err(error) => Err(error).with_context(|| format!("handing {id}'s conflict over")),
         }
     }
 

@@ -148,7 +148,9 @@ impl Combine {
                     | TaskEvent::Combined { .. }
                     | TaskEvent::Landed { .. }
                     | TaskEvent::Refreshed { .. }
-                    | TaskEvent::WentStale { .. } => return Ok(()),
+                    | TaskEvent::WentStale { .. }
+                    | TaskEvent::ConflictFound { .. }
+                    | TaskEvent::ConflictUnresolved { .. } => return Ok(()),
                 }
             }
             _ => return Ok(()),

@@ -130,7 +130,9 @@ impl Plans {
             | TaskEvent::Combined { .. }
             | TaskEvent::Landed { .. }
             | TaskEvent::Refreshed { .. }
-            | TaskEvent::WentStale { .. } => Ok(()),
+            | TaskEvent::WentStale { .. }
+            | TaskEvent::ConflictFound { .. }
+            | TaskEvent::ConflictUnresolved { .. } => Ok(()),
         }
     }
 

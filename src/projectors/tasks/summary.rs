@@ -28,6 +28,7 @@ pub fn summarize(event: &TaskEvent) -> String {
             RunPurpose::Work => format!("attempt {attempt} started (run {run})"),
             RunPurpose::Plan => format!("planner attempt {attempt} started (run {run})"),
             RunPurpose::Triage => format!("triage agent started (run {run})"),
+            RunPurpose::Resolve => format!("conflict attempt {attempt} started (run {run})"),
         },
         TaskEvent::SubmittedForReview { branch, pr, .. } => match pr {
             Some(pr) => format!("submitted for review: {} ({pr})", branch.as_str()),
@@ -140,6 +141,15 @@ pub fn summarize(event: &TaskEvent) -> String {
             ..
         } => landed(commit, onto, *fast_forward),
         TaskEvent::Refreshed { .. } => refreshed(event),
+        TaskEvent::ConflictFound { conflict, .. } => format!(
+            "the base moved (now {}) and {} conflicts with it in {}: an agent resolves it",
+            conflict.base.short(),
+            conflict.from.short(),
+            conflict.named()
+        ),
+        TaskEvent::ConflictUnresolved { reason, .. } => {
+            format!("the conflict was not resolved: {reason}")
+        }
         TaskEvent::WentStale {
             after_h, action, ..
         } => match action {
@@ -301,7 +311,9 @@ pub(super) fn links_of(event: &TaskEvent) -> Vec<(LinkKind, String)> {
         | TaskEvent::Combined { .. }
         | TaskEvent::Landed { .. }
         | TaskEvent::Refreshed { .. }
-        | TaskEvent::WentStale { .. } => Vec::new(),
+        | TaskEvent::WentStale { .. }
+        | TaskEvent::ConflictFound { .. }
+        | TaskEvent::ConflictUnresolved { .. } => Vec::new(),
     }
 }
 

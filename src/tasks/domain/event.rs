@@ -5,8 +5,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    AttemptReport, CombinedItem, CommitSha, FactName, Family, RefreshMode, RetryCause, StaleAction,
-    TriageOutcome,
+    AttemptReport, CombinedItem, CommitSha, Conflict, FactName, Family, RefreshMode, RetryCause,
+    StaleAction, TriageOutcome,
 };
 use crate::tasks::plan::PlanDocument;
 use crate::tasks::values::{
@@ -239,6 +239,19 @@ pub enum TaskEvent {
         after_h: u32,
         action: StaleAction,
     },
+    /// The `refresh` loop found the pushed commit in conflict with the moved base: the task goes to `todo` for an
+    /// attempt that resolves it (`RunPurpose::Resolve`), its budget one larger so that attempt costs the work none.
+    ConflictFound {
+        at: DateTime<Utc>,
+        conflict: Box<Conflict>,
+        max_attempts: MaxAttempts,
+    },
+    /// The conflict attempt ended without its resolution pushed: back in review on the commit it had (a flag
+    /// naming the files follows).
+    ConflictUnresolved {
+        at: DateTime<Utc>,
+        reason: Reason,
+    },
 }
 
 impl TaskEvent {
@@ -280,7 +293,9 @@ impl TaskEvent {
             | TaskEvent::Combined { at, .. }
             | TaskEvent::Landed { at, .. }
             | TaskEvent::Refreshed { at, .. }
-            | TaskEvent::WentStale { at, .. } => *at,
+            | TaskEvent::WentStale { at, .. }
+            | TaskEvent::ConflictFound { at, .. }
+            | TaskEvent::ConflictUnresolved { at, .. } => *at,
         }
     }
 }

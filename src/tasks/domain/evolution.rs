@@ -79,6 +79,8 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
             task.branch = Some(branch.clone());
             task.reviewed_run = Some(*run);
             task.stale_since = None;
+            // A conflict attempt's resolution is pushed: its conflict is over.
+            task.conflict = None;
             // A new push: approvals and checks of the code before it do not count.
             landing::evolve(task, event, LandingFact::NewPush)?;
             // A newer pull request supersedes the old one; no submission removes a link.
@@ -194,6 +196,12 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
         TaskEvent::Landed { .. } => require(task, event, &[Column::InReview])?,
         TaskEvent::Refreshed { to, .. } => refreshed(task, event, to)?,
         TaskEvent::WentStale { at, .. } => went_stale(task, event, *at)?,
+        TaskEvent::ConflictFound {
+            conflict,
+            max_attempts,
+            ..
+        } => super::conflict::found(task, event, conflict, *max_attempts)?,
+        TaskEvent::ConflictUnresolved { .. } => super::conflict::unresolved(task, event)?,
     }
     Ok(())
 }
@@ -236,6 +244,7 @@ fn started(
         RunPurpose::Work => task.kind == TaskKind::Task,
         RunPurpose::Plan => task.kind == TaskKind::Plan && !task.is_approved_plan(),
         RunPurpose::Triage => task.kind == TaskKind::Task,
+        RunPurpose::Resolve => task.kind == TaskKind::Task && task.conflict.is_some(),
     };
     if !fits {
         return Err(inapplicable(
@@ -503,6 +512,8 @@ impl Task {
             reviewed_run: None,
             refreshed: None,
             stale_since: None,
+            conflict: None,
+            conflicts_tried: Vec::new(),
             last_failure: None,
             closed_reason: None,
             follow_ups: Vec::new(),

@@ -478,7 +478,9 @@ pub fn may_land(event: &TaskEvent) -> bool {
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
         | TaskEvent::Landed { .. }
-        | TaskEvent::WentStale { .. } => false,
+        | TaskEvent::WentStale { .. }
+        | TaskEvent::ConflictFound { .. }
+        | TaskEvent::ConflictUnresolved { .. } => false,
         // Its checks run again on the refreshed head: nothing is ready until they pass there.
         TaskEvent::Refreshed { .. } => false,
     }

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 mod combined;
+mod conflict;
 mod creation;
 mod decision;
 mod error;
@@ -25,6 +26,7 @@ pub mod stale;
 mod ticket;
 
 pub use combined::{Combination, CombinedItem, PlanLand};
+pub use conflict::Conflict;
 pub use creation::{Family, NewTask};
 pub use decision::decide;
 use error::join;
@@ -123,6 +125,12 @@ pub struct Task {
     /// When this review episode went stale (`went_stale`); cleared by the next submission for review.
     #[serde(skip)]
     stale_since: Option<DateTime<Utc>>,
+    /// A refresh's conflict waiting for (or in) its conflict attempt (`conflict.rs`); cleared when it ends.
+    #[serde(skip)]
+    conflict: Option<Conflict>,
+    /// The (commit, base) pairs whose conflicts were handed to an agent already (the last few): never twice.
+    #[serde(skip)]
+    conflicts_tried: Vec<(CommitSha, CommitSha)>,
 }
 
 /// What an attempt submitted for review says of itself, for its pull request and its page: the agent's own
@@ -252,6 +260,10 @@ impl Task {
     pub fn refreshed(&self) -> Option<&CommitSha> {
         self.refreshed.as_ref()
     }
+    /// The refresh's conflict the next (or running) attempt resolves, if any.
+    pub fn conflict(&self) -> Option<&Conflict> {
+        self.conflict.as_ref()
+    }
     pub fn last_failure(&self) -> Option<&Failure> {
         self.last_failure.as_ref()
     }
@@ -330,6 +342,7 @@ impl Task {
     /// What its next attempt is for: a plan's is its planner's, a task's is the work.
     pub fn next_purpose(&self) -> RunPurpose {
         match self.kind {
+            TaskKind::Task if self.conflict.is_some() => RunPurpose::Resolve,
             TaskKind::Task => RunPurpose::Work,
             TaskKind::Plan => RunPurpose::Plan,
         }
@@ -575,6 +588,11 @@ pub enum Command {
         action: StaleAction,
         last_activity: DateTime<Utc>,
     },
+    /// The `refresh` loop found the task's pushed commit in conflict with its moved base: an agent resolves it in
+    /// an attempt of its own kind, or a person is flagged (see `conflict.rs`). Only in review.
+    ResolveConflict {
+        conflict: Box<Conflict>,
+    },
 }
 
 impl Command {
@@ -613,6 +631,7 @@ impl Command {
             Command::RecordLanded { .. } => "record-landed",
             Command::RecordRefresh { .. } => "record-refresh",
             Command::MarkStale { .. } => "mark-stale",
+            Command::ResolveConflict { .. } => "resolve-conflict",
         }
     }
 }

@@ -65,7 +65,9 @@ pub fn ends_its_branch(event: &TaskEvent) -> bool {
         | TaskEvent::Combined { .. }
         | TaskEvent::Landed { .. }
         | TaskEvent::Refreshed { .. }
-        | TaskEvent::WentStale { .. } => false,
+        | TaskEvent::WentStale { .. }
+        | TaskEvent::ConflictFound { .. }
+        | TaskEvent::ConflictUnresolved { .. } => false,
     }
 }
 

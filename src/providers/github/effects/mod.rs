@@ -119,7 +119,9 @@ impl ProviderPolicy for GithubPolicy {
             | TaskEvent::ReviewApproved { .. }
             | TaskEvent::ApprovalWithdrawn { .. }
             | TaskEvent::Landed { .. }
-            | TaskEvent::Refreshed { .. } => landing::may_land(event),
+            | TaskEvent::Refreshed { .. }
+            | TaskEvent::ConflictFound { .. }
+            | TaskEvent::ConflictUnresolved { .. } => landing::may_land(event),
         }
     }
 
@@ -325,7 +327,9 @@ pub fn github(event: &TaskEvent, task: &Task, config: &PolicyConfig) -> Vec<Requ
         | TaskEvent::Combined { .. }
         | TaskEvent::Landed { .. }
         | TaskEvent::Refreshed { .. }
-        | TaskEvent::WentStale { .. } => Vec::new(),
+        | TaskEvent::WentStale { .. }
+        | TaskEvent::ConflictFound { .. }
+        | TaskEvent::ConflictUnresolved { .. } => Vec::new(),
     }
 }
 

@@ -224,6 +224,9 @@ pub fn decide(
         },
         Command::RecordRefresh { .. } => landing::decide_refresh(task, command, at),
         Command::MarkStale { .. } => mark_stale(task, command, at),
+        Command::ResolveConflict { conflict } => {
+            super::conflict::decide(task, command, conflict, at)
+        }
     }
 }
 
@@ -335,7 +338,8 @@ fn submit_for_review(
     }
     live_run(task, run)?;
     let purpose = task.purpose.unwrap_or_default();
-    if purpose != RunPurpose::Work {
+    // A conflict attempt's resolution is the task's work again, pushed for review like any attempt's.
+    if !matches!(purpose, RunPurpose::Work | RunPurpose::Resolve) {
         return Err(TaskError::WrongPurpose {
             id: task.id,
             run,
@@ -569,7 +573,8 @@ fn waits_for_triage(command: &Command) -> bool {
         | Command::RecordCombined { .. }
         | Command::RecordLanded { .. }
         | Command::RecordRefresh { .. }
-        | Command::MarkStale { .. } => false,
+        | Command::MarkStale { .. }
+        | Command::ResolveConflict { .. } => false,
     }
 }
 
@@ -607,6 +612,7 @@ fn is_plan_work(command: &Command) -> bool {
         | Command::RecordCombined { .. }
         | Command::RecordLanded { .. }
         | Command::RecordRefresh { .. }
-        | Command::MarkStale { .. } => false,
+        | Command::MarkStale { .. }
+        | Command::ResolveConflict { .. } => false,
     }
 }

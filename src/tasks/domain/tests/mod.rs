@@ -7,6 +7,7 @@ use chrono::{TimeZone, Utc};
 use uuid::Uuid;
 
 mod attempts;
+mod conflict;
 mod conversation;
 mod props;
 mod records;
@@ -531,6 +532,8 @@ fn every_event_type_is_derived_and_none_changed() {
             "task.landed",
             "task.refreshed",
             "task.went_stale",
+            "task.conflict_found",
+            "task.conflict_unresolved",
         ]
     );
 }
