@@ -57,6 +57,7 @@ mod providers;
 mod questions;
 mod reactions;
 mod refresh;
+mod refresh_conflict;
 mod relay;
 mod replicas;
 mod repo_env;

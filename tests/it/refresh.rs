@@ -1,7 +1,8 @@
 //! The `refresh` loop through the real app, real git and the fake GitHub: a push to the repository's base brings
 //! pidevops's pull requests on it up to date by its own git, pushed once with a lease on the commit pidevops
-//! recorded; auto-land then waits for the checks on the refreshed head and merges that head. A conflict flags a
-//! person with the files named and pushes nothing; a person's push to the branch is never overwritten; a fork's
+//! recorded; auto-land then waits for the checks on the refreshed head and merges that head. A conflict goes to
+//! an agent (refresh_conflict.rs); one whose markers it leaves flags a person with the files named and pushes
+//! nothing; a person's push to the branch is never overwritten; a fork's
 //! push or a push to another branch moves nothing. Per backend.
 
 use std::path::Path;
@@ -25,7 +26,7 @@ per_backend!(
 );
 
 /// Thirty numbered lines: the file both the agent and a teammate edit, in different places or the same.
-fn shared(changed: &[(usize, &str)]) -> String {
+pub(crate) fn shared(changed: &[(usize, &str)]) -> String {
     (1..=30)
         .map(|n| {
             changed
@@ -37,7 +38,7 @@ fn shared(changed: &[(usize, &str)]) -> String {
 }
 
 /// A GitHub `push` of `reference` in `repo`.
-fn push(repo: &str, reference: &str) -> Value {
+pub(crate) fn push(repo: &str, reference: &str) -> Value {
     let mut body = fixture("push/payload.json");
     body["ref"] = json!(reference);
     body["deleted"] = json!(false);
@@ -46,7 +47,7 @@ fn push(repo: &str, reference: &str) -> Value {
 }
 
 /// Every ref update the remote received, as `<ref> <new commit>` lines (its `post-receive` hook's record).
-fn pushes(remote: &Remote, reference: &str) -> Vec<String> {
+pub(crate) fn pushes(remote: &Remote, reference: &str) -> Vec<String> {
     let log = remote.dir.path().join("pushes.log");
     std::fs::read_to_string(log)
         .unwrap_or_default()
@@ -57,7 +58,7 @@ fn pushes(remote: &Remote, reference: &str) -> Vec<String> {
 }
 
 /// Makes the remote record every ref update it receives.
-fn record_pushes(remote: &Remote) {
+pub(crate) fn record_pushes(remote: &Remote) {
     use std::os::unix::fs::PermissionsExt;
     let hook = remote.dir.path().join("remote.git/hooks/post-receive");
     let log = remote.dir.path().join("pushes.log");
@@ -85,14 +86,14 @@ async fn refreshes(store: &EventStore, id: TaskId) -> Vec<Value> {
 }
 
 /// Every `refresh` loop's tick until it has handled the whole log.
-async fn refresh(app: &TestApp) {
+pub(crate) async fn refresh(app: &TestApp) {
     app.project().await;
     app.drive("refresh").await;
     app.project().await;
 }
 
 /// `land = "auto"` on `REPO` with no approvals needed (the `ci` check only), an agent running `script`.
-fn file(remote: &Remote, scratch: &Path, script: &str) -> toml::Table {
+pub(crate) fn file(remote: &Remote, scratch: &Path, script: &str) -> toml::Table {
     let agent = agent(scratch, "agent.sh", script);
     let mut file = config(remote, &agent, None);
     let repo = file["repos"][REPO].as_table_mut().unwrap();
@@ -228,15 +229,35 @@ async fn a_conflict_flags_the_task_with_its_files_and_a_persons_push_is_never_ov
     let first = create_task(&base, REPO).await;
     let (_, first_sha) = in_review(&store, first, 1).await;
 
-    // A teammate changed the same line: the refresh conflicts, the task is flagged with the file, nothing pushed.
+    // A teammate changed the same line: the refresh conflicts and an agent gets it; this one leaves the markers
+    // (its edit of line 25 finds no such line), so its resolution is refused and the task flagged with the file.
     remote.commit_to_main("shared.txt", &shared(&[(25, "line 25 by a teammate")]));
     post(&base, "push", "main-1", &push(REPO, "refs/heads/main")).await;
     refresh(&app).await;
+    within(
+        std::time::Duration::from_secs(90),
+        "the conflict attempt refused",
+        || async {
+            board::row_in(&store, first)
+                .await
+                .is_some_and(|r| r.needs_human)
+        },
+    )
+    .await;
     let row = board::row_in(&store, first).await.unwrap();
     let flag = row.needs_human_reason.clone().expect("flagged");
     assert!(
         flag.contains("conflicts") && flag.contains("shared.txt"),
         "{flag}"
+    );
+    assert!(
+        flag.contains("markers") && flag.contains("left in shared.txt"),
+        "{flag}"
+    );
+    assert_eq!(row.attempts, 2, "the conflict attempt");
+    assert_eq!(
+        row.max_attempts, 4,
+        "given, not taken from the work's budget"
     );
     assert_eq!(row.column, Column::InReview);
     assert_eq!(remote.branch(first.branch().as_str()), Some(first_sha));
