@@ -141,25 +141,10 @@ pub fn summarize(event: &TaskEvent) -> String {
             ..
         } => landed(commit, onto, *fast_forward),
         TaskEvent::Refreshed { .. } => refreshed(event),
-        TaskEvent::ConflictFound { conflict, .. } => format!(
-            "the base moved (now {}) and {} conflicts with it in {}: an agent resolves it",
-            conflict.base.short(),
-            conflict.from.short(),
-            conflict.named()
-        ),
-        TaskEvent::ConflictUnresolved { reason, .. } => {
-            format!("the conflict was not resolved: {reason}")
-        }
+        TaskEvent::ConflictFound { .. } | TaskEvent::ConflictUnresolved { .. } => conflict(event),
         TaskEvent::WentStale {
             after_h, action, ..
-        } => match action {
-            crate::tasks::StaleAction::Remind => {
-                format!("no activity in review for {after_h} h: a reminder sent where it came from")
-            }
-            crate::tasks::StaleAction::Close => {
-                format!("no activity in review for {after_h} h: its pull request closed")
-            }
-        },
+        } => went_stale(*after_h, *action),
         TaskEvent::LinksAttached { links, .. } => {
             let keys: Vec<String> = link_keys(links)
                 .into_iter()
@@ -272,6 +257,34 @@ fn first_line(text: &str) -> String {
     } else {
         line.to_owned()
     }
+}
+
+/// A review left without activity: reminded, or closed.
+fn went_stale(after_h: u32, action: crate::tasks::StaleAction) -> String {
+    match action {
+        crate::tasks::StaleAction::Remind => {
+            format!("no activity in review for {after_h} h: a reminder sent where it came from")
+        }
+        crate::tasks::StaleAction::Close => {
+            format!("no activity in review for {after_h} h: its pull request closed")
+        }
+    }
+}
+
+/// A refresh's conflict handed to an agent, or not resolved.
+fn conflict(event: &TaskEvent) -> String {
+    if let TaskEvent::ConflictFound { conflict, .. } = event {
+        return format!(
+            "the base moved (now {}) and {} conflicts with it in {}: an agent resolves it",
+            conflict.base.short(),
+            conflict.from.short(),
+            conflict.named()
+        );
+    }
+    let TaskEvent::ConflictUnresolved { reason, .. } = event else {
+        return String::new();
+    };
+    format!("the conflict was not resolved: {reason}")
 }
 
 /// The links an event brings, as lookup keys.

@@ -95,9 +95,11 @@ impl Conflict {
 pub(super) fn decide(
     task: &Task,
     command: &Command,
-    conflict: &Conflict,
     at: DateTime<Utc>,
 ) -> Result<Vec<TaskEvent>, TaskError> {
+    let Command::ResolveConflict { conflict } = command else {
+        return Ok(Vec::new());
+    };
     if task.column != Column::InReview {
         return Err(wrong_column(task, command, &[Column::InReview]));
     }
@@ -171,12 +173,16 @@ pub(super) fn failed(task: &Task, reason: &Reason, at: DateTime<Utc>) -> Vec<Tas
 }
 
 /// `conflict_found`: from review to `todo`, the conflict held for the next attempt, the budget one larger.
-pub(super) fn found(
-    task: &mut Task,
-    event: &TaskEvent,
-    conflict: &Conflict,
-    max_attempts: MaxAttempts,
-) -> Result<(), TaskError> {
+pub(super) fn found(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
+    let TaskEvent::ConflictFound {
+        conflict,
+        max_attempts,
+        ..
+    } = event
+    else {
+        return Ok(());
+    };
+    let max_attempts = *max_attempts;
     require(task, event, &[Column::InReview])?;
     if !conflict.holds_bounds() || max_attempts < task.max_attempts {
         return Err(inapplicable(
@@ -193,7 +199,7 @@ pub(super) fn found(
     }
     task.conflicts_tried
         .push((conflict.from.clone(), conflict.base.clone()));
-    task.conflict = Some(conflict.clone());
+    task.conflict = Some((**conflict).clone());
     Ok(())
 }
 

@@ -64,33 +64,7 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
             attempt,
             purpose,
         } => started(task, event, *at, *run, *attempt, *purpose)?,
-        TaskEvent::SubmittedForReview {
-            run,
-            branch,
-            pr,
-            report,
-            ..
-        } => {
-            require(task, event, &[Column::InProgress])?;
-            task.column = Column::InReview;
-            task.run = None;
-            task.purpose = None;
-            task.report = (**report).clone();
-            task.branch = Some(branch.clone());
-            task.reviewed_run = Some(*run);
-            task.stale_since = None;
-            // A conflict attempt's resolution is pushed: its conflict is over.
-            task.conflict = None;
-            // A new push: approvals and checks of the code before it do not count.
-            landing::evolve(task, event, LandingFact::NewPush)?;
-            // A newer pull request supersedes the old one; no submission removes a link.
-            if let Some(pr) = pr {
-                // GITHUB_PR is replaceable: setting it never conflicts.
-                task.links
-                    .set(GITHUB_PR, pr)
-                    .map_err(|conflict| TaskError::link_conflict(task.id, conflict))?;
-            }
-        }
+        TaskEvent::SubmittedForReview { .. } => submitted(task, event)?,
         TaskEvent::Completed { .. } => {
             require(task, event, &[Column::InReview])?;
             task.close(Column::Done, None);
@@ -196,12 +170,42 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
         TaskEvent::Landed { .. } => require(task, event, &[Column::InReview])?,
         TaskEvent::Refreshed { to, .. } => refreshed(task, event, to)?,
         TaskEvent::WentStale { at, .. } => went_stale(task, event, *at)?,
-        TaskEvent::ConflictFound {
-            conflict,
-            max_attempts,
-            ..
-        } => super::conflict::found(task, event, conflict, *max_attempts)?,
+        TaskEvent::ConflictFound { .. } => super::conflict::found(task, event)?,
         TaskEvent::ConflictUnresolved { .. } => super::conflict::unresolved(task, event)?,
+    }
+    Ok(())
+}
+
+/// A submission for review: the run's push is what is reviewed now.
+fn submitted(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
+    let TaskEvent::SubmittedForReview {
+        run,
+        branch,
+        pr,
+        report,
+        ..
+    } = event
+    else {
+        return Ok(());
+    };
+    require(task, event, &[Column::InProgress])?;
+    task.column = Column::InReview;
+    task.run = None;
+    task.purpose = None;
+    task.report = (**report).clone();
+    task.branch = Some(branch.clone());
+    task.reviewed_run = Some(*run);
+    task.stale_since = None;
+    // A conflict attempt's resolution is pushed: its conflict is over.
+    task.conflict = None;
+    // A new push: approvals and checks of the code before it do not count.
+    landing::evolve(task, event, LandingFact::NewPush)?;
+    // A newer pull request supersedes the old one; no submission removes a link.
+    if let Some(pr) = pr {
+        // GITHUB_PR is replaceable: setting it never conflicts.
+        task.links
+            .set(GITHUB_PR, pr)
+            .map_err(|conflict| TaskError::link_conflict(task.id, conflict))?;
     }
     Ok(())
 }

@@ -224,9 +224,7 @@ pub fn decide(
         },
         Command::RecordRefresh { .. } => landing::decide_refresh(task, command, at),
         Command::MarkStale { .. } => mark_stale(task, command, at),
-        Command::ResolveConflict { conflict } => {
-            super::conflict::decide(task, command, conflict, at)
-        }
+        Command::ResolveConflict { .. } => super::conflict::decide(task, command, at),
     }
 }
 
