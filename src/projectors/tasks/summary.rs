@@ -140,16 +140,12 @@ pub fn summarize(event: &TaskEvent) -> String {
             ..
         } => landed(commit, onto, *fast_forward),
         TaskEvent::Refreshed { .. } => refreshed(event),
+        TaskEvent::MergeQueued { sha, number, .. } => {
+            format!("merge queued: #{number} at {} is next to land", sha.short())
+        }
         TaskEvent::WentStale {
             after_h, action, ..
-        } => match action {
-            crate::tasks::StaleAction::Remind => {
-                format!("no activity in review for {after_h} h: a reminder sent where it came from")
-            }
-            crate::tasks::StaleAction::Close => {
-                format!("no activity in review for {after_h} h: its pull request closed")
-            }
-        },
+        } => went_stale(*after_h, *action),
         TaskEvent::LinksAttached { links, .. } => {
             let keys: Vec<String> = link_keys(links)
                 .into_iter()
@@ -233,6 +229,17 @@ fn landed(commit: &CommitSha, onto: &CommitSha, fast_forward: bool) -> String {
     }
 }
 
+fn went_stale(after_h: u32, action: crate::tasks::StaleAction) -> String {
+    match action {
+        crate::tasks::StaleAction::Remind => {
+            format!("no activity in review for {after_h} h: a reminder sent where it came from")
+        }
+        crate::tasks::StaleAction::Close => {
+            format!("no activity in review for {after_h} h: its pull request closed")
+        }
+    }
+}
+
 fn refreshed(event: &TaskEvent) -> String {
     let TaskEvent::Refreshed {
         from,
@@ -300,6 +307,7 @@ pub(super) fn links_of(event: &TaskEvent) -> Vec<(LinkKind, String)> {
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
         | TaskEvent::Landed { .. }
+        | TaskEvent::MergeQueued { .. }
         | TaskEvent::Refreshed { .. }
         | TaskEvent::WentStale { .. } => Vec::new(),
     }

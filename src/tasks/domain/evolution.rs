@@ -3,15 +3,15 @@
 use chrono::{DateTime, Utc};
 
 use super::super::values::{
-    AgentName, Column, FollowUpOrigin, FollowUpText, Links, MaxAttempts, Reason, RunId, RunPurpose,
-    Spec, TaskKind, GITHUB_PR,
+    AgentName, BranchName, Column, FollowUpOrigin, FollowUpText, GithubRef, Links, MaxAttempts,
+    Reason, RunId, RunPurpose, Spec, TaskKind, GITHUB_PR,
 };
 use super::decision::new_links;
 use super::family::{self, FamilyEvent};
 use super::landing::{self, LandingFact};
 use super::{
-    join, Failure, FollowUp, NeedsHuman, RetryCause, Task, TaskCreated, TaskError, TaskEvent,
-    BEFORE_WORK, BETWEEN_ATTEMPTS, CLOSED, NOT_ARCHIVED, OPEN, OSCILLATION_STARTS,
+    join, AttemptReport, Failure, FollowUp, NeedsHuman, RetryCause, Task, TaskCreated, TaskError,
+    TaskEvent, BEFORE_WORK, BETWEEN_ATTEMPTS, CLOSED, NOT_ARCHIVED, OPEN, OSCILLATION_STARTS,
 };
 
 /// Applies one event. Refuses events that cannot follow `state` (wrong column, a second `created`, an attempt
@@ -70,25 +70,7 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
             pr,
             report,
             ..
-        } => {
-            require(task, event, &[Column::InProgress])?;
-            task.column = Column::InReview;
-            task.run = None;
-            task.purpose = None;
-            task.report = (**report).clone();
-            task.branch = Some(branch.clone());
-            task.reviewed_run = Some(*run);
-            task.stale_since = None;
-            // A new push: approvals and checks of the code before it do not count.
-            landing::evolve(task, event, LandingFact::NewPush)?;
-            // A newer pull request supersedes the old one; no submission removes a link.
-            if let Some(pr) = pr {
-                // GITHUB_PR is replaceable: setting it never conflicts.
-                task.links
-                    .set(GITHUB_PR, pr)
-                    .map_err(|conflict| TaskError::link_conflict(task.id, conflict))?;
-            }
-        }
+        } => submitted(task, event, *run, branch, pr.as_ref(), report)?,
         TaskEvent::Completed { .. } => {
             require(task, event, &[Column::InReview])?;
             task.close(Column::Done, None);
@@ -190,12 +172,46 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
             landing::evolve(task, event, LandingFact::Withdrawn { by })?
         }
         TaskEvent::Combined { .. } => super::combined::apply(task, event)?,
-        // Its `completed` follows and closes the task.
-        TaskEvent::Landed { .. } => require(task, event, &[Column::InReview])?,
+        TaskEvent::Landed { .. } => require(task, event, &[Column::InReview])?, // `completed` follows
         TaskEvent::Refreshed { to, .. } => refreshed(task, event, to)?,
+        TaskEvent::MergeQueued { sha, .. } => queued(task, event, sha)?,
         TaskEvent::WentStale { at, .. } => went_stale(task, event, *at)?,
     }
     Ok(())
+}
+
+/// In review: the run's push is the head, its pull request the task's link.
+fn submitted(
+    task: &mut Task,
+    event: &TaskEvent,
+    run: RunId,
+    branch: &BranchName,
+    pr: Option<&GithubRef>,
+    report: &AttemptReport,
+) -> Result<(), TaskError> {
+    require(task, event, &[Column::InProgress])?;
+    task.column = Column::InReview;
+    task.run = None;
+    task.purpose = None;
+    task.report = report.clone();
+    task.branch = Some(branch.clone());
+    task.reviewed_run = Some(run);
+    task.stale_since = None;
+    // A new push: approvals and checks of the code before it do not count.
+    landing::evolve(task, event, LandingFact::NewPush)?;
+    // A newer pull request supersedes the old one; no submission removes a link.
+    if let Some(pr) = pr {
+        // GITHUB_PR is replaceable: setting it never conflicts.
+        task.links
+            .set(GITHUB_PR, pr)
+            .map_err(|conflict| TaskError::link_conflict(task.id, conflict))?;
+    }
+    Ok(())
+}
+
+/// The merge queue chose the head the facts are about: its merge is in flight.
+fn queued(task: &mut Task, event: &TaskEvent, sha: &super::CommitSha) -> Result<(), TaskError> {
+    landing::evolve(task, event, LandingFact::Queued { sha })
 }
 
 /// A refresh is a new push: the landing facts start over, and so does the review episode for staleness.
@@ -336,6 +352,9 @@ fn flagged(
         since: at,
         question,
     });
+    // A merge the queue chose is no longer in flight: what flagged it stopped it (or it failed). Once cleared,
+    // the queue chooses again.
+    task.landing.unqueue();
     Ok(())
 }
 

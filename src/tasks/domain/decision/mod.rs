@@ -223,6 +223,7 @@ pub fn decide(
             _ => Err(wrong(&[Column::InReview])),
         },
         Command::RecordRefresh { .. } => landing::decide_refresh(task, command, at),
+        Command::QueueMerge { .. } => landing::decide_queue(task, command, at),
         Command::MarkStale { .. } => mark_stale(task, command, at),
     }
 }
@@ -569,6 +570,7 @@ fn waits_for_triage(command: &Command) -> bool {
         | Command::RecordCombined { .. }
         | Command::RecordLanded { .. }
         | Command::RecordRefresh { .. }
+        | Command::QueueMerge { .. }
         | Command::MarkStale { .. } => false,
     }
 }
@@ -607,6 +609,7 @@ fn is_plan_work(command: &Command) -> bool {
         | Command::RecordCombined { .. }
         | Command::RecordLanded { .. }
         | Command::RecordRefresh { .. }
+        | Command::QueueMerge { .. }
         | Command::MarkStale { .. } => false,
     }
 }
