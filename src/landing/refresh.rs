@@ -81,7 +81,7 @@ pub struct RefreshProgress {
 
 /// How one task's refresh ended (the metric's `outcome`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Ended {
+pub(super) enum Ended {
     Refreshed,
     Current,
     Conflicted,
@@ -93,7 +93,7 @@ enum Ended {
 }
 
 impl Ended {
-    fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             Ended::Refreshed => "refreshed",
             Ended::Current => "current",
@@ -141,6 +141,10 @@ impl Refresher {
         }
     }
 
+    pub(super) fn lander(&self) -> &Lander {
+        &self.lander
+    }
+
     /// Handles what was committed since the checkpoint (see [`crate::loops::follow`]).
     pub async fn tick(&self) -> anyhow::Result<RefreshProgress> {
         let followed = self.follow.tick(self.log.store(), self).await?;
@@ -184,14 +188,26 @@ impl Refresher {
         // The push's own time dates the commits a refresh makes (the same again after a restart).
         let stamp = event.recorded_at.timestamp();
         for row in rows {
-            let ended = self.refresh(row.id, stamp, progress).await?;
-            metrics::counter!("pidevops_refreshes_total", "outcome" => ended.as_str()).increment(1);
+            self.refresh_counted(row.id, stamp, progress).await?;
         }
         let lag = (Utc::now() - event.recorded_at)
             .to_std()
             .unwrap_or_default();
         metrics::histogram!("pidevops_refresh_catch_up_seconds").record(lag.as_secs_f64());
         Ok(())
+    }
+
+    /// Refreshes task `id` now (see [`Self::refresh`]), counted in `pidevops_refreshes_total`; the merge queue's
+    /// way in, before it merges a task whose head may be behind its base.
+    pub(super) async fn refresh_counted(
+        &self,
+        id: TaskId,
+        stamp: i64,
+        progress: &mut RefreshProgress,
+    ) -> anyhow::Result<Ended> {
+        let ended = self.refresh(id, stamp, progress).await?;
+        metrics::counter!("pidevops_refreshes_total", "outcome" => ended.as_str()).increment(1);
+        Ok(ended)
     }
 
     /// Refreshes task `id` (see the module doc): once, and once more when a refresh cut off by a restart is
@@ -313,7 +329,7 @@ impl Refresher {
     }
 
     /// Whether `task` is one this loop refreshes now.
-    fn refreshes(&self, task: &Task) -> bool {
+    pub(super) fn refreshes(&self, task: &Task) -> bool {
         task.column() == Column::InReview
             && task.needs_human().is_none()
             && !task.is_plan()

@@ -147,6 +147,7 @@ impl Combine {
                     | TaskEvent::ApprovalWithdrawn { .. }
                     | TaskEvent::Combined { .. }
                     | TaskEvent::Landed { .. }
+                    | TaskEvent::MergeQueued { .. }
                     | TaskEvent::Refreshed { .. }
                     | TaskEvent::WentStale { .. }
                     | TaskEvent::ConflictFound { .. }

@@ -129,6 +129,7 @@ impl Plans {
             | TaskEvent::ApprovalWithdrawn { .. }
             | TaskEvent::Combined { .. }
             | TaskEvent::Landed { .. }
+            | TaskEvent::MergeQueued { .. }
             | TaskEvent::Refreshed { .. }
             | TaskEvent::WentStale { .. }
             | TaskEvent::ConflictFound { .. }

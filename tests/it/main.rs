@@ -46,6 +46,7 @@ mod land;
 mod land_local;
 mod leases;
 mod limits;
+mod merge_queue;
 mod openapi;
 mod plans;
 mod plans_combined;

@@ -142,6 +142,9 @@ pub fn summarize(event: &TaskEvent) -> String {
         } => landed(commit, onto, *fast_forward),
         TaskEvent::Refreshed { .. } => refreshed(event),
         TaskEvent::ConflictFound { .. } | TaskEvent::ConflictUnresolved { .. } => conflict(event),
+        TaskEvent::MergeQueued { sha, number, .. } => {
+            format!("merge queued: #{number} at {} is next to land", sha.short())
+        }
         TaskEvent::WentStale {
             after_h, action, ..
         } => went_stale(*after_h, *action),
@@ -323,6 +326,7 @@ pub(super) fn links_of(event: &TaskEvent) -> Vec<(LinkKind, String)> {
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
         | TaskEvent::Landed { .. }
+        | TaskEvent::MergeQueued { .. }
         | TaskEvent::Refreshed { .. }
         | TaskEvent::WentStale { .. }
         | TaskEvent::ConflictFound { .. }

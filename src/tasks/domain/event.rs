@@ -232,6 +232,14 @@ pub enum TaskEvent {
         base: CommitSha,
         strategy: RefreshMode,
     },
+    /// The merge queue (`land = "auto"` on GitHub, `landing::queue`) chose pull request `number` at `sha`, the
+    /// task's head up to date with its base and its checks passed there, as the next merge on its base: the one
+    /// merge in flight there until the task leaves review or is flagged. Once per head commit.
+    MergeQueued {
+        at: DateTime<Utc>,
+        sha: CommitSha,
+        number: u64,
+    },
     /// In review with no activity for `after_h` hours (`[repos."o/n"] stale_after_h`), once per review episode:
     /// its source is reminded (`remind`), or its pull request is closed and `cancelled` follows (`close`).
     WentStale {
@@ -295,7 +303,8 @@ impl TaskEvent {
             | TaskEvent::Refreshed { at, .. }
             | TaskEvent::WentStale { at, .. }
             | TaskEvent::ConflictFound { at, .. }
-            | TaskEvent::ConflictUnresolved { at, .. } => *at,
+            | TaskEvent::ConflictUnresolved { at, .. }
+            | TaskEvent::MergeQueued { at, .. } => *at,
         }
     }
 }

@@ -10,8 +10,8 @@ use super::decision::new_links;
 use super::family::{self, FamilyEvent};
 use super::landing::{self, LandingFact};
 use super::{
-    join, Failure, FollowUp, NeedsHuman, RetryCause, Task, TaskCreated, TaskError, TaskEvent,
-    BEFORE_WORK, BETWEEN_ATTEMPTS, CLOSED, NOT_ARCHIVED, OPEN, OSCILLATION_STARTS,
+    join, Failure, FollowUp, NeedsHuman, RetryCause, Task, TaskCreated, TaskError,
+    TaskEvent, BEFORE_WORK, BETWEEN_ATTEMPTS, CLOSED, NOT_ARCHIVED, OPEN, OSCILLATION_STARTS,
 };
 
 /// Applies one event. Refuses events that cannot follow `state` (wrong column, a second `created`, an attempt
@@ -166,9 +166,9 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
             landing::evolve(task, event, LandingFact::Withdrawn { by })?
         }
         TaskEvent::Combined { .. } => super::combined::apply(task, event)?,
-        // Its `completed` follows and closes the task.
-        TaskEvent::Landed { .. } => require(task, event, &[Column::InReview])?,
+        TaskEvent::Landed { .. } => require(task, event, &[Column::InReview])?, // `completed` follows
         TaskEvent::Refreshed { to, .. } => refreshed(task, event, to)?,
+        TaskEvent::MergeQueued { sha, .. } => queued(task, event, sha)?,
         TaskEvent::WentStale { at, .. } => went_stale(task, event, *at)?,
         TaskEvent::ConflictFound { .. } => super::conflict::found(task, event)?,
         TaskEvent::ConflictUnresolved { .. } => super::conflict::unresolved(task, event)?,
@@ -208,6 +208,11 @@ fn submitted(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
             .map_err(|conflict| TaskError::link_conflict(task.id, conflict))?;
     }
     Ok(())
+}
+
+/// The merge queue chose the head the facts are about: its merge is in flight.
+fn queued(task: &mut Task, event: &TaskEvent, sha: &super::CommitSha) -> Result<(), TaskError> {
+    landing::evolve(task, event, LandingFact::Queued { sha })
 }
 
 /// A refresh is a new push: the landing facts start over, and so does the review episode for staleness.
@@ -349,6 +354,9 @@ fn flagged(
         since: at,
         question,
     });
+    // A merge the queue chose is no longer in flight: what flagged it stopped it (or it failed). Once cleared,
+    // the queue chooses again.
+    task.landing.unqueue();
     Ok(())
 }
 

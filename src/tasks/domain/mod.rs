@@ -580,6 +580,13 @@ pub enum Command {
         base: CommitSha,
         strategy: RefreshMode,
     },
+    /// The merge queue chose the task's pull request `number` at `sha` to merge next (`landing::queue`): refused
+    /// unless it is in review, not flagged, `number` is its review request and `sha` the head its landing facts
+    /// are about; nothing when that head is queued already.
+    QueueMerge {
+        sha: CommitSha,
+        number: u64,
+    },
     /// The loop `stale_reviews` saw the task in review untouched since `last_activity` for `after_h` hours:
     /// `went_stale` (and, under `close`, its cancellation), unless it was touched since or marked already in this
     /// review episode (then nothing). See `stale.rs`.
@@ -630,6 +637,7 @@ impl Command {
             Command::RecordCombined { .. } => "record-combined",
             Command::RecordLanded { .. } => "record-landed",
             Command::RecordRefresh { .. } => "record-refresh",
+            Command::QueueMerge { .. } => "queue-merge",
             Command::MarkStale { .. } => "mark-stale",
             Command::ResolveConflict { .. } => "resolve-conflict",
         }

@@ -64,6 +64,7 @@ pub fn ends_its_branch(event: &TaskEvent) -> bool {
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
         | TaskEvent::Landed { .. }
+        | TaskEvent::MergeQueued { .. }
         | TaskEvent::Refreshed { .. }
         | TaskEvent::WentStale { .. }
         | TaskEvent::ConflictFound { .. }

@@ -46,7 +46,8 @@ pub fn linear_notifies(event: &TaskEvent) -> bool {
         | TaskEvent::Landed { .. }
         | TaskEvent::Refreshed { .. }
         | TaskEvent::ConflictFound { .. }
-        | TaskEvent::ConflictUnresolved { .. } => false,
+        | TaskEvent::ConflictUnresolved { .. }
+        | TaskEvent::MergeQueued { .. } => false,
     }
 }
 
@@ -159,6 +160,7 @@ pub fn linear(
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
         | TaskEvent::Landed { .. }
+        | TaskEvent::MergeQueued { .. }
         | TaskEvent::Refreshed { .. } => Vec::new(),
     }
 }

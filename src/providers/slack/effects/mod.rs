@@ -369,7 +369,8 @@ pub fn slack_notifies(event: &TaskEvent) -> bool {
         | TaskEvent::Landed { .. }
         | TaskEvent::Refreshed { .. }
         | TaskEvent::ConflictFound { .. }
-        | TaskEvent::ConflictUnresolved { .. } => false,
+        | TaskEvent::ConflictUnresolved { .. }
+        | TaskEvent::MergeQueued { .. } => false,
     }
 }
 
@@ -496,6 +497,7 @@ pub fn slack(
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
         | TaskEvent::Landed { .. }
+        | TaskEvent::MergeQueued { .. }
         | TaskEvent::Refreshed { .. } => return Vec::new(),
     };
     vec![Request {

@@ -382,7 +382,8 @@ pub fn telegram_notifies(event: &TaskEvent) -> bool {
         | TaskEvent::Landed { .. }
         | TaskEvent::Refreshed { .. }
         | TaskEvent::ConflictFound { .. }
-        | TaskEvent::ConflictUnresolved { .. } => false,
+        | TaskEvent::ConflictUnresolved { .. }
+        | TaskEvent::MergeQueued { .. } => false,
     }
 }
 
@@ -485,6 +486,7 @@ pub fn telegram(
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
         | TaskEvent::Landed { .. }
+        | TaskEvent::MergeQueued { .. }
         | TaskEvent::Refreshed { .. } => return Vec::new(),
     };
     let html = fit(&text);

@@ -223,6 +223,7 @@ pub fn decide(
             _ => Err(wrong(&[Column::InReview])),
         },
         Command::RecordRefresh { .. } => landing::decide_refresh(task, command, at),
+        Command::QueueMerge { .. } => landing::decide_queue(task, command, at),
         Command::MarkStale { .. } => mark_stale(task, command, at),
         Command::ResolveConflict { .. } => super::conflict::decide(task, command, at),
     }
@@ -572,7 +573,8 @@ fn waits_for_triage(command: &Command) -> bool {
         | Command::RecordLanded { .. }
         | Command::RecordRefresh { .. }
         | Command::MarkStale { .. }
-        | Command::ResolveConflict { .. } => false,
+        | Command::ResolveConflict { .. }
+        | Command::QueueMerge { .. } => false,
     }
 }
 
@@ -611,6 +613,7 @@ fn is_plan_work(command: &Command) -> bool {
         | Command::RecordLanded { .. }
         | Command::RecordRefresh { .. }
         | Command::MarkStale { .. }
-        | Command::ResolveConflict { .. } => false,
+        | Command::ResolveConflict { .. }
+        | Command::QueueMerge { .. } => false,
     }
 }

@@ -531,6 +531,7 @@ fn every_event_type_is_derived_and_none_changed() {
             "task.combined",
             "task.landed",
             "task.refreshed",
+            "task.merge_queued",
             "task.went_stale",
             "task.conflict_found",
             "task.conflict_unresolved",
