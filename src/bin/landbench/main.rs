@@ -159,11 +159,17 @@ fn settings(args: &Args, dir: &Path, github_url: &str) -> anyhow::Result<Setting
     settings.projector_interval = Duration::from_secs_f64(args.interval_s);
     let path = std::env::var("PATH").unwrap_or_default();
     settings.env = Env::from_pairs([("PATH", path.as_str())]);
-    for (name, value) in [("GITHUB_TOKEN", "landbench-token"), ("GITHUB_API_URL", github_url)] {
+    for (name, value) in [
+        ("GITHUB_TOKEN", "landbench-token"),
+        ("GITHUB_API_URL", github_url),
+    ] {
         settings.providers.set(name, Some(value))?;
     }
     let secret = Some(secrecy::SecretString::from(SECRET));
-    anyhow::ensure!(settings.webhook_secrets.set("github", secret), "no provider is github");
+    anyhow::ensure!(
+        settings.webhook_secrets.set("github", secret),
+        "no provider is github"
+    );
     Ok(settings)
 }
 

@@ -10,8 +10,8 @@ use super::decision::new_links;
 use super::family::{self, FamilyEvent};
 use super::landing::{self, LandingFact};
 use super::{
-    join, Failure, FollowUp, NeedsHuman, RetryCause, Task, TaskCreated, TaskError,
-    TaskEvent, BEFORE_WORK, BETWEEN_ATTEMPTS, CLOSED, NOT_ARCHIVED, OPEN, OSCILLATION_STARTS,
+    join, Failure, FollowUp, NeedsHuman, RetryCause, Task, TaskCreated, TaskError, TaskEvent,
+    BEFORE_WORK, BETWEEN_ATTEMPTS, CLOSED, NOT_ARCHIVED, OPEN, OSCILLATION_STARTS,
 };
 
 /// Applies one event. Refuses events that cannot follow `state` (wrong column, a second `created`, an attempt

@@ -197,35 +197,48 @@ pub fn decide(
             base,
             items,
         } => super::combined::decide(task, command, commit, base, items, at),
-        Command::RecordLanded {
-            run,
-            commit,
-            onto,
-            fast_forward,
-        } => match column {
-            Column::InReview if task.reviewed_run == Some(*run) => Ok(vec![
-                TaskEvent::Landed {
-                    at,
-                    run: *run,
-                    commit: commit.clone(),
-                    onto: onto.clone(),
-                    fast_forward: *fast_forward,
-                },
-                TaskEvent::Completed { at },
-            ]),
-            Column::InReview => Err(TaskError::StaleRun {
-                id: task.id,
-                run: *run,
-                current: task.reviewed_run,
-            }),
-            // Landed already (a retried request, a restart between the push and the record), or done by a person.
-            Column::Done => none,
-            _ => Err(wrong(&[Column::InReview])),
-        },
+        Command::RecordLanded { .. } => record_landed(task, command, at),
         Command::RecordRefresh { .. } => landing::decide_refresh(task, command, at),
         Command::QueueMerge { .. } => landing::decide_queue(task, command, at),
         Command::MarkStale { .. } => mark_stale(task, command, at),
         Command::ResolveConflict { .. } => super::conflict::decide(task, command, at),
+    }
+}
+
+/// `Command::RecordLanded`: `task.landed` then `task.completed` for the run in review; nothing when done already.
+fn record_landed(
+    task: &Task,
+    command: &Command,
+    at: DateTime<Utc>,
+) -> Result<Vec<TaskEvent>, TaskError> {
+    let Command::RecordLanded {
+        run,
+        commit,
+        onto,
+        fast_forward,
+    } = command
+    else {
+        return Ok(Vec::new());
+    };
+    match task.column {
+        Column::InReview if task.reviewed_run == Some(*run) => Ok(vec![
+            TaskEvent::Landed {
+                at,
+                run: *run,
+                commit: commit.clone(),
+                onto: onto.clone(),
+                fast_forward: *fast_forward,
+            },
+            TaskEvent::Completed { at },
+        ]),
+        Column::InReview => Err(TaskError::StaleRun {
+            id: task.id,
+            run: *run,
+            current: task.reviewed_run,
+        }),
+        // Landed already (a retried request, a restart between the push and the record), or done by a person.
+        Column::Done => Ok(Vec::new()),
+        _ => Err(wrong_column(task, command, &[Column::InReview])),
     }
 }
 
