@@ -297,7 +297,7 @@ impl Profiles {
     /// triage agent for triage; `Err` says what is missing.
     pub fn for_run(&self, task: &Task, purpose: RunPurpose) -> Result<&AgentProfile, String> {
         match purpose {
-            RunPurpose::Work => self.for_task(task),
+            RunPurpose::Work | RunPurpose::Resolve => self.for_task(task),
             RunPurpose::Plan => self.planner().ok_or_else(|| {
                 format!(
                     "{} is a plan, and no planner profile is configured ([dispatch] planner)",

@@ -16,6 +16,12 @@ pub fn pull_request_key(task: crate::tasks::TaskId) -> String {
     format!("{PULL_REQUEST_KEY_PREFIX}{task}")
 }
 
+/// The key of the merge of `task`'s pull request at `sha` (auto-land): once per task and head commit. The merge
+/// queue reads its outcome.
+pub fn github_merge_key(task: crate::tasks::TaskId, sha: &crate::tasks::CommitSha) -> String {
+    format!("github:merge:{task}:{sha}")
+}
+
 /// The key of the effect that opens task `task`'s GitLab merge request: `gitlab:mr:<task>`. Like
 /// [`pull_request_key`]'s, its success is news for every provider's policy.
 pub fn merge_request_key(task: crate::tasks::TaskId) -> String {

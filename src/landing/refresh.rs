@@ -9,8 +9,11 @@
 //! - current already: nothing;
 //! - brought up to date: the new commit pushed with a lease on the commit pidevops recorded, then
 //!   `task.refreshed`, which starts the landing facts over (auto-land waits for the checks on the new head);
-//! - a conflict, a branch someone else pushed to, a commit gone: the task is flagged for a person with what
-//!   happened and the files named; nothing is pushed.
+//! - a conflict: handed to an agent (`Command::ResolveConflict`: an attempt of its own kind that merges the base
+//!   and resolves the markers, `tasks::domain::conflict`); the same conflict again, or one the agent could not
+//!   resolve, flags a person with the files named;
+//! - a branch someone else pushed to, a commit gone: the task is flagged for a person with what happened;
+//!   nothing is pushed.
 //!
 //! A base push whose webhook was lost is caught by the GitHub poller: it reads the base branch's head of each
 //! repository with a task in review and, for a head this loop has not handled, appends a `github.push` shaped like
@@ -40,7 +43,9 @@ use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::{AppendError, EventLog, StoredEvent};
 use crate::loops::follow::{AsStored, Follow, Follower, Next};
 use crate::projectors::tasks::{self as task_rows, TaskFilter};
-use crate::tasks::{Column, Command, CommitSha, Reason, RefreshMode, RepoName, Task, TaskId};
+use crate::tasks::{
+    Column, Command, CommitSha, Conflict, Reason, RefreshMode, RepoName, Task, TaskId,
+};
 
 /// The loop's name and its checkpoint's.
 pub const REFRESH: &str = "refresh";
@@ -131,17 +136,19 @@ pub struct RefreshProgress {
     pub refreshed: u64,
     /// Branches that were current already.
     pub current: u64,
-    /// Tasks flagged: a conflict, someone else's push, a commit gone.
+    /// Tasks flagged: a conflict not for an agent, someone else's push, a commit gone.
     pub flagged: u64,
     /// Base pushes of a head handled already (its webhook and the poller both told of it): nothing done again.
     pub repeated: u64,
+    /// Conflicts handed to an agent (a conflict attempt each).
+    pub resolving: u64,
     #[serde(skip)]
     pub out_of_time: bool,
 }
 
 /// How one task's refresh ended (the metric's `outcome`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Ended {
+pub(super) enum Ended {
     Refreshed,
     Current,
     Conflicted,
@@ -153,7 +160,7 @@ enum Ended {
 }
 
 impl Ended {
-    fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             Ended::Refreshed => "refreshed",
             Ended::Current => "current",
@@ -210,6 +217,10 @@ impl Refresher {
             combined_plans,
             follow: Follow::default(),
         }
+    }
+
+    pub(super) fn lander(&self) -> &Lander {
+        &self.lander
     }
 
     /// Handles what was committed since the checkpoint (see [`crate::loops::follow`]).
@@ -283,8 +294,7 @@ impl Refresher {
         // The push's own time dates the commits a refresh makes (the same again after a restart).
         let stamp = event.recorded_at.timestamp();
         for row in rows {
-            let ended = self.refresh(row.id, stamp, progress).await?;
-            metrics::counter!("pidevops_refreshes_total", "outcome" => ended.as_str()).increment(1);
+            self.refresh_counted(row.id, stamp, progress).await?;
         }
         let lag = (Utc::now() - event.recorded_at)
             .to_std()
@@ -324,6 +334,19 @@ impl Refresher {
             .await
             .with_context(|| format!("recording {key}"))?;
         Ok(())
+    }
+
+    /// Refreshes task `id` now (see [`Self::refresh`]), counted in `pidevops_refreshes_total`; the merge queue's
+    /// way in, before it merges a task whose head may be behind its base.
+    pub(super) async fn refresh_counted(
+        &self,
+        id: TaskId,
+        stamp: i64,
+        progress: &mut RefreshProgress,
+    ) -> anyhow::Result<Ended> {
+        let ended = self.refresh(id, stamp, progress).await?;
+        metrics::counter!("pidevops_refreshes_total", "outcome" => ended.as_str()).increment(1);
+        Ok(ended)
     }
 
     /// Refreshes task `id` (see the module doc): once, and once more when a refresh cut off by a restart is
@@ -404,20 +427,19 @@ impl Refresher {
                     return Ok(Ended::Moved);
                 }
                 RefreshResult::Conflict {
-                    base, files, total, ..
+                    base,
+                    files,
+                    total,
+                    hunks,
                 } => {
-                    let mut named = files.join(", ");
-                    if total > files.len() {
-                        named.push_str(&format!(" and {} more", total - files.len()));
-                    }
-                    let why = format!(
-                        "the base moved (now {}) and {} at {} conflicts with it in {named}; nothing was pushed. \
-                         Send it back (retry) with what to keep, or resolve it on the branch by hand",
-                        short(&base),
-                        id.branch(),
-                        commit.short()
+                    let conflict = Conflict::new(
+                        commit.clone(),
+                        CommitSha::new(&base).context("git named the base")?,
+                        &files,
+                        total,
+                        &hunks,
                     );
-                    self.flag(id, &why, progress).await?;
+                    self.hand_over(id, conflict, progress).await?;
                     return Ok(Ended::Conflicted);
                 }
                 RefreshResult::Gone => {
@@ -446,7 +468,7 @@ impl Refresher {
     }
 
     /// Whether `task` is one this loop refreshes now.
-    fn refreshes(&self, task: &Task) -> bool {
+    pub(super) fn refreshes(&self, task: &Task) -> bool {
         task.column() == Column::InReview
             && task.needs_human().is_none()
             && !task.is_plan()
@@ -556,6 +578,37 @@ impl Refresher {
                 Ok(())
             }
             Err(error) => Err(error).with_context(|| format!("recording {id}'s refresh")),
+        }
+    }
+
+    /// A conflict handed to an agent (`Command::ResolveConflict`): an attempt of its own kind, or, when this very
+    /// conflict was handed over before or no attempt can be added, a person flagged with the files named.
+    async fn hand_over(
+        &self,
+        id: TaskId,
+        conflict: Conflict,
+        progress: &mut RefreshProgress,
+    ) -> anyhow::Result<()> {
+        let command = Command::ResolveConflict {
+            conflict: Box::new(conflict),
+        };
+        match self.lander.board.execute(id, &command, ACTOR).await {
+            Ok(outcome) if outcome.appended.is_empty() => Ok(()),
+            Ok(outcome) => {
+                if outcome.task.conflict().is_some() {
+                    tracing::info!(task = %id, "a refresh conflicted: an agent resolves it");
+                    progress.resolving += 1;
+                } else if let Some(flag) = outcome.task.needs_human() {
+                    tracing::warn!(task = %id, why = flag.reason.as_str(), "a refresh needs a person");
+                    progress.flagged += 1;
+                }
+                Ok(())
+            }
+            Err(BoardError::Refused(refused)) => {
+                tracing::info!(task = %id, %refused, "conflict not handed over");
+                Ok(())
+            }
+            Err(error) => Err(error).with_context(|| format!("handing {id}'s conflict over")),
         }
     }
 

@@ -147,8 +147,11 @@ impl Combine {
                     | TaskEvent::ApprovalWithdrawn { .. }
                     | TaskEvent::Combined { .. }
                     | TaskEvent::Landed { .. }
+                    | TaskEvent::MergeQueued { .. }
                     | TaskEvent::Refreshed { .. }
-                    | TaskEvent::WentStale { .. } => return Ok(()),
+                    | TaskEvent::WentStale { .. }
+                    | TaskEvent::ConflictFound { .. }
+                    | TaskEvent::ConflictUnresolved { .. } => return Ok(()),
                 }
             }
             _ => return Ok(()),

@@ -129,8 +129,11 @@ impl Plans {
             | TaskEvent::ApprovalWithdrawn { .. }
             | TaskEvent::Combined { .. }
             | TaskEvent::Landed { .. }
+            | TaskEvent::MergeQueued { .. }
             | TaskEvent::Refreshed { .. }
-            | TaskEvent::WentStale { .. } => Ok(()),
+            | TaskEvent::WentStale { .. }
+            | TaskEvent::ConflictFound { .. }
+            | TaskEvent::ConflictUnresolved { .. } => Ok(()),
         }
     }
 

@@ -49,7 +49,16 @@ const KNOWN_FOLDER_CYCLES: &[(&str, &[&str], &str)] = &[
     ),
     (
         "tasks/domain",
-        &["combined", "decision", "event", "evolution", "family", "landing", "ticket"],
+        &[
+            "combined",
+            "conflict",
+            "decision",
+            "event",
+            "evolution",
+            "family",
+            "landing",
+            "ticket",
+        ],
         "one aggregate split by topic: decide and evolve read every part's events and facts, and each part's \
          rules are written against Task, its events and decide's errors",
     ),

@@ -138,12 +138,7 @@ async fn in_review(store: &EventStore, id: TaskId) -> (u64, String) {
     (number, sha)
 }
 
-/// Reactions, then effects:github, each until it has handled the whole log.
-async fn settle(app: &TestApp) {
-    app.drive("reactions").await;
-    app.drive("effects:github").await;
-    app.project().await;
-}
+use crate::land::settle;
 
 /// The bodies of the events of the effect `key`, each with its type.
 async fn effect(store: &EventStore, key: &str) -> Vec<Value> {

@@ -236,9 +236,14 @@ pub(crate) async fn in_review(store: &EventStore, id: TaskId, attempts: usize) -
     (number, sha)
 }
 
-/// Reactions, then effects:github, each until it has handled the whole log.
+/// Reactions, the merge queue (where it is armed: it reads the tasks in review), then effects:github, each until
+/// it has handled the whole log.
 pub(crate) async fn settle(app: &TestApp) {
     app.drive("reactions").await;
+    if app.loops.names().any(|name| name == "merge_queue") {
+        app.project().await;
+        app.drive("merge_queue").await;
+    }
     app.drive("effects:github").await;
     app.project().await;
 }

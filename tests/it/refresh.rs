@@ -1,7 +1,8 @@
 //! The `refresh` loop through the real app, real git and the fake GitHub: a push to the repository's base brings
 //! pidevops's pull requests on it up to date by its own git, pushed once with a lease on the commit pidevops
-//! recorded; auto-land then waits for the checks on the refreshed head and merges that head. A conflict flags a
-//! person with the files named and pushes nothing; a person's push to the branch is never overwritten; a fork's
+//! recorded; auto-land then waits for the checks on the refreshed head and merges that head. A conflict goes to
+//! an agent (refresh_conflict.rs); one whose markers it leaves flags a person with the files named and pushes
+//! nothing; a person's push to the branch is never overwritten; a fork's
 //! push or a push to another branch moves nothing. Per backend.
 
 use std::path::Path;
@@ -228,15 +229,35 @@ async fn a_conflict_flags_the_task_with_its_files_and_a_persons_push_is_never_ov
     let first = create_task(&base, REPO).await;
     let (_, first_sha) = in_review(&store, first, 1).await;
 
-    // A teammate changed the same line: the refresh conflicts, the task is flagged with the file, nothing pushed.
+    // A teammate changed the same line: the refresh conflicts and an agent gets it; this one leaves the markers
+    // (its edit of line 25 finds no such line), so its resolution is refused and the task flagged with the file.
     remote.commit_to_main("shared.txt", &shared(&[(25, "line 25 by a teammate")]));
     post(&base, "push", "main-1", &push(REPO, "refs/heads/main")).await;
     refresh(&app).await;
+    within(
+        std::time::Duration::from_secs(90),
+        "the conflict attempt refused",
+        || async {
+            board::row_in(&store, first)
+                .await
+                .is_some_and(|r| r.needs_human)
+        },
+    )
+    .await;
     let row = board::row_in(&store, first).await.unwrap();
     let flag = row.needs_human_reason.clone().expect("flagged");
     assert!(
         flag.contains("conflicts") && flag.contains("shared.txt"),
         "{flag}"
+    );
+    assert!(
+        flag.contains("markers") && flag.contains("left in shared.txt"),
+        "{flag}"
+    );
+    assert_eq!(row.attempts, 2, "the conflict attempt");
+    assert_eq!(
+        row.max_attempts, 4,
+        "given, not taken from the work's budget"
     );
     assert_eq!(row.column, Column::InReview);
     assert_eq!(remote.branch(first.branch().as_str()), Some(first_sha));

@@ -50,6 +50,7 @@ mod land;
 mod links;
 mod mirror;
 mod refresh;
+mod resolve;
 mod spares;
 mod worktree;
 
@@ -57,6 +58,7 @@ pub use combine::{CombineRequest, Combined, Combiner};
 pub use gc::GcReport;
 pub use land::{BranchLeft, LandRequest, LandResult};
 pub use refresh::{RefreshRequest, RefreshResult};
+pub use resolve::LeasedPush;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -28,6 +28,7 @@ pub fn summarize(event: &TaskEvent) -> String {
             RunPurpose::Work => format!("attempt {attempt} started (run {run})"),
             RunPurpose::Plan => format!("planner attempt {attempt} started (run {run})"),
             RunPurpose::Triage => format!("triage agent started (run {run})"),
+            RunPurpose::Resolve => format!("conflict attempt {attempt} started (run {run})"),
         },
         TaskEvent::SubmittedForReview { branch, pr, .. } => match pr {
             Some(pr) => format!("submitted for review: {} ({pr})", branch.as_str()),
@@ -140,16 +141,13 @@ pub fn summarize(event: &TaskEvent) -> String {
             ..
         } => landed(commit, onto, *fast_forward),
         TaskEvent::Refreshed { .. } => refreshed(event),
+        TaskEvent::ConflictFound { .. } | TaskEvent::ConflictUnresolved { .. } => conflict(event),
+        TaskEvent::MergeQueued { sha, number, .. } => {
+            format!("merge queued: #{number} at {} is next to land", sha.short())
+        }
         TaskEvent::WentStale {
             after_h, action, ..
-        } => match action {
-            crate::tasks::StaleAction::Remind => {
-                format!("no activity in review for {after_h} h: a reminder sent where it came from")
-            }
-            crate::tasks::StaleAction::Close => {
-                format!("no activity in review for {after_h} h: its pull request closed")
-            }
-        },
+        } => went_stale(*after_h, *action),
         TaskEvent::LinksAttached { links, .. } => {
             let keys: Vec<String> = link_keys(links)
                 .into_iter()
@@ -264,6 +262,34 @@ fn first_line(text: &str) -> String {
     }
 }
 
+/// A review left without activity: reminded, or closed.
+fn went_stale(after_h: u32, action: crate::tasks::StaleAction) -> String {
+    match action {
+        crate::tasks::StaleAction::Remind => {
+            format!("no activity in review for {after_h} h: a reminder sent where it came from")
+        }
+        crate::tasks::StaleAction::Close => {
+            format!("no activity in review for {after_h} h: its pull request closed")
+        }
+    }
+}
+
+/// A refresh's conflict handed to an agent, or not resolved.
+fn conflict(event: &TaskEvent) -> String {
+    if let TaskEvent::ConflictFound { conflict, .. } = event {
+        return format!(
+            "the base moved (now {}) and {} conflicts with it in {}: an agent resolves it",
+            conflict.base.short(),
+            conflict.from.short(),
+            conflict.named()
+        );
+    }
+    let TaskEvent::ConflictUnresolved { reason, .. } = event else {
+        return String::new();
+    };
+    format!("the conflict was not resolved: {reason}")
+}
+
 /// The links an event brings, as lookup keys.
 pub(super) fn links_of(event: &TaskEvent) -> Vec<(LinkKind, String)> {
     match event {
@@ -300,8 +326,11 @@ pub(super) fn links_of(event: &TaskEvent) -> Vec<(LinkKind, String)> {
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
         | TaskEvent::Landed { .. }
+        | TaskEvent::MergeQueued { .. }
         | TaskEvent::Refreshed { .. }
-        | TaskEvent::WentStale { .. } => Vec::new(),
+        | TaskEvent::WentStale { .. }
+        | TaskEvent::ConflictFound { .. }
+        | TaskEvent::ConflictUnresolved { .. } => Vec::new(),
     }
 }
 

@@ -235,6 +235,42 @@ pub(super) fn refresh_plan(settings: &Settings) -> Vec<PlannedLoop> {
     )]
 }
 
+/// The `merge_queue` loop: armed when a repository on GitHub has `land = "auto"` and pidevops can merge there
+/// (`GITHUB_TOKEN`); its pull requests land one at a time per base, each on top of the latest base.
+pub(super) fn merge_queue_plan(settings: &Settings) -> Vec<PlannedLoop> {
+    use crate::tasks::{LandMode, RepoName};
+    let name = crate::landing::queue::MERGE_QUEUE;
+    let interval = settings.projector_interval;
+    let off = |state, reason: String| vec![PlannedLoop::off(name, true, state, reason, interval)];
+    let any = settings.file.board.land.iter().any(|(repo, rules)| {
+        rules.mode == LandMode::Auto
+            && repo
+                .parse::<RepoName>()
+                .is_ok_and(|repo| settings.file.dispatch.source(&repo).on_github())
+    });
+    if !any {
+        return off(
+            LoopState::Disabled,
+            "no repository on GitHub has land = \"auto\": people merge its pull requests".into(),
+        );
+    }
+    let token = crate::providers::github::settings::GithubSettings::of(settings)
+        .token
+        .is_some();
+    if !token {
+        return off(
+            LoopState::Unarmed,
+            "GITHUB_TOKEN is not set: pidevops cannot merge a pull request".into(),
+        );
+    }
+    vec![PlannedLoop::armed(
+        name,
+        true,
+        interval,
+        "with land = \"auto\" on GitHub, merges pidevops's ready pull requests one at a time per base, each brought up to date with the latest base and its checks passed there first",
+    )]
+}
+
 /// The `land` loop: armed when a repository not on GitHub has `land = "auto"` (GitHub's auto-land is
 /// `effects:github`'s merge of the pull request).
 pub(super) fn land_plan(settings: &Settings) -> Vec<PlannedLoop> {

@@ -80,6 +80,8 @@ pub enum TaskError {
         existing: String,
         proposed: String,
     },
+    #[error("{id}'s merge is not queued: {why}")]
+    NotQueued { id: TaskId, why: String },
     #[error("cannot apply {event} to {task}: {why}")]
     Inapplicable {
         task: String,

@@ -5,8 +5,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    AttemptReport, CombinedItem, CommitSha, FactName, Family, RefreshMode, RetryCause, StaleAction,
-    TriageOutcome,
+    AttemptReport, CombinedItem, CommitSha, Conflict, FactName, Family, RefreshMode, RetryCause,
+    StaleAction, TriageOutcome,
 };
 use crate::tasks::plan::PlanDocument;
 use crate::tasks::values::{
@@ -232,12 +232,33 @@ pub enum TaskEvent {
         base: CommitSha,
         strategy: RefreshMode,
     },
+    /// The merge queue (`land = "auto"` on GitHub, `landing::queue`) chose pull request `number` at `sha`, the
+    /// task's head up to date with its base and its checks passed there, as the next merge on its base: the one
+    /// merge in flight there until the task leaves review or is flagged. Once per head commit.
+    MergeQueued {
+        at: DateTime<Utc>,
+        sha: CommitSha,
+        number: u64,
+    },
     /// In review with no activity for `after_h` hours (`[repos."o/n"] stale_after_h`), once per review episode:
     /// its source is reminded (`remind`), or its pull request is closed and `cancelled` follows (`close`).
     WentStale {
         at: DateTime<Utc>,
         after_h: u32,
         action: StaleAction,
+    },
+    /// The `refresh` loop found the pushed commit in conflict with the moved base: the task goes to `todo` for an
+    /// attempt that resolves it (`RunPurpose::Resolve`), its budget one larger so that attempt costs the work none.
+    ConflictFound {
+        at: DateTime<Utc>,
+        conflict: Box<Conflict>,
+        max_attempts: MaxAttempts,
+    },
+    /// The conflict attempt ended without its resolution pushed: back in review on the commit it had (a flag
+    /// naming the files follows).
+    ConflictUnresolved {
+        at: DateTime<Utc>,
+        reason: Reason,
     },
 }
 
@@ -280,7 +301,10 @@ impl TaskEvent {
             | TaskEvent::Combined { at, .. }
             | TaskEvent::Landed { at, .. }
             | TaskEvent::Refreshed { at, .. }
-            | TaskEvent::WentStale { at, .. } => *at,
+            | TaskEvent::WentStale { at, .. }
+            | TaskEvent::ConflictFound { at, .. }
+            | TaskEvent::ConflictUnresolved { at, .. }
+            | TaskEvent::MergeQueued { at, .. } => *at,
         }
     }
 }

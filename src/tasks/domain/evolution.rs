@@ -64,31 +64,7 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
             attempt,
             purpose,
         } => started(task, event, *at, *run, *attempt, *purpose)?,
-        TaskEvent::SubmittedForReview {
-            run,
-            branch,
-            pr,
-            report,
-            ..
-        } => {
-            require(task, event, &[Column::InProgress])?;
-            task.column = Column::InReview;
-            task.run = None;
-            task.purpose = None;
-            task.report = (**report).clone();
-            task.branch = Some(branch.clone());
-            task.reviewed_run = Some(*run);
-            task.stale_since = None;
-            // A new push: approvals and checks of the code before it do not count.
-            landing::evolve(task, event, LandingFact::NewPush)?;
-            // A newer pull request supersedes the old one; no submission removes a link.
-            if let Some(pr) = pr {
-                // GITHUB_PR is replaceable: setting it never conflicts.
-                task.links
-                    .set(GITHUB_PR, pr)
-                    .map_err(|conflict| TaskError::link_conflict(task.id, conflict))?;
-            }
-        }
+        TaskEvent::SubmittedForReview { .. } => submitted(task, event)?,
         TaskEvent::Completed { .. } => {
             require(task, event, &[Column::InReview])?;
             task.close(Column::Done, None);
@@ -190,12 +166,53 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
             landing::evolve(task, event, LandingFact::Withdrawn { by })?
         }
         TaskEvent::Combined { .. } => super::combined::apply(task, event)?,
-        // Its `completed` follows and closes the task.
-        TaskEvent::Landed { .. } => require(task, event, &[Column::InReview])?,
+        TaskEvent::Landed { .. } => require(task, event, &[Column::InReview])?, // `completed` follows
         TaskEvent::Refreshed { to, .. } => refreshed(task, event, to)?,
+        TaskEvent::MergeQueued { sha, .. } => queued(task, event, sha)?,
         TaskEvent::WentStale { at, .. } => went_stale(task, event, *at)?,
+        TaskEvent::ConflictFound { .. } => super::conflict::found(task, event)?,
+        TaskEvent::ConflictUnresolved { .. } => super::conflict::unresolved(task, event)?,
     }
     Ok(())
+}
+
+/// A submission for review: the run's push is what is reviewed now.
+fn submitted(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
+    let TaskEvent::SubmittedForReview {
+        run,
+        branch,
+        pr,
+        report,
+        ..
+    } = event
+    else {
+        return Ok(());
+    };
+    require(task, event, &[Column::InProgress])?;
+    task.column = Column::InReview;
+    task.run = None;
+    task.purpose = None;
+    task.report = (**report).clone();
+    task.branch = Some(branch.clone());
+    task.reviewed_run = Some(*run);
+    task.stale_since = None;
+    // A conflict attempt's resolution is pushed: its conflict is over.
+    task.conflict = None;
+    // A new push: approvals and checks of the code before it do not count.
+    landing::evolve(task, event, LandingFact::NewPush)?;
+    // A newer pull request supersedes the old one; no submission removes a link.
+    if let Some(pr) = pr {
+        // GITHUB_PR is replaceable: setting it never conflicts.
+        task.links
+            .set(GITHUB_PR, pr)
+            .map_err(|conflict| TaskError::link_conflict(task.id, conflict))?;
+    }
+    Ok(())
+}
+
+/// The merge queue chose the head the facts are about: its merge is in flight.
+fn queued(task: &mut Task, event: &TaskEvent, sha: &super::CommitSha) -> Result<(), TaskError> {
+    landing::evolve(task, event, LandingFact::Queued { sha })
 }
 
 /// A refresh is a new push: the landing facts start over, and so does the review episode for staleness.
@@ -236,6 +253,7 @@ fn started(
         RunPurpose::Work => task.kind == TaskKind::Task,
         RunPurpose::Plan => task.kind == TaskKind::Plan && !task.is_approved_plan(),
         RunPurpose::Triage => task.kind == TaskKind::Task,
+        RunPurpose::Resolve => task.kind == TaskKind::Task && task.conflict.is_some(),
     };
     if !fits {
         return Err(inapplicable(
@@ -336,6 +354,9 @@ fn flagged(
         since: at,
         question,
     });
+    // A merge the queue chose is no longer in flight: what flagged it stopped it (or it failed). Once cleared,
+    // the queue chooses again.
+    task.landing.unqueue();
     Ok(())
 }
 
@@ -503,6 +524,8 @@ impl Task {
             reviewed_run: None,
             refreshed: None,
             stale_since: None,
+            conflict: None,
+            conflicts_tried: Vec::new(),
             last_failure: None,
             closed_reason: None,
             follow_ups: Vec::new(),

@@ -137,6 +137,9 @@ pub struct Landing {
     /// Trusted people (GitHub logins) whose approval of it stands.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     approved_by: BTreeSet<FactName>,
+    /// The merge queue chose this head to merge next (`task.merge_queued`): its merge is in flight.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    queued: bool,
 }
 
 impl Landing {
@@ -151,6 +154,14 @@ impl Landing {
     }
     pub fn is_empty(&self) -> bool {
         *self == Self::default()
+    }
+    /// Whether the merge queue chose this head to merge next (its merge is in flight until the task leaves review
+    /// or is flagged).
+    pub fn queued(&self) -> bool {
+        self.queued
+    }
+    pub(super) fn unqueue(&mut self) {
+        self.queued = false;
     }
 
     /// Whether a fact about `sha` would start over (it is about another commit than the facts on record).
@@ -257,6 +268,47 @@ pub(super) fn decide_refresh(
     }
 }
 
+/// `QueueMerge`: `task.merge_queued` for the head the landing facts are about, nothing when it is queued already,
+/// else why not. Whether the facts satisfy the repository's rules is [`readiness`]'s, asked by the queue first.
+pub(super) fn decide_queue(
+    task: &Task,
+    command: &Command,
+    at: DateTime<Utc>,
+) -> Result<Vec<TaskEvent>, TaskError> {
+    let Command::QueueMerge { sha, number } = command else {
+        return Ok(Vec::new());
+    };
+    let number = *number;
+    if task.column != Column::InReview {
+        return Err(wrong_column(task, command, &[Column::InReview]));
+    }
+    let refuse = |why: String| Err(TaskError::NotQueued { id: task.id, why });
+    if let Some(flag) = &task.needs_human {
+        return refuse(format!("it needs a human: {}", flag.reason));
+    }
+    if task.review_request() != Some(number) {
+        return refuse(format!("#{number} is not its open review request"));
+    }
+    if task.landing.head.as_ref() != Some(sha) {
+        return refuse(format!(
+            "nothing is recorded of {} (its facts are about {})",
+            sha.short(),
+            task.landing
+                .head
+                .as_ref()
+                .map_or("no commit", CommitSha::short)
+        ));
+    }
+    if task.landing.queued {
+        return Ok(Vec::new());
+    }
+    Ok(vec![TaskEvent::MergeQueued {
+        at,
+        sha: sha.clone(),
+        number,
+    }])
+}
+
 /// What a landing event says, routed here by variant (`evolve`, `combined::apply`).
 pub(super) enum LandingFact<'a> {
     /// A new push (an attempt's, or a plan's combination): facts about the code before it do not count.
@@ -275,6 +327,10 @@ pub(super) enum LandingFact<'a> {
     },
     Withdrawn {
         by: &'a FactName,
+    },
+    /// The merge queue chose `sha` to merge next.
+    Queued {
+        sha: &'a CommitSha,
     },
 }
 
@@ -319,6 +375,10 @@ pub(super) fn evolve(
         LandingFact::Withdrawn { by } => {
             in_review(task)?;
             task.landing.approved_by.remove(by);
+        }
+        LandingFact::Queued { sha } => {
+            in_review(task)?;
+            task.landing.for_head(sha).queued = true;
         }
     }
     Ok(())
@@ -478,9 +538,13 @@ pub fn may_land(event: &TaskEvent) -> bool {
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
         | TaskEvent::Landed { .. }
-        | TaskEvent::WentStale { .. } => false,
+        | TaskEvent::WentStale { .. }
+        | TaskEvent::ConflictFound { .. }
+        | TaskEvent::ConflictUnresolved { .. } => false,
         // Its checks run again on the refreshed head: nothing is ready until they pass there.
         TaskEvent::Refreshed { .. } => false,
+        // The queue's own choice: it asked readiness first.
+        TaskEvent::MergeQueued { .. } => false,
     }
 }
 

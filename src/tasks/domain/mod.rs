@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 mod combined;
+mod conflict;
 mod creation;
 mod decision;
 mod error;
@@ -25,6 +26,7 @@ pub mod stale;
 mod ticket;
 
 pub use combined::{Combination, CombinedItem, PlanLand};
+pub use conflict::Conflict;
 pub use creation::{Family, NewTask};
 pub use decision::decide;
 use error::join;
@@ -124,6 +126,12 @@ pub struct Task {
     /// Kept in the row's state: the board marks a stale pull request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     stale_since: Option<DateTime<Utc>>,
+    /// A refresh's conflict waiting for (or in) its conflict attempt (`conflict.rs`); cleared when it ends.
+    #[serde(skip)]
+    conflict: Option<Conflict>,
+    /// The (commit, base) pairs whose conflicts were handed to an agent already (the last few): never twice.
+    #[serde(skip)]
+    conflicts_tried: Vec<(CommitSha, CommitSha)>,
 }
 
 /// What an attempt submitted for review says of itself, for its pull request and its page: the agent's own
@@ -253,6 +261,10 @@ impl Task {
     pub fn refreshed(&self) -> Option<&CommitSha> {
         self.refreshed.as_ref()
     }
+    /// The refresh's conflict the next (or running) attempt resolves, if any.
+    pub fn conflict(&self) -> Option<&Conflict> {
+        self.conflict.as_ref()
+    }
     pub fn last_failure(&self) -> Option<&Failure> {
         self.last_failure.as_ref()
     }
@@ -331,6 +343,7 @@ impl Task {
     /// What its next attempt is for: a plan's is its planner's, a task's is the work.
     pub fn next_purpose(&self) -> RunPurpose {
         match self.kind {
+            TaskKind::Task if self.conflict.is_some() => RunPurpose::Resolve,
             TaskKind::Task => RunPurpose::Work,
             TaskKind::Plan => RunPurpose::Plan,
         }
@@ -568,6 +581,13 @@ pub enum Command {
         base: CommitSha,
         strategy: RefreshMode,
     },
+    /// The merge queue chose the task's pull request `number` at `sha` to merge next (`landing::queue`): refused
+    /// unless it is in review, not flagged, `number` is its review request and `sha` the head its landing facts
+    /// are about; nothing when that head is queued already.
+    QueueMerge {
+        sha: CommitSha,
+        number: u64,
+    },
     /// The loop `stale_reviews` saw the task in review untouched since `last_activity` for `after_h` hours:
     /// `went_stale` (and, under `close`, its cancellation), unless it was touched since or marked already in this
     /// review episode (then nothing). See `stale.rs`.
@@ -575,6 +595,11 @@ pub enum Command {
         after_h: u32,
         action: StaleAction,
         last_activity: DateTime<Utc>,
+    },
+    /// The `refresh` loop found the task's pushed commit in conflict with its moved base: an agent resolves it in
+    /// an attempt of its own kind, or a person is flagged (see `conflict.rs`). Only in review.
+    ResolveConflict {
+        conflict: Box<Conflict>,
     },
 }
 
@@ -613,7 +638,9 @@ impl Command {
             Command::RecordCombined { .. } => "record-combined",
             Command::RecordLanded { .. } => "record-landed",
             Command::RecordRefresh { .. } => "record-refresh",
+            Command::QueueMerge { .. } => "queue-merge",
             Command::MarkStale { .. } => "mark-stale",
+            Command::ResolveConflict { .. } => "resolve-conflict",
         }
     }
 }

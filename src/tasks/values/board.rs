@@ -276,6 +276,8 @@ pub enum RunPurpose {
     Work,
     Plan,
     Triage,
+    /// An attempt at a refresh's conflict: the recorded commit with the base merged in, the markers to resolve.
+    Resolve,
 }
 
 impl RunPurpose {
@@ -284,6 +286,7 @@ impl RunPurpose {
             RunPurpose::Work => "work",
             RunPurpose::Plan => "plan",
             RunPurpose::Triage => "triage",
+            RunPurpose::Resolve => "resolve",
         }
     }
 

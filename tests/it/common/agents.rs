@@ -57,6 +57,26 @@ impl Remote {
         git(&seed, &["push", "--quiet", "../remote.git", "HEAD:main"]);
     }
 
+    /// Merges `branch` into `main` with a merge commit, as GitHub's merge button does.
+    pub fn merge_to_main(&self, branch: &str) {
+        let seed = self.dir.path().join("seed");
+        git(&seed, &["fetch", "--quiet", "../remote.git", "main"]);
+        git(&seed, &["reset", "--quiet", "--hard", "FETCH_HEAD"]);
+        git(&seed, &["fetch", "--quiet", "../remote.git", branch]);
+        git(
+            &seed,
+            &[
+                "merge",
+                "--quiet",
+                "--no-ff",
+                "-m",
+                &format!("Merge {branch}"),
+                "FETCH_HEAD",
+            ],
+        );
+        git(&seed, &["push", "--quiet", "../remote.git", "HEAD:main"]);
+    }
+
     /// A file's content on a branch of the remote.
     pub fn show(&self, branch: &str, path: &str) -> Option<String> {
         let out = Git::new("git")

@@ -17,6 +17,7 @@ use super::steering::FollowUpWatch;
 use super::{run_of, Dispatcher};
 
 mod outcome;
+mod resolve;
 use crate::config::profiles::{AgentProfile, LiveInput, OnFollowUp};
 use crate::config::repo_env::RepoEnv;
 use crate::dispatch::live;
@@ -140,17 +141,20 @@ impl Dispatcher {
             reviewer_usage: None,
         };
         let purpose = task.purpose().unwrap_or_default();
-        let (prepared, prompt, handed) = match self.worktree_for(task, run, purpose).await {
-            Ok(ready) => ready,
-            Err(detail) => return Some(fail(FailureKind::Workspace, detail, String::new())),
-        };
+        let (prepared, prompt, handed, conflicted) =
+            match self.worktree_for(task, run, purpose).await {
+                Ok(ready) => ready,
+                Err(detail) => return Some(fail(FailureKind::Workspace, detail, String::new())),
+            };
         let output = Arc::new(AtomicU64::new(0));
         // Beats from before the repository's setup: an `npm ci` may take longer than the watchdog's bound.
         let heartbeat = self.heartbeat(id, run, writer.clone(), output.clone(), stop.clone());
         // A planner or a triage agent reads the code and leaves a file: the repository's hooks and check are for
         // work that is pushed.
         let repo_env = match purpose {
-            RunPurpose::Work => self.inner.config.environment(task.repo()).cloned(),
+            RunPurpose::Work | RunPurpose::Resolve => {
+                self.inner.config.environment(task.repo()).cloned()
+            }
             RunPurpose::Plan | RunPurpose::Triage => None,
         };
         let meter = runner::meter(profile.usage.clone());
@@ -203,6 +207,10 @@ impl Dispatcher {
         let outcome = match (around, purpose) {
             (Ok(finished), RunPurpose::Work) => {
                 self.wrap_up(task, &prepared, finished, &ended, &fail).await
+            }
+            (Ok(finished), RunPurpose::Resolve) => {
+                self.wrap_up_resolution(task, &prepared, finished, &ended, &fail, &conflicted)
+                    .await
             }
             (Ok(finished), RunPurpose::Plan | RunPurpose::Triage) => {
                 self.proposal(task, purpose, &prepared, finished, &ended, &fail)
@@ -262,13 +270,14 @@ impl Dispatcher {
     }
 
     /// The attempt's worktree prepared and handed to the agent, with its prompt written: the worktree, the
-    /// prompt, and how long the hand-over took. `Err`: why not (a workspace failure).
+    /// prompt, how long the hand-over took, and (a conflict attempt's) the conflicted paths. `Err`: why not (a
+    /// workspace failure).
     async fn worktree_for(
         &self,
         task: &Task,
         run: RunId,
         purpose: RunPurpose,
-    ) -> Result<(Prepared, String, std::time::Duration), String> {
+    ) -> Result<(Prepared, String, std::time::Duration, Vec<String>), String> {
         let source = self.inner.config.source(task.repo());
         let phase = std::time::Instant::now();
         let prepared = self
@@ -278,24 +287,39 @@ impl Dispatcher {
             .await;
         metrics::histogram!("pidevops_run_phase_seconds", "phase" => "prepare")
             .record(phase.elapsed().as_secs_f64());
-        let prepared = prepared.map_err(|error| error.to_string())?;
+        let mut prepared = prepared.map_err(|error| error.to_string())?;
+        // A conflict attempt starts on the commit pidevops pushed with the base merged in, markers and all.
+        let mut resolution = None;
+        if purpose == RunPurpose::Resolve {
+            match self.start_resolution(task, &mut prepared).await {
+                Ok(started) => resolution = Some(started),
+                Err(error) => {
+                    self.inner.workspaces.finished(&prepared);
+                    return Err(error);
+                }
+            }
+        }
         let launching = std::time::Instant::now();
         if let Err(error) = self.inner.workspaces.hand_to_agent(&prepared).await {
             self.inner.workspaces.finished(&prepared);
             return Err(error.to_string());
         }
         // A planner or a triage agent loads no agent CLI configuration a merged change could have brought.
-        if purpose != RunPurpose::Work {
+        if !matches!(purpose, RunPurpose::Work | RunPurpose::Resolve) {
             if let Err(error) = self.set_aside_agent_config(&prepared).await {
                 self.inner.workspaces.finished(&prepared);
                 return Err(error);
             }
         }
-        let prompt = crate::dispatch::prompt::for_run(task, purpose, self.inner.plans.max_items);
+        let (conflicted, prompt) = resolution.unwrap_or_else(|| {
+            let prompt =
+                crate::dispatch::prompt::for_run(task, purpose, self.inner.plans.max_items);
+            (Vec::new(), prompt)
+        });
         if let Err(error) = tokio::fs::write(&prepared.dirs.prompt, &prompt).await {
             return Err(format!("cannot write the prompt file: {error}"));
         }
-        Ok((prepared, prompt, launching.elapsed()))
+        Ok((prepared, prompt, launching.elapsed(), conflicted))
     }
 
     /// The hosts the agent's egress proxy refused, recorded on its run. `false`: the run was declared lost

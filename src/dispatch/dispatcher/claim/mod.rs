@@ -577,10 +577,9 @@ impl Dispatcher {
     fn unrunnable(&self, task: &Task) -> Option<String> {
         let purpose = if task.column() == Column::Triage {
             RunPurpose::Triage
-        } else if task.is_plan() {
-            RunPurpose::Plan
         } else {
-            RunPurpose::Work
+            // A plan's planner, a conflict's attempt, else the work.
+            task.next_purpose()
         };
         let profile = match self.inner.profiles.for_run(task, purpose) {
             Ok(profile) => profile,

@@ -64,8 +64,11 @@ pub fn ends_its_branch(event: &TaskEvent) -> bool {
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
         | TaskEvent::Landed { .. }
+        | TaskEvent::MergeQueued { .. }
         | TaskEvent::Refreshed { .. }
-        | TaskEvent::WentStale { .. } => false,
+        | TaskEvent::WentStale { .. }
+        | TaskEvent::ConflictFound { .. }
+        | TaskEvent::ConflictUnresolved { .. } => false,
     }
 }
 

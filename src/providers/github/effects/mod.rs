@@ -94,7 +94,9 @@ impl ProviderPolicy for GithubPolicy {
             | TaskEvent::Completed { .. }
             | TaskEvent::Cancelled { .. }
             | TaskEvent::RolledUp { .. }
-            | TaskEvent::WentStale { .. } => true,
+            | TaskEvent::WentStale { .. }
+            // Auto-land: the merge the queue chose (`landing::queue`).
+            | TaskEvent::MergeQueued { .. } => true,
             TaskEvent::Created(_)
             | TaskEvent::Approved { .. }
             | TaskEvent::Rejected { .. }
@@ -119,7 +121,9 @@ impl ProviderPolicy for GithubPolicy {
             | TaskEvent::ReviewApproved { .. }
             | TaskEvent::ApprovalWithdrawn { .. }
             | TaskEvent::Landed { .. }
-            | TaskEvent::Refreshed { .. } => landing::may_land(event),
+            | TaskEvent::Refreshed { .. }
+            | TaskEvent::ConflictFound { .. }
+            | TaskEvent::ConflictUnresolved { .. } => false,
         }
     }
 
@@ -181,15 +185,17 @@ impl ProviderPolicy for GithubPolicy {
                 &self.config,
             ));
         }
-        // A GitLab-hosted repository's task lands through its merge request: nothing of GitHub's to merge.
-        if landing::may_land(task_event) && self.config.host_of(task.repo()) == Source::Github {
-            let rules = fx.board().config().land_for(task.repo());
-            if let Some(merge) = land(task, &rules) {
-                requests.push(merge);
-            } else if let Some(merge) = merge_asked_before(task, &rules) {
-                // The task moved on since (a merge webhook, a flag), but a merge of this head was asked for: an
-                // attempt cut off by a crash still has to be settled (asking again is a no-op for its key).
-                if fx.requested(&merge.key).await? {
+        // Auto-land: the merge queue chose this head (a GitLab-hosted repository's task lands through its merge
+        // request: nothing of GitHub's to merge).
+        if let TaskEvent::MergeQueued { sha, number, .. } = task_event {
+            if self.config.host_of(task.repo()) == Source::Github {
+                let rules = fx.board().config().land_for(task.repo());
+                let merge = merge_request(task, sha, *number, &rules);
+                if land(task, &rules).is_some_and(|ready| ready.key == merge.key)
+                    || fx.requested(&merge.key).await?
+                {
+                    // Still ready at that head; or it moved on since (a merge webhook, a flag) but this merge was
+                    // asked for: an attempt cut off by a crash still has to be settled (asking again is a no-op).
                     requests.push(merge);
                 }
             }
@@ -324,14 +330,17 @@ pub fn github(event: &TaskEvent, task: &Task, config: &PolicyConfig) -> Vec<Requ
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
         | TaskEvent::Landed { .. }
+        | TaskEvent::MergeQueued { .. }
         | TaskEvent::Refreshed { .. }
-        | TaskEvent::WentStale { .. } => Vec::new(),
+        | TaskEvent::WentStale { .. }
+        | TaskEvent::ConflictFound { .. }
+        | TaskEvent::ConflictUnresolved { .. } => Vec::new(),
     }
 }
 
 /// The key of the merge of `task`'s pull request at `sha`: once per task and head commit.
 pub fn merge_key(task: TaskId, sha: &CommitSha) -> String {
-    format!("github:merge:{task}:{sha}")
+    crate::domain::effect::github_merge_key(task, sha)
 }
 
 /// Auto-land: the merge of the task's pull request when [`landing::readiness`] says it is ready under `rules`.
@@ -340,16 +349,6 @@ pub fn land(task: &Task, rules: &LandConfig) -> Option<Request<GithubAction>> {
         Readiness::Ready { sha, number } => Some(merge_request(task, &sha, number, rules)),
         Readiness::Waiting(_) => None,
     }
-}
-
-/// The merge request of the task's current head and pull request, ready or not (to settle one asked before).
-fn merge_asked_before(task: &Task, rules: &LandConfig) -> Option<Request<GithubAction>> {
-    let sha = task.landing().head()?;
-    let pr = task.links().get(GITHUB_PR)?;
-    pr.repo
-        .as_str()
-        .eq_ignore_ascii_case(task.repo().as_str())
-        .then(|| merge_request(task, sha, pr.number.get(), rules))
 }
 
 fn merge_request(

@@ -44,7 +44,10 @@ pub fn linear_notifies(event: &TaskEvent) -> bool {
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
         | TaskEvent::Landed { .. }
-        | TaskEvent::Refreshed { .. } => false,
+        | TaskEvent::Refreshed { .. }
+        | TaskEvent::ConflictFound { .. }
+        | TaskEvent::ConflictUnresolved { .. }
+        | TaskEvent::MergeQueued { .. } => false,
     }
 }
 
@@ -133,6 +136,8 @@ pub fn linear(
         )],
         // Closed: its cancellation, which follows, says why.
         TaskEvent::WentStale { .. } => Vec::new(),
+        // Its flag (when the conflict needs a person) is the news.
+        TaskEvent::ConflictFound { .. } | TaskEvent::ConflictUnresolved { .. } => Vec::new(),
         // The checklist's news (see `linear_notifies`) is `plan.rs`'s; the rest is not told to Linear.
         TaskEvent::Created(_)
         | TaskEvent::Approved { .. }
@@ -155,6 +160,7 @@ pub fn linear(
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
         | TaskEvent::Landed { .. }
+        | TaskEvent::MergeQueued { .. }
         | TaskEvent::Refreshed { .. } => Vec::new(),
     }
 }

@@ -367,7 +367,10 @@ pub fn slack_notifies(event: &TaskEvent) -> bool {
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
         | TaskEvent::Landed { .. }
-        | TaskEvent::Refreshed { .. } => false,
+        | TaskEvent::Refreshed { .. }
+        | TaskEvent::ConflictFound { .. }
+        | TaskEvent::ConflictUnresolved { .. }
+        | TaskEvent::MergeQueued { .. } => false,
     }
 }
 
@@ -464,6 +467,8 @@ pub fn slack(
         ),
         // Closed: its cancellation, which follows, says why.
         TaskEvent::WentStale { .. } => return Vec::new(),
+        // Its flag (when the conflict needs a person) is the news.
+        TaskEvent::ConflictFound { .. } | TaskEvent::ConflictUnresolved { .. } => return Vec::new(),
         // Its automatic approval follows its creation, already told as "on it".
         TaskEvent::Approved {
             automatic: true, ..
@@ -492,6 +497,7 @@ pub fn slack(
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
         | TaskEvent::Landed { .. }
+        | TaskEvent::MergeQueued { .. }
         | TaskEvent::Refreshed { .. } => return Vec::new(),
     };
     vec![Request {

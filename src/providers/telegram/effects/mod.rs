@@ -380,7 +380,10 @@ pub fn telegram_notifies(event: &TaskEvent) -> bool {
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
         | TaskEvent::Landed { .. }
-        | TaskEvent::Refreshed { .. } => false,
+        | TaskEvent::Refreshed { .. }
+        | TaskEvent::ConflictFound { .. }
+        | TaskEvent::ConflictUnresolved { .. }
+        | TaskEvent::MergeQueued { .. } => false,
     }
 }
 
@@ -454,6 +457,8 @@ pub fn telegram(
         ),
         // Closed: its cancellation, which follows, says why.
         TaskEvent::WentStale { .. } => return Vec::new(),
+        // Its flag (when the conflict needs a person) is the news.
+        TaskEvent::ConflictFound { .. } | TaskEvent::ConflictUnresolved { .. } => return Vec::new(),
         // Approved at creation (the `auto` policy): the next news is its start, not announced either.
         TaskEvent::Created(_) => return Vec::new(),
         TaskEvent::Approved { .. }
@@ -481,6 +486,7 @@ pub fn telegram(
         | TaskEvent::ApprovalWithdrawn { .. }
         | TaskEvent::Combined { .. }
         | TaskEvent::Landed { .. }
+        | TaskEvent::MergeQueued { .. }
         | TaskEvent::Refreshed { .. } => return Vec::new(),
     };
     let html = fit(&text);

@@ -197,33 +197,48 @@ pub fn decide(
             base,
             items,
         } => super::combined::decide(task, command, commit, base, items, at),
-        Command::RecordLanded {
-            run,
-            commit,
-            onto,
-            fast_forward,
-        } => match column {
-            Column::InReview if task.reviewed_run == Some(*run) => Ok(vec![
-                TaskEvent::Landed {
-                    at,
-                    run: *run,
-                    commit: commit.clone(),
-                    onto: onto.clone(),
-                    fast_forward: *fast_forward,
-                },
-                TaskEvent::Completed { at },
-            ]),
-            Column::InReview => Err(TaskError::StaleRun {
-                id: task.id,
-                run: *run,
-                current: task.reviewed_run,
-            }),
-            // Landed already (a retried request, a restart between the push and the record), or done by a person.
-            Column::Done => none,
-            _ => Err(wrong(&[Column::InReview])),
-        },
+        Command::RecordLanded { .. } => record_landed(task, command, at),
         Command::RecordRefresh { .. } => landing::decide_refresh(task, command, at),
+        Command::QueueMerge { .. } => landing::decide_queue(task, command, at),
         Command::MarkStale { .. } => mark_stale(task, command, at),
+        Command::ResolveConflict { .. } => super::conflict::decide(task, command, at),
+    }
+}
+
+/// `Command::RecordLanded`: `task.landed` then `task.completed` for the run in review; nothing when done already.
+fn record_landed(
+    task: &Task,
+    command: &Command,
+    at: DateTime<Utc>,
+) -> Result<Vec<TaskEvent>, TaskError> {
+    let Command::RecordLanded {
+        run,
+        commit,
+        onto,
+        fast_forward,
+    } = command
+    else {
+        return Ok(Vec::new());
+    };
+    match task.column {
+        Column::InReview if task.reviewed_run == Some(*run) => Ok(vec![
+            TaskEvent::Landed {
+                at,
+                run: *run,
+                commit: commit.clone(),
+                onto: onto.clone(),
+                fast_forward: *fast_forward,
+            },
+            TaskEvent::Completed { at },
+        ]),
+        Column::InReview => Err(TaskError::StaleRun {
+            id: task.id,
+            run: *run,
+            current: task.reviewed_run,
+        }),
+        // Landed already (a retried request, a restart between the push and the record), or done by a person.
+        Column::Done => Ok(Vec::new()),
+        _ => Err(wrong_column(task, command, &[Column::InReview])),
     }
 }
 
@@ -335,7 +350,8 @@ fn submit_for_review(
     }
     live_run(task, run)?;
     let purpose = task.purpose.unwrap_or_default();
-    if purpose != RunPurpose::Work {
+    // A conflict attempt's resolution is the task's work again, pushed for review like any attempt's.
+    if !matches!(purpose, RunPurpose::Work | RunPurpose::Resolve) {
         return Err(TaskError::WrongPurpose {
             id: task.id,
             run,
@@ -569,7 +585,9 @@ fn waits_for_triage(command: &Command) -> bool {
         | Command::RecordCombined { .. }
         | Command::RecordLanded { .. }
         | Command::RecordRefresh { .. }
-        | Command::MarkStale { .. } => false,
+        | Command::MarkStale { .. }
+        | Command::ResolveConflict { .. }
+        | Command::QueueMerge { .. } => false,
     }
 }
 
@@ -607,6 +625,8 @@ fn is_plan_work(command: &Command) -> bool {
         | Command::RecordCombined { .. }
         | Command::RecordLanded { .. }
         | Command::RecordRefresh { .. }
-        | Command::MarkStale { .. } => false,
+        | Command::MarkStale { .. }
+        | Command::ResolveConflict { .. }
+        | Command::QueueMerge { .. } => false,
     }
 }

@@ -41,6 +41,17 @@ pub(super) fn retry(
                 );
                 return Ok(family::triage_failed(task, *run, interrupted, reason, now));
             }
+            // A conflict attempt that did not end by itself (a stop, a limit, a restart) goes round again as one;
+            // any other end is the conflict unresolved: back in review, a person flagged with the files.
+            let comes_back = matches!(
+                cause,
+                RetryCause::Interrupted { .. }
+                    | RetryCause::Limited { .. }
+                    | RetryCause::Restarted { .. }
+            );
+            if task.purpose == Some(RunPurpose::Resolve) && !comes_back {
+                return Ok(super::super::conflict::failed(task, reason, now));
+            }
         }
         RetryCause::ChecksFailed | RetryCause::ChangesRequested | RetryCause::FollowUp => {
             if task.column != Column::InReview {

@@ -375,3 +375,64 @@ fn a_refresh_is_a_new_push_recorded_once_in_review_only_and_a_new_submission_for
     );
     assert_eq!(resubmitted.refreshed(), None);
 }
+
+fn queue(s: &str, number: u64) -> Command {
+    Command::QueueMerge {
+        sha: sha(s),
+        number,
+    }
+}
+
+#[test]
+fn a_merge_is_queued_once_for_the_head_its_facts_are_about_and_a_flag_or_new_push_unqueues_it() {
+    let ready = then(in_review(), check(A, "ci"));
+    // Only the head the facts are about, on its own pull request, in review, unflagged.
+    assert!(matches!(
+        apply(Some(ready.clone()), &queue(B, 3)),
+        Err(TaskError::NotQueued { .. })
+    ));
+    assert!(matches!(
+        apply(Some(ready.clone()), &queue(A, 4)),
+        Err(TaskError::NotQueued { .. })
+    ));
+    assert!(apply(Some(in_progress()), &queue(A, 3)).is_err());
+    let flagged = then(
+        ready.clone(),
+        Command::FlagNeedsHuman {
+            reason: reason("look"),
+        },
+    );
+    assert!(matches!(
+        apply(Some(flagged), &queue(A, 3)),
+        Err(TaskError::NotQueued { .. })
+    ));
+    // Once: the same choice again (a restart) records nothing; the facts stay, the merge is in flight.
+    let (queued, count) = apply(Some(ready), &queue(A, 3)).expect("queued");
+    assert_eq!(count, 1);
+    assert!(queued.landing().queued());
+    assert_eq!(
+        readiness(&queued, &rules(0, &["ci"])),
+        Readiness::Ready {
+            sha: sha(A),
+            number: 3
+        }
+    );
+    let (again, count) = apply(Some(queued.clone()), &queue(A, 3)).expect("already so");
+    assert_eq!((count, again.landing().queued()), (0, true));
+    // A flag stops it (the merge failed, or a person has to look): once cleared, the queue chooses again.
+    let flagged = then(
+        queued.clone(),
+        Command::FlagNeedsHuman {
+            reason: reason("GitHub refused the merge"),
+        },
+    );
+    assert!(!flagged.landing().queued());
+    let cleared = then(flagged, Command::ClearNeedsHuman);
+    assert_eq!(
+        apply(Some(cleared), &queue(A, 3)).expect("queued again").1,
+        1
+    );
+    // A refresh is a new head: nothing of the old one is in flight.
+    let refreshed = then(queued, refresh(A, B));
+    assert!(!refreshed.landing().queued());
+}

@@ -7,6 +7,7 @@ use chrono::{TimeZone, Utc};
 use uuid::Uuid;
 
 mod attempts;
+mod conflict;
 mod conversation;
 mod props;
 mod records;
@@ -530,7 +531,10 @@ fn every_event_type_is_derived_and_none_changed() {
             "task.combined",
             "task.landed",
             "task.refreshed",
+            "task.merge_queued",
             "task.went_stale",
+            "task.conflict_found",
+            "task.conflict_unresolved",
         ]
     );
 }

@@ -1,0 +1,217 @@
+//! The `merge_queue` loop: with `land = "auto"` on GitHub, pidevops's pull requests on a base land one at a time,
+//! each on top of the latest base. A merge decided by one pull request's facts alone would land code nobody
+//! tested together: five plan items ready at once, merged at once, each passing on a main that no longer exists.
+//!
+//! Each tick, for each repository on GitHub with `land = "auto"`, over its tasks in review:
+//! - a merge in flight (a task whose head the queue chose, `task.merge_queued`, still in review, not flagged, its
+//!   merge not failed for good) holds the base: nothing else is chosen until it is merged (and completed) or fails;
+//! - otherwise the first ready task ([`landing::readiness`]: checks and approvals in on its head; a plan's item
+//!   only once the items it depends on are done; in task order) is brought up to date with the base by the
+//!   `refresh` loop's own refresh: already current, it is chosen (`Command::QueueMerge` → `task.merge_queued`,
+//!   which `effects:github` turns into the merge of that head, once); refreshed, its landing facts start over and
+//!   it is chosen once its checks pass on the new head; flagged (a conflict, someone else's push), the next one is
+//!   looked at on the next tick.
+//!
+//! The queue is kept in the log: what is in flight is read from the tasks' events each tick, so a restart, or a
+//! second replica taking the loop over, continues where it was; the merge is an effect keyed by task and head, so
+//! it is made once. A repository with `refresh = "off"` is queued without a refresh (GitHub refuses a merge that
+//! conflicts, which flags the task). A combined plan's pull request is queued as it stands (it is not refreshed).
+
+use std::collections::BTreeMap;
+
+use anyhow::Context;
+use chrono::Utc;
+use serde::Serialize;
+
+use super::refresh::{Ended, RefreshProgress, Refresher};
+use crate::board::{Board, BoardError};
+use crate::domain::effect::github_merge_key;
+use crate::eventlog::EventLog;
+use crate::projectors::tasks::{self as task_rows, TaskFilter};
+use crate::tasks::{
+    landing, Column, Command, LandMode, Readiness, RefreshMode, RepoName, Task, TaskId,
+};
+
+/// The loop's name.
+pub const MERGE_QUEUE: &str = "merge_queue";
+/// Who the loop's commands are from.
+const ACTOR: &str = "merge_queue";
+
+/// What one tick did, for `/health`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct QueueProgress {
+    /// Merges chosen this tick.
+    pub queued: u64,
+    /// Ready tasks brought up to date first (their checks run again before they are chosen).
+    pub refreshed: u64,
+    /// Ready tasks a refresh flagged (a conflict, someone else's push).
+    pub flagged: u64,
+    /// Each base with a merge in flight: the task whose merge holds it.
+    pub in_flight: BTreeMap<String, TaskId>,
+}
+
+/// The `merge_queue` loop (see the module doc).
+#[derive(Clone, Debug)]
+pub struct MergeQueue {
+    log: EventLog,
+    refresher: Refresher,
+    /// Whether pidevops has workspaces to refresh in (dispatch is on); queued as they stand otherwise.
+    refreshes: bool,
+}
+
+impl MergeQueue {
+    pub fn new(log: EventLog, refresher: Refresher, refreshes: bool) -> Self {
+        Self {
+            log,
+            refresher,
+            refreshes,
+        }
+    }
+
+    fn board(&self) -> &Board {
+        &self.refresher.lander().board
+    }
+
+    /// The repositories whose pull requests the queue lands: on GitHub, `land = "auto"`.
+    fn repositories(&self) -> Vec<RepoName> {
+        let lander = self.refresher.lander();
+        self.board()
+            .config()
+            .land
+            .iter()
+            .filter(|(_, rules)| rules.mode == LandMode::Auto)
+            .filter_map(|(repo, _)| repo.parse::<RepoName>().ok())
+            .filter(|repo| lander.sources.source(repo).on_github())
+            .collect()
+    }
+
+    /// One pass over every queued repository (see the module doc).
+    pub async fn tick(&self) -> anyhow::Result<QueueProgress> {
+        let mut progress = QueueProgress::default();
+        for repo in self.repositories() {
+            self.advance(&repo, &mut progress)
+                .await
+                .with_context(|| format!("the merge queue of {repo}"))?;
+        }
+        Ok(progress)
+    }
+
+    /// Moves `repo`'s queue on by at most one step.
+    async fn advance(&self, repo: &RepoName, progress: &mut QueueProgress) -> anyhow::Result<()> {
+        let filter = TaskFilter {
+            column: Some(Column::InReview),
+            repo: Some(repo.as_str().to_owned()),
+            ..TaskFilter::default()
+        };
+        let mut rows = task_rows::list(self.log.store(), &filter)
+            .await
+            .with_context(|| format!("listing {repo}'s tasks in review"))?;
+        rows.sort_by_key(|row| row.id);
+        let rules = self.board().config().land_for(repo);
+        let mut ready = Vec::new();
+        for row in rows {
+            let Some(loaded) = self.board().load(row.id).await? else {
+                continue;
+            };
+            let task = loaded.task;
+            // The read model may lag the log: what counts is the task as its events say now.
+            if task.column() != Column::InReview || task.needs_human().is_some() {
+                continue;
+            }
+            let Readiness::Ready { sha, number } = landing::readiness(&task, &rules) else {
+                continue;
+            };
+            let failed = self.merge_failed(task.id(), &sha).await?;
+            if task.landing().queued() && !failed {
+                progress
+                    .in_flight
+                    .insert(repo.as_str().to_owned(), task.id());
+                return Ok(());
+            }
+            if !failed && self.dependencies_done(&task).await? {
+                ready.push((task, sha, number));
+            }
+        }
+        let Some((task, sha, number)) = ready.into_iter().next() else {
+            return Ok(());
+        };
+        let id = task.id();
+        if self.refreshes && rules.refresh != RefreshMode::Off && self.refresher.refreshes(&task) {
+            let mut refreshing = RefreshProgress::default();
+            let stamp = Utc::now().timestamp();
+            match self
+                .refresher
+                .refresh_counted(id, stamp, &mut refreshing)
+                .await?
+            {
+                Ended::Current => {}
+                Ended::Refreshed => {
+                    progress.refreshed += 1;
+                    return Ok(());
+                }
+                Ended::Conflicted | Ended::Moved | Ended::Gone | Ended::Missing => {
+                    progress.flagged += 1;
+                    return Ok(());
+                }
+                Ended::Skipped => return Ok(()),
+            }
+        }
+        let command = Command::QueueMerge { sha, number };
+        match self.board().execute(id, &command, ACTOR).await {
+            Ok(outcome) => {
+                if !outcome.appended.is_empty() {
+                    tracing::info!(task = %id, "merge queued");
+                    progress.queued += 1;
+                }
+                progress.in_flight.insert(repo.as_str().to_owned(), id);
+                Ok(())
+            }
+            // It moved on meanwhile (a new push, a flag, a merge): the next tick looks again.
+            Err(BoardError::Refused(refused)) => {
+                tracing::info!(task = %id, %refused, "merge not queued");
+                Ok(())
+            }
+            Err(error) => Err(error).with_context(|| format!("queueing {id}'s merge")),
+        }
+    }
+
+    /// Whether the merge of `task` at `sha` was made and failed for good (GitHub refused it; the task was flagged
+    /// then): that head is not chosen again, nor does it hold the base.
+    async fn merge_failed(
+        &self,
+        task: TaskId,
+        sha: &crate::tasks::CommitSha,
+    ) -> anyhow::Result<bool> {
+        let stream = crate::domain::effect::stream(&github_merge_key(task, sha));
+        let events = self
+            .log
+            .store()
+            .read_stream(&stream)
+            .await
+            .with_context(|| format!("reading {stream}"))?;
+        Ok(events
+            .last()
+            .is_some_and(|last| match last.event_type.as_str() {
+                "effect.withheld" => true,
+                "effect.failed" => serde_json::from_slice::<serde_json::Value>(&last.body)
+                    .map(|body| body["retry_at"].is_null())
+                    .unwrap_or(true),
+                _ => false,
+            }))
+    }
+
+    /// Whether every task a plan's item depends on is done (it lands after them).
+    async fn dependencies_done(&self, task: &Task) -> anyhow::Result<bool> {
+        for dependency in task.depends_on() {
+            let done = self
+                .board()
+                .load(*dependency)
+                .await?
+                .is_some_and(|loaded| loaded.task.column() == Column::Done);
+            if !done {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
