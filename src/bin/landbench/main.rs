@@ -97,7 +97,8 @@ fn repository(dir: &Path, items: usize) -> anyhow::Result<()> {
     let items: Vec<serde_json::Value> = (1..=items)
         .map(|i| {
             serde_json::json!({"id": format!("p{i}"), "title": format!("Part {i}"),
-                "task": format!("Write part {i}"), "scope": [], "done_when": "it exists", "depends_on": []})
+                "task": format!("Write part {i}"), "scope": [format!("p{i}/**")], "done_when": "it exists",
+                "depends_on": []})
         })
         .collect();
     let plan = serde_json::json!({"version": 1, "items": items});

@@ -168,3 +168,54 @@ pub(super) fn land_loop(parts: &super::Parts<'_>, _: &super::PlannedLoop) -> any
     )
     .at_head())
 }
+
+/// The refresh both the `refresh` loop and the merge queue make.
+fn refresher(parts: &super::Parts<'_>) -> crate::landing::refresh::Refresher {
+    let s = parts.settings;
+    let lander = crate::landing::Lander::new(
+        parts.board.clone(),
+        parts.log.clone(),
+        s.workspace_root.clone(),
+        crate::startup::git_credentials(s),
+        s.file.dispatch.clone(),
+    );
+    let combined = s.file.plans.land == crate::tasks::PlanLand::Combined;
+    crate::landing::refresh::Refresher::new(parts.log.clone(), lander, combined)
+}
+
+/// The `refresh` loop, a follower of the log.
+pub(super) fn refresh_loop(
+    parts: &super::Parts<'_>,
+    _: &super::PlannedLoop,
+) -> anyhow::Result<Built> {
+    let refresh = Arc::new(refresher(parts));
+    Ok(Built::ticking(
+        move || {
+            let refresh = refresh.clone();
+            async move { refresh.tick().await }
+        },
+        |p| Pace::again_if(p.out_of_time),
+    )
+    .at_head())
+}
+
+/// The `merge_queue` loop: it refreshes only where pidevops has workspaces (dispatch on), and queues pull
+/// requests as they stand otherwise.
+pub(super) fn merge_queue_loop(
+    parts: &super::Parts<'_>,
+    _: &super::PlannedLoop,
+) -> anyhow::Result<Built> {
+    let refreshes = parts.settings.file.dispatch.off.is_none();
+    let queue = Arc::new(crate::landing::queue::MergeQueue::new(
+        parts.log.clone(),
+        refresher(parts),
+        refreshes,
+    ));
+    Ok(Built::ticking(
+        move || {
+            let queue = queue.clone();
+            async move { queue.tick().await }
+        },
+        rest,
+    ))
+}

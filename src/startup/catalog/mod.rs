@@ -16,7 +16,10 @@ mod builds;
 mod effects;
 mod plans;
 
-use builds::{heartbeat, land_loop, poller_entry, stale_reviews, RelayJob, SlackSocketJob};
+use builds::{
+    heartbeat, land_loop, merge_queue_loop, poller_entry, refresh_loop, stale_reviews, RelayJob,
+    SlackSocketJob,
+};
 use plans::{
     combine_plan, cron_plan, dispatch_loops, land_plan, merge_queue_plan, poller_loop,
     refresh_plan, slack_socket, stale_plan, telegram_updates,
@@ -167,20 +170,6 @@ where
 
 fn rest<T>(_: &T) -> Pace {
     Pace::Rest
-}
-
-/// The refresh both the `refresh` loop and the merge queue make.
-fn refresher(parts: &Parts<'_>) -> crate::landing::refresh::Refresher {
-    let s = parts.settings;
-    let lander = crate::landing::Lander::new(
-        parts.board.clone(),
-        parts.log.clone(),
-        s.workspace_root.clone(),
-        crate::startup::git_credentials(s),
-        s.file.dispatch.clone(),
-    );
-    let combined = s.file.plans.land == crate::tasks::PlanLand::Combined;
-    crate::landing::refresh::Refresher::new(parts.log.clone(), lander, combined)
 }
 
 /// What loops are built from: the running service's parts, made once by start-up.
@@ -360,36 +349,11 @@ pub const CATALOG: &[Entry] = &[
     },
     Entry {
         plan: refresh_plan,
-        build: |parts, _| {
-            let refresh = Arc::new(refresher(parts));
-            Ok(Built::ticking(
-                move || {
-                    let refresh = refresh.clone();
-                    async move { refresh.tick().await }
-                },
-                |p| Pace::again_if(p.out_of_time),
-            )
-            .at_head())
-        },
+        build: refresh_loop,
     },
     Entry {
         plan: merge_queue_plan,
-        build: |parts, _| {
-            // Refreshes only where pidevops has workspaces (dispatch on); queued as they stand otherwise.
-            let refreshes = parts.settings.file.dispatch.off.is_none();
-            let queue = Arc::new(crate::landing::queue::MergeQueue::new(
-                parts.log.clone(),
-                refresher(parts),
-                refreshes,
-            ));
-            Ok(Built::ticking(
-                move || {
-                    let queue = queue.clone();
-                    async move { queue.tick().await }
-                },
-                rest,
-            ))
-        },
+        build: merge_queue_loop,
     },
     Entry {
         plan: stale_plan,
