@@ -11,7 +11,7 @@ use pidevops::tasks::Column;
 use serde_json::{json, Value};
 
 use crate::common::agents::{Remote, REPO};
-use crate::common::{board, TestDb};
+use crate::common::{board, within, TestDb};
 use crate::land::{app, create_task, in_review, post, settle};
 use crate::providers::github::fake::FakeGithub;
 use crate::providers::github::gh_fixture as fixture;
@@ -257,8 +257,9 @@ async fn a_pull_request_github_finds_behind_is_refreshed_and_one_it_finds_dirty_
     let due = format!("refresh-due:{id}:{sha}:behind");
     assert_eq!(store.count_by_key(Source::Pidevops, &due).await.unwrap(), 1);
 
-    // A teammate changes the agent's line; GitHub finds the refreshed head dirty: flagged with the file, nothing
-    // pushed, and GitHub refuses to merge it (405), as it refuses a sha that is not the head (409).
+    // A teammate changes the agent's line; GitHub finds the refreshed head dirty: the refresh conflicts and an
+    // agent gets it, which leaves the markers (its edit finds no such line), so the task is flagged with the
+    // file, nothing pushed; and GitHub refuses to merge it (405), as it refuses a sha that is not the head (409).
     remote.commit_to_main(
         "shared.txt",
         &shared(&[(2, "line 2 by a teammate"), (25, "line 25 by a teammate")]),
@@ -267,6 +268,16 @@ async fn a_pull_request_github_finds_behind_is_refreshed_and_one_it_finds_dirty_
     fake.set_mergeable_state(REPO, number, "dirty");
     app.drive("github_poller").await;
     refresh(&app).await;
+    within(
+        std::time::Duration::from_secs(90),
+        "the conflict attempt refused",
+        || async {
+            board::row_in(&store, id)
+                .await
+                .is_some_and(|r| r.needs_human)
+        },
+    )
+    .await;
     let row = board::row_in(&store, id).await.unwrap();
     let flag = row.needs_human_reason.clone().expect("flagged");
     assert!(
