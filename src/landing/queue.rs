@@ -9,8 +9,8 @@
 //!   only once the items it depends on are done; in task order) is brought up to date with the base by the
 //!   `refresh` loop's own refresh: already current, it is chosen (`Command::QueueMerge` → `task.merge_queued`,
 //!   which `effects:github` turns into the merge of that head, once); refreshed, its landing facts start over and
-//!   it is chosen once its checks pass on the new head; flagged (a conflict, someone else's push), the next one is
-//!   looked at on the next tick.
+//!   it is chosen once its checks pass on the new head; a conflict (handed to an agent, `task.conflict_found`) or
+//!   someone else's push (flagged) takes it out of the running, and the next one is looked at on the next tick.
 //!
 //! The queue is kept in the log: what is in flight is read from the tasks' events each tick, so a restart, or a
 //! second replica taking the loop over, continues where it was; the merge is an effect keyed by task and head, so
@@ -44,8 +44,8 @@ pub struct QueueProgress {
     pub queued: u64,
     /// Ready tasks brought up to date first (their checks run again before they are chosen).
     pub refreshed: u64,
-    /// Ready tasks a refresh flagged (a conflict, someone else's push).
-    pub flagged: u64,
+    /// Ready tasks a refresh took out of the running: a conflict handed to an agent, someone else's push flagged.
+    pub stopped: u64,
     /// Each base with a merge in flight: the task whose merge holds it.
     pub in_flight: BTreeMap<String, TaskId>,
 }
@@ -150,7 +150,7 @@ impl MergeQueue {
                     return Ok(());
                 }
                 Ended::Conflicted | Ended::Moved | Ended::Gone | Ended::Missing => {
-                    progress.flagged += 1;
+                    progress.stopped += 1;
                     return Ok(());
                 }
                 Ended::Skipped => return Ok(()),

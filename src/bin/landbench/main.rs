@@ -254,7 +254,7 @@ async fn bench(args: &Args, dir: &Path) -> anyhow::Result<bool> {
     let app = pidevops::startup::build(settings(args, dir, &github_url)?).await?;
     let _ = hooks.url.set(format!(
         "{}/webhooks/github",
-        pidevops::startup::url_of(app.local_addr())
+        pidevops::startup::url_of(app.local_addr()).trim_end_matches('/')
     ));
     let state = app.state().clone();
     let shutdown = app.shutdown_token();
