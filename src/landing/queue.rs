@@ -138,6 +138,8 @@ impl MergeQueue {
         let id = task.id();
         if self.refreshes && rules.refresh != RefreshMode::Off && self.refresher.refreshes(&task) {
             let mut refreshing = RefreshProgress::default();
+            // Not a base push's time: a restart between this refresh's push and its record finds the branch at
+            // the commit its recorded intent named (`refresh.pushing`) and records that, whatever the new stamp.
             let stamp = Utc::now().timestamp();
             match self
                 .refresher
