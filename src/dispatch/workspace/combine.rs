@@ -232,26 +232,7 @@ impl Workspaces {
             let Err(error) = merged else {
                 continue;
             };
-            let unmerged = self
-                .in_worktree(
-                    "listing conflicts",
-                    admin,
-                    worktree,
-                    &["diff", "--name-only", "--diff-filter=U", "-z"],
-                )
-                .await
-                .unwrap_or_default();
-            let files: Vec<String> = unmerged
-                .split('\0')
-                .filter(|f| !f.is_empty())
-                .map(str::to_owned)
-                .collect();
-            // Paths are the agents' to choose: a control character in one is shown as `?`, never as a new line.
-            let shown = |path: &str| -> String {
-                path.chars()
-                    .map(|c| if c.is_control() { '?' } else { c })
-                    .collect()
-            };
+            let files = self.unmerged(admin, worktree).await.unwrap_or_default();
             if files.is_empty() {
                 return Err(error);
             }
@@ -271,7 +252,11 @@ impl Workspaces {
             return Ok(Err(Combined::Conflict {
                 item: *item,
                 total: files.len(),
-                files: named_files.iter().map(|f| shown(f)).collect(),
+                // Paths are the agents' to choose: a control character in one is shown as `?`, never as a new line.
+                files: named_files
+                    .iter()
+                    .map(|f| super::refresh::printable(f))
+                    .collect(),
                 with,
             }));
         }

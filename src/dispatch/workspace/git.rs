@@ -75,6 +75,28 @@ impl Workspaces {
         self.run_git(what, None, &all, Some(worktree)).await
     }
 
+    /// The paths a merge or rebase in `worktree` left unmerged, as git names them (an agent chose them: show
+    /// them through `refresh::printable`).
+    pub(super) async fn unmerged(
+        &self,
+        admin: &Path,
+        worktree: &Path,
+    ) -> Result<Vec<String>, WorkspaceError> {
+        let listed = self
+            .in_worktree(
+                "listing conflicts",
+                admin,
+                worktree,
+                &["diff", "--name-only", "--diff-filter=U", "-z"],
+            )
+            .await?;
+        Ok(listed
+            .split('\0')
+            .filter(|f| !f.is_empty())
+            .map(str::to_owned)
+            .collect())
+    }
+
     /// The credential `source`'s remote gets, if any: the origin it is scoped to, the user GitHub or GitLab
     /// reads over HTTPS (`x-access-token`; `oauth2` for a GitLab personal access token) and the token. GitHub's
     /// only for a GitHub repository on github.com; GitLab's only for a GitLab-hosted repository whose remote is

@@ -390,19 +390,10 @@ impl Workspaces {
                 )
                 .await?),
             Err(error) => {
-                let unmerged = self
-                    .in_worktree(
-                        "listing conflicts",
-                        &admin,
-                        &worktree,
-                        &["diff", "--name-only", "--diff-filter=U", "-z"],
-                    )
-                    .await
-                    .unwrap_or_default();
+                let unmerged = self.unmerged(&admin, &worktree).await.unwrap_or_default();
                 let files: Vec<String> = unmerged
-                    .split('\0')
-                    .filter(|f| !f.is_empty())
-                    .map(super::refresh::printable)
+                    .iter()
+                    .map(|f| super::refresh::printable(f))
                     .collect();
                 if files.is_empty() {
                     return Err(error);

@@ -290,20 +290,8 @@ impl Workspaces {
                 )
                 .await?),
             Err(error) => {
-                let unmerged = self
-                    .in_worktree(
-                        "listing conflicts",
-                        &admin,
-                        &worktree,
-                        &["diff", "--name-only", "--diff-filter=U", "-z"],
-                    )
-                    .await
-                    .unwrap_or_default();
-                let files: Vec<String> = unmerged
-                    .split('\0')
-                    .filter(|f| !f.is_empty())
-                    .map(printable)
-                    .collect();
+                let unmerged = self.unmerged(&admin, &worktree).await.unwrap_or_default();
+                let files: Vec<String> = unmerged.iter().map(|f| printable(f)).collect();
                 if files.is_empty() {
                     return Err(error);
                 }

@@ -57,19 +57,7 @@ impl Workspaces {
                 &["merge", "--no-commit", "--no-ff", "--quiet", base],
             )
             .await;
-        let unmerged = self
-            .in_worktree(
-                "listing conflicts",
-                &admin,
-                &worktree,
-                &["diff", "--name-only", "--diff-filter=U", "-z"],
-            )
-            .await?;
-        let files: Vec<String> = unmerged
-            .split('\0')
-            .filter(|f| !f.is_empty())
-            .map(str::to_owned)
-            .collect();
+        let files = self.unmerged(&admin, &worktree).await?;
         if let Err(error) = merged {
             if files.is_empty() {
                 return Err(error);
