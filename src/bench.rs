@@ -129,6 +129,32 @@ pub async fn scan(store: &crate::eventlog::EventStore, with_bodies: bool) -> any
     Ok(elapsed)
 }
 
+/// Runs `git args` in `cwd` as the benchmarks' own committer; its output, trimmed. Fails with git's error.
+pub fn git(cwd: &std::path::Path, args: &[&str]) -> anyhow::Result<String> {
+    let out = std::process::Command::new("git")
+        .args(args)
+        .env("GIT_AUTHOR_NAME", "bench")
+        .env("GIT_AUTHOR_EMAIL", "bench@localhost")
+        .env("GIT_COMMITTER_NAME", "bench")
+        .env("GIT_COMMITTER_EMAIL", "bench@localhost")
+        .current_dir(cwd)
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// Writes an executable `/bin/sh` script (`set -eu`) at `path`: a benchmark's agent or planner.
+pub fn script(path: &std::path::Path, body: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, format!("#!/bin/sh\nset -eu\n{body}\n"))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::with_database;

@@ -22,6 +22,7 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use clap::Parser;
 
+use pidevops::bench::{git, script};
 use pidevops::board::{Draft, Steer};
 use pidevops::config::{DatabaseUrl, Env, Settings};
 use pidevops::eventlog::{EventStore, StoredEvent};
@@ -76,30 +77,6 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-fn git(cwd: &Path, args: &[&str]) -> anyhow::Result<()> {
-    let out = std::process::Command::new("git")
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "bench")
-        .env("GIT_AUTHOR_EMAIL", "bench@localhost")
-        .env("GIT_COMMITTER_NAME", "bench")
-        .env("GIT_COMMITTER_EMAIL", "bench@localhost")
-        .current_dir(cwd)
-        .output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(())
-}
-
-fn script(path: &Path, body: &str) -> anyhow::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, format!("#!/bin/sh\nset -eu\n{body}\n"))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
-    Ok(())
 }
 
 async fn bench(args: &Args, dir: &Path) -> anyhow::Result<()> {

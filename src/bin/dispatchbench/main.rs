@@ -41,6 +41,7 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use clap::Parser;
 
+use pidevops::bench::git;
 use pidevops::board::Draft;
 use pidevops::config::{DatabaseUrl, Env, Settings};
 use pidevops::projectors::tasks as task_rows;
@@ -139,23 +140,6 @@ fn phase_totals(rendered: &str) -> Vec<(&'static str, (f64, f64))> {
         (phase, (value("sum"), value("count")))
     })
     .collect()
-}
-
-fn git(cwd: &Path, args: &[&str]) -> anyhow::Result<String> {
-    let out = std::process::Command::new("git")
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "bench")
-        .env("GIT_AUTHOR_EMAIL", "bench@localhost")
-        .env("GIT_COMMITTER_NAME", "bench")
-        .env("GIT_COMMITTER_EMAIL", "bench@localhost")
-        .current_dir(cwd)
-        .output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {

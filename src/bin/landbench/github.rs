@@ -12,6 +12,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
 use axum::{Json, Router};
+use pidevops::bench::git;
 use serde_json::{json, Value};
 
 /// Where GitHub's webhooks go, and the secret they are signed with.
@@ -89,23 +90,6 @@ pub fn fixture(path: &str) -> anyhow::Result<Value> {
     let text =
         std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
     Ok(serde_json::from_str(&text)?)
-}
-
-pub fn git(cwd: &FsPath, args: &[&str]) -> anyhow::Result<String> {
-    let out = std::process::Command::new("git")
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "bench")
-        .env("GIT_AUTHOR_EMAIL", "bench@localhost")
-        .env("GIT_COMMITTER_NAME", "bench")
-        .env("GIT_COMMITTER_EMAIL", "bench@localhost")
-        .current_dir(cwd)
-        .output()?;
-    anyhow::ensure!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
 impl FakeGithub {

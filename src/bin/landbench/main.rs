@@ -24,7 +24,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Parser;
 
-use github::{git, FakeGithub, Hooks};
+use github::{FakeGithub, Hooks};
+use pidevops::bench::{git, script};
 use pidevops::board::{Board, Draft, Steer};
 use pidevops::config::{DatabaseUrl, Env, Settings};
 use pidevops::eventlog::EventStore;
@@ -75,13 +76,6 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-fn script(path: &Path, body: &str) -> anyhow::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, format!("#!/bin/sh\nset -eu\n{body}\n"))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
-    Ok(())
 }
 
 /// The repository, its GitHub copy and a clone for GitHub's merges; the planner and worker scripts.
