@@ -255,7 +255,7 @@ impl Workspaces {
                 // Paths are the agents' to choose: a control character in one is shown as `?`, never as a new line.
                 files: named_files
                     .iter()
-                    .map(|f| super::refresh::printable(f))
+                    .map(|f| super::git::printable(f))
                     .collect(),
                 with,
             }));

@@ -76,7 +76,7 @@ impl Workspaces {
     }
 
     /// The paths a merge or rebase in `worktree` left unmerged, as git names them (an agent chose them: show
-    /// them through `refresh::printable`).
+    /// them through [`printable`]).
     pub(super) async fn unmerged(
         &self,
         admin: &Path,
@@ -178,6 +178,13 @@ fn http_origin(url: &str) -> Option<String> {
         return None;
     }
     Some(format!("{scheme}://{authority}"))
+}
+
+/// Paths are the agents' to choose: a control character is shown as `?`, never a new line.
+pub(super) fn printable(path: &str) -> String {
+    path.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
 }
 
 #[cfg(test)]

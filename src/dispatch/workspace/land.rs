@@ -391,10 +391,8 @@ impl Workspaces {
                 .await?),
             Err(error) => {
                 let unmerged = self.unmerged(&admin, &worktree).await.unwrap_or_default();
-                let files: Vec<String> = unmerged
-                    .iter()
-                    .map(|f| super::refresh::printable(f))
-                    .collect();
+                let files: Vec<String> =
+                    unmerged.iter().map(|f| super::git::printable(f)).collect();
                 if files.is_empty() {
                     return Err(error);
                 }

@@ -18,6 +18,7 @@
 use std::path::Path;
 
 use super::combine::remove_leftovers;
+use super::git::printable;
 use super::{RepoState, WorkspaceError, Workspaces};
 use crate::config::dispatch::RepoSource;
 use crate::tasks::{BranchName, RefreshMode, RepoName, TaskId};
@@ -367,13 +368,6 @@ impl Workspaces {
             })
         }
     }
-}
-
-/// Paths are the agents' to choose: a control character is shown as `?`, never a new line.
-pub(super) fn printable(path: &str) -> String {
-    path.chars()
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect()
 }
 
 /// At most [`MAX_HUNK_BYTES`] of `text`, cut at a character boundary, saying so when cut.

@@ -151,7 +151,7 @@ impl Workspaces {
                 continue;
             };
             if has_markers(&text) {
-                marked.push(super::refresh::printable(file));
+                marked.push(super::git::printable(file));
             }
         }
         if marked.is_empty() {
