@@ -297,7 +297,8 @@ impl Profiles {
     /// triage agent for triage; `Err` says what is missing.
     pub fn for_run(&self, task: &Task, purpose: RunPurpose) -> Result<&AgentProfile, String> {
         match purpose {
-            RunPurpose::Work | RunPurpose::Resolve => self.for_task(task),
+            // A refresh check runs no agent: the task's own profile only names its run.
+            RunPurpose::Work | RunPurpose::Resolve | RunPurpose::Refresh => self.for_task(task),
             RunPurpose::Plan => self.planner().ok_or_else(|| {
                 format!(
                     "{} is a plan, and no planner profile is configured ([dispatch] planner)",

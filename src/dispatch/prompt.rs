@@ -82,6 +82,12 @@ pub fn for_run(task: &Task, purpose: RunPurpose, max_items: usize) -> String {
         RunPurpose::Plan => plan(task, max_items),
         RunPurpose::Triage => triage(task),
         RunPurpose::Resolve => resolve(task, &[]),
+        // No agent reads it: the run's prompt file says what the run does, for a person looking at it.
+        RunPurpose::Refresh => format!(
+            "No agent runs: {} brought up to date with its base is checked by the repository's setup and check, \
+             then pushed.\n",
+            task.id().branch()
+        ),
     }
 }
 

@@ -147,7 +147,8 @@ impl MergeQueue {
                 .await?
             {
                 Ended::Current => {}
-                Ended::Refreshed => {
+                // Its new head is not chosen yet (pushed now, or once the repository's check passes): wait.
+                Ended::Refreshed | Ended::Checking => {
                     progress.refreshed += 1;
                     return Ok(());
                 }

@@ -151,7 +151,9 @@ impl Combine {
                     | TaskEvent::Refreshed { .. }
                     | TaskEvent::WentStale { .. }
                     | TaskEvent::ConflictFound { .. }
-                    | TaskEvent::ConflictUnresolved { .. } => return Ok(()),
+                    | TaskEvent::ConflictUnresolved { .. }
+                    | TaskEvent::RefreshCheckDue { .. }
+                    | TaskEvent::RefreshCheckFailed { .. } => return Ok(()),
                 }
             }
             _ => return Ok(()),

@@ -133,7 +133,9 @@ impl Plans {
             | TaskEvent::Refreshed { .. }
             | TaskEvent::WentStale { .. }
             | TaskEvent::ConflictFound { .. }
-            | TaskEvent::ConflictUnresolved { .. } => Ok(()),
+            | TaskEvent::ConflictUnresolved { .. }
+            | TaskEvent::RefreshCheckDue { .. }
+            | TaskEvent::RefreshCheckFailed { .. } => Ok(()),
         }
     }
 

@@ -27,7 +27,7 @@ pub use domain::{
     landing, CommitSha, FactName, LandConfig, LandMode, Landing, MergeMethod, Readiness,
     RefreshMode,
 };
-pub use domain::{stale, Conflict, StaleAction, StaleRule};
+pub use domain::{stale, Conflict, RefreshCheck, StaleAction, StaleRule};
 pub use values::{
     is_slack_id, is_slack_ts, AgentName, ApprovalPolicy, BranchName, Column, FollowUpOrigin,
     FollowUpText, GithubRef, GitlabIssueRef, GitlabMrRef, LinearIssue, LinkConflict, LinkKey,

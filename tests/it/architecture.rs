@@ -57,6 +57,7 @@ const KNOWN_FOLDER_CYCLES: &[(&str, &[&str], &str)] = &[
             "evolution",
             "family",
             "landing",
+            "refresh_check",
             "ticket",
         ],
         "one aggregate split by topic: decide and evolve read every part's events and facts, and each part's \

@@ -59,6 +59,7 @@ mod questions;
 mod reactions;
 mod refresh;
 mod refresh_backstop;
+mod refresh_check;
 mod refresh_conflict;
 mod relay;
 mod replicas;

@@ -51,10 +51,12 @@ impl Dispatcher {
                     })
                     .map_err(|errors| errors.retry_text())
             }
-            RunPurpose::Triage | RunPurpose::Work | RunPurpose::Resolve => read_spec(&worktree)
-                .map_err(|e| e.to_string())?
-                .map(|spec| Proposal::Spec { spec })
-                .ok_or_else(|| "the agent exited 0 but left no .pidevops/spec.json".to_owned()),
+            RunPurpose::Triage | RunPurpose::Work | RunPurpose::Resolve | RunPurpose::Refresh => {
+                read_spec(&worktree)
+                    .map_err(|e| e.to_string())?
+                    .map(|spec| Proposal::Spec { spec })
+                    .ok_or_else(|| "the agent exited 0 but left no .pidevops/spec.json".to_owned())
+            }
         })
         .await
         .unwrap_or_else(|e| Err(format!("reading the agent's file failed: {e}")));

@@ -14,12 +14,15 @@
 //!   happened before the crash is recognised ("pushed already") and never repeated.
 //! - The push names the commit pidevops recorded as its lease (`--force-with-lease=<branch>:<commit>`): a branch
 //!   someone else pushed to since is never overwritten; that is reported with what is there now.
+//! - Held (`hold`: the repository has a `check`): nothing is pushed; the new commit is reported (`Held`) for the
+//!   attempt that checks it, which makes it again in its own worktree ([`Workspaces::refresh_again`], the same
+//!   commit for the same stamp) and pushes it leased on the same commit once the check passed.
 
 use std::path::Path;
 
 use super::combine::remove_leftovers;
 use super::git::printable;
-use super::{RepoState, WorkspaceError, Workspaces};
+use super::{Prepared, RepoState, WorkspaceError, Workspaces};
 use crate::config::dispatch::RepoSource;
 use crate::tasks::{BranchName, RefreshMode, RepoName, TaskId};
 
@@ -39,6 +42,8 @@ pub struct RefreshRequest {
     pub mode: RefreshMode,
     /// Seconds since the epoch: the new commit's committer date (see the module doc).
     pub stamp: i64,
+    /// Bring it up to date but push nothing: the repository's check runs on it first (`Held`).
+    pub hold: bool,
 }
 
 /// How a refresh ended.
@@ -53,6 +58,8 @@ pub enum RefreshResult {
         to: String,
         pushed: bool,
     },
+    /// `hold`: the branch, still at the recorded commit, would be `to`, up to date with `base`; nothing was pushed.
+    Held { base: String, to: String },
     /// The commit does not rebase onto (merge with) the base at `base`: nothing was pushed.
     Conflict {
         base: String,
@@ -177,6 +184,9 @@ impl Workspaces {
         if found != commit {
             return Ok(RefreshResult::Moved { found });
         }
+        if request.hold {
+            return Ok(RefreshResult::Held { base, to });
+        }
         intend(to.clone(), base.clone())
             .await
             .map_err(|detail| WorkspaceError::Git {
@@ -261,26 +271,15 @@ impl Workspaces {
         let admin = self
             .add_worktree(&state, git_dir, "--detach", None, &worktree, commit)
             .await?;
-        let stamp = format!("@{} +0000", request.stamp);
-        // The task id only: ticket text never goes into a commit message.
-        let message = format!(
-            "Refresh {} onto {}\n\nMerged by pidevops.\n",
-            request.task,
-            &base[..12]
-        );
-        let args: Vec<&str> = match request.mode {
-            RefreshMode::Merge => vec![
-                "merge",
-                "--no-ff",
-                "--no-edit",
-                "--quiet",
-                "-m",
-                &message,
-                base,
-            ],
-            RefreshMode::Rebase | RefreshMode::Off => vec!["rebase", "--quiet", base],
-        };
-        let brought = self.stamped(&admin, &worktree, &args, &stamp).await;
+        let message = message(request.task, base);
+        let brought = self
+            .stamped(
+                &admin,
+                &worktree,
+                &bring_args(request.mode, &message, base),
+                &stamp(request.stamp),
+            )
+            .await;
         let outcome = match brought {
             Ok(()) => Ok(self
                 .in_worktree(
@@ -314,12 +313,13 @@ impl Workspaces {
             }
         };
         if outcome.is_err() {
-            let abort = match request.mode {
-                RefreshMode::Merge => ["merge", "--abort"],
-                RefreshMode::Rebase | RefreshMode::Off => ["rebase", "--abort"],
-            };
             let _ = self
-                .in_worktree("aborting the refresh", &admin, &worktree, &abort)
+                .in_worktree(
+                    "aborting the refresh",
+                    &admin,
+                    &worktree,
+                    &abort_args(request.mode),
+                )
                 .await;
         }
         let path = worktree.to_string_lossy().into_owned();
@@ -368,6 +368,104 @@ impl Workspaces {
             })
         }
     }
+}
+
+impl Workspaces {
+    /// The refresh `request` (its recorded commit onto `base`) made again in `prepared`'s worktree, as the `refresh`
+    /// loop made it in its clean room: the same commit for the same stamp. Returns it; the worktree is left on it
+    /// (and `prepared.base_commit` is it: what the check's repository starts from). Nothing is pushed.
+    pub async fn refresh_again(
+        &self,
+        prepared: &mut Prepared,
+        request: &RefreshRequest,
+        base: &str,
+    ) -> Result<String, WorkspaceError> {
+        let mirror = format!("--git-dir={}", prepared.dirs.mirror.to_string_lossy());
+        let from = request.commit.as_str();
+        for (what, commit) in [("the commit pidevops pushed", from), ("the base", base)] {
+            if !self.has_commit(&mirror, commit).await {
+                return Err(WorkspaceError::Git {
+                    what: "making the refresh again".to_owned(),
+                    detail: format!("{what} ({commit}) is not in the mirror"),
+                });
+            }
+        }
+        let (admin, worktree) = (prepared.admin.clone(), prepared.dirs.worktree.clone());
+        self.in_worktree(
+            "putting the worktree on the commit pidevops pushed",
+            &admin,
+            &worktree,
+            &["reset", "--hard", "--quiet", from],
+        )
+        .await?;
+        let message = message(request.task, base);
+        let brought = self
+            .stamped(
+                &admin,
+                &worktree,
+                &bring_args(request.mode, &message, base),
+                &stamp(request.stamp),
+            )
+            .await;
+        if let Err(error) = brought {
+            let _ = self
+                .in_worktree(
+                    "aborting the refresh",
+                    &admin,
+                    &worktree,
+                    &abort_args(request.mode),
+                )
+                .await;
+            return Err(error);
+        }
+        let to = self
+            .in_worktree(
+                "reading the refresh",
+                &admin,
+                &worktree,
+                &["rev-parse", "HEAD"],
+            )
+            .await?;
+        prepared.base_commit = to.clone();
+        Ok(to)
+    }
+}
+
+/// A refresh's commit message: the task id only (ticket text never goes into a commit message).
+fn message(task: TaskId, base: &str) -> String {
+    format!(
+        "Refresh {task} onto {}\n\nMerged by pidevops.\n",
+        base.get(..12).unwrap_or(base)
+    )
+}
+
+/// git's arguments that bring the commit checked out up to date with `base` by `mode`.
+fn bring_args<'a>(mode: RefreshMode, message: &'a str, base: &'a str) -> Vec<&'a str> {
+    match mode {
+        RefreshMode::Merge => vec![
+            "merge",
+            "--no-ff",
+            "--no-edit",
+            "--quiet",
+            "-m",
+            message,
+            base,
+        ],
+        RefreshMode::Rebase | RefreshMode::Off => vec!["rebase", "--quiet", base],
+    }
+}
+
+/// git's arguments that abort what [`bring_args`] started.
+fn abort_args(mode: RefreshMode) -> [&'static str; 2] {
+    match mode {
+        RefreshMode::Merge => ["merge", "--abort"],
+        RefreshMode::Rebase | RefreshMode::Off => ["rebase", "--abort"],
+    }
+}
+
+/// `stamp` (seconds since the epoch) as git's date.
+fn stamp(stamp: i64) -> String {
+    format!("@{stamp} +0000")
 }
 
 /// At most [`MAX_HUNK_BYTES`] of `text`, cut at a character boundary, saying so when cut.

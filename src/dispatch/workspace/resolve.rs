@@ -206,6 +206,25 @@ impl Workspaces {
             return Ok(LeasedPush::Pushed);
         };
         // Refused: say what the branch holds now (a failure of another kind stays that failure).
+        let found = self.remote_branch(prepared).await?;
+        match found.as_deref() {
+            Some(head) if head == commit => Ok(LeasedPush::Pushed),
+            Some(head) if head == lease => Err(refused),
+            _ => Ok(LeasedPush::Refused { found }),
+        }
+    }
+}
+
+impl Workspaces {
+    /// What `prepared`'s branch holds on the remote now (`None`: it is gone).
+    pub async fn remote_branch(
+        &self,
+        prepared: &Prepared,
+    ) -> Result<Option<String>, WorkspaceError> {
+        let source = &prepared.source;
+        self.check_token(&prepared.repo, source)?;
+        let branch_ref = format!("refs/heads/{}", prepared.branch.as_str());
+        let mirror = format!("--git-dir={}", prepared.dirs.mirror.to_string_lossy());
         let listed = self
             .run_git(
                 "reading the branch",
@@ -214,12 +233,7 @@ impl Workspaces {
                 None,
             )
             .await?;
-        let found = listed.split_whitespace().next().map(str::to_owned);
-        match found.as_deref() {
-            Some(head) if head == commit => Ok(LeasedPush::Pushed),
-            Some(head) if head == lease => Err(refused),
-            _ => Ok(LeasedPush::Refused { found }),
-        }
+        Ok(listed.split_whitespace().next().map(str::to_owned))
     }
 }
 

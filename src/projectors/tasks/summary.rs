@@ -29,6 +29,9 @@ pub fn summarize(event: &TaskEvent) -> String {
             RunPurpose::Plan => format!("planner attempt {attempt} started (run {run})"),
             RunPurpose::Triage => format!("triage agent started (run {run})"),
             RunPurpose::Resolve => format!("conflict attempt {attempt} started (run {run})"),
+            RunPurpose::Refresh => {
+                format!("the repository's check started on the refreshed branch (run {run})")
+            }
         },
         TaskEvent::SubmittedForReview { branch, pr, .. } => match pr {
             Some(pr) => format!("submitted for review: {} ({pr})", branch.as_str()),
@@ -142,6 +145,9 @@ pub fn summarize(event: &TaskEvent) -> String {
         } => landed(commit, onto, *fast_forward),
         TaskEvent::Refreshed { .. } => refreshed(event),
         TaskEvent::ConflictFound { .. } | TaskEvent::ConflictUnresolved { .. } => conflict(event),
+        TaskEvent::RefreshCheckDue { .. } | TaskEvent::RefreshCheckFailed { .. } => {
+            refresh_check(event)
+        }
         TaskEvent::MergeQueued { sha, number, .. } => {
             format!("merge queued: #{number} at {} is next to land", sha.short())
         }
@@ -290,6 +296,23 @@ fn conflict(event: &TaskEvent) -> String {
     format!("the conflict was not resolved: {reason}")
 }
 
+/// A refresh held for the repository's check, or not pushed after it.
+fn refresh_check(event: &TaskEvent) -> String {
+    if let TaskEvent::RefreshCheckDue { check, .. } = event {
+        return format!(
+            "the base moved (now {}) and {} was brought up to date with it as {}: the repository's check runs \
+             on it before it is pushed",
+            check.base.short(),
+            check.from.short(),
+            check.to.short()
+        );
+    }
+    let TaskEvent::RefreshCheckFailed { reason, .. } = event else {
+        return String::new();
+    };
+    format!("the refreshed branch was not pushed: {reason}")
+}
+
 /// The links an event brings, as lookup keys.
 pub(super) fn links_of(event: &TaskEvent) -> Vec<(LinkKind, String)> {
     match event {
@@ -330,7 +353,9 @@ pub(super) fn links_of(event: &TaskEvent) -> Vec<(LinkKind, String)> {
         | TaskEvent::Refreshed { .. }
         | TaskEvent::WentStale { .. }
         | TaskEvent::ConflictFound { .. }
-        | TaskEvent::ConflictUnresolved { .. } => Vec::new(),
+        | TaskEvent::ConflictUnresolved { .. }
+        | TaskEvent::RefreshCheckDue { .. }
+        | TaskEvent::RefreshCheckFailed { .. } => Vec::new(),
     }
 }
 

@@ -5,8 +5,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    AttemptReport, CombinedItem, CommitSha, Conflict, FactName, Family, RefreshMode, RetryCause,
-    StaleAction, TriageOutcome,
+    AttemptReport, CombinedItem, CommitSha, Conflict, FactName, Family, RefreshCheck, RefreshMode,
+    RetryCause, StaleAction, TriageOutcome,
 };
 use crate::tasks::plan::PlanDocument;
 use crate::tasks::values::{
@@ -260,6 +260,20 @@ pub enum TaskEvent {
         at: DateTime<Utc>,
         reason: Reason,
     },
+    /// The `refresh` loop brought the branch up to date with the moved base and, the repository having a `check`,
+    /// did not push it: the task goes to `todo` for an attempt that runs the check on it (`RunPurpose::Refresh`,
+    /// no agent), its budget one larger so that attempt costs the work none. Its success is `refreshed`.
+    RefreshCheckDue {
+        at: DateTime<Utc>,
+        check: Box<RefreshCheck>,
+        max_attempts: MaxAttempts,
+    },
+    /// The refresh check's run ended without its push (the check failed, someone else pushed): back in review on
+    /// the commit it had (a flag with why follows).
+    RefreshCheckFailed {
+        at: DateTime<Utc>,
+        reason: Reason,
+    },
 }
 
 impl TaskEvent {
@@ -304,6 +318,8 @@ impl TaskEvent {
             | TaskEvent::WentStale { at, .. }
             | TaskEvent::ConflictFound { at, .. }
             | TaskEvent::ConflictUnresolved { at, .. }
+            | TaskEvent::RefreshCheckDue { at, .. }
+            | TaskEvent::RefreshCheckFailed { at, .. }
             | TaskEvent::MergeQueued { at, .. } => *at,
         }
     }

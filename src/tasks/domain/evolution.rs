@@ -172,6 +172,8 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
         TaskEvent::WentStale { at, .. } => went_stale(task, event, *at)?,
         TaskEvent::ConflictFound { .. } => super::conflict::found(task, event)?,
         TaskEvent::ConflictUnresolved { .. } => super::conflict::unresolved(task, event)?,
+        TaskEvent::RefreshCheckDue { .. } => super::refresh_check::due(task, event)?,
+        TaskEvent::RefreshCheckFailed { .. } => super::refresh_check::ended(task, event)?,
     }
     Ok(())
 }
@@ -217,6 +219,10 @@ fn queued(task: &mut Task, event: &TaskEvent, sha: &super::CommitSha) -> Result<
 
 /// A refresh is a new push: the landing facts start over, and so does the review episode for staleness.
 fn refreshed(task: &mut Task, event: &TaskEvent, to: &super::CommitSha) -> Result<(), TaskError> {
+    // A refresh check's run pushed it: that run is over, the task back in review.
+    if task.column == Column::InProgress {
+        super::refresh_check::ended(task, event)?;
+    }
     task.stale_since = None;
     landing::evolve(task, event, LandingFact::Refreshed { to })
 }
@@ -254,6 +260,7 @@ fn started(
         RunPurpose::Plan => task.kind == TaskKind::Plan && !task.is_approved_plan(),
         RunPurpose::Triage => task.kind == TaskKind::Task,
         RunPurpose::Resolve => task.kind == TaskKind::Task && task.conflict.is_some(),
+        RunPurpose::Refresh => task.kind == TaskKind::Task && task.refresh_check.is_some(),
     };
     if !fits {
         return Err(inapplicable(
@@ -293,6 +300,10 @@ fn started(
     task.attempts = attempt;
     task.run = Some(run);
     task.purpose = Some(purpose);
+    // A refresh check runs no agent: not a bounce, and no follow-up is handed to it.
+    if purpose == RunPurpose::Refresh {
+        return Ok(());
+    }
     if task.recent_starts.len() >= OSCILLATION_STARTS {
         task.recent_starts.remove(0);
     }
@@ -319,10 +330,12 @@ fn retried(
             format!("attempt {attempt} is not the last one ({})", task.attempts),
         ));
     }
+    // A refresh check's start was never counted (`started`): nothing to take back.
+    let counted = task.purpose != Some(RunPurpose::Refresh);
     task.column = Column::Todo;
     task.run = None;
     task.purpose = None;
-    if matches!(cause, RetryCause::Interrupted { .. }) {
+    if matches!(cause, RetryCause::Interrupted { .. }) && counted {
         task.recent_starts.pop();
     }
     task.last_failure = Some(Failure {
@@ -526,6 +539,8 @@ impl Task {
             stale_since: None,
             conflict: None,
             conflicts_tried: Vec::new(),
+            refresh_check: None,
+            checks_tried: Vec::new(),
             last_failure: None,
             closed_reason: None,
             follow_ups: Vec::new(),

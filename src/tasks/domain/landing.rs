@@ -540,7 +540,9 @@ pub fn may_land(event: &TaskEvent) -> bool {
         | TaskEvent::Landed { .. }
         | TaskEvent::WentStale { .. }
         | TaskEvent::ConflictFound { .. }
-        | TaskEvent::ConflictUnresolved { .. } => false,
+        | TaskEvent::ConflictUnresolved { .. }
+        | TaskEvent::RefreshCheckDue { .. }
+        | TaskEvent::RefreshCheckFailed { .. } => false,
         // Its checks run again on the refreshed head: nothing is ready until they pass there.
         TaskEvent::Refreshed { .. } => false,
         // The queue's own choice: it asked readiness first.

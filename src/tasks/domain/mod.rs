@@ -22,6 +22,7 @@ mod event;
 mod evolution;
 mod family;
 pub mod landing;
+mod refresh_check;
 pub mod stale;
 mod ticket;
 
@@ -37,6 +38,7 @@ pub use family::{roll_up, ChildView, PlanState, RollUp, TriageOutcome, TriageSta
 pub use landing::{
     CommitSha, FactName, LandConfig, LandMode, Landing, MergeMethod, Readiness, RefreshMode,
 };
+pub use refresh_check::RefreshCheck;
 pub use stale::{StaleAction, StaleRule};
 
 use super::plan::{PlanDocument, Scope};
@@ -132,6 +134,12 @@ pub struct Task {
     /// The (commit, base) pairs whose conflicts were handed to an agent already (the last few): never twice.
     #[serde(skip)]
     conflicts_tried: Vec<(CommitSha, CommitSha)>,
+    /// A refresh held for the repository's check, waiting for (or in) its attempt (`refresh_check.rs`).
+    #[serde(skip)]
+    refresh_check: Option<RefreshCheck>,
+    /// The (commit, base) pairs whose refreshes were held for a check already (the last few): never twice.
+    #[serde(skip)]
+    checks_tried: Vec<(CommitSha, CommitSha)>,
 }
 
 /// What an attempt submitted for review says of itself, for its pull request and its page: the agent's own
@@ -265,6 +273,10 @@ impl Task {
     pub fn conflict(&self) -> Option<&Conflict> {
         self.conflict.as_ref()
     }
+    /// The refresh the next (or running) attempt checks before it is pushed, if any.
+    pub fn refresh_check(&self) -> Option<&RefreshCheck> {
+        self.refresh_check.as_ref()
+    }
     pub fn last_failure(&self) -> Option<&Failure> {
         self.last_failure.as_ref()
     }
@@ -344,6 +356,7 @@ impl Task {
     pub fn next_purpose(&self) -> RunPurpose {
         match self.kind {
             TaskKind::Task if self.conflict.is_some() => RunPurpose::Resolve,
+            TaskKind::Task if self.refresh_check.is_some() => RunPurpose::Refresh,
             TaskKind::Task => RunPurpose::Work,
             TaskKind::Plan => RunPurpose::Plan,
         }
@@ -601,6 +614,11 @@ pub enum Command {
     ResolveConflict {
         conflict: Box<Conflict>,
     },
+    /// The `refresh` loop brought the branch up to date but the repository has a `check`: it runs first, in an
+    /// attempt of its own kind, and only then is the refresh pushed (see `refresh_check.rs`). Only in review.
+    CheckRefresh {
+        check: Box<RefreshCheck>,
+    },
 }
 
 impl Command {
@@ -641,6 +659,7 @@ impl Command {
             Command::QueueMerge { .. } => "queue-merge",
             Command::MarkStale { .. } => "mark-stale",
             Command::ResolveConflict { .. } => "resolve-conflict",
+            Command::CheckRefresh { .. } => "check-refresh",
         }
     }
 }

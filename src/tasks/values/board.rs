@@ -278,6 +278,8 @@ pub enum RunPurpose {
     Triage,
     /// An attempt at a refresh's conflict: the recorded commit with the base merged in, the markers to resolve.
     Resolve,
+    /// A refresh held for the repository's check: no agent, the refresh made again, setup and check run, pushed.
+    Refresh,
 }
 
 impl RunPurpose {
@@ -287,6 +289,7 @@ impl RunPurpose {
             RunPurpose::Plan => "plan",
             RunPurpose::Triage => "triage",
             RunPurpose::Resolve => "resolve",
+            RunPurpose::Refresh => "refresh",
         }
     }
 

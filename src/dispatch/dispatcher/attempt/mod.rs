@@ -17,6 +17,7 @@ use super::steering::FollowUpWatch;
 use super::{run_of, Dispatcher};
 
 mod outcome;
+mod refresh_check;
 mod resolve;
 use crate::config::profiles::{AgentProfile, LiveInput, OnFollowUp};
 use crate::config::repo_env::RepoEnv;
@@ -28,6 +29,7 @@ use crate::domain::usage::RunUsage;
 use crate::projectors::tasks as task_rows;
 use crate::tasks::ReviewPolicy;
 use crate::tasks::{AttemptReport, Column, RunId, RunPurpose, Task, TaskId};
+use outcome::StoppedFor;
 
 impl Dispatcher {
     /// Runs a claimed attempt to its one outcome and moves the task on. Used by `serve` and by workers.
@@ -69,6 +71,11 @@ impl Dispatcher {
         }
         let begun = std::time::Instant::now();
         let outcome = match &profile {
+            // No agent: the refresh made again, the repository's setup and check, the push.
+            Ok(_) if purpose == RunPurpose::Refresh => {
+                self.check_refresh(&task, run, attempt, &mut writer, stop)
+                    .await
+            }
             Ok(profile) => {
                 self.attempt(&task, run, attempt, profile, &mut writer, stop)
                     .await
@@ -152,7 +159,7 @@ impl Dispatcher {
         // A planner or a triage agent reads the code and leaves a file: the repository's hooks and check are for
         // work that is pushed.
         let repo_env = match purpose {
-            RunPurpose::Work | RunPurpose::Resolve => {
+            RunPurpose::Work | RunPurpose::Resolve | RunPurpose::Refresh => {
                 self.inner.config.environment(task.repo()).cloned()
             }
             RunPurpose::Plan | RunPurpose::Triage => None,
@@ -216,6 +223,12 @@ impl Dispatcher {
                 self.proposal(task, purpose, &prepared, finished, &ended, &fail)
                     .await
             }
+            // Never here: `execute` runs a refresh check without an agent (`refresh_check.rs`).
+            (Ok(finished), RunPurpose::Refresh) => fail(
+                FailureKind::Workspace,
+                "a refresh check runs no agent".into(),
+                finished.tail,
+            ),
             (Err(failed), _) => fail(failed.kind, failed.detail, failed.tail),
         };
         if reviewed {
@@ -347,52 +360,6 @@ impl Dispatcher {
             Err(Written::Failed(error)) => {
                 tracing::warn!(task = %id, %run, error = format!("{error:#}"), "egress refusals not recorded");
                 true
-            }
-        }
-    }
-
-    /// A failed run's kind and words where it was stopped rather than failing by itself: a provider's limit (and
-    /// until when), a follow-up's restart, a filling volume, a budget. An agent that finished first keeps its
-    /// outcome.
-    fn stopped_why(
-        &self,
-        outcome: &mut RunEvent,
-        limit: Option<&crate::domain::usage::Limit>,
-        attempt: u32,
-        stopped_for: StoppedFor,
-    ) {
-        if let RunEvent::Failed {
-            kind: FailureKind::Limited,
-            until,
-            ..
-        } = outcome
-        {
-            *until = Some(self.limit_lifts(limit, attempt, Utc::now()));
-        }
-        // Stopped to start again with a follow-up: given back (the task goes round again for the follow-up).
-        if stopped_for.restarted {
-            if let RunEvent::Failed { kind, detail, .. } = outcome {
-                *kind = FailureKind::Restarted;
-                *detail =
-                    "stopped to start again with a follow-up that came while the agent ran".into();
-            }
-        }
-        // Stopped on a filling volume: a person looks.
-        if stopped_for.disk_full {
-            if let RunEvent::Failed { kind, detail, .. } = outcome {
-                *kind = FailureKind::Flooded;
-                *detail = format!(
-                    "stopped: the workspace volume fell below {} MiB free (half of dispatch.min_free_disk_mib) \
-                     while the agent ran",
-                    self.inner.config.bounds.min_free_disk >> 21
-                );
-            }
-        }
-        // Stopped for a budget: say so.
-        if let Some(why) = stopped_for.budget {
-            if let RunEvent::Failed { kind, detail, .. } = outcome {
-                *kind = FailureKind::Budget;
-                *detail = why;
             }
         }
     }
@@ -678,14 +645,6 @@ pub(super) struct Ended<'a> {
 }
 
 /// An attempt's heartbeat task and the tokens between the two (see `Dispatcher::heartbeat`).
-/// What stopped an attempt's agent besides itself, for `stopped_why`.
-struct StoppedFor {
-    restarted: bool,
-    disk_full: bool,
-    /// A budget it went over, in words.
-    budget: Option<String>,
-}
-
 struct Heartbeat {
     /// Cancelled by the attempt once it has its outcome: no more beats.
     beats: CancellationToken,

@@ -1,5 +1,6 @@
 //! A run's outcome applied to its task (a success submitted for review, a failure as its retry's cause, a
-//! proposal), and an outcome another writer recorded recovered from the run's stream.
+//! proposal), and an outcome another writer recorded recovered from the run's stream; a failed run's kind and
+//! words where it was stopped rather than failing by itself.
 
 use chrono::Utc;
 
@@ -8,12 +9,23 @@ use super::super::{Dispatcher, DISPATCHER};
 use crate::board::BoardError;
 use crate::dispatch::runs::{self, FailureKind, Proposal, RunEvent};
 use crate::projectors::runs as run_rows;
-use crate::tasks::{Command, Reason, RetryCause, RunId, TaskError};
+use crate::tasks::{Command, Reason, RetryCause, RunId, RunPurpose, TaskError, TaskId};
 
 impl Dispatcher {
     /// Moves the task on after a run's outcome. Idempotent: a second application names a run that is no longer
     /// live and the domain refuses it, which is the expected answer here.
     pub(in crate::dispatch::dispatcher) async fn apply(&self, outcome: &RunEvent) {
+        // A refresh check runs no agent and is safe to run again: lost (its serve restarted, its worker gone), it
+        // goes round again as one interrupted, and its successor records a push it made (`refresh_check.rs`).
+        let lost_check = match outcome {
+            RunEvent::Failed {
+                task,
+                run,
+                kind: FailureKind::Lost,
+                ..
+            } => self.checks_refresh(*task, *run).await,
+            _ => false,
+        };
         let (task, command) = match outcome {
             RunEvent::Succeeded {
                 task,
@@ -41,6 +53,7 @@ impl Dispatcher {
                 Command::Retry {
                     cause: match kind {
                         FailureKind::Interrupted => RetryCause::Interrupted { run: *run },
+                        FailureKind::Lost if lost_check => RetryCause::Interrupted { run: *run },
                         // The agent did not run: not its attempt (see `hooks.rs`). Nor is a reviewer's failure.
                         FailureKind::Setup | FailureKind::Reviewer => {
                             RetryCause::SetupFailed { run: *run }
@@ -103,6 +116,61 @@ impl Dispatcher {
         }
     }
 
+    /// A failed run's kind and words where it was stopped rather than failing by itself: a provider's limit (and
+    /// until when), a follow-up's restart, a filling volume, a budget. An agent that finished first keeps its
+    /// outcome.
+    pub(super) fn stopped_why(
+        &self,
+        outcome: &mut RunEvent,
+        limit: Option<&crate::domain::usage::Limit>,
+        attempt: u32,
+        stopped_for: StoppedFor,
+    ) {
+        if let RunEvent::Failed {
+            kind: FailureKind::Limited,
+            until,
+            ..
+        } = outcome
+        {
+            *until = Some(self.limit_lifts(limit, attempt, Utc::now()));
+        }
+        // Stopped to start again with a follow-up: given back (the task goes round again for the follow-up).
+        if stopped_for.restarted {
+            if let RunEvent::Failed { kind, detail, .. } = outcome {
+                *kind = FailureKind::Restarted;
+                *detail =
+                    "stopped to start again with a follow-up that came while the agent ran".into();
+            }
+        }
+        // Stopped on a filling volume: a person looks.
+        if stopped_for.disk_full {
+            if let RunEvent::Failed { kind, detail, .. } = outcome {
+                *kind = FailureKind::Flooded;
+                *detail = format!(
+                    "stopped: the workspace volume fell below {} MiB free (half of dispatch.min_free_disk_mib) \
+                     while the agent ran",
+                    self.inner.config.bounds.min_free_disk >> 21
+                );
+            }
+        }
+        // Stopped for a budget: say so.
+        if let Some(why) = stopped_for.budget {
+            if let RunEvent::Failed { kind, detail, .. } = outcome {
+                *kind = FailureKind::Budget;
+                *detail = why;
+            }
+        }
+    }
+
+    /// Whether `run` is the live run of `task` and a refresh check.
+    async fn checks_refresh(&self, task: TaskId, run: RunId) -> bool {
+        matches!(
+            self.inner.board.load(task).await,
+            Ok(Some(loaded)) if loaded.task.run() == Some(run)
+                && loaded.task.purpose() == Some(RunPurpose::Refresh)
+        )
+    }
+
     /// Applies whatever outcome the run's stream holds (another writer's).
     pub(in crate::dispatch::dispatcher) async fn recover(&self, run: RunId) {
         match self.store().read_stream(&runs::stream(run)).await {
@@ -118,4 +186,12 @@ impl Dispatcher {
             Err(error) => tracing::warn!(%run, %error, "cannot read the run's outcome"),
         }
     }
+}
+
+/// What stopped an attempt's agent besides itself, for `stopped_why`.
+pub(super) struct StoppedFor {
+    pub restarted: bool,
+    pub disk_full: bool,
+    /// A budget it went over, in words.
+    pub budget: Option<String>,
 }

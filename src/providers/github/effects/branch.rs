@@ -68,7 +68,9 @@ pub fn ends_its_branch(event: &TaskEvent) -> bool {
         | TaskEvent::Refreshed { .. }
         | TaskEvent::WentStale { .. }
         | TaskEvent::ConflictFound { .. }
-        | TaskEvent::ConflictUnresolved { .. } => false,
+        | TaskEvent::ConflictUnresolved { .. }
+        | TaskEvent::RefreshCheckDue { .. }
+        | TaskEvent::RefreshCheckFailed { .. } => false,
     }
 }
 

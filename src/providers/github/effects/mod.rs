@@ -123,7 +123,9 @@ impl ProviderPolicy for GithubPolicy {
             | TaskEvent::Landed { .. }
             | TaskEvent::Refreshed { .. }
             | TaskEvent::ConflictFound { .. }
-            | TaskEvent::ConflictUnresolved { .. } => false,
+            | TaskEvent::ConflictUnresolved { .. }
+            | TaskEvent::RefreshCheckDue { .. }
+            | TaskEvent::RefreshCheckFailed { .. } => false,
         }
     }
 
@@ -334,7 +336,9 @@ pub fn github(event: &TaskEvent, task: &Task, config: &PolicyConfig) -> Vec<Requ
         | TaskEvent::Refreshed { .. }
         | TaskEvent::WentStale { .. }
         | TaskEvent::ConflictFound { .. }
-        | TaskEvent::ConflictUnresolved { .. } => Vec::new(),
+        | TaskEvent::ConflictUnresolved { .. }
+        | TaskEvent::RefreshCheckDue { .. }
+        | TaskEvent::RefreshCheckFailed { .. } => Vec::new(),
     }
 }
 

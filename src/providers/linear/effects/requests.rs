@@ -47,6 +47,8 @@ pub fn linear_notifies(event: &TaskEvent) -> bool {
         | TaskEvent::Refreshed { .. }
         | TaskEvent::ConflictFound { .. }
         | TaskEvent::ConflictUnresolved { .. }
+        | TaskEvent::RefreshCheckDue { .. }
+        | TaskEvent::RefreshCheckFailed { .. }
         | TaskEvent::MergeQueued { .. } => false,
     }
 }
@@ -137,7 +139,10 @@ pub fn linear(
         // Closed: its cancellation, which follows, says why.
         TaskEvent::WentStale { .. } => Vec::new(),
         // Its flag (when the conflict needs a person) is the news.
-        TaskEvent::ConflictFound { .. } | TaskEvent::ConflictUnresolved { .. } => Vec::new(),
+        TaskEvent::ConflictFound { .. }
+        | TaskEvent::ConflictUnresolved { .. }
+        | TaskEvent::RefreshCheckDue { .. }
+        | TaskEvent::RefreshCheckFailed { .. } => Vec::new(),
         // The checklist's news (see `linear_notifies`) is `plan.rs`'s; the rest is not told to Linear.
         TaskEvent::Created(_)
         | TaskEvent::Approved { .. }

@@ -370,6 +370,8 @@ pub fn slack_notifies(event: &TaskEvent) -> bool {
         | TaskEvent::Refreshed { .. }
         | TaskEvent::ConflictFound { .. }
         | TaskEvent::ConflictUnresolved { .. }
+        | TaskEvent::RefreshCheckDue { .. }
+        | TaskEvent::RefreshCheckFailed { .. }
         | TaskEvent::MergeQueued { .. } => false,
     }
 }
@@ -468,7 +470,10 @@ pub fn slack(
         // Closed: its cancellation, which follows, says why.
         TaskEvent::WentStale { .. } => return Vec::new(),
         // Its flag (when the conflict needs a person) is the news.
-        TaskEvent::ConflictFound { .. } | TaskEvent::ConflictUnresolved { .. } => return Vec::new(),
+        TaskEvent::ConflictFound { .. }
+        | TaskEvent::ConflictUnresolved { .. }
+        | TaskEvent::RefreshCheckDue { .. }
+        | TaskEvent::RefreshCheckFailed { .. } => return Vec::new(),
         // Its automatic approval follows its creation, already told as "on it".
         TaskEvent::Approved {
             automatic: true, ..

@@ -383,6 +383,8 @@ pub fn telegram_notifies(event: &TaskEvent) -> bool {
         | TaskEvent::Refreshed { .. }
         | TaskEvent::ConflictFound { .. }
         | TaskEvent::ConflictUnresolved { .. }
+        | TaskEvent::RefreshCheckDue { .. }
+        | TaskEvent::RefreshCheckFailed { .. }
         | TaskEvent::MergeQueued { .. } => false,
     }
 }
@@ -458,7 +460,10 @@ pub fn telegram(
         // Closed: its cancellation, which follows, says why.
         TaskEvent::WentStale { .. } => return Vec::new(),
         // Its flag (when the conflict needs a person) is the news.
-        TaskEvent::ConflictFound { .. } | TaskEvent::ConflictUnresolved { .. } => return Vec::new(),
+        TaskEvent::ConflictFound { .. }
+        | TaskEvent::ConflictUnresolved { .. }
+        | TaskEvent::RefreshCheckDue { .. }
+        | TaskEvent::RefreshCheckFailed { .. } => return Vec::new(),
         // Approved at creation (the `auto` policy): the next news is its start, not announced either.
         TaskEvent::Created(_) => return Vec::new(),
         TaskEvent::Approved { .. }

@@ -202,6 +202,7 @@ pub fn decide(
         Command::QueueMerge { .. } => landing::decide_queue(task, command, at),
         Command::MarkStale { .. } => mark_stale(task, command, at),
         Command::ResolveConflict { .. } => super::conflict::decide(task, command, at),
+        Command::CheckRefresh { .. } => super::refresh_check::decide(task, command, at),
     }
 }
 
@@ -322,9 +323,10 @@ fn start(
         attempt: task.attempts + 1,
         purpose,
     }];
-    // The run's prompt carries every follow-up waiting, so they are handed over now, in order.
+    // The run's prompt carries every follow-up waiting, so they are handed over now, in order (a refresh check
+    // runs no agent: they wait for the next attempt that does).
     let pending = task.pending_follow_up_indices();
-    if !pending.is_empty() {
+    if !pending.is_empty() && purpose != RunPurpose::Refresh {
         events.push(TaskEvent::FollowUpsDelivered {
             at,
             run,
@@ -350,6 +352,10 @@ fn submit_for_review(
     }
     live_run(task, run)?;
     let purpose = task.purpose.unwrap_or_default();
+    // A refresh check's run pushed the refresh it checked: that is what it records.
+    if purpose == RunPurpose::Refresh {
+        return then_send_back(task, super::refresh_check::passed(task, at), at);
+    }
     // A conflict attempt's resolution is the task's work again, pushed for review like any attempt's.
     if !matches!(purpose, RunPurpose::Work | RunPurpose::Resolve) {
         return Err(TaskError::WrongPurpose {
@@ -587,6 +593,7 @@ fn waits_for_triage(command: &Command) -> bool {
         | Command::RecordRefresh { .. }
         | Command::MarkStale { .. }
         | Command::ResolveConflict { .. }
+        | Command::CheckRefresh { .. }
         | Command::QueueMerge { .. } => false,
     }
 }
@@ -627,6 +634,7 @@ fn is_plan_work(command: &Command) -> bool {
         | Command::RecordRefresh { .. }
         | Command::MarkStale { .. }
         | Command::ResolveConflict { .. }
+        | Command::CheckRefresh { .. }
         | Command::QueueMerge { .. } => false,
     }
 }

@@ -52,6 +52,10 @@ pub(super) fn retry(
             if task.purpose == Some(RunPurpose::Resolve) && !comes_back {
                 return Ok(super::super::conflict::failed(task, reason, now));
             }
+            // A refresh check likewise: cut off, it runs again; otherwise nothing was pushed and a person looks.
+            if task.purpose == Some(RunPurpose::Refresh) && !comes_back {
+                return Ok(super::super::refresh_check::failed(task, reason, now));
+            }
         }
         RetryCause::ChecksFailed | RetryCause::ChangesRequested | RetryCause::FollowUp => {
             if task.column != Column::InReview {

@@ -11,6 +11,7 @@ mod conflict;
 mod conversation;
 mod props;
 mod records;
+mod refresh_check;
 
 pub(super) fn at(seconds: i64) -> DateTime<Utc> {
     Utc.timestamp_opt(1_750_000_000 + seconds, 0)
@@ -535,6 +536,8 @@ fn every_event_type_is_derived_and_none_changed() {
             "task.went_stale",
             "task.conflict_found",
             "task.conflict_unresolved",
+            "task.refresh_check_due",
+            "task.refresh_check_failed",
         ]
     );
 }

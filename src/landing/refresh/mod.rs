@@ -9,6 +9,10 @@
 //! - current already: nothing;
 //! - brought up to date: the new commit pushed with a lease on the commit pidevops recorded, then
 //!   `task.refreshed`, which starts the landing facts over (auto-land waits for the checks on the new head);
+//! - brought up to date on a repository with a `check`: not pushed here. The refresh is held for its check
+//!   (`Command::CheckRefresh`, `tasks::domain::refresh_check`): the dispatcher runs the repository's setup and
+//!   check on it, contained and without an agent, and pushes it leased on the recorded commit only once the check
+//!   passed (then `task.refreshed`); a failing check pushes nothing and flags a person with its output;
 //! - a conflict: handed to an agent (`Command::ResolveConflict`: an attempt of its own kind that merges the base
 //!   and resolves the markers, `tasks::domain::conflict`); the same conflict again, or one the agent could not
 //!   resolve, flags a person with the files named;
@@ -37,14 +41,15 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::Lander;
-use crate::board::BoardError;
+
+mod commands;
 use crate::dispatch::workspace::{RefreshRequest, RefreshResult, Workspaces};
 use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::{AppendError, EventLog, StoredEvent};
 use crate::loops::follow::{AsStored, Follow, Follower, Next};
 use crate::projectors::tasks::{self as task_rows, TaskFilter};
 use crate::tasks::{
-    Column, Command, CommitSha, Conflict, Reason, RefreshMode, RepoName, Task, TaskId,
+    Column, CommitSha, Conflict, RefreshCheck, RefreshMode, RepoName, Task, TaskId,
 };
 
 /// The loop's name and its checkpoint's.
@@ -142,6 +147,8 @@ pub struct RefreshProgress {
     pub repeated: u64,
     /// Conflicts handed to an agent (a conflict attempt each).
     pub resolving: u64,
+    /// Refreshes held for the repository's check (a refresh check each).
+    pub checking: u64,
     #[serde(skip)]
     pub out_of_time: bool,
 }
@@ -150,6 +157,8 @@ pub struct RefreshProgress {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Ended {
     Refreshed,
+    /// Brought up to date and held for the repository's check: pushed (or not) by the refresh check's run.
+    Checking,
     Current,
     Conflicted,
     Moved,
@@ -163,6 +172,7 @@ impl Ended {
     pub(super) fn as_str(self) -> &'static str {
         match self {
             Ended::Refreshed => "refreshed",
+            Ended::Checking => "checking",
             Ended::Current => "current",
             Ended::Conflicted => "conflicted",
             Ended::Moved => "moved",
@@ -371,6 +381,12 @@ impl Refresher {
             };
             let source = self.lander.sources.source(task.repo());
             let mode = board.config().land_for(task.repo()).refresh;
+            // The repository's check runs on the refresh before it is pushed: the dispatcher's, not this loop's.
+            let hold = self
+                .lander
+                .sources
+                .environment(task.repo())
+                .is_some_and(|env| env.check.is_some());
             let request = RefreshRequest {
                 repo: task.repo().clone(),
                 task: id,
@@ -378,6 +394,7 @@ impl Refresher {
                 commit: commit.as_str().to_owned(),
                 mode,
                 stamp,
+                hold,
             };
             let workspaces = Workspaces::new(&self.lander.root, self.lander.credentials.clone())
                 .context("the workspace root")?;
@@ -400,6 +417,17 @@ impl Refresher {
                     }
                     self.record(id, &commit, &to, &base, mode, progress).await?;
                     return Ok(Ended::Refreshed);
+                }
+                RefreshResult::Held { base, to } => {
+                    let check = RefreshCheck {
+                        from: commit.clone(),
+                        to: CommitSha::new(&to).context("git named the refreshed commit")?,
+                        base: CommitSha::new(&base).context("git named the base")?,
+                        strategy: mode,
+                        stamp,
+                    };
+                    self.hold(id, check, progress).await?;
+                    return Ok(Ended::Checking);
                 }
                 RefreshResult::Moved { found } => {
                     // Ours, pushed before a restart cut off its record: recorded now, then refreshed again.
@@ -548,93 +576,6 @@ impl Refresher {
             (pushing.from == *from && pushing.to.as_str().eq_ignore_ascii_case(found))
                 .then_some(pushing)
         }))
-    }
-
-    async fn record(
-        &self,
-        id: TaskId,
-        from: &CommitSha,
-        to: &str,
-        base: &str,
-        strategy: RefreshMode,
-        progress: &mut RefreshProgress,
-    ) -> anyhow::Result<()> {
-        let command = Command::RecordRefresh {
-            from: from.clone(),
-            to: CommitSha::new(to).context("git named the refreshed commit")?,
-            base: CommitSha::new(base).context("git named the base")?,
-            strategy,
-        };
-        match self.lander.board.execute(id, &command, ACTOR).await {
-            Ok(outcome) => {
-                if !outcome.appended.is_empty() {
-                    progress.refreshed += 1;
-                }
-                Ok(())
-            }
-            // The task moved on meanwhile (merged, sent back, cancelled): its refreshed branch is not recorded.
-            Err(BoardError::Refused(refused)) => {
-                tracing::info!(task = %id, %refused, "refresh not recorded");
-                Ok(())
-            }
-            Err(error) => Err(error).with_context(|| format!("recording {id}'s refresh")),
-        }
-    }
-
-    /// A conflict handed to an agent (`Command::ResolveConflict`): an attempt of its own kind, or, when this very
-    /// conflict was handed over before or no attempt can be added, a person flagged with the files named.
-    async fn hand_over(
-        &self,
-        id: TaskId,
-        conflict: Conflict,
-        progress: &mut RefreshProgress,
-    ) -> anyhow::Result<()> {
-        let command = Command::ResolveConflict {
-            conflict: Box::new(conflict),
-        };
-        match self.lander.board.execute(id, &command, ACTOR).await {
-            Ok(outcome) if outcome.appended.is_empty() => Ok(()),
-            Ok(outcome) => {
-                if outcome.task.conflict().is_some() {
-                    tracing::info!(task = %id, "a refresh conflicted: an agent resolves it");
-                    progress.resolving += 1;
-                } else if let Some(flag) = outcome.task.needs_human() {
-                    tracing::warn!(task = %id, why = flag.reason.as_str(), "a refresh needs a person");
-                    progress.flagged += 1;
-                }
-                Ok(())
-            }
-            Err(BoardError::Refused(refused)) => {
-                tracing::info!(task = %id, %refused, "conflict not handed over");
-                Ok(())
-            }
-            Err(error) => Err(error).with_context(|| format!("handing {id}'s conflict over")),
-        }
-    }
-
-    async fn flag(
-        &self,
-        id: TaskId,
-        why: &str,
-        progress: &mut RefreshProgress,
-    ) -> anyhow::Result<()> {
-        tracing::warn!(task = %id, why, "a refresh needs a person");
-        let command = Command::FlagNeedsHuman {
-            reason: Reason::summarize(why),
-        };
-        match self.lander.board.execute(id, &command, ACTOR).await {
-            Ok(outcome) => {
-                if !outcome.appended.is_empty() {
-                    progress.flagged += 1;
-                }
-                Ok(())
-            }
-            Err(BoardError::Refused(refused)) => {
-                tracing::info!(task = %id, %refused, "task not flagged");
-                Ok(())
-            }
-            Err(error) => Err(error).with_context(|| format!("flagging {id}")),
-        }
     }
 }
 
