@@ -127,6 +127,8 @@ fn an_interrupted_refresh_check_goes_round_again_and_is_no_bounce() {
         task = todo;
     }
     assert!(task.max_attempts().get() > budget);
+    // Only the work's own start counts for the bounce rule.
+    assert_eq!(task.recent_starts.len(), 1);
 }
 
 #[test]
