@@ -24,15 +24,7 @@ pub fn summarize(event: &TaskEvent) -> String {
             run,
             purpose,
             ..
-        } => match purpose {
-            RunPurpose::Work => format!("attempt {attempt} started (run {run})"),
-            RunPurpose::Plan => format!("planner attempt {attempt} started (run {run})"),
-            RunPurpose::Triage => format!("triage agent started (run {run})"),
-            RunPurpose::Resolve => format!("conflict attempt {attempt} started (run {run})"),
-            RunPurpose::Refresh => {
-                format!("the repository's check started on the refreshed branch (run {run})")
-            }
-        },
+        } => started(*attempt, *run, *purpose),
         TaskEvent::SubmittedForReview { branch, pr, .. } => match pr {
             Some(pr) => format!("submitted for review: {} ({pr})", branch.as_str()),
             None => format!("submitted for review: {}", branch.as_str()),
@@ -276,6 +268,19 @@ fn went_stale(after_h: u32, action: crate::tasks::StaleAction) -> String {
         }
         crate::tasks::StaleAction::Close => {
             format!("no activity in review for {after_h} h: its pull request closed")
+        }
+    }
+}
+
+/// A run started, in the words of what it is for.
+fn started(attempt: u32, run: crate::tasks::RunId, purpose: RunPurpose) -> String {
+    match purpose {
+        RunPurpose::Work => format!("attempt {attempt} started (run {run})"),
+        RunPurpose::Plan => format!("planner attempt {attempt} started (run {run})"),
+        RunPurpose::Triage => format!("triage agent started (run {run})"),
+        RunPurpose::Resolve => format!("conflict attempt {attempt} started (run {run})"),
+        RunPurpose::Refresh => {
+            format!("the repository's check started on the refreshed branch (run {run})")
         }
     }
 }
