@@ -26,6 +26,7 @@ per_backend!(
     a_refresh_the_base_breaks_pushes_nothing_and_names_the_checks_output,
     a_persons_push_while_the_refresh_is_checked_is_never_overwritten,
     sigkill_between_a_checked_refreshs_push_and_its_record_pushes_once_and_records_it,
+    sigkill_while_the_refresh_is_checked_checks_it_again_and_pushes_once,
 );
 
 /// The hook's secret: setup gets it, the check never does.
@@ -255,14 +256,22 @@ echo "running 1 test"; echo "CHECK-SAYS: line 2 is now '$(sed -n 2p shared.txt)'
     app.stop().await;
 }
 
-/// The worktree of `id`'s run whose check left `.waiting` in it, if one has.
-fn waiting_worktree(ws: &Path, id: TaskId) -> Option<PathBuf> {
+/// The worktree of `id`'s run whose check left `.waiting` in it, if one has (other than `but`).
+fn waiting_worktree(ws: &Path, id: TaskId, but: Option<&Path>) -> Option<PathBuf> {
     std::fs::read_dir(ws.join("runs").join(id.to_string()))
         .ok()?
         .filter_map(Result::ok)
         .map(|run| run.path().join("worktree"))
-        .find(|worktree| worktree.join(".waiting").exists())
+        .find(|worktree| worktree.join(".waiting").exists() && Some(worktree.as_path()) != but)
 }
+
+/// A check that, on the refreshed tree only, says it waits and waits for `.go` (at most a minute), then passes.
+const WAITS_ON_THE_REFRESH: &str = r#"if grep -q 'line 2 by a teammate' shared.txt; then
+  echo CHECK-WAITED
+  touch .waiting
+  for _ in $(seq 1 1200); do [ -f .go ] && break; sleep 0.05; done
+fi
+exit 0"#;
 
 async fn a_persons_push_while_the_refresh_is_checked_is_never_overwritten(db: TestDb) {
     let fake = FakeGithub::start().await;
@@ -271,12 +280,7 @@ async fn a_persons_push_while_the_refresh_is_checked_is_never_overwritten(db: Te
     record_pushes(&remote);
     let scratch = tempfile::tempdir().unwrap();
     // On the refreshed tree only, it waits for `.go` (the test pushes meanwhile), then passes.
-    let check = r#"if grep -q 'line 2 by a teammate' shared.txt; then
-  touch .waiting
-  while [ ! -f .go ]; do sleep 0.05; done
-fi
-exit 0"#;
-    let app = app(&db, &fake, &remote, scratch.path(), check).await;
+    let app = app(&db, &fake, &remote, scratch.path(), WAITS_ON_THE_REFRESH).await;
     let store = app.state.log.store().clone();
     let id = create_task(&app.url(""), REPO).await;
     let (_, sha) = in_review(&store, id, 1).await;
@@ -286,7 +290,7 @@ exit 0"#;
     let ws = scratch.path().join("ws");
     let mut worktree = None;
     within(Duration::from_secs(90), "the check waiting", || {
-        worktree = waiting_worktree(&ws, id);
+        worktree = waiting_worktree(&ws, id, None);
         let found = worktree.is_some();
         async move { found }
     })
@@ -435,6 +439,93 @@ async fn sigkill_between_a_checked_refreshs_push_and_its_record_pushes_once_and_
     // The run cut off went round again, and that run neither checked nor pushed again.
     let again = run_log(store, id, 3).await;
     assert!(!again.contains("CHECK-RAN"), "{again}");
+    let row = board::row_in(store, id).await.unwrap();
+    assert!(!row.needs_human, "{row:?}");
+    drop(second);
+}
+
+/// The real binary, SIGKILLed while its refresh check runs (before anything is pushed): the restarted serve finds
+/// the run lost and checks the refresh again, not a person's matter; the refresh is pushed once and recorded once.
+async fn sigkill_while_the_refresh_is_checked_checks_it_again_and_pushes_once(db: TestDb) {
+    let fake = FakeGithub::start().await;
+    let remote = Remote::new();
+    remote.commit_to_main("shared.txt", &shared(&[]));
+    record_pushes(&remote);
+    let scratch = tempfile::tempdir().unwrap();
+    let check = agent(scratch.path(), "check.sh", WAITS_ON_THE_REFRESH);
+    let mut table = file(&remote, scratch.path(), AGENT);
+    table["repos"][REPO]
+        .as_table_mut()
+        .unwrap()
+        .insert("check".into(), vec![check.display().to_string()].into());
+    let path = scratch.path().join("pidevops.toml");
+    std::fs::write(&path, toml::to_string(&table).unwrap()).unwrap();
+    let ws = scratch.path().join("ws");
+    let workspaces = ws.display().to_string();
+    let path = path.display().to_string();
+    let env: Vec<(&str, &str)> = vec![
+        ("PIDEVOPS_CONFIG", &path),
+        ("WORKSPACE_ROOT", &workspaces),
+        ("PIDEVOPS_ADMIN_TOKEN", ADMIN_TOKEN),
+        ("PIDEVOPS_LOOP_STARTUP_DELAY_S", "0.05"),
+        ("PIDEVOPS_PROJECTOR_INTERVAL_S", "0.2"),
+        ("GITHUB_TOKEN", GITHUB_TOKEN),
+        ("GITHUB_API_URL", &fake.url),
+    ];
+    let store = &EventStore::connect(&db.url, 4).await.unwrap();
+    let mut first = Server::start_with(&db.url_string(), &env).await;
+    let id = create_task(&first.base, REPO).await;
+    let (_, sha) = in_review(store, id, 1).await;
+    let branch = format!("refs/heads/{}", id.branch());
+
+    remote.commit_to_main("shared.txt", &shared(&[(2, "line 2 by a teammate")]));
+    post(
+        &first.base,
+        "push",
+        "main-1",
+        &push(REPO, "refs/heads/main"),
+    )
+    .await;
+    let mut waiting = None;
+    within(Duration::from_secs(90), "the check waiting", || {
+        waiting = waiting_worktree(&ws, id, None);
+        let found = waiting.is_some();
+        async move { found }
+    })
+    .await;
+    let killed = waiting.unwrap();
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    // Whatever of the first check outlived its serve finishes; nothing it does is pushed.
+    std::fs::write(killed.join(".go"), "").unwrap();
+    assert_eq!(pushes(&remote, &branch), [format!("{branch} {sha}")]);
+
+    let second = Server::start_with(&db.url_string(), &env).await;
+    let mut again = None;
+    within(Duration::from_secs(90), "the check waiting again", || {
+        again = waiting_worktree(&ws, id, Some(&killed));
+        let found = again.is_some();
+        async move { found }
+    })
+    .await;
+    std::fs::write(again.unwrap().join(".go"), "").unwrap();
+    within(Duration::from_secs(90), "the refresh recorded", || async {
+        refreshes(store, id).await.len() == 1
+            && board::row_in(store, id)
+                .await
+                .is_some_and(|r| r.column == Column::InReview)
+    })
+    .await;
+    let to = remote.branch(id.branch().as_str()).unwrap();
+    let recorded = refreshes(store, id).await;
+    assert_eq!(recorded[0]["from"], json!(sha));
+    assert_eq!(recorded[0]["to"], json!(to));
+    assert_eq!(
+        pushes(&remote, &branch),
+        [format!("{branch} {sha}"), format!("{branch} {to}")],
+        "pushed once, after the check that ran to its end"
+    );
+    assert!(section(&run_log(store, id, 3).await, "check").contains("CHECK-WAITED"));
     let row = board::row_in(store, id).await.unwrap();
     assert!(!row.needs_human, "{row:?}");
     drop(second);
