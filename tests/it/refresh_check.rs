@@ -23,7 +23,7 @@ use crate::refresh::{file, push, pushes, record_pushes, refresh, refreshes, shar
 
 per_backend!(
     a_clean_refresh_is_checked_on_the_refreshed_tree_without_secrets_then_pushed_once,
-    a_refresh_the_base_breaks_pushes_nothing_and_names_the_checks_output,
+    a_refresh_the_base_breaks_pushes_nothing_and_goes_to_an_agent_with_the_checks_output,
     a_persons_push_while_the_refresh_is_checked_is_never_overwritten,
     sigkill_between_a_checked_refreshs_push_and_its_record_pushes_once_and_records_it,
     sigkill_while_the_refresh_is_checked_checks_it_again_and_pushes_once,
@@ -42,11 +42,12 @@ async fn app(
     fake: &FakeGithub,
     remote: &Remote,
     scratch: &Path,
+    work: &str,
     check: &str,
 ) -> TestApp {
     let setup = agent(scratch, "setup.sh", r#"echo "SETUP-RAN token=$NPM_TOKEN""#);
     let check = agent(scratch, "check.sh", check);
-    let mut file = file(remote, scratch, AGENT);
+    let mut file = file(remote, scratch, work);
     let keys: toml::Table = format!(
         "setup = [\"{}\"]\ncheck = [\"{}\"]\nsecrets = [\"NPM_TOKEN\"]",
         setup.display(),
@@ -124,7 +125,7 @@ async fn a_clean_refresh_is_checked_on_the_refreshed_tree_without_secrets_then_p
     let check = r#"echo "CHECK-SAW: $(sed -n 2p shared.txt) / $(sed -n 25p shared.txt)"
 env
 grep -q '^line 25 by the agent$' shared.txt"#;
-    let app = app(&db, &fake, &remote, scratch.path(), check).await;
+    let app = app(&db, &fake, &remote, scratch.path(), AGENT, check).await;
     let store = app.state.log.store().clone();
     let id = create_task(&app.url(""), REPO).await;
     let (_, sha) = in_review(&store, id, 1).await;
@@ -204,55 +205,92 @@ grep -q '^line 25 by the agent$' shared.txt"#;
     app.stop().await;
 }
 
-async fn a_refresh_the_base_breaks_pushes_nothing_and_names_the_checks_output(db: TestDb) {
+/// The parents of `commit` in the remote.
+fn parents(remote: &Remote, commit: &str) -> Vec<String> {
+    let out = std::process::Command::new("git")
+        .args(["rev-list", "--parents", "-n", "1", commit])
+        .current_dir(remote.dir.path().join("remote.git"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .skip(1)
+        .map(str::to_owned)
+        .collect()
+}
+
+async fn a_refresh_the_base_breaks_pushes_nothing_and_goes_to_an_agent_with_the_checks_output(
+    db: TestDb,
+) {
     let fake = FakeGithub::start().await;
     let remote = Remote::new();
     remote.commit_to_main("shared.txt", &shared(&[]));
     record_pushes(&remote);
     let scratch = tempfile::tempdir().unwrap();
-    // Line 2 as it was: true of the agent's work, false once the teammate's change is in.
-    let check = r#"grep -q '^line 2$' shared.txt && exit 0
-echo "running 1 test"; echo "CHECK-SAYS: line 2 is now '$(sed -n 2p shared.txt)'"; exit 3"#;
-    let app = app(&db, &fake, &remote, scratch.path(), check).await;
+    // The teammate's line 2 needs a compat.txt: true of the agent's work, false once their change is in.
+    let check = r#"grep -q 'line 2 by a teammate' shared.txt && [ ! -f compat.txt ] || exit 0
+echo "running 1 test"; echo "CHECK-SAYS: compat.txt is missing for '$(sed -n 2p shared.txt)'"; exit 3"#;
+    // Work: line 25. Told the check fails and why: the file it asks for.
+    let work = r#"if grep -q 'CHECK-SAYS: compat.txt is missing' "$1"; then
+  echo compatible > compat.txt
+else
+  sed -i 's/^line 25$/line 25 by the agent/' shared.txt
+fi"#;
+    let app = app(&db, &fake, &remote, scratch.path(), work, check).await;
     let store = app.state.log.store().clone();
     let id = create_task(&app.url(""), REPO).await;
     let (_, sha) = in_review(&store, id, 1).await;
     let branch = format!("refs/heads/{}", id.branch());
 
     base_moves(&app, &remote, "main-1").await;
-    within(Duration::from_secs(90), "the task flagged", || async {
-        board::row_in(&store, id)
-            .await
-            .is_some_and(|r| r.needs_human)
-    })
-    .await;
-    let row = board::row_in(&store, id).await.unwrap();
-    assert_eq!(row.column, Column::InReview);
-    let flag = row.needs_human_reason.clone().unwrap();
-    for said in [
-        "was not pushed",
-        "check",
-        "exited with status 3",
-        "CHECK-SAYS: line 2 is now 'line 2 by a teammate'",
-    ] {
-        assert!(flag.contains(said), "{said:?} not in {flag}");
-    }
+    let main = remote.branch("main").unwrap();
+    // The check fails on the refresh: nothing pushed, the failure handed to an agent, which makes it pass.
+    let (_, resolved) = in_review(&store, id, 3).await;
     assert_eq!(count(&store, id, "task.refresh_check_failed").await, 1);
-    assert!(refreshes(&store, id).await.is_empty());
-    assert_eq!(pushes(&remote, &branch), [format!("{branch} {sha}")]);
-    assert_eq!(remote.branch(id.branch().as_str()), Some(sha));
+    assert_eq!(count(&store, id, "task.conflict_found").await, 1);
+    assert!(
+        refreshes(&store, id).await.is_empty(),
+        "the failing refresh was not recorded"
+    );
+    let prompt = std::fs::read_dir(scratch.path().join("ws/runs").join(id.to_string()))
+        .unwrap()
+        .filter_map(|run| std::fs::read_to_string(run.unwrap().path().join("prompt.md")).ok())
+        .find(|prompt| prompt.contains("fails the repository's check"))
+        .expect("the agent's prompt for the check");
+    for said in [
+        "Task: Fix the login redirect",
+        "exited with status 3",
+        "CHECK-SAYS: compat.txt is missing for 'line 2 by a teammate'",
+        "```text",
+    ] {
+        assert!(prompt.contains(said), "{said:?} not in:\n{prompt}");
+    }
+    // Its fix: the merge of what pidevops pushed and the base, with the file, pushed once and leased.
+    assert_eq!(parents(&remote, &resolved), [sha.clone(), main]);
+    assert_eq!(
+        remote.show(id.branch().as_str(), "compat.txt").as_deref(),
+        Some("compatible\n")
+    );
+    assert_eq!(
+        pushes(&remote, &branch),
+        [format!("{branch} {sha}"), format!("{branch} {resolved}")],
+        "nothing pushed before the check passed"
+    );
+    let row = board::row_in(&store, id).await.unwrap();
+    assert!(!row.needs_human, "{row:?}");
+    assert_eq!(row.column, Column::InReview);
 
-    // Told again: it waits for its person; no second check.
+    // Told again: current with that base; no second check.
     post(
         &app.url(""),
         "push",
-        "main-2",
+        "main-1",
         &push(REPO, "refs/heads/main"),
     )
     .await;
     refresh(&app).await;
     assert_eq!(count(&store, id, "task.refresh_check_due").await, 1);
-    assert_eq!(pushes(&remote, &branch).len(), 1);
+    assert_eq!(pushes(&remote, &branch).len(), 2);
     app.stop().await;
 }
 
@@ -280,7 +318,15 @@ async fn a_persons_push_while_the_refresh_is_checked_is_never_overwritten(db: Te
     record_pushes(&remote);
     let scratch = tempfile::tempdir().unwrap();
     // On the refreshed tree only, it waits for `.go` (the test pushes meanwhile), then passes.
-    let app = app(&db, &fake, &remote, scratch.path(), WAITS_ON_THE_REFRESH).await;
+    let app = app(
+        &db,
+        &fake,
+        &remote,
+        scratch.path(),
+        AGENT,
+        WAITS_ON_THE_REFRESH,
+    )
+    .await;
     let store = app.state.log.store().clone();
     let id = create_task(&app.url(""), REPO).await;
     let (_, sha) = in_review(&store, id, 1).await;

@@ -289,10 +289,10 @@ fn started(attempt: u32, run: crate::tasks::RunId, purpose: RunPurpose) -> Strin
 fn conflict(event: &TaskEvent) -> String {
     if let TaskEvent::ConflictFound { conflict, .. } = event {
         return format!(
-            "the base moved (now {}) and {} conflicts with it in {}: an agent resolves it",
+            "the base moved (now {}) and {} {}: an agent resolves it",
             conflict.base.short(),
             conflict.from.short(),
-            conflict.named()
+            conflict.what()
         );
     }
     let TaskEvent::ConflictUnresolved { reason, .. } = event else {

@@ -33,6 +33,10 @@ pub struct Conflict {
     pub files: Vec<String>,
     pub total: u32,
     pub hunks: String,
+    /// Not a conflict git found: the refresh merged cleanly but the repository's `check` fails on it (its failure
+    /// and the end of its output, at most [`MAX_HUNK_BYTES`]): the agent makes it pass (`refresh_check.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<String>,
 }
 
 impl Conflict {
@@ -66,6 +70,28 @@ impl Conflict {
             files,
             total,
             hunks: hunks[..end].replace('\0', ""),
+            check: None,
+        }
+    }
+
+    /// The refresh of `from` onto `base` merged cleanly but fails the repository's check, which said `failure`
+    /// (its end kept, at most [`MAX_HUNK_BYTES`] cut at a character boundary).
+    pub fn failed_check(from: CommitSha, base: CommitSha, failure: &str) -> Self {
+        let mut start = failure.len().saturating_sub(MAX_HUNK_BYTES);
+        while !failure.is_char_boundary(start) {
+            start += 1;
+        }
+        Self {
+            check: Some(failure[start..].replace('\0', "")),
+            ..Self::new(from, base, &[], 0, "")
+        }
+    }
+
+    /// What is wrong, for a person: the files in conflict, or the check that fails.
+    pub fn what(&self) -> String {
+        match &self.check {
+            Some(_) => "merges with it but fails the repository's check".to_owned(),
+            None => format!("conflicts with it in {}", self.named()),
         }
     }
 
@@ -86,6 +112,10 @@ impl Conflict {
                 .iter()
                 .all(|f| f.chars().count() <= MAX_PATH_CHARS)
             && self.hunks.len() <= MAX_HUNK_BYTES
+            && self
+                .check
+                .as_ref()
+                .is_none_or(|c| c.len() <= MAX_HUNK_BYTES)
     }
 }
 
@@ -106,13 +136,18 @@ pub(super) fn decide(
     if task.kind != TaskKind::Task || task.needs_human.is_some() {
         return Ok(Vec::new());
     }
-    let conflict = Conflict::new(
-        conflict.from.clone(),
-        conflict.base.clone(),
-        &conflict.files,
-        conflict.total as usize,
-        &conflict.hunks,
-    );
+    let conflict = match &conflict.check {
+        Some(failure) => {
+            Conflict::failed_check(conflict.from.clone(), conflict.base.clone(), failure)
+        }
+        None => Conflict::new(
+            conflict.from.clone(),
+            conflict.base.clone(),
+            &conflict.files,
+            conflict.total as usize,
+            &conflict.hunks,
+        ),
+    };
     let tried = task
         .conflicts_tried
         .iter()
@@ -142,12 +177,12 @@ pub(super) fn decide(
 /// Why a person is needed for `conflict`: what happened, the files, what to do.
 pub(super) fn unresolved_reason(task: &Task, conflict: &Conflict, why: &str) -> Reason {
     Reason::summarize(&format!(
-        "the base moved (now {}) and {} at {} conflicts with it in {}; {why}. Nothing was pushed. Resolve it on \
-         the branch by hand and clear the flag, or send it back (retry) with what to keep",
+        "the base moved (now {}) and {} at {} {}; {why}. Nothing was pushed. Resolve it on the branch by hand \
+         and clear the flag, or send it back (retry) with what to keep",
         conflict.base.short(),
         task.id.branch(),
         conflict.from.short(),
-        conflict.named(),
+        conflict.what(),
     ))
 }
 

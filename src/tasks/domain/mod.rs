@@ -619,6 +619,12 @@ pub enum Command {
     CheckRefresh {
         check: Box<RefreshCheck>,
     },
+    /// Run `run`, the refresh check, found the repository's check failing on the refresh (`reason`: its failure
+    /// and output): nothing pushed; an agent makes it pass, or a person is flagged (see `refresh_check.rs`).
+    FailRefreshCheck {
+        run: RunId,
+        reason: Reason,
+    },
 }
 
 impl Command {
@@ -660,6 +666,7 @@ impl Command {
             Command::MarkStale { .. } => "mark-stale",
             Command::ResolveConflict { .. } => "resolve-conflict",
             Command::CheckRefresh { .. } => "check-refresh",
+            Command::FailRefreshCheck { .. } => "fail-refresh-check",
         }
     }
 }

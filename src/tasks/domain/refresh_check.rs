@@ -18,9 +18,9 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::super::values::{Column, MaxAttempts, Reason, RunPurpose, TaskKind};
-use super::decision::wrong_column;
+use super::decision::{live_run, wrong_column};
 use super::evolution::{inapplicable, require};
-use super::{Command, CommitSha, RefreshMode, Task, TaskError, TaskEvent};
+use super::{Command, CommitSha, Conflict, RefreshMode, Task, TaskError, TaskEvent};
 
 /// The most (commit, base) pairs remembered as held for a check.
 const MAX_TRIED: usize = 8;
@@ -100,6 +100,54 @@ pub(super) fn passed(task: &Task, at: DateTime<Utc>) -> Vec<TaskEvent> {
         base: check.base.clone(),
         strategy: check.strategy,
     }]
+}
+
+/// `Command::FailRefreshCheck`: the repository's check fails on the refresh: back in review on the commit it had,
+/// and the failure handed to an agent (`conflict_found` of a conflict that is the check's: it starts on the commit
+/// with the base merged in, and makes the check pass), once per (commit, base); else a person is flagged.
+pub(super) fn check_failed(
+    task: &Task,
+    command: &Command,
+    at: DateTime<Utc>,
+) -> Result<Vec<TaskEvent>, TaskError> {
+    let Command::FailRefreshCheck { run, reason } = command else {
+        return Ok(Vec::new());
+    };
+    if task.column != Column::InProgress {
+        return Err(wrong_column(task, command, &[Column::InProgress]));
+    }
+    live_run(task, *run)?;
+    let (Some(check), Some(RunPurpose::Refresh)) = (&task.refresh_check, task.purpose) else {
+        return Err(TaskError::WrongPurpose {
+            id: task.id,
+            run: *run,
+            purpose: task.purpose.unwrap_or_default(),
+            command: command.name(),
+            needs: RunPurpose::Refresh,
+        });
+    };
+    let tried = task
+        .conflicts_tried
+        .iter()
+        .any(|(from, base)| *from == check.from && *base == check.base);
+    match MaxAttempts::new(task.max_attempts.get() + 1) {
+        Ok(max_attempts) if !tried && task.needs_human.is_none() => Ok(vec![
+            TaskEvent::RefreshCheckFailed {
+                at,
+                reason: reason.clone(),
+            },
+            TaskEvent::ConflictFound {
+                at,
+                conflict: Box::new(Conflict::failed_check(
+                    check.from.clone(),
+                    check.base.clone(),
+                    reason.as_str(),
+                )),
+                max_attempts,
+            },
+        ]),
+        _ => Ok(failed(task, reason, at)),
+    }
 }
 
 /// A refresh check's run that ended without its push (the check failed, the lease refused, setup failed): back in

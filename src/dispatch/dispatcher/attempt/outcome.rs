@@ -17,16 +17,31 @@ impl Dispatcher {
     pub(in crate::dispatch::dispatcher) async fn apply(&self, outcome: &RunEvent) {
         // A refresh check runs no agent and is safe to run again: lost (its serve restarted, its worker gone), it
         // goes round again as one interrupted, and its successor records a push it made (`refresh_check.rs`).
-        let lost_check = match outcome {
+        let refresh_check = match outcome {
             RunEvent::Failed {
                 task,
                 run,
-                kind: FailureKind::Lost,
+                kind: FailureKind::Lost | FailureKind::Check,
                 ..
             } => self.checks_refresh(*task, *run).await,
             _ => false,
         };
         let (task, command) = match outcome {
+            // The repository's check fails on the refresh: an agent makes it pass, or a person looks.
+            RunEvent::Failed {
+                task,
+                run,
+                kind: FailureKind::Check,
+                ..
+            } if refresh_check => (
+                *task,
+                Command::FailRefreshCheck {
+                    run: *run,
+                    reason: outcome
+                        .failure_reason()
+                        .unwrap_or_else(|| Reason::summarize("the repository's check failed")),
+                },
+            ),
             RunEvent::Succeeded {
                 task,
                 run,
@@ -53,7 +68,7 @@ impl Dispatcher {
                 Command::Retry {
                     cause: match kind {
                         FailureKind::Interrupted => RetryCause::Interrupted { run: *run },
-                        FailureKind::Lost if lost_check => RetryCause::Interrupted { run: *run },
+                        FailureKind::Lost if refresh_check => RetryCause::Interrupted { run: *run },
                         // The agent did not run: not its attempt (see `hooks.rs`). Nor is a reviewer's failure.
                         FailureKind::Setup | FailureKind::Reviewer => {
                             RetryCause::SetupFailed { run: *run }

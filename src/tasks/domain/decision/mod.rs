@@ -203,6 +203,7 @@ pub fn decide(
         Command::MarkStale { .. } => mark_stale(task, command, at),
         Command::ResolveConflict { .. } => super::conflict::decide(task, command, at),
         Command::CheckRefresh { .. } => super::refresh_check::decide(task, command, at),
+        Command::FailRefreshCheck { .. } => super::refresh_check::check_failed(task, command, at),
     }
 }
 
@@ -536,7 +537,7 @@ fn create(new: &NewTask, at: DateTime<Utc>) -> Vec<TaskEvent> {
     events
 }
 
-fn live_run(task: &Task, run: RunId) -> Result<(), TaskError> {
+pub(super) fn live_run(task: &Task, run: RunId) -> Result<(), TaskError> {
     if task.run == Some(run) {
         Ok(())
     } else {
@@ -594,6 +595,7 @@ fn waits_for_triage(command: &Command) -> bool {
         | Command::MarkStale { .. }
         | Command::ResolveConflict { .. }
         | Command::CheckRefresh { .. }
+        | Command::FailRefreshCheck { .. }
         | Command::QueueMerge { .. } => false,
     }
 }
@@ -635,6 +637,7 @@ fn is_plan_work(command: &Command) -> bool {
         | Command::MarkStale { .. }
         | Command::ResolveConflict { .. }
         | Command::CheckRefresh { .. }
+        | Command::FailRefreshCheck { .. }
         | Command::QueueMerge { .. } => false,
     }
 }

@@ -158,3 +158,55 @@ fn only_a_task_in_review_gets_its_refresh_checked_and_a_refreshed_one_not_twice(
         Ok(Vec::new())
     );
 }
+
+#[test]
+fn a_failing_check_goes_to_an_agent_once_with_its_output() {
+    let failed_check = |run_id| Command::FailRefreshCheck {
+        run: run_id,
+        reason: reason(
+            "run check (attempt 2): exited with status 3\nlast output:\nCHECK-SAYS: broken",
+        ),
+    };
+    let (todo, _) = step(Some(task_in(Column::InReview)), &check('a', 'b'), 2);
+    let running = then(todo, Command::Start { run: run(2) });
+    // Only the live refresh check's run reports it.
+    assert!(decide(Some(&running), &failed_check(run(9)), at(3)).is_err());
+    let (todo, events) = step(Some(running), &failed_check(run(2)), 3);
+    assert_eq!(
+        kinds(&events),
+        ["task.refresh_check_failed", "task.conflict_found"]
+    );
+    assert_eq!(todo.column(), Column::Todo);
+    assert_eq!(todo.next_purpose(), RunPurpose::Resolve);
+    assert!(todo.refreshed().is_none(), "nothing was pushed");
+    let conflict = todo.conflict().expect("handed to an agent");
+    assert!(conflict.files.is_empty());
+    assert!(conflict
+        .check
+        .as_deref()
+        .is_some_and(|c| c.contains("CHECK-SAYS: broken")));
+    // The agent could not make it pass: a person is flagged, and the same refresh is never handed over again.
+    let resolving = then(todo, Command::Start { run: run(3) });
+    let review = then(
+        resolving,
+        Command::Retry {
+            cause: RetryCause::RunFailed { run: run(3) },
+            reason: reason("run check (attempt 3): exited with status 3"),
+        },
+    );
+    let flag = review
+        .needs_human()
+        .expect("flagged")
+        .reason
+        .as_str()
+        .to_owned();
+    assert!(flag.contains("fails the repository's check"), "{flag}");
+    let cleared = then(review, Command::ClearNeedsHuman);
+    let (todo, _) = step(Some(cleared), &check('a', 'c'), 5);
+    let running = then(todo, Command::Start { run: run(4) });
+    let (_, events) = step(Some(running), &failed_check(run(4)), 6);
+    assert_eq!(
+        kinds(&events),
+        ["task.refresh_check_failed", "task.conflict_found"]
+    );
+}
