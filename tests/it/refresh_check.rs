@@ -2,8 +2,10 @@
 //! and contained processes, and the fake GitHub: the base moves cleanly, and the refresh loop pushes nothing itself.
 //! The dispatcher runs the repository's setup and check on the refreshed tree (no agent) and only then pushes it,
 //! once, leased on the commit pidevops recorded; `task.refreshed` follows. A check the base change breaks pushes
-//! nothing and names its output to a person; the check never sees a secret; a person's push while the check runs
-//! is never overwritten. (A repository without a check: refresh.rs, unchanged.) Per backend.
+//! nothing and goes to an agent with its output, whose fix (the merge) is pushed once; the check never sees a
+//! secret; a person's push while the check runs is never overwritten; a SIGKILL during the check or between its
+//! push and its record neither loses nor repeats the push. (A repository without a check: refresh.rs, unchanged.)
+//! Per backend.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

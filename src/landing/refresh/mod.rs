@@ -12,7 +12,8 @@
 //! - brought up to date on a repository with a `check`: not pushed here. The refresh is held for its check
 //!   (`Command::CheckRefresh`, `tasks::domain::refresh_check`): the dispatcher runs the repository's setup and
 //!   check on it, contained and without an agent, and pushes it leased on the recorded commit only once the check
-//!   passed (then `task.refreshed`); a failing check pushes nothing and flags a person with its output;
+//!   passed (then `task.refreshed`); a failing check pushes nothing and goes to an agent with its output (a
+//!   person when it went to one already);
 //! - a conflict: handed to an agent (`Command::ResolveConflict`: an attempt of its own kind that merges the base
 //!   and resolves the markers, `tasks::domain::conflict`); the same conflict again, or one the agent could not
 //!   resolve, flags a person with the files named;

@@ -3,7 +3,9 @@
 //! bounce: `conflict_found` takes it from review to `todo` with one more attempt in its budget (so the conflict
 //! attempt does not spend one the work had), and the dispatcher starts it on the recorded commit with the base
 //! merged in. Once per (task, commit, base): the same conflict again (a redelivered push, a restart) is the one
-//! already handed over, and one the agent could not resolve flags a person with the files named.
+//! already handed over, and one the agent could not resolve flags a person with the files named. A refresh that
+//! merges cleanly but fails the repository's check comes the same way (`Conflict::failed_check`, from
+//! `refresh_check.rs`): no files, the check's output for the agent to make pass.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

@@ -8,10 +8,12 @@
 //! Like a conflict's attempt (`conflict.rs`) it is neither a failure nor a bounce: `refresh_check_due` takes the
 //! task from review to `todo` with one more attempt in its budget, and its start is not counted by the bounce
 //! rule. Once per (task, commit, base): the same refresh again (a redelivered push, a restart) is the one held
-//! already. Its run succeeding records `task.refreshed` (back in review, the landing facts start over); any other
-//! end (the check failed, a person pushed to the branch) is `task.refresh_check_failed`: back in review on the
-//! commit it had, nothing pushed, and a person flagged with the check's output. A run cut off (a restart, a stop)
-//! goes round again as one.
+//! already. Its run succeeding records `task.refreshed` (back in review, the landing facts start over). The check
+//! failing on it (`Command::FailRefreshCheck`) is `task.refresh_check_failed`, nothing pushed, then the failure
+//! handed to an agent as a conflict attempt whose conflict is the check's (`conflict.rs`: it starts on the commit
+//! with the base merged in, its prompt quotes the check's output, and its fix is checked and pushed leased), once
+//! per (commit, base); any other end (a person pushed to the branch, setup failed) flags a person with why. A run
+//! cut off (a restart, a stop) goes round again as one.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

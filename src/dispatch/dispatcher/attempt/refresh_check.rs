@@ -3,7 +3,8 @@
 //! worktree (the same commit for the same stamp, else nothing is checked or pushed), the repository's `setup` then
 //! `check` run on it, contained like every repository command (`hooks.rs`: the check gets no secret), and only a
 //! passing check is pushed, leased on the commit pidevops recorded, so a person's push meanwhile is never
-//! overwritten.
+//! overwritten. A failing check is the run's `check` failure, which `outcome.rs` hands to the task as
+//! `Command::FailRefreshCheck` (an agent makes it pass).
 //!
 //! Exactly once: a run cut off after its push (a restart) goes round again; its successor finds the branch at the
 //! very commit it would push and records it without running the check or pushing again.
