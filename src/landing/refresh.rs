@@ -1,28 +1,33 @@
-//! The `refresh` loop: when a repository's base branch moves, pidevops's pull requests on it are brought up to
-//! date by pidevops's own git (`[repos."o/n"] refresh = "rebase" | "merge" | "off"`), so they stay mergeable and
-//! their checks run again on what would land.
+//! The `refresh` loop: when a repository's base branch moves, pidevops's review requests on it (GitHub pull
+//! requests, GitLab merge requests) are brought up to date by pidevops's own git (`[repos."o/n"] refresh =
+//! "rebase" | "merge" | "off"`), so they stay mergeable and their checks run again on what would land.
 //!
-//! A singleton reads the log after its checkpoint. A GitHub `push` to a repository's configured base branch
-//! (only the configured repository, only its base; the webhook is only the signal: what the base holds is
+//! A singleton reads the log after its checkpoint. A push to a repository's configured base branch, GitHub's
+//! `push` for a GitHub repository or GitLab's Push Hook for a GitLab-hosted project (`base_push.rs`: only the
+//! configured repository on its own host, only its base; the webhook is only the signal: what the base holds is
 //! fetched from the configured remote, never taken from the payload) refreshes each of its tasks in review,
-//! one at a time (`dispatch::workspace::refresh`):
+//! one at a time (`dispatch::workspace::refresh`, the same git for both hosts):
 //! - current already: nothing;
 //! - brought up to date: the new commit pushed with a lease on the commit pidevops recorded, then
-//!   `task.refreshed`, which starts the landing facts over (auto-land waits for the checks on the new head);
+//!   `task.refreshed`, which starts the landing facts over (auto-land waits for the checks on the new head: on
+//!   GitLab, the pipeline of the new head, and `gitlab:merge:<task>:<sha>` names that head);
 //! - a conflict: handed to an agent (`Command::ResolveConflict`: an attempt of its own kind that merges the base
 //!   and resolves the markers, `tasks::domain::conflict`); the same conflict again, or one the agent could not
 //!   resolve, flags a person with the files named;
 //! - a branch someone else pushed to, a commit gone: the task is flagged for a person with what happened;
 //!   nothing is pushed.
 //!
-//! A base push whose webhook was lost is caught by the GitHub poller: it reads the base branch's head of each
-//! repository with a task in review and, for a head this loop has not handled, appends a `github.push` shaped like
-//! the webhook's (`poll:push:<repo>:<base>:<sha>`). Once a base push is handled, `refresh.base_handled` is
-//! recorded under a key naming its head (`refresh-base:<repo>:<base>:<sha>`): a second report of the same head
-//! (the webhook and the poller both, in either order) refreshes nothing again.
+//! A base push whose webhook was lost is caught by the host's poller (`github_poller`, `gitlab_poller`): it reads
+//! the base branch's head of each repository with a task in review and, for a head this loop has not handled,
+//! appends a push shaped like the webhook's (`github.push` / `gitlab.push`, `poll:push:<repo>:<base>:<sha>`). Once
+//! a base push is handled, `refresh.base_handled` is recorded under a key naming its head
+//! (`refresh-base:<repo>:<base>:<sha>`): a second report of the same head (the webhook and the poller both, in
+//! either order) refreshes nothing again.
 //!
-//! The poller also reads each pull request's `mergeable_state`: one GitHub finds `behind` its base or `dirty` is
-//! appended as `refresh.due` for its task, which this loop refreshes alone (a conflict then flags it, files named).
+//! The pollers also read what each host says of each review request: a pull request GitHub finds `behind` its base
+//! or `dirty` (`mergeable_state`), a merge request GitLab finds `need_rebase` or `conflict`
+//! (`detailed_merge_status`, recorded as `behind` / `dirty`), is appended as `refresh.due` for its task, which this
+//! loop refreshes alone (a conflict then goes to an agent, as above).
 //!
 //! Exactly once: before its push, a refresh records what it is about to push (`refresh.pushing` in the stream
 //! `refresh:<task>`); the commit it makes is the same when made again (dated by the base push). A restart
@@ -36,6 +41,8 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+pub use super::base_push::{base_key, refreshed_base};
+use super::base_push::{base_push, BasePush};
 use super::Lander;
 use crate::board::BoardError;
 use crate::dispatch::workspace::{RefreshRequest, RefreshResult, Workspaces};
@@ -55,8 +62,8 @@ const ACTOR: &str = "refresh";
 pub const PUSHING: &str = "refresh.pushing";
 /// A base head handled: its webhook's or the poller's push refreshed every task in review.
 pub const BASE_HANDLED: &str = "refresh.base_handled";
-/// A task's pull request GitHub finds `behind` its base or `dirty` (conflicting), read by the GitHub poller: the
-/// task is refreshed as on a base push.
+/// A task's review request its host finds behind its base or conflicting (GitHub's `behind` / `dirty`, GitLab's
+/// `need_rebase` / `conflict`), read by the host's poller: the task is refreshed as on a base push.
 pub const DUE: &str = "refresh.due";
 /// The longest one refresh may take (fetches, the rebase or merge, the push).
 const REFRESH_TIMEOUT: Duration = Duration::from_secs(45);
@@ -64,26 +71,6 @@ const REFRESH_TIMEOUT: Duration = Duration::from_secs(45);
 /// The stream of task `id`'s refresh intents.
 pub fn stream(id: TaskId) -> String {
     format!("refresh:{id}")
-}
-
-/// The key of `refresh.base_handled` for `repo`'s base branch `base` at `head`.
-pub fn base_key(repo: &RepoName, base: &str, head: &str) -> String {
-    format!(
-        "refresh-base:{}:{base}:{}",
-        repo.as_str().to_ascii_lowercase(),
-        head.to_ascii_lowercase()
-    )
-}
-
-/// The base branch of `repo` whose pushes refresh its pull requests: only a GitHub repository whose `refresh` is
-/// on. The refresh loop and the GitHub poller's backstop read the same rule.
-pub fn refreshed_base(
-    board: &crate::board::BoardConfig,
-    sources: &crate::config::dispatch::DispatchConfig,
-    repo: &RepoName,
-) -> Option<String> {
-    let source = sources.source(repo);
-    (source.on_github() && board.land_for(repo).refresh != RefreshMode::Off).then_some(source.base)
 }
 
 /// `refresh.base_handled`: the push of `head` to `repo`'s `base` was handled (event `position`).
@@ -95,7 +82,8 @@ pub struct BaseHandled {
     pub position: i64,
 }
 
-/// `refresh.due`: GitHub said pull request `number` of `task` (at `head`) is `state` (`behind`, `dirty`). Keyed
+/// `refresh.due`: the host said review request `number` of `task` (at `head`; a pull request's number, a merge
+/// request's iid) is `state`: `behind` (GitLab's `need_rebase`) or `dirty` (GitLab's `conflict`). Keyed
 /// `refresh-due:<task>:<head>:<state>` (once per head and state).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Due {
@@ -155,7 +143,7 @@ pub(super) enum Ended {
     Moved,
     Gone,
     Missing,
-    /// Not a task to refresh now (not in review, a plan, waiting for a person, another host).
+    /// Not a task to refresh now (not in review, a plan, waiting for a person, landed by pidevops's git).
     Skipped,
 }
 
@@ -183,32 +171,6 @@ pub struct Refresher {
     follow: Follow<StoredEvent>,
 }
 
-/// The parts of a GitHub `push` the loop reads.
-#[derive(Deserialize)]
-struct Push {
-    #[serde(rename = "ref")]
-    reference: String,
-    #[serde(default)]
-    deleted: bool,
-    /// The new head, when there is one: only the key that keeps a head from being handled twice (what the base
-    /// holds is fetched from the remote).
-    #[serde(default)]
-    after: Option<String>,
-    repository: PushRepository,
-}
-
-/// A push to a repository's base that refreshes: the repository, its base and the head the push names.
-struct BasePush {
-    repo: RepoName,
-    base: String,
-    head: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct PushRepository {
-    full_name: String,
-}
-
 impl Refresher {
     pub fn new(log: EventLog, lander: Lander, combined_plans: bool) -> Self {
         Self {
@@ -233,25 +195,6 @@ impl Refresher {
         })
     }
 
-    /// The repository whose base `event` moved, if it is a push to a configured repository's base branch on
-    /// GitHub that refreshes.
-    fn base_push(&self, event: &StoredEvent) -> Option<BasePush> {
-        if event.source != Source::Github.as_str() || event.event_type != "github.push" {
-            return None;
-        }
-        let push: Push = serde_json::from_slice(&event.body).ok()?;
-        let repo: RepoName = push.repository.full_name.parse().ok()?;
-        let base = refreshed_base(self.lander.board.config(), &self.lander.sources, &repo)?;
-        if push.deleted || push.reference != format!("refs/heads/{base}") {
-            return None;
-        }
-        // GitHub's all-zero `after` names no commit (a deletion): no key, as for a head not given.
-        let head = push
-            .after
-            .filter(|sha| CommitSha::new(sha).is_ok() && sha.bytes().any(|b| b != b'0'));
-        Some(BasePush { repo, base, head })
-    }
-
     async fn handle_event(
         &self,
         event: &StoredEvent,
@@ -267,7 +210,13 @@ impl Refresher {
             metrics::counter!("pidevops_refreshes_total", "outcome" => ended.as_str()).increment(1);
             return Ok(());
         }
-        let Some(BasePush { repo, base, head }) = self.base_push(event) else {
+        let Some(BasePush { repo, base, head }) = base_push(
+            &event.source,
+            &event.event_type,
+            &event.body,
+            self.lander.board.config(),
+            &self.lander.sources,
+        ) else {
             return Ok(());
         };
         let key = head.as_deref().map(|head| base_key(&repo, &base, head));
@@ -473,7 +422,7 @@ impl Refresher {
             && task.needs_human().is_none()
             && !task.is_plan()
             && !(self.combined_plans && task.parent().is_some())
-            && self.lander.on_github(task)
+            && self.lander.lands_by_review(task)
     }
 
     /// The commit pidevops last pushed for the review in progress: its last refresh's, else the reviewed run's.

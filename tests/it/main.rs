@@ -60,6 +60,7 @@ mod reactions;
 mod refresh;
 mod refresh_backstop;
 mod refresh_conflict;
+mod refresh_gitlab;
 mod relay;
 mod replicas;
 mod repo_env;
