@@ -87,8 +87,7 @@ async fn app(db: &TestDb, gitlab: &FakeGitlab, remote: &Remote, scratch: &Path) 
     settings.workspace_root = scratch.join("ws");
     gitlab.point_settings(&mut settings, TOKEN);
     let app = TestApp::spawn(settings).await;
-    // The poller's own first tick, at start, is over before the test changes anything: driven from here on.
-    app.tick(POLLER).await;
+    crate::providers::gitlab::poller::first_tick_over(&app).await;
     app
 }
 
