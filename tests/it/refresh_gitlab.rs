@@ -4,7 +4,8 @@
 //! Push Hook refreshes the second once, pushed once with a lease, and auto-land merges only the refreshed head,
 //! after its pipeline passed (the old head's pipeline counts no more). The Push Hook lost, `gitlab_poller` finds
 //! the new base head and the tasks are refreshed once; a merge request GitLab finds `need_rebase` refreshes its
-//! task alone. A Push Hook naming another project, another branch, a GitHub repository, a deleted base, or lying
+//! task alone, and one it finds in `conflict` goes to an agent (which leaves the markers: the task is flagged with
+//! the file). A Push Hook naming another project, another branch, a GitHub repository, a deleted base, or lying
 //! about its head, and a fork's merge request named like pidevops's branch, move nothing. Per backend.
 
 use std::path::Path;
@@ -25,7 +26,7 @@ use crate::refresh::{pushes, record_pushes, refresh, refreshes, shared};
 
 per_backend!(
     a_merged_merge_request_moves_the_base_and_the_push_hook_refreshes_the_other_once_auto_land_waiting_for_its_pipeline,
-    a_lost_push_hook_is_caught_by_the_gitlab_poller_and_need_rebase_refreshes_that_task_alone,
+    a_lost_push_hook_is_caught_by_the_gitlab_poller_and_need_rebase_or_conflict_refreshes_that_task_alone,
     strangers_push_hooks_a_lying_one_and_a_forks_merge_request_move_nothing,
 );
 
@@ -315,7 +316,7 @@ async fn a_merged_merge_request_moves_the_base_and_the_push_hook_refreshes_the_o
     app.stop().await;
 }
 
-async fn a_lost_push_hook_is_caught_by_the_gitlab_poller_and_need_rebase_refreshes_that_task_alone(
+async fn a_lost_push_hook_is_caught_by_the_gitlab_poller_and_need_rebase_or_conflict_refreshes_that_task_alone(
     db: TestDb,
 ) {
     let gitlab = FakeGitlab::start().await;
@@ -396,6 +397,52 @@ async fn a_lost_push_hook_is_caught_by_the_gitlab_poller_and_need_rebase_refresh
         assert!(!row.needs_human, "{row:?}");
         assert_eq!(row.column, Column::InReview);
     }
+
+    // A teammate changes the second's line; GitLab finds its merge request in `conflict`: the refresh meets the
+    // conflict and an agent gets it, which leaves the markers (its edit finds no such line), so the task is
+    // flagged with the file; nothing is pushed.
+    gitlab.set_merge_status(PROJECT, first_iid, "mergeable");
+    remote.commit_to_main("shared.txt", &shared(&[(25, "line 25 by a teammate")]));
+    let second_iid = board::row_in(&store, second)
+        .await
+        .unwrap()
+        .links
+        .get(GITLAB_MR)
+        .unwrap()
+        .iid
+        .get();
+    gitlab.set_merge_status(PROJECT, second_iid, "conflict");
+    let second_head = remote.branch(second.branch().as_str()).unwrap();
+    app.drive(POLLER).await;
+    refresh(&app).await;
+    let due = format!("refresh-due:{second}:{second_head}:dirty");
+    assert_eq!(store.count_by_key(Source::Pidevops, &due).await.unwrap(), 1);
+    within(
+        Duration::from_secs(90),
+        "the conflict attempt refused",
+        || async {
+            board::row_in(&store, second)
+                .await
+                .is_some_and(|r| r.needs_human)
+        },
+    )
+    .await;
+    let row = board::row_in(&store, second).await.unwrap();
+    let flag = row.needs_human_reason.clone().expect("flagged");
+    assert!(
+        flag.contains("conflicts") && flag.contains("shared.txt"),
+        "{flag}"
+    );
+    assert!(flag.contains("markers"), "the agent's attempt: {flag}");
+    assert_eq!(row.attempts, 2, "the conflict attempt");
+    assert_eq!(row.column, Column::InReview);
+    assert_eq!(refreshes(&store, second).await.len(), 1);
+    assert_eq!(pushes(&remote, &branches[1]).len(), 2, "nothing pushed");
+    assert_eq!(
+        refreshes(&store, first).await.len(),
+        2,
+        "the first is not touched"
+    );
     app.stop().await;
 }
 
