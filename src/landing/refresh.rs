@@ -45,7 +45,7 @@ pub use super::base_push::{base_key, refreshed_base};
 use super::base_push::{base_push, BasePush};
 use super::Lander;
 use crate::board::BoardError;
-use crate::dispatch::workspace::{RefreshRequest, RefreshResult, Workspaces};
+use crate::dispatch::workspace::{RefreshRequest, RefreshResult, WorkspaceError, Workspaces};
 use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::{AppendError, EventLog, StoredEvent};
 use crate::loops::follow::{AsStored, Follow, Follower, Next};
@@ -143,7 +143,8 @@ pub(super) enum Ended {
     Moved,
     Gone,
     Missing,
-    /// Not a task to refresh now (not in review, a plan, waiting for a person, landed by pidevops's git).
+    /// Not a task to refresh now (not in review, a plan, waiting for a person, landed by pidevops's git, its
+    /// remote needing a token this process lacks).
     Skipped,
 }
 
@@ -331,13 +332,22 @@ impl Refresher {
             let workspaces = Workspaces::new(&self.lander.root, self.lander.credentials.clone())
                 .context("the workspace root")?;
             let intent = |to: String, base: String| self.intend(id, &commit, to, base, mode);
-            let result = tokio::time::timeout(
+            let result = match tokio::time::timeout(
                 REFRESH_TIMEOUT,
                 workspaces.refresh(&request, &source, intent),
             )
             .await
             .with_context(|| format!("refreshing {id} took over {REFRESH_TIMEOUT:?}"))?
-            .with_context(|| format!("refreshing {id}"))?;
+            {
+                Ok(result) => result,
+                // Its remote needs a token this process was not given (the loop runs with one host's token and
+                // not the other's): the refresh could only fail, so it is not held on this push.
+                Err(WorkspaceError::NoToken { variable, .. }) => {
+                    tracing::warn!(task = %id, variable, "not refreshed: its remote needs a token that is not set");
+                    return Ok(Ended::Skipped);
+                }
+                Err(error) => return Err(error).with_context(|| format!("refreshing {id}")),
+            };
             match result {
                 RefreshResult::Current { .. } => {
                     progress.current += 1;

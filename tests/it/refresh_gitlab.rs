@@ -6,7 +6,8 @@
 //! the new base head and the tasks are refreshed once; a merge request GitLab finds `need_rebase` refreshes its
 //! task alone, and one it finds in `conflict` goes to an agent (which leaves the markers: the task is flagged with
 //! the file). A Push Hook naming another project, another branch, a GitHub repository, a deleted base, or lying
-//! about its head, and a fork's merge request named like pidevops's branch, move nothing. Per backend.
+//! about its head, and a fork's merge request named like pidevops's branch, move nothing. Armed by `GITLAB_TOKEN`
+//! alone, the loop skips a GitHub repository's task whose remote needs `GITHUB_TOKEN` and goes on. Per backend.
 
 use std::path::Path;
 use std::time::Duration;
@@ -28,6 +29,7 @@ per_backend!(
     a_merged_merge_request_moves_the_base_and_the_push_hook_refreshes_the_other_once_auto_land_waiting_for_its_pipeline,
     a_lost_push_hook_is_caught_by_the_gitlab_poller_and_need_rebase_or_conflict_refreshes_that_task_alone,
     strangers_push_hooks_a_lying_one_and_a_forks_merge_request_move_nothing,
+    with_gitlab_s_token_only_a_github_repository_s_base_push_is_skipped_and_the_loop_goes_on,
 );
 
 const PROJECT: &str = "acme/platform/api";
@@ -537,4 +539,57 @@ async fn strangers_push_hooks_a_lying_one_and_a_forks_merge_request_move_nothing
     assert!(!row.needs_human, "{row:?}");
     assert_eq!(row.version, before.version, "the task is untouched");
     app.stop().await;
+}
+
+/// The loop armed by `GITLAB_TOKEN` alone: a base push of a GitHub repository whose https remote needs
+/// `GITHUB_TOKEN` skips its task (a refresh could only fail) and is handled, so the loop is not held on it.
+async fn with_gitlab_s_token_only_a_github_repository_s_base_push_is_skipped_and_the_loop_goes_on(
+    db: TestDb,
+) {
+    let gitlab = FakeGitlab::start().await;
+    let mut settings = crate::common::settings(&db);
+    settings.file = format!(
+        "[dispatch]\n[repos.\"{PROJECT}\"]\nprovider = \"gitlab\"\n\
+         url = \"https://gitlab.example.com/{PROJECT}.git\"\n\
+         [repos.\"acme/app\"]\nurl = \"https://github.com/acme/app.git\"\n\
+         [pollers.gitlab]\ninterval_s = 3600\n"
+    )
+    .parse()
+    .unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    settings.workspace_root = scratch.path().join("ws");
+    gitlab.point_settings(&mut settings, TOKEN);
+    let app = TestApp::spawn(settings).await;
+    let id = board::new_task("Fix the header")
+        .repo("acme/app")
+        .approval(pidevops::tasks::ApprovalPolicy::Auto)
+        .create(&app)
+        .await;
+    let run = board::to_review(&app, id, None).await;
+    board::pushed(&app, id, run, "0123456789abcdef0123456789abcdef01234567").await;
+    let mut push = crate::refresh::push("acme/app", "refs/heads/main");
+    let after = "9".repeat(40);
+    push["after"] = json!(after);
+    crate::land::post(&app.url(""), "push", "main-1", &push).await;
+    // A tick that failed would panic here: the push is handled, its task skipped.
+    refresh(&app).await;
+    let handled = format!("refresh-base:acme/app:main:{after}");
+    assert_eq!(
+        store_count(&app, &handled).await,
+        1,
+        "the push is handled, not retried forever"
+    );
+    assert!(refreshes(app.state.log.store(), id).await.is_empty());
+    let row = board::row_in(app.state.log.store(), id).await.unwrap();
+    assert_eq!(row.column, Column::InReview);
+    app.stop().await;
+}
+
+async fn store_count(app: &TestApp, key: &str) -> i64 {
+    app.state
+        .log
+        .store()
+        .count_by_key(Source::Pidevops, key)
+        .await
+        .unwrap()
 }
