@@ -64,6 +64,8 @@ struct Inner {
     merge_commits: std::collections::BTreeMap<(String, u64), String>,
     /// The next merge through the API holds its answer until the test lets it go.
     hold: Option<merge::Hold>,
+    /// Runs when the next merge call arrives, before the fake decides on it (the world moving under it).
+    before_merge: Option<Box<dyn FnOnce() + Send>>,
     /// Issues as `GET /repos/{o}/{r}/issues/{n}` answers them: (repo, number) → issue.
     issues: std::collections::BTreeMap<(String, u64), Value>,
     /// Reactions on issue comments: (repo, comment id, content), one per content as GitHub keeps them.
