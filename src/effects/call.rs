@@ -59,6 +59,14 @@ pub enum Produced {
         state: String,
         message: String,
     },
+    /// A pull request put into its base's merge queue (GitHub's own), which merges it: `enqueued` false when it
+    /// was in the queue already (a repeat after a crash); `position` GitHub's, when it said.
+    Enqueued {
+        number: u64,
+        enqueued: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        position: Option<u64>,
+    },
     /// A message posted where a provider names it by its conversation and its own id (Slack: the channel and
     /// the message's `ts`, which a thread's replies name as their root).
     Posted {

@@ -18,6 +18,10 @@
 //! next tick (refreshed: its checks run again and its new head is chosen; a conflict goes to an agent); a repository
 //! that does not refresh, or a branch that holds the base already, flags the task saying what GitHub answered.
 //!
+//! A base whose rules require GitHub's own merge queue gets the chosen pull request enqueued there by the merge
+//! effect instead (`providers/github/client/queue.rs`); it holds this queue until GitHub merges it, or takes it
+//! out (`dequeued` flags the task).
+//!
 //! The queue is kept in the log: what is in flight is read from the tasks' events each tick, so a restart, or a
 //! second replica taking the loop over, continues where it was; the merge is an effect keyed by task and head, so
 //! it is made once. A repository with `refresh = "off"` is queued without a refresh (GitHub refuses a merge that

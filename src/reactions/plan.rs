@@ -51,6 +51,7 @@ impl Reactions {
             Reaction::Merged { by, .. } => {
                 return self.plan_merged(loaded, &by, actor, progress).await
             }
+            Reaction::Dequeued { reason, .. } => flag(super::dequeued(&reason)),
             Reaction::ClosedUnmerged { by, .. } => flag(format!(
                 "its pull request was closed without merging by {by}; its items wait in review. Reopen it, or \
                  cancel the plan (and its items with it)"

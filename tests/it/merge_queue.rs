@@ -2,8 +2,8 @@
 //! land one at a time. The one ready first is merged; the other, ready while that merge is in flight, waits,
 //! then (its base having moved, though no push webhook ever came) is brought up to date by the queue's own
 //! refresh, and merged only once its checks pass on the refreshed head, with no person involved. And a merge GitHub
-//! refuses (405) because the base moved after the queue chose it: refreshed and merged, not a person's. Per
-//! backend.
+//! refuses (405) because the base moved after the queue chose it: refreshed and merged, not a person's. A base
+//! that merges only through GitHub's own merge queue: detected, and the pull request enqueued there. Per backend.
 
 use pidevops::eventlog::EventStore;
 use pidevops::tasks::{Column, TaskId};
@@ -19,7 +19,9 @@ use crate::providers::github::fake::FakeGithub;
 per_backend!(
     two_pull_requests_land_one_at_a_time_each_on_the_latest_base,
     a_merge_github_refuses_as_behind_is_refreshed_and_merged_without_a_person,
-    a_merge_github_refuses_as_behind_on_a_current_branch_flags_a_person_saying_so
+    a_merge_github_refuses_as_behind_on_a_current_branch_flags_a_person_saying_so,
+    a_base_with_githubs_merge_queue_gets_the_pull_request_enqueued_once_never_merged_by_pidevops,
+    a_pull_request_githubs_merge_queue_dequeues_is_flagged_with_the_reason_and_a_forks_changes_nothing
 );
 
 /// The bodies of `id`'s events of type `kind`.
@@ -251,4 +253,112 @@ async fn a_merge_github_refuses_as_behind_on_a_current_branch_flags_a_person_say
         "{reason}"
     );
     assert!(reason.contains("already holds the base"), "{reason}");
+}
+
+/// GitHub's `dequeued` of `id`'s pull request `number`, with `reason`.
+fn dequeued(id: TaskId, number: u64, reason: &str) -> Value {
+    let mut body = merged(id, number);
+    body["action"] = json!("dequeued");
+    body["reason"] = json!(reason);
+    let pr = &mut body["pull_request"];
+    pr["merged"] = json!(false);
+    pr["merged_by"] = Value::Null;
+    pr["state"] = json!("open");
+    body
+}
+
+/// The base requires GitHub's merge queue (a ruleset's `merge_queue` rule): pidevops reads that, and puts the
+/// ready pull request into the queue at the head whose check passed (GraphQL `enqueuePullRequest` with
+/// `expectedHeadOid`), once, never through the REST merge GitHub would refuse. GitHub's merge completes the task,
+/// with nobody asked.
+async fn a_base_with_githubs_merge_queue_gets_the_pull_request_enqueued_once_never_merged_by_pidevops(
+    db: TestDb,
+) {
+    let fake = FakeGithub::start().await;
+    fake.require_merge_queue(REPO, "main");
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let (app, id, number, sha) = in_review_alone(&db, &fake, &remote, scratch.path()).await;
+    let store = app.state.log.store().clone();
+    let check = check_run(REPO, id, &sha, "ci", "success");
+    post(&app.url(""), "check_run", "ci", &check).await;
+    within(
+        Duration::from_secs(60),
+        "the pull request enqueued",
+        || async {
+            settle(&app).await;
+            !fake.enqueued().is_empty()
+        },
+    )
+    .await;
+    settle(&app).await;
+    settle(&app).await;
+    assert_eq!(
+        fake.enqueued(),
+        vec![(REPO.to_owned(), number, sha.clone())]
+    );
+    assert!(fake.merge_calls().is_empty(), "merged around the queue");
+    let row = board::row_in(&store, id).await.unwrap();
+    assert_eq!(row.column, Column::InReview, "{row:?}");
+    assert!(!row.needs_human, "{row:?}");
+
+    github_merges(&app, &remote, id, number).await;
+    let row = board::row_in(&store, id).await.unwrap();
+    assert_eq!(row.column, Column::Done, "{row:?}");
+    assert!(!row.needs_human, "{row:?}");
+    assert_eq!(fake.enqueued().len(), 1);
+}
+
+/// GitHub's merge queue takes the pull request out (its merge group failed CI): the task is flagged with GitHub's
+/// reason, so it no longer holds the base. The same `dequeued` for a fork's pull request named like pidevops's
+/// branch moves nothing.
+async fn a_pull_request_githubs_merge_queue_dequeues_is_flagged_with_the_reason_and_a_forks_changes_nothing(
+    db: TestDb,
+) {
+    let fake = FakeGithub::start().await;
+    fake.require_merge_queue(REPO, "main");
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let (app, id, number, sha) = in_review_alone(&db, &fake, &remote, scratch.path()).await;
+    let store = app.state.log.store().clone();
+    let check = check_run(REPO, id, &sha, "ci", "success");
+    post(&app.url(""), "check_run", "ci", &check).await;
+    within(
+        Duration::from_secs(60),
+        "the pull request enqueued",
+        || async {
+            settle(&app).await;
+            !fake.enqueued().is_empty()
+        },
+    )
+    .await;
+
+    let mut fork = dequeued(id, number, "CI_FAILURE");
+    fork["pull_request"]["head"]["repo"]["full_name"] = json!("stranger/app");
+    post(&app.url(""), "pull_request", "dequeued-fork", &fork).await;
+    settle(&app).await;
+    assert!(
+        !board::row_in(&store, id).await.unwrap().needs_human,
+        "a fork's event moved it"
+    );
+
+    post(
+        &app.url(""),
+        "pull_request",
+        "dequeued",
+        &dequeued(id, number, "CI_FAILURE"),
+    )
+    .await;
+    settle(&app).await;
+    let row = board::row_in(&store, id).await.unwrap();
+    assert!(row.needs_human, "{row:?}");
+    let flags = events(&store, id, "task.flagged_needs_human").await;
+    assert_eq!(flags.len(), 1, "{flags:#?}");
+    let reason = flags[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("merge queue") && reason.contains("CI_FAILURE"),
+        "{reason}"
+    );
+    assert_eq!(fake.enqueued().len(), 1);
+    assert!(fake.merge_calls().is_empty());
 }

@@ -196,6 +196,12 @@ pub(super) async fn merge_pull(
                 "Pull Request is not mergeable",
             );
         }
+        if super::queue::queue_required(&inner, &full, number) {
+            return github_error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "Changes must be made through the merge queue",
+            );
+        }
         match inner.mergeable.get(&key).map(String::as_str) {
             Some("dirty") => {
                 return github_error(

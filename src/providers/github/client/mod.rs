@@ -15,6 +15,8 @@ use serde_json::Value;
 use crate::effects::{CallError, Produced};
 use crate::tasks::{BranchName, CommitSha, MergeMethod, RepoName};
 
+mod queue;
+
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// The longest wait a rate limit may impose before we try anyway (and are told again).
@@ -324,7 +326,8 @@ impl GithubClient {
     /// it merges nothing). A pull request whose head is no longer `sha` (the branch moved) or that is closed is
     /// a permanent failure, and so are GitHub's refusals (405 not mergeable, 409 the head moved meanwhile), except
     /// a 405 for a pull request GitHub then says is `behind` or `dirty`: that is [`Produced::Unmerged`] (see
-    /// [`GithubClient::refused`]).
+    /// [`GithubClient::refused`]). A base that merges only through GitHub's merge queue gets the pull request
+    /// enqueued instead (`queue.rs`).
     /// `method`: the configured one, else the first the repository allows of squash, merge and rebase.
     pub async fn merge_pull_request(
         &self,
@@ -349,6 +352,10 @@ impl GithubClient {
             return Err(CallError::Permanent {
                 message: format!("pull request #{number} is {state}, not open: nothing to merge"),
             });
+        }
+        let base = pull.base.ref_field.as_str();
+        if self.merge_queue_required(repo, base).await? {
+            return self.enqueue_pull_request(repo, number, sha).await;
         }
         let head = pull.head.sha.as_str();
         if !head.eq_ignore_ascii_case(sha) {
