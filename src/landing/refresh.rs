@@ -32,8 +32,12 @@
 //! Exactly once: before its push, a refresh records what it is about to push (`refresh.pushing` in the stream
 //! `refresh:<task>`); the commit it makes is the same when made again (dated by the base push). A restart
 //! between the push and `task.refreshed` handles the same base push again and finds the branch at the commit it
-//! recorded it would push: that is recorded, nothing is pushed twice. Items of a plan whose pull request is
-//! the plan's combination (`[plans] land = "combined"`) are not refreshed on their own.
+//! recorded it would push: that is recorded, nothing is pushed twice.
+//!
+//! A plan whose items land as one pull request (`[plans] land = "combined"`) is refreshed as one: its combined
+//! branch `pidevops/<plan>`, from the commit of its current combination (or its last refresh), the same way but
+//! always by merging the base in (its merges of the items are kept); its items are never refreshed on their own. A conflict there flags the plan with the files named (no agent works
+//! on a combination). A new combination (an item's new attempt) starts from the base again.
 
 use std::time::Duration;
 
@@ -320,7 +324,11 @@ impl Refresher {
                 return Ok(Ended::Skipped);
             };
             let source = self.lander.sources.source(task.repo());
-            let mode = board.config().land_for(task.repo()).refresh;
+            let mode = match board.config().land_for(task.repo()).refresh {
+                // A combination's merges of its items are kept: the base is merged into it, never rebased under it.
+                RefreshMode::Rebase if task.is_plan() => RefreshMode::Merge,
+                mode => mode,
+            };
             let request = RefreshRequest {
                 repo: task.repo().clone(),
                 task: id,
@@ -386,6 +394,25 @@ impl Refresher {
                     return Ok(Ended::Moved);
                 }
                 RefreshResult::Conflict {
+                    base, files, total, ..
+                } if task.is_plan() => {
+                    // No agent works on a plan's combination: its items' attempts made it.
+                    let mut named = files.join(", ");
+                    if total > files.len() {
+                        named.push_str(&format!(" and {} more", total - files.len()));
+                    }
+                    let why = format!(
+                        "the base moved to {}, and {}'s combined branch {} no longer merges with it, in {named}; \
+                         nothing was pushed. Send the item that touches them back (retry) with what to change, or \
+                         bring the branch up to date by hand",
+                        short(&base),
+                        id,
+                        id.branch()
+                    );
+                    self.flag(id, &why, progress).await?;
+                    return Ok(Ended::Conflicted);
+                }
+                RefreshResult::Conflict {
                     base,
                     files,
                     total,
@@ -427,16 +454,22 @@ impl Refresher {
     }
 
     /// Whether `task` is one this loop refreshes now.
+    /// A plan is refreshed as one: its combined pull request, while its combination is current (`land =
+    /// "combined"`); its items, then, never on their own.
     pub(super) fn refreshes(&self, task: &Task) -> bool {
         task.column() == Column::InReview
             && task.needs_human().is_none()
-            && !task.is_plan()
+            && (!task.is_plan() || (self.combined_plans && task.combined_head().is_some()))
             && !(self.combined_plans && task.parent().is_some())
             && self.lander.lands_by_review(task)
     }
 
-    /// The commit pidevops last pushed for the review in progress: its last refresh's, else the reviewed run's.
+    /// The commit pidevops last pushed for the review in progress: its last refresh's, else the reviewed run's
+    /// (a plan's: its current combination's).
     async fn head(&self, task: &Task) -> anyhow::Result<Option<CommitSha>> {
+        if task.is_plan() {
+            return Ok(task.combined_head().cloned());
+        }
         if let Some(refreshed) = task.refreshed() {
             return Ok(Some(refreshed.clone()));
         }
@@ -571,7 +604,7 @@ impl Refresher {
         }
     }
 
-    async fn flag(
+    pub(super) async fn flag(
         &self,
         id: TaskId,
         why: &str,
