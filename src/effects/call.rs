@@ -51,6 +51,22 @@ pub enum Produced {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         method: Option<String>,
     },
+    /// A merge the provider refused because the pull request is `behind` its base or `dirty` (conflicting with
+    /// it), as the provider said after the refusal: not merged, and not a person's business yet: the merge queue
+    /// brings it up to date and merges its new head (`landing::queue`).
+    Unmerged {
+        number: u64,
+        state: String,
+        message: String,
+    },
+    /// A pull request put into its base's merge queue (GitHub's own), which merges it: `enqueued` false when it
+    /// was in the queue already (a repeat after a crash); `position` GitHub's, when it said.
+    Enqueued {
+        number: u64,
+        enqueued: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        position: Option<u64>,
+    },
     /// A message posted where a provider names it by its conversation and its own id (Slack: the channel and
     /// the message's `ts`, which a thread's replies name as their root).
     Posted {

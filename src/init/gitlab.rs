@@ -90,8 +90,8 @@ pub fn render(gitlab: &GitlabAnswers) -> String {
 pub fn instructions(public_url: &str) -> String {
     format!(
         "\nGitLab, for each project (Settings → Webhooks → Add new webhook):\n  URL          {public_url}/webhooks/gitlab\n  \
-         secret token GITLAB_WEBHOOK_SECRET from .env; SSL verification on\n  triggers     Issues events, Comments, \
-         Merge request events, Pipeline events, Job events\n"
+         secret token GITLAB_WEBHOOK_SECRET from .env; SSL verification on\n  triggers     Push events, Issues events, \
+         Comments, Merge request events, Pipeline events, Job events\n"
     )
 }
 

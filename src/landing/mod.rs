@@ -18,6 +18,7 @@
 //! refused, fetches the new base, finds the commit in it, and records what is there.
 
 pub mod auto;
+pub mod base_push;
 pub mod queue;
 pub mod refresh;
 pub mod stale;

@@ -12,10 +12,20 @@
 //!   it is chosen once its checks pass on the new head; a conflict (handed to an agent, `task.conflict_found`) or
 //!   someone else's push (flagged) takes it out of the running, and the next one is looked at on the next tick.
 //!
+//! GitHub may still refuse the chosen merge (405) when the base moved after the queue's refresh (a person's push):
+//! the merge effect then reads the pull request's `mergeable_state` and, `behind` or `dirty`, records the merge as
+//! unmerged (`Produced::Unmerged`) instead of failing it for a person. The queue brings that task up to date on its
+//! next tick (refreshed: its checks run again and its new head is chosen; a conflict goes to an agent); a repository
+//! that does not refresh, or a branch that holds the base already, flags the task saying what GitHub answered.
+//!
+//! A base whose rules require GitHub's own merge queue gets the chosen pull request enqueued there by the merge
+//! effect instead (`providers/github/client/queue.rs`); it holds this queue until GitHub merges it, or takes it
+//! out (`dequeued` flags the task).
+//!
 //! The queue is kept in the log: what is in flight is read from the tasks' events each tick, so a restart, or a
 //! second replica taking the loop over, continues where it was; the merge is an effect keyed by task and head, so
 //! it is made once. A repository with `refresh = "off"` is queued without a refresh (GitHub refuses a merge that
-//! conflicts, which flags the task). A combined plan's pull request is queued as it stands (it is not refreshed).
+//! conflicts, which flags the task). A combined plan's pull request is refreshed as one, like a task's.
 
 use std::collections::BTreeMap;
 
@@ -29,8 +39,20 @@ use crate::domain::effect::github_merge_key;
 use crate::eventlog::EventLog;
 use crate::projectors::tasks::{self as task_rows, TaskFilter};
 use crate::tasks::{
-    landing, Column, Command, LandMode, Readiness, RefreshMode, RepoName, Task, TaskId,
+    landing, Column, Command, CommitSha, LandMode, Readiness, RefreshMode, RepoName, Task, TaskId,
 };
+
+/// What became of a queued merge (its effect's stream).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Merge {
+    /// Not made yet, being made, or made (the task completes once GitHub's merge is seen).
+    Pending,
+    /// Failed for good (GitHub refused it otherwise; the task was flagged then): that head is not chosen again,
+    /// nor does it hold the base.
+    Failed,
+    /// GitHub refused it because the pull request is `state` (`behind`, `dirty`): see [`MergeQueue::unmerged`].
+    Unmerged { state: String },
+}
 
 /// The loop's name.
 pub const MERGE_QUEUE: &str = "merge_queue";
@@ -121,14 +143,22 @@ impl MergeQueue {
             let Readiness::Ready { sha, number } = landing::readiness(&task, &rules) else {
                 continue;
             };
-            let failed = self.merge_failed(task.id(), &sha).await?;
-            if task.landing().queued() && !failed {
-                progress
-                    .in_flight
-                    .insert(repo.as_str().to_owned(), task.id());
-                return Ok(());
+            let merge = self.merge_outcome(task.id(), &sha).await?;
+            if task.landing().queued() {
+                match merge {
+                    Merge::Pending => {
+                        progress
+                            .in_flight
+                            .insert(repo.as_str().to_owned(), task.id());
+                        return Ok(());
+                    }
+                    Merge::Unmerged { state } => {
+                        return self.unmerged(&task, &sha, number, &state, progress).await;
+                    }
+                    Merge::Failed => {}
+                }
             }
-            if !failed && self.dependencies_done(&task).await? {
+            if merge == Merge::Pending && self.dependencies_done(&task).await? {
                 ready.push((task, sha, number));
             }
         }
@@ -178,13 +208,8 @@ impl MergeQueue {
         }
     }
 
-    /// Whether the merge of `task` at `sha` was made and failed for good (GitHub refused it; the task was flagged
-    /// then): that head is not chosen again, nor does it hold the base.
-    async fn merge_failed(
-        &self,
-        task: TaskId,
-        sha: &crate::tasks::CommitSha,
-    ) -> anyhow::Result<bool> {
+    /// What became of the merge of `task` at `sha`, from its effect's stream.
+    async fn merge_outcome(&self, task: TaskId, sha: &CommitSha) -> anyhow::Result<Merge> {
         let stream = crate::domain::effect::stream(&github_merge_key(task, sha));
         let events = self
             .log
@@ -192,15 +217,78 @@ impl MergeQueue {
             .read_stream(&stream)
             .await
             .with_context(|| format!("reading {stream}"))?;
-        Ok(events
-            .last()
-            .is_some_and(|last| match last.event_type.as_str() {
-                "effect.withheld" => true,
-                "effect.failed" => serde_json::from_slice::<serde_json::Value>(&last.body)
-                    .map(|body| body["retry_at"].is_null())
-                    .unwrap_or(true),
-                _ => false,
-            }))
+        let Some(last) = events.last() else {
+            return Ok(Merge::Pending);
+        };
+        let body = || serde_json::from_slice::<serde_json::Value>(&last.body).unwrap_or_default();
+        Ok(match last.event_type.as_str() {
+            "effect.withheld" => Merge::Failed,
+            "effect.failed" if body()["retry_at"].is_null() => Merge::Failed,
+            "effect.succeeded" => {
+                let body = body();
+                let produced = &body["produced"];
+                match (produced["kind"].as_str(), produced["state"].as_str()) {
+                    (Some("unmerged"), Some(state)) => Merge::Unmerged {
+                        state: state.to_owned(),
+                    },
+                    _ => Merge::Pending,
+                }
+            }
+            _ => Merge::Pending,
+        })
+    }
+
+    /// GitHub refused the queued merge of `task` at `sha` because the pull request is `state` (`behind` its base,
+    /// or `dirty`: conflicting with it): the base moved after the queue's refresh. It is brought up to date now
+    /// (refreshed, its checks run again and the queue chooses its new head; a conflict goes to an agent). A
+    /// repository that does not refresh, or a branch that already holds the base (GitHub and the remote disagree),
+    /// is a person's: the task is flagged saying so. Either way it no longer holds the base.
+    async fn unmerged(
+        &self,
+        task: &Task,
+        sha: &CommitSha,
+        number: u64,
+        state: &str,
+        progress: &mut QueueProgress,
+    ) -> anyhow::Result<()> {
+        let id = task.id();
+        let mut refreshing = RefreshProgress::default();
+        let why = if !self.refreshes
+            || self.board().config().land_for(task.repo()).refresh == RefreshMode::Off
+        {
+            "pidevops does not refresh this repository's pull requests (refresh = \"off\", or no workspaces): \
+             bring the branch up to date, then merge it"
+        } else {
+            let stamp = Utc::now().timestamp();
+            match self
+                .refresher
+                .refresh_counted(id, stamp, &mut refreshing)
+                .await?
+            {
+                Ended::Refreshed => {
+                    progress.refreshed += 1;
+                    return Ok(());
+                }
+                Ended::Conflicted | Ended::Moved | Ended::Gone | Ended::Missing => {
+                    progress.stopped += 1;
+                    return Ok(());
+                }
+                Ended::Skipped => {
+                    "pidevops does not refresh this pull request on its own: bring the branch up to date, then \
+                     merge it"
+                }
+                Ended::Current => {
+                    "yet its branch already holds the base pidevops fetched: GitHub and the remote disagree, look \
+                     at the pull request"
+                }
+            }
+        };
+        progress.stopped += 1;
+        let why = format!(
+            "GitHub refused to merge pull request #{number} at {}: it finds it {state}; {why}",
+            sha.short()
+        );
+        self.refresher.flag(id, &why, &mut refreshing).await
     }
 
     /// Whether every task a plan's item depends on is done (it lands after them).

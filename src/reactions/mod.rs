@@ -275,6 +275,12 @@ impl Reactions {
                     )),
                 }),
             ),
+            Reaction::Dequeued { task, reason } => (
+                task,
+                Verdict::Apply(Command::FlagNeedsHuman {
+                    reason: Reason::summarize(&dequeued(&reason)),
+                }),
+            ),
         };
         let command = match verdict {
             Verdict::Apply(command) => command,
@@ -564,4 +570,12 @@ enum Verdict {
     Refused(String),
     /// Look again on the next tick.
     Wait(String),
+}
+
+/// Why a task (or plan) whose pull request the merge queue took out waits for a person.
+pub(crate) fn dequeued(reason: &str) -> String {
+    format!(
+        "GitHub's merge queue took its pull request out without merging it ({reason}); look at the queue's checks, \
+         then send it back (retry) with what to fix, or add it to the queue again"
+    )
 }

@@ -11,8 +11,9 @@
 //!   a dismissed review withdraws its approval. Line comments change nothing (they belong to an item's attempt,
 //!   and which one is a person's call).
 //!
-//! A result counts only for the commit pidevops last combined and pushed for the plan (`task.combined`, in its
-//! stream), never one somebody else pushed to the branch.
+//! A result counts only for the commit pidevops last combined and pushed for the plan (`task.combined`, or that
+//! combination brought up to date with the base, `task.refreshed`, in its stream), never one somebody else pushed
+//! to the branch.
 
 use anyhow::Context;
 use chrono::Utc;
@@ -50,6 +51,7 @@ impl Reactions {
             Reaction::Merged { by, .. } => {
                 return self.plan_merged(loaded, &by, actor, progress).await
             }
+            Reaction::Dequeued { reason, .. } => flag(super::dequeued(&reason)),
             Reaction::ClosedUnmerged { by, .. } => flag(format!(
                 "its pull request was closed without merging by {by}; its items wait in review. Reopen it, or \
                  cancel the plan (and its items with it)"
@@ -249,13 +251,16 @@ fn flag(why: String) -> Command {
     }
 }
 
-/// Where `sha` stands among the plan's combined commits, from its stream.
+/// Where `sha` stands among the commits pidevops pushed as the plan's branch (combined, or refreshed), from its
+/// stream.
 fn combined(loaded: &Loaded, sha: &str) -> Combined {
     let commits: Vec<CommitSha> = loaded
         .events
         .iter()
         .filter_map(|e| match serde_json::from_slice::<TaskEvent>(&e.body) {
             Ok(TaskEvent::Combined { commit, .. }) => Some(commit),
+            // Its combination brought up to date with the base by pidevops's refresh: the branch's head now.
+            Ok(TaskEvent::Refreshed { to, .. }) => Some(to),
             _ => None,
         })
         .collect();

@@ -74,6 +74,13 @@ pub enum Reaction {
         task: TaskId,
         by: String,
     },
+    /// The host's merge queue took the review request out without merging it (GitHub's `dequeued`, with its
+    /// reason: a failed check on the queue's merge group, a conflict, a person): the merge asked for will not
+    /// happen.
+    Dequeued {
+        task: TaskId,
+        reason: String,
+    },
 }
 
 impl Reaction {
@@ -88,7 +95,8 @@ impl Reaction {
             | Self::Reviewed { task, .. }
             | Self::ReviewComment { task, .. }
             | Self::Merged { task, .. }
-            | Self::ClosedUnmerged { task, .. } => Some(*task),
+            | Self::ClosedUnmerged { task, .. }
+            | Self::Dequeued { task, .. } => Some(*task),
         }
     }
 }

@@ -61,6 +61,7 @@ mod refresh;
 mod refresh_backstop;
 mod refresh_check;
 mod refresh_conflict;
+mod refresh_gitlab;
 mod relay;
 mod replicas;
 mod repo_env;

@@ -3,7 +3,8 @@
 //! pull request of their own, their recorded commits are merged into `pidevops/<plan>` and the plan gets one pull
 //! request, which auto-land merges once a check passed on it, and whose merge completes the items and the plan.
 //! The attack: someone moves an item's branch on the remote before the combination, and the combination still
-//! holds the commit pidevops recorded. Two items that touch the same file flag the plan and push nothing.
+//! holds the commit pidevops recorded. Two items that touch the same file flag the plan and push nothing. The base
+//! moving under the plan's pull request refreshes it as one (never its items on their own).
 
 use std::path::Path;
 use std::time::Duration;
@@ -22,6 +23,7 @@ per_backend!(
     a_combined_plan_gets_one_pull_request_holding_both_items_and_its_merge_completes_them,
     the_combination_holds_the_recorded_commit_not_a_branch_someone_moved,
     items_that_conflict_flag_the_plan_and_nothing_is_pushed,
+    a_combined_plans_pull_request_is_refreshed_as_one_when_the_base_moves,
 );
 
 /// Two independent items.
@@ -564,5 +566,104 @@ async fn items_that_conflict_flag_the_plan_and_nothing_is_pushed(db: TestDb) {
         !left.exists() || std::fs::read_dir(&left).unwrap().next().is_none(),
         "{left:?}"
     );
+    app.stop().await;
+}
+
+/// The base moves under a combined plan's pull request: it is refreshed as one (the base merged into its
+/// combination, pushed once with a lease), its items are not refreshed on their own, a check that passed on the old
+/// combined commit no longer lands it, and the refreshed head is merged once its check passes there.
+async fn a_combined_plans_pull_request_is_refreshed_as_one_when_the_base_moves(db: TestDb) {
+    use crate::refresh::{push, pushes, record_pushes, refreshes};
+    let github = FakeGithub::start().await;
+    let remote = Remote::new();
+    record_pushes(&remote);
+    let scratch = tempfile::tempdir().unwrap();
+    let planner = planner(scratch.path(), "planner.sh", &two_items());
+    let worker = bash_agent(
+        scratch.path(),
+        "worker.sh",
+        &format!("{PART}\nmkdir -p \"$part\" && echo done > \"$part/done.txt\""),
+    );
+    let file = config(&remote, &planner, &worker, "land = \"auto\"\napprovals = 0");
+    let app = spawn(&db, file, &scratch.path().join("ws"), Some(&github)).await;
+    let store = app.state.log.store().clone();
+    let plan = new_plan(&app, "Build the two parts").await;
+    let items = items_of(&app, plan, 2).await;
+    let commit = combined(&app, plan).await["commit"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let number = pull_request_of(&app, plan).await;
+    let branch = plan.branch();
+    let item_heads: Vec<_> = items
+        .iter()
+        .map(|i| remote.branch(i.branch().as_str()))
+        .collect();
+
+    // A person's change lands on the base, and its push webhook comes.
+    remote.commit_to_main("person.md", "a person's change\n");
+    let main = remote.branch("main").unwrap();
+    deliver(&app, "push", &push(REPO, "refs/heads/main")).await;
+    within(Duration::from_secs(60), "the plan refreshed", || async {
+        !refreshes(&store, plan).await.is_empty()
+    })
+    .await;
+    let refreshed = refreshes(&store, plan).await;
+    assert_eq!(refreshed.len(), 1, "{refreshed:#?}");
+    let to = remote.branch(branch.as_str()).unwrap();
+    assert_eq!(refreshed[0]["from"], json!(commit));
+    assert_eq!(refreshed[0]["to"], json!(to));
+    assert_eq!(refreshed[0]["base"], json!(main));
+    assert_eq!(refreshed[0]["strategy"], json!("merge"));
+    assert!(is_ancestor(&remote, &main, &to), "not on the new base");
+    assert!(
+        is_ancestor(&remote, &commit, &to),
+        "the combination rewritten"
+    );
+    let plan_pushes = pushes(&remote, &format!("refs/heads/{branch}"));
+    assert_eq!(
+        plan_pushes.len(),
+        2,
+        "the combination, then one refresh: {plan_pushes:?}"
+    );
+    for (item, head) in items.iter().zip(item_heads) {
+        assert!(
+            refreshes(&store, *item).await.is_empty(),
+            "{item} refreshed on its own"
+        );
+        assert_eq!(remote.branch(item.branch().as_str()), head);
+    }
+
+    // A check that passed on the old combination lands nothing; one on the refreshed head lands that head, once.
+    github.set_head(REPO, number, &to);
+    deliver(
+        &app,
+        "check_suite",
+        &check_suite(branch.as_str(), &commit, "success"),
+    )
+    .await;
+    for name in ["reactions", "merge_queue", "effects:github"] {
+        app.project().await;
+        app.drive(name).await;
+    }
+    assert!(
+        github.merge_calls().is_empty(),
+        "merged on the old combination's check"
+    );
+    deliver(
+        &app,
+        "check_suite",
+        &check_suite(branch.as_str(), &to, "success"),
+    )
+    .await;
+    within(
+        Duration::from_secs(30),
+        "the plan's pull request merged",
+        || async { github.is_merged(REPO, number) },
+    )
+    .await;
+    let calls = github.merge_calls();
+    assert_eq!(calls.len(), 1, "{calls:#?}");
+    assert_eq!(calls[0].body["sha"], json!(to));
     app.stop().await;
 }

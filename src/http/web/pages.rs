@@ -136,6 +136,8 @@ pub struct TaskView {
     pub now: DateTime<Utc>,
     /// Each refresh of its branch onto a moved base.
     pub refreshes: Vec<super::refreshes::Refresh>,
+    /// Where its code host compares two commits (`refreshes::compare_prefix`); none for another remote.
+    pub compare: Option<String>,
 }
 
 /// What the page's spec is: a plan's goal, a triage task's form, or text.
@@ -282,7 +284,7 @@ pub fn task(view: &TaskView) -> Markup {
         h2 { "Runs" }
         (runs_table(&view.runs, false, view.now))
         (super::attempt::attempts(&view.attempts))
-        (super::refreshes::section(&view.refreshes, &row.repo, view.now))
+        (super::refreshes::section(&view.refreshes, view.compare.as_deref(), view.now))
         h2 { "Timeline" }
         table.timeline {
             thead { tr { th { "at" } th { "event" } th { "what" } th { "by" } } }

@@ -338,6 +338,18 @@ async fn render(
             && !task.is_plan()
             && !state.lander.lands_by_review(task)
     });
+    let compare = row
+        .repo
+        .parse::<crate::tasks::RepoName>()
+        .ok()
+        .and_then(|repo| {
+            let gitlab = crate::providers::gitlab::settings::GitlabSettings::of(&state.settings);
+            super::refreshes::compare_prefix(
+                &state.settings.file.dispatch.source(&repo),
+                repo.as_str(),
+                &gitlab.url,
+            )
+        });
     let view = pages::TaskView {
         actions: task.as_ref().map(allowed_actions).unwrap_or_default(),
         landable,
@@ -352,6 +364,7 @@ async fn render(
         csrf: session.csrf(key),
         now: Utc::now(),
         refreshes,
+        compare,
     };
     page(
         status,

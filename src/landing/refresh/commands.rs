@@ -104,7 +104,7 @@ impl Refresher {
         }
     }
 
-    pub(super) async fn flag(
+    pub(in crate::landing) async fn flag(
         &self,
         id: TaskId,
         why: &str,

@@ -1,14 +1,16 @@
-//! The `refresh` loop: when a repository's base branch moves, pidevops's pull requests on it are brought up to
-//! date by pidevops's own git (`[repos."o/n"] refresh = "rebase" | "merge" | "off"`), so they stay mergeable and
-//! their checks run again on what would land.
+//! The `refresh` loop: when a repository's base branch moves, pidevops's review requests on it (GitHub pull
+//! requests, GitLab merge requests) are brought up to date by pidevops's own git (`[repos."o/n"] refresh =
+//! "rebase" | "merge" | "off"`), so they stay mergeable and their checks run again on what would land.
 //!
-//! A singleton reads the log after its checkpoint. A GitHub `push` to a repository's configured base branch
-//! (only the configured repository, only its base; the webhook is only the signal: what the base holds is
+//! A singleton reads the log after its checkpoint. A push to a repository's configured base branch, GitHub's
+//! `push` for a GitHub repository or GitLab's Push Hook for a GitLab-hosted project (`base_push.rs`: only the
+//! configured repository on its own host, only its base; the webhook is only the signal: what the base holds is
 //! fetched from the configured remote, never taken from the payload) refreshes each of its tasks in review,
-//! one at a time (`dispatch::workspace::refresh`):
+//! one at a time (`dispatch::workspace::refresh`, the same git for both hosts):
 //! - current already: nothing;
 //! - brought up to date: the new commit pushed with a lease on the commit pidevops recorded, then
-//!   `task.refreshed`, which starts the landing facts over (auto-land waits for the checks on the new head);
+//!   `task.refreshed`, which starts the landing facts over (auto-land waits for the checks on the new head: on
+//!   GitLab, the pipeline of the new head, and `gitlab:merge:<task>:<sha>` names that head);
 //! - brought up to date on a repository with a `check`: not pushed here. The refresh is held for its check
 //!   (`Command::CheckRefresh`, `tasks::domain::refresh_check`): the dispatcher runs the repository's setup and
 //!   check on it, contained and without an agent, and pushes it leased on the recorded commit only once the check
@@ -20,20 +22,27 @@
 //! - a branch someone else pushed to, a commit gone: the task is flagged for a person with what happened;
 //!   nothing is pushed.
 //!
-//! A base push whose webhook was lost is caught by the GitHub poller: it reads the base branch's head of each
-//! repository with a task in review and, for a head this loop has not handled, appends a `github.push` shaped like
-//! the webhook's (`poll:push:<repo>:<base>:<sha>`). Once a base push is handled, `refresh.base_handled` is
-//! recorded under a key naming its head (`refresh-base:<repo>:<base>:<sha>`): a second report of the same head
-//! (the webhook and the poller both, in either order) refreshes nothing again.
+//! A base push whose webhook was lost is caught by the host's poller (`github_poller`, `gitlab_poller`): it reads
+//! the base branch's head of each repository with a task in review and, for a head this loop has not handled,
+//! appends a push shaped like the webhook's (`github.push` / `gitlab.push`, `poll:push:<repo>:<base>:<sha>`). Once
+//! a base push is handled, `refresh.base_handled` is recorded under a key naming its head
+//! (`refresh-base:<repo>:<base>:<sha>`): a second report of the same head (the webhook and the poller both, in
+//! either order) refreshes nothing again.
 //!
-//! The poller also reads each pull request's `mergeable_state`: one GitHub finds `behind` its base or `dirty` is
-//! appended as `refresh.due` for its task, which this loop refreshes alone (a conflict then flags it, files named).
+//! The pollers also read what each host says of each review request: a pull request GitHub finds `behind` its base
+//! or `dirty` (`mergeable_state`), a merge request GitLab finds `need_rebase` or `conflict`
+//! (`detailed_merge_status`, recorded as `behind` / `dirty`), is appended as `refresh.due` for its task, which this
+//! loop refreshes alone (a conflict then goes to an agent, as above).
 //!
 //! Exactly once: before its push, a refresh records what it is about to push (`refresh.pushing` in the stream
 //! `refresh:<task>`); the commit it makes is the same when made again (dated by the base push). A restart
 //! between the push and `task.refreshed` handles the same base push again and finds the branch at the commit it
-//! recorded it would push: that is recorded, nothing is pushed twice. Items of a plan whose pull request is
-//! the plan's combination (`[plans] land = "combined"`) are not refreshed on their own.
+//! recorded it would push: that is recorded, nothing is pushed twice.
+//!
+//! A plan whose items land as one pull request (`[plans] land = "combined"`) is refreshed as one: its combined
+//! branch `pidevops/<plan>`, from the commit of its current combination (or its last refresh), the same way but
+//! always by merging the base in (its merges of the items are kept); its items are never refreshed on their own. A conflict there flags the plan with the files named (no agent works
+//! on a combination). A new combination (an item's new attempt) starts from the base again.
 
 use std::time::Duration;
 
@@ -41,10 +50,12 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+pub use super::base_push::{base_key, refreshed_base};
+use super::base_push::{base_push, BasePush};
 use super::Lander;
 
 mod commands;
-use crate::dispatch::workspace::{RefreshRequest, RefreshResult, Workspaces};
+use crate::dispatch::workspace::{RefreshRequest, RefreshResult, WorkspaceError, Workspaces};
 use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::{AppendError, EventLog, StoredEvent};
 use crate::loops::follow::{AsStored, Follow, Follower, Next};
@@ -61,8 +72,8 @@ const ACTOR: &str = "refresh";
 pub const PUSHING: &str = "refresh.pushing";
 /// A base head handled: its webhook's or the poller's push refreshed every task in review.
 pub const BASE_HANDLED: &str = "refresh.base_handled";
-/// A task's pull request GitHub finds `behind` its base or `dirty` (conflicting), read by the GitHub poller: the
-/// task is refreshed as on a base push.
+/// A task's review request its host finds behind its base or conflicting (GitHub's `behind` / `dirty`, GitLab's
+/// `need_rebase` / `conflict`), read by the host's poller: the task is refreshed as on a base push.
 pub const DUE: &str = "refresh.due";
 /// The longest one refresh may take (fetches, the rebase or merge, the push).
 const REFRESH_TIMEOUT: Duration = Duration::from_secs(45);
@@ -70,26 +81,6 @@ const REFRESH_TIMEOUT: Duration = Duration::from_secs(45);
 /// The stream of task `id`'s refresh intents.
 pub fn stream(id: TaskId) -> String {
     format!("refresh:{id}")
-}
-
-/// The key of `refresh.base_handled` for `repo`'s base branch `base` at `head`.
-pub fn base_key(repo: &RepoName, base: &str, head: &str) -> String {
-    format!(
-        "refresh-base:{}:{base}:{}",
-        repo.as_str().to_ascii_lowercase(),
-        head.to_ascii_lowercase()
-    )
-}
-
-/// The base branch of `repo` whose pushes refresh its pull requests: only a GitHub repository whose `refresh` is
-/// on. The refresh loop and the GitHub poller's backstop read the same rule.
-pub fn refreshed_base(
-    board: &crate::board::BoardConfig,
-    sources: &crate::config::dispatch::DispatchConfig,
-    repo: &RepoName,
-) -> Option<String> {
-    let source = sources.source(repo);
-    (source.on_github() && board.land_for(repo).refresh != RefreshMode::Off).then_some(source.base)
 }
 
 /// `refresh.base_handled`: the push of `head` to `repo`'s `base` was handled (event `position`).
@@ -101,7 +92,8 @@ pub struct BaseHandled {
     pub position: i64,
 }
 
-/// `refresh.due`: GitHub said pull request `number` of `task` (at `head`) is `state` (`behind`, `dirty`). Keyed
+/// `refresh.due`: the host said review request `number` of `task` (at `head`; a pull request's number, a merge
+/// request's iid) is `state`: `behind` (GitLab's `need_rebase`) or `dirty` (GitLab's `conflict`). Keyed
 /// `refresh-due:<task>:<head>:<state>` (once per head and state).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Due {
@@ -165,7 +157,8 @@ pub(super) enum Ended {
     Moved,
     Gone,
     Missing,
-    /// Not a task to refresh now (not in review, a plan, waiting for a person, another host).
+    /// Not a task to refresh now (not in review, a plan, waiting for a person, landed by pidevops's git, its
+    /// remote needing a token this process lacks).
     Skipped,
 }
 
@@ -194,32 +187,6 @@ pub struct Refresher {
     follow: Follow<StoredEvent>,
 }
 
-/// The parts of a GitHub `push` the loop reads.
-#[derive(Deserialize)]
-struct Push {
-    #[serde(rename = "ref")]
-    reference: String,
-    #[serde(default)]
-    deleted: bool,
-    /// The new head, when there is one: only the key that keeps a head from being handled twice (what the base
-    /// holds is fetched from the remote).
-    #[serde(default)]
-    after: Option<String>,
-    repository: PushRepository,
-}
-
-/// A push to a repository's base that refreshes: the repository, its base and the head the push names.
-struct BasePush {
-    repo: RepoName,
-    base: String,
-    head: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct PushRepository {
-    full_name: String,
-}
-
 impl Refresher {
     pub fn new(log: EventLog, lander: Lander, combined_plans: bool) -> Self {
         Self {
@@ -244,25 +211,6 @@ impl Refresher {
         })
     }
 
-    /// The repository whose base `event` moved, if it is a push to a configured repository's base branch on
-    /// GitHub that refreshes.
-    fn base_push(&self, event: &StoredEvent) -> Option<BasePush> {
-        if event.source != Source::Github.as_str() || event.event_type != "github.push" {
-            return None;
-        }
-        let push: Push = serde_json::from_slice(&event.body).ok()?;
-        let repo: RepoName = push.repository.full_name.parse().ok()?;
-        let base = refreshed_base(self.lander.board.config(), &self.lander.sources, &repo)?;
-        if push.deleted || push.reference != format!("refs/heads/{base}") {
-            return None;
-        }
-        // GitHub's all-zero `after` names no commit (a deletion): no key, as for a head not given.
-        let head = push
-            .after
-            .filter(|sha| CommitSha::new(sha).is_ok() && sha.bytes().any(|b| b != b'0'));
-        Some(BasePush { repo, base, head })
-    }
-
     async fn handle_event(
         &self,
         event: &StoredEvent,
@@ -278,7 +226,13 @@ impl Refresher {
             metrics::counter!("pidevops_refreshes_total", "outcome" => ended.as_str()).increment(1);
             return Ok(());
         }
-        let Some(BasePush { repo, base, head }) = self.base_push(event) else {
+        let Some(BasePush { repo, base, head }) = base_push(
+            &event.source,
+            &event.event_type,
+            &event.body,
+            self.lander.board.config(),
+            &self.lander.sources,
+        ) else {
             return Ok(());
         };
         let key = head.as_deref().map(|head| base_key(&repo, &base, head));
@@ -381,7 +335,11 @@ impl Refresher {
                 return Ok(Ended::Skipped);
             };
             let source = self.lander.sources.source(task.repo());
-            let mode = board.config().land_for(task.repo()).refresh;
+            let mode = match board.config().land_for(task.repo()).refresh {
+                // A combination's merges of its items are kept: the base is merged into it, never rebased under it.
+                RefreshMode::Rebase if task.is_plan() => RefreshMode::Merge,
+                mode => mode,
+            };
             // The repository's check runs on the refresh before it is pushed: the dispatcher's, not this loop's.
             let hold = self
                 .lander
@@ -400,13 +358,22 @@ impl Refresher {
             let workspaces = Workspaces::new(&self.lander.root, self.lander.credentials.clone())
                 .context("the workspace root")?;
             let intent = |to: String, base: String| self.intend(id, &commit, to, base, mode);
-            let result = tokio::time::timeout(
+            let result = match tokio::time::timeout(
                 REFRESH_TIMEOUT,
                 workspaces.refresh(&request, &source, intent),
             )
             .await
             .with_context(|| format!("refreshing {id} took over {REFRESH_TIMEOUT:?}"))?
-            .with_context(|| format!("refreshing {id}"))?;
+            {
+                Ok(result) => result,
+                // Its remote needs a token this process was not given (the loop runs with one host's token and
+                // not the other's): the refresh could only fail, so it is not held on this push.
+                Err(WorkspaceError::NoToken { variable, .. }) => {
+                    tracing::warn!(task = %id, variable, "not refreshed: its remote needs a token that is not set");
+                    return Ok(Ended::Skipped);
+                }
+                Err(error) => return Err(error).with_context(|| format!("refreshing {id}")),
+            };
             match result {
                 RefreshResult::Current { .. } => {
                     progress.current += 1;
@@ -456,6 +423,25 @@ impl Refresher {
                     return Ok(Ended::Moved);
                 }
                 RefreshResult::Conflict {
+                    base, files, total, ..
+                } if task.is_plan() => {
+                    // No agent works on a plan's combination: its items' attempts made it.
+                    let mut named = files.join(", ");
+                    if total > files.len() {
+                        named.push_str(&format!(" and {} more", total - files.len()));
+                    }
+                    let why = format!(
+                        "the base moved to {}, and {}'s combined branch {} no longer merges with it, in {named}; \
+                         nothing was pushed. Send the item that touches them back (retry) with what to change, or \
+                         bring the branch up to date by hand",
+                        short(&base),
+                        id,
+                        id.branch()
+                    );
+                    self.flag(id, &why, progress).await?;
+                    return Ok(Ended::Conflicted);
+                }
+                RefreshResult::Conflict {
                     base,
                     files,
                     total,
@@ -497,16 +483,22 @@ impl Refresher {
     }
 
     /// Whether `task` is one this loop refreshes now.
+    /// A plan is refreshed as one: its combined pull request, while its combination is current (`land =
+    /// "combined"`); its items, then, never on their own.
     pub(super) fn refreshes(&self, task: &Task) -> bool {
         task.column() == Column::InReview
             && task.needs_human().is_none()
-            && !task.is_plan()
+            && (!task.is_plan() || (self.combined_plans && task.combined_head().is_some()))
             && !(self.combined_plans && task.parent().is_some())
-            && self.lander.on_github(task)
+            && self.lander.lands_by_review(task)
     }
 
-    /// The commit pidevops last pushed for the review in progress: its last refresh's, else the reviewed run's.
+    /// The commit pidevops last pushed for the review in progress: its last refresh's, else the reviewed run's
+    /// (a plan's: its current combination's).
     async fn head(&self, task: &Task) -> anyhow::Result<Option<CommitSha>> {
+        if task.is_plan() {
+            return Ok(task.combined_head().cloned());
+        }
         if let Some(refreshed) = task.refreshed() {
             return Ok(Some(refreshed.clone()));
         }

@@ -1,8 +1,8 @@
 //! GitLab deliveries (`/webhooks/gitlab`, a project's or group's webhook): GitLab sends the webhook's secret token
 //! as it is in `X-Gitlab-Token` (no signature), compared in constant time. The event's type is its body's
 //! `object_kind` (`gitlab.issue.open`, `gitlab.note`, `gitlab.merge_request.merge`, `gitlab.pipeline`,
-//! `gitlab.build`), the action added for issues and merge requests; every kind is stored, one this code has never
-//! heard of too.
+//! `gitlab.build`, `gitlab.push`: the refresh loop's base push), the action added for issues and merge requests;
+//! every kind is stored, one this code has never heard of too.
 //!
 //! Deduplicated by `X-Gitlab-Event-UUID` **and the body's digest**, not pinned: GitLab documents that a
 //! recursive webhook (one triggered by another) carries the same event UUID as the one that triggered it, so one
@@ -278,6 +278,14 @@ mod tests {
                 "job_success",
                 "Job Hook",
                 "gitlab.build",
+                "acme/platform/api",
+                None,
+            ),
+            // What the refresh loop reads.
+            (
+                "push",
+                "Push Hook",
+                "gitlab.push",
                 "acme/platform/api",
                 None,
             ),

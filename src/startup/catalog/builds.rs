@@ -103,6 +103,7 @@ pub(super) fn gitlab_poller(parts: &super::Parts<'_>) -> anyhow::Result<Built> {
                 parts.board.clone(),
                 gitlab.projects.clone(),
                 gitlab.intake.label.clone(),
+                parts.settings.file.dispatch.clone(),
             ))
         },
         |poller| async move { poller.tick().await },

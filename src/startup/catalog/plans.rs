@@ -162,7 +162,7 @@ pub(super) fn gitlab_poller(s: &Settings) -> PlannedLoop {
         config,
         gitlab.token.is_some(),
         "GITLAB_TOKEN",
-        "asks GitLab for each project's merge requests changed since the last poll and appends a task's merge or close the webhook missed",
+        "asks GitLab for each project's merge requests changed since the last poll and appends a task's merge or close the webhook missed; reads the base branch of each project with a merge request in review that refreshes (moved) and those merge requests' detailed_merge_status (need_rebase, conflict)",
     )
 }
 
@@ -196,8 +196,9 @@ pub(super) fn combine_plan(settings: &Settings) -> Vec<PlannedLoop> {
     )]
 }
 
-/// The `refresh` loop: armed when dispatch is on and GitHub pushes can be made (`GITHUB_TOKEN`), unless every
-/// configured repository sets `refresh = "off"` or lives elsewhere; a repository not configured is on GitHub and
+/// The `refresh` loop: armed when dispatch is on and a refreshing repository's host takes pidevops's push (a
+/// GitHub repository with `GITHUB_TOKEN`, a GitLab-hosted one with `GITLAB_TOKEN`), unless every configured
+/// repository sets `refresh = "off"` or lives on neither host; a repository not configured is on GitHub and
 /// refreshes (the defaults).
 pub(super) fn refresh_plan(settings: &Settings) -> Vec<PlannedLoop> {
     use crate::tasks::RefreshMode;
@@ -208,30 +209,44 @@ pub(super) fn refresh_plan(settings: &Settings) -> Vec<PlannedLoop> {
         return off(LoopState::Disabled, format!("dispatch is off: {why}"));
     }
     let configured = &settings.file.dispatch.repos;
-    let any = configured.is_empty()
-        || configured.iter().any(|(repo, source)| {
-            source.on_github() && settings.file.board.land_for(repo).refresh != RefreshMode::Off
-        });
-    if !any {
+    use crate::config::dispatch::RepoSource;
+    let refreshing = |on: fn(&RepoSource) -> bool| {
+        configured.iter().any(|(repo, source)| {
+            on(source) && settings.file.board.land_for(repo).refresh != RefreshMode::Off
+        })
+    };
+    let github = configured.is_empty() || refreshing(RepoSource::on_github);
+    let gitlab = refreshing(RepoSource::on_gitlab);
+    if !github && !gitlab {
         return off(
             LoopState::Disabled,
-            "no repository on GitHub refreshes its pull requests (each is refresh = \"off\" or elsewhere)".into(),
+            "no repository on GitHub or GitLab refreshes its review requests (each is refresh = \"off\" or elsewhere)"
+                .into(),
         );
     }
-    let token = crate::providers::github::settings::GithubSettings::of(settings)
+    let github_token = crate::providers::github::settings::GithubSettings::of(settings)
         .token
         .is_some();
-    if !token {
+    let gitlab_token = crate::providers::gitlab::settings::GitlabSettings::of(settings)
+        .token
+        .is_some();
+    let pushes = (github && github_token) || (gitlab && gitlab_token);
+    if !pushes {
+        let missing = match (github, gitlab) {
+            (true, true) => "neither GITHUB_TOKEN nor GITLAB_TOKEN is set",
+            (true, false) => "GITHUB_TOKEN is not set",
+            _ => "GITLAB_TOKEN is not set",
+        };
         return off(
             LoopState::Unarmed,
-            "GITHUB_TOKEN is not set: pidevops cannot push a refreshed branch".into(),
+            format!("{missing}: pidevops cannot push a refreshed branch"),
         );
     }
     vec![PlannedLoop::armed(
         name,
         true,
         interval,
-        "when a repository's base branch moves, brings pidevops's pull requests on it up to date by its own git (rebase or merge, pushed with a lease) so their checks run again on what would land",
+        "when a repository's base branch moves, brings pidevops's pull requests (GitHub) and merge requests (GitLab) on it up to date by its own git (rebase or merge, pushed with a lease) so their checks run again on what would land",
     )]
 }
 

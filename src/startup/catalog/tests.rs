@@ -61,3 +61,45 @@ fn every_provider_has_one_effects_loop() {
         "each entry plans its own provider's loop"
     );
 }
+
+#[test]
+fn the_refresh_loop_is_armed_by_the_token_of_a_refreshing_repository_s_host() {
+    let planned = |file: &str, variables: &[&str]| {
+        let mut settings = Settings::for_tests(crate::config::DatabaseUrl::Sqlite(
+            "sqlite://unused.db".to_owned(),
+        ));
+        let table: toml::Table = toml::from_str(&format!("[dispatch]\n{file}")).unwrap();
+        settings.file = crate::config::file::FileConfig::from_table(&table).unwrap();
+        for name in variables {
+            settings.providers.set(name, Some("a-token")).unwrap();
+        }
+        let mut planned = plans::refresh_plan(&settings);
+        assert_eq!(planned.len(), 1);
+        let planned = planned.remove(0);
+        (planned.state, planned.reason.unwrap_or_default())
+    };
+    let gitlab = "[repos.\"acme/platform/api\"]\nprovider = \"gitlab\"\n\
+                  url = \"https://gitlab.example.com/acme/platform/api.git\"\n";
+    assert_eq!(planned(gitlab, &["GITLAB_TOKEN"]).0, LoopState::Armed);
+    for variables in [&[][..], &["GITHUB_TOKEN"]] {
+        let (state, why) = planned(gitlab, variables);
+        assert_eq!(state, LoopState::Unarmed, "{variables:?}");
+        assert!(why.contains("GITLAB_TOKEN is not set"), "{why}");
+    }
+    let off = format!("{gitlab}refresh = \"off\"\n");
+    assert_eq!(planned(&off, &["GITLAB_TOKEN"]).0, LoopState::Disabled);
+    // No repository configured: GitHub's defaults, as before.
+    assert_eq!(planned("", &["GITHUB_TOKEN"]).0, LoopState::Armed);
+    let (state, why) = planned("", &["GITLAB_TOKEN"]);
+    assert_eq!(state, LoopState::Unarmed);
+    assert!(why.contains("GITHUB_TOKEN is not set"), "{why}");
+    // Both hosts refresh: either token arms it.
+    let both = format!("{gitlab}[repos.\"acme/app\"]\nurl = \"https://github.com/acme/app.git\"\n");
+    assert_eq!(planned(&both, &["GITHUB_TOKEN"]).0, LoopState::Armed);
+    let (state, why) = planned(&both, &[]);
+    assert_eq!(state, LoopState::Unarmed);
+    assert!(
+        why.contains("neither GITHUB_TOKEN nor GITLAB_TOKEN"),
+        "{why}"
+    );
+}

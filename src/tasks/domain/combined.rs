@@ -153,10 +153,12 @@ pub(super) fn rolled_up(plan: &mut super::PlanState, column: Column) {
     }
 }
 
-/// For auto-land: the commit a plan's pull request may be merged at (its current combination's), or why not.
+/// For auto-land: the commit a plan's pull request may be merged at (its current combination's, or that brought up
+/// to date with the base by a refresh), or why not.
 pub(super) fn landing_commit(task: &Task) -> Result<&CommitSha, String> {
     match task.plan.as_ref().and_then(|p| p.combined.as_ref()) {
-        Some(combined) if combined.current => Ok(&combined.commit),
+        // Brought up to date with the base since (`task.refreshed`; a new combination forgets it).
+        Some(combined) if combined.current => Ok(task.refreshed.as_ref().unwrap_or(&combined.commit)),
         Some(_) => Err(
             "an item changed since its items were combined; they are combined again once all are in review"
                 .into(),

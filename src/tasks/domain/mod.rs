@@ -335,6 +335,11 @@ impl Task {
     pub fn kind(&self) -> TaskKind {
         self.kind
     }
+    /// A plan landed as one (`[plans] land = "combined"`): the head of its branch pidevops pushed last (its current
+    /// combination's commit, or that brought up to date with the base), `None` while it has no current one.
+    pub fn combined_head(&self) -> Option<&CommitSha> {
+        combined::landing_commit(self).ok()
+    }
     pub fn is_plan(&self) -> bool {
         self.kind == TaskKind::Plan
     }

@@ -83,6 +83,7 @@ pub fn decide(event_type: &str, payload: &Value, bot_login: Option<&str>) -> Rea
         "github.pull_request_review.dismissed" => review_dismissed(payload),
         "github.pull_request_review_comment.created" => review_comment(payload, bot_login),
         "github.pull_request.closed" => pull_request_closed(payload),
+        "github.pull_request.dequeued" => pull_request_dequeued(payload),
         _ => Reaction::None,
     }
 }
@@ -335,6 +336,25 @@ fn pull_request_closed(payload: &Value) -> Reaction {
             task,
             by: sender.unwrap_or("someone").to_owned(),
         }
+    }
+}
+
+/// GitHub's merge queue took the pull request out without merging it (`reason`: `CI_FAILURE`, `MERGE_CONFLICT`,
+/// `MANUAL`, …, GitHub's own words, clipped). `ALREADY_MERGED` asks for nothing: its `closed` (merged) comes.
+fn pull_request_dequeued(payload: &Value) -> Reaction {
+    let Some(task) = task_of_value(&payload["pull_request"]["head"]["ref"]) else {
+        return Reaction::None;
+    };
+    let reason = payload["reason"].as_str().unwrap_or("no reason given");
+    if reason.eq_ignore_ascii_case("ALREADY_MERGED") {
+        return Reaction::Ignore {
+            task,
+            why: "out of the merge queue because it merged".into(),
+        };
+    }
+    Reaction::Dequeued {
+        task,
+        reason: clip(reason),
     }
 }
 

@@ -277,6 +277,39 @@ fn closing_a_tasks_pull_request_reaches_the_task() {
     );
 }
 
+#[test]
+fn githubs_merge_queue_taking_a_pull_request_out_reaches_the_task_with_its_reason() {
+    let mut dequeued = fixture("pull_request/closed.payload.json");
+    dequeued["action"] = json!("dequeued");
+    dequeued["pull_request"]["head"]["ref"] = json!("pidevops/T-7");
+    dequeued["reason"] = json!("MERGE_CONFLICT");
+    assert_eq!(
+        decide("github.pull_request.dequeued", &dequeued, None),
+        Reaction::Dequeued {
+            task: t7(),
+            reason: "MERGE_CONFLICT".into()
+        }
+    );
+    // Out because it merged: its `closed` comes, nothing to do here.
+    dequeued["reason"] = json!("ALREADY_MERGED");
+    assert!(matches!(
+        decide("github.pull_request.dequeued", &dequeued, None),
+        Reaction::Ignore { .. }
+    ));
+    // A stranger's text in the reason is clipped, never a wall of text on the task.
+    dequeued["reason"] = json!("x".repeat(10_000));
+    let Reaction::Dequeued { reason, .. } = decide("github.pull_request.dequeued", &dequeued, None)
+    else {
+        panic!("not dequeued");
+    };
+    assert!(reason.chars().count() < 2_000, "{}", reason.len());
+    dequeued["pull_request"]["head"]["ref"] = json!("feature/x");
+    assert_eq!(
+        decide("github.pull_request.dequeued", &dequeued, None),
+        Reaction::None
+    );
+}
+
 /// `payload` made to be about T-7's pull request #2 in `acme/app`, from the repository itself.
 fn ours(mut payload: Value) -> Value {
     payload["repository"]["full_name"] = json!("acme/app");

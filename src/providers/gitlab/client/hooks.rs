@@ -23,8 +23,10 @@ pub struct EnsuredHook {
     pub created: bool,
 }
 
-/// The events pidevops acts on, as the hook API names them.
+/// The events pidevops acts on, as the hook API names them (`push_events`: the base's pushes, which the `refresh`
+/// loop brings the merge requests up to date on; the other branches' pushes are stored and change nothing).
 pub const EVENTS: &[&str] = &[
+    "push_events",
     "issues_events",
     "note_events",
     "merge_requests_events",
@@ -52,7 +54,6 @@ impl GitlabClient {
             "url": url,
             "token": secret.expose_secret(),
             "enable_ssl_verification": true,
-            "push_events": false,
         });
         for event in EVENTS {
             body[*event] = json!(true);

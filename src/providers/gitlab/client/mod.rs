@@ -4,14 +4,17 @@
 //! and an emoji award on a note; each other area of the API in its own file: `poll.rs` (merge requests changed
 //! since a time, for `gitlab_poller`), `hooks.rs` (a project's webhook, for `init --gitlab`), `members.rs` (a
 //! member's access level, for `doctor`), `merge_requests.rs` (a task's merge request, opened
-//! and merged), `jobs.rs` (a CI job's log tail, for reactions).
+//! and merged), `jobs.rs` (a CI job's log tail, for reactions), `branches.rs` (a branch's head and one merge
+//! request's `detailed_merge_status`, for `gitlab_poller`'s refresh backstop).
 
+mod branches;
 mod hooks;
 mod jobs;
 mod members;
 mod merge_requests;
 mod poll;
 
+pub use branches::MergeStatus;
 pub use hooks::{EnsuredHook, EVENTS as HOOK_EVENTS};
 pub use members::{Access, DEVELOPER};
 pub use poll::{Issue, MergeRequest, MergeRequestPage};

@@ -6,7 +6,9 @@
 //! (keyset pagination: a `Link` rel=next, `updated_after` honoured), its webhooks (list, create, update) and its
 //! members (`members/all`); and merge requests (`merge_requests` below): list by source branch and state, create
 //! (required fields checked), read, update (a draft's title) and merge (the `sha` must be the head), each merge
-//! call recorded.
+//! call recorded, with `detailed_merge_status` as a test set it (`mergeable` until then); and, in the last block, a
+//! project's branches (`repository/branches/:branch`) read from a real bare repository a test serves, whose heads
+//! are also the merge requests' `sha` unless a test set one.
 
 use std::sync::{Arc, Mutex};
 
@@ -38,6 +40,7 @@ pub struct FakeGitlab {
     polled: Arc<Mutex<Polled>>,
     jobs: Jobs,
     merge_requests: Arc<Mutex<merge_requests::Store>>,
+    repos: Arc<Mutex<Repos>>,
     pub url: String,
 }
 
@@ -64,6 +67,10 @@ impl FakeGitlab {
                 get(job_trace),
             )
             .merge(merge_requests::routes())
+            .route(
+                "/api/v4/projects/{project}/repository/branches/{branch}",
+                get(branch),
+            )
             .with_state(fake.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         fake.url = format!("http://{}", listener.local_addr().unwrap());
@@ -704,6 +711,8 @@ pub mod merge_requests {
         pub sha: Option<String>,
         pub source_project_id: u64,
         pub token: String,
+        /// GitLab's `detailed_merge_status` (`mergeable`, `need_rebase`, `conflict`, …).
+        pub merge_status: String,
     }
 
     /// One merge call as it came.
@@ -763,8 +772,20 @@ pub mod merge_requests {
                 sha: None,
                 source_project_id: if fork { FORK_ID } else { PROJECT_ID },
                 token: String::new(),
+                merge_status: "mergeable".to_owned(),
             });
             iid
+        }
+
+        /// What GitLab says of `project!iid`'s mergeability (`detailed_merge_status`).
+        pub fn set_merge_status(&self, project: &str, iid: u64, status: &str) {
+            let mut state = self.merge_requests.lock().unwrap();
+            let mr = state
+                .open
+                .iter_mut()
+                .find(|m| m.project == project && m.iid == iid)
+                .expect("the merge request");
+            mr.merge_status = status.to_owned();
         }
 
         /// The head commit of `project!iid` (what a push to its branch made it).
@@ -794,6 +815,16 @@ pub mod merge_requests {
         )
     }
 
+    /// `mr`'s head: the one a test set, else its branch's in the served repository (a fork's branch is not
+    /// there).
+    fn head(fake: &FakeGitlab, mr: &MergeRequest) -> Option<String> {
+        mr.sha.clone().or_else(|| {
+            (mr.source_project_id == PROJECT_ID)
+                .then(|| fake.head_of(&mr.project, &mr.source_branch))
+                .flatten()
+        })
+    }
+
     fn answer(fake: &FakeGitlab, mr: &MergeRequest) -> Value {
         json!({
             "id": 9000 + mr.iid,
@@ -807,7 +838,8 @@ pub mod merge_requests {
             "description": mr.description,
             "state": mr.state,
             "draft": mr.title.starts_with("Draft:"),
-            "sha": mr.sha,
+            "sha": head(fake, mr),
+            "detailed_merge_status": mr.merge_status,
             "merge_commit_sha": if mr.state == "merged" { json!("feedfacefeedfacefeedfacefeedfacefeedface") } else { Value::Null },
             "web_url": format!("{}/{}/-/merge_requests/{}", fake.url, mr.project, mr.iid),
         })
@@ -926,6 +958,7 @@ pub mod merge_requests {
             sha: None,
             source_project_id: PROJECT_ID,
             token,
+            merge_status: "mergeable".to_owned(),
         };
         let answered = answer(&fake, &mr);
         state.open.push(mr);
@@ -1015,7 +1048,7 @@ pub mod merge_requests {
             );
         }
         if let Some(sha) = body["sha"].as_str() {
-            if mr.sha.as_deref() != Some(sha) {
+            if head(&fake, mr).as_deref() != Some(sha) {
                 return (
                     StatusCode::CONFLICT,
                     Json(json!({ "message": "SHA does not match HEAD of source branch" })),
@@ -1025,5 +1058,98 @@ pub mod merge_requests {
         mr.state = "merged".to_owned();
         let answered = answer(&fake, mr);
         (StatusCode::OK, Json(answered))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Branches, read from a real bare repository.
+// ---------------------------------------------------------------------------------------------------------------
+
+/// The bare repositories a test serves, by project, and branch heads it pinned (GitLab's answer lagging the
+/// repository: the head it last knew).
+#[derive(Default)]
+struct Repos {
+    served: BTreeMap<String, std::path::PathBuf>,
+    pinned: BTreeMap<(String, String), String>,
+    /// Each branch read: the project as the path decoded it, the branch.
+    reads: Vec<(String, String)>,
+}
+
+impl FakeGitlab {
+    /// Serves `project`'s branches from the bare repository `bare` (what pidevops's git pushes to).
+    pub fn serve_repo(&self, project: &str, bare: &std::path::Path) {
+        self.repos
+            .lock()
+            .unwrap()
+            .served
+            .insert(project.to_owned(), bare.to_owned());
+    }
+
+    /// Answers `sha` for `project`'s `branch`, whatever the repository holds.
+    pub fn pin_branch(&self, project: &str, branch: &str, sha: &str) {
+        self.repos
+            .lock()
+            .unwrap()
+            .pinned
+            .insert((project.to_owned(), branch.to_owned()), sha.to_owned());
+    }
+
+    /// Each branch read, in order.
+    pub fn branch_reads(&self) -> Vec<(String, String)> {
+        self.repos.lock().unwrap().reads.clone()
+    }
+
+    /// `project`'s `branch` head: pinned, else the served repository's.
+    fn head_of(&self, project: &str, branch: &str) -> Option<String> {
+        let repos = self.repos.lock().unwrap();
+        if let Some(sha) = repos.pinned.get(&(project.to_owned(), branch.to_owned())) {
+            return Some(sha.clone());
+        }
+        let bare = repos.served.get(project)?;
+        let out = std::process::Command::new("git")
+            .args([
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                &format!("refs/heads/{branch}"),
+            ])
+            .current_dir(bare)
+            .output()
+            .unwrap();
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+}
+
+/// `GET …/repository/branches/:branch`: the branch with its head commit; 401 without a token, 404 for a branch
+/// (or project) the fake does not know.
+async fn branch(
+    State(fake): State<FakeGitlab>,
+    Path((project, branch)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    if !authorized(&headers) {
+        return refused(StatusCode::UNAUTHORIZED, "401 Unauthorized");
+    }
+    fake.repos
+        .lock()
+        .unwrap()
+        .reads
+        .push((project.clone(), branch.clone()));
+    match fake.head_of(&project, &branch) {
+        Some(sha) => Json(json!({
+            "name": branch,
+            "merged": false,
+            "protected": true,
+            "default": branch == "main",
+            "commit": {
+                "id": sha,
+                "short_id": &sha[..8],
+                "title": "the branch's head",
+            },
+        }))
+        .into_response(),
+        None => refused(StatusCode::NOT_FOUND, "404 Branch Not Found"),
     }
 }

@@ -5,7 +5,7 @@
 pub mod fake;
 mod flow;
 mod merge_requests;
-mod poller;
+pub(crate) mod poller;
 mod reactions;
 mod setup;
 mod suite;

@@ -91,6 +91,7 @@ async fn init_gitlab_twice_makes_one_hook_with_our_url_and_token() {
     assert_eq!(
         ours[0].events,
         [
+            "push_events",
             "issues_events",
             "note_events",
             "merge_requests_events",

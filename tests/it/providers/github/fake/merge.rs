@@ -1,10 +1,12 @@
 //! Merging on the fake GitHub, shaped like GitHub's REST API: `GET /repos/{o}/{r}` with the repository's
 //! `allow_*` merge settings, and `PUT /repos/{o}/{r}/pulls/{n}/merge`, which answers 200
 //! `{sha, merged, message}`, 405 for a pull request that cannot be merged (merged or closed already, a method
-//! the repository does not allow, or one GitHub finds `dirty`: it conflicts with its base) and 409 when `sha` is
+//! the repository does not allow, one GitHub finds `dirty`: it conflicts with its base, or `behind` it, as on a
+//! base whose protection requires branches to be up to date) and 409 when `sha` is
 //! not the head. A pull request says `mergeable` / `mergeable_state` as GitHub does: `clean` unless a test set
 //! another ([`FakeGithub::set_mergeable_state`]: `behind`, `dirty`, `blocked`, `unknown`, …). A test can hold the next merge's answer
-//! after the merge is made ([`FakeGithub::hold_next_merge`]), to kill its caller in between.
+//! after the merge is made ([`FakeGithub::hold_next_merge`]), to kill its caller in between, or move the world just
+//! before the next merge is decided ([`FakeGithub::before_next_merge`]).
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
@@ -65,6 +67,13 @@ impl FakeGithub {
             merged: merged_rx,
             release: release_tx,
         }
+    }
+
+    /// When the next merge call arrives, `moved` runs first, then the fake answers it as things stand after:
+    /// a person's push to the base between pidevops's choice and GitHub's merge, whoever makes the call and
+    /// whenever.
+    pub fn before_next_merge(&self, moved: impl FnOnce() + Send + 'static) {
+        self.inner.lock().unwrap().before_merge = Some(Box::new(moved));
     }
 
     /// The merge calls received (`PUT …/pulls/{n}/merge`), whatever they answered, in order.
@@ -165,6 +174,10 @@ pub(super) async fn merge_pull(
     if let Some(failure) = fake.record(&method, &uri, &headers, body.clone()) {
         return failure_response(failure);
     }
+    let before = fake.inner.lock().unwrap().before_merge.take();
+    if let Some(moved) = before {
+        moved();
+    }
     let full = format!("{owner}/{repo}");
     let (merge_sha, hold) = {
         let mut inner = fake.inner.lock().unwrap();
@@ -183,11 +196,27 @@ pub(super) async fn merge_pull(
                 "Pull Request is not mergeable",
             );
         }
-        if inner.mergeable.get(&key).map(String::as_str) == Some("dirty") {
+        if super::queue::queue_required(&inner, &full, number) {
             return github_error(
                 StatusCode::METHOD_NOT_ALLOWED,
-                "Pull Request is not mergeable",
+                "Changes must be made through the merge queue",
             );
+        }
+        match inner.mergeable.get(&key).map(String::as_str) {
+            Some("dirty") => {
+                return github_error(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "Pull Request is not mergeable",
+                )
+            }
+            // A protected base that requires branches to be up to date before merging.
+            Some("behind") => {
+                return github_error(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "Head branch is not up to date with the base branch",
+                )
+            }
+            _ => {}
         }
         let head = inner.heads.get(&key).cloned().unwrap_or_else(|| {
             pull_json(&pull.0, pull.1, &pull.2, &pull.3, &pull.4, &pull.5)["head"]["sha"]

@@ -7,6 +7,7 @@
 
 pub mod hooks;
 pub mod merge;
+pub mod queue;
 pub mod refs;
 
 use std::collections::VecDeque;
@@ -42,7 +43,7 @@ pub enum Failure {
 }
 
 #[derive(Default)]
-struct Inner {
+pub(super) struct Inner {
     calls: Vec<Call>,
     /// (repo, number, head, base, title, body, open)
     pulls: Vec<(String, u64, String, String, String, String, bool)>,
@@ -64,6 +65,9 @@ struct Inner {
     merge_commits: std::collections::BTreeMap<(String, u64), String>,
     /// The next merge through the API holds its answer until the test lets it go.
     hold: Option<merge::Hold>,
+    /// Runs when the next merge call arrives, before the fake decides on it (the world moving under it).
+    before_merge: Option<Box<dyn FnOnce() + Send>>,
+    queues: queue::Queues,
     /// Issues as `GET /repos/{o}/{r}/issues/{n}` answers them: (repo, number) → issue.
     issues: std::collections::BTreeMap<(String, u64), Value>,
     /// Reactions on issue comments: (repo, comment id, content), one per content as GitHub keeps them.
@@ -126,8 +130,8 @@ impl FakeGithub {
                 "/repos/{owner}/{repo}/git/refs/{*reference}",
                 axum::routing::delete(refs::delete_ref),
             )
-            .route("/user", get(current_user))
-            .with_state(fake.clone());
+            .route("/user", get(current_user));
+        let router = queue::routes(router).with_state(fake.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         fake.url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move {

@@ -14,16 +14,26 @@
 //! intake label, is appended as `gitlab.issue.close` / `gitlab.issue.update` (the label taken off) unless the task
 //! already holds that version (`ticket_version`: the webhook came), so intake withdraws the task as on the webhook.
 //!
+//! And for each project with a task's merge request in review whose base pushes refresh, it reads the base
+//! branch's head and each of those merge requests' `detailed_merge_status` (`bases.rs`): a base push whose Push
+//! Hook was lost is appended as a `gitlab.push`, a merge request GitLab finds `need_rebase` or in `conflict` as
+//! `refresh.due`, for the `refresh` loop.
+//!
 //! The cursor, per project, is the checkpoint `gitlab_poller:<project>`: the newest `updated_at` seen (in
 //! milliseconds), or, after a poll that read every page, the poll's start less [`SKEW`] when that is newer (so a
 //! quiet project is not asked about the same day again and again). It survives restarts; a first poll looks
 //! back [`FIRST_LOOKBACK`].
+
+mod bases;
+
+use std::sync::Arc;
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 use crate::board::Board;
+use crate::config::dispatch::DispatchConfig;
 use crate::domain::{EventType, NewEvent, Source};
 use crate::effects::CallError;
 use crate::eventlog::EventLog;
@@ -54,6 +64,10 @@ pub struct GitlabPollProgress {
     pub capped: u64,
     /// Issues of tasks not yet in review that were read.
     pub issues: u64,
+    /// Base branches read (projects with a merge request in review that refresh).
+    pub bases: u64,
+    /// Merge requests GitLab finds `need_rebase` or in `conflict`, appended as `refresh.due`.
+    pub due: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -64,6 +78,8 @@ pub struct GitlabPoller {
     projects: Vec<RepoName>,
     /// The intake label (`[intake.gitlab] label`): an issue without it no longer asks for its task.
     label: String,
+    /// Where each project comes from and its base (`landing::base_push::refreshed_base`, with the board's rules).
+    sources: Arc<DispatchConfig>,
 }
 
 impl GitlabPoller {
@@ -73,6 +89,7 @@ impl GitlabPoller {
         board: Board,
         projects: Vec<RepoName>,
         label: String,
+        sources: DispatchConfig,
     ) -> Self {
         Self {
             client,
@@ -80,6 +97,7 @@ impl GitlabPoller {
             board,
             projects,
             label,
+            sources: Arc::new(sources),
         }
     }
 
@@ -96,6 +114,7 @@ impl GitlabPoller {
                 .await
                 .with_context(|| format!("polling {project}"))?;
         }
+        self.bases(&mut progress).await?;
         self.issues(&mut progress).await?;
         metrics::counter!("pidevops_poller_appended_total", "poller" => GITLAB_POLLER)
             .increment(progress.appended);

@@ -6,7 +6,7 @@ use std::time::Duration;
 use octocrab::models::checks::{CheckSuite, ListCheckSuites};
 use octocrab::models::hooks::Hook;
 use octocrab::models::issues::Issue;
-use octocrab::models::pulls::PullRequest;
+use octocrab::models::pulls::{MergeableState, PullRequest};
 use octocrab::models::reactions::ReactionContent;
 use octocrab::models::IssueState;
 use secrecy::{ExposeSecret, SecretString};
@@ -14,6 +14,8 @@ use serde_json::Value;
 
 use crate::effects::{CallError, Produced};
 use crate::tasks::{BranchName, CommitSha, MergeMethod, RepoName};
+
+mod queue;
 
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -322,7 +324,10 @@ impl GithubClient {
     /// Merges pull request `number` at commit `sha`, once: the pull request is read first, and one already
     /// merged is a success without merging (so a repeat after a crash between GitHub's merge and our record of
     /// it merges nothing). A pull request whose head is no longer `sha` (the branch moved) or that is closed is
-    /// a permanent failure, and so are GitHub's refusals (405 not mergeable, 409 the head moved meanwhile).
+    /// a permanent failure, and so are GitHub's refusals (405 not mergeable, 409 the head moved meanwhile), except
+    /// a 405 for a pull request GitHub then says is `behind` or `dirty`: that is [`Produced::Unmerged`] (see
+    /// [`GithubClient::refused`]). A base that merges only through GitHub's merge queue gets the pull request
+    /// enqueued instead (`queue.rs`).
     /// `method`: the configured one, else the first the repository allows of squash, merge and rebase.
     pub async fn merge_pull_request(
         &self,
@@ -348,6 +353,10 @@ impl GithubClient {
                 message: format!("pull request #{number} is {state}, not open: nothing to merge"),
             });
         }
+        let base = pull.base.ref_field.as_str();
+        if self.merge_queue_required(repo, base).await? {
+            return self.enqueue_pull_request(repo, number, sha).await;
+        }
         let head = pull.head.sha.as_str();
         if !head.eq_ignore_ascii_case(sha) {
             return Err(CallError::Permanent {
@@ -365,7 +374,7 @@ impl GithubClient {
         // An answer that does not read as octocrab's `Merge` is transient (`classify`): the repeat reads the
         // pull request first and finds it merged.
         let (owner, name) = parts(repo)?;
-        let merged = self
+        let answer = self
             .api
             .pulls(owner, name)
             .merge(number)
@@ -376,13 +385,47 @@ impl GithubClient {
                 MergeMethod::Rebase => octocrab::params::pulls::MergeMethod::Rebase,
             })
             .send()
-            .await
-            .map_err(|e| classify("merging the pull request", e))?;
+            .await;
+        let merged = match answer {
+            Ok(merged) => merged,
+            Err(error) if status_of(&error) == Some(405) => {
+                let refusal = classify("merging the pull request", error);
+                return self.refused(repo, number, sha, refusal).await;
+            }
+            Err(error) => return Err(classify("merging the pull request", error)),
+        };
         Ok(Produced::Merge {
             number,
             merged: true,
             sha: merged.sha,
             method: Some(method.as_str().to_owned()),
+        })
+    }
+
+    /// GitHub refused to merge pull request `number` at `sha` (405): why, as GitHub itself says it after the
+    /// refusal (`mergeable_state`, read, not guessed from the message). Still open at `sha` and `behind` its base
+    /// or `dirty` (conflicting with it): [`Produced::Unmerged`], the merge queue's to bring up to date (not a
+    /// person's yet). Anything else is the refusal, a permanent failure, as before.
+    async fn refused(
+        &self,
+        repo: &RepoName,
+        number: u64,
+        sha: &str,
+        refusal: CallError,
+    ) -> Result<Produced, CallError> {
+        let pull = self.pull(repo, number).await?.model;
+        let state = match pull.mergeable_state {
+            Some(MergeableState::Behind) => "behind",
+            Some(MergeableState::Dirty) => "dirty",
+            _ => return Err(refusal),
+        };
+        if pull.state != Some(IssueState::Open) || !pull.head.sha.eq_ignore_ascii_case(sha) {
+            return Err(refusal);
+        }
+        Ok(Produced::Unmerged {
+            number,
+            state: state.to_owned(),
+            message: refusal.to_string(),
         })
     }
 
