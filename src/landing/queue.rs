@@ -265,7 +265,7 @@ impl MergeQueue {
                 .refresh_counted(id, stamp, &mut refreshing)
                 .await?
             {
-                Ended::Refreshed => {
+                Ended::Refreshed | Ended::Checking => {
                     progress.refreshed += 1;
                     return Ok(());
                 }

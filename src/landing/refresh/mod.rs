@@ -340,12 +340,15 @@ impl Refresher {
                 RefreshMode::Rebase if task.is_plan() => RefreshMode::Merge,
                 mode => mode,
             };
-            // The repository's check runs on the refresh before it is pushed: the dispatcher's, not this loop's.
-            let hold = self
-                .lander
-                .sources
-                .environment(task.repo())
-                .is_some_and(|env| env.check.is_some());
+            // The repository's check runs on the refresh before it is pushed: the dispatcher's, not this loop's. Not
+            // a plan's combination (no attempt runs on a plan; its combining ran no check either): its pull
+            // request's CI on the new head is what auto-land waits for.
+            let hold = !task.is_plan()
+                && self
+                    .lander
+                    .sources
+                    .environment(task.repo())
+                    .is_some_and(|env| env.check.is_some());
             let request = RefreshRequest {
                 repo: task.repo().clone(),
                 task: id,
