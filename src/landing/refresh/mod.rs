@@ -335,20 +335,7 @@ impl Refresher {
                 return Ok(Ended::Skipped);
             };
             let source = self.lander.sources.source(task.repo());
-            let mode = match board.config().land_for(task.repo()).refresh {
-                // A combination's merges of its items are kept: the base is merged into it, never rebased under it.
-                RefreshMode::Rebase if task.is_plan() => RefreshMode::Merge,
-                mode => mode,
-            };
-            // The repository's check runs on the refresh before it is pushed: the dispatcher's, not this loop's. Not
-            // a plan's combination (no attempt runs on a plan; its combining ran no check either): its pull
-            // request's CI on the new head is what auto-land waits for.
-            let hold = !task.is_plan()
-                && self
-                    .lander
-                    .sources
-                    .environment(task.repo())
-                    .is_some_and(|env| env.check.is_some());
+            let (mode, hold) = self.how(task);
             let request = RefreshRequest {
                 repo: task.repo().clone(),
                 task: id,
@@ -486,6 +473,26 @@ impl Refresher {
     }
 
     /// Whether `task` is one this loop refreshes now.
+    /// How `task` is refreshed, and whether the refresh is held for the repository's check.
+    fn how(&self, task: &Task) -> (RefreshMode, bool) {
+        let board = &self.lander.board;
+        let mode = match board.config().land_for(task.repo()).refresh {
+            // A combination's merges of its items are kept: the base is merged into it, never rebased under it.
+            RefreshMode::Rebase if task.is_plan() => RefreshMode::Merge,
+            mode => mode,
+        };
+        // The repository's check runs on the refresh before it is pushed: the dispatcher's, not this loop's. Not
+        // a plan's combination (no attempt runs on a plan; its combining ran no check either): its pull
+        // request's CI on the new head is what auto-land waits for.
+        let hold = !task.is_plan()
+            && self
+                .lander
+                .sources
+                .environment(task.repo())
+                .is_some_and(|env| env.check.is_some());
+        (mode, hold)
+    }
+
     /// A plan is refreshed as one: its combined pull request, while its combination is current (`land =
     /// "combined"`); its items, then, never on their own.
     pub(super) fn refreshes(&self, task: &Task) -> bool {
