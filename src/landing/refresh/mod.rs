@@ -113,6 +113,21 @@ impl Due {
             self.state
         )
     }
+
+    /// The `refresh.due` event a host's poller appends, keyed [`Due::key`], naming the poller in its meta.
+    pub fn event(&self, poller: &str) -> anyhow::Result<NewEvent> {
+        let mut event = NewEvent::new(
+            Source::Pidevops,
+            EventType::from_stored(DUE.to_owned()),
+            self.key(),
+            "application/json",
+            bytes::Bytes::from(serde_json::to_vec(self).context("encoding refresh.due")?),
+        );
+        event
+            .meta
+            .insert("poller".to_owned(), serde_json::Value::from(poller));
+        Ok(event)
+    }
 }
 
 /// `refresh.pushing`: the refresh of `task` from `from` onto `base` is about to push `to`.

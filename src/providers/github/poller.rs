@@ -255,19 +255,9 @@ impl GithubPoller {
             state: state.to_owned(),
         };
         let key = due.key();
-        let mut event = NewEvent::new(
-            Source::Pidevops,
-            EventType::from_stored(refresh::DUE.to_owned()),
-            key.clone(),
-            "application/json",
-            bytes::Bytes::from(serde_json::to_vec(&due)?),
-        );
-        event
-            .meta
-            .insert("poller".to_owned(), Value::from(GITHUB_POLLER));
         let appended = self
             .log
-            .append(event)
+            .append(due.event(GITHUB_POLLER)?)
             .await
             .with_context(|| format!("appending {key}"))?;
         if !appended.duplicate {

@@ -22,7 +22,7 @@ use super::{GitlabPollProgress, GitlabPoller, GITLAB_POLLER};
 use crate::domain::{EventType, NewEvent, Source};
 use crate::effects::CallError;
 use crate::landing::base_push::{base_key, refreshed_base};
-use crate::landing::refresh::{Due, DUE};
+use crate::landing::refresh::Due;
 use crate::projectors::tasks::{self as task_rows, TaskFilter};
 use crate::providers::gitlab::client::MergeStatus;
 use crate::tasks::{Column, CommitSha, RepoName, TaskId, GITLAB_MR};
@@ -190,19 +190,9 @@ impl GitlabPoller {
             state: state.to_owned(),
         };
         let key = due.key();
-        let mut event = NewEvent::new(
-            Source::Pidevops,
-            EventType::from_stored(DUE.to_owned()),
-            key.clone(),
-            "application/json",
-            bytes::Bytes::from(serde_json::to_vec(&due)?),
-        );
-        event
-            .meta
-            .insert("poller".to_owned(), Value::from(GITLAB_POLLER));
         let appended = self
             .log
-            .append(event)
+            .append(due.event(GITLAB_POLLER)?)
             .await
             .with_context(|| format!("appending {key}"))?;
         if !appended.duplicate {
