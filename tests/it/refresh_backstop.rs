@@ -82,6 +82,10 @@ async fn a_lost_base_push_is_caught_by_the_poller_and_a_head_told_twice_is_refre
         format!("<code>{}</code> → <code>{}</code>", &sha[..7], &to[..7]),
         format!("<td><code>{}</code></td><td>rebase</td>", &main_1[..7]),
         format!("https://github.com/{REPO}/compare/{sha}...{to}"),
+        // A clean rebase: its outcome, and what it changed on the pull request's own diff (nothing), inline.
+        "<tr data-outcome=\"refreshed\"><td>".to_owned(),
+        "<td class=\"outcome\">refreshed</td>".to_owned(),
+        "No change to the pull request".to_owned(),
     ] {
         assert!(section.contains(&shown), "{shown} in {section}");
     }

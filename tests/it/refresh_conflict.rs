@@ -13,7 +13,7 @@ use pidevops::eventlog::EventStore;
 use pidevops::tasks::{Column, TaskId};
 
 use crate::common::agents::{git, Remote, REPO};
-use crate::common::{board, within, TestDb};
+use crate::common::{board, within, TestApp, TestDb};
 use crate::land::{app, create_task, in_review, merged, post, settle};
 use crate::providers::github::fake::FakeGithub;
 use crate::refresh::{file, push, pushes, record_pushes, refresh, shared};
@@ -33,7 +33,7 @@ if grep -q 'Resolve the conflict' "$1"; then
   fi
   awk '!/^(<<<<<<< |=======$|>>>>>>> )/' shared.txt > shared.new && mv shared.new shared.txt
 else
-  sed -i "s/^line 25\$/line 25 by $task/" shared.txt
+  sed -i "s|^line 25\$|line 25 by $task <script>alert(1)</script>|" shared.txt
 fi"#;
 
 /// The events of `id`'s stream of type `kind`.
@@ -78,6 +78,16 @@ fn parents(remote: &Remote, commit: &str) -> Vec<String> {
         .skip(1)
         .map(str::to_owned)
         .collect()
+}
+
+/// Task `id`'s page, and its Refreshes section onwards.
+async fn refreshes_section(app: &TestApp, id: TaskId, cookie: &str) -> (String, String) {
+    let (status, page) = crate::web::get(app, &format!("/tasks/{id}"), cookie).await;
+    assert_eq!(status, 200, "{page}");
+    let at = page
+        .find("<h2>Refreshes</h2>")
+        .expect("a Refreshes section");
+    (page.clone(), page[at..].to_owned())
 }
 
 async fn two_tasks_on_the_same_lines_the_seconds_conflict_goes_to_an_agent_and_a_persons_push_is_never_overwritten(
@@ -149,7 +159,10 @@ async fn two_tasks_on_the_same_lines_the_seconds_conflict_goes_to_an_agent_and_a
         parents(&remote, &resolved),
         [second_sha.clone(), first_sha.clone()]
     );
-    let both = shared(&[(25, "line 25 by T-2\nline 25 by T-1")]);
+    let both = shared(&[(
+        25,
+        "line 25 by T-2 <script>alert(1)</script>\nline 25 by T-1 <script>alert(1)</script>",
+    )]);
     assert_eq!(
         remote
             .show(second.branch().as_str(), "shared.txt")
@@ -167,6 +180,21 @@ async fn two_tasks_on_the_same_lines_the_seconds_conflict_goes_to_an_agent_and_a
     let row = board::row_in(&store, second).await.unwrap();
     assert!(!row.needs_human, "{row:?}");
     assert_eq!(row.column, Column::InReview);
+    // Its page shows the refresh: in conflict in shared.txt, resolved by attempt 2, the conflict's hunks and what
+    // the resolution changed against the plain merge (the markers gone) inline, a stranger's `<script>` as text.
+    let cookie = crate::web::sign_in(&app).await;
+    let (page, section) = refreshes_section(&app, second, &cookie).await;
+    for shown in [
+        "<tr data-outcome=\"resolved\">",
+        "<td class=\"outcome\">resolved by attempt 2</td>",
+        "Files in conflict: <code>shared.txt</code>",
+        "line 25 by T-1 &lt;script&gt;alert(1)&lt;/script&gt;",
+        "What it changed on the pull request",
+        "<del>-&lt;&lt;&lt;&lt;&lt;&lt;&lt; ",
+    ] {
+        assert!(section.contains(shown), "{shown} in {section}");
+    }
+    assert!(!page.contains("<script>alert"), "{page}");
 
     // The third's conflict attempt runs; a person pushes to its branch meanwhile: the lease refuses, theirs stays.
     let mut worktree = None;
@@ -208,6 +236,15 @@ async fn two_tasks_on_the_same_lines_the_seconds_conflict_goes_to_an_agent_and_a
         "{flag}"
     );
     assert!(flag.contains("shared.txt"), "{flag}");
+    // Its page: the conflict, unresolved, a person flagged, with why.
+    let (_, section) = refreshes_section(&app, third, &cookie).await;
+    for shown in [
+        "<tr data-outcome=\"unresolved\">",
+        "unresolved, a person flagged",
+        "someone else pushed",
+    ] {
+        assert!(section.contains(shown), "{shown} in {section}");
+    }
     assert_eq!(row.column, Column::InReview);
     assert_eq!(remote.branch(third.branch().as_str()), Some(theirs.clone()));
     let branch = format!("refs/heads/{}", third.branch());

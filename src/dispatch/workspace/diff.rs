@@ -311,17 +311,34 @@ impl Workspaces {
     }
 
     /// Runs our git and keeps the first `cap` bytes of what it prints, counting the rest, for at most
-    /// [`DIFF_TIMEOUT`].
+    /// [`DIFF_TIMEOUT`]; a git that fails is an error.
     async fn capped_git(&self, args: &[String], cap: usize) -> Result<Capped, WorkspaceError> {
+        let mut command = self.git(None);
+        command.args(args);
+        let capped = self.capped(command, cap, DIFF_TIMEOUT).await?;
+        match capped.status {
+            Some(status) if !status.success() => Err(WorkspaceError::Git {
+                what: "diffing the attempt".to_owned(),
+                detail: format!("git diff exited with {status}"),
+            }),
+            _ => Ok(capped),
+        }
+    }
+
+    /// Runs `command` (our git, its arguments given) and keeps the first `cap` bytes of what it prints, counting
+    /// the rest, for at most `timeout` (then it is killed: `timed_out`, no status). Its exit status is the
+    /// caller's to judge.
+    pub(super) async fn capped(
+        &self,
+        mut command: tokio::process::Command,
+        cap: usize,
+        timeout: Duration,
+    ) -> Result<Capped, WorkspaceError> {
         let failed = |detail: String| WorkspaceError::Git {
             what: "diffing the attempt".to_owned(),
             detail,
         };
-        let mut command = self.git(None);
-        command
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
+        command.stdout(Stdio::piped()).stderr(Stdio::null());
         let mut child = command
             .spawn()
             .map_err(|e| failed(format!("cannot run git: {e}")))?;
@@ -343,7 +360,7 @@ impl Workspaces {
                 kept.extend_from_slice(&buffer[..n.min(room)]);
             }
         };
-        let timed_out = match tokio::time::timeout(DIFF_TIMEOUT, read).await {
+        let timed_out = match tokio::time::timeout(timeout, read).await {
             Ok(read) => {
                 read.map_err(|e| failed(format!("reading git's output: {e}")))?;
                 false
@@ -357,21 +374,21 @@ impl Workspaces {
             .wait()
             .await
             .map_err(|e| failed(format!("waiting for git: {e}")))?;
-        if !timed_out && !status.success() {
-            return Err(failed(format!("git diff exited with {status}")));
-        }
         Ok(Capped {
             kept,
             total,
             timed_out,
+            status: (!timed_out).then_some(status),
         })
     }
 }
 
-struct Capped {
-    kept: Vec<u8>,
-    total: u64,
-    timed_out: bool,
+pub(super) struct Capped {
+    pub(super) kept: Vec<u8>,
+    pub(super) total: u64,
+    pub(super) timed_out: bool,
+    /// How git exited; none when it was stopped at the time limit.
+    pub(super) status: Option<std::process::ExitStatus>,
 }
 
 async fn write(path: &Path, bytes: &[u8]) -> Result<(), WorkspaceError> {

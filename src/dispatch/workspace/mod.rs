@@ -11,6 +11,8 @@
 //! <root>/combine/<plan>/<uuid>/worktree/     pidevops's own worktree merging a plan's items (`combine.rs`)
 //! <root>/land/<task>/<uuid>/repo.git         pidevops's own clean room landing a task on its base (`land.rs`)
 //! <root>/refresh/<task>/<uuid>/repo.git      pidevops's own clean room refreshing a task's branch (`refresh.rs`)
+//! <root>/refresh-diffs/<task>/<commit>.json  what a refresh (or a conflict's resolution) changed on the pull
+//!                                            request's own diff, for the task's page (`remerge.rs`)
 //! ```
 //!
 //! Every path is built from a validated `RepoName`, `TaskId` and `RunId`, none of which can hold `..` or `/`
@@ -39,6 +41,7 @@
 //! - `combine.rs`   a plan's items merged at their recorded commits into `pidevops/<plan>` and pushed
 //! - `land.rs`      a task's recorded commit merged into the base and pushed with a lease, in a clean room
 //! - `refresh.rs`   a task's pushed commit rebased onto (merged with) a moved base, pushed leased on that commit
+//! - `remerge.rs`   what a refresh's commit changed against the plain merge of its commit and base, recorded
 //! - `gc.rs`        run directories past the TTL, a previous process's spares, worktree lists pruned
 
 mod combine;
@@ -50,6 +53,7 @@ mod land;
 mod links;
 mod mirror;
 mod refresh;
+mod remerge;
 mod resolve;
 mod spares;
 mod worktree;
@@ -58,6 +62,7 @@ pub use combine::{CombineRequest, Combined, Combiner};
 pub use gc::GcReport;
 pub use land::{BranchLeft, LandRequest, LandResult};
 pub use refresh::{RefreshRequest, RefreshResult};
+pub use remerge::{RemergeDiff, REMERGE_CAP};
 pub use resolve::LeasedPush;
 
 use std::collections::HashMap;

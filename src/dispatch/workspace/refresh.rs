@@ -173,6 +173,14 @@ impl Workspaces {
             Ok(to) => to,
             Err(conflict) => return Ok(conflict),
         };
+        // For the task's page, while the three commits are at hand (the clean room goes with this refresh).
+        let bare = dir.join("repo.git");
+        if let Err(error) = self
+            .record_remerge(&bare, request.task, &base, &commit, &to)
+            .await
+        {
+            tracing::warn!(task = %request.task, %error, "the refresh's diff was not recorded");
+        }
         if found == to {
             // Pushed by this very refresh before a crash cut off its record.
             return Ok(RefreshResult::Refreshed {

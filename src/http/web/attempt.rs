@@ -235,7 +235,7 @@ fn split_patch(patch: &str) -> Vec<Chunk<'_>> {
     chunks
 }
 
-fn line_class(line: &str) -> &'static str {
+pub(super) fn line_class(line: &str) -> &'static str {
     if line.starts_with("+++") || line.starts_with("---") || line.starts_with("diff --git") {
         "meta"
     } else if line.starts_with("@@") {
@@ -255,7 +255,7 @@ fn short(id: &str) -> &str {
     id.get(..7).unwrap_or(id)
 }
 
-fn bytes(n: u64) -> String {
+pub(super) fn bytes(n: u64) -> String {
     match n {
         0..1024 => format!("{n} bytes"),
         1024..1_048_576 => format!("{:.1} KiB", n as f64 / 1024.0),

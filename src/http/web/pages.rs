@@ -136,6 +136,8 @@ pub struct TaskView {
     pub now: DateTime<Utc>,
     /// Each refresh of its branch onto a moved base.
     pub refreshes: Vec<super::refreshes::Refresh>,
+    /// What each refresh shows as its diff, row for row (`refreshes::diffs`).
+    pub refresh_diffs: Vec<super::refreshes::Shown>,
     /// Where its code host compares two commits (`refreshes::compare_prefix`); none for another remote.
     pub compare: Option<String>,
 }
@@ -284,7 +286,7 @@ pub fn task(view: &TaskView) -> Markup {
         h2 { "Runs" }
         (runs_table(&view.runs, false, view.now))
         (super::attempt::attempts(&view.attempts))
-        (super::refreshes::section(&view.refreshes, view.compare.as_deref(), view.now))
+        (super::refreshes::section(&view.refreshes, &view.refresh_diffs, view.compare.as_deref(), view.now))
         h2 { "Timeline" }
         table.timeline {
             thead { tr { th { "at" } th { "event" } th { "what" } th { "by" } } }

@@ -296,24 +296,31 @@ async fn render(
         Err(e) => return unavailable(e),
     };
     // The task's own stream (one indexed read, not a scan): its spec and what the domain allows now.
-    let task = match state.board.load(id).await {
-        Ok(loaded) => loaded.map(|l| l.task),
+    let (task, events) = match state.board.load(id).await {
+        Ok(Some(loaded)) => (Some(loaded.task), loaded.events),
+        Ok(None) => (None, Vec::new()),
         Err(e) => return unavailable(e),
     };
     let (items, related) = match family(state, task.as_ref()).await {
         Ok(found) => found,
         Err(e) => return unavailable(e),
     };
-    let (timeline, runs, refreshes) = match (
+    let (timeline, runs) = match (
         task_rows::timeline(store, id).await,
         runs::query(store, Which::Task(&id.to_string())).await,
-        super::refreshes::of(store, id).await,
     ) {
-        (Ok(timeline), Ok(runs), Ok(refreshes)) => (timeline, runs, refreshes),
-        (Err(e), _, _) => return unavailable(e),
-        (_, Err(e), _) => return unavailable(e),
-        (_, _, Err(e)) => return unavailable(e),
+        (Ok(timeline), Ok(runs)) => (timeline, runs),
+        (Err(e), _) => return unavailable(e),
+        (_, Err(e)) => return unavailable(e),
     };
+    // Its refreshes from the stream loaded above; their diffs as recorded on this machine.
+    let refreshes = super::refreshes::of(&events);
+    let workspaces = crate::dispatch::workspace::Workspaces::new(
+        &state.settings.workspace_root,
+        crate::dispatch::workspace::GitCredentials::default(),
+    )
+    .ok();
+    let refresh_diffs = super::refreshes::diffs(workspaces.as_ref(), id, &refreshes, &runs).await;
     let here = Here::of(state).await;
     let open = runs
         .iter()
@@ -364,6 +371,7 @@ async fn render(
         csrf: session.csrf(key),
         now: Utc::now(),
         refreshes,
+        refresh_diffs,
         compare,
     };
     page(

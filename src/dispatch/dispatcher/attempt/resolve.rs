@@ -103,6 +103,13 @@ impl Dispatcher {
         if let Err(error) = workspaces.record_diff(&against_base, &commit).await {
             tracing::warn!(task = %id, %run, %error, "the resolution's diff was not recorded");
         }
+        // What the resolution changed against the plain merge, for the task page's refreshes.
+        if let Err(error) = workspaces
+            .record_remerge(&prepared.dirs.mirror, id, base, from, &commit)
+            .await
+        {
+            tracing::warn!(task = %id, %run, %error, "the resolution's refresh diff was not recorded");
+        }
         match workspaces.push_leased(prepared, &commit, from).await {
             Ok(LeasedPush::Pushed) => {}
             Ok(LeasedPush::Refused { found }) => {

@@ -1,0 +1,186 @@
+//! What a refresh changed on its pull request's own diff (issue 33, for the task page): the commit it made (`to`)
+//! against the plain merge of what pidevops had pushed (`from`) with the base it was brought onto (`base`), as
+//! `git merge-tree --write-tree` makes that merge (a conflicted file keeps git's markers). A clean rebase or merge
+//! normally changes nothing there; a conflict's resolution shows the markers replaced by what the agent kept.
+//!
+//! Recorded when the commit is made, where all three commits are at hand (the refresh's clean room, or the mirror
+//! for a conflict attempt's resolution), as `<root>/refresh-diffs/<task>/<commit>.json`, read back by the task
+//! page: a clean room is gone afterwards, and a page never runs git. Bounded: git is stopped after
+//! [`REMERGE_TIMEOUT`] and the patch kept to [`REMERGE_CAP`] bytes, the rest counted. The merge's objects are
+//! written to a scratch object directory of their own (the repository's objects borrowed as an alternate), so
+//! nothing is added to a mirror. The patch is repository content: shown only as inert text.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{WorkspaceError, Workspaces};
+use crate::tasks::TaskId;
+
+/// The most bytes of a refresh's patch kept.
+pub const REMERGE_CAP: usize = 32 * 1024;
+/// The longest each git command may take.
+const REMERGE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most bytes of a record read back (the patch, escaped as JSON, and its few fields).
+const RECORD_CAP: u64 = (REMERGE_CAP as u64) * 6 + 4096;
+
+/// What `<commit>.json` holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemergeDiff {
+    pub base: String,
+    pub from: String,
+    pub to: String,
+    /// The patch's first [`REMERGE_CAP`] bytes (invalid UTF-8 replaced).
+    pub patch: String,
+    /// The patch's size in bytes, as far as git got.
+    pub bytes: u64,
+    /// git was stopped at the time limit: the patch is larger than `bytes`.
+    pub timed_out: bool,
+}
+
+impl RemergeDiff {
+    /// Whether `patch` holds less than the whole patch.
+    pub fn cut(&self) -> bool {
+        self.timed_out || self.bytes > REMERGE_CAP as u64
+    }
+}
+
+fn is_object_id(id: &str) -> bool {
+    id.len() == 40 && id.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+impl Workspaces {
+    /// Where the refresh diff of task `task`'s commit `commit` is recorded; none for a commit id that is not one.
+    pub fn remerge_path(&self, task: TaskId, commit: &str) -> Option<PathBuf> {
+        is_object_id(commit).then(|| {
+            self.root
+                .join("refresh-diffs")
+                .join(task.to_string())
+                .join(format!("{}.json", commit.to_ascii_lowercase()))
+        })
+    }
+
+    /// Computes what `to` changed against the plain merge of `from` and `base`, by our git on `git_dir` (a bare
+    /// repository holding the three), and records it for task `task`'s page.
+    pub async fn record_remerge(
+        &self,
+        git_dir: &Path,
+        task: TaskId,
+        base: &str,
+        from: &str,
+        to: &str,
+    ) -> Result<RemergeDiff, WorkspaceError> {
+        let failed = |detail: String| WorkspaceError::Git {
+            what: "recording the refresh's diff".to_owned(),
+            detail,
+        };
+        let path = self
+            .remerge_path(task, to)
+            .filter(|_| is_object_id(base) && is_object_id(from))
+            .ok_or_else(|| failed(format!("{base:?}, {from:?} or {to:?} is not a commit id")))?;
+        let scratch = Scratch::new(&self.root.join(".home"))?;
+        let objects = git_dir.join("objects");
+        let git = |args: &[&str]| {
+            let mut command = self.git(None);
+            command
+                .env("GIT_OBJECT_DIRECTORY", &scratch.0)
+                .env("GIT_ALTERNATE_OBJECT_DIRECTORIES", &objects)
+                .arg(format!("--git-dir={}", git_dir.to_string_lossy()))
+                .args(args);
+            command
+        };
+        // 0: merged cleanly, 1: conflicts (the tree keeps their markers); both print the tree first.
+        let merged = self
+            .capped(
+                git(&["merge-tree", "--write-tree", "--no-messages", base, from]),
+                4096,
+                REMERGE_TIMEOUT,
+            )
+            .await?;
+        let tree = String::from_utf8_lossy(&merged.kept)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_owned();
+        if !matches!(merged.status.and_then(|s| s.code()), Some(0 | 1)) || !is_object_id(&tree) {
+            return Err(failed(format!(
+                "git merge-tree did not merge {from} with {base}"
+            )));
+        }
+        let patch = self
+            .capped(
+                git(&[
+                    "diff",
+                    "--no-ext-diff",
+                    "--no-textconv",
+                    "--no-color",
+                    "--no-renames",
+                    "--patch",
+                    &tree,
+                    to,
+                    "--",
+                ]),
+                REMERGE_CAP,
+                REMERGE_TIMEOUT,
+            )
+            .await?;
+        if patch.status.is_some_and(|s| !s.success()) {
+            return Err(failed(format!("git diff of {to} failed")));
+        }
+        let record = RemergeDiff {
+            base: base.to_owned(),
+            from: from.to_owned(),
+            to: to.to_owned(),
+            patch: String::from_utf8_lossy(&patch.kept).into_owned(),
+            bytes: patch.total,
+            timed_out: patch.timed_out,
+        };
+        let io = |path: &Path| {
+            let path = path.to_owned();
+            move |source| WorkspaceError::Io { path, source }
+        };
+        if let Some(dir) = path.parent() {
+            tokio::fs::create_dir_all(dir).await.map_err(io(dir))?;
+        }
+        let json = serde_json::to_vec(&record).map_err(|e| failed(e.to_string()))?;
+        tokio::fs::write(&path, json).await.map_err(io(&path))?;
+        Ok(record)
+    }
+
+    /// The recorded refresh diff of task `task`'s commit `commit`, if this machine has one.
+    pub async fn read_remerge(&self, task: TaskId, commit: &str) -> Option<RemergeDiff> {
+        use tokio::io::AsyncReadExt;
+        let path = self.remerge_path(task, commit)?;
+        let mut json = Vec::new();
+        tokio::fs::File::open(path)
+            .await
+            .ok()?
+            .take(RECORD_CAP)
+            .read_to_end(&mut json)
+            .await
+            .ok()?;
+        serde_json::from_slice(&json).ok()
+    }
+}
+
+/// A scratch object directory, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(parent: &Path) -> Result<Self, WorkspaceError> {
+        let dir = parent.join(format!("remerge-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).map_err(|source| WorkspaceError::Io {
+            path: dir.clone(),
+            source,
+        })?;
+        Ok(Self(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
