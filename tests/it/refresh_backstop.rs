@@ -216,6 +216,26 @@ async fn a_lying_base_push_and_a_forks_pull_request_named_like_ours_move_nothing
     assert_eq!(row.version, before.version, "the task is untouched");
 }
 
+/// Whether task `id`'s card on the board, and its page, are marked behind its base.
+async fn behind(
+    app: &crate::common::TestApp,
+    id: pidevops::tasks::TaskId,
+    cookie: &str,
+) -> (bool, bool) {
+    let (status, board) = crate::web::get(app, "/", cookie).await;
+    assert_eq!(status, 200);
+    let card = &board[board
+        .find(&format!("data-task=\"{id}\""))
+        .unwrap_or_else(|| panic!("{id} on the board: {board}"))..];
+    let card = &card[..card.find("</article>").unwrap_or(card.len())];
+    let (status, page) = crate::web::get(app, &format!("/tasks/{id}"), cookie).await;
+    assert_eq!(status, 200);
+    (
+        card.contains("data-behind=\"1\""),
+        page.contains("data-behind=\"1\""),
+    )
+}
+
 async fn a_pull_request_github_finds_behind_is_refreshed_and_one_it_finds_dirty_flags_its_conflict(
     db: TestDb,
 ) {
@@ -260,6 +280,10 @@ async fn a_pull_request_github_finds_behind_is_refreshed_and_one_it_finds_dirty_
     assert_eq!(pushes(&remote, &branch).len(), 2);
     let due = format!("refresh-due:{id}:{sha}:behind");
     assert_eq!(store.count_by_key(Source::Pidevops, &due).await.unwrap(), 1);
+    // GitHub found it behind (`refresh.due`), and the refresh landed since: the board does not mark it behind.
+    let cookie = crate::web::sign_in(&app).await;
+    app.project().await;
+    assert_eq!(behind(&app, id, &cookie).await, (false, false));
 
     // A teammate changes the agent's line; GitHub finds the refreshed head dirty: the refresh conflicts and an
     // agent gets it, which leaves the markers (its edit finds no such line), so the task is flagged with the
@@ -290,6 +314,9 @@ async fn a_pull_request_github_finds_behind_is_refreshed_and_one_it_finds_dirty_
     );
     assert_eq!(refreshes(&store, id).await.len(), 1);
     assert_eq!(pushes(&remote, &branch).len(), 2);
+    // Back in review on a head GitHub finds dirty, not refreshed since: the board and its page mark it behind.
+    app.project().await;
+    assert_eq!(behind(&app, id, &cookie).await, (true, true));
     let merge = |sha: String| {
         let url = format!("{}/repos/{REPO}/pulls/{number}/merge", fake.url);
         async move {

@@ -403,6 +403,7 @@ async fn expected(store: &EventStore) -> Expected {
             version: events.len() as i64,
             last_position: last.position,
             state: serde_json::to_value(&task).unwrap(),
+            behind: None,
         });
         let mut timeline = Vec::new();
         for (stored, event) in events {

@@ -128,6 +128,13 @@ fn card(row: &TaskRow, related: &Related, now: DateTime<Utc>) -> Markup {
                 @if let Some(link) = source_link(&row.links) { " · " (link) }
             }
             (card_family(row, related))
+            @if row.is_behind() {
+                div {
+                    span.badge.warn data-behind="1" title={ "its code host finds its pull request " (row.behind.as_deref().unwrap_or_default()) " on its base since its last push" } {
+                        "behind"
+                    }
+                }
+            }
             @if let Some(since) = row.stale_since() {
                 div {
                     span.badge.warn data-stale="1" title={ "no activity in review since " (since.format("%Y-%m-%d %H:%M UTC")) } {

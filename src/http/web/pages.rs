@@ -222,6 +222,7 @@ pub fn task(view: &TaskView) -> Markup {
             @if row.is_plan() { " " span.badge.plan { "plan" } }
             @if row.needs_human { " " span.badge.bad { "needs a human" } }
             @if row.stale_since().is_some() { " " span.badge.warn data-stale="1" { "stale" } }
+            @if row.is_behind() { " " span.badge.warn data-behind="1" title={ "found " (row.behind.as_deref().unwrap_or_default()) " on its base since its last push" } { "behind" } }
         }
         p.muted {
             (source_badge(&row.source)) " " (row.repo) " · created " (age(view.now - row.created_at)) " ago"

@@ -300,6 +300,7 @@ mod tests {
             version: 1,
             last_position: 1,
             state,
+            behind: None,
         }
     }
 

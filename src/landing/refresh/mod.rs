@@ -74,7 +74,7 @@ pub const PUSHING: &str = "refresh.pushing";
 pub const BASE_HANDLED: &str = "refresh.base_handled";
 /// A task's review request its host finds behind its base or conflicting (GitHub's `behind` / `dirty`, GitLab's
 /// `need_rebase` / `conflict`), read by the host's poller: the task is refreshed as on a base push.
-pub const DUE: &str = "refresh.due";
+pub const DUE: &str = crate::projectors::tasks::REFRESH_DUE;
 /// The longest one refresh may take (fetches, the rebase or merge, the push).
 const REFRESH_TIMEOUT: Duration = Duration::from_secs(45);
 
@@ -105,6 +105,8 @@ pub struct Due {
 }
 
 impl Due {
+    /// `refresh-due:<task>:<head>:<state>`; the tasks projector reads the board's "behind" mark from it
+    /// (`projectors::tasks::due_key_parts`).
     pub fn key(&self) -> String {
         format!(
             "refresh-due:{}:{}:{}",
@@ -622,5 +624,27 @@ impl Follower for Refresher {
             .await
             .with_context(|| format!("refresh: event {} ({})", event.position, event.event_type))?;
         Ok(Next::Done)
+    }
+}
+
+#[cfg(test)]
+mod due_tests {
+    use super::*;
+
+    #[test]
+    fn the_board_reads_a_dues_task_head_and_state_from_its_key() {
+        let due = Due {
+            task: "T-9".parse().unwrap(),
+            repo: "acme/app".parse().unwrap(),
+            number: 4,
+            head: "AB".repeat(20),
+            state: "behind".to_owned(),
+        };
+        let key = due.key();
+        let (task, head, state) = crate::projectors::tasks::due_key_parts(&key).unwrap();
+        assert_eq!(
+            (task, head, state),
+            (due.task, "ab".repeat(20).as_str(), "behind")
+        );
     }
 }

@@ -24,10 +24,12 @@ use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
+mod behind;
 mod read;
 mod summary;
 mod write;
 
+pub use behind::{due_key_parts, REFRESH_DUE};
 pub use read::{
     counts, get, get_many, list, merged_pull_requests, repos, task_for_link, timeline,
     timeline_entry,
@@ -132,6 +134,9 @@ pub struct TaskRow {
     /// The whole task (spec, runs, failures, follow-ups) as `Task` serialises.
     #[schema(value_type = crate::tasks::Task)]
     pub state: serde_json::Value,
+    /// In review, its review request found by its host `behind` its base or `dirty` (in conflict with it) since
+    /// its last push (`refresh.due`); cleared by its next refresh or submission.
+    pub behind: Option<String>,
 }
 
 /// What the row's `state` says of the task's family: read from the state as stored, so a page or the dispatcher
@@ -147,6 +152,11 @@ impl TaskRow {
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// Whether the board marks it behind its base: in review and [`TaskRow::behind`].
+    pub fn is_behind(&self) -> bool {
+        self.column == Column::InReview && self.behind.is_some()
     }
 
     /// When its review went stale (`task.went_stale`), until its next push (a submission or a refresh).
@@ -356,8 +366,8 @@ impl Projector for TasksProjector {
 
     /// 2: the stored state carries the ticket version (`ticket_version`). 3: `task_merges`. 4: `search_text`.
     fn version(&self) -> i64 {
-        // 5: a stale review's `stale_since` is in the row's state.
-        5
+        // 5: a stale review's `stale_since` is in the row's state. 6: `behind` (`refresh.due`).
+        6
     }
 
     fn bodies(&self) -> Bodies {
@@ -379,7 +389,10 @@ impl Projector for TasksProjector {
         tx: &'a mut ProjectorTx,
         events: &'a [StoredEvent],
     ) -> BoxFuture<'a, anyhow::Result<()>> {
-        Box::pin(async move { self.apply_decoded(tx, decode_all(events)).await })
+        Box::pin(async move {
+            self.apply_decoded(tx, decode_all(events)).await?;
+            behind::write(tx, &behind::marks(events)).await
+        })
     }
 
     /// Decoding bodies is a fifth of applying a batch; `replay` does it on the page it reads ahead.
@@ -399,7 +412,8 @@ impl Projector for TasksProjector {
                 // Not ours (cannot happen: only `prepare` above makes these); decode again.
                 Err(_) => decode_all(events),
             };
-            self.apply_decoded(tx, decoded).await
+            self.apply_decoded(tx, decoded).await?;
+            behind::write(tx, &behind::marks(events)).await
         })
     }
 }

@@ -14,7 +14,7 @@ use crate::tasks::{Column, Priority, TaskId};
 
 const ROW_COLUMNS: &str = "task_id, number, board_column, title, repo, priority, needs_human,
     needs_human_reason, attempts, max_attempts, source, links, created_at, updated_at, version, last_position,
-    state";
+    state, behind, behind_head";
 
 fn task_row<R>(row: &R) -> Result<TaskRow, TasksError>
 where
@@ -35,6 +35,19 @@ where
     let priority: String = row.try_get("priority")?;
     let links: String = row.try_get("links")?;
     let state: String = row.try_get("state")?;
+    let state: serde_json::Value =
+        serde_json::from_str(&state).map_err(|e| corrupt(e.to_string()))?;
+    let behind: Option<String> = row.try_get("behind")?;
+    let behind_head: Option<String> = row.try_get("behind_head")?;
+    // The host's word about a head the task was refreshed from since is old news (the poller read it late).
+    let refreshed = state.get("refreshed").and_then(|r| r.as_str());
+    let behind = behind.filter(|_| {
+        refreshed.is_none_or(|to| {
+            behind_head
+                .as_deref()
+                .is_some_and(|h| h.eq_ignore_ascii_case(to))
+        })
+    });
     Ok(TaskRow {
         id: TaskId::from_str(&id).map_err(|e| corrupt(e.to_string()))?,
         number: row.try_get("number")?,
@@ -52,7 +65,8 @@ where
         updated_at: row.try_get("updated_at")?,
         version: row.try_get("version")?,
         last_position: row.try_get("last_position")?,
-        state: serde_json::from_str(&state).map_err(|e| corrupt(e.to_string()))?,
+        state,
+        behind,
     })
 }
 

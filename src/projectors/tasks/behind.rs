@@ -1,0 +1,165 @@
+//! The board's "behind" mark (issue 33): a task whose review request its host finds `behind` its base or `dirty`
+//! (in conflict with it), as its poller recorded it (`refresh.due`, keyed `refresh-due:<task>:<head>:<state>`),
+//! until the task's next push (`task.refreshed`, `task.submitted_for_review`). Read from the events' headers only
+//! (the key and the type: no body is read), folded in log order, the last word per task written in the batch's
+//! transaction. A mark about a head the task was refreshed from since is dropped when the row is read.
+
+use std::collections::HashMap;
+
+use super::{is_task_event, ProjectorTx};
+use crate::eventlog::StoredEvent;
+use crate::tasks::TaskId;
+
+/// The type of the event a host's poller appends for a review request behind or in conflict with its base.
+pub const REFRESH_DUE: &str = "refresh.due";
+/// How `refresh.due`'s key starts (`landing::refresh::Due::key`).
+const DUE_KEY_PREFIX: &str = "refresh-due:";
+/// The task events after which a branch is pushed anew: what was behind is not any more.
+const PUSHED: [&str; 2] = ["task.refreshed", "task.submitted_for_review"];
+
+/// A `refresh.due` key's task, head and state (`behind`, `dirty`); none for another key.
+pub fn due_key_parts(key: &str) -> Option<(TaskId, &str, &str)> {
+    let mut parts = key.strip_prefix(DUE_KEY_PREFIX)?.splitn(3, ':');
+    let task = parts.next()?.parse().ok()?;
+    let (head, state) = (parts.next()?, parts.next()?);
+    (!head.is_empty() && !state.is_empty()).then_some((task, head, state))
+}
+
+/// Each task's last word in `events`, in first-seen order: marked behind (its state and head), or cleared.
+pub(super) fn marks(events: &[StoredEvent]) -> Vec<(TaskId, Option<(String, String)>)> {
+    let mut order: Vec<(TaskId, Option<(String, String)>)> = Vec::new();
+    let mut at: HashMap<TaskId, usize> = HashMap::new();
+    let mut set = |task: TaskId, mark: Option<(String, String)>| match at.get(&task) {
+        Some(i) => order[*i].1 = mark,
+        None => {
+            at.insert(task, order.len());
+            order.push((task, mark));
+        }
+    };
+    for event in events {
+        if event.source == super::SOURCE && event.event_type == REFRESH_DUE {
+            if let Some((task, head, state)) = due_key_parts(&event.dedup_key) {
+                set(task, Some((state.to_owned(), head.to_ascii_lowercase())));
+            }
+        } else if is_task_event(event) && PUSHED.contains(&event.event_type.as_str()) {
+            let stream = event.stream.as_deref().unwrap_or_default();
+            if let Ok(task) = stream[super::STREAM_PREFIX.len()..].parse() {
+                set(task, None);
+            }
+        }
+    }
+    order
+}
+
+/// Writes each mark on its task's row (none yet: nothing).
+pub(super) async fn write(
+    tx: &mut ProjectorTx,
+    marks: &[(TaskId, Option<(String, String)>)],
+) -> anyhow::Result<()> {
+    for (task, mark) in marks {
+        let (state, head) = match mark {
+            Some((state, head)) => (Some(state.as_str()), Some(head.as_str())),
+            None => (None, None),
+        };
+        on_tx!(tx, |conn| sqlx::query(
+            "UPDATE tasks SET behind = $1, behind_head = $2 WHERE task_id = $3"
+        )
+        .bind(state)
+        .bind(head)
+        .bind(task.to_string())
+        .execute(conn)
+        .await
+        .map(|_| ()))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(position: i64, event_type: &str, stream: Option<&str>, key: &str) -> StoredEvent {
+        StoredEvent {
+            position,
+            id: uuid::Uuid::now_v7(),
+            source: "pidevops".into(),
+            event_type: event_type.into(),
+            dedup_key: key.into(),
+            stream: stream.map(str::to_owned),
+            stream_version: stream.map(|_| position),
+            occurred_at: chrono::Utc::now(),
+            recorded_at: chrono::Utc::now(),
+            action: None,
+            repository: None,
+            number: None,
+            reference: None,
+            content_type: "application/json".into(),
+            body: Vec::new(),
+            meta: Default::default(),
+        }
+    }
+
+    #[test]
+    fn the_last_word_per_task_wins_a_push_clears_and_a_due_marks() {
+        let head = "b".repeat(40);
+        let due = |p: i64, task: &str, state: &str| {
+            header(
+                p,
+                REFRESH_DUE,
+                None,
+                &format!("refresh-due:{task}:{head}:{state}"),
+            )
+        };
+        let pushed = |p: i64, task: &str, kind: &str| {
+            header(p, kind, Some(&format!("task:{task}")), &p.to_string())
+        };
+        let marks = marks(&[
+            due(1, "T-1", "behind"),
+            pushed(2, "T-1", "task.refreshed"),
+            pushed(3, "T-2", "task.submitted_for_review"),
+            due(4, "T-2", "dirty"),
+            due(5, "T-3", "behind"),
+            pushed(6, "T-3", "task.submitted_for_review"),
+            pushed(7, "T-4", "task.check_passed"),
+            due(8, "T-4", "behind"),
+            header(9, "task.refreshed", Some("refresh:T-4"), "9"),
+        ]);
+        let shown: Vec<(String, Option<&str>)> = marks
+            .iter()
+            .map(|(task, mark)| {
+                (
+                    task.to_string(),
+                    mark.as_ref().map(|(state, _)| state.as_str()),
+                )
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("T-1".to_owned(), None),
+                ("T-2".to_owned(), Some("dirty")),
+                ("T-3".to_owned(), None),
+                ("T-4".to_owned(), Some("behind")),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_due_key_names_its_task_head_and_state_and_nothing_else_does() {
+        let head = "a".repeat(40);
+        let key = format!("refresh-due:T-7:{head}:dirty");
+        let (task, h, state) = due_key_parts(&key).unwrap();
+        assert_eq!(
+            (task.to_string().as_str(), h, state),
+            ("T-7", head.as_str(), "dirty")
+        );
+        for other in [
+            "refresh-due:T-7:",
+            "refresh-due:nope:abc:behind",
+            "refresh-base:o/n:main:abc",
+            "refresh-due:T-7::behind",
+        ] {
+            assert!(due_key_parts(other).is_none(), "{other}");
+        }
+    }
+}
