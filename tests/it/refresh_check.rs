@@ -184,6 +184,15 @@ grep -q '^line 25 by the agent$' shared.txt"#;
     let row = board::row_in(&store, id).await.unwrap();
     assert!(!row.needs_human, "{row:?}");
     assert_eq!((row.attempts, row.max_attempts), (2, budget + 1), "{row:?}");
+    // Its page: one row, refreshed after its check, and what it changed on the pull request's diff (nothing).
+    let section = refreshes_section(&app, id).await;
+    for shown in [
+        "<tr data-outcome=\"checked\">",
+        "<td class=\"outcome\">refreshed after its check</td>",
+        "No change to the pull request",
+    ] {
+        assert!(section.contains(shown), "{shown} in {section}");
+    }
 
     // Told again: current now, nothing held, checked or pushed again.
     post(
@@ -205,6 +214,17 @@ grep -q '^line 25 by the agent$' shared.txt"#;
     assert_eq!(refreshes(&store, id).await.len(), 1);
     assert_eq!(pushes(&remote, &branch).len(), 2);
     app.stop().await;
+}
+
+/// Task `id`'s page from its Refreshes section on.
+async fn refreshes_section(app: &TestApp, id: TaskId) -> String {
+    let cookie = crate::web::sign_in(app).await;
+    let (status, page) = crate::web::get(app, &format!("/tasks/{id}"), &cookie).await;
+    assert_eq!(status, 200, "{page}");
+    page[page
+        .find("<h2>Refreshes</h2>")
+        .expect("a Refreshes section")..]
+        .to_owned()
 }
 
 /// The parents of `commit` in the remote.
@@ -281,6 +301,16 @@ fi"#;
     let row = board::row_in(&store, id).await.unwrap();
     assert!(!row.needs_human, "{row:?}");
     assert_eq!(row.column, Column::InReview);
+    // Its page: one row, the check's failure and output, then resolved by the agent's attempt 3.
+    let section = refreshes_section(&app, id).await;
+    assert_eq!(section.matches("<tr data-outcome=").count(), 1, "{section}");
+    for shown in [
+        "<tr data-outcome=\"resolved\">",
+        "<td class=\"outcome\">resolved by attempt 3</td>",
+        "output</summary>",
+    ] {
+        assert!(section.contains(shown), "{shown} in {section}");
+    }
 
     // Told again: current with that base; no second check.
     post(

@@ -408,6 +408,200 @@ mod tests {
     use super::*;
     use crate::config::dispatch::RepoSource;
     use crate::config::file::CodeHost;
+    use crate::tasks::{Conflict, MaxAttempts, Reason, RefreshCheck};
+
+    fn sha(c: char) -> CommitSha {
+        CommitSha::new(&c.to_string().repeat(40)).unwrap()
+    }
+
+    fn stored(position: i64, event: &TaskEvent, actor: &str) -> StoredEvent {
+        StoredEvent {
+            position,
+            id: uuid::Uuid::now_v7(),
+            source: "pidevops".into(),
+            event_type: event.kind().into(),
+            dedup_key: position.to_string(),
+            stream: Some("task:T-1".into()),
+            stream_version: Some(position),
+            occurred_at: Utc::now(),
+            recorded_at: Utc::now(),
+            action: None,
+            repository: None,
+            number: None,
+            reference: None,
+            content_type: "application/json".into(),
+            body: serde_json::to_vec(event).unwrap(),
+            meta: crate::eventlog::Meta::from_json(format!("{{\"actor\":\"{actor}\"}}")).unwrap(),
+        }
+    }
+
+    /// A task's stream with every kind of refresh: clean, checked, a failed check an agent fixed, a conflict left
+    /// unresolved, a flag of the `refresh` loop's, one waiting for its check; and flags that are not refreshes'.
+    fn history() -> Vec<StoredEvent> {
+        let at = Utc::now();
+        let budget = MaxAttempts::new(5).unwrap();
+        let reason = |text: &str| Reason::summarize(text);
+        let flag = |text: &str, question: bool| TaskEvent::FlaggedNeedsHuman {
+            at,
+            reason: reason(text),
+            question,
+        };
+        let started = |attempt: u32, purpose: RunPurpose| TaskEvent::Started {
+            at,
+            run: RunId(uuid::Uuid::now_v7()),
+            attempt,
+            purpose,
+        };
+        let submitted = TaskEvent::SubmittedForReview {
+            at,
+            run: RunId(uuid::Uuid::now_v7()),
+            branch: "T-1".parse::<TaskId>().unwrap().branch(),
+            pr: None,
+            report: Box::default(),
+        };
+        let check = RefreshCheck {
+            from: sha('a'),
+            to: sha('b'),
+            base: sha('c'),
+            strategy: RefreshMode::Rebase,
+            stamp: 1,
+        };
+        let conflict = Conflict::new(
+            sha('d'),
+            sha('e'),
+            &["src/<b>.rs".to_owned()],
+            3,
+            "<<<<<<< x",
+        );
+        let events = [
+            (
+                TaskEvent::Refreshed {
+                    at,
+                    from: sha('1'),
+                    to: sha('2'),
+                    base: sha('3'),
+                    strategy: RefreshMode::Merge,
+                },
+                "refresh",
+            ),
+            (
+                TaskEvent::RefreshCheckDue {
+                    at,
+                    check: Box::new(check.clone()),
+                    max_attempts: budget,
+                },
+                "refresh",
+            ),
+            (started(2, RunPurpose::Refresh), "dispatcher"),
+            (
+                TaskEvent::Refreshed {
+                    at,
+                    from: sha('a'),
+                    to: sha('b'),
+                    base: sha('c'),
+                    strategy: RefreshMode::Rebase,
+                },
+                "dispatcher",
+            ),
+            (
+                TaskEvent::RefreshCheckDue {
+                    at,
+                    check: Box::new(check.clone()),
+                    max_attempts: budget,
+                },
+                "refresh",
+            ),
+            (
+                TaskEvent::RefreshCheckFailed {
+                    at,
+                    reason: reason("the check failed"),
+                },
+                "dispatcher",
+            ),
+            (
+                TaskEvent::ConflictFound {
+                    at,
+                    conflict: Box::new(Conflict::failed_check(sha('a'), sha('c'), "1 test failed")),
+                    max_attempts: budget,
+                },
+                "dispatcher",
+            ),
+            (started(3, RunPurpose::Resolve), "dispatcher"),
+            (submitted.clone(), "dispatcher"),
+            (
+                TaskEvent::ConflictFound {
+                    at,
+                    conflict: Box::new(conflict),
+                    max_attempts: budget,
+                },
+                "refresh",
+            ),
+            (started(4, RunPurpose::Resolve), "dispatcher"),
+            (
+                TaskEvent::ConflictUnresolved {
+                    at,
+                    reason: reason("markers left"),
+                },
+                "dispatcher",
+            ),
+            (flag("the base moved and …", false), "dispatcher"),
+            (
+                flag("an agent was given this conflict already", false),
+                "refresh",
+            ),
+            (flag("what should I do?", true), "refresh"),
+            (flag("out of attempts", false), "dispatcher"),
+            (
+                TaskEvent::RefreshCheckDue {
+                    at,
+                    check: Box::new(check),
+                    max_attempts: budget,
+                },
+                "refresh",
+            ),
+        ];
+        let stored: Vec<StoredEvent> = events
+            .iter()
+            .enumerate()
+            .map(|(i, (event, actor))| stored(i as i64 + 1, event, actor))
+            .collect();
+        stored
+    }
+
+    #[test]
+    fn every_refresh_is_one_row_with_its_outcome_in_order() {
+        let rows = of(&history());
+        let words: Vec<String> = rows.iter().map(|r| r.outcome.word()).collect();
+        assert_eq!(
+            words,
+            [
+                "refreshed",
+                "refreshed after its check",
+                "resolved by attempt 3",
+                "unresolved",
+                "a person flagged",
+                "waiting for its check",
+            ]
+        );
+        assert_eq!(rows[0].strategy, Some(RefreshMode::Merge));
+        assert_eq!(rows[2].hunks.as_deref(), Some("1 test failed"));
+        assert_eq!(rows[2].why.as_deref(), Some("the check failed"));
+        assert!(rows[2].run.is_some());
+        assert_eq!(rows[3].files.as_deref(), Some("src/<b>.rs and 2 more"));
+        assert_eq!(rows[3].hunks.as_deref(), Some("<<<<<<< x"));
+        assert!(rows[3].flagged && !rows[1].flagged);
+        assert_eq!(
+            rows[4].why.as_deref(),
+            Some("an agent was given this conflict already")
+        );
+
+        // Rendered: every word, and the branch's text inert.
+        let shown = vec![Shown::Nothing; rows.len()];
+        let html = section(&rows, &shown, None, Utc::now()).into_string();
+        assert!(html.contains("src/&lt;b&gt;.rs and 2 more"), "{html}");
+        assert!(html.contains("&lt;&lt;&lt;&lt;&lt;&lt;&lt; x"), "{html}");
+        assert!(html.contains("unresolved, a person flagged"), "{html}");
+    }
 
     fn source(url: &str, host: CodeHost) -> RepoSource {
         RepoSource {
