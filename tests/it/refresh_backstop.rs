@@ -89,6 +89,12 @@ async fn a_lost_base_push_is_caught_by_the_poller_and_a_head_told_twice_is_refre
     ] {
         assert!(section.contains(&shown), "{shown} in {section}");
     }
+    // Its recorded diff gone (made on another machine, say): the row says so, the page still answers.
+    std::fs::remove_dir_all(scratch.path().join("ws/refresh-diffs")).unwrap();
+    let (status, page) = crate::web::get(&app, &format!("/tasks/{id}"), &cookie).await;
+    assert_eq!(status, 200);
+    let missing = format!("No diff of {} is recorded on this machine", &to[..7]);
+    assert!(page.contains(&missing), "{missing} in {page}");
     // The base moves and its webhook comes and is handled: the poller appends nothing for that head.
     remote.commit_to_main("elsewhere.txt", "apart\n");
     let main_2 = remote.branch("main").unwrap();

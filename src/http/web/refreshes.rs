@@ -603,6 +603,44 @@ mod tests {
         assert!(html.contains("unresolved, a person flagged"), "{html}");
     }
 
+    #[test]
+    fn a_recorded_diff_is_shown_inert_and_a_cut_one_says_truncated() {
+        let rows = of(&history());
+        let diff = |patch: &str, bytes: u64| {
+            Shown::Recorded(RemergeDiff {
+                base: "c".repeat(40),
+                from: "a".repeat(40),
+                to: "b".repeat(40),
+                patch: patch.to_owned(),
+                bytes,
+                timed_out: false,
+            })
+        };
+        let patch = "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-<script>alert(1)</script>\n+</pre><img src=x onerror=alert(1)>\n";
+        let shown = [
+            diff("", 0),
+            diff(patch, patch.len() as u64),
+            diff(patch, REMERGE_CAP as u64 * 3),
+            Shown::Away("No diff of bbbbbbb is recorded on this machine".to_owned()),
+        ];
+        let html = section(&rows[..4], &shown, None, Utc::now()).into_string();
+        assert!(html.contains("No change to the pull request"), "{html}");
+        assert!(
+            html.contains("<del>-&lt;script&gt;alert(1)&lt;/script&gt;</del>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<ins>+&lt;/pre&gt;&lt;img src=x onerror=alert(1)&gt;</ins>"),
+            "{html}"
+        );
+        assert!(
+            !html.contains("<script>") && !html.contains("<img"),
+            "{html}"
+        );
+        assert_eq!(html.matches("Truncated: the diff is").count(), 1, "{html}");
+        assert!(html.contains("is recorded on this machine"), "{html}");
+    }
+
     fn source(url: &str, host: CodeHost) -> RepoSource {
         RepoSource {
             url: url.to_owned(),
