@@ -1,5 +1,5 @@
 //! Workspace gc: run directories past the TTL that the caller does not keep, spares a previous process left,
-//! and every mirror's worktree list pruned.
+//! refreshes' recorded diffs past the TTL, and every mirror's worktree list pruned.
 
 use std::path::Path;
 
@@ -94,6 +94,8 @@ impl Workspaces {
                 }
             }
         }
+        // What refreshes changed, recorded for the task page: gone after the same TTL as the runs' diffs.
+        report.removed += self.gc_refresh_diffs(ttl).await;
         let mirrors = self.root.join("mirrors");
         let mut owners = tokio::fs::read_dir(&mirrors).await.map_err(io(&mirrors))?;
         while let Some(owner) = owners.next_entry().await.map_err(io(&mirrors))? {

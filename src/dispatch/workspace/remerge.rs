@@ -165,6 +165,37 @@ impl Workspaces {
     }
 }
 
+impl Workspaces {
+    /// Removes recorded refresh diffs older than `ttl` (by their last change), as run directories go after it,
+    /// and the task directories that leaves empty; returns how many it removed.
+    pub(super) async fn gc_refresh_diffs(&self, ttl: Duration) -> usize {
+        let mut removed = 0;
+        let Ok(mut tasks) = tokio::fs::read_dir(self.root.join("refresh-diffs")).await else {
+            return removed;
+        };
+        while let Ok(Some(task)) = tasks.next_entry().await {
+            let Ok(mut records) = tokio::fs::read_dir(task.path()).await else {
+                continue;
+            };
+            while let Ok(Some(record)) = records.next_entry().await {
+                let old = record
+                    .metadata()
+                    .await
+                    .ok()
+                    .and_then(|m| m.modified().ok())
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age >= ttl);
+                if old && tokio::fs::remove_file(record.path()).await.is_ok() {
+                    removed += 1;
+                }
+            }
+            // Ignored while it still holds records.
+            let _ = tokio::fs::remove_dir(task.path()).await;
+        }
+        removed
+    }
+}
+
 /// A scratch object directory, removed when dropped.
 struct Scratch(PathBuf);
 
@@ -182,5 +213,30 @@ impl Scratch {
 impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn records_go_after_the_ttl_with_their_emptied_task_directory() {
+        let root = tempfile::tempdir().unwrap();
+        let workspaces =
+            Workspaces::new(root.path(), super::super::GitCredentials::default()).unwrap();
+        let task: TaskId = "T-3".parse().unwrap();
+        assert!(workspaces.remerge_path(task, "not-a-commit").is_none());
+        let path = workspaces.remerge_path(task, &"A".repeat(40)).unwrap();
+        assert!(path.ends_with(format!("refresh-diffs/T-3/{}.json", "a".repeat(40))));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, "{}").unwrap();
+        assert_eq!(
+            workspaces.gc_refresh_diffs(Duration::from_secs(3600)).await,
+            0
+        );
+        assert!(path.exists());
+        assert_eq!(workspaces.gc_refresh_diffs(Duration::ZERO).await, 1);
+        assert!(!path.exists() && !path.parent().unwrap().exists());
     }
 }

@@ -282,7 +282,7 @@ pub async fn diffs(
                 (Some(workspaces), Some(commit)) => match workspaces.read_remerge(task, &commit).await {
                     Some(diff) => Shown::Recorded(diff),
                     None => Shown::Away(format!(
-                        "No diff of {} is recorded on this machine (made on another, or before diffs were recorded).",
+                        "No diff of {} is recorded on this machine (made on another, or removed after [dispatch] worktree_ttl_h).",
                         commit.get(..7).unwrap_or(&commit)
                     )),
                 },
