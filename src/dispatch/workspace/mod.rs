@@ -62,7 +62,7 @@ pub use combine::{CombineRequest, Combined, Combiner};
 pub use gc::GcReport;
 pub use land::{BranchLeft, LandRequest, LandResult};
 pub use refresh::{RefreshRequest, RefreshResult};
-pub use remerge::{RemergeDiff, REMERGE_CAP};
+pub use remerge::{read_remerge, RemergeDiff, REMERGE_CAP};
 pub use resolve::LeasedPush;
 
 use std::collections::HashMap;

@@ -20,8 +20,8 @@ use crate::tasks::TaskId;
 
 /// The most bytes of a refresh's patch kept.
 pub const REMERGE_CAP: usize = 32 * 1024;
-/// The longest each git command may take.
-const REMERGE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest each git command may take (two of them, inside the refresh's own time limit).
+const REMERGE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The most bytes of a record read back (the patch, escaped as JSON, and its few fields).
 const RECORD_CAP: u64 = (REMERGE_CAP as u64) * 6 + 4096;
 
@@ -50,15 +50,36 @@ fn is_object_id(id: &str) -> bool {
     id.len() == 40 && id.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
+/// Where the refresh diff of task `task`'s commit `commit` is recorded under the workspace root `root`; none for a
+/// commit id that is not one.
+pub fn remerge_path(root: &Path, task: TaskId, commit: &str) -> Option<PathBuf> {
+    is_object_id(commit).then(|| {
+        root.join("refresh-diffs")
+            .join(task.to_string())
+            .join(format!("{}.json", commit.to_ascii_lowercase()))
+    })
+}
+
+/// The recorded refresh diff of task `task`'s commit `commit` under the workspace root `root`, if this machine has
+/// one (read capped; the task page's, which needs no `Workspaces`).
+pub async fn read_remerge(root: &Path, task: TaskId, commit: &str) -> Option<RemergeDiff> {
+    use tokio::io::AsyncReadExt;
+    let path = remerge_path(root, task, commit)?;
+    let mut json = Vec::new();
+    tokio::fs::File::open(path)
+        .await
+        .ok()?
+        .take(RECORD_CAP)
+        .read_to_end(&mut json)
+        .await
+        .ok()?;
+    serde_json::from_slice(&json).ok()
+}
+
 impl Workspaces {
-    /// Where the refresh diff of task `task`'s commit `commit` is recorded; none for a commit id that is not one.
+    /// [`remerge_path`] under this root.
     pub fn remerge_path(&self, task: TaskId, commit: &str) -> Option<PathBuf> {
-        is_object_id(commit).then(|| {
-            self.root
-                .join("refresh-diffs")
-                .join(task.to_string())
-                .join(format!("{}.json", commit.to_ascii_lowercase()))
-        })
+        remerge_path(&self.root, task, commit)
     }
 
     /// Computes what `to` changed against the plain merge of `from` and `base`, by our git on `git_dir` (a bare
@@ -147,21 +168,6 @@ impl Workspaces {
         let json = serde_json::to_vec(&record).map_err(|e| failed(e.to_string()))?;
         tokio::fs::write(&path, json).await.map_err(io(&path))?;
         Ok(record)
-    }
-
-    /// The recorded refresh diff of task `task`'s commit `commit`, if this machine has one.
-    pub async fn read_remerge(&self, task: TaskId, commit: &str) -> Option<RemergeDiff> {
-        use tokio::io::AsyncReadExt;
-        let path = self.remerge_path(task, commit)?;
-        let mut json = Vec::new();
-        tokio::fs::File::open(path)
-            .await
-            .ok()?
-            .take(RECORD_CAP)
-            .read_to_end(&mut json)
-            .await
-            .ok()?;
-        serde_json::from_slice(&json).ok()
     }
 }
 

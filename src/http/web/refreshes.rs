@@ -15,7 +15,7 @@
 use chrono::{DateTime, Utc};
 use maud::{html, Markup};
 
-use crate::dispatch::workspace::{RemergeDiff, Workspaces, REMERGE_CAP};
+use crate::dispatch::workspace::{read_remerge, RemergeDiff, REMERGE_CAP};
 use crate::eventlog::StoredEvent;
 use crate::projectors::runs::RunRow;
 use crate::tasks::{CommitSha, RefreshMode, RunId, RunPurpose, TaskEvent, TaskId};
@@ -251,9 +251,9 @@ pub enum Shown {
 }
 
 /// The recorded diff of each row (the newest [`DIFFS_SHOWN`]): a refresh's commit's, a resolution's (its run's
-/// commit, from `runs`). `workspaces`: none when this machine has no workspace root.
+/// commit, from `runs`), under this machine's workspace root `root`.
 pub async fn diffs(
-    workspaces: Option<&Workspaces>,
+    root: &std::path::Path,
     task: TaskId,
     rows: &[Refresh],
     runs: &[RunRow],
@@ -278,16 +278,15 @@ pub async fn diffs(
                 "Its diff is not shown: only the last {DIFFS_SHOWN} refreshes' are."
             ))
         } else {
-            match (workspaces, commit) {
-                (Some(workspaces), Some(commit)) => match workspaces.read_remerge(task, &commit).await {
+            match commit {
+                Some(commit) => match read_remerge(root, task, &commit).await {
                     Some(diff) => Shown::Recorded(diff),
                     None => Shown::Away(format!(
                         "No diff of {} is recorded on this machine (made on another, or removed after [dispatch] worktree_ttl_h).",
                         commit.get(..7).unwrap_or(&commit)
                     )),
                 },
-                (None, _) => Shown::Away("This machine has no workspace root to read it from.".to_owned()),
-                (_, None) => Shown::Away("The resolution's commit is not known.".to_owned()),
+                None => Shown::Away("The resolution's commit is not known.".to_owned()),
             }
         };
         shown.push(found);

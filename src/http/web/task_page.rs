@@ -315,12 +315,8 @@ async fn render(
     };
     // Its refreshes from the stream loaded above; their diffs as recorded on this machine.
     let refreshes = super::refreshes::of(&events);
-    let workspaces = crate::dispatch::workspace::Workspaces::new(
-        &state.settings.workspace_root,
-        crate::dispatch::workspace::GitCredentials::default(),
-    )
-    .ok();
-    let refresh_diffs = super::refreshes::diffs(workspaces.as_ref(), id, &refreshes, &runs).await;
+    let refresh_diffs =
+        super::refreshes::diffs(&state.settings.workspace_root, id, &refreshes, &runs).await;
     let here = Here::of(state).await;
     let open = runs
         .iter()
