@@ -8,6 +8,7 @@ pub mod agents;
 pub mod board;
 pub mod dispatching;
 pub mod fake_model;
+pub mod killed;
 pub mod nats_server;
 pub mod read;
 pub mod server;
