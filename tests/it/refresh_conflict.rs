@@ -16,7 +16,8 @@ use pidevops::projectors::runs::{self, Which};
 use pidevops::tasks::{Column, TaskId};
 
 use crate::common::agents::{git, Remote, REPO};
-use crate::common::killed::{kill_on_push, killed, Serve};
+use crate::common::killed::{kill_before_push, kill_on_push, killed, Serve};
+use crate::common::server::Server;
 use crate::common::{board, within, TestDb};
 use crate::land::{app, create_task, in_review, merged, post, settle};
 use crate::providers::github::fake::FakeGithub;
@@ -25,6 +26,7 @@ use crate::refresh::{file, push, pushes, record_pushes, refresh, shared};
 per_backend!(
     two_tasks_on_the_same_lines_the_seconds_conflict_goes_to_an_agent_and_a_persons_push_is_never_overwritten,
     sigkill_between_a_resolutions_push_and_its_record_pushes_once_and_records_it,
+    sigkill_before_a_resolution_lands_gives_the_conflict_to_the_agent_again,
 );
 
 /// Work: line 25 made the task's own. A conflict attempt: the markers taken out, both sides kept; T-3's waits for
@@ -256,6 +258,116 @@ async fn two_tasks_on_the_same_lines_the_seconds_conflict_goes_to_an_agent_and_a
     );
 }
 
+/// Two tasks on the same lines, in review through the real binary: T-1's pull request and commit, T-2's commit.
+struct SameLines {
+    one: TaskId,
+    one_pr: u64,
+    one_sha: String,
+    two: TaskId,
+    two_sha: String,
+}
+
+impl SameLines {
+    async fn in_review(store: &EventStore, server: &Server) -> Self {
+        let one = create_task(&server.base, REPO).await;
+        let (one_pr, one_sha) = in_review(store, one, 1).await;
+        let two = create_task(&server.base, REPO).await;
+        let (_, two_sha) = in_review(store, two, 1).await;
+        assert_eq!(
+            [one, two].map(|id| id.to_string()),
+            ["T-1", "T-2"],
+            "the agent script tells them apart by id"
+        );
+        Self {
+            one,
+            one_pr,
+            one_sha,
+            two,
+            two_sha,
+        }
+    }
+
+    /// T-1 lands (its commit is the base, its pull request merged, the task done) and the base push is told:
+    /// T-2's line 25 conflicts.
+    async fn land_the_first(&self, remote: &Remote, store: &EventStore, server: &Server) {
+        git(
+            remote.dir.path(),
+            &[
+                "--git-dir=remote.git",
+                "update-ref",
+                "refs/heads/main",
+                &self.one_sha,
+            ],
+        );
+        let merged = merged(self.one, self.one_pr);
+        post(&server.base, "pull_request", "merged-1", &merged).await;
+        within(Duration::from_secs(60), "T-1 done", || async {
+            board::row_in(store, self.one)
+                .await
+                .is_some_and(|r| r.column == Column::Done)
+        })
+        .await;
+        post(
+            &server.base,
+            "push",
+            "main-1",
+            &push(REPO, "refs/heads/main"),
+        )
+        .await;
+    }
+}
+
+/// Waits until T-2's conflict attempt, round again after the restart, settled (after the `before` events of its
+/// stream): resolved, or a person asked; then neither a person nor an unresolved conflict is in its stream, and
+/// the conflict was handed over once.
+async fn settled_unasked(store: &EventStore, two: TaskId, before: usize) {
+    let settled = |kinds: &[String]| {
+        kinds.iter().any(|k| {
+            [
+                "task.submitted_for_review",
+                "task.flagged_needs_human",
+                "task.conflict_unresolved",
+            ]
+            .contains(&k.as_str())
+        })
+    };
+    within(
+        Duration::from_secs(90),
+        "T-2's conflict settled",
+        || async { settled(&kinds(store, two).await[before..]) },
+    )
+    .await;
+    let after = kinds(store, two).await;
+    for unwanted in ["task.flagged_needs_human", "task.conflict_unresolved"] {
+        assert!(!after.contains(&unwanted.to_owned()), "{after:?}");
+    }
+    assert_eq!(count(store, two, "task.conflict_found").await, 1);
+}
+
+/// Waits until T-2 is in review on `commit`, the run that recorded it says so, nobody asked.
+async fn in_review_on(store: &EventStore, two: TaskId, commit: &str) {
+    let head = || async {
+        runs::query(store, Which::Task(&two.to_string()))
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.state == "succeeded")
+            .max_by_key(|r| r.attempt)
+            .and_then(|r| r.commit_sha)
+    };
+    within(
+        Duration::from_secs(30),
+        "T-2 in review on the resolution",
+        || async {
+            head().await.as_deref() == Some(commit)
+                && board::row_in(store, two)
+                    .await
+                    .is_some_and(|r| r.column == Column::InReview && !r.needs_human)
+        },
+    )
+    .await;
+}
+
 /// The real binary, SIGKILLed by the remote the moment the second task's conflict attempt's resolution lands on its
 /// branch (before the attempt's outcome is recorded): the restarted serve finds the run lost, and the conflict
 /// attempt that goes round again finds the branch at the very resolution its predecessor said it would push and
@@ -271,54 +383,19 @@ async fn sigkill_between_a_resolutions_push_and_its_record_pushes_once_and_recor
     let serve = Serve::new(&db, &fake.url, scratch.path(), &table);
     let store = &EventStore::connect(&db.url, 4).await.unwrap();
     let mut first = serve.start().await;
-    let one = create_task(&first.base, REPO).await;
-    let (one_pr, one_sha) = in_review(store, one, 1).await;
-    let two = create_task(&first.base, REPO).await;
-    let (_, two_sha) = in_review(store, two, 1).await;
-    assert_eq!(
-        [one, two].map(|id| id.to_string()),
-        ["T-1", "T-2"],
-        "the agent script tells them apart by id"
-    );
+    let tasks = SameLines::in_review(store, &first).await;
+    let (two, two_sha) = (tasks.two, tasks.two_sha.clone());
 
-    // The first lands: the second's line 25 conflicts. The remote SIGKILLs serve once the second's branch moves.
+    // The remote SIGKILLs serve once T-2's branch moves.
     let branch = format!("refs/heads/{}", two.branch());
     kill_on_push(&remote, &first, &branch);
-    git(
-        remote.dir.path(),
-        &[
-            "--git-dir=remote.git",
-            "update-ref",
-            "refs/heads/main",
-            &one_sha,
-        ],
-    );
-    post(
-        &first.base,
-        "pull_request",
-        "merged-1",
-        &merged(one, one_pr),
-    )
-    .await;
-    within(Duration::from_secs(60), "T-1 done", || async {
-        board::row_in(store, one)
-            .await
-            .is_some_and(|r| r.column == Column::Done)
-    })
-    .await;
-    post(
-        &first.base,
-        "push",
-        "main-1",
-        &push(REPO, "refs/heads/main"),
-    )
-    .await;
+    tasks.land_the_first(&remote, store, &first).await;
     killed(&mut first, "the resolution's push").await;
     let resolved = remote.branch(two.branch().as_str()).unwrap();
     assert_ne!(resolved, two_sha, "the resolution landed before the kill");
     assert_eq!(
         parents(&remote, &resolved),
-        [two_sha.clone(), one_sha.clone()]
+        [two_sha.clone(), tasks.one_sha.clone()]
     );
     let before = kinds(store, two).await;
     assert_eq!(
@@ -329,27 +406,7 @@ async fn sigkill_between_a_resolutions_push_and_its_record_pushes_once_and_recor
 
     // The restarted serve records the resolution; no one is asked, nothing is handed over or pushed again.
     let second = serve.start().await;
-    let settled = |kinds: &[String]| {
-        kinds.iter().any(|k| {
-            [
-                "task.submitted_for_review",
-                "task.flagged_needs_human",
-                "task.conflict_unresolved",
-            ]
-            .contains(&k.as_str())
-        })
-    };
-    within(
-        Duration::from_secs(90),
-        "T-2's conflict settled",
-        || async { settled(&kinds(store, two).await[before.len()..]) },
-    )
-    .await;
-    let after = kinds(store, two).await;
-    for unwanted in ["task.flagged_needs_human", "task.conflict_unresolved"] {
-        assert!(!after.contains(&unwanted.to_owned()), "{after:?}");
-    }
-    assert_eq!(count(store, two, "task.conflict_found").await, 1);
+    settled_unasked(store, two, before.len()).await;
     assert_eq!(
         conflict_prompts(&ws, two).len(),
         1,
@@ -363,26 +420,60 @@ async fn sigkill_between_a_resolutions_push_and_its_record_pushes_once_and_recor
         ],
         "the resolution pushed once"
     );
-    // What the task's review is now on: the resolution, as the run that recorded it says.
-    let head = || async {
-        runs::query(store, Which::Task(&two.to_string()))
-            .await
-            .unwrap()
-            .into_iter()
-            .filter(|r| r.state == "succeeded")
-            .max_by_key(|r| r.attempt)
-            .and_then(|r| r.commit_sha)
-    };
-    within(
-        Duration::from_secs(30),
-        "T-2 in review on the resolution",
-        || async {
-            head().await.as_deref() == Some(resolved.as_str())
-                && board::row_in(store, two)
-                    .await
-                    .is_some_and(|r| r.column == Column::InReview && !r.needs_human)
-        },
-    )
-    .await;
+    in_review_on(store, two, &resolved).await;
+    drop(second);
+}
+
+/// The real binary, SIGKILLed as the conflict attempt's resolution is pushed, before it lands (the remote refuses
+/// it): the restarted serve finds the run lost, not the conflict unresolved; the agent is given the conflict again
+/// and its resolution is pushed once; nobody is asked.
+async fn sigkill_before_a_resolution_lands_gives_the_conflict_to_the_agent_again(db: TestDb) {
+    let fake = FakeGithub::start().await;
+    let remote = Remote::new();
+    remote.commit_to_main("shared.txt", &shared(&[]));
+    record_pushes(&remote);
+    let scratch = tempfile::tempdir().unwrap();
+    let ws = scratch.path().join("ws");
+    let table = file(&remote, scratch.path(), SCRIPT);
+    let serve = Serve::new(&db, &fake.url, scratch.path(), &table);
+    let store = &EventStore::connect(&db.url, 4).await.unwrap();
+    let mut first = serve.start().await;
+    let tasks = SameLines::in_review(store, &first).await;
+    let (two, two_sha) = (tasks.two, tasks.two_sha.clone());
+
+    // The remote SIGKILLs serve as T-2's branch is pushed, and refuses that push.
+    let branch = format!("refs/heads/{}", two.branch());
+    kill_before_push(&remote, &first, &branch);
+    tasks.land_the_first(&remote, store, &first).await;
+    killed(&mut first, "the resolution's push").await;
+    assert_eq!(remote.branch(two.branch().as_str()), Some(two_sha.clone()));
+    let before = kinds(store, two).await;
+    assert_eq!(
+        before.last().map(String::as_str),
+        Some("task.started"),
+        "cut off before its outcome: {before:?}"
+    );
+
+    let second = serve.start().await;
+    settled_unasked(store, two, before.len()).await;
+    assert_eq!(
+        conflict_prompts(&ws, two).len(),
+        2,
+        "nothing landed: the agent was given the conflict again"
+    );
+    let resolved = remote.branch(two.branch().as_str()).unwrap();
+    assert_eq!(
+        parents(&remote, &resolved),
+        [two_sha.clone(), tasks.one_sha.clone()]
+    );
+    assert_eq!(
+        pushes(&remote, &branch),
+        [
+            format!("{branch} {two_sha}"),
+            format!("{branch} {resolved}")
+        ],
+        "the resolution pushed once"
+    );
+    in_review_on(store, two, &resolved).await;
     drop(second);
 }

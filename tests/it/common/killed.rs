@@ -1,6 +1,6 @@
 //! The one harness of the SIGKILL tests (land.rs, refresh.rs, refresh_check.rs, refresh_conflict.rs): the real
 //! `serve` binary on a test's database and `pidevops.toml`, SIGKILLed (by the test, or by the remote's hook the
-//! moment a push of a branch lands) and started again on the same database. No fixed sleep: a wait is on the
+//! moment a push of a branch lands, or as it comes in, refused) and started again on the same database. No fixed sleep: a wait is on the
 //! process's end or on what the log and the remote say.
 
 use std::path::Path;
@@ -54,23 +54,36 @@ impl Serve {
 /// `refresh::pushes` reads) and SIGKILLs `server` as soon as the first update of `branch` (a full ref name) is
 /// in, once.
 pub fn kill_on_push(remote: &Remote, server: &Server, branch: &str) {
+    let log = remote.dir.path().join("pushes.log");
+    let record = format!("  echo \"$ref $new\" >> '{}'\n", log.display());
+    arm(remote, server, "post-receive", &record, branch, "");
+}
+
+/// Arms `remote`: the first push of `branch` (a full ref name) SIGKILLs `server` and is refused, so it never lands,
+/// once. (Pushes that land are recorded by whatever `post-receive` the remote has: `refresh::record_pushes`.)
+pub fn kill_before_push(remote: &Remote, server: &Server, branch: &str) {
+    arm(remote, server, "pre-receive", "", branch, " exit 1;");
+}
+
+/// Writes `remote`'s `hook`: for each ref update, `each` (shell lines), then, for `branch` while armed, the
+/// SIGKILL of `server` and `then`.
+fn arm(remote: &Remote, server: &Server, hook: &str, each: &str, branch: &str, then: &str) {
     use std::os::unix::fs::PermissionsExt;
     let dir = remote.dir.path();
     let (pid, armed) = (dir.join("serve.pid"), dir.join("armed"));
     std::fs::write(&pid, server.child.id().to_string()).unwrap();
     std::fs::write(&armed, "").unwrap();
-    let hook = dir.join("remote.git/hooks/post-receive");
+    let path = dir.join("remote.git/hooks").join(hook);
     std::fs::write(
-        &hook,
+        &path,
         format!(
-            "#!/bin/sh\nwhile read old new ref; do\n  echo \"$ref $new\" >> '{log}'\n  if [ \"$ref\" = '{branch}' ] && [ -f '{armed}' ]; then rm '{armed}'; kill -9 \"$(cat '{pid}')\"; fi\ndone\n",
-            log = dir.join("pushes.log").display(),
+            "#!/bin/sh\nwhile read old new ref; do\n{each}  if [ \"$ref\" = '{branch}' ] && [ -f '{armed}' ]; then rm '{armed}'; kill -9 \"$(cat '{pid}')\";{then} fi\ndone\n",
             armed = armed.display(),
             pid = pid.display(),
         ),
     )
     .unwrap();
-    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
 /// Waits (at most 90 s, else the test fails saying `what` never came) for `server` to be dead, killed by the
