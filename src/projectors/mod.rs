@@ -85,13 +85,26 @@ pub mod tasks;
 pub mod usage;
 
 /// Empties a read model's tables for a rebuild. The one statement that differs by backend: TRUNCATE empties a
-/// Postgres table in no time where DELETE would visit each row, and SQLite has no TRUNCATE.
+/// Postgres table in no time where DELETE would visit each row, and SQLite has no TRUNCATE. But TRUNCATE is not
+/// free on tables that are already empty (new files for each table, an exclusive lock, an fsync at commit), and a
+/// projector at position 0 resets on every tick until the log has an event: so Postgres first looks whether any
+/// table holds a row, and truncates only then.
 async fn empty_tables(tx: &mut ProjectorTx, tables: &[&str]) -> Result<(), sqlx::Error> {
     match tx {
         ProjectorTx::Postgres(tx) => {
-            sqlx::query(&format!("TRUNCATE {}", tables.join(", ")))
-                .execute(&mut **tx)
+            let any_row = tables
+                .iter()
+                .map(|table| format!("EXISTS (SELECT 1 FROM {table})"))
+                .collect::<Vec<_>>()
+                .join(" OR ");
+            let holds_rows: bool = sqlx::query_scalar(&format!("SELECT {any_row}"))
+                .fetch_one(&mut **tx)
                 .await?;
+            if holds_rows {
+                sqlx::query(&format!("TRUNCATE {}", tables.join(", ")))
+                    .execute(&mut **tx)
+                    .await?;
+            }
         }
         ProjectorTx::Sqlite(tx) => {
             for table in tables {

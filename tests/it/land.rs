@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::common::agents::{agent, dispatch_file, Remote, REPO};
 use crate::common::board;
-use crate::common::server::{read_log, Server};
+use crate::common::killed::{kill, said_no_panic, Serve};
 use crate::common::{within, TestApp, TestDb, ADMIN_TOKEN, GITHUB_SECRET};
 use crate::providers::github::fake::FakeGithub;
 use pidevops::eventlog::EventStore;
@@ -574,22 +574,10 @@ async fn sigkill_between_the_merge_and_its_record_merges_once_and_records_it(db:
     let fake = FakeGithub::start().await;
     let remote = Remote::new();
     let scratch = tempfile::tempdir().unwrap();
-    let path = scratch.path().join("pidevops.toml");
     let file = config(&remote, &edits(scratch.path()), None);
-    std::fs::write(&path, toml::to_string(&file).unwrap()).unwrap();
-    let workspaces = scratch.path().join("ws").display().to_string();
-    let path = path.display().to_string();
-    let env: Vec<(&str, &str)> = vec![
-        ("PIDEVOPS_CONFIG", &path),
-        ("WORKSPACE_ROOT", &workspaces),
-        ("PIDEVOPS_ADMIN_TOKEN", ADMIN_TOKEN),
-        ("PIDEVOPS_LOOP_STARTUP_DELAY_S", "0.05"),
-        ("PIDEVOPS_PROJECTOR_INTERVAL_S", "0.2"),
-        ("GITHUB_TOKEN", GITHUB_TOKEN),
-        ("GITHUB_API_URL", &fake.url),
-    ];
+    let serve = Serve::new(&db, &fake.url, scratch.path(), &file);
     let store = &EventStore::connect(&db.url, 4).await.unwrap();
-    let mut first = Server::start_with(&db.url_string(), &env).await;
+    let mut first = serve.start().await;
     let id = create_task(&first.base, REPO).await;
     let (number, sha) = in_review(store, id, 1).await;
     fake.set_head(REPO, number, &sha);
@@ -624,10 +612,7 @@ async fn sigkill_between_the_merge_and_its_record_merges_once_and_records_it(db:
         .await
         .expect("the merge was asked for")
         .expect("the fake merged");
-    first.child.kill().unwrap();
-    first.child.wait().unwrap();
-    let log = read_log(first.workdir.path());
-    assert!(!log.contains("panicked"), "{log}");
+    kill(&mut first);
     // The fake may have dropped the held answer already, with the connection of the process that died.
     let _ = held.release.send(());
     let key = &format!("effect:github:merge:{id}:{sha}");
@@ -643,7 +628,7 @@ async fn sigkill_between_the_merge_and_its_record_merges_once_and_records_it(db:
         "cut off mid-call"
     );
 
-    let second = Server::start_with(&db.url_string(), &env).await;
+    let second = serve.start().await;
     within(
         Duration::from_secs(60),
         "the repeat after the restart settled",
@@ -692,6 +677,5 @@ async fn sigkill_between_the_merge_and_its_record_merges_once_and_records_it(db:
     })
     .await;
     assert_eq!(fake.merge_calls().len(), 1);
-    let log = read_log(second.workdir.path());
-    assert!(!log.contains("panicked"), "{log}");
+    said_no_panic(&second);
 }

@@ -20,6 +20,7 @@ per_backend!(
     a_version_bump_rebuilds_from_zero_and_a_newer_version_is_left_alone,
     a_failing_event_stops_the_projector_there_shows_in_health_and_is_retried,
     a_killed_replay_leaves_a_consistent_checkpoint_to_resume_from,
+    an_idle_projector_at_zero_leaves_its_tables_alone_and_a_lost_row_still_empties_them,
 );
 
 const TYPES: [(Source, &str); 6] = [
@@ -491,5 +492,68 @@ async fn a_killed_replay_leaves_a_consistent_checkpoint_to_resume_from(db: TestD
     assert!(status.success());
     assert_eq!(sources::activity(&store).await.unwrap(), oracle);
     assert_eq!(checkpoint(&store).await, (1, head));
+    stop.cancel();
+}
+
+/// Where Postgres keeps `table`'s rows: a TRUNCATE gives it new files (SQLite has no TRUNCATE: `None`).
+async fn storage_of(store: &EventStore, table: &str) -> Option<i64> {
+    match store {
+        EventStore::Postgres(s) => Some(
+            sqlx::query_scalar::<_, i64>(&format!(
+                "SELECT pg_relation_filenode('{table}')::bigint"
+            ))
+            .fetch_one(s.pool())
+            .await
+            .unwrap(),
+        ),
+        EventStore::Sqlite(_) => None,
+    }
+}
+
+/// A projector at position 0 resets its read model on every tick until the log has an event (it must be empty
+/// there). Already empty, its tables are left alone: no TRUNCATE each tick. Not empty (its row in `projections`
+/// was lost, the read model kept), the reset still empties it before the rebuild, so nothing is counted twice.
+async fn an_idle_projector_at_zero_leaves_its_tables_alone_and_a_lost_row_still_empties_them(
+    db: TestDb,
+) {
+    let (store, log, stop) = open(&db).await;
+    let projection = Projection::new(store.clone(), Arc::new(SourcesProjector));
+    run_to_head(&projection).await;
+    let idle = storage_of(&store, "source_activity").await;
+    for _ in 0..5 {
+        run_to_head(&projection).await;
+    }
+    assert_eq!(
+        storage_of(&store, "source_activity").await,
+        idle,
+        "idle ticks at position 0 truncated an empty read model"
+    );
+
+    append(&log, "a", 300).await;
+    run_to_head(&projection).await;
+    let oracle = crate::common::sources_oracle(&store).await;
+    assert_eq!(sources::activity(&store).await.unwrap(), oracle);
+    match &store {
+        EventStore::Postgres(s) => {
+            sqlx::query("DELETE FROM projections WHERE name = $1")
+                .bind(sources::NAME)
+                .execute(s.pool())
+                .await
+                .unwrap();
+        }
+        EventStore::Sqlite(s) => {
+            sqlx::query("DELETE FROM projections WHERE name = $1")
+                .bind(sources::NAME)
+                .execute(s.pool())
+                .await
+                .unwrap();
+        }
+    }
+    run_to_head(&projection).await;
+    assert_eq!(
+        sources::activity(&store).await.unwrap(),
+        oracle,
+        "a read model found at position 0 with rows in it was not emptied before the rebuild"
+    );
     stop.cancel();
 }

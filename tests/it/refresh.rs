@@ -12,9 +12,8 @@ use pidevops::tasks::{Column, TaskId};
 use serde_json::{json, Value};
 
 use crate::common::agents::{agent, git, Remote, REPO};
-use crate::common::dispatching::GITHUB_TOKEN;
-use crate::common::server::{read_log, Server};
-use crate::common::{board, within, TestApp, TestDb, ADMIN_TOKEN};
+use crate::common::killed::{kill_on_push, killed, Serve};
+use crate::common::{board, within, TestApp, TestDb};
 use crate::land::{app, check_run, config, create_task, in_review, merged, post, settle};
 use crate::providers::github::fake::FakeGithub;
 use crate::providers::github::gh_fixture as fixture;
@@ -322,50 +321,22 @@ async fn a_conflict_flags_the_task_with_its_files_and_a_persons_push_is_never_ov
 /// base moved again while it was down: the restarted serve finds its own push by the intent it recorded, records
 /// it, and refreshes once more onto the new base; nothing is pushed twice and no person is asked.
 async fn sigkill_between_a_refreshs_push_and_its_record_pushes_once_and_records_it(db: TestDb) {
-    use std::os::unix::fs::PermissionsExt;
     use std::time::Duration;
     let fake = FakeGithub::start().await;
     let remote = Remote::new();
     remote.commit_to_main("shared.txt", &shared(&[]));
     let scratch = tempfile::tempdir().unwrap();
     let script = "sed -i 's/^line 25$/line 25 by the agent/' shared.txt";
-    let path = scratch.path().join("pidevops.toml");
     let table = file(&remote, scratch.path(), script);
-    std::fs::write(&path, toml::to_string(&table).unwrap()).unwrap();
-    let workspaces = scratch.path().join("ws").display().to_string();
-    let path = path.display().to_string();
-    let env: Vec<(&str, &str)> = vec![
-        ("PIDEVOPS_CONFIG", &path),
-        ("WORKSPACE_ROOT", &workspaces),
-        ("PIDEVOPS_ADMIN_TOKEN", ADMIN_TOKEN),
-        ("PIDEVOPS_LOOP_STARTUP_DELAY_S", "0.05"),
-        ("PIDEVOPS_PROJECTOR_INTERVAL_S", "0.2"),
-        ("GITHUB_TOKEN", GITHUB_TOKEN),
-        ("GITHUB_API_URL", &fake.url),
-    ];
+    let serve = Serve::new(&db, &fake.url, scratch.path(), &table);
     let store = &EventStore::connect(&db.url, 4).await.unwrap();
-    let mut first = Server::start_with(&db.url_string(), &env).await;
+    let mut first = serve.start().await;
     let id = create_task(&first.base, REPO).await;
     let (_, sha) = in_review(store, id, 1).await;
     let branch = format!("refs/heads/{}", id.branch());
 
     // The remote records each push and, once armed, SIGKILLs serve as soon as the branch's update is in.
-    let dir = remote.dir.path();
-    let (pid, armed) = (dir.join("serve.pid"), dir.join("armed"));
-    std::fs::write(&pid, first.child.id().to_string()).unwrap();
-    std::fs::write(&armed, "").unwrap();
-    let hook = dir.join("remote.git/hooks/post-receive");
-    std::fs::write(
-        &hook,
-        format!(
-            "#!/bin/sh\nwhile read old new ref; do\n  echo \"$ref $new\" >> '{log}'\n  if [ \"$ref\" = '{branch}' ] && [ -f '{armed}' ]; then rm '{armed}'; kill -9 \"$(cat '{pid}')\"; fi\ndone\n",
-            log = dir.join("pushes.log").display(),
-            armed = armed.display(),
-            pid = pid.display(),
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    kill_on_push(&remote, &first, &branch);
 
     remote.commit_to_main("shared.txt", &shared(&[(2, "line 2 by a teammate")]));
     post(
@@ -375,16 +346,7 @@ async fn sigkill_between_a_refreshs_push_and_its_record_pushes_once_and_records_
         &push(REPO, "refs/heads/main"),
     )
     .await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(90);
-    while first.child.try_wait().unwrap().is_none() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the refresh's push never came"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let log = read_log(first.workdir.path());
-    assert!(!log.contains("panicked"), "{log}");
+    killed(&mut first, "the refresh's push").await;
     let killed_at = remote.branch(id.branch().as_str()).unwrap();
     assert_ne!(killed_at, sha, "the push landed before the kill");
     assert!(
@@ -394,7 +356,7 @@ async fn sigkill_between_a_refreshs_push_and_its_record_pushes_once_and_records_
 
     // While serve is down the base moves again; the restarted serve handles both pushes.
     remote.commit_to_main("elsewhere.txt", "apart\n");
-    let second = Server::start_with(&db.url_string(), &env).await;
+    let second = serve.start().await;
     post(
         &second.base,
         "push",

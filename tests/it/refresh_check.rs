@@ -17,8 +17,8 @@ use serde_json::json;
 
 use crate::common::agents::{agent, git, Remote, REPO};
 use crate::common::dispatching::{use_github, GITHUB_TOKEN};
-use crate::common::server::{read_log, Server};
-use crate::common::{board, within, TestApp, TestDb, ADMIN_TOKEN};
+use crate::common::killed::{kill, kill_on_push, killed, Serve};
+use crate::common::{board, within, TestApp, TestDb};
 use crate::land::{create_task, in_review, post};
 use crate::providers::github::fake::FakeGithub;
 use crate::refresh::{file, push, pushes, record_pushes, refresh, refreshes, shared};
@@ -416,7 +416,6 @@ async fn a_persons_push_while_the_refresh_is_checked_is_never_overwritten(db: Te
 async fn sigkill_between_a_checked_refreshs_push_and_its_record_pushes_once_and_records_it(
     db: TestDb,
 ) {
-    use std::os::unix::fs::PermissionsExt;
     let fake = FakeGithub::start().await;
     let remote = Remote::new();
     remote.commit_to_main("shared.txt", &shared(&[]));
@@ -428,42 +427,15 @@ async fn sigkill_between_a_checked_refreshs_push_and_its_record_pushes_once_and_
         .as_table_mut()
         .unwrap()
         .insert("check".into(), vec![check.display().to_string()].into());
-    let path = scratch.path().join("pidevops.toml");
-    std::fs::write(&path, toml::to_string(&table).unwrap()).unwrap();
-    let workspaces = scratch.path().join("ws").display().to_string();
-    let path = path.display().to_string();
-    let env: Vec<(&str, &str)> = vec![
-        ("PIDEVOPS_CONFIG", &path),
-        ("WORKSPACE_ROOT", &workspaces),
-        ("PIDEVOPS_ADMIN_TOKEN", ADMIN_TOKEN),
-        ("PIDEVOPS_LOOP_STARTUP_DELAY_S", "0.05"),
-        ("PIDEVOPS_PROJECTOR_INTERVAL_S", "0.2"),
-        ("GITHUB_TOKEN", GITHUB_TOKEN),
-        ("GITHUB_API_URL", &fake.url),
-    ];
+    let serve = Serve::new(&db, &fake.url, scratch.path(), &table);
     let store = &EventStore::connect(&db.url, 4).await.unwrap();
-    let mut first = Server::start_with(&db.url_string(), &env).await;
+    let mut first = serve.start().await;
     let id = create_task(&first.base, REPO).await;
     let (_, sha) = in_review(store, id, 1).await;
     let branch = format!("refs/heads/{}", id.branch());
 
     // The remote records each push and, once armed, SIGKILLs serve as soon as the branch's update is in.
-    let dir = remote.dir.path();
-    let (pid, armed) = (dir.join("serve.pid"), dir.join("armed"));
-    std::fs::write(&pid, first.child.id().to_string()).unwrap();
-    std::fs::write(&armed, "").unwrap();
-    let hook = dir.join("remote.git/hooks/post-receive");
-    std::fs::write(
-        &hook,
-        format!(
-            "#!/bin/sh\nwhile read old new ref; do\n  echo \"$ref $new\" >> '{log}'\n  if [ \"$ref\" = '{branch}' ] && [ -f '{armed}' ]; then rm '{armed}'; kill -9 \"$(cat '{pid}')\"; fi\ndone\n",
-            log = dir.join("pushes.log").display(),
-            armed = armed.display(),
-            pid = pid.display(),
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    kill_on_push(&remote, &first, &branch);
 
     remote.commit_to_main("shared.txt", &shared(&[(2, "line 2 by a teammate")]));
     post(
@@ -473,16 +445,7 @@ async fn sigkill_between_a_checked_refreshs_push_and_its_record_pushes_once_and_
         &push(REPO, "refs/heads/main"),
     )
     .await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(90);
-    while first.child.try_wait().unwrap().is_none() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the checked refresh's push never came"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let log = read_log(first.workdir.path());
-    assert!(!log.contains("panicked"), "{log}");
+    killed(&mut first, "the checked refresh's push").await;
     let killed_at = remote.branch(id.branch().as_str()).unwrap();
     assert_ne!(killed_at, sha, "the push landed before the kill");
     assert!(
@@ -494,7 +457,7 @@ async fn sigkill_between_a_checked_refreshs_push_and_its_record_pushes_once_and_
         "checked before its push"
     );
 
-    let second = Server::start_with(&db.url_string(), &env).await;
+    let second = serve.start().await;
     within(Duration::from_secs(90), "the refresh recorded", || async {
         refreshes(store, id).await.len() == 1
             && board::row_in(store, id)
@@ -536,22 +499,10 @@ async fn sigkill_while_the_refresh_is_checked_checks_it_again_and_pushes_once(db
         .as_table_mut()
         .unwrap()
         .insert("check".into(), vec![check.display().to_string()].into());
-    let path = scratch.path().join("pidevops.toml");
-    std::fs::write(&path, toml::to_string(&table).unwrap()).unwrap();
     let ws = scratch.path().join("ws");
-    let workspaces = ws.display().to_string();
-    let path = path.display().to_string();
-    let env: Vec<(&str, &str)> = vec![
-        ("PIDEVOPS_CONFIG", &path),
-        ("WORKSPACE_ROOT", &workspaces),
-        ("PIDEVOPS_ADMIN_TOKEN", ADMIN_TOKEN),
-        ("PIDEVOPS_LOOP_STARTUP_DELAY_S", "0.05"),
-        ("PIDEVOPS_PROJECTOR_INTERVAL_S", "0.2"),
-        ("GITHUB_TOKEN", GITHUB_TOKEN),
-        ("GITHUB_API_URL", &fake.url),
-    ];
+    let serve = Serve::new(&db, &fake.url, scratch.path(), &table);
     let store = &EventStore::connect(&db.url, 4).await.unwrap();
-    let mut first = Server::start_with(&db.url_string(), &env).await;
+    let mut first = serve.start().await;
     let id = create_task(&first.base, REPO).await;
     let (_, sha) = in_review(store, id, 1).await;
     let branch = format!("refs/heads/{}", id.branch());
@@ -572,13 +523,12 @@ async fn sigkill_while_the_refresh_is_checked_checks_it_again_and_pushes_once(db
     })
     .await;
     let killed = waiting.unwrap();
-    first.child.kill().unwrap();
-    first.child.wait().unwrap();
+    kill(&mut first);
     // Whatever of the first check outlived its serve finishes; nothing it does is pushed.
     std::fs::write(killed.join(".go"), "").unwrap();
     assert_eq!(pushes(&remote, &branch), [format!("{branch} {sha}")]);
 
-    let second = Server::start_with(&db.url_string(), &env).await;
+    let second = serve.start().await;
     let mut again = None;
     within(Duration::from_secs(90), "the check waiting again", || {
         again = waiting_worktree(&ws, id, Some(&killed));

@@ -2,17 +2,22 @@
 //! two tasks edit the same lines; once the first lands, the second's refresh conflicts and it gets a conflict
 //! attempt whose prompt names the file and the hunk; the agent's resolution is committed as the merge and pushed
 //! once, leased on the commit pidevops recorded. A person's push to a branch while its conflict attempt runs is
-//! never overwritten: the lease refuses and the task says so. (An agent that leaves the markers: refresh.rs.)
-//! Per backend.
+//! never overwritten: the lease refuses and the task says so. And the real binary, SIGKILLed the moment the
+//! resolution lands on the branch, before the attempt's outcome is recorded: after the restart the resolution is
+//! recorded once, never pushed or handed to an agent again, and no person is asked. (An agent that leaves the
+//! markers: refresh.rs.) Per backend.
 
 use std::path::{Path, PathBuf};
 use std::process::Command as Git;
 use std::time::Duration;
 
 use pidevops::eventlog::EventStore;
+use pidevops::projectors::runs::{self, Which};
 use pidevops::tasks::{Column, TaskId};
 
 use crate::common::agents::{git, Remote, REPO};
+use crate::common::killed::{kill_before_push, kill_on_push, killed, Serve};
+use crate::common::server::Server;
 use crate::common::{board, within, TestApp, TestDb};
 use crate::land::{app, create_task, in_review, merged, post, settle};
 use crate::providers::github::fake::FakeGithub;
@@ -20,6 +25,8 @@ use crate::refresh::{file, push, pushes, record_pushes, refresh, shared};
 
 per_backend!(
     two_tasks_on_the_same_lines_the_seconds_conflict_goes_to_an_agent_and_a_persons_push_is_never_overwritten,
+    sigkill_between_a_resolutions_push_and_its_record_pushes_once_and_records_it,
+    sigkill_before_a_resolution_lands_gives_the_conflict_to_the_agent_again,
 );
 
 /// Work: line 25 made the task's own. A conflict attempt: the markers taken out, both sides kept; T-3's waits for
@@ -47,14 +54,32 @@ async fn count(store: &EventStore, id: TaskId, kind: &str) -> usize {
         .count()
 }
 
-/// The prompt of `id`'s conflict attempt, as the dispatcher wrote it beside the run.
-fn conflict_prompt(ws: &Path, id: TaskId) -> String {
+/// The prompts of `id`'s conflict attempts, as the dispatcher wrote them beside their runs.
+fn conflict_prompts(ws: &Path, id: TaskId) -> Vec<String> {
     let runs = ws.join("runs").join(id.to_string());
     std::fs::read_dir(&runs)
         .unwrap()
         .filter_map(|run| std::fs::read_to_string(run.unwrap().path().join("prompt.md")).ok())
-        .find(|prompt| prompt.contains("Resolve the conflict"))
-        .unwrap_or_else(|| panic!("no conflict prompt under {}", runs.display()))
+        .filter(|prompt| prompt.contains("Resolve the conflict"))
+        .collect()
+}
+
+/// The prompt of `id`'s conflict attempt.
+fn conflict_prompt(ws: &Path, id: TaskId) -> String {
+    conflict_prompts(ws, id)
+        .pop()
+        .unwrap_or_else(|| panic!("no conflict prompt for {id} under {}", ws.display()))
+}
+
+/// The types of the events of `id`'s stream, in order.
+async fn kinds(store: &EventStore, id: TaskId) -> Vec<String> {
+    store
+        .read_stream(&format!("task:{id}"))
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.event_type.clone())
+        .collect()
 }
 
 /// The worktree of `id`'s run whose agent left `.waiting` in it, if one has.
@@ -268,4 +293,224 @@ async fn two_tasks_on_the_same_lines_the_seconds_conflict_goes_to_an_agent_and_a
         pushes(&remote, &format!("refs/heads/{}", second.branch())).len(),
         2
     );
+}
+
+/// Two tasks on the same lines, in review through the real binary: T-1's pull request and commit, T-2's commit.
+struct SameLines {
+    one: TaskId,
+    one_pr: u64,
+    one_sha: String,
+    two: TaskId,
+    two_sha: String,
+}
+
+impl SameLines {
+    async fn in_review(store: &EventStore, server: &Server) -> Self {
+        let one = create_task(&server.base, REPO).await;
+        let (one_pr, one_sha) = in_review(store, one, 1).await;
+        let two = create_task(&server.base, REPO).await;
+        let (_, two_sha) = in_review(store, two, 1).await;
+        assert_eq!(
+            [one, two].map(|id| id.to_string()),
+            ["T-1", "T-2"],
+            "the agent script tells them apart by id"
+        );
+        Self {
+            one,
+            one_pr,
+            one_sha,
+            two,
+            two_sha,
+        }
+    }
+
+    /// T-1 lands (its commit is the base, its pull request merged, the task done) and the base push is told:
+    /// T-2's line 25 conflicts.
+    async fn land_the_first(&self, remote: &Remote, store: &EventStore, server: &Server) {
+        git(
+            remote.dir.path(),
+            &[
+                "--git-dir=remote.git",
+                "update-ref",
+                "refs/heads/main",
+                &self.one_sha,
+            ],
+        );
+        let merged = merged(self.one, self.one_pr);
+        post(&server.base, "pull_request", "merged-1", &merged).await;
+        within(Duration::from_secs(60), "T-1 done", || async {
+            board::row_in(store, self.one)
+                .await
+                .is_some_and(|r| r.column == Column::Done)
+        })
+        .await;
+        post(
+            &server.base,
+            "push",
+            "main-1",
+            &push(REPO, "refs/heads/main"),
+        )
+        .await;
+    }
+}
+
+/// Waits until T-2's conflict attempt, round again after the restart, settled (after the `before` events of its
+/// stream): resolved, or a person asked; then neither a person nor an unresolved conflict is in its stream, and
+/// the conflict was handed over once.
+async fn settled_unasked(store: &EventStore, two: TaskId, before: usize) {
+    let settled = |kinds: &[String]| {
+        kinds.iter().any(|k| {
+            [
+                "task.submitted_for_review",
+                "task.flagged_needs_human",
+                "task.conflict_unresolved",
+            ]
+            .contains(&k.as_str())
+        })
+    };
+    within(
+        Duration::from_secs(90),
+        "T-2's conflict settled",
+        || async { settled(&kinds(store, two).await[before..]) },
+    )
+    .await;
+    let after = kinds(store, two).await;
+    for unwanted in ["task.flagged_needs_human", "task.conflict_unresolved"] {
+        assert!(!after.contains(&unwanted.to_owned()), "{after:?}");
+    }
+    assert_eq!(count(store, two, "task.conflict_found").await, 1);
+}
+
+/// Waits until T-2 is in review on `commit`, the run that recorded it says so, nobody asked.
+async fn in_review_on(store: &EventStore, two: TaskId, commit: &str) {
+    let head = || async {
+        runs::query(store, Which::Task(&two.to_string()))
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.state == "succeeded")
+            .max_by_key(|r| r.attempt)
+            .and_then(|r| r.commit_sha)
+    };
+    within(
+        Duration::from_secs(30),
+        "T-2 in review on the resolution",
+        || async {
+            head().await.as_deref() == Some(commit)
+                && board::row_in(store, two)
+                    .await
+                    .is_some_and(|r| r.column == Column::InReview && !r.needs_human)
+        },
+    )
+    .await;
+}
+
+/// The real binary, SIGKILLed by the remote the moment the second task's conflict attempt's resolution lands on its
+/// branch (before the attempt's outcome is recorded): the restarted serve finds the run lost, and the conflict
+/// attempt that goes round again finds the branch at the very resolution its predecessor said it would push and
+/// records it: the agent is not given the conflict again, nothing is pushed twice, nobody is asked.
+async fn sigkill_between_a_resolutions_push_and_its_record_pushes_once_and_records_it(db: TestDb) {
+    let fake = FakeGithub::start().await;
+    let remote = Remote::new();
+    remote.commit_to_main("shared.txt", &shared(&[]));
+    record_pushes(&remote);
+    let scratch = tempfile::tempdir().unwrap();
+    let ws = scratch.path().join("ws");
+    let table = file(&remote, scratch.path(), SCRIPT);
+    let serve = Serve::new(&db, &fake.url, scratch.path(), &table);
+    let store = &EventStore::connect(&db.url, 4).await.unwrap();
+    let mut first = serve.start().await;
+    let tasks = SameLines::in_review(store, &first).await;
+    let (two, two_sha) = (tasks.two, tasks.two_sha.clone());
+
+    // The remote SIGKILLs serve once T-2's branch moves.
+    let branch = format!("refs/heads/{}", two.branch());
+    kill_on_push(&remote, &first, &branch);
+    tasks.land_the_first(&remote, store, &first).await;
+    killed(&mut first, "the resolution's push").await;
+    let resolved = remote.branch(two.branch().as_str()).unwrap();
+    assert_ne!(resolved, two_sha, "the resolution landed before the kill");
+    assert_eq!(
+        parents(&remote, &resolved),
+        [two_sha.clone(), tasks.one_sha.clone()]
+    );
+    let before = kinds(store, two).await;
+    assert_eq!(
+        before.last().map(String::as_str),
+        Some("task.started"),
+        "cut off before its outcome: {before:?}"
+    );
+
+    // The restarted serve records the resolution; no one is asked, nothing is handed over or pushed again.
+    let second = serve.start().await;
+    settled_unasked(store, two, before.len()).await;
+    assert_eq!(
+        conflict_prompts(&ws, two).len(),
+        1,
+        "the agent resolved it once"
+    );
+    assert_eq!(
+        pushes(&remote, &branch),
+        [
+            format!("{branch} {two_sha}"),
+            format!("{branch} {resolved}")
+        ],
+        "the resolution pushed once"
+    );
+    in_review_on(store, two, &resolved).await;
+    drop(second);
+}
+
+/// The real binary, SIGKILLed as the conflict attempt's resolution is pushed, before it lands (the remote refuses
+/// it): the restarted serve finds the run lost, not the conflict unresolved; the agent is given the conflict again
+/// and its resolution is pushed once; nobody is asked.
+async fn sigkill_before_a_resolution_lands_gives_the_conflict_to_the_agent_again(db: TestDb) {
+    let fake = FakeGithub::start().await;
+    let remote = Remote::new();
+    remote.commit_to_main("shared.txt", &shared(&[]));
+    record_pushes(&remote);
+    let scratch = tempfile::tempdir().unwrap();
+    let ws = scratch.path().join("ws");
+    let table = file(&remote, scratch.path(), SCRIPT);
+    let serve = Serve::new(&db, &fake.url, scratch.path(), &table);
+    let store = &EventStore::connect(&db.url, 4).await.unwrap();
+    let mut first = serve.start().await;
+    let tasks = SameLines::in_review(store, &first).await;
+    let (two, two_sha) = (tasks.two, tasks.two_sha.clone());
+
+    // The remote SIGKILLs serve as T-2's branch is pushed, and refuses that push.
+    let branch = format!("refs/heads/{}", two.branch());
+    kill_before_push(&remote, &first, &branch);
+    tasks.land_the_first(&remote, store, &first).await;
+    killed(&mut first, "the resolution's push").await;
+    assert_eq!(remote.branch(two.branch().as_str()), Some(two_sha.clone()));
+    let before = kinds(store, two).await;
+    assert_eq!(
+        before.last().map(String::as_str),
+        Some("task.started"),
+        "cut off before its outcome: {before:?}"
+    );
+
+    let second = serve.start().await;
+    settled_unasked(store, two, before.len()).await;
+    assert_eq!(
+        conflict_prompts(&ws, two).len(),
+        2,
+        "nothing landed: the agent was given the conflict again"
+    );
+    let resolved = remote.branch(two.branch().as_str()).unwrap();
+    assert_eq!(
+        parents(&remote, &resolved),
+        [two_sha.clone(), tasks.one_sha.clone()]
+    );
+    assert_eq!(
+        pushes(&remote, &branch),
+        [
+            format!("{branch} {two_sha}"),
+            format!("{branch} {resolved}")
+        ],
+        "the resolution pushed once"
+    );
+    in_review_on(store, two, &resolved).await;
+    drop(second);
 }

@@ -7,7 +7,9 @@
 //! the worktree's administrative directory, which the agent cannot reach), checked again before the push.
 
 use super::{Prepared, WorkspaceError, Workspaces};
+use crate::config::dispatch::RepoSource;
 use crate::dispatch::prompt::{BaseCommit, MAX_BASE_COMMITS};
+use crate::tasks::{BranchName, RepoName};
 
 /// The most conflicted paths whose content is searched for markers (the rest are named as unchecked).
 const MAX_MARKER_FILES: usize = 200;
@@ -221,10 +223,21 @@ impl Workspaces {
         &self,
         prepared: &Prepared,
     ) -> Result<Option<String>, WorkspaceError> {
-        let source = &prepared.source;
-        self.check_token(&prepared.repo, source)?;
-        let branch_ref = format!("refs/heads/{}", prepared.branch.as_str());
-        let mirror = format!("--git-dir={}", prepared.dirs.mirror.to_string_lossy());
+        self.remote_head(&prepared.repo, &prepared.source, &prepared.branch)
+            .await
+    }
+
+    /// What `branch` of `repo` holds on its remote (`source`) now (`None`: it is gone), read through the
+    /// repository's mirror, no worktree needed.
+    pub async fn remote_head(
+        &self,
+        repo: &RepoName,
+        source: &RepoSource,
+        branch: &BranchName,
+    ) -> Result<Option<String>, WorkspaceError> {
+        self.check_token(repo, source)?;
+        let branch_ref = format!("refs/heads/{}", branch.as_str());
+        let mirror = format!("--git-dir={}", self.mirror_path(repo).to_string_lossy());
         let listed = self
             .run_git(
                 "reading the branch",

@@ -8,7 +8,9 @@ pub mod agents;
 pub mod board;
 pub mod dispatching;
 pub mod fake_model;
+pub mod killed;
 pub mod nats_server;
+pub mod pg;
 pub mod read;
 pub mod server;
 
@@ -105,7 +107,8 @@ async fn postgres_reachable() -> bool {
     *REACHABLE.get_or_init(|| ok)
 }
 
-/// A database that exists for one test and is dropped after it.
+/// A database that exists for one test and is dropped after it (Postgres: a copy of the migrated template, dropped
+/// off the test's thread: `pg`).
 pub struct TestDb {
     pub url: DatabaseUrl,
     cleanup: Cleanup,
@@ -143,14 +146,15 @@ impl TestDb {
             );
             return None;
         }
-        let name = format!("pidevops_test_{}", uuid::Uuid::new_v4().simple());
+        let name = pg::new_name();
         let admin = postgres_admin_url();
+        let template = pg::template(&admin).await;
         {
             use sqlx::{Connection, Executor};
             let mut conn = sqlx::PgConnection::connect(&admin)
                 .await
                 .expect("connect to the admin database");
-            conn.execute(format!("CREATE DATABASE {name}").as_str())
+            conn.execute(format!("CREATE DATABASE {name} TEMPLATE {template}").as_str())
                 .await
                 .expect("create a test database");
         }
@@ -174,28 +178,7 @@ impl TestDb {
 impl Drop for TestDb {
     fn drop(&mut self) {
         if let Cleanup::Postgres { name } = &self.cleanup {
-            let name = name.clone();
-            let admin = postgres_admin_url();
-            // Drop runs inside a runtime; do the async cleanup on a thread of its own.
-            let _ = std::thread::spawn(move || {
-                let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                else {
-                    return;
-                };
-                rt.block_on(async {
-                    use sqlx::{Connection, Executor};
-                    if let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await {
-                        let _ = conn
-                            .execute(
-                                format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str(),
-                            )
-                            .await;
-                    }
-                });
-            })
-            .join();
+            pg::drop_later(name.clone());
         }
     }
 }

@@ -77,8 +77,18 @@ impl Dispatcher {
                     .await
             }
             Ok(profile) => {
-                self.attempt(&task, run, attempt, profile, &mut writer, stop)
-                    .await
+                // A conflict attempt cut off after its push: the resolution on the branch is its outcome.
+                let pushed = match purpose {
+                    RunPurpose::Resolve => self.resolution_pushed(&task, run, attempt).await,
+                    _ => None,
+                };
+                match pushed {
+                    Some(pushed) => Some(pushed),
+                    None => {
+                        self.attempt(&task, run, attempt, profile, &mut writer, stop)
+                            .await
+                    }
+                }
             }
             Err(why) => Some(RunEvent::Failed {
                 at: Utc::now(),

@@ -16,16 +16,20 @@ impl Dispatcher {
     /// live and the domain refuses it, which is the expected answer here.
     pub(in crate::dispatch::dispatcher) async fn apply(&self, outcome: &RunEvent) {
         // A refresh check runs no agent and is safe to run again: lost (its serve restarted, its worker gone), it
-        // goes round again as one interrupted, and its successor records a push it made (`refresh_check.rs`).
-        let refresh_check = match outcome {
+        // goes round again as one interrupted, and its successor records a push it made (`refresh_check.rs`). So
+        // does a lost conflict attempt: its successor records the resolution it pushed, if it did (`resolve.rs`),
+        // else the agent is given the conflict again; the conflict is not a person's matter for a restart.
+        let purpose = match outcome {
             RunEvent::Failed {
                 task,
                 run,
                 kind: FailureKind::Lost | FailureKind::Check,
                 ..
-            } => self.checks_refresh(*task, *run).await,
-            _ => false,
+            } => self.live_purpose(*task, *run).await,
+            _ => None,
         };
+        let refresh_check = purpose == Some(RunPurpose::Refresh);
+        let goes_round = matches!(purpose, Some(RunPurpose::Refresh | RunPurpose::Resolve));
         let (task, command) = match outcome {
             // The repository's check fails on the refresh: an agent makes it pass, or a person looks.
             RunEvent::Failed {
@@ -68,7 +72,7 @@ impl Dispatcher {
                 Command::Retry {
                     cause: match kind {
                         FailureKind::Interrupted => RetryCause::Interrupted { run: *run },
-                        FailureKind::Lost if refresh_check => RetryCause::Interrupted { run: *run },
+                        FailureKind::Lost if goes_round => RetryCause::Interrupted { run: *run },
                         // The agent did not run: not its attempt (see `hooks.rs`). Nor is a reviewer's failure.
                         FailureKind::Setup | FailureKind::Reviewer => {
                             RetryCause::SetupFailed { run: *run }
@@ -177,13 +181,12 @@ impl Dispatcher {
         }
     }
 
-    /// Whether `run` is the live run of `task` and a refresh check.
-    async fn checks_refresh(&self, task: TaskId, run: RunId) -> bool {
-        matches!(
-            self.inner.board.load(task).await,
-            Ok(Some(loaded)) if loaded.task.run() == Some(run)
-                && loaded.task.purpose() == Some(RunPurpose::Refresh)
-        )
+    /// What `run` is for, if it is the live run of `task`.
+    async fn live_purpose(&self, task: TaskId, run: RunId) -> Option<RunPurpose> {
+        match self.inner.board.load(task).await {
+            Ok(Some(loaded)) if loaded.task.run() == Some(run) => loaded.task.purpose(),
+            _ => None,
+        }
     }
 
     /// Applies whatever outcome the run's stream holds (another writer's).

@@ -2,8 +2,14 @@
 //! and the markers left, its prompt naming the files, hunks and the base's commits there; afterwards it is checked
 //! like any attempt (its status, the repository's `check` in `around_agent`, its scope) and for markers left, then
 //! committed as the merge and pushed leased on that commit, so a person's push in between is never overwritten.
+//!
+//! Exactly once: before its push, the attempt records what it is about to push (`resolve.pushing` in the stream
+//! `resolve:<task>`: the run, the conflict's commit and base, the resolution and its report). A run cut off after
+//! its push (a restart) is lost and goes round again (`outcome.rs`); its successor finds the branch at the very
+//! resolution recorded for the same conflict and records it as its own outcome: no agent, no push, nobody asked.
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
 
 use super::super::ending::badly_ended;
 use super::super::Dispatcher;
@@ -12,7 +18,30 @@ use crate::dispatch::prompt;
 use crate::dispatch::runner;
 use crate::dispatch::runs::{FailureKind, RunEvent};
 use crate::dispatch::workspace::{LeasedPush, Prepared};
-use crate::tasks::{AttemptReport, Task};
+use crate::domain::{EventType, NewEvent, Source};
+use crate::eventlog::AppendError;
+use crate::tasks::{AttemptReport, CommitSha, Conflict, RunId, Task, TaskId};
+
+/// What a conflict attempt is about to push, recorded before its leased push.
+pub const RESOLVING: &str = "resolve.pushing";
+
+/// The stream of task `id`'s resolution intents.
+pub fn stream(id: TaskId) -> String {
+    format!("resolve:{id}")
+}
+
+/// `resolve.pushing`: `run`, resolving the conflict of `from` with `base`, is about to push `commit`, which its
+/// checks passed with `report`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Resolving {
+    at: DateTime<Utc>,
+    task: TaskId,
+    run: RunId,
+    from: CommitSha,
+    base: CommitSha,
+    commit: String,
+    report: AttemptReport,
+}
 
 impl Dispatcher {
     /// The conflict attempt's worktree set up (see `Workspaces::start_merge`) and its prompt: every conflicted
@@ -110,6 +139,27 @@ impl Dispatcher {
         {
             tracing::warn!(task = %id, %run, %error, "the resolution's refresh diff was not recorded");
         }
+        let report = AttemptReport {
+            summary,
+            review: None,
+            outside_scope: scoped.outside,
+            agent_config: scoped.agent_config,
+        };
+        let intent = Resolving {
+            at: Utc::now(),
+            task: id,
+            run,
+            from: conflict.from.clone(),
+            base: conflict.base.clone(),
+            commit: commit.clone(),
+            report: report.clone(),
+        };
+        if let Err(error) = self.intend(&intent).await {
+            return failed(
+                FailureKind::Workspace,
+                format!("the resolution was not pushed: what it would push was not recorded first: {error}"),
+            );
+        }
         match workspaces.push_leased(prepared, &commit, from).await {
             Ok(LeasedPush::Pushed) => {}
             Ok(LeasedPush::Refused { found }) => {
@@ -138,14 +188,103 @@ impl Dispatcher {
             commit,
             duration_s: ended.began.elapsed().as_secs_f64(),
             tail,
-            report: Box::new(AttemptReport {
-                summary,
-                review: None,
-                outside_scope: scoped.outside,
-                agent_config: scoped.agent_config,
-            }),
+            report: Box::new(report),
             usage: None,
             reviewer_usage: None,
         }
+    }
+
+    /// A conflict attempt's predecessor cut off after its push: the branch is at the resolution a run recorded it
+    /// would push for this very conflict, which is this run's outcome, recorded without an agent or a push.
+    /// `None`: nothing of the kind (or it cannot be told), and the attempt runs; its push is leased on the
+    /// conflict's commit anyway, so a resolution on the branch is never pushed over.
+    pub(super) async fn resolution_pushed(
+        &self,
+        task: &Task,
+        run: RunId,
+        attempt: u32,
+    ) -> Option<RunEvent> {
+        let id = task.id();
+        let conflict = task.conflict()?;
+        let intents = match self.intents(id, conflict).await {
+            Ok(intents) if intents.is_empty() => return None,
+            Ok(intents) => intents,
+            Err(error) => {
+                tracing::warn!(task = %id, %run, %error, "the resolutions recorded could not be read");
+                return None;
+            }
+        };
+        let source = self.inner.config.source(task.repo());
+        let branch = id.branch();
+        let head = match self
+            .inner
+            .workspaces
+            .remote_head(task.repo(), &source, &branch)
+            .await
+        {
+            Ok(Some(head)) => head,
+            Ok(None) => return None,
+            Err(error) => {
+                tracing::warn!(task = %id, %run, %error, "the branch could not be read");
+                return None;
+            }
+        };
+        let pushed = intents
+            .into_iter()
+            .rev()
+            .find(|intent| intent.commit.eq_ignore_ascii_case(&head))?;
+        tracing::info!(task = %id, %run, cut_off = %pushed.run, commit = %head, "a resolution pushed before a restart, recorded");
+        self.release_slot(id);
+        Some(RunEvent::Succeeded {
+            at: Utc::now(),
+            run,
+            task: id,
+            attempt,
+            branch,
+            commit: pushed.commit,
+            duration_s: 0.0,
+            tail: String::new(),
+            report: Box::new(pushed.report),
+            usage: None,
+            reviewer_usage: None,
+        })
+    }
+
+    /// Records `intent` (before its push), in order in its task's stream.
+    async fn intend(&self, intent: &Resolving) -> Result<(), String> {
+        let body = serde_json::to_vec(intent).map_err(|e| e.to_string())?;
+        let stream = stream(intent.task);
+        let mut new = NewEvent::new(
+            Source::Pidevops,
+            EventType::from_stored(RESOLVING.to_owned()),
+            format!("{stream}:{}", intent.run),
+            "application/json",
+            bytes::Bytes::from(body),
+        );
+        for _ in 0..8 {
+            let version = self
+                .store()
+                .stream_version(&stream)
+                .await
+                .map_err(|e| e.to_string())?;
+            new.stream = Some((stream.clone(), version + 1));
+            match self.inner.log.append(new.clone()).await {
+                Ok(_) => return Ok(()),
+                Err(AppendError::Conflict { .. }) => continue,
+                Err(error) => return Err(error.to_string()),
+            }
+        }
+        Err(format!("the stream {stream} kept changing"))
+    }
+
+    /// The intents recorded for `conflict` of task `id`, oldest first.
+    async fn intents(&self, id: TaskId, conflict: &Conflict) -> anyhow::Result<Vec<Resolving>> {
+        let recorded = self.store().read_stream(&stream(id)).await?;
+        Ok(recorded
+            .iter()
+            .filter(|event| event.event_type == RESOLVING)
+            .filter_map(|event| serde_json::from_slice::<Resolving>(&event.body).ok())
+            .filter(|intent| intent.from == conflict.from && intent.base == conflict.base)
+            .collect())
     }
 }
