@@ -3,7 +3,9 @@
 //! task once; the webhook and the poller reporting the same head refresh it once. A push webhook that lies about
 //! the base (the remote did not move) and a fork's pull request named like pidevops's branch move nothing. A pull
 //! request GitHub finds `behind` (its `mergeable_state`) is refreshed; one it finds `dirty` flags its conflict, and
-//! GitHub (the fake, as GitHub does) refuses to merge it.
+//! GitHub (the fake, as GitHub does) refuses to merge it. One GitHub finds `behind` while its branch holds the
+//! base already (GitHub's word was stale) is recorded current, and the board's mark goes; one on a repository whose
+//! `refresh` is `"off"` is marked on the board and never refreshed.
 //! Per backend.
 
 use pidevops::domain::Source;
@@ -21,6 +23,8 @@ per_backend!(
     a_lost_base_push_is_caught_by_the_poller_and_a_head_told_twice_is_refreshed_once,
     a_lying_base_push_and_a_forks_pull_request_named_like_ours_move_nothing,
     a_pull_request_github_finds_behind_is_refreshed_and_one_it_finds_dirty_flags_its_conflict,
+    a_pull_request_github_finds_behind_while_current_is_recorded_current_and_not_marked,
+    a_pull_request_behind_on_a_repository_that_does_not_refresh_is_marked_and_never_refreshed,
 );
 
 const SCRIPT: &str = "sed -i 's/^line 25$/line 25 by the agent/' shared.txt";
@@ -352,4 +356,99 @@ async fn a_pull_request_github_finds_behind_is_refreshed_and_one_it_finds_dirty_
             "Head branch was modified. Review and try the merge again.".to_owned()
         )
     );
+}
+
+async fn a_pull_request_github_finds_behind_while_current_is_recorded_current_and_not_marked(
+    db: TestDb,
+) {
+    let fake = FakeGithub::start().await;
+    let remote = Remote::new();
+    remote.commit_to_main("shared.txt", &shared(&[]));
+    record_pushes(&remote);
+    let scratch = tempfile::tempdir().unwrap();
+    let app = app(
+        &db,
+        &fake,
+        file(&remote, scratch.path(), SCRIPT),
+        scratch.path(),
+    )
+    .await;
+    let (base, store) = (app.url(""), app.state.log.store().clone());
+    let id = create_task(&base, REPO).await;
+    let (number, sha) = in_review(&store, id, 1).await;
+    fake.set_head(REPO, number, &sha);
+    let branch = format!("refs/heads/{}", id.branch());
+    // GitHub says behind, but the base has not moved: the branch holds it already.
+    fake.set_mergeable_state(REPO, number, "behind");
+    app.drive("github_poller").await;
+    refresh(&app).await;
+    let due = format!("refresh-due:{id}:{sha}:behind");
+    assert_eq!(store.count_by_key(Source::Pidevops, &due).await.unwrap(), 1);
+    let main = remote.branch("main").unwrap();
+    let current = format!("refresh-current:{id}:{sha}:{main}");
+    assert_eq!(
+        store
+            .count_by_key(Source::Pidevops, &current)
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(refreshes(&store, id).await.is_empty());
+    assert_eq!(pushes(&remote, &branch).len(), 1, "only the attempt's push");
+    // The poller reads the same stale word again: nothing new, and the board does not mark it behind.
+    app.drive("github_poller").await;
+    refresh(&app).await;
+    assert_eq!(store.count_by_key(Source::Pidevops, &due).await.unwrap(), 1);
+    let cookie = crate::web::sign_in(&app).await;
+    app.project().await;
+    assert_eq!(behind(&app, id, &cookie).await, (false, false));
+}
+
+async fn a_pull_request_behind_on_a_repository_that_does_not_refresh_is_marked_and_never_refreshed(
+    db: TestDb,
+) {
+    let fake = FakeGithub::start().await;
+    let remote = Remote::new();
+    remote.commit_to_main("shared.txt", &shared(&[]));
+    record_pushes(&remote);
+    let scratch = tempfile::tempdir().unwrap();
+    let mut file = file(&remote, scratch.path(), SCRIPT);
+    let repos = file["repos"].as_table_mut().unwrap();
+    // Another repository refreshes: the refresh loop runs, and leaves `REPO` alone.
+    let other = Remote::new();
+    other.commit_to_main("README.md", "other\n");
+    let mut refreshed = repos[REPO].as_table().unwrap().clone();
+    refreshed.insert("url".into(), other.url().into());
+    repos.insert("acme/other".into(), refreshed.into());
+    repos[REPO]
+        .as_table_mut()
+        .unwrap()
+        .insert("refresh".into(), "off".into());
+    let app = app(&db, &fake, file, scratch.path()).await;
+    let (base, store) = (app.url(""), app.state.log.store().clone());
+    let id = create_task(&base, REPO).await;
+    let (number, sha) = in_review(&store, id, 1).await;
+    fake.set_head(REPO, number, &sha);
+    let branch = format!("refs/heads/{}", id.branch());
+    // The base moves (a refresh would push), and GitHub finds the pull request behind it, then in conflict.
+    remote.commit_to_main("shared.txt", &shared(&[(2, "line 2 by a teammate")]));
+    fake.set_branch(REPO, "main", &remote.branch("main").unwrap());
+    let cookie = crate::web::sign_in(&app).await;
+    for state in ["behind", "dirty"] {
+        fake.set_mergeable_state(REPO, number, state);
+        app.drive("github_poller").await;
+        refresh(&app).await;
+        let due = format!("refresh-due:{id}:{sha}:{state}");
+        assert_eq!(store.count_by_key(Source::Pidevops, &due).await.unwrap(), 1);
+        // Marked for a person, on the board and the task page; nothing refreshed, nothing pushed.
+        app.project().await;
+        assert_eq!(behind(&app, id, &cookie).await, (true, true), "{state}");
+        assert!(refreshes(&store, id).await.is_empty());
+        assert_eq!(pushes(&remote, &branch).len(), 1, "only the attempt's push");
+    }
+    let key = format!("poll:push:{REPO}:main:{}", remote.branch("main").unwrap());
+    assert_eq!(store.count_by_key(Source::Github, &key).await.unwrap(), 0);
+    let row = board::row_in(&store, id).await.unwrap();
+    assert_eq!(row.column, Column::InReview);
+    assert!(!row.needs_human, "{row:?}");
 }

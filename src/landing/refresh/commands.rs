@@ -1,14 +1,64 @@
 //! The board commands a refresh ends in: its push recorded (`task.refreshed`), held for the repository's check,
-//! a conflict handed to an agent, or a person flagged. A command the task refuses now (it moved on meanwhile) is
+//! a conflict handed to an agent, or a person flagged; and a due branch found current already (`refresh.current`). A command the task refuses now (it moved on meanwhile) is
 //! logged, not an error.
 
 use anyhow::Context;
 
-use super::{RefreshProgress, Refresher, ACTOR};
+use serde::{Deserialize, Serialize};
+
+use super::{RefreshProgress, Refresher, ACTOR, CURRENT};
 use crate::board::BoardError;
+use crate::domain::{EventType, NewEvent, Source};
 use crate::tasks::{Command, CommitSha, Conflict, Reason, RefreshCheck, RefreshMode, TaskId};
 
+/// `refresh.current`: task `task`'s branch at `head` holds `base` already (a `refresh.due` asked for it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Current {
+    pub task: TaskId,
+    pub head: String,
+    pub base: String,
+}
+
+impl Current {
+    /// `refresh-current:<task>:<head>:<base>`: once per head and base (the tasks projector reads the task from it).
+    pub fn key(&self) -> String {
+        format!(
+            "refresh-current:{}:{}:{}",
+            self.task,
+            self.head.to_ascii_lowercase(),
+            self.base.to_ascii_lowercase()
+        )
+    }
+}
+
 impl Refresher {
+    /// Records that `id`'s branch at `head` holds `base` already: the board's `behind` mark is cleared.
+    pub(super) async fn current(
+        &self,
+        id: TaskId,
+        head: &CommitSha,
+        base: &str,
+    ) -> anyhow::Result<()> {
+        let current = Current {
+            task: id,
+            head: head.as_str().to_owned(),
+            base: base.to_owned(),
+        };
+        let key = current.key();
+        let new = NewEvent::new(
+            Source::Pidevops,
+            EventType::from_stored(CURRENT.to_owned()),
+            key.clone(),
+            "application/json",
+            bytes::Bytes::from(serde_json::to_vec(&current).context("encoding refresh.current")?),
+        );
+        self.log
+            .append(new)
+            .await
+            .with_context(|| format!("recording {key}"))?;
+        Ok(())
+    }
+
     pub(super) async fn record(
         &self,
         id: TaskId,

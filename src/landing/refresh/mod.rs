@@ -32,7 +32,9 @@
 //! The pollers also read what each host says of each review request: a pull request GitHub finds `behind` its base
 //! or `dirty` (`mergeable_state`), a merge request GitLab finds `need_rebase` or `conflict`
 //! (`detailed_merge_status`, recorded as `behind` / `dirty`), is appended as `refresh.due` for its task, which this
-//! loop refreshes alone (a conflict then goes to an agent, as above).
+//! loop refreshes alone (a conflict then goes to an agent, as above); one it finds current already is recorded as
+//! `refresh.current` (`refresh-current:<task>:<head>:<base>`), which clears the board's `behind` mark. A repository
+//! whose `refresh` is `"off"` is never refreshed: its dues only mark the board (a person acts).
 //!
 //! Exactly once: before its push, a refresh records what it is about to push (`refresh.pushing` in the stream
 //! `refresh:<task>`); the commit it makes is the same when made again (dated by the base push). A restart
@@ -63,6 +65,7 @@ use crate::projectors::tasks::{self as task_rows, TaskFilter};
 use crate::tasks::{
     Column, CommitSha, Conflict, RefreshCheck, RefreshMode, RepoName, Task, TaskId,
 };
+pub use commands::Current;
 
 /// The loop's name and its checkpoint's.
 pub const REFRESH: &str = "refresh";
@@ -75,6 +78,8 @@ pub const BASE_HANDLED: &str = "refresh.base_handled";
 /// A task's review request its host finds behind its base or conflicting (GitHub's `behind` / `dirty`, GitLab's
 /// `need_rebase` / `conflict`), read by the host's poller: the task is refreshed as on a base push.
 pub const DUE: &str = crate::projectors::tasks::REFRESH_DUE;
+/// A task a `refresh.due` asked to refresh holds its base already: the host's word was stale.
+pub const CURRENT: &str = crate::projectors::tasks::REFRESH_CURRENT;
 /// The longest one refresh may take (fetches, the rebase or merge, the push).
 const REFRESH_TIMEOUT: Duration = Duration::from_secs(45);
 
@@ -238,7 +243,7 @@ impl Refresher {
             // and base are what the refresh reads.
             let due: Due = serde_json::from_slice(&event.body).context("reading refresh.due")?;
             let ended = self
-                .refresh(due.task, event.recorded_at.timestamp(), progress)
+                .refresh(due.task, event.recorded_at.timestamp(), true, progress)
                 .await?;
             metrics::counter!("pidevops_refreshes_total", "outcome" => ended.as_str()).increment(1);
             return Ok(());
@@ -326,17 +331,18 @@ impl Refresher {
         stamp: i64,
         progress: &mut RefreshProgress,
     ) -> anyhow::Result<Ended> {
-        let ended = self.refresh(id, stamp, progress).await?;
+        let ended = self.refresh(id, stamp, false, progress).await?;
         metrics::counter!("pidevops_refreshes_total", "outcome" => ended.as_str()).increment(1);
         Ok(ended)
     }
 
     /// Refreshes task `id` (see the module doc): once, and once more when a refresh cut off by a restart is
-    /// found pushed and recorded first.
+    /// found pushed and recorded first. `due`: asked by a `refresh.due` (a branch current already is recorded).
     async fn refresh(
         &self,
         id: TaskId,
         stamp: i64,
+        due: bool,
         progress: &mut RefreshProgress,
     ) -> anyhow::Result<Ended> {
         for _ in 0..2 {
@@ -345,7 +351,9 @@ impl Refresher {
                 return Ok(Ended::Skipped);
             };
             let task = &loaded.task;
-            if !self.refreshes(task) {
+            // `refresh = "off"`: its dues only mark the board.
+            let off = board.config().land_for(task.repo()).refresh == RefreshMode::Off;
+            if off || !self.refreshes(task) {
                 return Ok(Ended::Skipped);
             }
             let Some(commit) = self.head(task).await? else {
@@ -382,7 +390,10 @@ impl Refresher {
                 Err(error) => return Err(error).with_context(|| format!("refreshing {id}")),
             };
             match result {
-                RefreshResult::Current { .. } => {
+                RefreshResult::Current { base } => {
+                    if due {
+                        self.current(id, &commit, &base).await?;
+                    }
                     progress.current += 1;
                     return Ok(Ended::Current);
                 }

@@ -1,6 +1,9 @@
 //! The board's "behind" mark (issue 33): a task whose review request its host finds `behind` its base or `dirty`
 //! (in conflict with it), as its poller recorded it (`refresh.due`, keyed `refresh-due:<task>:<head>:<state>`),
-//! until the task's next push (`task.refreshed`, `task.submitted_for_review`). Read from the events' headers only
+//! until the task's next push (`task.refreshed`, `task.submitted_for_review`) or until the refresh loop finds its
+//! branch holding the base already (`refresh.current`, keyed `refresh-current:<task>:<head>:<base>`: the host's
+//! word was stale). A repository whose `refresh` is `"off"` is marked too (its poller still records what the host
+//! says; nothing refreshes it): a person must act. Read from the events' headers only
 //! (the key and the type: no body is read), folded in log order, the last word per task written in the batch's
 //! transaction. A mark about a head the task was refreshed from since is dropped when the row is read.
 
@@ -14,6 +17,11 @@ use crate::tasks::TaskId;
 pub const REFRESH_DUE: &str = "refresh.due";
 /// How `refresh.due`'s key starts (`landing::refresh::Due::key`).
 const DUE_KEY_PREFIX: &str = "refresh-due:";
+/// The type of the event the refresh loop appends when a task it was asked to refresh (a `refresh.due`) holds
+/// its base already.
+pub const REFRESH_CURRENT: &str = "refresh.current";
+/// How `refresh.current`'s key starts (`landing::refresh::current_key`).
+const CURRENT_KEY_PREFIX: &str = "refresh-current:";
 /// The task events after which a branch is pushed anew: what was behind is not any more.
 const PUSHED: [&str; 2] = ["task.refreshed", "task.submitted_for_review"];
 
@@ -23,6 +31,15 @@ pub fn due_key_parts(key: &str) -> Option<(TaskId, &str, &str)> {
     let task = parts.next()?.parse().ok()?;
     let (head, state) = (parts.next()?, parts.next()?);
     (!head.is_empty() && !state.is_empty()).then_some((task, head, state))
+}
+
+/// A `refresh.current` key's task; none for another key.
+fn current_key_task(key: &str) -> Option<TaskId> {
+    key.strip_prefix(CURRENT_KEY_PREFIX)?
+        .split(':')
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Each task's last word in `events`, in first-seen order: marked behind (its state and head), or cleared.
@@ -40,6 +57,10 @@ pub(super) fn marks(events: &[StoredEvent]) -> Vec<(TaskId, Option<(String, Stri
         if event.source == super::SOURCE && event.event_type == REFRESH_DUE {
             if let Some((task, head, state)) = due_key_parts(&event.dedup_key) {
                 set(task, Some((state.to_owned(), head.to_ascii_lowercase())));
+            }
+        } else if event.source == super::SOURCE && event.event_type == REFRESH_CURRENT {
+            if let Some(task) = current_key_task(&event.dedup_key) {
+                set(task, None);
             }
         } else if is_task_event(event) && PUSHED.contains(&event.event_type.as_str()) {
             let stream = event.stream.as_deref().unwrap_or_default();
@@ -100,7 +121,7 @@ mod tests {
     }
 
     #[test]
-    fn the_last_word_per_task_wins_a_push_clears_and_a_due_marks() {
+    fn the_last_word_per_task_wins_a_push_or_a_current_head_clears_and_a_due_marks() {
         let head = "b".repeat(40);
         let due = |p: i64, task: &str, state: &str| {
             header(
@@ -123,6 +144,15 @@ mod tests {
             pushed(7, "T-4", "task.check_passed"),
             due(8, "T-4", "behind"),
             header(9, "task.refreshed", Some("refresh:T-4"), "9"),
+            due(10, "T-5", "behind"),
+            header(
+                11,
+                REFRESH_CURRENT,
+                None,
+                &format!("refresh-current:T-5:{head}:{head}"),
+            ),
+            due(12, "T-6", "behind"),
+            header(13, REFRESH_CURRENT, None, "refresh-current:nope:x:y"),
         ]);
         let shown: Vec<(String, Option<&str>)> = marks
             .iter()
@@ -140,6 +170,8 @@ mod tests {
                 ("T-2".to_owned(), Some("dirty")),
                 ("T-3".to_owned(), None),
                 ("T-4".to_owned(), Some("behind")),
+                ("T-5".to_owned(), None),
+                ("T-6".to_owned(), Some("behind")),
             ]
         );
     }

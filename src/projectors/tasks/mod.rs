@@ -29,7 +29,7 @@ mod read;
 mod summary;
 mod write;
 
-pub use behind::{due_key_parts, REFRESH_DUE};
+pub use behind::{due_key_parts, REFRESH_CURRENT, REFRESH_DUE};
 pub use read::{
     counts, get, get_many, list, merged_pull_requests, repos, task_for_link, timeline,
     timeline_entry,
@@ -366,8 +366,8 @@ impl Projector for TasksProjector {
 
     /// 2: the stored state carries the ticket version (`ticket_version`). 3: `task_merges`. 4: `search_text`.
     fn version(&self) -> i64 {
-        // 5: a stale review's `stale_since` is in the row's state. 6: `behind` (`refresh.due`).
-        6
+        // 5: a stale review's `stale_since` is in the row's state. 6: `behind` (`refresh.due`). 7: cleared by `refresh.current`.
+        7
     }
 
     fn bodies(&self) -> Bodies {

@@ -11,9 +11,10 @@
 //! `github.push` of that head (`poll:push:<repo>:<base>:<sha>`), which the refresh loop handles as the webhook's;
 //! it records each head it handled, so the webhook and the poller never refresh for the same head twice.
 //!
-//! A pull request GitHub finds `behind` its base or `dirty` (its `mergeable_state`, read, not guessed) on such a
-//! repository is appended as `refresh.due` for its task (`refresh-due:<task>:<head>:<state>`), unless its base's
-//! push was appended in the same poll (that refreshes every task of the repository).
+//! A pull request GitHub finds `behind` its base or `dirty` (its `mergeable_state`, read, not guessed) is appended
+//! as `refresh.due` for its task (`refresh-due:<task>:<head>:<state>`), unless its base's push was appended in the
+//! same poll (that refreshes every task of the repository); on a repository with `refresh = "off"` too, where it
+//! only marks the board (the refresh loop never refreshes it).
 //!
 //! Each appended fact has a dedup key naming it (`poll:pull_request:<repo>#<n>:closed`,
 //! `poll:check_suite:<id>:<conclusion>`, `poll:issues:<repo>#<n>:closed:<updated_at>`), so polls append it once.
@@ -229,8 +230,9 @@ impl GithubPoller {
         Ok(())
     }
 
-    /// A pull request GitHub finds `behind` its base or `dirty` (read, not guessed) on a repository that refreshes:
-    /// `refresh.due` for its task, once per head and state.
+    /// A pull request GitHub finds `behind` its base or `dirty` (read, not guessed): `refresh.due` for its task,
+    /// once per head and state. On a repository whose `refresh` is `"off"` too: the refresh loop leaves it, and the
+    /// board marks it for a person.
     async fn behind(
         &self,
         task: TaskId,
@@ -244,9 +246,6 @@ impl GithubPoller {
             Some(MergeableState::Dirty) => "dirty",
             _ => return Ok(()),
         };
-        if refresh::refreshed_base(&self.board, &self.sources, &repo).is_none() {
-            return Ok(());
-        }
         let due = refresh::Due {
             task,
             repo,

@@ -162,7 +162,7 @@ pub(super) fn gitlab_poller(s: &Settings) -> PlannedLoop {
         config,
         gitlab.token.is_some(),
         "GITLAB_TOKEN",
-        "asks GitLab for each project's merge requests changed since the last poll and appends a task's merge or close the webhook missed; reads the base branch of each project with a merge request in review that refreshes (moved) and those merge requests' detailed_merge_status (need_rebase, conflict)",
+        "asks GitLab for each project's merge requests changed since the last poll and appends a task's merge or close the webhook missed; reads the base branch of each project with a merge request in review that refreshes (moved) and its merge requests' detailed_merge_status (need_rebase, conflict; refresh = \"off\" too, which only marks the board)",
     )
 }
 

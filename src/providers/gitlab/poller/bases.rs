@@ -7,7 +7,8 @@
 //! And each of those merge requests as GitLab finds it (`detailed_merge_status`, read, not guessed): `need_rebase`
 //! is appended as `refresh.due` `behind`, `conflict` as `refresh.due` `dirty` (`refresh-due:<task>:<head>:<state>`),
 //! unless its project's push was appended in the same poll (that refreshes every task of the project) or its task
-//! waits for a person.
+//! waits for a person. A project whose `refresh` is `"off"` has no base read, but its merge requests are: their
+//! dues mark the board (the refresh loop never refreshes them).
 //!
 //! Only merge requests pidevops recorded: the task's `gitlab_mr` link names the task's own repository, one of the
 //! configured projects, and the iid asked for; GitLab's answer is held to it: open, that iid, from
@@ -67,10 +68,11 @@ impl GitlabPoller {
             });
         }
         for (project, recorded) in by_project {
-            let Some(base) = refreshed_base(self.board.config(), &self.sources, &project) else {
-                continue;
-            };
-            progress.bases += 1;
+            // `refresh = "off"`: no base is read, but what GitLab says of its merge requests marks the board.
+            let base = refreshed_base(self.board.config(), &self.sources, &project);
+            if base.is_some() {
+                progress.bases += 1;
+            }
             let mut ours = Vec::new();
             for Recorded { task, iid, flagged } in recorded {
                 if flagged {
@@ -94,8 +96,10 @@ impl GitlabPoller {
                 }
             }
             let id = ours.first().map(|(_, mr)| mr.target_project_id);
-            if self.base_head(&project, &base, id, progress).await? {
-                continue;
+            if let Some(base) = &base {
+                if self.base_head(&project, base, id, progress).await? {
+                    continue;
+                }
             }
             for (task, mr) in ours {
                 self.due(task, &project, &mr, progress).await?;
