@@ -7,7 +7,9 @@
 //! task alone, and one it finds in `conflict` goes to an agent (which leaves the markers: the task is flagged with
 //! the file). A Push Hook naming another project, another branch, a GitHub repository, a deleted base, or lying
 //! about its head, and a fork's merge request named like pidevops's branch, move nothing. Armed by `GITLAB_TOKEN`
-//! alone, the loop skips a GitHub repository's task whose remote needs `GITHUB_TOKEN` and goes on. Per backend.
+//! alone, the loop skips a GitHub repository's task whose remote needs `GITHUB_TOKEN` and goes on. A merge request
+//! GitLab finds `need_rebase` on a project with `refresh = "off"` is marked behind on the board and never
+//! refreshed (no base read, nothing pushed, the refresh loop not armed). Per backend.
 
 use std::path::Path;
 use std::time::Duration;
@@ -30,6 +32,7 @@ per_backend!(
     a_lost_push_hook_is_caught_by_the_gitlab_poller_and_need_rebase_or_conflict_refreshes_that_task_alone,
     strangers_push_hooks_a_lying_one_and_a_forks_merge_request_move_nothing,
     with_gitlab_s_token_only_a_github_repository_s_base_push_is_skipped_and_the_loop_goes_on,
+    need_rebase_on_a_project_that_does_not_refresh_is_marked_behind_and_never_refreshed,
 );
 
 const PROJECT: &str = "acme/platform/api";
@@ -44,6 +47,17 @@ sed -i "s/^line $line\$/line $line by $task/" shared.txt"#;
 /// The app: `PROJECT` on GitLab, cloned from `remote`, landed by pidevops once its pipeline passed (no approval),
 /// its base refreshed by rebase (the default); the poller driven by the test only (its first tick done).
 async fn app(db: &TestDb, gitlab: &FakeGitlab, remote: &Remote, scratch: &Path) -> TestApp {
+    app_with(db, gitlab, remote, scratch, "").await
+}
+
+/// [`app`] with `extra` lines in `PROJECT`'s table.
+async fn app_with(
+    db: &TestDb,
+    gitlab: &FakeGitlab,
+    remote: &Remote,
+    scratch: &Path,
+    extra: &str,
+) -> TestApp {
     gitlab.serve_repo(PROJECT, &remote.dir.path().join("remote.git"));
     let script = agent(scratch, "agent.sh", SCRIPT);
     let mut settings = crate::common::settings(db);
@@ -69,6 +83,7 @@ async fn app(db: &TestDb, gitlab: &FakeGitlab, remote: &Remote, scratch: &Path) 
         land = "auto"
         approvals = 0
         required_checks = ["pipeline"]
+        {extra}
 
         # A GitHub repository: GitLab's hooks never name it.
         [repos."acme/app"]
@@ -84,6 +99,7 @@ async fn app(db: &TestDb, gitlab: &FakeGitlab, remote: &Remote, scratch: &Path) 
         "#,
         script = script.display(),
         url = remote.url(),
+        extra = extra,
     )
     .parse()
     .unwrap();
@@ -592,4 +608,42 @@ async fn store_count(app: &TestApp, key: &str) -> i64 {
         .count_by_key(Source::Pidevops, key)
         .await
         .unwrap()
+}
+
+async fn need_rebase_on_a_project_that_does_not_refresh_is_marked_behind_and_never_refreshed(
+    db: TestDb,
+) {
+    let gitlab = FakeGitlab::start().await;
+    let remote = Remote::new();
+    remote.commit_to_main("shared.txt", &shared(&[]));
+    record_pushes(&remote);
+    let scratch = tempfile::tempdir().unwrap();
+    let app = app_with(&db, &gitlab, &remote, scratch.path(), r#"refresh = "off""#).await;
+    let (base, store) = (app.url(""), app.state.log.store().clone());
+    let id = create_task(&base, PROJECT).await;
+    let (iid, _) = in_review(&store, id).await;
+    let branch = format!("refs/heads/{}", id.branch());
+    // main moves (a refresh would push) and GitLab finds the merge request `need_rebase`.
+    remote.commit_to_main("elsewhere.txt", "apart\n");
+    gitlab.set_merge_status(PROJECT, iid, "need_rebase");
+    let head = remote.branch(id.branch().as_str()).unwrap();
+    app.drive(POLLER).await;
+    let due = format!("refresh-due:{id}:{head}:behind");
+    assert_eq!(store_count(&app, &due).await, 1);
+    // Marked for a person; nothing refreshed, nothing pushed, the base not read (no project refreshes here: the
+    // refresh loop is not even armed).
+    app.project().await;
+    let row = board::row_in(&store, id).await.unwrap();
+    assert!(row.is_behind(), "{row:?}");
+    assert!(!row.needs_human, "{row:?}");
+    assert!(refreshes(&store, id).await.is_empty());
+    assert_eq!(pushes(&remote, &branch).len(), 1, "only the attempt's push");
+    assert!(
+        !gitlab
+            .branch_reads()
+            .contains(&(PROJECT.to_owned(), "main".to_owned())),
+        "{:?}",
+        gitlab.branch_reads()
+    );
+    app.stop().await;
 }
