@@ -79,4 +79,14 @@ if [ ${#stray[@]} -gt 0 ]; then
 fi
 shopt -u nullglob
 
+# The integration tests mostly wait (on git, child processes, the loops' ticks, the fake APIs), not compute: with
+# one test per core the cores sat about half idle (docs/benchmarks.md, "CI: where the time goes"). So twice the
+# cores, at most four (what was measured; each test's app holds its own database pools). RUST_TEST_THREADS wins.
+if [ -z "${RUST_TEST_THREADS:-}" ]; then
+    threads=$(( $(nproc) * 2 ))
+    [ "$threads" -gt 4 ] && threads=4
+    export RUST_TEST_THREADS=$threads
+fi
+echo "test: ${RUST_TEST_THREADS} tests at a time"
+
 exec cargo test --locked --all-targets "$@"

@@ -429,63 +429,112 @@ pub async fn standings(
     repo: &str,
     today: NaiveDate,
 ) -> Result<Vec<Standing>, StoreError> {
-    if !config.any() {
-        return Ok(Vec::new());
-    }
-    let on_record = raises_on_record(store).await?;
-    let raises: Vec<Raised> = on_record.iter().map(|(_, r)| r.clone()).collect();
-    let mut out = Vec::new();
-    if config.task.is_set() {
-        let spent = usage_rows::task(store, &task.to_string())
+    Ledger::read(store, config, today)
+        .await?
+        .standings(store, config, task, repo)
+        .await
+}
+
+/// What every task's standings share on one day: the raises on record and the day's usage rows. The dispatcher
+/// reads it once per tick, not once per queued candidate (each would read the budget stream and the day's rows
+/// again); only a task's own spend is read per task.
+pub struct Ledger {
+    on_record: Vec<(i64, Raised)>,
+    today: NaiveDate,
+    today_rows: Vec<usage_rows::DayRow>,
+}
+
+impl Ledger {
+    /// Reads what `config`'s limits need on `today` (nothing when no limit is set).
+    pub async fn read(
+        store: &EventStore,
+        config: &BudgetsConfig,
+        today: NaiveDate,
+    ) -> Result<Self, StoreError> {
+        if !config.any() {
+            return Ok(Self {
+                on_record: Vec::new(),
+                today,
+                today_rows: Vec::new(),
+            });
+        }
+        let on_record = raises_on_record(store).await?;
+        let today_rows = if config.repo_daily.is_set() || config.daily.is_set() {
+            let day = today.format("%Y-%m-%d").to_string();
+            usage_rows::days(
+                store,
+                &UsageFilter {
+                    since: Some(today),
+                    repo: None,
+                },
+            )
             .await?
-            .map(|row| row.spent)
-            .unwrap_or_default();
-        let scope = Scope::task(task);
-        out.push(standing(
-            scope.clone(),
-            &spent,
-            in_force(config.task, &raises, &scope),
-            &on_record,
-        ));
+            .into_iter()
+            .filter(|r| r.day == day)
+            .collect()
+        } else {
+            Vec::new()
+        };
+        Ok(Self {
+            on_record,
+            today,
+            today_rows,
+        })
     }
-    if config.repo_daily.is_set() || config.daily.is_set() {
-        let today_rows = usage_rows::days(
-            store,
-            &UsageFilter {
-                since: Some(today),
-                repo: None,
-            },
-        )
-        .await?;
-        let day = today.format("%Y-%m-%d").to_string();
-        let today_rows: Vec<_> = today_rows.into_iter().filter(|r| r.day == day).collect();
+
+    /// [`standings`] of a task in `repo`, from this ledger and the task's own spend.
+    pub async fn standings(
+        &self,
+        store: &EventStore,
+        config: &BudgetsConfig,
+        task: TaskId,
+        repo: &str,
+    ) -> Result<Vec<Standing>, StoreError> {
+        if !config.any() {
+            return Ok(Vec::new());
+        }
+        let raises: Vec<Raised> = self.on_record.iter().map(|(_, r)| r.clone()).collect();
+        let mut out = Vec::new();
+        if config.task.is_set() {
+            let spent = usage_rows::task(store, &task.to_string())
+                .await?
+                .map(|row| row.spent)
+                .unwrap_or_default();
+            let scope = Scope::task(task);
+            out.push(standing(
+                scope.clone(),
+                &spent,
+                in_force(config.task, &raises, &scope),
+                &self.on_record,
+            ));
+        }
         if config.repo_daily.is_set() {
             let spent = usage_rows::total(
-                today_rows
+                self.today_rows
                     .iter()
                     .filter(|r| r.repo == repo)
                     .map(|r| &r.spent),
             );
-            let scope = Scope::repo(repo, today);
+            let scope = Scope::repo(repo, self.today);
             out.push(standing(
                 scope.clone(),
                 &spent,
                 in_force(config.repo_daily, &raises, &scope),
-                &on_record,
+                &self.on_record,
             ));
         }
         if config.daily.is_set() {
-            let spent = usage_rows::total(today_rows.iter().map(|r| &r.spent));
-            let scope = Scope::day(today);
+            let spent = usage_rows::total(self.today_rows.iter().map(|r| &r.spent));
+            let scope = Scope::day(self.today);
             out.push(standing(
                 scope.clone(),
                 &spent,
                 in_force(config.daily, &raises, &scope),
-                &on_record,
+                &self.on_record,
             ));
         }
+        Ok(out)
     }
-    Ok(out)
 }
 
 /// A scope's standing from what its rows spent, its limit in force, and the raises on record (with positions).

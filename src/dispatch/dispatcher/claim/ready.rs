@@ -14,7 +14,8 @@ use crate::tasks::{Column, Failure, RepoName, RetryCause, TaskId};
 
 impl Dispatcher {
     /// The candidates no spent budget holds back, how many were, and each budget spent or past its soft limit in
-    /// words (for `/health`). Reads the usage read model per candidate: only when `[budgets]` sets a limit.
+    /// words (for `/health`). Reads the raises and today's usage once per tick and each candidate's own spend: only when `[budgets]` sets a
+    /// limit.
     pub(super) async fn within_budgets(
         &self,
         candidates: Vec<Candidate>,
@@ -27,16 +28,14 @@ impl Dispatcher {
         let mut kept = Vec::with_capacity(candidates.len());
         let mut held = 0;
         let mut words = std::collections::BTreeSet::new();
-        for candidate in candidates {
-            let standings = crate::budgets::standings(
-                self.store(),
-                config,
-                candidate.id,
-                candidate.repo.as_str(),
-                today,
-            )
+        let ledger = crate::budgets::Ledger::read(self.store(), config, today)
             .await
-            .with_context(|| format!("reading the budgets of {}", candidate.id))?;
+            .context("reading the budgets' raises and today's spend")?;
+        for candidate in candidates {
+            let standings = ledger
+                .standings(self.store(), config, candidate.id, candidate.repo.as_str())
+                .await
+                .with_context(|| format!("reading the budgets of {}", candidate.id))?;
             for standing in &standings {
                 let notice = match standing.over(&Default::default()) {
                     Some(why) => Some(("exceeded", why)),

@@ -42,7 +42,8 @@ async fn app(db: &TestDb, fake: &FakeGitlab) -> TestApp {
 }
 
 /// A GitLab task in review: its run pushed [`SHA`], its merge request !7 recorded (what `effects:gitlab` records
-/// once it opens one).
+/// once it opens one). Recorded before the task reaches review: from then on `effects:gitlab`, running in the
+/// background, opens a merge request of the fake's own numbering, and whichever link came first would stand.
 async fn in_review(app: &TestApp) -> TaskId {
     let id = new_task("Paginate /v1/items past the last page")
         .repo(REPO)
@@ -50,8 +51,6 @@ async fn in_review(app: &TestApp) -> TaskId {
         .approval(ApprovalPolicy::Auto)
         .create(app)
         .await;
-    let run = to_review(app, id, None).await;
-    pushed(app, id, run, SHA).await;
     let mr = GitlabMrRef::new(REPO.parse().unwrap(), MR).unwrap();
     let links = Links::default().with(GITLAB_MR, &mr);
     app.state
@@ -59,6 +58,8 @@ async fn in_review(app: &TestApp) -> TaskId {
         .execute(id, &Command::AttachLinks { links }, "test")
         .await
         .unwrap();
+    let run = to_review(app, id, None).await;
+    pushed(app, id, run, SHA).await;
     id
 }
 
