@@ -1,6 +1,6 @@
 //! The board commands a refresh ends in: its push recorded (`task.refreshed`), held for the repository's check,
-//! a conflict handed to an agent, or a person flagged; and a due branch found current already (`refresh.current`). A command the task refuses now (it moved on meanwhile) is
-//! logged, not an error.
+//! a conflict handed to an agent, or a person flagged; and a due branch found current already (`refresh.current`).
+//! A command the task refuses now (it moved on meanwhile) is logged, not an error.
 
 use anyhow::Context;
 

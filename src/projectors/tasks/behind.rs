@@ -20,7 +20,7 @@ const DUE_KEY_PREFIX: &str = "refresh-due:";
 /// The type of the event the refresh loop appends when a task it was asked to refresh (a `refresh.due`) holds
 /// its base already.
 pub const REFRESH_CURRENT: &str = "refresh.current";
-/// How `refresh.current`'s key starts (`landing::refresh::current_key`).
+/// How `refresh.current`'s key starts (`landing::refresh::Current::key`).
 const CURRENT_KEY_PREFIX: &str = "refresh-current:";
 /// The task events after which a branch is pushed anew: what was behind is not any more.
 const PUSHED: [&str; 2] = ["task.refreshed", "task.submitted_for_review"];

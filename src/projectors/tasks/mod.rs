@@ -366,7 +366,8 @@ impl Projector for TasksProjector {
 
     /// 2: the stored state carries the ticket version (`ticket_version`). 3: `task_merges`. 4: `search_text`.
     fn version(&self) -> i64 {
-        // 5: a stale review's `stale_since` is in the row's state. 6: `behind` (`refresh.due`). 7: cleared by `refresh.current`.
+        // 5: a stale review's `stale_since` is in the row's state. 6: `behind` (`refresh.due`). 7: `behind`
+        // cleared by `refresh.current`.
         7
     }
 

@@ -14,8 +14,8 @@ use crate::tasks::{Column, Failure, RepoName, RetryCause, TaskId};
 
 impl Dispatcher {
     /// The candidates no spent budget holds back, how many were, and each budget spent or past its soft limit in
-    /// words (for `/health`). Reads the raises and today's usage once per tick and each candidate's own spend: only when `[budgets]` sets a
-    /// limit.
+    /// words (for `/health`). Reads the raises and today's usage once per tick and each candidate's own spend:
+    /// only when `[budgets]` sets a limit.
     pub(super) async fn within_budgets(
         &self,
         candidates: Vec<Candidate>,
