@@ -9,11 +9,12 @@
 //! Per backend.
 
 use pidevops::domain::Source;
-use pidevops::tasks::Column;
+use pidevops::eventlog::EventStore;
+use pidevops::tasks::{Column, TaskId};
 use serde_json::{json, Value};
 
 use crate::common::agents::{Remote, REPO};
-use crate::common::{board, within, TestDb};
+use crate::common::{board, within, TestApp, TestDb};
 use crate::land::{app, create_task, in_review, post, settle};
 use crate::providers::github::fake::FakeGithub;
 use crate::providers::github::gh_fixture as fixture;
@@ -29,6 +30,49 @@ per_backend!(
 
 const SCRIPT: &str = "sed -i 's/^line 25$/line 25 by the agent/' shared.txt";
 
+/// One task in review on `REPO` whose pull request's head the fake GitHub knows, its branch
+/// (`refs/heads/…`), and the app running on the test's file as `edit` leaves it.
+struct Rig {
+    fake: FakeGithub,
+    remote: Remote,
+    scratch: tempfile::TempDir,
+    app: TestApp,
+    base: String,
+    store: EventStore,
+    id: TaskId,
+    number: u64,
+    sha: String,
+    branch: String,
+}
+
+async fn rig(db: &TestDb, edit: impl FnOnce(&mut toml::Table)) -> Rig {
+    let fake = FakeGithub::start().await;
+    let remote = Remote::new();
+    remote.commit_to_main("shared.txt", &shared(&[]));
+    record_pushes(&remote);
+    let scratch = tempfile::tempdir().unwrap();
+    let mut file = file(&remote, scratch.path(), SCRIPT);
+    edit(&mut file);
+    let app = app(db, &fake, file, scratch.path()).await;
+    let (base, store) = (app.url(""), app.state.log.store().clone());
+    let id = create_task(&base, REPO).await;
+    let (number, sha) = in_review(&store, id, 1).await;
+    fake.set_head(REPO, number, &sha);
+    let branch = format!("refs/heads/{}", id.branch());
+    Rig {
+        fake,
+        remote,
+        scratch,
+        app,
+        base,
+        store,
+        id,
+        number,
+        sha,
+        branch,
+    }
+}
+
 /// A GitHub `push` of `repo`'s main whose new head is `after`.
 fn base_push(repo: &str, after: &str) -> Value {
     let mut body = push(repo, "refs/heads/main");
@@ -39,23 +83,18 @@ fn base_push(repo: &str, after: &str) -> Value {
 async fn a_lost_base_push_is_caught_by_the_poller_and_a_head_told_twice_is_refreshed_once(
     db: TestDb,
 ) {
-    let fake = FakeGithub::start().await;
-    let remote = Remote::new();
-    remote.commit_to_main("shared.txt", &shared(&[]));
-    record_pushes(&remote);
-    let scratch = tempfile::tempdir().unwrap();
-    let app = app(
-        &db,
-        &fake,
-        file(&remote, scratch.path(), SCRIPT),
-        scratch.path(),
-    )
-    .await;
-    let (base, store) = (app.url(""), app.state.log.store().clone());
-    let id = create_task(&base, REPO).await;
-    let (number, sha) = in_review(&store, id, 1).await;
-    fake.set_head(REPO, number, &sha);
-    let branch = format!("refs/heads/{}", id.branch());
+    let Rig {
+        fake,
+        remote,
+        scratch,
+        app,
+        base,
+        store,
+        id,
+        number: _,
+        sha,
+        branch,
+    } = rig(&db, |_| {}).await;
     fake.set_branch(REPO, "main", &remote.branch("main").unwrap());
     // The base where the task started: the poller's first look finds the branch current, nothing pushed.
     app.drive("github_poller").await;
@@ -161,23 +200,18 @@ async fn a_lost_base_push_is_caught_by_the_poller_and_a_head_told_twice_is_refre
 }
 
 async fn a_lying_base_push_and_a_forks_pull_request_named_like_ours_move_nothing(db: TestDb) {
-    let fake = FakeGithub::start().await;
-    let remote = Remote::new();
-    remote.commit_to_main("shared.txt", &shared(&[]));
-    record_pushes(&remote);
-    let scratch = tempfile::tempdir().unwrap();
-    let app = app(
-        &db,
-        &fake,
-        file(&remote, scratch.path(), SCRIPT),
-        scratch.path(),
-    )
-    .await;
-    let (base, store) = (app.url(""), app.state.log.store().clone());
-    let id = create_task(&base, REPO).await;
-    let (number, sha) = in_review(&store, id, 1).await;
-    fake.set_head(REPO, number, &sha);
-    let branch = format!("refs/heads/{}", id.branch());
+    let Rig {
+        fake,
+        remote,
+        scratch: _scratch,
+        app,
+        base,
+        store,
+        id,
+        number,
+        sha,
+        branch,
+    } = rig(&db, |_| {}).await;
     let before = board::row_in(&store, id).await.unwrap();
 
     // A push of the configured base whose payload lies (a new head, commits): the remote did not move.
@@ -249,23 +283,18 @@ async fn behind(
 async fn a_pull_request_github_finds_behind_is_refreshed_and_one_it_finds_dirty_flags_its_conflict(
     db: TestDb,
 ) {
-    let fake = FakeGithub::start().await;
-    let remote = Remote::new();
-    remote.commit_to_main("shared.txt", &shared(&[]));
-    record_pushes(&remote);
-    let scratch = tempfile::tempdir().unwrap();
-    let app = app(
-        &db,
-        &fake,
-        file(&remote, scratch.path(), SCRIPT),
-        scratch.path(),
-    )
-    .await;
-    let (base, store) = (app.url(""), app.state.log.store().clone());
-    let id = create_task(&base, REPO).await;
-    let (number, sha) = in_review(&store, id, 1).await;
-    fake.set_head(REPO, number, &sha);
-    let branch = format!("refs/heads/{}", id.branch());
+    let Rig {
+        fake,
+        remote,
+        scratch: _scratch,
+        app,
+        base: _,
+        store,
+        id,
+        number,
+        sha,
+        branch,
+    } = rig(&db, |_| {}).await;
     // The base moves; neither its webhook nor the base's head on GitHub (the fake has no main) tells of it.
     remote.commit_to_main("shared.txt", &shared(&[(2, "line 2 by a teammate")]));
 
@@ -361,23 +390,18 @@ async fn a_pull_request_github_finds_behind_is_refreshed_and_one_it_finds_dirty_
 async fn a_pull_request_github_finds_behind_while_current_is_recorded_current_and_not_marked(
     db: TestDb,
 ) {
-    let fake = FakeGithub::start().await;
-    let remote = Remote::new();
-    remote.commit_to_main("shared.txt", &shared(&[]));
-    record_pushes(&remote);
-    let scratch = tempfile::tempdir().unwrap();
-    let app = app(
-        &db,
-        &fake,
-        file(&remote, scratch.path(), SCRIPT),
-        scratch.path(),
-    )
-    .await;
-    let (base, store) = (app.url(""), app.state.log.store().clone());
-    let id = create_task(&base, REPO).await;
-    let (number, sha) = in_review(&store, id, 1).await;
-    fake.set_head(REPO, number, &sha);
-    let branch = format!("refs/heads/{}", id.branch());
+    let Rig {
+        fake,
+        remote,
+        scratch: _scratch,
+        app,
+        base: _,
+        store,
+        id,
+        number,
+        sha,
+        branch,
+    } = rig(&db, |_| {}).await;
     // GitHub says behind, but the base has not moved: the branch holds it already.
     fake.set_mergeable_state(REPO, number, "behind");
     app.drive("github_poller").await;
@@ -407,29 +431,31 @@ async fn a_pull_request_github_finds_behind_while_current_is_recorded_current_an
 async fn a_pull_request_behind_on_a_repository_that_does_not_refresh_is_marked_and_never_refreshed(
     db: TestDb,
 ) {
-    let fake = FakeGithub::start().await;
-    let remote = Remote::new();
-    remote.commit_to_main("shared.txt", &shared(&[]));
-    record_pushes(&remote);
-    let scratch = tempfile::tempdir().unwrap();
-    let mut file = file(&remote, scratch.path(), SCRIPT);
-    let repos = file["repos"].as_table_mut().unwrap();
     // Another repository refreshes: the refresh loop runs, and leaves `REPO` alone.
     let other = Remote::new();
     other.commit_to_main("README.md", "other\n");
-    let mut refreshed = repos[REPO].as_table().unwrap().clone();
-    refreshed.insert("url".into(), other.url().into());
-    repos.insert("acme/other".into(), refreshed.into());
-    repos[REPO]
-        .as_table_mut()
-        .unwrap()
-        .insert("refresh".into(), "off".into());
-    let app = app(&db, &fake, file, scratch.path()).await;
-    let (base, store) = (app.url(""), app.state.log.store().clone());
-    let id = create_task(&base, REPO).await;
-    let (number, sha) = in_review(&store, id, 1).await;
-    fake.set_head(REPO, number, &sha);
-    let branch = format!("refs/heads/{}", id.branch());
+    let Rig {
+        fake,
+        remote,
+        scratch: _scratch,
+        app,
+        base: _,
+        store,
+        id,
+        number,
+        sha,
+        branch,
+    } = rig(&db, |file| {
+        let repos = file["repos"].as_table_mut().unwrap();
+        let mut refreshed = repos[REPO].as_table().unwrap().clone();
+        refreshed.insert("url".into(), other.url().into());
+        repos.insert("acme/other".into(), refreshed.into());
+        repos[REPO]
+            .as_table_mut()
+            .unwrap()
+            .insert("refresh".into(), "off".into());
+    })
+    .await;
     // The base moves (a refresh would push), and GitHub finds the pull request behind it, then in conflict.
     remote.commit_to_main("shared.txt", &shared(&[(2, "line 2 by a teammate")]));
     fake.set_branch(REPO, "main", &remote.branch("main").unwrap());
