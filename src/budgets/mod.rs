@@ -440,6 +440,8 @@ pub async fn standings(
 /// again); only a task's own spend is read per task.
 pub struct Ledger {
     on_record: Vec<(i64, Raised)>,
+    /// `on_record` without the positions, as [`in_force`] reads them.
+    raises: Vec<Raised>,
     today: NaiveDate,
     today_rows: Vec<usage_rows::DayRow>,
 }
@@ -454,6 +456,7 @@ impl Ledger {
         if !config.any() {
             return Ok(Self {
                 on_record: Vec::new(),
+                raises: Vec::new(),
                 today,
                 today_rows: Vec::new(),
             });
@@ -476,6 +479,7 @@ impl Ledger {
             Vec::new()
         };
         Ok(Self {
+            raises: on_record.iter().map(|(_, r)| r.clone()).collect(),
             on_record,
             today,
             today_rows,
@@ -493,7 +497,7 @@ impl Ledger {
         if !config.any() {
             return Ok(Vec::new());
         }
-        let raises: Vec<Raised> = self.on_record.iter().map(|(_, r)| r.clone()).collect();
+        let raises = &self.raises;
         let mut out = Vec::new();
         if config.task.is_set() {
             let spent = usage_rows::task(store, &task.to_string())
@@ -504,7 +508,7 @@ impl Ledger {
             out.push(standing(
                 scope.clone(),
                 &spent,
-                in_force(config.task, &raises, &scope),
+                in_force(config.task, raises, &scope),
                 &self.on_record,
             ));
         }
@@ -519,7 +523,7 @@ impl Ledger {
             out.push(standing(
                 scope.clone(),
                 &spent,
-                in_force(config.repo_daily, &raises, &scope),
+                in_force(config.repo_daily, raises, &scope),
                 &self.on_record,
             ));
         }
@@ -529,7 +533,7 @@ impl Ledger {
             out.push(standing(
                 scope.clone(),
                 &spent,
-                in_force(config.daily, &raises, &scope),
+                in_force(config.daily, raises, &scope),
                 &self.on_record,
             ));
         }
