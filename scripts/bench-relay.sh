@@ -4,8 +4,9 @@
 #   scripts/bench-relay.sh [relaybench options]     e.g. --events 20000 --rounds 5
 #
 # Builds the release binaries, then runs target/release/relaybench: it drops and re-creates the database
-# pidevops_relaybench, fills it, and times the real relay against a publish-and-ack loop into JetStream (same
-# client, message size, headers and stream settings), round after round, dropping its streams and the database.
+# pidevops_relaybench, fills it, and times the real relay (with one ack outstanding, then with its window) against
+# a publish-and-ack loop into JetStream and the same loop with the relay's window (same client, message size,
+# headers and stream settings), round after round, dropping its streams and the database.
 # Postgres: ${BENCH_PG:-postgres://postgres@127.0.0.1:5432}; NATS with JetStream: ${BENCH_NATS:-nats://127.0.0.1:4222}.
 # The table goes to stdout and target/bench/relay-summary.txt; progress to stderr.
 set -euo pipefail

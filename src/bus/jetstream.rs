@@ -32,6 +32,39 @@ impl std::fmt::Debug for JetstreamBus {
     }
 }
 
+/// A publish sent, its ack not awaited yet.
+pub struct Pending {
+    pending: async_nats::jetstream::context::PublishAckFuture,
+    /// To notice a lost connection while waiting.
+    client: async_nats::Client,
+}
+
+impl Pending {
+    pub async fn ack(self) -> Result<Published, BusError> {
+        // A lost connection never answers: stop waiting then rather than after the 5 s timeout, which would
+        // leave the relay's loop looking stale (and /health failing) for a mere bus outage.
+        let ack = tokio::select! {
+            ack = self.pending.into_future() => ack.map_err(|e| BusError::Publish(e.to_string()))?,
+            () = disconnected(&self.client) => {
+                return Err(BusError::Connect(
+                    "the connection to NATS dropped while waiting for the ack".to_owned(),
+                ))
+            }
+        };
+        Ok(Published {
+            sequence: ack.sequence,
+            duplicate: ack.duplicate,
+        })
+    }
+}
+
+/// Resolves once the client has lost its connection (the client offers no notification to await).
+async fn disconnected(client: &async_nats::Client) {
+    while client.connection_state() == async_nats::connection::State::Connected {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A header's first value by name, compared as text: headers parsed from a stored message do not always match
 /// the client's standard-header constants by key.
 fn header<'a>(headers: &'a async_nats::HeaderMap, name: &str) -> Option<&'a str> {
@@ -113,13 +146,6 @@ impl JetstreamBus {
         }
     }
 
-    /// Resolves once the client has lost its connection (the client offers no notification to await).
-    async fn disconnected(&self) {
-        while self.client.connection_state() == async_nats::connection::State::Connected {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
     pub fn config(&self) -> &BusConfig {
         &self.config
     }
@@ -133,29 +159,31 @@ impl JetstreamBus {
             .map_err(|e| BusError::Stream(e.to_string()))
     }
 
-    pub async fn publish(&self, message: &BusMessage) -> Result<Published, BusError> {
+    /// Sends one message; its ack is awaited later, through [`Pending::ack`].
+    pub async fn send(
+        &self,
+        message: &BusMessage,
+        expected_last: Option<u64>,
+    ) -> Result<Pending, BusError> {
         self.connected()?;
         let mut headers = async_nats::HeaderMap::new();
         headers.insert("Nats-Msg-Id", message.event_id.to_string().as_str());
         headers.insert(POSITION_HEADER, message.position.to_string().as_str());
+        if let Some(sequence) = expected_last {
+            headers.insert(
+                async_nats::header::NATS_EXPECTED_LAST_SEQUENCE,
+                sequence.to_string().as_str(),
+            );
+        }
+        // `Bytes`: the payload is shared with the client's write buffer, not copied here.
         let pending = self
             .context
             .publish_with_headers(message.subject.clone(), headers, message.payload.clone())
             .await
             .map_err(|e| BusError::Publish(e.to_string()))?;
-        // A lost connection never answers: stop waiting then rather than after the 5 s timeout, which would
-        // leave the relay's loop looking stale (and /health failing) for a mere bus outage.
-        let ack = tokio::select! {
-            ack = pending.into_future() => ack.map_err(|e| BusError::Publish(e.to_string()))?,
-            () = self.disconnected() => {
-                return Err(BusError::Connect(
-                    "the connection to NATS dropped while waiting for the ack".to_owned(),
-                ))
-            }
-        };
-        Ok(Published {
-            sequence: ack.sequence,
-            duplicate: ack.duplicate,
+        Ok(Pending {
+            pending,
+            client: (*self.client).clone(),
         })
     }
 
@@ -180,15 +208,21 @@ impl JetstreamBus {
     }
 
     pub async fn tail(&self) -> Result<Tail, BusError> {
+        Ok(self.end().await?.0)
+    }
+
+    /// The tail and the stream's last sequence, from one read of its state.
+    pub async fn end(&self) -> Result<(Tail, u64), BusError> {
         let (stream, state) = self.state().await?;
-        if state.messages > 0 {
+        let tail = if state.messages > 0 {
             let message = self.get(&stream, state.last_sequence).await?;
-            Ok(Tail::Last(message.position))
+            Tail::Last(message.position)
         } else if state.last_sequence > 0 {
-            Ok(Tail::Expired)
+            Tail::Expired
         } else {
-            Ok(Tail::Fresh)
-        }
+            Tail::Fresh
+        };
+        Ok((tail, state.last_sequence))
     }
 
     pub async fn read(&self, from: u64, limit: usize) -> Result<Vec<BusMessage>, BusError> {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use uuid::Uuid;
 
-use super::{BusConfig, BusMessage, Published, Tail};
+use super::{BusConfig, BusError, BusMessage, Published, Tail};
 
 /// How many messages the in-process bus keeps before dropping the oldest.
 pub const DEFAULT_MAX_MESSAGES: usize = 10_000;
@@ -27,6 +27,8 @@ struct Inner {
     /// The last sequence ever assigned; 0 = nothing was ever published.
     last_sequence: u64,
     sequence_by_id: HashMap<Uuid, u64>,
+    /// Test hook: the next publish of this position is lost on its way (see [`MemoryBus::inject_lost_publish`]).
+    lose: Option<i64>,
 }
 
 impl MemoryBus {
@@ -55,14 +57,41 @@ impl MemoryBus {
         f(&mut guard)
     }
 
-    pub fn publish(&self, message: &BusMessage) -> Published {
+    /// Makes the next publish of the event at `position` vanish as one lost with a dropped connection would:
+    /// nothing stored, and its ack an error. What was sent after it meets the bus as JetStream would meet it.
+    pub fn inject_lost_publish(&self, position: i64) {
+        self.with(|inner| inner.lose = Some(position));
+    }
+
+    /// Publishes as JetStream does: a duplicate id is answered as such first, then `expected_last` (when given
+    /// and not 0) must be the last sequence assigned, or nothing is stored.
+    pub fn send(
+        &self,
+        message: &BusMessage,
+        expected_last: Option<u64>,
+    ) -> Result<Published, BusError> {
         let max = self.max_messages;
         self.with(|inner| {
+            if inner.lose == Some(message.position) {
+                inner.lose = None;
+                return Err(BusError::Connect(format!(
+                    "injected: the publish of position {} was lost",
+                    message.position
+                )));
+            }
             if let Some(&sequence) = inner.sequence_by_id.get(&message.event_id) {
-                return Published {
+                return Ok(Published {
                     sequence,
                     duplicate: true,
-                };
+                });
+            }
+            if let Some(expected) = expected_last.filter(|&e| e > 0) {
+                if expected != inner.last_sequence {
+                    return Err(BusError::Publish(format!(
+                        "wrong last sequence: expected {expected}, the stream is at {}",
+                        inner.last_sequence
+                    )));
+                }
             }
             inner.last_sequence += 1;
             let sequence = inner.last_sequence;
@@ -74,18 +103,26 @@ impl MemoryBus {
                     inner.first_sequence += 1;
                 }
             }
-            Published {
+            Ok(Published {
                 sequence,
                 duplicate: false,
-            }
+            })
         })
     }
 
     pub fn tail(&self) -> Tail {
-        self.with(|inner| match inner.messages.back() {
-            Some(last) => Tail::Last(last.position),
-            None if inner.last_sequence > 0 => Tail::Expired,
-            None => Tail::Fresh,
+        self.end().0
+    }
+
+    /// The tail and the last sequence assigned.
+    pub fn end(&self) -> (Tail, u64) {
+        self.with(|inner| {
+            let tail = match inner.messages.back() {
+                Some(last) => Tail::Last(last.position),
+                None if inner.last_sequence > 0 => Tail::Expired,
+                None => Tail::Fresh,
+            };
+            (tail, inner.last_sequence)
         })
     }
 
@@ -124,7 +161,7 @@ mod tests {
         assert_eq!(bus.tail(), Tail::Fresh);
         let sent: Vec<_> = (1..=5).map(message).collect();
         for m in &sent {
-            bus.publish(m);
+            bus.send(m, None).unwrap();
         }
         assert_eq!(
             bus.read(1, 10),
@@ -133,7 +170,7 @@ mod tests {
         );
         assert_eq!(bus.read(5, 10), sent[4..].to_vec());
         assert_eq!(bus.tail(), Tail::Last(5));
-        assert!(bus.publish(&sent[4]).duplicate);
-        assert_eq!(bus.publish(&message(6)).sequence, 6);
+        assert!(bus.send(&sent[4], None).unwrap().duplicate);
+        assert_eq!(bus.send(&message(6), None).unwrap().sequence, 6);
     }
 }

@@ -14,7 +14,7 @@ pub mod work;
 use bytes::Bytes;
 use uuid::Uuid;
 
-pub use jetstream::JetstreamBus;
+pub use jetstream::{JetstreamBus, Pending as JetstreamPending};
 
 /// The JetStream stream settings, for operators and tests.
 pub mod jetstream_settings {
@@ -105,6 +105,32 @@ pub struct Published {
     pub duplicate: bool,
 }
 
+/// A message sent to the bus whose acknowledgement has not been awaited yet.
+pub enum PendingAck {
+    Jetstream(JetstreamPending),
+    /// The in-process bus answers at once.
+    Ready(Result<Published, BusError>),
+}
+
+impl std::fmt::Debug for PendingAck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Jetstream(_) => "PendingAck::Jetstream",
+            Self::Ready(_) => "PendingAck::Ready",
+        })
+    }
+}
+
+impl PendingAck {
+    /// Waits for the bus's answer: stored (or a duplicate), or refused, or unknown (an error).
+    pub async fn ack(self) -> Result<Published, BusError> {
+        match self {
+            Self::Jetstream(pending) => pending.ack().await,
+            Self::Ready(answer) => answer,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum BusError {
     #[error("cannot reach NATS: {0}")]
@@ -161,9 +187,21 @@ impl Bus {
 
     /// Publishes and waits for the bus to acknowledge it durably. Idempotent by event id.
     pub async fn publish(&self, message: &BusMessage) -> Result<Published, BusError> {
+        self.send(message, None).await?.ack().await
+    }
+
+    /// Sends without waiting for the acknowledgement, so that several can be in flight. With `expected_last`, the
+    /// bus stores the message only if its last sequence is that one (JetStream's `Nats-Expected-Last-Sequence`;
+    /// 0, an empty stream, is not checked): a writer that numbers a window of messages this way never gets one
+    /// stored after a predecessor that was lost. A duplicate event id is answered as a duplicate before that check.
+    pub async fn send(
+        &self,
+        message: &BusMessage,
+        expected_last: Option<u64>,
+    ) -> Result<PendingAck, BusError> {
         match self {
-            Self::Jetstream(b) => b.publish(message).await,
-            Self::Memory(b) => Ok(b.publish(message)),
+            Self::Jetstream(b) => Ok(PendingAck::Jetstream(b.send(message, expected_last).await?)),
+            Self::Memory(b) => Ok(PendingAck::Ready(b.send(message, expected_last))),
         }
     }
 
@@ -178,9 +216,14 @@ impl Bus {
 
     /// What the end of the bus looks like, for a relay deciding where to resume.
     pub async fn tail(&self) -> Result<Tail, BusError> {
+        Ok(self.end().await?.0)
+    }
+
+    /// The tail and the last sequence the bus assigned (0: none), read together.
+    pub async fn end(&self) -> Result<(Tail, u64), BusError> {
         match self {
-            Self::Jetstream(b) => b.tail().await,
-            Self::Memory(b) => Ok(b.tail()),
+            Self::Jetstream(b) => b.end().await,
+            Self::Memory(b) => Ok(b.end()),
         }
     }
 

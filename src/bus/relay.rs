@@ -1,6 +1,13 @@
-//! The relay: the event log is the outbox. It reads committed events in position order, publishes each and waits
-//! for its acknowledgement, then moves its checkpoint forward. Ingest never waits on it: with the bus down,
-//! webhooks are still committed and acknowledged, and the relay catches up when the bus returns.
+//! The relay: the event log is the outbox. It reads committed events in position order and publishes them with up
+//! to [`IN_FLIGHT`] acknowledgements outstanding, awaited in order; its checkpoint moves only past acknowledged
+//! messages. Ingest never waits on it: with the bus down, webhooks are still committed and acknowledged, and the
+//! relay catches up when the bus returns.
+//!
+//! Order and exactly-once with acks in flight: the relay is the stream's only writer, so it knows the sequence each
+//! message will get, and each carries `Nats-Expected-Last-Sequence` = its predecessor's. When a publish in the
+//! window is lost (a dropped connection), every later one is refused by the bus instead of stored after a gap;
+//! the tick fails on the first bad ack and the next resumes from the bus's tail, as after any error. A duplicate
+//! (the relay resumed behind the bus) or an ack with another sequence than the chain's ends the tick the same way.
 //!
 //! Where it resumes (at start, and after any publish error, whose outcome is unknown):
 //! - the bus holds messages: after the last one's position. A crash between publishing and saving the
@@ -16,7 +23,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::Context;
 use tokio::sync::Mutex;
 
-use super::{Bus, BusConfig, BusMessage, MemoryBus, Tail};
+use std::collections::VecDeque;
+
+use super::{Bus, BusConfig, BusMessage, MemoryBus, PendingAck, Tail};
 use crate::eventlog::{EventStore, StoredEvent};
 use crate::loops::follow::{Follow, Follower, Next, Prepare};
 
@@ -56,6 +65,8 @@ pub struct Relay {
     lag: std::sync::Mutex<Option<Lag>>,
     /// Reads (and encodes) a page ahead while the tick publishes; see [`crate::loops::follow`].
     follow: Follow<BusMessage>,
+    /// Publishes sent ahead of their acks ([`IN_FLIGHT`]; 1 = each ack awaited before the next publish).
+    in_flight: usize,
 }
 
 /// How far the bus is behind the log.
@@ -78,6 +89,8 @@ struct State {
     bus: Option<Bus>,
     /// The last position known published; `None` = find out from the bus and the checkpoint.
     after: Option<i64>,
+    /// The bus's last sequence when `after` was learnt or last moved: the first publish expects it.
+    sequence: u64,
 }
 
 impl Relay {
@@ -89,7 +102,15 @@ impl Relay {
             crash_before_checkpoint: AtomicBool::new(false),
             lag: std::sync::Mutex::new(None),
             follow: Follow::default(),
+            in_flight: IN_FLIGHT,
         }
+    }
+
+    /// How many publishes may wait for their acks at once (at least 1). For the benchmark, which measures the
+    /// relay with one (as it published until 2026-12-06) against the default, in the same run.
+    pub fn with_in_flight(mut self, in_flight: usize) -> Self {
+        self.in_flight = in_flight.max(1);
+        self
     }
 
     /// How long one tick may run before it hands back (default `follow::TICK_BUDGET`). Tests that count what one
@@ -149,22 +170,39 @@ impl Relay {
         let bus = state.bus.clone().context("the bus is connected above")?;
         let after = match state.after {
             Some(after) => after,
-            None => self.resume_point(&bus).await?,
+            None => {
+                let (after, sequence) = self.resume_point(&bus).await?;
+                state.sequence = sequence;
+                after
+            }
         };
         state.after = Some(after);
 
-        // The driver reads and encodes ahead while this tick publishes: one message at a time, each acknowledged
-        // before the next, in position order, the checkpoint saved after the acks of each page.
+        // The driver reads and encodes ahead while this tick publishes: up to IN_FLIGHT messages sent ahead of
+        // their acks, in position order, each expecting the sequence its predecessor gets, the acks awaited in
+        // order, and the checkpoint saved only once every ack of its page is in.
         let publishing = Publishing {
             relay: self,
             bus: &bus,
             from: after,
+            window: std::sync::Mutex::new(Window {
+                in_flight: VecDeque::new(),
+                last: state.sequence,
+                published: Published::default(),
+            }),
         };
         let followed = self.follow.tick(&self.store, &publishing).await?;
+        // Every successful tick ends with a save, which drained the window; this keeps it so if that changes.
+        publishing.drain().await?;
+        let (last, published) = {
+            let window = publishing.lock();
+            (window.last, window.published)
+        };
         state.after = Some(followed.position);
+        state.sequence = last;
         Ok(RelayProgress {
-            published: followed.tally.published,
-            duplicates: followed.tally.duplicates,
+            published: published.published,
+            duplicates: published.duplicates,
             position: followed.position,
             head: self.store.head().await.context("reading the log head")?,
             out_of_time: followed.out_of_time,
@@ -182,7 +220,8 @@ impl Relay {
         Ok(())
     }
 
-    async fn resume_point(&self, bus: &Bus) -> anyhow::Result<i64> {
+    /// Where to resume, and the bus's last sequence then.
+    async fn resume_point(&self, bus: &Bus) -> anyhow::Result<(i64, u64)> {
         // The connection is kept across errors (the client reconnects by itself, and a publish queued in it
         // reaches the server before anything sent after it), but the server may have come back without its store.
         bus.ensure_stream()
@@ -193,7 +232,7 @@ impl Relay {
             .checkpoint(RELAY)
             .await
             .context("reading the relay checkpoint")?;
-        let tail = bus.tail().await.context("reading the end of the bus")?;
+        let (tail, sequence) = bus.end().await.context("reading the end of the bus")?;
         let resume = match tail {
             Tail::Last(position) => position,
             Tail::Expired => checkpoint,
@@ -207,7 +246,7 @@ impl Relay {
                 "relay resumes from the bus, not its checkpoint"
             );
         }
-        Ok(resume)
+        Ok((resume, sequence))
     }
 
     /// Lag gauges: how many committed events are not on the bus yet, and how old the oldest of them is.
@@ -246,16 +285,74 @@ impl Relay {
     }
 }
 
+/// Messages sent before the oldest one's ack is awaited. Acks come back in order; the window hides the round trip
+/// (and the server's write) that a publish-and-wait loop pays once per message.
+pub const IN_FLIGHT: usize = 64;
+
 /// One tick's publishing, as a follower of the log: it starts where the bus says (see the module doc), and its
 /// checkpoint is saved only after the acks.
 struct Publishing<'a> {
     relay: &'a Relay,
     bus: &'a Bus,
     from: i64,
+    window: std::sync::Mutex<Window>,
+}
+
+/// The publishes sent and not yet acknowledged, oldest first.
+struct Window {
+    in_flight: VecDeque<(i64, u64, PendingAck)>,
+    /// The bus's last sequence once everything sent is stored: what the next message expects.
+    last: u64,
+    /// What the acks said so far.
+    published: Published,
+}
+
+impl Publishing<'_> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Window> {
+        // Held only to push or pop, never across an await, and every change leaves it whole.
+        self.window.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Awaits the ack of the oldest message in flight, if any. The bus must have stored it under the sequence its
+    /// place in the chain gives it; anything else (an error, a duplicate, another sequence) ends the tick, and
+    /// the next one resynchronises from the bus's tail. The messages sent after it are refused by the bus rather
+    /// than stored after a gap, since each expects its predecessor's sequence.
+    async fn settle_oldest(&self) -> anyhow::Result<bool> {
+        let Some((position, sequence, pending)) = self.lock().in_flight.pop_front() else {
+            return Ok(false);
+        };
+        let published = pending
+            .ack()
+            .await
+            .with_context(|| format!("publishing event at position {position}"))?;
+        if published.duplicate {
+            self.lock().published.duplicates += 1;
+            metrics::counter!("pidevops_relay_duplicates_total").increment(1);
+            anyhow::bail!(
+                "the bus already held the event at position {position} (its sequence {}): the relay resumed \
+                 behind the bus, and resynchronises from its tail",
+                published.sequence
+            );
+        }
+        anyhow::ensure!(
+            published.sequence == sequence,
+            "the event at position {position} was stored as bus sequence {}, not {sequence}: another writer",
+            published.sequence
+        );
+        self.lock().published.published += 1;
+        metrics::counter!("pidevops_relay_published_total").increment(1);
+        Ok(true)
+    }
+
+    /// Awaits every ack in flight.
+    async fn drain(&self) -> anyhow::Result<()> {
+        while self.settle_oldest().await? {}
+        Ok(())
+    }
 }
 
 /// What a tick published.
-#[derive(Default)]
+#[derive(Clone, Copy, Default)]
 struct Published {
     published: u64,
     duplicates: u64,
@@ -275,7 +372,8 @@ impl Prepare for Encode {
 
 impl Follower for Publishing<'_> {
     type Prepare = Encode;
-    type Tally = Published;
+    /// Counted in the window, as the acks come in (the save that drains it has no tally).
+    type Tally = ();
 
     fn checkpoint(&self) -> &str {
         RELAY
@@ -290,21 +388,26 @@ impl Follower for Publishing<'_> {
     }
 
     async fn save(&self, _store: &EventStore, position: i64) -> anyhow::Result<()> {
+        // The checkpoint never passes a message whose ack is not in.
+        self.drain().await?;
         self.relay.save_checkpoint(position).await
     }
 
-    async fn handle(&self, message: &BusMessage, tally: &mut Published) -> anyhow::Result<Next> {
-        let published = self
+    async fn handle(&self, message: &BusMessage, _tally: &mut ()) -> anyhow::Result<Next> {
+        if self.lock().in_flight.len() >= self.relay.in_flight {
+            self.settle_oldest().await?;
+        }
+        let expected = self.lock().last;
+        let pending = self
             .bus
-            .publish(message)
+            .send(message, Some(expected))
             .await
             .with_context(|| format!("publishing event at position {}", message.position))?;
-        tally.published += 1;
-        if published.duplicate {
-            tally.duplicates += 1;
-            metrics::counter!("pidevops_relay_duplicates_total").increment(1);
-        }
-        metrics::counter!("pidevops_relay_published_total").increment(1);
+        let mut window = self.lock();
+        window.last = expected + 1;
+        window
+            .in_flight
+            .push_back((message.position, expected + 1, pending));
         Ok(Next::Done)
     }
 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::common::TestDb;
 use bytes::Bytes;
-use pidevops::bus::{Bus, BusMessage, JetstreamBus};
+use pidevops::bus::{Bus, BusMessage, JetstreamBus, Tail};
 use pidevops::domain::{EventType, NewEvent, Source};
 use pidevops::eventlog::{EventLog, EventStore};
 use tokio_util::sync::CancellationToken;
@@ -79,6 +79,7 @@ per_bus!(
     a_republished_event_is_a_duplicate,
     the_last_position_is_readable,
     stored_events_travel_as_their_envelope,
+    a_publish_expecting_another_last_sequence_is_refused,
 );
 
 fn message(bus: &Bus, position: i64, event_type: &str) -> BusMessage {
@@ -122,6 +123,46 @@ async fn a_republished_event_is_a_duplicate(bus: &Bus) {
     let second = message(bus, 2, "github.ping");
     assert_eq!(bus.publish(&second).await.unwrap().sequence, 2);
     assert_eq!(bus.read(1, 10).await.unwrap(), vec![first, second]);
+}
+
+/// What the relay's window rests on: a message stored only if the bus's last sequence is the one it expects (0:
+/// unchecked), several sent before any ack is awaited, and a duplicate answered as one before that check.
+async fn a_publish_expecting_another_last_sequence_is_refused(bus: &Bus) {
+    let sent = |m: BusMessage, expected: u64| async move {
+        bus.send(&m, Some(expected)).await.unwrap().ack().await
+    };
+    let first = message(bus, 1, "github.push");
+    assert_eq!(sent(first.clone(), 0).await.unwrap().sequence, 1);
+    let second = message(bus, 2, "github.push");
+    assert!(
+        sent(second.clone(), 7).await.is_err(),
+        "a message whose predecessor is missing is refused"
+    );
+    assert_eq!(
+        bus.end().await.unwrap(),
+        (Tail::Last(1), 1),
+        "and not stored"
+    );
+    let again = sent(first.clone(), 5).await.unwrap();
+    assert!(
+        again.duplicate && again.sequence == 1,
+        "a duplicate is answered as one, whatever it expected: {again:?}"
+    );
+
+    // A window: three sent, then their acks awaited in order.
+    let window: Vec<BusMessage> = (2..=4).map(|p| message(bus, p, "github.push")).collect();
+    let mut pending = Vec::new();
+    for (i, m) in window.iter().enumerate() {
+        pending.push(bus.send(m, Some(i as u64 + 1)).await.unwrap());
+    }
+    let mut sequences = Vec::new();
+    for p in pending {
+        sequences.push(p.ack().await.unwrap().sequence);
+    }
+    assert_eq!(sequences, [2, 3, 4]);
+    let mut held = vec![first];
+    held.extend(window);
+    assert_eq!(bus.read(1, 10).await.unwrap(), held);
 }
 
 async fn the_last_position_is_readable(bus: &Bus) {

@@ -184,6 +184,47 @@ async fn a_crash_between_publish_and_checkpoint_republishes_nothing(target: &Tar
     assert_bus_matches_log(&target.reader, &store, 60).await;
 }
 
+/// A publish lost in the middle of the relay's window (as one is when the connection drops): what was sent after it
+/// is refused by the bus rather than stored behind the gap, the checkpoint stays before it, and the next tick
+/// resumes from the bus's tail and fills it, each event once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_lost_mid_window_leaves_no_gap_and_the_next_tick_fills_it() {
+    let target = Target::memory();
+    let Bus::Memory(bus) = &target.reader else {
+        unreachable!("a memory target")
+    };
+    let db = TestDb::sqlite();
+    let (store, log, _stop) = log(&db).await;
+    append(&log, 0, 150).await;
+    bus.inject_lost_publish(30);
+    let relay = Relay::new(store.clone(), target.target()).with_tick_budget(WHOLE_TICK);
+    let failed = relay.tick().await;
+    assert!(failed.is_err(), "the lost publish fails the tick");
+    let held: Vec<i64> = target
+        .reader
+        .read(1, 10_000)
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| m.position)
+        .collect();
+    assert_eq!(
+        held,
+        (1..30).collect::<Vec<i64>>(),
+        "nothing sent after the lost publish was stored"
+    );
+    assert_eq!(store.checkpoint(RELAY).await.unwrap(), 0);
+
+    let progress = relay.tick().await.unwrap();
+    assert_eq!(
+        (progress.published, progress.duplicates, progress.position),
+        (121, 0, 150),
+        "the next tick resumed after the bus's last message"
+    );
+    assert_eq!(store.checkpoint(RELAY).await.unwrap(), 150);
+    assert_bus_matches_log(&target.reader, &store, 150).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ingest_goes_on_while_nats_is_down_and_the_relay_catches_up() {
     let Some(target) = Target::nats().await else {
