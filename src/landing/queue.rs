@@ -1,6 +1,7 @@
-//! The `merge_queue` loop: with `land = "auto"` on GitHub or GitLab, pidevops's pull requests (merge requests) on a
-//! base land one at a time, each on top of the latest base. A merge decided by one pull request's facts alone would land code nobody
-//! tested together: five plan items ready at once, merged at once, each passing on a main that no longer exists.
+//! The `merge_queue` loop: with `land = "auto"` on GitHub or GitLab, pidevops's pull requests (merge requests) on
+//! a base land one at a time, each on top of the latest base. A merge decided by one pull request's facts alone
+//! would land code nobody tested together: five plan items ready at once, merged at once, each passing on a main
+//! that no longer exists.
 //!
 //! Each tick, for each repository with `land = "auto"` on a host the loop serves (GitHub with `GITHUB_TOKEN`,
 //! GitLab with `GITLAB_TOKEN`), over its tasks in review:
@@ -9,9 +10,10 @@
 //! - otherwise the first ready task ([`landing::readiness`]: checks and approvals in on its head; a plan's item
 //!   only once the items it depends on are done; in task order) is brought up to date with the base by the
 //!   `refresh` loop's own refresh: already current, it is chosen (`Command::QueueMerge` → `task.merge_queued`,
-//!   which `effects:github` or `effects:gitlab` turns into the merge of that head, once); refreshed, its landing facts start over and
-//!   it is chosen once its checks pass on the new head; a conflict (handed to an agent, `task.conflict_found`) or
-//!   someone else's push (flagged) takes it out of the running, and the next one is looked at on the next tick.
+//!   which `effects:github` or `effects:gitlab` turns into the merge of that head, once); refreshed, its landing
+//!   facts start over and it is chosen once its checks pass on the new head; a conflict (handed to an agent,
+//!   `task.conflict_found`) or someone else's push (flagged) takes it out of the running, and the next one is
+//!   looked at on the next tick.
 //!
 //! GitHub may still refuse the chosen merge (405) when the base moved after the queue's refresh (a person's push):
 //! the merge effect then reads the pull request's `mergeable_state` and, `behind` or `dirty`, records the merge as
@@ -51,7 +53,7 @@ use crate::tasks::{
 /// What became of a queued merge (its effect's stream).
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Merge {
-    /// Not made yet, being made, or made (the task completes once GitHub's merge is seen).
+    /// Not made yet, being made, or made (the task completes once the host's merge is seen).
     Pending,
     /// Failed for good (the host refused it otherwise; the task was flagged then): that head is not chosen
     /// again, nor does it hold the base.

@@ -3,9 +3,10 @@
 //! it means is the policy's: here, a note on an issue or a merge request, made once (its marker looked for first),
 //! and an emoji award on a note; each other area of the API in its own file: `poll.rs` (merge requests changed
 //! since a time, for `gitlab_poller`), `hooks.rs` (a project's webhook, for `init --gitlab`), `members.rs` (a
-//! member's access level, for `doctor`), `merge_requests.rs` (a task's merge request, opened
-//! and merged), `trains.rs` (a project's merge trains: whether it runs them, a merge request put on one), `jobs.rs` (a CI job's log tail, for reactions), `branches.rs` (a branch's head and one merge
-//! request's `detailed_merge_status`, for `gitlab_poller`'s refresh backstop).
+//! member's access level, for `doctor`), `merge_requests.rs` (a task's merge request, opened and merged),
+//! `trains.rs` (a project's merge trains: whether it runs them, a merge request put on one), `jobs.rs` (a CI job's
+//! log tail, for reactions), `branches.rs` (a branch's head and one merge request's `detailed_merge_status`, for
+//! `gitlab_poller`'s refresh backstop).
 
 mod branches;
 mod hooks;
