@@ -653,5 +653,19 @@ async fn need_rebase_on_a_project_that_does_not_refresh_is_marked_behind_and_nev
         "{:?}",
         gitlab.branch_reads()
     );
+    // A person rebases it by hand. GitLab's `not_approved` may hide `need_rebase`: the mark stays. Then
+    // `mergeable`: the mark goes, and pidevops still refreshed and pushed nothing.
+    gitlab.set_merge_status(PROJECT, iid, "not_approved");
+    app.drive(POLLER).await;
+    app.project().await;
+    let row = board::row_in(&store, id).await.unwrap();
+    assert!(row.is_behind(), "not_approved: {row:?}");
+    gitlab.set_merge_status(PROJECT, iid, "mergeable");
+    app.drive(POLLER).await;
+    app.project().await;
+    let row = board::row_in(&store, id).await.unwrap();
+    assert!(!row.is_behind(), "mergeable: {row:?}");
+    assert!(refreshes(&store, id).await.is_empty());
+    assert_eq!(pushes(&remote, &branch).len(), 1, "only the attempt's push");
     app.stop().await;
 }

@@ -904,6 +904,12 @@ pub mod merge_requests {
             "draft": mr.title.starts_with("Draft:"),
             "sha": head(fake, mr),
             "detailed_merge_status": mr.merge_status,
+            // `start_sha`: the target branch's head the diff was made against (read now, as GitLab recomputes it).
+            "diff_refs": {
+                "base_sha": Value::Null,
+                "head_sha": head(fake, mr),
+                "start_sha": fake.head_of(&mr.project, &mr.target_branch),
+            },
             "merge_commit_sha": if mr.state == "merged" { json!("feedfacefeedfacefeedfacefeedfacefeedface") } else { Value::Null },
             "web_url": format!("{}/{}/-/merge_requests/{}", fake.url, mr.project, mr.iid),
         })
