@@ -1,12 +1,19 @@
-//! The reaper: where agents cannot have a PID namespace (the `landlock` containment), a process between the
-//! service and the agent that outlives nothing the agent started.
+//! The reaper: a process between the service and the agent that outlives nothing the agent started.
 //!
 //! The runner forks it (`Command::spawn`); in `pre_exec` it marks itself a child subreaper and forks again: the
 //! grandchild goes on to become the agent (own process group, Landlock, exec), the reaper never returns to Rust.
 //! Every orphan of the agent's tree — a `setsid` or double-forked child — is re-parented to the reaper, not to
 //! init. When the agent exits, the reaper kills its remaining descendants, waits for them all, and exits with the
 //! agent's status. SIGTERM to the reaper is passed to the agent's process group; SIGUSR1 kills everything at once
-//! (the runner's "stop now").
+//! (the runner's "stop now") and ends the reaper; the service's death sends it SIGUSR1 too (its parent-death
+//! signal), so a SIGKILLed `serve` leaves nothing of the run behind.
+//!
+//! Under `landlock` the agent is the agent's own program. Under `namespaces` it is bubblewrap, and what the reaper
+//! adopts is bubblewrap's init (PID 1 of the sandbox), orphaned when bubblewrap's monitor exits: killing it makes
+//! the kernel kill the whole namespace, and its reaping means the namespace is empty. bubblewrap's own
+//! `--die-with-parent` does not make that sure: its init arms its parent-death signal only after forking the
+//! command, so a monitor that dies in between (a stop just as the agent starts, seen here under load) leaves the
+//! init and the agent running, re-parented to PID 1.
 //!
 //! Everything here runs between fork and exec of a multi-threaded program: only async-signal-safe syscalls, no
 //! allocation, no locks. `/proc` is read with `getdents64` into stack buffers.
@@ -33,6 +40,15 @@ pub unsafe fn split_in_child() -> std::io::Result<()> {
     let mut before: libc::sigset_t = std::mem::zeroed();
     if libc::sigprocmask(libc::SIG_BLOCK, &waited, &mut before) != 0 {
         return Err(std::io::Error::last_os_error());
+    }
+    // The service's death kills the tree, not just the reaper (blocked above: it waits in `sigwaitinfo`). The
+    // service may have died before this prctl: then the signal never comes, and we stop here.
+    let service = libc::getppid();
+    if libc::prctl(libc::PR_SET_PDEATHSIG, KILL_ALL, 0, 0, 0) != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if libc::getppid() != service {
+        libc::_exit(127);
     }
     let reaper = libc::getpid();
     let agent = libc::fork();
@@ -69,7 +85,9 @@ unsafe fn reap(agent: libc::pid_t, waited: &libc::sigset_t) -> ! {
             libc::kill(agent, libc::SIGTERM);
         } else if signal == KILL_ALL {
             libc::kill(-agent, libc::SIGKILL);
+            // Every child reaped, the agent too: nothing is left to wait for (nor any SIGCHLD to report).
             kill_descendants();
+            libc::_exit(128 + libc::SIGKILL);
         } else if signal == libc::SIGCHLD {
             let mut agent_ended = false;
             loop {

@@ -5,9 +5,9 @@
 //! marked: `agent_log.rs`), and two watchdogs — wall clock and silence — that kill the whole group, grandchildren included.
 //!
 //! The child also dies with the service: `PR_SET_PDEATHSIG` sends it SIGKILL when the thread that started it
-//! goes (a SIGKILLed `serve`). What the agent started outlives nothing: in a PID namespace (`namespaces`) the
-//! kernel kills every process when the agent ends; under `landlock` a reaper between us and the agent does (see
-//! `reaper.rs`).
+//! goes (a SIGKILLed `serve`). What the agent started outlives nothing: a reaper between us and the agent kills
+//! and waits for every descendant when the agent ends (see `reaper.rs`); in a PID namespace (`namespaces`) that is
+//! bubblewrap's init, whose end takes the whole namespace with it.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -89,7 +89,7 @@ pub fn meter(format: crate::domain::usage::UsageFormat) -> SharedMeter {
 pub struct ChildSetup {
     /// Landlock rules to apply.
     pub confinement: Option<Arc<Confinement>>,
-    /// Fork a reaper between us and the agent (no PID namespace here).
+    /// Fork a reaper between us and the agent (`reaper.rs`).
     pub reaper: bool,
     /// Drop every capability (the service runs as root and no sandbox program drops them for us).
     pub drop_capabilities: bool,

@@ -249,10 +249,9 @@ async fn a_run_interrupted_by_sigterm_does_not_count_as_an_attempt() {
         "{status:?}\n{}",
         read_log(server.workdir.path())
     );
-    assert!(
-        processes_running(&gated.script).is_empty(),
-        "the agent was stopped"
-    );
+    // Nothing of the sandbox is left (bubblewrap's init once outlived serve here, the agent still running).
+    let left = processes_running(&gated.script);
+    assert!(left.is_empty(), "the agent was stopped: {left:?}");
     // Read from the log itself: no projector runs while serve is down.
     let run = observer.runs(id).await.remove(0).run_id;
     let outcome = observer
@@ -293,6 +292,69 @@ async fn a_run_interrupted_by_sigterm_does_not_count_as_an_attempt() {
         read_log(server.workdir.path())
     );
     assert_eq!(runs[1].attempt, 2);
+    drop(server);
+}
+
+/// A SIGKILLed `serve` leaves nothing of a run behind, not even what its agent double-forked: the reaper between
+/// serve and the agent takes serve's death as its kill-all. Under `landlock` (no PID namespace to empty), where the
+/// orphan is the reaper's alone; before, serve's death killed the reaper and handed its orphans to PID 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sigkilled_serve_leaves_no_orphan_of_its_agent_behind() {
+    let Some(db) = TestDb::postgres().await else {
+        return;
+    };
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path();
+    // Named by the test's own directory: a process scan finds this run's orphan, never another's.
+    let orphan = format!("orphan-of-{}", dir.display());
+    let script = agent(
+        dir,
+        "double-forks.sh",
+        &format!(
+            r#"setsid sh -c 'while :; do sleep 0.1; done' {orphan} </dev/null >/dev/null 2>&1 &
+while :; do sleep 0.1; done"#
+        ),
+    );
+    let mut file = dispatch_file(&remote, &script, "");
+    // No bubblewrap: Landlock and the reaper alone.
+    file["dispatch"]
+        .as_table_mut()
+        .unwrap()
+        .insert("bwrap".into(), toml::Value::from("/nonexistent/bwrap"));
+    let config = write_config(dir, &file);
+    let workspaces = dir.join("ws").display().to_string();
+    let env = [
+        ("PIDEVOPS_CONFIG", config.as_str()),
+        ("WORKSPACE_ROOT", workspaces.as_str()),
+        ("PIDEVOPS_LOOP_STARTUP_DELAY_S", "0.05"),
+        ("PIDEVOPS_PROJECTOR_INTERVAL_S", "0.2"),
+    ];
+    let observer = Observer::new(&db).await;
+    let mut server = Server::start_with(&db.url_string(), &env).await;
+    let id = observer.create("Leave a daemon behind").await;
+    within(
+        Duration::from_secs(30),
+        "the agent and its orphan running",
+        || async {
+            !processes_running(&script.display().to_string()).is_empty()
+                && !processes_running(&orphan).is_empty()
+        },
+    )
+    .await;
+    assert_eq!(observer.runs(id).await.len(), 1);
+
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    within(
+        Duration::from_secs(5),
+        "the agent and its orphan to die with serve",
+        || async {
+            processes_running(&script.display().to_string()).is_empty()
+                && processes_running(&orphan).is_empty()
+        },
+    )
+    .await;
     drop(server);
 }
 

@@ -309,6 +309,9 @@ impl Dispatcher {
                 Ok((
                     crate::dispatch::sandbox::bwrap_argv(bwrap, &view, &dirs.worktree, argv, net),
                     ChildSetup {
+                        // bubblewrap's init is the reaper's to kill when bubblewrap exits: its own
+                        // `--die-with-parent` leaves it running if bubblewrap dies just as the agent starts.
+                        reaper: true,
                         cgroup,
                         egress: proxy,
                         ..ChildSetup::default()

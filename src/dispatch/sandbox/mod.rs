@@ -5,9 +5,9 @@
 //!
 //! Two ways, chosen once at start-up (`detect`) and named in `/health` and `doctor`:
 //! - **`namespaces`**: bubblewrap (`bwrap`, Debian's `bubblewrap`): a new mount namespace built from an empty root
-//!   with only the paths above bound in, and a new PID namespace whose init dies with the agent, so the kernel
-//!   kills every descendant (a `setsid` or double-forked child included). Capabilities are dropped when the
-//!   service runs as root.
+//!   with only the paths above bound in, and a new PID namespace whose init is killed when the agent ends (by the
+//!   runner's reaper, `reaper.rs`), so the kernel kills every descendant (a `setsid` or double-forked child
+//!   included). Capabilities are dropped when the service runs as root.
 //! - **`landlock`**, where user namespaces are refused: Landlock restricts reads as well as writes to the same
 //!   paths (and, on ABI 6+, signals to processes outside the agent's domain); ptrace — and so
 //!   `/proc/<pid>/environ` of a process outside the domain — is refused by Landlock itself. A reaper process
