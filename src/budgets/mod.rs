@@ -11,6 +11,8 @@
 //! raise recorded after the run's outcome; a later refused run holds it again) or, for a day's scopes, the day
 //! ends.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -435,15 +437,18 @@ pub async fn standings(
         .await
 }
 
-/// What every task's standings share on one day: the raises on record and the day's usage rows. The dispatcher
-/// reads it once per tick, not once per queued candidate (each would read the budget stream and the day's rows
-/// again); only a task's own spend is read per task.
+/// What every task's standings share on one day: the raises on record and the day's usage rows, and the own spend
+/// of the tasks it was read for. The dispatcher reads it once per tick, with its candidates' spend in one statement
+/// ([`Ledger::read_for`]), not once per queued candidate (each would read the budget stream, the day's rows and its
+/// own row again); a task it was not read for has its own spend read when asked.
 pub struct Ledger {
     on_record: Vec<(i64, Raised)>,
     /// `on_record` without the positions, as [`in_force`] reads them.
     raises: Vec<Raised>,
     today: NaiveDate,
     today_rows: Vec<usage_rows::DayRow>,
+    /// The own spend of each task read with the ledger (nothing spent for one without a row).
+    tasks: HashMap<TaskId, usage_rows::Spent>,
 }
 
 impl Ledger {
@@ -459,6 +464,7 @@ impl Ledger {
                 raises: Vec::new(),
                 today,
                 today_rows: Vec::new(),
+                tasks: HashMap::new(),
             });
         }
         let on_record = raises_on_record(store).await?;
@@ -483,7 +489,32 @@ impl Ledger {
             on_record,
             today,
             today_rows,
+            tasks: HashMap::new(),
         })
+    }
+
+    /// [`Ledger::read`], and the own spend of each of `tasks` in one statement (when a task limit is set).
+    pub async fn read_for(
+        store: &EventStore,
+        config: &BudgetsConfig,
+        today: NaiveDate,
+        tasks: &[TaskId],
+    ) -> Result<Self, StoreError> {
+        let mut ledger = Self::read(store, config, today).await?;
+        if config.task.is_set() && !tasks.is_empty() {
+            let ids: Vec<String> = tasks.iter().map(ToString::to_string).collect();
+            let found: HashMap<String, usage_rows::Spent> = usage_rows::tasks(store, &ids)
+                .await?
+                .into_iter()
+                .map(|row| (row.task_id, row.spent))
+                .collect();
+            ledger.tasks = tasks
+                .iter()
+                .zip(&ids)
+                .map(|(task, id)| (*task, found.get(id).cloned().unwrap_or_default()))
+                .collect();
+        }
+        Ok(ledger)
     }
 
     /// [`standings`] of a task in `repo`, from this ledger and the task's own spend.
@@ -500,10 +531,13 @@ impl Ledger {
         let raises = &self.raises;
         let mut out = Vec::new();
         if config.task.is_set() {
-            let spent = usage_rows::task(store, &task.to_string())
-                .await?
-                .map(|row| row.spent)
-                .unwrap_or_default();
+            let spent = match self.tasks.get(&task) {
+                Some(spent) => spent.clone(),
+                None => usage_rows::task(store, &task.to_string())
+                    .await?
+                    .map(|row| row.spent)
+                    .unwrap_or_default(),
+            };
             let scope = Scope::task(task);
             out.push(standing(
                 scope.clone(),

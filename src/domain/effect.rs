@@ -22,6 +22,12 @@ pub fn github_merge_key(task: crate::tasks::TaskId, sha: &crate::tasks::CommitSh
     format!("github:merge:{task}:{sha}")
 }
 
+/// The key of the merge of `task`'s GitLab merge request at `sha` (auto-land, or its place on GitLab's merge
+/// train): once per task and head commit. The merge queue reads its outcome.
+pub fn gitlab_merge_key(task: crate::tasks::TaskId, sha: &crate::tasks::CommitSha) -> String {
+    format!("gitlab:merge:{task}:{sha}")
+}
+
 /// The key of the effect that opens task `task`'s GitLab merge request: `gitlab:mr:<task>`. Like
 /// [`pull_request_key`]'s, its success is news for every provider's policy.
 pub fn merge_request_key(task: crate::tasks::TaskId) -> String {

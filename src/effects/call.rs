@@ -52,15 +52,16 @@ pub enum Produced {
         method: Option<String>,
     },
     /// A merge the provider refused because the pull request is `behind` its base or `dirty` (conflicting with
-    /// it), as the provider said after the refusal: not merged, and not a person's business yet: the merge queue
-    /// brings it up to date and merges its new head (`landing::queue`).
+    /// it; GitLab's words: `need_rebase`, `conflict`), as the provider said after the refusal: not merged, and not
+    /// a person's business yet: the merge queue brings it up to date and merges its new head (`landing::queue`).
     Unmerged {
         number: u64,
         state: String,
         message: String,
     },
-    /// A pull request put into its base's merge queue (GitHub's own), which merges it: `enqueued` false when it
-    /// was in the queue already (a repeat after a crash); `position` GitHub's, when it said.
+    /// A pull request put into its base's merge queue (GitHub's own; GitLab's merge train), which merges it:
+    /// `enqueued` false when it was in the queue already (a repeat after a crash); `position` the provider's, when
+    /// it said.
     Enqueued {
         number: u64,
         enqueued: bool,

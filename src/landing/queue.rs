@@ -1,16 +1,19 @@
-//! The `merge_queue` loop: with `land = "auto"` on GitHub, pidevops's pull requests on a base land one at a time,
-//! each on top of the latest base. A merge decided by one pull request's facts alone would land code nobody
-//! tested together: five plan items ready at once, merged at once, each passing on a main that no longer exists.
+//! The `merge_queue` loop: with `land = "auto"` on GitHub or GitLab, pidevops's pull requests (merge requests) on
+//! a base land one at a time, each on top of the latest base. A merge decided by one pull request's facts alone
+//! would land code nobody tested together: five plan items ready at once, merged at once, each passing on a main
+//! that no longer exists.
 //!
-//! Each tick, for each repository on GitHub with `land = "auto"`, over its tasks in review:
+//! Each tick, for each repository with `land = "auto"` on a host the loop serves (GitHub with `GITHUB_TOKEN`,
+//! GitLab with `GITLAB_TOKEN`), over its tasks in review:
 //! - a merge in flight (a task whose head the queue chose, `task.merge_queued`, still in review, not flagged, its
 //!   merge not failed for good) holds the base: nothing else is chosen until it is merged (and completed) or fails;
 //! - otherwise the first ready task ([`landing::readiness`]: checks and approvals in on its head; a plan's item
 //!   only once the items it depends on are done; in task order) is brought up to date with the base by the
 //!   `refresh` loop's own refresh: already current, it is chosen (`Command::QueueMerge` → `task.merge_queued`,
-//!   which `effects:github` turns into the merge of that head, once); refreshed, its landing facts start over and
-//!   it is chosen once its checks pass on the new head; a conflict (handed to an agent, `task.conflict_found`) or
-//!   someone else's push (flagged) takes it out of the running, and the next one is looked at on the next tick.
+//!   which `effects:github` or `effects:gitlab` turns into the merge of that head, once); refreshed, its landing
+//!   facts start over and it is chosen once its checks pass on the new head; a conflict (handed to an agent,
+//!   `task.conflict_found`) or someone else's push (flagged) takes it out of the running, and the next one is
+//!   looked at on the next tick.
 //!
 //! GitHub may still refuse the chosen merge (405) when the base moved after the queue's refresh (a person's push):
 //! the merge effect then reads the pull request's `mergeable_state` and, `behind` or `dirty`, records the merge as
@@ -18,9 +21,14 @@
 //! next tick (refreshed: its checks run again and its new head is chosen; a conflict goes to an agent); a repository
 //! that does not refresh, or a branch that holds the base already, flags the task saying what GitHub answered.
 //!
+//! GitLab's refusal of the chosen merge reads the same way: a merge request GitLab then finds `need_rebase` or in
+//! `conflict` is recorded unmerged and brought up to date here (`providers/gitlab/client/merge_requests.rs`).
+//!
 //! A base whose rules require GitHub's own merge queue gets the chosen pull request enqueued there by the merge
 //! effect instead (`providers/github/client/queue.rs`); it holds this queue until GitHub merges it, or takes it
-//! out (`dequeued` flags the task).
+//! out (`dequeued` flags the task). A GitLab project that runs merge trains gets the chosen merge request put on
+//! its train instead (`providers/gitlab/client/trains.rs`), which holds this queue the same way until GitLab
+//! merges it.
 //!
 //! The queue is kept in the log: what is in flight is read from the tasks' events each tick, so a restart, or a
 //! second replica taking the loop over, continues where it was; the merge is an effect keyed by task and head, so
@@ -35,7 +43,7 @@ use serde::Serialize;
 
 use super::refresh::{Ended, RefreshProgress, Refresher};
 use crate::board::{Board, BoardError};
-use crate::domain::effect::github_merge_key;
+use crate::domain::effect::{github_merge_key, gitlab_merge_key};
 use crate::eventlog::EventLog;
 use crate::projectors::tasks::{self as task_rows, TaskFilter};
 use crate::tasks::{
@@ -45,12 +53,13 @@ use crate::tasks::{
 /// What became of a queued merge (its effect's stream).
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Merge {
-    /// Not made yet, being made, or made (the task completes once GitHub's merge is seen).
+    /// Not made yet, being made, or made (the task completes once the host's merge is seen).
     Pending,
-    /// Failed for good (GitHub refused it otherwise; the task was flagged then): that head is not chosen again,
-    /// nor does it hold the base.
+    /// Failed for good (the host refused it otherwise; the task was flagged then): that head is not chosen
+    /// again, nor does it hold the base.
     Failed,
-    /// GitHub refused it because the pull request is `state` (`behind`, `dirty`): see [`MergeQueue::unmerged`].
+    /// The host refused it because the pull request is `state` (GitHub's `behind`, `dirty`; GitLab's
+    /// `need_rebase`, `conflict`): see [`MergeQueue::unmerged`].
     Unmerged { state: String },
 }
 
@@ -79,14 +88,24 @@ pub struct MergeQueue {
     refresher: Refresher,
     /// Whether pidevops has workspaces to refresh in (dispatch is on); queued as they stand otherwise.
     refreshes: bool,
+    /// The code hosts whose repositories the queue lands: those pidevops can merge on.
+    hosts: QueueHosts,
+}
+
+/// The code hosts the queue serves: the ones whose token is set (start-up decides).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueHosts {
+    pub github: bool,
+    pub gitlab: bool,
 }
 
 impl MergeQueue {
-    pub fn new(log: EventLog, refresher: Refresher, refreshes: bool) -> Self {
+    pub fn new(log: EventLog, refresher: Refresher, refreshes: bool, hosts: QueueHosts) -> Self {
         Self {
             log,
             refresher,
             refreshes,
+            hosts,
         }
     }
 
@@ -94,7 +113,7 @@ impl MergeQueue {
         &self.refresher.lander().board
     }
 
-    /// The repositories whose pull requests the queue lands: on GitHub, `land = "auto"`.
+    /// The repositories whose pull requests the queue lands: `land = "auto"`, on a host it serves.
     fn repositories(&self) -> Vec<RepoName> {
         let lander = self.refresher.lander();
         self.board()
@@ -103,8 +122,21 @@ impl MergeQueue {
             .iter()
             .filter(|(_, rules)| rules.mode == LandMode::Auto)
             .filter_map(|(repo, _)| repo.parse::<RepoName>().ok())
-            .filter(|repo| lander.sources.source(repo).on_github())
+            .filter(|repo| {
+                let source = lander.sources.source(repo);
+                (self.hosts.github && source.on_github())
+                    || (self.hosts.gitlab && source.on_gitlab())
+            })
             .collect()
+    }
+
+    /// The key of the merge of `task` at `sha` on `repo`'s host.
+    fn merge_key(&self, repo: &RepoName, task: TaskId, sha: &CommitSha) -> String {
+        if self.refresher.lander().sources.source(repo).on_gitlab() {
+            gitlab_merge_key(task, sha)
+        } else {
+            github_merge_key(task, sha)
+        }
     }
 
     /// One pass over every queued repository (see the module doc).
@@ -143,7 +175,7 @@ impl MergeQueue {
             let Readiness::Ready { sha, number } = landing::readiness(&task, &rules) else {
                 continue;
             };
-            let merge = self.merge_outcome(task.id(), &sha).await?;
+            let merge = self.merge_outcome(repo, task.id(), &sha).await?;
             if task.landing().queued() {
                 match merge {
                     Merge::Pending => {
@@ -209,8 +241,13 @@ impl MergeQueue {
     }
 
     /// What became of the merge of `task` at `sha`, from its effect's stream.
-    async fn merge_outcome(&self, task: TaskId, sha: &CommitSha) -> anyhow::Result<Merge> {
-        let stream = crate::domain::effect::stream(&github_merge_key(task, sha));
+    async fn merge_outcome(
+        &self,
+        repo: &RepoName,
+        task: TaskId,
+        sha: &CommitSha,
+    ) -> anyhow::Result<Merge> {
+        let stream = crate::domain::effect::stream(&self.merge_key(repo, task, sha));
         let events = self
             .log
             .store()
@@ -238,8 +275,9 @@ impl MergeQueue {
         })
     }
 
-    /// GitHub refused the queued merge of `task` at `sha` because the pull request is `state` (`behind` its base,
-    /// or `dirty`: conflicting with it): the base moved after the queue's refresh. It is brought up to date now
+    /// The host refused the queued merge of `task` at `sha` because the pull request is `state` (`behind` its
+    /// base or `dirty`: conflicting with it; on GitLab `need_rebase`, `conflict`): the base moved after the queue's
+    /// refresh. It is brought up to date now
     /// (refreshed, its checks run again and the queue chooses its new head; a conflict goes to an agent). A
     /// repository that does not refresh, or a branch that already holds the base (GitHub and the remote disagree),
     /// is a person's: the task is flagged saying so. Either way it no longer holds the base.
@@ -278,16 +316,24 @@ impl MergeQueue {
                      merge it"
                 }
                 Ended::Current => {
-                    "yet its branch already holds the base pidevops fetched: GitHub and the remote disagree, look \
-                     at the pull request"
+                    "yet its branch already holds the base pidevops fetched: the host and the remote disagree, \
+                     look at the pull request"
                 }
             }
         };
         progress.stopped += 1;
-        let why = format!(
-            "GitHub refused to merge pull request #{number} at {}: it finds it {state}; {why}",
-            sha.short()
-        );
+        let what = if self
+            .refresher
+            .lander()
+            .sources
+            .source(task.repo())
+            .on_gitlab()
+        {
+            format!("GitLab refused to merge merge request !{number}")
+        } else {
+            format!("GitHub refused to merge pull request #{number}")
+        };
+        let why = format!("{what} at {}: it finds it {state}; {why}", sha.short());
         self.refresher.flag(id, &why, &mut refreshing).await
     }
 

@@ -22,6 +22,7 @@ use serde_json::{json, Value};
 per_backend!(
     a_spent_budget_stops_the_agent_mid_stream_holds_the_next_task_and_a_raise_lets_it_run,
     a_run_whose_figures_were_refused_holds_its_repositorys_day_until_a_person_raises_it,
+    a_queued_task_past_its_own_budget_is_held_while_the_rest_of_the_queue_starts,
 );
 
 /// Spends ten cents a tenth of a second for half a minute, unless its task is cheap.
@@ -529,5 +530,79 @@ async fn a_run_past_the_soft_limit_gets_one_nearly_spent_notice() {
         notices[0].words,
         format!("task {id} has spent 80 % of a budget")
     );
+    app.stop().await;
+}
+
+/// Past its task's 5,000 tokens at once, then works on (the meter stops it), unless its task is cheap.
+const OVER_OR_CHEAP: &str = r#"if grep -q "Spend a lot" "$1"; then
+  echo "spent 6000 in, 0 out, \$0.00"; sleep 30; exit 0
+fi
+echo "spent 10 in, 1 out, \$0.00"; echo cheap > "cheap-$$.txt""#;
+
+/// The dispatcher reads its candidates' own spend together (one statement, not one per candidate): in one queue, the
+/// task that spent past its own budget (a person cleared its flag without raising it) is held, and only it; the
+/// tasks queued with it start.
+async fn a_queued_task_past_its_own_budget_is_held_while_the_rest_of_the_queue_starts(db: TestDb) {
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let agent = bash_agent(scratch.path(), "over.sh", OVER_OR_CHEAP);
+    let mut file = config(&remote, &agent);
+    file["budgets"] = "[budgets]\ntask_tokens = 5000"
+        .parse::<toml::Table>()
+        .unwrap()["budgets"]
+        .clone();
+    let mut settings = crate::common::settings(&db);
+    settings.file = pidevops::config::FileConfig::try_from(file).unwrap();
+    settings.workspace_root = scratch.path().join("ws");
+    let app = TestApp::spawn(settings).await;
+
+    let costly = new_task("Spend a lot").create(&app).await;
+    let run = board::first_run_ended(&app, costly, Duration::from_secs(60)).await;
+    assert_eq!(run.failure.as_deref(), Some("budget"), "{run:?}");
+    within(
+        Duration::from_secs(30),
+        "the costly task flagged",
+        || async { board::row(&app, costly).await.needs_human },
+    )
+    .await;
+
+    // One queue: the costly task, its flag cleared (its budget not raised), and three cheap ones behind it.
+    pidevops::dispatch::dispatcher::set_paused(&app.state.log, true, "test", None)
+        .await
+        .unwrap();
+    let mut cheap = Vec::new();
+    for n in 0..3 {
+        cheap.push(new_task(&format!("Spend little {n}")).create(&app).await);
+    }
+    app.state
+        .board
+        .execute(costly, &pidevops::tasks::Command::ClearNeedsHuman, "test")
+        .await
+        .unwrap();
+    pidevops::dispatch::dispatcher::set_paused(&app.state.log, false, "test", None)
+        .await
+        .unwrap();
+    board::dispatcher_ticks(&app, 1).await;
+    let (_, health) = app.health().await;
+    assert_eq!(
+        health["loops"]["dispatcher"]["detail"]["over_budget"], 1,
+        "{health:#}"
+    );
+
+    for id in &cheap {
+        within(
+            Duration::from_secs(60),
+            "a cheap task in review",
+            || async { board::row(&app, *id).await.column == Column::InReview },
+        )
+        .await;
+    }
+    board::dispatcher_ticks(&app, 3).await;
+    assert_eq!(
+        board::runs(&app, costly).await.len(),
+        1,
+        "started past its budget"
+    );
+    assert_eq!(board::row(&app, costly).await.column, Column::Todo);
     app.stop().await;
 }

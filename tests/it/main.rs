@@ -47,6 +47,7 @@ mod land_local;
 mod leases;
 mod limits;
 mod merge_queue;
+mod merge_queue_gitlab;
 mod openapi;
 mod plans;
 mod plans_combined;

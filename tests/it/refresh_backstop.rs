@@ -472,6 +472,21 @@ async fn a_pull_request_behind_on_a_repository_that_does_not_refresh_is_marked_a
         assert!(refreshes(&store, id).await.is_empty());
         assert_eq!(pushes(&remote, &branch).len(), 1, "only the attempt's push");
     }
+    // A person brings the pull request up to date by hand. GitHub's `blocked` may hide `behind`: the mark stays.
+    // Then `clean` (told twice): the mark goes, and pidevops still refreshed and pushed nothing.
+    fake.set_head(REPO, number, "1234567890abcdef1234567890abcdef12345678");
+    fake.set_mergeable_state(REPO, number, "blocked");
+    app.drive("github_poller").await;
+    app.project().await;
+    assert_eq!(behind(&app, id, &cookie).await, (true, true), "blocked");
+    fake.set_mergeable_state(REPO, number, "clean");
+    for _ in 0..2 {
+        app.drive("github_poller").await;
+        app.project().await;
+        assert_eq!(behind(&app, id, &cookie).await, (false, false), "clean");
+    }
+    assert!(refreshes(&store, id).await.is_empty());
+    assert_eq!(pushes(&remote, &branch).len(), 1, "only the attempt's push");
     let key = format!("poll:push:{REPO}:main:{}", remote.branch("main").unwrap());
     assert_eq!(store.count_by_key(Source::Github, &key).await.unwrap(), 0);
     let row = board::row_in(&store, id).await.unwrap();

@@ -28,6 +28,9 @@
 //! for each sample as a dispatch starts it (its start counted in that variant's times, and timed alone first, with
 //! the gateway's HTTP client it builds). Spawn -> the agent's first instruction, and spawn -> exit. The dispatch
 //! path's differences come with a 95 % bootstrap interval, how far chance alone moves them.
+//!
+//! `--queued N [--budgets]` measures only the dispatcher's tick (the selection up to the claims) with `N` tasks
+//! queued, with `[budgets]` set against the same tick without, alternating, in one run (and exits): tick.rs.
 
 // A benchmark's driver reads top to bottom as its docs describe the run: its long setup and measuring
 // functions are held to the file limit (tests/it/sizes.rs), not to clippy's function limit.
@@ -49,9 +52,11 @@ use pidevops::tasks::{Column, Links, RepoName, Spec, TaskId};
 
 mod queue;
 mod sandbox;
+mod tick;
 
 use queue::*;
 use sandbox::*;
+use tick::*;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -92,6 +97,21 @@ struct Args {
     /// Measure only a sandbox's start, per network and bridge (see the module's documentation), and exit.
     #[arg(long)]
     sandbox_start: bool,
+    /// Measure only the dispatcher's tick with this many tasks queued (see tick.rs), and exit.
+    #[arg(long)]
+    queued: Option<usize>,
+    /// With --queued: the tick under test has every `[budgets]` limit set (else it is the reference again: A/A).
+    #[arg(long)]
+    budgets: bool,
+    /// With --queued: ticks timed, of each dispatcher.
+    #[arg(long, default_value_t = 200)]
+    ticks: usize,
+    /// With --queued: repositories the queue is spread over.
+    #[arg(long, default_value_t = 5)]
+    repos: usize,
+    /// With --queued: finished tasks with a row in the usage read model, besides half the queued ones.
+    #[arg(long, default_value_t = 20_000)]
+    past_tasks: usize,
     /// With --sandbox-start: an older `pidevops` binary whose `sandbox-bridge` subcommand was the bridge.
     #[arg(long)]
     old_bridge: Option<PathBuf>,
@@ -221,6 +241,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     std::fs::create_dir_all(&scratch)?;
     let result = if args.sandbox_start {
         sandbox_start(&args, &scratch)
+    } else if let Some(queued) = args.queued {
+        queued_tick(&args, &scratch, queued).await
     } else {
         bench(&args, &scratch).await
     };

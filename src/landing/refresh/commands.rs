@@ -29,6 +29,25 @@ impl Current {
             self.base.to_ascii_lowercase()
         )
     }
+
+    /// The event, pidevops's own: the refresh loop's (its git found the branch holding the base), or a host's
+    /// `poller`'s (the host no longer finds the review request behind or in conflict: a person brought it up to
+    /// date, on a repository pidevops does not refresh).
+    pub fn event(&self, poller: Option<&str>) -> anyhow::Result<NewEvent> {
+        let mut event = NewEvent::new(
+            Source::Pidevops,
+            EventType::from_stored(CURRENT.to_owned()),
+            self.key(),
+            "application/json",
+            bytes::Bytes::from(serde_json::to_vec(self).context("encoding refresh.current")?),
+        );
+        if let Some(poller) = poller {
+            event
+                .meta
+                .insert("poller".to_owned(), serde_json::Value::from(poller));
+        }
+        Ok(event)
+    }
 }
 
 impl Refresher {
@@ -45,15 +64,8 @@ impl Refresher {
             base: base.to_owned(),
         };
         let key = current.key();
-        let new = NewEvent::new(
-            Source::Pidevops,
-            EventType::from_stored(CURRENT.to_owned()),
-            key.clone(),
-            "application/json",
-            bytes::Bytes::from(serde_json::to_vec(&current).context("encoding refresh.current")?),
-        );
         self.log
-            .append(new)
+            .append(current.event(None)?)
             .await
             .with_context(|| format!("recording {key}"))?;
         Ok(())

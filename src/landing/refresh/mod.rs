@@ -34,7 +34,8 @@
 //! (`detailed_merge_status`, recorded as `behind` / `dirty`), is appended as `refresh.due` for its task, which this
 //! loop refreshes alone (a conflict then goes to an agent, as above); one it finds current already is recorded as
 //! `refresh.current` (`refresh-current:<task>:<head>:<base>`), which clears the board's `behind` mark. A repository
-//! whose `refresh` is `"off"` is never refreshed: its dues only mark the board (a person acts).
+//! whose `refresh` is `"off"` is never refreshed: its dues only mark the board (a person acts), and the pollers
+//! record `refresh.current` themselves once the host finds a marked one up to date again.
 //!
 //! Exactly once: before its push, a refresh records what it is about to push (`refresh.pushing` in the stream
 //! `refresh:<task>`); the commit it makes is the same when made again (dated by the base push). A restart

@@ -1,11 +1,12 @@
 //! The board's "behind" mark (issue 33): a task whose review request its host finds `behind` its base or `dirty`
 //! (in conflict with it), as its poller recorded it (`refresh.due`, keyed `refresh-due:<task>:<head>:<state>`),
-//! until the task's next push (`task.refreshed`, `task.submitted_for_review`) or until the refresh loop finds its
-//! branch holding the base already (`refresh.current`, keyed `refresh-current:<task>:<head>:<base>`: the host's
-//! word was stale). A repository whose `refresh` is `"off"` is marked too (its poller still records what the host
-//! says; nothing refreshes it): a person must act. Read from the events' headers only
-//! (the key and the type: no body is read), folded in log order, the last word per task written in the batch's
-//! transaction. A mark about a head the task was refreshed from since is dropped when the row is read.
+//! until the task's next push (`task.refreshed`, `task.submitted_for_review`) or until its branch is found holding
+//! the base (`refresh.current`, keyed `refresh-current:<task>:<head>:<base>`: by the refresh loop's git, the host's
+//! word being stale; or by the host's poller, which no longer finds it behind: a person brought it up to date).
+//! A repository whose `refresh` is `"off"` is marked too (its poller still records what the host says; nothing
+//! refreshes it): a person must act. Read from the events' headers only (the key and the type: no body is read),
+//! folded in log order, the last word per task written in the batch's transaction. A mark about a head the task
+//! was refreshed from since is dropped when the row is read.
 
 use std::collections::HashMap;
 

@@ -391,16 +391,57 @@ pub async fn task(store: &EventStore, task_id: &str) -> Result<Option<TaskUsageR
     let sql = format!("SELECT task_id, repo, last_at, {SPENT} FROM usage_tasks WHERE task_id = $1");
     crate::on_store!(store, |pool, backend| {
         let row = sqlx::query(&sql).bind(task_id).fetch_optional(pool).await?;
-        Ok(row
-            .map(|row| -> Result<TaskUsageRow, sqlx::Error> {
-                Ok(TaskUsageRow {
-                    task_id: row.try_get("task_id")?,
-                    repo: row.try_get("repo")?,
-                    last_at: row.try_get("last_at")?,
-                    spent: spent(&row)?,
-                })
-            })
-            .transpose()?)
+        Ok(row.map(|row| task_row(&row)).transpose()?)
+    })
+}
+
+/// The usage of those of `task_ids` whose runs reported some, in no particular order: one statement per
+/// [`sql::MAX_PARAMS`](crate::eventlog::sql::MAX_PARAMS) ids (the dispatcher reads its queue's at once, not one
+/// task at a time).
+pub async fn tasks(
+    store: &EventStore,
+    task_ids: &[String],
+) -> Result<Vec<TaskUsageRow>, StoreError> {
+    use crate::eventlog::sql;
+    let mut rows = Vec::with_capacity(task_ids.len());
+    for chunk in task_ids.chunks(sql::MAX_PARAMS) {
+        let statement = format!(
+            "SELECT task_id, repo, last_at, {SPENT} FROM usage_tasks WHERE task_id IN ({})",
+            sql::list(1, chunk.len())
+        );
+        let found: Vec<TaskUsageRow> = crate::on_store!(store, |pool, backend| {
+            // Not prepared: the text differs with the chunk's length.
+            let mut query = sqlx::query(&statement).persistent(false);
+            for id in chunk {
+                query = query.bind(id.as_str());
+            }
+            query
+                .fetch_all(pool)
+                .await?
+                .iter()
+                .map(task_row)
+                .collect::<Result<_, sqlx::Error>>()?
+        });
+        rows.extend(found);
+    }
+    Ok(rows)
+}
+
+fn task_row<R>(row: &R) -> Result<TaskUsageRow, sqlx::Error>
+where
+    R: Row,
+    for<'r> &'r str: sqlx::ColumnIndex<R>,
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> f64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> Option<i64>: sqlx::Decode<'r, R::Database>,
+    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> DateTime<Utc>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(TaskUsageRow {
+        task_id: row.try_get("task_id")?,
+        repo: row.try_get("repo")?,
+        last_at: row.try_get("last_at")?,
+        spent: spent(row)?,
     })
 }
 
@@ -437,14 +478,7 @@ pub async fn top_tasks_since(
             .await?;
         Ok(rows
             .iter()
-            .map(|row| {
-                Ok(TaskUsageRow {
-                    task_id: row.try_get("task_id")?,
-                    repo: row.try_get("repo")?,
-                    last_at: row.try_get("last_at")?,
-                    spent: spent(row)?,
-                })
-            })
+            .map(task_row)
             .collect::<Result<_, sqlx::Error>>()?)
     })
 }

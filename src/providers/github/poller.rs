@@ -14,7 +14,9 @@
 //! A pull request GitHub finds `behind` its base or `dirty` (its `mergeable_state`, read, not guessed) is appended
 //! as `refresh.due` for its task (`refresh-due:<task>:<head>:<state>`), unless its base's push was appended in the
 //! same poll (that refreshes every task of the repository); on a repository with `refresh = "off"` too, where it
-//! only marks the board (the refresh loop never refreshes it).
+//! only marks the board (the refresh loop never refreshes it). Once the board marks it, GitHub finding it `clean`,
+//! `unstable` or `has_hooks` (not `blocked`, which may hide `behind`) is appended as `refresh.current`
+//! (`refresh-current:<task>:<head>:<base sha>`): someone brought it up to date, and the mark goes.
 //!
 //! Each appended fact has a dedup key naming it (`poll:pull_request:<repo>#<n>:closed`,
 //! `poll:check_suite:<id>:<conclusion>`, `poll:issues:<repo>#<n>:closed:<updated_at>`), so polls append it once.
@@ -144,8 +146,16 @@ impl GithubPoller {
                 continue;
             }
             if !pushed.contains(&pr.repo) && !row.needs_human {
-                self.behind(row.id, pr.repo.clone(), number, &pull.model, &mut progress)
-                    .await?;
+                let marked = row.is_behind();
+                self.behind(
+                    row.id,
+                    pr.repo.clone(),
+                    number,
+                    &pull.model,
+                    marked,
+                    &mut progress,
+                )
+                .await?;
             }
             let suites = self
                 .client
@@ -232,18 +242,41 @@ impl GithubPoller {
 
     /// A pull request GitHub finds `behind` its base or `dirty` (read, not guessed): `refresh.due` for its task,
     /// once per head and state. On a repository whose `refresh` is `"off"` too: the refresh loop leaves it, and the
-    /// board marks it for a person.
+    /// board marks it for a person. One the board marks (`marked`) that GitHub finds neither any more:
+    /// `refresh.current`, and the mark goes.
     async fn behind(
         &self,
         task: TaskId,
         repo: RepoName,
         number: u64,
         pull: &PullRequest,
+        marked: bool,
         progress: &mut GithubPollProgress,
     ) -> anyhow::Result<()> {
         let state = match pull.mergeable_state {
             Some(MergeableState::Behind) => "behind",
             Some(MergeableState::Dirty) => "dirty",
+            // Up to date with its base and mergeable, whatever its checks say. Not `blocked` (a missing review may
+            // hide `behind`), `unknown` (not computed yet) or a draft: no word either way.
+            Some(MergeableState::Clean | MergeableState::Unstable | MergeableState::HasHooks)
+                if marked =>
+            {
+                let current = refresh::Current {
+                    task,
+                    head: pull.head.sha.clone(),
+                    base: pull.base.sha.clone(),
+                };
+                let key = current.key();
+                let appended = self
+                    .log
+                    .append(current.event(Some(GITHUB_POLLER))?)
+                    .await
+                    .with_context(|| format!("appending {key}"))?;
+                if !appended.duplicate {
+                    progress.appended += 1;
+                }
+                return Ok(());
+            }
             _ => return Ok(()),
         };
         let due = refresh::Due {

@@ -201,7 +201,7 @@ pub(super) fn refresh_loop(
 }
 
 /// The `merge_queue` loop: it refreshes only where pidevops has workspaces (dispatch on), and queues pull
-/// requests as they stand otherwise.
+/// requests as they stand otherwise; it serves the hosts whose token is set (`merge_queue_hosts`).
 pub(super) fn merge_queue_loop(
     parts: &super::Parts<'_>,
     _: &super::PlannedLoop,
@@ -211,6 +211,7 @@ pub(super) fn merge_queue_loop(
         parts.log.clone(),
         refresher(parts),
         refreshes,
+        super::plans::merge_queue_hosts(parts.settings),
     ));
     Ok(Built::ticking(
         move || {

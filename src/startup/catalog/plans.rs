@@ -250,40 +250,71 @@ pub(super) fn refresh_plan(settings: &Settings) -> Vec<PlannedLoop> {
     )]
 }
 
-/// The `merge_queue` loop: armed when a repository on GitHub has `land = "auto"` and pidevops can merge there
-/// (`GITHUB_TOKEN`); its pull requests land one at a time per base, each on top of the latest base.
+/// The `merge_queue` loop: armed when a repository on GitHub or GitLab has `land = "auto"` and pidevops can merge
+/// on its host (`GITHUB_TOKEN`, `GITLAB_TOKEN`); its pull requests (merge requests) land one at a time per base,
+/// each on top of the latest base. A host without its token is not served ([`merge_queue_hosts`]).
 pub(super) fn merge_queue_plan(settings: &Settings) -> Vec<PlannedLoop> {
-    use crate::tasks::{LandMode, RepoName};
     let name = crate::landing::queue::MERGE_QUEUE;
     let interval = settings.projector_interval;
     let off = |state, reason: String| vec![PlannedLoop::off(name, true, state, reason, interval)];
-    let any = settings.file.board.land.iter().any(|(repo, rules)| {
-        rules.mode == LandMode::Auto
-            && repo
-                .parse::<RepoName>()
-                .is_ok_and(|repo| settings.file.dispatch.source(&repo).on_github())
-    });
-    if !any {
+    let (github, gitlab) = auto_landing_hosts(settings);
+    if !github && !gitlab {
         return off(
             LoopState::Disabled,
-            "no repository on GitHub has land = \"auto\": people merge its pull requests".into(),
+            "no repository on GitHub or GitLab has land = \"auto\": people merge its pull requests"
+                .into(),
         );
     }
-    let token = crate::providers::github::settings::GithubSettings::of(settings)
-        .token
-        .is_some();
-    if !token {
+    let hosts = merge_queue_hosts(settings);
+    if !hosts.github && !hosts.gitlab {
+        let missing = match (github, gitlab) {
+            (true, true) => "neither GITHUB_TOKEN nor GITLAB_TOKEN is set",
+            (true, false) => "GITHUB_TOKEN is not set",
+            _ => "GITLAB_TOKEN is not set",
+        };
         return off(
             LoopState::Unarmed,
-            "GITHUB_TOKEN is not set: pidevops cannot merge a pull request".into(),
+            format!("{missing}: pidevops cannot merge a pull request"),
         );
     }
     vec![PlannedLoop::armed(
         name,
         true,
         interval,
-        "with land = \"auto\" on GitHub, merges pidevops's ready pull requests one at a time per base, each brought up to date with the latest base and its checks passed there first",
+        "with land = \"auto\" on GitHub or GitLab, merges pidevops's ready pull requests (merge requests) one at a time per base, each brought up to date with the latest base and its checks passed there first (GitHub's merge queue or GitLab's merge train where the repository runs one)",
     )]
+}
+
+/// Whether a repository on GitHub, and one on GitLab, has `land = "auto"`.
+fn auto_landing_hosts(settings: &Settings) -> (bool, bool) {
+    use crate::tasks::{LandMode, RepoName};
+    let auto = |on: fn(&crate::config::dispatch::RepoSource) -> bool| {
+        settings.file.board.land.iter().any(|(repo, rules)| {
+            rules.mode == LandMode::Auto
+                && repo
+                    .parse::<RepoName>()
+                    .is_ok_and(|repo| on(&settings.file.dispatch.source(&repo)))
+        })
+    };
+    (
+        auto(crate::config::dispatch::RepoSource::on_github),
+        auto(crate::config::dispatch::RepoSource::on_gitlab),
+    )
+}
+
+/// The hosts the merge queue serves: each with a repository of `land = "auto"` on it and its token set.
+pub(super) fn merge_queue_hosts(settings: &Settings) -> crate::landing::queue::QueueHosts {
+    let (github, gitlab) = auto_landing_hosts(settings);
+    crate::landing::queue::QueueHosts {
+        github: github
+            && crate::providers::github::settings::GithubSettings::of(settings)
+                .token
+                .is_some(),
+        gitlab: gitlab
+            && crate::providers::gitlab::settings::GitlabSettings::of(settings)
+                .token
+                .is_some(),
+    }
 }
 
 /// The `land` loop: armed when a repository not on GitHub has `land = "auto"` (GitHub's auto-land is

@@ -103,3 +103,60 @@ fn the_refresh_loop_is_armed_by_the_token_of_a_refreshing_repository_s_host() {
         "{why}"
     );
 }
+
+#[test]
+fn the_merge_queue_serves_each_auto_landing_host_whose_token_is_set() {
+    use crate::landing::queue::QueueHosts;
+    let settings = |file: &str, variables: &[&str]| {
+        let mut settings = Settings::for_tests(crate::config::DatabaseUrl::Sqlite(
+            "sqlite://unused.db".to_owned(),
+        ));
+        let table: toml::Table = toml::from_str(&format!("[dispatch]\n{file}")).unwrap();
+        settings.file = crate::config::file::FileConfig::from_table(&table).unwrap();
+        for name in variables {
+            settings.providers.set(name, Some("a-token")).unwrap();
+        }
+        settings
+    };
+    let planned = |file: &str, variables: &[&str]| {
+        let mut planned = plans::merge_queue_plan(&settings(file, variables));
+        assert_eq!(planned.len(), 1);
+        let planned = planned.remove(0);
+        (planned.state, planned.reason.unwrap_or_default())
+    };
+    let hosts =
+        |file: &str, variables: &[&str]| plans::merge_queue_hosts(&settings(file, variables));
+    let gitlab = "[repos.\"acme/platform/api\"]\nprovider = \"gitlab\"\n\
+                  url = \"https://gitlab.example.com/acme/platform/api.git\"\nland = \"auto\"\n";
+    assert_eq!(planned(gitlab, &["GITLAB_TOKEN"]).0, LoopState::Armed);
+    assert_eq!(
+        hosts(gitlab, &["GITLAB_TOKEN", "GITHUB_TOKEN"]),
+        QueueHosts {
+            github: false,
+            gitlab: true
+        }
+    );
+    let (state, why) = planned(gitlab, &["GITHUB_TOKEN"]);
+    assert_eq!(state, LoopState::Unarmed);
+    assert!(why.contains("GITLAB_TOKEN is not set"), "{why}");
+    let manual = gitlab.replace("land = \"auto\"", "land = \"manual\"");
+    assert_eq!(planned(&manual, &["GITLAB_TOKEN"]).0, LoopState::Disabled);
+    // Both hosts land automatically: each token serves its own host only.
+    let both = format!(
+        "{gitlab}[repos.\"acme/app\"]\nurl = \"https://github.com/acme/app.git\"\nland = \"auto\"\n"
+    );
+    assert_eq!(planned(&both, &["GITHUB_TOKEN"]).0, LoopState::Armed);
+    assert_eq!(
+        hosts(&both, &["GITHUB_TOKEN"]),
+        QueueHosts {
+            github: true,
+            gitlab: false
+        }
+    );
+    let (state, why) = planned(&both, &[]);
+    assert_eq!(state, LoopState::Unarmed);
+    assert!(
+        why.contains("neither GITHUB_TOKEN nor GITLAB_TOKEN"),
+        "{why}"
+    );
+}

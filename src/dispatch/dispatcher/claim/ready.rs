@@ -14,8 +14,8 @@ use crate::tasks::{Column, Failure, RepoName, RetryCause, TaskId};
 
 impl Dispatcher {
     /// The candidates no spent budget holds back, how many were, and each budget spent or past its soft limit in
-    /// words (for `/health`). Reads the raises and today's usage once per tick and each candidate's own spend:
-    /// only when `[budgets]` sets a limit.
+    /// words (for `/health`). Reads the raises, today's usage and the candidates' own spend once per tick (one
+    /// statement for all of them, not one per candidate): only when `[budgets]` sets a limit.
     pub(super) async fn within_budgets(
         &self,
         candidates: Vec<Candidate>,
@@ -28,9 +28,10 @@ impl Dispatcher {
         let mut kept = Vec::with_capacity(candidates.len());
         let mut held = 0;
         let mut words = std::collections::BTreeSet::new();
-        let ledger = crate::budgets::Ledger::read(self.store(), config, today)
+        let ids: Vec<TaskId> = candidates.iter().map(|c| c.id).collect();
+        let ledger = crate::budgets::Ledger::read_for(self.store(), config, today, &ids)
             .await
-            .context("reading the budgets' raises and today's spend")?;
+            .context("reading the budgets' raises, today's spend and the candidates' own")?;
         for candidate in candidates {
             let standings = ledger
                 .standings(self.store(), config, candidate.id, candidate.repo.as_str())

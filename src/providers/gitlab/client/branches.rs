@@ -38,6 +38,16 @@ pub struct MergeStatus {
     /// before, which reads as nothing to say).
     #[serde(default)]
     pub detailed_merge_status: Option<String>,
+    /// The commits its diff is between: `start_sha` is the target branch's head it was made against.
+    #[serde(default)]
+    pub diff_refs: Option<DiffRefs>,
+}
+
+/// A merge request's `diff_refs`, the part read.
+#[derive(Clone, Debug, Deserialize)]
+pub struct DiffRefs {
+    #[serde(default)]
+    pub start_sha: Option<String>,
 }
 
 impl GitlabClient {

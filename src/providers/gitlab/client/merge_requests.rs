@@ -1,5 +1,6 @@
 //! The merge request calls: open one for a task's branch (found first when already open, so a repeat after a
-//! crash opens none twice) and merge it at the commit pidevops checked (`sha`: GitLab refuses if the head moved).
+//! crash opens none twice) and merge it at the commit pidevops checked (`sha`: GitLab refuses if the head moved),
+//! or put it on the project's merge train where it runs them (`trains.rs`).
 //! What GitLab answers is read as little as the calls need, and checked against what was asked: a merge request
 //! from a fork's branch of the same name is never taken for the task's.
 
@@ -113,11 +114,13 @@ impl GitlabClient {
 
     /// Merges `project!iid` at `sha`, once: read first, a merge request already merged is a success with
     /// `merged` false; one not open, from a fork, or whose head is not `sha` is refused for good. A draft is marked
-    /// ready first (auto-land's rules, its checks and approvals, are what the repository asked for). The merge
-    /// asks `merge_when_pipeline_succeeds` (a pipeline still running on the head merges it when it passes) with
-    /// `sha`, and leaves the source branch to the merge request's own setting (ours when opened: `[repos]
-    /// delete_branch`); GitLab's 405, 406, 409 and 422 (not mergeable, conflicts, head moved) are permanent: the
-    /// task is flagged.
+    /// ready first (auto-land's rules, its checks and approvals, are what the repository asked for). A project
+    /// that runs merge trains gets it put on the train instead (`trains.rs`). The merge asks
+    /// `merge_when_pipeline_succeeds` (a pipeline still running on the head merges it when it passes) with `sha`,
+    /// and leaves the source branch to the merge request's own setting (ours when opened: `[repos]
+    /// delete_branch`). GitLab's refusals (405, 406, 409, 422: not mergeable, conflicts, head moved) are
+    /// permanent (the task is flagged), except one for a merge request GitLab then finds `need_rebase` or in
+    /// `conflict` with its base at that head: [`Produced::Unmerged`], the merge queue's to bring up to date.
     pub async fn merge_merge_request(
         &self,
         project: &RepoName,
@@ -170,9 +173,13 @@ impl GitlabClient {
                 )
                 .await?;
         }
-        let merged: MergeRequest = self
-            .send(
-                "merging the merge request",
+        if self.merge_trains_enabled(project).await? {
+            return self.add_to_merge_train(project, iid, sha).await;
+        }
+        let what = "merging the merge request";
+        let answer = self
+            .attempt(
+                what,
                 self.http
                     .put(format!("{url}/merge"))
                     .json(&serde_json::json!({
@@ -180,7 +187,15 @@ impl GitlabClient {
                         "merge_when_pipeline_succeeds": true,
                     })),
             )
-            .await?;
+            .await;
+        let response = match answer {
+            Ok(response) => response,
+            Err(refused) if matches!(refused.status, Some(405 | 406 | 422)) => {
+                return self.refused(project, iid, sha, refused.error).await;
+            }
+            Err(refused) => return Err(refused.error),
+        };
+        let merged: MergeRequest = super::read_json(what, response).await?;
         Ok(Produced::Merge {
             number: iid,
             merged: merged.state == "merged",
@@ -193,6 +208,33 @@ impl GitlabClient {
                 }
                 .to_owned(),
             ),
+        })
+    }
+
+    /// GitLab refused to merge `project!iid` at `sha`: why, as GitLab itself says it after the refusal
+    /// (`detailed_merge_status`, read, not guessed from the message). Still open at `sha` and `need_rebase` or in
+    /// `conflict` with its base: [`Produced::Unmerged`], the merge queue's to bring up to date (not a person's
+    /// yet). Anything else is the refusal, a permanent failure, as before.
+    async fn refused(
+        &self,
+        project: &RepoName,
+        iid: u64,
+        sha: &str,
+        refusal: CallError,
+    ) -> Result<Produced, CallError> {
+        let now = self.merge_status(project, iid).await?;
+        let state = match now.detailed_merge_status.as_deref() {
+            Some(state @ ("need_rebase" | "conflict")) => state.to_owned(),
+            _ => return Err(refusal),
+        };
+        let head = now.sha.as_deref().unwrap_or_default();
+        if now.state != "opened" || !head.eq_ignore_ascii_case(sha) {
+            return Err(refusal);
+        }
+        Ok(Produced::Unmerged {
+            number: iid,
+            state,
+            message: refusal.to_string(),
         })
     }
 }

@@ -3,9 +3,10 @@
 //! it means is the policy's: here, a note on an issue or a merge request, made once (its marker looked for first),
 //! and an emoji award on a note; each other area of the API in its own file: `poll.rs` (merge requests changed
 //! since a time, for `gitlab_poller`), `hooks.rs` (a project's webhook, for `init --gitlab`), `members.rs` (a
-//! member's access level, for `doctor`), `merge_requests.rs` (a task's merge request, opened
-//! and merged), `jobs.rs` (a CI job's log tail, for reactions), `branches.rs` (a branch's head and one merge
-//! request's `detailed_merge_status`, for `gitlab_poller`'s refresh backstop).
+//! member's access level, for `doctor`), `merge_requests.rs` (a task's merge request, opened and merged),
+//! `trains.rs` (a project's merge trains: whether it runs them, a merge request put on one), `jobs.rs` (a CI job's
+//! log tail, for reactions), `branches.rs` (a branch's head and one merge request's `detailed_merge_status`, for
+//! `gitlab_poller`'s refresh backstop).
 
 mod branches;
 mod hooks;
@@ -13,6 +14,7 @@ mod jobs;
 mod members;
 mod merge_requests;
 mod poll;
+mod trains;
 
 pub use branches::MergeStatus;
 pub use hooks::{EnsuredHook, EVENTS as HOOK_EVENTS};
@@ -199,13 +201,28 @@ impl GitlabClient {
         what: &str,
         request: reqwest::RequestBuilder,
     ) -> Result<reqwest::Response, CallError> {
+        self.attempt(what, request)
+            .await
+            .map_err(|refused| refused.error)
+    }
+
+    /// [`GitlabClient::answer`], a refusal keeping GitLab's status (a caller that reads what a 404 or a 405
+    /// means).
+    async fn attempt(
+        &self,
+        what: &str,
+        request: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, Refused> {
         let response = request
             .header("PRIVATE-TOKEN", self.token.expose_secret())
             .send()
             .await
-            .map_err(|e| CallError::Transient {
-                message: format!("{what}: no answer from GitLab: {}", e.without_url()),
-                retry_after: None,
+            .map_err(|e| Refused {
+                status: None,
+                error: CallError::Transient {
+                    message: format!("{what}: no answer from GitLab: {}", e.without_url()),
+                    retry_after: None,
+                },
             })?;
         let status = response.status();
         if status.is_success() {
@@ -217,8 +234,18 @@ impl GitlabClient {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok())
             .map(|s| Duration::from_secs(s.min(3600)));
-        Err(refusal(what, status, retry_after))
+        Err(Refused {
+            status: Some(status.as_u16()),
+            error: refusal(what, status, retry_after),
+        })
     }
+}
+
+/// A call that did not succeed: GitLab's status when it answered, and the failure as effects read it.
+#[derive(Debug)]
+struct Refused {
+    status: Option<u16>,
+    error: CallError,
 }
 
 /// A successful answer's body as `T`.

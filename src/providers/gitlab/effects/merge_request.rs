@@ -1,6 +1,7 @@
 //! A GitLab-hosted task's merge request, pure: opened once when the task goes to review (`gitlab:mr:<task>`),
-//! linked to the task and pointed at from its GitLab issue once it is open, and merged by auto-land when
-//! [`landing::readiness`] says so (`gitlab:merge:<task>:<sha>`). Nothing for a task of any other code host.
+//! linked to the task and pointed at from its GitLab issue once it is open, and merged by auto-land once the merge
+//! queue chose its head (`task.merge_queued`) and [`landing::readiness`] still says so at that head
+//! (`gitlab:merge:<task>:<sha>`). Nothing for a task of any other code host.
 
 use crate::domain::Source;
 use crate::effects::inert::inert;
@@ -55,7 +56,7 @@ pub fn merge_request(
 
 /// The key of the merge of `task`'s merge request at `sha`: once per task and head commit.
 pub fn merge_key(task: TaskId, sha: &CommitSha) -> String {
-    format!("gitlab:merge:{task}:{sha}")
+    crate::domain::effect::gitlab_merge_key(task, sha)
 }
 
 /// Auto-land: the merge of a GitLab-hosted task's merge request when [`landing::readiness`] says it is ready.
@@ -73,17 +74,24 @@ pub fn land(
     }
 }
 
-/// The merge of the task's current head and merge request, ready or not (to settle one asked before).
-pub fn merge_asked_before(task: &Task, config: &PolicyConfig) -> Option<Request<GitlabAction>> {
+/// The merge the merge queue chose (`task.merge_queued` of `sha` and merge request `iid`), for a GitLab-hosted
+/// task whose merge request is the one pidevops recorded (in the task's own project).
+pub fn queued(
+    task: &Task,
+    sha: &CommitSha,
+    iid: u64,
+    config: &PolicyConfig,
+) -> Option<Request<GitlabAction>> {
     if !hosted_here(task, config) {
         return None;
     }
-    let sha = task.landing().head()?;
     let mr = task.links().get(GITLAB_MR)?;
-    mr.project
-        .as_str()
-        .eq_ignore_ascii_case(task.repo().as_str())
-        .then(|| merge(task, sha, mr.iid.get()))
+    (mr.iid.get() == iid
+        && mr
+            .project
+            .as_str()
+            .eq_ignore_ascii_case(task.repo().as_str()))
+    .then(|| merge(task, sha, iid))
 }
 
 fn merge(task: &Task, sha: &CommitSha, iid: u64) -> Request<GitlabAction> {
@@ -321,6 +329,14 @@ mod tests {
         );
         // Not GitLab-hosted: not GitLab's to merge.
         assert!(land(&task, &rules, &PolicyConfig::default()).is_none());
+        // The queue's choice is merged for the recorded merge request only, and only on GitLab.
+        let chosen = queued(&task, &sha, 7, &config(false)).expect("the recorded merge request");
+        assert_eq!(chosen, merge);
+        assert!(
+            queued(&task, &sha, 8, &config(false)).is_none(),
+            "another merge request"
+        );
+        assert!(queued(&task, &sha, 7, &PolicyConfig::default()).is_none());
         // Once open, the issue hears of it: `!7` in its own project.
         let note = after_merge_request(&task, 7, "https://gitlab.example.com/x").expect("a note");
         assert_eq!(note.key, "gitlab:note:T-4:merge-request");

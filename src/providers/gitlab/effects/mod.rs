@@ -1,7 +1,9 @@
 //! The GitLab policy: a note on a task's GitLab issue when the task is made, when it needs a human (its question,
 //! `question.rs`) and when it is done; the answer to a note addressed to pidevops (👀 on it, then a reply saying
 //! what came of it); a GitLab-hosted task's merge request, opened when it goes to review, linked and pointed at
-//! from its issue, and merged under `land = "auto"` once `tasks::landing` says it is ready (`merge_request.rs`).
+//! from its issue, and merged under `land = "auto"` once the merge queue chose its head (`task.merge_queued`) and
+//! `tasks::landing` still says it is ready there, or put on GitLab's merge train where the project runs one
+//! (`merge_request.rs`).
 //! The request builders are pure; [`GitlabPolicy`] is the `effects:gitlab` loop's side of [`ProviderPolicy`].
 
 mod action;
@@ -83,10 +85,47 @@ impl ProviderPolicy for GitlabPolicy {
     }
 
     fn notifies(&self, event: &TaskEvent) -> bool {
-        matches!(event, TaskEvent::FlaggedNeedsHuman { .. })
-            || matches!(event, TaskEvent::Created(_))
-            || matches!(event, TaskEvent::Completed { .. })
-            || crate::tasks::landing::may_land(event)
+        match event {
+            TaskEvent::Created(_)
+            | TaskEvent::Completed { .. }
+            | TaskEvent::FlaggedNeedsHuman { .. }
+            // Its merge request, opened when it goes to review.
+            | TaskEvent::SubmittedForReview { .. }
+            // Auto-land: the merge the queue chose (`landing::queue`).
+            | TaskEvent::MergeQueued { .. } => true,
+            TaskEvent::Approved { .. }
+            | TaskEvent::Rejected { .. }
+            | TaskEvent::Started { .. }
+            | TaskEvent::Retried { .. }
+            | TaskEvent::Cancelled { .. }
+            | TaskEvent::Archived { .. }
+            | TaskEvent::NeedsHumanCleared { .. }
+            | TaskEvent::SpecUpdated { .. }
+            | TaskEvent::FollowUpAttached { .. }
+            | TaskEvent::FollowUpsDelivered { .. }
+            | TaskEvent::TicketSeen { .. }
+            | TaskEvent::PriorityChanged { .. }
+            | TaskEvent::LinksAttached { .. }
+            | TaskEvent::AttemptReturned { .. }
+            | TaskEvent::AgentChosen { .. }
+            | TaskEvent::TriageEnded { .. }
+            | TaskEvent::PlanProposed { .. }
+            | TaskEvent::PlanApproved { .. }
+            | TaskEvent::PlanRejected { .. }
+            | TaskEvent::ChildrenCreated { .. }
+            | TaskEvent::RolledUp { .. }
+            | TaskEvent::CheckPassed { .. }
+            | TaskEvent::ReviewApproved { .. }
+            | TaskEvent::ApprovalWithdrawn { .. }
+            | TaskEvent::Combined { .. }
+            | TaskEvent::Landed { .. }
+            | TaskEvent::Refreshed { .. }
+            | TaskEvent::WentStale { .. }
+            | TaskEvent::ConflictFound { .. }
+            | TaskEvent::ConflictUnresolved { .. }
+            | TaskEvent::RefreshCheckDue { .. }
+            | TaskEvent::RefreshCheckFailed { .. } => false,
+        }
     }
 
     async fn requests(
@@ -111,16 +150,16 @@ impl ProviderPolicy for GitlabPolicy {
                 self.bot.as_deref(),
             ));
         }
-        if crate::tasks::landing::may_land(task_event)
-            && merge_request::hosted_here(task, &self.config)
-        {
-            let rules = fx.board().config().land_for(task.repo());
-            if let Some(merge) = merge_request::land(task, &rules, &self.config) {
-                requests.push(merge);
-            } else if let Some(merge) = merge_request::merge_asked_before(task, &self.config) {
-                // The task moved on since (a merge, a flag), but a merge of this head was asked for: an attempt cut
-                // off by a crash still has to be settled (asking again is a no-op for its key).
-                if fx.requested(&merge.key).await? {
+        // Auto-land: the merge queue chose this head (one merge in flight per base, each on the latest base).
+        if let TaskEvent::MergeQueued { sha, number, .. } = task_event {
+            if let Some(merge) = merge_request::queued(task, sha, *number, &self.config) {
+                let rules = fx.board().config().land_for(task.repo());
+                if merge_request::land(task, &rules, &self.config)
+                    .is_some_and(|ready| ready.key == merge.key)
+                    || fx.requested(&merge.key).await?
+                {
+                    // Still ready at that head; or it moved on since (a merge hook, a flag) but this merge was
+                    // asked for: an attempt cut off by a crash still has to be settled (asking again is a no-op).
                     requests.push(merge);
                 }
             }

@@ -8,7 +8,10 @@
 //! is appended as `refresh.due` `behind`, `conflict` as `refresh.due` `dirty` (`refresh-due:<task>:<head>:<state>`),
 //! unless its project's push was appended in the same poll (that refreshes every task of the project) or its task
 //! waits for a person. A project whose `refresh` is `"off"` has no base read, but its merge requests are: their
-//! dues mark the board (the refresh loop never refreshes them).
+//! dues mark the board (the refresh loop never refreshes them). One the board marks that GitLab then finds
+//! `mergeable` is appended as `refresh.current` (`refresh-current:<task>:<head>:<diff_refs.start_sha>`): someone
+//! brought it up to date, and the mark goes. Other statuses (a pipeline, an approval or a discussion missing)
+//! may hide `need_rebase`: no word either way.
 //!
 //! Only merge requests pidevops recorded: the task's `gitlab_mr` link names the task's own repository, one of the
 //! configured projects, and the iid asked for; GitLab's answer is held to it: open, that iid, from
@@ -23,7 +26,7 @@ use super::{GitlabPollProgress, GitlabPoller, GITLAB_POLLER};
 use crate::domain::{EventType, NewEvent, Source};
 use crate::effects::CallError;
 use crate::landing::base_push::{base_key, refreshed_base};
-use crate::landing::refresh::Due;
+use crate::landing::refresh::{Current, Due};
 use crate::projectors::tasks::{self as task_rows, TaskFilter};
 use crate::providers::gitlab::client::MergeStatus;
 use crate::tasks::{Column, CommitSha, RepoName, TaskId, GITLAB_MR};
@@ -33,6 +36,8 @@ struct Recorded {
     task: TaskId,
     iid: u64,
     flagged: bool,
+    /// The board marks it behind its base.
+    marked: bool,
 }
 
 impl GitlabPoller {
@@ -65,6 +70,7 @@ impl GitlabPoller {
                 task: row.id,
                 iid: mr.iid.get(),
                 flagged: row.needs_human,
+                marked: row.is_behind(),
             });
         }
         for (project, recorded) in by_project {
@@ -74,7 +80,13 @@ impl GitlabPoller {
                 progress.bases += 1;
             }
             let mut ours = Vec::new();
-            for Recorded { task, iid, flagged } in recorded {
+            for Recorded {
+                task,
+                iid,
+                flagged,
+                marked,
+            } in recorded
+            {
                 if flagged {
                     continue;
                 }
@@ -90,19 +102,19 @@ impl GitlabPoller {
                     }
                 };
                 if recorded_as(task, iid, &mr) {
-                    ours.push((task, mr));
+                    ours.push((task, mr, marked));
                 } else {
                     tracing::info!(%task, %project, iid, "GitLab's merge request is not the one pidevops recorded (a fork's, another branch, not open): not read");
                 }
             }
-            let id = ours.first().map(|(_, mr)| mr.target_project_id);
+            let id = ours.first().map(|(_, mr, _)| mr.target_project_id);
             if let Some(base) = &base {
                 if self.base_head(&project, base, id, progress).await? {
                     continue;
                 }
             }
-            for (task, mr) in ours {
-                self.due(task, &project, &mr, progress).await?;
+            for (task, mr, marked) in ours {
+                self.due(task, &project, &mr, marked, progress).await?;
             }
         }
         Ok(())
@@ -172,18 +184,43 @@ impl GitlabPoller {
     }
 
     /// `refresh.due` for `task` when GitLab finds its merge request `need_rebase` (`behind`) or in `conflict`
-    /// (`dirty`), once per head and state.
+    /// (`dirty`), once per head and state; `refresh.current` when the board marks it (`marked`) and GitLab finds it
+    /// `mergeable`.
     async fn due(
         &self,
         task: TaskId,
         project: &RepoName,
         mr: &MergeStatus,
+        marked: bool,
         progress: &mut GitlabPollProgress,
     ) -> anyhow::Result<()> {
-        let Some(state) = due_state(mr.detailed_merge_status.as_deref()) else {
+        let Some(head) = mr.sha.as_deref().and_then(|sha| CommitSha::new(sha).ok()) else {
             return Ok(());
         };
-        let Some(head) = mr.sha.as_deref().and_then(|sha| CommitSha::new(sha).ok()) else {
+        let Some(state) = due_state(mr.detailed_merge_status.as_deref()) else {
+            let start = mr
+                .diff_refs
+                .as_ref()
+                .and_then(|refs| refs.start_sha.as_deref());
+            let base = start.and_then(|sha| CommitSha::new(sha).ok());
+            if let (true, Some("mergeable"), Some(base)) =
+                (marked, mr.detailed_merge_status.as_deref(), base)
+            {
+                let current = Current {
+                    task,
+                    head: head.as_str().to_owned(),
+                    base: base.as_str().to_owned(),
+                };
+                let key = current.key();
+                let appended = self
+                    .log
+                    .append(current.event(Some(GITLAB_POLLER))?)
+                    .await
+                    .with_context(|| format!("appending {key}"))?;
+                if !appended.duplicate {
+                    progress.appended += 1;
+                }
+            }
             return Ok(());
         };
         let due = Due {

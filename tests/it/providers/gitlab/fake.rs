@@ -6,7 +6,10 @@
 //! (keyset pagination: a `Link` rel=next, `updated_after` honoured), its webhooks (list, create, update) and its
 //! members (`members/all`); and merge requests (`merge_requests` below): list by source branch and state, create
 //! (required fields checked), read, update (a draft's title) and merge (the `sha` must be the head), each merge
-//! call recorded, with `detailed_merge_status` as a test set it (`mergeable` until then); and, in the last block, a
+//! call recorded, with `detailed_merge_status` as a test set it (`mergeable` until then; `need_rebase` and
+//! `conflict` refuse the merge with 406 as GitLab does); a project's merge train settings (`GET /projects/:id`,
+//! off until a test enables them) and its train (`merge_trains/merge_requests/:iid`: a car read, 404 when there is
+//! none; added, `sha` the head, each add recorded); and, in the last block, a
 //! project's branches (`repository/branches/:branch`) read from a real bare repository a test serves, whose heads
 //! are also the merge requests' `sha` unless a test set one.
 
@@ -725,10 +728,28 @@ pub mod merge_requests {
         pub token: String,
     }
 
+    /// One call adding a merge request to a merge train, as it came.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct TrainAdd {
+        pub project: String,
+        pub iid: u64,
+        pub sha: Option<String>,
+    }
+
     #[derive(Default)]
     pub struct Store {
         pub open: Vec<MergeRequest>,
         pub merges: Vec<MergeCall>,
+        /// Projects that run merge trains (`merge_trains_enabled` and `merge_pipelines_enabled`).
+        pub trains: std::collections::BTreeSet<String>,
+        /// The merge requests on a train now, in order: (project, iid).
+        pub cars: Vec<(String, u64)>,
+        /// Each add to a train, as it came (refused ones too).
+        pub train_adds: Vec<TrainAdd>,
+        /// The next add's answer is lost after the merge request went on the train (a 502, `Retry-After: 0`).
+        pub lose_next_add: bool,
+        /// What happens just before the next merge call is answered (a person's push to the base).
+        pub before_merge: Option<Box<dyn FnOnce() + Send>>,
     }
 
     pub fn routes() -> Router<FakeGitlab> {
@@ -745,6 +766,11 @@ pub mod merge_requests {
                 "/api/v4/projects/{project}/merge_requests/{iid}/merge",
                 put(merge),
             )
+            .route("/api/v4/projects/{project}", get(project))
+            .route(
+                "/api/v4/projects/{project}/merge_trains/merge_requests/{iid}",
+                get(car).post(add_to_train),
+            )
     }
 
     impl FakeGitlab {
@@ -754,6 +780,44 @@ pub mod merge_requests {
 
         pub fn merges(&self) -> Vec<MergeCall> {
             self.merge_requests.lock().unwrap().merges.clone()
+        }
+
+        /// `project` runs merge trains from now on (both of its settings on).
+        pub fn enable_merge_trains(&self, project: &str) {
+            self.merge_requests
+                .lock()
+                .unwrap()
+                .trains
+                .insert(project.to_owned());
+        }
+
+        /// Runs `then` when the next merge call comes, before it is answered (the loops run on their own too: a
+        /// test cannot step in between the queue's choice and the merge otherwise).
+        pub fn before_next_merge(&self, then: impl FnOnce() + Send + 'static) {
+            self.merge_requests.lock().unwrap().before_merge = Some(Box::new(then));
+        }
+
+        /// The next add to a train puts the merge request on it, and its answer is lost (502): a repeat must
+        /// find it there.
+        pub fn lose_next_train_answer(&self) {
+            self.merge_requests.lock().unwrap().lose_next_add = true;
+        }
+
+        /// Each call that added a merge request to a train.
+        pub fn train_adds(&self) -> Vec<TrainAdd> {
+            self.merge_requests.lock().unwrap().train_adds.clone()
+        }
+
+        /// The train merged `project!iid`: it leaves the train, merged.
+        pub fn merged_by_train(&self, project: &str, iid: u64) {
+            let mut state = self.merge_requests.lock().unwrap();
+            state.cars.retain(|(p, i)| !(p == project && *i == iid));
+            let mr = state
+                .open
+                .iter_mut()
+                .find(|m| m.project == project && m.iid == iid)
+                .expect("the merge request");
+            mr.state = "merged".to_owned();
         }
 
         /// A merge request already there: from `source_branch` of the project (or, `fork`, of a fork of it).
@@ -840,6 +904,12 @@ pub mod merge_requests {
             "draft": mr.title.starts_with("Draft:"),
             "sha": head(fake, mr),
             "detailed_merge_status": mr.merge_status,
+            // `start_sha`: the target branch's head the diff was made against (read now, as GitLab recomputes it).
+            "diff_refs": {
+                "base_sha": Value::Null,
+                "head_sha": head(fake, mr),
+                "start_sha": fake.head_of(&mr.project, &mr.target_branch),
+            },
             "merge_commit_sha": if mr.state == "merged" { json!("feedfacefeedfacefeedfacefeedfacefeedface") } else { Value::Null },
             "web_url": format!("{}/{}/-/merge_requests/{}", fake.url, mr.project, mr.iid),
         })
@@ -1023,6 +1093,10 @@ pub mod merge_requests {
         let Some(token) = token(&headers) else {
             return unauthorized();
         };
+        let before = fake.merge_requests.lock().unwrap().before_merge.take();
+        if let Some(then) = before {
+            then();
+        }
         let mut state = fake.merge_requests.lock().unwrap();
         state.merges.push(MergeCall {
             project: project.clone(),
@@ -1047,6 +1121,13 @@ pub mod merge_requests {
                 Json(json!({ "message": "405 Method Not Allowed" })),
             );
         }
+        // GitLab merges nothing that needs a rebase or conflicts with its base.
+        if matches!(mr.merge_status.as_str(), "need_rebase" | "conflict") {
+            return (
+                StatusCode::NOT_ACCEPTABLE,
+                Json(json!({ "message": "Branch cannot be merged" })),
+            );
+        }
         if let Some(sha) = body["sha"].as_str() {
             if head(&fake, mr).as_deref() != Some(sha) {
                 return (
@@ -1058,6 +1139,139 @@ pub mod merge_requests {
         mr.state = "merged".to_owned();
         let answered = answer(&fake, mr);
         (StatusCode::OK, Json(answered))
+    }
+
+    /// `GET /projects/:id`: the project's merge train settings, as GitLab Premium answers them.
+    async fn project(
+        State(fake): State<FakeGitlab>,
+        Path(project): Path<String>,
+        headers: HeaderMap,
+    ) -> (StatusCode, Json<Value>) {
+        if token(&headers).is_none() {
+            return unauthorized();
+        }
+        let trains = fake
+            .merge_requests
+            .lock()
+            .unwrap()
+            .trains
+            .contains(&project);
+        (
+            StatusCode::OK,
+            Json(json!({
+                "id": PROJECT_ID,
+                "path_with_namespace": project,
+                "merge_pipelines_enabled": trains,
+                "merge_trains_enabled": trains,
+            })),
+        )
+    }
+
+    /// A merge request's car on the train, as GitLab answers one.
+    fn car_json(fake: &FakeGitlab, mr: &MergeRequest) -> Value {
+        json!({
+            "id": 5000 + mr.iid,
+            "merge_request": answer(fake, mr),
+            "target_branch": mr.target_branch,
+            "status": "fresh",
+            "pipeline": null,
+        })
+    }
+
+    /// `GET /projects/:id/merge_trains/merge_requests/:iid`: its car; 404 when it is on no train.
+    async fn car(
+        State(fake): State<FakeGitlab>,
+        Path((project, iid)): Path<(String, u64)>,
+        headers: HeaderMap,
+    ) -> (StatusCode, Json<Value>) {
+        if token(&headers).is_none() {
+            return unauthorized();
+        }
+        let state = fake.merge_requests.lock().unwrap();
+        let on = state.cars.iter().any(|(p, i)| p == &project && *i == iid);
+        match state
+            .open
+            .iter()
+            .find(|m| on && m.project == project && m.iid == iid)
+        {
+            Some(mr) => (StatusCode::OK, Json(car_json(&fake, mr))),
+            None => (
+                StatusCode::NOT_FOUND,
+                Json(json!({ "message": "404 Merge Train Not Found" })),
+            ),
+        }
+    }
+
+    /// `POST /projects/:id/merge_trains/merge_requests/:iid`: on the train (`sha` must be the head); 403 where
+    /// the project runs no trains, 400 for one already on it. Answers the train, its cars in order.
+    async fn add_to_train(
+        State(fake): State<FakeGitlab>,
+        Path((project, iid)): Path<(String, u64)>,
+        headers: HeaderMap,
+        Json(body): Json<Value>,
+    ) -> axum::response::Response {
+        use axum::response::IntoResponse;
+        if token(&headers).is_none() {
+            return unauthorized().into_response();
+        }
+        let mut state = fake.merge_requests.lock().unwrap();
+        state.train_adds.push(TrainAdd {
+            project: project.clone(),
+            iid,
+            sha: body["sha"].as_str().map(str::to_owned),
+        });
+        if !state.trains.contains(&project) {
+            return (
+                StatusCode::FORBIDDEN,
+                Json(json!({ "message": "403 Forbidden" })),
+            )
+                .into_response();
+        }
+        if state.cars.iter().any(|(p, i)| p == &project && *i == iid) {
+            return (
+                StatusCode::BAD_REQUEST,
+                Json(json!({ "message": "The merge request is already on the merge train" })),
+            )
+                .into_response();
+        }
+        let Some(mr) = state
+            .open
+            .iter()
+            .find(|m| m.project == project && m.iid == iid && m.state == "opened")
+        else {
+            return (
+                StatusCode::NOT_FOUND,
+                Json(json!({ "message": "404 Not found" })),
+            )
+                .into_response();
+        };
+        if body["sha"]
+            .as_str()
+            .is_some_and(|sha| head(&fake, mr).as_deref() != Some(sha))
+        {
+            return (
+                StatusCode::CONFLICT,
+                Json(json!({ "message": "SHA does not match HEAD of source branch" })),
+            )
+                .into_response();
+        }
+        state.cars.push((project.clone(), iid));
+        if std::mem::take(&mut state.lose_next_add) {
+            return (
+                StatusCode::BAD_GATEWAY,
+                [("retry-after", "0")],
+                "502 Bad Gateway",
+            )
+                .into_response();
+        }
+        let train: Vec<Value> = state
+            .cars
+            .iter()
+            .filter(|(p, _)| p == &project)
+            .filter_map(|(p, i)| state.open.iter().find(|m| &m.project == p && m.iid == *i))
+            .map(|m| car_json(&fake, m))
+            .collect();
+        (StatusCode::CREATED, Json(Value::Array(train))).into_response()
     }
 }
 

@@ -3,7 +3,8 @@
 //! the task as `gitlab_mr` and pointed at from its GitLab issue once; a repeat (the effect driven again, or the
 //! merge request already open) opens none twice, while a fork's merge request of the same branch name is never
 //! taken for it; the fake GitHub, armed, gets no pull request. With `land = "auto"` and the landing facts
-//! recorded, the merge call carries the checked head once, and a head moved since is never merged. And
+//! recorded, the merge queue chooses it and the merge call carries the checked head once, and a head moved since
+//! is never merged. And
 //! pidevops's own git, against a loopback git host, sends `GITLAB_TOKEN` only to `GITLAB_URL`'s host.
 
 use crate::common::board::{self, new_task};
@@ -53,6 +54,14 @@ async fn submitted(app: &TestApp) -> TaskId {
         .await;
     board::to_review(app, id, None).await;
     id
+}
+
+/// Auto-land's turn: the merge queue (reading the tasks in review) chooses, then effects:gitlab merges.
+async fn land(app: &TestApp) {
+    app.project().await;
+    app.drive("merge_queue").await;
+    app.project().await;
+    app.drive("effects:gitlab").await;
 }
 
 async fn task_links(app: &TestApp, id: TaskId) -> Links {
@@ -216,7 +225,7 @@ async fn a_merge_request_whose_head_moved_is_never_merged_and_its_task_is_flagge
     // Someone pushed to the branch after the checks and the approval of pidevops's commit.
     gitlab.set_head(REPO, iid, "ffffffffffffffffffffffffffffffffffffffff");
     facts(&app, id, "0123456789abcdef0123456789abcdef01234567").await;
-    app.drive("effects:gitlab").await;
+    land(&app).await;
     assert!(gitlab.merges().is_empty(), "{:?}", gitlab.merges());
     let task = app.state.board.load(id).await.unwrap().unwrap().task;
     let flag = task.needs_human().expect("flagged").reason.to_string();
@@ -251,7 +260,7 @@ async fn auto_land_merges_the_merge_request_at_the_checked_head_once(db: TestDb)
         )
         .await
         .unwrap();
-    app.drive("effects:gitlab").await;
+    land(&app).await;
     assert!(gitlab.merges().is_empty(), "0 of 1 approvals: no merge");
     app.state
         .board
@@ -265,7 +274,7 @@ async fn auto_land_merges_the_merge_request_at_the_checked_head_once(db: TestDb)
         )
         .await
         .unwrap();
-    app.drive("effects:gitlab").await;
+    land(&app).await;
     app.drive("effects:github").await;
     let merges = gitlab.merges();
     assert_eq!(merges.len(), 1, "{merges:?}");
@@ -305,7 +314,7 @@ async fn auto_land_merges_the_merge_request_at_the_checked_head_once(db: TestDb)
     );
 
     // Driven again: the merge was made once for this head.
-    app.drive("effects:gitlab").await;
+    land(&app).await;
     assert_eq!(gitlab.merges().len(), 1);
     app.stop().await;
 }
