@@ -9,7 +9,7 @@
 //! - `runs`          the run's events (pure; in `domain::runs`, shared with the runs projector)
 //! - `workspace/`    mirrors and worktrees under `WORKSPACE_ROOT`: git, mirror, worktree, handoff, spares, gc
 //! - `sandbox.rs`    containment: bubblewrap namespaces, else Landlock reads and writes; what an agent sees
-//! - `reaper.rs`     under Landlock, the process that adopts and kills everything a run leaves
+//! - `reaper.rs`     the process between us and the agent (or bubblewrap) that adopts and kills everything a run leaves
 //! - `runner.rs`     the agent process: group, scrubbed env, stdin, log (whole lines, in the order read), tail,
 //!   watchdogs, output budget
 //! - `agent_log.rs`  what the run's log keeps of the output: head, a marker with the bytes cut, tail (pure)
