@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::{RefreshProgress, Refresher, ACTOR, CURRENT};
 use crate::board::BoardError;
 use crate::domain::{EventType, NewEvent, Source};
+use crate::eventlog::EventLog;
 use crate::tasks::{Command, CommitSha, Conflict, Reason, RefreshCheck, RefreshMode, TaskId};
 
 /// `refresh.current`: task `task`'s branch at `head` holds `base` already (a `refresh.due` asked for it).
@@ -30,10 +31,20 @@ impl Current {
         )
     }
 
+    /// Appends it to `log` (once per key); whether it was new.
+    pub async fn record(&self, log: &EventLog, poller: Option<&str>) -> anyhow::Result<bool> {
+        let key = self.key();
+        let appended = log
+            .append(self.event(poller)?)
+            .await
+            .with_context(|| format!("recording {key}"))?;
+        Ok(!appended.duplicate)
+    }
+
     /// The event, pidevops's own: the refresh loop's (its git found the branch holding the base), or a host's
     /// `poller`'s (the host no longer finds the review request behind or in conflict: a person brought it up to
     /// date, on a repository pidevops does not refresh).
-    pub fn event(&self, poller: Option<&str>) -> anyhow::Result<NewEvent> {
+    fn event(&self, poller: Option<&str>) -> anyhow::Result<NewEvent> {
         let mut event = NewEvent::new(
             Source::Pidevops,
             EventType::from_stored(CURRENT.to_owned()),
@@ -63,11 +74,7 @@ impl Refresher {
             head: head.as_str().to_owned(),
             base: base.to_owned(),
         };
-        let key = current.key();
-        self.log
-            .append(current.event(None)?)
-            .await
-            .with_context(|| format!("recording {key}"))?;
+        current.record(&self.log, None).await?;
         Ok(())
     }
 

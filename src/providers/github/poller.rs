@@ -266,13 +266,7 @@ impl GithubPoller {
                     head: pull.head.sha.clone(),
                     base: pull.base.sha.clone(),
                 };
-                let key = current.key();
-                let appended = self
-                    .log
-                    .append(current.event(Some(GITHUB_POLLER))?)
-                    .await
-                    .with_context(|| format!("appending {key}"))?;
-                if !appended.duplicate {
+                if current.record(&self.log, Some(GITHUB_POLLER)).await? {
                     progress.appended += 1;
                 }
                 return Ok(());

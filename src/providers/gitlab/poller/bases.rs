@@ -198,28 +198,25 @@ impl GitlabPoller {
             return Ok(());
         };
         let Some(state) = due_state(mr.detailed_merge_status.as_deref()) else {
+            // Marked, and GitLab finds it `mergeable`: someone brought it up to date.
+            let mergeable = marked && mr.detailed_merge_status.as_deref() == Some("mergeable");
             let start = mr
                 .diff_refs
                 .as_ref()
                 .and_then(|refs| refs.start_sha.as_deref());
-            let base = start.and_then(|sha| CommitSha::new(sha).ok());
-            if let (true, Some("mergeable"), Some(base)) =
-                (marked, mr.detailed_merge_status.as_deref(), base)
-            {
-                let current = Current {
-                    task,
-                    head: head.as_str().to_owned(),
-                    base: base.as_str().to_owned(),
-                };
-                let key = current.key();
-                let appended = self
-                    .log
-                    .append(current.event(Some(GITLAB_POLLER))?)
-                    .await
-                    .with_context(|| format!("appending {key}"))?;
-                if !appended.duplicate {
-                    progress.appended += 1;
-                }
+            let Some(base) = start
+                .and_then(|sha| CommitSha::new(sha).ok())
+                .filter(|_| mergeable)
+            else {
+                return Ok(());
+            };
+            let current = Current {
+                task,
+                head: head.as_str().to_owned(),
+                base: base.as_str().to_owned(),
+            };
+            if current.record(&self.log, Some(GITLAB_POLLER)).await? {
+                progress.appended += 1;
             }
             return Ok(());
         };
