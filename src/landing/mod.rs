@@ -19,6 +19,7 @@
 
 pub mod auto;
 pub mod base_push;
+mod merges;
 pub mod queue;
 pub mod refresh;
 pub mod stale;

@@ -6,14 +6,19 @@
 //! Each tick, for each repository with `land = "auto"` on a host the loop serves (GitHub with `GITHUB_TOKEN`,
 //! GitLab with `GITLAB_TOKEN`), over its tasks in review:
 //! - a merge in flight (a task whose head the queue chose, `task.merge_queued`, still in review, not flagged, its
-//!   merge not failed for good) holds the base: nothing else is chosen until it is merged (and completed) or fails;
+//!   merge not failed for good, its effect not yet answered or merged directly) holds the base: nothing else is
+//!   chosen until it is merged (and completed), fails, or its effect says the host queued it;
+//! - a merge in the host's own queue (the effect's `produced.kind = "enqueued"`) does not hold the base: the host
+//!   tests it on top of those ahead of it and merges them in order, so the next ready task is chosen meanwhile,
+//!   and a base may have many there (`/health`: `in_host_queue`);
 //! - otherwise the first ready task ([`landing::readiness`]: checks and approvals in on its head; a plan's item
-//!   only once the items it depends on are done; in task order) is brought up to date with the base by the
-//!   `refresh` loop's own refresh: already current, it is chosen (`Command::QueueMerge` → `task.merge_queued`,
-//!   which `effects:github` or `effects:gitlab` turns into the merge of that head, once); refreshed, its landing
-//!   facts start over and it is chosen once its checks pass on the new head; a conflict (handed to an agent,
-//!   `task.conflict_found`) or someone else's push (flagged) takes it out of the running, and the next one is
-//!   looked at on the next tick.
+//!   only once the items it depends on are done, so it waits for their merge; in task order) is brought up to
+//!   date with the base by the `refresh` loop's own refresh: already current, it is chosen (`Command::QueueMerge`
+//!   → `task.merge_queued`, which `effects:github` or `effects:gitlab` turns into the merge of that head, once);
+//!   refreshed, its landing facts start over and it is chosen once its checks pass on the new head; a conflict
+//!   (handed to an agent, `task.conflict_found`) or someone else's push (flagged) takes it out of the running,
+//!   and the next one is looked at on the next tick. On a base with a merge in the host's queue it is chosen
+//!   without that refresh: the host's queue tests it on top of the base and those ahead of it.
 //!
 //! GitHub may still refuse the chosen merge (405) when the base moved after the queue's refresh (a person's push):
 //! the merge effect then reads the pull request's `mergeable_state` and, `behind` or `dirty`, records the merge as
@@ -25,10 +30,12 @@
 //! `conflict` is recorded unmerged and brought up to date here (`providers/gitlab/client/merge_requests.rs`).
 //!
 //! A base whose rules require GitHub's own merge queue gets the chosen pull request enqueued there by the merge
-//! effect instead (`providers/github/client/queue.rs`); it holds this queue until GitHub merges it, or takes it
-//! out (`dequeued` flags the task). A GitLab project that runs merge trains gets the chosen merge request put on
-//! its train instead (`providers/gitlab/client/trains.rs`), which holds this queue the same way until GitLab
-//! merges it.
+//! effect instead (`providers/github/client/queue.rs`); a GitLab project that runs merge trains gets the chosen
+//! merge request put on its train (`providers/gitlab/client/trains.rs`). Which kind of base it is, the effect finds
+//! out on each merge, so one chosen merge holds the base until its effect answers: enqueued, the next is chosen
+//! (one a tick), each fed to the host's queue without waiting for the one before it to merge; merged directly (the
+//! queue's rule was removed), it holds the base as any merge does. The `refresh` loop leaves a merge in the host's
+//! queue alone (a push would take it out); GitHub's `dequeued` flags its task, which lets it go.
 //!
 //! The queue is kept in the log: what is in flight is read from the tasks' events each tick, so a restart, or a
 //! second replica taking the loop over, continues where it was; the merge is an effect keyed by task and head, so
@@ -41,27 +48,14 @@ use anyhow::Context;
 use chrono::Utc;
 use serde::Serialize;
 
+use super::merges::{merge_outcome, Merge};
 use super::refresh::{Ended, RefreshProgress, Refresher};
 use crate::board::{Board, BoardError};
-use crate::domain::effect::{github_merge_key, gitlab_merge_key};
 use crate::eventlog::EventLog;
 use crate::projectors::tasks::{self as task_rows, TaskFilter};
 use crate::tasks::{
     landing, Column, Command, CommitSha, LandMode, Readiness, RefreshMode, RepoName, Task, TaskId,
 };
-
-/// What became of a queued merge (its effect's stream).
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Merge {
-    /// Not made yet, being made, or made (the task completes once the host's merge is seen).
-    Pending,
-    /// Failed for good (the host refused it otherwise; the task was flagged then): that head is not chosen
-    /// again, nor does it hold the base.
-    Failed,
-    /// The host refused it because the pull request is `state` (GitHub's `behind`, `dirty`; GitLab's
-    /// `need_rebase`, `conflict`): see [`MergeQueue::unmerged`].
-    Unmerged { state: String },
-}
 
 /// The loop's name.
 pub const MERGE_QUEUE: &str = "merge_queue";
@@ -77,8 +71,22 @@ pub struct QueueProgress {
     pub refreshed: u64,
     /// Ready tasks a refresh took out of the running: a conflict handed to an agent, someone else's push flagged.
     pub stopped: u64,
-    /// Each base with a merge in flight: the task whose merge holds it.
+    /// Each base with a merge in flight that holds it (chosen, not yet in the host's queue nor merged and
+    /// completed): the task whose merge it is.
     pub in_flight: BTreeMap<String, TaskId>,
+    /// Each base with merges in the host's own queue (GitHub's merge queue, a GitLab merge train): how many.
+    pub in_host_queue: BTreeMap<String, u64>,
+}
+
+/// What holds a base this tick: a merge being made, or one the host refused as behind or conflicting.
+enum Held {
+    Merging(TaskId),
+    Unmerged {
+        task: Box<Task>,
+        sha: CommitSha,
+        number: u64,
+        state: String,
+    },
 }
 
 /// The `merge_queue` loop (see the module doc).
@@ -130,15 +138,6 @@ impl MergeQueue {
             .collect()
     }
 
-    /// The key of the merge of `task` at `sha` on `repo`'s host.
-    fn merge_key(&self, repo: &RepoName, task: TaskId, sha: &CommitSha) -> String {
-        if self.refresher.lander().sources.source(repo).on_gitlab() {
-            gitlab_merge_key(task, sha)
-        } else {
-            github_merge_key(task, sha)
-        }
-    }
-
     /// One pass over every queued repository (see the module doc).
     pub async fn tick(&self) -> anyhow::Result<QueueProgress> {
         let mut progress = QueueProgress::default();
@@ -162,7 +161,8 @@ impl MergeQueue {
             .with_context(|| format!("listing {repo}'s tasks in review"))?;
         rows.sort_by_key(|row| row.id);
         let rules = self.board().config().land_for(repo);
-        let mut ready = Vec::new();
+        let lander = self.refresher.lander();
+        let (mut held, mut next, mut in_host_queue) = (None, None, 0_u64);
         for row in rows {
             let Some(loaded) = self.board().load(row.id).await? else {
                 continue;
@@ -175,52 +175,102 @@ impl MergeQueue {
             let Readiness::Ready { sha, number } = landing::readiness(&task, &rules) else {
                 continue;
             };
-            let merge = self.merge_outcome(repo, task.id(), &sha).await?;
+            let merge = merge_outcome(lander, repo, task.id(), &sha).await?;
             if task.landing().queued() {
                 match merge {
                     Merge::Pending => {
-                        progress
-                            .in_flight
-                            .insert(repo.as_str().to_owned(), task.id());
-                        return Ok(());
+                        held.get_or_insert(Held::Merging(task.id()));
+                        continue;
+                    }
+                    Merge::Enqueued => {
+                        in_host_queue += 1;
+                        continue;
                     }
                     Merge::Unmerged { state } => {
-                        return self.unmerged(&task, &sha, number, &state, progress).await;
+                        held.get_or_insert(Held::Unmerged {
+                            task: Box::new(task),
+                            sha,
+                            number,
+                            state,
+                        });
+                        continue;
                     }
                     Merge::Failed => {}
                 }
             }
-            if merge == Merge::Pending && self.dependencies_done(&task).await? {
-                ready.push((task, sha, number));
+            let first = held.is_none() && next.is_none();
+            if first && merge == Merge::Pending && self.dependencies_done(&task).await? {
+                next = Some((task, sha, number));
             }
         }
-        let Some((task, sha, number)) = ready.into_iter().next() else {
+        if in_host_queue > 0 {
+            progress
+                .in_host_queue
+                .insert(repo.as_str().to_owned(), in_host_queue);
+        }
+        match held {
+            Some(Held::Merging(id)) => {
+                progress.in_flight.insert(repo.as_str().to_owned(), id);
+                return Ok(());
+            }
+            Some(Held::Unmerged {
+                task,
+                sha,
+                number,
+                state,
+            }) => return self.unmerged(&task, &sha, number, &state, progress).await,
+            None => {}
+        }
+        let Some((task, sha, number)) = next else {
             return Ok(());
         };
-        let id = task.id();
-        if self.refreshes && rules.refresh != RefreshMode::Off && self.refresher.refreshes(&task) {
-            let mut refreshing = RefreshProgress::default();
-            // Not a base push's time: a restart between this refresh's push and its record finds the branch at
-            // the commit its recorded intent named (`refresh.pushing`) and records that, whatever the new stamp.
-            let stamp = Utc::now().timestamp();
-            match self
-                .refresher
-                .refresh_counted(id, stamp, &mut refreshing)
-                .await?
-            {
-                Ended::Current => {}
-                // Its new head is not chosen yet (pushed now, or once the repository's check passes): wait.
-                Ended::Refreshed | Ended::Checking => {
-                    progress.refreshed += 1;
-                    return Ok(());
-                }
-                Ended::Conflicted | Ended::Moved | Ended::Gone | Ended::Missing => {
-                    progress.stopped += 1;
-                    return Ok(());
-                }
-                Ended::Skipped => return Ok(()),
-            }
+        // A base whose merges went into the host's own queue is known to use it: the host tests each one on top
+        // of those ahead of it, which a refresh onto today's base would only repeat (and push it out of step).
+        let refresh = in_host_queue == 0
+            && self.refreshes
+            && rules.refresh != RefreshMode::Off
+            && self.refresher.refreshes(&task);
+        if refresh && !self.current(&task, progress).await? {
+            return Ok(());
         }
+        self.choose(repo, task.id(), sha, number, progress).await
+    }
+
+    /// Brings ready `task` up to date with its base first: whether it is current (chosen now); otherwise its
+    /// new head is not chosen yet (pushed now, or once the repository's check passes), or it is out of the
+    /// running (a conflict, someone else's push), and the next tick looks again.
+    async fn current(&self, task: &Task, progress: &mut QueueProgress) -> anyhow::Result<bool> {
+        let mut refreshing = RefreshProgress::default();
+        // Not a base push's time: a restart between this refresh's push and its record finds the branch at the
+        // commit its recorded intent named (`refresh.pushing`) and records that, whatever the new stamp.
+        let stamp = Utc::now().timestamp();
+        match self
+            .refresher
+            .refresh_counted(task.id(), stamp, &mut refreshing)
+            .await?
+        {
+            Ended::Current => Ok(true),
+            Ended::Refreshed | Ended::Checking => {
+                progress.refreshed += 1;
+                Ok(false)
+            }
+            Ended::Conflicted | Ended::Moved | Ended::Gone | Ended::Missing => {
+                progress.stopped += 1;
+                Ok(false)
+            }
+            Ended::Skipped => Ok(false),
+        }
+    }
+
+    /// Chooses `id`'s merge at `sha` (`Command::QueueMerge`): its effect makes it, once.
+    async fn choose(
+        &self,
+        repo: &RepoName,
+        id: TaskId,
+        sha: CommitSha,
+        number: u64,
+        progress: &mut QueueProgress,
+    ) -> anyhow::Result<()> {
         let command = Command::QueueMerge { sha, number };
         match self.board().execute(id, &command, ACTOR).await {
             Ok(outcome) => {
@@ -228,6 +278,7 @@ impl MergeQueue {
                     tracing::info!(task = %id, "merge queued");
                     progress.queued += 1;
                 }
+                // Until its effect answers, it holds the base: that answer says whether the host queues it.
                 progress.in_flight.insert(repo.as_str().to_owned(), id);
                 Ok(())
             }
@@ -238,41 +289,6 @@ impl MergeQueue {
             }
             Err(error) => Err(error).with_context(|| format!("queueing {id}'s merge")),
         }
-    }
-
-    /// What became of the merge of `task` at `sha`, from its effect's stream.
-    async fn merge_outcome(
-        &self,
-        repo: &RepoName,
-        task: TaskId,
-        sha: &CommitSha,
-    ) -> anyhow::Result<Merge> {
-        let stream = crate::domain::effect::stream(&self.merge_key(repo, task, sha));
-        let events = self
-            .log
-            .store()
-            .read_stream(&stream)
-            .await
-            .with_context(|| format!("reading {stream}"))?;
-        let Some(last) = events.last() else {
-            return Ok(Merge::Pending);
-        };
-        let body = || serde_json::from_slice::<serde_json::Value>(&last.body).unwrap_or_default();
-        Ok(match last.event_type.as_str() {
-            "effect.withheld" => Merge::Failed,
-            "effect.failed" if body()["retry_at"].is_null() => Merge::Failed,
-            "effect.succeeded" => {
-                let body = body();
-                let produced = &body["produced"];
-                match (produced["kind"].as_str(), produced["state"].as_str()) {
-                    (Some("unmerged"), Some(state)) => Merge::Unmerged {
-                        state: state.to_owned(),
-                    },
-                    _ => Merge::Pending,
-                }
-            }
-            _ => Merge::Pending,
-        })
     }
 
     /// The host refused the queued merge of `task` at `sha` because the pull request is `state` (`behind` its

@@ -55,6 +55,7 @@ use serde::{Deserialize, Serialize};
 
 pub use super::base_push::{base_key, refreshed_base};
 use super::base_push::{base_push, BasePush};
+use super::merges::in_host_queue;
 use super::Lander;
 
 mod commands;
@@ -352,9 +353,10 @@ impl Refresher {
                 return Ok(Ended::Skipped);
             };
             let task = &loaded.task;
-            // `refresh = "off"`: its dues only mark the board.
+            // `refresh = "off"`: its dues only mark the board. In the host's own queue: the host tests it on top
+            // of the base already, and a push would take it out of that queue.
             let off = board.config().land_for(task.repo()).refresh == RefreshMode::Off;
-            if off || !self.refreshes(task) {
+            if off || !self.refreshes(task) || in_host_queue(&self.lander, task).await? {
                 return Ok(Ended::Skipped);
             }
             let Some(commit) = self.head(task).await? else {

@@ -38,6 +38,15 @@ impl FakeGithub {
             .push((repo.to_owned(), branch.to_owned()));
     }
 
+    /// `branch` of `repo` no longer requires the merge queue (its rule removed): pull requests merge directly.
+    pub fn stop_requiring_merge_queue(&self, repo: &str, branch: &str) {
+        let mut inner = self.inner.lock().unwrap();
+        inner
+            .queues
+            .required
+            .retain(|(r, b)| !(r == repo && b == branch));
+    }
+
     /// The pull requests put into a merge queue, in order: (repo, number, the head they were expected at).
     pub fn enqueued(&self) -> Vec<(String, u64, String)> {
         self.inner.lock().unwrap().queues.enqueued.clone()
