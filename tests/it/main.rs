@@ -48,6 +48,7 @@ mod leases;
 mod limits;
 mod merge_queue;
 mod merge_queue_gitlab;
+mod merge_train_gitlab;
 mod openapi;
 mod plans;
 mod plans_combined;
