@@ -58,6 +58,7 @@ use super::base_push::{base_push, BasePush};
 use super::Lander;
 
 mod commands;
+mod marks;
 use crate::dispatch::workspace::{RefreshRequest, RefreshResult, WorkspaceError, Workspaces};
 use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::{AppendError, EventLog, StoredEvent};
@@ -281,8 +282,16 @@ impl Refresher {
             .with_context(|| format!("listing {repo}'s tasks in review"))?;
         // The push's own time dates the commits a refresh makes (the same again after a restart).
         let stamp = event.recorded_at.timestamp();
-        for row in rows {
-            self.refresh_counted(row.id, stamp, progress).await?;
+        let ids: Vec<TaskId> = rows.iter().map(|row| row.id).collect();
+        // Marked on the board first, all at once: each waits its turn below, possibly behind.
+        let marked = self
+            .mark_base_moved(&ids, &repo, &base, event.position)
+            .await?;
+        for id in ids {
+            let ended = self
+                .refresh(id, stamp, marked.contains(&id), progress)
+                .await?;
+            metrics::counter!("pidevops_refreshes_total", "outcome" => ended.as_str()).increment(1);
         }
         let lag = (Utc::now() - event.recorded_at)
             .to_std()
@@ -338,12 +347,13 @@ impl Refresher {
     }
 
     /// Refreshes task `id` (see the module doc): once, and once more when a refresh cut off by a restart is
-    /// found pushed and recorded first. `due`: asked by a `refresh.due` (a branch current already is recorded).
+    /// found pushed and recorded first. `marked`: asked by a `refresh.due`, or marked `refresh.base_moved` (a
+    /// branch current already is recorded, which clears the board's mark).
     async fn refresh(
         &self,
         id: TaskId,
         stamp: i64,
-        due: bool,
+        marked: bool,
         progress: &mut RefreshProgress,
     ) -> anyhow::Result<Ended> {
         for _ in 0..2 {
@@ -392,7 +402,7 @@ impl Refresher {
             };
             match result {
                 RefreshResult::Current { base } => {
-                    if due {
+                    if marked {
                         self.current(id, &commit, &base).await?;
                     }
                     progress.current += 1;
