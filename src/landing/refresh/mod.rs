@@ -61,7 +61,7 @@ mod commands;
 mod marks;
 use crate::dispatch::workspace::{RefreshRequest, RefreshResult, WorkspaceError, Workspaces};
 use crate::domain::{EventType, NewEvent, Source};
-use crate::eventlog::{AppendError, EventLog, StoredEvent};
+use crate::eventlog::{EventLog, StoredEvent};
 use crate::loops::follow::{AsStored, Follow, Follower, Next};
 use crate::projectors::tasks::{self as task_rows, TaskFilter};
 use crate::tasks::{
@@ -576,28 +576,18 @@ impl Refresher {
         };
         let body = serde_json::to_vec(&pushing).map_err(|e| e.to_string())?;
         let stream = stream(id);
-        let mut new = NewEvent::new(
+        let new = NewEvent::new(
             Source::Pidevops,
             EventType::from_stored(PUSHING.to_owned()),
             format!("{stream}:{from}:{to}"),
             "application/json",
             bytes::Bytes::from(body),
         );
-        for _ in 0..8 {
-            let version = self
-                .log
-                .store()
-                .stream_version(&stream)
-                .await
-                .map_err(|e| e.to_string())?;
-            new.stream = Some((stream.clone(), version + 1));
-            match self.log.append(new.clone()).await {
-                Ok(_) => return Ok(()),
-                Err(AppendError::Conflict { .. }) => continue,
-                Err(error) => return Err(error.to_string()),
-            }
-        }
-        Err(format!("the stream {stream} kept changing"))
+        self.log
+            .append_at_end(&stream, new)
+            .await
+            .map(|_| ())
+            .map_err(|error| error.to_string())
     }
 
     /// The intent recorded for a refresh of `id` from `from` that pushed `found`, if any.
