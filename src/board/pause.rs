@@ -2,6 +2,7 @@
 //! appended at the stream's next version (a race is retried), read back as the last of them. And a person's lift
 //! of one profile's pause by its provider's limit: `limits.lifted` in the stream `limits` (`domain::limits`).
 
+use anyhow::Context;
 use chrono::Utc;
 
 use crate::domain::{EventType, NewEvent, Source};
@@ -92,18 +93,10 @@ pub async fn lift_limit(
     );
     new.meta
         .insert("actor".to_owned(), serde_json::Value::from(by));
-    for _ in 0..8 {
-        new.stream = Some((
-            STREAM.to_owned(),
-            log.store().stream_version(STREAM).await? + 1,
-        ));
-        match log.append(new.clone()).await {
-            Ok(_) => return Ok(lifted),
-            Err(AppendError::Conflict { .. }) => continue,
-            Err(error) => return Err(error.into()),
-        }
-    }
-    anyhow::bail!("the limits stream kept changing; try again")
+    log.append_at_end(STREAM, new)
+        .await
+        .context("recording the lift (try again)")?;
+    Ok(lifted)
 }
 
 /// The latest lift of each profile's pause.

@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 
+use anyhow::Context;
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -316,7 +317,7 @@ pub async fn raise(
     request: Option<&str>,
 ) -> anyhow::Result<bool> {
     use crate::domain::{EventType, NewEvent, Source};
-    use crate::eventlog::AppendError;
+
     if raised.usd.is_none() && raised.tokens.is_none() {
         anyhow::bail!("a raise names US dollars, tokens or both");
     }
@@ -333,27 +334,22 @@ pub async fn raise(
         Some(id) => format!("{STREAM}:raise:{id}"),
         None => format!("{STREAM}:raise:{}", uuid::Uuid::now_v7()),
     };
-    for _ in 0..8 {
-        let version = log.store().stream_version(STREAM).await?;
-        let mut new = NewEvent::new(
-            Source::Pidevops,
-            EventType::from_stored(RAISED.to_owned()),
-            key.clone(),
-            "application/json",
-            bytes::Bytes::from(serde_json::to_vec(raised)?),
-        );
-        new.stream = Some((STREAM.to_owned(), version + 1));
-        new.meta.insert(
-            "actor".to_owned(),
-            serde_json::Value::from(raised.by.clone()),
-        );
-        match log.append(new).await {
-            Ok(appended) => return Ok(!appended.duplicate),
-            Err(AppendError::Conflict { .. }) => continue,
-            Err(error) => return Err(error.into()),
-        }
-    }
-    anyhow::bail!("the budget stream kept changing; try again")
+    let mut new = NewEvent::new(
+        Source::Pidevops,
+        EventType::from_stored(RAISED.to_owned()),
+        key,
+        "application/json",
+        bytes::Bytes::from(serde_json::to_vec(raised)?),
+    );
+    new.meta.insert(
+        "actor".to_owned(),
+        serde_json::Value::from(raised.by.clone()),
+    );
+    let appended = log
+        .append_at_end(STREAM, new)
+        .await
+        .context("recording the raise (try again)")?;
+    Ok(!appended.duplicate)
 }
 
 /// The one notice a budget gets at each level (the body of `budget.notice`).

@@ -85,6 +85,9 @@ impl AppenderStats {
     }
 }
 
+/// How many times [`EventLog::append_at_end`] reads a stream's end again after another writer took it.
+pub const AT_END_ATTEMPTS: usize = 8;
+
 /// The handle every writer uses. Cheap to clone; all clones feed the same appender tasks.
 #[derive(Clone, Debug)]
 pub struct EventLog {
@@ -175,6 +178,30 @@ impl EventLog {
             bytes::Bytes::from(body.to_string()),
         );
         self.append(record).await.map(|_| ())
+    }
+
+    /// Appends `event` at the end of `stream`: at the version after the last one read, the stream's version read
+    /// again and the append retried when another writer took that version first. After [`AT_END_ATTEMPTS`]
+    /// conflicts in a row, the last one is the answer (the stream kept changing).
+    pub async fn append_at_end(
+        &self,
+        stream: &str,
+        mut event: NewEvent,
+    ) -> Result<Appended, AppendError> {
+        let mut conflict = None;
+        for _ in 0..AT_END_ATTEMPTS {
+            let version = self
+                .store
+                .stream_version(stream)
+                .await
+                .map_err(|error| AppendError::Unavailable(error.to_string()))?;
+            event.stream = Some((stream.to_owned(), version + 1));
+            match self.append(event.clone()).await {
+                Err(error @ AppendError::Conflict { .. }) => conflict = Some(error),
+                answer => return answer,
+            }
+        }
+        Err(conflict.unwrap_or(AppendError::Closed))
     }
 
     /// Appends one event and returns only once it is durably committed (or known to be a duplicate).

@@ -17,6 +17,8 @@
 //! Before anything moves, `HostRules::admit` holds the event to what pidevops recorded for the task (its
 //! repository, its review request: `Task::review_request`, not a fork, a trusted reviewer); a refusal is recorded
 //! as `reactions.ignored` with the reason.
+//! A CI result on a commit that may not be a head (GitLab's merged results pipeline) is then moved to the head its
+//! host says it counts for (`HostRules::result_head`), held to the commit pidevops last pushed as any result.
 //!
 //! A plan's pull request (`[plans] land = "combined"`, branch `pidevops/<plan>`) is held to the same, and its
 //! results count only for the plan's last combined commit (`plan.rs`): merged completes each item combined (and
@@ -126,10 +128,9 @@ impl Reactions {
             return Ok(Next::Done);
         };
         let host = host.as_ref();
-        let actor = host.source().as_str();
         let payload: serde_json::Value =
             serde_json::from_str(event.data_json().get()).unwrap_or_default();
-        let reaction = host.decide(&event.event_type, &payload);
+        let mut reaction = host.decide(&event.event_type, &payload);
         if let Some(id) = reaction.acting_on() {
             if let Some(loaded) = self.board.load(id).await? {
                 let task = &loaded.task;
@@ -155,10 +156,22 @@ impl Reactions {
                     self.record_ignored(event, id, &why).await?;
                     return Ok(Next::Done);
                 }
+                reaction = match self
+                    .on_its_head(host, event, &payload, task.repo(), reaction)
+                    .await?
+                {
+                    Ok(reaction) => reaction,
+                    Err(next) => {
+                        if next == Next::Done {
+                            progress.ignored += 1;
+                        }
+                        return Ok(next);
+                    }
+                };
                 // A plan's pull request (`land = "combined"`): its items do the work, a person decides.
                 if loaded.task.is_plan() {
                     return self
-                        .plan_reaction(event, &loaded, reaction, actor, progress)
+                        .plan_reaction(event, &loaded, reaction, host, progress)
                         .await;
                 }
             }
@@ -278,7 +291,7 @@ impl Reactions {
             Reaction::Dequeued { task, reason } => (
                 task,
                 Verdict::Apply(Command::FlagNeedsHuman {
-                    reason: Reason::summarize(&dequeued(&reason)),
+                    reason: Reason::summarize(&host.dequeued(&reason)),
                 }),
             ),
         };
@@ -310,6 +323,51 @@ impl Reactions {
             Err(error) => return Err(error).context("applying a reaction"),
         }
         Ok(Next::Done)
+    }
+
+    /// An admitted CI result moved to the head commit it counts for, as its host says ([`HostRules::result_head`]:
+    /// a GitLab merged-results pipeline's is the head it was made from); `Err` what the loop does instead: the
+    /// result recorded as ignored (it counts for no head pidevops can check), or a wait while the host does not
+    /// answer (for [`UNKNOWN_COMMIT_GRACE`], then ignored too).
+    async fn on_its_head(
+        &self,
+        host: &dyn HostRules,
+        event: &StoredEvent,
+        payload: &serde_json::Value,
+        repo: &crate::tasks::RepoName,
+        reaction: Reaction,
+    ) -> anyhow::Result<Result<Reaction, Next>> {
+        let (Reaction::ChecksPassed { task, .. } | Reaction::ChecksFailed { task, .. }) = &reaction
+        else {
+            return Ok(Ok(reaction));
+        };
+        let task = *task;
+        let why = match host.result_head(repo, &event.event_type, payload).await {
+            rules::ResultHead::Own => return Ok(Ok(reaction)),
+            rules::ResultHead::Head(head) => {
+                return Ok(Ok(match reaction {
+                    Reaction::ChecksPassed { task, name, .. } => Reaction::ChecksPassed {
+                        task,
+                        sha: head,
+                        name,
+                    },
+                    Reaction::ChecksFailed { task, summary, .. } => Reaction::ChecksFailed {
+                        task,
+                        sha: head,
+                        summary,
+                    },
+                    other => other,
+                }))
+            }
+            rules::ResultHead::Unanswered(why)
+                if Utc::now() - event.recorded_at < UNKNOWN_COMMIT_GRACE =>
+            {
+                return Ok(Err(Next::Wait(why)));
+            }
+            rules::ResultHead::Unanswered(why) | rules::ResultHead::Unchecked(why) => why,
+        };
+        self.record_ignored(event, task, &why).await?;
+        Ok(Err(Next::Done))
     }
 
     /// What a failed CI result on `sha` means now: a retry when `sha` is the commit pidevops last pushed for a
@@ -570,12 +628,4 @@ enum Verdict {
     Refused(String),
     /// Look again on the next tick.
     Wait(String),
-}
-
-/// Why a task (or plan) whose pull request the merge queue took out waits for a person.
-pub(crate) fn dequeued(reason: &str) -> String {
-    format!(
-        "GitHub's merge queue took its pull request out without merging it ({reason}); look at the queue's checks, \
-         then send it back (retry) with what to fix, or add it to the queue again"
-    )
 }

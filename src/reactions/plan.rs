@@ -18,7 +18,7 @@
 use anyhow::Context;
 use chrono::Utc;
 
-use super::{Reaction, Reactions, ReactionsProgress, UNKNOWN_COMMIT_GRACE};
+use super::{HostRules, Reaction, Reactions, ReactionsProgress, UNKNOWN_COMMIT_GRACE};
 use crate::board::{BoardError, Loaded};
 use crate::eventlog::StoredEvent;
 use crate::loops::follow::Next;
@@ -38,9 +38,10 @@ impl Reactions {
         event: &StoredEvent,
         loaded: &Loaded,
         reaction: Reaction,
-        actor: &str,
+        host: &dyn HostRules,
         progress: &mut ReactionsProgress,
     ) -> anyhow::Result<Next> {
+        let actor = host.source().as_str();
         let plan = &loaded.task;
         let id = plan.id();
         let command = match reaction {
@@ -51,7 +52,7 @@ impl Reactions {
             Reaction::Merged { by, .. } => {
                 return self.plan_merged(loaded, &by, actor, progress).await
             }
-            Reaction::Dequeued { reason, .. } => flag(super::dequeued(&reason)),
+            Reaction::Dequeued { reason, .. } => flag(host.dequeued(&reason)),
             Reaction::ClosedUnmerged { by, .. } => flag(format!(
                 "its pull request was closed without merging by {by}; its items wait in review. Reopen it, or \
                  cancel the plan (and its items with it)"

@@ -75,8 +75,9 @@ pub enum Reaction {
         by: String,
     },
     /// The host's merge queue took the review request out without merging it (GitHub's `dequeued`, with its
-    /// reason: a failed check on the queue's merge group, a conflict, a person): the merge asked for will not
-    /// happen.
+    /// reason: a failed check on the queue's merge group, a conflict, a person; GitLab's merge train, which says
+    /// nothing: `gitlab_poller` finds its car gone): the merge asked for will not happen. Worded for a person by
+    /// [`HostRules::dequeued`].
     Dequeued {
         task: TaskId,
         reason: String,
@@ -186,6 +187,22 @@ pub trait HostRules: Send + Sync + std::fmt::Debug {
         Box::pin(async { None })
     }
 
+    /// The head commit a CI result counts for when the event's own commit may not be a head (GitLab's
+    /// merged-results pipeline runs on the head merged into its target), as the host says now: asked only for an
+    /// admitted `ChecksPassed` or `ChecksFailed` about a task on the board in `repo`. Default: its own commit.
+    fn result_head<'a>(
+        &'a self,
+        _repo: &'a RepoName,
+        _event_type: &'a str,
+        _payload: &'a Value,
+    ) -> BoxFuture<'a, ResultHead> {
+        Box::pin(async { ResultHead::Own })
+    }
+
+    /// Why a task whose review request the host's merge queue took out ([`Reaction::Dequeued`]'s `reason`) waits
+    /// for a person, in the host's words.
+    fn dequeued(&self, reason: &str) -> String;
+
     /// The follow-up key of a review's body (`github:review:<id>`): a redelivery attaches nothing twice.
     fn review_key(&self, review: u64) -> String;
 
@@ -194,6 +211,19 @@ pub trait HostRules: Send + Sync + std::fmt::Debug {
 
     /// Where the event's words were said, for a follow-up's origin: `acme/app#2`, `group/app!7`.
     fn place(&self, payload: &Value) -> String;
+}
+
+/// The head commit a CI result counts for ([`HostRules::result_head`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ResultHead {
+    /// The event's own commit.
+    Own,
+    /// This head commit: the host said the result is of it (a merged result made from it).
+    Head(String),
+    /// None pidevops can check, and why (recorded as ignored).
+    Unchecked(String),
+    /// The host did not answer now, and why: asked again on the next tick, for a while.
+    Unanswered(String),
 }
 
 /// Whether review request `number` is the one pidevops opened for the task (`ours`, `Expected::pr`); `Err` says

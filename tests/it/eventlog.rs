@@ -16,6 +16,7 @@ per_backend!(
     readers_never_skip_an_event_under_concurrent_writers,
     concurrent_appends_are_group_committed,
     stream_versions_are_compare_and_set,
+    racing_appends_at_a_streams_end_all_land_once_each_in_consecutive_versions,
     migrations_are_idempotent_and_safe_to_race,
     the_log_is_append_only,
     reads_page_in_position_order,
@@ -310,6 +311,48 @@ async fn stream_versions_are_compare_and_set(db: TestDb) {
     }
     assert_eq!(wins, 1);
     assert_eq!(store.head().await.unwrap(), 3);
+}
+
+/// `append_at_end` reads the stream's end again when another writer took it: racing writers on two appenders all
+/// land, each once, at consecutive versions; a repeat of a stored key is its duplicate, not a new version.
+async fn racing_appends_at_a_streams_end_all_land_once_each_in_consecutive_versions(db: TestDb) {
+    let (store, log, _stop) = open(&db).await;
+    let (_s2, log2, _stop2) = open(&db).await;
+    let writers = 6;
+    let mut tasks = Vec::new();
+    for i in 0..writers {
+        let log = if i % 2 == 0 {
+            log.clone()
+        } else {
+            log2.clone()
+        };
+        tasks.push(tokio::spawn(async move {
+            let mut e = streamed("budget", 0);
+            e.dedup_key = format!("raise-{i}");
+            log.append_at_end("budget", e).await
+        }));
+    }
+    for t in tasks {
+        let appended = t.await.unwrap().expect("each writer lands");
+        assert!(!appended.duplicate);
+    }
+    let stored = store.read_stream("budget").await.unwrap();
+    let versions: Vec<i64> = stored.iter().filter_map(|e| e.stream_version).collect();
+    assert_eq!(versions, (1..=writers as i64).collect::<Vec<_>>());
+    let mut keys: Vec<&str> = stored.iter().map(|e| e.dedup_key.as_str()).collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        ["raise-0", "raise-1", "raise-2", "raise-3", "raise-4", "raise-5"]
+    );
+
+    let mut again = streamed("budget", 0);
+    again.dedup_key = "raise-3".into();
+    assert!(log.append_at_end("budget", again).await.unwrap().duplicate);
+    assert_eq!(
+        store.stream_version("budget").await.unwrap(),
+        writers as i64
+    );
 }
 
 async fn migrations_are_idempotent_and_safe_to_race(db: TestDb) {

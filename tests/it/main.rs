@@ -49,6 +49,7 @@ mod limits;
 mod merge_queue;
 mod merge_queue_gitlab;
 mod merge_queue_host;
+mod merge_train_gitlab;
 mod openapi;
 mod plans;
 mod plans_combined;

@@ -22,6 +22,7 @@ per_backend!(
     a_moved_base_refreshes_the_branch_once_and_auto_land_merges_the_refreshed_head_after_its_checks,
     a_conflict_flags_the_task_with_its_files_and_a_persons_push_is_never_overwritten,
     sigkill_between_a_refreshs_push_and_its_record_pushes_once_and_records_it,
+    a_base_push_marks_each_task_behind_before_any_refresh_and_each_mark_ends_with_its_refresh,
 );
 
 /// Thirty numbered lines: the file both the agent and a teammate edit, in different places or the same.
@@ -255,6 +256,11 @@ async fn a_conflict_flags_the_task_with_its_files_and_a_persons_push_is_never_ov
     );
     assert_eq!(row.attempts, 2, "the conflict attempt");
     assert_eq!(
+        row.behind.as_deref(),
+        Some("base_moved"),
+        "nothing brought it up to date: the board still marks it"
+    );
+    assert_eq!(
         row.max_attempts, 4,
         "given, not taken from the work's budget"
     );
@@ -391,4 +397,101 @@ async fn sigkill_between_a_refreshs_push_and_its_record_pushes_once_and_records_
     assert!(!row.needs_human, "{row:?}");
     assert_eq!(row.column, Column::InReview);
     drop(second);
+}
+
+/// The log's `refresh.base_moved` marks, as (task, position).
+async fn base_moved_marks(store: &EventStore) -> Vec<(String, i64)> {
+    store
+        .read_after(0, 100_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.event_type == "refresh.base_moved")
+        .map(|e| {
+            (
+                e.dedup_key.split(':').nth(1).unwrap().to_owned(),
+                e.position,
+            )
+        })
+        .collect()
+}
+
+/// The log position of each of `ids`' `task.refreshed` events.
+async fn refreshed_at(store: &EventStore, ids: &[TaskId]) -> Vec<i64> {
+    let mut at = Vec::new();
+    for id in ids {
+        let stream = store.read_stream(&format!("task:{id}")).await.unwrap();
+        at.extend(
+            stream
+                .iter()
+                .filter(|e| e.event_type == "task.refreshed")
+                .map(|e| e.position),
+        );
+    }
+    at
+}
+
+/// A push to the base marks every task the refresh loop will refresh as possibly behind, all of them before the
+/// first is refreshed (they are refreshed one at a time, and the board shows the ones waiting), and each mark ends
+/// with its own refresh: a push, or the branch found current already (`refresh.current`).
+async fn a_base_push_marks_each_task_behind_before_any_refresh_and_each_mark_ends_with_its_refresh(
+    db: TestDb,
+) {
+    let fake = FakeGithub::start().await;
+    let remote = Remote::new();
+    remote.commit_to_main("shared.txt", &shared(&[]));
+    let scratch = tempfile::tempdir().unwrap();
+    let script = "date +%s%N > \"note-$(date +%s%N).md\"";
+    let app = app(
+        &db,
+        &fake,
+        file(&remote, scratch.path(), script),
+        scratch.path(),
+    )
+    .await;
+    let (base, store) = (app.url(""), app.state.log.store().clone());
+    let first = create_task(&base, REPO).await;
+    in_review(&store, first, 1).await;
+    let second = create_task(&base, REPO).await;
+    in_review(&store, second, 1).await;
+
+    remote.commit_to_main("shared.txt", &shared(&[(2, "line 2 by a teammate")]));
+    let mut main_1 = push(REPO, "refs/heads/main");
+    main_1["after"] = json!("a".repeat(40));
+    post(&base, "push", "main-1", &main_1).await;
+    refresh(&app).await;
+    let marks = base_moved_marks(&store).await;
+    let marked: Vec<&str> = marks.iter().map(|(task, _)| task.as_str()).collect();
+    assert_eq!(marked, [first.to_string(), second.to_string()], "{marks:?}");
+    let refreshed = refreshed_at(&store, &[first, second]).await;
+    assert_eq!(refreshed.len(), 2, "each refreshed once");
+    let last_mark = marks.iter().map(|(_, at)| *at).max().unwrap();
+    assert!(
+        refreshed.iter().all(|at| *at > last_mark),
+        "every mark before the first refresh: marks {marks:?}, refreshes {refreshed:?}"
+    );
+    for id in [first, second] {
+        let row = board::row_in(&store, id).await.unwrap();
+        assert_eq!(row.behind, None, "its refresh ended the mark: {row:?}");
+    }
+
+    // The same push told again marks nothing more; a new one on a base they hold already marks each, finds each
+    // current, and that ends each mark.
+    post(&base, "push", "main-1-again", &main_1).await;
+    refresh(&app).await;
+    assert_eq!(base_moved_marks(&store).await.len(), 2);
+    let mut next = push(REPO, "refs/heads/main");
+    next["after"] = json!("f".repeat(40));
+    post(&base, "push", "main-2", &next).await;
+    refresh(&app).await;
+    assert_eq!(base_moved_marks(&store).await.len(), 4);
+    assert_eq!(
+        refreshed_at(&store, &[first, second]).await.len(),
+        2,
+        "nothing pushed again"
+    );
+    for id in [first, second] {
+        let row = board::row_in(&store, id).await.unwrap();
+        assert_eq!(row.behind, None, "found current: {row:?}");
+    }
 }

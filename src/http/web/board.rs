@@ -130,7 +130,7 @@ fn card(row: &TaskRow, related: &Related, now: DateTime<Utc>) -> Markup {
             (card_family(row, related))
             @if row.is_behind() {
                 div {
-                    span.badge.warn data-behind="1" title={ "its code host finds its pull request " (row.behind.as_deref().unwrap_or_default()) " on its base since its last push" } {
+                    span.badge.warn data-behind="1" title=(super::pages::behind_title(row)) {
                         "behind"
                     }
                 }

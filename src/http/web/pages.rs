@@ -106,6 +106,20 @@ pub fn sign_in(next: &str, error: Option<&str>, closed: Option<&str>) -> Markup 
     }
 }
 
+/// What a `behind` badge's title says: what its code host found, or that its base moved and its refresh is to come.
+pub(super) fn behind_title(row: &TaskRow) -> String {
+    match row.behind.as_deref() {
+        Some(crate::projectors::tasks::BASE_MOVED) => {
+            "its base branch moved since its last push; pidevops brings it up to date in turn"
+                .to_owned()
+        }
+        state => format!(
+            "its code host finds its pull request {} on its base since its last push",
+            state.unwrap_or_default()
+        ),
+    }
+}
+
 pub(super) fn source_badge(source: &str) -> Markup {
     let icon = match (registry::provider(source), source) {
         (Some(provider), _) => provider.label,
@@ -222,7 +236,7 @@ pub fn task(view: &TaskView) -> Markup {
             @if row.is_plan() { " " span.badge.plan { "plan" } }
             @if row.needs_human { " " span.badge.bad { "needs a human" } }
             @if row.stale_since().is_some() { " " span.badge.warn data-stale="1" { "stale" } }
-            @if row.is_behind() { " " span.badge.warn data-behind="1" title={ "found " (row.behind.as_deref().unwrap_or_default()) " on its base since its last push" } { "behind" } }
+            @if row.is_behind() { " " span.badge.warn data-behind="1" title=(behind_title(row)) { "behind" } }
         }
         p.muted {
             (source_badge(&row.source)) " " (row.repo) " · created " (age(view.now - row.created_at)) " ago"

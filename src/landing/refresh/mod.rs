@@ -59,9 +59,10 @@ use super::merges::in_host_queue;
 use super::Lander;
 
 mod commands;
+mod marks;
 use crate::dispatch::workspace::{RefreshRequest, RefreshResult, WorkspaceError, Workspaces};
 use crate::domain::{EventType, NewEvent, Source};
-use crate::eventlog::{AppendError, EventLog, StoredEvent};
+use crate::eventlog::{EventLog, StoredEvent};
 use crate::loops::follow::{AsStored, Follow, Follower, Next};
 use crate::projectors::tasks::{self as task_rows, TaskFilter};
 use crate::tasks::{
@@ -282,8 +283,16 @@ impl Refresher {
             .with_context(|| format!("listing {repo}'s tasks in review"))?;
         // The push's own time dates the commits a refresh makes (the same again after a restart).
         let stamp = event.recorded_at.timestamp();
-        for row in rows {
-            self.refresh_counted(row.id, stamp, progress).await?;
+        let ids: Vec<TaskId> = rows.iter().map(|row| row.id).collect();
+        // Marked on the board first, all at once: each waits its turn below, possibly behind.
+        let marked = self
+            .mark_base_moved(&ids, &repo, &base, event.position)
+            .await?;
+        for id in ids {
+            let ended = self
+                .refresh(id, stamp, marked.contains(&id), progress)
+                .await?;
+            metrics::counter!("pidevops_refreshes_total", "outcome" => ended.as_str()).increment(1);
         }
         let lag = (Utc::now() - event.recorded_at)
             .to_std()
@@ -339,12 +348,13 @@ impl Refresher {
     }
 
     /// Refreshes task `id` (see the module doc): once, and once more when a refresh cut off by a restart is
-    /// found pushed and recorded first. `due`: asked by a `refresh.due` (a branch current already is recorded).
+    /// found pushed and recorded first. `marked`: asked by a `refresh.due`, or marked `refresh.base_moved` (a
+    /// branch current already is recorded, which clears the board's mark).
     async fn refresh(
         &self,
         id: TaskId,
         stamp: i64,
-        due: bool,
+        marked: bool,
         progress: &mut RefreshProgress,
     ) -> anyhow::Result<Ended> {
         for _ in 0..2 {
@@ -394,7 +404,7 @@ impl Refresher {
             };
             match result {
                 RefreshResult::Current { base } => {
-                    if due {
+                    if marked {
                         self.current(id, &commit, &base).await?;
                     }
                     progress.current += 1;
@@ -568,28 +578,18 @@ impl Refresher {
         };
         let body = serde_json::to_vec(&pushing).map_err(|e| e.to_string())?;
         let stream = stream(id);
-        let mut new = NewEvent::new(
+        let new = NewEvent::new(
             Source::Pidevops,
             EventType::from_stored(PUSHING.to_owned()),
             format!("{stream}:{from}:{to}"),
             "application/json",
             bytes::Bytes::from(body),
         );
-        for _ in 0..8 {
-            let version = self
-                .log
-                .store()
-                .stream_version(&stream)
-                .await
-                .map_err(|e| e.to_string())?;
-            new.stream = Some((stream.clone(), version + 1));
-            match self.log.append(new.clone()).await {
-                Ok(_) => return Ok(()),
-                Err(AppendError::Conflict { .. }) => continue,
-                Err(error) => return Err(error.to_string()),
-            }
-        }
-        Err(format!("the stream {stream} kept changing"))
+        self.log
+            .append_at_end(&stream, new)
+            .await
+            .map(|_| ())
+            .map_err(|error| error.to_string())
     }
 
     /// The intent recorded for a refresh of `id` from `from` that pushed `found`, if any.

@@ -3,6 +3,9 @@
 //! until the task's next push (`task.refreshed`, `task.submitted_for_review`) or until its branch is found holding
 //! the base (`refresh.current`, keyed `refresh-current:<task>:<head>:<base>`: by the refresh loop's git, the host's
 //! word being stale; or by the host's poller, which no longer finds it behind: a person brought it up to date).
+//! A push to its base marks it too, `base_moved`, from when the refresh loop takes the push up until that task's
+//! refresh ends (`refresh.base_moved`, keyed `refresh-moved:<task>:<head>:<push position>`): refreshes are one at
+//! a time, and the ones waiting show as possibly behind.
 //! A repository whose `refresh` is `"off"` is marked too (its poller still records what the host says; nothing
 //! refreshes it): a person must act. Read from the events' headers only (the key and the type: no body is read),
 //! folded in log order, the last word per task written in the batch's transaction. A mark about a head the task
@@ -23,6 +26,13 @@ const DUE_KEY_PREFIX: &str = "refresh-due:";
 pub const REFRESH_CURRENT: &str = "refresh.current";
 /// How `refresh.current`'s key starts (`landing::refresh::Current::key`).
 const CURRENT_KEY_PREFIX: &str = "refresh-current:";
+/// The type of the event the refresh loop appends for each task it is about to refresh on a push to its base
+/// (`landing::refresh::BaseMoved`): possibly behind until that refresh ends.
+pub const REFRESH_BASE_MOVED: &str = "refresh.base_moved";
+/// How `refresh.base_moved`'s key starts (`landing::refresh::BaseMoved::key`).
+const MOVED_KEY_PREFIX: &str = "refresh-moved:";
+/// The mark's state for a `refresh.base_moved`: the base moved, the refresh is still to come.
+pub const BASE_MOVED: &str = "base_moved";
 /// The task events after which a branch is pushed anew: what was behind is not any more.
 const PUSHED: [&str; 2] = ["task.refreshed", "task.submitted_for_review"];
 
@@ -32,6 +42,15 @@ pub fn due_key_parts(key: &str) -> Option<(TaskId, &str, &str)> {
     let task = parts.next()?.parse().ok()?;
     let (head, state) = (parts.next()?, parts.next()?);
     (!head.is_empty() && !state.is_empty()).then_some((task, head, state))
+}
+
+/// A `refresh.base_moved` key's task and head; none for another key.
+fn moved_key_parts(key: &str) -> Option<(TaskId, &str)> {
+    let mut parts = key.strip_prefix(MOVED_KEY_PREFIX)?.splitn(3, ':');
+    let task = parts.next()?.parse().ok()?;
+    let head = parts.next()?;
+    let push = parts.next()?;
+    (!head.is_empty() && push.parse::<i64>().is_ok()).then_some((task, head))
 }
 
 /// A `refresh.current` key's task; none for another key.
@@ -58,6 +77,13 @@ pub(super) fn marks(events: &[StoredEvent]) -> Vec<(TaskId, Option<(String, Stri
         if event.source == super::SOURCE && event.event_type == REFRESH_DUE {
             if let Some((task, head, state)) = due_key_parts(&event.dedup_key) {
                 set(task, Some((state.to_owned(), head.to_ascii_lowercase())));
+            }
+        } else if event.source == super::SOURCE && event.event_type == REFRESH_BASE_MOVED {
+            if let Some((task, head)) = moved_key_parts(&event.dedup_key) {
+                set(
+                    task,
+                    Some((BASE_MOVED.to_owned(), head.to_ascii_lowercase())),
+                );
             }
         } else if event.source == super::SOURCE && event.event_type == REFRESH_CURRENT {
             if let Some(task) = current_key_task(&event.dedup_key) {
@@ -132,6 +158,14 @@ mod tests {
                 &format!("refresh-due:{task}:{head}:{state}"),
             )
         };
+        let moved = |p: i64, task: &str, push: &str| {
+            header(
+                p,
+                REFRESH_BASE_MOVED,
+                None,
+                &format!("refresh-moved:{task}:{head}:{push}"),
+            )
+        };
         let pushed = |p: i64, task: &str, kind: &str| {
             header(p, kind, Some(&format!("task:{task}")), &p.to_string())
         };
@@ -154,6 +188,17 @@ mod tests {
             ),
             due(12, "T-6", "behind"),
             header(13, REFRESH_CURRENT, None, "refresh-current:nope:x:y"),
+            moved(14, "T-7", "14"),
+            moved(15, "T-8", "15"),
+            pushed(16, "T-8", "task.refreshed"),
+            moved(17, "T-9", "not-a-position"),
+            moved(18, "T-10", "18"),
+            header(
+                19,
+                REFRESH_CURRENT,
+                None,
+                &format!("refresh-current:T-10:{head}:{head}"),
+            ),
         ]);
         let shown: Vec<(String, Option<&str>)> = marks
             .iter()
@@ -173,6 +218,9 @@ mod tests {
                 ("T-4".to_owned(), Some("behind")),
                 ("T-5".to_owned(), None),
                 ("T-6".to_owned(), Some("behind")),
+                ("T-7".to_owned(), Some(BASE_MOVED)),
+                ("T-8".to_owned(), None),
+                ("T-10".to_owned(), None),
             ]
         );
     }

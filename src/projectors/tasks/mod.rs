@@ -29,7 +29,7 @@ mod read;
 mod summary;
 mod write;
 
-pub use behind::{due_key_parts, REFRESH_CURRENT, REFRESH_DUE};
+pub use behind::{due_key_parts, BASE_MOVED, REFRESH_BASE_MOVED, REFRESH_CURRENT, REFRESH_DUE};
 pub use read::{
     counts, get, get_many, list, merged_pull_requests, repos, task_for_link, timeline,
     timeline_entry,
@@ -135,7 +135,8 @@ pub struct TaskRow {
     #[schema(value_type = crate::tasks::Task)]
     pub state: serde_json::Value,
     /// In review, its review request found by its host `behind` its base or `dirty` (in conflict with it) since
-    /// its last push (`refresh.due`); cleared by its next refresh or submission.
+    /// its last push (`refresh.due`), or `base_moved`: its base was pushed to and its refresh is still to come
+    /// (`refresh.base_moved`); cleared by its next refresh or submission, or by its branch found current.
     pub behind: Option<String>,
 }
 
@@ -367,8 +368,9 @@ impl Projector for TasksProjector {
     /// 2: the stored state carries the ticket version (`ticket_version`). 3: `task_merges`. 4: `search_text`.
     fn version(&self) -> i64 {
         // 5: a stale review's `stale_since` is in the row's state. 6: `behind` (`refresh.due`). 7: `behind`
-        // cleared by `refresh.current`.
-        7
+        // cleared by `refresh.current`. 8: `behind` = `base_moved` (`refresh.base_moved`) while a base push's
+        // refresh is to come.
+        8
     }
 
     fn bodies(&self) -> Bodies {

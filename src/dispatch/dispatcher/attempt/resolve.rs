@@ -19,7 +19,7 @@ use crate::dispatch::runner;
 use crate::dispatch::runs::{FailureKind, RunEvent};
 use crate::dispatch::workspace::{LeasedPush, Prepared};
 use crate::domain::{EventType, NewEvent, Source};
-use crate::eventlog::AppendError;
+
 use crate::tasks::{AttemptReport, CommitSha, Conflict, RunId, Task, TaskId};
 
 /// What a conflict attempt is about to push, recorded before its leased push.
@@ -254,27 +254,19 @@ impl Dispatcher {
     async fn intend(&self, intent: &Resolving) -> Result<(), String> {
         let body = serde_json::to_vec(intent).map_err(|e| e.to_string())?;
         let stream = stream(intent.task);
-        let mut new = NewEvent::new(
+        let new = NewEvent::new(
             Source::Pidevops,
             EventType::from_stored(RESOLVING.to_owned()),
             format!("{stream}:{}", intent.run),
             "application/json",
             bytes::Bytes::from(body),
         );
-        for _ in 0..8 {
-            let version = self
-                .store()
-                .stream_version(&stream)
-                .await
-                .map_err(|e| e.to_string())?;
-            new.stream = Some((stream.clone(), version + 1));
-            match self.inner.log.append(new.clone()).await {
-                Ok(_) => return Ok(()),
-                Err(AppendError::Conflict { .. }) => continue,
-                Err(error) => return Err(error.to_string()),
-            }
-        }
-        Err(format!("the stream {stream} kept changing"))
+        self.inner
+            .log
+            .append_at_end(&stream, new)
+            .await
+            .map(|_| ())
+            .map_err(|error| error.to_string())
     }
 
     /// The intents recorded for `conflict` of task `id`, oldest first.

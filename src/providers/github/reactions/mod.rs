@@ -48,6 +48,13 @@ impl HostRules for GithubReactions {
         admit(event_type, payload, &expected)
     }
 
+    fn dequeued(&self, reason: &str) -> String {
+        format!(
+            "GitHub's merge queue took its pull request out without merging it ({reason}); look at the queue's \
+             checks, then send it back (retry) with what to fix, or add it to the queue again"
+        )
+    }
+
     fn review_key(&self, review: u64) -> String {
         format!("github:review:{review}")
     }

@@ -40,7 +40,66 @@ impl MergeRequest {
     }
 }
 
+/// A merge request as GitLab answers it now: what a train's silence (`gitlab_poller`) or a merged-results
+/// pipeline's word (reactions) is checked against.
+#[derive(Clone, Debug, Deserialize)]
+pub struct MergeRequestNow {
+    pub iid: u64,
+    /// The target project's id.
+    pub project_id: u64,
+    pub source_project_id: u64,
+    pub target_project_id: u64,
+    pub source_branch: String,
+    /// `opened`, `closed`, `locked`, `merged`.
+    pub state: String,
+    /// Its head commit.
+    #[serde(default)]
+    pub sha: Option<String>,
+    /// Set while it waits to merge, or to join its train, once its pipeline passes (GitLab's auto-merge).
+    #[serde(default)]
+    pub merge_when_pipeline_succeeds: bool,
+    /// The pipeline GitLab shows for its head: on a project with merged results pipelines, the one run on the
+    /// head merged into its target (`ref` `refs/merge-requests/<iid>/merge`, `sha` that merge).
+    #[serde(default)]
+    pub head_pipeline: Option<HeadPipeline>,
+}
+
+impl MergeRequestNow {
+    /// From the project's own branch `branch` as `iid`: a fork's merge request, or another, is not it.
+    pub fn is_the_project_s_own(&self, iid: u64, branch: &str) -> bool {
+        self.iid == iid
+            && self.source_branch == branch
+            && self.source_project_id == self.target_project_id
+            && self.project_id == self.target_project_id
+    }
+}
+
+/// A merge request's `head_pipeline`, the part read.
+#[derive(Clone, Debug, Deserialize)]
+pub struct HeadPipeline {
+    pub id: u64,
+    #[serde(default)]
+    pub project_id: Option<u64>,
+    #[serde(default)]
+    pub sha: Option<String>,
+    #[serde(default, rename = "ref")]
+    pub reference: Option<String>,
+    #[serde(default)]
+    pub status: Option<String>,
+}
+
 impl GitlabClient {
+    /// `project!iid` as GitLab answers it now.
+    pub async fn merge_request_now(
+        &self,
+        project: &RepoName,
+        iid: u64,
+    ) -> Result<MergeRequestNow, CallError> {
+        let url = format!("{}/{iid}", self.merge_requests_url(project));
+        self.send("reading the merge request", self.http.get(&url))
+            .await
+    }
+
     /// `…/api/v4/projects/<path, its '/' encoded>/merge_requests`.
     fn merge_requests_url(&self, project: &RepoName) -> String {
         format!(

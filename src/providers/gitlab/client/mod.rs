@@ -19,7 +19,9 @@ mod trains;
 pub use branches::MergeStatus;
 pub use hooks::{EnsuredHook, EVENTS as HOOK_EVENTS};
 pub use members::{Access, DEVELOPER};
+pub use merge_requests::{HeadPipeline, MergeRequestNow};
 pub use poll::{Issue, MergeRequest, MergeRequestPage};
+pub use trains::CarStatus;
 
 use std::time::Duration;
 

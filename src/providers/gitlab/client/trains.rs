@@ -7,6 +7,13 @@
 //! `POST /projects/:id/merge_trains/merge_requests/:iid` and `sha` the commit that was checked (GitLab refuses a
 //! branch that moved since); one already on the train (`GET` of the same path answers its car, 404 when it has
 //! none: a repeat after a crash) is not added again.
+//!
+//! Read back by `gitlab_poller` ([`GitlabClient::train_car`]): GitLab takes a merge request off its train (its
+//! train pipeline failed, a person removed it, a new push) with no webhook, only a system note; its car is then
+//! gone (404). A car's `status` ([`CarStatus`]): `idle` (no train pipeline yet), `stale` (to be run again: one
+//! ahead changed), `fresh` (its pipeline runs on what is ahead), `merging` are on the train; `merged` and
+//! `skip_merged` (merged around the train) are done. A word not known reads as on the train: only GitLab's
+//! silence (no car) says it left.
 
 use serde::Deserialize;
 
@@ -34,7 +41,62 @@ struct CarRequest {
     iid: u64,
 }
 
+/// A car as `GET …/merge_trains/merge_requests/:iid` answers it: its status and whose it is.
+#[derive(Debug, Deserialize)]
+struct CarRead {
+    #[serde(default)]
+    status: String,
+    merge_request: CarRequest,
+}
+
+/// Where a merge request's car stands, from its `status` (see the module doc).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CarStatus {
+    /// On the train (`idle`, `stale`, `fresh`, `merging`, or a word not known, kept at most 40 characters).
+    Riding(String),
+    /// Merged by the train, or around it (`merged`, `skip_merged`).
+    Merged,
+}
+
+impl CarStatus {
+    pub fn read(status: &str) -> Self {
+        match status {
+            "merged" | "skip_merged" => Self::Merged,
+            other => Self::Riding(other.chars().take(40).collect()),
+        }
+    }
+}
+
 impl GitlabClient {
+    /// `project!iid`'s car on its target branch's merge train, as its status says; `None` when it has none (404:
+    /// not on a train). A car answered for another merge request is none of its.
+    pub async fn train_car(
+        &self,
+        project: &RepoName,
+        iid: u64,
+    ) -> Result<Option<CarStatus>, CallError> {
+        let what = "reading the merge request's place on the merge train";
+        let url = format!(
+            "{}/merge_trains/merge_requests/{iid}",
+            self.project_url(project)
+        );
+        let response = match self.attempt(what, self.http.get(&url)).await {
+            Ok(response) => response,
+            Err(refused) if refused.status == Some(404) => return Ok(None),
+            Err(refused) => return Err(refused.error),
+        };
+        let car: CarRead = read_json(what, response).await?;
+        if car.merge_request.iid != iid {
+            return Err(CallError::Permanent {
+                message: format!(
+                    "{what}: GitLab answered the car of !{}, not !{iid}",
+                    car.merge_request.iid
+                ),
+            });
+        }
+        Ok(Some(CarStatus::read(&car.status)))
+    }
+
     /// Whether `project` merges its merge requests through merge trains.
     pub async fn merge_trains_enabled(&self, project: &RepoName) -> Result<bool, CallError> {
         let read: Project = self
@@ -112,5 +174,27 @@ mod tests {
         assert!(both.merge_trains_enabled && both.merge_pipelines_enabled);
         let free = read(serde_json::json!({ "id": 42, "path_with_namespace": "acme/api" }));
         assert!(!free.merge_trains_enabled && !free.merge_pipelines_enabled);
+    }
+
+    #[test]
+    fn a_car_is_on_the_train_unless_its_status_says_merged() {
+        for riding in ["idle", "stale", "fresh", "merging", "a_word_not_known"] {
+            assert_eq!(
+                CarStatus::read(riding),
+                CarStatus::Riding(riding.to_owned()),
+                "{riding}"
+            );
+        }
+        for done in ["merged", "skip_merged"] {
+            assert_eq!(CarStatus::read(done), CarStatus::Merged, "{done}");
+        }
+        let long = CarStatus::read(&"x".repeat(500));
+        assert_eq!(long, CarStatus::Riding("x".repeat(40)));
+        let car: CarRead = serde_json::from_value(serde_json::json!({
+            "id": 267, "status": "fresh", "target_branch": "main", "pipeline": null,
+            "merge_request": { "id": 9007, "iid": 7, "project_id": 42, "state": "opened" },
+        }))
+        .unwrap();
+        assert_eq!((car.merge_request.iid, car.status.as_str()), (7, "fresh"));
     }
 }

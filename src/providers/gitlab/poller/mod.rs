@@ -19,12 +19,17 @@
 //! Hook was lost is appended as a `gitlab.push`, a merge request GitLab finds `need_rebase` or in `conflict` as
 //! `refresh.due`, for the `refresh` loop.
 //!
+//! And for each task whose merge request pidevops put on a merge train, its car (`trains.rs`): one gone while the
+//! merge request is still open is appended as `gitlab.merge_train.left`, which flags the task (GitLab sends no
+//! webhook when it takes a merge request off its train).
+//!
 //! The cursor, per project, is the checkpoint `gitlab_poller:<project>`: the newest `updated_at` seen (in
 //! milliseconds), or, after a poll that read every page, the poll's start less [`SKEW`] when that is newer (so a
 //! quiet project is not asked about the same day again and again). It survives restarts; a first poll looks
 //! back [`FIRST_LOOKBACK`].
 
 mod bases;
+mod trains;
 
 use std::sync::Arc;
 
@@ -68,6 +73,10 @@ pub struct GitlabPollProgress {
     pub bases: u64,
     /// Merge requests GitLab finds `need_rebase` or in `conflict`, appended as `refresh.due`.
     pub due: u64,
+    /// Merge train cars read (merge requests pidevops put on a train).
+    pub cars: u64,
+    /// Merge requests found off their train unmerged, appended as `gitlab.merge_train.left`.
+    pub left_trains: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -80,6 +89,8 @@ pub struct GitlabPoller {
     label: String,
     /// Where each project comes from and its base (`landing::base_push::refreshed_base`, with the board's rules).
     sources: Arc<DispatchConfig>,
+    /// Where the next tick's car reads start (`trains.rs`: at most `MAX_CARS` a tick, round robin).
+    train_cursor: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl GitlabPoller {
@@ -98,6 +109,7 @@ impl GitlabPoller {
             projects,
             label,
             sources: Arc::new(sources),
+            train_cursor: Arc::default(),
         }
     }
 
@@ -115,6 +127,7 @@ impl GitlabPoller {
                 .with_context(|| format!("polling {project}"))?;
         }
         self.bases(&mut progress).await?;
+        self.trains(&mut progress).await?;
         self.issues(&mut progress).await?;
         metrics::counter!("pidevops_poller_appended_total", "poller" => GITLAB_POLLER)
             .increment(progress.appended);

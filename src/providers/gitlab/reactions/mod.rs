@@ -5,7 +5,10 @@
 //! - `gitlab.pipeline`: `failed` is a CI failure on its `sha`, naming the jobs that failed it (allowed failures
 //!   are not); their log tails are fetched before the task is sent back ([`GitlabReactions::failure_details`]:
 //!   at most [`MAX_JOBS`], each bounded, a fetch that fails says so and holds nothing up). `success` is the
-//!   passing check `pipeline`.
+//!   passing check `pipeline`. A merge request pipeline's (`refs/merge-requests/<iid>/…`) is its merge request's
+//!   task's; a merged result's counts for the head GitLab's API says it was made from (`trains.rs`).
+//! - `gitlab.merge_train.left` (`gitlab_poller`'s): the merge request left its train unmerged, the task flagged
+//!   (`trains.rs`).
 //! - `gitlab.build` (a job): `success` is a passing check named after the job (what `required_checks` names); a
 //!   failed job is its pipeline's to report, so a failure sends the task back once.
 //! - `gitlab.merge_request.*`: `approved` is an approval of `last_commit`, `unapproved` withdraws the approver's,
@@ -27,7 +30,7 @@ use crate::providers::gitlab::intake::addressed;
 use crate::providers::gitlab::models::{JobEvent, MergeRequestEvent, NoteEvent, PipelineEvent};
 use crate::providers::gitlab::settings::{GitlabIntake, GitlabSettings};
 use crate::reactions::rules::{
-    clip, own_request, task_of, Expected, HostRules, LineComment, Reaction,
+    clip, own_request, task_of, Expected, HostRules, LineComment, Reaction, ResultHead,
 };
 use crate::tasks::{RepoName, TaskId};
 
@@ -116,6 +119,27 @@ impl HostRules for GitlabReactions {
         })
     }
 
+    fn result_head<'a>(
+        &'a self,
+        repo: &'a RepoName,
+        event_type: &'a str,
+        payload: &'a Value,
+    ) -> BoxFuture<'a, ResultHead> {
+        Box::pin(async move {
+            if event_type != "gitlab.pipeline" {
+                return ResultHead::Own;
+            }
+            trains::result_head(self.client.as_ref(), repo, payload).await
+        })
+    }
+
+    fn dequeued(&self, reason: &str) -> String {
+        format!(
+            "{reason}; look at its train pipeline and GitLab's note on it, then send it back (retry) with what to \
+             fix, or put it on the train again in GitLab"
+        )
+    }
+
     fn review_key(&self, review: u64) -> String {
         if review & SUBMISSION != 0 {
             format!("gitlab:review:{}", review & !SUBMISSION)
@@ -178,6 +202,7 @@ pub fn decide(event_type: &str, payload: &Value, own: &GitlabIntake) -> Reaction
         "gitlab.pipeline" => pipeline(payload),
         "gitlab.build" => job(payload),
         "gitlab.note" => note(payload, own),
+        "gitlab.merge_train.left" => trains::left(payload),
         _ => match event_type.strip_prefix("gitlab.merge_request.") {
             Some(action) => merge_request(action, payload),
             None => Reaction::None,
@@ -193,12 +218,22 @@ fn unread(reason: &str) -> Reaction {
 
 /// A pipeline finished: failed sends the task back naming the jobs that failed it, success is a passing check.
 fn pipeline(payload: &Value) -> Reaction {
-    let Some(task) = payload["object_attributes"]["ref"]
-        .as_str()
-        .and_then(task_of)
-    else {
+    let reference = payload["object_attributes"]["ref"].as_str().unwrap_or("");
+    let on = trains::MergeRequestRef::read(reference);
+    let task = match on {
+        Some(_) => trains::task_of_merge_request(payload),
+        None => task_of(reference),
+    };
+    let Some(task) = task else {
         return Reaction::None;
     };
+    if let Some(trains::MergeRequestRef::Train(_)) = on {
+        return Reaction::Ignore {
+            task,
+            why: "a merge train's pipeline: the train merges the merge request, or drops it"
+                .to_owned(),
+        };
+    }
     let event = match PipelineEvent::read(payload) {
         Ok(event) => event,
         Err(reason) => return unread(&reason),
@@ -416,10 +451,13 @@ pub fn admit(
         "gitlab.note" => &payload["merge_request"],
         "gitlab.pipeline" => {
             // A merge request pipeline of a fork's branch runs in the fork's project or, asked for, in ours.
-            return not_a_fork(&payload["merge_request"], project_id)
-                .map_err(|why| format!("a pipeline of {why}"));
+            not_a_fork(&payload["merge_request"], project_id)
+                .map_err(|why| format!("a pipeline of {why}"))?;
+            return merge_request_ref(payload, expected);
         }
-        t if t.starts_with("gitlab.merge_request.") => &payload["object_attributes"],
+        t if t.starts_with("gitlab.merge_request.") || t == "gitlab.merge_train.left" => {
+            &payload["object_attributes"]
+        }
         _ => return Ok(()),
     };
     let iid = merge_request["iid"].as_u64().unwrap_or(0);
@@ -449,6 +487,22 @@ pub fn admit(
     Ok(())
 }
 
+/// A pipeline of a merge request's ref (`refs/merge-requests/<iid>/…`) is the task's merge request's, and its
+/// ref names the merge request its hook does; a branch's pipeline has nothing more to hold.
+fn merge_request_ref(payload: &Value, expected: &Expected<'_>) -> Result<(), String> {
+    let reference = payload["object_attributes"]["ref"].as_str().unwrap_or("");
+    let Some(on) = trains::MergeRequestRef::read(reference) else {
+        return Ok(());
+    };
+    let iid = payload["merge_request"]["iid"].as_u64().unwrap_or(0);
+    if on.iid() != iid {
+        return Err(format!(
+            "a pipeline of {reference}, but its hook names merge request !{iid}"
+        ));
+    }
+    own_request(expected.pr, iid, "merge request !")
+}
+
 /// A merge request's source and target are `project` (none, as on a pipeline of no merge request, is fine):
 /// else it is a fork's.
 fn not_a_fork(merge_request: &Value, project: Option<u64>) -> Result<(), String> {
@@ -466,6 +520,8 @@ fn not_a_fork(merge_request: &Value, project: Option<u64>) -> Result<(), String>
     }
     Ok(())
 }
+
+mod trains;
 
 #[cfg(test)]
 mod tests;

@@ -9,7 +9,8 @@
 //! call recorded, with `detailed_merge_status` as a test set it (`mergeable` until then; `need_rebase` and
 //! `conflict` refuse the merge with 406 as GitLab does); a project's merge train settings (`GET /projects/:id`,
 //! off until a test enables them) and its train (`merge_trains/merge_requests/:iid`: a car read, 404 when there is
-//! none; added, `sha` the head, each add recorded); and, in the last block, a
+//! none; added, `sha` the head, each add recorded, auto-merge set; taken off by a test, as GitLab does silently,
+//! auto-merge cleared) and a merge request's `head_pipeline` as a test set it; and, in the last block, a
 //! project's branches (`repository/branches/:branch`) read from a real bare repository a test serves, whose heads
 //! are also the merge requests' `sha` unless a test set one.
 
@@ -716,6 +717,10 @@ pub mod merge_requests {
         pub token: String,
         /// GitLab's `detailed_merge_status` (`mergeable`, `need_rebase`, `conflict`, …).
         pub merge_status: String,
+        /// GitLab's auto-merge (`merge_when_pipeline_succeeds`): set on joining a train, cleared on leaving it.
+        pub auto_merge: bool,
+        /// Its `head_pipeline` as a test set it (none until then).
+        pub head_pipeline: Option<Value>,
     }
 
     /// One merge call as it came.
@@ -818,6 +823,37 @@ pub mod merge_requests {
                 .find(|m| m.project == project && m.iid == iid)
                 .expect("the merge request");
             mr.state = "merged".to_owned();
+            mr.auto_merge = false;
+        }
+
+        /// GitLab took `project!iid` off its train unmerged (its train pipeline failed, a person removed it):
+        /// its car is gone and its auto-merge cleared; no webhook says so.
+        pub fn dropped_from_train(&self, project: &str, iid: u64) {
+            let mut state = self.merge_requests.lock().unwrap();
+            state.cars.retain(|(p, i)| !(p == project && *i == iid));
+            let mr = state
+                .open
+                .iter_mut()
+                .find(|m| m.project == project && m.iid == iid)
+                .expect("the merge request");
+            mr.auto_merge = false;
+        }
+
+        /// Whether `project!iid` has a car on a train now.
+        pub fn on_train(&self, project: &str, iid: u64) -> bool {
+            let state = self.merge_requests.lock().unwrap();
+            state.cars.iter().any(|(p, i)| p == project && *i == iid)
+        }
+
+        /// The pipeline GitLab shows for `project!iid`'s head (`head_pipeline`).
+        pub fn set_head_pipeline(&self, project: &str, iid: u64, pipeline: Value) {
+            let mut state = self.merge_requests.lock().unwrap();
+            let mr = state
+                .open
+                .iter_mut()
+                .find(|m| m.project == project && m.iid == iid)
+                .expect("the merge request");
+            mr.head_pipeline = Some(pipeline);
         }
 
         /// A merge request already there: from `source_branch` of the project (or, `fork`, of a fork of it).
@@ -837,6 +873,8 @@ pub mod merge_requests {
                 source_project_id: if fork { FORK_ID } else { PROJECT_ID },
                 token: String::new(),
                 merge_status: "mergeable".to_owned(),
+                auto_merge: false,
+                head_pipeline: None,
             });
             iid
         }
@@ -904,6 +942,8 @@ pub mod merge_requests {
             "draft": mr.title.starts_with("Draft:"),
             "sha": head(fake, mr),
             "detailed_merge_status": mr.merge_status,
+            "merge_when_pipeline_succeeds": mr.auto_merge,
+            "head_pipeline": mr.head_pipeline,
             // `start_sha`: the target branch's head the diff was made against (read now, as GitLab recomputes it).
             "diff_refs": {
                 "base_sha": Value::Null,
@@ -1029,6 +1069,8 @@ pub mod merge_requests {
             source_project_id: PROJECT_ID,
             token,
             merge_status: "mergeable".to_owned(),
+            auto_merge: false,
+            head_pipeline: None,
         };
         let answered = answer(&fake, &mr);
         state.open.push(mr);
@@ -1256,6 +1298,13 @@ pub mod merge_requests {
                 .into_response();
         }
         state.cars.push((project.clone(), iid));
+        if let Some(mr) = state
+            .open
+            .iter_mut()
+            .find(|m| m.project == project && m.iid == iid)
+        {
+            mr.auto_merge = true;
+        }
         if std::mem::take(&mut state.lose_next_add) {
             return (
                 StatusCode::BAD_GATEWAY,
