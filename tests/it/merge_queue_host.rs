@@ -135,6 +135,9 @@ async fn three_pull_requests_ready_at_once_all_go_into_githubs_merge_queue_witho
         assert_eq!(remote.branch(id.branch().as_str()).unwrap(), *sha);
         let branch = format!("refs/heads/{}", id.branch());
         assert_eq!(pushes(&remote, &branch), [format!("{branch} {sha}")]);
+        // Not marked behind either: no refresh of pidevops's is to come for it.
+        let row = board::row_in(&store, *id).await.unwrap();
+        assert_eq!(row.behind, None, "{row:?}");
     }
     assert_eq!(fake.enqueued().len(), 3);
     assert_eq!(in_host_queue(&app, REPO).await, json!(2));
