@@ -76,7 +76,9 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             // FULL: a commit is on disk before the webhook hears 2xx, power loss included.
             .synchronous(SqliteSynchronous::Full)
-            .busy_timeout(Duration::from_secs(5))
+            // A writer waits for the one write lock rather than failing: on a starved machine a commit (FULL:
+            // fsync) can hold it past 5 s, and a projector tick then failed with `database is locked`.
+            .busy_timeout(Duration::from_secs(30))
             .foreign_keys(true);
         let file = options.get_filename().to_path_buf();
         if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -87,7 +89,7 @@ impl SqliteStore {
         }
         // Opening a new file switches it to WAL, and SQLite answers that switch with SQLITE_BUSY at once (the
         // busy timeout does not cover it) while another process is opening or migrating the same file, as a
-        // `migrate` and a `serve` started together do. Retried for as long as the busy timeout would wait.
+        // `migrate` and a `serve` started together do. Retried for up to 5 s.
         let mut attempts = 0;
         let pool = loop {
             match SqlitePoolOptions::new()
