@@ -26,7 +26,7 @@ per_backend!(
 );
 
 /// The bodies of `id`'s events of type `kind`.
-async fn events(app: &TestApp, id: TaskId, kind: &str) -> Vec<Value> {
+pub(crate) async fn events(app: &TestApp, id: TaskId, kind: &str) -> Vec<Value> {
     app.state
         .log
         .store()

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use crate::common::agents::Remote;
 use crate::common::{board, TestApp, TestDb};
 use crate::land::create_task;
+use crate::merge_queue_gitlab::events;
 use crate::providers::gitlab::fake::FakeGitlab;
 use crate::providers::gitlab::gl_fixture;
 use crate::refresh::{record_pushes, shared};
@@ -54,20 +55,6 @@ async fn in_review_on(db: &TestDb, gitlab: &FakeGitlab, count: usize) -> Rig {
         _remote: remote,
         _scratch: scratch,
     }
-}
-
-/// The bodies of `id`'s events of type `kind`.
-async fn events(app: &TestApp, id: TaskId, kind: &str) -> Vec<Value> {
-    app.state
-        .log
-        .store()
-        .read_stream(&format!("task:{id}"))
-        .await
-        .unwrap()
-        .iter()
-        .filter(|e| e.event_type == kind)
-        .map(|e| serde_json::from_slice(&e.body).unwrap())
-        .collect()
 }
 
 /// The number of events in the log of `event_type`.
