@@ -4,46 +4,38 @@
 
 use std::collections::{HashMap, HashSet};
 
-use chrono::{DateTime, NaiveDate, Utc};
+use chrono::NaiveDate;
 
 use super::{in_force, raises_on_record, standing, BudgetsConfig, Raised, Scope, Standing};
 use crate::eventlog::{EventStore, StoreError};
 use crate::projectors::usage::{self as usage_rows, UsageFilter};
 use crate::tasks::TaskId;
 
-/// What a [`Ledger`] was read from: the usage projector's checkpoint (its `projections` row: every batch that
-/// changes the usage rows moves it, in the batch's own transaction; a rebuild moves its time even back to the same
-/// position), the `budget` stream's version (every raise), and the UTC day. Read *before* what it keys, so rows
-/// that a batch committed in between are newer than the key, never older: the next tick's key differs and it reads
-/// them again.
+/// What a [`Ledger`] was read from: the usage read model's change count (`usage_changes`: the usage projector bumps
+/// it in the transaction of every batch that writes usage rows and of every reset, and never else, so it does not
+/// move with the log's other events, as the projector's checkpoint does), the `budget` stream's version (every
+/// raise), and the UTC day. Read *before* what it keys, so rows that a batch committed in between are newer than
+/// the key, never older: the next tick's key differs and it reads them again.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LedgerKey {
-    usage: Option<(i64, i64, DateTime<Utc>)>,
+    usage: Option<i64>,
     budget: i64,
     today: NaiveDate,
 }
 
-/// One statement, both backends: the usage projector's row (none before it first ran) and the `budget` stream's
-/// version.
-const KEY: &str = "SELECT p.version, p.position, p.updated_at,
-     (SELECT coalesce(max(stream_version), 0) FROM events WHERE stream = $2 AND stream IS NOT NULL) AS budget
-     FROM (SELECT 1 AS one) AS one LEFT JOIN projections p ON p.name = $1";
+/// One statement, both backends: the usage rows' change count and the `budget` stream's version.
+const KEY: &str = "SELECT (SELECT changes FROM usage_changes) AS usage,
+     (SELECT coalesce(max(stream_version), 0) FROM events WHERE stream = $1 AND stream IS NOT NULL) AS budget";
 
 impl LedgerKey {
     /// The key as it stands now, for `today`.
     pub async fn read(store: &EventStore, today: NaiveDate) -> Result<Self, StoreError> {
-        type Row = (Option<i64>, Option<i64>, Option<DateTime<Utc>>, i64);
-        let (version, position, at, budget): Row = crate::on_store!(store, |pool, backend| {
+        let (usage, budget): (Option<i64>, i64) = crate::on_store!(store, |pool, backend| {
             sqlx::query_as(KEY)
-                .bind(usage_rows::NAME)
                 .bind(super::STREAM)
                 .fetch_one(pool)
                 .await?
         });
-        let usage = match (version, position, at) {
-            (Some(version), Some(position), Some(at)) => Some((version, position, at)),
-            _ => None,
-        };
         Ok(Self {
             usage,
             budget,
@@ -70,7 +62,12 @@ pub struct Ledger {
     /// Each repository's standing today and the day's, once per [`Ledger::refresh`] (not once per candidate).
     repo_standings: HashMap<String, Standing>,
     day_standing: Option<Standing>,
+    /// How many times [`Ledger::refresh`] read it afresh, over the ledgers it was kept from.
+    reads: u64,
 }
+
+/// The Prometheus counter of [`Ledger::refresh`]'s fresh reads (a kept ledger is not one).
+pub const READS_METRIC: &str = "pidevops_budget_ledger_reads_total";
 
 impl Ledger {
     /// Reads what `config`'s limits need on `today` (nothing when no limit is set).
@@ -88,6 +85,7 @@ impl Ledger {
             tasks: HashMap::new(),
             repo_standings: HashMap::new(),
             day_standing: None,
+            reads: 0,
         };
         if !config.any() {
             return Ok(ledger);
@@ -139,7 +137,12 @@ impl Ledger {
         let key = LedgerKey::read(store, today).await?;
         let mut ledger = match kept {
             Some(kept) if kept.key.as_ref() == Some(&key) => kept,
-            _ => Self::read(store, config, today).await?,
+            kept => {
+                let mut read = Self::read(store, config, today).await?;
+                read.reads = kept.map_or(0, |kept| kept.reads) + 1;
+                metrics::counter!(READS_METRIC).increment(1);
+                read
+            }
         };
         ledger.key = Some(key);
         let wanted: HashSet<TaskId> = candidates.iter().map(|(task, _)| *task).collect();
@@ -164,6 +167,12 @@ impl Ledger {
             .is_set()
             .then(|| ledger.day_standing_now(config));
         Ok(ledger)
+    }
+
+    /// How many times [`Ledger::refresh`] read this ledger afresh rather than keep it, counting the ledgers it was
+    /// kept from (what [`READS_METRIC`] counts for the whole process).
+    pub fn reads(&self) -> u64 {
+        self.reads
     }
 
     /// Reads the own spend of `tasks` (one statement per [`crate::eventlog::sql::MAX_PARAMS`] ids) into the

@@ -21,7 +21,7 @@ use crate::projectors::usage as usage_rows;
 use crate::tasks::TaskId;
 
 mod ledger;
-pub use ledger::{Ledger, LedgerKey};
+pub use ledger::{Ledger, LedgerKey, READS_METRIC};
 
 /// A limit in money and/or tokens; unset parts do not limit.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

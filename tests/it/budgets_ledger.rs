@@ -1,7 +1,7 @@
 //! The dispatcher keeps its budgets ledger from one tick to the next (`budgets::Ledger::refresh`): never at the cost
 //! of a budget under-counted. A run's usage projected after a tick that kept the ledger holds its task, its
 //! repository's day and the day on the next tick; a raise recorded after it lets the held task start; a new day
-//! starts from nothing. Dispatch is paused where a tick must only select (a paused tick still checks the budgets).
+//! starts from nothing; events without usage (a busy log's most) leave it kept. Dispatch is paused where a tick must only select (a paused tick still checks the budgets).
 
 use std::time::Duration;
 
@@ -9,6 +9,7 @@ use chrono::{NaiveDate, Utc};
 use pidevops::budgets::{BudgetsConfig, Ledger, Limit};
 use pidevops::domain::runs::{self, RunEvent};
 use pidevops::domain::usage::{RunUsage, Usage};
+use pidevops::eventlog::EventStore;
 use pidevops::tasks::{Column, RunId, TaskId};
 use serde_json::Value;
 
@@ -20,6 +21,7 @@ per_backend!(
     usage_projected_after_a_kept_ledger_holds_the_task_its_repository_and_the_day_on_the_next_tick,
     a_raise_recorded_after_a_kept_ledger_lets_the_held_task_start_on_the_next_tick,
     a_kept_ledger_is_read_again_on_a_new_day,
+    events_without_usage_projected_after_a_kept_ledger_do_not_make_the_next_tick_read_it_again,
 );
 
 /// The second repository.
@@ -259,5 +261,100 @@ async fn a_kept_ledger_is_read_again_on_a_new_day(db: TestDb) {
     );
     assert_eq!(standings[0].spent_usd, 0.0, "{words}");
     assert!(pidevops::budgets::first_over(&standings, &Default::default()).is_none());
+    app.stop().await;
+}
+
+/// The usage projector's checkpoint (its `projections` row's position).
+async fn usage_checkpoint(app: &TestApp) -> i64 {
+    let sql = "SELECT position FROM projections WHERE name = 'usage'";
+    match app.state.log.store() {
+        EventStore::Postgres(s) => sqlx::query_scalar(sql).fetch_one(s.pool()).await.unwrap(),
+        EventStore::Sqlite(s) => sqlx::query_scalar(sql).fetch_one(s.pool()).await.unwrap(),
+    }
+}
+
+/// The usage projector follows the whole log, so its checkpoint moves with every event; the ledger's key moves
+/// only when the usage rows do: GitHub pings and task events projected after a kept ledger leave it kept, a run's
+/// usage does not (and `pidevops_budget_ledger_reads_total` counts the reads on /metrics).
+async fn events_without_usage_projected_after_a_kept_ledger_do_not_make_the_next_tick_read_it_again(
+    db: TestDb,
+) {
+    let scratch = tempfile::tempdir().unwrap();
+    let (app, _remote, _other) =
+        app(&db, "task_usd = 1.0\nrepo_daily_usd = 5.0", scratch.path()).await;
+    let task = new_task("Kept").create(&app).await;
+    spend(&app, "T-9001", REPO, 1.0).await;
+    app.project().await;
+    let config = BudgetsConfig {
+        task: Limit {
+            usd: Some(1.0),
+            tokens: None,
+        },
+        repo_daily: Limit {
+            usd: Some(5.0),
+            tokens: None,
+        },
+        ..BudgetsConfig::default()
+    };
+    let store = app.state.log.store();
+    let today: NaiveDate = Utc::now().date_naive();
+    let asked = [(task, REPO)];
+    let ledger = Ledger::refresh(None, store, &config, today, &asked)
+        .await
+        .unwrap();
+    assert_eq!(ledger.reads(), 1);
+    let ledger = Ledger::refresh(Some(ledger), store, &config, today, &asked)
+        .await
+        .unwrap();
+    assert_eq!(ledger.reads(), 1, "kept: nothing moved");
+
+    // A busy log's events, none with usage: the usage projector's checkpoint moves past them, the ledger is kept.
+    let before = usage_checkpoint(&app).await;
+    for i in 0..3 {
+        let ping = app
+            .post_github(
+                "ping",
+                &format!("ledger-ping-{i}"),
+                br#"{"zen":"ok","hook_id":1}"#,
+            )
+            .await;
+        assert_eq!(ping.status(), 200);
+    }
+    new_task("Another").create(&app).await;
+    app.project().await;
+    assert!(
+        usage_checkpoint(&app).await > before,
+        "the usage projector followed the log"
+    );
+    let ledger = Ledger::refresh(Some(ledger), store, &config, today, &asked)
+        .await
+        .unwrap();
+    assert_eq!(ledger.reads(), 1, "kept across events without usage");
+
+    // Usage projected: read again, and it counts.
+    spend(&app, &task.to_string(), REPO, 1.5).await;
+    app.project().await;
+    let ledger = Ledger::refresh(Some(ledger), store, &config, today, &asked)
+        .await
+        .unwrap();
+    assert_eq!(ledger.reads(), 2, "read again after usage");
+    let standings = ledger.standings(store, &config, task, REPO).await.unwrap();
+    assert!(
+        pidevops::budgets::first_over(&standings, &Default::default()).is_some(),
+        "{standings:?}"
+    );
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(pidevops::budgets::READS_METRIC),
+        "{metrics}"
+    );
     app.stop().await;
 }

@@ -207,6 +207,8 @@ impl Projector for UsageProjector {
     fn reset<'a>(&'a self, tx: &'a mut ProjectorTx) -> BoxFuture<'a, anyhow::Result<()>> {
         Box::pin(async move {
             super::empty_tables(tx, &["usage_daily", "usage_tasks"]).await?;
+            // Emptied (or rebuilt from here): a ledger read before is not reused.
+            roll_up::changed(tx).await?;
             Ok(())
         })
     }

@@ -121,6 +121,21 @@ pub(super) async fn roll_up(
     write(tx, &batch)
         .await
         .context("writing the usage rows of a batch")?;
+    changed(tx)
+        .await
+        .context("marking the usage rows changed")?;
+    Ok(())
+}
+
+/// Bumps `usage_changes` (migration 17), in the transaction that changes the rows: what the dispatcher keys its
+/// budgets ledger on (`budgets::LedgerKey`). A batch without usage leaves it, so the key does not move with the
+/// log's every event.
+pub(super) async fn changed(tx: &mut ProjectorTx) -> Result<(), sqlx::Error> {
+    on_tx!(tx, |conn| {
+        sqlx::query("UPDATE usage_changes SET changes = changes + 1")
+            .execute(conn)
+            .await?;
+    });
     Ok(())
 }
 
