@@ -11,16 +11,17 @@
 //! raise recorded after the run's outcome; a later refused run holds it again) or, for a day's scopes, the day
 //! ends.
 
-use std::collections::HashMap;
-
 use anyhow::Context;
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::usage::Usage;
 use crate::eventlog::{EventStore, StoreError, StoredEvent};
-use crate::projectors::usage::{self as usage_rows, UsageFilter};
+use crate::projectors::usage as usage_rows;
 use crate::tasks::TaskId;
+
+mod ledger;
+pub use ledger::{Ledger, LedgerKey};
 
 /// A limit in money and/or tokens; unset parts do not limit.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -431,144 +432,6 @@ pub async fn standings(
         .await?
         .standings(store, config, task, repo)
         .await
-}
-
-/// What every task's standings share on one day: the raises on record and the day's usage rows, and the own spend
-/// of the tasks it was read for. The dispatcher reads it once per tick, with its candidates' spend in one statement
-/// ([`Ledger::read_for`]), not once per queued candidate (each would read the budget stream, the day's rows and its
-/// own row again); a task it was not read for has its own spend read when asked.
-pub struct Ledger {
-    on_record: Vec<(i64, Raised)>,
-    /// `on_record` without the positions, as [`in_force`] reads them.
-    raises: Vec<Raised>,
-    today: NaiveDate,
-    today_rows: Vec<usage_rows::DayRow>,
-    /// The own spend of each task read with the ledger (nothing spent for one without a row).
-    tasks: HashMap<TaskId, usage_rows::Spent>,
-}
-
-impl Ledger {
-    /// Reads what `config`'s limits need on `today` (nothing when no limit is set).
-    pub async fn read(
-        store: &EventStore,
-        config: &BudgetsConfig,
-        today: NaiveDate,
-    ) -> Result<Self, StoreError> {
-        if !config.any() {
-            return Ok(Self {
-                on_record: Vec::new(),
-                raises: Vec::new(),
-                today,
-                today_rows: Vec::new(),
-                tasks: HashMap::new(),
-            });
-        }
-        let on_record = raises_on_record(store).await?;
-        let today_rows = if config.repo_daily.is_set() || config.daily.is_set() {
-            let day = today.format("%Y-%m-%d").to_string();
-            usage_rows::days(
-                store,
-                &UsageFilter {
-                    since: Some(today),
-                    repo: None,
-                },
-            )
-            .await?
-            .into_iter()
-            .filter(|r| r.day == day)
-            .collect()
-        } else {
-            Vec::new()
-        };
-        Ok(Self {
-            raises: on_record.iter().map(|(_, r)| r.clone()).collect(),
-            on_record,
-            today,
-            today_rows,
-            tasks: HashMap::new(),
-        })
-    }
-
-    /// [`Ledger::read`], and the own spend of each of `tasks` in one statement (when a task limit is set).
-    pub async fn read_for(
-        store: &EventStore,
-        config: &BudgetsConfig,
-        today: NaiveDate,
-        tasks: &[TaskId],
-    ) -> Result<Self, StoreError> {
-        let mut ledger = Self::read(store, config, today).await?;
-        if config.task.is_set() && !tasks.is_empty() {
-            let ids: Vec<String> = tasks.iter().map(ToString::to_string).collect();
-            let found: HashMap<String, usage_rows::Spent> = usage_rows::tasks(store, &ids)
-                .await?
-                .into_iter()
-                .map(|row| (row.task_id, row.spent))
-                .collect();
-            ledger.tasks = tasks
-                .iter()
-                .zip(&ids)
-                .map(|(task, id)| (*task, found.get(id).cloned().unwrap_or_default()))
-                .collect();
-        }
-        Ok(ledger)
-    }
-
-    /// [`standings`] of a task in `repo`, from this ledger and the task's own spend.
-    pub async fn standings(
-        &self,
-        store: &EventStore,
-        config: &BudgetsConfig,
-        task: TaskId,
-        repo: &str,
-    ) -> Result<Vec<Standing>, StoreError> {
-        if !config.any() {
-            return Ok(Vec::new());
-        }
-        let raises = &self.raises;
-        let mut out = Vec::new();
-        if config.task.is_set() {
-            let spent = match self.tasks.get(&task) {
-                Some(spent) => spent.clone(),
-                None => usage_rows::task(store, &task.to_string())
-                    .await?
-                    .map(|row| row.spent)
-                    .unwrap_or_default(),
-            };
-            let scope = Scope::task(task);
-            out.push(standing(
-                scope.clone(),
-                &spent,
-                in_force(config.task, raises, &scope),
-                &self.on_record,
-            ));
-        }
-        if config.repo_daily.is_set() {
-            let spent = usage_rows::total(
-                self.today_rows
-                    .iter()
-                    .filter(|r| r.repo == repo)
-                    .map(|r| &r.spent),
-            );
-            let scope = Scope::repo(repo, self.today);
-            out.push(standing(
-                scope.clone(),
-                &spent,
-                in_force(config.repo_daily, raises, &scope),
-                &self.on_record,
-            ));
-        }
-        if config.daily.is_set() {
-            let spent = usage_rows::total(self.today_rows.iter().map(|r| &r.spent));
-            let scope = Scope::day(self.today);
-            out.push(standing(
-                scope.clone(),
-                &spent,
-                in_force(config.daily, raises, &scope),
-                &self.on_record,
-            ));
-        }
-        Ok(out)
-    }
 }
 
 /// A scope's standing from what its rows spent, its limit in force, and the raises on record (with positions).

@@ -74,7 +74,8 @@ impl BusMessage {
     pub fn from_event(config: &BusConfig, event: &StoredEvent) -> Result<Self, BusError> {
         // Sized up front: growing a Vec to a 28 KB envelope would copy it several times.
         let mut payload = Vec::with_capacity(event.body.len() + 1024);
-        serde_json::to_writer(&mut payload, &event.to_envelope())
+        event
+            .write_envelope(&mut payload)
             .map_err(|e| BusError::Encode(e.to_string()))?;
         Ok(Self {
             subject: config.subject(&event.source, &event.event_type),

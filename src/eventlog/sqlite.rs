@@ -111,6 +111,23 @@ impl SqliteStore {
                         Ok(clean)
                     })
                 })
+                // A connection coming back inside a transaction whose guard never ran (its task was cancelled
+                // between sqlx's BEGIN and the transaction it would have returned) would keep the one write
+                // lock until the pool handed it out again: every other writer waited out the busy timeout and
+                // failed. The ping runs any rollback already queued; a connection still inside a transaction
+                // after it is closed, which rolls it back and lets the lock go at once.
+                .after_release(|conn, _| {
+                    Box::pin(async move {
+                        conn.ping().await?;
+                        let clean = !conn.is_in_transaction();
+                        if !clean {
+                            tracing::warn!(
+                                "closing a SQLite connection handed back inside a transaction"
+                            );
+                        }
+                        Ok(clean)
+                    })
+                })
                 .connect_with(options.clone())
                 .await
             {

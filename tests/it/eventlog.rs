@@ -435,6 +435,42 @@ async fn a_shut_down_appender_answers_closed_not_lost() {
     assert_eq!(store.head().await.unwrap(), appended.position);
 }
 
+/// A connection handed back to the pool inside a transaction (a task cancelled between sqlx's `BEGIN IMMEDIATE`
+/// and the transaction it would have returned, as a shutdown's aborted tick can be) held SQLite's one write lock
+/// until the pool next handed that very connection out: every other writer waited out the 30 s busy timeout and
+/// failed with `database is locked` (seen: shutdowns releasing their leases one 30 s wait at a time). Now the pool
+/// closes such a connection as it comes back, which rolls its transaction back, and the next writer goes at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_returned_inside_a_transaction_does_not_keep_the_write_lock() {
+    use sqlx::Connection;
+    let db = TestDb::sqlite();
+    let store = EventStore::connect(&db.url, 4).await.unwrap();
+    store.migrate().await.unwrap();
+    let EventStore::Sqlite(sqlite) = &store else {
+        unreachable!("TestDb::sqlite() is SQLite")
+    };
+    let mut stranded = sqlite.pool().acquire().await.unwrap();
+    let other = sqlite.pool().acquire().await.unwrap();
+    // The transaction's guard never runs: the connection keeps its open write transaction, as when the future
+    // that would have built the guard is dropped.
+    std::mem::forget(stranded.begin_with("BEGIN IMMEDIATE").await.unwrap());
+    assert!(stranded.is_in_transaction());
+    // `other` goes back first, so the next writer is handed `other`, not the stranded connection.
+    drop(other);
+    drop(stranded);
+    let stop = CancellationToken::new();
+    let (log, _task) = EventLog::start(store.clone(), Duration::from_secs(60), stop.clone());
+    let appended = tokio::time::timeout(
+        Duration::from_secs(20),
+        log.append(event(Source::Github, "after-a-stranded-transaction", b"{}")),
+    )
+    .await
+    .expect("the append waits for no stranded transaction")
+    .expect("the append lands");
+    assert_eq!(store.head().await.unwrap(), appended.position);
+    stop.cancel();
+}
+
 /// A plan cached while the log was empty must not scan the whole log forever after (this machine's Postgres runs
 /// with autovacuum off, so nothing would ever re-plan it). The worst case is forced: generic plans for everything
 /// this database runs, cached on the first appends into an empty log. After 400 appends and duplicates through

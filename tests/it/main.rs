@@ -21,6 +21,7 @@ mod bounds;
 mod branches;
 mod browser;
 mod budgets;
+mod budgets_ledger;
 mod bus;
 mod cli_errors;
 mod comments;

@@ -76,6 +76,9 @@ struct Local {
     claimed: HashMap<TaskId, (RunId, RepoName, std::time::Instant)>,
     /// Budget notices this process has recorded (each is once in the log by its key; this spares the appends).
     budget_notices: std::collections::HashSet<String>,
+    /// The last tick's budgets ledger, reused by the next while what it was read from has not moved
+    /// (`budgets::Ledger::refresh`).
+    ledger: Option<crate::budgets::Ledger>,
 }
 
 struct LocalRun {

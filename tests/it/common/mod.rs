@@ -206,6 +206,17 @@ pub fn settings(db: &TestDb) -> Settings {
     s
 }
 
+/// `PIDEVOPS_TEST_LOG=<filter>` (e.g. `pidevops=debug`): the apps' logs on stderr, for a test that misbehaves
+/// (run it with `--nocapture`). Off by default: the suite's output stays the tests' own.
+fn log_if_asked() {
+    if let Ok(filter) = std::env::var("PIDEVOPS_TEST_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+}
+
 /// The real app, serving on a real loopback socket.
 pub struct TestApp {
     pub base: String,
@@ -220,6 +231,7 @@ pub struct TestApp {
 
 impl TestApp {
     pub async fn spawn(settings: Settings) -> Self {
+        log_if_asked();
         // The dispatcher runs in this test binary, not beside the bridge: its sandboxes' network bridge is the real
         // pidevops-bridge binary, built with the tests.
         pidevops::dispatch::egress::pin_bridge_program(env!("CARGO_BIN_EXE_pidevops-bridge"));

@@ -15,7 +15,8 @@ use crate::tasks::{Column, Failure, RepoName, RetryCause, TaskId};
 impl Dispatcher {
     /// The candidates no spent budget holds back, how many were, and each budget spent or past its soft limit in
     /// words (for `/health`). Reads the raises, today's usage and the candidates' own spend once per tick (one
-    /// statement for all of them, not one per candidate): only when `[budgets]` sets a limit.
+    /// statement for all of them, not one per candidate), and then only when what they were read from moved: the
+    /// ledger is kept for the next tick (`budgets::Ledger::refresh`). Only when `[budgets]` sets a limit.
     pub(super) async fn within_budgets(
         &self,
         candidates: Vec<Candidate>,
@@ -28,8 +29,10 @@ impl Dispatcher {
         let mut kept = Vec::with_capacity(candidates.len());
         let mut held = 0;
         let mut words = std::collections::BTreeSet::new();
-        let ids: Vec<TaskId> = candidates.iter().map(|c| c.id).collect();
-        let ledger = crate::budgets::Ledger::read_for(self.store(), config, today, &ids)
+        let asked: Vec<(TaskId, &str)> =
+            candidates.iter().map(|c| (c.id, c.repo.as_str())).collect();
+        let last = self.local().ledger.take();
+        let ledger = crate::budgets::Ledger::refresh(last, self.store(), config, today, &asked)
             .await
             .context("reading the budgets' raises, today's spend and the candidates' own")?;
         for candidate in candidates {
@@ -60,6 +63,7 @@ impl Dispatcher {
                 None => kept.push(candidate),
             }
         }
+        self.local().ledger = Some(ledger);
         Ok((kept, held, words.into_iter().collect()))
     }
 
