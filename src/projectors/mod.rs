@@ -78,6 +78,7 @@ macro_rules! on_tx {
 
 // Declared after `on_tx!` so their statements can use the macro.
 mod checkpoint;
+mod fold;
 mod read_ahead;
 pub mod runs;
 pub mod sources;
@@ -119,6 +120,7 @@ async fn empty_tables(tx: &mut ProjectorTx, tables: &[&str]) -> Result<(), sqlx:
 
 pub use checkpoint::read_row;
 use checkpoint::{commit, compare_and_set, lock_or_create_row, move_row};
+pub use fold::Fold;
 use read_ahead::{read_ahead, AbortOnDrop, ReadAhead};
 
 /// A read model. `apply` and `reset` write only through the transaction they are given, and never call out.
@@ -152,6 +154,11 @@ pub trait Projector: Send + Sync + 'static {
     /// `apply_prepared` with that same page. It must not fail: per-event errors belong in what it returns, for
     /// `apply_prepared` to report exactly as `apply` would.
     fn prepare(&self, _events: &[StoredEvent]) -> Option<Prepared> {
+        None
+    }
+    /// A rebuild from position 0 folds the log into this in memory and writes the read model once
+    /// (`projectors/fold.rs`); none: batch by batch, as incremental projection goes.
+    fn fold(&self) -> Option<Box<dyn Fold>> {
         None
     }
     /// `apply`, given what `prepare` made of these very events.
@@ -541,7 +548,8 @@ impl Projection {
     /// every committed batch. A failing event stops the rebuild with its error: replay never skips.
     ///
     /// The next batch is read (on another connection) while the current one is applied: reading is about half
-    /// of a rebuild's time (docs/benchmarks.md, "Tasks rebuild").
+    /// of a rebuild's time (docs/benchmarks.md, "Tasks rebuild"). A projector with a [`Fold`] has the pages folded
+    /// in memory and its read model written once (`fold.rs`); what the fold leaves goes batch by batch.
     pub async fn rebuild(
         &self,
         mut progress: impl FnMut(RebuildProgress),
@@ -557,13 +565,17 @@ impl Projection {
         let _stop_reader = AbortOnDrop(reader.abort_handle());
         self.reset().await?;
         let mut just_reset = true;
-        let mut head = self.store.head().await?;
         let mut done = RebuildProgress {
             position: 0,
-            head,
+            head: self.store.head().await?,
             events: 0,
         };
         progress(done);
+        if let Some(fold) = self.projector.fold() {
+            self.fold_from_zero(fold, &mut ahead, &mut done, &mut progress)
+                .await?;
+        }
+        let mut head = done.head;
         loop {
             let page = match ahead.recv().await {
                 Some(page) => Some(page?),

@@ -1,4 +1,5 @@
-//! A rebuild reads the log ahead of the transaction that applies it: one page applied, one waiting, one read.
+//! A rebuild reads the log ahead of the transaction that applies it: one page applied, one waiting, one decoded,
+//! one read.
 
 use std::sync::Arc;
 
@@ -14,13 +15,17 @@ pub(super) struct ReadAhead {
 }
 
 /// Reads the log page after page from position 0 until a page comes back empty (or the rebuild stops
-/// listening), handing each on through a channel of one: one page applied, one waiting, one being read.
+/// listening), handing each on through a channel of one: one page applied, one waiting, one being decoded
+/// (`Projector::prepare`, on a task of its own), one being read.
 pub(super) async fn read_ahead(
     store: EventStore,
     projector: Arc<dyn Projector>,
     limit: i64,
     pages: tokio::sync::mpsc::Sender<Result<ReadAhead, StoreError>>,
 ) {
+    let (read, to_decode) = tokio::sync::mpsc::channel(1);
+    // Ends when the reader does (its sender dropped) or when the rebuild stops listening.
+    tokio::spawn(decode(projector.clone(), to_decode, pages));
     let mut after = 0;
     loop {
         let page = store
@@ -30,17 +35,30 @@ pub(super) async fn read_ahead(
             Ok(events) => events.last().map(|e| e.position),
             Err(_) => None,
         };
-        let page = page.map(|events| ReadAhead {
+        if read.send(page.map(|events| (after, events))).await.is_err() {
+            return;
+        }
+        match next {
+            Some(last) => after = last,
+            None => return,
+        }
+    }
+}
+
+/// The pages read, decoded in order while the next one is read.
+async fn decode(
+    projector: Arc<dyn Projector>,
+    mut read: tokio::sync::mpsc::Receiver<Result<(i64, Vec<StoredEvent>), StoreError>>,
+    pages: tokio::sync::mpsc::Sender<Result<ReadAhead, StoreError>>,
+) {
+    while let Some(page) = read.recv().await {
+        let page = page.map(|(after, events)| ReadAhead {
             after,
             prepared: projector.prepare(&events),
             events,
         });
         if pages.send(page).await.is_err() {
             return;
-        }
-        match next {
-            Some(last) => after = last,
-            None => return,
         }
     }
 }

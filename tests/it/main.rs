@@ -78,6 +78,7 @@ mod stream;
 mod task_cli;
 mod tasks_api;
 mod tasks_projectors;
+mod tasks_rebuild;
 mod tour;
 mod usage;
 mod verdicts;

@@ -32,7 +32,7 @@ per_backend!(
     a_batch_wider_than_one_statement_is_written_whole,
 );
 
-async fn open(db: &TestDb) -> (EventStore, EventLog, CancellationToken) {
+pub(crate) async fn open(db: &TestDb) -> (EventStore, EventLog, CancellationToken) {
     let store = EventStore::connect(&db.url, 8).await.unwrap();
     store.migrate().await.unwrap();
     let stop = CancellationToken::new();
@@ -44,23 +44,29 @@ fn base() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 3, 1, 9, 0, 0).single().unwrap()
 }
 
-fn id(n: u64) -> TaskId {
+pub(crate) fn id(n: u64) -> TaskId {
     format!("T-{n}").parse().unwrap()
 }
 
 /// The command side, as the contract says it writes: decide, then append each event to `task:<id>`.
 #[derive(Default)]
-struct Board {
+pub(crate) struct Board {
     tasks: HashMap<TaskId, (i64, Option<Task>)>,
     webhooks: u64,
 }
 
 impl Board {
-    async fn run(&mut self, log: &EventLog, task: TaskId, command: Command, minute: i64) {
+    pub(crate) async fn run(
+        &mut self,
+        log: &EventLog,
+        task: TaskId,
+        command: Command,
+        minute: i64,
+    ) {
         self.run_as(log, task, command, minute, "api").await
     }
 
-    async fn run_as(
+    pub(crate) async fn run_as(
         &mut self,
         log: &EventLog,
         task: TaskId,
@@ -154,7 +160,12 @@ fn repo(n: u64) -> RepoName {
     .unwrap()
 }
 
-fn new_task(n: u64, priority: Priority, links: Links, approval: ApprovalPolicy) -> Command {
+pub(crate) fn new_task(
+    n: u64,
+    priority: Priority,
+    links: Links,
+    approval: ApprovalPolicy,
+) -> Command {
     Command::Create(Box::new(NewTask {
         id: id(n),
         repo: repo(n),
@@ -182,7 +193,7 @@ fn reason(text: &str) -> Reason {
 }
 
 /// Part one of the scenario: eight tasks created from every channel, some moving along.
-async fn part_one(board: &mut Board, log: &EventLog) {
+pub(crate) async fn part_one(board: &mut Board, log: &EventLog) {
     let linear = |n: u128, ident: &str| {
         Links::default().with(
             LINEAR_ISSUE,
@@ -239,7 +250,7 @@ async fn part_one(board: &mut Board, log: &EventLog) {
 }
 
 /// Part two: runs fail, get flagged, are reviewed, finish; links and priorities change.
-async fn part_two(board: &mut Board, log: &EventLog) {
+pub(crate) async fn part_two(board: &mut Board, log: &EventLog) {
     board
         .run(
             log,
@@ -329,7 +340,7 @@ async fn part_two(board: &mut Board, log: &EventLog) {
 }
 
 /// Part three: more of the same on tasks that already have rows (the stream-replay path for a fresh projector).
-async fn part_three(board: &mut Board, log: &EventLog) {
+pub(crate) async fn part_three(board: &mut Board, log: &EventLog) {
     board.run(log, id(4), Command::ClearNeedsHuman, 30).await;
     board
         .run(log, id(4), Command::Start { run: run_id(43) }, 31)
@@ -494,7 +505,7 @@ fn assert_same(actual: &Expected, expected: &Expected, what: &str) {
     assert_eq!(actual.links, expected.links, "{what}: links");
 }
 
-async fn run_to_head(projection: &Projection) {
+pub(crate) async fn run_to_head(projection: &Projection) {
     let mut steps = 0;
     while !matches!(projection.step(7).await.unwrap(), Step::CaughtUp { .. }) {
         steps += 1;

@@ -36,6 +36,9 @@ pub const BASE_MOVED: &str = "base_moved";
 /// The task events after which a branch is pushed anew: what was behind is not any more.
 const PUSHED: [&str; 2] = ["task.refreshed", "task.submitted_for_review"];
 
+/// A mark as `tasks.behind` and `tasks.behind_head` hold it: the state and the head.
+pub(super) type Mark = (String, String);
+
 /// A `refresh.due` key's task, head and state (`behind`, `dirty`); none for another key.
 pub fn due_key_parts(key: &str) -> Option<(TaskId, &str, &str)> {
     let mut parts = key.strip_prefix(DUE_KEY_PREFIX)?.splitn(3, ':');

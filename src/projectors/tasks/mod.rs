@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::str::FromStr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{anyhow, bail, Context};
 use chrono::{DateTime, Utc};
@@ -25,6 +25,8 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 mod behind;
+mod copy;
+mod fold;
 mod read;
 mod summary;
 mod write;
@@ -53,9 +55,36 @@ pub const STREAM_PREFIX: &str = crate::tasks::values::TASK_STREAM_PREFIX;
 /// Tasks kept in memory between batches; past this the cache starts over (a miss costs one stream replay).
 const CACHE_CAP: usize = 200_000;
 
-#[derive(Debug, Default)]
+/// The tasks a rebuild's fold holds in memory at most before it writes them (`fold.rs`): the cache's cap, the memory
+/// the projector allows itself already.
+const FOLD_CAP: usize = CACHE_CAP;
+
+/// Tasks by id, each with the stream version it is at.
+type Cache = Arc<Mutex<HashMap<TaskId, (i64, Task)>>>;
+
+#[derive(Debug)]
 pub struct TasksProjector {
-    cache: Mutex<HashMap<TaskId, (i64, Task)>>,
+    cache: Cache,
+    fold_cap: usize,
+}
+
+impl Default for TasksProjector {
+    fn default() -> Self {
+        Self {
+            cache: Cache::default(),
+            fold_cap: FOLD_CAP,
+        }
+    }
+}
+
+impl TasksProjector {
+    /// A rebuild folds at most `tasks` tasks in memory, writes them, and goes on batch by batch (tests).
+    pub fn with_fold_cap(tasks: usize) -> Self {
+        Self {
+            fold_cap: tasks.max(1),
+            ..Self::default()
+        }
+    }
 }
 
 /// A kind of external link; the value formats are those of [`link_keys`].
@@ -317,6 +346,45 @@ fn step(state: Option<Task>, version: i64, decoded: &Decoded) -> anyhow::Result<
     evolve(state, &decoded.event).map_err(|e: TaskError| anyhow!(e))
 }
 
+/// Applies one event to its task (`step`), adding the links and the merge it brings to `writes`, and returns the
+/// task and, for a creation, its source. The one place an event is applied: by a batch (`apply_decoded`) and by a
+/// rebuild's fold (`fold.rs`) alike.
+fn apply_event(
+    state: Option<Task>,
+    version: i64,
+    d: &Decoded,
+    writes: &mut BatchWrites,
+) -> anyhow::Result<(Task, Option<&'static str>)> {
+    let task =
+        step(state, version, d).with_context(|| format!("event at position {}", d.position))?;
+    for (kind, value) in links_of(&d.event) {
+        writes.links.push(LinkWrite {
+            kind,
+            value,
+            task: d.task,
+            position: d.position,
+        });
+    }
+    if let TaskEvent::Completed { at } = &d.event {
+        writes.merges.push(MergeWrite {
+            task: d.task,
+            repo: task.repo().as_str().to_owned(),
+            pull_request: merged_pull_request(
+                task.links().get(GITHUB_PR).as_ref(),
+                task.parent(),
+                task.id(),
+            ),
+            at: *at,
+        });
+    }
+    let source = if let TaskEvent::Created(created) = &d.event {
+        Some(source_of(d.actor.as_deref(), &created.links))
+    } else {
+        None
+    };
+    Ok((task, source))
+}
+
 /// A task's row as written: everything but `source` (fixed at creation) comes from the state.
 struct Write {
     task: Task,
@@ -419,6 +487,14 @@ impl Projector for TasksProjector {
             behind::write(tx, &behind::marks(events)).await
         })
     }
+
+    /// A rebuild folds every task in memory and writes each row once (`fold.rs`).
+    fn fold(&self) -> Option<Box<dyn super::Fold>> {
+        Some(Box::new(fold::TaskFold::new(
+            self.cache.clone(),
+            self.fold_cap,
+        )))
+    }
 }
 
 /// The task events of a page, decoded, each with its own result (the first error fails the batch there).
@@ -485,30 +561,9 @@ impl TasksProjector {
             let (version, state) = states
                 .remove(&d.task)
                 .ok_or_else(|| anyhow!("{}: no state loaded", d.task))?;
-            let task = step(state, version, d)
-                .with_context(|| format!("event at position {}", d.position))?;
-            if let TaskEvent::Created(created) = &d.event {
-                sources.insert(d.task, source_of(d.actor.as_deref(), &created.links));
-            }
-            for (kind, value) in links_of(&d.event) {
-                writes.links.push(LinkWrite {
-                    kind,
-                    value,
-                    task: d.task,
-                    position: d.position,
-                });
-            }
-            if let TaskEvent::Completed { at } = &d.event {
-                writes.merges.push(MergeWrite {
-                    task: d.task,
-                    repo: task.repo().as_str().to_owned(),
-                    pull_request: merged_pull_request(
-                        task.links().get(GITHUB_PR).as_ref(),
-                        task.parent(),
-                        task.id(),
-                    ),
-                    at: *at,
-                });
+            let (task, source) = apply_event(state, version, d, &mut writes)?;
+            if let Some(source) = source {
+                sources.insert(d.task, source);
             }
             last_positions.insert(d.task, d.position);
             states.insert(d.task, (d.version, Some(task)));

@@ -21,26 +21,26 @@ pub(super) fn priority_rank(priority: Priority) -> i16 {
 }
 
 /// The columns of a task row that come from its state.
-struct RowValues {
-    id: String,
-    number: i64,
-    column: &'static str,
-    title: String,
-    repo: String,
-    priority: &'static str,
-    rank: i16,
-    needs_human: bool,
-    reason: Option<String>,
-    attempts: i64,
-    max_attempts: i64,
-    links: String,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
-    state: String,
-    search_text: String,
+pub(super) struct RowValues {
+    pub(super) id: String,
+    pub(super) number: i64,
+    pub(super) column: &'static str,
+    pub(super) title: String,
+    pub(super) repo: String,
+    pub(super) priority: &'static str,
+    pub(super) rank: i16,
+    pub(super) needs_human: bool,
+    pub(super) reason: Option<String>,
+    pub(super) attempts: i64,
+    pub(super) max_attempts: i64,
+    pub(super) links: String,
+    pub(super) created_at: DateTime<Utc>,
+    pub(super) updated_at: DateTime<Utc>,
+    pub(super) state: String,
+    pub(super) search_text: String,
 }
 
-fn row_values(task: &Task) -> anyhow::Result<RowValues> {
+pub(super) fn row_values(task: &Task) -> anyhow::Result<RowValues> {
     Ok(RowValues {
         id: task.id().to_string(),
         number: i64::try_from(task.id().number()).context("task number out of range")?,
@@ -87,7 +87,7 @@ const UPSERT_SET: &str = "ON CONFLICT (task_id) DO UPDATE SET
 
 /// The `tasks` columns a write sets, in the order `write_tasks` binds them (and `write_postgres_tasks` lists its
 /// arrays).
-const TASK_COLUMNS: &str = "task_id, number, board_column, title, repo, priority, priority_rank, needs_human,
+pub(super) const TASK_COLUMNS: &str = "task_id, number, board_column, title, repo, priority, priority_rank, needs_human,
     needs_human_reason, attempts, max_attempts, source, links, created_at, updated_at, version, last_position, state,
     search_text";
 const TASK_COLUMN_COUNT: usize = 19;

@@ -1,0 +1,153 @@
+//! A rebuild's fold of the task board (`projectors/fold.rs`): every task event applied in memory with
+//! `apply_event` (the batch path's own: `evolve`, the links and the merge it brings), the behind marks kept as
+//! the batch path writes them (a mark for a task with no row yet is dropped), and each task's row and each link
+//! written once at the end: Postgres with COPY into the emptied tables (`copy.rs`), SQLite with the batch path's
+//! multi-row statements. Memory: at most `cap` tasks (the cache's 200,000 by default), checked after each page;
+//! the pages after a full fold go batch by batch.
+
+use std::collections::{HashMap, HashSet};
+
+use anyhow::anyhow;
+use futures::future::BoxFuture;
+
+use super::behind::Mark;
+use super::{
+    apply_event, behind, decode_all, write, BatchWrites, Cache, Decoded, LinkKind, Write, CACHE_CAP,
+};
+use crate::eventlog::StoredEvent;
+use crate::projectors::{Fold, Prepared, ProjectorTx};
+use crate::tasks::TaskId;
+
+pub(super) struct TaskFold {
+    cache: Cache,
+    cap: usize,
+    /// Each task folded so far, as its row will be written; `order` is first-seen (log) order.
+    tasks: HashMap<TaskId, Write>,
+    order: Vec<TaskId>,
+    /// The links (each value's first claim, in log order) and merges (all, in log order) of every event so far.
+    writes: BatchWrites,
+    claimed: HashSet<(LinkKind, String)>,
+    marks: HashMap<TaskId, Mark>,
+}
+
+impl TaskFold {
+    pub(super) fn new(cache: Cache, cap: usize) -> Self {
+        Self {
+            cache,
+            cap,
+            tasks: HashMap::new(),
+            order: Vec::new(),
+            writes: BatchWrites::default(),
+            claimed: HashSet::new(),
+            marks: HashMap::new(),
+        }
+    }
+
+    fn fold_one(&mut self, d: &Decoded) -> anyhow::Result<()> {
+        let (version, state, source) = match self.tasks.remove(&d.task) {
+            Some(w) => (w.version, Some(w.task), w.source),
+            None => {
+                self.order.push(d.task);
+                (0, None, None)
+            }
+        };
+        let links = self.writes.links.len();
+        let (task, created) = apply_event(state, version, d, &mut self.writes)?;
+        // Only a value's first claim is kept, as `ON CONFLICT DO NOTHING` keeps it across batches.
+        let mut i = links;
+        while i < self.writes.links.len() {
+            let l = &self.writes.links[i];
+            if self.claimed.insert((l.kind, l.value.clone())) {
+                i += 1;
+            } else {
+                self.writes.links.remove(i);
+            }
+        }
+        self.tasks.insert(
+            d.task,
+            Write {
+                task,
+                version: d.version,
+                last_position: d.position,
+                source: created.or(source),
+            },
+        );
+        Ok(())
+    }
+}
+
+impl Fold for TaskFold {
+    fn fold(&mut self, events: &[StoredEvent], prepared: Option<Prepared>) -> anyhow::Result<()> {
+        let decoded = match prepared.map(|p| p.downcast::<Vec<anyhow::Result<Decoded>>>()) {
+            Some(Ok(decoded)) => *decoded,
+            // Not ours or none: decode here.
+            Some(Err(_)) | None => decode_all(events),
+        };
+        for d in decoded {
+            self.fold_one(&d?)?;
+        }
+        // The page's last word per task, written after its events as a batch writes it: on a row that exists.
+        for (task, mark) in behind::marks(events) {
+            if !self.tasks.contains_key(&task) {
+                continue;
+            }
+            match mark {
+                Some(mark) => self.marks.insert(task, mark),
+                None => self.marks.remove(&task),
+            };
+        }
+        Ok(())
+    }
+
+    fn full(&self) -> bool {
+        self.tasks.len() >= self.cap
+    }
+
+    fn write<'a>(self: Box<Self>, tx: &'a mut ProjectorTx) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            let TaskFold {
+                cache,
+                mut tasks,
+                order,
+                mut writes,
+                marks,
+                ..
+            } = *self;
+            writes.tasks = order
+                .iter()
+                .map(|id| {
+                    tasks
+                        .remove(id)
+                        .ok_or_else(|| anyhow!("{id}: folded but not held"))
+                })
+                .collect::<anyhow::Result<_>>()?;
+            match tx {
+                ProjectorTx::Postgres(pg) => {
+                    super::copy::tasks(pg, &writes.tasks, &marks).await?;
+                    super::copy::links(pg, &writes.links).await?;
+                    // Rare (one row per merged pull request): the batch path's statement.
+                    let merges = BatchWrites {
+                        merges: std::mem::take(&mut writes.merges),
+                        ..BatchWrites::default()
+                    };
+                    write(tx, &merges).await?;
+                }
+                ProjectorTx::Sqlite(_) => {
+                    write(tx, &writes).await?;
+                    let marks: Vec<(TaskId, Option<Mark>)> =
+                        marks.into_iter().map(|(task, m)| (task, Some(m))).collect();
+                    behind::write(tx, &marks).await?;
+                }
+            }
+            // The next batches find their tasks here, as after a batch (trusted only at the row's version).
+            let mut cache = cache
+                .lock()
+                .map_err(|_| anyhow!("the task cache lock is poisoned"))?;
+            cache.clear();
+            for w in writes.tasks.into_iter().take(CACHE_CAP) {
+                cache.insert(w.task.id(), (w.version, w.task));
+            }
+            Ok(())
+        })
+    }
+}
