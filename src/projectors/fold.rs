@@ -5,7 +5,8 @@
 //! The checkpoint stays truthful: it stays at 0 while the fold runs (the read model is empty, as a projector at 0
 //! is), and the rows and the checkpoint's move to the last folded event commit in one transaction, under the
 //! same compare-and-set as a batch. A crash mid-fold leaves the projector at 0 with an empty read model; another
-//! instance that moved it meanwhile makes the write a conflict. What the fold did not take (it was full) goes on
+//! instance that moved it meanwhile (a running `serve` beside `replay`) wins: the fold is dropped and the rebuild
+//! goes on batch by batch from that instance's checkpoint, as it did before folds. What the fold did not take (it was full) goes on
 //! batch by batch, as incremental projection does.
 
 use futures::future::BoxFuture;
@@ -73,7 +74,14 @@ impl super::Projection {
         let ours = self.projector.version();
         let mut tx = self.begin().await?;
         if lock_or_create_row(&mut tx, name, ours).await? != (ours, 0) {
-            return Err(ProjectionError::Conflict { name, expected: 0 });
+            // Another process projected meanwhile (a running `serve` beside `replay`): its batches are the read
+            // model now. The fold is dropped and the rebuild goes on batch by batch from where that one stands.
+            drop(tx);
+            tracing::info!(
+                projector = name,
+                "the read model moved during the fold; going on batch by batch from its checkpoint"
+            );
+            return Ok(());
         }
         // Empty already (the rebuild's reset, and a projector at 0 holds nothing): cheap, and certain.
         self.reset_in(&mut tx).await?;

@@ -21,6 +21,7 @@ use crate::tasks_projectors::{
 per_backend!(
     a_folded_rebuild_writes_every_row_the_incremental_projector_does,
     a_fold_that_dies_before_its_commit_leaves_nothing,
+    a_projector_that_moves_during_the_fold_wins_and_the_rebuild_goes_on_from_it,
 );
 
 const TASK_COLUMNS: [&str; 21] = [
@@ -204,5 +205,42 @@ async fn a_fold_that_dies_before_its_commit_leaves_nothing(db: TestDb) {
     // The next rebuild starts over and finishes.
     let done = rebuilt.rebuild(|_| {}).await.unwrap();
     assert_eq!(done.position, store.head().await.unwrap());
+    stop.cancel();
+}
+
+/// `replay tasks` beside a running `serve`: the service's projector loop applies batches while the rebuild folds.
+/// Seen in CI as `Conflict { expected: 0 }` out of a rebuild. Now the fold gives way to the batches already
+/// committed and the rebuild goes on from their checkpoint to the head, with the same read model as a lone rebuild.
+async fn a_projector_that_moves_during_the_fold_wins_and_the_rebuild_goes_on_from_it(db: TestDb) {
+    let (store, log, stop) = open(&db).await;
+    scenario(&log).await;
+    let rebuilt = Projection::with_batch(store.clone(), Arc::new(TasksProjector::default()), 10);
+    let beside = Projection::with_batch(store.clone(), Arc::new(TasksProjector::default()), 10);
+    let mut raced = false;
+    let done = rebuilt
+        .rebuild(|progress| {
+            if progress.position > 0 && !raced {
+                raced = true;
+                // The fold has pages in memory and nothing written: the other instance applies a batch now.
+                tokio::task::block_in_place(|| {
+                    tokio::runtime::Handle::current()
+                        .block_on(beside.step(5))
+                        .expect("the running projector's batch")
+                });
+            }
+        })
+        .await
+        .expect("the rebuild goes on from the other instance's batch");
+    assert!(raced, "the race was run");
+    assert_eq!(done.position, store.head().await.unwrap());
+    let raced_models = read_models(&store).await;
+    assert!(raced_models.iter().any(|rows| !rows.is_empty()));
+    let lone = rebuilt.rebuild(|_| {}).await.unwrap();
+    assert_eq!(lone.position, done.position);
+    assert_eq!(
+        read_models(&store).await,
+        raced_models,
+        "the same read model as a lone rebuild"
+    );
     stop.cancel();
 }
