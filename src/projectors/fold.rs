@@ -6,8 +6,8 @@
 //! is), and the rows and the checkpoint's move to the last folded event commit in one transaction, under the
 //! same compare-and-set as a batch. A crash mid-fold leaves the projector at 0 with an empty read model; another
 //! instance that moved it meanwhile (a running `serve` beside `replay`) wins: the fold is dropped and the rebuild
-//! goes on batch by batch from that instance's checkpoint, as it did before folds. What the fold did not take (it was full) goes on
-//! batch by batch, as incremental projection does.
+//! goes on batch by batch from that instance's checkpoint, as it did before folds. What the fold did not take (it
+//! was full) goes on batch by batch, as incremental projection does.
 
 use futures::future::BoxFuture;
 use tokio::sync::mpsc::Receiver;
