@@ -1,7 +1,8 @@
 //! The dispatcher keeps its budgets ledger from one tick to the next (`budgets::Ledger::refresh`): never at the cost
 //! of a budget under-counted. A run's usage projected after a tick that kept the ledger holds its task, its
 //! repository's day and the day on the next tick; a raise recorded after it lets the held task start; a new day
-//! starts from nothing; events without usage (a busy log's most) leave it kept. Dispatch is paused where a tick must only select (a paused tick still checks the budgets).
+//! starts from nothing; events without usage (a busy log's most) leave it kept. Dispatch is paused where a tick
+//! must only select (a paused tick still checks the budgets).
 
 use std::time::Duration;
 
