@@ -31,10 +31,14 @@ impl Dispatcher {
         let lost_after = chrono::Duration::from_std(self.inner.config.lost_after())?;
         let now = Utc::now();
         let mut status = WatchdogStatus::default();
-        let local: HashSet<RunId> = self.local().running.values().map(|r| r.run).collect();
         let running = run_rows::query(store, Which::Running)
             .await
             .context("listing running runs")?;
+        // This process's runs, looked at after the read model: a run is in `local` before its start is
+        // recorded, so every run of ours the read shows is in it (or ended since, which its stream's version
+        // tells `declare_lost`). Looked at before the read, a run started in between was taken for an orphan
+        // of a restart and declared lost 50 ms into its life.
+        let local: HashSet<RunId> = self.local().running.values().map(|r| r.run).collect();
         status.running = running.len();
         for row in &running {
             let Ok(run) = row.run_id.parse::<uuid::Uuid>().map(RunId) else {
