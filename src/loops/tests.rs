@@ -318,3 +318,70 @@ async fn a_commit_wakes_a_resting_follower_and_a_closed_log_does_not_spin_it() {
     tracker.close();
     tracker.wait().await;
 }
+
+#[test]
+fn a_woken_loop_waits_the_coalesce_window_or_four_times_its_last_tick_within_its_interval() {
+    let second = Duration::from_secs(1);
+    assert_eq!(wake_delay(Duration::ZERO, second), WAKE_COALESCE);
+    assert_eq!(wake_delay(Duration::from_millis(5), second), WAKE_COALESCE);
+    assert_eq!(
+        wake_delay(Duration::from_millis(30), second),
+        Duration::from_millis(120)
+    );
+    // Never past the interval: the loop would have ticked by then without a commit.
+    assert_eq!(wake_delay(Duration::from_millis(400), second), second);
+    // An interval shorter than the window does not shorten it.
+    assert_eq!(
+        wake_delay(Duration::ZERO, Duration::from_millis(5)),
+        WAKE_COALESCE
+    );
+}
+
+/// Under a steady stream of commits a follower whose tick is slow does not tick again 20 ms after each one: it
+/// waits four times its tick, so it spends about a fifth of its time ticking (paused clock: exact).
+#[tokio::test(start_paused = true)]
+async fn a_follower_woken_while_commits_keep_coming_spaces_its_ticks_by_their_cost() {
+    let registry = LoopRegistry::default();
+    let tracker = TaskTracker::new();
+    let cancel = CancellationToken::new();
+    let (committed, watching) = watch::channel(0i64);
+    let starts = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = starts.clone();
+    spawn(
+        &registry,
+        &tracker,
+        cancel.clone(),
+        LoopSpec::new("follower", Duration::from_secs(3600), Duration::ZERO).woken_by(watching),
+        move || {
+            let seen = seen.clone();
+            async move {
+                seen.lock().expect("lock").push(tokio::time::Instant::now());
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                Ok(Pace::Rest)
+            }
+        },
+    );
+    // A commit every 10 ms, as a busy ingest makes them.
+    let writer = tokio::spawn(async move {
+        for position in 1.. {
+            committed.send_replace(position);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    while starts.lock().expect("lock").len() < 4 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    writer.abort();
+    cancel.cancel();
+    tracker.close();
+    tracker.wait().await;
+    let starts = starts.lock().expect("lock").clone();
+    for pair in starts.windows(2) {
+        let gap = pair[1] - pair[0];
+        // The tick's 100 ms, then 400 ms (4 × 100 ms) rather than the 20 ms window.
+        assert!(
+            gap >= Duration::from_millis(500) && gap < Duration::from_millis(520),
+            "ticks {gap:?} apart"
+        );
+    }
+}
