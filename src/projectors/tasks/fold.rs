@@ -16,18 +16,30 @@ use super::{
 };
 use crate::eventlog::StoredEvent;
 use crate::projectors::{Fold, Prepared, ProjectorTx};
-use crate::tasks::TaskId;
+use crate::tasks::{Task, TaskId};
 
 pub(super) struct TaskFold {
     cache: Cache,
     cap: usize,
-    /// Each task folded so far, as its row will be written; `order` is first-seen (log) order.
-    tasks: HashMap<TaskId, Write>,
+    /// Each task folded so far, as its row will be written; `order` is first-seen (log) order. Boxed and updated
+    /// in place: a task is hundreds of bytes, and the map's growth and a remove and insert per event moved it
+    /// (a tenth of the fold's thread, `perf`, 2026-12-06).
+    tasks: HashMap<TaskId, Box<Folded>>,
     order: Vec<TaskId>,
     /// The links (each value's first claim, in log order) and merges (all, in log order) of every event so far.
     writes: BatchWrites,
     claimed: HashSet<(LinkKind, String)>,
     marks: HashMap<TaskId, Mark>,
+}
+
+/// A task as folded so far: its row's [`Write`] once the fold is written.
+#[derive(Default)]
+struct Folded {
+    /// `None` only while an event is applied to it (`evolve` takes the task by value).
+    task: Option<Task>,
+    version: i64,
+    last_position: i64,
+    source: Option<&'static str>,
 }
 
 impl TaskFold {
@@ -44,15 +56,17 @@ impl TaskFold {
     }
 
     fn fold_one(&mut self, d: &Decoded) -> anyhow::Result<()> {
-        let (version, state, source) = match self.tasks.remove(&d.task) {
-            Some(w) => (w.version, Some(w.task), w.source),
-            None => {
-                self.order.push(d.task);
-                (0, None, None)
-            }
-        };
+        let order = &mut self.order;
+        let folded = self.tasks.entry(d.task).or_insert_with(|| {
+            order.push(d.task);
+            Box::default()
+        });
         let links = self.writes.links.len();
-        let (task, created) = apply_event(state, version, d, &mut self.writes)?;
+        let (task, created) = apply_event(folded.task.take(), folded.version, d, &mut self.writes)?;
+        folded.task = Some(task);
+        folded.version = d.version;
+        folded.last_position = d.position;
+        folded.source = created.or(folded.source);
         // Only a value's first claim is kept, as `ON CONFLICT DO NOTHING` keeps it across batches.
         let mut i = links;
         while i < self.writes.links.len() {
@@ -63,15 +77,6 @@ impl TaskFold {
                 self.writes.links.remove(i);
             }
         }
-        self.tasks.insert(
-            d.task,
-            Write {
-                task,
-                version: d.version,
-                last_position: d.position,
-                source: created.or(source),
-            },
-        );
         Ok(())
     }
 }
@@ -116,9 +121,21 @@ impl Fold for TaskFold {
             writes.tasks = order
                 .iter()
                 .map(|id| {
-                    tasks
-                        .remove(id)
-                        .ok_or_else(|| anyhow!("{id}: folded but not held"))
+                    let folded = tasks.remove(id).and_then(|f| {
+                        let Folded {
+                            task,
+                            version,
+                            last_position,
+                            source,
+                        } = *f;
+                        Some(Write {
+                            task: task?,
+                            version,
+                            last_position,
+                            source,
+                        })
+                    });
+                    folded.ok_or_else(|| anyhow!("{id}: folded but not held"))
                 })
                 .collect::<anyhow::Result<_>>()?;
             match tx {
