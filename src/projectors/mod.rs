@@ -89,8 +89,8 @@ pub mod usage;
 /// Postgres table in no time where DELETE would visit each row, and SQLite has no TRUNCATE. But TRUNCATE is not
 /// free on tables that are already empty (new files for each table, an exclusive lock, an fsync at commit), and a
 /// projector at position 0 resets on every tick until the log has an event: so Postgres first looks whether any
-/// table holds a row, and truncates only then.
-async fn empty_tables(tx: &mut ProjectorTx, tables: &[&str]) -> Result<(), sqlx::Error> {
+/// table holds a row, and truncates only then. Whether any table held a row.
+async fn empty_tables(tx: &mut ProjectorTx, tables: &[&str]) -> Result<bool, sqlx::Error> {
     match tx {
         ProjectorTx::Postgres(tx) => {
             let any_row = tables
@@ -106,16 +106,19 @@ async fn empty_tables(tx: &mut ProjectorTx, tables: &[&str]) -> Result<(), sqlx:
                     .execute(&mut **tx)
                     .await?;
             }
+            Ok(holds_rows)
         }
         ProjectorTx::Sqlite(tx) => {
+            let mut deleted = 0;
             for table in tables {
-                sqlx::query(&format!("DELETE FROM {table}"))
+                deleted += sqlx::query(&format!("DELETE FROM {table}"))
                     .execute(&mut **tx)
-                    .await?;
+                    .await?
+                    .rows_affected();
             }
+            Ok(deleted > 0)
         }
     }
-    Ok(())
 }
 
 pub use checkpoint::read_row;

@@ -23,6 +23,7 @@ per_backend!(
     a_raise_recorded_after_a_kept_ledger_lets_the_held_task_start_on_the_next_tick,
     a_kept_ledger_is_read_again_on_a_new_day,
     events_without_usage_projected_after_a_kept_ledger_do_not_make_the_next_tick_read_it_again,
+    an_empty_logs_usage_projector_leaves_the_ledgers_key_where_it_is,
 );
 
 /// The second repository.
@@ -358,4 +359,24 @@ async fn events_without_usage_projected_after_a_kept_ledger_do_not_make_the_next
         "{metrics}"
     );
     app.stop().await;
+}
+
+/// A usage projector at position 0 empties its tables on every tick until the log's first event: tables that held
+/// nothing are no change, so the ledger's key stays where it is (each such tick bumped it, an UPDATE a tick).
+async fn an_empty_logs_usage_projector_leaves_the_ledgers_key_where_it_is(db: TestDb) {
+    use pidevops::budgets::LedgerKey;
+    use pidevops::projectors::usage::UsageProjector;
+    use pidevops::projectors::Projection;
+
+    let store = EventStore::connect(&db.url, 4).await.unwrap();
+    store.migrate().await.unwrap();
+    let today = Utc::now().date_naive();
+    let before = LedgerKey::read(&store, today).await.unwrap();
+    let projection =
+        Projection::with_batch(store.clone(), std::sync::Arc::new(UsageProjector), 100);
+    for _ in 0..3 {
+        projection.step(100).await.unwrap();
+    }
+    projection.reset().await.unwrap();
+    assert_eq!(LedgerKey::read(&store, today).await.unwrap(), before);
 }

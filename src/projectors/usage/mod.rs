@@ -206,9 +206,11 @@ impl Projector for UsageProjector {
 
     fn reset<'a>(&'a self, tx: &'a mut ProjectorTx) -> BoxFuture<'a, anyhow::Result<()>> {
         Box::pin(async move {
-            super::empty_tables(tx, &["usage_daily", "usage_tasks"]).await?;
-            // Emptied (or rebuilt from here): a ledger read before is not reused.
-            roll_up::changed(tx).await?;
+            // Emptied (or rebuilt from here): a ledger read before is not reused. Tables that held nothing are
+            // no change (a projector at 0 resets on every tick until the log's first event).
+            if super::empty_tables(tx, &["usage_daily", "usage_tasks"]).await? {
+                roll_up::changed(tx).await?;
+            }
             Ok(())
         })
     }
