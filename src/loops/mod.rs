@@ -354,23 +354,9 @@ pub struct LoopSpec {
     pub wake: Option<watch::Receiver<i64>>,
 }
 
-/// After a commit wakes a resting loop, how long it waits at least for the commits that come with it: a burst is
-/// read as one page, not one tick per event.
+/// After a commit wakes a resting loop, how long it waits for the commits that come with it: a burst is read as
+/// one page, not one tick per event.
 pub const WAKE_COALESCE: Duration = Duration::from_millis(20);
-
-/// While commits keep coming, a woken follower waits this many times its last tick's duration too: each follower
-/// spends at most about a fifth of its time ticking, and reads bigger pages as ticks grow (under load, ticks that
-/// each cost a round of queries would otherwise take the CPU the writer needs).
-pub const WAKE_BUSY_FACTOR: u32 = 4;
-
-/// How long a loop woken by a commit waits before its tick: [`WAKE_COALESCE`], or [`WAKE_BUSY_FACTOR`] times its
-/// last tick's duration when that is longer, never more than its interval (it would have ticked by then anyway).
-pub fn wake_delay(last_tick: Duration, interval: Duration) -> Duration {
-    last_tick
-        .saturating_mul(WAKE_BUSY_FACTOR)
-        .max(WAKE_COALESCE)
-        .min(interval.max(WAKE_COALESCE))
-}
 
 impl LoopSpec {
     pub fn new(name: impl Into<String>, interval: Duration, startup_delay: Duration) -> Self {
@@ -425,7 +411,6 @@ pub fn spawn<F, Fut>(
                 committed.borrow_and_update();
             }
             // The tick runs in its own task so a panic is caught here and the loop goes on.
-            let began = tokio::time::Instant::now();
             let handle = tokio::spawn(tick());
             let abort = handle.abort_handle();
             let outcome = tokio::select! {
@@ -435,7 +420,6 @@ pub fn spawn<F, Fut>(
                     return;
                 }
             };
-            let took = began.elapsed();
             let (result, pace) = match outcome {
                 Ok(Ok(pace)) => (Ok(()), pace),
                 Ok(Err(error)) => (Err(format!("{error:#}")), Pace::Rest),
@@ -469,7 +453,7 @@ pub fn spawn<F, Fut>(
             }
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(wake_delay(took, spec.interval)) => {}
+                _ = tokio::time::sleep(WAKE_COALESCE) => {}
             }
         }
     });
