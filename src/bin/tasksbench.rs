@@ -106,20 +106,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// What `pidevops replay tasks` does: reset, then batches of REPLAY_BATCH to the head.
-/// The rebuild's seconds, and those of its last step: from the last page's progress (folded, or applied by a
-/// batch) to the end (a fold's write of the whole board and its commit).
+/// The rebuild's seconds, and those of its last step: from the first progress at the final position (the last
+/// page folded, or applied by a batch) to the end (a fold's write of the whole board and its commit).
 async fn rebuild(store: &EventStore, batch: i64) -> anyhow::Result<(f64, f64)> {
     let projection =
         Projection::with_batch(store.clone(), Arc::new(TasksProjector::default()), batch);
     let started = Instant::now();
     let mut stamps = Vec::new();
-    let done = projection.rebuild(|_| stamps.push(Instant::now())).await?;
+    let done = projection
+        .rebuild(|p| stamps.push((p.position, Instant::now())))
+        .await?;
     let elapsed = started.elapsed();
     anyhow::ensure!(done.events > 0, "the rebuild applied nothing");
-    let last = match stamps.as_slice() {
-        [.., before, _] => elapsed - before.duration_since(started),
-        _ => elapsed,
-    };
+    let last = stamps
+        .iter()
+        .find(|(position, _)| *position == done.position)
+        .map_or(elapsed, |(_, at)| elapsed - at.duration_since(started));
     Ok((elapsed.as_secs_f64(), last.as_secs_f64()))
 }
 

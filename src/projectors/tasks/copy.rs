@@ -12,8 +12,8 @@ use sqlx::{PgConnection, Postgres, Transaction};
 
 use super::behind::Mark;
 use super::write::{row_values, TASK_COLUMNS};
-use super::{LinkWrite, Write};
-use crate::tasks::TaskId;
+use super::LinkWrite;
+use crate::tasks::{Task, TaskId};
 
 /// Bytes buffered before they are sent.
 const CHUNK: usize = 1 << 20;
@@ -88,10 +88,18 @@ impl Rows {
     }
 }
 
+/// A folded task's row, borrowed from the fold.
+pub(super) struct FoldedRow<'a> {
+    pub(super) task: &'a Task,
+    pub(super) version: i64,
+    pub(super) last_position: i64,
+    pub(super) source: Option<&'static str>,
+}
+
 /// Every folded task's row, with its behind mark.
 pub(super) async fn tasks(
     tx: &mut Transaction<'static, Postgres>,
-    tasks: &[Write],
+    tasks: &[FoldedRow<'_>],
     marks: &HashMap<TaskId, Mark>,
 ) -> anyhow::Result<()> {
     let statement = format!("COPY tasks ({TASK_COLUMNS}, behind, behind_head) FROM STDIN");
@@ -101,7 +109,7 @@ pub(super) async fn tasks(
         .context("starting COPY into tasks")?;
     let mut rows = Rows::default();
     for t in tasks {
-        let r = row_values(&t.task)?;
+        let r = row_values(t.task)?;
         let mark = marks.get(&t.task.id());
         rows.text(&r.id)
             .int(r.number)

@@ -11,6 +11,7 @@ use anyhow::anyhow;
 use futures::future::BoxFuture;
 
 use super::behind::Mark;
+use super::copy::FoldedRow;
 use super::{
     apply_event, behind, decode_all, write, BatchWrites, Cache, Decoded, LinkKind, Write, CACHE_CAP,
 };
@@ -118,51 +119,80 @@ impl Fold for TaskFold {
                 marks,
                 ..
             } = *self;
-            writes.tasks = order
-                .iter()
-                .map(|id| {
-                    let folded = tasks.remove(id).and_then(|f| {
-                        let Folded {
-                            task,
-                            version,
-                            last_position,
-                            source,
-                        } = *f;
-                        Some(Write {
-                            task: task?,
-                            version,
-                            last_position,
-                            source,
-                        })
-                    });
-                    folded.ok_or_else(|| anyhow!("{id}: folded but not held"))
-                })
-                .collect::<anyhow::Result<_>>()?;
-            match tx {
-                ProjectorTx::Postgres(pg) => {
-                    super::copy::tasks(pg, &writes.tasks, &marks).await?;
-                    super::copy::links(pg, &writes.links).await?;
-                    // Rare (one row per merged pull request): the batch path's statement.
-                    let merges = BatchWrites {
-                        merges: std::mem::take(&mut writes.merges),
-                        ..BatchWrites::default()
-                    };
-                    write(tx, &merges).await?;
-                }
-                ProjectorTx::Sqlite(_) => {
-                    write(tx, &writes).await?;
-                    let marks: Vec<(TaskId, Option<Mark>)> =
-                        marks.into_iter().map(|(task, m)| (task, Some(m))).collect();
-                    behind::write(tx, &marks).await?;
-                }
+            let postgres = matches!(tx, ProjectorTx::Postgres(_));
+            if let ProjectorTx::Postgres(pg) = tx {
+                // Rows copied from the tasks where the fold holds them: each task is moved once, into the cache.
+                let rows = order
+                    .iter()
+                    .map(|id| {
+                        let folded = tasks.get(id).and_then(|f| {
+                            Some(FoldedRow {
+                                task: f.task.as_ref()?,
+                                version: f.version,
+                                last_position: f.last_position,
+                                source: f.source,
+                            })
+                        });
+                        folded.ok_or_else(|| anyhow!("{id}: folded but not held"))
+                    })
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                super::copy::tasks(pg, &rows, &marks).await?;
+                super::copy::links(pg, &writes.links).await?;
+                // Rare (one row per merged pull request): the batch path's statement.
+                let merges = BatchWrites {
+                    merges: std::mem::take(&mut writes.merges),
+                    ..BatchWrites::default()
+                };
+                write(tx, &merges).await?;
+            } else {
+                // The batch path's statements, which take the rows they write.
+                writes.tasks = order
+                    .iter()
+                    .map(|id| {
+                        let folded = tasks.remove(id).and_then(|f| {
+                            let Folded {
+                                task,
+                                version,
+                                last_position,
+                                source,
+                            } = *f;
+                            Some(Write {
+                                task: task?,
+                                version,
+                                last_position,
+                                source,
+                            })
+                        });
+                        folded.ok_or_else(|| anyhow!("{id}: folded but not held"))
+                    })
+                    .collect::<anyhow::Result<_>>()?;
+                write(tx, &writes).await?;
+                let marks: Vec<(TaskId, Option<Mark>)> =
+                    marks.into_iter().map(|(task, m)| (task, Some(m))).collect();
+                behind::write(tx, &marks).await?;
             }
-            // The next batches find their tasks here, as after a batch (trusted only at the row's version).
+            // The next batches find their tasks here, as after a batch (trusted only at the row's version). Sized
+            // once: growing a map of whole tasks moved each of them at every doubling.
             let mut cache = cache
                 .lock()
                 .map_err(|_| anyhow!("the task cache lock is poisoned"))?;
             cache.clear();
-            for w in writes.tasks.into_iter().take(CACHE_CAP) {
-                cache.insert(w.task.id(), (w.version, w.task));
+            cache.reserve(order.len().min(CACHE_CAP));
+            if postgres {
+                for id in order.iter().take(CACHE_CAP) {
+                    if let Some(Folded {
+                        task: Some(task),
+                        version,
+                        ..
+                    }) = tasks.remove(id).map(|f| *f)
+                    {
+                        cache.insert(*id, (version, task));
+                    }
+                }
+            } else {
+                for w in writes.tasks.into_iter().take(CACHE_CAP) {
+                    cache.insert(w.task.id(), (w.version, w.task));
+                }
             }
             Ok(())
         })
