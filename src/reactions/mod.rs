@@ -128,6 +128,9 @@ impl Reactions {
             return Ok(Next::Done);
         };
         let host = host.as_ref();
+        if !host.reads(&event.event_type) {
+            return Ok(Next::Done);
+        }
         let payload: serde_json::Value =
             serde_json::from_str(event.data_json().get()).unwrap_or_default();
         let mut reaction = host.decide(&event.event_type, &payload);

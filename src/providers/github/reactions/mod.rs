@@ -30,6 +30,10 @@ impl HostRules for GithubReactions {
         Source::Github
     }
 
+    fn reads(&self, event_type: &str) -> bool {
+        reads(event_type)
+    }
+
     fn decide(&self, event_type: &str, payload: &Value) -> Reaction {
         decide(event_type, payload, self.bot_login.as_deref())
     }
@@ -79,20 +83,37 @@ const FAILED: [&str; 3] = ["failure", "timed_out", "startup_failure"];
 /// The one conclusion that counts as passing for auto-land (`neutral` and `skipped` say nothing of the code).
 const PASSED: &str = "success";
 
+/// What decides one event type: its payload and pidevops's own account.
+type Decider = fn(&Value, Option<&str>) -> Reaction;
+
+/// The event types GitHub's reactions read, each with what decides it; any other asks nothing of a task.
+const DECIDERS: &[(&str, Decider)] = &[
+    ("github.check_suite.completed", |p, _| check_suite(p)),
+    ("github.check_run.completed", |p, _| check_run(p)),
+    ("github.workflow_run.completed", |p, _| workflow_run(p)),
+    ("github.pull_request_review.submitted", review_submitted),
+    ("github.pull_request_review.dismissed", |p, _| {
+        review_dismissed(p)
+    }),
+    ("github.pull_request_review_comment.created", review_comment),
+    ("github.pull_request.closed", |p, _| pull_request_closed(p)),
+    ("github.pull_request.dequeued", |p, _| {
+        pull_request_dequeued(p)
+    }),
+];
+
+/// Whether [`decide`] reads `event_type` at all: the reactions loop parses no other payload.
+pub fn reads(event_type: &str) -> bool {
+    DECIDERS.iter().any(|(t, _)| *t == event_type)
+}
+
 /// Decides what `event_type` with `payload` asks of its task. `bot_login`: pidevops's own GitHub account, whose
 /// reviews and comments never send a task back (they would loop).
 pub fn decide(event_type: &str, payload: &Value, bot_login: Option<&str>) -> Reaction {
-    match event_type {
-        "github.check_suite.completed" => check_suite(payload),
-        "github.check_run.completed" => check_run(payload),
-        "github.workflow_run.completed" => workflow_run(payload),
-        "github.pull_request_review.submitted" => review_submitted(payload, bot_login),
-        "github.pull_request_review.dismissed" => review_dismissed(payload),
-        "github.pull_request_review_comment.created" => review_comment(payload, bot_login),
-        "github.pull_request.closed" => pull_request_closed(payload),
-        "github.pull_request.dequeued" => pull_request_dequeued(payload),
-        _ => Reaction::None,
-    }
+    DECIDERS
+        .iter()
+        .find(|(t, _)| *t == event_type)
+        .map_or(Reaction::None, |(_, decider)| decider(payload, bot_login))
 }
 
 /// A string field, or empty.

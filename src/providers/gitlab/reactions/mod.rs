@@ -81,6 +81,10 @@ impl HostRules for GitlabReactions {
         Source::Gitlab
     }
 
+    fn reads(&self, event_type: &str) -> bool {
+        reads(event_type)
+    }
+
     fn decide(&self, event_type: &str, payload: &Value) -> Reaction {
         decide(event_type, payload, &self.own)
     }
@@ -195,9 +199,20 @@ fn last_chars(text: &str, n: usize) -> &str {
     }
 }
 
+/// Whether [`decide`] reads `event_type` at all (it decides no other): the reactions loop parses no other payload.
+pub fn reads(event_type: &str) -> bool {
+    matches!(
+        event_type,
+        "gitlab.pipeline" | "gitlab.build" | "gitlab.note" | "gitlab.merge_train.left"
+    ) || event_type.starts_with("gitlab.merge_request.")
+}
+
 /// Decides what GitLab's `event_type` with `payload` asks of its task. `own`: whom `[intake.gitlab]` trusts and
 /// pidevops's own account, whose notes never send a task back (they would loop).
 pub fn decide(event_type: &str, payload: &Value, own: &GitlabIntake) -> Reaction {
+    if !reads(event_type) {
+        return Reaction::None;
+    }
     match event_type {
         "gitlab.pipeline" => pipeline(payload),
         "gitlab.build" => job(payload),
