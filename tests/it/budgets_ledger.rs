@@ -71,6 +71,22 @@ async fn app(db: &TestDb, budgets: &str, scratch: &std::path::Path) -> (TestApp,
     (app, remote, other)
 }
 
+/// The limits of the `[budgets]` lines these tests give the app, as the ledger is asked for them: a task's USD (if
+/// any) and a repository's daily USD.
+fn usd_limits(task: Option<f64>, repo_daily: f64) -> BudgetsConfig {
+    BudgetsConfig {
+        task: Limit {
+            usd: task,
+            tokens: None,
+        },
+        repo_daily: Limit {
+            usd: Some(repo_daily),
+            tokens: None,
+        },
+        ..BudgetsConfig::default()
+    }
+}
+
 /// Records a finished run of `task` in `repo` that spent `usd`, as the dispatcher's run writer would.
 async fn spend(app: &TestApp, task: &str, repo: &str, usd: f64) {
     use pidevops::domain::{EventType, NewEvent, Source};
@@ -225,13 +241,7 @@ async fn a_kept_ledger_is_read_again_on_a_new_day(db: TestDb) {
     let task = new_task("Daily").create(&app).await;
     spend(&app, "T-9001", REPO, 6.0).await;
     app.project().await;
-    let config = BudgetsConfig {
-        repo_daily: Limit {
-            usd: Some(5.0),
-            tokens: None,
-        },
-        ..BudgetsConfig::default()
-    };
+    let config = usd_limits(None, 5.0);
     let store = app.state.log.store();
     let today: NaiveDate = Utc::now().date_naive();
     let asked = [(task, REPO)];
@@ -287,17 +297,7 @@ async fn events_without_usage_projected_after_a_kept_ledger_do_not_make_the_next
     let task = new_task("Kept").create(&app).await;
     spend(&app, "T-9001", REPO, 1.0).await;
     app.project().await;
-    let config = BudgetsConfig {
-        task: Limit {
-            usd: Some(1.0),
-            tokens: None,
-        },
-        repo_daily: Limit {
-            usd: Some(5.0),
-            tokens: None,
-        },
-        ..BudgetsConfig::default()
-    };
+    let config = usd_limits(Some(1.0), 5.0);
     let store = app.state.log.store();
     let today: NaiveDate = Utc::now().date_naive();
     let asked = [(task, REPO)];
@@ -345,15 +345,7 @@ async fn events_without_usage_projected_after_a_kept_ledger_do_not_make_the_next
         pidevops::budgets::first_over(&standings, &Default::default()).is_some(),
         "{standings:?}"
     );
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics().await;
     assert!(
         metrics.contains(pidevops::budgets::READS_METRIC),
         "{metrics}"
