@@ -12,7 +12,7 @@ use super::handle::{EffectsProgress, Handle, Settled};
 use super::CallError;
 use super::{Produced, ProviderAction, Request};
 use crate::board::Loaded;
-use crate::eventlog::StoredEvent;
+use crate::eventlog::{Bodies, StoredEvent};
 use crate::tasks::{RepoName, TaskEvent, TaskId};
 
 /// What a provider's policy answers the runner. Its futures are `Send`: the runner is generic over the policy and
@@ -24,6 +24,12 @@ pub trait ProviderPolicy: Send + Sync {
     /// The provider whose calls this policy makes (its name in `domain::registry::PROVIDERS`; one loop each,
     /// `effects:<name>`).
     fn provider(&self) -> &'static str;
+
+    /// The bodies [`ProviderPolicy::own_event`] and the runner read: the loop's reader ships no other. All, unless
+    /// the provider acts on pidevops's own records alone.
+    fn bodies(&self) -> Bodies {
+        Bodies::All
+    }
 
     /// Work due before the tick reads the log (the bot's command menu).
     fn prepare(

@@ -49,10 +49,12 @@ pub enum Bodies {
         source: &'static str,
         stream_prefix: &'static str,
     },
+    /// Only events of one source (`pidevops`: the service's own records, never a webhook's body).
+    Source(&'static str),
 }
 
 /// A backend's three column lists: every column, the header without the body, and the body only for the events a
-/// [`Bodies::Streams`] reader wants (`$3` the source, `$4` the stream prefix).
+/// [`Bodies::Streams`] or [`Bodies::Source`] reader wants (`$3` the source, `$4` the stream prefix, `""` for any).
 pub struct ColumnLists {
     pub all: &'static str,
     pub header: &'static str,
@@ -72,6 +74,8 @@ pub fn read_after(
             source,
             stream_prefix,
         } => (lists.stream_bodies, Some((source, stream_prefix))),
+        // Every stream starts with "", and a stream-less event counts as "" (the lists' `coalesce`).
+        Bodies::Source(source) => (lists.stream_bodies, Some((source, ""))),
     };
     (format!("SELECT {columns} {}", sql::EVENTS_AFTER), filter)
 }
@@ -290,6 +294,22 @@ impl EventStore {
         })
     }
 
+    /// The bodies of the events at `positions` (a follower's picked events), in any order.
+    pub async fn bodies_at(&self, positions: &[i64]) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
+        let mut bodies = Vec::with_capacity(positions.len());
+        for chunk in positions.chunks(sql::MAX_PARAMS) {
+            let sql = format!("{}{})", sql::BODIES_AT, sql::list(1, chunk.len()));
+            crate::on_store!(self, |pool, _backend| {
+                let mut query = sqlx::query_as::<_, (i64, Vec<u8>)>(&sql);
+                for position in chunk {
+                    query = query.bind(position);
+                }
+                bodies.extend(query.fetch_all(pool).await?);
+            });
+        }
+        Ok(bodies)
+    }
+
     pub async fn get(&self, id: Uuid) -> Result<Option<StoredEvent>, StoreError> {
         crate::on_store!(self, |pool, backend| {
             let sql = format!("SELECT {} {}", backend::COLUMNS, sql::EVENT_BY_ID);
@@ -376,14 +396,39 @@ impl EventStore {
 
     /// Moves a checkpoint forward to `position`; never back. Returns the checkpoint as stored afterwards.
     pub async fn advance_checkpoint(&self, name: &str, position: i64) -> Result<i64, StoreError> {
-        crate::on_store!(self, |pool, backend| Ok(sqlx::query_scalar(
-            sql::ADVANCE_CHECKPOINT
-        )
-        .bind(name)
-        .bind(position)
-        .bind(chrono::Utc::now())
-        .fetch_one(pool)
-        .await?))
+        self.move_checkpoint(sql::ADVANCE_CHECKPOINT, name, position)
+            .await
+    }
+
+    /// [`Self::advance_checkpoint`], committed without waiting for the database to flush it to disk (Postgres's
+    /// `synchronous_commit = off`, for this statement only). For a follower's checkpoint: its handlers are
+    /// idempotent, so a move lost in a database crash only hands it some events again, and waiting for a flush
+    /// after every page of every follower was as many flushes as the appends themselves make.
+    pub async fn advance_checkpoint_unflushed(
+        &self,
+        name: &str,
+        position: i64,
+    ) -> Result<i64, StoreError> {
+        let statement = match self {
+            Self::Postgres(_) => sql::ADVANCE_CHECKPOINT_UNFLUSHED_POSTGRES,
+            // SQLite has no per-transaction flush switch: the flushed statement.
+            Self::Sqlite(_) => sql::ADVANCE_CHECKPOINT,
+        };
+        self.move_checkpoint(statement, name, position).await
+    }
+
+    async fn move_checkpoint(
+        &self,
+        statement: &'static str,
+        name: &str,
+        position: i64,
+    ) -> Result<i64, StoreError> {
+        crate::on_store!(self, |pool, _backend| Ok(sqlx::query_scalar(statement)
+            .bind(name)
+            .bind(position)
+            .bind(chrono::Utc::now())
+            .fetch_one(pool)
+            .await?))
     }
 
     /// The event stored under this `(source, dedup_key)`, if any (the unique constraint's index serves it).

@@ -33,7 +33,8 @@ pub(crate) const HEADER_COLUMNS: &str =
 const STREAM_BODY_COLUMNS: &str =
     "position, id, source, event_type, dedup_key, stream, stream_version, occurred_at, \
      recorded_at, action, repository, number, reference, content_type, \
-     CASE WHEN source = $3 AND starts_with(stream, $4) THEN body ELSE '\\x'::bytea END AS body, meta::text AS meta";
+     CASE WHEN source = $3 AND starts_with(coalesce(stream, ''), $4) THEN body ELSE '\\x'::bytea END AS body, \
+     meta::text AS meta";
 
 const COLUMN_LISTS: super::ColumnLists = super::ColumnLists {
     all: COLUMNS,

@@ -10,6 +10,9 @@
 /// Events after a position, in order: `$1` the position, `$2` the page size. Follows a column list.
 pub const EVENTS_AFTER: &str = "FROM events WHERE position > $1 ORDER BY position LIMIT $2";
 
+/// The bodies of events at some positions (`$1, …`: at most a follower's page). Follows `WHERE position IN (`.
+pub const BODIES_AT: &str = "SELECT position, body FROM events WHERE position IN (";
+
 /// One event by id (`$1`). Follows a column list.
 pub const EVENT_BY_ID: &str = "FROM events WHERE id = $1";
 
@@ -42,14 +45,33 @@ pub const HEAD: &str = "SELECT coalesce(max(position), 0) FROM events";
 
 pub const CHECKPOINT: &str = "SELECT position FROM checkpoints WHERE name = $1";
 
-/// Moves a checkpoint forward, never back (CASE rather than `greatest` / `max`, which the two spell differently).
-pub const ADVANCE_CHECKPOINT: &str =
-    "INSERT INTO checkpoints (name, position, updated_at) VALUES ($1, $2, $3)
-     ON CONFLICT (name) DO UPDATE
-        SET position = CASE WHEN excluded.position > checkpoints.position
-                            THEN excluded.position ELSE checkpoints.position END,
-            updated_at = excluded.updated_at
-     RETURNING position";
+/// What a checkpoint's insert does when the row exists: it moves forward, never back (CASE rather than `greatest`
+/// / `max`, which the two spell differently). A macro so the statements below are `concat!`-ed constants.
+macro_rules! checkpoint_moves_forward {
+    () => {
+        "ON CONFLICT (name) DO UPDATE
+            SET position = CASE WHEN excluded.position > checkpoints.position
+                                THEN excluded.position ELSE checkpoints.position END,
+                updated_at = excluded.updated_at
+         RETURNING position"
+    };
+}
+
+/// Moves a checkpoint (`$1` the name, `$2` the position, `$3` the time) forward, never back.
+pub const ADVANCE_CHECKPOINT: &str = concat!(
+    "INSERT INTO checkpoints (name, position, updated_at) VALUES ($1, $2, $3) ",
+    checkpoint_moves_forward!()
+);
+
+/// [`ADVANCE_CHECKPOINT`] committed without waiting for the WAL's flush, Postgres only (SQLite has no such switch):
+/// `set_config(…, true)` holds for the statement's own transaction, so one round trip does it (`SET LOCAL` needs a
+/// transaction of four). Here rather than in `postgres.rs`, beside the move it repeats.
+pub const ADVANCE_CHECKPOINT_UNFLUSHED_POSTGRES: &str = concat!(
+    "INSERT INTO checkpoints (name, position, updated_at) \
+     SELECT $1::text, $2::bigint, $3::timestamptz \
+     FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed ",
+    checkpoint_moves_forward!()
+);
 
 /// Runs `$body` against whichever backend holds `$store` (an `&EventStore`): the body is written once and compiled
 /// once per driver. Inside it `$pool` is the backend's pool and `$backend` its module (`postgres` or `sqlite`) for

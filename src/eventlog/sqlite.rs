@@ -30,7 +30,8 @@ pub(crate) const HEADER_COLUMNS: &str =
 const STREAM_BODY_COLUMNS: &str =
     "position, id, source, event_type, dedup_key, stream, stream_version, occurred_at, \
      recorded_at, action, repository, number, reference, content_type, \
-     CASE WHEN source = ?3 AND substr(stream, 1, length(?4)) = ?4 THEN body ELSE X'' END AS body, meta";
+     CASE WHEN source = ?3 AND substr(coalesce(stream, ''), 1, length(?4)) = ?4 THEN body ELSE X'' END AS body, \
+     meta";
 
 const COLUMN_LISTS: super::ColumnLists = super::ColumnLists {
     all: COLUMNS,

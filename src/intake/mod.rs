@@ -18,7 +18,7 @@ use anyhow::Context;
 use crate::board::{Board, BoardError};
 use crate::domain::Source;
 use crate::eventlog::{EventLog, StoredEvent};
-use crate::loops::follow::{AsStored, Follow, Follower, Next};
+use crate::loops::follow::{AsStored, Follow, Follower, Next, Pick, Wanted};
 pub use comments::{CommentOutcome, CommentRecord};
 pub use rules::{Decision, IntakeConfig};
 
@@ -530,6 +530,19 @@ impl Follower for Intake {
 
     fn prepare(&self) -> AsStored {
         AsStored
+    }
+
+    /// The bodies of the event types its source's rules read (`SourceRules::reads`, which their `decide` checks
+    /// first); no other is shipped.
+    fn bodies(&self) -> Wanted {
+        let rules = self.rules.clone();
+        let pick: Pick = std::sync::Arc::new(move |source, event_type| {
+            rules
+                .iter()
+                .find(|r| r.source().as_str() == source)
+                .is_some_and(|r| r.reads(event_type))
+        });
+        Wanted::Picked(pick)
     }
 
     async fn handle(

@@ -14,8 +14,8 @@ use anyhow::Context;
 use super::{LandError, Lander};
 use crate::board::BoardError;
 use crate::domain::Source;
-use crate::eventlog::{EventLog, StoredEvent};
-use crate::loops::follow::{AsStored, Follow, Follower, Next};
+use crate::eventlog::{Bodies, EventLog, StoredEvent};
+use crate::loops::follow::{AsStored, Follow, Follower, Next, Wanted};
 use crate::tasks::{Column, Command, LandMode, Reason, TaskId};
 
 /// The loop's name and its checkpoint's.
@@ -138,6 +138,11 @@ impl Follower for AutoLand {
 
     fn prepare(&self) -> AsStored {
         AsStored
+    }
+
+    /// None: a submitted or cleared task is read from the board, never from the event's body.
+    fn bodies(&self) -> Wanted {
+        Bodies::None.into()
     }
 
     async fn handle(

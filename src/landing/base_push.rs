@@ -88,6 +88,12 @@ fn names_a_commit(sha: &str) -> bool {
     CommitSha::new(sha).is_ok() && sha.bytes().any(|b| b != b'0')
 }
 
+/// Whether [`base_push`] reads an event of `source` and `event_type` at all: a push to GitHub or GitLab.
+pub fn reads(source: &str, event_type: &str) -> bool {
+    (source == Source::Github.as_str() && event_type == "github.push")
+        || (source == Source::Gitlab.as_str() && event_type == "gitlab.push")
+}
+
 /// The base push an event of `source` and `event_type` with `body` is, if it is a push to a configured
 /// repository's base branch on the host the event came from, whose pushes refresh.
 pub fn base_push(
@@ -97,6 +103,10 @@ pub fn base_push(
     board: &BoardConfig,
     sources: &DispatchConfig,
 ) -> Option<BasePush> {
+    // The refresher's reader ships the bodies `reads` picks: nothing else may be decided here.
+    if !reads(source, event_type) {
+        return None;
+    }
     let (repo, reference, after) =
         if source == Source::Github.as_str() && event_type == "github.push" {
             let push: GithubPush = serde_json::from_slice(body).ok()?;

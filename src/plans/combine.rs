@@ -26,7 +26,7 @@ use crate::dispatch::runs::{self, RunEvent};
 use crate::dispatch::workspace::{CombineRequest, Combined, Combiner};
 use crate::domain::Source;
 use crate::eventlog::{EventLog, StoredEvent};
-use crate::loops::follow::{AsStored, Follow, Follower, Next};
+use crate::loops::follow::{AsStored, Follow, Follower, Next, Wanted};
 use crate::tasks::{Column, CombinedItem, Command, CommitSha, Reason, TaskEvent, TaskId};
 
 /// The loop's name and its checkpoint's.
@@ -358,6 +358,11 @@ impl Follower for Combine {
 
     fn prepare(&self) -> AsStored {
         AsStored
+    }
+
+    /// Only task events: every other event is passed over before its body is read.
+    fn bodies(&self) -> Wanted {
+        crate::projectors::tasks::TASK_EVENT_BODIES.into()
     }
 
     async fn handle(

@@ -25,7 +25,7 @@ use anyhow::Context;
 use crate::board::{Board, BoardError, Draft};
 use crate::domain::Source;
 use crate::eventlog::{EventLog, StoredEvent};
-use crate::loops::follow::{AsStored, Follow, Follower, Next};
+use crate::loops::follow::{AsStored, Follow, Follower, Next, Wanted};
 use crate::tasks::plan::Scope;
 use crate::tasks::PlanLand;
 use crate::tasks::{
@@ -384,6 +384,11 @@ impl Follower for Plans {
 
     fn prepare(&self) -> AsStored {
         AsStored
+    }
+
+    /// Only task events: every other event is passed over before its body is read.
+    fn bodies(&self) -> Wanted {
+        crate::projectors::tasks::TASK_EVENT_BODIES.into()
     }
 
     async fn handle(

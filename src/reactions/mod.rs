@@ -37,7 +37,7 @@ use std::collections::BTreeMap;
 use crate::board::{Board, BoardError, Loaded};
 use crate::dispatch::runs::{self, RunEvent};
 use crate::eventlog::{EventLog, StoredEvent};
-use crate::loops::follow::{AsStored, Follow, Follower, Next};
+use crate::loops::follow::{AsStored, Follow, Follower, Next, Pick, Wanted};
 use crate::tasks::{
     Column, Command, CommitSha, FactName, FollowUpOrigin, FollowUpText, Reason, RetryCause, RunId,
     Task, TaskEvent, TaskId,
@@ -120,14 +120,11 @@ impl Reactions {
         event: &StoredEvent,
         progress: &mut ReactionsProgress,
     ) -> anyhow::Result<Next> {
-        let Some(host) = self
-            .hosts
-            .iter()
-            .find(|h| h.source().as_str() == event.source)
-        else {
+        let Some(host) = host_reading(&self.hosts, &event.source) else {
             return Ok(Next::Done);
         };
         let host = host.as_ref();
+        // The same test as the reader's pick (`Follower::bodies`): an event it passed over has no body here.
         if !host.reads(&event.event_type) {
             return Ok(Next::Done);
         }
@@ -534,6 +531,14 @@ impl Reactions {
     }
 }
 
+/// The host whose rules read `source`'s events, if any.
+fn host_reading<'a>(
+    hosts: &'a [Arc<dyn HostRules>],
+    source: &str,
+) -> Option<&'a Arc<dyn HostRules>> {
+    hosts.iter().find(|h| h.source().as_str() == source)
+}
+
 impl Follower for Reactions {
     type Prepare = AsStored;
     type Tally = ReactionsProgress;
@@ -544,6 +549,15 @@ impl Follower for Reactions {
 
     fn prepare(&self) -> AsStored {
         AsStored
+    }
+
+    /// The bodies of the event types some host reads; no other is shipped (most of a busy log).
+    fn bodies(&self) -> Wanted {
+        let hosts = self.hosts.clone();
+        let pick: Pick = Arc::new(move |source, event_type| {
+            host_reading(&hosts, source).is_some_and(|h| h.reads(event_type))
+        });
+        Wanted::Picked(pick)
     }
 
     async fn handle(

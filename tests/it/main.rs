@@ -36,6 +36,7 @@ mod effects;
 mod egress;
 mod eventlog;
 mod exhaustive;
+mod follower_reads;
 mod full_loop;
 mod fuzz;
 mod health;

@@ -24,7 +24,7 @@ use super::{
 use crate::board::{Board, BoardError};
 use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::{AppendError, EventLog, StoredEvent};
-use crate::loops::follow::{AsStored, Follow, Follower, Next};
+use crate::loops::follow::{AsStored, Follow, Follower, Next, Wanted};
 use crate::loops::LoopRegistry;
 use crate::tasks::{Command, Reason, TaskEvent, TaskId};
 
@@ -478,6 +478,10 @@ impl<P: ProviderPolicy> Follower for Effects<P> {
 
     fn prepare(&self) -> AsStored {
         AsStored
+    }
+
+    fn bodies(&self) -> Wanted {
+        self.policy.bodies().into()
     }
 
     async fn handle(

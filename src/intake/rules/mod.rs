@@ -138,6 +138,10 @@ pub trait SourceRules: Send + Sync + std::fmt::Debug {
     /// The source whose events these rules decide.
     fn source(&self) -> Source;
 
+    /// Whether `decide` reads an event of this type at all: intake's reader ships no other body (a busy log is
+    /// mostly pull requests and CI news, tens of KB each, that no intake rule reads).
+    fn reads(&self, event_type: &str) -> bool;
+
     /// What intake does with an event of this source.
     fn decide(&self, event_type: &str, data: &Payload<'_>, config: &IntakeConfig) -> Decision;
 }
@@ -155,7 +159,15 @@ pub struct RuleConfig<'a, T> {
 pub struct ProviderRules<T> {
     pub source: Source,
     pub own: T,
+    /// Which event types `decide` is asked about ([`every_type`] unless the provider narrows it); any other is
+    /// [`Decision::NotIntake`] without a look.
+    pub reads: fn(event_type: &str) -> bool,
     pub decide: fn(event_type: &str, data: &Payload<'_>, config: &RuleConfig<'_, T>) -> Decision,
+}
+
+/// [`ProviderRules::reads`] for a provider whose rules may read any of its event types.
+pub fn every_type(_event_type: &str) -> bool {
+    true
 }
 
 impl<T: Send + Sync + std::fmt::Debug> SourceRules for ProviderRules<T> {
@@ -163,7 +175,15 @@ impl<T: Send + Sync + std::fmt::Debug> SourceRules for ProviderRules<T> {
         self.source
     }
 
+    fn reads(&self, event_type: &str) -> bool {
+        (self.reads)(event_type)
+    }
+
     fn decide(&self, event_type: &str, data: &Payload<'_>, config: &IntakeConfig) -> Decision {
+        // Checked here, not by each provider: an event the reader shipped without its body is never decided.
+        if !self.reads(event_type) {
+            return Decision::NotIntake;
+        }
         let config = RuleConfig {
             shared: config,
             own: &self.own,

@@ -53,8 +53,8 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::base_push::{self, base_push, BasePush};
 pub use super::base_push::{base_key, refreshed_base};
-use super::base_push::{base_push, BasePush};
 use super::merges::in_host_queue;
 use super::Lander;
 
@@ -63,7 +63,7 @@ mod marks;
 use crate::dispatch::workspace::{RefreshRequest, RefreshResult, WorkspaceError, Workspaces};
 use crate::domain::{EventType, NewEvent, Source};
 use crate::eventlog::{EventLog, StoredEvent};
-use crate::loops::follow::{AsStored, Follow, Follower, Next};
+use crate::loops::follow::{AsStored, Follow, Follower, Next, Pick, Wanted};
 use crate::projectors::tasks::{self as task_rows, TaskFilter};
 use crate::tasks::{
     Column, CommitSha, Conflict, RefreshCheck, RefreshMode, RepoName, Task, TaskId,
@@ -627,6 +627,15 @@ impl Follower for Refresher {
 
     fn prepare(&self) -> AsStored {
         AsStored
+    }
+
+    /// The bodies of `refresh.due` and of pushes ([`base_push::reads`]); no other is shipped.
+    fn bodies(&self) -> Wanted {
+        let pick: Pick = std::sync::Arc::new(|source, event_type| {
+            (source == Source::Pidevops.as_str() && event_type == DUE)
+                || base_push::reads(source, event_type)
+        });
+        Wanted::Picked(pick)
     }
 
     async fn handle(

@@ -52,6 +52,12 @@ pub const NAME: &str = "tasks";
 pub const SOURCE: &str = "pidevops";
 /// A task's stream is `task:<TaskId>`.
 pub const STREAM_PREFIX: &str = crate::tasks::values::TASK_STREAM_PREFIX;
+/// The bodies of task events only: what a reader that acts on task events alone (this projector, the plans
+/// loops) asks the log for, so webhook bodies are never shipped to it.
+pub const TASK_EVENT_BODIES: Bodies = Bodies::Streams {
+    source: SOURCE,
+    stream_prefix: STREAM_PREFIX,
+};
 /// Tasks kept in memory between batches; past this the cache starts over (a miss costs one stream replay).
 const CACHE_CAP: usize = 200_000;
 
@@ -442,10 +448,7 @@ impl Projector for TasksProjector {
     }
 
     fn bodies(&self) -> Bodies {
-        Bodies::Streams {
-            source: SOURCE,
-            stream_prefix: STREAM_PREFIX,
-        }
+        TASK_EVENT_BODIES
     }
 
     fn reset<'a>(&'a self, tx: &'a mut ProjectorTx) -> BoxFuture<'a, anyhow::Result<()>> {

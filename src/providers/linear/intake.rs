@@ -31,6 +31,7 @@ pub fn rules(own: LinearIntake) -> ProviderRules<LinearIntake> {
     ProviderRules {
         source: Source::Linear,
         own,
+        reads: crate::intake::rules::every_type,
         decide,
     }
 }

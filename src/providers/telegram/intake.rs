@@ -27,6 +27,7 @@ pub fn rules(own: TelegramSettings) -> ProviderRules<TelegramSettings> {
     ProviderRules {
         source: Source::Telegram,
         own,
+        reads: crate::intake::rules::every_type,
         decide,
     }
 }

@@ -15,7 +15,7 @@ use crate::effects::provider::{OpenedPullRequest, ProviderPolicy};
 pub use crate::effects::reply::comment_reply;
 use crate::effects::CallError;
 use crate::effects::{Produced, Request};
-use crate::eventlog::StoredEvent;
+use crate::eventlog::{Bodies, StoredEvent};
 use crate::intake::CommentRecord;
 use crate::providers::github::intake::comment::HOST;
 use crate::providers::github::GithubClient;
@@ -56,6 +56,12 @@ impl ProviderPolicy for GithubPolicy {
 
     fn provider(&self) -> &'static str {
         "github"
+    }
+
+    /// pidevops's own records only: what it does follows from task and effect events and intake's comment
+    /// records, never from a webhook's body.
+    fn bodies(&self) -> Bodies {
+        Bodies::Source(Source::Pidevops.as_str())
     }
 
     /// A comment addressed to pidevops, as intake recorded it: its reaction, then its reply.

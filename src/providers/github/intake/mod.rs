@@ -25,8 +25,14 @@ pub fn rules(own: GithubIntake) -> ProviderRules<GithubIntake> {
     ProviderRules {
         source: Source::Github,
         own,
+        reads,
         decide,
     }
+}
+
+/// The types [`decide`] reads: issues and their comments (never pull requests, pushes or CI news).
+pub fn reads(event_type: &str) -> bool {
+    event_type.starts_with("github.issues.") || event_type.starts_with("github.issue_comment.")
 }
 
 /// Decides what intake does with GitHub's event `event_type` (`github.issues.opened`, …).

@@ -17,7 +17,7 @@ use crate::effects::policy_config::PolicyConfig;
 use crate::effects::provider::{OpenedPullRequest, ProviderPolicy};
 use crate::effects::reply::comment_reply;
 use crate::effects::{CallError, Produced, Request};
-use crate::eventlog::StoredEvent;
+use crate::eventlog::{Bodies, StoredEvent};
 use crate::intake::CommentRecord;
 use crate::providers::gitlab::client::GitlabClient;
 use crate::providers::gitlab::intake::HOST;
@@ -55,6 +55,12 @@ impl ProviderPolicy for GitlabPolicy {
 
     fn provider(&self) -> &'static str {
         "gitlab"
+    }
+
+    /// pidevops's own records only: what it does follows from task and effect events and intake's comment
+    /// records, never from a webhook's body.
+    fn bodies(&self) -> Bodies {
+        Bodies::Source(Source::Pidevops.as_str())
     }
 
     /// A note addressed to pidevops, as intake recorded it: its award, then its reply.

@@ -36,6 +36,7 @@ pub fn rules(own: GitlabIntake) -> ProviderRules<GitlabIntake> {
     ProviderRules {
         source: Source::Gitlab,
         own,
+        reads: crate::intake::rules::every_type,
         decide,
     }
 }

@@ -28,6 +28,7 @@ pub fn rules(own: SlackIntake) -> ProviderRules<SlackIntake> {
     ProviderRules {
         source: Source::Slack,
         own,
+        reads: crate::intake::rules::every_type,
         decide,
     }
 }
