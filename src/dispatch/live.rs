@@ -23,6 +23,18 @@ pub struct LiveMessage {
     written: oneshot::Sender<bool>,
 }
 
+#[cfg(test)]
+impl LiveMessage {
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The writer's answer: whether the message reached the agent's input.
+    pub fn answer(self, written: bool) {
+        let _ = self.written.send(written);
+    }
+}
+
 /// What the attempt holds to hand the running agent a message.
 #[derive(Clone)]
 pub struct LiveSender(mpsc::Sender<LiveMessage>);
@@ -48,6 +60,14 @@ pub struct Live {
     pub format: LiveInput,
     pub prompt: String,
     messages: mpsc::Receiver<LiveMessage>,
+}
+
+#[cfg(test)]
+impl Live {
+    /// The next message sent (a test plays the writer).
+    pub async fn next_message(&mut self) -> Option<LiveMessage> {
+        self.messages.recv().await
+    }
 }
 
 /// A live input for an agent of `format` whose first message is `prompt`.

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::common::agents::{agent, dispatch_file, Remote};
-use crate::common::server::{read_log, Server, BIN};
+use crate::common::server::{borrow, process_env, read_log, KillOnDrop, Server, BIN};
 use crate::common::{within, TestDb};
 use pidevops::board::{Board, BoardConfig};
 use pidevops::eventlog::{EventLog, EventStore};
@@ -381,50 +381,29 @@ echo x > CHANGES.md"#,
     // claims, not about noticing silence, so the beat is slow enough that a busy moment never looks like a death.
     dispatch.insert("heartbeat_s".into(), toml::Value::from(2.0));
     let config = write_config(dir, &file);
-    let nats = crate::common::nats_url();
     // The events stream of this test's own: the relay's, on a NATS other tests and other runs of the suite share.
     let bus = crate::common::bus_config();
-    let replica = |name: &'static str, workspaces: String| {
-        let (config, nats) = (config.clone(), nats.clone());
-        vec![
-            ("PIDEVOPS_CONFIG".to_owned(), config),
-            ("WORKSPACE_ROOT".to_owned(), workspaces),
-            ("PIDEVOPS_INSTANCE_ID".to_owned(), name.to_owned()),
-            ("NATS_URL".to_owned(), nats),
-            ("PIDEVOPS_NATS_STREAM".to_owned(), bus.stream.clone()),
-            (
-                "PIDEVOPS_NATS_SUBJECT_PREFIX".to_owned(),
-                bus.subject_prefix.clone(),
-            ),
-            (
-                "PIDEVOPS_LOOP_STARTUP_DELAY_S".to_owned(),
-                "0.05".to_owned(),
-            ),
-            ("PIDEVOPS_PROJECTOR_INTERVAL_S".to_owned(), "0.2".to_owned()),
-            ("PIDEVOPS_LEASE_TTL_S".to_owned(), "3".to_owned()),
-        ]
+    let replica = |name: &str, workspaces: &str| {
+        let mut env = process_env(Path::new(&config), name, &dir.join(workspaces), &bus);
+        env.push(("PIDEVOPS_LEASE_TTL_S".to_owned(), "3".to_owned()));
+        env
     };
-    let env_a = replica("replica-a", dir.join("ws-a").display().to_string());
-    let env_b = replica("replica-b", dir.join("ws-b").display().to_string());
+    let env_a = replica("replica-a", "ws-a");
+    let env_b = replica("replica-b", "ws-b");
 
     let observer = Observer::new(&db).await;
     let a = Server::start_with(&db.url_string(), &borrow(&env_a)).await;
     let b = Server::start_with(&db.url_string(), &borrow(&env_b)).await;
-    let worker_log = std::fs::File::create(dir.join("worker.log")).unwrap();
-    let worker = crate::common::server::KillOnDrop(
-        crate::common::server::command(&db.url_string(), dir)
-            .arg("worker")
-            .envs(replica("worker-1", dir.join("ws-w").display().to_string()))
-            .stderr(worker_log)
-            .spawn()
-            .expect("the worker starts"),
-    );
+    let mut worker_command = crate::common::server::command(&db.url_string(), dir);
+    worker_command
+        .arg("worker")
+        .envs(replica("worker-1", "ws-w"));
+    let worker = KillOnDrop::spawn_logged(worker_command, &dir.join("worker.log"));
 
     let mut ids = Vec::new();
     for n in 0..6 {
         ids.push(observer.create(&format!("Task number {n}")).await);
     }
-    let worker_output = || std::fs::read_to_string(dir.join("worker.log")).unwrap_or_default();
     for id in &ids {
         within(
             Duration::from_secs(90),
@@ -454,7 +433,7 @@ echo x > CHANGES.md"#,
             1,
             "{id} ran {} times: {runs:?}\n{}",
             runs.len(),
-            worker_output()
+            worker.log()
         );
         assert_eq!(runs[0].state, "succeeded");
         assert_eq!(runs[0].worker.as_deref(), Some("worker-1"), "{runs:?}");
@@ -468,11 +447,80 @@ echo x > CHANGES.md"#,
     }
     drop((worker, a, b));
     let _ = BIN;
-    if let Ok(relayed) = pidevops::bus::JetstreamBus::connect(&nats, bus).await {
+    if let Ok(relayed) = pidevops::bus::JetstreamBus::connect(&crate::common::nats_url(), bus).await
+    {
         let _ = relayed.delete_stream().await;
     }
 }
 
-fn borrow(env: &[(String, String)]) -> Vec<(&str, &str)> {
-    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+/// A worker's run is alive from its claim: while its worktree is prepared (here a fetch that takes twice the
+/// watchdog's bound, as a first clone of a big repository over a slow link would) its heartbeats go on, so the
+/// run is not declared lost and its task not sent round again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_workers_run_is_not_lost_while_its_worktree_is_slow_to_prepare() {
+    let Some(db) = TestDb::postgres().await else {
+        return;
+    };
+    let remote = Remote::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path();
+    let script = agent(dir, "quick-agent.sh", "echo x > CHANGES.md");
+    let mut file = dispatch_file(&remote, &script, "");
+    let dispatch = file["dispatch"].as_table_mut().unwrap();
+    dispatch.insert("executor".into(), toml::Value::from("workers"));
+    // Lost after three missed beats: 3 s, half the fetch's 6 s.
+    dispatch.insert("heartbeat_s".into(), toml::Value::from(1.0));
+    let config = write_config(dir, &file);
+    let bus = crate::common::bus_config();
+    let env = |name: &str, workspaces: &str| {
+        process_env(Path::new(&config), name, &dir.join(workspaces), &bus)
+    };
+
+    // The worker's git: every fetch and clone waits 6 s first, then the real git runs; each is noted.
+    let shim = dir.join("slow-git");
+    std::fs::create_dir(&shim).unwrap();
+    let real_git = std::env::var("PATH")
+        .unwrap()
+        .split(':')
+        .map(|d| Path::new(d).join("git"))
+        .find(|git| git.is_file())
+        .expect("git on PATH");
+    let noted = dir.join("slow-fetches");
+    agent(
+        &shim,
+        "git",
+        &format!(
+            "case \" $* \" in *\" fetch \"*|*\" clone \"*) echo \"$*\" >> '{}'; sleep 6 ;; esac\nexec '{}' \"$@\"",
+            noted.display(),
+            real_git.display()
+        ),
+    );
+    let path = format!("{}:{}", shim.display(), std::env::var("PATH").unwrap());
+
+    let observer = Observer::new(&db).await;
+    let server = Server::start_with(&db.url_string(), &borrow(&env("replica", "ws-s"))).await;
+    let mut worker_command = crate::common::server::command(&db.url_string(), dir);
+    worker_command
+        .arg("worker")
+        .envs(env("worker-1", "ws-w"))
+        .env("PATH", path);
+    let worker = KillOnDrop::spawn_logged(worker_command, &dir.join("worker.log"));
+
+    let id = observer.create("Fetched slowly").await;
+    within(Duration::from_secs(90), "in review", || async {
+        observer.column(id).await == Some(Column::InReview)
+    })
+    .await;
+    let runs = observer.runs(id).await;
+    assert_eq!(runs.len(), 1, "{runs:?}\n{}", worker.log());
+    assert_eq!(runs[0].worker.as_deref(), Some("worker-1"), "{runs:?}");
+    let fetches = std::fs::read_to_string(&noted).unwrap_or_default();
+    assert!(!fetches.is_empty(), "the worker's git was not the slow one");
+    let task = observer.board.load(id).await.unwrap().unwrap().task;
+    assert_eq!(task.attempts(), 1);
+    drop((worker, server));
+    if let Ok(relayed) = pidevops::bus::JetstreamBus::connect(&crate::common::nats_url(), bus).await
+    {
+        let _ = relayed.delete_stream().await;
+    }
 }

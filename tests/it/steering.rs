@@ -345,7 +345,7 @@ async fn a_follow_up_cannot_break_the_framing_nor_read_pidevopss_environment(db:
 /// worker's attempt watches its task in the shared log and hands its live agent the follow-ups, once, in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_worker_hands_follow_ups_to_its_live_agent() {
-    use crate::common::server::{command, KillOnDrop, Server};
+    use crate::common::server::{borrow, command, process_env, KillOnDrop, Server};
     let Some(db) = TestDb::postgres().await else {
         return;
     };
@@ -354,46 +354,26 @@ async fn a_worker_hands_follow_ups_to_its_live_agent() {
     let dir = scratch.path();
     let script = agent(dir, "live.sh", LIVE_AGENT);
     let mut file = dispatch_file(&remote, &script, LIVE);
-    file["dispatch"]
-        .as_table_mut()
-        .unwrap()
-        .insert("executor".into(), toml::Value::from("workers"));
+    let dispatch = file["dispatch"].as_table_mut().unwrap();
+    dispatch.insert("executor".into(), toml::Value::from("workers"));
+    // Two processes on two loaded cores: this test is about steering, not about noticing silence, so a busy moment
+    // must never look like a death (three missed beats).
+    dispatch.insert("heartbeat_s".into(), toml::Value::from(2.0));
     let config = dir.join("pidevops.toml");
     std::fs::write(&config, toml::to_string(&file).unwrap()).unwrap();
     let bus = crate::common::bus_config();
     let env = |name: &str, ws: &Path| {
-        vec![
-            ("PIDEVOPS_CONFIG".to_owned(), config.display().to_string()),
-            ("WORKSPACE_ROOT".to_owned(), ws.display().to_string()),
-            ("PIDEVOPS_INSTANCE_ID".to_owned(), name.to_owned()),
-            ("NATS_URL".to_owned(), crate::common::nats_url()),
-            ("PIDEVOPS_NATS_STREAM".to_owned(), bus.stream.clone()),
-            (
-                "PIDEVOPS_NATS_SUBJECT_PREFIX".to_owned(),
-                bus.subject_prefix.clone(),
-            ),
-            (
-                "PIDEVOPS_LOOP_STARTUP_DELAY_S".to_owned(),
-                "0.05".to_owned(),
-            ),
-            ("PIDEVOPS_PROJECTOR_INTERVAL_S".to_owned(), "0.2".to_owned()),
-        ]
+        let mut env = process_env(&config, name, ws, &bus);
+        // What each process did, for a failure to show (the logs are printed only then).
+        env.push(("RUST_LOG".to_owned(), "pidevops=info".to_owned()));
+        env
     };
     let serve_env = env("replica", &dir.join("ws-s"));
-    let serve_env: Vec<(&str, &str)> = serve_env
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    let server = Server::start_with(&db.url_string(), &serve_env).await;
+    let server = Server::start_with(&db.url_string(), &borrow(&serve_env)).await;
     let ws = dir.join("ws-w");
-    let worker = KillOnDrop(
-        command(&db.url_string(), dir)
-            .arg("worker")
-            .envs(env("worker-1", &ws))
-            .stderr(std::fs::File::create(dir.join("worker.log")).unwrap())
-            .spawn()
-            .expect("the worker starts"),
-    );
+    let mut worker_command = command(&db.url_string(), dir);
+    worker_command.arg("worker").envs(env("worker-1", &ws));
+    let worker = KillOnDrop::spawn_logged(worker_command, &dir.join("worker.log"));
 
     let store = pidevops::eventlog::EventStore::connect(&db.url, 4)
         .await
@@ -427,7 +407,6 @@ async fn a_worker_hands_follow_ups_to_its_live_agent() {
             .await
             .unwrap();
     }
-    let worker_log = || std::fs::read_to_string(dir.join("worker.log")).unwrap_or_default();
     within(Duration::from_secs(60), "in review", || async {
         pidevops::projectors::tasks::get(&store, id)
             .await
@@ -437,7 +416,7 @@ async fn a_worker_hands_follow_ups_to_its_live_agent() {
     .await;
     let got = remote
         .show(&format!("pidevops/{id}"), "got.jsonl")
-        .unwrap_or_else(|| panic!("nothing pushed\n{}", worker_log()));
+        .unwrap_or_else(|| panic!("nothing pushed\n{}", worker.log()));
     let texts = messages(&got);
     assert_eq!(
         texts[1..],

@@ -20,16 +20,44 @@ use crate::tasks::{Column, Command, RunId, TaskError, TaskId};
 /// How often a running agent's task is read for follow-ups.
 const FOLLOW_UP_WATCH: std::time::Duration = std::time::Duration::from_millis(200);
 
-/// A run's follow-up watcher: whether it stopped the agent to restart, and the token that ends it.
+/// A run's follow-up watcher: whether it stopped the agent to restart, the token that ends it, and its task.
 pub(super) struct FollowUpWatch {
     restarted: Arc<AtomicBool>,
     done: CancellationToken,
+    watching: Option<tokio::task::JoinHandle<()>>,
 }
 
+/// How long the end of a run waits for a hand-over in progress to be recorded.
+const FINISH_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 impl FollowUpWatch {
-    /// Ends the watch; whether it stopped the agent for a follow-up.
-    pub(super) fn restarted(&self) -> bool {
+    fn start(steer: Steer, agent_stop: &CancellationToken) -> Self {
+        let restarted = Arc::new(AtomicBool::new(false));
+        let done = CancellationToken::new();
+        let watching =
+            tokio::spawn(steer.watch(agent_stop.clone(), done.clone(), restarted.clone()));
+        Self {
+            restarted,
+            done,
+            watching: Some(watching),
+        }
+    }
+
+    /// Ends the watch once a hand-over in progress is recorded; whether it stopped the agent for a follow-up.
+    /// Waited for: a follow-up written to the agent but recorded after the run submits would be found pending,
+    /// and send the task round again for work its agent already did.
+    pub(super) async fn finish(mut self) -> bool {
         self.done.cancel();
+        if let Some(mut watching) = self.watching.take() {
+            if tokio::time::timeout(FINISH_WAIT, &mut watching)
+                .await
+                .is_err()
+            {
+                // A database that does not answer: what is unrecorded goes to the next attempt's prompt.
+                watching.abort();
+                tracing::warn!("the follow-up watch did not end in time; stopped");
+            }
+        }
         self.restarted.load(Ordering::SeqCst)
     }
 }
@@ -51,8 +79,6 @@ impl Dispatcher {
         live: Option<LiveSender>,
         agent_stop: &CancellationToken,
     ) -> FollowUpWatch {
-        let restarted = Arc::new(AtomicBool::new(false));
-        let done = CancellationToken::new();
         let steer = Steer {
             board: self.inner.board.clone(),
             id,
@@ -64,8 +90,7 @@ impl Dispatcher {
             sent: BTreeSet::new(),
             unrecorded: Vec::new(),
         };
-        tokio::spawn(steer.watch(agent_stop.clone(), done.clone(), restarted.clone()));
-        FollowUpWatch { restarted, done }
+        FollowUpWatch::start(steer, agent_stop)
     }
 }
 
@@ -91,7 +116,13 @@ impl Steer {
     ) {
         loop {
             tokio::select! {
-                () = done.cancelled() => return,
+                () = done.cancelled() => {
+                    // A hand-over whose record failed is tried once more before the run's end is decided.
+                    if let Err(error) = self.record().await {
+                        tracing::warn!(task = %self.id, run = %self.run, error = format!("{error:#}"), "follow-ups handed over, not recorded: the next attempt has them again");
+                    }
+                    return;
+                }
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(FOLLOW_UP_WATCH) => {}
             }
@@ -149,8 +180,14 @@ impl Steer {
             self.sent.insert(index);
             self.unrecorded.push(index);
         }
+        self.record().await?;
+        Ok(Look::Going)
+    }
+
+    /// Records what was written to the agent and is not recorded yet.
+    async fn record(&mut self) -> anyhow::Result<()> {
         if self.unrecorded.is_empty() {
-            return Ok(Look::Going);
+            return Ok(());
         }
         let command = Command::DeliverFollowUps {
             run: self.run,
@@ -165,11 +202,115 @@ impl Steer {
             Err(error) => return Err(error.into()),
         }
         self.unrecorded.clear();
-        Ok(Look::Going)
+        Ok(())
     }
 }
 
 enum Look {
     Going,
     Restart,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::board::Draft;
+    use crate::config::profiles::LiveInput;
+    use crate::tasks::{FollowUpText, Spec};
+
+    /// A board on a fresh SQLite log, and a task on it started by run `run`.
+    async fn started(dir: &std::path::Path, run: RunId) -> (Board, TaskId) {
+        let url = crate::config::DatabaseUrl::Sqlite(format!(
+            "sqlite://{}",
+            dir.join("steer.db").display()
+        ));
+        let store = crate::eventlog::EventStore::connect(&url, 4)
+            .await
+            .expect("sqlite");
+        store.migrate().await.expect("migrations");
+        let (log, _appender) = crate::eventlog::EventLog::start(
+            store,
+            std::time::Duration::from_secs(5),
+            CancellationToken::new(),
+        );
+        let board = Board::new(log, crate::board::BoardConfig::default());
+        let spec = Spec::new("Write it down", "CHANGES.md", "written").expect("a spec");
+        let draft = Draft {
+            approval: Some(crate::tasks::ApprovalPolicy::Auto),
+            ..Draft::new(
+                "acme/app".parse().expect("a repo"),
+                spec,
+                Default::default(),
+            )
+        };
+        let (created, _) = board
+            .create(draft, "test:steer", "test", None)
+            .await
+            .expect("created");
+        let id = created.task.id();
+        board
+            .execute(id, &Command::Start { run }, "test")
+            .await
+            .expect("started");
+        (board, id)
+    }
+
+    #[tokio::test]
+    async fn a_runs_end_waits_for_a_hand_over_in_progress_to_be_recorded() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let run = RunId(uuid::Uuid::now_v7());
+        let (board, id) = started(dir.path(), run).await;
+        let (sender, mut live) = crate::dispatch::live::channel(LiveInput::ClaudeStreamJson, "go");
+        let steer = Steer {
+            board: board.clone(),
+            id,
+            run,
+            restart: false,
+            live: Some(sender),
+            sent: BTreeSet::new(),
+            unrecorded: Vec::new(),
+        };
+        let watch = FollowUpWatch::start(steer, &CancellationToken::new());
+        let follow_up = Command::AttachFollowUp {
+            text: FollowUpText::new("and log it").expect("text"),
+            origin: None,
+            send_back: false,
+        };
+        board
+            .execute(id, &follow_up, "test")
+            .await
+            .expect("attached");
+
+        // The watch writes the follow-up; the agent's input takes it only after the run has begun to end.
+        let message = live.next_message().await.expect("handed over");
+        assert!(message.text().contains("and log it"), "{}", message.text());
+        let finishing = watch.finish();
+        tokio::pin!(finishing);
+        let early =
+            tokio::time::timeout(std::time::Duration::from_millis(300), &mut finishing).await;
+        assert!(
+            early.is_err(),
+            "the run ended before its hand-over was recorded"
+        );
+        message.answer(true);
+        assert!(!finishing.await, "no restart for a live agent");
+
+        // Recorded by the time the run's end is decided: handed to attempt 1, live, not pending.
+        let task = board
+            .load(id)
+            .await
+            .expect("loaded")
+            .expect("the task")
+            .task;
+        assert!(
+            task.pending_follow_up_indices().is_empty(),
+            "{:?}",
+            task.follow_ups()
+        );
+        let handed = &task.follow_ups()[0];
+        assert!(
+            handed.live && handed.delivered_to_attempt == Some(1),
+            "{handed:?}"
+        );
+    }
 }

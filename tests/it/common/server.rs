@@ -91,14 +91,69 @@ impl Drop for Server {
 }
 
 /// A child process of the test's (a `pidevops worker`, say) killed when the test ends, panics included: a leaked
-/// worker would go on pulling from the run queue long after its test and its database are gone.
-pub struct KillOnDrop(pub Child);
+/// worker would go on pulling from the run queue long after its test and its database are gone. A failing test
+/// shows the last lines of the child's log, as `Server` does.
+pub struct KillOnDrop {
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl KillOnDrop {
+    /// Spawns `command` with its standard error written to `log`.
+    pub fn spawn_logged(mut command: Command, log: &Path) -> Self {
+        let file = std::fs::File::create(log).expect("the child's log is created");
+        let child = command.stderr(file).spawn().expect("the child starts");
+        Self {
+            child,
+            log: log.to_owned(),
+        }
+    }
+
+    /// What the child has written to its log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(80)..].join("\n");
+            eprintln!("--- the last lines of {} ---\n{tail}", self.log.display());
+        }
     }
+}
+
+/// The environment of one `serve` or `worker` of a test that runs several: its configuration file, workspaces
+/// and instance name, the test's own events stream on the shared NATS (`bus`), and quick loops.
+pub fn process_env(
+    config: &Path,
+    name: &str,
+    workspaces: &Path,
+    bus: &pidevops::bus::BusConfig,
+) -> Vec<(String, String)> {
+    [
+        ("PIDEVOPS_CONFIG", config.display().to_string()),
+        ("WORKSPACE_ROOT", workspaces.display().to_string()),
+        ("PIDEVOPS_INSTANCE_ID", name.to_owned()),
+        ("NATS_URL", super::nats_url()),
+        ("PIDEVOPS_NATS_STREAM", bus.stream.clone()),
+        ("PIDEVOPS_NATS_SUBJECT_PREFIX", bus.subject_prefix.clone()),
+        ("PIDEVOPS_LOOP_STARTUP_DELAY_S", "0.05".to_owned()),
+        ("PIDEVOPS_PROJECTOR_INTERVAL_S", "0.2".to_owned()),
+    ]
+    .into_iter()
+    .map(|(key, value)| (key.to_owned(), value))
+    .collect()
+}
+
+/// `env` as `Server::start_with` takes it.
+pub fn borrow(env: &[(String, String)]) -> Vec<(&str, &str)> {
+    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
 }
 
 pub fn read_log(dir: &Path) -> String {

@@ -13,7 +13,6 @@ use super::hooks::{Step, StepContext, StepFailed};
 use super::launch::Access;
 use super::limits::BudgetWatch;
 use super::run_writer::{RunWriter, Written};
-use super::steering::FollowUpWatch;
 use super::{run_of, Dispatcher};
 
 mod outcome;
@@ -158,14 +157,18 @@ impl Dispatcher {
             reviewer_usage: None,
         };
         let purpose = task.purpose().unwrap_or_default();
+        let output = Arc::new(AtomicU64::new(0));
+        // Beats from the start: a worker's run has no other sign of life, and preparing its worktree (a first
+        // clone of a big repository) or the repository's setup (an `npm ci`) may outlast the watchdog's bound.
+        let mut heartbeat = self.heartbeat(id, run, writer.clone(), output.clone(), stop.clone());
         let (prepared, prompt, handed, conflicted) =
             match self.worktree_for(task, run, purpose).await {
                 Ok(ready) => ready,
-                Err(detail) => return Some(fail(FailureKind::Workspace, detail, String::new())),
+                Err(detail) => {
+                    heartbeat.end(writer).await;
+                    return Some(fail(FailureKind::Workspace, detail, String::new()));
+                }
             };
-        let output = Arc::new(AtomicU64::new(0));
-        // Beats from before the repository's setup: an `npm ci` may take longer than the watchdog's bound.
-        let heartbeat = self.heartbeat(id, run, writer.clone(), output.clone(), stop.clone());
         // A planner or a triage agent reads the code and leaves a file: the repository's hooks and check are for
         // work that is pushed.
         let repo_env = match purpose {
@@ -200,7 +203,10 @@ impl Dispatcher {
                 (handed, &meter, live),
             )
             .await;
-        let restarted = steering.as_ref().is_some_and(FollowUpWatch::restarted);
+        let restarted = match steering {
+            Some(watch) => watch.finish().await,
+            None => false,
+        };
         self.forget_hook_dirs(&prepared).await;
         // Committing and pushing hold no slot (the repository's check did: it is as heavy as the agent). A
         // reviewer agent is as heavy too: where one reads the work, the slot is let go after it.
@@ -250,10 +256,7 @@ impl Dispatcher {
             && !stop.is_cancelled()
             && !heartbeat.lost.is_cancelled();
         self.done_with_worktree(&prepared, stopped).await;
-        heartbeat.beats.cancel();
-        if let Ok(version) = heartbeat.version.await {
-            writer.version = writer.version.max(version);
-        }
+        heartbeat.end(writer).await;
         if heartbeat.lost.is_cancelled() {
             return None;
         }
@@ -666,4 +669,15 @@ struct Heartbeat {
     disk_full: CancellationToken,
     /// The stream version the beats reached.
     version: tokio::task::JoinHandle<i64>,
+}
+
+impl Heartbeat {
+    /// No more beats (one last with the output counted since the one before): the run's writer goes on from the
+    /// version they reached. Called once, when the attempt has its outcome.
+    async fn end(&mut self, writer: &mut RunWriter) {
+        self.beats.cancel();
+        if let Ok(version) = (&mut self.version).await {
+            writer.version = writer.version.max(version);
+        }
+    }
 }

@@ -105,6 +105,10 @@ impl Dispatcher {
             let why = format!("{id} holds no refresh to check");
             return Some(this.failed(FailureKind::Workspace, why, String::new()));
         };
+        let output = Arc::new(AtomicU64::new(0));
+        // Beats from the start: preparing the worktree may outlast the watchdog's bound, and setup and check may
+        // take as long as `check_timeout_s`.
+        let mut heartbeat = self.heartbeat(id, run, writer.clone(), output.clone(), stop.clone());
         let source = self.inner.config.source(task.repo());
         let prepared = self
             .inner
@@ -114,12 +118,10 @@ impl Dispatcher {
         let mut prepared = match prepared {
             Ok(prepared) => prepared,
             Err(error) => {
-                return Some(this.failed(FailureKind::Workspace, error.to_string(), String::new()))
+                heartbeat.end(writer).await;
+                return Some(this.failed(FailureKind::Workspace, error.to_string(), String::new()));
             }
         };
-        let output = Arc::new(AtomicU64::new(0));
-        // Beats while setup and check run: they may take as long as `check_timeout_s`.
-        let heartbeat = self.heartbeat(id, run, writer.clone(), output.clone(), stop.clone());
         let outcome = self
             .checked_push(&this, check, &mut prepared, &output, &heartbeat, &stop)
             .await;
@@ -129,10 +131,7 @@ impl Dispatcher {
             && !stop.is_cancelled()
             && !heartbeat.lost.is_cancelled();
         self.done_with_worktree(&prepared, stopped).await;
-        heartbeat.beats.cancel();
-        if let Ok(version) = heartbeat.version.await {
-            writer.version = writer.version.max(version);
-        }
+        heartbeat.end(writer).await;
         if heartbeat.lost.is_cancelled() {
             return None;
         }
