@@ -537,10 +537,7 @@ impl Follower for Intake {
     fn bodies(&self) -> Wanted {
         let rules = self.rules.clone();
         let pick: Pick = std::sync::Arc::new(move |source, event_type| {
-            rules
-                .iter()
-                .find(|r| r.source().as_str() == source)
-                .is_some_and(|r| r.reads(event_type))
+            rules::of_source(&rules, source).is_some_and(|r| r.reads(event_type))
         });
         Wanted::Picked(pick)
     }

@@ -219,10 +219,21 @@ pub fn decide(
     config: &IntakeConfig,
     rules: &[Box<dyn SourceRules>],
 ) -> Decision {
-    match rules.iter().find(|r| r.source().as_str() == event.source) {
+    match of_source(rules, &event.source) {
         Some(rules) => rules.decide(&event.event_type, &Payload { event }, config),
         None => Decision::NotIntake,
     }
+}
+
+/// The rules that decide the events of `source`, if a provider registered some.
+pub fn of_source<'a>(
+    rules: &'a [Box<dyn SourceRules>],
+    source: &str,
+) -> Option<&'a dyn SourceRules> {
+    rules
+        .iter()
+        .find(|r| r.source().as_str() == source)
+        .map(|r| r.as_ref())
 }
 
 /// A refusal: the candidate is recorded with `reason`, so it is visible.

@@ -202,6 +202,11 @@ impl Ended {
     }
 }
 
+/// Whether an event is the poller's `refresh.due` (pidevops's own: no webhook can write one).
+fn is_due(source: &str, event_type: &str) -> bool {
+    source == Source::Pidevops.as_str() && event_type == DUE
+}
+
 /// The `refresh` loop (see the module doc).
 #[derive(Clone, Debug)]
 pub struct Refresher {
@@ -241,7 +246,7 @@ impl Refresher {
         event: &StoredEvent,
         progress: &mut RefreshProgress,
     ) -> anyhow::Result<()> {
-        if event.source == Source::Pidevops.as_str() && event.event_type == DUE {
+        if is_due(&event.source, &event.event_type) {
             // Only the poller writes it, from what GitHub said of the task's pull request: the task's own head
             // and base are what the refresh reads.
             let due: Due = serde_json::from_slice(&event.body).context("reading refresh.due")?;
@@ -632,8 +637,7 @@ impl Follower for Refresher {
     /// The bodies of `refresh.due` and of pushes ([`base_push::reads`]); no other is shipped.
     fn bodies(&self) -> Wanted {
         let pick: Pick = std::sync::Arc::new(|source, event_type| {
-            (source == Source::Pidevops.as_str() && event_type == DUE)
-                || base_push::reads(source, event_type)
+            is_due(source, event_type) || base_push::reads(source, event_type)
         });
         Wanted::Picked(pick)
     }
