@@ -468,15 +468,15 @@ async fn a_workers_run_is_not_lost_while_its_worktree_is_slow_to_prepare() {
     let mut file = dispatch_file(&remote, &script, "");
     let dispatch = file["dispatch"].as_table_mut().unwrap();
     dispatch.insert("executor".into(), toml::Value::from("workers"));
-    // Lost after three missed beats: 3 s, half the fetch's 6 s.
-    dispatch.insert("heartbeat_s".into(), toml::Value::from(1.0));
+    // Lost after three missed beats: 4.5 s, half the fetch's 9 s (and room for a busy moment).
+    dispatch.insert("heartbeat_s".into(), toml::Value::from(1.5));
     let config = write_config(dir, &file);
     let bus = crate::common::bus_config();
     let env = |name: &str, workspaces: &str| {
         process_env(Path::new(&config), name, &dir.join(workspaces), &bus)
     };
 
-    // The worker's git: every fetch and clone waits 6 s first, then the real git runs; each is noted.
+    // The worker's git: every fetch and clone waits 9 s first, then the real git runs; each is noted.
     let shim = dir.join("slow-git");
     std::fs::create_dir(&shim).unwrap();
     let real_git = std::env::var("PATH")
@@ -490,7 +490,7 @@ async fn a_workers_run_is_not_lost_while_its_worktree_is_slow_to_prepare() {
         &shim,
         "git",
         &format!(
-            "case \" $* \" in *\" fetch \"*|*\" clone \"*) echo \"$*\" >> '{}'; sleep 6 ;; esac\nexec '{}' \"$@\"",
+            "case \" $* \" in *\" fetch \"*|*\" clone \"*) echo \"$*\" >> '{}'; sleep 9 ;; esac\nexec '{}' \"$@\"",
             noted.display(),
             real_git.display()
         ),
