@@ -206,13 +206,17 @@ pub fn settings(db: &TestDb) -> Settings {
     s
 }
 
-/// `PIDEVOPS_TEST_LOG=<filter>` (e.g. `pidevops=debug`): the apps' logs on stderr, for a test that misbehaves
-/// (run it with `--nocapture`). Off by default: the suite's output stays the tests' own.
+/// `PIDEVOPS_TEST_LOG=<filter>` (e.g. `pidevops=debug`): the apps' logs, for a test that misbehaves. Under CI,
+/// `pidevops=warn` unless set: a test that fails there shows what its app warned of. Through libtest's capture,
+/// so each test's lines show with its failure (or at once with `--nocapture`) and a passing test's not at all.
 fn log_if_asked() {
-    if let Ok(filter) = std::env::var("PIDEVOPS_TEST_LOG") {
+    let filter = std::env::var("PIDEVOPS_TEST_LOG")
+        .ok()
+        .or_else(|| std::env::var_os("CI").map(|_| "pidevops=warn".to_owned()));
+    if let Some(filter) = filter {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-            .with_writer(std::io::stderr)
+            .with_test_writer()
             .try_init();
     }
 }

@@ -30,16 +30,34 @@ pub async fn ended_runs(app: &TestApp, id: TaskId, n: usize) -> Vec<RunRow> {
             .await
             .unwrap()
     };
-    within(
-        Duration::from_secs(60),
-        &format!("{n} runs of {id} ended"),
-        || async {
-            let runs = query().await;
-            runs.len() == n && runs.iter().all(|r| r.state != "running")
-        },
-    )
-    .await;
-    query().await
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let runs = query().await;
+        if runs.len() == n && runs.iter().all(|r| r.state != "running") {
+            return runs;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            // What the runs and the task's stream say, for a failure to explain itself.
+            let seen: Vec<String> = runs
+                .iter()
+                .map(|r| {
+                    format!(
+                        "attempt {} {} {}: {:?} {:?}",
+                        r.attempt, r.run_id, r.state, r.failure, r.detail
+                    )
+                })
+                .collect();
+            let stream: Vec<String> = app
+                .all_events()
+                .await
+                .into_iter()
+                .filter(|e| e.stream.as_deref() == Some(id.stream().as_str()))
+                .map(|e| format!("{} {}", e.position, e.event_type))
+                .collect();
+            panic!("timed out after 60s waiting for {n} runs of {id} ended; runs: {seen:#?}\ntask stream: {stream:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The prompt a run was given (`prompt.md` beside its log).
