@@ -58,8 +58,117 @@ impl RunWriter {
                 self.version += 1;
                 Ok(())
             }
+            // A beat reported failed (the append timed out) may have committed all the same; the next beat, keyed
+            // by the same version, meets it. Not someone else's decision: the writer moves past it.
+            Ok(appended) if self.own_beat(event, appended.position).await => {
+                self.version += 1;
+                Ok(())
+            }
             Ok(_) | Err(AppendError::Conflict { .. }) => Err(Written::Taken),
             Err(error) => Err(Written::Failed(error.into())),
         }
+    }
+
+    /// Whether the event stored at `position` is a heartbeat at this writer's next version: only this run's
+    /// heartbeat writes those, so it is one of its own beats.
+    async fn own_beat(&self, event: &RunEvent, position: i64) -> bool {
+        if !matches!(event, RunEvent::Heartbeat { .. }) {
+            return false;
+        }
+        let Ok(stored) = self.log.store().read_stream(&runs::stream(self.run)).await else {
+            return false;
+        };
+        stored.iter().any(|e| {
+            e.position == position
+                && e.event_type == event.kind()
+                && e.stream_version == Some(self.version + 1)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Utc;
+
+    async fn log_in(dir: &std::path::Path) -> EventLog {
+        let url = crate::config::DatabaseUrl::Sqlite(format!(
+            "sqlite://{}",
+            dir.join("runs.db").display()
+        ));
+        let store = crate::eventlog::EventStore::connect(&url, 4)
+            .await
+            .expect("sqlite");
+        store.migrate().await.expect("migrations");
+        let (log, _appender) = EventLog::start(
+            store,
+            std::time::Duration::from_secs(5),
+            tokio_util::sync::CancellationToken::new(),
+        );
+        log
+    }
+
+    fn beat(run: RunId, task: TaskId) -> RunEvent {
+        RunEvent::Heartbeat {
+            at: Utc::now(),
+            run,
+            task,
+            output_bytes: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_beat_that_committed_after_its_append_failed_is_the_writers_own_not_a_lost_run() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let log = log_in(dir.path()).await;
+        let (run, task) = (RunId(uuid::Uuid::now_v7()), "T-1".parse().expect("an id"));
+        let mut attempt = RunWriter::new(log.clone(), run, task, 0);
+        let started = RunEvent::Started {
+            at: Utc::now(),
+            run,
+            task,
+            attempt: 1,
+            profile: "fake".into(),
+            worker: "here".into(),
+            log: "/tmp/agent.log".into(),
+        };
+        assert!(attempt.append(&started).await.is_ok());
+
+        // A beat at version 2 committed, but its writer heard a failure (its version stayed at 1).
+        let mut committed = attempt.clone();
+        assert!(committed.append(&beat(run, task)).await.is_ok());
+        let mut beats = attempt.clone();
+        assert!(
+            beats.append(&beat(run, task)).await.is_ok(),
+            "its own earlier beat taken for another writer's"
+        );
+        assert_eq!(beats.version, 2);
+        assert!(beats.append(&beat(run, task)).await.is_ok());
+        assert_eq!(beats.version, 3);
+
+        // Anything else at a version taken stays someone else's decision.
+        let mut late = attempt.clone();
+        late.version = 2;
+        assert!(matches!(late.append(&started).await, Err(Written::Taken)));
+        // The watchdog's verdict after the beats: the next beat meets it, and the run is lost.
+        let mut watchdog = beats.clone();
+        let lost = RunEvent::Failed {
+            at: Utc::now(),
+            run,
+            task,
+            attempt: 1,
+            kind: crate::dispatch::runs::FailureKind::Lost,
+            detail: "no heartbeat".into(),
+            duration_s: 0.0,
+            tail: String::new(),
+            usage: None,
+            until: None,
+            reviewer_usage: None,
+        };
+        assert!(watchdog.append(&lost).await.is_ok());
+        assert!(matches!(
+            beats.append(&beat(run, task)).await,
+            Err(Written::Taken)
+        ));
     }
 }
