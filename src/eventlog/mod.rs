@@ -475,5 +475,20 @@ pub(crate) fn parse_digest(
         .transpose()
 }
 
+/// A fresh, migrated SQLite log in `dir`, for the library's own tests.
+#[cfg(test)]
+pub(crate) async fn sqlite_log_in(dir: &std::path::Path) -> EventLog {
+    let url =
+        crate::config::DatabaseUrl::Sqlite(format!("sqlite://{}", dir.join("log.db").display()));
+    let store = EventStore::connect(&url, 4).await.expect("sqlite");
+    store.migrate().await.expect("migrations");
+    let (log, _appender) = EventLog::start(
+        store,
+        std::time::Duration::from_secs(5),
+        tokio_util::sync::CancellationToken::new(),
+    );
+    log
+}
+
 #[cfg(test)]
 mod tests;

@@ -91,23 +91,6 @@ mod tests {
     use super::*;
     use chrono::Utc;
 
-    async fn log_in(dir: &std::path::Path) -> EventLog {
-        let url = crate::config::DatabaseUrl::Sqlite(format!(
-            "sqlite://{}",
-            dir.join("runs.db").display()
-        ));
-        let store = crate::eventlog::EventStore::connect(&url, 4)
-            .await
-            .expect("sqlite");
-        store.migrate().await.expect("migrations");
-        let (log, _appender) = EventLog::start(
-            store,
-            std::time::Duration::from_secs(5),
-            tokio_util::sync::CancellationToken::new(),
-        );
-        log
-    }
-
     fn beat(run: RunId, task: TaskId) -> RunEvent {
         RunEvent::Heartbeat {
             at: Utc::now(),
@@ -120,7 +103,7 @@ mod tests {
     #[tokio::test]
     async fn a_beat_that_committed_after_its_append_failed_is_the_writers_own_not_a_lost_run() {
         let dir = tempfile::tempdir().expect("a temp dir");
-        let log = log_in(dir.path()).await;
+        let log = crate::eventlog::sqlite_log_in(dir.path()).await;
         let (run, task) = (RunId(uuid::Uuid::now_v7()), "T-1".parse().expect("an id"));
         let mut attempt = RunWriter::new(log.clone(), run, task, 0);
         let started = RunEvent::Started {

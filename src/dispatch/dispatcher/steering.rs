@@ -220,19 +220,7 @@ mod tests {
 
     /// A board on a fresh SQLite log, and a task on it started by run `run`.
     async fn started(dir: &std::path::Path, run: RunId) -> (Board, TaskId) {
-        let url = crate::config::DatabaseUrl::Sqlite(format!(
-            "sqlite://{}",
-            dir.join("steer.db").display()
-        ));
-        let store = crate::eventlog::EventStore::connect(&url, 4)
-            .await
-            .expect("sqlite");
-        store.migrate().await.expect("migrations");
-        let (log, _appender) = crate::eventlog::EventLog::start(
-            store,
-            std::time::Duration::from_secs(5),
-            CancellationToken::new(),
-        );
+        let log = crate::eventlog::sqlite_log_in(dir).await;
         let board = Board::new(log, crate::board::BoardConfig::default());
         let spec = Spec::new("Write it down", "CHANGES.md", "written").expect("a spec");
         let draft = Draft {
