@@ -90,7 +90,7 @@ const UPSERT_SET: &str = "ON CONFLICT (task_id) DO UPDATE SET
 pub(super) const TASK_COLUMNS: &str = "task_id, number, board_column, title, repo, priority, priority_rank, needs_human,
     needs_human_reason, attempts, max_attempts, source, links, created_at, updated_at, version, last_position, state,
     search_text";
-const TASK_COLUMN_COUNT: usize = 19;
+pub(super) const TASK_COLUMN_COUNT: usize = 19;
 
 /// The batch's task rows (one per task: `BatchWrites` folds a task's events) and its new links.
 pub(super) async fn write(tx: &mut ProjectorTx, w: &BatchWrites) -> anyhow::Result<()> {
