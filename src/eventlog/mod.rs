@@ -299,7 +299,7 @@ impl EventStore {
         let mut bodies = Vec::with_capacity(positions.len());
         for chunk in positions.chunks(sql::MAX_PARAMS) {
             let sql = format!("{}{})", sql::BODIES_AT, sql::list(1, chunk.len()));
-            crate::on_store!(self, |pool, _backend| {
+            crate::on_store!(self, sql = sql, |pool, _backend| {
                 let mut query = sqlx::query_as::<_, (i64, Vec<u8>)>(&sql);
                 for position in chunk {
                     query = query.bind(position);

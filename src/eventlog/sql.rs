@@ -1,5 +1,5 @@
 //! The SQL both backends run, written once with `$N` placeholders (sqlx's SQLite driver binds `$N` by number, as
-//! Postgres does). What stays per backend lives in `postgres.rs` / `sqlite.rs`: the append (one function call
+//! Postgres does; a statement of many goes to SQLite as plain `?`, [`positional`]). What stays per backend lives in `postgres.rs` / `sqlite.rs`: the append (one function call
 //! under an advisory lock against `plan_batch` under BEGIN IMMEDIATE), the column lists that carry or skip bodies
 //! (`bytea` and `meta::text` against BLOB and TEXT), how an event id is bound (uuid against text), and the leases
 //! (the database's clock against the machine's). Run a statement on either backend with [`crate::on_store!`] (in a
@@ -75,9 +75,27 @@ pub const ADVANCE_CHECKPOINT_UNFLUSHED_POSTGRES: &str = concat!(
 
 /// Runs `$body` against whichever backend holds `$store` (an `&EventStore`): the body is written once and compiled
 /// once per driver. Inside it `$pool` is the backend's pool and `$backend` its module (`postgres` or `sqlite`) for
-/// the few things that differ: `COLUMNS` / `HEADER_COLUMNS`, `decode`, `id_param`.
+/// the few things that differ: `COLUMNS` / `HEADER_COLUMNS`, `decode`, `id_param`. With `sql = $statement` (a
+/// statement of many placeholders: [`values_rows`], [`list`]), SQLite gets it through [`positional`].
 #[macro_export]
 macro_rules! on_store {
+    ($store:expr, sql = $statement:ident, |$pool:ident, $backend:ident| $body:expr) => {
+        match $store {
+            $crate::eventlog::EventStore::Postgres(store) => {
+                #[allow(unused_imports)]
+                use $crate::eventlog::postgres as $backend;
+                let $pool = store.pool();
+                $body
+            }
+            $crate::eventlog::EventStore::Sqlite(store) => {
+                #[allow(unused_imports)]
+                use $crate::eventlog::sqlite as $backend;
+                let $pool = store.pool();
+                let $statement = $crate::eventlog::sql::positional(&$statement);
+                $body
+            }
+        }
+    };
     ($store:expr, |$pool:ident, $backend:ident| $body:expr) => {
         match $store {
             $crate::eventlog::EventStore::Postgres(store) => {
@@ -129,9 +147,84 @@ pub fn list(first: usize, count: usize) -> String {
         .join(", ")
 }
 
+/// `statement` as SQLite should run it: `$1, $2, …`, each once and in that order, become plain `?`. SQLite keeps
+/// `$N` (and `?N`) placeholders as names in a list it scans linearly, when it parses a statement and again for each
+/// parameter's name sqlx asks, so n of them cost O(n²): one `INSERT` of 30,000 one-column rows took 2.89 s with
+/// `$N`, 0.024 s with `?` (docs/benchmarks.md). Plain `?` are numbered as they come and listed nowhere. Any other
+/// statement (a number repeated, out of order, or none) is returned as it is: still right, only slower. Text
+/// inside single quotes is never touched.
+pub fn positional(statement: &str) -> std::borrow::Cow<'_, str> {
+    use std::borrow::Cow;
+    let bytes = statement.as_bytes();
+    let mut out = String::with_capacity(statement.len());
+    let (mut next, mut copied, mut i) = (1_usize, 0, 0);
+    let mut quoted = false;
+    while let Some(&b) = bytes.get(i) {
+        i += 1;
+        match b {
+            b'\'' => quoted = !quoted,
+            b'$' if !quoted => {
+                let digits = bytes[i..].iter().take_while(|c| c.is_ascii_digit()).count();
+                if digits == 0 {
+                    continue;
+                }
+                if statement[i..i + digits].parse::<usize>().ok() != Some(next) {
+                    return Cow::Borrowed(statement);
+                }
+                out.push_str(&statement[copied..i - 1]);
+                out.push('?');
+                next += 1;
+                i += digits;
+                copied = i;
+            }
+            _ => {}
+        }
+    }
+    if next == 1 {
+        return Cow::Borrowed(statement);
+    }
+    out.push_str(&statement[copied..]);
+    Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod placeholder_tests {
     use super::*;
+
+    #[test]
+    fn numbered_placeholders_in_order_become_plain_ones() {
+        assert_eq!(
+            positional("INSERT INTO t VALUES ($1, $2), ($3, $4) ON CONFLICT DO NOTHING"),
+            "INSERT INTO t VALUES (?, ?), (?, ?) ON CONFLICT DO NOTHING"
+        );
+        let many = format!("SELECT 1 WHERE x IN ({})", list(1, 12));
+        assert_eq!(
+            positional(&many),
+            format!("SELECT 1 WHERE x IN ({})", ["?"; 12].join(", "))
+        );
+        // Quoted text is left alone, placeholders after it still counted.
+        assert_eq!(
+            positional("SELECT '$2 it''s', json_extract(m, '$.a') WHERE a = $1 AND b = $2"),
+            "SELECT '$2 it''s', json_extract(m, '$.a') WHERE a = ? AND b = ?"
+        );
+    }
+
+    #[test]
+    fn any_other_numbering_is_left_as_it_is() {
+        for statement in [
+            "SELECT $2, $1",
+            "SELECT $1 WHERE a = $1",
+            "SELECT $1, $3",
+            "SELECT 1",
+            "SELECT '$1'",
+            "SELECT $x, $",
+        ] {
+            assert!(
+                matches!(positional(statement), std::borrow::Cow::Borrowed(s) if s == statement),
+                "{statement}"
+            );
+        }
+    }
 
     #[test]
     fn values_rows_number_every_value_once_in_order() {

@@ -62,6 +62,20 @@ pub enum ProjectorTx {
 /// Runs `$body` on the connection of a projector's transaction, whichever backend it is on: the statement is
 /// written once (`$N` placeholders) and compiled once per driver. `$conn` is a `&mut` connection, used once.
 macro_rules! on_tx {
+    // `sql = $statement`: a statement of many placeholders, which SQLite gets through `sql::positional`.
+    ($tx:expr, sql = $statement:ident, |$conn:ident| $body:expr) => {
+        match $tx {
+            ProjectorTx::Postgres(tx) => {
+                let $conn = &mut **tx;
+                $body
+            }
+            ProjectorTx::Sqlite(tx) => {
+                let $conn = &mut **tx;
+                let $statement = $crate::eventlog::sql::positional(&$statement);
+                $body
+            }
+        }
+    };
     ($tx:expr, |$conn:ident| $body:expr) => {
         match $tx {
             ProjectorTx::Postgres(tx) => {

@@ -608,7 +608,7 @@ async fn stored_versions(
             "SELECT task_id, version FROM tasks WHERE task_id IN ({})",
             sql::list(1, chunk.len())
         );
-        let rows: Vec<(String, i64)> = on_tx!(tx, |conn| {
+        let rows: Vec<(String, i64)> = on_tx!(tx, sql = statement, |conn| {
             let mut query = sqlx::query_as(&statement).persistent(false);
             for key in chunk {
                 query = query.bind(key.as_str());
@@ -642,13 +642,14 @@ async fn replay_streams(
             n + 1,
             n + 2
         );
-        let mut some: Vec<(String, i64, i64, String, Vec<u8>)> = on_tx!(tx, |conn| {
-            let mut query = sqlx::query_as(&statement).persistent(false);
-            for stream in chunk {
-                query = query.bind(stream.as_str());
-            }
-            query.bind(SOURCE).bind(before).fetch_all(conn).await
-        })?;
+        let mut some: Vec<(String, i64, i64, String, Vec<u8>)> =
+            on_tx!(tx, sql = statement, |conn| {
+                let mut query = sqlx::query_as(&statement).persistent(false);
+                for stream in chunk {
+                    query = query.bind(stream.as_str());
+                }
+                query.bind(SOURCE).bind(before).fetch_all(conn).await
+            })?;
         rows.append(&mut some);
     }
     let mut states: HashMap<TaskId, (i64, Option<Task>)> =

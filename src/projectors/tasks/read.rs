@@ -210,7 +210,7 @@ pub async fn get_many(store: &EventStore, ids: &[TaskId]) -> Result<Vec<TaskRow>
             "SELECT {ROW_COLUMNS} FROM tasks WHERE task_id IN ({})",
             sql::list(1, chunk.len())
         );
-        let found: Vec<TaskRow> = crate::on_store!(store, |pool, backend| {
+        let found: Vec<TaskRow> = crate::on_store!(store, sql = statement, |pool, backend| {
             let mut query = sqlx::query(&statement).persistent(false);
             for key in chunk {
                 query = query.bind(key.as_str());

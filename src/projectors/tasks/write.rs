@@ -152,7 +152,7 @@ async fn write_tasks(
         "INSERT INTO tasks ({TASK_COLUMNS}) VALUES {} {UPSERT_SET}",
         values_rows(rows.len(), TASK_COLUMN_COUNT)
     );
-    on_tx!(tx, |conn| {
+    on_tx!(tx, sql = statement, |conn| {
         let mut query = sqlx::query(&statement).persistent(false);
         for (t, r) in rows {
             query = query
@@ -187,7 +187,7 @@ async fn write_links(tx: &mut ProjectorTx, links: &[&LinkWrite]) -> Result<(), s
          ON CONFLICT (kind, value) DO NOTHING",
         values_rows(links.len(), 4)
     );
-    on_tx!(tx, |conn| {
+    on_tx!(tx, sql = statement, |conn| {
         let mut query = sqlx::query(&statement).persistent(false);
         for l in links {
             query = query
@@ -207,7 +207,7 @@ async fn write_merges(tx: &mut ProjectorTx, merges: &[&MergeWrite]) -> Result<()
             day = excluded.day, merged_at = excluded.merged_at",
         values_rows(merges.len(), 5)
     );
-    on_tx!(tx, |conn| {
+    on_tx!(tx, sql = statement, |conn| {
         let mut query = sqlx::query(&statement).persistent(false);
         for m in merges {
             query = query

@@ -413,7 +413,7 @@ pub async fn tasks(
             "SELECT task_id, repo, last_at, {SPENT} FROM usage_tasks WHERE task_id IN ({})",
             sql::list(1, chunk.len())
         );
-        let found: Vec<TaskUsageRow> = crate::on_store!(store, |pool, backend| {
+        let found: Vec<TaskUsageRow> = crate::on_store!(store, sql = statement, |pool, backend| {
             // Not prepared: the text differs with the chunk's length.
             let mut query = sqlx::query(&statement).persistent(false);
             for id in chunk {

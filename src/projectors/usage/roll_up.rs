@@ -175,7 +175,7 @@ async fn read_stored(tx: &mut ProjectorTx, batch: &mut Batch<'_>) -> Result<(), 
              WHERE (day, repo, profile) IN (VALUES {})",
             values_rows(chunk.len(), 3)
         );
-        on_tx!(tx, |conn| {
+        on_tx!(tx, sql = sql, |conn| {
             let mut query = sqlx::query(&sql).persistent(false);
             for (day, repo, profile) in chunk {
                 query = query.bind(*day).bind(*repo).bind(*profile);
@@ -196,7 +196,7 @@ async fn read_stored(tx: &mut ProjectorTx, batch: &mut Batch<'_>) -> Result<(), 
             "SELECT task_id, repo, last_at, {SPENT} FROM usage_tasks WHERE task_id IN ({})",
             list(1, chunk.len())
         );
-        on_tx!(tx, |conn| {
+        on_tx!(tx, sql = sql, |conn| {
             let mut query = sqlx::query(&sql).persistent(false);
             for task in chunk {
                 query = query.bind(*task);
@@ -228,7 +228,7 @@ async fn write(tx: &mut ProjectorTx, batch: &Batch<'_>) -> Result<(), sqlx::Erro
              ON CONFLICT (day, repo, profile) DO UPDATE SET {SET_SPENT}",
             values_rows(chunk.len(), 3 + SPENT_COUNT)
         );
-        on_tx!(tx, |conn| {
+        on_tx!(tx, sql = sql, |conn| {
             let mut query = sqlx::query(&sql).persistent(false);
             for ((day, repo, profile), s) in chunk {
                 query = bind_spent!(query.bind(*day).bind(*repo).bind(*profile), s);
@@ -248,7 +248,7 @@ async fn write(tx: &mut ProjectorTx, batch: &Batch<'_>) -> Result<(), sqlx::Erro
              ON CONFLICT (task_id) DO UPDATE SET {SET_SPENT}, last_at = excluded.last_at",
             values_rows(chunk.len(), 3 + SPENT_COUNT)
         );
-        on_tx!(tx, |conn| {
+        on_tx!(tx, sql = sql, |conn| {
             let mut query = sqlx::query(&sql).persistent(false);
             for (task, t) in chunk {
                 query = bind_spent!(
