@@ -80,23 +80,14 @@ pub const ADVANCE_CHECKPOINT_UNFLUSHED_POSTGRES: &str = concat!(
 #[macro_export]
 macro_rules! on_store {
     ($store:expr, sql = $statement:ident, |$pool:ident, $backend:ident| $body:expr) => {
-        match $store {
-            $crate::eventlog::EventStore::Postgres(store) => {
-                #[allow(unused_imports)]
-                use $crate::eventlog::postgres as $backend;
-                let $pool = store.pool();
-                $body
-            }
-            $crate::eventlog::EventStore::Sqlite(store) => {
-                #[allow(unused_imports)]
-                use $crate::eventlog::sqlite as $backend;
-                let $pool = store.pool();
-                let $statement = $crate::eventlog::sql::positional(&$statement);
-                $body
-            }
-        }
+        $crate::on_store!(@arms $store, |$pool, $backend|
+            [let $statement = $crate::eventlog::sql::positional(&$statement)] $body)
     };
     ($store:expr, |$pool:ident, $backend:ident| $body:expr) => {
+        $crate::on_store!(@arms $store, |$pool, $backend| [] $body)
+    };
+    // `$sqlite`: a statement run on SQLite only, before the body.
+    (@arms $store:expr, |$pool:ident, $backend:ident| [$($sqlite:stmt)?] $body:expr) => {
         match $store {
             $crate::eventlog::EventStore::Postgres(store) => {
                 #[allow(unused_imports)]
@@ -108,6 +99,7 @@ macro_rules! on_store {
                 #[allow(unused_imports)]
                 use $crate::eventlog::sqlite as $backend;
                 let $pool = store.pool();
+                $($sqlite)?
                 $body
             }
         }

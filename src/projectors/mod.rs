@@ -64,19 +64,13 @@ pub enum ProjectorTx {
 macro_rules! on_tx {
     // `sql = $statement`: a statement of many placeholders, which SQLite gets through `sql::positional`.
     ($tx:expr, sql = $statement:ident, |$conn:ident| $body:expr) => {
-        match $tx {
-            ProjectorTx::Postgres(tx) => {
-                let $conn = &mut **tx;
-                $body
-            }
-            ProjectorTx::Sqlite(tx) => {
-                let $conn = &mut **tx;
-                let $statement = $crate::eventlog::sql::positional(&$statement);
-                $body
-            }
-        }
+        on_tx!(@arms $tx, |$conn| [let $statement = $crate::eventlog::sql::positional(&$statement)] $body)
     };
     ($tx:expr, |$conn:ident| $body:expr) => {
+        on_tx!(@arms $tx, |$conn| [] $body)
+    };
+    // `$sqlite`: a statement run on SQLite only, before the body.
+    (@arms $tx:expr, |$conn:ident| [$($sqlite:stmt)?] $body:expr) => {
         match $tx {
             ProjectorTx::Postgres(tx) => {
                 let $conn = &mut **tx;
@@ -84,6 +78,7 @@ macro_rules! on_tx {
             }
             ProjectorTx::Sqlite(tx) => {
                 let $conn = &mut **tx;
+                $($sqlite)?
                 $body
             }
         }
