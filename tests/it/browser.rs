@@ -82,9 +82,6 @@ async fn driver() -> Option<(Driver, PathBuf)> {
 }
 
 async fn browser(driver: &Driver, chromium: &std::path::Path) -> Client {
-    // Two crypto providers are linked into the tests (ring, and aws-lc through other crates): rustls needs to be
-    // told which to use before fantoccini builds its client. Only the first install counts.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let mut caps = serde_json::Map::new();
     caps.insert(
         "goog:chromeOptions".to_owned(),
@@ -94,8 +91,8 @@ async fn browser(driver: &Driver, chromium: &std::path::Path) -> Client {
                      "--window-size=1400,1000", "--no-first-run"],
         }),
     );
-    ClientBuilder::rustls()
-        .expect("a TLS config for the WebDriver client")
+    // chromedriver listens on loopback over plain http: no TLS.
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
         .capabilities(caps)
         .connect(&driver.url)
         .await
