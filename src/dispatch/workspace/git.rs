@@ -1,7 +1,8 @@
 //! pidevops's own git: every command with a clean environment (no inherited `GIT_*`, no global or system config,
 //! no hooks, no fsmonitor), and the token only in git's environment, scoped to the configured remote's host.
 
-use std::path::Path;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use base64::Engine as _;
@@ -18,11 +19,7 @@ impl Workspaces {
     /// hooks, no fsmonitor, and the token (when the source needs it) as an HTTP header for the configured remote's
     /// host only, in git's own environment.
     pub(super) fn git(&self, source: Option<&RepoSource>) -> Command {
-        let path = std::env::var_os("PATH").unwrap_or_default();
-        // git by its full path, as `execvp` would find it on that PATH: given a bare name beside its own PATH, std
-        // forks the whole service (every mapping's page tables copied, then torn down at exec) instead of
-        // `posix_spawn`'s vfork. Not found, the bare name fails at spawn with the usual error.
-        let program = find_program("git", path.to_str()).unwrap_or_else(|| "git".into());
+        let (program, path) = git_program(std::env::var_os("PATH").unwrap_or_default());
         let mut command = Command::new(program);
         command
             .env_clear()
@@ -170,6 +167,24 @@ impl Workspaces {
             })
         }
     }
+}
+
+/// git's program and PATH, from the service's PATH. By its full path, as `execvp` would find it: given a bare name
+/// beside a PATH of its own, std forks the whole process (every mapping's page tables copied, then torn down at
+/// exec) instead of `posix_spawn`'s vfork. Only the absolute directories, for the lookup and for git's own: a
+/// relative one names whatever directory git runs in, an agent's worktree. Not found, the bare name fails at
+/// spawn. A PATH that is not UTF-8 is passed on as it is.
+fn git_program(path: OsString) -> (PathBuf, OsString) {
+    let Some(text) = path.to_str() else {
+        return ("git".into(), path);
+    };
+    let absolute = text
+        .split(':')
+        .filter(|dir| dir.starts_with('/'))
+        .collect::<Vec<_>>()
+        .join(":");
+    let program = find_program("git", Some(&absolute)).unwrap_or_else(|| "git".into());
+    (program, absolute.into())
 }
 
 /// `scheme://host[:port]` of an http(s) URL, for scoping the credential; `None` for other transports.
@@ -384,5 +399,26 @@ mod tests {
             Some(program.to_path_buf()),
             find_program("git", Some(&path))
         );
+    }
+
+    /// A relative PATH directory is neither searched nor handed to git: it would name a `git` (or a helper git
+    /// runs) in the directory the command runs in, an agent's worktree.
+    #[test]
+    fn git_is_never_found_in_a_relative_path_directory() {
+        use std::os::unix::fs::PermissionsExt;
+        let bin = tempfile::tempdir().unwrap();
+        let fake = bin.path().join("git");
+        std::fs::write(&fake, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let dir = bin.path().to_str().unwrap();
+
+        let (program, path) = git_program(format!(".:bin::{dir}:/nonexistent").into());
+        assert_eq!(program, fake);
+        assert_eq!(path, OsString::from(format!("{dir}:/nonexistent")));
+
+        // Only relative directories: nothing to find, and git gets an empty PATH rather than theirs.
+        let (program, path) = git_program(".:bin".into());
+        assert_eq!(program, PathBuf::from("git"));
+        assert_eq!(path, OsString::new());
     }
 }
