@@ -1,11 +1,12 @@
 //! The SQL both backends run, written once with `$N` placeholders (sqlx's SQLite driver binds `$N` by number, as
-//! Postgres does; a statement of many goes to SQLite as plain `?`, [`positional`]). What stays per backend lives in `postgres.rs` / `sqlite.rs`: the append (one function call
-//! under an advisory lock against `plan_batch` under BEGIN IMMEDIATE), the column lists that carry or skip bodies
-//! (`bytea` and `meta::text` against BLOB and TEXT), how an event id is bound (uuid against text), and the leases
-//! (the database's clock against the machine's). Run a statement on either backend with [`crate::on_store!`] (in a
-//! projector's transaction, `on_tx!`); a batch of rows goes in one multi-row statement per [`rows_per_statement`]
-//! rows ([`values_rows`], [`list`]) rather than in Postgres arrays, which SQLite lacks (the one exception, for
-//! speed: the tasks projector's batch writes on Postgres, `projectors/tasks/write.rs`).
+//! Postgres does; a statement of many goes to SQLite as plain `?`, [`positional`]). What stays per backend lives
+//! in `postgres.rs` / `sqlite.rs`: the append (one function call under an advisory lock against `plan_batch` under
+//! BEGIN IMMEDIATE), the column lists that carry or skip bodies (`bytea` and `meta::text` against BLOB and TEXT),
+//! how an event id is bound (uuid against text), and the leases (the database's clock against the machine's). Run a
+//! statement on either backend with [`crate::on_store!`] (in a projector's transaction, `on_tx!`); a batch of rows
+//! goes in one multi-row statement per [`rows_per_statement`] rows ([`values_rows`], [`list`]) rather than in
+//! Postgres arrays, which SQLite lacks (the one exception, for speed: the tasks projector's batch writes on
+//! Postgres, `projectors/tasks/write.rs`).
 
 /// Events after a position, in order: `$1` the position, `$2` the page size. Follows a column list.
 pub const EVENTS_AFTER: &str = "FROM events WHERE position > $1 ORDER BY position LIMIT $2";
