@@ -99,13 +99,8 @@ impl Combine {
         };
         let plan = match event.event_type.as_str() {
             "task.rolled_up" | "task.needs_human_cleared" | "task.cancelled" => {
-                let task_event: TaskEvent =
-                    serde_json::from_slice(&event.body).with_context(|| {
-                        format!(
-                            "task:{id}: the body of {} is not a task event",
-                            event.event_type
-                        )
-                    })?;
+                let task_event = TaskEvent::from_stored(&event.event_type, &event.body)
+                    .with_context(|| format!("task:{id}"))?;
                 match task_event {
                     TaskEvent::RolledUp {
                         column: Column::InReview,
@@ -300,7 +295,7 @@ impl Combine {
     /// The commit pidevops recorded for the run that put the item in review (its `run.succeeded`), from the log.
     async fn recorded_commit(&self, item: &Loaded) -> anyhow::Result<Option<CommitSha>> {
         let submitted = item.events.iter().rev().find_map(|e| {
-            match serde_json::from_slice::<TaskEvent>(&e.body) {
+            match TaskEvent::from_stored(&e.event_type, &e.body) {
                 Ok(TaskEvent::SubmittedForReview { run, .. }) => Some(run),
                 _ => None,
             }

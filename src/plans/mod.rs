@@ -92,12 +92,8 @@ impl Plans {
         let Some(id) = event.stream.as_deref().and_then(TaskId::from_stream) else {
             return Ok(());
         };
-        let task_event: TaskEvent = serde_json::from_slice(&event.body).with_context(|| {
-            format!(
-                "task:{id}: the body of {} is not a task event",
-                event.event_type
-            )
-        })?;
+        let task_event = TaskEvent::from_stored(&event.event_type, &event.body)
+            .with_context(|| format!("task:{id}"))?;
         match task_event {
             TaskEvent::PlanApproved { .. } => self.adopt(id, event, progress).await,
             TaskEvent::Cancelled { reason, .. } => self.cancelled(id, &reason, progress).await,

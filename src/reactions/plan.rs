@@ -258,7 +258,7 @@ fn combined(loaded: &Loaded, sha: &str) -> Combined {
     let commits: Vec<CommitSha> = loaded
         .events
         .iter()
-        .filter_map(|e| match serde_json::from_slice::<TaskEvent>(&e.body) {
+        .filter_map(|e| match TaskEvent::from_stored(&e.event_type, &e.body) {
             Ok(TaskEvent::Combined { commit, .. }) => Some(commit),
             // Its combination brought up to date with the base by pidevops's refresh: the branch's head now.
             Ok(TaskEvent::Refreshed { to, .. }) => Some(to),

@@ -126,12 +126,8 @@ impl<P: ProviderPolicy> Effects<P> {
         let Some(id) = TaskId::from_stream(stream) else {
             return Ok(Settled::Yes);
         };
-        let task_event: TaskEvent = serde_json::from_slice(&event.body).with_context(|| {
-            format!(
-                "{stream}: the body of {} is not a task event",
-                event.event_type
-            )
-        })?;
+        let task_event = TaskEvent::from_stored(&event.event_type, &event.body)
+            .with_context(|| stream.to_owned())?;
         // The cheap test first: most task events ask for nothing, and need no load.
         if !self.policy.notifies(&task_event) {
             return Ok(Settled::Yes);

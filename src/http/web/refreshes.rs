@@ -127,7 +127,7 @@ pub fn of(events: &[StoredEvent]) -> Vec<Refresh> {
     // The row that just ended without a push: the flag that follows it (same command) is its.
     let mut ended: Option<usize> = None;
     for stored in events {
-        let Ok(event) = serde_json::from_slice::<TaskEvent>(&stored.body) else {
+        let Ok(event) = TaskEvent::from_stored(&stored.event_type, &stored.body) else {
             continue;
         };
         let just_ended = ended.take();

@@ -325,15 +325,7 @@ fn decode(event: &StoredEvent) -> anyhow::Result<Decoded> {
 }
 
 fn decode_body(stream: &str, event_type: &str, body: &[u8]) -> anyhow::Result<TaskEvent> {
-    let event: TaskEvent = serde_json::from_slice(body)
-        .with_context(|| format!("{stream}: the body of {event_type} is not a task event"))?;
-    if event.kind() != event_type {
-        bail!(
-            "{stream}: event type {event_type} but the body is {}",
-            event.kind()
-        );
-    }
-    Ok(event)
+    TaskEvent::from_stored(event_type, body).with_context(|| stream.to_owned())
 }
 
 /// Applies one decoded event to a task at `version`, checking the stream's order and the task's identity.

@@ -33,6 +33,23 @@ pub struct TaskCreated {
     pub family: Family,
 }
 
+/// Declares `TaskEvent` and, from the same variants, `ByKind`: a remote twin whose derive builds a `TaskEvent` from
+/// a variant's fields once the variant is known (`stored.rs`). serde's internally tagged derive buffers every body
+/// into an intermediate tree to find its `type` first; a stored event's type is in its own column, so the log's
+/// readers need not (`TaskEvent::from_stored`). One list of variants: the two cannot drift.
+macro_rules! task_events {
+    ($(#[$attr:meta])* pub enum TaskEvent { $($variants:tt)* }) => {
+        $(#[$attr])*
+        pub enum TaskEvent { $($variants)* }
+
+        #[derive(Deserialize)]
+        #[serde(remote = "TaskEvent", rename_all = "snake_case")]
+        #[allow(dead_code, clippy::large_enum_variant)]
+        pub(super) enum ByKind { $($variants)* }
+    };
+}
+
+task_events! {
 /// One fact about a task. The stream (one per task) says which task; `at` is when `decide` accepted it.
 ///
 /// `TaskEventKind` is derived from the variants: its names are the log's event types (`task.created`, …), the same
@@ -274,6 +291,7 @@ pub enum TaskEvent {
         at: DateTime<Utc>,
         reason: Reason,
     },
+}
 }
 
 impl TaskEvent {

@@ -24,6 +24,7 @@ mod family;
 pub mod landing;
 mod refresh_check;
 pub mod stale;
+mod stored;
 mod ticket;
 
 pub use combined::{Combination, CombinedItem, PlanLand};
@@ -40,6 +41,7 @@ pub use landing::{
 };
 pub use refresh_check::RefreshCheck;
 pub use stale::{StaleAction, StaleRule};
+pub use stored::StoredEventError;
 
 use super::plan::{PlanDocument, Scope};
 use super::values::{

@@ -316,7 +316,7 @@ fn as_submitted(task_event: &TaskEvent, events: &[StoredEvent], position: i64) -
         *pr = events
             .iter()
             .filter(|e| e.position < position)
-            .filter_map(|e| serde_json::from_slice::<TaskEvent>(&e.body).ok())
+            .filter_map(|e| TaskEvent::from_stored(&e.event_type, &e.body).ok())
             .fold(None, |known, earlier| {
                 // Only a link or an earlier submission's pull request says which one it was.
                 if let TaskEvent::LinksAttached { links, .. } = &earlier {
@@ -333,7 +333,7 @@ fn as_submitted(task_event: &TaskEvent, events: &[StoredEvent], position: i64) -
 
 fn last_run(events: &[StoredEvent]) -> Option<RunId> {
     events.iter().rev().find_map(|e| {
-        let TaskEvent::Started { run, .. } = serde_json::from_slice::<TaskEvent>(&e.body).ok()?
+        let TaskEvent::Started { run, .. } = TaskEvent::from_stored(&e.event_type, &e.body).ok()?
         else {
             return None;
         };

@@ -319,7 +319,7 @@ fn submitted_pull_request(
         events
             .iter()
             .filter(|e| e.position < position)
-            .filter_map(|e| serde_json::from_slice::<TaskEvent>(&e.body).ok())
+            .filter_map(|e| TaskEvent::from_stored(&e.event_type, &e.body).ok())
             .fold(None, |known, earlier| {
                 // Only a link or an earlier submission's pull request says which one it was.
                 if let TaskEvent::LinksAttached { links, .. } = &earlier {

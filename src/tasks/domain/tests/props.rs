@@ -531,6 +531,10 @@ fn check_step(
         let back: TaskEvent =
             serde_json::from_str(&json).map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(&back, event);
+        // The log's readers decode a body by its stored type, without the general decoder's buffering: the same.
+        let stored = TaskEvent::from_stored(event.kind(), json.as_bytes())
+            .map_err(|e| TestCaseError::fail(format!("{e:#}")))?;
+        prop_assert_eq!(&stored, event);
     }
     Ok(())
 }
