@@ -24,7 +24,7 @@ mod family;
 pub mod landing;
 mod refresh_check;
 pub mod stale;
-mod stored;
+pub mod stored;
 mod ticket;
 
 pub use combined::{Combination, CombinedItem, PlanLand};
@@ -41,7 +41,6 @@ pub use landing::{
 };
 pub use refresh_check::RefreshCheck;
 pub use stale::{StaleAction, StaleRule};
-pub use stored::StoredEventError;
 
 use super::plan::{PlanDocument, Scope};
 use super::values::{
