@@ -72,6 +72,13 @@ enum Command {
         #[command(subcommand)]
         command: pidevops::cli::ConfigCommand,
     },
+    /// Walk the log's hash chain and name the first break (a changed, deleted or reordered event). Exits 0 when
+    /// the chain is intact, 1 at a break, 2 when the log could not be read.
+    Verify {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Rebuild read models from position 0, with progress; safe while `serve` runs.
     Replay {
         /// The projector to rebuild (see `--all`).
@@ -200,6 +207,7 @@ async fn run(cli: Cli) -> ExitCode {
             follow,
         } => events(settings, after, limit, follow).await,
         Command::Replay { projector, all } => replay(settings, projector, all).await,
+        Command::Verify { json } => return verify(settings, json).await,
         Command::Task { command } => pidevops::cli::task(settings, command).await,
         Command::Plan { command } => pidevops::cli::plan(settings, command).await,
         Command::Dispatch { command } => pidevops::cli::dispatch(settings, command).await,
@@ -278,6 +286,43 @@ async fn migrate(settings: Settings) -> anyhow::Result<()> {
     store.migrate().await.context("applying migrations")?;
     eprintln!("migrations applied to {}", settings.database.redacted());
     Ok(())
+}
+
+/// `pidevops verify`: the chain walk's report, and an exit code that says whether it held.
+async fn verify(settings: Settings, json: bool) -> ExitCode {
+    let report = async {
+        // Read only, as `events`: never creates or migrates the database it is pointed at.
+        let store =
+            pidevops::startup::connect_existing(&settings, pidevops::startup::CLI_CONNECTIONS)
+                .await?;
+        store.verify_chain().await.context(
+            "walking the hash chain (a log from before the chain needs `pidevops migrate` first)",
+        )
+    }
+    .await;
+    let report = match report {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("pidevops verify: {}", telemetry::error_chain(&e));
+            return ExitCode::from(2);
+        }
+    };
+    if json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(text) => println!("{text}"),
+            Err(e) => {
+                eprintln!("pidevops verify: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        print!("{}", pidevops::eventlog::chain_report_text(&report));
+    }
+    if report.first_break.is_some() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 async fn events(

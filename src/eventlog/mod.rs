@@ -6,6 +6,7 @@
 //! serialises writers, so positions become visible in commit order and a reader polling `position > last` never
 //! skips an event that commits late.
 
+pub mod chain;
 mod envelope;
 mod meta;
 pub(crate) mod postgres;
@@ -15,6 +16,7 @@ pub mod url;
 
 mod appender;
 mod plan;
+mod verify;
 
 pub use appender::{AppendFailure, AppenderStats, EventLog};
 pub(crate) use plan::{plan_batch, KeyHolder};
@@ -28,6 +30,7 @@ pub use envelope::Envelope;
 pub use meta::Meta;
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
+pub use verify::{chain_report_text, Break, ChainReport};
 
 use crate::domain::{NewEvent, Source};
 pub use url::DatabaseUrl;

@@ -143,13 +143,16 @@ impl PostgresStore {
         &self,
         events: &[NewEvent],
     ) -> Result<Vec<BatchOutcome>, StoreError> {
+        // Stored (and hashed) to the microsecond Postgres keeps; the content hashes are computed here, before the
+        // writer lock, so hashing a large body holds up no other appender.
+        let recorded_at = super::chain::stored_time(Utc::now());
         let mut c = AppendColumns::with_capacity(events.len());
         for event in events {
-            c.push(event);
+            c.push(event, recorded_at);
         }
         let rows = sqlx::query(
             "SELECT idx, event_id, event_position, duplicate, stream_actual, different_body
-               FROM pidevops_append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+               FROM pidevops_append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
         )
         .bind(c.id)
         .bind(c.source)
@@ -158,7 +161,7 @@ impl PostgresStore {
         .bind(c.stream)
         .bind(c.stream_version)
         .bind(c.occurred_at)
-        .bind(Utc::now())
+        .bind(recorded_at)
         .bind(c.action)
         .bind(c.repository)
         .bind(c.number)
@@ -167,6 +170,7 @@ impl PostgresStore {
         .bind(c.body)
         .bind(c.meta)
         .bind(c.body_digest)
+        .bind(c.content_hash)
         .fetch_all(&self.append_pool)
         .await?;
 
@@ -237,6 +241,7 @@ struct AppendColumns<'a> {
     body: Vec<&'a [u8]>,
     meta: Vec<String>,
     body_digest: Vec<Option<&'a [u8]>>,
+    content_hash: Vec<Vec<u8>>,
 }
 
 impl<'a> AppendColumns<'a> {
@@ -257,17 +262,19 @@ impl<'a> AppendColumns<'a> {
             body: Vec::with_capacity(n),
             meta: Vec::with_capacity(n),
             body_digest: Vec::with_capacity(n),
+            content_hash: Vec::with_capacity(n),
         }
     }
 
-    fn push(&mut self, e: &'a NewEvent) {
+    fn push(&mut self, e: &'a NewEvent, recorded_at: DateTime<Utc>) {
         self.id.push(e.id);
         self.source.push(e.source.as_str());
         self.event_type.push(e.event_type.as_str());
         self.dedup_key.push(&e.dedup_key);
         self.stream.push(e.stream.as_ref().map(|(s, _)| s.as_str()));
         self.stream_version.push(e.stream.as_ref().map(|(_, v)| *v));
-        self.occurred_at.push(e.occurred_at);
+        self.occurred_at
+            .push(super::chain::stored_time(e.occurred_at));
         self.action.push(e.subject.action.as_deref());
         self.repository.push(e.subject.repository.as_deref());
         self.number.push(e.subject.number);
@@ -278,6 +285,8 @@ impl<'a> AppendColumns<'a> {
             .push(serde_json::to_string(&e.meta).unwrap_or_else(|_| "{}".to_owned()));
         self.body_digest
             .push(e.body_digest.as_ref().map(|d| d.as_slice()));
+        self.content_hash
+            .push(super::chain::of_new_event(e, recorded_at).to_vec());
     }
 }
 

@@ -183,6 +183,12 @@ impl SqliteStore {
         &self,
         events: &[NewEvent],
     ) -> Result<Vec<BatchOutcome>, StoreError> {
+        // Hashed before the write lock (chain.rs), stored to the microsecond as on Postgres.
+        let recorded_at = super::chain::stored_time(Utc::now());
+        let content_hashes: Vec<[u8; 32]> = events
+            .iter()
+            .map(|e| super::chain::of_new_event(e, recorded_at))
+            .collect();
         // IMMEDIATE takes the write lock up front, so the reads below see the state this transaction commits on.
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
 
@@ -216,6 +222,16 @@ impl SqliteStore {
         let head: i64 = sqlx::query_scalar("SELECT coalesce(max(position), 0) FROM events")
             .fetch_one(&mut *tx)
             .await?;
+        // The link of the event before this batch's first; none, or one from before the chain: the genesis.
+        let previous: Option<Vec<u8>> =
+            sqlx::query_scalar("SELECT chain_hash FROM events WHERE position = ?1")
+                .bind(head)
+                .fetch_optional(&mut *tx)
+                .await?
+                .flatten();
+        let mut chain = previous
+            .and_then(|p| <[u8; 32]>::try_from(p.as_slice()).ok())
+            .unwrap_or(super::chain::GENESIS);
 
         let (outcomes, inserts) = plan_batch(
             events,
@@ -224,14 +240,14 @@ impl SqliteStore {
             head,
         );
 
-        let recorded_at = Utc::now();
         for (index, position) in inserts {
             let e = &events[index];
+            chain = super::chain::link(&chain, position, &content_hashes[index]);
             sqlx::query(
                 "INSERT INTO events (position, id, source, event_type, dedup_key, stream, stream_version,
                                      occurred_at, recorded_at, action, repository, number, reference,
-                                     content_type, body, meta, body_digest)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+                                     content_type, body, meta, body_digest, content_hash, chain_hash)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
             )
             .bind(position)
             .bind(e.id.to_string())
@@ -240,7 +256,7 @@ impl SqliteStore {
             .bind(&e.dedup_key)
             .bind(e.stream.as_ref().map(|(s, _)| s.as_str()))
             .bind(e.stream.as_ref().map(|(_, v)| *v))
-            .bind(e.occurred_at)
+            .bind(super::chain::stored_time(e.occurred_at))
             .bind(recorded_at)
             .bind(e.subject.action.as_deref())
             .bind(e.subject.repository.as_deref())
@@ -250,6 +266,8 @@ impl SqliteStore {
             .bind(e.body.as_ref())
             .bind(serde_json::to_string(&e.meta).unwrap_or_else(|_| "{}".to_owned()))
             .bind(e.body_digest.as_ref().map(|d| d.as_slice()))
+            .bind(content_hashes[index].as_slice())
+            .bind(chain.as_slice())
             .execute(&mut *tx)
             .await?;
         }

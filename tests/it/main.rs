@@ -23,6 +23,7 @@ mod browser;
 mod budgets;
 mod budgets_ledger;
 mod bus;
+mod chain;
 mod cli_errors;
 mod comments;
 mod config;

@@ -1,0 +1,187 @@
+//! `pidevops verify`: walks the log's hash chain (`chain.rs`) in position order and names the first break.
+
+use futures::TryStreamExt;
+use sqlx::Row;
+
+use super::chain::{self, GENESIS};
+use super::{EventStore, StoreError};
+
+/// Where the chain broke, and how.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Break {
+    /// The log jumps over positions: events were deleted.
+    Missing { after: i64, next: i64 },
+    /// The event's content no longer hashes to the hash stored with it: altered.
+    ContentAltered { position: i64 },
+    /// The event's link does not follow from the one before it: an event before it was removed, moved or
+    /// altered along with its hashes.
+    LinkBroken { position: i64 },
+    /// An event without hashes after chained ones: written around the appender, or its hashes removed.
+    Unchained { position: i64 },
+    /// A stored hash is not 32 bytes.
+    Malformed { position: i64 },
+}
+
+impl std::fmt::Display for Break {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Missing { after, next } => write!(
+                f,
+                "positions {}..={} are missing: the log goes from {after} to {next} (events deleted)",
+                after + 1,
+                next - 1
+            ),
+            Self::ContentAltered { position } => write!(
+                f,
+                "position {position}: the event's content does not match its stored content hash (altered)"
+            ),
+            Self::LinkBroken { position } => write!(
+                f,
+                "position {position}: its chain hash does not follow from the event before it \
+                 (an earlier event was removed, reordered or rewritten with its hashes)"
+            ),
+            Self::Unchained { position } => write!(
+                f,
+                "position {position}: no hashes, after chained events (written around the appender, or its \
+                 hashes removed)"
+            ),
+            Self::Malformed { position } => {
+                write!(f, "position {position}: a stored hash is not 32 bytes")
+            }
+        }
+    }
+}
+
+/// What a walk of the chain found.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ChainReport {
+    /// Events read (up to and including the first break).
+    pub events: u64,
+    /// The last position of the events written before the chain began (they carry no hashes), if any.
+    pub unchained_through: Option<i64>,
+    /// The last event verified, and its chain hash (hex): a later walk that reaches it must find the same.
+    pub head: Option<(i64, String)>,
+    pub first_break: Option<Break>,
+}
+
+/// The event store's columns and the three hashes, in position order.
+const SELECT: &str =
+    "SELECT {columns}, body_digest, content_hash, chain_hash FROM events ORDER BY position";
+
+impl EventStore {
+    /// Walks the whole log in one read (one snapshot), recomputing each event's content hash and link, and stops
+    /// at the first break. Holds one event in memory at a time.
+    pub async fn verify_chain(&self) -> Result<ChainReport, StoreError> {
+        let mut walk = Walk::default();
+        crate::on_store!(self, |pool, backend| {
+            let sql = SELECT.replace("{columns}", backend::COLUMNS);
+            let mut rows = sqlx::query(&sql).fetch(pool);
+            while let Some(row) = rows.try_next().await? {
+                let event = backend::decode(&row)?;
+                let digest: Option<Vec<u8>> = row.try_get("body_digest")?;
+                let content: Option<Vec<u8>> = row.try_get("content_hash")?;
+                let link: Option<Vec<u8>> = row.try_get("chain_hash")?;
+                if !walk.step(&event, digest.as_deref(), content, link) {
+                    break;
+                }
+            }
+        });
+        Ok(walk.report)
+    }
+}
+
+/// The walk's state between events.
+#[derive(Default)]
+struct Walk {
+    report: ChainReport,
+    previous_position: i64,
+    /// The last link; `None` while no chained event was seen.
+    previous_link: Option<[u8; 32]>,
+}
+
+impl Walk {
+    /// Checks one event; false once the chain broke.
+    fn step(
+        &mut self,
+        event: &super::StoredEvent,
+        digest: Option<&[u8]>,
+        content: Option<Vec<u8>>,
+        link: Option<Vec<u8>>,
+    ) -> bool {
+        let position = event.position;
+        self.report.events += 1;
+        let broke = self.check(event, digest, content, link);
+        self.previous_position = position;
+        match broke {
+            Some(found) => {
+                self.report.first_break = Some(found);
+                false
+            }
+            None => true,
+        }
+    }
+
+    fn check(
+        &mut self,
+        event: &super::StoredEvent,
+        digest: Option<&[u8]>,
+        content: Option<Vec<u8>>,
+        link: Option<Vec<u8>>,
+    ) -> Option<Break> {
+        let position = event.position;
+        if position != self.previous_position + 1 {
+            return Some(Break::Missing {
+                after: self.previous_position,
+                next: position,
+            });
+        }
+        let (content, link) = match (content, link) {
+            (None, None) if self.previous_link.is_none() => {
+                self.report.unchained_through = Some(position);
+                return None;
+            }
+            (Some(content), Some(link)) => (content, link),
+            _ => return Some(Break::Unchained { position }),
+        };
+        let (Ok(content), Ok(link)) = (
+            <[u8; 32]>::try_from(content.as_slice()),
+            <[u8; 32]>::try_from(link.as_slice()),
+        ) else {
+            return Some(Break::Malformed { position });
+        };
+        if chain::of_stored(event, digest) != content {
+            return Some(Break::ContentAltered { position });
+        }
+        let previous = self.previous_link.unwrap_or(GENESIS);
+        if chain::link(&previous, position, &content) != link {
+            return Some(Break::LinkBroken { position });
+        }
+        self.previous_link = Some(link);
+        self.report.head = Some((position, hex::encode(link)));
+        None
+    }
+}
+
+/// The report as `pidevops verify` prints it: what was checked, then the break if there is one.
+pub fn chain_report_text(report: &ChainReport) -> String {
+    let mut out = String::new();
+    match (&report.first_break, &report.head) {
+        (Some(found), _) => out.push_str(&format!("BROKEN: {found}\n")),
+        (None, Some((position, hash))) => out.push_str(&format!(
+            "intact: {} events, chained through position {position}, head hash {hash}\n",
+            report.events
+        )),
+        (None, None) if report.events == 0 => out.push_str("intact: the log is empty\n"),
+        (None, None) => out.push_str(&format!(
+            "nothing to verify: all {} events were written before the chain\n",
+            report.events
+        )),
+    }
+    if let Some(last) = report.unchained_through {
+        out.push_str(&format!(
+            "positions 1..={last} were written before the chain began and carry no hashes\n"
+        ));
+    }
+    out
+}
