@@ -78,7 +78,13 @@ enum Command {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        /// Walk an export (`pidevops export`) instead of the database: offline, nothing connected.
+        #[arg(long, value_name = "FILE")]
+        export: Option<std::path::PathBuf>,
     },
+    /// Print the whole log as JSON lines, every stored column exactly (body in base64, hashes in hex), for
+    /// `pidevops verify --export` to check anywhere. Read only, one snapshot.
+    Export,
     /// Rebuild read models from position 0, with progress; safe while `serve` runs.
     Replay {
         /// The projector to rebuild (see `--all`).
@@ -207,7 +213,8 @@ async fn run(cli: Cli) -> ExitCode {
             follow,
         } => events(settings, after, limit, follow).await,
         Command::Replay { projector, all } => replay(settings, projector, all).await,
-        Command::Verify { json } => return verify(settings, json).await,
+        Command::Verify { json, export } => return verify(settings, json, export).await,
+        Command::Export => export(settings).await,
         Command::Task { command } => pidevops::cli::task(settings, command).await,
         Command::Plan { command } => pidevops::cli::plan(settings, command).await,
         Command::Dispatch { command } => pidevops::cli::dispatch(settings, command).await,
@@ -289,8 +296,15 @@ async fn migrate(settings: Settings) -> anyhow::Result<()> {
 }
 
 /// `pidevops verify`: the chain walk's report, and an exit code that says whether it held.
-async fn verify(settings: Settings, json: bool) -> ExitCode {
+async fn verify(settings: Settings, json: bool, export: Option<std::path::PathBuf>) -> ExitCode {
     let report = async {
+        if let Some(file) = export {
+            let open = std::fs::File::open(&file)
+                .with_context(|| format!("cannot open the export {}", file.display()))?;
+            return pidevops::eventlog::verify_export(std::io::BufReader::new(open))
+                .map_err(anyhow::Error::msg)
+                .with_context(|| format!("reading the export {}", file.display()));
+        }
         // Read only, as `events`: never creates or migrates the database it is pointed at.
         let store =
             pidevops::startup::connect_existing(&settings, pidevops::startup::CLI_CONNECTIONS)
@@ -323,6 +337,32 @@ async fn verify(settings: Settings, json: bool) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// `pidevops export`: every event with its hashes, one JSON line each, from one snapshot.
+async fn export(settings: Settings) -> anyhow::Result<()> {
+    let store =
+        pidevops::startup::connect_existing(&settings, pidevops::startup::CLI_CONNECTIONS).await?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut closed = false;
+    store
+        .each_chained(|chained| {
+            let line = serde_json::to_string(&pidevops::eventlog::export::Exported::of(&chained))
+                .map_err(|e| pidevops::eventlog::StoreError::Corrupt {
+                position: chained.event.position,
+                reason: format!("cannot be exported: {e}"),
+            })?;
+            // The reader went away (`| head`): a normal end.
+            closed = writeln!(out, "{line}").is_err();
+            Ok(!closed)
+        })
+        .await
+        .context("reading the log (a log from before the chain needs `pidevops migrate` first)")?;
+    if !closed {
+        out.flush().context("writing the export")?;
+    }
+    Ok(())
 }
 
 async fn events(

@@ -96,6 +96,14 @@ pub fn content_hash(c: &Content<'_>) -> [u8; 32] {
     h.finalize().into()
 }
 
+/// An event as stored, with its hashes: what the walk checks and `pidevops export` writes.
+pub struct ChainedEvent {
+    pub event: StoredEvent,
+    pub body_digest: Option<Vec<u8>>,
+    pub content_hash: Option<Vec<u8>>,
+    pub chain_hash: Option<Vec<u8>>,
+}
+
 /// The content hash of an event being appended, recorded at `recorded_at`. A pinned event's body digest is
 /// already its body's SHA-256 ([`NewEvent::pinned`]): the body is not hashed twice.
 pub fn of_new_event(e: &NewEvent, recorded_at: DateTime<Utc>) -> [u8; 32] {

@@ -8,6 +8,7 @@
 
 pub mod chain;
 mod envelope;
+pub mod export;
 mod meta;
 pub(crate) mod postgres;
 pub mod sql;
@@ -26,11 +27,12 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+pub use chain::ChainedEvent;
 pub use envelope::Envelope;
 pub use meta::Meta;
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
-pub use verify::{chain_report_text, Break, ChainReport};
+pub use verify::{chain_report_text, verify_export, Break, ChainReport};
 
 use crate::domain::{NewEvent, Source};
 pub use url::DatabaseUrl;

@@ -3,7 +3,7 @@
 use futures::TryStreamExt;
 use sqlx::Row;
 
-use super::chain::{self, GENESIS};
+use super::chain::{self, ChainedEvent, GENESIS};
 use super::{EventStore, StoreError};
 
 /// Where the chain broke, and how.
@@ -74,21 +74,54 @@ impl EventStore {
     /// at the first break. Holds one event in memory at a time.
     pub async fn verify_chain(&self) -> Result<ChainReport, StoreError> {
         let mut walk = Walk::default();
+        self.each_chained(|event| Ok(walk.step(event))).await?;
+        Ok(walk.report)
+    }
+
+    /// Every event with its hashes, in position order, in one read (one snapshot), one at a time, while `each`
+    /// answers true.
+    pub async fn each_chained(
+        &self,
+        mut each: impl FnMut(ChainedEvent) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
         crate::on_store!(self, |pool, backend| {
             let sql = SELECT.replace("{columns}", backend::COLUMNS);
             let mut rows = sqlx::query(&sql).fetch(pool);
             while let Some(row) = rows.try_next().await? {
-                let event = backend::decode(&row)?;
-                let digest: Option<Vec<u8>> = row.try_get("body_digest")?;
-                let content: Option<Vec<u8>> = row.try_get("content_hash")?;
-                let link: Option<Vec<u8>> = row.try_get("chain_hash")?;
-                if !walk.step(&event, digest.as_deref(), content, link) {
+                let chained = ChainedEvent {
+                    event: backend::decode(&row)?,
+                    body_digest: row.try_get("body_digest")?,
+                    content_hash: row.try_get("content_hash")?,
+                    chain_hash: row.try_get("chain_hash")?,
+                };
+                if !each(chained)? {
                     break;
                 }
             }
         });
-        Ok(walk.report)
+        Ok(())
     }
+}
+
+/// Walks an export (`pidevops export`: JSON lines, one event each) as [`EventStore::verify_chain`] walks the
+/// log: no database needed. A line that is not an exported event is an error naming the line.
+pub fn verify_export(lines: impl std::io::BufRead) -> Result<ChainReport, String> {
+    let mut walk = Walk::default();
+    for (number, line) in lines.lines().enumerate() {
+        let line = line.map_err(|e| format!("reading line {}: {e}", number + 1))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let exported: super::export::Exported = serde_json::from_str(&line)
+            .map_err(|e| format!("line {} is not an exported event: {e}", number + 1))?;
+        let chained = exported
+            .into_chained()
+            .map_err(|e| format!("line {}: {e}", number + 1))?;
+        if !walk.step(chained) {
+            break;
+        }
+    }
+    Ok(walk.report)
 }
 
 /// The walk's state between events.
@@ -102,16 +135,15 @@ struct Walk {
 
 impl Walk {
     /// Checks one event; false once the chain broke.
-    fn step(
-        &mut self,
-        event: &super::StoredEvent,
-        digest: Option<&[u8]>,
-        content: Option<Vec<u8>>,
-        link: Option<Vec<u8>>,
-    ) -> bool {
-        let position = event.position;
+    fn step(&mut self, chained: ChainedEvent) -> bool {
+        let position = chained.event.position;
         self.report.events += 1;
-        let broke = self.check(event, digest, content, link);
+        let broke = self.check(
+            &chained.event,
+            chained.body_digest.as_deref(),
+            chained.content_hash,
+            chained.chain_hash,
+        );
         self.previous_position = position;
         match broke {
             Some(found) => {

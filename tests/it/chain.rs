@@ -1,7 +1,7 @@
 //! The log's hash chain on both backends: an appended log verifies intact; a flipped byte in any column of any
 //! event, a deleted event, a deleted event hidden by renumbering, a reordered pair and a row written around the
 //! appender are each named by `verify` at the right position; both backends hash the same events alike; the
-//! command exits 0 on an intact log and 1 at a break.
+//! command exits 0 on an intact log and 1 at a break; an export verifies offline and names what was changed in it.
 
 use std::time::Duration;
 
@@ -552,4 +552,102 @@ async fn the_verify_command_exits_by_what_it_found() {
         report["first_break"],
         serde_json::json!({"kind": "content_altered", "position": 5})
     );
+}
+
+/// `pidevops export` then `pidevops verify --export`, offline: intact as exported; a changed body, a dropped
+/// line and two swapped lines are each named; a line that is not an event is an error (exit 2) naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_export_verifies_offline_and_names_what_was_changed_in_it() {
+    let Some(db) = TestDb::postgres().await else {
+        return;
+    };
+    let (_store, log, _stop) = open(&db).await;
+    append_all(&log).await;
+    let pidevops::config::DatabaseUrl::Postgres(url) = &db.url else {
+        unreachable!("TestDb::postgres")
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str], database: Option<&str>| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_pidevops"));
+        command
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .current_dir(dir.path())
+            .args(args);
+        if let Some(url) = database {
+            command.env("DATABASE_URL", url);
+        }
+        command.output().expect("the binary runs")
+    };
+    let out = run(&["export"], Some(url));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(lines.len(), 6);
+    let check = |name: &str, lines: &[String]| {
+        let file = dir.path().join(name);
+        std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+        // No DATABASE_URL: the export alone is read.
+        let out = run(
+            &["verify", "--json", "--export", file.to_str().unwrap()],
+            None,
+        );
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        (
+            out.status.code(),
+            report,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, report, err) = check("intact.jsonl", &lines);
+    assert_eq!(code, Some(0), "{report} {err}");
+    assert_eq!(report["head"][0], 6);
+
+    let mut changed = lines.clone();
+    let mut third: serde_json::Value = serde_json::from_str(&changed[2]).unwrap();
+    third["body"] = serde_json::json!("e30=");
+    changed[2] = third.to_string();
+    let (code, report, _) = check("changed.jsonl", &changed);
+    assert_eq!(
+        (code, &report["first_break"]),
+        (
+            Some(1),
+            &serde_json::json!({"kind": "content_altered", "position": 3})
+        )
+    );
+
+    let mut dropped = lines.clone();
+    dropped.remove(3);
+    let (code, report, _) = check("dropped.jsonl", &dropped);
+    assert_eq!(
+        (code, &report["first_break"]),
+        (
+            Some(1),
+            &serde_json::json!({"kind": "missing", "after": 3, "next": 5})
+        )
+    );
+
+    let mut swapped = lines.clone();
+    swapped.swap(1, 2);
+    let (code, report, _) = check("swapped.jsonl", &swapped);
+    assert_eq!(
+        (code, &report["first_break"]),
+        (
+            Some(1),
+            &serde_json::json!({"kind": "missing", "after": 1, "next": 3})
+        )
+    );
+
+    let mut garbled = lines.clone();
+    garbled[4].truncate(20);
+    let (code, _, err) = check("garbled.jsonl", &garbled);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("line 5 is not an exported event"), "{err}");
 }
