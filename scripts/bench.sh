@@ -25,6 +25,8 @@
 #   BENCH_PAYLOAD       request body                     [tests/fixtures/github/pull_request/opened.payload.json]
 #   BENCH_OUT           raw outputs go here              [target/bench]
 #   BENCH_SKIP_BUILD=1  use the binaries already in target/release
+#   BENCH_PIDEVOPS      the server binary to measure     [target/release/pidevops]; another build (an earlier
+#                       commit's, say) for an A/B against it in the same session
 #
 # Exit status: 0 when every run completed without a failed request (whether or not the target is met, which the
 # summary says), 1 when a request failed or a step broke.
@@ -149,13 +151,14 @@ if [ "${BENCH_SKIP_BUILD:-}" != 1 ]; then
     log "building release binaries"
     cargo build --release --features bench-bins --bins
 fi
-PIDEVOPS=target/release/pidevops
+PIDEVOPS=${BENCH_PIDEVOPS:-target/release/pidevops}
 LOADGEN=target/release/loadgen
 [ -x "$PIDEVOPS" ] && [ -x "$LOADGEN" ] || die "release binaries missing"
 
 # --- the machine -------------------------------------------------------------------------------------------------
 {
     echo "date:            $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "server binary:   $PIDEVOPS"
     echo "commit:          $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (dirty)')"
     echo "uncommitted:     $(git status --short 2>/dev/null | awk '{ print $2 }' | tr '\n' ' ')"
     echo "kernel:          $(uname -sr)"

@@ -81,6 +81,14 @@ enum Command {
         /// Walk an export (`pidevops export`) instead of the database: offline, nothing connected.
         #[arg(long, value_name = "FILE")]
         export: Option<std::path::PathBuf>,
+        /// Check a receipt (`pidevops receipt`): every line against its event, the chain up to its head.
+        #[arg(long, value_name = "FILE")]
+        receipt: Option<std::path::PathBuf>,
+    },
+    /// A task's receipt as JSON: each thing that happened to it, backed by its event's place in the hash chain.
+    Receipt {
+        /// The task (T-n).
+        task: pidevops::tasks::TaskId,
     },
     /// Print the whole log as JSON lines, every stored column exactly (body in base64, hashes in hex), for
     /// `pidevops verify --export` to check anywhere. Read only, one snapshot.
@@ -213,7 +221,17 @@ async fn run(cli: Cli) -> ExitCode {
             follow,
         } => events(settings, after, limit, follow).await,
         Command::Replay { projector, all } => replay(settings, projector, all).await,
-        Command::Verify { json, export } => return verify(settings, json, export).await,
+        Command::Verify {
+            json,
+            export,
+            receipt: Some(receipt),
+        } => return verify_receipt(settings, json, receipt, export).await,
+        Command::Verify {
+            json,
+            export,
+            receipt: None,
+        } => return verify(settings, json, export).await,
+        Command::Receipt { task } => receipt(settings, task).await,
         Command::Export => export(settings).await,
         Command::Task { command } => pidevops::cli::task(settings, command).await,
         Command::Plan { command } => pidevops::cli::plan(settings, command).await,
@@ -336,6 +354,84 @@ async fn verify(settings: Settings, json: bool, export: Option<std::path::PathBu
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// `pidevops receipt T-n`: the task's receipt, issued from the log as it is now.
+async fn receipt(settings: Settings, task: pidevops::tasks::TaskId) -> anyhow::Result<()> {
+    let store =
+        pidevops::startup::connect_existing(&settings, pidevops::startup::CLI_CONNECTIONS).await?;
+    let receipt = pidevops::projectors::tasks::receipt::issue(&store, task).await?;
+    println!("{}", serde_json::to_string_pretty(&receipt)?);
+    Ok(())
+}
+
+/// `pidevops verify --receipt FILE [--export FILE]`: 0 when every line holds, 1 naming the first that does not,
+/// 2 when the receipt or the log cannot be read.
+async fn verify_receipt(
+    settings: Settings,
+    json: bool,
+    file: std::path::PathBuf,
+    export: Option<std::path::PathBuf>,
+) -> ExitCode {
+    use pidevops::projectors::tasks::receipt::{Receipt, ReceiptCheck, ReceiptError};
+    let checked = async {
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("cannot read the receipt {}", file.display()))?;
+        let receipt: Receipt = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a pidevops receipt", file.display()))?;
+        let mut check = ReceiptCheck::new(&receipt)?;
+        match &export {
+            Some(path) => {
+                let open = std::fs::File::open(path)
+                    .with_context(|| format!("cannot open the export {}", path.display()))?;
+                pidevops::eventlog::each_exported(std::io::BufReader::new(open), |e| {
+                    Ok(check.feed(&e))
+                })
+                .map_err(anyhow::Error::msg)?;
+            }
+            None => {
+                let store = pidevops::startup::connect_existing(
+                    &settings,
+                    pidevops::startup::CLI_CONNECTIONS,
+                )
+                .await?;
+                store.each_chained(|e| Ok(check.feed(&e))).await?;
+            }
+        }
+        anyhow::Ok((receipt.task, check.finish()))
+    }
+    .await;
+    let (task, verdict) = match checked {
+        Ok(checked) => checked,
+        Err(e) => {
+            eprintln!("pidevops verify: {}", telemetry::error_chain(&e));
+            return ExitCode::from(2);
+        }
+    };
+    let (ok, said) = match verdict {
+        Ok(lines) => (
+            true,
+            format!("receipt of {task} holds: {lines} lines checked against the log"),
+        ),
+        Err(ReceiptError::Refused(why)) => (false, format!("receipt of {task} REFUSED: {why}")),
+        Err(e) => {
+            eprintln!("pidevops verify: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"task": task.to_string(), "holds": ok, "said": said})
+        );
+    } else {
+        println!("{said}");
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 

@@ -32,7 +32,7 @@ pub use envelope::Envelope;
 pub use meta::Meta;
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
-pub use verify::{chain_report_text, verify_export, Break, ChainReport};
+pub use verify::{chain_report_text, each_exported, verify_export, Break, ChainReport, ChainWalk};
 
 use crate::domain::{NewEvent, Source};
 pub use url::DatabaseUrl;

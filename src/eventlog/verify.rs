@@ -73,9 +73,49 @@ impl EventStore {
     /// Walks the whole log in one read (one snapshot), recomputing each event's content hash and link, and stops
     /// at the first break. Holds one event in memory at a time.
     pub async fn verify_chain(&self) -> Result<ChainReport, StoreError> {
-        let mut walk = Walk::default();
-        self.each_chained(|event| Ok(walk.step(event))).await?;
+        let mut walk = ChainWalk::default();
+        self.each_chained(|event| Ok(walk.step(&event))).await?;
         Ok(walk.report)
+    }
+
+    /// The events at `positions` with their hashes, in position order (a receipt's lines).
+    pub async fn chained_at(&self, positions: &[i64]) -> Result<Vec<ChainedEvent>, StoreError> {
+        let mut out = Vec::with_capacity(positions.len());
+        for chunk in positions.chunks(super::sql::MAX_PARAMS) {
+            let sql = format!(
+                "SELECT {{columns}}, body_digest, content_hash, chain_hash FROM events WHERE position IN ({}) \
+                 ORDER BY position",
+                super::sql::list(1, chunk.len())
+            );
+            crate::on_store!(self, sql = sql, |pool, backend| {
+                let sql = sql.replace("{columns}", backend::COLUMNS);
+                let mut query = sqlx::query(&sql);
+                for position in chunk {
+                    query = query.bind(position);
+                }
+                for row in query.fetch_all(pool).await? {
+                    out.push(ChainedEvent {
+                        event: backend::decode(&row)?,
+                        body_digest: row.try_get("body_digest")?,
+                        content_hash: row.try_get("content_hash")?,
+                        chain_hash: row.try_get("chain_hash")?,
+                    });
+                }
+            });
+        }
+        out.sort_by_key(|c| c.event.position);
+        Ok(out)
+    }
+
+    /// The newest event's position and chain hash (none while the log is empty or its newest event is from
+    /// before the chain).
+    pub async fn chain_head(&self) -> Result<Option<(i64, Vec<u8>)>, StoreError> {
+        let row: Option<(i64, Option<Vec<u8>>)> = crate::on_store!(self, |pool, _backend| {
+            sqlx::query_as("SELECT position, chain_hash FROM events ORDER BY position DESC LIMIT 1")
+                .fetch_optional(pool)
+                .await?
+        });
+        Ok(row.and_then(|(position, hash)| hash.map(|h| (position, h))))
     }
 
     /// Every event with its hashes, in position order, in one read (one snapshot), one at a time, while `each`
@@ -106,7 +146,16 @@ impl EventStore {
 /// Walks an export (`pidevops export`: JSON lines, one event each) as [`EventStore::verify_chain`] walks the
 /// log: no database needed. A line that is not an exported event is an error naming the line.
 pub fn verify_export(lines: impl std::io::BufRead) -> Result<ChainReport, String> {
-    let mut walk = Walk::default();
+    let mut walk = ChainWalk::default();
+    each_exported(lines, |chained| Ok(walk.step(&chained)))?;
+    Ok(walk.report)
+}
+
+/// Every event of an export, in its order, while `each` answers true.
+pub fn each_exported(
+    lines: impl std::io::BufRead,
+    mut each: impl FnMut(ChainedEvent) -> Result<bool, String>,
+) -> Result<(), String> {
     for (number, line) in lines.lines().enumerate() {
         let line = line.map_err(|e| format!("reading line {}: {e}", number + 1))?;
         if line.trim().is_empty() {
@@ -117,32 +166,38 @@ pub fn verify_export(lines: impl std::io::BufRead) -> Result<ChainReport, String
         let chained = exported
             .into_chained()
             .map_err(|e| format!("line {}: {e}", number + 1))?;
-        if !walk.step(chained) {
+        if !each(chained)? {
             break;
         }
     }
-    Ok(walk.report)
+    Ok(())
 }
 
-/// The walk's state between events.
+/// A walk of the chain, event by event in position order: what `verify_chain` and `verify_export` run, and what
+/// a receipt's check runs up to the receipt's head.
 #[derive(Default)]
-struct Walk {
+pub struct ChainWalk {
     report: ChainReport,
     previous_position: i64,
     /// The last link; `None` while no chained event was seen.
     previous_link: Option<[u8; 32]>,
 }
 
-impl Walk {
+impl ChainWalk {
+    /// What the walk found so far.
+    pub fn report(&self) -> &ChainReport {
+        &self.report
+    }
+
     /// Checks one event; false once the chain broke.
-    fn step(&mut self, chained: ChainedEvent) -> bool {
+    pub fn step(&mut self, chained: &ChainedEvent) -> bool {
         let position = chained.event.position;
         self.report.events += 1;
         let broke = self.check(
             &chained.event,
             chained.body_digest.as_deref(),
-            chained.content_hash,
-            chained.chain_hash,
+            chained.content_hash.as_deref(),
+            chained.chain_hash.as_deref(),
         );
         self.previous_position = position;
         match broke {
@@ -158,8 +213,8 @@ impl Walk {
         &mut self,
         event: &super::StoredEvent,
         digest: Option<&[u8]>,
-        content: Option<Vec<u8>>,
-        link: Option<Vec<u8>>,
+        content: Option<&[u8]>,
+        link: Option<&[u8]>,
     ) -> Option<Break> {
         let position = event.position;
         if position != self.previous_position + 1 {
@@ -176,10 +231,8 @@ impl Walk {
             (Some(content), Some(link)) => (content, link),
             _ => return Some(Break::Unchained { position }),
         };
-        let (Ok(content), Ok(link)) = (
-            <[u8; 32]>::try_from(content.as_slice()),
-            <[u8; 32]>::try_from(link.as_slice()),
-        ) else {
+        let (Ok(content), Ok(link)) = (<[u8; 32]>::try_from(content), <[u8; 32]>::try_from(link))
+        else {
             return Some(Break::Malformed { position });
         };
         if chain::of_stored(event, digest) != content {

@@ -22,6 +22,7 @@ per_backend!(
     a_reordered_pair_is_named,
     a_row_written_around_the_appender_is_named,
     events_from_before_the_chain_are_reported_and_the_chain_starts_after_them,
+    a_receipt_from_the_command_line_holds_and_an_altered_one_is_refused,
 );
 
 async fn open(db: &TestDb) -> (EventStore, EventLog, CancellationToken) {
@@ -650,4 +651,105 @@ async fn an_export_verifies_offline_and_names_what_was_changed_in_it() {
     let (code, _, err) = check("garbled.jsonl", &garbled);
     assert_eq!(code, Some(2));
     assert!(err.contains("line 5 is not an exported event"), "{err}");
+}
+
+/// `pidevops receipt T-1` and `pidevops verify --receipt`, through the real binary: it holds against the log and
+/// against an export; a line changed, a line dropped, or a log changed under it is refused (exit 1) naming why.
+async fn a_receipt_from_the_command_line_holds_and_an_altered_one_is_refused(db: TestDb) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("pidevops.toml"),
+        "[intake]\nallow_repos = [\"acme/*\"]\n",
+    )
+    .unwrap();
+    let url = db.url_string();
+    let run = |args: &[&str]| {
+        let out = crate::common::server::command(&url, dir.path())
+            .args(args)
+            .output()
+            .expect("the binary runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, _, err) = run(&["task", "new", "acme/api", "Fix", "the", "login"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, _, err) = run(&["task", "approve", "T-1"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, receipt, err) = run(&["receipt", "T-1"]);
+    assert_eq!(code, Some(0), "{err}");
+    let receipt: serde_json::Value = serde_json::from_str(&receipt).expect("JSON");
+    let types: Vec<&str> = receipt["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["event_type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["task.created", "task.approved"], "{receipt}");
+    let write = |name: &str, value: &serde_json::Value| {
+        let file = dir.path().join(name);
+        std::fs::write(&file, value.to_string()).unwrap();
+        file.to_str().unwrap().to_owned()
+    };
+    let file = write("receipt.json", &receipt);
+    let (code, said, err) = run(&["verify", "--receipt", &file]);
+    assert_eq!(code, Some(0), "{said}{err}");
+    assert_eq!(
+        said.trim(),
+        "receipt of T-1 holds: 2 lines checked against the log"
+    );
+    let (code, export, _) = run(&["export"]);
+    assert_eq!(code, Some(0));
+    let export_file = dir.path().join("log.jsonl");
+    std::fs::write(&export_file, export).unwrap();
+    let export_file = export_file.to_str().unwrap().to_owned();
+    let (code, said, err) = run(&["verify", "--receipt", &file, "--export", &export_file]);
+    assert_eq!(code, Some(0), "{said}{err}");
+
+    let mut altered = receipt.clone();
+    altered["lines"][1]["actor"] = serde_json::json!("the-ceo");
+    let (code, said, _) = run(&["verify", "--receipt", &write("altered.json", &altered)]);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(
+        said.starts_with("receipt of T-1 REFUSED: line 2 does not match the event at position 2"),
+        "{said}"
+    );
+    let mut early_head = receipt.clone();
+    early_head["head"]["position"] = serde_json::json!(1);
+    let (code, said, _) = run(&[
+        "verify",
+        "--receipt",
+        &write("head.json", &early_head),
+        "--export",
+        &export_file,
+    ]);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(
+        said.contains("was rewritten before that position"),
+        "{said}"
+    );
+    let (code, _, err) = run(&[
+        "verify",
+        "--receipt",
+        &write("junk.json", &serde_json::json!({"lines": []})),
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("is not a pidevops receipt"), "{err}");
+
+    // The log changed under the receipt: the approval's actor rewritten in place.
+    let store = EventStore::connect(&db.url, 2).await.unwrap();
+    tamper(
+        &store,
+        "UPDATE events SET meta = $META WHERE position = 2",
+        Some(Val::Meta(r#"{"actor":"the-ceo"}"#.into())),
+    )
+    .await;
+    let (code, said, _) = run(&["verify", "--receipt", &file]);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(
+        said.contains("the log's chain is broken: position 2"),
+        "{said}"
+    );
 }

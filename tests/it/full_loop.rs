@@ -306,6 +306,62 @@ where
         unsettled_effects(store).await.is_empty()
     })
     .await;
+    the_receipt_holds(store, id).await;
+}
+
+/// The done task's receipt names the delivery that caused it, both attempts' runs and the merge, each line backed
+/// by the chain; a line changed by hand, or a head the log does not end at, is refused.
+async fn the_receipt_holds(store: &EventStore, id: TaskId) {
+    use pidevops::projectors::tasks::receipt::{issue, ReceiptCheck, ReceiptError};
+    let receipt = issue(store, id).await.expect("a receipt");
+    let types: Vec<&str> = receipt
+        .lines
+        .iter()
+        .map(|l| l.event_type.as_str())
+        .collect();
+    for wanted in [
+        "linear.Issue.create",
+        "task.created",
+        "task.started",
+        "task.completed",
+    ] {
+        assert!(types.contains(&wanted), "no {wanted} line: {types:?}");
+    }
+    assert_eq!(
+        types.iter().filter(|t| **t == "task.started").count(),
+        2,
+        "{types:?}"
+    );
+    assert!(
+        types.iter().any(|t| t.starts_with("run.")),
+        "no run line: {types:?}"
+    );
+    assert!(receipt
+        .lines
+        .iter()
+        .all(|l| l.content_hash.len() == 64 && l.chain_hash.len() == 64));
+    let check = |receipt: pidevops::projectors::tasks::receipt::Receipt| async move {
+        let mut check = ReceiptCheck::new(&receipt).unwrap();
+        store.each_chained(|e| Ok(check.feed(&e))).await.unwrap();
+        check.finish()
+    };
+    assert_eq!(check(receipt.clone()).await.unwrap(), receipt.lines.len());
+    let mut altered = receipt.clone();
+    altered.lines[1]
+        .summary
+        .push_str(" (and approved by the CEO)");
+    match check(altered).await {
+        Err(ReceiptError::Refused(why)) => {
+            assert!(why.starts_with("line 2 does not match"), "{why}")
+        }
+        other => panic!("an altered line was not refused: {other:?}"),
+    }
+    let mut rewritten = receipt.clone();
+    rewritten.head.chain_hash = "00".repeat(32);
+    match check(rewritten).await {
+        Err(ReceiptError::Refused(why)) => assert!(why.contains("was rewritten"), "{why}"),
+        other => panic!("a head the log does not end at was not refused: {other:?}"),
+    }
 }
 
 /// Whether the review's Telegram notice was cut off in flight and recorded in doubt (not sent, never repeated).

@@ -28,6 +28,7 @@ mod behind;
 mod copy;
 mod fold;
 mod read;
+pub mod receipt;
 mod summary;
 mod write;
 
