@@ -39,6 +39,7 @@ admin_routes! {
     POST "/api/tasks" => super::tasks::create,
     GET "/api/tasks" => super::tasks::list,
     GET "/api/tasks/{id}" => super::tasks::show,
+    GET "/api/tasks/{id}/receipt" => super::receipts::receipt,
     POST "/api/tasks/{id}/agent" => super::tasks::choose_agent,
     POST "/api/tasks/{id}/spec" => super::tasks::edit_spec,
     POST "/api/tasks/{id}/answer" => super::tasks::answer,

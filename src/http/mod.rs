@@ -8,6 +8,7 @@ pub mod health;
 mod landing;
 pub mod openapi;
 mod plans;
+mod receipts;
 pub(crate) mod stream;
 mod tasks;
 mod usage;

@@ -53,6 +53,7 @@ const ADMIN_TOKEN: &str = "admin_token";
         super::tasks::create,
         super::tasks::list,
         super::tasks::show,
+        super::receipts::receipt,
         super::tasks::choose_agent,
         super::tasks::edit_spec,
         super::tasks::answer,

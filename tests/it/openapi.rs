@@ -390,8 +390,38 @@ async fn the_served_document_describes_real_responses() {
     let response = call(Method::POST, "/api/tasks/T-1/approve", None)
         .await
         .unwrap();
+    let approved_at = response.status();
     let steered = check_documented(&document, "post", "/api/tasks/{id}/{action}", response).await;
     assert_eq!(keys(&steered), ["appended", "changed", "task"]);
+    assert!(approved_at.is_success());
+    // The receipt: its lines the task's two events, each backed by its place in the chain.
+    let response = call(Method::GET, "/api/tasks/T-1/receipt", None)
+        .await
+        .unwrap();
+    let receipt = check_documented(&document, "get", "/api/tasks/{id}/receipt", response).await;
+    assert_eq!(
+        keys(&receipt),
+        ["format", "head", "issued_at", "lines", "task"]
+    );
+    assert_eq!(
+        keys(&receipt["lines"][1]),
+        [
+            "actor",
+            "chain_hash",
+            "content_hash",
+            "event_type",
+            "position",
+            "recorded_at",
+            "stream",
+            "summary"
+        ]
+    );
+    assert_eq!(receipt["lines"][1]["event_type"], "task.approved");
+    let response = call(Method::GET, "/api/tasks/T-99/receipt", None)
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404);
+    check_documented(&document, "get", "/api/tasks/{id}/receipt", response).await;
     assert_eq!(
         keys(&steered["appended"][0]),
         ["duplicate", "event_id", "position"]

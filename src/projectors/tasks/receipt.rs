@@ -20,7 +20,7 @@ use crate::tasks::{TaskEvent, TaskId};
 /// What a receipt says it is.
 pub const RECEIPT_FORMAT: &str = "pidevops/receipt/v1";
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Receipt {
     pub format: String,
@@ -31,7 +31,7 @@ pub struct Receipt {
     pub lines: Vec<ReceiptLine>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Anchor {
     pub position: i64,
@@ -39,7 +39,7 @@ pub struct Anchor {
 }
 
 /// One thing that happened, as its event says it, and where in the chain that event is.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReceiptLine {
     pub position: i64,
