@@ -167,7 +167,9 @@ impl PullRequestBody {
         }
         match opened {
             OpenedFor::Task { task, attempt, max } => body.push_str(&format!(
-                "Opened by pidevops for {task} after attempt {attempt} of {max}.\n"
+                "Opened by pidevops for {task} after attempt {attempt} of {max}. \
+                 Receipt: `GET /api/tasks/{task}/receipt` or `pidevops receipt {task}`, checked with \
+                 `pidevops verify --receipt`.\n"
             )),
             OpenedFor::Plan { plan, items } => {
                 let ids: Vec<String> = items.iter().map(TaskId::to_string).collect();
@@ -274,7 +276,8 @@ mod tests {
                 "## Task\nFix it\n\n## Scope\nsrc/**\n\n## The agent's summary\n{summary}\n\n\
                  ## Review (reviewer agent)\n{review}\n\n## Outside the scope\nThis change also touches files \
                  outside the task's scope: README.md\n{config}\n---\nOpened by pidevops for T-9 after attempt 1 \
-                 of 3.\n"
+                 of 3. Receipt: `GET /api/tasks/T-9/receipt` or `pidevops receipt T-9`, checked with `pidevops \
+                 verify --receipt`.\n"
             )
         );
         assert_eq!(

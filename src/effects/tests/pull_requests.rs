@@ -58,7 +58,8 @@ fn a_task_in_review_asks_for_one_pull_request_to_its_repositorys_base() {
     assert_eq!(
         body,
         "## Task\nFix the login redirect\n\n## Scope\nsrc/auth\n\n## Done when\nthe e2e test passes\n\n---\n\
-         From: Closes #12, Linear ENG-4\nOpened by pidevops for T-9 after attempt 1 of 3.\n"
+         From: Closes #12, Linear ENG-4\nOpened by pidevops for T-9 after attempt 1 of 3. Receipt: `GET /api/tasks/T-9/receipt` or \
+         `pidevops receipt T-9`, checked with `pidevops verify --receipt`.\n"
     );
 
     // Once it is open, the issue the task came from hears of it, once.
