@@ -65,6 +65,18 @@ pub struct ChainReport {
     pub first_break: Option<Break>,
 }
 
+/// A row of `{columns}, body_digest, content_hash, chain_hash` as a [`ChainedEvent`], on either backend.
+macro_rules! chained {
+    ($backend:ident, $row:ident) => {
+        ChainedEvent {
+            event: $backend::decode(&$row)?,
+            body_digest: $row.try_get("body_digest")?,
+            content_hash: $row.try_get("content_hash")?,
+            chain_hash: $row.try_get("chain_hash")?,
+        }
+    };
+}
+
 /// The event store's columns and the three hashes, in position order.
 const SELECT: &str =
     "SELECT {columns}, body_digest, content_hash, chain_hash FROM events ORDER BY position";
@@ -94,12 +106,7 @@ impl EventStore {
                     query = query.bind(position);
                 }
                 for row in query.fetch_all(pool).await? {
-                    out.push(ChainedEvent {
-                        event: backend::decode(&row)?,
-                        body_digest: row.try_get("body_digest")?,
-                        content_hash: row.try_get("content_hash")?,
-                        chain_hash: row.try_get("chain_hash")?,
-                    });
+                    out.push(chained!(backend, row));
                 }
             });
         }
@@ -128,12 +135,7 @@ impl EventStore {
             let sql = SELECT.replace("{columns}", backend::COLUMNS);
             let mut rows = sqlx::query(&sql).fetch(pool);
             while let Some(row) = rows.try_next().await? {
-                let chained = ChainedEvent {
-                    event: backend::decode(&row)?,
-                    body_digest: row.try_get("body_digest")?,
-                    content_hash: row.try_get("content_hash")?,
-                    chain_hash: row.try_get("chain_hash")?,
-                };
+                let chained = chained!(backend, row);
                 if !each(chained)? {
                     break;
                 }
