@@ -14,6 +14,7 @@ use std::collections::{BTreeSet, HashMap};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::domain::runs::{RunEvent, RUN_STREAM_PREFIX};
 use crate::eventlog::{ChainWalk, ChainedEvent, EventStore, StoreError};
 use crate::tasks::{TaskEvent, TaskId};
 
@@ -71,15 +72,14 @@ pub enum ReceiptError {
 /// The line an event with its hashes makes: the same function issues a receipt and checks one.
 pub fn line_of(chained: &ChainedEvent) -> ReceiptLine {
     let e = &chained.event;
-    let summary = match super::timeline_entry(e) {
-        Ok(entry)
-            if e.stream
-                .as_deref()
-                .is_some_and(|s| s.starts_with(super::STREAM_PREFIX)) =>
-        {
-            entry.summary
-        }
-        _ => describe(e),
+    let stream = e.stream.as_deref().unwrap_or_default();
+    let summary = if stream.starts_with(super::STREAM_PREFIX) {
+        super::timeline_entry(e).map_or_else(|_| describe(e), |entry| entry.summary)
+    } else if stream.starts_with(RUN_STREAM_PREFIX) {
+        serde_json::from_slice::<RunEvent>(&e.body)
+            .map_or_else(|_| describe(e), |run| run_summary(&run))
+    } else {
+        describe(e)
     };
     ReceiptLine {
         position: e.position,
@@ -98,6 +98,95 @@ pub fn line_of(chained: &ChainedEvent) -> ReceiptLine {
             .as_ref()
             .map(hex::encode)
             .unwrap_or_default(),
+    }
+}
+
+/// A run's event in words: each attempt's profile, duration, usage, review verdict, files outside its scope and
+/// the hosts its network refused. The agent's own words (a failure's detail) are cut: a receipt is not its log.
+fn run_summary(run: &RunEvent) -> String {
+    match run {
+        RunEvent::Started {
+            attempt,
+            profile,
+            worker,
+            ..
+        } => format!("attempt {attempt} started: profile {profile} on {worker}"),
+        RunEvent::Heartbeat { output_bytes, .. } => {
+            format!("still running: {output_bytes} bytes of output")
+        }
+        RunEvent::Succeeded {
+            attempt,
+            branch,
+            commit,
+            duration_s,
+            report,
+            usage,
+            ..
+        } => {
+            let mut out = format!(
+                "attempt {attempt} pushed {} to {branch} after {duration_s:.0} s; {}",
+                commit.chars().take(12).collect::<String>(),
+                usage_words(usage.as_ref())
+            );
+            if let Some(review) = &report.review {
+                out.push_str(&format!("; review: {:?}", review.verdict()));
+            }
+            if !report.outside_scope.is_empty() {
+                out.push_str(&format!(
+                    "; outside its scope: {}",
+                    report.outside_scope.join(", ")
+                ));
+            }
+            out
+        }
+        RunEvent::Failed {
+            attempt,
+            kind,
+            detail,
+            duration_s,
+            usage,
+            ..
+        } => format!(
+            "attempt {attempt} failed ({kind}) after {duration_s:.0} s: {}; {}",
+            detail.chars().take(200).collect::<String>(),
+            usage_words(usage.as_ref())
+        ),
+        RunEvent::Proposed {
+            attempt,
+            duration_s,
+            usage,
+            ..
+        } => format!(
+            "attempt {attempt} proposed for a person after {duration_s:.0} s; {}",
+            usage_words(usage.as_ref())
+        ),
+        RunEvent::EgressRefused { refused, .. } => {
+            let hosts: Vec<String> = refused
+                .iter()
+                .map(|r| format!("{}:{} ({}×)", r.host, r.port, r.count))
+                .collect();
+            format!("network refused: {}", hosts.join(", "))
+        }
+    }
+}
+
+fn usage_words(usage: Option<&crate::domain::usage::RunUsage>) -> String {
+    match usage {
+        None => "no usage reported".to_owned(),
+        Some(u) => {
+            let figures = u.usage.clamped();
+            let mut out = format!(
+                "{} tokens in, {} out",
+                figures.input_tokens, figures.output_tokens
+            );
+            if let Some(cost) = figures.cost_usd {
+                out.push_str(&format!(", ${cost:.4}"));
+            }
+            if let Some(refused) = &u.refused {
+                out.push_str(&format!(" (figures refused: {refused})"));
+            }
+            out
+        }
     }
 }
 
