@@ -343,3 +343,113 @@ impl<'r> ReceiptCheck<'r> {
         Ok(self.receipt.lines.len())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::runs::{FailureKind, RefusedEgress};
+    use crate::domain::usage::{RunUsage, Usage};
+    use crate::tasks::RunId;
+
+    fn at() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000, 0).unwrap()
+    }
+
+    #[test]
+    fn a_refusal_names_every_host_and_how_often() {
+        let run = RunEvent::EgressRefused {
+            at: at(),
+            run: RunId(uuid::Uuid::nil()),
+            task: "T-1".parse().unwrap(),
+            refused: vec![
+                RefusedEgress {
+                    host: "evil.example".into(),
+                    port: 443,
+                    count: 3,
+                },
+                RefusedEgress {
+                    host: "10.0.0.1".into(),
+                    port: 22,
+                    count: 1,
+                },
+            ],
+        };
+        assert_eq!(
+            run_summary(&run),
+            "network refused: evil.example:443 (3×), 10.0.0.1:22 (1×)"
+        );
+    }
+
+    #[test]
+    fn a_failure_says_its_kind_and_spend_and_cuts_the_agents_words() {
+        let usage = RunUsage {
+            repo: "acme/app".into(),
+            profile: "claude".into(),
+            usage: Usage {
+                input_tokens: 1200,
+                output_tokens: 300,
+                cost_usd: Some(0.0421),
+                ..Usage::default()
+            },
+            refused: None,
+        };
+        let run = RunEvent::Failed {
+            at: at(),
+            run: RunId(uuid::Uuid::nil()),
+            task: "T-1".parse().unwrap(),
+            attempt: 2,
+            kind: FailureKind::Exit,
+            detail: "x".repeat(5_000),
+            duration_s: 61.4,
+            tail: String::new(),
+            usage: Some(usage),
+            until: None,
+            reviewer_usage: None,
+        };
+        let said = run_summary(&run);
+        assert!(
+            said.starts_with("attempt 2 failed (exit) after 61 s: xxx"),
+            "{said}"
+        );
+        assert!(
+            said.ends_with(&format!(
+                "{}; 1200 tokens in, 300 out, $0.0421",
+                "x".repeat(3)
+            )),
+            "{said}"
+        );
+        assert!(
+            said.len() < 300,
+            "the agent's words are cut: {} bytes",
+            said.len()
+        );
+        assert_eq!(usage_words(None), "no usage reported");
+    }
+
+    #[test]
+    fn a_delivery_is_described_by_its_columns() {
+        let mut e = crate::eventlog::StoredEvent {
+            position: 3,
+            id: uuid::Uuid::nil(),
+            source: "github".into(),
+            event_type: "github.issues.opened".into(),
+            dedup_key: "d".into(),
+            stream: None,
+            stream_version: None,
+            occurred_at: at(),
+            recorded_at: at(),
+            action: Some("opened".into()),
+            repository: Some("acme/app".into()),
+            number: Some(12),
+            reference: None,
+            content_type: "application/json".into(),
+            body: b"{}".to_vec(),
+            meta: crate::eventlog::Meta::default(),
+        };
+        assert_eq!(describe(&e), "github.issues.opened acme/app#12 (opened)");
+        e.repository = None;
+        e.number = None;
+        e.reference = Some("ENG-4".into());
+        assert_eq!(describe(&e), "github.issues.opened [ENG-4] (opened)");
+    }
+}
