@@ -21,6 +21,12 @@ pub enum Break {
     Unchained { position: i64 },
     /// A stored hash is not 32 bytes.
     Malformed { position: i64 },
+    /// A projector had applied events past the log's end: the newest events were cut off.
+    CutOff {
+        last: i64,
+        consumer: String,
+        position: i64,
+    },
 }
 
 impl std::fmt::Display for Break {
@@ -49,6 +55,15 @@ impl std::fmt::Display for Break {
             Self::Malformed { position } => {
                 write!(f, "position {position}: a stored hash is not 32 bytes")
             }
+            Self::CutOff {
+                last,
+                consumer,
+                position,
+            } => write!(
+                f,
+                "the log ends at position {last}, but projector {consumer} had applied events up to {position}: the \
+                 newest events were cut off"
+            ),
         }
     }
 }
@@ -84,9 +99,32 @@ const SELECT: &str =
 impl EventStore {
     /// Walks the whole log in one read (one snapshot), recomputing each event's content hash and link, and stops
     /// at the first break. Holds one event in memory at a time.
+    ///
+    /// The projectors' positions are read first, the log after: a projector that had applied events the log no
+    /// longer holds saw events cut off its end, which no walk of the remaining chain can see. (Only projectors:
+    /// other rows of `checkpoints` hold a provider's offsets and times, not log positions.)
     pub async fn verify_chain(&self) -> Result<ChainReport, StoreError> {
+        let projectors: Vec<(String, i64)> = crate::on_store!(self, |pool, _backend| {
+            sqlx::query_as("SELECT name, position FROM projections ORDER BY position DESC LIMIT 1")
+                .fetch_all(pool)
+                .await?
+        });
         let mut walk = ChainWalk::default();
-        self.each_chained(|event| Ok(walk.step(&event))).await?;
+        let mut last = 0;
+        self.each_chained(|event| {
+            last = event.event.position;
+            Ok(walk.step(&event))
+        })
+        .await?;
+        if walk.report.first_break.is_none() {
+            if let Some((consumer, position)) = projectors.into_iter().find(|(_, p)| *p > last) {
+                walk.report.first_break = Some(Break::CutOff {
+                    last,
+                    consumer,
+                    position,
+                });
+            }
+        }
         Ok(walk.report)
     }
 

@@ -23,6 +23,7 @@ per_backend!(
     a_row_written_around_the_appender_is_named,
     events_from_before_the_chain_are_reported_and_the_chain_starts_after_them,
     a_receipt_from_the_command_line_holds_and_an_altered_one_is_refused,
+    events_cut_off_the_end_are_named_by_a_projector_that_had_applied_them,
 );
 
 async fn open(db: &TestDb) -> (EventStore, EventLog, CancellationToken) {
@@ -751,5 +752,32 @@ async fn a_receipt_from_the_command_line_holds_and_an_altered_one_is_refused(db:
     assert!(
         said.contains("the log's chain is broken: position 2"),
         "{said}"
+    );
+}
+
+/// The newest events cut off the end leave a chain with nothing wrong in it; a projector that had applied them
+/// names the cut.
+async fn events_cut_off_the_end_are_named_by_a_projector_that_had_applied_them(db: TestDb) {
+    use pidevops::projectors::{sources::SourcesProjector, Projection};
+    let (store, log, _stop) = open(&db).await;
+    append_all(&log).await;
+    Projection::new(store.clone(), std::sync::Arc::new(SourcesProjector))
+        .rebuild(|_| {})
+        .await
+        .expect("the sources projector catches up");
+    assert_eq!(verify(&store).await.first_break, None);
+    tamper(&store, "DELETE FROM events WHERE position >= 5", None).await;
+    let report = verify(&store).await;
+    assert_eq!(
+        report.first_break,
+        Some(Break::CutOff {
+            last: 4,
+            consumer: "sources".into(),
+            position: 6
+        }),
+        "{report:?}"
+    );
+    assert!(
+        pidevops::eventlog::chain_report_text(&report).contains("the newest events were cut off")
     );
 }
