@@ -92,9 +92,8 @@ macro_rules! chained {
     };
 }
 
-/// The event store's columns and the three hashes, in position order.
-const SELECT: &str =
-    "SELECT {columns}, body_digest, content_hash, chain_hash FROM events ORDER BY position";
+/// The event store's columns (`{columns}`, the backend's) and the three hashes; a `WHERE` or `ORDER BY` follows.
+const SELECT_CHAINED: &str = "SELECT {columns}, body_digest, content_hash, chain_hash FROM events";
 
 impl EventStore {
     /// Walks the whole log in one read (one snapshot), recomputing each event's content hash and link, and stops
@@ -133,8 +132,7 @@ impl EventStore {
         let mut out = Vec::with_capacity(positions.len());
         for chunk in positions.chunks(super::sql::MAX_PARAMS) {
             let sql = format!(
-                "SELECT {{columns}}, body_digest, content_hash, chain_hash FROM events WHERE position IN ({}) \
-                 ORDER BY position",
+                "{SELECT_CHAINED} WHERE position IN ({}) ORDER BY position",
                 super::sql::list(1, chunk.len())
             );
             crate::on_store!(self, sql = sql, |pool, backend| {
@@ -170,7 +168,8 @@ impl EventStore {
         mut each: impl FnMut(ChainedEvent) -> Result<bool, StoreError>,
     ) -> Result<(), StoreError> {
         crate::on_store!(self, |pool, backend| {
-            let sql = SELECT.replace("{columns}", backend::COLUMNS);
+            let sql = format!("{SELECT_CHAINED} ORDER BY position")
+                .replace("{columns}", backend::COLUMNS);
             let mut rows = sqlx::query(&sql).fetch(pool);
             while let Some(row) = rows.try_next().await? {
                 let chained = chained!(backend, row);

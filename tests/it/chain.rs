@@ -101,6 +101,21 @@ enum Val {
     MaybeBytes(Option<Vec<u8>>),
 }
 
+/// Binds a [`Val`] to a query of either backend; `$id` is how that backend stores an event id.
+macro_rules! bind_val {
+    ($query:expr, $value:expr, |$uuid:ident| $id:expr) => {
+        match $value {
+            None => $query,
+            Some(Val::Text(v) | Val::Meta(v)) => $query.bind(v),
+            Some(Val::Int(v)) => $query.bind(v),
+            Some(Val::Bytes(v)) => $query.bind(v),
+            Some(Val::Time(v)) => $query.bind(v),
+            Some(Val::Id($uuid)) => $query.bind($id),
+            Some(Val::MaybeBytes(v)) => $query.bind(v),
+        }
+    };
+}
+
 /// Runs `sql` with the append-only triggers out of the way, as someone with the database's keys could.
 async fn tamper(store: &EventStore, sql: &str, value: Option<Val>) {
     match store {
@@ -111,16 +126,7 @@ async fn tamper(store: &EventStore, sql: &str, value: Option<Val>) {
                 .await
                 .unwrap();
             let sql = sql.replace("$META", "$1::jsonb");
-            let q = sqlx::query(&sql);
-            let q = match value {
-                None => q,
-                Some(Val::Text(v) | Val::Meta(v)) => q.bind(v),
-                Some(Val::Int(v)) => q.bind(v),
-                Some(Val::Bytes(v)) => q.bind(v),
-                Some(Val::Time(v)) => q.bind(v),
-                Some(Val::Id(v)) => q.bind(v),
-                Some(Val::MaybeBytes(v)) => q.bind(v),
-            };
+            let q = bind_val!(sqlx::query(&sql), value, |id| id);
             q.execute(&mut *tx).await.unwrap();
             tx.commit().await.unwrap();
         }
@@ -139,16 +145,7 @@ async fn tamper(store: &EventStore, sql: &str, value: Option<Val>) {
                     .unwrap();
             }
             let sql = sql.replace("$META", "$1");
-            let q = sqlx::query(&sql);
-            let q = match value {
-                None => q,
-                Some(Val::Text(v) | Val::Meta(v)) => q.bind(v),
-                Some(Val::Int(v)) => q.bind(v),
-                Some(Val::Bytes(v)) => q.bind(v),
-                Some(Val::Time(v)) => q.bind(v),
-                Some(Val::Id(v)) => q.bind(v.to_string()),
-                Some(Val::MaybeBytes(v)) => q.bind(v),
-            };
+            let q = bind_val!(sqlx::query(&sql), value, |id| id.to_string());
             q.execute(&mut *tx).await.unwrap();
             for (_, create) in &triggers {
                 sqlx::query(create).execute(&mut *tx).await.unwrap();
@@ -158,27 +155,16 @@ async fn tamper(store: &EventStore, sql: &str, value: Option<Val>) {
     }
 }
 
+/// The stored digest, content hash and chain hash of the event at `position`, read as `verify` reads them.
 async fn hashes(store: &EventStore, position: i64) -> (Option<Vec<u8>>, Vec<u8>, Vec<u8>) {
-    let sql = "SELECT body_digest, content_hash, chain_hash FROM events WHERE position = $1";
-    let row = match store {
-        EventStore::Postgres(pg) => {
-            let r = sqlx::query(sql)
-                .bind(position)
-                .fetch_one(pg.pool())
-                .await
-                .unwrap();
-            (r.get(0), r.get(1), r.get(2))
-        }
-        EventStore::Sqlite(lite) => {
-            let r = sqlx::query(sql)
-                .bind(position)
-                .fetch_one(lite.pool())
-                .await
-                .unwrap();
-            (r.get(0), r.get(1), r.get(2))
-        }
-    };
-    row
+    let mut found = store.chained_at(&[position]).await.unwrap();
+    assert_eq!(found.len(), 1, "no event at {position}");
+    let chained = found.remove(0);
+    (
+        chained.body_digest,
+        chained.content_hash.expect("a content hash"),
+        chained.chain_hash.expect("a chain hash"),
+    )
 }
 
 async fn all_columns(store: &EventStore) -> Vec<String> {
