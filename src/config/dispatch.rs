@@ -9,6 +9,7 @@
 //! heartbeat_s = 30            # how often a run reports it is alive; silent for 3 of these = lost
 //! retry_backoff_s = 60        # first retry's delay; doubles per attempt, plus up to 20 % jitter
 //! worktree_ttl_h = 24         # finished runs' worktrees are removed after this
+//! checkpoint_every_s = 300    # a running agent's worktree is saved this often (and at each turn's end)
 //! executor = "local"          # "local": serve runs agents; "workers": `pidevops worker` processes do (NATS_URL)
 //! containment = "required"    # agents must run contained (namespaces, else landlock); "best-effort" opts out
 //! bwrap = "bwrap"             # the bubblewrap program (a path, or a name on PATH)
@@ -127,6 +128,8 @@ pub struct DispatchConfig {
     /// The longest one run's report of its provider's limit pauses its profile (`limit_unverified_s`).
     pub limit_unverified: Duration,
     pub worktree_ttl: Duration,
+    /// How often a running agent's worktree is saved (`checkpoint_every_s`), besides each turn's end.
+    pub checkpoint_every: Duration,
     pub executor: Executor,
     pub repos: BTreeMap<RepoName, RepoSource>,
     pub containment: ContainmentPolicy,
@@ -384,6 +387,7 @@ impl DispatchConfig {
             retry_backoff: seconds("retry_backoff_s", dispatch.retry_backoff_s, 1.0)?,
             limit_unverified: seconds("limit_unverified_s", dispatch.limit_unverified_s, 1.0)?,
             worktree_ttl: seconds("worktree_ttl_h", dispatch.worktree_ttl_h, 3600.0)?,
+            checkpoint_every: seconds("checkpoint_every_s", dispatch.checkpoint_every_s, 1.0)?,
             executor: dispatch.executor,
             repos,
             containment: dispatch.containment,

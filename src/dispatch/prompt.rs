@@ -43,6 +43,7 @@ pub fn build(task: &Task) -> String {
     } else if let Some(failure) = task.last_failure() {
         let cause = match failure.cause {
             RetryCause::RunFailed { .. } => "the run failed",
+            RetryCause::Lost { .. } => "the run was lost (the process running it died)",
             RetryCause::Interrupted { .. } => "the run was interrupted (pidevops restarted)",
             RetryCause::SetupFailed { .. } => {
                 "the repository's setup failed before the agent ran (not counted against the attempts)"
@@ -72,6 +73,56 @@ pub fn build(task: &Task) -> String {
     }
     push_follow_ups(&mut prompt, task, attempt);
     prompt
+}
+
+/// What a resumed attempt's agent is told beside its prompt: where its work stands (`restored`: the worktree
+/// holds its checkpoint; `Err`: it could not be put back, and the worktree is at the base). Empty unless `run`
+/// resumes a checkpoint. The paths were chosen by an agent: listed one per line, control characters replaced.
+pub fn resumed(task: &Task, run: crate::tasks::RunId, restored: &Result<(), String>) -> String {
+    let Some(checkpoint) = task.resuming(run) else {
+        return String::new();
+    };
+    let mut text = format!(
+        "\nThis attempt resumes attempt {}, which was cut off; it is the same attempt, not a new one.\n",
+        task.attempts()
+    );
+    match restored {
+        Ok(()) => {
+            text.push_str(&format!(
+                "The worktree holds its work as pidevops saved it at {} after {} turn(s) (checkpoint {}). That \
+                 work is done: do not redo it. Look at what is there and carry on from where it stopped.\n",
+                checkpoint.at.format("%Y-%m-%d %H:%M:%S UTC"),
+                checkpoint.turn,
+                checkpoint.commit.short(),
+            ));
+            if checkpoint.changed > 0 {
+                text.push_str(&format!(
+                    "Files it had changed ({} in all):\n",
+                    checkpoint.changed
+                ));
+                for file in &checkpoint.files {
+                    let inert: String = file
+                        .chars()
+                        .map(|c| if c.is_control() { '?' } else { c })
+                        .collect();
+                    text.push_str(&format!("- {inert}\n"));
+                }
+                let unnamed = (checkpoint.changed as usize).saturating_sub(checkpoint.files.len());
+                if unnamed > 0 {
+                    text.push_str(&format!("- and {unnamed} more\n"));
+                }
+            }
+        }
+        Err(why) => text.push_str(&format!(
+            "Its saved work could not be put back ({}), so the worktree starts from the base again: do the \
+             whole task.\n",
+            why.chars()
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .take(300)
+                .collect::<String>()
+        )),
+    }
+    text
 }
 
 /// The prompt of a run for `purpose`: an attempt at the task, a planner's (plans of at most `max_items`), or a

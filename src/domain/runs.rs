@@ -13,11 +13,13 @@ use serde::{Deserialize, Serialize};
 use super::tail_chars;
 use super::usage::RunUsage;
 use crate::tasks::plan::PlanDocument;
-use crate::tasks::{AttemptReport, BranchName, Reason, RunId, Spec, TaskId};
+use crate::tasks::{AttemptReport, BranchName, Checkpoint, Reason, RunId, Spec, TaskId};
 
 pub const RUN_STREAM_PREFIX: &str = "run:";
 /// The type of [`RunEvent::EgressRefused`] (the task page reads a run's by it).
 pub const EGRESS_REFUSED: &str = "run.egress_refused";
+/// The type of [`RunEvent::Checkpointed`] (a resume reads a run's last one by it).
+pub const CHECKPOINTED: &str = "run.checkpointed";
 
 /// Most bytes of an agent's output an event carries (the whole output is in the run's log file).
 pub const TAIL_BYTES: usize = 4096;
@@ -256,6 +258,14 @@ pub enum RunEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reviewer_usage: Option<RunUsage>,
     },
+    /// pidevops saved the worktree while the agent worked (a commit on a private ref): where a resumed attempt
+    /// starts (`tasks::domain::resume`).
+    Checkpointed {
+        at: DateTime<Utc>,
+        run: RunId,
+        task: TaskId,
+        checkpoint: Box<Checkpoint>,
+    },
     /// What the run's egress proxies refused (its agent, its hooks, its reviewer), by host and port: appended
     /// once, before the outcome, when anything was refused.
     EgressRefused {
@@ -326,6 +336,7 @@ impl RunEvent {
             RunEvent::Failed { .. } => "run.failed",
             RunEvent::Proposed { .. } => "run.proposed",
             RunEvent::EgressRefused { .. } => EGRESS_REFUSED,
+            RunEvent::Checkpointed { .. } => CHECKPOINTED,
         }
     }
 
@@ -336,7 +347,8 @@ impl RunEvent {
             | RunEvent::Succeeded { run, .. }
             | RunEvent::Failed { run, .. }
             | RunEvent::Proposed { run, .. }
-            | RunEvent::EgressRefused { run, .. } => *run,
+            | RunEvent::EgressRefused { run, .. }
+            | RunEvent::Checkpointed { run, .. } => *run,
         }
     }
 
@@ -347,7 +359,8 @@ impl RunEvent {
             | RunEvent::Succeeded { task, .. }
             | RunEvent::Failed { task, .. }
             | RunEvent::Proposed { task, .. }
-            | RunEvent::EgressRefused { task, .. } => *task,
+            | RunEvent::EgressRefused { task, .. }
+            | RunEvent::Checkpointed { task, .. } => *task,
         }
     }
 
@@ -358,7 +371,8 @@ impl RunEvent {
             | RunEvent::Succeeded { at, .. }
             | RunEvent::Failed { at, .. }
             | RunEvent::Proposed { at, .. }
-            | RunEvent::EgressRefused { at, .. } => *at,
+            | RunEvent::EgressRefused { at, .. }
+            | RunEvent::Checkpointed { at, .. } => *at,
         }
     }
 
@@ -390,6 +404,7 @@ impl RunEvent {
             | RunEvent::Proposed { usage, .. } => usage.as_ref(),
             RunEvent::Started { .. }
             | RunEvent::Heartbeat { .. }
+            | RunEvent::Checkpointed { .. }
             | RunEvent::EgressRefused { .. } => None,
         }
     }
@@ -403,6 +418,7 @@ impl RunEvent {
             | RunEvent::Proposed { usage, .. } => *usage = spent,
             RunEvent::Started { .. }
             | RunEvent::Heartbeat { .. }
+            | RunEvent::Checkpointed { .. }
             | RunEvent::EgressRefused { .. } => {}
         }
         self

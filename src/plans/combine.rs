@@ -119,6 +119,7 @@ impl Combine {
                     | TaskEvent::Approved { .. }
                     | TaskEvent::Rejected { .. }
                     | TaskEvent::Started { .. }
+                    | TaskEvent::Resumed { .. }
                     | TaskEvent::SubmittedForReview { .. }
                     | TaskEvent::Completed { .. }
                     | TaskEvent::Retried { .. }

@@ -101,6 +101,7 @@ impl Plans {
             | TaskEvent::Approved { .. }
             | TaskEvent::Rejected { .. }
             | TaskEvent::Started { .. }
+            | TaskEvent::Resumed { .. }
             | TaskEvent::SubmittedForReview { .. }
             | TaskEvent::Completed { .. }
             | TaskEvent::Retried { .. }

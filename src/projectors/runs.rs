@@ -123,7 +123,7 @@ fn write_for(event: &StoredEvent, decoded: RunEvent) -> Write {
             ..base
         },
         // On the run's record in the log; the row does not show it.
-        RunEvent::EgressRefused { .. } => base,
+        RunEvent::EgressRefused { .. } | RunEvent::Checkpointed { .. } => base,
         RunEvent::Heartbeat { output_bytes, .. } => Write {
             output_bytes: i64::try_from(output_bytes).unwrap_or(i64::MAX),
             ..base

@@ -28,6 +28,7 @@ pub use domain::{
     RefreshMode,
 };
 pub use domain::{stale, Conflict, RefreshCheck, StaleAction, StaleRule};
+pub use domain::{Checkpoint, Resumption, MAX_RESUMES};
 pub use values::{
     is_slack_id, is_slack_ts, AgentName, ApprovalPolicy, BranchName, Column, FollowUpOrigin,
     FollowUpText, GithubRef, GitlabIssueRef, GitlabMrRef, LinearIssue, LinkConflict, LinkKey,

@@ -58,6 +58,7 @@ const KNOWN_FOLDER_CYCLES: &[(&str, &[&str], &str)] = &[
             "family",
             "landing",
             "refresh_check",
+            "resume",
             "ticket",
         ],
         "one aggregate split by topic: decide and evolve read every part's events and facts, and each part's \

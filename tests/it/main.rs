@@ -71,6 +71,7 @@ mod refresh_gitlab;
 mod relay;
 mod replicas;
 mod repo_env;
+mod resume;
 mod runs_projector;
 mod scopes;
 mod sizes;

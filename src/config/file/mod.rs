@@ -377,6 +377,8 @@ pub struct DispatchTable {
     pub limit_unverified_s: f64,
     /// Hours; fractions are accepted.
     pub worktree_ttl_h: f64,
+    /// Seconds (fractions accepted): how often a running agent's worktree is saved, besides each turn's end.
+    pub checkpoint_every_s: f64,
     pub executor: Executor,
     pub containment: ContainmentPolicy,
     pub bwrap: String,
@@ -417,6 +419,7 @@ impl Default for DispatchTable {
             retry_backoff_s: 60.0,
             limit_unverified_s: crate::domain::limits::UNVERIFIED_WINDOW_S,
             worktree_ttl_h: 24.0,
+            checkpoint_every_s: 300.0,
             executor: Executor::Local,
             containment: ContainmentPolicy::Required,
             bwrap: "bwrap".to_owned(),

@@ -22,6 +22,7 @@
 //! - `pause.rs`     pause and resume for every replica (the `dispatch` stream)
 
 mod attempt;
+mod checkpoints;
 mod claim;
 mod ending;
 mod gc;

@@ -44,6 +44,7 @@
 //! - `remerge.rs`   what a refresh's commit changed against the plain merge of its commit and base, recorded
 //! - `gc.rs`        run directories past the TTL, a previous process's spares, worktree lists pruned
 
+mod checkpoint;
 mod combine;
 pub mod diff;
 mod gc;
@@ -58,6 +59,7 @@ mod resolve;
 mod spares;
 mod worktree;
 
+pub use checkpoint::{checkpoint_ref, Saved};
 pub use combine::{CombineRequest, Combined, Combiner};
 pub use gc::GcReport;
 pub use land::{BranchLeft, LandRequest, LandResult};

@@ -114,6 +114,13 @@ fn run_summary(run: &RunEvent) -> String {
         RunEvent::Heartbeat { output_bytes, .. } => {
             format!("still running: {output_bytes} bytes of output")
         }
+        RunEvent::Checkpointed { checkpoint, .. } => format!(
+            "worktree saved after {} turn(s): checkpoint {} over {}, {} path(s) changed",
+            checkpoint.turn,
+            checkpoint.commit.short(),
+            checkpoint.head.short(),
+            checkpoint.changed
+        ),
         RunEvent::Succeeded {
             attempt,
             branch,

@@ -25,6 +25,7 @@ pub fn summarize(event: &TaskEvent) -> String {
             purpose,
             ..
         } => started(*attempt, *run, *purpose),
+        TaskEvent::Resumed { .. } => resumed(event),
         TaskEvent::SubmittedForReview { branch, pr, .. } => match pr {
             Some(pr) => format!("submitted for review: {} ({pr})", branch.as_str()),
             None => format!("submitted for review: {}", branch.as_str()),
@@ -180,6 +181,7 @@ fn created(c: &TaskCreated) -> String {
 fn retry_cause(cause: &RetryCause) -> &'static str {
     match cause {
         RetryCause::RunFailed { .. } => "run failed",
+        RetryCause::Lost { .. } => "lost",
         RetryCause::Interrupted { .. } => "interrupted",
         RetryCause::SetupFailed { .. } => "setup failed",
         RetryCause::AgentNeedsHuman { .. } => "the agent asked for a person",
@@ -330,6 +332,7 @@ pub(super) fn links_of(event: &TaskEvent) -> Vec<(LinkKind, String)> {
         TaskEvent::Approved { .. }
         | TaskEvent::Rejected { .. }
         | TaskEvent::Started { .. }
+        | TaskEvent::Resumed { .. }
         | TaskEvent::Completed { .. }
         | TaskEvent::Retried { .. }
         | TaskEvent::Cancelled { .. }
@@ -373,4 +376,22 @@ pub fn source_of(actor: Option<&str>, links: &Links) -> &'static str {
         return "api";
     }
     registry::origin(links).map_or("api", |provider| provider.name)
+}
+
+fn resumed(event: &TaskEvent) -> String {
+    let TaskEvent::Resumed {
+        attempt,
+        run,
+        checkpoint,
+        ..
+    } = event
+    else {
+        return String::new();
+    };
+    format!(
+        "attempt {attempt} resumed (run {run}) from checkpoint {} of run {}, after {} turn(s)",
+        checkpoint.commit.short(),
+        checkpoint.run,
+        checkpoint.turn
+    )
 }

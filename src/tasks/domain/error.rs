@@ -22,6 +22,8 @@ pub enum TaskError {
     Archived { id: TaskId, command: &'static str },
     #[error("{id} needs a human ({reason}); clear the flag before it can start")]
     NeedsHuman { id: TaskId, reason: Reason },
+    #[error("{id} cannot resume: {why}")]
+    NotResumable { id: TaskId, why: &'static str },
     #[error("{id} has used {attempts} of {max} attempts")]
     AttemptsExhausted { id: TaskId, attempts: u32, max: u32 },
     #[error("{id} has used {attempts} attempts, the most a task may have")]

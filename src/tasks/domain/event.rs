@@ -5,8 +5,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    AttemptReport, CombinedItem, CommitSha, Conflict, FactName, Family, RefreshCheck, RefreshMode,
-    RetryCause, StaleAction, TriageOutcome,
+    AttemptReport, Checkpoint, CombinedItem, CommitSha, Conflict, FactName, Family, RefreshCheck,
+    RefreshMode, RetryCause, StaleAction, TriageOutcome,
 };
 use crate::tasks::plan::PlanDocument;
 use crate::tasks::values::{
@@ -79,6 +79,14 @@ pub enum TaskEvent {
         attempt: u32,
         #[serde(default, skip_serializing_if = "RunPurpose::is_work")]
         purpose: RunPurpose,
+    },
+    /// The attempt cut off goes on from a checkpoint: the same attempt, not a new one (`resume.rs`).
+    Resumed {
+        at: DateTime<Utc>,
+        run: RunId,
+        /// The attempt it goes on with (unchanged).
+        attempt: u32,
+        checkpoint: Box<Checkpoint>,
     },
     SubmittedForReview {
         at: DateTime<Utc>,
@@ -306,6 +314,7 @@ impl TaskEvent {
             TaskEvent::Approved { at, .. }
             | TaskEvent::Rejected { at, .. }
             | TaskEvent::Started { at, .. }
+            | TaskEvent::Resumed { at, .. }
             | TaskEvent::SubmittedForReview { at, .. }
             | TaskEvent::Completed { at }
             | TaskEvent::Retried { at, .. }

@@ -64,6 +64,12 @@ fn apply(task: &mut Task, event: &TaskEvent) -> Result<(), TaskError> {
             attempt,
             purpose,
         } => started(task, event, *at, *run, *attempt, *purpose)?,
+        TaskEvent::Resumed {
+            run,
+            attempt,
+            checkpoint,
+            ..
+        } => super::resume::evolve(task, event, *run, *attempt, checkpoint)?,
         TaskEvent::SubmittedForReview { .. } => submitted(task, event)?,
         TaskEvent::Completed { .. } => {
             require(task, event, &[Column::InReview])?;
@@ -300,6 +306,10 @@ fn started(
     task.attempts = attempt;
     task.run = Some(run);
     task.purpose = Some(purpose);
+    // A new attempt: whatever an earlier one resumed is behind it.
+    task.resumes = 0;
+    task.resumption = None;
+    task.given_back = false;
     // A refresh check runs no agent: not a bounce, and no follow-up is handed to it.
     if purpose == RunPurpose::Refresh {
         return Ok(());
@@ -335,6 +345,7 @@ fn retried(
     task.column = Column::Todo;
     task.run = None;
     task.purpose = None;
+    task.given_back = false;
     if matches!(cause, RetryCause::Interrupted { .. }) && counted {
         task.recent_starts.pop();
     }
@@ -505,6 +516,8 @@ fn attempt_returned(
         ));
     }
     task.max_attempts = max_attempts;
+    // Taken back if the attempt resumes (`resume.rs`): resuming is not another attempt.
+    task.given_back = true;
     Ok(())
 }
 
@@ -549,6 +562,9 @@ impl Task {
             ticket_version: created.ticket_version,
             agent: created.agent.clone(),
             recent_starts: Vec::new(),
+            resumes: 0,
+            resumption: None,
+            given_back: false,
             kind: created.family.kind,
             parent: created.family.parent,
             depends_on: created.family.depends_on.clone(),

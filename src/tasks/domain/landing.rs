@@ -517,6 +517,7 @@ pub fn may_land(event: &TaskEvent) -> bool {
         | TaskEvent::Approved { .. }
         | TaskEvent::Rejected { .. }
         | TaskEvent::Started { .. }
+        | TaskEvent::Resumed { .. }
         | TaskEvent::Completed { .. }
         | TaskEvent::Retried { .. }
         | TaskEvent::Cancelled { .. }

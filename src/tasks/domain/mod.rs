@@ -23,6 +23,8 @@ mod evolution;
 mod family;
 pub mod landing;
 mod refresh_check;
+pub mod resume;
+mod retry_cause;
 pub mod stale;
 pub mod stored;
 mod ticket;
@@ -32,6 +34,10 @@ pub use conflict::Conflict;
 pub use creation::{Family, NewTask};
 pub use decision::decide;
 use error::join;
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
 pub use error::TaskError;
 pub use event::{TaskCreated, TaskEvent, TaskEventKind};
 pub use evolution::{evolve, replay};
@@ -40,6 +46,8 @@ pub use landing::{
     CommitSha, FactName, LandConfig, LandMode, Landing, MergeMethod, Readiness, RefreshMode,
 };
 pub use refresh_check::RefreshCheck;
+pub use resume::{Checkpoint, Resumption, MAX_RESUMES};
+pub use retry_cause::RetryCause;
 pub use stale::{StaleAction, StaleRule};
 
 use super::plan::{PlanDocument, Scope};
@@ -89,6 +97,15 @@ pub struct Task {
     /// when a human clears a flag.
     #[serde(skip)]
     recent_starts: Vec<DateTime<Utc>>,
+    /// How many times the attempt in progress (or the last one) resumed from a checkpoint (`resume.rs`).
+    #[serde(skip_serializing_if = "is_zero")]
+    resumes: u32,
+    /// The checkpoint the attempt in progress (or the last one) resumed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resumption: Option<Resumption>,
+    /// The last attempt cut off was given back (`task.attempt_returned`): a resume takes it back.
+    #[serde(skip)]
+    given_back: bool,
     /// A task, or a plan (whose planner proposes tasks and whose column then follows theirs).
     #[serde(skip_serializing_if = "TaskKind::is_task")]
     kind: TaskKind,
@@ -418,43 +435,6 @@ impl Task {
     }
 }
 
-/// Why an attempt is being retried.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum RetryCause {
-    /// The run itself failed (non-zero exit, timeout, no output, push refused). Names the run so a late report
-    /// from an old run cannot fail the current one.
-    RunFailed { run: RunId },
-    /// pidevops itself stopped the run (a graceful shutdown, a deploy): not the task's fault, so the attempt is
-    /// given back and it does not count as a bounce.
-    Interrupted { run: RunId },
-    /// The repository's own setup (`setup`, `before_run`, a missing secret) failed before the agent ran: not the
-    /// agent's doing, so the attempt is given back; unlike an interruption it backs off and counts as a bounce,
-    /// so a setup that keeps failing asks a human instead of looping.
-    SetupFailed { run: RunId },
-    /// The agent said it needs a person (`.pidevops/status.json`): the attempt counts, and the task is flagged at
-    /// once with what it said.
-    AgentNeedsHuman { run: RunId },
-    /// The agent ran into its provider's usage or rate limit: not the work's fault, so the attempt is given back
-    /// and it is no bounce; the task waits until `until` (the dispatcher's business).
-    Limited { run: RunId, until: DateTime<Utc> },
-    /// The run took a budget over its limit and was stopped: the attempt counts, and the task is flagged at once
-    /// (a person raises the budget, or not).
-    OverBudget { run: RunId },
-    /// pidevops stopped the run to start it again with a follow-up that came while it ran (`on_follow_up =
-    /// "restart"`): not the work's fault, so the attempt is given back and it is no bounce.
-    Restarted { run: RunId },
-    /// The agent asked a question (`.pidevops/question.md`) and exited: the attempt is given back, and the task
-    /// waits for a person's answer (flagged at once with the question), which becomes the next run's follow-up.
-    AgentAsked { run: RunId },
-    /// A follow-up came for a task in review (a person asked for more on its pull request or ticket).
-    FollowUp,
-    /// CI failed on the pull request.
-    ChecksFailed,
-    /// A reviewer (or a human through the CLI) asked for another attempt.
-    ChangesRequested,
-}
-
 /// Everything that may be asked of a task.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
@@ -465,6 +445,11 @@ pub enum Command {
     },
     Start {
         run: RunId,
+    },
+    /// The same attempt again, from a checkpoint one of its runs made (`resume.rs`).
+    Resume {
+        run: RunId,
+        checkpoint: Box<Checkpoint>,
     },
     SubmitForReview {
         run: RunId,
@@ -641,6 +626,7 @@ impl Command {
             Command::Approve => "approve",
             Command::Reject { .. } => "reject",
             Command::Start { .. } => "start",
+            Command::Resume { .. } => "resume",
             Command::SubmitForReview { .. } => "submit-for-review",
             Command::Complete => "complete",
             Command::Retry { .. } => "retry",

@@ -13,8 +13,9 @@ use super::hooks::{Step, StepContext, StepFailed};
 use super::launch::Access;
 use super::limits::BudgetWatch;
 use super::run_writer::{RunWriter, Written};
-use super::{run_of, Dispatcher};
+use super::Dispatcher;
 
+mod heartbeat;
 mod outcome;
 mod refresh_check;
 mod resolve;
@@ -25,9 +26,9 @@ use crate::dispatch::runner::{self, Ending};
 use crate::dispatch::runs::{FailureKind, RunEvent};
 use crate::dispatch::workspace::Prepared;
 use crate::domain::usage::RunUsage;
-use crate::projectors::tasks as task_rows;
 use crate::tasks::ReviewPolicy;
-use crate::tasks::{AttemptReport, Column, RunId, RunPurpose, Task, TaskId};
+use crate::tasks::{AttemptReport, RunId, RunPurpose, Task, TaskId};
+use heartbeat::Heartbeat;
 use outcome::StoppedFor;
 
 impl Dispatcher {
@@ -117,6 +118,7 @@ impl Dispatcher {
                     RunEvent::Proposed { .. } => "proposed",
                     RunEvent::Started { .. }
                     | RunEvent::Heartbeat { .. }
+                    | RunEvent::Checkpointed { .. }
                     | RunEvent::EgressRefused { .. } => "unknown",
                 };
                 metrics::counter!("pidevops_runs_total", "outcome" => label).increment(1);
@@ -178,6 +180,9 @@ impl Dispatcher {
             RunPurpose::Plan | RunPurpose::Triage => None,
         };
         let meter = runner::meter(profile.usage.clone());
+        // A work attempt's worktree is saved while its agent works: an interruption resumes from there.
+        let checkpointer = (purpose == RunPurpose::Work)
+            .then(|| self.checkpointer(id, run, &prepared, meter.clone(), heartbeat.notes.clone()));
         let budget = self.watch_budget(task, &meter, &heartbeat.agent_stop).await;
         // A work run is steered by follow-ups: live where its profile takes live input, else by `on_follow_up`.
         let (live_sender, live) = match profile.live_input {
@@ -207,6 +212,9 @@ impl Dispatcher {
             Some(watch) => watch.finish().await,
             None => false,
         };
+        if let Some(checkpointer) = checkpointer {
+            checkpointer.finish().await;
+        }
         self.forget_hook_dirs(&prepared).await;
         // Committing and pushing hold no slot (the repository's check did: it is as heavy as the agent). A
         // reviewer agent is as heavy too: where one reads the work, the slot is let go after it.
@@ -325,6 +333,13 @@ impl Dispatcher {
                 }
             }
         }
+        // A resumed attempt starts where its checkpoint left it (or, that failing, from the base, and is told so).
+        let restored = match task.resuming(run) {
+            Some(checkpoint) if purpose == RunPurpose::Work => {
+                Some(self.restore(task, &mut prepared, checkpoint).await?)
+            }
+            _ => None,
+        };
         let launching = std::time::Instant::now();
         if let Err(error) = self.inner.workspaces.hand_to_agent(&prepared).await {
             self.inner.workspaces.finished(&prepared);
@@ -338,8 +353,11 @@ impl Dispatcher {
             }
         }
         let (conflicted, prompt) = resolution.unwrap_or_else(|| {
-            let prompt =
+            let mut prompt =
                 crate::dispatch::prompt::for_run(task, purpose, self.inner.plans.max_items);
+            if let Some(restored) = &restored {
+                prompt.push_str(&crate::dispatch::prompt::resumed(task, run, restored));
+            }
             (Vec::new(), prompt)
         });
         if let Err(error) = tokio::fs::write(&prepared.dirs.prompt, &prompt).await {
@@ -445,101 +463,6 @@ impl Dispatcher {
             self.run_step(Step::Check, &cx).await?;
         }
         Ok(finished)
-    }
-
-    /// Heartbeats while the agent runs, and on while its work is wrapped up, until `beats` is cancelled. A heartbeat
-    /// that meets a conflict means the run was declared lost (`lost`); that, the service stopping (`stop`) or the
-    /// task closed or superseded stops the agent (`agent_stop`).
-    fn heartbeat(
-        &self,
-        id: TaskId,
-        run: RunId,
-        mut beat_writer: RunWriter,
-        output: Arc<AtomicU64>,
-        stop: CancellationToken,
-    ) -> Heartbeat {
-        let beats = CancellationToken::new();
-        let lost = CancellationToken::new();
-        let agent_stop = CancellationToken::new();
-        let disk_full = CancellationToken::new();
-        let (beating, declared_lost, stopping, filled) = (
-            beats.clone(),
-            lost.clone(),
-            agent_stop.clone(),
-            disk_full.clone(),
-        );
-        let interval = self.inner.config.heartbeat;
-        let board = self.inner.board.clone();
-        // A run that takes the workspace volume below half the claim's threshold is stopped: the claim keeps new
-        // runs off a filling volume, this keeps a running one from filling it (and the log beside it).
-        let root = self.inner.workspaces.root().to_owned();
-        let floor = self.inner.config.bounds.min_free_disk / 2;
-        let version = tokio::spawn(async move {
-            let mut sent = 0;
-            loop {
-                let last = tokio::select! {
-                    () = beats.cancelled() => true,
-                    () = stop.cancelled() => { agent_stop.cancel(); break; }
-                    () = tokio::time::sleep(interval) => false,
-                };
-                let bytes = output.load(std::sync::atomic::Ordering::Relaxed);
-                // The last beat, right before the outcome, carries what the agent printed since the one before:
-                // a run shorter than one interval would otherwise show 0 bytes on /api/runs.
-                if last && bytes == sent {
-                    break;
-                }
-                let beat = RunEvent::Heartbeat {
-                    at: Utc::now(),
-                    run,
-                    task: id,
-                    output_bytes: bytes,
-                };
-                match beat_writer.append(&beat).await {
-                    Ok(()) => sent = bytes,
-                    Err(Written::Taken) => {
-                        lost.cancel();
-                        agent_stop.cancel();
-                        break;
-                    }
-                    Err(Written::Failed(error)) => {
-                        tracing::warn!(task = %id, %run, error = format!("{error:#}"), "heartbeat not recorded");
-                    }
-                }
-                if last {
-                    break;
-                }
-                if floor > 0
-                    && crate::dispatch::disk::free_bytes(&root).is_ok_and(|free| free < floor)
-                {
-                    disk_full.cancel();
-                    agent_stop.cancel();
-                    break;
-                }
-                // A task cancelled (or otherwise moved on) while its agent works: stop spending on it. The
-                // read model may not show the claim yet (it lags the log), so only what can only come after
-                // the claim counts: a closed task, or another run in progress.
-                if let Ok(Some(row)) = task_rows::get(board.store(), id).await {
-                    let closed = matches!(
-                        row.column,
-                        Column::Cancelled | Column::Done | Column::Archived
-                    );
-                    let superseded =
-                        row.column == Column::InProgress && run_of(&row).is_some_and(|r| r != run);
-                    if closed || superseded {
-                        agent_stop.cancel();
-                        break;
-                    }
-                }
-            }
-            beat_writer.version
-        });
-        Heartbeat {
-            beats: beating,
-            lost: declared_lost,
-            agent_stop: stopping,
-            disk_full: filled,
-            version,
-        }
     }
 
     /// The agent has exited: its slot goes to the next queued task at once.
@@ -655,29 +578,4 @@ pub(super) struct Ended<'a> {
     pub agent_stop: &'a CancellationToken,
     /// What the reviewer spent, once it ran.
     pub reviewer_usage: &'a std::sync::Mutex<Option<RunUsage>>,
-}
-
-/// An attempt's heartbeat task and the tokens between the two (see `Dispatcher::heartbeat`).
-struct Heartbeat {
-    /// Cancelled by the attempt once it has its outcome: no more beats.
-    beats: CancellationToken,
-    /// Cancelled by the heartbeat when a beat met a conflict: the run was declared lost.
-    lost: CancellationToken,
-    /// Stops the agent.
-    agent_stop: CancellationToken,
-    /// Cancelled by the heartbeat when the workspace volume fell below half of `min_free_disk_mib`.
-    disk_full: CancellationToken,
-    /// The stream version the beats reached.
-    version: tokio::task::JoinHandle<i64>,
-}
-
-impl Heartbeat {
-    /// No more beats (one last with the output counted since the one before): the run's writer goes on from the
-    /// version they reached. Called once, when the attempt has its outcome.
-    async fn end(&mut self, writer: &mut RunWriter) {
-        self.beats.cancel();
-        if let Ok(version) = (&mut self.version).await {
-            writer.version = writer.version.max(version);
-        }
-    }
 }

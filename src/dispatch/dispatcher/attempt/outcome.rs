@@ -73,6 +73,8 @@ impl Dispatcher {
                     cause: match kind {
                         FailureKind::Interrupted => RetryCause::Interrupted { run: *run },
                         FailureKind::Lost if goes_round => RetryCause::Interrupted { run: *run },
+                        // Its process died: counted like a failure, unless it resumes from a checkpoint.
+                        FailureKind::Lost => RetryCause::Lost { run: *run },
                         // The agent did not run: not its attempt (see `hooks.rs`). Nor is a reviewer's failure.
                         FailureKind::Setup | FailureKind::Reviewer => {
                             RetryCause::SetupFailed { run: *run }

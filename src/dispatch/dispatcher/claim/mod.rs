@@ -528,10 +528,19 @@ impl Dispatcher {
         let triage = loaded
             .as_ref()
             .is_some_and(|l| l.task.column() == Column::Triage);
-        let start = if triage {
-            Command::StartTriage { run }
-        } else {
-            Command::Start { run }
+        // An attempt cut off by a restart, a lost worker, a limit or a follow-up's restart goes on from its last
+        // checkpoint, as the same attempt.
+        let resume = match loaded.as_ref() {
+            Some(loaded) if !triage => self.resume_point(&loaded.task).await?,
+            _ => None,
+        };
+        let start = match resume {
+            _ if triage => Command::StartTriage { run },
+            Some(checkpoint) => Command::Resume {
+                run,
+                checkpoint: Box::new(checkpoint),
+            },
+            None => Command::Start { run },
         };
         let outcome = match self.inner.board.execute(id, &start, DISPATCHER).await {
             Ok(outcome) if !outcome.appended.is_empty() => outcome,

@@ -41,6 +41,7 @@ pub fn ends_its_branch(event: &TaskEvent) -> bool {
         | TaskEvent::Approved { .. }
         | TaskEvent::Rejected { .. }
         | TaskEvent::Started { .. }
+        | TaskEvent::Resumed { .. }
         | TaskEvent::SubmittedForReview { .. }
         | TaskEvent::Retried { .. }
         | TaskEvent::Archived { .. }

@@ -107,6 +107,7 @@ impl ProviderPolicy for GithubPolicy {
             | TaskEvent::Approved { .. }
             | TaskEvent::Rejected { .. }
             | TaskEvent::Started { .. }
+            | TaskEvent::Resumed { .. }
             | TaskEvent::Retried { .. }
             | TaskEvent::Archived { .. }
             | TaskEvent::NeedsHumanCleared { .. }
@@ -313,6 +314,7 @@ pub fn github(event: &TaskEvent, task: &Task, config: &PolicyConfig) -> Vec<Requ
         | TaskEvent::Approved { .. }
         | TaskEvent::Rejected { .. }
         | TaskEvent::Started { .. }
+        | TaskEvent::Resumed { .. }
         | TaskEvent::Completed { .. }
         | TaskEvent::Retried { .. }
         | TaskEvent::Cancelled { .. }

@@ -102,6 +102,7 @@ impl ProviderPolicy for GitlabPolicy {
             TaskEvent::Approved { .. }
             | TaskEvent::Rejected { .. }
             | TaskEvent::Started { .. }
+            | TaskEvent::Resumed { .. }
             | TaskEvent::Retried { .. }
             | TaskEvent::Cancelled { .. }
             | TaskEvent::Archived { .. }

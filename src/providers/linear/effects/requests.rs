@@ -25,7 +25,9 @@ pub fn linear_notifies(event: &TaskEvent) -> bool {
         | TaskEvent::ChildrenCreated { .. }
         | TaskEvent::RolledUp { .. }
         | TaskEvent::WentStale { .. } => true,
-        TaskEvent::Created(_)
+        // The attempt goes on: Linear already shows it in progress.
+        TaskEvent::Resumed { .. }
+        | TaskEvent::Created(_)
         | TaskEvent::Approved { .. }
         | TaskEvent::Rejected { .. }
         | TaskEvent::Archived { .. }
@@ -145,6 +147,7 @@ pub fn linear(
         | TaskEvent::RefreshCheckFailed { .. } => Vec::new(),
         // The checklist's news (see `linear_notifies`) is `plan.rs`'s; the rest is not told to Linear.
         TaskEvent::Created(_)
+        | TaskEvent::Resumed { .. }
         | TaskEvent::Approved { .. }
         | TaskEvent::Rejected { .. }
         | TaskEvent::Archived { .. }
@@ -347,6 +350,7 @@ impl IssueNews<'_> {
             // A thought, not an error: Linear ends a session at an error, and a failed attempt either goes again
             // or flags the task, whose elicitation then asks a person (the session waits for the answer).
             RetryCause::RunFailed { run }
+            | RetryCause::Lost { run }
             | RetryCause::SetupFailed { run }
             | RetryCause::OverBudget { run }
             | RetryCause::AgentNeedsHuman { run } => self.activity(

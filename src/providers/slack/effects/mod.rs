@@ -346,6 +346,7 @@ pub fn slack_notifies(event: &TaskEvent) -> bool {
         | TaskEvent::WentStale { .. } => true,
         TaskEvent::Rejected { .. }
         | TaskEvent::Started { .. }
+        | TaskEvent::Resumed { .. }
         | TaskEvent::Retried { .. }
         | TaskEvent::Archived { .. }
         | TaskEvent::NeedsHumanCleared { .. }
@@ -480,6 +481,7 @@ pub fn slack(
         }
         | TaskEvent::Rejected { .. }
         | TaskEvent::Started { .. }
+        | TaskEvent::Resumed { .. }
         | TaskEvent::Retried { .. }
         | TaskEvent::Archived { .. }
         | TaskEvent::NeedsHumanCleared { .. }

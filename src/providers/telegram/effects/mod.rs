@@ -359,6 +359,7 @@ pub fn telegram_notifies(event: &TaskEvent) -> bool {
         TaskEvent::Approved { .. }
         | TaskEvent::Rejected { .. }
         | TaskEvent::Started { .. }
+        | TaskEvent::Resumed { .. }
         | TaskEvent::Retried { .. }
         | TaskEvent::Archived { .. }
         | TaskEvent::NeedsHumanCleared { .. }
@@ -469,6 +470,7 @@ pub fn telegram(
         TaskEvent::Approved { .. }
         | TaskEvent::Rejected { .. }
         | TaskEvent::Started { .. }
+        | TaskEvent::Resumed { .. }
         | TaskEvent::Retried { .. }
         | TaskEvent::Archived { .. }
         | TaskEvent::NeedsHumanCleared { .. }

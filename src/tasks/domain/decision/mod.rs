@@ -98,6 +98,9 @@ pub fn decide(
         },
 
         Command::Start { run } => start(task, command, *run, at),
+        Command::Resume { run, checkpoint } => {
+            super::resume::decide(task, command, *run, checkpoint, at)
+        }
 
         Command::SubmitForReview {
             run,
@@ -566,6 +569,7 @@ fn waits_for_triage(command: &Command) -> bool {
         Command::Approve | Command::Reject { .. } | Command::UpdateSpec { .. } => true,
         Command::Create(_)
         | Command::Start { .. }
+        | Command::Resume { .. }
         | Command::SubmitForReview { .. }
         | Command::Complete
         | Command::Retry { .. }
@@ -604,6 +608,7 @@ fn waits_for_triage(command: &Command) -> bool {
 fn is_plan_work(command: &Command) -> bool {
     match command {
         Command::Start { .. }
+        | Command::Resume { .. }
         | Command::SubmitForReview { .. }
         | Command::Complete
         | Command::Retry { .. }

@@ -21,6 +21,7 @@ pub(super) fn retry(
     let at = now;
     match cause {
         RetryCause::RunFailed { run }
+        | RetryCause::Lost { run }
         | RetryCause::Interrupted { run }
         | RetryCause::SetupFailed { run }
         | RetryCause::AgentNeedsHuman { run }

@@ -12,6 +12,7 @@ mod conversation;
 mod props;
 mod records;
 mod refresh_check;
+mod resume;
 
 pub(super) fn at(seconds: i64) -> DateTime<Utc> {
     Utc.timestamp_opt(1_750_000_000 + seconds, 0)
@@ -505,6 +506,7 @@ fn every_event_type_is_derived_and_none_changed() {
             "task.approved",
             "task.rejected",
             "task.started",
+            "task.resumed",
             "task.submitted_for_review",
             "task.completed",
             "task.retried",
