@@ -1,14 +1,14 @@
 //! Resuming where the work stopped, with the real binary: an agent that writes a file over three turns is cut off
 //! by a SIGKILL of `serve` after two; the next run resumes its checkpoint as the same attempt and does only the
 //! third turn; the pushed branch holds the whole work once. Also resumed on another machine (a new workspace
-//! root: the checkpoint comes from the remote's private ref), and refused when a stranger rewrote that ref.
-//! Postgres only (several processes share it).
+//! root: the checkpoint comes from the remote's private ref), refused when a stranger rewrote that ref, and after
+//! a worker's SIGKILL on another worker. Postgres only (several processes share it).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::common::agents::{agent, dispatch_file, git, Remote};
-use crate::common::server::{read_log, Server};
+use crate::common::server::{borrow, process_env, read_log, KillOnDrop, Server};
 use crate::common::{within, TestDb};
 use pidevops::board::{Board, BoardConfig};
 use pidevops::dispatch::runs::{self as run_events, RunEvent};
@@ -56,6 +56,11 @@ struct Setup {
 
 impl Setup {
     fn new() -> Self {
+        Self::with(|_| {})
+    }
+
+    /// With `[dispatch]` changed by `more`.
+    fn with(more: impl FnOnce(&mut toml::Table)) -> Self {
         let remote = Remote::new();
         let scratch = tempfile::tempdir().unwrap();
         let dir = scratch.path();
@@ -73,6 +78,7 @@ impl Setup {
             "readable".into(),
             toml::Value::from(vec![gates.display().to_string()]),
         );
+        more(dispatch);
         let path = dir.join("pidevops.toml");
         std::fs::write(&path, toml::to_string(&file).unwrap()).unwrap();
         Self {
@@ -385,4 +391,107 @@ async fn an_attempt_resumes_on_another_machine_from_the_remotes_checkpoint_ref()
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_checkpoint_ref_a_stranger_rewrote_is_refused_and_the_attempt_starts_over() {
     cut_after_two_turns(Case::RefRewritten).await;
+}
+
+/// A worker SIGKILLed after two saved turns: the watchdog declares its run lost (its beats stopped), and another
+/// worker, on another machine (its own workspace root), resumes the attempt from the remote's checkpoint ref.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_attempt_on_a_dead_worker_resumes_on_another_worker() {
+    let Some(db) = TestDb::postgres().await else {
+        return;
+    };
+    let setup = Setup::with(|dispatch| {
+        dispatch.insert("executor".into(), toml::Value::from("workers"));
+        // Declared lost after three missed beats: slow enough that a busy moment on two cores is no death.
+        dispatch.insert("heartbeat_s".into(), toml::Value::from(1.0));
+    });
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path();
+    let bus = crate::common::bus_config();
+    let config = PathBuf::from(&setup.config);
+    let env =
+        |name: &str, workspaces: &str| process_env(&config, name, &dir.join(workspaces), &bus);
+    let observer = Observer::new(&db).await;
+    let serve_env = env("replica-a", "ws-serve");
+    let server = Server::start_with(&db.url_string(), &borrow(&serve_env)).await;
+    let worker = |name: &str, workspaces: &str| {
+        let mut command = crate::common::server::command(&db.url_string(), dir);
+        command.arg("worker").envs(env(name, workspaces));
+        KillOnDrop::spawn_logged(command, &dir.join(format!("{name}.log")))
+    };
+    let first_worker = worker("worker-1", "ws-1");
+    let id = crate::common::board::new_task("Three turns on a worker")
+        .scope("work.txt")
+        .done_when("three lines")
+        .approval(pidevops::tasks::ApprovalPolicy::Auto)
+        .key("test:three-turns-worker")
+        .create_on(&observer.board)
+        .await;
+    within(
+        Duration::from_secs(60),
+        "a checkpoint of the worker's run after its second turn",
+        || async {
+            match observer.runs(id).await.first() {
+                Some(first) => observer
+                    .checkpoints(&first.run_id)
+                    .await
+                    .iter()
+                    .any(|c| c.turn >= 2),
+                None => false,
+            }
+        },
+    )
+    .await;
+    let saved = {
+        let first = observer.runs(id).await.remove(0);
+        assert_eq!(first.worker.as_deref(), Some("worker-1"));
+        observer.checkpoints(&first.run_id).await.pop().unwrap()
+    };
+    // SIGKILL: the worker and its agent are gone; nothing tells the service but the silence.
+    drop(first_worker);
+    std::fs::write(&setup.gate, "").unwrap();
+    let second_worker = worker("worker-2", "ws-2");
+    within(
+        Duration::from_secs(90),
+        "the task in review after the worker's death",
+        || async {
+            task_rows::get(&observer.store, id)
+                .await
+                .unwrap()
+                .is_some_and(|row| row.column == Column::InReview)
+        },
+    )
+    .await;
+    let runs = observer.runs(id).await;
+    assert_eq!(runs.len(), 2, "{runs:?}\n{}", second_worker.log());
+    assert_eq!(runs[0].failure.as_deref(), Some("lost"), "{runs:?}");
+    assert_eq!(runs[1].worker.as_deref(), Some("worker-2"), "{runs:?}");
+    assert_eq!((runs[0].attempt, runs[1].attempt), (1, 1), "{runs:?}");
+    let resumed: Vec<Checkpoint> = observer
+        .task_events(id)
+        .await
+        .into_iter()
+        .filter_map(|e| match e {
+            TaskEvent::Resumed { checkpoint, .. } => Some(*checkpoint),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(resumed, std::slice::from_ref(&saved));
+    let work = setup
+        .remote
+        .show(&format!("pidevops/{id}"), "work.txt")
+        .unwrap();
+    let turns: Vec<&str> = work.lines().map(|l| &l[..6]).collect();
+    assert_eq!(turns, ["turn 1", "turn 2", "turn 3"], "{work}");
+    let authors: Vec<&str> = work
+        .lines()
+        .map(|l| l.rsplit(' ').next().unwrap())
+        .collect();
+    assert_eq!(authors[0], authors[1], "{work}");
+    assert_ne!(authors[1], authors[2], "{work}");
+    drop((second_worker, server));
+    if let Ok(relayed) = pidevops::bus::JetstreamBus::connect(&crate::common::nats_url(), bus).await
+    {
+        let _ = relayed.delete_stream().await;
+    }
 }
