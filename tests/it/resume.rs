@@ -375,6 +375,8 @@ async fn cut_after_two_turns(case: Case) {
         .unwrap()
         .success();
     assert!(!checkpoint_in_history);
+    // The work pushed, its checkpoints are deleted on the remote (a stranger's rewrite included).
+    assert_eq!(git_out(&remote, &["for-each-ref", "refs/pidevops"]), "");
     drop(server);
 }
 
@@ -489,6 +491,10 @@ async fn an_attempt_on_a_dead_worker_resumes_on_another_worker() {
         .collect();
     assert_eq!(authors[0], authors[1], "{work}");
     assert_ne!(authors[1], authors[2], "{work}");
+    assert_eq!(
+        git_out(&setup.remote_git(), &["for-each-ref", "refs/pidevops"]),
+        ""
+    );
     drop((second_worker, server));
     if let Ok(relayed) = pidevops::bus::JetstreamBus::connect(&crate::common::nats_url(), bus).await
     {

@@ -62,17 +62,20 @@ impl Pace {
     }
 }
 
-/// The running checkpointer of one attempt; `finish` stops it and waits for a checkpoint in progress.
+/// The running checkpointer of one attempt; [`finish`] stops it and waits for a checkpoint in progress.
 pub(super) struct Checkpointer {
     stop: CancellationToken,
-    handle: tokio::task::JoinHandle<()>,
+    /// Whether it took any checkpoint.
+    handle: tokio::task::JoinHandle<bool>,
 }
 
-impl Checkpointer {
-    pub(super) async fn finish(self) {
-        self.stop.cancel();
-        let _ = self.handle.await;
-    }
+/// Stops `checkpointer` (if the attempt has one): whether it took any checkpoint.
+pub(super) async fn finish(checkpointer: Option<Checkpointer>) -> bool {
+    let Some(checkpointer) = checkpointer else {
+        return false;
+    };
+    checkpointer.stop.cancel();
+    checkpointer.handle.await.unwrap_or(true)
 }
 
 impl Dispatcher {
@@ -96,7 +99,7 @@ impl Dispatcher {
             let mut last_tree: Option<String> = None;
             loop {
                 tokio::select! {
-                    () = stopped.cancelled() => break,
+                    () = stopped.cancelled() => break last_tree.is_some(),
                     () = tokio::time::sleep(LOOK_EVERY) => {}
                 }
                 let turns = meter
@@ -147,6 +150,19 @@ impl Dispatcher {
             }
         });
         Checkpointer { stop, handle }
+    }
+
+    /// The attempt's work is pushed: its checkpoints are of no more use, here or on the remote (a failure to
+    /// delete them is logged: the next attempt's overwrite them).
+    pub(super) async fn forget_checkpoints(&self, task: TaskId, prepared: &Prepared) {
+        if let Err(error) = self
+            .inner
+            .workspaces
+            .forget_checkpoints(prepared, task)
+            .await
+        {
+            tracing::warn!(%task, %error, "checkpoints of a pushed attempt not deleted");
+        }
     }
 
     /// The checkpoint `task`'s next start resumes, if it may resume: the interrupted run's last one, else the

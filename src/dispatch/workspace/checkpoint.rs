@@ -319,4 +319,53 @@ impl Workspaces {
         .await
         .map(|_| ())
     }
+
+    /// Deletes the task's checkpoint ref, in the mirror and on the remote (gone already is no error).
+    pub async fn forget_checkpoints(
+        &self,
+        prepared: &Prepared,
+        task: TaskId,
+    ) -> Result<(), WorkspaceError> {
+        let mirror = format!("--git-dir={}", prepared.dirs.mirror.to_string_lossy());
+        let reference = checkpoint_ref(task);
+        let source = &prepared.source;
+        self.check_token(&prepared.repo, source)?;
+        let fetched = format!("refs/pidevops/fetched/{task}");
+        for local in [reference.as_str(), fetched.as_str()] {
+            let _ = self
+                .run_git(
+                    "deleting a checkpoint ref",
+                    None,
+                    &[&mirror, "update-ref", "-d", local],
+                    None,
+                )
+                .await;
+        }
+        let remote = self
+            .run_git(
+                "deleting the remote's checkpoint ref",
+                Some(source),
+                &[&mirror, "ls-remote", "--", &source.url, &reference],
+                None,
+            )
+            .await?;
+        if remote.is_empty() {
+            return Ok(());
+        }
+        self.run_git(
+            "deleting the remote's checkpoint ref",
+            Some(source),
+            &[
+                &mirror,
+                "push",
+                "--quiet",
+                "--",
+                &source.url,
+                &format!(":{reference}"),
+            ],
+            None,
+        )
+        .await
+        .map(|_| ())
+    }
 }

@@ -212,9 +212,8 @@ impl Dispatcher {
             Some(watch) => watch.finish().await,
             None => false,
         };
-        if let Some(checkpointer) = checkpointer {
-            checkpointer.finish().await;
-        }
+        let checkpointed =
+            super::checkpoints::finish(checkpointer).await || task.resuming(run).is_some();
         self.forget_hook_dirs(&prepared).await;
         // Committing and pushing hold no slot (the repository's check did: it is as heavy as the agent). A
         // reviewer agent is as heavy too: where one reads the work, the slot is let go after it.
@@ -257,6 +256,9 @@ impl Dispatcher {
         };
         if reviewed {
             self.release_slot(id);
+        }
+        if checkpointed && matches!(outcome, RunEvent::Succeeded { .. }) {
+            self.forget_checkpoints(id, &prepared).await;
         }
         // Its work is pushed (or its failure about to be recorded): the worktree may serve a queued task, unless
         // the run was stopped for its task (closed, or taken by another run): then it goes.
