@@ -296,6 +296,12 @@ async fn cut_after_two_turns(case: Case) {
         },
     )
     .await;
+    // The runs' read model follows the board's at its own pace: both outcomes, from it.
+    within(Duration::from_secs(10), "both runs' outcomes", || async {
+        let runs = observer.runs(id).await;
+        runs.len() == 2 && runs.iter().all(|r| r.state != "running")
+    })
+    .await;
     let logs = read_log(server.workdir.path());
     let runs = observer.runs(id).await;
     assert_eq!(runs.len(), 2, "{runs:?}\n{logs}");
@@ -405,7 +411,7 @@ async fn an_attempt_on_a_dead_worker_resumes_on_another_worker() {
     let setup = Setup::with(|dispatch| {
         dispatch.insert("executor".into(), toml::Value::from("workers"));
         // Declared lost after three missed beats: slow enough that a busy moment on two cores is no death.
-        dispatch.insert("heartbeat_s".into(), toml::Value::from(1.0));
+        dispatch.insert("heartbeat_s".into(), toml::Value::from(2.0));
     });
     let scratch = tempfile::tempdir().unwrap();
     let dir = scratch.path();
@@ -463,6 +469,11 @@ async fn an_attempt_on_a_dead_worker_resumes_on_another_worker() {
                 .is_some_and(|row| row.column == Column::InReview)
         },
     )
+    .await;
+    within(Duration::from_secs(10), "both runs' outcomes", || async {
+        let runs = observer.runs(id).await;
+        runs.len() == 2 && runs.iter().all(|r| r.state != "running")
+    })
     .await;
     let runs = observer.runs(id).await;
     assert_eq!(runs.len(), 2, "{runs:?}\n{}", second_worker.log());

@@ -83,7 +83,7 @@ impl Dispatcher {
     /// in its stream (one writer per stream).
     pub(super) fn checkpointer(
         &self,
-        task: TaskId,
+        task: &Task,
         run: RunId,
         prepared: &Prepared,
         meter: SharedMeter,
@@ -91,6 +91,9 @@ impl Dispatcher {
     ) -> Checkpointer {
         let stop = CancellationToken::new();
         let stopped = stop.clone();
+        // A resumed attempt's turns go on from its checkpoint's.
+        let turns_before = task.resuming(run).map_or(0, |c| c.turn);
+        let task = task.id();
         let workspaces = self.inner.workspaces.clone();
         let prepared = prepared.clone();
         let every = self.inner.config.checkpoint_every;
@@ -131,7 +134,7 @@ impl Dispatcher {
                 if let Err(why) = &saved.published {
                     tracing::warn!(%task, %run, why, "checkpoint kept here only: the remote refused it");
                 }
-                match recorded(run, &prepared, turns, &saved) {
+                match recorded(run, &prepared, turns_before.saturating_add(turns), &saved) {
                     Ok(checkpoint) => {
                         last_tree = Some(saved.tree.clone());
                         metrics::counter!("pidevops_checkpoints_total", "outcome" => "taken")

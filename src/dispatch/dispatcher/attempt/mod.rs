@@ -181,8 +181,9 @@ impl Dispatcher {
         };
         let meter = runner::meter(profile.usage.clone());
         // A work attempt's worktree is saved while its agent works: an interruption resumes from there.
-        let checkpointer = (purpose == RunPurpose::Work)
-            .then(|| self.checkpointer(id, run, &prepared, meter.clone(), heartbeat.notes.clone()));
+        let checkpointer = (purpose == RunPurpose::Work).then(|| {
+            self.checkpointer(task, run, &prepared, meter.clone(), heartbeat.notes.clone())
+        });
         let budget = self.watch_budget(task, &meter, &heartbeat.agent_stop).await;
         // A work run is steered by follow-ups: live where its profile takes live input, else by `on_follow_up`.
         let (live_sender, live) = match profile.live_input {
@@ -338,7 +339,13 @@ impl Dispatcher {
         // A resumed attempt starts where its checkpoint left it (or, that failing, from the base, and is told so).
         let restored = match task.resuming(run) {
             Some(checkpoint) if purpose == RunPurpose::Work => {
-                Some(self.restore(task, &mut prepared, checkpoint).await?)
+                match self.restore(task, &mut prepared, checkpoint).await {
+                    Ok(restored) => Some(restored),
+                    Err(error) => {
+                        self.inner.workspaces.finished(&prepared);
+                        return Err(error);
+                    }
+                }
             }
             _ => None,
         };
