@@ -60,6 +60,8 @@ enum Command {
     },
     /// What agents spent: tokens and cost per day, repository and profile, and the tasks that spent most.
     Usage(pidevops::cli::UsageArgs),
+    /// What a profile cost per merged pull request over the last days, against another: `whatif --agent`.
+    Whatif(pidevops::cli::WhatifArgs),
     /// Pause or resume new agent runs on every replica.
     Dispatch {
         #[command(subcommand)]
@@ -237,6 +239,7 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Plan { command } => pidevops::cli::plan(settings, command).await,
         Command::Dispatch { command } => pidevops::cli::dispatch(settings, command).await,
         Command::Usage(args) => pidevops::cli::usage(settings, args).await,
+        Command::Whatif(args) => pidevops::cli::whatif(settings, args).await,
         Command::Budget { command } => pidevops::cli::budget(settings, command).await,
         Command::Config { .. } | Command::Init(_) => {
             unreachable!("handled before the settings are read")

@@ -9,10 +9,12 @@ use clap::Subcommand;
 mod budget;
 mod plan;
 mod usage;
+mod whatif;
 
 pub use budget::{budget, BudgetCommand};
 pub use plan::{plan, PlanCommand};
 pub use usage::{usage, UsageArgs};
+pub use whatif::{whatif, WhatifArgs};
 
 use crate::board::{Board, BoardError, Draft, Loaded, Outcome, SpecEdit, Steer};
 use crate::config::Settings;

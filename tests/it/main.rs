@@ -90,4 +90,5 @@ mod web_attempts;
 mod web_new_task;
 mod web_plans;
 mod web_spend;
+mod whatif;
 mod work;

@@ -28,7 +28,7 @@ per_backend!(
     every_run_that_ran_is_counted_one_that_reported_nothing_too,
 );
 
-async fn task_in(app: &TestApp, repo: &str, title: &str) -> TaskId {
+pub(crate) async fn task_in(app: &TestApp, repo: &str, title: &str) -> TaskId {
     new_task(title)
         .repo(repo)
         .done_when("it is done")
@@ -38,7 +38,7 @@ async fn task_in(app: &TestApp, repo: &str, title: &str) -> TaskId {
 }
 
 /// Starts `id`'s attempt `run` as the dispatcher does.
-async fn start(app: &TestApp, id: TaskId, run: RunId) {
+pub(crate) async fn start(app: &TestApp, id: TaskId, run: RunId) {
     let board = &app.state.board;
     board.execute(id, &Command::Approve, "test").await.unwrap();
     board
@@ -49,7 +49,7 @@ async fn start(app: &TestApp, id: TaskId, run: RunId) {
 
 /// Puts `id` in review with `repo`'s pull request `pr`, and merges it (what reactions do on `pull_request` closed,
 /// merged).
-async fn merge(app: &TestApp, id: TaskId, run: RunId, repo: &str, pr: u64) {
+pub(crate) async fn merge(app: &TestApp, id: TaskId, run: RunId, repo: &str, pr: u64) {
     let board = &app.state.board;
     let pr = Some(GithubRef::new(repo.parse().unwrap(), pr).unwrap());
     board
@@ -72,7 +72,13 @@ async fn merge(app: &TestApp, id: TaskId, run: RunId, repo: &str, pr: u64) {
 }
 
 /// What a run spent, as a CLI reported it.
-fn spent(input: u64, output: u64, cache_read: u64, cache_write: u64, cost: Option<f64>) -> Usage {
+pub(crate) fn spent(
+    input: u64,
+    output: u64,
+    cache_read: u64,
+    cache_write: u64,
+    cost: Option<f64>,
+) -> Usage {
     Usage {
         input_tokens: input,
         output_tokens: output,
@@ -84,7 +90,7 @@ fn spent(input: u64, output: u64, cache_read: u64, cache_write: u64, cost: Optio
 }
 
 /// Appends run `run`'s `started` and its outcome at `at` with what it spent, as the runner records them.
-async fn run_spent(
+pub(crate) async fn run_spent(
     app: &TestApp,
     task: TaskId,
     run: RunId,
@@ -136,7 +142,7 @@ async fn run_spent(
     }
 }
 
-fn new_run() -> RunId {
+pub(crate) fn new_run() -> RunId {
     RunId(uuid::Uuid::now_v7())
 }
 

@@ -34,8 +34,8 @@ mod write;
 
 pub use behind::{due_key_parts, BASE_MOVED, REFRESH_BASE_MOVED, REFRESH_CURRENT, REFRESH_DUE};
 pub use read::{
-    counts, get, get_many, list, merged_pull_requests, repos, task_for_link, timeline,
-    timeline_entry,
+    counts, get, get_many, list, merged_by_profile, merged_pull_requests, repos, task_for_link,
+    timeline, timeline_entry,
 };
 use summary::links_of;
 pub use summary::{source_of, summarize};

@@ -189,6 +189,30 @@ pub async fn merged_pull_requests(
     Ok(rows.into_iter().collect())
 }
 
+/// The pull requests merged from the UTC day `since` on, per agent profile: each merged task's pull request
+/// counted for the profile of its last succeeded run (the `runs` read model's), once per profile however many
+/// tasks it completed. A task with no succeeded run on record (landed by hand) counts for none.
+pub async fn merged_by_profile(
+    store: &EventStore,
+    since: NaiveDate,
+) -> Result<BTreeMap<String, i64>, TasksError> {
+    let since = since.format("%Y-%m-%d").to_string();
+    let rows: Vec<(String, i64)> = crate::on_store!(store, |pool, backend| {
+        sqlx::query_as(
+            "SELECT r.profile, COUNT(DISTINCT m.pull_request) FROM task_merges m
+             JOIN runs r ON r.task_id = m.task_id AND r.state = 'succeeded' AND r.profile IS NOT NULL
+             WHERE m.day >= $1 AND r.run_id = (
+                 SELECT r2.run_id FROM runs r2 WHERE r2.task_id = m.task_id AND r2.state = 'succeeded'
+                 ORDER BY r2.ended_at DESC, r2.run_id DESC LIMIT 1)
+             GROUP BY r.profile",
+        )
+        .bind(&since)
+        .fetch_all(pool)
+        .await?
+    });
+    Ok(rows.into_iter().collect())
+}
+
 /// One task's row.
 pub async fn get(store: &EventStore, id: TaskId) -> Result<Option<TaskRow>, TasksError> {
     let sql = format!("SELECT {ROW_COLUMNS} FROM tasks WHERE task_id = $1");
