@@ -100,6 +100,7 @@ impl Dispatcher {
         let handle = tokio::spawn(async move {
             let mut pace = Pace::new(every, Instant::now());
             let mut last_tree: Option<String> = None;
+            let mut publishing = crate::dispatch::workspace::Publishing::default();
             loop {
                 tokio::select! {
                     () = stopped.cancelled() => break last_tree.is_some(),
@@ -115,7 +116,7 @@ impl Dispatcher {
                     continue;
                 }
                 let saved = workspaces
-                    .checkpoint(&prepared, task, last_tree.as_deref())
+                    .checkpoint(&prepared, task, last_tree.as_deref(), &mut publishing)
                     .await;
                 let saved = match saved {
                     Ok(saved) => saved,

@@ -17,6 +17,19 @@ pub fn checkpoint_ref(task: TaskId) -> String {
     format!("refs/pidevops/checkpoints/{task}")
 }
 
+/// The most a run's checkpoints push to the remote, in bytes of new objects (git's own estimate): an agent that
+/// rewrites a big file every turn does not make pidevops upload it every turn. Past it, checkpoints are kept in
+/// the mirror only (resumable on this machine, not on another).
+pub const MAX_PUBLISHED_BYTES: u64 = 64 << 20;
+
+/// What a run's checkpoints have pushed so far.
+#[derive(Clone, Debug, Default)]
+pub struct Publishing {
+    /// The last checkpoint pushed: the next push sends only what is new since.
+    last: Option<String>,
+    bytes: u64,
+}
+
 /// A checkpoint just taken.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Saved {
@@ -38,6 +51,7 @@ impl Workspaces {
         prepared: &Prepared,
         task: TaskId,
         previous_tree: Option<&str>,
+        publishing: &mut Publishing,
     ) -> Result<Option<Saved>, WorkspaceError> {
         let (admin, worktree) = (&prepared.admin, &prepared.dirs.worktree);
         let index = prepared.dirs.dir.join("checkpoint.index");
@@ -95,9 +109,8 @@ impl Workspaces {
             .map(str::to_owned)
             .collect();
         let published = self
-            .publish_checkpoint(prepared, &commit, &reference)
-            .await
-            .map_err(|e| e.to_string());
+            .publish_checkpoint(prepared, &commit, &reference, publishing)
+            .await;
         Ok(Some(Saved {
             commit,
             head,
@@ -161,16 +174,48 @@ impl Workspaces {
         }
     }
 
-    /// Pushes the checkpoint to the remote's private ref, for a worker elsewhere.
+    /// Pushes the checkpoint to the remote's private ref, for a worker elsewhere, within the run's
+    /// [`MAX_PUBLISHED_BYTES`]; `Err` says why it is kept here only.
     async fn publish_checkpoint(
         &self,
         prepared: &Prepared,
         commit: &str,
         reference: &str,
-    ) -> Result<(), WorkspaceError> {
+        publishing: &mut Publishing,
+    ) -> Result<(), String> {
         let source = &prepared.source;
-        self.check_token(&prepared.repo, source)?;
+        self.check_token(&prepared.repo, source)
+            .map_err(|e| e.to_string())?;
         let mirror = format!("--git-dir={}", prepared.dirs.mirror.to_string_lossy());
+        let not_since = publishing.last.as_deref().unwrap_or(&prepared.base_commit);
+        let new_bytes = self
+            .run_git(
+                "sizing a checkpoint",
+                None,
+                &[
+                    &mirror,
+                    "rev-list",
+                    "--objects",
+                    "--disk-usage",
+                    commit,
+                    "--not",
+                    &prepared.base_commit,
+                    not_since,
+                ],
+                None,
+            )
+            .await
+            .map_err(|e| e.to_string())?
+            .parse::<u64>()
+            .map_err(|e| format!("git's size of a checkpoint: {e}"))?;
+        let total = publishing.bytes.saturating_add(new_bytes);
+        if total > MAX_PUBLISHED_BYTES {
+            return Err(format!(
+                "its run's checkpoints would push {} MiB, more than the {} MiB a run may",
+                total >> 20,
+                MAX_PUBLISHED_BYTES >> 20
+            ));
+        }
         let refspec = format!("+{commit}:{reference}");
         self.run_git(
             "publishing a checkpoint",
@@ -179,7 +224,10 @@ impl Workspaces {
             None,
         )
         .await
-        .map(|_| ())
+        .map_err(|e| e.to_string())?;
+        publishing.bytes = total;
+        publishing.last = Some(commit.to_owned());
+        Ok(())
     }
 
     /// Puts a freshly prepared worktree where `checkpoint` left its attempt: HEAD at the checkpoint's parent,
@@ -367,5 +415,169 @@ impl Workspaces {
         )
         .await
         .map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::process::Command;
+
+    use super::*;
+    use crate::config::dispatch::RepoSource;
+    use crate::config::file::CodeHost;
+    use crate::tasks::{CommitSha, RepoName, RunId};
+
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// A bare remote with one commit on `main`.
+    fn remote(dir: &Path) -> RepoSource {
+        let seed = dir.join("seed");
+        std::fs::create_dir(&seed).unwrap();
+        git(&seed, &["init", "--quiet", "--initial-branch=main"]);
+        std::fs::write(seed.join("README.md"), "# app\n").unwrap();
+        git(&seed, &["add", "."]);
+        git(&seed, &["commit", "--quiet", "-m", "seed"]);
+        git(dir, &["clone", "--quiet", "--bare", "seed", "remote.git"]);
+        RepoSource {
+            url: format!("file://{}", dir.join("remote.git").display()),
+            base: "main".to_owned(),
+            forge: None,
+            host: CodeHost::Github,
+            keeps_branches: false,
+        }
+    }
+
+    fn machine(root: &Path) -> Workspaces {
+        Workspaces::new(
+            root,
+            super::super::GitCredentials {
+                github: None,
+                gitlab: None,
+            },
+        )
+        .unwrap()
+    }
+
+    fn recorded(saved: &Saved, base: &str, run: RunId) -> Checkpoint {
+        let sha = |s: &str| CommitSha::new(s).unwrap();
+        Checkpoint {
+            run,
+            commit: sha(&saved.commit),
+            head: sha(&saved.head),
+            base: sha(base),
+            turn: 1,
+            at: chrono::Utc::now(),
+            files: saved.files.clone(),
+            changed: 1,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_checkpoint_is_restored_on_another_machine_and_one_past_the_publish_budget_stays_here(
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let source = remote(dir.path());
+        let repo: RepoName = "acme/app".parse().unwrap();
+        let task = "T-7".parse::<TaskId>().unwrap();
+        let (here, there) = (
+            machine(&dir.path().join("here")),
+            machine(&dir.path().join("there")),
+        );
+        let first = RunId(uuid::Uuid::now_v7());
+        let prepared = here.prepare(&repo, &source, task, first).await.unwrap();
+        let mut publishing = Publishing::default();
+        // Nothing changed: nothing saved.
+        let none = here
+            .checkpoint(&prepared, task, None, &mut publishing)
+            .await;
+        assert_eq!(none.unwrap(), None);
+        std::fs::write(prepared.dirs.worktree.join("notes.md"), "turn 1\n").unwrap();
+        let saved = here
+            .checkpoint(&prepared, task, None, &mut publishing)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(saved.files, ["notes.md"]);
+        assert_eq!(saved.published, Ok(()));
+        assert_eq!(saved.head, prepared.base_commit);
+        // The agent's own branch and index are untouched: the checkpoint is beside them.
+        let branch = git(&prepared.dirs.worktree, &["rev-parse", "HEAD"]);
+        assert_eq!(branch, prepared.base_commit);
+        // Unchanged since: not saved again.
+        let again = here
+            .checkpoint(&prepared, task, Some(&saved.tree), &mut publishing)
+            .await
+            .unwrap();
+        assert_eq!(again, None);
+        let checkpoint = recorded(&saved, &prepared.base_commit, first);
+
+        // Another machine: its own mirror, the checkpoint from the remote's ref.
+        let second = RunId(uuid::Uuid::now_v7());
+        let mut resumed = there.prepare(&repo, &source, task, second).await.unwrap();
+        there
+            .restore(&mut resumed, task, &checkpoint)
+            .await
+            .unwrap();
+        let notes = std::fs::read_to_string(resumed.dirs.worktree.join("notes.md")).unwrap();
+        assert_eq!(notes, "turn 1\n");
+        assert_eq!(resumed.base_commit, prepared.base_commit);
+
+        // A recorded commit that is nowhere (a stranger's rewrite, a lost mirror): refused, and the worktree goes
+        // back to the base with nothing else in it.
+        let mut forged = checkpoint.clone();
+        forged.commit = CommitSha::new(&"e".repeat(40)).unwrap();
+        let third = RunId(uuid::Uuid::now_v7());
+        let mut refused = there.prepare(&repo, &source, task, third).await.unwrap();
+        let error = there
+            .restore(&mut refused, task, &forged)
+            .await
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("neither in the mirror"),
+            "{error}"
+        );
+        there.start_over(&refused).await.unwrap();
+        assert!(!refused.dirs.worktree.join("notes.md").exists());
+
+        // Past the run's publish budget: kept here only, and said so.
+        // Random bytes: git cannot compress them under the budget.
+        let mut big = Vec::new();
+        std::io::Read::read_to_end(
+            &mut std::io::Read::take(
+                std::fs::File::open("/dev/urandom").unwrap(),
+                MAX_PUBLISHED_BYTES + (1 << 20),
+            ),
+            &mut big,
+        )
+        .unwrap();
+        std::fs::write(prepared.dirs.worktree.join("big.bin"), big).unwrap();
+        let heavy = here
+            .checkpoint(&prepared, task, Some(&saved.tree), &mut publishing)
+            .await
+            .unwrap()
+            .unwrap();
+        let why = heavy.published.unwrap_err();
+        assert!(why.contains("more than the 64 MiB a run may"), "{why}");
+        let on_remote = git(
+            &dir.path().join("remote.git"),
+            &["rev-parse", &checkpoint_ref(task)],
+        );
+        assert_eq!(
+            on_remote, saved.commit,
+            "the remote keeps the last one published"
+        );
+        let mirror = format!("--git-dir={}", here.mirror_path(&repo).display());
+        let kept = git(dir.path(), &[&mirror, "rev-parse", &checkpoint_ref(task)]);
+        assert_eq!(kept, heavy.commit, "this machine keeps it");
     }
 }

@@ -59,7 +59,7 @@ mod resolve;
 mod spares;
 mod worktree;
 
-pub use checkpoint::{checkpoint_ref, Saved};
+pub use checkpoint::{checkpoint_ref, Publishing, Saved, MAX_PUBLISHED_BYTES};
 pub use combine::{CombineRequest, Combined, Combiner};
 pub use gc::GcReport;
 pub use land::{BranchLeft, LandRequest, LandResult};
