@@ -151,7 +151,8 @@ impl Observer {
             .collect()
     }
 
-    async fn task_events(&self, id: TaskId) -> Vec<TaskEvent> {
+    /// The checkpoints the task's attempts resumed (`task.resumed`), from its stream.
+    async fn resumed(&self, id: TaskId) -> Vec<Checkpoint> {
         self.board
             .load(id)
             .await
@@ -159,8 +160,22 @@ impl Observer {
             .unwrap()
             .events
             .iter()
-            .map(|e| TaskEvent::from_stored(&e.event_type, &e.body).unwrap())
+            .filter_map(
+                |e| match TaskEvent::from_stored(&e.event_type, &e.body).unwrap() {
+                    TaskEvent::Resumed { checkpoint, .. } => Some(*checkpoint),
+                    _ => None,
+                },
+            )
             .collect()
+    }
+
+    /// Waits for both runs' outcomes in the runs read model (it follows the board's at its own pace).
+    async fn both_outcomes(&self, id: TaskId) {
+        within(Duration::from_secs(10), "both runs' outcomes", || async {
+            let runs = self.runs(id).await;
+            runs.len() == 2 && runs.iter().all(|r| r.state != "running")
+        })
+        .await;
     }
 }
 
@@ -296,12 +311,7 @@ async fn cut_after_two_turns(case: Case) {
         },
     )
     .await;
-    // The runs' read model follows the board's at its own pace: both outcomes, from it.
-    within(Duration::from_secs(10), "both runs' outcomes", || async {
-        let runs = observer.runs(id).await;
-        runs.len() == 2 && runs.iter().all(|r| r.state != "running")
-    })
-    .await;
+    observer.both_outcomes(id).await;
     let logs = read_log(server.workdir.path());
     let runs = observer.runs(id).await;
     assert_eq!(runs.len(), 2, "{runs:?}\n{logs}");
@@ -312,15 +322,7 @@ async fn cut_after_two_turns(case: Case) {
     let loaded = observer.board.load(id).await.unwrap().unwrap().task;
     assert_eq!(loaded.attempts(), 1);
     assert_eq!(loaded.max_attempts().get(), 3);
-    let resumed: Vec<Checkpoint> = observer
-        .task_events(id)
-        .await
-        .into_iter()
-        .filter_map(|e| match e {
-            TaskEvent::Resumed { checkpoint, .. } => Some(*checkpoint),
-            _ => None,
-        })
-        .collect();
+    let resumed = observer.resumed(id).await;
     assert_eq!(
         resumed,
         std::slice::from_ref(&saved),
@@ -470,25 +472,13 @@ async fn an_attempt_on_a_dead_worker_resumes_on_another_worker() {
         },
     )
     .await;
-    within(Duration::from_secs(10), "both runs' outcomes", || async {
-        let runs = observer.runs(id).await;
-        runs.len() == 2 && runs.iter().all(|r| r.state != "running")
-    })
-    .await;
+    observer.both_outcomes(id).await;
     let runs = observer.runs(id).await;
     assert_eq!(runs.len(), 2, "{runs:?}\n{}", second_worker.log());
     assert_eq!(runs[0].failure.as_deref(), Some("lost"), "{runs:?}");
     assert_eq!(runs[1].worker.as_deref(), Some("worker-2"), "{runs:?}");
     assert_eq!((runs[0].attempt, runs[1].attempt), (1, 1), "{runs:?}");
-    let resumed: Vec<Checkpoint> = observer
-        .task_events(id)
-        .await
-        .into_iter()
-        .filter_map(|e| match e {
-            TaskEvent::Resumed { checkpoint, .. } => Some(*checkpoint),
-            _ => None,
-        })
-        .collect();
+    let resumed = observer.resumed(id).await;
     assert_eq!(resumed, std::slice::from_ref(&saved));
     let work = setup
         .remote

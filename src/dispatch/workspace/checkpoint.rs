@@ -156,22 +156,7 @@ impl Workspaces {
             .arg(format!("--work-tree={}", worktree.to_string_lossy()))
             .args(args)
             .current_dir(worktree);
-        let output = command.output().await.map_err(|e| WorkspaceError::Git {
-            what: what.to_owned(),
-            detail: format!("cannot run git: {e}"),
-        })?;
-        if output.status.success() {
-            Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
-        } else {
-            Err(WorkspaceError::Git {
-                what: what.to_owned(),
-                detail: format!(
-                    "{} ({})",
-                    String::from_utf8_lossy(&output.stderr).trim(),
-                    output.status
-                ),
-            })
-        }
+        super::git::output_of(what, command).await
     }
 
     /// Pushes the checkpoint to the remote's private ref, for a worker elsewhere, within the run's

@@ -153,19 +153,24 @@ impl Workspaces {
         if let Some(cwd) = cwd {
             command.current_dir(cwd);
         }
-        let output = command.output().await.map_err(|e| WorkspaceError::Git {
+        output_of(what, command).await
+    }
+}
+
+/// A git command's trimmed standard output, or its error (its standard error and status) as `what` failing.
+pub(super) async fn output_of(what: &str, mut command: Command) -> Result<String, WorkspaceError> {
+    let output = command.output().await.map_err(|e| WorkspaceError::Git {
+        what: what.to_owned(),
+        detail: format!("cannot run git: {e}"),
+    })?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+    } else {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        Err(WorkspaceError::Git {
             what: what.to_owned(),
-            detail: format!("cannot run git: {e}"),
-        })?;
-        if output.status.success() {
-            Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
-        } else {
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            Err(WorkspaceError::Git {
-                what: what.to_owned(),
-                detail: format!("{} ({})", stderr.trim(), output.status),
-            })
-        }
+            detail: format!("{} ({})", stderr.trim(), output.status),
+        })
     }
 }
 
