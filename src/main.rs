@@ -60,7 +60,8 @@ enum Command {
     },
     /// What agents spent: tokens and cost per day, repository and profile, and the tasks that spent most.
     Usage(pidevops::cli::UsageArgs),
-    /// What a profile cost per merged pull request over the last days, against another: `whatif --agent`.
+    /// What a profile cost per merged pull request (`--agent`), or what a candidate configuration would have done
+    /// to the recorded log (`--config`).
     Whatif(pidevops::cli::WhatifArgs),
     /// Pause or resume new agent runs on every replica.
     Dispatch {

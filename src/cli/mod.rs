@@ -564,7 +564,7 @@ async fn list(
 
 /// Brings a read model up to the log: `serve` may not be running (a laptop), and the compare-and-set checkpoint
 /// makes this safe when it is. A failure is said and the read model read as it is.
-async fn catch_up(store: &crate::eventlog::EventStore, name: &str) {
+pub(crate) async fn catch_up(store: &crate::eventlog::EventStore, name: &str) {
     let Some(projector) = crate::projectors::all()
         .into_iter()
         .find(|p| p.name() == name)

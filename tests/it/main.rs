@@ -91,4 +91,5 @@ mod web_new_task;
 mod web_plans;
 mod web_spend;
 mod whatif;
+mod whatif_replay;
 mod work;

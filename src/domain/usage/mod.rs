@@ -59,7 +59,8 @@ impl Usage {
         self.total_tokens() == 0 && self.cost_usd.is_none() && self.turns == 0
     }
 
-    fn add(&mut self, other: &Usage) {
+    /// `other` added to this (a cost either reported counts; none reported stays none).
+    pub fn add(&mut self, other: &Usage) {
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
         self.cache_read_tokens = self

@@ -2,33 +2,15 @@
 //! last days, against another (or every other), from the log's read models (`usage`, `runs`, `tasks`), brought up
 //! to the log first. A profile's cost is what its runs reported in the range (a cost no run reported is unknown,
 //! never $0); its merged pull requests are those merged in the range whose task's last succeeded run was its.
-//! Replaying the log under a candidate configuration (`--config`) is not built yet.
 
 use std::collections::BTreeMap;
 
 use chrono::{NaiveDate, Utc};
-use clap::Args;
 use serde::Serialize;
 
 use crate::config::Settings;
 use crate::projectors::tasks as task_rows;
 use crate::projectors::usage::{self, filter, Spent};
-
-#[derive(Debug, Args)]
-pub struct WhatifArgs {
-    /// The agent profile to report on.
-    #[arg(long)]
-    agent: String,
-    /// The profile to compare it with; without it, every other profile that ran in the range.
-    #[arg(long)]
-    against: Option<String>,
-    /// Days back from today (UTC), today included.
-    #[arg(long, default_value_t = 30)]
-    days: i64,
-    /// JSON instead of readable lines.
-    #[arg(long)]
-    json: bool,
-}
 
 /// One profile's line of the report.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -98,19 +80,25 @@ pub fn report(
     AgentReport { since, profiles }
 }
 
-pub async fn whatif(settings: Settings, args: WhatifArgs) -> anyhow::Result<()> {
-    for name in std::iter::once(&args.agent).chain(&args.against) {
+pub(super) async fn whatif(
+    settings: Settings,
+    agent: &str,
+    against: Option<&str>,
+    days: i64,
+    json: bool,
+) -> anyhow::Result<()> {
+    for name in std::iter::once(agent).chain(against) {
         if name.is_empty() || name.len() > 64 || name.chars().any(char::is_control) {
             anyhow::bail!("{name:?} is not a profile name");
         }
     }
-    let filter = filter(Some(args.days), None, Utc::now().date_naive())
+    let filter = filter(Some(days), None, Utc::now().date_naive())
         .map_err(|(_, message)| anyhow::anyhow!(message))?;
     let since = filter.since.unwrap_or_default();
     let core = crate::startup::Core::open_for_cli_reading(settings).await?;
     let store = core.log.store().clone();
     for projector in [usage::NAME, "runs", "tasks"] {
-        super::catch_up(&store, projector).await;
+        crate::cli::catch_up(&store, projector).await;
     }
     let read = async {
         let rows = usage::days(&store, &filter).await?;
@@ -120,8 +108,8 @@ pub async fn whatif(settings: Settings, args: WhatifArgs) -> anyhow::Result<()> 
     let result = read.await;
     core.close().await;
     let (rows, merged) = result?;
-    let report = report(since, &args.agent, args.against.as_deref(), &rows, &merged);
-    if args.json {
+    let report = report(since, agent, against, &rows, &merged);
+    if json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
         print!("{}", readable(&report));
