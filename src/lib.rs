@@ -68,6 +68,9 @@
 //!                  live input), worker.rs
 //! http/            router: /health, /metrics, /api/* (bearer token; OpenAPI at /api/openapi.json), JSON errors
 //!   web/           the dashboard at /: pages.rs (pure maud), session.rs (cookie + CSRF, pure), mod.rs (handlers)
+//! whatif/          the recorded log replayed under a candidate configuration (`pidevops whatif --config`,
+//!                  the dashboard's /whatif): read once into memory, each decision asked again of the function the
+//!                  service decides with, what differs reported; reads only
 //! bench.rs         setup the benchmark binaries share; not used by the service
 //! ```
 //!
@@ -81,7 +84,7 @@
 //!  4 command side: board
 //!  5 policies: budgets, cron, intake, pollers, effects
 //!  6 configuration: config
-//!  7 workers: dispatch, ingress, plans, reactions, landing
+//!  7 workers: dispatch, ingress, plans, reactions, landing, whatif
 //!  8 providers: providers
 //!  9 surfaces: http, init
 //! 10 start-up: startup
@@ -116,3 +119,4 @@ pub mod reactions;
 pub mod startup;
 pub mod tasks;
 pub mod telemetry;
+pub mod whatif;

@@ -428,6 +428,12 @@ pub fn read_config_file(path: &Path) -> Result<FileConfig, ConfigError> {
         path: path.to_owned(),
         source,
     })?;
+    parse_config_text(&text, path)
+}
+
+/// Checks `text` as `pidevops.toml` (`read_config_file`'s rules); `path` names it in the errors (the dashboard's
+/// what-if form names its field).
+pub fn parse_config_text(text: &str, path: &Path) -> Result<FileConfig, ConfigError> {
     let table = text
         .parse::<toml::Table>()
         .map_err(|source| ConfigError::ParseFile {

@@ -31,7 +31,14 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("configuration", &["config"]),
     (
         "workers",
-        &["dispatch", "ingress", "plans", "reactions", "landing"],
+        &[
+            "dispatch",
+            "ingress",
+            "plans",
+            "reactions",
+            "landing",
+            "whatif",
+        ],
     ),
     ("providers", &["providers"]),
     ("surfaces", &["http", "init"]),

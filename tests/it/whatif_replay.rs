@@ -17,6 +17,7 @@ use crate::common::server::command;
 use crate::common::{board, TestApp, TestDb};
 use crate::land::{api, app, check_run, config, in_review, merged, post, settle};
 use crate::providers::github::fake::FakeGithub;
+use crate::web::{client, csrf, get, sign_in};
 
 per_backend!(
     a_candidate_replayed_over_the_log_names_exactly_the_tasks_it_changes_and_the_same_config_none
@@ -289,5 +290,71 @@ async fn a_candidate_replayed_over_the_log_names_exactly_the_tasks_it_changes_an
     );
     assert!(stderr.contains("approval"), "{stderr}");
     assert!(out.stdout.is_empty());
+
+    // The dashboard's /whatif replays the same way, behind a session and its CSRF token.
+    let cookie = sign_in(&app).await;
+    let (status, html) = get(&app, "/whatif", &cookie).await;
+    assert_eq!(status, 200, "{html}");
+    let token = csrf(&html);
+    let post_form = |fields: Vec<(&'static str, String)>| {
+        let (app, cookie) = (&app, &cookie);
+        async move {
+            let response = client()
+                .post(app.url("/whatif"))
+                .header("cookie", cookie)
+                .form(&fields)
+                .send()
+                .await
+                .unwrap();
+            (response.status().as_u16(), response.text().await.unwrap())
+        }
+    };
+    let candidate_text = toml::to_string(&candidate).unwrap();
+    let (status, html) = post_form(vec![
+        ("csrf", token.clone()),
+        ("candidate", candidate_text.clone()),
+        ("days", "30".into()),
+    ])
+    .await;
+    assert_eq!(status, 200, "{html}");
+    for id in from_issues.iter().chain(&worked) {
+        assert!(
+            html.contains(&format!("href=\"/tasks/{id}\"")),
+            "{id}: {html}"
+        );
+    }
+    assert!(
+        html.contains("pidevops would not land it: land = manual"),
+        "{html}"
+    );
+    assert!(html.contains("stopped by a budget while running"), "{html}");
+    let (status, html) = post_form(vec![
+        ("csrf", token.clone()),
+        ("candidate", toml::to_string(&file).unwrap()),
+        ("days", "30".into()),
+    ])
+    .await;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains("No differences"), "{html}");
+    let (status, html) = post_form(vec![
+        ("csrf", token.clone()),
+        ("candidate", "[board]\napproval = \"sometimes\"\n".into()),
+        ("days", "30".into()),
+    ])
+    .await;
+    assert_eq!(status, 400, "{html}");
+    assert!(
+        html.contains("nothing was replayed") && html.contains("approval"),
+        "{html}"
+    );
+    let (status, _) = post_form(vec![
+        ("csrf", token.clone()),
+        ("candidate", candidate_text.clone()),
+        ("days", "0".into()),
+    ])
+    .await;
+    assert_eq!(status, 400);
+    let (status, _) = post_form(vec![("candidate", candidate_text), ("days", "30".into())]).await;
+    assert_eq!(status, 403, "no CSRF token, no replay");
     assert_eq!(checksum(&store).await, before, "the log changed");
 }

@@ -22,6 +22,7 @@ mod task_page;
 pub mod timeline;
 pub mod transcript;
 pub mod triage;
+mod whatif_page;
 mod words;
 
 use sign_in::*;
@@ -91,6 +92,10 @@ pub fn router() -> Router<AppState> {
         .route("/runs/limits/{profile}/lift", post(lift_limit))
         .route("/spend", get(spend_page::spend_page))
         .route("/spend/raise", post(spend_page::raise))
+        .route(
+            "/whatif",
+            get(whatif_page::whatif_page).post(whatif_page::replay),
+        )
         .route("/status", get(health_page))
         .route("/events", get(events_page))
         .route("/events/{position}", get(event_page))

@@ -26,6 +26,7 @@ pub enum Nav {
     Spend,
     Health,
     Events,
+    Whatif,
     Other,
 }
 
@@ -63,6 +64,7 @@ pub fn layout(frame: &Frame, body: Markup) -> Markup {
                         (link(Nav::Spend, "/spend", "Spend"))
                         (link(Nav::Health, "/status", "Health"))
                         (link(Nav::Events, "/events", "Events"))
+                        (link(Nav::Whatif, "/whatif", "What if"))
                     }
                     form.inline method="post" action="/sign-out" {
                         input type="hidden" name="csrf" value=(frame.csrf);

@@ -97,7 +97,7 @@ pub struct Recorded {
 pub async fn read(
     store: &EventStore,
     since: DateTime<Utc>,
-    intake_reads: &dyn Fn(&StoredEvent) -> bool,
+    intake_reads: &(dyn Fn(&StoredEvent) -> bool + Sync),
 ) -> anyhow::Result<Recorded> {
     let mut reader = Reader {
         since,
@@ -135,7 +135,7 @@ impl Reader {
     fn take(
         &mut self,
         event: StoredEvent,
-        intake_reads: &dyn Fn(&StoredEvent) -> bool,
+        intake_reads: &(dyn Fn(&StoredEvent) -> bool + Sync),
     ) -> anyhow::Result<()> {
         self.read += 1;
         if event.source != Source::Pidevops.as_str() {

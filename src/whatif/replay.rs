@@ -1,6 +1,5 @@
 //! The replay: the recorded log decided again under a candidate configuration, by the functions the service itself
-//! decides with, and compared with what the service recorded. Pure (`replay`), apart from `whatif_config`, which
-//! reads the candidate file and the log and prints.
+//! decides with, and compared with what the service recorded. Pure.
 //!
 //! Each decision, in the order the service made it:
 //! - intake and the allow-list: `intake::rules::decide` on the webhook event that made the task (or refused it);
@@ -16,12 +15,11 @@
 //! refused) has no record to stand in, and the report says so rather than guess.
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::Path;
 
 use chrono::{DateTime, Utc};
 
 use super::recorded::{Recorded, RecordedRun, RecordedTask};
-use super::report::{readable, Change, ConfigReport, Spend, TaskLine};
+use super::report::{Change, ConfigReport, Spend, TaskLine};
 use crate::board::BoardConfig;
 use crate::budgets::{first_over, in_force, BudgetsConfig, Limit, Scope, Standing};
 use crate::domain::usage::Usage;
@@ -551,50 +549,4 @@ fn unknowns(report: &ConfigReport, recorded: &Recorded, cap: EffectCap) -> Vec<S
         );
     }
     unknowns
-}
-
-/// `pidevops whatif --config`: the candidate read and checked as `serve` would read it, the log read once, the
-/// replay printed. No outbound call, no agent, nothing written.
-pub(super) async fn whatif_config(
-    settings: crate::config::Settings,
-    path: &Path,
-    days: i64,
-    json: bool,
-) -> anyhow::Result<()> {
-    let file = crate::config::read_config_file(path)
-        .map_err(|e| anyhow::anyhow!("the candidate configuration is refused: {e}"))?;
-    let candidate_settings = crate::config::Settings {
-        file,
-        config_file: Some(path.to_owned()),
-        ..settings.clone()
-    };
-    let rules = crate::providers::intake_rules(&candidate_settings);
-    let service_rules = crate::providers::intake_rules(&settings);
-    let file = &candidate_settings.file;
-    let candidate = Candidate {
-        intake: &file.intake,
-        rules: &rules,
-        board: &file.board,
-        budgets: &file.dispatch.budgets,
-        cap: file.effect_cap,
-    };
-    let since = Utc::now() - chrono::Duration::days(days);
-    let core = crate::startup::Core::open_for_cli_reading(settings).await?;
-    // A webhook event is kept when either configuration's intake reads its type: the service's refusals and the
-    // candidate's creations are both decided on it.
-    let reads = |event: &crate::eventlog::StoredEvent| {
-        [&rules, &service_rules]
-            .iter()
-            .any(|r| rules::of_source(r, &event.source).is_some_and(|s| s.reads(&event.event_type)))
-    };
-    let result = super::recorded::read(core.log.store(), since, &reads).await;
-    core.close().await;
-    let recorded = result?;
-    let report = replay(&recorded, &candidate);
-    if json {
-        println!("{}", serde_json::to_string(&report)?);
-    } else {
-        print!("{}", readable(&report));
-    }
-    Ok(())
 }

@@ -530,11 +530,3 @@ fn the_readable_report_shows_a_strangers_title_inertly() {
     assert!(text.contains("T-9  Title?[2J with an escape"), "{text}");
     assert!(!text.contains('\u{1b}'));
 }
-
-#[test]
-fn a_range_is_days_written_with_a_d() {
-    assert_eq!(super::parse_since("30d"), Ok(30));
-    for bad in ["30", "0d", "-1d", "d", "1w", "3661d", "1.5d"] {
-        assert!(super::parse_since(bad).is_err(), "{bad}");
-    }
-}

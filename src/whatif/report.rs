@@ -61,7 +61,8 @@ impl Spend {
         self.tokens = self.tokens.saturating_add(usage.total_tokens());
     }
 
-    fn words(&self) -> String {
+    /// `3 runs, $0.1200, 4400 tokens`; a cost some runs did not report is a floor ("at least").
+    pub fn words(&self) -> String {
         if self.runs == 0 {
             return "no runs".to_owned();
         }
@@ -125,7 +126,7 @@ pub fn readable(report: &ConfigReport) -> String {
         let name = line.task.as_deref().unwrap_or("(no task)");
         let _ = writeln!(out, "{name}  {}", inert(&line.title, 80));
         for change in &line.changes {
-            let _ = writeln!(out, "    {}", change_words(change));
+            let _ = writeln!(out, "    {}", inert(&change_words(change), 400));
         }
         if line.recorded != line.candidate {
             let _ = writeln!(
@@ -155,13 +156,14 @@ pub fn readable(report: &ConfigReport) -> String {
     out
 }
 
-fn change_words(change: &Change) -> String {
+/// A change in words (raw: a reason may quote a stranger's text; each surface shows it inertly).
+pub fn change_words(change: &Change) -> String {
     let time = |at: &DateTime<Utc>| at.format("%Y-%m-%d %H:%M UTC").to_string();
     match change {
-        Change::Ignored { reason } => format!("would not be made: {}", inert(reason, 200)),
+        Change::Ignored { reason } => format!("would not be made: {}", reason),
         Change::Created { reason_refused } => format!(
             "would be made (intake refused it: {}); what it would have cost is unknown",
-            inert(reason_refused, 200)
+            reason_refused
         ),
         Change::Gated => "would wait for a person's approval before any run".to_owned(),
         Change::Ungated {
@@ -179,7 +181,7 @@ fn change_words(change: &Change) -> String {
             "run {run} stopped by a budget {} {}: {}",
             if *while_running { "while running, by" } else { "before starting, at" },
             time(at),
-            inert(why, 200)
+            why
         ),
         Change::NotStoppedByBudget { run, at } => format!(
             "run {run}, stopped by a budget at {}, would have gone on; what it would have done is unknown",
@@ -187,7 +189,7 @@ fn change_words(change: &Change) -> String {
         ),
         Change::NotLanded { why } => format!(
             "pidevops would not land it: {}",
-            inert(why, 200)
+            why
         ),
         Change::Landed { at } => format!("pidevops would have landed it at {}", time(at)),
         Change::CallsHeld { count, from } => format!(
