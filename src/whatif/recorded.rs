@@ -87,7 +87,7 @@ pub struct Recorded {
     pub ignored: Vec<IgnoredCandidate>,
     /// Every budget raise, with its position.
     pub raises: Vec<(i64, Raised)>,
-    /// The webhook events the tasks name as their cause, by id.
+    /// The webhook events the tasks name as their cause, by id (with their bodies).
     pub causes: HashMap<Uuid, StoredEvent>,
     pub events_read: u64,
 }
@@ -115,7 +115,33 @@ pub async fn read(
             reader.take(event, intake_reads)?;
         }
     }
-    Ok(reader.finish())
+    let mut recorded = reader.finish();
+    with_bodies(store, &mut recorded).await?;
+    Ok(recorded)
+}
+
+/// The bodies of the causes the replay decides on, read by position in one pass.
+async fn with_bodies(store: &EventStore, recorded: &mut Recorded) -> anyhow::Result<()> {
+    let positions: Vec<i64> = recorded
+        .causes
+        .values()
+        .map(|e| e.position)
+        .chain(recorded.ignored.iter().map(|i| i.cause.position))
+        .collect();
+    let bodies: HashMap<i64, Vec<u8>> = store
+        .bodies_at(&positions)
+        .await
+        .context("reading the bodies of the events intake decided on")?
+        .into_iter()
+        .collect();
+    let body_of = |event: &mut StoredEvent| {
+        if let Some(body) = bodies.get(&event.position) {
+            event.body.clone_from(body);
+        }
+    };
+    recorded.causes.values_mut().for_each(body_of);
+    recorded.ignored.iter_mut().for_each(|i| body_of(&mut i.cause));
+    Ok(())
 }
 
 #[derive(Default)]
@@ -139,8 +165,16 @@ impl Reader {
     ) -> anyhow::Result<()> {
         self.read += 1;
         if event.source != Source::Pidevops.as_str() {
+            // Kept without its body (tens of KB for an issue): the few that caused a task or a refusal in the range
+            // get theirs at the end.
             if intake_reads(&event) {
-                self.sources.insert(event.id, event);
+                self.sources.insert(
+                    event.id,
+                    StoredEvent {
+                        body: Vec::new(),
+                        ..event
+                    },
+                );
             }
             return Ok(());
         }
