@@ -140,7 +140,10 @@ async fn with_bodies(store: &EventStore, recorded: &mut Recorded) -> anyhow::Res
         }
     };
     recorded.causes.values_mut().for_each(body_of);
-    recorded.ignored.iter_mut().for_each(|i| body_of(&mut i.cause));
+    recorded
+        .ignored
+        .iter_mut()
+        .for_each(|i| body_of(&mut i.cause));
     Ok(())
 }
 

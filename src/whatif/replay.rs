@@ -533,6 +533,13 @@ fn unknowns(report: &ConfigReport, recorded: &Recorded, cap: EffectCap) -> Vec<S
             "{ungated} tasks never approved would have run: their runs are not counted"
         ));
     }
+    let gated = count(|c| matches!(c, Change::Gated));
+    if gated > 0 {
+        unknowns.push(format!(
+            "{gated} tasks would have waited for a person's approval: their runs are counted as not spent, though a \
+             person might have approved them"
+        ));
+    }
     let gone_on = count(|c| matches!(c, Change::NotStoppedByBudget { .. }));
     if gone_on > 0 {
         unknowns.push(format!(

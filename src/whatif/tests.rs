@@ -346,6 +346,14 @@ fn approval_the_candidate_would_ask_for_or_skip_is_named_and_a_gated_tasks_runs_
         "it waited for a person already"
     );
     assert_eq!(gated.candidate.runs, 0);
+    assert!(
+        gated
+            .unknowns
+            .iter()
+            .any(|u| u.starts_with("5 tasks would have waited")),
+        "{:?}",
+        gated.unknowns
+    );
     let open = board(ApprovalPolicy::Auto, &[REPO]);
     let ungated = under(
         &recorded,
