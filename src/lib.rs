@@ -48,6 +48,7 @@
 //!                  replies to pidevops's messages into answers and follow-ups, and trusted comments on a code
 //!                  host (GitHub's comments, GitLab's notes) addressed to pidevops into follow-ups, answers and
 //!                  commands (comments.rs)
+//! receipts.rs      the follower that records an ended task's receipt in the log (receipt.issued)
 //! plans/           the follower that makes an approved plan's items tasks and rolls the plan up from them
 //! reactions/       the follower that turns code hosts' events on pidevops branches into task commands (each
 //!                  host's pure rules, `HostRules`, in its provider's folder)
@@ -82,7 +83,7 @@
 //!  2 infrastructure: eventlog, loops, bus
 //!  3 read models: projectors
 //!  4 command side: board
-//!  5 policies: budgets, cron, intake, pollers, effects
+//!  5 policies: budgets, cron, intake, pollers, effects, receipts
 //!  6 configuration: config
 //!  7 workers: dispatch, ingress, plans, reactions, landing, whatif
 //!  8 providers: providers
@@ -116,6 +117,7 @@ pub mod pollers;
 pub mod projectors;
 pub mod providers;
 pub mod reactions;
+pub mod receipts;
 pub mod startup;
 pub mod tasks;
 pub mod telemetry;

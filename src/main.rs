@@ -92,6 +92,9 @@ enum Command {
     Receipt {
         /// The task (T-n).
         task: pidevops::tasks::TaskId,
+        /// The receipt recorded in the log when its work last ended (`receipt.issued`), not one issued now.
+        #[arg(long)]
+        recorded: bool,
     },
     /// Print the whole log as JSON lines, every stored column exactly (body in base64, hashes in hex), for
     /// `pidevops verify --export` to check anywhere. Read only, one snapshot.
@@ -234,7 +237,7 @@ async fn run(cli: Cli) -> ExitCode {
             export,
             receipt: None,
         } => return verify(settings, json, export).await,
-        Command::Receipt { task } => receipt(settings, task).await,
+        Command::Receipt { task, recorded } => receipt(settings, task, recorded).await,
         Command::Export => export(settings).await,
         Command::Task { command } => pidevops::cli::task(settings, command).await,
         Command::Plan { command } => pidevops::cli::plan(settings, command).await,
@@ -361,11 +364,25 @@ async fn verify(settings: Settings, json: bool, export: Option<std::path::PathBu
     }
 }
 
-/// `pidevops receipt T-n`: the task's receipt, issued from the log as it is now.
-async fn receipt(settings: Settings, task: pidevops::tasks::TaskId) -> anyhow::Result<()> {
+/// `pidevops receipt T-n [--recorded]`: the task's receipt, issued from the log as it is now, or the last one the
+/// `receipts` loop recorded when its work ended.
+async fn receipt(
+    settings: Settings,
+    task: pidevops::tasks::TaskId,
+    recorded: bool,
+) -> anyhow::Result<()> {
     let store =
         pidevops::startup::connect_existing(&settings, pidevops::startup::CLI_CONNECTIONS).await?;
-    let receipt = pidevops::projectors::tasks::receipt::issue(&store, task).await?;
+    let receipt = if recorded {
+        pidevops::receipts::recorded(&store, task)
+            .await?
+            .pop()
+            .ok_or_else(|| {
+                anyhow::anyhow!("no receipt of {task} is recorded: its work has not ended")
+            })?
+    } else {
+        pidevops::projectors::tasks::receipt::issue(&store, task).await?
+    };
     println!("{}", serde_json::to_string_pretty(&receipt)?);
     Ok(())
 }

@@ -26,7 +26,9 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("command side", &["board"]),
     (
         "policies",
-        &["budgets", "cron", "intake", "pollers", "effects"],
+        &[
+            "budgets", "cron", "intake", "pollers", "effects", "receipts",
+        ],
     ),
     ("configuration", &["config"]),
     (

@@ -63,6 +63,7 @@ mod projectors;
 mod providers;
 mod questions;
 mod reactions;
+mod receipts;
 mod refresh;
 mod refresh_backstop;
 mod refresh_check;

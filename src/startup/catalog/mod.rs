@@ -344,6 +344,28 @@ pub const CATALOG: &[Entry] = &[
         },
     },
     Entry {
+        plan: |s| {
+            vec![PlannedLoop::armed(
+                crate::receipts::RECEIPTS,
+                true,
+                s.projector_interval,
+                "records each ended task's receipt in the log (receipt.issued), right after its last event",
+            )]
+        },
+        build: |parts, _| {
+            let receipts = Arc::new(crate::receipts::Receipts::new(parts.log.clone()));
+            Ok(Built::ticking(
+                move || {
+                    let receipts = receipts.clone();
+                    async move { receipts.tick().await }
+                },
+                |p| Pace::again_if(p.out_of_time),
+            )
+            .at_head()
+            .follows_log())
+        },
+    },
+    Entry {
         plan: land_plan,
         build: land_loop,
     },
