@@ -354,6 +354,22 @@ async fn a_candidate_replayed_over_the_log_names_exactly_the_tasks_it_changes_an
     ])
     .await;
     assert_eq!(status, 400);
+    // A candidate past 64 KiB once decoded is refused; one whose encoding is larger than that is not.
+    let (status, _) = post_form(vec![
+        ("csrf", token.clone()),
+        ("candidate", format!("# {}\n", "x".repeat(70 * 1024))),
+        ("days", "30".into()),
+    ])
+    .await;
+    assert_eq!(status, 413);
+    let padded = format!("{candidate_text}\n# {}\n", "\"[]=\" ".repeat(8 * 1024));
+    let (status, html) = post_form(vec![
+        ("csrf", token.clone()),
+        ("candidate", padded),
+        ("days", "30".into()),
+    ])
+    .await;
+    assert_eq!(status, 200, "{html}");
     let (status, _) = post_form(vec![("candidate", candidate_text), ("days", "30".into())]).await;
     assert_eq!(status, 403, "no CSRF token, no replay");
     assert_eq!(checksum(&store).await, before, "the log changed");

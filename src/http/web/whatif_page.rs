@@ -32,13 +32,12 @@ pub(super) async fn whatif_page(
     SignedIn { key, session }: SignedIn,
 ) -> Response {
     // The service's own configuration as the starting point, where it has a file and it is of a size the form takes.
-    let candidate = state
-        .settings
-        .config_file
-        .as_ref()
-        .and_then(|path| std::fs::read_to_string(path).ok())
-        .filter(|text| text.len() <= MAX_CANDIDATE_BYTES)
-        .unwrap_or_default();
+    let candidate = match &state.settings.config_file {
+        Some(path) => tokio::fs::read_to_string(path).await.ok(),
+        None => None,
+    }
+    .filter(|text| text.len() <= MAX_CANDIDATE_BYTES)
+    .unwrap_or_default();
     let asked = Asked {
         candidate,
         days: DEFAULT_DAYS.to_string(),
@@ -51,7 +50,8 @@ pub(super) async fn replay(
     headers: HeaderMap,
     body: bytes::Bytes,
 ) -> Response {
-    let Some(form) = super::parse_form(&body, MAX_CANDIDATE_BYTES + 1024) else {
+    // Form encoding can triple a TOML's bytes (quotes, brackets, newlines): the limit is on the decoded candidate.
+    let Some(form) = super::parse_form(&body, 3 * MAX_CANDIDATE_BYTES + 1024) else {
         return super::too_large();
     };
     let (key, session) = match super::require_post(&state, &headers, &form).await {
@@ -62,6 +62,9 @@ pub(super) async fn replay(
         candidate: super::field(&form, "candidate").unwrap_or_default(),
         days: super::field(&form, "days").unwrap_or_default(),
     };
+    if asked.candidate.len() > MAX_CANDIDATE_BYTES {
+        return super::too_large();
+    }
     let refused = |why: Markup| shown(&key, &session, StatusCode::BAD_REQUEST, &asked, why);
     let days = match asked.days.trim().parse::<i64>() {
         Ok(days) if (1..=MAX_DAYS).contains(&days) => days,
