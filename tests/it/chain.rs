@@ -650,17 +650,7 @@ async fn a_receipt_from_the_command_line_holds_and_an_altered_one_is_refused(db:
     )
     .unwrap();
     let url = db.url_string();
-    let run = |args: &[&str]| {
-        let out = crate::common::server::command(&url, dir.path())
-            .args(args)
-            .output()
-            .expect("the binary runs");
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let run = |args: &[&str]| crate::common::server::cli(&url, dir.path(), args);
     let (code, _, err) = run(&["task", "new", "acme/api", "Fix", "the", "login"]);
     assert_eq!(code, Some(0), "{err}");
     let (code, _, err) = run(&["task", "approve", "T-1"]);

@@ -8,7 +8,7 @@ use pidevops::eventlog::EventStore;
 use pidevops::projectors::tasks::receipt::Receipt;
 use pidevops::tasks::{Command, Reason, TaskId};
 
-use crate::common::server::command;
+use crate::common::server::cli;
 use crate::common::{TestApp, TestDb};
 use crate::web_spend::{merge, new_run, start, task_in};
 
@@ -95,17 +95,7 @@ async fn an_ended_tasks_receipt_is_recorded_once_after_its_last_event_and_verifi
         "[intake]\nallow_repos = [\"acme/*\"]\n",
     )
     .unwrap();
-    let run_cli = |args: &[&str]| {
-        let out = command(&db.url_string(), dir.path())
-            .args(args)
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let run_cli = |args: &[&str]| cli(&db.url_string(), dir.path(), args);
     let (code, printed, err) = run_cli(&["receipt", &merged.to_string(), "--recorded"]);
     assert_eq!(code, Some(0), "{err}");
     let printed: Receipt = serde_json::from_str(&printed).unwrap();

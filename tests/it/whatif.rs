@@ -3,7 +3,7 @@
 
 use chrono::{Duration, Utc};
 
-use crate::common::server::command;
+use crate::common::server::cli;
 use crate::common::{TestApp, TestDb};
 use crate::web_spend::{merge, new_run, run_spent, spent, start, task_in};
 
@@ -59,18 +59,7 @@ async fn a_profiles_cost_per_merged_pull_request_against_another_is_read_from_th
     .await;
 
     let dir = tempfile::tempdir().unwrap();
-    let run_cli = |args: &[&str]| {
-        let out = command(&db.url_string(), dir.path())
-            .arg("whatif")
-            .args(args)
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let run_cli = |args: &[&str]| cli(&db.url_string(), dir.path(), &[&["whatif"], args].concat());
     let (code, json, err) = run_cli(&["--agent", "claude", "--against", "codex", "--json"]);
     assert_eq!(code, Some(0), "{err}");
     let report: serde_json::Value = serde_json::from_str(&json).unwrap();

@@ -19,6 +19,19 @@ pub fn command(db_url: &str, workdir: &Path) -> Command {
     cmd
 }
 
+/// `pidevops <args>` against `db_url` in `workdir`, run to its end: its exit code, stdout and stderr.
+pub fn cli(db_url: &str, workdir: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = command(db_url, workdir)
+        .args(args)
+        .output()
+        .expect("the binary runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 pub struct Server {
     pub child: Child,
     pub base: String,
