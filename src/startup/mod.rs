@@ -53,6 +53,10 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
     let metrics = telemetry::metrics_handle();
     let (settings, store, log, appender_shutdown, appender) =
         Core::open(settings).await?.into_parts();
+    // Read once, before anything of this process can append: a loop that starts at the head on its first start
+    // starts here, not at the head it happens to read when its turn to be built comes, by which time a loop
+    // spawned before it (the Telegram poller) may have appended what it must act on.
+    let head_at_start = store.head().await.context("reading the log's head")?;
     let shutdown = CancellationToken::new();
 
     let relay = Arc::new(Relay::new(
@@ -137,7 +141,7 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
             LoopState::Armed => {
                 let built = (entry.build)(&parts, &planned)?;
                 if built.starts_at_head {
-                    start_at_head(&store, &name).await?;
+                    start_at_head(&store, &name, head_at_start).await?;
                 }
                 let mut spec = LoopSpec::new(&name, planned.interval, settings.loop_startup_delay);
                 if built.woken_by_commits {
@@ -199,10 +203,11 @@ pub async fn build(settings: Settings) -> anyhow::Result<App> {
     })
 }
 
-/// On a loop's very first start, sets its checkpoint to the log's head; on every later start it stays where it
-/// is. "First" is remembered apart (checkpoint `started:<name>`), since a loop first started on an empty log still
-/// has checkpoint 0: without the mark, a restart before its first event would skip what arrived meanwhile.
-async fn start_at_head(store: &EventStore, name: &str) -> anyhow::Result<()> {
+/// On a loop's very first start, sets its checkpoint to `head`, the log's head when this process started; on
+/// every later start it stays where it is. "First" is remembered apart (checkpoint `started:<name>`), since a loop
+/// first started on an empty log still has checkpoint 0: without the mark, a restart before its first event would
+/// skip what arrived meanwhile.
+async fn start_at_head(store: &EventStore, name: &str, head: i64) -> anyhow::Result<()> {
     let mark = format!("started:{name}");
     let read = |name: String| async move {
         store
@@ -214,7 +219,6 @@ async fn start_at_head(store: &EventStore, name: &str) -> anyhow::Result<()> {
         return Ok(());
     }
     if read(name.to_owned()).await? == 0 {
-        let head = store.head().await.context("reading the log's head")?;
         if head > 0 {
             store
                 .advance_checkpoint(name, head)

@@ -360,8 +360,10 @@ async fn without_a_webhook_updates_are_long_polled_into_the_log_once(db: TestDb)
     assert!(settings.webhook_secrets.set("telegram", None));
     let app = TestApp::spawn(settings.clone()).await;
     // The poll is the loop's own (a long poll in the background); the answers are driven, so a loaded machine
-    // only makes the wait longer. Timed out once (60 s, beside a release build at load 17, never alone): what the
-    // fake was asked and the loops' own words are kept for the next time.
+    // only makes the wait longer. It timed out twice in CI: the poller, spawned first, appended both messages
+    // before `effects:telegram` (built later) read the head it starts at on its first start, so it never saw
+    // them. Start-up now reads that head once, before any loop runs (a 2 s pause before the effects loops are
+    // built failed this test every time before, and passes since). What the fake was asked is in the message.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         app.drive("effects:telegram").await;
