@@ -35,6 +35,16 @@ pub struct UsageFlag {
     pub value: Option<&'static str>,
 }
 
+/// Where a CLI keeps its sessions, for pidevops to keep one with each checkpoint and resume it
+/// (`dispatch::sessions`): its home variable, the transcript's place under it, and its resume flag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionStore {
+    /// Claude Code: `$CLAUDE_CONFIG_DIR/projects/<cwd spelled>/<id>.jsonl`, resumed with `--resume <id>`.
+    Claude,
+    /// Codex: `$CODEX_HOME/sessions/YYYY/MM/DD/rollout-…-<id>.jsonl`, resumed with `exec resume <id>`.
+    Codex,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Preset {
     /// The profile's name and its program.
@@ -55,6 +65,8 @@ pub struct Preset {
     /// The npm package the images install (`deploy/install-runtime.sh`) and its pinned version.
     pub npm_package: &'static str,
     pub npm_version: &'static str,
+    /// Whether pidevops keeps and resumes its sessions (`None`: each attempt's CLI starts anew).
+    pub session: Option<SessionStore>,
 }
 
 const fn flag(flag: &'static str, value: Option<&'static str>) -> UsageFlag {
@@ -99,6 +111,7 @@ pub const PRESETS: &[Preset] = &[
         ]),
         npm_package: "@anthropic-ai/claude-code",
         npm_version: "2.1.332",
+        session: Some(SessionStore::Claude),
     },
     Preset {
         name: "pi",
@@ -123,6 +136,7 @@ pub const PRESETS: &[Preset] = &[
         credentials: Credentials::ProviderKey,
         npm_package: "@mariozechner/pi-coding-agent",
         npm_version: "0.73.1",
+        session: None,
     },
     Preset {
         name: "opencode",
@@ -151,6 +165,7 @@ pub const PRESETS: &[Preset] = &[
         credentials: Credentials::ProviderKey,
         npm_package: "opencode-ai",
         npm_version: "1.18.33",
+        session: None,
     },
     Preset {
         name: "codex",
@@ -177,6 +192,7 @@ pub const PRESETS: &[Preset] = &[
         credentials: Credentials::AnyOf(&["CODEX_API_KEY", "OPENAI_API_KEY"]),
         npm_package: "@openai/codex",
         npm_version: "0.171.0",
+        session: Some(SessionStore::Codex),
     },
 ];
 

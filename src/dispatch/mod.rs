@@ -15,6 +15,8 @@
 //! - `agent_log.rs`  what the run's log keeps of the output: head, a marker with the bytes cut, tail (pure)
 //! - `cgroup.rs`     a memory limit per agent where cgroup v2 delegation exists (memory.max), else why not
 //! - `disk.rs`       free space on the workspace volume: claims wait below `min_free_disk_mib`
+//! - `sessions/`     an agent CLI's own session, kept with each checkpoint and resumed with it (only the
+//!   transcript, found without following links, bounded, whole JSON lines)
 //! - `preflight.rs`  whether a profile can run here (its program, git, its credential, the workspace volume)
 //! - `dispatcher/`   the dispatcher, watchdog and gc loops: claim, attempt, launch, watchdog, gc, pause
 //! - `worker.rs`     `pidevops worker`: runs pulled from JetStream
@@ -34,6 +36,7 @@ pub mod runner;
 pub use crate::domain::runs;
 pub mod sandbox;
 pub mod schedule;
+pub mod sessions;
 pub mod worker;
 pub mod workspace;
 

@@ -75,6 +75,11 @@ pub fn build(task: &Task) -> String {
     prompt
 }
 
+/// What a resumed attempt's agent is told when its CLI's session goes on too (`dispatch::sessions`).
+pub const SESSION_RESUMED: &str = "Your session goes on from that same checkpoint: the conversation above is \
+     yours, up to the point the worktree was saved. Anything you did after it (a file written, a command run) \
+     is gone: check the worktree before relying on it.\n";
+
 /// What a resumed attempt's agent is told beside its prompt: where its work stands (`restored`: the worktree
 /// holds its checkpoint; `Err`: it could not be put back, and the worktree is at the base). Empty unless `run`
 /// resumes a checkpoint. The paths were chosen by an agent: listed one per line, control characters replaced.

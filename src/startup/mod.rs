@@ -218,18 +218,16 @@ async fn start_at_head(store: &EventStore, name: &str, head: i64) -> anyhow::Res
     if read(mark.clone()).await? > 0 {
         return Ok(());
     }
-    if read(name.to_owned()).await? == 0 {
-        if head > 0 {
-            store
-                .advance_checkpoint(name, head)
-                .await
-                .with_context(|| format!("starting {name} at the log's head"))?;
-            tracing::info!(
-                r#loop = name,
-                head,
-                "first start: acting on events from the head on"
-            );
-        }
+    if head > 0 && read(name.to_owned()).await? == 0 {
+        store
+            .advance_checkpoint(name, head)
+            .await
+            .with_context(|| format!("starting {name} at the log's head"))?;
+        tracing::info!(
+            r#loop = name,
+            head,
+            "first start: acting on events from the head on"
+        );
     }
     store
         .advance_checkpoint(&mark, 1)

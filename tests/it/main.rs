@@ -25,6 +25,7 @@ mod budgets_ledger;
 mod bus;
 mod chain;
 mod cli_errors;
+mod cli_sessions;
 mod comments;
 mod config;
 mod cron;

@@ -110,14 +110,15 @@ impl Setup {
     }
 }
 
-struct Observer {
-    store: EventStore,
-    board: Board,
+/// The log, the board and the runs read model of a database `serve` processes share, read from the test.
+pub(crate) struct Observer {
+    pub(crate) store: EventStore,
+    pub(crate) board: Board,
     _stop: CancellationToken,
 }
 
 impl Observer {
-    async fn new(db: &TestDb) -> Self {
+    pub(crate) async fn new(db: &TestDb) -> Self {
         let store = EventStore::connect(&db.url, 4).await.unwrap();
         store.migrate().await.unwrap();
         let stop = CancellationToken::new();
@@ -130,14 +131,14 @@ impl Observer {
         }
     }
 
-    async fn runs(&self, id: TaskId) -> Vec<RunRow> {
+    pub(crate) async fn runs(&self, id: TaskId) -> Vec<RunRow> {
         runs::query(&self.store, Which::Task(&id.to_string()))
             .await
             .unwrap()
     }
 
     /// The checkpoints a run recorded, from the log.
-    async fn checkpoints(&self, run: &str) -> Vec<Checkpoint> {
+    pub(crate) async fn checkpoints(&self, run: &str) -> Vec<Checkpoint> {
         let run = RunId(run.parse().unwrap());
         self.store
             .read_stream_of_type(&run_events::stream(run), run_events::CHECKPOINTED)
@@ -152,7 +153,7 @@ impl Observer {
     }
 
     /// The checkpoints the task's attempts resumed (`task.resumed`), from its stream.
-    async fn resumed(&self, id: TaskId) -> Vec<Checkpoint> {
+    pub(crate) async fn resumed(&self, id: TaskId) -> Vec<Checkpoint> {
         self.board
             .load(id)
             .await
@@ -170,7 +171,7 @@ impl Observer {
     }
 
     /// Waits for both runs' outcomes in the runs read model (it follows the board's at its own pace).
-    async fn both_outcomes(&self, id: TaskId) {
+    pub(crate) async fn both_outcomes(&self, id: TaskId) {
         within(Duration::from_secs(10), "both runs' outcomes", || async {
             let runs = self.runs(id).await;
             runs.len() == 2 && runs.iter().all(|r| r.state != "running")
@@ -179,7 +180,7 @@ impl Observer {
     }
 }
 
-fn git_out(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn git_out(dir: &Path, args: &[&str]) -> String {
     let out = std::process::Command::new("git")
         .args(args)
         .current_dir(dir)

@@ -11,8 +11,10 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
 use super::Dispatcher;
+use crate::config::profiles::AgentProfile;
 use crate::dispatch::runner::SharedMeter;
 use crate::dispatch::runs::{self, RunEvent};
+use crate::dispatch::sessions::{self, SessionPlan};
 use crate::dispatch::workspace::Prepared;
 use crate::tasks::landing::CommitSha;
 use crate::tasks::{Checkpoint, RunId, Task, TaskId};
@@ -88,6 +90,7 @@ impl Dispatcher {
         prepared: &Prepared,
         meter: SharedMeter,
         notes: UnboundedSender<RunEvent>,
+        session: Option<&SessionPlan>,
     ) -> Checkpointer {
         let stop = CancellationToken::new();
         let stopped = stop.clone();
@@ -97,6 +100,13 @@ impl Dispatcher {
         let workspaces = self.inner.workspaces.clone();
         let prepared = prepared.clone();
         let every = self.inner.config.checkpoint_every;
+        let keeper = session.map(|plan| SessionKeeper {
+            store: plan.store,
+            home: plan.home.clone(),
+            cwd: prepared.dirs.worktree.clone(),
+            root: workspaces.root().to_owned(),
+            task,
+        });
         let handle = tokio::spawn(async move {
             let mut pace = Pace::new(every, Instant::now());
             let mut last_tree: Option<String> = None;
@@ -138,6 +148,9 @@ impl Dispatcher {
                 match recorded(run, &prepared, turns_before.saturating_add(turns), &saved) {
                     Ok(checkpoint) => {
                         last_tree = Some(saved.tree.clone());
+                        if let Some(keeper) = &keeper {
+                            keeper.keep(run, &saved.commit).await;
+                        }
                         metrics::counter!("pidevops_checkpoints_total", "outcome" => "taken")
                             .increment(1);
                         let _ = notes.send(RunEvent::Checkpointed {
@@ -159,6 +172,12 @@ impl Dispatcher {
     /// The attempt's work is pushed: its checkpoints are of no more use, here or on the remote (a failure to
     /// delete them is logged: the next attempt's overwrite them).
     pub(super) async fn forget_checkpoints(&self, task: TaskId, prepared: &Prepared) {
+        let kept = sessions::tasks_dir(self.inner.workspaces.root(), task);
+        if let Err(error) = tokio::fs::remove_dir_all(&kept).await {
+            if error.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(%task, %error, "the sessions kept for a pushed attempt not deleted");
+            }
+        }
         if let Err(error) = self
             .inner
             .workspaces
@@ -195,6 +214,70 @@ impl Dispatcher {
         Ok(last.or_else(|| task.resumed_from().cloned()))
     }
 
+    /// How a work run of `profile` keeps its CLI's session, if its CLI keeps one (a preset's program, whose home
+    /// variable the profile neither passes nor sets: a deployment that points the CLI elsewhere keeps its own):
+    /// a fresh home in the run's directory, and for an attempt whose worktree was put back at `restored`, the
+    /// session kept with that checkpoint put back in it. A session that cannot be put back is said and left out:
+    /// the attempt resumes from its files alone.
+    pub(super) async fn session_plan(
+        &self,
+        task: &Task,
+        profile: &AgentProfile,
+        prepared: &Prepared,
+        restored: Option<&Checkpoint>,
+    ) -> Option<SessionPlan> {
+        let program = profile.command.first()?;
+        let store = crate::config::presets::by_program(program)?.session?;
+        let var = sessions::home_var(store);
+        if profile.env.iter().any(|v| v == var) || profile.set_env.contains_key(var) {
+            return None;
+        }
+        // A command of the profile's own the CLI's resume flag cannot be added to keeps no session.
+        if let Err(why) = sessions::resume_argv(store, profile.command.clone(), uuid::Uuid::nil()) {
+            tracing::debug!(profile = %profile.name, %why, "no CLI session kept");
+            return None;
+        }
+        let home = sessions::home(&prepared.dirs.dir);
+        let root = self.inner.workspaces.root().to_owned();
+        let (id, cwd) = (task.id(), prepared.dirs.worktree.clone());
+        let commit = restored.map(|c| c.commit.as_str().to_owned());
+        let made = home.clone();
+        let resumed = tokio::task::spawn_blocking(move || {
+            std::fs::create_dir_all(&made)
+                .map_err(|e| format!("cannot make the CLI's home {}: {e}", made.display()))?;
+            let Some(commit) = commit else {
+                return Ok(None);
+            };
+            let Some(kept) = sessions::kept(&root, id, &commit).map_err(|e| e.to_string())? else {
+                return Ok(None);
+            };
+            sessions::put_back(store, &kept, &made, &cwd).map_err(|e| e.to_string())?;
+            Ok(Some(kept.id))
+        })
+        .await
+        .unwrap_or_else(|e| Err(format!("putting the session back panicked: {e}")));
+        let resume = match resumed {
+            Ok(resume) => resume,
+            Err(why) => {
+                tracing::warn!(task = %task.id(), why, "the CLI's session is not resumed");
+                None
+            }
+        };
+        if restored.is_some() {
+            let outcome = if resume.is_some() {
+                "resumed"
+            } else {
+                "not_resumed"
+            };
+            metrics::counter!("pidevops_cli_sessions_total", "outcome" => outcome).increment(1);
+        }
+        Some(SessionPlan {
+            store,
+            home,
+            resume,
+        })
+    }
+
     /// Puts a resumed attempt's worktree where its checkpoint left it. `Ok(Err(why))`: it could not, and the
     /// worktree is back at the base (the agent is told); `Err`: not even that.
     pub(super) async fn restore(
@@ -221,6 +304,52 @@ impl Dispatcher {
                 Ok(Err(error.to_string()))
             }
         }
+    }
+}
+
+/// Keeps the CLI's session with each checkpoint of a run (see `dispatch::sessions`).
+struct SessionKeeper {
+    store: sessions::SessionStore,
+    home: std::path::PathBuf,
+    cwd: std::path::PathBuf,
+    root: std::path::PathBuf,
+    task: crate::tasks::TaskId,
+}
+
+impl SessionKeeper {
+    /// The session as it stands, kept as checkpoint `commit`'s; none found, or refused, is said and skipped (a
+    /// resume from this checkpoint then starts a new session).
+    async fn keep(&self, run: RunId, commit: &str) {
+        let (store, home, cwd, root, task) = (
+            self.store,
+            self.home.clone(),
+            self.cwd.clone(),
+            self.root.clone(),
+            self.task,
+        );
+        let commit = commit.to_owned();
+        let kept = tokio::task::spawn_blocking(move || {
+            let Some(transcript) = sessions::find(store, &home, &cwd)? else {
+                return Ok(false);
+            };
+            sessions::keep(&root, task, &commit, &transcript).map(|()| true)
+        })
+        .await
+        .unwrap_or_else(|e| {
+            Err(sessions::SessionError::Io {
+                what: "keep the session".into(),
+                why: e.to_string(),
+            })
+        });
+        let outcome = match kept {
+            Ok(true) => "kept",
+            Ok(false) => "none",
+            Err(error) => {
+                tracing::warn!(%task, %run, %error, "the CLI's session is not kept with the checkpoint");
+                "refused"
+            }
+        };
+        metrics::counter!("pidevops_cli_sessions_total", "outcome" => outcome).increment(1);
     }
 }
 

@@ -18,6 +18,7 @@ use crate::dispatch::egress::routes::{
 use crate::dispatch::egress::{Endpoint, Proxy, Refusals};
 use crate::dispatch::runner::{ChildSetup, Launch};
 use crate::dispatch::sandbox::{AgentView, BwrapNet, Confinement, Containment, Scratch};
+use crate::dispatch::sessions::SessionPlan;
 use crate::dispatch::workspace::Prepared;
 use crate::tasks::{RunId, Task};
 
@@ -33,7 +34,9 @@ pub(super) enum Access {
 impl Dispatcher {
     /// The agent's command line and environment. The environment is built from nothing: a few neutral variables,
     /// the run's own HOME and TMPDIR, the variables the profile names (never a pidevops secret: `profiles`
-    /// refuses those at start-up) and the fixed values it sets.
+    /// refuses those at start-up) and the fixed values it sets; for a CLI that keeps its session (`session`), its
+    /// home, and the session it resumes.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn launch(
         &self,
         task: &Task,
@@ -42,10 +45,11 @@ impl Dispatcher {
         prepared: &Prepared,
         prompt: &str,
         access: Access,
+        session: Option<&SessionPlan>,
     ) -> anyhow::Result<Launch> {
         let dirs = &prepared.dirs;
         let path = |p: &std::path::Path| p.to_string_lossy().into_owned();
-        let argv = profile.argv(&RunInputs {
+        let mut argv = profile.argv(&RunInputs {
             prompt,
             prompt_file: &path(&dirs.prompt),
             workspace: &path(&dirs.worktree),
@@ -71,7 +75,7 @@ impl Dispatcher {
                 .iter()
                 .map(|(name, value)| (name.clone(), value.clone())),
         );
-        let (writable, readable) = match access {
+        let (mut writable, readable) = match access {
             Access::Worktree => (
                 vec![dirs.worktree.clone(), dirs.home.clone(), dirs.tmp.clone()],
                 vec![dirs.prompt.clone()],
@@ -86,6 +90,18 @@ impl Dispatcher {
                 vec![dirs.prompt.clone(), dirs.worktree.clone()],
             ),
         };
+        if let Some(plan) = session {
+            env.push((
+                crate::dispatch::sessions::home_var(plan.store).to_owned(),
+                path(&plan.home),
+            ));
+            writable.push(plan.home.clone());
+            if let Some(id) = plan.resume {
+                argv = crate::dispatch::sessions::resume_argv(plan.store, argv, id).with_context(
+                    || format!("agent profile {}: resuming its session", profile.name),
+                )?;
+            }
+        }
         let (argv, child) = self.contain(
             &format!("agent profile {}", profile.name),
             prepared,

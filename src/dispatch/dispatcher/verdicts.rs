@@ -253,6 +253,7 @@ impl Dispatcher {
                 reviewing,
                 prompt,
                 Access::ReadOnly,
+                None,
             )
             .map_err(|e| reviewer_failed(format!("{e:#}")))?;
         let meter = runner::meter(profile.usage.clone());

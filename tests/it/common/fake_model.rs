@@ -3,7 +3,8 @@
 //! `content_block_start` / `_delta` / `_stop`, `message_delta`, `message_stop`) and the OpenAI Responses API
 //! (`POST /v1/responses`, streamed: `response.created`, `response.output_item.added` / `.done`,
 //! `response.completed`). The script is a list of tool calls: a request that carries `n` tool results is answered
-//! with call `n + 1`, and once every call has its result, with a final text and the end of the turn. A request
+//! with call `n + 1` (a result the CLI made up for a call an earlier session never finished does not count: that
+//! call is made again), and once every call has its result, with a final text and the end of the turn. A request
 //! that offers no tools (a CLI asking for a session title) or does not stream gets a short text. Every request is
 //! recorded (path, headers, body) for the test to assert on; any other path is recorded and answered 404.
 //! [`FakeModel::refusing`] refuses every model call with the provider's error body instead.
@@ -178,6 +179,12 @@ fn sse(events: &[(&str, Value)]) -> Response {
     ([("content-type", "text/event-stream")], body).into_response()
 }
 
+/// A result a CLI made up for a call its earlier session never finished (Claude Code, resuming a session cut off
+/// mid-call): that call was not made, so the model makes it again, as a real one reading the error would.
+fn interrupted(result: &Value) -> bool {
+    result["is_error"] == true && result["content"].to_string().contains("interrupted")
+}
+
 /// The Anthropic Messages API.
 fn anthropic(request: &Value, script: &[ToolCall]) -> Response {
     let model = request["model"].as_str().unwrap_or("claude").to_owned();
@@ -186,9 +193,17 @@ fn anthropic(request: &Value, script: &[ToolCall]) -> Response {
         .into_iter()
         .flatten()
         .flat_map(|m| m["content"].as_array().into_iter().flatten())
-        .filter(|block| block["type"] == "tool_result")
+        .filter(|block| block["type"] == "tool_result" && !interrupted(block))
         .count();
     let next = script.get(results).filter(|_| offers_tools(request));
+    // Each call's id is new, as a real model's is: a call made again is not the earlier one.
+    let calls = request["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|m| m["content"].as_array().into_iter().flatten())
+        .filter(|block| block["type"] == "tool_use")
+        .count();
     if request["stream"] != true {
         return axum::Json(json!({
             "id": "msg_fake", "type": "message", "role": "assistant", "model": model,
@@ -212,7 +227,7 @@ fn anthropic(request: &Value, script: &[ToolCall]) -> Response {
                 (
                     "content_block_start",
                     json!({ "type": "content_block_start", "index": 0, "content_block": {
-                        "type": "tool_use", "id": format!("toolu_fake_{}", results + 1), "name": name, "input": {}
+                        "type": "tool_use", "id": format!("toolu_fake_{}", calls + 1), "name": name, "input": {}
                     }}),
                 ),
                 (

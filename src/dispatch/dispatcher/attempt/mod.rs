@@ -24,12 +24,25 @@ use crate::config::repo_env::RepoEnv;
 use crate::dispatch::live;
 use crate::dispatch::runner::{self, Ending};
 use crate::dispatch::runs::{FailureKind, RunEvent};
+use crate::dispatch::sessions::SessionPlan;
 use crate::dispatch::workspace::Prepared;
 use crate::domain::usage::RunUsage;
 use crate::tasks::ReviewPolicy;
 use crate::tasks::{AttemptReport, RunId, RunPurpose, Task, TaskId};
 use heartbeat::Heartbeat;
 use outcome::StoppedFor;
+
+/// An attempt's worktree ready for its agent.
+struct Ready {
+    prepared: Prepared,
+    prompt: String,
+    /// How long the hand-over took.
+    handed: std::time::Duration,
+    /// A conflict attempt's conflicted paths.
+    conflicted: Vec<String>,
+    /// How a work run's CLI keeps (and resumes) its session.
+    session: Option<SessionPlan>,
+}
 
 impl Dispatcher {
     /// Runs a claimed attempt to its one outcome and moves the task on. Used by `serve` and by workers.
@@ -163,26 +176,25 @@ impl Dispatcher {
         // Beats from the start: a worker's run has no other sign of life, and preparing its worktree (a first
         // clone of a big repository) or the repository's setup (an `npm ci`) may outlast the watchdog's bound.
         let mut heartbeat = self.heartbeat(id, run, writer.clone(), output.clone(), stop.clone());
-        let (prepared, prompt, handed, conflicted) =
-            match self.worktree_for(task, run, purpose).await {
-                Ok(ready) => ready,
-                Err(detail) => {
-                    heartbeat.end(writer).await;
-                    return Some(fail(FailureKind::Workspace, detail, String::new()));
-                }
-            };
-        // A planner or a triage agent reads the code and leaves a file: the repository's hooks and check are for
-        // work that is pushed.
-        let repo_env = match purpose {
-            RunPurpose::Work | RunPurpose::Resolve | RunPurpose::Refresh => {
-                self.inner.config.environment(task.repo()).cloned()
+        let Ready {
+            prepared,
+            prompt,
+            handed,
+            conflicted,
+            session,
+        } = match self.worktree_for(task, run, purpose, profile).await {
+            Ok(ready) => ready,
+            Err(detail) => {
+                heartbeat.end(writer).await;
+                return Some(fail(FailureKind::Workspace, detail, String::new()));
             }
-            RunPurpose::Plan | RunPurpose::Triage => None,
         };
+        let repo_env = self.repo_env_for(task, purpose);
         let meter = runner::meter(profile.usage.clone());
         // A work attempt's worktree is saved while its agent works: an interruption resumes from there.
+        let notes = heartbeat.notes.clone();
         let checkpointer = (purpose == RunPurpose::Work).then(|| {
-            self.checkpointer(task, run, &prepared, meter.clone(), heartbeat.notes.clone())
+            self.checkpointer(task, run, &prepared, meter.clone(), notes, session.as_ref())
         });
         let budget = self.watch_budget(task, &meter, &heartbeat.agent_stop).await;
         // A work run is steered by follow-ups: live where its profile takes live input, else by `on_follow_up`.
@@ -206,7 +218,7 @@ impl Dispatcher {
                 &prompt,
                 repo_env.as_ref(),
                 (&output, &heartbeat.agent_stop, &stop),
-                (handed, &meter, live),
+                (handed, &meter, live, session.as_ref()),
             )
             .await;
         let restarted = match steering {
@@ -306,15 +318,26 @@ impl Dispatcher {
         Some(outcome.with_usage(spent))
     }
 
-    /// The attempt's worktree prepared and handed to the agent, with its prompt written: the worktree, the
-    /// prompt, how long the hand-over took, and (a conflict attempt's) the conflicted paths. `Err`: why not (a
+    /// The repository's setup, hooks and check for a run of `purpose`: a planner or a triage agent reads the code
+    /// and leaves a file, and the repository's hooks and check are for work that is pushed.
+    fn repo_env_for(&self, task: &Task, purpose: RunPurpose) -> Option<RepoEnv> {
+        match purpose {
+            RunPurpose::Work | RunPurpose::Resolve | RunPurpose::Refresh => {
+                self.inner.config.environment(task.repo()).cloned()
+            }
+            RunPurpose::Plan | RunPurpose::Triage => None,
+        }
+    }
+
+    /// The attempt's worktree prepared and handed to the agent, with its prompt written. `Err`: why not (a
     /// workspace failure).
     async fn worktree_for(
         &self,
         task: &Task,
         run: RunId,
         purpose: RunPurpose,
-    ) -> Result<(Prepared, String, std::time::Duration, Vec<String>), String> {
+        profile: &AgentProfile,
+    ) -> Result<Ready, String> {
         let source = self.inner.config.source(task.repo());
         let phase = std::time::Instant::now();
         let prepared = self
@@ -340,12 +363,20 @@ impl Dispatcher {
         let restored = match task.resuming(run) {
             Some(checkpoint) if purpose == RunPurpose::Work => {
                 match self.restore(task, &mut prepared, checkpoint).await {
-                    Ok(restored) => Some(restored),
+                    Ok(restored) => Some((restored, checkpoint)),
                     Err(error) => {
                         self.inner.workspaces.finished(&prepared);
                         return Err(error);
                     }
                 }
+            }
+            _ => None,
+        };
+        // A work run's CLI session: resumed with the worktree, from the same checkpoint.
+        let session = match purpose {
+            RunPurpose::Work => {
+                let at = restored.as_ref().and_then(|(r, c)| r.is_ok().then_some(*c));
+                self.session_plan(task, profile, &prepared, at).await
             }
             _ => None,
         };
@@ -364,15 +395,24 @@ impl Dispatcher {
         let (conflicted, prompt) = resolution.unwrap_or_else(|| {
             let mut prompt =
                 crate::dispatch::prompt::for_run(task, purpose, self.inner.plans.max_items);
-            if let Some(restored) = &restored {
+            if let Some((restored, _)) = &restored {
                 prompt.push_str(&crate::dispatch::prompt::resumed(task, run, restored));
+            }
+            if session.as_ref().is_some_and(|s| s.resume.is_some()) {
+                prompt.push_str(crate::dispatch::prompt::SESSION_RESUMED);
             }
             (Vec::new(), prompt)
         });
         if let Err(error) = tokio::fs::write(&prepared.dirs.prompt, &prompt).await {
             return Err(format!("cannot write the prompt file: {error}"));
         }
-        Ok((prepared, prompt, launching.elapsed(), conflicted))
+        Ok(Ready {
+            prepared,
+            prompt,
+            handed: launching.elapsed(),
+            conflicted,
+            session,
+        })
     }
 
     /// The hosts the agent's egress proxy refused, recorded on its run. `false`: the run was declared lost
@@ -416,10 +456,11 @@ impl Dispatcher {
         prompt: &str,
         repo_env: Option<&RepoEnv>,
         (output, agent_stop, stop): (&Arc<AtomicU64>, &CancellationToken, &CancellationToken),
-        (handed, meter, live): (
+        (handed, meter, live, session): (
             std::time::Duration,
             &runner::SharedMeter,
             Option<live::Live>,
+            Option<&SessionPlan>,
         ),
     ) -> Result<runner::Finished, StepFailed> {
         let none = RepoEnv::default();
@@ -439,7 +480,15 @@ impl Dispatcher {
         self.run_step(Step::BeforeRun, &cx).await?;
         let launching = std::time::Instant::now();
         let mut launch = self
-            .launch(task, run, profile, prepared, prompt, Access::Worktree)
+            .launch(
+                task,
+                run,
+                profile,
+                prepared,
+                prompt,
+                Access::Worktree,
+                session,
+            )
             .map_err(|error| StepFailed {
                 kind: FailureKind::Workspace,
                 detail: format!("{error:#}"),
