@@ -1,6 +1,6 @@
-//! Resuming the agent CLI's own session with its attempt (Claude Code `--resume`): the real `serve` and the real
-//! Claude Code CLI against the scripted model API (common::fake_model), cut off by a SIGKILL of `serve` while the
-//! model's second tool call runs. The restarted service resumes the attempt from its checkpoint and the CLI from
+//! Resuming the agent CLI's own session with its attempt (Claude Code `--resume`, Codex `exec resume`): the real
+//! `serve` and the real CLI against the scripted model API (common::fake_model), cut off by a SIGKILL of `serve`
+//! while the model's second tool call runs. The restarted service resumes the attempt from its checkpoint and the CLI from
 //! the session kept with that checkpoint: the model's first request after the restart carries the first run's
 //! conversation (its first tool call and that call's result), the first call is not made again, and the work is
 //! pushed once. The attack half: what the first run's agent left in the CLI's home besides the transcript (a
@@ -22,6 +22,97 @@ use serde_json::json;
 
 const AGENT_KEY: &str = "sk-agent-key-for-the-fake-model-sessions-0123";
 
+/// One CLI's side of the test.
+struct Cli {
+    preset: &'static str,
+    /// The model's two calls, each running `command` (the second waits at the gate).
+    script: fn(&str, &str) -> Vec<ToolCall>,
+    /// The service's environment for its key and endpoint, from the fake's URL.
+    env: fn(&str) -> Vec<(&'static str, String)>,
+    /// The files the first call plants in the CLI's home, the settings the CLI would read first among them.
+    planted: [&'static str; 2],
+    /// Whether a kept transcript holds the first call's result.
+    holds_first_result: fn(&str) -> bool,
+    /// The first call's id in the model's requests.
+    first_call: &'static str,
+}
+
+/// The first call: a line, and files planted in the CLI's home (`$var`).
+fn first_command(var: &str, planted: [&str; 2]) -> String {
+    format!(
+        "echo one >> work.txt; echo planted > \"${var}/{}\"; echo planted > \"${var}/{}\"",
+        planted[0], planted[1]
+    )
+}
+
+/// The second call: the worktree kept changing (so a checkpoint follows the first call's result) until `gate`.
+fn second_command(gate: &str) -> String {
+    format!(
+        "echo waiting > wait.txt; while [ ! -f {gate} ]; do sleep 0.2; date +%s%N > tick.txt; done; \
+         unlink tick.txt; unlink wait.txt; echo two >> work.txt"
+    )
+}
+
+fn claude() -> Cli {
+    const PLANTED: [&str; 2] = ["settings.json", "planted.txt"];
+    Cli {
+        preset: "claude",
+        script: |first, second| {
+            vec![
+                ToolCall::function(
+                    "Bash",
+                    json!({ "command": first, "description": "Write the first line" }),
+                ),
+                ToolCall::function(
+                    "Bash",
+                    json!({ "command": second, "description": "Write the second line" }),
+                ),
+            ]
+        },
+        env: |fake| {
+            vec![
+                ("ANTHROPIC_API_KEY", AGENT_KEY.to_owned()),
+                ("ANTHROPIC_BASE_URL", fake.to_owned()),
+            ]
+        },
+        planted: PLANTED,
+        holds_first_result: |transcript| transcript.contains("\"tool_use_id\":\"toolu_fake_1\""),
+        first_call: "toolu_fake_1",
+    }
+}
+
+// Codex's default model works through one freeform tool, `exec`, that runs JavaScript calling its tools; the
+// second call's command may wait as long as the test does.
+fn codex() -> Cli {
+    Cli {
+        preset: "codex",
+        script: |first, second| {
+            let call = |cmd: &str| {
+                ToolCall::custom(
+                    "exec",
+                    &format!(
+                        "const r = await tools.exec_command({{ cmd: {cmd:?}, yield_time_ms: 300000 }});\ntext(JSON.stringify(r));"
+                    ),
+                )
+            };
+            vec![call(first), call(second)]
+        },
+        env: |fake| {
+            vec![
+                ("CODEX_API_KEY", AGENT_KEY.to_owned()),
+                ("OPENAI_BASE_URL", format!("{fake}/v1")),
+            ]
+        },
+        planted: ["config.toml", "planted.txt"],
+        holds_first_result: |transcript| {
+            transcript
+                .lines()
+                .any(|line| line.contains("_call_output") && line.contains("\"call_fake_1\""))
+        },
+        first_call: "call_fake_1",
+    }
+}
+
 /// The run directory of `run` of `id` under the workspace root `ws`.
 fn run_dir(ws: &Path, id: TaskId, run: &str) -> std::path::PathBuf {
     ws.join("runs").join(id.to_string()).join(run)
@@ -29,10 +120,19 @@ fn run_dir(ws: &Path, id: TaskId, run: &str) -> std::path::PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_resumed_attempt_resumes_the_claude_session_kept_with_its_checkpoint() {
+    resume_session(claude()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_resumed_attempt_resumes_the_codex_session_kept_with_its_checkpoint() {
+    resume_session(codex()).await;
+}
+
+async fn resume_session(cli: Cli) {
     let Some(db) = TestDb::postgres().await else {
         return;
     };
-    let Some(clis) = cli_dir("claude") else {
+    let Some(clis) = cli_dir(cli.preset) else {
         return;
     };
     let _cores = crate::common::heavy().await;
@@ -42,18 +142,14 @@ async fn a_resumed_attempt_resumes_the_claude_session_kept_with_its_checkpoint()
     std::fs::create_dir(&gates).unwrap();
     let gate = gates.join("go");
     let ws = scratch.path().join("ws");
-    // The first call writes a line and plants things in the CLI's home; the second leaves the worktree changing
-    // (so a checkpoint follows the first call's result) until the gate opens, which it does only after the cut.
-    let fake = FakeModel::start(vec![
-        ToolCall::function(
-            "Bash",
-            json!({ "command": "echo one >> work.txt; printf '%s' '{\"env\":{\"PLANTED\":\"1\"}}' > \"$CLAUDE_CONFIG_DIR/settings.json\"; echo planted > \"$CLAUDE_CONFIG_DIR/planted.txt\"", "description": "Write the first line" }),
-        ),
-        ToolCall::function(
-            "Bash",
-            json!({ "command": format!("echo waiting > wait.txt; while [ ! -f {gate} ]; do sleep 0.2; date +%s%N > tick.txt; done; rm -f tick.txt wait.txt; echo two >> work.txt", gate = gate.display()), "description": "Write the second line" }),
-        ),
-    ])
+    let store = pidevops::config::presets::by_program(cli.preset)
+        .and_then(|p| p.session)
+        .unwrap();
+    let first = first_command(sessions::home_var(store), cli.planted);
+    let fake = FakeModel::start((cli.script)(
+        &first,
+        &second_command(&gate.to_string_lossy()),
+    ))
     .await;
     let config = scratch.path().join("pidevops.toml");
     std::fs::write(
@@ -64,7 +160,7 @@ async fn a_resumed_attempt_resumes_the_claude_session_kept_with_its_checkpoint()
 approval = "auto"
 
 [dispatch]
-agent = "claude"
+agent = "{preset}"
 heartbeat_s = 0.3
 retry_backoff_s = 0.05
 checkpoint_every_s = 1
@@ -74,6 +170,7 @@ readable = ["{gates}"]
 url = "{url}"
 scope = "off"
 "#,
+            preset = cli.preset,
             gates = gates.display(),
             url = remote.url(),
         ),
@@ -81,7 +178,8 @@ scope = "off"
     .unwrap();
     let path = format!("{}:/usr/local/bin:/usr/bin:/bin", clis.display());
     let (config, ws_text) = (config.display().to_string(), ws.display().to_string());
-    let env: Vec<(&str, &str)> = vec![
+    let passed = (cli.env)(&fake.url);
+    let mut env: Vec<(&str, &str)> = vec![
         ("PIDEVOPS_CONFIG", &config),
         ("WORKSPACE_ROOT", &ws_text),
         ("PIDEVOPS_LOOP_STARTUP_DELAY_S", "0.05"),
@@ -89,9 +187,8 @@ scope = "off"
         // The same name after the restart: the new process knows at once its predecessor's run is gone.
         ("PIDEVOPS_INSTANCE_ID", "replica-a"),
         ("PATH", &path),
-        ("ANTHROPIC_API_KEY", AGENT_KEY),
-        ("ANTHROPIC_BASE_URL", &fake.url),
     ];
+    env.extend(passed.iter().map(|(k, v)| (*k, v.as_str())));
     let observer = Observer::new(&db).await;
     let mut server = Server::start_with(&db.url_string(), &env).await;
     let id = crate::common::board::new_task("Two lines")
@@ -114,10 +211,7 @@ scope = "off"
             };
             sessions::kept(&ws, id, last.commit.as_str())
                 .unwrap()
-                .is_some_and(|kept| {
-                    String::from_utf8_lossy(&kept.bytes)
-                        .contains("\"tool_use_id\":\"toolu_fake_1\"")
-                })
+                .is_some_and(|kept| (cli.holds_first_result)(&String::from_utf8_lossy(&kept.bytes)))
         },
     )
     .await;
@@ -127,7 +221,7 @@ scope = "off"
     server.child.wait().unwrap();
     let first_home = sessions::home(&run_dir(&ws, id, &first.run_id));
     assert!(
-        first_home.join("settings.json").exists() && first_home.join("planted.txt").exists(),
+        cli.planted.iter().all(|f| first_home.join(f).exists()),
         "the first run's agent planted its files: {:?}",
         std::fs::read_dir(&first_home)
             .map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
@@ -167,8 +261,8 @@ scope = "off"
         )
     });
     assert!(
-        first_resumed.text.contains("toolu_fake_1")
-            && first_resumed.text.contains("Write the first line"),
+        first_resumed.text.contains(cli.first_call)
+            && first_resumed.text.contains("echo one >> work.txt"),
         "the resumed session did not carry the first run's conversation: {}",
         first_resumed.text
     );
@@ -193,8 +287,18 @@ scope = "off"
 
     // Only the transcript crossed: nothing else the first run's agent left in the CLI's home.
     let second_home = sessions::home(&run_dir(&ws, id, &runs[1].run_id));
-    assert!(second_home.join("projects").is_dir(), "{second_home:?}");
-    for planted in ["settings.json", "planted.txt"] {
+    let resumed_from = sessions::find(
+        store,
+        &second_home,
+        &run_dir(&ws, id, &runs[1].run_id).join("worktree"),
+    );
+    assert!(
+        resumed_from.as_ref().is_ok_and(|t| t
+            .as_ref()
+            .is_some_and(|t| (cli.holds_first_result)(&String::from_utf8_lossy(&t.bytes)))),
+        "{resumed_from:?}"
+    );
+    for planted in cli.planted {
         assert!(
             !second_home.join(planted).exists(),
             "{planted} reached the resumed run's CLI home"

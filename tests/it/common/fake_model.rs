@@ -179,10 +179,12 @@ fn sse(events: &[(&str, Value)]) -> Response {
     ([("content-type", "text/event-stream")], body).into_response()
 }
 
-/// A result a CLI made up for a call its earlier session never finished (Claude Code, resuming a session cut off
-/// mid-call): that call was not made, so the model makes it again, as a real one reading the error would.
+/// A result a CLI made up for a call its earlier session never finished, resuming a session cut off mid-call
+/// (Claude Code: an error saying so; Codex: `aborted`): that call was not made, so the model makes it again, as a
+/// real one reading it would.
 fn interrupted(result: &Value) -> bool {
-    result["is_error"] == true && result["content"].to_string().contains("interrupted")
+    (result["is_error"] == true && result["content"].to_string().contains("interrupted"))
+        || result["output"] == "aborted"
 }
 
 /// The Anthropic Messages API.
@@ -281,9 +283,17 @@ fn responses(request: &Value, script: &[ToolCall]) -> Response {
             item["type"]
                 .as_str()
                 .is_some_and(|t| t.ends_with("_call_output"))
+                && !interrupted(item)
         })
         .count();
-    let n = results + 1;
+    // Each call's id is new, as a real model's is: a call made again is not the earlier one.
+    let n = request["input"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|item| item["type"].as_str().is_some_and(|t| t.ends_with("_call")))
+        .count()
+        + 1;
     let item = match script.get(results).filter(|_| offers_tools(request)) {
         Some(ToolCall::Function { name, input }) => json!({
             "type": "function_call", "id": format!("fc_fake_{n}"), "call_id": format!("call_fake_{n}"),
