@@ -5,59 +5,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::common::agents::{agent, dispatch_file, Remote};
+use crate::common::observer::Observer;
 use crate::common::server::{borrow, process_env, read_log, KillOnDrop, Server, BIN};
 use crate::common::{within, TestDb};
-use pidevops::board::{Board, BoardConfig};
-use pidevops::eventlog::{EventLog, EventStore};
-use pidevops::projectors::runs::{self, RunRow, Which};
-use pidevops::projectors::tasks as task_rows;
-use pidevops::tasks::{Column, TaskId};
-use tokio_util::sync::CancellationToken;
-
-/// The test's own handle on the shared database: a board to create tasks, the read models to watch.
-struct Observer {
-    store: EventStore,
-    board: Board,
-    _stop: CancellationToken,
-}
-
-impl Observer {
-    async fn new(db: &TestDb) -> Self {
-        let store = EventStore::connect(&db.url, 4).await.unwrap();
-        store.migrate().await.unwrap();
-        let stop = CancellationToken::new();
-        let (log, _appender) = EventLog::start(store.clone(), Duration::from_secs(5), stop.clone());
-        let board = Board::new(log, BoardConfig::default());
-        Self {
-            store,
-            board,
-            _stop: stop,
-        }
-    }
-
-    async fn create(&self, title: &str) -> TaskId {
-        crate::common::board::new_task(title)
-            .scope("CHANGES.md")
-            .done_when("written down")
-            .approval(pidevops::tasks::ApprovalPolicy::Auto)
-            .key(&format!("test:{title}"))
-            .create_on(&self.board)
-            .await
-    }
-
-    async fn column(&self, id: TaskId) -> Option<Column> {
-        task_rows::get(&self.store, id)
-            .await
-            .unwrap()
-            .map(|r| r.column)
-    }
-
-    async fn runs(&self, id: TaskId) -> Vec<RunRow> {
-        runs::query(&self.store, Which::Task(&id.to_string()))
-            .await
-            .unwrap()
-    }
-}
+use pidevops::tasks::Column;
 
 fn write_config(dir: &Path, file: &toml::Table) -> String {
     let path = dir.join("pidevops.toml");
@@ -159,7 +110,7 @@ async fn a_run_interrupted_by_sigkill_is_recovered_after_restart_and_never_runs_
     let env = gated.env(Some("replica-a"));
     let observer = Observer::new(&db).await;
     let mut server = Server::start_with(&db.url_string(), &env).await;
-    let id = observer.create("Survive a crash").await;
+    let id = observer.create("Survive a crash", "CHANGES.md").await;
 
     within(
         Duration::from_secs(30),
@@ -235,7 +186,7 @@ async fn a_run_interrupted_by_sigterm_does_not_count_as_an_attempt() {
     let (go, env) = (&gated.go, gated.env(None));
     let observer = Observer::new(&db).await;
     let mut server = Server::start_with(&db.url_string(), &env).await;
-    let id = observer.create("Survive a deploy").await;
+    let id = observer.create("Survive a deploy", "CHANGES.md").await;
     within(Duration::from_secs(30), "the agent running", || async {
         observer.runs(id).await.len() == 1 && !processes_running(&gated.script).is_empty()
     })
@@ -332,7 +283,7 @@ while :; do sleep 0.1; done"#
     ];
     let observer = Observer::new(&db).await;
     let mut server = Server::start_with(&db.url_string(), &env).await;
-    let id = observer.create("Leave a daemon behind").await;
+    let id = observer.create("Leave a daemon behind", "CHANGES.md").await;
     within(
         Duration::from_secs(30),
         "the agent and its orphan running",
@@ -402,7 +353,11 @@ echo x > CHANGES.md"#,
 
     let mut ids = Vec::new();
     for n in 0..6 {
-        ids.push(observer.create(&format!("Task number {n}")).await);
+        ids.push(
+            observer
+                .create(&format!("Task number {n}"), "CHANGES.md")
+                .await,
+        );
     }
     for id in &ids {
         within(
@@ -506,7 +461,7 @@ async fn a_workers_run_is_not_lost_while_its_worktree_is_slow_to_prepare() {
         .env("PATH", path);
     let worker = KillOnDrop::spawn_logged(worker_command, &dir.join("worker.log"));
 
-    let id = observer.create("Fetched slowly").await;
+    let id = observer.create("Fetched slowly", "CHANGES.md").await;
     within(Duration::from_secs(90), "in review", || async {
         observer.column(id).await == Some(Column::InReview)
     })

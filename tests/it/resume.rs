@@ -8,15 +8,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::common::agents::{agent, dispatch_file, git, Remote};
+use crate::common::observer::Observer;
 use crate::common::server::{borrow, process_env, read_log, KillOnDrop, Server};
 use crate::common::{within, TestDb};
-use pidevops::board::{Board, BoardConfig};
-use pidevops::dispatch::runs::{self as run_events, RunEvent};
-use pidevops::eventlog::{EventLog, EventStore};
-use pidevops::projectors::runs::{self, RunRow, Which};
 use pidevops::projectors::tasks as task_rows;
-use pidevops::tasks::{Checkpoint, Column, RunId, TaskEvent, TaskId};
-use tokio_util::sync::CancellationToken;
+use pidevops::tasks::Column;
 
 /// An agent that does turn after turn, each a line in `work.txt` and a usage line; it picks up after the lines the
 /// worktree already holds (what a real agent does reading its worktree), says whether its prompt says it resumes,
@@ -107,76 +103,6 @@ impl Setup {
 
     fn remote_git(&self) -> PathBuf {
         self.remote.dir.path().join("remote.git")
-    }
-}
-
-/// The log, the board and the runs read model of a database `serve` processes share, read from the test.
-pub(crate) struct Observer {
-    pub(crate) store: EventStore,
-    pub(crate) board: Board,
-    _stop: CancellationToken,
-}
-
-impl Observer {
-    pub(crate) async fn new(db: &TestDb) -> Self {
-        let store = EventStore::connect(&db.url, 4).await.unwrap();
-        store.migrate().await.unwrap();
-        let stop = CancellationToken::new();
-        let (log, _appender) = EventLog::start(store.clone(), Duration::from_secs(5), stop.clone());
-        let board = Board::new(log, BoardConfig::default());
-        Self {
-            store,
-            board,
-            _stop: stop,
-        }
-    }
-
-    pub(crate) async fn runs(&self, id: TaskId) -> Vec<RunRow> {
-        runs::query(&self.store, Which::Task(&id.to_string()))
-            .await
-            .unwrap()
-    }
-
-    /// The checkpoints a run recorded, from the log.
-    pub(crate) async fn checkpoints(&self, run: &str) -> Vec<Checkpoint> {
-        let run = RunId(run.parse().unwrap());
-        self.store
-            .read_stream_of_type(&run_events::stream(run), run_events::CHECKPOINTED)
-            .await
-            .unwrap()
-            .iter()
-            .filter_map(|e| match serde_json::from_slice::<RunEvent>(&e.body) {
-                Ok(RunEvent::Checkpointed { checkpoint, .. }) => Some(*checkpoint),
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// The checkpoints the task's attempts resumed (`task.resumed`), from its stream.
-    pub(crate) async fn resumed(&self, id: TaskId) -> Vec<Checkpoint> {
-        self.board
-            .load(id)
-            .await
-            .unwrap()
-            .unwrap()
-            .events
-            .iter()
-            .filter_map(
-                |e| match TaskEvent::from_stored(&e.event_type, &e.body).unwrap() {
-                    TaskEvent::Resumed { checkpoint, .. } => Some(*checkpoint),
-                    _ => None,
-                },
-            )
-            .collect()
-    }
-
-    /// Waits for both runs' outcomes in the runs read model (it follows the board's at its own pace).
-    pub(crate) async fn both_outcomes(&self, id: TaskId) {
-        within(Duration::from_secs(10), "both runs' outcomes", || async {
-            let runs = self.runs(id).await;
-            runs.len() == 2 && runs.iter().all(|r| r.state != "running")
-        })
-        .await;
     }
 }
 

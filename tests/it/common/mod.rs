@@ -10,6 +10,7 @@ pub mod dispatching;
 pub mod fake_model;
 pub mod killed;
 pub mod nats_server;
+pub mod observer;
 pub mod pg;
 pub mod read;
 pub mod server;
