@@ -53,8 +53,6 @@ pub enum SessionError {
     NotDirectory { path: String, kind: &'static str },
     #[error("{path} was refused: it is {kind}, not a regular file")]
     NotRegular { path: String, kind: &'static str },
-    #[error("{path} was refused: it was replaced while pidevops was reading it")]
-    Replaced { path: String },
     #[error("{path} was refused: it is larger than {max} bytes")]
     TooLarge { path: String, max: usize },
     #[error("{path} holds more than {max} entries")]
@@ -487,9 +485,11 @@ fn read_regular(dir: &OwnedFd, name: &str, shown: &str) -> Result<Vec<u8>, Sessi
     file.take(max as u64 + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| SessionError::io(format!("read {shown}"), e))?;
+    // It grew past the cap while it was read.
     if bytes.len() > max {
-        return Err(SessionError::Replaced {
+        return Err(SessionError::TooLarge {
             path: shown.to_owned(),
+            max,
         });
     }
     Ok(bytes)
