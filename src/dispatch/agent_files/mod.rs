@@ -254,10 +254,10 @@ fn is_status_file(name: &str) -> bool {
         })
 }
 
-/// Takes ownership of a descriptor `openat` just returned.
-fn owned(fd: RawFd) -> OwnedFd {
-    // SAFETY: `fd` was returned by a successful openat a moment ago and nothing else holds it, so this is its
-    // one owner and it is closed exactly once.
+/// Takes ownership of a descriptor `openat` (or `dup`) just returned; `sessions` reads the same way.
+pub(crate) fn owned(fd: RawFd) -> OwnedFd {
+    // SAFETY: `fd` was returned by a successful openat (or dup) a moment ago and nothing else holds it, so this
+    // is its one owner and it is closed exactly once.
     unsafe { OwnedFd::from_raw_fd(fd) }
 }
 

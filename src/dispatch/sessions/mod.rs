@@ -20,7 +20,7 @@
 
 use std::fs::File;
 use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use nix::dir::Dir;
@@ -29,6 +29,7 @@ use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::{fstat, Mode, SFlag};
 use uuid::Uuid;
 
+use super::agent_files::owned;
 pub use crate::config::presets::SessionStore;
 use crate::tasks::TaskId;
 
@@ -511,13 +512,6 @@ fn whole_json_lines(mut bytes: Vec<u8>, shown: &str) -> Result<Vec<u8>, SessionE
         }
     }
     Ok(bytes)
-}
-
-/// Takes ownership of a descriptor just returned by `openat` or `dup`.
-fn owned(fd: RawFd) -> OwnedFd {
-    // SAFETY: `fd` was returned by a successful openat or dup a moment ago and nothing else holds it, so this is
-    // its one owner and it is closed exactly once.
-    unsafe { OwnedFd::from_raw_fd(fd) }
 }
 
 #[cfg(test)]

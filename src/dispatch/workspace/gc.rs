@@ -97,7 +97,7 @@ impl Workspaces {
         // What refreshes changed, recorded for the task page: gone after the same TTL as the runs' diffs.
         report.removed += self.gc_refresh_diffs(ttl).await;
         // CLI sessions kept with checkpoints (`dispatch::sessions`): gone after the same TTL as the runs.
-        report.removed += gc_kept_sessions(&self.root.join("sessions"), ttl).await;
+        report.removed += remove_aged(&self.root.join("sessions"), ttl).await;
         let mirrors = self.root.join("mirrors");
         let mut owners = tokio::fs::read_dir(&mirrors).await.map_err(io(&mirrors))?;
         while let Some(owner) = owners.next_entry().await.map_err(io(&mirrors))? {
@@ -135,29 +135,30 @@ impl Workspaces {
     }
 }
 
-/// Removes each session kept under `sessions/<task>/<commit>/` older than `ttl`, and each task's emptied directory.
-async fn gc_kept_sessions(sessions: &Path, ttl: std::time::Duration) -> usize {
+/// Removes each `<dir>/<task>/<entry>` (a file or a directory) older than `ttl` by its last change, and each task
+/// directory that leaves empty; how many entries it removed. Refreshes' recorded diffs and kept CLI sessions.
+pub(super) async fn remove_aged(dir: &Path, ttl: std::time::Duration) -> usize {
     let mut removed = 0;
-    let Ok(mut tasks) = tokio::fs::read_dir(sessions).await else {
+    let Ok(mut tasks) = tokio::fs::read_dir(dir).await else {
         return removed;
     };
     while let Ok(Some(task)) = tasks.next_entry().await {
-        let Ok(mut kept) = tokio::fs::read_dir(task.path()).await else {
+        let Ok(mut entries) = tokio::fs::read_dir(task.path()).await else {
             continue;
         };
-        while let Ok(Some(session)) = kept.next_entry().await {
-            let old = session
+        while let Ok(Some(entry)) = entries.next_entry().await {
+            let old = entry
                 .metadata()
                 .await
                 .ok()
                 .and_then(|m| m.modified().ok())
                 .and_then(|t| t.elapsed().ok())
                 .is_some_and(|age| age >= ttl);
-            if old && tokio::fs::remove_dir_all(session.path()).await.is_ok() {
+            if old && super::remove_any(&entry.path()).await.is_ok() {
                 removed += 1;
             }
         }
-        // Ignored while it still holds sessions.
+        // Ignored while it still holds entries.
         let _ = tokio::fs::remove_dir(task.path()).await;
     }
     removed

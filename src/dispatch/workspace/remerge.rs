@@ -175,30 +175,7 @@ impl Workspaces {
     /// Removes recorded refresh diffs older than `ttl` (by their last change), as run directories go after it,
     /// and the task directories that leaves empty; returns how many it removed.
     pub(super) async fn gc_refresh_diffs(&self, ttl: Duration) -> usize {
-        let mut removed = 0;
-        let Ok(mut tasks) = tokio::fs::read_dir(self.root.join("refresh-diffs")).await else {
-            return removed;
-        };
-        while let Ok(Some(task)) = tasks.next_entry().await {
-            let Ok(mut records) = tokio::fs::read_dir(task.path()).await else {
-                continue;
-            };
-            while let Ok(Some(record)) = records.next_entry().await {
-                let old = record
-                    .metadata()
-                    .await
-                    .ok()
-                    .and_then(|m| m.modified().ok())
-                    .and_then(|t| t.elapsed().ok())
-                    .is_some_and(|age| age >= ttl);
-                if old && tokio::fs::remove_file(record.path()).await.is_ok() {
-                    removed += 1;
-                }
-            }
-            // Ignored while it still holds records.
-            let _ = tokio::fs::remove_dir(task.path()).await;
-        }
-        removed
+        super::gc::remove_aged(&self.root.join("refresh-diffs"), ttl).await
     }
 }
 
