@@ -16,8 +16,7 @@ use crate::common::observer::Observer;
 use crate::common::server::{read_log, Server};
 use crate::common::{within, TestDb};
 use pidevops::dispatch::sessions;
-use pidevops::projectors::tasks as task_rows;
-use pidevops::tasks::{Column, TaskId};
+use pidevops::tasks::TaskId;
 use serde_json::json;
 
 const AGENT_KEY: &str = "sk-agent-key-for-the-fake-model-sessions-0123";
@@ -229,23 +228,9 @@ scope = "off"
 
     std::fs::write(&gate, "").unwrap();
     let server = Server::start_with(&db.url_string(), &env).await;
-    within(
-        RUN_LIMIT,
-        "the task in review after the restart",
-        || async {
-            task_rows::get(&observer.store, id)
-                .await
-                .unwrap()
-                .is_some_and(|row| row.column == Column::InReview)
-        },
-    )
-    .await;
-    observer.both_outcomes(id).await;
+    observer.until_in_review(id, RUN_LIMIT).await;
     let logs = read_log(server.workdir.path());
-    let runs = observer.runs(id).await;
-    assert_eq!(runs[0].failure.as_deref(), Some("lost"), "{runs:?}");
-    assert_eq!(runs[1].state, "succeeded", "{runs:?}\n{logs}");
-    assert_eq!((runs[0].attempt, runs[1].attempt), (1, 1), "{runs:?}");
+    let runs = observer.lost_then_resumed(id, &logs).await;
     assert_eq!(observer.resumed(id).await.len(), 1);
 
     // The resumed CLI's first request holds the first run's conversation, and then the resume notice.

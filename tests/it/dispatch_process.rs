@@ -137,12 +137,7 @@ async fn a_run_interrupted_by_sigkill_is_recovered_after_restart_and_never_runs_
 
     std::fs::write(go, "").unwrap();
     let server = Server::start_with(&db.url_string(), &env).await;
-    within(
-        Duration::from_secs(60),
-        "the task in review after the restart",
-        || async { observer.column(id).await == Some(Column::InReview) },
-    )
-    .await;
+    observer.until_in_review(id, Duration::from_secs(60)).await;
     within(Duration::from_secs(10), "both runs' outcomes", || async {
         let runs = observer.runs(id).await;
         runs.len() == 2 && runs.iter().all(|r| r.state != "running")
@@ -229,12 +224,7 @@ async fn a_run_interrupted_by_sigterm_does_not_count_as_an_attempt() {
 
     std::fs::write(go, "").unwrap();
     let server = Server::start_with(&db.url_string(), &env).await;
-    within(
-        Duration::from_secs(60),
-        "the task in review after the restart",
-        || async { observer.column(id).await == Some(Column::InReview) },
-    )
-    .await;
+    observer.until_in_review(id, Duration::from_secs(60)).await;
     let runs = observer.runs(id).await;
     assert_eq!(
         runs.len(),

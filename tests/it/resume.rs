@@ -11,8 +11,6 @@ use crate::common::agents::{agent, dispatch_file, git, Remote};
 use crate::common::observer::Observer;
 use crate::common::server::{borrow, process_env, read_log, KillOnDrop, Server};
 use crate::common::{within, TestDb};
-use pidevops::projectors::tasks as task_rows;
-use pidevops::tasks::Column;
 
 /// An agent that does turn after turn, each a line in `work.txt` and a usage line; it picks up after the lines the
 /// worktree already holds (what a real agent does reading its worktree), says whether its prompt says it resumes,
@@ -227,25 +225,10 @@ async fn cut_after_two_turns(case: Case) {
     }
     std::fs::write(&setup.gate, "").unwrap();
     let server = Server::start_with(&db.url_string(), &setup.env(machine)).await;
-    within(
-        Duration::from_secs(60),
-        "the task in review after the restart",
-        || async {
-            task_rows::get(&observer.store, id)
-                .await
-                .unwrap()
-                .is_some_and(|row| row.column == Column::InReview)
-        },
-    )
-    .await;
-    observer.both_outcomes(id).await;
+    observer.until_in_review(id, Duration::from_secs(60)).await;
     let logs = read_log(server.workdir.path());
-    let runs = observer.runs(id).await;
-    assert_eq!(runs.len(), 2, "{runs:?}\n{logs}");
-    assert_eq!(runs[0].failure.as_deref(), Some("lost"), "{runs:?}");
-    assert_eq!(runs[1].state, "succeeded", "{runs:?}\n{logs}");
     // The same attempt, resumed: the counter did not move, nor did the budget grow.
-    assert_eq!((runs[0].attempt, runs[1].attempt), (1, 1), "{runs:?}");
+    let runs = observer.lost_then_resumed(id, &logs).await;
     let loaded = observer.board.load(id).await.unwrap().unwrap().task;
     assert_eq!(loaded.attempts(), 1);
     assert_eq!(loaded.max_attempts().get(), 3);
@@ -388,23 +371,9 @@ async fn an_attempt_on_a_dead_worker_resumes_on_another_worker() {
     drop(first_worker);
     std::fs::write(&setup.gate, "").unwrap();
     let second_worker = worker("worker-2", "ws-2");
-    within(
-        Duration::from_secs(90),
-        "the task in review after the worker's death",
-        || async {
-            task_rows::get(&observer.store, id)
-                .await
-                .unwrap()
-                .is_some_and(|row| row.column == Column::InReview)
-        },
-    )
-    .await;
-    observer.both_outcomes(id).await;
-    let runs = observer.runs(id).await;
-    assert_eq!(runs.len(), 2, "{runs:?}\n{}", second_worker.log());
-    assert_eq!(runs[0].failure.as_deref(), Some("lost"), "{runs:?}");
+    observer.until_in_review(id, Duration::from_secs(90)).await;
+    let runs = observer.lost_then_resumed(id, &second_worker.log()).await;
     assert_eq!(runs[1].worker.as_deref(), Some("worker-2"), "{runs:?}");
-    assert_eq!((runs[0].attempt, runs[1].attempt), (1, 1), "{runs:?}");
     let resumed = observer.resumed(id).await;
     assert_eq!(resumed, std::slice::from_ref(&saved));
     let work = setup

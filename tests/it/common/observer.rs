@@ -91,6 +91,27 @@ impl Observer {
             .collect()
     }
 
+    /// Waits up to `limit` for the task to be in review.
+    pub(crate) async fn until_in_review(&self, id: TaskId, limit: Duration) {
+        within(limit, &format!("{id} in review"), || async {
+            self.column(id).await == Some(Column::InReview)
+        })
+        .await;
+    }
+
+    /// The two runs of an attempt cut off and resumed, once both ended: the first lost, the second succeeded, both
+    /// the same attempt (`logs`: the server's, for the messages).
+    pub(crate) async fn lost_then_resumed(&self, id: TaskId, logs: &str) -> Vec<RunRow> {
+        self.both_outcomes(id).await;
+        let runs = self.runs(id).await;
+        assert_eq!(runs.len(), 2, "{runs:?}\n{logs}");
+        assert_eq!(runs[0].failure.as_deref(), Some("lost"), "{runs:?}");
+        assert_eq!(runs[1].state, "succeeded", "{runs:?}\n{logs}");
+        // The same attempt, resumed: the counter did not move.
+        assert_eq!((runs[0].attempt, runs[1].attempt), (1, 1), "{runs:?}");
+        runs
+    }
+
     /// Waits for both runs' outcomes in the runs read model (it follows the board's at its own pace).
     pub(crate) async fn both_outcomes(&self, id: TaskId) {
         within(Duration::from_secs(10), "both runs' outcomes", || async {
