@@ -8,7 +8,7 @@ use pidevops::projectors::runs::{self, RunRow, Which};
 use pidevops::tasks::{Column, Task, TaskId};
 use serde_json::Value;
 
-use super::{within, TestApp};
+use super::TestApp;
 
 /// The `reason` of every `event_type` record (`intake.ignored`, `reactions.ignored`), in log order.
 pub async fn reasons(app: &TestApp, event_type: &str) -> Vec<String> {
@@ -37,24 +37,10 @@ pub async fn ended_runs(app: &TestApp, id: TaskId, n: usize) -> Vec<RunRow> {
             return runs;
         }
         if tokio::time::Instant::now() >= deadline {
-            // What the runs and the task's stream say, for a failure to explain itself.
-            let seen: Vec<String> = runs
-                .iter()
-                .map(|r| {
-                    format!(
-                        "attempt {} {} {}: {:?} {:?}",
-                        r.attempt, r.run_id, r.state, r.failure, r.detail
-                    )
-                })
-                .collect();
-            let stream: Vec<String> = app
-                .all_events()
-                .await
-                .into_iter()
-                .filter(|e| e.stream.as_deref() == Some(id.stream().as_str()))
-                .map(|e| format!("{} {}", e.position, e.event_type))
-                .collect();
-            panic!("timed out after 60s waiting for {n} runs of {id} ended; runs: {seen:#?}\ntask stream: {stream:?}");
+            panic!(
+                "timed out after 60s waiting for {n} runs of {id} ended; {}",
+                explain(app, id).await
+            );
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -71,10 +57,46 @@ pub async fn task(app: &TestApp, id: TaskId) -> Task {
     app.state.board.load(id).await.unwrap().unwrap().task
 }
 
-/// Waits until the task, as its stream has it, is in `want`.
+/// Waits until the task, as its stream has it, is in `want`; if it never is, says where it is and why.
 pub async fn wait_column(app: &TestApp, id: TaskId, want: Column, what: &str) {
-    within(Duration::from_secs(60), what, || async {
-        task(app, id).await.column() == want
-    })
-    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while task(app, id).await.column() != want {
+        if tokio::time::Instant::now() >= deadline {
+            panic!(
+                "timed out after 60s waiting for: {what} ({id} in {want:?}); {}",
+                explain(app, id).await
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// What a task's runs and stream say, for a wait on it that timed out to explain itself.
+async fn explain(app: &TestApp, id: TaskId) -> String {
+    let runs: Vec<String> = runs::query(app.state.log.store(), Which::Task(&id.to_string()))
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| {
+            format!(
+                "attempt {} {} {}: {:?} {:?}",
+                r.attempt, r.run_id, r.state, r.failure, r.detail
+            )
+        })
+        .collect();
+    let stream: Vec<String> = app
+        .all_events()
+        .await
+        .into_iter()
+        .filter(|e| e.stream.as_deref() == Some(id.stream().as_str()))
+        .map(|e| {
+            format!(
+                "{} {} {}",
+                e.position,
+                e.recorded_at.format("%H:%M:%S%.3f"),
+                e.event_type
+            )
+        })
+        .collect();
+    format!("runs: {runs:#?}\ntask stream: {stream:#?}")
 }
