@@ -138,11 +138,7 @@ async fn a_run_interrupted_by_sigkill_is_recovered_after_restart_and_never_runs_
     std::fs::write(go, "").unwrap();
     let server = Server::start_with(&db.url_string(), &env).await;
     observer.until_in_review(id, Duration::from_secs(60)).await;
-    within(Duration::from_secs(10), "both runs' outcomes", || async {
-        let runs = observer.runs(id).await;
-        runs.len() == 2 && runs.iter().all(|r| r.state != "running")
-    })
-    .await;
+    observer.both_outcomes(id).await;
     let runs = observer.runs(id).await;
     assert_eq!(
         runs.len(),
@@ -452,10 +448,7 @@ async fn a_workers_run_is_not_lost_while_its_worktree_is_slow_to_prepare() {
     let worker = KillOnDrop::spawn_logged(worker_command, &dir.join("worker.log"));
 
     let id = observer.create("Fetched slowly", "CHANGES.md").await;
-    within(Duration::from_secs(90), "in review", || async {
-        observer.column(id).await == Some(Column::InReview)
-    })
-    .await;
+    observer.until_in_review(id, Duration::from_secs(90)).await;
     let runs = observer.runs(id).await;
     assert_eq!(runs.len(), 1, "{runs:?}\n{}", worker.log());
     assert_eq!(runs[0].worker.as_deref(), Some("worker-1"), "{runs:?}");
